@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Kelp's run and test commands need, once.
+# Idempotent: does nothing when every command is already present.
+set -euo pipefail
+
+need=()
+command -v kcat >/dev/null 2>&1 || need+=(kcat)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+
+if [ ${#need[@]} -eq 0 ]; then
+  exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO=sudo; else
+    echo "bootstrap: need Debian packages ${need[*]} but am not root and have no sudo" >&2
+    exit 1
+  fi
+else
+  SUDO=
+fi
+echo "bootstrap: installing Debian packages: ${need[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null

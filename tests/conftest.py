@@ -1,0 +1,2 @@
+"""Fixtures shared by every test tier live in their tier's conftest; this file
+only makes the repository root importable for helpers under tests/."""
