@@ -29,7 +29,6 @@ run: venv
 	$(VENV)/bin/kelp broker --log-dirs $(DATA_DIR) --port $(KAFKA_PORT) --http-port $(HTTP_PORT)
 
 test: venv
-	$(VENV)/bin/lint-imports
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: venv
