@@ -207,3 +207,24 @@ class FencedInstanceIdError(KelpError):
 class GroupSubscribedToTopicError(KelpError):
     code = 86
     http_status = 409
+
+
+class UnsupportedForMessageFormatError(KelpError):
+    """A v0/v1 message set (magic 0 or 1): Kelp stores RecordBatch v2 only."""
+
+    code = 43
+    http_status = 400
+
+
+class KafkaStorageError(KelpError):
+    """The partition's log directory failed (I/O error); the replica is offline."""
+
+    code = 56
+    http_status = 503
+
+
+class InvalidRecordError(KelpError):
+    """A batch is well-formed on the wire but breaks a rule of the log (empty, bad offsets, no key on a compacted topic)."""
+
+    code = 87  # INVALID_RECORD
+    http_status = 400

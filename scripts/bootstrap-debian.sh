@@ -6,6 +6,9 @@ set -euo pipefail
 need=()
 command -v kcat >/dev/null 2>&1 || need+=(kcat)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+# kube test tier (tests/kube): etcd for the locally built control plane, openssl for its PKI
+command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

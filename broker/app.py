@@ -1,0 +1,203 @@
+"""Composition root: builds every part of one broker and owns its lifecycle.
+
+Why: one place decides the start order (storage -> topics -> replicas ->
+groups -> listeners) and the reverse stop order (listeners first, so no
+request reaches a closed log; then flush and close every segment). Parts
+written by others plug in here: `groups` is set by the group coordinator,
+the HTTP app comes from `kelp.broker.http.app.build_http_app(broker)`.
+
+This module must never implement protocol or storage logic itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+import time
+from typing import Any
+
+from .config import BrokerConfig
+from .producer_state import ProducerIdAllocator
+
+__all__ = ["Broker"]
+
+log = logging.getLogger("kelp.broker")
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.logs: Any = None
+        self.topics: Any = None
+        self.replicas: Any = None
+        self.groups: Any = None
+        self.producer_ids: ProducerIdAllocator | None = None
+        self.kafka_server: Any = None
+        self.http_runner: Any = None
+        self.http_port: int | None = None
+        self.started_at: float | None = None
+        self._stopped = asyncio.Event()
+        self._retention_task: asyncio.Task | None = None
+        self._stopping = False
+
+    # -- lifecycle ------------------------------------------------------
+    async def start(self) -> None:
+        from kelp.broker.storage import LogConfig, LogManager
+
+        from .kafka.server import KafkaServer
+        from .replica_manager import ReplicaManager
+        from .topic_manager import TopicManager
+
+        cfg = self.config
+        for d in cfg.log_dirs:
+            d.mkdir(parents=True, exist_ok=True)
+        default = LogConfig.from_kafka(cfg.default_topic_config())
+        self.topics = TopicManager(cfg, None)
+        self.topics.load()
+        # Opening the logs runs recovery on every partition directory.
+        self.logs = LogManager(
+            [str(d) for d in cfg.log_dirs], default, config_for=self.topics.log_config_or_none
+        )
+        self.topics.attach_logs(self.logs)
+        self.replicas = ReplicaManager(cfg, self.logs, self.topics)
+        self.producer_ids = ProducerIdAllocator(cfg.log_dirs[0])
+        await self._start_groups()
+        self.kafka_server = KafkaServer(
+            self,
+            host=cfg["host"],
+            port=cfg["port"],
+            advertised_host=cfg["advertised.host"],
+            max_request_bytes=cfg["socket.request.max.bytes"],
+        )
+        await self.kafka_server.start()
+        if cfg["advertised.port"]:
+            self.kafka_server.advertised_port = cfg["advertised.port"]
+        await self._start_http()
+        self._retention_task = asyncio.create_task(self._maintenance_loop())
+        self.started_at = time.time()
+        log.info(
+            "broker %d listening: kafka %s:%d, http %s, data in %s",
+            cfg.broker_id, self.kafka_server.advertised_host, self.kafka_server.port,
+            f"{self.http_host}:{self.http_port}" if self.http_port is not None else "off",
+            ", ".join(str(d) for d in cfg.log_dirs),
+        )
+
+    @property
+    def http_host(self) -> str:
+        return self.config["http.host"] or self.config["host"]
+
+    async def _start_groups(self) -> None:
+        """Let the group coordinator attach itself if its part is installed."""
+        try:
+            from kelp.broker.groups import attach  # type: ignore[attr-defined]
+        except ImportError:
+            return
+        result = attach(self)
+        if asyncio.iscoroutine(result):
+            await result
+
+    async def _start_http(self) -> None:
+        try:
+            from kelp.broker.http.app import build_http_app  # type: ignore[import-not-found]
+        except ImportError as exc:
+            log.info("HTTP API not available (%s); serving Kafka protocol only", exc)
+            return
+        from aiohttp import web
+
+        app = build_http_app(self)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, self.http_host, self.config["http.port"], reuse_address=True)
+        await site.start()
+        self.http_runner = runner
+        server = getattr(site, "_server", None)
+        if server is not None and server.sockets:
+            self.http_port = server.sockets[0].getsockname()[1]
+        else:
+            self.http_port = self.config["http.port"]
+
+    async def _maintenance_loop(self) -> None:
+        """Time-driven log work: roll/flush by time (1 s), checkpoints of changed partitions (5 s), retention and cleaning."""
+        loop = asyncio.get_running_loop()
+        retention_every = self.config["log.retention.check.interval.ms"] / 1000.0
+        next_retention = loop.time() + min(retention_every, 30.0)
+        next_checkpoint = loop.time() + 5.0
+        while True:
+            await asyncio.sleep(1.0)
+            now = loop.time()
+            try:
+                self.logs.roll_by_time()
+                self.logs.flush_by_time()
+                if now >= next_checkpoint:
+                    next_checkpoint = now + 5.0
+                    self.replicas.checkpoint_dirty()
+                if now >= next_retention:
+                    next_retention = now + retention_every
+                    deleted = self.logs.run_retention()
+                    if deleted:
+                        log.info("retention deleted %d segment(s)", deleted)
+                    self.logs.run_cleaner()
+            except Exception:
+                log.exception("log maintenance failed")
+
+    async def stop(self) -> None:
+        if self._stopping:
+            await self._stopped.wait()
+            return
+        self._stopping = True
+        log.info("broker %d stopping", self.config.broker_id)
+        if self._retention_task is not None:
+            self._retention_task.cancel()
+            await asyncio.gather(self._retention_task, return_exceptions=True)
+        if self.kafka_server is not None:
+            await self.kafka_server.stop()
+        if self.http_runner is not None:
+            try:
+                await self.http_runner.cleanup()
+            except Exception:
+                log.exception("stopping the HTTP listener failed")
+        if self.groups is not None and hasattr(self.groups, "stop"):
+            try:
+                r = self.groups.stop()
+                if asyncio.iscoroutine(r):
+                    await r
+            except Exception:
+                log.exception("stopping the group coordinator failed")
+        if self.replicas is not None:
+            self.replicas.close()
+        if self.logs is not None:
+            self.logs.close_all()  # each log flushes, checkpoints and closes its segments
+        log.info("broker %d stopped; all segments flushed and closed", self.config.broker_id)
+        self._stopped.set()
+
+    async def serve_forever(self, *, ready_line: bool = True) -> None:
+        """Start, print the readiness line, run until SIGTERM/SIGINT, stop."""
+        loop = asyncio.get_running_loop()
+        stop_requested = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, stop_requested.set)
+            except (NotImplementedError, RuntimeError):
+                pass
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()  # close whatever was opened (logs) before reporting the failure
+            raise
+        if ready_line:
+            info = {
+                "event": "listening",
+                "kafka": f"{self.kafka_server.advertised_host}:{self.kafka_server.port}",
+                "http": f"{self.http_host}:{self.http_port}" if self.http_port is not None else None,
+                "log_dirs": [str(d) for d in self.config.log_dirs],
+                "broker_id": self.config.broker_id,
+            }
+            sys.stdout.write(json.dumps(info) + "\n")
+            sys.stdout.flush()
+        try:
+            await stop_requested.wait()
+        finally:
+            await self.stop()

@@ -1,0 +1,333 @@
+"""Broker configuration under Kafka's own property names.
+
+Why: operators and users already know `log.dirs`, `num.partitions`,
+`log.retention.ms`; Kelp accepts exactly those names from a YAML file,
+`KELP_*` environment variables (`KELP_LOG_DIRS` -> `log.dirs`) and command-line
+flags, in rising precedence (flags win). Every value is type-checked when it is
+loaded, so a typo fails at start with the key named, not hours later.
+
+This module must never open sockets or files other than the YAML file it is
+given; it only turns text into a validated `BrokerConfig`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from kelp.errors import ConfigError
+
+__all__ = ["BrokerConfig", "TOPIC_CONFIG_KEYS", "validate_topic_configs", "parse_bool"]
+
+
+def parse_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"expected true/false, got {value!r}")
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"expected an integer, got {value!r}")
+    if isinstance(value, int):
+        return value
+    return int(str(value).strip())
+
+
+def _float(value: Any) -> float:
+    return float(str(value).strip())
+
+
+def _str(value: Any) -> str:
+    if isinstance(value, (dict, list)):
+        raise ValueError(f"expected a string, got {value!r}")
+    return str(value)
+
+
+def _dirs(value: Any) -> list[str]:
+    if isinstance(value, (list, tuple)):
+        items = [str(v) for v in value]
+    else:
+        items = [part.strip() for part in str(value).split(",")]
+    items = [i for i in items if i]
+    if not items:
+        raise ValueError("expected at least one directory")
+    return items
+
+
+def _cleanup(value: Any) -> str:
+    text = str(value).strip()
+    parts = sorted(p.strip() for p in text.split(",") if p.strip())
+    if not parts or any(p not in ("delete", "compact") for p in parts):
+        raise ValueError(f"expected 'delete', 'compact' or 'compact,delete', got {value!r}")
+    return ",".join(parts)
+
+
+def _ts_type(value: Any) -> str:
+    text = str(value).strip()
+    if text not in ("CreateTime", "LogAppendTime"):
+        raise ValueError(f"expected CreateTime or LogAppendTime, got {value!r}")
+    return text
+
+
+def _nonneg(parse: Callable[[Any], int]) -> Callable[[Any], int]:
+    def check(value: Any) -> int:
+        number = parse(value)
+        if number < 0:
+            raise ValueError(f"must be >= 0, got {number}")
+        return number
+
+    return check
+
+
+def _positive(value: Any) -> int:
+    number = _int(value)
+    if number <= 0:
+        raise ValueError(f"must be > 0, got {number}")
+    return number
+
+
+def _retention(value: Any) -> int:
+    number = _int(value)
+    if number < -1:
+        raise ValueError(f"must be -1 (unlimited) or >= 0, got {number}")
+    return number
+
+
+# key -> (parser, default). Defaults follow Kafka's where Kafka has one.
+BROKER_KEYS: dict[str, tuple[Callable[[Any], Any], Any]] = {
+    "broker.id": (_nonneg(_int), 0),
+    "log.dirs": (_dirs, ["/tmp/kelp-logs"]),
+    "listeners": (_str, ""),
+    "host": (_str, "127.0.0.1"),
+    "port": (_nonneg(_int), 9092),
+    "http.host": (_str, ""),
+    "http.port": (_nonneg(_int), 8080),
+    "advertised.host": (_str, ""),
+    "advertised.port": (_nonneg(_int), 0),
+    "num.partitions": (_positive, 1),
+    "default.replication.factor": (_positive, 1),
+    "auto.create.topics.enable": (parse_bool, True),
+    "delete.topic.enable": (parse_bool, True),
+    "message.max.bytes": (_positive, 1048588),
+    "socket.request.max.bytes": (_positive, 104857600),
+    "log.retention.ms": (_retention, None),
+    "log.retention.minutes": (_retention, None),
+    "log.retention.hours": (_retention, 168),
+    "log.retention.bytes": (_retention, -1),
+    "log.segment.bytes": (_positive, 1073741824),
+    "log.roll.ms": (_positive, None),
+    "log.roll.hours": (_positive, 168),
+    "log.retention.check.interval.ms": (_positive, 300000),
+    "log.flush.interval.messages": (_positive, None),
+    "log.flush.interval.ms": (_positive, None),
+    "log.index.interval.bytes": (_positive, 4096),
+    "log.cleanup.policy": (_cleanup, "delete"),
+    "log.cleaner.delete.retention.ms": (_nonneg(_int), 86400000),
+    "log.cleaner.min.cleanable.ratio": (_float, 0.5),
+    "log.message.timestamp.type": (_ts_type, "CreateTime"),
+    "min.insync.replicas": (_positive, 1),
+    "offsets.topic.num.partitions": (_positive, 50),
+    "offsets.topic.replication.factor": (_positive, 1),
+    "offsets.retention.minutes": (_positive, 10080),
+    "group.initial.rebalance.delay.ms": (_nonneg(_int), 3000),
+    "group.min.session.timeout.ms": (_positive, 6000),
+    "group.max.session.timeout.ms": (_positive, 1800000),
+    "group.max.size": (_positive, 2**31 - 1),
+    "replica.lag.time.max.ms": (_positive, 30000),
+    "cluster.id": (_str, "kelp-local"),
+}
+
+# Per-topic overrides (Kafka topic config names) -> parser. Names the storage
+# layer's LogConfig.from_kafka understands, plus the ones the core interprets.
+TOPIC_CONFIG_KEYS: dict[str, Callable[[Any], Any]] = {
+    "retention.ms": _retention,
+    "retention.bytes": _retention,
+    "segment.bytes": _positive,
+    "segment.ms": _positive,
+    "segment.index.bytes": _positive,
+    "index.interval.bytes": _positive,
+    "cleanup.policy": _cleanup,
+    "delete.retention.ms": _nonneg(_int),
+    "min.cleanable.dirty.ratio": _float,
+    "min.compaction.lag.ms": _nonneg(_int),
+    "max.message.bytes": _positive,
+    "min.insync.replicas": _positive,
+    "flush.messages": _retention,
+    "flush.ms": _retention,
+    "message.timestamp.type": _ts_type,
+    "compression.type": _str,
+    "unclean.leader.election.enable": parse_bool,
+}
+
+
+def validate_topic_configs(configs: Mapping[str, Any] | None, *, topic: str = "") -> dict[str, str]:
+    """Check per-topic overrides; returns them normalised to strings.
+
+    Raises ConfigError naming the topic and the offending key or value.
+    """
+    out: dict[str, str] = {}
+    where = f" for topic '{topic}'" if topic else ""
+    for key, value in (configs or {}).items():
+        parser = TOPIC_CONFIG_KEYS.get(key)
+        if parser is None:
+            raise ConfigError(
+                f"unknown topic config '{key}'{where}; known: {', '.join(sorted(TOPIC_CONFIG_KEYS))}"
+            )
+        if value is None:
+            continue
+        try:
+            parsed = parser(value)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"invalid value {value!r} for topic config '{key}'{where}: {exc}") from None
+        out[key] = str(parsed).lower() if isinstance(parsed, bool) else str(parsed)
+    return out
+
+
+@dataclass
+class BrokerConfig:
+    """Validated broker properties, keyed by Kafka name (`cfg["log.dirs"]`)."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    explicit: set[str] = field(default_factory=set)
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in BROKER_KEYS:
+            raise KeyError(key)
+        if key in self.values:
+            return self.values[key]
+        return BROKER_KEYS[key][1]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        try:
+            value = self[key]
+        except KeyError:
+            return default
+        return default if value is None else value
+
+    @classmethod
+    def load(
+        cls,
+        *,
+        file: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> "BrokerConfig":
+        """Merge YAML file < `KELP_*` env < overrides (flags); validate each key."""
+        cfg = cls()
+        if file is not None:
+            import yaml
+
+            path = Path(file)
+            try:
+                data = yaml.safe_load(path.read_text()) or {}
+            except OSError as exc:
+                raise ConfigError(f"cannot read config file {path}: {exc}") from None
+            except yaml.YAMLError as exc:
+                raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+            if not isinstance(data, dict):
+                raise ConfigError(f"config file {path} must hold a mapping of Kafka property names")
+            cfg._merge(_flatten(data), source=f"config file {path}")
+        env = os.environ if env is None else env
+        from_env = {}
+        for name, value in env.items():
+            if name.startswith("KELP_") and name not in _ENV_IGNORED:
+                key = name[len("KELP_"):].lower().replace("_", ".")
+                if key in BROKER_KEYS:
+                    from_env[key] = value
+        cfg._merge(from_env, source="environment")
+        cfg._merge(dict(overrides or {}), source="flags")
+        cfg._resolve_listeners()
+        return cfg
+
+    def _merge(self, items: Mapping[str, Any], *, source: str) -> None:
+        for key, raw in items.items():
+            spec = BROKER_KEYS.get(key)
+            if spec is None:
+                raise ConfigError(f"unknown broker config '{key}' (from {source})")
+            try:
+                self.values[key] = spec[0](raw)
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"invalid value {raw!r} for broker config '{key}' (from {source}): {exc}") from None
+            self.explicit.add(key)
+
+    def _resolve_listeners(self) -> None:
+        listeners = self.get("listeners", "")
+        if listeners and "port" not in self.explicit:
+            first = listeners.split(",")[0].strip()
+            hostport = first.split("://", 1)[-1]
+            host, _, port = hostport.rpartition(":")
+            try:
+                self.values["port"] = int(port)
+            except ValueError:
+                raise ConfigError(f"invalid value {listeners!r} for broker config 'listeners': expected PLAINTEXT://host:port") from None
+            if "host" not in self.explicit:
+                self.values["host"] = host or "0.0.0.0"  # PLAINTEXT://:9092 binds every interface
+
+    # -- derived values -------------------------------------------------
+    @property
+    def log_dirs(self) -> list[Path]:
+        return [Path(d) for d in self["log.dirs"]]
+
+    @property
+    def broker_id(self) -> int:
+        return int(self["broker.id"])
+
+    def retention_ms(self) -> int:
+        if self.get("log.retention.ms") is not None:
+            return int(self["log.retention.ms"])
+        if self.get("log.retention.minutes") is not None:
+            return int(self["log.retention.minutes"]) * 60_000
+        hours = int(self["log.retention.hours"])
+        return -1 if hours < 0 else hours * 3_600_000
+
+    def segment_ms(self) -> int:
+        if self.get("log.roll.ms") is not None:
+            return int(self["log.roll.ms"])
+        return int(self["log.roll.hours"]) * 3_600_000
+
+    def default_topic_config(self) -> dict[str, str]:
+        """Broker-wide defaults under topic config names (for LogConfig.from_kafka)."""
+        out = {
+            "retention.ms": str(self.retention_ms()),
+            "retention.bytes": str(self["log.retention.bytes"]),
+            "segment.bytes": str(self["log.segment.bytes"]),
+            "segment.ms": str(self.segment_ms()),
+            "index.interval.bytes": str(self["log.index.interval.bytes"]),
+            "cleanup.policy": str(self["log.cleanup.policy"]),
+            "delete.retention.ms": str(self["log.cleaner.delete.retention.ms"]),
+            "min.cleanable.dirty.ratio": str(self["log.cleaner.min.cleanable.ratio"]),
+            "max.message.bytes": str(self["message.max.bytes"]),
+            "min.insync.replicas": str(self["min.insync.replicas"]),
+            "message.timestamp.type": str(self["log.message.timestamp.type"]),
+        }
+        if self.get("log.flush.interval.messages") is not None:
+            out["flush.messages"] = str(self["log.flush.interval.messages"])
+        if self.get("log.flush.interval.ms") is not None:
+            out["flush.ms"] = str(self["log.flush.interval.ms"])
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {key: self[key] for key in BROKER_KEYS}
+
+
+_ENV_IGNORED = {"KELP_CONFIG"}
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Accept both `log.dirs: x` and nested `log: {dirs: x}` YAML shapes."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and name not in BROKER_KEYS:
+            out.update(_flatten(value, prefix=f"{name}."))
+        else:
+            out[name] = value
+    return out

@@ -1,0 +1,150 @@
+"""Admin API `/admin/v1/...`: topics, partitions, configs, brokers, as JSON.
+
+Why: the CLI and the operator manage topics over HTTP without speaking the
+Kafka admin protocol. Every change goes through the `TopicManager`, which
+validates and persists before returning; this module only translates JSON
+to calls and `KelpError`s to JSON errors (via `problems.error_middleware`).
+
+This module must never touch logs or partitions directly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from .keys import BROKER
+from .problems import HttpProblem, json_response, read_json
+from .topic_views import brokers_view, describe_topic, topic_configs
+
+__all__ = ["routes"]
+
+routes = web.RouteTableDef()
+PREFIX = "/admin/v1"
+
+
+def _object(body: Any, *, what: str) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise HttpProblem(400, f"{what} must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def _int_field(body: dict[str, Any], key: str, *, what: str, default: int | None = None) -> int | None:
+    value = body.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise HttpProblem(400, f"{what}: '{key}' must be an integer, got {value!r}")
+    return value
+
+
+def _configs_field(body: dict[str, Any], *, what: str, allow_null: bool = False) -> dict[str, Any]:
+    configs = body.get("configs", {})
+    if configs is None:
+        return {}
+    if not isinstance(configs, dict):
+        raise HttpProblem(400, f"{what}: 'configs' must be an object of Kafka property names to values")
+    for key, value in configs.items():
+        if value is None and allow_null:
+            continue
+        if isinstance(value, (dict, list)) or value is None:
+            raise HttpProblem(400, f"{what}: config '{key}' must be a string, number or boolean, got {value!r}")
+    return {k: (str(v).lower() if isinstance(v, bool) else v) for k, v in configs.items()}
+
+
+@routes.get(f"{PREFIX}/topics")
+async def list_topics(request: web.Request) -> web.Response:
+    broker = request.app[BROKER]
+    topics = [
+        {
+            "name": t.name,
+            "partitions": t.partitions,
+            "replication_factor": t.replication_factor,
+            "internal": t.internal,
+            "configs": dict(t.configs),
+        }
+        for t in broker.topics.list_topics()
+    ]
+    return json_response({"topics": topics})
+
+
+@routes.post(f"{PREFIX}/topics")
+async def create_topic(request: web.Request) -> web.Response:
+    broker = request.app[BROKER]
+    body = _object(await read_json(request), what="create-topic body")
+    name = body.get("name")
+    if not isinstance(name, str) or not name:
+        raise HttpProblem(400, "create-topic body: 'name' (the topic name, a string) is required")
+    what = f"create topic '{name}'"
+    partitions = _int_field(body, "partitions", what=what)
+    rf = _int_field(body, "replication_factor", what=what)
+    configs = _configs_field(body, what=what)
+    validate_only = bool(body.get("validate_only", False))
+    broker.topics.create_topic(name, partitions, rf, configs, validate_only=validate_only)
+    if validate_only:
+        return json_response({"name": name, "validated": True})
+    return json_response(describe_topic(broker, name), status=201)
+
+
+@routes.get(PREFIX + "/topics/{topic}")
+async def get_topic(request: web.Request) -> web.Response:
+    return json_response(describe_topic(request.app[BROKER], request.match_info["topic"]))
+
+
+@routes.delete(PREFIX + "/topics/{topic}")
+async def delete_topic(request: web.Request) -> web.Response:
+    name = request.match_info["topic"]
+    request.app[BROKER].topics.delete_topic(name)
+    return json_response({"name": name, "deleted": True})
+
+
+@routes.post(PREFIX + "/topics/{topic}/partitions")
+async def create_partitions(request: web.Request) -> web.Response:
+    broker = request.app[BROKER]
+    name = request.match_info["topic"]
+    body = _object(await read_json(request), what="create-partitions body")
+    total = _int_field(body, "partitions", what=f"grow topic '{name}'")
+    if total is None:
+        raise HttpProblem(400, f"grow topic '{name}': 'partitions' (the new total count) is required")
+    broker.topics.create_partitions(name, total, validate_only=bool(body.get("validate_only", False)))
+    return json_response(describe_topic(broker, name))
+
+
+@routes.get(PREFIX + "/topics/{topic}/configs")
+async def get_configs(request: web.Request) -> web.Response:
+    name = request.match_info["topic"]
+    return json_response({"name": name, "configs": topic_configs(request.app[BROKER], name)})
+
+
+@routes.put(PREFIX + "/topics/{topic}/configs")
+async def replace_configs(request: web.Request) -> web.Response:
+    """Replace every override: keys not given return to their defaults."""
+    broker = request.app[BROKER]
+    name = request.match_info["topic"]
+    body = _object(await read_json(request), what="configs body")
+    configs = _configs_field(body, what=f"alter configs of topic '{name}'")
+    broker.topics.alter_config(name, configs, replace=True)
+    return json_response({"name": name, "configs": topic_configs(broker, name)})
+
+
+@routes.patch(PREFIX + "/topics/{topic}/configs")
+async def patch_configs(request: web.Request) -> web.Response:
+    """Set the given keys; a null value or a name in `delete` returns a key to its default."""
+    broker = request.app[BROKER]
+    name = request.match_info["topic"]
+    what = f"alter configs of topic '{name}'"
+    body = _object(await read_json(request), what="configs body")
+    configs = _configs_field(body, what=what, allow_null=True)
+    delete = body.get("delete", [])
+    if not isinstance(delete, list) or not all(isinstance(k, str) for k in delete):
+        raise HttpProblem(400, f"{what}: 'delete' must be a list of config names")
+    delete = delete + [k for k, v in configs.items() if v is None]
+    configs = {k: v for k, v in configs.items() if v is not None}
+    broker.topics.alter_config(name, configs, delete=tuple(delete))
+    return json_response({"name": name, "configs": topic_configs(broker, name)})
+
+
+@routes.get(f"{PREFIX}/brokers")
+async def list_brokers(request: web.Request) -> web.Response:
+    return json_response({"brokers": brokers_view(request.app[BROKER])})

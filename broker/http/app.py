@@ -1,0 +1,64 @@
+"""`build_http_app(broker)`: the one aiohttp application of a broker's HTTP listener.
+
+Why: the composition root (`kelp.broker.app.Broker`) calls this and runs the
+result; everything HTTP is assembled here from a `RouteTableDef` per role —
+admin (`/admin/v1`, with `/admin/v1/groups` from the
+group coordinator's `admin_groups`), Confluent REST Proxy v2 (`/topics...`), health and
+metrics — with two middlewares: JSON errors for every failure, and a
+request-latency histogram labelled by route.
+
+This module must never hold state outside the application's `AppKey`s.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from kelp.partitioner import RoundRobin
+
+from ..metrics import LogCollector, metrics_of
+from . import admin, admin_groups, health, metrics_routes, rest_consumers, rest_proxy
+from .keys import BROKER, LOG_REGISTRY, METRICS, ROUND_ROBIN
+from .problems import error_middleware
+
+__all__ = ["build_http_app"]
+
+# Produce bodies are base64/JSON-inflated batches; the Kafka listener's request limit bounds them.
+DEFAULT_MAX_BODY_BYTES = 100 * 1024 * 1024
+
+
+@web.middleware
+async def _latency_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    start = time.perf_counter()
+    try:
+        return await handler(request)
+    finally:
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else "unmatched"
+        try:
+            request.app[METRICS].request_latency.labels(api=f"HTTP {request.method} {route}").observe(
+                time.perf_counter() - start
+            )
+        except Exception:  # metrics must never fail a request
+            pass
+
+
+def build_http_app(broker: Any) -> web.Application:
+    try:
+        max_body = int(broker.config["socket.request.max.bytes"])
+    except Exception:
+        max_body = DEFAULT_MAX_BODY_BYTES
+    app = web.Application(client_max_size=max_body, middlewares=[_latency_middleware, error_middleware])
+    app[BROKER] = broker
+    app[METRICS] = metrics_of(broker)
+    logs_registry = CollectorRegistry(auto_describe=True)
+    logs_registry.register(LogCollector(lambda: broker.logs))
+    app[LOG_REGISTRY] = logs_registry
+    app[ROUND_ROBIN] = RoundRobin()
+    for module in (health, metrics_routes, admin, admin_groups, rest_proxy, rest_consumers):
+        app.add_routes(module.routes)
+    return app

@@ -1,0 +1,29 @@
+"""Typed `web.AppKey`s for the state the HTTP handlers share.
+
+Why: aiohttp keeps shared state on the application; typed keys make each
+lookup checked and greppable, and there are no module-level singletons, so
+one process can serve several brokers (tests do).
+
+This module must never hold values itself: state lives on the app.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from kelp.partitioner import RoundRobin
+
+from ..metrics import BrokerMetrics
+
+__all__ = ["BROKER", "METRICS", "LOG_REGISTRY", "ROUND_ROBIN"]
+
+# The `kelp.broker.app.Broker` this listener serves (typed loosely: the HTTP
+# layer must not import the composition root that imports it).
+BROKER = web.AppKey("kelp_broker", Any)
+METRICS = web.AppKey("kelp_metrics", BrokerMetrics)
+# Per-broker registry holding the scrape-time log gauges of this broker's LogManager.
+LOG_REGISTRY = web.AppKey("kelp_log_registry", CollectorRegistry)
+ROUND_ROBIN = web.AppKey("kelp_round_robin", RoundRobin)

@@ -1,0 +1,363 @@
+"""Confluent REST Proxy v2 data API: produce over HTTP and stateless partition reads.
+
+Why: tools that cannot speak the Kafka protocol (shell scripts, web hooks)
+produce with `POST /topics/{t}` exactly as they would to Confluent's proxy,
+and read a partition from an offset without joining a group.
+
+Produce: the whole body is validated first (JSON shape, base64, partition
+numbers) so a bad request stores nothing; then the records are grouped into
+one RecordBatch per partition (`kelp.records.build_batch`) and appended
+through `broker.replicas.append` — the same door the Kafka handlers use.
+Keyed records without a partition go where Kafka's default partitioner
+(murmur2) puts them; keyless ones are spread round-robin.
+
+Read: `GET /topics/{t}/partitions/{p}/records?offset=&max_bytes=&timeout=`
+long-polls through `broker.replicas.fetch` (which also counts bytes and
+records out) and decodes the batches per record — acceptable here, this is
+not the Kafka hot path.
+
+This module must never write to a log except through the replica manager.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections import defaultdict
+from typing import Any
+
+from aiohttp import web
+
+from kelp.errors import OffsetOutOfRangeError
+from kelp.partitioner import partition_for_key
+from kelp.records import Record, build_batch, iter_records
+
+from ..replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchPartition
+from .keys import BROKER, ROUND_ROBIN
+from .problems import HttpProblem, json_response, read_json
+from .topic_views import partition_roles, topic_configs
+
+__all__ = ["routes", "JSON_V2", "BINARY_V2"]
+
+routes = web.RouteTableDef()
+
+JSON_V2 = "application/vnd.kafka.json.v2+json"
+BINARY_V2 = "application/vnd.kafka.binary.v2+json"
+PLAIN_V2 = "application/vnd.kafka.v2+json"
+PRODUCE_TYPES = {JSON_V2: "json", BINARY_V2: "binary", "application/json": "json"}
+
+MAX_READ_TIMEOUT_MS = 60_000
+DEFAULT_READ_MAX_BYTES = 1 << 20
+MAX_READ_MAX_BYTES = 64 << 20
+
+
+# -- produce ------------------------------------------------------------------
+def _embedded_format(request: web.Request) -> str:
+    ctype = request.content_type
+    fmt = PRODUCE_TYPES.get(ctype)
+    if fmt is None:
+        raise HttpProblem(
+            415,
+            f"unsupported Content-Type {ctype!r}; use {JSON_V2}, {BINARY_V2} or application/json",
+            error_code=415,
+        )
+    return fmt
+
+
+def _encode_field(value: Any, fmt: str, *, index: int, field: str) -> bytes | None:
+    """JSON format: any JSON value, stored as its compact JSON text. Binary: base64 or null."""
+    if value is None:
+        return None
+    if fmt == "json":
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+    if not isinstance(value, str):
+        raise HttpProblem(
+            422, f"records[{index}].{field}: binary format expects a base64 string or null, got {type(value).__name__}"
+        )
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise HttpProblem(422, f"records[{index}].{field} is not valid base64: {exc}") from None
+
+
+def _encode_headers(raw: Any, fmt: str, *, index: int) -> tuple[tuple[str, bytes | None], ...]:
+    """Optional extension: `headers` as `[{"name": .., "value": ..}]` or `{"name": value}`.
+
+    Values are base64 in the binary format and plain strings in the json format.
+    """
+    if raw is None:
+        return ()
+    if isinstance(raw, dict):
+        pairs = list(raw.items())
+    elif isinstance(raw, list):
+        pairs = []
+        for j, item in enumerate(raw):
+            if not isinstance(item, dict) or not isinstance(item.get("name", item.get("key")), str):
+                raise HttpProblem(422, f"records[{index}].headers[{j}] must be an object with a string 'name'")
+            pairs.append((item.get("name", item.get("key")), item.get("value")))
+    else:
+        raise HttpProblem(422, f"records[{index}].headers must be a list of {{name, value}} or an object")
+    out = []
+    for name, value in pairs:
+        if value is None:
+            out.append((name, None))
+        elif not isinstance(value, str):
+            raise HttpProblem(422, f"records[{index}].headers '{name}': the value must be a string or null")
+        elif fmt == "binary":
+            try:
+                out.append((name, base64.b64decode(value, validate=True)))
+            except (binascii.Error, ValueError) as exc:
+                raise HttpProblem(422, f"records[{index}].headers '{name}' is not valid base64: {exc}") from None
+        else:
+            out.append((name, value.encode()))
+    return tuple(out)
+
+
+def _parse_records(body: Any, fmt: str) -> list[tuple[int | None, Record]]:
+    if not isinstance(body, dict):
+        raise HttpProblem(422, f"request body must be an object with a 'records' list, got {type(body).__name__}")
+    records = body.get("records")
+    if records is None:
+        raise HttpProblem(422, "request body has no 'records' list")
+    if not isinstance(records, list):
+        raise HttpProblem(422, f"'records' must be a list, got {type(records).__name__}")
+    if not records:
+        raise HttpProblem(422, "'records' is empty; send at least one record")
+    parsed: list[tuple[int | None, Record]] = []
+    for i, item in enumerate(records):
+        if not isinstance(item, dict):
+            raise HttpProblem(422, f"records[{i}] must be an object with 'value' (and optional 'key', 'partition')")
+        unknown = set(item) - {"key", "value", "partition", "headers", "timestamp"}
+        if unknown:
+            raise HttpProblem(422, f"records[{i}] has unknown field(s) {sorted(unknown)}")
+        partition = item.get("partition")
+        if partition is not None and (isinstance(partition, bool) or not isinstance(partition, int) or partition < 0):
+            raise HttpProblem(422, f"records[{i}].partition must be a non-negative integer, got {partition!r}")
+        ts = item.get("timestamp")
+        if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int) or ts < 0):
+            raise HttpProblem(422, f"records[{i}].timestamp must be milliseconds since the epoch, got {ts!r}")
+        rec = Record(
+            key=_encode_field(item.get("key"), fmt, index=i, field="key"),
+            value=_encode_field(item.get("value"), fmt, index=i, field="value"),
+            headers=_encode_headers(item.get("headers"), fmt, index=i),
+            timestamp=ts,
+        )
+        parsed.append((partition, rec))
+    return parsed
+
+
+async def _produce(request: web.Request, *, fixed_partition: int | None) -> web.Response:
+    broker = request.app[BROKER]
+    topic = request.match_info["topic"]
+    fmt = _embedded_format(request)
+    parsed = _parse_records(await read_json(request), fmt)
+    info = broker.topics.ensure_topic(topic)
+    n = info.partitions
+    rr = request.app[ROUND_ROBIN]
+    by_partition: dict[int, list[int]] = defaultdict(list)
+    for i, (explicit, rec) in enumerate(parsed):
+        if fixed_partition is not None:
+            if explicit is not None and explicit != fixed_partition:
+                raise HttpProblem(
+                    422, f"records[{i}].partition is {explicit} but the URL names partition {fixed_partition}"
+                )
+            p = fixed_partition
+        elif explicit is not None:
+            p = explicit
+        elif rec.key is not None:
+            p = partition_for_key(rec.key, n)
+        else:
+            p = rr.next(n)
+        if not 0 <= p < n:
+            where = "the URL" if fixed_partition is not None else f"records[{i}].partition"
+            raise HttpProblem(
+                404, f"{where}: partition {p} of topic '{topic}' does not exist (it has {n})", error_code=3
+            )
+        by_partition[p].append(i)
+
+    offsets: list[dict[str, Any]] = [{} for _ in parsed]
+    for p, indexes in sorted(by_partition.items()):
+        try:
+            batch = build_batch([parsed[i][1] for i in indexes])
+            result = await broker.replicas.append(topic, p, batch, acks=1)
+        except Exception as exc:  # per-partition failure, reported per record like Confluent
+            code = getattr(exc, "code", -1)
+            message = f"topic '{topic}' partition {p}: {exc}"
+            for i in indexes:
+                offsets[i] = {"partition": p, "offset": None, "error_code": code, "error": message}
+            continue
+        for j, i in enumerate(indexes):
+            offsets[i] = {"partition": p, "offset": result.base_offset + j, "error_code": None, "error": None}
+    return json_response(
+        {"offsets": offsets, "key_schema_id": None, "value_schema_id": None}, content_type=PLAIN_V2
+    )
+
+
+@routes.post("/topics/{topic}")
+async def produce_to_topic(request: web.Request) -> web.Response:
+    return await _produce(request, fixed_partition=None)
+
+
+@routes.post("/topics/{topic}/partitions/{partition}")
+async def produce_to_partition(request: web.Request) -> web.Response:
+    return await _produce(request, fixed_partition=_partition_arg(request))
+
+
+# -- metadata -------------------------------------------------------------------
+def _partition_arg(request: web.Request) -> int:
+    raw = request.match_info["partition"]
+    try:
+        p = int(raw)
+    except ValueError:
+        raise HttpProblem(400, f"partition must be an integer, got {raw!r}") from None
+    if p < 0:
+        raise HttpProblem(400, f"partition must be >= 0, got {p}")
+    return p
+
+
+def _confluent_partition(broker: Any, topic: str, p: int) -> dict[str, Any]:
+    leader, replicas, isr = partition_roles(broker, topic, p)
+    return {
+        "partition": p,
+        "leader": leader,
+        "replicas": [{"broker": b, "leader": b == leader, "in_sync": b in isr} for b in replicas],
+    }
+
+
+@routes.get("/topics")
+async def list_topics(request: web.Request) -> web.Response:
+    names = [t.name for t in request.app[BROKER].topics.list_topics()]
+    return json_response(names, content_type=PLAIN_V2)
+
+
+@routes.get("/topics/{topic}")
+async def get_topic(request: web.Request) -> web.Response:
+    broker = request.app[BROKER]
+    name = request.match_info["topic"]
+    info = broker.topics.describe(name)
+    configs = {k: v["value"] for k, v in topic_configs(broker, name).items()}
+    body = {
+        "name": name,
+        "configs": configs,
+        "partitions": [_confluent_partition(broker, name, p) for p in range(info.partitions)],
+    }
+    return json_response(body, content_type=PLAIN_V2)
+
+
+@routes.get("/topics/{topic}/partitions")
+async def list_partitions(request: web.Request) -> web.Response:
+    broker = request.app[BROKER]
+    name = request.match_info["topic"]
+    info = broker.topics.describe(name)
+    return json_response([_confluent_partition(broker, name, p) for p in range(info.partitions)], content_type=PLAIN_V2)
+
+
+@routes.get("/topics/{topic}/partitions/{partition}")
+async def get_partition(request: web.Request) -> web.Response:
+    broker = request.app[BROKER]
+    name = request.match_info["topic"]
+    p = _partition_arg(request)
+    broker.topics.check_partition(name, p)
+    return json_response(_confluent_partition(broker, name, p), content_type=PLAIN_V2)
+
+
+# -- stateless read -------------------------------------------------------------
+def _int_query(request: web.Request, key: str, default: int, *, low: int, high: int) -> int:
+    raw = request.query.get(key)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise HttpProblem(400, f"query parameter '{key}' must be an integer, got {raw!r}") from None
+    if not low <= value <= high:
+        raise HttpProblem(400, f"query parameter '{key}' must be between {low} and {high}, got {value}")
+    return value
+
+
+def _read_format(request: web.Request) -> str:
+    explicit = request.query.get("format")
+    if explicit is not None:
+        if explicit not in ("json", "binary"):
+            raise HttpProblem(400, f"query parameter 'format' must be 'json' or 'binary', got {explicit!r}")
+        return explicit
+    accept = request.headers.get("Accept", "")
+    return "json" if JSON_V2 in accept else "binary"
+
+
+def _decode_field(data: bytes | None, fmt: str, *, offset: int, field: str) -> Any:
+    if data is None:
+        return None
+    if fmt == "binary":
+        return base64.b64encode(data).decode()
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise HttpProblem(
+            406, f"the {field} at offset {offset} is not JSON ({exc}); read it with format=binary"
+        ) from None
+
+
+@routes.get("/topics/{topic}/partitions/{partition}/records")
+async def read_records(request: web.Request) -> web.Response:
+    """Records from `offset` (number, `earliest` or `latest`); long-polls up to `timeout` ms."""
+    broker = request.app[BROKER]
+    topic = request.match_info["topic"]
+    p = _partition_arg(request)
+    fmt = _read_format(request)
+    max_bytes = _int_query(request, "max_bytes", DEFAULT_READ_MAX_BYTES, low=1, high=MAX_READ_MAX_BYTES)
+    timeout_ms = _int_query(request, "timeout", 0, low=0, high=MAX_READ_TIMEOUT_MS)
+    count = _int_query(request, "count", 0, low=0, high=1 << 31)
+    broker.topics.check_partition(topic, p)
+    raw_offset = request.query.get("offset", "earliest")
+    if raw_offset in ("earliest", "latest"):
+        offset, _ = broker.replicas.list_offset(
+            topic, p, EARLIEST_TIMESTAMP if raw_offset == "earliest" else LATEST_TIMESTAMP
+        )
+    else:
+        try:
+            offset = int(raw_offset)
+        except ValueError:
+            raise HttpProblem(
+                400, f"query parameter 'offset' must be an integer, 'earliest' or 'latest', got {raw_offset!r}"
+            ) from None
+    info = broker.replicas.partition_info(topic, p)
+    if offset < info.log_start_offset or offset > info.high_watermark:
+        raise OffsetOutOfRangeError(
+            f"offset {offset} is out of range for topic '{topic}' partition {p}: "
+            f"valid offsets are {info.log_start_offset}..{info.high_watermark} "
+            f"(log start offset .. high watermark; the high watermark waits for new records)"
+        )
+    (result,) = await broker.replicas.fetch(
+        [FetchPartition(topic, p, offset, max_bytes)], max_wait_ms=timeout_ms, min_bytes=1, max_bytes=max_bytes
+    )
+    if result.error is not None:
+        raise result.error
+    out: list[dict[str, Any]] = []
+    if result.records:
+        for rec in iter_records(result.records):
+            if rec.offset < offset:
+                continue  # the batch holding `offset` starts earlier
+            out.append(
+                {
+                    "topic": topic,
+                    "key": _decode_field(rec.key, fmt, offset=rec.offset, field="key"),
+                    "value": _decode_field(rec.value, fmt, offset=rec.offset, field="value"),
+                    "partition": p,
+                    "offset": rec.offset,
+                    "timestamp": rec.timestamp,
+                    "headers": [
+                        {
+                            "key": k,
+                            "value": None if v is None else (
+                                base64.b64encode(v).decode() if fmt == "binary" else v.decode("utf-8", "replace")
+                            ),
+                        }
+                        for k, v in rec.headers
+                    ],
+                }
+            )
+            if count and len(out) >= count:
+                break
+    return json_response(out, content_type=JSON_V2 if fmt == "json" else BINARY_V2)

@@ -1,0 +1,25 @@
+"""ApiVersions: advertise exactly the registered handlers' version ranges.
+
+Why: clients pick each API's version from this answer (librdkafka uses the
+v2 record format only if Produce >= 3 and Fetch >= 4). A request above our
+highest version is answered in v0 with UNSUPPORTED_VERSION and the ranges, as
+Kafka does, so the client can retry with a version we speak.
+"""
+
+from __future__ import annotations
+
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+
+from .registry import RequestContext, all_handlers, handles
+
+UNSUPPORTED_VERSION = 35
+
+
+@handles(ApiVersionsRequest, min_version=0, max_version=3)
+async def handle_api_versions(ctx: RequestContext, request: ApiVersionsRequest | None) -> ApiVersionsResponse:
+    keys = [
+        ApiVersionsResponse.ApiVersion(api_key=s.api_key, min_version=s.min_version, max_version=s.max_version)
+        for s in all_handlers()
+    ]
+    error = UNSUPPORTED_VERSION if ctx.extra.get("unsupported_version") else 0
+    return ApiVersionsResponse(error_code=error, api_keys=keys, throttle_time_ms=0)

@@ -1,0 +1,367 @@
+"""Group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups, OffsetDelete.
+
+Why: these turn kafka-python request objects into calls on the broker's
+`GroupCoordinator` (`broker.groups`) and its results back into responses, for
+every version real clients (kafka-python 3, aiokafka 0.14, librdkafka 2.x)
+negotiate. JoinGroup and SyncGroup park until the rebalance completes; the
+server answers other requests on the connection meanwhile.
+
+This module must never hold group state or decide group rules: that is
+`kelp.broker.groups.group_coordinator`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kafka.protocol.admin import (
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+)
+from kafka.protocol.consumer import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
+
+from kelp.broker.groups.group import CommittedOffset
+from kelp.broker.groups.group_coordinator import Errors, GroupCoordinator
+
+from .registry import RequestContext, handles
+
+log = logging.getLogger("kelp.broker.kafka")
+
+COORDINATOR_NOT_AVAILABLE = Errors.COORDINATOR_NOT_AVAILABLE
+INVALID_REQUEST = 42
+
+
+def _coordinator(ctx: RequestContext) -> GroupCoordinator | None:
+    return getattr(ctx.broker, "groups", None)
+
+
+def _client_host(ctx: RequestContext) -> str:
+    host = ctx.peer.rsplit(":", 1)[0] if ":" in ctx.peer else ctx.peer
+    return "/" + host
+
+
+# -- FindCoordinator -----------------------------------------------------------------
+
+@handles(FindCoordinatorRequest, min_version=0, max_version=4)
+async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
+    server = ctx.server
+    host = server.advertised_host if server is not None else "127.0.0.1"
+    port = server.port if server is not None else 9092
+    node = ctx.broker.config.broker_id
+    coord = _coordinator(ctx)
+    key_type = getattr(request, "key_type", 0) if ctx.api_version >= 1 else 0
+
+    def answer(key: str) -> tuple[int, str | None]:
+        if coord is None:
+            return COORDINATOR_NOT_AVAILABLE, "the group coordinator is not running on this broker"
+        if key_type not in (0,):
+            # Transaction coordinators (key type 1) are not served by Kelp.
+            return COORDINATOR_NOT_AVAILABLE, f"key type {key_type} is not supported (only groups, 0)"
+        if not key and ctx.api_version < 4:
+            return Errors.INVALID_GROUP_ID, "group id must not be empty"
+        return 0, None
+
+    if ctx.api_version >= 4:
+        C = FindCoordinatorResponse.Coordinator
+        coords = []
+        for key in request.coordinator_keys or []:
+            code, msg = answer(key)
+            ok = code == 0
+            coords.append(C(key=key, node_id=node if ok else -1, host=host if ok else "",
+                            port=port if ok else -1, error_code=code, error_message=msg))
+        return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coords)
+    code, msg = answer(request.key)
+    ok = code == 0
+    return FindCoordinatorResponse(
+        throttle_time_ms=0, error_code=code, error_message=msg,
+        node_id=node if ok else -1, host=host if ok else "", port=port if ok else -1,
+    )
+
+
+# -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ----------------------------------
+
+@handles(JoinGroupRequest, min_version=0, max_version=9)
+async def handle_join_group(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:
+    coord = _coordinator(ctx)
+    v = ctx.api_version
+    M = JoinGroupResponse.JoinGroupResponseMember
+    if coord is None:
+        return JoinGroupResponse(throttle_time_ms=0, error_code=COORDINATOR_NOT_AVAILABLE, generation_id=-1,
+                                 protocol_name="" if v < 7 else None, leader="", member_id=request.member_id, members=[])
+    result = await coord.join_group(
+        request.group_id,
+        request.member_id or "",
+        group_instance_id=getattr(request, "group_instance_id", None) if v >= 5 else None,
+        client_id=ctx.client_id or "",
+        client_host=_client_host(ctx),
+        session_timeout_ms=request.session_timeout_ms,
+        rebalance_timeout_ms=request.rebalance_timeout_ms if v >= 1 else -1,
+        protocol_type=request.protocol_type,
+        protocols=[(p.name, p.metadata) for p in request.protocols or []],
+        require_known_member_id=v >= 4,
+    )
+    if result.error and result.error != Errors.MEMBER_ID_REQUIRED:
+        log.info("JoinGroup of group '%s' member '%s' from %s: error %d",
+                 request.group_id, request.member_id, ctx.client, result.error)
+    protocol_name = result.protocol_name
+    if protocol_name is None and v < 7:
+        protocol_name = ""
+    return JoinGroupResponse(
+        throttle_time_ms=0,
+        error_code=result.error,
+        generation_id=result.generation,
+        protocol_type=result.protocol_type,
+        protocol_name=protocol_name,
+        leader=result.leader or "",
+        skip_assignment=result.skip_assignment,
+        member_id=result.member_id or "",
+        members=[M(member_id=m, group_instance_id=i, metadata=meta) for m, i, meta in result.members],
+    )
+
+
+@handles(SyncGroupRequest, min_version=0, max_version=5)
+async def handle_sync_group(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:
+    coord = _coordinator(ctx)
+    v = ctx.api_version
+    if coord is None:
+        return SyncGroupResponse(throttle_time_ms=0, error_code=COORDINATOR_NOT_AVAILABLE, assignment=b"")
+    result = await coord.sync_group(
+        request.group_id,
+        request.generation_id,
+        request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None) if v >= 3 else None,
+        protocol_type=getattr(request, "protocol_type", None) if v >= 5 else None,
+        protocol_name=getattr(request, "protocol_name", None) if v >= 5 else None,
+        assignments={a.member_id: a.assignment for a in request.assignments or []},
+    )
+    if result.error:
+        log.info("SyncGroup of group '%s' member '%s' generation %d from %s: error %d",
+                 request.group_id, request.member_id, request.generation_id, ctx.client, result.error)
+    return SyncGroupResponse(
+        throttle_time_ms=0, error_code=result.error, protocol_type=result.protocol_type,
+        protocol_name=result.protocol_name, assignment=result.assignment or b"",
+    )
+
+
+@handles(HeartbeatRequest, min_version=0, max_version=4)
+async def handle_heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
+    coord = _coordinator(ctx)
+    if coord is None:
+        return HeartbeatResponse(throttle_time_ms=0, error_code=COORDINATOR_NOT_AVAILABLE)
+    code = coord.heartbeat(
+        request.group_id, request.generation_id, request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None) if ctx.api_version >= 3 else None,
+    )
+    return HeartbeatResponse(throttle_time_ms=0, error_code=code)
+
+
+@handles(LeaveGroupRequest, min_version=0, max_version=5)
+async def handle_leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
+    coord = _coordinator(ctx)
+    v = ctx.api_version
+    if coord is None:
+        return LeaveGroupResponse(throttle_time_ms=0, error_code=COORDINATOR_NOT_AVAILABLE, members=[])
+    if v >= 3:
+        members = [(m.member_id or "", m.group_instance_id) for m in request.members or []]
+    else:
+        members = [(request.member_id, None)]
+    top, results = coord.leave_group(request.group_id, members)
+    if v < 3:
+        code = top or (results[0][2] if results else 0)
+        return LeaveGroupResponse(throttle_time_ms=0, error_code=code)
+    R = LeaveGroupResponse.MemberResponse
+    return LeaveGroupResponse(
+        throttle_time_ms=0, error_code=top,
+        members=[R(member_id=m, group_instance_id=i, error_code=c) for m, i, c in results],
+    )
+
+
+# -- offsets ---------------------------------------------------------------------------
+
+@handles(OffsetCommitRequest, min_version=2, max_version=9)
+async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
+    coord = _coordinator(ctx)
+    v = ctx.api_version
+    offsets: dict[tuple[str, int], CommittedOffset] = {}
+    for t in request.topics or []:
+        for p in t.partitions or []:
+            offsets[(t.name, p.partition_index)] = CommittedOffset(
+                p.committed_offset,
+                p.committed_leader_epoch if v >= 6 else -1,
+                p.committed_metadata or "",
+                -1,
+            )
+    if coord is None:
+        codes = {tp: COORDINATOR_NOT_AVAILABLE for tp in offsets}
+    else:
+        codes = await coord.commit_offsets(
+            request.group_id,
+            member_id=request.member_id or "",
+            generation=request.generation_id_or_member_epoch,
+            group_instance_id=getattr(request, "group_instance_id", None) if v >= 7 else None,
+            offsets=offsets,
+        )
+    bad = {tp: c for tp, c in codes.items() if c}
+    if bad:
+        log.info("OffsetCommit of group '%s' from %s: errors %s", request.group_id, ctx.client,
+                 ", ".join(f"{t}-{p}:{c}" for (t, p), c in sorted(bad.items())[:10]))
+    T = OffsetCommitResponse.OffsetCommitResponseTopic
+    P = T.OffsetCommitResponsePartition
+    topics = []
+    for t in request.topics or []:
+        topics.append(T(name=t.name, partitions=[
+            P(partition_index=p.partition_index, error_code=codes.get((t.name, p.partition_index), 0))
+            for p in t.partitions or []
+        ]))
+    return OffsetCommitResponse(throttle_time_ms=0, topics=topics)
+
+
+def _fetch_group(coord: GroupCoordinator | None, group_id: str, topics: Any) -> tuple[int, list[tuple[str, list[tuple[int, Any]]]]]:
+    """(group error, [(topic, [(partition, CommittedOffset|None)])])."""
+    if coord is None:
+        return COORDINATOR_NOT_AVAILABLE, []
+    wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes or []]
+    err, found = coord.fetch_offsets(group_id, wanted)
+    if err:
+        return err, []
+    by_topic: dict[str, list[tuple[int, Any]]] = {}
+    keys = wanted if wanted is not None else sorted(found)
+    for t, p in keys:
+        by_topic.setdefault(t, []).append((p, found.get((t, p))))
+    return 0, list(by_topic.items())
+
+
+@handles(OffsetFetchRequest, min_version=1, max_version=8)
+async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
+    coord = _coordinator(ctx)
+    v = ctx.api_version
+    if v >= 8:
+        G = OffsetFetchResponse.OffsetFetchResponseGroup
+        T = G.OffsetFetchResponseTopics
+        P = T.OffsetFetchResponsePartitions
+        groups = []
+        for g in request.groups or []:
+            err, items = _fetch_group(coord, g.group_id, g.topics)
+            groups.append(G(group_id=g.group_id, error_code=err, topics=[
+                T(name=t, partitions=[
+                    P(partition_index=p, committed_offset=co.offset if co else -1,
+                      committed_leader_epoch=co.leader_epoch if co else -1,
+                      metadata=co.metadata if co else "", error_code=0)
+                    for p, co in parts
+                ]) for t, parts in items
+            ]))
+        return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
+    T = OffsetFetchResponse.OffsetFetchResponseTopic
+    P = T.OffsetFetchResponsePartition
+    topics_req = request.topics
+    if v < 2 and topics_req is None:
+        topics_req = []
+    err, items = _fetch_group(coord, request.group_id, topics_req)
+    topics = [
+        T(name=t, partitions=[
+            P(partition_index=p, committed_offset=co.offset if co else -1,
+              committed_leader_epoch=co.leader_epoch if co else -1,
+              metadata=co.metadata if co else "",
+              error_code=err if v < 2 else 0)
+            for p, co in parts
+        ]) for t, parts in items
+    ]
+    if err and v < 2 and topics_req:
+        topics = [T(name=t.name, partitions=[
+            P(partition_index=p, committed_offset=-1, committed_leader_epoch=-1, metadata="", error_code=err)
+            for p in t.partition_indexes or []]) for t in topics_req]
+    return OffsetFetchResponse(throttle_time_ms=0, topics=topics, error_code=err)
+
+
+@handles(OffsetDeleteRequest, min_version=0, max_version=0)
+async def handle_offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
+    coord = _coordinator(ctx)
+    wanted = [(t.name, p.partition_index) for t in request.topics or [] for p in t.partitions or []]
+    if coord is None:
+        err, codes = COORDINATOR_NOT_AVAILABLE, {}
+    else:
+        err, codes = await coord.delete_offsets(request.group_id, wanted)
+    T = OffsetDeleteResponse.OffsetDeleteResponseTopic
+    P = T.OffsetDeleteResponsePartition
+    return OffsetDeleteResponse(
+        error_code=err, throttle_time_ms=0,
+        topics=[] if err else [
+            T(name=t.name, partitions=[
+                P(partition_index=p.partition_index, error_code=codes.get((t.name, p.partition_index), 0))
+                for p in t.partitions or []
+            ]) for t in request.topics or []
+        ],
+    )
+
+
+# -- admin ----------------------------------------------------------------------------
+
+@handles(DescribeGroupsRequest, min_version=0, max_version=5)
+async def handle_describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
+    coord = _coordinator(ctx)
+    G = DescribeGroupsResponse.DescribedGroup
+    M = G.DescribedGroupMember
+    groups = []
+    for gid in request.groups or []:
+        if coord is None:
+            groups.append(G(error_code=COORDINATOR_NOT_AVAILABLE, group_id=gid, group_state="", protocol_type="",
+                            protocol_data="", members=[]))
+            continue
+        d = coord.describe_group(gid)
+        stable = d.state in ("Stable", "CompletingRebalance")
+        groups.append(G(
+            error_code=d.error, group_id=gid, group_state=d.state, protocol_type=d.protocol_type,
+            protocol_data=d.protocol,
+            members=[
+                M(member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
+                  client_host=m.client_host,
+                  member_metadata=m.metadata_for(d.protocol) if stable and d.protocol in m.protocol_names() else b"",
+                  member_assignment=m.assignment if d.state == "Stable" else b"")
+                for m in d.members
+            ],
+        ))
+    return DescribeGroupsResponse(throttle_time_ms=0, groups=groups)
+
+
+@handles(ListGroupsRequest, min_version=0, max_version=4)
+async def handle_list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
+    coord = _coordinator(ctx)
+    if coord is None:
+        return ListGroupsResponse(throttle_time_ms=0, error_code=COORDINATOR_NOT_AVAILABLE, groups=[])
+    states = getattr(request, "states_filter", None) if ctx.api_version >= 4 else None
+    L = ListGroupsResponse.ListedGroup
+    return ListGroupsResponse(
+        throttle_time_ms=0, error_code=0,
+        groups=[L(group_id=g, protocol_type=pt, group_state=st) for g, pt, st in coord.list_groups(states=states or None)],
+    )
+
+
+@handles(DeleteGroupsRequest, min_version=0, max_version=2)
+async def handle_delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
+    coord = _coordinator(ctx)
+    names = list(request.groups_names or [])
+    codes = {g: COORDINATOR_NOT_AVAILABLE for g in names} if coord is None else await coord.delete_groups(names)
+    R = DeleteGroupsResponse.DeletableGroupResult
+    return DeleteGroupsResponse(throttle_time_ms=0, results=[R(group_id=g, error_code=codes[g]) for g in names])

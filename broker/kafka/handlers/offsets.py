@@ -1,0 +1,73 @@
+"""ListOffsets and OffsetForLeaderEpoch: where a consumer or follower should be.
+
+Why: consumers use ListOffsets to reset positions (auto.offset.reset, seek to
+time): earliest (-2), latest (-1), max timestamp (-3) or the first offset at a
+time. v0 answers through `old_style_offsets`. OffsetForLeaderEpoch tells a
+client (KIP-320) or a follower (KIP-101) where an epoch ended, to detect
+truncation.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kafka.protocol.consumer import (
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+)
+
+from kelp.errors import KelpError
+
+from .registry import RequestContext, handles
+
+log = logging.getLogger("kelp.broker.kafka")
+
+TR = ListOffsetsResponse.ListOffsetsTopicResponse
+PR = TR.ListOffsetsPartitionResponse
+
+
+@handles(ListOffsetsRequest, min_version=0, max_version=7)
+async def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
+    replicas = ctx.broker.replicas
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            try:
+                offset, ts = replicas.list_offset(t.name, p.partition_index, p.timestamp)
+                epoch = replicas.leader_epoch(t.name, p.partition_index)
+                code = 0
+            except KelpError as exc:
+                log.warning("list offsets of topic '%s' partition %d by %s: %s", t.name, p.partition_index, ctx.client, exc)
+                offset, ts, epoch, code = -1, -1, -1, exc.code
+            parts.append(PR(
+                partition_index=p.partition_index, error_code=code,
+                old_style_offsets=[offset] if offset >= 0 else [],
+                timestamp=ts, offset=offset, leader_epoch=epoch,
+            ))
+        topics.append(TR(name=t.name, partitions=parts))
+    return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
+
+
+@handles(OffsetForLeaderEpochRequest, min_version=0, max_version=4)
+async def handle_offset_for_leader_epoch(
+    ctx: RequestContext, request: OffsetForLeaderEpochRequest
+) -> OffsetForLeaderEpochResponse:
+    replicas = ctx.broker.replicas
+    TRes = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
+    E = TRes.EpochEndOffset
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            try:
+                epoch, end = replicas.end_offset_for_epoch(t.topic, p.partition, p.leader_epoch)
+                code = 0
+            except KelpError as exc:
+                log.warning("offset for leader epoch of topic '%s' partition %d by %s: %s", t.topic, p.partition, ctx.client, exc)
+                epoch, end, code = -1, -1, exc.code
+            parts.append(E(error_code=code, partition=p.partition, leader_epoch=epoch, end_offset=end))
+        topics.append(TRes(topic=t.topic, partitions=parts))
+    return OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=topics)

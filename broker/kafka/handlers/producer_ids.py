@@ -1,0 +1,35 @@
+"""InitProducerId: allocate producer ids for idempotent producers.
+
+Why: `enable.idempotence` (the default in kafka-python 3, librdkafka with
+idempotence, aiokafka) starts with this call. Ids come from a counter
+persisted in the first log dir, so a restart never hands out an id twice.
+Transactions are not supported: a transactional id is refused with a message.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
+
+from .registry import RequestContext, handles
+
+log = logging.getLogger("kelp.broker.kafka")
+
+INVALID_REQUEST = 42  # transactions are not served
+
+
+@handles(InitProducerIdRequest, min_version=0, max_version=4)
+async def handle_init_producer_id(ctx: RequestContext, request: InitProducerIdRequest) -> InitProducerIdResponse:
+    if request.transactional_id:
+        log.warning("InitProducerId from %s with transactional id '%s' refused: transactions are not supported",
+                    ctx.client, request.transactional_id)
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=INVALID_REQUEST, producer_id=-1, producer_epoch=-1)
+    if ctx.api_version >= 3 and request.producer_id is not None and request.producer_id >= 0:
+        # KIP-360: a producer re-initialising after an error keeps its id with the next epoch.
+        epoch = request.producer_epoch + 1
+        if epoch < 32767:
+            return InitProducerIdResponse(throttle_time_ms=0, error_code=0,
+                                          producer_id=request.producer_id, producer_epoch=epoch)
+    pid = ctx.broker.producer_ids.allocate()
+    return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=pid, producer_epoch=0)

@@ -1,0 +1,151 @@
+"""Prometheus metrics of one broker: traffic counters, request latency, log sizes.
+
+Why: operators scrape `/metrics` to see throughput per topic, latency per API
+and how far each partition's log reaches. Every metric object lives in a
+`CollectorRegistry` owned by a `BrokerMetrics` instance — never in
+prometheus_client's global registry — so tests can run many brokers in one
+process without "Duplicated timeseries" errors.
+
+The per-partition gauges (log start/end offset, size) are not updated on the
+hot path: `LogCollector` reads the `LogManager` at scrape time, so produce and
+fetch pay nothing for them.
+
+Compatibility seam: the Kafka server and the replica manager look up the
+module attributes `BYTES_IN`, `BYTES_OUT`, `RECORDS_IN`, `RECORDS_OUT` and
+`REQUEST_LATENCY` when they are built. Those are the objects of the
+process-wide `PROCESS` instance (one broker per process in production and in
+the process fixture). A broker that carries its own `broker.metrics`
+(a `BrokerMetrics`) is served from that instead; see `metrics_of`.
+
+This module must never import networking code or block on I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+__all__ = [
+    "BrokerMetrics",
+    "LogCollector",
+    "PROCESS",
+    "BYTES_IN",
+    "BYTES_OUT",
+    "RECORDS_IN",
+    "RECORDS_OUT",
+    "REQUEST_LATENCY",
+    "metrics_of",
+    "render",
+    "CONTENT_TYPE",
+]
+
+# Text exposition format 0.0.4, what every Prometheus server scrapes.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# Request latencies span sub-millisecond produces to long-polled fetches.
+LATENCY_BUCKETS_S = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+)
+
+
+class LogCollector(Collector):
+    """Per-partition log gauges read from a `LogManager` at scrape time.
+
+    `logs_source` is a zero-argument callable returning the LogManager (or
+    None while the broker is still starting), so the collector can be
+    registered before storage is opened.
+    """
+
+    def __init__(self, logs_source: Any) -> None:
+        self._logs_source = logs_source
+
+    def describe(self) -> Iterable[Any]:
+        # Metric names are fixed; describing them lets the registry reject a
+        # second collector of the same names in the same registry.
+        return list(self._families())
+
+    def _families(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+        labels = ["topic", "partition"]
+        return (
+            GaugeMetricFamily("kelp_log_end_offset", "Next offset to be assigned in the partition log", labels=labels),
+            GaugeMetricFamily("kelp_log_start_offset", "First offset still stored in the partition log", labels=labels),
+            GaugeMetricFamily("kelp_log_size_bytes", "Bytes on disk of the partition log's segments", labels=labels),
+            GaugeMetricFamily("kelp_log_segments", "Number of segments of the partition log", labels=labels),
+        )
+
+    def collect(self) -> Iterator[Any]:
+        end, start, size, segments = self._families()
+        logs = self._logs_source()
+        if logs is not None:
+            try:
+                keys = list(logs.partitions())
+            except Exception:  # a scrape must never fail because of storage
+                keys = []
+            for topic, partition in keys:
+                try:
+                    lg = logs.get(topic, partition)
+                    if lg is None:
+                        continue
+                    labels = [topic, str(partition)]
+                    end.add_metric(labels, lg.log_end_offset)
+                    start.add_metric(labels, lg.log_start_offset)
+                    size.add_metric(labels, lg.size_bytes)
+                    segments.add_metric(labels, len(lg.segments))
+                except Exception:  # a log deleted or closed mid-scrape
+                    continue
+        yield end
+        yield start
+        yield size
+        yield segments
+
+
+class BrokerMetrics:
+    """All metric objects of one broker, in their own registry."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.bytes_in = Counter(
+            "kelp_topic_bytes_in", "Record batch bytes appended to the topic's logs", ["topic"], registry=r
+        )
+        self.bytes_out = Counter(
+            "kelp_topic_bytes_out", "Record batch bytes served to consumers and followers", ["topic"], registry=r
+        )
+        self.records_in = Counter(
+            "kelp_topic_records_in", "Records appended to the topic's logs", ["topic"], registry=r
+        )
+        self.records_out = Counter(
+            "kelp_topic_records_out", "Records served by fetches (counted per batch header)", ["topic"], registry=r
+        )
+        self.request_latency = Histogram(
+            "kelp_request_latency_seconds",
+            "Time from a request's arrival to its response, by Kafka API name or HTTP route",
+            ["api"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+# The process-wide instance whose objects the core binds by module attribute.
+PROCESS = BrokerMetrics()
+BYTES_IN = PROCESS.bytes_in
+BYTES_OUT = PROCESS.bytes_out
+RECORDS_IN = PROCESS.records_in
+RECORDS_OUT = PROCESS.records_out
+REQUEST_LATENCY = PROCESS.request_latency
+
+
+def metrics_of(broker: Any) -> BrokerMetrics:
+    """The broker's own metrics if it carries them, else the process-wide set."""
+    own = getattr(broker, "metrics", None)
+    return own if isinstance(own, BrokerMetrics) else PROCESS
+
+
+def render(broker: Any) -> bytes:
+    return metrics_of(broker).render()

@@ -1,0 +1,323 @@
+"""Log compaction (`cleanup.policy=compact`): keep the newest record per key in closed segments.
+
+Why it exists: `__consumer_offsets` and other keyed topics only need the last
+value of each key. `LogCleaner.clean(log, now_ms)` first maps key -> newest
+offset over the dirty part of the log (closed segments at or after the
+cleaner offset), then rewrites the closed segments in groups (small segments
+merged up to segment.bytes), dropping superseded records, keyless records and
+tombstones older than delete.retention.ms past their segment's last
+modification. Offsets never change: a rewritten batch keeps its base offset,
+last offset delta, producer id/epoch/base sequence, attributes and
+timestamps; a batch left empty is kept (header only) when it carries a
+producer id, so idempotent producers keep their sequence state.
+
+Crash safety: a group is written as `.cleaned` files and fsynced; then, with
+the log lock held, a marker (`cleaner-swap.json`, atomically written) commits
+the swap, old files are removed and the new ones renamed into place; the
+loader finishes or discards an interrupted swap. Heavy work runs outside the
+log lock; the lock is held only for the final swap. It must never touch the
+active segment or renumber an offset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Iterator
+
+from kelp.records import (
+    COMPRESSION_MASK,
+    HEADER_SIZE,
+    TIMESTAMP_TYPE_MASK,
+    BatchInfo,
+    Record,
+    batch_records,
+    build_batch,
+    read_header,
+    rewrite_header,
+)
+
+from .checkpoint import fsync_dir, write_atomically
+from .loader import CLEANED_SUFFIX, SWAP_MARKER
+from .segment import MAX_RELATIVE_OFFSET, LogSegment, segment_paths
+
+if TYPE_CHECKING:
+    from .log import Log
+
+log = logging.getLogger("kelp.broker.storage")
+
+
+@dataclass(slots=True)
+class CleanerStats:
+    """What one `clean` call did."""
+
+    segments_read: int = 0
+    segments_written: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_removed: int = 0
+    tombstones_removed: int = 0
+    batches_rewritten: int = 0
+    cleaned_up_to: int = 0  # the log's new cleaner offset
+
+
+def _batches(segment: LogSegment) -> Iterator[tuple[BatchInfo, bytes]]:
+    """(header, bytes) of each batch of a closed segment, one read per batch.
+
+    Reads through its own descriptor: retention may delete the segment while
+    the cleaner works outside the log lock, and an unlinked file stays readable
+    (the swap then notices the segment is gone and drops the rewrite).
+    """
+    fd = os.open(segment.log_path, os.O_RDONLY)
+    try:
+        size = min(segment.size, os.fstat(fd).st_size)
+        position = 0
+        while position + HEADER_SIZE <= size:
+            info = read_header(os.pread(fd, HEADER_SIZE, position))
+            if info.size < HEADER_SIZE or position + info.size > size:
+                return
+            data = os.pread(fd, info.size, position)
+            yield dataclasses.replace(info, position=0), data
+            position += info.size
+    finally:
+        os.close(fd)
+
+
+class LogCleaner:
+    """Compacts logs; stateless between calls apart from its settings."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.time, max_map_entries: int | None = None) -> None:
+        self._clock = clock
+        self.max_map_entries = max_map_entries
+
+    def clean(self, partition_log: "Log", now_ms: int | None = None) -> CleanerStats:
+        """Compact the closed segments of `partition_log`; returns what was done."""
+        now_ms = int(self._clock() * 1000) if now_ms is None else now_ms
+        stats = CleanerStats()
+        config = partition_log.config
+        with partition_log.lock:
+            closed = partition_log.segments[:-1]
+            first_dirty = partition_log.cleaner_offset
+        if config.min_compaction_lag_ms > 0:
+            horizon = now_ms - config.min_compaction_lag_ms
+            closed = list(_takewhile(closed, lambda s: s.max_timestamp <= horizon))
+        dirty = [s for s in closed if s.next_offset > first_dirty]
+        if not dirty:
+            stats.cleaned_up_to = first_dirty
+            return stats
+
+        end_offset = dirty[-1].next_offset
+        try:
+            offset_map, last_producer_batch = self._build_offset_map(dirty, first_dirty, stats)
+            self._rewrite(partition_log, closed, offset_map, last_producer_batch, now_ms, stats)
+        except FileNotFoundError as exc:
+            # Retention or truncation removed a segment under us; the next pass starts afresh.
+            log.info("%s changed while being cleaned (%s); cleaning again later", partition_log.name, exc)
+            return stats
+
+        with partition_log.lock:
+            partition_log.cleaner_offset = max(partition_log.cleaner_offset, end_offset)
+            partition_log.write_checkpoint()
+        stats.cleaned_up_to = end_offset
+        log.info(
+            "cleaned %s up to offset %d: %d segments -> %d, %d -> %d bytes, %d records removed (%d tombstones)",
+            partition_log.name, end_offset, stats.segments_read, stats.segments_written,
+            stats.bytes_read, stats.bytes_written, stats.records_removed, stats.tombstones_removed,
+        )
+        return stats
+
+    def _build_offset_map(
+        self, dirty: list[LogSegment], first_dirty: int, stats: CleanerStats
+    ) -> tuple[dict[bytes, int], dict[int, int]]:
+        offset_map: dict[bytes, int] = {}
+        last_producer_batch: dict[int, int] = {}
+        for segment in dirty:
+            for info, data in _batches(segment):
+                if info.has_producer_id:
+                    last_producer_batch[info.producer_id] = info.base_offset
+                if info.is_control or info.last_offset < first_dirty:
+                    continue
+                for record in batch_records(data, info):
+                    if record.key is not None and record.offset >= first_dirty:
+                        offset_map[record.key] = record.offset
+        if self.max_map_entries is not None and len(offset_map) > self.max_map_entries:
+            log.warning("cleaner offset map holds %d keys, over the %d configured", len(offset_map), self.max_map_entries)
+        return offset_map, last_producer_batch
+
+    def _rewrite(
+        self,
+        partition_log: "Log",
+        closed: list[LogSegment],
+        offset_map: dict[bytes, int],
+        last_producer_batch: dict[int, int],
+        now_ms: int,
+        stats: CleanerStats,
+    ) -> None:
+        """Rewrite `closed` in groups: a group grows while its cleaned output plus the next
+        segment's current size still fits segment.bytes (so small leftovers merge at once)."""
+        config = partition_log.config
+        group: list[LogSegment] = []
+        cleaned: LogSegment | None = None
+        try:
+            for segment in closed:
+                if cleaned is not None and (
+                    cleaned.size + segment.size > config.segment_bytes
+                    or segment.next_offset - 1 - cleaned.base_offset > MAX_RELATIVE_OFFSET
+                    or len(cleaned.index) + len(segment.index) >= config.max_index_entries
+                ):
+                    pending, cleaned = cleaned, None
+                    self._finish(partition_log, group, pending, stats)
+                    group = []
+                if cleaned is None:
+                    cleaned = self._start(partition_log, segment.base_offset, now_ms)
+                group.append(segment)
+                self._copy_segment(segment, cleaned, offset_map, last_producer_batch, now_ms, config.delete_retention_ms, stats)
+            if cleaned is not None:
+                pending, cleaned = cleaned, None
+                self._finish(partition_log, group, pending, stats)
+        except BaseException:
+            if cleaned is not None:
+                cleaned.delete()
+            raise
+
+    @staticmethod
+    def _start(partition_log: "Log", base: int, now_ms: int) -> LogSegment:
+        config = partition_log.config
+        for path in segment_paths(partition_log.directory, base, CLEANED_SUFFIX):
+            if path.exists():
+                os.unlink(path)
+        return LogSegment.create(
+            partition_log.directory, base, index_interval_bytes=config.index_interval_bytes,
+            max_index_entries=config.max_index_entries, now_ms=now_ms, suffix=CLEANED_SUFFIX,
+        )
+
+    def _copy_segment(
+        self,
+        segment: LogSegment,
+        cleaned: LogSegment,
+        offset_map: dict[bytes, int],
+        last_producer_batch: dict[int, int],
+        now_ms: int,
+        delete_retention_ms: int,
+        stats: CleanerStats,
+    ) -> None:
+        stats.segments_read += 1
+        stats.bytes_read += segment.size
+        drop_tombstones = now_ms - segment.last_modified_ms > delete_retention_ms
+        for info, data in _batches(segment):
+            kept = self._filter_batch(info, data, offset_map, last_producer_batch, drop_tombstones, stats)
+            if kept is not None:
+                header = read_header(kept)
+                header.position = 0
+                cleaned.append(kept, [header], now_ms=now_ms)
+
+    def _finish(self, partition_log: "Log", group: list[LogSegment], cleaned: LogSegment, stats: CleanerStats) -> None:
+        """fsync the cleaned group and swap it in (or drop it if the log changed meanwhile)."""
+        cleaned.last_modified_ms = max(s.last_modified_ms for s in group)
+        try:
+            cleaned.on_roll()
+        except BaseException:
+            cleaned.delete()
+            raise
+        stats.segments_written += 1
+        stats.bytes_written += cleaned.size
+        if not self._swap(partition_log, group, cleaned):  # the log changed meanwhile (retention, truncation)
+            cleaned.delete()
+
+    def _filter_batch(
+        self,
+        info: BatchInfo,
+        data: bytes,
+        offset_map: dict[bytes, int],
+        last_producer_batch: dict[int, int],
+        drop_tombstones: bool,
+        stats: CleanerStats,
+    ) -> bytes | None:
+        """The batch as it should be after cleaning: the same bytes, a rebuilt batch, or None."""
+        if info.is_control:
+            return data
+        records = batch_records(data, info)
+        retained: list[Record] = []
+        for record in records:
+            if record.key is None:
+                continue
+            if offset_map.get(record.key, -1) > record.offset:
+                continue
+            if record.value is None and drop_tombstones:
+                stats.tombstones_removed += 1
+                continue
+            retained.append(record)
+        if len(retained) == len(records):
+            return data
+        stats.records_removed += len(records) - len(retained)
+        if not retained and not (info.has_producer_id and last_producer_batch.get(info.producer_id, info.base_offset) == info.base_offset):
+            return None
+        stats.batches_rewritten += 1
+        built = bytearray(
+            build_batch(
+                retained,
+                compression=info.compression,
+                base_offset=info.base_offset,
+                keep_offsets=True,
+                producer_id=info.producer_id,
+                producer_epoch=info.producer_epoch,
+                base_sequence=info.base_sequence,
+                is_transactional=info.is_transactional,
+                partition_leader_epoch=info.partition_leader_epoch,
+                now_ms=info.max_timestamp,
+            )
+        )
+        # Keep the original's flags (timestamp type, transactional) with whatever codec the builder used,
+        # and its last offset delta so the producer's last sequence survives.
+        codec = read_header(built).attributes & COMPRESSION_MASK
+        attributes = (info.attributes & ~COMPRESSION_MASK) | codec
+        max_timestamp = info.max_timestamp if (info.attributes & TIMESTAMP_TYPE_MASK or not retained) else None
+        rewrite_header(built, attributes=attributes, last_offset_delta=info.last_offset_delta, max_timestamp=max_timestamp)
+        return bytes(built)
+
+    def _swap(self, partition_log: "Log", group: list[LogSegment], cleaned: LogSegment) -> bool:
+        """Commit `cleaned` in place of `group` under the log lock; False if the log changed meanwhile."""
+        directory = partition_log.directory
+        with partition_log.lock:
+            current = partition_log.segments
+            try:
+                start = current.index(group[0])
+            except ValueError:
+                return False
+            if current[start : start + len(group)] != group or start + len(group) >= len(current):
+                return False
+            marker = {"replaced": [s.base_offset for s in group], "created": [cleaned.base_offset]}
+            try:
+                write_atomically(directory / SWAP_MARKER, json.dumps(marker).encode())
+            except BaseException:
+                cleaned.delete()  # not committed: the old segments stay
+                raise
+            # Committed: from here a failure must not delete anything; the next open finishes the swap.
+            try:
+                for segment in group:
+                    segment.delete()
+                _rename_into_place(cleaned)
+                partition_log.replace_segments(group, [cleaned])
+                fsync_dir(directory)
+                os.unlink(directory / SWAP_MARKER)
+                fsync_dir(directory)
+            except BaseException as exc:
+                partition_log.mark_offline(f"log cleaner swap failed after its commit point: {exc}")
+                raise
+            return True
+
+
+def _rename_into_place(cleaned: LogSegment) -> None:
+    """`.cleaned` -> final names (a separate function so tests can simulate a crash here)."""
+    cleaned.rename_suffix(CLEANED_SUFFIX, "")
+
+
+def _takewhile(items: list[LogSegment], predicate: Callable[[LogSegment], bool]) -> Iterator[LogSegment]:
+    for item in items:
+        if not predicate(item):
+            return
+        yield item

@@ -1,0 +1,707 @@
+"""The log of one partition replica: an ordered list of segments with one active tail.
+
+Why it exists: it is the only writer of a partition's directory. As leader it
+validates a produce request's batches (per batch: sizes, CRC, offsets), gives
+them offsets and the leader epoch in place and appends them; as follower it
+appends batches keeping their offsets. It serves whole batches by offset,
+rolls segments by size/time/index space, enforces retention, truncates for
+replication, and keeps the partition checkpoint and leader-epoch cache.
+
+Time: `clock` returns *seconds* as a float (like `time.time`); every `*_ms`
+value in this module is milliseconds derived from it.
+
+Thread-safety: one `threading.RLock` per log guards appends, reads, rolls,
+retention and the cleaner's final swap; the cleaner does its heavy work
+outside it. It must never import networking, decode records on the
+append/read path, or serve bytes recovery has not validated.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import logging
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, Callable
+
+from kelp.errors import InvalidRecordError, KafkaStorageError, KelpError, OffsetOutOfRangeError
+from kelp.records import (
+    COMPRESSION_NAMES,
+    BatchInfo,
+    assign_offsets,
+    parse_batches,
+    whole_batches_end,
+    records_have_keys,
+    set_log_append_time,
+)
+
+from .checkpoint import PartitionCheckpoint
+from .config import LogConfig
+from .leader_epoch import LeaderEpochCache
+from .loader import load_segments
+from .segment import LogSegment
+
+log = logging.getLogger("kelp.broker.storage")
+
+Clock = Callable[[], float]
+
+
+@dataclass(slots=True)
+class AppendResult:
+    """What an append did: the offsets it assigned and the timestamps it stored."""
+
+    first_offset: int
+    last_offset: int
+    log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
+    max_timestamp: int
+    record_count: int
+    batches: list[BatchInfo] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class FileSlice:
+    """A byte range of a segment file, for zero-copy sends (`os.sendfile`).
+
+    `file` was opened while the log lock was held, so it reads the very bytes
+    the range was computed on even if the cleaner swaps a new file in under
+    the same `path` right after: prefer it to reopening `path`, and close it.
+    """
+
+    path: Path
+    position: int
+    size: int
+    file: BinaryIO | None = None
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+
+
+class Log:
+    """One partition replica's log. Create with `Log.open`."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        *,
+        clock: Clock,
+        segments: list[LogSegment],
+        checkpoint: PartitionCheckpoint,
+        epochs: LeaderEpochCache,
+    ) -> None:
+        self.directory = directory
+        self.config = config
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        for segment in segments[:-1]:
+            segment.release_index_files()
+        self._log_start_offset = max(checkpoint.log_start_offset, segments[0].base_offset)
+        self._recovery_point = min(checkpoint.recovery_point, self.log_end_offset)
+        self._high_watermark = min(max(checkpoint.high_watermark, self._log_start_offset), self.log_end_offset)
+        self.cleaner_offset = max(checkpoint.cleaner_offset, self._log_start_offset)
+        self.leader_epochs = epochs
+        self._unflushed_records = 0
+        self._last_flush_ms = self._now_ms()
+        self._closed = False
+        self._offline_reason = ""
+
+    # ----------------------------------------------------------------- opening
+
+    @classmethod
+    def open(cls, directory: Path | str, config: LogConfig | None = None, *, clock: Clock = time.time) -> "Log":
+        """Open (or create) the log in `directory`, running recovery on whatever is there."""
+        directory = Path(directory)
+        config = config or LogConfig()
+        directory.mkdir(parents=True, exist_ok=True)
+        now_ms = int(clock() * 1000)
+        stored = PartitionCheckpoint.read(directory)
+        checkpoint = stored or PartitionCheckpoint()
+        result = load_segments(
+            directory,
+            config,
+            recovery_point=checkpoint.recovery_point if stored else -1,
+            log_start_offset=checkpoint.log_start_offset,
+            now_ms=now_ms,
+        )
+        segments = result.segments
+        if not segments:
+            base = checkpoint.log_start_offset
+            segments = [
+                LogSegment.create(
+                    directory, base, index_interval_bytes=config.index_interval_bytes,
+                    max_index_entries=config.max_index_entries, now_ms=now_ms,
+                )
+            ]
+        epochs = LeaderEpochCache.load(directory)
+        instance = cls(directory, config, clock=clock, segments=segments, checkpoint=checkpoint, epochs=epochs)
+        epochs.truncate_from_end(instance.log_end_offset)
+        if instance._log_start_offset > segments[0].base_offset:
+            epochs.truncate_from_start(instance._log_start_offset)
+        instance._write_checkpoint()
+        return instance
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.directory.name}, start={self.log_start_offset}, end={self.log_end_offset}, "
+            f"segments={len(self._segments)})"
+        )
+
+    @property
+    def name(self) -> str:
+        """`<topic>-<partition>`, the directory name (used in error messages)."""
+        return self.directory.name
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    # -------------------------------------------------------------- properties
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        """The next offset to assign."""
+        return self._segments[-1].next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, value: int) -> None:
+        self._high_watermark = min(max(value, self._log_start_offset), self.log_end_offset)
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        """A snapshot of the segments, oldest first; the last is the active one."""
+        return list(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def lock(self) -> threading.RLock:
+        return self._lock
+
+    def latest_epoch(self) -> int:
+        return self.leader_epochs.latest_epoch
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) for OffsetsForLeaderEpoch; (-1, -1) when unknown."""
+        with self._lock:
+            return self.leader_epochs.end_offset_for(epoch, self.log_end_offset)
+
+    # ----------------------------------------------------------------- appends
+
+    def append_as_leader(
+        self, data: bytes | bytearray | memoryview, *, leader_epoch: int, origin: str = "client"
+    ) -> AppendResult:
+        """Validate `data`'s batches, assign offsets and `leader_epoch`, append. Per batch only.
+
+        `origin="coordinator"` (the broker's own writers, e.g. transaction
+        markers) may append control batches; clients may not. Raises
+        `CorruptRecordError`, `RecordTooLargeError`, `InvalidRecordError`,
+        `UnsupportedForMessageFormatError` naming the partition and the limit.
+        """
+        batches = self._parse(data)
+        for info in batches:
+            if info.record_count <= 0:
+                raise InvalidRecordError(f"{self.name}: batch at byte {info.position} holds no records")
+            if info.last_offset_delta != info.record_count - 1:
+                raise InvalidRecordError(
+                    f"{self.name}: batch at byte {info.position} has {info.record_count} records "
+                    f"but last offset delta {info.last_offset_delta}"
+                )
+            if info.compression not in COMPRESSION_NAMES:
+                raise InvalidRecordError(f"{self.name}: batch at byte {info.position} uses unknown compression {info.compression}")
+            if info.is_control and origin != "coordinator":
+                raise InvalidRecordError(f"{self.name}: clients may not produce control batches")
+        buf = bytearray(data)
+        if self.config.compact:
+            for info in batches:
+                if not records_have_keys(buf, info):
+                    raise InvalidRecordError(
+                        f"{self.name}: compacted topic (cleanup.policy={self.config.cleanup_policy}) "
+                        "refuses records without a key"
+                    )
+        with self._lock:
+            self._check_open()
+            now_ms = self._now_ms()
+            first = self.log_end_offset
+            next_offset = assign_offsets(buf, batches, base_offset=first, leader_epoch=leader_epoch)
+            append_time = -1
+            if self.config.log_append_time:
+                append_time = now_ms
+                for info in batches:
+                    set_log_append_time(buf, info, now_ms)
+            self.leader_epochs.assign(leader_epoch, first)
+            self._append(buf, batches, now_ms)
+            return AppendResult(
+                first_offset=first,
+                last_offset=next_offset - 1,
+                log_append_time_ms=append_time,
+                max_timestamp=max(b.max_timestamp for b in batches),
+                record_count=sum(b.record_count for b in batches),
+                batches=batches,
+            )
+
+    def append_as_follower(self, data: bytes | bytearray | memoryview) -> AppendResult | None:
+        """Append batches fetched from the leader, keeping their offsets and leader epochs.
+
+        Returns None for empty `data`. Raises `InvalidRecordError` if the
+        batches do not continue this log (the replica layer truncates first).
+        """
+        if not data:
+            return None
+        batches = parse_batches(data)
+        with self._lock:
+            self._check_open()
+            expected = self.log_end_offset
+            for info in batches:
+                if info.base_offset < expected:
+                    raise InvalidRecordError(
+                        f"{self.name}: follower append at offset {info.base_offset} is below the log end {expected}"
+                    )
+                expected = info.next_offset
+            for info in batches:
+                self.leader_epochs.assign(info.partition_leader_epoch, info.base_offset)
+            self._append(data, batches, self._now_ms())
+            return AppendResult(
+                first_offset=batches[0].base_offset,
+                last_offset=batches[-1].last_offset,
+                log_append_time_ms=-1,
+                max_timestamp=max(b.max_timestamp for b in batches),
+                record_count=sum(b.record_count for b in batches),
+                batches=batches,
+            )
+
+    def _parse(self, data: bytes | bytearray | memoryview) -> list[BatchInfo]:
+        try:
+            return parse_batches(data, max_batch_bytes=self.config.max_message_bytes)
+        except KelpError as exc:
+            raise type(exc)(f"{self.name}: {exc}") from None
+
+    def _append(self, data: bytes | bytearray | memoryview, batches: list[BatchInfo], now_ms: int) -> None:
+        """Roll if needed, write, flush per policy. Caller holds the lock."""
+        segment = self._maybe_roll(len(data), batches[-1].last_offset, now_ms)
+        try:
+            segment.append(data, batches, now_ms=now_ms)
+        except OSError as exc:
+            raise KafkaStorageError(f"{self.name}: write to {segment.log_path} failed: {exc}") from exc
+        self._unflushed_records += sum(b.record_count for b in batches)
+        if (self.config.flush_messages > 0 and self._unflushed_records >= self.config.flush_messages) or (
+            self.config.flush_ms > 0 and now_ms - self._last_flush_ms >= self.config.flush_ms
+        ):
+            self.flush()
+
+    def _maybe_roll(self, size: int, last_offset: int, now_ms: int) -> LogSegment:
+        segment = self._segments[-1]
+        if segment.is_empty:
+            return segment
+        reason = None
+        if segment.size + size > self.config.segment_bytes:
+            reason = f"size {segment.size} + {size} > segment.bytes {self.config.segment_bytes}"
+        elif segment.rolling_timestamp_ms is not None and now_ms - segment.rolling_timestamp_ms >= self.config.segment_ms:
+            reason = f"age >= segment.ms {self.config.segment_ms}"
+        elif segment.index.is_full:
+            reason = "offset index full"
+        elif not segment.can_hold(last_offset):
+            reason = "relative offset overflow"
+        if reason is None:
+            return segment
+        log.debug("rolling %s at offset %d: %s", self.name, self.log_end_offset, reason)
+        return self._roll(now_ms)
+
+    def _roll(self, now_ms: int) -> LogSegment:
+        old = self._segments[-1]
+        old.on_roll()
+        segment = LogSegment.create(
+            self.directory,
+            self.log_end_offset,
+            index_interval_bytes=self.config.index_interval_bytes,
+            max_index_entries=self.config.max_index_entries,
+            now_ms=now_ms,
+        )
+        self._segments.append(segment)
+        self._bases.append(segment.base_offset)
+        # on_roll fsynced the old segment: everything below the new base is durable. The
+        # checkpoint file catches up at the next flush/checkpoint; a stale one only means a longer scan.
+        self._recovery_point = max(self._recovery_point, segment.base_offset)
+        return segment
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end (no-op if the active one is empty)."""
+        with self._lock:
+            self._check_open()
+            if self._segments[-1].is_empty:
+                return self._segments[-1]
+            return self._roll(self._now_ms())
+
+    def maybe_roll_by_time(self) -> bool:
+        """Roll the active segment if segment.ms has passed (the periodic task calls this)."""
+        with self._lock:
+            segment = self._segments[-1]
+            now_ms = self._now_ms()
+            if (
+                not segment.is_empty
+                and segment.rolling_timestamp_ms is not None
+                and now_ms - segment.rolling_timestamp_ms >= self.config.segment_ms
+            ):
+                self._roll(now_ms)
+                return True
+            return False
+
+    # ------------------------------------------------------------------- reads
+
+    def _segment_index_for(self, offset: int) -> int:
+        return max(0, bisect.bisect_right(self._bases, offset) - 1)
+
+    def _check_range(self, offset: int) -> None:
+        if offset < self._log_start_offset or offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"{self.name}: offset {offset} is out of range; the log holds "
+                f"[{self._log_start_offset}, {self.log_end_offset})"
+            )
+
+    def _locate(self, offset: int) -> tuple[LogSegment, BatchInfo] | None:
+        """The segment and first batch whose last offset is >= `offset` (skipping compacted gaps)."""
+        for i in range(self._segment_index_for(offset), len(self._segments)):
+            segment = self._segments[i]
+            found = segment.find(offset)
+            if found is not None:
+                return segment, found
+        return None
+
+    def _read_range(
+        self, offset: int, max_bytes: int, max_offset: int | None, min_one_batch: bool
+    ) -> tuple[LogSegment, int, int] | None:
+        """(segment, position, size) of the whole batches a read returns; None when there are none."""
+        self._check_open()
+        self._check_range(offset)
+        located = self._locate(offset)
+        if located is None:
+            return None
+        segment, first = located
+        end = first.position
+        limit = first.position + max_bytes
+        for info in segment.headers(first.position):
+            if max_offset is not None and info.base_offset >= max_offset:
+                break
+            if info.end > limit:
+                if end == first.position and min_one_batch:
+                    end = info.end
+                break
+            end = info.end
+        if end == first.position:
+            return None
+        return segment, first.position, end - first.position
+
+    def read(
+        self, offset: int, *, max_bytes: int, max_offset: int | None = None, min_one_batch: bool = True
+    ) -> bytes:
+        """Whole batches starting with the one holding `offset`, at most `max_bytes` of them.
+
+        `max_offset` (exclusive, e.g. the high watermark) stops before batches
+        starting at or after it. With `min_one_batch` the first batch is
+        returned even if larger than `max_bytes` (Fetch v3+ semantics).
+        Returns b"" at the log end; raises `OffsetOutOfRangeError` below the
+        log start or above the log end. One read stays within one segment.
+        """
+        with self._lock:
+            self._check_open()
+            self._check_range(offset)
+            located = self._locate(offset)
+            if located is None:
+                return b""
+            segment, first = located
+            # One read of up to max_bytes, then cut at the last whole batch in memory
+            # (cheaper than a read per header when batches are small).
+            data = segment.read(first.position, max(max_bytes, 0))
+            end = whole_batches_end(data, max_offset=max_offset)
+            if end == 0:
+                if not min_one_batch or (max_offset is not None and first.base_offset >= max_offset):
+                    return b""
+                return segment.read(first.position, first.size)
+            return data if end == len(data) else data[:end]
+
+    def read_slice(
+        self, offset: int, *, max_bytes: int, max_offset: int | None = None, min_one_batch: bool = True
+    ) -> FileSlice | None:
+        """Like `read` but the file range instead of the bytes, for `os.sendfile`; None if empty.
+
+        The range stays valid until retention or the cleaner replaces the
+        segment: open the path promptly and tolerate FileNotFoundError.
+        """
+        with self._lock:
+            found = self._read_range(offset, max_bytes, max_offset, min_one_batch)
+            if found is None:
+                return None
+            segment, position, size = found
+            try:
+                opened: BinaryIO | None = open(segment.log_path, "rb", buffering=0)
+            except OSError:
+                opened = None
+            return FileSlice(segment.log_path, position, size, opened)
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= `timestamp_ms`, or None.
+
+        Uses the time index to find the batch, then decodes that one batch to
+        find the record (ListOffsets is not the hot path).
+        """
+        from kelp.records import batch_records
+
+        with self._lock:
+            self._check_open()
+            for segment in self._segments:
+                if segment.max_timestamp < timestamp_ms:
+                    continue
+                info = segment.find_by_timestamp(timestamp_ms)
+                if info is None:
+                    continue
+                if info.last_offset < self._log_start_offset:
+                    continue
+                data = segment.read(info.position, info.size)
+                info = dataclasses.replace(info, position=0)
+                if info.timestamp_type == 1:  # LogAppendTime: every record carries the batch's max timestamp
+                    return max(info.base_offset, self._log_start_offset), info.max_timestamp
+                for record in batch_records(data, info):
+                    if record.offset >= self._log_start_offset and record.timestamp is not None and record.timestamp >= timestamp_ms:
+                        return record.offset, record.timestamp
+            return None
+
+    # --------------------------------------------------------------- retention
+
+    def enforce_retention(self) -> int:
+        """Delete closed segments past retention.ms / retention.bytes (policy "delete"). Returns how many."""
+        with self._lock:
+            self._check_open()
+            if not self.config.delete:
+                return self._delete_below_start()
+            now_ms = self._now_ms()
+            doomed = 0
+            closed = self._segments[:-1]
+            if self.config.retention_ms >= 0:
+                for segment in closed:
+                    if segment.max_timestamp < 0 and not segment.is_empty:
+                        break
+                    if now_ms - max(segment.max_timestamp, 0) > self.config.retention_ms:
+                        doomed += 1
+                    else:
+                        break
+            if self.config.retention_bytes >= 0:
+                excess = self.size_bytes - self.config.retention_bytes
+                by_size = 0
+                for segment in closed:
+                    if excess - segment.size < 0:
+                        break
+                    excess -= segment.size
+                    by_size += 1
+                doomed = max(doomed, by_size)
+            deleted = self._delete_oldest(doomed, reason="retention")
+            return deleted + self._delete_below_start()
+
+    def _delete_below_start(self) -> int:
+        count = 0
+        while count + 1 < len(self._segments) and self._segments[count + 1].base_offset <= self._log_start_offset:
+            count += 1
+        return self._delete_oldest(count, reason="log start offset") if count else 0
+
+    def _delete_oldest(self, count: int, *, reason: str) -> int:
+        count = min(count, len(self._segments) - 1)
+        if count <= 0:
+            return 0
+        doomed, self._segments = self._segments[:count], self._segments[count:]
+        self._bases = self._bases[count:]
+        new_start = max(self._log_start_offset, self._segments[0].base_offset)
+        self._set_log_start(new_start)
+        for segment in doomed:
+            log.info("deleting %s of %s (%s)", segment.log_path.name, self.name, reason)
+            segment.delete()
+        return count
+
+    def _set_log_start(self, offset: int) -> None:
+        if offset > self._log_start_offset:
+            self._log_start_offset = offset
+            self._high_watermark = max(self._high_watermark, offset)
+            self.cleaner_offset = max(self.cleaner_offset, offset)
+            self.leader_epochs.truncate_from_start(offset)
+            self._write_checkpoint()
+
+    def advance_log_start_offset(self, offset: int) -> None:
+        """DeleteRecords: raise the log start (never above the high watermark); whole segments go at retention."""
+        with self._lock:
+            if offset > self._high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"{self.name}: cannot move the log start to {offset}, above the high watermark {self._high_watermark}"
+                )
+            self._set_log_start(offset)
+
+    # -------------------------------------------------------------- truncation
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every offset >= `offset` (a follower diverged from its leader)."""
+        with self._lock:
+            self._check_open()
+            if offset >= self.log_end_offset:
+                return
+            if offset <= self._segments[0].base_offset or offset < self._log_start_offset:
+                self.truncate_fully_and_start_at(offset)
+                return
+            while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
+                segment = self._segments.pop()
+                self._bases.pop()
+                segment.delete()
+            removed = self._segments[-1].truncate_to(offset)
+            log.info("truncated %s to offset %d (%d bytes removed)", self.name, offset, removed)
+            self._after_truncation()
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every segment and start empty at `offset` (a follower far behind the leader's log start)."""
+        with self._lock:
+            self._check_open()
+            for segment in self._segments:
+                segment.delete()
+            now_ms = self._now_ms()
+            segment = LogSegment.create(
+                self.directory, offset, index_interval_bytes=self.config.index_interval_bytes,
+                max_index_entries=self.config.max_index_entries, now_ms=now_ms,
+            )
+            self._segments, self._bases = [segment], [offset]
+            self._log_start_offset = offset
+            self.cleaner_offset = offset
+            self.leader_epochs.clear()
+            self._after_truncation()
+
+    def _after_truncation(self) -> None:
+        end = self.log_end_offset
+        self._recovery_point = min(self._recovery_point, end)
+        self._high_watermark = min(self._high_watermark, end)
+        self.cleaner_offset = min(self.cleaner_offset, end)
+        self.leader_epochs.truncate_from_end(end)
+        self._write_checkpoint()
+
+    # ------------------------------------------------------------- durability
+
+    def flush(self) -> None:
+        """fsync every segment up to the log end and advance the recovery point."""
+        with self._lock:
+            self._check_open()
+            end = self.log_end_offset
+            for segment in self._segments[self._segment_index_for(self._recovery_point) :]:
+                segment.flush()
+            self._recovery_point = end
+            self._unflushed_records = 0
+            self._last_flush_ms = self._now_ms()
+            self._write_checkpoint()
+
+    def maybe_flush(self) -> bool:
+        """fsync if flush.ms has passed since the last fsync (the periodic task calls this)."""
+        with self._lock:
+            if self._closed or self.config.flush_ms <= 0 or self._recovery_point >= self.log_end_offset:
+                return False
+            if self._now_ms() - self._last_flush_ms < self.config.flush_ms:
+                return False
+            self.flush()
+            return True
+
+    def write_checkpoint(self) -> None:
+        with self._lock:
+            self._write_checkpoint()
+
+    def _write_checkpoint(self) -> None:
+        PartitionCheckpoint(
+            log_start_offset=self._log_start_offset,
+            high_watermark=self._high_watermark,
+            recovery_point=self._recovery_point,
+            cleaner_offset=self.cleaner_offset,
+        ).write(self.directory)
+
+    def close(self) -> None:
+        """Flush and close; the next open skips recovery (the recovery point is the log end)."""
+        with self._lock:
+            if self._closed:
+                return
+            self.flush()
+            active = self._segments[-1]
+            active.set_mtime(active.last_modified_ms)
+            for segment in self._segments:
+                segment.close()
+            self._closed = True
+
+    def delete(self) -> None:
+        """Close and remove the whole directory (the LogManager renames it first)."""
+        with self._lock:
+            for segment in self._segments:
+                segment.close()
+            self._closed = True
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def mark_offline(self, reason: str) -> None:
+        """An I/O failure left the in-memory view unreliable: close; the next open repairs from disk."""
+        with self._lock:
+            log.error("%s: taking the log offline: %s", self.name, reason)
+            self._offline_reason = reason
+            for segment in self._segments:
+                segment.close()
+            self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KafkaStorageError(f"{self.name}: the log is {'offline (' + self._offline_reason + ')' if self._offline_reason else 'closed'}")
+
+    # ----------------------------------------------------------------- cleaner
+
+    def cleanable_ratio(self) -> float:
+        """Dirty bytes (closed segments at or after the cleaner offset) over closed bytes."""
+        with self._lock:
+            closed = self._segments[:-1]
+            total = sum(s.size for s in closed)
+            if total == 0:
+                return 0.0
+            dirty = sum(s.size for s in closed if s.next_offset > self.cleaner_offset)
+            return dirty / total
+
+    def cleanable(self) -> bool:
+        """True when compaction applies and the dirty ratio reaches min.cleanable.dirty.ratio."""
+        if not self.config.compact or len(self._segments) < 2:
+            return False
+        ratio = self.cleanable_ratio()
+        return ratio > 0 and ratio >= self.config.min_cleanable_dirty_ratio
+
+    def replace_segments(self, old: list[LogSegment], new: list[LogSegment]) -> bool:
+        """Swap cleaned segments in (called by the cleaner with the lock held). False if `old` changed."""
+        with self._lock:
+            try:
+                start = self._segments.index(old[0])
+            except ValueError:
+                return False
+            if self._segments[start : start + len(old)] != old or start + len(old) >= len(self._segments):
+                return False
+            self._segments[start : start + len(old)] = new
+            self._bases = [s.base_offset for s in self._segments]
+            return True
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply a changed config (new segment.bytes, retention...) to future decisions."""
+        with self._lock:
+            self.config = config
+

@@ -1,0 +1,190 @@
+"""All partition logs of one broker, spread over its `log.dirs`.
+
+Why it exists: the broker core asks for a partition's log by (topic,
+partition) and never deals with directories. At start every
+`<topic>-<partition>` directory is opened (and recovered); new partitions go
+to the log dir holding the fewest; deleted partitions are first renamed to
+`<name>.<uuid>-delete` so a crash mid-delete never resurrects them. Periodic
+work (retention, time-based rolls and flushes, compaction) is exposed as
+plain methods for the broker's scheduler to call. It must never import
+networking or decide which partitions a broker should hold.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Callable, Iterable
+
+from kelp.errors import KafkaStorageError
+
+from .cleaner import LogCleaner
+from .config import LogConfig
+from .log import Clock, Log
+
+log = logging.getLogger("kelp.broker.storage")
+
+DELETE_SUFFIX = "-delete"
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    """(topic, partition) from `<topic>-<partition>`; topic names may hold '-' and '.'; None if not one."""
+    topic, sep, number = name.rpartition("-")
+    if not sep or not topic or not number.isdigit():
+        return None
+    return topic, int(number)
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+class LogManager:
+    """The logs of every partition replica on this broker."""
+
+    def __init__(
+        self,
+        log_dirs: Iterable[str | Path],
+        default_config: LogConfig | None = None,
+        *,
+        clock: Clock = time.time,
+        config_for: Callable[[str], LogConfig | None] | None = None,
+    ) -> None:
+        """Open every partition directory under `log_dirs` (running recovery on each).
+
+        `config_for(topic)` supplies a topic's config (overrides merged) when
+        its logs are opened; None or a None result means `default_config`.
+        """
+        self.log_dirs = [Path(d) for d in log_dirs]
+        if not self.log_dirs:
+            raise ValueError("log.dirs is empty: give at least one directory")
+        self.default_config = default_config or LogConfig()
+        self._clock = clock
+        self._config_for = config_for
+        self._lock = threading.RLock()
+        self._logs: dict[tuple[str, int], Log] = {}
+        self.cleaner = LogCleaner(clock=clock)
+        for directory in self.log_dirs:
+            directory.mkdir(parents=True, exist_ok=True)
+            for child in sorted(directory.iterdir()):
+                if not child.is_dir():
+                    continue
+                if child.name.endswith(DELETE_SUFFIX):
+                    log.info("finishing the deletion of %s", child)
+                    shutil.rmtree(child, ignore_errors=True)
+                    continue
+                parsed = parse_partition_dir(child.name)
+                if parsed is None:
+                    continue
+                if parsed in self._logs:
+                    raise KafkaStorageError(
+                        f"partition {child.name} exists in two log dirs: {self._logs[parsed].directory} and {child}"
+                    )
+                self._logs[parsed] = Log.open(child, self._topic_config(parsed[0]), clock=clock)
+
+    def _topic_config(self, topic: str) -> LogConfig:
+        if self._config_for is not None:
+            found = self._config_for(topic)
+            if found is not None:
+                return found
+        return self.default_config
+
+    def _choose_dir(self) -> Path:
+        counts = {d: 0 for d in self.log_dirs}
+        for partition_log in self._logs.values():
+            parent = partition_log.directory.parent
+            if parent in counts:
+                counts[parent] += 1
+        return min(self.log_dirs, key=lambda d: counts[d])
+
+    def get_or_create(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
+        """The log of (topic, partition), created in the least loaded log dir if new."""
+        with self._lock:
+            found = self._logs.get((topic, partition))
+            if found is not None:
+                if config is not None and config != found.config:
+                    found.update_config(config)
+                return found
+            directory = self._choose_dir() / partition_dir_name(topic, partition)
+            created = Log.open(directory, config or self._topic_config(topic), clock=self._clock)
+            self._logs[(topic, partition)] = created
+            return created
+
+    def get(self, topic: str, partition: int) -> Log | None:
+        """The log of (topic, partition), or None if this broker holds none."""
+        return self._logs.get((topic, partition))
+
+    def __contains__(self, key: tuple[str, int]) -> bool:
+        return key in self._logs
+
+    def all_logs(self) -> list[Log]:
+        with self._lock:
+            return list(self._logs.values())
+
+    def partitions(self) -> list[tuple[str, int]]:
+        with self._lock:
+            return sorted(self._logs)
+
+    def delete(self, topic: str, partition: int) -> bool:
+        """Remove the partition's log: rename to `<name>.<uuid>-delete`, then delete. False if absent."""
+        with self._lock:
+            doomed = self._logs.pop((topic, partition), None)
+        if doomed is None:
+            return False
+        with doomed.lock:
+            for segment in doomed.segments:
+                segment.close()
+            target = doomed.directory.with_name(f"{doomed.directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
+            doomed.directory.rename(target)
+            doomed.directory = target
+            doomed.delete()
+        return True
+
+    def update_topic_config(self, topic: str, config: LogConfig) -> None:
+        """Apply a changed topic config to every log of `topic` held here."""
+        for (name, _), partition_log in list(self._logs.items()):
+            if name == topic:
+                partition_log.update_config(config)
+
+    def run_retention(self) -> int:
+        """Retention on every log; returns the number of segments deleted."""
+        return sum(self._each(lambda lg: lg.enforce_retention()))
+
+    def roll_by_time(self) -> int:
+        return sum(self._each(lambda lg: int(lg.maybe_roll_by_time())))
+
+    def flush_by_time(self) -> int:
+        return sum(self._each(lambda lg: int(lg.maybe_flush())))
+
+    def run_cleaner(self, now_ms: int | None = None) -> int:
+        """Compact every log that is worth it; returns how many logs were cleaned."""
+        now = int(self._clock() * 1000) if now_ms is None else now_ms
+        cleaned = 0
+        for partition_log in self.all_logs():
+            if partition_log.cleanable():
+                self.cleaner.clean(partition_log, now)
+                cleaned += 1
+        return cleaned
+
+    def flush_all(self) -> None:
+        self._each(lambda lg: lg.flush())
+
+    def checkpoint_all(self) -> None:
+        """Persist high watermarks and log starts (the broker calls this periodically)."""
+        self._each(lambda lg: lg.write_checkpoint())
+
+    def close_all(self) -> None:
+        self._each(lambda lg: lg.close())
+
+    def _each(self, action: Callable[[Log], int | None]) -> list[int]:
+        results = []
+        for partition_log in self.all_logs():
+            try:
+                results.append(action(partition_log) or 0)
+            except KafkaStorageError as exc:
+                log.error("%s: %s", partition_log.name, exc)
+        return results

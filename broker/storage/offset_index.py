@@ -1,0 +1,185 @@
+"""The sparse offset index of one segment: relative offset -> file position.
+
+Why it exists: a fetch at offset N must find the batch holding N without
+reading the segment from the start. One 8-byte entry (offset - base as u32,
+position as u32, big-endian) is added per `index.interval.bytes` of log; a
+lookup is a binary search for the last entry at or below N, then a short scan
+of batch headers. The file is append-only and mirrored in memory; the log is
+the truth: when the file is missing or inconsistent it is rebuilt from the
+log (see loader.py). It must never point past the end of its log file.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import sys
+from array import array
+from pathlib import Path
+
+ENTRY_SIZE = 8
+
+
+def _to_disk(values: array) -> bytes:
+    if sys.byteorder == "little":
+        values = array(values.typecode, values)
+        values.byteswap()
+    return values.tobytes()
+
+
+def _from_disk(typecode: str, data: bytes) -> array:
+    values = array(typecode)
+    values.frombytes(data)
+    if sys.byteorder == "little":
+        values.byteswap()
+    return values
+
+
+class IndexFile:
+    """An append-only file of fixed-size entries (shared by the offset and time indexes)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def _open(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        return self._fd
+
+    def append(self, data: bytes) -> None:
+        fd = self._open()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+
+    def rewrite(self, data: bytes) -> None:
+        fd = self._open()
+        os.ftruncate(fd, 0)
+        self.append(data)
+
+    def truncate(self, size: int) -> None:
+        os.ftruncate(self._open(), size)
+
+    def flush(self) -> None:
+        os.fsync(self._open())
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def rename(self, path: Path) -> None:
+        os.rename(self.path, path)
+        self.path = path
+
+    def delete(self) -> None:
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+class OffsetIndex:
+    """Sorted (relative offset, position) pairs of one segment."""
+
+    def __init__(self, path: Path, base_offset: int, *, max_entries: int) -> None:
+        self.base_offset = base_offset
+        self.max_entries = max_entries
+        self._file = IndexFile(path)
+        self._offsets = array("I")
+        self._positions = array("I")
+
+    @property
+    def path(self) -> Path:
+        return self._file.path
+
+    @classmethod
+    def create(
+        cls, path: Path, base_offset: int, *, max_entries: int, entries: list[tuple[int, int]] = ()
+    ) -> "OffsetIndex":
+        """A fresh index file holding `entries` ((absolute offset, position) pairs)."""
+        index = cls(path, base_offset, max_entries=max_entries)
+        for offset, position in entries:
+            index._offsets.append(offset - base_offset)
+            index._positions.append(position)
+        index._file.rewrite(index._encode(0))
+        return index
+
+    @classmethod
+    def load(
+        cls, path: Path, base_offset: int, *, max_entries: int, log_size: int
+    ) -> tuple["OffsetIndex | None", str]:
+        """The index in `path`, or (None, reason) when missing or inconsistent with a log of `log_size` bytes."""
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None, "missing"
+        if len(data) % ENTRY_SIZE:
+            return None, f"size {len(data)} is not a multiple of {ENTRY_SIZE}"
+        pairs = _from_disk("I", data)
+        offsets, positions = pairs[0::2], pairs[1::2]
+        for i in range(1, len(offsets)):
+            if offsets[i] <= offsets[i - 1] or positions[i] <= positions[i - 1]:
+                return None, f"entry {i} does not increase"
+        if positions and positions[-1] >= log_size:
+            return None, f"last entry points at byte {positions[-1]}, past the log's {log_size} bytes"
+        index = cls(path, base_offset, max_entries=max_entries)
+        index._offsets, index._positions = offsets, positions
+        return index, ""
+
+    def _encode(self, start: int) -> bytes:
+        pairs = array("I", bytes(8 * (len(self._offsets) - start)))
+        pairs[0::2] = self._offsets[start:]
+        pairs[1::2] = self._positions[start:]
+        return _to_disk(pairs)
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    @property
+    def is_full(self) -> bool:
+        return len(self._offsets) >= self.max_entries
+
+    @property
+    def last_entry(self) -> tuple[int, int]:
+        """(absolute offset, position) of the last entry, or (base offset, 0)."""
+        if not self._offsets:
+            return self.base_offset, 0
+        return self.base_offset + self._offsets[-1], self._positions[-1]
+
+    def append(self, offset: int, position: int) -> None:
+        relative = offset - self.base_offset
+        if self._offsets and (relative <= self._offsets[-1] or position <= self._positions[-1]):
+            return  # entries only move forward; a duplicate would break the binary search
+        self._offsets.append(relative)
+        self._positions.append(position)
+        self._file.append(self._encode(len(self._offsets) - 1))
+
+    def lookup(self, offset: int) -> tuple[int, int]:
+        """(absolute offset, position) of the last entry at or below `offset`, or (base offset, 0)."""
+        i = bisect.bisect_right(self._offsets, offset - self.base_offset) - 1
+        if i < 0:
+            return self.base_offset, 0
+        return self.base_offset + self._offsets[i], self._positions[i]
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop entries for offsets >= `offset`."""
+        i = bisect.bisect_left(self._offsets, offset - self.base_offset)
+        if i < len(self._offsets):
+            del self._offsets[i:]
+            del self._positions[i:]
+            self._file.truncate(i * ENTRY_SIZE)
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def rename(self, path: Path) -> None:
+        self._file.rename(path)
+
+    def delete(self) -> None:
+        self._file.delete()

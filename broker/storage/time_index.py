@@ -1,0 +1,116 @@
+"""The time index of one segment: max timestamp so far -> relative offset.
+
+Why it exists: ListOffsets by timestamp (and retention by time) must find the
+first offset whose timestamp is >= T without decoding records. An entry (i64
+timestamp, u32 offset - base) is added at the offset index's cadence whenever
+the segment's max timestamp has grown, plus a final one when the segment is
+rolled, so timestamps in the file never go backwards. It is rebuilt from the
+log when missing or inconsistent; it must never claim a timestamp the log
+does not hold.
+"""
+
+from __future__ import annotations
+
+import bisect
+import struct
+from array import array
+from pathlib import Path
+
+from .offset_index import IndexFile
+
+ENTRY = struct.Struct(">qI")
+ENTRY_SIZE = ENTRY.size  # 12
+NO_TIMESTAMP = -1
+
+
+class TimeIndex:
+    """Non-decreasing (timestamp ms, relative offset) pairs of one segment."""
+
+    def __init__(self, path: Path, base_offset: int) -> None:
+        self.base_offset = base_offset
+        self._file = IndexFile(path)
+        self._timestamps = array("q")
+        self._offsets = array("I")
+
+    @property
+    def path(self) -> Path:
+        return self._file.path
+
+    @classmethod
+    def create(cls, path: Path, base_offset: int, *, entries: list[tuple[int, int]] = ()) -> "TimeIndex":
+        index = cls(path, base_offset)
+        for timestamp, offset in entries:
+            index._timestamps.append(timestamp)
+            index._offsets.append(offset - base_offset)
+        index._file.rewrite(b"".join(ENTRY.pack(t, o) for t, o in zip(index._timestamps, index._offsets)))
+        return index
+
+    @classmethod
+    def load(cls, path: Path, base_offset: int, *, next_offset: int) -> tuple["TimeIndex | None", str]:
+        """The index in `path`, or (None, reason) when missing or inconsistent with offsets below `next_offset`."""
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None, "missing"
+        if len(data) % ENTRY_SIZE:
+            return None, f"size {len(data)} is not a multiple of {ENTRY_SIZE}"
+        index = cls(path, base_offset)
+        last_ts, last_off = NO_TIMESTAMP - 1, -1
+        for timestamp, relative in ENTRY.iter_unpack(data):
+            if timestamp < last_ts or relative < last_off:
+                return None, "entries go backwards"
+            if base_offset + relative >= next_offset:
+                return None, f"entry for offset {base_offset + relative} is past the log end {next_offset}"
+            index._timestamps.append(timestamp)
+            index._offsets.append(relative)
+            last_ts, last_off = timestamp, relative
+        return index, ""
+
+    def __len__(self) -> int:
+        return len(self._timestamps)
+
+    @property
+    def last_entry(self) -> tuple[int, int]:
+        """(timestamp, absolute offset) of the last entry, or (-1, base offset)."""
+        if not self._timestamps:
+            return NO_TIMESTAMP, self.base_offset
+        return self._timestamps[-1], self.base_offset + self._offsets[-1]
+
+    def maybe_append(self, timestamp: int, offset: int) -> None:
+        """Add (timestamp, offset) if the timestamp is newer than the last entry's."""
+        if self._timestamps and timestamp <= self._timestamps[-1]:
+            return
+        relative = offset - self.base_offset
+        if self._offsets and relative < self._offsets[-1]:
+            return
+        self._timestamps.append(timestamp)
+        self._offsets.append(relative)
+        self._file.append(ENTRY.pack(timestamp, relative))
+
+    def lookup(self, timestamp: int) -> int:
+        """An offset to start scanning from: every record before it has a timestamp < `timestamp`."""
+        i = bisect.bisect_left(self._timestamps, timestamp) - 1
+        if i < 0:
+            return self.base_offset
+        # Entry i's timestamp < target: all records up to its offset are older, start after it.
+        return self.base_offset + self._offsets[i] + 1
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop entries for offsets >= `offset`."""
+        i = bisect.bisect_left(self._offsets, offset - self.base_offset)
+        if i < len(self._offsets):
+            del self._timestamps[i:]
+            del self._offsets[i:]
+            self._file.truncate(i * ENTRY_SIZE)
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def rename(self, path: Path) -> None:
+        self._file.rename(path)
+
+    def delete(self) -> None:
+        self._file.delete()

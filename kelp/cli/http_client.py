@@ -1,0 +1,81 @@
+"""A small blocking client for the broker's admin HTTP API.
+
+Why: `kelp topics ...` needs a handful of JSON calls; the standard library's
+urllib keeps the CLI free of an event loop. A broker's JSON error body
+(`{"error_code", "message"}`) becomes a `CliError` carrying its message.
+
+It must never hide the broker's message behind a generic one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+from .errors import CliError
+
+__all__ = ["AdminClient", "DEFAULT_HTTP"]
+
+DEFAULT_HTTP = "http://localhost:8080"
+
+
+def default_http_url() -> str:
+    return os.environ.get("KELP_HTTP") or DEFAULT_HTTP
+
+
+class AdminClient:
+    def __init__(self, base_url: str, *, timeout_s: float = 30.0) -> None:
+        if "://" not in base_url:
+            base_url = "http://" + base_url
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        url = self.base_url + path
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(url, data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        req.add_header("Accept", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+            try:
+                message = json.loads(raw)["message"]
+            except Exception:
+                message = raw.decode("utf-8", "replace").strip()[:300] or exc.reason
+            raise CliError(f"{message} (HTTP {exc.code} from {method} {url})") from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise CliError(
+                f"cannot reach the Kelp HTTP API at {self.base_url}: {reason} (set --http or KELP_HTTP)"
+            ) from None
+        try:
+            return json.loads(raw) if raw else None
+        except ValueError:
+            raise CliError(f"{method} {url} answered with something that is not JSON: {raw[:200]!r}") from None
+
+    def get(self, path: str) -> Any:
+        return self.request("GET", path)
+
+    def post(self, path: str, body: Any) -> Any:
+        return self.request("POST", path, body)
+
+    def put(self, path: str, body: Any) -> Any:
+        return self.request("PUT", path, body)
+
+    def patch(self, path: str, body: Any) -> Any:
+        return self.request("PATCH", path, body)
+
+    def delete(self, path: str) -> Any:
+        return self.request("DELETE", path)
+
+
+def quote(name: str) -> str:
+    return urllib.parse.quote(name, safe="")

@@ -1,0 +1,157 @@
+"""`kelp topics create|list|describe|delete|alter-config` through the admin HTTP API.
+
+Why: the everyday topic chores without a Kafka admin client; the broker
+validates, so this module only shapes requests and prints answers.
+
+It must never validate topic rules itself: the broker is the authority.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .common import http_options, json_option, parse_pairs
+from .http_client import AdminClient, default_http_url, quote
+from .output import print_json, print_table
+
+__all__ = ["register"]
+
+
+def _client(args: argparse.Namespace) -> AdminClient:
+    return AdminClient(args.http or default_http_url())
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {"name": args.name, "configs": parse_pairs(args.config, option="--config")}
+    if args.partitions is not None:
+        body["partitions"] = args.partitions
+    if args.replication_factor is not None:
+        body["replication_factor"] = args.replication_factor
+    result = _client(args).post("/admin/v1/topics", body)
+    if args.json:
+        print_json(result)
+    else:
+        print(f"created topic {result['name']} with {result['partitions_count']} partition(s), "
+              f"replication factor {result['replication_factor']}")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    topics = _client(args).get("/admin/v1/topics")["topics"]
+    if not args.internal:
+        topics = [t for t in topics if not t.get("internal")]
+    if args.json:
+        print_json(topics)
+        return 0
+    rows = [
+        [t["name"], t["partitions"], t["replication_factor"],
+         " ".join(f"{k}={v}" for k, v in sorted(t.get("configs", {}).items())) or "-"]
+        for t in topics
+    ]
+    print_table(rows, ["TOPIC", "PARTITIONS", "RF", "CONFIGS"])
+    return 0
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    d = _client(args).get(f"/admin/v1/topics/{quote(args.name)}")
+    if args.json:
+        print_json(d)
+        return 0
+    print(f"Topic: {d['name']}  Partitions: {d['partitions_count']}  "
+          f"ReplicationFactor: {d['replication_factor']}  Id: {d['topic_id']}")
+    print()
+    print_table(
+        [[p["partition"], p["leader"], p["replicas"], p["isr"], p["log_start_offset"],
+          p["log_end_offset"], p["high_watermark"], p["size_bytes"]] for p in d["partitions"]],
+        ["PARTITION", "LEADER", "REPLICAS", "ISR", "LOG-START", "LOG-END", "HIGH-WATERMARK", "SIZE-BYTES"],
+    )
+    print()
+    configs = d["configs"]
+    shown = {k: v for k, v in configs.items() if args.all_configs or v["source"] != "default"}
+    if shown:
+        print_table([[k, v["value"], v["source"]] for k, v in shown.items()], ["CONFIG", "VALUE", "SOURCE"])
+    else:
+        print("Configs: all defaults (use --all-configs to list them)")
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    result = _client(args).delete(f"/admin/v1/topics/{quote(args.name)}")
+    if args.json:
+        print_json(result)
+    else:
+        print(f"deleted topic {args.name}")
+    return 0
+
+
+def cmd_alter_config(args: argparse.Namespace) -> int:
+    sets = parse_pairs(args.set, option="--set")
+    client = _client(args)
+    path = f"/admin/v1/topics/{quote(args.name)}/configs"
+    if args.replace:
+        result = client.put(path, {"configs": sets})
+    else:
+        if not sets and not args.delete:
+            from .errors import CliError
+
+            raise CliError("alter-config needs at least one --set KEY=VALUE or --delete KEY (or --replace)")
+        result = client.patch(path, {"configs": sets, "delete": list(args.delete or [])})
+    if args.json:
+        print_json(result)
+        return 0
+    overrides = {k: v["value"] for k, v in result["configs"].items() if v["source"] == "topic"}
+    print(f"configs of topic {args.name} now override: "
+          + (", ".join(f"{k}={v}" for k, v in sorted(overrides.items())) or "nothing (all defaults)"))
+    return 0
+
+
+def cmd_grow(args: argparse.Namespace) -> int:
+    result = _client(args).post(f"/admin/v1/topics/{quote(args.name)}/partitions", {"partitions": args.partitions})
+    if args.json:
+        print_json(result)
+    else:
+        print(f"topic {args.name} now has {result['partitions_count']} partitions")
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    common = [http_options(), json_option()]
+    topics = subparsers.add_parser("topics", help="create, list, describe, delete topics and alter their configs")
+    sub = topics.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
+
+    p = sub.add_parser("create", parents=common, help="create a topic")
+    p.add_argument("name")
+    p.add_argument("--partitions", "-p", type=int, help="partition count (broker default: num.partitions)")
+    p.add_argument("--replication-factor", "-r", type=int, help="replication factor (broker default)")
+    p.add_argument("--config", "-c", action="append", metavar="KEY=VALUE", help="topic config, repeatable")
+    p.set_defaults(func=cmd_create)
+
+    p = sub.add_parser("list", parents=common, help="list topics")
+    p.add_argument("--internal", action="store_true", help="include internal topics (__consumer_offsets)")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("describe", parents=common, help="partitions, offsets, sizes and configs of a topic")
+    p.add_argument("name")
+    p.add_argument("--all-configs", action="store_true", help="also list configs left at their defaults")
+    p.set_defaults(func=cmd_describe)
+
+    p = sub.add_parser("delete", parents=common, help="delete a topic and its data")
+    p.add_argument("name")
+    p.set_defaults(func=cmd_delete)
+
+    p = sub.add_parser("alter-config", parents=common, help="set or remove topic config overrides")
+    p.add_argument("name")
+    p.add_argument("--set", "-s", action="append", metavar="KEY=VALUE", help="set a config, repeatable")
+    p.add_argument("--delete", "-d", action="append", metavar="KEY", help="return a config to its default, repeatable")
+    p.add_argument("--replace", action="store_true", help="replace all overrides with exactly the --set ones")
+    p.set_defaults(func=cmd_alter_config)
+
+    p = sub.add_parser("add-partitions", parents=common, help="grow a topic to a new total partition count")
+    p.add_argument("name")
+    p.add_argument("--partitions", "-p", type=int, required=True, help="the new total partition count")
+    p.set_defaults(func=cmd_grow)

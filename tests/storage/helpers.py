@@ -1,0 +1,46 @@
+"""Helpers for storage tests: an injectable clock, batch builders, reading a whole log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kelp.records import Record, build_batch, iter_headers, iter_records
+
+
+class FakeClock:
+    """A clock in seconds (what `Log` expects) that only moves when told."""
+
+    def __init__(self, start_ms: int = 1_700_000_000_000) -> None:
+        self.ms = start_ms
+
+    def __call__(self) -> float:
+        return self.ms / 1000
+
+    def advance(self, ms: int) -> None:
+        self.ms += ms
+
+
+def batch(*values: bytes, key: bytes | None = b"k", timestamp: int = 1_700_000_000_000, **kwargs) -> bytes:
+    """One batch holding `values` (all with `key`), every record at `timestamp`."""
+    return build_batch([Record(key, v, timestamp=timestamp) for v in values], **kwargs)
+
+
+def keyed(pairs: list[tuple[bytes, bytes | None]], *, timestamp: int = 1_700_000_000_000) -> bytes:
+    return build_batch([Record(k, v, timestamp=timestamp) for k, v in pairs])
+
+
+def read_all(log, start: int | None = None, *, max_bytes: int = 1 << 20) -> list:
+    """Every record from `start` (default: log start) to the log end, following batch boundaries."""
+    offset = log.log_start_offset if start is None else start
+    found = []
+    while offset < log.log_end_offset:
+        data = log.read(offset, max_bytes=max_bytes)
+        if not data:
+            break
+        found.extend(r for r in iter_records(data) if r.offset >= offset)
+        offset = list(iter_headers(data))[-1].next_offset
+    return found
+
+
+def log_files(directory: Path, suffix: str) -> list[Path]:
+    return sorted(directory.glob(f"*{suffix}"))

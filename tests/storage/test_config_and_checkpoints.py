@@ -1,0 +1,87 @@
+"""LogConfig from Kafka property names, flush policies, and the small checkpoint files."""
+
+from __future__ import annotations
+
+import pytest
+
+from kelp.errors import ConfigError
+from kelp.broker.storage import Log, LogConfig
+from kelp.broker.storage.checkpoint import PartitionCheckpoint
+from kelp.broker.storage.leader_epoch import LeaderEpochCache
+
+from .helpers import batch
+
+
+def test_from_kafka_maps_property_names_and_types() -> None:
+    config = LogConfig.from_kafka(
+        {"segment.bytes": "1048576", "retention.ms": -1, "cleanup.policy": "compact,delete",
+         "min.cleanable.dirty.ratio": "0.3", "message.timestamp.type": "LogAppendTime",
+         "min.insync.replicas": "2"}
+    )
+    assert config.segment_bytes == 1048576 and config.retention_ms == -1
+    assert config.compact and config.delete and config.min_cleanable_dirty_ratio == 0.3
+    assert config.log_append_time
+    assert LogConfig.from_kafka({}, base=config) == config
+    assert LogConfig.from_kafka(config.to_kafka()) == config
+
+
+@pytest.mark.parametrize(
+    ("props", "message"),
+    [
+        ({"segment.bytez": "1"}, "unknown topic config 'segment.bytez'"),
+        ({"segment.bytes": "big"}, "invalid value 'big' for topic config 'segment.bytes'"),
+        ({"segment.bytes": "0"}, "segment.bytes=0 is invalid"),
+        ({"retention.ms": "-5"}, "retention.ms=-5 is invalid"),
+        ({"cleanup.policy": "shred"}, "cleanup.policy='shred' is invalid"),
+        ({"min.cleanable.dirty.ratio": "1.5"}, "min.cleanable.dirty.ratio=1.5 is invalid"),
+        ({"message.timestamp.type": "Now"}, "message.timestamp.type='Now' is invalid"),
+    ],
+)
+def test_bad_config_is_refused_naming_the_key(props, message) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):
+        LogConfig.from_kafka(props)
+
+
+def test_flush_messages_fsyncs_and_advances_the_recovery_point(tmp_path, clock) -> None:
+    log = Log.open(tmp_path / "t-0", LogConfig(flush_messages=3), clock=clock)
+    log.append_as_leader(batch(b"a", b"b"), leader_epoch=0)
+    assert log.recovery_point == 0
+    log.append_as_leader(batch(b"c"), leader_epoch=0)
+    assert log.recovery_point == 3
+    assert PartitionCheckpoint.read(tmp_path / "t-0").recovery_point == 3
+
+
+def test_flush_ms_fsyncs_on_the_next_append_or_tick(tmp_path, clock) -> None:
+    log = Log.open(tmp_path / "t-0", LogConfig(flush_ms=1000), clock=clock)
+    log.append_as_leader(batch(b"a"), leader_epoch=0)
+    assert log.recovery_point == 0 and log.maybe_flush() is False
+    clock.advance(1000)
+    assert log.maybe_flush() is True and log.recovery_point == 1
+    log.append_as_leader(batch(b"b"), leader_epoch=0)
+    clock.advance(1000)
+    log.append_as_leader(batch(b"c"), leader_epoch=0)
+    assert log.recovery_point == 3
+
+
+def test_partition_checkpoint_round_trips_and_ignores_damage(tmp_path) -> None:
+    PartitionCheckpoint(log_start_offset=5, high_watermark=9, recovery_point=7, cleaner_offset=6).write(tmp_path)
+    assert PartitionCheckpoint.read(tmp_path) == PartitionCheckpoint(5, 9, 7, 6)
+    assert not list(tmp_path.glob("*.tmp"))
+    (tmp_path / "partition.checkpoint").write_text("garbage\n")
+    assert PartitionCheckpoint.read(tmp_path) is None
+
+
+def test_leader_epoch_cache_persists_and_truncates(tmp_path) -> None:
+    cache = LeaderEpochCache(tmp_path)
+    cache.assign(1, 0)
+    cache.assign(1, 5)  # same epoch: no new entry
+    cache.assign(3, 10)
+    cache.assign(4, 20)
+    assert LeaderEpochCache.load(tmp_path).entries == [(1, 0), (3, 10), (4, 20)]
+    assert (tmp_path / "leader-epoch-checkpoint").read_text() == "0\n3\n1 0\n3 10\n4 20\n"
+    cache.truncate_from_start(12)
+    assert cache.entries == [(3, 12), (4, 20)]
+    cache.truncate_from_end(20)
+    assert cache.entries == [(3, 12)]
+    assert cache.end_offset_for(3, 30) == (3, 30) and cache.end_offset_for(2, 30) == (-1, -1)
+    assert LeaderEpochCache.load(tmp_path).entries == [(3, 12)]

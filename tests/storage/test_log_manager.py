@@ -1,0 +1,83 @@
+"""The LogManager spreads partitions over log.dirs, reopens them at start, deletes safely."""
+
+from __future__ import annotations
+
+from kelp.broker.storage import LogConfig, LogManager
+from kelp.broker.storage.log_manager import parse_partition_dir
+
+from .helpers import batch, read_all
+
+
+def test_partition_dir_names_split_at_the_last_dash() -> None:
+    assert parse_partition_dir("orders-0") == ("orders", 0)
+    assert parse_partition_dir("my-topic.v2-17") == ("my-topic.v2", 17)
+    assert parse_partition_dir("__consumer_offsets-49") == ("__consumer_offsets", 49)
+    assert parse_partition_dir("no_partition") is None
+    assert parse_partition_dir("x-abc") is None
+    assert parse_partition_dir("x-1.0123abcd-delete") is None
+
+
+def test_new_partitions_go_to_the_least_loaded_dir(tmp_path, clock) -> None:
+    dirs = [tmp_path / "a", tmp_path / "b", tmp_path / "c"]
+    manager = LogManager(dirs, clock=clock)
+    for p in range(6):
+        manager.get_or_create("t", p)
+    placed = [manager.get("t", p).directory.parent for p in range(6)]
+    assert sorted(placed.count(d) for d in dirs) == [2, 2, 2]
+    assert manager.get_or_create("t", 0) is manager.get("t", 0)
+    assert manager.get("t", 99) is None
+
+
+def test_existing_partitions_are_opened_at_start(tmp_path, clock) -> None:
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    manager = LogManager(dirs, LogConfig(segment_bytes=400), clock=clock)
+    for topic in ("orders", "my-topic.v2"):
+        for p in range(2):
+            manager.get_or_create(topic, p).append_as_leader(batch(b"%s-%d" % (topic.encode(), p)), leader_epoch=0)
+    manager.close_all()
+    (tmp_path / "a" / "__cluster_metadata.json").write_text("{}")  # a file, not a partition
+    again = LogManager(dirs, LogConfig(segment_bytes=400), clock=clock)
+    assert again.partitions() == [("my-topic.v2", 0), ("my-topic.v2", 1), ("orders", 0), ("orders", 1)]
+    assert [r.value for r in read_all(again.get("my-topic.v2", 1))] == [b"my-topic.v2-1"]
+    assert again.get("orders", 0).config.segment_bytes == 400
+
+
+def test_config_for_supplies_topic_overrides(tmp_path, clock) -> None:
+    compacted = LogConfig(cleanup_policy="compact")
+    manager = LogManager([tmp_path], clock=clock, config_for=lambda t: compacted if t == "offsets" else None)
+    assert manager.get_or_create("offsets", 0).config.compact
+    assert not manager.get_or_create("plain", 0).config.compact
+
+
+def test_delete_renames_then_removes(tmp_path, clock) -> None:
+    manager = LogManager([tmp_path], clock=clock)
+    manager.get_or_create("gone", 0).append_as_leader(batch(b"x"), leader_epoch=0)
+    assert manager.delete("gone", 0) is True
+    assert manager.get("gone", 0) is None
+    assert list(tmp_path.iterdir()) == []
+    assert manager.delete("gone", 0) is False
+
+
+def test_a_half_deleted_partition_is_not_resurrected(tmp_path, clock) -> None:
+    manager = LogManager([tmp_path], clock=clock)
+    manager.get_or_create("gone", 0).append_as_leader(batch(b"x"), leader_epoch=0)
+    manager.close_all()
+    (tmp_path / "gone-0").rename(tmp_path / "gone-0.0123456789abcdef-delete")
+    again = LogManager([tmp_path], clock=clock)
+    assert again.partitions() == []
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_periodic_work_runs_over_every_log(tmp_path, clock) -> None:
+    config = LogConfig(segment_bytes=300, retention_ms=1000, segment_ms=10_000, flush_ms=500)
+    manager = LogManager([tmp_path], config, clock=clock)
+    for p in range(2):
+        log = manager.get_or_create("t", p)
+        for i in range(10):
+            log.append_as_leader(batch(b"v%d" % i, timestamp=clock.ms), leader_epoch=0)
+    clock.advance(20_000)
+    assert manager.flush_by_time() == 2
+    assert all(log.recovery_point == log.log_end_offset for log in manager.all_logs())
+    assert manager.roll_by_time() == 2
+    assert manager.run_retention() > 0
+    assert all(log.log_start_offset == 10 for log in manager.all_logs())

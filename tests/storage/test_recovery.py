@@ -1,0 +1,171 @@
+"""Recovery on open: torn or corrupt tails are cut off (and logged), indexes are rebuilt,
+nothing acknowledged is lost after a crash, nothing corrupt is served.
+
+A crash is simulated by opening a second `Log` on the directory without
+closing the first: what a killed process leaves behind (bytes in the page
+cache, a stale recovery point)."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+
+from kelp.records import parse_batches
+from kelp.broker.storage import Log, LogConfig
+
+from .helpers import batch, log_files, read_all
+
+T0 = 1_700_000_000_000
+CONFIG = LogConfig(segment_bytes=600, index_interval_bytes=100)
+
+
+def _crashed_log(tmp_path, clock, count: int = 30) -> tuple[Log, list[bytes]]:
+    log = Log.open(tmp_path / "t-0", CONFIG, clock=clock)
+    values = [b"value-%03d" % i for i in range(count)]
+    for value in values:
+        log.append_as_leader(batch(value, timestamp=T0 + int(value[-3:]) * 10), leader_epoch=0)
+    return log, values
+
+
+def _reopen(tmp_path, clock) -> Log:
+    return Log.open(tmp_path / "t-0", CONFIG, clock=clock)
+
+
+def test_a_crash_loses_nothing_that_was_appended(tmp_path, clock) -> None:
+    log, values = _crashed_log(tmp_path, clock)
+    assert log.recovery_point < log.log_end_offset  # nothing fsynced the tail
+    again = _reopen(tmp_path, clock)
+    assert again.log_end_offset == 30
+    assert [r.value for r in read_all(again)] == values
+
+
+def test_torn_tail_is_truncated_at_the_last_whole_batch(tmp_path, clock, caplog) -> None:
+    log, values = _crashed_log(tmp_path, clock)
+    active = log.active_segment.log_path
+    size = active.stat().st_size
+    os.truncate(active, size - 7)  # the last batch loses its end
+    with caplog.at_level(logging.WARNING, logger="kelp.broker.storage"):
+        again = _reopen(tmp_path, clock)
+    assert again.log_end_offset == 29
+    assert [r.value for r in read_all(again)] == values[:29]
+    (warning,) = [r for r in caplog.records if "truncated" in r.getMessage()]
+    message = warning.getMessage()
+    assert str(active) in message and "(offset 29)" in message and "torn batch" in message
+    assert f"truncated {size - 7 - active.stat().st_size} bytes at position {active.stat().st_size}" in message
+    # The log goes on from there.
+    again.append_as_leader(batch(b"after"), leader_epoch=0)
+    assert read_all(again)[-1].offset == 29
+
+
+def test_corrupted_crc_in_the_last_batch_is_cut_off(tmp_path, clock, caplog) -> None:
+    log, values = _crashed_log(tmp_path, clock)
+    active = log.active_segment.log_path
+    data = bytearray(active.read_bytes())
+    last = parse_batches(data)[-1]
+    data[last.position + 70] ^= 0xFF  # a byte inside the records, covered by the CRC
+    active.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING, logger="kelp.broker.storage"):
+        again = _reopen(tmp_path, clock)
+    assert again.log_end_offset == 29
+    assert active.stat().st_size == last.position
+    assert any("CRC mismatch" in r.getMessage() and f"position {last.position}" in r.getMessage() for r in caplog.records)
+    for segment in again.segments:  # every byte left passes validation
+        parse_batches(segment.read(0, segment.size)) if segment.size else None
+
+
+def test_garbage_after_the_last_batch_is_removed(tmp_path, clock, caplog) -> None:
+    log, values = _crashed_log(tmp_path, clock)
+    active = log.active_segment.log_path
+    size = active.stat().st_size
+    with open(active, "ab") as f:
+        f.write(os.urandom(333))
+    with caplog.at_level(logging.WARNING, logger="kelp.broker.storage"):
+        again = _reopen(tmp_path, clock)
+    assert active.stat().st_size == size
+    assert again.log_end_offset == 30
+    assert [r.value for r in read_all(again)] == values
+    assert any(f"truncated 333 bytes at position {size}" in r.getMessage() for r in caplog.records)
+
+
+def test_zeroed_tail_after_power_loss_is_removed(tmp_path, clock) -> None:
+    log, values = _crashed_log(tmp_path, clock)
+    active = log.active_segment.log_path
+    with open(active, "ab") as f:
+        f.write(bytes(4096))  # a filesystem may expose zeroed blocks after a crash
+    again = _reopen(tmp_path, clock)
+    assert again.log_end_offset == 30 and [r.value for r in read_all(again)] == values
+
+
+def test_corruption_in_an_unflushed_middle_segment_drops_everything_after_it(tmp_path, clock, caplog) -> None:
+    log, values = _crashed_log(tmp_path, clock, count=40)
+    segments = log.segments
+    assert len(segments) >= 4
+    victim = segments[1]
+    data = bytearray(victim.log_path.read_bytes())
+    data[100] ^= 0xFF
+    victim.log_path.write_bytes(bytes(data))
+    # Pretend nothing was flushed: recovery scans from the first segment.
+    (tmp_path / "t-0" / "partition.checkpoint").unlink()
+    with caplog.at_level(logging.WARNING, logger="kelp.broker.storage"):
+        again = _reopen(tmp_path, clock)
+    assert len(again.segments) == 2
+    assert again.log_end_offset < segments[2].base_offset
+    assert [r.value for r in read_all(again)] == values[: again.log_end_offset]
+    assert not segments[3].log_path.exists()
+    assert any("deleted" in r.getMessage() and segments[3].log_path.name in r.getMessage() for r in caplog.records)
+
+
+def test_clean_shutdown_skips_the_scan_and_keeps_everything(tmp_path, clock) -> None:
+    log, values = _crashed_log(tmp_path, clock)
+    log.close()
+    again = _reopen(tmp_path, clock)
+    assert again.recovery_point == again.log_end_offset == 30
+    assert again.log_start_offset == 0
+    assert [r.value for r in read_all(again)] == values
+
+
+@pytest.mark.parametrize("damage", ["missing", "garbage", "truncated", "points-past-end"])
+def test_missing_or_corrupted_index_files_are_rebuilt(tmp_path, clock, caplog, damage) -> None:
+    log, values = _crashed_log(tmp_path, clock, count=60)
+    probes = [0, T0, T0 + 5, T0 + 155, T0 + 590, T0 + 600]
+    expected = [log.offset_for_timestamp(t) for t in probes]
+    assert expected[3] == (16, T0 + 160) and expected[-1] is None
+    log.close()
+    closed = log.segments[1]
+    assert len(closed.index) > 0
+    index_path, time_path = closed.index.path, closed.time_index.path
+    if damage == "missing":
+        index_path.unlink()
+        time_path.unlink()
+    elif damage == "garbage":
+        index_path.write_bytes(os.urandom(37))
+        time_path.write_bytes(os.urandom(50))
+    elif damage == "truncated":
+        index_path.write_bytes(index_path.read_bytes()[:-3])
+    else:
+        index_path.write_bytes((1).to_bytes(4, "big") + (10**6).to_bytes(4, "big"))
+    with caplog.at_level(logging.WARNING, logger="kelp.broker.storage"):
+        again = _reopen(tmp_path, clock)
+    assert any("rebuilding" in r.getMessage() for r in caplog.records)
+    assert index_path.exists() and index_path.stat().st_size % 8 == 0 and len(again.segments[1].index) > 0
+    assert [r.value for r in read_all(again)] == values
+    for offset in range(60):
+        assert parse_batches(again.read(offset, max_bytes=1))[0].base_offset == offset
+    assert [again.offset_for_timestamp(t) for t in probes] == expected
+
+
+def test_leftover_temp_files_are_removed(tmp_path, clock) -> None:
+    log, _ = _crashed_log(tmp_path, clock)
+    log.close()
+    directory = tmp_path / "t-0"
+    (directory / "00000000000000000000.log.cleaned").write_bytes(b"partial rewrite")
+    (directory / "partition.checkpoint.tmp").write_bytes(b"torn")
+    (directory / "00000000000000999999.index").write_bytes(b"")  # index without a log
+    _reopen(tmp_path, clock)
+    names = {p.name for p in directory.iterdir()}
+    assert "00000000000000000000.log.cleaned" not in names
+    assert "partition.checkpoint.tmp" not in names
+    assert "00000000000000999999.index" not in names
+    assert len(log_files(directory, ".log")) == len(log.segments)

@@ -1,0 +1,1 @@
+"""Test helpers shared by every tier (the broker-process fixture lives here)."""
