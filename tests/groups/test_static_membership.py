@@ -16,7 +16,7 @@ def generations(log_text: str, group: str) -> list[int]:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("client", ["kafka-python", "confluent"])
+@pytest.mark.parametrize("client", ["kafka-python", "aiokafka", "confluent"])
 def test_static_member_restart_keeps_partitions_without_rebalance(group_broker, consumers, client: str) -> None:
     bs = group_broker.bootstrap
     topic = f"static-{client}"

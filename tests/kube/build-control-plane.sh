@@ -8,7 +8,8 @@
 # Why: kind needs Docker and image pulls; neither exists here. Only the Go module
 # proxy and Debian's archive are reachable, so everything comes from those.
 #
-# Usage: tests/kube/build-control-plane.sh        # prints the bin directory on stdout
+# Usage: tests/kube/build-control-plane.sh          # builds if needed; prints the bin directory
+#        tests/kube/build-control-plane.sh --check  # exit 0 (and print it) only if already built
 # Env:   KELP_KUBE_VERSION   (default v1.34.4)    Kubernetes release to build
 #        KELP_ETCD_VERSION   (default v3.6.5)     etcd built when no usable system etcd
 #        KELP_MIN_SYSTEM_ETCD (default 3.5.24)    oldest system etcd accepted
@@ -36,14 +37,20 @@ log() { echo "build-control-plane: $*" >&2; }
 command -v go >/dev/null 2>&1 || PATH="/usr/local/go/bin:$PATH"
 command -v go >/dev/null 2>&1 || { log "go not found (looked in PATH and /usr/local/go/bin)"; exit 2; }
 
-mkdir -p "$BIN" "$CACHE"
-exec 9>"$CACHE/.lock-$KUBE_VERSION"
-if ! flock -w 3600 9; then log "timed out waiting for lock $CACHE/.lock-$KUBE_VERSION"; exit 3; fi
-
 have_all() {
   local c
   for c in $COMPONENTS etcd; do [ -x "$BIN/$c" ] || return 1; done
 }
+if [ "${1:-}" = "--check" ]; then
+  have_all || { log "not built yet: $BIN lacks some of: $COMPONENTS etcd"; exit 1; }
+  echo "$BIN"
+  exit 0
+fi
+
+mkdir -p "$BIN" "$CACHE"
+exec 9>"$CACHE/.lock-$KUBE_VERSION"
+if ! flock -w 3600 9; then log "timed out waiting for lock $CACHE/.lock-$KUBE_VERSION"; exit 3; fi
+
 if have_all; then
   echo "$BIN"
   exit 0

@@ -17,6 +17,7 @@ Environment:
   KELP_KUBE_BUILD=0            do not build; skip unless the binaries are cached
   KELP_KUBE_BUILD_TIMEOUT      seconds allowed for a first build (default 3600)
   KELP_KUBE_BIN                use binaries from this directory instead
+  KELP_KUBE_KEEP=1             keep the temporary directory (logs, PKI, etcd data)
 """
 
 from __future__ import annotations
@@ -24,8 +25,7 @@ from __future__ import annotations
 import base64
 import os
 import shlex
-import signal
-import socket
+import shutil
 import ssl
 import subprocess
 import tempfile
@@ -39,6 +39,8 @@ from typing import Iterator
 
 import pytest
 
+from tests.kube.processes import Component, free_port, last_line, start_component
+
 HERE = Path(__file__).resolve().parent
 BUILD_SCRIPT = HERE / "build-control-plane.sh"
 READY_TIMEOUT_S = 120.0
@@ -49,27 +51,24 @@ _BUILD_TIMEOUT_S = float(os.environ.get("KELP_KUBE_BUILD_TIMEOUT", "3600"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Give the kube tier's tests a timeout that covers a first (uncached) build."""
-    for item in items:
-        if item.get_closest_marker("kube") and not item.get_closest_marker("timeout"):
+    """When the binaries still have to be built, give the tier's tests a timeout covering it."""
+    kube_items = [i for i in items if i.get_closest_marker("kube") and not i.get_closest_marker("timeout")]
+    if not kube_items or os.environ.get("KELP_KUBE_BIN") or os.environ.get("KELP_KUBE_BUILD") == "0":
+        return
+    try:
+        cached = subprocess.run([str(BUILD_SCRIPT), "--check"], capture_output=True,
+                                timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        cached = False
+    if not cached:
+        for item in kube_items:
             item.add_marker(pytest.mark.timeout(_BUILD_TIMEOUT_S + 300))
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _run(cmd: list[str], *, cwd: Path | None = None, timeout: float = 60.0) -> None:
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"`{shlex.join(cmd)}` exited {proc.returncode}: {proc.stderr.strip()}")
-
-
-def _last_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1].strip() if lines else "(no output)"
 
 
 def _binaries() -> Path:
@@ -93,7 +92,7 @@ def _binaries() -> Path:
         pytest.skip(f"kube tier: `{shlex.join(cmd)}` could not run: {exc}")
     if proc.returncode != 0:
         pytest.skip(
-            f"kube tier: `{shlex.join(cmd)}` exited {proc.returncode}: {_last_line(proc.stderr)}"
+            f"kube tier: `{shlex.join(cmd)}` exited {proc.returncode}: {last_line(proc.stderr)}"
         )
     took = time.monotonic() - started
     print(f"\nkube tier: control plane binaries ready in {took:.1f}s -> {proc.stdout.strip()}")
@@ -128,35 +127,6 @@ def _make_pki(tmp: Path) -> dict[str, Path]:
     _run([openssl, "rsa", "-in", str(sa_key), "-pubout", "-out", str(sa_pub)])
     return {"ca_crt": ca_crt, "ca_key": ca_key, "srv_crt": srv_crt, "srv_key": srv_key,
             "sa_key": sa_key, "sa_pub": sa_pub}
-
-
-@dataclass
-class Component:
-    """One control-plane process, running in its own process group."""
-
-    name: str
-    proc: subprocess.Popen[bytes]
-    log: Path
-
-    def tail(self, lines: int = 40) -> str:
-        try:
-            text = self.log.read_text(errors="replace")
-        except OSError as exc:
-            return f"(no log: {exc})"
-        return "\n".join(text.splitlines()[-lines:])
-
-    def stop(self) -> None:
-        if self.proc.poll() is not None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
 
 
 @dataclass
@@ -198,20 +168,6 @@ class KubeControlPlane:
             )
 
 
-def _start(name: str, argv: list[str], tmp: Path) -> Component:
-    log = tmp / f"{name}.log"
-    fh = open(log, "wb")
-    try:
-        proc = subprocess.Popen(
-            argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, cwd=tmp,
-        )
-    finally:
-        fh.close()
-    (tmp / f"{name}.cmd").write_text(shlex.join(argv) + "\n")
-    return Component(name=name, proc=proc, log=log)
-
-
 def _wait_http(url: str, *, comp: Component, timeout: float, ctx: ssl.SSLContext | None = None,
                token: str | None = None) -> None:
     deadline = time.monotonic() + timeout
@@ -247,10 +203,10 @@ def _etcd_speed_flags(etcd: Path) -> list[str]:
 
 def _start_etcd(bindir: Path, tmp: Path) -> tuple[Component, str]:
     for _attempt in range(3):
-        client_port, peer_port = _free_port(), _free_port()
+        client_port, peer_port = free_port(), free_port()
         client_url, peer_url = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
         data = tmp / f"etcd-data-{client_port}"
-        comp = _start("etcd", [
+        comp = start_component("etcd", [
             str(bindir / "etcd"), "--name", "kelp-test", "--data-dir", str(data),
             "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
             "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
@@ -268,7 +224,7 @@ def _start_etcd(bindir: Path, tmp: Path) -> tuple[Component, str]:
 
 
 @pytest.fixture(scope="session")
-def kube_control_plane() -> Iterator[KubeControlPlane]:
+def kube_control_plane(request: pytest.FixtureRequest) -> Iterator[KubeControlPlane]:
     """Start etcd + kube-apiserver + kube-controller-manager + kube-scheduler; yield; tear down."""
     bindir = _binaries()
     tmp = Path(tempfile.mkdtemp(prefix="kelp-kube-"))
@@ -285,9 +241,9 @@ def kube_control_plane() -> Iterator[KubeControlPlane]:
     try:
         etcd, etcd_url = _start_etcd(bindir, tmp)
         components.append(etcd)
-        api_port = _free_port()
+        api_port = free_port()
         server = f"https://127.0.0.1:{api_port}"
-        apiserver = _start("kube-apiserver", [
+        apiserver = start_component("kube-apiserver", [
             str(bindir / "kube-apiserver"),
             f"--etcd-servers={etcd_url}",
             f"--etcd-prefix=/kelp-test-{uuid.uuid4().hex[:8]}",
@@ -313,8 +269,8 @@ def kube_control_plane() -> Iterator[KubeControlPlane]:
         _wait_http(f"{server}/readyz", comp=apiserver, timeout=READY_TIMEOUT_S, ctx=ctx, token=token)
         kubeconfig = tmp / "kubeconfig"
         kubeconfig.write_text(_kubeconfig(server=server, ca_file=pki["ca_crt"], token=token))
-        cm_port, sched_port = _free_port(), _free_port()
-        components.append(_start("kube-controller-manager", [
+        cm_port, sched_port = free_port(), free_port()
+        components.append(start_component("kube-controller-manager", [
             str(bindir / "kube-controller-manager"),
             f"--kubeconfig={kubeconfig}",
             f"--authentication-kubeconfig={kubeconfig}",
@@ -327,7 +283,7 @@ def kube_control_plane() -> Iterator[KubeControlPlane]:
             f"--cert-dir={tmp / 'controller-manager-certs'}",
             "--v=1",
         ], tmp))
-        components.append(_start("kube-scheduler", [
+        components.append(start_component("kube-scheduler", [
             str(bindir / "kube-scheduler"),
             f"--kubeconfig={kubeconfig}",
             f"--authentication-kubeconfig={kubeconfig}",
@@ -358,8 +314,10 @@ def kube_control_plane() -> Iterator[KubeControlPlane]:
     finally:
         for comp in reversed(components):
             comp.stop()
-        if failed or (cp is not None and any(c.proc.returncode not in (0, -15, None) for c in components)):
+        if failed or request.session.testsfailed or os.environ.get("KELP_KUBE_KEEP") == "1":
             print(f"\nkube tier: component logs kept in {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _kubeconfig(*, server: str, ca_file: Path, token: str) -> str:

@@ -26,6 +26,41 @@ def _micro_time(ts: datetime) -> str:
     return ts.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def write_lease(api: client.ApiClient, *, namespace: str, body: dict, replace: bool) -> client.V1Lease:
+    """Create (POST) or replace (PUT) a Lease from a JSON dict, bypassing the model layer.
+
+    kubernetes==37's typed methods validate the body into V1Lease, turning the
+    MicroTime strings back into datetimes (see ``lease_body``); sending the dict
+    through the ApiClient keeps them exact. Errors raise ApiException as usual.
+    """
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+    if replace:
+        path += f"/{body['metadata']['name']}"
+    params = api.param_serialize(
+        "PUT" if replace else "POST", path,
+        header_params={"Content-Type": "application/json", "Accept": "application/json"},
+        body=body, auth_settings=["BearerToken"],
+    )
+    resp = api.call_api(*params)
+    resp.read()
+    return api.response_deserialize(resp, {"200": "V1Lease", "201": "V1Lease"}).data
+
+
+def lease_body(api: client.ApiClient, lease: client.V1Lease) -> dict:
+    """A Lease as a JSON dict whose MicroTime fields keep six fractional digits.
+
+    The client's models turn times into datetimes and serialise them with
+    isoformat(), which drops the fraction when microseconds are 0; the API
+    server's MicroTime parser then refuses the object with 400.
+    """
+    body = api.sanitize_for_serialization(lease)
+    spec = body.setdefault("spec", {})
+    for key, value in (("acquireTime", lease.spec.acquire_time), ("renewTime", lease.spec.renew_time)):
+        if isinstance(value, datetime):
+            spec[key] = _micro_time(value)
+    return body
+
+
 @dataclass(kw_only=True)
 class LeaseHolder:
     """Acquires and renews one Lease for ``identity`` from a background thread."""
@@ -55,18 +90,15 @@ class LeaseHolder:
         except client.ApiException as exc:
             if exc.status != 404:
                 raise
-            body = client.V1Lease(
-                metadata=client.V1ObjectMeta(name=self.name, namespace=self.namespace),
-                spec=client.V1LeaseSpec(
-                    holder_identity=self.identity,
-                    lease_duration_seconds=self.lease_duration_s,
-                    acquire_time=_micro_time(now),
-                    renew_time=_micro_time(now),
-                    lease_transitions=0,
-                ),
-            )
+            body = {
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": self.lease_duration_s,
+                         "acquireTime": _micro_time(now), "renewTime": _micro_time(now),
+                         "leaseTransitions": 0},
+            }
             try:
-                coord.create_namespaced_lease(self.namespace, body)
+                write_lease(self.api, namespace=self.namespace, body=body, replace=False)
             except client.ApiException as exc2:
                 if exc2.status == 409:  # another candidate created it first
                     return False
@@ -81,17 +113,16 @@ class LeaseHolder:
             duration = spec.lease_duration_seconds or self.lease_duration_s
             if renew is not None and renew + timedelta(seconds=duration) > now:
                 return False  # held and not expired
+        body = lease_body(self.api, lease)
         if not mine:
-            spec.holder_identity = self.identity
-            spec.acquire_time = _micro_time(now)
-            spec.lease_transitions = (spec.lease_transitions or 0) + 1
-        elif spec.acquire_time is not None:
-            spec.acquire_time = _micro_time(spec.acquire_time)
-        spec.renew_time = _micro_time(now)
-        spec.lease_duration_seconds = self.lease_duration_s
+            body["spec"]["holderIdentity"] = self.identity
+            body["spec"]["acquireTime"] = _micro_time(now)
+            body["spec"]["leaseTransitions"] = (spec.lease_transitions or 0) + 1
+        body["spec"]["renewTime"] = _micro_time(now)
+        body["spec"]["leaseDurationSeconds"] = self.lease_duration_s
         try:
             # replace carries metadata.resourceVersion from the read: optimistic concurrency.
-            coord.replace_namespaced_lease(self.name, self.namespace, lease)
+            write_lease(self.api, namespace=self.namespace, body=body, replace=True)
         except client.ApiException as exc:
             if exc.status == 409:
                 return False

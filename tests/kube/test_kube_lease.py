@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tests.kube.kube_waits import wait_for
-from tests.kube.lease_holder import LeaseHolder
+from tests.kube.lease_holder import LeaseHolder, lease_body, write_lease
 
 pytestmark = pytest.mark.kube
 
@@ -78,18 +78,18 @@ def test_racing_candidates_never_both_win(kube_control_plane, kube_namespace):
         assert _holder(api, kube_namespace, "race", "cand-0").try_acquire_or_renew()
         coord = client.CoordinationV1Api(api)
         lease = coord.read_namespaced_lease("race", kube_namespace)
-        # Force-expire it, then let both candidates replace from the same read.
-        lease.spec.renew_time = "2000-01-01T00:00:00.000000Z"
-        lease.spec.acquire_time = "2000-01-01T00:00:00.000000Z"
-        coord.replace_namespaced_lease("race", kube_namespace, lease)
+        # Force-expire it (a renewal long ago), then let both candidates replace from the same read.
+        expired = lease_body(api, lease)
+        expired["spec"]["renewTime"] = expired["spec"]["acquireTime"] = "2000-01-01T00:00:00.000000Z"
+        write_lease(api, namespace=kube_namespace, body=expired, replace=True)
         stale = coord.read_namespaced_lease("race", kube_namespace)
         wins = []
         for ident in ("cand-x", "cand-y"):
-            body = client.V1Lease(metadata=stale.metadata, spec=client.V1LeaseSpec(
-                holder_identity=ident, lease_duration_seconds=LEASE_DURATION_S,
-                renew_time="2030-01-01T00:00:00.000000Z", lease_transitions=1))
+            body = lease_body(api, stale)
+            body["spec"].update(holderIdentity=ident, renewTime="2030-01-01T00:00:00.000000Z",
+                                leaseTransitions=1)
             try:
-                coord.replace_namespaced_lease("race", kube_namespace, body)
+                write_lease(api, namespace=kube_namespace, body=body, replace=True)
                 wins.append(ident)
             except client.ApiException as exc:
                 assert exc.status == 409
