@@ -128,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", nargs="?", const="kelp-broker.prof", metavar="FILE",
                    help="run the broker under cProfile, keep the stats in FILE (kelp-broker.prof), print hot spots")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.add_argument("--group-records", type=int, default=200_000,
+                   help="records of 100 B for the consumer-group figures (200000; 0 skips them)")
     args = p.parse_args(argv)
     sizes = {100: args.records_100, 1024: args.records_1k}
     with tempfile.TemporaryDirectory(prefix="kelp-bench-") as tmp:
@@ -138,6 +140,15 @@ def main(argv: list[str] | None = None) -> int:
             print_table(rows)
         if prof is not None and prof.exists():
             print_profile(prof)
+        if args.group_records:
+            from . import groups
+
+            result = groups.run(records=args.group_records, work=Path(tmp))
+            if args.json:
+                print(json.dumps(result, indent=2))
+            else:
+                print("\nconsumer groups")
+                groups.print_report(result)
     return 0
 
 

@@ -230,14 +230,20 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         print(json.dumps(res, indent=1))
         return 0
+    print_report(res)
+    return 0
+
+
+def print_report(res: dict[str, Any]) -> None:
+    """Print `run()`'s result: join latency, then one vs three consumers from the same run."""
+    size = res["config"]["record_bytes"]
     j = res["join_to_stable_ms"]
     print(f"JoinGroup->Stable, 4 members (initial delay 0): median {j['median']} ms, p90 {j['p90']} ms, max {j['max']} ms")
     for key in ("one_consumer", "three_consumers"):
         r = res[key]
-        print(f"{r['members']} confluent-kafka consumer(s): {r['records']} records of {a.size} B in "
+        print(f"{r['members']} confluent-kafka consumer(s): {r['records']} records of {size} B in "
               f"{r['seconds_incl_join']} s (incl. join) = {r['records_s_incl_join']} records/s")
     print(f"three vs one: x{res['three_vs_one']}")
-    return 0
 
 
 if __name__ == "__main__":

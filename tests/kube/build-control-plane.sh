@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds (once per machine, cached by version) the Kubernetes control plane that
 # the kube test tier (tests/kube) runs as local processes: kube-apiserver,
-# kube-controller-manager and kube-scheduler from the published Go module
+# kube-controller-manager, kube-scheduler (and kubelet, for the node test)
+# from the published Go module
 # k8s.io/kubernetes, and provides etcd (Debian's etcd-server when its version is
 # accepted, otherwise built from go.etcd.io/etcd/server/v3).
 #
@@ -14,7 +15,7 @@
 #        KELP_ETCD_VERSION   (default v3.6.5)     etcd built when no usable system etcd
 #        KELP_MIN_SYSTEM_ETCD (default 3.5.24)    oldest system etcd accepted
 #        KELP_KUBE_CACHE     (default ${XDG_CACHE_HOME:-$HOME/.cache}/kelp/kube)
-#        KELP_KUBE_COMPONENTS (default "kube-apiserver kube-controller-manager kube-scheduler")
+#        KELP_KUBE_COMPONENTS (default "kube-apiserver kube-controller-manager kube-scheduler kubelet")
 # Idempotent; concurrent runs serialise on a lock file; a finished build is
 # reused without touching the network. Progress goes to stderr.
 set -euo pipefail
@@ -28,7 +29,7 @@ KUBE_VERSION="${KELP_KUBE_VERSION:-v1.34.4}"
 ETCD_VERSION="${KELP_ETCD_VERSION:-v3.6.5}"
 MIN_SYSTEM_ETCD="${KELP_MIN_SYSTEM_ETCD:-3.5.24}"
 CACHE="${KELP_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kelp/kube}"
-COMPONENTS="${KELP_KUBE_COMPONENTS:-kube-apiserver kube-controller-manager kube-scheduler}"
+COMPONENTS="${KELP_KUBE_COMPONENTS:-kube-apiserver kube-controller-manager kube-scheduler kubelet}"
 VDIR="$CACHE/$KUBE_VERSION"
 BIN="$VDIR/bin"
 

@@ -139,6 +139,7 @@ class KubeControlPlane:
     kubeconfig: Path
     tmp: Path
     version: str
+    bindir: Path
     components: list[Component] = field(default_factory=list)
 
     def api_client(self):  # -> kubernetes.client.ApiClient
@@ -302,7 +303,7 @@ def kube_control_plane(request: pytest.FixtureRequest) -> Iterator[KubeControlPl
                    ctx=insecure, token=token)
         version = (bindir / "kube-apiserver").parent.parent.name
         cp = KubeControlPlane(server=server, token=token, ca_file=pki["ca_crt"],
-                              kubeconfig=kubeconfig, tmp=tmp, version=version,
+                              kubeconfig=kubeconfig, tmp=tmp, version=version, bindir=bindir,
                               components=components)
         print(f"\nkube tier: control plane {version} up at {server} in "
               f"{time.monotonic() - t0:.1f}s (logs in {tmp})")

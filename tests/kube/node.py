@@ -32,6 +32,32 @@ BUSYBOX_IMAGE = "docker.io/kelp/busybox:1"
 _APPLETS = ("sh", "sleep", "echo", "cat", "ls", "hostname", "id", "ip", "wc")
 
 
+# The kubelet sets these kernel tunables at start (setupKernelTunables with
+# protectKernelDefaults=false); the node fixture puts the machine's values back.
+KUBELET_SYSCTLS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic",
+                   "kernel/panic_on_oops", "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes")
+
+
+def read_kubelet_sysctls() -> dict[str, str]:
+    values = {}
+    for key in KUBELET_SYSCTLS:
+        try:
+            values[key] = (Path("/proc/sys") / key).read_text().strip()
+        except OSError:
+            pass
+    return values
+
+
+def restore_sysctls(values: dict[str, str]) -> None:
+    for key, value in values.items():
+        path = Path("/proc/sys") / key
+        try:
+            if path.read_text().strip() != value:
+                path.write_text(value + "\n")
+        except OSError:
+            pass
+
+
 def missing_prerequisites() -> list[str]:
     """What this machine lacks to run a node; empty when everything is there."""
     missing = []

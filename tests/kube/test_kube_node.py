@@ -22,12 +22,11 @@ from typing import Iterator
 import pytest
 
 from tests.kube import node as nodelib
-from tests.kube.processes import Component, free_port, last_line, start_component
+from tests.kube.processes import Component, free_port, start_component
 from tests.kube.kube_waits import wait_for
 
 pytestmark = pytest.mark.kube
 
-BUILD_SCRIPT = Path(__file__).resolve().parent / "build-control-plane.sh"
 
 
 def _ctr(base: Path, *args: str, timeout: float = 60) -> str:
@@ -36,17 +35,6 @@ def _ctr(base: Path, *args: str, timeout: float = 60) -> str:
     if out.returncode != 0:
         raise RuntimeError(f"`{' '.join(cmd)}` exited {out.returncode}: {out.stderr.strip()}")
     return out.stdout
-
-
-def _kubelet_binary() -> Path:
-    env = dict(os.environ, KELP_KUBE_COMPONENTS="kubelet")
-    if os.environ.get("KELP_KUBE_BUILD") == "0":
-        env["GOPROXY"] = "off"
-    proc = subprocess.run([str(BUILD_SCRIPT)], capture_output=True, text=True, env=env, timeout=3600)
-    if proc.returncode != 0:
-        pytest.skip(f"kube node: `KELP_KUBE_COMPONENTS=kubelet {BUILD_SCRIPT}` exited "
-                    f"{proc.returncode}: {last_line(proc.stderr)}")
-    return Path(proc.stdout.strip().splitlines()[-1]) / "kubelet"
 
 
 def _cleanup_node(base: Path, bridge: str, components: list[Component]) -> None:
@@ -89,7 +77,11 @@ def kube_node(kube_control_plane) -> Iterator[str]:
     missing = nodelib.missing_prerequisites()
     if missing:
         pytest.skip("kube node: missing " + "; ".join(missing))
-    kubelet = _kubelet_binary()
+    kubelet = kube_control_plane.bindir / "kubelet"
+    if not kubelet.exists():
+        pytest.skip(f"kube node: no kubelet in {kube_control_plane.bindir} "
+                    "(tests/kube/build-control-plane.sh builds it by default)")
+    saved_sysctls = nodelib.read_kubelet_sysctls()
     base = kube_control_plane.tmp / f"node-{random.randrange(16**6):06x}"
     for sub in ("net.d", "pod-logs", "kubelet"):
         (base / sub).mkdir(parents=True)
@@ -141,6 +133,7 @@ def kube_node(kube_control_plane) -> Iterator[str]:
                     "\n".join(f"--- {c.name}\n{c.tail(40)}" for c in components))
     finally:
         _cleanup_node(base, bridge, components)
+        nodelib.restore_sysctls(saved_sysctls)
         for comp in components:
             if comp in kube_control_plane.components:
                 kube_control_plane.components.remove(comp)
