@@ -9,6 +9,11 @@ python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 # kube test tier (tests/kube): etcd for the locally built control plane, openssl for its PKI
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+# kube tier's node test (tests/kube/test_kube_node.py): a real kubelet runs a Pod
+command -v containerd >/dev/null 2>&1 || need+=(containerd)
+command -v runc >/dev/null 2>&1 || need+=(runc)
+[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

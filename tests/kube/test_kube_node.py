@@ -74,6 +74,8 @@ def _cleanup_node(base: Path, bridge: str, components: list[Component]) -> None:
 @pytest.fixture
 def kube_node(kube_control_plane) -> Iterator[str]:
     """Start containerd + kubelet registered with the tier's API server; yield the node name."""
+    if os.environ.get("KELP_KUBE_NODE") == "0":
+        pytest.skip("kube node: disabled by KELP_KUBE_NODE=0")
     missing = nodelib.missing_prerequisites()
     if missing:
         pytest.skip("kube node: missing " + "; ".join(missing))
