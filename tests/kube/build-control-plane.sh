@@ -153,8 +153,8 @@ provide_etcd() {
 }
 
 t0=$SECONDS
-provide_etcd
 build_kube
+provide_etcd
 have_all || { log "build finished but binaries are missing in $BIN"; exit 4; }
 log "control plane $KUBE_VERSION ready in $BIN ($((SECONDS - t0))s)"
 echo "$BIN"

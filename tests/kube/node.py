@@ -23,6 +23,7 @@ import random
 import shutil
 import subprocess
 import tarfile
+import time
 from pathlib import Path
 
 BUSYBOX = Path("/bin/busybox")
@@ -58,6 +59,53 @@ def restore_sysctls(values: dict[str, str]) -> None:
             pass
 
 
+CGROUP_V1 = Path("/sys/fs/cgroup")
+
+
+def make_cgroup_root(name: str) -> list[Path]:
+    """Create ``/<name>`` in every cgroup v1 hierarchy: this node's private cgroupRoot.
+
+    Returns every path to remove afterwards, including the hybrid unified one.
+
+    Two kubelets sharing the default root (``/kubepods``) would each clean up
+    the other's pod cgroups; a root per node keeps concurrent runs apart.
+    """
+    made = []
+    for hierarchy in sorted(CGROUP_V1.iterdir()):
+        if not (hierarchy / "cgroup.procs").exists():
+            continue
+        path = hierarchy / name
+        made.append(path)  # the unified (v2) one is created by runc; returned for cleanup
+        if hierarchy.name == "unified":
+            continue
+        path.mkdir(exist_ok=True)
+        if hierarchy.name == "cpuset":  # a new v1 cpuset starts empty and accepts no task
+            for knob in ("cpuset.cpus", "cpuset.mems"):
+                (path / knob).write_text((hierarchy / knob).read_text())
+    return made
+
+
+def remove_cgroup_tree(roots: list[Path]) -> list[str]:
+    """rmdir every cgroup below and including ``roots``, deepest first; returns what stayed."""
+    left = []
+    for root in roots:
+        if not root.exists():
+            continue
+        dirs = sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True)
+        for path in [*dirs, root]:
+            for _attempt in range(20):
+                try:
+                    path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.1)
+            else:
+                left.append(str(path))
+    return left
+
+
 def missing_prerequisites() -> list[str]:
     """What this machine lacks to run a node; empty when everything is there."""
     missing = []
@@ -69,6 +117,8 @@ def missing_prerequisites() -> list[str]:
     for plugin in ("bridge", "host-local", "loopback"):
         if not (CNI_BIN_DIR / plugin).exists():
             missing.append(f"{CNI_BIN_DIR / plugin} (Debian: containernetworking-plugins)")
+    if not (CGROUP_V1 / "memory" / "cgroup.procs").exists():
+        missing.append("cgroup v1 hierarchies under /sys/fs/cgroup (node.py handles v1 only)")
     if not BUSYBOX.exists() or "static" not in _file_kind(BUSYBOX):
         missing.append(f"static {BUSYBOX} (Debian: busybox-static)")
     return missing
@@ -182,10 +232,11 @@ def cni_conflist(base: Path) -> tuple[str, str]:
     return bridge, json.dumps(conf, indent=1)
 
 
-def kubelet_config(base: Path, *, port: int, healthz_port: int) -> str:
+def kubelet_config(base: Path, *, port: int, healthz_port: int, cgroup_root: str) -> str:
     return f"""apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: cgroupfs
+cgroupRoot: /{cgroup_root}
 containerRuntimeEndpoint: unix://{base}/containerd.sock
 imageServiceEndpoint: unix://{base}/containerd.sock
 failSwapOn: false

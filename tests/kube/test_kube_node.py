@@ -71,8 +71,18 @@ def _cleanup_node(base: Path, bridge: str, components: list[Component]) -> None:
     subprocess.run(["ip", "link", "del", bridge], capture_output=True, timeout=20)
 
 
+def _delete_node_object(kube_api, node_name: str) -> None:
+    from kubernetes import client
+
+    try:
+        client.CoreV1Api(kube_api).delete_node(node_name)
+    except client.ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
 @pytest.fixture
-def kube_node(kube_control_plane) -> Iterator[str]:
+def kube_node(kube_control_plane, kube_api) -> Iterator[str]:
     """Start containerd + kubelet registered with the tier's API server; yield the node name."""
     if os.environ.get("KELP_KUBE_NODE") == "0":
         pytest.skip("kube node: disabled by KELP_KUBE_NODE=0")
@@ -92,7 +102,9 @@ def kube_node(kube_control_plane) -> Iterator[str]:
     (base / "net.d" / "10-kelp.conflist").write_text(conflist)
     node_name = f"kelp-node-{base.name[5:]}"
     components: list[Component] = []
+    cgroups: list[Path] = []
     try:
+        cgroups = nodelib.make_cgroup_root(node_name)
         ctrd = start_component("containerd", ["containerd", "--config", str(base / "containerd.toml")], base)
         components.append(ctrd)
         wait_for(lambda: (base / "containerd.sock").exists() or ctrd.proc.poll() is not None,
@@ -105,7 +117,8 @@ def kube_node(kube_control_plane) -> Iterator[str]:
             nodelib.build_busybox_image(archive, ref=ref, cmd=cmd)
             _ctr(base, "images", "import", str(archive))
         cfg = base / "kubelet.yaml"
-        cfg.write_text(nodelib.kubelet_config(base, port=free_port(), healthz_port=free_port()))
+        cfg.write_text(nodelib.kubelet_config(base, port=free_port(), healthz_port=free_port(),
+                                               cgroup_root=node_name))
         components.append(start_component("kubelet", [
             str(kubelet), f"--kubeconfig={kube_control_plane.kubeconfig}", f"--config={cfg}",
             f"--root-dir={base / 'kubelet'}", f"--cert-dir={base / 'kubelet' / 'pki'}",
@@ -114,7 +127,7 @@ def kube_node(kube_control_plane) -> Iterator[str]:
         kube_control_plane.components.extend(components)
         from kubernetes import client
 
-        core = client.CoreV1Api(kube_control_plane.api_client())
+        core = client.CoreV1Api(kube_api)
 
         def ready():
             if components[-1].proc.poll() is not None:
@@ -130,12 +143,15 @@ def kube_node(kube_control_plane) -> Iterator[str]:
         wait_for(ready, timeout=120, what=f"node {node_name} Ready", interval=0.5)
         print(f"\nkube node: {node_name} Ready in {time.monotonic() - t0:.1f}s (files in {base})")
         yield node_name
-    except RuntimeError as exc:
+    except (RuntimeError, AssertionError) as exc:
         pytest.fail(f"kube node did not come up: {exc}\n" +
                     "\n".join(f"--- {c.name}\n{c.tail(40)}" for c in components))
     finally:
         _cleanup_node(base, bridge, components)
+        _delete_node_object(kube_api, node_name)  # other tests expect no node
         nodelib.restore_sysctls(saved_sysctls)
+        left = nodelib.remove_cgroup_tree(cgroups)
+        assert not left, f"cgroups still in use after the node stopped: {left}"
         for comp in components:
             if comp in kube_control_plane.components:
                 kube_control_plane.components.remove(comp)
