@@ -10,6 +10,13 @@ DATA_DIR ?= $(CURDIR)/data
 KAFKA_PORT ?= 9092
 HTTP_PORT ?= 8080
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
+
+# `operator/` (the kelp.operator package) sits at the top of the checkout and
+# would shadow the standard library's `operator` if Python put the current
+# directory first on sys.path, as `python -m` does. PYTHONSAFEPATH (3.11+)
+# stops that for every Python started from here, brokers in tests included.
+export PYTHONSAFEPATH := 1
 
 .PHONY: run test bench deps venv clean
 
@@ -31,8 +38,9 @@ run: venv
 test: venv
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# bench/ is not installed: append the checkout to the end of sys.path, after the standard library.
 bench: venv
-	$(PY) -m bench
+	$(PY) -c "import runpy, sys; sys.path.append('$(CURDIR)'); sys.argv[0] = 'bench'; runpy.run_module('bench', run_name='__main__', alter_sys=True)" $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) $(DATA_DIR) .pytest_cache

@@ -21,9 +21,11 @@ __all__ = ["BenchBroker"]
 
 
 class BenchBroker:
-    def __init__(self, log_dir: Path, *, profile_to: Path | None = None) -> None:
+    def __init__(self, log_dir: Path, *, profile_to: Path | None = None,
+                 settings: dict[str, object] | None = None) -> None:
         self.log_dir = log_dir
         self.profile_to = profile_to
+        self.settings = dict(settings or {})
         self.proc: subprocess.Popen | None = None
         self.bootstrap = ""
         self.http_url = ""
@@ -35,6 +37,8 @@ class BenchBroker:
             cmd += ["-m", "cProfile", "-o", str(self.profile_to)]
         cmd += ["-m", "kelp.broker", "--log-dirs", str(self.log_dir), "--port", "0", "--http-port", "0",
                 "--log-level", "WARNING"]
+        for key, value in self.settings.items():
+            cmd += ["--set", f"{key}={value}"]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         threading.Thread(target=self._drain, daemon=True).start()
         ready = threading.Event()

@@ -25,52 +25,18 @@ import multiprocessing as mp
 import os
 import statistics
 import struct
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from .broker import BenchBroker
 
 __all__ = ["run", "main"]
 
 SETTINGS = {"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 1000,
             "offsets.topic.num.partitions": 10}
-
-
-class _Broker:
-    def __init__(self, log_dir: Path) -> None:
-        cmd = [sys.executable, "-m", "kelp.broker", "--log-dirs", str(log_dir), "--port", "0", "--http-port", "0",
-               "--log-level", "WARNING"]
-        for k, v in SETTINGS.items():
-            cmd += ["--set", f"{k}={v}"]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        ready = threading.Event()
-        info: dict = {}
-
-        def read() -> None:
-            assert self.proc.stdout is not None
-            for line in self.proc.stdout:
-                if line.startswith("{"):
-                    doc = json.loads(line)
-                    if doc.get("event") == "listening":
-                        info.update(doc)
-                        ready.set()
-
-        threading.Thread(target=read, daemon=True).start()
-        if not ready.wait(30):
-            self.stop()
-            raise RuntimeError("broker did not start within 30 s")
-        self.bootstrap = info["kafka"]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
 
 
 # -- latency --------------------------------------------------------------------------
@@ -199,7 +165,7 @@ def _fill(bootstrap: str, count: int, size: int) -> None:
 
 def run(*, records: int = 200_000, size: int = 100, rounds: int = 20, work: Path | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(dir=work) as tmp:
-        broker = _Broker(Path(tmp) / "data")
+        broker = BenchBroker(Path(tmp) / "data", settings=SETTINGS).start()
         try:
             lat = asyncio.run(_join_latency(broker.bootstrap, rounds))
             _fill(broker.bootstrap, records, size)
