@@ -120,7 +120,13 @@ class Broker:
             self.http_port = self.config["http.port"]
 
     async def _maintenance_loop(self) -> None:
-        """Time-driven log work: roll/flush by time (1 s), checkpoints of changed partitions (5 s), retention and cleaning."""
+        """Time-driven log work: roll/flush by time (1 s), checkpoints of changed partitions (5 s), retention and cleaning.
+
+        Everything that touches files (fsync on roll/flush, checkpoint files,
+        segment deletion, compaction) runs in a worker thread: a `Log` guards
+        itself with its lock, and the cleaner holds it only for its final swap,
+        so the event loop keeps serving requests meanwhile.
+        """
         loop = asyncio.get_running_loop()
         retention_every = self.config["log.retention.check.interval.ms"] / 1000.0
         next_retention = loop.time() + min(retention_every, 30.0)
@@ -129,19 +135,27 @@ class Broker:
             await asyncio.sleep(1.0)
             now = loop.time()
             try:
-                self.logs.roll_by_time()
-                self.logs.flush_by_time()
+                await asyncio.to_thread(self._roll_and_flush_by_time)
                 if now >= next_checkpoint:
                     next_checkpoint = now + 5.0
-                    self.replicas.checkpoint_dirty()
+                    await asyncio.to_thread(self.replicas.write_checkpoints, self.replicas.take_dirty())
                 if now >= next_retention:
                     next_retention = now + retention_every
-                    deleted = self.logs.run_retention()
-                    if deleted:
-                        log.info("retention deleted %d segment(s)", deleted)
-                    self.logs.run_cleaner()
+                    await self.run_retention_and_cleaner()
             except Exception:
                 log.exception("log maintenance failed")
+
+    def _roll_and_flush_by_time(self) -> None:
+        self.logs.roll_by_time()
+        self.logs.flush_by_time()
+
+    async def run_retention_and_cleaner(self) -> tuple[int, int]:
+        """Retention then compaction, off the event loop; returns (segments deleted, logs cleaned)."""
+        deleted = await asyncio.to_thread(self.logs.run_retention)
+        if deleted:
+            log.info("retention deleted %d segment(s)", deleted)
+        cleaned = await asyncio.to_thread(self.logs.run_cleaner)
+        return deleted, cleaned
 
     async def stop(self) -> None:
         if self._stopping:
@@ -169,7 +183,8 @@ class Broker:
         if self.replicas is not None:
             self.replicas.close()
         if self.logs is not None:
-            self.logs.close_all()  # each log flushes, checkpoints and closes its segments
+            # Each log flushes, checkpoints and closes its segments; unchanged ones skip the fsync.
+            await asyncio.to_thread(self.logs.close_all)
         log.info("broker %d stopped; all segments flushed and closed", self.config.broker_id)
         self._stopped.set()
 

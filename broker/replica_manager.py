@@ -103,12 +103,13 @@ class SegmentSlice:
     deleted or replaced. `len()` is the byte count. Close it when done.
     """
 
-    __slots__ = ("file", "position", "size")
+    __slots__ = ("file", "position", "size", "records")
 
-    def __init__(self, file: Any, position: int, size: int) -> None:
+    def __init__(self, file: Any, position: int, size: int, records: int = 0) -> None:
         self.file = file
         self.position = position
         self.size = size
+        self.records = records  # record count of the range's batches (from their headers)
 
     def __len__(self) -> int:
         return self.size
@@ -374,11 +375,19 @@ class ReplicaManager:
             found = lg.read_slice(offset, max_bytes=limit, max_offset=upper, min_one_batch=min_one)
             if found is None:
                 return b""
-            if found.size >= ZERO_COPY_MIN_BYTES:
+            # `found.file` was opened under the log lock: it holds the bytes the range was cut
+            # on even if the cleaner swaps a new file in under `found.path` right after.
+            file = found.file
+            if file is not None:
+                if found.size >= ZERO_COPY_MIN_BYTES:
+                    return SegmentSlice(file, found.position, found.size, found.records)
                 try:
-                    return SegmentSlice(open(found.path, "rb", buffering=0), found.position, found.size)
-                except OSError:
-                    pass  # replaced under us: fall back to a copy
+                    data = os.pread(file.fileno(), found.size, found.position)
+                finally:
+                    file.close()
+                if len(data) == found.size:
+                    return data
+            # No file (retention deleted the segment in between) or it came up short: copy under the lock.
         return lg.read(offset, max_bytes=limit, max_offset=upper, min_one_batch=min_one)
 
     async def fetch(
@@ -437,8 +446,11 @@ class ReplicaManager:
                     if r.records:
                         m = self._bytes_out
                         (m.labels(topic=r.topic) if hasattr(m, "labels") else m).inc(len(r.records))
-                        if self._records_out is not None and not isinstance(r.records, SegmentSlice):
-                            n = sum(h.record_count for h in iter_headers(r.records))  # per batch
+                        if self._records_out is not None:
+                            if isinstance(r.records, SegmentSlice):
+                                n = r.records.records  # counted from the headers when the range was cut
+                            else:
+                                n = sum(h.record_count for h in iter_headers(r.records))  # per batch
                             m = self._records_out
                             (m.labels(topic=r.topic) if hasattr(m, "labels") else m).inc(n)
             except Exception:  # metrics must never fail a fetch
@@ -485,17 +497,28 @@ class ReplicaManager:
 
     def checkpoint_dirty(self) -> int:
         """Persist high watermark / log start of partitions appended to since the last call."""
+        return self.write_checkpoints(self.take_dirty())
+
+    def take_dirty(self) -> list[Any]:
+        """The logs appended to since the last call (call on the event loop; cheap)."""
         dirty, self._dirty = self._dirty, set()
-        done = 0
+        logs = []
         for key in dirty:
             part = self._partitions.get(key)
-            if part is None:
-                continue
+            if part is not None:
+                logs.append(part.log)
+        return logs
+
+    @staticmethod
+    def write_checkpoints(logs: Sequence[Any]) -> int:
+        """Write each log's checkpoint (fsync'd file work: the broker runs this in a thread)."""
+        done = 0
+        for lg in logs:
             try:
-                part.log.write_checkpoint()
+                lg.write_checkpoint()
                 done += 1
             except Exception as exc:  # a closed or deleted log: nothing to keep
-                log.debug("checkpoint of %s-%d skipped: %s", key[0], key[1], exc)
+                log.debug("checkpoint of %s skipped: %s", getattr(lg, "name", lg), exc)
         return done
 
     def close(self) -> None:

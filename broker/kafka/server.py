@@ -1,10 +1,16 @@
-"""The Kafka-protocol TCP server: one asyncio stream per client connection.
+"""The Kafka-protocol TCP server: one buffered protocol per client connection.
 
 Why: every Kafka client speaks size-prefixed request frames and expects the
 responses on a connection in request order. Clients pipeline (many requests
 in flight), so each request is handled in its own task while a writer sends
 responses strictly in arrival order; `acks=0` produce requests get none.
 Handlers come from the registry (`handlers/`), so this file knows no API.
+
+Receive path (the produce hot path): an `asyncio.BufferedProtocol` reads
+into a staging buffer until a frame's size is known; a frame bigger than
+what staging already holds gets a `bytearray` of exactly its size and the
+socket reads the rest straight into it (no StreamReader, no joins). Each
+frame is handed on as a writable memoryview the request owns.
 
 Failure policy: a frame with an impossible size, an undecodable header or an
 unknown API key is logged naming the client and the reason; the connection
@@ -50,6 +56,13 @@ class _Unsupported(Exception):
     pass
 
 
+# Reads land in this buffer first; a frame larger than what is already in it gets a
+# buffer of its own size, and the socket then reads the rest straight into it.
+STAGING_BYTES = 64 * 1024
+# Pause writing to the transport above this many queued bytes until it drains.
+WRITE_HIGH_WATER = 4 << 20
+
+
 class KafkaServer:
     def __init__(self, broker: Any, *, host: str, port: int, advertised_host: str = "", max_request_bytes: int) -> None:
         self.broker = broker
@@ -59,15 +72,16 @@ class KafkaServer:
         self.advertised_port: int | None = None  # None: the bound port
         self.max_request_bytes = max_request_bytes
         self._server: asyncio.base_events.Server | None = None
-        self._connections: set[asyncio.Task] = set()
+        self._connections: set[_Connection] = set()
 
     @property
     def bound_port(self) -> int:
         return self.port
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(
-            self._serve, self.host, self.port, limit=1 << 20, reuse_address=True
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: _Connection(self), self.host, self.port, reuse_address=True
         )
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
@@ -77,125 +91,15 @@ class KafkaServer:
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
-        for task in list(self._connections):
-            task.cancel()
-        if self._connections:
-            await asyncio.wait(list(self._connections), timeout=2)
+        writers = [c.abort() for c in list(self._connections)]
+        writers = [w for w in writers if w is not None]
+        if writers:
+            await asyncio.wait(writers, timeout=2)
         if self._server is not None:
             try:
                 await asyncio.wait_for(self._server.wait_closed(), 2)
             except (asyncio.TimeoutError, Exception):
                 pass
-
-    # -- one connection -------------------------------------------------
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections.add(task)
-        peername = writer.get_extra_info("peername")
-        peer = f"{peername[0]}:{peername[1]}" if peername else "?"
-        pending: deque[asyncio.Future] = deque()
-        wake = asyncio.Event()
-        closing = False
-        writer_task = asyncio.create_task(self._write_loop(writer, pending, wake, peer))
-        cancelled = False
-        try:
-            while True:
-                try:
-                    head = await reader.readexactly(4)
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    break
-                (size,) = SIZE.unpack(head)
-                if size < 8 or size > self.max_request_bytes:
-                    log.warning(
-                        "closing connection from %s: request size %d is outside 8..%d (socket.request.max.bytes)",
-                        peer, size, self.max_request_bytes,
-                    )
-                    break
-                try:
-                    frame = await reader.readexactly(size)
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    log.warning("connection from %s closed in the middle of a %d-byte request", peer, size)
-                    break
-                item = self._dispatch(memoryview(frame), peer)
-                if item is None:
-                    closing = True
-                    break
-                pending.append(item)
-                wake.set()
-                if len(pending) >= MAX_IN_FLIGHT:
-                    await asyncio.wait([pending[0]])
-        except asyncio.CancelledError:
-            cancelled = True  # the server is stopping: drop what is in flight
-        finally:
-            pending.append(None)  # type: ignore[arg-type]
-            wake.set()
-            if cancelled:
-                writer_task.cancel()
-                for item in list(pending):
-                    if item is not None:
-                        item.cancel()
-            else:
-                try:
-                    await asyncio.wait_for(asyncio.shield(writer_task), 10 if not closing else 2)
-                except (asyncio.TimeoutError, asyncio.CancelledError, Exception):
-                    writer_task.cancel()
-            try:
-                writer.close()
-            except Exception:
-                pass
-            self._connections.discard(task)
-
-    async def _write_loop(self, writer: asyncio.StreamWriter, pending: deque, wake: asyncio.Event, peer: str) -> None:
-        try:
-            while True:
-                while not pending:
-                    wake.clear()
-                    await wake.wait()
-                item = pending.popleft()
-                if item is None:
-                    return
-                try:
-                    out = await item
-                except Exception:
-                    log.exception("request from %s failed; closing the connection", peer)
-                    writer.close()
-                    return
-                if out is None:
-                    continue
-                if out is False:
-                    writer.close()
-                    return
-                # write() each buffer: writelines() joins them (a copy of every record blob) on 3.11
-                if not await self._send(writer, out, peer):
-                    writer.close()
-                    return
-                if writer.transport.get_write_buffer_size() > (4 << 20):
-                    await writer.drain()
-        except (ConnectionError, asyncio.CancelledError):
-            return
-
-    async def _send(self, writer: asyncio.StreamWriter, out: list, peer: str) -> bool:
-        """Write buffers in order; file ranges go out with sendfile. False: connection unusable."""
-        try:
-            for buf in out:
-                if isinstance(buf, (bytes, bytearray, memoryview)):
-                    writer.write(buf)
-                    continue
-                sent = await asyncio.get_running_loop().sendfile(
-                    writer.transport, buf.file, buf.position, buf.size, fallback=True
-                )
-                if sent != buf.size:
-                    log.error(
-                        "closing connection to %s: sent %d of %d bytes of %s (segment shrank?)",
-                        peer, sent, buf.size, getattr(buf.file, "name", "?"),
-                    )
-                    return False
-            return True
-        finally:
-            for buf in out:
-                if not isinstance(buf, (bytes, bytearray, memoryview)):
-                    buf.close()
 
     def _dispatch(self, frame: memoryview, peer: str) -> asyncio.Future | None:
         """Parse the header and start handling; None means close the connection."""
@@ -251,7 +155,10 @@ class KafkaServer:
                 ctx.extra["unsupported_version"] = True
             else:
                 try:
-                    request = spec.request_class.decode(body, version=version)
+                    if spec.decoder is not None:
+                        request = spec.decoder(body, version)
+                    else:
+                        request = spec.request_class.decode(body, version=version)
                 except Exception as exc:
                     log.warning(
                         "closing connection from %s: cannot decode %s v%d body (%d bytes): %s",
@@ -294,6 +201,257 @@ class KafkaServer:
             except Exception:
                 pass
         return self._raw_error(correlation_id, UNSUPPORTED_VERSION)
+
+
+class _Connection(asyncio.BufferedProtocol):
+    """One client connection: frames read into buffers of their own size, answered in order.
+
+    Receive: `get_buffer` hands the transport either the staging buffer (frame
+    headers and small frames, several per read) or, once a frame's size is
+    known and it does not fit what was already read, the rest of a
+    `bytearray` of exactly that frame's size, so large produce requests are
+    read with no intermediate copies. Each frame is dispatched as a writable
+    memoryview the request owns (the produce path rewrites offsets in place).
+    Pipelining: every request runs in its own task; the writer task sends
+    the responses in arrival order. Reading pauses at MAX_IN_FLIGHT requests
+    and while the socket's send buffer is over WRITE_HIGH_WATER.
+    """
+
+    def __init__(self, server: KafkaServer) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self._staging = bytearray(STAGING_BYTES)
+        self._staging_view = memoryview(self._staging)
+        self._start = 0  # first unconsumed byte in staging
+        self._end = 0  # end of the bytes read into staging
+        self._frame: bytearray | None = None  # a large frame being filled in place
+        self._frame_view: memoryview | None = None
+        self._frame_got = 0
+        self._pending: deque = deque()
+        self._wake = asyncio.Event()
+        self._writer: asyncio.Task | None = None
+        self._closed = False  # no more requests will be read
+        self._lost = False
+        self._paused = False
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+
+    # -- transport callbacks ----------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peername = transport.get_extra_info("peername")
+        self.peer = f"{peername[0]}:{peername[1]}" if peername else "?"
+        self.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)  # type: ignore[union-attr]
+        self.server._connections.add(self)
+        self._writer = asyncio.get_running_loop().create_task(self._write_loop())
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._frame_view is not None:
+            return self._frame_view[self._frame_got :]
+        if self._end == len(self._staging):  # compact: move the partial tail to the front
+            tail = self._end - self._start
+            self._staging[:tail] = self._staging[self._start : self._end]
+            self._start, self._end = 0, tail
+        return self._staging_view[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._frame is not None:
+            self._frame_got += nbytes
+            if self._frame_got == len(self._frame):
+                frame = self._frame
+                self._frame = self._frame_view = None
+                self._frame_got = 0
+                if not self._handle_frame(frame):
+                    return
+            else:
+                return
+        else:
+            self._end += nbytes
+        self._parse_staging()
+
+    def _parse_staging(self) -> None:
+        staging = self._staging
+        while not self._closed:
+            available = self._end - self._start
+            if available < 4:
+                break
+            (size,) = SIZE.unpack_from(staging, self._start)
+            if size < 8 or size > self.server.max_request_bytes:
+                log.warning(
+                    "closing connection from %s: request size %d is outside 8..%d (socket.request.max.bytes)",
+                    self.peer, size, self.server.max_request_bytes,
+                )
+                self._close_after_responses()
+                return
+            begin = self._start + 4
+            if available - 4 >= size:
+                frame = staging[begin : begin + size]  # small frame: one copy out of staging
+                self._start = begin + size
+                if not self._handle_frame(frame):
+                    return
+                continue
+            if size > len(staging) - 4:
+                # Too big for staging: a buffer of the frame's size, filled in place from here on.
+                frame = bytearray(size)
+                got = self._end - begin
+                frame[:got] = staging[begin : self._end]
+                self._start = self._end = 0
+                self._frame, self._frame_view, self._frame_got = frame, memoryview(frame), got
+            break
+        if self._start == self._end:
+            self._start = self._end = 0
+
+    def eof_received(self) -> bool:
+        if self._frame is not None or self._end > self._start:
+            log.warning("connection from %s closed in the middle of a request", self.peer)
+        self._close_after_responses()
+        return True  # keep the transport open until the writer has sent what is in flight
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self._closed = True
+        self._can_write.set()
+        self.server._connections.discard(self)
+        for item in self._pending:
+            if item is not None and not item.done():
+                item.cancel()
+        self._pending.append(None)
+        self._wake.set()
+
+    def pause_writing(self) -> None:
+        self._can_write.clear()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
+
+    # -- requests -------------------------------------------------------
+    def _handle_frame(self, frame: bytearray) -> bool:
+        """Dispatch one frame; False when the connection is closing."""
+        item = self.server._dispatch(memoryview(frame), self.peer)
+        if item is None:
+            self._close_after_responses()
+            return False
+        self._pending.append(item)
+        self._wake.set()
+        if len(self._pending) >= MAX_IN_FLIGHT and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+        return True
+
+    def _close_after_responses(self) -> None:
+        """Stop reading; the writer answers what is in flight, then closes."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.transport is not None and not self._lost:
+            try:
+                self.transport.pause_reading()
+            except Exception:
+                pass
+        self._pending.append(None)
+        self._wake.set()
+
+    def abort(self) -> asyncio.Task | None:
+        """Server stop: drop what is in flight and close now."""
+        self._closed = True
+        for item in self._pending:
+            if item is not None and not item.done():
+                item.cancel()
+        if self._writer is not None:
+            self._writer.cancel()
+        if self.transport is not None:
+            self.transport.abort()
+        return self._writer
+
+    async def _write_loop(self) -> None:
+        pending = self._pending
+        transport = self.transport
+        assert transport is not None
+        try:
+            while True:
+                while not pending:
+                    self._wake.clear()
+                    await self._wake.wait()
+                item = pending.popleft()
+                if self._paused and len(pending) < MAX_IN_FLIGHT // 2 and not self._closed:
+                    self._paused = False
+                    transport.resume_reading()
+                if item is None:
+                    return
+                try:
+                    out = await item
+                except asyncio.CancelledError:
+                    if self._lost:
+                        return
+                    raise
+                except Exception:
+                    log.exception("request from %s failed; closing the connection", self.peer)
+                    return
+                if out is None:
+                    continue
+                if out is False:
+                    return
+                if self._lost:
+                    _close_buffers(out)
+                    return
+                if not await self._send(transport, out):
+                    return
+                if not self._can_write.is_set():
+                    await self._can_write.wait()
+        except (ConnectionError, asyncio.CancelledError):
+            return
+        finally:
+            self._closed = True
+            for item in pending:  # results never sent: release their open files
+                if item is not None and item.done() and not item.cancelled() and item.exception() is None:
+                    result = item.result()
+                    if isinstance(result, list):
+                        _close_buffers(result)
+                elif item is not None:
+                    item.cancel()
+            pending.clear()
+            if not transport.is_closing():
+                transport.close()
+
+    async def _send(self, transport: asyncio.Transport, out: list) -> bool:
+        """Write buffers in order; file ranges go out with sendfile. False: connection unusable."""
+        try:
+            i = 0
+            n = len(out)
+            while i < n:
+                j = i
+                while j < n and isinstance(out[j], (bytes, bytearray, memoryview)):
+                    j += 1
+                if j > i:
+                    transport.writelines(out[i:j])
+                    i = j
+                    continue
+                buf = out[i]
+                i += 1
+                if self._lost:
+                    return False
+                sent = await asyncio.get_running_loop().sendfile(
+                    transport, buf.file, buf.position, buf.size, fallback=True
+                )
+                if sent != buf.size:
+                    log.error(
+                        "closing connection to %s: sent %d of %d bytes of %s (segment shrank?)",
+                        self.peer, sent, buf.size, getattr(buf.file, "name", "?"),
+                    )
+                    return False
+            return True
+        finally:
+            _close_buffers(out)
+
+
+def _close_buffers(out: list) -> None:
+    for buf in out:
+        if not isinstance(buf, (bytes, bytearray, memoryview)):
+            try:
+                buf.close()
+            except Exception:
+                pass
 
 
 def _done(value: Any) -> asyncio.Future:

@@ -28,8 +28,12 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace `path` with `data`: temp file, fsync, rename, fsync of the directory."""
+def write_atomically(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Replace `path` with `data`: temp file, fsync, rename, fsync of the directory.
+
+    `durable=False` skips both fsyncs: only for content whose loss or a torn
+    copy after a crash is harmless (e.g. the checkpoint of a new, empty log).
+    """
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -37,11 +41,13 @@ def write_atomically(path: Path, data: bytes) -> None:
         while view:
             written = os.write(fd, view)
             view = view[written:]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
 @dataclass(slots=True)
@@ -58,7 +64,7 @@ class PartitionCheckpoint:
     recovery_point: int = 0
     cleaner_offset: int = 0
 
-    def write(self, directory: Path) -> None:
+    def write(self, directory: Path, *, durable: bool = True) -> None:
         text = (
             f"{_VERSION}\n"
             f"log_start_offset {self.log_start_offset}\n"
@@ -66,7 +72,7 @@ class PartitionCheckpoint:
             f"recovery_point {self.recovery_point}\n"
             f"cleaner_offset {self.cleaner_offset}\n"
         )
-        write_atomically(directory / PARTITION_CHECKPOINT, text.encode())
+        write_atomically(directory / PARTITION_CHECKPOINT, text.encode(), durable=durable)
 
     @classmethod
     def read(cls, directory: Path) -> "PartitionCheckpoint | None":

@@ -75,6 +75,7 @@ class FileSlice:
     position: int
     size: int
     file: BinaryIO | None = None
+    records: int = 0  # records in the range's batches (summed from the headers the range was cut on)
 
     def close(self) -> None:
         if self.file is not None:
@@ -111,6 +112,8 @@ class Log:
         self._last_flush_ms = self._now_ms()
         self._closed = False
         self._offline_reason = ""
+        # The checkpoint values last written (or found on disk): unchanged ones are not rewritten.
+        self._last_checkpoint: tuple[int, int, int, int] | None = None
 
     # ----------------------------------------------------------------- opening
 
@@ -144,7 +147,16 @@ class Log:
         epochs.truncate_from_end(instance.log_end_offset)
         if instance._log_start_offset > segments[0].base_offset:
             epochs.truncate_from_start(instance._log_start_offset)
-        instance._write_checkpoint()
+        if stored is not None:
+            instance._last_checkpoint = (
+                stored.log_start_offset, stored.high_watermark, stored.recovery_point, stored.cleaner_offset
+            )
+        if stored is None and instance.log_end_offset == instance._log_start_offset == 0:
+            # A new, empty log: losing this file in a crash only means "scan everything",
+            # which is nothing, so no fsync (50 fsync'd writes for __consumer_offsets stalled ~1 s).
+            instance._write_checkpoint(durable=False)
+        else:
+            instance._write_checkpoint()
         return instance
 
     def __repr__(self) -> str:
@@ -216,6 +228,9 @@ class Log:
     ) -> AppendResult:
         """Validate `data`'s batches, assign offsets and `leader_epoch`, append. Per batch only.
 
+        A writable `data` (bytearray, writable memoryview) is rewritten in place
+        and so handed over to the log; read-only bytes are copied first.
+
         `origin="coordinator"` (the broker's own writers, e.g. transaction
         markers) may append control batches; clients may not. Raises
         `CorruptRecordError`, `RecordTooLargeError`, `InvalidRecordError`,
@@ -234,7 +249,11 @@ class Log:
                 raise InvalidRecordError(f"{self.name}: batch at byte {info.position} uses unknown compression {info.compression}")
             if info.is_control and origin != "coordinator":
                 raise InvalidRecordError(f"{self.name}: clients may not produce control batches")
-        buf = bytearray(data)
+        # A writable buffer (the produce request's own frame) is rewritten in place: no copy.
+        if isinstance(data, bytearray) or (isinstance(data, memoryview) and not data.readonly):
+            buf = data
+        else:
+            buf = bytearray(data)
         if self.config.compact:
             for info in batches:
                 if not records_have_keys(buf, info):
@@ -392,8 +411,8 @@ class Log:
 
     def _read_range(
         self, offset: int, max_bytes: int, max_offset: int | None, min_one_batch: bool
-    ) -> tuple[LogSegment, int, int] | None:
-        """(segment, position, size) of the whole batches a read returns; None when there are none."""
+    ) -> tuple[LogSegment, int, int, int] | None:
+        """(segment, position, size, record count) of the whole batches a read returns; None when there are none."""
         self._check_open()
         self._check_range(offset)
         located = self._locate(offset)
@@ -402,17 +421,20 @@ class Log:
         segment, first = located
         end = first.position
         limit = first.position + max_bytes
+        records = 0
         for info in segment.headers(first.position):
             if max_offset is not None and info.base_offset >= max_offset:
                 break
             if info.end > limit:
                 if end == first.position and min_one_batch:
                     end = info.end
+                    records += info.record_count
                 break
             end = info.end
+            records += info.record_count
         if end == first.position:
             return None
-        return segment, first.position, end - first.position
+        return segment, first.position, end - first.position, records
 
     def read(
         self, offset: int, *, max_bytes: int, max_offset: int | None = None, min_one_batch: bool = True
@@ -454,12 +476,12 @@ class Log:
             found = self._read_range(offset, max_bytes, max_offset, min_one_batch)
             if found is None:
                 return None
-            segment, position, size = found
+            segment, position, size, records = found
             try:
                 opened: BinaryIO | None = open(segment.log_path, "rb", buffering=0)
             except OSError:
                 opened = None
-            return FileSlice(segment.log_path, position, size, opened)
+            return FileSlice(segment.log_path, position, size, opened, records)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= `timestamp_ms`, or None.
@@ -602,12 +624,17 @@ class Log:
     # ------------------------------------------------------------- durability
 
     def flush(self) -> None:
-        """fsync every segment up to the log end and advance the recovery point."""
+        """fsync every segment up to the log end and advance the recovery point.
+
+        Nothing new since the last fsync (recovery point at the log end): no
+        fsync, and the checkpoint is rewritten only if its values changed.
+        """
         with self._lock:
             self._check_open()
             end = self.log_end_offset
-            for segment in self._segments[self._segment_index_for(self._recovery_point) :]:
-                segment.flush()
+            if self._recovery_point < end:
+                for segment in self._segments[self._segment_index_for(self._recovery_point) :]:
+                    segment.flush()
             self._recovery_point = end
             self._unflushed_records = 0
             self._last_flush_ms = self._now_ms()
@@ -627,13 +654,21 @@ class Log:
         with self._lock:
             self._write_checkpoint()
 
-    def _write_checkpoint(self) -> None:
+    def _checkpoint_values(self) -> tuple[int, int, int, int]:
+        return (self._log_start_offset, self._high_watermark, self._recovery_point, self.cleaner_offset)
+
+    def _write_checkpoint(self, *, durable: bool = True) -> None:
+        """Atomically replace `partition.checkpoint` (fsync'd) unless it already holds these values."""
+        values = self._checkpoint_values()
+        if values == self._last_checkpoint:
+            return
         PartitionCheckpoint(
-            log_start_offset=self._log_start_offset,
-            high_watermark=self._high_watermark,
-            recovery_point=self._recovery_point,
-            cleaner_offset=self.cleaner_offset,
-        ).write(self.directory)
+            log_start_offset=values[0],
+            high_watermark=values[1],
+            recovery_point=values[2],
+            cleaner_offset=values[3],
+        ).write(self.directory, durable=durable)
+        self._last_checkpoint = values
 
     def close(self) -> None:
         """Flush and close; the next open skips recovery (the recovery point is the log end)."""

@@ -2,7 +2,8 @@
 
 Why: this is the write hot path. Work here is per partition and per batch:
 the records blob from the request goes to `ReplicaManager.append` as it came
-(compression untouched); errors are reported per partition with Kafka's code
+(compression untouched) as a writable view into the request frame
+(`produce_decoder`), so the log rewrites offsets in place; errors are reported per partition with Kafka's code
 and logged naming topic and partition. `acks=0` requests get no response.
 """
 
@@ -14,6 +15,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from kelp.errors import CorruptRecordError, KelpError
 
+from ..produce_decoder import decode_produce_request
 from .registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
@@ -22,7 +24,7 @@ TR = ProduceResponse.TopicProduceResponse
 PR = TR.PartitionProduceResponse
 
 
-@handles(ProduceRequest, min_version=3, max_version=9)
+@handles(ProduceRequest, min_version=3, max_version=9, decoder=decode_produce_request)
 async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
     broker = ctx.broker
     replicas = broker.replicas

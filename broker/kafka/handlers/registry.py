@@ -50,6 +50,8 @@ class HandlerSpec:
     min_version: int
     max_version: int
     func: Handler
+    # decoder(body: memoryview, version) -> request; None: request_class.decode
+    decoder: Callable[[memoryview, int], Any] | None = None
 
     def flexible(self, version: int) -> bool:
         return bool(self.request_class.flexible_version_q(version))
@@ -72,6 +74,7 @@ def handles(
     min_version: int = 0,
     max_version: int | None = None,
     response_class: Any = None,
+    decoder: Callable[[memoryview, int], Any] | None = None,
 ) -> Callable[[Handler], Handler]:
     """Register `async def handler(ctx, request) -> response | None` for an API.
 
@@ -94,6 +97,7 @@ def handles(
             min_version=min_version,
             max_version=top,
             func=func,
+            decoder=decoder,
         )
         return func
 

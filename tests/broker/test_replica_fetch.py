@@ -1,0 +1,94 @@
+"""ReplicaManager fetch without a process: zero-copy ranges stay consistent, metrics count them."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from kelp.broker.config import BrokerConfig
+from kelp.broker.replica_manager import FetchPartition, ReplicaManager, SegmentSlice, close_results
+from kelp.broker.topic_manager import TopicManager
+from kelp.records import Record, build_batch, iter_headers
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.values: dict[str, float] = {}
+
+    def labels(self, *, topic: str) -> "_Child":
+        return _Child(self, topic)
+
+
+class _Child:
+    def __init__(self, parent: _Counter, topic: str) -> None:
+        self.parent, self.topic = parent, topic
+
+    def inc(self, n: float = 1) -> None:
+        self.parent.values[self.topic] = self.parent.values.get(self.topic, 0) + n
+
+
+def _replicas(tmp_path) -> ReplicaManager:
+    from kelp.broker.storage import LogConfig, LogManager
+
+    cfg = BrokerConfig.load(env={}, overrides={"log.dirs": str(tmp_path), "num.partitions": 1})
+    tm = TopicManager(cfg, None)
+    tm.load()
+    logs = LogManager([tmp_path], LogConfig.from_kafka(cfg.default_topic_config()), config_for=tm.log_config_or_none)
+    tm.attach_logs(logs)
+    tm.create_topic("t", 1, 1)
+    return ReplicaManager(cfg, logs, tm)
+
+
+def _fill(rm: ReplicaManager, *, batches: int, records: int, size: int) -> int:
+    for i in range(batches):
+        data = build_batch([Record(b"k", bytes([i % 250]) * size) for _ in range(records)])
+        rm.append_sync("t", 0, data, acks=1)
+    return rm.partition_info("t", 0).log_end_offset
+
+
+def _as_bytes(records) -> bytes:
+    return records.read() if isinstance(records, SegmentSlice) else bytes(records)
+
+
+@pytest.mark.parametrize("record_size", [100, 4000])  # a copied read and a zero-copy range
+async def test_fetch_serves_the_bytes_the_range_was_cut_on_even_if_the_file_is_swapped(tmp_path, record_size) -> None:
+    rm = _replicas(tmp_path)
+    _fill(rm, batches=5, records=5, size=record_size)
+    lg = rm.logs.get("t", 0)
+    expected = lg.read(0, max_bytes=1 << 20)
+    real_read_slice = lg.read_slice
+
+    def read_slice_then_swap(*args, **kwargs):
+        found = real_read_slice(*args, **kwargs)
+        tmp = found.path.with_name("cleaned.tmp")  # what a cleaner swap leaves under the same name
+        tmp.write_bytes(b"\xee" * (found.position + found.size))
+        os.replace(tmp, found.path)
+        return found
+
+    lg.read_slice = read_slice_then_swap  # type: ignore[method-assign]
+    results = await rm.fetch([FetchPartition("t", 0, 0, 1 << 20)], max_wait_ms=0, min_bytes=1,
+                             max_bytes=1 << 20, zero_copy=True)
+    try:
+        assert isinstance(results[0].records, SegmentSlice) == (len(expected) >= 64 * 1024)
+        assert _as_bytes(results[0].records) == expected
+    finally:
+        close_results(results)
+        rm.logs.close_all()
+
+
+async def test_records_and_bytes_out_count_zero_copy_fetches(tmp_path) -> None:
+    rm = _replicas(tmp_path)
+    _fill(rm, batches=4, records=10, size=3000)  # 4 batches of ~30 KB: one zero-copy range
+    rm._bytes_out, rm._records_out = _Counter(), _Counter()
+    results = await rm.fetch([FetchPartition("t", 0, 0, 1 << 20)], max_wait_ms=0, min_bytes=1,
+                             max_bytes=1 << 20, zero_copy=True)
+    try:
+        records = results[0].records
+        assert isinstance(records, SegmentSlice)
+        assert rm._bytes_out.values == {"t": records.size}
+        assert rm._records_out.values == {"t": 40}
+        assert sum(h.record_count for h in iter_headers(records.read())) == 40
+    finally:
+        close_results(results)
+        rm.logs.close_all()
