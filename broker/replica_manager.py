@@ -31,7 +31,6 @@ from kelp.errors import (
     KelpError,
     NotEnoughReplicasError,
     OffsetOutOfRangeError,
-    UnknownTopicOrPartitionError,
 )
 
 from .config import BrokerConfig

@@ -19,7 +19,6 @@ import os
 import re
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Mapping
 
 from kelp.errors import (

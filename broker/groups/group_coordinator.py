@@ -26,7 +26,6 @@ from typing import Any, Callable, Iterable, Protocol
 
 from .group import CommittedOffset, Group, GroupState, Member
 from .offsets_log import (
-    GroupKey,
     GroupValue,
     MemberValue,
     OffsetKey,

@@ -14,7 +14,7 @@ This module must never look inside record batches.
 from __future__ import annotations
 
 import struct
-from typing import Iterable, Sequence
+from typing import Sequence
 
 __all__ = ["encode_fetch_response", "MIN_VERSION", "MAX_VERSION"]
 
