@@ -81,7 +81,29 @@ class IndexFile:
             pass
 
 
-class OffsetIndex:
+class FileBackedIndex:
+    """What the offset and time indexes share: one `IndexFile` and its file operations."""
+
+    _file: IndexFile
+
+    @property
+    def path(self) -> Path:
+        return self._file.path
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def rename(self, path: Path) -> None:
+        self._file.rename(path)
+
+    def delete(self) -> None:
+        self._file.delete()
+
+
+class OffsetIndex(FileBackedIndex):
     """Sorted (relative offset, position) pairs of one segment."""
 
     def __init__(self, path: Path, base_offset: int, *, max_entries: int) -> None:
@@ -90,10 +112,6 @@ class OffsetIndex:
         self._file = IndexFile(path)
         self._offsets = array("I")
         self._positions = array("I")
-
-    @property
-    def path(self) -> Path:
-        return self._file.path
 
     @classmethod
     def create(
@@ -171,15 +189,3 @@ class OffsetIndex:
             del self._offsets[i:]
             del self._positions[i:]
             self._file.truncate(i * ENTRY_SIZE)
-
-    def flush(self) -> None:
-        self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()
-
-    def rename(self, path: Path) -> None:
-        self._file.rename(path)
-
-    def delete(self) -> None:
-        self._file.delete()

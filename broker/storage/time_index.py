@@ -16,14 +16,14 @@ import struct
 from array import array
 from pathlib import Path
 
-from .offset_index import IndexFile
+from .offset_index import FileBackedIndex, IndexFile
 
 ENTRY = struct.Struct(">qI")
 ENTRY_SIZE = ENTRY.size  # 12
 NO_TIMESTAMP = -1
 
 
-class TimeIndex:
+class TimeIndex(FileBackedIndex):
     """Non-decreasing (timestamp ms, relative offset) pairs of one segment."""
 
     def __init__(self, path: Path, base_offset: int) -> None:
@@ -31,10 +31,6 @@ class TimeIndex:
         self._file = IndexFile(path)
         self._timestamps = array("q")
         self._offsets = array("I")
-
-    @property
-    def path(self) -> Path:
-        return self._file.path
 
     @classmethod
     def create(cls, path: Path, base_offset: int, *, entries: list[tuple[int, int]] = ()) -> "TimeIndex":
@@ -102,15 +98,3 @@ class TimeIndex:
             del self._timestamps[i:]
             del self._offsets[i:]
             self._file.truncate(i * ENTRY_SIZE)
-
-    def flush(self) -> None:
-        self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()
-
-    def rename(self, path: Path) -> None:
-        self._file.rename(path)
-
-    def delete(self) -> None:
-        self._file.delete()
