@@ -31,9 +31,11 @@ $(STAMP): pyproject.toml setup.py
 
 venv: deps $(STAMP)
 
+BROKERS ?= 3
+
 run: venv
 	@mkdir -p $(DATA_DIR)
-	$(VENV)/bin/kelp broker --log-dirs $(DATA_DIR) --port $(KAFKA_PORT) --http-port $(HTTP_PORT)
+	$(VENV)/bin/kelp dev-cluster --brokers $(BROKERS) --data-dir $(DATA_DIR) --kafka-port $(KAFKA_PORT) --http-port $(HTTP_PORT)
 
 test: venv
 	$(PY) -m pytest $(PYTEST_ARGS)

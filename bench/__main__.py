@@ -130,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.add_argument("--group-records", type=int, default=200_000,
                    help="records of 100 B for the consumer-group figures (200000; 0 skips them)")
+    p.add_argument("--replication-records", type=int, default=100_000,
+                   help="records of 1 KiB for the three-broker replication figures (100000; 0 skips them)")
     args = p.parse_args(argv)
     sizes = {100: args.records_100, 1024: args.records_1k}
     with tempfile.TemporaryDirectory(prefix="kelp-bench-") as tmp:
@@ -149,6 +151,15 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 print("\nconsumer groups")
                 groups.print_report(result)
+        if args.replication_records:
+            from . import replication
+
+            rep = replication.run(records=args.replication_records, work=Path(tmp))
+            if args.json:
+                print(json.dumps(rep, indent=2))
+            else:
+                print("\nreplication (three brokers on this machine)")
+                replication.print_report(rep)
     return 0
 
 

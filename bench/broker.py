@@ -22,8 +22,9 @@ __all__ = ["BenchBroker"]
 
 class BenchBroker:
     def __init__(self, log_dir: Path, *, profile_to: Path | None = None,
-                 settings: dict[str, object] | None = None) -> None:
+                 settings: dict[str, object] | None = None, broker_id: int = 0) -> None:
         self.log_dir = log_dir
+        self.broker_id = broker_id
         self.profile_to = profile_to
         self.settings = dict(settings or {})
         self.proc: subprocess.Popen | None = None
@@ -36,7 +37,7 @@ class BenchBroker:
         if self.profile_to is not None:
             cmd += ["-m", "cProfile", "-o", str(self.profile_to)]
         cmd += ["-m", "kelp.broker", "--log-dirs", str(self.log_dir), "--port", "0", "--http-port", "0",
-                "--log-level", "WARNING"]
+                "--broker-id", str(self.broker_id), "--log-level", "WARNING"]
         for key, value in self.settings.items():
             cmd += ["--set", f"{key}={value}"]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -75,6 +76,12 @@ class BenchBroker:
         assert self.proc is not None and self.proc.stderr is not None
         for line in self.proc.stderr:
             self._stderr.append(line)
+
+    def kill(self) -> None:
+        """SIGKILL (failover figures): no controlled shutdown."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:

@@ -14,8 +14,8 @@ import time
 __all__ = ["produce", "consume"]
 
 
-def produce(bootstrap: str, topic: str, *, count: int, size: int) -> float:
-    """Seconds from the first `produce_batch()` to every record acknowledged (acks=1).
+def produce(bootstrap: str, topic: str, *, count: int, size: int, acks: int = 1) -> float:
+    """Seconds from the first `produce_batch()` to every record acknowledged (acks=1, or -1 = all).
 
     The records go to partition 0 (the bench topics have one) in chunks of
     pre-made message dicts through `produce_batch` (one C call per chunk
@@ -28,7 +28,7 @@ def produce(bootstrap: str, topic: str, *, count: int, size: int) -> float:
     errors: list[str] = []
     producer = Producer({
         "bootstrap.servers": bootstrap,
-        "acks": 1,
+        "acks": acks,
         "linger.ms": 5,
         "batch.size": 1_000_000,
         "batch.num.messages": 1_000_000,

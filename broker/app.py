@@ -20,7 +20,6 @@ import time
 from typing import Any
 
 from .config import BrokerConfig
-from .producer_state import ProducerIdAllocator
 
 __all__ = ["Broker"]
 
@@ -34,7 +33,7 @@ class Broker:
         self.topics: Any = None
         self.replicas: Any = None
         self.groups: Any = None
-        self.producer_ids: ProducerIdAllocator | None = None
+        self.cluster: Any = None  # kelp.broker.cluster.member.ClusterMember
         self.kafka_server: Any = None
         self.http_runner: Any = None
         self.http_port: int | None = None
@@ -47,6 +46,9 @@ class Broker:
     async def start(self) -> None:
         from kelp.broker.storage import LogConfig, LogManager
 
+        from .cluster.member import ClusterMember
+        from .cluster.model import BrokerEndpoint
+        from .cluster.replica_fetcher import ReplicaFetcherManager
         from .kafka.server import KafkaServer
         from .replica_manager import ReplicaManager
         from .topic_manager import TopicManager
@@ -54,17 +56,16 @@ class Broker:
         cfg = self.config
         for d in cfg.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
+        # HTTP first: /healthz answers while recovery runs, so a liveness probe never kills a recovering broker.
+        await self._start_http()
         default = LogConfig.from_kafka(cfg.default_topic_config())
         self.topics = TopicManager(cfg, None)
-        self.topics.load()
-        # Opening the logs runs recovery on every partition directory.
-        self.logs = LogManager(
-            [str(d) for d in cfg.log_dirs], default, config_for=self.topics.log_config_or_none
+        # Opening the logs runs recovery on every partition directory: file work, off the event loop.
+        self.logs = await asyncio.to_thread(
+            LogManager, [str(d) for d in cfg.log_dirs], default, config_for=self.topics.log_config_or_none
         )
-        self.topics.attach_logs(self.logs)
+        self.topics.logs = self.logs
         self.replicas = ReplicaManager(cfg, self.logs, self.topics)
-        self.producer_ids = ProducerIdAllocator(cfg.log_dirs[0])
-        await self._start_groups()
         self.kafka_server = KafkaServer(
             self,
             host=cfg["host"],
@@ -75,7 +76,19 @@ class Broker:
         await self.kafka_server.start()
         if cfg["advertised.port"]:
             self.kafka_server.advertised_port = cfg["advertised.port"]
-        await self._start_http()
+        ks = self.kafka_server
+        endpoint = BrokerEndpoint(
+            id=cfg.broker_id, host=ks.advertised_host, port=ks.advertised_port or ks.port,
+            http_host=self.advertised_http_host, http_port=self.http_port or 0, rack=cfg["broker.rack"] or None,
+        )
+        self.cluster = ClusterMember(self)
+        self.topics.cluster = self.cluster
+        self.replicas.alter_partition = self.cluster.alter_partition
+        self.replicas.fetchers = ReplicaFetcherManager(
+            replicas=self.replicas, broker_id=cfg.broker_id, endpoint_of=lambda b: self.cluster.brokers.get(b), config=cfg,
+        )
+        await self.cluster.start(endpoint)
+        await self._start_groups()
         self._retention_task = asyncio.create_task(self._maintenance_loop())
         self.started_at = time.time()
         log.info(
@@ -84,6 +97,13 @@ class Broker:
             f"{self.http_host}:{self.http_port}" if self.http_port is not None else "off",
             ", ".join(str(d) for d in cfg.log_dirs),
         )
+
+    @property
+    def advertised_http_host(self) -> str:
+        host = self.http_host
+        if host in ("0.0.0.0", "::", ""):
+            return self.config["advertised.host"] or "127.0.0.1"
+        return host
 
     @property
     def http_host(self) -> str:
@@ -135,6 +155,7 @@ class Broker:
             await asyncio.sleep(1.0)
             now = loop.time()
             try:
+                self.replicas.check_isr()
                 await asyncio.to_thread(self._roll_and_flush_by_time)
                 if now >= next_checkpoint:
                     next_checkpoint = now + 5.0
@@ -163,6 +184,14 @@ class Broker:
             return
         self._stopping = True
         log.info("broker %d stopping", self.config.broker_id)
+        if self.cluster is not None:
+            # Controlled shutdown: leadership moves away while the listeners still serve, then the leases go.
+            try:
+                await self.cluster.stop()
+            except Exception:
+                log.exception("leaving the cluster failed")
+        if self.replicas is not None and self.replicas.fetchers is not None:
+            await self.replicas.fetchers.stop()
         if self._retention_task is not None:
             self._retention_task.cancel()
             await asyncio.gather(self._retention_task, return_exceptions=True)

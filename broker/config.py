@@ -13,6 +13,7 @@ given; it only turns text into a validated `BrokerConfig`.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -101,6 +102,20 @@ def _retention(value: Any) -> int:
     return number
 
 
+def _dns_label(value: Any) -> str:
+    text = str(value).strip()
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?", text):
+        raise ValueError(f"expected a lower-case DNS label of at most 40 characters (a-z, 0-9, '-'), got {value!r}")
+    return text
+
+
+def _backend(value: Any) -> str:
+    text = str(value).strip()
+    if text not in ("file", "kube"):
+        raise ValueError(f"expected 'file' (a directory shared by the brokers of one machine) or 'kube' (Lease and ConfigMap objects), got {value!r}")
+    return text
+
+
 # key -> (parser, default). Defaults follow Kafka's where Kafka has one.
 BROKER_KEYS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "broker.id": (_nonneg(_int), 0),
@@ -135,7 +150,7 @@ BROKER_KEYS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "log.message.timestamp.type": (_ts_type, "CreateTime"),
     "min.insync.replicas": (_positive, 1),
     "offsets.topic.num.partitions": (_positive, 50),
-    "offsets.topic.replication.factor": (_positive, 1),
+    "offsets.topic.replication.factor": (_positive, 3),
     "offsets.retention.minutes": (_positive, 10080),
     "group.initial.rebalance.delay.ms": (_nonneg(_int), 3000),
     "group.min.session.timeout.ms": (_positive, 6000),
@@ -143,6 +158,26 @@ BROKER_KEYS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "group.max.size": (_positive, 2**31 - 1),
     "replica.lag.time.max.ms": (_positive, 30000),
     "cluster.id": (_str, "kelp-local"),
+    # -- cluster (design §5): leases, metadata store, controller, replica fetching
+    "cluster.name": (_dns_label, "kelp"),
+    "cluster.backend": (_backend, "file"),
+    "cluster.dir": (_str, ""),
+    "kube.namespace": (_str, ""),
+    "kube.config": (_str, ""),
+    "broker.rack": (_str, ""),
+    "broker.id.from.hostname": (parse_bool, False),
+    "lease.duration.ms": (_positive, 3000),
+    "lease.renew.interval.ms": (_positive, 1000),
+    "controller.liveness.check.interval.ms": (_positive, 250),
+    "controlled.shutdown.enable": (parse_bool, True),
+    "controlled.shutdown.timeout.ms": (_positive, 30000),
+    "unclean.leader.election.enable": (parse_bool, False),
+    "replica.fetch.wait.max.ms": (_positive, 500),
+    "replica.fetch.max.bytes": (_positive, 1048576),
+    "replica.fetch.response.max.bytes": (_positive, 10485760),
+    "replica.fetch.backoff.ms": (_positive, 200),
+    "replica.socket.timeout.ms": (_positive, 30000),
+    "producer.id.block.size": (_positive, 1000),
 }
 
 # Per-topic overrides (Kafka topic config names) -> parser. Names the storage
@@ -245,7 +280,28 @@ class BrokerConfig:
         cfg._merge(from_env, source="environment")
         cfg._merge(dict(overrides or {}), source="flags")
         cfg._resolve_listeners()
+        cfg._resolve_broker_id(env)
         return cfg
+
+    def _resolve_broker_id(self, env: Mapping[str, str]) -> None:
+        """`broker.id.from.hostname`: a StatefulSet pod `<name>-<ordinal>` is broker `<ordinal>`."""
+        if not self.get("broker.id.from.hostname") or "broker.id" in self.explicit:
+            return
+        import socket
+
+        host = env.get("HOSTNAME") or socket.gethostname()
+        match = re.search(r"-(\d+)$", host.split(".")[0])
+        if match is None:
+            raise ConfigError(
+                f"broker.id.from.hostname is true but the host name {host!r} does not end in '-<number>' "
+                "(as a StatefulSet pod's does); set broker.id instead"
+            )
+        self.values["broker.id"] = int(match.group(1))
+
+    @property
+    def cluster_dir(self) -> Path:
+        """The directory the file lease and metadata backends share (default `<first log dir>/cluster`)."""
+        return Path(self["cluster.dir"]) if self["cluster.dir"] else self.log_dirs[0] / "cluster"
 
     def _merge(self, items: Mapping[str, Any], *, source: str) -> None:
         for key, raw in items.items():

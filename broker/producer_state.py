@@ -15,17 +15,13 @@ Also here: `ProducerIdAllocator`, the persisted counter behind InitProducerId.
 
 from __future__ import annotations
 
-import json
-import os
-import threading
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from kelp.errors import InvalidProducerEpochError, KelpError, OutOfOrderSequenceError
+from kelp.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from kelp.records import iter_headers
 
-__all__ = ["ProducerStateManager", "ProducerIdAllocator", "Duplicate", "MAX_CACHED_BATCHES"]
+__all__ = ["ProducerStateManager", "Duplicate", "MAX_CACHED_BATCHES"]
 
 MAX_CACHED_BATCHES = 5
 INT32_MAX = 2**31 - 1
@@ -142,43 +138,3 @@ class ProducerStateManager:
 
     def truncate(self) -> None:
         self._producers.clear()
-
-
-class ProducerIdAllocator:
-    """Hands out producer ids; the next id is persisted before one is returned.
-
-    Ids are reserved in blocks so a restart never reuses an id: the file holds
-    the first id of the next unreserved block.
-    """
-
-    BLOCK = 1000
-
-    def __init__(self, directory: Path | str) -> None:
-        self._path = Path(directory) / "__producer_ids.json"
-        self._lock = threading.Lock()
-        self._next = 0
-        self._reserved_until = 0
-        if self._path.exists():
-            try:
-                self._next = int(json.loads(self._path.read_text())["next_block"])
-            except (OSError, ValueError, KeyError) as exc:
-                raise KelpError(f"cannot read producer id state {self._path}: {exc}") from None
-        self._reserved_until = self._next
-
-    def allocate(self) -> int:
-        with self._lock:
-            if self._next >= self._reserved_until:
-                self._reserved_until = self._next + self.BLOCK
-                self._persist(self._reserved_until)
-            pid = self._next
-            self._next += 1
-            return pid
-
-    def _persist(self, value: int) -> None:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._path.with_suffix(".tmp")
-        with open(tmp, "w") as fh:
-            json.dump({"next_block": value}, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self._path)

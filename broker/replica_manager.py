@@ -10,8 +10,12 @@ append resolves them — no polling.
 Design: single-threaded asyncio, no locks. `Log.append_as_leader` is
 synchronous, so the producer-state check, the append and the state update for
 one partition run without an `await` between them and cannot interleave.
-The high watermark is an explicit value per partition (today: log end offset,
-as there is one replica; replication will move it to min LEO over the ISR).
+Replication: each replica on this broker is a `Partition` (leader or
+follower, ISR, follower progress, high watermark). Consumers read below the
+high watermark, followers (`replica_id` >= 0) up to the log end; a follower's
+fetch is how the leader learns its progress. `acks=all` waits until the high
+watermark passes the batch. Leadership comes from the topic's partition
+states (`apply_topic`), which the cluster layer keeps current.
 
 This module must never parse or touch individual records: it works per batch.
 """
@@ -22,20 +26,26 @@ import asyncio
 import logging
 import os
 import time
-from dataclasses import dataclass, field
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Sequence
 
 from kelp.errors import (
+    FencedLeaderEpochError,
     InvalidRequestError,
     InvalidRequiredAcksError,
     KelpError,
+    NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
+    RequestTimedOutError,
+    UnknownLeaderEpochError,
 )
 
 from .config import BrokerConfig
 from kelp.records import iter_headers
 
+from .partition import Partition
 from .producer_state import Duplicate, ProducerStateManager
 
 __all__ = [
@@ -153,34 +163,53 @@ class PartitionInfo:
     size_bytes: int
 
 
-@dataclass(slots=True)
-class _Partition:
-    topic: str
-    partition: int
-    log: Any
-    producers: ProducerStateManager
-    waiters: set = field(default_factory=set)
-    leader_epoch: int = 0
-    min_insync_replicas: int = 1
-    isr: tuple[int, ...] = (0,)
-
-    @property
-    def high_watermark(self) -> int:
-        return self.log.high_watermark
+LeadershipListener = Callable[[str, int, bool, int], None]
+AlterPartition = Callable[..., Awaitable[Any]]
 
 
 class ReplicaManager:
-    def __init__(self, config: BrokerConfig, logs: Any, topics: Any) -> None:
+    def __init__(self, config: BrokerConfig, logs: Any, topics: Any, *, clock_ms: Callable[[], int] | None = None) -> None:
         self.config = config
         self.logs = logs
         self.topics = topics
-        self._partitions: dict[tuple[str, int], _Partition] = {}
+        self.broker_id = config.broker_id
+        self._now_ms = clock_ms or now_ms
+        self._partitions: dict[tuple[str, int], Partition] = {}
         self._dirty: set[tuple[str, int]] = set()  # appended since the last checkpoint
+        self._listeners: list[LeadershipListener] = []
+        self._tasks: set[asyncio.Task] = set()
+        # Set by the cluster layer: asks the controller to change a partition's ISR; returns the new PartitionState.
+        self.alter_partition: AlterPartition | None = None
+        # Set by the cluster layer: follower fetching (ReplicaFetcherManager).
+        self.fetchers: Any = None
+        self._lag_ms = int(config["replica.lag.time.max.ms"])
         self._bytes_in = _metric("BYTES_IN")
         self._bytes_out = _metric("BYTES_OUT")
         self._records_in = _metric("RECORDS_IN")
         self._records_out = _metric("RECORDS_OUT")
         topics.add_listener(self._on_topic_change)
+
+    # -- leadership listeners -------------------------------------------
+    def add_leadership_listener(self, callback: LeadershipListener) -> None:
+        """`callback(topic, partition, is_leader, leader_epoch)` on the loop whenever this broker starts or stops leading.
+
+        Partitions led already when the listener registers are reported at once.
+        """
+        self._listeners.append(callback)
+        for part in list(self._partitions.values()):
+            if part.is_leader:
+                self._call(callback, part, True)
+
+    def _notify(self, part: Partition, is_leader: bool) -> None:
+        for cb in list(self._listeners):
+            self._call(cb, part, is_leader)
+
+    @staticmethod
+    def _call(cb: LeadershipListener, part: Partition, is_leader: bool) -> None:
+        try:
+            cb(part.topic, part.partition, is_leader, part.leader_epoch)
+        except Exception:  # a listener must never break a leadership change
+            log.exception("leadership listener failed for %s (leader=%s)", part.name, is_leader)
 
     # -- partitions -----------------------------------------------------
     def _on_topic_change(self, event: str, topic: str) -> None:
@@ -188,28 +217,143 @@ class ReplicaManager:
             for (name, _p), part in self._partitions.items():
                 if name == topic:
                     part.min_insync_replicas = self._min_isr(topic)
-        if event == "deleted":
+        elif event == "deleted":
             for key in [k for k in self._partitions if k[0] == topic]:
-                part = self._partitions.pop(key)
-                for fut in part.waiters:
-                    if not fut.done():
-                        fut.set_result(None)
+                self._drop(self._partitions[key], delete_log=False)
+        elif event in ("created", "partitions", "state"):
+            self.apply_topic(topic)
 
-    def _partition(self, topic: str, partition: int) -> _Partition:
+    def apply_topic(self, topic: str) -> None:
+        """Bring this broker's replicas of `topic` in line with the topic's partition states.
+
+        Creates the logs of replicas placed here, becomes leader or follower
+        when the leader or its epoch changed, takes ISR/replica changes of the
+        same epoch, and stops replicas no longer placed here.
+        """
+        info = self.topics.get(topic)
+        if info is None:
+            return
+        now = self._now_ms()
+        for p, state in enumerate(info.partition_states):
+            key = (topic, p)
+            part = self._partitions.get(key)
+            if self.broker_id not in state.replicas:
+                if part is not None:
+                    self._drop(part, delete_log=True)
+                continue
+            if part is None:
+                part = self._open(topic, p)
+                self._transition(part, state, now, new=True)
+            elif state.leader_epoch > part.leader_epoch or (
+                    state.leader_epoch == part.leader_epoch and state.leader != part.leader):
+                self._transition(part, state, now, new=False)
+            elif state.leader_epoch == part.leader_epoch and state.partition_epoch > part.partition_epoch:
+                part.update_state(state, now)
+                if part.is_leader and part.maybe_advance_high_watermark():
+                    part.wake()
+            # An older epoch than ours is a stale push: ignored.
+
+    def _open(self, topic: str, p: int) -> Partition:
+        lg = self.logs.get(topic, p)
+        if lg is None:
+            lg = self.logs.get_or_create(topic, p, self.topics.log_config(topic))
+        part = Partition(topic, p, lg, broker_id=self.broker_id, min_insync_replicas=self._min_isr(topic))
+        self._rebuild_producer_state(lg, part.producers)
+        self._partitions[(topic, p)] = part
+        return part
+
+    def _transition(self, part: Partition, state: Any, now: int, *, new: bool) -> None:
+        was_leader = part.is_leader and not new
+        if state.leader == self.broker_id:
+            part.become_leader(state, now)
+            if self.fetchers is not None:
+                self.fetchers.remove(part.topic, part.partition)
+            assign = getattr(part.log, "assign_leader_epoch", None)
+            if assign is not None:
+                # The epoch checkpoint is fsynced: in a worker thread, never on the loop. Appends of this
+                # epoch start at today's log end, the same offset, so they may run before it lands.
+                self._background(asyncio.to_thread(assign, state.leader_epoch, part.log.log_end_offset),
+                                 f"recording leader epoch {state.leader_epoch} of {part.name}")
+            part.maybe_advance_high_watermark()
+            log.info("%s: leader at epoch %d, ISR %s, log end %d, high watermark %d",
+                     part.name, state.leader_epoch, list(state.isr), part.log.log_end_offset, part.high_watermark)
+            part.wake()
+            self._notify(part, True)
+        else:
+            part.become_follower(state, NotLeaderOrFollowerError(
+                f"topic '{part.topic}' partition {part.partition}: leadership moved to broker {state.leader} "
+                f"(leader epoch {state.leader_epoch}) before the batch was replicated"))
+            part.wake()
+            if was_leader or new:
+                if was_leader:
+                    self._notify(part, False)
+            if self.fetchers is not None:
+                if state.leader >= 0:
+                    self.fetchers.add(part.topic, part.partition, leader=state.leader, leader_epoch=state.leader_epoch)
+                else:
+                    self.fetchers.remove(part.topic, part.partition)
+            log.info("%s: follower of broker %d at epoch %d", part.name, state.leader, state.leader_epoch)
+
+    def _drop(self, part: Partition, *, delete_log: bool) -> None:
+        key = (part.topic, part.partition)
+        self._partitions.pop(key, None)
+        if self.fetchers is not None:
+            self.fetchers.remove(part.topic, part.partition)
+        was_leader = part.is_leader
+        part.leader = -1
+        part.fail_acks(NotLeaderOrFollowerError(f"topic '{part.topic}' partition {part.partition} is no longer on broker {self.broker_id}"))
+        part.wake()
+        if was_leader:
+            self._notify(part, False)
+        if delete_log:
+            try:
+                self.logs.delete(part.topic, part.partition)
+                log.info("%s: replica removed from broker %d, log deleted", part.name, self.broker_id)
+            except Exception as exc:
+                log.warning("deleting the log of %s: %s", part.name, exc)
+
+    def get_partition(self, topic: str, partition: int) -> Partition | None:
+        return self._partitions.get((topic, partition))
+
+    def _partition(self, topic: str, partition: int) -> Partition:
         part = self._partitions.get((topic, partition))
         if part is not None:
             return part
-        self.topics.check_partition(topic, partition)
-        lg = self.logs.get(topic, partition)
-        if lg is None:
-            lg = self.logs.get_or_create(topic, partition, self.topics.log_config(topic))
-        producers = ProducerStateManager(topic, partition)
-        self._rebuild_producer_state(lg, producers)
-        part = _Partition(topic, partition, lg, producers, min_insync_replicas=self._min_isr(topic),
-                          isr=(self.config.broker_id,))
-        self._update_high_watermark(part)
-        self._partitions[(topic, partition)] = part
+        info = self.topics.check_partition(topic, partition)
+        state = info.partition_states[partition]
+        if self.broker_id in state.replicas:
+            self.apply_topic(topic)
+            part = self._partitions.get((topic, partition))
+            if part is not None:
+                return part
+        raise NotLeaderOrFollowerError(
+            f"topic '{topic}' partition {partition} has no replica on broker {self.broker_id} "
+            f"(leader is broker {state.leader}); refresh metadata"
+        )
+
+    def _leader(self, topic: str, partition: int, current_leader_epoch: int = -1) -> Partition:
+        part = self._partition(topic, partition)
+        if current_leader_epoch >= 0:
+            self._check_epoch(part, current_leader_epoch)
+        if not part.is_leader:
+            raise NotLeaderOrFollowerError(
+                f"broker {self.broker_id} is not the leader of topic '{topic}' partition {partition} "
+                f"(leader is broker {part.leader}, epoch {part.leader_epoch}); refresh metadata"
+            )
         return part
+
+    @staticmethod
+    def _check_epoch(part: Partition, requested: int) -> None:
+        if requested < part.leader_epoch:
+            raise FencedLeaderEpochError(
+                f"topic '{part.topic}' partition {part.partition}: request for leader epoch {requested}, "
+                f"current is {part.leader_epoch}; refresh metadata"
+            )
+        if requested > part.leader_epoch:
+            raise UnknownLeaderEpochError(
+                f"topic '{part.topic}' partition {part.partition}: request for leader epoch {requested}, "
+                f"broker {part.broker_id} knows only up to {part.leader_epoch} yet; retry"
+            )
 
     def _min_isr(self, topic: str) -> int:
         try:
@@ -238,19 +382,53 @@ class ReplicaManager:
                 producers.topic, producers.partition, seen, len(producers),
             )
 
-    def _update_high_watermark(self, part: _Partition) -> None:
-        # One replica: HW = LEO. Replication will replace this with min LEO over the ISR.
-        lg = part.log
-        leo = lg.log_end_offset
-        if lg.high_watermark != leo:
-            lg.high_watermark = leo
+    def _background(self, coro: Awaitable[Any], what: str) -> None:
+        async def run() -> None:
+            try:
+                await coro
+            except Exception as exc:
+                log.warning("%s failed: %s", what, exc)
 
-    def _wake(self, part: _Partition) -> None:
-        if part.waiters:
-            for fut in part.waiters:
-                if not fut.done():
-                    fut.set_result(None)
-            part.waiters.clear()
+        try:
+            task = asyncio.get_running_loop().create_task(run())
+        except RuntimeError:  # no loop (unit tests driving the manager synchronously)
+            coro.close()  # type: ignore[attr-defined]
+            return
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- ISR changes (leader side) ----------------------------------------
+    def _request_isr(self, part: Partition, new_isr: tuple[int, ...], reason: str) -> None:
+        if self.alter_partition is None or part.pending_isr is not None:
+            return
+        part.pending_isr = new_isr
+        self._background(self._alter_isr(part, new_isr, reason), f"ISR change of {part.name}")
+
+    async def _alter_isr(self, part: Partition, new_isr: tuple[int, ...], reason: str) -> None:
+        epoch, pepoch = part.leader_epoch, part.partition_epoch
+        try:
+            assert self.alter_partition is not None
+            await self.alter_partition(part.topic, part.partition, leader_epoch=epoch, partition_epoch=pepoch,
+                                       isr=list(new_isr))
+            log.info("%s: ISR %s -> %s (%s)", part.name, list(part.isr), list(new_isr), reason)
+        except Exception as exc:
+            log.warning("%s: ISR change %s -> %s (%s) not made: %s", part.name, list(part.isr), list(new_isr), reason, exc)
+        finally:
+            if part.pending_isr == new_isr:
+                part.pending_isr = None
+            if part.maybe_advance_high_watermark():
+                part.wake()
+
+    def check_isr(self) -> None:
+        """Shrink the ISR of led partitions whose followers lag more than replica.lag.time.max.ms (periodic)."""
+        now = self._now_ms()
+        for part in list(self._partitions.values()):
+            if not part.is_leader or len(part.isr) <= 1:
+                continue
+            lagging = part.out_of_sync(now, self._lag_ms)
+            if lagging:
+                self._request_isr(part, tuple(r for r in part.isr if r not in lagging),
+                                  f"broker(s) {list(lagging)} not caught up within {self._lag_ms} ms")
 
     # -- produce --------------------------------------------------------
     async def append(
@@ -262,18 +440,41 @@ class ReplicaManager:
         acks: int = 1,
         timeout_ms: int = 30000,
     ) -> ProduceResult:
-        """Append a produce request's batches for one partition."""
-        return self.append_sync(topic, partition, data, acks=acks)
+        """Append a produce request's batches for one partition; with acks=-1 wait until the ISR has them."""
+        result = self.append_sync(topic, partition, data, acks=acks)
+        if acks != -1 or result.duplicate:
+            return result
+        part = self._partitions.get((topic, partition))
+        if part is None:
+            raise NotLeaderOrFollowerError(f"topic '{topic}' partition {partition} left broker {self.broker_id} during the produce")
+        needed = result.last_offset + 1
+        if part.high_watermark < needed:
+            fut = asyncio.get_running_loop().create_future()
+            part.add_ack_waiter(needed, fut)
+            try:
+                await asyncio.wait_for(fut, max(timeout_ms, 0) / 1000.0)
+            except asyncio.TimeoutError:
+                part.discard_ack_waiter(fut)
+                raise RequestTimedOutError(
+                    f"topic '{topic}' partition {partition}: offsets {result.base_offset}..{result.last_offset} "
+                    f"not replicated to the ISR {list(part.isr)} within {timeout_ms} ms (high watermark {part.high_watermark})"
+                ) from None
+        if len(part.isr) < part.min_insync_replicas:
+            raise NotEnoughReplicasAfterAppendError(
+                f"topic '{topic}' partition {partition}: written at offset {result.base_offset}, but the ISR "
+                f"shrank to {list(part.isr)}, below min.insync.replicas={part.min_insync_replicas}"
+            )
+        return result
 
     def append_sync(
         self, topic: str, partition: int, data: bytes | bytearray | memoryview, *, acks: int = 1
     ) -> ProduceResult:
         if acks not in (0, 1, -1):
             raise InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), got {acks}")
-        part = self._partition(topic, partition)
+        part = self._leader(topic, partition)
         if acks == -1 and len(part.isr) < part.min_insync_replicas:
             raise NotEnoughReplicasError(
-                f"topic '{topic}' partition {partition}: {len(part.isr)} in-sync replica(s), "
+                f"topic '{topic}' partition {partition}: {len(part.isr)} in-sync replica(s) {list(part.isr)}, "
                 f"min.insync.replicas is {part.min_insync_replicas} (acks=all)"
             )
         lg = part.log
@@ -302,9 +503,9 @@ class ReplicaManager:
                 h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
                 result.first_offset, result.last_offset, result.max_timestamp,
             )
-        self._update_high_watermark(part)
+        part.maybe_advance_high_watermark()
         self._dirty.add((topic, partition))
-        self._wake(part)
+        part.wake()
         if self._bytes_in is not None:
             try:
                 self._bytes_in.labels(topic=topic).inc(len(data)) if hasattr(self._bytes_in, "labels") else self._bytes_in.inc(len(data))
@@ -322,6 +523,56 @@ class ReplicaManager:
             result.record_count,
         )
 
+    # -- follower side ----------------------------------------------------
+    def append_as_follower(
+        self, topic: str, partition: int, data: bytes | memoryview, *, leader_epoch: int,
+        leader_high_watermark: int, leader_log_start_offset: int,
+    ) -> int:
+        """Append what the leader sent (offsets and epochs kept); follow its high watermark. Returns the new log end."""
+        part = self._partitions.get((topic, partition))
+        if part is None or part.is_leader or part.leader_epoch != leader_epoch:
+            raise NotLeaderOrFollowerError(f"{topic}-{partition}: no longer following at epoch {leader_epoch}")
+        lg = part.log
+        if data:
+            result = lg.append_as_follower(data)
+            if result is not None:
+                for h in result.batches:  # per batch: producer state follows the leader's (idempotence survives failover)
+                    if h.producer_id >= 0 and h.base_sequence >= 0 and not h.is_control:
+                        part.producers.update(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
+                                              h.base_offset, h.last_offset, h.max_timestamp)
+                self._dirty.add((topic, partition))
+        if leader_log_start_offset > lg.log_start_offset:
+            try:
+                lg.advance_log_start_offset(min(leader_log_start_offset, lg.log_end_offset))
+            except KelpError as exc:
+                log.debug("%s: log start not advanced to %d: %s", part.name, leader_log_start_offset, exc)
+        if part.follow_high_watermark(leader_high_watermark) or data:
+            self._dirty.add((topic, partition))
+        return lg.log_end_offset
+
+    def truncate(self, topic: str, partition: int, offset: int) -> None:
+        """Follower truncation after a leader change (called in a worker thread by the fetcher)."""
+        part = self._partitions.get((topic, partition))
+        if part is None:
+            return
+        lg = part.log
+        if offset < lg.log_end_offset:
+            log.warning("%s: truncating from log end %d to %d (records the new leader does not have)",
+                        part.name, lg.log_end_offset, offset)
+            lg.truncate_to(offset)
+
+    def reset_producer_state(self, topic: str, partition: int) -> None:
+        """After truncation: rebuild idempotent-producer state from what is left (on the loop)."""
+        part = self._partitions.get((topic, partition))
+        if part is not None:
+            part.producers = ProducerStateManager(topic, partition)
+            self._rebuild_producer_state(part.log, part.producers)
+
+    def partition_roles(self, topic: str, partition: int) -> tuple[int, list[int], list[int]]:
+        info = self.topics.check_partition(topic, partition)
+        state = info.partition_states[partition]
+        return state.leader, list(state.replicas), list(state.isr)
+
     # -- fetch ----------------------------------------------------------
     def _read(
         self, requests: Sequence[FetchPartition], *, max_bytes: int, replica_id: int = -1, zero_copy: bool = False
@@ -330,11 +581,14 @@ class ReplicaManager:
         remaining = max_bytes
         min_one = True
         total = 0
+        now = self._now_ms() if replica_id >= 0 else 0
         for req in requests:
             res = FetchPartitionResult(req.topic, req.partition)
             results.append(res)
             try:
-                part = self._partition(req.topic, req.partition)
+                part = self._leader(req.topic, req.partition, req.current_leader_epoch)
+                if replica_id >= 0:
+                    self._follower_fetched(part, replica_id, req.offset, now)
             except KelpError as exc:
                 res.error = exc
                 continue
@@ -365,6 +619,18 @@ class ReplicaManager:
                 remaining -= n
                 min_one = False
         return results, total
+
+    def _follower_fetched(self, part: Partition, replica_id: int, offset: int, now: int) -> None:
+        if replica_id not in part.replicas:
+            raise NotLeaderOrFollowerError(
+                f"broker {replica_id} is not a replica of topic '{part.topic}' partition {part.partition} "
+                f"(replicas {list(part.replicas)})"
+            )
+        wanted = part.record_follower_fetch(replica_id, offset, now)
+        if wanted is not None:
+            self._request_isr(part, wanted, f"broker {replica_id} caught up at offset {offset}")
+        if part.maybe_advance_high_watermark():
+            part.wake()
 
     @staticmethod
     def _read_one(
@@ -457,9 +723,9 @@ class ReplicaManager:
         return results
 
     # -- offsets --------------------------------------------------------
-    def list_offset(self, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
-        """(offset, timestamp) for earliest (-2), latest (-1), max-timestamp (-3) or a time."""
-        part = self._partition(topic, partition)
+    def list_offset(self, topic: str, partition: int, timestamp: int, *, current_leader_epoch: int = -1) -> tuple[int, int]:
+        """(offset, timestamp) for earliest (-2), latest (-1), max-timestamp (-3) or a time (leader only)."""
+        part = self._leader(topic, partition, current_leader_epoch)
         lg = part.log
         if timestamp == EARLIEST_TIMESTAMP:
             return lg.log_start_offset, -1
@@ -486,9 +752,9 @@ class ReplicaManager:
             topic, partition, lg.log_start_offset, lg.log_end_offset, part.high_watermark, lg.size_bytes
         )
 
-    def end_offset_for_epoch(self, topic: str, partition: int, epoch: int) -> tuple[int, int]:
-        """(epoch, end offset) for OffsetForLeaderEpoch (KIP-101/320); (-1, -1) when unknown."""
-        part = self._partition(topic, partition)
+    def end_offset_for_epoch(self, topic: str, partition: int, epoch: int, *, current_leader_epoch: int = -1) -> tuple[int, int]:
+        """(epoch, end offset) for OffsetForLeaderEpoch (KIP-101/320); (-1, -1) when unknown (leader only)."""
+        part = self._leader(topic, partition, current_leader_epoch)
         return part.log.end_offset_for_epoch(epoch)
 
     def leader_epoch(self, topic: str, partition: int) -> int:
@@ -521,8 +787,13 @@ class ReplicaManager:
         return done
 
     def close(self) -> None:
-        for part in self._partitions.values():
-            self._wake(part)
+        for task in list(self._tasks):
+            task.cancel()
+        for part in list(self._partitions.values()):
+            part.fail_acks(NotLeaderOrFollowerError(f"broker {self.broker_id} is shutting down"))
+            part.wake()
+            if part.is_leader:
+                self._notify(part, False)
         self._partitions.clear()
 
 

@@ -1,45 +1,42 @@
-"""Topics: names, partition counts, per-topic config overrides.
+"""Topics as this broker knows them: names, partition states, config overrides.
 
 Why: every API that names a topic (Metadata, Produce, Fetch, CreateTopics, the
-HTTP admin API) needs one authority saying which topics exist, how many
-partitions they have and which configs override the broker defaults. The
-single-broker store is `<first log dir>/__cluster_metadata.json`, replaced
-atomically (write temp file, fsync, rename) so a crash leaves either the old
-or the new state, never a torn file.
+HTTP admin API) asks one place which topics exist, how their partitions are
+placed and led, and which configs override the broker defaults. That place is
+a cache of the cluster metadata: the controller decides and pushes
+(`apply_state`, `apply_deleted`, `apply_full`); changes a client asks for
+(create, delete, grow, alter configs) are checked here, then sent to the
+controller through the cluster member (`self.cluster.call`), and the answer
+is applied before the call returns, so a client sees its own change at once.
 
-This module must never touch record data: it opens and deletes partition logs
-through the LogManager only, and it never does networking.
+This module must never touch record data: it deletes partition logs through
+the LogManager only, and it never does networking itself.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import re
-import uuid
-from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from kelp.errors import (
     ConfigError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidTopicError,
-    TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
 
+from .cluster.model import TopicState, topic_from_json
 from .config import BrokerConfig, validate_topic_configs
 
-__all__ = ["TopicManager", "TopicInfo", "validate_topic_name", "METADATA_FILE"]
+__all__ = ["TopicManager", "TopicInfo", "validate_topic_name"]
 
 log = logging.getLogger("kelp.broker.topics")
 
-METADATA_FILE = "__cluster_metadata.json"
 MAX_TOPIC_NAME = 249
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+TopicInfo = TopicState  # one type per concept: a topic is its cluster state
 
 
 def validate_topic_name(name: Any) -> str:
@@ -60,82 +57,18 @@ def validate_topic_name(name: Any) -> str:
     return name
 
 
-@dataclass
-class TopicInfo:
-    name: str
-    partitions: int
-    replication_factor: int
-    configs: dict[str, str] = field(default_factory=dict)
-    topic_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-
-    @property
-    def internal(self) -> bool:
-        return self.name in INTERNAL_TOPICS
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "partitions": self.partitions,
-            "replication_factor": self.replication_factor,
-            "configs": dict(self.configs),
-            "topic_id": self.topic_id,
-        }
-
-
 class TopicManager:
-    """Authority on topics for one broker; persists every change before returning."""
+    """This broker's view of the cluster's topics; changes go through the controller."""
 
-    def __init__(self, config: BrokerConfig, logs: Any) -> None:
+    def __init__(self, config: BrokerConfig, logs: Any = None) -> None:
         self.config = config
         self.logs = logs
-        self._dir = config.log_dirs[0]
-        self._path = self._dir / METADATA_FILE
-        self._topics: dict[str, TopicInfo] = {}
+        self.cluster: Any = None  # the ClusterMember (set by the composition root)
+        self._topics: dict[str, TopicState] = {}
         self._listeners: list[Any] = []
 
-    # -- persistence ----------------------------------------------------
-    def load(self) -> None:
-        """Read the metadata file (before the LogManager opens the logs)."""
-        self._dir.mkdir(parents=True, exist_ok=True)
-        if self._path.exists():
-            try:
-                data = json.loads(self._path.read_text())
-            except (OSError, ValueError) as exc:
-                raise ConfigError(f"cannot read topic metadata {self._path}: {exc}") from None
-            for name, entry in data.get("topics", {}).items():
-                self._topics[name] = TopicInfo(
-                    name=name,
-                    partitions=int(entry["partitions"]),
-                    replication_factor=int(entry.get("replication_factor", 1)),
-                    configs=dict(entry.get("configs", {})),
-                    topic_id=entry.get("topic_id") or uuid.uuid4().hex,
-                )
-
-    def attach_logs(self, logs: Any) -> None:
-        """Use `logs` (a LogManager) and make sure every partition has its log."""
-        self.logs = logs
-        for info in self._topics.values():
-            for p in range(info.partitions):
-                self.logs.get_or_create(info.name, p, self.log_config(info.name))
-
-    def _save(self) -> None:
-        data = {"version": 1, "topics": {n: t.to_json() for n, t in sorted(self._topics.items())}}
-        tmp = self._path.with_suffix(".json.tmp")
-        with open(tmp, "w") as fh:
-            json.dump(data, fh, indent=1, sort_keys=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self._path)
-        try:
-            fd = os.open(self._dir, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError:
-            pass
-
     def add_listener(self, callback: Any) -> None:
-        """`callback(event, topic)` after create/delete/grow/alter (e.g. the HTTP layer, groups)."""
+        """`callback(event, topic)` after a change: created, deleted, partitions, altered, state."""
         self._listeners.append(callback)
 
     def _notify(self, event: str, topic: str) -> None:
@@ -145,17 +78,69 @@ class TopicManager:
             except Exception:  # a listener must not break the topic change
                 log.exception("topic listener failed on %s %s", event, topic)
 
+    # -- applying the controller's decisions ----------------------------------
+    def apply_state(self, state: TopicState) -> None:
+        old = self._topics.get(state.name)
+        if old is not None and old.topic_id != state.topic_id:
+            self.apply_deleted(state.name)  # deleted and re-created under the same name
+            old = None
+        self._topics[state.name] = state
+        if old is None or dict(old.configs) != dict(state.configs):
+            if self.logs is not None:
+                self.logs.update_topic_config(state.name, self.log_config(state.name))
+        if old is None:
+            self._notify("created", state.name)
+            return
+        if dict(old.configs) != dict(state.configs):
+            self._notify("altered", state.name)
+        if old.partitions != state.partitions:
+            self._notify("partitions", state.name)
+        elif old.partition_states != state.partition_states:
+            self._notify("state", state.name)
+
+    def apply_partition(self, name: str, partition: int, state: Any) -> None:
+        """One partition's newer state (the controller's answer to this broker's own request)."""
+        info = self._topics.get(name)
+        if info is None or not 0 <= partition < info.partitions:
+            return
+        current = info.partition_states[partition]
+        if (state.leader_epoch, state.partition_epoch) > (current.leader_epoch, current.partition_epoch):
+            self.apply_state(info.with_partition(partition, state))
+
+    def apply_deleted(self, name: str) -> None:
+        info = self._topics.pop(name, None)
+        if info is None:
+            return
+        self._notify("deleted", name)
+        if self.logs is not None:
+            for p in range(info.partitions):
+                if self.logs.get(name, p) is None:
+                    continue
+                try:
+                    self.logs.delete(name, p)
+                except Exception as exc:  # already gone on disk is fine
+                    log.warning("deleting log of %s-%d: %s", name, p, exc)
+        log.info("topic %s deleted", name)
+
+    def apply_full(self, states: Iterable[TopicState]) -> None:
+        states = list(states)
+        names = {s.name for s in states}
+        for name in [n for n in self._topics if n not in names]:
+            self.apply_deleted(name)
+        for state in states:
+            self.apply_state(state)
+
     # -- queries --------------------------------------------------------
-    def list_topics(self) -> list[TopicInfo]:
+    def list_topics(self) -> list[TopicState]:
         return [self._topics[n] for n in sorted(self._topics)]
 
     def exists(self, name: str) -> bool:
         return name in self._topics
 
-    def get(self, name: str) -> TopicInfo | None:
+    def get(self, name: str) -> TopicState | None:
         return self._topics.get(name)
 
-    def describe(self, name: str) -> TopicInfo:
+    def describe(self, name: str) -> TopicState:
         info = self._topics.get(name)
         if info is None:
             raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
@@ -164,7 +149,7 @@ class TopicManager:
     def partition_count(self, name: str) -> int:
         return self.describe(name).partitions
 
-    def check_partition(self, name: str, partition: int) -> TopicInfo:
+    def check_partition(self, name: str, partition: int) -> TopicState:
         info = self._topics.get(name)
         if info is None:
             raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
@@ -186,17 +171,36 @@ class TopicManager:
         """For LogManager(config_for=...): None for unknown topics (defaults apply)."""
         return self.log_config(name) if name in self._topics else None
 
-    def log_config(self, name: str) -> Any:
+    def log_config(self, name: str, overrides: Mapping[str, str] | None = None) -> Any:
         from kelp.broker.storage import LogConfig
 
         merged = self.config.default_topic_config()
         info = self._topics.get(name)
-        if info is not None:
+        if overrides is not None:
+            merged.update(overrides)
+        elif info is not None:
             merged.update(info.configs)
         return LogConfig.from_kafka(merged)
 
-    # -- changes --------------------------------------------------------
-    def create_topic(
+    def check_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        """The controller's check of a topic's overrides: each key and value, and the merged log config."""
+        validate_topic_name(name)
+        clean = validate_topic_configs(configs, topic=name)
+        configs.clear()
+        configs.update(clean)
+        self.log_config(name, clean)
+
+    # -- changes (through the controller) ------------------------------------
+    async def _ask(self, op: str, **kwargs: Any) -> TopicState:
+        if self.cluster is None:
+            raise ConfigError("this broker has not joined its cluster yet; retry")
+        result = await self.cluster.call(op, **kwargs)
+        state = topic_from_json(result)
+        if not kwargs.get("validate_only"):
+            self.apply_state(state)
+        return state
+
+    async def create_topic(
         self,
         name: str,
         partitions: int | None = None,
@@ -204,45 +208,22 @@ class TopicManager:
         configs: Mapping[str, Any] | None = None,
         *,
         validate_only: bool = False,
-    ) -> TopicInfo:
+        assignments: Mapping[int, list[int]] | None = None,
+    ) -> TopicState:
         validate_topic_name(name)
-        if name in self._topics:
-            raise TopicAlreadyExistsError(f"topic '{name}' already exists")
-        if partitions is None or partitions == -1:
-            partitions = int(self.config["num.partitions"])
-        if replication_factor is None or replication_factor == -1:
-            replication_factor = int(self.config["default.replication.factor"])
-        if partitions <= 0:
+        if partitions is not None and partitions != -1 and partitions <= 0:
             raise InvalidPartitionsError(f"topic '{name}': number of partitions must be > 0, got {partitions}")
-        if partitions > 100_000:
-            raise InvalidPartitionsError(f"topic '{name}': {partitions} partitions is over the limit of 100000")
-        if replication_factor <= 0:
+        if replication_factor is not None and replication_factor != -1 and replication_factor <= 0:
             raise InvalidReplicationFactorError(
                 f"topic '{name}': replication factor must be > 0, got {replication_factor}"
             )
-        if replication_factor > 1:
-            raise InvalidReplicationFactorError(
-                f"topic '{name}': replication factor {replication_factor} is larger than the 1 available broker"
-            )
         clean = validate_topic_configs(configs, topic=name)
-        info = TopicInfo(name=name, partitions=partitions, replication_factor=replication_factor, configs=clean)
-        # Validate the merged LogConfig too (storage knows its own limits).
-        merged = self.config.default_topic_config()
-        merged.update(clean)
-        from kelp.broker.storage import LogConfig
+        self.log_config(name, clean)
+        return await self._ask("create_topic", name=name, partitions=partitions, replication_factor=replication_factor,
+                               configs=clean, validate_only=validate_only,
+                               assignments={str(k): v for k, v in assignments.items()} if assignments else None)
 
-        log_config = LogConfig.from_kafka(merged)
-        if validate_only:
-            return info
-        self._topics[name] = info
-        self._save()
-        for p in range(partitions):
-            self.logs.get_or_create(name, p, log_config)
-        log.info("created topic %s with %d partition(s), configs %s", name, partitions, clean or "{}")
-        self._notify("created", name)
-        return info
-
-    def ensure_topic(self, name: str) -> TopicInfo:
+    async def ensure_topic(self, name: str) -> TopicState:
         """Auto-create for Metadata/Produce when `auto.create.topics.enable`."""
         info = self._topics.get(name)
         if info is not None:
@@ -252,23 +233,26 @@ class TopicManager:
             raise UnknownTopicOrPartitionError(
                 f"topic '{name}' does not exist and auto.create.topics.enable is false"
             )
-        return self.create_topic(name)
+        from kelp.errors import TopicAlreadyExistsError
 
-    def delete_topic(self, name: str) -> None:
-        info = self.describe(name)
+        try:
+            return await self.create_topic(name)
+        except TopicAlreadyExistsError:
+            found = self._topics.get(name)
+            if found is None:
+                raise
+            return found
+
+    async def delete_topic(self, name: str) -> None:
+        self.describe(name)
         if not self.config["delete.topic.enable"]:
             raise ConfigError(f"cannot delete topic '{name}': delete.topic.enable is false")
-        del self._topics[name]
-        self._save()
-        for p in range(info.partitions):
-            try:
-                self.logs.delete(name, p)
-            except Exception as exc:  # already gone on disk is fine
-                log.warning("deleting log of %s-%d: %s", name, p, exc)
-        log.info("deleted topic %s", name)
-        self._notify("deleted", name)
+        if self.cluster is None:
+            raise ConfigError("this broker has not joined its cluster yet; retry")
+        await self.cluster.call("delete_topic", name=name)
+        self.apply_deleted(name)
 
-    def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> TopicInfo:
+    async def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> TopicState:
         info = self.describe(name)
         if total < info.partitions:
             raise InvalidPartitionsError(
@@ -276,21 +260,9 @@ class TopicManager:
             )
         if total == info.partitions:
             raise InvalidPartitionsError(f"topic '{name}' already has {total} partitions")
-        if total > 100_000:
-            raise InvalidPartitionsError(f"topic '{name}': {total} partitions is over the limit of 100000")
-        if validate_only:
-            return info
-        old = info.partitions
-        info.partitions = total
-        self._save()
-        cfg = self.log_config(name)
-        for p in range(old, total):
-            self.logs.get_or_create(name, p, cfg)
-        log.info("topic %s grown from %d to %d partitions", name, old, total)
-        self._notify("partitions", name)
-        return info
+        return await self._ask("create_partitions", name=name, total=total, validate_only=validate_only)
 
-    def alter_config(
+    async def alter_config(
         self,
         name: str,
         configs: Mapping[str, Any],
@@ -298,7 +270,7 @@ class TopicManager:
         replace: bool = False,
         delete: tuple[str, ...] | list[str] = (),
         validate_only: bool = False,
-    ) -> TopicInfo:
+    ) -> TopicState:
         """Set (or with `replace`, replace all) overrides; `delete` drops keys back to defaults."""
         info = self.describe(name)
         clean = validate_topic_configs(configs, topic=name)
@@ -306,16 +278,6 @@ class TopicManager:
         new.update(clean)
         for key in delete:
             new.pop(key, None)
-        merged = self.config.default_topic_config()
-        merged.update(new)
-        from kelp.broker.storage import LogConfig
-
-        log_config = LogConfig.from_kafka(merged)
-        if validate_only:
-            return info
-        info.configs = new
-        self._save()
-        self.logs.update_topic_config(name, log_config)
-        log.info("altered config of topic %s: %s", name, new)
-        self._notify("altered", name)
-        return info
+        self.log_config(name, new)
+        return await self._ask("alter_configs", name=name, configs=clean, replace_all=replace, delete=list(delete),
+                               validate_only=validate_only)

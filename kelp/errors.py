@@ -228,3 +228,76 @@ class InvalidRecordError(KelpError):
 
     code = 87  # INVALID_RECORD
     http_status = 400
+
+
+# -- cluster: controller, leadership, replication -------------------------------------
+
+
+class StaleControllerEpochError(KelpError):
+    """A request from a controller that has been deposed (its epoch is older than one already seen)."""
+
+    code = 11
+    http_status = 409
+
+
+class NotEnoughReplicasAfterAppendError(KelpError):
+    """The batch was written, but the in-sync replicas shrank below min.insync.replicas before it was replicated."""
+
+    code = 20
+    http_status = 503
+
+
+class NotControllerError(KelpError):
+    code = 41
+    http_status = 421
+
+
+class ReassignmentInProgressError(KelpError):
+    code = 60
+    http_status = 409
+
+
+class FencedLeaderEpochError(KelpError):
+    """The request names an older leader epoch than this broker's: the client's metadata is stale."""
+
+    code = 74
+    http_status = 409
+
+
+class UnknownLeaderEpochError(KelpError):
+    """The request names a newer leader epoch than this broker knows yet."""
+
+    code = 75
+    http_status = 409
+
+
+class PreferredLeaderNotAvailableError(KelpError):
+    code = 80
+    http_status = 503
+
+
+class ElectionNotNeededError(KelpError):
+    code = 84
+    http_status = 409
+
+
+class NoReassignmentInProgressError(KelpError):
+    code = 85
+    http_status = 404
+
+
+class InvalidUpdateVersionError(KelpError):
+    """An AlterPartition based on an older partition epoch than the controller's."""
+
+    code = 95
+    http_status = 409
+
+
+class IneligibleReplicaError(KelpError):
+    code = 107
+    http_status = 409
+
+
+class BrokerIdNotRegisteredError(KelpError):
+    code = 102
+    http_status = 503

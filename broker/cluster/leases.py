@@ -1,25 +1,167 @@
-"""Leases: broker liveness and controller election, one interface, two backends.
+"""TEMPORARY minimal file leases for integration (replaced by the leases work on main)."""
+from __future__ import annotations
 
-Why: a broker proves it is alive by renewing its own lease
-(`kelp-<cluster>-broker-<id>`, the counterpart of ZooKeeper's ephemeral
-`/brokers/ids/N`); brokers compete for `kelp-<cluster>-controller`, and the
-holder is the controller. The number of holder changes (`transitions`) is the
-controller epoch that fences a deposed controller.
+import abc
+import asyncio
+import fcntl
+import json
+import os
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
 
-CONTRACT (implemented by FileLeaseBackend here and KubeLeaseBackend in
-`kube_leases.py`; the elector logic is backend-independent):
 
-- `LeaseRecord` is what a backend read: holder identity (None = released),
-  times in epoch milliseconds, duration, transitions, free-form string
-  annotations (brokers publish their endpoints there), and an opaque
-  `version` used as the write precondition.
-- `LeaseBackend.get(name) -> LeaseRecord | None`, `list(prefix) ->
-  [LeaseRecord]`, `create(record) -> LeaseRecord` (raises LeaseConflict if it
-  exists), `update(record) -> LeaseRecord` (precondition: record.version is
-  the stored version, else LeaseConflict), `delete(name)`. All async; file and
-  network I/O never run on the event loop.
-- `LeaseElector` implements client-go's tryAcquireOrRenew on top of a
-  backend with *observed-time* expiry (a record counts as expired when it has
-  not changed for its duration as seen by this process's monotonic clock), so
-  clock skew between machines never hands a lease to two holders.
-"""
+class LeaseConflict(Exception):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    name: str
+    holder: str | None
+    acquire_time_ms: int
+    renew_time_ms: int
+    duration_ms: int
+    transitions: int
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    version: str = ""
+
+
+class LeaseBackend(abc.ABC):
+    pass
+
+
+class FileLeaseBackend(LeaseBackend):
+    def __init__(self, directory) -> None:
+        self.dir = Path(directory) / "leases"
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, name: str) -> Path:
+        return self.dir / f"{name}.json"
+
+    def _read(self, p: Path) -> LeaseRecord | None:
+        try:
+            d = json.loads(p.read_text())
+        except (OSError, ValueError):
+            return None
+        return LeaseRecord(d["name"], d["holder"], d["acquire"], d["renew"], d["duration"], d["transitions"],
+                           d.get("annotations", {}), str(d["version"]))
+
+    def _write(self, r: LeaseRecord, version: int) -> LeaseRecord:
+        p = self._path(r.name)
+        tmp = p.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"name": r.name, "holder": r.holder, "acquire": r.acquire_time_ms,
+                                   "renew": r.renew_time_ms, "duration": r.duration_ms,
+                                   "transitions": r.transitions, "annotations": dict(r.annotations),
+                                   "version": version}))
+        os.replace(tmp, p)
+        return replace(r, version=str(version))
+
+    def _cas(self, r: LeaseRecord, create: bool) -> LeaseRecord:
+        with open(self.dir / ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            cur = self._read(self._path(r.name))
+            if create:
+                if cur is not None:
+                    raise LeaseConflict(r.name)
+                return self._write(r, 1)
+            if cur is None or cur.version != r.version:
+                raise LeaseConflict(r.name)
+            return self._write(r, int(cur.version) + 1)
+
+    async def get(self, name: str) -> LeaseRecord | None:
+        return await asyncio.to_thread(self._read, self._path(name))
+
+    async def list(self, prefix: str) -> list[LeaseRecord]:
+        def run():
+            return [r for p in sorted(self.dir.glob(f"{prefix}*.json")) if (r := self._read(p)) is not None]
+        return await asyncio.to_thread(run)
+
+    async def create(self, record: LeaseRecord) -> LeaseRecord:
+        return await asyncio.to_thread(self._cas, record, True)
+
+    async def update(self, record: LeaseRecord) -> LeaseRecord:
+        return await asyncio.to_thread(self._cas, record, False)
+
+    async def delete(self, name: str) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+
+def _key(r: LeaseRecord):
+    return (r.holder, r.renew_time_ms, r.transitions, r.version)
+
+
+class LeaseElector:
+    def __init__(self, backend, *, name: str, identity: str, duration_ms: int,
+                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000), monotonic=time.monotonic,
+                 may_take_over: Callable[[str], bool] = lambda holder: False) -> None:
+        self.backend, self.name, self.identity, self.duration_ms = backend, name, identity, duration_ms
+        self.clock_ms, self.monotonic, self.may_take_over = clock_ms, monotonic, may_take_over
+        self.record: LeaseRecord | None = None
+        self._observed: tuple | None = None
+        self._observed_at = 0.0
+
+    @property
+    def held(self) -> bool:
+        return self.record is not None and self.record.holder == self.identity
+
+    async def try_acquire_or_renew(self, annotations=None) -> LeaseRecord | None:
+        now = self.clock_ms()
+        cur = await self.backend.get(self.name)
+        ann = dict(annotations or {})
+        if cur is None:
+            try:
+                self.record = await self.backend.create(LeaseRecord(self.name, self.identity, now, now, self.duration_ms, 0, ann))
+                return self.record
+            except LeaseConflict:
+                return None
+        if _key(cur) != self._observed:
+            self._observed, self._observed_at = _key(cur), self.monotonic()
+        self.record = cur
+        if cur.holder == self.identity:
+            new = replace(cur, renew_time_ms=now, annotations=ann or cur.annotations, duration_ms=self.duration_ms)
+        else:
+            expired = self.monotonic() - self._observed_at >= cur.duration_ms / 1000.0
+            if cur.holder is not None and not expired and not self.may_take_over(cur.holder):
+                return None
+            new = replace(cur, holder=self.identity, acquire_time_ms=now, renew_time_ms=now,
+                          transitions=cur.transitions + 1, annotations=ann, duration_ms=self.duration_ms)
+        try:
+            self.record = await self.backend.update(new)
+            return self.record
+        except LeaseConflict:
+            return None
+
+    async def release(self) -> None:
+        if not self.held:
+            return
+        try:
+            self.record = await self.backend.update(replace(self.record, holder=None, renew_time_ms=self.clock_ms()))
+        except LeaseConflict:
+            pass
+
+
+class LivenessView:
+    def __init__(self, *, monotonic=time.monotonic) -> None:
+        self.monotonic = monotonic
+        self._seen: dict[str, tuple[tuple, float, LeaseRecord]] = {}
+
+    def observe(self, records: Iterable[LeaseRecord]) -> None:
+        now = self.monotonic()
+        for r in records:
+            prev = self._seen.get(r.name)
+            if prev is None or prev[0] != _key(r):
+                self._seen[r.name] = (_key(r), now, r)
+
+    def alive(self, name: str) -> bool:
+        e = self._seen.get(name)
+        if e is None or e[2].holder is None:
+            return False
+        return self.monotonic() - e[1] < e[2].duration_ms / 1000.0
+
+    def alive_names(self) -> set[str]:
+        return {n for n in self._seen if self.alive(n)}

@@ -81,21 +81,35 @@ async def create_topic(request: web.Request) -> web.Response:
     rf = _int_field(body, "replication_factor", what=what)
     configs = _configs_field(body, what=what)
     validate_only = bool(body.get("validate_only", False))
-    broker.topics.create_topic(name, partitions, rf, configs, validate_only=validate_only)
+    assignments = body.get("assignments")
+    if assignments is not None:
+        if (not isinstance(assignments, dict) or not assignments
+                or not all(isinstance(v, list) and all(isinstance(b, int) and not isinstance(b, bool) for b in v)
+                           for v in assignments.values())):
+            raise HttpProblem(400, f"{what}: 'assignments' must map partition numbers to broker id lists, "
+                                   'e.g. {"0": [0, 1], "1": [1, 2]}')
+        try:
+            assignments = {int(k): v for k, v in assignments.items()}
+        except ValueError:
+            raise HttpProblem(400, f"{what}: 'assignments' keys must be partition numbers") from None
+        if partitions is not None or rf is not None:
+            raise HttpProblem(400, f"{what}: give 'assignments' or 'partitions'/'replication_factor', not both")
+    await broker.topics.create_topic(name, partitions, rf, configs, validate_only=validate_only,
+                                     assignments=assignments)
     if validate_only:
         return json_response({"name": name, "validated": True})
-    return json_response(describe_topic(broker, name), status=201)
+    return json_response(await describe_topic(broker, name), status=201)
 
 
 @routes.get(PREFIX + "/topics/{topic}")
 async def get_topic(request: web.Request) -> web.Response:
-    return json_response(describe_topic(request.app[BROKER], request.match_info["topic"]))
+    return json_response(await describe_topic(request.app[BROKER], request.match_info["topic"]))
 
 
 @routes.delete(PREFIX + "/topics/{topic}")
 async def delete_topic(request: web.Request) -> web.Response:
     name = request.match_info["topic"]
-    request.app[BROKER].topics.delete_topic(name)
+    await request.app[BROKER].topics.delete_topic(name)
     return json_response({"name": name, "deleted": True})
 
 
@@ -107,8 +121,8 @@ async def create_partitions(request: web.Request) -> web.Response:
     total = _int_field(body, "partitions", what=f"grow topic '{name}'")
     if total is None:
         raise HttpProblem(400, f"grow topic '{name}': 'partitions' (the new total count) is required")
-    broker.topics.create_partitions(name, total, validate_only=bool(body.get("validate_only", False)))
-    return json_response(describe_topic(broker, name))
+    await broker.topics.create_partitions(name, total, validate_only=bool(body.get("validate_only", False)))
+    return json_response(await describe_topic(broker, name))
 
 
 @routes.get(PREFIX + "/topics/{topic}/configs")
@@ -124,7 +138,7 @@ async def replace_configs(request: web.Request) -> web.Response:
     name = request.match_info["topic"]
     body = _object(await read_json(request), what="configs body")
     configs = _configs_field(body, what=f"alter configs of topic '{name}'")
-    broker.topics.alter_config(name, configs, replace=True)
+    await broker.topics.alter_config(name, configs, replace=True)
     return json_response({"name": name, "configs": topic_configs(broker, name)})
 
 
@@ -141,7 +155,7 @@ async def patch_configs(request: web.Request) -> web.Response:
         raise HttpProblem(400, f"{what}: 'delete' must be a list of config names")
     delete = delete + [k for k, v in configs.items() if v is None]
     configs = {k: v for k, v in configs.items() if v is not None}
-    broker.topics.alter_config(name, configs, delete=tuple(delete))
+    await broker.topics.alter_config(name, configs, delete=tuple(delete))
     return json_response({"name": name, "configs": topic_configs(broker, name)})
 
 

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from kelp.partitioner import RoundRobin
 
 from ..metrics import LogCollector, metrics_of
-from . import admin, admin_groups, health, metrics_routes, rest_consumers, rest_proxy
+from . import admin, admin_groups, cluster_routes, health, metrics_routes, rest_consumers, rest_proxy
 from .keys import BROKER, LOG_REGISTRY, METRICS, ROUND_ROBIN
 from .problems import error_middleware
 
@@ -47,18 +47,32 @@ async def _latency_middleware(request: web.Request, handler: Any) -> web.StreamR
             pass
 
 
+_ALWAYS_SERVED = ("/healthz", "/readyz", "/metrics")
+
+
+@web.middleware
+async def _starting_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    """While logs recover and the broker joins its cluster, only health and metrics answer."""
+    broker = request.app[BROKER]
+    if broker.started_at is None and not request.path.startswith(_ALWAYS_SERVED):
+        from .problems import HttpProblem
+
+        raise HttpProblem(503, f"broker {broker.config.broker_id} is still starting (log recovery, joining the cluster); retry")
+    return await handler(request)
+
+
 def build_http_app(broker: Any) -> web.Application:
     try:
         max_body = int(broker.config["socket.request.max.bytes"])
     except Exception:
         max_body = DEFAULT_MAX_BODY_BYTES
-    app = web.Application(client_max_size=max_body, middlewares=[_latency_middleware, error_middleware])
+    app = web.Application(client_max_size=max_body, middlewares=[_latency_middleware, error_middleware, _starting_middleware])
     app[BROKER] = broker
     app[METRICS] = metrics_of(broker)
     logs_registry = CollectorRegistry(auto_describe=True)
     logs_registry.register(LogCollector(lambda: broker.logs))
     app[LOG_REGISTRY] = logs_registry
     app[ROUND_ROBIN] = RoundRobin()
-    for module in (health, metrics_routes, admin, admin_groups, rest_proxy, rest_consumers):
+    for module in (health, metrics_routes, admin, cluster_routes, admin_groups, rest_proxy, rest_consumers):
         app.add_routes(module.routes)
     return app

@@ -35,6 +35,9 @@ async def readyz(request: web.Request) -> web.Response:
     ks = broker.kafka_server
     if ks is None or not ks.port:
         missing.append("Kafka listener not bound")
+    cluster = getattr(broker, "cluster", None)
+    if cluster is None or not cluster.started:
+        missing.append("not joined to its cluster yet")
     if broker.started_at is None:
         missing.append("broker still starting")
     if getattr(broker, "_stopping", False):

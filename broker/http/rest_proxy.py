@@ -152,7 +152,7 @@ async def _produce(request: web.Request, *, fixed_partition: int | None) -> web.
     topic = request.match_info["topic"]
     fmt = _embedded_format(request)
     parsed = _parse_records(await read_json(request), fmt)
-    info = broker.topics.ensure_topic(topic)
+    info = await broker.topics.ensure_topic(topic)
     n = info.partitions
     rr = request.app[ROUND_ROBIN]
     by_partition: dict[int, list[int]] = defaultdict(list)

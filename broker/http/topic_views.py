@@ -15,17 +15,9 @@ __all__ = ["partition_roles", "describe_topic", "topic_configs", "brokers_view"]
 
 
 def partition_roles(broker: Any, topic: str, partition: int) -> tuple[int, list[int], list[int]]:
-    """(leader, replicas, isr) of one partition.
-
-    Asks the replica manager when it knows (`partition_roles(topic, p)` once
-    replication lands); a single broker leads every partition it holds.
-    """
-    roles = getattr(broker.replicas, "partition_roles", None)
-    if callable(roles):
-        leader, replicas, isr = roles(topic, partition)
-        return int(leader), list(replicas), list(isr)
-    me = broker.config.broker_id
-    return me, [me], [me]
+    """(leader, replicas, isr) of one partition, from the cluster metadata this broker holds."""
+    leader, replicas, isr = broker.replicas.partition_roles(topic, partition)
+    return int(leader), list(replicas), list(isr)
 
 
 def topic_configs(broker: Any, name: str) -> dict[str, dict[str, str]]:
@@ -37,24 +29,28 @@ def topic_configs(broker: Any, name: str) -> dict[str, dict[str, str]]:
     }
 
 
-def describe_topic(broker: Any, name: str) -> dict[str, Any]:
+async def describe_topic(broker: Any, name: str) -> dict[str, Any]:
+    """A topic with each partition's roles and offsets (as its leader knows them; nulls while it has none)."""
     info = broker.topics.describe(name)
+    infos = await broker.cluster.partition_infos([(name, p) for p in range(info.partitions)])
     partitions = []
-    for p in range(info.partitions):
-        leader, replicas, isr = partition_roles(broker, name, p)
-        pi = broker.replicas.partition_info(name, p)
-        partitions.append(
-            {
-                "partition": p,
-                "leader": leader,
-                "replicas": replicas,
-                "isr": isr,
-                "log_start_offset": pi.log_start_offset,
-                "log_end_offset": pi.log_end_offset,
-                "high_watermark": pi.high_watermark,
-                "size_bytes": pi.size_bytes,
-            }
-        )
+    for p, state in enumerate(info.partition_states):
+        pi = infos.get((name, p))
+        entry = {
+            "partition": p,
+            "leader": state.leader,
+            "leader_epoch": state.leader_epoch,
+            "replicas": list(state.replicas),
+            "isr": list(state.isr),
+            "offline_replicas": [r for r in state.replicas if r not in broker.cluster.brokers],
+            "log_start_offset": pi.log_start_offset if pi else None,
+            "log_end_offset": pi.log_end_offset if pi else None,
+            "high_watermark": pi.high_watermark if pi else None,
+            "size_bytes": pi.size_bytes if pi else None,
+        }
+        if state.reassigning:
+            entry["adding"], entry["removing"] = list(state.adding), list(state.removing)
+        partitions.append(entry)
     return {
         "name": info.name,
         "topic_id": info.topic_id,
@@ -67,17 +63,9 @@ def describe_topic(broker: Any, name: str) -> dict[str, Any]:
 
 
 def brokers_view(broker: Any) -> list[dict[str, Any]]:
-    members = getattr(broker, "cluster_members", None)
-    if callable(members):
-        return list(members())
-    ks = broker.kafka_server
+    member = broker.cluster
     return [
-        {
-            "id": broker.config.broker_id,
-            "host": ks.advertised_host if ks is not None else None,
-            "port": ks.port if ks is not None else None,
-            "http_port": broker.http_port,
-            "rack": None,
-            "controller": True,
-        }
+        {"id": b.id, "host": b.host, "port": b.port, "http_port": b.http_port, "rack": b.rack,
+         "controller": b.id == member.controller_id}
+        for b in sorted(member.brokers.values(), key=lambda b: b.id)
     ]

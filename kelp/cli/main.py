@@ -24,6 +24,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "produce",
     "consume",
     "groups",
+    "partitions",
+    "dev_cluster",
 )
 
 

@@ -29,15 +29,15 @@ class _Child:
 
 
 def _replicas(tmp_path) -> ReplicaManager:
+    from kelp.broker.cluster.model import PartitionState, TopicState
     from kelp.broker.storage import LogConfig, LogManager
 
     cfg = BrokerConfig.load(env={}, overrides={"log.dirs": str(tmp_path), "num.partitions": 1})
     tm = TopicManager(cfg, None)
-    tm.load()
-    logs = LogManager([tmp_path], LogConfig.from_kafka(cfg.default_topic_config()), config_for=tm.log_config_or_none)
-    tm.attach_logs(logs)
-    tm.create_topic("t", 1, 1)
-    return ReplicaManager(cfg, logs, tm)
+    tm.logs = LogManager([tmp_path], LogConfig.from_kafka(cfg.default_topic_config()), config_for=tm.log_config_or_none)
+    rm = ReplicaManager(cfg, tm.logs, tm)
+    tm.apply_state(TopicState("t", (PartitionState((0,), 0, 0, (0,), 0),)))  # what the controller would push
+    return rm
 
 
 def _fill(rm: ReplicaManager, *, batches: int, records: int, size: int) -> int:

@@ -10,8 +10,8 @@ def test_topic_lifecycle(kelp) -> None:
     d = create_topic(kelp.http_url, "orders", partitions=2, **{"retention.ms": "60000"})
     assert d["name"] == "orders" and d["partitions_count"] == 2 and d["replication_factor"] == 1
     p0 = d["partitions"][0]
-    assert p0 == {"partition": 0, "leader": 0, "replicas": [0], "isr": [0], "log_start_offset": 0,
-                  "log_end_offset": 0, "high_watermark": 0, "size_bytes": 0}
+    assert p0 == {"partition": 0, "leader": 0, "leader_epoch": 0, "replicas": [0], "isr": [0], "offline_replicas": [],
+                  "log_start_offset": 0, "log_end_offset": 0, "high_watermark": 0, "size_bytes": 0}
     assert d["configs"]["retention.ms"] == {"value": "60000", "source": "topic"}
     assert d["configs"]["segment.bytes"]["source"] == "default"
 

@@ -86,6 +86,11 @@ def _violations(start: str, forbidden: tuple[str, ...]) -> list[str]:
     [
         ("kelp.broker.storage", NETWORKING + ("kelp.broker.kafka", "kelp.broker.http", "kelp.broker.groups", "kelp.operator", "kelp.cli")),
         ("kelp.records", NETWORKING + ("kelp.broker",)),
+        # The cluster layer is called by the request handlers, never the other way round.
+        ("kelp.broker.cluster", ("kelp.broker.kafka", "kelp.broker.http", "kelp.broker.groups", "kelp.operator", "kelp.cli")),
+        # Replication's per-partition rules are state and futures only: no sockets, no HTTP, no cluster calls.
+        ("kelp.broker.partition", tuple(n for n in NETWORKING if n != "asyncio")
+         + ("kelp.broker.kafka", "kelp.broker.http", "kelp.broker.cluster.member")),
     ],
 )
 def test_layer_imports_only_downwards(layer: str, forbidden: tuple[str, ...]) -> None:

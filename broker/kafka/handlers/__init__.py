@@ -24,6 +24,7 @@ _MODULES = (
     "configs",
     "producer_ids",
     "groups",
+    "reassignments",
 )
 
 

@@ -1,8 +1,10 @@
 """Metadata: brokers, topics and partition leaders as the client must see them.
 
-Why: clients route every produce and fetch by this answer, so the broker
-advertises the host and port it is really bound to (port 0 resolves to the
-ephemeral port). Asking for an unknown topic auto-creates it when
+Why: clients route every produce and fetch by this answer: the live brokers
+(as the controller last pushed them, each with the host and port it
+advertises), the controller, and per partition the leader, its epoch
+(KIP-320), the replicas, the ISR and the offline replicas. Asking for an
+unknown topic auto-creates it (through the controller) when
 `auto.create.topics.enable` is on and the client allows it (v4+).
 """
 
@@ -27,14 +29,19 @@ B = MetadataResponse.MetadataResponseBroker
 
 def topic_entry(broker, name: str, *, error: int = 0) -> T:
     info = broker.topics.get(name)
-    node = broker.config.broker_id
+    alive = broker.cluster.brokers if broker.cluster is not None else {}
     parts = []
     if info is not None and error == 0:
-        for p in range(info.partitions):
-            epoch = 0
+        for p, state in enumerate(info.partition_states):
+            code = 0
+            if state.leader < 0:
+                code = 5  # LEADER_NOT_AVAILABLE: offline until an in-sync replica returns
+            elif state.leader not in alive:
+                code = 5
             parts.append(P(
-                error_code=0, partition_index=p, leader_id=node, leader_epoch=epoch,
-                replica_nodes=[node], isr_nodes=[node], offline_replicas=[],
+                error_code=code, partition_index=p, leader_id=state.leader, leader_epoch=state.leader_epoch,
+                replica_nodes=list(state.replicas), isr_nodes=list(state.isr),
+                offline_replicas=[r for r in state.replicas if r not in alive],
             ))
     topic_id = bytes.fromhex(info.topic_id) if info is not None else bytes(16)
     return T(
@@ -46,7 +53,6 @@ def topic_entry(broker, name: str, *, error: int = 0) -> T:
 @handles(MetadataRequest, min_version=0, max_version=12)
 async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
     broker = ctx.broker
-    server = ctx.server
     version = ctx.api_version
     names: list[str]
     if request.topics is None or (version == 0 and not request.topics):
@@ -60,7 +66,7 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
         if not broker.topics.exists(name):
             try:
                 if allow_auto:
-                    broker.topics.ensure_topic(name)
+                    await broker.topics.ensure_topic(name)
                 else:
                     from kelp.broker.topic_manager import validate_topic_name
 
@@ -70,13 +76,16 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
                 log.warning("metadata for topic '%s' from %s: %s", name, ctx.client, exc)
                 error = exc.code
         topics.append(topic_entry(broker, name, error=error))
-    host = server.advertised_host if server is not None else "127.0.0.1"
-    port = (server.advertised_port or server.port) if server is not None else 9092
-    node = broker.config.broker_id
+    cluster = broker.cluster
+    brokers = [B(node_id=b.id, host=b.host, port=b.port, rack=b.rack)
+               for b in sorted(cluster.brokers.values(), key=lambda b: b.id)]
+    if not any(b.node_id == broker.config.broker_id for b in brokers) and cluster.endpoint is not None:
+        me = cluster.endpoint  # before the first push: at least this broker
+        brokers.append(B(node_id=me.id, host=me.host, port=me.port, rack=me.rack))
     return MetadataResponse(
         throttle_time_ms=0,
-        brokers=[B(node_id=node, host=host, port=port, rack=None)],
+        brokers=brokers,
         cluster_id=str(broker.config["cluster.id"]),
-        controller_id=node,
+        controller_id=cluster.controller_id,
         topics=topics,
     )

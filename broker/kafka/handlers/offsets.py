@@ -28,6 +28,12 @@ TR = ListOffsetsResponse.ListOffsetsTopicResponse
 PR = TR.ListOffsetsPartitionResponse
 
 
+def _epoch(p) -> int:
+    """The request's current_leader_epoch (KIP-320), -1 when the version lacks it."""
+    value = getattr(p, "current_leader_epoch", None)
+    return -1 if value is None else int(value)
+
+
 @handles(ListOffsetsRequest, min_version=0, max_version=7)
 async def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
     replicas = ctx.broker.replicas
@@ -36,7 +42,8 @@ async def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) 
         parts = []
         for p in t.partitions:
             try:
-                offset, ts = replicas.list_offset(t.name, p.partition_index, p.timestamp)
+                offset, ts = replicas.list_offset(t.name, p.partition_index, p.timestamp,
+                                                  current_leader_epoch=_epoch(p))
                 epoch = replicas.leader_epoch(t.name, p.partition_index)
                 code = 0
             except KelpError as exc:
@@ -63,7 +70,9 @@ async def handle_offset_for_leader_epoch(
         parts = []
         for p in t.partitions:
             try:
-                epoch, end = replicas.end_offset_for_epoch(t.topic, p.partition, p.leader_epoch)
+                epoch, end = replicas.end_offset_for_epoch(
+                    t.topic, p.partition, p.leader_epoch,
+                    current_leader_epoch=_epoch(p) if ctx.api_version >= 2 else -1)
                 code = 0
             except KelpError as exc:
                 log.warning("offset for leader epoch of topic '%s' partition %d by %s: %s", t.topic, p.partition, ctx.client, exc)

@@ -37,7 +37,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
         topic_error: KelpError | None = None
         if not topics.exists(name):
             try:
-                topics.ensure_topic(name)
+                await topics.ensure_topic(name)
             except KelpError as exc:
                 topic_error = exc
         for pd in td.partition_data:

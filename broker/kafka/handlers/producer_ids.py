@@ -1,8 +1,9 @@
 """InitProducerId: allocate producer ids for idempotent producers.
 
 Why: `enable.idempotence` (the default in kafka-python 3, librdkafka with
-idempotence, aiokafka) starts with this call. Ids come from a counter
-persisted in the first log dir, so a restart never hands out an id twice.
+idempotence, aiokafka) starts with this call. Ids come from blocks the
+controller hands out cluster-wide (persisted in the metadata store before
+they are given), so no two brokers and no restart ever hand out an id twice.
 Transactions are not supported: a transactional id is refused with a message.
 """
 
@@ -31,5 +32,5 @@ async def handle_init_producer_id(ctx: RequestContext, request: InitProducerIdRe
         if epoch < 32767:
             return InitProducerIdResponse(throttle_time_ms=0, error_code=0,
                                           producer_id=request.producer_id, producer_epoch=epoch)
-    pid = ctx.broker.producer_ids.allocate()
+    pid = await ctx.broker.cluster.next_producer_id()
     return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=pid, producer_epoch=0)

@@ -34,13 +34,17 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
     validate_only = bool(request.validate_only) if ctx.api_version >= 1 else False
     for t in request.topics:
         try:
+            assignments = None
             if t.assignments:
-                raise InvalidRequestError(
-                    f"topic '{t.name}': manual replica assignment is not supported on this single broker"
-                )
+                if t.num_partitions not in (-1, None) or t.replication_factor not in (-1, None):
+                    raise InvalidRequestError(
+                        f"topic '{t.name}': give either a replica assignment or numPartitions/replicationFactor, not both"
+                    )
+                assignments = {a.partition_index: list(a.broker_ids) for a in t.assignments}
             configs = {c.name: c.value for c in (t.configs or [])}
-            info = tm.create_topic(
-                t.name, t.num_partitions, t.replication_factor, configs, validate_only=validate_only
+            info = await tm.create_topic(
+                t.name, None if assignments else t.num_partitions, None if assignments else t.replication_factor,
+                configs, validate_only=validate_only, assignments=assignments,
             )
             cfgs = [
                 C(name=k, value=v, read_only=False, config_source=(5 if d else 1), is_sensitive=False)
@@ -67,7 +71,7 @@ async def handle_delete_topics(ctx: RequestContext, request: DeleteTopicsRequest
     results = []
     for name in request.topic_names or []:
         try:
-            tm.delete_topic(name)
+            await tm.delete_topic(name)
             results.append(R(name=name, error_code=0, error_message=None))
         except KelpError as exc:
             log.warning("delete topic '%s' from %s refused: %s", name, ctx.client, exc)
@@ -82,7 +86,7 @@ async def handle_create_partitions(ctx: RequestContext, request: CreatePartition
     results = []
     for t in request.topics:
         try:
-            tm.create_partitions(t.name, t.count, validate_only=bool(request.validate_only))
+            await tm.create_partitions(t.name, t.count, validate_only=bool(request.validate_only))
             results.append(R(name=t.name, error_code=0, error_message=None))
         except KelpError as exc:
             log.warning("create partitions for topic '%s' from %s refused: %s", t.name, ctx.client, exc)

@@ -1,0 +1,156 @@
+"""The cluster-metadata model: brokers, topics, and each partition's replicas, leader, epochs and ISR.
+
+Why: every request path (Metadata, Produce, Fetch, ListOffsets, FindCoordinator,
+the HTTP API) and the controller must agree on one shape of the cluster's
+state. The controller writes these values to the metadata store and pushes
+them to brokers; brokers only apply what they are given. The JSON forms here
+are the store's and the push's wire format.
+
+Values are immutable: a change makes a new `PartitionState`/`TopicState`
+(`dataclasses.replace`), so a snapshot handed to a request can never change
+under it. This module does no I/O.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Mapping
+
+__all__ = [
+    "BrokerEndpoint",
+    "PartitionState",
+    "TopicState",
+    "NO_LEADER",
+    "topic_from_json",
+]
+
+NO_LEADER = -1
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerEndpoint:
+    """Where a live broker listens: Kafka for clients and replicas, HTTP for admin and controller RPCs."""
+
+    id: int
+    host: str
+    port: int
+    http_host: str
+    http_port: int
+    rack: str | None = None
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.http_host}:{self.http_port}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "host": self.host, "port": self.port, "http_host": self.http_host,
+                "http_port": self.http_port, "rack": self.rack}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "BrokerEndpoint":
+        return cls(int(d["id"]), str(d["host"]), int(d["port"]), str(d.get("http_host") or d["host"]),
+                   int(d["http_port"]), d.get("rack") or None)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """One partition as the controller decided it.
+
+    `leader_epoch` changes with every leader change (fences produce/fetch of
+    the old leader); `partition_epoch` changes with every change at all
+    (ISR, replicas), and fences stale AlterPartition requests. During a
+    reassignment `replicas` is the union of old and new, `adding`/`removing`
+    say which are which.
+    """
+
+    replicas: tuple[int, ...]
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    partition_epoch: int = 0
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.removing)
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding or self.removing)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "replicas": list(self.replicas), "leader": self.leader, "leader_epoch": self.leader_epoch,
+            "isr": list(self.isr), "partition_epoch": self.partition_epoch,
+        }
+        if self.adding:
+            out["adding"] = list(self.adding)
+        if self.removing:
+            out["removing"] = list(self.removing)
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "PartitionState":
+        return cls(
+            tuple(int(r) for r in d["replicas"]), int(d["leader"]), int(d["leader_epoch"]),
+            tuple(int(r) for r in d["isr"]), int(d.get("partition_epoch", 0)),
+            tuple(int(r) for r in d.get("adding", ())), tuple(int(r) for r in d.get("removing", ())),
+        )
+
+
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+@dataclass(frozen=True, slots=True)
+class TopicState:
+    """A topic: its id, config overrides and the state of every partition."""
+
+    name: str
+    partition_states: tuple[PartitionState, ...]
+    configs: Mapping[str, str] = field(default_factory=dict)
+    topic_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    @property
+    def partitions(self) -> int:
+        return len(self.partition_states)
+
+    @property
+    def replication_factor(self) -> int:
+        return len(self.partition_states[0].target_replicas) if self.partition_states else 0
+
+    @property
+    def internal(self) -> bool:
+        return self.name in INTERNAL_TOPICS
+
+    def partition(self, p: int) -> PartitionState:
+        return self.partition_states[p]
+
+    def with_partition(self, p: int, state: PartitionState) -> "TopicState":
+        states = list(self.partition_states)
+        states[p] = state
+        return replace(self, partition_states=tuple(states))
+
+    def replicas_on(self, broker_id: int) -> list[int]:
+        return [i for i, s in enumerate(self.partition_states) if broker_id in s.replicas]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "topic_id": self.topic_id, "configs": dict(self.configs),
+            "partitions": [s.to_json() for s in self.partition_states],
+        }
+
+
+def topic_from_json(d: Mapping[str, Any]) -> TopicState:
+    return TopicState(
+        name=str(d["name"]),
+        partition_states=tuple(PartitionState.from_json(p) for p in d["partitions"]),
+        configs={str(k): str(v) for k, v in (d.get("configs") or {}).items()},
+        topic_id=str(d.get("topic_id") or uuid.uuid4().hex),
+    )
+
+
+def live_isr(state: PartitionState, alive: Iterable[int]) -> tuple[int, ...]:
+    alive_set = set(alive)
+    return tuple(r for r in state.isr if r in alive_set)

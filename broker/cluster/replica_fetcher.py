@@ -1,0 +1,271 @@
+"""Followers pull from leaders: one fetcher per source broker covering all its partitions.
+
+Why: Kafka's `ReplicaFetcherThread`. A follower sends the leader ordinary
+Fetch requests with `replica_id` = its broker id, from its log end offset;
+the leader learns the follower's progress from those offsets and answers
+with its high watermark, which the follower adopts. Before fetching under a
+new leader epoch the follower asks OffsetForLeaderEpoch where its own latest
+epoch ended on the leader and truncates anything beyond (records a deposed
+leader wrote but never replicated), so every replica ends up byte for byte
+the leader's log.
+
+Appends happen on the event loop (one page-cache write per partition and
+response, like a produce); truncation runs in a worker thread. Every wait is
+bounded (`replica.fetch.wait.max.ms`, `replica.socket.timeout.ms`), a failed
+request backs off `replica.fetch.backoff.ms` and reconnects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from kafka.protocol.consumer import FetchRequest, OffsetForLeaderEpochRequest
+
+from kelp.errors import KelpError
+
+from .model import BrokerEndpoint
+from .peer_client import PeerConnection, PeerError
+
+__all__ = ["ReplicaFetcherManager"]
+
+log = logging.getLogger("kelp.broker.replication")
+
+FETCH_VERSION = 11
+EPOCH_VERSION = 3
+NONE, OFFSET_OUT_OF_RANGE, NOT_LEADER = 0, 1, 6
+FENCED, UNKNOWN_EPOCH, UNKNOWN_TOPIC = 74, 75, 3
+
+
+@dataclass(slots=True)
+class _FetchState:
+    leader_epoch: int
+    truncating: bool = True
+
+
+class ReplicaFetcherManager:
+    def __init__(self, *, replicas: Any, broker_id: int, endpoint_of: Callable[[int], BrokerEndpoint | None],
+                 config: Any) -> None:
+        self.replicas = replicas
+        self.broker_id = broker_id
+        self.endpoint_of = endpoint_of
+        self.config = config
+        self._fetchers: dict[int, ReplicaFetcher] = {}
+        self._where: dict[tuple[str, int], int] = {}
+        self._stopped = False
+
+    def add(self, topic: str, partition: int, *, leader: int, leader_epoch: int) -> None:
+        if self._stopped:
+            return
+        key = (topic, partition)
+        old = self._where.get(key)
+        if old is not None and old != leader:
+            self._fetchers[old].remove(key)
+        fetcher = self._fetchers.get(leader)
+        if fetcher is None:
+            fetcher = self._fetchers[leader] = ReplicaFetcher(self, leader)
+        self._where[key] = leader
+        fetcher.add(key, leader_epoch)
+
+    def remove(self, topic: str, partition: int) -> None:
+        key = (topic, partition)
+        leader = self._where.pop(key, None)
+        if leader is not None and leader in self._fetchers:
+            self._fetchers[leader].remove(key)
+
+    def lag(self) -> dict[tuple[str, int], int]:
+        return {key: f.state[key].leader_epoch for f in self._fetchers.values() for key in f.state}
+
+    async def stop(self) -> None:
+        self._stopped = True
+        await asyncio.gather(*(f.stop() for f in self._fetchers.values()), return_exceptions=True)
+        self._fetchers.clear()
+        self._where.clear()
+
+
+class ReplicaFetcher:
+    """Fetches every partition this broker follows on one leader broker."""
+
+    def __init__(self, manager: ReplicaFetcherManager, leader: int) -> None:
+        self.m = manager
+        self.leader = leader
+        self.state: dict[tuple[str, int], _FetchState] = {}
+        self._wake = asyncio.Event()
+        self._conn: PeerConnection | None = None
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{leader}")
+        cfg = manager.config
+        self.wait_ms = int(cfg["replica.fetch.wait.max.ms"])
+        self.max_bytes = int(cfg["replica.fetch.max.bytes"])
+        self.response_max_bytes = int(cfg["replica.fetch.response.max.bytes"])
+        self.backoff_s = int(cfg["replica.fetch.backoff.ms"]) / 1000.0
+        self.timeout_s = int(cfg["replica.socket.timeout.ms"]) / 1000.0
+
+    def add(self, key: tuple[str, int], leader_epoch: int) -> None:
+        self.state[key] = _FetchState(leader_epoch)
+        self._wake.set()
+
+    def remove(self, key: tuple[str, int]) -> None:
+        self.state.pop(key, None)
+
+    async def stop(self) -> None:
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+        if self._conn is not None:
+            await self._conn.close()
+
+    def _connection(self) -> PeerConnection:
+        ep = self.m.endpoint_of(self.leader)
+        if ep is None:
+            raise PeerError(f"broker {self.leader} is not a live member of the cluster")
+        if self._conn is None or (self._conn.host, self._conn.port) != (ep.host, ep.port):
+            self._conn = PeerConnection(ep.host, ep.port, client_id=f"kelp-replica-{self.m.broker_id}",
+                                        timeout_s=self.timeout_s + self.wait_ms / 1000.0)
+        return self._conn
+
+    async def _run(self) -> None:
+        while True:
+            if not self.state:
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), 5.0)
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            try:
+                conn = self._connection()
+                if any(s.truncating for s in self.state.values()):
+                    await self._truncate(conn)
+                await self._fetch(conn)
+            except asyncio.CancelledError:
+                raise
+            except PeerError as exc:
+                log.warning("replica fetcher for leader %d: %s; retrying in %.1fs", self.leader, exc, self.backoff_s)
+                await asyncio.sleep(self.backoff_s)
+            except Exception:
+                log.exception("replica fetcher for leader %d failed; retrying in %.1fs", self.leader, self.backoff_s)
+                await asyncio.sleep(self.backoff_s)
+
+    # -- truncation (KIP-101/279) ------------------------------------------
+    async def _truncate(self, conn: PeerConnection) -> None:
+        pending = {k: s for k, s in self.state.items() if s.truncating}
+        by_topic: dict[str, list] = {}
+        P = OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartition
+        local_epochs: dict[tuple[str, int], int] = {}
+        for (topic, p), st in pending.items():
+            part = self.m.replicas.get_partition(topic, p)
+            if part is None:
+                self.state.pop((topic, p), None)
+                continue
+            latest = part.log.leader_epochs.latest_epoch
+            if latest is None or latest < 0:
+                st.truncating = False  # an empty history: nothing to truncate
+                continue
+            local_epochs[(topic, p)] = latest
+            by_topic.setdefault(topic, []).append(P(partition=p, current_leader_epoch=st.leader_epoch, leader_epoch=latest))
+        if not by_topic:
+            return
+        req = OffsetForLeaderEpochRequest(
+            replica_id=self.m.broker_id,
+            topics=[OffsetForLeaderEpochRequest.OffsetForLeaderTopic(topic=t, partitions=ps) for t, ps in by_topic.items()],
+        )
+        resp = await conn.request(req, EPOCH_VERSION, timeout_s=self.timeout_s)
+        for t in resp.topics:
+            for r in t.partitions:
+                key = (t.topic, r.partition)
+                st = self.state.get(key)
+                if st is None or not st.truncating:
+                    continue
+                if r.error_code != NONE:
+                    log.info("%s-%d: leader %d answered OffsetForLeaderEpoch with error %d; retrying",
+                             t.topic, r.partition, self.leader, r.error_code)
+                    continue
+                part = self.m.replicas.get_partition(*key)
+                if part is None:
+                    continue
+                target = self._truncation_offset(part.log, r.leader_epoch, r.end_offset)
+                if target is None:
+                    continue  # another round with an older local epoch
+                if target < part.log.log_end_offset:
+                    await asyncio.to_thread(self.m.replicas.truncate, key[0], key[1], target)
+                    self.m.replicas.reset_producer_state(*key)
+                st.truncating = False
+
+    @staticmethod
+    def _truncation_offset(lg: Any, leader_epoch: int, leader_end: int) -> int | None:
+        """Kafka's follower rule: where this log must end given the leader's answer for our latest epoch."""
+        leo = lg.log_end_offset
+        if leader_end < 0:
+            return min(lg.high_watermark, leo)  # the leader knows nothing of our epochs: keep what is committed
+        if leader_epoch < 0:
+            return min(leader_end, leo)
+        local_epoch, local_end = lg.end_offset_for_epoch(leader_epoch)
+        if local_epoch == leader_epoch:
+            return min(leader_end, local_end, leo)
+        # We never had the leader's epoch: cut where ours ended before it.
+        return min(local_end if local_end >= 0 else leader_end, leader_end, leo)
+
+    # -- fetching ------------------------------------------------------------
+    async def _fetch(self, conn: PeerConnection) -> None:
+        FT = FetchRequest.FetchTopic
+        FP = FT.FetchPartition
+        by_topic: dict[str, list] = {}
+        for (topic, p), st in self.state.items():
+            if st.truncating:
+                continue
+            part = self.m.replicas.get_partition(topic, p)
+            if part is None or part.is_leader:
+                continue
+            by_topic.setdefault(topic, []).append(FP(
+                partition=p, current_leader_epoch=st.leader_epoch, fetch_offset=part.log.log_end_offset,
+                log_start_offset=part.log.log_start_offset, partition_max_bytes=self.max_bytes))
+        if not by_topic:
+            await asyncio.sleep(self.backoff_s)
+            return
+        req = FetchRequest(
+            replica_id=self.m.broker_id, max_wait_ms=self.wait_ms, min_bytes=1, max_bytes=self.response_max_bytes,
+            isolation_level=0, session_id=0, session_epoch=-1,
+            topics=[FT(topic=t, partitions=ps) for t, ps in by_topic.items()],
+            forgotten_topics_data=[], rack_id="",
+        )
+        resp = await conn.request(req, FETCH_VERSION, timeout_s=self.timeout_s + self.wait_ms / 1000.0)
+        backoff = False
+        for t in resp.responses:
+            for r in t.partitions:
+                key = (t.topic, r.partition_index)
+                st = self.state.get(key)
+                if st is None:
+                    continue
+                if r.error_code == NONE:
+                    try:
+                        self.m.replicas.append_as_follower(
+                            t.topic, r.partition_index, r.records or b"", leader_epoch=st.leader_epoch,
+                            leader_high_watermark=r.high_watermark, leader_log_start_offset=r.log_start_offset)
+                    except KelpError as exc:
+                        log.warning("%s-%d: follower append failed: %s; truncating and fetching again", t.topic,
+                                    r.partition_index, exc)
+                        st.truncating = True
+                elif r.error_code == OFFSET_OUT_OF_RANGE:
+                    await self._out_of_range(key, r)
+                elif r.error_code in (FENCED, NOT_LEADER, UNKNOWN_EPOCH, UNKNOWN_TOPIC):
+                    backoff = True  # our metadata or the leader's is behind: the next push settles it
+                else:
+                    log.warning("%s-%d: leader %d answered fetch with error %d", t.topic, r.partition_index,
+                                self.leader, r.error_code)
+                    backoff = True
+        if backoff:
+            await asyncio.sleep(self.backoff_s)
+
+    async def _out_of_range(self, key: tuple[str, int], r: Any) -> None:
+        part = self.m.replicas.get_partition(*key)
+        if part is None:
+            return
+        lg = part.log
+        if r.log_start_offset >= 0 and lg.log_end_offset < r.log_start_offset:
+            log.warning("%s-%d: our log end %d is below the leader's log start %d: starting over there",
+                        key[0], key[1], lg.log_end_offset, r.log_start_offset)
+            await asyncio.to_thread(lg.truncate_fully_and_start_at, r.log_start_offset)
+            self.m.replicas.reset_producer_state(*key)
+        else:
+            self.state[key].truncating = True  # ahead of the leader: find the divergence point

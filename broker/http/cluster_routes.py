@@ -1,0 +1,191 @@
+"""Cluster HTTP: controller RPCs between brokers, metadata pushes, and the admin API for replication.
+
+Why: brokers talk to the controller over HTTP (design §4): the controller
+pushes metadata to `/cluster/v1/metadata`, brokers send it topic changes,
+ISR changes (AlterPartition), producer-id block requests and controlled
+shutdowns at `/cluster/v1/controller/{op}`. Users and the operator see and
+steer replication under `/admin/v1`: the cluster (brokers, controller),
+partition reassignment with its progress, preferred-leader election, and
+this broker's controlled shutdown (the pod's preStop hook).
+
+This module only translates JSON to calls on `broker.cluster` (the
+ClusterMember) and its errors to JSON; it decides nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from kelp.errors import NotControllerError
+
+from .keys import BROKER
+from .problems import HttpProblem, json_response, read_json
+
+__all__ = ["routes"]
+
+routes = web.RouteTableDef()
+
+# Controller operations a broker may ask for, with the argument names each takes.
+CONTROLLER_OPS = {
+    "create_topic": {"name", "partitions", "replication_factor", "configs", "validate_only", "assignments"},
+    "ensure_internal_topic": {"name", "partitions", "configs", "replication_factor"},
+    "delete_topic": {"name"},
+    "create_partitions": {"name", "total", "validate_only", "assignments"},
+    "alter_configs": {"name", "configs", "replace_all", "delete", "validate_only"},
+    "alter_partition": {"topic", "partition", "leader", "leader_epoch", "partition_epoch", "isr"},
+    "controlled_shutdown": {"broker_id"},
+    "allocate_producer_ids": {"broker_id"},
+    "reassign": {"topic", "partition", "replicas"},
+    "elect_preferred_leaders": {"topic", "partitions"},
+}
+
+
+def _member(request: web.Request) -> Any:
+    member = getattr(request.app[BROKER], "cluster", None)
+    if member is None or not member.started:
+        raise HttpProblem(503, "this broker has not joined its cluster yet")
+    return member
+
+
+@routes.post("/cluster/v1/metadata")
+async def metadata_push(request: web.Request) -> web.Response:
+    body = await read_json(request)
+    if not isinstance(body, dict) or "controller_epoch" not in body:
+        raise HttpProblem(400, "metadata push: a JSON object with controller_epoch is required")
+    _member(request).apply(body)
+    return json_response({"applied": True})
+
+
+@routes.post("/cluster/v1/controller/{op}")
+async def controller_op(request: web.Request) -> web.Response:
+    op = request.match_info["op"]
+    allowed = CONTROLLER_OPS.get(op)
+    if allowed is None:
+        raise HttpProblem(404, f"unknown controller operation '{op}'; known: {', '.join(sorted(CONTROLLER_OPS))}")
+    body = await read_json(request)
+    if not isinstance(body, dict):
+        raise HttpProblem(400, f"controller operation '{op}': the body must be a JSON object")
+    unknown = set(body) - allowed
+    if unknown:
+        raise HttpProblem(400, f"controller operation '{op}': unknown argument(s) {sorted(unknown)}")
+    member = _member(request)
+    controller = member.controller
+    if controller is None or not controller.active:
+        raise NotControllerError(
+            f"broker {member.broker_id} is not the controller (the controller is broker {member.controller_id})"
+        )
+    return json_response(await getattr(controller, op)(**body))
+
+
+# -- admin: cluster, reassignment, leaders, shutdown ------------------------------------
+@routes.get("/admin/v1/cluster")
+async def cluster_view(request: web.Request) -> web.Response:
+    return json_response(_member(request).describe())
+
+
+def _partition_target(body: Any, *, what: str) -> list[tuple[str, int, list[int] | None]]:
+    if not isinstance(body, dict) or not isinstance(body.get("partitions"), list) or not body["partitions"]:
+        raise HttpProblem(400, f"{what}: body must be {{\"partitions\": [{{\"topic\", \"partition\", \"replicas\"}}]}}")
+    out = []
+    for i, item in enumerate(body["partitions"]):
+        if not isinstance(item, dict):
+            raise HttpProblem(400, f"{what}: partitions[{i}] must be an object")
+        topic, partition, replicas = item.get("topic"), item.get("partition"), item.get("replicas")
+        if not isinstance(topic, str) or isinstance(partition, bool) or not isinstance(partition, int):
+            raise HttpProblem(400, f"{what}: partitions[{i}] needs 'topic' (string) and 'partition' (integer)")
+        if replicas is not None and (not isinstance(replicas, list) or not replicas
+                                     or not all(isinstance(r, int) and not isinstance(r, bool) for r in replicas)):
+            raise HttpProblem(400, f"{what}: partitions[{i}].replicas must be a non-empty list of broker ids, or null to cancel")
+        out.append((topic, partition, replicas))
+    return out
+
+
+@routes.post("/admin/v1/partitions/reassign")
+async def reassign(request: web.Request) -> web.Response:
+    """Start (or with `"replicas": null` cancel) moving partitions; progress at GET /admin/v1/partitions/reassignments."""
+    member = _member(request)
+    results = []
+    for topic, partition, replicas in _partition_target(await read_json(request), what="reassign"):
+        state = await member.call("reassign", topic=topic, partition=partition, replicas=replicas)
+        results.append({"topic": topic, "partition": partition, **state})
+    return json_response({"partitions": results})
+
+
+@routes.get("/admin/v1/partitions/reassignments")
+async def reassignments(request: web.Request) -> web.Response:
+    """Partitions being moved, with each replica's log end offset against the leader's."""
+    broker = request.app[BROKER]
+    member = _member(request)
+    out = []
+    for t in broker.topics.list_topics():
+        for p, s in enumerate(t.partition_states):
+            if not s.reassigning:
+                continue
+            entry = {"topic": t.name, "partition": p, "replicas": list(s.replicas), "adding": list(s.adding),
+                     "removing": list(s.removing), "isr": list(s.isr), "leader": s.leader}
+            progress = await member.replica_progress(t.name, p)
+            if progress is not None:
+                entry["log_end_offsets"] = {str(k): v for k, v in progress.items()}
+            out.append(entry)
+    return json_response({"reassignments": out})
+
+
+@routes.post("/admin/v1/partitions/elect-leaders")
+async def elect_leaders(request: web.Request) -> web.Response:
+    """Preferred-leader election: `{"topic"?: str, "partitions"?: [int]}` (empty body = every partition)."""
+    body = await read_json(request) if request.can_read_body else {}
+    if not isinstance(body, dict):
+        raise HttpProblem(400, "elect-leaders: body must be a JSON object")
+    topic, partitions = body.get("topic"), body.get("partitions")
+    if partitions is not None and topic is None:
+        raise HttpProblem(400, "elect-leaders: 'partitions' needs 'topic'")
+    result = await _member(request).call("elect_preferred_leaders", topic=topic, partitions=partitions)
+    return json_response(result)
+
+
+@routes.post("/admin/v1/controlled-shutdown")
+async def controlled_shutdown(request: web.Request) -> web.Response:
+    """Move leadership off this broker now (the pod's preStop hook calls this before SIGTERM)."""
+    member = _member(request)
+    result = await member.call("controlled_shutdown", broker_id=member.broker_id)
+    return json_response(result)
+
+
+@routes.get("/cluster/v1/partitions/{topic}/{partition}/replicas")
+async def replica_progress(request: web.Request) -> web.Response:
+    """The leader's view of each replica's log end offset (for reassignment progress)."""
+    broker = request.app[BROKER]
+    try:
+        partition = int(request.match_info["partition"])
+    except ValueError:
+        raise HttpProblem(400, "partition must be an integer") from None
+    part = broker.replicas.get_partition(request.match_info["topic"], partition)
+    if part is None or not part.is_leader:
+        raise HttpProblem(421, f"broker {broker.config.broker_id} does not lead {request.match_info['topic']}-{partition}")
+    return json_response({str(k): v for k, v in part.describe_replicas().items()})
+
+
+@routes.post("/cluster/v1/partitions/info")
+async def partitions_info(request: web.Request) -> web.Response:
+    """Leader-side offsets of the given partitions (entries this broker does not lead carry nulls)."""
+    broker = request.app[BROKER]
+    body = await read_json(request)
+    items = body.get("partitions") if isinstance(body, dict) else None
+    if not isinstance(items, list):
+        raise HttpProblem(400, 'partitions info: body must be {"partitions": [[topic, partition], ...]}')
+    out = []
+    for item in items:
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str) and isinstance(item[1], int)):
+            raise HttpProblem(400, f"partitions info: each entry must be [topic, partition], got {item!r}")
+        topic, p = item
+        part = broker.replicas.get_partition(topic, p)
+        entry: dict[str, Any] = {"topic": topic, "partition": p, "log_start_offset": None, "log_end_offset": None,
+                                 "high_watermark": None, "size_bytes": None}
+        if part is not None and part.is_leader:
+            pi = broker.replicas.partition_info(topic, p)
+            entry.update(log_start_offset=pi.log_start_offset, log_end_offset=pi.log_end_offset,
+                         high_watermark=pi.high_watermark, size_bytes=pi.size_bytes)
+        out.append(entry)
+    return json_response({"partitions": out})

@@ -1,0 +1,96 @@
+"""AlterPartitionReassignments, ListPartitionReassignments, ElectLeaders: Kafka's replication admin.
+
+Why: `kafka-reassign-partitions`, `kafka-leader-election` and AdminClient
+users steer replicas with these APIs; each goes to the controller through
+the cluster member, and every refusal carries Kafka's code and a message
+naming the partition.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kafka.protocol.admin import (
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
+)
+
+from kelp.errors import KelpError
+
+from .registry import RequestContext, handles
+
+log = logging.getLogger("kelp.broker.kafka")
+
+PREFERRED, UNCLEAN = 0, 1
+INVALID_REQUEST = 42
+
+
+@handles(AlterPartitionReassignmentsRequest, min_version=0, max_version=0)
+async def handle_alter_reassignments(ctx: RequestContext, request) -> AlterPartitionReassignmentsResponse:
+    R = AlterPartitionReassignmentsResponse.ReassignableTopicResponse
+    P = R.ReassignablePartitionResponse
+    responses = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            try:
+                await ctx.broker.cluster.call("reassign", topic=t.name, partition=p.partition_index,
+                                              replicas=list(p.replicas) if p.replicas is not None else None)
+                parts.append(P(partition_index=p.partition_index, error_code=0, error_message=None))
+            except KelpError as exc:
+                log.warning("reassignment of %s-%d from %s refused: %s", t.name, p.partition_index, ctx.client, exc)
+                parts.append(P(partition_index=p.partition_index, error_code=exc.code, error_message=str(exc)))
+        responses.append(R(name=t.name, partitions=parts))
+    return AlterPartitionReassignmentsResponse(throttle_time_ms=0, error_code=0, error_message=None,
+                                               responses=responses)
+
+
+@handles(ListPartitionReassignmentsRequest, min_version=0, max_version=0)
+async def handle_list_reassignments(ctx: RequestContext, request) -> ListPartitionReassignmentsResponse:
+    T = ListPartitionReassignmentsResponse.OngoingTopicReassignment
+    P = T.OngoingPartitionReassignment
+    wanted = None if request.topics is None else {(t.name, p) for t in request.topics for p in t.partition_indexes}
+    by_topic: dict[str, list] = {}
+    for topic in ctx.broker.topics.list_topics():
+        for p, s in enumerate(topic.partition_states):
+            if s.reassigning and (wanted is None or (topic.name, p) in wanted):
+                by_topic.setdefault(topic.name, []).append(P(
+                    partition_index=p, replicas=list(s.replicas), adding_replicas=list(s.adding),
+                    removing_replicas=list(s.removing)))
+    return ListPartitionReassignmentsResponse(
+        throttle_time_ms=0, error_code=0, error_message=None,
+        topics=[T(name=name, partitions=parts) for name, parts in sorted(by_topic.items())])
+
+
+@handles(ElectLeadersRequest, min_version=0, max_version=2)
+async def handle_elect_leaders(ctx: RequestContext, request) -> ElectLeadersResponse:
+    R = ElectLeadersResponse.ReplicaElectionResult
+    P = R.PartitionResult
+    election_type = getattr(request, "election_type", PREFERRED) if ctx.api_version >= 1 else PREFERRED
+    topics = request.topic_partitions
+    if topics is None:
+        names = [(t.name, None) for t in ctx.broker.topics.list_topics()]
+    else:
+        names = [(t.topic, list(t.partitions)) for t in topics]
+    results = []
+    for name, partitions in names:
+        if election_type != PREFERRED:
+            msg = "unclean elections on request are not supported; set unclean.leader.election.enable on the topic"
+            results.append(R(topic=name, partition_result=[P(partition_id=p, error_code=INVALID_REQUEST, error_message=msg)
+                                                           for p in (partitions or [])]))
+            continue
+        try:
+            out = (await ctx.broker.cluster.call("elect_preferred_leaders", topic=name, partitions=partitions))["results"]
+            res = []
+            for key, code in sorted(out.items()):
+                p = int(key.rsplit("-", 1)[1])
+                res.append(P(partition_id=p, error_code=int(code), error_message=None))
+            results.append(R(topic=name, partition_result=res))
+        except KelpError as exc:
+            results.append(R(topic=name, partition_result=[P(partition_id=p, error_code=exc.code, error_message=str(exc))
+                                                           for p in (partitions or [])]))
+    return ElectLeadersResponse(throttle_time_ms=0, error_code=0, replica_election_results=results)

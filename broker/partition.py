@@ -1,0 +1,221 @@
+"""One partition replica on this broker: its role, ISR, follower progress and high watermark.
+
+Why: Kafka's `Partition` is where replication's rules meet one log. As
+leader it tracks each follower's log end offset (from its fetches) and when
+it was last caught up, computes the high watermark as the minimum log end
+offset over the in-sync replicas (never moving it backwards), decides when a
+follower may join the ISR and when a lagging one must leave (the change
+itself goes through the controller), and completes `acks=all` produces once
+the high watermark passes them. As follower it only follows the leader's
+high watermark.
+
+Single-threaded (the event loop): no locks. This module does no I/O: the
+caller runs log appends, truncation and epoch checkpoints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from kelp.errors import KelpError
+
+from .cluster.model import NO_LEADER, PartitionState
+from .producer_state import ProducerStateManager
+
+__all__ = ["Partition", "ReplicaProgress"]
+
+
+@dataclass(slots=True)
+class ReplicaProgress:
+    """What the leader knows of one follower."""
+
+    log_end_offset: int = -1           # unknown until its first fetch under this leader epoch
+    last_caught_up_ms: int = 0         # last time its fetch reached the leader's log end
+    last_fetch_ms: int = 0
+    last_fetch_leader_leo: int = -1    # the leader's log end offset at its previous fetch
+
+
+class Partition:
+    def __init__(self, topic: str, partition: int, log: Any, *, broker_id: int, min_insync_replicas: int = 1) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.log = log
+        self.broker_id = broker_id
+        self.producers = ProducerStateManager(topic, partition)
+        self.waiters: set[asyncio.Future] = set()            # parked fetches (woken by appends and HW moves)
+        self._acks: list[tuple[int, asyncio.Future]] = []    # (offset the HW must reach, future) for acks=all
+        self.min_insync_replicas = min_insync_replicas
+        self.leader = broker_id                               # a lone broker leads its partitions
+        self.leader_epoch = 0
+        self.partition_epoch = 0
+        self.replicas: tuple[int, ...] = (broker_id,)
+        self.isr: tuple[int, ...] = (broker_id,)
+        self.pending_isr: tuple[int, ...] | None = None       # an AlterPartition in flight
+        self.progress: dict[int, ReplicaProgress] = {}
+        self.epoch_start_offset = 0                           # log end offset when this leader epoch began
+
+    # -- role -----------------------------------------------------------
+    @property
+    def is_leader(self) -> bool:
+        return self.leader == self.broker_id
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def maximal_isr(self) -> tuple[int, ...]:
+        """The ISR the high watermark must respect: while an expansion is in flight, the larger one (KIP-497)."""
+        if self.pending_isr is None:
+            return self.isr
+        return tuple(dict.fromkeys(self.isr + self.pending_isr))
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    def state_matches(self, state: PartitionState) -> bool:
+        return (state.leader, state.leader_epoch, state.partition_epoch) == (
+            self.leader, self.leader_epoch, self.partition_epoch)
+
+    def become_leader(self, state: PartitionState, now_ms: int) -> None:
+        self.leader = self.broker_id
+        self.leader_epoch = state.leader_epoch
+        self._take(state)
+        self.epoch_start_offset = self.log.log_end_offset
+        # Every follower starts unknown and counts as caught up now: one that never fetches leaves the ISR after the lag time.
+        self.progress = {r: ReplicaProgress(last_caught_up_ms=now_ms, last_fetch_ms=now_ms)
+                         for r in state.replicas if r != self.broker_id}
+        self.pending_isr = None
+
+    def become_follower(self, state: PartitionState, error: KelpError) -> None:
+        self.leader = state.leader
+        self.leader_epoch = state.leader_epoch
+        self._take(state)
+        self.progress = {}
+        self.pending_isr = None
+        self.fail_acks(error)
+
+    def update_state(self, state: PartitionState, now_ms: int) -> None:
+        """Same leader and epoch, newer partition epoch: ISR or replica set changed (AlterPartition, reassignment)."""
+        self._take(state)
+        if self.pending_isr is not None and set(self.pending_isr) == set(state.isr):
+            self.pending_isr = None
+        if self.is_leader:
+            for r in state.replicas:
+                if r != self.broker_id and r not in self.progress:
+                    self.progress[r] = ReplicaProgress(last_caught_up_ms=now_ms, last_fetch_ms=now_ms)
+            for r in list(self.progress):
+                if r not in state.replicas:
+                    del self.progress[r]
+
+    def _take(self, state: PartitionState) -> None:
+        self.partition_epoch = state.partition_epoch
+        self.replicas = state.replicas
+        self.isr = state.isr
+
+    # -- leader: follower progress, ISR, high watermark -------------------
+    def record_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> tuple[int, ...] | None:
+        """A follower fetched from `fetch_offset` (its log end). Returns an expanded ISR to ask for, if it caught up."""
+        prog = self.progress.get(replica_id)
+        if prog is None:
+            return None
+        leo = self.log.log_end_offset
+        prog.log_end_offset = fetch_offset
+        if fetch_offset >= leo:
+            prog.last_caught_up_ms = now_ms
+        elif prog.last_fetch_leader_leo >= 0 and fetch_offset >= prog.last_fetch_leader_leo:
+            prog.last_caught_up_ms = prog.last_fetch_ms  # it has what we had at its previous fetch
+        prog.last_fetch_ms = now_ms
+        prog.last_fetch_leader_leo = leo
+        if (replica_id not in self.isr and self.pending_isr is None
+                and fetch_offset >= self.high_watermark and fetch_offset >= self.epoch_start_offset):
+            return self.isr + (replica_id,)
+        return None
+
+    def out_of_sync(self, now_ms: int, lag_ms: int) -> tuple[int, ...]:
+        """ISR followers not caught up within `lag_ms` (Kafka's replica.lag.time.max.ms)."""
+        out = []
+        for r in self.isr:
+            if r == self.broker_id:
+                continue
+            prog = self.progress.get(r)
+            if prog is None or now_ms - prog.last_caught_up_ms > lag_ms:
+                out.append(r)
+        return tuple(out)
+
+    def maybe_advance_high_watermark(self) -> bool:
+        """HW = min log end offset over the (maximal) ISR; never backwards. True if it moved."""
+        lg = self.log
+        if not self.is_leader:
+            return False
+        new_hw = lg.log_end_offset
+        for r in self.maximal_isr:
+            if r == self.broker_id:
+                continue
+            prog = self.progress.get(r)
+            leo = prog.log_end_offset if prog is not None else -1
+            if leo < new_hw:
+                new_hw = leo
+        if new_hw > lg.high_watermark:
+            lg.high_watermark = new_hw
+            return True
+        return False
+
+    def follow_high_watermark(self, leader_hw: int) -> bool:
+        lg = self.log
+        new_hw = min(leader_hw, lg.log_end_offset)
+        if new_hw > lg.high_watermark:
+            lg.high_watermark = new_hw
+            return True
+        return False
+
+    # -- waiting ----------------------------------------------------------
+    def add_ack_waiter(self, offset: int, fut: asyncio.Future) -> None:
+        self._acks.append((offset, fut))
+
+    def discard_ack_waiter(self, fut: asyncio.Future) -> None:
+        self._acks = [(o, f) for o, f in self._acks if f is not fut]
+
+    def resolve_acks(self) -> None:
+        if not self._acks:
+            return
+        hw = self.log.high_watermark
+        keep = []
+        for offset, fut in self._acks:
+            if offset <= hw:
+                if not fut.done():
+                    fut.set_result(None)
+            else:
+                keep.append((offset, fut))
+        self._acks = keep
+
+    def fail_acks(self, error: KelpError) -> None:
+        acks, self._acks = self._acks, []
+        for _offset, fut in acks:
+            if not fut.done():
+                fut.set_exception(error)
+
+    def wake(self) -> None:
+        if self.waiters:
+            for fut in self.waiters:
+                if not fut.done():
+                    fut.set_result(None)
+            self.waiters.clear()
+        self.resolve_acks()
+
+    def describe_replicas(self) -> dict[int, int]:
+        """Replica id -> log end offset as this broker knows it (-1 unknown); for reassignment progress."""
+        out = {self.broker_id: self.log.log_end_offset}
+        for r, prog in self.progress.items():
+            out[r] = prog.log_end_offset
+        return out
+
+
+def leaderless(state: PartitionState) -> bool:
+    return state.leader == NO_LEADER
+
+
+NowMs = Callable[[], int]

@@ -1,0 +1,227 @@
+"""The controller's decisions, driven directly with an in-memory store and a recording push.
+
+Leader election from the ISR when a broker goes (epoch + 1, the dead broker
+leaves every ISR, offline when no in-sync replica lives and unclean election
+is off), AlterPartition fencing by leader and partition epoch, controlled
+shutdown, producer-id blocks persisted before they are handed out,
+reassignment in its phases, preferred-leader election, and a controller
+with a stale lease writing nothing.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from kelp.broker.cluster.controller import Controller, ControllerSettings
+from kelp.broker.cluster.model import BrokerEndpoint, topic_from_json
+from kelp.broker.cluster.store import StoreConflict, Versioned
+from kelp.broker.config import BrokerConfig
+from kelp.errors import (
+    FencedLeaderEpochError,
+    IneligibleReplicaError,
+    InvalidTopicError,
+    InvalidUpdateVersionError,
+    NotControllerError,
+)
+
+
+class MemoryStore:
+    def __init__(self) -> None:
+        self.topics: dict[str, Versioned] = {}
+        self.cluster: Versioned | None = None
+        self._n = itertools.count(1)
+
+    async def load(self):
+        return self.cluster, dict(self.topics)
+
+    async def put_topic(self, name, doc, *, expected_version):
+        cur = self.topics.get(name)
+        if (cur.version if cur else None) != expected_version:
+            raise StoreConflict(f"{name}: expected {expected_version}, have {cur.version if cur else None}")
+        v = str(next(self._n))
+        self.topics[name] = Versioned(doc, v)
+        return v
+
+    async def delete_topic(self, name, *, expected_version):
+        cur = self.topics.get(name)
+        if cur is None or cur.version != expected_version:
+            raise StoreConflict(name)
+        del self.topics[name]
+
+    async def put_cluster(self, doc, *, expected_version):
+        if (self.cluster.version if self.cluster else None) != expected_version:
+            raise StoreConflict("cluster")
+        v = str(next(self._n))
+        self.cluster = Versioned(doc, v)
+        return v
+
+
+def ep(i: int, rack: str | None = None) -> BrokerEndpoint:
+    return BrokerEndpoint(i, "127.0.0.1", 9092 + i, "127.0.0.1", 8080 + i, rack)
+
+
+class Harness:
+    def __init__(self, n: int = 3, **cfg) -> None:
+        self.store = MemoryStore()
+        self.alive = {i: ep(i) for i in range(n)}
+        self.pushed: list[tuple[int, dict]] = []
+        self.fresh = True
+        config = BrokerConfig.load(env={}, overrides={"log.dirs": "/tmp/unused", **cfg})
+        self.controller = self.make(epoch=1, config=config)
+
+    def make(self, *, epoch: int, config: BrokerConfig) -> Controller:
+        async def live():
+            return dict(self.alive)
+
+        async def push(broker, payload):
+            self.pushed.append((broker.id, payload))
+
+        return Controller(broker_id=0, epoch=epoch, settings=ControllerSettings(config), store=self.store,
+                          live_brokers=live, push=push, lease_fresh=lambda: self.fresh)
+
+    async def start(self) -> Controller:
+        await self.controller.start()
+        await self.controller.stop()  # the watch loop is driven by hand below
+        self.controller.active = True
+        return self.controller
+
+    def state(self, topic: str, p: int = 0):
+        return topic_from_json(self.store.topics[topic].doc).partition(p)
+
+
+async def test_topic_creation_is_stored_and_spread() -> None:
+    h = Harness()
+    c = await h.start()
+    doc = await c.create_topic(name="t", partitions=6, replication_factor=3)
+    assert sorted(p["leader"] for p in doc["partitions"]) == [0, 0, 1, 1, 2, 2]
+    assert h.store.topics["t"].doc == doc
+    offsets = await c.ensure_internal_topic(name="__consumer_offsets", partitions=3, configs={}, replication_factor=5)
+    assert len(offsets["partitions"][0]["replicas"]) == 3  # min(wanted, live brokers)
+    with pytest.raises(InvalidTopicError, match="internal"):
+        await c.delete_topic(name="__consumer_offsets")
+    assert "__consumer_offsets" in h.store.topics
+
+
+async def test_dead_leader_is_replaced_from_the_isr_and_leaves_every_isr() -> None:
+    h = Harness()
+    c = await h.start()
+    await c.create_topic(name="t", partitions=1, replication_factor=3)
+    before = h.state("t")
+    dead = before.leader
+    del h.alive[dead]
+    await c._on_liveness(dict(h.alive))
+    after = h.state("t")
+    assert after.leader != dead and after.leader in before.isr
+    assert after.leader_epoch == before.leader_epoch + 1
+    assert dead not in after.isr and after.partition_epoch > before.partition_epoch
+
+
+async def test_last_in_sync_replica_gone_means_offline_unless_unclean_allowed() -> None:
+    h = Harness()
+    c = await h.start()
+    await c.create_topic(name="t", assignments={0: [1, 2]})
+    s = h.state("t")
+    await c.alter_partition(topic="t", partition=0, leader=1, leader_epoch=s.leader_epoch,
+                            partition_epoch=s.partition_epoch, isr=[1])
+    del h.alive[1]
+    await c._on_liveness(dict(h.alive))
+    off = h.state("t")
+    assert off.leader == -1 and off.isr == (1,)  # 2 was out of sync: not elected, and 1 stays eligible
+    h.alive[1] = ep(1)
+    await c._on_liveness(dict(h.alive))
+    assert h.state("t").leader == 1
+    await c.alter_configs(name="t", configs={"unclean.leader.election.enable": "true"})
+    del h.alive[1]
+    await c._on_liveness(dict(h.alive))
+    assert h.state("t").leader == 2 and h.state("t").isr == (2,)
+
+
+async def test_alter_partition_is_fenced_by_epochs_and_liveness() -> None:
+    h = Harness()
+    c = await h.start()
+    await c.create_topic(name="t", assignments={0: [0, 1, 2]})
+    s = h.state("t")
+    with pytest.raises(InvalidUpdateVersionError):
+        await c.alter_partition(topic="t", partition=0, leader=0, leader_epoch=s.leader_epoch,
+                                partition_epoch=s.partition_epoch + 5, isr=[0, 1])
+    with pytest.raises(FencedLeaderEpochError):
+        await c.alter_partition(topic="t", partition=0, leader=0, leader_epoch=s.leader_epoch - 1,
+                                partition_epoch=s.partition_epoch, isr=[0, 1])
+    await c.alter_partition(topic="t", partition=0, leader=0, leader_epoch=s.leader_epoch,
+                            partition_epoch=s.partition_epoch, isr=[0, 1])
+    s2 = h.state("t")
+    assert s2.isr == (0, 1)
+    del h.alive[2]
+    await c._on_liveness(dict(h.alive))
+    s3 = h.state("t")
+    with pytest.raises(IneligibleReplicaError):
+        await c.alter_partition(topic="t", partition=0, leader=0, leader_epoch=s3.leader_epoch,
+                                partition_epoch=s3.partition_epoch, isr=[0, 1, 2])
+
+
+async def test_controlled_shutdown_moves_leadership_and_isr_membership() -> None:
+    h = Harness()
+    c = await h.start()
+    await c.create_topic(name="t", partitions=3, replication_factor=3)
+    await c.create_topic(name="solo", assignments={0: [1]})
+    result = await c.controlled_shutdown(broker_id=1)
+    states = topic_from_json(h.store.topics["t"].doc).partition_states
+    assert all(s.leader != 1 and 1 not in s.isr for s in states)
+    assert result["remaining_leaderships"] == ["solo-0"]  # nobody else can lead it
+
+
+async def test_producer_id_blocks_never_overlap_and_are_persisted_first() -> None:
+    h = Harness(**{"producer.id.block.size": 10})
+    c = await h.start()
+    a = await c.allocate_producer_ids(broker_id=1)
+    b = await c.allocate_producer_ids(broker_id=2)
+    assert (a["first"], b["first"]) == (0, 10)
+    assert h.store.cluster.doc["next_producer_id"] == 20
+    h2 = Harness(**{"producer.id.block.size": 10})
+    h2.store = h.store  # a new controller after failover reads the store
+    h2.controller = h2.make(epoch=2, config=BrokerConfig.load(env={}, overrides={"log.dirs": "/x", "producer.id.block.size": 10}))
+    c2 = await h2.start()
+    assert (await c2.allocate_producer_ids(broker_id=0))["first"] == 20
+
+
+async def test_reassignment_adds_waits_for_isr_moves_leadership_and_drops_old_replicas() -> None:
+    h = Harness(4)
+    c = await h.start()
+    await c.create_topic(name="t", assignments={0: [0, 1, 2]})
+    await c.reassign(topic="t", partition=0, replicas=[3, 1, 2])
+    s = h.state("t")
+    assert s.adding == (3,) and s.removing == (0,) and set(s.replicas) == {0, 1, 2, 3} and s.leader == 0
+    await c.alter_partition(topic="t", partition=0, leader=0, leader_epoch=s.leader_epoch,
+                            partition_epoch=s.partition_epoch, isr=[0, 1, 2, 3])
+    done = h.state("t")
+    assert done.replicas == (3, 1, 2) and not done.reassigning
+    assert done.leader == 3 and done.leader_epoch == s.leader_epoch + 1 and 0 not in done.isr
+
+
+async def test_preferred_leader_election() -> None:
+    h = Harness()
+    c = await h.start()
+    await c.create_topic(name="t", assignments={0: [0, 1, 2]})
+    del h.alive[0]
+    await c._on_liveness(dict(h.alive))
+    assert h.state("t").leader == 1
+    h.alive[0] = ep(0)
+    await c._on_liveness(dict(h.alive))
+    s = h.state("t")
+    res = await c.elect_preferred_leaders(topic="t")
+    assert res["results"]["t-0"] == 80  # 0 is not back in the ISR yet
+    await c.alter_partition(topic="t", partition=0, leader=1, leader_epoch=s.leader_epoch,
+                            partition_epoch=s.partition_epoch, isr=[1, 2, 0])
+    res = await c.elect_preferred_leaders(topic="t")
+    assert res["results"]["t-0"] == 0 and h.state("t").leader == 0
+
+
+async def test_a_controller_whose_lease_is_stale_writes_nothing() -> None:
+    h = Harness()
+    c = await h.start()
+    h.fresh = False
+    with pytest.raises(NotControllerError):
+        await c.create_topic(name="late", partitions=1, replication_factor=1)
+    assert "late" not in h.store.topics
