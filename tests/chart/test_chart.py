@@ -60,11 +60,25 @@ def test_helm_lint_strict(helm_home: Path) -> None:
     assert "1 chart(s) linted, 0 chart(s) failed" in proc.stdout
 
 
-def test_lint_refuses_values_outside_the_schema(helm_home: Path) -> None:
-    proc = run_helm("template", "kelp", str(CHART_DIR), "--set", "logLevel=LOUD",
-                    home=helm_home, check=False)
+@pytest.mark.parametrize("value, field", [
+    ("logLevel=LOUD", "logLevel"),
+    ("replicaCount=0", "replicaCount"),
+    ("watchNamespaces={Team_A}", "watchNamespaces"),
+    ("image.pullPolicy=Sometimes", "pullPolicy"),
+])
+def test_values_outside_the_schema_are_refused(helm_home: Path, value: str, field: str) -> None:
+    proc = run_helm("template", "kelp", str(CHART_DIR), "--set", value, home=helm_home, check=False)
     assert proc.returncode != 0
-    assert "logLevel" in proc.stderr
+    assert field in proc.stderr
+
+
+def test_existing_service_account(helm_home: Path) -> None:
+    docs = render(helm_home, "serviceAccount.create=false", "serviceAccount.name=ops-operator")
+    assert not by_kind(docs, "ServiceAccount")
+    (deploy,) = by_kind(docs, "Deployment")
+    assert deploy["spec"]["template"]["spec"]["serviceAccountName"] == "ops-operator"
+    (binding,) = by_kind(docs, "ClusterRoleBinding")
+    assert binding["subjects"][0]["name"] == "ops-operator"
 
 
 def test_missing_service_account_name_is_named(helm_home: Path) -> None:

@@ -182,6 +182,23 @@ def test_discovery_lists_the_kelp_category(custom, kube_api) -> None:
         assert resources[f"{plural}/status"]["kind"] == kind
 
 
+def test_published_openapi_documents_every_field(custom, kube_api) -> None:
+    """`kubectl explain` reads the OpenAPI v3 the server publishes from the CRDs."""
+    def published():
+        try:
+            return get_json(kube_api, f"/openapi/v3/apis/{GROUP}/{VERSION}")
+        except AssertionError:
+            return None
+
+    doc = wait_for(published, timeout=30, what="OpenAPI v3 of kelp.dev")
+    schemas = doc["components"]["schemas"]
+    topic = schemas[f"dev.kelp.{VERSION}.Topic"]["properties"]["spec"]["properties"]
+    assert "May only grow" in topic["partitions"]["description"]
+    assert topic["deletePolicy"]["default"] == "retain"
+    cluster = schemas[f"dev.kelp.{VERSION}.Cluster"]["properties"]["spec"]["properties"]
+    assert cluster["brokers"]["description"].startswith("Number of broker pods")
+
+
 def test_examples_apply_with_server_defaults(custom, kube_namespace) -> None:
     schemas = {kind: openapi_schema(crd) for kind, crd in load_crds().items()}
     for path, doc in load_examples():
