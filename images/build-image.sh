@@ -19,6 +19,7 @@
 # Env:   KELP_IMAGE_CACHE (default ${XDG_CACHE_HOME:-$HOME/.cache}/kelp/image)
 #        KELP_IMAGE_REF   (default docker.io/library/kelp:<version from pyproject.toml>)
 #        KELP_IMAGE_PYTHON (default python3) host interpreter for the wheel build
+#        KELP_IMAGE_SOURCE (default worktree) worktree: the checkout as it is; HEAD: the last commit
 # Needs root (mmdebstrap --mode=root, chroot, umoci keeps file owners), mmdebstrap
 # and umoci (Debian; scripts/bootstrap-debian.sh installs them). Idempotent;
 # concurrent runs wait for each other on a lock file; progress goes to stderr.
@@ -68,23 +69,38 @@ BASE_KEY="$(cat "$REPO/pyproject.toml" "$REPO/setup.py" "$LOCK_FILE" "$HERE/buil
   "$HERE/customize-rootfs.sh" | sha256sum | cut -c1-16)"
 BASE="$CACHE/base-$BASE_KEY"
 
-# Kelp's sources as the wheel sees them: tracked and untracked-but-not-ignored files.
-source_files() {
-  local f
-  if git -C "$REPO" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-    git -C "$REPO" ls-files -co --exclude-standard -- kelp broker operator pyproject.toml setup.py README.md \
-      | while IFS= read -r f; do [ -f "$REPO/$f" ] && printf '%s\n' "$f"; done
-  else
-    (cd "$REPO" && find kelp broker operator pyproject.toml setup.py README.md -type f \
-      ! -name '*.pyc' ! -path '*/__pycache__/*' ! -path '*.egg-info/*')
-  fi | LC_ALL=C sort
+# Kelp's sources as the wheel sees them. KELP_IMAGE_SOURCE=worktree (default): tracked and
+# untracked-but-not-ignored files as they are now; =HEAD: the last commit only (a shared
+# checkout whose uncommitted work is half done still builds what was committed).
+SOURCE_PATHS=(kelp broker operator pyproject.toml setup.py README.md)
+SOURCE_MODE="${KELP_IMAGE_SOURCE:-worktree}"
+stage_sources() {  # stage_sources <empty dir>
+  local dest="$1" f
+  case "$SOURCE_MODE" in
+    HEAD)
+      git -C "$REPO" archive --format=tar HEAD -- "${SOURCE_PATHS[@]}" | tar -C "$dest" -xf - ;;
+    worktree)
+      if git -C "$REPO" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+        git -C "$REPO" ls-files -co --exclude-standard -- "${SOURCE_PATHS[@]}" \
+          | while IFS= read -r f; do [ -f "$REPO/$f" ] && printf '%s\n' "$f"; done
+      else
+        (cd "$REPO" && find "${SOURCE_PATHS[@]}" -type f ! -name '*.pyc' ! -path '*/__pycache__/*' \
+          ! -path '*.egg-info/*')
+      fi | (cd "$REPO" && tar -cf - --no-recursion -T -) | tar -C "$dest" -xf - ;;
+    *) die "KELP_IMAGE_SOURCE must be worktree or HEAD, not '$SOURCE_MODE'" ;;
+  esac
 }
-sources_hash() {
-  (cd "$REPO" && source_files | tr '\n' '\0' | xargs -0 sha256sum) | sha256sum | cut -c1-16
+tree_hash() {  # tree_hash <dir>: content and names of every file
+  (cd "$1" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-16
 }
 
+STAGE="$(mktemp -d "${TMPDIR:-/tmp}/kelp-image-src.XXXXXX")"
+trap 'rm -rf "$STAGE"' EXIT
+stage_sources "$STAGE"
+SOURCES_HASH="$(tree_hash "$STAGE")"
+
 current() {  # the archive exists and was built from this base and these sources
-  [ -f "$ARCHIVE" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$BASE_KEY $(sources_hash) $REF" ]
+  [ -f "$ARCHIVE" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$BASE_KEY $SOURCES_HASH $REF" ]
 }
 
 if [ "${1:-}" = "--check" ]; then
@@ -168,10 +184,10 @@ build_kelp_layer() {
   local started=$SECONDS wheel pip_whl work
   work="$(mktemp -d "$CACHE/work.XXXXXX")"
   WORK_DIR="$work"
-  trap 'rm -rf "$WORK_DIR"' EXIT
+  trap 'rm -rf "$WORK_DIR" "$STAGE"' EXIT
   # Build from a copy: an in-tree build would leave build/ and *.egg-info in the checkout.
   mkdir "$work/src" "$work/wheel"
-  (cd "$REPO" && source_files | tar -cf - --no-recursion -T -) | tar -C "$work/src" -xf -
+  cp -a "$STAGE/." "$work/src/"
   "$BASE/buildenv/bin/python" -m pip wheel --quiet --disable-pip-version-check --no-cache-dir \
     --no-deps --no-build-isolation --no-index -w "$work/wheel" "$work/src" >&2 \
     || die "building Kelp's wheel from $REPO failed (see above)"
@@ -207,7 +223,7 @@ build_kelp_layer() {
   "$HOST_PY" "$TOOL" name --layout "$work/oci" --ref "$REF"
   tar -C "$work/oci" -cf "$ARCHIVE.tmp" oci-layout index.json blobs
   mv "$ARCHIVE.tmp" "$ARCHIVE"
-  echo "$BASE_KEY $(sources_hash) $REF" >"$STAMP"
+  echo "$BASE_KEY $SOURCES_HASH $REF" >"$STAMP"
   log "kelp layer ($wheel) and archive in $((SECONDS - started))s: $ARCHIVE ($(du -m "$ARCHIVE" | cut -f1) MB) as $REF"
 }
 

@@ -57,6 +57,19 @@ class KubeNode:
             raise RuntimeError(f"`{shlex.join(cmd)}` exited {out.returncode}: {out.stderr.strip()}")
         return out.stdout
 
+    def container_log(self, namespace: str, pod: str, container: str, *, lines: int = 30) -> str:
+        """The last lines the kubelet logged for a container, newest restart last, read from disk.
+
+        (The API server's /log needs a kubelet serving certificate this node does not have.)
+        """
+        files = sorted(self.base.glob(f"pod-logs/{namespace}_{pod}_*/{container}/*.log"),
+                       key=lambda p: p.stat().st_mtime)
+        if not files:
+            return f"(no log files for {namespace}/{pod}/{container} under {self.base / 'pod-logs'})"
+        text = "\n".join(f.read_text(errors="replace") for f in files[-2:])
+        # CRI log lines: "<time> <stream> <P|F> <message>"
+        return "\n".join(line.split(" ", 3)[-1] for line in text.splitlines()[-lines:])
+
     def import_image(self, archive: Path, *, timeout: float = 300) -> float:
         """Import an OCI archive into this node's containerd; returns the seconds it took."""
         t0 = time.monotonic()
