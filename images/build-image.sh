@@ -184,7 +184,8 @@ build_kelp_layer() {
   local started=$SECONDS wheel pip_whl work
   work="$(mktemp -d "$CACHE/work.XXXXXX")"
   WORK_DIR="$work"
-  trap 'rm -rf "$WORK_DIR" "$STAGE"' EXIT
+  MOUNTED=
+  trap '[ -z "$MOUNTED" ] || umount "$MOUNTED"; rm -rf "$WORK_DIR" "$STAGE"' EXIT
   # Build from a copy: an in-tree build would leave build/ and *.egg-info in the checkout.
   mkdir "$work/src" "$work/wheel"
   cp -a "$STAGE/." "$work/src/"
@@ -196,8 +197,19 @@ build_kelp_layer() {
   mkdir "$work/oci"
   cp "$BASE/oci/oci-layout" "$BASE/oci/index.json" "$work/oci/"
   cp -al "$BASE/oci/blobs" "$work/oci/blobs"
-  cp -a "$BASE/bundle" "$work/bundle"
+  # The cached base rootfs, seen through an overlay: pip's writes land in upper/, the base
+  # stays untouched, and nothing is copied (a `cp -a` of the 300 MB tree takes ~12 s here).
+  mkdir -p "$work/bundle/rootfs" "$work/upper" "$work/overlay-work"
+  find "$BASE/bundle" -maxdepth 1 -type f -exec cp -a {} "$work/bundle/" \;
   local rootfs="$work/bundle/rootfs"
+  if mount -t overlay overlay -o "lowerdir=$BASE/bundle/rootfs,upperdir=$work/upper,workdir=$work/overlay-work" \
+       "$rootfs" 2>/dev/null; then
+    MOUNTED="$rootfs"
+  else
+    log "overlay mount failed; copying the base rootfs instead"
+    rmdir "$rootfs"
+    cp -a "$BASE/bundle/rootfs" "$rootfs"
+  fi
   install -d "$rootfs/tmp/kelp-wheel"
   install -m 0644 "$work/wheel/$wheel" "$rootfs/tmp/kelp-wheel/"
   pip_whl="$(cd "$rootfs" && echo usr/share/python-wheels/pip-*.whl)"
@@ -207,6 +219,7 @@ build_kelp_layer() {
   rm -rf "$rootfs/tmp/kelp-wheel" "$rootfs/root/.cache"
   umoci repack --image "$work/oci:kelp" --history.created_by "images/build-image.sh: pip install --no-deps $wheel" \
     "$work/bundle"
+  if [ -n "$MOUNTED" ]; then umount "$MOUNTED"; MOUNTED=; fi
   local cfg=(--config.user "$IMAGE_USER" --config.workingdir "$IMAGE_WORKDIR"
     --clear=config.entrypoint --clear=config.cmd --clear=config.env --clear=config.exposedports
     --config.label "org.opencontainers.image.title=kelp"

@@ -48,7 +48,8 @@ chroot "$root" "${pip_env[@]}" "$VENV/bin/python" "/$pip_whl/pip" install --quie
 chroot "$root" "${pip_env[@]}" "$VENV/bin/python" "/$pip_whl/pip" check
 
 rm -rf "$root$build" "$root/root/.cache"
-# The runtime mounts its own; these are the build host's.
-rm -f "$root/etc/resolv.conf" "$root/etc/hostname"
+# The runtime mounts its own; these are the build host's. So are the apt options
+# mmdebstrap was given (--aptopt); dpkg's path-excludes stay, keeping later installs lean.
+rm -f "$root/etc/resolv.conf" "$root/etc/hostname" "$root/etc/apt/apt.conf.d/99mmdebstrap"
 rm -rf "$root"/var/log/* "$root"/var/cache/debconf/*-old "$root"/var/lib/dpkg/*-old \
   "$root/var/cache/ldconfig/aux-cache"
