@@ -46,3 +46,10 @@ bench: venv
 
 clean:
 	rm -rf $(VENV) $(DATA_DIR) .pytest_cache
+
+# crds/ is the source of truth; the chart ships byte-identical copies
+# (tests/chart fails when they drift).
+.PHONY: chart-crds
+chart-crds:
+	rm -f charts/kelp/crds/*.yaml
+	cp crds/*.yaml charts/kelp/crds/

@@ -13,6 +13,9 @@ command -v containerd >/dev/null 2>&1 || need+=(containerd)
 command -v runc >/dev/null 2>&1 || need+=(runc)
 [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
 dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
+# Kelp's image without Docker (images/build-image.sh): a Debian root filesystem, packed as OCI
+command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
+command -v umoci >/dev/null 2>&1 || need+=(umoci)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

@@ -1,247 +1,418 @@
-"""CRD behaviour on a real kube-apiserver: schema, CEL transition rule, status subresource,
-generation, watch and resourceVersion conflicts.
+"""Kelp's CRDs (crds/) on a real kube-apiserver: schema, defaults, CEL rules, status, columns.
 
-These are the API-server guarantees Kelp's operator relies on: a Topic's
-partitions may only grow (refused by the server, not by the operator), status
-writes never bump metadata.generation (so observedGeneration is meaningful),
-and a stale update is refused with 409 instead of overwriting.
+What users and the operator rely on and only the API server can prove:
+- every CRD is accepted and Established, the examples apply, and the server
+  fills the documented defaults (the same ones tests/chart's defaulter
+  computes, checked here against the server);
+- the server refuses what Kafka cannot do: shrinking a Topic's partitions,
+  moving a Topic or ConsumerGroup to another cluster or renaming it, an offset
+  reset without its timestamp/offset — with a message naming the field;
+- status writes go through /status, never bump metadata.generation, and
+  everything the operator writes survives structural pruning;
+- `kubectl get` columns, the `kelp` category and short names are served;
+- watches see spec and status changes, and a stale update is refused (409).
+
+The CRDs stay installed after this module: the control plane is per session
+and other modules of the tier (the operator's, the chart's) use the same CRDs.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
-from pathlib import Path
+from typing import Any
 
 import pytest
-import yaml
 
+from tests.chart.crd_schema import GROUP, VERSION, apply_defaults, load_crds, load_examples, openapi_schema
 from tests.kube.kube_waits import wait_for
 
 pytestmark = pytest.mark.kube
 
-GROUP, VERSION, PLURAL, KIND = "smoke.kelp.test", "v1alpha1", "topics", "Topic"
-REPO_CRDS = Path(__file__).resolve().parents[2] / "crds"
+PLURALS = {"Cluster": "clusters", "Topic": "topics", "ConsumerGroup": "consumergroups"}
+TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
+NOW = "2026-01-31T12:00:00Z"
 
 
-def _topic_crd() -> dict:
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{PLURAL}.{GROUP}"},
-        "spec": {
-            "group": GROUP,
-            "scope": "Namespaced",
-            "names": {"plural": PLURAL, "singular": "topic", "kind": KIND, "listKind": "TopicList"},
-            "versions": [{
-                "name": VERSION, "served": True, "storage": True,
-                "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {
-                    "type": "object",
-                    "properties": {
-                        "spec": {
-                            "type": "object",
-                            "required": ["partitions"],
-                            "properties": {
-                                "partitions": {
-                                    "type": "integer", "minimum": 1, "maximum": 10000,
-                                    "x-kubernetes-validations": [{
-                                        "rule": "self >= oldSelf",
-                                        "message": "partitions may only grow",
-                                    }],
-                                },
-                                "replicationFactor": {"type": "integer", "minimum": 1},
-                            },
-                        },
-                        "status": {
-                            "type": "object",
-                            "properties": {
-                                "observedGeneration": {"type": "integer"},
-                                "partitions": {"type": "integer"},
-                            },
-                        },
-                    },
-                }},
-            }],
-        },
-    }
-
-
-@pytest.fixture(scope="module")
-def topic_crd(kube_api):
+def install_crds(kube_api) -> None:
+    """Create or update every CRD of crds/, then wait until each is Established and served."""
     from kubernetes import client
 
     ext = client.ApiextensionsV1Api(kube_api)
-    crd = _topic_crd()
-    ext.create_custom_resource_definition(crd)
-    name = crd["metadata"]["name"]
+    custom = client.CustomObjectsApi(kube_api)
+    for crd in load_crds().values():
+        name = crd["metadata"]["name"]
+        try:
+            ext.create_custom_resource_definition(crd)
+        except client.ApiException as exc:
+            if exc.status != 409:
+                raise
+            current = ext.read_custom_resource_definition(name)
+            body = copy.deepcopy(crd)
+            body["metadata"]["resourceVersion"] = current.metadata.resource_version
+            ext.replace_custom_resource_definition(name, body)
 
-    def established():
+    def established(name: str) -> bool:
         got = ext.read_custom_resource_definition(name)
         conds = {c.type: c.status for c in (got.status.conditions or [])}
         return conds.get("Established") == "True" and conds.get("NamesAccepted") == "True"
 
-    wait_for(established, timeout=30, what=f"CRD {name} Established")
-    custom = client.CustomObjectsApi(kube_api)
-    # Discovery of a new CRD can lag behind Established by a moment.
-    wait_for(lambda: _listable(custom), timeout=30, what=f"{PLURAL}.{GROUP} served")
-    yield custom
-    ext.delete_custom_resource_definition(name)
+    def served(plural: str) -> bool:
+        try:
+            custom.list_cluster_custom_object(GROUP, VERSION, plural)
+            return True
+        except client.ApiException:
+            return False
+
+    for kind, plural in PLURALS.items():
+        wait_for(lambda: established(f"{plural}.{GROUP}"), timeout=30, what=f"CRD {plural}.{GROUP} Established")
+        # Discovery of a new CRD can lag behind Established by a moment.
+        wait_for(lambda: served(plural), timeout=30, what=f"{plural}.{GROUP} served")
 
 
-def _listable(custom) -> bool:
+@pytest.fixture(scope="module")
+def custom(kube_api):
     from kubernetes import client
 
-    try:
-        custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
-        return True
-    except client.ApiException:
-        return False
+    install_crds(kube_api)
+    return client.CustomObjectsApi(kube_api)
 
 
-def _topic(name: str, partitions) -> dict:
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
-            "metadata": {"name": name}, "spec": {"partitions": partitions, "replicationFactor": 1}}
-
-
-def _refusal(exc) -> str:
+def refusal(exc) -> str:
     try:
         return json.loads(exc.body)["message"]
     except (ValueError, KeyError, TypeError):
         return str(exc.body)
 
 
-def test_transition_rule_refuses_shrinking_partitions(topic_crd, kube_namespace):
+def resource(kind: str, name: str, spec: dict | None) -> dict:
+    doc: dict[str, Any] = {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind, "metadata": {"name": name}}
+    if spec is not None:
+        doc["spec"] = spec
+    return doc
+
+
+def create(custom, ns: str, doc: dict) -> dict:
+    return custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURALS[doc["kind"]], doc)
+
+
+def patch(custom, ns: str, kind: str, name: str, body: dict) -> dict:
+    return custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURALS[kind], name, body)
+
+
+def patch_status(custom, ns: str, kind: str, name: str, status: dict) -> dict:
+    return custom.patch_namespaced_custom_object_status(GROUP, VERSION, ns, PLURALS[kind], name,
+                                                        {"status": status})
+
+
+def refused(call, *args) -> tuple[int, str]:
     from kubernetes import client
 
-    custom, ns = topic_crd, kube_namespace
-    custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, _topic("orders", 3))
-    with pytest.raises(client.ApiException) as refused:
-        custom.patch_namespaced_custom_object(
-            GROUP, VERSION, ns, PLURAL, "orders", {"spec": {"partitions": 2}})
-    assert refused.value.status == 422
-    assert "partitions may only grow" in _refusal(refused.value)
-    grown = custom.patch_namespaced_custom_object(
-        GROUP, VERSION, ns, PLURAL, "orders", {"spec": {"partitions": 6}})
+    with pytest.raises(client.ApiException) as caught:
+        call(*args)
+    return caught.value.status, refusal(caught.value)
+
+
+def condition(type_: str, status: str, reason: str, message: str, generation: int = 1) -> dict:
+    return {"type": type_, "status": status, "reason": reason, "message": message,
+            "lastTransitionTime": NOW, "observedGeneration": generation}
+
+
+# Everything docs/operator.md says the operator writes; pruning must keep all of it.
+FULL_STATUS = {
+    "Cluster": {
+        "observedGeneration": 1,
+        "conditions": [condition("Ready", "False", "BrokersNotReady", "2/3 broker pods ready"),
+                       condition("Progressing", "True", "RollingOut", "creating broker pods"),
+                       condition("Degraded", "False", "AsExpected", "")],
+        "brokers": 2, "controller": 0, "topics": 4, "unmanagedTopics": ["clicks", "tmp"],
+        "underReplicatedPartitions": 5, "offlinePartitions": 0, "bootstrap": "demo.ns.svc:9092",
+    },
+    "Topic": {
+        "observedGeneration": 1,
+        "conditions": [condition("Ready", "True", "TopicReady", "6 partitions, replication factor 3")],
+        "topicName": "orders", "partitions": 6, "replicationFactor": 3,
+        "partitionStates": [{"partition": p, "leader": p % 3, "replicas": [p % 3, (p + 1) % 3, (p + 2) % 3],
+                             "isr": [p % 3, (p + 1) % 3]} for p in range(6)],
+    },
+    "ConsumerGroup": {
+        "observedGeneration": 1,
+        "conditions": [condition("Ready", "True", "GroupFound", "group is Stable"),
+                       condition("OffsetsReset", "False", "Waiting",
+                                 "group has 1 members; offsets are reset when it is empty")],
+        "state": "Stable", "members": 1,
+        "memberList": [{"memberId": "c-1", "clientId": "audit", "host": "/10.0.0.7",
+                        "assignments": [{"topic": "orders", "partitions": [0, 1, 2]}]}],
+        "offsets": [{"topic": "orders", "partition": 0, "committedOffset": 40, "logEndOffset": 52, "lag": 12},
+                    {"topic": "orders", "partition": 1, "committedOffset": -1, "logEndOffset": 3, "lag": 3}],
+        "totalLag": 15, "lastAppliedRequestId": "replay-1",
+    },
+}
+
+
+def test_crds_accept_their_names(custom, kube_api) -> None:
+    from kubernetes import client
+
+    ext = client.ApiextensionsV1Api(kube_api)
+    for kind, crd in load_crds().items():
+        accepted = ext.read_custom_resource_definition(crd["metadata"]["name"]).status.accepted_names
+        assert accepted.kind == kind
+        assert accepted.short_names == crd["spec"]["names"]["shortNames"]
+        assert accepted.categories == ["kelp"]
+
+
+def get_json(kube_api, path: str, *, accept: str = "application/json") -> dict:
+    """GET a raw API path as JSON (the typed client has no method for discovery or Tables)."""
+    params = kube_api.param_serialize("GET", path, header_params={"Accept": accept},
+                                      auth_settings=["BearerToken"])
+    resp = kube_api.call_api(*params)
+    body = resp.read()
+    assert resp.status == 200, f"GET {path}: HTTP {resp.status}: {body[:300]!r}"
+    return json.loads(body)
+
+
+def test_discovery_lists_the_kelp_category(custom, kube_api) -> None:
+    listing = get_json(kube_api, f"/apis/{GROUP}/{VERSION}")
+    resources = {r["name"]: r for r in listing["resources"]}
+    for kind, plural in PLURALS.items():
+        assert resources[plural]["kind"] == kind
+        assert resources[plural]["namespaced"] is True
+        assert resources[plural]["categories"] == ["kelp"]
+        assert resources[f"{plural}/status"]["kind"] == kind
+
+
+def test_published_openapi_documents_every_field(custom, kube_api) -> None:
+    """`kubectl explain` reads the OpenAPI v3 the server publishes from the CRDs."""
+    def published():
+        try:
+            return get_json(kube_api, f"/openapi/v3/apis/{GROUP}/{VERSION}")
+        except AssertionError:
+            return None
+
+    doc = wait_for(published, timeout=30, what="OpenAPI v3 of kelp.dev")
+    schemas = doc["components"]["schemas"]
+    topic = schemas[f"dev.kelp.{VERSION}.Topic"]["properties"]["spec"]["properties"]
+    assert "May only grow" in topic["partitions"]["description"]
+    assert topic["deletePolicy"]["default"] == "retain"
+    cluster = schemas[f"dev.kelp.{VERSION}.Cluster"]["properties"]["spec"]["properties"]
+    assert cluster["brokers"]["description"].startswith("Number of broker pods")
+
+
+def test_examples_apply_with_server_defaults(custom, kube_namespace) -> None:
+    schemas = {kind: openapi_schema(crd) for kind, crd in load_crds().items()}
+    for path, doc in load_examples():
+        created = create(custom, kube_namespace, doc)
+        assert created["spec"] == apply_defaults(doc, schemas[doc["kind"]])["spec"], path.name
+    topic = custom.get_namespaced_custom_object(GROUP, VERSION, kube_namespace, "topics", "orders")
+    assert (topic["spec"]["partitions"], topic["spec"]["replicationFactor"]) == (6, 3)
+
+
+@pytest.mark.parametrize("kind, spec, expected", [
+    ("Cluster", None, {"brokers": 3, "image": "kelp:0.1.0", "imagePullPolicy": "IfNotPresent",
+                       "storage": {"size": "10Gi"}, "config": {},
+                       "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
+                       "listeners": {"kafkaPort": 9092, "httpPort": 8080, "advertise": "dns"}}),
+    ("Cluster", {"brokers": 1, "storage": {"storageClassName": "fast"}},
+     {"brokers": 1, "image": "kelp:0.1.0", "imagePullPolicy": "IfNotPresent",
+      "storage": {"size": "10Gi", "storageClassName": "fast"}, "config": {},
+      "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
+      "listeners": {"kafkaPort": 9092, "httpPort": 8080, "advertise": "dns"}}),
+    ("Topic", {"cluster": "demo"}, {"cluster": "demo", "partitions": 1, "config": {}, "deletePolicy": "retain"}),
+    ("ConsumerGroup", {"cluster": "demo"}, {"cluster": "demo"}),
+], ids=["cluster-no-spec", "cluster-partial", "topic-minimal", "group-minimal"])
+def test_server_defaults_match_the_schema_defaulter(custom, kube_namespace, kind, spec, expected) -> None:
+    doc = resource(kind, "defaults", spec)
+    created = create(custom, kube_namespace, doc)
+    assert created["spec"] == expected
+    assert created["spec"] == apply_defaults(doc, openapi_schema(load_crds()[kind]))["spec"]
+
+
+def test_partitions_may_only_grow(custom, kube_namespace) -> None:
+    ns = kube_namespace
+    create(custom, ns, resource("Topic", "orders", {"cluster": "demo", "partitions": 3}))
+    status, message = refused(patch, custom, ns, "Topic", "orders", {"spec": {"partitions": 2}})
+    assert status == 422
+    assert "spec.partitions may only grow" in message
+    grown = patch(custom, ns, "Topic", "orders", {"spec": {"partitions": 6}})
     assert grown["spec"]["partitions"] == 6
-    got = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "orders")
-    assert got["spec"]["partitions"] == 6
+    assert custom.get_namespaced_custom_object(GROUP, VERSION, ns, "topics", "orders")["spec"]["partitions"] == 6
 
 
-@pytest.mark.parametrize("partitions, fragment", [
-    (0, "should be greater than or equal to 1"),
-    ("three", "must be of type integer"),
+@pytest.mark.parametrize("kind, spec, change, fragment", [
+    ("Topic", {"cluster": "demo"}, {"cluster": "other"}, "spec.cluster is immutable"),
+    ("Topic", {"cluster": "demo", "topicName": "Orders_v1"}, {"topicName": "Orders_v2"},
+     "spec.topicName is immutable"),
+    ("Topic", {"cluster": "demo"}, {"topicName": "Orders_v1"}, "spec.topicName is immutable"),
+    ("Topic", {"cluster": "demo", "topicName": "Orders_v1"}, {"topicName": None}, "spec.topicName is immutable"),
+    ("ConsumerGroup", {"cluster": "demo"}, {"cluster": "other"}, "spec.cluster is immutable"),
+    ("ConsumerGroup", {"cluster": "demo", "groupId": "audit"}, {"groupId": "audit-2"},
+     "spec.groupId is immutable"),
+    ("ConsumerGroup", {"cluster": "demo"}, {"groupId": "audit"}, "spec.groupId is immutable"),
+], ids=["topic-cluster", "topic-name-change", "topic-name-add", "topic-name-remove",
+        "group-cluster", "group-id-change", "group-id-add"])
+def test_identity_fields_are_immutable(custom, kube_namespace, kind, spec, change, fragment) -> None:
+    ns = kube_namespace
+    before = create(custom, ns, resource(kind, "subject", spec))
+    status, message = refused(patch, custom, ns, kind, "subject", {"spec": change})
+    assert status == 422
+    assert fragment in message
+    after = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURALS[kind], "subject")
+    assert after["spec"] == before["spec"]
+
+
+@pytest.mark.parametrize("reset, fragment", [
+    ({"to": "timestamp"}, "spec.resetOffsets.timestamp is required when to is timestamp"),
+    ({"to": "offset"}, "spec.resetOffsets.offset is required when to is offset"),
+    ({"to": "earliest", "offset": 5}, "spec.resetOffsets.offset is only used with to offset"),
+    ({"to": "latest", "timestamp": NOW}, "spec.resetOffsets.timestamp is only used with to timestamp"),
+    ({"to": "timestamp", "timestamp": "yesterday"}, "spec.resetOffsets.timestamp"),
+    ({"to": "sometime"}, "spec.resetOffsets.to"),
 ])
-def test_schema_refuses_invalid_topic(topic_crd, kube_namespace, partitions, fragment):
-    from kubernetes import client
-
-    with pytest.raises(client.ApiException) as refused:
-        topic_crd.create_namespaced_custom_object(
-            GROUP, VERSION, kube_namespace, PLURAL, _topic("bad", partitions))
-    assert refused.value.status == 422
-    assert "spec.partitions" in _refusal(refused.value)
-    assert fragment in _refusal(refused.value)
+def test_reset_offsets_rules(custom, kube_namespace, reset, fragment) -> None:
+    spec = {"cluster": "demo", "resetOffsets": {"requestId": "r1", "topic": "orders", **reset}}
+    status, message = refused(create, custom, kube_namespace, resource("ConsumerGroup", "g", spec))
+    assert status == 422
+    assert fragment in message
 
 
-def test_status_subresource_and_generation(topic_crd, kube_namespace):
-    custom, ns = topic_crd, kube_namespace
-    created = custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, _topic("events", 2))
+@pytest.mark.parametrize("reset", [
+    {"to": "earliest"}, {"to": "latest", "partitions": [0, 2]},
+    {"to": "timestamp", "timestamp": NOW}, {"to": "offset", "offset": 0},
+])
+def test_valid_resets_are_accepted(custom, kube_namespace, reset) -> None:
+    spec = {"cluster": "demo", "resetOffsets": {"requestId": "r1", "topic": "orders", **reset}}
+    created = create(custom, kube_namespace, resource("ConsumerGroup", "g", spec))
+    assert created["spec"]["resetOffsets"] == spec["resetOffsets"]
+
+
+@pytest.mark.parametrize("kind, spec, fragment", [
+    ("Topic", {"cluster": "demo", "partitions": 0}, "spec.partitions"),
+    ("Topic", {"cluster": "demo", "partitions": "three"}, "spec.partitions"),
+    ("Topic", {"cluster": "demo", "replicationFactor": 0}, "spec.replicationFactor"),
+    ("Topic", {"cluster": "demo", "topicName": "orders/eu"}, "spec.topicName"),
+    ("Topic", {"partitions": 3}, "spec.cluster"),
+    ("Topic", {"cluster": "demo", "deletePolicy": "purge"}, "spec.deletePolicy"),
+    ("Cluster", {"brokers": 0}, "spec.brokers"),
+    ("Cluster", {"listeners": {"kafkaPort": 8080}}, "listeners.kafkaPort and listeners.httpPort must differ"),
+])
+def test_schema_refuses_invalid_resources(custom, kube_namespace, kind, spec, fragment) -> None:
+    status, message = refused(create, custom, kube_namespace, resource(kind, "bad", spec))
+    assert status == 422
+    assert fragment in message
+
+
+@pytest.mark.parametrize("kind, spec", [
+    ("Cluster", {}), ("Topic", {"cluster": "demo", "partitions": 6, "replicationFactor": 3}),
+    ("ConsumerGroup", {"cluster": "demo"}),
+])
+def test_status_subresource_keeps_what_the_operator_writes(custom, kube_namespace, kind, spec) -> None:
+    ns, plural = kube_namespace, PLURALS[kind]
+    created = create(custom, ns, resource(kind, "subject", spec))
     assert created["metadata"]["generation"] == 1
 
-    # A status write goes through /status: generation and spec stay as they were.
-    after_status = custom.patch_namespaced_custom_object_status(
-        GROUP, VERSION, ns, PLURAL, "events", {"status": {"observedGeneration": 1, "partitions": 2}})
-    assert after_status["metadata"]["generation"] == 1
-    assert after_status["spec"] == created["spec"]
-    assert after_status["status"] == {"observedGeneration": 1, "partitions": 2}
-    assert int(after_status["metadata"]["resourceVersion"]) > int(created["metadata"]["resourceVersion"])
+    # A status write goes through /status: generation and spec stay, nothing is pruned.
+    after = patch_status(custom, ns, kind, "subject", FULL_STATUS[kind])
+    assert after["metadata"]["generation"] == 1
+    assert after["spec"] == created["spec"]
+    assert after["status"] == FULL_STATUS[kind]
+    assert custom.get_namespaced_custom_object(GROUP, VERSION, ns, plural, "subject")["status"] == FULL_STATUS[kind]
 
     # Status sent to the main resource is ignored (the subresource owns it).
-    ignored = custom.patch_namespaced_custom_object(
-        GROUP, VERSION, ns, PLURAL, "events", {"status": {"observedGeneration": 99}})
+    ignored = patch(custom, ns, kind, "subject", {"status": {"observedGeneration": 99}})
     assert ignored["status"]["observedGeneration"] == 1
     assert ignored["metadata"]["generation"] == 1
 
-    # A spec change bumps generation; the status still says what was last observed.
-    bumped = custom.patch_namespaced_custom_object(
-        GROUP, VERSION, ns, PLURAL, "events", {"spec": {"partitions": 4}})
+    # A spec change bumps generation; status still says what was last observed.
+    bumped = patch(custom, ns, kind, "subject", {"metadata": {"labels": {"x": "y"}},
+                                                 "spec": {"config": {"retention.ms": "1000"}}}
+                   if kind != "ConsumerGroup"
+                   else {"spec": {"resetOffsets": {"requestId": "r1", "topic": "orders", "to": "earliest"}}})
     assert bumped["metadata"]["generation"] == 2
     assert bumped["status"]["observedGeneration"] == 1
 
 
-def test_watch_sees_spec_and_status_changes(topic_crd, kube_api, kube_namespace):
+def test_status_refuses_a_malformed_condition(custom, kube_namespace) -> None:
+    create(custom, kube_namespace, resource("Topic", "t", {"cluster": "demo"}))
+    bad = condition("Ready", "Yes", "not ready", "")
+    status, message = refused(patch_status, custom, kube_namespace, "Topic", "t", {"conditions": [bad]})
+    assert status == 422
+    assert "status.conditions[0].status" in message and "status.conditions[0].reason" in message
+
+
+def _table(kube_api, ns: str, plural: str) -> dict:
+    return get_json(kube_api, f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{plural}", accept=TABLE)
+
+
+def test_printer_columns(custom, kube_api, kube_namespace) -> None:
+    ns = kube_namespace
+    for _path, doc in load_examples():
+        create(custom, ns, doc)
+        patch_status(custom, ns, doc["kind"], doc["metadata"]["name"], FULL_STATUS[doc["kind"]])
+
+    def row(plural: str) -> dict[str, Any]:
+        table = _table(kube_api, ns, plural)
+        assert table["kind"] == "Table"
+        names = [c["name"] for c in table["columnDefinitions"]]
+        (only,) = table["rows"]
+        return dict(zip(names, only["cells"]))
+
+    cluster = row("clusters")
+    assert list(cluster) == ["Name", "Ready", "Brokers", "Desired", "Controller", "Under-Replicated",
+                             "Bootstrap", "Age"]
+    assert (cluster["Name"], cluster["Ready"], cluster["Brokers"], cluster["Desired"]) == ("demo", "False", 2, 3)
+    assert (cluster["Controller"], cluster["Under-Replicated"]) == (0, 5)
+    assert cluster["Bootstrap"] == "demo.ns.svc:9092"
+    topic = row("topics")
+    assert list(topic) == ["Name", "Cluster", "Topic", "Partitions", "RF", "Ready", "Age"]
+    assert [topic[c] for c in ("Name", "Cluster", "Topic", "Partitions", "RF", "Ready")] == [
+        "orders", "demo", "orders", 6, 3, "True"]
+    group = row("consumergroups")
+    assert list(group) == ["Name", "Cluster", "State", "Members", "Lag", "Ready", "Age"]
+    assert [group[c] for c in ("Name", "Cluster", "State", "Members", "Lag", "Ready")] == [
+        "orders-audit", "demo", "Stable", 1, 15, "True"]
+
+
+def test_watch_sees_spec_and_status_changes(custom, kube_namespace) -> None:
     from kubernetes import watch
 
-    custom, ns = topic_crd, kube_namespace
-    created = custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, _topic("audit", 1))
+    ns = kube_namespace
+    created = create(custom, ns, resource("Topic", "audit", {"cluster": "demo"}))
     start_rv = created["metadata"]["resourceVersion"]
-    seen: list[tuple[str, int, dict]] = []
+    seen: list[tuple[str, int, int | None]] = []
     done = threading.Event()
 
-    def watcher():
+    def watcher() -> None:
         w = watch.Watch()
-        for event in w.stream(custom.list_namespaced_custom_object, GROUP, VERSION, ns, PLURAL,
+        for event in w.stream(custom.list_namespaced_custom_object, GROUP, VERSION, ns, "topics",
                               resource_version=start_rv, timeout_seconds=20):
             obj = event["object"]
-            seen.append((event["type"], obj["metadata"]["generation"], obj.get("status") or {}))
+            seen.append((event["type"], obj["metadata"]["generation"],
+                         (obj.get("status") or {}).get("observedGeneration")))
             if event["type"] == "DELETED":
                 w.stop()
         done.set()
 
     t = threading.Thread(target=watcher, daemon=True)
     t.start()
-    custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "audit", {"spec": {"partitions": 2}})
-    custom.patch_namespaced_custom_object_status(
-        GROUP, VERSION, ns, PLURAL, "audit", {"status": {"observedGeneration": 2}})
-    custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "audit")
+    patch(custom, ns, "Topic", "audit", {"spec": {"partitions": 2}})
+    patch_status(custom, ns, "Topic", "audit", {"observedGeneration": 2})
+    custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "topics", "audit")
     assert done.wait(25), f"watch did not end; saw {seen}"
-    assert seen == [
-        ("MODIFIED", 2, {}),
-        ("MODIFIED", 2, {"observedGeneration": 2}),
-        ("DELETED", 2, {"observedGeneration": 2}),
-    ]
+    assert seen == [("MODIFIED", 2, None), ("MODIFIED", 2, 2), ("DELETED", 2, 2)]
 
 
-def test_stale_update_is_refused_with_conflict(topic_crd, kube_namespace):
-    from kubernetes import client
-
-    custom, ns = topic_crd, kube_namespace
-    custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, _topic("payments", 3))
-    first = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "payments")
-    second = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "payments")
+def test_stale_update_is_refused_with_conflict(custom, kube_namespace) -> None:
+    ns = kube_namespace
+    create(custom, ns, resource("Topic", "payments", {"cluster": "demo", "partitions": 3}))
+    first = custom.get_namespaced_custom_object(GROUP, VERSION, ns, "topics", "payments")
+    second = copy.deepcopy(first)
     first["spec"]["partitions"] = 4
-    custom.replace_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "payments", first)
+    custom.replace_namespaced_custom_object(GROUP, VERSION, ns, "topics", "payments", first)
     second["spec"]["partitions"] = 5  # based on the now-stale resourceVersion
-    with pytest.raises(client.ApiException) as conflict:
-        custom.replace_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "payments", second)
-    assert conflict.value.status == 409
-    assert "the object has been modified" in _refusal(conflict.value)
-    got = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "payments")
+    status, message = refused(custom.replace_namespaced_custom_object, GROUP, VERSION, ns, "topics",
+                              "payments", second)
+    assert status == 409
+    assert "the object has been modified" in message
+    got = custom.get_namespaced_custom_object(GROUP, VERSION, ns, "topics", "payments")
     assert got["spec"]["partitions"] == 4
-
-
-def test_repository_crds_are_accepted(kube_api):
-    """Every CRD in crds/ is accepted by the real API server and becomes Established."""
-    from kubernetes import client
-
-    files = sorted(REPO_CRDS.glob("*.yaml")) + sorted(REPO_CRDS.glob("*.yml"))
-    docs = [d for f in files for d in yaml.safe_load_all(f.read_text())
-            if isinstance(d, dict) and d.get("kind") == "CustomResourceDefinition"]
-    if not docs:
-        pytest.skip(f"no CustomResourceDefinition in {REPO_CRDS} yet")
-    ext = client.ApiextensionsV1Api(kube_api)
-    created = []
-    try:
-        for doc in docs:
-            ext.create_custom_resource_definition(doc)
-            created.append(doc["metadata"]["name"])
-        for name in created:
-            def established(name=name):
-                got = ext.read_custom_resource_definition(name)
-                conds = {c.type: (c.status, c.message) for c in (got.status.conditions or [])}
-                return conds.get("Established", ("", ""))[0] == "True" and conds
-            wait_for(established, timeout=30, what=f"CRD {name} Established")
-    finally:
-        for name in created:
-            ext.delete_custom_resource_definition(name)
-

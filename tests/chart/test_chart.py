@@ -1,0 +1,231 @@
+"""The Helm chart and the CRDs without a cluster: lint, render, validate, stay in sync.
+
+A user installs Kelp with `helm install`; these tests check what they would
+get: a chart that lints strictly, renders valid Kubernetes objects in both
+RBAC modes (every namespace, or a list), runs the operator the way the
+operator expects (`kelp operator`, kopf's liveness endpoint, Lease election
+with two replicas), and ships exactly the CRDs of crds/.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.chart.crd_schema import CHART_DIR, CRD_DIR, crd_files, load_crds
+from tests.chart.helm import helm_binary, run_helm
+
+K8S_VERSION = "1.34"
+
+pytestmark = pytest.mark.skipif(helm_binary() is None, reason="helm not installed (test extra helm-binary)")
+
+
+@pytest.fixture
+def helm_home(tmp_path: Path) -> Path:
+    return tmp_path / "helm-home"
+
+
+def render(helm_home: Path, *sets: str, namespace: str = "kelp-system") -> list[dict]:
+    args = ["template", "kelp", str(CHART_DIR), "--namespace", namespace, "--include-crds"]
+    for value in sets:
+        args += ["--set", value]
+    out = run_helm(*args, home=helm_home).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def by_kind(docs: list[dict], kind: str) -> list[dict]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def rules_of(role: dict) -> dict[tuple[str, str], set[str]]:
+    """(apiGroup, resource) -> verbs."""
+    granted: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                granted.setdefault((group, resource), set()).update(rule["verbs"])
+    return granted
+
+
+def test_known_kubernetes_version() -> None:
+    assert K8S_VERSION in {v.rsplit(".", 1)[0] if v.count(".") > 1 else v
+                           for v in kubernetes_validate.utils.all_versions()}
+
+
+def test_helm_lint_strict(helm_home: Path) -> None:
+    proc = run_helm("lint", "--strict", str(CHART_DIR), home=helm_home)
+    assert "1 chart(s) linted, 0 chart(s) failed" in proc.stdout
+
+
+@pytest.mark.parametrize("value, field", [
+    ("logLevel=LOUD", "logLevel"),
+    ("replicaCount=0", "replicaCount"),
+    ("watchNamespaces={Team_A}", "watchNamespaces"),
+    ("image.pullPolicy=Sometimes", "pullPolicy"),
+])
+def test_values_outside_the_schema_are_refused(helm_home: Path, value: str, field: str) -> None:
+    proc = run_helm("template", "kelp", str(CHART_DIR), "--set", value, home=helm_home, check=False)
+    assert proc.returncode != 0
+    assert field in proc.stderr
+
+
+def test_existing_service_account(helm_home: Path) -> None:
+    docs = render(helm_home, "serviceAccount.create=false", "serviceAccount.name=ops-operator")
+    assert not by_kind(docs, "ServiceAccount")
+    (deploy,) = by_kind(docs, "Deployment")
+    assert deploy["spec"]["template"]["spec"]["serviceAccountName"] == "ops-operator"
+    (binding,) = by_kind(docs, "ClusterRoleBinding")
+    assert binding["subjects"][0]["name"] == "ops-operator"
+
+
+def test_missing_service_account_name_is_named(helm_home: Path) -> None:
+    proc = run_helm("template", "kelp", str(CHART_DIR), "--set", "serviceAccount.create=false",
+                    home=helm_home, check=False)
+    assert proc.returncode != 0
+    assert "serviceAccount.name is required when serviceAccount.create is false" in proc.stderr
+
+
+@pytest.mark.parametrize("sets", [(), ("watchNamespaces={a,b}",)], ids=["all-namespaces", "two-namespaces"])
+def test_every_rendered_object_is_valid_kubernetes(helm_home: Path, sets: tuple[str, ...]) -> None:
+    docs = render(helm_home, *sets)
+    assert {d["kind"] for d in docs} >= {"CustomResourceDefinition", "Deployment", "ServiceAccount",
+                                         "ClusterRole", "ClusterRoleBinding"}
+    for doc in docs:
+        try:
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{doc['kind']}/{doc['metadata']['name']}: {exc.message} at {list(exc.path)}")
+
+
+def test_repository_crds_are_valid_kubernetes() -> None:
+    for kind, crd in load_crds().items():
+        try:
+            kubernetes_validate.validate(crd, K8S_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"CRD of {kind}: {exc.message} at {list(exc.path)}")
+
+
+def test_chart_crds_are_byte_identical_to_crds_dir() -> None:
+    ours = {p.name: p.read_bytes() for p in crd_files()}
+    shipped = {p.name: p.read_bytes() for p in sorted((CHART_DIR / "crds").glob("*"))}
+    assert ours, f"no CRDs in {CRD_DIR}"
+    assert sorted(shipped) == sorted(ours), "charts/kelp/crds/ has other files than crds/: run `make chart-crds`"
+    drifted = [name for name in ours if shipped[name] != ours[name]]
+    assert not drifted, f"charts/kelp/crds/ differs from crds/ in {drifted}: run `make chart-crds`"
+
+
+def test_rendered_crds_are_the_repository_crds(helm_home: Path) -> None:
+    rendered = {d["metadata"]["name"]: d for d in by_kind(render(helm_home), "CustomResourceDefinition")}
+    assert rendered == {c["metadata"]["name"]: c for c in load_crds().values()}
+
+
+def test_operator_deployment_defaults(helm_home: Path) -> None:
+    (deploy,) = by_kind(render(helm_home), "Deployment")
+    pod = deploy["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert deploy["spec"]["replicas"] == 2
+    assert deploy["metadata"]["namespace"] == "kelp-system"
+    assert container["image"] == "kelp:0.1.0"
+    assert container["imagePullPolicy"] == "IfNotPresent"
+    assert container["command"] == ["kelp", "operator"]
+    assert container["args"] == ["--all-namespaces", "--liveness", "http://0.0.0.0:8081/healthz"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["KELP_LOG_LEVEL"]["value"] == "INFO"
+    assert env["KELP_OPERATOR_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert ports["health"] == 8081
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["runAsNonRoot"] is True
+    assert container["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}
+    assert pod["serviceAccountName"] == "kelp"
+    labels = deploy["metadata"]["labels"]
+    assert labels["app.kubernetes.io/name"] == "kelp"
+    assert labels["app.kubernetes.io/instance"] == "kelp"
+    assert labels["app.kubernetes.io/version"] == "0.1.0"
+    assert labels["app.kubernetes.io/managed-by"] == "Helm"
+    selector = deploy["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= deploy["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_values_reach_the_deployment(helm_home: Path) -> None:
+    (deploy,) = by_kind(render(helm_home, "replicaCount=3", "logLevel=DEBUG", "image.tag=0.2.0",
+                               "image.repository=registry.example/kelp", "nodeSelector.pool=ops",
+                               "watchNamespaces={a,b}"), "Deployment")
+    pod = deploy["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert deploy["spec"]["replicas"] == 3
+    assert container["image"] == "registry.example/kelp:0.2.0"
+    assert container["args"] == ["--namespace", "a", "--namespace", "b",
+                                 "--liveness", "http://0.0.0.0:8081/healthz"]
+    assert {e["name"]: e.get("value") for e in container["env"]}["KELP_LOG_LEVEL"] == "DEBUG"
+    assert pod["nodeSelector"] == {"pool": "ops"}
+
+
+OPERATOR_NEEDS = {
+    ("kelp.dev", "clusters"): {"get", "list", "watch", "patch"},
+    ("kelp.dev", "topics"): {"get", "list", "watch", "patch"},
+    ("kelp.dev", "consumergroups"): {"get", "list", "watch", "patch"},
+    ("kelp.dev", "clusters/status"): {"patch"},
+    ("kelp.dev", "topics/status"): {"patch"},
+    ("kelp.dev", "consumergroups/status"): {"patch"},
+    ("kelp.dev", "clusters/finalizers"): {"update"},
+    ("apps", "statefulsets"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("", "services"): {"create", "patch", "delete"},
+    ("", "configmaps"): {"get", "list", "watch", "create", "update", "delete"},
+    ("", "serviceaccounts"): {"create", "patch"},
+    ("", "persistentvolumeclaims"): {"list", "delete"},
+    ("", "pods"): {"get", "list", "watch"},
+    ("", "events"): {"create"},
+    ("rbac.authorization.k8s.io", "roles"): {"create", "patch"},
+    ("rbac.authorization.k8s.io", "rolebindings"): {"create", "patch"},
+    ("policy", "poddisruptionbudgets"): {"create", "patch"},
+    ("coordination.k8s.io", "leases"): {"get", "list", "watch", "create", "update", "delete"},
+}
+CLUSTER_SCOPED_NEEDS = {
+    ("", "namespaces"): {"list", "watch"},
+    ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
+}
+
+
+def _missing(granted: dict[tuple[str, str], set[str]], needs: dict) -> dict:
+    return {res: verbs - granted.get(res, set()) for res, verbs in needs.items()
+            if verbs - granted.get(res, set())}
+
+
+def test_rbac_all_namespaces(helm_home: Path) -> None:
+    docs = render(helm_home)
+    assert not by_kind(docs, "Role") and not by_kind(docs, "RoleBinding")
+    (role,) = by_kind(docs, "ClusterRole")
+    (binding,) = by_kind(docs, "ClusterRoleBinding")
+    assert role["metadata"]["name"] == "kelp-kelp-system"
+    assert _missing(rules_of(role), OPERATOR_NEEDS | CLUSTER_SCOPED_NEEDS) == {}
+    assert not {"bind", "escalate", "*"} & set().union(*rules_of(role).values())
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kelp", "namespace": "kelp-system"}]
+
+
+def test_rbac_listed_namespaces(helm_home: Path) -> None:
+    docs = render(helm_home, "watchNamespaces={a,b}")
+    (cluster_role,) = by_kind(docs, "ClusterRole")
+    # Cluster-wide: only what kopf must read across namespaces.
+    assert set(rules_of(cluster_role)) == set(CLUSTER_SCOPED_NEEDS)
+    roles = {(r["metadata"]["namespace"], r["metadata"]["name"]): r for r in by_kind(docs, "Role")}
+    bindings = {(b["metadata"]["namespace"], b["metadata"]["name"]): b for b in by_kind(docs, "RoleBinding")}
+    assert set(roles) == set(bindings) == {("a", "kelp"), ("b", "kelp"), ("kelp-system", "kelp-election")}
+    for ns in ("a", "b"):
+        assert _missing(rules_of(roles[(ns, "kelp")]), OPERATOR_NEEDS) == {}
+        assert bindings[(ns, "kelp")]["subjects"][0] == {
+            "kind": "ServiceAccount", "name": "kelp", "namespace": "kelp-system"}
+    election = rules_of(roles[("kelp-system", "kelp-election")])
+    assert {"get", "create", "update"} <= election[("coordination.k8s.io", "leases")]
+
+
+def test_rbac_release_namespace_among_watched_needs_no_election_role(helm_home: Path) -> None:
+    docs = render(helm_home, "watchNamespaces={kelp-system}")
+    assert {(r["metadata"]["namespace"], r["metadata"]["name"]) for r in by_kind(docs, "Role")} == {
+        ("kelp-system", "kelp")}
