@@ -152,6 +152,7 @@ BROKER_KEYS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "offsets.topic.num.partitions": (_positive, 50),
     "offsets.topic.replication.factor": (_positive, 3),
     "offsets.retention.minutes": (_positive, 10080),
+    "offsets.commit.timeout.ms": (_positive, 5000),
     "group.initial.rebalance.delay.ms": (_nonneg(_int), 3000),
     "group.min.session.timeout.ms": (_positive, 6000),
     "group.max.session.timeout.ms": (_positive, 1800000),

@@ -167,8 +167,8 @@ class Controller:
             return
         async with self._lock:
             self.alive = alive
-            for b in came:
-                self._shutting_down.discard(b)
+            for b in came | {b for b in changed if alive[b].incarnation != self.alive[b].incarnation}:
+                self._shutting_down.discard(b)  # a new process: eligible again (it restarted within the lease)
             if gone:
                 log.warning("broker(s) %s left the cluster (lease expired or released)", sorted(gone))
             if came:

@@ -117,7 +117,9 @@ class ClusterMember:
     async def start(self, endpoint: BrokerEndpoint) -> None:
         import aiohttp
 
-        self.endpoint = endpoint
+        from dataclasses import replace
+
+        self.endpoint = endpoint = replace(endpoint, incarnation=self.identity)
         self._make_backends()
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
         await self._register()

@@ -38,6 +38,7 @@ class BrokerEndpoint:
     http_host: str
     http_port: int
     rack: str | None = None
+    incarnation: str = ""  # changes with every process start: a restarted broker is a new registration
 
     @property
     def http_url(self) -> str:
@@ -45,12 +46,12 @@ class BrokerEndpoint:
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "host": self.host, "port": self.port, "http_host": self.http_host,
-                "http_port": self.http_port, "rack": self.rack}
+                "http_port": self.http_port, "rack": self.rack, "incarnation": self.incarnation}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "BrokerEndpoint":
         return cls(int(d["id"]), str(d["host"]), int(d["port"]), str(d.get("http_host") or d["host"]),
-                   int(d["http_port"]), d.get("rack") or None)
+                   int(d["http_port"]), d.get("rack") or None, str(d.get("incarnation") or ""))
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,31 +1,59 @@
 """Consumer groups (`kelp.broker.groups`): the coordinator and `__consumer_offsets`.
 
 `attach(broker)` is called by the composition root (`kelp.broker.app`) before
-the listeners start: it creates the compacted `__consumer_offsets` topic,
-replays it, and sets `broker.groups`. This package must never speak a wire
+the listeners start: it sets `broker.groups` to a `GroupCoordinator` and
+registers it for leadership changes of `__consumer_offsets` partitions, so
+the broker coordinates exactly the groups of the partitions it leads (loading
+a partition when elected, dropping its groups when not leader any more). The
+topic is created lazily by the controller on the first FindCoordinator
+(`coordinator_lookup`), as in Kafka. This package must never speak a wire
 protocol; `kelp.broker.kafka.handlers.groups` and `kelp.broker.http` do.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from typing import Any
+from typing import Any, Callable
 
 from .group_coordinator import CoordinatorConfig, GroupCoordinator
+from .placement import OFFSETS_TOPIC
 
-__all__ = ["attach", "GroupCoordinator", "CoordinatorConfig"]
+__all__ = ["attach", "leadership_listener", "GroupCoordinator", "CoordinatorConfig"]
 
 log = logging.getLogger("kelp.broker.groups")
+
+
+def leadership_listener(broker: Any, coordinator: GroupCoordinator) -> Callable[[str, int, bool, int], None]:
+    """The callback for `broker.replicas.add_leadership_listener`: acts on `__consumer_offsets` only.
+
+    Runs on the event loop and never blocks: an election only marks the
+    partition loading and starts the load task.
+    """
+
+    def on_leadership(topic: str, partition: int, is_leader: bool, leader_epoch: int) -> None:
+        if topic != OFFSETS_TOPIC:
+            return
+        if is_leader:
+            info = broker.topics.get(OFFSETS_TOPIC)
+            if info is not None:
+                coordinator.adopt_partition_count(info.partitions)
+            coordinator.on_become_leader(partition, leader_epoch)
+        else:
+            coordinator.on_resign(partition, leader_epoch)
+
+    return on_leadership
 
 
 async def attach(broker: Any) -> GroupCoordinator:
     from .offsets_store import BrokerOffsetStore
 
     config = CoordinatorConfig.from_broker(broker.config)
-    store = BrokerOffsetStore(broker, num_partitions=config.num_partitions)
-    store.ensure_topic()
-    config.num_partitions = store.num_partitions
+    existing = broker.topics.get(OFFSETS_TOPIC)
+    if existing is not None and existing.partitions != config.num_partitions:
+        log.warning("%s has %d partitions but offsets.topic.num.partitions is %d; using %d",
+                    OFFSETS_TOPIC, existing.partitions, config.num_partitions, existing.partitions)
+        config.num_partitions = existing.partitions
+    store = BrokerOffsetStore(broker, commit_timeout_ms=config.commit_timeout_ms)
 
     def partitions_of(topic: str) -> int | None:
         info = broker.topics.get(topic)
@@ -33,11 +61,8 @@ async def attach(broker: Any) -> GroupCoordinator:
 
     coordinator = GroupCoordinator(config, store=store, topic_partitions=partitions_of)
     broker.groups = coordinator
-    started = time.monotonic()
-    records = coordinator.load()
-    log.info(
-        "group coordinator loaded %d group(s) from %d __consumer_offsets record(s) in %.2fs",
-        len(coordinator.groups), records, time.monotonic() - started,
-    )
+    broker.replicas.add_leadership_listener(leadership_listener(broker, coordinator))
     coordinator.start_expiry()
+    log.info("group coordinator attached: %s has %d partitions; groups load as this broker leads them",
+             OFFSETS_TOPIC, config.num_partitions)
     return coordinator

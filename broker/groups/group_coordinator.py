@@ -7,6 +7,11 @@ fencing, session-timeout eviction, rebalance-timeout bounds, static
 membership, and offsets/group metadata persisted to `__consumer_offsets`
 before a commit is acknowledged.
 
+It coordinates only the groups of the `__consumer_offsets` partitions this
+broker leads: `on_become_leader(p, epoch)` loads a partition (requests for its
+groups get COORDINATOR_LOAD_IN_PROGRESS meanwhile), `on_resign(p, epoch)`
+drops its groups; every other group gets NOT_COORDINATOR.
+
 Time is injected (`clock` returns ms, `scheduler.call_later(delay_ms, fn)`)
 so the unit tests drive timeouts without sleeping. Persistence is injected
 (`store`: append records to / replay a partition of `__consumer_offsets`).
@@ -38,7 +43,9 @@ from .offsets_log import (
     encode_offset_key,
     encode_offset_value,
 )
-from .placement import partition_for_group
+from .append_errors import commit_error_code, group_write_error_code
+from .ownership import PartitionOwnership, PartitionState
+from .placement import OFFSETS_TOPIC, partition_for_group
 
 __all__ = [
     "GroupCoordinator",
@@ -49,6 +56,8 @@ __all__ = [
     "Scheduler",
     "LoopScheduler",
     "Errors",
+    "LoadedPartition",
+    "decode_partition",
 ]
 
 log = logging.getLogger("kelp.broker.groups")
@@ -111,6 +120,8 @@ class CoordinatorConfig:
     max_group_size: int = 2**31 - 1  # group.max.size
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes
     offsets_retention_check_interval_ms: int = 600000  # offsets.retention.check.interval.ms
+    commit_timeout_ms: int = 5000  # offsets.commit.timeout.ms: how long a write to __consumer_offsets may wait for the ISR
+    load_retry_ms: int = 1000  # after a failed replay of a partition this broker still leads
 
     @classmethod
     def from_broker(cls, cfg: Any) -> "CoordinatorConfig":
@@ -128,6 +139,7 @@ class CoordinatorConfig:
             max_session_timeout_ms=int(get("group.max.session.timeout.ms", 1800000)),
             max_group_size=int(get("group.max.size", 2**31 - 1)),
             offsets_retention_ms=int(get("offsets.retention.minutes", 10080)) * 60000,
+            commit_timeout_ms=int(get("offsets.commit.timeout.ms", 5000)),
         )
 
 
@@ -163,6 +175,37 @@ class GroupDescription:
     members: list[Member]
 
 
+@dataclass
+class LoadedPartition:
+    """What replaying one `__consumer_offsets` partition found: the newest record per key (None: tombstone)."""
+
+    partition: int
+    records: int = 0
+    offsets: dict[OffsetKey, OffsetValue | None] = field(default_factory=dict)
+    metas: dict[str, GroupValue | None] = field(default_factory=dict)
+
+    def group_ids(self) -> set[str]:
+        return {k.group for k, v in self.offsets.items() if v is not None} | {g for g, m in self.metas.items() if m is not None}
+
+
+def decode_partition(partition: int, records: Iterable[tuple[bytes | None, bytes | None]]) -> LoadedPartition:
+    """Fold a partition's records into the newest value per key (runs in a worker thread while reading the log)."""
+    out = LoadedPartition(partition)
+    for key_bytes, value_bytes in records:
+        out.records += 1
+        if key_bytes is None:
+            continue
+        try:
+            key = decode_key(key_bytes)
+            if isinstance(key, OffsetKey):
+                out.offsets[key] = decode_offset_value(value_bytes) if value_bytes is not None else None
+            else:
+                out.metas[key.group] = decode_group_value(value_bytes) if value_bytes is not None else None
+        except ValueError as exc:
+            log.warning("skipping unreadable record in %s-%d: %s", OFFSETS_TOPIC, partition, exc)
+    return out
+
+
 class GroupCoordinator:
     def __init__(
         self,
@@ -181,45 +224,154 @@ class GroupCoordinator:
         self.topic_partitions = topic_partitions or (lambda topic: None)
         self.groups: dict[str, Group] = {}
         self._timers: dict[tuple[str, str], Any] = {}  # (group, key) -> handle
-        self._loading: set[int] = set()
-        self._owned: set[int] = set(range(config.num_partitions))
+        # Which __consumer_offsets partitions this broker leads (loading / owned), per leadership term.
+        self.ownership = PartitionOwnership()
+        self._ownership_waiters: list[asyncio.Future[None]] = []
+        self._load_tasks: dict[int, asyncio.Task[None]] = {}
         self._expiry_handle: Any = None
         self._stopped = False
         # Parts living on top of the coordinator (the REST proxy's HTTP consumers) stop with it.
         self.stop_hooks: list[Callable[[], Any]] = []
         self.extensions: dict[str, Any] = {}
 
-    # -- lifecycle ------------------------------------------------------
-    def load(self, partitions: Iterable[int] | None = None) -> int:
-        """Rebuild groups by replaying `__consumer_offsets` partitions; returns records replayed."""
-        parts = list(range(self.config.num_partitions)) if partitions is None else list(partitions)
-        self._loading.update(parts)
-        count = 0
+    # -- leadership of __consumer_offsets partitions ---------------------
+    def on_become_leader(self, partition: int, epoch: int) -> "asyncio.Future[None]":
+        """This broker now leads `partition` at `epoch`: load its groups, then coordinate them.
+
+        Synchronous up to the returned future: the partition is marked loading at
+        once (its groups get COORDINATOR_LOAD_IN_PROGRESS, not NOT_COORDINATOR),
+        the replay runs in a worker thread, its result is applied on the loop.
+        Await the future to wait for the load. A stale or repeated election does
+        nothing (the future is already done, or is the running load's).
+        """
+        token = self.ownership.begin_load(partition, epoch)
+        if token is None:
+            running = self._load_tasks.get(partition)
+            if running is not None and not running.done():
+                return running
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
+        log.info("__consumer_offsets-%d: leader at epoch %d; loading its groups", partition, epoch)
+        self._ownership_changed()
+        task = asyncio.get_running_loop().create_task(
+            self._load_partition(partition, token), name=f"load-{OFFSETS_TOPIC}-{partition}"
+        )
+        self._load_tasks[partition] = task
+        return task
+
+    def on_resign(self, partition: int, epoch: int) -> None:
+        """This broker no longer leads `partition` (epoch of the event): drop its groups.
+
+        Their timers stop; parked JoinGroup/SyncGroup requests answer NOT_COORDINATOR
+        so the clients find the new coordinator. A resignation older than the
+        newest election seen is ignored.
+        """
+        if not self.ownership.resign(partition, epoch):
+            return
+        task = self._load_tasks.pop(partition, None)
+        if task is not None and not task.done():
+            task.cancel()
+        dropped = self._drop_partition(partition)
+        log.info("__consumer_offsets-%d: no longer leader (epoch %d); unloaded %d group(s)", partition, epoch, dropped)
+        self._ownership_changed()
+
+    async def _load_partition(self, partition: int, token: int) -> None:
+        while True:
+            try:
+                loaded = await asyncio.to_thread(lambda: decode_partition(partition, self.store.replay(partition)))
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("loading __consumer_offsets-%d failed; retrying in %d ms", partition, self.config.load_retry_ms)
+                retry: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                self.scheduler.call_later(self.config.load_retry_ms, lambda: retry.done() or retry.set_result(None))
+                await retry
+                if self.ownership.token(partition) != token:
+                    return
+                continue
+            break
+        if self.ownership.token(partition) != token or self._stopped:
+            return  # resigned (or re-elected) while replaying: this result belongs to an ended term
+        self._apply_loaded(loaded)
+        self.ownership.finish_load(partition, token)
+        if self._load_tasks.get(partition) is asyncio.current_task():
+            del self._load_tasks[partition]
+        log.info("__consumer_offsets-%d: loaded %d record(s), %d group(s); coordinating",
+                 partition, loaded.records, len(loaded.group_ids()))
+        self._ownership_changed()
+
+    def _drop_partition(self, partition: int) -> int:
+        dropped = [gid for gid in self.groups if self.partition_for(gid) == partition]
+        for gid in dropped:
+            group = self.groups.pop(gid)
+            for key in [k for k in self._timers if k[0] == gid]:
+                self._timers.pop(key).cancel()
+            for m in group.members.values():
+                if m.awaiting_join:
+                    m.join_future.set_result(JoinResult(Errors.NOT_COORDINATOR, member_id=m.member_id))  # type: ignore[union-attr]
+                if m.awaiting_sync:
+                    m.sync_future.set_result(SyncResult(Errors.NOT_COORDINATOR))  # type: ignore[union-attr]
+            # Requests still awaiting a write on this group see it Dead and stop there.
+            group.transition(GroupState.DEAD, now_ms=self.clock())
+        return len(dropped)
+
+    def _ownership_changed(self) -> None:
+        waiters, self._ownership_waiters = self._ownership_waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    async def wait_ownership_change(self, timeout_s: float) -> bool:
+        """Wait (bounded) until a partition is elected, loaded or resigned; False on timeout."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._ownership_waiters.append(fut)
         try:
-            for p in parts:
-                count += self._replay_partition(p)
-                self._loading.discard(p)
-        finally:
-            self._loading.difference_update(parts)
+            await asyncio.wait_for(fut, max(timeout_s, 0.0))
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    def adopt_partition_count(self, count: int) -> None:
+        """Follow the actual partition count of `__consumer_offsets` (it wins over the config)."""
+        if count <= 0 or count == self.config.num_partitions:
+            return
+        if self.ownership.owned() or self.ownership.loading():
+            log.error(
+                "%s has %d partitions but this coordinator already maps groups onto %d; "
+                "keeping %d (never change the partition count of %s)",
+                OFFSETS_TOPIC, count, self.config.num_partitions, self.config.num_partitions, OFFSETS_TOPIC,
+            )
+            return
+        log.warning("%s has %d partitions; offsets.topic.num.partitions is %d; using %d",
+                    OFFSETS_TOPIC, count, self.config.num_partitions, count)
+        self.config.num_partitions = count
+
+    def load(self, partitions: Iterable[int] | None = None, *, epoch: int = 0) -> int:
+        """Own `partitions` (all by default) at once, replaying them on the calling thread.
+
+        For stores that replay from memory (unit tests, tools); a broker uses
+        `on_become_leader`, which keeps log reads off the event loop. A partition
+        already owned is dropped and reloaded. Returns the records replayed.
+        """
+        parts = list(range(self.config.num_partitions)) if partitions is None else list(partitions)
+        count = 0
+        for p in parts:
+            if self.ownership.token(p) is not None:
+                self.ownership.resign(p, self.ownership.epoch(p) or 0)
+                self._drop_partition(p)
+            token = self.ownership.begin_load(p, max(epoch, self.ownership.epoch(p) or 0))
+            if token is None:
+                continue
+            loaded = decode_partition(p, self.store.replay(p))
+            self._apply_loaded(loaded)
+            self.ownership.finish_load(p, token)
+            count += loaded.records
+        self._ownership_changed()
         return count
 
-    def _replay_partition(self, partition: int) -> int:
-        offsets: dict[OffsetKey, OffsetValue | None] = {}
-        metas: dict[str, GroupValue | None] = {}
-        n = 0
-        for key_bytes, value_bytes in self.store.replay(partition):
-            n += 1
-            if key_bytes is None:
-                continue
-            try:
-                key = decode_key(key_bytes)
-                if isinstance(key, OffsetKey):
-                    offsets[key] = decode_offset_value(value_bytes) if value_bytes is not None else None
-                else:
-                    metas[key.group] = decode_group_value(value_bytes) if value_bytes is not None else None
-            except ValueError as exc:
-                log.warning("skipping unreadable record in __consumer_offsets-%d: %s", partition, exc)
-        for group_id, meta in metas.items():
+    def _apply_loaded(self, loaded: "LoadedPartition") -> None:
+        for group_id, meta in loaded.metas.items():
             if meta is None:
                 self.groups.pop(group_id, None)
                 continue
@@ -230,7 +382,7 @@ class GroupCoordinator:
             # Members are not restored: they re-join (their sessions are gone with the old process),
             # so the group starts Empty at its last generation, as after a coordinator move.
             self.groups[group_id] = group
-        for key, value in offsets.items():
+        for key, value in loaded.offsets.items():
             if value is None:
                 g = self.groups.get(key.group)
                 if g is not None:
@@ -240,9 +392,6 @@ class GroupCoordinator:
             g.offsets[(key.topic, key.partition)] = CommittedOffset(
                 value.offset, value.leader_epoch, value.metadata, value.commit_timestamp
             )
-        if n:
-            log.info("loaded __consumer_offsets-%d: %d record(s), %d group(s) known", partition, n, len(self.groups))
-        return n
 
     def start_expiry(self) -> None:
         def tick() -> None:
@@ -264,6 +413,9 @@ class GroupCoordinator:
                 log.exception("a group-coordinator stop hook failed")
         if self._expiry_handle is not None:
             self._expiry_handle.cancel()
+        for task in self._load_tasks.values():
+            task.cancel()
+        self._load_tasks.clear()
         for handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
@@ -277,15 +429,21 @@ class GroupCoordinator:
     def partition_for(self, group_id: str) -> int:
         return partition_for_group(group_id, self.config.num_partitions)
 
-    def _check_group(self, group_id: str | None) -> int:
+    def check_group(self, group_id: str | None) -> int:
+        """NONE when this broker coordinates `group_id` now; else the Kafka error a request gets."""
         if not group_id:
             return Errors.INVALID_GROUP_ID
-        p = self.partition_for(group_id)
-        if p not in self._owned:
-            return Errors.NOT_COORDINATOR
-        if p in self._loading:
+        state = self.ownership.state(self.partition_for(group_id))
+        if state is PartitionState.LOADING:
             return Errors.COORDINATOR_LOAD_IN_PROGRESS
+        if state is not PartitionState.OWNED:
+            return Errors.NOT_COORDINATOR
         return Errors.NONE
+
+    _check_group = check_group
+
+    def owns_partition(self, partition: int) -> bool:
+        return self.ownership.state(partition) is PartitionState.OWNED
 
     def _timer(self, group: Group, key: str, delay_ms: int, fn: Callable[[], None]) -> None:
         self._cancel(group, key)
@@ -326,11 +484,20 @@ class GroupCoordinator:
         )
         return encode_group_key(group.group_id), encode_group_value(value)
 
-    async def _persist_group(self, group: Group) -> None:
+    async def _persist_group(self, group: Group) -> int:
+        """Write the group's metadata record; the Kafka error a client gets if that failed (NONE if not)."""
+        partition = self.partition_for(group.group_id)
+        token = self.ownership.token(partition)
         try:
-            await self.store.append(self.partition_for(group.group_id), [self._group_metadata_record(group)])
-        except Exception:
-            log.exception("writing group metadata of '%s' to __consumer_offsets failed", group.group_id)
+            await self.store.append(partition, [self._group_metadata_record(group)])
+        except Exception as exc:
+            moved = self.ownership.token(partition) != token
+            code = Errors.NOT_COORDINATOR if moved else group_write_error_code(exc)
+            log.warning("writing group metadata of '%s' to %s-%d failed (answering error %d): %s",
+                        group.group_id, OFFSETS_TOPIC, partition, code, exc,
+                        exc_info=getattr(exc, "code", None) is None)
+            return code
+        return Errors.NONE
 
     def _persist_group_soon(self, group: Group) -> None:
         asyncio.ensure_future(self._persist_group(group))
@@ -656,14 +823,24 @@ class GroupCoordinator:
             for m in group.members.values():
                 m.assignment = bytes(assignments.get(m.member_id, b""))
             gen = group.generation
-            await self._persist_group(group)
+            err = await self._persist_group(group)
             if group.is_(GroupState.COMPLETING_REBALANCE) and group.generation == gen:
-                for m in group.members.values():
-                    if m.awaiting_sync:
-                        m.sync_future.set_result(SyncResult(Errors.NONE, group.protocol_type, group.protocol_name, m.assignment))  # type: ignore[union-attr]
-                    m.sync_future = None
-                group.transition(GroupState.STABLE, now_ms=self.clock())
-                log.info("group '%s': Stable at generation %d", group.group_id, gen)
+                if err:
+                    # Kafka's resetAndPropagateAssignmentError: nobody gets an assignment that is not
+                    # durable; every waiting member gets the error and the group rebalances again.
+                    for m in group.members.values():
+                        m.assignment = b""
+                        if m.awaiting_sync:
+                            m.sync_future.set_result(SyncResult(err))  # type: ignore[union-attr]
+                        m.sync_future = None
+                    self._prepare_rebalance(group, f"error {err} writing the generation {gen} assignment")
+                else:
+                    for m in group.members.values():
+                        if m.awaiting_sync:
+                            m.sync_future.set_result(SyncResult(Errors.NONE, group.protocol_type, group.protocol_name, m.assignment))  # type: ignore[union-attr]
+                        m.sync_future = None
+                    group.transition(GroupState.STABLE, now_ms=self.clock())
+                    log.info("group '%s': Stable at generation %d", group.group_id, gen)
         return await fut
 
     # -- Heartbeat / LeaveGroup ----------------------------------------
@@ -775,14 +952,23 @@ class GroupCoordinator:
                 encode_offset_value(OffsetValue(co.offset, co.leader_epoch, co.metadata or "", co.commit_timestamp_ms)),
             ))
         if records:
+            partition = self.partition_for(group_id)
+            token = self.ownership.token(partition)
             try:
-                await self.store.append(self.partition_for(group_id), records)
+                await self.store.append(partition, records)
             except Exception as exc:
-                log.warning("commit of %d offset(s) for group '%s' failed to append: %s", len(records), group_id, exc)
+                moved = self.ownership.token(partition) != token
+                code = Errors.NOT_COORDINATOR if moved else commit_error_code(exc)
+                log.warning("commit of %d offset(s) for group '%s' to %s-%d failed (answering error %d): %s",
+                            len(records), group_id, OFFSETS_TOPIC, partition, code, exc,
+                            exc_info=getattr(exc, "code", None) is None)
                 for tp in accepted:
-                    results[tp] = Errors.COORDINATOR_NOT_AVAILABLE
+                    results[tp] = code
                 return results
-            group.offsets.update(accepted)
+            # Durable on the in-sync replicas: acknowledged even if leadership moved meanwhile (the next
+            # coordinator replays it); the cache is only this term's.
+            if self.ownership.token(partition) == token:
+                group.offsets.update(accepted)
             for tp in accepted:
                 results[tp] = Errors.NONE
         return results
@@ -818,9 +1004,15 @@ class GroupCoordinator:
             if tp in group.offsets:
                 tombstones.append(tp)
         if tombstones:
-            await self.store.append(
-                self.partition_for(group_id), [(encode_offset_key(group_id, t, p), None) for t, p in tombstones]
-            )
+            partition = self.partition_for(group_id)
+            token = self.ownership.token(partition)
+            try:
+                await self.store.append(partition, [(encode_offset_key(group_id, t, p), None) for t, p in tombstones])
+            except Exception as exc:
+                code = Errors.NOT_COORDINATOR if self.ownership.token(partition) != token else group_write_error_code(exc)
+                log.warning("deleting %d offset(s) of group '%s' failed (answering error %d): %s",
+                            len(tombstones), group_id, code, exc)
+                return code, {}
             for tp in tombstones:
                 group.offsets.pop(tp, None)
         return Errors.NONE, results
@@ -841,8 +1033,9 @@ class GroupCoordinator:
     def list_groups(self, *, states: Iterable[str] | None = None) -> list[tuple[str, str, str]]:
         wanted = {s.lower() for s in states} if states else None
         out = []
+        owned = self.ownership.owned()
         for gid, g in sorted(self.groups.items()):
-            if g.is_(GroupState.DEAD):
+            if g.is_(GroupState.DEAD) or self.partition_for(gid) not in owned:
                 continue
             if wanted is not None and g.state.value.lower() not in wanted:
                 continue
@@ -865,7 +1058,18 @@ class GroupCoordinator:
                 continue
             records: list[tuple[bytes, bytes | None]] = [(encode_offset_key(gid, t, p), None) for t, p in group.offsets]
             records.append((encode_group_key(gid), None))
-            await self.store.append(self.partition_for(gid), records)
+            partition = self.partition_for(gid)
+            token = self.ownership.token(partition)
+            try:
+                await self.store.append(partition, records)
+            except Exception as exc:
+                code = Errors.NOT_COORDINATOR if self.ownership.token(partition) != token else group_write_error_code(exc)
+                log.warning("deleting group '%s' failed (answering error %d): %s", gid, code, exc)
+                out[gid] = code
+                continue
+            if group.is_(GroupState.DEAD):  # unloaded while the tombstones were written
+                out[gid] = Errors.NONE
+                continue
             group.transition(GroupState.DEAD, now_ms=self.clock())
             self.groups.pop(gid, None)
             log.info("group '%s' deleted with %d committed offset(s)", gid, len(records) - 1)
@@ -877,8 +1081,9 @@ class GroupCoordinator:
         now = self.clock()
         retention = self.config.offsets_retention_ms
         removed = 0
+        owned = self.ownership.owned()
         for gid, group in list(self.groups.items()):
-            if not group.is_(GroupState.EMPTY):
+            if not group.is_(GroupState.EMPTY) or self.partition_for(gid) not in owned:
                 continue
             reference = max(group.state_timestamp_ms, 0)
             expired = [
@@ -891,11 +1096,15 @@ class GroupCoordinator:
                 records.append((encode_group_key(gid), None))
             if not records:
                 continue
+            partition = self.partition_for(gid)
+            token = self.ownership.token(partition)
             try:
-                await self.store.append(self.partition_for(gid), records)
-            except Exception:
-                log.exception("writing expiry tombstones for group '%s' failed", gid)
+                await self.store.append(partition, records)
+            except Exception as exc:
+                log.warning("writing expiry tombstones for group '%s' failed (retried at the next check): %s", gid, exc)
                 continue
+            if self.ownership.token(partition) != token:
+                continue  # unloaded meanwhile; the next coordinator replays the tombstones
             for tp in expired:
                 group.offsets.pop(tp, None)
             removed += len(expired)

@@ -1,12 +1,14 @@
 """`__consumer_offsets` as the coordinator's durable store, on the broker's own logs.
 
-Why: commits must be acknowledged only once they are in the log (appended as
-RecordBatch v2 through the ReplicaManager, like any produce), and a restarted
-broker must find every group's offsets by replaying the topic. The topic is
-created on first start as an internal, compacted topic so the log cleaner
+Why: commits must be acknowledged only once they are on the in-sync replicas
+(appended as RecordBatch v2 through the ReplicaManager with acks=all, like
+any produce), and a broker that becomes leader of a partition must find its
+groups by replaying it. The topic itself is created by the controller on the
+first FindCoordinator (`coordinator_lookup`), compacted so the log cleaner
 keeps it bounded to the newest record per key.
 
-This module must never interpret record contents (that is `offsets_log`).
+This module must never interpret record contents (that is `offsets_log`), and
+`replay` must never be iterated on the event loop (it reads segment files).
 """
 
 from __future__ import annotations
@@ -26,28 +28,14 @@ REPLAY_CHUNK_BYTES = 4 << 20
 
 
 class BrokerOffsetStore:
-    def __init__(self, broker: Any, *, num_partitions: int) -> None:
+    def __init__(self, broker: Any, *, commit_timeout_ms: int = 5000) -> None:
         self.broker = broker
-        self.num_partitions = num_partitions
-
-    def ensure_topic(self) -> None:
-        topics = self.broker.topics
-        info = topics.get(OFFSETS_TOPIC)
-        if info is None:
-            topics.create_topic(
-                OFFSETS_TOPIC, self.num_partitions, 1, {"cleanup.policy": "compact"},
-            )
-            log.info("created internal topic %s with %d partitions (compacted)", OFFSETS_TOPIC, self.num_partitions)
-        elif info.partitions != self.num_partitions:
-            log.warning(
-                "%s has %d partitions but offsets.topic.num.partitions is %d; using %d",
-                OFFSETS_TOPIC, info.partitions, self.num_partitions, info.partitions,
-            )
-            self.num_partitions = info.partitions
+        self.commit_timeout_ms = commit_timeout_ms
 
     async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
+        """Append and wait for the in-sync replicas; raises the replica manager's KelpError on failure."""
         data = build_batch([(k, v) for k, v in records])
-        await self.broker.replicas.append(OFFSETS_TOPIC, partition, data, acks=-1)
+        await self.broker.replicas.append(OFFSETS_TOPIC, partition, data, acks=-1, timeout_ms=self.commit_timeout_ms)
 
     def replay(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
         lg = self.broker.logs.get(OFFSETS_TOPIC, partition)

@@ -6,6 +6,14 @@ far behind each partition is, and a safe way to move a group's offsets — a
 plan first, applied only with `execute`, and refused while the group has
 live members (as kafka-consumer-groups refuses).
 
+Each broker answers for the groups it coordinates (the leader of the group's
+`__consumer_offsets` partition). A request about a group coordinated by
+another broker is refused with 421 Misdirected Request, `error_code` 16
+(NOT_COORDINATOR) and a message naming that broker; while this broker is
+still loading the group, or no broker leads its partition, 503 with 14 / 15
+(retry). `GET /admin/v1/groups` lists this broker's groups only, as Kafka's
+ListGroups does: a cluster-wide list asks every broker and merges.
+
 This module must never change group state except through the coordinator
 (`broker.groups`), which writes `__consumer_offsets`.
 """
@@ -24,15 +32,20 @@ from kelp.errors import (
     UnknownTopicOrPartitionError,
 )
 
+from ..groups.coordinator_lookup import CoordinatorLocation, locator_of
 from ..groups.group import CommittedOffset
+from ..groups.group_coordinator import Errors
 from ..replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from .keys import BROKER
 from .problems import HttpProblem, json_response, read_json
 
-__all__ = ["routes", "describe_group", "plan_reset"]
+__all__ = ["routes", "describe_group", "plan_reset", "require_local_group", "coordinator_problem"]
 
 routes = web.RouteTableDef()
 PREFIX = "/admin/v1/groups"
+# How long an HTTP request waits for this broker to become able to coordinate a group (the first use
+# creates __consumer_offsets; a fresh leader loads its partition) before answering 503.
+LOCAL_WAIT_S = 5.0
 
 
 def _coordinator(request: web.Request) -> Any:
@@ -40,6 +53,23 @@ def _coordinator(request: web.Request) -> Any:
     if coord is None:
         raise HttpProblem(503, "the group coordinator is not running on this broker")
     return coord
+
+
+def coordinator_problem(located: CoordinatorLocation) -> HttpProblem:
+    """The HTTP answer for a group this broker cannot act on now."""
+    message = located.message or f"coordinator error {located.error}"
+    if located.error == Errors.NOT_COORDINATOR:
+        return HttpProblem(421, message, error_code=Errors.NOT_COORDINATOR)
+    if located.error == Errors.INVALID_GROUP_ID:
+        return HttpProblem(400, message, error_code=Errors.INVALID_GROUP_ID)
+    return HttpProblem(503, message, error_code=located.error)
+
+
+async def require_local_group(broker: Any, group_id: str, *, timeout_s: float = LOCAL_WAIT_S) -> None:
+    """Return once this broker coordinates `group_id`; else raise 421 naming the coordinator, or 503."""
+    located = await locator_of(broker).require_local(group_id, timeout_s=timeout_s)
+    if located.error:
+        raise coordinator_problem(located)
 
 
 def error_for(code: int, message: str) -> KelpError:
@@ -169,19 +199,31 @@ def plan_reset(broker: Any, group_id: str, body: dict[str, Any]) -> list[dict[st
 
 @routes.get(PREFIX)
 async def list_groups(request: web.Request) -> web.Response:
+    """This broker's groups (those of the `__consumer_offsets` partitions it coordinates)."""
     coord = _coordinator(request)
+    broker = request.app[BROKER]
     out = []
     for gid, ptype, state in coord.list_groups():
         g = coord.groups.get(gid)
         out.append({"group_id": gid, "protocol_type": ptype, "state": state,
                     "members": len(g.members) if g else 0, "generation": g.generation if g else -1})
-    return json_response({"groups": out})
+    return json_response({
+        "groups": out,
+        "scope": "local",
+        "broker_id": broker.config.broker_id,
+        "offsets_topic_partitions": coord.config.num_partitions,
+        "coordinated_partitions": sorted(coord.ownership.owned()),
+        "loading_partitions": sorted(coord.ownership.loading()),
+    })
 
 
 @routes.get(PREFIX + "/{group}")
 async def get_group(request: web.Request) -> web.Response:
     _coordinator(request)
-    return json_response(describe_group(request.app[BROKER], request.match_info["group"]))
+    broker = request.app[BROKER]
+    gid = request.match_info["group"]
+    await require_local_group(broker, gid)
+    return json_response(describe_group(broker, gid))
 
 
 @routes.post(PREFIX + "/{group}/reset-offsets")
@@ -192,6 +234,7 @@ async def reset_offsets(request: web.Request) -> web.Response:
     body = await read_json(request)
     if not isinstance(body, dict):
         raise HttpProblem(400, "reset-offsets body must be a JSON object")
+    await require_local_group(broker, gid)
     group = coord.groups.get(gid)
     if group is not None and group.members:
         raise NonEmptyGroupError(
@@ -207,6 +250,8 @@ async def reset_offsets(request: web.Request) -> web.Response:
         bad = {tp: c for tp, c in codes.items() if c}
         if bad:
             (t, p), code = next(iter(bad.items()))
+            if code == Errors.NOT_COORDINATOR:
+                await require_local_group(broker, gid, timeout_s=0)
             raise error_for(code, f"resetting group '{gid}' failed on {t}-{p} with Kafka error {code}")
     return json_response({"group_id": gid, "executed": execute, "plan": plan})
 
@@ -215,6 +260,7 @@ async def reset_offsets(request: web.Request) -> web.Response:
 async def delete_group(request: web.Request) -> web.Response:
     coord = _coordinator(request)
     gid = request.match_info["group"]
+    await require_local_group(request.app[BROKER], gid)
     code = (await coord.delete_groups([gid]))[gid]
     if code:
         group = coord.groups.get(gid)

@@ -14,6 +14,13 @@ Endpoints (Confluent v2): create/delete an instance; subscription
 `consumer.instance.timeout.ms` (default 300000; settable per instance in the
 create body) is closed and leaves its group.
 
+An instance lives on the broker that coordinates its group (the leader of
+the group's `__consumer_offsets` partition): creating one elsewhere, or using
+one after its group's coordinator moved to another broker, is answered with
+421, `error_code` 16 and a message naming the coordinating broker; the client
+creates the instance again there. While the coordinator is not available yet
+(first use creates `__consumer_offsets`) the answer is 503 with 14 or 15.
+
 This module must never change group state except through the coordinator.
 """
 
@@ -35,6 +42,7 @@ from kelp.records import iter_records
 from ..groups.group import CommittedOffset
 from ..groups.group_coordinator import Errors
 from ..replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchPartition
+from .admin_groups import error_for, require_local_group
 from .keys import BROKER
 from .problems import HttpProblem, json_response, read_json
 
@@ -51,6 +59,8 @@ DEFAULT_INSTANCE_TIMEOUT_MS = 300_000
 SESSION_TIMEOUT_MS = 10_000
 MAX_RECORDS_TIMEOUT_MS = 60_000
 DEFAULT_MAX_BYTES = 1 << 20
+# Coordinator errors after which the member waits for the coordinator to change, then joins again.
+_COORDINATOR_MOVING = (Errors.NOT_COORDINATOR, Errors.COORDINATOR_LOAD_IN_PROGRESS, Errors.COORDINATOR_NOT_AVAILABLE)
 
 
 def range_assign(members: list[tuple[str, list[str]]], partitions_of: Any) -> dict[str, dict[str, list[int]]]:
@@ -173,6 +183,10 @@ class HttpConsumer:
             if r.error == Errors.UNKNOWN_MEMBER_ID:
                 self.member_id = ""
                 continue
+            if r.error in _COORDINATOR_MOVING:
+                # Leadership of the group's partition is changing: wait (bounded) for it, then try again.
+                await coord.wait_ownership_change(1.0)
+                continue
             if r.error:
                 raise KelpError(f"JoinGroup of REST consumer {self.group}/{self.name} failed with Kafka error {r.error}")
             self.member_id, self.generation = r.member_id, r.generation
@@ -224,8 +238,17 @@ class HttpConsumer:
         log.info("REST consumer %s/%s (member %s) assigned %s", self.group, self.name, self.member_id, self.assignment)
 
     # -- positions ------------------------------------------------------
+    async def ensure_coordinated_here(self) -> None:
+        """Raise 421 (naming the coordinator) / 503 when this broker does not coordinate the group now."""
+        if self.broker.groups.check_group(self.group) != Errors.NONE:
+            await require_local_group(self.broker, self.group, timeout_s=0)
+
     def _initial_position(self, tp: tuple[str, int]) -> int:
-        _, committed = self.broker.groups.fetch_offsets(self.group, [tp])
+        err, committed = self.broker.groups.fetch_offsets(self.group, [tp])
+        if err:
+            # Never fall back to auto.offset.reset because the committed offset could not be read.
+            raise error_for(err, f"cannot read the committed offset of {tp[0]}-{tp[1]} for group '{self.group}': "
+                                 f"coordinator error {err}; retry")
         co = committed.get(tp)
         if co is not None and co.offset >= 0:
             return co.offset
@@ -244,6 +267,7 @@ class HttpConsumer:
             pass
 
     async def read(self, *, timeout_ms: int, max_bytes: int) -> list[dict[str, Any]]:
+        await self.ensure_coordinated_here()
         await self._commit_auto()
         await self.wait_assigned(timeout_ms / 1000.0)
         parts = list(self.assignment)
@@ -300,8 +324,8 @@ class HttpConsumer:
         bad = {tp: c for tp, c in codes.items() if c}
         if bad:
             (t, p), c = next(iter(bad.items()))
-            from .admin_groups import error_for
-
+            if c == Errors.NOT_COORDINATOR:
+                await self.ensure_coordinated_here()
             raise error_for(c, f"commit of {t}-{p} for group '{self.group}' failed with Kafka error {c}"
                                + (" (a rebalance is in progress; read again and retry)" if c in (22, 25, 27) else ""))
 
@@ -444,6 +468,7 @@ async def create_instance(request: web.Request) -> web.Response:
         raise HttpProblem(422, f"'name' must be a non-empty string, got {name!r}", error_code=42204)
     if (group, name) in reg.instances:
         raise HttpProblem(409, f"consumer instance '{name}' already exists in group '{group}'", error_code=40902)
+    await require_local_group(request.app[BROKER], group)
     fmt = body.get("format", "binary")
     if fmt not in ("binary", "json"):
         raise HttpProblem(422, f"'format' must be 'binary' or 'json' (Kelp has no schema registry), got {fmt!r}",
@@ -533,7 +558,10 @@ async def committed_offsets(request: web.Request) -> web.Response:
     raw = await request.read()
     body = json.loads(raw) if raw.strip() else {"partitions": [{"topic": t, "partition": p} for t, p in inst.assignment]}
     parts = _partitions(body)
-    _, found = inst.broker.groups.fetch_offsets(inst.group, parts)
+    err, found = inst.broker.groups.fetch_offsets(inst.group, parts)
+    if err:
+        await inst.ensure_coordinated_here()
+        raise error_for(err, f"cannot read committed offsets of group '{inst.group}': coordinator error {err}; retry")
     return json_response({"offsets": [
         {"topic": t, "partition": p, "offset": found[(t, p)].offset if found.get((t, p)) else -1,
          "metadata": found[(t, p)].metadata if found.get((t, p)) else ""}

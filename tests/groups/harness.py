@@ -58,10 +58,16 @@ class MemoryStore:
         self.partitions: dict[int, list[tuple[bytes, bytes | None]]] = {}
         self.appends = 0
         self.fail = False
+        self.fail_with: BaseException | None = None  # raised by the next appends instead of succeeding
+        self.gate: asyncio.Event | None = None  # when set: appends wait for it (a replication in flight)
 
     async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
+        if self.gate is not None:
+            await self.gate.wait()
         if self.fail:
             raise OSError("disk full")
+        if self.fail_with is not None:
+            raise self.fail_with
         self.appends += 1
         self.partitions.setdefault(partition, []).extend(records)
 
@@ -77,7 +83,7 @@ async def settle(rounds: int = 20) -> None:
 
 def make_coordinator(
     *, store: MemoryStore | None = None, scheduler: ManualScheduler | None = None,
-    topics: dict[str, int] | None = None, **config: Any,
+    topics: dict[str, int] | None = None, owned: bool = True, **config: Any,
 ) -> tuple[GroupCoordinator, ManualScheduler, MemoryStore]:
     scheduler = scheduler or ManualScheduler()
     store = store or MemoryStore()
@@ -91,4 +97,7 @@ def make_coordinator(
     known = {"t": 6} if topics is None else topics
     coord = GroupCoordinator(cfg, store=store, clock=scheduler.clock, scheduler=scheduler,
                              topic_partitions=known.get)
+    if owned:
+        # The single-broker case: this broker leads (and has loaded) every __consumer_offsets partition.
+        coord.load()
     return coord, scheduler, store

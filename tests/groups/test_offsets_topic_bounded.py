@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from kafka.protocol.consumer import OffsetCommitRequest
+from kafka.protocol.metadata import FindCoordinatorRequest
 
 from tests.support.kafka_wire import WireClient
 
@@ -45,6 +46,14 @@ def test_consumer_offsets_bounded_under_many_commits(broker_factory) -> None:
             templates[(g, part)] = (raw, raw.index(struct.pack(">q", sentinel)))
     t0 = time.monotonic()
     with WireClient(broker.bootstrap, timeout=30) as w:
+        # As every client does before committing: find the coordinator (the first ask creates __consumer_offsets).
+        deadline = time.monotonic() + 30
+        while True:
+            fc = w.request(FindCoordinatorRequest(key_type=0, coordinator_keys=groups), 4)
+            if all(c.error_code == 0 for c in fc.coordinators):
+                break
+            assert time.monotonic() < deadline, f"no coordinator for {groups}: {fc.coordinators}"
+            time.sleep(0.1)  # clients' retry.backoff.ms; the deadline bounds it
         sent = 0
         while sent < COMMITS:
             n = min(WINDOW, COMMITS - sent)

@@ -179,3 +179,46 @@ def test_a_deposed_leader_truncates_what_it_never_replicated(cluster_factory) ->
     a = b"".join(f.read_bytes() for f in sorted((cluster.root / "broker-0" / "div-0").glob("*.log")))
     b = b"".join(f.read_bytes() for f in sorted((cluster.root / "broker-1" / "div-0").glob("*.log")))
     assert a == b and len(a) > 0  # byte for byte the new leader's log
+
+
+def test_reassignment_to_a_fourth_broker_while_producing_loses_and_reorders_nothing(cluster_factory) -> None:
+    import threading
+
+    cluster = cluster_factory(4)
+    cluster.admin("/admin/v1/topics", "POST", {"name": "move", "assignments": {"0": [0, 1, 2]},
+                                               "configs": {"min.insync.replicas": "2"}})
+    acked: list[tuple[int, int, bytes]] = []
+    stop = threading.Event()
+    failures: list[str] = []
+
+    def produce() -> None:
+        try:
+            i = 0
+            while not stop.is_set() and i < 100_000:
+                acked.extend(_produce(cluster.bootstrap, "move", [f"m{i + j}".encode() for j in range(200)], key=b"k"))
+                i += 200
+        except AssertionError as exc:
+            failures.append(str(exc))
+
+    t = threading.Thread(target=produce, daemon=True)
+    t.start()
+    cluster.wait_for("some records", lambda: len(acked) >= 400)
+    cluster.admin("/admin/v1/partitions/reassign", "POST",
+                  {"partitions": [{"topic": "move", "partition": 0, "replicas": [3, 1, 2]}]})
+    moving = cluster.admin("/admin/v1/partitions/reassignments")["reassignments"]
+    done = cluster.wait_for(
+        "the move to finish",
+        lambda: (lambda p: p if sorted(p["replicas"]) == [1, 2, 3] and "adding" not in p else None)(
+            cluster.topic("move")["partitions"][0]), timeout=40)
+    cluster.wait_for("more records after the move", lambda: len(acked) >= 400 + 600, timeout=30)
+    stop.set()
+    t.join(60)
+    assert not failures, failures
+    assert done["leader"] == 3 and sorted(done["isr"]) == [1, 2, 3]
+    assert moving == [] or moving[0]["adding"] == [3]
+    assert not (cluster.root / "broker-0" / "move-0").exists() or not any(
+        (cluster.root / "broker-0" / "move-0").glob("*.log"))  # the old replica is gone
+    got = _consume_all(cluster[3].bootstrap, "move", 1, expect=len(acked))
+    values = [v for _, v in got[0]]
+    assert values == [v for _, _, v in sorted(acked, key=lambda a: a[1])]  # every acked record, in offset order
+    assert [o for o, _ in got[0]] == sorted(o for _, o, _ in acked)

@@ -4,7 +4,10 @@ OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups, OffsetDelet
 Why: these turn kafka-python request objects into calls on the broker's
 `GroupCoordinator` (`broker.groups`) and its results back into responses, for
 every version real clients (kafka-python 3, aiokafka 0.14, librdkafka 2.x)
-negotiate. JoinGroup and SyncGroup park until the rebalance completes; the
+negotiate. FindCoordinator answers the leader of the group's
+`__consumer_offsets` partition (`kelp.broker.groups.coordinator_lookup`);
+every other group request is answered by this broker's coordinator, which
+says NOT_COORDINATOR for groups it does not coordinate. JoinGroup and SyncGroup park until the rebalance completes; the
 server answers other requests on the connection meanwhile.
 
 This module must never hold group state or decide group rules: that is
@@ -13,6 +16,7 @@ This module must never hold group state or decide group rules: that is
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -42,6 +46,7 @@ from kafka.protocol.consumer import (
 )
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
+from kelp.broker.groups.coordinator_lookup import CoordinatorLocation, locator_of
 from kelp.broker.groups.group import CommittedOffset
 from kelp.broker.groups.group_coordinator import Errors, GroupCoordinator
 
@@ -66,37 +71,35 @@ def _client_host(ctx: RequestContext) -> str:
 
 @handles(FindCoordinatorRequest, min_version=0, max_version=4)
 async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
-    server = ctx.server
-    host = server.advertised_host if server is not None else "127.0.0.1"
-    port = server.port if server is not None else 9092
-    node = ctx.broker.config.broker_id
+    """The leader of the group's `__consumer_offsets` partition; the topic is created on first use."""
     coord = _coordinator(ctx)
     key_type = getattr(request, "key_type", 0) if ctx.api_version >= 1 else 0
 
-    def answer(key: str) -> tuple[int, str | None]:
+    async def answer(key: str) -> CoordinatorLocation:
         if coord is None:
-            return COORDINATOR_NOT_AVAILABLE, "the group coordinator is not running on this broker"
-        if key_type not in (0,):
+            return CoordinatorLocation(COORDINATOR_NOT_AVAILABLE, "the group coordinator is not running on this broker")
+        if key_type != 0:
             # Transaction coordinators (key type 1) are not served by Kelp.
-            return COORDINATOR_NOT_AVAILABLE, f"key type {key_type} is not supported (only groups, 0)"
+            return CoordinatorLocation(COORDINATOR_NOT_AVAILABLE, f"key type {key_type} is not supported (only groups, 0)")
         if not key and ctx.api_version < 4:
-            return Errors.INVALID_GROUP_ID, "group id must not be empty"
-        return 0, None
+            return CoordinatorLocation(Errors.INVALID_GROUP_ID, "group id must not be empty")
+        located = await locator_of(ctx.broker).locate(key)
+        if located.error:
+            log.info("FindCoordinator for group '%s' from %s: error %d: %s", key, ctx.client, located.error, located.message)
+        return located
 
     if ctx.api_version >= 4:
         C = FindCoordinatorResponse.Coordinator
-        coords = []
-        for key in request.coordinator_keys or []:
-            code, msg = answer(key)
-            ok = code == 0
-            coords.append(C(key=key, node_id=node if ok else -1, host=host if ok else "",
-                            port=port if ok else -1, error_code=code, error_message=msg))
-        return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coords)
-    code, msg = answer(request.key)
-    ok = code == 0
+        keys = list(request.coordinator_keys or [])
+        found = await asyncio.gather(*(answer(k) for k in keys))
+        return FindCoordinatorResponse(throttle_time_ms=0, coordinators=[
+            C(key=k, node_id=loc.node_id, host=loc.host, port=loc.port, error_code=loc.error, error_message=loc.message)
+            for k, loc in zip(keys, found)
+        ])
+    loc = await answer(request.key)
     return FindCoordinatorResponse(
-        throttle_time_ms=0, error_code=code, error_message=msg,
-        node_id=node if ok else -1, host=host if ok else "", port=port if ok else -1,
+        throttle_time_ms=0, error_code=loc.error, error_message=loc.message,
+        node_id=loc.node_id, host=loc.host, port=loc.port,
     )
 
 
