@@ -405,14 +405,14 @@ class ReplicaManager:
         self._background(self._alter_isr(part, new_isr, reason), f"ISR change of {part.name}")
 
     async def _alter_isr(self, part: Partition, new_isr: tuple[int, ...], reason: str) -> None:
-        epoch, pepoch = part.leader_epoch, part.partition_epoch
+        epoch, pepoch, old = part.leader_epoch, part.partition_epoch, list(part.isr)
         try:
             assert self.alter_partition is not None
             await self.alter_partition(part.topic, part.partition, leader_epoch=epoch, partition_epoch=pepoch,
                                        isr=list(new_isr))
-            log.info("%s: ISR %s -> %s (%s)", part.name, list(part.isr), list(new_isr), reason)
+            log.info("%s: ISR %s -> %s (%s)", part.name, old, list(new_isr), reason)
         except Exception as exc:
-            log.warning("%s: ISR change %s -> %s (%s) not made: %s", part.name, list(part.isr), list(new_isr), reason, exc)
+            log.warning("%s: ISR change %s -> %s (%s) not made: %s", part.name, old, list(new_isr), reason, exc)
         finally:
             if part.pending_isr == new_isr:
                 part.pending_isr = None

@@ -1,4 +1,29 @@
-"""TEMPORARY minimal file leases for integration (replaced by the leases work on main)."""
+"""Leases: broker liveness and controller election, one interface, two backends.
+
+Why: a broker proves it is alive by renewing its own lease
+(`kelp-<cluster>-broker-<id>`, the counterpart of ZooKeeper's ephemeral
+`/brokers/ids/N`, its endpoints in the annotations); brokers compete for
+`kelp-<cluster>-controller`, and the holder is the controller. The number
+of holder changes (`transitions`) is the controller epoch that fences a
+deposed controller.
+
+- `LeaseRecord`: what a backend read (holder, times in epoch ms, duration,
+  transitions, annotations, an opaque `version` used as write precondition).
+- `LeaseBackend`: get / list(prefix) / create (LeaseConflict if it exists) /
+  update (LeaseConflict unless `version` is current) / delete / close. Two
+  implementations: `FileLeaseBackend` (JSON files in a shared directory,
+  compare-and-swap under flock, atomically replaced) and
+  `kube_leases.KubeLeaseBackend` (coordination.k8s.io/v1 Lease objects).
+- `LeaseElector`: client-go's tryAcquireOrRenew with *observed-time* expiry:
+  another holder's lease counts as expired only when this process has seen
+  it unchanged for its whole duration on its own monotonic clock, so clock
+  skew between machines never makes two holders. A previous incarnation of
+  the same broker (`may_take_over`) is replaced at once.
+- `LivenessView`: the same observed-time judgement over many leases (the
+  controller watching broker leases).
+
+File and network I/O run in worker threads, never on the event loop.
+"""
 from __future__ import annotations
 
 import abc
@@ -13,7 +38,7 @@ from typing import Callable, Iterable, Mapping
 
 
 class LeaseConflict(Exception):
-    pass
+    """The lease exists already (create) or changed since it was read (update)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +54,23 @@ class LeaseRecord:
 
 
 class LeaseBackend(abc.ABC):
-    pass
+    @abc.abstractmethod
+    async def get(self, name: str) -> LeaseRecord | None: ...
+
+    @abc.abstractmethod
+    async def list(self, prefix: str) -> list[LeaseRecord]: ...
+
+    @abc.abstractmethod
+    async def create(self, record: LeaseRecord) -> LeaseRecord: ...
+
+    @abc.abstractmethod
+    async def update(self, record: LeaseRecord) -> LeaseRecord: ...
+
+    @abc.abstractmethod
+    async def delete(self, name: str) -> None: ...
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
 
 
 class FileLeaseBackend(LeaseBackend):
@@ -51,6 +92,7 @@ class FileLeaseBackend(LeaseBackend):
     def _write(self, r: LeaseRecord, version: int) -> LeaseRecord:
         p = self._path(r.name)
         tmp = p.with_suffix(".tmp")
+        # No fsync: a lease is soft state, renewed every second.
         tmp.write_text(json.dumps({"name": r.name, "holder": r.holder, "acquire": r.acquire_time_ms,
                                    "renew": r.renew_time_ms, "duration": r.duration_ms,
                                    "transitions": r.transitions, "annotations": dict(r.annotations),
@@ -85,17 +127,24 @@ class FileLeaseBackend(LeaseBackend):
         return await asyncio.to_thread(self._cas, record, False)
 
     async def delete(self, name: str) -> None:
-        pass
+        def run() -> None:
+            with open(self.dir / ".lock", "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                self._path(name).unlink(missing_ok=True)
+        await asyncio.to_thread(run)
 
     async def close(self) -> None:
-        pass
+        return None
 
 
-def _key(r: LeaseRecord):
+def _key(r: LeaseRecord) -> tuple:
+    """What must change for a lease to count as renewed."""
     return (r.holder, r.renew_time_ms, r.transitions, r.version)
 
 
 class LeaseElector:
+    """Acquire or renew one lease for `identity` (one round per call; the caller loops)."""
+
     def __init__(self, backend, *, name: str, identity: str, duration_ms: int,
                  clock_ms: Callable[[], int] = lambda: int(time.time() * 1000), monotonic=time.monotonic,
                  may_take_over: Callable[[str], bool] = lambda holder: False) -> None:
@@ -146,6 +195,8 @@ class LeaseElector:
 
 
 class LivenessView:
+    """Observed-time liveness of many leases: alive while the record changed within its duration."""
+
     def __init__(self, *, monotonic=time.monotonic) -> None:
         self.monotonic = monotonic
         self._seen: dict[str, tuple[tuple, float, LeaseRecord]] = {}

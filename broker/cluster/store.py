@@ -1,4 +1,15 @@
-"""TEMPORARY interface stub (the real module comes from the store work on main)."""
+"""The metadata store: where the controller's decisions live, with optimistic concurrency.
+
+Why: topics, configs, replica assignment, leaders, ISR and epochs must
+survive every broker; only the controller writes them (each write carries
+the version it read, so a deposed controller's stale write fails with
+`StoreConflict`), brokers read them when they start. Sharded — one document
+per topic plus one for the cluster (the producer-id block counter) — so no
+object grows with the cluster. Two backends: `FileMetadataStore` (JSON files
+under `<cluster.dir>/metadata`, fsynced and atomically replaced, CAS under
+flock) and `kube_store.KubeMetadataStore` (ConfigMaps). I/O runs in worker
+threads.
+"""
 from __future__ import annotations
 
 import abc
@@ -6,7 +17,7 @@ from dataclasses import dataclass
 
 
 class StoreConflict(Exception):
-    pass
+    """The document changed (or appeared, or vanished) since the version the writer read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,7 +27,23 @@ class Versioned:
 
 
 class MetadataStore(abc.ABC):
-    pass
+    @abc.abstractmethod
+    async def load(self) -> tuple[Versioned | None, dict[str, Versioned]]: ...
+
+    @abc.abstractmethod
+    async def get_topic(self, name: str) -> Versioned | None: ...
+
+    @abc.abstractmethod
+    async def put_topic(self, name: str, doc: dict, *, expected_version: str | None) -> str: ...
+
+    @abc.abstractmethod
+    async def delete_topic(self, name: str, *, expected_version: str) -> None: ...
+
+    @abc.abstractmethod
+    async def put_cluster(self, doc: dict, *, expected_version: str | None) -> str: ...
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
 
 
 import asyncio as _asyncio
@@ -50,6 +77,7 @@ class FileMetadataStore(MetadataStore):
                 raise StoreConflict(f"{name}: expected {expected}, found {cur.version if cur else None}")
             if doc is None:
                 p.unlink()
+                self._fsync_dir(p.parent)
                 return ""
             v = int(cur.version) + 1 if cur else 1
             tmp = p.with_suffix(".tmp")
@@ -58,7 +86,16 @@ class FileMetadataStore(MetadataStore):
                 fh.flush()
                 _os.fsync(fh.fileno())
             _os.replace(tmp, p)
+            self._fsync_dir(p.parent)
             return str(v)
+
+    @staticmethod
+    def _fsync_dir(directory) -> None:
+        fd = _os.open(directory, _os.O_RDONLY)
+        try:
+            _os.fsync(fd)
+        finally:
+            _os.close(fd)
 
     async def load(self):
         def run():
@@ -83,4 +120,4 @@ class FileMetadataStore(MetadataStore):
         return await _asyncio.to_thread(self._cas, None, doc, expected_version)
 
     async def close(self):
-        pass
+        return None

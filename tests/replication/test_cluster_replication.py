@@ -80,6 +80,19 @@ def test_three_brokers_replicate_with_acks_all_and_clients_see_the_cluster(clust
     finally:
         admin.close()
 
+    import json
+    import shutil
+    import subprocess
+
+    if shutil.which("kcat"):  # installed by `make test`'s bootstrap; Kafka's own tooling sees the cluster
+        meta = json.loads(subprocess.run(["kcat", "-L", "-J", "-b", cluster[2].bootstrap, "-t", "orders"],
+                                         capture_output=True, text=True, timeout=30, check=True).stdout)
+        assert sorted(b["id"] for b in meta["brokers"]) == [0, 1, 2]
+        (topic,) = meta["topics"]
+        assert sorted(p["leader"] for p in topic["partitions"]) == [0, 0, 1, 1, 2, 2]
+        assert all(sorted(r["id"] for r in p["replicas"]) == [0, 1, 2] and len(p["isrs"]) == 3
+                   for p in topic["partitions"])
+
     acked = _produce(cluster.bootstrap, "orders", [f"v{i}".encode() for i in range(600)])
     assert len(acked) == 600
     d = cluster.wait_fully_replicated("orders")
@@ -222,3 +235,38 @@ def test_reassignment_to_a_fourth_broker_while_producing_loses_and_reorders_noth
     values = [v for _, v in got[0]]
     assert values == [v for _, _, v in sorted(acked, key=lambda a: a[1])]  # every acked record, in offset order
     assert [o for o, _ in got[0]] == sorted(o for _, o, _ in acked)
+
+
+async def test_aiokafka_produces_and_consumes_across_a_leader_change(cluster_factory) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+    cluster = cluster_factory(3)
+    cluster.admin("/admin/v1/topics", "POST", {"name": "aio", "partitions": 1, "replication_factor": 3,
+                                               "configs": {"min.insync.replicas": "2"}})
+    producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all", enable_idempotence=True,
+                                request_timeout_ms=30000, retry_backoff_ms=100, metadata_max_age_ms=1000)
+    await producer.start()
+    try:
+        sent = [await producer.send_and_wait("aio", f"a{i}".encode(), partition=0) for i in range(100)]
+        leader = cluster.topic("aio")["partitions"][0]["leader"]
+        cluster[leader].kill()
+        sent += [await asyncio.wait_for(producer.send_and_wait("aio", f"b{i}".encode(), partition=0), 60)
+                 for i in range(100)]
+    finally:
+        await producer.stop()
+    assert [m.offset for m in sent] == list(range(200))
+    consumer = AIOKafkaConsumer(bootstrap_servers=",".join(b.bootstrap for b in cluster.running),
+                                enable_auto_commit=False, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        consumer.assign([TopicPartition("aio", 0)])
+        got: list[bytes] = []
+        async with asyncio.timeout(30):
+            while len(got) < 200:
+                batch = await consumer.getmany(timeout_ms=500)
+                got += [m.value for msgs in batch.values() for m in msgs]
+    finally:
+        await consumer.stop()
+    assert got == [f"a{i}".encode() for i in range(100)] + [f"b{i}".encode() for i in range(100)]

@@ -96,7 +96,10 @@ class Cluster:
                 if last:
                     return last
             time.sleep(interval)
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}\n" + self.logs())
+        for b in self.brokers:  # whole logs for the post-mortem, the message keeps the tails
+            (self.root / f"broker-{b.broker_id}.log").write_text(b.log_text())
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}; "
+                             f"full logs in {self.root}/broker-*.log\n" + self.logs())
 
     def topic(self, name: str, *, via: BrokerProcess | None = None) -> dict:
         return self.admin(f"/admin/v1/topics/{name}", via=via)

@@ -1,0 +1,123 @@
+"""Leases as `coordination.k8s.io/v1` Lease objects (the Kubernetes backend of `leases.LeaseBackend`).
+
+Why: on Kubernetes, broker liveness and controller election use the same
+Lease objects as the control plane's own components; every write carries
+the `resourceVersion` it read, so two candidates racing for one Lease cannot
+both win (the loser gets 409). The lease duration is kept exactly in the
+annotation `kelp.dev/lease-duration-ms` (the Lease field has whole seconds).
+Calls run in worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+from .kube_api import KubeApiError, request
+from .leases import LeaseBackend, LeaseConflict, LeaseRecord
+
+__all__ = ["KubeLeaseBackend"]
+
+DURATION_ANNOTATION = "kelp.dev/lease-duration-ms"
+
+
+def _micro_time(ms: int) -> str:
+    """RFC 3339 with exactly six fractional digits, as metav1.MicroTime parses it."""
+    return datetime.fromtimestamp(ms / 1000.0, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _ms(text: str | None) -> int:
+    if not text:
+        return 0
+    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+class KubeLeaseBackend(LeaseBackend):
+    def __init__(self, api: Any, *, namespace: str, labels: Mapping[str, str] | None = None) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.labels = dict(labels or {})
+        self._base = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+
+    def _record(self, obj: dict) -> LeaseRecord:
+        meta, spec = obj.get("metadata", {}), obj.get("spec", {})
+        annotations = dict(meta.get("annotations") or {})
+        duration = annotations.pop(DURATION_ANNOTATION, None)
+        return LeaseRecord(
+            name=meta["name"], holder=spec.get("holderIdentity") or None,
+            acquire_time_ms=_ms(spec.get("acquireTime")), renew_time_ms=_ms(spec.get("renewTime")),
+            duration_ms=int(duration) if duration else int(spec.get("leaseDurationSeconds") or 0) * 1000,
+            transitions=int(spec.get("leaseTransitions") or 0), annotations=annotations,
+            version=str(meta.get("resourceVersion", "")),
+        )
+
+    def _body(self, r: LeaseRecord, *, with_version: bool) -> dict:
+        meta: dict[str, Any] = {"name": r.name, "namespace": self.namespace, "labels": self.labels,
+                                "annotations": {**dict(r.annotations), DURATION_ANNOTATION: str(r.duration_ms)}}
+        if with_version:
+            meta["resourceVersion"] = r.version
+        spec: dict[str, Any] = {"leaseDurationSeconds": max(1, math.ceil(r.duration_ms / 1000)),
+                                "leaseTransitions": r.transitions, "renewTime": _micro_time(r.renew_time_ms),
+                                "acquireTime": _micro_time(r.acquire_time_ms)}
+        if r.holder:
+            spec["holderIdentity"] = r.holder
+        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec}
+
+    def _get(self, name: str) -> LeaseRecord | None:
+        try:
+            return self._record(request(self.api, "GET", f"{self._base}/{name}"))
+        except KubeApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def _list(self, prefix: str) -> list[LeaseRecord]:
+        out, cont = [], None
+        selector = ",".join(f"{k}={v}" for k, v in sorted(self.labels.items()))
+        while True:
+            query = [("limit", "500")] + ([("labelSelector", selector)] if selector else [])
+            if cont:
+                query.append(("continue", cont))
+            page = request(self.api, "GET", self._base, query=query)
+            out += [self._record(o) for o in page.get("items", []) if o["metadata"]["name"].startswith(prefix)]
+            cont = page.get("metadata", {}).get("continue")
+            if not cont:
+                return out
+
+    def _write(self, r: LeaseRecord, *, create: bool) -> LeaseRecord:
+        try:
+            if create:
+                obj = request(self.api, "POST", self._base, body=self._body(r, with_version=False))
+            else:
+                obj = request(self.api, "PUT", f"{self._base}/{r.name}", body=self._body(r, with_version=True))
+        except KubeApiError as exc:
+            if exc.status in (409, 404):
+                raise LeaseConflict(f"lease {r.name}: {exc}") from None
+            raise
+        return self._record(obj)
+
+    async def get(self, name: str) -> LeaseRecord | None:
+        return await asyncio.to_thread(self._get, name)
+
+    async def list(self, prefix: str) -> list[LeaseRecord]:
+        return await asyncio.to_thread(self._list, prefix)
+
+    async def create(self, record: LeaseRecord) -> LeaseRecord:
+        return await asyncio.to_thread(self._write, record, create=True)
+
+    async def update(self, record: LeaseRecord) -> LeaseRecord:
+        return await asyncio.to_thread(self._write, record, create=False)
+
+    async def delete(self, name: str) -> None:
+        def run() -> None:
+            try:
+                request(self.api, "DELETE", f"{self._base}/{name}")
+            except KubeApiError as exc:
+                if exc.status != 404:
+                    raise
+        await asyncio.to_thread(run)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.api.close)

@@ -1,0 +1,123 @@
+"""The contract every lease and metadata-store backend keeps, as plain async checks.
+
+Why: the file backends (clusters on one machine) and the Kubernetes backends
+(Lease and ConfigMap objects) must behave the same, so the same checks run
+against both: `tests/cluster/test_file_backends.py` and
+`tests/kube/test_kube_cluster_backends.py` call these with a backend.
+Expiry is judged by an injected monotonic clock, so nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+import pytest
+
+from kelp.broker.cluster.leases import LeaseConflict, LeaseElector, LeaseRecord, LivenessView
+from kelp.broker.cluster.store import StoreConflict
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+async def leases_create_update_and_list(backend, prefix: str) -> None:
+    rec = LeaseRecord(f"{prefix}-a", "one", 1_000, 1_000, 3000, 0, {"kelp.dev/endpoint": '{"id": 1}'})
+    made = await backend.create(rec)
+    assert made.version and made.holder == "one" and made.annotations["kelp.dev/endpoint"] == '{"id": 1}'
+    with pytest.raises(LeaseConflict):
+        await backend.create(rec)
+    newer = await backend.update(replace(made, renew_time_ms=2_000))
+    assert newer.version != made.version and newer.renew_time_ms == 2_000 and newer.duration_ms == 3000
+    with pytest.raises(LeaseConflict):
+        await backend.update(replace(made, renew_time_ms=3_000))  # stale version
+    await backend.create(LeaseRecord(f"{prefix}-b", None, 0, 0, 3000, 0, {}))
+    await backend.create(LeaseRecord(f"other-{prefix}", "x", 0, 0, 3000, 0, {}))
+    names = sorted(r.name for r in await backend.list(f"{prefix}-"))
+    assert names == [f"{prefix}-a", f"{prefix}-b"]
+    assert (await backend.get(f"{prefix}-missing")) is None
+
+
+async def elector_acquires_renews_and_is_fenced_by_observed_time(backend, name: str) -> None:
+    clock = Clock()
+    a = LeaseElector(backend, name=name, identity="broker-0/a", duration_ms=3000, monotonic=clock)
+    b = LeaseElector(backend, name=name, identity="broker-1/b", duration_ms=3000, monotonic=clock)
+    first = await a.try_acquire_or_renew()
+    assert first is not None and first.holder == "broker-0/a" and first.transitions == 0
+    assert await b.try_acquire_or_renew() is None  # held
+    again = await a.try_acquire_or_renew()
+    assert again is not None and again.transitions == 0  # renewing keeps the epoch
+    clock.t += 2.0
+    assert await b.try_acquire_or_renew() is None  # b saw a change 2 s ago: not expired in its view
+    clock.t += 3.1
+    taken = await b.try_acquire_or_renew()  # unchanged for longer than the duration in b's view
+    assert taken is not None and taken.holder == "broker-1/b" and taken.transitions == 1
+    assert await a.try_acquire_or_renew() is None  # a is fenced: b renewed within its view
+    await b.release()
+    freed = await a.try_acquire_or_renew()  # released: no need to wait for expiry
+    assert freed is not None and freed.holder == "broker-0/a" and freed.transitions == 2
+
+
+async def racing_electors_elect_exactly_one(backend, name: str) -> None:
+    clock = Clock()
+    electors = [LeaseElector(backend, name=name, identity=f"broker-{i}/x", duration_ms=3000, monotonic=clock)
+                for i in range(4)]
+    results = await asyncio.gather(*(e.try_acquire_or_renew() for e in electors))
+    assert sum(r is not None for r in results) == 1
+
+
+async def a_restarted_broker_takes_its_own_lease_at_once(backend, name: str) -> None:
+    clock = Clock()
+    old = LeaseElector(backend, name=name, identity="broker-3/old", duration_ms=3000, monotonic=clock)
+    assert await old.try_acquire_or_renew() is not None
+    new = LeaseElector(backend, name=name, identity="broker-3/new", duration_ms=3000, monotonic=clock,
+                       may_take_over=lambda holder: holder.startswith("broker-3/"))
+    rec = await new.try_acquire_or_renew()
+    assert rec is not None and rec.holder == "broker-3/new" and rec.transitions == 1
+
+
+async def liveness_view_follows_renewals(backend, prefix: str) -> None:
+    clock = Clock()
+    e = LeaseElector(backend, name=f"{prefix}-broker-0", identity="broker-0/a", duration_ms=3000, monotonic=clock)
+    await e.try_acquire_or_renew()
+    view = LivenessView(monotonic=clock)
+    view.observe(await backend.list(f"{prefix}-broker-"))
+    assert view.alive(f"{prefix}-broker-0")
+    clock.t += 2.0
+    await e.try_acquire_or_renew()
+    view.observe(await backend.list(f"{prefix}-broker-"))
+    clock.t += 2.0
+    assert view.alive(f"{prefix}-broker-0")  # renewed 2 s ago in the view's clock
+    clock.t += 1.5
+    view.observe(await backend.list(f"{prefix}-broker-"))
+    assert not view.alive(f"{prefix}-broker-0") and view.alive_names() == set()
+
+
+async def store_compare_and_swap(store) -> None:
+    cluster, topics = await store.load()
+    assert cluster is None and topics == {}
+    v1 = await store.put_topic("a.b_C", {"name": "a.b_C", "partitions": []}, expected_version=None)
+    with pytest.raises(StoreConflict):
+        await store.put_topic("a.b_C", {"name": "a.b_C"}, expected_version=None)
+    v2 = await store.put_topic("a.b_C", {"name": "a.b_C", "partitions": [1]}, expected_version=v1)
+    assert v2 != v1
+    with pytest.raises(StoreConflict):
+        await store.put_topic("a.b_C", {"name": "a.b_C", "partitions": [2]}, expected_version=v1)
+    await store.put_topic("a-b-c", {"name": "a-b-c"}, expected_version=None)  # no collision with a.b_C
+    c1 = await store.put_cluster({"next_producer_id": 1000}, expected_version=None)
+    with pytest.raises(StoreConflict):
+        await store.put_cluster({"next_producer_id": 5}, expected_version=None)
+    await store.put_cluster({"next_producer_id": 2000}, expected_version=c1)
+    cluster, topics = await store.load()
+    assert cluster.doc == {"next_producer_id": 2000}
+    assert sorted(topics) == ["a-b-c", "a.b_C"] and topics["a.b_C"].doc["partitions"] == [1]
+    assert (await store.get_topic("a.b_C")).version == v2
+    with pytest.raises(StoreConflict):
+        await store.delete_topic("a.b_C", expected_version=v1)
+    await store.delete_topic("a.b_C", expected_version=v2)
+    assert sorted((await store.load())[1]) == ["a-b-c"]
