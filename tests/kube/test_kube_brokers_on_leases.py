@@ -1,0 +1,36 @@
+"""Three broker processes form one cluster through the kube tier's API server: Lease objects and ConfigMaps.
+
+The same brokers as `make run`, with `cluster.backend=kube`: liveness and
+controller election through coordination.k8s.io/v1 Leases, metadata in
+ConfigMaps; killing the controller elects another and its topics survive.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = [pytest.mark.kube, pytest.mark.clients]
+
+
+def test_brokers_elect_through_lease_objects_and_keep_metadata_in_configmaps(
+        cluster_factory, kube_control_plane, kube_api, kube_namespace) -> None:
+    from kubernetes import client
+
+    cluster = cluster_factory(3, settings={"cluster.backend": "kube", "kube.config": str(kube_control_plane.kubeconfig),
+                                           "kube.namespace": kube_namespace, "cluster.name": "demo"})
+    cluster.admin("/admin/v1/topics", "POST", {"name": "orders", "partitions": 3, "replication_factor": 3})
+    coord = client.CoordinationV1Api(kube_api)
+    leases = {l.metadata.name: l for l in coord.list_namespaced_lease(kube_namespace).items}
+    assert {"kelp-demo-controller", "kelp-demo-broker-0", "kelp-demo-broker-1", "kelp-demo-broker-2"} <= set(leases)
+    first = cluster.controller()
+    assert leases["kelp-demo-controller"].spec.holder_identity.startswith(f"broker-{first}/")
+    maps = client.CoreV1Api(kube_api).list_namespaced_config_map(kube_namespace, label_selector="kelp.dev/cluster=demo")
+    assert any(m.metadata.annotations.get("kelp.dev/topic") == "orders" for m in maps.items)
+
+    cluster[first].kill()
+    new = cluster.wait_for("a new controller", lambda: (lambda c: c if c != first else None)(cluster.controller()),
+                           timeout=20)
+    holder = coord.read_namespaced_lease("kelp-demo-controller", kube_namespace).spec
+    assert holder.holder_identity.startswith(f"broker-{new}/") and holder.lease_transitions >= 1
+    parts = cluster.topic("orders")["partitions"]
+    assert all(p["leader"] in (0, 1, 2) and p["leader"] != first for p in parts)
