@@ -68,15 +68,24 @@ class LeaderEpochCache:
         self._write()
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
-        """(largest epoch <= `epoch`, its end offset) as OffsetsForLeaderEpoch answers; (-1, -1) if unknown."""
-        if not self._entries or epoch < self._entries[0][0]:
+        """What OffsetsForLeaderEpoch answers for `epoch`, exactly as Kafka's `LeaderEpochFileCache.endOffsetFor`.
+
+        - undefined (-1) requested, or an epoch above the latest: (-1, -1);
+        - the latest epoch: (latest, log end offset);
+        - below the first epoch: (requested, start offset of the first epoch);
+        - otherwise: (largest epoch <= requested, start offset of the next higher epoch).
+        """
+        if epoch == UNDEFINED_EPOCH or not self._entries:
             return (UNDEFINED_EPOCH, -1)
+        if epoch == self._entries[-1][0]:
+            return (epoch, log_end_offset)
         epochs = [e for e, _ in self._entries]
-        i = bisect.bisect_right(epochs, epoch) - 1
-        found = self._entries[i][0]
-        if i + 1 < len(self._entries):
-            return (found, self._entries[i + 1][1])
-        return (found, log_end_offset)
+        higher = bisect.bisect_right(epochs, epoch)
+        if higher >= len(self._entries):
+            return (UNDEFINED_EPOCH, -1)
+        if higher == 0:
+            return (epoch, self._entries[0][1])
+        return (self._entries[higher - 1][0], self._entries[higher][1])
 
     def truncate_from_end(self, end_offset: int) -> None:
         """Forget epochs that start at or after `end_offset` (the log was truncated there)."""

@@ -99,6 +99,10 @@ class Log:
         self.config = config
         self._clock = clock
         self._lock = threading.RLock()
+        # fsyncs and checkpoint files happen outside `_lock` (every append takes it): these
+        # serialise them among themselves instead.
+        self._flush_lock = threading.Lock()
+        self._checkpoint_lock = threading.Lock()
         self._segments = segments
         self._bases = [s.base_offset for s in segments]
         for segment in segments[:-1]:
@@ -272,8 +276,8 @@ class Log:
                 for info in batches:
                     set_log_append_time(buf, info, now_ms)
             self.leader_epochs.assign(leader_epoch, first)
-            self._append(buf, batches, now_ms)
-            return AppendResult(
+            flush_due = self._append(buf, batches, now_ms)
+            result = AppendResult(
                 first_offset=first,
                 last_offset=next_offset - 1,
                 log_append_time_ms=append_time,
@@ -281,6 +285,9 @@ class Log:
                 record_count=sum(b.record_count for b in batches),
                 batches=batches,
             )
+        if flush_due:
+            self.flush()  # flush.messages reached: the caller asked for this fsync, but never under the lock
+        return result
 
     def append_as_follower(self, data: bytes | bytearray | memoryview) -> AppendResult | None:
         """Append batches fetched from the leader, keeping their offsets and leader epochs.
@@ -302,8 +309,8 @@ class Log:
                 expected = info.next_offset
             for info in batches:
                 self.leader_epochs.assign(info.partition_leader_epoch, info.base_offset)
-            self._append(data, batches, self._now_ms())
-            return AppendResult(
+            flush_due = self._append(data, batches, self._now_ms())
+            result = AppendResult(
                 first_offset=batches[0].base_offset,
                 last_offset=batches[-1].last_offset,
                 log_append_time_ms=-1,
@@ -311,6 +318,9 @@ class Log:
                 record_count=sum(b.record_count for b in batches),
                 batches=batches,
             )
+        if flush_due:
+            self.flush()
+        return result
 
     def _parse(self, data: bytes | bytearray | memoryview) -> list[BatchInfo]:
         try:
@@ -318,18 +328,19 @@ class Log:
         except KelpError as exc:
             raise type(exc)(f"{self.name}: {exc}") from None
 
-    def _append(self, data: bytes | bytearray | memoryview, batches: list[BatchInfo], now_ms: int) -> None:
-        """Roll if needed, write, flush per policy. Caller holds the lock."""
+    def _append(self, data: bytes | bytearray | memoryview, batches: list[BatchInfo], now_ms: int) -> bool:
+        """Roll if needed, write; True when the flush policy wants an fsync now. Caller holds the lock.
+
+        The fsync itself is the caller's, after it released the lock (`flush()`); `flush.ms` is
+        the periodic task's (`maybe_flush()` in a worker thread), never the append path's.
+        """
         segment = self._maybe_roll(len(data), batches[-1].last_offset, now_ms)
         try:
             segment.append(data, batches, now_ms=now_ms)
         except OSError as exc:
             raise KafkaStorageError(f"{self.name}: write to {segment.log_path} failed: {exc}") from exc
         self._unflushed_records += sum(b.record_count for b in batches)
-        if (self.config.flush_messages > 0 and self._unflushed_records >= self.config.flush_messages) or (
-            self.config.flush_ms > 0 and now_ms - self._last_flush_ms >= self.config.flush_ms
-        ):
-            self.flush()
+        return self.config.flush_messages > 0 and self._unflushed_records >= self.config.flush_messages
 
     def _maybe_roll(self, size: int, last_offset: int, now_ms: int) -> LogSegment:
         segment = self._segments[-1]
@@ -351,7 +362,7 @@ class Log:
 
     def _roll(self, now_ms: int) -> LogSegment:
         old = self._segments[-1]
-        old.on_roll()
+        old.on_roll(sync=False)  # its fsync is the next flush's (recovery point stays below it until then)
         segment = LogSegment.create(
             self.directory,
             self.log_end_offset,
@@ -361,9 +372,6 @@ class Log:
         )
         self._segments.append(segment)
         self._bases.append(segment.base_offset)
-        # on_roll fsynced the old segment: everything below the new base is durable. The
-        # checkpoint file catches up at the next flush/checkpoint; a stale one only means a longer scan.
-        self._recovery_point = max(self._recovery_point, segment.base_offset)
         return segment
 
     def roll(self) -> LogSegment:
@@ -510,6 +518,29 @@ class Log:
                         return record.offset, record.timestamp
             return None
 
+    def assign_leader_epoch(self, epoch: int, start_offset: int | None = None) -> None:
+        """Record that this replica leads from `epoch` at `start_offset` (default: the log end), durably.
+
+        The replica layer calls it in a worker thread when it becomes leader, so the first append
+        of the epoch finds it recorded and writes no epoch checkpoint on the append path.
+        """
+        with self._lock:
+            self._check_open()
+            self.leader_epochs.assign(epoch, self.log_end_offset if start_offset is None else start_offset)
+
+    def max_timestamp_and_offset(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record carrying the log's largest timestamp (ListOffsets -3, KIP-734).
+
+        Per segment the largest timestamp is known; only the one batch holding it is decoded.
+        """
+        with self._lock:
+            self._check_open()
+            stamped = [s for s in self._segments if not s.is_empty and s.max_timestamp >= 0]
+            if not stamped:
+                return None
+            ts = max(s.max_timestamp for s in stamped)
+        return self.offset_for_timestamp(ts)
+
     # --------------------------------------------------------------- retention
 
     def enforce_retention(self) -> int:
@@ -538,7 +569,14 @@ class Log:
                     excess -= segment.size
                     by_size += 1
                 doomed = max(doomed, by_size)
-            deleted = self._delete_oldest(doomed, reason="retention")
+            # Never above the high watermark: a segment goes only once every record in it is committed
+            # (replicated to the ISR), so retention can never delete what a follower still needs.
+            committed = 0
+            for i, segment in enumerate(closed):
+                if self._segments[i + 1].base_offset > self._high_watermark:
+                    break
+                committed += 1
+            deleted = self._delete_oldest(min(doomed, committed), reason="retention")
             return deleted + self._delete_below_start()
 
     def _delete_below_start(self) -> int:
@@ -626,19 +664,32 @@ class Log:
     def flush(self) -> None:
         """fsync every segment up to the log end and advance the recovery point.
 
-        Nothing new since the last fsync (recovery point at the log end): no
-        fsync, and the checkpoint is rewritten only if its values changed.
+        The fsyncs run without the log lock (appends go on meanwhile); only
+        what was appended before the call counts as flushed. Nothing new since
+        the last fsync: no fsync, and the checkpoint is rewritten only if its
+        values changed.
         """
-        with self._lock:
-            self._check_open()
-            end = self.log_end_offset
-            if self._recovery_point < end:
-                for segment in self._segments[self._segment_index_for(self._recovery_point) :]:
+        with self._flush_lock:
+            with self._lock:
+                self._check_open()
+                end = self.log_end_offset
+                pending = self._segments[self._segment_index_for(self._recovery_point):] if self._recovery_point < end else []
+                flushed_records = self._unflushed_records
+            for segment in pending:
+                try:
                     segment.flush()
-            self._recovery_point = end
-            self._unflushed_records = 0
-            self._last_flush_ms = self._now_ms()
-            self._write_checkpoint()
+                except OSError as exc:
+                    if segment.closed:  # deleted by retention or swapped by the cleaner meanwhile
+                        continue
+                    raise KafkaStorageError(f"{self.name}: fsync of {segment.log_path} failed: {exc}") from exc
+            with self._lock:
+                if self._closed:
+                    return
+                self._recovery_point = min(max(self._recovery_point, end), self.log_end_offset)
+                self._unflushed_records = max(0, self._unflushed_records - flushed_records)
+                self._last_flush_ms = self._now_ms()
+                values = self._checkpoint_values()
+            self._write_checkpoint_values(values)
 
     def maybe_flush(self) -> bool:
         """fsync if flush.ms has passed since the last fsync (the periodic task calls this)."""
@@ -651,24 +702,29 @@ class Log:
             return True
 
     def write_checkpoint(self) -> None:
+        """Persist log start, high watermark, recovery point: values taken under the lock, file written without it."""
         with self._lock:
-            self._write_checkpoint()
+            values = self._checkpoint_values()
+        self._write_checkpoint_values(values)
 
     def _checkpoint_values(self) -> tuple[int, int, int, int]:
         return (self._log_start_offset, self._high_watermark, self._recovery_point, self.cleaner_offset)
 
     def _write_checkpoint(self, *, durable: bool = True) -> None:
         """Atomically replace `partition.checkpoint` (fsync'd) unless it already holds these values."""
-        values = self._checkpoint_values()
-        if values == self._last_checkpoint:
-            return
-        PartitionCheckpoint(
-            log_start_offset=values[0],
-            high_watermark=values[1],
-            recovery_point=values[2],
-            cleaner_offset=values[3],
-        ).write(self.directory, durable=durable)
-        self._last_checkpoint = values
+        self._write_checkpoint_values(self._checkpoint_values(), durable=durable)
+
+    def _write_checkpoint_values(self, values: tuple[int, int, int, int], *, durable: bool = True) -> None:
+        with self._checkpoint_lock:
+            if values == self._last_checkpoint:
+                return
+            PartitionCheckpoint(
+                log_start_offset=values[0],
+                high_watermark=values[1],
+                recovery_point=values[2],
+                cleaner_offset=values[3],
+            ).write(self.directory, durable=durable)
+            self._last_checkpoint = values
 
     def close(self) -> None:
         """Flush and close; the next open skips recovery (the recovery point is the log end)."""

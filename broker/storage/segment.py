@@ -270,11 +270,15 @@ class LogSegment:
         self.restore_state()
         return removed
 
-    def on_roll(self) -> None:
-        """The segment stops taking appends: index its max timestamp, stamp its mtime, fsync."""
+    def on_roll(self, *, sync: bool = True) -> None:
+        """The segment stops taking appends: index its max timestamp, stamp its mtime, fsync unless `sync=False`.
+
+        The log rolls with `sync=False` on the append path and leaves the fsync to its next flush.
+        """
         if self.max_timestamp >= 0:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-        self.flush()
+        if sync:
+            self.flush()
         self.set_mtime(self.last_modified_ms)
         self.release_index_files()
 
@@ -288,6 +292,10 @@ class LogSegment:
             os.utime(self.log_path, ns=(ms * 1_000_000, ms * 1_000_000))
         except OSError:
             pass
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
 
     def flush(self) -> None:
         os.fsync(self._fd)

@@ -116,7 +116,8 @@ def test_leader_epochs_and_end_offset_for_epoch(tmp_path, clock) -> None:
     assert log.end_offset_for_epoch(1) == (1, 2)
     assert log.end_offset_for_epoch(2) == (1, 2)
     assert log.end_offset_for_epoch(3) == (3, 3)
-    assert log.end_offset_for_epoch(0) == (-1, -1)
+    assert log.end_offset_for_epoch(0) == (0, 0)  # below the first epoch: as Kafka, the first epoch's start
+    assert log.end_offset_for_epoch(4) == (-1, -1)  # above the latest
 
 
 def test_truncate_to_removes_the_tail(tmp_path, clock) -> None:
@@ -143,3 +144,17 @@ def test_high_watermark_is_clamped_and_persisted(tmp_path, clock) -> None:
     log.high_watermark = 1
     log.close()
     assert Log.open(tmp_path / "t-0", clock=clock).high_watermark == 1
+
+
+def test_max_timestamp_offset_is_the_first_record_carrying_it(tmp_path, clock) -> None:
+    """ListOffsets -3 (KIP-734): the offset of the record with the largest timestamp, across segments."""
+    from kelp.records import Record, build_batch
+
+    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=200), clock=clock)
+    assert log.max_timestamp_and_offset() is None
+    stamps = [100, 900, 300, 900, 50, 700]
+    for i, ts in enumerate(stamps):
+        log.append_as_leader(build_batch([Record(b"k", b"x%d" % i, timestamp=ts - 1), Record(b"k", b"y", timestamp=ts)]),
+                             leader_epoch=0)
+    assert len(log.segments) > 1
+    assert log.max_timestamp_and_offset() == (3, 900)  # batch 1's second record, offset 3; batch 3 ties later

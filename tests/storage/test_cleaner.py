@@ -192,6 +192,7 @@ def test_retention_during_cleaning_makes_the_swap_back_off(tmp_path, clock, monk
     config = LogConfig(segment_bytes=400, cleanup_policy="compact,delete", retention_ms=DAY, min_cleanable_dirty_ratio=0.1)
     log = Log.open(tmp_path / "t-0", config, clock=clock)
     newest = _write(log, rounds=20)
+    log.high_watermark = log.log_end_offset  # committed: retention may take it
     original_swap = LogCleaner._swap
 
     def swap_after_retention(self, partition_log, group, cleaned):

@@ -51,7 +51,7 @@ def test_flush_messages_fsyncs_and_advances_the_recovery_point(tmp_path, clock) 
     assert PartitionCheckpoint.read(tmp_path / "t-0").recovery_point == 3
 
 
-def test_flush_ms_fsyncs_on_the_next_append_or_tick(tmp_path, clock) -> None:
+def test_flush_ms_fsyncs_on_the_periodic_tick_never_on_the_append_path(tmp_path, clock) -> None:
     log = Log.open(tmp_path / "t-0", LogConfig(flush_ms=1000), clock=clock)
     log.append_as_leader(batch(b"a"), leader_epoch=0)
     assert log.recovery_point == 0 and log.maybe_flush() is False
@@ -60,7 +60,46 @@ def test_flush_ms_fsyncs_on_the_next_append_or_tick(tmp_path, clock) -> None:
     log.append_as_leader(batch(b"b"), leader_epoch=0)
     clock.advance(1000)
     log.append_as_leader(batch(b"c"), leader_epoch=0)
-    assert log.recovery_point == 3
+    assert log.recovery_point == 1  # the append does not fsync (it runs on the event loop)
+    assert log.maybe_flush() is True and log.recovery_point == 3
+
+
+def test_flush_messages_fsyncs_after_the_append_outside_the_lock(tmp_path, clock, monkeypatch) -> None:
+    log = Log.open(tmp_path / "t-0", LogConfig(flush_messages=1, segment_bytes=200), clock=clock)
+    log.assign_leader_epoch(0)  # as the replica layer does (in a worker thread) when it becomes leader
+    import threading
+
+    import kelp.broker.storage.segment as segment_mod
+
+    held_during_fsync: list[bool] = []
+
+    real_fsync = segment_mod.os.fsync
+
+    def another_thread_could_append() -> bool:
+        got: list[bool] = []
+
+        def probe() -> None:
+            ok = log.lock.acquire(blocking=False)
+            got.append(ok)
+            if ok:
+                log.lock.release()
+
+        prober = threading.Thread(target=probe)
+        prober.start()
+        prober.join(5)
+        return got == [True]
+
+    def watching_fsync(fd):
+        held_during_fsync.append(not another_thread_could_append())
+        return real_fsync(fd)
+
+    monkeypatch.setattr(segment_mod.os, "fsync", watching_fsync)
+
+    t = threading.Thread(target=lambda: [log.append_as_leader(batch(b"v%d" % i), leader_epoch=0) for i in range(20)])
+    t.start()
+    t.join(30)
+    assert log.recovery_point == log.log_end_offset == 20 and len(log.segments) > 1
+    assert held_during_fsync and not any(held_during_fsync)
 
 
 def test_partition_checkpoint_round_trips_and_ignores_damage(tmp_path) -> None:
@@ -83,5 +122,19 @@ def test_leader_epoch_cache_persists_and_truncates(tmp_path) -> None:
     assert cache.entries == [(3, 12), (4, 20)]
     cache.truncate_from_end(20)
     assert cache.entries == [(3, 12)]
-    assert cache.end_offset_for(3, 30) == (3, 30) and cache.end_offset_for(2, 30) == (-1, -1)
+    assert cache.end_offset_for(3, 30) == (3, 30) and cache.end_offset_for(2, 30) == (2, 12)
     assert LeaderEpochCache.load(tmp_path).entries == [(3, 12)]
+
+
+def test_epoch_end_offsets_answer_as_kafka_does(tmp_path) -> None:
+    """Kafka's LeaderEpochFileCache.endOffsetFor, case by case (followers truncate by these answers)."""
+    cache = LeaderEpochCache(tmp_path)
+    assert cache.end_offset_for(0, 0) == (-1, -1)  # empty
+    for epoch, start in ((2, 0), (4, 10), (7, 25)):
+        cache.assign(epoch, start)
+    assert cache.end_offset_for(-1, 40) == (-1, -1)  # undefined epoch requested
+    assert cache.end_offset_for(7, 40) == (7, 40)  # the latest: the log end
+    assert cache.end_offset_for(9, 40) == (-1, -1)  # above the latest
+    assert cache.end_offset_for(1, 40) == (1, 0)  # below the first: the first epoch's start
+    assert cache.end_offset_for(2, 40) == (2, 10)
+    assert cache.end_offset_for(5, 40) == (4, 25)  # between: floor epoch, next epoch's start

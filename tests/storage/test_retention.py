@@ -16,6 +16,7 @@ def _fill(log: Log, clock, count: int, *, step_ms: int = 0) -> None:
     for i in range(count):
         log.append_as_leader(batch(b"v%03d" % i, timestamp=clock.ms), leader_epoch=0)
         clock.advance(step_ms)
+    log.high_watermark = log.log_end_offset  # committed (the replica layer's job): retention may take it
 
 
 def test_retention_by_time_uses_each_segments_newest_timestamp(tmp_path, clock) -> None:
@@ -91,3 +92,17 @@ def test_advance_log_start_offset_hides_older_records_and_frees_segments(tmp_pat
     assert log.segments[0].base_offset <= 12 < log.segments[0].next_offset or log.segments[0].base_offset == 12
     with pytest.raises(OffsetOutOfRangeError, match="high watermark"):
         log.advance_log_start_offset(25)
+
+
+def test_retention_never_deletes_above_the_high_watermark(tmp_path, clock) -> None:
+    """A follower may still need records the ISR has not all got: they stay whatever their age."""
+    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=300, retention_ms=HOUR), clock=clock)
+    for i in range(20):
+        log.append_as_leader(batch(b"v%03d" % i, timestamp=clock.ms), leader_epoch=0)
+    segments = log.segments
+    log.high_watermark = segments[2].base_offset  # only the first two segments are fully committed
+    clock.advance(2 * HOUR)
+    assert log.enforce_retention() == 2
+    assert log.log_start_offset == segments[2].base_offset <= log.high_watermark
+    log.high_watermark = log.log_end_offset
+    assert log.enforce_retention() == len(segments) - 3  # all closed ones now; never the active one
