@@ -452,6 +452,23 @@ class ClusterMember:
         await asyncio.gather(*(ask(b, ks) for b, ks in remote.items()))
         return out
 
+    async def append(self, topic: str, partition: int, batch: bytes, *, acks: int = 1, timeout_ms: int = 30000) -> Any:
+        """Append one batch where the partition's leader is: here, or over HTTP on the leader (REST produce)."""
+        from kelp.broker.replica_manager import ProduceResult
+
+        part = self.broker.replicas.get_partition(topic, partition)
+        info = self.broker.topics.get(topic)
+        leader = info.partition_states[partition].leader if info is not None and 0 <= partition < info.partitions else -1
+        if (part is not None and part.is_leader) or leader == self.broker_id or leader not in self.brokers:
+            return await self.broker.replicas.append(topic, partition, batch, acks=acks, timeout_ms=timeout_ms)
+        url = f"{self.brokers[leader].http_url}/cluster/v1/partitions/{topic}/{partition}/append?acks={acks}&timeout_ms={timeout_ms}"
+        async with self._http.post(url, data=batch, headers={"Content-Type": "application/octet-stream"}) as resp:
+            body = await resp.json(content_type=None)
+            if resp.status >= 300:
+                raise error_for(int(body.get("error_code", -1)), body.get("message", f"broker {leader} answered {resp.status}"))
+        return ProduceResult(topic, partition, body["base_offset"], body["last_offset"], body["log_append_time_ms"],
+                             body["log_start_offset"], body["record_count"])
+
     async def replica_progress(self, topic: str, partition: int) -> dict[int, int] | None:
         """Each replica's log end offset as the partition's leader sees it."""
         part = self.broker.replicas.get_partition(topic, partition)

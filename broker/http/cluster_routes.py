@@ -189,3 +189,20 @@ async def partitions_info(request: web.Request) -> web.Response:
                          high_watermark=pi.high_watermark, size_bytes=pi.size_bytes)
         out.append(entry)
     return json_response({"partitions": out})
+
+
+@routes.post("/cluster/v1/partitions/{topic}/{partition}/append")
+async def append_here(request: web.Request) -> web.Response:
+    """A batch another broker's REST proxy built for a partition this broker leads."""
+    broker = request.app[BROKER]
+    try:
+        partition = int(request.match_info["partition"])
+        acks = int(request.query.get("acks", "1"))
+        timeout_ms = int(request.query.get("timeout_ms", "30000"))
+    except ValueError:
+        raise HttpProblem(400, "partition, acks and timeout_ms must be integers") from None
+    data = bytearray(await request.read())
+    result = await broker.replicas.append(request.match_info["topic"], partition, data, acks=acks, timeout_ms=timeout_ms)
+    return json_response({"base_offset": result.base_offset, "last_offset": result.last_offset,
+                          "log_append_time_ms": result.log_append_time_ms, "log_start_offset": result.log_start_offset,
+                          "record_count": result.record_count})

@@ -180,7 +180,7 @@ async def _produce(request: web.Request, *, fixed_partition: int | None) -> web.
     for p, indexes in sorted(by_partition.items()):
         try:
             batch = build_batch([parsed[i][1] for i in indexes])
-            result = await broker.replicas.append(topic, p, batch, acks=1)
+            result = await broker.cluster.append(topic, p, batch, acks=1)
         except Exception as exc:  # per-partition failure, reported per record like Confluent
             code = getattr(exc, "code", -1)
             message = f"topic '{topic}' partition {p}: {exc}"

@@ -270,3 +270,17 @@ async def test_aiokafka_produces_and_consumes_across_a_leader_change(cluster_fac
     finally:
         await consumer.stop()
     assert got == [f"a{i}".encode() for i in range(100)] + [f"b{i}".encode() for i in range(100)]
+
+
+def test_rest_proxy_produce_through_any_broker_reaches_each_partitions_leader(cluster_factory) -> None:
+    cluster = cluster_factory(3)
+    created = cluster.admin("/admin/v1/topics", "POST", {"name": "rest", "partitions": 3, "replication_factor": 2})
+    assert len({p["leader"] for p in created["partitions"]}) == 3
+    from tests.support.cluster import http_json
+
+    body = {"records": [{"value": {"n": i}, "partition": i % 3} for i in range(30)]}
+    answer = http_json(f"{cluster[0].http_url}/topics/rest", "POST", body)
+    assert all(o["error_code"] is None for o in answer["offsets"]), answer
+    assert sorted(o["offset"] for o in answer["offsets"] if o["partition"] == 2) == list(range(10))
+    d = cluster.topic("rest")
+    assert [p["log_end_offset"] for p in d["partitions"]] == [10, 10, 10]
