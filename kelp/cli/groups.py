@@ -10,6 +10,7 @@ It must never compute offsets itself: the broker plans and applies resets.
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any
 
 from .common import http_options, json_option
@@ -24,12 +25,41 @@ def _client(args: argparse.Namespace) -> AdminClient:
     return AdminClient(args.http or default_http_url())
 
 
+def _brokers(client: AdminClient) -> dict[int, str]:
+    """Broker id -> HTTP URL of every live broker (a lone broker without the cluster API: itself)."""
+    try:
+        view = client.get("/admin/v1/cluster")
+    except CliError:
+        return {}
+    return {b["id"]: f"http://{b['http_host']}:{b['http_port']}" for b in view["brokers"]}
+
+
+def _group_call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
+    """Call the group's coordinator: the broker at --http, or the one its 421 answer names."""
+    client = _client(args)
+    try:
+        return client.request(method, path, body)
+    except CliError as exc:
+        found = re.search(r"coordinated by broker (\d+)", str(exc))
+        if "HTTP 421" not in str(exc) or found is None:
+            raise
+        url = _brokers(client).get(int(found.group(1)))
+        if url is None:
+            raise
+        return AdminClient(url).request(method, path, body)
+
+
 def _dash(v: Any) -> Any:
     return "-" if v is None else v
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    groups = _client(args).get("/admin/v1/groups")["groups"]
+    client = _client(args)
+    urls = list(_brokers(client).values())
+    # Each broker lists the groups it coordinates (as Kafka's ListGroups): ask them all.
+    groups = client.get("/admin/v1/groups")["groups"] if not urls else [
+        g for url in urls for g in AdminClient(url).get("/admin/v1/groups")["groups"]]
+    groups = sorted({g["group_id"]: g for g in groups}.values(), key=lambda g: g["group_id"])
     if args.json:
         print_json(groups)
         return 0
@@ -39,7 +69,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
-    d = _client(args).get(f"/admin/v1/groups/{quote(args.group)}")
+    d = _group_call(args, "GET", f"/admin/v1/groups/{quote(args.group)}")
     if args.json:
         print_json(d)
         return 0
@@ -74,7 +104,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
             body["partitions"] = [int(p) for p in args.partitions.split(",") if p.strip()]
         except ValueError:
             raise CliError(f"--partitions must be comma-separated numbers, got {args.partitions!r}") from None
-    result = _client(args).post(f"/admin/v1/groups/{quote(args.group)}/reset-offsets", body)
+    result = _group_call(args, "POST", f"/admin/v1/groups/{quote(args.group)}/reset-offsets", body)
     if args.json:
         print_json(result)
         return 0
@@ -88,7 +118,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    result = _client(args).delete(f"/admin/v1/groups/{quote(args.group)}")
+    result = _group_call(args, "DELETE", f"/admin/v1/groups/{quote(args.group)}")
     if args.json:
         print_json(result)
     else:

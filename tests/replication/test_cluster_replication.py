@@ -284,3 +284,35 @@ def test_rest_proxy_produce_through_any_broker_reaches_each_partitions_leader(cl
     assert sorted(o["offset"] for o in answer["offsets"] if o["partition"] == 2) == list(range(10))
     d = cluster.topic("rest")
     assert [p["log_end_offset"] for p in d["partitions"]] == [10, 10, 10]
+
+
+def test_groups_cli_finds_each_groups_coordinator(cluster_factory) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from confluent_kafka import Consumer
+
+    cluster = cluster_factory(3)
+    cluster.admin("/admin/v1/topics", "POST", {"name": "g", "partitions": 2, "replication_factor": 3})
+    _produce(cluster.bootstrap, "g", [b"x"] * 20)
+    for name in ("alpha", "beta", "gamma", "delta"):
+        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": name, "auto.offset.reset": "earliest"})
+        c.subscribe(["g"])
+        got = 0
+        deadline = time.monotonic() + 30
+        while got < 20 and time.monotonic() < deadline:
+            msg = c.poll(0.5)
+            got += msg is not None and msg.error() is None
+        c.commit(asynchronous=False)
+        c.close()
+    kelp = os.path.join(os.path.dirname(sys.executable), "kelp")
+    env = dict(os.environ, KELP_HTTP=cluster[0].http_url)
+    listed = subprocess.run([kelp, "groups", "list", "--json"], capture_output=True, text=True, env=env, timeout=60)
+    import json
+
+    assert sorted(g["group_id"] for g in json.loads(listed.stdout)) == ["alpha", "beta", "delta", "gamma"], listed.stderr
+    for name in ("alpha", "beta", "gamma", "delta"):  # whichever broker coordinates it
+        d = subprocess.run([kelp, "groups", "describe", name, "--json"], capture_output=True, text=True, env=env, timeout=60)
+        assert d.returncode == 0, d.stderr
+        assert json.loads(d.stdout)["total_lag"] == 0
