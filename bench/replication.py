@@ -66,8 +66,12 @@ def run(*, records: int, work: Path, lease_ms: int = 3000) -> dict[str, Any]:
         admin.post("/admin/v1/topics", {"name": "rf3", "partitions": 1, "replication_factor": 3,
                                         "configs": {"min.insync.replicas": "2"}})
         clients.produce(bootstrap, "rf1", count=min(records, 20_000), size=1024)  # warm-up
+        cpu = lambda: sum(b.cpu_seconds() for b in brokers)  # noqa: E731 - every broker's CPU so far
+        c0 = cpu()
         t1 = clients.produce(bootstrap, "rf1", count=records, size=1024, acks=1)
+        c1 = cpu()
         t3 = clients.produce(bootstrap, "rf3", count=records, size=1024, acks=-1)
+        c3 = cpu()
         leader = _leader(admin, "rf3")
         survivor = next(b for i, b in enumerate(brokers) if i != leader)
         brokers[leader].kill()
@@ -75,6 +79,7 @@ def run(*, records: int, work: Path, lease_ms: int = 3000) -> dict[str, Any]:
         new_leader = _leader(AdminClient(survivor.http_url), "rf3")
         mb = records * 1024 / 1e6
         return {"records": records, "acks1_rf1_mb_s": mb / t1, "acksall_rf3_mb_s": mb / t3, "ratio": t1 / t3,
+                "acks1_rf1_broker_cpu_s": c1 - c0, "acksall_rf3_broker_cpu_s": c3 - c1,
                 "failover_s": failover, "lease_ms": lease_ms, "old_leader": leader, "new_leader": new_leader}
     finally:
         for b in brokers:
@@ -85,10 +90,15 @@ def print_report(r: dict[str, Any]) -> None:
     from kelp.cli.output import print_table
 
     print_table([
-        ["produce 1 KiB, acks=1, RF=1", f"{r['records']:,}", f"{r['acks1_rf1_mb_s']:,.1f}", "-"],
+        ["produce 1 KiB, acks=1, RF=1", f"{r['records']:,}", f"{r['acks1_rf1_mb_s']:,.1f}", "-",
+         f"{r['acks1_rf1_broker_cpu_s']:.2f}"],
         ["produce 1 KiB, acks=all, RF=3", f"{r['records']:,}", f"{r['acksall_rf3_mb_s']:,.1f}",
-         f"{r['ratio']:.2f}x (goal >= 0.5x)"],
-    ], ["CASE", "RECORDS", "MB/s", "VS acks=1 RF=1"])
+         f"{r['ratio']:.2f}x (goal >= 0.5x)", f"{r['acksall_rf3_broker_cpu_s']:.2f}"],
+    ], ["CASE", "RECORDS", "MB/s", "VS acks=1 RF=1", "BROKERS CPU s"])
+    import os
+
+    print(f"machine: {os.cpu_count()} CPUs shared by the client and the three brokers; RF=3 makes three brokers "
+          "store every byte, so on a CPU-bound machine the ratio is bounded by the CPU they can share")
     verdict = "meets" if r["failover_s"] <= 5.0 else "misses"
     print(f"failover: SIGKILL of leader {r['old_leader']} -> first acks=all produce acknowledged by {r['new_leader']} "
           f"in {r['failover_s']:.2f} s (lease duration {r['lease_ms']} ms) — {verdict} the 5 s goal")
