@@ -48,9 +48,9 @@ def _first_ack_after_kill(bootstrap: str, topic: str, *, timeout_s: float = 60.0
     return done[0] - start
 
 
-def run(*, records: int, work: Path, lease_ms: int = 3000) -> dict[str, Any]:
+def run(*, records: int, work: Path, lease_ms: int = 3000, extra: dict | None = None) -> dict[str, Any]:
     cluster_dir = work / "replication-cluster"
-    settings = {"cluster.dir": str(cluster_dir), "lease.duration.ms": lease_ms}
+    settings = {"cluster.dir": str(cluster_dir), "lease.duration.ms": lease_ms, **(extra or {})}
     brokers = [BenchBroker(work / f"replication-{i}", settings=settings, broker_id=i) for i in range(3)]
     try:
         for b in brokers:
