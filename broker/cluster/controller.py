@@ -331,6 +331,12 @@ class Controller:
             raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
         return topic
 
+    def _partition_state(self, topic: str, partition: int) -> tuple[TopicState, PartitionState]:
+        t = self._topic(topic)
+        if not 0 <= partition < t.partitions:
+            raise UnknownTopicOrPartitionError(f"partition {partition} of topic '{topic}' does not exist")
+        return t, t.partition(partition)
+
     def _existing_replicas(self) -> list[tuple[int, ...]]:
         return [s.replicas for t in self.topics.values() for s in t.partition_states]
 
@@ -480,10 +486,7 @@ class Controller:
         """AlterPartition (KIP-497) from a leader: a new ISR, checked against the current epochs."""
         async with self._lock:
             self._check_fresh()
-            t = self._topic(topic)
-            if not 0 <= partition < t.partitions:
-                raise UnknownTopicOrPartitionError(f"partition {partition} of topic '{topic}' does not exist")
-            state = t.partition(partition)
+            t, state = self._partition_state(topic, partition)
             if leader != state.leader or leader_epoch != state.leader_epoch:
                 err = FencedLeaderEpochError if leader_epoch < state.leader_epoch else NotLeaderOrFollowerError
                 raise err(f"{topic}-{partition}: ISR change from broker {leader} at leader epoch {leader_epoch}, "
@@ -555,10 +558,7 @@ class Controller:
         """Start moving a partition to `replicas` (None cancels a running move)."""
         async with self._lock:
             self._check_fresh()
-            t = self._topic(topic)
-            if not 0 <= partition < t.partitions:
-                raise UnknownTopicOrPartitionError(f"partition {partition} of topic '{topic}' does not exist")
-            state = t.partition(partition)
+            t, state = self._partition_state(topic, partition)
             if replicas is None:
                 if not state.reassigning:
                     raise NoReassignmentInProgressError(f"{topic}-{partition} has no reassignment in progress")
