@@ -204,3 +204,22 @@ def test_retention_deletes_expired_segments_in_the_background(broker_factory) ->
     assert earliest > 0, "expired segments were not deleted"
     assert list_offset(b.bootstrap, "ret", 0, -1)[1] == 7
     assert b.wait_for_log("retention deleted")
+
+
+def test_metadata_names_a_listed_broker_as_controller_while_none_is_elected(broker_factory, tmp_path) -> None:
+    """Admin clients (aiokafka's among them) route CreateTopics to the controller id in Metadata
+    and fail on one they cannot reach: while the controller lease is still held by a broker that
+    is gone, Metadata names a broker it lists (which forwards admin requests), never -1 or the ghost."""
+    import json
+
+    leases = tmp_path / "cluster" / "leases"
+    leases.mkdir(parents=True)
+    now = int(time.time() * 1000)
+    (leases / "kelp-kelp-controller.json").write_text(json.dumps({
+        "name": "kelp-kelp-controller", "holder": "broker-7/gone", "acquire": now, "renew": now,
+        "duration": 120_000, "transitions": 3, "annotations": {}, "version": 1}))
+    b = broker_factory(log_dir=tmp_path)
+    with WireClient(b.bootstrap) as c:
+        md = c.request(MetadataRequest(topics=None, allow_auto_topic_creation=False), 12)
+    assert [n.node_id for n in md.brokers] == [0]
+    assert md.controller_id == 0

@@ -82,10 +82,18 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
     if not any(b.node_id == broker.config.broker_id for b in brokers) and cluster.endpoint is not None:
         me = cluster.endpoint  # before the first push: at least this broker
         brokers.append(B(node_id=me.id, host=me.host, port=me.port, rack=me.rack))
+    # Admin clients send CreateTopics & co. to the controller id named here;
+    # every broker forwards those to the elected controller (as KRaft brokers
+    # do), so while no controller is known yet -- or it is not among the
+    # brokers listed -- this broker names itself rather than -1, which
+    # clients such as aiokafka's admin cannot route to.
+    controller_id = cluster.controller_id
+    if not any(b.node_id == controller_id for b in brokers):
+        controller_id = broker.config.broker_id
     return MetadataResponse(
         throttle_time_ms=0,
         brokers=brokers,
         cluster_id=str(broker.config["cluster.id"]),
-        controller_id=cluster.controller_id,
+        controller_id=controller_id,
         topics=topics,
     )
