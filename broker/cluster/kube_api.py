@@ -47,13 +47,17 @@ def api_client_from(*, kubeconfig: str | None = None, host: str | None = None, t
 
 
 def request(api: Any, method: str, path: str, *, body: Any = None, query: list[tuple[str, str]] | None = None,
-            timeout_s: float = 10.0) -> dict:
-    """One API call with a JSON body; returns the decoded answer or raises KubeApiError (status, message)."""
+            timeout_s: float = 10.0, content_type: str = "application/json") -> dict:
+    """One API call with a JSON body; returns the decoded answer or raises KubeApiError (status, message).
+
+    `content_type` selects the patch flavour for PATCH (for example
+    `application/apply-patch+yaml` for server-side apply; JSON is YAML).
+    """
     from kubernetes.client.exceptions import ApiException
 
     params = api.param_serialize(
         method, path, query_params=query or [],
-        header_params={"Content-Type": "application/json", "Accept": "application/json"},
+        header_params={"Content-Type": content_type, "Accept": "application/json"},
         body=body, auth_settings=["BearerToken"],
     )
     try:

@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "groups",
     "partitions",
     "dev_cluster",
+    "operator_cmd",
 )
 
 

@@ -91,6 +91,11 @@ def _violations(start: str, forbidden: tuple[str, ...]) -> list[str]:
         # Replication's per-partition rules are state and futures only: no sockets, no HTTP, no cluster calls.
         ("kelp.broker.partition", tuple(n for n in NETWORKING if n != "asyncio")
          + ("kelp.broker.kafka", "kelp.broker.http", "kelp.broker.cluster.member")),
+        # The operator's builders, spec reader and status shaping are pure: no Kubernetes, no kopf, no I/O
+        # (the broker config validator they share reads the host name through `socket`, nothing more).
+        *[(m, tuple(n for n in NETWORKING if n != "socket") + ("kubernetes", "kopf", "kelp.operator.kube", "kelp.operator.brokers",
+                            "kelp.operator.handlers", "kelp.broker.cluster"))
+          for m in ("kelp.operator.builders", "kelp.operator.spec", "kelp.operator.status")],
     ],
 )
 def test_layer_imports_only_downwards(layer: str, forbidden: tuple[str, ...]) -> None:

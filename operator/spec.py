@@ -1,0 +1,140 @@
+"""A Cluster resource's spec read once, with the CRD's defaults and the broker's own config validator.
+
+Why: the builders, the status code and the handlers all need the same facts
+(how many brokers, which ports, what each broker's config file says), and
+the API server fills the CRD's defaults only on objects it stores — a unit
+test, or an object written before a default was added, may lack them. One
+reader applies the same defaults the schema declares, and hands the broker
+config to `kelp.broker.config.BrokerConfig` (the one config validator), so
+a wrong `spec.config` is refused with the broker's own message before any
+pod sees it.
+
+Pure: no Kubernetes client, no network.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from kelp.broker.config import BrokerConfig, ConfigError
+
+__all__ = ["ClusterSpec", "SpecError", "OPERATOR_OWNED_KEYS", "DATA_DIR", "CONFIG_DIR"]
+
+DATA_DIR = "/var/lib/kelp"
+CONFIG_DIR = "/etc/kelp"
+DEFAULT_IMAGE = "kelp:0.1.0"
+
+# Broker properties the operator sets itself: a user value would break how pods find
+# each other, where data lives, or which broker id a pod has.
+OPERATOR_OWNED_KEYS = frozenset({
+    "broker.id", "broker.id.from.hostname", "log.dirs", "listeners", "host", "port", "http.host", "http.port",
+    "advertised.host", "advertised.port", "cluster.name", "cluster.backend", "cluster.dir", "kube.namespace",
+    "kube.config", "cluster.id",
+})
+
+
+class SpecError(ValueError):
+    """A Cluster spec the operator cannot turn into brokers; the message names the field."""
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    name: str
+    namespace: str
+    uid: str
+    generation: int
+    brokers: int = 3
+    image: str = DEFAULT_IMAGE
+    image_pull_policy: str = "IfNotPresent"
+    storage_size: str = "10Gi"
+    storage_class: str | None = None
+    resources: Mapping[str, Any] = field(default_factory=dict)
+    config: Mapping[str, str] = field(default_factory=dict)
+    rack_topology_key: str | None = None
+    kafka_port: int = 9092
+    http_port: int = 8080
+    advertise: str = "dns"
+
+    @classmethod
+    def from_resource(cls, body: Mapping[str, Any]) -> "ClusterSpec":
+        meta = body.get("metadata") or {}
+        spec = body.get("spec") or {}
+        storage = spec.get("storage") or {}
+        listeners = spec.get("listeners") or {}
+        rack = spec.get("rack") or {}
+        resources = spec.get("resources")
+        if resources is None:
+            resources = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}}
+        out = cls(
+            name=str(meta.get("name", "")), namespace=str(meta.get("namespace", "")),
+            uid=str(meta.get("uid", "")), generation=int(meta.get("generation") or 0),
+            brokers=int(spec.get("brokers", 3)), image=str(spec.get("image") or DEFAULT_IMAGE),
+            image_pull_policy=str(spec.get("imagePullPolicy") or "IfNotPresent"),
+            storage_size=str(storage.get("size") or "10Gi"), storage_class=storage.get("storageClassName"),
+            resources=resources, config={str(k): str(v) for k, v in (spec.get("config") or {}).items()},
+            rack_topology_key=rack.get("topologyKey"),
+            kafka_port=int(listeners.get("kafkaPort", 9092)), http_port=int(listeners.get("httpPort", 8080)),
+            advertise=str(listeners.get("advertise") or "dns"),
+        )
+        out.validate()
+        return out
+
+    # -- derived names ------------------------------------------------------------
+    @property
+    def headless_service(self) -> str:
+        return f"{self.name}-brokers"
+
+    @property
+    def config_map(self) -> str:
+        return f"{self.name}-config"
+
+    @property
+    def service_account(self) -> str:
+        return f"{self.name}-broker"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.name}.{self.namespace}.svc:{self.kafka_port}"
+
+    def pod_dns(self, ordinal: int) -> str:
+        return f"{self.name}-{ordinal}.{self.headless_service}.{self.namespace}.svc"
+
+    # -- validation and the broker config ------------------------------------------
+    def validate(self) -> None:
+        if self.brokers < 1:
+            raise SpecError(f"spec.brokers must be at least 1, got {self.brokers}")
+        if self.kafka_port == self.http_port:
+            raise SpecError("listeners.kafkaPort and listeners.httpPort must differ")
+        if self.advertise not in ("dns", "podIP"):
+            raise SpecError(f"spec.listeners.advertise must be dns or podIP, got {self.advertise!r}")
+        owned = sorted(set(self.config) & OPERATOR_OWNED_KEYS)
+        if owned:
+            raise SpecError(f"spec.config sets {', '.join(owned)}, which the operator manages; remove "
+                            f"{'it' if len(owned) == 1 else 'them'} (ports live under spec.listeners)")
+        try:
+            BrokerConfig.load(env={}, overrides={**self.broker_config(), "broker.id": 0,
+                                                 "broker.id.from.hostname": False})
+        except ConfigError as exc:
+            raise SpecError(f"spec.config: {exc}") from None
+
+    def broker_config(self) -> dict[str, Any]:
+        """The brokers' YAML config: the operator's keys, sensible cluster defaults, then spec.config."""
+        rf = str(min(3, self.brokers))
+        defaults = {
+            "default.replication.factor": rf,
+            "offsets.topic.replication.factor": rf,
+            "min.insync.replicas": str(min(2, self.brokers)),
+        }
+        owned = {
+            "cluster.name": self.name,
+            "cluster.backend": "kube",
+            "kube.namespace": self.namespace,
+            "broker.id.from.hostname": True,
+            "log.dirs": f"{DATA_DIR}/data",
+            "host": "0.0.0.0",
+            "port": self.kafka_port,
+            "http.host": "0.0.0.0",
+            "http.port": self.http_port,
+        }
+        return {**defaults, **dict(self.config), **owned}

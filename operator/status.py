@@ -1,0 +1,142 @@
+"""Status of Cluster, Topic and ConsumerGroup resources, computed from what was observed.
+
+Why: status is what users read (`kubectl get kelp`, `kubectl describe`), so
+it must never lie: every value here comes from an observation passed in
+(the StatefulSet, the broker admin API), conditions keep their
+`lastTransitionTime` unless their status really changes, and every
+condition carries the `observedGeneration` it was computed for. Shapes
+follow the CRDs' status schemas exactly (structural pruning would silently
+drop anything else).
+
+Pure: no Kubernetes client, no network; time comes in as an argument.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Iterable, Mapping, Sequence
+
+__all__ = ["condition", "merge_conditions", "now_rfc3339", "cluster_status", "topic_status", "group_status",
+           "partition_counts", "Observed"]
+
+
+def now_rfc3339(now: datetime | None = None) -> str:
+    return (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def condition(type_: str, ok: bool | None, reason: str, message: str) -> dict[str, Any]:
+    status = "Unknown" if ok is None else ("True" if ok else "False")
+    return {"type": type_, "status": status, "reason": reason, "message": message}
+
+
+def merge_conditions(old: Sequence[Mapping[str, Any]] | None, new: Iterable[Mapping[str, Any]], *,
+                     generation: int, now: str) -> list[dict[str, Any]]:
+    """New conditions replace old ones of the same type; lastTransitionTime moves only when status does."""
+    previous = {c.get("type"): c for c in old or []}
+    out = {t: dict(c) for t, c in previous.items() if t}
+    for c in new:
+        before = previous.get(c["type"])
+        changed = before is None or before.get("status") != c["status"]
+        out[c["type"]] = {**c, "observedGeneration": generation,
+                          "lastTransitionTime": now if changed else before.get("lastTransitionTime", now)}
+    return [out[t] for t in sorted(out)]
+
+
+class Observed:
+    """What one look at a cluster saw: brokers' admin answers, or why they could not be asked."""
+
+    def __init__(self, *, cluster: Mapping[str, Any] | None = None, topics: Sequence[Mapping[str, Any]] = (),
+                 error: str | None = None) -> None:
+        self.cluster = cluster
+        self.topics = list(topics)
+        self.error = error
+
+
+def partition_counts(topics: Sequence[Mapping[str, Any]], live: set[int]) -> tuple[int, int]:
+    """(under-replicated, offline) partitions over described topics."""
+    under = offline = 0
+    for t in topics:
+        for p in t.get("partitions", []):
+            if p.get("leader", -1) < 0 or p["leader"] not in live:
+                offline += 1
+            elif len(p.get("isr", [])) < len(p.get("replicas", [])):
+                under += 1
+    return under, offline
+
+
+def cluster_status(*, desired: int, ready_pods: int, observed: Observed, managed_topics: set[str],
+                   bootstrap: str, generation: int, sts_generation_current: bool,
+                   spec_error: str | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(status fields, conditions) of a Cluster."""
+    status: dict[str, Any] = {"brokers": ready_pods, "bootstrap": bootstrap, "observedGeneration": generation}
+    conds: list[dict[str, Any]] = []
+    if spec_error:
+        conds.append(condition("Ready", False, "InvalidSpec", spec_error))
+        conds.append(condition("Progressing", False, "InvalidSpec", "fix the spec; nothing was changed"))
+        return status, conds
+    live: set[int] = set()
+    if observed.cluster is not None:
+        live = {int(b["id"]) for b in observed.cluster.get("brokers", [])}
+        status["controller"] = int(observed.cluster.get("controller", -1))
+        user_topics = [t for t in observed.topics if not t.get("internal")]
+        status["topics"] = len(user_topics)
+        status["unmanagedTopics"] = sorted(t["name"] for t in user_topics if t["name"] not in managed_topics)
+        under, offline = partition_counts(observed.topics, live)
+        status["underReplicatedPartitions"], status["offlinePartitions"] = under, offline
+    else:
+        status["controller"] = -1
+    progressing = ready_pods < desired or not sts_generation_current
+    conds.append(condition("Progressing", progressing, "RollingOut" if progressing else "Reconciled",
+                           f"{ready_pods} of {desired} broker pods ready" if progressing
+                           else f"all {desired} broker pods ready and up to date"))
+    if observed.cluster is None:
+        ready, reason = False, "BrokersUnreachable"
+        message = f"no broker answered the admin API: {observed.error or 'no ready broker pod'}"
+    elif status["controller"] < 0:
+        ready, reason, message = False, "NoController", "the brokers have not elected a controller yet"
+    elif len(live) < desired:
+        ready, reason = False, "BrokersMissing"
+        message = f"{len(live)} of {desired} brokers are registered with the controller ({sorted(live)})"
+    elif ready_pods < desired:
+        ready, reason, message = False, "PodsNotReady", f"{ready_pods} of {desired} broker pods ready"
+    else:
+        ready, reason = True, "ClusterReady"
+        message = f"{desired} brokers, controller broker {status['controller']}, bootstrap {bootstrap}"
+    conds.append(condition("Ready", ready, reason, message))
+    degraded = bool(status.get("offlinePartitions") or status.get("underReplicatedPartitions"))
+    conds.append(condition(
+        "Degraded", degraded, "PartitionsAtRisk" if degraded else "AllInSync",
+        f"{status.get('offlinePartitions', 0)} offline and {status.get('underReplicatedPartitions', 0)} "
+        "under-replicated partition(s)" if degraded else "every partition has its full ISR"))
+    return status, conds
+
+
+def topic_status(described: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "topicName": described["name"],
+        "partitions": described["partitions_count"],
+        "replicationFactor": described["replication_factor"],
+        "partitionStates": [{"partition": p["partition"], "leader": p["leader"], "replicas": list(p["replicas"]),
+                             "isr": list(p["isr"])} for p in described["partitions"]],
+    }
+
+
+def group_status(described: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A ConsumerGroup's status from the coordinator's describe; None = the group does not exist (yet)."""
+    if described is None:
+        return {"state": "Dead", "members": 0, "memberList": [], "offsets": [], "totalLag": 0}
+    offsets = []
+    for o in described.get("offsets", []):
+        committed = o.get("committed_offset")
+        entry: dict[str, Any] = {"topic": o["topic"], "partition": o["partition"],
+                                 "committedOffset": -1 if committed is None else committed,
+                                 "logEndOffset": -1 if o.get("log_end_offset") is None else o["log_end_offset"]}
+        if o.get("lag") is not None:
+            entry["lag"] = o["lag"]
+        offsets.append(entry)
+    members = [{"memberId": m["member_id"], "clientId": m.get("client_id") or "", "host": m.get("client_host") or "",
+                "assignments": [{"topic": a["topic"], "partitions": list(a["partitions"])}
+                                for a in m.get("assignment", [])]}
+               for m in described.get("members", [])]
+    return {"state": described.get("state") or "Unknown", "members": len(members), "memberList": members,
+            "offsets": offsets, "totalLag": int(described.get("total_lag") or 0)}
