@@ -18,7 +18,7 @@ BENCH_ARGS ?=
 # stops that for every Python started from here, brokers in tests included.
 export PYTHONSAFEPATH := 1
 
-.PHONY: run test bench deps venv clean
+.PHONY: run test e2e bench deps venv clean
 
 deps:
 	@bash scripts/bootstrap-debian.sh
@@ -39,6 +39,12 @@ run: venv
 
 test: venv
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# End-to-end on a real Kubernetes cluster: kind or any reachable kubeconfig (e2e/README.md).
+# Not part of `make test` (testpaths is tests/). Without a cluster it skips with one line and
+# exits 0. `make e2e KELP_E2E_KIND_CLUSTER=kind` builds kelp:0.1.0 and loads it into kind first.
+e2e: venv
+	$(PY) -m pytest -q -rs e2e $(PYTEST_ARGS)
 
 # bench/ is not installed: append the checkout to the end of sys.path, after the standard library.
 bench: venv
