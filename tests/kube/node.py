@@ -225,7 +225,9 @@ def cni_conflist(base: Path) -> tuple[str, str]:
     subnet = f"10.{random.randrange(200, 250)}.{random.randrange(256)}.0/24"
     conf = {"cniVersion": "0.4.0", "name": f"kelp-{tag}", "plugins": [
         {"type": "bridge", "bridge": bridge, "isGateway": True, "ipMasq": False,
-         "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]],
+         # Pods route the service range (10.0.0.0/24, the API server's `kubernetes` Service at
+         # 10.0.0.1) to the node, as kube-proxy's nodes do; nothing else leaves the bridge.
+         "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]], "routes": [{"dst": "10.0.0.0/24"}],
                   "dataDir": str(base / "ipam")}},
         {"type": "loopback"},
     ]}
