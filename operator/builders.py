@@ -158,7 +158,8 @@ def broker_container(spec: ClusterSpec) -> dict[str, Any]:
     }
 
 
-def stateful_set(spec: ClusterSpec) -> dict[str, Any]:
+def stateful_set(spec: ClusterSpec, *, replicas: int | None = None) -> dict[str, Any]:
+    """`replicas` overrides spec.brokers while brokers that will go are still being drained."""
     claim_spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"],
                                   "resources": {"requests": {"storage": spec.storage_size}}}
     if spec.storage_class:
@@ -179,7 +180,7 @@ def stateful_set(spec: ClusterSpec) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": _meta(spec, spec.name),
         "spec": {
-            "replicas": spec.brokers,
+            "replicas": spec.brokers if replicas is None else replicas,
             "serviceName": spec.headless_service,
             # Brokers form the cluster together: start them all at once, not one Ready pod after another.
             "podManagementPolicy": "Parallel",
@@ -197,7 +198,7 @@ def stateful_set(spec: ClusterSpec) -> dict[str, Any]:
     }
 
 
-def cluster_children(spec: ClusterSpec) -> list[dict[str, Any]]:
+def cluster_children(spec: ClusterSpec, *, replicas: int | None = None) -> list[dict[str, Any]]:
     """Every child of a Cluster, in the order they should be applied."""
     return [service_account(spec), role(spec), role_binding(spec), config_map(spec), headless_service(spec),
-            client_service(spec), stateful_set(spec), pod_disruption_budget(spec)]
+            client_service(spec), stateful_set(spec, replicas=replicas), pod_disruption_budget(spec)]

@@ -80,6 +80,15 @@ class KubeClient:
             out.extend(await self.list(kind, ns))
         return out
 
+    async def merge_patch(self, kind: str, namespace: str, name: str, patch: Mapping[str, Any]) -> dict | None:
+        try:
+            return await self._call("PATCH", resource_path(kind, namespace, name), body=dict(patch),
+                                    content_type="application/merge-patch+json")
+        except KubeApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
     async def patch_status(self, kind: str, namespace: str, name: str, status: Mapping[str, Any]) -> dict | None:
         """JSON merge patch of the status subresource; None when the object is gone."""
         try:

@@ -21,6 +21,7 @@ from urllib.parse import quote
 
 from .brokers import AdminError, BrokerAdmin
 from .builders import cluster_children
+from .plans import DrainBlocked, drain_plan, rebalance_plan
 from .kube import KubeClient
 from .spec import ClusterSpec, SpecError
 from .status import Observed, cluster_status, condition, group_status, topic_status
@@ -70,8 +71,79 @@ async def _observe(admin: BrokerAdmin) -> Observed:
         return Observed(error=exc.message)
 
 
+REBALANCE_ANNOTATION = "kelp.dev/rebalance"
+
+
+def _partitions(observed: Observed) -> list[dict[str, Any]]:
+    return [{"topic": t["name"], "partition": p["partition"], "replicas": list(p["replicas"]),
+             "moving": bool(p.get("adding") or p.get("removing"))}
+            for t in observed.topics for p in t.get("partitions", [])]
+
+
+def _racks(observed: Observed) -> dict[int, str | None]:
+    return {int(b["id"]): b.get("rack") for b in (observed.cluster or {}).get("brokers", [])}
+
+
+async def _submit(admin: BrokerAdmin, plan: list[dict[str, Any]]) -> None:
+    if plan:
+        await admin.request("POST", "/admin/v1/partitions/reassign", {"partitions": plan})
+
+
+async def _drain(spec: ClusterSpec, current: int, observed: Observed,
+                 admin: BrokerAdmin | None) -> tuple[int, dict[str, Any] | None]:
+    """(replicas to apply, Progressing condition) while scaling down from `current` brokers."""
+    leaving = list(range(spec.brokers, current))
+    if admin is None or observed.cluster is None:
+        return current, condition("Progressing", True, "DrainWaiting",
+                                  f"scale-down to {spec.brokers} waits for the brokers to answer, so that broker(s) "
+                                  f"{leaving} can be drained first: {observed.error or 'no ready broker'}")
+    parts = _partitions(observed)
+    holding = [p for p in parts if set(p["replicas"]) & set(leaving)]
+    if not holding:
+        return spec.brokers, None
+    try:
+        plan = drain_plan([p for p in holding if not p["moving"]], keep=list(range(spec.brokers)),
+                          racks=_racks(observed))
+    except DrainBlocked as exc:
+        return current, condition("Progressing", False, "ScaleDownBlocked",
+                                  f"cannot scale down to {spec.brokers} broker(s): {exc}; lower the topic's "
+                                  "replication factor or keep more brokers")
+    await _submit(admin, plan)
+    return current, condition("Progressing", True, "Draining",
+                              f"moving replicas of {len(holding)} partition(s) off broker(s) {leaving} before their "
+                              f"pods are removed ({len(plan)} reassignment(s) submitted now)")
+
+
+async def _rebalance(body: Mapping[str, Any], spec: ClusterSpec, observed: Observed, admin: BrokerAdmin,
+                     kube: KubeClient) -> dict[str, Any] | None:
+    """After a scale-up, once every broker is registered: spread replicas onto the new brokers, once."""
+    live = set(_racks(observed))
+    if not set(range(spec.brokers)) <= live:
+        return condition("Progressing", True, "RebalanceWaiting",
+                         f"replicas move to the new brokers once all {spec.brokers} are registered ({sorted(live)})")
+    parts = _partitions(observed)
+    if any(p["moving"] for p in parts):
+        return condition("Progressing", True, "Rebalancing", "partition reassignments are in progress")
+    plan = rebalance_plan(parts, list(range(spec.brokers)), racks=_racks(observed))
+    await _submit(admin, plan)
+    meta = body["metadata"]
+    await kube.merge_patch("Cluster", meta["namespace"], meta["name"],
+                           {"metadata": {"annotations": {REBALANCE_ANNOTATION: None}}})
+    if plan:
+        return condition("Progressing", True, "Rebalancing",
+                         f"moving {len(plan)} partition replica(s) onto the new brokers")
+    return None
+
+
 async def reconcile_cluster(body: Mapping[str, Any], kube: KubeClient, admin_for: AdminFactory) -> Result:
-    """Apply every child (server-side apply: unchanged ones are no-ops), then observe the brokers."""
+    """Apply every child (server-side apply: unchanged ones are no-ops), then observe the brokers.
+
+    Scaling: a scale-down keeps the StatefulSet at its size until no replica
+    is left on the brokers that will go (the operator reassigns them first);
+    a scale-up marks the Cluster, and once the new brokers have registered
+    the operator moves replicas onto them (once: later imbalance, or moves a
+    user made by hand, are left alone).
+    """
     meta = body["metadata"]
     generation = int(meta.get("generation") or 0)
     desired = int((body.get("spec") or {}).get("brokers", 3))
@@ -81,21 +153,45 @@ async def reconcile_cluster(body: Mapping[str, Any], kube: KubeClient, admin_for
         return cluster_status(desired=desired, ready_pods=0, observed=Observed(), managed_topics=set(),
                               bootstrap="", generation=generation, sts_generation_current=False,
                               spec_error=str(exc))
-    for manifest in cluster_children(spec):
+    before = await kube.get("StatefulSet", spec.namespace, spec.name)
+    current = int((before or {}).get("spec", {}).get("replicas") or 0)
+
+    async def observe(sts: Mapping[str, Any] | None) -> tuple[Observed, BrokerAdmin | None]:
+        if not int(((sts or {}).get("status") or {}).get("readyReplicas") or 0):
+            return Observed(error="no broker pod is Ready yet"), None
+        admin = await admin_for(spec)
+        if not admin.urls:
+            return Observed(error="no ready broker pod has an IP yet"), None
+        return await _observe(admin), admin
+
+    note = None
+    replicas = spec.brokers
+    if before is not None and spec.brokers < current:
+        observed, admin = await observe(before)
+        replicas, note = await _drain(spec, current, observed, admin)
+    elif before is not None and spec.brokers > current and not (meta.get("annotations") or {}).get(REBALANCE_ANNOTATION):
+        await kube.merge_patch("Cluster", spec.namespace, spec.name,
+                               {"metadata": {"annotations": {REBALANCE_ANNOTATION: f"{current}->{spec.brokers}"}}})
+        meta = {**meta, "annotations": {**(meta.get("annotations") or {}), REBALANCE_ANNOTATION: "pending"}}
+    for manifest in cluster_children(spec, replicas=replicas):
         await kube.apply(manifest)
     sts = await kube.get("StatefulSet", spec.namespace, spec.name) or {}
     sts_status = sts.get("status") or {}
     ready = int(sts_status.get("readyReplicas") or 0)
-    current = (int(sts_status.get("observedGeneration") or 0) >= int(sts.get("metadata", {}).get("generation") or 0)
-               and int(sts_status.get("updatedReplicas") or 0) >= spec.brokers)
-    observed = Observed(error="no broker pod is Ready yet")
-    if ready:
-        admin = await admin_for(spec)
-        observed = await _observe(admin) if admin.urls else Observed(error="no ready broker pod has an IP yet")
+    current_gen = (int(sts_status.get("observedGeneration") or 0) >= int(sts.get("metadata", {}).get("generation") or 0)
+                   and int(sts_status.get("updatedReplicas") or 0) >= spec.brokers)
+    observed, admin = await observe(sts)
+    if note is None and admin is not None and observed.cluster is not None \
+            and (meta.get("annotations") or {}).get(REBALANCE_ANNOTATION):
+        note = await _rebalance({**body, "metadata": meta}, spec, observed, admin, kube)
     managed = {topic_name_of(t) for t in await kube.list("Topic", spec.namespace)
                if (t.get("spec") or {}).get("cluster") == spec.name}
-    return cluster_status(desired=spec.brokers, ready_pods=ready, observed=observed, managed_topics=managed,
-                          bootstrap=spec.bootstrap, generation=generation, sts_generation_current=current)
+    status, conds = cluster_status(desired=spec.brokers, ready_pods=min(ready, spec.brokers), observed=observed,
+                                   managed_topics=managed, bootstrap=spec.bootstrap, generation=generation,
+                                   sts_generation_current=current_gen and replicas == spec.brokers)
+    if note is not None:
+        conds = [c for c in conds if c["type"] != "Progressing"] + [note]
+    return status, conds
 
 
 async def _cluster_of(body: Mapping[str, Any], kube: KubeClient) -> tuple[ClusterSpec | None, dict | None]:

@@ -14,6 +14,7 @@ class FakeKube:
     def __init__(self, *objects: dict) -> None:
         self.objects: dict[tuple[str, str, str], dict] = {}
         self.applied: list[dict] = []
+        self.patches: list[tuple[str, str, dict]] = []
         for obj in objects:
             self.put(obj)
 
@@ -22,15 +23,34 @@ class FakeKube:
         self.objects[(obj["kind"], meta.get("namespace", "ns"), meta["name"])] = obj
 
     async def apply(self, manifest: Mapping[str, Any]) -> dict:
+        """Like server-side apply: the manifest's fields replace ours, status (the controllers') stays."""
         self.applied.append(dict(manifest))
-        self.put(dict(manifest))
-        return dict(manifest)
+        meta = manifest["metadata"]
+        old = self.objects.get((manifest["kind"], meta.get("namespace", "ns"), meta["name"]))
+        obj = dict(manifest)
+        if old is not None and "status" in old:
+            obj["status"] = old["status"]
+        self.put(obj)
+        return obj
 
     async def get(self, kind: str, namespace: str, name: str) -> dict | None:
         return self.objects.get((kind, namespace, name))
 
     async def list(self, kind: str, namespace: str, *, labels: Mapping[str, str] | None = None) -> list[dict]:
         return [o for (k, ns, _), o in self.objects.items() if k == kind and ns == namespace]
+
+    async def merge_patch(self, kind: str, namespace: str, name: str, patch: Mapping[str, Any]) -> dict | None:
+        obj = self.objects.get((kind, namespace, name))
+        if obj is None:
+            return None
+        self.patches.append((kind, name, dict(patch)))
+        annotations = obj["metadata"].setdefault("annotations", {})
+        for key, value in (patch.get("metadata", {}).get("annotations") or {}).items():
+            if value is None:
+                annotations.pop(key, None)
+            else:
+                annotations[key] = value
+        return obj
 
     async def delete(self, kind: str, namespace: str, name: str) -> None:
         self.objects.pop((kind, namespace, name), None)

@@ -1,0 +1,104 @@
+"""Partition moves for pod churn: drain brokers before scale-down, spread replicas after scale-up.
+
+Why: a StatefulSet scale-down deletes the highest-numbered pods, and a pod
+deleted with replicas on it leaves partitions under-replicated for good (its
+volume is kept, but no broker with that id comes back). So the operator first
+moves every replica off the brokers that will go, and shrinks the StatefulSet
+only once they hold none. After a scale-up the new brokers hold nothing until
+replicas move to them. Both plans move as few replicas as possible, keep a
+partition's replicas on distinct brokers (and distinct racks where the
+brokers allow), and fill the least-loaded broker first, like Kafka's
+reassignment tooling and Cruise Control's replica distribution goal.
+
+Pure: partitions in (`{"topic", "partition", "replicas"}` as the admin API
+describes them), target replica lists out; the caller submits them through
+`/admin/v1/partitions/reassign`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Iterable, Mapping, Sequence
+
+__all__ = ["drain_plan", "rebalance_plan", "DrainBlocked"]
+
+
+class DrainBlocked(ValueError):
+    """Some partition has more replicas than the brokers that stay."""
+
+
+def _loads(partitions: Iterable[Mapping[str, Any]], brokers: Iterable[int]) -> Counter:
+    load: Counter = Counter({b: 0 for b in brokers})
+    for p in partitions:
+        for r in p["replicas"]:
+            if r in load:
+                load[r] += 1
+    return load
+
+
+def _pick(candidates: Iterable[int], taken: Sequence[int], load: Counter, racks: Mapping[int, str | None]) -> int | None:
+    used_racks = {racks.get(r) for r in taken if racks.get(r)}
+    options = [b for b in candidates if b not in taken]
+    if not options:
+        return None
+    return min(options, key=lambda b: (bool(racks.get(b)) and racks.get(b) in used_racks, load[b], b))
+
+
+def drain_plan(partitions: Sequence[Mapping[str, Any]], keep: Sequence[int],
+               racks: Mapping[int, str | None] | None = None) -> list[dict[str, Any]]:
+    """Targets for every partition with a replica outside `keep`; each leaving replica is replaced in place."""
+    racks = racks or {}
+    keep_set = set(keep)
+    load = _loads(partitions, keep)
+    plan = []
+    for p in sorted(partitions, key=lambda p: (p["topic"], p["partition"])):
+        replicas = list(p["replicas"])
+        if all(r in keep_set for r in replicas):
+            continue
+        if len(replicas) > len(keep_set):
+            raise DrainBlocked(f"{p['topic']}-{p['partition']} has {len(replicas)} replicas but only "
+                               f"{len(keep_set)} broker(s) would remain")
+        target: list[int] = []
+        for r in replicas:
+            if r in keep_set and r not in target:
+                target.append(r)
+                continue
+            rest = [x for x in replicas if x in keep_set and x not in target]
+            choice = _pick(keep, target + rest, load, racks)
+            assert choice is not None  # len(replicas) <= len(keep)
+            target.append(choice)
+            load[choice] += 1
+        plan.append({"topic": p["topic"], "partition": p["partition"], "replicas": target})
+    return plan
+
+
+def rebalance_plan(partitions: Sequence[Mapping[str, Any]], brokers: Sequence[int],
+                   racks: Mapping[int, str | None] | None = None) -> list[dict[str, Any]]:
+    """Fewest single-replica moves that bring every broker within one replica of the others."""
+    racks = racks or {}
+    load = _loads(partitions, brokers)
+    current = {(p["topic"], p["partition"]): list(p["replicas"]) for p in partitions}
+    moved: set[tuple[str, int]] = set()
+    for _ in range(sum(load.values()) + 1):
+        hi = max(brokers, key=lambda b: (load[b], -b))
+        lo = min(brokers, key=lambda b: (load[b], b))
+        if load[hi] - load[lo] <= 1:
+            break
+        best = None
+        for key in sorted(current):
+            replicas = current[key]
+            if hi not in replicas or lo in replicas:
+                continue
+            others = [r for r in replicas if r != hi]
+            clash = bool(racks.get(lo)) and racks.get(lo) in {racks.get(r) for r in others}
+            rank = (clash, replicas.index(hi) == 0, key not in moved)  # prefer followers, partitions already moving
+            if best is None or rank < best[0]:
+                best = (rank, key)
+        if best is None:
+            break
+        key = best[1]
+        current[key] = [lo if r == hi else r for r in current[key]]
+        moved.add(key)
+        load[hi] -= 1
+        load[lo] += 1
+    return [{"topic": t, "partition": p, "replicas": current[(t, p)]} for t, p in sorted(moved)]
