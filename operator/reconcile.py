@@ -191,6 +191,12 @@ async def reconcile_cluster(body: Mapping[str, Any], kube: KubeClient, admin_for
                                    sts_generation_current=current_gen and replicas == spec.brokers)
     if note is not None:
         conds = [c for c in conds if c["type"] != "Progressing"] + [note]
+    if spec.rack_topology_key:
+        # Not wired yet (a broker cannot read its node's labels through its namespaced Role): say so
+        # rather than let the spec suggest rack-aware placement that is not happening.
+        conds.append(condition("RackAware", False, "TopologyKeyNotApplied",
+                               f"spec.rack.topologyKey {spec.rack_topology_key!r} is not applied yet: brokers run "
+                               "without broker.rack and replica placement ignores racks"))
     return status, conds
 
 

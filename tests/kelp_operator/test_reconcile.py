@@ -203,6 +203,10 @@ def test_cluster_children_are_applied_and_status_says_pods_are_missing() -> None
     assert status["brokers"] == 0 and status["bootstrap"] == "demo.ns.svc:9092"
     r = ready(conds)
     assert r["status"] == "False" and r["reason"] == "BrokersUnreachable"
+    racked = resource("Cluster", "racked", {"rack": {"topologyKey": "topology.kubernetes.io/zone"}})
+    _, conds = run(lambda s: reconcile_cluster(racked, FakeKube(racked), admin_factory(s, "http://127.0.0.1:9")))
+    rack = next(c for c in conds if c["type"] == "RackAware")
+    assert rack["status"] == "False" and "not applied yet" in rack["message"]
     bad = resource("Cluster", "bad", {"config": {"log.dirs": "/x"}})
     kube = FakeKube(bad)
     _, conds = run(lambda s: reconcile_cluster(bad, kube, admin_factory(s, "http://127.0.0.1:9")))
