@@ -86,7 +86,32 @@ async def _member(bootstrap: str, group: str, start: asyncio.Event, done: list[f
     conn.writer.close()
 
 
+async def _wait_coordinator(bootstrap: str, groups: list[str], timeout_s: float = 30.0) -> None:
+    """As a client does before joining: FindCoordinator until the broker coordinates each group.
+
+    A fresh broker answers NOT_COORDINATOR until its `__consumer_offsets`
+    partitions are elected and loaded; that start-up time is not join latency.
+    """
+    from kafka.protocol.metadata import FindCoordinatorRequest
+
+    host, _, port = bootstrap.rpartition(":")
+    conn = _Conn(*await asyncio.open_connection(host, int(port)))
+    deadline = time.monotonic() + timeout_s
+    try:
+        for group in groups:
+            while True:
+                r = await conn.request(FindCoordinatorRequest[1](key=group, key_type=0), 1)
+                if r.error_code == 0:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"no coordinator for group {group} within {timeout_s:.0f}s (error {r.error_code})")
+                await asyncio.sleep(0.1)
+    finally:
+        conn.writer.close()
+
+
 async def _join_latency(bootstrap: str, rounds: int) -> list[float]:
+    await _wait_coordinator(bootstrap, [f"bench-join-{i}" for i in range(rounds)])
     out = []
     for i in range(rounds):
         start = asyncio.Event()
