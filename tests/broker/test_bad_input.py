@@ -62,11 +62,14 @@ def test_unknown_api_key_gets_unsupported_version(strict_broker) -> None:
         frame = c.recv_frame()
         corr, code = struct.unpack(">ih", frame[:6])
         assert (corr, code) == (42, 35)
-        # ApiVersions above our range: v0 answer with error 35 and the ranges
+        # ApiVersions above our range (v5, a v4 request relabelled): v0 answer with error 35 and the ranges
         req = ApiVersionsRequest(client_software_name="t", client_software_version="1")
-        corr = c.send(req, 4)
+        req.with_header(correlation_id=43, client_id="t")
+        raw = bytearray(req.encode(version=4, header=True, framed=True))
+        raw[6:8] = struct.pack(">h", 5)
+        c.send_raw(bytes(raw))
         frame = c.recv_frame()
-        assert struct.unpack(">ih", frame[:6]) == (corr, 35)
+        assert struct.unpack(">ih", frame[:6]) == (43, 35)
     b.wait_for_log("unsupported API key 999")
     still_serving(b.bootstrap, "good", 1)
 
