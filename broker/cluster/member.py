@@ -74,6 +74,7 @@ class ClusterMember:
         self._broker_elector: Any = None
         self._controller_elector: Any = None
         self._controller_renewed = 0.0
+        self._controller_start: asyncio.Task | None = None
         self._tasks: list[asyncio.Task] = []
         self._http: Any = None
         self._producer_ids: list[int] = []  # [next, end)
@@ -177,9 +178,15 @@ class ClusterMember:
                 rec = await self._controller_elector.try_acquire_or_renew()
                 if rec is not None:
                     self._controller_renewed = time.monotonic()
-                    if self.controller is None or not self.controller.active:
-                        await self._become_controller(rec.transitions)
+                    # Taking over (loading the store, electing leaders, pushing metadata) runs beside
+                    # this loop: the lease must keep being renewed however long that takes, or another
+                    # broker takes it meanwhile and two controllers act at once.
+                    if not self._starting_controller() and (self.controller is None or not self.controller.active):
+                        self._controller_start = asyncio.create_task(
+                            self._become_controller(rec.transitions), name="controller-takeover")
+                        self._controller_start.add_done_callback(_report_takeover)
                 else:
+                    await self._cancel_takeover()
                     if self.controller is not None:
                         await self._resign_controller("the controller lease is held by another broker")
                     seen = self._controller_elector.record
@@ -199,6 +206,15 @@ class ClusterMember:
         margin = min(self.renew_s, self.duration_ms / 4000.0)
         return time.monotonic() - self._controller_renewed < self.duration_ms / 1000.0 - margin
 
+    def _starting_controller(self) -> bool:
+        return self._controller_start is not None and not self._controller_start.done()
+
+    async def _cancel_takeover(self) -> None:
+        task, self._controller_start = self._controller_start, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
     async def _become_controller(self, epoch: int) -> None:
         settings = ControllerSettings(self.config)
         topics = self.broker.topics
@@ -212,8 +228,9 @@ class ClusterMember:
         self.controller_epoch = max(self.controller_epoch, epoch)
         try:
             await controller.start()
-        except Exception:
-            self.controller = None
+        except BaseException:  # failed, or cancelled because the lease was lost meanwhile
+            if self.controller is controller:
+                self.controller = None
             await controller.stop()
             raise
 
@@ -261,6 +278,7 @@ class ClusterMember:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._cancel_takeover()
         await self._resign_controller("the broker is stopping")
         for elector in (self._controller_elector, self._broker_elector):
             if elector is not None:
@@ -508,6 +526,11 @@ def error_for(code: int, message: str) -> KelpError:
     err = KelpError(message)
     err.code = code
     return err
+
+
+def _report_takeover(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("taking over as controller failed; the next election round retries", exc_info=task.exception())
 
 
 def _service_account_namespace() -> str:
