@@ -65,6 +65,7 @@ def test_helm_lint_strict(helm_home: Path) -> None:
     ("replicaCount=0", "replicaCount"),
     ("watchNamespaces={Team_A}", "watchNamespaces"),
     ("image.pullPolicy=Sometimes", "pullPolicy"),
+    ("brokerAddress=dns", "brokerAddress"),
 ])
 def test_values_outside_the_schema_are_refused(helm_home: Path, value: str, field: str) -> None:
     proc = run_helm("template", "kelp", str(CHART_DIR), "--set", value, home=helm_home, check=False)
@@ -155,14 +156,15 @@ def test_operator_deployment_defaults(helm_home: Path) -> None:
 def test_values_reach_the_deployment(helm_home: Path) -> None:
     (deploy,) = by_kind(render(helm_home, "replicaCount=3", "logLevel=DEBUG", "image.tag=0.2.0",
                                "image.repository=registry.example/kelp", "nodeSelector.pool=ops",
-                               "watchNamespaces={a,b}"), "Deployment")
+                               "watchNamespaces={a,b}", "brokerAddress=pod-ip"), "Deployment")
     pod = deploy["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert deploy["spec"]["replicas"] == 3
     assert container["image"] == "registry.example/kelp:0.2.0"
     assert container["args"] == ["--namespace", "a", "--namespace", "b",
                                  "--liveness", "http://0.0.0.0:8081/healthz"]
-    assert {e["name"]: e.get("value") for e in container["env"]}["KELP_LOG_LEVEL"] == "DEBUG"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["KELP_LOG_LEVEL"] == "DEBUG" and env["KELP_OPERATOR_BROKER_ADDRESS"] == "pod-ip"
     assert pod["nodeSelector"] == {"pool": "ops"}
 
 

