@@ -184,7 +184,9 @@ def stateful_set(spec: ClusterSpec, *, replicas: int | None = None) -> dict[str,
             "serviceName": spec.headless_service,
             # Brokers form the cluster together: start them all at once, not one Ready pod after another.
             "podManagementPolicy": "Parallel",
-            "updateStrategy": {"type": "RollingUpdate"},
+            # The operator restarts pods itself, one at a time and only while no partition would
+            # drop below min.insync.replicas (plans.next_restart); the StatefulSet controller would not wait.
+            "updateStrategy": {"type": "OnDelete"},
             "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
             "selector": {"matchLabels": selector_for(spec)},
             "template": {

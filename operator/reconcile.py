@@ -21,7 +21,8 @@ from urllib.parse import quote
 
 from .brokers import AdminError, BrokerAdmin
 from .builders import cluster_children
-from .plans import DrainBlocked, drain_plan, rebalance_plan
+from .builders import selector_for
+from .plans import DrainBlocked, drain_plan, next_restart, rebalance_plan
 from .kube import KubeClient
 from .spec import ClusterSpec, SpecError
 from .status import Observed, cluster_status, condition, group_status, topic_status
@@ -135,6 +136,24 @@ async def _rebalance(body: Mapping[str, Any], spec: ClusterSpec, observed: Obser
     return None
 
 
+async def _roll(spec: ClusterSpec, update_revision: str, observed: Observed, kube: KubeClient) -> dict[str, Any] | None:
+    """Restart the next outdated broker pod if no partition would drop below min.insync.replicas."""
+    pods = await kube.list("Pod", spec.namespace, labels=selector_for(spec))
+    if observed.cluster is None:
+        outdated = [p for p in pods
+                    if (p["metadata"].get("labels") or {}).get("controller-revision-hash") != update_revision]
+        if not outdated:
+            return None
+        return condition("Progressing", True, "RestartWaiting",
+                         f"{len(outdated)} broker pod(s) to restart once the brokers answer: {observed.error}")
+    decision = next_restart(pods, update_revision, observed.topics, int(observed.cluster.get("controller", -1)))
+    if decision is None:
+        return None
+    if decision.pod is not None:
+        await kube.delete("Pod", spec.namespace, decision.pod)
+    return condition("Progressing", True, decision.reason, decision.message)
+
+
 async def reconcile_cluster(body: Mapping[str, Any], kube: KubeClient, admin_for: AdminFactory) -> Result:
     """Apply every child (server-side apply: unchanged ones are no-ops), then observe the brokers.
 
@@ -184,6 +203,9 @@ async def reconcile_cluster(body: Mapping[str, Any], kube: KubeClient, admin_for
     if note is None and admin is not None and observed.cluster is not None \
             and (meta.get("annotations") or {}).get(REBALANCE_ANNOTATION):
         note = await _rebalance({**body, "metadata": meta}, spec, observed, admin, kube)
+    update_revision = sts_status.get("updateRevision") or ""
+    if note is None and update_revision:
+        note = await _roll(spec, update_revision, observed, kube)
     managed = {topic_name_of(t) for t in await kube.list("Topic", spec.namespace)
                if (t.get("spec") or {}).get("cluster") == spec.name}
     status, conds = cluster_status(desired=spec.brokers, ready_pods=min(ready, spec.brokers), observed=observed,

@@ -77,6 +77,8 @@ def test_broker_pod_runs_as_the_image_user_with_probes_and_controlled_shutdown()
     mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
     assert mounts == {"/var/lib/kelp": "data", "/etc/kelp": "config", "/tmp": "tmp"}
     assert sts["spec"]["volumeClaimTemplates"][0]["spec"]["storageClassName"] == "fast"
+    # The operator restarts pods itself (one at a time, never below min.insync.replicas).
+    assert sts["spec"]["updateStrategy"] == {"type": "OnDelete"}
     # Leadership must have time to move before the kubelet kills the broker.
     assert pod["terminationGracePeriodSeconds"] >= 60
 

@@ -256,6 +256,7 @@ def test_examples_become_a_ready_cluster_that_keeps_acknowledged_records(
                   for o in group["status"]["offsets"]) == sorted(
         (o["topic"], o["partition"], o["committed_offset"], o["log_end_offset"], o["lag"]) for o in cli["offsets"])
     assert group["status"]["state"] == "Empty" and _cond(group, "Ready")["status"] == "True"
+    _roll_and_check(core, client.AppsV1Api(kube_api), custom, kube_node, ns)
 
 
 def test_the_chart_installed_operator_runs_in_a_pod_and_reconciles(
@@ -323,3 +324,34 @@ def _maybe_lease(kube_api, ns: str):
     except client.ApiException:
         return None
     return lease if lease.spec.holder_identity else None
+
+
+def _roll_and_check(core, apps, custom, node: KubeNode, ns: str) -> None:
+    """A config change restarts every broker pod, one at a time, and the cluster ends Ready on the new config."""
+    before = {n: p.metadata.uid for n, p in _pods(core, ns).items()}
+    custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "clusters", "demo",
+                                          {"spec": {"config": {"log.retention.hours": "100"}}})
+    most_down = 0
+    t0 = time.monotonic()
+
+    def rolled():
+        nonlocal most_down
+        sts = apps.read_namespaced_stateful_set("demo", ns)
+        pods = _pods(core, ns)
+        down = [n for n in before if n not in pods or pods[n].metadata.deletion_timestamp is not None
+                or not any(c.type == "Ready" and c.status == "True" for c in pods[n].status.conditions or [])]
+        most_down = max(most_down, len(down))
+        rev = sts.status.update_revision
+        done = all(n in pods and pods[n].metadata.uid != before[n]
+                   and pods[n].metadata.labels.get("controller-revision-hash") == rev for n in before)
+        if not done or down:
+            return None
+        c = custom.get_namespaced_custom_object(GROUP, VERSION, ns, "clusters", "demo")
+        return c if _cond(c, "Ready").get("status") == "True" else None
+    try:
+        wait_for(rolled, timeout=300, interval=0.3, what="every broker pod restarted on the new config")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_diagnose(core, ns)}\n{_broker_logs(node, ns)}") from None
+    assert most_down == 1, f"{most_down} broker pods were down at once during the rolling restart"
+    assert "log.retention.hours: '100'" in core.read_namespaced_config_map("demo-config", ns).data["broker.yaml"]
+    print(f"kelp operator: config change -> 3 broker pods restarted one at a time in {time.monotonic() - t0:.1f}s")
