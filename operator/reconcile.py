@@ -16,14 +16,14 @@ over it.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Awaitable, Callable, Mapping
 from urllib.parse import quote
 
 from .brokers import AdminError, BrokerAdmin
-from .builders import cluster_children
-from .builders import selector_for
-from .plans import DrainBlocked, drain_plan, next_restart, rebalance_plan
+from .builders import cluster_children, selector_for
 from .kube import KubeClient
+from .plans import DrainBlocked, drain_plan, next_restart, rebalance_plan
 from .spec import ClusterSpec, SpecError
 from .status import Observed, cluster_status, condition, group_status, topic_status
 
@@ -49,8 +49,6 @@ def _age_key(body: Mapping[str, Any]) -> tuple[str, str]:
 
 
 async def _observe(admin: BrokerAdmin) -> Observed:
-    import asyncio
-
     try:
         view = await admin.get("/admin/v1/cluster")
         listed = (await admin.get("/admin/v1/topics"))["topics"]

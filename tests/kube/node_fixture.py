@@ -77,6 +77,21 @@ class KubeNode:
         return time.monotonic() - t0
 
 
+def local_volume(*, name: str, storage_class: str, path: Path, node: str, capacity: str = "1Gi"):
+    """A `local` PersistentVolume on `node` at `path`, as an admin (or a local provisioner) would make it."""
+    from kubernetes import client
+
+    return client.V1PersistentVolume(
+        metadata=client.V1ObjectMeta(name=name),
+        spec=client.V1PersistentVolumeSpec(
+            capacity={"storage": capacity}, access_modes=["ReadWriteOnce"],
+            persistent_volume_reclaim_policy="Retain", storage_class_name=storage_class,
+            local=client.V1LocalVolumeSource(path=str(path)),
+            node_affinity=client.V1VolumeNodeAffinity(required=client.V1NodeSelector(node_selector_terms=[
+                client.V1NodeSelectorTerm(match_expressions=[client.V1NodeSelectorRequirement(
+                    key="kubernetes.io/hostname", operator="In", values=[node])])]))))
+
+
 def node_skip_reason() -> str | None:
     """Why this machine cannot run a node (the one-line skip reason), or None."""
     if os.environ.get("KELP_KUBE_NODE") == "0":

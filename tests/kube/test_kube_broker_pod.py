@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from tests.kube.kube_waits import wait_for
-from tests.kube.node_fixture import KELP_IMAGE, KubeNode
+from tests.kube.node_fixture import KELP_IMAGE, KubeNode, local_volume
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(2400)]
 
@@ -165,20 +165,6 @@ def _broker_statefulset(*, storage_class: str):
         ))
 
 
-def _local_volume(*, name: str, storage_class: str, path: Path, node: str):
-    from kubernetes import client
-
-    return client.V1PersistentVolume(
-        metadata=client.V1ObjectMeta(name=name),
-        spec=client.V1PersistentVolumeSpec(
-            capacity={"storage": "1Gi"}, access_modes=["ReadWriteOnce"],
-            persistent_volume_reclaim_policy="Retain", storage_class_name=storage_class,
-            local=client.V1LocalVolumeSource(path=str(path)),
-            node_affinity=client.V1VolumeNodeAffinity(required=client.V1NodeSelector(node_selector_terms=[
-                client.V1NodeSelectorTerm(match_expressions=[client.V1NodeSelectorRequirement(
-                    key="kubernetes.io/hostname", operator="In", values=[node])])]))))
-
-
 def _ready_pod(core, node: KubeNode, ns: str, name: str, *, not_uid: str | None = None):
     """The pod once Ready (and, with not_uid, only a newer incarnation); None before."""
     from kubernetes import client
@@ -285,7 +271,7 @@ def test_broker_statefulset_serves_and_keeps_acknowledged_records(
         metadata=client.V1ObjectMeta(name=storage_class), provisioner="kubernetes.io/no-provisioner",
         volume_binding_mode="WaitForFirstConsumer"))
     try:
-        core.create_persistent_volume(_local_volume(name=pv_name, storage_class=storage_class,
+        core.create_persistent_volume(local_volume(name=pv_name, storage_class=storage_class,
                                                     path=volume_dir, node=kube_node.name))
         wait_for(lambda: any(sa.metadata.name == "default"
                              for sa in core.list_namespaced_service_account(ns).items),

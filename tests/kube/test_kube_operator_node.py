@@ -34,7 +34,7 @@ import pytest
 from tests.chart.crd_schema import load_examples
 from tests.kube.api_forwarder import ApiForwarder
 from tests.kube.kube_waits import wait_for
-from tests.kube.node_fixture import KubeNode
+from tests.kube.node_fixture import KubeNode, local_volume
 from tests.kube.operator_process import OperatorProcess
 from tests.kube.test_kube_crd import GROUP, PLURALS, VERSION, install_crds
 
@@ -64,15 +64,8 @@ def storage(kube_api, kube_namespace, kube_node: KubeNode):
         path = kube_node.base / f"volumes/{kube_namespace}-{i}"
         path.mkdir(parents=True)
         pv = f"{kube_namespace}-pv-{i}"
-        core.create_persistent_volume(client.V1PersistentVolume(
-            metadata=client.V1ObjectMeta(name=pv),
-            spec=client.V1PersistentVolumeSpec(
-                capacity={"storage": "10Gi"}, access_modes=["ReadWriteOnce"],
-                persistent_volume_reclaim_policy="Retain", storage_class_name=name,
-                local=client.V1LocalVolumeSource(path=str(path)),
-                node_affinity=client.V1VolumeNodeAffinity(required=client.V1NodeSelector(node_selector_terms=[
-                    client.V1NodeSelectorTerm(match_expressions=[client.V1NodeSelectorRequirement(
-                        key="kubernetes.io/hostname", operator="In", values=[kube_node.name])])])))))
+        core.create_persistent_volume(local_volume(name=pv, storage_class=name, path=path, node=kube_node.name,
+                                                   capacity="10Gi"))
         pvs.append(pv)
     yield name
     for pv in pvs:
