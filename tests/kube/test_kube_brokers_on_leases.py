@@ -32,5 +32,7 @@ def test_brokers_elect_through_lease_objects_and_keep_metadata_in_configmaps(
                            timeout=20)
     holder = coord.read_namespaced_lease("kelp-demo-controller", kube_namespace).spec
     assert holder.holder_identity.startswith(f"broker-{new}/") and holder.lease_transitions >= 1
-    parts = cluster.topic("orders")["partitions"]
-    assert all(p["leader"] in (0, 1, 2) and p["leader"] != first for p in parts)
+    # The lease names the new controller as soon as it is held; partition leaders move once the
+    # takeover has loaded the store and elected from the ISR, so wait for that rather than race it.
+    cluster.wait_for(f"every partition of orders led by a broker other than {first}", lambda: all(
+        p["leader"] in (0, 1, 2) and p["leader"] != first for p in cluster.topic("orders")["partitions"]), timeout=20)
