@@ -18,7 +18,7 @@ BENCH_ARGS ?=
 # stops that for every Python started from here, brokers in tests included.
 export PYTHONSAFEPATH := 1
 
-.PHONY: run test e2e bench deps venv clean
+.PHONY: run test e2e bench deps venv clean spark-jars
 
 deps:
 	@bash scripts/bootstrap-debian.sh
@@ -37,7 +37,11 @@ run: venv
 	@mkdir -p $(DATA_DIR)
 	$(VENV)/bin/kelp dev-cluster --brokers $(BROKERS) --data-dir $(DATA_DIR) --kafka-port $(KAFKA_PORT) --http-port $(HTTP_PORT)
 
-test: venv
+# Spark's own Kafka connector (four jars, Maven, cached under ~/.cache/kelp/spark-jars): tests never download.
+spark-jars: venv
+	@$(PY) -m kelp.spark.jars >/dev/null
+
+test: venv spark-jars
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # End-to-end on a real Kubernetes cluster: kind or any reachable kubeconfig (e2e/README.md).
