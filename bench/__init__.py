@@ -1,7 +1,9 @@
-"""Benchmarks that print Kelp's throughput beside this machine's reference rates.
+"""Benchmarks that print Kelp's figures beside Apache Kafka's and this machine's limits, all from the same run.
 
-`make bench` (= `python -m bench`) starts a broker as a separate process,
-produces and consumes with confluent-kafka, and measures in the same run
-what the machine does without Kelp: sequential file writes (page cache, no
-fsync) and reading a file over loopback TCP.
+`make bench` (= `python -m bench`) starts a Kelp broker and an Apache Kafka
+KRaft node (its jars fetched once with Maven, see `kafka_ref.py`) as
+separate processes, produces and consumes with confluent-kafka against each
+in turn, and measures in the same run what the machine does without a
+broker: sequential file writes (page cache, no fsync) and reading a file
+over loopback TCP. `--no-kafka` leaves Kafka out.
 """

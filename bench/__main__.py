@@ -1,15 +1,26 @@
-"""`python -m bench`: Kelp produce/consume throughput beside this machine's reference rates.
+"""`python -m bench`: Kelp beside Apache Kafka and this machine's limits, all measured in the same run.
 
-For each record size (100 B, 1 KiB): create a one-partition topic, produce N
-records with confluent-kafka (acks=1), consume them from offset 0, then in
-the same run measure (a) writing the same log bytes sequentially to a file
-in chunks of the broker's mean batch size (page cache, no fsync — like the
-broker between flushes) and (b) reading that file over loopback TCP with
-sendfile. MB/s is 10^6 bytes of stored log (batches as on disk) per second.
+One Kelp broker and one Apache Kafka KRaft node (bench/kafka_ref.py: its
+jars from Maven, Kafka's default settings and JVM flags) run side by side.
+After a warm-up of both (JIT, page cache), every case is measured against
+each broker in turn, alternating which goes first, `--runs` times, and the
+median is reported: produce with acks=1 and with acks=all, then consume
+from offset 0, for 100 B and 1 KiB records, one partition, confluent-kafka
+as the client of both. Broker CPU is utime+stime of the broker's process
+tree read from /proc before and after each case, per GB of stored log.
+Also cold start (exec to the first Metadata response that lists the broker)
+and resident memory after the workload.
 
-`--profile` runs the broker under cProfile and prints its hottest functions.
+The limit column is what the machine does without a broker, measured in
+the same run: writing the same log bytes sequentially in chunks of the
+broker's mean batch size (page cache, no fsync — like both brokers between
+flushes), and reading that file over loopback TCP with sendfile.
+MB/s is 10^6 bytes of stored log (batches as on disk) per second.
 
-It must never report a figure without the reference measured in the same run.
+`--no-kafka` skips Apache Kafka (one line says so); `--profile` runs the
+Kelp broker under cProfile and prints its hottest functions.
+
+It must never report a figure without its reference measured in the same run.
 """
 
 from __future__ import annotations
@@ -18,41 +29,78 @@ import argparse
 import json
 import os
 import pstats
+import statistics
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+import time
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
-from kelp.cli.http_client import AdminClient
 from kelp.records import iter_headers
 
-from . import clients, reference
+from . import clients, probe, reference
 from .broker import BenchBroker
 
-GOAL = 0.40
+LIMIT_GOAL = 0.40  # Kelp's share of the machine's limit on the 1 KiB cases
+WARMUP_RECORDS = 100_000
+LATENCY_P99_GOAL_MS = 20
+
+
+@dataclass
+class Target:
+    """A running broker the cases are measured against."""
+
+    name: str
+    bootstrap: str
+    log_dir: Path
+    pids: Callable[[], list[int]]
+    cold_start_s: float
+    rss_after_bytes: int = 0
+    latency: dict | None = None
+
+
+@dataclass
+class Measure:
+    """One broker's figures for one case: medians over the runs, and every run."""
+
+    seconds: float
+    log_bytes: int
+    broker_cpu_s: float
+    runs_s: list[float] = field(default_factory=list)
+    runs_cpu_s: list[float] = field(default_factory=list)
+
+    @property
+    def mb_s(self) -> float:
+        return self.log_bytes / 1e6 / self.seconds
+
+    @property
+    def cpu_s_per_gb(self) -> float:
+        return self.broker_cpu_s / (self.log_bytes / 1e9) if self.log_bytes else float("nan")
 
 
 @dataclass
 class Row:
     case: str
     records: int
-    log_bytes: int
-    seconds: float
-    mb_s: float
-    records_s: float
-    reference: str
-    reference_mb_s: float
-    ratio: float
-    broker_cpu_s: float
+    kelp: Measure
+    kafka: Measure | None
+    limit: str
+    limit_mb_s: float
 
     @property
-    def cpu_bound_mb_s(self) -> float:
-        """MB/s if the broker had a core to itself: stored MB per broker CPU-second."""
-        return self.log_bytes / 1e6 / self.broker_cpu_s if self.broker_cpu_s > 0 else float("nan")
+    def vs_kafka(self) -> float:
+        """Kelp's rate over Kafka's (same records, so Kafka's time over Kelp's)."""
+        return self.kafka.seconds / self.kelp.seconds if self.kafka else float("nan")
+
+    @property
+    def vs_limit(self) -> float:
+        return self.kelp.mb_s / self.limit_mb_s
 
 
 def _log_stats(log_dir: Path, topic: str) -> tuple[int, int]:
-    """(bytes, batches) stored in the topic's partition 0."""
+    """(bytes, batches) stored in the topic's partition 0 (Kelp and Kafka store the same RecordBatch v2 files)."""
     total = batches = 0
     for seg in sorted((log_dir / f"{topic}-0").glob("*.log")):
         data = seg.read_bytes()
@@ -62,57 +110,184 @@ def _log_stats(log_dir: Path, topic: str) -> tuple[int, int]:
     return total, batches
 
 
-def run(*, sizes: dict[int, int], profile: Path | None, work: Path) -> tuple[list[Row], Path | None]:
+def _timed(target: Target, action: Callable[[], float]) -> tuple[float, float]:
+    """(seconds the action reports, broker CPU-seconds it cost)."""
+    cpu0 = probe.cpu_seconds(target.pids())
+    seconds = action()
+    return seconds, probe.cpu_seconds(target.pids()) - cpu0
+
+
+def _warm_up(target: Target) -> None:
+    """JIT, page cache and connection set-up out of the timed runs: WARMUP_RECORDS each way, both sizes."""
+    for size in (100, 1024):
+        topic = f"warm-up-{size}"
+        clients.create_topic(target.bootstrap, topic)
+        clients.produce(target.bootstrap, topic, count=WARMUP_RECORDS, size=size)
+        clients.consume(target.bootstrap, topic, count=WARMUP_RECORDS)
+
+
+def _label(size: int) -> str:
+    return f"{size} B" if size < 1024 else f"{size // 1024} KiB"
+
+
+def run_cases(targets: list[Target], *, sizes: dict[int, int], runs: int, work: Path) -> list[Row]:
+    """Every case against every target, alternating which goes first; medians over `runs`."""
     rows: list[Row] = []
+    turn = 0
+
+    def each_target() -> list[Target]:
+        nonlocal turn
+        turn += 1
+        return targets if turn % 2 else targets[::-1]
+
+    for size, count in sizes.items():
+        samples: dict[tuple[str, str], list[tuple[float, float, int, int]]] = {}
+        for run in range(runs):
+            for acks in ("1", "all"):
+                for t in each_target():
+                    topic = f"bench-{size}-acks{acks}-{run}"
+                    clients.create_topic(t.bootstrap, topic)
+                    seconds, cpu = _timed(t, lambda: clients.produce(
+                        t.bootstrap, topic, count=count, size=size, acks=1 if acks == "1" else -1))
+                    end = clients.end_offset(t.bootstrap, topic)
+                    if end != count:
+                        raise RuntimeError(f"{t.name} {topic}: high watermark {end} after producing {count} records")
+                    samples.setdefault((f"produce {_label(size)}, acks={acks}", t.name), []).append(
+                        (seconds, cpu, *_log_stats(t.log_dir, topic)))
+            for t in each_target():
+                topic = f"bench-{size}-acks1-{run}"
+                seconds, cpu = _timed(t, lambda: clients.consume(t.bootstrap, topic, count=count))
+                samples.setdefault((f"consume {_label(size)}", t.name), []).append(
+                    (seconds, cpu, *_log_stats(t.log_dir, topic)))
+        # The limits, measured now, between this size's cases and the next (both brokers idle).
+        _, _, log_bytes, batches = samples[(f"produce {_label(size)}, acks=1", "kelp")][0]
+        chunk = max(1, log_bytes // max(1, batches))
+        ref_file = work / f"reference-{size}.bin"
+        write_mb_s = log_bytes / 1e6 / reference.sequential_write(ref_file, total_bytes=log_bytes, chunk_bytes=chunk)
+        read_mb_s = log_bytes / 1e6 / reference.loopback_read(ref_file)
+        ref_file.unlink()
+        for case in (f"produce {_label(size)}, acks=1", f"produce {_label(size)}, acks=all", f"consume {_label(size)}"):
+            measures = {}
+            for t in targets:
+                got = samples[(case, t.name)]
+                measures[t.name] = Measure(seconds=statistics.median(s for s, *_ in got),
+                                           log_bytes=got[0][2], broker_cpu_s=statistics.median(c for _, c, *_ in got),
+                                           runs_s=[round(s, 4) for s, *_ in got], runs_cpu_s=[round(c, 3) for _, c, *_ in got])
+            producing = case.startswith("produce")
+            rows.append(Row(case, count, measures["kelp"], measures.get("kafka"),
+                            f"seq write ({chunk} B chunks)" if producing else "loopback read (sendfile)",
+                            write_mb_s if producing else read_mb_s))
+    return rows
+
+
+def run_latency(targets: list[Target], *, mb_s: float, seconds: float) -> None:
+    """Each target's end-to-end latency at the same offered rate, one after the other; broker CPU per GB too."""
+    from . import latency
+
+    for t in targets:
+        cpu0 = probe.cpu_seconds(t.pids())
+        t.latency = latency.run(t.bootstrap, mb_s=mb_s, seconds=seconds)
+        gb = t.latency["achieved_mb_s"] * (seconds + t.latency["warmup_s"]) / 1e3
+        t.latency["broker_cpu_s_per_gb"] = (probe.cpu_seconds(t.pids()) - cpu0) / gb if gb else float("nan")
+
+
+def run(*, sizes: dict[int, int], runs: int, kafka_version: str | None, profile: Path | None,
+        latency_mb_s: float, latency_s: float, work: Path) -> tuple[list[Row], list[Target], Path | None]:
     prof = profile.resolve() if profile is not None else None
-    log_dir = work / "data"
-    with BenchBroker(log_dir, profile_to=prof) as broker:
-        admin = AdminClient(broker.http_url)
-        for size, count in sizes.items():
-            topic = f"bench-{size}"
-            admin.post("/admin/v1/topics", {"name": topic, "partitions": 1})
-            cpu0 = broker.cpu_seconds()
-            t_prod = clients.produce(broker.bootstrap, topic, count=count, size=size)
-            cpu1 = broker.cpu_seconds()
-            end = admin.get(f"/admin/v1/topics/{topic}")["partitions"][0]["log_end_offset"]
-            if end != count:
-                raise RuntimeError(f"{topic}: log end offset {end} after producing {count} records")
-            cpu2 = broker.cpu_seconds()
-            t_cons = clients.consume(broker.bootstrap, topic, count=count)
-            cpu3 = broker.cpu_seconds()
-            log_bytes, batches = _log_stats(log_dir, topic)
-            ref_file = work / f"reference-{size}.bin"
-            t_write = reference.sequential_write(ref_file, total_bytes=log_bytes,
-                                                 chunk_bytes=max(1, log_bytes // max(1, batches)))
-            t_read = reference.loopback_read(ref_file)
-            ref_file.unlink()
-            label = f"{size} B" if size < 1024 else f"{size // 1024} KiB"
-            mb = log_bytes / 1e6
-            rows.append(Row(f"produce {label}", count, log_bytes, t_prod, mb / t_prod, count / t_prod,
-                            f"seq write ({log_bytes // max(1, batches)} B chunks)", mb / t_write,
-                            t_write / t_prod, cpu1 - cpu0))
-            rows.append(Row(f"consume {label}", count, log_bytes, t_cons, mb / t_cons, count / t_cons,
-                            "loopback read (sendfile)", mb / t_read, t_read / t_cons, cpu3 - cpu2))
-    return rows, prof
+    with ExitStack() as stack:
+        t0 = time.perf_counter()
+        kelp = stack.enter_context(BenchBroker(work / "data", profile_to=prof))
+        assert kelp.proc is not None
+        proc = kelp.proc
+        serving = probe.wait_serving(kelp.bootstrap, alive=lambda: proc.poll() is None)
+        targets = [Target("kelp", kelp.bootstrap, work / "data", lambda: [proc.pid], serving - t0)]
+        if kafka_version is not None:
+            from .kafka_ref import KafkaCluster
+
+            kafka = KafkaCluster(work / "kafka", version=kafka_version)
+            stack.callback(kafka.stop)
+            try:
+                kafka.start()
+            except (FileNotFoundError, RuntimeError) as exc:
+                raise RuntimeError(f"{exc}\n(`make bench BENCH_ARGS=--no-kafka` runs without Apache Kafka)") from None
+            targets.append(Target("kafka", kafka.bootstrap, kafka.log_dirs[0], lambda: kafka.pids, kafka.cold_start_s))
+        for t in targets:
+            _warm_up(t)
+        rows = run_cases(targets, sizes=sizes, runs=runs, work=work)
+        if latency_s > 0:
+            run_latency(targets, mb_s=latency_mb_s, seconds=latency_s)
+        for t in targets:
+            t.rss_after_bytes = probe.rss_bytes(t.pids())
+    return rows, targets, prof
 
 
-def print_table(rows: list[Row]) -> None:
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b else "-"
+
+
+def print_table(rows: list[Row], targets: list[Target], *, runs: int) -> None:
     from kelp.cli.output import print_table as table
 
-    table(
-        [[r.case, f"{r.records:,}", f"{r.mb_s:,.1f}", f"{r.records_s:,.0f}", r.reference,
-          f"{r.reference_mb_s:,.1f}", f"{r.ratio:.1%}", f"{r.broker_cpu_s:.2f}", f"{r.cpu_bound_mb_s:,.0f}"]
-         for r in rows],
-        ["CASE", "RECORDS", "KELP MB/s", "KELP REC/s", "REFERENCE", "REF MB/s", "RATIO", "BROKER CPU s",
-         "MB/BROKER-CPU-s"],
-    )
+    with_kafka = any(r.kafka for r in rows)
+    columns: list[tuple[str, Callable[[Row], str]]] = [
+        ("CASE", lambda r: r.case), ("RECORDS", lambda r: f"{r.records:,}"),
+        ("KELP MB/s", lambda r: f"{r.kelp.mb_s:,.1f}"),
+        ("KAFKA MB/s", lambda r: f"{r.kafka.mb_s:,.1f}" if r.kafka else "-"),
+        ("KELP/KAFKA", lambda r: f"{r.vs_kafka:.2f}x" if r.kafka else "-"),
+        ("KELP CPU s/GB", lambda r: f"{r.kelp.cpu_s_per_gb:.2f}"),
+        ("KAFKA CPU s/GB", lambda r: f"{r.kafka.cpu_s_per_gb:.2f}" if r.kafka else "-"),
+        ("LIMIT MB/s", lambda r: f"{r.limit_mb_s:,.0f}"), ("KELP/LIMIT", lambda r: f"{r.vs_limit:.1%}"),
+    ]
+    if not with_kafka:
+        columns = [c for c in columns if "KAFKA" not in c[0]]
+    table([[cell(r) for _, cell in columns] for r in rows], [name for name, _ in columns])
+    print("limit: the machine without a broker, same run, same bytes — produce: sequential write in the broker's "
+          "mean batch size (page cache); consume: loopback read (sendfile)")
+    by_name = {t.name: t for t in targets}
+    kelp, kafka = by_name["kelp"], by_name.get("kafka")
+    print(f"cold start (exec to Metadata): Kelp {kelp.cold_start_s:.2f} s"
+          + (f", Kafka {kafka.cold_start_s:.2f} s ({_ratio(kelp.cold_start_s, kafka.cold_start_s)})" if kafka else ""))
+    print(f"RSS after the workload: Kelp {kelp.rss_after_bytes / 2**20:,.0f} MiB"
+          + (f", Kafka {kafka.rss_after_bytes / 2**20:,.0f} MiB "
+             f"({_ratio(kelp.rss_after_bytes, kafka.rss_after_bytes)})" if kafka else ""))
+    lat = [t for t in targets if t.latency]
+    if lat:
+        table([[t.name, f"{t.latency['offered_mb_s']:.0f} / {t.latency['achieved_mb_s']:.1f}",
+                f"{t.latency['measured_records']:,}", f"{t.latency['p50_ms']:.1f}", f"{t.latency['p99_ms']:.1f}",
+                f"{t.latency['p999_ms']:.1f}", f"{t.latency['max_ms']:.1f}", f"{t.latency['broker_cpu_s_per_gb']:.2f}"]
+               for t in lat],
+              ["END-TO-END LATENCY", "OFFERED / ACHIEVED MB/s", "RECORDS", "p50 ms", "p99 ms", "p99.9 ms", "max ms",
+               "CPU s/GB"])
+        print("latency: 1 KiB records, acks=1, librdkafka's default linger.ms=5; producer clock before produce to "
+              "consumer receipt; the first 2 s dropped")
+    if kafka is not None:
+        print_goals(rows, kelp, kafka)
     for r in rows:
-        if "KiB" in r.case:
-            verdict = "meets" if r.ratio >= GOAL else "misses"
-            print(f"{r.case}: {r.ratio:.1%} of {r.reference} — {verdict} the {GOAL:.0%} goal")
+        if "KiB" in r.case and r.case.endswith(("acks=1", "KiB")):
+            verdict = "meets" if r.vs_limit >= LIMIT_GOAL else "misses"
+            print(f"{r.case}: {r.vs_limit:.1%} of {r.limit} — {verdict} the {LIMIT_GOAL:.0%} goal")
     load = os.getloadavg()[0]
-    print(f"machine: {os.cpu_count()} CPUs, load average {load:.1f} (client, broker and reference share them); "
-          "MB/BROKER-CPU-s is the rate the broker would reach with a core to itself")
+    print(f"machine: {os.cpu_count()} CPUs, load average {load:.1f} (client, brokers and limits share them); "
+          f"medians of {runs} run(s) per broker, alternating which broker goes first")
+
+
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "MISSED"
+
+
+def print_goals(rows: list[Row], kelp: Target, kafka: Target) -> None:
+    """Issue #10's goals against Kafka, each with the figure that decides it."""
+    slower = [f"{r.case} {r.vs_kafka:.2f}x" for r in rows if r.vs_kafka < 1.0]
+    cpu = max(r.kelp.cpu_s_per_gb / r.kafka.cpu_s_per_gb for r in rows if r.kafka and r.case.startswith("produce"))
+    start = kelp.cold_start_s / kafka.cold_start_s
+    print(f"goal Kelp >= 1.0x Kafka on every case: {_verdict(not slower)}"
+          + (f" (below on {', '.join(slower)})" if slower else ""))
+    print(f"goal produce CPU/GB <= 0.5x Kafka's: {_verdict(cpu <= 0.5)} (worst {cpu:.2f}x)")
+    print(f"goal cold start <= 0.3x Kafka's: {_verdict(start <= 0.3)} ({start:.2f}x)")
+    if kelp.latency:
+        p99 = kelp.latency["p99_ms"]
+        print(f"goal p99 end-to-end latency <= {LATENCY_P99_GOAL_MS} ms: {_verdict(p99 <= LATENCY_P99_GOAL_MS)} "
+              f"({p99:.1f} ms)")
 
 
 def print_profile(path: Path, *, top: int = 25) -> None:
@@ -122,9 +297,18 @@ def print_profile(path: Path, *, top: int = 25) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .kafka_ref import KAFKA_VERSION
+
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    p.add_argument("--records-100", type=int, default=400_000, help="records of 100 B (400000)")
-    p.add_argument("--records-1k", type=int, default=200_000, help="records of 1 KiB (200000)")
+    p.add_argument("--records-100", type=int, default=400_000, help="records of 100 B per run (400000)")
+    p.add_argument("--records-1k", type=int, default=200_000, help="records of 1 KiB per run (200000)")
+    p.add_argument("--runs", type=int, default=3, help="runs of every case per broker; medians are printed (3)")
+    p.add_argument("--no-kafka", action="store_true", help="skip Apache Kafka as the reference broker")
+    p.add_argument("--kafka-version", default=KAFKA_VERSION,
+                   help=f"Apache Kafka release fetched with Maven into the cache ({KAFKA_VERSION})")
+    p.add_argument("--latency-seconds", type=float, default=10.0,
+                   help="seconds of end-to-end latency measurement per broker, after 2 s dropped (10; 0 skips)")
+    p.add_argument("--latency-mb-s", type=float, default=20.0, help="offered rate of 1 KiB records, MB/s (20)")
     p.add_argument("--profile", nargs="?", const="kelp-broker.prof", metavar="FILE",
                    help="run the broker under cProfile, keep the stats in FILE (kelp-broker.prof), print hot spots")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
@@ -135,11 +319,19 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     sizes = {100: args.records_100, 1024: args.records_1k}
     with tempfile.TemporaryDirectory(prefix="kelp-bench-") as tmp:
-        rows, prof = run(sizes=sizes, profile=Path(args.profile) if args.profile else None, work=Path(tmp))
+        rows, targets, prof = run(sizes=sizes, runs=max(1, args.runs),
+                                  kafka_version=None if args.no_kafka else args.kafka_version,
+                                  profile=Path(args.profile) if args.profile else None,
+                                  latency_mb_s=args.latency_mb_s, latency_s=args.latency_seconds, work=Path(tmp))
         if args.json:
-            print(json.dumps([{**asdict(r), "cpu_bound_mb_s": r.cpu_bound_mb_s} for r in rows], indent=2))
+            print(json.dumps({"rows": [{**asdict(r), "vs_kafka": r.vs_kafka} for r in rows],
+                              "brokers": [{"name": t.name, "cold_start_s": t.cold_start_s,
+                                           "rss_after_bytes": t.rss_after_bytes, "latency": t.latency}
+                                          for t in targets]}, indent=2))
         else:
-            print_table(rows)
+            if args.no_kafka:
+                print("Apache Kafka reference skipped (--no-kafka): Kelp against the machine's limits only")
+            print_table(rows, targets, runs=max(1, args.runs))
         if prof is not None and prof.exists():
             print_profile(prof)
         if args.group_records:
@@ -155,11 +347,13 @@ def main(argv: list[str] | None = None) -> int:
             from . import replication
 
             rep = replication.run(records=args.replication_records, work=Path(tmp))
+            rep_kafka = None if args.no_kafka else replication.run_kafka(
+                records=args.replication_records, work=Path(tmp), version=args.kafka_version)
             if args.json:
-                print(json.dumps(rep, indent=2))
+                print(json.dumps({"kelp": rep, "kafka": rep_kafka}, indent=2))
             else:
                 print("\nreplication (three brokers on this machine)")
-                replication.print_report(rep)
+                replication.print_report(rep, rep_kafka)
     return 0
 
 

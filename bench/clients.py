@@ -11,7 +11,42 @@ from __future__ import annotations
 import os
 import time
 
-__all__ = ["produce", "consume"]
+__all__ = ["create_topic", "end_offset", "produce", "consume"]
+
+
+def create_topic(bootstrap: str, topic: str, *, partitions: int = 1, replication_factor: int = 1,
+                 configs: dict[str, str] | None = None, timeout_s: float = 30.0) -> None:
+    """CreateTopics through the Kafka protocol (any broker), then wait until every partition has a leader.
+
+    Waiting here keeps a fresh topic's leader election out of the timed
+    produce (librdkafka would otherwise back off and retry inside it).
+    """
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    new = NewTopic(topic, partitions, replication_factor, config=dict(configs or {}))
+    for future in admin.create_topics([new], request_timeout=timeout_s).values():
+        future.result(timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        meta = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        if meta is not None and meta.error is None and len(meta.partitions) == partitions \
+                and all(p.leader >= 0 for p in meta.partitions.values()):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"topic {topic}: not every partition has a leader {timeout_s:.0f} s after CreateTopics")
+        time.sleep(0.05)
+
+
+def end_offset(bootstrap: str, topic: str, partition: int = 0) -> int:
+    """The partition's high watermark (its log end offset once every replica has the records)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "kelp-bench"})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)[1]
+    finally:
+        consumer.close()
 
 
 def produce(bootstrap: str, topic: str, *, count: int, size: int, acks: int = 1) -> float:

@@ -1,4 +1,4 @@
-"""Replication figures: acks=all on three replicas beside acks=1 on one, and failover time.
+"""Replication figures: acks=all on three replicas beside acks=1 on one, and failover time — Kelp and Apache Kafka.
 
 Why: a user running replication.factor=3, min.insync.replicas=2, acks=all
 wants to know what durability costs in throughput, and how long producers
@@ -7,23 +7,28 @@ this machine (file leases, default lease duration unless given), in the
 same run: produce N 1 KiB records to a one-partition RF=1 topic with
 acks=1 and to a one-partition RF=3 topic with acks=all; then SIGKILL the
 RF=3 partition's leader and time from the kill to the first acks=all
-record acknowledged by its successor.
+record acknowledged by its successor. The same then runs on three Apache
+Kafka KRaft nodes (combined broker+controller, static voters, Kafka's
+defaults: a dead broker is fenced after broker.session.timeout.ms=9000).
+Both get the same warm-up first (acks=1 and acks=all, RF=1 and RF=3).
 
-It must never report a failover time without the lease duration in force.
+It must never report a failover time without the lease (or session) duration in force.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from kelp.cli.http_client import AdminClient
 
 from . import clients
 from .broker import BenchBroker
 
-__all__ = ["run", "print_report"]
+__all__ = ["run", "run_kafka", "print_report"]
+
+WARMUP_RECORDS = 50_000
 
 
 def _leader(admin: AdminClient, topic: str) -> int:
@@ -48,7 +53,31 @@ def _first_ack_after_kill(bootstrap: str, topic: str, *, timeout_s: float = 60.0
     return done[0] - start
 
 
+def _warm_up(bootstrap: str, records: int) -> None:
+    """The same for both brokers: acks=1 on RF=1 and acks=all on RF=3, on topics of their own."""
+    clients.create_topic(bootstrap, "warm-up-rf1")
+    clients.create_topic(bootstrap, "warm-up-rf3", replication_factor=3, configs={"min.insync.replicas": "2"})
+    clients.produce(bootstrap, "warm-up-rf1", count=records, size=1024, acks=1)
+    clients.produce(bootstrap, "warm-up-rf3", count=records, size=1024, acks=-1)
+
+
+def _measure(bootstrap: str, records: int, cpu: Callable[[], float]) -> dict[str, Any]:
+    """Create rf1 and rf3, warm up, produce `records` to each; MB/s and the brokers' CPU."""
+    clients.create_topic(bootstrap, "rf1")
+    clients.create_topic(bootstrap, "rf3", replication_factor=3, configs={"min.insync.replicas": "2"})
+    _warm_up(bootstrap, min(records, WARMUP_RECORDS))
+    c0 = cpu()
+    t1 = clients.produce(bootstrap, "rf1", count=records, size=1024, acks=1)
+    c1 = cpu()
+    t3 = clients.produce(bootstrap, "rf3", count=records, size=1024, acks=-1)
+    c3 = cpu()
+    mb = records * 1024 / 1e6
+    return {"records": records, "acks1_rf1_mb_s": mb / t1, "acksall_rf3_mb_s": mb / t3, "ratio": t1 / t3,
+            "acks1_rf1_broker_cpu_s": c1 - c0, "acksall_rf3_broker_cpu_s": c3 - c1}
+
+
 def run(*, records: int, work: Path, lease_ms: int = 3000, extra: dict | None = None) -> dict[str, Any]:
+    """Kelp's three-broker figures."""
     cluster_dir = work / "replication-cluster"
     settings = {"cluster.dir": str(cluster_dir), "lease.duration.ms": lease_ms, **(extra or {})}
     brokers = [BenchBroker(work / f"replication-{i}", settings=settings, broker_id=i) for i in range(3)]
@@ -62,39 +91,58 @@ def run(*, records: int, work: Path, lease_ms: int = 3000, extra: dict | None = 
             if time.monotonic() > deadline:
                 raise RuntimeError("the three brokers did not join one cluster within 30 s")
             time.sleep(0.2)
-        admin.post("/admin/v1/topics", {"name": "rf1", "partitions": 1, "replication_factor": 1})
-        admin.post("/admin/v1/topics", {"name": "rf3", "partitions": 1, "replication_factor": 3,
-                                        "configs": {"min.insync.replicas": "2"}})
-        clients.produce(bootstrap, "rf1", count=min(records, 20_000), size=1024)  # warm-up
-        cpu = lambda: sum(b.cpu_seconds() for b in brokers)  # noqa: E731 - every broker's CPU so far
-        c0 = cpu()
-        t1 = clients.produce(bootstrap, "rf1", count=records, size=1024, acks=1)
-        c1 = cpu()
-        t3 = clients.produce(bootstrap, "rf3", count=records, size=1024, acks=-1)
-        c3 = cpu()
+        result = _measure(bootstrap, records, lambda: sum(b.cpu_seconds() for b in brokers))
         leader = _leader(admin, "rf3")
         survivor = next(b for i, b in enumerate(brokers) if i != leader)
         brokers[leader].kill()
         failover = _first_ack_after_kill(",".join(b.bootstrap for i, b in enumerate(brokers) if i != leader), "rf3")
         new_leader = _leader(AdminClient(survivor.http_url), "rf3")
-        mb = records * 1024 / 1e6
-        return {"records": records, "acks1_rf1_mb_s": mb / t1, "acksall_rf3_mb_s": mb / t3, "ratio": t1 / t3,
-                "acks1_rf1_broker_cpu_s": c1 - c0, "acksall_rf3_broker_cpu_s": c3 - c1,
-                "failover_s": failover, "lease_ms": lease_ms, "old_leader": leader, "new_leader": new_leader}
+        return {**result, "failover_s": failover, "lease_ms": lease_ms, "old_leader": leader, "new_leader": new_leader}
     finally:
         for b in brokers:
             b.stop()
 
 
-def print_report(r: dict[str, Any]) -> None:
+def _kafka_leader(bootstrap: str, topic: str) -> int:
+    from confluent_kafka.admin import AdminClient as KafkaAdmin
+
+    return KafkaAdmin({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30).topics[topic].partitions[0].leader
+
+
+def run_kafka(*, records: int, work: Path, version: str) -> dict[str, Any]:
+    """The same figures from three Apache Kafka KRaft nodes (node ids 1-3)."""
+    from .kafka_ref import KafkaCluster
+
+    kafka = KafkaCluster(work / "replication-kafka", nodes=3, version=version)
+    try:
+        kafka.start()
+        result = _measure(kafka.bootstrap, records, kafka.cpu_seconds)
+        leader = _kafka_leader(kafka.bootstrap, "rf3")
+        kafka.kill(leader - 1)
+        survivors = ",".join(a for i, a in enumerate(kafka.bootstrap.split(",")) if i != leader - 1)
+        failover = _first_ack_after_kill(survivors, "rf3")
+        return {**result, "failover_s": failover, "session_timeout_ms": 9000, "old_leader": leader,
+                "new_leader": _kafka_leader(survivors, "rf3"), "cold_start_s": kafka.cold_start_s}
+    finally:
+        kafka.stop(timeout_s=10)
+
+
+def print_report(r: dict[str, Any], kafka: dict[str, Any] | None = None) -> None:
+    """Kelp's figures (`run()`), beside Kafka's (`run_kafka()`) when given."""
     from kelp.cli.output import print_table
 
-    print_table([
-        ["produce 1 KiB, acks=1, RF=1", f"{r['records']:,}", f"{r['acks1_rf1_mb_s']:,.1f}", "-",
-         f"{r['acks1_rf1_broker_cpu_s']:.2f}"],
-        ["produce 1 KiB, acks=all, RF=3", f"{r['records']:,}", f"{r['acksall_rf3_mb_s']:,.1f}",
-         f"{r['ratio']:.2f}x (goal >= 0.5x)", f"{r['acksall_rf3_broker_cpu_s']:.2f}"],
-    ], ["CASE", "RECORDS", "MB/s", "VS acks=1 RF=1", "BROKERS CPU s"])
+    gb = r["records"] * 1024 / 1e9
+
+    def row(case: str, mb: str, cpu: str) -> list[str]:
+        k = kafka or {}
+        return [case, f"{r['records']:,}", f"{r[mb]:,.1f}", f"{k[mb]:,.1f}" if k else "-",
+                f"{r[mb] / k[mb]:.2f}x" if k else "-", f"{r[cpu] / gb:.2f}", f"{k[cpu] / gb:.2f}" if k else "-"]
+
+    print_table([row("produce 1 KiB, acks=1, RF=1", "acks1_rf1_mb_s", "acks1_rf1_broker_cpu_s"),
+                 row("produce 1 KiB, acks=all, RF=3", "acksall_rf3_mb_s", "acksall_rf3_broker_cpu_s")],
+                ["CASE", "RECORDS", "KELP MB/s", "KAFKA MB/s", "KELP/KAFKA", "KELP CPU s/GB", "KAFKA CPU s/GB"])
+    print(f"acks=all RF=3 vs acks=1 RF=1: Kelp {r['ratio']:.2f}x (goal >= 0.5x)"
+          + (f", Kafka {kafka['ratio']:.2f}x" if kafka else ""))
     import os
 
     print(f"machine: {os.cpu_count()} CPUs shared by the client and the three brokers; RF=3 makes three brokers "
@@ -102,3 +150,9 @@ def print_report(r: dict[str, Any]) -> None:
     verdict = "meets" if r["failover_s"] <= 5.0 else "misses"
     print(f"failover: SIGKILL of leader {r['old_leader']} -> first acks=all produce acknowledged by {r['new_leader']} "
           f"in {r['failover_s']:.2f} s (lease duration {r['lease_ms']} ms) — {verdict} the 5 s goal")
+    if kafka:
+        print(f"Kafka failover: SIGKILL of leader {kafka['old_leader']} -> first acks=all produce acknowledged by "
+              f"{kafka['new_leader']} in {kafka['failover_s']:.2f} s (broker.session.timeout.ms "
+              f"{kafka['session_timeout_ms']}); three-node cold start {kafka['cold_start_s']:.2f} s")
+    else:
+        print("Apache Kafka reference skipped (--no-kafka)")
