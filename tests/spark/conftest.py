@@ -35,6 +35,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator["object"]:
     session = (SparkSession.builder.master("local[2]").appName("kelp-tests")
                .config("spark.jars", jars)
                .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.sql.warehouse.dir", str(warehouse))
                .config("spark.driver.bindAddress", "127.0.0.1")
