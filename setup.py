@@ -16,6 +16,8 @@ for name, directory in MAPPED.items():
 
 setup(
     packages=packages,
+    # Spark registers the `kelp` format by itself from a top-level `pyspark_*` module (kelp.spark).
+    py_modules=["pyspark_kelp"],
     package_dir={"kelp": "kelp", **MAPPED},
     package_data={"kelp.operator": ["*.yaml"]},
 )

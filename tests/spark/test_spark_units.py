@@ -101,3 +101,18 @@ def test_write_option_rules() -> None:
                            ({**B, "topc": "x"}, "topc")]:
         with pytest.raises(OptionError, match=named):
             parse_write_options(options)
+
+
+def test_spark_finds_the_kelp_format_in_an_installed_pyspark_module() -> None:
+    """Spark's lookup (pyspark.sql.worker.lookup_data_sources): a top-level `pyspark_*` module whose
+    `DefaultSource` is a DataSource, registered under its name(). Editable installs hide the module
+    from that scan (pkgutil sees no meta-path finders), so the tier registers the source explicitly."""
+    import importlib
+
+    from pyspark.sql.datasource import DataSource
+
+    from kelp.spark import KelpDataSource
+
+    module = importlib.import_module("pyspark_kelp")
+    assert issubclass(module.DefaultSource, DataSource) and module.DefaultSource is KelpDataSource
+    assert module.DefaultSource.name() == "kelp"
