@@ -244,3 +244,19 @@ def test_stream_from_kelp_to_kelp(spark, kelp, tmp_path) -> None:
     assert query.exception() is None
     out = rows(reader(spark, "kelp", kelp, subscribe="pipe-out"))
     assert sorted(r[1] for r in out) == sorted(f"{p}:{i}".upper().encode() for p in range(2) for i in range(50))
+
+
+def test_kelp_reads_and_writes_a_replicated_topic_across_a_leader_failure(spark, cluster_factory) -> None:
+    cluster = cluster_factory(3)
+    everyone = ",".join(b.bootstrap for b in cluster.brokers)
+    cluster.admin("/admin/v1/topics", "POST", {"name": "rep", "partitions": 2, "replication_factor": 3,
+                                               "configs": {"min.insync.replicas": "2"}})
+    df = spark.createDataFrame([(f"k{i}", f"v{i}") for i in range(300)], "key string, value string")
+    df.write.format("kelp").mode("append").option("kafka.bootstrap.servers", everyone).option("topic", "rep").save()
+    cluster.wait_fully_replicated("rep")
+    leader = cluster.topic("rep")["partitions"][0]["leader"]
+    cluster[leader].kill()  # the client first asks a dead broker, and partition 0 must move
+    cluster.wait_for("a new leader of rep-0", lambda: cluster.topic("rep")["partitions"][0]["leader"] not in (-1, leader))
+    got = (spark.read.format("kelp").option("kafka.bootstrap.servers", everyone).option("subscribe", "rep").load()
+           .selectExpr("CAST(key AS STRING) AS k", "CAST(value AS STRING) AS v").collect())
+    assert sorted((r.k, r.v) for r in got) == sorted((f"k{i}", f"v{i}") for i in range(300))
