@@ -41,6 +41,15 @@ run: venv
 spark-jars: venv
 	@$(PY) -m kelp.spark.jars >/dev/null
 
+# The example pipeline end to end (examples/spark/README.md): a dev cluster of its own (like `make run`'s,
+# loopback, ephemeral ports, data in data/spark-demo), orders produced, orders_pipeline.py under spark-submit
+# with --available-now through format(SPARK_SOURCE), its windows printed, the brokers stopped; every step bounded.
+# SPARK_SOURCE=kafka uses Spark's connector (the jars above); kelp needs none.
+SPARK_SOURCE ?= kelp
+.PHONY: spark-demo
+spark-demo: venv $(if $(filter kafka,$(SPARK_SOURCE)),spark-jars)
+	$(PY) examples/spark/run_demo.py --source $(SPARK_SOURCE)
+
 test: venv spark-jars
 	$(PY) -m pytest $(PYTEST_ARGS)
 

@@ -46,6 +46,7 @@ from .broker import BenchBroker
 LIMIT_GOAL = 0.40  # Kelp's share of the machine's limit on the 1 KiB cases
 WARMUP_RECORDS = 100_000
 LATENCY_P99_GOAL_MS = 20
+IDLE_LATENCY_S = 5.0  # latency measured beside the idle connections
 
 
 @dataclass
@@ -59,6 +60,8 @@ class Target:
     cold_start_s: float
     rss_after_bytes: int = 0
     latency: dict | None = None
+    idle: dict | None = None
+    partitions: dict | None = None
 
 
 @dataclass
@@ -192,7 +195,8 @@ def run_latency(targets: list[Target], *, mb_s: float, seconds: float) -> None:
 
 
 def run(*, sizes: dict[int, int], runs: int, kafka_version: str | None, profile: Path | None,
-        latency_mb_s: float, latency_s: float, work: Path) -> tuple[list[Row], list[Target], Path | None]:
+        latency_mb_s: float, latency_s: float, idle_connections: int,
+        partition_records: int, work: Path) -> tuple[list[Row], list[Target], Path | None]:
     prof = profile.resolve() if profile is not None else None
     with ExitStack() as stack:
         t0 = time.perf_counter()
@@ -218,6 +222,17 @@ def run(*, sizes: dict[int, int], runs: int, kafka_version: str | None, profile:
             run_latency(targets, mb_s=latency_mb_s, seconds=latency_s)
         for t in targets:
             t.rss_after_bytes = probe.rss_bytes(t.pids())
+        if idle_connections > 0 and latency_s > 0:
+            from . import connections
+
+            for t in targets:
+                t.idle = connections.run(t.bootstrap, t.pids, count=idle_connections,
+                                         latency_s=min(latency_s, IDLE_LATENCY_S), mb_s=latency_mb_s)
+        if partition_records > 0:
+            from . import partitions
+
+            for t in targets:
+                t.partitions = partitions.run(t.bootstrap, t.pids, records=partition_records)
     return rows, targets, prof
 
 
@@ -260,6 +275,27 @@ def print_table(rows: list[Row], targets: list[Target], *, runs: int) -> None:
                "CPU s/GB"])
         print("latency: 1 KiB records, acks=1, librdkafka's default linger.ms=5; producer clock before produce to "
               "consumer receipt; the first 2 s dropped")
+    idle = [t for t in targets if t.idle]
+    if idle:
+        table([[t.name, f"{t.idle['connections']:,}", f"{t.idle['rss_before_bytes'] / 2**20:,.0f}",
+                f"{t.idle['rss_with_bytes'] / 2**20:,.0f}", f"{t.idle['bytes_per_connection'] / 1024:,.1f}",
+                f"{t.idle['latency']['p50_ms']:.1f}", f"{t.idle['latency']['p99_ms']:.1f}",
+                f"{t.idle['latency']['p999_ms']:.1f}"] for t in idle],
+              ["IDLE CONNECTIONS", "OPEN", "RSS BEFORE MiB", "RSS WITH MiB", "KiB/CONNECTION", "p50 ms", "p99 ms",
+               "p99.9 ms"])
+        print("idle connections: one ApiVersions round trip each, then silent; latency as above, "
+              f"{IDLE_LATENCY_S:.0f} s, beside them")
+    many = [t for t in targets if t.partitions]
+    if many:
+        m0 = many[0].partitions
+        table([[t.name, f"{t.partitions['create_s']:.1f}", f"{t.partitions['prime_s']:.1f}",
+                f"{t.partitions['produce_mb_s']:,.1f}", f"{t.partitions['produce_cpu_s_per_gb']:.1f}",
+                f"{t.partitions['join_to_first_record_s']:.1f}", f"{t.partitions['consume_mb_s']:,.1f}",
+                f"{t.partitions['rss_bytes'] / 2**20:,.0f}"] for t in many],
+              [f"{m0['partitions']:,} PARTITIONS", "CREATE s", "1ST RECORD EACH s", f"{m0['producers']} PRODUCERS MB/s",
+               "CPU s/GB", "JOIN->1ST s", f"{m0['consumers']} CONSUMERS MB/s", "RSS MiB"])
+        print(f"partitions: {m0['records']:,} records of 1 KiB round-robin over every partition; the group's rate "
+              "from its first record (join and initial rebalance delay apart)")
     if kafka is not None:
         print_goals(rows, kelp, kafka)
     for r in rows:
@@ -309,6 +345,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--latency-seconds", type=float, default=10.0,
                    help="seconds of end-to-end latency measurement per broker, after 2 s dropped (10; 0 skips)")
     p.add_argument("--latency-mb-s", type=float, default=20.0, help="offered rate of 1 KiB records, MB/s (20)")
+    p.add_argument("--idle-connections", type=int, default=5000,
+                   help="idle connections held open during a shorter latency run (5000; 0 skips)")
+    p.add_argument("--partition-records", type=int, default=10_000,
+                   help="1 KiB records per producer (10 of them) over 1,000 partitions (10000; 0 skips)")
     p.add_argument("--profile", nargs="?", const="kelp-broker.prof", metavar="FILE",
                    help="run the broker under cProfile, keep the stats in FILE (kelp-broker.prof), print hot spots")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
@@ -322,11 +362,13 @@ def main(argv: list[str] | None = None) -> int:
         rows, targets, prof = run(sizes=sizes, runs=max(1, args.runs),
                                   kafka_version=None if args.no_kafka else args.kafka_version,
                                   profile=Path(args.profile) if args.profile else None,
-                                  latency_mb_s=args.latency_mb_s, latency_s=args.latency_seconds, work=Path(tmp))
+                                  latency_mb_s=args.latency_mb_s, latency_s=args.latency_seconds,
+                                  idle_connections=args.idle_connections,
+                                  partition_records=args.partition_records, work=Path(tmp))
         if args.json:
             print(json.dumps({"rows": [{**asdict(r), "vs_kafka": r.vs_kafka} for r in rows],
                               "brokers": [{"name": t.name, "cold_start_s": t.cold_start_s,
-                                           "rss_after_bytes": t.rss_after_bytes, "latency": t.latency}
+                                           "rss_after_bytes": t.rss_after_bytes, "latency": t.latency, "idle": t.idle, "partitions": t.partitions}
                                           for t in targets]}, indent=2))
         else:
             if args.no_kafka:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Callable
 
 __all__ = ["create_topic", "end_offset", "produce", "consume"]
 
@@ -49,14 +50,18 @@ def end_offset(bootstrap: str, topic: str, partition: int = 0) -> int:
         consumer.close()
 
 
-def produce(bootstrap: str, topic: str, *, count: int, size: int, acks: int = 1) -> float:
+def produce(bootstrap: str, topic: str, *, count: int, size: int, acks: int = 1, partitions: int = 1,
+            first_partition: int = 0, start_gate: Callable[[], None] | None = None) -> float:
     """Seconds from the first `produce_batch()` to every record acknowledged (acks=1, or -1 = all).
 
-    The records go to partition 0 (the bench topics have one) in chunks of
-    pre-made message dicts through `produce_batch` (one C call per chunk
-    instead of one `produce()` per record); the queue holds the whole run, so
-    the loop never waits on it. `flush()` returns only once the broker
-    acknowledged every record.
+    The records go round-robin over partitions `first_partition`,
+    `first_partition + 1`, ... (mod `partitions`; partition 0 alone by
+    default, the bench topics have one) in chunks of pre-made message dicts
+    through `produce_batch` (one C call per chunk instead of one `produce()`
+    per record); the queue holds the whole run, so the loop never waits on
+    it. `flush()` returns only once the broker acknowledged every record.
+    `start_gate`, if given, is called just before the clock starts (to line
+    up producers in several processes).
     """
     from confluent_kafka import Producer
 
@@ -75,13 +80,15 @@ def produce(bootstrap: str, topic: str, *, count: int, size: int, acks: int = 1)
     })
     payload = os.urandom(size)
     chunk = 10_000
-    messages = [{"value": payload} for _ in range(chunk)]
+    messages = [{"value": payload, "partition": (first_partition + i) % partitions} for i in range(chunk)]
     produce_batch = producer.produce_batch
+    if start_gate is not None:
+        start_gate()
     start = time.perf_counter()
     sent = 0
     while sent < count:
         batch = messages if count - sent >= chunk else messages[: count - sent]
-        queued = produce_batch(topic, batch, partition=0)
+        queued = produce_batch(topic, batch)
         if queued != len(batch):
             # Some did not fit (or failed to queue): retry exactly those, after serving callbacks.
             retry = [m for m in batch if m.pop("_error", None) is not None]
@@ -89,7 +96,7 @@ def produce(bootstrap: str, topic: str, *, count: int, size: int, acks: int = 1)
                 raise RuntimeError(f"produce_batch queued {queued} of {len(batch)} but flagged {len(retry)}")
             while retry:
                 producer.poll(0.005)
-                produce_batch(topic, retry, partition=0)
+                produce_batch(topic, retry)
                 retry = [m for m in retry if m.pop("_error", None) is not None]
         sent += len(batch)
     left = producer.flush(120)

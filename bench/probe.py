@@ -18,7 +18,7 @@ import struct
 import time
 from pathlib import Path
 
-__all__ = ["tree_pids", "cpu_seconds", "rss_bytes", "metadata_brokers", "wait_serving"]
+__all__ = ["tree_pids", "cpu_seconds", "rss_bytes", "metadata_brokers", "recv_exactly", "wait_serving"]
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -83,13 +83,13 @@ def metadata_brokers(bootstrap: str, *, timeout_s: float = 2.0) -> int:
     body = struct.pack(">hhih", 3, 4, 1, len(client_id)) + client_id + struct.pack(">i?", 0, False)
     with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
         sock.sendall(struct.pack(">i", len(body)) + body)
-        head = _recv_exactly(sock, 4)
-        frame = _recv_exactly(sock, struct.unpack(">i", head)[0])
+        head = recv_exactly(sock, 4)
+        frame = recv_exactly(sock, struct.unpack(">i", head)[0])
     # correlation id (4), throttle_time_ms (4), brokers array length (4)
     return struct.unpack_from(">i", frame, 8)[0]
 
 
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+def recv_exactly(sock: socket.socket, n: int) -> bytes:
     buf = bytearray()
     while len(buf) < n:
         chunk = sock.recv(n - len(buf))

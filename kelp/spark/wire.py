@@ -192,7 +192,7 @@ class KafkaWire:
         self.brokers = {b.node_id: (b.host, b.port) for b in response.brokers}
         seen: dict[str, dict[int, PartitionInfo]] = {}
         for t in response.topics:
-            if t.error_code != NONE or t.name.startswith("__"):
+            if t.error_code != NONE or (topics is None and (t.is_internal or t.name.startswith("__"))):
                 continue
             seen[t.name] = {p.partition_index: PartitionInfo(t.name, p.partition_index, p.leader_id,
                                                              p.leader_epoch) for p in t.partitions}
