@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kelp.records import available_compressions, build_batch, iter_records
+from kelp.records import available_compressions, build_batch, iter_records, parse_batches
 from kelp.spark.codec import decode_columns, encode_batch
 from kelp.spark.offsets import OffsetRange, _split, from_json, rate_limit, to_json
 from kelp.spark.options import OptionError, parse_read_options, parse_write_options
@@ -34,11 +34,19 @@ def test_columns_keep_to_the_range_and_step_over_partial_batches() -> None:
     assert len(empty) == 0 and after == 13
 
 
-def test_encoded_batches_round_trip_with_null_keys_and_headers() -> None:
-    batch = encode_batch([None, b"k"], [b"v", None], [[("a", b"1")], []], timestamp_ms=123)
-    cols, _ = decode_columns(batch, 0, 10, include_headers=True)
-    assert (cols.keys, cols.values, cols.headers, cols.timestamps) == ([None, b"k"], [b"v", None], [[("a", b"1")], []],
-                                                                       [123, 123])
+@pytest.mark.parametrize("compression", available_compressions())
+def test_encoded_batches_are_valid_record_batches_that_kafka_pythons_codec_reads(compression) -> None:
+    keys = [None, b"k"] + [f"key-{i}".encode() for i in range(500)]
+    values = [b"v", None] + [bytes(i % 251 for _ in range(i * 41 % 20_000)) for i in range(500)]
+    headers = [[("a", b"1"), ("n", None)], []] + [[("h", b"x" * i)] if i % 7 == 0 else [] for i in range(500)]
+    batch = encode_batch(keys, values, headers, compression=compression, timestamp_ms=123)
+    info, = parse_batches(batch)  # sizes, magic and CRC32C checked
+    assert info.record_count == 502 and info.last_offset_delta == 501
+    expected = list(iter_records(batch))  # kafka-python's decoder
+    assert [r.key for r in expected] == keys and [r.value for r in expected] == values
+    assert [list(r.headers) for r in expected] == headers and {r.timestamp for r in expected} == {123}
+    cols, _ = decode_columns(batch, 0, 1000, include_headers=True)
+    assert (cols.keys, cols.values, cols.headers) == (keys, values, headers)
 
 
 def test_max_offsets_per_trigger_is_shared_in_proportion_to_backlog() -> None:
