@@ -96,6 +96,10 @@ def _violations(start: str, forbidden: tuple[str, ...]) -> list[str]:
         *[(m, tuple(n for n in NETWORKING if n != "socket") + ("kubernetes", "kopf", "kelp.operator.kube", "kelp.operator.brokers",
                             "kelp.operator.handlers", "kelp.broker.cluster"))
           for m in ("kelp.operator.builders", "kelp.operator.spec", "kelp.operator.status")],
+        # The Spark data source is a client: it speaks the Kafka protocol and never reaches into the broker.
+        ("kelp.spark", ("kelp.broker", "kelp.operator", "kelp.cli")),
+        # Its option rules and column codec run anywhere: no sockets, no Spark.
+        *[(m, NETWORKING + ("pyspark", "kelp.spark.wire")) for m in ("kelp.spark.codec", "kelp.spark.options")],
     ],
 )
 def test_layer_imports_only_downwards(layer: str, forbidden: tuple[str, ...]) -> None:
