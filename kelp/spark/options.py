@@ -93,7 +93,8 @@ class ReadOptions:
         if self.subscribe is not None:
             return name in self.subscribe
         if self.pattern is not None:
-            return re.fullmatch(self.pattern, name) is not None
+            # Spark's Kafka source matches topics with an unanchored search (Regex.findFirstIn), not a full match
+            return re.search(self.pattern, name) is not None
         return self.assign is not None and name in self.assign
 
     @property

@@ -171,12 +171,16 @@ class KafkaWire:
         return self._send(broker_id, address, request, version)
 
     # -- metadata --------------------------------------------------------
-    def refresh(self, topics: Iterable[str] | None = None) -> dict[str, dict[int, PartitionInfo]]:
-        """Load brokers and the partitions of `topics` (None: every topic); returns the topics seen."""
+    def refresh(self, topics: Iterable[str] | None = None, *,
+                auto_create: bool = False) -> dict[str, dict[int, PartitionInfo]]:
+        """Load brokers and the partitions of `topics` (None: every topic); returns the topics seen.
+
+        `auto_create` asks the broker to create missing topics, as a producer's metadata request does
+        (the broker decides, with `auto.create.topics.enable`)."""
         from kafka.protocol.metadata import MetadataRequest
 
         wanted = None if topics is None else [MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
-        request = MetadataRequest(topics=wanted, allow_auto_topic_creation=False,
+        request = MetadataRequest(topics=wanted, allow_auto_topic_creation=auto_create and topics is not None,
                                   include_topic_authorized_operations=False)
         last: Exception | None = None
         candidates = [(b, a) for b, a in self.brokers.items()] + [(("bootstrap", a), a) for a in self.bootstrap]

@@ -120,15 +120,22 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any]) -> int:
     return written
 
 
-def _partition_count(wire: KafkaWire, topic: str) -> int:
+def _partition_count(wire: KafkaWire, topic: str, *, wait_s: float = 10.0) -> int:
+    """The topic's partition count; a missing topic is created if the broker auto-creates topics (as
+    for Kafka's producer), waiting (bounded) until its partitions have leaders."""
     parts = wire.partitions.get(topic)
-    if parts is None:
-        wire.refresh([topic])
+    if parts is not None:
+        return len(parts)
+    deadline = time.monotonic() + wait_s
+    while True:
+        wire.refresh([topic], auto_create=True)
         parts = wire.partitions.get(topic)
-        if parts is None:
+        if parts and all(p.leader >= 0 for p in parts.values()):
+            return len(parts)
+        if time.monotonic() > deadline:
             raise WireError(f"topic {topic!r} does not exist on {wire.bootstrap[0][0]}:{wire.bootstrap[0][1]} "
-                            "(create it first, or let the broker auto-create topics)")
-    return len(parts)
+                            "and the broker did not create it (create it first, or enable auto.create.topics.enable)")
+        time.sleep(0.1)
 
 
 def _send(wire: KafkaWire, opts: WriteOptions, topic: str, partition: int, rows: list[int], keys: list,

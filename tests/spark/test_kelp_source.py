@@ -229,6 +229,16 @@ def test_the_sink_writes_keys_headers_and_partitions_as_sparks_kafka_sink_does(s
     with pytest.raises(Exception, match="'value' column"):
         spark.createDataFrame([("k",)], "key string").write.format("kelp").mode("append") \
             .option("kafka.bootstrap.servers", kelp.bootstrap).option("topic", "sink-kelp").save()
+    with pytest.raises(Exception, match="auto.create.topics.enable"):  # this broker does not auto-create
+        df.write.format("kelp").mode("append").option("kafka.bootstrap.servers", kelp.bootstrap) \
+            .option("topic", "no-such-topic").save()
+
+
+def test_the_sink_lets_a_broker_that_auto_creates_topics_create_one(spark, broker) -> None:
+    spark.createDataFrame([("k", "v")], "key string, value string").write.format("kelp").mode("append") \
+        .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", "made-by-the-sink").save()
+    got = reader(spark, "kelp", broker, subscribe="made-by-the-sink").collect()
+    assert [(r.key, r.value) for r in got] == [(b"k", b"v")]
 
 
 def test_stream_from_kelp_to_kelp(spark, kelp, tmp_path) -> None:

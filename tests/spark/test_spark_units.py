@@ -77,7 +77,7 @@ def test_read_option_rules() -> None:
     assert batch.subscribe == ("a", "b") and batch.starting.kind == "earliest" and batch.ending.kind == "latest"
     stream = parse_read_options({**B, "subscribePattern": "ev.*", "maxOffsetsPerTrigger": "10"}, streaming=True)
     assert stream.starting.kind == "latest" and stream.max_offsets_per_trigger == 10 and stream.topic_matches("events")
-    assert not stream.topic_matches("xev")
+    assert stream.topic_matches("xev") and not stream.topic_matches("other")  # Spark searches, unanchored
     spec = parse_read_options({**B, "assign": '{"a": [0, 1]}', "startingOffsets": '{"a": {"0": -2, "1": 7}}'},
                               streaming=True).starting
     assert spec.kind == "offsets" and spec.offsets == {"a": {0: -2, 1: 7}}
