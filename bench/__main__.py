@@ -8,8 +8,10 @@ median is reported: produce with acks=1 and with acks=all, then consume
 from offset 0, for 100 B and 1 KiB records, one partition, confluent-kafka
 as the client of both. Broker CPU is utime+stime of the broker's process
 tree read from /proc before and after each case, per GB of stored log.
-Also cold start (exec to the first Metadata response that lists the broker)
-and resident memory after the workload.
+Also cold start (exec to the first Metadata response that lists the broker),
+resident memory after the workload, end-to-end latency at a fixed rate
+(bench/latency.py), 1,000 partitions with 10 producers and a consumer group
+(bench/partitions.py) and 5,000 idle connections (bench/connections.py).
 
 The limit column is what the machine does without a broker, measured in
 the same run: writing the same log bytes sequentially in chunks of the
@@ -222,17 +224,17 @@ def run(*, sizes: dict[int, int], runs: int, kafka_version: str | None, profile:
             run_latency(targets, mb_s=latency_mb_s, seconds=latency_s)
         for t in targets:
             t.rss_after_bytes = probe.rss_bytes(t.pids())
+        if partition_records > 0:
+            from . import partitions
+
+            for t in targets:
+                t.partitions = partitions.run(t.bootstrap, t.pids, records=partition_records)
         if idle_connections > 0 and latency_s > 0:
             from . import connections
 
             for t in targets:
                 t.idle = connections.run(t.bootstrap, t.pids, count=idle_connections,
                                          latency_s=min(latency_s, IDLE_LATENCY_S), mb_s=latency_mb_s)
-        if partition_records > 0:
-            from . import partitions
-
-            for t in targets:
-                t.partitions = partitions.run(t.bootstrap, t.pids, records=partition_records)
     return rows, targets, prof
 
 
@@ -347,8 +349,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--latency-mb-s", type=float, default=20.0, help="offered rate of 1 KiB records, MB/s (20)")
     p.add_argument("--idle-connections", type=int, default=5000,
                    help="idle connections held open during a shorter latency run (5000; 0 skips)")
-    p.add_argument("--partition-records", type=int, default=10_000,
-                   help="1 KiB records per producer (10 of them) over 1,000 partitions (10000; 0 skips)")
+    p.add_argument("--partition-records", type=int, default=2_000,
+                   help="1 KiB records per producer (10 of them) over 1,000 partitions (2000; 0 skips)")
     p.add_argument("--profile", nargs="?", const="kelp-broker.prof", metavar="FILE",
                    help="run the broker under cProfile, keep the stats in FILE (kelp-broker.prof), print hot spots")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")

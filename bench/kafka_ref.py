@@ -180,7 +180,9 @@ class KafkaCluster:
 
     def start(self, *, timeout_s: float = 120.0) -> "KafkaCluster":
         libs = fetch(self.version)
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = "-"
+        while cluster_id.startswith("-"):  # as Kafka's Uuid.randomUuid(): a leading '-' reads as an option
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         node_dirs = [self.work / f"kafka-{i}" for i in range(self.nodes)]
         for i, node_dir in enumerate(node_dirs):
             (node_dir / "logs").mkdir(parents=True, exist_ok=True)
