@@ -19,6 +19,10 @@ broker's mean batch size (page cache, no fsync — like both brokers between
 flushes), and reading that file over loopback TCP with sendfile.
 MB/s is 10^6 bytes of stored log (batches as on disk) per second.
 
+After the broker cases: consumer groups (bench/groups.py), three brokers of
+each with RF=3 (bench/replication.py) and Spark reading and writing through
+`format("kelp")` beside `format("kafka")` (bench/spark.py).
+
 `--no-kafka` skips Apache Kafka (one line says so); `--profile` runs the
 Kelp broker under cProfile and prints its hottest functions.
 
@@ -358,6 +362,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="records of 100 B for the consumer-group figures (200000; 0 skips them)")
     p.add_argument("--replication-records", type=int, default=100_000,
                    help="records of 1 KiB for the three-broker replication figures (100000; 0 skips them)")
+    p.add_argument("--spark-records", type=int, default=300_000,
+                   help="records of 100 B Spark reads and writes through format(kelp) and format(kafka) "
+                        "(300000; 0 skips them)")
     args = p.parse_args(argv)
     sizes = {100: args.records_100, 1024: args.records_1k}
     with tempfile.TemporaryDirectory(prefix="kelp-bench-") as tmp:
@@ -398,6 +405,14 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 print("\nreplication (three brokers on this machine)")
                 replication.print_report(rep, rep_kafka)
+        if args.spark_records:
+            from . import spark
+
+            res = spark.run(records=args.spark_records, runs=max(1, args.runs), work=Path(tmp))
+            if args.json:
+                print(json.dumps({"spark": res}, indent=2))
+            else:
+                spark.print_report(res)
     return 0
 
 
