@@ -270,3 +270,52 @@ def test_kelp_reads_and_writes_a_replicated_topic_across_a_leader_failure(spark,
     got = (spark.read.format("kelp").option("kafka.bootstrap.servers", everyone).option("subscribe", "rep").load()
            .selectExpr("CAST(key AS STRING) AS k", "CAST(value AS STRING) AS v").collect())
     assert sorted((r.k, r.v) for r in got) == sorted((f"k{i}", f"v{i}") for i in range(300))
+
+
+def test_min_offsets_per_trigger_waits_for_enough_records_or_max_trigger_delay(kelp) -> None:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMinRows
+
+    from kelp.spark.options import parse_read_options
+    from kelp.spark.reader import KelpStreamReader
+
+    admin(kelp, "/topics", {"name": "minrows", "partitions": 1})
+    source = KelpStreamReader(parse_read_options({"kafka.bootstrap.servers": kelp.bootstrap, "subscribe": "minrows",
+                                                  "startingOffsets": "earliest", "minOffsetsPerTrigger": "5",
+                                                  "maxTriggerDelay": "300ms"}, streaming=True))
+    assert isinstance(source.getDefaultReadLimit(), ReadMinRows)
+    start = source.initialOffset()
+    assert start == {"minrows": {"0": 0}}
+    produce(kelp, "minrows", 0, [(None, b"x")] * 3)
+    assert source.latestOffset(start, ReadMinRows(5)) == start  # 3 < 5 and the delay has not passed
+    assert source.latestOffset(start, ReadAllAvailable()) == {"minrows": {"0": 3}}  # Trigger.Once ignores it
+    produce(kelp, "minrows", 0, [(None, b"x")] * 2)
+    end = source.latestOffset(start, ReadMinRows(5))
+    assert end == {"minrows": {"0": 5}}
+    produce(kelp, "minrows", 0, [(None, b"x")])
+    began = time.monotonic()
+    deadline = began + 10
+    while (nxt := source.latestOffset(end, ReadMinRows(5))) == end and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert nxt == {"minrows": {"0": 6}} and time.monotonic() - began >= 0.25  # released by maxTriggerDelay
+
+
+def test_available_now_never_reads_past_the_offsets_of_its_start(kelp) -> None:
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from kelp.spark.options import parse_read_options
+    from kelp.spark.reader import KelpStreamReader
+
+    admin(kelp, "/topics", {"name": "avnow", "partitions": 2})
+    for p in range(2):
+        produce(kelp, "avnow", p, [(None, b"x")] * 10)
+    source = KelpStreamReader(parse_read_options({"kafka.bootstrap.servers": kelp.bootstrap, "subscribe": "avnow",
+                                                  "startingOffsets": "earliest", "maxOffsetsPerTrigger": "8"},
+                                                 streaming=True))
+    source.prepareForTriggerAvailableNow()
+    produce(kelp, "avnow", 0, [(None, b"late")] * 5)  # after the query started: not this run's
+    offset, batches = source.initialOffset(), 0
+    while (nxt := source.latestOffset(offset, source.getDefaultReadLimit())) != offset and batches < 10:
+        assert sum(nxt["avnow"].values()) - sum(offset["avnow"].values()) <= 8
+        offset, batches = nxt, batches + 1
+    assert offset == {"avnow": {"0": 10, "1": 10}} and batches == 3
+    assert isinstance(source.getDefaultReadLimit(), ReadMaxRows)
