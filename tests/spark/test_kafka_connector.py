@@ -26,7 +26,8 @@ import pytest
 
 from tests.support.broker_process import BrokerProcess
 
-pytestmark = pytest.mark.clients
+# The first test also starts the JVM (SparkSession, one per tier): more than the default 120 s on a loaded machine.
+pytestmark = [pytest.mark.clients, pytest.mark.timeout(300)]
 
 QUERY_TIMEOUT_S = 60
 BASE_TS = 1_700_000_000_000

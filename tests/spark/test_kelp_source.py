@@ -22,7 +22,8 @@ from tests.broker.helpers import list_offset, produce as produce_batch
 from tests.support.broker_process import BrokerProcess
 from tests.support.kafka_wire import WireClient, make_batch
 
-pytestmark = [pytest.mark.clients]
+# The first test also starts the JVM (SparkSession, one per tier): more than the default 120 s on a loaded machine.
+pytestmark = [pytest.mark.clients, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")
