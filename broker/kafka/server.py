@@ -10,7 +10,11 @@ Receive path (the produce hot path): an `asyncio.BufferedProtocol` reads
 into a staging buffer until a frame's size is known; a frame bigger than
 what staging already holds gets a `bytearray` of exactly its size and the
 socket reads the rest straight into it (no StreamReader, no joins). Each
-frame is handed on as a writable memoryview the request owns.
+frame is handed on as a writable memoryview the request owns. The staging
+buffer is one per server, shared by every connection: the event loop calls
+`get_buffer`, reads the socket and calls `buffer_updated` in one step, so no
+two connections ever use it at once; a connection keeps only the bytes of an
+incomplete frame between reads, and an idle one holds no receive buffer.
 
 Failure policy: a frame with an impossible size, an undecodable header or an
 unknown API key is logged naming the client and the reason; the connection
@@ -56,8 +60,9 @@ class _Unsupported(Exception):
     pass
 
 
-# Reads land in this buffer first; a frame larger than what is already in it gets a
-# buffer of its own size, and the socket then reads the rest straight into it.
+# Reads land in this buffer first (one per server, shared by its connections); a frame
+# larger than it gets a buffer of its own size, and the socket then reads the rest
+# straight into that.
 STAGING_BYTES = 64 * 1024
 # Pause writing to the transport above this many queued bytes until it drains.
 WRITE_HIGH_WATER = 4 << 20
@@ -73,6 +78,8 @@ class KafkaServer:
         self.max_request_bytes = max_request_bytes
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[_Connection] = set()
+        self._staging = bytearray(STAGING_BYTES)
+        self._staging_view = memoryview(self._staging)
 
     @property
     def bound_port(self) -> int:
@@ -206,12 +213,15 @@ class KafkaServer:
 class _Connection(asyncio.BufferedProtocol):
     """One client connection: frames read into buffers of their own size, answered in order.
 
-    Receive: `get_buffer` hands the transport either the staging buffer (frame
-    headers and small frames, several per read) or, once a frame's size is
-    known and it does not fit what was already read, the rest of a
-    `bytearray` of exactly that frame's size, so large produce requests are
-    read with no intermediate copies. Each frame is dispatched as a writable
-    memoryview the request owns (the produce path rewrites offsets in place).
+    Receive: `get_buffer` hands the transport either the server's staging
+    buffer (frame headers and small frames, several per read), with the
+    bytes of this connection's incomplete frame, if any, copied to its front,
+    or, once a frame's size is known and it does not fit staging, the rest of
+    a `bytearray` of exactly that frame's size, so large produce requests are
+    read with no intermediate copies. Between reads a connection holds only
+    `_tail`, the bytes of an incomplete small frame (usually none). Each
+    frame is dispatched as a writable memoryview the request owns (the
+    produce path rewrites offsets in place).
     Pipelining: every request runs in its own task; the writer task sends
     the responses in arrival order. Reading pauses at MAX_IN_FLIGHT requests
     and while the socket's send buffer is over WRITE_HIGH_WATER.
@@ -221,21 +231,20 @@ class _Connection(asyncio.BufferedProtocol):
         self.server = server
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
-        self._staging = bytearray(STAGING_BYTES)
-        self._staging_view = memoryview(self._staging)
-        self._start = 0  # first unconsumed byte in staging
-        self._end = 0  # end of the bytes read into staging
+        self._tail = b""  # bytes of an incomplete frame that fits staging, kept between reads
         self._frame: bytearray | None = None  # a large frame being filled in place
         self._frame_view: memoryview | None = None
         self._frame_got = 0
         self._pending: deque = deque()
-        self._wake = asyncio.Event()
+        # Bare futures, made only while the writer waits (an idle connection holds none):
+        # `_wake` for a new item in `_pending`, `_drained` for the transport to drain.
+        self._wake: asyncio.Future | None = None
+        self._drained: asyncio.Future | None = None
         self._writer: asyncio.Task | None = None
         self._closed = False  # no more requests will be read
         self._lost = False
         self._paused = False
-        self._can_write = asyncio.Event()
-        self._can_write.set()
+        self._write_paused = False
 
     # -- transport callbacks ----------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -249,11 +258,12 @@ class _Connection(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame_view is not None:
             return self._frame_view[self._frame_got :]
-        if self._end == len(self._staging):  # compact: move the partial tail to the front
-            tail = self._end - self._start
-            self._staging[:tail] = self._staging[self._start : self._end]
-            self._start, self._end = 0, tail
-        return self._staging_view[self._end :]
+        # The shared staging buffer: valid until the `buffer_updated` that follows this call
+        # (the event loop makes both calls in one step). `_tail` stays authoritative until then.
+        tail = self._tail
+        if tail:
+            self.server._staging[: len(tail)] = tail
+        return self.server._staging_view[len(tail) :]
 
     def buffer_updated(self, nbytes: int) -> None:
         if self._frame is not None:
@@ -262,21 +272,21 @@ class _Connection(asyncio.BufferedProtocol):
                 frame = self._frame
                 self._frame = self._frame_view = None
                 self._frame_got = 0
-                if not self._handle_frame(frame):
-                    return
-            else:
-                return
-        else:
-            self._end += nbytes
-        self._parse_staging()
+                self._handle_frame(frame)
+            return
+        end = len(self._tail) + nbytes
+        self._tail = b""
+        self._parse_staging(end)
 
-    def _parse_staging(self) -> None:
-        staging = self._staging
+    def _parse_staging(self, end: int) -> None:
+        """Dispatch the whole frames in staging[:end]; keep an incomplete one in `_tail`."""
+        staging = self.server._staging
+        start = 0
         while not self._closed:
-            available = self._end - self._start
+            available = end - start
             if available < 4:
                 break
-            (size,) = SIZE.unpack_from(staging, self._start)
+            (size,) = SIZE.unpack_from(staging, start)
             if size < 8 or size > self.server.max_request_bytes:
                 log.warning(
                     "closing connection from %s: request size %d is outside 8..%d (socket.request.max.bytes)",
@@ -284,26 +294,26 @@ class _Connection(asyncio.BufferedProtocol):
                 )
                 self._close_after_responses()
                 return
-            begin = self._start + 4
+            begin = start + 4
             if available - 4 >= size:
                 frame = staging[begin : begin + size]  # small frame: one copy out of staging
-                self._start = begin + size
+                start = begin + size
                 if not self._handle_frame(frame):
                     return
                 continue
             if size > len(staging) - 4:
                 # Too big for staging: a buffer of the frame's size, filled in place from here on.
                 frame = bytearray(size)
-                got = self._end - begin
-                frame[:got] = staging[begin : self._end]
-                self._start = self._end = 0
+                got = end - begin
+                frame[:got] = staging[begin:end]
+                start = end
                 self._frame, self._frame_view, self._frame_got = frame, memoryview(frame), got
             break
-        if self._start == self._end:
-            self._start = self._end = 0
+        if start < end and not self._closed:
+            self._tail = bytes(self.server._staging_view[start:end])
 
     def eof_received(self) -> bool:
-        if self._frame is not None or self._end > self._start:
+        if self._frame is not None or self._tail:
             log.warning("connection from %s closed in the middle of a request", self.peer)
         self._close_after_responses()
         return True  # keep the transport open until the writer has sent what is in flight
@@ -311,19 +321,28 @@ class _Connection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
         self._closed = True
-        self._can_write.set()
+        self.resume_writing()
         self.server._connections.discard(self)
         for item in self._pending:
             if item is not None and not item.done():
                 item.cancel()
         self._pending.append(None)
-        self._wake.set()
+        self._notify()
 
     def pause_writing(self) -> None:
-        self._can_write.clear()
+        self._write_paused = True
 
     def resume_writing(self) -> None:
-        self._can_write.set()
+        self._write_paused = False
+        fut, self._drained = self._drained, None
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    def _notify(self) -> None:
+        """Wake the writer if it waits for an item in `_pending`."""
+        fut, self._wake = self._wake, None
+        if fut is not None and not fut.done():
+            fut.set_result(None)
 
     # -- requests -------------------------------------------------------
     def _handle_frame(self, frame: bytearray) -> bool:
@@ -333,7 +352,7 @@ class _Connection(asyncio.BufferedProtocol):
             self._close_after_responses()
             return False
         self._pending.append(item)
-        self._wake.set()
+        self._notify()
         if len(self._pending) >= MAX_IN_FLIGHT and not self._paused and self.transport is not None:
             self._paused = True
             self.transport.pause_reading()
@@ -350,7 +369,7 @@ class _Connection(asyncio.BufferedProtocol):
             except Exception:
                 pass
         self._pending.append(None)
-        self._wake.set()
+        self._notify()
 
     def abort(self) -> asyncio.Task | None:
         """Server stop: drop what is in flight and close now."""
@@ -368,11 +387,12 @@ class _Connection(asyncio.BufferedProtocol):
         pending = self._pending
         transport = self.transport
         assert transport is not None
+        loop = asyncio.get_running_loop()
         try:
             while True:
                 while not pending:
-                    self._wake.clear()
-                    await self._wake.wait()
+                    self._wake = loop.create_future()
+                    await self._wake
                 item = pending.popleft()
                 if self._paused and len(pending) < MAX_IN_FLIGHT // 2 and not self._closed:
                     self._paused = False
@@ -397,8 +417,9 @@ class _Connection(asyncio.BufferedProtocol):
                     return
                 if not await self._send(transport, out):
                     return
-                if not self._can_write.is_set():
-                    await self._can_write.wait()
+                if self._write_paused:
+                    self._drained = loop.create_future()
+                    await self._drained
         except (ConnectionError, asyncio.CancelledError):
             return
         finally:

@@ -109,3 +109,42 @@ async def test_oversized_or_undersized_frame_closes_after_answering_earlier_requ
         await asyncio.wait_for(conn._writer, 5)
         assert transport.written == [b"ok"] and transport.closed
         assert f"request size {bad} is outside 8..1000" in caplog.text
+
+
+async def test_connections_share_staging_and_keep_only_their_incomplete_frame() -> None:
+    """Reads of several connections interleave through one staging buffer; none mixes up another's bytes."""
+    server = KafkaServer(None, host="127.0.0.1", port=0, max_request_bytes=10 << 20)
+    seen: dict[str, list[bytes]] = {}
+
+    def dispatch(frame: memoryview, peer: str):
+        seen.setdefault(peer, []).append(bytes(frame))
+        fut = asyncio.get_running_loop().create_future()
+        fut.set_result(None)
+        return fut
+
+    server._dispatch = dispatch  # type: ignore[method-assign]
+    conns, streams = [], []
+    for i in range(3):
+        conn = _Connection(server)
+        conn.connection_made(_FakeTransport())
+        conn.peer = f"client-{i}"
+        conns.append(conn)
+        data, bodies = _frames([8 + i, 300, STAGING_BYTES - 4, 9, STAGING_BYTES + 50, 40_000 + i])
+        streams.append((data, bodies))
+    assert all(c._tail == b"" for c in conns)  # connected, nothing read: no receive buffer of its own
+    rng = random.Random(11)
+    positions = [0, 0, 0]
+    while any(positions[i] < len(streams[i][0]) for i in range(3)):
+        i = rng.randrange(3)
+        data = streams[i][0]
+        if positions[i] == len(data):
+            continue
+        buf = conns[i].get_buffer(-1)
+        take = min(len(buf), rng.randint(1, 5_000), len(data) - positions[i])
+        buf[:take] = data[positions[i] : positions[i] + take]
+        conns[i].buffer_updated(take)
+        positions[i] += take
+    for i, conn in enumerate(conns):
+        assert seen[f"client-{i}"] == streams[i][1]
+        assert conn._tail == b"" and conn._frame is None  # every frame whole: nothing held between reads
+        conn.abort()
