@@ -19,7 +19,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from kelp.errors import KelpError
+from kelp.errors import KelpError, OffsetNotAvailableError
 
 from .cluster.model import NO_LEADER, PartitionState
 from .producer_state import ProducerStateManager
@@ -163,6 +163,15 @@ class Partition:
             lg.high_watermark = new_hw
             return True
         return False
+
+    def require_end_offset_known(self) -> None:
+        """Kafka's rule (KIP-207): until a new leader's high watermark reaches the offset its epoch began
+        at, its "latest" (or an offset by time) could be below one a client already saw from the old
+        leader; such lookups get OFFSET_NOT_AVAILABLE, which clients retry."""
+        if self.high_watermark < self.epoch_start_offset:
+            raise OffsetNotAvailableError(
+                f"partition {self.name}: the new leader's high watermark {self.high_watermark} has not reached "
+                f"the start of its epoch {self.leader_epoch} at offset {self.epoch_start_offset} yet")
 
     def follow_high_watermark(self, leader_hw: int) -> bool:
         lg = self.log

@@ -729,6 +729,7 @@ class ReplicaManager:
         lg = part.log
         if timestamp == EARLIEST_TIMESTAMP:
             return lg.log_start_offset, -1
+        part.require_end_offset_known()
         if timestamp == LATEST_TIMESTAMP:
             return part.high_watermark, -1
         if timestamp == MAX_TIMESTAMP:

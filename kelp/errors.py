@@ -271,6 +271,14 @@ class UnknownLeaderEpochError(KelpError):
     http_status = 409
 
 
+class OffsetNotAvailableError(KelpError):
+    """A new leader's high watermark has not yet reached the offset its epoch began at (KIP-207): the
+    end offset it would answer could be lower than one a client already saw. Retriable."""
+
+    code = 78
+    http_status = 503
+
+
 class PreferredLeaderNotAvailableError(KelpError):
     code = 80
     http_status = 503

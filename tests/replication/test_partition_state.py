@@ -92,3 +92,19 @@ async def test_ack_waiters_complete_when_the_high_watermark_passes_them() -> Non
     assert early.done() and not late.done()
     part.become_follower(PartitionState((0, 1, 2), 1, 4, (1, 2), 8), NotLeaderOrFollowerError("moved"))
     assert isinstance(late.exception(), NotLeaderOrFollowerError)
+
+
+def test_a_new_leader_answers_offset_not_available_until_its_high_watermark_reaches_its_epoch_start() -> None:
+    """KIP-207: right after an election the new leader's high watermark may lag what the old leader had
+    committed; "latest" must not answer less than a client saw, so it is refused (retriably) until then."""
+    import pytest
+
+    from kelp.errors import OffsetNotAvailableError
+
+    part = leader(leo=10, hw=6, isr=(0, 1))
+    part.epoch_start_offset = 10
+    with pytest.raises(OffsetNotAvailableError, match="epoch"):
+        part.require_end_offset_known()
+    part.record_follower_fetch(1, 10, 2000)
+    assert part.maybe_advance_high_watermark() and part.high_watermark == 10
+    part.require_end_offset_known()
