@@ -20,8 +20,11 @@ flushes), and reading that file over loopback TCP with sendfile.
 MB/s is 10^6 bytes of stored log (batches as on disk) per second.
 
 After the broker cases: consumer groups (bench/groups.py), three brokers of
-each with RF=3 (bench/replication.py) and Spark reading and writing through
-`format("kelp")` beside `format("kafka")` (bench/spark.py).
+each with RF=3 (bench/replication.py), Spark reading and writing through
+`format("kelp")` beside `format("kafka")` (bench/spark.py), recovery after
+SIGKILL with N GB of log on disk (bench/recovery.py) and 1, 2, 4 Kelp
+brokers against one Kafka broker under the same client load
+(bench/scaling.py).
 
 `--no-kafka` skips Apache Kafka (one line says so); `--profile` runs the
 Kelp broker under cProfile and prints its hottest functions.
@@ -46,7 +49,7 @@ from typing import Callable
 
 from kelp.records import iter_headers
 
-from . import clients, probe, reference
+from . import clients, emit, probe, reference
 from .broker import BenchBroker
 
 LIMIT_GOAL = 0.40  # Kelp's share of the machine's limit on the 1 KiB cases
@@ -365,7 +368,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--spark-records", type=int, default=300_000,
                    help="records of 100 B Spark reads and writes through format(kelp) and format(kafka) "
                         "(300000; 0 skips them)")
+    p.add_argument("--recovery-gb", type=float, default=5.0,
+                   help="GB of 1 KiB records in one partition before the SIGKILL and restart of each broker "
+                        "(5; 0 skips)")
+    p.add_argument("--scaling-brokers", default="1,2,4",
+                   help="Kelp broker counts measured against one Kafka broker under the same load (1,2,4; empty skips)")
+    p.add_argument("--scaling-records", type=int, default=100_000,
+                   help="1 KiB records per producer process (4 of them) per scaling run (100000)")
     args = p.parse_args(argv)
+    scaling_brokers = [int(n) for n in args.scaling_brokers.split(",") if n.strip() and int(n) > 0]
     sizes = {100: args.records_100, 1024: args.records_1k}
     with tempfile.TemporaryDirectory(prefix="kelp-bench-") as tmp:
         rows, targets, prof = run(sizes=sizes, runs=max(1, args.runs),
@@ -413,6 +424,18 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps({"spark": res}, indent=2))
             else:
                 spark.print_report(res)
+        kafka_version = None if args.no_kafka else args.kafka_version
+        if args.recovery_gb > 0:
+            from . import recovery
+
+            rec = recovery.run(gb=args.recovery_gb, work=Path(tmp), kafka_version=kafka_version)
+            emit("recovery", rec, as_json=args.json, report=recovery.print_report)
+        if scaling_brokers and args.scaling_records > 0:
+            from . import scaling
+
+            sc = scaling.run(brokers=scaling_brokers, records=args.scaling_records, runs=max(1, args.runs),
+                             work=Path(tmp), kafka_version=kafka_version)
+            emit("scaling", sc, as_json=args.json, report=scaling.print_report)
     return 0
 
 

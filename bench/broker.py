@@ -72,6 +72,10 @@ class BenchBroker:
         ticks = os.sysconf("SC_CLK_TCK")
         return (int(fields[11]) + int(fields[12])) / ticks
 
+    def stderr_lines(self) -> list[str]:
+        """What the broker has written to stderr so far (WARNING and above)."""
+        return list(self._stderr)
+
     def _drain(self) -> None:
         assert self.proc is not None and self.proc.stderr is not None
         for line in self.proc.stderr:

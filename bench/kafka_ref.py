@@ -72,6 +72,11 @@ appender.err.layout.type = PatternLayout
 appender.err.layout.pattern = [%d] %p %m (%c)%n
 rootLogger.level = WARN
 rootLogger.appenderRef.err.ref = STDERR
+# Log loading at INFO (what recovery did, for bench/recovery.py): a few lines per log at start-up only.
+logger.loader.name = org.apache.kafka.storage.internals.log.LogLoader
+logger.loader.level = INFO
+logger.logmanager.name = org.apache.kafka.storage.internals.log.LogManager
+logger.logmanager.level = INFO
 """
 
 
@@ -201,13 +206,8 @@ class KafkaCluster:
         self.format_s = time.perf_counter() - t0
         try:
             t0 = time.perf_counter()
-            for i, d in enumerate(node_dirs):
-                gc_log = f"-Xlog:gc*:file={d / 'logs' / 'kafkaServer-gc.log'}:time,tags:filecount=10,filesize=100M"
-                proc = subprocess.Popen(self._java(libs, d, "kafka.Kafka", str(d / "server.properties"),
-                                                   jvm=(*JVM_FLAGS, gc_log)),
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-                self.procs.append(proc)
-                threading.Thread(target=self._drain, args=(proc, self._stderr[i]), daemon=True).start()
+            for i in range(self.nodes):
+                self.procs.append(self._spawn(libs, i))
             ready = probe.wait_serving(self.bootstrap, brokers=self.nodes, timeout_s=timeout_s,
                                        alive=lambda: all(p.poll() is None for p in self.procs))
             self.cold_start_s = ready - t0
@@ -218,6 +218,30 @@ class KafkaCluster:
                 raise RuntimeError(f"Apache Kafka {self.version} did not start: {exc}\n{tail}") from None
             raise
         return self
+
+    def _spawn(self, libs: Path, i: int) -> subprocess.Popen:
+        """Exec node `i`'s JVM on its (formatted) storage, its stderr drained into `self._stderr[i]`."""
+        d = self.work / f"kafka-{i}"
+        gc_log = f"-Xlog:gc*:file={d / 'logs' / 'kafkaServer-gc.log'}:time,tags:filecount=10,filesize=100M"
+        proc = subprocess.Popen(self._java(libs, d, "kafka.Kafka", str(d / "server.properties"),
+                                           jvm=(*JVM_FLAGS, gc_log)),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        threading.Thread(target=self._drain, args=(proc, self._stderr[i]), daemon=True).start()
+        return proc
+
+    def restart(self, node: int) -> float:
+        """Exec a stopped (or killed) node again on the same storage, same ports; the `perf_counter()` of the exec."""
+        if self.procs[node].poll() is None:
+            raise RuntimeError(f"Kafka node {node} is still running")
+        self._stderr[node].clear()
+        libs = fetch(self.version)
+        t0 = time.perf_counter()
+        self.procs[node] = self._spawn(libs, node)
+        return t0
+
+    def stderr_lines(self, node: int) -> list[str]:
+        """The node's last stderr lines (at most 200) since its last (re)start."""
+        return list(self._stderr[node])
 
     @staticmethod
     def _drain(proc: subprocess.Popen, sink: list[str]) -> None:

@@ -17,8 +17,10 @@ import socket
 import struct
 import time
 from pathlib import Path
+from typing import Callable
 
-__all__ = ["tree_pids", "cpu_seconds", "rss_bytes", "metadata_brokers", "recv_exactly", "wait_serving"]
+__all__ = ["tree_pids", "cpu_seconds", "rss_bytes", "metadata_brokers", "latest_offset", "recv_exactly", "poll_until",
+           "wait_serving"]
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -89,6 +91,25 @@ def metadata_brokers(bootstrap: str, *, timeout_s: float = 2.0) -> int:
     return struct.unpack_from(">i", frame, 8)[0]
 
 
+def latest_offset(bootstrap: str, topic: str, partition: int = 0, *, timeout_s: float = 2.0) -> tuple[int, int]:
+    """(error code, offset) of a ListOffsets v2 "latest" (-1) for one partition, read_uncommitted: the high watermark.
+
+    v2 because Kafka 4 answers v1 onwards and its response is not yet the
+    flexible encoding (v6+); hand-encoded like `metadata_brokers`.
+    """
+    host, _, port = bootstrap.split(",")[0].rpartition(":")
+    client_id, name = b"kelp-bench-probe", topic.encode()
+    body = (struct.pack(">hhih", 2, 2, 1, len(client_id)) + client_id
+            + struct.pack(">ibih", -1, 0, 1, len(name)) + name + struct.pack(">iiq", 1, partition, -1))
+    with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
+        sock.sendall(struct.pack(">i", len(body)) + body)
+        frame = recv_exactly(sock, struct.unpack(">i", recv_exactly(sock, 4))[0])
+    # correlation id (4), throttle_time_ms (4), topics (4), name (2 + n), partitions (4), partition (4)
+    at = 12 + 2 + struct.unpack_from(">h", frame, 12)[0] + 4 + 4
+    error, _timestamp, offset = struct.unpack_from(">hqq", frame, at)
+    return error, offset
+
+
 def recv_exactly(sock: socket.socket, n: int) -> bytes:
     buf = bytearray()
     while len(buf) < n:
@@ -99,22 +120,35 @@ def recv_exactly(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-def wait_serving(bootstrap: str, *, brokers: int = 1, timeout_s: float = 60.0, alive=lambda: True) -> float:
-    """Poll with Metadata until it lists `brokers` brokers; the `time.perf_counter()` at which it did.
+def poll_until(check: Callable[[], str | None], *, what: str, timeout_s: float = 60.0,
+               alive: Callable[[], bool] = lambda: True, interval_s: float = 0.02) -> float:
+    """Call `check()` until it returns None; the `time.perf_counter()` at which it did.
 
-    `alive()` is asked between attempts so a broker that died is reported at once, not after the timeout.
+    `check()` returns what it saw while not there yet (an OSError counts as
+    not yet, so a port still closed is polled again); `alive()` is asked
+    between attempts so a broker that died is reported at once, not after
+    the timeout. `what` names the wait in the errors.
     """
     deadline = time.monotonic() + timeout_s
     last: Exception | str = "no answer"
     while time.monotonic() < deadline:
         try:
-            seen = metadata_brokers(bootstrap)
-            if seen >= brokers:
+            seen = check()
+            if seen is None:
                 return time.perf_counter()
-            last = f"Metadata lists {seen} of {brokers} brokers"
+            last = seen
         except OSError as exc:
             last = exc
         if not alive():
-            raise RuntimeError(f"broker at {bootstrap} exited before serving ({last})")
-        time.sleep(0.02)
-    raise RuntimeError(f"broker at {bootstrap} not serving within {timeout_s:.0f} s ({last})")
+            raise RuntimeError(f"{what}: the broker exited first ({last})")
+        time.sleep(interval_s)
+    raise RuntimeError(f"{what}: not within {timeout_s:.0f} s ({last})")
+
+
+def wait_serving(bootstrap: str, *, brokers: int = 1, timeout_s: float = 60.0, alive=lambda: True) -> float:
+    """Poll with Metadata until it lists `brokers` brokers; the `time.perf_counter()` at which it did."""
+    def check() -> str | None:
+        seen = metadata_brokers(bootstrap)
+        return None if seen >= brokers else f"Metadata lists {seen} of {brokers} brokers"
+
+    return poll_until(check, what=f"broker at {bootstrap} serving", timeout_s=timeout_s, alive=alive)
