@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import fcntl
 import json
 import os
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
+
+from .file_lock import exclusive
 
 
 class LeaseConflict(Exception):
@@ -101,8 +102,7 @@ class FileLeaseBackend(LeaseBackend):
         return replace(r, version=str(version))
 
     def _cas(self, r: LeaseRecord, create: bool) -> LeaseRecord:
-        with open(self.dir / ".lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with exclusive(self.dir / ".lock"):
             cur = self._read(self._path(r.name))
             if create:
                 if cur is not None:
@@ -128,8 +128,7 @@ class FileLeaseBackend(LeaseBackend):
 
     async def delete(self, name: str) -> None:
         def run() -> None:
-            with open(self.dir / ".lock", "a") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
+            with exclusive(self.dir / ".lock"):
                 self._path(name).unlink(missing_ok=True)
         await asyncio.to_thread(run)
 

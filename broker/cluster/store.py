@@ -7,7 +7,7 @@ the version it read, so a deposed controller's stale write fails with
 per topic plus one for the cluster (the producer-id block counter) — so no
 object grows with the cluster. Two backends: `FileMetadataStore` (JSON files
 under `<cluster.dir>/metadata`, fsynced and atomically replaced, CAS under
-flock) and `kube_store.KubeMetadataStore` (ConfigMaps). I/O runs in worker
+flock with a bounded wait) and `kube_store.KubeMetadataStore` (ConfigMaps). I/O runs in worker
 threads.
 """
 from __future__ import annotations
@@ -47,10 +47,12 @@ class MetadataStore(abc.ABC):
 
 
 import asyncio as _asyncio
-import fcntl as _fcntl
 import json as _json
 import os as _os
+import threading as _threading
 from pathlib import Path as _Path
+
+from .file_lock import exclusive
 
 
 class FileMetadataStore(MetadataStore):
@@ -69,25 +71,33 @@ class FileMetadataStore(MetadataStore):
         return Versioned(d["doc"], str(d["version"]))
 
     def _cas(self, name, doc, expected):
-        with open(self.dir / ".lock", "a") as lock:
-            _fcntl.flock(lock, _fcntl.LOCK_EX)
-            p = self._p(name)
-            cur = self._read(p)
-            if (cur.version if cur else None) != expected:
-                raise StoreConflict(f"{name}: expected {expected}, found {cur.version if cur else None}")
-            if doc is None:
+        """Compare-and-swap one document. The new version is written and fsynced to a private file
+        first; only the read-compare-rename runs under the lock (bounded wait, `file_lock`)."""
+        p = self._p(name)
+        if doc is None:
+            with exclusive(self.dir / ".lock"):
+                cur = self._read(p)
+                if (cur.version if cur else None) != expected:
+                    raise StoreConflict(f"{name}: expected {expected}, found {cur.version if cur else None}")
                 p.unlink()
-                self._fsync_dir(p.parent)
-                return ""
-            v = int(cur.version) + 1 if cur else 1
-            tmp = p.with_suffix(".tmp")
-            with open(tmp, "w") as fh:
-                _json.dump({"version": v, "doc": doc}, fh)
-                fh.flush()
-                _os.fsync(fh.fileno())
-            _os.replace(tmp, p)
             self._fsync_dir(p.parent)
-            return str(v)
+            return ""
+        v = int(expected) + 1 if expected is not None else 1
+        tmp = p.with_name(f"{p.name}.{_os.getpid()}.{_threading.get_ident()}.tmp")
+        with open(tmp, "w") as fh:
+            _json.dump({"version": v, "doc": doc}, fh)
+            fh.flush()
+            _os.fsync(fh.fileno())
+        try:
+            with exclusive(self.dir / ".lock"):
+                cur = self._read(p)
+                if (cur.version if cur else None) != expected:
+                    raise StoreConflict(f"{name}: expected {expected}, found {cur.version if cur else None}")
+                _os.replace(tmp, p)
+        finally:
+            tmp.unlink(missing_ok=True)
+        self._fsync_dir(p.parent)
+        return str(v)
 
     @staticmethod
     def _fsync_dir(directory) -> None:

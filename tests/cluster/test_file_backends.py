@@ -61,3 +61,38 @@ def test_processes_racing_on_one_directory_elect_one(tmp_path) -> None:
         p.join(30)
     wins = [out.get(timeout=5) for _ in procs]
     assert wins.count(True) == 1
+
+
+async def test_a_lock_held_by_a_stopped_process_fails_writes_after_a_bounded_wait(tmp_path, monkeypatch) -> None:
+    """A broker SIGSTOPped while holding the cluster directory's lock must not hang every other broker's
+    lease renewals and the controller's writes (the fault-injection flake): they fail after a bounded
+    wait, and succeed again once the lock is free."""
+    import fcntl
+    import time
+
+    import pytest
+
+    from kelp.broker.cluster import file_lock
+    from kelp.broker.cluster.leases import LeaseRecord
+
+    store, leases = FileMetadataStore(tmp_path), FileLeaseBackend(tmp_path)
+    v1 = await store.put_topic("t", {"name": "t"}, expected_version=None)
+    rec = await leases.create(LeaseRecord("kelp-l", "a", 1, 1, 3000, 0, {}))
+    real = file_lock.exclusive
+    monkeypatch.setattr("kelp.broker.cluster.store.exclusive", lambda p: real(p, timeout_s=0.3))
+    monkeypatch.setattr("kelp.broker.cluster.leases.exclusive", lambda p: real(p, timeout_s=0.3))
+    for lock_path in (tmp_path / "metadata" / ".lock", tmp_path / "leases" / ".lock"):
+        with open(lock_path, "a") as held:  # another open file description: as another process's lock
+            fcntl.flock(held, fcntl.LOCK_EX)
+            began = time.monotonic()
+            with pytest.raises(file_lock.LockTimeout, match="stayed locked"):
+                if lock_path.parent.name == "metadata":
+                    await store.put_topic("t", {"name": "t", "x": 1}, expected_version=v1)
+                else:
+                    await leases.update(rec)
+            assert time.monotonic() - began < 5
+    v2 = await store.put_topic("t", {"name": "t", "x": 2}, expected_version=v1)
+    _, topics = await store.load()
+    assert topics["t"].doc == {"name": "t", "x": 2} and topics["t"].version == v2
+    assert list((tmp_path / "metadata" / "topics").glob("*.tmp")) == []  # the failed write left nothing behind
+    assert (await leases.update(rec)).version != rec.version
