@@ -169,3 +169,37 @@ def test_leftover_temp_files_are_removed(tmp_path, clock) -> None:
     assert "partition.checkpoint.tmp" not in names
     assert "00000000000000999999.index" not in names
     assert len(log_files(directory, ".log")) == len(log.segments)
+
+
+def test_rolled_segments_are_fsynced_in_the_background_so_a_crash_rescans_only_the_active_one(
+        tmp_path, clock, monkeypatch) -> None:
+    """Without flush.ms/flush.messages the recovery point must still follow rolled segments (Kafka
+    flushes a segment when it rolls, off the append path): otherwise every crash rescans the whole log."""
+    from kelp.broker.storage.log_manager import LogManager
+
+    log, values = _crashed_log(tmp_path, clock, count=40)
+    active = log.segments[-1].base_offset
+    assert len(log.segments) >= 4 and log.recovery_point < active
+    flushed: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (flushed.append(fd), real(fd))[1])
+    assert log.flush_rolled() is True
+    assert log.recovery_point == active < log.log_end_offset  # the active segment is flush.ms's business
+    assert flushed
+    assert log.flush_rolled() is False  # nothing rolled since: no fsync
+    scanned: list[int] = []
+    from kelp.broker.storage import loader
+
+    real_scan = loader._scan
+    monkeypatch.setattr(loader, "_scan", lambda path, start: (scanned.append(int(path.name.split(".")[0])),
+                                                               real_scan(path, start))[1])
+    again = _reopen(tmp_path, clock)  # the crash: the first Log was never closed
+    assert scanned == [active]
+    assert [r.value for r in read_all(again)] == values
+    # the broker's periodic task reaches it through the log manager, with flush.ms off (the default)
+    manager = LogManager([tmp_path / "managed"], CONFIG, clock=clock)
+    managed = manager.get_or_create("m", 0)
+    for value in values:
+        managed.append_as_leader(batch(value), leader_epoch=0)
+    assert manager.flush_by_time() == 1
+    assert managed.recovery_point == managed.segments[-1].base_offset > 0
