@@ -329,6 +329,9 @@ def print_goals(rows: list[Row], kelp: Target, kafka: Target) -> None:
           + (f" (below on {', '.join(slower)})" if slower else ""))
     print(f"goal produce CPU/GB <= 0.5x Kafka's: {_verdict(cpu <= 0.5)} (worst {cpu:.2f}x)")
     print(f"goal cold start <= 0.3x Kafka's: {_verdict(start <= 0.3)} ({start:.2f}x)")
+    if kelp.partitions and kafka.partitions:
+        rss = kelp.partitions["rss_bytes"] / kafka.partitions["rss_bytes"]
+        print(f"goal RSS with 1,000 partitions <= 0.1x Kafka's: {_verdict(rss <= 0.1)} ({rss:.3f}x)")
     if kelp.latency:
         p99 = kelp.latency["p99_ms"]
         print(f"goal p99 end-to-end latency <= {LATENCY_P99_GOAL_MS} ms: {_verdict(p99 <= LATENCY_P99_GOAL_MS)} "
@@ -341,7 +344,38 @@ def print_profile(path: Path, *, top: int = 25) -> None:
     stats.strip_dirs().sort_stats("tottime").print_stats(top)
 
 
+class _GoalTee:
+    """stdout that also keeps every line naming a goal, for the one-screen summary at the end."""
+
+    def __init__(self, out) -> None:
+        self.out, self.lines, self._partial = out, [], ""
+
+    def write(self, text: str) -> int:
+        self.out.write(text)
+        *done, self._partial = (self._partial + text).split("\n")
+        self.lines += [line.strip() for line in done if "goal" in line.lower()]
+        return len(text)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
 def main(argv: list[str] | None = None) -> int:
+    tee = _GoalTee(sys.stdout)
+    sys.stdout = tee
+    try:
+        code = _main(argv)
+    finally:
+        sys.stdout = tee.out
+    if tee.lines and "--json" not in (argv if argv is not None else sys.argv[1:]):
+        print(f"\nSUMMARY — every goal of this run ({os.cpu_count()} CPUs, load average "
+              f"{os.getloadavg()[0]:.1f} at the end)")
+        for line in tee.lines:
+            print(f"  {line}")
+    return code
+
+
+def _main(argv: list[str] | None = None) -> int:
     from .kafka_ref import KAFKA_VERSION
 
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
