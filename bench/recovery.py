@@ -20,13 +20,14 @@ to the record count (the partition led, its log loaded, its high watermark
 restored); one Fetch of the last record then checks the data, untimed.
 
 What each broker had to recover is read from its files at each kill: the
-recovery point it stored (Kelp: `partition.checkpoint`, advanced only by a
-flush; Kafka: `recovery-point-offset-checkpoint`, written every 60 s,
+recovery point it stored (Kelp: `partition.checkpoint`, advanced once rolled
+segments are fsynced in the background, and by flushes; Kafka:
+`recovery-point-offset-checkpoint`, written every 60 s,
 `log.flush.offset.checkpoint.interval.ms`) and the log bytes from the
 segment holding it to the end — the tail both rescan batch by batch (CRC) —
 plus what Kafka's log loader reports (`Recovering unflushed segment`,
 `Loaded N logs in T ms`). Both keep their default flush policy (no periodic
-fsync).
+fsync of the active segment).
 
 `python -m bench.recovery [--gb N]` runs it alone; `make bench` runs it after
 the broker cases (`--recovery-gb`, 0 skips).
@@ -362,14 +363,14 @@ def print_report(res: dict[str, Any]) -> None:
     print_table(rows, ["BROKER", "RESTART AFTER", "LOG GB", "RECOVERY POINT", "TAIL TO SCAN GB", "EXEC -> SERVING s",
                        "WHAT IT DID"])
     kelp, kafka = res["kelp"], res.get("kafka")
-    if kelp["warm"]["recovery_point"] < res["records"] and kelp["warm"]["segments"] > 1:
-        print(f"Kelp rescanned its whole log ({kelp['warm']['segments']} segments): its recovery point advances only "
-              "when a flush runs (flush.ms / flush.messages), and by default none does; Kafka fsyncs each rolled "
-              "segment in the background and stores its recovery point every 60 s, so a long-lived Kafka log "
-              "rescans about its active segment" + ("" if not kafka or kafka["warm"]["recovery_point"] else
-                                                   " (here Kafka had not stored one yet: this fill took < 60 s)"))
+    if kelp["warm"]["recovery_point"] == 0 and kelp["warm"]["segments"] > 1:
+        print(f"Kelp rescanned its whole log ({kelp['warm']['segments']} segments): no rolled segment had been "
+              "fsynced yet (the periodic task does it within about a second of a roll)")
+    if kafka and not kafka["warm"]["recovery_point"]:
+        print("Kafka rescanned its whole log: it stores its recovery point every 60 s and this fill took less")
     print("recovery point: the stored offset below which the log is known flushed (Kelp: partition.checkpoint, "
-          "advanced only by a flush; Kafka: recovery-point-offset-checkpoint, written every 60 s); both rescan "
+          "advanced when rolled segments are fsynced, about a second after each roll, and by flushes; Kafka: "
+          "recovery-point-offset-checkpoint, written every 60 s); both rescan "
           "from the segment holding it (CRC of every batch). Cold: the data dir fsynced and dropped from the page "
           "cache (POSIX_FADV_DONTNEED) before the exec, as after a machine crash")
     if kafka:
