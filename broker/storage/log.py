@@ -675,13 +675,7 @@ class Log:
                 end = self.log_end_offset
                 pending = self._segments[self._segment_index_for(self._recovery_point):] if self._recovery_point < end else []
                 flushed_records = self._unflushed_records
-            for segment in pending:
-                try:
-                    segment.flush()
-                except OSError as exc:
-                    if segment.closed:  # deleted by retention or swapped by the cleaner meanwhile
-                        continue
-                    raise KafkaStorageError(f"{self.name}: fsync of {segment.log_path} failed: {exc}") from exc
+            self._fsync_segments(pending)
             with self._lock:
                 if self._closed:
                     return
@@ -690,6 +684,16 @@ class Log:
                 self._last_flush_ms = self._now_ms()
                 values = self._checkpoint_values()
             self._write_checkpoint_values(values)
+
+    def _fsync_segments(self, segments: list) -> None:
+        """fsync each segment, without the log lock; one deleted or swapped meanwhile is skipped."""
+        for segment in segments:
+            try:
+                segment.flush()
+            except OSError as exc:
+                if segment.closed:  # deleted by retention or swapped by the cleaner meanwhile
+                    continue
+                raise KafkaStorageError(f"{self.name}: fsync of {segment.log_path} failed: {exc}") from exc
 
     def flush_rolled(self) -> bool:
         """fsync the segments rolled since the recovery point and move it to the active segment's base.
@@ -708,13 +712,7 @@ class Log:
                 if self._recovery_point >= target:
                     return False
                 pending = self._segments[self._segment_index_for(self._recovery_point):-1]
-            for segment in pending:
-                try:
-                    segment.flush()
-                except OSError as exc:
-                    if segment.closed:  # deleted by retention or swapped by the cleaner meanwhile
-                        continue
-                    raise KafkaStorageError(f"{self.name}: fsync of {segment.log_path} failed: {exc}") from exc
+            self._fsync_segments(pending)
             with self._lock:
                 if self._closed:
                     return False
