@@ -18,6 +18,7 @@ import sys
 from kelp.errors import ConfigError
 
 from .app import Broker
+from .cluster.rack import RackLookupError
 from .config import BrokerConfig
 
 __all__ = ["main", "build_parser"]
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"kelp broker: configuration error: {exc}", file=sys.stderr)
         return 2
-    except OSError as exc:
+    except (OSError, RackLookupError) as exc:
         print(f"kelp broker: cannot start: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -79,7 +79,7 @@ class Broker:
         ks = self.kafka_server
         endpoint = BrokerEndpoint(
             id=cfg.broker_id, host=ks.advertised_host, port=ks.advertised_port or ks.port,
-            http_host=self.advertised_http_host, http_port=self.http_port or 0, rack=cfg["broker.rack"] or None,
+            http_host=self.advertised_http_host, http_port=self.http_port or 0, rack=await self._rack(),
         )
         self.cluster = ClusterMember(self)
         self.topics.cluster = self.cluster
@@ -97,6 +97,21 @@ class Broker:
             f"{self.http_host}:{self.http_port}" if self.http_port is not None else "off",
             ", ".join(str(d) for d in cfg.log_dirs),
         )
+
+    async def _rack(self) -> str | None:
+        """`broker.rack`, else the value of the `broker.rack.node.label` label on this pod's node (rack.py)."""
+        cfg = self.config
+        if cfg["broker.rack"] or not cfg["broker.rack.node.label"]:
+            return cfg["broker.rack"] or None
+        from .cluster.kube_api import api_client_from
+        from .cluster.rack import rack_from_node
+
+        rack = await asyncio.to_thread(
+            rack_from_node, lambda: api_client_from(kubeconfig=cfg["kube.config"] or None),
+            cfg["kube.node.name"], cfg["broker.rack.node.label"])
+        log.info("broker %d: rack %s (node %s, label %s)", cfg.broker_id, rack or "unset",
+                 cfg["kube.node.name"], cfg["broker.rack.node.label"])
+        return rack
 
     @property
     def advertised_http_host(self) -> str:

@@ -166,6 +166,8 @@ BROKER_KEYS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "kube.namespace": (_str, ""),
     "kube.config": (_str, ""),
     "broker.rack": (_str, ""),
+    "broker.rack.node.label": (_str, ""),
+    "kube.node.name": (_str, ""),
     "broker.id.from.hostname": (parse_bool, False),
     "lease.duration.ms": (_positive, 3000),
     "lease.renew.interval.ms": (_positive, 1000),

@@ -12,7 +12,8 @@ What the broker pods rely on (see docs/operator.md): pod `<cluster>-<n>` is
 broker n (`broker.id.from.hostname`); it advertises its per-pod DNS name on
 the headless Service, or its pod IP; it elects the controller through Lease
 objects and keeps cluster metadata in ConfigMaps (its Role allows exactly
-that, plus reading pods); SIGTERM, after the preStop hook asks for a
+that, plus reading pods; with `rack.topologyKey`, rack.py adds a ClusterRole
+to read their node's labels); SIGTERM, after the preStop hook asks for a
 controlled shutdown, moves leadership away before the process exits.
 
 Pure: imports no Kubernetes client and does no I/O.
@@ -25,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from .rack import rack_env, rack_manifests, rack_spread
 from .spec import CONFIG_DIR, DATA_DIR, ClusterSpec
 
 __all__ = ["GROUP", "VERSION", "API_VERSION", "KELP_UID", "cluster_children", "labels_for", "selector_for",
@@ -128,7 +130,7 @@ def _env(spec: ClusterSpec) -> list[dict[str, Any]]:
     else:
         env.append({"name": "KELP_ADVERTISED_HOST",
                     "value": f"$(POD_NAME).{spec.headless_service}.{spec.namespace}.svc"})
-    return env
+    return env + rack_env(spec)
 
 
 def broker_container(spec: ClusterSpec) -> dict[str, Any]:
@@ -175,7 +177,8 @@ def stateful_set(spec: ClusterSpec, *, replicas: int | None = None) -> dict[str,
         # Spread brokers over nodes when there are several; a one-node cluster still schedules.
         "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
                                        "whenUnsatisfiable": "ScheduleAnyway",
-                                       "labelSelector": {"matchLabels": selector_for(spec)}}],
+                                       "labelSelector": {"matchLabels": selector_for(spec)}}]
+                                     + rack_spread(spec, selector_for(spec)),
     }
     return {
         "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": _meta(spec, spec.name),
@@ -202,5 +205,6 @@ def stateful_set(spec: ClusterSpec, *, replicas: int | None = None) -> dict[str,
 
 def cluster_children(spec: ClusterSpec, *, replicas: int | None = None) -> list[dict[str, Any]]:
     """Every child of a Cluster, in the order they should be applied."""
-    return [service_account(spec), role(spec), role_binding(spec), config_map(spec), headless_service(spec),
+    return [service_account(spec), role(spec), role_binding(spec), *rack_manifests(spec), config_map(spec),
+            headless_service(spec),
             client_service(spec), stateful_set(spec, replicas=replicas), pod_disruption_budget(spec)]

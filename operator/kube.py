@@ -33,15 +33,21 @@ KINDS: dict[str, tuple[str, str]] = {
     "StatefulSet": ("apis/apps/v1", "statefulsets"),
     "PodDisruptionBudget": ("apis/policy/v1", "poddisruptionbudgets"),
     "Lease": ("apis/coordination.k8s.io/v1", "leases"),
+    "ClusterRole": ("apis/rbac.authorization.k8s.io/v1", "clusterroles"),
+    "ClusterRoleBinding": ("apis/rbac.authorization.k8s.io/v1", "clusterrolebindings"),
     "Cluster": ("apis/kelp.dev/v1alpha1", "clusters"),
     "Topic": ("apis/kelp.dev/v1alpha1", "topics"),
     "ConsumerGroup": ("apis/kelp.dev/v1alpha1", "consumergroups"),
 }
 
 
+# Kinds without a namespace: their paths have none (the namespace argument is ignored).
+CLUSTER_SCOPED = frozenset({"ClusterRole", "ClusterRoleBinding"})
+
+
 def resource_path(kind: str, namespace: str, name: str | None = None) -> str:
     prefix, plural = KINDS[kind]
-    path = f"/{prefix}/namespaces/{namespace}/{plural}"
+    path = f"/{prefix}/{plural}" if kind in CLUSTER_SCOPED else f"/{prefix}/namespaces/{namespace}/{plural}"
     return f"{path}/{name}" if name else path
 
 
@@ -55,7 +61,7 @@ class KubeClient:
     async def apply(self, manifest: Mapping[str, Any]) -> dict:
         meta = manifest["metadata"]
         return await self._call(
-            "PATCH", resource_path(manifest["kind"], meta["namespace"], meta["name"]), body=dict(manifest),
+            "PATCH", resource_path(manifest["kind"], meta.get("namespace", ""), meta["name"]), body=dict(manifest),
             query=[("fieldManager", FIELD_MANAGER), ("force", "true")], content_type="application/apply-patch+yaml")
 
     async def get(self, kind: str, namespace: str, name: str) -> dict | None:

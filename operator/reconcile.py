@@ -24,6 +24,7 @@ from .brokers import AdminError, BrokerAdmin
 from .builders import cluster_children, selector_for
 from .kube import KubeClient
 from .plans import DrainBlocked, drain_plan, next_restart, rebalance_plan
+from .rack import rack_condition
 from .spec import ClusterSpec, SpecError
 from .status import Observed, cluster_status, condition, group_status, topic_status
 
@@ -211,12 +212,9 @@ async def reconcile_cluster(body: Mapping[str, Any], kube: KubeClient, admin_for
                                    sts_generation_current=current_gen and replicas == spec.brokers)
     if note is not None:
         conds = [c for c in conds if c["type"] != "Progressing"] + [note]
-    if spec.rack_topology_key:
-        # Not wired yet (a broker cannot read its node's labels through its namespaced Role): say so
-        # rather than let the spec suggest rack-aware placement that is not happening.
-        conds.append(condition("RackAware", False, "TopologyKeyNotApplied",
-                               f"spec.rack.topologyKey {spec.rack_topology_key!r} is not applied yet: brokers run "
-                               "without broker.rack and replica placement ignores racks"))
+    rack = rack_condition(spec, observed)
+    if rack is not None:
+        conds.append(rack)
     return status, conds
 
 

@@ -22,11 +22,12 @@ import aiohttp
 
 from .brokers import BrokerAdmin, broker_urls
 from .kube import KubeClient
+from .rack import BINDING_LABEL, orphaned_bindings
 from .reconcile import AdminFactory, reconcile_cluster, reconcile_group, reconcile_topic
 from .spec import ClusterSpec
 from .status import merge_conditions, now_rfc3339
 
-__all__ = ["resync_loop", "resync_once", "status_patch", "admin_factory", "RESYNC_S"]
+__all__ = ["resync_loop", "resync_once", "collect_rack_bindings", "status_patch", "admin_factory", "RESYNC_S"]
 
 log = logging.getLogger("kelp.operator")
 
@@ -63,7 +64,24 @@ async def resync_once(kube: KubeClient, http: aiohttp.ClientSession, namespaces:
             except Exception:
                 failed += 1
                 log.exception("resync of %s %s/%s failed", kind, meta["namespace"], meta["name"])
+    try:
+        await collect_rack_bindings(kube, namespaces)
+    except Exception:
+        failed += 1
+        log.exception("cleaning up rack ClusterRoleBindings failed")
     return failed
+
+
+async def collect_rack_bindings(kube: KubeClient, namespaces: list[str] | None) -> list[str]:
+    """Delete rack ClusterRoleBindings whose Cluster is gone (they cannot have an owner reference to it)."""
+    bindings = await kube.list("ClusterRoleBinding", "", labels={BINDING_LABEL: "true"})
+    if not bindings:
+        return []
+    gone = orphaned_bindings(bindings, await kube.list_everywhere("Cluster", namespaces), namespaces)
+    for name in gone:
+        log.info("deleting ClusterRoleBinding %s: its Cluster is gone or no longer sets rack.topologyKey", name)
+        await kube.delete("ClusterRoleBinding", "", name)
+    return gone
 
 
 async def resync_loop(kube: KubeClient, http: aiohttp.ClientSession, namespaces: list[str] | None) -> None:

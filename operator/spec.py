@@ -30,7 +30,7 @@ DEFAULT_IMAGE = "kelp:0.1.0"
 OPERATOR_OWNED_KEYS = frozenset({
     "broker.id", "broker.id.from.hostname", "log.dirs", "listeners", "host", "port", "http.host", "http.port",
     "advertised.host", "advertised.port", "cluster.name", "cluster.backend", "cluster.dir", "kube.namespace",
-    "kube.config", "cluster.id",
+    "kube.config", "cluster.id", "broker.rack", "broker.rack.node.label", "kube.node.name",
 })
 
 
@@ -137,4 +137,12 @@ class ClusterSpec:
             "http.host": "0.0.0.0",
             "http.port": self.http_port,
         }
+        if self.rack_topology_key:
+            # Each broker reads this label off its node at start-up (kelp.broker.cluster.rack).
+            owned["broker.rack.node.label"] = self.rack_topology_key
         return {**defaults, **dict(self.config), **owned}
+
+    @property
+    def rack_binding(self) -> str:
+        """The ClusterRoleBinding letting this cluster's brokers read node labels (cluster-scoped: ns in the name)."""
+        return f"kelp-{self.namespace}-{self.name}-rack"

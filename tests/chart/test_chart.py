@@ -15,6 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from kelp.operator.rack import cluster_role as rack_cluster_role
 from tests.chart.crd_schema import CHART_DIR, CRD_DIR, crd_files, load_crds
 from tests.chart.helm import helm_binary, run_helm
 
@@ -191,6 +192,12 @@ OPERATOR_NEEDS = {
 CLUSTER_SCOPED_NEEDS = {
     ("", "namespaces"): {"list", "watch"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
+    # rack.topologyKey: server-side apply of the shared ClusterRole and a per-Cluster binding, the resync's
+    # clean-up of bindings whose Cluster is gone, and (RBAC's escalation check) what the ClusterRole grants.
+    ("rbac.authorization.k8s.io", "clusterroles"): {"create", "patch"},
+    ("rbac.authorization.k8s.io", "clusterrolebindings"): {"list", "create", "patch", "delete"},
+    **{(group, res): set(rule["verbs"]) for rule in rack_cluster_role()["rules"]
+       for group in rule["apiGroups"] for res in rule["resources"]},
 }
 
 

@@ -9,6 +9,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from kelp.operator.kube import CLUSTER_SCOPED
+
+
+def _key(kind: str, meta: Mapping[str, Any]) -> tuple[str, str, str]:
+    return (kind, "" if kind in CLUSTER_SCOPED else meta.get("namespace", "ns"), meta["name"])
+
 
 class FakeKube:
     def __init__(self, *objects: dict) -> None:
@@ -19,14 +25,12 @@ class FakeKube:
             self.put(obj)
 
     def put(self, obj: dict) -> None:
-        meta = obj["metadata"]
-        self.objects[(obj["kind"], meta.get("namespace", "ns"), meta["name"])] = obj
+        self.objects[_key(obj["kind"], obj["metadata"])] = obj
 
     async def apply(self, manifest: Mapping[str, Any]) -> dict:
         """Like server-side apply: the manifest's fields replace ours, status (the controllers') stays."""
         self.applied.append(dict(manifest))
-        meta = manifest["metadata"]
-        old = self.objects.get((manifest["kind"], meta.get("namespace", "ns"), meta["name"]))
+        old = self.objects.get(_key(manifest["kind"], manifest["metadata"]))
         obj = dict(manifest)
         if old is not None and "status" in old:
             obj["status"] = old["status"]
@@ -37,7 +41,11 @@ class FakeKube:
         return self.objects.get((kind, namespace, name))
 
     async def list(self, kind: str, namespace: str, *, labels: Mapping[str, str] | None = None) -> list[dict]:
-        return [o for (k, ns, _), o in self.objects.items() if k == kind and ns == namespace]
+        return [o for (k, ns, _), o in self.objects.items() if k == kind and ns == namespace
+                and all(((o["metadata"].get("labels") or {}).get(lk) == lv) for lk, lv in (labels or {}).items())]
+
+    async def list_everywhere(self, kind: str, namespaces: list[str] | None) -> list[dict]:
+        return [o for (k, ns, _), o in self.objects.items() if k == kind and (namespaces is None or ns in namespaces)]
 
     async def merge_patch(self, kind: str, namespace: str, name: str, patch: Mapping[str, Any]) -> dict | None:
         obj = self.objects.get((kind, namespace, name))

@@ -204,9 +204,12 @@ def test_cluster_children_are_applied_and_status_says_pods_are_missing() -> None
     r = ready(conds)
     assert r["status"] == "False" and r["reason"] == "BrokersUnreachable"
     racked = resource("Cluster", "racked", {"rack": {"topologyKey": "topology.kubernetes.io/zone"}})
-    _, conds = run(lambda s: reconcile_cluster(racked, FakeKube(racked), admin_factory(s, "http://127.0.0.1:9")))
+    kube = FakeKube(racked)
+    _, conds = run(lambda s: reconcile_cluster(racked, kube, admin_factory(s, "http://127.0.0.1:9")))
     rack = next(c for c in conds if c["type"] == "RackAware")
-    assert rack["status"] == "False" and "not applied yet" in rack["message"]
+    assert rack["status"] == "Unknown" and rack["reason"] == "BrokersUnreachable"
+    assert [m["metadata"]["name"] for m in kube.applied if m["kind"].startswith("Cluster")] == [
+        "kelp-broker-rack", "kelp-ns-racked-rack"]
     bad = resource("Cluster", "bad", {"config": {"log.dirs": "/x"}})
     kube = FakeKube(bad)
     _, conds = run(lambda s: reconcile_cluster(bad, kube, admin_factory(s, "http://127.0.0.1:9")))

@@ -275,6 +275,11 @@ def test_the_chart_installed_operator_runs_in_a_pod_and_reconciles(
         return run_helm(*args, "--kubeconfig", str(kube_control_plane.kubeconfig), home=home,
                         kubeconfig=kube_control_plane.kubeconfig, timeout=180)
 
+    # Rack awareness through the chart's RBAC: the operator grants the broker's ServiceAccount `get nodes`,
+    # the broker reads its node's zone label at start-up and registers it as its rack.
+    zone_label, zone = "topology.kubernetes.io/zone", f"zone-{ns[-6:]}"
+    core.patch_node(kube_node.name, {"metadata": {"labels": {zone_label: zone}}})
+    rbac = client.RbacAuthorizationV1Api(kube_api)
     helm("install", "kelp", str(chart), "--namespace", ns, "--set", f"watchNamespaces={{{ns}}}",
          "--set", "replicaCount=1", "--set", "image.pullPolicy=Never", "--set", "brokerAddress=pod-ip",
          "--set", "resources.requests.cpu=50m")
@@ -289,6 +294,7 @@ def test_the_chart_installed_operator_runs_in_a_pod_and_reconciles(
         custom.create_namespaced_custom_object(GROUP, VERSION, ns, "clusters", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "Cluster", "metadata": {"name": "solo"},
             "spec": {"brokers": 1, "storage": {"size": "1Gi"}, "listeners": {"advertise": "podIP"},
+                     "rack": {"topologyKey": zone_label},
                      "resources": {"requests": {"cpu": "100m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}}}})
         custom.create_namespaced_custom_object(GROUP, VERSION, ns, "topics", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "Topic", "metadata": {"name": "events"},
@@ -304,7 +310,24 @@ def test_the_chart_installed_operator_runs_in_a_pod_and_reconciles(
             raise AssertionError(f"{exc}\n{_diagnose(core, ns)}\noperator log:\n"
                                  f"{kube_node.container_log(ns, pod.metadata.name, 'operator', lines=40)}") from None
         assert topic["status"]["partitions"] == 2 and topic["status"]["replicationFactor"] == 1
+        solo = wait_for(lambda: (lambda c: c if _cond(c, "RackAware").get("status") == "True" else None)(
+            custom.get_namespaced_custom_object(GROUP, VERSION, ns, "clusters", "solo")),
+            timeout=60, interval=1, what="Cluster solo RackAware=True")
+        assert f"1 brokers in 1 rack(s) from '{zone_label}': {zone}" in _cond(solo, "RackAware")["message"]
+        binding = f"kelp-{ns}-solo-rack"
+        assert rbac.read_cluster_role_binding(binding).subjects[0].name == "solo-broker"
+        # The binding cannot be owned by the namespaced Cluster: the operator's resync removes it after the Cluster.
+        custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "clusters", "solo")
+
+        def binding_gone():
+            try:
+                rbac.read_cluster_role_binding(binding)
+            except client.ApiException as exc:
+                return exc.status == 404
+            return False
+        wait_for(binding_gone, timeout=90, interval=1, what=f"ClusterRoleBinding {binding} deleted with its Cluster")
     finally:
+        core.patch_node(kube_node.name, {"metadata": {"labels": {zone_label: None}}})
         run_helm("uninstall", "kelp", "--namespace", ns, "--kubeconfig", str(kube_control_plane.kubeconfig),
                  home=home, kubeconfig=kube_control_plane.kubeconfig, timeout=180, check=False)
 

@@ -91,7 +91,9 @@ Role it creates (leases, configmaps, pods read), so it needs neither `bind` nor
   verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
 {{- end }}
 
-{{/* Cluster-scoped reads kopf needs in every mode: namespaces and CRDs. */}}
+{{/* Cluster-scoped rules in every mode: the reads kopf needs (namespaces, CRDs), and for Clusters with
+rack.topologyKey the shared `kelp-broker-rack` ClusterRole (get nodes — RBAC lets the operator grant it
+only because it holds it) and one ClusterRoleBinding per such Cluster, deleted when the Cluster goes. */}}
 {{- define "kelp.clusterRules" -}}
 - apiGroups: [""]
   resources: ["namespaces"]
@@ -99,6 +101,12 @@ Role it creates (leases, configmaps, pods read), so it needs neither `bind` nor
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
   verbs: ["get", "list", "watch"]
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["get"]
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["clusterroles", "clusterrolebindings"]
+  verbs: ["get", "list", "create", "patch", "delete"]
 {{- end }}
 
 {{/* The operator's own Lease (`kelp-operator`, active-replica election) and its events. */}}
