@@ -5,8 +5,10 @@ jars from Maven, Kafka's default settings and JVM flags) run side by side.
 After a warm-up of both (JIT, page cache), every case is measured against
 each broker in turn, alternating which goes first, `--runs` times, and the
 median is reported: produce with acks=1 and with acks=all, then consume
-from offset 0, for 100 B and 1 KiB records, one partition, confluent-kafka
-as the client of both. Broker CPU is utime+stime of the broker's process
+from offset 0 (at least 1,000,000 records of a topic produced once, with
+the consuming process's own CPU per million records beside the broker's),
+for 100 B and 1 KiB records, one partition, confluent-kafka as the client
+of both. Broker CPU is utime+stime of the broker's process
 tree read from /proc before and after each case, per GB of stored log.
 Also cold start (exec to the first Metadata response that lists the broker),
 resident memory after the workload, end-to-end latency at a fixed rate
@@ -54,6 +56,9 @@ from .broker import BenchBroker
 
 LIMIT_GOAL = 0.40  # Kelp's share of the machine's limit on the 1 KiB cases
 WARMUP_RECORDS = 100_000
+# The consume cases read at least this many records (a topic produced once, untimed): with fewer, a
+# run is ~20 fetches and one scheduling stall of the shared machine decides the ratio.
+CONSUME_MIN_RECORDS = 1_000_000
 LATENCY_P99_GOAL_MS = 20
 IDLE_LATENCY_S = 5.0  # latency measured beside the idle connections
 
@@ -82,6 +87,7 @@ class Measure:
     broker_cpu_s: float
     runs_s: list[float] = field(default_factory=list)
     runs_cpu_s: list[float] = field(default_factory=list)
+    client_cpu_s: float | None = None  # consume cases: the consumer process's CPU (median)
 
     @property
     def mb_s(self) -> float:
@@ -154,6 +160,12 @@ def run_cases(targets: list[Target], *, sizes: dict[int, int], runs: int, work: 
 
     for size, count in sizes.items():
         samples: dict[tuple[str, str], list[tuple[float, float, int, int]]] = {}
+        client_cpu: dict[str, list[float]] = {}
+        consume_count = max(count, CONSUME_MIN_RECORDS)
+        consume_topic = f"consume-{size}"
+        for t in targets:
+            clients.create_topic(t.bootstrap, consume_topic)
+            clients.produce(t.bootstrap, consume_topic, count=consume_count, size=size)
         for run in range(runs):
             for acks in ("1", "all"):
                 for t in each_target():
@@ -167,10 +179,16 @@ def run_cases(targets: list[Target], *, sizes: dict[int, int], runs: int, work: 
                     samples.setdefault((f"produce {_label(size)}, acks={acks}", t.name), []).append(
                         (seconds, cpu, *_log_stats(t.log_dir, topic)))
             for t in each_target():
-                topic = f"bench-{size}-acks1-{run}"
-                seconds, cpu = _timed(t, lambda: clients.consume(t.bootstrap, topic, count=count))
+                client: list[float] = []
+
+                def consume() -> float:
+                    seconds, cpu = clients.consume_with_cpu(t.bootstrap, consume_topic, count=consume_count)
+                    client.append(cpu)
+                    return seconds
+                seconds, cpu = _timed(t, consume)
+                client_cpu.setdefault(t.name, []).extend(client)
                 samples.setdefault((f"consume {_label(size)}", t.name), []).append(
-                    (seconds, cpu, *_log_stats(t.log_dir, topic)))
+                    (seconds, cpu, *_log_stats(t.log_dir, consume_topic)))
         # The limits, measured now, between this size's cases and the next (both brokers idle).
         _, _, log_bytes, batches = samples[(f"produce {_label(size)}, acks=1", "kelp")][0]
         chunk = max(1, log_bytes // max(1, batches))
@@ -182,11 +200,12 @@ def run_cases(targets: list[Target], *, sizes: dict[int, int], runs: int, work: 
             measures = {}
             for t in targets:
                 got = samples[(case, t.name)]
+                producing = case.startswith("produce")
                 measures[t.name] = Measure(seconds=statistics.median(s for s, *_ in got),
                                            log_bytes=got[0][2], broker_cpu_s=statistics.median(c for _, c, *_ in got),
-                                           runs_s=[round(s, 4) for s, *_ in got], runs_cpu_s=[round(c, 3) for _, c, *_ in got])
-            producing = case.startswith("produce")
-            rows.append(Row(case, count, measures["kelp"], measures.get("kafka"),
+                                           runs_s=[round(s, 4) for s, *_ in got], runs_cpu_s=[round(c, 3) for _, c, *_ in got],
+                                           client_cpu_s=None if producing else statistics.median(client_cpu[t.name]))
+            rows.append(Row(case, count if producing else consume_count, measures["kelp"], measures.get("kafka"),
                             f"seq write ({chunk} B chunks)" if producing else "loopback read (sendfile)",
                             write_mb_s if producing else read_mb_s))
     return rows
@@ -261,12 +280,18 @@ def print_table(rows: list[Row], targets: list[Target], *, runs: int) -> None:
         ("KELP CPU s/GB", lambda r: f"{r.kelp.cpu_s_per_gb:.2f}"),
         ("KAFKA CPU s/GB", lambda r: f"{r.kafka.cpu_s_per_gb:.2f}" if r.kafka else "-"),
         ("LIMIT MB/s", lambda r: f"{r.limit_mb_s:,.0f}"), ("KELP/LIMIT", lambda r: f"{r.vs_limit:.1%}"),
+        ("CLIENT CPU s/1M rec (kelp | kafka)", lambda r: "-" if r.kelp.client_cpu_s is None else
+         f"{r.kelp.client_cpu_s / r.records * 1e6:.2f}"
+         + (f" | {r.kafka.client_cpu_s / r.records * 1e6:.2f}" if r.kafka and r.kafka.client_cpu_s is not None else "")),
     ]
     if not with_kafka:
         columns = [c for c in columns if "KAFKA" not in c[0]]
     table([[cell(r) for _, cell in columns] for r in rows], [name for name, _ in columns])
     print("limit: the machine without a broker, same run, same bytes — produce: sequential write in the broker's "
           "mean batch size (page cache); consume: loopback read (sendfile)")
+    print(f"consume: at least {CONSUME_MIN_RECORDS:,} records from offset 0 of a topic produced once (untimed); "
+          "client CPU: the consuming process (librdkafka's threads and the Python loop) per million records — "
+          "equal figures mean the client did the same work against both brokers")
     by_name = {t.name: t for t in targets}
     kelp, kafka = by_name["kelp"], by_name.get("kafka")
     print(f"cold start (exec to Metadata): Kelp {kelp.cold_start_s:.2f} s"

@@ -12,7 +12,7 @@ import os
 import time
 from typing import Callable
 
-__all__ = ["create_topic", "end_offset", "produce", "consume"]
+__all__ = ["create_topic", "end_offset", "produce", "consume", "consume_with_cpu"]
 
 
 def create_topic(bootstrap: str, topic: str, *, partitions: int = 1, replication_factor: int = 1,
@@ -108,6 +108,26 @@ def produce(bootstrap: str, topic: str, *, count: int, size: int, acks: int = 1,
 
 def consume(bootstrap: str, topic: str, *, count: int) -> float:
     """Seconds from `assign` at offset 0 until `count` records have been received."""
+    return consume_with_cpu(bootstrap, topic, count=count)[0]
+
+
+def consume_with_cpu(bootstrap: str, topic: str, *, count: int) -> tuple[float, float]:
+    """(seconds, client CPU-seconds) of `consume`: this process's user+system time (librdkafka's threads too).
+
+    The client's CPU per record shows whether a slower run waited on the broker or on the client.
+    """
+    import resource
+
+    def cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    cpu0 = cpu()
+    seconds = _consume(bootstrap, topic, count=count)
+    return seconds, cpu() - cpu0
+
+
+def _consume(bootstrap: str, topic: str, *, count: int) -> float:
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({
