@@ -125,7 +125,7 @@ class ListenerCollector(Collector):
         used, limit, connections = self._families()
         server = self._listener_source()
         if server is not None:
-            used.add_metric([], server.pool.used)
+            used.add_metric([], server.pool.used + server.pool.over)
             if server.pool.limit is not None:
                 limit.add_metric([], server.pool.limit)
             connections.add_metric([], server.quota.total)

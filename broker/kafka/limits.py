@@ -18,11 +18,12 @@ bytes wake the waiters in order. Two rules keep it live:
   small produces) may use the whole pool; frames being received beyond that
   (large frames) only the pool minus its last eighth. Connections stuck in
   the middle of large frames can therefore never starve small requests.
-- One large frame at a time may grow beyond the pool (the "overdraft"), so a
-  frame larger than the pool is served and frames that each hold part of the
-  pool and all need more cannot wait for each other forever. Kafka lets one
-  request larger than the pool through when the pool is empty; Kelp lets one
-  through whenever no other is over, so the worst case is the pool plus one
+- One large frame at a time may grow beyond the pool (the "overdraft",
+  counted apart so it takes nothing from small requests), so a frame larger
+  than the pool is served and frames that each hold part of the pool and all
+  need more cannot wait for each other forever. Kafka lets one request
+  larger than the pool through when the pool is empty; Kelp lets one through
+  whenever no other is over, so the worst case is the pool plus one
   `socket.request.max.bytes` frame (plus at most 1 KiB per connection that
   reads while the pool is full: such a read is cut to that size, and the
   connection then stops reading).
@@ -53,7 +54,8 @@ class MemoryPool:
         self.limit = limit
         self.large_limit = None if limit is None else limit - limit // SMALL_REQUEST_SHARE
         self.used = 0
-        self.peak = 0
+        self.over = 0  # bytes of the overdraft frame beyond the pool
+        self.peak = 0  # highest used + over
         self.overdraft: Any = None  # the connection whose frame may grow beyond the pool
         self._grow_waiters: deque = deque()  # connections waiting to grow a large frame, in order
         self._read_waiters: deque = deque()  # connections paused until the pool is below its limit
@@ -69,8 +71,14 @@ class MemoryPool:
     def charge(self, n: int) -> None:
         """Count bytes that are already held (read into staging) or granted without a check."""
         self.used += n
-        if self.used > self.peak:
-            self.peak = self.used
+        if self.used + self.over > self.peak:
+            self.peak = self.used + self.over
+
+    def charge_over(self, n: int) -> None:
+        """Growth of the overdraft frame, beyond the pool."""
+        self.over += n
+        if self.used + self.over > self.peak:
+            self.peak = self.used + self.over
 
     def release(self, n: int) -> None:
         self.used -= n
@@ -103,10 +111,11 @@ class MemoryPool:
                 queue.remove(conn)
             except ValueError:
                 pass
-        self.end_overdraft(conn)
 
-    def end_overdraft(self, conn: Any) -> None:
+    def end_overdraft(self, conn: Any, over: int) -> None:
+        """The overdraft frame is answered or dropped: its `over` bytes go, the next may overdraw."""
         if self.overdraft is conn:
+            self.over -= over
             self.overdraft = None
             self._wake()
 

@@ -311,6 +311,7 @@ class _Connection(asyncio.BufferedProtocol):
         self._frame_got = 0  # bytes received
         self._frame_cap = 0  # bytes granted by the pool (its buffer grows to this at the next read)
         self._overdraft = False  # the pool let this frame grow beyond its limit
+        self._frame_over = 0  # bytes of the frame charged beyond the pool (the overdraft)
         self._pending: deque = deque()
         # Bare futures, made only while the writer waits (an idle connection holds none):
         # `_wake` for a new item in `_pending`, `_drained` for the transport to drain.
@@ -378,10 +379,11 @@ class _Connection(asyncio.BufferedProtocol):
             self._frame_got += nbytes
             if self._frame_got == self._frame_size:
                 frame = self._frame
-                overdraft, self._overdraft = self._overdraft, False
+                over = self._frame_over if self._overdraft else None
+                self._overdraft = False
                 self._frame = None
-                self._frame_size = self._frame_got = self._frame_cap = 0
-                self._handle_frame(frame, overdraft=overdraft)
+                self._frame_size = self._frame_got = self._frame_cap = self._frame_over = 0
+                self._handle_frame(frame, over=over)
             elif self._frame_got == self._frame_cap and not self._try_grow():
                 self._wait_for_pool(grow=True)
             return
@@ -439,7 +441,8 @@ class _Connection(asyncio.BufferedProtocol):
         want = min(self._frame_size, max(2 * cap, cap + GROW_MIN)) - cap
         pool = self.server.pool
         if self._overdraft:
-            pool.charge(want)
+            pool.charge_over(want)
+            self._frame_over += want
             grant = want
         else:
             grant = pool.try_grow(want, min(want, GROW_MIN))
@@ -465,10 +468,12 @@ class _Connection(asyncio.BufferedProtocol):
         return True
 
     def _pool_overdraft(self) -> None:
-        """The pool lets this frame grow beyond its limit until it is complete."""
+        """The pool lets this frame grow beyond its limit until it is answered."""
+        if self._frame is None or self._closed:
+            self.server.pool.end_overdraft(self, 0)
+            return
         self._overdraft = True
-        if self._frame is not None and not self._closed:
-            self._try_grow()
+        self._try_grow()
         self._resume(_PAUSE_POOL)
 
     def _pool_resume(self) -> None:
@@ -490,10 +495,13 @@ class _Connection(asyncio.BufferedProtocol):
     def _release_receive_buffers(self) -> None:
         pool = self.server.pool
         pool.forget(self)
-        held = len(self._tail) + (self._frame_cap if self._frame is not None else 0)
+        held = len(self._tail) + (self._frame_cap - self._frame_over if self._frame is not None else 0)
         self._tail = b""
         self._frame = None
-        self._overdraft = False
+        if self._overdraft:
+            self._overdraft = False
+            pool.end_overdraft(self, self._frame_over)
+        self._frame_over = 0
         if held:
             pool.release(held)
 
@@ -556,34 +564,36 @@ class _Connection(asyncio.BufferedProtocol):
             fut.set_result(None)
 
     # -- requests -------------------------------------------------------
-    def _handle_frame(self, frame: bytearray, *, overdraft: bool = False) -> bool:
-        """Dispatch one frame (its bytes already charged to the pool); False when the connection is closing."""
+    def _handle_frame(self, frame: bytearray, *, over: int | None = None) -> bool:
+        """Dispatch one frame (its bytes already charged to the pool, `over` of them as the
+        overdraft if it had it); False when the connection is closing."""
+        size = len(frame)
         try:
             item = self.server._dispatch(memoryview(frame), self.peer)
         except BaseException:
-            self._finished(len(frame), overdraft)
+            self._finished(size, over)
             raise
         if item is None:
-            self._finished(len(frame), overdraft)
+            self._finished(size, over)
             self._close_after_responses()
             return False
         self._in_flight += 1
-        size = len(frame)
-        item.add_done_callback(lambda _f: self._finished(size, overdraft, request=True))
+        item.add_done_callback(lambda _f: self._finished(size, over, request=True))
         self._pending.append(item)
         self._notify()
         if len(self._pending) >= MAX_IN_FLIGHT:
             self._pause(_PAUSE_IN_FLIGHT)
         return True
 
-    def _finished(self, size: int, overdraft: bool, *, request: bool = False) -> None:
+    def _finished(self, size: int, over: int | None, *, request: bool = False) -> None:
         """A request is answered (or dropped): its frame's bytes go back to the pool."""
         if request:
             self._in_flight -= 1
             self._last_active = time.monotonic()
         pool = self.server.pool
-        if overdraft:
-            pool.end_overdraft(self)
+        if over is not None:
+            size -= over
+            pool.end_overdraft(self, over)
         pool.release(size)
 
     def _close_after_responses(self) -> None:
