@@ -72,6 +72,10 @@ class Broker:
             port=cfg["port"],
             advertised_host=cfg["advertised.host"],
             max_request_bytes=cfg["socket.request.max.bytes"],
+            queued_max_request_bytes=_bound(cfg["queued.max.request.bytes"]),
+            connections_max_idle_ms=_bound(cfg["connections.max.idle.ms"]),
+            max_connections=cfg["max.connections"],
+            max_connections_per_ip=cfg["max.connections.per.ip"],
         )
         await self.kafka_server.start()
         if cfg["advertised.port"]:
@@ -260,3 +264,8 @@ class Broker:
             await stop_requested.wait()
         finally:
             await self.stop()
+
+
+def _bound(value: int) -> int | None:
+    """A config bound where -1 means none (queued.max.request.bytes, connections.max.idle.ms)."""
+    return None if value == -1 else value

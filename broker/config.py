@@ -102,6 +102,13 @@ def _retention(value: Any) -> int:
     return number
 
 
+def _unbounded_or_positive(value: Any) -> int:
+    number = _int(value)
+    if number != -1 and number <= 0:
+        raise ValueError(f"must be -1 (unbounded) or > 0, got {number}")
+    return number
+
+
 def _dns_label(value: Any) -> str:
     text = str(value).strip()
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?", text):
@@ -133,6 +140,12 @@ BROKER_KEYS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "delete.topic.enable": (parse_bool, True),
     "message.max.bytes": (_positive, 1048588),
     "socket.request.max.bytes": (_positive, 104857600),
+    # Kafka listener memory and connection bounds (README "Broker configuration"). Kelp bounds the
+    # request pool and the connection count by default (Kafka: unbounded); -1 lifts a bound.
+    "queued.max.request.bytes": (_unbounded_or_positive, 134217728),
+    "connections.max.idle.ms": (_unbounded_or_positive, 600000),
+    "max.connections": (_positive, 10000),
+    "max.connections.per.ip": (_positive, 2147483647),
     "log.retention.ms": (_retention, None),
     "log.retention.minutes": (_retention, None),
     "log.retention.hours": (_retention, 168),

@@ -31,6 +31,7 @@ from prometheus_client.registry import Collector
 __all__ = [
     "BrokerMetrics",
     "LogCollector",
+    "ListenerCollector",
     "PROCESS",
     "BYTES_IN",
     "BYTES_OUT",
@@ -102,6 +103,37 @@ class LogCollector(Collector):
         yield segments
 
 
+class ListenerCollector(Collector):
+    """The Kafka listener's request memory pool and connection count, read at scrape time."""
+
+    def __init__(self, listener_source: Any) -> None:
+        self._listener_source = listener_source
+
+    def describe(self) -> Iterable[Any]:
+        return list(self._families())
+
+    def _families(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+        return (
+            GaugeMetricFamily("kelp_kafka_request_pool_used_bytes",
+                              "Bytes of Kafka requests being received or awaiting their response"),
+            GaugeMetricFamily("kelp_kafka_request_pool_limit_bytes",
+                              "queued.max.request.bytes (absent when unbounded)"),
+            GaugeMetricFamily("kelp_kafka_connections", "Open Kafka-protocol client connections"),
+        )
+
+    def collect(self) -> Iterator[Any]:
+        used, limit, connections = self._families()
+        server = self._listener_source()
+        if server is not None:
+            used.add_metric([], server.pool.used + server.pool.over)
+            if server.pool.limit is not None:
+                limit.add_metric([], server.pool.limit)
+            connections.add_metric([], server.quota.total)
+        yield used
+        yield limit
+        yield connections
+
+
 class BrokerMetrics:
     """All metric objects of one broker, in their own registry."""
 
@@ -127,6 +159,22 @@ class BrokerMetrics:
             buckets=LATENCY_BUCKETS_S,
             registry=r,
         )
+        self.connections_refused = Counter(
+            "kelp_kafka_connections_refused",
+            "Kafka connections closed right after accept, by the limit reached (max.connections, max.connections.per.ip)",
+            ["reason"], registry=r,
+        )
+        self.connections_closed = Counter(
+            "kelp_kafka_connections_closed_by_limit",
+            "Kafka connections closed by a listener bound (connections.max.idle.ms, socket.request.max.bytes)",
+            ["reason"], registry=r,
+        )
+        self._listener: Any = None
+        r.register(ListenerCollector(lambda: self._listener))
+
+    def watch_listener(self, server: Any) -> None:
+        """Report this Kafka server's pool and connections (the last one started wins)."""
+        self._listener = server
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,0 +1,186 @@
+"""Bounds of the Kafka listener: the request memory pool and the connection quotas.
+
+Why: without them a client decides how much memory the broker uses. A
+connection that declares a 100 MiB frame and trickles its bytes, or many
+such connections, or thousands of sockets opened and left alone, each cost
+the broker memory it never agreed to. Kafka bounds these with
+`queued.max.request.bytes` (a memory pool for requests), `max.connections`,
+`max.connections.per.ip` and `connections.max.idle.ms`; this module holds the
+accounting, the server (`server.py`) does the I/O.
+
+The pool (`MemoryPool`) counts the bytes of frames being received (the
+capacity of their buffers, which grow as bytes arrive) and of frames
+received and not yet answered. A connection that needs more than the pool
+has stops reading (its transport is paused) and waits in line; released
+bytes wake the waiters in order. Two rules keep it live:
+
+- Requests that fit the staging buffer (64 KiB: metadata, fetches, commits,
+  small produces) may use the whole pool; frames being received beyond that
+  (large frames) only the pool minus its last eighth. Connections stuck in
+  the middle of large frames can therefore never starve small requests.
+- One large frame at a time may grow beyond the pool (the "overdraft",
+  counted apart so it takes nothing from small requests), so a frame larger
+  than the pool is served and frames that each hold part of the pool and all
+  need more cannot wait for each other forever. Kafka lets one request
+  larger than the pool through when the pool is empty; Kelp lets one through
+  whenever no other is over, so the worst case is the pool plus one
+  `socket.request.max.bytes` frame (plus at most 1 KiB per connection that
+  reads while the pool is full: such a read is cut to that size, and the
+  connection then stops reading).
+
+This module must never do I/O; connections are duck-typed objects with
+`_pool_grow() -> bool`, `_pool_overdraft()` and `_pool_resume()`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from typing import Any
+
+__all__ = ["MemoryPool", "ConnectionQuota", "RateLimitedLog", "UNBOUNDED"]
+
+# Kafka's "no limit" for max.connections / max.connections.per.ip (Int.MaxValue).
+UNBOUNDED = 2**31 - 1
+# The share of the pool only requests that fit staging may use.
+SMALL_REQUEST_SHARE = 8  # 1/8
+
+
+class MemoryPool:
+    """Bytes held by requests being received or waiting to be answered; None limit: unbounded."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.large_limit = None if limit is None else limit - limit // SMALL_REQUEST_SHARE
+        self.used = 0
+        self.over = 0  # bytes of the overdraft frame beyond the pool
+        self.peak = 0  # highest used + over
+        self.overdraft: Any = None  # the connection whose frame may grow beyond the pool
+        self._grow_waiters: deque = deque()  # connections waiting to grow a large frame, in order
+        self._read_waiters: deque = deque()  # connections paused until the pool is below its limit
+
+    @property
+    def exhausted(self) -> bool:
+        return self.limit is not None and self.used >= self.limit
+
+    @property
+    def waiting(self) -> int:
+        return len(self._grow_waiters) + len(self._read_waiters)
+
+    def charge(self, n: int) -> None:
+        """Count bytes that are already held (read into staging) or granted without a check."""
+        self.used += n
+        if self.used + self.over > self.peak:
+            self.peak = self.used + self.over
+
+    def charge_over(self, n: int) -> None:
+        """Growth of the overdraft frame, beyond the pool."""
+        self.over += n
+        if self.used + self.over > self.peak:
+            self.peak = self.used + self.over
+
+    def release(self, n: int) -> None:
+        self.used -= n
+        if self._grow_waiters or self._read_waiters:
+            self._wake()
+
+    def try_grow(self, want: int, at_least: int) -> int:
+        """Grant up to `want` bytes to a large frame if at least `at_least` fit; 0 if not."""
+        if self.large_limit is None:
+            self.charge(want)
+            return want
+        room = self.large_limit - self.used
+        if room < at_least:
+            return 0
+        grant = min(want, room)
+        self.charge(grant)
+        return grant
+
+    def wait_to_grow(self, conn: Any) -> None:
+        self._grow_waiters.append(conn)
+        self._grant_overdraft()
+
+    def wait_to_read(self, conn: Any) -> None:
+        self._read_waiters.append(conn)
+
+    def forget(self, conn: Any) -> None:
+        """A closed connection leaves the queues (its bytes are released by the caller)."""
+        for queue in (self._grow_waiters, self._read_waiters):
+            try:
+                queue.remove(conn)
+            except ValueError:
+                pass
+
+    def end_overdraft(self, conn: Any, over: int) -> None:
+        """The overdraft frame is answered or dropped: its `over` bytes go, the next may overdraw."""
+        if self.overdraft is conn:
+            self.over -= over
+            self.overdraft = None
+            self._wake()
+
+    def _wake(self) -> None:
+        grow = self._grow_waiters
+        while grow and grow[0]._pool_grow():
+            grow.popleft()
+        self._grant_overdraft()
+        read = self._read_waiters
+        while read and not self.exhausted:
+            read.popleft()._pool_resume()
+
+    def _grant_overdraft(self) -> None:
+        if self.overdraft is None and self._grow_waiters:
+            conn = self._grow_waiters.popleft()
+            self.overdraft = conn
+            conn._pool_overdraft()
+
+
+class RateLimitedLog:
+    """At most one log line per key and interval; the next one says how many were left out."""
+
+    def __init__(self, logger: logging.Logger, interval_s: float = 10.0) -> None:
+        self.logger = logger
+        self.interval_s = interval_s
+        self._last: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
+
+    def warning(self, key: str, msg: str, *args: Any) -> None:
+        now = time.monotonic()
+        last = self._last.get(key)
+        if last is not None and now - last < self.interval_s:
+            self._suppressed[key] = self._suppressed.get(key, 0) + 1
+            return
+        self._last[key] = now
+        skipped = self._suppressed.pop(key, 0)
+        if skipped:
+            msg += f" ({skipped} more like this in the last {self.interval_s:.0f} s not logged)"
+        self.logger.warning(msg, *args)
+
+
+class ConnectionQuota:
+    """Open connections, in total and per client address, against `max.connections(.per.ip)`."""
+
+    def __init__(self, max_connections: int, max_per_ip: int) -> None:
+        self.max_connections = max_connections
+        self.max_per_ip = max_per_ip
+        self.total = 0
+        self.per_ip: dict[str, int] = {}
+
+    def admit(self, ip: str) -> str | None:
+        """Count the connection and return None, or return the config key it would exceed."""
+        if self.total >= self.max_connections:
+            return "max.connections"
+        n = self.per_ip.get(ip, 0)
+        if n >= self.max_per_ip:
+            return "max.connections.per.ip"
+        self.total += 1
+        self.per_ip[ip] = n + 1
+        return None
+
+    def leave(self, ip: str) -> None:
+        self.total -= 1
+        n = self.per_ip.get(ip, 0) - 1
+        if n > 0:
+            self.per_ip[ip] = n
+        else:
+            self.per_ip.pop(ip, None)
