@@ -102,6 +102,45 @@ def _retention(value: Any) -> int:
     return number
 
 
+def _at_least(minimum: int) -> Callable[[Any], int]:
+    def check(value: Any) -> int:
+        number = _int(value)
+        if number < minimum:
+            raise ValueError(f"must be >= {minimum}, got {number}")
+        return number
+
+    return check
+
+
+def _ratio(value: Any) -> float:
+    number = _float(value)
+    if not 0.0 <= number <= 1.0:
+        raise ValueError(f"must be between 0 and 1, got {value!r}")
+    return number
+
+
+def _flush(value: Any) -> int:
+    number = _int(value)
+    if number < -1 or number == 0:
+        raise ValueError(f"must be -1 (left to the OS) or > 0, got {number}")
+    return number
+
+
+def _compression(value: Any) -> str:
+    """Kafka's compression.type values; a codec whose library is missing here is refused, naming it."""
+    from kelp.records import COMPRESSION_LIBRARIES, available_compressions
+
+    from .storage.config import COMPRESSION_TYPES
+
+    text = str(value).strip().lower()
+    if text not in COMPRESSION_TYPES:
+        raise ValueError(f"expected one of {', '.join(COMPRESSION_TYPES)}, got {value!r}")
+    if text in COMPRESSION_LIBRARIES and text not in available_compressions():
+        raise ValueError(f"{text} needs the Python library {COMPRESSION_LIBRARIES[text]}, "
+                         "which is not installed on this broker")
+    return text
+
+
 def _dns_label(value: Any) -> str:
     text = str(value).strip()
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?", text):
@@ -179,6 +218,7 @@ BROKER_KEYS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "replica.fetch.backoff.ms": (_positive, 200),
     "replica.socket.timeout.ms": (_positive, 30000),
     "producer.id.block.size": (_positive, 1000),
+    "compression.type": (_compression, "producer"),
 }
 
 # Per-topic overrides (Kafka topic config names) -> parser. Names the storage
@@ -186,20 +226,20 @@ BROKER_KEYS: dict[str, tuple[Callable[[Any], Any], Any]] = {
 TOPIC_CONFIG_KEYS: dict[str, Callable[[Any], Any]] = {
     "retention.ms": _retention,
     "retention.bytes": _retention,
-    "segment.bytes": _positive,
+    "segment.bytes": _at_least(14),
     "segment.ms": _positive,
-    "segment.index.bytes": _positive,
-    "index.interval.bytes": _positive,
+    "segment.index.bytes": _at_least(8),
+    "index.interval.bytes": _nonneg(_int),
     "cleanup.policy": _cleanup,
     "delete.retention.ms": _nonneg(_int),
-    "min.cleanable.dirty.ratio": _float,
+    "min.cleanable.dirty.ratio": _ratio,
     "min.compaction.lag.ms": _nonneg(_int),
     "max.message.bytes": _positive,
     "min.insync.replicas": _positive,
-    "flush.messages": _retention,
-    "flush.ms": _retention,
+    "flush.messages": _flush,
+    "flush.ms": _flush,
     "message.timestamp.type": _ts_type,
-    "compression.type": _str,
+    "compression.type": _compression,
     "unclean.leader.election.enable": parse_bool,
 }
 
@@ -364,6 +404,7 @@ class BrokerConfig:
             "max.message.bytes": str(self["message.max.bytes"]),
             "min.insync.replicas": str(self["min.insync.replicas"]),
             "message.timestamp.type": str(self["log.message.timestamp.type"]),
+            "compression.type": str(self["compression.type"]),
         }
         if self.get("log.flush.interval.messages") is not None:
             out["flush.messages"] = str(self["log.flush.interval.messages"])
