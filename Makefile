@@ -18,10 +18,15 @@ BENCH_ARGS ?=
 # stops that for every Python started from here, brokers in tests included.
 export PYTHONSAFEPATH := 1
 
-.PHONY: run test e2e bench deps venv clean spark-jars
+.PHONY: run test e2e bench deps deps-run venv clean spark-jars
+
+# Debian packages in two tiers: a broker needs only Python's venv (`make run`);
+# the test tiers need kcat, a JDK, Maven, containerd, runc, CNI... (`make test`).
+deps-run:
+	@bash scripts/bootstrap-debian.sh run
 
 deps:
-	@bash scripts/bootstrap-debian.sh
+	@bash scripts/bootstrap-debian.sh test
 
 $(STAMP): pyproject.toml setup.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,7 +34,7 @@ $(STAMP): pyproject.toml setup.py
 	$(PY) -m pip install --quiet -e '.[test]'
 	@touch $(STAMP)
 
-venv: deps $(STAMP)
+venv: deps-run $(STAMP)
 
 BROKERS ?= 3
 
@@ -38,7 +43,7 @@ run: venv
 	$(VENV)/bin/kelp dev-cluster --brokers $(BROKERS) --data-dir $(DATA_DIR) --kafka-port $(KAFKA_PORT) --http-port $(HTTP_PORT)
 
 # Spark's own Kafka connector (four jars, Maven, cached under ~/.cache/kelp/spark-jars): tests never download.
-spark-jars: venv
+spark-jars: deps venv
 	@$(PY) -m kelp.spark.jars >/dev/null
 
 # The example pipeline end to end (examples/spark/README.md): a dev cluster of its own (like `make run`'s,
@@ -47,20 +52,20 @@ spark-jars: venv
 # SPARK_SOURCE=kafka uses Spark's connector (the jars above); kelp needs none.
 SPARK_SOURCE ?= kelp
 .PHONY: spark-demo
-spark-demo: venv $(if $(filter kafka,$(SPARK_SOURCE)),spark-jars)
+spark-demo: deps venv $(if $(filter kafka,$(SPARK_SOURCE)),spark-jars)
 	$(PY) examples/spark/run_demo.py --source $(SPARK_SOURCE)
 
-test: venv spark-jars
+test: deps venv spark-jars
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # End-to-end on a real Kubernetes cluster: kind or any reachable kubeconfig (e2e/README.md).
 # Not part of `make test` (testpaths is tests/). Without a cluster it skips with one line and
 # exits 0. `make e2e KELP_E2E_KIND_CLUSTER=kind` builds kelp:0.1.0 and loads it into kind first.
-e2e: venv
+e2e: deps venv
 	$(PY) -m pytest -q -rs e2e $(PYTEST_ARGS)
 
 # bench/ is not installed: append the checkout to the end of sys.path, after the standard library.
-bench: venv
+bench: deps venv
 	$(PY) -c "import runpy, sys; sys.path.append('$(CURDIR)'); sys.argv[0] = 'bench'; runpy.run_module('bench', run_name='__main__', alter_sys=True)" $(BENCH_ARGS)
 
 clean:

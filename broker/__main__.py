@@ -2,7 +2,7 @@
 
 Why: the process entry point used by `make run`, the CLI's `kelp broker`
 (which calls `main(argv)`), the container image and the test fixture. Flags
-override `KELP_*` environment variables, which override the YAML file.
+override `KELP_*` environment variables, which override the config file (YAML or Java properties).
 On start it prints one JSON line `{"event": "listening", "kafka": ..., "http": ...}`
 to stdout so scripts and tests can wait for readiness.
 """
@@ -26,7 +26,7 @@ __all__ = ["main", "build_parser"]
 
 def build_parser(prog: str = "kelp broker") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description="Run a Kelp broker (Kafka protocol + HTTP API).")
-    p.add_argument("--config", help="YAML file of Kafka broker properties (env KELP_CONFIG)")
+    p.add_argument("--config", help="broker properties file, YAML or Java properties (server.properties) (env KELP_CONFIG)")
     p.add_argument("--log-dirs", help="comma-separated data directories (log.dirs)")
     p.add_argument("--port", type=int, help="Kafka listener port, 0 = ephemeral (port)")
     p.add_argument("--host", help="address to bind (host), default 127.0.0.1")

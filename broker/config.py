@@ -1,12 +1,14 @@
 """Broker configuration under Kafka's own property names.
 
 Why: operators and users already know `log.dirs`, `num.partitions`,
-`log.retention.ms`; Kelp accepts exactly those names from a YAML file,
+`log.retention.ms`; Kelp accepts exactly those names from a config file (YAML
+or Kafka's Java-properties `server.properties`, read by config_file.py),
 `KELP_*` environment variables (`KELP_LOG_DIRS` -> `log.dirs`) and command-line
-flags, in rising precedence (flags win). Every value is type-checked when it is
-loaded, so a typo fails at start with the key named, not hours later.
+flags, in rising precedence (flags win). Every key and value is checked when it
+is loaded, so a typo (in any of the three) fails at start with the key named and
+the nearest known one suggested, not hours later.
 
-This module must never open sockets or files other than the YAML file it is
+This module must never open sockets or files other than the config file it is
 given; it only turns text into a validated `BrokerConfig`.
 """
 
@@ -109,6 +111,45 @@ def _unbounded_or_positive(value: Any) -> int:
     return number
 
 
+def _at_least(minimum: int) -> Callable[[Any], int]:
+    def check(value: Any) -> int:
+        number = _int(value)
+        if number < minimum:
+            raise ValueError(f"must be >= {minimum}, got {number}")
+        return number
+
+    return check
+
+
+def _ratio(value: Any) -> float:
+    number = _float(value)
+    if not 0.0 <= number <= 1.0:
+        raise ValueError(f"must be between 0 and 1, got {value!r}")
+    return number
+
+
+def _flush(value: Any) -> int:
+    number = _int(value)
+    if number < -1 or number == 0:
+        raise ValueError(f"must be -1 (left to the OS) or > 0, got {number}")
+    return number
+
+
+def _compression(value: Any) -> str:
+    """Kafka's compression.type values; a codec whose library is missing here is refused, naming it."""
+    from kelp.records import COMPRESSION_LIBRARIES, available_compressions
+
+    from .storage.config import COMPRESSION_TYPES
+
+    text = str(value).strip().lower()
+    if text not in COMPRESSION_TYPES:
+        raise ValueError(f"expected one of {', '.join(COMPRESSION_TYPES)}, got {value!r}")
+    if text in COMPRESSION_LIBRARIES and text not in available_compressions():
+        raise ValueError(f"{text} needs the Python library {COMPRESSION_LIBRARIES[text]}, "
+                         "which is not installed on this broker")
+    return text
+
+
 def _dns_label(value: Any) -> str:
     text = str(value).strip()
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?", text):
@@ -194,6 +235,7 @@ BROKER_KEYS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "replica.fetch.backoff.ms": (_positive, 200),
     "replica.socket.timeout.ms": (_positive, 30000),
     "producer.id.block.size": (_positive, 1000),
+    "compression.type": (_compression, "producer"),
 }
 
 # Per-topic overrides (Kafka topic config names) -> parser. Names the storage
@@ -201,20 +243,20 @@ BROKER_KEYS: dict[str, tuple[Callable[[Any], Any], Any]] = {
 TOPIC_CONFIG_KEYS: dict[str, Callable[[Any], Any]] = {
     "retention.ms": _retention,
     "retention.bytes": _retention,
-    "segment.bytes": _positive,
+    "segment.bytes": _at_least(14),
     "segment.ms": _positive,
-    "segment.index.bytes": _positive,
-    "index.interval.bytes": _positive,
+    "segment.index.bytes": _at_least(8),
+    "index.interval.bytes": _nonneg(_int),
     "cleanup.policy": _cleanup,
     "delete.retention.ms": _nonneg(_int),
-    "min.cleanable.dirty.ratio": _float,
+    "min.cleanable.dirty.ratio": _ratio,
     "min.compaction.lag.ms": _nonneg(_int),
     "max.message.bytes": _positive,
     "min.insync.replicas": _positive,
-    "flush.messages": _retention,
-    "flush.ms": _retention,
+    "flush.messages": _flush,
+    "flush.ms": _flush,
     "message.timestamp.type": _ts_type,
-    "compression.type": _str,
+    "compression.type": _compression,
     "unclean.leader.election.enable": parse_bool,
 }
 
@@ -271,29 +313,14 @@ class BrokerConfig:
         env: Mapping[str, str] | None = None,
         overrides: Mapping[str, Any] | None = None,
     ) -> "BrokerConfig":
-        """Merge YAML file < `KELP_*` env < overrides (flags); validate each key."""
+        """Merge config file (YAML or Java properties) < `KELP_*` env < overrides (flags); validate each key."""
+        from .config_file import read_config_file
+
         cfg = cls()
         if file is not None:
-            import yaml
-
-            path = Path(file)
-            try:
-                data = yaml.safe_load(path.read_text()) or {}
-            except OSError as exc:
-                raise ConfigError(f"cannot read config file {path}: {exc}") from None
-            except yaml.YAMLError as exc:
-                raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
-            if not isinstance(data, dict):
-                raise ConfigError(f"config file {path} must hold a mapping of Kafka property names")
-            cfg._merge(_flatten(data), source=f"config file {path}")
+            cfg._merge(read_config_file(file), source=f"config file {Path(file)}")
         env = os.environ if env is None else env
-        from_env = {}
-        for name, value in env.items():
-            if name.startswith("KELP_") and name not in _ENV_IGNORED:
-                key = name[len("KELP_"):].lower().replace("_", ".")
-                if key in BROKER_KEYS:
-                    from_env[key] = value
-        cfg._merge(from_env, source="environment")
+        cfg._merge(_from_env(env), source="environment")
         cfg._merge(dict(overrides or {}), source="flags")
         cfg._resolve_listeners()
         cfg._resolve_broker_id(env)
@@ -320,10 +347,12 @@ class BrokerConfig:
         return Path(self["cluster.dir"]) if self["cluster.dir"] else self.log_dirs[0] / "cluster"
 
     def _merge(self, items: Mapping[str, Any], *, source: str) -> None:
-        for key, raw in items.items():
+        from .config_file import translate_kafka_keys
+
+        for key, raw in translate_kafka_keys(items, known=BROKER_KEYS, source=source).items():
             spec = BROKER_KEYS.get(key)
             if spec is None:
-                raise ConfigError(f"unknown broker config '{key}' (from {source})")
+                raise ConfigError(f"unknown broker config '{key}' (from {source}){_did_you_mean(key)}")
             try:
                 self.values[key] = spec[0](raw)
             except (TypeError, ValueError) as exc:
@@ -379,6 +408,7 @@ class BrokerConfig:
             "max.message.bytes": str(self["message.max.bytes"]),
             "min.insync.replicas": str(self["min.insync.replicas"]),
             "message.timestamp.type": str(self["log.message.timestamp.type"]),
+            "compression.type": str(self["compression.type"]),
         }
         if self.get("log.flush.interval.messages") is not None:
             out["flush.messages"] = str(self["log.flush.interval.messages"])
@@ -390,16 +420,39 @@ class BrokerConfig:
         return {key: self[key] for key in BROKER_KEYS}
 
 
-_ENV_IGNORED = {"KELP_CONFIG"}
+# KELP_* variables that are not broker properties: the broker's own, the CLI's, the operator's, the
+# test tiers' and the image build's. Any other KELP_* name must name a broker property.
+_ENV_IGNORED = {"KELP_CONFIG", "KELP_LOG_LEVEL", "KELP_BOOTSTRAP", "KELP_HTTP", "KELP_UID", "KELP_CACHE_DIR",
+                "KELP_MIN_SYSTEM_ETCD", "KELP_ETCD_VERSION"}
+_ENV_IGNORED_PREFIXES = ("KELP_OPERATOR_", "KELP_E2E_", "KELP_KUBE_", "KELP_IMAGE", "KELP_TEST_")
 
 
-def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Accept both `log.dirs: x` and nested `log: {dirs: x}` YAML shapes."""
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and name not in BROKER_KEYS:
-            out.update(_flatten(value, prefix=f"{name}."))
-        else:
-            out[name] = value
+def _env_name(key: str) -> str:
+    return "KELP_" + key.upper().replace(".", "_")
+
+
+def _did_you_mean(key: str, *, env: bool = False) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(key, list(BROKER_KEYS), n=1, cutoff=0.75)
+    if not close:
+        return ""
+    return f"; did you mean {_env_name(close[0]) if env else repr(close[0])}?"
+
+
+def _from_env(env: Mapping[str, str]) -> dict[str, str]:
+    """`KELP_LOG_DIRS=x` -> `{"log.dirs": "x"}`; a KELP_* name that is no broker property is refused, as --set refuses it."""
+    from .config_file import KAFKA_ALIASES, KAFKA_IGNORED_KEYS
+
+    out: dict[str, str] = {}
+    for name, value in env.items():
+        if not name.startswith("KELP_") or name in _ENV_IGNORED or name.startswith(_ENV_IGNORED_PREFIXES):
+            continue
+        key = name[len("KELP_"):].lower().replace("_", ".")
+        if key not in BROKER_KEYS and key not in KAFKA_ALIASES and key not in KAFKA_IGNORED_KEYS:
+            raise ConfigError(
+                f"unknown environment variable {name}: it would set broker config '{key}', which does not exist "
+                f"(KELP_* variables set broker configs: KELP_LOG_DIRS sets log.dirs){_did_you_mean(key, env=True)}"
+            )
+        out[key] = value
     return out

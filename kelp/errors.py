@@ -223,6 +223,13 @@ class KafkaStorageError(KelpError):
     http_status = 503
 
 
+class UnsupportedCompressionTypeError(KelpError):
+    """A batch or a topic config names a codec whose library this installation lacks."""
+
+    code = 76  # UNSUPPORTED_COMPRESSION_TYPE
+    http_status = 400
+
+
 class InvalidRecordError(KelpError):
     """A batch is well-formed on the wire but breaks a rule of the log (empty, bad offsets, no key on a compacted topic)."""
 

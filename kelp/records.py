@@ -27,6 +27,7 @@ from kelp.errors import (
     CorruptRecordError,
     InvalidRecordError,
     RecordTooLargeError,
+    UnsupportedCompressionTypeError,
     UnsupportedForMessageFormatError,
 )
 
@@ -65,6 +66,8 @@ LOG_APPEND_TIME = 1
 
 COMPRESSION_CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 COMPRESSION_NAMES = {v: k for k, v in COMPRESSION_CODECS.items()}
+# The Python library each codec needs (none for "none" and gzip), named in errors when it is missing.
+COMPRESSION_LIBRARIES = {"snappy": "python-snappy", "lz4": "lz4", "zstd": "zstandard"}
 
 
 @dataclass(slots=True)
@@ -411,8 +414,10 @@ def _codec(compression: str | int) -> int:
         )
     available = {0: True, 1: True, 2: codecs.has_snappy(), 3: codecs.has_lz4(), 4: codecs.has_zstd()}
     if not available[code]:
-        raise InvalidRecordError(
-            f"compression {COMPRESSION_NAMES[code]} is not available in this installation (its library is missing)"
+        name = COMPRESSION_NAMES[code]
+        raise UnsupportedCompressionTypeError(
+            f"compression {name} is not available in this installation: "
+            f"its library {COMPRESSION_LIBRARIES[name]} is not installed"
         )
     return code
 
@@ -423,7 +428,7 @@ def available_compressions() -> list[str]:
     for name in COMPRESSION_CODECS:
         try:
             _codec(name)
-        except InvalidRecordError:
+        except UnsupportedCompressionTypeError:
             continue
         names.append(name)
     return names
@@ -536,3 +541,50 @@ def records_have_keys(data: bytes | bytearray | memoryview, batch: BatchInfo) ->
     if batch.is_control:
         return True
     return all(rec.key is not None for rec in batch_records(data, batch))
+
+
+def recompress(
+    data: bytes | bytearray | memoryview, batches: Sequence[BatchInfo], compression: str
+) -> tuple[bytearray, list[BatchInfo]] | None:
+    """Rewrite every batch of `data` not already in codec `compression`; None when none needs it.
+
+    Kafka's LogValidator does this on the leader when a topic's `compression.type`
+    is a codec (not `producer`): each such batch is decompressed and built again,
+    once per batch, keeping its record offsets and timestamps, producer id, epoch
+    and base sequence, partition leader epoch and its flags (timestamp type,
+    transactional); only the codec bits and the CRC change. Control batches are
+    kept as they are. Raises `UnsupportedCompressionTypeError` naming the missing
+    library when a codec cannot be read or written here.
+    """
+    code = _codec("none" if compression == "uncompressed" else compression)
+    if all(b.compression == code or b.is_control for b in batches):
+        return None
+    view = memoryview(data)
+    out = bytearray()
+    for info in batches:
+        if info.compression == code or info.is_control:
+            out += view[info.position : info.end]
+            continue
+        _codec(info.compression)  # the producer's codec must be readable here
+        records = batch_records(view, info)
+        built = bytearray(
+            build_batch(
+                records,
+                compression=code,
+                base_offset=info.base_offset,
+                keep_offsets=True,
+                producer_id=info.producer_id,
+                producer_epoch=info.producer_epoch,
+                base_sequence=info.base_sequence,
+                is_transactional=info.is_transactional,
+                partition_leader_epoch=info.partition_leader_epoch,
+            )
+        )
+        rewrite_header(
+            built,
+            attributes=(info.attributes & ~COMPRESSION_MASK) | code,
+            last_offset_delta=info.last_offset_delta,
+            max_timestamp=info.max_timestamp,
+        )
+        out += built
+    return out, parse_batches(out)

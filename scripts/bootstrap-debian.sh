@@ -1,24 +1,37 @@
 #!/usr/bin/env bash
-# Installs the Debian packages Kelp's run and test commands need, once.
-# Idempotent: does nothing when every command is already present.
+# Installs the Debian packages one of Kelp's make targets needs, once.
+#   bootstrap-debian.sh run    what a broker needs (`make run`): Python's venv
+#   bootstrap-debian.sh test   that plus what the test tiers need (`make test`, the default)
+# Idempotent: does nothing when every command of the tier is already present.
 set -euo pipefail
 
+tier=${1:-test}
+case "$tier" in
+  run|test) ;;
+  *) echo "bootstrap: unknown tier '$tier' (use 'run' or 'test')" >&2; exit 2 ;;
+esac
+
 need=()
-command -v kcat >/dev/null 2>&1 || need+=(kcat)
+# every tier: `make` creates .venv
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
-# kube test tier (tests/kube): openssl for its PKI (etcd is built from go.etcd.io: Debian's 3.4 is older than Kubernetes 1.34 accepts)
-command -v openssl >/dev/null 2>&1 || need+=(openssl)
-# kube tier's node test (tests/kube/test_kube_node.py): a real kubelet runs a Pod
-command -v containerd >/dev/null 2>&1 || need+=(containerd)
-command -v runc >/dev/null 2>&1 || need+=(runc)
-[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
-dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
-# Kelp's image without Docker (images/build-image.sh): a Debian root filesystem, packed as OCI
-command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
-command -v umoci >/dev/null 2>&1 || need+=(umoci)
-# Spark (tests/spark, make spark-demo): pyspark needs a JDK; Maven fetches Spark's Kafka connector jars
-command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
-command -v mvn >/dev/null 2>&1 || need+=(maven)
+
+if [ "$tier" = test ]; then
+  # client tests (tests/broker/test_clients.py): kcat produces, consumes and lists
+  command -v kcat >/dev/null 2>&1 || need+=(kcat)
+  # kube test tier (tests/kube): openssl for its PKI (etcd is built from go.etcd.io: Debian's 3.4 is older than Kubernetes 1.34 accepts)
+  command -v openssl >/dev/null 2>&1 || need+=(openssl)
+  # kube tier's node test (tests/kube/test_kube_node.py): a real kubelet runs a Pod
+  command -v containerd >/dev/null 2>&1 || need+=(containerd)
+  command -v runc >/dev/null 2>&1 || need+=(runc)
+  [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+  dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
+  # Kelp's image without Docker (images/build-image.sh): a Debian root filesystem, packed as OCI
+  command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
+  command -v umoci >/dev/null 2>&1 || need+=(umoci)
+  # Spark (tests/spark, make spark-demo): pyspark needs a JDK; Maven fetches Spark's Kafka connector jars
+  command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
+  command -v mvn >/dev/null 2>&1 || need+=(maven)
+fi
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
@@ -32,6 +45,6 @@ if [ "$(id -u)" -ne 0 ]; then
 else
   SUDO=
 fi
-echo "bootstrap: installing Debian packages: ${need[*]}"
+echo "bootstrap ($tier): installing Debian packages: ${need[*]}"
 $SUDO apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null

@@ -15,6 +15,8 @@ from typing import Any, Mapping
 from kelp.errors import ConfigError
 
 _DAY_MS = 24 * 60 * 60 * 1000
+# compression.type's values, as Kafka's: "producer" keeps each batch's codec, "uncompressed" stores none.
+COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
 UNLIMITED = -1
 
 
@@ -36,6 +38,7 @@ class LogConfig:
     flush_messages: int = UNLIMITED  # flush.messages: fsync after this many appended records; -1 leaves it to the OS
     flush_ms: int = UNLIMITED  # flush.ms: fsync when the last fsync is this old; -1 leaves it to the OS
     message_timestamp_type: str = "CreateTime"  # message.timestamp.type: "CreateTime" or "LogAppendTime"
+    compression_type: str = "producer"  # compression.type: "producer" keeps the producer's codec, else the codec batches are stored in
 
     def __post_init__(self) -> None:
         def positive(name: str, value: int) -> None:
@@ -65,6 +68,10 @@ class LogConfig:
         if not policies or not policies <= {"delete", "compact"}:
             raise ConfigError(
                 f"cleanup.policy={self.cleanup_policy!r} is invalid: use delete, compact or compact,delete"
+            )
+        if self.compression_type not in COMPRESSION_TYPES:
+            raise ConfigError(
+                f"compression.type={self.compression_type!r} is invalid: use one of {', '.join(COMPRESSION_TYPES)}"
             )
         if self.message_timestamp_type not in ("CreateTime", "LogAppendTime"):
             raise ConfigError(
@@ -129,7 +136,6 @@ IGNORED_KAFKA_KEYS = frozenset(
     {
         "min.insync.replicas",
         "unclean.leader.election.enable",
-        "compression.type",
         "message.downconversion.enable",
         "message.format.version",
         "preallocate",

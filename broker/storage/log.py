@@ -13,7 +13,9 @@ value in this module is milliseconds derived from it.
 Thread-safety: one `threading.RLock` per log guards appends, reads, rolls,
 retention and the cleaner's final swap; the cleaner does its heavy work
 outside it. It must never import networking, decode records on the
-append/read path, or serve bytes recovery has not validated.
+append/read path (except where the topic asks for it: a compacted topic's key
+check, a `compression.type` codec's recompression — both per batch), or serve
+bytes recovery has not validated.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from kelp.records import (
     BatchInfo,
     assign_offsets,
     parse_batches,
+    recompress,
     whole_batches_end,
     records_have_keys,
     set_log_append_time,
@@ -258,6 +261,11 @@ class Log:
             buf = data
         else:
             buf = bytearray(data)
+        if self.config.compression_type != "producer":
+            # compression.type names a codec: batches in another one are rebuilt once each (Kafka's LogValidator).
+            rebuilt = recompress(buf, batches, self.config.compression_type)
+            if rebuilt is not None:
+                buf, batches = rebuilt
         if self.config.compact:
             for info in batches:
                 if not records_have_keys(buf, info):

@@ -1,0 +1,179 @@
+"""compression.type as Kafka has it: a topic (or broker default) codec the leader stores batches in,
+and every topic config value checked by the one validator.
+
+Kafka's LogValidator rewrites a batch whose codec differs from the topic's `compression.type` (unless it
+is `producer`), keeping offsets, timestamps and the producer's id/epoch/sequence; consumers read the same
+records. An unknown value (`banana`) or a codec whose library is missing is refused with a message
+naming the valid values or the library.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+
+from kelp.broker.config import TOPIC_CONFIG_KEYS, BrokerConfig, validate_topic_configs
+from kelp.broker.storage import Log, LogConfig
+from kelp.errors import ConfigError
+from kelp.records import (
+    COMPRESSION_CODECS,
+    COMPRESSION_LIBRARIES,
+    Record,
+    available_compressions,
+    build_batch,
+    iter_headers,
+    iter_records,
+    parse_batches,
+)
+from tests.broker.helpers import fetch_all_batches
+from tests.storage.helpers import FakeClock
+
+VALID = "producer, uncompressed, gzip, snappy, lz4, zstd"
+
+
+def _records(n: int, base_ts: int = 1_700_000_000_000) -> list[Record]:
+    return [Record(b"k%d" % i, b"value-%d " % i * 10, headers=(("h", b"%d" % i),), timestamp=base_ts + i)
+            for i in range(n)]
+
+
+def test_leader_rewrites_a_batch_into_the_topic_codec_keeping_offsets_timestamps_and_producer_state(tmp_path) -> None:
+    log = Log.open(tmp_path / "t-0", LogConfig(compression_type="gzip"), clock=FakeClock())
+    log.append_as_leader(build_batch(_records(2)), leader_epoch=3)
+    sent = build_batch(_records(5, base_ts=1_700_000_001_000), producer_id=42, producer_epoch=7, base_sequence=10)
+    result = log.append_as_leader(sent, leader_epoch=3)
+    assert (result.first_offset, result.last_offset) == (2, 6)
+    stored = log.read(0, max_bytes=1 << 20)
+    headers = parse_batches(stored)  # the CRC of each rewritten batch is checked here
+    assert [h.compression_name for h in headers] == ["gzip", "gzip"]
+    h = headers[1]
+    assert (h.base_offset, h.last_offset_delta, h.record_count) == (2, 4, 5)
+    assert (h.producer_id, h.producer_epoch, h.base_sequence, h.partition_leader_epoch) == (42, 7, 10, 3)
+    assert h.max_timestamp == 1_700_000_001_004
+    got = [r for r in iter_records(stored)]
+    want = _records(2) + _records(5, base_ts=1_700_000_001_000)
+    assert [(r.offset, r.key, r.value, r.headers, r.timestamp) for r in got] == [
+        (i, w.key, w.value, w.headers, w.timestamp) for i, w in enumerate(want)]
+
+
+def test_uncompressed_topic_decompresses_and_producer_keeps_the_producers_codec(tmp_path) -> None:
+    gz = build_batch(_records(3), compression="gzip")
+    plain = Log.open(tmp_path / "u-0", LogConfig(compression_type="uncompressed"), clock=FakeClock())
+    plain.append_as_leader(gz, leader_epoch=0)
+    assert [h.compression_name for h in iter_headers(plain.read(0, max_bytes=1 << 20))] == ["none"]
+    kept = Log.open(tmp_path / "p-0", LogConfig(), clock=FakeClock())  # compression.type=producer (the default)
+    kept.append_as_leader(gz, leader_epoch=0)
+    stored = kept.read(0, max_bytes=1 << 20)
+    assert [h.compression_name for h in iter_headers(stored)] == ["gzip"]
+    assert stored[16:] == gz[16:]  # producer: stored as sent from the magic byte on (only offset and leader epoch set)
+
+
+def _http(method: str, url: str, body: object = None) -> tuple[int, dict]:
+    req = urllib.request.Request(url, data=None if body is None else json.dumps(body).encode(), method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_topic_with_gzip_stores_gzip_for_an_uncompressed_producer_and_consumers_read_the_same(broker) -> None:
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    status, _ = _http("POST", broker.http_url + "/admin/v1/topics",
+                      {"name": "zipped", "partitions": 1, "configs": {"compression.type": "gzip"}})
+    assert status in (200, 201)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
+    values = [b"record-%03d " % i * 8 for i in range(50)]
+    for i, v in enumerate(values):
+        producer.send("zipped", key=b"%d" % i, value=v, partition=0)
+    producer.flush(30)
+    producer.close(5)
+    stored = fetch_all_batches(broker.bootstrap, "zipped", 0)
+    headers = list(iter_headers(stored))
+    assert headers and {h.compression_name for h in headers} == {"gzip"}
+    assert sum(h.record_count for h in headers) == 50
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None, enable_auto_commit=False,
+                             consumer_timeout_ms=10_000)
+    tp = TopicPartition("zipped", 0)
+    consumer.assign([tp])
+    consumer.seek_to_beginning(tp)
+    got = []
+    for rec in consumer:
+        got.append((rec.offset, rec.key, rec.value))
+        if len(got) == 50:
+            break
+    consumer.close()
+    assert got == [(i, b"%d" % i, v) for i, v in enumerate(values)]
+
+
+def test_banana_is_refused_with_the_valid_values_listed(broker) -> None:
+    status, body = _http("POST", broker.http_url + "/admin/v1/topics",
+                         {"name": "fruit", "partitions": 1, "configs": {"compression.type": "banana"}})
+    assert status == 400, body
+    assert "compression.type" in body["message"] and "banana" in body["message"] and VALID in body["message"]
+    status, body = _http("GET", broker.http_url + "/admin/v1/topics/fruit")
+    assert status == 404  # nothing created
+
+
+def test_broker_default_compression_type_applies_to_new_topics(broker_factory) -> None:
+    from kafka import KafkaProducer
+
+    b = broker_factory(settings={"compression.type": "gzip"})
+    producer = KafkaProducer(bootstrap_servers=b.bootstrap)  # auto-creates the topic
+    producer.send("auto", value=b"x" * 100, partition=0)
+    producer.flush(30)
+    producer.close(5)
+    assert {h.compression_name for h in iter_headers(fetch_all_batches(b.bootstrap, "auto", 0))} == {"gzip"}
+
+
+def test_broker_compression_type_banana_is_refused_at_start() -> None:
+    with pytest.raises(ConfigError) as info:
+        BrokerConfig.load(env={}, overrides={"compression.type": "banana"})
+    assert "'compression.type'" in str(info.value) and "banana" in str(info.value) and VALID in str(info.value)
+
+
+@pytest.mark.parametrize("codec", sorted(COMPRESSION_LIBRARIES))
+def test_a_codec_is_accepted_only_when_its_library_is_installed(codec: str) -> None:
+    if codec in available_compressions():
+        assert validate_topic_configs({"compression.type": codec}) == {"compression.type": codec}
+    else:
+        with pytest.raises(ConfigError, match=COMPRESSION_LIBRARIES[codec]):
+            validate_topic_configs({"compression.type": codec}, topic="t")
+
+
+# One bad value per topic config key: a type error, a range error or a value outside the enum.
+BAD_VALUES = {
+    "retention.ms": "-2",
+    "retention.bytes": "ten",
+    "segment.bytes": "13",
+    "segment.ms": "0",
+    "segment.index.bytes": "4",
+    "index.interval.bytes": "-1",
+    "cleanup.policy": "shred",
+    "delete.retention.ms": "-5",
+    "min.cleanable.dirty.ratio": "1.5",
+    "min.compaction.lag.ms": "soon",
+    "max.message.bytes": "0",
+    "min.insync.replicas": "0",
+    "flush.messages": "0",
+    "flush.ms": "-3",
+    "message.timestamp.type": "WallClock",
+    "compression.type": "banana",
+    "unclean.leader.election.enable": "maybe",
+}
+
+
+def test_every_topic_config_key_refuses_a_bad_value() -> None:
+    assert set(BAD_VALUES) == set(TOPIC_CONFIG_KEYS), "give every topic config key a bad value here"
+    for key, bad in BAD_VALUES.items():
+        with pytest.raises(ConfigError) as info:
+            validate_topic_configs({key: bad}, topic="t")
+        assert key in str(info.value) and bad in str(info.value), str(info.value)
+
+
+def test_codec_names_are_kafkas() -> None:
+    assert set(COMPRESSION_CODECS) - {"none"} <= set(VALID.split(", "))
