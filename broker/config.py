@@ -446,10 +446,13 @@ def _from_env(env: Mapping[str, str]) -> dict[str, str]:
 
     out: dict[str, str] = {}
     for name, value in env.items():
-        if not name.startswith("KELP_") or name in _ENV_IGNORED or name.startswith(_ENV_IGNORED_PREFIXES):
+        if not name.startswith("KELP_"):
             continue
         key = name[len("KELP_"):].lower().replace("_", ".")
-        if key not in BROKER_KEYS and key not in KAFKA_ALIASES and key not in KAFKA_IGNORED_KEYS:
+        known = key in BROKER_KEYS or key in KAFKA_ALIASES or key in KAFKA_IGNORED_KEYS
+        if not known and (name in _ENV_IGNORED or name.startswith(_ENV_IGNORED_PREFIXES)):
+            continue  # a broker property wins over the prefixes (KELP_KUBE_NAMESPACE is kube.namespace)
+        if not known:
             raise ConfigError(
                 f"unknown environment variable {name}: it would set broker config '{key}', which does not exist "
                 f"(KELP_* variables set broker configs: KELP_LOG_DIRS sets log.dirs){_did_you_mean(key, env=True)}"

@@ -134,8 +134,11 @@ def test_a_misspelt_kelp_variable_is_refused_with_did_you_mean() -> None:
 def test_kelp_variables_of_other_tools_and_real_settings_are_fine() -> None:
     cfg = BrokerConfig.load(env={"KELP_NUM_PARTITIONS": "5", "KELP_HTTP": "http://x", "KELP_BOOTSTRAP": "x:1",
                                  "KELP_CONFIG": "", "KELP_LOG_LEVEL": "DEBUG", "KELP_KUBE_BUILD": "1",
-                                 "KELP_OPERATOR_NAMESPACE": "n", "KELP_E2E_KEEP": "1", "KELP_UID": "7"})
+                                 "KELP_OPERATOR_NAMESPACE": "n", "KELP_E2E_KEEP": "1", "KELP_UID": "7",
+                                 "KELP_KUBE_NAMESPACE": "ns1", "KELP_KUBE_NODE_NAME": "node-1"})
     assert cfg["num.partitions"] == 5
+    # a broker property wins over the other tools' prefixes: the operator's pods set these two
+    assert cfg["kube.namespace"] == "ns1" and cfg["kube.node.name"] == "node-1"
 
 
 def test_the_broker_refuses_to_start_on_a_misspelt_variable(monkeypatch, capsys, tmp_path: Path) -> None:
