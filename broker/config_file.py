@@ -100,11 +100,7 @@ def _properties(text: str, path: Path) -> dict[str, Any]:
         props.load(text, "utf-8")
     except Exception as exc:  # jproperties raises its own ParseError and ValueError on bad escapes
         raise ConfigError(f"config file {path} is not a valid Java properties file: {exc}") from None
-    out = {key: value.data for key, value in props.items()}
-    if not out and text.strip() and not all(line.lstrip().startswith(("#", "!")) or not line.strip()
-                                           for line in text.splitlines()):
-        raise ConfigError(f"config file {path} holds no properties")
-    return out
+    return {key: value.data for key, value in props.items()}
 
 
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

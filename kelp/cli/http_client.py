@@ -28,13 +28,29 @@ def default_http_url() -> str:
 
 
 class AdminClient:
-    def __init__(self, base_url: str, *, timeout_s: float = 30.0) -> None:
+    def __init__(self, base_url: str, *, timeout_s: float = 30.0, connect_timeout_s: float | None = None) -> None:
         if "://" not in base_url:
             base_url = "http://" + base_url
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self._reached = False
+
+    def _check_reachable(self) -> None:
+        """Once per client: fail within the connect timeout, naming the address, if nothing listens there."""
+        from .common import CONNECT_TIMEOUT_S, split_address, wait_reachable
+
+        parts = urllib.parse.urlsplit(self.base_url)
+        default_port = 443 if parts.scheme == "https" else 80
+        address = split_address(parts.netloc.rpartition("@")[2], default_port=default_port)
+        timeout = CONNECT_TIMEOUT_S if self.connect_timeout_s is None else self.connect_timeout_s
+        wait_reachable([address], what="the Kelp HTTP API", hint="set --http or KELP_HTTP", timeout_s=timeout,
+                       shown=self.base_url)
+        self._reached = True
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
+        if not self._reached:
+            self._check_reachable()
         url = self.base_url + path
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(url, data=data, method=method)

@@ -2,7 +2,9 @@
 
 Why: one entry point whose subcommands each live in a module of this
 package exposing `register(subparsers)`; adding a command is one line in
-`COMMAND_MODULES`. Every `CliError` becomes one line on stderr and exit code 1.
+`COMMAND_MODULES`. Global options (`--http`, `--bootstrap`, `--json`,
+`--connect-timeout`) go before or after the subcommand. Every `CliError`
+becomes one line on stderr and exit code 1.
 
 It must never hold subcommand logic itself.
 """
@@ -13,6 +15,7 @@ import argparse
 import importlib
 import sys
 
+from .common import add_global_options
 from .errors import CliError
 
 __all__ = ["main", "build_parser", "COMMAND_MODULES"]
@@ -32,6 +35,7 @@ COMMAND_MODULES: tuple[str, ...] = (
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kelp", description="Kelp: a Kafka-compatible streaming platform.")
+    add_global_options(parser)  # also accepted after the subcommand (common.py)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(f"{__package__}.{name}").register(subparsers)

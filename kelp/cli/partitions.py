@@ -22,7 +22,7 @@ __all__ = ["register"]
 
 
 def _client(args: argparse.Namespace) -> AdminClient:
-    return AdminClient(args.http or default_http_url())
+    return AdminClient(args.http or default_http_url(), connect_timeout_s=args.connect_timeout)
 
 
 def _ids(text: str) -> list[int]:

@@ -13,7 +13,7 @@ import argparse
 import sys
 from typing import Any, Iterator, TextIO
 
-from .common import bootstrap_options, default_bootstrap, json_option, parse_pairs
+from .common import bootstrap_options, check_bootstrap, json_option, parse_pairs
 from .errors import CliError
 from .output import print_json
 
@@ -42,7 +42,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
     from kafka.errors import KafkaError
 
     headers = [(k, v.encode()) for k, v in parse_pairs(args.header, option="--header").items()]
-    bootstrap = args.bootstrap or default_bootstrap()
+    bootstrap = check_bootstrap(args)
     options: dict[str, Any] = {
         "bootstrap_servers": bootstrap.split(","),
         "acks": "all" if args.acks == "all" else int(args.acks),

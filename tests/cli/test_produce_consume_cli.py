@@ -32,9 +32,13 @@ def test_produce_keys_and_headers_then_consume_from_beginning(cli, kelp) -> None
 
     r = cli("consume", "lines", "--from-beginning", "--max-messages", "2")
     assert r.code == 0, r
+    assert r.out == "Partition:0\tOffset:0\tk1\tfirst\nPartition:0\tOffset:1\tk2\tsecond value\n"
+
+    r = cli("consume", "lines", "--from-beginning", "--max-messages", "2", "--values-only")
     assert r.out == "first\nsecond value\n"
 
-    r = cli("consume", "lines", "--from-beginning", "--max-messages", "3", "--print-key", "--key-separator", "=")
+    r = cli("consume", "lines", "--from-beginning", "--max-messages", "3", "--values-only", "--print-key",
+            "--key-separator", "=")
     assert r.out.splitlines() == ["k1=first", "k2=second value", "k1=third:with:colons"]
 
     r = cli("consume", "lines", "--offset", "2", "--max-messages", "1", "--json")
@@ -51,7 +55,7 @@ def test_produce_to_a_partition_from_a_file(cli, tmp_path) -> None:
     assert r.code == 0, r
     assert json.loads(r.out) == [{"partition": 1, "offset": 0}, {"partition": 1, "offset": 1}]
     r = cli("consume", "filed", "--partition", "1", "--from-beginning", "--max-messages", "2")
-    assert r.out == "a\nb\n"
+    assert r.out == "Partition:1\tOffset:0\tnull\ta\nPartition:1\tOffset:1\tnull\tb\n"  # no key: null, as Kafka prints
     # Follows the end by default; --idle-timeout ends a quiet follow.
     r = cli("consume", "filed", "--partition", "1", "--idle-timeout", "0.5")
     assert r.code == 0 and r.out == ""
