@@ -37,9 +37,10 @@ from typing import Any, Callable
 
 from aiohttp import web
 
+from .keys import OFF_LOOP_SLOTS
 from .problems import HttpProblem
 
-__all__ = ["read_json", "decode_body", "loads_bounded", "json_value", "BodyError", "MAX_JSON_DEPTH", "INLINE_MAX_BYTES"]
+__all__ = ["read_json", "decode_body", "loads_bounded", "json_value", "BodyError", "MAX_JSON_DEPTH", "INLINE_MAX_BYTES", "off_loop"]
 
 MAX_JSON_DEPTH = 512
 # Bodies up to this size are decoded on the event loop (well under a millisecond).
@@ -236,7 +237,21 @@ async def read_json(request: web.Request, *, what: str = "request body", expect:
 
     if len(raw) <= INLINE_MAX_BYTES:
         return work()
-    return await asyncio.get_running_loop().run_in_executor(None, work)
+    return await off_loop(request, work)
+
+
+async def off_loop(request: web.Request, work: Callable[[], Any]) -> Any:
+    """Run CPU-bound `work` in a worker thread, at most `OFF_LOOP_SLOTS` at once per listener.
+
+    More threads competing for the GIL would only slow the event loop down
+    (each of its system calls waits for a thread to yield the GIL), not the work up.
+    """
+    slots = request.app.get(OFF_LOOP_SLOTS)
+    loop = asyncio.get_running_loop()
+    if slots is None:
+        return await loop.run_in_executor(None, work)
+    async with slots:
+        return await loop.run_in_executor(None, work)
 
 
 def json_value(data: bytes | bytearray | memoryview) -> Any:

@@ -21,7 +21,6 @@ This module must never write to a log except through the replica manager.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import json
@@ -35,7 +34,7 @@ from kelp.partitioner import partition_for_key
 from kelp.records import Record, build_batch, iter_records
 
 from ..replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchPartition
-from .json_body import json_value, read_json
+from .json_body import json_value, off_loop, read_json
 from .keys import BROKER, ROUND_ROBIN, broker_setting
 from .problems import HttpProblem, json_response
 from .topic_views import partition_roles, topic_configs
@@ -212,7 +211,7 @@ async def _produce(request: web.Request, *, fixed_partition: int | None) -> web.
         return by_partition, _build_batches(parsed, by_partition)
 
     if len(parsed) > _INLINE_RECORDS:
-        by_partition, batches = await asyncio.get_running_loop().run_in_executor(None, place_and_build)
+        by_partition, batches = await off_loop(request, place_and_build)
     else:
         by_partition, batches = place_and_build()
 
@@ -242,7 +241,7 @@ async def _produce(request: web.Request, *, fixed_partition: int | None) -> web.
         return ('{"offsets":[' + ",".join(parts) + '],"key_schema_id":null,"value_schema_id":null}').encode()
 
     if len(parsed) > _INLINE_RECORDS:
-        body = await asyncio.get_running_loop().run_in_executor(None, reply_body)
+        body = await off_loop(request, reply_body)
     else:
         body = reply_body()
     return web.Response(body=body, content_type=PLAIN_V2)

@@ -274,6 +274,19 @@ def test_json_consumer_meeting_a_non_json_record_loses_nothing_and_names_it(kelp
         call("DELETE", uri)
 
 
+def test_stateless_json_read_of_a_non_json_record_names_it(kelp) -> None:
+    topic = "stateless-mixed"
+    create_topic(kelp.http_url, topic)
+    assert call("POST", f"{kelp.http_url}/topics/{topic}", content_type=BINARY_V2,
+                body={"records": [{"value": base64.b64encode(b'{"ok": 1}').decode()},
+                                  {"value": base64.b64encode(b"\xff").decode()}]}).status == 200
+    reply = call("GET", f"{kelp.http_url}/topics/{topic}/partitions/0/records?offset=0&format=json")
+    body = problem(reply)
+    assert reply.status == 406 and body["error_code"] == 40601, reply
+    assert (body["topic"], body["partition"], body["offset"]) == (topic, 0, 1), body
+    assert "from offset 2" in body["message"], body
+
+
 # -- REST consumer instances are bounded ---------------------------------------------------
 
 def test_consumer_instances_are_capped_with_429_and_idle_ones_expire(kelp) -> None:
