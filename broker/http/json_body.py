@@ -159,7 +159,7 @@ def _value(text: str, pos: int, level: int, max_items: int | None, limit_name: s
             pos = _expect(text, pos, '"', "a member name in double quotes")
             key, pos = _raw(text, pos)
             pos = _expect(text, pos, ":", "':' after a member name") + 1
-            out[key], pos = _value(text, pos, level + 1, max_items, limit_name, f"'{key}'")
+            out[key], pos = _value(text, pos, level + 1, max_items, limit_name, f"'{key[:80]}'")
         else:
             if max_items is not None and len(out) >= max_items:
                 raise BodyError(f"{path} holds more than {max_items} items, the most one request may carry "

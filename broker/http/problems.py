@@ -68,9 +68,10 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
             message = f"method {request.method} is not allowed on {request.path}"
         elif exc.status == 413:
             limit = request.app.get(MAX_BODY)
-            message = (f"request body of {request.content_length or 'more than'} bytes is too large: "
-                       f"one request may carry at most {limit} bytes (http.request.max.bytes); "
-                       "split it into several requests") if limit else f"request body too large: {exc.text or exc.reason}"
+            size = f" of {request.content_length} bytes" if request.content_length else ""
+            message = (f"request body{size} is too large: one request may carry at most {limit} bytes "
+                       "(http.request.max.bytes); split it into several requests"
+                       ) if limit else f"request body too large: {exc.text or exc.reason}"
         return error_response(exc.status, exc.status, message)
     except Exception as exc:
         log.exception("HTTP %s %s failed", request.method, request.path)
