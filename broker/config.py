@@ -236,6 +236,11 @@ BROKER_KEYS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "replica.socket.timeout.ms": (_positive, 30000),
     "producer.id.block.size": (_positive, 1000),
     "compression.type": (_compression, "producer"),
+    # -- HTTP listener bounds (README "HTTP API")
+    "http.request.max.bytes": (_positive, 32 * 1024 * 1024),
+    "http.request.max.records": (_positive, 100_000),
+    "http.consumer.max.instances": (_positive, 1000),
+    "consumer.instance.timeout.ms": (_positive, 300_000),
 }
 
 # Per-topic overrides (Kafka topic config names) -> parser. Names the storage

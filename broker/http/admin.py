@@ -14,8 +14,9 @@ from typing import Any
 
 from aiohttp import web
 
+from .json_body import read_json
 from .keys import BROKER
-from .problems import HttpProblem, json_response, read_json
+from .problems import HttpProblem, json_response
 from .topic_views import brokers_view, describe_topic, topic_configs
 
 __all__ = ["routes"]

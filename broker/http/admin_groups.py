@@ -36,8 +36,9 @@ from ..groups.coordinator_lookup import CoordinatorLocation, locator_of
 from ..groups.group import CommittedOffset
 from ..groups.group_coordinator import Errors
 from ..replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from .json_body import read_json
 from .keys import BROKER
-from .problems import HttpProblem, json_response, read_json
+from .problems import HttpProblem, json_response
 
 __all__ = ["routes", "describe_group", "plan_reset", "require_local_group", "coordinator_problem"]
 

@@ -12,6 +12,7 @@ This module must never hold state outside the application's `AppKey`s.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -22,13 +23,11 @@ from kelp.partitioner import RoundRobin
 
 from ..metrics import LogCollector, metrics_of
 from . import admin, admin_groups, cluster_routes, health, metrics_routes, rest_consumers, rest_proxy
-from .keys import BROKER, LOG_REGISTRY, METRICS, ROUND_ROBIN
+from .keys import BROKER, LOG_REGISTRY, MAX_BODY, METRICS, OFF_LOOP_SLOTS, ROUND_ROBIN, broker_setting
 from .problems import error_middleware
 
 __all__ = ["build_http_app"]
 
-# Produce bodies are base64/JSON-inflated batches; the Kafka listener's request limit bounds them.
-DEFAULT_MAX_BODY_BYTES = 100 * 1024 * 1024
 
 
 @web.middleware
@@ -62,11 +61,11 @@ async def _starting_middleware(request: web.Request, handler: Any) -> web.Stream
 
 
 def build_http_app(broker: Any) -> web.Application:
-    try:
-        max_body = int(broker.config["socket.request.max.bytes"])
-    except Exception:
-        max_body = DEFAULT_MAX_BODY_BYTES
+    # Bodies are read whole before they are parsed: this bounds what one request may hold (413 beyond).
+    max_body = int(broker_setting(broker, "http.request.max.bytes"))
     app = web.Application(client_max_size=max_body, middlewares=[_latency_middleware, error_middleware, _starting_middleware])
+    app[MAX_BODY] = max_body
+    app[OFF_LOOP_SLOTS] = asyncio.Semaphore(2)
     app[BROKER] = broker
     app[METRICS] = metrics_of(broker)
     logs_registry = CollectorRegistry(auto_describe=True)

@@ -20,8 +20,9 @@ from aiohttp import web
 
 from kelp.errors import NotControllerError
 
+from .json_body import read_json
 from .keys import BROKER
-from .problems import HttpProblem, json_response, read_json
+from .problems import HttpProblem, json_response
 
 __all__ = ["routes"]
 
@@ -85,6 +86,10 @@ async def cluster_view(request: web.Request) -> web.Response:
     return json_response(_member(request).describe())
 
 
+def _int32(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
+
+
 def _partition_target(body: Any, *, what: str) -> list[tuple[str, int, list[int] | None]]:
     if not isinstance(body, dict) or not isinstance(body.get("partitions"), list) or not body["partitions"]:
         raise HttpProblem(400, f"{what}: body must be {{\"partitions\": [{{\"topic\", \"partition\", \"replicas\"}}]}}")
@@ -93,10 +98,10 @@ def _partition_target(body: Any, *, what: str) -> list[tuple[str, int, list[int]
         if not isinstance(item, dict):
             raise HttpProblem(400, f"{what}: partitions[{i}] must be an object")
         topic, partition, replicas = item.get("topic"), item.get("partition"), item.get("replicas")
-        if not isinstance(topic, str) or isinstance(partition, bool) or not isinstance(partition, int):
-            raise HttpProblem(400, f"{what}: partitions[{i}] needs 'topic' (string) and 'partition' (integer)")
+        if not isinstance(topic, str) or not _int32(partition):
+            raise HttpProblem(400, f"{what}: partitions[{i}] needs 'topic' (string) and 'partition' (integer 0..2^31-1)")
         if replicas is not None and (not isinstance(replicas, list) or not replicas
-                                     or not all(isinstance(r, int) and not isinstance(r, bool) for r in replicas)):
+                                     or not all(_int32(r) for r in replicas)):
             raise HttpProblem(400, f"{what}: partitions[{i}].replicas must be a non-empty list of broker ids, or null to cancel")
         out.append((topic, partition, replicas))
     return out
@@ -139,6 +144,10 @@ async def elect_leaders(request: web.Request) -> web.Response:
     if not isinstance(body, dict):
         raise HttpProblem(400, "elect-leaders: body must be a JSON object")
     topic, partitions = body.get("topic"), body.get("partitions")
+    if topic is not None and not isinstance(topic, str):
+        raise HttpProblem(400, f"elect-leaders: 'topic' must be a topic name, got {topic!r}")
+    if partitions is not None and (not isinstance(partitions, list) or not all(_int32(p) for p in partitions)):
+        raise HttpProblem(400, f"elect-leaders: 'partitions' must be a list of partition numbers, got {partitions!r}")
     if partitions is not None and topic is None:
         raise HttpProblem(400, "elect-leaders: 'partitions' needs 'topic'")
     result = await _member(request).call("elect_preferred_leaders", topic=topic, partitions=partitions)

@@ -4,6 +4,7 @@ Why: scripts, the CLI and the operator read `{"error_code", "message"}` from
 any 4xx/5xx, never an HTML page. `KelpError`s carry their Kafka error code
 and `http_status`; problems found by the HTTP layer itself (bad JSON, bad
 base64, wrong shapes) use `HttpProblem` with the HTTP status as the code.
+Request bodies are read by `json_body.read_json`.
 
 This module must never swallow an error without a message naming its cause.
 """
@@ -18,7 +19,9 @@ from aiohttp import web
 
 from kelp.errors import KelpError
 
-__all__ = ["HttpProblem", "error_response", "json_response", "error_middleware", "read_json"]
+from .keys import MAX_BODY
+
+__all__ = ["HttpProblem", "error_response", "json_response", "error_middleware"]
 
 log = logging.getLogger("kelp.broker.http")
 
@@ -26,11 +29,13 @@ log = logging.getLogger("kelp.broker.http")
 class HttpProblem(Exception):
     """A request the HTTP layer refuses: `status` 4xx/5xx, message names what was wrong."""
 
-    def __init__(self, status: int, message: str, *, error_code: int | None = None) -> None:
+    def __init__(self, status: int, message: str, *, error_code: int | None = None,
+                 details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.error_code = status if error_code is None else error_code
+        self.details = details or {}  # extra body fields naming what was wrong (e.g. topic, partition, offset)
 
 
 def json_response(data: Any, *, status: int = 200, content_type: str = "application/json") -> web.Response:
@@ -41,8 +46,8 @@ def json_response(data: Any, *, status: int = 200, content_type: str = "applicat
     )
 
 
-def error_response(status: int, error_code: int, message: str) -> web.Response:
-    return json_response({"error_code": error_code, "message": message}, status=status)
+def error_response(status: int, error_code: int, message: str, details: dict[str, Any] | None = None) -> web.Response:
+    return json_response({"error_code": error_code, "message": message, **(details or {})}, status=status)
 
 
 @web.middleware
@@ -50,7 +55,7 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
     try:
         return await handler(request)
     except HttpProblem as exc:
-        return error_response(exc.status, exc.error_code, exc.message)
+        return error_response(exc.status, exc.error_code, exc.message, exc.details)
     except KelpError as exc:
         return error_response(exc.http_status, exc.code, str(exc))
     except web.HTTPException as exc:
@@ -62,23 +67,12 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
         elif exc.status == 405:
             message = f"method {request.method} is not allowed on {request.path}"
         elif exc.status == 413:
-            message = f"request body too large: {exc.text or exc.reason}"
+            limit = request.app.get(MAX_BODY)
+            size = f" of {request.content_length} bytes" if request.content_length else ""
+            message = (f"request body{size} is too large: one request may carry at most {limit} bytes "
+                       "(http.request.max.bytes); split it into several requests"
+                       ) if limit else f"request body too large: {exc.text or exc.reason}"
         return error_response(exc.status, exc.status, message)
     except Exception as exc:
         log.exception("HTTP %s %s failed", request.method, request.path)
         return error_response(500, 500, f"internal error handling {request.method} {request.path}: {exc!r}")
-
-
-async def read_json(request: web.Request, *, what: str = "request body") -> Any:
-    """The parsed JSON body, or a 400 naming where the JSON is broken."""
-    raw = await request.read()
-    if not raw.strip():
-        raise HttpProblem(400, f"{what} is empty; a JSON document is required")
-    try:
-        return json.loads(raw)
-    except UnicodeDecodeError as exc:
-        raise HttpProblem(400, f"{what} is not UTF-8: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise HttpProblem(
-            400, f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        ) from None

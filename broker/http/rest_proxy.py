@@ -34,8 +34,9 @@ from kelp.partitioner import partition_for_key
 from kelp.records import Record, build_batch, iter_records
 
 from ..replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchPartition
-from .keys import BROKER, ROUND_ROBIN
-from .problems import HttpProblem, json_response, read_json
+from .json_body import json_value, off_loop, read_json
+from .keys import BROKER, ROUND_ROBIN, broker_setting
+from .problems import HttpProblem, json_response
 from .topic_views import partition_roles, topic_configs
 
 __all__ = ["routes", "JSON_V2", "BINARY_V2"]
@@ -48,6 +49,8 @@ PLAIN_V2 = "application/vnd.kafka.v2+json"
 PRODUCE_TYPES = {JSON_V2: "json", BINARY_V2: "binary", "application/json": "json"}
 
 MAX_READ_TIMEOUT_MS = 60_000
+# Above this many records, placing them and building the batches runs in a worker thread.
+_INLINE_RECORDS = 2_000
 DEFAULT_READ_MAX_BYTES = 1 << 20
 MAX_READ_MAX_BYTES = 64 << 20
 
@@ -114,7 +117,12 @@ def _encode_headers(raw: Any, fmt: str, *, index: int) -> tuple[tuple[str, bytes
     return tuple(out)
 
 
+_INT64_MAX = (1 << 63) - 1
+_INT32_MAX = (1 << 31) - 1
+
+
 def _parse_records(body: Any, fmt: str) -> list[tuple[int | None, Record]]:
+    """The records of a produce body, each field checked; a 422 names the first bad one."""
     if not isinstance(body, dict):
         raise HttpProblem(422, f"request body must be an object with a 'records' list, got {type(body).__name__}")
     records = body.get("records")
@@ -132,11 +140,13 @@ def _parse_records(body: Any, fmt: str) -> list[tuple[int | None, Record]]:
         if unknown:
             raise HttpProblem(422, f"records[{i}] has unknown field(s) {sorted(unknown)}")
         partition = item.get("partition")
-        if partition is not None and (isinstance(partition, bool) or not isinstance(partition, int) or partition < 0):
-            raise HttpProblem(422, f"records[{i}].partition must be a non-negative integer, got {partition!r}")
+        if partition is not None and (isinstance(partition, bool) or not isinstance(partition, int)
+                                      or not 0 <= partition <= _INT32_MAX):
+            raise HttpProblem(422, f"records[{i}].partition must be an integer 0..{_INT32_MAX}, got {partition!r}")
         ts = item.get("timestamp")
-        if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int) or ts < 0):
-            raise HttpProblem(422, f"records[{i}].timestamp must be milliseconds since the epoch, got {ts!r}")
+        if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int) or not 0 <= ts <= _INT64_MAX):
+            raise HttpProblem(422, f"records[{i}].timestamp must be milliseconds since the epoch "
+                                   f"(an integer 0..{_INT64_MAX}), got {ts!r}")
         rec = Record(
             key=_encode_field(item.get("key"), fmt, index=i, field="key"),
             value=_encode_field(item.get("value"), fmt, index=i, field="value"),
@@ -147,14 +157,9 @@ def _parse_records(body: Any, fmt: str) -> list[tuple[int | None, Record]]:
     return parsed
 
 
-async def _produce(request: web.Request, *, fixed_partition: int | None) -> web.Response:
-    broker = request.app[BROKER]
-    topic = request.match_info["topic"]
-    fmt = _embedded_format(request)
-    parsed = _parse_records(await read_json(request), fmt)
-    info = await broker.topics.ensure_topic(topic)
-    n = info.partitions
-    rr = request.app[ROUND_ROBIN]
+def _place(parsed: list[tuple[int | None, Record]], *, topic: str, n: int, fixed_partition: int | None,
+           rr: Any) -> dict[int, list[int]]:
+    """Record indexes per partition (explicit, murmur2 of the key, or round-robin); 422/404 on a bad one."""
     by_partition: dict[int, list[int]] = defaultdict(list)
     for i, (explicit, rec) in enumerate(parsed):
         if fixed_partition is not None:
@@ -175,23 +180,71 @@ async def _produce(request: web.Request, *, fixed_partition: int | None) -> web.
                 404, f"{where}: partition {p} of topic '{topic}' does not exist (it has {n})", error_code=3
             )
         by_partition[p].append(i)
+    return by_partition
 
-    offsets: list[dict[str, Any]] = [{} for _ in parsed]
-    for p, indexes in sorted(by_partition.items()):
+
+def _build_batches(parsed: list[tuple[int | None, Record]],
+                   by_partition: dict[int, list[int]]) -> dict[int, bytes | Exception]:
+    out: dict[int, bytes | Exception] = {}
+    for p, indexes in by_partition.items():
         try:
-            batch = build_batch([parsed[i][1] for i in indexes])
+            out[p] = build_batch([parsed[i][1] for i in indexes])
+        except Exception as exc:  # reported per record below, like an append failure
+            out[p] = exc
+    return out
+
+
+async def _produce(request: web.Request, *, fixed_partition: int | None) -> web.Response:
+    broker = request.app[BROKER]
+    topic = request.match_info["topic"]
+    fmt = _embedded_format(request)
+    # Parsed and validated off the event loop when the body is large (json_body.INLINE_MAX_BYTES).
+    max_records = int(broker_setting(broker, "http.request.max.records"))
+    parsed = await read_json(request, expect=dict, shape_status=422, max_items=max_records,
+                             limit_name="http.request.max.records", convert=lambda body: _parse_records(body, fmt))
+    info = await broker.topics.ensure_topic(topic)
+    n = info.partitions
+    rr = request.app[ROUND_ROBIN]
+
+    def place_and_build() -> tuple[dict[int, list[int]], dict[int, bytes | Exception]]:
+        by_partition = _place(parsed, topic=topic, n=n, fixed_partition=fixed_partition, rr=rr)
+        return by_partition, _build_batches(parsed, by_partition)
+
+    if len(parsed) > _INLINE_RECORDS:
+        by_partition, batches = await off_loop(request, place_and_build)
+    else:
+        by_partition, batches = place_and_build()
+
+    outcome: dict[int, tuple[int, None] | tuple[None, dict[str, Any]]] = {}
+    for p in sorted(by_partition):
+        try:
+            batch = batches[p]
+            if isinstance(batch, Exception):
+                raise batch
             result = await broker.cluster.append(topic, p, batch, acks=1)
         except Exception as exc:  # per-partition failure, reported per record like Confluent
             code = getattr(exc, "code", -1)
-            message = f"topic '{topic}' partition {p}: {exc}"
-            for i in indexes:
-                offsets[i] = {"partition": p, "offset": None, "error_code": code, "error": message}
+            outcome[p] = (None, {"partition": p, "offset": None, "error_code": code,
+                                 "error": f"topic '{topic}' partition {p}: {exc}"})
             continue
-        for j, i in enumerate(indexes):
-            offsets[i] = {"partition": p, "offset": result.base_offset + j, "error_code": None, "error": None}
-    return json_response(
-        {"offsets": offsets, "key_schema_id": None, "value_schema_id": None}, content_type=PLAIN_V2
-    )
+        outcome[p] = (result.base_offset, None)
+
+    def reply_body() -> bytes:
+        offsets: list[dict[str, Any]] = [{} for _ in parsed]
+        for p, indexes in by_partition.items():
+            base, failed = outcome[p]
+            for j, i in enumerate(indexes):
+                offsets[i] = failed if base is None else {
+                    "partition": p, "offset": base + j, "error_code": None, "error": None}
+        # In slices: one json.dumps of 400,000 offsets would hold the GIL (and the loop) for ~0.7 s.
+        parts = [json.dumps(offsets[k:k + 1000], separators=(",", ":"))[1:-1] for k in range(0, len(offsets), 1000)]
+        return ('{"offsets":[' + ",".join(parts) + '],"key_schema_id":null,"value_schema_id":null}').encode()
+
+    if len(parsed) > _INLINE_RECORDS:
+        body = await off_loop(request, reply_body)
+    else:
+        body = reply_body()
+    return web.Response(body=body, content_type=PLAIN_V2)
 
 
 @routes.post("/topics/{topic}")
@@ -286,16 +339,18 @@ def _read_format(request: web.Request) -> str:
     return "json" if JSON_V2 in accept else "binary"
 
 
-def _decode_field(data: bytes | None, fmt: str, *, offset: int, field: str) -> Any:
+def _decode_field(data: bytes | None, fmt: str, *, topic: str, partition: int, offset: int, field: str) -> Any:
     if data is None:
         return None
     if fmt == "binary":
         return base64.b64encode(data).decode()
     try:
-        return json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return json_value(data)
+    except ValueError as exc:
         raise HttpProblem(
-            406, f"the {field} at offset {offset} is not JSON ({exc}); read it with format=binary"
+            406, f"the {field} of the record at topic '{topic}' partition {partition} offset {offset} is not JSON "
+                 f"({exc}); read it with format=binary, or from offset {offset + 1} to skip it",
+            error_code=40601, details={"topic": topic, "partition": partition, "offset": offset},
         ) from None
 
 
@@ -342,8 +397,8 @@ async def read_records(request: web.Request) -> web.Response:
             out.append(
                 {
                     "topic": topic,
-                    "key": _decode_field(rec.key, fmt, offset=rec.offset, field="key"),
-                    "value": _decode_field(rec.value, fmt, offset=rec.offset, field="value"),
+                    "key": _decode_field(rec.key, fmt, topic=topic, partition=p, offset=rec.offset, field="key"),
+                    "value": _decode_field(rec.value, fmt, topic=topic, partition=p, offset=rec.offset, field="value"),
                     "partition": p,
                     "offset": rec.offset,
                     "timestamp": rec.timestamp,
