@@ -32,6 +32,7 @@ from typing import Any, Awaitable, Callable, Sequence
 from kelp.errors import (
     FencedLeaderEpochError,
     InvalidRequestError,
+    InvalidTopicError,
     InvalidRequiredAcksError,
     KelpError,
     NotEnoughReplicasAfterAppendError,
@@ -42,6 +43,7 @@ from kelp.errors import (
     UnknownLeaderEpochError,
 )
 
+from .cluster.model import INTERNAL_TOPICS
 from .config import BrokerConfig
 from kelp.records import iter_headers
 
@@ -439,9 +441,14 @@ class ReplicaManager:
         *,
         acks: int = 1,
         timeout_ms: int = 30000,
+        internal_allowed: bool = False,
     ) -> ProduceResult:
-        """Append a produce request's batches for one partition; with acks=-1 wait until the ISR has them."""
-        result = self.append_sync(topic, partition, data, acks=acks)
+        """Append a produce request's batches for one partition; with acks=-1 wait until the ISR has them.
+
+        Internal topics take only the broker's own writes (`internal_allowed`, the group coordinator's),
+        as Kafka's `appendToLocalLog` does: a client's batch there could forge any group's commits.
+        """
+        result = self.append_sync(topic, partition, data, acks=acks, internal_allowed=internal_allowed)
         if acks != -1 or result.duplicate:
             return result
         part = self._partitions.get((topic, partition))
@@ -467,8 +474,14 @@ class ReplicaManager:
         return result
 
     def append_sync(
-        self, topic: str, partition: int, data: bytes | bytearray | memoryview, *, acks: int = 1
+        self, topic: str, partition: int, data: bytes | bytearray | memoryview, *, acks: int = 1,
+        internal_allowed: bool = False,
     ) -> ProduceResult:
+        if topic in INTERNAL_TOPICS and not internal_allowed:
+            raise InvalidTopicError(
+                f"cannot write to internal topic '{topic}' (partition {partition}): only the broker's group "
+                "coordinator writes there; commit offsets with OffsetCommit instead"
+            )
         if acks not in (0, 1, -1):
             raise InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), got {acks}")
         part = self._leader(topic, partition)

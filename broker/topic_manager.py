@@ -9,6 +9,11 @@ a cache of the cluster metadata: the controller decides and pushes
 controller through the cluster member (`self.cluster.call`), and the answer
 is applied before the call returns, so a client sees its own change at once.
 
+Internal topics (`__consumer_offsets`) are refused here for every door (Kafka
+protocol, HTTP, CLI): a client may not create, delete or grow them nor turn
+off their compaction — one such request would lose every group's committed
+offsets. The coordinator creates them through the controller directly.
+
 This module must never touch record data: it deletes partition logs through
 the LogManager only, and it never does networking itself.
 """
@@ -27,10 +32,10 @@ from kelp.errors import (
     UnknownTopicOrPartitionError,
 )
 
-from .cluster.model import TopicState, topic_from_json
+from .cluster.model import INTERNAL_TOPICS, TopicState, topic_from_json
 from .config import BrokerConfig, validate_topic_configs
 
-__all__ = ["TopicManager", "TopicInfo", "validate_topic_name"]
+__all__ = ["TopicManager", "TopicInfo", "validate_topic_name", "refuse_internal"]
 
 log = logging.getLogger("kelp.broker.topics")
 
@@ -55,6 +60,15 @@ def validate_topic_name(name: Any) -> str:
             f"invalid topic name '{name}': illegal character(s) {''.join(bad)!r}; allowed are ASCII letters, digits, '.', '_' and '-'"
         )
     return name
+
+
+def refuse_internal(name: str, action: str, why: str) -> None:
+    """Raise INVALID_TOPIC_EXCEPTION (Kafka's answer for an internal topic) if `name` is internal."""
+    if name in INTERNAL_TOPICS:
+        raise InvalidTopicError(f"cannot {action} topic '{name}': it is internal ({why}); refused")
+
+
+_OFFSETS_WHY = "it holds every consumer group's committed offsets"
 
 
 class TopicManager:
@@ -211,6 +225,7 @@ class TopicManager:
         assignments: Mapping[int, list[int]] | None = None,
     ) -> TopicState:
         validate_topic_name(name)
+        refuse_internal(name, "create", "the group coordinator creates it with the partition count and configs it needs")
         if partitions is not None and partitions != -1 and partitions <= 0:
             raise InvalidPartitionsError(f"topic '{name}': number of partitions must be > 0, got {partitions}")
         if replication_factor is not None and replication_factor != -1 and replication_factor <= 0:
@@ -245,6 +260,7 @@ class TopicManager:
 
     async def delete_topic(self, name: str) -> None:
         self.describe(name)
+        refuse_internal(name, "delete", _OFFSETS_WHY + "; deleting it would lose them all")
         if not self.config["delete.topic.enable"]:
             raise ConfigError(f"cannot delete topic '{name}': delete.topic.enable is false")
         if self.cluster is None:
@@ -254,6 +270,8 @@ class TopicManager:
 
     async def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> TopicState:
         info = self.describe(name)
+        refuse_internal(name, "add partitions to", "a group's offsets live in the partition its id hashes to "
+                        "among the current count; another count would lose them")
         if total < info.partitions:
             raise InvalidPartitionsError(
                 f"topic '{name}' has {info.partitions} partitions; partitions can only grow, not shrink to {total}"
@@ -278,6 +296,7 @@ class TopicManager:
         new.update(clean)
         for key in delete:
             new.pop(key, None)
-        self.log_config(name, new)
+        if not self.log_config(name, new).compact:
+            refuse_internal(name, "turn off compaction of", _OFFSETS_WHY + ", kept by compaction alone")
         return await self._ask("alter_configs", name=name, configs=clean, replace_all=replace, delete=list(delete),
                                validate_only=validate_only)
