@@ -62,7 +62,8 @@ class Broker:
         self.topics = TopicManager(cfg, None)
         # Opening the logs runs recovery on every partition directory: file work, off the event loop.
         self.logs = await asyncio.to_thread(
-            LogManager, [str(d) for d in cfg.log_dirs], default, config_for=self.topics.log_config_or_none
+            LogManager, [str(d) for d in cfg.log_dirs], default, config_for=self.topics.log_config_or_none,
+            cleaner_dedupe_buffer_bytes=cfg["log.cleaner.dedupe.buffer.size"],
         )
         self.topics.logs = self.logs
         self.replicas = ReplicaManager(cfg, self.logs, self.topics)

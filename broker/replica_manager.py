@@ -366,8 +366,8 @@ class ReplicaManager:
     def _rebuild_producer_state(self, lg: Any, producers: ProducerStateManager) -> None:
         """Replay the batch headers of the last segments (per batch: one header read each)."""
         segments = list(getattr(lg, "segments", []) or [])
-        if not segments or lg.log_end_offset <= lg.log_start_offset:
-            return
+        if not segments or lg.log_end_offset <= lg.log_start_offset or getattr(lg, "offline_reason", ""):
+            return  # nothing to replay, or an offline log: every request to it answers KAFKA_STORAGE_ERROR
         seen = 0
         for segment in segments[-PRODUCER_STATE_SEGMENTS:]:
             for h in segment.headers(0):
@@ -794,10 +794,11 @@ class ReplicaManager:
         done = 0
         for lg in logs:
             try:
-                lg.write_checkpoint()
+                lg.write_checkpoint()  # nothing for a closed or deleted log
                 done += 1
-            except Exception as exc:  # a closed or deleted log: nothing to keep
-                log.debug("checkpoint of %s skipped: %s", getattr(lg, "name", lg), exc)
+            except Exception as exc:  # a full or failing disk: the file is named in the message
+                log.error("checkpoint of %s not written (the next start rescans from the last one): %s",
+                          getattr(lg, "name", lg), exc)
         return done
 
     def close(self) -> None:
