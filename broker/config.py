@@ -181,6 +181,7 @@ BROKER_KEYS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "replica.socket.timeout.ms": (_positive, 30000),
     "producer.id.block.size": (_positive, 1000),
     "producer.id.expiration.ms": (_positive, 86400000),  # idempotent-producer state idle this long is dropped
+    "producer.id.expiration.check.interval.ms": (_positive, 600000),
 }
 
 # Per-topic overrides (Kafka topic config names) -> parser. Names the storage

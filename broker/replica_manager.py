@@ -421,6 +421,20 @@ class ReplicaManager:
             if part.maybe_advance_high_watermark():
                 part.wake()
 
+    def expire_producers(self) -> int:
+        """Forget idempotent producers idle for producer.id.expiration.ms on every replica (periodic, on the loop).
+
+        As Kafka, "idle" is judged by the timestamp of the producer's last batch. A forgotten producer's
+        next batch is accepted as from a new one (its sequence is not checked against the old state).
+        """
+        now, expiration = self._now_ms(), int(self.config["producer.id.expiration.ms"])
+        expired = 0
+        for part in list(self._partitions.values()):
+            expired += part.producers.expire(now, expiration)
+        if expired:
+            log.info("expired the state of %d idempotent producer(s) idle for %d ms or more", expired, expiration)
+        return expired
+
     def check_isr(self) -> None:
         """Shrink the ISR of led partitions whose followers lag more than replica.lag.time.max.ms (periodic)."""
         now = self._now_ms()

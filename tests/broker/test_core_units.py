@@ -148,3 +148,16 @@ def test_a_failed_checkpoint_write_is_an_error_naming_the_file(tmp_path, caplog,
     monkeypatch.undo()
     lg.close()
     assert ReplicaManager.write_checkpoints([lg]) == 1  # a closed log: nothing to keep, nothing logged
+
+
+def test_producer_state_expires_producers_idle_past_the_expiration() -> None:
+    ps = ProducerStateManager("t", 0)
+    ps.update(1, 0, 0, 0, 0, 0, timestamp=1_000)
+    ps.update(2, 0, 0, 0, 1, 1, timestamp=1_000)
+    ps.update(2, 0, 1, 1, 2, 2, timestamp=5_000)  # producer 2 wrote again later
+    assert ps.expire(now_ms=6_000, expiration_ms=2_000) == 1
+    assert ps.last_sequence(1) is None and ps.last_sequence(2) == 1
+    assert ps.check(1, 0, 7, 7) is None  # forgotten: any sequence is accepted as from a new producer
+    with pytest.raises(OutOfOrderSequenceError):
+        ps.check(2, 0, 7, 7)
+    assert ps.expire(now_ms=7_000, expiration_ms=2_000) == 1 and len(ps) == 0
