@@ -225,7 +225,9 @@ class TopicManager:
         assignments: Mapping[int, list[int]] | None = None,
     ) -> TopicState:
         validate_topic_name(name)
-        refuse_internal(name, "create", "the group coordinator creates it with the partition count and configs it needs")
+        if name not in self._topics:  # an existing one answers TOPIC_ALREADY_EXISTS, as for any topic
+            refuse_internal(name, "create", "the group coordinator creates it with the partition count and configs "
+                            "it needs")
         if partitions is not None and partitions != -1 and partitions <= 0:
             raise InvalidPartitionsError(f"topic '{name}': number of partitions must be > 0, got {partitions}")
         if replication_factor is not None and replication_factor != -1 and replication_factor <= 0:

@@ -54,10 +54,13 @@ def _committed(w: WireClient, group: str, topic: str) -> int:
 def test_kafka_protocol_refuses_deleting_growing_and_producing_into_the_offsets_topic(broker_factory) -> None:
     broker = broker_factory()
     assert create_topic_wire(broker.bootstrap, "orders") == 0
+    # By hand it would get the broker defaults (one partition, no compaction): only the coordinator creates it.
+    assert create_topic_wire(broker.bootstrap, OFFSETS) == INVALID_TOPIC_EXCEPTION
     with WireClient(broker.bootstrap) as w:
         _coordinator_ready(w, "billing")
         assert _commit(w, "billing", "orders", 42) == 0
-
+    assert create_topic_wire(broker.bootstrap, OFFSETS) == 36  # TOPIC_ALREADY_EXISTS, as for any topic
+    with WireClient(broker.bootstrap) as w:
         deleted = w.request(DeleteTopicsRequest(topic_names=[OFFSETS], timeout_ms=5000), 5).responses[0]
         assert deleted.error_code == INVALID_TOPIC_EXCEPTION
         assert "internal" in deleted.error_message and "committed offsets" in deleted.error_message
