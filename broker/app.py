@@ -62,7 +62,8 @@ class Broker:
         self.topics = TopicManager(cfg, None)
         # Opening the logs runs recovery on every partition directory: file work, off the event loop.
         self.logs = await asyncio.to_thread(
-            LogManager, [str(d) for d in cfg.log_dirs], default, config_for=self.topics.log_config_or_none
+            LogManager, [str(d) for d in cfg.log_dirs], default, config_for=self.topics.log_config_or_none,
+            cleaner_dedupe_buffer_bytes=cfg["log.cleaner.dedupe.buffer.size"],
         )
         self.topics.logs = self.logs
         self.replicas = ReplicaManager(cfg, self.logs, self.topics)
@@ -159,7 +160,8 @@ class Broker:
             self.http_port = self.config["http.port"]
 
     async def _maintenance_loop(self) -> None:
-        """Time-driven log work: roll/flush by time (1 s), checkpoints of changed partitions (5 s), retention and cleaning.
+        """Time-driven log work: roll/flush by time (1 s), checkpoints of changed partitions (5 s), retention and cleaning,
+        and forgetting idle idempotent producers (producer.id.expiration.check.interval.ms, at 1 s granularity).
 
         Everything that touches files (fsync on roll/flush, checkpoint files,
         segment deletion, compaction) runs in a worker thread: a `Log` guards
@@ -170,11 +172,16 @@ class Broker:
         retention_every = self.config["log.retention.check.interval.ms"] / 1000.0
         next_retention = loop.time() + min(retention_every, 30.0)
         next_checkpoint = loop.time() + 5.0
+        expire_every = self.config["producer.id.expiration.check.interval.ms"] / 1000.0
+        next_expiry = loop.time() + expire_every
         while True:
             await asyncio.sleep(1.0)
             now = loop.time()
             try:
                 self.replicas.check_isr()
+                if now >= next_expiry:
+                    next_expiry = now + expire_every
+                    self.replicas.expire_producers()  # memory only, on the loop: the state is the loop's
                 await asyncio.to_thread(self._roll_and_flush_by_time)
                 if now >= next_checkpoint:
                     next_checkpoint = now + 5.0

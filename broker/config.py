@@ -201,6 +201,7 @@ BROKER_KEYS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "log.cleanup.policy": (_cleanup, "delete"),
     "log.cleaner.delete.retention.ms": (_nonneg(_int), 86400000),
     "log.cleaner.min.cleanable.ratio": (_float, 0.5),
+    "log.cleaner.dedupe.buffer.size": (_positive, 134217728),  # bounds the cleaner's key map (bytes)
     "log.message.timestamp.type": (_ts_type, "CreateTime"),
     "min.insync.replicas": (_positive, 1),
     "offsets.topic.num.partitions": (_positive, 50),
@@ -241,6 +242,8 @@ BROKER_KEYS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "http.request.max.records": (_positive, 100_000),
     "http.consumer.max.instances": (_positive, 1000),
     "consumer.instance.timeout.ms": (_positive, 300_000),
+    "producer.id.expiration.ms": (_positive, 86400000),  # idempotent-producer state idle this long is dropped
+    "producer.id.expiration.check.interval.ms": (_positive, 600000),
 }
 
 # Per-topic overrides (Kafka topic config names) -> parser. Names the storage

@@ -6,7 +6,10 @@ sequence range as one of the last five batches) and answer with the offset the
 batch got the first time instead of storing it again, refuse gaps in the
 sequence (OUT_OF_ORDER_SEQUENCE_NUMBER) and refuse a stale epoch
 (INVALID_PRODUCER_EPOCH). The state is rebuilt on start from batch headers of
-the log's last segments — per batch, never per record.
+the log's last segments — per batch, never per record. A producer that has
+not written for `producer.id.expiration.ms` is forgotten (`expire`, run
+periodically by the broker, as Kafka's `removeExpiredProducers`), so the
+state of producers long gone does not grow without bound.
 
 This module must never write to the log or do I/O: the replica manager asks
 `check` before appending and calls `update` after the append succeeded.
@@ -135,6 +138,15 @@ class ProducerStateManager:
                 h.base_offset, h.last_offset, h.max_timestamp,
             )
         return seen
+
+    def expire(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers whose last batch's timestamp is `expiration_ms` or more before `now_ms`; returns how many."""
+        horizon = now_ms - expiration_ms
+        doomed = [pid for pid, entry in self._producers.items()
+                  if not entry.batches or entry.batches[-1].timestamp <= horizon]
+        for pid in doomed:
+            del self._producers[pid]
+        return len(doomed)
 
     def truncate(self) -> None:
         self._producers.clear()

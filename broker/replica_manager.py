@@ -32,6 +32,7 @@ from typing import Any, Awaitable, Callable, Sequence
 from kelp.errors import (
     FencedLeaderEpochError,
     InvalidRequestError,
+    InvalidTopicError,
     InvalidRequiredAcksError,
     KelpError,
     NotEnoughReplicasAfterAppendError,
@@ -42,6 +43,7 @@ from kelp.errors import (
     UnknownLeaderEpochError,
 )
 
+from .cluster.model import INTERNAL_TOPICS
 from .config import BrokerConfig
 from kelp.records import iter_headers
 
@@ -364,8 +366,8 @@ class ReplicaManager:
     def _rebuild_producer_state(self, lg: Any, producers: ProducerStateManager) -> None:
         """Replay the batch headers of the last segments (per batch: one header read each)."""
         segments = list(getattr(lg, "segments", []) or [])
-        if not segments or lg.log_end_offset <= lg.log_start_offset:
-            return
+        if not segments or lg.log_end_offset <= lg.log_start_offset or getattr(lg, "offline_reason", ""):
+            return  # nothing to replay, or an offline log: every request to it answers KAFKA_STORAGE_ERROR
         seen = 0
         for segment in segments[-PRODUCER_STATE_SEGMENTS:]:
             for h in segment.headers(0):
@@ -419,6 +421,20 @@ class ReplicaManager:
             if part.maybe_advance_high_watermark():
                 part.wake()
 
+    def expire_producers(self) -> int:
+        """Forget idempotent producers idle for producer.id.expiration.ms on every replica (periodic, on the loop).
+
+        As Kafka, "idle" is judged by the timestamp of the producer's last batch. A forgotten producer's
+        next batch is accepted as from a new one (its sequence is not checked against the old state).
+        """
+        now, expiration = self._now_ms(), int(self.config["producer.id.expiration.ms"])
+        expired = 0
+        for part in list(self._partitions.values()):
+            expired += part.producers.expire(now, expiration)
+        if expired:
+            log.info("expired the state of %d idempotent producer(s) idle for %d ms or more", expired, expiration)
+        return expired
+
     def check_isr(self) -> None:
         """Shrink the ISR of led partitions whose followers lag more than replica.lag.time.max.ms (periodic)."""
         now = self._now_ms()
@@ -439,9 +455,14 @@ class ReplicaManager:
         *,
         acks: int = 1,
         timeout_ms: int = 30000,
+        internal_allowed: bool = False,
     ) -> ProduceResult:
-        """Append a produce request's batches for one partition; with acks=-1 wait until the ISR has them."""
-        result = self.append_sync(topic, partition, data, acks=acks)
+        """Append a produce request's batches for one partition; with acks=-1 wait until the ISR has them.
+
+        Internal topics take only the broker's own writes (`internal_allowed`, the group coordinator's),
+        as Kafka's `appendToLocalLog` does: a client's batch there could forge any group's commits.
+        """
+        result = self.append_sync(topic, partition, data, acks=acks, internal_allowed=internal_allowed)
         if acks != -1 or result.duplicate:
             return result
         part = self._partitions.get((topic, partition))
@@ -467,8 +488,14 @@ class ReplicaManager:
         return result
 
     def append_sync(
-        self, topic: str, partition: int, data: bytes | bytearray | memoryview, *, acks: int = 1
+        self, topic: str, partition: int, data: bytes | bytearray | memoryview, *, acks: int = 1,
+        internal_allowed: bool = False,
     ) -> ProduceResult:
+        if topic in INTERNAL_TOPICS and not internal_allowed:
+            raise InvalidTopicError(
+                f"cannot write to internal topic '{topic}' (partition {partition}): only the broker's group "
+                "coordinator writes there; commit offsets with OffsetCommit instead"
+            )
         if acks not in (0, 1, -1):
             raise InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), got {acks}")
         part = self._leader(topic, partition)
@@ -781,10 +808,11 @@ class ReplicaManager:
         done = 0
         for lg in logs:
             try:
-                lg.write_checkpoint()
+                lg.write_checkpoint()  # nothing for a closed or deleted log
                 done += 1
-            except Exception as exc:  # a closed or deleted log: nothing to keep
-                log.debug("checkpoint of %s skipped: %s", getattr(lg, "name", lg), exc)
+            except Exception as exc:  # a full or failing disk: the file is named in the message
+                log.error("checkpoint of %s not written (the next start rescans from the last one): %s",
+                          getattr(lg, "name", lg), exc)
         return done
 
     def close(self) -> None:

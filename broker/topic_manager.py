@@ -35,7 +35,7 @@ from kelp.errors import (
 from .cluster.model import INTERNAL_TOPICS, TopicState, topic_from_json
 from .config import BrokerConfig, validate_topic_configs
 
-__all__ = ["TopicManager", "TopicInfo", "validate_topic_name", "refuse_internal"]
+__all__ = ["TopicManager", "TopicInfo", "validate_topic_name", "check_topic_collision", "refuse_internal"]
 
 log = logging.getLogger("kelp.broker.topics")
 
@@ -69,6 +69,22 @@ def refuse_internal(name: str, action: str, why: str) -> None:
 
 
 _OFFSETS_WHY = "it holds every consumer group's committed offsets"
+
+
+def check_topic_collision(name: str, existing: Iterable[str]) -> None:
+    """Kafka's rule: '.' and '_' are one character in metric names, so `a.b` and `a_b` cannot coexist.
+
+    Every door that creates a topic (CreateTopics, HTTP, CLI, auto-create) reaches it through
+    `TopicManager.create_topic` (this broker's view) and the controller's create (the cluster metadata).
+    Raises InvalidTopicError (Kafka's INVALID_TOPIC_EXCEPTION) naming the existing topic.
+    """
+    folded = name.replace(".", "_")
+    for other in existing:
+        if other != name and other.replace(".", "_") == folded:
+            raise InvalidTopicError(
+                f"topic '{name}' collides with existing topic '{other}': '.' and '_' are the same in "
+                "Kafka's metric names, so only one of them may exist"
+            )
 
 
 class TopicManager:
@@ -225,13 +241,16 @@ class TopicManager:
         assignments: Mapping[int, list[int]] | None = None,
     ) -> TopicState:
         validate_topic_name(name)
-        refuse_internal(name, "create", "the group coordinator creates it with the partition count and configs it needs")
+        if name not in self._topics:  # an existing one answers TOPIC_ALREADY_EXISTS, as for any topic
+            refuse_internal(name, "create", "the group coordinator creates it with the partition count and configs "
+                            "it needs")
         if partitions is not None and partitions != -1 and partitions <= 0:
             raise InvalidPartitionsError(f"topic '{name}': number of partitions must be > 0, got {partitions}")
         if replication_factor is not None and replication_factor != -1 and replication_factor <= 0:
             raise InvalidReplicationFactorError(
                 f"topic '{name}': replication factor must be > 0, got {replication_factor}"
             )
+        check_topic_collision(name, self._topics)
         clean = validate_topic_configs(configs, topic=name)
         self.log_config(name, clean)
         return await self._ask("create_topic", name=name, partitions=partitions, replication_factor=replication_factor,

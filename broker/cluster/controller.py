@@ -30,6 +30,7 @@ from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 from kelp.errors import (
     BrokerIdNotRegisteredError,
+    CoordinatorLoadInProgressError,
     ElectionNotNeededError,
     FencedLeaderEpochError,
     IneligibleReplicaError,
@@ -48,9 +49,10 @@ from kelp.errors import (
     UnknownTopicOrPartitionError,
 )
 
+from ..topic_manager import check_topic_collision
 from .model import NO_LEADER, BrokerEndpoint, INTERNAL_TOPICS, PartitionState, TopicState
 from .placement import assign_replicas
-from .store import MetadataStore, StoreConflict
+from .store import MetadataStore, StoreConflict, StoreUnreadable
 
 __all__ = ["Controller", "ControllerSettings"]
 
@@ -99,6 +101,9 @@ class Controller:
         self._versions: dict[str, str] = {}
         self._cluster_doc: dict[str, Any] = {}
         self._cluster_version: str | None = None
+        # Why the cluster record (the producer-id counter) cannot be trusted, if it cannot: unreadable
+        # in the store, or a write whose outcome is unknown. No id block is handed out until it is re-read.
+        self._cluster_doubt: str | None = None
         self.alive: dict[int, BrokerEndpoint] = {}
         self._shutting_down: set[int] = set()
         self._unsynced: set[int] = set()
@@ -112,7 +117,12 @@ class Controller:
     # -- lifecycle --------------------------------------------------------
     async def start(self) -> None:
         cluster, topics = await self.store.load()
-        if cluster is not None:
+        if isinstance(cluster, StoreUnreadable):
+            # Never start the producer-id counter again from 0 over a record that exists but cannot be read:
+            # ids already handed out would be handed out twice (their producers' new batches taken for retries).
+            self._cluster_doubt = str(cluster)
+            log.error("%s; no producer ids are handed out until it is repaired", cluster)
+        elif cluster is not None:
             self._cluster_doc, self._cluster_version = dict(cluster.doc), cluster.version
         from .model import topic_from_json
 
@@ -350,6 +360,7 @@ class Controller:
             self._check_fresh()
             if name in self.topics:
                 raise TopicAlreadyExistsError(f"topic '{name}' already exists")
+            check_topic_collision(name, self.topics)  # against the cluster metadata, not one broker's cache
             partitions = self.settings.num_partitions if partitions in (None, -1) else int(partitions)
             rf = self.settings.default_replication_factor if replication_factor in (None, -1) else int(replication_factor)
             clean = dict(configs or {})
@@ -538,9 +549,16 @@ class Controller:
             return {"broker_id": broker_id, "remaining_leaderships": remaining}
 
     async def allocate_producer_ids(self, *, broker_id: int) -> dict:
-        """A block of producer ids, persisted before it is handed out (ids are never reused)."""
+        """A block of producer ids, persisted before it is handed out (ids are never reused).
+
+        The counter in memory moves only once the store has the new value durably. A failed write
+        (a full disk) answers a retriable error; as it may have landed all the same, the record is
+        re-read from the store before the next block, so a block is skipped rather than repeated.
+        """
         async with self._lock:
             self._check_fresh()
+            if self._cluster_doubt is not None:
+                await self._reload_cluster_doc()
             first = int(self._cluster_doc.get("next_producer_id", 0))
             count = self.settings.producer_id_block
             doc = dict(self._cluster_doc, next_producer_id=first + count)
@@ -549,9 +567,28 @@ class Controller:
             except StoreConflict as exc:
                 self.active = False
                 raise NotControllerError(f"the cluster record changed in the metadata store ({exc})") from None
+            except Exception as exc:  # a full disk, an API server error: the write's outcome is unknown
+                self._cluster_doubt = f"writing the producer-id counter failed ({exc})"
+                log.error("producer ids %d..%d not allocated to broker %d: the metadata store write failed (%s); "
+                          "the request is answered with a retriable error", first, first + count - 1, broker_id, exc)
+                raise CoordinatorLoadInProgressError(
+                    f"producer ids are not available: persisting the next id block failed ({exc}); retry") from None
             self._cluster_doc = doc
             log.info("producer ids %d..%d allocated to broker %d", first, first + count - 1, broker_id)
             return {"first": first, "count": count}
+
+    async def _reload_cluster_doc(self) -> None:
+        """Re-read the cluster record after a doubt; raises a retriable error while it cannot be read."""
+        try:
+            cluster, _ = await self.store.load()
+        except OSError as exc:
+            cluster = StoreUnreadable(f"the metadata store cannot be read ({exc})")
+        if isinstance(cluster, StoreUnreadable):
+            self._cluster_doubt = str(cluster)
+            raise CoordinatorLoadInProgressError(
+                f"producer ids are not available: {cluster}; retry once it is repaired")
+        self._cluster_doc, self._cluster_version = (dict(cluster.doc), cluster.version) if cluster else ({}, None)
+        self._cluster_doubt = None
 
     # -- reassignment and preferred leaders --------------------------------------
     async def reassign(self, *, topic: str, partition: int, replicas: list[int] | None) -> dict:

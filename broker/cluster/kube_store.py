@@ -18,7 +18,7 @@ import re
 from typing import Any
 
 from .kube_api import KubeApiError, request
-from .store import MetadataStore, StoreConflict, Versioned
+from .store import MetadataStore, StoreConflict, StoreUnreadable, Versioned
 
 __all__ = ["KubeMetadataStore", "topic_object_name"]
 
@@ -87,7 +87,10 @@ class KubeMetadataStore(MetadataStore):
             for obj in page.get("items", []):
                 role = obj["metadata"].get("labels", {}).get("kelp.dev/metadata")
                 if role == "cluster":
-                    cluster = self._versioned(obj)
+                    try:
+                        cluster = self._versioned(obj)
+                    except (ValueError, KeyError, TypeError) as exc:
+                        cluster = StoreUnreadable(f"the cluster record {obj['metadata'].get('name')} cannot be read ({exc})")
                 elif role == "topic":
                     v = self._versioned(obj)
                     topics[v.doc.get("name") or obj["metadata"]["annotations"][TOPIC_ANNOTATION]] = v

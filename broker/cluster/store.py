@@ -20,6 +20,10 @@ class StoreConflict(Exception):
     """The document changed (or appeared, or vanished) since the version the writer read."""
 
 
+class StoreUnreadable(Exception):
+    """A document exists but cannot be read (I/O error, not JSON): never to be taken for an absent one."""
+
+
 @dataclass(frozen=True, slots=True)
 class Versioned:
     doc: dict
@@ -28,7 +32,8 @@ class Versioned:
 
 class MetadataStore(abc.ABC):
     @abc.abstractmethod
-    async def load(self) -> tuple[Versioned | None, dict[str, Versioned]]: ...
+    async def load(self) -> tuple[Versioned | StoreUnreadable | None, dict[str, Versioned]]:
+        """The cluster record (None if there is none yet, `StoreUnreadable` if it cannot be read) and the topics."""
 
     @abc.abstractmethod
     async def get_topic(self, name: str) -> Versioned | None: ...
@@ -70,6 +75,17 @@ class FileMetadataStore(MetadataStore):
             return None
         return Versioned(d["doc"], str(d["version"]))
 
+    def _read_cluster(self):
+        """The cluster record; unlike a topic's, an unreadable one is reported, not taken for a missing one."""
+        p = self._p(None)
+        try:
+            d = _json.loads(p.read_text())
+            return Versioned(d["doc"], str(d["version"]))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            return StoreUnreadable(f"the cluster record {p} cannot be read ({exc})")
+
     def _cas(self, name, doc, expected):
         """Compare-and-swap one document. The new version is written and fsynced to a private file
         first; only the read-compare-rename runs under the lock (bounded wait, `file_lock`)."""
@@ -84,11 +100,11 @@ class FileMetadataStore(MetadataStore):
             return ""
         v = int(expected) + 1 if expected is not None else 1
         tmp = p.with_name(f"{p.name}.{_os.getpid()}.{_threading.get_ident()}.tmp")
-        with open(tmp, "w") as fh:
-            _json.dump({"version": v, "doc": doc}, fh)
-            fh.flush()
-            _os.fsync(fh.fileno())
         try:
+            with open(tmp, "w") as fh:
+                _json.dump({"version": v, "doc": doc}, fh)
+                fh.flush()
+                _os.fsync(fh.fileno())
             with exclusive(self.dir / ".lock"):
                 cur = self._read(p)
                 if (cur.version if cur else None) != expected:
@@ -114,7 +130,7 @@ class FileMetadataStore(MetadataStore):
                 v = self._read(p)
                 if v is not None:
                     topics[v.doc["name"]] = v
-            return self._read(self._p(None)), topics
+            return self._read_cluster(), topics
         return await _asyncio.to_thread(run)
 
     async def get_topic(self, name):

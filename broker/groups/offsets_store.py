@@ -35,7 +35,8 @@ class BrokerOffsetStore:
     async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
         """Append and wait for the in-sync replicas; raises the replica manager's KelpError on failure."""
         data = build_batch([(k, v) for k, v in records])
-        await self.broker.replicas.append(OFFSETS_TOPIC, partition, data, acks=-1, timeout_ms=self.commit_timeout_ms)
+        await self.broker.replicas.append(OFFSETS_TOPIC, partition, data, acks=-1, timeout_ms=self.commit_timeout_ms,
+                                          internal_allowed=True)
 
     def replay(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
         lg = self.broker.logs.get(OFFSETS_TOPIC, partition)

@@ -11,6 +11,16 @@ last offset delta, producer id/epoch/base sequence, attributes and
 timestamps; a batch left empty is kept (header only) when it carries a
 producer id, so idempotent producers keep their sequence state.
 
+Memory: the key map is bounded by `log.cleaner.dedupe.buffer.size` (Kafka's
+default 128 MiB), each key charged its length plus `ENTRY_OVERHEAD` (what a
+Python dict entry, the bytes object and the offset cost). When it is full
+the pass stops at a batch boundary and cleans only up to there — segments
+starting below that offset, batches from it on copied as they are — and the
+next pass goes on from there, as Kafka's cleaner does when its `OffsetMap`
+is full. The new cleaner offset is checkpointed before the first swap, so
+every hole compaction leaves between segments lies below the stored cleaner
+offset: that is how recovery tells it from a missing segment.
+
 Crash safety: a group is written as `.cleaned` files and fsynced; then, with
 the log lock held, a marker (`cleaner-swap.json`, atomically written) commits
 the swap, old files are removed and the new ones renamed into place; the
@@ -63,6 +73,7 @@ class CleanerStats:
     tombstones_removed: int = 0
     batches_rewritten: int = 0
     cleaned_up_to: int = 0  # the log's new cleaner offset
+    map_full: bool = False  # the key map filled up: this pass stopped short of the dirty end
 
 
 def _batches(segment: LogSegment) -> Iterator[tuple[BatchInfo, bytes]]:
@@ -87,12 +98,17 @@ def _batches(segment: LogSegment) -> Iterator[tuple[BatchInfo, bytes]]:
         os.close(fd)
 
 
+DEFAULT_DEDUPE_BUFFER_BYTES = 128 << 20  # log.cleaner.dedupe.buffer.size
+ENTRY_OVERHEAD = 120  # bytes one key costs in the map besides its own length (dict slot, bytes header, int)
+
+
 class LogCleaner:
     """Compacts logs; stateless between calls apart from its settings."""
 
-    def __init__(self, *, clock: Callable[[], float] = time.time, max_map_entries: int | None = None) -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.time,
+                 dedupe_buffer_bytes: int = DEFAULT_DEDUPE_BUFFER_BYTES) -> None:
         self._clock = clock
-        self.max_map_entries = max_map_entries
+        self.dedupe_buffer_bytes = dedupe_buffer_bytes
 
     def clean(self, partition_log: "Log", now_ms: int | None = None) -> CleanerStats:
         """Compact the closed segments of `partition_log`; returns what was done."""
@@ -110,18 +126,23 @@ class LogCleaner:
             stats.cleaned_up_to = first_dirty
             return stats
 
-        end_offset = dirty[-1].next_offset
         try:
-            offset_map, last_producer_batch = self._build_offset_map(dirty, first_dirty, stats)
-            self._rewrite(partition_log, closed, offset_map, last_producer_batch, now_ms, stats)
+            offset_map, last_producer_batch, end_offset = self._build_offset_map(dirty, first_dirty, stats)
+            if stats.map_full:
+                log.info("%s: the cleaner's key map is full (%d keys, log.cleaner.dedupe.buffer.size=%d) at offset "
+                         "%d; this pass cleans up to there, the next one goes on", partition_log.name,
+                         len(offset_map), self.dedupe_buffer_bytes, end_offset)
+            # Durable before any swap (a swap may leave a hole between segments: see the module docstring).
+            with partition_log.lock:
+                partition_log.cleaner_offset = max(partition_log.cleaner_offset, end_offset)
+            partition_log.write_checkpoint()
+            to_clean = [s for s in closed if s.base_offset < end_offset]
+            self._rewrite(partition_log, to_clean, offset_map, last_producer_batch, end_offset, now_ms, stats)
         except FileNotFoundError as exc:
             # Retention or truncation removed a segment under us; the next pass starts afresh.
             log.info("%s changed while being cleaned (%s); cleaning again later", partition_log.name, exc)
             return stats
 
-        with partition_log.lock:
-            partition_log.cleaner_offset = max(partition_log.cleaner_offset, end_offset)
-            partition_log.write_checkpoint()
         stats.cleaned_up_to = end_offset
         log.info(
             "cleaned %s up to offset %d: %d segments -> %d, %d -> %d bytes, %d records removed (%d tombstones)",
@@ -132,21 +153,34 @@ class LogCleaner:
 
     def _build_offset_map(
         self, dirty: list[LogSegment], first_dirty: int, stats: CleanerStats
-    ) -> tuple[dict[bytes, int], dict[int, int]]:
+    ) -> tuple[dict[bytes, int], dict[int, int], int]:
+        """key -> newest offset from `first_dirty` on, and the offset the map holds everything below.
+
+        Stops before a batch once the map's charged size reaches `dedupe_buffer_bytes` (at least
+        one batch always goes in, so every pass makes progress).
+        """
         offset_map: dict[bytes, int] = {}
         last_producer_batch: dict[int, int] = {}
+        used = 0
+        added = False
         for segment in dirty:
             for info, data in _batches(segment):
+                if info.is_control or info.last_offset < first_dirty:
+                    if info.has_producer_id:
+                        last_producer_batch[info.producer_id] = info.base_offset
+                    continue
+                if added and used >= self.dedupe_buffer_bytes:
+                    stats.map_full = True
+                    return offset_map, last_producer_batch, info.base_offset
                 if info.has_producer_id:
                     last_producer_batch[info.producer_id] = info.base_offset
-                if info.is_control or info.last_offset < first_dirty:
-                    continue
                 for record in batch_records(data, info):
                     if record.key is not None and record.offset >= first_dirty:
+                        if record.key not in offset_map:
+                            used += len(record.key) + ENTRY_OVERHEAD
                         offset_map[record.key] = record.offset
-        if self.max_map_entries is not None and len(offset_map) > self.max_map_entries:
-            log.warning("cleaner offset map holds %d keys, over the %d configured", len(offset_map), self.max_map_entries)
-        return offset_map, last_producer_batch
+                added = True
+        return offset_map, last_producer_batch, dirty[-1].next_offset
 
     def _rewrite(
         self,
@@ -154,6 +188,7 @@ class LogCleaner:
         closed: list[LogSegment],
         offset_map: dict[bytes, int],
         last_producer_batch: dict[int, int],
+        end_offset: int,
         now_ms: int,
         stats: CleanerStats,
     ) -> None:
@@ -175,7 +210,8 @@ class LogCleaner:
                 if cleaned is None:
                     cleaned = self._start(partition_log, segment.base_offset, now_ms)
                 group.append(segment)
-                self._copy_segment(segment, cleaned, offset_map, last_producer_batch, now_ms, config.delete_retention_ms, stats)
+                self._copy_segment(segment, cleaned, offset_map, last_producer_batch, end_offset, now_ms,
+                                   config.delete_retention_ms, stats)
             if cleaned is not None:
                 pending, cleaned = cleaned, None
                 self._finish(partition_log, group, pending, stats)
@@ -201,6 +237,7 @@ class LogCleaner:
         cleaned: LogSegment,
         offset_map: dict[bytes, int],
         last_producer_batch: dict[int, int],
+        end_offset: int,
         now_ms: int,
         delete_retention_ms: int,
         stats: CleanerStats,
@@ -209,7 +246,10 @@ class LogCleaner:
         stats.bytes_read += segment.size
         drop_tombstones = now_ms - segment.last_modified_ms > delete_retention_ms
         for info, data in _batches(segment):
-            kept = self._filter_batch(info, data, offset_map, last_producer_batch, drop_tombstones, stats)
+            if info.base_offset >= end_offset:  # beyond this pass's key map: dirty, copied as it is
+                kept: bytes | None = data
+            else:
+                kept = self._filter_batch(info, data, offset_map, last_producer_batch, drop_tombstones, stats)
             if kept is not None:
                 header = read_header(kept)
                 header.position = 0

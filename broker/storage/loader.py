@@ -8,6 +8,12 @@ batch (dropping every later segment) and rebuilds indexes that are missing or
 inconsistent. Each repair is logged as a WARNING naming the file, the byte
 position, the offset and the reason. It must never let a corrupt byte
 survive into a segment that will be served.
+
+It also refuses to serve a hole: offsets missing between two segments (a
+segment file deleted by hand, a restore that missed one) are reported in
+`LoadResult.gaps` with an ERROR naming the range, and the log stays offline
+(`Log.open`) with every file left as it is. Holes below the cleaner offset are
+compaction's and normal. An index without its `.log` is deleted with a WARNING.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kelp.records import HEADER_SIZE, BatchInfo, scan_valid_prefix
@@ -33,10 +39,25 @@ SWAP_MARKER = "cleaner-swap.json"  # the commit point of a cleaner rewrite
 _SCAN_CHUNK = 1 << 20
 
 
+@dataclass(frozen=True, slots=True)
+class OffsetGap:
+    """Offsets [first, next) that no segment holds, between `before` and `after` (the .log files)."""
+
+    first: int
+    next: int
+    before: Path
+    after: Path
+
+    def __str__(self) -> str:
+        return (f"offsets {self.first}..{self.next - 1} ({self.next - self.first}) are missing between "
+                f"{self.before.name} and {self.after.name}")
+
+
 @dataclass(slots=True)
 class LoadResult:
     segments: list[LogSegment]
     truncated_bytes: int  # bytes cut off torn/corrupt tails (0 after a clean shutdown)
+    gaps: list[OffsetGap] = field(default_factory=list)  # holes between segments: the log must not be served
 
 
 def _unlink(path: Path) -> None:
@@ -116,15 +137,21 @@ def _next_offset_after(batches: list[BatchInfo], default: int) -> int:
 
 
 def load_segments(
-    directory: Path, config: LogConfig, *, recovery_point: int, log_start_offset: int, now_ms: int
+    directory: Path, config: LogConfig, *, recovery_point: int, log_start_offset: int, now_ms: int,
+    compacted_below: int = 0,
 ) -> LoadResult:
-    """Open (and repair) every segment in `directory`; creates one at `log_start_offset` if none exist."""
+    """Open (and repair) every segment in `directory`; creates one at `log_start_offset` if none exist.
+
+    `compacted_below`: the cleaner offset; a hole between segments that ends at or below it was
+    left by compaction, any other is reported in `gaps`.
+    """
     complete_interrupted_swap(directory)
     bases = sorted(int(p.name[: -len(LOG_SUFFIX)]) for p in directory.glob(f"*{LOG_SUFFIX}") if p.name[:-4].isdigit())
     for path in list(directory.glob(f"*{INDEX_SUFFIX}")) + list(directory.glob(f"*{TIMEINDEX_SUFFIX}")):
         stem = path.name.split(".")[0]
         if stem.isdigit() and int(stem) not in bases:
-            _unlink(path)  # an index without its log
+            log.warning("deleting %s: an index without its log segment %s%s", path, stem, LOG_SUFFIX)
+            _unlink(path)
 
     # Everything from the segment holding the recovery point on may hold unflushed bytes.
     recover_from = 0
@@ -133,10 +160,17 @@ def load_segments(
             recover_from = i
 
     segments: list[LogSegment] = []
+    gaps: list[OffsetGap] = []
     truncated = 0
     expected_next = bases[0] if bases else log_start_offset
     for i, base in enumerate(bases):
         log_path, index_path, time_path = segment_paths(directory, base)
+        if segments and base > expected_next and base > compacted_below:
+            gap = OffsetGap(expected_next, base, segments[-1].log_path, log_path)
+            log.error("%s: %s; a segment file was removed or not restored — the log is not served until "
+                      "the missing segment is put back (see docs/internals.md, 'Holes between segments')",
+                      directory, gap)
+            gaps.append(gap)
         segment: LogSegment | None = None
         if i < recover_from:
             segment = _open_trusted(log_path, base, config, now_ms)
@@ -171,7 +205,7 @@ def load_segments(
                 break
         segments.append(segment)
         expected_next = segment.next_offset
-    return LoadResult(segments=segments, truncated_bytes=truncated)
+    return LoadResult(segments=segments, truncated_bytes=truncated, gaps=gaps)
 
 
 def _mtime_ms(path: Path, default: int) -> int:

@@ -42,7 +42,7 @@ from kelp.records import (
     set_log_append_time,
 )
 
-from .checkpoint import PartitionCheckpoint
+from .checkpoint import PARTITION_CHECKPOINT, PartitionCheckpoint
 from .config import LogConfig
 from .leader_epoch import LeaderEpochCache
 from .loader import load_segments
@@ -139,6 +139,8 @@ class Log:
             recovery_point=checkpoint.recovery_point if stored else -1,
             log_start_offset=checkpoint.log_start_offset,
             now_ms=now_ms,
+            # Without a checkpoint a compacted log's holes cannot be told from lost segments: trust them.
+            compacted_below=checkpoint.cleaner_offset if stored else (2**63 if config.compact else 0),
         )
         segments = result.segments
         if not segments:
@@ -151,6 +153,11 @@ class Log:
             ]
         epochs = LeaderEpochCache.load(directory)
         instance = cls(directory, config, clock=clock, segments=segments, checkpoint=checkpoint, epochs=epochs)
+        if result.gaps:
+            # Serve nothing rather than a silent hole, and change nothing on disk (no checkpoint, no epoch
+            # truncation): the operator puts the missing segment back and restarts.
+            instance.mark_offline("; ".join(str(g) for g in result.gaps))
+            return instance
         epochs.truncate_from_end(instance.log_end_offset)
         if instance._log_start_offset > segments[0].base_offset:
             epochs.truncate_from_start(instance._log_start_offset)
@@ -393,6 +400,8 @@ class Log:
     def maybe_roll_by_time(self) -> bool:
         """Roll the active segment if segment.ms has passed (the periodic task calls this)."""
         with self._lock:
+            if self._closed:
+                return False
             segment = self._segments[-1]
             now_ms = self._now_ms()
             if (
@@ -740,10 +749,20 @@ class Log:
             return True
 
     def write_checkpoint(self) -> None:
-        """Persist log start, high watermark, recovery point: values taken under the lock, file written without it."""
+        """Persist log start, high watermark, recovery point: values taken under the lock, file written without it.
+
+        Nothing for a closed or offline log (its files stay as they are); a failed write raises
+        KafkaStorageError naming the file.
+        """
         with self._lock:
+            if self._closed:
+                return
             values = self._checkpoint_values()
-        self._write_checkpoint_values(values)
+        try:
+            self._write_checkpoint_values(values)
+        except OSError as exc:
+            raise KafkaStorageError(
+                f"{self.name}: writing {self.directory / PARTITION_CHECKPOINT} failed: {exc}") from exc
 
     def _checkpoint_values(self) -> tuple[int, int, int, int]:
         return (self._log_start_offset, self._high_watermark, self._recovery_point, self.cleaner_offset)
@@ -793,6 +812,11 @@ class Log:
                 segment.close()
             self._closed = True
 
+    @property
+    def offline_reason(self) -> str:
+        """Why the log is offline (a hole between segments, a failed swap), or "" while it serves."""
+        return self._offline_reason
+
     def _check_open(self) -> None:
         if self._closed:
             raise KafkaStorageError(f"{self.name}: the log is {'offline (' + self._offline_reason + ')' if self._offline_reason else 'closed'}")
@@ -811,7 +835,7 @@ class Log:
 
     def cleanable(self) -> bool:
         """True when compaction applies and the dirty ratio reaches min.cleanable.dirty.ratio."""
-        if not self.config.compact or len(self._segments) < 2:
+        if not self.config.compact or len(self._segments) < 2 or self._closed:
             return False
         ratio = self.cleanable_ratio()
         return ratio > 0 and ratio >= self.config.min_cleanable_dirty_ratio

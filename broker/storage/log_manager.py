@@ -22,7 +22,7 @@ from typing import Callable, Iterable
 
 from kelp.errors import KafkaStorageError
 
-from .cleaner import LogCleaner
+from .cleaner import DEFAULT_DEDUPE_BUFFER_BYTES, LogCleaner
 from .config import LogConfig
 from .log import Clock, Log
 
@@ -53,11 +53,13 @@ class LogManager:
         *,
         clock: Clock = time.time,
         config_for: Callable[[str], LogConfig | None] | None = None,
+        cleaner_dedupe_buffer_bytes: int = DEFAULT_DEDUPE_BUFFER_BYTES,
     ) -> None:
         """Open every partition directory under `log_dirs` (running recovery on each).
 
         `config_for(topic)` supplies a topic's config (overrides merged) when
         its logs are opened; None or a None result means `default_config`.
+        `cleaner_dedupe_buffer_bytes` bounds the cleaner's key map (`log.cleaner.dedupe.buffer.size`).
         """
         self.log_dirs = [Path(d) for d in log_dirs]
         if not self.log_dirs:
@@ -67,7 +69,8 @@ class LogManager:
         self._config_for = config_for
         self._lock = threading.RLock()
         self._logs: dict[tuple[str, int], Log] = {}
-        self.cleaner = LogCleaner(clock=clock)
+        self.cleaner = LogCleaner(clock=clock, dedupe_buffer_bytes=cleaner_dedupe_buffer_bytes)
+        self.uncleanable: dict[tuple[str, int], str] = {}  # logs the cleaner failed on, and why
         for directory in self.log_dirs:
             directory.mkdir(parents=True, exist_ok=True)
             for child in sorted(directory.iterdir()):
@@ -133,6 +136,7 @@ class LogManager:
         """Remove the partition's log: rename to `<name>.<uuid>-delete`, then delete. False if absent."""
         with self._lock:
             doomed = self._logs.pop((topic, partition), None)
+            self.uncleanable.pop((topic, partition), None)
         if doomed is None:
             return False
         with doomed.lock:
@@ -162,14 +166,33 @@ class LogManager:
         return sum(self._each(lambda lg: int(any([lg.flush_rolled(), lg.maybe_flush()]))))
 
     def run_cleaner(self, now_ms: int | None = None) -> int:
-        """Compact every log that is worth it; returns how many logs were cleaned."""
+        """Compact every log that is worth it; returns how many logs were cleaned.
+
+        A log the cleaner fails on (a corrupt batch, an I/O error) is marked uncleanable with an
+        ERROR naming it and skipped from then on (until the broker restarts), as Kafka's
+        `LogCleanerManager.markPartitionUncleanable` does; every other log keeps being cleaned.
+        """
         now = int(self._clock() * 1000) if now_ms is None else now_ms
         cleaned = 0
-        for partition_log in self.all_logs():
-            if partition_log.cleanable():
+        for (topic, partition), partition_log in self._items():
+            key = (topic, partition)
+            if key in self.uncleanable:
+                continue
+            try:
+                if not partition_log.cleanable():
+                    continue
                 self.cleaner.clean(partition_log, now)
-                cleaned += 1
+            except Exception as exc:
+                self.uncleanable[key] = f"{type(exc).__name__}: {exc}"
+                log.error("log cleaner failed on %s; marking it uncleanable (it is still served; it is not "
+                          "compacted again until the broker restarts): %s", partition_log.name, exc, exc_info=True)
+                continue
+            cleaned += 1
         return cleaned
+
+    def _items(self) -> list[tuple[tuple[str, int], Log]]:
+        with self._lock:
+            return list(self._logs.items())
 
     def flush_all(self) -> None:
         self._each(lambda lg: lg.flush())

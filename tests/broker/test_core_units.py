@@ -121,3 +121,43 @@ def test_broker_process_refuses_bad_config_naming_the_key(broker_factory) -> Non
     with pytest.raises(BrokerStartError) as err:
         broker_factory(settings={"log.segment.bytes": "huge"})
     assert "'log.segment.bytes'" in str(err.value) and "exited with code 2" in str(err.value)
+
+
+def test_a_failed_checkpoint_write_is_an_error_naming_the_file(tmp_path, caplog, monkeypatch) -> None:
+    import logging
+
+    from kelp.broker.replica_manager import ReplicaManager
+    from kelp.broker.storage import Log, LogConfig
+    from kelp.broker.storage import checkpoint as checkpoint_module
+    from kelp.records import Record, build_batch
+
+    lg = Log.open(tmp_path / "t-0", LogConfig())
+    lg.append_as_leader(build_batch([Record(b"k", b"v", timestamp=1)]), leader_epoch=0)
+    lg.high_watermark = 1
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint_module, "write_atomically", full_disk)
+    with caplog.at_level(logging.DEBUG):
+        assert ReplicaManager.write_checkpoints([lg]) == 0
+    (record,) = [r for r in caplog.records if "checkpoint" in r.getMessage()]
+    assert record.levelno == logging.ERROR
+    assert str(tmp_path / "t-0" / "partition.checkpoint") in record.getMessage()
+    assert "No space left on device" in record.getMessage()
+    monkeypatch.undo()
+    lg.close()
+    assert ReplicaManager.write_checkpoints([lg]) == 1  # a closed log: nothing to keep, nothing logged
+
+
+def test_producer_state_expires_producers_idle_past_the_expiration() -> None:
+    ps = ProducerStateManager("t", 0)
+    ps.update(1, 0, 0, 0, 0, 0, timestamp=1_000)
+    ps.update(2, 0, 0, 0, 1, 1, timestamp=1_000)
+    ps.update(2, 0, 1, 1, 2, 2, timestamp=5_000)  # producer 2 wrote again later
+    assert ps.expire(now_ms=6_000, expiration_ms=2_000) == 1
+    assert ps.last_sequence(1) is None and ps.last_sequence(2) == 1
+    assert ps.check(1, 0, 7, 7) is None  # forgotten: any sequence is accepted as from a new producer
+    with pytest.raises(OutOfOrderSequenceError):
+        ps.check(2, 0, 7, 7)
+    assert ps.expire(now_ms=7_000, expiration_ms=2_000) == 1 and len(ps) == 0

@@ -89,3 +89,27 @@ def test_kafka_python_default_idempotent_producer(broker) -> None:
     stored = list(iter_headers(fetch_all_batches(broker.bootstrap, "idem-kp", 0)))
     assert stored and all(h.producer_id >= 0 and h.base_sequence >= 0 for h in stored), "producer was not idempotent"
     assert [h.base_sequence for h in stored] == [h.base_offset for h in stored]
+
+
+def test_idle_producer_state_expires_after_producer_id_expiration_ms(broker_factory) -> None:
+    import time
+
+    broker = broker_factory(settings={"producer.id.expiration.ms": 2000,
+                                      "producer.id.expiration.check.interval.ms": 1000})
+    assert create_topic_wire(broker.bootstrap, "idem-expire") == 0
+    with WireClient(broker.bootstrap) as c:
+        pid, epoch = init_pid(c)
+        old = int(time.time() * 1000) - 3000  # its last batch is already past the expiration
+        first = make_batch([(None, b"a")], producer_id=pid, producer_epoch=epoch, base_sequence=0, timestamp_ms=old)
+        assert produce(c, "idem-expire", first) == (0, 0)
+        other_pid, _ = init_pid(c)
+        live = make_batch([(None, b"b")], producer_id=other_pid, producer_epoch=0, base_sequence=0,
+                          timestamp_ms=int(time.time() * 1000) + 60_000)
+        assert produce(c, "idem-expire", live) == (0, 1)
+        broker.wait_for_log("expired the state of 1 idempotent producer(s)", timeout=15)
+        # Forgotten: its next batch is taken as from a new producer (no sequence check, no duplicate).
+        assert produce(c, "idem-expire", first) == (0, 2)
+        # Still known: a retry is recognised, a gap refused.
+        assert produce(c, "idem-expire", live) == (0, 1)
+        gap = make_batch([(None, b"c")], producer_id=other_pid, producer_epoch=0, base_sequence=5)
+        assert produce(c, "idem-expire", gap)[0] == 45

@@ -186,6 +186,26 @@ async def test_producer_id_blocks_never_overlap_and_are_persisted_first() -> Non
     assert (await c2.allocate_producer_ids(broker_id=0))["first"] == 20
 
 
+async def test_producer_id_block_write_of_unknown_outcome_is_skipped_not_repeated() -> None:
+    from kelp.errors import CoordinatorLoadInProgressError
+
+    h = Harness(**{"producer.id.block.size": 10})
+    c = await h.start()
+    assert (await c.allocate_producer_ids(broker_id=1))["first"] == 0
+    real_put = h.store.put_cluster
+
+    async def landed_then_failed(doc, *, expected_version):
+        await real_put(doc, expected_version=expected_version)  # the write lands, then fsync of the directory fails
+        raise OSError(28, "No space left on device")
+
+    h.store.put_cluster = landed_then_failed
+    with pytest.raises(CoordinatorLoadInProgressError, match="retry"):
+        await c.allocate_producer_ids(broker_id=1)
+    h.store.put_cluster = real_put
+    assert (await c.allocate_producer_ids(broker_id=1))["first"] == 20  # 10..19 may be on disk: skipped
+    assert c.active and h.store.cluster.doc["next_producer_id"] == 30
+
+
 async def test_reassignment_adds_waits_for_isr_moves_leadership_and_drops_old_replicas() -> None:
     h = Harness(4)
     c = await h.start()

@@ -220,3 +220,64 @@ def test_a_file_slice_keeps_reading_the_bytes_it_was_cut_from(tmp_path, clock) -
         assert os.pread(found.file.fileno(), found.size, found.position) == expected
     finally:
         found.close()
+
+
+def test_the_key_map_is_bounded_and_cleaning_goes_on_in_passes(tmp_path, clock, monkeypatch) -> None:
+    config = LogConfig(segment_bytes=1200, cleanup_policy="compact", delete_retention_ms=DAY,
+                       min_cleanable_dirty_ratio=0.01)
+    log = Log.open(tmp_path / "t-0", config, clock=clock)
+    newest = _write(log, rounds=4, keys=30)  # 30 distinct keys, each written 4 times
+    log.roll()
+    unbounded = Log.open(tmp_path / "u-0", config, clock=clock)
+    _write(unbounded, rounds=4, keys=30)
+    unbounded.roll()
+    LogCleaner(clock=clock).clean(unbounded, clock.ms)
+
+    budget = 10 * (len(b"key-00") + cleaner_module.ENTRY_OVERHEAD)  # room for about 10 keys
+    largest = []
+    real_build = LogCleaner._build_offset_map
+
+    def watched(self, *args):
+        offset_map, last_producer_batch, end = real_build(self, *args)
+        largest.append(len(offset_map))
+        return offset_map, last_producer_batch, end
+
+    monkeypatch.setattr(LogCleaner, "_build_offset_map", watched)
+    cleaner = LogCleaner(clock=clock, dedupe_buffer_bytes=budget)
+    passes = []
+    while True:
+        stats = cleaner.clean(log, clock.ms)
+        passes.append((stats.cleaned_up_to, stats.map_full))
+        assert len(passes) < 100
+        if not stats.map_full:
+            break
+    assert len(passes) > 3 and all(full for _, full in passes[:-1])
+    assert [end for end, _ in passes] == sorted({end for end, _ in passes})  # each pass goes further
+    assert max(largest) <= 11  # the budget, plus the one batch that filled it
+    assert passes[-1][0] == log.active_segment.base_offset
+    assert _view(log) == newest
+    # Passes compact less tightly than one unbounded pass (Kafka's too), but every key keeps its newest value.
+    assert _view(log) == _view(unbounded)
+
+
+def test_a_log_the_cleaner_fails_on_is_marked_uncleanable_and_the_others_are_cleaned(
+        tmp_path, clock, caplog) -> None:
+    import logging
+
+    manager = LogManager([tmp_path], COMPACT, clock=clock)
+    bad, good = manager.get_or_create("bad", 0), manager.get_or_create("good", 0)
+    for lg in (bad, good):
+        _write(lg, rounds=20)
+    victim = bad.segments[0]
+    data = bytearray(victim.log_path.read_bytes())
+    data[61 + 10] ^= 0xFF  # inside the first batch's records: the header stays readable, the records do not
+    victim.log_path.write_bytes(bytes(data))
+    size_before = sum(s.size for s in good.segments)
+    with caplog.at_level(logging.ERROR, logger="kelp.broker.storage"):
+        assert manager.run_cleaner(clock.ms) == 1
+    assert sum(s.size for s in good.segments) < size_before  # the good log was compacted
+    assert list(manager.uncleanable) == [("bad", 0)]
+    assert any("bad-0" in r.getMessage() and "uncleanable" in r.getMessage() for r in caplog.records)
+    _write(good, rounds=20)
+    assert manager.run_cleaner(clock.ms) == 1  # the bad log is skipped, the good one still cleaned
+    assert len([r for r in caplog.records if "uncleanable" in r.getMessage()]) == 1

@@ -12,10 +12,12 @@ import os
 
 import pytest
 
+from kelp.errors import KafkaStorageError
 from kelp.records import parse_batches
 from kelp.broker.storage import Log, LogConfig
+from kelp.broker.storage.cleaner import LogCleaner
 
-from .helpers import batch, log_files, read_all
+from .helpers import batch, keyed, log_files, read_all
 
 T0 = 1_700_000_000_000
 CONFIG = LogConfig(segment_bytes=600, index_interval_bytes=100)
@@ -203,3 +205,100 @@ def test_rolled_segments_are_fsynced_in_the_background_so_a_crash_rescans_only_t
         managed.append_as_leader(batch(value), leader_epoch=0)
     assert manager.flush_by_time() == 1
     assert managed.recovery_point == managed.segments[-1].base_offset > 0
+
+
+def _log_with_segments(tmp_path, clock, count: int = 40) -> tuple[Log, list[bytes]]:
+    log, values = _crashed_log(tmp_path, clock, count=count)
+    log.close()
+    assert len(log.segments) >= 4
+    return log, values
+
+
+@pytest.mark.parametrize("crashed", [False, True])
+def test_a_segment_missing_from_the_middle_keeps_the_log_offline_and_every_file(
+        tmp_path, clock, caplog, crashed) -> None:
+    log, values = _log_with_segments(tmp_path, clock)
+    victim, after = log.segments[1], log.segments[2]
+    directory = tmp_path / "t-0"
+    victim.log_path.unlink()  # removed by hand under a running broker; its indexes stay behind
+    if crashed:
+        (directory / "partition.checkpoint").unlink()  # and no checkpoint: recovery scans everything
+    before = {p.name: p.stat().st_size for p in directory.iterdir() if p.suffix == ".log"}
+    with caplog.at_level(logging.WARNING, logger="kelp.broker.storage"):
+        again = _reopen(tmp_path, clock)
+    missing = f"offsets {victim.base_offset}..{after.base_offset - 1}"
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert any(missing in m and victim.log_path.name not in m and after.log_path.name in m for m in errors), errors
+    with pytest.raises(KafkaStorageError, match=missing):
+        again.read(0, max_bytes=1 << 20)
+    with pytest.raises(KafkaStorageError, match="offline"):
+        again.append_as_leader(batch(b"into-the-hole"), leader_epoch=0)
+    # Nothing on disk changed: every remaining segment is there, whole.
+    assert {p.name: p.stat().st_size for p in directory.iterdir() if p.suffix == ".log"} == before
+    # The orphan indexes of the removed segment are deleted, with a warning naming them.
+    assert not victim.index.path.exists() and not victim.time_index.path.exists()
+    assert any("without its log" in r.getMessage() and victim.index.path.name in r.getMessage()
+               for r in caplog.records if r.levelno == logging.WARNING)
+    # Putting the segment back brings the whole log back.
+    again.close()
+    log2 = Log.open(tmp_path / "restored", CONFIG, clock=clock)
+    for value in values:
+        log2.append_as_leader(batch(value, timestamp=T0 + int(value[-3:]) * 10), leader_epoch=0)
+    log2.close()
+    (tmp_path / "restored" / victim.log_path.name).rename(victim.log_path)
+    restored = _reopen(tmp_path, clock)
+    assert [r.value for r in read_all(restored)] == values
+
+
+def test_holes_left_by_compaction_are_not_gaps(tmp_path, clock, caplog) -> None:
+    config = LogConfig(segment_bytes=600, index_interval_bytes=100, cleanup_policy="compact",
+                       min_cleanable_dirty_ratio=0.01, delete_retention_ms=0)
+    log = Log.open(tmp_path / "c-0", config, clock=clock)
+    for i in range(60):
+        log.append_as_leader(keyed([(b"k%d" % (i % 3), b"v%03d" % i)]), leader_epoch=0)
+    log.append_as_leader(keyed([(b"gone", None)]), leader_epoch=0)  # a tombstone ends the closed part
+    log.roll()
+    log.append_as_leader(keyed([(b"k0", b"last")]), leader_epoch=0)
+    clock.advance(10)
+    LogCleaner(clock=clock).clean(log)
+    ends = [(s.next_offset, n.base_offset) for s, n in zip(log.segments, log.segments[1:])]
+    assert any(end < nxt for end, nxt in ends)  # compaction left holes between segments
+    expected = [(r.offset, r.value) for r in read_all(log)]
+    log.close()
+    for crashed in (False, True):
+        if crashed:
+            (tmp_path / "c-0" / "partition.checkpoint").unlink()
+        with caplog.at_level(logging.ERROR, logger="kelp.broker.storage"):
+            again = Log.open(tmp_path / "c-0", config, clock=clock)
+        assert [(r.offset, r.value) for r in read_all(again)] == expected
+        again.close()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_a_crash_inside_the_cleaner_swap_leaves_no_false_gap(tmp_path, clock, caplog, monkeypatch) -> None:
+    from kelp.broker.storage import cleaner as cleaner_module
+
+    config = LogConfig(segment_bytes=600, index_interval_bytes=100, cleanup_policy="compact",
+                       min_cleanable_dirty_ratio=0.01, delete_retention_ms=0)
+    log = Log.open(tmp_path / "c-0", config, clock=clock)
+    for i in range(60):
+        log.append_as_leader(keyed([(b"k%d" % (i % 3), b"v%03d" % i)]), leader_epoch=0)
+    log.append_as_leader(keyed([(b"gone", None)]), leader_epoch=0)
+    log.roll()
+    log.append_as_leader(keyed([(b"k0", b"last")]), leader_epoch=0)
+    clock.advance(10)
+
+    def crash(_cleaned) -> None:
+        raise OSError(5, "Input/output error")  # after the swap's commit point: the next open finishes it
+
+    monkeypatch.setattr(cleaner_module, "_rename_into_place", crash)
+    with pytest.raises(OSError):
+        LogCleaner(clock=clock).clean(log)
+    monkeypatch.undo()
+    with caplog.at_level(logging.ERROR, logger="kelp.broker.storage"):
+        caplog.clear()
+        again = Log.open(tmp_path / "c-0", config, clock=clock)
+    assert [(r.offset, r.key, r.value) for r in read_all(again)] == [
+        (57, b"k0", b"v057"), (58, b"k1", b"v058"), (59, b"k2", b"v059"), (61, b"k0", b"last")]
+    assert not [r for r in caplog.records if "missing" in r.getMessage()]
+    again.append_as_leader(keyed([(b"k1", b"served")]), leader_epoch=0)  # online

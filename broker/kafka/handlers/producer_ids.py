@@ -4,6 +4,9 @@ Why: `enable.idempotence` (the default in kafka-python 3, librdkafka with
 idempotence, aiokafka) starts with this call. Ids come from blocks the
 controller hands out cluster-wide (persisted in the metadata store before
 they are given), so no two brokers and no restart ever hand out an id twice.
+When no block can be had (the store write failed, no controller answers) the
+request gets the error with its code — a retriable one — instead of a closed
+connection, and no id is handed out.
 Transactions are not supported: a transactional id is refused with a message.
 """
 
@@ -12,6 +15,8 @@ from __future__ import annotations
 import logging
 
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
+
+from kelp.errors import KelpError
 
 from .registry import RequestContext, handles
 
@@ -32,5 +37,9 @@ async def handle_init_producer_id(ctx: RequestContext, request: InitProducerIdRe
         if epoch < 32767:
             return InitProducerIdResponse(throttle_time_ms=0, error_code=0,
                                           producer_id=request.producer_id, producer_epoch=epoch)
-    pid = await ctx.broker.cluster.next_producer_id()
+    try:
+        pid = await ctx.broker.cluster.next_producer_id()
+    except KelpError as exc:
+        log.warning("InitProducerId from %s: no producer id handed out: %s", ctx.client, exc)
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=exc.code, producer_id=-1, producer_epoch=-1)
     return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=pid, producer_epoch=0)
