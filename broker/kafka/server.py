@@ -79,11 +79,9 @@ class KafkaServer:
         self._staging_view = memoryview(self._staging)
         self._sweeper: asyncio.Task | None = None
         self._refusals = RateLimitedLog(log)
-        metrics = _metrics.metrics_of(broker) if _metrics is not None else None
-        self._refused = getattr(metrics, "connections_refused", None)
-        self._closed_by_limit = getattr(metrics, "connections_closed", None)
-        if metrics is not None and hasattr(metrics, "watch_listener"):
-            metrics.watch_listener(self)
+        self._metrics = _metrics.metrics_of(broker) if _metrics is not None else None
+        self._refused = getattr(self._metrics, "connections_refused", None)
+        self._closed_by_limit = getattr(self._metrics, "connections_closed", None)
 
     @property
     def bound_port(self) -> int:
@@ -100,6 +98,8 @@ class KafkaServer:
             self.advertised_host = self.host if self.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
         if self.idle_s is not None:
             self._sweeper = loop.create_task(self._sweep_idle())
+        if hasattr(self._metrics, "watch_listener"):
+            self._metrics.watch_listener(self)  # type: ignore[union-attr]
 
     async def stop(self) -> None:
         if self._sweeper is not None:
