@@ -171,8 +171,11 @@ class _Connection(asyncio.BufferedProtocol):
         self._tail = b""
         self._parse_staging(tail + nbytes)
         pool = self.server.pool
-        if tail or self._tail:
-            pool.charge(len(self._tail) - tail)  # the bytes of an incomplete small frame are held too
+        held = len(self._tail) - tail  # the bytes of an incomplete small frame are held too
+        if held > 0:
+            pool.charge(held)
+        elif held < 0:
+            pool.release(-held)
         if pool.exhausted and self._frame is None:
             self._wait_for_pool(grow=False)
 
