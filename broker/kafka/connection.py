@@ -296,15 +296,20 @@ class _Connection(asyncio.BufferedProtocol):
         )
 
     def _close_idle(self, idle_s: float) -> None:
-        if self._frame is not None or self._tail:
-            size = self._frame_size if self._frame is not None else SIZE.unpack_from(self._tail.ljust(4, b"\0"))[0]
+        if self._frame is not None or len(self._tail) >= 4:
+            size = self._frame_size if self._frame is not None else SIZE.unpack_from(self._tail)[0]
             got = self._frame_got if self._frame is not None else len(self._tail) - 4
             log.warning(
                 "closing connection from %s: no bytes for %.0f ms in the middle of a %d-byte request "
-                "(%d bytes received; connections.max.idle.ms)", self.peer, idle_s * 1000, size, max(got, 0),
+                "(%d bytes received; connections.max.idle.ms)", self.peer, idle_s * 1000, size, got,
             )
-        else:
-            log.info("closing connection from %s: idle for %.0f ms (connections.max.idle.ms)", self.peer, idle_s * 1000)
+        elif self._tail:
+            log.warning(
+                "closing connection from %s: no bytes for %.0f ms in the middle of a request's size "
+                "(%d of 4 bytes received; connections.max.idle.ms)", self.peer, idle_s * 1000, len(self._tail),
+            )
+        else:  # routine, as in Kafka
+            log.debug("closing connection from %s: idle for %.0f ms (connections.max.idle.ms)", self.peer, idle_s * 1000)
         self._close_after_responses()
         self._release_receive_buffers()
 

@@ -215,7 +215,7 @@ async def _closed_by_peer(reader: asyncio.StreamReader, timeout: float) -> bool:
 
 
 async def test_idle_and_stalled_mid_frame_connections_are_closed(caplog) -> None:
-    caplog.set_level(logging.INFO, logger="kelp.broker.kafka")
+    caplog.set_level(logging.DEBUG, logger="kelp.broker.kafka")
     server = await _serve(connections_max_idle_ms=400)
     try:
         port = server.port
