@@ -359,12 +359,12 @@ def test_200_connections_declaring_100mib_frames_keep_rss_bounded_while_others_a
         assert resp.error_code == 0
     assert len(batch_headers(fetch_all_batches(b.bootstrap, "served", 0))) == 20
     peak = max(peak, _rss_bytes(pid))
+    print(f"broker RSS: {rss_start / MiB:.0f} MiB before, peak {peak / MiB:.0f} MiB with 200 trickling 100 MiB frames")
+    assert peak < 512 * MiB, f"broker RSS {peak / MiB:.0f} MiB"
+    assert b.running
     scraped = urllib.request.urlopen(f"{b.http_url}/metrics", timeout=10).read().decode()
     pool_used = float(re.search(r"^kelp_kafka_request_pool_used_bytes (\S+)$", scraped, re.M).group(1))
     assert 100 * MiB < pool_used <= 128 * MiB + 100 * MiB + 200 * 1024  # the pool, the overdraft, 1 KiB reads
     assert re.search(r"^kelp_kafka_connections 200\.0$", scraped, re.M)
-    print(f"broker RSS: {rss_start / MiB:.0f} MiB before, peak {peak / MiB:.0f} MiB with 200 trickling 100 MiB frames")
-    assert peak < 512 * MiB, f"broker RSS {peak / MiB:.0f} MiB"
-    assert b.running
     for s in attackers:
         s.close()
