@@ -182,7 +182,7 @@ BROKER_KEYS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "message.max.bytes": (_positive, 1048588),
     "socket.request.max.bytes": (_positive, 104857600),
     # Kafka listener memory and connection bounds (README "Broker configuration"). Kelp bounds the
-    # request pool and the connection count by default (Kafka: unbounded); -1 lifts a bound.
+    # request pool and the connection count by default (Kafka: unbounded); -1 lifts the pool or idle bound.
     "queued.max.request.bytes": (_unbounded_or_positive, 134217728),
     "connections.max.idle.ms": (_unbounded_or_positive, 600000),
     "max.connections": (_positive, 10000),

@@ -112,3 +112,173 @@ def test_invalid_topic_name_code_17(broker) -> None:
         assert md.topics[0].error_code == 17
     assert create_topic_wire(broker.bootstrap, "..") == 17
     assert "'bad/name'" in broker.wait_for_log("invalid topic name")
+
+
+# -- seeded fuzz of the frame parser -------------------------------------------------------------
+
+FUZZ_SEED = 20261123
+FUZZ_CASES = 300
+
+
+def _header(api_key: int, version: int, corr: int, *, flexible: bool) -> bytes:
+    client_id = b"fuzz"
+    head = struct.pack(">hhih", api_key, version, corr, len(client_id)) + client_id
+    return head + (b"\x00" if flexible else b"")
+
+
+def _fuzz_cases(rng, specs: list, valid: list[bytes]) -> list[tuple[str, bytes]]:
+    """(what, bytes on the wire): random sizes, truncations, garbage headers, every API key with a garbage body."""
+    def garbage(n: int) -> bytes:
+        return bytes(rng.getrandbits(8) for _ in range(n))
+
+    def framed(body: bytes) -> bytes:
+        return struct.pack(">i", len(body)) + body
+
+    cases: list[tuple[str, bytes]] = []
+    for i in range(FUZZ_CASES):
+        kind = i % 6
+        if kind in (0, 1):  # a registered API, a version in (or just outside) its range, a garbage body
+            spec = specs[(i // 6) % len(specs)]
+            version = rng.randint(spec.min_version, spec.max_version + (1 if kind == 1 else 0))
+            flexible = version <= spec.max_version and bool(spec.request_class.flexible_version_q(version))
+            body = _header(spec.api_key, version, i, flexible=flexible) + garbage(rng.choice((0, 1, 3, 8, 40, 300)))
+            cases.append((f"{spec.name} v{version} + garbage body", framed(body)))
+        elif kind == 2:  # a valid request with bytes flipped, inserted or deleted
+            frame = bytearray(rng.choice(valid))
+            for _ in range(rng.randint(1, 4)):
+                pos = rng.randrange(4, len(frame))
+                op = rng.randrange(3)
+                if op == 0:
+                    frame[pos] ^= 1 << rng.randrange(8)
+                elif op == 1:
+                    frame[pos:pos] = garbage(rng.randint(1, 8))
+                elif len(frame) > 12:
+                    del frame[pos]
+            if rng.random() < 0.5:  # keep the size prefix true to the new length
+                frame[:4] = struct.pack(">i", len(frame) - 4)
+            cases.append(("mutated valid request", bytes(frame)))
+        elif kind == 3:  # a valid request cut short
+            frame = rng.choice(valid)
+            cases.append(("truncated request", frame[: rng.randrange(1, len(frame))]))
+        elif kind == 4:  # sizes that are impossible or lie
+            size = rng.choice((-(2**31), -1, 0, 1, 7, 2**31 - 1, 104857601, rng.randint(8, 5000)))
+            cases.append((f"size {size}", struct.pack(">i", size) + garbage(rng.randint(0, 64))))
+        else:  # a garbage header
+            cases.append(("garbage header", framed(garbage(rng.randint(8, 64)))))
+    return cases
+
+
+def _answered_or_closed(host: str, port: int, data: bytes) -> None:
+    """Send, half-close, and read until the broker closes (it must, bounded); responses are well framed."""
+    s = socket.create_connection((host, port), timeout=10)
+    try:
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+        received = bytearray()
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            received += chunk
+    except ConnectionResetError:
+        return  # closed, abruptly
+    finally:
+        s.close()
+    pos = 0
+    while pos < len(received):  # whatever came back is whole Kafka response frames
+        (size,) = struct.unpack_from(">i", received, pos)
+        assert size >= 4 and pos + 4 + size <= len(received), f"a torn response frame: {bytes(received[:64])!r}"
+        pos += 4 + size
+
+
+def test_seeded_fuzz_of_frames_never_crashes_or_damages_data(broker_factory) -> None:
+    """300 seeded mutations across every registered API: each answered or closed; the broker lives on."""
+    import random
+    import time
+
+    from kafka.protocol.producer import ProduceRequest
+
+    from kelp.broker.kafka.handlers import all_handlers
+
+    b = broker_factory(settings={"auto.create.topics.enable": "false"})
+    assert create_topic_wire(b.bootstrap, "good") == 0 and create_topic_wire(b.bootstrap, "fuzz") == 0
+    with WireClient(b.bootstrap) as c:
+        for i in range(3):
+            assert produce(c, "good", make_batch([(b"k%d" % i, b"v%d" % i)])) == (0, i)
+    before = fetch_all_batches(b.bootstrap, "good", 0)
+    specs = all_handlers()
+    assert {s.api_key for s in specs} <= {k for k in _advertised(b.bootstrap)}  # the keys the broker serves
+    valid = []
+    for req, version in (
+        (ApiVersionsRequest(client_software_name="fuzz", client_software_version="1"), 3),
+        (MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="fuzz")], allow_auto_topic_creation=False), 8),
+        (ProduceRequest(transactional_id=None, acks=1, timeout_ms=1000, topic_data=[
+            ProduceRequest.TopicProduceData(name="fuzz", partition_data=[
+                ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=make_batch([(b"k", b"v" * 50)]))])]), 7),
+    ):
+        req.with_header(correlation_id=1, client_id="fuzz")
+        valid.append(bytes(req.encode(version=version, header=True, framed=True)))
+    rng = random.Random(FUZZ_SEED)
+    host, port = b.bootstrap.split(":")
+    started = time.monotonic()
+    cases = _fuzz_cases(rng, specs, valid)
+    assert {what.split(" v")[0] for what, _ in cases if "garbage body" in what} == {s.name for s in specs}
+    for what, data in cases:
+        try:
+            _answered_or_closed(host, int(port), data)
+        except (socket.timeout, AssertionError) as exc:
+            raise AssertionError(f"case {what!r} ({data[:40]!r}...): {exc}") from None
+        assert b.running, f"broker died on {what!r}; log:\n{b.log_text()[-3000:]}"
+    assert time.monotonic() - started < 120
+    assert fetch_all_batches(b.bootstrap, "good", 0) == before  # data produced before is intact
+    still_serving(b.bootstrap, "good", 3)  # and a fresh connection is served
+    assert "Traceback" not in b.log_text(), b.log_text()[-3000:]
+
+
+def _advertised(bootstrap: str) -> set[int]:
+    from tests.broker.helpers import advertised_api_keys
+
+    return advertised_api_keys(bootstrap)
+
+
+def test_listener_limits_refuse_oversized_stalled_and_surplus_connections(broker_factory) -> None:
+    """socket.request.max.bytes, connections.max.idle.ms and max.connections, as a user sets them."""
+    import re
+    import time
+    import urllib.request
+
+    b = broker_factory(settings={"auto.create.topics.enable": "false", "socket.request.max.bytes": 1000000,
+                                 "connections.max.idle.ms": 2000, "max.connections": 4})
+    assert create_topic_wire(b.bootstrap, "good") == 0
+    with WireClient(b.bootstrap) as c:
+        assert produce(c, "good", make_batch([(b"k", b"v")])) == (0, 0)
+    host, port = b.bootstrap.split(":")
+    # a frame over socket.request.max.bytes: closed, logged with the peer and the size
+    s = socket.create_connection((host, int(port)), timeout=10)
+    s.sendall(struct.pack(">i", 1000001) + b"x" * 100)
+    assert s.recv(10) == b""
+    s.close()
+    line = b.wait_for_log("request size 1000001")
+    assert "127.0.0.1:" in line and "socket.request.max.bytes" in line
+    # a connection stuck in the middle of a frame: closed after connections.max.idle.ms
+    stuck = socket.create_connection((host, int(port)), timeout=10)
+    stuck.sendall(struct.pack(">i", 500000) + struct.pack(">hhih", 0, 7, 1, -1) + b"x" * 50)
+    started = time.monotonic()
+    # max.connections=4: the stuck one and three more are served, the next is closed at once
+    others = [socket.create_connection((host, int(port)), timeout=10) for _ in range(3)]
+    surplus = socket.create_connection((host, int(port)), timeout=10)
+    assert surplus.recv(10) == b""
+    surplus.close()
+    assert "max.connections=4 reached" in b.wait_for_log("refusing connection from 127.0.0.1")
+    assert stuck.recv(10) == b""
+    assert 1.5 < time.monotonic() - started < 15
+    assert "500000-byte request (60 bytes received" in b.wait_for_log("in the middle of a")
+    for o in others:
+        o.close()
+    still_serving(b.bootstrap, "good", 1)
+    scraped = urllib.request.urlopen(f"{b.http_url}/metrics", timeout=10).read().decode()
+    for pattern in (r'kelp_kafka_connections_refused_total\{reason="max.connections"\} 1\.0',
+                    r'kelp_kafka_connections_closed_by_limit_total\{reason="socket.request.max.bytes"\} 1\.0',
+                    r'kelp_kafka_connections_closed_by_limit_total\{reason="connections.max.idle.ms"\} [1-9]',
+                    r"kelp_kafka_request_pool_limit_bytes 1\.34217728e\+08"):
+        assert re.search(pattern, scraped), pattern

@@ -150,6 +150,34 @@ async def test_pool_exhausted_stops_reading_one_frame_at_a_time_beyond_it_and_sm
     assert pool.peak <= limit + 6 * MiB + 4 * 1024
 
 
+async def test_unanswered_small_requests_fill_the_pool_then_reading_stops_until_one_is_answered() -> None:
+    limit = 256 << 10
+    server, requests = _server(queued_max_request_bytes=limit)
+    conn, transport = _connect(server, "pipeliner")
+    other, other_transport = _connect(server, "other")
+    frames = b"".join(_frame(60_000, i) for i in range(10))
+    sent = _feed(conn, frames, step=STAGING_BYTES)
+    assert not transport.reading  # stopped reading once the pool was full ...
+    assert len(requests.frames) == 4 and limit <= server.pool.used <= limit + 1024  # ... or 1 KiB more
+    # another connection, reading while the pool is full, reads at most 1 KiB and stops too
+    assert _feed(other, _frame(60_000, 99)) == 1024 and not other_transport.reading
+    requests.futures[0].set_result(None)
+    await asyncio.sleep(0)
+    assert transport.reading and other_transport.reading
+    answered = 1
+    while sent < len(frames) or answered < len(requests.futures):
+        sent += _feed(conn, frames[sent:], step=STAGING_BYTES)
+        if answered < len(requests.futures):
+            requests.futures[answered].set_result(None)
+            answered += 1
+            await asyncio.sleep(0)
+        assert server.pool.used <= limit + 2 * 1024
+    assert requests.frames == [_frame(60_000, i)[4:] for i in range(10)]
+    assert server.pool.used == 1024  # the other connection's incomplete frame, all that is left
+    other.abort()
+    conn.abort()
+
+
 async def test_closed_connection_returns_its_bytes_and_wakes_waiters() -> None:
     server, requests = _server(queued_max_request_bytes=2 * MiB)
     (a, ta), (b, tb), (c, tc) = _connect(server, "a"), _connect(server, "b"), _connect(server, "c")
@@ -187,7 +215,7 @@ async def _closed_by_peer(reader: asyncio.StreamReader, timeout: float) -> bool:
 
 
 async def test_idle_and_stalled_mid_frame_connections_are_closed(caplog) -> None:
-    caplog.set_level(logging.INFO, logger="kelp.broker.kafka")
+    caplog.set_level(logging.DEBUG, logger="kelp.broker.kafka")
     server = await _serve(connections_max_idle_ms=400)
     try:
         port = server.port
@@ -331,12 +359,12 @@ def test_200_connections_declaring_100mib_frames_keep_rss_bounded_while_others_a
         assert resp.error_code == 0
     assert len(batch_headers(fetch_all_batches(b.bootstrap, "served", 0))) == 20
     peak = max(peak, _rss_bytes(pid))
+    print(f"broker RSS: {rss_start / MiB:.0f} MiB before, peak {peak / MiB:.0f} MiB with 200 trickling 100 MiB frames")
+    assert peak < 512 * MiB, f"broker RSS {peak / MiB:.0f} MiB"
+    assert b.running
     scraped = urllib.request.urlopen(f"{b.http_url}/metrics", timeout=10).read().decode()
     pool_used = float(re.search(r"^kelp_kafka_request_pool_used_bytes (\S+)$", scraped, re.M).group(1))
     assert 100 * MiB < pool_used <= 128 * MiB + 100 * MiB + 200 * 1024  # the pool, the overdraft, 1 KiB reads
     assert re.search(r"^kelp_kafka_connections 200\.0$", scraped, re.M)
-    print(f"broker RSS: {rss_start / MiB:.0f} MiB before, peak {peak / MiB:.0f} MiB with 200 trickling 100 MiB frames")
-    assert peak < 512 * MiB, f"broker RSS {peak / MiB:.0f} MiB"
-    assert b.running
     for s in attackers:
         s.close()

@@ -1,0 +1,503 @@
+"""One Kafka client connection: frames in, responses out in request order.
+
+Why: the receive path is the produce hot path and the place where a client
+could make the broker hold memory; keeping it apart from the server's
+dispatch (`server.py`) keeps both readable.
+
+Receive path (the produce hot path): an `asyncio.BufferedProtocol` reads
+into a staging buffer until a frame's size is known; a frame bigger than
+what staging already holds gets a `bytearray` that grows (doubling, up to the
+declared size) as its bytes arrive, and the socket reads straight into it
+(no StreamReader, no joins). Each frame is handed on as a writable
+memoryview the request owns. The staging buffer is one per server, shared
+by every connection: the event loop calls `get_buffer`, reads the socket and
+calls `buffer_updated` in one step, so no two connections ever use it at
+once; a connection keeps only the bytes of an incomplete frame between
+reads, and an idle one holds no receive buffer.
+
+Memory and connection bounds (`limits.py`): frames over
+`socket.request.max.bytes` are refused; receive buffers and unanswered
+frames draw on the `queued.max.request.bytes` pool, and a connection that
+needs more than the pool has stops reading until bytes are released; a
+connection silent for `connections.max.idle.ms` (also one stuck in the middle
+of a frame) is closed by one periodic sweep; connections beyond
+`max.connections` / `max.connections.per.ip` are closed right after accept.
+
+This module must never decode request bodies or touch partition data; it
+hands whole frames to `KafkaServer._dispatch`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from typing import TYPE_CHECKING
+
+from .framing import SIZE
+
+if TYPE_CHECKING:
+    from .server import KafkaServer
+
+log = logging.getLogger("kelp.broker.kafka")
+
+MAX_IN_FLIGHT = 64
+# Reads land in this buffer first (one per server, shared by its connections); a frame
+# larger than it gets a buffer of its own, grown as its bytes arrive, and the socket
+# then reads the rest straight into that.
+STAGING_BYTES = 64 * 1024
+# Pause writing to the transport above this many queued bytes until it drains.
+WRITE_HIGH_WATER = 4 << 20
+# A large frame's buffer starts at what staging held and doubles (at least by this) up to its size.
+GROW_MIN = STAGING_BYTES
+# What a connection may read while the memory pool is full (then it stops reading until bytes are released).
+POOL_FULL_READ = 1024
+
+_PAUSE_IN_FLIGHT = 1  # MAX_IN_FLIGHT requests unanswered
+_PAUSE_POOL = 2  # waiting for the memory pool
+
+
+class _Connection(asyncio.BufferedProtocol):
+    """One client connection: frames read into buffers that grow as bytes arrive, answered in order.
+
+    Receive: `get_buffer` hands the transport either the server's staging
+    buffer (frame headers and small frames, several per read), with the
+    bytes of this connection's incomplete frame, if any, copied to its front,
+    or, once a frame's size is known and it does not fit staging, the free
+    end of that frame's own `bytearray`, which starts at the bytes staging
+    held and doubles up to the declared size as they arrive (each growth is
+    granted by the server's memory pool first), so large produce requests are
+    read with no intermediate copies and a frame declared but not sent costs
+    only what was sent. Between reads a connection holds only `_tail`, the
+    bytes of an incomplete small frame (usually none), or its large frame.
+    Each frame is dispatched as a writable memoryview the request owns (the
+    produce path rewrites offsets in place); its bytes stay charged to the
+    pool until the request is answered.
+    Pipelining: every request runs in its own task; the writer task sends
+    the responses in arrival order. Reading pauses at MAX_IN_FLIGHT requests,
+    while the socket's send buffer is over WRITE_HIGH_WATER and while the
+    connection waits for the memory pool.
+    """
+
+    def __init__(self, server: KafkaServer) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self._ip = ""
+        self._tail = b""  # bytes of an incomplete frame that fits staging, kept between reads
+        self._frame: bytearray | None = None  # a large frame being received in place
+        self._frame_size = 0  # its declared size
+        self._frame_got = 0  # bytes received
+        self._frame_cap = 0  # bytes granted by the pool (its buffer grows to this at the next read)
+        self._overdraft = False  # the pool let this frame grow beyond its limit
+        self._frame_over = 0  # bytes of the frame charged beyond the pool (the overdraft)
+        self._pending: deque = deque()
+        # Bare futures, made only while the writer waits (an idle connection holds none):
+        # `_wake` for a new item in `_pending`, `_drained` for the transport to drain.
+        self._wake: asyncio.Future | None = None
+        self._drained: asyncio.Future | None = None
+        self._writer: asyncio.Task | None = None
+        self._closed = False  # no more requests will be read
+        self._lost = False
+        self._admitted = False
+        self._pause_bits = 0  # _PAUSE_* reasons reading is paused for
+        self._write_paused = False
+        self._in_flight = 0  # requests dispatched and not finished
+        self._writing = False
+        self._last_active = time.monotonic()  # last bytes read, request finished or response sent
+
+    # -- transport callbacks ----------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peername = transport.get_extra_info("peername")
+        self.peer = f"{peername[0]}:{peername[1]}" if peername else "?"
+        self._ip = peername[0] if peername else "?"
+        if not self.server._admit(self, self._ip):
+            self._closed = self._lost = True
+            transport.close()
+            return
+        self._admitted = True
+        self.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)  # type: ignore[union-attr]
+        self.server._connections.add(self)
+        self._writer = asyncio.get_running_loop().create_task(self._write_loop())
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        frame = self._frame
+        if frame is not None:
+            got = self._frame_got
+            if got == len(frame):
+                if self._frame_cap <= got:  # read while waiting for the pool: never hand out nothing
+                    grow = min(GROW_MIN, self._frame_size - got)
+                    self.server.pool.charge(grow)
+                    self._frame_cap += grow
+                # Grow to what the pool granted (the transport's view of the last read died with
+                # that read; should one still be alive, the bytes move to a new buffer).
+                try:
+                    frame.extend(bytes(self._frame_cap - got))
+                except BufferError:
+                    frame = bytearray(self._frame_cap)
+                    frame[:got] = self._frame
+                    self._frame = frame
+            return memoryview(frame)[got:]
+        # The shared staging buffer: valid until the `buffer_updated` that follows this call
+        # (the event loop makes both calls in one step). `_tail` stays authoritative until then.
+        tail = self._tail
+        server = self.server
+        if tail:
+            server._staging[: len(tail)] = tail
+        view = server._staging_view[len(tail) :]
+        limit = server.pool.limit
+        if limit is not None and limit - server.pool.used < len(view):
+            # The pool is (nearly) full: read no more than fits it, at least POOL_FULL_READ bytes.
+            return view[: max(limit - server.pool.used, POOL_FULL_READ)]
+        return view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._last_active = time.monotonic()
+        if self._frame is not None:
+            self._frame_got += nbytes
+            if self._frame_got == self._frame_size:
+                frame = self._frame
+                over = self._frame_over if self._overdraft else None
+                self._overdraft = False
+                self._frame = None
+                self._frame_size = self._frame_got = self._frame_cap = self._frame_over = 0
+                self._handle_frame(frame, over=over)
+            elif self._frame_got == self._frame_cap and not self._try_grow():
+                self._wait_for_pool(grow=True)
+            return
+        tail = len(self._tail)
+        self._tail = b""
+        self._parse_staging(tail + nbytes)
+        pool = self.server.pool
+        held = len(self._tail) - tail  # the bytes of an incomplete small frame are held too
+        if held > 0:
+            pool.charge(held)
+        elif held < 0:
+            pool.release(-held)
+        if pool.exhausted and self._frame is None:
+            self._wait_for_pool(grow=False)
+
+    def _parse_staging(self, end: int) -> None:
+        """Dispatch the whole frames in staging[:end]; keep an incomplete one in `_tail`."""
+        staging = self.server._staging
+        start = 0
+        while not self._closed:
+            available = end - start
+            if available < 4:
+                break
+            (size,) = SIZE.unpack_from(staging, start)
+            if size < 8 or size > self.server.max_request_bytes:
+                log.warning(
+                    "closing connection from %s: request size %d is outside 8..%d (socket.request.max.bytes)",
+                    self.peer, size, self.server.max_request_bytes,
+                )
+                self.server._count(self.server._closed_by_limit, "socket.request.max.bytes")
+                self._close_after_responses()
+                return
+            begin = start + 4
+            if available - 4 >= size:
+                frame = staging[begin : begin + size]  # small frame: one copy out of staging
+                start = begin + size
+                self.server.pool.charge(size)
+                if not self._handle_frame(frame):
+                    return
+                continue
+            if size > len(staging) - 4:
+                # Too big for staging: a buffer of its own, holding what arrived and growing as more does.
+                got = end - begin
+                self._frame = bytearray(staging[begin:end])
+                self._frame_size, self._frame_got, self._frame_cap = size, got, got
+                self.server.pool.charge(got)  # already read
+                start = end
+                if not self._try_grow():
+                    self._wait_for_pool(grow=True)
+            break
+        if start < end and not self._closed:
+            self._tail = bytes(self.server._staging_view[start:end])
+
+    # -- the memory pool ----------------------------------------------------
+    def _try_grow(self) -> bool:
+        """Reserve the next growth of the large frame (doubling, up to its size) from the pool."""
+        cap = self._frame_cap
+        want = min(self._frame_size, max(2 * cap, cap + GROW_MIN)) - cap
+        pool = self.server.pool
+        if self._overdraft:
+            pool.charge_over(want)
+            self._frame_over += want
+            grant = want
+        else:
+            grant = pool.try_grow(want, min(want, GROW_MIN))
+        self._frame_cap += grant
+        return grant > 0
+
+    def _wait_for_pool(self, *, grow: bool) -> None:
+        if self._pause_bits & _PAUSE_POOL or self._closed:
+            return
+        self._pause(_PAUSE_POOL)
+        if grow:
+            self.server.pool.wait_to_grow(self)
+        else:
+            self.server.pool.wait_to_read(self)
+
+    def _pool_grow(self) -> bool:
+        """The pool released bytes: True when this connection got its growth (or left) and reads again."""
+        if self._closed or self._frame is None:
+            return True
+        if not self._try_grow():
+            return False
+        self._resume(_PAUSE_POOL)
+        return True
+
+    def _pool_overdraft(self) -> None:
+        """The pool lets this frame grow beyond its limit until it is answered."""
+        if self._frame is None or self._closed:
+            self.server.pool.end_overdraft(self, 0)
+            return
+        self._overdraft = True
+        self._try_grow()
+        self._resume(_PAUSE_POOL)
+
+    def _pool_resume(self) -> None:
+        self._resume(_PAUSE_POOL)
+
+    def _pause(self, why: int) -> None:
+        if not self._pause_bits and self.transport is not None and not self._lost:
+            self.transport.pause_reading()
+        self._pause_bits |= why
+
+    def _resume(self, why: int) -> None:
+        if not self._pause_bits & why:
+            return
+        self._pause_bits &= ~why
+        if not self._pause_bits and not self._closed and self.transport is not None:
+            self._last_active = time.monotonic()  # waiting on the broker is not idleness
+            self.transport.resume_reading()
+
+    def _release_receive_buffers(self) -> None:
+        pool = self.server.pool
+        pool.forget(self)
+        held = len(self._tail) + (self._frame_cap - self._frame_over if self._frame is not None else 0)
+        self._tail = b""
+        self._frame = None
+        if self._overdraft:
+            self._overdraft = False
+            pool.end_overdraft(self, self._frame_over)
+        self._frame_over = 0
+        if held:
+            pool.release(held)
+
+    # -- idle connections ---------------------------------------------------
+    def _idle(self) -> bool:
+        """Silent, nothing in flight and not held back by the broker (see KafkaServer._sweep_idle)."""
+        return not (
+            self._closed or self._pending or self._in_flight or self._writing or self._pause_bits & _PAUSE_POOL
+        )
+
+    def _close_idle(self, idle_s: float) -> None:
+        if self._frame is not None or len(self._tail) >= 4:
+            size = self._frame_size if self._frame is not None else SIZE.unpack_from(self._tail)[0]
+            got = self._frame_got if self._frame is not None else len(self._tail) - 4
+            log.warning(
+                "closing connection from %s: no bytes for %.0f ms in the middle of a %d-byte request "
+                "(%d bytes received; connections.max.idle.ms)", self.peer, idle_s * 1000, size, got,
+            )
+        elif self._tail:
+            log.warning(
+                "closing connection from %s: no bytes for %.0f ms in the middle of a request's size "
+                "(%d of 4 bytes received; connections.max.idle.ms)", self.peer, idle_s * 1000, len(self._tail),
+            )
+        else:  # routine, as in Kafka
+            log.debug("closing connection from %s: idle for %.0f ms (connections.max.idle.ms)", self.peer, idle_s * 1000)
+        self._close_after_responses()
+        self._release_receive_buffers()
+
+    def eof_received(self) -> bool:
+        if self._frame is not None or self._tail:
+            log.warning("connection from %s closed in the middle of a request", self.peer)
+        self._close_after_responses()
+        self._release_receive_buffers()
+        return True  # keep the transport open until the writer has sent what is in flight
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._admitted:
+            return
+        self._admitted = False
+        self.server.quota.leave(self._ip)
+        self._lost = True
+        self._closed = True
+        self._release_receive_buffers()
+        self.resume_writing()
+        self.server._connections.discard(self)
+        for item in self._pending:
+            if item is not None and not item.done():
+                item.cancel()
+        self._pending.append(None)
+        self._notify()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        fut, self._drained = self._drained, None
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    def _notify(self) -> None:
+        """Wake the writer if it waits for an item in `_pending`."""
+        fut, self._wake = self._wake, None
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    # -- requests -------------------------------------------------------
+    def _handle_frame(self, frame: bytearray, *, over: int | None = None) -> bool:
+        """Dispatch one frame (its bytes already charged to the pool, `over` of them as the
+        overdraft if it had it); False when the connection is closing."""
+        size = len(frame)
+        try:
+            item = self.server._dispatch(memoryview(frame), self.peer)
+        except BaseException:
+            self._finished(size, over)
+            raise
+        if item is None:
+            self._finished(size, over)
+            self._close_after_responses()
+            return False
+        self._in_flight += 1
+        item.add_done_callback(lambda _f: self._finished(size, over, request=True))
+        self._pending.append(item)
+        self._notify()
+        if len(self._pending) >= MAX_IN_FLIGHT:
+            self._pause(_PAUSE_IN_FLIGHT)
+        return True
+
+    def _finished(self, size: int, over: int | None, *, request: bool = False) -> None:
+        """A request is answered (or dropped): its frame's bytes go back to the pool."""
+        if request:
+            self._in_flight -= 1
+            self._last_active = time.monotonic()
+        pool = self.server.pool
+        if over is not None:
+            size -= over
+            pool.end_overdraft(self, over)
+        pool.release(size)
+
+    def _close_after_responses(self) -> None:
+        """Stop reading; the writer answers what is in flight, then closes."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.transport is not None and not self._lost:
+            try:
+                self.transport.pause_reading()
+            except Exception:
+                pass
+        self._pending.append(None)
+        self._notify()
+
+    def abort(self) -> asyncio.Task | None:
+        """Server stop: drop what is in flight and close now."""
+        self._closed = True
+        for item in self._pending:
+            if item is not None and not item.done():
+                item.cancel()
+        if self._writer is not None:
+            self._writer.cancel()
+        if self.transport is not None:
+            self.transport.abort()
+        return self._writer
+
+    async def _write_loop(self) -> None:
+        pending = self._pending
+        transport = self.transport
+        assert transport is not None
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                while not pending:
+                    self._wake = loop.create_future()
+                    await self._wake
+                item = pending.popleft()
+                if self._pause_bits & _PAUSE_IN_FLIGHT and len(pending) < MAX_IN_FLIGHT // 2:
+                    self._resume(_PAUSE_IN_FLIGHT)
+                if item is None:
+                    return
+                try:
+                    out = await item
+                except asyncio.CancelledError:
+                    if self._lost:
+                        return
+                    raise
+                except Exception:
+                    log.exception("request from %s failed; closing the connection", self.peer)
+                    return
+                if out is None:
+                    continue
+                if out is False:
+                    return
+                if self._lost:
+                    _close_buffers(out)
+                    return
+                self._writing = True
+                if not await self._send(transport, out):
+                    return
+                if self._write_paused:
+                    self._drained = loop.create_future()
+                    await self._drained
+                self._writing = False
+                self._last_active = time.monotonic()
+        except (ConnectionError, asyncio.CancelledError):
+            return
+        finally:
+            self._closed = True
+            for item in pending:  # results never sent: release their open files
+                if item is not None and item.done() and not item.cancelled() and item.exception() is None:
+                    result = item.result()
+                    if isinstance(result, list):
+                        _close_buffers(result)
+                elif item is not None:
+                    item.cancel()
+            pending.clear()
+            if not transport.is_closing():
+                transport.close()
+
+    async def _send(self, transport: asyncio.Transport, out: list) -> bool:
+        """Write buffers in order; file ranges go out with sendfile. False: connection unusable."""
+        try:
+            i = 0
+            n = len(out)
+            while i < n:
+                j = i
+                while j < n and isinstance(out[j], (bytes, bytearray, memoryview)):
+                    j += 1
+                if j > i:
+                    transport.writelines(out[i:j])
+                    i = j
+                    continue
+                buf = out[i]
+                i += 1
+                if self._lost:
+                    return False
+                sent = await asyncio.get_running_loop().sendfile(
+                    transport, buf.file, buf.position, buf.size, fallback=True
+                )
+                if sent != buf.size:
+                    log.error(
+                        "closing connection to %s: sent %d of %d bytes of %s (segment shrank?)",
+                        self.peer, sent, buf.size, getattr(buf.file, "name", "?"),
+                    )
+                    return False
+            return True
+        finally:
+            _close_buffers(out)
+
+
+def _close_buffers(out: list) -> None:
+    for buf in out:
+        if not isinstance(buf, (bytes, bytearray, memoryview)):
+            try:
+                buf.close()
+            except Exception:
+                pass
