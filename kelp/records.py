@@ -543,6 +543,12 @@ def records_have_keys(data: bytes | bytearray | memoryview, batch: BatchInfo) ->
     return all(rec.key is not None for rec in batch_records(data, batch))
 
 
+def needs_recompression(data: bytes | bytearray | memoryview, compression: str) -> bool:
+    """True when a batch of `data` (control batches aside) is not in codec `compression` — headers only."""
+    code = _codec("none" if compression == "uncompressed" else compression)
+    return any(b.compression != code and not b.is_control for b in iter_headers(data))
+
+
 def recompress(
     data: bytes | bytearray | memoryview, batches: Sequence[BatchInfo], compression: str
 ) -> tuple[bytearray, list[BatchInfo]] | None:

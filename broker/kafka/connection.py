@@ -356,28 +356,39 @@ class _Connection(asyncio.BufferedProtocol):
         """Dispatch one frame (its bytes already charged to the pool, `over` of them as the
         overdraft if it had it); False when the connection is closing."""
         size = len(frame)
+        released = False
+
+        def release() -> None:
+            """The frame's bytes go back to the pool: when the request is answered, or earlier when its
+            handler is done with them (a produce once appended, before it waits for the ISR)."""
+            nonlocal released
+            if not released:
+                released = True
+                self._finished(size, over)
+
         try:
-            item = self.server._dispatch(memoryview(frame), self.peer)
+            item = self.server._dispatch(memoryview(frame), self.peer, release=release)
         except BaseException:
-            self._finished(size, over)
+            release()
             raise
         if item is None:
-            self._finished(size, over)
+            release()
             self._close_after_responses()
             return False
         self._in_flight += 1
-        item.add_done_callback(lambda _f: self._finished(size, over, request=True))
+        item.add_done_callback(lambda _f: (self._answered(), release()))
         self._pending.append(item)
         self._notify()
         if len(self._pending) >= MAX_IN_FLIGHT:
             self._pause(_PAUSE_IN_FLIGHT)
         return True
 
-    def _finished(self, size: int, over: int | None, *, request: bool = False) -> None:
-        """A request is answered (or dropped): its frame's bytes go back to the pool."""
-        if request:
-            self._in_flight -= 1
-            self._last_active = time.monotonic()
+    def _answered(self) -> None:
+        self._in_flight -= 1
+        self._last_active = time.monotonic()
+
+    def _finished(self, size: int, over: int | None) -> None:
+        """A frame's bytes go back to the pool (once per frame: see `release` above)."""
         pool = self.server.pool
         if over is not None:
             size -= over

@@ -26,7 +26,7 @@ import asyncio
 import logging
 import struct
 import time
-from typing import Any
+from typing import Any, Callable
 
 from kelp.errors import KelpError
 
@@ -149,8 +149,13 @@ class KafkaServer:
                     self._count(self._closed_by_limit, "connections.max.idle.ms")
                     conn._close_idle(self.idle_s)
 
-    def _dispatch(self, frame: memoryview, peer: str) -> asyncio.Future | None:
-        """Parse the header and start handling; None means close the connection."""
+    def _dispatch(self, frame: memoryview, peer: str, *, release: Callable[[], None] | None = None
+                  ) -> asyncio.Future | None:
+        """Parse the header and start handling; None means close the connection.
+
+        `release` gives the frame's bytes back to the memory pool before the answer (the handler
+        calls `ctx.release_frame()` once it holds no view of them).
+        """
         api_key, api_version = struct.unpack_from(">hh", frame, 0)
         spec = get_handler(api_key)
         flexible = False
@@ -169,6 +174,7 @@ class KafkaServer:
         ctx = RequestContext(
             broker=self.broker, api_key=api_key, api_version=api_version,
             correlation_id=header.correlation_id, client_id=header.client_id, peer=peer, server=self,
+            release_frame=release,
         )
         if spec is None:
             log.warning(
@@ -213,6 +219,7 @@ class KafkaServer:
                         ctx.client, spec.name, version, len(body) if body is not None else 0, exc,
                     )
                     return False
+                body = None  # the request holds what it needs; a handler that releases the frame frees it
             try:
                 response = await spec.func(ctx, request)
             except KelpError as exc:

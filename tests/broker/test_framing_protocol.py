@@ -67,7 +67,7 @@ async def test_frames_survive_any_split_and_large_ones_get_their_own_buffer(monk
     server = KafkaServer(None, host="127.0.0.1", port=0, max_request_bytes=10 << 20)
     seen: list[memoryview] = []
 
-    def dispatch(frame: memoryview, peer: str):
+    def dispatch(frame: memoryview, peer: str, **_: object):
         seen.append(frame)
         fut = asyncio.get_running_loop().create_future()
         fut.set_result([struct.pack(">i", len(frame))])
@@ -94,7 +94,7 @@ async def test_frames_survive_any_split_and_large_ones_get_their_own_buffer(monk
 async def test_oversized_or_undersized_frame_closes_after_answering_earlier_requests(caplog) -> None:
     server = KafkaServer(None, host="127.0.0.1", port=0, max_request_bytes=1000)
 
-    def dispatch(frame: memoryview, peer: str):
+    def dispatch(frame: memoryview, peer: str, **_: object):
         fut = asyncio.get_running_loop().create_future()
         fut.set_result([b"ok"])
         return fut
@@ -116,7 +116,7 @@ async def test_connections_share_staging_and_keep_only_their_incomplete_frame() 
     server = KafkaServer(None, host="127.0.0.1", port=0, max_request_bytes=10 << 20)
     seen: dict[str, list[bytes]] = {}
 
-    def dispatch(frame: memoryview, peer: str):
+    def dispatch(frame: memoryview, peer: str, **_: object):
         seen.setdefault(peer, []).append(bytes(frame))
         fut = asyncio.get_running_loop().create_future()
         fut.set_result(None)

@@ -61,7 +61,7 @@ class _Requests:
         self.frames: list[bytes] = []
         self.futures: list[asyncio.Future] = []
 
-    def __call__(self, frame: memoryview, peer: str) -> asyncio.Future:
+    def __call__(self, frame: memoryview, peer: str, **_: object) -> asyncio.Future:
         self.frames.append(bytes(frame))
         fut = asyncio.get_running_loop().create_future()
         self.futures.append(fut)
@@ -197,7 +197,7 @@ async def _serve(**kwargs) -> KafkaServer:
     """A real listener on loopback that answers every frame with 4 bytes."""
     server = KafkaServer(None, host="127.0.0.1", port=0, max_request_bytes=10 * MiB, **kwargs)
 
-    def dispatch(frame: memoryview, peer: str) -> asyncio.Future:
+    def dispatch(frame: memoryview, peer: str, **_: object) -> asyncio.Future:
         fut = asyncio.get_running_loop().create_future()
         fut.set_result([struct.pack(">i", 0)])
         return fut
@@ -368,3 +368,28 @@ def test_200_connections_declaring_100mib_frames_keep_rss_bounded_while_others_a
     assert re.search(r"^kelp_kafka_connections 200\.0$", scraped, re.M)
     for s in attackers:
         s.close()
+
+
+async def test_a_handler_can_give_its_frame_back_to_the_pool_before_answering() -> None:
+    """A produce parked for acks=all releases its frame once appended (Kafka clears a parked produce's
+    records): waiting requests must not fill the pool, or follower fetches would stop being read."""
+    server = KafkaServer(None, host="127.0.0.1", port=0, max_request_bytes=10 * MiB, queued_max_request_bytes=MiB)
+    parked: list[tuple[asyncio.Future, object]] = []
+
+    def dispatch(frame: memoryview, peer: str, *, release=None) -> asyncio.Future:
+        fut = asyncio.get_running_loop().create_future()
+        parked.append((fut, release))
+        return fut
+
+    server._dispatch = dispatch  # type: ignore[method-assign]
+    conn, transport = _connect(server)
+    _feed(conn, _frame(300_000, 1) + _frame(300_000, 2))
+    assert len(parked) == 2 and server.pool.used == 2 * 300_000
+    parked[0][1]()  # the handler is done with the bytes, its answer is still pending
+    assert server.pool.used == 300_000 and conn._in_flight == 2
+    parked[0][1]()  # twice is once
+    parked[0][0].set_result([struct.pack(">i", 0)])
+    parked[1][0].set_result([struct.pack(">i", 0)])
+    await asyncio.sleep(0)
+    assert server.pool.used == 0 and conn._in_flight == 0  # nothing released twice, nothing left
+    conn.abort()

@@ -1,14 +1,18 @@
 """Produce: hand each partition's record batches to the ReplicaManager.
 
 Why: this is the write hot path. Work here is per partition and per batch:
-the records blob from the request goes to `ReplicaManager.append` as it came
-(compression untouched) as a writable view into the request frame
+the records blob from the request goes to `ReplicaManager.append_local` as it
+came (compression untouched unless the topic's `compression.type` names another
+codec) as a writable view into the request frame
 (`produce_decoder`), so the log rewrites offsets in place; errors are reported per partition with Kafka's code
-and logged naming topic and partition. `acks=0` requests get no response.
+and logged naming topic and partition. `acks=0` requests get no response. Once every partition is
+appended the frame goes back to the listener's memory pool, and acks=all waits for every partition's
+ISR together.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
@@ -30,10 +34,12 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
     replicas = broker.replicas
     topics = broker.topics
     acks = request.acks
-    responses = []
+    # Every partition is appended first; acks=all then waits for all of them at once (Kafka's purgatory):
+    # a request naming N partitions waits one replication round trip, not N.
+    outcomes: list[tuple[str, list[tuple[int, object]]]] = []
     for td in request.topic_data:
         name = td.name
-        parts = []
+        parts: list[tuple[int, object]] = []
         topic_error: KelpError | None = None
         if not topics.exists(name):
             try:
@@ -42,22 +48,38 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
                 topic_error = exc
         for pd in td.partition_data:
             if topic_error is not None:
-                log.warning("produce to topic '%s' partition %d from %s refused: %s", name, pd.index, ctx.client, topic_error)
-                parts.append(PR(index=pd.index, error_code=topic_error.code, base_offset=-1, error_message=str(topic_error)))
-                continue
-            try:
-                if pd.records is None:
-                    raise CorruptRecordError(f"produce to topic '{name}' partition {pd.index} carries no records")
-                res = await replicas.append(name, pd.index, pd.records, acks=acks, timeout_ms=request.timeout_ms)
-            except KelpError as exc:
-                log.warning("produce to topic '%s' partition %d from %s refused: %s", name, pd.index, ctx.client, exc)
-                parts.append(PR(index=pd.index, error_code=exc.code, base_offset=-1, error_message=str(exc)))
-                continue
-            parts.append(PR(
-                index=pd.index, error_code=0, base_offset=res.base_offset,
-                log_append_time_ms=res.log_append_time_ms, log_start_offset=res.log_start_offset,
-            ))
-        responses.append(TR(name=name, partition_responses=parts))
+                outcome: object = topic_error
+            elif pd.records is None:
+                outcome = CorruptRecordError(f"produce to topic '{name}' partition {pd.index} carries no records")
+            else:
+                try:
+                    outcome = await replicas.append_local(name, pd.index, pd.records, acks=acks)
+                except KelpError as exc:
+                    outcome = exc
+            pd.records = None  # the log has the bytes: no view of the frame outlives the append
+            parts.append((pd.index, outcome))
+        outcomes.append((name, parts))
+    if ctx.release_frame is not None:
+        ctx.release_frame()  # as Kafka clears a parked produce's records: the pool is not held while waiting
+    if acks == -1:
+        waits = [(parts, i, replicas.wait_for_isr(res, acks=acks, timeout_ms=request.timeout_ms))
+                 for _, parts in outcomes for i, (_, res) in enumerate(parts) if not isinstance(res, KelpError)]
+        done = await asyncio.gather(*(w for _, _, w in waits), return_exceptions=True)
+        for (parts, i, _), res in zip(waits, done):
+            if isinstance(res, BaseException) and not isinstance(res, KelpError):
+                raise res
+            parts[i] = (parts[i][0], res)
     if acks == 0:
         return None
+    responses = []
+    for name, parts in outcomes:
+        answers = []
+        for index, res in parts:
+            if isinstance(res, KelpError):
+                log.warning("produce to topic '%s' partition %d from %s refused: %s", name, index, ctx.client, res)
+                answers.append(PR(index=index, error_code=res.code, base_offset=-1, error_message=str(res)))
+            else:
+                answers.append(PR(index=index, error_code=0, base_offset=res.base_offset,
+                                  log_append_time_ms=res.log_append_time_ms, log_start_offset=res.log_start_offset))
+        responses.append(TR(name=name, partition_responses=answers))
     return ProduceResponse(responses=responses, throttle_time_ms=0)

@@ -32,6 +32,8 @@ class RequestContext:
     peer: str
     server: Any = None
     extra: dict = field(default_factory=dict)
+    # Gives the request frame's bytes back to the listener's memory pool before the answer is sent.
+    release_frame: Callable[[], None] | None = None
 
     @property
     def client(self) -> str:
