@@ -38,6 +38,7 @@ from kelp.errors import (
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
+    PolicyViolationError,
     RequestTimedOutError,
     UnknownLeaderEpochError,
 )
@@ -59,6 +60,8 @@ __all__ = [
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
     "MAX_TIMESTAMP",
+    "EARLIEST_LOCAL_TIMESTAMP",
+    "LATEST_TIERED_TIMESTAMP",
 ]
 
 log = logging.getLogger("kelp.broker.replica")
@@ -66,6 +69,8 @@ log = logging.getLogger("kelp.broker.replica")
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4  # KIP-405: the first offset on local disk (= the log start: Kelp does not tier)
+LATEST_TIERED_TIMESTAMP = -5  # KIP-1005: the last offset in remote storage (none: -1, as Kafka without tiering)
 PRODUCER_STATE_SEGMENTS = 2
 # Below this a fetch copies the bytes (one pread) instead of sendfile's extra round trips.
 ZERO_COPY_MIN_BYTES = 64 * 1024
@@ -526,7 +531,7 @@ class ReplicaManager:
     # -- follower side ----------------------------------------------------
     def append_as_follower(
         self, topic: str, partition: int, data: bytes | memoryview, *, leader_epoch: int,
-        leader_high_watermark: int, leader_log_start_offset: int,
+        leader_high_watermark: int,
     ) -> int:
         """Append what the leader sent (offsets and epochs kept); follow its high watermark. Returns the new log end."""
         part = self._partitions.get((topic, partition))
@@ -541,14 +546,24 @@ class ReplicaManager:
                         part.producers.update(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
                                               h.base_offset, h.last_offset, h.max_timestamp)
                 self._dirty.add((topic, partition))
-        if leader_log_start_offset > lg.log_start_offset:
-            try:
-                lg.advance_log_start_offset(min(leader_log_start_offset, lg.log_end_offset))
-            except KelpError as exc:
-                log.debug("%s: log start not advanced to %d: %s", part.name, leader_log_start_offset, exc)
         if part.follow_high_watermark(leader_high_watermark) or data:
             self._dirty.add((topic, partition))
         return lg.log_end_offset
+
+    def follow_log_start(self, topic: str, partition: int, leader_log_start_offset: int) -> int:
+        """A follower raises its log start to the leader's (DeleteRecords, retention), as Kafka's fetcher does.
+
+        After the high watermark followed the leader's (the log start never passes it). It writes the
+        log's checkpoint (fsync): the fetcher calls it in a worker thread, only when the leader's is ahead.
+        """
+        part = self._partitions.get((topic, partition))
+        if part is None or part.is_leader:
+            return -1
+        lg = part.log
+        target = min(leader_log_start_offset, lg.high_watermark)
+        if target > lg.log_start_offset:
+            lg.advance_log_start_offset(target)
+        return lg.log_start_offset
 
     def truncate(self, topic: str, partition: int, offset: int) -> None:
         """Follower truncation after a leader change (called in a worker thread by the fetcher)."""
@@ -724,11 +739,14 @@ class ReplicaManager:
 
     # -- offsets --------------------------------------------------------
     def list_offset(self, topic: str, partition: int, timestamp: int, *, current_leader_epoch: int = -1) -> tuple[int, int]:
-        """(offset, timestamp) for earliest (-2), latest (-1), max-timestamp (-3) or a time (leader only)."""
+        """(offset, timestamp) for earliest (-2), latest (-1), max-timestamp (-3), earliest-local (-4),
+        latest-tiered (-5) or a time (leader only)."""
         part = self._leader(topic, partition, current_leader_epoch)
         lg = part.log
-        if timestamp == EARLIEST_TIMESTAMP:
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             return lg.log_start_offset, -1
+        if timestamp == LATEST_TIERED_TIMESTAMP:
+            return -1, -1
         part.require_end_offset_known()
         if timestamp == LATEST_TIMESTAMP:
             return part.high_watermark, -1
@@ -745,6 +763,32 @@ class ReplicaManager:
             return -1, -1
         offset, ts = found
         return offset, ts
+
+    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """DeleteRecords on the leader: raise the log start to `offset` (-1: the high watermark); the new log start.
+
+        Refused with OFFSET_OUT_OF_RANGE beyond the high watermark and POLICY_VIOLATION on a log that is
+        not `cleanup.policy=delete` (as Kafka). Followers follow through the log start in Fetch responses;
+        the segments wholly below it go at the next retention check.
+        """
+        part = self._leader(topic, partition)
+        lg = part.log
+        if not lg.config.delete:
+            raise PolicyViolationError(
+                f"records of topic '{topic}' partition {partition} cannot be deleted: its cleanup.policy is "
+                f"{lg.config.cleanup_policy!r}, not delete")
+        hw = part.high_watermark
+        target = hw if offset == -1 else offset
+        if target < 0 or target > hw:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records of topic '{topic}' partition {partition} before offset {offset}: "
+                f"it must be between 0 and the high watermark {hw} (or -1 for the high watermark)")
+        if target > lg.log_start_offset:
+            await asyncio.to_thread(lg.advance_log_start_offset, target)
+            self._dirty.add((topic, partition))
+            log.info("%s: records before offset %d deleted (DeleteRecords); log start is %d",
+                     part.name, target, lg.log_start_offset)
+        return lg.log_start_offset
 
     def partition_info(self, topic: str, partition: int) -> PartitionInfo:
         part = self._partition(topic, partition)
