@@ -18,7 +18,7 @@ BENCH_ARGS ?=
 # stops that for every Python started from here, brokers in tests included.
 export PYTHONSAFEPATH := 1
 
-.PHONY: run test e2e bench deps venv clean spark-jars
+.PHONY: run test e2e bench deps venv clean spark-jars kafka-tools
 
 deps:
 	@bash scripts/bootstrap-debian.sh
@@ -50,7 +50,11 @@ SPARK_SOURCE ?= kelp
 spark-demo: venv $(if $(filter kafka,$(SPARK_SOURCE)),spark-jars)
 	$(PY) examples/spark/run_demo.py --source $(SPARK_SOURCE)
 
-test: venv spark-jars
+# Apache Kafka's own tools 4.3.1 (Maven, cached under ~/.cache/kelp/kafka-tools-4.3.1) for tests/tools.
+kafka-tools: venv
+	@$(PY) -m kelp.kafka_tools >/dev/null
+
+test: venv spark-jars kafka-tools
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # End-to-end on a real Kubernetes cluster: kind or any reachable kubeconfig (e2e/README.md).
