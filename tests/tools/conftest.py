@@ -31,13 +31,13 @@ SETTINGS = {
 
 @dataclass
 class ToolRun:
-    args: list[str]
+    args: list[str]  # the main class and its arguments (not the JVM's)
     returncode: int
     stdout: str
     stderr: str
 
     def ok(self) -> "ToolRun":
-        assert self.returncode == 0, f"{' '.join(self.args[-12:])} exited {self.returncode}:\n{self.stdout[-2000:]}\n{self.stderr[-3000:]}"
+        assert self.returncode == 0, f"{' '.join(self.args)} exited {self.returncode}:\n{self.stdout[-2000:]}\n{self.stderr[-3000:]}"
         return self
 
 
@@ -54,7 +54,7 @@ class Tools:
         command = kafka_tools.java_command(main_class, *full)
         self.ran.append(" ".join([main_class.rsplit(".", 1)[-1], *full]))
         done = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=timeout)
-        return ToolRun(command, done.returncode, done.stdout, done.stderr)
+        return ToolRun([main_class, *full], done.returncode, done.stdout, done.stderr)
 
     def run_parallel(self, *calls: tuple) -> list[ToolRun]:
         """Each call is (main_class, *args) or (main_class, *args, {"stdin": ...}); all start at once."""
