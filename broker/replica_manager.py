@@ -603,7 +603,7 @@ class ReplicaManager:
             try:
                 part = self._leader(req.topic, req.partition, req.current_leader_epoch)
                 if replica_id >= 0:
-                    self._follower_fetched(part, replica_id, req.offset, now)
+                    self._follower_fetched(part, replica_id, req.offset, now, req.log_start_offset)
             except KelpError as exc:
                 res.error = exc
                 continue
@@ -635,13 +635,13 @@ class ReplicaManager:
                 min_one = False
         return results, total
 
-    def _follower_fetched(self, part: Partition, replica_id: int, offset: int, now: int) -> None:
+    def _follower_fetched(self, part: Partition, replica_id: int, offset: int, now: int, log_start_offset: int = -1) -> None:
         if replica_id not in part.replicas:
             raise NotLeaderOrFollowerError(
                 f"broker {replica_id} is not a replica of topic '{part.topic}' partition {part.partition} "
                 f"(replicas {list(part.replicas)})"
             )
-        wanted = part.record_follower_fetch(replica_id, offset, now)
+        wanted = part.record_follower_fetch(replica_id, offset, now, log_start_offset)
         if wanted is not None:
             self._request_isr(part, wanted, f"broker {replica_id} caught up at offset {offset}")
         if part.maybe_advance_high_watermark():
@@ -764,12 +764,14 @@ class ReplicaManager:
         offset, ts = found
         return offset, ts
 
-    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
-        """DeleteRecords on the leader: raise the log start to `offset` (-1: the high watermark); the new log start.
+    async def delete_records(self, topic: str, partition: int, offset: int, *, timeout_ms: int = 30000) -> int:
+        """DeleteRecords on the leader: raise the log start to `offset` (-1: the high watermark).
 
         Refused with OFFSET_OUT_OF_RANGE beyond the high watermark and POLICY_VIOLATION on a log that is
-        not `cleanup.policy=delete` (as Kafka). Followers follow through the log start in Fetch responses;
-        the segments wholly below it go at the next retention check.
+        not `cleanup.policy=delete` (as Kafka). Followers follow the log start in Fetch responses and report
+        theirs in their next fetch; as Kafka's DelayedDeleteRecords this answers once the low watermark
+        (the lowest log start over the ISR) reached `offset`, with it, or REQUEST_TIMED_OUT after
+        `timeout_ms`. The segments wholly below the log start go at the next retention check.
         """
         part = self._leader(topic, partition)
         lg = part.log
@@ -788,7 +790,25 @@ class ReplicaManager:
             self._dirty.add((topic, partition))
             log.info("%s: records before offset %d deleted (DeleteRecords); log start is %d",
                      part.name, target, lg.log_start_offset)
-        return lg.log_start_offset
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(timeout_ms, 0) / 1000.0
+        while (low := part.low_watermark()) < target:
+            if not part.is_leader:
+                raise NotLeaderOrFollowerError(f"{part.name}: leadership moved while deleting records before {target}")
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise RequestTimedOutError(
+                    f"{part.name}: records before {target} are deleted on the leader, but in-sync replicas still "
+                    f"start at {low} after {timeout_ms} ms")
+            fut = loop.create_future()
+            part.low_watermark_waiters.add(fut)
+            try:  # woken by a follower's fetch; the bounded wait also notices an ISR shrink or a lost leadership
+                await asyncio.wait_for(fut, min(remaining, 0.5))
+            except asyncio.TimeoutError:
+                pass
+            finally:
+                part.low_watermark_waiters.discard(fut)
+        return low
 
     def partition_info(self, topic: str, partition: int) -> PartitionInfo:
         part = self._partition(topic, partition)

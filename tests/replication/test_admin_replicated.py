@@ -2,14 +2,15 @@
 
 A topic config altered over the Kafka protocol on one broker is what every
 broker (and the HTTP API) reports; records deleted through any broker's HTTP
-API are cut on the leader, the follower's log start follows through Fetch,
-and after the leader is killed the new leader serves from the same log start.
+API are cut on the leader, the answer comes once the follower's log start
+followed (through Fetch), and after the leader is killed the new leader
+serves from the same log start.
 """
 
 from __future__ import annotations
 
 import pytest
-from kafka.protocol.admin import IncrementalAlterConfigsRequest
+from kafka.protocol.admin import DeleteRecordsRequest, IncrementalAlterConfigsRequest
 from kafka.protocol.consumer import ListOffsetsRequest
 
 from kelp.broker.storage.checkpoint import PartitionCheckpoint
@@ -51,13 +52,25 @@ def test_configs_and_deleted_records_follow_across_brokers_and_a_failover(cluste
     body = cluster.admin("/admin/v1/topics/r/delete-records", "POST", {"partitions": [{"partition": 0, "offset": 6}]},
                          via=cluster[follower])
     assert body["partitions"] == [{"partition": 0, "low_watermark": 6}]
+    # As Kafka's DeleteRecords, the answer comes once the in-sync follower's log start followed (durably).
     replica_dir = cluster[follower].log_dir / "r-0"
-    cluster.wait_for("the follower's log start to follow the leader's",
-                     lambda: (PartitionCheckpoint.read(replica_dir) or None) and
-                     PartitionCheckpoint.read(replica_dir).log_start_offset == 6, timeout=20)
+    assert PartitionCheckpoint.read(replica_dir).log_start_offset == 6
+
+    # A paused in-sync follower: the leader cuts, the answer is REQUEST_TIMED_OUT after the request's timeout.
+    cluster.stop_process(cluster[follower])
+    try:
+        T = DeleteRecordsRequest.DeleteRecordsTopic
+        with WireClient(cluster[leader].bootstrap) as w:
+            resp = w.request(DeleteRecordsRequest(topics=[T(name="r", partitions=[
+                T.DeleteRecordsPartition(partition_index=0, offset=8)])], timeout_ms=800), 2)
+        assert resp.topics[0].partitions[0].error_code == 7, resp
+    finally:
+        cluster.continue_process(cluster[follower])
+    cluster.wait_for("the resumed follower to follow the log start",
+                     lambda: PartitionCheckpoint.read(replica_dir).log_start_offset == 8, timeout=20)
 
     cluster[leader].kill()
     cluster.wait_for("the follower to lead", lambda: cluster.topic("r")["partitions"][0]["leader"] == follower, timeout=20)
     assert cluster.wait_for("ListOffsets earliest on the new leader",
                             lambda: (lambda r: r if r[0] == 0 else None)(_earliest(cluster[follower].bootstrap, "r")),
-                            timeout=20) == (0, 6)
+                            timeout=20) == (0, 8)

@@ -36,19 +36,19 @@ async def handle_delete_records(ctx: RequestContext, request: DeleteRecordsReque
     replicas = ctx.broker.replicas
     TR = DeleteRecordsResponse.DeleteRecordsTopicResult
     PR = TR.DeleteRecordsPartitionResult
-    topics = []
-    for t in request.topics:
-        parts = []
-        for p in t.partitions:
-            try:
-                low = await replicas.delete_records(t.name, p.partition_index, p.offset)
-                code = 0
-            except KelpError as exc:
-                log.warning("delete records of topic '%s' partition %d before %d by %s refused: %s",
-                            t.name, p.partition_index, p.offset, ctx.client, exc)
-                low, code = -1, exc.code
-            parts.append(PR(partition_index=p.partition_index, low_watermark=low, error_code=code))
-        topics.append(TR(name=t.name, partitions=parts))
+
+    async def one(topic: str, p) -> object:
+        try:
+            low = await replicas.delete_records(topic, p.partition_index, p.offset, timeout_ms=request.timeout_ms)
+            return PR(partition_index=p.partition_index, low_watermark=low, error_code=0)
+        except KelpError as exc:
+            log.warning("delete records of topic '%s' partition %d before %d by %s refused: %s",
+                        topic, p.partition_index, p.offset, ctx.client, exc)
+            return PR(partition_index=p.partition_index, low_watermark=-1, error_code=exc.code)
+
+    # Partitions at once: each may wait for its followers' log starts (up to the request's timeout).
+    topics = [TR(name=t.name, partitions=list(await asyncio.gather(*(one(t.name, p) for p in t.partitions))))
+              for t in request.topics]
     return DeleteRecordsResponse(throttle_time_ms=0, topics=topics)
 
 
