@@ -113,6 +113,11 @@ def test_incremental_alter_configs_sets_deletes_appends_and_refuses_bad_values(b
             code, message = incremental(w, TOPIC, "cfg", ops)
             assert code == 40 and named in message, (ops, code, message)
         assert overrides(broker, "cfg") == {"retention.ms": "60000", "max.message.bytes": "2000", "cleanup.policy": "compact"}
+        # The HTTP door refuses the same things with the same validator.
+        status, body = http(broker, "PATCH", "/admin/v1/topics/cfg/configs", {"configs": {"retention.ms": "banana"}})
+        assert status == 400 and body["error_code"] == 40 and "retention.ms" in body["message"], body
+        status, body = http(broker, "PATCH", "/admin/v1/topics/cfg/configs", {"delete": ["no.such.config"]})
+        assert status == 400 and "no.such.config" in body["message"], body
 
         assert incremental(w, TOPIC, "cfg", [("segment.ms", SET, "1000")], validate_only=True)[0] == 0
         assert "segment.ms" not in overrides(broker, "cfg")
@@ -177,7 +182,7 @@ def test_delete_records_moves_the_log_start_durably_and_refuses_past_the_high_wa
         assert list_offsets(w, "dr", -1).offset == 10
 
 
-def test_delete_records_over_http_and_the_cli(broker) -> None:
+def test_delete_records_over_http_and_the_cli(broker, tmp_path) -> None:
     assert create_topic_wire(broker.bootstrap, "hdr", partitions=2) == 0
     with WireClient(broker.bootstrap) as w:
         fill(w, "hdr", 6)
@@ -197,6 +202,11 @@ def test_delete_records_over_http_and_the_cli(broker) -> None:
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["partitions"] == [{"partition": 1, "low_watermark": 5}]
+    spec = tmp_path / "offsets.json"  # kafka-delete-records' file works here too
+    spec.write_text(json.dumps({"partitions": [{"topic": "hdr", "partition": 0, "offset": 4}], "version": 1}))
+    done = subprocess.run(cli + ["--offset-json-file", str(spec), "--json"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and json.loads(done.stdout)["partitions"] == [{"partition": 0, "low_watermark": 4}]
     done = subprocess.run(cli + ["--all-partitions", "--before-offset", "-1"], env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "LOW-WATERMARK" in done.stdout, done.stderr
