@@ -114,8 +114,8 @@ def _delete_records_body(args: argparse.Namespace, client: AdminClient) -> list[
     """The partitions and offsets: one `--partition`, `--all-partitions`, or Kafka's offset JSON file."""
     from .errors import CliError
 
-    given = sum(x is not None and x is not False for x in (args.partition, args.all_partitions or None, args.offset_json_file))
-    if given != 1:
+    chosen = [args.partition is not None, args.all_partitions, args.offset_json_file is not None]
+    if sum(chosen) != 1:
         raise CliError("delete-records needs exactly one of --partition P, --all-partitions or --offset-json-file FILE")
     if args.offset_json_file is not None:
         import json
