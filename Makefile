@@ -18,7 +18,7 @@ BENCH_ARGS ?=
 # stops that for every Python started from here, brokers in tests included.
 export PYTHONSAFEPATH := 1
 
-.PHONY: run test e2e bench deps deps-run venv clean spark-jars
+.PHONY: run test e2e bench deps deps-run venv clean spark-jars kafka-tools
 
 # Debian packages in two tiers: a broker needs only Python's venv (`make run`);
 # the test tiers need kcat, a JDK, Maven, containerd, runc, CNI... (`make test`).
@@ -55,7 +55,11 @@ SPARK_SOURCE ?= kelp
 spark-demo: deps venv $(if $(filter kafka,$(SPARK_SOURCE)),spark-jars)
 	$(PY) examples/spark/run_demo.py --source $(SPARK_SOURCE)
 
-test: deps venv spark-jars
+# Apache Kafka's own tools 4.3.1 (Maven, cached under ~/.cache/kelp/kafka-tools-4.3.1) for tests/tools.
+kafka-tools: deps venv
+	@$(PY) -m kelp.kafka_tools >/dev/null
+
+test: deps venv spark-jars kafka-tools
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # End-to-end on a real Kubernetes cluster: kind or any reachable kubeconfig (e2e/README.md).

@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping
 
 from kelp.errors import ConfigError
 
-__all__ = ["BrokerConfig", "TOPIC_CONFIG_KEYS", "validate_topic_configs", "parse_bool"]
+__all__ = ["BrokerConfig", "TOPIC_CONFIG_KEYS", "TOPIC_BROKER_SYNONYMS", "validate_topic_configs", "parse_bool"]
 
 
 def parse_bool(value: Any) -> bool:
@@ -266,6 +266,26 @@ TOPIC_CONFIG_KEYS: dict[str, Callable[[Any], Any]] = {
     "message.timestamp.type": _ts_type,
     "compression.type": _compression,
     "unclean.leader.election.enable": parse_bool,
+}
+
+
+# A topic config's broker-wide synonyms, most specific first (Kafka's ServerTopicConfigSynonyms): where
+# its default comes from, for DescribeConfigs' synonyms. `default_topic_config` resolves them the same way.
+TOPIC_BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
+    "retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+    "retention.bytes": ("log.retention.bytes",),
+    "segment.bytes": ("log.segment.bytes",),
+    "segment.ms": ("log.roll.ms", "log.roll.hours"),
+    "index.interval.bytes": ("log.index.interval.bytes",),
+    "cleanup.policy": ("log.cleanup.policy",),
+    "delete.retention.ms": ("log.cleaner.delete.retention.ms",),
+    "min.cleanable.dirty.ratio": ("log.cleaner.min.cleanable.ratio",),
+    "max.message.bytes": ("message.max.bytes",),
+    "min.insync.replicas": ("min.insync.replicas",),
+    "message.timestamp.type": ("log.message.timestamp.type",),
+    "flush.messages": ("log.flush.interval.messages",),
+    "flush.ms": ("log.flush.interval.ms",),
+    "unclean.leader.election.enable": ("unclean.leader.election.enable",),
 }
 
 

@@ -35,6 +35,7 @@ class ReplicaProgress:
     last_caught_up_ms: int = 0         # last time its fetch reached the leader's log end
     last_fetch_ms: int = 0
     last_fetch_leader_leo: int = -1    # the leader's log end offset at its previous fetch
+    log_start_offset: int = -1         # as its last fetch said (DeleteRecords waits for the ISR's, Kafka's low watermark)
 
 
 class Partition:
@@ -46,6 +47,7 @@ class Partition:
         self.producers = ProducerStateManager(topic, partition)
         self.waiters: set[asyncio.Future] = set()            # parked fetches (woken by appends and HW moves)
         self._acks: list[tuple[int, asyncio.Future]] = []    # (offset the HW must reach, future) for acks=all
+        self.low_watermark_waiters: set[asyncio.Future] = set()  # DeleteRecords waiting for followers' log starts
         self.min_insync_replicas = min_insync_replicas
         self.leader = broker_id                               # a lone broker leads its partitions
         self.leader_epoch = 0
@@ -117,13 +119,17 @@ class Partition:
         self.isr = state.isr
 
     # -- leader: follower progress, ISR, high watermark -------------------
-    def record_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> tuple[int, ...] | None:
+    def record_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int,
+                              log_start_offset: int = -1) -> tuple[int, ...] | None:
         """A follower fetched from `fetch_offset` (its log end). Returns an expanded ISR to ask for, if it caught up."""
         prog = self.progress.get(replica_id)
         if prog is None:
             return None
         leo = self.log.log_end_offset
         prog.log_end_offset = fetch_offset
+        if log_start_offset > prog.log_start_offset:
+            prog.log_start_offset = log_start_offset
+            self.wake_low_watermark()
         if fetch_offset >= leo:
             prog.last_caught_up_ms = now_ms
         elif prog.last_fetch_leader_leo >= 0 and fetch_offset >= prog.last_fetch_leader_leo:
@@ -214,6 +220,21 @@ class Partition:
                     fut.set_result(None)
             self.waiters.clear()
         self.resolve_acks()
+
+    def low_watermark(self) -> int:
+        """The lowest log start over the in-sync replicas (-1 while a follower's is unknown): Kafka's low watermark."""
+        starts = [self.log.log_start_offset]
+        for r in self.isr:
+            if r != self.broker_id:
+                prog = self.progress.get(r)
+                starts.append(prog.log_start_offset if prog is not None else -1)
+        return min(starts)
+
+    def wake_low_watermark(self) -> None:
+        for fut in self.low_watermark_waiters:
+            if not fut.done():
+                fut.set_result(None)
+        self.low_watermark_waiters.clear()
 
     def describe_replicas(self) -> dict[int, int]:
         """Replica id -> log end offset as this broker knows it (-1 unknown); for reassignment progress."""

@@ -39,6 +39,7 @@ from kelp.errors import (
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
+    PolicyViolationError,
     RequestTimedOutError,
     UnknownLeaderEpochError,
 )
@@ -61,6 +62,8 @@ __all__ = [
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
     "MAX_TIMESTAMP",
+    "EARLIEST_LOCAL_TIMESTAMP",
+    "LATEST_TIERED_TIMESTAMP",
 ]
 
 log = logging.getLogger("kelp.broker.replica")
@@ -68,6 +71,8 @@ log = logging.getLogger("kelp.broker.replica")
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4  # KIP-405: the first offset on local disk (= the log start: Kelp does not tier)
+LATEST_TIERED_TIMESTAMP = -5  # KIP-1005: the last offset in remote storage (none: -1, as Kafka without tiering)
 PRODUCER_STATE_SEGMENTS = 2
 # Below this a fetch copies the bytes (one pread) instead of sendfile's extra round trips.
 ZERO_COPY_MIN_BYTES = 64 * 1024
@@ -576,7 +581,7 @@ class ReplicaManager:
     # -- follower side ----------------------------------------------------
     def append_as_follower(
         self, topic: str, partition: int, data: bytes | memoryview, *, leader_epoch: int,
-        leader_high_watermark: int, leader_log_start_offset: int,
+        leader_high_watermark: int,
     ) -> int:
         """Append what the leader sent (offsets and epochs kept); follow its high watermark. Returns the new log end."""
         part = self._partitions.get((topic, partition))
@@ -591,14 +596,24 @@ class ReplicaManager:
                         part.producers.update(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
                                               h.base_offset, h.last_offset, h.max_timestamp)
                 self._dirty.add((topic, partition))
-        if leader_log_start_offset > lg.log_start_offset:
-            try:
-                lg.advance_log_start_offset(min(leader_log_start_offset, lg.log_end_offset))
-            except KelpError as exc:
-                log.debug("%s: log start not advanced to %d: %s", part.name, leader_log_start_offset, exc)
         if part.follow_high_watermark(leader_high_watermark) or data:
             self._dirty.add((topic, partition))
         return lg.log_end_offset
+
+    def follow_log_start(self, topic: str, partition: int, leader_log_start_offset: int) -> int:
+        """A follower raises its log start to the leader's (DeleteRecords, retention), as Kafka's fetcher does.
+
+        After the high watermark followed the leader's (the log start never passes it). It writes the
+        log's checkpoint (fsync): the fetcher calls it in a worker thread, only when the leader's is ahead.
+        """
+        part = self._partitions.get((topic, partition))
+        if part is None or part.is_leader:
+            return -1
+        lg = part.log
+        target = min(leader_log_start_offset, lg.high_watermark)
+        if target > lg.log_start_offset:
+            lg.advance_log_start_offset(target)
+        return lg.log_start_offset
 
     def truncate(self, topic: str, partition: int, offset: int) -> None:
         """Follower truncation after a leader change (called in a worker thread by the fetcher)."""
@@ -638,7 +653,7 @@ class ReplicaManager:
             try:
                 part = self._leader(req.topic, req.partition, req.current_leader_epoch)
                 if replica_id >= 0:
-                    self._follower_fetched(part, replica_id, req.offset, now)
+                    self._follower_fetched(part, replica_id, req.offset, now, req.log_start_offset)
             except KelpError as exc:
                 res.error = exc
                 continue
@@ -670,13 +685,13 @@ class ReplicaManager:
                 min_one = False
         return results, total
 
-    def _follower_fetched(self, part: Partition, replica_id: int, offset: int, now: int) -> None:
+    def _follower_fetched(self, part: Partition, replica_id: int, offset: int, now: int, log_start_offset: int = -1) -> None:
         if replica_id not in part.replicas:
             raise NotLeaderOrFollowerError(
                 f"broker {replica_id} is not a replica of topic '{part.topic}' partition {part.partition} "
                 f"(replicas {list(part.replicas)})"
             )
-        wanted = part.record_follower_fetch(replica_id, offset, now)
+        wanted = part.record_follower_fetch(replica_id, offset, now, log_start_offset)
         if wanted is not None:
             self._request_isr(part, wanted, f"broker {replica_id} caught up at offset {offset}")
         if part.maybe_advance_high_watermark():
@@ -774,11 +789,14 @@ class ReplicaManager:
 
     # -- offsets --------------------------------------------------------
     def list_offset(self, topic: str, partition: int, timestamp: int, *, current_leader_epoch: int = -1) -> tuple[int, int]:
-        """(offset, timestamp) for earliest (-2), latest (-1), max-timestamp (-3) or a time (leader only)."""
+        """(offset, timestamp) for earliest (-2), latest (-1), max-timestamp (-3), earliest-local (-4),
+        latest-tiered (-5) or a time (leader only)."""
         part = self._leader(topic, partition, current_leader_epoch)
         lg = part.log
-        if timestamp == EARLIEST_TIMESTAMP:
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             return lg.log_start_offset, -1
+        if timestamp == LATEST_TIERED_TIMESTAMP:
+            return -1, -1
         part.require_end_offset_known()
         if timestamp == LATEST_TIMESTAMP:
             return part.high_watermark, -1
@@ -795,6 +813,52 @@ class ReplicaManager:
             return -1, -1
         offset, ts = found
         return offset, ts
+
+    async def delete_records(self, topic: str, partition: int, offset: int, *, timeout_ms: int = 30000) -> int:
+        """DeleteRecords on the leader: raise the log start to `offset` (-1: the high watermark).
+
+        Refused with OFFSET_OUT_OF_RANGE beyond the high watermark and POLICY_VIOLATION on a log that is
+        not `cleanup.policy=delete` (as Kafka). Followers follow the log start in Fetch responses and report
+        theirs in their next fetch; as Kafka's DelayedDeleteRecords this answers once the low watermark
+        (the lowest log start over the ISR) reached `offset`, with it, or REQUEST_TIMED_OUT after
+        `timeout_ms`. The segments wholly below the log start go at the next retention check.
+        """
+        part = self._leader(topic, partition)
+        lg = part.log
+        if not lg.config.delete:
+            raise PolicyViolationError(
+                f"records of topic '{topic}' partition {partition} cannot be deleted: its cleanup.policy is "
+                f"{lg.config.cleanup_policy!r}, not delete")
+        hw = part.high_watermark
+        target = hw if offset == -1 else offset
+        if target < 0 or target > hw:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records of topic '{topic}' partition {partition} before offset {offset}: "
+                f"it must be between 0 and the high watermark {hw} (or -1 for the high watermark)")
+        if target > lg.log_start_offset:
+            await asyncio.to_thread(lg.advance_log_start_offset, target)
+            self._dirty.add((topic, partition))
+            log.info("%s: records before offset %d deleted (DeleteRecords); log start is %d",
+                     part.name, target, lg.log_start_offset)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(timeout_ms, 0) / 1000.0
+        while (low := part.low_watermark()) < target:
+            if not part.is_leader:
+                raise NotLeaderOrFollowerError(f"{part.name}: leadership moved while deleting records before {target}")
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise RequestTimedOutError(
+                    f"{part.name}: records before {target} are deleted on the leader, but in-sync replicas still "
+                    f"start at {low} after {timeout_ms} ms")
+            fut = loop.create_future()
+            part.low_watermark_waiters.add(fut)
+            try:  # woken by a follower's fetch; the bounded wait also notices an ISR shrink or a lost leadership
+                await asyncio.wait_for(fut, min(remaining, 0.5))
+            except asyncio.TimeoutError:
+                pass
+            finally:
+                part.low_watermark_waiters.discard(fut)
+        return low
 
     def partition_info(self, topic: str, partition: int) -> PartitionInfo:
         part = self._partition(topic, partition)

@@ -311,6 +311,7 @@ class TopicManager:
         """Set (or with `replace`, replace all) overrides; `delete` drops keys back to defaults."""
         info = self.describe(name)
         clean = validate_topic_configs(configs, topic=name)
+        validate_topic_configs({key: None for key in delete}, topic=name)  # names only: a typo is not a no-op
         new = {} if replace else dict(info.configs)
         new.update(clean)
         for key in delete:

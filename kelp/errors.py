@@ -164,6 +164,11 @@ class InvalidRequestError(KelpError):
     http_status = 400
 
 
+class PolicyViolationError(KelpError):
+    code = 44  # POLICY_VIOLATION: e.g. deleting records of a compacted topic
+    http_status = 400
+
+
 class OutOfOrderSequenceError(KelpError):
     code = 45
     http_status = 409

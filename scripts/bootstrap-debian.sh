@@ -28,7 +28,7 @@ if [ "$tier" = test ]; then
   # Kelp's image without Docker (images/build-image.sh): a Debian root filesystem, packed as OCI
   command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
   command -v umoci >/dev/null 2>&1 || need+=(umoci)
-  # Spark (tests/spark, make spark-demo): pyspark needs a JDK; Maven fetches Spark's Kafka connector jars
+  # Spark (tests/spark, make spark-demo) and Kafka's own tools (tests/tools) need a JDK; Maven fetches their jars
   command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
   command -v mvn >/dev/null 2>&1 || need+=(maven)
 fi

@@ -487,6 +487,20 @@ class ClusterMember:
         return ProduceResult(topic, partition, body["base_offset"], body["last_offset"], body["log_append_time_ms"],
                              body["log_start_offset"], body["record_count"])
 
+    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """DeleteRecords where the partition's leader is: here, or over HTTP on the leader; the new log start."""
+        part = self.broker.replicas.get_partition(topic, partition)
+        info = self.broker.topics.check_partition(topic, partition)
+        leader = info.partition_states[partition].leader
+        if (part is not None and part.is_leader) or leader == self.broker_id or leader not in self.brokers:
+            return await self.broker.replicas.delete_records(topic, partition, offset)
+        url = f"{self.brokers[leader].http_url}/cluster/v1/partitions/{topic}/{partition}/delete-records?offset={offset}"
+        async with self._http.post(url) as resp:
+            body = await resp.json(content_type=None)
+            if resp.status >= 300:
+                raise error_for(int(body.get("error_code", -1)), body.get("message", f"broker {leader} answered {resp.status}"))
+        return int(body["low_watermark"])
+
     async def replica_progress(self, topic: str, partition: int) -> dict[int, int] | None:
         """Each replica's log end offset as the partition's leader sees it."""
         part = self.broker.replicas.get_partition(topic, partition)

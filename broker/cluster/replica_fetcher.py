@@ -241,7 +241,11 @@ class ReplicaFetcher:
                     try:
                         self.m.replicas.append_as_follower(
                             t.topic, r.partition_index, r.records or b"", leader_epoch=st.leader_epoch,
-                            leader_high_watermark=r.high_watermark, leader_log_start_offset=r.log_start_offset)
+                            leader_high_watermark=r.high_watermark)
+                        part = self.m.replicas.get_partition(t.topic, r.partition_index)
+                        if part is not None and r.log_start_offset > part.log.log_start_offset:
+                            await asyncio.to_thread(self.m.replicas.follow_log_start, t.topic, r.partition_index,
+                                                    r.log_start_offset)
                     except KelpError as exc:
                         log.warning("%s-%d: follower append failed: %s; truncating and fetching again", t.topic,
                                     r.partition_index, exc)

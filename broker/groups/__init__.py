@@ -62,6 +62,9 @@ async def attach(broker: Any) -> GroupCoordinator:
     coordinator = GroupCoordinator(config, store=store, topic_partitions=partitions_of)
     broker.groups = coordinator
     broker.replicas.add_leadership_listener(leadership_listener(broker, coordinator))
+    from .deleted_topics import topic_listener
+
+    broker.topics.add_listener(topic_listener(coordinator))  # a deleted topic's offsets go from every group
     coordinator.start_expiry()
     log.info("group coordinator attached: %s has %d partitions; groups load as this broker leads them",
              OFFSETS_TOPIC, config.num_partitions)

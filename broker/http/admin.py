@@ -14,6 +14,8 @@ from typing import Any
 
 from aiohttp import web
 
+from kelp.errors import KelpError
+
 from .json_body import read_json
 from .keys import BROKER
 from .problems import HttpProblem, json_response
@@ -158,6 +160,46 @@ async def patch_configs(request: web.Request) -> web.Response:
     configs = {k: v for k, v in configs.items() if v is not None}
     await broker.topics.alter_config(name, configs, delete=tuple(delete))
     return json_response({"name": name, "configs": topic_configs(broker, name)})
+
+
+@routes.post(PREFIX + "/topics/{topic}/delete-records")
+async def delete_records(request: web.Request) -> web.Response:
+    """Move partitions' log start up: `{"partitions": [{"partition": 0, "offset": 42}, ...]}` (-1: high watermark).
+
+    Each partition is done by its leader (as Kafka's DeleteRecords); the answer lists each one's new
+    `low_watermark`, or its `error_code`/`message`; any failure makes the status that of the first.
+    """
+    broker = request.app[BROKER]
+    name = request.match_info["topic"]
+    what = f"delete records of topic '{name}'"
+    body = _object(await read_json(request), what="delete-records body")
+    items = body.get("partitions")
+    if not isinstance(items, list) or not items:
+        raise HttpProblem(400, f'{what}: body must be {{"partitions": [{{"partition": 0, "offset": 42}}, ...]}}')
+    wanted: dict[int, int] = {}
+    for item in items:
+        item = _object(item, what=f"{what}: each entry of 'partitions'")
+        partition = _int_field(item, "partition", what=what)
+        offset = _int_field(item, "offset", what=what)
+        if partition is None or offset is None:
+            raise HttpProblem(400, f"{what}: each entry needs 'partition' and 'offset' (integers), got {item!r}")
+        if partition in wanted:
+            raise HttpProblem(400, f"{what}: partition {partition} is given more than once")
+        wanted[partition] = offset
+    for partition in wanted:
+        broker.topics.check_partition(name, partition)  # unknown topic or partition: 404, nothing done
+    results, first_error = [], None
+    for partition, offset in sorted(wanted.items()):
+        try:
+            low = await broker.cluster.delete_records(name, partition, offset)
+            results.append({"partition": partition, "low_watermark": low})
+        except KelpError as exc:
+            first_error = first_error or exc
+            results.append({"partition": partition, "error_code": exc.code, "message": str(exc)})
+    if first_error is not None:
+        return json_response({"error_code": first_error.code, "message": str(first_error), "name": name,
+                              "partitions": results}, status=first_error.http_status)
+    return json_response({"name": name, "partitions": results})
 
 
 @routes.get(f"{PREFIX}/brokers")

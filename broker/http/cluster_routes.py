@@ -215,3 +215,16 @@ async def append_here(request: web.Request) -> web.Response:
     return json_response({"base_offset": result.base_offset, "last_offset": result.last_offset,
                           "log_append_time_ms": result.log_append_time_ms, "log_start_offset": result.log_start_offset,
                           "record_count": result.record_count})
+
+
+@routes.post("/cluster/v1/partitions/{topic}/{partition}/delete-records")
+async def delete_records_here(request: web.Request) -> web.Response:
+    """DeleteRecords another broker's admin API forwarded to this partition's leader."""
+    broker = request.app[BROKER]
+    try:
+        partition = int(request.match_info["partition"])
+        offset = int(request.query["offset"])
+    except (KeyError, ValueError):
+        raise HttpProblem(400, "partition and the offset query parameter must be integers") from None
+    low = await broker.replicas.delete_records(request.match_info["topic"], partition, offset)
+    return json_response({"low_watermark": low})

@@ -1,4 +1,4 @@
-"""`kelp topics create|list|describe|delete|alter-config` through the admin HTTP API.
+"""`kelp topics create|list|describe|delete|alter-config|delete-records` through the admin HTTP API.
 
 Why: the everyday topic chores without a Kafka admin client; the broker
 validates, so this module only shapes requests and prints answers.
@@ -110,6 +110,53 @@ def cmd_alter_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _delete_records_body(args: argparse.Namespace, client: AdminClient) -> list[dict[str, int]]:
+    """The partitions and offsets: one `--partition`, `--all-partitions`, or Kafka's offset JSON file."""
+    from .errors import CliError
+
+    chosen = [args.partition is not None, args.all_partitions, args.offset_json_file is not None]
+    if sum(chosen) != 1:
+        raise CliError("delete-records needs exactly one of --partition P, --all-partitions or --offset-json-file FILE")
+    if args.offset_json_file is not None:
+        import json
+
+        try:
+            with open(args.offset_json_file, encoding="utf-8") as fh:
+                doc = json.load(fh)
+        except (OSError, ValueError) as exc:
+            raise CliError(f"cannot read the offset JSON file {args.offset_json_file}: {exc}") from None
+        entries = doc.get("partitions") if isinstance(doc, dict) else None
+        if not isinstance(entries, list) or not entries:
+            raise CliError(f'{args.offset_json_file}: expected {{"partitions": [{{"topic": "{args.name}", '
+                           '"partition": 0, "offset": 42}], "version": 1}')
+        out = []
+        for e in entries:
+            if not isinstance(e, dict) or not isinstance(e.get("partition"), int) or not isinstance(e.get("offset"), int):
+                raise CliError(f"{args.offset_json_file}: each entry needs integer 'partition' and 'offset', got {e!r}")
+            if e.get("topic", args.name) != args.name:
+                raise CliError(f"{args.offset_json_file}: entry for topic {e.get('topic')!r}, but the topic is {args.name!r}")
+            out.append({"partition": e["partition"], "offset": e["offset"]})
+        return out
+    if args.before_offset is None:
+        raise CliError("--before-offset N is required with --partition or --all-partitions (-1: the high watermark)")
+    if args.all_partitions:
+        count = client.get(f"/admin/v1/topics/{quote(args.name)}")["partitions_count"]
+        return [{"partition": p, "offset": args.before_offset} for p in range(count)]
+    return [{"partition": args.partition, "offset": args.before_offset}]
+
+
+def cmd_delete_records(args: argparse.Namespace) -> int:
+    client = _client(args)
+    body = {"partitions": _delete_records_body(args, client)}
+    result = client.post(f"/admin/v1/topics/{quote(args.name)}/delete-records", body)
+    if args.json:
+        print_json(result)
+        return 0
+    print_table([[args.name, p["partition"], p["low_watermark"]] for p in result["partitions"]],
+                ["TOPIC", "PARTITION", "LOW-WATERMARK"])
+    return 0
+
+
 def cmd_grow(args: argparse.Namespace) -> int:
     result = _client(args).post(f"/admin/v1/topics/{quote(args.name)}/partitions", {"partitions": args.partitions})
     if args.json:
@@ -150,6 +197,17 @@ def register(subparsers: Any) -> None:
     p.add_argument("--delete", "-d", action="append", metavar="KEY", help="return a config to its default, repeatable")
     p.add_argument("--replace", action="store_true", help="replace all overrides with exactly the --set ones")
     p.set_defaults(func=cmd_alter_config)
+
+    p = sub.add_parser("delete-records", parents=common,
+                       help="delete the records before an offset (the log start moves up), like kafka-delete-records")
+    p.add_argument("name")
+    p.add_argument("--partition", "-p", type=int, help="the partition")
+    p.add_argument("--all-partitions", action="store_true", help="every partition of the topic")
+    p.add_argument("--before-offset", "-o", type=int, metavar="N",
+                   help="delete records below offset N (-1: everything below the high watermark)")
+    p.add_argument("--offset-json-file", metavar="FILE",
+                   help='Kafka\'s offset JSON: {"partitions": [{"topic": T, "partition": P, "offset": N}], "version": 1}')
+    p.set_defaults(func=cmd_delete_records)
 
     p = sub.add_parser("add-partitions", parents=common, help="grow a topic to a new total partition count")
     p.add_argument("name")

@@ -22,6 +22,7 @@ _MODULES = (
     "offsets",
     "topics",
     "configs",
+    "log_admin",
     "producer_ids",
     "groups",
     "reassignments",

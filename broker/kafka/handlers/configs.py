@@ -1,57 +1,115 @@
-"""DescribeConfigs: effective topic configs and broker configs.
+"""DescribeConfigs, IncrementalAlterConfigs, AlterConfigs: topic and broker configs over Kafka.
 
-Why: AdminClient.describe_configs and tools like kcat show a topic's
-effective settings; each entry says whether it is a default or an override
-(config source DYNAMIC_TOPIC_CONFIG=1 / DEFAULT_CONFIG=5 / STATIC_BROKER_CONFIG=4).
+Why: `kafka-configs --describe/--alter`, AdminClient.describe_configs /
+incremental_alter_configs and tools like kcat read and change a topic's
+settings with these APIs. A change goes through the same door as the HTTP
+API's (`TopicManager.alter_config`: the one validator, then the controller and
+the cluster metadata store), so both behave identically on one broker or many.
+
+Each described entry says where its value comes from with Kafka's
+ConfigSource ids (TOPIC_CONFIG=1, STATIC_BROKER_CONFIG=4, DEFAULT_CONFIG=5)
+and, when asked, its synonyms most specific first: the topic override, then
+the broker settings it defaults to (`log.retention.ms`, `log.retention.hours`,
+...), as Kafka lists them. Kelp reads broker settings at start only, so broker
+entries are read-only and altering one is refused per resource with a message
+saying how to change it.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
-from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
+from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
 
-from kelp.errors import InvalidRequestError, KelpError
+from kelp.broker.config import BROKER_KEYS, TOPIC_BROKER_SYNONYMS
+from kelp.errors import ConfigError, InvalidRequestError, KelpError
 
 from .registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
 
+# ConfigResource.Type
 TOPIC = 2
 BROKER = 4
+BROKER_LOGGER = 8
+# ConfigSource (DescribeConfigsResponse)
 SOURCE_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
+# AlterConfigOp.OpType
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+LIST_CONFIGS = frozenset({"cleanup.policy"})  # the topic configs of type LIST (APPEND/SUBTRACT apply)
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def _broker_synonyms(config: Any, keys: tuple[str, ...]) -> list[tuple[str, str | None, int]]:
+    """(name, value, source): the keys set at start (static), then those with a default, in `keys` order."""
+    out = [(k, _text(config[k]), SOURCE_STATIC_BROKER) for k in keys if k in config.explicit]
+    out += [(k, _text(BROKER_KEYS[k][1]), SOURCE_DEFAULT) for k in keys if BROKER_KEYS[k][1] is not None]
+    return out
+
+
+def _check_broker(ctx: RequestContext, name: str) -> None:
+    if name not in ("", str(ctx.broker.config.broker_id)):
+        raise InvalidRequestError(f"broker '{name}' is not this broker ({ctx.broker.config.broker_id})")
+
+
+def _describe(ctx: RequestContext, res: Any) -> list[tuple[str, str | None, bool, int, list]]:
+    """(name, value, read_only, source, synonyms) of each config of one resource."""
+    broker = ctx.broker
+    entries = []
+    if res.resource_type == TOPIC:
+        info = broker.topics.describe(res.resource_name)
+        for name, (value, _is_default) in sorted(broker.topics.effective_configs(res.resource_name).items()):
+            synonyms = [(name, value, SOURCE_TOPIC)] if name in info.configs else []
+            synonyms += _broker_synonyms(broker.config, TOPIC_BROKER_SYNONYMS.get(name, ()))
+            source = synonyms[0][2] if synonyms else SOURCE_DEFAULT
+            entries.append((name, value, False, source, synonyms))
+    elif res.resource_type == BROKER:
+        _check_broker(ctx, res.resource_name)
+        for name, value in sorted(broker.config.as_dict().items()):
+            if value is None:
+                continue
+            synonyms = _broker_synonyms(broker.config, (name,))
+            source = synonyms[0][2] if synonyms else SOURCE_DEFAULT
+            entries.append((name, _text(value), True, source, synonyms))
+    else:
+        raise InvalidRequestError(f"config resource type {res.resource_type} is not supported (topic=2, broker=4)")
+    return entries
 
 
 @handles(DescribeConfigsRequest, min_version=0, max_version=4)
 async def handle_describe_configs(ctx: RequestContext, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
-    broker = ctx.broker
     R = DescribeConfigsResponse.DescribeConfigsResult
     E = R.DescribeConfigsResourceResult
+    S = E.DescribeConfigsSynonym
+    with_synonyms = ctx.api_version >= 1 and bool(getattr(request, "include_synonyms", False))
     results = []
     for res in request.resources:
         keys = set(res.configuration_keys) if res.configuration_keys else None
         try:
-            entries: list[tuple[str, str | None, int, bool]] = []
-            if res.resource_type == TOPIC:
-                for name, (value, is_default) in sorted(broker.topics.effective_configs(res.resource_name).items()):
-                    entries.append((name, value, SOURCE_DEFAULT if is_default else SOURCE_TOPIC, is_default))
-            elif res.resource_type == BROKER:
-                if res.resource_name not in ("", str(broker.config.broker_id)):
-                    raise InvalidRequestError(f"broker '{res.resource_name}' is not this broker ({broker.config.broker_id})")
-                for name, value in sorted(broker.config.as_dict().items()):
-                    if value is None:
-                        continue
-                    text = ",".join(value) if isinstance(value, list) else (str(value).lower() if isinstance(value, bool) else str(value))
-                    explicit = name in broker.config.explicit
-                    entries.append((name, text, SOURCE_STATIC_BROKER if explicit else SOURCE_DEFAULT, not explicit))
-            else:
-                raise InvalidRequestError(f"config resource type {res.resource_type} is not supported (topic=2, broker=4)")
             configs = [
-                E(name=n, value=v, read_only=res.resource_type == BROKER, config_source=src,
-                  is_default=d, is_sensitive=False, synonyms=[], config_type=0, documentation=None)
-                for n, v, src, d in entries if keys is None or n in keys
+                E(name=n, value=v, read_only=ro, config_source=src, is_default=src == SOURCE_DEFAULT,
+                  is_sensitive=False, config_type=0, documentation=None,
+                  synonyms=[S(name=sn, value=sv, source=ss) for sn, sv, ss in syn] if with_synonyms else [])
+                for n, v, ro, src, syn in _describe(ctx, res) if keys is None or n in keys
             ]
             results.append(R(error_code=0, error_message=None, resource_type=res.resource_type,
                              resource_name=res.resource_name, configs=configs))
@@ -60,3 +118,109 @@ async def handle_describe_configs(ctx: RequestContext, request: DescribeConfigsR
             results.append(R(error_code=exc.code, error_message=str(exc), resource_type=res.resource_type,
                              resource_name=res.resource_name, configs=[]))
     return DescribeConfigsResponse(throttle_time_ms=0, results=results)
+
+
+def _refuse_broker_change(ctx: RequestContext, res: Any, names: list[str]) -> None:
+    """Kelp reads broker settings at start: say so per resource (an empty change is a no-op, as in Kafka)."""
+    if res.resource_type == BROKER_LOGGER:
+        raise InvalidRequestError("Kelp does not change broker log levels at run time; start it with --log-level")
+    _check_broker(ctx, res.resource_name)
+    if names:
+        unknown = [n for n in names if n not in BROKER_KEYS]
+        if unknown:
+            raise ConfigError(f"unknown broker config(s): {', '.join(sorted(unknown))}")
+        raise ConfigError(
+            f"broker config(s) {', '.join(sorted(names))} cannot be changed while the broker runs: Kelp reads "
+            "broker settings at start; set them in its config file, KELP_* variables or --set, and restart it "
+            "(topic-level overrides can be altered at run time)")
+
+
+def _incremental_changes(ctx: RequestContext, res: Any) -> tuple[dict[str, str], list[str]]:
+    """(sets, deletes) of one topic from SET/DELETE/APPEND/SUBTRACT operations."""
+    seen: set[str] = set()
+    sets: dict[str, str] = {}
+    deletes: list[str] = []
+    effective = None
+    for c in res.configs:
+        if c.name in seen:
+            raise InvalidRequestError(f"config '{c.name}' is given more than once for topic '{res.resource_name}'")
+        seen.add(c.name)
+        op = c.config_operation
+        if op == SET:
+            if c.value is None:
+                raise ConfigError(f"config '{c.name}' of topic '{res.resource_name}': SET needs a value")
+            sets[c.name] = c.value
+        elif op == DELETE:
+            deletes.append(c.name)
+        elif op in (APPEND, SUBTRACT):
+            if c.name not in LIST_CONFIGS:
+                raise ConfigError(f"config '{c.name}' is not a list: {'APPEND' if op == APPEND else 'SUBTRACT'} "
+                                  "applies to list configs only (cleanup.policy); use SET")
+            if effective is None:
+                effective = ctx.broker.topics.effective_configs(res.resource_name)
+            current = [v.strip() for v in (effective.get(c.name, ("", True))[0] or "").split(",") if v.strip()]
+            given = [v.strip() for v in (c.value or "").split(",") if v.strip()]
+            items = current + [v for v in given if v not in current] if op == APPEND else \
+                [v for v in current if v not in given]
+            if not items:
+                raise ConfigError(f"config '{c.name}' of topic '{res.resource_name}' would be empty after SUBTRACT")
+            sets[c.name] = ",".join(items)
+        else:
+            raise InvalidRequestError(f"unknown config operation {op} for '{c.name}' (SET=0, DELETE=1, APPEND=2, "
+                                      "SUBTRACT=3)")
+    return sets, deletes
+
+
+@handles(IncrementalAlterConfigsRequest, min_version=0, max_version=1)
+async def handle_incremental_alter_configs(
+    ctx: RequestContext, request: IncrementalAlterConfigsRequest
+) -> IncrementalAlterConfigsResponse:
+    R = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
+    validate_only = bool(request.validate_only)
+    results = []
+    for res in request.resources:
+        try:
+            if res.resource_type == TOPIC:
+                sets, deletes = _incremental_changes(ctx, res)
+                await ctx.broker.topics.alter_config(res.resource_name, sets, delete=tuple(deletes),
+                                                     validate_only=validate_only)
+            elif res.resource_type in (BROKER, BROKER_LOGGER):
+                _refuse_broker_change(ctx, res, [c.name for c in res.configs])
+            else:
+                raise InvalidRequestError(f"config resource type {res.resource_type} is not supported (topic=2, broker=4)")
+            results.append(R(error_code=0, error_message=None, resource_type=res.resource_type,
+                             resource_name=res.resource_name))
+        except KelpError as exc:
+            log.warning("alter configs of %s '%s' from %s refused: %s", res.resource_type, res.resource_name,
+                        ctx.client, exc)
+            results.append(R(error_code=exc.code, error_message=str(exc), resource_type=res.resource_type,
+                             resource_name=res.resource_name))
+    return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=results)
+
+
+@handles(AlterConfigsRequest, min_version=0, max_version=2)
+async def handle_alter_configs(ctx: RequestContext, request: AlterConfigsRequest) -> AlterConfigsResponse:
+    """The legacy API: the given configs replace every override of the topic (as Kafka's does)."""
+    R = AlterConfigsResponse.AlterConfigsResourceResponse
+    validate_only = bool(request.validate_only)
+    results = []
+    for res in request.resources:
+        try:
+            if res.resource_type == TOPIC:
+                names = [c.name for c in res.configs]
+                if len(set(names)) != len(names):
+                    raise InvalidRequestError(f"a config is given more than once for topic '{res.resource_name}'")
+                await ctx.broker.topics.alter_config(res.resource_name, {c.name: c.value for c in res.configs},
+                                                     replace=True, validate_only=validate_only)
+            elif res.resource_type in (BROKER, BROKER_LOGGER):
+                _refuse_broker_change(ctx, res, [c.name for c in res.configs])
+            else:
+                raise InvalidRequestError(f"config resource type {res.resource_type} is not supported (topic=2, broker=4)")
+            results.append(R(error_code=0, error_message=None, resource_type=res.resource_type,
+                             resource_name=res.resource_name))
+        except KelpError as exc:
+            log.warning("alter configs of %s '%s' from %s refused: %s", res.resource_type, res.resource_name,
+                        ctx.client, exc)
+            results.append(R(error_code=exc.code, error_message=str(exc), resource_type=res.resource_type,
+                             resource_name=res.resource_name))
+    return AlterConfigsResponse(throttle_time_ms=0, responses=results)

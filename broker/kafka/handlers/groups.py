@@ -348,16 +348,24 @@ async def handle_describe_groups(ctx: RequestContext, request: DescribeGroupsReq
     return DescribeGroupsResponse(throttle_time_ms=0, groups=groups)
 
 
-@handles(ListGroupsRequest, min_version=0, max_version=4)
+# Every Kelp group is a classic group (JoinGroup/SyncGroup, KIP-848's "consumer" protocol is not served).
+GROUP_TYPE = "classic"
+
+
+@handles(ListGroupsRequest, min_version=0, max_version=5)
 async def handle_list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
     coord = _coordinator(ctx)
     if coord is None:
         return ListGroupsResponse(throttle_time_ms=0, error_code=COORDINATOR_NOT_AVAILABLE, groups=[])
     states = getattr(request, "states_filter", None) if ctx.api_version >= 4 else None
+    types = getattr(request, "types_filter", None) if ctx.api_version >= 5 else None
     L = ListGroupsResponse.ListedGroup
+    if types and GROUP_TYPE not in {t.lower() for t in types}:
+        return ListGroupsResponse(throttle_time_ms=0, error_code=0, groups=[])
     return ListGroupsResponse(
         throttle_time_ms=0, error_code=0,
-        groups=[L(group_id=g, protocol_type=pt, group_state=st) for g, pt, st in coord.list_groups(states=states or None)],
+        groups=[L(group_id=g, protocol_type=pt, group_state=st, group_type=GROUP_TYPE)
+                for g, pt, st in coord.list_groups(states=states or None)],
     )
 
 

@@ -1,8 +1,9 @@
 """ListOffsets and OffsetForLeaderEpoch: where a consumer or follower should be.
 
 Why: consumers use ListOffsets to reset positions (auto.offset.reset, seek to
-time): earliest (-2), latest (-1), max timestamp (-3) or the first offset at a
-time. v0 answers through `old_style_offsets`. OffsetForLeaderEpoch tells a
+time): earliest (-2), latest (-1), max timestamp (-3, v7+), earliest local
+(-4, v8+: the log start, Kelp does not tier), latest tiered (-5, v9+: -1, as
+Kafka answers without tiered storage) or the first offset at a time. v0 answers through `old_style_offsets`. OffsetForLeaderEpoch tells a
 client (KIP-320) or a follower (KIP-101) where an epoch ended, to detect
 truncation.
 """
@@ -34,7 +35,7 @@ def _epoch(p) -> int:
     return -1 if value is None else int(value)
 
 
-@handles(ListOffsetsRequest, min_version=0, max_version=7)
+@handles(ListOffsetsRequest, min_version=0, max_version=9)
 async def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
     replicas = ctx.broker.replicas
     topics = []
@@ -44,7 +45,7 @@ async def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) 
             try:
                 offset, ts = replicas.list_offset(t.name, p.partition_index, p.timestamp,
                                                   current_leader_epoch=_epoch(p))
-                epoch = replicas.leader_epoch(t.name, p.partition_index)
+                epoch = replicas.leader_epoch(t.name, p.partition_index) if offset >= 0 else -1
                 code = 0
             except KelpError as exc:
                 log.warning("list offsets of topic '%s' partition %d by %s: %s", t.name, p.partition_index, ctx.client, exc)

@@ -1,0 +1,172 @@
+"""Apache Kafka's own command-line tools (kafka-tools 4.3.1), fetched once with Maven.
+
+Why: Kelp promises that Kafka's admin tools work against it (`kafka-topics`,
+the console producer and consumer, `kafka-consumer-groups`, `kafka-configs`,
+`kafka-delete-records`, `kafka-get-offsets`, the verifiable producer and
+consumer, `kafka-log-dirs`). The tools tier (`tests/tools/`) runs them as
+`java -cp <jars> <main class> ...`; `make test` runs `python -m
+kelp.kafka_tools` first, so tests never download. The jars land in
+`$KELP_CACHE_DIR/kafka-tools-4.3.1` (default `~/.cache/kelp`); a stamp file
+marks a complete fetch, after which everything works offline.
+
+The artifacts: `org.apache.kafka:kafka-tools` holds the `org.apache.kafka.tools.*`
+main classes, `kafka.admin.ConfigCommand` (`kafka-configs`) lives in the
+Scala core jar `kafka_2.13`; both with their runtime dependencies (a throwaway
+pom, `dependency:copy-dependencies`). 4.4.0's tools are not in the registry.
+Logging is log4j2 through `log4j-slf4j-impl` at WARN on stderr. A class-data
+archive (AppCDS, `ensure_archive`) built once per JDK and classpath halves the
+CPU each tool's JVM spends starting.
+
+What it must never do: download at import time or from any repository but
+the one Maven is configured with (its default).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+__all__ = ["TOOLS_VERSION", "tools_home", "classpath", "java_command", "archive_path", "ensure_archive", "fetch", "main"]
+
+TOOLS_VERSION = "4.3.1"
+SCALA_VERSION = "2.13"
+LOG4J_VERSION = "2.25.5"
+ARTIFACTS = ("kafka-tools", f"kafka_{SCALA_VERSION}")
+DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
+
+_LOG4J2 = """\
+status = error
+appender.err.type = Console
+appender.err.name = STDERR
+appender.err.target = SYSTEM_ERR
+appender.err.layout.type = PatternLayout
+appender.err.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.err.ref = STDERR
+"""
+
+
+def tools_home(version: str = TOOLS_VERSION) -> Path:
+    """`$KELP_CACHE_DIR/kafka-tools-<version>` (default `~/.cache/kelp/...`); jars under `libs/`."""
+    base = os.environ.get("KELP_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kelp")
+    return Path(base) / f"kafka-tools-{version}"
+
+
+def _pom(version: str) -> str:
+    deps = "".join(
+        f"<dependency><groupId>org.apache.kafka</groupId><artifactId>{a}</artifactId><version>{version}</version>"
+        "</dependency>\n" for a in ARTIFACTS)
+    deps += (f"<dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId>"
+             f"<version>{LOG4J_VERSION}</version></dependency>\n")
+    return ('<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>\n'
+            "<groupId>dev.kelp.tools</groupId><artifactId>kafka-tools-jars</artifactId><version>1</version>"
+            f"<packaging>pom</packaging>\n<dependencies>\n{deps}</dependencies></project>\n")
+
+
+def classpath(version: str = TOOLS_VERSION) -> str:
+    """The jars as a `-cp` value; FileNotFoundError naming the fetch command when not fetched."""
+    home = tools_home(version)
+    libs = home / "libs"
+    if not (home / "fetched.stamp").is_file() or not libs.is_dir():
+        raise FileNotFoundError(f"Kafka's tools {version} are not fetched into {home}; "
+                                "run `python -m kelp.kafka_tools` (`make kafka-tools`)")
+    return os.pathsep.join(str(p) for p in sorted(libs.glob("*.jar")))
+
+
+def _java() -> str:
+    return shutil.which("java") or "java"
+
+
+def archive_path(version: str = TOOLS_VERSION) -> Path:
+    """The class-data archive for this JDK and these jars (a new JDK or classpath gets a new file)."""
+    java = os.path.realpath(_java())
+    try:
+        stamp = os.stat(java).st_mtime_ns
+    except OSError:
+        stamp = 0
+    key = hashlib.sha1(f"{java}:{stamp}:{classpath(version)}".encode()).hexdigest()[:12]
+    return tools_home(version) / f"classes-{key}.jsa"
+
+
+def java_command(main_class: str, *args: str, version: str = TOOLS_VERSION, archive: bool = True) -> list[str]:
+    """`java -cp <jars> <main class> args...`: a small heap, quiet logging, the class archive when built.
+
+    JVM warnings go to stderr (by default they go to stdout, where tools print their answers).
+    """
+    config = tools_home(version) / "log4j2.properties"
+    cds = archive_path(version) if archive else None
+    share = [f"-XX:SharedArchiveFile={cds}"] if cds is not None and cds.is_file() else []
+    return [_java(), "-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto", *share,
+            "-Xlog:disable", "-Xlog:all=warning:stderr", f"-Dlog4j2.configurationFile={config}",
+            "-cp", classpath(version), main_class, *args]
+
+
+def ensure_archive(bootstrap: str, *, version: str = TOOLS_VERSION, timeout_s: float = 120.0) -> Path | None:
+    """Build the class-data archive once (AppCDS) from one admin tool talking to `bootstrap`.
+
+    Every later tool JVM maps the classes instead of loading and verifying them: about half the CPU of
+    a tool's start. A failed build leaves no archive (the tools then run without one); the path or None.
+    """
+    target = archive_path(version)
+    if target.is_file():
+        return target
+    partial = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    command = java_command("kafka.admin.ConfigCommand", "--bootstrap-server", bootstrap, "--entity-type", "topics",
+                           "--describe", version=version, archive=False)
+    command.insert(1, f"-XX:ArchiveClassesAtExit={partial}")
+    try:
+        subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=timeout_s)
+        if partial.is_file():
+            os.replace(partial, target)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    finally:
+        partial.unlink(missing_ok=True)
+    return target if target.is_file() else None
+
+
+def fetch(version: str = TOOLS_VERSION, *, quiet: bool = True) -> Path:
+    """The libs directory, fetched with Maven unless a previous fetch completed (idempotent)."""
+    home = tools_home(version)
+    libs, stamp = home / "libs", home / "fetched.stamp"
+    if stamp.is_file() and libs.is_dir():
+        return libs
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise FileNotFoundError("Maven (`mvn`) is needed to fetch Kafka's tools; `make deps` installs it")
+    home.mkdir(parents=True, exist_ok=True)
+    partial = home / "libs.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="kelp-tools-pom-") as tmp:
+        (Path(tmp) / "pom.xml").write_text(_pom(version))
+        command = [mvn, "-B", *(["-q"] if quiet else []), "-f", str(Path(tmp) / "pom.xml"),
+                   f"{DEPENDENCY_PLUGIN}:copy-dependencies", "-DincludeScope=runtime",
+                   f"-DoutputDirectory={partial}"]
+        done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
+    if done.returncode != 0 or not any(partial.glob(f"kafka-tools-{version}.jar")):
+        raise RuntimeError(f"fetching Kafka's tools {version} with Maven failed (exit {done.returncode}):\n"
+                           f"{done.stdout[-2000:]}")
+    shutil.rmtree(libs, ignore_errors=True)
+    partial.rename(libs)
+    (home / "log4j2.properties").write_text(_LOG4J2)
+    stamp.write_text(f"{version}\n")
+    return libs
+
+
+def main() -> int:
+    try:
+        libs = fetch()
+    except (FileNotFoundError, RuntimeError, subprocess.TimeoutExpired) as exc:
+        print(f"kelp.kafka_tools: {exc}", file=sys.stderr)
+        return 1
+    print(libs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
