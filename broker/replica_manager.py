@@ -3,8 +3,9 @@
 Why: appends must pass the same checks (partition exists, acks legal,
 idempotent-producer sequence) and fetches the same limits (fetch.min.bytes,
 max wait, partition and response max bytes with KIP-74's "first batch even
-if too large") whichever protocol asked. It also owns the long-poll: a fetch
-that found too little parks a future on each partition it reads, and an
+if too large") whichever protocol asked (the read side is `replica_fetch`,
+mixed in; the types are in `replica_types`). It also owns the long-poll: a
+fetch that found too little parks a future on each partition it reads, and an
 append resolves them — no polling.
 
 Design: single-threaded asyncio, no locks. `Log.append_as_leader` is
@@ -24,9 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
-from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Sequence
 
 from kelp.errors import (
@@ -50,6 +49,15 @@ from kelp.records import iter_headers, needs_recompression, parse_batches, recom
 
 from .partition import Partition
 from .producer_state import Duplicate, ProducerStateManager
+from .replica_fetch import FetchPath
+from .replica_types import (
+    FetchPartition,
+    FetchPartitionResult,
+    PartitionInfo,
+    ProduceResult,
+    SegmentSlice,
+    close_results,
+)
 
 __all__ = [
     "ReplicaManager",
@@ -74,8 +82,6 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4  # KIP-405: the first offset on local disk (= the log start: Kelp does not tier)
 LATEST_TIERED_TIMESTAMP = -5  # KIP-1005: the last offset in remote storage (none: -1, as Kafka without tiering)
 PRODUCER_STATE_SEGMENTS = 2
-# Below this a fetch copies the bytes (one pread) instead of sendfile's extra round trips.
-ZERO_COPY_MIN_BYTES = 64 * 1024
 
 try:  # metrics land with the HTTP part; the core works without them
     from kelp.broker import metrics as _metrics  # type: ignore[attr-defined]
@@ -87,94 +93,11 @@ def _metric(name: str) -> Any:
     return getattr(_metrics, name, None) if _metrics is not None else None
 
 
-@dataclass(slots=True)
-class ProduceResult:
-    """Outcome of one partition's append (also for acknowledged duplicates)."""
-
-    topic: str
-    partition: int
-    base_offset: int
-    last_offset: int
-    log_append_time_ms: int
-    log_start_offset: int
-    record_count: int = 0
-    duplicate: bool = False
-
-
-@dataclass(slots=True)
-class FetchPartition:
-    topic: str
-    partition: int
-    offset: int
-    max_bytes: int
-    log_start_offset: int = -1
-    current_leader_epoch: int = -1
-
-
-class SegmentSlice:
-    """A byte range of an open segment file, sent with `sendfile` (zero copy).
-
-    The file is opened in the same synchronous step that computed the range,
-    so the range is consistent with that file even if the segment is later
-    deleted or replaced. `len()` is the byte count. Close it when done.
-    """
-
-    __slots__ = ("file", "position", "size", "records")
-
-    def __init__(self, file: Any, position: int, size: int, records: int = 0) -> None:
-        self.file = file
-        self.position = position
-        self.size = size
-        self.records = records  # record count of the range's batches (from their headers)
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __bool__(self) -> bool:
-        return self.size > 0
-
-    def read(self) -> bytes:
-        return os.pread(self.file.fileno(), self.size, self.position)
-
-    def close(self) -> None:
-        try:
-            self.file.close()
-        except OSError:
-            pass
-
-
-def close_results(results: Sequence["FetchPartitionResult"]) -> None:
-    for r in results:
-        if isinstance(r.records, SegmentSlice):
-            r.records.close()
-
-
-@dataclass(slots=True)
-class FetchPartitionResult:
-    topic: str
-    partition: int
-    error: KelpError | None = None
-    high_watermark: int = -1
-    last_stable_offset: int = -1
-    log_start_offset: int = -1
-    records: bytes | memoryview | SegmentSlice = b""
-
-
-@dataclass(slots=True)
-class PartitionInfo:
-    topic: str
-    partition: int
-    log_start_offset: int
-    log_end_offset: int
-    high_watermark: int
-    size_bytes: int
-
-
 LeadershipListener = Callable[[str, int, bool, int], None]
 AlterPartition = Callable[..., Awaitable[Any]]
 
 
-class ReplicaManager:
+class ReplicaManager(FetchPath):
     def __init__(self, config: BrokerConfig, logs: Any, topics: Any, *, clock_ms: Callable[[], int] | None = None) -> None:
         self.config = config
         self.logs = logs
@@ -637,155 +560,6 @@ class ReplicaManager:
         info = self.topics.check_partition(topic, partition)
         state = info.partition_states[partition]
         return state.leader, list(state.replicas), list(state.isr)
-
-    # -- fetch ----------------------------------------------------------
-    def _read(
-        self, requests: Sequence[FetchPartition], *, max_bytes: int, replica_id: int = -1, zero_copy: bool = False
-    ) -> tuple[list[FetchPartitionResult], int]:
-        results: list[FetchPartitionResult] = []
-        remaining = max_bytes
-        min_one = True
-        total = 0
-        now = self._now_ms() if replica_id >= 0 else 0
-        for req in requests:
-            res = FetchPartitionResult(req.topic, req.partition)
-            results.append(res)
-            try:
-                part = self._leader(req.topic, req.partition, req.current_leader_epoch)
-                if replica_id >= 0:
-                    self._follower_fetched(part, replica_id, req.offset, now, req.log_start_offset)
-            except KelpError as exc:
-                res.error = exc
-                continue
-            lg = part.log
-            res.high_watermark = part.high_watermark
-            res.last_stable_offset = res.high_watermark
-            res.log_start_offset = lg.log_start_offset
-            limit = min(req.max_bytes, remaining)
-            if limit <= 0 and not min_one:
-                continue
-            upper = None if replica_id >= 0 else res.high_watermark
-            if req.offset == (upper if upper is not None else lg.log_end_offset) and req.offset >= lg.log_start_offset:
-                continue
-            try:
-                data = self._read_one(lg, req.offset, max(limit, 0), upper, min_one, zero_copy)
-            except KelpError as exc:
-                if isinstance(exc, OffsetOutOfRangeError):
-                    exc = OffsetOutOfRangeError(
-                        f"fetch offset {req.offset} is out of range for topic '{req.topic}' partition {req.partition} "
-                        f"(log start {lg.log_start_offset}, high watermark {res.high_watermark})"
-                    )
-                res.error = exc
-                continue
-            if data:
-                res.records = data
-                n = len(data)
-                total += n
-                remaining -= n
-                min_one = False
-        return results, total
-
-    def _follower_fetched(self, part: Partition, replica_id: int, offset: int, now: int, log_start_offset: int = -1) -> None:
-        if replica_id not in part.replicas:
-            raise NotLeaderOrFollowerError(
-                f"broker {replica_id} is not a replica of topic '{part.topic}' partition {part.partition} "
-                f"(replicas {list(part.replicas)})"
-            )
-        wanted = part.record_follower_fetch(replica_id, offset, now, log_start_offset)
-        if wanted is not None:
-            self._request_isr(part, wanted, f"broker {replica_id} caught up at offset {offset}")
-        if part.maybe_advance_high_watermark():
-            part.wake()
-
-    @staticmethod
-    def _read_one(
-        lg: Any, offset: int, limit: int, upper: int | None, min_one: bool, zero_copy: bool
-    ) -> bytes | SegmentSlice:
-        if zero_copy:
-            found = lg.read_slice(offset, max_bytes=limit, max_offset=upper, min_one_batch=min_one)
-            if found is None:
-                return b""
-            # `found.file` was opened under the log lock: it holds the bytes the range was cut
-            # on even if the cleaner swaps a new file in under `found.path` right after.
-            file = found.file
-            if file is not None:
-                if found.size >= ZERO_COPY_MIN_BYTES:
-                    return SegmentSlice(file, found.position, found.size, found.records)
-                try:
-                    data = os.pread(file.fileno(), found.size, found.position)
-                finally:
-                    file.close()
-                if len(data) == found.size:
-                    return data
-            # No file (retention deleted the segment in between) or it came up short: copy under the lock.
-        return lg.read(offset, max_bytes=limit, max_offset=upper, min_one_batch=min_one)
-
-    async def fetch(
-        self,
-        requests: Sequence[FetchPartition],
-        *,
-        max_wait_ms: int,
-        min_bytes: int,
-        max_bytes: int,
-        isolation: int = 0,
-        replica_id: int = -1,
-        zero_copy: bool = False,
-    ) -> list[FetchPartitionResult]:
-        """Read whole batches; wait up to `max_wait_ms` until `min_bytes` are available.
-
-        With `zero_copy`, large reads come back as `SegmentSlice`s (open files the
-        caller must send with sendfile and close, e.g. via `close_results`).
-        """
-        results, total = self._read(requests, max_bytes=max_bytes, replica_id=replica_id, zero_copy=zero_copy)
-        if total >= max(min_bytes, 1) or max_wait_ms <= 0 or not requests or any(
-            r.error is not None for r in results
-        ):
-            return self._account(results)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + max_wait_ms / 1000.0
-        while True:
-            timeout = deadline - loop.time()
-            if timeout <= 0:
-                break
-            fut = loop.create_future()
-            parts = []
-            for req in requests:
-                part = self._partitions.get((req.topic, req.partition))
-                if part is not None:
-                    part.waiters.add(fut)
-                    parts.append(part)
-            if not parts:
-                break
-            try:
-                await asyncio.wait_for(fut, timeout)
-            except asyncio.TimeoutError:
-                pass
-            finally:
-                for part in parts:
-                    part.waiters.discard(fut)
-            close_results(results)
-            results, total = self._read(requests, max_bytes=max_bytes, replica_id=replica_id, zero_copy=zero_copy)
-            if total >= max(min_bytes, 1) or any(r.error is not None for r in results):
-                break
-        return self._account(results)
-
-    def _account(self, results: list[FetchPartitionResult]) -> list[FetchPartitionResult]:
-        if self._bytes_out is not None:
-            try:
-                for r in results:
-                    if r.records:
-                        m = self._bytes_out
-                        (m.labels(topic=r.topic) if hasattr(m, "labels") else m).inc(len(r.records))
-                        if self._records_out is not None:
-                            if isinstance(r.records, SegmentSlice):
-                                n = r.records.records  # counted from the headers when the range was cut
-                            else:
-                                n = sum(h.record_count for h in iter_headers(r.records))  # per batch
-                            m = self._records_out
-                            (m.labels(topic=r.topic) if hasattr(m, "labels") else m).inc(n)
-            except Exception:  # metrics must never fail a fetch
-                pass
-        return results
 
     # -- offsets --------------------------------------------------------
     def list_offset(self, topic: str, partition: int, timestamp: int, *, current_leader_epoch: int = -1) -> tuple[int, int]:

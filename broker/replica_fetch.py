@@ -1,0 +1,181 @@
+"""The read side of the replica manager: fetch limits, the long-poll and zero-copy reads.
+
+Why: a fetch must apply the same limits (fetch.min.bytes, max wait, partition
+and response max bytes with KIP-74's "first batch even if too large")
+whichever protocol asked, and a follower's fetch is how the leader learns its
+progress (ISR expansion, high watermark). `ReplicaManager` mixes this in; it
+uses the manager's partitions, leadership checks and metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any, Sequence
+
+from kelp.errors import KelpError, NotLeaderOrFollowerError, OffsetOutOfRangeError
+from kelp.records import iter_headers
+
+from .partition import Partition
+from .replica_types import FetchPartition, FetchPartitionResult, SegmentSlice, close_results
+
+__all__ = ["FetchPath", "ZERO_COPY_MIN_BYTES"]
+
+# Below this a fetch copies the bytes (one pread) instead of sendfile's extra round trips.
+ZERO_COPY_MIN_BYTES = 64 * 1024
+
+
+class FetchPath:
+    """Fetch for consumers and followers (mixed into ReplicaManager)."""
+
+    _partitions: dict[tuple[str, int], Partition]
+    _bytes_out: Any
+    _records_out: Any
+
+    def _read(
+        self, requests: Sequence[FetchPartition], *, max_bytes: int, replica_id: int = -1, zero_copy: bool = False
+    ) -> tuple[list[FetchPartitionResult], int]:
+        results: list[FetchPartitionResult] = []
+        remaining = max_bytes
+        min_one = True
+        total = 0
+        now = self._now_ms() if replica_id >= 0 else 0
+        for req in requests:
+            res = FetchPartitionResult(req.topic, req.partition)
+            results.append(res)
+            try:
+                part = self._leader(req.topic, req.partition, req.current_leader_epoch)
+                if replica_id >= 0:
+                    self._follower_fetched(part, replica_id, req.offset, now, req.log_start_offset)
+            except KelpError as exc:
+                res.error = exc
+                continue
+            lg = part.log
+            res.high_watermark = part.high_watermark
+            res.last_stable_offset = res.high_watermark
+            res.log_start_offset = lg.log_start_offset
+            limit = min(req.max_bytes, remaining)
+            if limit <= 0 and not min_one:
+                continue
+            upper = None if replica_id >= 0 else res.high_watermark
+            if req.offset == (upper if upper is not None else lg.log_end_offset) and req.offset >= lg.log_start_offset:
+                continue
+            try:
+                data = self._read_one(lg, req.offset, max(limit, 0), upper, min_one, zero_copy)
+            except KelpError as exc:
+                if isinstance(exc, OffsetOutOfRangeError):
+                    exc = OffsetOutOfRangeError(
+                        f"fetch offset {req.offset} is out of range for topic '{req.topic}' partition {req.partition} "
+                        f"(log start {lg.log_start_offset}, high watermark {res.high_watermark})"
+                    )
+                res.error = exc
+                continue
+            if data:
+                res.records = data
+                n = len(data)
+                total += n
+                remaining -= n
+                min_one = False
+        return results, total
+
+    def _follower_fetched(self, part: Partition, replica_id: int, offset: int, now: int, log_start_offset: int = -1) -> None:
+        if replica_id not in part.replicas:
+            raise NotLeaderOrFollowerError(
+                f"broker {replica_id} is not a replica of topic '{part.topic}' partition {part.partition} "
+                f"(replicas {list(part.replicas)})"
+            )
+        wanted = part.record_follower_fetch(replica_id, offset, now, log_start_offset)
+        if wanted is not None:
+            self._request_isr(part, wanted, f"broker {replica_id} caught up at offset {offset}")
+        if part.maybe_advance_high_watermark():
+            part.wake()
+
+    @staticmethod
+    def _read_one(
+        lg: Any, offset: int, limit: int, upper: int | None, min_one: bool, zero_copy: bool
+    ) -> bytes | SegmentSlice:
+        if zero_copy:
+            found = lg.read_slice(offset, max_bytes=limit, max_offset=upper, min_one_batch=min_one)
+            if found is None:
+                return b""
+            # `found.file` was opened under the log lock: it holds the bytes the range was cut
+            # on even if the cleaner swaps a new file in under `found.path` right after.
+            file = found.file
+            if file is not None:
+                if found.size >= ZERO_COPY_MIN_BYTES:
+                    return SegmentSlice(file, found.position, found.size, found.records)
+                try:
+                    data = os.pread(file.fileno(), found.size, found.position)
+                finally:
+                    file.close()
+                if len(data) == found.size:
+                    return data
+            # No file (retention deleted the segment in between) or it came up short: copy under the lock.
+        return lg.read(offset, max_bytes=limit, max_offset=upper, min_one_batch=min_one)
+
+    async def fetch(
+        self,
+        requests: Sequence[FetchPartition],
+        *,
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+        isolation: int = 0,
+        replica_id: int = -1,
+        zero_copy: bool = False,
+    ) -> list[FetchPartitionResult]:
+        """Read whole batches; wait up to `max_wait_ms` until `min_bytes` are available.
+
+        With `zero_copy`, large reads come back as `SegmentSlice`s (open files the
+        caller must send with sendfile and close, e.g. via `close_results`).
+        """
+        results, total = self._read(requests, max_bytes=max_bytes, replica_id=replica_id, zero_copy=zero_copy)
+        if total >= max(min_bytes, 1) or max_wait_ms <= 0 or not requests or any(
+            r.error is not None for r in results
+        ):
+            return self._account(results)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait_ms / 1000.0
+        while True:
+            timeout = deadline - loop.time()
+            if timeout <= 0:
+                break
+            fut = loop.create_future()
+            parts = []
+            for req in requests:
+                part = self._partitions.get((req.topic, req.partition))
+                if part is not None:
+                    part.waiters.add(fut)
+                    parts.append(part)
+            if not parts:
+                break
+            try:
+                await asyncio.wait_for(fut, timeout)
+            except asyncio.TimeoutError:
+                pass
+            finally:
+                for part in parts:
+                    part.waiters.discard(fut)
+            close_results(results)
+            results, total = self._read(requests, max_bytes=max_bytes, replica_id=replica_id, zero_copy=zero_copy)
+            if total >= max(min_bytes, 1) or any(r.error is not None for r in results):
+                break
+        return self._account(results)
+
+    def _account(self, results: list[FetchPartitionResult]) -> list[FetchPartitionResult]:
+        if self._bytes_out is not None:
+            try:
+                for r in results:
+                    if r.records:
+                        m = self._bytes_out
+                        (m.labels(topic=r.topic) if hasattr(m, "labels") else m).inc(len(r.records))
+                        if self._records_out is not None:
+                            if isinstance(r.records, SegmentSlice):
+                                n = r.records.records  # counted from the headers when the range was cut
+                            else:
+                                n = sum(h.record_count for h in iter_headers(r.records))  # per batch
+                            m = self._records_out
+                            (m.labels(topic=r.topic) if hasattr(m, "labels") else m).inc(n)
+            except Exception:  # metrics must never fail a fetch
+                pass
+        return results

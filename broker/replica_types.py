@@ -1,0 +1,99 @@
+"""What the replica manager hands in and out: produce and fetch results, zero-copy slices.
+
+Why: the Kafka handlers, the HTTP API, the replica fetcher and the group
+coordinator all build or read these; they live apart from the manager so
+its module stays about one concern (partition state and its doors).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from kelp.errors import KelpError
+
+__all__ = ["ProduceResult", "FetchPartition", "SegmentSlice", "close_results", "FetchPartitionResult", "PartitionInfo"]
+
+
+@dataclass(slots=True)
+class ProduceResult:
+    """Outcome of one partition's append (also for acknowledged duplicates)."""
+
+    topic: str
+    partition: int
+    base_offset: int
+    last_offset: int
+    log_append_time_ms: int
+    log_start_offset: int
+    record_count: int = 0
+    duplicate: bool = False
+
+
+@dataclass(slots=True)
+class FetchPartition:
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+    log_start_offset: int = -1
+    current_leader_epoch: int = -1
+
+
+class SegmentSlice:
+    """A byte range of an open segment file, sent with `sendfile` (zero copy).
+
+    The file is opened in the same synchronous step that computed the range,
+    so the range is consistent with that file even if the segment is later
+    deleted or replaced. `len()` is the byte count. Close it when done.
+    """
+
+    __slots__ = ("file", "position", "size", "records")
+
+    def __init__(self, file: Any, position: int, size: int, records: int = 0) -> None:
+        self.file = file
+        self.position = position
+        self.size = size
+        self.records = records  # record count of the range's batches (from their headers)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __bool__(self) -> bool:
+        return self.size > 0
+
+    def read(self) -> bytes:
+        return os.pread(self.file.fileno(), self.size, self.position)
+
+    def close(self) -> None:
+        try:
+            self.file.close()
+        except OSError:
+            pass
+
+
+def close_results(results: Sequence["FetchPartitionResult"]) -> None:
+    for r in results:
+        if isinstance(r.records, SegmentSlice):
+            r.records.close()
+
+
+@dataclass(slots=True)
+class FetchPartitionResult:
+    topic: str
+    partition: int
+    error: KelpError | None = None
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: bytes | memoryview | SegmentSlice = b""
+
+
+@dataclass(slots=True)
+class PartitionInfo:
+    topic: str
+    partition: int
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    size_bytes: int
