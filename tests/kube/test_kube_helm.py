@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from kelp.operator.rack import cluster_role as rack_cluster_role
 from tests.chart.crd_schema import CHART_DIR, load_crds
 from tests.chart.helm import helm_binary, run_helm
 from tests.kube.kube_waits import wait_for
@@ -61,7 +62,7 @@ def remove_kelp_crds(kube_api) -> None:
 
 
 def allowed(kube_api, *, sa_namespace: str, namespace: str | None, verb: str, group: str,
-            resource: str, subresource: str | None = None) -> bool:
+            resource: str, subresource: str | None = None, name: str | None = None) -> bool:
     """Ask the API server's authorizer whether the chart's ServiceAccount may do this."""
     from kubernetes import client
 
@@ -69,7 +70,7 @@ def allowed(kube_api, *, sa_namespace: str, namespace: str | None, verb: str, gr
         user=f"system:serviceaccount:{sa_namespace}:{RELEASE}",
         groups=["system:serviceaccounts", f"system:serviceaccounts:{sa_namespace}", "system:authenticated"],
         resource_attributes=client.V1ResourceAttributes(
-            namespace=namespace, verb=verb, group=group, resource=resource, subresource=subresource)))
+            namespace=namespace, verb=verb, group=group, resource=resource, subresource=subresource, name=name)))
     return client.AuthorizationV1Api(kube_api).create_subject_access_review(review).status.allowed
 
 
@@ -152,10 +153,18 @@ def test_install_all_namespaces_and_uninstall(kube_control_plane, kube_api, kube
     assert allowed(kube_api, sa_namespace=ns, namespace=None, verb="list", group="apiextensions.k8s.io",
                    resource="customresourcedefinitions")
     assert allowed(kube_api, sa_namespace=ns, namespace=None, verb="watch", group="", resource="namespaces")
+    # rack.topologyKey: the shared kelp-broker-rack ClusterRole (get nodes) and per-Cluster bindings to it
+    assert allowed(kube_api, sa_namespace=ns, namespace=None, verb="get", group="", resource="nodes")
+    assert allowed(kube_api, sa_namespace=ns, namespace=None, verb="patch", group="rbac.authorization.k8s.io",
+                   resource="clusterroles", name="kelp-broker-rack")
+    assert allowed(kube_api, sa_namespace=ns, namespace=None, verb="delete", group="rbac.authorization.k8s.io",
+                   resource="clusterrolebindings")
     # ...and nothing beyond it.
     assert not allowed(kube_api, sa_namespace=ns, namespace=elsewhere, verb="get", group="", resource="secrets")
-    assert not allowed(kube_api, sa_namespace=ns, namespace=None, verb="create",
-                       group="rbac.authorization.k8s.io", resource="clusterroles")
+    assert not allowed(kube_api, sa_namespace=ns, namespace=None, verb="patch",
+                       group="rbac.authorization.k8s.io", resource="clusterroles", name="cluster-admin")
+    assert not allowed(kube_api, sa_namespace=ns, namespace=None, verb="delete",
+                       group="rbac.authorization.k8s.io", resource="clusterroles", name="kelp-broker-rack")
 
     # As the operator's ServiceAccount, create the broker Role: RBAC refuses a Role
     # granting more than its creator holds, unless the creator may `escalate`.
@@ -166,6 +175,21 @@ def test_install_all_namespaces_and_uninstall(kube_control_plane, kube_api, kube
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
             "metadata": {"name": "demo-broker"}, "rules": BROKER_ROLE_RULES})
         assert created.metadata.name == "demo-broker"
+        # The rack ClusterRole as the operator builds it passes the escalation check; one granting what
+        # the operator does not hold (secrets) is refused, so `create clusterroles` grants nothing more.
+        rbac_as_operator = client.RbacAuthorizationV1Api(as_operator)
+        rack_role = rack_cluster_role()
+        if not gone(lambda: rbac.read_cluster_role(rack_role["metadata"]["name"])):  # an operator made it before
+            rbac.delete_cluster_role(rack_role["metadata"]["name"])
+        rbac_as_operator.create_cluster_role(rack_role)
+        try:
+            with pytest.raises(client.ApiException) as refused:
+                rbac_as_operator.create_cluster_role({**rack_role, "metadata": {"name": f"kelp-greedy-{ns}"},
+                                                      "rules": [{"apiGroups": [""], "resources": ["secrets"],
+                                                                 "verbs": ["get"]}]})
+            assert refused.value.status == 403
+        finally:
+            rbac.delete_cluster_role(rack_role["metadata"]["name"])
     finally:
         as_operator.close()
 

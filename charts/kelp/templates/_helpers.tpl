@@ -105,7 +105,14 @@ only because it holds it) and one ClusterRoleBinding per such Cluster, deleted w
   resources: ["nodes"]
   verbs: ["get"]
 - apiGroups: ["rbac.authorization.k8s.io"]
-  resources: ["clusterroles", "clusterrolebindings"]
+  resources: ["clusterroles"]
+  verbs: ["create"]
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["clusterroles"]
+  resourceNames: ["kelp-broker-rack"]
+  verbs: ["get", "patch"]
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["clusterrolebindings"]
   verbs: ["get", "list", "create", "patch", "delete"]
 {{- end }}
 
