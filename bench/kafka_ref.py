@@ -41,6 +41,8 @@ import time
 import uuid
 from pathlib import Path
 
+from kelp.maven import fetch_runtime_jars
+
 from . import probe
 
 __all__ = ["KAFKA_VERSION", "kafka_home", "fetch", "KafkaCluster", "main"]
@@ -51,7 +53,6 @@ SCALA_VERSION = "2.13"
 LOG4J_VERSION = "2.25.5"
 BROKER_ARTIFACTS = (f"kafka_{SCALA_VERSION}", "kafka-server", "kafka-storage")
 EXCLUDED_ARTIFACTS = ("kafka-tools-api", "kafka-tools")
-DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 
 # kafka-server-start.sh (KAFKA_HEAP_OPTS, -loggc) and kafka-run-class.sh (KAFKA_JVM_PERFORMANCE_OPTS,
 # KAFKA_JMX_OPTS) defaults; MaxInlineLevel=15 is the JDK default since 14, kept as the script has it.
@@ -101,29 +102,9 @@ def _pom(version: str) -> str:
 
 def fetch(version: str = KAFKA_VERSION, *, quiet: bool = True) -> Path:
     """The libs directory of Kafka `version`, fetched with Maven unless a previous fetch completed."""
-    home = kafka_home(version)
-    libs, stamp = home / "libs", home / "fetched.stamp"
-    if stamp.is_file() and libs.is_dir():
-        return libs
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise FileNotFoundError("Maven (`mvn`) is needed to fetch Apache Kafka's broker jars; `make deps` installs it")
-    home.mkdir(parents=True, exist_ok=True)
-    partial = home / "libs.partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    with tempfile.TemporaryDirectory(prefix="kelp-kafka-pom-") as tmp:
-        (Path(tmp) / "pom.xml").write_text(_pom(version))
-        command = [mvn, "-B", *(["-q"] if quiet else []), "-f", str(Path(tmp) / "pom.xml"),
-                   f"{DEPENDENCY_PLUGIN}:copy-dependencies", "-DincludeScope=runtime",
-                   f"-DoutputDirectory={partial}"]
-        done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
-    if done.returncode != 0 or not any(partial.glob(f"kafka_{SCALA_VERSION}-{version}.jar")):
-        raise RuntimeError(f"fetching Apache Kafka {version}'s broker jars with Maven failed "
-                           f"(exit {done.returncode}); try another release with --kafka-version:\n{done.stdout[-2000:]}")
-    shutil.rmtree(libs, ignore_errors=True)
-    partial.rename(libs)
-    stamp.write_text(f"{version}\n")
-    return libs
+    return fetch_runtime_jars(kafka_home(version), _pom(version), marker_jar=f"kafka_{SCALA_VERSION}-{version}.jar",
+                              what=f"Apache Kafka {version}'s broker jars", stamp=version, quiet=quiet,
+                              hint="; try another release with --kafka-version")
 
 
 def _free_port() -> int:

@@ -28,8 +28,9 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+from kelp.maven import fetch_runtime_jars
 
 __all__ = ["TOOLS_VERSION", "tools_home", "classpath", "java_command", "archive_path", "ensure_archive", "fetch", "main"]
 
@@ -37,7 +38,6 @@ TOOLS_VERSION = "4.3.1"
 SCALA_VERSION = "2.13"
 LOG4J_VERSION = "2.25.5"
 ARTIFACTS = ("kafka-tools", f"kafka_{SCALA_VERSION}")
-DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 
 _LOG4J2 = """\
 status = error
@@ -133,28 +133,11 @@ def ensure_archive(bootstrap: str, *, version: str = TOOLS_VERSION, timeout_s: f
 def fetch(version: str = TOOLS_VERSION, *, quiet: bool = True) -> Path:
     """The libs directory, fetched with Maven unless a previous fetch completed (idempotent)."""
     home = tools_home(version)
-    libs, stamp = home / "libs", home / "fetched.stamp"
-    if stamp.is_file() and libs.is_dir():
-        return libs
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise FileNotFoundError("Maven (`mvn`) is needed to fetch Kafka's tools; `make deps` installs it")
-    home.mkdir(parents=True, exist_ok=True)
-    partial = home / "libs.partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    with tempfile.TemporaryDirectory(prefix="kelp-tools-pom-") as tmp:
-        (Path(tmp) / "pom.xml").write_text(_pom(version))
-        command = [mvn, "-B", *(["-q"] if quiet else []), "-f", str(Path(tmp) / "pom.xml"),
-                   f"{DEPENDENCY_PLUGIN}:copy-dependencies", "-DincludeScope=runtime",
-                   f"-DoutputDirectory={partial}"]
-        done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
-    if done.returncode != 0 or not any(partial.glob(f"kafka-tools-{version}.jar")):
-        raise RuntimeError(f"fetching Kafka's tools {version} with Maven failed (exit {done.returncode}):\n"
-                           f"{done.stdout[-2000:]}")
-    shutil.rmtree(libs, ignore_errors=True)
-    partial.rename(libs)
-    (home / "log4j2.properties").write_text(_LOG4J2)
-    stamp.write_text(f"{version}\n")
+    libs = fetch_runtime_jars(home, _pom(version), marker_jar=f"kafka-tools-{version}.jar",
+                              what=f"Kafka's tools {version}", stamp=version, quiet=quiet)
+    log4j = home / "log4j2.properties"
+    if not log4j.is_file():
+        log4j.write_text(_LOG4J2)
     return libs
 
 

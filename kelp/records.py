@@ -543,6 +543,28 @@ def records_have_keys(data: bytes | bytearray | memoryview, batch: BatchInfo) ->
     return all(rec.key is not None for rec in batch_records(data, batch))
 
 
+def rebuild_batch(info: BatchInfo, records: Sequence[Record], *, compression: str | int,
+                  max_timestamp: int | None, now_ms: int | None = None) -> bytearray:
+    """`records` (a subset of `info`'s batch, or all of it) as a new batch that keeps the old one's identity.
+
+    Kept: record offsets, producer id, epoch and base sequence, partition leader
+    epoch, flags (timestamp type, transactional) and the last offset delta (so a
+    producer's last sequence survives compaction); `max_timestamp` when given.
+    The codec is what the builder used; the CRC is recomputed. The cleaner
+    (dropping records) and compression.type (changing the codec) both rebuild
+    batches this way.
+    """
+    built = bytearray(build_batch(
+        records, compression=compression, base_offset=info.base_offset, keep_offsets=True,
+        producer_id=info.producer_id, producer_epoch=info.producer_epoch, base_sequence=info.base_sequence,
+        is_transactional=info.is_transactional, partition_leader_epoch=info.partition_leader_epoch, now_ms=now_ms,
+    ))
+    codec = read_header(built).attributes & COMPRESSION_MASK
+    rewrite_header(built, attributes=(info.attributes & ~COMPRESSION_MASK) | codec,
+                   last_offset_delta=info.last_offset_delta, max_timestamp=max_timestamp)
+    return built
+
+
 def needs_recompression(data: bytes | bytearray | memoryview, compression: str) -> bool:
     """True when a batch of `data` (control batches aside) is not in codec `compression` — headers only."""
     code = _codec("none" if compression == "uncompressed" else compression)
@@ -572,25 +594,6 @@ def recompress(
             out += view[info.position : info.end]
             continue
         _codec(info.compression)  # the producer's codec must be readable here
-        records = batch_records(view, info)
-        built = bytearray(
-            build_batch(
-                records,
-                compression=code,
-                base_offset=info.base_offset,
-                keep_offsets=True,
-                producer_id=info.producer_id,
-                producer_epoch=info.producer_epoch,
-                base_sequence=info.base_sequence,
-                is_transactional=info.is_transactional,
-                partition_leader_epoch=info.partition_leader_epoch,
-            )
-        )
-        rewrite_header(
-            built,
-            attributes=(info.attributes & ~COMPRESSION_MASK) | code,
-            last_offset_delta=info.last_offset_delta,
-            max_timestamp=info.max_timestamp,
-        )
+        built = rebuild_batch(info, batch_records(view, info), compression=code, max_timestamp=info.max_timestamp)
         out += built
     return out, parse_batches(out)

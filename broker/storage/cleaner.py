@@ -40,15 +40,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from kelp.records import (
-    COMPRESSION_MASK,
     HEADER_SIZE,
     TIMESTAMP_TYPE_MASK,
     BatchInfo,
     Record,
     batch_records,
-    build_batch,
     read_header,
-    rewrite_header,
+    rebuild_batch,
 )
 
 from .checkpoint import fsync_dir, write_atomically
@@ -297,26 +295,10 @@ class LogCleaner:
         if not retained and not (info.has_producer_id and last_producer_batch.get(info.producer_id, info.base_offset) == info.base_offset):
             return None
         stats.batches_rewritten += 1
-        built = bytearray(
-            build_batch(
-                retained,
-                compression=info.compression,
-                base_offset=info.base_offset,
-                keep_offsets=True,
-                producer_id=info.producer_id,
-                producer_epoch=info.producer_epoch,
-                base_sequence=info.base_sequence,
-                is_transactional=info.is_transactional,
-                partition_leader_epoch=info.partition_leader_epoch,
-                now_ms=info.max_timestamp,
-            )
-        )
-        # Keep the original's flags (timestamp type, transactional) with whatever codec the builder used,
-        # and its last offset delta so the producer's last sequence survives.
-        codec = read_header(built).attributes & COMPRESSION_MASK
-        attributes = (info.attributes & ~COMPRESSION_MASK) | codec
+        # The original's flags and last offset delta (the producer's last sequence) survive the rewrite.
         max_timestamp = info.max_timestamp if (info.attributes & TIMESTAMP_TYPE_MASK or not retained) else None
-        rewrite_header(built, attributes=attributes, last_offset_delta=info.last_offset_delta, max_timestamp=max_timestamp)
+        built = rebuild_batch(info, retained, compression=info.compression, max_timestamp=max_timestamp,
+                              now_ms=info.max_timestamp)
         return bytes(built)
 
     def _swap(self, partition_log: "Log", group: list[LogSegment], cleaned: LogSegment) -> bool:

@@ -18,10 +18,11 @@ the one Maven is configured with (its default).
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from kelp.maven import DEPENDENCY_PLUGIN, mvn_binary
 
 __all__ = ["CONNECTOR_ARTIFACTS", "jar_dir", "connector_jars", "fetch", "main"]
 
@@ -31,7 +32,6 @@ CONNECTOR_ARTIFACTS = (
     "org.apache.kafka:kafka-clients:3.9.2",
     "org.apache.commons:commons-pool2:2.13.1",
 )
-DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 
 
 def jar_dir() -> Path:
@@ -61,13 +61,10 @@ def fetch(*, quiet: bool = True) -> list[Path]:
     """Fetch whatever is missing with `mvn dependency:copy` (idempotent), then return the paths."""
     directory = jar_dir()
     directory.mkdir(parents=True, exist_ok=True)
-    mvn = shutil.which("mvn")
     for coordinate in CONNECTOR_ARTIFACTS:
         if (directory / _file_name(coordinate)).is_file():
             continue
-        if mvn is None:
-            raise FileNotFoundError("Maven (`mvn`) is needed to fetch Spark's Kafka connector jars; "
-                                    "`make deps` installs it")
+        mvn = mvn_binary("Spark's Kafka connector jars")
         command = [mvn, "-B", *(["-q"] if quiet else []), f"{DEPENDENCY_PLUGIN}:copy",
                    f"-Dartifact={coordinate}", f"-DoutputDirectory={directory}", "-Dmdep.overWriteIfNewer=false"]
         done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)

@@ -18,7 +18,7 @@ saying how to change it.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from kafka.protocol.admin import (
     AlterConfigsRequest,
@@ -171,56 +171,55 @@ def _incremental_changes(ctx: RequestContext, res: Any) -> tuple[dict[str, str],
     return sets, deletes
 
 
-@handles(IncrementalAlterConfigsRequest, min_version=0, max_version=1)
-async def handle_incremental_alter_configs(
-    ctx: RequestContext, request: IncrementalAlterConfigsRequest
-) -> IncrementalAlterConfigsResponse:
-    R = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
-    validate_only = bool(request.validate_only)
+async def _alter_each(ctx: RequestContext, resources: list, answer: Any,
+                      alter_topic: Callable[[Any], Awaitable[None]]) -> list:
+    """Each resource on its own: a topic through `alter_topic`, broker resources refused, errors per resource."""
     results = []
-    for res in request.resources:
+    for res in resources:
         try:
             if res.resource_type == TOPIC:
-                sets, deletes = _incremental_changes(ctx, res)
-                await ctx.broker.topics.alter_config(res.resource_name, sets, delete=tuple(deletes),
-                                                     validate_only=validate_only)
+                await alter_topic(res)
             elif res.resource_type in (BROKER, BROKER_LOGGER):
                 _refuse_broker_change(ctx, res, [c.name for c in res.configs])
             else:
                 raise InvalidRequestError(f"config resource type {res.resource_type} is not supported (topic=2, broker=4)")
-            results.append(R(error_code=0, error_message=None, resource_type=res.resource_type,
-                             resource_name=res.resource_name))
+            results.append(answer(error_code=0, error_message=None, resource_type=res.resource_type,
+                                  resource_name=res.resource_name))
         except KelpError as exc:
             log.warning("alter configs of %s '%s' from %s refused: %s", res.resource_type, res.resource_name,
                         ctx.client, exc)
-            results.append(R(error_code=exc.code, error_message=str(exc), resource_type=res.resource_type,
-                             resource_name=res.resource_name))
+            results.append(answer(error_code=exc.code, error_message=str(exc), resource_type=res.resource_type,
+                                  resource_name=res.resource_name))
+    return results
+
+
+@handles(IncrementalAlterConfigsRequest, min_version=0, max_version=1)
+async def handle_incremental_alter_configs(
+    ctx: RequestContext, request: IncrementalAlterConfigsRequest
+) -> IncrementalAlterConfigsResponse:
+    validate_only = bool(request.validate_only)
+
+    async def alter_topic(res: Any) -> None:
+        sets, deletes = _incremental_changes(ctx, res)
+        await ctx.broker.topics.alter_config(res.resource_name, sets, delete=tuple(deletes), validate_only=validate_only)
+
+    results = await _alter_each(ctx, request.resources, IncrementalAlterConfigsResponse.AlterConfigsResourceResponse,
+                                alter_topic)
     return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=results)
 
 
 @handles(AlterConfigsRequest, min_version=0, max_version=2)
 async def handle_alter_configs(ctx: RequestContext, request: AlterConfigsRequest) -> AlterConfigsResponse:
     """The legacy API: the given configs replace every override of the topic (as Kafka's does)."""
-    R = AlterConfigsResponse.AlterConfigsResourceResponse
     validate_only = bool(request.validate_only)
-    results = []
-    for res in request.resources:
-        try:
-            if res.resource_type == TOPIC:
-                names = [c.name for c in res.configs]
-                if len(set(names)) != len(names):
-                    raise InvalidRequestError(f"a config is given more than once for topic '{res.resource_name}'")
-                await ctx.broker.topics.alter_config(res.resource_name, {c.name: c.value for c in res.configs},
-                                                     replace=True, validate_only=validate_only)
-            elif res.resource_type in (BROKER, BROKER_LOGGER):
-                _refuse_broker_change(ctx, res, [c.name for c in res.configs])
-            else:
-                raise InvalidRequestError(f"config resource type {res.resource_type} is not supported (topic=2, broker=4)")
-            results.append(R(error_code=0, error_message=None, resource_type=res.resource_type,
-                             resource_name=res.resource_name))
-        except KelpError as exc:
-            log.warning("alter configs of %s '%s' from %s refused: %s", res.resource_type, res.resource_name,
-                        ctx.client, exc)
-            results.append(R(error_code=exc.code, error_message=str(exc), resource_type=res.resource_type,
-                             resource_name=res.resource_name))
+
+    async def alter_topic(res: Any) -> None:
+        names = [c.name for c in res.configs]
+        if len(set(names)) != len(names):
+            raise InvalidRequestError(f"a config is given more than once for topic '{res.resource_name}'")
+        await ctx.broker.topics.alter_config(res.resource_name, {c.name: c.value for c in res.configs},
+                                             replace=True, validate_only=validate_only)
+
+    results = await _alter_each(ctx, request.resources, AlterConfigsResponse.AlterConfigsResourceResponse,
+                                alter_topic)
     return AlterConfigsResponse(throttle_time_ms=0, responses=results)
