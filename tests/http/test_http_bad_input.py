@@ -195,8 +195,7 @@ def test_a_large_produce_body_does_not_hold_the_event_loop(tmp_path) -> None:
 
         worker = threading.Thread(target=produce)
         with WireClient(bp.bootstrap) as wire:
-            worker.start()
-            time.sleep(0.2)  # the body (a few MB over loopback) is being received and parsed
+            worker.start()  # probes run while the body is received, parsed and appended
             latencies: list[tuple[str, float]] = []
             deadline = time.monotonic() + 150
             while worker.is_alive() and time.monotonic() < deadline:
