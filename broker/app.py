@@ -25,6 +25,8 @@ __all__ = ["Broker"]
 
 log = logging.getLogger("kelp.broker")
 
+PHASE_TIMEOUT_S = 5.0  # each stop step after the controlled shutdown (listeners, fetchers, groups)
+
 
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
@@ -39,6 +41,9 @@ class Broker:
         self.http_port: int | None = None
         self.started_at: float | None = None
         self._stopped = asyncio.Event()
+        self._stop_requested = asyncio.Event()
+        self._force = asyncio.Event()  # a second SIGTERM/SIGINT: skip what is left of the graceful phases
+        self.stop_reason = ""
         self._retention_task: asyncio.Task | None = None
         self._stopping = False
 
@@ -148,7 +153,7 @@ class Broker:
         from aiohttp import web
 
         app = build_http_app(self)
-        runner = web.AppRunner(app, access_log=None)
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=PHASE_TIMEOUT_S / 2)
         await runner.setup()
         site = web.TCPSite(runner, self.http_host, self.config["http.port"], reuse_address=True)
         await site.start()
@@ -204,37 +209,57 @@ class Broker:
         cleaned = await asyncio.to_thread(self.logs.run_cleaner)
         return deleted, cleaned
 
+    def request_stop(self, reason: str) -> None:
+        """Ask `serve_forever` to stop the broker (the cluster member does when this process lost its broker id)."""
+        self.stop_reason = self.stop_reason or reason
+        self._stop_requested.set()
+
+    async def _phase(self, what: str, coro: Any, timeout_s: float) -> None:
+        """One step of stopping, bounded: a step that hangs is abandoned with an ERROR naming it, and a second
+        signal (`_force`) abandons the step in progress at once. Flushing the logs is not such a step."""
+        task = asyncio.ensure_future(coro)
+        force = asyncio.ensure_future(self._force.wait())
+        try:
+            done, _ = await asyncio.wait({task, force}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+            if task in done:
+                task.result()
+                return
+            why = "a second stop signal" if force in done else f"it did not finish within {timeout_s:.0f}s"
+            log.error("stopping broker %d: %s abandoned (%s); going on", self.config.broker_id, what, why)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        except Exception:
+            log.exception("stopping broker %d: %s failed; going on", self.config.broker_id, what)
+        finally:
+            force.cancel()
+
     async def stop(self) -> None:
+        """Stop within a bound: controlled shutdown (at most controlled.shutdown.timeout.ms), then each listener and
+        part (at most PHASE_TIMEOUT_S each), then every log flushed, checkpointed and closed — always."""
         if self._stopping:
             await self._stopped.wait()
             return
         self._stopping = True
-        log.info("broker %d stopping", self.config.broker_id)
+        log.info("broker %d stopping%s", self.config.broker_id, f" ({self.stop_reason})" if self.stop_reason else "")
         if self.cluster is not None:
             # Controlled shutdown: leadership moves away while the listeners still serve, then the leases go.
-            try:
-                await self.cluster.stop()
-            except Exception:
-                log.exception("leaving the cluster failed")
+            bound = int(self.config["controlled.shutdown.timeout.ms"]) / 1000.0 + PHASE_TIMEOUT_S
+            await self._phase("leaving the cluster", self.cluster.stop(), bound)
         if self.replicas is not None and self.replicas.fetchers is not None:
-            await self.replicas.fetchers.stop()
+            await self._phase("stopping the replica fetchers", self.replicas.fetchers.stop(), PHASE_TIMEOUT_S)
         if self._retention_task is not None:
             self._retention_task.cancel()
             await asyncio.gather(self._retention_task, return_exceptions=True)
         if self.kafka_server is not None:
-            await self.kafka_server.stop()
+            await self._phase("stopping the Kafka listener", self.kafka_server.stop(), PHASE_TIMEOUT_S)
         if self.http_runner is not None:
-            try:
-                await self.http_runner.cleanup()
-            except Exception:
-                log.exception("stopping the HTTP listener failed")
+            await self._phase("stopping the HTTP listener", self.http_runner.cleanup(), PHASE_TIMEOUT_S)
         if self.groups is not None and hasattr(self.groups, "stop"):
-            try:
+            async def stop_groups() -> None:
                 r = self.groups.stop()
                 if asyncio.iscoroutine(r):
                     await r
-            except Exception:
-                log.exception("stopping the group coordinator failed")
+            await self._phase("stopping the group coordinator", stop_groups(), PHASE_TIMEOUT_S)
         if self.replicas is not None:
             self.replicas.close()
         if self.logs is not None:
@@ -246,10 +271,17 @@ class Broker:
     async def serve_forever(self, *, ready_line: bool = True) -> None:
         """Start, print the readiness line, run until SIGTERM/SIGINT, stop."""
         loop = asyncio.get_running_loop()
-        stop_requested = asyncio.Event()
+
+        def on_signal() -> None:
+            if self._stop_requested.is_set():
+                log.warning("broker %d: second stop signal: skipping what is left of the graceful shutdown",
+                            self.config.broker_id)
+                self._force.set()
+            self._stop_requested.set()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
-                loop.add_signal_handler(sig, stop_requested.set)
+                loop.add_signal_handler(sig, on_signal)
             except (NotImplementedError, RuntimeError):
                 pass
         try:
@@ -268,7 +300,7 @@ class Broker:
             sys.stdout.write(json.dumps(info) + "\n")
             sys.stdout.flush()
         try:
-            await stop_requested.wait()
+            await self._stop_requested.wait()
         finally:
             await self.stop()
 

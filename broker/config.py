@@ -228,7 +228,12 @@ BROKER_KEYS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "lease.renew.interval.ms": (_positive, 1000),
     "controller.liveness.check.interval.ms": (_positive, 250),
     "controlled.shutdown.enable": (parse_bool, True),
-    "controlled.shutdown.timeout.ms": (_positive, 30000),
+    "controlled.shutdown.timeout.ms": (_positive, 30000),  # one attempt's bound
+    "controlled.shutdown.max.retries": (_nonneg(_int), 3),  # attempts after the first (Kafka's name and default)
+    "controlled.shutdown.retry.backoff.ms": (_nonneg(_int), 5000),
+    # Bytes of metadata-log entries after which the controller writes a snapshot and compacts (Kafka's name;
+    # default 4 MiB instead of Kafka's 20 MiB: Kelp's entries are JSON and the controller keeps them in memory).
+    "metadata.log.max.record.bytes.between.snapshots": (_positive, 4 * 1024 * 1024),
     "unclean.leader.election.enable": (parse_bool, False),
     "replica.fetch.wait.max.ms": (_positive, 500),
     "replica.fetch.max.bytes": (_positive, 1048576),
@@ -352,7 +357,16 @@ class BrokerConfig:
         cfg._merge(dict(overrides or {}), source="flags")
         cfg._resolve_listeners()
         cfg._resolve_broker_id(env)
+        cfg._resolve_standalone()
         return cfg
+
+    def _resolve_standalone(self) -> None:
+        """A broker whose file-backed cluster directory is its own (no `cluster.dir`) is a cluster of one: its
+        internal topics get one replica unless set, as Kafka's quickstart server.properties does. Any shared
+        cluster keeps Kafka's default of 3, and creates them only once that many brokers are live."""
+        if (self["cluster.backend"] == "file" and "cluster.dir" not in self.explicit
+                and "offsets.topic.replication.factor" not in self.explicit):
+            self.values["offsets.topic.replication.factor"] = 1
 
     def _resolve_broker_id(self, env: Mapping[str, str]) -> None:
         """`broker.id.from.hostname`: a StatefulSet pod `<name>-<ordinal>` is broker `<ordinal>`."""

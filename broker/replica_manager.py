@@ -147,7 +147,7 @@ class ReplicaManager(FetchPath):
             for (name, _p), part in self._partitions.items():
                 if name == topic:
                     part.min_insync_replicas = self._min_isr(topic)
-        elif event == "deleted":
+        elif event in ("deleted", "forgotten"):  # the TopicManager deletes a deleted topic's logs itself
             for key in [k for k in self._partitions if k[0] == topic]:
                 self._drop(self._partitions[key], delete_log=False)
         elif event in ("created", "partitions", "state"):
@@ -168,8 +168,16 @@ class ReplicaManager(FetchPath):
             key = (topic, p)
             part = self._partitions.get(key)
             if self.broker_id not in state.replicas:
+                # A reassignment moved this replica away. The metadata log is applied in order, so this state
+                # is newer than the one the replica was made from; the epochs are compared all the same
+                # before its log is deleted (never on an older or equal view).
                 if part is not None:
-                    self._drop(part, delete_log=True)
+                    if (state.leader_epoch, state.partition_epoch) > (part.leader_epoch, part.partition_epoch):
+                        self._drop(part, delete_log=True)
+                    else:
+                        log.error("%s: not in replicas %s at leader/partition epoch %d/%d, not newer than this "
+                                  "replica's %d/%d: the log is kept", part.name, list(state.replicas),
+                                  state.leader_epoch, state.partition_epoch, part.leader_epoch, part.partition_epoch)
                 continue
             if part is None:
                 part = self._open(topic, p)

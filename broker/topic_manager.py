@@ -4,10 +4,12 @@ Why: every API that names a topic (Metadata, Produce, Fetch, CreateTopics, the
 HTTP admin API) asks one place which topics exist, how their partitions are
 placed and led, and which configs override the broker defaults. That place is
 a cache of the cluster metadata: the controller decides and pushes
-(`apply_state`, `apply_deleted`, `apply_full`); changes a client asks for
-(create, delete, grow, alter configs) are checked here, then sent to the
-controller through the cluster member (`self.cluster.call`), and the answer
-is applied before the call returns, so a client sees its own change at once.
+as steps of the ordered metadata log (`apply_delta`); changes a client asks
+for (create, delete, grow, alter configs) are checked here, then sent to the
+controller through the cluster member (`self.cluster.call`), which returns
+once this broker has applied the log entry holding the change, so a client
+sees its own change at once. A topic's logs are deleted only for an explicit
+deletion in the log, never because a topic is missing from some view.
 
 Internal topics (`__consumer_offsets`) are refused here for every door (Kafka
 protocol, HTTP, CLI): a client may not create, delete or grow them nor turn
@@ -98,7 +100,8 @@ class TopicManager:
         self._listeners: list[Any] = []
 
     def add_listener(self, callback: Any) -> None:
-        """`callback(event, topic)` after a change: created, deleted, partitions, altered, state."""
+        """`callback(event, topic)` after a change: created, deleted, forgotten (no longer in the metadata, logs
+        kept), partitions, altered, state."""
         self._listeners.append(callback)
 
     def _notify(self, event: str, topic: str) -> None:
@@ -109,10 +112,29 @@ class TopicManager:
                 log.exception("topic listener failed on %s %s", event, topic)
 
     # -- applying the controller's decisions ----------------------------------
-    def apply_state(self, state: TopicState) -> None:
+    def apply_delta(self, delta: Any) -> None:
+        """Apply what one step of the metadata log changed (`metadata_image.MetadataDelta`), in that order:
+        removals (logs deleted: only ever for a `remove_topic` record), topics forgotten without a tombstone
+        (served no more, their logs kept), then new and changed topics."""
+        for name, old in delta.removed.items():
+            self._remove(name, old.topic_id, delete_logs=True)
+        for name in delta.vanished:
+            current = self._topics.get(name)
+            if current is not None:
+                log.error("topic %s (id %s) is not in the metadata snapshot and no deletion of it is recorded: it is "
+                          "no longer served, but its logs are kept on disk; delete them by hand if it was deleted",
+                          name, current.topic_id)
+                self._remove(name, current.topic_id, delete_logs=False)
+        for state in delta.changed.values():
+            self._apply_state(state)
+
+    def _apply_state(self, state: TopicState) -> None:
         old = self._topics.get(state.name)
         if old is not None and old.topic_id != state.topic_id:
-            self.apply_deleted(state.name)  # deleted and re-created under the same name
+            # Only a remove_topic record deletes data; the metadata log puts one before any re-creation.
+            log.error("topic %s changes id %s -> %s without a recorded deletion; the old logs are kept",
+                      state.name, old.topic_id, state.topic_id)
+            self._remove(state.name, old.topic_id, delete_logs=False)
             old = None
         self._topics[state.name] = state
         if old is None or dict(old.configs) != dict(state.configs):
@@ -128,21 +150,13 @@ class TopicManager:
         elif old.partition_states != state.partition_states:
             self._notify("state", state.name)
 
-    def apply_partition(self, name: str, partition: int, state: Any) -> None:
-        """One partition's newer state (the controller's answer to this broker's own request)."""
+    def _remove(self, name: str, topic_id: str, *, delete_logs: bool) -> None:
         info = self._topics.get(name)
-        if info is None or not 0 <= partition < info.partitions:
+        if info is None or info.topic_id != topic_id:
             return
-        current = info.partition_states[partition]
-        if (state.leader_epoch, state.partition_epoch) > (current.leader_epoch, current.partition_epoch):
-            self.apply_state(info.with_partition(partition, state))
-
-    def apply_deleted(self, name: str) -> None:
-        info = self._topics.pop(name, None)
-        if info is None:
-            return
-        self._notify("deleted", name)
-        if self.logs is not None:
+        del self._topics[name]
+        self._notify("deleted" if delete_logs else "forgotten", name)
+        if delete_logs and self.logs is not None:
             for p in range(info.partitions):
                 if self.logs.get(name, p) is None:
                     continue
@@ -150,15 +164,7 @@ class TopicManager:
                     self.logs.delete(name, p)
                 except Exception as exc:  # already gone on disk is fine
                     log.warning("deleting log of %s-%d: %s", name, p, exc)
-        log.info("topic %s deleted", name)
-
-    def apply_full(self, states: Iterable[TopicState]) -> None:
-        states = list(states)
-        names = {s.name for s in states}
-        for name in [n for n in self._topics if n not in names]:
-            self.apply_deleted(name)
-        for state in states:
-            self.apply_state(state)
+            log.info("topic %s (id %s) deleted", name, topic_id)
 
     # -- queries --------------------------------------------------------
     def list_topics(self) -> list[TopicState]:
@@ -222,13 +228,11 @@ class TopicManager:
 
     # -- changes (through the controller) ------------------------------------
     async def _ask(self, op: str, **kwargs: Any) -> TopicState:
+        """Send a change to the controller; its answer is applied here (in metadata-log order) before it returns."""
         if self.cluster is None:
             raise ConfigError("this broker has not joined its cluster yet; retry")
         result = await self.cluster.call(op, **kwargs)
-        state = topic_from_json(result)
-        if not kwargs.get("validate_only"):
-            self.apply_state(state)
-        return state
+        return topic_from_json(result)
 
     async def create_topic(
         self,
@@ -285,7 +289,6 @@ class TopicManager:
         if self.cluster is None:
             raise ConfigError("this broker has not joined its cluster yet; retry")
         await self.cluster.call("delete_topic", name=name)
-        self.apply_deleted(name)
 
     async def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> TopicState:
         info = self.describe(name)

@@ -321,3 +321,10 @@ class IneligibleReplicaError(KelpError):
 class BrokerIdNotRegisteredError(KelpError):
     code = 102
     http_status = 503
+
+
+class InvalidReplicaAssignmentError(KelpError):
+    """A replica assignment (or its cancellation) that would leave a partition without a complete copy."""
+
+    code = 39
+    http_status = 409

@@ -1,28 +1,38 @@
 """The controller: the one writer of cluster metadata, active on the holder of the controller lease.
 
 Why: partition leadership, ISR changes, topic creation and reassignment must
-be decided in one place, in one order, and written durably before anyone
-acts on them — Kafka's controller (`QuorumController`/`ReplicationControlManager`).
-Kelp's controller keeps the authoritative copy of every topic in memory,
-writes each change to the metadata store with its version as precondition,
-and then pushes it to the live brokers. It watches the broker liveness
-leases: when one expires, every partition it led gets a new leader from the
-ISR (leader epoch + 1) and it leaves every ISR; when one comes back it gets
-the full metadata and leads again partitions that were offline.
+be decided in one place, in one order, and be durable before anyone acts on
+them — Kafka's `QuorumController`/`ReplicationControlManager`. Kelp's
+controller turns every decision into one entry of the metadata log
+(`metadata_image` records), appends it at the next offset with
+create-if-absent (`metadata_log`), applies it to its in-memory image, and
+then hands it to the publisher, which delivers entries to every live broker
+in order (`metadata_publisher`).
 
-Fencing: the controller epoch is the controller lease's transition count;
-brokers refuse pushes from an older epoch. Before every write the controller
-checks that its lease is still fresh (renewed within the lease duration less
-a safety margin), so a paused controller that wakes up writes nothing.
+Fencing, by construction: each incarnation first appends a `controller`
+record with an epoch above every earlier one. A deposed controller's next
+append targets an offset its successor already used and fails with a
+conflict, so it can never write again; it steps down (`active = False`),
+its publisher stops, and brokers refuse its pushes once they have seen the
+newer epoch. The lease freshness check before each write is only an early
+exit. A write whose outcome is unknown (an I/O error, a timeout) puts the
+controller in doubt: before its next write it reads that slot back and
+adopts the entry if it landed, so nothing is applied twice or skipped.
+
+It watches the broker liveness leases: a broker that is gone — or came back
+as a new process (a new incarnation) — leaves every ISR and loses its
+leaderships (elections.py); a returning broker catches up and rejoins the
+ISR through its leader's AlterPartition.
 
 Requests are serialised by one asyncio lock: every decision sees the result
-of the previous one. This module never touches logs or sockets directly:
-storage goes through the store, pushes through the `push` callback.
+of the previous one. This module never touches logs or sockets: storage goes
+through the `MetadataLog`, delivery through the publisher's `send`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from dataclasses import replace
@@ -31,18 +41,20 @@ from typing import Any, Awaitable, Callable, Iterable, Mapping
 from kelp.errors import (
     BrokerIdNotRegisteredError,
     CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
     ElectionNotNeededError,
     FencedLeaderEpochError,
     IneligibleReplicaError,
     InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidRequestError,
     InvalidTopicError,
     InvalidUpdateVersionError,
-    KelpError,
     NoReassignmentInProgressError,
     NotControllerError,
     NotLeaderOrFollowerError,
+    PolicyViolationError,
     PreferredLeaderNotAvailableError,
     ReassignmentInProgressError,
     TopicAlreadyExistsError,
@@ -50,17 +62,34 @@ from kelp.errors import (
 )
 
 from ..topic_manager import check_topic_collision
-from .model import NO_LEADER, BrokerEndpoint, INTERNAL_TOPICS, PartitionState, TopicState
+from .elections import Election, RevertRefused, complete_reassignment, describe_change, elect, revert_reassignment
+from .metadata_image import (
+    MetadataCorrupt,
+    broker_record,
+    MetadataImage,
+    apply_entry,
+    controller_record,
+    image_from_log,
+    image_from_snapshot,
+    partition_record,
+    producer_ids_record,
+    remove_topic_record,
+    snapshot_to_json,
+    topic_record,
+)
+from .metadata_log import MetadataLog, MetadataLogConflict, MetadataUnreadable, entry_size
+from .metadata_publisher import MetadataPublisher, Send
+from .model import INTERNAL_TOPICS, NO_LEADER, BrokerEndpoint, PartitionState, TopicState
 from .placement import assign_replicas
-from .store import MetadataStore, StoreConflict, StoreUnreadable
 
-__all__ = ["Controller", "ControllerSettings"]
+__all__ = ["Controller", "ControllerSettings", "MAX_ENTRY_BYTES"]
 
 log = logging.getLogger("kelp.broker.controller")
 
 MAX_PARTITIONS = 100_000
-_FULL: dict = {"full": True}  # outbox marker: send the whole metadata, built at delivery time
-Push = Callable[[BrokerEndpoint, dict], Awaitable[None]]
+MAX_ENTRY_BYTES = 900 * 1024  # one entry must fit one ConfigMap on Kubernetes
+CLAIM_ATTEMPTS = 10
+PERIODIC_S = 2.0
 
 
 class ControllerSettings:
@@ -73,7 +102,7 @@ class ControllerSettings:
         self.producer_id_block = int(cfg["producer.id.block.size"])
         self.lease_duration_ms = int(cfg["lease.duration.ms"])
         self.liveness_check_ms = int(cfg["controller.liveness.check.interval.ms"])
-        self.validate_configs: Callable[[Mapping[str, Any], str], dict[str, str]] = lambda c, t: dict(c)
+        self.snapshot_bytes = int(cfg["metadata.log.max.record.bytes.between.snapshots"])
 
 
 class Controller:
@@ -81,258 +110,298 @@ class Controller:
         self,
         *,
         broker_id: int,
-        epoch: int,
         settings: ControllerSettings,
-        store: MetadataStore,
+        log: MetadataLog,
         live_brokers: Callable[[], Awaitable[dict[int, BrokerEndpoint]]],
-        push: Push,
+        send: Send,
         lease_fresh: Callable[[], bool],
         topic_config_check: Callable[[str, dict[str, str]], None] | None = None,
     ) -> None:
         self.broker_id = broker_id
-        self.epoch = epoch
         self.settings = settings
-        self.store = store
+        self.log = log
         self._live_brokers = live_brokers
-        self._push_to = push
         self._lease_fresh = lease_fresh
         self._topic_config_check = topic_config_check
-        self.topics: dict[str, TopicState] = {}
-        self._versions: dict[str, str] = {}
-        self._cluster_doc: dict[str, Any] = {}
-        self._cluster_version: str | None = None
-        # Why the cluster record (the producer-id counter) cannot be trusted, if it cannot: unreadable
-        # in the store, or a write whose outcome is unknown. No id block is handed out until it is re-read.
-        self._cluster_doubt: str | None = None
+        self.epoch = -1
+        self.image = MetadataImage()
         self.alive: dict[int, BrokerEndpoint] = {}
         self._shutting_down: set[int] = set()
-        self._unsynced: set[int] = set()
         self._lock = asyncio.Lock()
         self._task: asyncio.Task | None = None
-        self._outboxes: dict[int, asyncio.Queue] = {}
-        self._workers: dict[int, asyncio.Task] = {}
-        self._full_queued: set[int] = set()
+        self._snapshot_task: asyncio.Task | None = None
+        self._since_snapshot = 0
+        # A write whose outcome is unknown: (offset, entry). Read back before the next write.
+        self._doubt: tuple[int, dict] | None = None
         self.active = False
+        self.publisher = MetadataPublisher(controller_id=broker_id, send=send, image=lambda: self.image,
+                                           is_active=lambda: self.active, on_stale=self._deposed)
+
+    @property
+    def topics(self) -> Mapping[str, TopicState]:
+        return self.image.topics
 
     # -- lifecycle --------------------------------------------------------
     async def start(self) -> None:
-        cluster, topics = await self.store.load()
-        if isinstance(cluster, StoreUnreadable):
-            # Never start the producer-id counter again from 0 over a record that exists but cannot be read:
-            # ids already handed out would be handed out twice (their producers' new batches taken for retries).
-            self._cluster_doubt = str(cluster)
-            log.error("%s; no producer ids are handed out until it is repaired", cluster)
-        elif cluster is not None:
-            self._cluster_doc, self._cluster_version = dict(cluster.doc), cluster.version
-        from .model import topic_from_json
-
-        for name, versioned in topics.items():
-            try:
-                self.topics[name] = topic_from_json(versioned.doc)
-                self._versions[name] = versioned.version
-            except (KeyError, TypeError, ValueError) as exc:
-                log.error("metadata of topic '%s' in the store is unreadable (%s); leaving it alone", name, exc)
-        self.alive = await self._live_brokers()
+        """Load the log, claim a new epoch, elect for the live brokers, start delivering. Raises on an unreadable log."""
+        loaded = await self.log.load()
+        try:
+            self.image = image_from_log(loaded.snapshot, loaded.entries)
+        except MetadataCorrupt as exc:
+            raise MetadataUnreadable(f"the metadata log cannot be replayed: {exc}") from None
+        if self.image.offset < 0:
+            await self._import_legacy()
+        for entry in loaded.entries:
+            self.publisher.retain(entry)
+            self._since_snapshot += entry_size(entry)
+        await self._claim_epoch()
+        # Brokers in a controlled shutdown stay so across a controller failover (their registration says so).
+        self._shutting_down = {b for b, r in self.image.brokers.items() if r.shutting_down}
+        alive = await self._live_brokers()
         self.active = True
-        log.info("broker %d is the controller (epoch %d): %d topic(s), live brokers %s",
-                 self.broker_id, self.epoch, len(self.topics), sorted(self.alive))
-        async with self._lock:
-            self._unsynced = set(self.alive)
-            await self._elect_for(set(self.alive), reason="controller failover")
-        await self._sync_unsynced()
+        log.info("broker %d is the controller (epoch %d, metadata offset %d): %d topic(s), live brokers %s",
+                 self.broker_id, self.epoch, self.image.offset, len(self.topics), sorted(alive))
+        await self._on_liveness(alive, takeover=True)
         self._task = asyncio.create_task(self._watch(), name=f"controller-{self.epoch}")
+
+    async def _import_legacy(self) -> None:
+        """An empty log beside documents of the store before it: import them once, as a snapshot at offset 0."""
+        legacy = await self.log.legacy()
+        if legacy is None:
+            return
+        snap = {"offset": 0, "epoch": 0, "controller_id": -1,
+                "next_producer_id": int((legacy.cluster or {}).get("next_producer_id", 0)),
+                "topics": [legacy.topics[n] for n in sorted(legacy.topics)], "removed": []}
+        try:
+            image = image_from_snapshot(snap)
+        except MetadataCorrupt as exc:
+            raise MetadataUnreadable(f"the metadata documents from before the log cannot be imported: {exc}") from None
+        await self.log.write_snapshot(snapshot_to_json(image))
+        self.image = image
+        log.warning("imported %d topic(s) from the metadata store format before the log (producer ids from %d); "
+                    "the old documents are no longer read", len(image.topics), image.next_producer_id)
+
+    async def _claim_epoch(self) -> None:
+        """Append this incarnation's `controller` record: the epoch that fences every earlier controller."""
+        for _attempt in range(CLAIM_ATTEMPTS):
+            if not self._lease_fresh():
+                raise NotControllerError(f"broker {self.broker_id} lost the controller lease while taking over")
+            epoch = self.image.epoch + 1
+            entry = {"offset": self.image.offset + 1, "epoch": epoch,
+                     "records": [controller_record(epoch, self.broker_id)]}
+            try:
+                await self.log.append(entry)
+            except MetadataLogConflict:
+                loaded = await self.log.load()  # someone wrote meanwhile (a deposed controller's last write)
+                self.image = image_from_log(loaded.snapshot, loaded.entries)
+                self.publisher.trim(self.image.offset)
+                for e in loaded.entries:
+                    self.publisher.retain(e)
+                continue
+            self.image, _ = apply_entry(self.image, entry)
+            self.epoch = epoch
+            self.publisher.retain(entry)
+            return
+        raise NotControllerError(f"broker {self.broker_id} could not claim a controller epoch: the metadata log "
+                                 f"kept moving under {CLAIM_ATTEMPTS} attempts")
 
     async def stop(self) -> None:
         self.active = False
-        tasks = [t for t in [self._task, *self._workers.values()] if t is not None]
+        tasks = [t for t in (self._task, self._snapshot_task) if t is not None and t is not asyncio.current_task()]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        self._task = None
-        self._workers.clear()
-        self._outboxes.clear()
+        await self.publisher.stop()
+        self._task = self._snapshot_task = None
+
+    def _deposed(self, why: str) -> None:
+        if self.active:
+            log.warning("controller epoch %d is deposed (%s): stepping down", self.epoch, why)
+        self.active = False
 
     async def _watch(self) -> None:
         interval = self.settings.liveness_check_ms / 1000.0
+        next_periodic = time.monotonic() + PERIODIC_S
         while self.active:
             await asyncio.sleep(interval)
             try:
                 alive = await self._live_brokers()
                 await self._on_liveness(alive)
-                await self._sync_unsynced()
+                if time.monotonic() >= next_periodic:
+                    next_periodic = time.monotonic() + PERIODIC_S
+                    await self.periodic()
             except asyncio.CancelledError:
                 raise
             except NotControllerError as exc:
-                log.warning("controller epoch %d stepping down: %s", self.epoch, exc)
-                self.active = False
+                self._deposed(str(exc))
                 return
             except Exception:
                 log.exception("controller liveness check failed")
 
-    async def _on_liveness(self, alive: dict[int, BrokerEndpoint]) -> None:
-        gone = set(self.alive) - set(alive)
-        came = set(alive) - set(self.alive)
-        changed = {b for b in set(alive) & set(self.alive) if alive[b] != self.alive[b]}
-        if not gone and not came and not changed:
+    async def _on_liveness(self, alive: dict[int, BrokerEndpoint], *, takeover: bool = False) -> None:
+        """React to the broker leases: gone brokers and restarted ones (a process other than the one registered
+        in the metadata log, KRaft's broker epoch) leave every ISR and their leaderships; new processes are
+        registered in the log; then partitions that can get a leader again get one."""
+        old = self.alive
+        gone = set(old) - set(alive)
+        came = set(alive) - set(old)
+        registered = self.image.brokers
+        # A restarted process lost its in-memory state (ISR view, high watermark): fenced like a gone one,
+        # even when it came back before its lease expired, or while no controller was watching.
+        bounced = {b for b in alive if b in registered and registered[b].incarnation != alive[b].incarnation}
+        unregistered = {b for b in alive if registered.get(b) is None or registered[b].incarnation != alive[b].incarnation}
+        moved = {b for b in set(alive) & set(old) if alive[b] != old[b]}
+        if not (gone or came or moved or unregistered or takeover):
             return
         async with self._lock:
             self.alive = alive
-            for b in came | {b for b in changed if alive[b].incarnation != self.alive[b].incarnation}:
-                self._shutting_down.discard(b)  # a new process: eligible again (it restarted within the lease)
             if gone:
                 log.warning("broker(s) %s left the cluster (lease expired or released)", sorted(gone))
-            if came:
+            if bounced:
+                log.warning("broker(s) %s restarted (new process): fenced out of every ISR until caught up",
+                            sorted(bounced))
+            if came and not takeover:
                 log.info("broker(s) %s joined the cluster", sorted(came))
-            await self._elect_for(set(alive), reason=f"broker(s) {sorted(gone)} gone" if gone else "broker(s) joined")
-            self._unsynced |= set(alive)  # every broker needs the new broker list
-
-    # -- pushing ----------------------------------------------------------
-    # Each broker has its own ordered outbox and worker, so a slow or paused broker
-    # delays only itself: the controller's decisions never wait on another broker.
-    def _payload(self, topics: Iterable[TopicState], deleted: Iterable[str] = (), *, full: bool = False) -> dict:
-        return {
-            "controller_id": self.broker_id,
-            "controller_epoch": self.epoch,
-            "brokers": [b.to_json() for b in sorted(self.alive.values(), key=lambda b: b.id)],
-            "topics": [t.to_json() for t in topics],
-            "deleted": list(deleted),
-            "full": full,
-        }
-
-    async def _push(self, topics: Iterable[TopicState], deleted: Iterable[str] = ()) -> None:
-        payload = self._payload(list(topics), deleted)
-        for b in self.alive.values():
-            if b.id == self.broker_id:
-                await self._push_one(b, payload)  # this broker applies at once, in order
-            elif b.id not in self._unsynced:
-                self._outbox(b.id).put_nowait(payload)
-
-    def _outbox(self, broker_id: int) -> asyncio.Queue:
-        box = self._outboxes.get(broker_id)
-        if box is None:
-            box = self._outboxes[broker_id] = asyncio.Queue()
-            self._workers[broker_id] = asyncio.create_task(self._deliver(broker_id, box), name=f"push-{broker_id}")
-        return box
-
-    async def _deliver(self, broker_id: int, box: asyncio.Queue) -> None:
-        while True:
-            payload = await box.get()
-            broker = self.alive.get(broker_id)
-            if broker is None:
-                continue
-            if payload is _FULL:
-                # Built now, not when queued: every change committed from here on is queued behind it.
-                self._full_queued.discard(broker_id)
-                self._unsynced.discard(broker_id)
-                payload = self._payload(self.topics.values(), full=True)
-            elif broker_id in self._unsynced:
-                continue  # superseded by the full push that follows
-            await self._push_one(broker, payload)
-
-    async def _push_one(self, broker: BrokerEndpoint, payload: dict) -> None:
-        try:
-            await self._push_to(broker, payload)
-        except StaleEpoch as exc:
-            log.warning("controller epoch %d is stale (%s): stepping down", self.epoch, exc)
-            self.active = False
-        except Exception as exc:
-            if broker.id not in self._unsynced:
-                log.warning("metadata push to broker %d failed (%s); it gets the full metadata once it answers",
-                            broker.id, exc or type(exc).__name__)
-            self._unsynced.add(broker.id)
-
-    async def _sync_unsynced(self) -> None:
-        for b in sorted(self._unsynced):
-            if b not in self.alive:
-                self._unsynced.discard(b)
-            elif b == self.broker_id:
-                self._unsynced.discard(b)
-                await self._push_one(self.alive[b], self._payload(self.topics.values(), full=True))
-            elif b not in self._full_queued:
-                self._full_queued.add(b)
-                self._outbox(b).put_nowait(_FULL)
+            self.publisher.set_brokers(alive)
+            self._shutting_down -= unregistered  # a new process: eligible again
+            # One entry: every partition fenced from the gone and restarted brokers, then re-elected among the
+            # live ones (a restarted broker that was the only in-sync replica leads again, at a new epoch), and
+            # the new processes registered. Brokers never see the partitions offline in between.
+            reason = (f"broker(s) {sorted(gone | bounced)} gone or restarted" if gone or bounced
+                      else "controller failover" if takeover else f"broker(s) {sorted(came)} joined")
+            fence = set(alive) - bounced
+            changed = [t for t in (self._elected(t, fence, set(alive), reason) for t in list(self.topics.values()))
+                       if t is not None]
+            records = [r for t in changed for r in self._records_for(t)]
+            records += [broker_record(b, alive[b].incarnation) for b in sorted(unregistered)]
+            await self._append(records)
 
     # -- writing ----------------------------------------------------------
     def _check_fresh(self) -> None:
         if not self.active or not self._lease_fresh():
-            self.active = False
+            self._deposed("its controller lease is not fresh")
             raise NotControllerError(
-                f"broker {self.broker_id} no longer holds a fresh controller lease (epoch {self.epoch}); retry against the new controller"
-            )
+                f"broker {self.broker_id} no longer holds a fresh controller lease (epoch {self.epoch}); "
+                "retry against the new controller")
 
-    async def _write(self, states: Iterable[TopicState]) -> None:
-        for state in states:
-            self._check_fresh()
-            try:
-                version = await self.store.put_topic(state.name, state.to_json(),
-                                                     expected_version=self._versions.get(state.name))
-            except StoreConflict as exc:
-                self.active = False
-                raise NotControllerError(
-                    f"topic '{state.name}' was changed in the metadata store by someone else ({exc}); "
-                    f"controller epoch {self.epoch} steps down"
-                ) from None
-            self._versions[state.name] = version
-            self.topics[state.name] = state
-
-    async def _commit(self, states: list[TopicState]) -> None:
-        if not states:
+    async def _resolve_doubt(self) -> None:
+        """Read back the slot of a write whose outcome was unknown; adopt it if it landed."""
+        if self._doubt is None:
             return
-        await self._write(states)
-        await self._push(states)
+        offset, mine = self._doubt
+        try:
+            found = await self.log.read_entry(offset)
+        except MetadataUnreadable as exc:
+            raise NotControllerError(f"the metadata log cannot be read back after a failed write ({exc}); retry") from None
+        self._doubt = None
+        if found is None:
+            return
+        if found != mine:
+            self._deposed(f"metadata offset {offset} holds another controller's entry")
+            raise NotControllerError(f"another controller wrote metadata offset {offset}; retry against it")
+        self._applied(mine)
+
+    def _applied(self, entry: dict) -> None:
+        self.image, _ = apply_entry(self.image, entry)
+        self.publisher.retain(entry)
+        self._since_snapshot += entry_size(entry)
+        if self._since_snapshot >= self.settings.snapshot_bytes and self._snapshot_task is None:
+            self._snapshot_task = asyncio.create_task(self._snapshot(self.image), name="metadata-snapshot")
+
+    async def _append(self, records: list[dict], *, unknown_outcome: type[Exception] = NotControllerError) -> None:
+        """Append one decision: one entry, or — when its records are more than one entry holds (a broker that
+        led thousands of partitions died) — consecutive entries, each record whole and valid on its own.
+        Raises NotControllerError when fenced, `unknown_outcome` when a write failed."""
+        if not records:
+            return
+        chunk: list[dict] = []
+        size = 0
+        for rec in records:
+            n = len(json.dumps(rec, separators=(",", ":")))
+            if n > MAX_ENTRY_BYTES - 200:
+                raise PolicyViolationError(
+                    f"the change is {n} bytes of metadata in one record, over the {MAX_ENTRY_BYTES}-byte limit of "
+                    "one metadata entry (a ConfigMap on Kubernetes); create fewer partitions at once")
+            if chunk and size + n > MAX_ENTRY_BYTES - 200:
+                await self._append_entry(chunk, unknown_outcome)
+                chunk, size = [], 0
+            chunk.append(rec)
+            size += n + 1
+        await self._append_entry(chunk, unknown_outcome)
+
+    async def _append_entry(self, records: list[dict], unknown_outcome: type[Exception]) -> None:
+        self._check_fresh()
+        await self._resolve_doubt()
+        entry = json.loads(json.dumps({"offset": self.image.offset + 1, "epoch": self.epoch, "records": records}))
+        try:
+            apply_entry(self.image, entry)  # the invariants hold before anything is written
+        except MetadataCorrupt as exc:
+            raise InvalidRequestError(f"refused: the change would break a metadata invariant ({exc})") from None
+        try:
+            await self.log.append(entry)
+        except MetadataLogConflict:
+            self._deposed(f"metadata offset {entry['offset']} was taken by another controller")
+            raise NotControllerError(f"controller epoch {self.epoch} was superseded (metadata offset "
+                                     f"{entry['offset']} is taken); retry against the new controller") from None
+        except Exception as exc:
+            self._doubt = (int(entry["offset"]), entry)
+            log.error("writing metadata offset %d failed (%s); it is read back before the next write",
+                      entry["offset"], exc)
+            raise unknown_outcome(f"the metadata store write failed ({exc}); retry") from None
+        self._applied(entry)
+
+    async def _snapshot(self, image: MetadataImage) -> None:
+        try:
+            await self.log.write_snapshot(snapshot_to_json(image))
+            gone = await self.log.compact(image.offset)
+            self.publisher.trim(image.offset)
+            self._since_snapshot = self.publisher.retained_bytes()
+            log.info("metadata snapshot at offset %d written; %d older object(s) removed", image.offset, gone)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("writing a metadata snapshot at offset %d failed (%s); the next change retries",
+                        image.offset, exc)
+        finally:
+            self._snapshot_task = None
+
+    def _records_for(self, new: TopicState) -> list[dict]:
+        """A whole-topic record for a new topic or a config/partition-count change; else one per changed partition."""
+        old = self.image.topics.get(new.name)
+        if old is None or dict(old.configs) != dict(new.configs) or old.partitions != new.partitions:
+            return [topic_record(new)]
+        return [partition_record(new, p, s) for p, s in enumerate(new.partition_states) if s != old.partition_states[p]]
+
+    async def _commit(self, states: Iterable[TopicState], **kwargs: Any) -> None:
+        records: list[dict] = []
+        for state in states:
+            records += self._records_for(state)
+        await self._append(records, **kwargs)
+
+    def _answer(self, doc: dict) -> dict:
+        """An operation's answer names the metadata offset that holds it: callers wait until they applied it."""
+        return {**doc, "metadata_offset": self.image.offset}
 
     # -- leader election --------------------------------------------------
-    def _eligible(self, alive: set[int]) -> set[int]:
-        return alive - self._shutting_down
+    def _election(self, topic: TopicState, alive: set[int], *, allow_unclean: bool = True) -> Election:
+        unclean = allow_unclean and (self.settings.unclean_leader_election or str(
+            topic.configs.get("unclean.leader.election.enable", "")).lower() == "true")
+        return Election(alive=frozenset(alive), eligible=frozenset(alive - self._shutting_down), unclean=unclean)
 
-    def _elect(self, topic: TopicState, p: int, state: PartitionState, alive: set[int], *,
-               avoid: int | None = None) -> PartitionState:
-        """New state for one partition given the live brokers: drop dead ISR members, re-elect a dead leader."""
-        eligible = self._eligible(alive)
-        live_isr = tuple(r for r in state.isr if r in alive and r != avoid)
-        leader_ok = state.leader in eligible and state.leader != avoid and state.leader in state.isr
-        if leader_ok:
-            if live_isr == state.isr:
-                return state
-            return replace(state, isr=live_isr, partition_epoch=state.partition_epoch + 1)
-        candidates = [r for r in state.target_replicas if r in live_isr and r in eligible]
-        candidates += [r for r in state.replicas if r in live_isr and r in eligible and r not in candidates]
-        if candidates:
-            leader = candidates[0]
-            return replace(state, leader=leader, leader_epoch=state.leader_epoch + 1, isr=live_isr,
-                           partition_epoch=state.partition_epoch + 1)
-        unclean = self.settings.unclean_leader_election or str(
-            topic.configs.get("unclean.leader.election.enable", "")).lower() == "true"
-        others = [r for r in state.replicas if r in eligible]
-        if unclean and others:
-            log.warning("%s-%d: no in-sync replica is alive; UNCLEAN election of broker %d (records may be lost)",
-                         topic.name, p, others[0])
-            return replace(state, leader=others[0], leader_epoch=state.leader_epoch + 1, isr=(others[0],),
-                           partition_epoch=state.partition_epoch + 1)
-        # Offline: keep the last ISR so its members stay eligible when they come back.
-        keep_isr = live_isr or state.isr
-        if state.leader == NO_LEADER and keep_isr == state.isr:
-            return state
-        if state.leader != NO_LEADER:
-            log.error("%s-%d is OFFLINE: no live in-sync replica among ISR %s (unclean election is off)",
-                      topic.name, p, list(state.isr))
-        return replace(state, leader=NO_LEADER, leader_epoch=state.leader_epoch + 1, isr=keep_isr,
-                       partition_epoch=state.partition_epoch + 1)
+    def _eligible(self) -> frozenset[int]:
+        return frozenset(set(self.alive) - self._shutting_down)
 
-    async def _elect_for(self, alive: set[int], *, reason: str) -> None:
-        changed: list[TopicState] = []
-        for topic in list(self.topics.values()):
-            new = topic
-            for p, state in enumerate(topic.partition_states):
-                s2 = self._elect(topic, p, state, alive)
-                if s2 is not state:
-                    if s2.leader != state.leader:
-                        log.info("%s-%d: leader %d -> %d at epoch %d (%s)", topic.name, p, state.leader, s2.leader,
-                                 s2.leader_epoch, reason)
-                    new = new.with_partition(p, s2)
-            if new is not topic:
-                changed.append(new)
-        await self._commit(changed)
+    def _elected(self, topic: TopicState, fenced_view: set[int], alive: set[int], reason: str) -> TopicState | None:
+        """The topic after electing with the brokers of `fenced_view` (gone and restarted ones left out of every
+        ISR), then among all `alive` ones; None if nothing changes."""
+        first, then = self._election(topic, fenced_view), self._election(topic, alive)
+        new = topic
+        for p, state in enumerate(topic.partition_states):
+            s2 = elect(topic.name, p, elect(topic.name, p, state, first), then)
+            if s2 != state:
+                describe_change(topic.name, p, state, s2, reason)
+                new = new.with_partition(p, s2)
+        return None if new is topic else new
 
     # -- requests from brokers and admins ------------------------------------
     def _topic(self, name: str) -> TopicState:
@@ -368,7 +437,6 @@ class Controller:
                 self._topic_config_check(name, clean)
             if assignments:
                 plan = self._manual_assignment(name, {int(k): list(v) for k, v in assignments.items()})
-                partitions = len(plan)
             else:
                 if partitions <= 0:
                     raise InvalidPartitionsError(f"topic '{name}': number of partitions must be > 0, got {partitions}")
@@ -384,17 +452,17 @@ class Controller:
                 configs=clean,
             )
             if validate_only:
-                return state.to_json()
-            await self._commit([state])
+                return self._answer(state.to_json())
+            await self._append([topic_record(state)])
             log.info("created topic %s: %d partition(s), replication factor %d, configs %s",
                      name, state.partitions, state.replication_factor, clean or "{}")
-            return state.to_json()
+            return self._answer(state.to_json())
 
     def _manual_assignment(self, name: str, assignments: Mapping[int, list[int]]) -> list[list[int]]:
         keys = sorted(int(k) for k in assignments)
         if keys != list(range(len(keys))):
             raise InvalidRequestError(f"topic '{name}': manual assignment must name partitions 0..{len(keys) - 1}, got {keys}")
-        plan = [list(assignments[k]) for k in keys]  # type: ignore[index]
+        plan = [list(assignments[k]) for k in keys]
         sizes = {len(r) for r in plan}
         if len(sizes) != 1:
             raise InvalidReplicationFactorError(f"topic '{name}': every partition needs the same number of replicas, got {sorted(sizes)}")
@@ -416,34 +484,36 @@ class Controller:
 
     async def ensure_internal_topic(self, *, name: str, partitions: int, configs: Mapping[str, str],
                                     replication_factor: int) -> dict:
-        """Create an internal topic if missing, with RF = min(wanted, live brokers) (Kafka's offsets-topic rule)."""
+        """Create an internal topic if missing — only once as many brokers as its replication factor are live.
+
+        Kafka's rule (offsets.topic.replication.factor): creating it with fewer replicas would leave it
+        under-replicated for good, so until enough brokers registered the answer is COORDINATOR_NOT_AVAILABLE
+        and clients retry.
+        """
         if name in self.topics:
-            return self.topics[name].to_json()
-        rf = max(1, min(replication_factor, len(self._racks())))
+            return self._answer(self.topics[name].to_json())
+        live = len(self._racks())
+        if live < replication_factor:
+            raise CoordinatorNotAvailableError(
+                f"internal topic '{name}' needs {replication_factor} live brokers (its replication factor); "
+                f"{live} are live: retry once the others have joined")
         try:
-            return await self.create_topic(name=name, partitions=partitions, replication_factor=rf, configs=configs)
+            return await self.create_topic(name=name, partitions=partitions, replication_factor=replication_factor,
+                                           configs=configs)
         except TopicAlreadyExistsError:
-            return self.topics[name].to_json()
+            return self._answer(self.topics[name].to_json())
 
     async def delete_topic(self, *, name: str) -> dict:
         async with self._lock:
             self._check_fresh()
-            self._topic(name)
+            topic = self._topic(name)
             if name in INTERNAL_TOPICS:
                 raise InvalidTopicError(
                     f"topic '{name}' is internal: deleting it would lose every consumer group's committed offsets; refused"
                 )
-            version = self._versions.get(name)
-            try:
-                await self.store.delete_topic(name, expected_version=version or "")
-            except StoreConflict as exc:
-                self.active = False
-                raise NotControllerError(f"deleting topic '{name}' conflicted in the metadata store ({exc})") from None
-            self.topics.pop(name, None)
-            self._versions.pop(name, None)
-            await self._push([], deleted=[name])
-            log.info("deleted topic %s", name)
-            return {"name": name, "deleted": True}
+            await self._append([remove_topic_record(topic)])
+            log.info("deleted topic %s (id %s)", name, topic.topic_id)
+            return self._answer({"name": name, "deleted": True})
 
     async def create_partitions(self, *, name: str, total: int, validate_only: bool = False,
                                 assignments: list[list[int]] | None = None) -> dict:
@@ -473,7 +543,7 @@ class Controller:
             if not validate_only:
                 await self._commit([new])
                 log.info("topic %s grown from %d to %d partitions", name, topic.partitions, total)
-            return new.to_json()
+            return self._answer(new.to_json())
 
     async def alter_configs(self, *, name: str, configs: Mapping[str, str], replace_all: bool = False,
                             delete: list[str] | None = None, validate_only: bool = False) -> dict:
@@ -490,11 +560,16 @@ class Controller:
             if not validate_only:
                 await self._commit([new])
                 log.info("altered config of topic %s: %s", name, new_configs)
-            return new.to_json()
+            return self._answer(new.to_json())
 
     async def alter_partition(self, *, topic: str, partition: int, leader: int, leader_epoch: int,
                               partition_epoch: int, isr: list[int]) -> dict:
-        """AlterPartition (KIP-497) from a leader: a new ISR, checked against the current epochs."""
+        """AlterPartition (KIP-497) from a leader: a new ISR, checked against the current epochs.
+
+        Idempotent: a retry of a request that was applied (same leader and leader epoch, the ISR it asked
+        for already current) answers the current state instead of INVALID_UPDATE_VERSION, so a leader whose
+        first answer was lost learns the outcome.
+        """
         async with self._lock:
             self._check_fresh()
             t, state = self._partition_state(topic, partition)
@@ -502,35 +577,45 @@ class Controller:
                 err = FencedLeaderEpochError if leader_epoch < state.leader_epoch else NotLeaderOrFollowerError
                 raise err(f"{topic}-{partition}: ISR change from broker {leader} at leader epoch {leader_epoch}, "
                           f"but the leader is {state.leader} at epoch {state.leader_epoch}")
+            new_isr = tuple(dict.fromkeys(int(r) for r in isr))
             if partition_epoch != state.partition_epoch:
+                if partition_epoch < state.partition_epoch and set(new_isr) == set(state.isr):
+                    return self._answer(state.to_json())
                 raise InvalidUpdateVersionError(
                     f"{topic}-{partition}: ISR change based on partition epoch {partition_epoch}, current is {state.partition_epoch}")
-            new_isr = tuple(dict.fromkeys(int(r) for r in isr))
             if leader not in new_isr or any(r not in state.replicas for r in new_isr):
                 raise InvalidRequestError(f"{topic}-{partition}: ISR {list(new_isr)} must include the leader and only replicas {list(state.replicas)}")
             added = [r for r in new_isr if r not in state.isr]
             bad = [r for r in added if r not in self.alive or r in self._shutting_down]
             if bad:
                 raise IneligibleReplicaError(f"{topic}-{partition}: broker(s) {bad} cannot join the ISR: not live or shutting down")
+            if set(new_isr) == set(state.isr):
+                return self._answer(state.to_json())
             new_state = replace(state, isr=new_isr, partition_epoch=state.partition_epoch + 1)
-            new_state = self._maybe_complete_reassignment(t, partition, new_state)
-            await self._commit([t.with_partition(partition, new_state)])
-            return new_state.to_json()
+            new_state = complete_reassignment(topic, partition, new_state, self._eligible())
+            await self._append([partition_record(t, partition, new_state)])
+            return self._answer(new_state.to_json())
 
     async def controlled_shutdown(self, *, broker_id: int) -> dict:
-        """Move leadership off `broker_id` and take it out of every ISR; returns what it still leads."""
+        """Move leadership off `broker_id` and take it out of every ISR; returns what it still leads.
+
+        Never an unclean election: the broker asking is alive and in sync, so a partition nobody else can
+        lead cleanly stays with it until it stops (then the liveness check decides, with the topic's rule).
+        """
         async with self._lock:
             self._check_fresh()
             self._shutting_down.add(broker_id)
             alive = set(self.alive)
+            eligible = self._eligible()
             changed = []
             for topic in list(self.topics.values()):
+                e = self._election(topic, alive, allow_unclean=False)
                 new = topic
                 for p, state in enumerate(topic.partition_states):
                     if broker_id not in state.replicas:
                         continue
                     if state.leader == broker_id:
-                        s2 = self._elect(topic, p, state, alive, avoid=broker_id)
+                        s2 = elect(topic.name, p, state, e, avoid=broker_id)
                         if s2.leader == NO_LEADER:
                             continue  # nobody else in sync: it keeps leading until it stops
                     elif broker_id in state.isr and len(state.isr) > 1:
@@ -541,54 +626,41 @@ class Controller:
                     new = new.with_partition(p, s2)
                 if new is not topic:
                     changed.append(new)
-            await self._commit(changed)
-            remaining = [f"{t.name}-{p}" for t in self.topics.values()
-                         for p, s in enumerate(t.partition_states) if s.leader == broker_id]
+            for t in changed:
+                old = self.topics[t.name]
+                for p, s2 in enumerate(t.partition_states):
+                    describe_change(t.name, p, old.partition_states[p], s2, f"controlled shutdown of broker {broker_id}")
+            records = [r for t in changed for r in self._records_for(t)]
+            reg = self.image.brokers.get(broker_id)
+            if broker_id in self.alive and (reg is None or not reg.shutting_down):
+                records.append(broker_record(broker_id, self.alive[broker_id].incarnation, shutting_down=True))
+            await self._append(records)
+            remaining, waiting = [], []
+            for t in self.topics.values():
+                for p, s in enumerate(t.partition_states):
+                    if s.leader == broker_id:
+                        remaining.append(f"{t.name}-{p}")
+                        if any(r != broker_id and r in eligible for r in s.replicas):
+                            waiting.append(f"{t.name}-{p}")  # another live replica may catch up: worth a retry
             log.info("controlled shutdown of broker %d: leadership moved for %d topic(s); it still leads %d partition(s)",
                      broker_id, len(changed), len(remaining))
-            return {"broker_id": broker_id, "remaining_leaderships": remaining}
+            return self._answer({"broker_id": broker_id, "remaining_leaderships": remaining,
+                                 "awaiting_replicas": waiting})
 
     async def allocate_producer_ids(self, *, broker_id: int) -> dict:
-        """A block of producer ids, persisted before it is handed out (ids are never reused).
+        """A block of producer ids, durable in the metadata log before it is handed out (ids are never reused).
 
-        The counter in memory moves only once the store has the new value durably. A failed write
-        (a full disk) answers a retriable error; as it may have landed all the same, the record is
-        re-read from the store before the next block, so a block is skipped rather than repeated.
+        A failed write answers a retriable error; as it may have landed all the same, the slot is read back
+        before the next write (`_resolve_doubt`), so a block is skipped rather than repeated.
         """
         async with self._lock:
             self._check_fresh()
-            if self._cluster_doubt is not None:
-                await self._reload_cluster_doc()
-            first = int(self._cluster_doc.get("next_producer_id", 0))
+            await self._resolve_doubt()
+            first = self.image.next_producer_id
             count = self.settings.producer_id_block
-            doc = dict(self._cluster_doc, next_producer_id=first + count)
-            try:
-                self._cluster_version = await self.store.put_cluster(doc, expected_version=self._cluster_version)
-            except StoreConflict as exc:
-                self.active = False
-                raise NotControllerError(f"the cluster record changed in the metadata store ({exc})") from None
-            except Exception as exc:  # a full disk, an API server error: the write's outcome is unknown
-                self._cluster_doubt = f"writing the producer-id counter failed ({exc})"
-                log.error("producer ids %d..%d not allocated to broker %d: the metadata store write failed (%s); "
-                          "the request is answered with a retriable error", first, first + count - 1, broker_id, exc)
-                raise CoordinatorLoadInProgressError(
-                    f"producer ids are not available: persisting the next id block failed ({exc}); retry") from None
-            self._cluster_doc = doc
+            await self._append([producer_ids_record(first + count)], unknown_outcome=CoordinatorLoadInProgressError)
             log.info("producer ids %d..%d allocated to broker %d", first, first + count - 1, broker_id)
-            return {"first": first, "count": count}
-
-    async def _reload_cluster_doc(self) -> None:
-        """Re-read the cluster record after a doubt; raises a retriable error while it cannot be read."""
-        try:
-            cluster, _ = await self.store.load()
-        except OSError as exc:
-            cluster = StoreUnreadable(f"the metadata store cannot be read ({exc})")
-        if isinstance(cluster, StoreUnreadable):
-            self._cluster_doubt = str(cluster)
-            raise CoordinatorLoadInProgressError(
-                f"producer ids are not available: {cluster}; retry once it is repaired")
-        self._cluster_doc, self._cluster_version = (dict(cluster.doc), cluster.version) if cluster else ({}, None)
-        self._cluster_doubt = None
+            return self._answer({"first": first, "count": count})
 
     # -- reassignment and preferred leaders --------------------------------------
     async def reassign(self, *, topic: str, partition: int, replicas: list[int] | None) -> dict:
@@ -599,54 +671,38 @@ class Controller:
             if replicas is None:
                 if not state.reassigning:
                     raise NoReassignmentInProgressError(f"{topic}-{partition} has no reassignment in progress")
-                original = tuple(r for r in state.replicas if r not in state.adding)
-                target = original
-            else:
-                target = tuple(int(r) for r in replicas)
-                self._check_replica_list(topic, partition, list(target))
-                if state.reassigning:
-                    raise ReassignmentInProgressError(
-                        f"{topic}-{partition} is already moving to {list(state.target_replicas)}; cancel it first")
-                if set(target) == set(state.replicas) and target[0] == state.replicas[0]:
-                    return state.to_json()
-                original = state.replicas
+                try:
+                    new_state = revert_reassignment(topic, partition, state, self._eligible())
+                except RevertRefused as exc:
+                    raise InvalidReplicaAssignmentError(str(exc)) from None
+                await self._append([partition_record(t, partition, new_state)])
+                log.info("%s-%d: reassignment cancelled, back to %s (ISR %s, leader %d)", topic, partition,
+                         list(new_state.replicas), list(new_state.isr), new_state.leader)
+                return self._answer(new_state.to_json())
+            target = tuple(int(r) for r in replicas)
+            self._check_replica_list(topic, partition, list(target))
+            if state.reassigning:
+                raise ReassignmentInProgressError(
+                    f"{topic}-{partition} is already moving to {list(state.target_replicas)}; cancel it first")
+            if set(target) == set(state.replicas) and target[0] == state.replicas[0]:
+                return self._answer(state.to_json())
+            original = state.replicas
             union = target + tuple(r for r in original if r not in target)
             adding = tuple(r for r in target if r not in original)
             removing = tuple(r for r in original if r not in target)
             new_state = replace(state, replicas=union, adding=adding, removing=removing,
                                 partition_epoch=state.partition_epoch + 1)
-            if replicas is None:
-                new_state = replace(new_state, replicas=target, adding=(), removing=(),
-                                    isr=tuple(r for r in state.isr if r in target) or state.isr)
-            new_state = self._maybe_complete_reassignment(t, partition, new_state)
-            await self._commit([t.with_partition(partition, new_state)])
+            new_state = complete_reassignment(topic, partition, new_state, self._eligible())
+            await self._append([partition_record(t, partition, new_state)])
             log.info("%s-%d: reassignment %s -> %s started (adding %s, removing %s)", topic, partition,
                      list(original), list(target), list(adding), list(removing))
-            return new_state.to_json()
-
-    def _maybe_complete_reassignment(self, t: TopicState, p: int, state: PartitionState) -> PartitionState:
-        """Once every target replica is in the ISR: move leadership into the target set and drop the old replicas."""
-        if not state.reassigning:
-            return state
-        target = state.target_replicas
-        if any(r not in state.isr for r in target):
-            return state
-        leader, epoch = state.leader, state.leader_epoch
-        if leader not in target:
-            candidates = [r for r in target if r in state.isr and r in self._eligible(set(self.alive))]
-            if not candidates:
-                return state
-            leader, epoch = candidates[0], epoch + 1
-        log.info("%s-%d: reassignment to %s complete (leader %d)", t.name, p, list(target), leader)
-        return replace(state, replicas=target, leader=leader, leader_epoch=epoch,
-                       isr=tuple(r for r in state.isr if r in target), adding=(), removing=(),
-                       partition_epoch=state.partition_epoch + 1)
+            return self._answer(new_state.to_json())
 
     async def elect_preferred_leaders(self, *, topic: str | None = None, partitions: list[int] | None = None) -> dict:
         """Move leadership to each partition's first replica where it is alive and in sync."""
         async with self._lock:
             self._check_fresh()
-            eligible = self._eligible(set(self.alive))
+            eligible = self._eligible()
             results: dict[str, int] = {}
             changed = []
             names = [topic] if topic is not None else sorted(self.topics)
@@ -670,7 +726,7 @@ class Controller:
                 if new is not t:
                     changed.append(new)
             await self._commit(changed)
-            return {"results": results}
+            return self._answer({"results": results})
 
     def reassignments(self) -> list[dict]:
         out = []
@@ -683,13 +739,19 @@ class Controller:
         return out
 
     async def periodic(self) -> None:
-        """Re-check reassignments that can complete (a target replica caught up while nothing else changed)."""
+        """Re-check reassignments that can complete (a target replica caught up while nothing else changed).
+
+        Run by the liveness watch every couple of seconds.
+        """
         async with self._lock:
+            eligible = self._eligible()
             changed = []
             for t in list(self.topics.values()):
                 new = t
                 for p, s in enumerate(t.partition_states):
-                    s2 = self._maybe_complete_reassignment(t, p, s)
+                    if not s.reassigning:
+                        continue
+                    s2 = complete_reassignment(t.name, p, s, eligible)
                     if s2 is not s:
                         new = new.with_partition(p, s2)
                 if new is not t:
@@ -697,11 +759,3 @@ class Controller:
             if changed:
                 self._check_fresh()
                 await self._commit(changed)
-
-
-class StaleEpoch(KelpError):
-    """A broker answered that a newer controller epoch exists: this controller is deposed."""
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)

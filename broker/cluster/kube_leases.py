@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from typing import Any, Mapping
 
 from .kube_api import KubeApiError, request
-from .leases import LeaseBackend, LeaseConflict, LeaseRecord
+from .leases import LeaseBackend, LeaseConflict, LeaseRecord, LeaseUnreadable
 
 __all__ = ["KubeLeaseBackend"]
 
@@ -45,13 +45,16 @@ class KubeLeaseBackend(LeaseBackend):
         meta, spec = obj.get("metadata", {}), obj.get("spec", {})
         annotations = dict(meta.get("annotations") or {})
         duration = annotations.pop(DURATION_ANNOTATION, None)
-        return LeaseRecord(
-            name=meta["name"], holder=spec.get("holderIdentity") or None,
-            acquire_time_ms=_ms(spec.get("acquireTime")), renew_time_ms=_ms(spec.get("renewTime")),
-            duration_ms=int(duration) if duration else int(spec.get("leaseDurationSeconds") or 0) * 1000,
-            transitions=int(spec.get("leaseTransitions") or 0), annotations=annotations,
-            version=str(meta.get("resourceVersion", "")),
-        )
+        try:
+            return LeaseRecord(
+                name=meta["name"], holder=spec.get("holderIdentity") or None,
+                acquire_time_ms=_ms(spec.get("acquireTime")), renew_time_ms=_ms(spec.get("renewTime")),
+                duration_ms=int(duration) if duration else int(spec.get("leaseDurationSeconds") or 0) * 1000,
+                transitions=int(spec.get("leaseTransitions") or 0), annotations=annotations,
+                version=str(meta.get("resourceVersion", "")),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise LeaseUnreadable(f"Lease {meta.get('name')} cannot be read ({exc!r})") from None
 
     def _body(self, r: LeaseRecord, *, with_version: bool) -> dict:
         meta: dict[str, Any] = {"name": r.name, "namespace": self.namespace, "labels": self.labels,

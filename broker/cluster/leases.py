@@ -3,22 +3,25 @@
 Why: a broker proves it is alive by renewing its own lease
 (`kelp-<cluster>-broker-<id>`, the counterpart of ZooKeeper's ephemeral
 `/brokers/ids/N`, its endpoints in the annotations); brokers compete for
-`kelp-<cluster>-controller`, and the holder is the controller. The number
-of holder changes (`transitions`) is the controller epoch that fences a
-deposed controller.
+`kelp-<cluster>-controller`, and the holder is the controller. A lease
+decides who *may* act; it fences nothing by itself (a paused holder wakes up
+believing it still holds it): the controller epoch lives in the metadata log,
+whose create-if-absent appends fence a deposed controller (`metadata_log`).
 
 - `LeaseRecord`: what a backend read (holder, times in epoch ms, duration,
   transitions, annotations, an opaque `version` used as write precondition).
 - `LeaseBackend`: get / list(prefix) / create (LeaseConflict if it exists) /
-  update (LeaseConflict unless `version` is current) / delete / close. Two
+  update (LeaseConflict unless `version` is current) / delete / close; a
+  lease that exists but cannot be read raises `LeaseUnreadable` (never read
+  as absent, so never overwritten as if new). Two
   implementations: `FileLeaseBackend` (JSON files in a shared directory,
   compare-and-swap under flock, atomically replaced) and
   `kube_leases.KubeLeaseBackend` (coordination.k8s.io/v1 Lease objects).
 - `LeaseElector`: client-go's tryAcquireOrRenew with *observed-time* expiry:
   another holder's lease counts as expired only when this process has seen
   it unchanged for its whole duration on its own monotonic clock, so clock
-  skew between machines never makes two holders. A previous incarnation of
-  the same broker (`may_take_over`) is replaced at once.
+  skew between machines never makes two holders. A holder the caller says it
+  may replace (`may_take_over`) is replaced at once.
 - `LivenessView`: the same observed-time judgement over many leases (the
   controller watching broker leases).
 
@@ -40,6 +43,10 @@ from .file_lock import exclusive
 
 class LeaseConflict(Exception):
     """The lease exists already (create) or changed since it was read (update)."""
+
+
+class LeaseUnreadable(Exception):
+    """A lease exists but cannot be read: never taken for an absent one (it would be overwritten)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,12 +90,15 @@ class FileLeaseBackend(LeaseBackend):
         return self.dir / f"{name}.json"
 
     def _read(self, p: Path) -> LeaseRecord | None:
+        """The lease, None if it does not exist; LeaseUnreadable if it exists but cannot be read."""
         try:
             d = json.loads(p.read_text())
-        except (OSError, ValueError):
+            return LeaseRecord(d["name"], d["holder"], int(d["acquire"]), int(d["renew"]), int(d["duration"]),
+                               int(d["transitions"]), dict(d.get("annotations", {})), str(d["version"]))
+        except FileNotFoundError:
             return None
-        return LeaseRecord(d["name"], d["holder"], d["acquire"], d["renew"], d["duration"], d["transitions"],
-                           d.get("annotations", {}), str(d["version"]))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise LeaseUnreadable(f"lease file {p} cannot be read ({exc!r}); repair or remove it") from None
 
     def _write(self, r: LeaseRecord, version: int) -> LeaseRecord:
         p = self._path(r.name)

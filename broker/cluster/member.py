@@ -3,15 +3,26 @@
 Why: every broker, controller or not, must (1) prove it is alive by renewing
 `kelp-<cluster>-broker-<id>` (its endpoints ride along as annotations, like
 ZooKeeper's `/brokers/ids/N`), (2) compete for `kelp-<cluster>-controller`
-and run the `Controller` while it holds it, (3) apply the metadata the
-controller pushes — refusing pushes from a deposed controller (older epoch)
-— and read the store itself when it starts, and (4) send changes it cannot
-decide alone (topic admin, ISR changes, producer-id blocks, controlled
-shutdown) to the controller: in-process when it is the controller, over
-HTTP otherwise, retried within a bound while a new controller is elected.
+and run the `Controller` while it holds it, (3) apply the metadata log in
+offset order — reading it from the store when it starts, then the entries
+the controller delivers — and refuse deliveries from a deposed controller
+(older epoch), and (4) send what it cannot decide alone to the controller
+or a partition's leader (`routing.LeaderRouting`).
 
-This module never touches logs: it hands topic states to the TopicManager,
-which the ReplicaManager follows.
+Applying (`apply`): an entry is applied only if it follows the offset this
+broker has; older ones are ignored, a gap stops the batch (the controller
+resends from the offset the answer names). Nothing is inferred from
+absence: a topic goes only by its `remove_topic` record (see
+`metadata_image`). Metadata that cannot be read stops the broker's start
+with the reason; it is never taken for "no topics".
+
+A second process with the same broker id cannot take this broker's lease
+while it is renewed; if it takes it anyway (this process was paused past
+the lease), this process finds its lease held by another incarnation of its
+id and stops itself instead of fighting for it.
+
+This module never touches logs: it hands metadata deltas to the
+TopicManager, which the ReplicaManager follows.
 """
 
 from __future__ import annotations
@@ -21,36 +32,36 @@ import json
 import logging
 import time
 import uuid
+from dataclasses import replace
 from typing import Any
 
-from kelp.errors import (
-    CoordinatorNotAvailableError,
-    KelpError,
-    NotControllerError,
-    RequestTimedOutError,
-    StaleControllerEpochError,
-)
+from kelp.errors import KelpError, StaleControllerEpochError
 
 from .controller import Controller, ControllerSettings
-from .model import BrokerEndpoint, topic_from_json
+from .metadata_image import (
+    MetadataCorrupt,
+    MetadataDelta,
+    MetadataGap,
+    MetadataImage,
+    apply_entry,
+    diff_images,
+    image_from_log,
+    image_from_snapshot,
+)
+from .metadata_log import MetadataUnreadable
+from .metadata_publisher import StaleEpoch
+from .model import BrokerEndpoint
+from .routing import LeaderRouting, broker_id_of, error_for
 
-__all__ = ["ClusterMember", "ENDPOINT_ANNOTATION"]
+__all__ = ["ClusterMember", "ENDPOINT_ANNOTATION", "error_for", "broker_id_of"]
 
 log = logging.getLogger("kelp.broker.cluster")
 
 ENDPOINT_ANNOTATION = "kelp.dev/endpoint"
-CONTROLLER_CALL_TIMEOUT_S = 30.0
+LOAD_ATTEMPTS = 5
 
 
-def broker_id_of(identity: str | None) -> int:
-    """`broker-3/<uuid>` -> 3; -1 for anything else."""
-    if not identity or not identity.startswith("broker-"):
-        return -1
-    head = identity[len("broker-"):].split("/", 1)[0]
-    return int(head) if head.isdigit() else -1
-
-
-class ClusterMember:
+class ClusterMember(LeaderRouting):
     def __init__(self, broker: Any) -> None:
         self.broker = broker
         cfg = broker.config
@@ -60,16 +71,17 @@ class ClusterMember:
         self.identity = f"broker-{self.broker_id}/{uuid.uuid4().hex[:12]}"
         self.duration_ms = int(cfg["lease.duration.ms"])
         self.renew_s = int(cfg["lease.renew.interval.ms"]) / 1000.0
-        self.check_s = int(cfg["controller.liveness.check.interval.ms"]) / 1000.0
         self.broker_lease_name = f"kelp-{self.cluster}-broker-{self.broker_id}"
         self.controller_lease_name = f"kelp-{self.cluster}-controller"
         self.leases: Any = None
-        self.store: Any = None
+        self.metadata_log: Any = None
         self.endpoint: BrokerEndpoint | None = None
         self.brokers: dict[int, BrokerEndpoint] = {}
         self.controller_id = -1
-        self.controller_epoch = -1
         self.controller: Controller | None = None
+        self.image = MetadataImage()
+        self._seen_epoch = -1           # the newest controller epoch any delivery carried
+        self._applied_waiters: list[tuple[int, asyncio.Future]] = []
         self._liveness: Any = None
         self._broker_elector: Any = None
         self._controller_elector: Any = None
@@ -80,34 +92,40 @@ class ClusterMember:
         self._producer_ids: list[int] = []  # [next, end)
         self._pid_lock = asyncio.Lock()
         self.started = False
-        self._stopping = False
+        self.fenced = ""  # why this process lost its broker id to another one ("" while it holds it)
+
+    @property
+    def controller_epoch(self) -> int:
+        return max(self._seen_epoch, self.image.epoch)
 
     # -- backends -----------------------------------------------------------
     def _make_backends(self) -> None:
         from .leases import FileLeaseBackend, LeaseElector, LivenessView
-        from .store import FileMetadataStore
+        from .metadata_log import FileMetadataLog
 
         cfg = self.config
         if cfg["cluster.backend"] == "kube":
             from .kube_api import api_client_from
             from .kube_leases import KubeLeaseBackend
-            from .kube_store import KubeMetadataStore
+            from .kube_metadata_log import KubeMetadataLog
 
             namespace = cfg["kube.namespace"] or _service_account_namespace()
             api = api_client_from(kubeconfig=cfg["kube.config"] or None)
             labels = {"kelp.dev/cluster": self.cluster, "app.kubernetes.io/name": "kelp"}
             self.leases = KubeLeaseBackend(api, namespace=namespace, labels=labels)
-            self.store = KubeMetadataStore(api, namespace=namespace, cluster=self.cluster)
+            self.metadata_log = KubeMetadataLog(api, namespace=namespace, cluster=self.cluster)
         else:
             directory = cfg.cluster_dir
             directory.mkdir(parents=True, exist_ok=True)
             self.leases = FileLeaseBackend(directory)
-            self.store = FileMetadataStore(directory)
-        prefix = f"broker-{self.broker_id}/"
+            self.metadata_log = FileMetadataLog(directory)
+        # The broker lease is taken over only once released or expired in this process's view: a second
+        # process with the same id must not steal it from a live one (they would take turns forever).
         self._broker_elector = LeaseElector(
-            self.leases, name=self.broker_lease_name, identity=self.identity, duration_ms=self.duration_ms,
-            may_take_over=lambda holder: holder.startswith(prefix),
-        )
+            self.leases, name=self.broker_lease_name, identity=self.identity, duration_ms=self.duration_ms)
+        prefix = f"broker-{self.broker_id}/"
+        # The controller lease is competed for only after the broker lease is held, so a previous
+        # incarnation of this id holding it is dead or paused past its broker lease: taken over at once.
         self._controller_elector = LeaseElector(
             self.leases, name=self.controller_lease_name, identity=self.identity, duration_ms=self.duration_ms,
             may_take_over=lambda holder: holder.startswith(prefix),
@@ -118,28 +136,38 @@ class ClusterMember:
     async def start(self, endpoint: BrokerEndpoint) -> None:
         import aiohttp
 
-        from dataclasses import replace
-
         self.endpoint = endpoint = replace(endpoint, incarnation=self.identity)
         self._make_backends()
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
         await self._register()
-        cluster, topics = await self.store.load()
-        states = []
-        for name, versioned in topics.items():
-            try:
-                states.append(topic_from_json(versioned.doc))
-            except (KeyError, TypeError, ValueError) as exc:
-                log.error("metadata of topic '%s' in the store is unreadable: %s", name, exc)
-        self.broker.topics.apply_full(states)
+        image = await self._load_metadata()
+        delta = diff_images(MetadataImage(), image)
+        self.image = image
+        self.broker.topics.apply_delta(delta)
         await self._refresh_brokers()
         self._tasks = [
             asyncio.create_task(self._renew_loop(), name="broker-lease"),
             asyncio.create_task(self._election_loop(), name="controller-election"),
         ]
         self.started = True
-        log.info("broker %d joined cluster '%s' (%s backend): %d topic(s) from the store, live brokers %s",
-                 self.broker_id, self.cluster, self.config["cluster.backend"], len(states), sorted(self.brokers))
+        log.info("broker %d joined cluster '%s' (%s backend): metadata offset %d (controller epoch %d), "
+                 "%d topic(s), live brokers %s", self.broker_id, self.cluster, self.config["cluster.backend"],
+                 image.offset, image.epoch, len(image.topics), sorted(self.brokers))
+
+    async def _load_metadata(self) -> MetadataImage:
+        """The metadata log replayed; unreadable metadata (after a few tries) stops the start with the reason."""
+        last: Exception | None = None
+        for attempt in range(LOAD_ATTEMPTS):
+            try:
+                loaded = await self.metadata_log.load()
+                return image_from_log(loaded.snapshot, loaded.entries)
+            except (MetadataUnreadable, MetadataCorrupt, MetadataGap, OSError) as exc:
+                last = exc
+                log.error("reading the cluster metadata failed (attempt %d of %d): %s", attempt + 1, LOAD_ATTEMPTS, exc)
+                await asyncio.sleep(min(2.0, 0.2 * 2 ** attempt))
+        raise KelpError(f"broker {self.broker_id} cannot read the cluster metadata of cluster '{self.cluster}' "
+                        f"({last}); it does not start without it. Repair or restore the metadata store "
+                        f"({self.config['cluster.backend']} backend) and start it again")
 
     async def _register(self) -> None:
         assert self.endpoint is not None
@@ -160,11 +188,18 @@ class ClusterMember:
     async def _renew_loop(self) -> None:
         assert self.endpoint is not None
         annotations = {ENDPOINT_ANNOTATION: json.dumps(self.endpoint.to_json(), sort_keys=True)}
+        prefix = f"broker-{self.broker_id}/"
         while True:
             await asyncio.sleep(self.renew_s)
             try:
                 rec = await self._broker_elector.try_acquire_or_renew(annotations)
                 if rec is None:
+                    seen = self._broker_elector.record
+                    holder = seen.holder if seen is not None else None
+                    if holder and holder != self.identity and holder.startswith(prefix):
+                        self._fence(f"another process ({holder}) took broker id {self.broker_id}'s lease "
+                                    f"{self.broker_lease_name}")
+                        return
                     log.error("broker %d lost its liveness lease %s; the controller treats it as gone until it renews",
                               self.broker_id, self.broker_lease_name)
             except asyncio.CancelledError:
@@ -172,18 +207,27 @@ class ClusterMember:
             except Exception as exc:
                 log.warning("renewing lease %s failed: %s", self.broker_lease_name, exc)
 
+    def _fence(self, why: str) -> None:
+        """This process lost its broker id: it must not act as that broker any more. The broker stops."""
+        self.fenced = why
+        log.critical("%s: this broker process stops (it no longer owns broker id %d)", why, self.broker_id)
+        if self.controller is not None:
+            self.controller.active = False
+        stop = getattr(self.broker, "request_stop", None)
+        if stop is not None:
+            stop(why)
+
     async def _election_loop(self) -> None:
         while True:
             try:
                 rec = await self._controller_elector.try_acquire_or_renew()
                 if rec is not None:
                     self._controller_renewed = time.monotonic()
-                    # Taking over (loading the store, electing leaders, pushing metadata) runs beside
-                    # this loop: the lease must keep being renewed however long that takes, or another
-                    # broker takes it meanwhile and two controllers act at once.
+                    # Taking over (loading the log, claiming an epoch, electing, delivering) runs beside
+                    # this loop: the lease must keep being renewed however long that takes.
                     if not self._starting_controller() and (self.controller is None or not self.controller.active):
-                        self._controller_start = asyncio.create_task(
-                            self._become_controller(rec.transitions), name="controller-takeover")
+                        self._controller_start = asyncio.create_task(self._become_controller(),
+                                                                     name="controller-takeover")
                         self._controller_start.add_done_callback(_report_takeover)
                 else:
                     await self._cancel_takeover()
@@ -192,17 +236,18 @@ class ClusterMember:
                     seen = self._controller_elector.record
                     if seen is not None and seen.holder:
                         holder = broker_id_of(seen.holder)
-                        if holder >= 0 and seen.transitions >= self.controller_epoch:
+                        if holder >= 0:
                             self.controller_id = holder
-                if self.controller is None:
                     await self._refresh_brokers()  # keep the liveness view warm for a takeover
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("controller election round failed")
-            await asyncio.sleep(self.renew_s if self.controller is None else self.renew_s)
+            await asyncio.sleep(self.renew_s)
 
     def _lease_fresh(self) -> bool:
+        if self.fenced:
+            return False
         margin = min(self.renew_s, self.duration_ms / 4000.0)
         return time.monotonic() - self._controller_renewed < self.duration_ms / 1000.0 - margin
 
@@ -215,17 +260,17 @@ class ClusterMember:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
-    async def _become_controller(self, epoch: int) -> None:
-        settings = ControllerSettings(self.config)
+    async def _become_controller(self) -> None:
+        # An earlier incarnation of the controller in this process (deposed, or stopped by a stale lease)
+        # is stopped first: its publisher must never deliver beside the new one's.
+        await self._resign_controller("a new controller incarnation takes over")
         topics = self.broker.topics
         controller = Controller(
-            broker_id=self.broker_id, epoch=epoch, settings=settings, store=self.store,
-            live_brokers=self._refresh_brokers, push=self._push, lease_fresh=self._lease_fresh,
+            broker_id=self.broker_id, settings=ControllerSettings(self.config), log=self.metadata_log,
+            live_brokers=self._refresh_brokers, send=self._push, lease_fresh=self._lease_fresh,
             topic_config_check=topics.check_topic_configs,
         )
         self.controller = controller
-        self.controller_id = self.broker_id
-        self.controller_epoch = max(self.controller_epoch, epoch)
         try:
             await controller.start()
         except BaseException:  # failed, or cancelled because the lease was lost meanwhile
@@ -233,11 +278,13 @@ class ClusterMember:
                 self.controller = None
             await controller.stop()
             raise
+        self.controller_id = self.broker_id
 
     async def _resign_controller(self, why: str) -> None:
         controller, self.controller = self.controller, None
         if controller is not None:
-            log.warning("broker %d stops being the controller (epoch %d): %s", self.broker_id, controller.epoch, why)
+            if controller.active:
+                log.warning("broker %d stops being the controller (epoch %d): %s", self.broker_id, controller.epoch, why)
             await controller.stop()
 
     async def _refresh_brokers(self) -> dict[int, BrokerEndpoint]:
@@ -260,168 +307,159 @@ class ClusterMember:
         return alive
 
     async def stop(self) -> None:
-        """Controlled shutdown: leadership moves away first; then leases are released."""
-        self._stopping = True
-        if self.started and self.config["controlled.shutdown.enable"]:
-            try:
-                result = await asyncio.wait_for(
-                    self.call("controlled_shutdown", broker_id=self.broker_id),
-                    int(self.config["controlled.shutdown.timeout.ms"]) / 1000.0)
-                left = result.get("remaining_leaderships", [])
-                if left:
-                    log.warning("controlled shutdown: still leading %d partition(s) with no other in-sync replica: %s",
-                                len(left), ", ".join(left[:10]))
-                else:
-                    log.info("controlled shutdown: leadership moved off broker %d", self.broker_id)
-            except (KelpError, asyncio.TimeoutError, OSError) as exc:
-                log.warning("controlled shutdown not completed (%s); stopping anyway", exc or type(exc).__name__)
+        """Controlled shutdown (bounded: Kafka's controlled.shutdown.max.retries), then leases are released.
+
+        A fenced process (another took its broker id) skips both: they are the other process's now.
+        """
+        if self.started and self.config["controlled.shutdown.enable"] and not self.fenced:
+            await self._controlled_shutdown()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._cancel_takeover()
         await self._resign_controller("the broker is stopping")
-        for elector in (self._controller_elector, self._broker_elector):
-            if elector is not None:
-                try:
-                    await elector.release()
-                except Exception as exc:
-                    log.debug("releasing a lease failed: %s", exc)
+        if not self.fenced:
+            for elector in (self._controller_elector, self._broker_elector):
+                if elector is not None:
+                    try:
+                        await asyncio.wait_for(elector.release(), 5.0)
+                    except Exception as exc:
+                        log.debug("releasing a lease failed: %s", exc)
+        self._fail_waiters()
         if self._http is not None:
             await self._http.close()
-        for backend in (self.leases, self.store):
+        for backend in (self.leases, self.metadata_log):
             if backend is not None:
-                await backend.close()
+                try:
+                    await asyncio.wait_for(backend.close(), 5.0)
+                except Exception as exc:
+                    log.debug("closing a cluster backend failed: %s", exc)
 
-    # -- pushes from the controller ---------------------------------------------
-    async def _push(self, broker: BrokerEndpoint, payload: dict) -> None:
+    async def _controlled_shutdown(self) -> None:
+        """Ask the controller to move leadership away: up to 1 + controlled.shutdown.max.retries attempts, all
+        within controlled.shutdown.timeout.ms, then stop anyway (Kafka's rule) — the partitions still led here
+        get a new leader from the liveness check once this broker's lease is released."""
+        attempts = 1 + int(self.config["controlled.shutdown.max.retries"])
+        deadline = time.monotonic() + int(self.config["controlled.shutdown.timeout.ms"]) / 1000.0
+        backoff_s = int(self.config["controlled.shutdown.retry.backoff.ms"]) / 1000.0
+        left: list[str] = []
+        for attempt in range(1, attempts + 1):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                result = await asyncio.wait_for(
+                    self.call("controlled_shutdown", broker_id=self.broker_id, timeout_s=remaining), remaining)
+                left = list(result.get("remaining_leaderships", []))
+                if not left:
+                    log.info("controlled shutdown: leadership moved off broker %d", self.broker_id)
+                    return
+                log.warning("controlled shutdown attempt %d of %d: still leading %d partition(s) with no other "
+                            "in-sync replica: %s", attempt, attempts, len(left), ", ".join(left[:10]))
+                if not result.get("awaiting_replicas"):
+                    break  # no other live replica of them at all: retrying cannot move them
+            except (KelpError, asyncio.TimeoutError, OSError) as exc:
+                log.warning("controlled shutdown attempt %d of %d failed (%s)", attempt, attempts,
+                            exc or type(exc).__name__)
+            if attempt < attempts:
+                await asyncio.sleep(max(0.0, min(backoff_s, deadline - time.monotonic())))
+        log.warning("controlled shutdown of broker %d ends unfinished; stopping anyway%s", self.broker_id,
+                    f" (still leading {len(left)} partition(s))" if left else "")
+
+    # -- metadata from the controller -------------------------------------------------
+    async def _push(self, broker: BrokerEndpoint, payload: dict) -> int:
+        """Deliver to one broker; returns the offset it has applied."""
         if broker.id == self.broker_id:
-            self.apply(payload)
-            return
+            try:
+                return self.apply(payload)
+            except StaleControllerEpochError as exc:
+                raise StaleEpoch(str(exc)) from None
         import aiohttp
 
         timeout = aiohttp.ClientTimeout(total=max(1.0, min(5.0, self.duration_ms / 1000.0)))
         async with self._http.post(f"{broker.http_url}/cluster/v1/metadata", json=payload, timeout=timeout) as resp:
-            if resp.status == 409:
-                body = await resp.json(content_type=None)
-                if body.get("error_code") == StaleControllerEpochError.code:
-                    from .controller import StaleEpoch
+            body = await resp.json(content_type=None)
+            if resp.status == 409 and isinstance(body, dict) and body.get("error_code") == StaleControllerEpochError.code:
+                raise StaleEpoch(body.get("message", "stale controller epoch"))
+            if resp.status >= 300 or not isinstance(body, dict) or "applied_offset" not in body:
+                raise KelpError(f"broker {broker.id} answered {resp.status}: {str(body)[:200]}")
+            return int(body["applied_offset"])
 
-                    raise StaleEpoch(body.get("message", "stale controller epoch"))
-            if resp.status >= 300:
-                raise KelpError(f"broker {broker.id} answered {resp.status}: {(await resp.text())[:200]}")
+    def apply(self, payload: dict) -> int:
+        """Apply a delivery from the controller; returns this broker's metadata offset afterwards.
 
-    def apply(self, payload: dict) -> None:
-        """Apply a controller push (full or delta); refuses an older controller epoch."""
+        Refuses an older controller epoch than one already seen (STALE_CONTROLLER_EPOCH). Entries at or
+        below the offset already applied are skipped; an entry that does not follow stops the batch. A
+        snapshot is loaded only if it is ahead.
+        """
         epoch = int(payload["controller_epoch"])
         if epoch < self.controller_epoch:
             raise StaleControllerEpochError(
-                f"metadata push from controller {payload.get('controller_id')} at epoch {epoch} refused: "
-                f"broker {self.broker_id} has seen epoch {self.controller_epoch}"
-            )
-        self.controller_epoch = epoch
+                f"metadata from controller {payload.get('controller_id')} at epoch {epoch} refused: "
+                f"broker {self.broker_id} has seen epoch {self.controller_epoch}")
+        self._seen_epoch = max(self._seen_epoch, epoch)
         self.controller_id = int(payload["controller_id"])
         self.brokers = {b.id: b for b in (BrokerEndpoint.from_json(d) for d in payload.get("brokers", []))}
-        states = [topic_from_json(d) for d in payload.get("topics", [])]
-        topics = self.broker.topics
-        if payload.get("full"):
-            topics.apply_full(states)
-        else:
-            for name in payload.get("deleted", []):
-                topics.apply_deleted(name)
-            for state in states:
-                topics.apply_state(state)
-
-    # -- requests to the controller ------------------------------------------------
-    def _controller_url(self) -> str | None:
-        ep = self.brokers.get(self.controller_id)
-        return ep.http_url if ep is not None else None
-
-    async def call(self, op: str, *, timeout_s: float = CONTROLLER_CALL_TIMEOUT_S, **kwargs: Any) -> Any:
-        """Run a controller operation (in-process if this broker is the controller), retrying while none is elected."""
-        deadline = time.monotonic() + timeout_s
-        delay = 0.05
-        last: Exception | None = None
-        while True:
-            try:
-                controller = self.controller
-                if controller is not None and controller.active:
-                    return await getattr(controller, op)(**kwargs)
-                url = self._controller_url()
-                if url is None or self.controller_id == self.broker_id:
-                    raise NotControllerError(f"no controller known yet in cluster '{self.cluster}'")
-                return await self._remote(url, op, kwargs)
-            except (NotControllerError, OSError, asyncio.TimeoutError) as exc:
-                last = exc
-            except Exception as exc:
-                import aiohttp
-
-                if not isinstance(exc, aiohttp.ClientError):
-                    raise
-                last = exc
-            if time.monotonic() + delay > deadline:
-                raise RequestTimedOutError(
-                    f"no controller answered '{op}' within {timeout_s:.0f}s (last: {last}); is a majority of brokers up?"
-                )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.5)
-            await self._learn_controller()
-
-    async def _learn_controller(self) -> None:
+        delta = MetadataDelta()
+        image = self.image
         try:
-            rec = await self.leases.get(self.controller_lease_name)
-        except Exception:
-            return
-        if rec is not None and rec.holder:
-            holder = broker_id_of(rec.holder)
-            if holder >= 0:
-                self.controller_id = holder
-                if holder not in self.brokers:
-                    await self._refresh_brokers_into_view()
+            snap = payload.get("snapshot")
+            if snap is not None and int(snap["offset"]) > image.offset:
+                new = image_from_snapshot(snap)
+                delta.merge(diff_images(image, new))
+                image = new
+            for entry in payload.get("entries", []):
+                offset = int(entry["offset"])
+                if offset <= image.offset:
+                    continue
+                if offset != image.offset + 1:
+                    break  # a gap: the controller resends from the offset answered
+                image, d = apply_entry(image, entry)
+                delta.merge(d)
+        except (MetadataCorrupt, KeyError, TypeError, ValueError) as exc:
+            log.error("metadata from controller %s at epoch %d cannot be applied after offset %d: %s",
+                      payload.get("controller_id"), epoch, image.offset, exc)
+            raise KelpError(f"metadata cannot be applied after offset {image.offset}: {exc}") from None
+        finally:
+            if image is not self.image:
+                self.image = image
+                self.broker.topics.apply_delta(delta)
+                self._wake_waiters()
+        return self.image.offset
 
-    async def _refresh_brokers_into_view(self) -> None:
-        alive = await self._refresh_brokers()
-        for b, ep in alive.items():
-            self.brokers.setdefault(b, ep)
+    async def wait_applied(self, offset: int, timeout_s: float) -> bool:
+        """Wait (bounded) until this broker applied metadata `offset`; False on timeout."""
+        if self.image.offset >= offset:
+            return True
+        fut = asyncio.get_running_loop().create_future()
+        self._applied_waiters.append((offset, fut))
+        try:
+            await asyncio.wait_for(fut, timeout_s)
+            return True
+        except asyncio.TimeoutError:
+            log.warning("metadata offset %d not applied on broker %d within %.1fs (it has %d)",
+                        offset, self.broker_id, timeout_s, self.image.offset)
+            return False
+        finally:
+            self._applied_waiters = [(o, f) for o, f in self._applied_waiters if f is not fut]
 
-    async def _remote(self, url: str, op: str, kwargs: dict) -> Any:
-        async with self._http.post(f"{url}/cluster/v1/controller/{op}", json=kwargs) as resp:
-            body = await resp.json(content_type=None)
-            if resp.status < 300:
-                return body
-            code = int(body.get("error_code", -1)) if isinstance(body, dict) else -1
-            message = body.get("message", "") if isinstance(body, dict) else str(body)
-            raise error_for(code, message)
+    def _wake_waiters(self) -> None:
+        keep = []
+        for offset, fut in self._applied_waiters:
+            if offset <= self.image.offset:
+                if not fut.done():
+                    fut.set_result(None)
+            else:
+                keep.append((offset, fut))
+        self._applied_waiters = keep
 
-    # -- conveniences used by request paths ---------------------------------------------
-    def partition_leader(self, topic: str, partition: int) -> tuple[int, str, int] | None:
-        info = self.broker.topics.get(topic)
-        if info is None or not 0 <= partition < info.partitions:
-            return None
-        leader = info.partition_states[partition].leader
-        ep = self.brokers.get(leader)
-        if ep is None:
-            return None
-        return ep.id, ep.host, ep.port
+    def _fail_waiters(self) -> None:
+        for _offset, fut in self._applied_waiters:
+            if not fut.done():
+                fut.cancel()
+        self._applied_waiters = []
 
-    async def ensure_internal_topic(self, name: str, *, partitions: int, configs: dict[str, str]) -> None:
-        if self.broker.topics.exists(name):
-            return
-        result = await self.call("ensure_internal_topic", name=name, partitions=partitions, configs=configs,
-                                 replication_factor=int(self.config["offsets.topic.replication.factor"]),
-                                 timeout_s=5.0)
-        self.broker.topics.apply_state(topic_from_json(result))
-        if not self.broker.topics.exists(name):
-            raise CoordinatorNotAvailableError(f"internal topic '{name}' is being created; retry")
-
-    async def alter_partition(self, topic: str, partition: int, *, leader_epoch: int, partition_epoch: int,
-                              isr: list[int]) -> Any:
-        from .model import PartitionState
-
-        result = await self.call("alter_partition", topic=topic, partition=partition, leader=self.broker_id,
-                                 leader_epoch=leader_epoch, partition_epoch=partition_epoch, isr=isr, timeout_s=10.0)
-        self.broker.topics.apply_partition(topic, partition, PartitionState.from_json(result))
-        return result
-
+    # -- producer ids ------------------------------------------------------------------
     async def next_producer_id(self) -> int:
         async with self._pid_lock:
             if not self._producer_ids or self._producer_ids[0] >= self._producer_ids[1]:
@@ -431,115 +469,14 @@ class ClusterMember:
             self._producer_ids[0] += 1
             return pid
 
-    async def partition_infos(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], Any]:
-        """Log start/end, high watermark and size of partitions as their leaders know them (None where unknown)."""
-        from kelp.broker.replica_manager import PartitionInfo
-
-        replicas = self.broker.replicas
-        out: dict[tuple[str, int], Any] = {}
-        remote: dict[int, list[tuple[str, int]]] = {}
-        for topic, p in keys:
-            part = replicas.get_partition(topic, p)
-            if part is not None and part.is_leader:
-                out[(topic, p)] = replicas.partition_info(topic, p)
-                continue
-            info = self.broker.topics.get(topic)
-            leader = info.partition_states[p].leader if info is not None and 0 <= p < info.partitions else -1
-            if leader in self.brokers and leader != self.broker_id:
-                remote.setdefault(leader, []).append((topic, p))
-            else:
-                out[(topic, p)] = replicas.partition_info(topic, p) if part is not None else None
-
-        async def ask(leader: int, wanted: list[tuple[str, int]]) -> None:
-            try:
-                async with self._http.post(f"{self.brokers[leader].http_url}/cluster/v1/partitions/info",
-                                           json={"partitions": [[t, p] for t, p in wanted]}) as resp:
-                    body = await resp.json(content_type=None) if resp.status == 200 else {}
-            except Exception as exc:
-                log.debug("partition info from broker %d failed: %s", leader, exc)
-                body = {}
-            for item in body.get("partitions", []):
-                if item.get("log_end_offset") is None:
-                    continue
-                out[(item["topic"], item["partition"])] = PartitionInfo(
-                    item["topic"], item["partition"], item["log_start_offset"], item["log_end_offset"],
-                    item["high_watermark"], item["size_bytes"])
-            for key in wanted:
-                out.setdefault(key, None)
-
-        await asyncio.gather(*(ask(b, ks) for b, ks in remote.items()))
-        return out
-
-    async def append(self, topic: str, partition: int, batch: bytes, *, acks: int = 1, timeout_ms: int = 30000) -> Any:
-        """Append one batch where the partition's leader is: here, or over HTTP on the leader (REST produce)."""
-        from kelp.broker.replica_manager import ProduceResult
-
-        part = self.broker.replicas.get_partition(topic, partition)
-        info = self.broker.topics.get(topic)
-        leader = info.partition_states[partition].leader if info is not None and 0 <= partition < info.partitions else -1
-        if (part is not None and part.is_leader) or leader == self.broker_id or leader not in self.brokers:
-            return await self.broker.replicas.append(topic, partition, batch, acks=acks, timeout_ms=timeout_ms)
-        url = f"{self.brokers[leader].http_url}/cluster/v1/partitions/{topic}/{partition}/append?acks={acks}&timeout_ms={timeout_ms}"
-        async with self._http.post(url, data=batch, headers={"Content-Type": "application/octet-stream"}) as resp:
-            body = await resp.json(content_type=None)
-            if resp.status >= 300:
-                raise error_for(int(body.get("error_code", -1)), body.get("message", f"broker {leader} answered {resp.status}"))
-        return ProduceResult(topic, partition, body["base_offset"], body["last_offset"], body["log_append_time_ms"],
-                             body["log_start_offset"], body["record_count"])
-
-    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
-        """DeleteRecords where the partition's leader is: here, or over HTTP on the leader; the new log start."""
-        part = self.broker.replicas.get_partition(topic, partition)
-        info = self.broker.topics.check_partition(topic, partition)
-        leader = info.partition_states[partition].leader
-        if (part is not None and part.is_leader) or leader == self.broker_id or leader not in self.brokers:
-            return await self.broker.replicas.delete_records(topic, partition, offset)
-        url = f"{self.brokers[leader].http_url}/cluster/v1/partitions/{topic}/{partition}/delete-records?offset={offset}"
-        async with self._http.post(url) as resp:
-            body = await resp.json(content_type=None)
-            if resp.status >= 300:
-                raise error_for(int(body.get("error_code", -1)), body.get("message", f"broker {leader} answered {resp.status}"))
-        return int(body["low_watermark"])
-
-    async def replica_progress(self, topic: str, partition: int) -> dict[int, int] | None:
-        """Each replica's log end offset as the partition's leader sees it."""
-        part = self.broker.replicas.get_partition(topic, partition)
-        if part is not None and part.is_leader:
-            return part.describe_replicas()
-        info = self.broker.topics.get(topic)
-        if info is None or not 0 <= partition < info.partitions:
-            return None
-        ep = self.brokers.get(info.partition_states[partition].leader)
-        if ep is None:
-            return None
-        try:
-            async with self._http.get(f"{ep.http_url}/cluster/v1/partitions/{topic}/{partition}/replicas") as resp:
-                if resp.status != 200:
-                    return None
-                return {int(k): int(v) for k, v in (await resp.json(content_type=None)).items()}
-        except Exception:
-            return None
-
     def describe(self) -> dict:
         return {
             "cluster": self.cluster,
             "controller": self.controller_id,
             "controller_epoch": self.controller_epoch,
+            "metadata_offset": self.image.offset,
             "brokers": [b.to_json() for b in sorted(self.brokers.values(), key=lambda b: b.id)],
         }
-
-
-def error_for(code: int, message: str) -> KelpError:
-    """The KelpError subclass for a Kafka error code (the one table is kelp.errors)."""
-    import kelp.errors as errors
-
-    for value in vars(errors).values():
-        if isinstance(value, type) and issubclass(value, KelpError) and value is not KelpError \
-                and getattr(value, "code", None) == code:
-            return value(message)
-    err = KelpError(message)
-    err.code = code
-    return err
 
 
 def _report_takeover(task: asyncio.Task) -> None:

@@ -55,8 +55,8 @@ async def metadata_push(request: web.Request) -> web.Response:
     body = await read_json(request)
     if not isinstance(body, dict) or "controller_epoch" not in body:
         raise HttpProblem(400, "metadata push: a JSON object with controller_epoch is required")
-    _member(request).apply(body)
-    return json_response({"applied": True})
+    applied = _member(request).apply(body)
+    return json_response({"applied_offset": applied})
 
 
 @routes.post("/cluster/v1/controller/{op}")

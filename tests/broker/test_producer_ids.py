@@ -3,9 +3,10 @@
 A failed write of the next block (a full disk) answers InitProducerId with a
 retriable error at once and leaves the counter where it was; after a restart
 no id repeats, so an idempotent producer's first batch is stored, not taken
-for a retry of someone else's. A cluster record that exists but cannot be read
-stops the hand-out (with an ERROR naming the file) instead of restarting at 0.
-Runs a real broker in this process so the store's file I/O can be made to fail.
+for a retry of someone else's. Metadata that exists but cannot be read stops
+the broker's start with an error naming the file, instead of the counter
+restarting at 0. Runs a real broker in this process so the metadata log's
+file I/O can be made to fail.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from pathlib import Path
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 
 from kelp.broker.app import Broker
-from kelp.broker.cluster import store as store_module
+from kelp.broker.cluster import metadata_log as store_module
+from kelp.errors import KelpError
 from kelp.broker.config import BrokerConfig
 from tests.broker.helpers import create_topic_wire
 from tests.support.kafka_wire import WireClient, make_batch
@@ -73,7 +75,7 @@ async def test_failed_block_write_answers_retriable_error_and_no_id_repeats_afte
         handed = await _ids(bootstrap, 3)  # the first block (3 ids) is used up
         for i, pid in enumerate(handed):
             assert await asyncio.to_thread(_produce, bootstrap, "pids", pid, 0, b"before-%d" % i) == (0, i)
-        real_fsync, calls = store_module._os.fsync, []
+        real_fsync, calls = store_module.os.fsync, []
 
         def full_disk(fd: int) -> None:
             calls.append(fd)
@@ -81,12 +83,12 @@ async def test_failed_block_write_answers_retriable_error_and_no_id_repeats_afte
                 raise OSError(28, "No space left on device")
             real_fsync(fd)
 
-        monkeypatch.setattr(store_module._os, "fsync", full_disk)
+        monkeypatch.setattr(store_module.os, "fsync", full_disk)
         code, pid, took = await asyncio.to_thread(_init_pid, bootstrap)
         assert (code, pid) == (COORDINATOR_LOAD_IN_PROGRESS, -1) and took < 5.0  # retriable, not a 30 s stall
-        assert not list((tmp_path / "cluster" / "metadata").glob("*.tmp"))  # the half-written block is gone
+        assert not list((tmp_path / "cluster" / "metadata" / "log").glob(".*.tmp"))  # the half-written block is gone
         handed += await _ids(bootstrap, 2)  # the retry gets a block
-        monkeypatch.setattr(store_module._os, "fsync", real_fsync)
+        monkeypatch.setattr(store_module.os, "fsync", real_fsync)
     finally:
         await broker.stop()
     broker, bootstrap = await _started(tmp_path)
@@ -99,21 +101,27 @@ async def test_failed_block_write_answers_retriable_error_and_no_id_repeats_afte
         await broker.stop()
 
 
-async def test_unreadable_counter_stops_the_hand_out_instead_of_restarting_at_zero(tmp_path: Path, caplog) -> None:
+async def test_unreadable_metadata_stops_the_start_instead_of_restarting_the_counter_at_zero(
+        tmp_path: Path, caplog) -> None:
     broker, bootstrap = await _started(tmp_path)
     try:
         handed = await _ids(bootstrap, 4)
     finally:
         await broker.stop()
-    record = tmp_path / "cluster" / "metadata" / "cluster.json"
-    record.write_text('{"version": 2, "doc": {"next_produ')  # torn by a disk fault
-    caplog.set_level(logging.ERROR, logger="kelp.broker.controller")
-    broker, bootstrap = await _started(tmp_path)
+    log_dir = tmp_path / "cluster" / "metadata" / "log"
+    entry = next(p for p in sorted(log_dir.glob("*.json")) if '"producer_ids"' in p.read_text())
+    entry.write_text('{"offset": 2, "epoch": 1, "records": [{"type": "produ')  # torn by a disk fault
+    caplog.set_level(logging.ERROR, logger="kelp.broker.cluster")
+    broker = Broker(_config(tmp_path))
     try:
-        code, pid, _ = await asyncio.to_thread(_init_pid, bootstrap)
-        assert (code, pid) == (COORDINATOR_LOAD_IN_PROGRESS, -1)
-        assert any(str(record) in r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR)
-        assert record.read_text().startswith('{"version": 2, "doc": {"next_produ')  # left for the operator
+        try:
+            await broker.start()
+        except KelpError as exc:
+            assert "cannot read the cluster metadata" in str(exc) and entry.name in str(exc)
+        else:
+            raise AssertionError("a broker started on metadata it cannot read")
     finally:
         await broker.stop()
+    assert any(entry.name in r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR)
+    assert entry.read_text().startswith('{"offset": 2, "epoch": 1')  # left for the operator to repair
     assert handed == [0, 1, 2, 3]

@@ -29,6 +29,7 @@ class _Child:
 
 
 def _replicas(tmp_path) -> ReplicaManager:
+    from kelp.broker.cluster.metadata_image import MetadataDelta
     from kelp.broker.cluster.model import PartitionState, TopicState
     from kelp.broker.storage import LogConfig, LogManager
 
@@ -36,7 +37,8 @@ def _replicas(tmp_path) -> ReplicaManager:
     tm = TopicManager(cfg, None)
     tm.logs = LogManager([tmp_path], LogConfig.from_kafka(cfg.default_topic_config()), config_for=tm.log_config_or_none)
     rm = ReplicaManager(cfg, tm.logs, tm)
-    tm.apply_state(TopicState("t", (PartitionState((0,), 0, 0, (0,), 0),)))  # what the controller would push
+    state = TopicState("t", (PartitionState((0,), 0, 0, (0,), 0),))
+    tm.apply_delta(MetadataDelta(changed={"t": state}))  # what the metadata log would deliver
     return rm
 
 

@@ -15,7 +15,7 @@ from dataclasses import replace
 import pytest
 
 from kelp.broker.cluster.leases import LeaseConflict, LeaseElector, LeaseRecord, LivenessView
-from kelp.broker.cluster.store import StoreConflict
+from kelp.broker.cluster.metadata_log import MetadataLogConflict
 
 
 class Clock:
@@ -98,26 +98,42 @@ async def liveness_view_follows_renewals(backend, prefix: str) -> None:
     assert not view.alive(f"{prefix}-broker-0") and view.alive_names() == set()
 
 
-async def store_compare_and_swap(store) -> None:
-    cluster, topics = await store.load()
-    assert cluster is None and topics == {}
-    v1 = await store.put_topic("a.b_C", {"name": "a.b_C", "partitions": []}, expected_version=None)
-    with pytest.raises(StoreConflict):
-        await store.put_topic("a.b_C", {"name": "a.b_C"}, expected_version=None)
-    v2 = await store.put_topic("a.b_C", {"name": "a.b_C", "partitions": [1]}, expected_version=v1)
-    assert v2 != v1
-    with pytest.raises(StoreConflict):
-        await store.put_topic("a.b_C", {"name": "a.b_C", "partitions": [2]}, expected_version=v1)
-    await store.put_topic("a-b-c", {"name": "a-b-c"}, expected_version=None)  # no collision with a.b_C
-    c1 = await store.put_cluster({"next_producer_id": 1000}, expected_version=None)
-    with pytest.raises(StoreConflict):
-        await store.put_cluster({"next_producer_id": 5}, expected_version=None)
-    await store.put_cluster({"next_producer_id": 2000}, expected_version=c1)
-    cluster, topics = await store.load()
-    assert cluster.doc == {"next_producer_id": 2000}
-    assert sorted(topics) == ["a-b-c", "a.b_C"] and topics["a.b_C"].doc["partitions"] == [1]
-    assert (await store.get_topic("a.b_C")).version == v2
-    with pytest.raises(StoreConflict):
-        await store.delete_topic("a.b_C", expected_version=v1)
-    await store.delete_topic("a.b_C", expected_version=v2)
-    assert sorted((await store.load())[1]) == ["a-b-c"]
+def _entry(offset: int, epoch: int = 1, *records: dict) -> dict:
+    return {"offset": offset, "epoch": epoch, "records": list(records) or [{"type": "producer_ids", "next": offset}]}
+
+
+async def metadata_log_appends_are_create_if_absent(log) -> None:
+    """Appends land at exactly their offset, a taken offset is refused (the fence), reads come back in order."""
+    loaded = await log.load()
+    assert loaded.snapshot is None and loaded.entries == [] and loaded.end_offset == -1
+    await log.append(_entry(0, 1, {"type": "controller", "epoch": 1, "broker_id": 0}))
+    await log.append(_entry(1))
+    with pytest.raises(MetadataLogConflict):
+        await log.append(_entry(1, 2))  # a deposed controller's write at an offset its successor used
+    assert (await log.read_entry(1))["epoch"] == 1 and await log.read_entry(7) is None
+    loaded = await log.load()
+    assert [e["offset"] for e in loaded.entries] == [0, 1] and loaded.end_offset == 1
+
+
+async def metadata_log_racing_appends_land_once(log) -> None:
+    results = await asyncio.gather(*(log.append(_entry(0, e)) for e in range(1, 5)), return_exceptions=True)
+    assert sum(r is None for r in results) == 1
+    assert all(isinstance(r, MetadataLogConflict) for r in results if r is not None)
+
+
+async def metadata_log_snapshot_then_compact(log) -> None:
+    """A snapshot bounds what a reader gets; compaction removes what it covers; later entries follow it."""
+    for o in range(4):
+        await log.append(_entry(o))
+    snap = {"offset": 2, "epoch": 1, "controller_id": 0, "next_producer_id": 2, "topics": [], "removed": []}
+    await log.write_snapshot(snap)
+    loaded = await log.load()
+    assert loaded.snapshot == snap and [e["offset"] for e in loaded.entries] == [3]
+    assert await log.compact(2) >= 3
+    assert await log.read_entry(0) is None and await log.read_entry(3) is not None
+    await log.append(_entry(4))
+    loaded = await log.load()
+    assert loaded.snapshot["offset"] == 2 and [e["offset"] for e in loaded.entries] == [3, 4]
+    # A zombie's late write into a compacted slot is never read: it lies below the snapshot.
+    await log.append(_entry(1, 1))
+    assert [e["offset"] for e in (await log.load()).entries] == [3, 4]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import multiprocessing
 
 from kelp.broker.cluster.leases import FileLeaseBackend, LeaseElector
-from kelp.broker.cluster.store import FileMetadataStore
+from kelp.broker.cluster.metadata_log import FileMetadataLog, MetadataUnreadable
 
 from . import contract
 
@@ -30,17 +30,105 @@ async def test_liveness_view(tmp_path) -> None:
     await contract.liveness_view_follows_renewals(FileLeaseBackend(tmp_path), "kelp-x")
 
 
-async def test_store_compare_and_swap(tmp_path) -> None:
-    await contract.store_compare_and_swap(FileMetadataStore(tmp_path))
+async def test_metadata_log_appends_are_create_if_absent(tmp_path) -> None:
+    await contract.metadata_log_appends_are_create_if_absent(FileMetadataLog(tmp_path))
+
+
+async def test_metadata_log_racing_appends_land_once(tmp_path) -> None:
+    await contract.metadata_log_racing_appends_land_once(FileMetadataLog(tmp_path))
+
+
+async def test_metadata_log_snapshot_then_compact(tmp_path) -> None:
+    await contract.metadata_log_snapshot_then_compact(FileMetadataLog(tmp_path))
+
+
+async def test_the_memory_log_keeps_the_same_contract() -> None:
+    from tests.support.memory_metadata_log import MemoryMetadataLog
+
+    await contract.metadata_log_appends_are_create_if_absent(MemoryMetadataLog())
+    await contract.metadata_log_racing_appends_land_once(MemoryMetadataLog())
+    await contract.metadata_log_snapshot_then_compact(MemoryMetadataLog())
 
 
 async def test_a_torn_temp_file_is_ignored(tmp_path) -> None:
-    store = FileMetadataStore(tmp_path)
-    v = await store.put_topic("t", {"name": "t"}, expected_version=None)
-    (tmp_path / "metadata" / "topics" / "t.json.tmp").write_text('{"version": 9, "doc": {"na')  # crash mid-write
-    (tmp_path / "metadata" / "topics" / "u.tmp").write_text("garbage")
-    _, topics = await FileMetadataStore(tmp_path).load()
-    assert list(topics) == ["t"] and topics["t"].version == v
+    log = FileMetadataLog(tmp_path)
+    await log.append({"offset": 0, "epoch": 1, "records": []})
+    (tmp_path / "metadata" / "log" / ".123.456.tmp").write_text('{"offset": 1, "ep')  # crash before the link
+    loaded = await FileMetadataLog(tmp_path).load()
+    assert [e["offset"] for e in loaded.entries] == [0]
+    await log.append({"offset": 1, "epoch": 1, "records": []})  # the slot is free: nothing was linked
+
+
+async def test_unreadable_metadata_is_an_error_never_absence(tmp_path) -> None:
+    """Issue #17 item 3: an entry that exists but cannot be read (EIO, damage) stops the reader with its name;
+    the old store returned None and the controller's next full push deleted that topic everywhere."""
+    import pytest
+
+    log = FileMetadataLog(tmp_path)
+    for o in range(3):
+        await log.append({"offset": o, "epoch": 1, "records": []})
+    (tmp_path / "metadata" / "log" / f"{1:020d}.json").write_text('{"offset": 1, "epo')
+    with pytest.raises(MetadataUnreadable, match=f"{1:020d}.json"):
+        await log.load()
+    (tmp_path / "metadata" / "log" / f"{1:020d}.json").unlink()
+    with pytest.raises(MetadataUnreadable, match="hole"):
+        await log.load()
+
+
+async def test_unreadable_lease_is_an_error_never_overwritten(tmp_path) -> None:
+    """Issue #17 item 3: an unreadable lease file was read as absent and re-created with change count 0."""
+    import pytest
+
+    from kelp.broker.cluster.leases import LeaseUnreadable
+
+    backend = FileLeaseBackend(tmp_path)
+    elector = LeaseElector(backend, name="kelp-c-controller", identity="broker-0/a", duration_ms=3000)
+    assert await elector.try_acquire_or_renew() is not None
+    path = tmp_path / "leases" / "kelp-c-controller.json"
+    path.write_text('{"name": "kelp-c-contr')
+    other = LeaseElector(backend, name="kelp-c-controller", identity="broker-1/b", duration_ms=3000)
+    with pytest.raises(LeaseUnreadable, match="kelp-c-controller"):
+        await other.try_acquire_or_renew()
+    with pytest.raises(LeaseUnreadable):
+        await backend.list("kelp-c-")
+    assert path.read_text() == '{"name": "kelp-c-contr'  # left for a human to look at, not overwritten
+
+
+async def test_legacy_store_documents_are_read_for_import(tmp_path) -> None:
+    import json
+
+    topics = tmp_path / "metadata" / "topics"
+    topics.mkdir(parents=True)
+    (tmp_path / "metadata" / "cluster.json").write_text(json.dumps({"version": 3, "doc": {"next_producer_id": 2000}}))
+    doc = {"name": "orders", "topic_id": "abc", "configs": {}, "partitions": [
+        {"replicas": [0], "leader": 0, "leader_epoch": 4, "isr": [0], "partition_epoch": 7}]}
+    (topics / "orders.json").write_text(json.dumps({"version": 2, "doc": doc}))
+    legacy = await FileMetadataLog(tmp_path).legacy()
+    assert legacy.cluster == {"next_producer_id": 2000} and legacy.topics == {"orders": doc}
+    assert await FileMetadataLog(tmp_path / "empty").legacy() is None
+
+
+def _append_race(directory: str, epoch: int, out) -> None:
+    import asyncio
+
+    from kelp.broker.cluster.metadata_log import MetadataLogConflict
+
+    try:
+        asyncio.run(FileMetadataLog(directory).append({"offset": 0, "epoch": epoch, "records": []}))
+        out.put(True)
+    except MetadataLogConflict:
+        out.put(False)
+
+
+def test_processes_racing_for_one_metadata_offset_write_it_once(tmp_path) -> None:
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_append_race, args=(str(tmp_path), i, out)) for i in range(6)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(30)
+    assert [out.get(timeout=5) for _ in procs].count(True) == 1
 
 
 def _race(directory: str, identity: str, out) -> None:
@@ -64,9 +152,9 @@ def test_processes_racing_on_one_directory_elect_one(tmp_path) -> None:
 
 
 async def test_a_lock_held_by_a_stopped_process_fails_writes_after_a_bounded_wait(tmp_path, monkeypatch) -> None:
-    """A broker SIGSTOPped while holding the cluster directory's lock must not hang every other broker's
-    lease renewals and the controller's writes (the fault-injection flake): they fail after a bounded
-    wait, and succeed again once the lock is free."""
+    """A broker SIGSTOPped while holding the lease directory's lock must not hang every other broker's lease
+    renewals: they fail after a bounded wait, and succeed again once the lock is free. (The metadata log
+    takes no lock at all: its appends are atomic links.)"""
     import fcntl
     import time
 
@@ -75,24 +163,14 @@ async def test_a_lock_held_by_a_stopped_process_fails_writes_after_a_bounded_wai
     from kelp.broker.cluster import file_lock
     from kelp.broker.cluster.leases import LeaseRecord
 
-    store, leases = FileMetadataStore(tmp_path), FileLeaseBackend(tmp_path)
-    v1 = await store.put_topic("t", {"name": "t"}, expected_version=None)
+    leases = FileLeaseBackend(tmp_path)
     rec = await leases.create(LeaseRecord("kelp-l", "a", 1, 1, 3000, 0, {}))
     real = file_lock.exclusive
-    monkeypatch.setattr("kelp.broker.cluster.store.exclusive", lambda p: real(p, timeout_s=0.3))
     monkeypatch.setattr("kelp.broker.cluster.leases.exclusive", lambda p: real(p, timeout_s=0.3))
-    for lock_path in (tmp_path / "metadata" / ".lock", tmp_path / "leases" / ".lock"):
-        with open(lock_path, "a") as held:  # another open file description: as another process's lock
-            fcntl.flock(held, fcntl.LOCK_EX)
-            began = time.monotonic()
-            with pytest.raises(file_lock.LockTimeout, match="stayed locked"):
-                if lock_path.parent.name == "metadata":
-                    await store.put_topic("t", {"name": "t", "x": 1}, expected_version=v1)
-                else:
-                    await leases.update(rec)
-            assert time.monotonic() - began < 5
-    v2 = await store.put_topic("t", {"name": "t", "x": 2}, expected_version=v1)
-    _, topics = await store.load()
-    assert topics["t"].doc == {"name": "t", "x": 2} and topics["t"].version == v2
-    assert list((tmp_path / "metadata" / "topics").glob("*.tmp")) == []  # the failed write left nothing behind
+    with open(tmp_path / "leases" / ".lock", "a") as held:  # another open file description: as another process's lock
+        fcntl.flock(held, fcntl.LOCK_EX)
+        began = time.monotonic()
+        with pytest.raises(file_lock.LockTimeout, match="stayed locked"):
+            await leases.update(rec)
+        assert time.monotonic() - began < 5
     assert (await leases.update(rec)).version != rec.version

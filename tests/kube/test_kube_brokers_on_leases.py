@@ -2,10 +2,14 @@
 
 The same brokers as `make run`, with `cluster.backend=kube`: liveness and
 controller election through coordination.k8s.io/v1 Leases, metadata in
-ConfigMaps; killing the controller elects another and its topics survive.
+ConfigMaps (the metadata log: one ConfigMap per entry, created with POST so
+two controllers can never write one offset); killing the controller elects
+another, which claims a newer epoch in the log, and its topics survive.
 """
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -24,8 +28,12 @@ def test_brokers_elect_through_lease_objects_and_keep_metadata_in_configmaps(
     assert {"kelp-demo-controller", "kelp-demo-broker-0", "kelp-demo-broker-1", "kelp-demo-broker-2"} <= set(leases)
     first = cluster.controller()
     assert leases["kelp-demo-controller"].spec.holder_identity.startswith(f"broker-{first}/")
-    maps = client.CoreV1Api(kube_api).list_namespaced_config_map(kube_namespace, label_selector="kelp.dev/cluster=demo")
-    assert any(m.metadata.annotations.get("kelp.dev/topic") == "orders" for m in maps.items)
+    maps = client.CoreV1Api(kube_api).list_namespaced_config_map(
+        kube_namespace, label_selector="kelp.dev/cluster=demo,kelp.dev/metadata=log-entry")
+    entries = sorted((json.loads(m.data["doc.json"]) for m in maps.items), key=lambda e: e["offset"])
+    assert [e["offset"] for e in entries] == list(range(len(entries)))
+    assert any(r["type"] == "topic" and r["topic"]["name"] == "orders" for e in entries for r in e["records"])
+    epoch_before = max(e["epoch"] for e in entries)
 
     cluster[first].kill()
     new = cluster.wait_for("a new controller", lambda: (lambda c: c if c != first else None)(cluster.controller()),
@@ -36,3 +44,4 @@ def test_brokers_elect_through_lease_objects_and_keep_metadata_in_configmaps(
     # takeover has loaded the store and elected from the ISR, so wait for that rather than race it.
     cluster.wait_for(f"every partition of orders led by a broker other than {first}", lambda: all(
         p["leader"] in (0, 1, 2) and p["leader"] != first for p in cluster.topic("orders")["partitions"]), timeout=20)
+    assert int(cluster.admin("/admin/v1/cluster")["controller_epoch"]) > epoch_before

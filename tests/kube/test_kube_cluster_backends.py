@@ -11,7 +11,7 @@ import pytest
 
 from kelp.broker.cluster.kube_api import api_client_from
 from kelp.broker.cluster.kube_leases import KubeLeaseBackend
-from kelp.broker.cluster.kube_store import KubeMetadataStore
+from kelp.broker.cluster.kube_metadata_log import KubeMetadataLog
 from tests.cluster import contract
 
 pytestmark = pytest.mark.kube
@@ -48,8 +48,32 @@ async def test_liveness_view(client, kube_namespace) -> None:
     await contract.liveness_view_follows_renewals(leases(client, kube_namespace), "kelp-x")
 
 
-async def test_store_compare_and_swap(client, kube_namespace) -> None:
-    await contract.store_compare_and_swap(KubeMetadataStore(client, namespace=kube_namespace, cluster="t"))
+def metadata_log(api, ns: str, cluster: str) -> KubeMetadataLog:
+    return KubeMetadataLog(api, namespace=ns, cluster=cluster)
+
+
+async def test_metadata_log_appends_are_create_if_absent(client, kube_namespace) -> None:
+    await contract.metadata_log_appends_are_create_if_absent(metadata_log(client, kube_namespace, "a"))
+
+
+async def test_metadata_log_racing_appends_land_once(client, kube_namespace) -> None:
+    await contract.metadata_log_racing_appends_land_once(metadata_log(client, kube_namespace, "r"))
+
+
+async def test_metadata_log_snapshot_then_compact(client, kube_namespace) -> None:
+    await contract.metadata_log_snapshot_then_compact(metadata_log(client, kube_namespace, "s"))
+
+
+async def test_a_snapshot_larger_than_one_configmap_is_chunked(client, kube_namespace) -> None:
+    """A snapshot of many topics spans several ConfigMaps and reads back whole (the marker is written last)."""
+    log = metadata_log(client, kube_namespace, "big")
+    topics = [{"name": f"t{i:05d}", "topic_id": f"{i:032x}", "configs": {"retention.ms": "1" * 200},
+               "partitions": [{"replicas": [0, 1, 2], "leader": 0, "leader_epoch": 0, "isr": [0, 1, 2]}] * 4}
+              for i in range(3000)]
+    snap = {"offset": 0, "epoch": 1, "controller_id": 0, "next_producer_id": 0, "topics": topics, "removed": []}
+    await log.write_snapshot(snap)
+    loaded = await log.load()
+    assert loaded.snapshot == snap
 
 
 async def test_lease_times_keep_exact_microseconds(client, kube_namespace) -> None:

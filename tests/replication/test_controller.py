@@ -15,8 +15,8 @@ import itertools
 import pytest
 
 from kelp.broker.cluster.controller import Controller, ControllerSettings
-from kelp.broker.cluster.model import BrokerEndpoint, topic_from_json
-from kelp.broker.cluster.store import StoreConflict, Versioned
+from kelp.broker.cluster.model import BrokerEndpoint
+from tests.support.memory_metadata_log import MemoryMetadataLog
 from kelp.broker.config import BrokerConfig
 from kelp.errors import (
     FencedLeaderEpochError,
@@ -27,68 +27,37 @@ from kelp.errors import (
 )
 
 
-class MemoryStore:
-    def __init__(self) -> None:
-        self.topics: dict[str, Versioned] = {}
-        self.cluster: Versioned | None = None
-        self._n = itertools.count(1)
-
-    async def load(self):
-        return self.cluster, dict(self.topics)
-
-    async def put_topic(self, name, doc, *, expected_version):
-        cur = self.topics.get(name)
-        if (cur.version if cur else None) != expected_version:
-            raise StoreConflict(f"{name}: expected {expected_version}, have {cur.version if cur else None}")
-        v = str(next(self._n))
-        self.topics[name] = Versioned(doc, v)
-        return v
-
-    async def delete_topic(self, name, *, expected_version):
-        cur = self.topics.get(name)
-        if cur is None or cur.version != expected_version:
-            raise StoreConflict(name)
-        del self.topics[name]
-
-    async def put_cluster(self, doc, *, expected_version):
-        if (self.cluster.version if self.cluster else None) != expected_version:
-            raise StoreConflict("cluster")
-        v = str(next(self._n))
-        self.cluster = Versioned(doc, v)
-        return v
-
-
-def ep(i: int, rack: str | None = None) -> BrokerEndpoint:
-    return BrokerEndpoint(i, "127.0.0.1", 9092 + i, "127.0.0.1", 8080 + i, rack)
+def ep(i: int, rack: str | None = None, incarnation: str = "") -> BrokerEndpoint:
+    return BrokerEndpoint(i, "127.0.0.1", 9092 + i, "127.0.0.1", 8080 + i, rack, incarnation)
 
 
 class Harness:
     def __init__(self, n: int = 3, **cfg) -> None:
-        self.store = MemoryStore()
+        self.store = MemoryMetadataLog()
         self.alive = {i: ep(i) for i in range(n)}
         self.pushed: list[tuple[int, dict]] = []
         self.fresh = True
-        config = BrokerConfig.load(env={}, overrides={"log.dirs": "/tmp/unused", **cfg})
-        self.controller = self.make(epoch=1, config=config)
+        self.config = BrokerConfig.load(env={}, overrides={"log.dirs": "/tmp/unused", **cfg})
+        self.controller = self.make()
 
-    def make(self, *, epoch: int, config: BrokerConfig) -> Controller:
+    def make(self) -> Controller:
         async def live():
             return dict(self.alive)
 
-        async def push(broker, payload):
+        async def send(broker, payload):
             self.pushed.append((broker.id, payload))
+            return payload["end_offset"]
 
-        return Controller(broker_id=0, epoch=epoch, settings=ControllerSettings(config), store=self.store,
-                          live_brokers=live, push=push, lease_fresh=lambda: self.fresh)
+        return Controller(broker_id=0, settings=ControllerSettings(self.config), log=self.store,
+                          live_brokers=live, send=send, lease_fresh=lambda: self.fresh)
 
     async def start(self) -> Controller:
         await self.controller.start()
-        await self.controller.stop()  # the watch loop is driven by hand below
-        self.controller.active = True
+        self.controller._task.cancel()  # the watch loop is driven by hand below
         return self.controller
 
     def state(self, topic: str, p: int = 0):
-        return topic_from_json(self.store.topics[topic].doc).partition(p)
+        return self.store.topic(topic).partition(p)
 
 
 async def test_topic_creation_is_stored_and_spread() -> None:
@@ -96,12 +65,12 @@ async def test_topic_creation_is_stored_and_spread() -> None:
     c = await h.start()
     doc = await c.create_topic(name="t", partitions=6, replication_factor=3)
     assert sorted(p["leader"] for p in doc["partitions"]) == [0, 0, 1, 1, 2, 2]
-    assert h.store.topics["t"].doc == doc
-    offsets = await c.ensure_internal_topic(name="__consumer_offsets", partitions=3, configs={}, replication_factor=5)
-    assert len(offsets["partitions"][0]["replicas"]) == 3  # min(wanted, live brokers)
+    assert h.store.topic("t").to_json() == {k: v for k, v in doc.items() if k != "metadata_offset"}
+    offsets = await c.ensure_internal_topic(name="__consumer_offsets", partitions=3, configs={}, replication_factor=3)
+    assert len(offsets["partitions"][0]["replicas"]) == 3
     with pytest.raises(InvalidTopicError, match="internal"):
         await c.delete_topic(name="__consumer_offsets")
-    assert "__consumer_offsets" in h.store.topics
+    assert h.store.topic("__consumer_offsets") is not None
 
 
 async def test_dead_leader_is_replaced_from_the_isr_and_leaves_every_isr() -> None:
@@ -167,7 +136,7 @@ async def test_controlled_shutdown_moves_leadership_and_isr_membership() -> None
     await c.create_topic(name="t", partitions=3, replication_factor=3)
     await c.create_topic(name="solo", assignments={0: [1]})
     result = await c.controlled_shutdown(broker_id=1)
-    states = topic_from_json(h.store.topics["t"].doc).partition_states
+    states = h.store.topic("t").partition_states
     assert all(s.leader != 1 and 1 not in s.isr for s in states)
     assert result["remaining_leaderships"] == ["solo-0"]  # nobody else can lead it
 
@@ -178,11 +147,12 @@ async def test_producer_id_blocks_never_overlap_and_are_persisted_first() -> Non
     a = await c.allocate_producer_ids(broker_id=1)
     b = await c.allocate_producer_ids(broker_id=2)
     assert (a["first"], b["first"]) == (0, 10)
-    assert h.store.cluster.doc["next_producer_id"] == 20
+    assert c.image.next_producer_id == 20
     h2 = Harness(**{"producer.id.block.size": 10})
-    h2.store = h.store  # a new controller after failover reads the store
-    h2.controller = h2.make(epoch=2, config=BrokerConfig.load(env={}, overrides={"log.dirs": "/x", "producer.id.block.size": 10}))
+    h2.store = h.store  # a new controller after failover reads the log
+    h2.controller = h2.make()
     c2 = await h2.start()
+    assert c2.epoch == c.epoch + 1
     assert (await c2.allocate_producer_ids(broker_id=0))["first"] == 20
 
 
@@ -192,18 +162,16 @@ async def test_producer_id_block_write_of_unknown_outcome_is_skipped_not_repeate
     h = Harness(**{"producer.id.block.size": 10})
     c = await h.start()
     assert (await c.allocate_producer_ids(broker_id=1))["first"] == 0
-    real_put = h.store.put_cluster
-
-    async def landed_then_failed(doc, *, expected_version):
-        await real_put(doc, expected_version=expected_version)  # the write lands, then fsync of the directory fails
-        raise OSError(28, "No space left on device")
-
-    h.store.put_cluster = landed_then_failed
+    # the write lands, then fsync of the directory fails: the outcome is unknown to the controller
+    h.store.fail_next_append(OSError(28, "No space left on device"), landed=True)
     with pytest.raises(CoordinatorLoadInProgressError, match="retry"):
         await c.allocate_producer_ids(broker_id=1)
-    h.store.put_cluster = real_put
-    assert (await c.allocate_producer_ids(broker_id=1))["first"] == 20  # 10..19 may be on disk: skipped
-    assert c.active and h.store.cluster.doc["next_producer_id"] == 30
+    assert (await c.allocate_producer_ids(broker_id=1))["first"] == 20  # 10..19 are in the log: skipped
+    assert c.active and c.image.next_producer_id == 30
+    h.store.fail_next_append(OSError(5, "Input/output error"), landed=False)
+    with pytest.raises(CoordinatorLoadInProgressError):
+        await c.allocate_producer_ids(broker_id=1)
+    assert (await c.allocate_producer_ids(broker_id=1))["first"] == 30  # nothing landed: 30.. handed out once
 
 
 async def test_reassignment_adds_waits_for_isr_moves_leadership_and_drops_old_replicas() -> None:
@@ -244,4 +212,4 @@ async def test_a_controller_whose_lease_is_stale_writes_nothing() -> None:
     h.fresh = False
     with pytest.raises(NotControllerError):
         await c.create_topic(name="late", partitions=1, replication_factor=1)
-    assert "late" not in h.store.topics
+    assert h.store.topic("late") is None

@@ -1,0 +1,322 @@
+"""The cluster metadata as an ordered log of small records, and the image a broker replays it into.
+
+Why: a broker must never act on metadata that is older than what it already
+applied, nor infer anything from absence. KRaft solves this with an ordered
+metadata log (`TopicRecord`, `PartitionChangeRecord`, `RemoveTopicRecord`)
+that every broker replays in offset order into an immutable `MetadataImage`.
+Kelp does the same: the controller appends *entries* — one decision each,
+`{"offset", "epoch", "records"}` — to the metadata log (`metadata_log`),
+and brokers apply them strictly in offset order (`apply_entry`), ignoring
+anything at or below the offset they have.
+
+The records:
+
+| type | fields | meaning |
+| --- | --- | --- |
+| `controller` | `epoch`, `broker_id` | a new controller incarnation; its epoch is larger than every earlier one |
+| `topic` | `topic` (a `TopicState` JSON) | a topic created, its configs altered, or partitions added |
+| `partition` | `topic`, `topic_id`, `partition`, `state` | one partition's leader, ISR, replicas changed |
+| `remove_topic` | `topic`, `topic_id` | the topic is deleted (the only way a topic ever goes) |
+| `producer_ids` | `next` | the next producer id block starts here |
+| `broker` | `id`, `incarnation`, `shutting_down` | a broker process registered (or began a controlled shutdown) |
+
+Invariants checked on every apply (a violation raises `MetadataCorrupt`,
+which stops whoever reads the log instead of applying it):
+- offsets are contiguous; an entry's epoch is never below the image's;
+- a `controller` record's epoch is strictly above every earlier epoch;
+- a partition's `(leader_epoch, partition_epoch)` never goes backwards, and a
+  record names the topic id it was decided for;
+- a partition's leader is one of its replicas (or -1), its ISR a subset.
+
+A snapshot is an image at an offset (`snapshot_to_json`). It carries the ids
+of removed topics (`removed`, the newest `MAX_REMOVED`), so a broker that
+loads a snapshot past a deletion it missed can tell a topic that was
+deleted from one it simply does not know (`diff_images`).
+
+Pure: no I/O, no asyncio; values are immutable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Mapping
+
+from .model import NO_LEADER, PartitionState, TopicState, topic_from_json
+
+__all__ = [
+    "MetadataImage",
+    "MetadataDelta",
+    "MetadataCorrupt",
+    "MetadataGap",
+    "apply_entry",
+    "apply_records",
+    "diff_images",
+    "snapshot_to_json",
+    "image_from_snapshot",
+    "image_from_log",
+    "controller_record",
+    "topic_record",
+    "partition_record",
+    "remove_topic_record",
+    "producer_ids_record",
+    "broker_record",
+    "BrokerRegistration",
+    "check_partition_state",
+    "MAX_REMOVED",
+]
+
+MAX_REMOVED = 10_000  # tombstones of removed topics a snapshot keeps
+
+
+class MetadataCorrupt(Exception):
+    """The metadata log breaks one of its invariants: a bug or a damaged store. Never applied."""
+
+
+class MetadataGap(Exception):
+    """An entry does not follow the image's offset: the entries between are missing."""
+
+
+# -- records ---------------------------------------------------------------------
+def controller_record(epoch: int, broker_id: int) -> dict[str, Any]:
+    return {"type": "controller", "epoch": epoch, "broker_id": broker_id}
+
+
+def topic_record(state: TopicState) -> dict[str, Any]:
+    return {"type": "topic", "topic": state.to_json()}
+
+
+def partition_record(topic: TopicState, partition: int, state: PartitionState) -> dict[str, Any]:
+    return {"type": "partition", "topic": topic.name, "topic_id": topic.topic_id, "partition": partition,
+            "state": state.to_json()}
+
+
+def remove_topic_record(topic: TopicState) -> dict[str, Any]:
+    return {"type": "remove_topic", "topic": topic.name, "topic_id": topic.topic_id}
+
+
+def producer_ids_record(next_producer_id: int) -> dict[str, Any]:
+    return {"type": "producer_ids", "next": next_producer_id}
+
+
+def broker_record(broker_id: int, incarnation: str, *, shutting_down: bool = False) -> dict[str, Any]:
+    return {"type": "broker", "id": broker_id, "incarnation": incarnation, "shutting_down": shutting_down}
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    """The newest process seen for a broker id (KRaft's broker registration): a new one means a restart."""
+
+    incarnation: str
+    shutting_down: bool = False
+
+
+def check_partition_state(name: str, p: int, state: PartitionState) -> None:
+    """A partition state the controller may write: leader among the replicas, ISR a subset, no duplicates."""
+    where = f"{name}-{p}"
+    if len(set(state.replicas)) != len(state.replicas) or not state.replicas:
+        raise MetadataCorrupt(f"{where}: replica list {list(state.replicas)} is empty or names a broker twice")
+    if state.leader != NO_LEADER and state.leader not in state.replicas:
+        raise MetadataCorrupt(f"{where}: leader {state.leader} is not one of the replicas {list(state.replicas)}")
+    if any(r not in state.replicas for r in state.isr):
+        raise MetadataCorrupt(f"{where}: ISR {list(state.isr)} is not a subset of the replicas {list(state.replicas)}")
+    if state.leader != NO_LEADER and state.leader not in state.isr:
+        raise MetadataCorrupt(f"{where}: leader {state.leader} is not in the ISR {list(state.isr)}")
+
+
+# -- the image ------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class MetadataImage:
+    """The cluster metadata as of `offset` (-1: nothing applied yet)."""
+
+    offset: int = -1
+    epoch: int = -1                      # the newest controller epoch in the log
+    controller_id: int = -1
+    topics: Mapping[str, TopicState] = field(default_factory=dict)
+    next_producer_id: int = 0
+    removed: Mapping[str, str] = field(default_factory=dict)  # topic id -> name, newest last
+    brokers: Mapping[int, BrokerRegistration] = field(default_factory=dict)
+
+    def topic(self, name: str) -> TopicState | None:
+        return self.topics.get(name)
+
+
+@dataclass(slots=True)
+class MetadataDelta:
+    """What one entry (or one snapshot load) changed, for whoever acts on it (topics, replicas)."""
+
+    changed: dict[str, TopicState] = field(default_factory=dict)   # created or updated, newest state
+    removed: dict[str, TopicState] = field(default_factory=dict)   # deleted by a remove_topic record
+    vanished: list[str] = field(default_factory=list)              # gone from a snapshot with no tombstone: never deleted
+    controller_changed: bool = False
+
+    def merge(self, other: "MetadataDelta") -> None:
+        for name, state in other.removed.items():
+            self.changed.pop(name, None)
+            self.removed.setdefault(name, state)
+        self.changed.update(other.changed)
+        self.vanished.extend(other.vanished)
+        self.controller_changed |= other.controller_changed
+
+    def __bool__(self) -> bool:
+        return bool(self.changed or self.removed or self.vanished or self.controller_changed)
+
+
+def _check_partition_step(name: str, p: int, old: PartitionState, new: PartitionState) -> None:
+    if (new.leader_epoch, new.partition_epoch) < (old.leader_epoch, old.partition_epoch):
+        raise MetadataCorrupt(
+            f"{name}-{p}: leader/partition epoch {new.leader_epoch}/{new.partition_epoch} is older than "
+            f"{old.leader_epoch}/{old.partition_epoch} already applied")
+
+
+def apply_records(image: MetadataImage, records: Iterable[Mapping[str, Any]], *, epoch: int,
+                  offset: int) -> tuple[MetadataImage, MetadataDelta]:
+    """Apply the records of one entry (already checked for offset and epoch order)."""
+    topics = dict(image.topics)
+    removed = dict(image.removed)
+    brokers = dict(image.brokers)
+    delta = MetadataDelta()
+    controller_id, new_epoch, next_pid = image.controller_id, max(image.epoch, epoch), image.next_producer_id
+    for rec in records:
+        kind = rec.get("type")
+        try:
+            if kind == "controller":
+                e = int(rec["epoch"])
+                if e <= image.epoch or e != epoch:
+                    raise MetadataCorrupt(f"offset {offset}: controller epoch {e} does not follow epoch {image.epoch}")
+                controller_id, new_epoch = int(rec["broker_id"]), e
+                delta.controller_changed = True
+            elif kind == "topic":
+                state = topic_from_json(rec["topic"])
+                old = topics.get(state.name)
+                if old is not None and old.topic_id != state.topic_id:
+                    raise MetadataCorrupt(f"offset {offset}: topic '{state.name}' id {state.topic_id} replaces id "
+                                          f"{old.topic_id} without a remove_topic record")
+                if old is not None and state.partitions < old.partitions:
+                    raise MetadataCorrupt(f"offset {offset}: topic '{state.name}' shrinks from {old.partitions} "
+                                          f"to {state.partitions} partitions")
+                for p, s in enumerate(state.partition_states):
+                    check_partition_state(state.name, p, s)
+                    if old is not None and p < old.partitions:
+                        _check_partition_step(state.name, p, old.partition_states[p], s)
+                topics[state.name] = state
+                delta.changed[state.name] = state
+            elif kind == "partition":
+                name, p = str(rec["topic"]), int(rec["partition"])
+                old_topic = topics.get(name)
+                if old_topic is None or old_topic.topic_id != rec["topic_id"]:
+                    raise MetadataCorrupt(f"offset {offset}: partition record for {name}-{p} (topic id "
+                                          f"{rec['topic_id']}) but that topic is not in the image")
+                if not 0 <= p < old_topic.partitions:
+                    raise MetadataCorrupt(f"offset {offset}: {name} has no partition {p}")
+                state = PartitionState.from_json(rec["state"])
+                check_partition_state(name, p, state)
+                _check_partition_step(name, p, old_topic.partition_states[p], state)
+                new_topic = old_topic.with_partition(p, state)
+                topics[name] = new_topic
+                delta.changed[name] = new_topic
+            elif kind == "remove_topic":
+                name = str(rec["topic"])
+                old_topic = topics.get(name)
+                if old_topic is None or old_topic.topic_id != rec["topic_id"]:
+                    raise MetadataCorrupt(f"offset {offset}: remove_topic for '{name}' (id {rec['topic_id']}) "
+                                          "but that topic is not in the image")
+                del topics[name]
+                removed.pop(old_topic.topic_id, None)
+                removed[old_topic.topic_id] = name
+                while len(removed) > MAX_REMOVED:
+                    del removed[next(iter(removed))]
+                delta.changed.pop(name, None)
+                delta.removed[name] = old_topic
+            elif kind == "broker":
+                brokers[int(rec["id"])] = BrokerRegistration(str(rec["incarnation"]), bool(rec.get("shutting_down")))
+            elif kind == "producer_ids":
+                nxt = int(rec["next"])
+                if nxt < next_pid:
+                    raise MetadataCorrupt(f"offset {offset}: producer id counter goes back from {next_pid} to {nxt}")
+                next_pid = nxt
+            else:
+                raise MetadataCorrupt(f"offset {offset}: unknown record type {kind!r}")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MetadataCorrupt(f"offset {offset}: malformed {kind!r} record ({exc!r})") from None
+    return (MetadataImage(offset=offset, epoch=new_epoch, controller_id=controller_id, topics=topics,
+                          next_producer_id=next_pid, removed=removed, brokers=brokers), delta)
+
+
+def apply_entry(image: MetadataImage, entry: Mapping[str, Any]) -> tuple[MetadataImage, MetadataDelta]:
+    """The image after one log entry. Raises MetadataGap if it does not follow, MetadataCorrupt if it breaks a rule."""
+    try:
+        offset, epoch, records = int(entry["offset"]), int(entry["epoch"]), entry["records"]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise MetadataCorrupt(f"malformed metadata entry ({exc!r})") from None
+    if offset != image.offset + 1:
+        raise MetadataGap(f"metadata entry at offset {offset} does not follow offset {image.offset}")
+    if epoch < image.epoch:
+        raise MetadataCorrupt(f"metadata entry at offset {offset} has controller epoch {epoch}, "
+                              f"below epoch {image.epoch} already applied")
+    if not isinstance(records, list):
+        raise MetadataCorrupt(f"metadata entry at offset {offset}: records must be a list")
+    return apply_records(image, records, epoch=epoch, offset=offset)
+
+
+# -- snapshots -------------------------------------------------------------------
+def snapshot_to_json(image: MetadataImage) -> dict[str, Any]:
+    return {
+        "offset": image.offset, "epoch": image.epoch, "controller_id": image.controller_id,
+        "next_producer_id": image.next_producer_id,
+        "topics": [image.topics[n].to_json() for n in sorted(image.topics)],
+        "removed": [[tid, name] for tid, name in image.removed.items()],
+        "brokers": [broker_record(b, r.incarnation, shutting_down=r.shutting_down) for b, r in sorted(image.brokers.items())],
+    }
+
+
+def image_from_snapshot(doc: Mapping[str, Any]) -> MetadataImage:
+    try:
+        topics = {}
+        for t in doc["topics"]:
+            state = topic_from_json(t)
+            for p, s in enumerate(state.partition_states):
+                check_partition_state(state.name, p, s)
+            topics[state.name] = state
+        return MetadataImage(offset=int(doc["offset"]), epoch=int(doc["epoch"]),
+                             controller_id=int(doc.get("controller_id", -1)), topics=topics,
+                             next_producer_id=int(doc.get("next_producer_id", 0)),
+                             removed={str(tid): str(name) for tid, name in doc.get("removed", [])},
+                             brokers={int(b["id"]): BrokerRegistration(str(b["incarnation"]), bool(b.get("shutting_down")))
+                                      for b in doc.get("brokers", [])})
+    except (KeyError, TypeError, ValueError) as exc:
+        raise MetadataCorrupt(f"malformed metadata snapshot ({exc!r})") from None
+
+
+def diff_images(old: MetadataImage, new: MetadataImage) -> MetadataDelta:
+    """What loading snapshot `new` over `old` changes. A topic absent from `new` counts as removed only if
+    `new` holds its tombstone (same id); otherwise it `vanished` — forgotten, its data never deleted."""
+    delta = MetadataDelta(controller_changed=new.epoch != old.epoch)
+    for name, state in new.topics.items():
+        before = old.topics.get(name)
+        if before is not None and before.topic_id != state.topic_id:
+            if new.removed.get(before.topic_id) == name:
+                delta.removed[name] = before
+            else:
+                delta.vanished.append(name)
+        if before != state:
+            delta.changed[name] = state
+    for name, before in old.topics.items():
+        if name in new.topics:
+            continue
+        if new.removed.get(before.topic_id) == name:
+            delta.removed[name] = before
+        else:
+            delta.vanished.append(name)
+    return delta
+
+
+def image_from_log(snapshot: Mapping[str, Any] | None, entries: Iterable[Mapping[str, Any]]) -> MetadataImage:
+    """Replay a loaded log: the snapshot (if any), then every entry after it. Raises MetadataCorrupt/MetadataGap."""
+    image = image_from_snapshot(snapshot) if snapshot is not None else MetadataImage()
+    for entry in entries:
+        image, _ = apply_entry(image, entry)
+    return image
+
+
+def with_offset(image: MetadataImage, offset: int) -> MetadataImage:
+    return replace(image, offset=offset)

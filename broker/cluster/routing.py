@@ -1,0 +1,252 @@
+"""Requests a broker cannot serve alone: to the controller, or to a partition's leader.
+
+Why: topic admin, ISR changes, producer-id blocks and controlled shutdowns
+are the controller's to decide; REST produce, DeleteRecords and offset
+lookups are a partition leader's. A broker sends them where they belong —
+in-process when that is itself, over HTTP otherwise — and retries within a
+bound while a new controller is elected. A controller's answer names the
+metadata offset that holds the change (`metadata_offset`); the caller waits
+(bounded) until this broker applied that offset, so a client sees its own
+change at once without anything being applied out of log order.
+
+Mixed into `member.ClusterMember`, which provides `broker`, `brokers`,
+`controller`, `controller_id`, `leases`, `_http`, `wait_applied`. This
+module never changes metadata itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from kelp.errors import (
+    CoordinatorNotAvailableError,
+    KelpError,
+    NotControllerError,
+    RequestTimedOutError,
+)
+
+__all__ = ["LeaderRouting", "error_for", "broker_id_of", "CONTROLLER_CALL_TIMEOUT_S"]
+
+log = logging.getLogger("kelp.broker.cluster")
+
+CONTROLLER_CALL_TIMEOUT_S = 30.0
+APPLY_WAIT_S = 5.0
+
+
+def broker_id_of(identity: str | None) -> int:
+    """`broker-3/<uuid>` -> 3; -1 for anything else."""
+    if not identity or not identity.startswith("broker-"):
+        return -1
+    head = identity[len("broker-"):].split("/", 1)[0]
+    return int(head) if head.isdigit() else -1
+
+
+def error_for(code: int, message: str) -> KelpError:
+    """The KelpError subclass for a Kafka error code (the one table is kelp.errors)."""
+    import kelp.errors as errors
+
+    for value in vars(errors).values():
+        if isinstance(value, type) and issubclass(value, KelpError) and value is not KelpError \
+                and getattr(value, "code", None) == code:
+            return value(message)
+    err = KelpError(message)
+    err.code = code
+    return err
+
+
+class LeaderRouting:
+    broker: Any
+    brokers: dict
+    controller: Any
+    controller_id: int
+    broker_id: int
+    cluster: str
+    leases: Any
+    controller_lease_name: str
+    _http: Any
+
+    # -- to the controller --------------------------------------------------------------
+    def _controller_url(self) -> str | None:
+        ep = self.brokers.get(self.controller_id)
+        return ep.http_url if ep is not None else None
+
+    async def call(self, op: str, *, timeout_s: float = CONTROLLER_CALL_TIMEOUT_S, **kwargs: Any) -> Any:
+        """Run a controller operation (in-process if this broker is the controller), retrying while none is elected;
+        then wait (bounded) until this broker applied the metadata offset the answer names."""
+        deadline = time.monotonic() + timeout_s
+        delay = 0.05
+        last: Exception | None = None
+        while True:
+            try:
+                controller = self.controller
+                if controller is not None and controller.active:
+                    result = await getattr(controller, op)(**kwargs)
+                else:
+                    url = self._controller_url()
+                    if url is None or self.controller_id == self.broker_id:
+                        raise NotControllerError(f"no controller known yet in cluster '{self.cluster}'")
+                    result = await self._remote(url, op, kwargs)
+                if isinstance(result, dict) and "metadata_offset" in result:
+                    await self.wait_applied(int(result["metadata_offset"]), APPLY_WAIT_S)
+                return result
+            except (NotControllerError, OSError, asyncio.TimeoutError) as exc:
+                last = exc
+            except Exception as exc:
+                import aiohttp
+
+                if not isinstance(exc, aiohttp.ClientError):
+                    raise
+                last = exc
+            if time.monotonic() + delay > deadline:
+                raise RequestTimedOutError(
+                    f"no controller answered '{op}' within {timeout_s:.0f}s (last: {last}); is a majority of brokers up?"
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+            await self._learn_controller()
+
+    async def wait_applied(self, offset: int, timeout_s: float) -> bool:  # provided by ClusterMember
+        raise NotImplementedError
+
+    async def _refresh_brokers(self) -> dict:  # provided by ClusterMember
+        raise NotImplementedError
+
+    async def _learn_controller(self) -> None:
+        try:
+            rec = await self.leases.get(self.controller_lease_name)
+        except Exception:
+            return
+        if rec is not None and rec.holder:
+            holder = broker_id_of(rec.holder)
+            if holder >= 0:
+                self.controller_id = holder
+                if holder not in self.brokers:
+                    alive = await self._refresh_brokers()
+                    for b, ep in alive.items():
+                        self.brokers.setdefault(b, ep)
+
+    async def _remote(self, url: str, op: str, kwargs: dict) -> Any:
+        async with self._http.post(f"{url}/cluster/v1/controller/{op}", json=kwargs) as resp:
+            body = await resp.json(content_type=None)
+            if resp.status < 300:
+                return body
+            code = int(body.get("error_code", -1)) if isinstance(body, dict) else -1
+            message = body.get("message", "") if isinstance(body, dict) else str(body)
+            raise error_for(code, message)
+
+    async def ensure_internal_topic(self, name: str, *, partitions: int, configs: dict[str, str]) -> None:
+        if self.broker.topics.exists(name):
+            return
+        await self.call("ensure_internal_topic", name=name, partitions=partitions, configs=configs,
+                        replication_factor=int(self.broker.config["offsets.topic.replication.factor"]),
+                        timeout_s=5.0)
+        if not self.broker.topics.exists(name):
+            raise CoordinatorNotAvailableError(f"internal topic '{name}' is being created; retry")
+
+    async def alter_partition(self, topic: str, partition: int, *, leader_epoch: int, partition_epoch: int,
+                              isr: list[int]) -> Any:
+        """AlterPartition to the controller; returns its answer (the partition's state) once applied here."""
+        return await self.call("alter_partition", topic=topic, partition=partition, leader=self.broker_id,
+                               leader_epoch=leader_epoch, partition_epoch=partition_epoch, isr=isr, timeout_s=10.0)
+
+    # -- to a partition's leader ---------------------------------------------------------
+    def partition_leader(self, topic: str, partition: int) -> tuple[int, str, int] | None:
+        info = self.broker.topics.get(topic)
+        if info is None or not 0 <= partition < info.partitions:
+            return None
+        leader = info.partition_states[partition].leader
+        ep = self.brokers.get(leader)
+        if ep is None:
+            return None
+        return ep.id, ep.host, ep.port
+
+    def _leader_of(self, topic: str, partition: int) -> int:
+        info = self.broker.topics.get(topic)
+        return info.partition_states[partition].leader if info is not None and 0 <= partition < info.partitions else -1
+
+    async def partition_infos(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], Any]:
+        """Log start/end, high watermark and size of partitions as their leaders know them (None where unknown)."""
+        from kelp.broker.replica_manager import PartitionInfo
+
+        replicas = self.broker.replicas
+        out: dict[tuple[str, int], Any] = {}
+        remote: dict[int, list[tuple[str, int]]] = {}
+        for topic, p in keys:
+            part = replicas.get_partition(topic, p)
+            if part is not None and part.is_leader:
+                out[(topic, p)] = replicas.partition_info(topic, p)
+                continue
+            leader = self._leader_of(topic, p)
+            if leader in self.brokers and leader != self.broker_id:
+                remote.setdefault(leader, []).append((topic, p))
+            else:
+                out[(topic, p)] = replicas.partition_info(topic, p) if part is not None else None
+
+        async def ask(leader: int, wanted: list[tuple[str, int]]) -> None:
+            try:
+                async with self._http.post(f"{self.brokers[leader].http_url}/cluster/v1/partitions/info",
+                                           json={"partitions": [[t, p] for t, p in wanted]}) as resp:
+                    body = await resp.json(content_type=None) if resp.status == 200 else {}
+            except Exception as exc:
+                log.debug("partition info from broker %d failed: %s", leader, exc)
+                body = {}
+            for item in body.get("partitions", []):
+                if item.get("log_end_offset") is None:
+                    continue
+                out[(item["topic"], item["partition"])] = PartitionInfo(
+                    item["topic"], item["partition"], item["log_start_offset"], item["log_end_offset"],
+                    item["high_watermark"], item["size_bytes"])
+            for key in wanted:
+                out.setdefault(key, None)
+
+        await asyncio.gather(*(ask(b, ks) for b, ks in remote.items()))
+        return out
+
+    async def append(self, topic: str, partition: int, batch: bytes, *, acks: int = 1, timeout_ms: int = 30000) -> Any:
+        """Append one batch where the partition's leader is: here, or over HTTP on the leader (REST produce)."""
+        from kelp.broker.replica_manager import ProduceResult
+
+        part = self.broker.replicas.get_partition(topic, partition)
+        leader = self._leader_of(topic, partition)
+        if (part is not None and part.is_leader) or leader == self.broker_id or leader not in self.brokers:
+            return await self.broker.replicas.append(topic, partition, batch, acks=acks, timeout_ms=timeout_ms)
+        url = f"{self.brokers[leader].http_url}/cluster/v1/partitions/{topic}/{partition}/append?acks={acks}&timeout_ms={timeout_ms}"
+        async with self._http.post(url, data=batch, headers={"Content-Type": "application/octet-stream"}) as resp:
+            body = await resp.json(content_type=None)
+            if resp.status >= 300:
+                raise error_for(int(body.get("error_code", -1)), body.get("message", f"broker {leader} answered {resp.status}"))
+        return ProduceResult(topic, partition, body["base_offset"], body["last_offset"], body["log_append_time_ms"],
+                             body["log_start_offset"], body["record_count"])
+
+    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """DeleteRecords where the partition's leader is: here, or over HTTP on the leader; the new log start."""
+        part = self.broker.replicas.get_partition(topic, partition)
+        self.broker.topics.check_partition(topic, partition)
+        leader = self._leader_of(topic, partition)
+        if (part is not None and part.is_leader) or leader == self.broker_id or leader not in self.brokers:
+            return await self.broker.replicas.delete_records(topic, partition, offset)
+        url = f"{self.brokers[leader].http_url}/cluster/v1/partitions/{topic}/{partition}/delete-records?offset={offset}"
+        async with self._http.post(url) as resp:
+            body = await resp.json(content_type=None)
+            if resp.status >= 300:
+                raise error_for(int(body.get("error_code", -1)), body.get("message", f"broker {leader} answered {resp.status}"))
+        return int(body["low_watermark"])
+
+    async def replica_progress(self, topic: str, partition: int) -> dict[int, int] | None:
+        """Each replica's log end offset as the partition's leader sees it."""
+        part = self.broker.replicas.get_partition(topic, partition)
+        if part is not None and part.is_leader:
+            return part.describe_replicas()
+        ep = self.brokers.get(self._leader_of(topic, partition))
+        if ep is None:
+            return None
+        try:
+            async with self._http.get(f"{ep.http_url}/cluster/v1/partitions/{topic}/{partition}/replicas") as resp:
+                if resp.status != 200:
+                    return None
+                return {int(k): int(v) for k, v in (await resp.json(content_type=None)).items()}
+        except Exception:
+            return None
