@@ -39,30 +39,17 @@ from dataclasses import replace
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 from kelp.errors import (
-    BrokerIdNotRegisteredError,
     CoordinatorLoadInProgressError,
-    CoordinatorNotAvailableError,
-    ElectionNotNeededError,
     FencedLeaderEpochError,
     IneligibleReplicaError,
-    InvalidPartitionsError,
-    InvalidReplicaAssignmentError,
-    InvalidReplicationFactorError,
     InvalidRequestError,
-    InvalidTopicError,
     InvalidUpdateVersionError,
-    NoReassignmentInProgressError,
     NotControllerError,
     NotLeaderOrFollowerError,
     PolicyViolationError,
-    PreferredLeaderNotAvailableError,
-    ReassignmentInProgressError,
-    TopicAlreadyExistsError,
-    UnknownTopicOrPartitionError,
 )
 
-from ..topic_manager import check_topic_collision
-from .elections import Election, RevertRefused, complete_reassignment, describe_change, elect, revert_reassignment
+from .elections import Election, complete_reassignment, describe_change, elect
 from .metadata_image import (
     MetadataCorrupt,
     broker_record,
@@ -73,20 +60,19 @@ from .metadata_image import (
     image_from_snapshot,
     partition_record,
     producer_ids_record,
-    remove_topic_record,
     snapshot_to_json,
     topic_record,
 )
 from .metadata_log import MetadataLog, MetadataLogConflict, MetadataUnreadable, entry_size
 from .metadata_publisher import MetadataPublisher, Send
-from .model import INTERNAL_TOPICS, NO_LEADER, BrokerEndpoint, PartitionState, TopicState
-from .placement import assign_replicas
+from .model import NO_LEADER, BrokerEndpoint, TopicState
+from .partition_moves import PartitionMoves
+from .topic_admin import MAX_PARTITIONS, TopicAdmin
 
-__all__ = ["Controller", "ControllerSettings", "MAX_ENTRY_BYTES"]
+__all__ = ["Controller", "ControllerSettings", "MAX_ENTRY_BYTES", "MAX_PARTITIONS"]
 
 log = logging.getLogger("kelp.broker.controller")
 
-MAX_PARTITIONS = 100_000
 MAX_ENTRY_BYTES = 900 * 1024  # one entry must fit one ConfigMap on Kubernetes
 CLAIM_ATTEMPTS = 10
 PERIODIC_S = 2.0
@@ -105,7 +91,7 @@ class ControllerSettings:
         self.snapshot_bytes = int(cfg["metadata.log.max.record.bytes.between.snapshots"])
 
 
-class Controller:
+class Controller(TopicAdmin, PartitionMoves):
     def __init__(
         self,
         *,
@@ -404,164 +390,6 @@ class Controller:
         return None if new is topic else new
 
     # -- requests from brokers and admins ------------------------------------
-    def _topic(self, name: str) -> TopicState:
-        topic = self.topics.get(name)
-        if topic is None:
-            raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
-        return topic
-
-    def _partition_state(self, topic: str, partition: int) -> tuple[TopicState, PartitionState]:
-        t = self._topic(topic)
-        if not 0 <= partition < t.partitions:
-            raise UnknownTopicOrPartitionError(f"partition {partition} of topic '{topic}' does not exist")
-        return t, t.partition(partition)
-
-    def _existing_replicas(self) -> list[tuple[int, ...]]:
-        return [s.replicas for t in self.topics.values() for s in t.partition_states]
-
-    def _racks(self) -> dict[int, str | None]:
-        return {b.id: b.rack for b in self.alive.values() if b.id not in self._shutting_down}
-
-    async def create_topic(self, *, name: str, partitions: int | None = None, replication_factor: int | None = None,
-                           configs: Mapping[str, str] | None = None, validate_only: bool = False,
-                           assignments: Mapping[int, list[int]] | None = None) -> dict:
-        async with self._lock:
-            self._check_fresh()
-            if name in self.topics:
-                raise TopicAlreadyExistsError(f"topic '{name}' already exists")
-            check_topic_collision(name, self.topics)  # against the cluster metadata, not one broker's cache
-            partitions = self.settings.num_partitions if partitions in (None, -1) else int(partitions)
-            rf = self.settings.default_replication_factor if replication_factor in (None, -1) else int(replication_factor)
-            clean = dict(configs or {})
-            if self._topic_config_check is not None:
-                self._topic_config_check(name, clean)
-            if assignments:
-                plan = self._manual_assignment(name, {int(k): list(v) for k, v in assignments.items()})
-            else:
-                if partitions <= 0:
-                    raise InvalidPartitionsError(f"topic '{name}': number of partitions must be > 0, got {partitions}")
-                if partitions > MAX_PARTITIONS:
-                    raise InvalidPartitionsError(f"topic '{name}': {partitions} partitions is over the limit of {MAX_PARTITIONS}")
-                if rf <= 0:
-                    raise InvalidReplicationFactorError(f"topic '{name}': replication factor must be > 0, got {rf}")
-                plan = assign_replicas(brokers=self._racks(), partitions=partitions, replication_factor=rf,
-                                       existing=self._existing_replicas(), topic=name)
-            state = TopicState(
-                name=name,
-                partition_states=tuple(PartitionState(tuple(r), r[0], 0, tuple(r), 0) for r in plan),
-                configs=clean,
-            )
-            if validate_only:
-                return self._answer(state.to_json())
-            await self._append([topic_record(state)])
-            log.info("created topic %s: %d partition(s), replication factor %d, configs %s",
-                     name, state.partitions, state.replication_factor, clean or "{}")
-            return self._answer(state.to_json())
-
-    def _manual_assignment(self, name: str, assignments: Mapping[int, list[int]]) -> list[list[int]]:
-        keys = sorted(int(k) for k in assignments)
-        if keys != list(range(len(keys))):
-            raise InvalidRequestError(f"topic '{name}': manual assignment must name partitions 0..{len(keys) - 1}, got {keys}")
-        plan = [list(assignments[k]) for k in keys]
-        sizes = {len(r) for r in plan}
-        if len(sizes) != 1:
-            raise InvalidReplicationFactorError(f"topic '{name}': every partition needs the same number of replicas, got {sorted(sizes)}")
-        for p, replicas in enumerate(plan):
-            self._check_replica_list(name, p, replicas)
-        return plan
-
-    def _check_replica_list(self, name: str, p: int, replicas: list[int]) -> None:
-        if not replicas:
-            raise InvalidReplicationFactorError(f"topic '{name}' partition {p}: the replica list is empty")
-        if len(set(replicas)) != len(replicas):
-            raise InvalidRequestError(f"topic '{name}' partition {p}: replica list {replicas} names a broker twice")
-        unknown = [r for r in replicas if r not in self.alive]
-        if unknown:
-            raise BrokerIdNotRegisteredError(
-                f"topic '{name}' partition {p}: broker(s) {unknown} are not live members of the cluster "
-                f"(live: {sorted(self.alive)})"
-            )
-
-    async def ensure_internal_topic(self, *, name: str, partitions: int, configs: Mapping[str, str],
-                                    replication_factor: int) -> dict:
-        """Create an internal topic if missing — only once as many brokers as its replication factor are live.
-
-        Kafka's rule (offsets.topic.replication.factor): creating it with fewer replicas would leave it
-        under-replicated for good, so until enough brokers registered the answer is COORDINATOR_NOT_AVAILABLE
-        and clients retry.
-        """
-        if name in self.topics:
-            return self._answer(self.topics[name].to_json())
-        live = len(self._racks())
-        if live < replication_factor:
-            raise CoordinatorNotAvailableError(
-                f"internal topic '{name}' needs {replication_factor} live brokers (its replication factor); "
-                f"{live} are live: retry once the others have joined")
-        try:
-            return await self.create_topic(name=name, partitions=partitions, replication_factor=replication_factor,
-                                           configs=configs)
-        except TopicAlreadyExistsError:
-            return self._answer(self.topics[name].to_json())
-
-    async def delete_topic(self, *, name: str) -> dict:
-        async with self._lock:
-            self._check_fresh()
-            topic = self._topic(name)
-            if name in INTERNAL_TOPICS:
-                raise InvalidTopicError(
-                    f"topic '{name}' is internal: deleting it would lose every consumer group's committed offsets; refused"
-                )
-            await self._append([remove_topic_record(topic)])
-            log.info("deleted topic %s (id %s)", name, topic.topic_id)
-            return self._answer({"name": name, "deleted": True})
-
-    async def create_partitions(self, *, name: str, total: int, validate_only: bool = False,
-                                assignments: list[list[int]] | None = None) -> dict:
-        async with self._lock:
-            self._check_fresh()
-            topic = self._topic(name)
-            if total < topic.partitions:
-                raise InvalidPartitionsError(
-                    f"topic '{name}' has {topic.partitions} partitions; partitions can only grow, not shrink to {total}")
-            if total == topic.partitions:
-                raise InvalidPartitionsError(f"topic '{name}' already has {total} partitions")
-            if total > MAX_PARTITIONS:
-                raise InvalidPartitionsError(f"topic '{name}': {total} partitions is over the limit of {MAX_PARTITIONS}")
-            extra = total - topic.partitions
-            if assignments:
-                if len(assignments) != extra:
-                    raise InvalidRequestError(f"topic '{name}': {len(assignments)} assignment(s) for {extra} new partition(s)")
-                for i, replicas in enumerate(assignments):
-                    self._check_replica_list(name, topic.partitions + i, list(replicas))
-                plan = [list(r) for r in assignments]
-            else:
-                plan = assign_replicas(brokers=self._racks(), partitions=extra,
-                                       replication_factor=topic.replication_factor,
-                                       first_partition=topic.partitions, existing=self._existing_replicas(), topic=name)
-            new = replace(topic, partition_states=topic.partition_states + tuple(
-                PartitionState(tuple(r), r[0], 0, tuple(r), 0) for r in plan))
-            if not validate_only:
-                await self._commit([new])
-                log.info("topic %s grown from %d to %d partitions", name, topic.partitions, total)
-            return self._answer(new.to_json())
-
-    async def alter_configs(self, *, name: str, configs: Mapping[str, str], replace_all: bool = False,
-                            delete: list[str] | None = None, validate_only: bool = False) -> dict:
-        async with self._lock:
-            self._check_fresh()
-            topic = self._topic(name)
-            new_configs = {} if replace_all else dict(topic.configs)
-            new_configs.update(configs)
-            for key in delete or ():
-                new_configs.pop(key, None)
-            if self._topic_config_check is not None:
-                self._topic_config_check(name, new_configs)
-            new = replace(topic, configs=new_configs)
-            if not validate_only:
-                await self._commit([new])
-                log.info("altered config of topic %s: %s", name, new_configs)
-            return self._answer(new.to_json())
-
     async def alter_partition(self, *, topic: str, partition: int, leader: int, leader_epoch: int,
                               partition_epoch: int, isr: list[int]) -> dict:
         """AlterPartition (KIP-497) from a leader: a new ISR, checked against the current epochs.
@@ -663,99 +491,3 @@ class Controller:
             return self._answer({"first": first, "count": count})
 
     # -- reassignment and preferred leaders --------------------------------------
-    async def reassign(self, *, topic: str, partition: int, replicas: list[int] | None) -> dict:
-        """Start moving a partition to `replicas` (None cancels a running move)."""
-        async with self._lock:
-            self._check_fresh()
-            t, state = self._partition_state(topic, partition)
-            if replicas is None:
-                if not state.reassigning:
-                    raise NoReassignmentInProgressError(f"{topic}-{partition} has no reassignment in progress")
-                try:
-                    new_state = revert_reassignment(topic, partition, state, self._eligible())
-                except RevertRefused as exc:
-                    raise InvalidReplicaAssignmentError(str(exc)) from None
-                await self._append([partition_record(t, partition, new_state)])
-                log.info("%s-%d: reassignment cancelled, back to %s (ISR %s, leader %d)", topic, partition,
-                         list(new_state.replicas), list(new_state.isr), new_state.leader)
-                return self._answer(new_state.to_json())
-            target = tuple(int(r) for r in replicas)
-            self._check_replica_list(topic, partition, list(target))
-            if state.reassigning:
-                raise ReassignmentInProgressError(
-                    f"{topic}-{partition} is already moving to {list(state.target_replicas)}; cancel it first")
-            if set(target) == set(state.replicas) and target[0] == state.replicas[0]:
-                return self._answer(state.to_json())
-            original = state.replicas
-            union = target + tuple(r for r in original if r not in target)
-            adding = tuple(r for r in target if r not in original)
-            removing = tuple(r for r in original if r not in target)
-            new_state = replace(state, replicas=union, adding=adding, removing=removing,
-                                partition_epoch=state.partition_epoch + 1)
-            new_state = complete_reassignment(topic, partition, new_state, self._eligible())
-            await self._append([partition_record(t, partition, new_state)])
-            log.info("%s-%d: reassignment %s -> %s started (adding %s, removing %s)", topic, partition,
-                     list(original), list(target), list(adding), list(removing))
-            return self._answer(new_state.to_json())
-
-    async def elect_preferred_leaders(self, *, topic: str | None = None, partitions: list[int] | None = None) -> dict:
-        """Move leadership to each partition's first replica where it is alive and in sync."""
-        async with self._lock:
-            self._check_fresh()
-            eligible = self._eligible()
-            results: dict[str, int] = {}
-            changed = []
-            names = [topic] if topic is not None else sorted(self.topics)
-            for name in names:
-                t = self._topic(name)
-                new = t
-                for p, state in enumerate(t.partition_states):
-                    if partitions is not None and p not in partitions:
-                        continue
-                    preferred = state.target_replicas[0]
-                    key = f"{name}-{p}"
-                    if state.leader == preferred:
-                        results[key] = ElectionNotNeededError.code
-                        continue
-                    if preferred not in state.isr or preferred not in eligible:
-                        results[key] = PreferredLeaderNotAvailableError.code
-                        continue
-                    new = new.with_partition(p, replace(state, leader=preferred, leader_epoch=state.leader_epoch + 1,
-                                                        partition_epoch=state.partition_epoch + 1))
-                    results[key] = 0
-                if new is not t:
-                    changed.append(new)
-            await self._commit(changed)
-            return self._answer({"results": results})
-
-    def reassignments(self) -> list[dict]:
-        out = []
-        for t in self.topics.values():
-            for p, s in enumerate(t.partition_states):
-                if s.reassigning:
-                    out.append({"topic": t.name, "partition": p, "replicas": list(s.replicas),
-                                "adding": list(s.adding), "removing": list(s.removing), "isr": list(s.isr),
-                                "leader": s.leader})
-        return out
-
-    async def periodic(self) -> None:
-        """Re-check reassignments that can complete (a target replica caught up while nothing else changed).
-
-        Run by the liveness watch every couple of seconds.
-        """
-        async with self._lock:
-            eligible = self._eligible()
-            changed = []
-            for t in list(self.topics.values()):
-                new = t
-                for p, s in enumerate(t.partition_states):
-                    if not s.reassigning:
-                        continue
-                    s2 = complete_reassignment(t.name, p, s, eligible)
-                    if s2 is not s:
-                        new = new.with_partition(p, s2)
-                if new is not t:
-                    changed.append(new)
-            if changed:
-                self._check_fresh()
-                await self._commit(changed)

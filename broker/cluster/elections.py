@@ -91,7 +91,7 @@ def complete_reassignment(name: str, p: int, state: PartitionState, eligible: fr
         leader, epoch = candidates[0], epoch + 1
     log.info("%s-%d: reassignment to %s complete (leader %d)", name, p, list(target), leader)
     return replace(state, replicas=target, leader=leader, leader_epoch=epoch,
-                   isr=tuple(r for r in state.isr if r in target), adding=(), removing=(),
+                   isr=tuple(r for r in state.isr if r in target), adding=(), removing=(), original=(),
                    partition_epoch=state.partition_epoch + 1)
 
 
@@ -106,7 +106,7 @@ def revert_reassignment(name: str, p: int, state: PartitionState, eligible: froz
     complete. If the leader was one of the added replicas, a new leader is chosen from the remaining ISR
     (leader epoch + 1); an eligible one is preferred, else the partition stays led by none until one returns.
     """
-    original = tuple(r for r in state.replicas if r not in state.adding)
+    original = state.original or tuple(r for r in state.replicas if r not in state.adding)
     isr = tuple(r for r in state.isr if r in original)
     if not isr:
         raise RevertRefused(
@@ -117,5 +117,5 @@ def revert_reassignment(name: str, p: int, state: PartitionState, eligible: froz
         candidates = [r for r in isr if r in eligible]
         leader = candidates[0] if candidates else NO_LEADER
         epoch += 1
-    return replace(state, replicas=original, adding=(), removing=(), isr=isr, leader=leader, leader_epoch=epoch,
-                   partition_epoch=state.partition_epoch + 1)
+    return replace(state, replicas=original, adding=(), removing=(), original=(), isr=isr, leader=leader,
+                   leader_epoch=epoch, partition_epoch=state.partition_epoch + 1)

@@ -61,8 +61,10 @@ class PartitionState:
     `leader_epoch` changes with every leader change (fences produce/fetch of
     the old leader); `partition_epoch` changes with every change at all
     (ISR, replicas), and fences stale AlterPartition requests. During a
-    reassignment `replicas` is the union of old and new, `adding`/`removing`
-    say which are which.
+    reassignment `replicas` is the union of old and new (the new ones first,
+    as Kafka orders it), `adding`/`removing` say which are which, and
+    `original` keeps the replica list as it was, in its order, so a cancel
+    restores the preferred leader too.
     """
 
     replicas: tuple[int, ...]
@@ -72,6 +74,7 @@ class PartitionState:
     partition_epoch: int = 0
     adding: tuple[int, ...] = ()
     removing: tuple[int, ...] = ()
+    original: tuple[int, ...] = ()
 
     @property
     def target_replicas(self) -> tuple[int, ...]:
@@ -90,6 +93,8 @@ class PartitionState:
             out["adding"] = list(self.adding)
         if self.removing:
             out["removing"] = list(self.removing)
+        if self.original:
+            out["original"] = list(self.original)
         return out
 
     @classmethod
@@ -98,6 +103,7 @@ class PartitionState:
             tuple(int(r) for r in d["replicas"]), int(d["leader"]), int(d["leader_epoch"]),
             tuple(int(r) for r in d["isr"]), int(d.get("partition_epoch", 0)),
             tuple(int(r) for r in d.get("adding", ())), tuple(int(r) for r in d.get("removing", ())),
+            tuple(int(r) for r in d.get("original", ())),
         )
 
 

@@ -191,3 +191,14 @@ async def test_a_restart_while_no_controller_watched_is_still_fenced() -> None:
     assert 1 not in s.isr and s.leader == 0
     assert c2.image.brokers[1].incarnation == "restarted-meanwhile"
     assert 2 in c2._shutting_down  # broker 2's controlled shutdown survives the failover too
+
+
+async def test_a_cancelled_move_restores_the_original_replica_order() -> None:
+    """The preferred leader is the first replica: a cancel must give back [3, 1], not the union's [1, 3]."""
+    h = Harness(4)
+    c = await h.start()
+    await c.create_topic(name="t", assignments={0: [3, 1]})
+    await c.reassign(topic="t", partition=0, replicas=[0, 1])
+    assert h.state("t").replicas == (0, 1, 3)
+    await c.reassign(topic="t", partition=0, replicas=None)
+    assert h.state("t").replicas == (3, 1) and h.state("t").leader == 3

@@ -1,0 +1,207 @@
+"""Topic administration decided by the controller: create, delete, grow, alter configs, internal topics.
+
+Why: these are the client-facing controller operations (CreateTopics, DeleteTopics, CreatePartitions,
+AlterConfigs, the offsets topic's lazy creation); they share validation (names, collisions, replica
+lists, limits) and placement, and nothing of leader election. Mixed into `controller.Controller`,
+which provides the lock, the image (`topics`), `alive`, `_check_fresh`, `_append`, `_commit` and
+`_answer`. Every change is one metadata-log entry; nothing here does I/O itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import replace
+from typing import Any, Mapping
+
+from kelp.errors import (
+    BrokerIdNotRegisteredError,
+    CoordinatorNotAvailableError,
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidRequestError,
+    InvalidTopicError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+
+from ..topic_manager import check_topic_collision
+from .metadata_image import remove_topic_record, topic_record
+from .model import INTERNAL_TOPICS, PartitionState, TopicState
+from .placement import assign_replicas
+
+__all__ = ["TopicAdmin", "MAX_PARTITIONS"]
+
+log = logging.getLogger("kelp.broker.controller")
+
+MAX_PARTITIONS = 100_000
+
+
+class TopicAdmin:
+    settings: Any
+    alive: dict
+    _lock: asyncio.Lock
+    _shutting_down: set[int]
+    _topic_config_check: Any
+
+    @property
+    def topics(self) -> Mapping[str, TopicState]:  # the controller's image
+        raise NotImplementedError
+
+    def _topic(self, name: str) -> TopicState:
+        topic = self.topics.get(name)
+        if topic is None:
+            raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
+        return topic
+
+    def _partition_state(self, topic: str, partition: int) -> tuple[TopicState, PartitionState]:
+        t = self._topic(topic)
+        if not 0 <= partition < t.partitions:
+            raise UnknownTopicOrPartitionError(f"partition {partition} of topic '{topic}' does not exist")
+        return t, t.partition(partition)
+
+    def _existing_replicas(self) -> list[tuple[int, ...]]:
+        return [s.replicas for t in self.topics.values() for s in t.partition_states]
+
+    def _racks(self) -> dict[int, str | None]:
+        return {b.id: b.rack for b in self.alive.values() if b.id not in self._shutting_down}
+
+    async def create_topic(self, *, name: str, partitions: int | None = None, replication_factor: int | None = None,
+                           configs: Mapping[str, str] | None = None, validate_only: bool = False,
+                           assignments: Mapping[int, list[int]] | None = None) -> dict:
+        async with self._lock:
+            self._check_fresh()
+            if name in self.topics:
+                raise TopicAlreadyExistsError(f"topic '{name}' already exists")
+            check_topic_collision(name, self.topics)  # against the cluster metadata, not one broker's cache
+            partitions = self.settings.num_partitions if partitions in (None, -1) else int(partitions)
+            rf = self.settings.default_replication_factor if replication_factor in (None, -1) else int(replication_factor)
+            clean = dict(configs or {})
+            if self._topic_config_check is not None:
+                self._topic_config_check(name, clean)
+            if assignments:
+                plan = self._manual_assignment(name, {int(k): list(v) for k, v in assignments.items()})
+            else:
+                if partitions <= 0:
+                    raise InvalidPartitionsError(f"topic '{name}': number of partitions must be > 0, got {partitions}")
+                if partitions > MAX_PARTITIONS:
+                    raise InvalidPartitionsError(f"topic '{name}': {partitions} partitions is over the limit of {MAX_PARTITIONS}")
+                if rf <= 0:
+                    raise InvalidReplicationFactorError(f"topic '{name}': replication factor must be > 0, got {rf}")
+                plan = assign_replicas(brokers=self._racks(), partitions=partitions, replication_factor=rf,
+                                       existing=self._existing_replicas(), topic=name)
+            state = TopicState(
+                name=name,
+                partition_states=tuple(PartitionState(tuple(r), r[0], 0, tuple(r), 0) for r in plan),
+                configs=clean,
+            )
+            if validate_only:
+                return self._answer(state.to_json())
+            await self._append([topic_record(state)])
+            log.info("created topic %s: %d partition(s), replication factor %d, configs %s",
+                     name, state.partitions, state.replication_factor, clean or "{}")
+            return self._answer(state.to_json())
+
+    def _manual_assignment(self, name: str, assignments: Mapping[int, list[int]]) -> list[list[int]]:
+        keys = sorted(int(k) for k in assignments)
+        if keys != list(range(len(keys))):
+            raise InvalidRequestError(f"topic '{name}': manual assignment must name partitions 0..{len(keys) - 1}, got {keys}")
+        plan = [list(assignments[k]) for k in keys]
+        sizes = {len(r) for r in plan}
+        if len(sizes) != 1:
+            raise InvalidReplicationFactorError(f"topic '{name}': every partition needs the same number of replicas, got {sorted(sizes)}")
+        for p, replicas in enumerate(plan):
+            self._check_replica_list(name, p, replicas)
+        return plan
+
+    def _check_replica_list(self, name: str, p: int, replicas: list[int]) -> None:
+        if not replicas:
+            raise InvalidReplicationFactorError(f"topic '{name}' partition {p}: the replica list is empty")
+        if len(set(replicas)) != len(replicas):
+            raise InvalidRequestError(f"topic '{name}' partition {p}: replica list {replicas} names a broker twice")
+        unknown = [r for r in replicas if r not in self.alive]
+        if unknown:
+            raise BrokerIdNotRegisteredError(
+                f"topic '{name}' partition {p}: broker(s) {unknown} are not live members of the cluster "
+                f"(live: {sorted(self.alive)})"
+            )
+
+    async def ensure_internal_topic(self, *, name: str, partitions: int, configs: Mapping[str, str],
+                                    replication_factor: int) -> dict:
+        """Create an internal topic if missing — only once as many brokers as its replication factor are live.
+
+        Kafka's rule (offsets.topic.replication.factor): creating it with fewer replicas would leave it
+        under-replicated for good, so until enough brokers registered the answer is COORDINATOR_NOT_AVAILABLE
+        and clients retry.
+        """
+        if name in self.topics:
+            return self._answer(self.topics[name].to_json())
+        live = len(self._racks())
+        if live < replication_factor:
+            raise CoordinatorNotAvailableError(
+                f"internal topic '{name}' needs {replication_factor} live brokers (its replication factor); "
+                f"{live} are live: retry once the others have joined")
+        try:
+            return await self.create_topic(name=name, partitions=partitions, replication_factor=replication_factor,
+                                           configs=configs)
+        except TopicAlreadyExistsError:
+            return self._answer(self.topics[name].to_json())
+
+    async def delete_topic(self, *, name: str) -> dict:
+        async with self._lock:
+            self._check_fresh()
+            topic = self._topic(name)
+            if name in INTERNAL_TOPICS:
+                raise InvalidTopicError(
+                    f"topic '{name}' is internal: deleting it would lose every consumer group's committed offsets; refused"
+                )
+            await self._append([remove_topic_record(topic)])
+            log.info("deleted topic %s (id %s)", name, topic.topic_id)
+            return self._answer({"name": name, "deleted": True})
+
+    async def create_partitions(self, *, name: str, total: int, validate_only: bool = False,
+                                assignments: list[list[int]] | None = None) -> dict:
+        async with self._lock:
+            self._check_fresh()
+            topic = self._topic(name)
+            if total < topic.partitions:
+                raise InvalidPartitionsError(
+                    f"topic '{name}' has {topic.partitions} partitions; partitions can only grow, not shrink to {total}")
+            if total == topic.partitions:
+                raise InvalidPartitionsError(f"topic '{name}' already has {total} partitions")
+            if total > MAX_PARTITIONS:
+                raise InvalidPartitionsError(f"topic '{name}': {total} partitions is over the limit of {MAX_PARTITIONS}")
+            extra = total - topic.partitions
+            if assignments:
+                if len(assignments) != extra:
+                    raise InvalidRequestError(f"topic '{name}': {len(assignments)} assignment(s) for {extra} new partition(s)")
+                for i, replicas in enumerate(assignments):
+                    self._check_replica_list(name, topic.partitions + i, list(replicas))
+                plan = [list(r) for r in assignments]
+            else:
+                plan = assign_replicas(brokers=self._racks(), partitions=extra,
+                                       replication_factor=topic.replication_factor,
+                                       first_partition=topic.partitions, existing=self._existing_replicas(), topic=name)
+            new = replace(topic, partition_states=topic.partition_states + tuple(
+                PartitionState(tuple(r), r[0], 0, tuple(r), 0) for r in plan))
+            if not validate_only:
+                await self._commit([new])
+                log.info("topic %s grown from %d to %d partitions", name, topic.partitions, total)
+            return self._answer(new.to_json())
+
+    async def alter_configs(self, *, name: str, configs: Mapping[str, str], replace_all: bool = False,
+                            delete: list[str] | None = None, validate_only: bool = False) -> dict:
+        async with self._lock:
+            self._check_fresh()
+            topic = self._topic(name)
+            new_configs = {} if replace_all else dict(topic.configs)
+            new_configs.update(configs)
+            for key in delete or ():
+                new_configs.pop(key, None)
+            if self._topic_config_check is not None:
+                self._topic_config_check(name, new_configs)
+            new = replace(topic, configs=new_configs)
+            if not validate_only:
+                await self._commit([new])
+                log.info("altered config of topic %s: %s", name, new_configs)
+            return self._answer(new.to_json())
