@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from .rack import rack_env, rack_manifests, rack_spread
-from .spec import CONFIG_DIR, DATA_DIR, ClusterSpec
+from .spec import CONFIG_DIR, DATA_DIR, DEFAULTS_ANNOTATION, ClusterSpec, format_defaults
 
 __all__ = ["GROUP", "VERSION", "API_VERSION", "KELP_UID", "cluster_children", "labels_for", "selector_for",
            "owner_reference", "config_hash"]
@@ -94,8 +94,9 @@ def role_binding(spec: ClusterSpec) -> dict[str, Any]:
 
 
 def config_map(spec: ClusterSpec) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(spec, spec.config_map),
-            "data": {"broker.yaml": broker_config_yaml(spec)}}
+    """The broker config, annotated with the replication defaults chosen at creation (read back each pass)."""
+    meta = _meta(spec, spec.config_map, annotations={DEFAULTS_ANNOTATION: format_defaults(spec.replication_defaults())})
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"broker.yaml": broker_config_yaml(spec)}}
 
 
 def _ports(spec: ClusterSpec) -> list[dict[str, Any]]:
@@ -160,12 +161,19 @@ def broker_container(spec: ClusterSpec) -> dict[str, Any]:
     }
 
 
-def stateful_set(spec: ClusterSpec, *, replicas: int | None = None) -> dict[str, Any]:
-    """`replicas` overrides spec.brokers while brokers that will go are still being drained."""
-    claim_spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"],
-                                  "resources": {"requests": {"storage": spec.storage_size}}}
-    if spec.storage_class:
-        claim_spec["storageClassName"] = spec.storage_class
+def stateful_set(spec: ClusterSpec, *, replicas: int | None = None,
+                 claim: tuple[str | None, str | None] = (None, None)) -> dict[str, Any]:
+    """`replicas` overrides spec.brokers while brokers that will go are still being drained.
+
+    `claim` is the (size, storageClassName) of the claim template the StatefulSet already has: the
+    template is immutable, so a running cluster keeps it and storage.py grows the claims instead.
+    """
+    size, klass = claim
+    if size is None:
+        size, klass = spec.storage_size, spec.storage_class
+    claim_spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}
+    if klass:
+        claim_spec["storageClassName"] = klass
     pod_spec: dict[str, Any] = {
         "serviceAccountName": spec.service_account,
         "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
@@ -188,7 +196,7 @@ def stateful_set(spec: ClusterSpec, *, replicas: int | None = None) -> dict[str,
             # Brokers form the cluster together: start them all at once, not one Ready pod after another.
             "podManagementPolicy": "Parallel",
             # The operator restarts pods itself, one at a time and only while no partition would
-            # drop below min.insync.replicas (plans.next_restart); the StatefulSet controller would not wait.
+            # drop below min.insync.replicas (restarts.next_restart); the StatefulSet controller would not wait.
             "updateStrategy": {"type": "OnDelete"},
             "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
             "selector": {"matchLabels": selector_for(spec)},
@@ -203,8 +211,9 @@ def stateful_set(spec: ClusterSpec, *, replicas: int | None = None) -> dict[str,
     }
 
 
-def cluster_children(spec: ClusterSpec, *, replicas: int | None = None) -> list[dict[str, Any]]:
+def cluster_children(spec: ClusterSpec, *, replicas: int | None = None,
+                     claim: tuple[str | None, str | None] = (None, None)) -> list[dict[str, Any]]:
     """Every child of a Cluster, in the order they should be applied."""
     return [service_account(spec), role(spec), role_binding(spec), *rack_manifests(spec), config_map(spec),
             headless_service(spec),
-            client_service(spec), stateful_set(spec, replicas=replicas), pod_disruption_budget(spec)]
+            client_service(spec), stateful_set(spec, replicas=replicas, claim=claim), pod_disruption_budget(spec)]

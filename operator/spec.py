@@ -19,7 +19,8 @@ from typing import Any, Mapping
 
 from kelp.broker.config import BrokerConfig, ConfigError
 
-__all__ = ["ClusterSpec", "SpecError", "OPERATOR_OWNED_KEYS", "DATA_DIR", "CONFIG_DIR"]
+__all__ = ["ClusterSpec", "SpecError", "OPERATOR_OWNED_KEYS", "DATA_DIR", "CONFIG_DIR", "REPLICATION_DEFAULT_KEYS",
+           "DEFAULTS_ANNOTATION", "parse_defaults", "format_defaults"]
 
 DATA_DIR = "/var/lib/kelp"
 CONFIG_DIR = "/etc/kelp"
@@ -32,6 +33,26 @@ OPERATOR_OWNED_KEYS = frozenset({
     "advertised.host", "advertised.port", "cluster.name", "cluster.backend", "cluster.dir", "kube.namespace",
     "kube.config", "cluster.id", "broker.rack", "broker.rack.node.label", "kube.node.name",
 })
+
+
+# Defaults that once depended on the broker count: chosen at creation, then kept (`replication_defaults`).
+REPLICATION_DEFAULT_KEYS = ("default.replication.factor", "offsets.topic.replication.factor", "min.insync.replicas")
+# On the broker ConfigMap: the defaults chosen when the cluster was created, `key=value,key=value`.
+DEFAULTS_ANNOTATION = "kelp.dev/replication-defaults"
+
+
+def parse_defaults(text: str | None) -> dict[str, str]:
+    """The ConfigMap annotation back into a dict; unknown keys and malformed items are ignored."""
+    out = {}
+    for item in (text or "").split(","):
+        key, sep, value = item.strip().partition("=")
+        if sep and key in REPLICATION_DEFAULT_KEYS and value.strip().isdigit():
+            out[key] = value.strip()
+    return out
+
+
+def format_defaults(defaults: Mapping[str, str]) -> str:
+    return ",".join(f"{k}={defaults[k]}" for k in REPLICATION_DEFAULT_KEYS if k in defaults)
 
 
 class SpecError(ValueError):
@@ -55,9 +76,13 @@ class ClusterSpec:
     kafka_port: int = 9092
     http_port: int = 8080
     advertise: str = "dns"
+    reassignment_stall_s: int = 300
+    # Replication defaults chosen when the cluster was created (see `replication_defaults`); None: choose now.
+    pinned_defaults: Mapping[str, str] | None = None
 
     @classmethod
-    def from_resource(cls, body: Mapping[str, Any]) -> "ClusterSpec":
+    def from_resource(cls, body: Mapping[str, Any], *,
+                      pinned_defaults: Mapping[str, str] | None = None) -> "ClusterSpec":
         meta = body.get("metadata") or {}
         spec = body.get("spec") or {}
         storage = spec.get("storage") or {}
@@ -76,6 +101,8 @@ class ClusterSpec:
             rack_topology_key=rack.get("topologyKey"),
             kafka_port=int(listeners.get("kafkaPort", 9092)), http_port=int(listeners.get("httpPort", 8080)),
             advertise=str(listeners.get("advertise") or "dns"),
+            reassignment_stall_s=int((spec.get("reassignment") or {}).get("stallTimeoutSeconds", 300)),
+            pinned_defaults=dict(pinned_defaults) if pinned_defaults else None,
         )
         out.validate()
         return out
@@ -106,6 +133,8 @@ class ClusterSpec:
             raise SpecError(f"spec.brokers must be at least 1, got {self.brokers}")
         if self.kafka_port == self.http_port:
             raise SpecError("listeners.kafkaPort and listeners.httpPort must differ")
+        if self.reassignment_stall_s < 10:
+            raise SpecError(f"spec.reassignment.stallTimeoutSeconds must be at least 10, got {self.reassignment_stall_s}")
         if self.advertise not in ("dns", "podIP"):
             raise SpecError(f"spec.listeners.advertise must be dns or podIP, got {self.advertise!r}")
         owned = sorted(set(self.config) & OPERATOR_OWNED_KEYS)
@@ -118,14 +147,26 @@ class ClusterSpec:
         except ConfigError as exc:
             raise SpecError(f"spec.config: {exc}") from None
 
-    def broker_config(self) -> dict[str, Any]:
-        """The brokers' YAML config: the operator's keys, sensible cluster defaults, then spec.config."""
+    def replication_defaults(self) -> dict[str, str]:
+        """Replication factor and min.insync defaults, fixed for the cluster's life.
+
+        Chosen once, from the broker count the cluster is created with
+        (RF min(3, brokers), min.insync min(2, brokers)), then read back from
+        the ConfigMap (`DEFAULTS_ANNOTATION`) and passed in as
+        `pinned_defaults`: were they recomputed from `spec.brokers`, scaling
+        1 -> 3 would change every broker's config and roll every pod, and new
+        topics would silently get another replication factor. To change them,
+        set the keys in `spec.config`.
+        """
         rf = str(min(3, self.brokers))
-        defaults = {
-            "default.replication.factor": rf,
-            "offsets.topic.replication.factor": rf,
-            "min.insync.replicas": str(min(2, self.brokers)),
-        }
+        chosen = {"default.replication.factor": rf, "offsets.topic.replication.factor": rf,
+                  "min.insync.replicas": str(min(2, self.brokers))}
+        pinned = self.pinned_defaults or {}
+        return {k: str(pinned.get(k, chosen[k])) for k in REPLICATION_DEFAULT_KEYS}
+
+    def broker_config(self) -> dict[str, Any]:
+        """The brokers' YAML config: the operator's keys, the replication defaults, then spec.config."""
+        defaults = self.replication_defaults()
         owned = {
             "cluster.name": self.name,
             "cluster.backend": "kube",

@@ -128,6 +128,9 @@ FULL_STATUS = {
                        condition("Degraded", "False", "AsExpected", "")],
         "brokers": 2, "controller": 0, "topics": 4, "unmanagedTopics": ["clicks", "tmp"],
         "underReplicatedPartitions": 5, "offlinePartitions": 0, "bootstrap": "demo.ns.svc:9092",
+        "readyBrokers": "2/3", "leaderSkew": 3, "preferredLeaderImbalance": 4,
+        "reassignment": {"partitions": 2, "progress": 12345678901, "lastProgressTime": NOW,
+                         "stalledPartitions": ["orders-1"]},
     },
     "Topic": {
         "observedGeneration": 1,
@@ -212,12 +215,14 @@ def test_examples_apply_with_server_defaults(custom, kube_namespace) -> None:
     ("Cluster", None, {"brokers": 3, "image": "kelp:0.1.0", "imagePullPolicy": "IfNotPresent",
                        "storage": {"size": "10Gi"}, "config": {},
                        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
-                       "listeners": {"kafkaPort": 9092, "httpPort": 8080, "advertise": "dns"}}),
+                       "listeners": {"kafkaPort": 9092, "httpPort": 8080, "advertise": "dns"},
+                       "reassignment": {"stallTimeoutSeconds": 300}}),
     ("Cluster", {"brokers": 1, "storage": {"storageClassName": "fast"}},
      {"brokers": 1, "image": "kelp:0.1.0", "imagePullPolicy": "IfNotPresent",
       "storage": {"size": "10Gi", "storageClassName": "fast"}, "config": {},
       "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
-      "listeners": {"kafkaPort": 9092, "httpPort": 8080, "advertise": "dns"}}),
+      "listeners": {"kafkaPort": 9092, "httpPort": 8080, "advertise": "dns"},
+      "reassignment": {"stallTimeoutSeconds": 300}}),
     ("Topic", {"cluster": "demo"}, {"cluster": "demo", "partitions": 1, "config": {}, "deletePolicy": "retain"}),
     ("ConsumerGroup", {"cluster": "demo"}, {"cluster": "demo"}),
 ], ids=["cluster-no-spec", "cluster-partial", "topic-minimal", "group-minimal"])
@@ -358,11 +363,11 @@ def test_printer_columns(custom, kube_api, kube_namespace) -> None:
         return dict(zip(names, only["cells"]))
 
     cluster = row("clusters")
-    assert list(cluster) == ["Name", "Ready", "Brokers", "Desired", "Controller", "Under-Replicated",
-                             "Bootstrap", "Age"]
-    assert (cluster["Name"], cluster["Ready"], cluster["Brokers"], cluster["Desired"]) == ("demo", "False", 2, 3)
-    assert (cluster["Controller"], cluster["Under-Replicated"]) == (0, 5)
-    assert cluster["Bootstrap"] == "demo.ns.svc:9092"
+    assert list(cluster) == ["Name", "Ready", "Brokers", "Controller", "Under-Replicated", "Operation", "Offline",
+                             "Leader-Skew", "Bootstrap", "Age"]
+    assert (cluster["Name"], cluster["Ready"], cluster["Brokers"]) == ("demo", "False", "2/3")
+    assert (cluster["Controller"], cluster["Under-Replicated"], cluster["Operation"]) == (0, 5, "RollingOut")
+    assert (cluster["Offline"], cluster["Leader-Skew"], cluster["Bootstrap"]) == (0, 3, "demo.ns.svc:9092")
     topic = row("topics")
     assert list(topic) == ["Name", "Cluster", "Topic", "Partitions", "RF", "Ready", "Age"]
     assert [topic[c] for c in ("Name", "Cluster", "Topic", "Partitions", "RF", "Ready")] == [
