@@ -33,6 +33,7 @@ from .builders import cluster_children, selector_for
 from .events import Recorder
 from .groups import reconcile_group
 from .kube import KubeClient
+from .listeners import advertised, apply_external, mark_moved_addresses, remove_external
 from .rack import rack_condition
 from .resources import PAUSE_ANNOTATION, AdminFactory, ClusterPass, Result, paused
 from .restarts import ordinal, pod_ready
@@ -149,7 +150,14 @@ async def reconcile_cluster(body: Mapping[str, Any], kube: KubeClient, admin_for
                            "they have registered")
             meta = {**meta, "annotations": {**ctx.annotations, REBALANCE_ANNOTATION: "pending"}}
             ctx.body = {**body, "metadata": meta}
-        refused = await _apply(ctx, cluster_children(spec, replicas=replicas, claim=(claim_size, claim_class)))
+        external, external_note = None, None
+        extra["externalAddresses"] = None
+        if spec.external_type:
+            external, allowed, external_note = await apply_external(ctx, replicas, current)
+            replicas = min(replicas, allowed)
+        refused = await _apply(ctx, cluster_children(spec, replicas=replicas, claim=(claim_size, claim_class),
+                                                     external=external))
+        await remove_external(ctx, keep=len(external or {}))
         sts = await kube.get("StatefulSet", namespace, name) or {}
         ctx.pods = await kube.list("Pod", namespace, labels=selector_for(spec))
         field, stalled = await watch_reassignments(ctx)
@@ -161,13 +169,18 @@ async def reconcile_cluster(body: Mapping[str, Any], kube: KubeClient, admin_for
             note = await rebalance(ctx)
             notes += [note] if note else []
         update_revision = (sts.get("status") or {}).get("updateRevision") or ""
+        if external is not None:
+            wanted = advertised(ctx, external)
+            extra["externalAddresses"] = [f"{h}:{p}" for n, (h, p) in sorted(wanted.items()) if n < spec.brokers]
         if not notes:
+            if external is not None:
+                await mark_moved_addresses(ctx, wanted)
             await mark_manual_roll(ctx)
             note = await roll(ctx, update_revision)
             if note is None:
                 note = await elect_after_roll(ctx)
             notes += [note] if note else []
-        for extra_note in (refused, storage_note):
+        for extra_note in (external_note, refused, storage_note):
             if extra_note is not None:
                 notes.insert(0, extra_note)
     sts_status = sts.get("status") or {}

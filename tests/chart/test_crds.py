@@ -26,7 +26,7 @@ COLUMNS = {
 STATUS_FIELDS = {
     "Cluster": {"observedGeneration", "conditions", "brokers", "controller", "topics", "unmanagedTopics",
                 "underReplicatedPartitions", "offlinePartitions", "bootstrap", "readyBrokers", "leaderSkew",
-                "preferredLeaderImbalance", "reassignment"},
+                "preferredLeaderImbalance", "reassignment", "externalAddresses"},
     "Topic": {"observedGeneration", "conditions", "topicName", "partitions", "replicationFactor",
               "partitionStates"},
     "ConsumerGroup": {"observedGeneration", "conditions", "state", "members", "memberList", "offsets",
@@ -34,7 +34,7 @@ STATUS_FIELDS = {
 }
 SPEC_FIELDS = {
     "Cluster": {"brokers", "image", "imagePullPolicy", "storage", "resources", "config", "rack", "listeners",
-                "reassignment"},
+                "reassignment", "podTemplate", "podDisruptionBudget"},
     "Topic": {"cluster", "topicName", "partitions", "replicationFactor", "config", "deletePolicy"},
     "ConsumerGroup": {"cluster", "groupId", "resetOffsets"},
 }

@@ -102,7 +102,8 @@ def test_cluster_reconciles_into_owned_children_with_conditions_users_can_act_on
     # kopf's bookkeeping stays in annotations: status holds only what the CRD declares.
     assert set(c["status"]) <= {"observedGeneration", "conditions", "brokers", "controller", "topics",
                                 "unmanagedTopics", "underReplicatedPartitions", "offlinePartitions", "bootstrap",
-                                "readyBrokers", "leaderSkew", "preferredLeaderImbalance", "reassignment"}
+                                "readyBrokers", "leaderSkew", "preferredLeaderImbalance", "reassignment",
+                                "externalAddresses"}
     assert c["status"]["readyBrokers"] == "0/3"
 
     # A spec change reaches the children; a wrong one is refused in a condition and changes nothing.
