@@ -164,7 +164,9 @@ def _ports(spec: ClusterSpec) -> list[dict[str, Any]]:
 
 def headless_service(spec: ClusterSpec) -> dict[str, Any]:
     """Per-pod DNS (`<pod>.<cluster>-brokers.<ns>.svc`), published before readiness: brokers find each other."""
-    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(spec, spec.headless_service),
+    meta = _meta(spec, spec.headless_service)
+    meta["labels"] = {**meta["labels"], "kelp.dev/service": "brokers"}  # what a ServiceMonitor selects (chart)
+    return {"apiVersion": "v1", "kind": "Service", "metadata": meta,
             "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": selector_for(spec),
                      "ports": _ports(spec)}}
 
