@@ -25,7 +25,8 @@ GROUP_ID_NOT_FOUND = 69
 _RESET_TO = {"earliest": "earliest", "latest": "latest", "timestamp": "datetime", "offset": "offset"}
 
 
-async def reconcile_group(body: Mapping[str, Any], kube: KubeClient, admin_for: AdminFactory, **_: Any) -> Result:
+async def reconcile_group(body: Mapping[str, Any], kube: KubeClient, admin_for: AdminFactory, *,
+                          events: Any = None, **_: Any) -> Result:
     spec = body.get("spec") or {}
     meta = body["metadata"]
     group = spec.get("groupId") or meta["name"]
@@ -77,6 +78,9 @@ async def reconcile_group(body: Mapping[str, Any], kube: KubeClient, admin_for: 
                     conds.append(condition("OffsetsReset", False, reason, f"reset {request_id}: {exc.message}"))
                 else:
                     status["lastAppliedRequestId"] = request_id
+                    if events is not None:
+                        await events.emit(body, "OffsetsReset", f"reset {request_id} moved '{reset['topic']}' to "
+                                          f"{reset['to']}")
                     conds.append(condition("OffsetsReset", True, "Applied",
                                            f"reset {request_id} moved '{reset['topic']}' to {reset['to']}"))
                     described = await describe()

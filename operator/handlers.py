@@ -38,7 +38,7 @@ from .kube import KubeClient
 from .leadership import LeadershipLost
 from .resync import admin_factory, resync_loop
 from .runner import Runner
-from .topics import delete_topic
+from .topics import TopicOwners, delete_topic
 
 log = logging.getLogger("kelp.operator")
 
@@ -63,6 +63,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.http = aiohttp.ClientSession()
     memo.runner = Runner(memo.kube, admin_factory(memo.kube, memo.http),
                          instance=leadership.identity if leadership is not None else "kelp-operator")
+    memo.topic_owners = TopicOwners()
     memo.resync = asyncio.create_task(resync_loop(memo.runner, getattr(memo, "namespaces", None)),
                                       name="kelp-resync")
 
@@ -76,8 +77,11 @@ async def close(memo: kopf.Memo, **_: Any) -> None:
 
 
 async def _reconcile(memo: kopf.Memo, kind: str, body: kopf.Body) -> None:
+    # Topic events share one ownership index (rebuilt only when stale): a resume event per Topic at start-up
+    # must not list every Topic each.
+    options = {"owners": memo.topic_owners} if kind == "Topic" else {}
     try:
-        await memo.runner.reconcile(kind, body["metadata"]["namespace"], body["metadata"]["name"])
+        await memo.runner.reconcile(kind, body["metadata"]["namespace"], body["metadata"]["name"], **options)
     except LeadershipLost as exc:
         # Not kopf's to retry: the run loop stops this replica; until then, nothing is written.
         raise kopf.PermanentError(str(exc)) from None

@@ -12,8 +12,8 @@ isolated; a lost Lease ends the pass (this replica must not act); the loop
 itself only stops when the operator does.
 
 Topic ownership (the oldest Topic resource naming a topic owns it) is
-decided once per pass for all Topics (`topics.topic_owners`), linear in
-their number.
+decided from one index per pass for all Topics (`topics.TopicOwners`),
+linear in their number.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from .rack import BINDING_LABEL, orphaned_bindings
 from .resources import AdminFactory
 from .runner import Runner, status_patch
 from .spec import ClusterSpec
-from .topics import topic_owners
+from .topics import TopicOwners
 
 __all__ = ["resync_loop", "resync_once", "collect_rack_bindings", "status_patch", "admin_factory", "RESYNC_S"]
 
@@ -56,7 +56,7 @@ async def resync_once(kube: KubeClient, http: aiohttp.ClientSession | None, name
     for kind in KINDS:
         mark = runner.mark()
         items = await kube.list_everywhere(kind, namespaces)
-        options: dict[str, Any] = {"owners": topic_owners(items)} if kind == "Topic" else {}
+        options: dict[str, Any] = {"owners": TopicOwners().load(items)} if kind == "Topic" else {}
         for body in items:
             meta = body["metadata"]
             if meta.get("deletionTimestamp"):

@@ -3,10 +3,13 @@
 Why: topics are one-way — the resource is the desired state. Topics a client
 created are never touched; a Topic resource naming a topic another, older
 resource already declares is refused with a condition instead of fighting
-over it. Ownership is decided by `topic_owners`, one pass over the Topic
-resources (the resync pass builds it once for all of them; an event builds
-it from one list): deciding it per Topic by scanning every other Topic was
-quadratic, minutes of CPU with a few thousand Topic resources.
+over it. Ownership comes from `TopicOwners`, an index built in one pass over
+the Topic resources: the resync pass builds one per pass, kopf's handlers
+share one that is rebuilt only when it may be stale (a Topic it has not
+seen, or an owner that has gone). Deciding it per Topic by scanning every
+other Topic was quadratic — minutes of CPU with a few thousand Topic
+resources, at every resync and at every operator start (one resume event
+per Topic).
 
 Like every reconciler here it returns `(status fields, conditions)` and never
 raises for a condition a user can act on.
@@ -22,7 +25,7 @@ from .kube import KubeClient
 from .resources import AdminFactory, Result, cluster_of, paused
 from .status import condition, topic_status
 
-__all__ = ["reconcile_topic", "delete_topic", "topic_name_of", "topic_owners", "Owners"]
+__all__ = ["reconcile_topic", "delete_topic", "topic_name_of", "topic_owners", "Owners", "TopicOwners"]
 
 # (namespace, cluster, topic name) -> ((creationTimestamp, resource name), resource name) of the owner.
 Owners = dict[tuple[str, str, str], tuple[tuple[str, str], str]]
@@ -54,28 +57,68 @@ def topic_owners(topics: Iterable[Mapping[str, Any]]) -> Owners:
     return owners
 
 
-async def _winner(body: Mapping[str, Any], kube: KubeClient, owners: Owners | None) -> str:
-    """Name of the Topic resource that owns this one's topic (itself, unless an older one declares it)."""
-    if owners is None:
-        owners = topic_owners(await kube.list("Topic", body["metadata"]["namespace"]))
-    best = owners.get(_owner_key(body))
-    mine = _age_key(body)
-    return best[1] if best is not None and best[0] < mine else body["metadata"]["name"]
+class TopicOwners:
+    """Which Topic resource owns which topic, per namespace; rebuilt (one list) only when it may be stale.
+
+    A Topic the index has not seen may have been created together with an
+    older duplicate, so it triggers a rebuild; a Topic it has seen cannot be
+    beaten by one created later (ownership goes to the oldest). An owner
+    that has since gone (deleted, or now naming another topic) triggers a
+    rebuild too. So a burst of N events costs O(N) objects read, not O(N^2).
+    """
+
+    def __init__(self) -> None:
+        self._owners: dict[str, Owners] = {}
+        self._seen: dict[str, set[str]] = {}
+
+    def load(self, topics: Iterable[Mapping[str, Any]]) -> "TopicOwners":
+        by_ns: dict[str, list[Mapping[str, Any]]] = {}
+        for t in topics:
+            by_ns.setdefault(t["metadata"].get("namespace", ""), []).append(t)
+        for ns, items in by_ns.items():
+            self._owners[ns] = topic_owners(items)
+            self._seen[ns] = {t["metadata"]["name"] for t in items}
+        return self
+
+    async def _rebuild(self, kube: KubeClient, namespace: str) -> Owners:
+        items = await kube.list("Topic", namespace)
+        self._owners[namespace] = topic_owners(items)
+        self._seen[namespace] = {t["metadata"]["name"] for t in items}
+        return self._owners[namespace]
+
+    async def winner(self, body: Mapping[str, Any], kube: KubeClient) -> str:
+        """Name of the Topic resource that owns this one's topic (itself, unless an older one declares it)."""
+        ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        owners = self._owners.get(ns)
+        if owners is None or name not in self._seen.get(ns, ()):
+            owners = await self._rebuild(kube, ns)
+        key, mine = _owner_key(body), _age_key(body)
+        best = owners.get(key)
+        if best is not None and best[0] < mine:
+            other = await kube.get("Topic", ns, best[1])
+            if other is None or (other.get("metadata") or {}).get("deletionTimestamp") or _owner_key(other) != key:
+                best = (await self._rebuild(kube, ns)).get(key)
+        return best[1] if best is not None and best[0] < mine else name
 
 
 async def reconcile_topic(body: Mapping[str, Any], kube: KubeClient, admin_for: AdminFactory, *,
-                          owners: Owners | None = None, **_: Any) -> Result:
+                          owners: TopicOwners | None = None, events: Any = None, **_: Any) -> Result:
     spec = body.get("spec") or {}
     name = topic_name_of(body)
     status: dict[str, Any] = {"topicName": name, "observedGeneration": int(body["metadata"].get("generation") or 0)}
     cluster, missing = await cluster_of(body, kube)
     if cluster is None:
         return status, [missing]  # type: ignore[list-item]
-    winner = await _winner(body, kube, owners)
+    async def emit(reason: str, message: str, *, warning: bool = False) -> None:
+        if events is not None:
+            await events.emit(body, reason, message, warning=warning)
+
+    winner = await (owners or TopicOwners()).winner(body, kube)
     if winner != body["metadata"]["name"]:
-        return status, [condition("Ready", False, "DuplicateTopic",
-                                  f"Topic resource '{winner}' (older) already declares topic "
-                                  f"'{name}' in cluster '{cluster.name}'; delete this resource or rename the topic")]
+        message = (f"Topic resource '{winner}' (older) already declares topic '{name}' in cluster "
+                   f"'{cluster.name}'; delete this resource or rename the topic")
+        await emit("DuplicateTopic", message, warning=True)
+        return status, [condition("Ready", False, "DuplicateTopic", message)]
     admin = await admin_for(cluster)
     path = f"/admin/v1/topics/{quote(name, safe='')}"
     if paused(body):
@@ -100,8 +143,12 @@ async def reconcile_topic(body: Mapping[str, Any], kube: KubeClient, admin_for: 
             if spec.get("replicationFactor") is not None:
                 create["replication_factor"] = int(spec["replicationFactor"])
             described = await admin.request("POST", "/admin/v1/topics", create)
+            await emit("TopicCreated", f"topic '{name}': {described['partitions_count']} partition(s), replication "
+                       f"factor {described['replication_factor']}")
         if described["partitions_count"] < partitions:
+            before = described["partitions_count"]
             described = await admin.request("POST", path + "/partitions", {"partitions": partitions})
+            await emit("PartitionsAdded", f"topic '{name}': {before} -> {partitions} partitions")
         elif described["partitions_count"] > partitions:
             notes.append(condition("Ready", False, "PartitionsCannotShrink",
                                    f"topic '{name}' has {described['partitions_count']} partitions and Kafka cannot "
@@ -111,6 +158,8 @@ async def reconcile_topic(body: Mapping[str, Any], kube: KubeClient, admin_for: 
             # Topic configs are dynamic in Kelp: altered in place, no broker restarts.
             await admin.request("PUT", path + "/configs", {"configs": desired_configs})
             described = await admin.get(path)
+            await emit("TopicConfigsAltered", f"topic '{name}': overrides set to {desired_configs or '{}'} (applied "
+                       "at once, no broker restart)")
         rf = spec.get("replicationFactor")
         if rf is not None and int(rf) != described["replication_factor"] and not notes:
             notes.append(condition("Ready", False, "ReplicationFactorDiffers",
@@ -138,7 +187,7 @@ async def delete_topic(body: Mapping[str, Any], kube: KubeClient, admin_for: Adm
     cluster, _missing = await cluster_of(body, kube)
     if cluster is None:
         return f"Cluster '{(body.get('spec') or {}).get('cluster')}' is gone; topic '{name}' left as it was"
-    winner = await _winner(body, kube, None)
+    winner = await TopicOwners().winner(body, kube)
     if winner != body["metadata"]["name"]:
         return f"topic '{name}' belongs to Topic resource '{winner}'; not deleted"
     admin = await admin_for(cluster)

@@ -51,3 +51,34 @@ def test_ownership_over_thousands_of_topics_is_linear(monkeypatch) -> None:
     assert dup["reason"] == "DuplicateTopic" and "Topic resource 't-00007' (older)" in dup["message"]
     created = [b["name"] for m, p, b in admin.requests if (m, p) == ("POST", "/admin/v1/topics")]
     assert len(created) == TOPICS and len(set(created)) == TOPICS  # every topic once, by its owner
+
+
+def test_a_burst_of_topic_events_reads_each_topic_a_bounded_number_of_times() -> None:
+    """Operator start: kopf resumes every Topic, one handler call each; they share one ownership index."""
+    from kelp.operator.runner import Runner
+    from kelp.operator.topics import TopicOwners
+
+    admin = FakeAdmin(brokers=[0])
+    n = TOPICS // 3
+    objects = [resource("Cluster", "demo", {"brokers": 1})]
+    objects += [resource("Topic", f"t-{i:05d}", {"cluster": "demo"}, created=f"2026-11-01T00:{i // 60 % 60:02d}:"
+                         f"{i % 60:02d}Z") for i in range(n)]
+    objects.append(resource("Topic", "late-copy", {"cluster": "demo", "topicName": "t-00003"},
+                            created="2026-11-03T00:00:00Z"))
+    kube = FakeKube(*objects)
+    runner = Runner(kube, admin_of(admin))
+    owners = TopicOwners()
+
+    async def events() -> None:
+        for i in range(n):
+            await runner.reconcile("Topic", "ns", f"t-{i:05d}", owners=owners)
+        # A duplicate created after the index was built: it is new to the index, so the index is rebuilt.
+        await runner.reconcile("Topic", "ns", "late-copy", owners=owners)
+        # The owner goes; the duplicate becomes the owner on its next event.
+        kube.objects.pop(("Topic", "ns", "t-00003"))
+        await runner.reconcile("Topic", "ns", "late-copy", owners=owners)
+    asyncio.run(events())
+    assert kube.listed.get("Topic", 0) <= 4 * (n + 1), f"{kube.listed['Topic']} Topic objects read for {n} events"
+    conds = kube.objects[("Topic", "ns", "late-copy")]["status"]["conditions"]
+    assert next(c for c in conds if c["type"] == "Ready")["reason"] == "TopicReady"
+    assert kube.events("DuplicateTopic")  # the first event refused it, with a Warning

@@ -16,28 +16,18 @@ import pytest
 import yaml
 
 from tests.kube.kube_waits import wait_for
-from tests.kube.operator_process import OperatorProcess
-from tests.kube.test_kube_crd import GROUP, VERSION, install_crds
+from tests.kube.test_kube_crd import GROUP, VERSION
+from tests.kube.test_kube_operator import _maybe, custom, get, operators  # noqa: F401  (fixtures)
+from tests.kube.test_kube_operator import cond as condition_of
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(600)]
 
 
 @pytest.fixture
-def custom(kube_api):
-    from kubernetes import client
-
-    install_crds(kube_api)
-    return client.CustomObjectsApi(kube_api)
-
-
-@pytest.fixture
-def operator(kube_control_plane, kube_namespace, tmp_path):
-    op = OperatorProcess(kubeconfig=kube_control_plane.kubeconfig, namespace=kube_namespace,
-                         log=tmp_path / "operator.log")
+def operator(operators):
+    op = operators()
     op.wait_active()
-    yield op
-    op.stop()
-    print(f"----- operator log\n{op.tail(40)}")
+    return op
 
 
 def cluster(name: str, spec: dict) -> dict:
@@ -45,22 +35,11 @@ def cluster(name: str, spec: dict) -> dict:
 
 
 def cond(obj: dict, type_: str) -> dict:
-    return next((c for c in (obj.get("status") or {}).get("conditions", []) if c["type"] == type_), {})
+    return condition_of(obj, type_) or {}
 
 
 def _get(custom, ns: str, name: str) -> dict:
-    return custom.get_namespaced_custom_object(GROUP, VERSION, ns, "clusters", name)
-
-
-def _maybe(call):
-    from kubernetes import client
-
-    try:
-        return call()
-    except client.ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
+    return get(custom, ns, "Cluster", name)
 
 
 def test_external_listeners_pod_template_and_disruption_budget(custom, kube_api, kube_namespace, operator) -> None:
