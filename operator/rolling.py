@@ -22,7 +22,7 @@ from typing import Any
 
 from .brokers import AdminError
 from .resources import ClusterPass
-from .restarts import IGNORE_MIN_INSYNC, MANUAL_ROLL, next_restart
+from .restarts import IGNORE_MIN_INSYNC, MANUAL_ROLL, next_restart, ordinal, pod_ready
 from .status import condition, leader_balance
 
 __all__ = ["roll", "mark_manual_roll", "elect_after_roll", "ROLL_REASONS"]
@@ -72,6 +72,9 @@ async def elect_after_roll(ctx: ClusterPass) -> dict[str, Any] | None:
         return condition("Progressing", True, ELECTING, "the roll is done; leaders move back to their preferred "
                          f"replicas once the brokers answer: {observed.error}")
     live = {int(b["id"]) for b in observed.cluster.get("brokers", [])}
+    # The last pod of a roll is on the new revision before its broker is back: those brokers are awaited too.
+    returning = {ordinal(p["metadata"]["name"]) for p in ctx.pods
+                 if not pod_ready(p) or p["metadata"].get("deletionTimestamp")} & set(range(ctx.spec.brokers))
     skew, imbalance = leader_balance(observed.topics, live)
     electable, catching_up = 0, 0
     for t in observed.topics:
@@ -81,7 +84,7 @@ async def elect_after_roll(ctx: ClusterPass) -> dict[str, Any] | None:
                 continue
             if replicas[0] in (p.get("isr") or []) and replicas[0] in live:
                 electable += 1
-            elif replicas[0] in live:
+            elif replicas[0] in live or replicas[0] in returning:
                 catching_up += 1
     elected = 0
     if electable:

@@ -71,3 +71,23 @@ def test_no_election_without_a_roll() -> None:
     status, conds = run(body, kube, admin)
     assert elections(admin) == 0 and progressing(conds)["reason"] == "Reconciled"
     assert status["preferredLeaderImbalance"] == 2  # reported, not acted on
+
+
+def test_the_election_waits_for_the_last_restarted_broker_to_come_back() -> None:
+    # Found on the real kubelet: the last pod of the roll is on the new revision (so nothing is outdated) but its
+    # broker has not registered yet; the election must wait for it rather than consider the roll settled.
+    body, kube, admin = rolled_cluster()
+    kube.put(broker_pod("demo", 2, revision="rev-2", ready=False))
+    admin.brokers = [0, 1]
+    for p in admin.topics["orders"]:
+        p["isr"] = [r for r in p["isr"] if r != 2] or p["isr"]
+    _, conds = run(body, kube, admin)
+    assert progressing(conds)["reason"] == "ElectingLeaders" and elections(admin) == 0
+    # Broker 2 is back and in sync: leadership returns to it.
+    kube.put(broker_pod("demo", 2, revision="rev-2"))
+    admin.brokers = [0, 1, 2]
+    for p in admin.topics["orders"]:
+        p["isr"] = list(p["replicas"])
+    _, conds = run(body, kube, admin)
+    assert elections(admin) == 1 and admin.topics["orders"][2]["leader"] == 2
+    assert admin.topics["orders"][3]["leader"] == 2
