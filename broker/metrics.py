@@ -8,7 +8,13 @@ process without "Duplicated timeseries" errors.
 
 The per-partition gauges (log start/end offset, size) are not updated on the
 hot path: `LogCollector` reads the `LogManager` at scrape time, so produce and
-fetch pay nothing for them.
+fetch pay nothing for them. Likewise `ClusterCollector` reads the broker's
+cluster metadata, its partitions and its group coordinator at scrape time
+(read-only, bounded): under-replicated, under-min-ISR and offline partitions,
+leader counts and skew, and per-group committed offsets and lag — the same
+counting rules Kafka's brokers use (each broker reports the partitions it
+leads; cluster-wide counts come from the active controller only, so a sum()
+over brokers never counts a partition twice).
 
 Compatibility seam: the Kafka server and the replica manager look up the
 module attributes `BYTES_IN`, `BYTES_OUT`, `RECORDS_IN`, `RECORDS_OUT` and
@@ -31,6 +37,7 @@ from prometheus_client.registry import Collector
 __all__ = [
     "BrokerMetrics",
     "LogCollector",
+    "ClusterCollector",
     "ListenerCollector",
     "PROCESS",
     "BYTES_IN",
@@ -132,6 +139,140 @@ class ListenerCollector(Collector):
         yield used
         yield limit
         yield connections
+
+
+# Bounds a scrape's cost and size: per-partition and per-group series beyond these are dropped (and counted).
+MAX_PARTITION_SERIES = 20_000
+MAX_GROUP_SERIES = 20_000
+
+
+class ClusterCollector(Collector):
+    """Partition health, leadership and consumer lag, read from a broker at scrape time.
+
+    `broker_source` returns the broker (or None while it starts). Everything
+    read is plain in-memory state: the cluster metadata every broker holds
+    (`broker.topics`, `broker.cluster`), this broker's partitions
+    (`broker.replicas.get_partition`, which never creates one) and the groups
+    its coordinator has loaded (`broker.groups.groups`). One scrape costs one
+    pass over the partitions plus one over the committed offsets of the
+    groups coordinated here, each capped (`MAX_*_SERIES`).
+    """
+
+    def __init__(self, broker_source: Any) -> None:
+        self._broker_source = broker_source
+
+    def describe(self) -> Iterable[Any]:
+        return list(self._families().values())
+
+    @staticmethod
+    def _families() -> dict[str, Any]:
+        tp, g = ["topic", "partition"], ["group", "topic", "partition"]
+        return {
+            "under": GaugeMetricFamily("kelp_under_replicated_partitions",
+                                       "Partitions led by this broker whose ISR is smaller than their replica set"),
+            "under_min": GaugeMetricFamily("kelp_under_min_isr_partitions",
+                                           "Partitions led by this broker with fewer in-sync replicas than "
+                                           "min.insync.replicas (acks=all writes fail)"),
+            "offline": GaugeMetricFamily("kelp_offline_partitions",
+                                         "Partitions without a live leader (reported by the active controller; "
+                                         "0 elsewhere)"),
+            "leaders": GaugeMetricFamily("kelp_leader_count", "Partitions this broker leads"),
+            "replicas": GaugeMetricFamily("kelp_partition_count", "Partition replicas assigned to this broker"),
+            "controller": GaugeMetricFamily("kelp_active_controller", "1 on the broker that is the controller"),
+            "skew": GaugeMetricFamily("kelp_leader_skew",
+                                      "Most partitions led by one live broker minus fewest (active controller only)"),
+            "imbalance": GaugeMetricFamily("kelp_preferred_replica_imbalance",
+                                           "Partitions not led by their preferred (first) replica (active "
+                                           "controller only)"),
+            "hw": GaugeMetricFamily("kelp_partition_high_watermark",
+                                    "High watermark of each partition this broker leads", labels=tp),
+            "committed": GaugeMetricFamily("kelp_consumer_group_committed_offset",
+                                           "Committed offset of each group coordinated by this broker", labels=g),
+            "lag": GaugeMetricFamily("kelp_consumer_group_lag",
+                                     "High watermark minus committed offset, for groups coordinated here and "
+                                     "partitions this broker holds (as `kelp groups describe`)", labels=g),
+            "members": GaugeMetricFamily("kelp_consumer_group_members",
+                                         "Members of each group coordinated by this broker", labels=["group"]),
+            "dropped": GaugeMetricFamily("kelp_metrics_series_dropped",
+                                         "Series left out of this scrape by its size bounds", labels=["family"]),
+        }
+
+    def collect(self) -> Iterator[Any]:
+        f = self._families()
+        broker = self._broker_source()
+        try:
+            if broker is not None and getattr(broker, "topics", None) is not None:
+                self._partitions(broker, f)
+                self._groups(broker, f)
+        except Exception:  # a scrape must never fail because state changed under it
+            pass
+        yield from f.values()
+
+    @staticmethod
+    def _partitions(broker: Any, f: dict[str, Any]) -> None:
+        me = int(broker.config.broker_id)
+        member = getattr(broker, "cluster", None)
+        live = set(getattr(member, "brokers", {}) or {})
+        controller = int(getattr(member, "controller_id", -1)) == me
+        default_min_isr = int(broker.config["min.insync.replicas"])
+        replicas = getattr(broker, "replicas", None)
+        under = under_min = offline = leaders = assigned = imbalance = hw_series = hw_dropped = 0
+        led: dict[int, int] = {b: 0 for b in live}
+        for t in broker.topics.list_topics():
+            min_isr = int(t.configs.get("min.insync.replicas", default_min_isr))
+            for p, state in enumerate(t.partition_states):
+                if me in state.replicas:
+                    assigned += 1
+                if state.leader in led:
+                    led[state.leader] += 1
+                if state.leader < 0 or state.leader not in live:
+                    offline += 1
+                elif state.replicas and state.leader != state.replicas[0]:
+                    imbalance += 1
+                if state.leader != me:
+                    continue
+                leaders += 1
+                if len(state.isr) < len(state.replicas):
+                    under += 1
+                if len(state.isr) < min_isr:
+                    under_min += 1
+                part = replicas.get_partition(t.name, p) if replicas is not None else None
+                if part is not None:
+                    if hw_series < MAX_PARTITION_SERIES:
+                        f["hw"].add_metric([t.name, str(p)], part.high_watermark)
+                        hw_series += 1
+                    else:
+                        hw_dropped += 1
+        f["under"].add_metric([], under)
+        f["under_min"].add_metric([], under_min)
+        f["offline"].add_metric([], offline if controller else 0)
+        f["leaders"].add_metric([], leaders)
+        f["replicas"].add_metric([], assigned)
+        f["controller"].add_metric([], 1 if controller else 0)
+        if controller:
+            f["skew"].add_metric([], max(led.values()) - min(led.values()) if led else 0)
+            f["imbalance"].add_metric([], imbalance)
+        f["dropped"].add_metric(["kelp_partition_high_watermark"], hw_dropped)
+
+    @staticmethod
+    def _groups(broker: Any, f: dict[str, Any]) -> None:
+        coordinator = getattr(broker, "groups", None)
+        groups = getattr(coordinator, "groups", None) or {}
+        replicas = getattr(broker, "replicas", None)
+        series = dropped = 0
+        for group_id, group in list(groups.items()):
+            f["members"].add_metric([group_id], len(group.members))
+            for (topic, p), committed in list(group.offsets.items()):
+                if series >= MAX_GROUP_SERIES:
+                    dropped += 1
+                    continue
+                series += 1
+                labels = [group_id, topic, str(p)]
+                f["committed"].add_metric(labels, committed.offset)
+                part = replicas.get_partition(topic, p) if replicas is not None else None
+                if part is not None:
+                    f["lag"].add_metric(labels, max(part.high_watermark - committed.offset, 0))
+        f["dropped"].add_metric(["kelp_consumer_group_committed_offset"], dropped)
 
 
 class BrokerMetrics:

@@ -5,9 +5,12 @@ StatefulSets and topics (design §8, docs/operator.md). The layout keeps the
 pure parts apart from the parts that talk to the world:
 
 - pure: `spec` (a Cluster spec with defaults, validated by the broker's own
-  config validator), `builders` (manifests), `status` (status and conditions);
-- thin I/O: `kube` (the one Kubernetes client), `brokers` (the brokers'
-  admin API);
-- decisions: `reconcile`; wiring: `handlers` (kopf events), `resync` (the
-  periodic pass); process: `run` (`kelp operator`, Lease election).
+  config validator), `builders` (manifests), `status` (status and conditions),
+  `plans` (partition moves), `restarts` (the rolling-restart rule);
+- thin I/O: `kube` (the one Kubernetes client, writes guarded by
+  `leadership`), `brokers` (the brokers' admin API), `events` (Events);
+- decisions: `reconcile` (one Cluster pass) with `scaling`, `rolling`,
+  `storage`; `topics`, `groups`; wiring: `runner` (one pass per object at a
+  time), `handlers` (kopf events), `resync` (the periodic pass); process:
+  `run` (`kelp operator`, Lease election).
 """

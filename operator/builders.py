@@ -22,15 +22,17 @@ Pure: imports no Kubernetes client and does no I/O.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, Mapping
 
 import yaml
 
 from .rack import rack_env, rack_manifests, rack_spread
-from .spec import CONFIG_DIR, DATA_DIR, ClusterSpec
+from .spec import CONFIG_DIR, CONFIG_HASH_ANNOTATION, DATA_DIR, DEFAULTS_ANNOTATION, SELECTOR_LABELS, ClusterSpec, \
+    format_defaults
 
 __all__ = ["GROUP", "VERSION", "API_VERSION", "KELP_UID", "cluster_children", "labels_for", "selector_for",
-           "owner_reference", "config_hash"]
+           "owner_reference", "config_hash", "external_service", "external_address", "broker_file",
+           "EXTERNAL_LABEL", "BROKER_LABEL"]
 
 GROUP = "kelp.dev"
 VERSION = "v1alpha1"
@@ -41,8 +43,7 @@ TERMINATION_GRACE_S = 120
 
 
 def selector_for(spec: ClusterSpec) -> dict[str, str]:
-    return {"app.kubernetes.io/name": "kelp", "app.kubernetes.io/instance": spec.name,
-            "app.kubernetes.io/component": "broker"}
+    return dict(zip(SELECTOR_LABELS, ("kelp", spec.name, "broker")))
 
 
 def labels_for(spec: ClusterSpec) -> dict[str, str]:
@@ -93,9 +94,67 @@ def role_binding(spec: ClusterSpec) -> dict[str, Any]:
     }
 
 
-def config_map(spec: ClusterSpec) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(spec, spec.config_map),
-            "data": {"broker.yaml": broker_config_yaml(spec)}}
+# An external listener's address per broker ordinal: {"host": str | None, "port": int | None}.
+Addresses = Mapping[int, Mapping[str, Any]]
+
+
+def broker_file(spec: ClusterSpec, ordinal: int, address: Mapping[str, Any]) -> str:
+    """With an external listener, broker n's own config file: the shared config plus what it advertises."""
+    own: dict[str, Any] = dict(spec.broker_config())
+    if spec.external_type == "LoadBalancer":
+        own["advertised.host"] = address.get("host") or spec.pod_dns(ordinal)
+        own["advertised.port"] = spec.kafka_port
+    elif address.get("port"):
+        own["advertised.port"] = int(address["port"])  # advertised.host: the node's address, from the env
+    return yaml.safe_dump(own, sort_keys=True, default_flow_style=False)
+
+
+def config_map(spec: ClusterSpec, external: Addresses | None = None) -> dict[str, Any]:
+    """The broker config, annotated with the replication defaults chosen at creation (read back each pass).
+
+    With an external listener each broker reads its own file `<pod>.yaml` (the shared config plus the
+    address it advertises); the pod template, and so the roll, depends only on the shared part.
+    """
+    meta = _meta(spec, spec.config_map, annotations={DEFAULTS_ANNOTATION: format_defaults(spec.replication_defaults())})
+    data = {"broker.yaml": broker_config_yaml(spec)}
+    if spec.external_type:
+        for n, address in sorted((external or {}).items()):
+            data[f"{spec.name}-{n}.yaml"] = broker_file(spec, n, address)
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
+
+
+EXTERNAL_LABEL = "kelp.dev/listener"
+BROKER_LABEL = "kelp.dev/broker"
+
+
+def external_service(spec: ClusterSpec, ordinal: int) -> dict[str, Any]:
+    """Broker n's own external Service (NodePort or LoadBalancer), selecting only its pod."""
+    meta = _meta(spec, f"{spec.name}-external-{ordinal}")
+    meta["labels"] = {**meta["labels"], EXTERNAL_LABEL: "external", BROKER_LABEL: str(ordinal)}
+    if spec.external_annotations:
+        meta["annotations"] = dict(spec.external_annotations)
+    port: dict[str, Any] = {"name": "kafka", "port": spec.kafka_port, "targetPort": "kafka", "protocol": "TCP"}
+    if spec.external_type == "NodePort" and spec.external_node_ports:
+        port["nodePort"] = spec.external_node_ports[ordinal]
+    svc: dict[str, Any] = {"type": spec.external_type,
+                           "selector": {"statefulset.kubernetes.io/pod-name": f"{spec.name}-{ordinal}"},
+                           "ports": [port], "publishNotReadyAddresses": False}
+    if spec.external_type == "NodePort":
+        # Each broker advertises the address of the node it runs on: traffic stays on that node.
+        svc["externalTrafficPolicy"] = "Local"
+    return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": svc}
+
+
+def external_address(spec: ClusterSpec, service: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What broker n advertises, read off its applied Service: node port, or load balancer host."""
+    if not service:
+        return {"host": None, "port": None}
+    if spec.external_type == "NodePort":
+        ports = (service.get("spec") or {}).get("ports") or []
+        return {"host": None, "port": ports[0].get("nodePort") if ports else None}
+    ingress = (((service.get("status") or {}).get("loadBalancer") or {}).get("ingress") or [])
+    host = (ingress[0].get("ip") or ingress[0].get("hostname")) if ingress else None
+    return {"host": host, "port": spec.kafka_port}
 
 
 def _ports(spec: ClusterSpec) -> list[dict[str, Any]]:
@@ -105,7 +164,9 @@ def _ports(spec: ClusterSpec) -> list[dict[str, Any]]:
 
 def headless_service(spec: ClusterSpec) -> dict[str, Any]:
     """Per-pod DNS (`<pod>.<cluster>-brokers.<ns>.svc`), published before readiness: brokers find each other."""
-    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(spec, spec.headless_service),
+    meta = _meta(spec, spec.headless_service)
+    meta["labels"] = {**meta["labels"], "kelp.dev/service": "brokers"}  # what a ServiceMonitor selects (chart)
+    return {"apiVersion": "v1", "kind": "Service", "metadata": meta,
             "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": selector_for(spec),
                      "ports": _ports(spec)}}
 
@@ -117,29 +178,41 @@ def client_service(spec: ClusterSpec) -> dict[str, Any]:
 
 
 def pod_disruption_budget(spec: ClusterSpec) -> dict[str, Any]:
-    """One broker down at a time for drains: with RF 3 and min ISR 2 acks=all writes keep going."""
+    """Voluntary disruptions (node drains) take down at most RF - min.insync brokers (spec.disruptions_allowed)."""
     return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": _meta(spec, spec.name),
-            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_for(spec)}}}
+            "spec": {"maxUnavailable": spec.disruptions_allowed(), "selector": {"matchLabels": selector_for(spec)}}}
 
 
 def _env(spec: ClusterSpec) -> list[dict[str, Any]]:
     field = lambda path: {"valueFrom": {"fieldRef": {"fieldPath": path}}}  # noqa: E731
     env = [{"name": "POD_NAME", **field("metadata.name")}, {"name": "POD_IP", **field("status.podIP")}]
-    if spec.advertise == "podIP":
+    if spec.external_type == "NodePort":
+        env.append({"name": "KELP_ADVERTISED_HOST", **field("status.hostIP")})
+    elif spec.external_type == "LoadBalancer":
+        pass  # advertised.host is in the broker's own file (builders.broker_file): env would override it
+    elif spec.advertise == "podIP":
         env.append({"name": "KELP_ADVERTISED_HOST", **field("status.podIP")})
     else:
         env.append({"name": "KELP_ADVERTISED_HOST",
                     "value": f"$(POD_NAME).{spec.headless_service}.{spec.namespace}.svc"})
+    if spec.external_type:
+        # Brokers reach each other's HTTP API at the address they register; with an external Kafka address
+        # that must stay the pod IP, so HTTP binds it (and the preStop hook finds it through KELP_HTTP).
+        env.append({"name": "KELP_HTTP_HOST", "value": "$(POD_IP)"})
+        env.append({"name": "KELP_HTTP", "value": f"http://$(POD_IP):{spec.http_port}"})
     return env + rack_env(spec)
 
 
 def broker_container(spec: ClusterSpec) -> dict[str, Any]:
-    http = f"http://127.0.0.1:{spec.http_port}"
+    shutdown = ["kelp", "broker-ctl", "controlled-shutdown"]
+    if not spec.external_type:
+        shutdown += ["--http", f"http://127.0.0.1:{spec.http_port}"]
+    config = f"{CONFIG_DIR}/$(POD_NAME).yaml" if spec.external_type else f"{CONFIG_DIR}/broker.yaml"
     return {
         "name": "broker",
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy,
-        "args": ["broker", "--config", f"{CONFIG_DIR}/broker.yaml"],
+        "args": ["broker", "--config", config],
         "env": _env(spec),
         "ports": [{"name": "kafka", "containerPort": spec.kafka_port, "protocol": "TCP"},
                   {"name": "http", "containerPort": spec.http_port, "protocol": "TCP"}],
@@ -149,8 +222,7 @@ def broker_container(spec: ClusterSpec) -> dict[str, Any]:
                           "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 6},
         "startupProbe": {"httpGet": {"path": "/healthz", "port": "http"},
                          "periodSeconds": 2, "timeoutSeconds": 2, "failureThreshold": 300},
-        "lifecycle": {"preStop": {"exec": {"command": [
-            "kelp", "broker-ctl", "controlled-shutdown", "--http", http]}}},
+        "lifecycle": {"preStop": {"exec": {"command": shutdown}}},
         "resources": dict(spec.resources),
         "volumeMounts": [{"name": "data", "mountPath": DATA_DIR},
                          {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
@@ -160,12 +232,43 @@ def broker_container(spec: ClusterSpec) -> dict[str, Any]:
     }
 
 
-def stateful_set(spec: ClusterSpec, *, replicas: int | None = None) -> dict[str, Any]:
-    """`replicas` overrides spec.brokers while brokers that will go are still being drained."""
-    claim_spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"],
-                                  "resources": {"requests": {"storage": spec.storage_size}}}
-    if spec.storage_class:
-        claim_spec["storageClassName"] = spec.storage_class
+def _pod_overrides(spec: ClusterSpec, pod_spec: dict[str, Any]) -> dict[str, Any]:
+    """Apply spec.podTemplate to the pod spec in place; returns the pod template's metadata.
+
+    Scheduling fields (affinity, tolerations, nodeSelector, priorityClassName) are taken as given;
+    topologySpreadConstraints replace the default spread over nodes (a constraint without
+    labelSelector gets the broker pods' selector; rack spreading is kept); securityContext is merged
+    over the default (a key given wins). Labels and annotations are added; the operator's own (the
+    selector labels, the config hash) cannot be overridden (spec validation refuses them).
+    """
+    tmpl = spec.pod_template
+    for key in ("affinity", "tolerations", "nodeSelector", "priorityClassName"):
+        if tmpl.get(key):
+            pod_spec[key] = tmpl[key]
+    if tmpl.get("topologySpreadConstraints"):
+        pod_spec["topologySpreadConstraints"] = [
+            {**c, "labelSelector": c.get("labelSelector") or {"matchLabels": selector_for(spec)}}
+            for c in tmpl["topologySpreadConstraints"]] + rack_spread(spec, selector_for(spec))
+    if tmpl.get("securityContext"):
+        pod_spec["securityContext"] = {**pod_spec["securityContext"], **tmpl["securityContext"]}
+    meta = tmpl.get("metadata") or {}
+    return {"labels": {**(meta.get("labels") or {}), **labels_for(spec)},
+            "annotations": {**(meta.get("annotations") or {}), CONFIG_HASH_ANNOTATION: config_hash(spec)}}
+
+
+def stateful_set(spec: ClusterSpec, *, replicas: int | None = None,
+                 claim: tuple[str | None, str | None] = (None, None)) -> dict[str, Any]:
+    """`replicas` overrides spec.brokers while brokers that will go are still being drained.
+
+    `claim` is the (size, storageClassName) of the claim template the StatefulSet already has: the
+    template is immutable, so a running cluster keeps it and storage.py grows the claims instead.
+    """
+    size, klass = claim
+    if size is None:
+        size, klass = spec.storage_size, spec.storage_class
+    claim_spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}
+    if klass:
+        claim_spec["storageClassName"] = klass
     pod_spec: dict[str, Any] = {
         "serviceAccountName": spec.service_account,
         "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
@@ -180,6 +283,7 @@ def stateful_set(spec: ClusterSpec, *, replicas: int | None = None) -> dict[str,
                                        "labelSelector": {"matchLabels": selector_for(spec)}}]
                                      + rack_spread(spec, selector_for(spec)),
     }
+    pod_meta = _pod_overrides(spec, pod_spec)
     return {
         "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": _meta(spec, spec.name),
         "spec": {
@@ -188,23 +292,25 @@ def stateful_set(spec: ClusterSpec, *, replicas: int | None = None) -> dict[str,
             # Brokers form the cluster together: start them all at once, not one Ready pod after another.
             "podManagementPolicy": "Parallel",
             # The operator restarts pods itself, one at a time and only while no partition would
-            # drop below min.insync.replicas (plans.next_restart); the StatefulSet controller would not wait.
+            # drop below min.insync.replicas (restarts.next_restart); the StatefulSet controller would not wait.
             "updateStrategy": {"type": "OnDelete"},
             "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
             "selector": {"matchLabels": selector_for(spec)},
-            "template": {
-                "metadata": {"labels": labels_for(spec),
-                             "annotations": {"kelp.dev/config-hash": config_hash(spec)}},
-                "spec": pod_spec,
-            },
+            "template": {"metadata": pod_meta, "spec": pod_spec},
             "volumeClaimTemplates": [{"metadata": {"name": "data", "labels": selector_for(spec)},
                                       "spec": claim_spec}],
         },
     }
 
 
-def cluster_children(spec: ClusterSpec, *, replicas: int | None = None) -> list[dict[str, Any]]:
-    """Every child of a Cluster, in the order they should be applied."""
-    return [service_account(spec), role(spec), role_binding(spec), *rack_manifests(spec), config_map(spec),
-            headless_service(spec),
-            client_service(spec), stateful_set(spec, replicas=replicas), pod_disruption_budget(spec)]
+def cluster_children(spec: ClusterSpec, *, replicas: int | None = None,
+                     claim: tuple[str | None, str | None] = (None, None),
+                     external: Addresses | None = None) -> list[dict[str, Any]]:
+    """Every child of a Cluster, in the order they should be applied.
+
+    The external Services (`external_service`) are not among them: they are applied first, since what
+    they are given (node ports, load balancer addresses) goes into the brokers' files (`external`).
+    """
+    return [service_account(spec), role(spec), role_binding(spec), *rack_manifests(spec),
+            config_map(spec, external), headless_service(spec),
+            client_service(spec), stateful_set(spec, replicas=replicas, claim=claim), pod_disruption_budget(spec)]

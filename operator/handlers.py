@@ -1,12 +1,14 @@
 """kopf handlers: events on Cluster, Topic and ConsumerGroup resources, wired to `reconcile`.
 
 Why: kopf owns watching, retries with backoff and finalizers; this module
-only says which events trigger which reconciliation and writes the result
-into the status subresource (conditions merged so `lastTransitionTime`
-moves only on a real change). Handlers return nothing, so kopf writes no
-`status.<handler>` keys (the CRDs' structural schemas would prune them
-anyway). kopf keeps its own progress in `kelp.dev/` annotations, not in
-status.
+only says which events trigger which reconciliation. Every reconciliation
+goes through the `Runner` the resync loop uses too (one pass per object at
+a time, on a freshly read body, status written through the status
+subresource by the guarded client — conditions merged so
+`lastTransitionTime` moves only on a real change). Handlers return nothing,
+so kopf writes no `status.<handler>` keys (the CRDs' structural schemas
+would prune them anyway). kopf keeps its own progress in `kelp.dev/`
+annotations, not in status.
 
 A reconciliation never depends on an event arriving: kopf's watch streams
 are bounded by `server_timeout`, and a resync loop (`resync.py`) passes over
@@ -33,8 +35,10 @@ import kopf
 from .brokers import AdminError
 from .builders import GROUP, VERSION
 from .kube import KubeClient
-from .reconcile import delete_topic, reconcile_cluster, reconcile_group, reconcile_topic
-from .resync import admin_factory, resync_loop, status_patch
+from .leadership import LeadershipLost
+from .resync import admin_factory, resync_loop
+from .runner import Runner
+from .topics import TopicOwners, delete_topic
 
 log = logging.getLogger("kelp.operator")
 
@@ -54,9 +58,13 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.watching.connect_timeout = 10
     settings.networking.request_timeout = 30
     settings.posting.level = logging.WARNING
-    memo.kube = KubeClient()
+    leadership = getattr(memo, "leadership", None)
+    memo.kube = KubeClient(guard=leadership)
     memo.http = aiohttp.ClientSession()
-    memo.resync = asyncio.create_task(resync_loop(memo.kube, memo.http, getattr(memo, "namespaces", None)),
+    memo.runner = Runner(memo.kube, admin_factory(memo.kube, memo.http),
+                         instance=leadership.identity if leadership is not None else "kelp-operator")
+    memo.topic_owners = TopicOwners()
+    memo.resync = asyncio.create_task(resync_loop(memo.runner, getattr(memo, "namespaces", None)),
                                       name="kelp-resync")
 
 
@@ -68,13 +76,15 @@ async def close(memo: kopf.Memo, **_: Any) -> None:
     memo.kube.close()
 
 
-def _admin_factory(memo: kopf.Memo):
-    return admin_factory(memo.kube, memo.http)
-
-
-def _write(patch: kopf.Patch, body: kopf.Body, result: tuple[dict[str, Any], list[dict[str, Any]]]) -> None:
-    for key, value in status_patch(body, result).items():
-        patch.status[key] = value
+async def _reconcile(memo: kopf.Memo, kind: str, body: kopf.Body) -> None:
+    # Topic events share one ownership index (rebuilt only when stale): a resume event per Topic at start-up
+    # must not list every Topic each.
+    options = {"owners": memo.topic_owners} if kind == "Topic" else {}
+    try:
+        await memo.runner.reconcile(kind, body["metadata"]["namespace"], body["metadata"]["name"], **options)
+    except LeadershipLost as exc:
+        # Not kopf's to retry: the run loop stops this replica; until then, nothing is written.
+        raise kopf.PermanentError(str(exc)) from None
 
 
 # -- Cluster --------------------------------------------------------------------------
@@ -82,8 +92,8 @@ def _write(patch: kopf.Patch, body: kopf.Body, result: tuple[dict[str, Any], lis
 @kopf.on.resume(GROUP, VERSION, "clusters")
 @kopf.on.create(GROUP, VERSION, "clusters")
 @kopf.on.update(GROUP, VERSION, "clusters")
-async def cluster_changed(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
-    _write(patch, body, await reconcile_cluster(body, memo.kube, _admin_factory(memo)))
+async def cluster_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    await _reconcile(memo, "Cluster", body)
 
 
 # -- Topic ------------------------------------------------------------------------------
@@ -91,8 +101,8 @@ async def cluster_changed(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, *
 @kopf.on.resume(GROUP, VERSION, "topics")
 @kopf.on.create(GROUP, VERSION, "topics")
 @kopf.on.update(GROUP, VERSION, "topics")
-async def topic_changed(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
-    _write(patch, body, await reconcile_topic(body, memo.kube, _admin_factory(memo)))
+async def topic_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    await _reconcile(memo, "Topic", body)
 
 
 def _deletes_topic(spec: kopf.Spec, **_: Any) -> bool:
@@ -102,7 +112,10 @@ def _deletes_topic(spec: kopf.Spec, **_: Any) -> bool:
 @kopf.on.delete(GROUP, VERSION, "topics", when=_deletes_topic)
 async def topic_deleted(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
     try:
-        logger.info(await delete_topic(body, memo.kube, _admin_factory(memo)))
+        async with memo.runner.lock("Topic", body["metadata"]["namespace"], body["metadata"]["name"]):
+            logger.info(await delete_topic(body, memo.kube, memo.runner.admin_for))
+    except LeadershipLost as exc:
+        raise kopf.TemporaryError(str(exc), delay=10) from None
     except AdminError as exc:
         raise kopf.TemporaryError(f"cannot delete the topic yet: {exc.message}", delay=10) from None
 
@@ -112,5 +125,5 @@ async def topic_deleted(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger
 @kopf.on.resume(GROUP, VERSION, "consumergroups")
 @kopf.on.create(GROUP, VERSION, "consumergroups")
 @kopf.on.update(GROUP, VERSION, "consumergroups")
-async def group_changed(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
-    _write(patch, body, await reconcile_group(body, memo.kube, _admin_factory(memo)))
+async def group_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    await _reconcile(memo, "ConsumerGroup", body)

@@ -1,4 +1,4 @@
-"""The operator's one door to the Kubernetes API: server-side apply, get, list, delete.
+"""The operator's one door to the Kubernetes API: server-side apply, get, list, delete, events.
 
 Why: handlers must not each grow their own API calls. Children are applied
 with server-side apply (field manager `kelp-operator`, forced), so the
@@ -7,6 +7,11 @@ other controllers set (the StatefulSet controller's, a user's annotation)
 stay, and an unchanged manifest is a no-op. Calls go through the same JSON
 helper the brokers use (`kelp.broker.cluster.kube_api`), in worker threads,
 never on the event loop.
+
+Every write first asks the `guard` (leadership.Leadership in the running
+operator) whether this replica may still act; `fence()` is the stronger
+check reconcile calls before actions that cost availability. Reads are
+never guarded.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import os
 from typing import Any, Mapping
 
 from kelp.broker.cluster.kube_api import KubeApiError, api_client_from, request
+
+from .leadership import Unfenced
 
 __all__ = ["KubeClient", "KubeApiError", "FIELD_MANAGER", "resource_path"]
 
@@ -33,6 +40,8 @@ KINDS: dict[str, tuple[str, str]] = {
     "StatefulSet": ("apis/apps/v1", "statefulsets"),
     "PodDisruptionBudget": ("apis/policy/v1", "poddisruptionbudgets"),
     "Lease": ("apis/coordination.k8s.io/v1", "leases"),
+    "Event": ("api/v1", "events"),
+    "StorageClass": ("apis/storage.k8s.io/v1", "storageclasses"),
     "ClusterRole": ("apis/rbac.authorization.k8s.io/v1", "clusterroles"),
     "ClusterRoleBinding": ("apis/rbac.authorization.k8s.io/v1", "clusterrolebindings"),
     "Cluster": ("apis/kelp.dev/v1alpha1", "clusters"),
@@ -42,7 +51,7 @@ KINDS: dict[str, tuple[str, str]] = {
 
 
 # Kinds without a namespace: their paths have none (the namespace argument is ignored).
-CLUSTER_SCOPED = frozenset({"ClusterRole", "ClusterRoleBinding"})
+CLUSTER_SCOPED = frozenset({"ClusterRole", "ClusterRoleBinding", "StorageClass"})
 
 
 def resource_path(kind: str, namespace: str, name: str | None = None) -> str:
@@ -52,11 +61,29 @@ def resource_path(kind: str, namespace: str, name: str | None = None) -> str:
 
 
 class KubeClient:
-    def __init__(self, api: Any = None) -> None:
+    def __init__(self, api: Any = None, *, guard: Any = None) -> None:
         self.api = api if api is not None else api_client_from(kubeconfig=os.environ.get("KUBECONFIG") or None)
+        self.guard = guard if guard is not None else Unfenced()
 
     async def _call(self, method: str, path: str, **kwargs: Any) -> dict:
+        if method != "GET":
+            self.guard.check()
         return await asyncio.to_thread(request, self.api, method, path, **kwargs)
+
+    async def fence(self) -> None:
+        """Prove leadership now (a Lease write on the last resourceVersion); raises LeadershipLost."""
+        await self.guard.fence()
+
+    async def create(self, manifest: Mapping[str, Any]) -> dict | None:
+        """POST a new object; None when one of that name exists already (409)."""
+        meta = manifest["metadata"]
+        try:
+            return await self._call("POST", resource_path(manifest["kind"], meta.get("namespace", "")),
+                                    body=dict(manifest))
+        except KubeApiError as exc:
+            if exc.status == 409:
+                return None
+            raise
 
     async def apply(self, manifest: Mapping[str, Any]) -> dict:
         meta = manifest["metadata"]

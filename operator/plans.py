@@ -10,11 +10,7 @@ partition's replicas on distinct brokers (and distinct racks where the
 brokers allow), and fill the least-loaded broker first, like Kafka's
 reassignment tooling and Cruise Control's replica distribution goal.
 
-Rolling restarts (`next_restart`) follow Strimzi's KafkaRoller rule: one
-broker pod at a time, the controller last, and only when every partition
-that has the broker in its ISR keeps at least `min.insync.replicas` in-sync
-replicas without it — so acks=all producers never see NOT_ENOUGH_REPLICAS
-because of a restart.
+Rolling restarts are decided in `restarts.py`.
 
 Pure: partitions in (`{"topic", "partition", "replicas"}` as the admin API
 describes them), target replica lists out; the caller submits them through
@@ -26,7 +22,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Iterable, Mapping, Sequence
 
-__all__ = ["drain_plan", "rebalance_plan", "DrainBlocked", "next_restart", "RestartDecision"]
+__all__ = ["drain_plan", "rebalance_plan", "DrainBlocked"]
 
 
 class DrainBlocked(ValueError):
@@ -108,47 +104,3 @@ def rebalance_plan(partitions: Sequence[Mapping[str, Any]], brokers: Sequence[in
         load[hi] -= 1
         load[lo] += 1
     return [{"topic": t, "partition": p, "replicas": current[(t, p)]} for t, p in sorted(moved)]
-
-
-class RestartDecision:
-    """`pod` to delete now (None = nothing now), with the reason and message for the Progressing condition."""
-
-    def __init__(self, pod: str | None, reason: str, message: str) -> None:
-        self.pod, self.reason, self.message = pod, reason, message
-
-
-def _ordinal(name: str) -> int:
-    tail = name.rsplit("-", 1)[-1]
-    return int(tail) if tail.isdigit() else -1
-
-
-def next_restart(pods: Sequence[Mapping[str, Any]], update_revision: str, topics: Sequence[Mapping[str, Any]],
-                 controller: int) -> RestartDecision | None:
-    """Which outdated broker pod may restart now; None when every pod runs `update_revision`."""
-    outdated = [p for p in pods if (p["metadata"].get("labels") or {}).get("controller-revision-hash") != update_revision]
-    if not update_revision or not outdated:
-        return None
-    for p in pods:
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                    for c in (p.get("status") or {}).get("conditions") or [])
-        if p["metadata"].get("deletionTimestamp") or not ready:
-            return RestartDecision(None, "RestartWaiting", f"{len(outdated)} broker pod(s) to restart; waiting for "
-                                   f"{p['metadata']['name']} to be Ready before the next")
-    order = sorted(outdated, key=lambda p: (_ordinal(p["metadata"]["name"]) == controller,
-                                            -_ordinal(p["metadata"]["name"])))
-    for pod in order:
-        broker = _ordinal(pod["metadata"]["name"])
-        at_risk = []
-        for t in topics:
-            raw = ((t.get("configs") or {}).get("min.insync.replicas") or {}).get("value", "1")
-            min_isr = int(raw) if str(raw).isdigit() else 1
-            for part in t.get("partitions", []):
-                isr = part.get("isr", [])
-                if broker in isr and len(isr) - 1 < min_isr:
-                    at_risk.append(f"{t['name']}-{part['partition']}")
-        if not at_risk:
-            return RestartDecision(pod["metadata"]["name"], "RollingRestart",
-                                   f"restarting {pod['metadata']['name']} ({len(outdated)} pod(s) to go, one at a time)")
-    return RestartDecision(None, "RestartWaiting",
-                           f"{len(outdated)} broker pod(s) to restart, but restarting any now would drop a partition "
-                           f"below min.insync.replicas (e.g. {', '.join(at_risk[:5])}); waiting for the ISR to fill")

@@ -1,55 +1,57 @@
-"""What one reconciliation of a Cluster, Topic or ConsumerGroup does, apart from kopf.
+"""What one reconciliation of a Cluster does, apart from kopf: children, scaling, restarts, status.
 
-Why: the handlers module only wires kopf events to these functions and
-writes what they return into status; the decisions live here, where a test
-can drive them with a fake API client and a fake broker admin. Each
-function returns `(status fields, conditions)`; it never raises for a
-condition a user can act on (a missing Cluster, a duplicate Topic,
-unreachable brokers) — that becomes a condition with a reason. Only
-unexpected errors propagate, and kopf retries those with backoff.
+Why: the handlers and the resync loop only decide *when* to reconcile
+(`runner.py`); what to do lives here, where a test drives it with a fake
+API client and a fake or real broker admin. It returns `(status fields,
+conditions)` and never raises for a condition a user can act on — a wrong
+spec, unreachable or dead brokers, a refused move, a storage change
+Kubernetes cannot make: each becomes a condition with a reason, and each
+decision an Event (`events.py`). Only unexpected errors propagate (the
+runner then sets Ready=Unknown: status never claims health it did not see).
 
-Topics are one-way: the resource is the desired state. Topics a client
-created are never touched; a Topic resource naming a topic another, older
-resource already declares is refused with a condition instead of fighting
-over it.
+One pass, in order: read the spec (with the replication defaults pinned at
+creation, `spec.replication_defaults`) → storage changes (`storage.py`) →
+scale-down drain or scale-up mark (`scaling.py`) → apply every child
+(server-side apply: unchanged ones are no-ops) → watch reassignments in
+flight → rebalance after a scale-up → mark a manual roll, restart the next
+outdated pod (`rolling.py`) → preferred-leader election after a roll →
+status. With `kelp.dev/pause-reconciliation: "true"` only the observation
+and the status remain.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable, Mapping
+import time
+from typing import Any, Callable, Mapping
 from urllib.parse import quote
+
+from kelp.broker.cluster.kube_api import KubeApiError
 
 from .brokers import AdminError, BrokerAdmin
 from .builders import cluster_children, selector_for
+from .events import Recorder
+from .groups import reconcile_group
 from .kube import KubeClient
-from .plans import DrainBlocked, drain_plan, next_restart, rebalance_plan
+from .listeners import advertised, apply_external, mark_moved_addresses, remove_external
 from .rack import rack_condition
-from .spec import ClusterSpec, SpecError
-from .status import Observed, cluster_status, condition, group_status, topic_status
+from .resources import PAUSE_ANNOTATION, AdminFactory, ClusterPass, Result, paused
+from .restarts import ordinal, pod_ready
+from .rolling import elect_after_roll, mark_manual_roll, roll
+from .scaling import REBALANCE_ANNOTATION, drain, rebalance, watch_reassignments
+from .spec import DEFAULTS_ANNOTATION, ClusterSpec, SpecError, parse_defaults
+from .status import Observed, cluster_status, condition
+from .storage import reconcile_storage
+from .topics import delete_topic, reconcile_topic, topic_name_of
 
 __all__ = ["reconcile_cluster", "reconcile_topic", "reconcile_group", "delete_topic", "topic_name_of",
-           "AdminFactory", "NON_EMPTY_GROUP", "GROUP_ID_NOT_FOUND"]
+           "observe", "REBALANCE_ANNOTATION", "RECONCILERS"]
 
-AdminFactory = Callable[[ClusterSpec], Awaitable[BrokerAdmin]]
-Result = tuple[dict[str, Any], list[dict[str, Any]]]
-
-UNKNOWN_TOPIC = 3
-NON_EMPTY_GROUP = 68
-GROUP_ID_NOT_FOUND = 69
 DESCRIBE_CONCURRENCY = 8
 
 
-def topic_name_of(body: Mapping[str, Any]) -> str:
-    return (body.get("spec") or {}).get("topicName") or body["metadata"]["name"]
-
-
-def _age_key(body: Mapping[str, Any]) -> tuple[str, str]:
-    meta = body["metadata"]
-    return (meta.get("creationTimestamp") or "", meta["name"])
-
-
-async def _observe(admin: BrokerAdmin) -> Observed:
+async def observe(admin: BrokerAdmin) -> Observed:
+    """The brokers' view: the cluster (brokers, controller) and every topic described; or why not."""
     try:
         view = await admin.get("/admin/v1/cluster")
         listed = (await admin.get("/admin/v1/topics"))["topics"]
@@ -71,314 +73,131 @@ async def _observe(admin: BrokerAdmin) -> Observed:
         return Observed(error=exc.message)
 
 
-REBALANCE_ANNOTATION = "kelp.dev/rebalance"
+async def _observe_cluster(spec: ClusterSpec, sts: Mapping[str, Any] | None,
+                           admin_for: AdminFactory) -> tuple[Observed, BrokerAdmin | None]:
+    if not int(((sts or {}).get("status") or {}).get("readyReplicas") or 0):
+        return Observed(error="no broker pod is Ready yet"), None
+    admin = await admin_for(spec)
+    if not admin.urls:
+        return Observed(error="no ready broker pod has an IP yet"), None
+    return await observe(admin), admin
 
 
-def _partitions(observed: Observed) -> list[dict[str, Any]]:
-    return [{"topic": t["name"], "partition": p["partition"], "replicas": list(p["replicas"]),
-             "moving": bool(p.get("adding") or p.get("removing"))}
-            for t in observed.topics for p in t.get("partitions", [])]
+def _ready_brokers(pods: list[dict]) -> set[int]:
+    return {ordinal(p["metadata"]["name"]) for p in pods
+            if pod_ready(p) and not p["metadata"].get("deletionTimestamp")}
 
 
-def _racks(observed: Observed) -> dict[int, str | None]:
-    return {int(b["id"]): b.get("rack") for b in (observed.cluster or {}).get("brokers", [])}
-
-
-async def _submit(admin: BrokerAdmin, plan: list[dict[str, Any]]) -> None:
-    if plan:
-        await admin.request("POST", "/admin/v1/partitions/reassign", {"partitions": plan})
-
-
-async def _drain(spec: ClusterSpec, current: int, observed: Observed,
-                 admin: BrokerAdmin | None) -> tuple[int, dict[str, Any] | None]:
-    """(replicas to apply, Progressing condition) while scaling down from `current` brokers."""
-    leaving = list(range(spec.brokers, current))
-    if admin is None or observed.cluster is None:
-        return current, condition("Progressing", True, "DrainWaiting",
-                                  f"scale-down to {spec.brokers} waits for the brokers to answer, so that broker(s) "
-                                  f"{leaving} can be drained first: {observed.error or 'no ready broker'}")
-    parts = _partitions(observed)
-    holding = [p for p in parts if set(p["replicas"]) & set(leaving)]
-    if not holding:
-        return spec.brokers, None
-    try:
-        plan = drain_plan([p for p in holding if not p["moving"]], keep=list(range(spec.brokers)),
-                          racks=_racks(observed))
-    except DrainBlocked as exc:
-        return current, condition("Progressing", False, "ScaleDownBlocked",
-                                  f"cannot scale down to {spec.brokers} broker(s): {exc}; lower the topic's "
-                                  "replication factor or keep more brokers")
-    await _submit(admin, plan)
-    return current, condition("Progressing", True, "Draining",
-                              f"moving replicas of {len(holding)} partition(s) off broker(s) {leaving} before their "
-                              f"pods are removed ({len(plan)} reassignment(s) submitted now)")
-
-
-async def _rebalance(body: Mapping[str, Any], spec: ClusterSpec, observed: Observed, admin: BrokerAdmin,
-                     kube: KubeClient) -> dict[str, Any] | None:
-    """After a scale-up, once every broker is registered: spread replicas onto the new brokers, once."""
-    live = set(_racks(observed))
-    if not set(range(spec.brokers)) <= live:
-        return condition("Progressing", True, "RebalanceWaiting",
-                         f"replicas move to the new brokers once all {spec.brokers} are registered ({sorted(live)})")
-    parts = _partitions(observed)
-    if any(p["moving"] for p in parts):
-        return condition("Progressing", True, "Rebalancing", "partition reassignments are in progress")
-    plan = rebalance_plan(parts, list(range(spec.brokers)), racks=_racks(observed))
-    await _submit(admin, plan)
-    meta = body["metadata"]
-    await kube.merge_patch("Cluster", meta["namespace"], meta["name"],
-                           {"metadata": {"annotations": {REBALANCE_ANNOTATION: None}}})
-    if plan:
-        return condition("Progressing", True, "Rebalancing",
-                         f"moving {len(plan)} partition replica(s) onto the new brokers")
+async def _apply(ctx: ClusterPass, manifests: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Server-side apply each child; a refusal (422: an immutable field, a webhook) becomes a condition."""
+    for manifest in manifests:
+        try:
+            await ctx.kube.apply(manifest)
+        except KubeApiError as exc:
+            if exc.status not in (400, 403, 422):
+                raise
+            message = (f"the API server refused {manifest['kind']} {manifest['metadata']['name']}: {exc}; "
+                       "the spec change behind it cannot be applied as it is")
+            await ctx.emit("ApplyRefused", message, warning=True)
+            return condition("Progressing", False, "ApplyRefused", message)
     return None
 
 
-async def _roll(spec: ClusterSpec, update_revision: str, observed: Observed, kube: KubeClient) -> dict[str, Any] | None:
-    """Restart the next outdated broker pod if no partition would drop below min.insync.replicas."""
-    pods = await kube.list("Pod", spec.namespace, labels=selector_for(spec))
-    if observed.cluster is None:
-        outdated = [p for p in pods
-                    if (p["metadata"].get("labels") or {}).get("controller-revision-hash") != update_revision]
-        if not outdated:
-            return None
-        return condition("Progressing", True, "RestartWaiting",
-                         f"{len(outdated)} broker pod(s) to restart once the brokers answer: {observed.error}")
-    decision = next_restart(pods, update_revision, observed.topics, int(observed.cluster.get("controller", -1)))
-    if decision is None:
-        return None
-    if decision.pod is not None:
-        await kube.delete("Pod", spec.namespace, decision.pod)
-    return condition("Progressing", True, decision.reason, decision.message)
-
-
-async def reconcile_cluster(body: Mapping[str, Any], kube: KubeClient, admin_for: AdminFactory) -> Result:
-    """Apply every child (server-side apply: unchanged ones are no-ops), then observe the brokers.
-
-    Scaling: a scale-down keeps the StatefulSet at its size until no replica
-    is left on the brokers that will go (the operator reassigns them first);
-    a scale-up marks the Cluster, and once the new brokers have registered
-    the operator moves replicas onto them (once: later imbalance, or moves a
-    user made by hand, are left alone).
-    """
+async def reconcile_cluster(body: Mapping[str, Any], kube: KubeClient, admin_for: AdminFactory, *,
+                            events: Recorder | None = None, clock: Callable[[], float] = time.time,
+                            **_: Any) -> Result:
     meta = body["metadata"]
     generation = int(meta.get("generation") or 0)
+    events = events or Recorder(kube)
     desired = int((body.get("spec") or {}).get("brokers", 3))
+    name, namespace = meta["name"], meta["namespace"]
+    config_map = await kube.get("ConfigMap", namespace, f"{name}-config")
+    pinned = parse_defaults(((config_map or {}).get("metadata", {}).get("annotations") or {}).get(DEFAULTS_ANNOTATION))
     try:
-        spec = ClusterSpec.from_resource(body)
+        spec = ClusterSpec.from_resource(body, pinned_defaults=pinned or None)
     except SpecError as exc:
-        return cluster_status(desired=desired, ready_pods=0, observed=Observed(), managed_topics=set(),
+        await events.emit(body, "InvalidSpec", str(exc), warning=True)
+        return cluster_status(desired=desired, ready_brokers=(), observed=Observed(), managed_topics=set(),
                               bootstrap="", generation=generation, sts_generation_current=False,
                               spec_error=str(exc))
-    before = await kube.get("StatefulSet", spec.namespace, spec.name)
+    before = await kube.get("StatefulSet", namespace, name)
     current = int((before or {}).get("spec", {}).get("replicas") or 0)
-
-    async def observe(sts: Mapping[str, Any] | None) -> tuple[Observed, BrokerAdmin | None]:
-        if not int(((sts or {}).get("status") or {}).get("readyReplicas") or 0):
-            return Observed(error="no broker pod is Ready yet"), None
-        admin = await admin_for(spec)
-        if not admin.urls:
-            return Observed(error="no ready broker pod has an IP yet"), None
-        return await _observe(admin), admin
-
-    note = None
-    replicas = spec.brokers
-    if before is not None and spec.brokers < current:
-        observed, admin = await observe(before)
-        replicas, note = await _drain(spec, current, observed, admin)
-    elif before is not None and spec.brokers > current and not (meta.get("annotations") or {}).get(REBALANCE_ANNOTATION):
-        await kube.merge_patch("Cluster", spec.namespace, spec.name,
-                               {"metadata": {"annotations": {REBALANCE_ANNOTATION: f"{current}->{spec.brokers}"}}})
-        meta = {**meta, "annotations": {**(meta.get("annotations") or {}), REBALANCE_ANNOTATION: "pending"}}
-    for manifest in cluster_children(spec, replicas=replicas):
-        await kube.apply(manifest)
-    sts = await kube.get("StatefulSet", spec.namespace, spec.name) or {}
+    pods = await kube.list("Pod", namespace, labels=selector_for(spec))
+    observed, admin = await _observe_cluster(spec, before, admin_for)
+    ctx = ClusterPass(body=body, spec=spec, kube=kube, events=events, now=clock(), observed=observed, admin=admin,
+                      pods=pods)
+    notes: list[dict[str, Any]] = []
+    extra: dict[str, Any] = {}
+    if paused(body):
+        notes.append(condition("Progressing", False, "ReconciliationPaused",
+                               f"the Cluster is annotated {PAUSE_ANNOTATION}=true: nothing is applied, restarted or "
+                               "moved; status still shows what the brokers report"))
+        if ctx.previous("Progressing").get("reason") != "ReconciliationPaused":
+            await ctx.emit("ReconciliationPaused", f"{PAUSE_ANNOTATION}=true: reconciliation stopped")
+        replicas = current or spec.brokers
+        sts = before or {}
+    else:
+        if ctx.previous("Progressing").get("reason") == "ReconciliationPaused":
+            await ctx.emit("ReconciliationResumed", f"{PAUSE_ANNOTATION} removed: reconciling again")
+        claim_size, claim_class, storage_note = await reconcile_storage(ctx, before, max(current, spec.brokers))
+        replicas = spec.brokers
+        if before is not None and spec.brokers < current:
+            replicas, note = await drain(ctx, current)
+            notes += [note] if note else []
+        elif before is not None and spec.brokers > current and not ctx.annotations.get(REBALANCE_ANNOTATION):
+            await ctx.annotate(REBALANCE_ANNOTATION, f"{current}->{spec.brokers}")
+            await ctx.emit("ScaleUp", f"{current} -> {spec.brokers} broker(s): replicas move to the new brokers once "
+                           "they have registered")
+            meta = {**meta, "annotations": {**ctx.annotations, REBALANCE_ANNOTATION: "pending"}}
+            ctx.body = {**body, "metadata": meta}
+        external, external_note = None, None
+        extra["externalAddresses"] = None
+        if spec.external_type:
+            external, allowed, external_note = await apply_external(ctx, replicas, current)
+            replicas = min(replicas, allowed)
+        refused = await _apply(ctx, cluster_children(spec, replicas=replicas, claim=(claim_size, claim_class),
+                                                     external=external))
+        await remove_external(ctx, keep=len(external or {}))
+        sts = await kube.get("StatefulSet", namespace, name) or {}
+        ctx.pods = await kube.list("Pod", namespace, labels=selector_for(spec))
+        field, stalled = await watch_reassignments(ctx)
+        extra["reassignment"] = field
+        if stalled is not None:
+            notes.insert(0, stalled)
+        if not notes and admin is not None and observed.cluster is not None \
+                and ctx.annotations.get(REBALANCE_ANNOTATION):
+            note = await rebalance(ctx)
+            notes += [note] if note else []
+        update_revision = (sts.get("status") or {}).get("updateRevision") or ""
+        if external is not None:
+            wanted = advertised(ctx, external)
+            extra["externalAddresses"] = [f"{h}:{p}" for n, (h, p) in sorted(wanted.items()) if n < spec.brokers]
+        if not notes:
+            if external is not None:
+                await mark_moved_addresses(ctx, wanted)
+            await mark_manual_roll(ctx)
+            note = await roll(ctx, update_revision)
+            if note is None:
+                note = await elect_after_roll(ctx)
+            notes += [note] if note else []
+        for extra_note in (external_note, refused, storage_note):
+            if extra_note is not None:
+                notes.insert(0, extra_note)
     sts_status = sts.get("status") or {}
-    ready = int(sts_status.get("readyReplicas") or 0)
     current_gen = (int(sts_status.get("observedGeneration") or 0) >= int(sts.get("metadata", {}).get("generation") or 0)
                    and int(sts_status.get("updatedReplicas") or 0) >= spec.brokers)
-    observed, admin = await observe(sts)
-    if note is None and admin is not None and observed.cluster is not None \
-            and (meta.get("annotations") or {}).get(REBALANCE_ANNOTATION):
-        note = await _rebalance({**body, "metadata": meta}, spec, observed, admin, kube)
-    update_revision = sts_status.get("updateRevision") or ""
-    if note is None and update_revision:
-        note = await _roll(spec, update_revision, observed, kube)
-    managed = {topic_name_of(t) for t in await kube.list("Topic", spec.namespace)
+    managed = {topic_name_of(t) for t in await kube.list("Topic", namespace)
                if (t.get("spec") or {}).get("cluster") == spec.name}
-    status, conds = cluster_status(desired=spec.brokers, ready_pods=min(ready, spec.brokers), observed=observed,
+    status, conds = cluster_status(desired=spec.brokers, ready_brokers=_ready_brokers(ctx.pods), observed=observed,
                                    managed_topics=managed, bootstrap=spec.bootstrap, generation=generation,
                                    sts_generation_current=current_gen and replicas == spec.brokers)
-    if note is not None:
-        conds = [c for c in conds if c["type"] != "Progressing"] + [note]
+    status.update(extra)
+    if notes:
+        conds = [c for c in conds if c["type"] != "Progressing"] + [notes[0]]
     rack = rack_condition(spec, observed)
     if rack is not None:
         conds.append(rack)
     return status, conds
 
 
-async def _cluster_of(body: Mapping[str, Any], kube: KubeClient) -> tuple[ClusterSpec | None, dict | None]:
-    """(cluster spec, None) or (None, a Ready=False condition saying why there is none)."""
-    ns = body["metadata"]["namespace"]
-    ref = (body.get("spec") or {}).get("cluster", "")
-    cluster = await kube.get("Cluster", ns, ref)
-    if cluster is None or (cluster.get("metadata") or {}).get("deletionTimestamp"):
-        return None, condition("Ready", False, "ClusterNotFound",
-                               f"no Cluster '{ref}' in namespace {ns}; create it or fix spec.cluster")
-    try:
-        return ClusterSpec.from_resource(cluster), None
-    except SpecError as exc:
-        return None, condition("Ready", False, "ClusterInvalid", f"Cluster '{ref}' has an invalid spec: {exc}")
-
-
-async def _winner(body: Mapping[str, Any], kube: KubeClient) -> Mapping[str, Any]:
-    """The oldest Topic resource in the namespace declaring the same topic in the same cluster."""
-    meta = body["metadata"]
-    name, cluster = topic_name_of(body), (body.get("spec") or {}).get("cluster")
-    same = [t for t in await kube.list("Topic", meta["namespace"])
-            if (t.get("spec") or {}).get("cluster") == cluster and topic_name_of(t) == name
-            and not (t.get("metadata") or {}).get("deletionTimestamp")]
-    if not any(t["metadata"]["name"] == meta["name"] for t in same):
-        same.append(dict(body))
-    return min(same, key=_age_key)
-
-
-async def reconcile_topic(body: Mapping[str, Any], kube: KubeClient, admin_for: AdminFactory) -> Result:
-    spec = body.get("spec") or {}
-    name = topic_name_of(body)
-    status: dict[str, Any] = {"topicName": name, "observedGeneration": int(body["metadata"].get("generation") or 0)}
-    cluster, missing = await _cluster_of(body, kube)
-    if cluster is None:
-        return status, [missing]  # type: ignore[list-item]
-    winner = await _winner(body, kube)
-    if winner["metadata"]["name"] != body["metadata"]["name"]:
-        return status, [condition("Ready", False, "DuplicateTopic",
-                                  f"Topic resource '{winner['metadata']['name']}' (older) already declares topic "
-                                  f"'{name}' in cluster '{cluster.name}'; delete this resource or rename the topic")]
-    admin = await admin_for(cluster)
-    path = f"/admin/v1/topics/{quote(name, safe='')}"
-    partitions = int(spec.get("partitions", 1))
-    desired_configs = {str(k): str(v) for k, v in (spec.get("config") or {}).items()}
-    notes: list[dict[str, Any]] = []
-    try:
-        try:
-            described = await admin.get(path)
-        except AdminError as exc:
-            if exc.status != 404:
-                raise
-            create: dict[str, Any] = {"name": name, "partitions": partitions, "configs": desired_configs}
-            if spec.get("replicationFactor") is not None:
-                create["replication_factor"] = int(spec["replicationFactor"])
-            described = await admin.request("POST", "/admin/v1/topics", create)
-        if described["partitions_count"] < partitions:
-            described = await admin.request("POST", path + "/partitions", {"partitions": partitions})
-        elif described["partitions_count"] > partitions:
-            notes.append(condition("Ready", False, "PartitionsCannotShrink",
-                                   f"topic '{name}' has {described['partitions_count']} partitions and Kafka cannot "
-                                   f"remove partitions; set spec.partitions to at least {described['partitions_count']}"))
-        overrides = {k: v["value"] for k, v in described.get("configs", {}).items() if v.get("source") == "topic"}
-        if overrides != desired_configs:
-            await admin.request("PUT", path + "/configs", {"configs": desired_configs})
-            described = await admin.get(path)
-        rf = spec.get("replicationFactor")
-        if rf is not None and int(rf) != described["replication_factor"] and not notes:
-            notes.append(condition("Ready", False, "ReplicationFactorDiffers",
-                                   f"topic '{name}' has replication factor {described['replication_factor']}; "
-                                   f"changing it to {rf} needs a partition reassignment "
-                                   "(`kelp partitions reassign`), which the operator does not start by itself"))
-    except AdminError as exc:
-        reason = "BrokersUnreachable" if exc.status == 0 else "BrokerRefused"
-        return status, [condition("Ready", False, reason, exc.message)]
-    status.update(topic_status(described))
-    if notes:
-        return status, notes
-    return status, [condition("Ready", True, "TopicReady",
-                              f"topic '{name}' in cluster '{cluster.name}': {described['partitions_count']} "
-                              f"partition(s), replication factor {described['replication_factor']}")]
-
-
-async def delete_topic(body: Mapping[str, Any], kube: KubeClient, admin_for: AdminFactory) -> str:
-    """Delete the Kafka topic of a Topic resource with deletePolicy delete; returns what happened.
-
-    Lets go (returns) when the Cluster is gone or another resource owns the
-    topic; raises AdminError while the brokers cannot be reached (kopf retries).
-    """
-    name = topic_name_of(body)
-    cluster, _missing = await _cluster_of(body, kube)
-    if cluster is None:
-        return f"Cluster '{(body.get('spec') or {}).get('cluster')}' is gone; topic '{name}' left as it was"
-    winner = await _winner(body, kube)
-    if winner["metadata"]["name"] != body["metadata"]["name"]:
-        return f"topic '{name}' belongs to Topic resource '{winner['metadata']['name']}'; not deleted"
-    admin = await admin_for(cluster)
-    try:
-        await admin.request("DELETE", f"/admin/v1/topics/{quote(name, safe='')}")
-    except AdminError as exc:
-        if exc.status != 404:
-            raise
-        return f"topic '{name}' did not exist"
-    return f"topic '{name}' deleted"
-
-
-_RESET_TO = {"earliest": "earliest", "latest": "latest", "timestamp": "datetime", "offset": "offset"}
-
-
-async def reconcile_group(body: Mapping[str, Any], kube: KubeClient, admin_for: AdminFactory) -> Result:
-    spec = body.get("spec") or {}
-    meta = body["metadata"]
-    group = spec.get("groupId") or meta["name"]
-    old = body.get("status") or {}
-    status: dict[str, Any] = {"observedGeneration": int(meta.get("generation") or 0)}
-    cluster, missing = await _cluster_of(body, kube)
-    if cluster is None:
-        return status, [missing]  # type: ignore[list-item]
-    admin = await admin_for(cluster)
-    path = f"/admin/v1/groups/{quote(group, safe='')}"
-    conds: list[dict[str, Any]] = []
-
-    async def describe() -> dict | None:
-        try:
-            return await admin.group_request("GET", path)
-        except AdminError as exc:
-            if exc.status == 404 or exc.error_code == GROUP_ID_NOT_FOUND:
-                return None
-            raise
-
-    try:
-        described = await describe()
-        reset = spec.get("resetOffsets")
-        if reset and reset.get("requestId") != old.get("lastAppliedRequestId"):
-            request_id = reset["requestId"]
-            members = len(described["members"]) if described else 0
-            if members:
-                conds.append(condition("OffsetsReset", False, "Waiting",
-                                       f"reset {request_id} waits: group '{group}' has {members} member(s) (state "
-                                       f"{described['state']}); it is applied once the group is Empty"))  # type: ignore[index]
-            else:
-                req: dict[str, Any] = {"topic": reset["topic"], "to": _RESET_TO[reset["to"]], "execute": True}
-                if reset.get("partitions"):
-                    req["partitions"] = list(reset["partitions"])
-                if reset["to"] == "timestamp":
-                    req["value"] = reset["timestamp"]
-                elif reset["to"] == "offset":
-                    req["value"] = int(reset["offset"])
-                try:
-                    await admin.group_request("POST", path + "/reset-offsets", req)
-                except AdminError as exc:
-                    if exc.status == 0:
-                        raise
-                    reason = "Waiting" if exc.error_code == NON_EMPTY_GROUP else "Refused"
-                    conds.append(condition("OffsetsReset", False, reason, f"reset {request_id}: {exc.message}"))
-                else:
-                    status["lastAppliedRequestId"] = request_id
-                    conds.append(condition("OffsetsReset", True, "Applied",
-                                           f"reset {request_id} moved '{reset['topic']}' to {reset['to']}"))
-                    described = await describe()
-    except AdminError as exc:
-        reason = "BrokersUnreachable" if exc.status == 0 else "BrokerRefused"
-        return status, [condition("Ready", False, reason, exc.message), *conds]
-    status.update(group_status(described))
-    message = (f"group '{group}': {status['state']}, {status['members']} member(s), total lag {status['totalLag']}"
-               if described else f"group '{group}' has no members and no committed offsets yet")
-    return status, [condition("Ready", True, "GroupObserved", message), *conds]
+RECONCILERS = {"Cluster": reconcile_cluster, "Topic": reconcile_topic, "ConsumerGroup": reconcile_group}

@@ -1,14 +1,19 @@
-"""The periodic pass over every Cluster, Topic and ConsumerGroup, and the status patch both paths write.
+"""The periodic pass over every Cluster, Topic and ConsumerGroup.
 
 Why: events alone are not enough — a watch can miss one, a broker's answer
 changes without any event (lag grows, a broker dies, someone alters a topic
 by hand), and children can drift. Like controller-runtime's resync period,
 one loop re-reconciles every resource every `KELP_OPERATOR_RESYNC_SECONDS`
-(15 by default) and writes status through the status subresource. It is a
-plain task rather than kopf timers because kopf adds a finalizer to every
-object with a timer, and finalizers that outlive the operator strand
-namespaces. Each object's failure is logged and isolated; the loop itself
-only stops when the operator does.
+(15 by default), through the same `Runner` as kopf's handlers (one pass per
+object at a time). It is a plain task rather than kopf timers because kopf
+adds a finalizer to every object with a timer, and finalizers that outlive
+the operator strand namespaces. Each object's failure is logged and
+isolated; a lost Lease ends the pass (this replica must not act); the loop
+itself only stops when the operator does.
+
+Topic ownership (the oldest Topic resource naming a topic owns it) is
+decided from one index per pass for all Topics (`topics.TopicOwners`),
+linear in their number.
 """
 
 from __future__ import annotations
@@ -16,23 +21,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from typing import Any, Mapping
+from typing import Any
 
 import aiohttp
 
 from .brokers import BrokerAdmin, broker_urls
 from .kube import KubeClient
+from .leadership import LeadershipLost
 from .rack import BINDING_LABEL, orphaned_bindings
-from .reconcile import AdminFactory, reconcile_cluster, reconcile_group, reconcile_topic
+from .resources import AdminFactory
+from .runner import Runner, status_patch
 from .spec import ClusterSpec
-from .status import merge_conditions, now_rfc3339
+from .topics import TopicOwners
 
 __all__ = ["resync_loop", "resync_once", "collect_rack_bindings", "status_patch", "admin_factory", "RESYNC_S"]
 
 log = logging.getLogger("kelp.operator")
 
 RESYNC_S = float(os.environ.get("KELP_OPERATOR_RESYNC_SECONDS", "15"))
-RECONCILERS = (("Cluster", reconcile_cluster), ("Topic", reconcile_topic), ("ConsumerGroup", reconcile_group))
+KINDS = ("Cluster", "Topic", "ConsumerGroup")
 
 
 def admin_factory(kube: KubeClient, http: aiohttp.ClientSession) -> AdminFactory:
@@ -41,31 +48,31 @@ def admin_factory(kube: KubeClient, http: aiohttp.ClientSession) -> AdminFactory
     return admin_for
 
 
-def status_patch(body: Mapping[str, Any], result: tuple[dict[str, Any], list[dict[str, Any]]]) -> dict[str, Any]:
-    """The status fields of a reconciliation, with conditions merged into the object's current ones."""
-    fields, conds = result
-    generation = int(body["metadata"].get("generation") or 0)
-    return {**fields, "conditions": merge_conditions((body.get("status") or {}).get("conditions"), conds,
-                                                     generation=generation, now=now_rfc3339())}
-
-
-async def resync_once(kube: KubeClient, http: aiohttp.ClientSession, namespaces: list[str] | None) -> int:
+async def resync_once(kube: KubeClient, http: aiohttp.ClientSession | None, namespaces: list[str] | None, *,
+                      runner: Runner | None = None) -> int:
     """One pass; returns how many objects failed to reconcile."""
-    admin_for = admin_factory(kube, http)
+    runner = runner or Runner(kube, admin_factory(kube, http))  # type: ignore[arg-type]
     failed = 0
-    for kind, reconcile in RECONCILERS:
-        for body in await kube.list_everywhere(kind, namespaces):
+    for kind in KINDS:
+        mark = runner.mark()
+        items = await kube.list_everywhere(kind, namespaces)
+        options: dict[str, Any] = {"owners": TopicOwners().load(items)} if kind == "Topic" else {}
+        for body in items:
             meta = body["metadata"]
             if meta.get("deletionTimestamp"):
                 continue
             try:
-                patch = status_patch(body, await reconcile(body, kube, admin_for))
-                await kube.patch_status(kind, meta["namespace"], meta["name"], patch)
+                await runner.reconcile(kind, meta["namespace"], meta["name"], listed=body, listed_after=mark, **options)
+            except (LeadershipLost, asyncio.CancelledError):
+                raise
             except Exception:
                 failed += 1
                 log.exception("resync of %s %s/%s failed", kind, meta["namespace"], meta["name"])
+        runner.forget(kind, {(b["metadata"]["namespace"], b["metadata"]["name"]) for b in items})
     try:
         await collect_rack_bindings(kube, namespaces)
+    except LeadershipLost:
+        raise
     except Exception:
         failed += 1
         log.exception("cleaning up rack ClusterRoleBindings failed")
@@ -84,12 +91,14 @@ async def collect_rack_bindings(kube: KubeClient, namespaces: list[str] | None) 
     return gone
 
 
-async def resync_loop(kube: KubeClient, http: aiohttp.ClientSession, namespaces: list[str] | None) -> None:
+async def resync_loop(runner: Runner, namespaces: list[str] | None) -> None:
     while True:
         await asyncio.sleep(RESYNC_S)
         try:
-            await resync_once(kube, http, namespaces)
+            await resync_once(runner.kube, None, namespaces, runner=runner)
         except asyncio.CancelledError:
             raise
+        except LeadershipLost as exc:
+            log.error("resync pass stopped: %s", exc)
         except Exception:
             log.exception("resync pass failed; the next one runs in %.0fs", RESYNC_S)

@@ -8,6 +8,10 @@ controller (`kelp.broker.cluster.leases`); the holder runs kopf
 (standalone: kopf's own peering objects are not needed), the others wait.
 A holder that cannot renew within the lease duration stops kopf and exits
 non-zero, so the kubelet restarts it as a stand-by — never two writers.
+Between renewals every write is guarded (`leadership.Leadership`): none once
+the last renewal is older than the lease duration minus one renew interval
+(leadership in doubt), and actions that cost availability first renew the
+Lease on the resourceVersion this replica last wrote (a fence).
 
 Every replica serves the liveness endpoint (`--liveness`), active or not:
 the kubelet must not restart a healthy stand-by. The active replica's
@@ -69,6 +73,7 @@ async def run(*, namespaces: list[str], all_namespaces: bool, liveness: str | No
     from kelp.broker.cluster.leases import LeaseElector
 
     from . import handlers  # noqa: F401  (registers the handlers)
+    from .leadership import Leadership
 
     health = _Health()
     runner = await _serve_health(liveness, health) if liveness else None
@@ -82,12 +87,13 @@ async def run(*, namespaces: list[str], all_namespaces: bool, liveness: str | No
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     renew_every = max(lease_duration_s / 3, 0.5)
+    leadership = Leadership(elector, duration_s=lease_duration_s, margin_s=renew_every)
     code = 0
     try:
         log.info("operator %s: waiting for the Lease %s/%s", identity, lease_namespace, LEASE_NAME)
         while not stop.is_set():
             try:
-                if await elector.try_acquire_or_renew() is not None:
+                if await leadership.acquire_or_renew():
                     break
             except Exception as exc:  # the API server may be briefly away; keep competing
                 log.warning("operator %s: Lease %s not readable: %s", identity, LEASE_NAME, exc)
@@ -103,7 +109,7 @@ async def run(*, namespaces: list[str], all_namespaces: bool, liveness: str | No
         kopf_stop = asyncio.Event()
         health.kopf_task = asyncio.create_task(kopf.operator(
             standalone=True, clusterwide=all_namespaces, namespaces=namespaces, stop_flag=kopf_stop,
-            memo=kopf.Memo(namespaces=None if all_namespaces else list(namespaces))))
+            memo=kopf.Memo(namespaces=None if all_namespaces else list(namespaces), leadership=leadership)))
         renewed = time.monotonic()
         while not stop.is_set() and not health.kopf_task.done():
             try:
@@ -111,11 +117,11 @@ async def run(*, namespaces: list[str], all_namespaces: bool, liveness: str | No
             except asyncio.TimeoutError:
                 pass
             try:
-                if await elector.try_acquire_or_renew() is not None:
+                if await leadership.acquire_or_renew():
                     renewed = time.monotonic()
                     continue
-                log.error("operator %s: the Lease %s was taken by %s; stopping", identity, LEASE_NAME,
-                          elector.record.holder if elector.record else "?")
+                log.error("operator %s: the Lease %s was taken (%s); stopping", identity, LEASE_NAME,
+                          leadership.lost or "?")
             except Exception as exc:
                 if time.monotonic() - renewed < lease_duration_s - renew_every:
                     log.warning("operator %s: Lease renewal failed (%s); retrying", identity, exc)

@@ -19,7 +19,8 @@ from typing import Any, Mapping
 
 from kelp.broker.config import BrokerConfig, ConfigError
 
-__all__ = ["ClusterSpec", "SpecError", "OPERATOR_OWNED_KEYS", "DATA_DIR", "CONFIG_DIR"]
+__all__ = ["ClusterSpec", "SpecError", "OPERATOR_OWNED_KEYS", "DATA_DIR", "CONFIG_DIR", "REPLICATION_DEFAULT_KEYS",
+           "DEFAULTS_ANNOTATION", "parse_defaults", "format_defaults"]
 
 DATA_DIR = "/var/lib/kelp"
 CONFIG_DIR = "/etc/kelp"
@@ -32,6 +33,29 @@ OPERATOR_OWNED_KEYS = frozenset({
     "advertised.host", "advertised.port", "cluster.name", "cluster.backend", "cluster.dir", "kube.namespace",
     "kube.config", "cluster.id", "broker.rack", "broker.rack.node.label", "kube.node.name",
 })
+
+
+# Labels that select a cluster's broker pods (builders.selector_for): a pod template may not override them.
+SELECTOR_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component")
+CONFIG_HASH_ANNOTATION = "kelp.dev/config-hash"
+# Defaults that once depended on the broker count: chosen at creation, then kept (`replication_defaults`).
+REPLICATION_DEFAULT_KEYS = ("default.replication.factor", "offsets.topic.replication.factor", "min.insync.replicas")
+# On the broker ConfigMap: the defaults chosen when the cluster was created, `key=value,key=value`.
+DEFAULTS_ANNOTATION = "kelp.dev/replication-defaults"
+
+
+def parse_defaults(text: str | None) -> dict[str, str]:
+    """The ConfigMap annotation back into a dict; unknown keys and malformed items are ignored."""
+    out = {}
+    for item in (text or "").split(","):
+        key, sep, value = item.strip().partition("=")
+        if sep and key in REPLICATION_DEFAULT_KEYS and value.strip().isdigit():
+            out[key] = value.strip()
+    return out
+
+
+def format_defaults(defaults: Mapping[str, str]) -> str:
+    return ",".join(f"{k}={defaults[k]}" for k in REPLICATION_DEFAULT_KEYS if k in defaults)
 
 
 class SpecError(ValueError):
@@ -55,14 +79,28 @@ class ClusterSpec:
     kafka_port: int = 9092
     http_port: int = 8080
     advertise: str = "dns"
+    reassignment_stall_s: int = 300
+    # spec.podTemplate as given (metadata.labels/annotations, affinity, tolerations, ...); merged by builders.
+    pod_template: Mapping[str, Any] = field(default_factory=dict)
+    # spec.listeners.external: None, "NodePort" or "LoadBalancer"; node ports pinned per broker (else allocated).
+    external_type: str | None = None
+    external_node_ports: tuple[int, ...] = ()
+    external_annotations: Mapping[str, str] = field(default_factory=dict)
+    # spec.podDisruptionBudget.maxUnavailable; None: follow the min.insync rule (`disruptions_allowed`).
+    pdb_max_unavailable: int | None = None
+    # Replication defaults chosen when the cluster was created (see `replication_defaults`); None: choose now.
+    pinned_defaults: Mapping[str, str] | None = None
 
     @classmethod
-    def from_resource(cls, body: Mapping[str, Any]) -> "ClusterSpec":
+    def from_resource(cls, body: Mapping[str, Any], *,
+                      pinned_defaults: Mapping[str, str] | None = None) -> "ClusterSpec":
         meta = body.get("metadata") or {}
         spec = body.get("spec") or {}
         storage = spec.get("storage") or {}
         listeners = spec.get("listeners") or {}
         rack = spec.get("rack") or {}
+        external = listeners.get("external") or {}
+        pdb = spec.get("podDisruptionBudget") or {}
         resources = spec.get("resources")
         if resources is None:
             resources = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}}
@@ -76,6 +114,13 @@ class ClusterSpec:
             rack_topology_key=rack.get("topologyKey"),
             kafka_port=int(listeners.get("kafkaPort", 9092)), http_port=int(listeners.get("httpPort", 8080)),
             advertise=str(listeners.get("advertise") or "dns"),
+            reassignment_stall_s=int((spec.get("reassignment") or {}).get("stallTimeoutSeconds", 300)),
+            pod_template=dict(spec.get("podTemplate") or {}),
+            external_type=external.get("type"),
+            external_node_ports=tuple(int(p) for p in external.get("nodePorts") or ()),
+            external_annotations={str(k): str(v) for k, v in (external.get("annotations") or {}).items()},
+            pdb_max_unavailable=None if pdb.get("maxUnavailable") is None else int(pdb["maxUnavailable"]),
+            pinned_defaults=dict(pinned_defaults) if pinned_defaults else None,
         )
         out.validate()
         return out
@@ -106,6 +151,9 @@ class ClusterSpec:
             raise SpecError(f"spec.brokers must be at least 1, got {self.brokers}")
         if self.kafka_port == self.http_port:
             raise SpecError("listeners.kafkaPort and listeners.httpPort must differ")
+        self._validate_knobs()
+        if self.reassignment_stall_s < 10:
+            raise SpecError(f"spec.reassignment.stallTimeoutSeconds must be at least 10, got {self.reassignment_stall_s}")
         if self.advertise not in ("dns", "podIP"):
             raise SpecError(f"spec.listeners.advertise must be dns or podIP, got {self.advertise!r}")
         owned = sorted(set(self.config) & OPERATOR_OWNED_KEYS)
@@ -118,14 +166,65 @@ class ClusterSpec:
         except ConfigError as exc:
             raise SpecError(f"spec.config: {exc}") from None
 
-    def broker_config(self) -> dict[str, Any]:
-        """The brokers' YAML config: the operator's keys, sensible cluster defaults, then spec.config."""
+    def _validate_knobs(self) -> None:
+        labels = ((self.pod_template.get("metadata") or {}).get("labels") or {})
+        taken = sorted(set(labels) & set(SELECTOR_LABELS))
+        if taken:
+            raise SpecError(f"spec.podTemplate.metadata.labels sets {', '.join(taken)}, which select the broker pods; "
+                            "use other label keys")
+        annotations = ((self.pod_template.get("metadata") or {}).get("annotations") or {})
+        if CONFIG_HASH_ANNOTATION in annotations:
+            raise SpecError(f"spec.podTemplate.metadata.annotations sets {CONFIG_HASH_ANNOTATION}, which the operator "
+                            "owns (it rolls the pods when the broker config changes)")
+        if self.external_type not in (None, "NodePort", "LoadBalancer"):
+            raise SpecError(f"spec.listeners.external.type must be NodePort or LoadBalancer, got {self.external_type!r}")
+        if self.external_node_ports:
+            if self.external_type != "NodePort":
+                raise SpecError("spec.listeners.external.nodePorts is only used with type NodePort")
+            if len(self.external_node_ports) < self.brokers:
+                raise SpecError(f"spec.listeners.external.nodePorts lists {len(self.external_node_ports)} port(s) "
+                                f"for {self.brokers} brokers; give one per broker (broker n uses the n-th)")
+            if len(set(self.external_node_ports)) != len(self.external_node_ports):
+                raise SpecError("spec.listeners.external.nodePorts must not repeat a port")
+        if self.pdb_max_unavailable is not None and self.pdb_max_unavailable < 0:
+            raise SpecError(f"spec.podDisruptionBudget.maxUnavailable must be >= 0, got {self.pdb_max_unavailable}")
+
+    def disruptions_allowed(self) -> int:
+        """Broker pods a voluntary disruption (a node drain) may take down at once: the min.insync rule.
+
+        default.replication.factor - min.insync.replicas brokers may be down
+        while every partition of that factor keeps acks=all writes; when the
+        factor leaves no room (RF <= min.insync, e.g. a one-broker cluster)
+        no disruption can keep them, and 1 lets drains proceed one broker at
+        a time, as the rolling-restart rule does (restarts.py).
+        `spec.podDisruptionBudget.maxUnavailable` overrides it.
+        """
+        if self.pdb_max_unavailable is not None:
+            return self.pdb_max_unavailable
+        config = self.broker_config()
+        rf, min_isr = int(config["default.replication.factor"]), int(config["min.insync.replicas"])
+        return rf - min_isr if rf > min_isr else 1
+
+    def replication_defaults(self) -> dict[str, str]:
+        """Replication factor and min.insync defaults, fixed for the cluster's life.
+
+        Chosen once, from the broker count the cluster is created with
+        (RF min(3, brokers), min.insync min(2, brokers)), then read back from
+        the ConfigMap (`DEFAULTS_ANNOTATION`) and passed in as
+        `pinned_defaults`: were they recomputed from `spec.brokers`, scaling
+        1 -> 3 would change every broker's config and roll every pod, and new
+        topics would silently get another replication factor. To change them,
+        set the keys in `spec.config`.
+        """
         rf = str(min(3, self.brokers))
-        defaults = {
-            "default.replication.factor": rf,
-            "offsets.topic.replication.factor": rf,
-            "min.insync.replicas": str(min(2, self.brokers)),
-        }
+        chosen = {"default.replication.factor": rf, "offsets.topic.replication.factor": rf,
+                  "min.insync.replicas": str(min(2, self.brokers))}
+        pinned = self.pinned_defaults or {}
+        return {k: str(pinned.get(k, chosen[k])) for k in REPLICATION_DEFAULT_KEYS}
+
+    def broker_config(self) -> dict[str, Any]:
+        """The brokers' YAML config: the operator's keys, the replication defaults, then spec.config."""
+        defaults = self.replication_defaults()
         owned = {
             "cluster.name": self.name,
             "cluster.backend": "kube",

@@ -14,10 +14,10 @@ Pure: no Kubernetes client, no network; time comes in as an argument.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Collection, Iterable, Mapping, Sequence
 
 __all__ = ["condition", "merge_conditions", "now_rfc3339", "cluster_status", "topic_status", "group_status",
-           "partition_counts", "Observed"]
+           "partition_counts", "leader_balance", "Observed"]
 
 
 def now_rfc3339(now: datetime | None = None) -> str:
@@ -64,11 +64,44 @@ def partition_counts(topics: Sequence[Mapping[str, Any]], live: set[int]) -> tup
     return under, offline
 
 
-def cluster_status(*, desired: int, ready_pods: int, observed: Observed, managed_topics: set[str],
+def leader_balance(topics: Sequence[Mapping[str, Any]], live: Collection[int]) -> tuple[int, int]:
+    """(leader skew, preferred-leader imbalance) over described topics.
+
+    Skew: most partitions led by one live broker minus fewest (0 when
+    leadership is even). Imbalance: partitions led by a broker other than
+    their preferred (first) replica — Kafka's PreferredReplicaImbalanceCount;
+    a preferred-leader election brings it back to 0 where the preferred
+    replicas are in sync.
+    """
+    leaders = {b: 0 for b in live}
+    imbalance = 0
+    for t in topics:
+        for p in t.get("partitions", []):
+            leader, replicas = p.get("leader", -1), p.get("replicas") or []
+            if leader in leaders:
+                leaders[leader] += 1
+            if leader >= 0 and replicas and leader != replicas[0]:
+                imbalance += 1
+    skew = max(leaders.values()) - min(leaders.values()) if leaders else 0
+    return skew, imbalance
+
+
+def cluster_status(*, desired: int, ready_brokers: Collection[int], observed: Observed, managed_topics: set[str],
                    bootstrap: str, generation: int, sts_generation_current: bool,
                    spec_error: str | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(status fields, conditions) of a Cluster."""
-    status: dict[str, Any] = {"brokers": ready_pods, "bootstrap": bootstrap, "observedGeneration": generation}
+    """(status fields, conditions) of a Cluster.
+
+    `ready_brokers` are the ordinals of the broker pods that are Ready; only
+    those below `desired` count (a broker being drained away is not part of
+    the cluster the user asked for). Ready is True only when every one of
+    brokers 0..desired-1 has a Ready pod *and* is registered with the
+    controller the brokers report — a count that happens to match is not
+    enough (a dead broker 1 and a leaving broker 2 make "2 of 2").
+    """
+    wanted = set(range(desired))
+    ready_pods = len(wanted & set(ready_brokers))
+    status: dict[str, Any] = {"brokers": ready_pods, "readyBrokers": f"{ready_pods}/{desired}",
+                              "bootstrap": bootstrap, "observedGeneration": generation}
     conds: list[dict[str, Any]] = []
     if spec_error:
         conds.append(condition("Ready", False, "InvalidSpec", spec_error))
@@ -83,6 +116,7 @@ def cluster_status(*, desired: int, ready_pods: int, observed: Observed, managed
         status["unmanagedTopics"] = sorted(t["name"] for t in user_topics if t["name"] not in managed_topics)
         under, offline = partition_counts(observed.topics, live)
         status["underReplicatedPartitions"], status["offlinePartitions"] = under, offline
+        status["leaderSkew"], status["preferredLeaderImbalance"] = leader_balance(observed.topics, live)
     else:
         status["controller"] = -1
     progressing = ready_pods < desired or not sts_generation_current
@@ -94,11 +128,14 @@ def cluster_status(*, desired: int, ready_pods: int, observed: Observed, managed
         message = f"no broker answered the admin API: {observed.error or 'no ready broker pod'}"
     elif status["controller"] < 0:
         ready, reason, message = False, "NoController", "the brokers have not elected a controller yet"
-    elif len(live) < desired:
+    elif wanted - live:
         ready, reason = False, "BrokersMissing"
-        message = f"{len(live)} of {desired} brokers are registered with the controller ({sorted(live)})"
+        message = (f"{len(wanted & live)} of {desired} brokers are registered with the controller; missing "
+                   f"broker(s) {sorted(wanted - live)} (registered: {sorted(live)})")
     elif ready_pods < desired:
-        ready, reason, message = False, "PodsNotReady", f"{ready_pods} of {desired} broker pods ready"
+        ready, reason = False, "PodsNotReady"
+        message = (f"{ready_pods} of {desired} broker pods ready; not ready: broker(s) "
+                   f"{sorted(wanted - set(ready_brokers))}")
     else:
         ready, reason = True, "ClusterReady"
         message = f"{desired} brokers, controller broker {status['controller']}, bootstrap {bootstrap}"

@@ -181,9 +181,9 @@ OPERATOR_NEEDS = {
     ("", "services"): {"create", "patch", "delete"},
     ("", "configmaps"): {"get", "list", "watch", "create", "update", "delete"},
     ("", "serviceaccounts"): {"create", "patch"},
-    ("", "persistentvolumeclaims"): {"list", "delete"},
-    ("", "pods"): {"get", "list", "watch"},
-    ("", "events"): {"create"},
+    ("", "persistentvolumeclaims"): {"get", "list", "patch", "delete"},  # patch: volumes grown in place
+    ("", "pods"): {"get", "list", "watch", "delete", "patch"},  # rolling restarts, manual-rolling-update marks
+    ("", "events"): {"get", "create", "patch"},  # one Event per decision, its count bumped when repeated
     ("rbac.authorization.k8s.io", "roles"): {"create", "patch"},
     ("rbac.authorization.k8s.io", "rolebindings"): {"create", "patch"},
     ("policy", "poddisruptionbudgets"): {"create", "patch"},
@@ -192,6 +192,7 @@ OPERATOR_NEEDS = {
 CLUSTER_SCOPED_NEEDS = {
     ("", "namespaces"): {"list", "watch"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
+    ("storage.k8s.io", "storageclasses"): {"get"},  # may a broker volume grow in place?
     # rack.topologyKey: server-side apply of the shared ClusterRole and a per-Cluster binding, the resync's
     # clean-up of bindings whose Cluster is gone, and (RBAC's escalation check) what the ClusterRole grants.
     ("rbac.authorization.k8s.io", "clusterroles"): {"create", "patch"},

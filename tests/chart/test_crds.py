@@ -17,21 +17,24 @@ READY_PATH = '.status.conditions[?(@.type=="Ready")].status'
 SHORT_NAMES = {"Cluster": ["kc", "kelpcluster"], "Topic": ["kt"], "ConsumerGroup": ["kcg"]}
 PLURALS = {"Cluster": "clusters", "Topic": "topics", "ConsumerGroup": "consumergroups"}
 COLUMNS = {
-    "Cluster": ["Ready", "Brokers", "Desired", "Controller", "Under-Replicated", "Bootstrap", "Age"],
+    "Cluster": ["Ready", "Brokers", "Controller", "Under-Replicated", "Operation", "Offline", "Leader-Skew",
+                "Bootstrap", "Age"],
     "Topic": ["Cluster", "Topic", "Partitions", "RF", "Ready", "Age"],
     "ConsumerGroup": ["Cluster", "State", "Members", "Lag", "Ready", "Age"],
 }
 # What the operator writes (docs/operator.md); pruning would drop anything else.
 STATUS_FIELDS = {
     "Cluster": {"observedGeneration", "conditions", "brokers", "controller", "topics", "unmanagedTopics",
-                "underReplicatedPartitions", "offlinePartitions", "bootstrap"},
+                "underReplicatedPartitions", "offlinePartitions", "bootstrap", "readyBrokers", "leaderSkew",
+                "preferredLeaderImbalance", "reassignment", "externalAddresses"},
     "Topic": {"observedGeneration", "conditions", "topicName", "partitions", "replicationFactor",
               "partitionStates"},
     "ConsumerGroup": {"observedGeneration", "conditions", "state", "members", "memberList", "offsets",
                       "totalLag", "lastAppliedRequestId"},
 }
 SPEC_FIELDS = {
-    "Cluster": {"brokers", "image", "imagePullPolicy", "storage", "resources", "config", "rack", "listeners"},
+    "Cluster": {"brokers", "image", "imagePullPolicy", "storage", "resources", "config", "rack", "listeners",
+                "reassignment", "podTemplate", "podDisruptionBudget"},
     "Topic": {"cluster", "topicName", "partitions", "replicationFactor", "config", "deletePolicy"},
     "ConsumerGroup": {"cluster", "groupId", "resetOffsets"},
 }

@@ -41,6 +41,22 @@ def test_example_is_valid(path, doc: dict, schemas: dict[str, dict]) -> None:
         pytest.fail(f"{path.name}: {exc.message} at {'.'.join(map(str, exc.absolute_path))}")
 
 
+def test_the_production_example_is_valid_and_accepted_by_the_operator(schemas: dict[str, dict]) -> None:
+    """examples/production/cluster.yaml: every knob, valid for the schema and for the operator's own checks."""
+    import yaml
+
+    from kelp.operator.builders import cluster_children
+    from kelp.operator.spec import ClusterSpec
+    from tests.chart.crd_schema import EXAMPLES_DIR
+
+    doc = yaml.safe_load((EXAMPLES_DIR / "production" / "cluster.yaml").read_text())
+    validate(doc, schemas)
+    spec = ClusterSpec.from_resource({**doc, "metadata": {**doc["metadata"], "namespace": "prod"}})
+    assert spec.external_type == "NodePort" and spec.disruptions_allowed() == 1
+    kinds = [m["kind"] for m in cluster_children(spec)]
+    assert "StatefulSet" in kinds and "PodDisruptionBudget" in kinds
+
+
 def test_examples_say_what_the_docs_say() -> None:
     docs = {doc["kind"]: doc for _path, doc in load_examples()}
     assert docs["Cluster"]["spec"]["brokers"] == 3
@@ -68,6 +84,7 @@ def test_cluster_defaults(schemas: dict[str, dict], spec: dict | None) -> None:
         "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
         "config": {},
         "listeners": {"kafkaPort": 9092, "httpPort": 8080, "advertise": "dns"},
+        "reassignment": {"stallTimeoutSeconds": 300},
     }
     validate(_resource("Cluster", spec), schemas)
 

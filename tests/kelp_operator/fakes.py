@@ -1,19 +1,41 @@
-"""A stand-in for the operator's Kubernetes client: objects in a dict, applies recorded.
+"""Stand-ins for the operator's Kubernetes client and broker admin: objects in dicts, every call recorded.
 
 Why: reconciliation decisions (which topic to create, which Topic resource
-wins, when a reset may run) are tested against a real broker's admin API
-without an API server; the kube tier tests the real API server separately.
+wins, when a pod restarts, what a stalled move reports) are tested without
+an API server — against a real broker's admin API where the brokers'
+behaviour matters, against `FakeAdmin` where the test must script what the
+brokers answer (a dead broker, a move that never progresses). The kube
+tier tests the real API server separately.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import asyncio
+import copy
+from typing import Any, Awaitable, Callable, Mapping
 
+from kelp.broker.cluster.kube_api import KubeApiError
+from kelp.operator.brokers import AdminError
 from kelp.operator.kube import CLUSTER_SCOPED
+
+# The fields of a StatefulSet spec the API server lets an update change (apps/v1 validation).
+STS_MUTABLE = {"replicas", "template", "updateStrategy", "persistentVolumeClaimRetentionPolicy",
+               "minReadySeconds", "ordinals", "revisionHistoryLimit"}
 
 
 def _key(kind: str, meta: Mapping[str, Any]) -> tuple[str, str, str]:
     return (kind, "" if kind in CLUSTER_SCOPED else meta.get("namespace", "ns"), meta["name"])
+
+
+def _merge(into: dict, patch: Mapping[str, Any]) -> None:
+    """JSON merge patch (RFC 7386): None deletes, objects merge, anything else replaces."""
+    for key, value in patch.items():
+        if value is None:
+            into.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = copy.deepcopy(value)
 
 
 class FakeKube:
@@ -21,52 +43,260 @@ class FakeKube:
         self.objects: dict[tuple[str, str, str], dict] = {}
         self.applied: list[dict] = []
         self.patches: list[tuple[str, str, dict]] = []
+        self.deleted: list[tuple[str, str]] = []
+        self.listed: dict[str, int] = {}  # kind -> objects returned by list calls (cost of a pass)
+        self.fences = 0
+        self.guard: Any = None
+        self.hooks: dict[tuple[str, str], Callable[..., Awaitable[None]]] = {}
         for obj in objects:
             self.put(obj)
 
     def put(self, obj: dict) -> None:
         self.objects[_key(obj["kind"], obj["metadata"])] = obj
 
+    def _check(self) -> None:
+        if self.guard is not None:
+            self.guard.check()
+
+    async def _hook(self, verb: str, kind: str, *args: Any) -> None:
+        hook = self.hooks.get((verb, kind))
+        if hook is not None:
+            await hook(*args)
+
+    async def fence(self) -> None:
+        self.fences += 1
+        if self.guard is not None:
+            await self.guard.fence()
+
     async def apply(self, manifest: Mapping[str, Any]) -> dict:
         """Like server-side apply: the manifest's fields replace ours, status (the controllers') stays."""
-        self.applied.append(dict(manifest))
+        self._check()
+        await self._hook("apply", manifest["kind"], manifest)
         old = self.objects.get(_key(manifest["kind"], manifest["metadata"]))
-        obj = dict(manifest)
+        if manifest["kind"] == "StatefulSet" and old is not None:
+            changed = sorted(k for k in set(manifest["spec"]) | set(old["spec"])
+                             if k not in STS_MUTABLE and k in manifest["spec"] and k in old["spec"]
+                             and manifest["spec"][k] != old["spec"][k])
+            if changed:  # what a real API server answers (fields: {changed})
+                raise KubeApiError(422, f'StatefulSet.apps "{manifest["metadata"]["name"]}" is invalid: spec: '
+                                        "Forbidden: updates to statefulset spec for fields other than 'replicas', "
+                                        "'ordinals', 'template', 'updateStrategy', "
+                                        "'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden")
+        self.applied.append(dict(manifest))
+        obj = copy.deepcopy(dict(manifest))
         if old is not None and "status" in old:
             obj["status"] = old["status"]
         self.put(obj)
         return obj
 
+    async def create(self, manifest: Mapping[str, Any]) -> dict | None:
+        self._check()
+        key = _key(manifest["kind"], manifest["metadata"])
+        if key in self.objects:
+            return None
+        self.put(copy.deepcopy(dict(manifest)))
+        return self.objects[key]
+
     async def get(self, kind: str, namespace: str, name: str) -> dict | None:
-        return self.objects.get((kind, namespace, name))
+        await self._hook("get", kind, namespace, name)
+        obj = self.objects.get((kind, "" if kind in CLUSTER_SCOPED else namespace, name))
+        return copy.deepcopy(obj) if obj is not None else None
 
     async def list(self, kind: str, namespace: str, *, labels: Mapping[str, str] | None = None) -> list[dict]:
-        return [o for (k, ns, _), o in self.objects.items() if k == kind and ns == namespace
-                and all(((o["metadata"].get("labels") or {}).get(lk) == lv) for lk, lv in (labels or {}).items())]
+        await self._hook("list", kind, namespace)
+        out = [copy.deepcopy(o) for (k, ns, _), o in self.objects.items() if k == kind and ns == namespace
+               and all(((o["metadata"].get("labels") or {}).get(lk) == lv) for lk, lv in (labels or {}).items())]
+        self.listed[kind] = self.listed.get(kind, 0) + len(out)
+        return out
 
     async def list_everywhere(self, kind: str, namespaces: list[str] | None) -> list[dict]:
-        return [o for (k, ns, _), o in self.objects.items() if k == kind and (namespaces is None or ns in namespaces)]
+        out = [copy.deepcopy(o) for (k, ns, _), o in self.objects.items()
+               if k == kind and (namespaces is None or ns in namespaces)]
+        self.listed[kind] = self.listed.get(kind, 0) + len(out)
+        return out
 
     async def merge_patch(self, kind: str, namespace: str, name: str, patch: Mapping[str, Any]) -> dict | None:
+        self._check()
+        obj = self.objects.get((kind, "" if kind in CLUSTER_SCOPED else namespace, name))
+        if obj is None:
+            return None
+        self.patches.append((kind, name, copy.deepcopy(dict(patch))))
+        _merge(obj, patch)
+        return obj
+
+    async def patch_status(self, kind: str, namespace: str, name: str, status: Mapping[str, Any]) -> dict | None:
+        self._check()
         obj = self.objects.get((kind, namespace, name))
         if obj is None:
             return None
-        self.patches.append((kind, name, dict(patch)))
-        annotations = obj["metadata"].setdefault("annotations", {})
-        for key, value in (patch.get("metadata", {}).get("annotations") or {}).items():
-            if value is None:
-                annotations.pop(key, None)
-            else:
-                annotations[key] = value
+        _merge(obj.setdefault("status", {}), status)
         return obj
 
     async def delete(self, kind: str, namespace: str, name: str) -> None:
-        self.objects.pop((kind, namespace, name), None)
+        self._check()
+        await self._hook("delete", kind, namespace, name)
+        self.deleted.append((kind, name))
+        self.objects.pop((kind, "" if kind in CLUSTER_SCOPED else namespace, name), None)
+
+    def events(self, reason: str | None = None) -> list[dict]:
+        return [o for (k, _, _), o in self.objects.items() if k == "Event" and (reason is None or o["reason"] == reason)]
 
 
 def resource(kind: str, name: str, spec: dict, *, created: str = "2026-11-01T00:00:00Z", status: dict | None = None,
-             generation: int = 1) -> dict:
+             generation: int = 1, annotations: dict | None = None) -> dict:
     return {"apiVersion": "kelp.dev/v1alpha1", "kind": kind,
             "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "generation": generation,
-                         "creationTimestamp": created},
+                         "creationTimestamp": created, "annotations": dict(annotations or {})},
             "spec": spec, "status": status or {}}
+
+
+def statefulset(name: str, replicas: int, *, ready: int | None = None, revision: str = "rev-1",
+                storage: str = "10Gi", storage_class: str | None = None) -> dict:
+    claim: dict[str, Any] = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": storage}}}
+    if storage_class:
+        claim["storageClassName"] = storage_class
+    return {"apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": name, "namespace": "ns", "generation": 1},
+            "spec": {"replicas": replicas, "volumeClaimTemplates": [{"metadata": {"name": "data", "labels": {
+                "app.kubernetes.io/name": "kelp", "app.kubernetes.io/instance": name,
+                "app.kubernetes.io/component": "broker"}}, "spec": claim}]},
+            "status": {"readyReplicas": replicas if ready is None else ready, "updatedReplicas": replicas,
+                       "observedGeneration": 1, "updateRevision": revision}}
+
+
+def broker_pod(cluster: str, n: int, *, revision: str = "rev-1", ready: bool = True) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{cluster}-{n}", "namespace": "ns",
+                         "labels": {"app.kubernetes.io/name": "kelp", "app.kubernetes.io/instance": cluster,
+                                    "app.kubernetes.io/component": "broker", "controller-revision-hash": revision}},
+            "status": {"podIP": f"10.1.0.{n + 1}",
+                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+class FakeAdmin:
+    """A scripted broker admin API: one cluster view, described topics, and what each call did.
+
+    `topics` maps name -> list of partitions `{"replicas", "isr", "leader"}`; a
+    reassignment marks the partition `adding`/`removing` (it then stays in
+    flight until the test completes it); `fail(method, path, body)` may raise
+    AdminError to script a refusal; `gate` (an asyncio.Event) holds every
+    reassign call until set.
+    """
+
+    def __init__(self, *, brokers: list[int], controller: int = 0, topics: dict[str, list[dict]] | None = None,
+                 min_insync: int = 2) -> None:
+        self.urls = ["http://fake-broker:8080"]
+        self.brokers = list(brokers)
+        self.controller = controller
+        self.min_insync = min_insync
+        self.topics: dict[str, list[dict]] = {n: [dict(p) for p in ps] for n, ps in (topics or {}).items()}
+        self.log_end: dict[tuple[str, int, int], int] = {}
+        self.requests: list[tuple[str, str, Any]] = []
+        self.fail: Callable[[str, str, Any], None] = lambda method, path, body: None
+        self.gate: asyncio.Event | None = None
+        self.unreachable = False
+
+    def describe(self, name: str) -> dict:
+        parts = []
+        for i, p in enumerate(self.topics[name]):
+            entry = {"partition": i, "leader": p.get("leader", p["isr"][0] if p["isr"] else -1),
+                     "replicas": list(p["replicas"]), "isr": list(p["isr"])}
+            if p.get("adding") or p.get("removing"):
+                entry["adding"], entry["removing"] = list(p.get("adding", [])), list(p.get("removing", []))
+            parts.append(entry)
+        return {"name": name, "internal": False, "partitions_count": len(parts),
+                "replication_factor": len(parts[0]["replicas"]) if parts else 0, "partitions": parts,
+                "configs": {"min.insync.replicas": {"value": str(self.min_insync), "source": "default"}}}
+
+    async def request(self, method: str, path: str, body: Any = None, *, urls: list[str] | None = None) -> Any:
+        self.requests.append((method, path, copy.deepcopy(body)))
+        if self.unreachable:
+            raise AdminError(0, f"no broker reachable for {method} {path} (fake: unreachable)")
+        self.fail(method, path, body)
+        if (method, path) == ("GET", "/admin/v1/cluster"):
+            return {"controller": self.controller, "brokers": [{"id": b, "rack": None} for b in self.brokers]}
+        if (method, path) == ("GET", "/admin/v1/topics"):
+            return {"topics": [{"name": n, "internal": False} for n in sorted(self.topics)]}
+        if method == "GET" and path.startswith("/admin/v1/topics/"):
+            name = path.rsplit("/", 1)[1]
+            if name not in self.topics:
+                raise AdminError(404, f"topic '{name}' does not exist")
+            return self.describe(name)
+        if (method, path) == ("POST", "/admin/v1/partitions/reassign"):
+            if self.gate is not None:
+                await self.gate.wait()
+            for move in body["partitions"]:
+                self._reassign(move["topic"], move["partition"], move["replicas"])
+            return {"partitions": []}
+        if (method, path) == ("POST", "/admin/v1/topics"):
+            self.topics[body["name"]] = [{"replicas": [self.brokers[0]], "isr": [self.brokers[0]]}
+                                         for _ in range(int(body.get("partitions") or 1))]
+            return self.describe(body["name"])
+        if method == "PUT" and path.endswith("/configs"):
+            return {"configs": {}}
+        if (method, path) == ("GET", "/admin/v1/partitions/reassignments"):
+            return {"reassignments": self._moves()}
+        if (method, path) == ("POST", "/admin/v1/partitions/elect-leaders"):
+            return self._elect()
+        raise AssertionError(f"FakeAdmin: unexpected {method} {path}")
+
+    async def get(self, path: str) -> Any:
+        return await self.request("GET", path)
+
+    def _reassign(self, topic: str, partition: int, replicas: list[int] | None) -> None:
+        p = self.topics[topic][partition]
+        if replicas is None:
+            if not (p.get("adding") or p.get("removing")):
+                raise AdminError(400, f"{topic}-{partition} has no reassignment in progress")
+            p["replicas"] = [r for r in p["replicas"] if r not in p.get("adding", [])]
+            p["isr"] = [r for r in p["isr"] if r in p["replicas"]]
+            p.pop("adding", None), p.pop("removing", None)
+            return
+        if p.get("adding") or p.get("removing"):
+            raise AdminError(400, f"{topic}-{partition} is already moving; cancel it first")
+        original = p["replicas"]
+        p["adding"] = [r for r in replicas if r not in original]
+        p["removing"] = [r for r in original if r not in replicas]
+        p["replicas"] = list(replicas) + p["removing"]
+
+    def complete(self, topic: str, partition: int) -> None:
+        p = self.topics[topic][partition]
+        p["replicas"] = [r for r in p["replicas"] if r not in p.get("removing", [])]
+        p["isr"] = list(p["replicas"])
+        p.pop("adding", None), p.pop("removing", None)
+
+    def _moves(self) -> list[dict]:
+        out = []
+        for name, parts in sorted(self.topics.items()):
+            for i, p in enumerate(parts):
+                if p.get("adding") or p.get("removing"):
+                    leader = p.get("leader", p["isr"][0] if p["isr"] else -1)
+                    offsets = {str(r): self.log_end.get((name, i, r), 0) for r in p["replicas"]}
+                    out.append({"topic": name, "partition": i, "replicas": list(p["replicas"]),
+                                "adding": list(p.get("adding", [])), "removing": list(p.get("removing", [])),
+                                "isr": list(p["isr"]), "leader": leader, "log_end_offsets": offsets})
+        return out
+
+    def _elect(self) -> dict:
+        results = {}
+        for name, parts in self.topics.items():
+            for i, p in enumerate(parts):
+                preferred = p["replicas"][0]
+                leader = p.get("leader", p["isr"][0] if p["isr"] else -1)
+                if leader == preferred:
+                    results[f"{name}-{i}"] = 84  # ELECTION_NOT_NEEDED
+                elif preferred in p["isr"] and preferred in self.brokers:
+                    p["leader"] = preferred
+                    results[f"{name}-{i}"] = 0
+                else:
+                    results[f"{name}-{i}"] = 80  # PREFERRED_LEADER_NOT_AVAILABLE
+        return {"results": results}
+
+    def reassign_calls(self) -> list[Any]:
+        return [body for method, path, body in self.requests if (method, path) == ("POST", "/admin/v1/partitions/reassign")]
+
+
+def admin_of(admin: FakeAdmin):
+    async def admin_for(_spec):
+        return admin
+    return admin_for

@@ -56,39 +56,3 @@ def test_rebalance_fills_new_brokers_with_the_fewest_moves() -> None:
     assert all(len(set(p["replicas"])) == 3 for p in after)
     assert all(m["replicas"][0] == before[m["partition"]]["replicas"][0] for m in plan), "leaders should not move"
     assert rebalance_plan(after, [0, 1, 2, 3, 4]) == []  # balanced: nothing more to do
-
-
-def pod(n: int, rev: str, *, ready: bool = True) -> dict:
-    return {"metadata": {"name": f"demo-{n}", "labels": {"controller-revision-hash": rev}},
-            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
-
-
-def topic(min_isr: str, isrs: list[list[int]]) -> dict:
-    return {"name": "orders", "configs": {"min.insync.replicas": {"value": min_isr, "source": "topic"}},
-            "partitions": [{"partition": i, "isr": isr} for i, isr in enumerate(isrs)]}
-
-
-def test_rolling_restart_goes_one_pod_at_a_time_controller_last() -> None:
-    from kelp.operator.plans import next_restart
-
-    full = [topic("2", [[0, 1, 2], [1, 2, 0], [2, 0, 1]])]
-    d = next_restart([pod(0, "old"), pod(1, "old"), pod(2, "old")], "new", full, controller=2)
-    assert d.pod == "demo-1" and d.reason == "RollingRestart"  # highest ordinal that is not the controller
-    d = next_restart([pod(0, "old"), pod(1, "new", ready=False), pod(2, "old")], "new", full, controller=2)
-    assert d.pod is None and "demo-1 to be Ready" in d.message
-    d = next_restart([pod(0, "new"), pod(1, "new"), pod(2, "old")], "new", full, controller=2)
-    assert d.pod == "demo-2"  # the controller, once it is the only one left
-    assert next_restart([pod(0, "new"), pod(1, "new"), pod(2, "new")], "new", full, controller=2) is None
-
-
-def test_rolling_restart_waits_while_a_partition_would_drop_below_min_isr() -> None:
-    from kelp.operator.plans import next_restart
-
-    pods = [pod(0, "old"), pod(1, "old"), pod(2, "old")]
-    # Partition 1 has only brokers 1 and 2 in sync with min ISR 2: neither may restart; broker 0 may.
-    d = next_restart(pods, "new", [topic("2", [[0, 1, 2], [1, 2], [0, 1, 2]])], controller=0)
-    assert d.pod == "demo-0"
-    d = next_restart(pods, "new", [topic("2", [[0, 1], [1, 2], [2, 0]])], controller=0)
-    assert d.pod is None and d.reason == "RestartWaiting" and "min.insync.replicas" in d.message
-    # With min ISR 1 a lone follower may go.
-    assert next_restart(pods, "new", [topic("1", [[0, 1], [1, 2], [2, 0]])], controller=0).pod == "demo-2"

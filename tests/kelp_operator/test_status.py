@@ -28,23 +28,25 @@ def test_cluster_status_counts_what_the_brokers_report() -> None:
         _topic("clicks", [(-1, [2], [])]),
         _topic("__consumer_offsets", [(0, [0, 1, 2], [0, 1, 2])], internal=True),
     ])
-    status, conds = cluster_status(desired=3, ready_pods=3, observed=observed, managed_topics={"orders"},
+    status, conds = cluster_status(desired=3, ready_brokers={0, 1, 2}, observed=observed, managed_topics={"orders"},
                                    bootstrap="demo.ns.svc:9092", generation=2, sts_generation_current=True)
     assert status == {"brokers": 3, "bootstrap": "demo.ns.svc:9092", "observedGeneration": 2, "controller": 1,
                       "topics": 2, "unmanagedTopics": ["clicks"], "underReplicatedPartitions": 1,
-                      "offlinePartitions": 1}
+                      "offlinePartitions": 1, "readyBrokers": "3/3",
+                      # broker 0 leads orders-0 and the offsets partition, 1 leads orders-1, 2 leads nothing.
+                      "leaderSkew": 2, "preferredLeaderImbalance": 0}
     by = {c["type"]: c for c in conds}
     assert by["Ready"]["status"] == "True" and by["Progressing"]["status"] == "False"
     assert by["Degraded"]["status"] == "True" and "1 offline and 1 under-replicated" in by["Degraded"]["message"]
 
 
 def test_cluster_is_not_ready_while_brokers_are_missing_or_unreachable() -> None:
-    status, conds = cluster_status(desired=3, ready_pods=0, observed=Observed(error="connection refused"),
+    status, conds = cluster_status(desired=3, ready_brokers=set(), observed=Observed(error="connection refused"),
                                    managed_topics=set(), bootstrap="b", generation=1, sts_generation_current=True)
     ready = next(c for c in conds if c["type"] == "Ready")
     assert ready["status"] == "False" and ready["reason"] == "BrokersUnreachable"
     assert "connection refused" in ready["message"] and status["controller"] == -1
-    _, conds = cluster_status(desired=3, ready_pods=2, observed=Observed(
+    _, conds = cluster_status(desired=3, ready_brokers={0, 1}, observed=Observed(
         cluster={"controller": 0, "brokers": [{"id": 0}, {"id": 1}]}), managed_topics=set(), bootstrap="b",
         generation=1, sts_generation_current=True)
     ready = next(c for c in conds if c["type"] == "Ready")

@@ -128,6 +128,9 @@ FULL_STATUS = {
                        condition("Degraded", "False", "AsExpected", "")],
         "brokers": 2, "controller": 0, "topics": 4, "unmanagedTopics": ["clicks", "tmp"],
         "underReplicatedPartitions": 5, "offlinePartitions": 0, "bootstrap": "demo.ns.svc:9092",
+        "readyBrokers": "2/3", "leaderSkew": 3, "preferredLeaderImbalance": 4,
+        "reassignment": {"partitions": 2, "progress": 12345678901, "lastProgressTime": NOW,
+                         "stalledPartitions": ["orders-1"]},
     },
     "Topic": {
         "observedGeneration": 1,
@@ -199,6 +202,18 @@ def test_published_openapi_documents_every_field(custom, kube_api) -> None:
     assert cluster["brokers"]["description"].startswith("Number of broker pods")
 
 
+def test_the_production_example_applies(custom, kube_namespace) -> None:
+    """examples/production/cluster.yaml (every knob) passes the server's schema and CEL rules unchanged."""
+    import yaml
+
+    from tests.chart.crd_schema import EXAMPLES_DIR
+
+    doc = yaml.safe_load((EXAMPLES_DIR / "production" / "cluster.yaml").read_text())
+    created = create(custom, kube_namespace, doc)
+    assert created["spec"]["podTemplate"] == doc["spec"]["podTemplate"]
+    assert created["spec"]["listeners"]["external"] == doc["spec"]["listeners"]["external"]
+
+
 def test_examples_apply_with_server_defaults(custom, kube_namespace) -> None:
     schemas = {kind: openapi_schema(crd) for kind, crd in load_crds().items()}
     for path, doc in load_examples():
@@ -212,12 +227,14 @@ def test_examples_apply_with_server_defaults(custom, kube_namespace) -> None:
     ("Cluster", None, {"brokers": 3, "image": "kelp:0.1.0", "imagePullPolicy": "IfNotPresent",
                        "storage": {"size": "10Gi"}, "config": {},
                        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
-                       "listeners": {"kafkaPort": 9092, "httpPort": 8080, "advertise": "dns"}}),
+                       "listeners": {"kafkaPort": 9092, "httpPort": 8080, "advertise": "dns"},
+                       "reassignment": {"stallTimeoutSeconds": 300}}),
     ("Cluster", {"brokers": 1, "storage": {"storageClassName": "fast"}},
      {"brokers": 1, "image": "kelp:0.1.0", "imagePullPolicy": "IfNotPresent",
       "storage": {"size": "10Gi", "storageClassName": "fast"}, "config": {},
       "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
-      "listeners": {"kafkaPort": 9092, "httpPort": 8080, "advertise": "dns"}}),
+      "listeners": {"kafkaPort": 9092, "httpPort": 8080, "advertise": "dns"},
+      "reassignment": {"stallTimeoutSeconds": 300}}),
     ("Topic", {"cluster": "demo"}, {"cluster": "demo", "partitions": 1, "config": {}, "deletePolicy": "retain"}),
     ("ConsumerGroup", {"cluster": "demo"}, {"cluster": "demo"}),
 ], ids=["cluster-no-spec", "cluster-partial", "topic-minimal", "group-minimal"])
@@ -295,6 +312,21 @@ def test_valid_resets_are_accepted(custom, kube_namespace, reset) -> None:
     ("Topic", {"cluster": "demo", "deletePolicy": "purge"}, "spec.deletePolicy"),
     ("Cluster", {"brokers": 0}, "spec.brokers"),
     ("Cluster", {"listeners": {"kafkaPort": 8080}}, "listeners.kafkaPort and listeners.httpPort must differ"),
+    ("Cluster", {"podTemplate": {"metadata": {"labels": {"app.kubernetes.io/instance": "x"}}}},
+     "spec.podTemplate.metadata.labels may not set app.kubernetes.io/name"),
+    ("Cluster", {"podTemplate": {"metadata": {"annotations": {"kelp.dev/config-hash": "x"}}}},
+     "spec.podTemplate.metadata.annotations may not set kelp.dev/config-hash"),
+    ("Cluster", {"podTemplate": {"tolerations": [{"key": "a", "operator": "Maybe"}]}},
+     "spec.podTemplate.tolerations[0].operator"),
+    ("Cluster", {"podTemplate": {"topologySpreadConstraints": [{"maxSkew": 1}]}},
+     "spec.podTemplate.topologySpreadConstraints[0].topologyKey"),
+    ("Cluster", {"listeners": {"external": {"type": "Ingress"}}}, "spec.listeners.external.type"),
+    ("Cluster", {"listeners": {"external": {"type": "LoadBalancer", "nodePorts": [31000, 31001, 31002]}}},
+     "spec.listeners.external.nodePorts is only used with type NodePort"),
+    ("Cluster", {"brokers": 3, "listeners": {"external": {"type": "NodePort", "nodePorts": [31000]}}},
+     "spec.listeners.external.nodePorts needs one port per broker"),
+    ("Cluster", {"podDisruptionBudget": {"maxUnavailable": -1}}, "spec.podDisruptionBudget.maxUnavailable"),
+    ("Cluster", {"reassignment": {"stallTimeoutSeconds": 1}}, "spec.reassignment.stallTimeoutSeconds"),
 ])
 def test_schema_refuses_invalid_resources(custom, kube_namespace, kind, spec, fragment) -> None:
     status, message = refused(create, custom, kube_namespace, resource(kind, "bad", spec))
@@ -358,11 +390,11 @@ def test_printer_columns(custom, kube_api, kube_namespace) -> None:
         return dict(zip(names, only["cells"]))
 
     cluster = row("clusters")
-    assert list(cluster) == ["Name", "Ready", "Brokers", "Desired", "Controller", "Under-Replicated",
-                             "Bootstrap", "Age"]
-    assert (cluster["Name"], cluster["Ready"], cluster["Brokers"], cluster["Desired"]) == ("demo", "False", 2, 3)
-    assert (cluster["Controller"], cluster["Under-Replicated"]) == (0, 5)
-    assert cluster["Bootstrap"] == "demo.ns.svc:9092"
+    assert list(cluster) == ["Name", "Ready", "Brokers", "Controller", "Under-Replicated", "Operation", "Offline",
+                             "Leader-Skew", "Bootstrap", "Age"]
+    assert (cluster["Name"], cluster["Ready"], cluster["Brokers"]) == ("demo", "False", "2/3")
+    assert (cluster["Controller"], cluster["Under-Replicated"], cluster["Operation"]) == (0, 5, "RollingOut")
+    assert (cluster["Offline"], cluster["Leader-Skew"], cluster["Bootstrap"]) == (0, 3, "demo.ns.svc:9092")
     topic = row("topics")
     assert list(topic) == ["Name", "Cluster", "Topic", "Partitions", "RF", "Ready", "Age"]
     assert [topic[c] for c in ("Name", "Cluster", "Topic", "Partitions", "RF", "Ready")] == [

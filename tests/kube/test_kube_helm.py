@@ -146,7 +146,8 @@ def test_install_all_namespaces_and_uninstall(kube_control_plane, kube_api, kube
         ("update", "kelp.dev", "clusters", "finalizers"), ("create", "apps", "statefulsets", None),
         ("create", "", "services", None), ("create", "rbac.authorization.k8s.io", "roles", None),
         ("create", "policy", "poddisruptionbudgets", None), ("update", "coordination.k8s.io", "leases", None),
-        ("create", "", "events", None), ("delete", "", "pods", None),
+        ("create", "", "events", None), ("get", "", "events", None), ("delete", "", "pods", None),
+        ("patch", "", "pods", None), ("patch", "", "persistentvolumeclaims", None),
     ]:
         assert allowed(kube_api, sa_namespace=ns, namespace=elsewhere, verb=verb, group=group,
                        resource=resource, subresource=sub), f"operator may not {verb} {resource}/{sub or ''}"
@@ -155,6 +156,8 @@ def test_install_all_namespaces_and_uninstall(kube_control_plane, kube_api, kube
     assert allowed(kube_api, sa_namespace=ns, namespace=None, verb="watch", group="", resource="namespaces")
     # rack.topologyKey: the shared kelp-broker-rack ClusterRole (get nodes) and per-Cluster bindings to it
     assert allowed(kube_api, sa_namespace=ns, namespace=None, verb="get", group="", resource="nodes")
+    assert allowed(kube_api, sa_namespace=ns, namespace=None, verb="get", group="storage.k8s.io",
+                   resource="storageclasses")
     assert allowed(kube_api, sa_namespace=ns, namespace=None, verb="patch", group="rbac.authorization.k8s.io",
                    resource="clusterroles", name="kelp-broker-rack")
     assert allowed(kube_api, sa_namespace=ns, namespace=None, verb="delete", group="rbac.authorization.k8s.io",

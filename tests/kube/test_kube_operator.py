@@ -101,7 +101,10 @@ def test_cluster_reconciles_into_owned_children_with_conditions_users_can_act_on
     assert cond(group, "Ready")["reason"] == "BrokersUnreachable"
     # kopf's bookkeeping stays in annotations: status holds only what the CRD declares.
     assert set(c["status"]) <= {"observedGeneration", "conditions", "brokers", "controller", "topics",
-                                "unmanagedTopics", "underReplicatedPartitions", "offlinePartitions", "bootstrap"}
+                                "unmanagedTopics", "underReplicatedPartitions", "offlinePartitions", "bootstrap",
+                                "readyBrokers", "leaderSkew", "preferredLeaderImbalance", "reassignment",
+                                "externalAddresses"}
+    assert c["status"]["readyBrokers"] == "0/3"
 
     # A spec change reaches the children; a wrong one is refused in a condition and changes nothing.
     custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "clusters", "demo", {"spec": {"brokers": 5}})
@@ -113,6 +116,12 @@ def test_cluster_reconciles_into_owned_children_with_conditions_users_can_act_on
         get(custom, ns, "Cluster", "demo")), timeout=60, what="Ready=False InvalidSpec")
     assert "log.dirs" in cond(bad, "Ready")["message"]
     assert "/elsewhere" not in core.read_namespaced_config_map("demo-config", ns).data["broker.yaml"]
+    # The decision is on record as a Warning Event of the Cluster (kubectl describe shows it).
+    event = wait_for(lambda: next((e for e in core.list_namespaced_event(ns).items
+                                   if e.involved_object.kind == "Cluster" and e.reason == "InvalidSpec"), None),
+                     timeout=30, what="InvalidSpec Event on Cluster demo")
+    assert event.type == "Warning" and "log.dirs" in event.message and event.involved_object.uid == uid
+    assert event.reporting_component == "kelp-operator" and event.count >= 1
 
 
 def _maybe(call):

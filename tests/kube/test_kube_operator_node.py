@@ -371,3 +371,14 @@ def _roll_and_check(core, apps, custom, node: KubeNode, ns: str) -> None:
     assert most_down == 1, f"{most_down} broker pods were down at once during the rolling restart"
     assert "log.retention.hours: '100'" in core.read_namespaced_config_map("demo-config", ns).data["broker.yaml"]
     print(f"kelp operator: config change -> 3 broker pods restarted one at a time in {time.monotonic() - t0:.1f}s")
+    # Each restart moved leadership away (controlled shutdown); once the roll is done the operator hands it back
+    # to the preferred replicas (issue 18, finding 8) and says so in an Event.
+    def balanced():
+        c = custom.get_namespaced_custom_object(GROUP, VERSION, ns, "clusters", "demo")
+        status = c.get("status") or {}
+        return status if status.get("preferredLeaderImbalance") == 0 and \
+            _cond(c, "Progressing").get("reason") == "Reconciled" else None
+    status = wait_for(balanced, timeout=180, interval=1, what="leadership back on the preferred replicas")
+    events = {e.reason for e in core.list_namespaced_event(ns).items if e.involved_object.name == "demo"}
+    assert {"RollingRestart", "PreferredLeaderElection"} <= events, events
+    print(f"kelp operator: after the roll, leader skew {status['leaderSkew']}, preferred-leader imbalance 0")

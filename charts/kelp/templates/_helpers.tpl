@@ -73,13 +73,13 @@ Role it creates (leases, configmaps, pods read), so it needs neither `bind` nor
   verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch", "delete"]
+  verbs: ["get", "list", "watch", "delete", "patch"]
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create", "patch"]
+  verbs: ["get", "create", "patch"]
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
-  verbs: ["create", "patch"]
+  verbs: ["get", "create", "patch"]
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
   verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
@@ -91,7 +91,8 @@ Role it creates (leases, configmaps, pods read), so it needs neither `bind` nor
   verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
 {{- end }}
 
-{{/* Cluster-scoped rules in every mode: the reads kopf needs (namespaces, CRDs), and for Clusters with
+{{/* Cluster-scoped rules in every mode: the reads kopf needs (namespaces, CRDs), StorageClasses (may a broker
+volume grow in place?), and for Clusters with
 rack.topologyKey the shared `kelp-broker-rack` ClusterRole (get nodes — RBAC lets the operator grant it
 only because it holds it) and one ClusterRoleBinding per such Cluster, deleted when the Cluster goes. */}}
 {{- define "kelp.clusterRules" -}}
@@ -103,6 +104,9 @@ only because it holds it) and one ClusterRoleBinding per such Cluster, deleted w
   verbs: ["get", "list", "watch"]
 - apiGroups: [""]
   resources: ["nodes"]
+  verbs: ["get"]
+- apiGroups: ["storage.k8s.io"]
+  resources: ["storageclasses"]
   verbs: ["get"]
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["clusterroles"]
@@ -123,5 +127,5 @@ only because it holds it) and one ClusterRoleBinding per such Cluster, deleted w
   verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create", "patch"]
+  verbs: ["get", "create", "patch"]
 {{- end }}

@@ -1,0 +1,93 @@
+"""ConsumerGroup resources: the coordinator's view in status, offset resets applied once and only while Empty.
+
+Why: a ConsumerGroup resource is mostly observation (state, members, lag per
+partition as `kelp groups describe` shows it); its one action,
+`spec.resetOffsets`, must never run twice for one `requestId` nor while
+consumers are active, as Kafka's `kafka-consumer-groups --reset-offsets`
+refuses a non-empty group.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+from urllib.parse import quote
+
+from .brokers import AdminError
+from .kube import KubeClient
+from .resources import AdminFactory, Result, cluster_of, paused
+from .status import condition, group_status
+
+__all__ = ["reconcile_group", "NON_EMPTY_GROUP", "GROUP_ID_NOT_FOUND"]
+
+NON_EMPTY_GROUP = 68
+GROUP_ID_NOT_FOUND = 69
+
+_RESET_TO = {"earliest": "earliest", "latest": "latest", "timestamp": "datetime", "offset": "offset"}
+
+
+async def reconcile_group(body: Mapping[str, Any], kube: KubeClient, admin_for: AdminFactory, *,
+                          events: Any = None, **_: Any) -> Result:
+    spec = body.get("spec") or {}
+    meta = body["metadata"]
+    group = spec.get("groupId") or meta["name"]
+    old = body.get("status") or {}
+    status: dict[str, Any] = {"observedGeneration": int(meta.get("generation") or 0)}
+    cluster, missing = await cluster_of(body, kube)
+    if cluster is None:
+        return status, [missing]  # type: ignore[list-item]
+    admin = await admin_for(cluster)
+    path = f"/admin/v1/groups/{quote(group, safe='')}"
+    conds: list[dict[str, Any]] = []
+
+    async def describe() -> dict | None:
+        try:
+            return await admin.group_request("GET", path)
+        except AdminError as exc:
+            if exc.status == 404 or exc.error_code == GROUP_ID_NOT_FOUND:
+                return None
+            raise
+
+    try:
+        described = await describe()
+        reset = spec.get("resetOffsets")
+        if reset and reset.get("requestId") != old.get("lastAppliedRequestId") and paused(body):
+            conds.append(condition("OffsetsReset", False, "ReconciliationPaused",
+                                   f"reset {reset.get('requestId')} waits: the ConsumerGroup is annotated "
+                                   "kelp.dev/pause-reconciliation=true"))
+        elif reset and reset.get("requestId") != old.get("lastAppliedRequestId"):
+            request_id = reset["requestId"]
+            members = len(described["members"]) if described else 0
+            if members:
+                conds.append(condition("OffsetsReset", False, "Waiting",
+                                       f"reset {request_id} waits: group '{group}' has {members} member(s) (state "
+                                       f"{described['state']}); it is applied once the group is Empty"))  # type: ignore[index]
+            else:
+                req: dict[str, Any] = {"topic": reset["topic"], "to": _RESET_TO[reset["to"]], "execute": True}
+                if reset.get("partitions"):
+                    req["partitions"] = list(reset["partitions"])
+                if reset["to"] == "timestamp":
+                    req["value"] = reset["timestamp"]
+                elif reset["to"] == "offset":
+                    req["value"] = int(reset["offset"])
+                try:
+                    await admin.group_request("POST", path + "/reset-offsets", req)
+                except AdminError as exc:
+                    if exc.status == 0:
+                        raise
+                    reason = "Waiting" if exc.error_code == NON_EMPTY_GROUP else "Refused"
+                    conds.append(condition("OffsetsReset", False, reason, f"reset {request_id}: {exc.message}"))
+                else:
+                    status["lastAppliedRequestId"] = request_id
+                    if events is not None:
+                        await events.emit(body, "OffsetsReset", f"reset {request_id} moved '{reset['topic']}' to "
+                                          f"{reset['to']}")
+                    conds.append(condition("OffsetsReset", True, "Applied",
+                                           f"reset {request_id} moved '{reset['topic']}' to {reset['to']}"))
+                    described = await describe()
+    except AdminError as exc:
+        reason = "BrokersUnreachable" if exc.status == 0 else "BrokerRefused"
+        return status, [condition("Ready", False, reason, exc.message), *conds]
+    status.update(group_status(described))
+    message = (f"group '{group}': {status['state']}, {status['members']} member(s), total lag {status['totalLag']}"
+               if described else f"group '{group}' has no members and no committed offsets yet")
+    return status, [condition("Ready", True, "GroupObserved", message), *conds]

@@ -1,0 +1,72 @@
+"""What every reconciler shares: its result type, the broker-admin factory, the pause annotation, the Cluster lookup.
+
+Why: Cluster, Topic and ConsumerGroup reconcilers live in their own modules
+but answer in one shape — `(status fields, conditions)` — reach brokers the
+same way, honour `kelp.dev/pause-reconciliation` the same way, and a Topic or
+ConsumerGroup finds its Cluster the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable, Mapping
+
+from .brokers import BrokerAdmin
+from .kube import KubeClient
+from .spec import ClusterSpec, SpecError
+from .status import condition
+
+__all__ = ["AdminFactory", "Result", "PAUSE_ANNOTATION", "paused", "cluster_of", "ClusterPass"]
+
+AdminFactory = Callable[[ClusterSpec], Awaitable[BrokerAdmin]]
+Result = tuple[dict[str, Any], list[dict[str, Any]]]
+
+# On any Kelp resource: "true" stops the operator from changing anything for it (status is still observed).
+PAUSE_ANNOTATION = "kelp.dev/pause-reconciliation"
+
+
+def paused(body: Mapping[str, Any]) -> bool:
+    return ((body.get("metadata") or {}).get("annotations") or {}).get(PAUSE_ANNOTATION) == "true"
+
+
+async def cluster_of(body: Mapping[str, Any], kube: KubeClient) -> tuple[ClusterSpec | None, dict | None]:
+    """(cluster spec, None) or (None, a Ready=False condition saying why there is none)."""
+    ns = body["metadata"]["namespace"]
+    ref = (body.get("spec") or {}).get("cluster", "")
+    cluster = await kube.get("Cluster", ns, ref)
+    if cluster is None or (cluster.get("metadata") or {}).get("deletionTimestamp"):
+        return None, condition("Ready", False, "ClusterNotFound",
+                               f"no Cluster '{ref}' in namespace {ns}; create it or fix spec.cluster")
+    try:
+        return ClusterSpec.from_resource(cluster), None
+    except SpecError as exc:
+        return None, condition("Ready", False, "ClusterInvalid", f"Cluster '{ref}' has an invalid spec: {exc}")
+
+
+class ClusterPass:
+    """One reconciliation of one Cluster: its inputs, what it observed, and the events it records."""
+
+    def __init__(self, *, body: Mapping[str, Any], spec: ClusterSpec, kube: KubeClient, events: Any, now: float,
+                 observed: Any, admin: BrokerAdmin | None, pods: list[dict]) -> None:
+        self.body, self.spec, self.kube, self.events, self.now = body, spec, kube, events, now
+        self.observed, self.admin, self.pods = observed, admin, pods
+        self.submitted = 0  # partition moves this pass submitted
+
+    @property
+    def annotations(self) -> dict[str, str]:
+        return dict((self.body.get("metadata") or {}).get("annotations") or {})
+
+    @property
+    def old_status(self) -> dict[str, Any]:
+        return dict(self.body.get("status") or {})
+
+    def previous(self, type_: str) -> dict[str, Any]:
+        """The condition of that type this Cluster's status holds now ({} when none)."""
+        return next((c for c in self.old_status.get("conditions") or [] if c.get("type") == type_), {})
+
+    async def emit(self, reason: str, message: str, *, warning: bool = False) -> None:
+        await self.events.emit(self.body, reason, message, warning=warning)
+
+    async def annotate(self, key: str, value: str | None) -> None:
+        meta = self.body["metadata"]
+        await self.kube.merge_patch("Cluster", meta["namespace"], meta["name"],
+                                    {"metadata": {"annotations": {key: value}}})

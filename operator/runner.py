@@ -1,0 +1,117 @@
+"""One reconciliation per object at a time, on the freshest view, whichever path asked for it.
+
+Why: kopf's handlers (events) and the resync loop (every
+`KELP_OPERATOR_RESYNC_SECONDS`) both reconcile the same objects, and kopf
+serialises only its own handlers. Two passes over one Cluster at once both
+submit the same moves (the controller refuses the second: "already
+moving"), both delete a pod, or write status over each other; a resync pass
+acting on a body it listed before a handler applied a newer spec would go
+*backwards* (a scale 3 -> 5 handled, then undone by a stale 3). So every
+reconciliation goes through `Runner.reconcile`:
+
+- one `asyncio.Lock` per object (kind, namespace, name), held for the whole
+  pass including its status write;
+- under the lock, the object is read again — unless the caller listed it
+  after the last pass over it finished (the resync loop's list is fresh
+  enough then, which spares a GET per object per pass);
+- an unexpected failure sets `Ready=Unknown` (`ReconcileFailed`, with the
+  error) before it propagates, so status never keeps claiming health this
+  pass did not observe; `LeadershipLost` propagates untouched (this replica
+  must not write at all).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Callable, Mapping
+
+from .events import Recorder
+from .kube import KubeClient
+from .leadership import LeadershipLost
+from .reconcile import RECONCILERS
+from .resources import AdminFactory
+from .status import condition, merge_conditions, now_rfc3339
+
+__all__ = ["Runner", "status_patch"]
+
+log = logging.getLogger("kelp.operator")
+
+Key = tuple[str, str, str]
+
+
+def status_patch(body: Mapping[str, Any], result: tuple[dict[str, Any], list[dict[str, Any]]]) -> dict[str, Any]:
+    """The status fields of a reconciliation, with conditions merged into the object's current ones."""
+    fields, conds = result
+    generation = int(body["metadata"].get("generation") or 0)
+    return {**fields, "conditions": merge_conditions((body.get("status") or {}).get("conditions"), conds,
+                                                     generation=generation, now=now_rfc3339())}
+
+
+class Runner:
+    def __init__(self, kube: KubeClient, admin_for: AdminFactory, *, clock: Callable[[], float] = time.time,
+                 instance: str = "kelp-operator") -> None:
+        self.kube = kube
+        self.admin_for = admin_for
+        self.clock = clock
+        self.instance = instance
+        self._locks: dict[Key, asyncio.Lock] = {}
+        self._finished = 0
+        self._last: dict[Key, int] = {}
+
+    def lock(self, kind: str, namespace: str, name: str) -> asyncio.Lock:
+        return self._locks.setdefault((kind, namespace, name), asyncio.Lock())
+
+    def mark(self) -> int:
+        """A point in time for `listed_after`: passes finished so far."""
+        return self._finished
+
+    async def reconcile(self, kind: str, namespace: str, name: str, *, listed: Mapping[str, Any] | None = None,
+                        listed_after: int = -1, **options: Any) -> bool:
+        """Reconcile one object and write its status; False when it is gone or being deleted.
+
+        `listed`/`listed_after`: a body the caller listed after `mark()` returned
+        `listed_after`; used as is unless a pass over this object finished since.
+        """
+        key = (kind, namespace, name)
+        body = listed
+        async with self.lock(*key):
+            try:
+                if body is None or self._last.get(key, -1) >= listed_after:
+                    body = await self.kube.get(kind, namespace, name)
+                if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
+                    return False
+                events = Recorder(self.kube, instance=self.instance)
+                try:
+                    result = await RECONCILERS[kind](body, self.kube, self.admin_for, events=events,
+                                                     clock=self.clock, **options)
+                except (LeadershipLost, asyncio.CancelledError):
+                    raise
+                except Exception as exc:
+                    await self._failed(kind, body, exc)
+                    raise
+                await self.kube.patch_status(kind, namespace, name, status_patch(body, result))
+                return True
+            finally:
+                self._finished += 1
+                self._last[key] = self._finished
+
+    def forget(self, kind: str, alive: set[tuple[str, str]]) -> None:
+        """Drop the locks of objects of `kind` no longer listed (never one that is held or awaited)."""
+        for key in [k for k in self._locks if k[0] == kind and (k[1], k[2]) not in alive]:
+            if not self._locks[key].locked():
+                del self._locks[key]
+                self._last.pop(key, None)
+
+    async def _failed(self, kind: str, body: Mapping[str, Any], exc: Exception) -> None:
+        meta = body["metadata"]
+        message = f"reconciliation failed, retried with backoff: {type(exc).__name__}: {exc}"
+        try:
+            await self.kube.patch_status(kind, meta["namespace"], meta["name"], status_patch(
+                body, ({}, [condition("Ready", None, "ReconcileFailed", message[:2000])])))
+        except LeadershipLost:
+            raise
+        except Exception as write_exc:
+            log.warning("%s %s/%s: could not record the failure in status: %s", kind, meta["namespace"],
+                        meta["name"], write_exc)

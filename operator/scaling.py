@@ -1,0 +1,220 @@
+"""Partition moves during scaling: drain before a scale-down, spread after a scale-up, and watch every move.
+
+Why: a StatefulSet scale-down deletes the highest-numbered pods, so the
+brokers that go must hold no replica first; brokers added by a scale-up hold
+nothing until replicas move to them (the plans are in `plans.py`). A move
+the controller accepted can still stop making progress — its new replica's
+broker died, its disk is full, its fetcher is stuck — and a drain waiting on
+it waits forever. So every pass with moves in flight reads their progress
+(`/admin/v1/partitions/reassignments`: each new replica's log end offset);
+when neither a move completed nor any new replica's log grew for
+`spec.reassignment.stallTimeoutSeconds`, the Cluster says so
+(Progressing=False, `ReassignmentStalled`, with the partitions and why) and
+waits for the user's way out, the Cluster annotation `kelp.dev/reassignment`:
+
+- `cancel`: every move in flight is cancelled (`"replicas": null`: the
+  partitions keep their original replicas); a pending drain plans again on
+  the next pass, a rebalance is dropped;
+- `retry`: cancelled, then the same targets submitted again (a fetcher that
+  was stuck starts over).
+
+Nothing here raises for a refusal a user can act on: a controller refusing a
+move, or a staying broker that is dead, becomes a condition and an Event.
+"""
+
+from __future__ import annotations
+
+import calendar
+import time
+from typing import Any
+
+from .brokers import AdminError
+from .plans import DrainBlocked, drain_plan, rebalance_plan
+from .resources import ClusterPass
+from .status import condition
+
+__all__ = ["drain", "rebalance", "watch_reassignments", "partitions_of", "racks_of", "REBALANCE_ANNOTATION",
+           "REASSIGNMENT_ANNOTATION"]
+
+REBALANCE_ANNOTATION = "kelp.dev/rebalance"
+REASSIGNMENT_ANNOTATION = "kelp.dev/reassignment"
+MAX_LISTED = 8
+
+
+def partitions_of(observed: Any) -> list[dict[str, Any]]:
+    return [{"topic": t["name"], "partition": p["partition"], "replicas": list(p["replicas"]),
+             "moving": bool(p.get("adding") or p.get("removing"))}
+            for t in observed.topics for p in t.get("partitions", [])]
+
+
+def racks_of(observed: Any) -> dict[int, str | None]:
+    return {int(b["id"]): b.get("rack") for b in (observed.cluster or {}).get("brokers", [])}
+
+
+def _epoch(rfc3339: str) -> float:
+    return float(calendar.timegm(time.strptime(rfc3339, "%Y-%m-%dT%H:%M:%SZ")))
+
+
+def _rfc3339(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+async def _submit(ctx: ClusterPass, plan: list[dict[str, Any]]) -> str | None:
+    """Submit moves (after proving leadership); the controller's refusal as a message, None when accepted."""
+    if not plan:
+        return None
+    await ctx.kube.fence()
+    try:
+        await ctx.admin.request("POST", "/admin/v1/partitions/reassign", {"partitions": plan})  # type: ignore[union-attr]
+    except AdminError as exc:
+        return exc.message
+    ctx.submitted += len(plan)
+    listed = ", ".join(f"{m['topic']}-{m['partition']}->{m['replicas']}" for m in plan[:MAX_LISTED])
+    more = f" and {len(plan) - MAX_LISTED} more" if len(plan) > MAX_LISTED else ""
+    await ctx.emit("ReassignmentSubmitted", f"moving {len(plan)} partition(s): {listed}{more}")
+    return None
+
+
+async def drain(ctx: ClusterPass, current: int) -> tuple[int, dict[str, Any] | None]:
+    """(replicas to apply, Progressing condition) while scaling down from `current` brokers."""
+    spec, observed = ctx.spec, ctx.observed
+    leaving = list(range(spec.brokers, current))
+    if ctx.admin is None or observed.cluster is None:
+        return current, condition("Progressing", True, "DrainWaiting",
+                                  f"scale-down to {spec.brokers} waits for the brokers to answer, so that broker(s) "
+                                  f"{leaving} can be drained first: {observed.error or 'no ready broker'}")
+    parts = partitions_of(observed)
+    holding = [p for p in parts if set(p["replicas"]) & set(leaving)]
+    if not holding:
+        return spec.brokers, None
+    live = set(racks_of(observed))
+    dead = [b for b in range(spec.brokers) if b not in live]
+    if dead:
+        message = (f"scale-down to {spec.brokers} broker(s) waits: staying broker(s) {dead} are not registered with "
+                   f"the controller, so the replicas of {len(holding)} partition(s) on broker(s) {leaving} have "
+                   "nowhere safe to go; the drain resumes once they are back (check their pods)")
+        await ctx.emit("DrainBlocked", message, warning=True)
+        return current, condition("Progressing", False, "DrainBlocked", message)
+    try:
+        plan = drain_plan([p for p in holding if not p["moving"]], keep=list(range(spec.brokers)),
+                          racks=racks_of(observed))
+    except DrainBlocked as exc:
+        message = (f"cannot scale down to {spec.brokers} broker(s): {exc}; lower the topic's replication factor "
+                   "or keep more brokers")
+        await ctx.emit("ScaleDownBlocked", message, warning=True)
+        return current, condition("Progressing", False, "ScaleDownBlocked", message)
+    refused = await _submit(ctx, plan)
+    if refused is not None:
+        message = f"draining broker(s) {leaving} before scale-down: the controller refused the moves: {refused}"
+        await ctx.emit("DrainRefused", message, warning=True)
+        return current, condition("Progressing", False, "DrainRefused", message)
+    return current, condition("Progressing", True, "Draining",
+                              f"moving replicas of {len(holding)} partition(s) off broker(s) {leaving} before their "
+                              f"pods are removed ({len(plan)} reassignment(s) submitted now)")
+
+
+async def rebalance(ctx: ClusterPass) -> dict[str, Any] | None:
+    """After a scale-up, once every broker is registered: spread replicas onto the new brokers, once."""
+    spec, observed = ctx.spec, ctx.observed
+    live = set(racks_of(observed))
+    if not set(range(spec.brokers)) <= live:
+        return condition("Progressing", True, "RebalanceWaiting",
+                         f"replicas move to the new brokers once all {spec.brokers} are registered ({sorted(live)})")
+    parts = partitions_of(observed)
+    if any(p["moving"] for p in parts):
+        return condition("Progressing", True, "Rebalancing", "partition reassignments are in progress")
+    plan = rebalance_plan(parts, list(range(spec.brokers)), racks=racks_of(observed))
+    refused = await _submit(ctx, plan)
+    if refused is not None:
+        message = f"spreading replicas onto the new brokers: the controller refused the moves: {refused}"
+        await ctx.emit("RebalanceRefused", message, warning=True)
+        return condition("Progressing", False, "RebalanceRefused", message)
+    await ctx.annotate(REBALANCE_ANNOTATION, None)
+    if plan:
+        return condition("Progressing", True, "Rebalancing",
+                         f"moving {len(plan)} partition replica(s) onto the new brokers")
+    return None
+
+
+def _progress(moves: list[dict[str, Any]]) -> int:
+    """Sum of the new replicas' log end offsets: grows while any of them fetches."""
+    total = 0
+    for m in moves:
+        offsets = m.get("log_end_offsets") or {}
+        total += sum(int(offsets.get(str(r)) or 0) for r in m.get("adding", []))
+    return total
+
+
+def _describe(move: dict[str, Any], live: set[int]) -> str:
+    offsets = move.get("log_end_offsets") or {}
+    leader_end = offsets.get(str(move.get("leader")))
+    parts = []
+    for r in move.get("adding", []):
+        why = "not registered" if r not in live else f"log end {offsets.get(str(r), 'unknown')} of {leader_end}"
+        parts.append(f"broker {r} {why}")
+    return f"{move['topic']}-{move['partition']} ({'; '.join(parts) or 'removing ' + str(move.get('removing'))})"
+
+
+async def _cancel(ctx: ClusterPass, moves: list[dict[str, Any]], *, retry: bool) -> str:
+    await ctx.kube.fence()
+    await ctx.admin.request("POST", "/admin/v1/partitions/reassign", {"partitions": [  # type: ignore[union-attr]
+        {"topic": m["topic"], "partition": m["partition"], "replicas": None} for m in moves]})
+    if not retry:
+        return f"cancelled {len(moves)} partition move(s); their replicas are back where they were"
+    targets = [{"topic": m["topic"], "partition": m["partition"],
+                "replicas": [r for r in m["replicas"] if r not in m.get("removing", [])]} for m in moves]
+    await ctx.admin.request("POST", "/admin/v1/partitions/reassign", {"partitions": targets})  # type: ignore[union-attr]
+    return f"cancelled and resubmitted {len(moves)} partition move(s)"
+
+
+async def watch_reassignments(ctx: ClusterPass) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(status.reassignment, Progressing condition or None) for the moves in flight; cancel/retry on request."""
+    action = ctx.annotations.get(REASSIGNMENT_ANNOTATION)
+    if ctx.admin is None or ctx.observed.cluster is None:
+        return ctx.old_status.get("reassignment"), None
+    if not any(p["moving"] for p in partitions_of(ctx.observed)):
+        if ctx.submitted:  # moves submitted by this very pass: their deadline starts now
+            return {"partitions": ctx.submitted, "progress": 0, "lastProgressTime": _rfc3339(ctx.now),
+                    "stalledPartitions": []}, None
+        if action:
+            await ctx.annotate(REASSIGNMENT_ANNOTATION, None)
+            await ctx.emit("ReassignmentIdle", f"{REASSIGNMENT_ANNOTATION}={action}: no reassignment in progress")
+        return None, None
+    try:
+        moves = (await ctx.admin.get("/admin/v1/partitions/reassignments"))["reassignments"]
+    except AdminError:
+        return ctx.old_status.get("reassignment"), None
+    if action in ("cancel", "retry"):
+        try:
+            done = await _cancel(ctx, moves, retry=action == "retry")
+        except AdminError as exc:
+            message = f"{REASSIGNMENT_ANNOTATION}={action} failed: {exc.message}; the annotation stays, the next pass tries again"
+            await ctx.emit("ReassignmentCancelFailed", message, warning=True)
+            return ctx.old_status.get("reassignment"), condition("Progressing", False, "ReassignmentStalled", message)
+        await ctx.annotate(REASSIGNMENT_ANNOTATION, None)
+        reason = "ReassignmentRetried" if action == "retry" else "ReassignmentCancelled"
+        await ctx.emit(reason, done)
+        return None, condition("Progressing", True, reason, done)
+    if action:
+        await ctx.emit("ReassignmentAnnotationInvalid", f"{REASSIGNMENT_ANNOTATION}={action!r} is not understood; "
+                       "use cancel or retry", warning=True)
+    previous = ctx.old_status.get("reassignment") or {}
+    progress = _progress(moves)
+    unchanged = previous.get("partitions") == len(moves) and previous.get("progress") == progress
+    since = previous.get("lastProgressTime") if unchanged and previous.get("lastProgressTime") else _rfc3339(ctx.now)
+    idle = ctx.now - _epoch(since)
+    field: dict[str, Any] = {"partitions": len(moves), "progress": progress, "lastProgressTime": since,
+                             "stalledPartitions": []}
+    if idle < ctx.spec.reassignment_stall_s:
+        return field, None
+    live = set(racks_of(ctx.observed))
+    field["stalledPartitions"] = [f"{m['topic']}-{m['partition']}" for m in moves]
+    listed = ", ".join(_describe(m, live) for m in moves[:MAX_LISTED])
+    more = f" and {len(moves) - MAX_LISTED} more" if len(moves) > MAX_LISTED else ""
+    message = (f"{len(moves)} partition move(s) made no progress for {int(idle)}s (since {since}; "
+               f"spec.reassignment.stallTimeoutSeconds is {ctx.spec.reassignment_stall_s}): {listed}{more}. "
+               f"Annotate the Cluster {REASSIGNMENT_ANNOTATION}=cancel to cancel them (replicas stay where they "
+               f"were) or {REASSIGNMENT_ANNOTATION}=retry to cancel and submit them again")
+    await ctx.emit("ReassignmentStalled", message, warning=True)
+    return field, condition("Progressing", False, "ReassignmentStalled", message)
+

@@ -1,0 +1,145 @@
+"""One Cluster reconciliation with the brokers scripted (FakeAdmin) and the API server faked (FakeKube).
+
+What a user relies on, each the regression test of a finding of issue 18:
+- a scale-down whose staying broker is dead neither crashes the operator
+  nor leaves Ready=True: the condition names the dead broker (finding 3);
+- a roll does not wait forever for pods that are not Ready, even when no
+  broker answers (finding 2, at the reconciliation level);
+- scaling a cluster does not change its brokers' config, so it rolls no pod
+  (finding 7);
+- `kelp.dev/pause-reconciliation` stops every change, `kelp.dev/manual-rolling-update`
+  restarts every pod once, and each decision leaves an Event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import yaml
+
+from kelp.operator.builders import config_hash
+from kelp.operator.reconcile import reconcile_cluster
+from kelp.operator.spec import ClusterSpec
+from tests.kelp_operator.fakes import FakeAdmin, FakeKube, admin_of, broker_pod, resource, statefulset
+
+
+def run(body: dict, kube: FakeKube, admin: FakeAdmin, **kw):
+    return asyncio.run(reconcile_cluster(body, kube, admin_of(admin), **kw))
+
+
+def cond(conds: list[dict], type_: str) -> dict:
+    return next(c for c in conds if c["type"] == type_)
+
+
+def three_broker_topics() -> dict[str, list[dict]]:
+    return {"orders": [{"replicas": [0, 1, 2], "isr": [0, 1, 2]}, {"replicas": [1, 2, 0], "isr": [1, 2, 0]},
+                       {"replicas": [2, 0, 1], "isr": [2, 0, 1]}]}
+
+
+def test_scale_down_with_a_dead_staying_broker_is_reported_not_raised() -> None:
+    # 3 -> 2 brokers; broker 1 (which stays) is dead: not registered, its pod not Ready.
+    body = resource("Cluster", "demo", {"brokers": 2})
+    kube = FakeKube(body, statefulset("demo", 3, ready=2), broker_pod("demo", 0), broker_pod("demo", 1, ready=False),
+                    broker_pod("demo", 2))
+    admin = FakeAdmin(brokers=[0, 2], controller=0, topics={"orders": [
+        {"replicas": [2, 0], "isr": [2, 0]}, {"replicas": [0, 2], "isr": [0, 2]}]})
+
+    def refuse(method, path, body):
+        if path == "/admin/v1/partitions/reassign":
+            from kelp.operator.brokers import AdminError
+            raise AdminError(400, "POST /admin/v1/partitions/reassign: broker 1 is not alive")
+    admin.fail = refuse
+    status, conds = run(body, kube, admin)
+    ready, progressing = cond(conds, "Ready"), cond(conds, "Progressing")
+    assert ready["status"] == "False" and ready["reason"] == "BrokersMissing" and "[1]" in ready["message"], ready
+    assert progressing["reason"] == "DrainBlocked" and "staying broker(s) [1]" in progressing["message"], progressing
+    assert kube.objects[("StatefulSet", "ns", "demo")]["spec"]["replicas"] == 3, "must not shrink before the drain"
+    assert admin.reassign_calls() == [], "nothing may move onto a dead broker"
+    assert kube.events("DrainBlocked"), "the decision is an Event too"
+    assert status["brokers"] == 1 and status["readyBrokers"] == "1/2"
+
+
+def test_a_refused_drain_is_a_condition() -> None:
+    body = resource("Cluster", "demo", {"brokers": 2})
+    kube = FakeKube(body, statefulset("demo", 3), *(broker_pod("demo", n) for n in range(3)))
+    admin = FakeAdmin(brokers=[0, 1, 2], topics={"orders": [{"replicas": [2, 0], "isr": [2, 0]}]})
+
+    def refuse(method, path, body):
+        if path == "/admin/v1/partitions/reassign":
+            from kelp.operator.brokers import AdminError
+            raise AdminError(409, "POST /admin/v1/partitions/reassign: the controller is moving")
+    admin.fail = refuse
+    _, conds = run(body, kube, admin)
+    progressing = cond(conds, "Progressing")
+    assert progressing["status"] == "False" and progressing["reason"] == "DrainRefused"
+    assert "the controller is moving" in progressing["message"]
+
+
+def test_unready_outdated_pods_restart_even_when_no_broker_answers() -> None:
+    # A config change the brokers need in order to start at all: every pod crash-loops on the old revision.
+    body = resource("Cluster", "demo", {"brokers": 3})
+    sts = statefulset("demo", 3, ready=0, revision="rev-2")
+    kube = FakeKube(body, sts, *(broker_pod("demo", n, revision="rev-1", ready=False) for n in range(3)))
+    admin = FakeAdmin(brokers=[])
+    admin.unreachable = True
+    _, conds = run(body, kube, admin)
+    assert ("Pod", "demo-2") in kube.deleted, conds
+    assert cond(conds, "Progressing")["reason"] == "RestartingUnready"
+    assert cond(conds, "Ready")["status"] == "False"
+
+
+def test_scaling_keeps_the_replication_defaults_and_rolls_nothing() -> None:
+    body = resource("Cluster", "demo", {"brokers": 1})
+    kube = FakeKube(body)
+    admin = FakeAdmin(brokers=[0])
+    run(body, kube, admin)
+    first = kube.objects[("ConfigMap", "ns", "demo-config")]
+    first_hash = kube.objects[("StatefulSet", "ns", "demo")]["spec"]["template"]["metadata"]["annotations"]
+    assert yaml.safe_load(first["data"]["broker.yaml"])["default.replication.factor"] == "1"
+
+    body["spec"]["brokers"] = 3
+    body["metadata"]["generation"] = 2
+    kube.put(body)
+    run(body, kube, admin)
+    after = kube.objects[("ConfigMap", "ns", "demo-config")]
+    assert after["data"] == first["data"], "scaling must not change the brokers' config"
+    assert kube.objects[("StatefulSet", "ns", "demo")]["spec"]["template"]["metadata"]["annotations"] == first_hash
+    assert kube.objects[("StatefulSet", "ns", "demo")]["spec"]["replicas"] == 3
+    # The builders agree: a spec created at 3 brokers keeps 3's defaults whatever it grows to.
+    at3 = ClusterSpec.from_resource(resource("Cluster", "d", {"brokers": 3}))
+    at5 = ClusterSpec.from_resource(resource("Cluster", "d", {"brokers": 5}),
+                                    pinned_defaults=at3.replication_defaults())
+    assert config_hash(at3) == config_hash(at5)
+    # An explicit spec.config still wins over the pinned defaults.
+    body["spec"]["config"] = {"default.replication.factor": "3"}
+    kube.put(body)
+    run(body, kube, admin)
+    assert yaml.safe_load(kube.objects[("ConfigMap", "ns", "demo-config")]["data"]["broker.yaml"])[
+        "default.replication.factor"] == "3"
+
+
+def test_paused_cluster_changes_nothing_but_still_reports() -> None:
+    body = resource("Cluster", "demo", {"brokers": 4}, annotations={"kelp.dev/pause-reconciliation": "true"})
+    kube = FakeKube(body, statefulset("demo", 3, revision="rev-2"),
+                    *(broker_pod("demo", n, revision="rev-1") for n in range(3)))
+    admin = FakeAdmin(brokers=[0, 1, 2], topics=three_broker_topics())
+    status, conds = run(body, kube, admin)
+    assert kube.applied == [] and kube.deleted == [] and admin.reassign_calls() == []
+    assert cond(conds, "Progressing")["reason"] == "ReconciliationPaused"
+    assert status["controller"] == 0 and status["readyBrokers"] == "3/4"
+    assert kube.events("ReconciliationPaused")
+
+
+def test_manual_rolling_update_restarts_every_pod_once() -> None:
+    body = resource("Cluster", "demo", {"brokers": 3}, annotations={"kelp.dev/manual-rolling-update": "true"})
+    kube = FakeKube(body, statefulset("demo", 3), *(broker_pod("demo", n) for n in range(3)))
+    admin = FakeAdmin(brokers=[0, 1, 2], controller=0, topics=three_broker_topics())
+    _, conds = run(body, kube, admin)
+    # Every pod marked, the Cluster's annotation consumed, the first restart done (highest ordinal, not the controller).
+    marked = [n for n in range(3) if ("Pod", "ns", f"demo-{n}") not in kube.objects
+              or kube.objects[("Pod", "ns", f"demo-{n}")]["metadata"]["annotations"].get(
+                  "kelp.dev/manual-rolling-update") == "true"]
+    assert marked == [0, 1, 2]
+    assert "kelp.dev/manual-rolling-update" not in kube.objects[("Cluster", "ns", "demo")]["metadata"]["annotations"]
+    assert kube.deleted == [("Pod", "demo-2")] and cond(conds, "Progressing")["reason"] == "RollingRestart"
+    assert kube.events("ManualRollingUpdate") and kube.events("RollingRestart")

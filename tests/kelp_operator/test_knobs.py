@@ -1,0 +1,179 @@
+"""Production knobs of a Cluster: pod template overrides, the external listener, the PodDisruptionBudget.
+
+What a user relies on: scheduling and security overrides reach the broker
+pods (and a real API server would accept them: kubernetes-validate against
+Kubernetes 1.34's schemas) without ever taking over the operator's own
+selector labels or config hash; with an external listener every broker has
+its own Service and advertises its own address (and the config files the
+brokers read say so); load-balanced brokers start only once their address
+is known and restart when it moves; the PodDisruptionBudget lets a node
+drain take down only as many brokers as the min.insync rule allows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from kelp.broker.config import BrokerConfig
+from kelp.operator.builders import cluster_children, stateful_set
+from kelp.operator.reconcile import reconcile_cluster
+from kelp.operator.spec import ClusterSpec, SpecError
+from tests.kelp_operator.fakes import FakeAdmin, FakeKube, admin_of, broker_pod, resource, statefulset
+
+K8S_VERSION = "1.34"
+
+
+def spec_of(spec: dict) -> ClusterSpec:
+    return ClusterSpec.from_resource({"metadata": {"name": "demo", "namespace": "team-a", "uid": "u", "generation": 1},
+                                      "spec": spec})
+
+
+POD_TEMPLATE = {
+    "metadata": {"labels": {"team": "payments"}, "annotations": {"prometheus.io/scrape": "true"}},
+    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]}]}}},
+    "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "kafka", "effect": "NoSchedule"}],
+    "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                                   "whenUnsatisfiable": "DoNotSchedule"}],
+    "priorityClassName": "streaming-critical",
+    "nodeSelector": {"kubernetes.io/os": "linux"},
+    "securityContext": {"fsGroup": 20000, "supplementalGroups": [5]},
+}
+
+
+def test_pod_template_overrides_reach_the_broker_pods() -> None:
+    sts = stateful_set(spec_of({"podTemplate": POD_TEMPLATE}))
+    kubernetes_validate.validate(sts, K8S_VERSION, strict=True)
+    meta, pod = sts["spec"]["template"]["metadata"], sts["spec"]["template"]["spec"]
+    assert meta["labels"]["team"] == "payments" and meta["labels"]["app.kubernetes.io/instance"] == "demo"
+    assert meta["annotations"]["prometheus.io/scrape"] == "true" and "kelp.dev/config-hash" in meta["annotations"]
+    assert pod["affinity"] == POD_TEMPLATE["affinity"] and pod["tolerations"] == POD_TEMPLATE["tolerations"]
+    assert pod["priorityClassName"] == "streaming-critical" and pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    # The user's spread replaces the default one; without a labelSelector it selects this cluster's brokers.
+    assert pod["topologySpreadConstraints"] == [{
+        "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "kelp", "app.kubernetes.io/instance": "demo",
+                                          "app.kubernetes.io/component": "broker"}}}]
+    # Security context: merged over the defaults, the given keys win.
+    assert pod["securityContext"]["fsGroup"] == 20000 and pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["supplementalGroups"] == [5]
+
+
+@pytest.mark.parametrize("template, message", [
+    ({"metadata": {"labels": {"app.kubernetes.io/instance": "other"}}}, "select the broker pods"),
+    ({"metadata": {"annotations": {"kelp.dev/config-hash": "x"}}}, "which the operator owns"),
+])
+def test_pod_template_cannot_take_over_what_the_operator_owns(template: dict, message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        spec_of({"podTemplate": template})
+
+
+def test_external_node_ports_one_service_and_one_file_per_broker(tmp_path) -> None:
+    spec = spec_of({"brokers": 3, "listeners": {"external": {"type": "NodePort", "nodePorts": [31090, 31091, 31092]}}})
+    addresses = {n: {"host": None, "port": 31090 + n} for n in range(3)}
+    children = {(m["kind"], m["metadata"]["name"]): m for m in cluster_children(spec, external=addresses)}
+    container = children[("StatefulSet", "demo")]["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"] == ["broker", "--config", "/etc/kelp/$(POD_NAME).yaml"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["KELP_ADVERTISED_HOST"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
+    assert env["KELP_HTTP_HOST"]["value"] == "$(POD_IP)" and env["KELP_HTTP"]["value"] == "http://$(POD_IP):8080"
+    assert container["lifecycle"]["preStop"]["exec"]["command"] == ["kelp", "broker-ctl", "controlled-shutdown"]
+    data = children[("ConfigMap", "demo-config")]["data"]
+    assert sorted(data) == ["broker.yaml", "demo-0.yaml", "demo-1.yaml", "demo-2.yaml"]
+    (tmp_path / "demo-1.yaml").write_text(data["demo-1.yaml"])
+    cfg = BrokerConfig.load(file=str(tmp_path / "demo-1.yaml"),
+                            env={"HOSTNAME": "demo-1", "KELP_ADVERTISED_HOST": "192.168.7.4", "KELP_HTTP_HOST": "10.1.0.2"})
+    assert (cfg.broker_id, cfg["advertised.host"], cfg["advertised.port"], cfg["http.host"]) == (
+        1, "192.168.7.4", 31091, "10.1.0.2")
+    from kelp.operator.builders import external_service
+    svc = external_service(spec, 2)
+    kubernetes_validate.validate(svc, K8S_VERSION, strict=True)
+    assert svc["metadata"]["name"] == "demo-external-2" and svc["spec"]["type"] == "NodePort"
+    assert svc["spec"]["selector"] == {"statefulset.kubernetes.io/pod-name": "demo-2"}
+    assert svc["spec"]["ports"][0]["nodePort"] == 31092 and svc["spec"]["externalTrafficPolicy"] == "Local"
+
+
+@pytest.mark.parametrize("external, message", [
+    ({"type": "NodePort", "nodePorts": [31090, 31091]}, "lists 2 port"),
+    ({"type": "LoadBalancer", "nodePorts": [1, 2, 3]}, "only used with type NodePort"),
+    ({"type": "NodePort", "nodePorts": [31090, 31090, 31091]}, "must not repeat"),
+    ({"type": "Ingress"}, "NodePort or LoadBalancer"),
+])
+def test_external_listener_mistakes_are_named(external: dict, message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        spec_of({"brokers": 3, "listeners": {"external": external}})
+
+
+@pytest.mark.parametrize("config, pdb, expected", [
+    ({}, {}, 1),  # RF 3, min.insync 2
+    ({"default.replication.factor": "5", "min.insync.replicas": "2"}, {}, 3),
+    ({"default.replication.factor": "2", "min.insync.replicas": "2"}, {}, 1),  # no room: one at a time
+    ({}, {"maxUnavailable": 0}, 0),
+])
+def test_pod_disruption_budget_follows_the_min_insync_rule(config: dict, pdb: dict, expected: int) -> None:
+    spec = spec_of({"brokers": 5, "config": config, "podDisruptionBudget": pdb})
+    budget = {m["kind"]: m for m in cluster_children(spec)}["PodDisruptionBudget"]
+    assert budget["spec"]["maxUnavailable"] == expected
+
+
+def run(body: dict, kube: FakeKube, admin: FakeAdmin):
+    return asyncio.run(reconcile_cluster(body, kube, admin_of(admin)))
+
+
+def test_load_balanced_brokers_start_once_their_address_is_known_and_restart_when_it_moves() -> None:
+    body = resource("Cluster", "demo", {"brokers": 2, "listeners": {"external": {
+        "type": "LoadBalancer", "annotations": {"example.com/lb-type": "nlb"}}}})
+    kube = FakeKube(body)
+    admin = FakeAdmin(brokers=[])
+    admin.unreachable = True
+    _, conds = run(body, kube, admin)
+    progressing = next(c for c in conds if c["type"] == "Progressing")
+    assert progressing["reason"] == "ExternalAddressWaiting" and "demo-external-0" in progressing["message"]
+    assert kube.objects[("StatefulSet", "ns", "demo")]["spec"]["replicas"] == 0
+    svc = kube.objects[("Service", "ns", "demo-external-1")]
+    assert svc["spec"]["type"] == "LoadBalancer" and svc["metadata"]["annotations"] == {"example.com/lb-type": "nlb"}
+
+    # The cloud assigns addresses: the brokers' files advertise them, and the brokers may start.
+    for n, ip in ((0, "203.0.113.10"), (1, "203.0.113.11")):
+        kube.objects[("Service", "ns", f"demo-external-{n}")]["status"] = {"loadBalancer": {"ingress": [{"ip": ip}]}}
+    status, conds = run(body, kube, admin)
+    assert kube.objects[("StatefulSet", "ns", "demo")]["spec"]["replicas"] == 2
+    files = kube.objects[("ConfigMap", "ns", "demo-config")]["data"]
+    assert yaml.safe_load(files["demo-1.yaml"])["advertised.host"] == "203.0.113.11"
+    assert yaml.safe_load(files["demo-1.yaml"])["advertised.port"] == 9092
+
+    # Broker 1 registered its old address (its load balancer moved since): it is marked and restarted.
+    kube.put(statefulset("demo", 2))
+    for n in range(2):
+        kube.put(broker_pod("demo", n))
+    admin = FakeAdmin(brokers=[0, 1], topics={"orders": [{"replicas": [0, 1], "isr": [0, 1]}]}, min_insync=1)
+    registered = {0: ("203.0.113.10", 9092), 1: ("198.51.100.7", 9092)}
+    real = admin.request
+
+    async def view(method, path, body=None, **kw):
+        answer = await real(method, path, body, **kw)
+        if path == "/admin/v1/cluster":
+            answer["brokers"] = [{"id": b, "host": h, "port": p, "rack": None} for b, (h, p) in registered.items()]
+        return answer
+    admin.request = view
+    status, conds = run(body, kube, admin)
+    assert status["externalAddresses"] == ["203.0.113.10:9092", "203.0.113.11:9092"]
+    assert kube.events("AdvertisedAddressChanged") and kube.deleted == [("Pod", "demo-1")]
+
+
+def test_external_services_of_removed_brokers_go_away() -> None:
+    body = resource("Cluster", "demo", {"brokers": 2, "listeners": {"external": {"type": "NodePort"}}})
+    kube = FakeKube(body)
+    admin = FakeAdmin(brokers=[])
+    admin.unreachable = True
+    run(body, kube, admin)
+    assert {k[2] for k in kube.objects if k[0] == "Service"} == {"demo", "demo-brokers", "demo-external-0",
+                                                                   "demo-external-1"}
+    body["spec"]["listeners"] = {}
+    kube.put(body)
+    run(body, kube, admin)
+    assert {k[2] for k in kube.objects if k[0] == "Service"} == {"demo", "demo-brokers"}
