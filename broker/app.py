@@ -72,6 +72,7 @@ class Broker:
         )
         self.topics.logs = self.logs
         self.replicas = ReplicaManager(cfg, self.logs, self.topics)
+        self.topics.log_deleter = self.replicas.delete_log_later
         self.kafka_server = KafkaServer(
             self,
             host=cfg["host"],

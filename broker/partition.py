@@ -5,12 +5,17 @@ leader it tracks each follower's log end offset (from its fetches) and when
 it was last caught up, computes the high watermark as the minimum log end
 offset over the in-sync replicas (never moving it backwards), decides when a
 follower may join the ISR and when a lagging one must leave (the change
-itself goes through the controller), and completes `acks=all` produces once
-the high watermark passes them. As follower it only follows the leader's
+itself goes through the controller; while one is in flight the high
+watermark respects the larger ISR, KIP-497), and completes `acks=all`
+produces once the high watermark passes them — as Kafka's DelayedProduce,
+only while it still leads at the leader epoch the batch was appended under:
+a leadership or epoch change fails them with NOT_LEADER_OR_FOLLOWER, since
+the batch may have been truncated. As follower it only follows the leader's
 high watermark.
 
 Single-threaded (the event loop): no locks. This module does no I/O: the
-caller runs log appends, truncation and epoch checkpoints.
+caller runs log appends, truncation and epoch checkpoints (`busy` is the
+worker-thread job, if any, changing this replica's log or producer state).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from kelp.errors import KelpError, OffsetNotAvailableError
+from kelp.errors import KelpError, NotLeaderOrFollowerError, OffsetNotAvailableError
 
 from .cluster.model import NO_LEADER, PartitionState
 from .producer_state import ProducerStateManager
@@ -46,7 +51,8 @@ class Partition:
         self.broker_id = broker_id
         self.producers = ProducerStateManager(topic, partition)
         self.waiters: set[asyncio.Future] = set()            # parked fetches (woken by appends and HW moves)
-        self._acks: list[tuple[int, asyncio.Future]] = []    # (offset the HW must reach, future) for acks=all
+        # acks=all waits: (offset the HW must reach, leader epoch of the append, future)
+        self._acks: list[tuple[int, int, asyncio.Future]] = []
         self.low_watermark_waiters: set[asyncio.Future] = set()  # DeleteRecords waiting for followers' log starts
         self.min_insync_replicas = min_insync_replicas
         self.leader = broker_id                               # a lone broker leads its partitions
@@ -54,9 +60,15 @@ class Partition:
         self.partition_epoch = 0
         self.replicas: tuple[int, ...] = (broker_id,)
         self.isr: tuple[int, ...] = (broker_id,)
-        self.pending_isr: tuple[int, ...] | None = None       # an AlterPartition in flight
+        self.pending_isr: tuple[int, ...] | None = None       # an AlterPartition whose outcome is not known yet
         self.progress: dict[int, ReplicaProgress] = {}
         self.epoch_start_offset = 0                           # log end offset when this leader epoch began
+        # False from taking leadership until its epoch is recorded at the final log end (a truncation in a
+        # worker thread may still be moving it): meanwhile nothing is served as leader.
+        self.leader_ready = True
+        self.busy: asyncio.Task | None = None                 # a worker-thread job on the log / producer state
+        self.truncations = 0                                  # of those jobs, how many move the log end
+        self.snapshot_base = -1                               # the segment base last snapshotted (producer state)
 
     # -- role -----------------------------------------------------------
     @property
@@ -83,14 +95,23 @@ class Partition:
             self.leader, self.leader_epoch, self.partition_epoch)
 
     def become_leader(self, state: PartitionState, now_ms: int) -> None:
+        """Take the role; `start_epoch` completes it once the log end is final (no truncation in flight)."""
         self.leader = self.broker_id
+        # A wait from before this leadership (another epoch) must not complete under it: its batch may be gone.
+        self.fail_acks(NotLeaderOrFollowerError(
+            f"partition {self.name}: leader epoch moved to {state.leader_epoch} before the batch was replicated"))
         self.leader_epoch = state.leader_epoch
         self._take(state)
-        self.epoch_start_offset = self.log.log_end_offset
         # Every follower starts unknown and counts as caught up now: one that never fetches leaves the ISR after the lag time.
         self.progress = {r: ReplicaProgress(last_caught_up_ms=now_ms, last_fetch_ms=now_ms)
                          for r in state.replicas if r != self.broker_id}
         self.pending_isr = None
+        self.leader_ready = False
+
+    def start_epoch(self, log_end_offset: int) -> None:
+        """The leader's epoch begins at `log_end_offset` (the log end once any truncation landed)."""
+        self.epoch_start_offset = log_end_offset
+        self.leader_ready = True
 
     def become_follower(self, state: PartitionState, error: KelpError) -> None:
         self.leader = state.leader
@@ -101,10 +122,13 @@ class Partition:
         self.fail_acks(error)
 
     def update_state(self, state: PartitionState, now_ms: int) -> None:
-        """Same leader and epoch, newer partition epoch: ISR or replica set changed (AlterPartition, reassignment)."""
+        """Same leader and epoch, newer partition epoch: ISR or replica set changed (AlterPartition, reassignment).
+
+        A newer partition epoch is the outcome of any ISR change in flight (committed, or overtaken by
+        another change): as Kafka, the committed state replaces the pending one.
+        """
         self._take(state)
-        if self.pending_isr is not None and set(self.pending_isr) == set(state.isr):
-            self.pending_isr = None
+        self.pending_isr = None
         if self.is_leader:
             for r in state.replicas:
                 if r != self.broker_id and r not in self.progress:
@@ -188,28 +212,47 @@ class Partition:
         return False
 
     # -- waiting ----------------------------------------------------------
-    def add_ack_waiter(self, offset: int, fut: asyncio.Future) -> None:
-        self._acks.append((offset, fut))
+    def add_ack_waiter(self, offset: int, leader_epoch: int, fut: asyncio.Future) -> None:
+        """Complete `fut` once the high watermark reaches `offset`, if this replica still leads at `leader_epoch`.
+
+        Registered under another epoch (leadership moved between the append and the wait), or while not
+        leading, it fails at once: the batch may be gone.
+        """
+        if not self.is_leader or leader_epoch != self.leader_epoch:
+            fut.set_exception(NotLeaderOrFollowerError(
+                f"partition {self.name}: appended under leader epoch {leader_epoch}, but this broker "
+                + (f"now leads at epoch {self.leader_epoch}" if self.is_leader else
+                   f"no longer leads (leader is broker {self.leader}, epoch {self.leader_epoch})")
+                + "; the batch may have been truncated"))
+            return
+        self._acks.append((offset, leader_epoch, fut))
 
     def discard_ack_waiter(self, fut: asyncio.Future) -> None:
-        self._acks = [(o, f) for o, f in self._acks if f is not fut]
+        self._acks = [a for a in self._acks if a[2] is not fut]
 
     def resolve_acks(self) -> None:
         if not self._acks:
             return
+        if not self.is_leader or not self.leader_ready:
+            return  # `become_follower` / `become_leader` fail them; a leader finishing a truncation answers later
         hw = self.log.high_watermark
         keep = []
-        for offset, fut in self._acks:
-            if offset <= hw:
-                if not fut.done():
-                    fut.set_result(None)
+        for offset, epoch, fut in self._acks:
+            if fut.done():
+                continue
+            if epoch != self.leader_epoch:
+                fut.set_exception(NotLeaderOrFollowerError(
+                    f"partition {self.name}: leader epoch moved from {epoch} to {self.leader_epoch} before the "
+                    "batch was replicated"))
+            elif offset <= hw:
+                fut.set_result(None)
             else:
-                keep.append((offset, fut))
+                keep.append((offset, epoch, fut))
         self._acks = keep
 
     def fail_acks(self, error: KelpError) -> None:
         acks, self._acks = self._acks, []
-        for _offset, fut in acks:
+        for _offset, _epoch, fut in acks:
             if not fut.done():
                 fut.set_exception(error)
 

@@ -5,15 +5,25 @@ lost; the broker must recognise the retry (same producer id, epoch and
 sequence range as one of the last five batches) and answer with the offset the
 batch got the first time instead of storing it again, refuse gaps in the
 sequence (OUT_OF_ORDER_SEQUENCE_NUMBER) and refuse a stale epoch
-(INVALID_PRODUCER_EPOCH). The state is rebuilt on start from batch headers of
-the log's last segments — per batch, never per record. A producer that has
+(INVALID_PRODUCER_EPOCH). The state is complete: rebuilt (by
+`producer_recovery`, in a worker thread) from the newest producer snapshot at
+or below the log end plus every batch header after it — from the log start
+when there is no snapshot — per batch, never per record. A producer that has
 not written for `producer.id.expiration.ms` is forgotten (`expire`, run
 periodically by the broker, as Kafka's `removeExpiredProducers`), so the
 state of producers long gone does not grow without bound.
 
+The sequence rules, as Kafka's `ProducerAppendInfo.checkSequence` (since
+KIP-360): a known producer at its epoch must continue its sequence (or repeat
+one of its last five batches: a duplicate); a known producer at a newer epoch
+must start at sequence 0; an older epoch is refused. An *unknown* producer —
+never seen here, or every batch of it removed by retention or DeleteRecords,
+or expired — is accepted at any sequence: because the state is complete, no
+batch of it is in the log, so nothing it sends can be a duplicate of a stored
+one, and refusing would wedge a producer whose records merely aged out.
+
 This module must never write to the log or do I/O: the replica manager asks
 `check` before appending and calls `update` after the append succeeded.
-Also here: `ProducerIdAllocator`, the persisted counter behind InitProducerId.
 """
 
 from __future__ import annotations
@@ -84,7 +94,7 @@ class ProducerStateManager:
         entry = self._producers.get(producer_id)
         where = f"topic '{self.topic}' partition {self.partition}"
         if entry is None:
-            return None  # unknown producer (new, or its state expired): accept
+            return None  # unknown producer: any sequence (Kafka's rule, see the module docstring)
         if epoch < entry.epoch:
             raise InvalidProducerEpochError(
                 f"producer {producer_id} epoch {epoch} is older than the current epoch {entry.epoch} on {where}"
@@ -125,6 +135,23 @@ class ProducerStateManager:
         elif epoch < entry.epoch:
             return
         entry.batches.append(_CachedBatch(first_seq, last_seq, first_offset, last_offset, timestamp))
+
+    def entries(self) -> list[tuple[int, int, tuple[tuple[int, int, int, int, int], ...]]]:
+        """A copy of the state for a snapshot file: (producer id, epoch, cached batches oldest first)."""
+        return [
+            (pid, entry.epoch, tuple((b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp)
+                                     for b in entry.batches))
+            for pid, entry in self._producers.items()
+        ]
+
+    def load_entries(self, entries: list[tuple[int, int, tuple[tuple[int, int, int, int, int], ...]]]) -> None:
+        """Replace the state with a snapshot's `entries` (see `entries`)."""
+        self._producers.clear()
+        for pid, epoch, batches in entries:
+            entry = _ProducerEntry(epoch=epoch)
+            for b in batches:
+                entry.batches.append(_CachedBatch(*b))
+            self._producers[pid] = entry
 
     def load_batches(self, data: bytes | bytearray | memoryview) -> int:
         """Rebuild from stored batches (oldest first); returns batches seen."""

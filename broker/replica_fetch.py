@@ -3,8 +3,9 @@
 Why: a fetch must apply the same limits (fetch.min.bytes, max wait, partition
 and response max bytes with KIP-74's "first batch even if too large")
 whichever protocol asked, and a follower's fetch is how the leader learns its
-progress (ISR expansion, high watermark). `ReplicaManager` mixes this in; it
-uses the manager's partitions, leadership checks and metrics.
+progress (ISR expansion, high watermark) — once its fetch offset is known to
+lie in the leader's log. `ReplicaManager` mixes this in; it uses the
+manager's partitions, leadership checks and metrics.
 """
 
 from __future__ import annotations
@@ -45,8 +46,6 @@ class FetchPath:
             results.append(res)
             try:
                 part = self._leader(req.topic, req.partition, req.current_leader_epoch)
-                if replica_id >= 0:
-                    self._follower_fetched(part, replica_id, req.offset, now, req.log_start_offset)
             except KelpError as exc:
                 res.error = exc
                 continue
@@ -54,6 +53,12 @@ class FetchPath:
             res.high_watermark = part.high_watermark
             res.last_stable_offset = res.high_watermark
             res.log_start_offset = lg.log_start_offset
+            if replica_id >= 0:
+                try:  # as Kafka's Partition.fetchRecords: the read is checked first, progress recorded after
+                    self._follower_fetched(part, replica_id, req.offset, now, req.log_start_offset)
+                except KelpError as exc:
+                    res.error = exc
+                    continue
             limit = min(req.max_bytes, remaining)
             if limit <= 0 and not min_one:
                 continue
@@ -79,11 +84,23 @@ class FetchPath:
         return results, total
 
     def _follower_fetched(self, part: Partition, replica_id: int, offset: int, now: int, log_start_offset: int = -1) -> None:
+        """A follower's fetch from `offset` is its progress — only once the offset is known to be in the log.
+
+        A fetch offset past this leader's log end (a follower whose log diverged, e.g. it kept records a
+        deposed leader wrote) or below its log start answers OFFSET_OUT_OF_RANGE and counts for nothing:
+        it must never advance the high watermark nor win the follower a place in the ISR.
+        """
         if replica_id not in part.replicas:
             raise NotLeaderOrFollowerError(
                 f"broker {replica_id} is not a replica of topic '{part.topic}' partition {part.partition} "
                 f"(replicas {list(part.replicas)})"
             )
+        lg = part.log
+        if offset > lg.log_end_offset or offset < lg.log_start_offset:
+            raise OffsetOutOfRangeError(
+                f"follower {replica_id} fetches topic '{part.topic}' partition {part.partition} from offset {offset}, "
+                f"outside the leader's log [{lg.log_start_offset}, {lg.log_end_offset}] (broker {part.broker_id}, "
+                f"epoch {part.leader_epoch}); it must truncate first")
         wanted = part.record_follower_fetch(replica_id, offset, now, log_start_offset)
         if wanted is not None:
             self._request_isr(part, wanted, f"broker {replica_id} caught up at offset {offset}")

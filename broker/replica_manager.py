@@ -6,7 +6,9 @@ max wait, partition and response max bytes with KIP-74's "first batch even
 if too large") whichever protocol asked (the read side is `replica_fetch`,
 mixed in; the types are in `replica_types`). It also owns the long-poll: a
 fetch that found too little parks a future on each partition it reads, and an
-append resolves them — no polling.
+append resolves them — no polling. The follower side and the worker-thread
+jobs on a replica's log (truncation, producer-state rebuild, deletion) are
+`replica_follower`, the leader's ISR changes `isr_changes`, mixed in too.
 
 Design: single-threaded asyncio, no locks. `Log.append_as_leader` is
 synchronous, so the producer-state check, the append and the state update for
@@ -15,8 +17,12 @@ Replication: each replica on this broker is a `Partition` (leader or
 follower, ISR, follower progress, high watermark). Consumers read below the
 high watermark, followers (`replica_id` >= 0) up to the log end; a follower's
 fetch is how the leader learns its progress. `acks=all` waits until the high
-watermark passes the batch. Leadership comes from the topic's partition
-states (`apply_topic`), which the cluster layer keeps current.
+watermark passes the batch — a duplicate (a retried idempotent batch) waits
+for its original offsets the same way — and only while this broker still
+leads at the epoch of the append (Kafka's DelayedProduce). Leadership comes
+from the topic's partition states (`apply_topic`), which the cluster layer
+keeps current; taking it records the new leader epoch in the epoch cache at
+once, on the loop (its checkpoint file follows in a worker thread).
 
 This module must never parse or touch individual records: it works per batch.
 """
@@ -48,8 +54,10 @@ from .config import BrokerConfig
 from kelp.records import iter_headers, needs_recompression, parse_batches, recompress
 
 from .partition import Partition
-from .producer_state import Duplicate, ProducerStateManager
+from .producer_state import Duplicate
 from .replica_fetch import FetchPath
+from .replica_follower import FollowerPath
+from .isr_changes import IsrChanges
 from .replica_types import (
     FetchPartition,
     FetchPartitionResult,
@@ -81,7 +89,6 @@ LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4  # KIP-405: the first offset on local disk (= the log start: Kelp does not tier)
 LATEST_TIERED_TIMESTAMP = -5  # KIP-1005: the last offset in remote storage (none: -1, as Kafka without tiering)
-PRODUCER_STATE_SEGMENTS = 2
 
 try:  # metrics land with the HTTP part; the core works without them
     from kelp.broker import metrics as _metrics  # type: ignore[attr-defined]
@@ -97,7 +104,7 @@ LeadershipListener = Callable[[str, int, bool, int], None]
 AlterPartition = Callable[..., Awaitable[Any]]
 
 
-class ReplicaManager(FetchPath):
+class ReplicaManager(FetchPath, FollowerPath, IsrChanges):
     def __init__(self, config: BrokerConfig, logs: Any, topics: Any, *, clock_ms: Callable[[], int] | None = None) -> None:
         self.config = config
         self.logs = logs
@@ -113,6 +120,8 @@ class ReplicaManager(FetchPath):
         # Set by the cluster layer: follower fetching (ReplicaFetcherManager).
         self.fetchers: Any = None
         self._lag_ms = int(config["replica.lag.time.max.ms"])
+        # AlterPartition with an unknown outcome is sent again after this backoff (seconds: first, cap).
+        self.alter_partition_backoff_s = (0.05, 2.0)
         self._bytes_in = _metric("BYTES_IN")
         self._bytes_out = _metric("BYTES_OUT")
         self._records_in = _metric("RECORDS_IN")
@@ -196,27 +205,21 @@ class ReplicaManager(FetchPath):
         if lg is None:
             lg = self.logs.get_or_create(topic, p, self.topics.log_config(topic))
         part = Partition(topic, p, lg, broker_id=self.broker_id, min_insync_replicas=self._min_isr(topic))
-        self._rebuild_producer_state(lg, part.producers)
         self._partitions[(topic, p)] = part
+        self._load_producer_state(part)  # a worker-thread job when the log holds batches: appends wait for it
         return part
 
     def _transition(self, part: Partition, state: Any, now: int, *, new: bool) -> None:
         was_leader = part.is_leader and not new
         if state.leader == self.broker_id:
-            part.become_leader(state, now)
             if self.fetchers is not None:
                 self.fetchers.remove(part.topic, part.partition)
-            assign = getattr(part.log, "assign_leader_epoch", None)
-            if assign is not None:
-                # The epoch checkpoint is fsynced: in a worker thread, never on the loop. Appends of this
-                # epoch start at today's log end, the same offset, so they may run before it lands.
-                self._background(asyncio.to_thread(assign, state.leader_epoch, part.log.log_end_offset),
-                                 f"recording leader epoch {state.leader_epoch} of {part.name}")
-            part.maybe_advance_high_watermark()
-            log.info("%s: leader at epoch %d, ISR %s, log end %d, high watermark %d",
-                     part.name, state.leader_epoch, list(state.isr), part.log.log_end_offset, part.high_watermark)
-            part.wake()
-            self._notify(part, True)
+            part.become_leader(state, now)
+            if not part.truncations:
+                self._finish_leader(part)  # (appends still wait for a producer-state load in flight)
+            else:  # a truncation in a worker thread is moving the log end: the epoch starts where it lands
+                log.info("%s: leader at epoch %d once the truncation of its log in flight completes",
+                         part.name, state.leader_epoch)
         else:
             part.become_follower(state, NotLeaderOrFollowerError(
                 f"topic '{part.topic}' partition {part.partition}: leadership moved to broker {state.leader} "
@@ -232,6 +235,31 @@ class ReplicaManager(FetchPath):
                     self.fetchers.remove(part.topic, part.partition)
             log.info("%s: follower of broker %d at epoch %d", part.name, state.leader, state.leader_epoch)
 
+    def _finish_leader(self, part: Partition) -> None:
+        """Leadership takes effect: the epoch starts at today's log end, recorded in the epoch cache now.
+
+        In memory and on the loop, so an OffsetForLeaderEpoch that arrives next is answered with this
+        epoch (KIP-101 case 1: answered "unknown", followers would cut to their high watermarks); only the
+        checkpoint file's fsync goes to a worker thread.
+        """
+        lg = part.log
+        leo = lg.log_end_offset
+        part.start_epoch(leo)
+        assign = getattr(lg, "assign_leader_epoch", None)
+        if assign is not None:
+            try:
+                assign(part.leader_epoch, leo)
+            except KelpError as exc:  # an offline log: every request to it answers KAFKA_STORAGE_ERROR anyway
+                log.error("%s: leader epoch %d not recorded: %s", part.name, part.leader_epoch, exc)
+            else:
+                self._background(asyncio.to_thread(lg.flush_leader_epochs),
+                                 f"writing the leader-epoch checkpoint of {part.name}")
+        part.maybe_advance_high_watermark()
+        log.info("%s: leader at epoch %d, ISR %s, log end %d, high watermark %d",
+                 part.name, part.leader_epoch, list(part.isr), leo, part.high_watermark)
+        part.wake()
+        self._notify(part, True)
+
     def _drop(self, part: Partition, *, delete_log: bool) -> None:
         key = (part.topic, part.partition)
         self._partitions.pop(key, None)
@@ -244,11 +272,8 @@ class ReplicaManager(FetchPath):
         if was_leader:
             self._notify(part, False)
         if delete_log:
-            try:
-                self.logs.delete(part.topic, part.partition)
-                log.info("%s: replica removed from broker %d, log deleted", part.name, self.broker_id)
-            except Exception as exc:
-                log.warning("deleting the log of %s: %s", part.name, exc)
+            log.info("%s: replica removed from broker %d; deleting its log", part.name, self.broker_id)
+            self.delete_log_later(part.topic, part.partition)  # file work in a worker thread
 
     def get_partition(self, topic: str, partition: int) -> Partition | None:
         return self._partitions.get((topic, partition))
@@ -278,6 +303,10 @@ class ReplicaManager(FetchPath):
                 f"broker {self.broker_id} is not the leader of topic '{topic}' partition {partition} "
                 f"(leader is broker {part.leader}, epoch {part.leader_epoch}); refresh metadata"
             )
+        if not part.leader_ready:
+            raise NotLeaderOrFollowerError(
+                f"broker {self.broker_id} takes the leadership of topic '{topic}' partition {partition} "
+                f"(epoch {part.leader_epoch}) once the truncation of its log in flight completes; retry")
         return part
 
     @staticmethod
@@ -299,28 +328,7 @@ class ReplicaManager(FetchPath):
         except (KelpError, KeyError, ValueError):
             return 1
 
-    def _rebuild_producer_state(self, lg: Any, producers: ProducerStateManager) -> None:
-        """Replay the batch headers of the last segments (per batch: one header read each)."""
-        segments = list(getattr(lg, "segments", []) or [])
-        if not segments or lg.log_end_offset <= lg.log_start_offset or getattr(lg, "offline_reason", ""):
-            return  # nothing to replay, or an offline log: every request to it answers KAFKA_STORAGE_ERROR
-        seen = 0
-        for segment in segments[-PRODUCER_STATE_SEGMENTS:]:
-            for h in segment.headers(0):
-                seen += 1
-                if h.producer_id < 0 or h.base_sequence < 0 or h.is_control or h.base_offset < lg.log_start_offset:
-                    continue
-                producers.update(
-                    h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
-                    h.base_offset, h.last_offset, h.max_timestamp,
-                )
-        if len(producers):
-            log.info(
-                "rebuilt idempotent-producer state of %s-%d from %d batch header(s): %d producer(s)",
-                producers.topic, producers.partition, seen, len(producers),
-            )
-
-    def _background(self, coro: Awaitable[Any], what: str) -> None:
+    def _background(self, coro: Awaitable[Any], what: str) -> asyncio.Task | None:
         async def run() -> None:
             try:
                 await coro
@@ -331,31 +339,11 @@ class ReplicaManager(FetchPath):
             task = asyncio.get_running_loop().create_task(run())
         except RuntimeError:  # no loop (unit tests driving the manager synchronously)
             coro.close()  # type: ignore[attr-defined]
-            return
+            return None
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    # -- ISR changes (leader side) ----------------------------------------
-    def _request_isr(self, part: Partition, new_isr: tuple[int, ...], reason: str) -> None:
-        if self.alter_partition is None or part.pending_isr is not None:
-            return
-        part.pending_isr = new_isr
-        self._background(self._alter_isr(part, new_isr, reason), f"ISR change of {part.name}")
-
-    async def _alter_isr(self, part: Partition, new_isr: tuple[int, ...], reason: str) -> None:
-        epoch, pepoch, old = part.leader_epoch, part.partition_epoch, list(part.isr)
-        try:
-            assert self.alter_partition is not None
-            await self.alter_partition(part.topic, part.partition, leader_epoch=epoch, partition_epoch=pepoch,
-                                       isr=list(new_isr))
-            log.info("%s: ISR %s -> %s (%s)", part.name, old, list(new_isr), reason)
-        except Exception as exc:
-            log.warning("%s: ISR change %s -> %s (%s) not made: %s", part.name, old, list(new_isr), reason, exc)
-        finally:
-            if part.pending_isr == new_isr:
-                part.pending_isr = None
-            if part.maybe_advance_high_watermark():
-                part.wake()
+        task.add_done_callback(lambda _t: coro.close())  # cancelled before it started (close): never awaited
+        return task
 
     def expire_producers(self) -> int:
         """Forget idempotent producers idle for producer.id.expiration.ms on every replica (periodic, on the loop).
@@ -370,17 +358,6 @@ class ReplicaManager(FetchPath):
         if expired:
             log.info("expired the state of %d idempotent producer(s) idle for %d ms or more", expired, expiration)
         return expired
-
-    def check_isr(self) -> None:
-        """Shrink the ISR of led partitions whose followers lag more than replica.lag.time.max.ms (periodic)."""
-        now = self._now_ms()
-        for part in list(self._partitions.values()):
-            if not part.is_leader or len(part.isr) <= 1:
-                continue
-            lagging = part.out_of_sync(now, self._lag_ms)
-            if lagging:
-                self._request_isr(part, tuple(r for r in part.isr if r not in lagging),
-                                  f"broker(s) {list(lagging)} not caught up within {self._lag_ms} ms")
 
     # -- produce --------------------------------------------------------
     async def append(
@@ -398,20 +375,26 @@ class ReplicaManager(FetchPath):
         Internal topics take only the broker's own writes (`internal_allowed`, the group coordinator's),
         as Kafka's `appendToLocalLog` does: a client's batch there could forge any group's commits.
         """
-        result = await self.append_local(topic, partition, data, acks=acks, internal_allowed=internal_allowed)
+        result = await self.append_local(topic, partition, data, acks=acks, internal_allowed=internal_allowed,
+                                         timeout_ms=timeout_ms)
         return await self.wait_for_isr(result, acks=acks, timeout_ms=timeout_ms)
 
     async def append_local(
         self, topic: str, partition: int, data: bytes | bytearray | memoryview, *, acks: int = 1,
-        internal_allowed: bool = False,
+        internal_allowed: bool = False, timeout_ms: int = 30000,
     ) -> ProduceResult:
         """Append to the leader's log, without waiting for followers (`wait_for_isr` does).
 
         A topic whose `compression.type` names a codec gets batches in another codec rebuilt in a
         worker thread first (gzip takes ~3 ms per 100-record batch: never on the event loop); the
-        log's own check then finds nothing left to rewrite.
+        log's own check then finds nothing left to rewrite. While a job runs on the replica's log
+        (its producer state loading, a truncation before leadership) the append waits for it, up
+        to `timeout_ms`.
         """
         part = self._partitions.get((topic, partition))
+        if part is not None and part.busy is not None:
+            await self._await_not_busy(part, timeout_ms / 1000.0)
+            part = self._partitions.get((topic, partition))
         codec = part.log.config.compression_type if part is not None and part.log is not None else "producer"
         if codec != "producer" and needs_recompression(data, codec):
             rebuilt = await asyncio.to_thread(recompress, data, parse_batches(data), codec)
@@ -420,17 +403,28 @@ class ReplicaManager(FetchPath):
         return self.append_sync(topic, partition, data, acks=acks, internal_allowed=internal_allowed)
 
     async def wait_for_isr(self, result: ProduceResult, *, acks: int, timeout_ms: int) -> ProduceResult:
-        """acks=-1: wait until the ISR has `result`'s offsets (or time out); other acks return at once."""
-        if acks != -1 or result.duplicate:
+        """acks=-1: wait until the ISR has `result`'s offsets (or time out); other acks return at once.
+
+        As Kafka's DelayedProduce: a duplicate waits for its original offsets like a fresh append;
+        the wait completes only while this broker leads at the leader epoch of the append (checked
+        when it is registered — the handler awaits between append and wait — and on every
+        leadership change: NOT_LEADER_OR_FOLLOWER, the batch may have been truncated); then
+        min.insync.replicas is checked against the (maximal) ISR.
+        """
+        if acks != -1:
             return result
         topic, partition = result.topic, result.partition
         part = self._partitions.get((topic, partition))
-        if part is None:
+        if part is None or (result.appended_to is not None and part is not result.appended_to):
             raise NotLeaderOrFollowerError(f"topic '{topic}' partition {partition} left broker {self.broker_id} during the produce")
+        fut = asyncio.get_running_loop().create_future()
         needed = result.last_offset + 1
-        if part.high_watermark < needed:
-            fut = asyncio.get_running_loop().create_future()
-            part.add_ack_waiter(needed, fut)
+        if (part.is_leader and part.leader_ready and part.leader_epoch == result.leader_epoch
+                and part.high_watermark >= needed):
+            fut.set_result(None)  # replicated already (a duplicate of a committed batch, or a fast ISR)
+        else:
+            part.add_ack_waiter(needed, result.leader_epoch, fut)  # fails at once if the epoch moved
+        if not fut.done():
             try:
                 await asyncio.wait_for(fut, max(timeout_ms, 0) / 1000.0)
             except asyncio.TimeoutError:
@@ -439,10 +433,12 @@ class ReplicaManager(FetchPath):
                     f"topic '{topic}' partition {partition}: offsets {result.base_offset}..{result.last_offset} "
                     f"not replicated to the ISR {list(part.isr)} within {timeout_ms} ms (high watermark {part.high_watermark})"
                 ) from None
-        if len(part.isr) < part.min_insync_replicas:
+        fut.result()  # NOT_LEADER_OR_FOLLOWER when leadership or its epoch moved
+        isr = part.maximal_isr
+        if len(isr) < part.min_insync_replicas:
             raise NotEnoughReplicasAfterAppendError(
                 f"topic '{topic}' partition {partition}: written at offset {result.base_offset}, but the ISR "
-                f"shrank to {list(part.isr)}, below min.insync.replicas={part.min_insync_replicas}"
+                f"shrank to {list(isr)}, below min.insync.replicas={part.min_insync_replicas}"
             )
         return result
 
@@ -458,6 +454,9 @@ class ReplicaManager(FetchPath):
         if acks not in (0, 1, -1):
             raise InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), got {acks}")
         part = self._leader(topic, partition)
+        if part.busy is not None:
+            raise NotLeaderOrFollowerError(
+                f"topic '{topic}' partition {partition}: its producer state is loading on broker {self.broker_id}; retry")
         if acks == -1 and len(part.isr) < part.min_insync_replicas:
             raise NotEnoughReplicasError(
                 f"topic '{topic}' partition {partition}: {len(part.isr)} in-sync replica(s) {list(part.isr)}, "
@@ -479,10 +478,12 @@ class ReplicaManager(FetchPath):
                     "duplicate batch from producer %d epoch %d sequence %d..%d on %s-%d: acknowledged with offset %d, not stored again",
                     h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence, topic, partition, dup.first_offset,
                 )
-                return ProduceResult(
-                    topic, partition, dup.first_offset, dup.last_offset, -1, lg.log_start_offset, 0, duplicate=True
-                )
+                return ProduceResult(topic, partition, dup.first_offset, dup.last_offset, -1, lg.log_start_offset, 0,
+                                     duplicate=True, leader_epoch=part.leader_epoch, appended_to=part)
+        before = lg.log_end_offset
         result = lg.append_as_leader(data, leader_epoch=part.leader_epoch)
+        if lg.active_segment.base_offset != part.snapshot_base:  # rolled: snapshot the producer state (per roll)
+            self._maybe_snapshot_producers(part, before)
         if idem:
             h = idem[0]
             part.producers.update(
@@ -507,62 +508,9 @@ class ReplicaManager(FetchPath):
             result.log_append_time_ms if result.log_append_time_ms is not None else -1,
             lg.log_start_offset,
             result.record_count,
+            leader_epoch=part.leader_epoch,
+            appended_to=part,
         )
-
-    # -- follower side ----------------------------------------------------
-    def append_as_follower(
-        self, topic: str, partition: int, data: bytes | memoryview, *, leader_epoch: int,
-        leader_high_watermark: int,
-    ) -> int:
-        """Append what the leader sent (offsets and epochs kept); follow its high watermark. Returns the new log end."""
-        part = self._partitions.get((topic, partition))
-        if part is None or part.is_leader or part.leader_epoch != leader_epoch:
-            raise NotLeaderOrFollowerError(f"{topic}-{partition}: no longer following at epoch {leader_epoch}")
-        lg = part.log
-        if data:
-            result = lg.append_as_follower(data)
-            if result is not None:
-                for h in result.batches:  # per batch: producer state follows the leader's (idempotence survives failover)
-                    if h.producer_id >= 0 and h.base_sequence >= 0 and not h.is_control:
-                        part.producers.update(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
-                                              h.base_offset, h.last_offset, h.max_timestamp)
-                self._dirty.add((topic, partition))
-        if part.follow_high_watermark(leader_high_watermark) or data:
-            self._dirty.add((topic, partition))
-        return lg.log_end_offset
-
-    def follow_log_start(self, topic: str, partition: int, leader_log_start_offset: int) -> int:
-        """A follower raises its log start to the leader's (DeleteRecords, retention), as Kafka's fetcher does.
-
-        After the high watermark followed the leader's (the log start never passes it). It writes the
-        log's checkpoint (fsync): the fetcher calls it in a worker thread, only when the leader's is ahead.
-        """
-        part = self._partitions.get((topic, partition))
-        if part is None or part.is_leader:
-            return -1
-        lg = part.log
-        target = min(leader_log_start_offset, lg.high_watermark)
-        if target > lg.log_start_offset:
-            lg.advance_log_start_offset(target)
-        return lg.log_start_offset
-
-    def truncate(self, topic: str, partition: int, offset: int) -> None:
-        """Follower truncation after a leader change (called in a worker thread by the fetcher)."""
-        part = self._partitions.get((topic, partition))
-        if part is None:
-            return
-        lg = part.log
-        if offset < lg.log_end_offset:
-            log.warning("%s: truncating from log end %d to %d (records the new leader does not have)",
-                        part.name, lg.log_end_offset, offset)
-            lg.truncate_to(offset)
-
-    def reset_producer_state(self, topic: str, partition: int) -> None:
-        """After truncation: rebuild idempotent-producer state from what is left (on the loop)."""
-        part = self._partitions.get((topic, partition))
-        if part is not None:
-            part.producers = ProducerStateManager(topic, partition)
-            self._rebuild_producer_state(part.log, part.producers)
 
     def partition_roles(self, topic: str, partition: int) -> tuple[int, list[int], list[int]]:
         info = self.topics.check_partition(topic, partition)
@@ -685,9 +633,14 @@ class ReplicaManager(FetchPath):
         return done
 
     def close(self) -> None:
+        """Stop: fail waiting produces, and hand each log its producer state to snapshot when it closes
+        (the broker closes logs in a worker thread), so the next start replays nothing."""
         for task in list(self._tasks):
             task.cancel()
         for part in list(self._partitions.values()):
+            lg = part.log
+            if part.busy is None and hasattr(lg, "set_close_snapshot"):
+                lg.set_close_snapshot(lg.log_end_offset, part.producers.entries(), generation=lg.truncation_generation)
             part.fail_acks(NotLeaderOrFollowerError(f"broker {self.broker_id} is shutting down"))
             part.wake()
             if part.is_leader:

@@ -8,7 +8,7 @@ its module stays about one concern (partition state and its doors).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from kelp.errors import KelpError
@@ -28,6 +28,9 @@ class ProduceResult:
     log_start_offset: int
     record_count: int = 0
     duplicate: bool = False
+    leader_epoch: int = -1  # the leader epoch it was appended (or found a duplicate) under: acks=all waits only under it
+    # The replica it was appended to (a re-created topic restarts epochs): acks=all waits only on that one.
+    appended_to: object = field(default=None, repr=False, compare=False)
 
 
 @dataclass(slots=True)

@@ -96,6 +96,9 @@ class TopicManager:
         self.config = config
         self.logs = logs
         self.cluster: Any = None  # the ClusterMember (set by the composition root)
+        # Deletes one partition's log without file work on the event loop (ReplicaManager.delete_log_later,
+        # set by the composition root); None: LogManager.delete at once (unit tests without a loop).
+        self.log_deleter: Any = None
         self._topics: dict[str, TopicState] = {}
         self._listeners: list[Any] = []
 
@@ -161,7 +164,10 @@ class TopicManager:
                 if self.logs.get(name, p) is None:
                     continue
                 try:
-                    self.logs.delete(name, p)
+                    if self.log_deleter is not None:
+                        self.log_deleter(name, p)  # the replica manager's: files removed in a worker thread
+                    else:
+                        self.logs.delete(name, p)
                 except Exception as exc:  # already gone on disk is fine
                     log.warning("deleting log of %s-%d: %s", name, p, exc)
             log.info("topic %s (id %s) deleted", name, topic_id)

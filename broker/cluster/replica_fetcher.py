@@ -7,12 +7,25 @@ with its high watermark, which the follower adopts. Before fetching under a
 new leader epoch the follower asks OffsetForLeaderEpoch where its own latest
 epoch ended on the leader and truncates anything beyond (records a deposed
 leader wrote but never replicated), so every replica ends up byte for byte
-the leader's log.
+the leader's log. When the leader answers with an older epoch than the one
+asked — it never had ours — the follower cuts where its own history below
+that epoch ends and asks again with its next older epoch, round after round,
+until both agree on an epoch (KIP-279; Kafka's
+`AbstractFetcherThread.getOffsetTruncationState`). A follower with no epochs
+at all truncates to its high watermark (Kafka's `truncateToHighWatermark`).
+
+Every partition's fetch state is an object replaced (never reused) when the
+partition is added again: a response to a request sent for an older state —
+the partition was removed and re-added at a new epoch while the request was
+in flight — is dropped, as is a fetch response whose offset is no longer the
+log end (Kafka's `processFetchRequest` checks the same).
 
 Appends happen on the event loop (one page-cache write per partition and
-response, like a produce); truncation runs in a worker thread. Every wait is
-bounded (`replica.fetch.wait.max.ms`, `replica.socket.timeout.ms`), a failed
-request backs off `replica.fetch.backoff.ms` and reconnects.
+response, like a produce); truncation runs in a worker thread through the
+replica manager (`truncate_follower`), which keeps the replica busy — and a
+leadership taken meanwhile waiting — until it landed. Every wait is bounded
+(`replica.fetch.wait.max.ms`, `replica.socket.timeout.ms`), a failed request
+backs off `replica.fetch.backoff.ms` and reconnects.
 """
 
 from __future__ import annotations
@@ -39,8 +52,10 @@ NONE, OFFSET_OUT_OF_RANGE, NOT_LEADER = 0, 1, 6
 FENCED, UNKNOWN_EPOCH, UNKNOWN_TOPIC = 74, 75, 3
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _FetchState:
+    """One partition's fetch state under one leader epoch; compared by identity (a re-add makes a new one)."""
+
     leader_epoch: int
     truncating: bool = True
 
@@ -148,22 +163,45 @@ class ReplicaFetcher:
                 await asyncio.sleep(self.backoff_s)
 
     # -- truncation (KIP-101/279) ------------------------------------------
+    def _current(self, key: tuple[str, int], st: _FetchState) -> bool:
+        """True while `st` is still this partition's fetch state (not removed, not replaced by a re-add)."""
+        return self.state.get(key) is st
+
     async def _truncate(self, conn: PeerConnection) -> None:
-        pending = {k: s for k, s in self.state.items() if s.truncating}
-        by_topic: dict[str, list] = {}
+        """One round of truncation for every partition in that phase (the run loop calls it until none is)."""
+        replicas = self.m.replicas
         P = OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartition
-        local_epochs: dict[tuple[str, int], int] = {}
-        for (topic, p), st in pending.items():
-            part = self.m.replicas.get_partition(topic, p)
+        asked: dict[tuple[str, int], tuple[_FetchState, int]] = {}
+        by_topic: dict[str, list] = {}
+        without_epochs: list[tuple[tuple[str, int], _FetchState]] = []
+        for key, st in list(self.state.items()):
+            if not st.truncating:
+                continue
+            part = replicas.get_partition(*key)
             if part is None:
-                self.state.pop((topic, p), None)
+                self.state.pop(key, None)
                 continue
-            latest = part.log.leader_epochs.latest_epoch
-            if latest is None or latest < 0:
-                st.truncating = False  # an empty history: nothing to truncate
+            if not replicas.follower_ready(key[0], key[1], st.leader_epoch):
+                continue  # a job on its log in flight, or metadata not caught up yet: a later round
+            latest = part.log.latest_epoch()
+            if latest < 0:
+                without_epochs.append((key, st))
                 continue
-            local_epochs[(topic, p)] = latest
-            by_topic.setdefault(topic, []).append(P(partition=p, current_leader_epoch=st.leader_epoch, leader_epoch=latest))
+            asked[key] = (st, latest)
+            by_topic.setdefault(key[0], []).append(
+                P(partition=key[1], current_leader_epoch=st.leader_epoch, leader_epoch=latest))
+        for key, st in without_epochs:
+            # No epochs to compare (an epoch checkpoint lost or unreadable): keep only what is committed.
+            part = replicas.get_partition(*key)
+            if part is None or not self._current(key, st):
+                continue
+            hw = part.log.high_watermark
+            if part.log.log_end_offset <= hw:
+                st.truncating = False  # nothing beyond what is committed (a new, empty replica): nothing to cut
+                continue
+            log.info("%s-%d: no leader epochs recorded; truncating to the high watermark %d", key[0], key[1], hw)
+            if await replicas.truncate_follower(key[0], key[1], hw, leader_epoch=st.leader_epoch) and self._current(key, st):
+                st.truncating = False
         if not by_topic:
             return
         req = OffsetForLeaderEpochRequest(
@@ -174,51 +212,64 @@ class ReplicaFetcher:
         for t in resp.topics:
             for r in t.partitions:
                 key = (t.topic, r.partition)
-                st = self.state.get(key)
-                if st is None or not st.truncating:
+                sent = asked.get(key)
+                if sent is None:
                     continue
+                st, epoch_asked = sent
+                if not self._current(key, st) or not st.truncating:
+                    continue  # removed or re-added at another epoch while the request was in flight: stale
                 if r.error_code != NONE:
                     log.info("%s-%d: leader %d answered OffsetForLeaderEpoch with error %d; retrying",
                              t.topic, r.partition, self.leader, r.error_code)
                     continue
-                part = self.m.replicas.get_partition(*key)
+                part = replicas.get_partition(*key)
                 if part is None:
                     continue
-                target = self._truncation_offset(part.log, r.leader_epoch, r.end_offset)
-                if target is None:
-                    continue  # another round with an older local epoch
-                if target < part.log.log_end_offset:
-                    await asyncio.to_thread(self.m.replicas.truncate, key[0], key[1], target)
-                    self.m.replicas.reset_producer_state(*key)
-                st.truncating = False
+                target, done = self._truncation_offset(part.log, r.leader_epoch, r.end_offset)
+                if not done:
+                    log.info("%s-%d: leader %d has no epoch %d (it answered epoch %d ending at %d): truncating to "
+                             "%d, where our history below its epoch ends, and asking again",
+                             t.topic, r.partition, self.leader, epoch_asked, r.leader_epoch, r.end_offset, target)
+                if not await replicas.truncate_follower(key[0], key[1], target, leader_epoch=st.leader_epoch):
+                    continue
+                if done and self._current(key, st):
+                    st.truncating = False
 
     @staticmethod
-    def _truncation_offset(lg: Any, leader_epoch: int, leader_end: int) -> int | None:
-        """Kafka's follower rule: where this log must end given the leader's answer for our latest epoch."""
+    def _truncation_offset(lg: Any, leader_epoch: int, leader_end: int) -> tuple[int, bool]:
+        """Kafka's follower rule (`getOffsetTruncationState`): where this log must end given the leader's
+        answer for our latest epoch, and whether truncation is complete (False: ask again, KIP-279)."""
         leo = lg.log_end_offset
         if leader_end < 0:
-            return min(lg.high_watermark, leo)  # the leader knows nothing of our epochs: keep what is committed
+            return min(lg.high_watermark, leo), True  # the leader knows nothing of our epochs: keep what is committed
         if leader_epoch < 0:
-            return min(leader_end, leo)
+            return min(leader_end, leo), True
         local_epoch, local_end = lg.end_offset_for_epoch(leader_epoch)
-        if local_epoch == leader_epoch:
-            return min(leader_end, local_end, leo)
-        # We never had the leader's epoch: cut where ours ended before it.
-        return min(local_end if local_end >= 0 else leader_end, leader_end, leo)
+        if local_end < 0:
+            return min(leader_end, leo), True  # no epoch of ours at or below the leader's: its end is the bound
+        if local_epoch != leader_epoch:
+            # We never had the leader's epoch: cut where our history below it ends, then ask again with the
+            # epoch that leaves as our latest (each round drops at least one epoch of ours).
+            return min(local_end, leo), False
+        return min(leader_end, local_end, leo), True
 
     # -- fetching ------------------------------------------------------------
     async def _fetch(self, conn: PeerConnection) -> None:
         FT = FetchRequest.FetchTopic
         FP = FT.FetchPartition
+        replicas = self.m.replicas
+        sent: dict[tuple[str, int], tuple[_FetchState, int]] = {}
         by_topic: dict[str, list] = {}
         for (topic, p), st in self.state.items():
             if st.truncating:
                 continue
-            part = self.m.replicas.get_partition(topic, p)
-            if part is None or part.is_leader:
+            part = replicas.get_partition(topic, p)
+            if part is None or not replicas.follower_ready(topic, p, st.leader_epoch):
                 continue
+            offset = part.log.log_end_offset
+            sent[(topic, p)] = (st, offset)
             by_topic.setdefault(topic, []).append(FP(
-                partition=p, current_leader_epoch=st.leader_epoch, fetch_offset=part.log.log_end_offset,
+                partition=p, current_leader_epoch=st.leader_epoch, fetch_offset=offset,
                 log_start_offset=part.log.log_start_offset, partition_max_bytes=self.max_bytes))
         if not by_topic:
             await asyncio.sleep(self.backoff_s)
@@ -234,24 +285,31 @@ class ReplicaFetcher:
         for t in resp.responses:
             for r in t.partitions:
                 key = (t.topic, r.partition_index)
-                st = self.state.get(key)
-                if st is None:
+                entry = sent.get(key)
+                if entry is None:
                     continue
+                st, offset = entry
+                if not self._current(key, st):
+                    continue  # removed or re-added while the fetch was in flight: its answer is for another state
+                part = replicas.get_partition(*key)
+                if part is None or part.log.log_end_offset != offset or not replicas.follower_ready(
+                        key[0], key[1], st.leader_epoch):
+                    continue  # the log moved (a truncation) since the request: appending would leave a gap
                 if r.error_code == NONE:
                     try:
-                        self.m.replicas.append_as_follower(
+                        replicas.append_as_follower(
                             t.topic, r.partition_index, r.records or b"", leader_epoch=st.leader_epoch,
                             leader_high_watermark=r.high_watermark)
-                        part = self.m.replicas.get_partition(t.topic, r.partition_index)
-                        if part is not None and r.log_start_offset > part.log.log_start_offset:
-                            await asyncio.to_thread(self.m.replicas.follow_log_start, t.topic, r.partition_index,
+                        if r.log_start_offset > part.log.log_start_offset:
+                            await asyncio.to_thread(replicas.follow_log_start, t.topic, r.partition_index,
                                                     r.log_start_offset)
                     except KelpError as exc:
                         log.warning("%s-%d: follower append failed: %s; truncating and fetching again", t.topic,
                                     r.partition_index, exc)
-                        st.truncating = True
+                        if self._current(key, st):
+                            st.truncating = True
                 elif r.error_code == OFFSET_OUT_OF_RANGE:
-                    await self._out_of_range(key, r)
+                    await self._out_of_range(key, st, r)
                 elif r.error_code in (FENCED, NOT_LEADER, UNKNOWN_EPOCH, UNKNOWN_TOPIC):
                     backoff = True  # our metadata or the leader's is behind: the next push settles it
                 else:
@@ -261,15 +319,15 @@ class ReplicaFetcher:
         if backoff:
             await asyncio.sleep(self.backoff_s)
 
-    async def _out_of_range(self, key: tuple[str, int], r: Any) -> None:
+    async def _out_of_range(self, key: tuple[str, int], st: _FetchState, r: Any) -> None:
         part = self.m.replicas.get_partition(*key)
-        if part is None:
+        if part is None or not self._current(key, st):
             return
         lg = part.log
         if r.log_start_offset >= 0 and lg.log_end_offset < r.log_start_offset:
             log.warning("%s-%d: our log end %d is below the leader's log start %d: starting over there",
                         key[0], key[1], lg.log_end_offset, r.log_start_offset)
-            await asyncio.to_thread(lg.truncate_fully_and_start_at, r.log_start_offset)
-            self.m.replicas.reset_producer_state(*key)
+            await self.m.replicas.truncate_follower_fully(key[0], key[1], r.log_start_offset,
+                                                         leader_epoch=st.leader_epoch)
         else:
-            self.state[key].truncating = True  # ahead of the leader: find the divergence point
+            st.truncating = True  # ahead of the leader (or diverged): find the divergence point

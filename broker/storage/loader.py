@@ -6,7 +6,9 @@ interrupted cleaner swap, removes temp files, scans every segment from the
 recovery point on batch by batch (header + CRC), truncates at the first bad
 batch (dropping every later segment) and rebuilds indexes that are missing or
 inconsistent. Each repair is logged as a WARNING naming the file, the byte
-position, the offset and the reason. It must never let a corrupt byte
+position, the offset and the reason. Where a rescanned batch's leader epoch
+rises it reports (epoch, offset), so the log rebuilds its leader-epoch cache
+for that tail from the data (as Kafka's segment recovery does). It must never let a corrupt byte
 survive into a segment that will be served.
 
 It also refuses to serve a hole: offsets missing between two segments (a
@@ -58,6 +60,11 @@ class LoadResult:
     segments: list[LogSegment]
     truncated_bytes: int  # bytes cut off torn/corrupt tails (0 after a clean shutdown)
     gaps: list[OffsetGap] = field(default_factory=list)  # holes between segments: the log must not be served
+    # The tail rescanned batch by batch (from the segment holding the recovery point): where it starts, and
+    # (leader epoch, first offset) wherever a batch's epoch rises in it — the leader-epoch cache of that
+    # range is rebuilt from these (Kafka's LogSegment.recover does the same).
+    rescanned_from: int | None = None
+    epoch_starts: list[tuple[int, int]] = field(default_factory=list)
 
 
 def _unlink(path: Path) -> None:
@@ -162,6 +169,8 @@ def load_segments(
     segments: list[LogSegment] = []
     gaps: list[OffsetGap] = []
     truncated = 0
+    rescanned_from: int | None = None
+    epoch_starts: list[tuple[int, int]] = []
     expected_next = bases[0] if bases else log_start_offset
     for i, base in enumerate(bases):
         log_path, index_path, time_path = segment_paths(directory, base)
@@ -193,6 +202,13 @@ def load_segments(
                 last_modified_ms=_mtime_ms(log_path, now_ms),
             )
             segment.rebuild_state(batches)
+            if i >= recover_from:
+                if rescanned_from is None:
+                    rescanned_from = base
+                for info in batches:  # per batch: headers the scan already holds
+                    epoch = info.partition_leader_epoch
+                    if epoch >= 0 and (not epoch_starts or epoch > epoch_starts[-1][0]):
+                        epoch_starts.append((epoch, info.base_offset))
             if error is not None:
                 segments.append(segment)
                 for later in bases[i + 1 :]:
@@ -205,7 +221,8 @@ def load_segments(
                 break
         segments.append(segment)
         expected_next = segment.next_offset
-    return LoadResult(segments=segments, truncated_bytes=truncated, gaps=gaps)
+    return LoadResult(segments=segments, truncated_bytes=truncated, gaps=gaps, rescanned_from=rescanned_from,
+                      epoch_starts=epoch_starts)
 
 
 def _mtime_ms(path: Path, default: int) -> int:

@@ -23,12 +23,13 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import logging
+import os
 import shutil
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO, Callable, Iterator
 
 from kelp.errors import InvalidRecordError, KafkaStorageError, KelpError, OffsetOutOfRangeError
 from kelp.records import (
@@ -42,11 +43,19 @@ from kelp.records import (
     set_log_append_time,
 )
 
-from .checkpoint import PARTITION_CHECKPOINT, PartitionCheckpoint
+from .checkpoint import PARTITION_CHECKPOINT, PartitionCheckpoint, fsync_dir
 from .config import LogConfig
 from .leader_epoch import LeaderEpochCache
 from .loader import load_segments
-from .segment import LogSegment
+from .producer_snapshot import (
+    ProducerEntry,
+    delete_snapshots,
+    list_snapshots,
+    read_snapshot,
+    snapshot_path,
+    write_snapshot_file,
+)
+from .segment import LogSegment, iter_file_headers
 
 log = logging.getLogger("kelp.broker.storage")
 
@@ -119,6 +128,10 @@ class Log:
         self._last_flush_ms = self._now_ms()
         self._closed = False
         self._offline_reason = ""
+        # Bumped by every truncation: a producer snapshot captured before one is not installed after it.
+        self._truncations = 0
+        self._retired = False  # renamed for deletion (`retire`)
+        self._close_snapshot: tuple[int, list[ProducerEntry], int] | None = None
         # The checkpoint values last written (or found on disk): unchanged ones are not rewritten.
         self._last_checkpoint: tuple[int, int, int, int] | None = None
 
@@ -158,9 +171,18 @@ class Log:
             # truncation): the operator puts the missing segment back and restarts.
             instance.mark_offline("; ".join(str(g) for g in result.gaps))
             return instance
+        if result.rescanned_from is not None:
+            # The epochs of what recovery rescanned come from the batches themselves (as Kafka's segment
+            # recovery): an entry the checkpoint lost in a crash is found again, a stale one is replaced.
+            epochs.rebuild_from(result.rescanned_from, result.epoch_starts)
         epochs.truncate_from_end(instance.log_end_offset)
         if instance._log_start_offset > segments[0].base_offset:
             epochs.truncate_from_start(instance._log_start_offset)
+        epochs.flush()
+        stale = [o for o in list_snapshots(directory)
+                 if o > instance.log_end_offset or o < instance._log_start_offset]
+        if stale:
+            delete_snapshots(directory, stale)
         if stored is not None:
             instance._last_checkpoint = (
                 stored.log_start_offset, stored.high_watermark, stored.recovery_point, stored.cleaner_offset
@@ -536,14 +558,24 @@ class Log:
             return None
 
     def assign_leader_epoch(self, epoch: int, start_offset: int | None = None) -> None:
-        """Record that this replica leads from `epoch` at `start_offset` (default: the log end), durably.
+        """Record that this replica leads from `epoch` at `start_offset` (default: the log end), in memory.
 
-        The replica layer calls it in a worker thread when it becomes leader, so the first append
-        of the epoch finds it recorded and writes no epoch checkpoint on the append path.
+        No file work: the replica layer calls it on the event loop the moment it takes leadership, so an
+        OffsetsForLeaderEpoch that arrives next is answered with this epoch (KIP-101 case 1); the checkpoint
+        file follows with `flush_leader_epochs()` in a worker thread.
         """
         with self._lock:
             self._check_open()
             self.leader_epochs.assign(epoch, self.log_end_offset if start_offset is None else start_offset)
+
+    def flush_leader_epochs(self) -> bool:
+        """Write the leader-epoch checkpoint if it changed (fsync: worker threads only). False for a closed log."""
+        if self._closed:
+            return False
+        try:
+            return self.leader_epochs.flush()
+        except OSError as exc:
+            raise KafkaStorageError(f"{self.name}: writing its leader-epoch checkpoint failed: {exc}") from exc
 
     def max_timestamp_and_offset(self) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record carrying the log's largest timestamp (ListOffsets -3, KIP-734).
@@ -620,7 +652,10 @@ class Log:
             self._log_start_offset = offset
             self._high_watermark = max(self._high_watermark, offset)
             self.cleaner_offset = max(self.cleaner_offset, offset)
-            self.leader_epochs.truncate_from_start(offset)
+            self.leader_epochs.truncate_from_start(offset)  # its file follows with the next checkpoint
+            doomed = [o for o in list_snapshots(self.directory) if o < offset]
+            if doomed:
+                delete_snapshots(self.directory, doomed)
             self._write_checkpoint()
 
     def advance_log_start_offset(self, offset: int) -> None:
@@ -635,46 +670,154 @@ class Log:
     # -------------------------------------------------------------- truncation
 
     def truncate_to(self, offset: int) -> None:
-        """Remove every offset >= `offset` (a follower diverged from its leader)."""
+        """Remove every offset >= `offset` (a follower diverged from its leader). Worker threads only.
+
+        As Kafka, the leader-epoch cache is cut at `offset` even when no record goes (an epoch this
+        replica took as leader without writing a record must not outlive a truncation to its start), and
+        producer snapshots above the new end go. The checkpoint files are written after the lock is released.
+        """
         with self._lock:
             self._check_open()
             if offset >= self.log_end_offset:
-                return
-            if offset <= self._segments[0].base_offset or offset < self._log_start_offset:
-                self.truncate_fully_and_start_at(offset)
-                return
-            while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
-                segment = self._segments.pop()
-                self._bases.pop()
-                segment.delete()
-            removed = self._segments[-1].truncate_to(offset)
-            log.info("truncated %s to offset %d (%d bytes removed)", self.name, offset, removed)
-            self._after_truncation()
+                self.leader_epochs.truncate_from_end(self.log_end_offset)
+            elif offset <= self._segments[0].base_offset or offset < self._log_start_offset:
+                self._truncate_fully_locked(offset)
+            else:
+                while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
+                    segment = self._segments.pop()
+                    self._bases.pop()
+                    segment.delete()
+                removed = self._segments[-1].truncate_to(offset)
+                log.info("truncated %s to offset %d (%d bytes removed)", self.name, offset, removed)
+                self._after_truncation()
+            values = self._checkpoint_values()
+        self._write_checkpoint_files(values)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and start empty at `offset` (a follower far behind the leader's log start)."""
         with self._lock:
             self._check_open()
-            for segment in self._segments:
-                segment.delete()
-            now_ms = self._now_ms()
-            segment = LogSegment.create(
-                self.directory, offset, index_interval_bytes=self.config.index_interval_bytes,
-                max_index_entries=self.config.max_index_entries, now_ms=now_ms,
-            )
-            self._segments, self._bases = [segment], [offset]
-            self._log_start_offset = offset
-            self.cleaner_offset = offset
-            self.leader_epochs.clear()
-            self._after_truncation()
+            self._truncate_fully_locked(offset)
+            values = self._checkpoint_values()
+        self._write_checkpoint_files(values)
 
-    def _after_truncation(self) -> None:
+    def _truncate_fully_locked(self, offset: int) -> None:
+        for segment in self._segments:
+            segment.delete()
+        now_ms = self._now_ms()
+        segment = LogSegment.create(
+            self.directory, offset, index_interval_bytes=self.config.index_interval_bytes,
+            max_index_entries=self.config.max_index_entries, now_ms=now_ms,
+        )
+        self._segments, self._bases = [segment], [offset]
+        self._log_start_offset = offset
+        self.cleaner_offset = offset
+        self.leader_epochs.clear()
+        self._after_truncation(every_snapshot=True)
+
+    def _after_truncation(self, *, every_snapshot: bool = False) -> None:
+        """Caller holds the lock; files are written by `_write_checkpoint_files` once it is released."""
         end = self.log_end_offset
+        self._truncations += 1
         self._recovery_point = min(self._recovery_point, end)
         self._high_watermark = min(self._high_watermark, end)
         self.cleaner_offset = min(self.cleaner_offset, end)
         self.leader_epochs.truncate_from_end(end)
-        self._write_checkpoint()
+        doomed = [o for o in list_snapshots(self.directory)
+                  if every_snapshot or o > end or o < self._log_start_offset]
+        if doomed:
+            delete_snapshots(self.directory, doomed)
+
+    def _write_checkpoint_files(self, values: tuple[int, int, int, int]) -> None:
+        """The leader-epoch checkpoint (if changed), then the partition checkpoint; without the log lock."""
+        self.flush_leader_epochs()
+        try:
+            self._write_checkpoint_values(values)
+        except OSError as exc:
+            raise KafkaStorageError(
+                f"{self.name}: writing {self.directory / PARTITION_CHECKPOINT} failed: {exc}") from exc
+
+    # ------------------------------------------------------- producer snapshots
+
+    @property
+    def truncation_generation(self) -> int:
+        """Changes with every truncation: capture it with a producer snapshot's state (see `write_producer_snapshot`)."""
+        return self._truncations
+
+    def producer_snapshot_offsets(self) -> list[int]:
+        """Offsets of the producer snapshots on disk, ascending (file work: worker threads)."""
+        return list_snapshots(self.directory)
+
+    def read_producer_snapshot(self, offset: int) -> list[ProducerEntry]:
+        """The snapshot at `offset`; `CorruptSnapshotError` (a ValueError) if it cannot be trusted, OSError if gone."""
+        return read_snapshot(self.directory, offset)
+
+    def delete_producer_snapshots(self, offsets: list[int]) -> int:
+        return delete_snapshots(self.directory, offsets)
+
+    def write_producer_snapshot(self, offset: int, entries: list[ProducerEntry], *, generation: int) -> bool:
+        """Store the producer state as it was with every batch below `offset` applied (worker threads).
+
+        `generation` is `truncation_generation` when the state was captured: if the log was truncated
+        since, or `offset` is no longer within [log start, log end], nothing is installed (False) — a
+        snapshot must never describe records the log does not hold. The file is written and fsynced
+        without the lock; only the rename happens under it, so a truncation cannot slip in between.
+        """
+        if self._closed:
+            return False
+        tmp = write_snapshot_file(self.directory, offset, entries)
+        with self._lock:
+            ok = (not self._closed and self._truncations == generation
+                  and self._log_start_offset <= offset <= self.log_end_offset)
+            if ok:
+                os.replace(tmp, snapshot_path(self.directory, offset))
+        if not ok:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            return False
+        fsync_dir(self.directory)
+        return True
+
+    def batch_headers(self, start_offset: int, end_offset: int | None = None) -> Iterator[BatchInfo]:
+        """Headers of the batches holding offsets from `start_offset` up to `end_offset` (default: the log end).
+
+        For replays in worker threads (producer state): the segment files are opened under the lock and
+        read without it, so appends go on and a segment retention deletes meanwhile is still read whole.
+        """
+        with self._lock:
+            self._check_open()
+            end = self.log_end_offset if end_offset is None else min(end_offset, self.log_end_offset)
+            start = max(start_offset, self._log_start_offset)
+            plan: list[tuple[int, int, int]] = []
+            first = self._segment_index_for(start)
+            try:
+                for i in range(first, len(self._segments)):
+                    segment = self._segments[i]
+                    if segment.base_offset >= end:
+                        break
+                    position = 0
+                    if i == first:
+                        found = segment.find(start)
+                        if found is None:
+                            continue
+                        position = found.position
+                    plan.append((os.open(segment.log_path, os.O_RDONLY), position, segment.size))
+            except BaseException:
+                for fd, _, _ in plan:
+                    os.close(fd)
+                raise
+        try:
+            for fd, position, size in plan:
+                for info in iter_file_headers(fd, position, size):
+                    if info.base_offset >= end:
+                        return
+                    if info.last_offset >= start:
+                        yield info
+        finally:
+            for fd, _, _ in plan:
+                os.close(fd)
 
     # ------------------------------------------------------------- durability
 
@@ -693,6 +836,8 @@ class Log:
                 pending = self._segments[self._segment_index_for(self._recovery_point):] if self._recovery_point < end else []
                 flushed_records = self._unflushed_records
             self._fsync_segments(pending)
+            # The epochs of what is now durable must be too: recovery rebuilds epochs only past the recovery point.
+            self.flush_leader_epochs()
             with self._lock:
                 if self._closed:
                     return
@@ -730,6 +875,7 @@ class Log:
                     return False
                 pending = self._segments[self._segment_index_for(self._recovery_point):-1]
             self._fsync_segments(pending)
+            self.flush_leader_epochs()
             with self._lock:
                 if self._closed:
                     return False
@@ -749,7 +895,8 @@ class Log:
             return True
 
     def write_checkpoint(self) -> None:
-        """Persist log start, high watermark, recovery point: values taken under the lock, file written without it.
+        """Persist log start, high watermark, recovery point (and a changed leader-epoch cache): values taken
+        under the lock, files written without it.
 
         Nothing for a closed or offline log (its files stay as they are); a failed write raises
         KafkaStorageError naming the file.
@@ -758,11 +905,7 @@ class Log:
             if self._closed:
                 return
             values = self._checkpoint_values()
-        try:
-            self._write_checkpoint_values(values)
-        except OSError as exc:
-            raise KafkaStorageError(
-                f"{self.name}: writing {self.directory / PARTITION_CHECKPOINT} failed: {exc}") from exc
+        self._write_checkpoint_files(values)
 
     def _checkpoint_values(self) -> tuple[int, int, int, int]:
         return (self._log_start_offset, self._high_watermark, self._recovery_point, self.cleaner_offset)
@@ -783,8 +926,20 @@ class Log:
             ).write(self.directory, durable=durable)
             self._last_checkpoint = values
 
+    def set_close_snapshot(self, offset: int, entries: list[ProducerEntry], *, generation: int) -> None:
+        """Producer state to snapshot at `offset` when the log closes (see `write_producer_snapshot`)."""
+        self._close_snapshot = (offset, entries, generation)
+
     def close(self) -> None:
-        """Flush and close; the next open skips recovery (the recovery point is the log end)."""
+        """Flush and close; the next open skips recovery (the recovery point is the log end) and, with a
+        producer snapshot handed over by `set_close_snapshot`, the producer-state replay too."""
+        pending, self._close_snapshot = self._close_snapshot, None
+        if pending is not None and not self._closed:
+            offset, entries, generation = pending
+            try:
+                self.write_producer_snapshot(offset, entries, generation=generation)
+            except OSError as exc:
+                log.warning("%s: producer snapshot at close not written: %s", self.name, exc)
         with self._lock:
             if self._closed:
                 return
@@ -795,8 +950,25 @@ class Log:
                 segment.close()
             self._closed = True
 
+    def retire(self, suffix: str) -> None:
+        """Stop every file write and rename the directory to `<name><suffix>` (first call only).
+
+        Taken with the log's locks, so a checkpoint, epoch or snapshot write in another thread lands
+        either before the rename (and moves with it) or not at all.
+        """
+        with self._lock, self._checkpoint_lock:
+            if self._retired:
+                return
+            self._retired = True
+            self._closed = True
+            target = self.directory.with_name(self.directory.name + suffix)
+            with self.leader_epochs.moving():
+                self.directory.rename(target)
+                self.directory = target
+                self.leader_epochs.move_to(target)
+
     def delete(self) -> None:
-        """Close and remove the whole directory (the LogManager renames it first)."""
+        """Close and remove the whole directory (the LogManager retires it first)."""
         with self._lock:
             for segment in self._segments:
                 segment.close()

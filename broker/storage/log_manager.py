@@ -69,6 +69,7 @@ class LogManager:
         self._config_for = config_for
         self._lock = threading.RLock()
         self._logs: dict[tuple[str, int], Log] = {}
+        self._doomed: dict[tuple[str, int], Log] = {}  # detached, files not yet removed (`destroy`)
         self.cleaner = LogCleaner(clock=clock, dedupe_buffer_bytes=cleaner_dedupe_buffer_bytes)
         self.uncleanable: dict[tuple[str, int], str] = {}  # logs the cleaner failed on, and why
         for directory in self.log_dirs:
@@ -112,6 +113,9 @@ class LogManager:
                 if config is not None and config != found.config:
                     found.update_config(config)
                 return found
+            doomed = self._doomed.pop((topic, partition), None)
+            if doomed is not None:  # placed here again before its deletion ran: move the old files aside now
+                doomed.retire(f".{uuid.uuid4().hex}{DELETE_SUFFIX}")
             directory = self._choose_dir() / partition_dir_name(topic, partition)
             created = Log.open(directory, config or self._topic_config(topic), clock=self._clock)
             self._logs[(topic, partition)] = created
@@ -133,20 +137,38 @@ class LogManager:
             return sorted(self._logs)
 
     def delete(self, topic: str, partition: int) -> bool:
-        """Remove the partition's log: rename to `<name>.<uuid>-delete`, then delete. False if absent."""
-        with self._lock:
-            doomed = self._logs.pop((topic, partition), None)
-            self.uncleanable.pop((topic, partition), None)
+        """Remove the partition's log: rename to `<name>.<uuid>-delete`, then delete. False if absent.
+
+        File work (closing, renaming, removing a directory tree): worker threads only. On the event loop,
+        `detach` (memory only) then `destroy` in a thread, as `ReplicaManager.delete_log_later` does.
+        """
+        doomed = self.detach(topic, partition)
         if doomed is None:
             return False
-        with doomed.lock:
-            for segment in doomed.segments:
-                segment.close()
-            target = doomed.directory.with_name(f"{doomed.directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
-            doomed.directory.rename(target)
-            doomed.directory = target
-            doomed.delete()
+        self.destroy(doomed)
         return True
+
+    def detach(self, topic: str, partition: int) -> Log | None:
+        """Forget the partition's log (memory only: safe on the event loop); `destroy` removes its files.
+
+        From here on `get` answers None; a `get_or_create` of the same partition before `destroy` ran
+        first moves the old directory out of the way (one rename) so the new log never opens old files.
+        """
+        with self._lock:
+            self.uncleanable.pop((topic, partition), None)
+            doomed = self._logs.pop((topic, partition), None)
+            if doomed is not None:
+                self._doomed[(topic, partition)] = doomed
+            return doomed
+
+    def destroy(self, doomed: Log) -> None:
+        """Close and remove a detached log's files (renamed to `<name>.<uuid>-delete` first). Worker threads only."""
+        doomed.retire(f".{uuid.uuid4().hex}{DELETE_SUFFIX}")
+        with self._lock:
+            for key, log_ in list(self._doomed.items()):
+                if log_ is doomed:
+                    del self._doomed[key]
+        doomed.delete()
 
     def update_topic_config(self, topic: str, config: LogConfig) -> None:
         """Apply a changed topic config to every log of `topic` held here."""

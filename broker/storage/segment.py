@@ -197,28 +197,8 @@ class LogSegment:
         return info
 
     def headers(self, position: int = 0) -> Iterator[BatchInfo]:
-        """Batch headers from `position` to the end of the file.
-
-        A large batch costs one header read; runs of small ones are walked in
-        memory over one read of HEADERS_CHUNK bytes (a fetch range over
-        thousands of tiny batches was one pread per batch).
-        """
-        while True:
-            info = self.header_at(position)
-            if info is None:
-                return
-            if info.size * 2 > HEADERS_CHUNK:
-                yield info
-                position = info.end
-                continue
-            data = os.pread(self._fd, min(HEADERS_CHUNK, self.size - position), position)
-            base = position
-            for found in iter_headers(data):
-                found.position += base
-                yield found
-                position = found.position + found.size
-            if position == base:  # cannot happen (info fits the chunk); never loop forever
-                position = info.end
+        """Batch headers from `position` to the end of the file (see `iter_file_headers`)."""
+        return iter_file_headers(self._fd, position, self.size)
 
     def find(self, offset: int) -> BatchInfo | None:
         """The first batch whose last offset is >= `offset`, or None if the segment ends before it.
@@ -324,6 +304,35 @@ class LogSegment:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
+
+
+def iter_file_headers(fd: int, position: int, end: int) -> Iterator[BatchInfo]:
+    """Headers of the whole batches of file `fd` from byte `position` up to byte `end`.
+
+    A large batch costs one header read; runs of small ones are walked in
+    memory over one read of HEADERS_CHUNK bytes (a fetch range over
+    thousands of tiny batches was one pread per batch).
+    """
+    while position + HEADER_SIZE <= end:
+        head = os.pread(fd, HEADER_SIZE, position)
+        if len(head) < HEADER_SIZE:
+            return
+        info = read_header(head)
+        if info.size < HEADER_SIZE or position + info.size > end:
+            return
+        if info.size * 2 > HEADERS_CHUNK:
+            info.position = position
+            yield info
+            position += info.size
+            continue
+        data = os.pread(fd, min(HEADERS_CHUNK, end - position), position)
+        base = position
+        for found in iter_headers(data):
+            found.position += base
+            yield found
+            position = found.position + found.size
+        if position == base:  # cannot happen (info fits the chunk); never loop forever
+            position += info.size
 
 
 def read_length(data: bytes, position: int) -> int:

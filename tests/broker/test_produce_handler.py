@@ -26,9 +26,11 @@ class Replicas:
         self.waiting = 0
         self.most_waiting = 0
         self.go = asyncio.Event()
+        self.timeouts: list[int] = []
 
-    async def append_local(self, topic, partition, data, *, acks):
+    async def append_local(self, topic, partition, data, *, acks, timeout_ms=30000):
         self.events.append(f"append {partition}")
+        self.timeouts.append(timeout_ms)  # a replica still loading its producer state is waited for this long
         if partition == 9:
             raise NotLeaderOrFollowerError(f"not the leader of {topic}-{partition}")
         return ProduceResult(topic, partition, 10 * partition, 10 * partition + 1, -1, 0)
@@ -57,6 +59,7 @@ async def test_acks_all_appends_everything_releases_the_frame_then_waits_for_all
     # every append before the frame goes back, and before any wait; no view of the frame is kept
     assert released == [["append 0", "append 1", "append 9", "append 2"]]
     assert all(p.records is None for p in parts)
+    assert replicas.timeouts == [5000] * 4  # the request's timeout bounds every wait
     replicas.go.set()
     response = await task
     assert replicas.most_waiting == 3  # the three appended partitions waited together

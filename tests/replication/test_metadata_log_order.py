@@ -213,7 +213,9 @@ async def test_a_replica_is_deleted_only_by_a_newer_partition_state(tmp_path) ->
     newer = t.with_partition(0, PartitionState((0, 2), 0, 4, (0, 2), 6))
     b.replicas.topics._topics["t"] = newer
     b.replicas.apply_topic("t")
-    assert b.replicas.get_partition("t", 0) is None and not (tmp_path / "t-0").exists()
+    assert b.replicas.get_partition("t", 0) is None and b.logs.get("t", 0) is None
+    await asyncio.gather(*b.replicas._tasks)  # the files go in a worker thread
+    assert not (tmp_path / "t-0").exists()
 
 
 # -- the image's invariants -----------------------------------------------------------------

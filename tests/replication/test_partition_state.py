@@ -33,6 +33,7 @@ class FakeLog:
 def leader(leo: int = 0, hw: int = 0, isr=(0, 1, 2), replicas=(0, 1, 2), now: int = 1000) -> Partition:
     part = Partition("t", 0, FakeLog(leo, hw), broker_id=0)
     part.become_leader(PartitionState(replicas, 0, 3, isr, 7), now)
+    part.start_epoch(leo)  # what the replica manager does once no truncation is in flight
     return part
 
 
@@ -83,8 +84,8 @@ async def test_ack_waiters_complete_when_the_high_watermark_passes_them() -> Non
     part = leader(leo=10, hw=0)
     loop = asyncio.get_running_loop()
     early, late = loop.create_future(), loop.create_future()
-    part.add_ack_waiter(5, early)
-    part.add_ack_waiter(10, late)
+    part.add_ack_waiter(5, 3, early)
+    part.add_ack_waiter(10, 3, late)
     for r in (1, 2):
         part.record_follower_fetch(r, 6, 2000)
     part.maybe_advance_high_watermark()

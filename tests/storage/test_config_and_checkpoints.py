@@ -111,11 +111,15 @@ def test_partition_checkpoint_round_trips_and_ignores_damage(tmp_path) -> None:
 
 
 def test_leader_epoch_cache_persists_and_truncates(tmp_path) -> None:
+    """Changes are in memory at once (answered at once), on disk after `flush()` (a worker thread's job)."""
     cache = LeaderEpochCache(tmp_path)
     cache.assign(1, 0)
     cache.assign(1, 5)  # same epoch: no new entry
     cache.assign(3, 10)
     cache.assign(4, 20)
+    assert cache.entries == [(1, 0), (3, 10), (4, 20)] and cache.dirty
+    assert not (tmp_path / "leader-epoch-checkpoint").exists()  # no file work on the caller's thread
+    assert cache.flush() and not cache.dirty and not cache.flush()
     assert LeaderEpochCache.load(tmp_path).entries == [(1, 0), (3, 10), (4, 20)]
     assert (tmp_path / "leader-epoch-checkpoint").read_text() == "0\n3\n1 0\n3 10\n4 20\n"
     cache.truncate_from_start(12)
@@ -123,6 +127,7 @@ def test_leader_epoch_cache_persists_and_truncates(tmp_path) -> None:
     cache.truncate_from_end(20)
     assert cache.entries == [(3, 12)]
     assert cache.end_offset_for(3, 30) == (3, 30) and cache.end_offset_for(2, 30) == (2, 12)
+    cache.flush()
     assert LeaderEpochCache.load(tmp_path).entries == [(3, 12)]
 
 

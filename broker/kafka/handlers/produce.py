@@ -7,7 +7,9 @@ codec) as a writable view into the request frame
 (`produce_decoder`), so the log rewrites offsets in place; errors are reported per partition with Kafka's code
 and logged naming topic and partition. `acks=0` requests get no response. Once every partition is
 appended the frame goes back to the listener's memory pool, and acks=all waits for every partition's
-ISR together.
+ISR together — a retried idempotent batch (a duplicate) too, for its original offsets, and each wait only
+under the leader epoch its append happened at (`ReplicaManager.wait_for_isr` checks it on registration:
+leadership may have moved while other partitions were appended).
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
                 outcome = CorruptRecordError(f"produce to topic '{name}' partition {pd.index} carries no records")
             else:
                 try:
-                    outcome = await replicas.append_local(name, pd.index, pd.records, acks=acks)
+                    outcome = await replicas.append_local(name, pd.index, pd.records, acks=acks,
+                                                          timeout_ms=request.timeout_ms)
                 except KelpError as exc:
                     outcome = exc
             pd.records = None  # the log has the bytes: no view of the frame outlives the append

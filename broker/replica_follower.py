@@ -1,0 +1,253 @@
+"""The follower's doors into the replica manager, and the worker-thread jobs on a replica's log.
+
+Why: a follower appends what its leader sent (offsets and epochs kept),
+follows the leader's high watermark and log start, and truncates when it
+finds its log diverged (KIP-101/279). Truncation and the producer-state
+rebuild that follows it read and write files, and a rebuild walks batch
+headers (seconds on a large log): they run in worker threads, as jobs
+(`_run_job`). While a job runs the replica is *busy*: nothing appends to it,
+the replica fetcher leaves it alone, and a leadership taken meanwhile waits
+for the job (its epoch must start at the final log end) — Kafka gets the same
+by making leadership changes wait for the fetcher thread's partition lock.
+
+Also here: producer snapshots when a segment rolls, and deleting a log with
+no file work on the event loop (`delete_log_later`). `ReplicaManager` mixes
+this in. This module must never parse records (per batch only) nor block the
+event loop on a file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Awaitable, Callable, TypeVar
+
+from kelp.errors import KelpError, NotLeaderOrFollowerError
+
+from .partition import Partition
+from .producer_recovery import RebuiltState, rebuild_producer_state
+from .producer_state import ProducerStateManager
+
+__all__ = ["FollowerPath"]
+
+log = logging.getLogger("kelp.broker.replica")
+
+T = TypeVar("T")
+
+
+class FollowerPath:
+    """Follower appends, truncation jobs, producer snapshots (mixed into ReplicaManager)."""
+
+    _partitions: dict[tuple[str, int], Partition]
+    _dirty: set[tuple[str, int]]
+    _tasks: set[asyncio.Task]
+    logs: Any
+    _background: Callable[..., Any]
+    _finish_leader: Callable[[Partition], None]
+
+    # -- follower appends -------------------------------------------------
+    def follower_ready(self, topic: str, partition: int, leader_epoch: int) -> bool:
+        """True when this replica follows at `leader_epoch` and no job is changing its log (the fetcher asks)."""
+        part = self._partitions.get((topic, partition))
+        return part is not None and not part.is_leader and part.leader_epoch == leader_epoch and part.busy is None
+
+    def append_as_follower(
+        self, topic: str, partition: int, data: bytes | memoryview, *, leader_epoch: int,
+        leader_high_watermark: int,
+    ) -> int:
+        """Append what the leader sent (offsets and epochs kept); follow its high watermark. Returns the new log end."""
+        part = self._partitions.get((topic, partition))
+        if part is None or part.is_leader or part.leader_epoch != leader_epoch:
+            raise NotLeaderOrFollowerError(f"{topic}-{partition}: no longer following at epoch {leader_epoch}")
+        if part.busy is not None:
+            raise NotLeaderOrFollowerError(f"{topic}-{partition}: a truncation or producer-state load is in flight")
+        lg = part.log
+        if data:
+            before = lg.log_end_offset
+            result = lg.append_as_follower(data)
+            if result is not None:
+                self._maybe_snapshot_producers(part, before)
+                for h in result.batches:  # per batch: producer state follows the leader's (idempotence survives failover)
+                    if h.producer_id >= 0 and h.base_sequence >= 0 and not h.is_control:
+                        part.producers.update(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
+                                              h.base_offset, h.last_offset, h.max_timestamp)
+                self._dirty.add((topic, partition))
+        if part.follow_high_watermark(leader_high_watermark) or data:
+            self._dirty.add((topic, partition))
+        return lg.log_end_offset
+
+    def follow_log_start(self, topic: str, partition: int, leader_log_start_offset: int) -> int:
+        """A follower raises its log start to the leader's (DeleteRecords, retention), as Kafka's fetcher does.
+
+        After the high watermark followed the leader's (the log start never passes it). It writes the
+        log's checkpoint (fsync): the fetcher calls it in a worker thread, only when the leader's is ahead.
+        """
+        part = self._partitions.get((topic, partition))
+        if part is None or part.is_leader:
+            return -1
+        lg = part.log
+        target = min(leader_log_start_offset, lg.high_watermark)
+        if target > lg.log_start_offset:
+            lg.advance_log_start_offset(target)
+        return lg.log_start_offset
+
+    # -- truncation -------------------------------------------------------
+    async def truncate_follower(self, topic: str, partition: int, offset: int, *, leader_epoch: int) -> bool:
+        """Truncate a follower's log to `offset` and rebuild its producer state, in a worker thread.
+
+        As Kafka's `truncateTo`, the leader-epoch cache is cut at the log end even when no record goes.
+        False (nothing done) unless this replica still follows at `leader_epoch`; raises what the job
+        raised. A leadership taken while it runs completes once it landed.
+        """
+        part = self._partitions.get((topic, partition))
+        if part is None or part.is_leader or part.leader_epoch != leader_epoch:
+            return False
+        lg = part.log
+
+        def work() -> RebuiltState | None:
+            before = lg.log_end_offset
+            if offset < before:
+                log.warning("%s: truncating from log end %d to %d (records the leader does not have)",
+                            part.name, before, offset)
+            lg.truncate_to(offset)
+            if lg.log_end_offset == before:
+                return None  # no record went: the producer state stands
+            return rebuild_producer_state(lg, topic, partition)
+
+        await self._await_job(self._run_job(part, f"truncating {part.name} to offset {offset}", work,
+                                            self._install_producers, truncates=True))
+        return True
+
+    async def truncate_follower_fully(self, topic: str, partition: int, offset: int, *, leader_epoch: int) -> bool:
+        """Empty a follower's log and restart it at `offset` (it fell below the leader's log start)."""
+        part = self._partitions.get((topic, partition))
+        if part is None or part.is_leader or part.leader_epoch != leader_epoch:
+            return False
+        lg = part.log
+
+        def work() -> RebuiltState:
+            lg.truncate_fully_and_start_at(offset)
+            return RebuiltState(ProducerStateManager(topic, partition), None, 0, offset)
+
+        await self._await_job(self._run_job(part, f"restarting {part.name} at offset {offset}", work,
+                                            self._install_producers, truncates=True))
+        return True
+
+    # -- jobs ---------------------------------------------------------------
+    def _load_producer_state(self, part: Partition) -> None:
+        """A replica opened on an existing log: its producer state is rebuilt in a worker thread (busy meanwhile)."""
+        lg = part.log
+        part.snapshot_base = lg.active_segment.base_offset
+        if lg.log_end_offset <= lg.log_start_offset or lg.offline_reason:
+            return  # nothing to replay, or an offline log: every request to it answers KAFKA_STORAGE_ERROR
+        self._run_job(part, f"loading the producer state of {part.name}",
+                      lambda: rebuild_producer_state(lg, part.topic, part.partition), self._install_producers)
+
+    def _install_producers(self, part: Partition, rebuilt: RebuiltState | None) -> None:
+        if rebuilt is not None:
+            part.producers = rebuilt.producers
+        part.snapshot_base = part.log.active_segment.base_offset
+
+    def _run_job(self, part: Partition, what: str, work: Callable[[], T],
+                 install: Callable[[Partition, T], None] | None = None, *, truncates: bool = False) -> asyncio.Task | None:
+        """Run `work()` in a worker thread with `part` busy; `install(part, result)` on the loop after, if
+        `part` is still this broker's replica. Jobs on one replica run one after another. A job that
+        `truncates` moves the log end: a leadership taken meanwhile completes only after it.
+
+        Without a running loop (a synchronous caller: no loop to keep responsive) it runs inline.
+        """
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            result = work()
+            if install is not None and self._partitions.get((part.topic, part.partition)) is part:
+                install(part, result)
+            return None
+        task = loop.create_task(self._job(part, part.busy, what, work, install, truncates), name=what)
+        part.busy = task
+        part.truncations += truncates
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _job(self, part: Partition, previous: asyncio.Task | None, what: str, work: Callable[[], T],
+                   install: Callable[[Partition, T], None] | None, truncates: bool) -> BaseException | None:
+        me = asyncio.current_task()
+        key = (part.topic, part.partition)
+        try:
+            if previous is not None and not previous.done():
+                await asyncio.wait([previous])
+            result = await asyncio.to_thread(work)
+            if install is not None and self._partitions.get(key) is part:
+                install(part, result)
+            return None
+        except Exception as exc:  # a full or failing disk: the partition stays as it is, the caller retries
+            log.error("%s failed: %s", what, exc)
+            return exc
+        finally:
+            part.truncations -= truncates
+            if part.busy is me:
+                part.busy = None
+            if part.truncations == 0 and part.is_leader and not part.leader_ready and self._partitions.get(key) is part:
+                self._finish_leader(part)
+            part.wake()
+
+    @staticmethod
+    async def _await_job(task: asyncio.Task | None) -> None:
+        """Wait for a job without cancelling it if the waiter is cancelled; re-raise what it failed with."""
+        if task is None:
+            return
+        failure = await asyncio.shield(task)
+        if failure is not None:
+            raise failure
+
+    async def _await_not_busy(self, part: Partition, timeout_s: float) -> None:
+        """Until no job runs on `part` (appends wait for a producer-state load or a truncation), bounded."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(timeout_s, 0.0)
+        while part.busy is not None:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            await asyncio.wait([part.busy], timeout=remaining)
+
+    # -- producer snapshots ---------------------------------------------------
+    def _maybe_snapshot_producers(self, part: Partition, end_before_append: int) -> None:
+        """After an append: if the log rolled a segment at `end_before_append`, snapshot the producer state
+        there (the state in memory, before this append's batches are applied, is exactly that) — as
+        Kafka's roll. The file is written in a worker thread; per roll, never per batch."""
+        lg = part.log
+        base = lg.active_segment.base_offset
+        if base == part.snapshot_base:
+            return
+        part.snapshot_base = base
+        if base != end_before_append:
+            return  # rolled at some other point (cannot describe it from here); the next roll will do
+        self._background(asyncio.to_thread(lg.write_producer_snapshot, base, part.producers.entries(),
+                                           generation=lg.truncation_generation),
+                         f"producer snapshot of {part.name} at offset {base}")
+
+    # -- log deletion -----------------------------------------------------------
+    def delete_log_later(self, topic: str, partition: int) -> Awaitable[Any] | None:
+        """Delete a replica's log with no file work on the event loop: forgotten now (a replica placed here
+        again at once gets a fresh log), its files closed and removed in a worker thread. None if absent."""
+        doomed = self.logs.detach(topic, partition)
+        if doomed is None:
+            return None
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            self.logs.destroy(doomed)
+            return None
+
+        async def destroy() -> None:
+            try:
+                await asyncio.to_thread(self.logs.destroy, doomed)
+                log.info("%s-%d: log deleted", topic, partition)
+            except (OSError, KelpError) as exc:
+                log.warning("deleting the log of %s-%d: %s", topic, partition, exc)
+
+        task = asyncio.get_running_loop().create_task(destroy(), name=f"deleting {topic}-{partition}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task

@@ -1,0 +1,108 @@
+"""acks=all answers as Kafka's DelayedProduce does: only once the high watermark passes the batch, and only
+under the leader epoch the batch was appended at.
+
+- A retried idempotent batch (a duplicate) is answered with its original offsets only after the ISR has
+  them — after a failover the new leader holds the retried batch while its high watermark lags, and an
+  early answer would be lost with the next broker death.
+- A wait whose partition changed leader epoch since the append fails with NOT_LEADER_OR_FOLLOWER, whether
+  the change came before the wait was registered (the produce handler awaits between append and wait) or
+  while it waited: the offset may since hold another producer's record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from kelp.errors import NotLeaderOrFollowerError
+
+from tests.replication.replica_harness import TOPIC, Node, batch, until
+
+REPLICAS = (0, 1)
+
+
+def leader_node(tmp_path, *, epoch: int = 3) -> Node:
+    node = Node(tmp_path, 0)
+    node.push(replicas=REPLICAS, leader=0, leader_epoch=epoch, isr=REPLICAS)
+    return node
+
+
+async def test_a_retried_idempotent_batch_waits_for_the_isr_like_the_original(tmp_path) -> None:
+    node = leader_node(tmp_path)
+    first = batch(2, producer_id=7, producer_epoch=0, base_sequence=0)
+    original = asyncio.create_task(node.rm.append(TOPIC, 0, bytearray(first), acks=-1, timeout_ms=10_000))
+    assert await until(lambda: node.log.log_end_offset == 2)
+    retry = asyncio.create_task(node.rm.append(TOPIC, 0, bytearray(first), acks=-1, timeout_ms=10_000))
+    await until(lambda: retry.done(), rounds=20)
+    assert not retry.done(), "a duplicate was acknowledged before the follower had the batch"
+    assert node.log.log_end_offset == 2  # stored once
+
+    # acks=1 needs only the leader's copy: a duplicate is answered at once, with the original offsets.
+    quick = await node.rm.append(TOPIC, 0, bytearray(first), acks=1)
+    assert quick.duplicate and (quick.base_offset, quick.last_offset) == (0, 1)
+
+    await node.follower_fetch(1, 2)  # broker 1 has both records: the high watermark reaches 2
+    done = await asyncio.wait_for(asyncio.gather(original, retry), 5)
+    assert [(r.base_offset, r.last_offset, r.duplicate) for r in done] == [(0, 1, False), (0, 1, True)]
+    node.close()
+
+
+async def test_a_duplicate_is_refused_when_the_isr_is_below_min_insync(tmp_path) -> None:
+    node = Node(tmp_path, 0, settings={"min.insync.replicas": 2})
+    node.push(replicas=REPLICAS, leader=0, leader_epoch=3, isr=REPLICAS)
+    first = batch(1, producer_id=7, producer_epoch=0, base_sequence=0)
+    task = asyncio.create_task(node.rm.append(TOPIC, 0, bytearray(first), acks=-1, timeout_ms=10_000))
+    assert await until(lambda: node.log.log_end_offset == 1)
+    await node.follower_fetch(1, 1)
+    assert (await asyncio.wait_for(task, 5)).base_offset == 0
+    node.push(replicas=REPLICAS, leader=0, leader_epoch=3, isr=(0,), partition_epoch=1)
+    from kelp.errors import NotEnoughReplicasError
+
+    with pytest.raises(NotEnoughReplicasError):
+        await node.rm.append(TOPIC, 0, bytearray(first), acks=-1, timeout_ms=10_000)
+    node.close()
+
+
+async def test_a_wait_registered_after_leadership_moved_and_came_back_fails(tmp_path) -> None:
+    """The handler appended at epoch 3, then (while other partitions were appended) leadership went to
+    broker 1 — which wrote another producer's record at the same offset — and came back at epoch 5."""
+    node = leader_node(tmp_path)
+    for i in range(5):
+        node.rm.append_sync(TOPIC, 0, bytearray(batch(1, value=b"old%d" % i)), acks=1)
+    await node.follower_fetch(1, 5)
+    assert node.part.high_watermark == 5
+    appended = await node.rm.append_local(TOPIC, 0, bytearray(batch(1, value=b"mine")), acks=-1)
+    assert appended.base_offset == 5
+
+    node.push(replicas=REPLICAS, leader=1, leader_epoch=4, isr=REPLICAS)  # broker 1 leads, without offset 5
+    node.log.truncate_to(5)  # what the follower's truncation does: offset 5 was never replicated
+    theirs = bytearray(batch(1, value=b"theirs"))
+    from kelp.records import assign_offsets, parse_batches
+
+    assign_offsets(theirs, parse_batches(theirs), base_offset=5, leader_epoch=4)
+    node.rm.append_as_follower(TOPIC, 0, bytes(theirs), leader_epoch=4, leader_high_watermark=5)
+    node.push(replicas=REPLICAS, leader=0, leader_epoch=5, isr=REPLICAS)  # and back to broker 0
+    await node.settle()
+    await node.follower_fetch(1, 6)
+    assert node.part.high_watermark == 6  # offset 5 is committed — but it holds "theirs"
+
+    with pytest.raises(NotLeaderOrFollowerError, match="epoch"):
+        await node.rm.wait_for_isr(appended, acks=-1, timeout_ms=1000)
+    node.close()
+
+
+async def test_a_wait_in_flight_fails_when_the_leader_epoch_changes(tmp_path) -> None:
+    node = leader_node(tmp_path)
+    waiting = asyncio.create_task(node.rm.append(TOPIC, 0, bytearray(batch(1)), acks=-1, timeout_ms=10_000))
+    assert await until(lambda: node.log.log_end_offset == 1)
+    node.push(replicas=REPLICAS, leader=0, leader_epoch=5, isr=REPLICAS)  # re-elected at a newer epoch
+    await node.follower_fetch(1, 1)  # the high watermark passes the batch under epoch 5
+    with pytest.raises(NotLeaderOrFollowerError, match="epoch"):
+        await asyncio.wait_for(waiting, 5)
+    # A batch appended under epoch 5 completes as usual.
+    fresh = asyncio.create_task(node.rm.append(TOPIC, 0, bytearray(batch(1)), acks=-1, timeout_ms=10_000))
+    assert await until(lambda: node.log.log_end_offset == 2)
+    await node.follower_fetch(1, 2)
+    assert (await asyncio.wait_for(fresh, 5)).base_offset == 1
+    node.close()
