@@ -109,6 +109,7 @@ class ReplicaFetcher:
         self.state: dict[tuple[str, int], _FetchState] = {}
         self._wake = asyncio.Event()
         self._conn: PeerConnection | None = None
+        self._stopping = False
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{leader}")
         cfg = manager.config
         self.wait_ms = int(cfg["replica.fetch.wait.max.ms"])
@@ -125,6 +126,10 @@ class ReplicaFetcher:
         self.state.pop(key, None)
 
     async def stop(self) -> None:
+        # The flag, not only the cancel: on Python 3.11 `asyncio.wait_for` can swallow a cancellation that
+        # races with its inner future finishing (a refused connection), and the loop would go on forever.
+        self._stopping = True
+        self._wake.set()
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
         if self._conn is not None:
@@ -140,7 +145,10 @@ class ReplicaFetcher:
         return self._conn
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError()
             if not self.state:
                 self._wake.clear()
                 try:

@@ -294,3 +294,29 @@ async def test_controlled_shutdown_is_bounded_when_no_controller_answers(tmp_pat
     began = time.monotonic()
     await m._controlled_shutdown()
     assert time.monotonic() - began < 1.5 and calls
+
+
+async def test_a_fetcher_stops_even_when_its_cancellation_is_swallowed() -> None:
+    """Item 16's root cause (found by the chaos suite): on Python 3.11 `wait_for` can swallow the cancel that
+    races with a refused connection; the fetcher then looped forever and the broker never stopped."""
+    from kelp.broker.cluster.replica_fetcher import ReplicaFetcher, ReplicaFetcherManager
+    from kelp.broker.cluster.peer_client import PeerError
+
+    cfg = BrokerConfig.load(env={}, overrides={"log.dirs": "/tmp/unused", "replica.fetch.backoff.ms": 10})
+    manager = ReplicaFetcherManager(replicas=None, broker_id=1, endpoint_of=lambda b: None, config=cfg)
+    fetcher = ReplicaFetcher(manager, leader=0)
+    swallowed = []
+
+    async def fetch(conn):  # as wait_for on Python 3.11 when the refused connect lands with the cancel
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            swallowed.append(True)
+            raise PeerError("connection refused") from None
+
+    fetcher._connection = lambda: None
+    fetcher._fetch = fetch
+    fetcher.state[("t", 0)] = SimpleNamespace(truncating=False)
+    await asyncio.sleep(0.05)
+    await asyncio.wait_for(fetcher.stop(), 2.0)
+    assert fetcher._task.done() and swallowed
