@@ -100,6 +100,7 @@ class Child:
     name: str
     command: Callable[["Child"], list[str]]
     env: dict[str, str] | None = None
+    stderr_path: Any = None  # a file the child's stderr is appended to (else inherited)
     stdout_sink: Callable[["Child", str], None] | None = None
     backoff: RestartBackoff = field(default_factory=RestartBackoff)
     proc: subprocess.Popen | None = None
@@ -110,6 +111,7 @@ class Child:
     pinned: dict[str, Any] = field(default_factory=dict)  # values a restart must reuse (ports)
     listening: threading.Event = field(default_factory=threading.Event)
     announced: bool = True
+    held: bool = False  # down on purpose (a fault suite's kill): not reported, not restarted
 
     @property
     def running(self) -> bool:
@@ -138,8 +140,14 @@ class Supervisor:
         env = dict(os.environ, **(child.env or {}))
         child.listening.clear()
         child.info = None
-        child.proc = subprocess.Popen(child.command(child), stdout=subprocess.PIPE, text=True, env=env,
-                                      start_new_session=True, preexec_fn=self._preexec)
+        child.held = False
+        stderr = open(child.stderr_path, "ab") if child.stderr_path is not None else None
+        try:
+            child.proc = subprocess.Popen(child.command(child), stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                          env=env, start_new_session=True, preexec_fn=self._preexec)
+        finally:
+            if stderr is not None:
+                stderr.close()
         child.started_at = self.clock()
         threading.Thread(target=self._pump, args=(child, child.proc), daemon=True,
                          name=f"stdout-{child.name}").start()
@@ -187,7 +195,7 @@ class Supervisor:
         now = self.clock()
         for child in self.children:
             proc = child.proc
-            if proc is None or self.stopping:
+            if proc is None or self.stopping or child.held:
                 continue
             code = proc.poll()
             if code is not None and child.restart_at is None:
