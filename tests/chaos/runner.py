@@ -86,7 +86,8 @@ def _plan(args: argparse.Namespace, capabilities: frozenset[str]) -> tuple[list[
                 notes.append(f"regression seed {e['seed']} #{e['index']} ({e['kind']}) needs "
                              f"{e.get('network', 'netns')} faults this run cannot do; not run")
                 continue
-            plan.append((int(e["seed"]), int(e["index"]), kind))
+            if (int(e["seed"]), int(e["index"]), kind) not in plan:
+                plan.append((int(e["seed"]), int(e["index"]), kind))
     return plan, notes
 
 
@@ -201,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
             history.add("recovered", time.time(), index, None if took is None else round(took, 2))
             say(f"  whole again after {took:.1f} s" if took is not None else f"  NOT whole within {RECOVERY_BOUND_S:.0f} s: {why}")
             done += 1
-            cluster.sleep(1.0)  # the load flows a moment on the whole cluster before the next fault
+            cluster.sleep(0.5)  # the load flows a moment on the whole cluster before the next fault
         nemesis_end = time.time()
         say(f"nemesis done: {done} fault(s); final phase")
         topo.heal_network()
@@ -271,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="netns (root: network and disk faults) or loopback (process faults only); auto picks")
     p.add_argument("--producers", type=int, default=3)
     p.add_argument("--rate", type=float, default=150.0, help="records per second per producer (150)")
-    p.add_argument("--disk-mb", type=int, default=1024, help="each broker's tmpfs in netns mode (1024)")
+    p.add_argument("--disk-mb", type=int, default=512, help="each broker's tmpfs in netns mode (512)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="a broker setting for every broker")
     args = p.parse_args(argv)
     if args.replay:

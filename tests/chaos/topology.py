@@ -295,26 +295,29 @@ class NetnsTopology(Topology):
             self._push_proxy_rules()
 
     def fill_disk(self, i: int) -> int:
-        """Fill broker i's log filesystem to the last block; returns the bytes taken."""
-        path = self.log_dir(i) / FILL_NAME
+        """Fill broker i's log filesystem to the last block (ENOSPC for the broker); returns the bytes taken."""
         st = os.statvfs(self.log_dir(i))
         free = st.f_bavail * st.f_frsize
         taken = 0
-        with open(path, "wb") as fh:
+        fd = os.open(self.log_dir(i) / FILL_NAME, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
             try:
-                os.posix_fallocate(fh.fileno(), 0, free)
+                os.posix_fallocate(fd, 0, free)
                 taken = free
             except OSError:
                 pass
-            block = b"\0" * (1 << 20)
-            while True:  # whatever fallocate left: to ENOSPC (bounded by the filesystem's size)
+            os.lseek(fd, 0, os.SEEK_END)
+            block = b"\0" * 4096
+            for _ in range(free // len(block) + 1024):  # whatever fallocate left, to ENOSPC; bounded
                 try:
-                    taken += fh.write(block if taken + len(block) <= free + (1 << 20) else block[:4096])
-                    fh.flush()
+                    n = os.write(fd, block)
                 except OSError:
                     break
-                if taken > free + (64 << 20):
+                if n <= 0:
                     break
+                taken += n
+        finally:
+            os.close(fd)
         return taken
 
     def free_disk(self, i: int) -> None:
