@@ -188,10 +188,13 @@ def check(lines: Iterable[list]) -> Verdict:
     # -- records: where each one is in the final logs ----------------------------------------------------
     where: dict[tuple[int, int], list[tuple[str, int, int]]] = defaultdict(list)
     by_offset: dict[tuple[str, int], dict[int, tuple[int, int]]] = {}
+    stored_by: dict[tuple[str, int, int], list] = {}  # (topic, p, offset) -> [producer id, epoch, base seq, leader epoch]
     for (topic, p), recs in logs.items():
         offsets = {}
-        for offset, prod, seq in recs:
+        for offset, prod, seq, *batch in recs:
             offsets[offset] = (prod, seq)
+            if batch:
+                stored_by[(topic, p, offset)] = batch
             if prod >= 0:
                 where[(prod, seq)].append((topic, p, offset))
         by_offset[(topic, p)] = offsets
@@ -207,7 +210,10 @@ def check(lines: Iterable[list]) -> Verdict:
                                f"{found}; that offset holds {held}")
     for (prod, seq), found in where.items():
         if len(found) > 1:
-            v.violate("duplicated", f"producer {prod} seq {seq} stored {len(found)} times: {found}", len(found) - 1)
+            how = [f"{t}-{p}@{o}" + (" (producer id {}, epoch {}, batch sequence {}, leader epoch {})".format(
+                *stored_by[(t, p, o)]) if (t, p, o) in stored_by else "") for t, p, o in found]
+            v.violate("duplicated", f"producer {prod} seq {seq} stored {len(found)} times: {'; '.join(how)}",
+                      len(found) - 1)
 
     # -- order of acknowledged records, per producer and partition ----------------------------------------
     per: dict[tuple[int, str, int], list[tuple[int, int]]] = defaultdict(list)

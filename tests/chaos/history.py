@@ -20,7 +20,8 @@ Line shapes (first element is the type; `t` is wall-clock seconds):
   ["exit", t, broker, returncode, detail]           a broker exited without the nemesis asking
   ["stop", t, broker, seconds, returncode]          the final clean stop of one broker
   ["state", t, {topic: [[p, leader, replicas, isr, hw, leo], ...]}]
-  ["log", topic, partition, broker, [[offset, producer, seq], ...]]   records on disk (producer -1: not ours)
+  ["log", topic, partition, broker, [[offset, producer, seq, producer id, producer epoch, batch base seq,
+                                      leader epoch], ...]]      records on disk (producer -1: not ours)
   ["replica", topic, partition, broker, {...}]      log start/end, bytes and sha256 below the reference high watermark
   ["end", t, {...}]
 

@@ -124,6 +124,15 @@ class Ctx:
         return self.cluster.wait_new_leader(topic, p, not_in={old}, timeout_s=3 * self.lease_s + 10)
 
 
+def _hold(c: ChaosCluster, seconds: float, do: Callable[[], Any], undo: Callable[[], Any]) -> None:
+    """do(), keep it for `seconds` (supervising the brokers meanwhile), undo() whatever happens."""
+    try:
+        do()
+        c.sleep(seconds)
+    finally:
+        undo()
+
+
 # -- the faults: each returns (params, outcome) and heals in `finally` ------------------------------
 def leader_kill_then_next(ctx: Ctx, rng: random.Random) -> tuple[dict, dict]:
     c = ctx.cluster
@@ -379,13 +388,8 @@ def partition_brokers(ctx: Ctx, rng: random.Random) -> tuple[dict, dict]:
     how = rng.choice(["leader", "controller", "random"])
     window = rng.uniform(3.0, 10.0)
     b = _pick_broker(ctx, rng, how)
-    params = {"isolate": how, "window_s": round(window, 3)}
-    try:
-        ctx.topo.partition_brokers([[b], ctx.others(b)])
-        c.sleep(window)
-    finally:
-        ctx.topo.heal_network()
-    return params, {"broker": b}
+    _hold(c, window, lambda: ctx.topo.partition_brokers([[b], ctx.others(b)]), ctx.topo.heal_network)
+    return {"isolate": how, "window_s": round(window, 3)}, {"broker": b}
 
 
 def partition_clients(ctx: Ctx, rng: random.Random) -> tuple[dict, dict]:
@@ -393,34 +397,21 @@ def partition_clients(ctx: Ctx, rng: random.Random) -> tuple[dict, dict]:
     how = rng.choice(["leader", "random"])
     window = rng.uniform(3.0, 8.0)
     b = _pick_broker(ctx, rng, how)
-    params = {"target": how, "window_s": round(window, 3)}
-    try:
-        ctx.topo.isolate_clients(b)
-        c.sleep(window)
-    finally:
-        ctx.topo.heal_network()
-    return params, {"broker": b}
+    _hold(c, window, lambda: ctx.topo.isolate_clients(b), ctx.topo.heal_network)
+    return {"target": how, "window_s": round(window, 3)}, {"broker": b}
 
 
 def random_kill(ctx: Ctx, rng: random.Random) -> tuple[dict, dict]:
     c = ctx.cluster
     b, down = rng.randrange(c.n), rng.uniform(0.5, 4.0)
-    try:
-        c.kill(b)
-        c.sleep(down)
-    finally:
-        c.start(b)
+    _hold(c, down, lambda: c.kill(b), lambda: c.start(b))
     return {"broker": b, "down_s": round(down, 3)}, {}
 
 
 def random_pause(ctx: Ctx, rng: random.Random) -> tuple[dict, dict]:
     c = ctx.cluster
     b, pause = rng.randrange(c.n), rng.uniform(0.5, 5.0)
-    try:
-        c.pause(b)
-        c.sleep(pause)
-    finally:
-        c.resume(b)
+    _hold(c, pause, lambda: c.pause(b), lambda: c.resume(b))
     return {"broker": b, "pause_s": round(pause, 3)}, {}
 
 

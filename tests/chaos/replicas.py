@@ -7,8 +7,8 @@ batch by batch; the bytes of the batches wholly below the reference high
 watermark (the leader's, read over the admin API before the stop) are
 hashed, and where two replicas differ the first differing batch's offset is
 kept. The records of the final leader's replica are decoded
-(`kelp.records.iter_records`) into `[offset, producer, seq]` for the
-checker. Compacted topics (`__consumer_offsets`) are left out: each replica
+(`kelp.records.batch_records`) into `[offset, producer, seq, producer id,
+producer epoch, batch base sequence, leader epoch]` for the checker. Compacted topics (`__consumer_offsets`) are left out: each replica
 compacts on its own, so their bytes legitimately differ.
 
 It must never run while a broker of the run is alive, and never writes a log.
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kelp.broker.storage import Log
-from kelp.records import iter_headers, iter_records
+from kelp.records import batch_records, iter_headers
 
 from .history import History
 from .workload import parse_value
@@ -54,10 +54,13 @@ def _read_replica(directory: Path, hw_ref: int, *, records: bool) -> dict[str, A
                     below += info.size
                     batches.append((info.base_offset, info.crc))
                 offset = info.next_offset
-            if records:
-                for rec in iter_records(data):
-                    producer, seq = parse_value(rec.value)
-                    recs.append([rec.offset, producer, seq])
+                if records and not info.is_control:
+                    # Who stored it: a record kept twice under the same producer id, epoch and batch sequence
+                    # is a batch the broker appended twice; under another epoch, one the client sent again.
+                    for rec in batch_records(data, info):
+                        producer, seq = parse_value(rec.value)
+                        recs.append([rec.offset, producer, seq, info.producer_id, info.producer_epoch,
+                                     info.base_sequence, info.partition_leader_epoch])
         out.update({"bytes_below_hw": below, "sha256_below_hw": digest.hexdigest(), "batches": batches})
         if records:
             out["records"] = recs
