@@ -45,6 +45,7 @@ def _read_replica(directory: Path, hw_ref: int, *, records: bool) -> dict[str, A
         offset = log.log_start_offset
         while offset < log.log_end_offset:
             data = log.read(offset, max_bytes=READ_BYTES)
+            before = offset
             if not data:
                 break
             for info in iter_headers(data):
@@ -61,6 +62,9 @@ def _read_replica(directory: Path, hw_ref: int, *, records: bool) -> dict[str, A
                         producer, seq = parse_value(rec.value)
                         recs.append([rec.offset, producer, seq, info.producer_id, info.producer_epoch,
                                      info.base_sequence, info.partition_leader_epoch])
+            if offset <= before:  # a log that does not move forward is reported, never looped over
+                out["error"] = f"reading stalled at offset {offset}"
+                break
         out.update({"bytes_below_hw": below, "sha256_below_hw": digest.hexdigest(), "batches": batches})
         if records:
             out["records"] = recs
