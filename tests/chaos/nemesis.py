@@ -12,7 +12,7 @@ describes; each targeted fault aims at one:
 | control-plane-drop | 2 | brokers' HTTP to/from the controller blackholed or reset for 2-8 s while a broker dies |
 | control-plane-delay | 2 | the controller's HTTP delayed 0-7 s per connection for 5-9 s (requests overtake each other) while leadership changes |
 | sigterm-fast-restart | 8, 16 | SIGTERM a broker (bounded wait) and restart it at once, within its lease |
-| reassign-cancel-failover | 4 | move an RF 2 partition off its leader, kill the leader, cancel the move during the failover |
+| reassign-cancel-failover | 4 | move an RF 2 partition off its leader, kill the leader, cancel the move during or right after the failover (the broker being added paused half of the time) |
 | disk-full | - | fill a broker's log filesystem (tmpfs) for 2-6 s, then free it |
 | partition-brokers | 2, 7 | cut one broker (the leader, the controller or any) off from the others for 3-10 s |
 | partition-clients | - | the clients cannot reach one broker's Kafka port for 3-8 s |
@@ -320,12 +320,22 @@ def sigterm_fast_restart(ctx: Ctx, rng: random.Random) -> tuple[dict, dict]:
 
 
 def reassign_cancel_failover(ctx: Ctx, rng: random.Random) -> tuple[dict, dict]:
+    """Move an RF 2 partition off its leader onto the third broker, kill the leader, cancel the move.
+
+    Variants (seeded): the cancel comes once the new leader is elected, or
+    right after the kill, while the failover is still under way; and the
+    broker being added is paused (SIGSTOP) for the whole fault half of the
+    time, so the move cannot complete before the cancel.
+    """
     c = ctx.cluster
     p = rng.randrange(3)
     before_kill = rng.uniform(0.0, 0.5)
     before_cancel = rng.uniform(0.0, 0.5)
+    cancel_when = rng.choice(["after-failover", "during-failover"])
+    pause_adding = rng.random() < 0.5
+    settle = rng.uniform(0.5, 2.0)
     params = {"topic": MOVES_TOPIC, "partition": p, "kill_after_s": round(before_kill, 3),
-              "cancel_after_failover_s": round(before_cancel, 3)}
+              "cancel_after_s": round(before_cancel, 3), "cancel": cancel_when, "pause_adding": pause_adding}
     try:
         state = c.describe(MOVES_TOPIC)[p]
     except (AdminError, IndexError) as exc:
@@ -336,9 +346,12 @@ def reassign_cancel_failover(ctx: Ctx, rng: random.Random) -> tuple[dict, dict]:
     outsiders = [b for b in range(c.n) if b not in replicas]
     keep = [r for r in replicas if r != leader]
     target = outsiders[:1] + keep[: len(replicas) - 1] if outsiders else list(reversed(replicas))
+    adding = outsiders[0] if outsiders and pause_adding else None
     outcome: dict[str, Any] = {"replicas": replicas, "leader": leader, "target": target}
     killed = False
     try:
+        if adding is not None:
+            c.pause(adding)
         try:
             outcome["reassign"] = c.admin("/admin/v1/partitions/reassign", "POST",
                                           {"partitions": [{"topic": MOVES_TOPIC, "partition": p, "replicas": target}]},
@@ -349,7 +362,8 @@ def reassign_cancel_failover(ctx: Ctx, rng: random.Random) -> tuple[dict, dict]:
         c.sleep(before_kill)
         c.kill(leader)
         killed = True
-        outcome["new_leader"] = ctx.failover(MOVES_TOPIC, p, leader)
+        if cancel_when == "after-failover":
+            outcome["new_leader"] = ctx.failover(MOVES_TOPIC, p, leader)
         c.sleep(before_cancel)
         try:
             outcome["cancel"] = c.admin("/admin/v1/partitions/reassign", "POST",
@@ -357,9 +371,13 @@ def reassign_cancel_failover(ctx: Ctx, rng: random.Random) -> tuple[dict, dict]:
                                         timeout_s=40)["partitions"][0]
         except AdminError as exc:
             outcome["cancel_error"] = str(exc)[:300]
-        c.sleep(rng.uniform(0.5, 2.0))
+        if cancel_when == "during-failover":
+            outcome["new_leader"] = ctx.failover(MOVES_TOPIC, p, leader)
+        c.sleep(settle)
         return params, outcome
     finally:
+        if adding is not None:
+            c.resume(adding)
         if killed:
             c.start(leader)
         try:
