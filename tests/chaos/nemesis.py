@@ -9,8 +9,8 @@ describes; each targeted fault aims at one:
 | double-failover | 5, 12 | two quick leader changes of one partition: kill (or pause) the leader, restart it at once, kill the next |
 | controller-pause-short | 2, 11 | SIGSTOP the controller 1-3 s (past its lease freshness margin, within the lease) |
 | controller-pause-long | 2, 11 | SIGSTOP the controller for the lease + 1-3 s: another takes over, the old one wakes up |
-| control-plane-drop | 2 | brokers' HTTP to/from the controller blackholed or reset for 2-8 s while a broker dies |
-| control-plane-delay | 2 | the controller's HTTP delayed 0-7 s per connection for 5-9 s (requests overtake each other) while leadership changes |
+| control-plane-drop | 2 | brokers' HTTP to/from the controller blackholed or reset for 2-8 s while it pushes config changes and a broker dies or pauses |
+| control-plane-delay | 2 | the controller's HTTP delayed 0-7 s per connection for 5-9 s (pushes overtake each other) with the same triggers |
 | sigterm-fast-restart | 8, 16 | SIGTERM a broker (bounded wait) and restart it at once, within its lease |
 | reassign-cancel-failover | 4 | move an RF 2 partition off its leader, kill the leader, cancel the move during or right after the failover (the broker being added paused half of the time) |
 | disk-full | - | fill a broker's log filesystem (tmpfs) for 2-6 s, then free it |
@@ -224,26 +224,59 @@ def controller_pause(ctx: Ctx, rng: random.Random, *, long: bool) -> tuple[dict,
 
 
 def _trigger_changes(ctx: Ctx, rng: random.Random, around: int, window: float) -> dict:
-    """Make the controller push metadata during a control-plane fault: a broker dies and comes back, or pauses."""
+    """Make the controller push metadata all through a control-plane fault.
+
+    A topic config change about every 0.7 s (each one a store write and a
+    push to every broker: pushes that can overtake each other), and, as the
+    seed says, a broker other than the controller killed and restarted, or
+    paused past its lease (leaders move, ISRs shrink and grow), or neither.
+    """
     c = ctx.cluster
-    how = rng.choice(["kill-restart", "pause", "elect"])
+    how = rng.choice(["kill-restart", "pause", "configs-only"])
     victim = rng.choice(ctx.others(around))
-    if how == "kill-restart":
-        c.sleep(window * 0.2)
-        c.kill(victim)
-        c.sleep(window * 0.4)
-        c.start(victim, wait=False)
-    elif how == "pause":
-        c.sleep(window * 0.2)
-        c.pause(victim)
-        c.sleep(min(window * 0.5, ctx.lease_s + 1))
-        c.resume(victim)
-    else:
+    t0 = time.monotonic()
+    changes, errors, step = 0, 0, 0
+    phase = "before"
+    while time.monotonic() - t0 < window:
+        elapsed = time.monotonic() - t0
+        if how == "kill-restart" and phase == "before" and elapsed >= window * 0.2:
+            c.kill(victim)
+            phase = "down"
+        elif how == "kill-restart" and phase == "down" and elapsed >= window * 0.6:
+            c.start(victim, wait=False)
+            phase = "after"
+        elif how == "pause" and phase == "before" and elapsed >= window * 0.2:
+            c.pause(victim)
+            phase = "down"
+        elif how == "pause" and phase == "down" and elapsed >= window * 0.2 + ctx.lease_s + 0.5:
+            c.resume(victim)
+            phase = "after"
+        step += 1
         try:
-            c.admin("/admin/v1/partitions/elect-leaders", "POST", {}, via=around, timeout_s=5)
-        except AdminError as exc:
-            return {"trigger": how, "error": str(exc)[:200]}
-    return {"trigger": how, "victim": victim}
+            c.admin(f"/admin/v1/topics/{MAIN_TOPIC}/configs", "PATCH",
+                    {"configs": {"retention.ms": str(604_800_000 + step)}}, via=around, timeout_s=2)
+            changes += 1
+        except AdminError:
+            errors += 1
+        c.sleep(0.7)
+    if phase == "down":
+        if how == "pause":
+            c.resume(victim)
+        else:
+            c.start(victim, wait=False)
+    return {"trigger": how, "victim": victim, "config_changes": changes, "config_change_errors": errors}
+
+
+def _under_rules(ctx: Ctx, rng: random.Random, ctl: int, rules: list[dict], window: float) -> dict:
+    """The proxy's rules in force for `window` seconds while the controller is made to push; lifted in any case."""
+    t0 = time.monotonic()
+    try:
+        ctx.topo.control_plane(rules)
+        trigger = _trigger_changes(ctx, rng, ctl, window)
+        ctx.cluster.sleep(window - (time.monotonic() - t0))
+    finally:
+        ctx.topo.control_plane([])
+    return trigger
 
 
 def control_plane_drop(ctx: Ctx, rng: random.Random) -> tuple[dict, dict]:
@@ -260,13 +293,7 @@ def control_plane_drop(ctx: Ctx, rng: random.Random) -> tuple[dict, dict]:
         rules.append({"src": ctl, "dst": "*", "action": action})
     if direction in ("to-controller", "both"):
         rules.append({"src": "*", "dst": ctl, "action": action})
-    t0 = time.monotonic()
-    try:
-        ctx.topo.control_plane(rules)
-        trigger = _trigger_changes(ctx, rng, ctl, window)
-        c.sleep(window - (time.monotonic() - t0))
-    finally:
-        ctx.topo.control_plane([])
+    trigger = _under_rules(ctx, rng, ctl, rules, window)
     return params, {"controller": ctl, **trigger, "proxy": ctx.topo.proxy_stats()}
 
 
@@ -282,13 +309,7 @@ def control_plane_delay(ctx: Ctx, rng: random.Random) -> tuple[dict, dict]:
     rules = [{"src": ctl, "dst": "*", "action": "delay", "lo_ms": 0, "hi_ms": hi}]
     if both:
         rules.append({"src": "*", "dst": ctl, "action": "delay", "lo_ms": 0, "hi_ms": hi})
-    t0 = time.monotonic()
-    try:
-        ctx.topo.control_plane(rules)
-        trigger = _trigger_changes(ctx, rng, ctl, window)
-        c.sleep(window - (time.monotonic() - t0))
-    finally:
-        ctx.topo.control_plane([])
+    trigger = _under_rules(ctx, rng, ctl, rules, window)
     # Delayed bytes still in the proxy arrive up to hi_ms after the rule is lifted: let them land.
     c.sleep(hi / 1000.0)
     return params, {"controller": ctl, **trigger, "proxy": ctx.topo.proxy_stats()}

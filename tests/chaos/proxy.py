@@ -12,7 +12,8 @@ passes bytes through, or by the rules in force:
   is forwarded or answered (a blackhole: the client times out); connections
   already open stall while the rule holds (TCP retransmitting), and what
   they carry arrives once it is lifted.
-- `reset`: new connections are closed at once with a RST.
+- `reset`: new connections are closed at once with a RST, and open ones
+  when they next carry a byte.
 - `delay`: each connection draws a share in [0, 1) when it opens; while a
   delay rule holds, every byte it carries, in either direction, is forwarded
   lo_ms + share * (hi_ms - lo_ms) after it arrived (never before an earlier
@@ -89,10 +90,7 @@ class Proxy:
         rule = self.rule_for(src, dst)
         if rule is not None and rule.action == "reset":
             self.stats.reset += 1
-            sock = writer.get_extra_info("socket")
-            if sock is not None:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            writer.close()
+            _reset(writer)
             return
         if rule is not None and rule.action == "drop":
             self.stats.dropped += 1
@@ -108,8 +106,8 @@ class Proxy:
             return
         client_closed = asyncio.Event()
         await asyncio.gather(
-            self._pipe(reader, up_writer, src, dst, share, client_closed, upstream=True),
-            self._pipe(up_reader, writer, src, dst, share, client_closed, upstream=False),
+            self._pipe(reader, up_writer, writer, src, dst, share, client_closed, upstream=True),
+            self._pipe(up_reader, writer, up_writer, src, dst, share, client_closed, upstream=False),
             return_exceptions=True,
         )
 
@@ -121,8 +119,8 @@ class Proxy:
             pass
         writer.close()
 
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, src: int, dst: int,
-                    share: float, client_closed: asyncio.Event, *, upstream: bool) -> None:
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: asyncio.StreamWriter,
+                    src: int, dst: int, share: float, client_closed: asyncio.Event, *, upstream: bool) -> None:
         """Copy bytes, each chunk delayed by the delay rule in force when it arrived; stall while a drop rule holds."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
@@ -165,9 +163,15 @@ class Proxy:
                     await asyncio.sleep(wait)
                 if not data:
                     break
-                # A partition met by an open connection stalls it (TCP retransmits) until the rule is lifted.
+                # A partition met by an open connection stalls it (TCP retransmits) until the rule is lifted;
+                # a reset rule resets it.
                 while (rule := self.rule_for(src, dst)) is not None and rule.action == "drop":
                     await asyncio.sleep(0.05)
+                if rule is not None and rule.action == "reset":
+                    self.stats.reset += 1
+                    for w in (writer, peer):
+                        _reset(w)
+                    break
                 if upstream and client_closed.is_set() and not late_counted:
                     late_counted = True
                     self.stats.late_after_close += 1
@@ -183,6 +187,17 @@ class Proxy:
             writer.close()
         finally:
             feeder.cancel()
+
+
+def _reset(writer: asyncio.StreamWriter) -> None:
+    """Close with a RST (SO_LINGER 0), as a middlebox that drops the connection would."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass
+    writer.close()
 
 
 async def main_async(args: argparse.Namespace) -> None:

@@ -203,3 +203,20 @@ def test_an_open_connection_stalls_while_dropping_and_its_bytes_arrive_once_heal
         assert recorder.wait(1, 5) == [b"partial"]
     finally:
         s.close()
+
+
+def test_a_reset_rule_resets_an_open_connection_at_its_next_byte(proxy_factory, recorder) -> None:
+    proxy = proxy_factory()
+    s = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+    try:
+        s.sendall(b"op")
+        time.sleep(0.3)
+        proxy.rules([{"src": 0, "dst": "*", "action": "reset"}])
+        s.sendall(b"en\n")
+        with pytest.raises((ConnectionResetError, BrokenPipeError)):
+            if not s.recv(10):
+                raise ConnectionResetError("closed")
+        assert recorder.wait(1, 1.0) == []
+        assert proxy.stats()["reset"] == 1
+    finally:
+        s.close()
