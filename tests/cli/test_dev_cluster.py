@@ -61,9 +61,13 @@ class DevCluster:
         self._lock = threading.Lock()
         threading.Thread(target=self._read_out, daemon=True).start()
         threading.Thread(target=self._read_err, daemon=True).start()
-        self.up = self.next_event("cluster-listening", timeout=90)
-        self.http = self.up["http"].split(",")
-        self.pids = list(self.up["pids"])
+        try:
+            self.up = self.next_event("cluster-listening", timeout=90)
+            self.http = self.up["http"].split(",")
+            self.pids = list(self.up["pids"])
+        except BaseException:
+            self.close()  # the fixture never sees an instance whose constructor failed: leave nothing behind
+            raise
 
     def _read_out(self) -> None:
         assert self.proc.stdout is not None
