@@ -18,7 +18,7 @@ BENCH_ARGS ?=
 # stops that for every Python started from here, brokers in tests included.
 export PYTHONSAFEPATH := 1
 
-.PHONY: run test e2e bench deps deps-run venv clean spark-jars kafka-tools
+.PHONY: run test e2e bench chaos deps deps-run venv clean spark-jars kafka-tools
 
 # Debian packages in two tiers: a broker needs only Python's venv (`make run`);
 # the test tiers need kcat, a JDK, Maven, containerd, runc, CNI... (`make test`).
@@ -71,6 +71,16 @@ e2e: deps venv
 # bench/ is not installed: append the checkout to the end of sys.path, after the standard library.
 bench: deps venv
 	$(PY) -c "import runpy, sys; sys.path.append('$(CURDIR)'); sys.argv[0] = 'bench'; runpy.run_module('bench', run_name='__main__', alter_sys=True)" $(BENCH_ARGS)
+
+# The fault suite (docs/chaos.md): three brokers of its own (network namespaces when root), idempotent acks=all
+# producers and consumer groups, a seeded nemesis for SECONDS seconds of faults, then the checker's table.
+# `make chaos CHAOS_ARGS="--replay data/chaos/<run>/history.jsonl.gz"` re-checks a run; the short seeded form
+# is tests/chaos/test_chaos_short.py (in `make test`).
+SEED ?= 1
+SECONDS ?= 600
+CHAOS_ARGS ?=
+chaos: deps venv
+	$(PY) -c "import runpy, sys; sys.path.append('$(CURDIR)'); sys.argv[0] = 'chaos'; runpy.run_module('tests.chaos.runner', run_name='__main__', alter_sys=True)" --seed $(SEED) --seconds $(SECONDS) $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) $(DATA_DIR) .pytest_cache

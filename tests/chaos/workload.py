@@ -1,0 +1,248 @@
+"""The suite's clients: idempotent keyed acks=all producers and consumer groups that commit what they delivered.
+
+Why: the checker can only prove what the clients saw. Each producer
+(confluent-kafka, `enable.idempotence`, `acks=all`) writes records whose
+value names it and a sequence number, `kc|<producer>|<seq>|<padding>`, under
+16 keys of its own (`p<producer>-k<seq % 16>`); every fourth key goes to the
+RF 2 topic the reassignment faults move, the rest to the RF 3 topic. Every
+acknowledgement (partition, offset) and every failure goes to the history.
+A producer that fails fatally is replaced (a new producer id) and the
+failure recorded. Consumers in two groups read both topics, record every
+delivery, and commit — synchronously, about once a second and when
+partitions are revoked — exactly the offsets after what they delivered.
+
+Every loop stops on its event and every wait is bounded; threads are
+daemons so a wedged client library cannot keep the runner alive.
+
+It must never check anything: the checker does that, from the history.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from .history import History
+
+__all__ = ["TOPICS", "Workload", "parse_value", "KEYS"]
+
+# name -> (partitions, replication factor, min.insync.replicas)
+TOPICS: dict[str, tuple[int, int, int]] = {"chaos": (6, 3, 2), "chaos-moves": (3, 2, 1)}
+KEYS = 16
+GROUPS = ("chaos-g0", "chaos-g1")
+MEMBERS_PER_GROUP = 2
+
+log = logging.getLogger("chaos.clients")
+
+
+def topic_of(seq: int) -> str:
+    return "chaos-moves" if (seq % KEYS) % 4 == 3 else "chaos"
+
+
+def parse_value(value: bytes | None) -> tuple[int, int]:
+    """(producer, seq) of a suite record; (-1, -1) for anything else."""
+    if not value or not value.startswith(b"kc|"):
+        return -1, -1
+    try:
+        _, producer, seq, _ = value.split(b"|", 3)
+        return int(producer), int(seq)
+    except ValueError:
+        return -1, -1
+
+
+def _client_logger(name: str) -> logging.Logger:
+    return logging.getLogger(f"chaos.clients.{name}")
+
+
+class ProducerWorker(threading.Thread):
+    def __init__(self, idx: int, bootstrap: str, history: History, *, rate: float, pad: int, stop: threading.Event) -> None:
+        super().__init__(daemon=True, name=f"producer-{idx}")
+        self.idx = idx
+        self.bootstrap = bootstrap
+        self.history = history
+        self.rate = rate
+        self.pad = b"x" * pad
+        self.stop_event = stop
+        self.acked = 0
+        self.failed = 0
+        self.sent = 0
+        self.outstanding_at_end = 0
+        self.fatal: str | None = None
+        self.flush_s = 90.0
+
+    def _new_producer(self) -> Any:
+        from confluent_kafka import Producer
+
+        def on_error(err: Any) -> None:
+            if err.fatal():
+                self.fatal = str(err)
+
+        return Producer({
+            "bootstrap.servers": self.bootstrap, "client.id": f"chaos-p{self.idx}",
+            "acks": "all", "enable.idempotence": True, "linger.ms": 5,
+            "message.timeout.ms": 120000, "request.timeout.ms": 10000, "socket.timeout.ms": 10000,
+            "retry.backoff.ms": 100, "retry.backoff.max.ms": 1000, "topic.metadata.refresh.interval.ms": 1000,
+            "error_cb": on_error, "logger": _client_logger(f"p{self.idx}"),
+        })
+
+    def _report(self, err: Any, msg: Any) -> None:
+        producer, seq = parse_value(msg.value())
+        if err is None:
+            self.acked += 1
+            self.history.add("ack", time.time(), producer, seq, msg.topic(), msg.partition(), msg.offset())
+        else:
+            self.failed += 1
+            self.history.add("nack", time.time(), producer, seq, msg.topic(), msg.partition(), str(err))
+
+    def run(self) -> None:
+        p = self._new_producer()
+        seq = 0
+        t0 = time.monotonic()
+        while not self.stop_event.is_set():
+            if self.fatal is not None:
+                self.history.add("pfatal", time.time(), self.idx, self.fatal)
+                log.warning("producer %d failed fatally (%s); replacing it", self.idx, self.fatal)
+                p.flush(10)  # its outstanding records fail now: nacks
+                self.fatal = None
+                p = self._new_producer()
+            due = int((time.monotonic() - t0) * self.rate)
+            while seq < due and not self.stop_event.is_set():
+                value = b"kc|%d|%d|" % (self.idx, seq) + self.pad
+                try:
+                    p.produce(topic_of(seq), value, key=b"p%d-k%d" % (self.idx, seq % KEYS), on_delivery=self._report)
+                except BufferError:
+                    break  # the local queue is full (brokers unreachable): try again after a poll
+                seq += 1
+                self.sent += 1
+            p.poll(0.02)
+        self.outstanding_at_end = p.flush(self.flush_s)
+
+
+class ConsumerWorker(threading.Thread):
+    def __init__(self, group: str, member: str, bootstrap: str, history: History, stop: threading.Event,
+                 committed: dict, lock: threading.Lock) -> None:
+        super().__init__(daemon=True, name=f"consumer-{member}")
+        self.group, self.member = group, member
+        self.bootstrap = bootstrap
+        self.history = history
+        self.stop_event = stop
+        self.committed = committed  # (group, topic, partition) -> last committed offset, shared
+        self.lock = lock
+        self.pending: dict[tuple[str, int], int] = {}
+        self.delivered = 0
+        self.last_delivery = 0.0
+
+    def _commit(self, c: Any, keys: list[tuple[str, int]]) -> None:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        todo = [(t, p, self.pending[(t, p)]) for t, p in keys if (t, p) in self.pending]
+        if not todo:
+            return
+        t_sent = time.time()
+        try:
+            result = c.commit(offsets=[TopicPartition(t, p, o) for t, p, o in todo], asynchronous=False)
+            errors = {(tp.topic, tp.partition): (str(tp.error) if tp.error else None) for tp in result or []}
+        except KafkaException as exc:
+            errors = {(t, p): str(exc.args[0]) for t, p, _ in todo}
+        t_done = time.time()
+        for t, p, o in todo:
+            err = errors.get((t, p))
+            self.history.add("commit", t_sent, t_done, self.group, self.member, t, p, o, err)
+            if err is None:
+                with self.lock:
+                    self.committed[(self.group, t, p)] = o
+                if self.pending.get((t, p)) == o:
+                    del self.pending[(t, p)]
+
+    def run(self) -> None:
+        from confluent_kafka import Consumer
+
+        c = Consumer({
+            "bootstrap.servers": self.bootstrap, "group.id": self.group, "client.id": self.member,
+            "enable.auto.commit": False, "auto.offset.reset": "earliest", "session.timeout.ms": 10000,
+            "heartbeat.interval.ms": 1000, "max.poll.interval.ms": 300000, "socket.timeout.ms": 10000,
+            "topic.metadata.refresh.interval.ms": 1000, "logger": _client_logger(self.member),
+        })
+
+        def on_revoke(consumer: Any, partitions: list) -> None:
+            self._commit(consumer, [(tp.topic, tp.partition) for tp in partitions])
+            for tp in partitions:
+                self.pending.pop((tp.topic, tp.partition), None)
+
+        c.subscribe(list(TOPICS), on_revoke=on_revoke)
+        last_commit = time.monotonic()
+        try:
+            while not self.stop_event.is_set():
+                for m in c.consume(num_messages=500, timeout=0.5):
+                    if m.error() is not None:
+                        continue
+                    producer, seq = parse_value(m.value())
+                    self.history.add("dlv", time.time(), self.group, self.member, m.topic(), m.partition(), m.offset(),
+                                     producer, seq)
+                    self.pending[(m.topic(), m.partition())] = m.offset() + 1
+                    self.delivered += 1
+                    self.last_delivery = time.monotonic()
+                if self.pending and time.monotonic() - last_commit >= 1.0:
+                    self._commit(c, list(self.pending))
+                    last_commit = time.monotonic()
+            self._commit(c, list(self.pending))
+        finally:
+            try:
+                c.close()
+            except Exception:  # a close against dead brokers may fail; nothing to keep
+                pass
+
+
+class Workload:
+    def __init__(self, bootstrap: str, history: History, *, producers: int = 3, rate: float = 150.0, pad: int = 80) -> None:
+        self.stop_producing = threading.Event()
+        self.stop_consuming = threading.Event()
+        self.committed: dict[tuple[str, str, int], int] = {}
+        self.lock = threading.Lock()
+        self.producers = [ProducerWorker(i, bootstrap, history, rate=rate, pad=pad, stop=self.stop_producing)
+                          for i in range(producers)]
+        self.consumers = [ConsumerWorker(g, f"{g}-m{m}", bootstrap, history, self.stop_consuming, self.committed, self.lock)
+                          for g in GROUPS for m in range(MEMBERS_PER_GROUP)]
+
+    def start(self) -> None:
+        for t in [*self.producers, *self.consumers]:
+            t.start()
+
+    def acked(self) -> int:
+        return sum(p.acked for p in self.producers)
+
+    def delivered(self) -> int:
+        return sum(c.delivered for c in self.consumers)
+
+    def stop_producers(self, *, flush_s: float) -> int:
+        """Stop producing; wait (bounded) for outstanding records to be acknowledged or fail. Returns those left."""
+        for p in self.producers:
+            p.flush_s = flush_s
+        self.stop_producing.set()
+        deadline = time.monotonic() + flush_s + 15
+        for p in self.producers:
+            p.join(max(0.1, deadline - time.monotonic()))
+        return sum(p.outstanding_at_end for p in self.producers) + sum(1 for p in self.producers if p.is_alive())
+
+    def group_positions(self) -> dict[tuple[str, str, int], int]:
+        with self.lock:
+            return dict(self.committed)
+
+    def stop_consumers(self, *, bound_s: float = 30.0) -> None:
+        self.stop_consuming.set()
+        deadline = time.monotonic() + bound_s
+        for c in self.consumers:
+            c.join(max(0.1, deadline - time.monotonic()))
+
+    def stop(self) -> None:
+        """Everything, bounded (cleanup on failure)."""
+        self.stop_producing.set()
+        self.stop_consuming.set()
+        for p in self.producers:
+            p.flush_s = 1.0
+        deadline = time.monotonic() + 20
+        for t in [*self.producers, *self.consumers]:
+            if t.is_alive():
+                t.join(max(0.1, deadline - time.monotonic()))
