@@ -230,7 +230,8 @@ class ClusterSpec:
             "cluster.backend": "kube",
             "kube.namespace": self.namespace,
             "broker.id.from.hostname": True,
-            "log.dirs": f"{DATA_DIR}/data",
+            # log.dirs is the image's (KELP_LOG_DIRS=/var/lib/kelp, the volume's root; lost+found is skipped):
+            # the environment beats the config file, so writing another path here would only mislead.
             "host": "0.0.0.0",
             "port": self.kafka_port,
             "http.host": "0.0.0.0",

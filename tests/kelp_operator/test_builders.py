@@ -100,12 +100,14 @@ def test_the_config_map_is_a_broker_config_that_names_the_pod_its_broker_id(tmp_
     cm = by_kind(cluster_children(spec))[("ConfigMap", "demo-config")]
     path = tmp_path / "broker.yaml"
     path.write_text(cm["data"]["broker.yaml"])
-    cfg = BrokerConfig.load(file=str(path), env={"HOSTNAME": "demo-4", "KELP_ADVERTISED_HOST": "10.1.0.7"})
+    image_env = {"KELP_LOG_DIRS": "/var/lib/kelp"}  # the Dockerfile's, as the pod runs it
+    cfg = BrokerConfig.load(file=str(path), env={"HOSTNAME": "demo-4", "KELP_ADVERTISED_HOST": "10.1.0.7", **image_env})
     assert cfg.broker_id == 4
     assert cfg["cluster.backend"] == "kube" and cfg["cluster.name"] == "demo" and cfg["kube.namespace"] == "team-a"
     assert cfg["advertised.host"] == "10.1.0.7"
     assert cfg["log.retention.hours"] == 48
-    assert str(cfg.log_dirs[0]) == "/var/lib/kelp/data"
+    assert str(cfg.log_dirs[0]) == "/var/lib/kelp"  # the volume's root, where every existing broker keeps its data
+    assert "log.dirs" not in yaml.safe_load(cm["data"]["broker.yaml"])
     # Replicated by default, as far as the cluster's size allows.
     assert cfg["default.replication.factor"] == 3 and cfg["min.insync.replicas"] == 2
     one = yaml.safe_load(by_kind(cluster_children(ClusterSpec.from_resource(cluster({"brokers": 1}))))[
