@@ -345,8 +345,9 @@ def reassign_cancel_failover(ctx: Ctx, rng: random.Random) -> tuple[dict, dict]:
 
     Variants (seeded): the cancel comes once the new leader is elected, or
     right after the kill, while the failover is still under way; and the
-    broker being added is paused (SIGSTOP) for the whole fault half of the
-    time, so the move cannot complete before the cancel.
+    broker being added is paused (SIGSTOP) from the moment the move is
+    accepted to the end of the fault half of the time, so the move cannot
+    complete before the cancel.
     """
     c = ctx.cluster
     p = rng.randrange(3)
@@ -371,8 +372,6 @@ def reassign_cancel_failover(ctx: Ctx, rng: random.Random) -> tuple[dict, dict]:
     outcome: dict[str, Any] = {"replicas": replicas, "leader": leader, "target": target}
     killed = False
     try:
-        if adding is not None:
-            c.pause(adding)
         try:
             outcome["reassign"] = c.admin("/admin/v1/partitions/reassign", "POST",
                                           {"partitions": [{"topic": MOVES_TOPIC, "partition": p, "replicas": target}]},
@@ -380,7 +379,12 @@ def reassign_cancel_failover(ctx: Ctx, rng: random.Random) -> tuple[dict, dict]:
         except AdminError as exc:
             # Not applied as meant (no move to cancel): counted as skipped, the answer kept as an anomaly.
             outcome["error"] = f"the reassignment was not accepted: {exc}"[:400]
+            adding = None
             return params, outcome
+        if adding is not None:
+            # Paused once the move is accepted (paused before, it may be the controller, or gone by the time the
+            # move is asked for, and the move is refused): it cannot catch up, so the cancel finds it running.
+            c.pause(adding)
         c.sleep(before_kill)
         c.kill(leader)
         killed = True
