@@ -84,7 +84,7 @@ class Broker:
             max_connections=cfg["max.connections"],
             max_connections_per_ip=cfg["max.connections.per.ip"],
         )
-        await self.kafka_server.start()
+        await self.kafka_server.start(serve=False)  # bound now, serving once the metadata is read (below)
         if cfg["advertised.port"]:
             self.kafka_server.advertised_port = cfg["advertised.port"]
         ks = self.kafka_server
@@ -100,6 +100,7 @@ class Broker:
         )
         await self.cluster.start(endpoint)
         await self._start_groups()
+        await self.kafka_server.serve()
         self._retention_task = asyncio.create_task(self._maintenance_loop())
         self.started_at = time.time()
         log.info(

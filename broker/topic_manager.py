@@ -277,14 +277,17 @@ class TopicManager:
             raise UnknownTopicOrPartitionError(
                 f"topic '{name}' does not exist and auto.create.topics.enable is false"
             )
-        from kelp.errors import TopicAlreadyExistsError
+        from kelp.errors import LeaderNotAvailableError, TopicAlreadyExistsError
 
         try:
             return await self.create_topic(name)
         except TopicAlreadyExistsError:
             found = self._topics.get(name)
             if found is None:
-                raise
+                # It exists in the cluster but not yet in this broker's metadata: retriable, as Kafka answers a
+                # topic being created (TOPIC_ALREADY_EXISTS is not, and producers would drop their records).
+                raise LeaderNotAvailableError(
+                    f"topic '{name}' exists but broker {self.config.broker_id} has not applied it yet; retry") from None
             return found
 
     async def delete_topic(self, name: str) -> None:

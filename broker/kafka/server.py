@@ -87,10 +87,13 @@ class KafkaServer:
     def bound_port(self) -> int:
         return self.port
 
-    async def start(self) -> None:
+    async def start(self, *, serve: bool = True) -> None:
+        """Bind the listener (the port is known from here on); accept connections only with `serve` or once
+        `serve()` is called — the broker waits until it has read the cluster metadata (as Kafka's broker opens
+        its data-plane listeners only after its metadata caught up), so no client is told "no such topic"."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: _Connection(self), self.host, self.port, reuse_address=True
+            lambda: _Connection(self), self.host, self.port, reuse_address=True, start_serving=serve
         )
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
@@ -100,6 +103,11 @@ class KafkaServer:
             self._sweeper = loop.create_task(self._sweep_idle())
         if hasattr(self._metrics, "watch_listener"):
             self._metrics.watch_listener(self)  # type: ignore[union-attr]
+
+    async def serve(self) -> None:
+        """Start accepting connections on the bound listener."""
+        if self._server is not None and not self._server.is_serving():
+            await self._server.start_serving()
 
     async def stop(self) -> None:
         if self._sweeper is not None:
