@@ -162,3 +162,24 @@ def test_a_client_that_dies_is_an_error_and_stalls_until_the_end() -> None:
     work._consume_until_stopped = consumer_fatal  # type: ignore[method-assign]
     work._consume(1)
     assert "g-c1 died: consumer fenced" in work.errors()
+
+
+def test_the_report_keeps_a_failed_case_with_what_it_measured(monkeypatch, tmp_path: Path) -> None:
+    import pytest
+
+    from tests.kube import churn_report
+
+    monkeypatch.setattr(churn_report, "ROWS", [])
+    monkeypatch.setenv("KELP_CHURN_REPORT", str(tmp_path / "churn.txt"))
+    with churn_report.record_case("a passes", "short") as row:
+        row.acked, row.longest_stall_s = 10, 1.25
+        row.ready("roll", 30.0)
+    with pytest.raises(AssertionError):
+        with churn_report.record_case("b fails", "short") as row:
+            row.take(check_records(acked=[Acked(0, 0, b"p:1")], log={0: []}, consumed=[]))
+            raise AssertionError("records were not kept:\nlost: 1")
+    lines = churn_report.table(churn_report.ROWS)
+    assert lines[0].split()[:4] == ["case", "form", "acked", "lost"]
+    assert "roll 30.0s" in lines[2] and "1.2s" in lines[2] and lines[2].endswith("passed")
+    assert "FAILED: records were not kept: / lost: 1" in lines[3] and " 1 " in lines[3]
+    assert (tmp_path / "churn.txt").read_text().splitlines() == lines
