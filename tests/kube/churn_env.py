@@ -331,8 +331,9 @@ class ChurnEnv:
         """Why the cluster is not settled at `brokers` brokers, or None when it is.
 
         Settled: the operator reports Ready=True for the current generation
-        with `brokers` brokers, not Progressing, not Degraded, no rebalance
-        pending; the StatefulSet has exactly `brokers` Ready pods, all on its
+        with `brokers` brokers, Progressing=False because everything is
+        `Reconciled` (not because something is blocked), not Degraded, no
+        rebalance pending; the StatefulSet has exactly `brokers` Ready pods, all on its
         current revision; the brokers agree that exactly brokers 0..n-1 are
         registered, a controller is elected, and every partition of every
         topic has its whole replica set in sync, all on those brokers, with
@@ -342,9 +343,10 @@ class ChurnEnv:
         st, gen = c.get("status") or {}, c["metadata"].get("generation")
         if st.get("observedGeneration") != gen:
             return f"Cluster status is for generation {st.get('observedGeneration')}, spec is {gen}"
-        for type_, want in (("Ready", "True"), ("Progressing", "False"), ("Degraded", "False")):
+        for type_, want, reason in (("Ready", "True", None), ("Progressing", "False", "Reconciled"),
+                                    ("Degraded", "False", None)):
             got = condition_of(c, type_)
-            if got.get("status") != want:
+            if got.get("status") != want or reason not in (None, got.get("reason")):
                 return f"Cluster {type_}={got.get('status')} ({got.get('reason')}: {got.get('message')})"
         if st.get("brokers") != brokers:
             return f"Cluster status.brokers={st.get('brokers')}, want {brokers}"
