@@ -362,3 +362,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
     rep = outcome.get_result()
     setattr(item, f"rep_{rep.when}", rep)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The churn suite's per-case table (tests/kube/churn_report.py), when churn cases ran."""
+    from tests.kube.churn_report import ROWS, table
+
+    if ROWS:
+        terminalreporter.section("kube churn: per-case report")
+        for line in table(ROWS):
+            terminalreporter.write_line(line)

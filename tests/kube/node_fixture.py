@@ -24,7 +24,7 @@ import shlex
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -48,6 +48,8 @@ class KubeNode:
     base: Path
     bridge: str
     subnet: ipaddress.IPv4Network
+    kubelet: Component | None = None
+    kubelet_argv: list[str] = field(default_factory=list)
 
     def ctr(self, *args: str, timeout: float = 60) -> str:
         """Run `ctr` against this node's containerd, namespace k8s.io (the kubelet's)."""
@@ -75,6 +77,47 @@ class KubeNode:
         t0 = time.monotonic()
         self.ctr("images", "import", str(archive), timeout=timeout)
         return time.monotonic() - t0
+
+    def import_current_image(self, archive: Path, *, attempts: int = 3) -> float:
+        """Import Kelp's image only as built from this checkout's sources; returns the seconds it took.
+
+        The image cache is shared by every checkout on the machine, so another
+        checkout's build may have replaced the archive since the session built
+        it. Under the build script's own lock, `--check` confirms the archive
+        matches these sources before it is imported; otherwise it is rebuilt.
+        """
+        import fcntl
+
+        for _attempt in range(attempts):
+            with open(archive.parent / ".lock", "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                check = subprocess.run([str(IMAGE_SCRIPT), "--check"], capture_output=True, text=True,
+                                       timeout=120, cwd="/")
+                if check.returncode == 0:
+                    return self.import_image(archive)
+            build = subprocess.run([str(IMAGE_SCRIPT)], capture_output=True, text=True,
+                                   timeout=IMAGE_BUILD_TIMEOUT_S, cwd="/")
+            if build.returncode != 0:
+                raise RuntimeError(f"kelp image rebuild failed: {last_line(build.stderr)}")
+        raise RuntimeError(f"kelp image: {archive} kept being replaced by other checkouts' builds")
+
+    def kill_container(self, container_id: str) -> None:
+        """SIGKILL a container's init process (`containerd://<id>` from a Pod's containerStatuses)."""
+        self.ctr("tasks", "kill", "-s", "SIGKILL", container_id.split("://", 1)[-1], timeout=30)
+
+    def stop_kubelet(self) -> None:
+        """Stop the kubelet as `systemctl stop kubelet` would (SIGTERM); containers keep running."""
+        assert self.kubelet is not None, "this node has no kubelet to stop"
+        self.kubelet.stop()
+
+    def start_kubelet(self) -> None:
+        """Start the kubelet again with its first command line, appending to its log."""
+        assert self.kubelet is not None and self.kubelet_argv, "this node has no kubelet to start"
+        if self.kubelet.proc.poll() is None:
+            return
+        with open(self.kubelet.log, "ab") as fh:
+            self.kubelet.proc = subprocess.Popen(self.kubelet_argv, stdout=fh, stderr=subprocess.STDOUT,
+                                                 stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.base)
 
 
 def local_volume(*, name: str, storage_class: str, path: Path, node: str, capacity: str = "1Gi"):
@@ -183,11 +226,13 @@ def kube_node(kube_control_plane, kube_api) -> Iterator[KubeNode]:
         cfg = base / "kubelet.yaml"
         cfg.write_text(nodelib.kubelet_config(base, port=free_port(), healthz_port=free_port(),
                                                cgroup_root=node.name))
-        components.append(start_component("kubelet", [
+        node.kubelet_argv = [
             str(kubelet), f"--kubeconfig={kube_control_plane.kubeconfig}", f"--config={cfg}",
             f"--root-dir={base / 'kubelet'}", f"--cert-dir={base / 'kubelet' / 'pki'}",
             f"--hostname-override={node.name}", "--v=2",
-        ], base))
+        ]
+        node.kubelet = start_component("kubelet", node.kubelet_argv, base)
+        components.append(node.kubelet)
         kube_control_plane.components.extend(components)
         from kubernetes import client
 
