@@ -18,6 +18,7 @@ from typing import Any
 
 from kafka.protocol.consumer import FetchRequest, OffsetForLeaderEpochRequest
 
+from kelp.broker.cluster.metadata_image import MetadataDelta
 from kelp.broker.cluster.model import PartitionState, TopicState
 from kelp.broker.cluster.replica_fetcher import ReplicaFetcherManager
 from kelp.broker.config import BrokerConfig
@@ -66,7 +67,7 @@ class Node:
              partition_epoch: int = 0) -> None:
         """Apply one partition state, as the cluster layer does with the controller's push."""
         state = PartitionState(tuple(replicas), leader, leader_epoch, tuple(isr), partition_epoch)
-        self.topics.apply_state(TopicState(TOPIC, (state,), topic_id=TOPIC_ID))
+        self.topics.apply_delta(MetadataDelta(changed={TOPIC: TopicState(TOPIC, (state,), topic_id=TOPIC_ID)}))
         if self.fetchers is not None:
             for f in self.fetchers._fetchers.values():
                 f._task.cancel()  # created, never started: the test drives the fetcher itself
