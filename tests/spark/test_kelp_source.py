@@ -193,11 +193,13 @@ def test_fail_on_data_loss_when_retention_deleted_offsets_the_query_needs(spark,
     run_available_now(stream(spark, kelp, subscribe="ret", startingOffsets="earliest"), out, checkpoint)
     for _ in range(5):
         produce(kelp, "ret", 0, [(None, bytes(900))], timestamp_ms=old)
-    produce(kelp, "ret", 0, [(None, b"fresh")])
+    # A fresh record too large to share a segment (segment.bytes 2000) starts one of its own, so retention's
+    # end state is known: every old segment gone, the log starting at 6 (waiting for "> 1" raced a later pass).
+    produce(kelp, "ret", 0, [(None, b"fresh" + bytes(1500))])
     deadline = time.monotonic() + 20
-    while (earliest := list_offset(kelp.bootstrap, "ret", 0, -2)[1]) <= 1 and time.monotonic() < deadline:
+    while (earliest := list_offset(kelp.bootstrap, "ret", 0, -2)[1]) < 6 and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert earliest > 1, "retention did not delete the old segments"
+    assert earliest == 6, f"retention did not delete the old segments (log start {earliest})"
     with pytest.raises(Exception, match="failOnDataLoss"):
         run_available_now(stream(spark, kelp, subscribe="ret", startingOffsets="earliest"), out, checkpoint)
     with pytest.raises(Exception, match="failOnDataLoss"):
