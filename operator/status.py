@@ -140,6 +140,12 @@ def cluster_status(*, desired: int, ready_brokers: Collection[int], observed: Ob
         ready, reason = True, "ClusterReady"
         message = f"{desired} brokers, controller broker {status['controller']}, bootstrap {bootstrap}"
     conds.append(condition("Ready", ready, reason, message))
+    if observed.cluster is None:
+        # Partition health was not observed this pass: say so, never "AllInSync" from nothing.
+        conds.append(condition("Degraded", None, "BrokersUnreachable",
+                               f"partition health unknown: no broker answered the admin API: "
+                               f"{observed.error or 'no ready broker pod'}"))
+        return status, conds
     degraded = bool(status.get("offlinePartitions") or status.get("underReplicatedPartitions"))
     conds.append(condition(
         "Degraded", degraded, "PartitionsAtRisk" if degraded else "AllInSync",

@@ -46,6 +46,10 @@ def test_cluster_is_not_ready_while_brokers_are_missing_or_unreachable() -> None
     ready = next(c for c in conds if c["type"] == "Ready")
     assert ready["status"] == "False" and ready["reason"] == "BrokersUnreachable"
     assert "connection refused" in ready["message"] and status["controller"] == -1
+    # Partition health was not seen either: Degraded is Unknown, not "every partition has its full ISR".
+    degraded = next(c for c in conds if c["type"] == "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("Unknown", "BrokersUnreachable")
+    assert "connection refused" in degraded["message"]
     _, conds = cluster_status(desired=3, ready_brokers={0, 1}, observed=Observed(
         cluster={"controller": 0, "brokers": [{"id": 0}, {"id": 1}]}), managed_topics=set(), bootstrap="b",
         generation=1, sts_generation_current=True)
