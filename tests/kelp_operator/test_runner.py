@@ -148,3 +148,21 @@ def test_nothing_is_written_once_leadership_is_in_doubt(tmp_path) -> None:
             await Runner(kube, admin_of(admin)).reconcile("Cluster", "ns", "demo")
         assert kube.deleted == [("Pod", "demo-2")] and len(kube.applied) == 8  # one pass's children, no more
     asyncio.run(scenario())
+
+
+def test_an_unexpected_failure_sets_ready_unknown_before_it_propagates() -> None:
+    # The Cluster was Ready; a pass then fails in a way no condition covers. Status must stop claiming Ready.
+    body = resource("Cluster", "demo", {"brokers": 3}, status={"conditions": [
+        {"type": "Ready", "status": "True", "reason": "ClusterReady", "message": "3 brokers",
+         "lastTransitionTime": "2026-11-01T00:00:00Z", "observedGeneration": 1}]})
+    kube = FakeKube(body, statefulset("demo", 3), *(broker_pod("demo", n) for n in range(3)))
+    admin = FakeAdmin(brokers=[0, 1, 2])
+
+    def explode(method, path, body):
+        raise RuntimeError("disk of the fake exploded")
+    admin.fail = explode
+    with pytest.raises(RuntimeError, match="exploded"):
+        asyncio.run(Runner(kube, admin_of(admin)).reconcile("Cluster", "ns", "demo"))
+    ready = next(c for c in kube.objects[("Cluster", "ns", "demo")]["status"]["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("Unknown", "ReconcileFailed"), ready
+    assert "RuntimeError: disk of the fake exploded" in ready["message"]
