@@ -64,7 +64,10 @@ async def remove_external(ctx: ClusterPass, keep: int) -> None:
     for svc in await ctx.kube.list("Service", ctx.spec.namespace, labels=selector):
         n = int((svc["metadata"].get("labels") or {}).get(BROKER_LABEL, "-1"))
         if not ctx.spec.external_type or n >= keep:
+            await ctx.kube.fence()  # external clients of that broker lose their address
             await ctx.kube.delete("Service", ctx.spec.namespace, svc["metadata"]["name"])
+            await ctx.emit("ExternalServiceRemoved", f"{svc['metadata']['name']} deleted (broker {n} "
+                           + ("is gone)" if ctx.spec.external_type else "no longer has an external listener)"))
 
 
 def advertised(ctx: ClusterPass, addresses: Mapping[int, Mapping[str, Any]]) -> dict[int, tuple[str, int]]:

@@ -155,6 +155,12 @@ async def reconcile_cluster(body: Mapping[str, Any], kube: KubeClient, admin_for
         if spec.external_type:
             external, allowed, external_note = await apply_external(ctx, replicas, current)
             replicas = min(replicas, allowed)
+        if before is not None and replicas < current:
+            # The StatefulSet deletes the highest pods once it shrinks: an availability decision like a
+            # pod delete, so leadership is proven first, and it is an Event like every other decision.
+            await ctx.kube.fence()
+            await ctx.emit("ScaleDown", f"{current} -> {replicas} broker(s): broker(s) "
+                           f"{list(range(replicas, current))} hold no replica any more; their pods are removed")
         refused = await _apply(ctx, cluster_children(spec, replicas=replicas, claim=(claim_size, claim_class),
                                                      external=external))
         await remove_external(ctx, keep=len(external or {}))

@@ -10,6 +10,13 @@ more the operator asks the controller for a preferred-leader election
 broker's replicas are still catching up to rejoin the ISR, and reports the
 leader skew in status (`leaderSkew`, `preferredLeaderImbalance`).
 
+The election owes nothing to which condition the last pass wrote: the
+first pod a roll deletes marks the Cluster `kelp.dev/elect-leaders:
+pending`, and the mark goes only once no partition is off its preferred
+leader for a reason an election can fix (a pass that reported a storage or
+apply problem in between, or an operator restart, cannot lose it). A user
+may set the same annotation to ask for an election at any time.
+
 `kelp.dev/manual-rolling-update: "true"` on the Cluster restarts every broker
 pod once under the same rule: the operator marks each pod with the same
 annotation (a pod so marked counts as outdated) and removes the Cluster's,
@@ -25,10 +32,11 @@ from .resources import ClusterPass
 from .restarts import IGNORE_MIN_INSYNC, MANUAL_ROLL, next_restart, ordinal, pod_ready
 from .status import condition, leader_balance
 
-__all__ = ["roll", "mark_manual_roll", "elect_after_roll", "ROLL_REASONS"]
+__all__ = ["roll", "mark_manual_roll", "elect_after_roll", "ROLL_REASONS", "ELECT_ANNOTATION"]
 
 ROLL_REASONS = frozenset({"RollingRestart", "RestartingUnready", "RestartWaiting", "RestartBlocked"})
 ELECTING = "ElectingLeaders"
+ELECT_ANNOTATION = "kelp.dev/elect-leaders"
 
 
 async def mark_manual_roll(ctx: ClusterPass) -> None:
@@ -56,6 +64,8 @@ async def roll(ctx: ClusterPass, update_revision: str) -> dict[str, Any] | None:
         return None
     if decision.pod is not None:
         await ctx.kube.fence()
+        if ctx.annotations.get(ELECT_ANNOTATION) != "pending":
+            await ctx.annotate(ELECT_ANNOTATION, "pending")
         await ctx.kube.delete("Pod", ctx.spec.namespace, decision.pod)
         await ctx.emit(decision.reason, decision.message)
     elif decision.reason == "RestartBlocked":
@@ -65,12 +75,16 @@ async def roll(ctx: ClusterPass, update_revision: str) -> dict[str, Any] | None:
 
 async def elect_after_roll(ctx: ClusterPass) -> dict[str, Any] | None:
     """Once a roll has finished: preferred-leader election until the restarted brokers lead their share again."""
-    if ctx.previous("Progressing").get("reason") not in ROLL_REASONS | {ELECTING}:
+    pending = ctx.annotations.get(ELECT_ANNOTATION) == "pending"
+    if not pending and ctx.previous("Progressing").get("reason") not in ROLL_REASONS | {ELECTING}:
         return None
     observed = ctx.observed
     if observed.cluster is None or ctx.admin is None:
-        return condition("Progressing", True, ELECTING, "the roll is done; leaders move back to their preferred "
-                         f"replicas once the brokers answer: {observed.error}")
+        message = ("the roll is done; leaders move back to their preferred replicas once the brokers answer: "
+                   f"{observed.error}")
+        if ctx.previous("Progressing").get("reason") != ELECTING:
+            await ctx.emit(ELECTING, message)
+        return condition("Progressing", True, ELECTING, message)
     live = {int(b["id"]) for b in observed.cluster.get("brokers", [])}
     # The last pod of a roll is on the new revision before its broker is back: those brokers are awaited too.
     returning = {ordinal(p["metadata"]["name"]) for p in ctx.pods
@@ -101,9 +115,14 @@ async def elect_after_roll(ctx: ClusterPass) -> dict[str, Any] | None:
                            f"back to their preferred replica (leader skew was {skew}, {imbalance} partition(s) off "
                            "their preferred leader)")
     if catching_up:
-        return condition("Progressing", True, ELECTING, f"{catching_up} partition(s) wait for their preferred leader "
-                         "to rejoin the ISR before leadership moves back to it")
+        message = (f"{catching_up} partition(s) wait for their preferred leader to rejoin the ISR before leadership "
+                   "moves back to it")
+        if ctx.previous("Progressing").get("reason") != ELECTING and not elected:
+            await ctx.emit(ELECTING, message)
+        return condition("Progressing", True, ELECTING, message)
     if elected:
         return condition("Progressing", True, ELECTING, f"leadership of {elected} partition(s) moved back to their "
                          "preferred replicas")
+    if pending:
+        await ctx.annotate(ELECT_ANNOTATION, None)
     return None

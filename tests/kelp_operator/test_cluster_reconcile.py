@@ -164,3 +164,21 @@ def test_the_override_annotation_lets_a_roll_past_the_min_insync_rule() -> None:
             assert kube.deleted == [], progressing
             assert progressing["reason"] == "RestartBlocked" and "orders-0" in progressing["message"], progressing
             assert "kelp.dev/restart-ignore-min-insync" in progressing["message"], "the way out is named"
+
+
+def test_the_scale_down_shrink_is_fenced_and_recorded() -> None:
+    # 3 -> 2 and broker 2 holds nothing any more: the StatefulSet shrinks (its pod is deleted by Kubernetes),
+    # which is an availability decision like a pod delete: leadership proven first, an Event recorded.
+    body = resource("Cluster", "demo", {"brokers": 2})
+    kube = FakeKube(body, statefulset("demo", 3), *(broker_pod("demo", n) for n in range(3)))
+    admin = FakeAdmin(brokers=[0, 1, 2], topics={"orders": [{"replicas": [0, 1], "isr": [0, 1]}]})
+    fences_at_apply: list[int] = []
+
+    async def on_apply(manifest) -> None:
+        if manifest["kind"] == "StatefulSet":
+            fences_at_apply.append(kube.fences)
+    kube.hooks[("apply", "StatefulSet")] = on_apply
+    run(body, kube, admin)
+    assert kube.objects[("StatefulSet", "ns", "demo")]["spec"]["replicas"] == 2
+    assert fences_at_apply == [1], "the shrink must follow a fence"
+    assert "broker(s) [2]" in kube.events("ScaleDown")[0]["message"]

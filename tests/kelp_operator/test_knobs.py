@@ -177,3 +177,5 @@ def test_external_services_of_removed_brokers_go_away() -> None:
     kube.put(body)
     run(body, kube, admin)
     assert {k[2] for k in kube.objects if k[0] == "Service"} == {"demo", "demo-brokers"}
+    # Removing a Service cuts external clients off that broker: leadership is proven first, an Event says so.
+    assert kube.fences >= 2 and len(kube.events("ExternalServiceRemoved")) == 2

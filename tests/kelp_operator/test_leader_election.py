@@ -91,3 +91,41 @@ def test_the_election_waits_for_the_last_restarted_broker_to_come_back() -> None
     _, conds = run(body, kube, admin)
     assert elections(admin) == 1 and admin.topics["orders"][2]["leader"] == 2
     assert admin.topics["orders"][3]["leader"] == 2
+
+
+def test_the_election_owed_by_a_roll_survives_a_pass_that_reported_something_else() -> None:
+    # The roll's last restart marks the Cluster; a pass in between then reports another condition (here an
+    # apply the API server refused) and the operator restarts: the election still runs once the roll is done.
+    body, kube, admin = rolled_cluster(last_reason="ApplyRefused")
+    assert elections(admin) == 0
+    run(body, kube, admin)
+    assert elections(admin) == 0, "no roll happened and nothing asked for an election"
+
+    body, kube, admin = rolled_cluster(last_reason="RestartWaiting")
+    kube.put(statefulset("demo", 3, revision="rev-3"))
+    kube.put(broker_pod("demo", 2, revision="rev-2"))
+    _, conds = run(body, kube, admin)  # the roll restarts demo-2 (highest ordinal, not the controller) and marks
+    assert ("Pod", "demo-2") in kube.deleted
+    marked = kube.objects[("Cluster", "ns", "demo")]["metadata"]["annotations"]
+    assert marked.get("kelp.dev/elect-leaders") == "pending"
+    body["metadata"]["annotations"] = dict(marked)
+    body["status"]["conditions"] = [{**c, "reason": "ApplyRefused"} if c["type"] == "Progressing" else c
+                                    for c in body["status"]["conditions"]]
+    for n in range(3):
+        kube.put(broker_pod("demo", n, revision="rev-3"))
+    run(body, kube, admin)
+    assert elections(admin) == 1 and admin.topics["orders"][2]["leader"] == 2
+
+
+def test_the_mark_goes_once_no_election_can_help_and_a_user_may_set_it() -> None:
+    body, kube, admin = rolled_cluster(last_reason="Reconciled")
+    body["metadata"]["annotations"]["kelp.dev/elect-leaders"] = "pending"
+    kube.put(body)
+    for p in admin.topics["orders"]:
+        p["isr"] = list(p["replicas"])
+    _, conds = run(body, kube, admin)
+    assert elections(admin) == 1 and admin.topics["orders"][3]["leader"] == 2
+    body["metadata"]["annotations"] = dict(kube.objects[("Cluster", "ns", "demo")]["metadata"]["annotations"])
+    _, conds = run(body, kube, admin)  # every partition on its preferred leader: the mark goes
+    assert elections(admin) == 1 and progressing(conds)["reason"] == "Reconciled"
+    assert "kelp.dev/elect-leaders" not in kube.objects[("Cluster", "ns", "demo")]["metadata"]["annotations"]
