@@ -103,6 +103,15 @@ async def _apply(ctx: ClusterPass, manifests: list[dict[str, Any]]) -> dict[str,
     return None
 
 
+async def _record_transition(ctx: ClusterPass, progressing: Mapping[str, Any]) -> None:
+    """Every change of what the operator is doing is an Event, also the waits no step records itself
+    (ExternalAddressWaiting, ExpandingVolumes, DrainWaiting, RebalanceWaiting, RollingOut, Reconciled...)."""
+    reason = progressing["reason"]
+    if reason == ctx.previous("Progressing").get("reason") or any(r == reason for r, _ in ctx.events.emitted):
+        return
+    await ctx.emit(reason, progressing["message"], warning=progressing["status"] == "False")
+
+
 async def reconcile_cluster(body: Mapping[str, Any], kube: KubeClient, admin_for: AdminFactory, *,
                             events: Recorder | None = None, clock: Callable[[], float] = time.time,
                             **_: Any) -> Result:
@@ -200,6 +209,7 @@ async def reconcile_cluster(body: Mapping[str, Any], kube: KubeClient, admin_for
     status.update(extra)
     if notes:
         conds = [c for c in conds if c["type"] != "Progressing"] + [notes[0]]
+    await _record_transition(ctx, next(c for c in conds if c["type"] == "Progressing"))
     rack = rack_condition(spec, observed)
     if rack is not None:
         conds.append(rack)

@@ -133,6 +133,7 @@ def test_load_balanced_brokers_start_once_their_address_is_known_and_restart_whe
     _, conds = run(body, kube, admin)
     progressing = next(c for c in conds if c["type"] == "Progressing")
     assert progressing["reason"] == "ExternalAddressWaiting" and "demo-external-0" in progressing["message"]
+    assert kube.events("ExternalAddressWaiting"), "a wait the operator starts is an Event too"
     assert kube.objects[("StatefulSet", "ns", "demo")]["spec"]["replicas"] == 0
     svc = kube.objects[("Service", "ns", "demo-external-1")]
     assert svc["spec"]["type"] == "LoadBalancer" and svc["metadata"]["annotations"] == {"example.com/lb-type": "nlb"}

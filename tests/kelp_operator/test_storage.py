@@ -57,6 +57,7 @@ def test_bigger_volumes_are_expanded_in_place() -> None:
     conds = run(body, kube)
     p = progressing(conds)
     assert (p["status"], p["reason"]) == ("True", "ExpandingVolumes") and "data-demo-2 grow once bound" in p["message"]
+    assert kube.events("ExpandingVolumes"), "the wait for the volumes is an Event too"
     claims = {n: kube.objects[("PersistentVolumeClaim", "ns", f"data-demo-{n}")]["spec"]["resources"]["requests"]
               ["storage"] for n in range(3)}
     assert claims == {0: "20Gi", 1: "20Gi", 2: "10Gi"}  # an unbound claim cannot be resized yet
