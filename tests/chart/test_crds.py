@@ -14,7 +14,7 @@ from tests.chart.crd_schema import (GROUP, KINDS, VERSION, load_crds, openapi_sc
                                     version_of, walk)
 
 READY_PATH = '.status.conditions[?(@.type=="Ready")].status'
-SHORT_NAMES = {"Cluster": ["kc", "kelpcluster"], "Topic": ["kt"], "ConsumerGroup": ["kcg"]}
+SHORT_NAMES = {"Cluster": ["kc", "kelpcluster", "kelpclusters"], "Topic": ["kt"], "ConsumerGroup": ["kcg"]}
 PLURALS = {"Cluster": "clusters", "Topic": "topics", "ConsumerGroup": "consumergroups"}
 COLUMNS = {
     "Cluster": ["Ready", "Brokers", "Controller", "Under-Replicated", "Operation", "Offline", "Leader-Skew",
