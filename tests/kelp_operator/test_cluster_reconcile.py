@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 import yaml
 
 from kelp.operator.builders import config_hash
@@ -88,23 +89,28 @@ def test_unready_outdated_pods_restart_even_when_no_broker_answers() -> None:
     assert cond(conds, "Ready")["status"] == "False"
 
 
-def test_scaling_keeps_the_replication_defaults_and_rolls_nothing() -> None:
-    body = resource("Cluster", "demo", {"brokers": 1})
+@pytest.mark.parametrize("start, grown", [(1, 3), (2, 4), (3, 5)])
+def test_scaling_keeps_the_replication_defaults_and_rolls_nothing(start: int, grown: int) -> None:
+    body = resource("Cluster", "demo", {"brokers": start})
     kube = FakeKube(body)
-    admin = FakeAdmin(brokers=[0])
+    admin = FakeAdmin(brokers=list(range(start)))
     run(body, kube, admin)
     first = kube.objects[("ConfigMap", "ns", "demo-config")]
     first_hash = kube.objects[("StatefulSet", "ns", "demo")]["spec"]["template"]["metadata"]["annotations"]
-    assert yaml.safe_load(first["data"]["broker.yaml"])["default.replication.factor"] == "1"
+    config = yaml.safe_load(first["data"]["broker.yaml"])
+    assert config["default.replication.factor"] == str(min(3, start))
+    assert config["min.insync.replicas"] == str(min(2, start))
 
-    body["spec"]["brokers"] = 3
+    body["spec"]["brokers"] = grown
     body["metadata"]["generation"] = 2
     kube.put(body)
     run(body, kube, admin)
     after = kube.objects[("ConfigMap", "ns", "demo-config")]
     assert after["data"] == first["data"], "scaling must not change the brokers' config"
     assert kube.objects[("StatefulSet", "ns", "demo")]["spec"]["template"]["metadata"]["annotations"] == first_hash
-    assert kube.objects[("StatefulSet", "ns", "demo")]["spec"]["replicas"] == 3
+    assert kube.objects[("StatefulSet", "ns", "demo")]["spec"]["replicas"] == grown
+    if start != 1:
+        return
     # The builders agree: a spec created at 3 brokers keeps 3's defaults whatever it grows to.
     at3 = ClusterSpec.from_resource(resource("Cluster", "d", {"brokers": 3}))
     at5 = ClusterSpec.from_resource(resource("Cluster", "d", {"brokers": 5}),
