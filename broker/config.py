@@ -227,6 +227,9 @@ BROKER_KEYS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "lease.duration.ms": (_positive, 3000),
     "lease.renew.interval.ms": (_positive, 1000),
     "controller.liveness.check.interval.ms": (_positive, 250),
+    # A (re)started broker acts on the metadata only once the controller has registered this process in it
+    # (docs/metadata.md); it gives up and exits after this long (Kafka's name and default).
+    "initial.broker.registration.timeout.ms": (_positive, 60000),
     "controlled.shutdown.enable": (parse_bool, True),
     "controlled.shutdown.timeout.ms": (_positive, 30000),  # one attempt's bound
     "controlled.shutdown.max.retries": (_nonneg(_int), 3),  # attempts after the first (Kafka's name and default)

@@ -16,6 +16,16 @@ absence: a topic goes only by its `remove_topic` record (see
 `metadata_image`). Metadata that cannot be read stops the broker's start
 with the reason; it is never taken for "no topics".
 
+A (re)started process acts on the metadata only once it is **registered**:
+the controller has appended a `broker` record naming this process's
+incarnation (KRaft: a broker publishes its image only after its own
+registration is in it). The entry that registers a restarted process also
+fences what its broker id led or was in sync for before, so the new process
+never leads a partition at an epoch decided for its previous life — with a
+log that a crash may have cut shorter. Until then deliveries are applied to
+the image, the topic and replica managers see nothing, and the broker does
+not serve; after `initial.broker.registration.timeout.ms` it gives up.
+
 A second process with the same broker id cannot take this broker's lease
 while it is renewed; if it takes it anyway (this process was paused past
 the lease), this process finds its lease held by another incarnation of its
@@ -91,7 +101,9 @@ class ClusterMember(LeaderRouting):
         self._http: Any = None
         self._producer_ids: list[int] = []  # [next, end)
         self._pid_lock = asyncio.Lock()
-        self.started = False
+        self.started = False            # deliveries are accepted (the image is loaded)
+        self.registered = False         # the image registers this process: the managers follow it
+        self._registration = asyncio.Event()
         self.fenced = ""  # why this process lost its broker id to another one ("" while it holds it)
 
     @property
@@ -140,19 +152,34 @@ class ClusterMember(LeaderRouting):
         self._make_backends()
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
         await self._register()
-        image = await self._load_metadata()
-        delta = diff_images(MetadataImage(), image)
-        self.image = image
-        self.broker.topics.apply_delta(delta)
+        self.image = await self._load_metadata()
         await self._refresh_brokers()
         self._tasks = [
             asyncio.create_task(self._renew_loop(), name="broker-lease"),
             asyncio.create_task(self._election_loop(), name="controller-election"),
         ]
         self.started = True
+        await self._await_registration()
+        image = self.image
         log.info("broker %d joined cluster '%s' (%s backend): metadata offset %d (controller epoch %d), "
                  "%d topic(s), live brokers %s", self.broker_id, self.cluster, self.config["cluster.backend"],
                  image.offset, image.epoch, len(image.topics), sorted(self.brokers))
+
+    async def _await_registration(self) -> None:
+        """Wait (bounded) until the controller registered this process; the managers get the image then."""
+        timeout_s = int(self.config["initial.broker.registration.timeout.ms"]) / 1000.0
+        try:
+            await asyncio.wait_for(self._registration.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            raise KelpError(
+                f"broker {self.broker_id} was not registered by a controller of cluster '{self.cluster}' within "
+                f"initial.broker.registration.timeout.ms ({timeout_s:.0f} s; metadata offset {self.image.offset}, "
+                f"controller {self.controller_id}): no controller is running or it cannot deliver to this broker's "
+                "HTTP listener; it exits rather than serve metadata decided for an earlier process") from None
+
+    def _registered_in(self, image: MetadataImage) -> bool:
+        reg = image.brokers.get(self.broker_id)
+        return reg is not None and reg.incarnation == self.identity
 
     async def _load_metadata(self) -> MetadataImage:
         """The metadata log replayed; unreadable metadata (after a few tries) stops the start with the reason."""
@@ -311,7 +338,7 @@ class ClusterMember(LeaderRouting):
 
         A fenced process (another took its broker id) skips both: they are the other process's now.
         """
-        if self.started and self.config["controlled.shutdown.enable"] and not self.fenced:
+        if self.registered and self.config["controlled.shutdown.enable"] and not self.fenced:
             await self._controlled_shutdown()
         for task in self._tasks:
             task.cancel()
@@ -423,7 +450,16 @@ class ClusterMember(LeaderRouting):
         finally:
             if image is not self.image:
                 self.image = image
-                self.broker.topics.apply_delta(delta)
+                if self.registered:
+                    self.broker.topics.apply_delta(delta)
+                elif self._registered_in(image):
+                    # The entry that registers this process also fenced what its id held before: from here on
+                    # the managers follow the log, starting from everything in it.
+                    self.registered = True
+                    log.info("broker %d registered by controller %d at metadata offset %d", self.broker_id,
+                             self.controller_id, image.offset)
+                    self.broker.topics.apply_delta(diff_images(MetadataImage(), image))
+                    self._registration.set()
                 self._wake_waiters()
         return self.image.offset
 

@@ -47,13 +47,16 @@ async def _latency_middleware(request: web.Request, handler: Any) -> web.StreamR
 
 
 _ALWAYS_SERVED = ("/healthz", "/readyz", "/metrics")
+# A starting broker is registered by the controller through its metadata deliveries: they must get through.
+_SERVED_WHILE_JOINING = ("/cluster/v1/metadata",)
 
 
 @web.middleware
 async def _starting_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
     """While logs recover and the broker joins its cluster, only health and metrics answer."""
     broker = request.app[BROKER]
-    if broker.started_at is None and not request.path.startswith(_ALWAYS_SERVED):
+    if broker.started_at is None and not request.path.startswith(_ALWAYS_SERVED) \
+            and request.path not in _SERVED_WHILE_JOINING:
         from .problems import HttpProblem
 
         raise HttpProblem(503, f"broker {broker.config.broker_id} is still starting (log recovery, joining the cluster); retry")

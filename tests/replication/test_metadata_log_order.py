@@ -114,6 +114,7 @@ class Broker:
         self.topics.logs = self.logs
         self.replicas = ReplicaManager(self.config, self.logs, self.topics)
         self.member = ClusterMember(SimpleNamespace(config=self.config, topics=self.topics))
+        self.member.registered = True  # a process the controller registered (tests/replication/test_registration.py)
 
 
 def entries_of(log: MemoryMetadataLog, after: int = -1) -> list[dict]:
