@@ -298,25 +298,43 @@ async def test_controlled_shutdown_is_bounded_when_no_controller_answers(tmp_pat
 
 async def test_a_fetcher_stops_even_when_its_cancellation_is_swallowed() -> None:
     """Item 16's root cause (found by the chaos suite): on Python 3.11 `wait_for` can swallow the cancel that
-    races with a refused connection; the fetcher then looped forever and the broker never stopped."""
+    races with a refused connection; the fetcher then looped forever and the broker never stopped.
+
+    Bounded by itself: `asyncio.wait` with a timeout (never `wait_for`, which would cancel `stop()` and wait
+    for it without limit — the very hang), and a fetcher that still runs afterwards is made to honour its
+    next cancel so the loop can close: a regression fails with a message instead of hanging the run."""
     from kelp.broker.cluster.replica_fetcher import ReplicaFetcher, ReplicaFetcherManager
     from kelp.broker.cluster.peer_client import PeerError
 
     cfg = BrokerConfig.load(env={}, overrides={"log.dirs": "/tmp/unused", "replica.fetch.backoff.ms": 10})
     manager = ReplicaFetcherManager(replicas=None, broker_id=1, endpoint_of=lambda b: None, config=cfg)
     fetcher = ReplicaFetcher(manager, leader=0)
-    swallowed = []
+    swallowed: list[bool] = []
+    fetching = asyncio.Event()
+    swallow = True
 
     async def fetch(conn):  # as wait_for on Python 3.11 when the refused connect lands with the cancel
+        fetching.set()
         try:
             await asyncio.sleep(3600)
         except asyncio.CancelledError:
+            if not swallow:
+                raise
             swallowed.append(True)
             raise PeerError("connection refused") from None
 
     fetcher._connection = lambda: None
     fetcher._fetch = fetch
     fetcher.state[("t", 0)] = SimpleNamespace(truncating=False)
-    await asyncio.sleep(0.05)
-    await asyncio.wait_for(fetcher.stop(), 2.0)
-    assert fetcher._task.done() and swallowed
+    await asyncio.wait_for(fetching.wait(), 5.0)
+    stopping = asyncio.ensure_future(fetcher.stop())
+    try:
+        done, _ = await asyncio.wait({stopping}, timeout=5.0)
+        assert stopping in done, "ReplicaFetcher.stop() did not return within 5 s of a swallowed cancellation"
+        stopping.result()
+        assert fetcher._task.done() and swallowed
+    finally:
+        if not fetcher._task.done():  # only after a failure: end the fetcher so the event loop can close
+            swallow = False
+            fetcher._task.cancel()
+            await asyncio.wait({stopping, fetcher._task}, timeout=5.0)
