@@ -10,7 +10,9 @@ Stopping is bounded by construction (`stop`, `stop_bound_s`): each step gets
 a time limit, a step past it is cancelled and given `cancel_grace_s` to end,
 and one that swallows its cancellation is abandoned with an ERROR naming it;
 the final flush and close of every log always runs. A SIGTERM/SIGINT while
-already stopping skips the steps left and goes straight to the flush.
+already stopping skips the steps left and goes straight to the flush, and
+`run` (the process's event loop) does not wait without limit for tasks that
+outlive the stop either.
 
 This module must never implement protocol or storage logic itself.
 """
@@ -323,6 +325,32 @@ class Broker:
             await asyncio.to_thread(self.logs.close_all)
         log.info("broker %d stopped; all segments flushed and closed", self.config.broker_id)
         self._stopped.set()
+
+    def run(self) -> None:
+        """The process's event loop: `serve_forever` as `asyncio.run` would, except that the tasks still alive
+        after `stop` (an abandoned step) are cancelled and waited for at most `cancel_grace_s`, not forever —
+        the logs are flushed by then, and `asyncio.run`'s teardown would hang on a task that swallows its
+        cancellation exactly as an unbounded stop did."""
+        loop = asyncio.new_event_loop()
+        try:
+            asyncio.set_event_loop(loop)
+            loop.run_until_complete(self.serve_forever())
+        finally:
+            try:
+                leftovers = [t for t in asyncio.all_tasks(loop) if not t.done()]
+                for t in leftovers:
+                    t.cancel()
+                if leftovers:
+                    _, pending = loop.run_until_complete(asyncio.wait(leftovers, timeout=self.cancel_grace_s))
+                    for t in pending:
+                        t.add_done_callback(_retrieve)
+                        log.error("broker %d: task %s did not end within %gs of its cancellation; exiting without "
+                                  "it", self.config.broker_id, t.get_name(), self.cancel_grace_s)
+                loop.run_until_complete(asyncio.wait([loop.create_task(loop.shutdown_asyncgens())],
+                                                     timeout=self.cancel_grace_s))
+            finally:
+                asyncio.set_event_loop(None)
+                loop.close()
 
     def on_stop_signal(self) -> None:
         """SIGTERM/SIGINT: the first stops the broker gracefully; one while it is already stopping skips the steps
