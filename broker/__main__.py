@@ -10,7 +10,6 @@ to stdout so scripts and tests can wait for readiness.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import sys
@@ -69,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     broker = Broker(config)
     try:
-        asyncio.run(broker.serve_forever())
+        broker.run()
     except ConfigError as exc:
         print(f"kelp broker: configuration error: {exc}", file=sys.stderr)
         return 2

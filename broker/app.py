@@ -6,6 +6,14 @@ request reaches a closed log; then flush and close every segment). Parts
 written by others plug in here: `groups` is set by the group coordinator,
 the HTTP app comes from `kelp.broker.http.app.build_http_app(broker)`.
 
+Stopping is bounded by construction (`stop`, `stop_bound_s`): each step gets
+a time limit, a step past it is cancelled and given `cancel_grace_s` to end,
+and one that swallows its cancellation is abandoned with an ERROR naming it;
+the final flush and close of every log always runs. A SIGTERM/SIGINT while
+already stopping skips the steps left and goes straight to the flush, and
+`run` (the process's event loop) does not wait without limit for tasks that
+outlive the stop either.
+
 This module must never implement protocol or storage logic itself.
 """
 
@@ -17,20 +25,28 @@ import logging
 import signal
 import sys
 import time
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from .config import BrokerConfig
 
-__all__ = ["Broker"]
+__all__ = ["Broker", "PHASE_TIMEOUT_S", "CANCEL_GRACE_S"]
 
 log = logging.getLogger("kelp.broker")
 
 PHASE_TIMEOUT_S = 5.0  # each stop step after the controlled shutdown (listeners, fetchers, groups)
+# Of a step's bound, the last part: a step still running then is cancelled and has this long to end. Inside
+# the bound, so the documented total holds even for a step that ignores its cancellation.
+CANCEL_GRACE_S = 1.0
+# The steps bounded by the step timeout after leaving the cluster: fetchers, Kafka and HTTP listeners, groups.
+_LATER_STEPS = 4
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, *, step_timeout_s: float = PHASE_TIMEOUT_S,
+                 cancel_grace_s: float = CANCEL_GRACE_S) -> None:
         self.config = config
+        self.step_timeout_s = step_timeout_s
+        self.cancel_grace_s = min(cancel_grace_s, step_timeout_s)
         self.logs: Any = None
         self.topics: Any = None
         self.replicas: Any = None
@@ -216,74 +232,141 @@ class Broker:
         self.stop_reason = self.stop_reason or reason
         self._stop_requested.set()
 
-    async def _phase(self, what: str, coro: Any, timeout_s: float) -> None:
-        """One step of stopping, bounded: a step that hangs is abandoned with an ERROR naming it, and a second
-        signal (`_force`) abandons the step in progress at once. Flushing the logs is not such a step."""
-        task = asyncio.ensure_future(coro)
+    def stop_bound_s(self) -> float:
+        """How long `stop` may take before the final flush, whatever its steps do (the documented bound):
+        leaving the cluster (controlled.shutdown.timeout.ms + the step timeout), the four later steps (the
+        step timeout each) and the log maintenance task's cancellation (the cancel grace)."""
+        return (int(self.config["controlled.shutdown.timeout.ms"]) / 1000.0 + self.step_timeout_s
+                + _LATER_STEPS * self.step_timeout_s + self.cancel_grace_s)
+
+    async def _phase(self, what: str, step: Callable[[], Awaitable[Any]], timeout_s: float) -> None:
+        """One step of stopping, at most `timeout_s` all told: past `timeout_s - cancel_grace_s` it is
+        cancelled and given the rest to end; a step that swallows its cancellation (Python 3.11's `wait_for`
+        racing a refused connect did, in the replica fetcher: issue 17 item 16) is abandoned with an ERROR
+        naming it — awaiting it would hang the stop and the flush after it forever. A second stop signal
+        (`_force`) cancels the step in progress without waiting for it, and skips any step not begun."""
+        if self._force.is_set():
+            log.warning("stopping broker %d: %s skipped (a second stop signal)", self.config.broker_id, what)
+            return
+        try:
+            task = asyncio.ensure_future(step())
+        except Exception:  # a part whose stop fails before it is even a coroutine: the flush still comes
+            log.exception("stopping broker %d: %s failed; going on", self.config.broker_id, what)
+            return
         force = asyncio.ensure_future(self._force.wait())
         try:
-            done, _ = await asyncio.wait({task, force}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-            if task in done:
-                task.result()
-                return
-            why = "a second stop signal" if force in done else f"it did not finish within {timeout_s:.0f}s"
-            log.error("stopping broker %d: %s abandoned (%s); going on", self.config.broker_id, what, why)
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-        except Exception:
-            log.exception("stopping broker %d: %s failed; going on", self.config.broker_id, what)
+            run_s = max(0.0, timeout_s - self.cancel_grace_s)
+            done, _ = await asyncio.wait({task, force}, timeout=run_s, return_when=asyncio.FIRST_COMPLETED)
+            if task not in done:
+                task.cancel()
+                if force not in done:
+                    log.error("stopping broker %d: %s cancelled (it did not finish within %gs)",
+                              self.config.broker_id, what, run_s)
+                    done, _ = await asyncio.wait({task, force}, timeout=timeout_s - run_s,
+                                                 return_when=asyncio.FIRST_COMPLETED)
+                if task not in done:
+                    task.add_done_callback(_retrieve)
+                    if self._force.is_set():  # asked for: a warning, not an error
+                        log.warning("stopping broker %d: %s abandoned: cut short by a second stop signal; going on",
+                                    self.config.broker_id, what)
+                    else:
+                        log.error("stopping broker %d: %s abandoned: it did not end within %gs of its cancellation;"
+                                  " going on", self.config.broker_id, what, timeout_s - run_s)
+                    return
+            if not task.cancelled() and task.exception() is not None:
+                exc = task.exception()
+                log.error("stopping broker %d: %s failed; going on", self.config.broker_id, what,
+                          exc_info=(type(exc), exc, exc.__traceback__))
         finally:
             force.cancel()
 
     async def stop(self) -> None:
-        """Stop within a bound: controlled shutdown (at most controlled.shutdown.timeout.ms), then each listener and
-        part (at most PHASE_TIMEOUT_S each), then every log flushed, checkpointed and closed — always."""
+        """Stop within `stop_bound_s()`: controlled shutdown (at most controlled.shutdown.timeout.ms), then each
+        listener and part (at most `step_timeout_s` each), then every log flushed, checkpointed and closed —
+        always, however the steps before it ended."""
         if self._stopping:
             await self._stopped.wait()
             return
         self._stopping = True
         log.info("broker %d stopping%s", self.config.broker_id, f" ({self.stop_reason})" if self.stop_reason else "")
+        step_s = self.step_timeout_s
         if self.cluster is not None:
             # Controlled shutdown: leadership moves away while the listeners still serve, then the leases go.
-            bound = int(self.config["controlled.shutdown.timeout.ms"]) / 1000.0 + PHASE_TIMEOUT_S
-            await self._phase("leaving the cluster", self.cluster.stop(), bound)
+            bound = int(self.config["controlled.shutdown.timeout.ms"]) / 1000.0 + step_s
+            await self._phase("leaving the cluster", self.cluster.stop, bound)
         if self.replicas is not None and self.replicas.fetchers is not None:
-            await self._phase("stopping the replica fetchers", self.replicas.fetchers.stop(), PHASE_TIMEOUT_S)
+            await self._phase("stopping the replica fetchers", self.replicas.fetchers.stop, step_s)
         if self._retention_task is not None:
-            self._retention_task.cancel()
-            await asyncio.gather(self._retention_task, return_exceptions=True)
+            task = self._retention_task
+            task.cancel()  # nothing graceful to wait for: its file work is in worker threads
+            done, _ = await asyncio.wait({task}, timeout=0 if self._force.is_set() else self.cancel_grace_s)
+            if not done:
+                task.add_done_callback(_retrieve)
+                log.error("stopping broker %d: the log maintenance task abandoned: it did not end within %gs of "
+                          "its cancellation; going on", self.config.broker_id, self.cancel_grace_s)
         if self.kafka_server is not None:
-            await self._phase("stopping the Kafka listener", self.kafka_server.stop(), PHASE_TIMEOUT_S)
+            await self._phase("stopping the Kafka listener", self.kafka_server.stop, step_s)
         if self.http_runner is not None:
-            await self._phase("stopping the HTTP listener", self.http_runner.cleanup(), PHASE_TIMEOUT_S)
+            await self._phase("stopping the HTTP listener", self.http_runner.cleanup, step_s)
         if self.groups is not None and hasattr(self.groups, "stop"):
             async def stop_groups() -> None:
                 r = self.groups.stop()
                 if asyncio.iscoroutine(r):
                     await r
-            await self._phase("stopping the group coordinator", stop_groups(), PHASE_TIMEOUT_S)
-        if self.replicas is not None:
-            self.replicas.close()
+            await self._phase("stopping the group coordinator", stop_groups, step_s)
+        try:
+            if self.replicas is not None:
+                self.replicas.close()
+        except Exception:
+            log.exception("stopping broker %d: closing the replica manager failed; flushing the logs anyway",
+                          self.config.broker_id)
         if self.logs is not None:
             # Each log flushes, checkpoints and closes its segments; unchanged ones skip the fsync.
             await asyncio.to_thread(self.logs.close_all)
         log.info("broker %d stopped; all segments flushed and closed", self.config.broker_id)
         self._stopped.set()
 
+    def run(self) -> None:
+        """The process's event loop: `serve_forever` as `asyncio.run` would, except that the tasks still alive
+        after `stop` (an abandoned step) are cancelled and waited for at most `cancel_grace_s`, not forever —
+        the logs are flushed by then, and `asyncio.run`'s teardown would hang on a task that swallows its
+        cancellation exactly as an unbounded stop did."""
+        loop = asyncio.new_event_loop()
+        try:
+            asyncio.set_event_loop(loop)
+            loop.run_until_complete(self.serve_forever())
+        finally:
+            try:
+                leftovers = [t for t in asyncio.all_tasks(loop) if not t.done()]
+                for t in leftovers:
+                    t.cancel()
+                if leftovers:
+                    _, pending = loop.run_until_complete(asyncio.wait(leftovers, timeout=self.cancel_grace_s))
+                    for t in pending:
+                        t.add_done_callback(_retrieve)
+                        log.error("broker %d: task %s did not end within %gs of its cancellation; exiting without "
+                                  "it", self.config.broker_id, t.get_name(), self.cancel_grace_s)
+                loop.run_until_complete(asyncio.wait([loop.create_task(loop.shutdown_asyncgens())],
+                                                     timeout=self.cancel_grace_s))
+            finally:
+                asyncio.set_event_loop(None)
+                loop.close()
+
+    def on_stop_signal(self) -> None:
+        """SIGTERM/SIGINT: the first stops the broker gracefully; one while it is already stopping skips the steps
+        left (and any in progress) and goes straight to flushing the logs, then the process exits."""
+        if self._stop_requested.is_set():
+            log.warning("broker %d: stop signal while stopping: skipping what is left of the graceful shutdown; "
+                        "flushing the logs and exiting", self.config.broker_id)
+            self._force.set()
+        self._stop_requested.set()
+
     async def serve_forever(self, *, ready_line: bool = True) -> None:
         """Start, print the readiness line, run until SIGTERM/SIGINT, stop."""
         loop = asyncio.get_running_loop()
-
-        def on_signal() -> None:
-            if self._stop_requested.is_set():
-                log.warning("broker %d: second stop signal: skipping what is left of the graceful shutdown",
-                            self.config.broker_id)
-                self._force.set()
-            self._stop_requested.set()
-
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
-                loop.add_signal_handler(sig, on_signal)
+                loop.add_signal_handler(sig, self.on_stop_signal)
             except (NotImplementedError, RuntimeError):
                 pass
         try:
@@ -305,6 +388,12 @@ class Broker:
             await self._stop_requested.wait()
         finally:
             await self.stop()
+
+
+def _retrieve(task: asyncio.Future) -> None:
+    """Done callback of an abandoned step: its late outcome was already reported as abandoned, not unretrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _bound(value: int) -> int | None:

@@ -43,7 +43,7 @@ import logging
 import time
 import uuid
 from dataclasses import replace
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from kelp.errors import KelpError, StaleControllerEpochError
 
@@ -105,6 +105,9 @@ class ClusterMember(LeaderRouting):
         self.registered = False         # the image registers this process: the managers follow it
         self._registration = asyncio.Event()
         self.fenced = ""  # why this process lost its broker id to another one ("" while it holds it)
+        # The controlled shutdown's clock and backoff: tests inject their own, so its bound is checked exactly.
+        self.monotonic: Callable[[], float] = time.monotonic
+        self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 
     @property
     def controller_epoch(self) -> int:
@@ -367,11 +370,11 @@ class ClusterMember(LeaderRouting):
         within controlled.shutdown.timeout.ms, then stop anyway (Kafka's rule) — the partitions still led here
         get a new leader from the liveness check once this broker's lease is released."""
         attempts = 1 + int(self.config["controlled.shutdown.max.retries"])
-        deadline = time.monotonic() + int(self.config["controlled.shutdown.timeout.ms"]) / 1000.0
+        deadline = self.monotonic() + int(self.config["controlled.shutdown.timeout.ms"]) / 1000.0
         backoff_s = int(self.config["controlled.shutdown.retry.backoff.ms"]) / 1000.0
         left: list[str] = []
         for attempt in range(1, attempts + 1):
-            remaining = deadline - time.monotonic()
+            remaining = deadline - self.monotonic()
             if remaining <= 0:
                 break
             try:
@@ -389,7 +392,7 @@ class ClusterMember(LeaderRouting):
                 log.warning("controlled shutdown attempt %d of %d failed (%s)", attempt, attempts,
                             exc or type(exc).__name__)
             if attempt < attempts:
-                await asyncio.sleep(max(0.0, min(backoff_s, deadline - time.monotonic())))
+                await self.sleep(max(0.0, min(backoff_s, deadline - self.monotonic())))
         log.warning("controlled shutdown of broker %d ends unfinished; stopping anyway%s", self.broker_id,
                     f" (still leading {len(left)} partition(s))" if left else "")
 

@@ -276,48 +276,98 @@ async def test_a_process_that_lost_its_broker_id_to_another_stops_itself(tmp_pat
     assert (await m.leases.get(m.broker_lease_name)).holder == intruder.identity  # not taken back
 
 
-async def test_controlled_shutdown_is_bounded_when_no_controller_answers(tmp_path) -> None:
+class _Clock:
+    """The member's monotonic clock and backoff sleep, moved only by the test's fake controller calls."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+@pytest.mark.parametrize("answer, timeout_ms, calls_given, elapsed", [
+    # every broker stopping at once: nobody answers, each attempt waits out all the time it is given
+    ("no answer", 625, [0.625], 0.625),
+    # refused at once: retried controlled.shutdown.retry.backoff.ms apart, the last backoff cut at the deadline
+    ("refused", 625, [0.625, 0.375, 0.125], 0.625),
+    # refused, with time to spare: 1 + controlled.shutdown.max.retries attempts, then it stops anyway
+    ("refused", 10_000, [10.0, 9.75, 9.5, 9.25], 0.75),
+])
+async def test_controlled_shutdown_is_bounded_when_no_controller_answers(
+        tmp_path, answer, timeout_ms, calls_given, elapsed) -> None:
     """Item 16: with every broker stopping at once, nobody answers; the broker stops trying within
-    controlled.shutdown.timeout.ms (all attempts together) and goes on stopping."""
-    import time
-
+    controlled.shutdown.timeout.ms (all attempts together) and after 1 + controlled.shutdown.max.retries
+    attempts, whichever comes first, and goes on stopping. The member's clock is the test's."""
     cfg = BrokerConfig.load(env={}, overrides={"log.dirs": str(tmp_path), "broker.id": 1,
-                                               "controlled.shutdown.timeout.ms": 600,
-                                               "controlled.shutdown.retry.backoff.ms": 100})
+                                               "controlled.shutdown.timeout.ms": timeout_ms,
+                                               "controlled.shutdown.max.retries": 3,
+                                               "controlled.shutdown.retry.backoff.ms": 250})
     m = ClusterMember(SimpleNamespace(config=cfg, topics=None))
-    calls = []
+    clock = _Clock()
+    m.monotonic, m.sleep = clock.monotonic, clock.sleep
+    calls: list[float] = []
 
-    async def never(op, **kwargs):
+    async def call(op, **kwargs):
+        assert op == "controlled_shutdown"
         calls.append(kwargs["timeout_s"])
-        await asyncio.sleep(3600)
+        if answer == "no answer":
+            clock.now += max(kwargs["timeout_s"], 0.0)  # the controller call's own timeout elapses
+            raise asyncio.TimeoutError()
+        raise OSError("connection refused")
 
-    m.call = never
-    began = time.monotonic()
-    await m._controlled_shutdown()
-    assert time.monotonic() - began < 1.5 and calls
+    m.call = call
+    began = clock.now
+    await asyncio.wait_for(m._controlled_shutdown(), 5.0)  # a loop that never ends fails, never hangs
+    assert calls == pytest.approx(calls_given)
+    assert clock.now - began == pytest.approx(elapsed)
+    assert clock.now - began <= timeout_ms / 1000.0
 
 
 async def test_a_fetcher_stops_even_when_its_cancellation_is_swallowed() -> None:
     """Item 16's root cause (found by the chaos suite): on Python 3.11 `wait_for` can swallow the cancel that
-    races with a refused connection; the fetcher then looped forever and the broker never stopped."""
+    races with a refused connection; the fetcher then looped forever and the broker never stopped.
+
+    Bounded by itself: `asyncio.wait` with a timeout (never `wait_for`, which would cancel `stop()` and wait
+    for it without limit — the very hang), and a fetcher that still runs afterwards is made to honour its
+    next cancel so the loop can close: a regression fails with a message instead of hanging the run."""
     from kelp.broker.cluster.replica_fetcher import ReplicaFetcher, ReplicaFetcherManager
     from kelp.broker.cluster.peer_client import PeerError
 
     cfg = BrokerConfig.load(env={}, overrides={"log.dirs": "/tmp/unused", "replica.fetch.backoff.ms": 10})
     manager = ReplicaFetcherManager(replicas=None, broker_id=1, endpoint_of=lambda b: None, config=cfg)
     fetcher = ReplicaFetcher(manager, leader=0)
-    swallowed = []
+    swallowed: list[bool] = []
+    fetching = asyncio.Event()
+    swallow = True
 
     async def fetch(conn):  # as wait_for on Python 3.11 when the refused connect lands with the cancel
+        fetching.set()
         try:
             await asyncio.sleep(3600)
         except asyncio.CancelledError:
+            if not swallow:
+                raise
             swallowed.append(True)
             raise PeerError("connection refused") from None
 
     fetcher._connection = lambda: None
     fetcher._fetch = fetch
     fetcher.state[("t", 0)] = SimpleNamespace(truncating=False)
-    await asyncio.sleep(0.05)
-    await asyncio.wait_for(fetcher.stop(), 2.0)
-    assert fetcher._task.done() and swallowed
+    await asyncio.wait_for(fetching.wait(), 5.0)
+    stopping = asyncio.ensure_future(fetcher.stop())
+    try:
+        done, _ = await asyncio.wait({stopping}, timeout=5.0)
+        assert stopping in done, "ReplicaFetcher.stop() did not return within 5 s of a swallowed cancellation"
+        stopping.result()
+        assert fetcher._task.done() and swallowed
+    finally:
+        if not fetcher._task.done():  # only after a failure: end the fetcher so the event loop can close
+            swallow = False
+            fetcher._task.cancel()
+            await asyncio.wait({stopping, fetcher._task}, timeout=5.0)

@@ -4,6 +4,9 @@ under the leader epoch the batch was appended at.
 - A retried idempotent batch (a duplicate) is answered with its original offsets only after the ISR has
   them — after a failover the new leader holds the retried batch while its high watermark lags, and an
   early answer would be lost with the next broker death.
+- A wait registered while the ISR met min.insync.replicas is answered NOT_ENOUGH_REPLICAS_AFTER_APPEND if
+  the ISR shrank below it before the high watermark passed the batch: min.insync is checked again when the
+  wait completes, for a new batch and a retried one alike (the check before the append cannot see it).
 - A wait whose partition changed leader epoch since the append fails with NOT_LEADER_OR_FOLLOWER, whether
   the change came before the wait was registered (the produce handler awaits between append and wait) or
   while it waited: the offset may since hold another producer's record.
@@ -15,7 +18,7 @@ import asyncio
 
 import pytest
 
-from kelp.errors import NotLeaderOrFollowerError
+from kelp.errors import NotEnoughReplicasAfterAppendError, NotLeaderOrFollowerError
 
 from tests.replication.replica_harness import TOPIC, Node, batch, until
 
@@ -61,6 +64,39 @@ async def test_a_duplicate_is_refused_when_the_isr_is_below_min_insync(tmp_path)
 
     with pytest.raises(NotEnoughReplicasError):
         await node.rm.append(TOPIC, 0, bytearray(first), acks=-1, timeout_ms=10_000)
+    node.close()
+
+
+@pytest.mark.parametrize("shrunk_isr, hw_passes_by", [
+    ((0,), "the shrink itself"),          # the leader alone: its log end is the high watermark at once
+    ((0, 1), "broker 1's next fetch"),    # the high watermark passes later, still below min.insync
+])
+async def test_an_isr_shrinking_below_min_insync_during_the_wait_fails_new_and_retried_batches(
+        tmp_path, shrunk_isr, hw_passes_by) -> None:
+    """Item 1 of issue 17, its min.insync half (Kafka's DelayedProduce re-checks min.insync.replicas when it
+    completes): both waits are registered while the ISR (0, 1, 2) meets min.insync.replicas=3, so the
+    check before the append lets them through; the ISR then shrinks below it before the high watermark
+    passes the batch. Acknowledging either would promise a durability the partition no longer has."""
+    replicas = (0, 1, 2)
+    node = Node(tmp_path, 0, settings={"min.insync.replicas": 3})
+    node.push(replicas=replicas, leader=0, leader_epoch=3, isr=replicas)
+    first = batch(2, producer_id=7, producer_epoch=0, base_sequence=0)
+    fresh = asyncio.create_task(node.rm.append(TOPIC, 0, bytearray(first), acks=-1, timeout_ms=10_000))
+    assert await until(lambda: node.log.log_end_offset == 2)
+    retry = asyncio.create_task(node.rm.append(TOPIC, 0, bytearray(first), acks=-1, timeout_ms=10_000))
+    await until(lambda: retry.done(), rounds=20)
+    assert not fresh.done() and not retry.done(), "answered before the ISR had the batch"
+    assert node.log.log_end_offset == 2  # the retry was not stored again: it waits on the original offsets
+
+    node.push(replicas=replicas, leader=0, leader_epoch=3, isr=shrunk_isr, partition_epoch=1)
+    if hw_passes_by == "broker 1's next fetch":
+        await until(lambda: fresh.done() or retry.done(), rounds=20)
+        assert not fresh.done() and not retry.done(), "answered before the high watermark passed the batch"
+        await node.follower_fetch(1, 2)
+    assert node.part.high_watermark == 2
+    for waiting in (fresh, retry):
+        with pytest.raises(NotEnoughReplicasAfterAppendError, match="below min.insync.replicas=3"):
+            await asyncio.wait_for(waiting, 5)
     node.close()
 
 
