@@ -369,11 +369,27 @@ class Broker:
                 loop.add_signal_handler(sig, self.on_stop_signal)
             except (NotImplementedError, RuntimeError):
                 pass
+        # A stop signal while starting (log recovery, waiting to be registered by the controller) stops the
+        # start: Kubernetes' SIGTERM to a pod that never got Ready must not wait out the registration bound.
+        starting = asyncio.ensure_future(self.start())
+        signalled = asyncio.ensure_future(self._stop_requested.wait())
         try:
-            await self.start()
+            await asyncio.wait({starting, signalled}, return_when=asyncio.FIRST_COMPLETED)
+            if not starting.done():
+                log.warning("broker %d: stop requested while starting (%s); the start is abandoned",
+                            self.config.broker_id, self.stop_reason or "signal")
+                starting.cancel()
+                await asyncio.wait({starting}, timeout=PHASE_TIMEOUT_S)
+                await self.stop()
+                return
+            starting.result()
         except BaseException:
+            if not starting.done():
+                starting.cancel()
             await self.stop()  # close whatever was opened (logs) before reporting the failure
             raise
+        finally:
+            signalled.cancel()
         if ready_line:
             info = {
                 "event": "listening",

@@ -209,3 +209,29 @@ def test_the_process_exits_though_a_task_ignores_its_cancellation(tmp_path, capl
 
 async def _quick() -> None:
     return None
+
+
+def test_a_stop_signal_while_starting_stops_the_broker_at_once(tmp_path) -> None:
+    """A broker still starting — recovering its logs, or waiting for the controller to register it (up to
+    initial.broker.registration.timeout.ms, 60 s) — is sent SIGTERM (Kubernetes deleting a pod that never
+    got Ready): the start is abandoned and the broker stops and flushes, instead of waiting out the start."""
+    async def scenario(loop: asyncio.AbstractEventLoop) -> None:
+        parts = Parts(loop, {})
+        broker = broker_with(tmp_path, parts)
+        broker._retention_task = None
+        starting = asyncio.Event()
+
+        async def start() -> None:  # waits for a registration that never comes
+            starting.set()
+            await asyncio.sleep(3600)
+        broker.start = start
+        serving = asyncio.ensure_future(broker.serve_forever(ready_line=False))
+        await asyncio.wait_for(starting.wait(), 10)
+        began = loop.time()
+        broker.on_stop_signal()
+        done, _ = await asyncio.wait({serving}, timeout=600)
+        assert serving in done, "serve_forever waited out the start after a stop signal"
+        serving.result()
+        assert parts.flushed_at is not None and parts.flushed_at - began < 10, (began, parts.flushed_at)
+
+    on_virtual_time(scenario)
