@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping
 
 from kelp.errors import ConfigError
 
-__all__ = ["BrokerConfig", "TOPIC_CONFIG_KEYS", "TOPIC_BROKER_SYNONYMS", "validate_topic_configs", "parse_bool"]
+__all__ = ["BrokerConfig", "TOPIC_CONFIG_KEYS", "TOPIC_BROKER_SYNONYMS", "DYNAMIC_BROKER_KEYS", "validate_topic_configs", "parse_bool"]
 
 
 def parse_bool(value: Any) -> bool:
@@ -295,6 +295,12 @@ TOPIC_BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
     "flush.ms": ("log.flush.interval.ms",),
     "unclean.leader.election.enable": ("unclean.leader.election.enable",),
 }
+
+
+# Broker configs that change without a restart (Kafka's cluster-wide dynamic configs Kelp reads at use time).
+DYNAMIC_BROKER_KEYS = frozenset({
+    *(k for synonyms in TOPIC_BROKER_SYNONYMS.values() for k in synonyms), "compression.type",
+})
 
 
 def validate_topic_configs(configs: Mapping[str, Any] | None, *, topic: str = "") -> dict[str, str]:

@@ -12,7 +12,8 @@ runner then sets Ready=Unknown: status never claims health it did not see).
 One pass, in order: read the spec (with the replication defaults pinned at
 creation, `spec.replication_defaults`) → storage changes (`storage.py`) →
 scale-down drain or scale-up mark (`scaling.py`) → apply every child
-(server-side apply: unchanged ones are no-ops) → watch reassignments in
+(server-side apply: unchanged ones are no-ops) → the dynamic broker config
+(`dynamic_config.py`: no restart needed) → watch reassignments in
 flight → rebalance after a scale-up → mark a manual roll, restart the next
 outdated pod (`rolling.py`) → preferred-leader election after a roll →
 status. With `kelp.dev/pause-reconciliation: "true"` only the observation
@@ -30,6 +31,7 @@ from kelp.broker.cluster.kube_api import KubeApiError
 
 from .brokers import AdminError, BrokerAdmin
 from .builders import cluster_children, selector_for
+from .dynamic_config import apply_dynamic_config
 from .events import Recorder
 from .groups import reconcile_group
 from .kube import KubeClient
@@ -175,6 +177,7 @@ async def reconcile_cluster(body: Mapping[str, Any], kube: KubeClient, admin_for
         await remove_external(ctx, keep=len(external or {}))
         sts = await kube.get("StatefulSet", namespace, name) or {}
         ctx.pods = await kube.list("Pod", namespace, labels=selector_for(spec))
+        dynamic_note = await apply_dynamic_config(ctx)
         field, stalled = await watch_reassignments(ctx)
         extra["reassignment"] = field
         if stalled is not None:
@@ -195,7 +198,7 @@ async def reconcile_cluster(body: Mapping[str, Any], kube: KubeClient, admin_for
             if note is None:
                 note = await elect_after_roll(ctx)
             notes += [note] if note else []
-        for extra_note in (external_note, refused, storage_note):
+        for extra_note in (dynamic_note, external_note, refused, storage_note):
             if extra_note is not None:
                 notes.insert(0, extra_note)
     sts_status = sts.get("status") or {}

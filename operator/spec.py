@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from kelp.broker.config import BrokerConfig, ConfigError
+from kelp.broker.config import DYNAMIC_BROKER_KEYS, BrokerConfig, ConfigError
 
 __all__ = ["ClusterSpec", "SpecError", "OPERATOR_OWNED_KEYS", "DATA_DIR", "CONFIG_DIR", "REPLICATION_DEFAULT_KEYS",
            "DEFAULTS_ANNOTATION", "parse_defaults", "format_defaults"]
@@ -161,7 +161,7 @@ class ClusterSpec:
             raise SpecError(f"spec.config sets {', '.join(owned)}, which the operator manages; remove "
                             f"{'it' if len(owned) == 1 else 'them'} (ports live under spec.listeners)")
         try:
-            BrokerConfig.load(env={}, overrides={**self.broker_config(), "broker.id": 0,
+            BrokerConfig.load(env={}, overrides={**self.effective_config(), "broker.id": 0,
                                                  "broker.id.from.hostname": False})
         except ConfigError as exc:
             raise SpecError(f"spec.config: {exc}") from None
@@ -201,7 +201,7 @@ class ClusterSpec:
         """
         if self.pdb_max_unavailable is not None:
             return self.pdb_max_unavailable
-        config = self.broker_config()
+        config = self.effective_config()
         rf, min_isr = int(config["default.replication.factor"]), int(config["min.insync.replicas"])
         return rf - min_isr if rf > min_isr else 1
 
@@ -222,8 +222,19 @@ class ClusterSpec:
         pinned = self.pinned_defaults or {}
         return {k: str(pinned.get(k, chosen[k])) for k in REPLICATION_DEFAULT_KEYS}
 
+    def dynamic_config(self) -> dict[str, str]:
+        """The keys of spec.config that brokers change without a restart (Kafka's dynamic broker configs,
+        `kelp.broker.config.DYNAMIC_BROKER_KEYS`): applied through the admin API as the cluster-wide
+        default, never written into the config file, so changing them rolls no pod."""
+        return {k: v for k, v in self.config.items() if k in DYNAMIC_BROKER_KEYS}
+
+    def effective_config(self) -> dict[str, Any]:
+        """What the brokers run with: the config file, then the dynamic keys (which win, as in Kafka)."""
+        return {**self.broker_config(), **self.dynamic_config()}
+
     def broker_config(self) -> dict[str, Any]:
-        """The brokers' YAML config: the operator's keys, the replication defaults, then spec.config."""
+        """The brokers' YAML config: the operator's keys, the replication defaults, then spec.config's static keys
+        (a change to these rolls the pods: the config hash is a pod annotation)."""
         defaults = self.replication_defaults()
         owned = {
             "cluster.name": self.name,
@@ -240,7 +251,8 @@ class ClusterSpec:
         if self.rack_topology_key:
             # Each broker reads this label off its node at start-up (kelp.broker.cluster.rack).
             owned["broker.rack.node.label"] = self.rack_topology_key
-        return {**defaults, **dict(self.config), **owned}
+        static = {k: v for k, v in self.config.items() if k not in DYNAMIC_BROKER_KEYS}
+        return {**defaults, **static, **owned}
 
     @property
     def rack_binding(self) -> str:

@@ -195,6 +195,7 @@ class FakeAdmin:
         self.fail: Callable[[str, str, Any], None] = lambda method, path, body: None
         self.gate: asyncio.Event | None = None
         self.unreachable = False
+        self.dynamic: dict[str, str] = {}  # the cluster-wide dynamic broker configs (/admin/v1/brokers/configs)
 
     def describe(self, name: str) -> dict:
         parts = []
@@ -238,6 +239,13 @@ class FakeAdmin:
             return {"reassignments": self._moves()}
         if (method, path) == ("POST", "/admin/v1/partitions/elect-leaders"):
             return self._elect()
+        if path == "/admin/v1/brokers/configs" and method in ("GET", "PATCH"):
+            for key, value in ((body or {}).get("configs") or {}).items() if method == "PATCH" else ():
+                if value is None:
+                    self.dynamic.pop(key, None)
+                else:
+                    self.dynamic[key] = str(value)
+            return {"broker": None, "configs": dict(self.dynamic)}
         raise AssertionError(f"FakeAdmin: unexpected {method} {path}")
 
     async def get(self, path: str) -> Any:

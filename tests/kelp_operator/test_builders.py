@@ -96,7 +96,7 @@ def test_advertised_address_is_the_pod_dns_name_or_the_pod_ip() -> None:
 
 
 def test_the_config_map_is_a_broker_config_that_names_the_pod_its_broker_id(tmp_path) -> None:
-    spec = ClusterSpec.from_resource(cluster({"brokers": 5, "config": {"log.retention.hours": "48"}}))
+    spec = ClusterSpec.from_resource(cluster({"brokers": 5, "config": {"num.partitions": "12"}}))
     cm = by_kind(cluster_children(spec))[("ConfigMap", "demo-config")]
     path = tmp_path / "broker.yaml"
     path.write_text(cm["data"]["broker.yaml"])
@@ -105,7 +105,7 @@ def test_the_config_map_is_a_broker_config_that_names_the_pod_its_broker_id(tmp_
     assert cfg.broker_id == 4
     assert cfg["cluster.backend"] == "kube" and cfg["cluster.name"] == "demo" and cfg["kube.namespace"] == "team-a"
     assert cfg["advertised.host"] == "10.1.0.7"
-    assert cfg["log.retention.hours"] == 48
+    assert cfg["num.partitions"] == 12
     assert str(cfg.log_dirs[0]) == "/var/lib/kelp"  # the volume's root, where every existing broker keeps its data
     assert "log.dirs" not in yaml.safe_load(cm["data"]["broker.yaml"])
     # Replicated by default, as far as the cluster's size allows.
@@ -115,16 +115,29 @@ def test_the_config_map_is_a_broker_config_that_names_the_pod_its_broker_id(tmp_
     assert one["default.replication.factor"] == "1" and one["offsets.topic.replication.factor"] == "1"
 
 
-def test_a_config_change_rolls_the_pods_and_nothing_else_does() -> None:
-    base = cluster({"config": {"log.retention.hours": "48"}})
+def test_a_static_config_change_rolls_the_pods_and_nothing_else_does() -> None:
+    base = cluster({"config": {"num.partitions": "12", "log.retention.hours": "48"}})
     same = copy.deepcopy(base)
     same["spec"]["brokers"] = 5  # scaling changes replicas, not the pod template
+    dynamic = copy.deepcopy(base)
+    dynamic["spec"]["config"].update({"log.retention.hours": "72", "min.insync.replicas": "1"})
     changed = copy.deepcopy(base)
-    changed["spec"]["config"]["log.retention.hours"] = "72"
+    changed["spec"]["config"]["num.partitions"] = "24"
     h = lambda body: config_hash(ClusterSpec.from_resource(body))  # noqa: E731
-    assert h(base) == h(same) != h(changed)
+    assert h(base) == h(same) == h(dynamic) != h(changed), "only a static key's change may roll the pods"
     annotation = stateful_set(ClusterSpec.from_resource(changed))["spec"]["template"]["metadata"]["annotations"]
     assert annotation["kelp.dev/config-hash"] == h(changed)
+
+
+def test_dynamic_keys_stay_out_of_the_config_file_and_are_applied_by_the_admin_api() -> None:
+    spec = ClusterSpec.from_resource(cluster({"config": {"log.retention.hours": "72", "num.partitions": "12",
+                                                         "min.insync.replicas": "1"}}))
+    written = yaml.safe_load(by_kind(cluster_children(spec))[("ConfigMap", "demo-config")]["data"]["broker.yaml"])
+    assert written["num.partitions"] == "12" and "log.retention.hours" not in written
+    assert written["min.insync.replicas"] == "2", "the file keeps the pinned default; the dynamic value wins"
+    assert spec.dynamic_config() == {"log.retention.hours": "72", "min.insync.replicas": "1"}
+    assert spec.effective_config()["min.insync.replicas"] == "1"
+    assert spec.disruptions_allowed() == 2, "the PodDisruptionBudget follows the value the brokers run with"
 
 
 def test_the_broker_role_allows_leases_and_configmaps_and_only_reads_pods() -> None:

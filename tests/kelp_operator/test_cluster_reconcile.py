@@ -188,3 +188,50 @@ def test_the_scale_down_shrink_is_fenced_and_recorded() -> None:
     assert kube.objects[("StatefulSet", "ns", "demo")]["spec"]["replicas"] == 2
     assert fences_at_apply == [1], "the shrink must follow a fence"
     assert "broker(s) [2]" in kube.events("ScaleDown")[0]["message"]
+
+
+def test_a_dynamic_config_change_is_applied_without_a_roll_and_the_spec_owns_the_default_entity() -> None:
+    body = resource("Cluster", "demo", {"brokers": 3, "config": {"log.retention.ms": "3600000"}})
+    kube = FakeKube(body)
+    admin = FakeAdmin(brokers=[0, 1, 2], controller=0, topics=three_broker_topics())
+    admin.dynamic = {"log.segment.bytes": "1048576"}  # set by hand with kafka-configs: not in the spec
+    run(body, kube, admin)  # no broker pod yet: applied once the brokers answer
+    assert admin.dynamic == {"log.segment.bytes": "1048576"}
+    template = kube.objects[("StatefulSet", "ns", "demo")]["spec"]["template"]
+    kube.put(statefulset("demo", 3))
+    kube.objects[("StatefulSet", "ns", "demo")]["spec"]["template"] = template
+    for n in range(3):
+        kube.put(broker_pod("demo", n))
+    run(body, kube, admin)
+    assert admin.dynamic == {"log.retention.ms": "3600000"}
+    assert "log.retention.ms" not in kube.objects[("ConfigMap", "ns", "demo-config")]["data"]["broker.yaml"]
+    assert "log.retention.ms=3600000" in kube.events("BrokerConfigUpdated")[0]["message"]
+
+    # Changing the retention (and min.insync) changes what the brokers run, not the pod template.
+    body["spec"]["config"] = {"log.retention.ms": "7200000", "min.insync.replicas": "1"}
+    body["metadata"]["generation"] = 2
+    kube.put(body)
+    _, conds = run(body, kube, admin)
+    assert admin.dynamic == {"log.retention.ms": "7200000", "min.insync.replicas": "1"}
+    assert kube.objects[("StatefulSet", "ns", "demo")]["spec"]["template"] == template, "no roll for a dynamic key"
+    assert kube.deleted == [] and cond(conds, "Progressing")["reason"] != "RollingRestart"
+    patches = [b for m, p, b in admin.requests if (m, p) == ("PATCH", "/admin/v1/brokers/configs")]
+    assert len(patches) == 2
+    run(body, kube, admin)  # nothing differs: nothing sent
+    assert len([1 for m, p, _ in admin.requests if (m, p) == ("PATCH", "/admin/v1/brokers/configs")]) == 2
+
+
+def test_a_refused_dynamic_config_is_a_condition() -> None:
+    body = resource("Cluster", "demo", {"brokers": 3, "config": {"log.retention.ms": "3600000"}})
+    kube = FakeKube(body, statefulset("demo", 3), *(broker_pod("demo", n) for n in range(3)))
+    admin = FakeAdmin(brokers=[0, 1, 2], controller=0, topics=three_broker_topics())
+
+    def refuse(method, path, body):
+        if method == "PATCH" and path == "/admin/v1/brokers/configs":
+            from kelp.operator.brokers import AdminError
+            raise AdminError(422, "log.retention.ms: the controller refused it")
+    admin.fail = refuse
+    _, conds = run(body, kube, admin)
+    progressing = cond(conds, "Progressing")
+    assert (progressing["status"], progressing["reason"]) == ("False", "BrokerConfigRefused")
+    assert "the controller refused it" in progressing["message"] and kube.events("BrokerConfigRefused")
