@@ -135,7 +135,7 @@ def test_churn_a_rolling_restart_from_a_config_change(churn: ChurnEnv) -> None:
         def steps(_work: Workload) -> None:
             before, revision = _uids(env), _revision(env)
             t0 = time.monotonic()
-            env.patch_cluster({"config": {"log.retention.hours": "170"}})
+            env.patch_cluster({"config": {"num.partitions": "2"}})  # a static key: its change rolls the pods
             row.ready("roll", env.wait_settled(BASE_BROKERS, since=t0, timeout=SETTLE_TIMEOUT_S,
                                                what="the roll after a config change"))
             after = _uids(env)
@@ -172,7 +172,7 @@ def test_churn_c_broker_container_killed_mid_roll(churn: ChurnEnv) -> None:
         def steps(_work: Workload) -> None:
             before = _uids(env)
             t0 = time.monotonic()
-            env.patch_cluster({"config": {"log.retention.hours": "171"}})
+            env.patch_cluster({"config": {"num.partitions": "3"}})
 
             def first_restart():
                 pods = env.pods()
