@@ -1,0 +1,87 @@
+"""Dynamic broker configs (`kafka-configs --entity-type brokers`): in the metadata log, decided by the controller,
+applied on every broker without a restart (docs/metadata.md, README "Broker configuration").
+
+The image folds `broker_config` records (-1: the cluster-wide default entity; null deletes), keeps them in
+snapshots and refuses a record naming a read-only, unknown or invalid key. The controller writes one entry per
+change, refuses a read-only key by name and writes nothing for validate_only. A broker's effective value is its
+own dynamic config > the cluster-wide default > static > default: a change reconfigures the logs of the topics
+that do not override it, and a restarted broker gets them back from the log once it is registered. Driven by
+hand: the real controller (in-memory log) decides, the real topic and replica managers apply on real logs.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from kelp.broker.cluster.member import ClusterMember
+from kelp.broker.cluster.metadata_image import (
+    MetadataCorrupt,
+    MetadataImage,
+    apply_entry,
+    broker_config_record,
+    diff_images,
+    image_from_log,
+    snapshot_to_json,
+)
+from kelp.broker.config import DYNAMIC_BROKER_KEYS, BrokerConfig
+from kelp.broker.replica_manager import ReplicaManager
+from kelp.broker.topic_manager import TopicManager
+from kelp.errors import ConfigError
+from tests.replication.test_controller import Harness, ep
+from tests.replication.test_metadata_log_order import entries_of, payload
+
+HOUR_MS = 3_600_000
+
+
+# -- the image ------------------------------------------------------------------------------
+def test_only_the_topic_defaults_kelp_reads_at_use_time_are_dynamic() -> None:
+    assert DYNAMIC_BROKER_KEYS == {
+        "log.retention.ms", "log.retention.minutes", "log.retention.hours", "log.retention.bytes",
+        "log.segment.bytes", "log.roll.ms", "log.roll.hours", "log.index.interval.bytes", "log.cleanup.policy",
+        "log.cleaner.delete.retention.ms", "log.cleaner.min.cleanable.ratio", "message.max.bytes",
+        "min.insync.replicas", "log.message.timestamp.type", "log.flush.interval.messages",
+        "log.flush.interval.ms", "unclean.leader.election.enable", "compression.type"}
+
+
+def entry(offset: int, *records: dict) -> dict:
+    return {"offset": offset, "epoch": 1, "records": list(records)}
+
+
+def test_broker_config_records_fold_delete_and_survive_a_snapshot() -> None:
+    image, delta = apply_entry(MetadataImage(), entry(0, broker_config_record(-1, {"log.retention.ms": "60000",
+                                                                                    "min.insync.replicas": "2"})))
+    assert image.broker_configs == {-1: {"log.retention.ms": "60000", "min.insync.replicas": "2"}}
+    assert delta.broker_configs == image.broker_configs  # brokers learn what changed
+    image, delta = apply_entry(image, entry(1, broker_config_record(3, {"log.retention.ms": "1000"}),
+                                            broker_config_record(-1, {"min.insync.replicas": None})))
+    assert image.broker_configs == {-1: {"log.retention.ms": "60000"}, 3: {"log.retention.ms": "1000"}}
+    assert delta.broker_configs == image.broker_configs
+    assert image_from_log(snapshot_to_json(image), []) == image  # the snapshot round trip keeps them
+    # deleting an entity's last key drops the entity
+    emptied, _ = apply_entry(image, entry(2, broker_config_record(3, {"log.retention.ms": None})))
+    assert emptied.broker_configs == {-1: {"log.retention.ms": "60000"}}
+    # an entry without a broker_config record tells brokers nothing about them; a snapshot that differs does
+    _, quiet = apply_entry(emptied, entry(3))
+    assert quiet.broker_configs is None
+    assert diff_images(emptied, image).broker_configs == image.broker_configs
+    assert diff_images(MetadataImage(), emptied).broker_configs == {-1: {"log.retention.ms": "60000"}}
+
+
+@pytest.mark.parametrize("record, named", [
+    (broker_config_record(-1, {"log.dirs": "/x"}), "log.dirs"),                     # read-only
+    (broker_config_record(-1, {"log.retention.msx": "1"}), "log.retention.msx"),    # unknown
+    (broker_config_record(-1, {"log.retention.ms": "banana"}), "log.retention.ms"),  # invalid value
+    (broker_config_record(-1, {"log.segment.bytes": "5"}), "log.segment.bytes"),    # an invalid topic default
+    (broker_config_record(-2, {"log.retention.ms": "1"}), "-2"),                    # no such entity
+    ({"type": "broker_config", "broker": 1, "configs": {"log.retention.ms": 5}}, "strings"),
+])
+def test_the_image_refuses_a_broker_config_record_that_is_not_dynamic_or_not_valid(record, named) -> None:
+    with pytest.raises(MetadataCorrupt) as info:
+        apply_entry(MetadataImage(), entry(0, record))
+    assert named in str(info.value)
+    snap = snapshot_to_json(MetadataImage(offset=0, epoch=1))
+    snap["broker_configs"] = [{"broker": record["broker"], "configs": record["configs"]}]
+    with pytest.raises(MetadataCorrupt):
+        image_from_log(snap, [])
