@@ -85,3 +85,58 @@ def test_the_image_refuses_a_broker_config_record_that_is_not_dynamic_or_not_val
     snap["broker_configs"] = [{"broker": record["broker"], "configs": record["configs"]}]
     with pytest.raises(MetadataCorrupt):
         image_from_log(snap, [])
+
+
+# -- the controller ---------------------------------------------------------------------------
+async def test_the_controller_writes_one_entry_refuses_read_only_keys_and_validate_only_writes_nothing() -> None:
+    h = Harness()
+    c = await h.start()
+    before = c.image.offset
+    answer = await c.alter_broker_configs(broker=-1, configs={"log.retention.ms": "3600000",
+                                                              "unclean.leader.election.enable": "TRUE"})
+    assert answer == {"broker": -1, "configs": {"log.retention.ms": "3600000", "unclean.leader.election.enable": "true"},
+                      "metadata_offset": before + 1}
+    assert h.store.entries[before + 1]["records"] == [broker_config_record(
+        -1, {"log.retention.ms": "3600000", "unclean.leader.election.enable": "true"})]
+
+    for configs, named in (({"log.dirs": "/elsewhere"}, "log.dirs"), ({"num.partitions": "3"}, "num.partitions")):
+        with pytest.raises(ConfigError, match="Cannot update these configs dynamically") as info:
+            await c.alter_broker_configs(broker=-1, configs=configs)
+        assert named in str(info.value) and "restart" in str(info.value)
+    with pytest.raises(ConfigError, match="log.retention.ms"):
+        await c.alter_broker_configs(broker=-1, configs={"log.retention.ms": "-7"})
+    assert c.image.offset == before + 1 and len(h.store.entries) == before + 2
+
+    checked = await c.alter_broker_configs(broker=-1, configs={"log.retention.ms": None}, validate_only=True)
+    assert checked["configs"] == {"unclean.leader.election.enable": "true"}
+    assert c.image.offset == before + 1 and c.image.broker_configs[-1]["log.retention.ms"] == "3600000"
+
+    # a broker id no broker has is allowed (as Kafka allows it); the same values again write nothing
+    await c.alter_broker_configs(broker=42, configs={"min.insync.replicas": "2"})
+    assert c.image.broker_configs[42] == {"min.insync.replicas": "2"} and c.image.offset == before + 2
+    await c.alter_broker_configs(broker=42, configs={"min.insync.replicas": "2"})
+    assert c.image.offset == before + 2
+    # AlterConfigs replaces the entity's whole set
+    replaced = await c.alter_broker_configs(broker=-1, configs={"log.retention.bytes": "1000"}, replace_all=True)
+    assert replaced["configs"] == {"log.retention.bytes": "1000"} == dict(c.image.broker_configs[-1])
+
+
+async def test_the_controller_reads_unclean_leader_election_from_the_log_when_it_elects() -> None:
+    """It was read once, from the static config, when the controller was made."""
+    h = Harness()
+    c = await h.start()
+    await c.create_topic(name="t", assignments={0: [1, 2]})
+    s = h.state("t")
+    await c.alter_partition(topic="t", partition=0, leader=1, leader_epoch=s.leader_epoch,
+                            partition_epoch=s.partition_epoch, isr=[1])
+    await c.alter_broker_configs(broker=-1, configs={"unclean.leader.election.enable": "true"})
+    del h.alive[1]
+    await c._on_liveness(dict(h.alive))
+    assert h.state("t").leader == 2  # the out-of-sync replica, as the dynamic default now allows
+    # a topic override still wins over it: the last in-sync replica gone, the partition stays offline
+    await c.alter_configs(name="t", configs={"unclean.leader.election.enable": "false"})
+    h.alive[1] = ep(1)
+    await c._on_liveness(dict(h.alive))
+    del h.alive[2]
+    await c._on_liveness(dict(h.alive))
+    assert h.state("t").leader == -1 and h.state("t").isr == (2,)
