@@ -140,3 +140,93 @@ async def test_the_controller_reads_unclean_leader_election_from_the_log_when_it
     del h.alive[2]
     await c._on_liveness(dict(h.alive))
     assert h.state("t").leader == -1 and h.state("t").isr == (2,)
+
+
+# -- a broker applying them -------------------------------------------------------------------
+class Broker:
+    """Broker 1's topic and replica managers on real logs, with a static log.retention.hours."""
+
+    def __init__(self, tmp_path, **settings) -> None:
+        from kelp.broker.storage import LogConfig, LogManager
+
+        self.config = BrokerConfig.load(env={}, overrides={"log.dirs": str(tmp_path), "broker.id": 1,
+                                                           "cluster.dir": str(tmp_path / "cluster"), **settings})
+        self.topics = TopicManager(self.config, None)
+        self.logs = LogManager([tmp_path], LogConfig.from_kafka(self.config.default_topic_config()),
+                               config_for=self.topics.log_config_or_none)
+        self.topics.logs = self.logs
+        self.replicas = ReplicaManager(self.config, self.logs, self.topics)
+        self.member = ClusterMember(SimpleNamespace(config=self.config, topics=self.topics))
+        self.topics.cluster = self.member
+
+    async def follow(self, h: Harness) -> None:
+        """Apply everything the controller wrote, and wait for the logs' reconfiguration (a worker thread)."""
+        self.member.apply(payload(entries_of(h.store), epoch=h.controller.epoch))
+        if self.topics.reconfiguring is not None:
+            await self.topics.reconfiguring
+
+    def retention_ms(self, topic: str) -> int:
+        return self.logs.get(topic, 0).config.retention_ms
+
+
+async def test_a_default_change_reconfigures_the_logs_without_an_override_and_a_broker_value_beats_it(tmp_path) -> None:
+    h = Harness(2)
+    c = await h.start()
+    await c.create_topic(name="plain", assignments={0: [1, 0]})
+    await c.create_topic(name="pinned", assignments={0: [1, 0]}, configs={"retention.ms": "60000",
+                                                                            "min.insync.replicas": "1"})
+    b = Broker(tmp_path, **{"log.retention.hours": 2})
+    b.member.registered = True
+    await b.follow(h)
+    assert (b.retention_ms("plain"), b.retention_ms("pinned")) == (2 * HOUR_MS, 60000)
+
+    await c.alter_broker_configs(broker=-1, configs={"log.retention.ms": str(HOUR_MS), "min.insync.replicas": "2"})
+    await b.follow(h)
+    assert b.config["log.retention.ms"] == HOUR_MS
+    assert b.retention_ms("plain") == HOUR_MS and b.retention_ms("pinned") == 60000  # the override is left alone
+    assert b.replicas.get_partition("plain", 0).min_insync_replicas == 2  # read again, not kept from creation
+    assert b.replicas.get_partition("pinned", 0).min_insync_replicas == 1
+    assert b.topics.effective_configs("plain")["retention.ms"] == (str(HOUR_MS), True)
+    assert b.logs.default_config.retention_ms == HOUR_MS  # logs of topics it does not know yet
+
+    # this broker's own value beats the cluster-wide default; another broker's does nothing here
+    await c.alter_broker_configs(broker=1, configs={"log.retention.ms": str(3 * HOUR_MS)})
+    await c.alter_broker_configs(broker=0, configs={"log.retention.ms": str(5 * HOUR_MS)})
+    await b.follow(h)
+    assert b.retention_ms("plain") == 3 * HOUR_MS
+
+    # deleting both falls back to the static value
+    await c.alter_broker_configs(broker=1, configs={"log.retention.ms": None})
+    await b.follow(h)
+    assert b.retention_ms("plain") == HOUR_MS
+    await c.alter_broker_configs(broker=-1, configs={"log.retention.ms": None})
+    await b.follow(h)
+    assert b.retention_ms("plain") == 2 * HOUR_MS and b.config["log.retention.ms"] is None
+    assert b.replicas.get_partition("plain", 0).min_insync_replicas == 2  # still the default entity's
+
+
+async def test_a_restarted_broker_gets_them_back_from_the_log_once_registered(tmp_path) -> None:
+    h = Harness(2)
+    c = await h.start()
+    await c.create_topic(name="plain", assignments={0: [1, 0]})
+    await c.alter_broker_configs(broker=-1, configs={"log.retention.ms": str(HOUR_MS)})
+    await c.alter_broker_configs(broker=1, configs={"message.max.bytes": "5000"})
+
+    # the new process replays the log: nothing applies before the controller registered it
+    b = Broker(tmp_path / "entries")
+    await b.follow(h)
+    assert b.config["log.retention.ms"] is None and b.topics.get("plain") is None
+    h.alive[1] = ep(1, incarnation=b.member.identity)
+    await c._on_liveness(dict(h.alive))
+    await b.follow(h)
+    assert b.member.registered
+    assert b.config["log.retention.ms"] == HOUR_MS and b.config["message.max.bytes"] == 5000
+    assert b.retention_ms("plain") == HOUR_MS and b.logs.get("plain", 0).config.max_message_bytes == 5000
+
+    # one that is further behind gets a snapshot: the same values
+    s = Broker(tmp_path / "snapshot")
+    s.member.registered = True
+    s.member.apply(payload([], epoch=c.epoch, snapshot=snapshot_to_json(c.image)))
+    if s.topics.reconfiguring is not None:
+        await s.topics.reconfiguring
+    assert s.config["log.retention.ms"] == HOUR_MS and s.retention_ms("plain") == HOUR_MS
