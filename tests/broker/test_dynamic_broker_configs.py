@@ -88,3 +88,35 @@ def test_kafka_clients_change_the_cluster_wide_defaults_at_once_and_they_survive
         assert incremental(w, BROKER, "", [("log.retention.ms", DELETE, None)]) == (0, None)
         ret = describe(w, TOPIC, "plain")["retention.ms"]
         assert (ret.value, ret.config_source) == (str(2 * 3_600_000), STATIC_BROKER_CONFIG)
+
+
+def test_http_broker_configs_round_trip_and_refuse_read_only_keys(broker_factory) -> None:
+    broker = broker_factory()
+    assert http(broker, "GET", "/admin/v1/brokers/configs") == (200, {"broker": None, "configs": {}})
+    status, body = http(broker, "PATCH", "/admin/v1/brokers/configs",
+                        {"configs": {"log.retention.ms": 3600000, "log.cleanup.policy": "compact,delete"}})
+    assert (status, body) == (200, {"broker": None, "configs": {"log.cleanup.policy": "compact,delete",
+                                                                "log.retention.ms": "3600000"}})
+    assert http(broker, "GET", "/admin/v1/brokers/configs")[1] == body
+    status, body = http(broker, "PATCH", "/admin/v1/brokers/configs", {"configs": {"log.cleanup.policy": None}})
+    assert body == {"broker": None, "configs": {"log.retention.ms": "3600000"}}
+    # one broker's own: it beats the default here
+    status, body = http(broker, "PATCH", "/admin/v1/brokers/0/configs", {"configs": {"log.retention.ms": "60000"}})
+    assert (status, body) == (200, {"broker": 0, "configs": {"log.retention.ms": "60000"}})
+    assert http(broker, "GET", "/admin/v1/brokers/0/configs")[1] == body
+    assert create_topic_wire(broker.bootstrap, "t") == 0
+    assert http(broker, "GET", "/admin/v1/topics/t/configs")[1]["configs"]["retention.ms"] == {
+        "value": "60000", "source": "default"}
+
+    # 422 naming the key, with the Kafka door's message; 400 for a malformed body
+    status, body = http(broker, "PATCH", "/admin/v1/brokers/configs", {"configs": {"log.dirs": "/elsewhere"}})
+    assert status == 422 and body["error_code"] == 40, body
+    assert "Cannot update these configs dynamically: log.dirs" in body["message"] and "restart" in body["message"]
+    status, body = http(broker, "PATCH", "/admin/v1/brokers/configs", {"configs": {"log.retention.ms": "soon"}})
+    assert status == 422 and "log.retention.ms" in body["message"], body
+    status, body = http(broker, "PATCH", "/admin/v1/brokers/configs", {"configs": {"log.retentoin.ms": "1"}})
+    assert status == 422 and "did you mean 'log.retention.ms'" in body["message"], body
+    for bad in ({"log.retention.ms": "1"}, {"configs": ["log.retention.ms"]}, {"configs": {"log.retention.ms": [1]}}):
+        assert http(broker, "PATCH", "/admin/v1/brokers/configs", bad)[0] == 400, bad
+    assert http(broker, "GET", "/admin/v1/brokers/x/configs")[0] == 400
+    assert http(broker, "GET", "/admin/v1/brokers/configs")[1] == {"broker": None, "configs": {"log.retention.ms": "3600000"}}
