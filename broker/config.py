@@ -22,7 +22,8 @@ from typing import Any, Callable, Mapping
 
 from kelp.errors import ConfigError
 
-__all__ = ["BrokerConfig", "TOPIC_CONFIG_KEYS", "TOPIC_BROKER_SYNONYMS", "DYNAMIC_BROKER_KEYS", "validate_topic_configs", "parse_bool"]
+__all__ = ["BrokerConfig", "TOPIC_CONFIG_KEYS", "TOPIC_BROKER_SYNONYMS", "DYNAMIC_BROKER_KEYS", "DEFAULT_ENTITY",
+           "validate_topic_configs", "validate_broker_configs", "parse_bool"]
 
 
 def parse_bool(value: Any) -> bool:
@@ -147,6 +148,17 @@ def _compression(value: Any) -> str:
     if text in COMPRESSION_LIBRARIES and text not in available_compressions():
         raise ValueError(f"{text} needs the Python library {COMPRESSION_LIBRARIES[text]}, "
                          "which is not installed on this broker")
+    return text
+
+
+def _compression_name(value: Any) -> str:
+    """compression.type as the metadata log carries it: one of Kafka's values, whichever libraries this host has
+    (a broker must apply every record its controller accepted)."""
+    from .storage.config import COMPRESSION_TYPES
+
+    text = str(value).strip().lower()
+    if text not in COMPRESSION_TYPES:
+        raise ValueError(f"expected one of {', '.join(COMPRESSION_TYPES)}, got {value!r}")
     return text
 
 
@@ -294,13 +306,53 @@ TOPIC_BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
     "flush.messages": ("log.flush.interval.messages",),
     "flush.ms": ("log.flush.interval.ms",),
     "unclean.leader.election.enable": ("unclean.leader.election.enable",),
+    "compression.type": ("compression.type",),
 }
 
+# The broker configs `kafka-configs --entity-type brokers` may change while the brokers run (Kafka's cluster-wide
+# dynamic configs that Kelp reads at use time): the topic defaults. They live in the metadata log (`broker_config`
+# records) for the cluster-wide default entity and for single brokers; every other broker config is read at start.
+DYNAMIC_BROKER_KEYS: frozenset[str] = frozenset(k for keys in TOPIC_BROKER_SYNONYMS.values() for k in keys)
+DEFAULT_ENTITY = -1  # the broker entity of the cluster-wide dynamic defaults (`--entity-default`)
 
-# Broker configs that change without a restart (Kafka's cluster-wide dynamic configs Kelp reads at use time).
-DYNAMIC_BROKER_KEYS = frozenset({
-    *(k for synonyms in TOPIC_BROKER_SYNONYMS.values() for k in synonyms), "compression.type",
-})
+
+def validate_broker_configs(configs: Mapping[str, Any] | None, *, portable: bool = False) -> dict[str, str | None]:
+    """Check a change of dynamic broker configs `{key: value, or None to delete}`; returns it normalised to strings.
+
+    Raises ConfigError naming the key: unknown, not dynamic (Kafka's "Cannot update these configs dynamically"),
+    or an invalid value, including one that would make the topic default it stands for invalid. `portable`
+    (the controller and the metadata image) does not ask whether a codec's library is installed here.
+    """
+    unknown = [k for k in (configs or {}) if k not in BROKER_KEYS]
+    if unknown:
+        key = sorted(unknown)[0]
+        raise ConfigError(f"unknown broker config '{key}'{_did_you_mean(key)}")
+    static = sorted(k for k in (configs or {}) if k not in DYNAMIC_BROKER_KEYS)
+    if static:
+        raise ConfigError(
+            f"Cannot update these configs dynamically: {', '.join(static)}: Kelp reads "
+            f"{'it' if len(static) == 1 else 'them'} at start only; set {'it' if len(static) == 1 else 'them'} in "
+            "the broker's config file, KELP_* variables or --set, and restart the broker (dynamic broker configs: "
+            f"{', '.join(sorted(DYNAMIC_BROKER_KEYS))})")
+    from .storage.config import LogConfig
+
+    out: dict[str, str | None] = {}
+    for key, value in (configs or {}).items():
+        if value is None:
+            out[key] = None
+            continue
+        parser = _compression_name if portable and key == "compression.type" else BROKER_KEYS[key][0]
+        try:
+            parsed = parser(value)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"invalid value {value!r} for broker config '{key}': {exc}") from None
+        out[key] = str(parsed).lower() if isinstance(parsed, bool) else str(parsed)
+        trial = BrokerConfig(dynamic_default={key: parsed})
+        try:  # the topic default it stands for must be valid too (segment.bytes >= 14, ...)
+            LogConfig.from_kafka(trial.default_topic_config())
+        except ConfigError as exc:
+            raise ConfigError(f"invalid value {value!r} for broker config '{key}': {exc}") from None
+    return out
 
 
 def validate_topic_configs(configs: Mapping[str, Any] | None, *, topic: str = "") -> dict[str, str]:
@@ -328,17 +380,56 @@ def validate_topic_configs(configs: Mapping[str, Any] | None, *, topic: str = ""
 
 @dataclass
 class BrokerConfig:
-    """Validated broker properties, keyed by Kafka name (`cfg["log.dirs"]`)."""
+    """Validated broker properties, keyed by Kafka name (`cfg["log.dirs"]`).
+
+    A value is, most specific first: this broker's dynamic config, the cluster-wide dynamic default (both from
+    the metadata log, DYNAMIC_BROKER_KEYS only, `set_dynamic`), the static value (file, environment, flags),
+    the default. Every read (`cfg[key]`) sees the current one, so read them at use time, never keep a copy.
+    """
 
     values: dict[str, Any] = field(default_factory=dict)
     explicit: set[str] = field(default_factory=set)
+    # Replaced whole, never mutated: a worker thread may read them while the event loop applies a change.
+    dynamic_broker: Mapping[str, Any] = field(default_factory=dict)
+    dynamic_default: Mapping[str, Any] = field(default_factory=dict)
 
     def __getitem__(self, key: str) -> Any:
         if key not in BROKER_KEYS:
             raise KeyError(key)
+        if key in self.dynamic_broker:
+            return self.dynamic_broker[key]
+        if key in self.dynamic_default:
+            return self.dynamic_default[key]
+        return self.static(key)
+
+    def static(self, key: str) -> Any:
+        """The value from the file, environment or flags, else the default: what a restart without the
+        dynamic configs would use."""
         if key in self.values:
             return self.values[key]
         return BROKER_KEYS[key][1]
+
+    def set_dynamic(self, *, default: Mapping[str, str], broker: Mapping[str, str]) -> set[str]:
+        """Take the dynamic configs of the cluster-wide default entity and of this broker (as the metadata log
+        holds them: strings); returns the keys whose effective value changed."""
+        before = {k: self[k] for k in DYNAMIC_BROKER_KEYS}
+        self.dynamic_default = _parse_dynamic(default)
+        self.dynamic_broker = _parse_dynamic(broker)
+        return {k for k in DYNAMIC_BROKER_KEYS if self[k] != before[k]}
+
+    def layers(self, key: str) -> list[tuple[str, Any]]:
+        """Where `key`'s value can come from, most specific first, the ones that are set:
+        ("dynamic_broker" | "dynamic_default" | "static" | "default", value)."""
+        out: list[tuple[str, Any]] = []
+        if key in self.dynamic_broker:
+            out.append(("dynamic_broker", self.dynamic_broker[key]))
+        if key in self.dynamic_default:
+            out.append(("dynamic_default", self.dynamic_default[key]))
+        if key in self.explicit:
+            out.append(("static", self.values[key]))
+        if BROKER_KEYS[key][1] is not None:
+            out.append(("default", BROKER_KEYS[key][1]))
+        return out
 
     def get(self, key: str, default: Any = None) -> Any:
         try:
@@ -460,6 +551,7 @@ class BrokerConfig:
             "min.insync.replicas": str(self["min.insync.replicas"]),
             "message.timestamp.type": str(self["log.message.timestamp.type"]),
             "compression.type": str(self["compression.type"]),
+            "unclean.leader.election.enable": str(bool(self["unclean.leader.election.enable"])).lower(),
         }
         if self.get("log.flush.interval.messages") is not None:
             out["flush.messages"] = str(self["log.flush.interval.messages"])
@@ -469,6 +561,15 @@ class BrokerConfig:
 
     def as_dict(self) -> dict[str, Any]:
         return {key: self[key] for key in BROKER_KEYS}
+
+
+def _parse_dynamic(configs: Mapping[str, str]) -> dict[str, Any]:
+    """Dynamic configs from the metadata log (checked by the controller and the image) to typed values."""
+    out: dict[str, Any] = {}
+    for key, value in configs.items():
+        parser = _compression_name if key == "compression.type" else BROKER_KEYS[key][0]
+        out[key] = parser(value)
+    return out
 
 
 # KELP_* variables that are not broker properties: the broker's own, the CLI's, the operator's, the

@@ -11,6 +11,11 @@ once this broker has applied the log entry holding the change, so a client
 sees its own change at once. A topic's logs are deleted only for an explicit
 deletion in the log, never because a topic is missing from some view.
 
+Dynamic broker configs (`kafka-configs --entity-type brokers`) arrive the same
+way: a delta that changes them sets the broker config's dynamic layer, and
+every log whose topic does not override a changed default is reconfigured,
+in a worker thread (a log's lock may be held by file work).
+
 Internal topics (`__consumer_offsets`) are refused here for every door (Kafka
 protocol, HTTP, CLI): a client may not create, delete or grow them nor turn
 off their compaction — one such request would lose every group's committed
@@ -22,8 +27,10 @@ the LogManager only, and it never does networking itself.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
+import threading
 from typing import Any, Iterable, Mapping
 
 from kelp.errors import (
@@ -35,7 +42,13 @@ from kelp.errors import (
 )
 
 from .cluster.model import INTERNAL_TOPICS, TopicState, topic_from_json
-from .config import BrokerConfig, validate_topic_configs
+from .config import (
+    DEFAULT_ENTITY,
+    TOPIC_BROKER_SYNONYMS,
+    BrokerConfig,
+    validate_broker_configs,
+    validate_topic_configs,
+)
 
 __all__ = ["TopicManager", "TopicInfo", "validate_topic_name", "check_topic_collision", "refuse_internal"]
 
@@ -101,6 +114,11 @@ class TopicManager:
         self.log_deleter: Any = None
         self._topics: dict[str, TopicState] = {}
         self._listeners: list[Any] = []
+        # A topic's log config is computed and set under its lock, from the current topic and broker configs, by
+        # the event loop (topic changes) and by the worker reconfiguring logs after a broker config change alike:
+        # whichever runs last sets the current config, never an older one.
+        self._config_locks: dict[str, threading.Lock] = {}
+        self.reconfiguring: asyncio.Task | None = None  # the newest reconfiguration after a broker config change
 
     def add_listener(self, callback: Any) -> None:
         """`callback(event, topic)` after a change: created, deleted, forgotten (no longer in the metadata, logs
@@ -118,7 +136,10 @@ class TopicManager:
     def apply_delta(self, delta: Any) -> None:
         """Apply what one step of the metadata log changed (`metadata_image.MetadataDelta`), in that order:
         removals (logs deleted: only ever for a `remove_topic` record), topics forgotten without a tombstone
-        (served no more, their logs kept), then new and changed topics."""
+        (served no more, their logs kept), then new and changed topics. Dynamic broker configs first, so
+        the logs of new topics start with them."""
+        if delta.broker_configs is not None:
+            self._apply_broker_configs(delta.broker_configs)
         for name, old in delta.removed.items():
             self._remove(name, old.topic_id, delete_logs=True)
         for name in delta.vanished:
@@ -142,7 +163,8 @@ class TopicManager:
         self._topics[state.name] = state
         if old is None or dict(old.configs) != dict(state.configs):
             if self.logs is not None:
-                self.logs.update_topic_config(state.name, self.log_config(state.name))
+                with self._config_lock(state.name):
+                    self.logs.update_topic_config(state.name, self.log_config(state.name))
         if old is None:
             self._notify("created", state.name)
             return
@@ -152,6 +174,54 @@ class TopicManager:
             self._notify("partitions", state.name)
         elif old.partition_states != state.partition_states:
             self._notify("state", state.name)
+
+    def _apply_broker_configs(self, configs: Mapping[int, Mapping[str, str]]) -> None:
+        """New dynamic broker configs: this broker's and the cluster-wide default take effect here and now."""
+        changed = self.config.set_dynamic(default=configs.get(DEFAULT_ENTITY, {}),
+                                          broker=configs.get(self.config.broker_id, {}))
+        if not changed:
+            return
+        log.info("dynamic broker configs changed on broker %d: %s", self.config.broker_id,
+                 ", ".join(f"{k}={self.config[k]}" for k in sorted(changed)))
+        topic_keys = {t for t, keys in TOPIC_BROKER_SYNONYMS.items() if changed & set(keys)}
+        affected = [n for n, t in self._topics.items() if topic_keys - set(t.configs)]  # a default it uses
+        if self.logs is not None:
+            from kelp.broker.storage import LogConfig
+
+            self.logs.default_config = LogConfig.from_kafka(self.config.default_topic_config())
+            self._reconfigure(affected)
+        for name in affected:
+            self._notify("altered", name)
+
+    def _config_lock(self, name: str) -> threading.Lock:
+        # setdefault is atomic: one lock per topic name, kept (a re-created topic shares it)
+        return self._config_locks.setdefault(name, threading.Lock())
+
+    def _reconfigure(self, names: list[str]) -> None:
+        """Give the logs of `names` their current config: in a worker thread, one reconfiguration after the
+        other (each computes the configs when it runs); at once when no event loop runs (unit tests)."""
+        def work() -> None:
+            for name in names:
+                with self._config_lock(name):
+                    if name in self._topics:
+                        self.logs.update_topic_config(name, self.log_config(name))
+
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            work()
+            return
+        previous = self.reconfiguring
+
+        async def run() -> None:
+            if previous is not None:
+                await asyncio.gather(previous, return_exceptions=True)
+            try:
+                await asyncio.to_thread(work)
+            except Exception:
+                log.exception("reconfiguring the logs of %d topic(s) after a broker config change failed", len(names))
+
+        self.reconfiguring = loop.create_task(run(), name="reconfigure-logs")
 
     def _remove(self, name: str, topic_id: str, *, delete_logs: bool) -> None:
         info = self._topics.get(name)
@@ -231,6 +301,12 @@ class TopicManager:
         configs.clear()
         configs.update(clean)
         self.log_config(name, clean)
+
+    def dynamic_broker_configs(self, entity: int) -> dict[str, str]:
+        """The dynamic configs of one broker entity (-1: the cluster-wide default) in the metadata applied here."""
+        if self.cluster is None:
+            return {}
+        return dict(sorted(self.cluster.image.broker_configs.get(entity, {}).items()))
 
     # -- changes (through the controller) ------------------------------------
     async def _ask(self, op: str, **kwargs: Any) -> TopicState:
@@ -332,3 +408,15 @@ class TopicManager:
             refuse_internal(name, "turn off compaction of", _OFFSETS_WHY + ", kept by compaction alone")
         return await self._ask("alter_configs", name=name, configs=clean, replace_all=replace, delete=list(delete),
                                validate_only=validate_only)
+
+    async def alter_broker_configs(self, entity: int, configs: Mapping[str, Any], *, replace: bool = False,
+                                   validate_only: bool = False) -> dict[str, str]:
+        """Set (a value) or delete (None) dynamic broker configs of `entity` (a broker id, or -1 for the
+        cluster-wide default); `replace` drops its keys not given. Returns once applied here, with the entity's
+        configs. Raises ConfigError naming an unknown, read-only or invalid key, as every door reports it."""
+        clean = validate_broker_configs(configs)
+        if self.cluster is None:
+            raise ConfigError("this broker has not joined its cluster yet; retry")
+        result = await self.cluster.call("alter_broker_configs", broker=entity, configs=clean, replace_all=replace,
+                                         validate_only=validate_only)
+        return dict(result["configs"])

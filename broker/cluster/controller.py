@@ -49,9 +49,11 @@ from kelp.errors import (
     PolicyViolationError,
 )
 
+from ..config import DEFAULT_ENTITY, parse_bool, validate_broker_configs
 from .elections import Election, complete_reassignment, describe_change, elect
 from .metadata_image import (
     MetadataCorrupt,
+    broker_config_record,
     broker_record,
     MetadataImage,
     apply_entry,
@@ -79,12 +81,14 @@ PERIODIC_S = 2.0
 
 
 class ControllerSettings:
-    """What the controller reads from the broker config (Kafka names)."""
+    """What the controller reads from the broker config (Kafka names). Dynamic broker configs are not here: the
+    controller reads them from its image at use time (`Controller._dynamic`)."""
 
     def __init__(self, cfg: Any) -> None:
         self.num_partitions = int(cfg["num.partitions"])
         self.default_replication_factor = int(cfg["default.replication.factor"])
-        self.unclean_leader_election = bool(cfg["unclean.leader.election.enable"])
+        # The static value; the dynamic ones in the metadata log win over it.
+        self.unclean_leader_election = bool(cfg.static("unclean.leader.election.enable"))
         self.producer_id_block = int(cfg["producer.id.block.size"])
         self.lease_duration_ms = int(cfg["lease.duration.ms"])
         self.liveness_check_ms = int(cfg["controller.liveness.check.interval.ms"])
@@ -368,10 +372,49 @@ class Controller(TopicAdmin, PartitionMoves):
         """An operation's answer names the metadata offset that holds it: callers wait until they applied it."""
         return {**doc, "metadata_offset": self.image.offset}
 
+    # -- dynamic broker configs ---------------------------------------------
+    def _dynamic(self, key: str) -> str | None:
+        """A dynamic broker config as this controller's image holds it: its own broker's, else the cluster-wide
+        default; None when neither is set (the static value applies)."""
+        for entity in (self.broker_id, DEFAULT_ENTITY):
+            value = self.image.broker_configs.get(entity, {}).get(key)
+            if value is not None:
+                return value
+        return None
+
+    async def alter_broker_configs(self, *, broker: int, configs: Mapping[str, str | None],
+                                   replace_all: bool = False, validate_only: bool = False) -> dict:
+        """Set (a value) or delete (None) dynamic broker configs of one entity — a broker id, or -1 for the
+        cluster-wide default — in one metadata-log entry; `replace_all` drops the entity's keys not given
+        (AlterConfigs). An id no broker has is allowed, as in Kafka. Answers the entity's configs after it."""
+        async with self._lock:
+            self._check_fresh()
+            if isinstance(broker, bool) or not isinstance(broker, int) or broker < DEFAULT_ENTITY:
+                raise InvalidRequestError(f"broker config entity {broker!r}: a broker id, or -1 for the cluster-wide default")
+            if not isinstance(configs, Mapping):
+                raise InvalidRequestError("broker configs must map config names to values (or null to delete)")
+            clean = validate_broker_configs(configs, portable=True)
+            current = dict(self.image.broker_configs.get(broker, {}))
+            new = {} if replace_all else dict(current)
+            for key, value in clean.items():
+                if value is None:
+                    new.pop(key, None)
+                else:
+                    new[key] = value
+            change = {k: new.get(k) for k in sorted(set(current) | set(new)) if current.get(k) != new.get(k)}
+            if change and not validate_only:
+                await self._append([broker_config_record(broker, change)])
+                log.info("dynamic broker configs of %s: %s", "the cluster-wide default" if broker == DEFAULT_ENTITY
+                         else f"broker {broker}", ", ".join(f"{k}={'(deleted)' if v is None else v}"
+                                                            for k, v in change.items()))
+            return self._answer({"broker": broker, "configs": dict(sorted(new.items()))})
+
     # -- leader election --------------------------------------------------
     def _election(self, topic: TopicState, alive: set[int], *, allow_unclean: bool = True) -> Election:
-        unclean = allow_unclean and (self.settings.unclean_leader_election or str(
-            topic.configs.get("unclean.leader.election.enable", "")).lower() == "true")
+        # The topic's override, else the dynamic broker config, else the static one (read at each election).
+        key = "unclean.leader.election.enable"
+        value = topic.configs.get(key, self._dynamic(key))
+        unclean = allow_unclean and (_true(value) if value is not None else self.settings.unclean_leader_election)
         return Election(alive=frozenset(alive), eligible=frozenset(alive - self._shutting_down), unclean=unclean)
 
     def _eligible(self) -> frozenset[int]:
@@ -491,3 +534,10 @@ class Controller(TopicAdmin, PartitionMoves):
             return self._answer({"first": first, "count": count})
 
     # -- reassignment and preferred leaders --------------------------------------
+
+
+def _true(value: Any) -> bool:
+    try:
+        return parse_bool(value)
+    except ValueError:
+        return False

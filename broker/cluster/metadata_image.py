@@ -19,6 +19,7 @@ The records:
 | `remove_topic` | `topic`, `topic_id` | the topic is deleted (the only way a topic ever goes) |
 | `producer_ids` | `next` | the next producer id block starts here |
 | `broker` | `id`, `incarnation`, `shutting_down` | a broker process registered (or began a controlled shutdown) |
+| `broker_config` | `broker` (-1: the cluster-wide default), `configs` | dynamic broker configs set (a value) or deleted (null) |
 
 Invariants checked on every apply (a violation raises `MetadataCorrupt`,
 which stops whoever reads the log instead of applying it):
@@ -26,7 +27,8 @@ which stops whoever reads the log instead of applying it):
 - a `controller` record's epoch is strictly above every earlier epoch;
 - a partition's `(leader_epoch, partition_epoch)` never goes backwards, and a
   record names the topic id it was decided for;
-- a partition's leader is one of its replicas (or -1), its ISR a subset.
+- a partition's leader is one of its replicas (or -1), its ISR a subset;
+- a `broker_config` record names only dynamic broker configs (`DYNAMIC_BROKER_KEYS`), with valid values.
 
 A snapshot is an image at an offset (`snapshot_to_json`). It carries the ids
 of removed topics (`removed`, the newest `MAX_REMOVED`), so a broker that
@@ -41,6 +43,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
+from kelp.errors import ConfigError
+
+from ..config import DEFAULT_ENTITY, validate_broker_configs
 from .model import NO_LEADER, PartitionState, TopicState, topic_from_json
 
 __all__ = [
@@ -60,6 +65,7 @@ __all__ = [
     "remove_topic_record",
     "producer_ids_record",
     "broker_record",
+    "broker_config_record",
     "BrokerRegistration",
     "check_partition_state",
     "MAX_REMOVED",
@@ -102,6 +108,23 @@ def broker_record(broker_id: int, incarnation: str, *, shutting_down: bool = Fal
     return {"type": "broker", "id": broker_id, "incarnation": incarnation, "shutting_down": shutting_down}
 
 
+def broker_config_record(broker: int, configs: Mapping[str, str | None]) -> dict[str, Any]:
+    """Dynamic broker configs of one entity (`broker` -1: the cluster-wide default) set, or deleted (None)."""
+    return {"type": "broker_config", "broker": broker, "configs": dict(configs)}
+
+
+def _checked_broker_configs(broker: Any, configs: Any, *, where: str) -> tuple[int, dict[str, str | None]]:
+    """A broker_config record's entity and configs, or MetadataCorrupt naming what is wrong."""
+    if isinstance(broker, bool) or not isinstance(broker, int) or broker < DEFAULT_ENTITY:
+        raise MetadataCorrupt(f"{where}: broker config entity {broker!r} is not a broker id or -1 (the default)")
+    if not isinstance(configs, Mapping) or not all(isinstance(v, (str, type(None))) for v in configs.values()):
+        raise MetadataCorrupt(f"{where}: broker configs of entity {broker} must map names to strings or null")
+    try:
+        return broker, validate_broker_configs(configs, portable=True)
+    except ConfigError as exc:
+        raise MetadataCorrupt(f"{where}: broker config record for entity {broker}: {exc}") from None
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerRegistration:
     """The newest process seen for a broker id (KRaft's broker registration): a new one means a restart."""
@@ -135,6 +158,8 @@ class MetadataImage:
     next_producer_id: int = 0
     removed: Mapping[str, str] = field(default_factory=dict)  # topic id -> name, newest last
     brokers: Mapping[int, BrokerRegistration] = field(default_factory=dict)
+    # Dynamic broker configs by entity (-1: the cluster-wide default), each {key: value}; no empty entity.
+    broker_configs: Mapping[int, Mapping[str, str]] = field(default_factory=dict)
 
     def topic(self, name: str) -> TopicState | None:
         return self.topics.get(name)
@@ -148,6 +173,8 @@ class MetadataDelta:
     removed: dict[str, TopicState] = field(default_factory=dict)   # deleted by a remove_topic record
     vanished: list[str] = field(default_factory=list)              # gone from a snapshot with no tombstone: never deleted
     controller_changed: bool = False
+    # Every entity's dynamic broker configs after the change, when they changed (None: unchanged).
+    broker_configs: Mapping[int, Mapping[str, str]] | None = None
 
     def merge(self, other: "MetadataDelta") -> None:
         for name, state in other.removed.items():
@@ -156,9 +183,12 @@ class MetadataDelta:
         self.changed.update(other.changed)
         self.vanished.extend(other.vanished)
         self.controller_changed |= other.controller_changed
+        if other.broker_configs is not None:
+            self.broker_configs = other.broker_configs
 
     def __bool__(self) -> bool:
-        return bool(self.changed or self.removed or self.vanished or self.controller_changed)
+        return bool(self.changed or self.removed or self.vanished or self.controller_changed
+                    or self.broker_configs is not None)
 
 
 def _check_partition_step(name: str, p: int, old: PartitionState, new: PartitionState) -> None:
@@ -174,6 +204,7 @@ def apply_records(image: MetadataImage, records: Iterable[Mapping[str, Any]], *,
     topics = dict(image.topics)
     removed = dict(image.removed)
     brokers = dict(image.brokers)
+    broker_configs = image.broker_configs
     delta = MetadataDelta()
     controller_id, new_epoch, next_pid = image.controller_id, max(image.epoch, epoch), image.next_producer_id
     for rec in records:
@@ -229,6 +260,18 @@ def apply_records(image: MetadataImage, records: Iterable[Mapping[str, Any]], *,
                 delta.removed[name] = old_topic
             elif kind == "broker":
                 brokers[int(rec["id"])] = BrokerRegistration(str(rec["incarnation"]), bool(rec.get("shutting_down")))
+            elif kind == "broker_config":
+                entity, change = _checked_broker_configs(rec["broker"], rec["configs"], where=f"offset {offset}")
+                configs = dict(broker_configs.get(entity, {}))
+                for key, value in change.items():
+                    if value is None:
+                        configs.pop(key, None)
+                    else:
+                        configs[key] = value
+                broker_configs = {e: c for e, c in broker_configs.items() if e != entity}
+                if configs:
+                    broker_configs[entity] = configs
+                delta.broker_configs = broker_configs
             elif kind == "producer_ids":
                 nxt = int(rec["next"])
                 if nxt < next_pid:
@@ -239,7 +282,8 @@ def apply_records(image: MetadataImage, records: Iterable[Mapping[str, Any]], *,
         except (KeyError, TypeError, ValueError) as exc:
             raise MetadataCorrupt(f"offset {offset}: malformed {kind!r} record ({exc!r})") from None
     return (MetadataImage(offset=offset, epoch=new_epoch, controller_id=controller_id, topics=topics,
-                          next_producer_id=next_pid, removed=removed, brokers=brokers), delta)
+                          next_producer_id=next_pid, removed=removed, brokers=brokers,
+                          broker_configs=broker_configs), delta)
 
 
 def apply_entry(image: MetadataImage, entry: Mapping[str, Any]) -> tuple[MetadataImage, MetadataDelta]:
@@ -266,6 +310,7 @@ def snapshot_to_json(image: MetadataImage) -> dict[str, Any]:
         "topics": [image.topics[n].to_json() for n in sorted(image.topics)],
         "removed": [[tid, name] for tid, name in image.removed.items()],
         "brokers": [broker_record(b, r.incarnation, shutting_down=r.shutting_down) for b, r in sorted(image.brokers.items())],
+        "broker_configs": [{"broker": b, "configs": dict(sorted(c.items()))} for b, c in sorted(image.broker_configs.items())],
     }
 
 
@@ -277,12 +322,21 @@ def image_from_snapshot(doc: Mapping[str, Any]) -> MetadataImage:
             for p, s in enumerate(state.partition_states):
                 check_partition_state(state.name, p, s)
             topics[state.name] = state
+        broker_configs: dict[int, dict[str, str]] = {}
+        for item in doc.get("broker_configs", []):
+            entity, configs = _checked_broker_configs(item["broker"], item["configs"], where="metadata snapshot")
+            if entity in broker_configs or any(v is None for v in configs.values()):
+                raise MetadataCorrupt(f"metadata snapshot: broker configs of entity {entity} are given twice or hold "
+                                      "a null value")
+            if configs:
+                broker_configs[entity] = configs  # type: ignore[assignment]
         return MetadataImage(offset=int(doc["offset"]), epoch=int(doc["epoch"]),
                              controller_id=int(doc.get("controller_id", -1)), topics=topics,
                              next_producer_id=int(doc.get("next_producer_id", 0)),
                              removed={str(tid): str(name) for tid, name in doc.get("removed", [])},
                              brokers={int(b["id"]): BrokerRegistration(str(b["incarnation"]), bool(b.get("shutting_down")))
-                                      for b in doc.get("brokers", [])})
+                                      for b in doc.get("brokers", [])},
+                             broker_configs=broker_configs)
     except (KeyError, TypeError, ValueError) as exc:
         raise MetadataCorrupt(f"malformed metadata snapshot ({exc!r})") from None
 
@@ -291,6 +345,8 @@ def diff_images(old: MetadataImage, new: MetadataImage) -> MetadataDelta:
     """What loading snapshot `new` over `old` changes. A topic absent from `new` counts as removed only if
     `new` holds its tombstone (same id); otherwise it `vanished` — forgotten, its data never deleted."""
     delta = MetadataDelta(controller_changed=new.epoch != old.epoch)
+    if new.broker_configs != old.broker_configs:
+        delta.broker_configs = new.broker_configs
     for name, state in new.topics.items():
         before = old.topics.get(name)
         if before is not None and before.topic_id != state.topic_id:

@@ -5,6 +5,13 @@ Kafka admin protocol. Every change goes through the `TopicManager`, which
 validates and persists before returning; this module only translates JSON
 to calls and `KelpError`s to JSON errors (via `problems.error_middleware`).
 
+Dynamic broker configs (`kafka-configs --entity-type brokers`'s twin):
+`GET/PATCH /admin/v1/brokers/configs` (the cluster-wide defaults) and
+`/admin/v1/brokers/{id}/configs` (one broker), `{"broker": null | id,
+"configs": {key: value}}`; a PATCH's `{"configs": {key: value | null}}` sets
+or deletes keys and answers once the change is applied on this broker. An
+unknown, read-only or invalid key is a 422 with the Kafka door's message.
+
 This module must never touch logs or partitions directly.
 """
 
@@ -14,8 +21,9 @@ from typing import Any
 
 from aiohttp import web
 
-from kelp.errors import KelpError
+from kelp.errors import ConfigError, KelpError
 
+from ..config import DEFAULT_ENTITY
 from .json_body import read_json
 from .keys import BROKER
 from .problems import HttpProblem, json_response
@@ -205,3 +213,52 @@ async def delete_records(request: web.Request) -> web.Response:
 @routes.get(f"{PREFIX}/brokers")
 async def list_brokers(request: web.Request) -> web.Response:
     return json_response({"brokers": brokers_view(request.app[BROKER])})
+
+
+# -- dynamic broker configs ----------------------------------------------------------
+def _broker_entity(request: web.Request) -> int:
+    raw = request.match_info.get("broker_id")
+    if raw is None:
+        return DEFAULT_ENTITY
+    try:
+        broker_id = int(raw)
+    except ValueError:
+        raise HttpProblem(400, f"broker id must be an integer, got {raw!r}") from None
+    if broker_id < 0:
+        raise HttpProblem(400, f"broker id must be >= 0, got {broker_id} (the cluster-wide defaults are "
+                               f"{PREFIX}/brokers/configs)")
+    return broker_id
+
+
+def _broker_configs_view(broker: Any, entity: int) -> dict[str, Any]:
+    return {"broker": None if entity == DEFAULT_ENTITY else entity,
+            "configs": broker.topics.dynamic_broker_configs(entity)}
+
+
+@routes.get(f"{PREFIX}/brokers/configs")
+@routes.get(PREFIX + "/brokers/{broker_id}/configs")
+async def get_broker_configs(request: web.Request) -> web.Response:
+    """The dynamic configs of the cluster-wide default entity, or of one broker (not the static ones)."""
+    broker = request.app[BROKER]
+    entity = _broker_entity(request)
+    return json_response(_broker_configs_view(broker, entity))
+
+
+@routes.patch(f"{PREFIX}/brokers/configs")
+@routes.patch(PREFIX + "/brokers/{broker_id}/configs")
+async def patch_broker_configs(request: web.Request) -> web.Response:
+    """`{"configs": {key: value | null}}`: set or delete dynamic broker configs; answers once applied here."""
+    broker = request.app[BROKER]
+    entity = _broker_entity(request)
+    what = "alter the cluster-wide broker configs" if entity == DEFAULT_ENTITY else f"alter configs of broker {entity}"
+    body = _object(await read_json(request), what="broker configs body")
+    unknown = sorted(set(body) - {"configs"})
+    if unknown or not isinstance(body.get("configs"), dict):
+        raise HttpProblem(400, f"{what}: the body must be {{\"configs\": {{name: value, or null to delete}}}}"
+                               + (f"; unknown field(s) {unknown}" if unknown else ""))
+    configs = _configs_field(body, what=what, allow_null=True)
+    try:
+        await broker.topics.alter_broker_configs(entity, configs)
+    except ConfigError as exc:  # unknown, read-only or invalid: the request is well formed, its content is not
+        raise HttpProblem(422, str(exc), error_code=exc.code) from None
+    return json_response(_broker_configs_view(broker, entity))

@@ -2,7 +2,7 @@
 
 Why: brokers talk to the controller over HTTP (design §4): the controller
 pushes metadata to `/cluster/v1/metadata`, brokers send it topic changes,
-ISR changes (AlterPartition), producer-id block requests and controlled
+dynamic broker config changes, ISR changes (AlterPartition), producer-id block requests and controlled
 shutdowns at `/cluster/v1/controller/{op}`. Users and the operator see and
 steer replication under `/admin/v1`: the cluster (brokers, controller),
 partition reassignment with its progress, preferred-leader election, and
@@ -40,6 +40,7 @@ CONTROLLER_OPS = {
     "allocate_producer_ids": {"broker_id"},
     "reassign": {"topic", "partition", "replicas"},
     "elect_preferred_leaders": {"topic", "partitions"},
+    "alter_broker_configs": {"broker", "configs", "replace_all", "validate_only"},
 }
 
 

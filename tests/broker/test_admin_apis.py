@@ -1,7 +1,8 @@
 """The Kafka admin APIs Kafka's own tools need, on the wire, and their HTTP/CLI twins.
 
 IncrementalAlterConfigs / AlterConfigs (through the one topic-config
-validator the HTTP API uses), DescribeConfigs synonyms, DeleteRecords,
+validator the HTTP API uses; dynamic broker configs in
+test_dynamic_broker_configs.py), DescribeConfigs synonyms, DeleteRecords,
 DescribeLogDirs, ListOffsets v9 (-3/-4/-5), ListGroups v5, and a deleted
 topic's committed offsets leaving every group durably. `tests/tools/` runs the
 Java tools themselves against the same handlers.
@@ -126,11 +127,12 @@ def test_incremental_alter_configs_sets_deletes_appends_and_refuses_bad_values(b
         code, message = incremental(w, TOPIC, "nope", [("retention.ms", SET, "1")])
         assert code == 3 and "nope" in message  # UNKNOWN_TOPIC_OR_PARTITION
 
-        # A broker config is read at start: refused per resource with a message saying how to change it.
-        code, message = incremental(w, BROKER, "0", [("log.retention.hours", SET, "1")])
-        assert code == 40 and "log.retention.hours" in message and "restart" in message
+        # A read-only broker config (read at start): refused per resource with a message saying how to change it.
+        # (The dynamic ones: tests/broker/test_dynamic_broker_configs.py.)
+        code, message = incremental(w, BROKER, "0", [("num.partitions", SET, "3")])
+        assert code == 40 and "num.partitions" in message and "restart" in message
         assert incremental(w, BROKER, "0", [])[0] == 0
-        assert incremental(w, BROKER, "7", [("log.retention.hours", SET, "1")])[0] == 42
+        assert incremental(w, BROKER, "7", [("log.retention.hours", SET, "1")])[0] == 42  # another broker's
 
         # The legacy AlterConfigs replaces every override.
         R = AlterConfigsRequest.AlterConfigsResource
@@ -156,8 +158,8 @@ def test_describe_configs_lists_synonyms_and_sources_as_kafka_does(broker_factor
         assert cfg["cleanup.policy"].config_source == 5 and cfg["cleanup.policy"].synonyms[0].name == "log.cleanup.policy"
         assert describe(w, TOPIC, "syn", synonyms=False)["segment.bytes"].synonyms == []
         b = describe(w, BROKER, "0")
-        assert b["log.retention.ms"].read_only and b["log.retention.ms"].config_source == 4
-        assert b["num.partitions"].config_source == 5
+        assert not b["log.retention.ms"].read_only and b["log.retention.ms"].config_source == 4  # dynamic, set at start
+        assert b["num.partitions"].read_only and b["num.partitions"].config_source == 5
 
 
 def test_delete_records_moves_the_log_start_durably_and_refuses_past_the_high_watermark(broker_factory) -> None:

@@ -3,7 +3,7 @@
 kafka-topics, the console producer and consumer, kafka-consumer-groups
 (including describe after a topic of the group was deleted), kafka-configs
 (`kafka.admin.ConfigCommand`) --alter/--describe with the change taking
-effect, kafka-delete-records, kafka-get-offsets --time -1/-2/-3/-4, the
+effect, of a topic and of the cluster-wide broker default, kafka-delete-records, kafka-get-offsets --time -1/-2/-3/-4, the
 verifiable producer and consumer, kafka-log-dirs; and no Java client falls
 back from ApiVersions v4.
 """
@@ -134,8 +134,27 @@ def test_configs_alter_and_describe_a_topic_and_the_change_takes_effect(tools) -
     assert offsets(tools.run(GET_OFFSETS, "--topic", "cfg", "--time", "-1")) == {0: 1}
 
     broker = tools.run(CONFIGS, "--entity-type", "brokers", "--entity-name", "0", "--alter",
-                       "--add-config", "log.retention.hours=1")
-    assert broker.returncode != 0 and "cannot be changed while the broker runs" in broker.stdout + broker.stderr
+                       "--add-config", "num.partitions=3")
+    assert broker.returncode != 0 and "Cannot update these configs dynamically: num.partitions" in \
+        broker.stdout + broker.stderr
+
+
+def test_configs_alter_and_describe_the_cluster_wide_broker_default(tools) -> None:
+    """`kafka-configs --entity-type brokers --entity-default`: applies at once, to topics without an override."""
+    tools.run(TOPICS, "--create", "--topic", "dyn", "--partitions", "1").ok()
+    default = ("--entity-type", "brokers", "--entity-default")
+    tools.run(CONFIGS, *default, "--alter", "--add-config", "log.retention.ms=5400000").ok()
+    described = tools.run(CONFIGS, *default, "--describe").ok().stdout
+    assert "Default configs for brokers in the cluster are:" in described, described
+    assert "log.retention.ms=5400000 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=5400000}" \
+        in described, described
+    topic = tools.run(CONFIGS, "--entity-type", "topics", "--entity-name", "dyn", "--describe", "--all").ok().stdout
+    assert "retention.ms=5400000 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=5400000" \
+        in topic, topic
+    refused = tools.run(CONFIGS, *default, "--alter", "--add-config", "log.dirs=/elsewhere")
+    assert refused.returncode != 0 and "log.dirs" in refused.stdout + refused.stderr
+    tools.run(CONFIGS, *default, "--alter", "--delete-config", "log.retention.ms").ok()
+    assert "log.retention.ms" not in tools.run(CONFIGS, *default, "--describe").ok().stdout
 
 
 def test_delete_records_and_get_offsets_by_time(tools, tmp_path) -> None:

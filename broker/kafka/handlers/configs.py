@@ -7,12 +7,20 @@ API's (`TopicManager.alter_config`: the one validator, then the controller and
 the cluster metadata store), so both behave identically on one broker or many.
 
 Each described entry says where its value comes from with Kafka's
-ConfigSource ids (TOPIC_CONFIG=1, STATIC_BROKER_CONFIG=4, DEFAULT_CONFIG=5)
-and, when asked, its synonyms most specific first: the topic override, then
-the broker settings it defaults to (`log.retention.ms`, `log.retention.hours`,
-...), as Kafka lists them. Kelp reads broker settings at start only, so broker
-entries are read-only and altering one is refused per resource with a message
-saying how to change it.
+ConfigSource ids (TOPIC_CONFIG=1, DYNAMIC_BROKER_CONFIG=2,
+DYNAMIC_DEFAULT_BROKER_CONFIG=3, STATIC_BROKER_CONFIG=4, DEFAULT_CONFIG=5) and,
+when asked, its synonyms most specific first: the topic override, then the
+broker settings it defaults to (`log.retention.ms`, `log.retention.hours`,
+...) layer by layer, as Kafka lists them.
+
+Broker resources (`kafka-configs --entity-type brokers`): the dynamic broker
+configs (`DYNAMIC_BROKER_KEYS`) of the cluster-wide default entity (resource
+name "") or of this broker ("<id>") are changed through the controller and
+the metadata log (`TopicManager.alter_broker_configs`, the HTTP API's door
+too), and apply on every broker without a restart. Any other broker config is
+read-only: refused per resource, naming it and saying to set it and restart.
+A broker resource of another broker id is refused, as Kafka's brokers do (its
+clients send it to that broker). BROKER_LOGGER stays refused.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse,
 )
 
-from kelp.broker.config import BROKER_KEYS, TOPIC_BROKER_SYNONYMS
+from kelp.broker.config import DEFAULT_ENTITY, DYNAMIC_BROKER_KEYS, TOPIC_BROKER_SYNONYMS
 from kelp.errors import ConfigError, InvalidRequestError, KelpError
 
 from .registry import RequestContext, handles
@@ -42,11 +50,16 @@ BROKER = 4
 BROKER_LOGGER = 8
 # ConfigSource (DescribeConfigsResponse)
 SOURCE_TOPIC = 1
+SOURCE_DYNAMIC_BROKER = 2
+SOURCE_DYNAMIC_DEFAULT_BROKER = 3
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
+_LAYER_SOURCE = {"dynamic_broker": SOURCE_DYNAMIC_BROKER, "dynamic_default": SOURCE_DYNAMIC_DEFAULT_BROKER,
+                 "static": SOURCE_STATIC_BROKER, "default": SOURCE_DEFAULT}
 # AlterConfigOp.OpType
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
-LIST_CONFIGS = frozenset({"cleanup.policy"})  # the topic configs of type LIST (APPEND/SUBTRACT apply)
+# The configs of type LIST (APPEND/SUBTRACT apply): topic and broker names
+LIST_CONFIGS = frozenset({"cleanup.policy", "log.cleanup.policy"})
 
 
 def _text(value: Any) -> str | None:
@@ -60,15 +73,29 @@ def _text(value: Any) -> str | None:
 
 
 def _broker_synonyms(config: Any, keys: tuple[str, ...]) -> list[tuple[str, str | None, int]]:
-    """(name, value, source): the keys set at start (static), then those with a default, in `keys` order."""
-    out = [(k, _text(config[k]), SOURCE_STATIC_BROKER) for k in keys if k in config.explicit]
-    out += [(k, _text(BROKER_KEYS[k][1]), SOURCE_DEFAULT) for k in keys if BROKER_KEYS[k][1] is not None]
-    return out
+    """(name, value, source) layer by layer, each in `keys` order, as Kafka lists them: this broker's dynamic
+    configs, the cluster-wide dynamic defaults, the keys set at start (static), the defaults."""
+    by_layer: dict[str, list[tuple[str, str | None, int]]] = {layer: [] for layer in _LAYER_SOURCE}
+    for k in keys:
+        for layer, value in config.layers(k):
+            by_layer[layer].append((k, _text(value), _LAYER_SOURCE[layer]))
+    return [s for layer in _LAYER_SOURCE for s in by_layer[layer]]
 
 
-def _check_broker(ctx: RequestContext, name: str) -> None:
-    if name not in ("", str(ctx.broker.config.broker_id)):
-        raise InvalidRequestError(f"broker '{name}' is not this broker ({ctx.broker.config.broker_id})")
+def topic_default_source(config: Any, name: str) -> int:
+    """The ConfigSource of a topic config no override sets: the broker layer its value comes from."""
+    synonyms = _broker_synonyms(config, TOPIC_BROKER_SYNONYMS.get(name, ()))
+    return synonyms[0][2] if synonyms else SOURCE_DEFAULT
+
+
+def _broker_entity(ctx: RequestContext, name: str) -> int:
+    """The entity of a BROKER resource: -1 (the cluster-wide default) for "", else this broker's id."""
+    if name == "":
+        return DEFAULT_ENTITY
+    if name != str(ctx.broker.config.broker_id):
+        raise InvalidRequestError(f"Unexpected broker id, expected {ctx.broker.config.broker_id} or empty string, "
+                                  f"but received {name!r}: send a broker's configs to that broker")
+    return ctx.broker.config.broker_id
 
 
 def _describe(ctx: RequestContext, res: Any) -> list[tuple[str, str | None, bool, int, list]]:
@@ -83,13 +110,18 @@ def _describe(ctx: RequestContext, res: Any) -> list[tuple[str, str | None, bool
             source = synonyms[0][2] if synonyms else SOURCE_DEFAULT
             entries.append((name, value, False, source, synonyms))
     elif res.resource_type == BROKER:
-        _check_broker(ctx, res.resource_name)
+        if _broker_entity(ctx, res.resource_name) == DEFAULT_ENTITY:
+            # `--entity-default`: the cluster-wide dynamic defaults only, as Kafka describes them
+            for name, value in broker.topics.dynamic_broker_configs(DEFAULT_ENTITY).items():
+                synonym = (name, value, SOURCE_DYNAMIC_DEFAULT_BROKER)
+                entries.append((name, value, False, SOURCE_DYNAMIC_DEFAULT_BROKER, [synonym]))
+            return entries
         for name, value in sorted(broker.config.as_dict().items()):
             if value is None:
                 continue
             synonyms = _broker_synonyms(broker.config, (name,))
             source = synonyms[0][2] if synonyms else SOURCE_DEFAULT
-            entries.append((name, _text(value), True, source, synonyms))
+            entries.append((name, _text(value), name not in DYNAMIC_BROKER_KEYS, source, synonyms))
     else:
         raise InvalidRequestError(f"config resource type {res.resource_type} is not supported (topic=2, broker=4)")
     return entries
@@ -120,50 +152,49 @@ async def handle_describe_configs(ctx: RequestContext, request: DescribeConfigsR
     return DescribeConfigsResponse(throttle_time_ms=0, results=results)
 
 
-def _refuse_broker_change(ctx: RequestContext, res: Any, names: list[str]) -> None:
-    """Kelp reads broker settings at start: say so per resource (an empty change is a no-op, as in Kafka)."""
-    if res.resource_type == BROKER_LOGGER:
-        raise InvalidRequestError("Kelp does not change broker log levels at run time; start it with --log-level")
-    _check_broker(ctx, res.resource_name)
-    if names:
-        unknown = [n for n in names if n not in BROKER_KEYS]
-        if unknown:
-            raise ConfigError(f"unknown broker config(s): {', '.join(sorted(unknown))}")
-        raise ConfigError(
-            f"broker config(s) {', '.join(sorted(names))} cannot be changed while the broker runs: Kelp reads "
-            "broker settings at start; set them in its config file, KELP_* variables or --set, and restart it "
-            "(topic-level overrides can be altered at run time)")
+def _what(res: Any) -> str:
+    if res.resource_type == TOPIC:
+        return f"topic '{res.resource_name}'"
+    return "the cluster-wide broker default" if res.resource_name == "" else f"broker {res.resource_name}"
+
+
+def _current_list(ctx: RequestContext, res: Any, name: str) -> str:
+    """The value APPEND/SUBTRACT start from: the topic's effective value, or the broker entity's."""
+    if res.resource_type == TOPIC:
+        return ctx.broker.topics.effective_configs(res.resource_name).get(name, ("", True))[0] or ""
+    config = ctx.broker.config
+    if res.resource_name == "":  # the default entity: its dynamic value, else what it falls back to
+        layers = [(layer, v) for layer, v in config.layers(name) if layer != "dynamic_broker"]
+        return _text(layers[0][1]) or "" if layers else ""
+    return _text(config[name]) or ""
 
 
 def _incremental_changes(ctx: RequestContext, res: Any) -> tuple[dict[str, str], list[str]]:
-    """(sets, deletes) of one topic from SET/DELETE/APPEND/SUBTRACT operations."""
+    """(sets, deletes) of one topic or broker entity from SET/DELETE/APPEND/SUBTRACT operations."""
     seen: set[str] = set()
     sets: dict[str, str] = {}
     deletes: list[str] = []
-    effective = None
     for c in res.configs:
         if c.name in seen:
-            raise InvalidRequestError(f"config '{c.name}' is given more than once for topic '{res.resource_name}'")
+            raise InvalidRequestError(f"config '{c.name}' is given more than once for {_what(res)}")
         seen.add(c.name)
         op = c.config_operation
         if op == SET:
             if c.value is None:
-                raise ConfigError(f"config '{c.name}' of topic '{res.resource_name}': SET needs a value")
+                raise ConfigError(f"config '{c.name}' of {_what(res)}: SET needs a value")
             sets[c.name] = c.value
         elif op == DELETE:
             deletes.append(c.name)
         elif op in (APPEND, SUBTRACT):
             if c.name not in LIST_CONFIGS:
                 raise ConfigError(f"config '{c.name}' is not a list: {'APPEND' if op == APPEND else 'SUBTRACT'} "
-                                  "applies to list configs only (cleanup.policy); use SET")
-            if effective is None:
-                effective = ctx.broker.topics.effective_configs(res.resource_name)
-            current = [v.strip() for v in (effective.get(c.name, ("", True))[0] or "").split(",") if v.strip()]
+                                  "applies to list configs only (cleanup.policy, log.cleanup.policy); use SET")
+            current = [v.strip() for v in _current_list(ctx, res, c.name).split(",") if v.strip()]
             given = [v.strip() for v in (c.value or "").split(",") if v.strip()]
             items = current + [v for v in given if v not in current] if op == APPEND else \
                 [v for v in current if v not in given]
             if not items:
-                raise ConfigError(f"config '{c.name}' of topic '{res.resource_name}' would be empty after SUBTRACT")
+                raise ConfigError(f"config '{c.name}' of {_what(res)} would be empty after SUBTRACT")
             sets[c.name] = ",".join(items)
         else:
             raise InvalidRequestError(f"unknown config operation {op} for '{c.name}' (SET=0, DELETE=1, APPEND=2, "
@@ -172,15 +203,19 @@ def _incremental_changes(ctx: RequestContext, res: Any) -> tuple[dict[str, str],
 
 
 async def _alter_each(ctx: RequestContext, resources: list, answer: Any,
-                      alter_topic: Callable[[Any], Awaitable[None]]) -> list:
-    """Each resource on its own: a topic through `alter_topic`, broker resources refused, errors per resource."""
+                      alter_topic: Callable[[Any], Awaitable[None]],
+                      alter_broker: Callable[[Any, int], Awaitable[None]]) -> list:
+    """Each resource on its own: a topic through `alter_topic`, a broker entity through `alter_broker`,
+    errors per resource."""
     results = []
     for res in resources:
         try:
             if res.resource_type == TOPIC:
                 await alter_topic(res)
-            elif res.resource_type in (BROKER, BROKER_LOGGER):
-                _refuse_broker_change(ctx, res, [c.name for c in res.configs])
+            elif res.resource_type == BROKER_LOGGER:
+                raise InvalidRequestError("Kelp does not change broker log levels at run time; start it with --log-level")
+            elif res.resource_type == BROKER:
+                await alter_broker(res, _broker_entity(ctx, res.resource_name))
             else:
                 raise InvalidRequestError(f"config resource type {res.resource_type} is not supported (topic=2, broker=4)")
             results.append(answer(error_code=0, error_message=None, resource_type=res.resource_type,
@@ -203,14 +238,22 @@ async def handle_incremental_alter_configs(
         sets, deletes = _incremental_changes(ctx, res)
         await ctx.broker.topics.alter_config(res.resource_name, sets, delete=tuple(deletes), validate_only=validate_only)
 
+    async def alter_broker(res: Any, entity: int) -> None:
+        if not res.configs:
+            return  # nothing to change, as in Kafka
+        sets, deletes = _incremental_changes(ctx, res)
+        await ctx.broker.topics.alter_broker_configs(entity, {**sets, **{k: None for k in deletes}},
+                                                     validate_only=validate_only)
+
     results = await _alter_each(ctx, request.resources, IncrementalAlterConfigsResponse.AlterConfigsResourceResponse,
-                                alter_topic)
+                                alter_topic, alter_broker)
     return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=results)
 
 
 @handles(AlterConfigsRequest, min_version=0, max_version=2)
 async def handle_alter_configs(ctx: RequestContext, request: AlterConfigsRequest) -> AlterConfigsResponse:
-    """The legacy API: the given configs replace every override of the topic (as Kafka's does)."""
+    """The legacy API: the given configs replace every override of the topic, or every dynamic config of the
+    broker entity (as Kafka's does)."""
     validate_only = bool(request.validate_only)
 
     async def alter_topic(res: Any) -> None:
@@ -220,6 +263,13 @@ async def handle_alter_configs(ctx: RequestContext, request: AlterConfigsRequest
         await ctx.broker.topics.alter_config(res.resource_name, {c.name: c.value for c in res.configs},
                                              replace=True, validate_only=validate_only)
 
+    async def alter_broker(res: Any, entity: int) -> None:
+        names = [c.name for c in res.configs]
+        if len(set(names)) != len(names):
+            raise InvalidRequestError(f"a config is given more than once for {_what(res)}")
+        await ctx.broker.topics.alter_broker_configs(entity, {c.name: c.value for c in res.configs}, replace=True,
+                                                     validate_only=validate_only)
+
     results = await _alter_each(ctx, request.resources, AlterConfigsResponse.AlterConfigsResourceResponse,
-                                alter_topic)
+                                alter_topic, alter_broker)
     return AlterConfigsResponse(throttle_time_ms=0, responses=results)

@@ -20,6 +20,7 @@ from kafka.protocol.admin import (
 
 from kelp.errors import InvalidRequestError, KelpError
 
+from .configs import topic_default_source
 from .registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
@@ -47,7 +48,8 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
                 configs, validate_only=validate_only, assignments=assignments,
             )
             cfgs = [
-                C(name=k, value=v, read_only=False, config_source=(5 if d else 1), is_sensitive=False)
+                C(name=k, value=v, read_only=False, is_sensitive=False,
+                  config_source=topic_default_source(ctx.broker.config, k) if d else 1)
                 for k, (v, d) in sorted(
                     ({**{k: (v, True) for k, v in ctx.broker.config.default_topic_config().items()},
                       **{k: (v, False) for k, v in info.configs.items()}}).items()
