@@ -68,10 +68,10 @@ async def test_a_restarted_leader_serves_nothing_until_registered_and_never_lead
     b.topics.apply_delta = spy
     start = asyncio.create_task(m.start(ep(1)))
     try:
-        for _ in range(200):  # scheduler rounds until it has loaded the log and waits to be registered
-            if m.started or start.done():
-                break
-            await asyncio.sleep(0)
+        # The start does file work in worker threads (its lease, the lease list): wait on the condition, bounded.
+        deadline = asyncio.get_running_loop().time() + 10
+        while not (m.started or start.done()) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.005)
         assert b.topics.get("t") is None and seen == [], f"served from the stored image before registration: {seen}"
         assert m.started and not start.done(), "the start waits for the controller to register this process"
 
