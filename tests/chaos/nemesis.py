@@ -52,7 +52,7 @@ RANDOM = ["kill", "pause", "terminate", "kill-all"]
 RANDOM_WEIGHTS = [4, 3, 3, 1]
 NEEDS = {"control-plane-drop": "network", "control-plane-delay": "network", "partition-brokers": "network",
          "partition-clients": "network", "disk-full": "disk"}
-STOP_BOUND_S = 60.0  # a SIGTERMed broker must exit within this (issue 17 item 16; README "Failover": ~50 s)
+STOP_BOUND_S = 60.0  # a SIGTERMed broker must exit within this (issue 17 item 16; README "Failover": 56 s + the flush)
 MAIN_TOPIC = "chaos"
 MOVES_TOPIC = "chaos-moves"
 
