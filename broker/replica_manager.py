@@ -37,8 +37,8 @@ from typing import Any, Awaitable, Callable, Sequence
 from kelp.errors import (
     FencedLeaderEpochError,
     InvalidRequestError,
-    InvalidTopicError,
     InvalidRequiredAcksError,
+    InvalidTopicError,
     KelpError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
@@ -48,16 +48,15 @@ from kelp.errors import (
     RequestTimedOutError,
     UnknownLeaderEpochError,
 )
+from kelp.records import iter_headers, needs_recompression, parse_batches, recompress
 
 from .cluster.model import INTERNAL_TOPICS
 from .config import BrokerConfig
-from kelp.records import iter_headers, needs_recompression, parse_batches, recompress
-
+from .isr_changes import IsrChanges
 from .partition import Partition
 from .producer_state import Duplicate
 from .replica_fetch import FetchPath
 from .replica_follower import FollowerPath
-from .isr_changes import IsrChanges
 from .replica_types import (
     FetchPartition,
     FetchPartitionResult,

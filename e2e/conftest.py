@@ -26,8 +26,23 @@ from typing import Any
 
 import pytest
 
-from .deploy import (BROKERS, BUILD_TIMEOUT_S, CHART, CLUSTER, CRDS, EXAMPLES, HELM_TIMEOUT_S, LOAD_TIMEOUT_S,
-                     NAMESPACE_GONE_TIMEOUT_S, READY_TIMEOUT_S, RELEASE, REPO, cluster_ready, example_manifests, helm)
+from .deploy import (
+    BROKERS,
+    BUILD_TIMEOUT_S,
+    CHART,
+    CLUSTER,
+    CRDS,
+    EXAMPLES,
+    HELM_TIMEOUT_S,
+    LOAD_TIMEOUT_S,
+    NAMESPACE_GONE_TIMEOUT_S,
+    READY_TIMEOUT_S,
+    RELEASE,
+    REPO,
+    cluster_ready,
+    example_manifests,
+    helm,
+)
 from .kube import Kubectl, KubectlError
 from .target import Target, find_target, flag, require_target
 

@@ -27,8 +27,15 @@ from typing import Any, Mapping
 import yaml
 
 from .rack import rack_env, rack_manifests, rack_spread
-from .spec import CONFIG_DIR, CONFIG_HASH_ANNOTATION, DATA_DIR, DEFAULTS_ANNOTATION, SELECTOR_LABELS, ClusterSpec, \
-    format_defaults
+from .spec import (
+    CONFIG_DIR,
+    CONFIG_HASH_ANNOTATION,
+    DATA_DIR,
+    DEFAULTS_ANNOTATION,
+    SELECTOR_LABELS,
+    ClusterSpec,
+    format_defaults,
+)
 
 __all__ = ["GROUP", "VERSION", "API_VERSION", "KELP_UID", "cluster_children", "labels_for", "selector_for",
            "owner_reference", "config_hash", "external_service", "external_address", "broker_file",

@@ -53,10 +53,10 @@ from ..config import DEFAULT_ENTITY, parse_bool, validate_broker_configs
 from .elections import Election, complete_reassignment, describe_change, elect
 from .metadata_image import (
     MetadataCorrupt,
-    broker_config_record,
-    broker_record,
     MetadataImage,
     apply_entry,
+    broker_config_record,
+    broker_record,
     controller_record,
     image_from_log,
     image_from_snapshot,

@@ -29,6 +29,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Protocol
 
+from .append_errors import commit_error_code, group_write_error_code
 from .group import CommittedOffset, Group, GroupState, Member
 from .offsets_log import (
     GroupValue,
@@ -43,7 +44,6 @@ from .offsets_log import (
     encode_offset_key,
     encode_offset_value,
 )
-from .append_errors import commit_error_code, group_write_error_code
 from .ownership import PartitionOwnership, PartitionState
 from .placement import OFFSETS_TOPIC, partition_for_group
 

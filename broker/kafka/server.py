@@ -32,9 +32,9 @@ from kelp.errors import KelpError
 
 from .connection import MAX_IN_FLIGHT, STAGING_BYTES, WRITE_HIGH_WATER, _Connection
 from .framing import FrameError, parse_request_header, response_frame
-from .limits import UNBOUNDED, ConnectionQuota, MemoryPool, RateLimitedLog
 from .handlers import get_handler
 from .handlers.registry import HandlerSpec, RawResponse, RequestContext
+from .limits import UNBOUNDED, ConnectionQuota, MemoryPool, RateLimitedLog
 
 __all__ = ["KafkaServer", "MAX_IN_FLIGHT", "STAGING_BYTES", "WRITE_HIGH_WATER"]
 

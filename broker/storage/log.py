@@ -38,9 +38,9 @@ from kelp.records import (
     assign_offsets,
     parse_batches,
     recompress,
-    whole_batches_end,
     records_have_keys,
     set_log_append_time,
+    whole_batches_end,
 )
 
 from .checkpoint import PARTITION_CHECKPOINT, PartitionCheckpoint, fsync_dir

@@ -29,8 +29,17 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from .codec import Columns, decode_columns
-from .offsets import TP, DataLossError, OffsetRange, from_json, plan_ranges, rate_limit, resolve, \
-    subscribed_partitions, to_json
+from .offsets import (
+    TP,
+    DataLossError,
+    OffsetRange,
+    from_json,
+    plan_ranges,
+    rate_limit,
+    resolve,
+    subscribed_partitions,
+    to_json,
+)
 from .options import LATEST, ReadOptions
 from .wire import KafkaWire, OffsetOutOfRange
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import struct
 
-from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 from kafka.protocol.admin import CreateTopicsRequest
+from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 from kafka.protocol.producer import ProduceRequest
 
 from tests.support.kafka_wire import WireClient

@@ -20,8 +20,8 @@ from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 
 from kelp.broker.app import Broker
 from kelp.broker.cluster import metadata_log as store_module
-from kelp.errors import KelpError
 from kelp.broker.config import BrokerConfig
+from kelp.errors import KelpError
 from tests.broker.helpers import create_topic_wire
 from tests.support.kafka_wire import WireClient, make_batch
 

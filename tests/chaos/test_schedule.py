@@ -13,8 +13,17 @@ import itertools
 
 import pytest
 
-from tests.chaos.nemesis import FAULTS, NEEDS, RANDOM, TARGETED, available_kinds, fault_params_rng, kind_at, \
-    schedule, short_schedule
+from tests.chaos.nemesis import (
+    FAULTS,
+    NEEDS,
+    RANDOM,
+    TARGETED,
+    available_kinds,
+    fault_params_rng,
+    kind_at,
+    schedule,
+    short_schedule,
+)
 from tests.chaos.runner import load_regressions
 
 ALL = frozenset({"network", "disk"})

@@ -10,8 +10,7 @@ from __future__ import annotations
 import jsonschema
 import pytest
 
-from tests.chart.crd_schema import (GROUP, KINDS, VERSION, load_crds, openapi_schema, to_json_schema,
-                                    version_of, walk)
+from tests.chart.crd_schema import GROUP, KINDS, VERSION, load_crds, openapi_schema, to_json_schema, version_of, walk
 
 READY_PATH = '.status.conditions[?(@.type=="Ready")].status'
 SHORT_NAMES = {"Cluster": ["kc", "kelpcluster", "kelpclusters"], "Topic": ["kt"], "ConsumerGroup": ["kcg"]}

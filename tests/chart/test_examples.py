@@ -12,8 +12,16 @@ from typing import Any
 import jsonschema
 import pytest
 
-from tests.chart.crd_schema import (GROUP, VERSION, apply_defaults, format_checker, load_crds, load_examples,
-                                    openapi_schema, to_json_schema)
+from tests.chart.crd_schema import (
+    GROUP,
+    VERSION,
+    apply_defaults,
+    format_checker,
+    load_crds,
+    load_examples,
+    openapi_schema,
+    to_json_schema,
+)
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,8 @@ from kelp.broker.http.keys import BROKER
 from kelp.broker.http.problems import error_middleware
 from kelp.errors import UnknownTopicOrPartitionError
 
-from .test_find_coordinator import N, THIS_BROKER, make_broker
 from .test_coordinator_ownership import groups_on_distinct_partitions
+from .test_find_coordinator import THIS_BROKER, N, make_broker
 
 
 class NoReplicas:

@@ -20,10 +20,9 @@ from typing import Any, Iterator
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest
 
+from tests.http.httpcall import Reply, call, create_topic, log_end_offsets
 from tests.support.broker_process import BrokerProcess
 from tests.support.kafka_wire import WireClient
-
-from tests.http.httpcall import Reply, call, create_topic, log_end_offsets
 
 JSON_V2 = "application/vnd.kafka.json.v2+json"
 BINARY_V2 = "application/vnd.kafka.binary.v2+json"

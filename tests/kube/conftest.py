@@ -39,9 +39,9 @@ from typing import Iterator
 
 import pytest
 
-from tests.kube.processes import Component, free_port, last_line, start_component
 # A real node (module scope) and Kelp's image (session scope) for the modules that run Pods.
 from tests.kube.node_fixture import kelp_image, kube_node  # noqa: F401
+from tests.kube.processes import Component, free_port, last_line, start_component
 
 HERE = Path(__file__).resolve().parent
 BUILD_SCRIPT = HERE / "build-control-plane.sh"

@@ -17,9 +17,15 @@ from pathlib import Path
 from kelp.broker.storage.config import LogConfig
 from kelp.broker.storage.log import Log
 from kelp.records import build_batch
-
-from tests.kube.churn_check import (Acked, Consumed, check_records, compare_replicas, parse_value,
-                                    read_replica_batches, value_for)
+from tests.kube.churn_check import (
+    Acked,
+    Consumed,
+    check_records,
+    compare_replicas,
+    parse_value,
+    read_replica_batches,
+    value_for,
+)
 
 
 def _clean():

@@ -236,9 +236,10 @@ def test_examples_become_a_ready_cluster_that_keeps_acknowledged_records(
         g = custom.get_namespaced_custom_object(GROUP, VERSION, ns, "consumergroups", "orders-audit")
         return g if (g.get("status") or {}).get("totalLag") == LATE else None
     group = wait_for(group_lag, timeout=60, interval=1, what=f"ConsumerGroup orders-audit totalLag {LATE}")
-    from kelp.cli.main import main as kelp_main
     import contextlib
     import io
+
+    from kelp.cli.main import main as kelp_main
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

@@ -16,7 +16,6 @@ import pytest
 
 from kelp.broker.cluster.controller import Controller, ControllerSettings
 from kelp.broker.cluster.model import BrokerEndpoint
-from tests.support.memory_metadata_log import MemoryMetadataLog
 from kelp.broker.config import BrokerConfig
 from kelp.errors import (
     FencedLeaderEpochError,
@@ -25,6 +24,7 @@ from kelp.errors import (
     InvalidUpdateVersionError,
     NotControllerError,
 )
+from tests.support.memory_metadata_log import MemoryMetadataLog
 
 
 def ep(i: int, rack: str | None = None, incarnation: str = "") -> BrokerEndpoint:

@@ -20,7 +20,6 @@ import threading
 import pytest
 
 from kelp.errors import NotLeaderOrFollowerError, OffsetOutOfRangeError
-
 from tests.replication.replica_harness import TOPIC, Node, PeerStub, batch
 
 REPLICAS = (0, 1)

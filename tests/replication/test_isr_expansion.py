@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 
 from kelp.errors import IneligibleReplicaError, InvalidUpdateVersionError, RequestTimedOutError
-
 from tests.replication.replica_harness import TOPIC, Node, batch, until
 
 REPLICAS = (0, 1, 2)

@@ -19,7 +19,6 @@ import asyncio
 import pytest
 
 from kelp.errors import NotEnoughReplicasAfterAppendError, NotLeaderOrFollowerError
-
 from tests.replication.replica_harness import TOPIC, Node, batch, until
 
 REPLICAS = (0, 1)

@@ -18,7 +18,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.broker.helpers import list_offset, produce as produce_batch
+from tests.broker.helpers import list_offset
+from tests.broker.helpers import produce as produce_batch
 from tests.support.broker_process import BrokerProcess
 from tests.support.kafka_wire import WireClient, make_batch
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from kelp.broker.storage import Log, LogConfig
 from kelp.errors import CorruptRecordError, InvalidRecordError, OffsetOutOfRangeError, RecordTooLargeError
 from kelp.records import build_batch, iter_headers, iter_records, parse_batches
-from kelp.broker.storage import Log, LogConfig
 
 from .helpers import batch, read_all
 

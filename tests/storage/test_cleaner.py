@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-from kelp.errors import KafkaStorageError
-from kelp.records import Record, build_batch, iter_headers, iter_records, parse_batches
 from kelp.broker.storage import Log, LogCleaner, LogConfig, LogManager
 from kelp.broker.storage import cleaner as cleaner_module
+from kelp.errors import KafkaStorageError
+from kelp.records import Record, build_batch, iter_headers, iter_records, parse_batches
 
 from .helpers import keyed, read_all
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from kelp.errors import ConfigError
 from kelp.broker.storage import Log, LogConfig
 from kelp.broker.storage.checkpoint import PartitionCheckpoint
 from kelp.broker.storage.leader_epoch import LeaderEpochCache
+from kelp.errors import ConfigError
 
 from .helpers import batch
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kelp.errors import OffsetOutOfRangeError
 from kelp.broker.storage import Log, LogConfig
+from kelp.errors import OffsetOutOfRangeError
 
 from .helpers import batch, read_all
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kelp.records import iter_headers
 from kelp.broker.storage import Log, LogConfig
+from kelp.records import iter_headers
 
 from .helpers import batch, log_files, read_all
 

@@ -11,7 +11,6 @@ unknown topic auto-creates it (through the controller) when
 from __future__ import annotations
 
 import logging
-
 import uuid
 
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
