@@ -13,7 +13,7 @@ import json
 import sys
 import time
 
-from kafka import KafkaConsumer, TopicPartition
+from kafka import KafkaConsumer
 
 bootstrap, topic, group, limit, timeout_s = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
 deadline = time.monotonic() + timeout_s

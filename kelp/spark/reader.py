@@ -111,7 +111,7 @@ def read_range(opts: ReadOptions, r: OffsetRange | None) -> Iterator[Any]:
                 if offset >= first:  # out of range above the log end: the log was truncated below r.end
                     if opts.fail_on_data_loss:
                         raise DataLossError(f"{r.topic}-{r.partition} no longer holds offset {offset} "
-                                            f"(it was planned up to {r.end}); set failOnDataLoss=false to carry on")
+                                            f"(it was planned up to {r.end}); set failOnDataLoss=false to carry on") from None
                     return
                 if opts.fail_on_data_loss:
                     raise DataLossError(f"offsets {offset}..{first - 1} of {r.topic}-{r.partition} were deleted "

@@ -6,7 +6,6 @@ import asyncio
 import random
 import struct
 
-from kelp.broker.kafka import server as server_mod
 from kelp.broker.kafka.server import STAGING_BYTES, KafkaServer, _Connection
 
 

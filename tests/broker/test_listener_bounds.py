@@ -180,7 +180,7 @@ async def test_unanswered_small_requests_fill_the_pool_then_reading_stops_until_
 
 async def test_closed_connection_returns_its_bytes_and_wakes_waiters() -> None:
     server, requests = _server(queued_max_request_bytes=2 * MiB)
-    (a, ta), (b, tb), (c, tc) = _connect(server, "a"), _connect(server, "b"), _connect(server, "c")
+    (a, _ta), (b, _tb), (c, tc) = _connect(server, "a"), _connect(server, "b"), _connect(server, "c")
     _feed(a, _frame(10 * MiB)[: 1 * MiB], step=128 << 10)
     _feed(b, _frame(10 * MiB)[: 1 * MiB], step=128 << 10)  # the overdraft
     _feed(c, _frame(10 * MiB)[: 100], step=128 << 10)

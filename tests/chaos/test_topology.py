@@ -7,7 +7,6 @@ Needs root, iproute2 and iptables (network namespaces); skipped with the reason 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import time
 from pathlib import Path

@@ -27,7 +27,7 @@ from kelp.errors import (
 )
 
 from .harness import MemoryStore, make_coordinator, settle
-from .test_state_machine import PROTO, form_group, join
+from .test_state_machine import form_group, join
 
 N = 4
 

@@ -156,15 +156,15 @@ def test_the_override_annotation_lets_a_roll_past_the_min_insync_rule() -> None:
     # restarting any broker takes a partition below, so the roll is blocked and says which partitions block;
     # the Cluster annotation lets it through.
     topics = {"orders": [{"replicas": [0, 1, 2], "isr": [1, 2]}, {"replicas": [1, 2, 0], "isr": [1, 0]}]}
-    for annotations, restarted in (({}, False), ({"kelp.dev/restart-ignore-min-insync": "true"}, True)):
-        body = resource("Cluster", "demo", {"brokers": 3}, annotations=annotations)
+    for notes, restarted in (({}, False), ({"kelp.dev/restart-ignore-min-insync": "true"}, True)):
+        body = resource("Cluster", "demo", {"brokers": 3}, annotations=notes)
         kube = FakeKube(body, statefulset("demo", 3, revision="rev-2"),
                         *(broker_pod("demo", n, revision="rev-1") for n in range(3)))
         admin = FakeAdmin(brokers=[0, 1, 2], controller=0, topics=topics)
         _, conds = run(body, kube, admin)
         progressing = cond(conds, "Progressing")
         if restarted:
-            assert kube.deleted == [("Pod", "demo-2")], (annotations, progressing)
+            assert kube.deleted == [("Pod", "demo-2")], (notes, progressing)
             assert progressing["reason"] == "RollingRestart"
         else:
             assert kube.deleted == [], progressing

@@ -129,7 +129,7 @@ def _revision(env: ChurnEnv) -> str:
     return env.apps.read_namespaced_stateful_set(CLUSTER, env.ns).status.update_revision
 
 
-def test_churn_a_rolling_restart_from_a_config_change(churn: ChurnEnv) -> None:
+def test_churn_a_rolling_restart_from_a_config_change(churn: ChurnEnv) -> None:  # noqa: F811 (pytest fixture)
     env = churn
     with record_case("a rolling restart", FORM.name) as row:
         def steps(_work: Workload) -> None:
@@ -144,7 +144,7 @@ def test_churn_a_rolling_restart_from_a_config_change(churn: ChurnEnv) -> None:
         _run_case(env, row, "churn-a", steps)
 
 
-def test_churn_b_scale_up_with_rebalance_then_down_with_drain(churn: ChurnEnv) -> None:
+def test_churn_b_scale_up_with_rebalance_then_down_with_drain(churn: ChurnEnv) -> None:  # noqa: F811 (pytest fixture)
     env = churn
     n = FORM.scale_to
     with record_case(f"b scale 3→{n}→3", FORM.name) as row:
@@ -166,7 +166,7 @@ def test_churn_b_scale_up_with_rebalance_then_down_with_drain(churn: ChurnEnv) -
         _run_case(env, row, "churn-b", steps)
 
 
-def test_churn_c_broker_container_killed_mid_roll(churn: ChurnEnv) -> None:
+def test_churn_c_broker_container_killed_mid_roll(churn: ChurnEnv) -> None:  # noqa: F811 (pytest fixture)
     env = churn
     with record_case("c SIGKILL mid-roll", FORM.name) as row:
         def steps(_work: Workload) -> None:
@@ -200,7 +200,7 @@ def test_churn_c_broker_container_killed_mid_roll(churn: ChurnEnv) -> None:
         _run_case(env, row, "churn-c", steps)
 
 
-def test_churn_d_operator_killed_mid_scale_down_and_standby_takes_over(churn: ChurnEnv) -> None:
+def test_churn_d_operator_killed_mid_scale_down_and_standby_takes_over(churn: ChurnEnv) -> None:  # noqa: F811 (pytest fixture)
     env = churn
     with record_case("d operator killed mid-drain", FORM.name) as row:
         def steps(_work: Workload) -> None:
@@ -231,7 +231,7 @@ def test_churn_d_operator_killed_mid_scale_down_and_standby_takes_over(churn: Ch
         _run_case(env, row, "churn-d", steps)
 
 
-def test_churn_e_kubelet_stopped_past_the_node_lease_then_started(churn: ChurnEnv) -> None:
+def test_churn_e_kubelet_stopped_past_the_node_lease_then_started(churn: ChurnEnv) -> None:  # noqa: F811 (pytest fixture)
     env = churn
     with record_case("e kubelet stopped", FORM.name) as row:
         def node_ready() -> str | None:
@@ -263,7 +263,7 @@ def test_churn_e_kubelet_stopped_past_the_node_lease_then_started(churn: ChurnEn
         _run_case(env, row, "churn-e", steps)
 
 
-def test_churn_f_lost_volume_broker_rejoins_empty_and_catches_up(churn: ChurnEnv) -> None:
+def test_churn_f_lost_volume_broker_rejoins_empty_and_catches_up(churn: ChurnEnv) -> None:  # noqa: F811 (pytest fixture)
     from kubernetes import client
 
     env = churn

@@ -24,7 +24,7 @@ def test_brokers_elect_through_lease_objects_and_keep_metadata_in_configmaps(
                                            "kube.namespace": kube_namespace, "cluster.name": "demo"})
     cluster.admin("/admin/v1/topics", "POST", {"name": "orders", "partitions": 3, "replication_factor": 3})
     coord = client.CoordinationV1Api(kube_api)
-    leases = {l.metadata.name: l for l in coord.list_namespaced_lease(kube_namespace).items}
+    leases = {lease.metadata.name: lease for lease in coord.list_namespaced_lease(kube_namespace).items}
     assert {"kelp-demo-controller", "kelp-demo-broker-0", "kelp-demo-broker-1", "kelp-demo-broker-2"} <= set(leases)
     first = cluster.controller()
     assert leases["kelp-demo-controller"].spec.holder_identity.startswith(f"broker-{first}/")

@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.kube, pytest.mark.timeout(600)]
 
 
 @pytest.fixture
-def operator(operators):
+def operator(operators):  # noqa: F811 (pytest fixture)
     op = operators()
     op.wait_active()
     return op
@@ -38,11 +38,11 @@ def cond(obj: dict, type_: str) -> dict:
     return condition_of(obj, type_) or {}
 
 
-def _get(custom, ns: str, name: str) -> dict:
-    return get(custom, ns, "Cluster", name)
+def _get(api, ns: str, name: str) -> dict:
+    return get(api, ns, "Cluster", name)
 
 
-def test_external_listeners_pod_template_and_disruption_budget(custom, kube_api, kube_namespace, operator) -> None:
+def test_external_listeners_pod_template_and_disruption_budget(custom, kube_api, kube_namespace, operator) -> None:  # noqa: F811 (pytest fixture)
     from kubernetes import client
 
     ns = kube_namespace
@@ -124,7 +124,7 @@ def volumes(kube_api, kube_namespace):
             pass
 
 
-def test_storage_grows_in_place_or_is_refused_never_a_raw_422(custom, kube_api, kube_namespace, volumes,
+def test_storage_grows_in_place_or_is_refused_never_a_raw_422(custom, kube_api, kube_namespace, volumes,  # noqa: F811 (pytest fixture)
                                                               operator) -> None:
     from kubernetes import client
 

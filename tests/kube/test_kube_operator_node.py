@@ -119,7 +119,7 @@ def _broker_logs(node: KubeNode, ns: str) -> str:
 
 def test_examples_become_a_ready_cluster_that_keeps_acknowledged_records(
         kube_api, kube_namespace, kube_node: KubeNode, kelp_image: Path, storage, api_from_pods, operator) -> None:
-    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka import Consumer, Producer
     from kubernetes import client
 
     ns = kube_namespace

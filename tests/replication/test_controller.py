@@ -10,8 +10,6 @@ with a stale lease writing nothing.
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 
 from kelp.broker.cluster.controller import Controller, ControllerSettings

@@ -15,7 +15,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from kelp.broker.cluster.controller import Controller, ControllerSettings
 from kelp.broker.cluster.member import ClusterMember
 from kelp.broker.cluster.metadata_image import (
     MetadataCorrupt,
