@@ -621,7 +621,7 @@ class Log:
             # Never above the high watermark: a segment goes only once every record in it is committed
             # (replicated to the ISR), so retention can never delete what a follower still needs.
             committed = 0
-            for i, segment in enumerate(closed):
+            for i in range(len(closed)):
                 if self._segments[i + 1].base_offset > self._high_watermark:
                     break
                 committed += 1

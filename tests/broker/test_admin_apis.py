@@ -224,7 +224,7 @@ def test_list_offsets_v9_max_timestamp_earliest_local_and_latest_tiered(broker) 
     with WireClient(broker.bootstrap) as w:
         assert list_offsets(w, "lo", -3).offset == -1  # empty: no max timestamp
         base = 1_700_000_000_000
-        for i, ts in enumerate((base + 5, base + 90, base + 20)):
+        for ts in (base + 5, base + 90, base + 20):
             produce(w, "lo", make_batch([(None, b"x")], timestamp_ms=ts))
         delete_records(w, "lo", {0: 1})
         top = list_offsets(w, "lo", -3)

@@ -56,7 +56,7 @@ def check_roundtrip(sent: list[dict], got: list[dict]) -> None:
 def check_codec_on_wire(bootstrap: str, topic: str, codec: str) -> None:
     seen = set()
     for p in range(PARTITIONS):
-        for base, attrs, _lod, _count in batch_headers(fetch_all_batches(bootstrap, topic, p)):
+        for _base, attrs, _lod, _count in batch_headers(fetch_all_batches(bootstrap, topic, p)):
             seen.add(attrs & 0x07)
     assert seen == {CODECS[codec]}, f"stored batches use codecs {seen}, producer used {codec}"
 

@@ -65,7 +65,7 @@ def test_empty_fetch_has_zero_length_records_and_long_poll_wakes_on_append(broke
 def test_kip74_first_batch_returned_even_if_larger_than_limits(broker) -> None:
     assert create_topic_wire(broker.bootstrap, "big") == 0
     with WireClient(broker.bootstrap) as c:
-        for i in range(3):
+        for _ in range(3):
             assert produce(c, "big", make_batch([(None, bytes(5000))]))[0] == 0
     resp = raw_fetch(broker.bootstrap, "big", 0, 0, max_bytes=100)
     assert [h[0] for h in batch_headers(resp.responses[0].partitions[0].records)] == [0]

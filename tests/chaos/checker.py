@@ -247,7 +247,7 @@ def check(lines: Iterable[list]) -> Verdict:
         offsets = by_offset.get((topic, p))
         if offsets is None:
             continue
-        for t, offset, prod, seq in items:
+        for _t, offset, prod, seq in items:
             held = offsets.get(offset)
             if held != (prod, seq):
                 v.violate("phantom", f"group {group} was delivered producer {prod} seq {seq} at {topic}-{p}@{offset}; "
@@ -262,7 +262,7 @@ def check(lines: Iterable[list]) -> Verdict:
                 seen[offset] = t
         first_seen[key] = seen
     prefix: dict[tuple[str, str, int], tuple[list[int], list[float]]] = {}
-    for t_sent, t_done, group, member, topic, p, offset, err in commits:
+    for t_sent, _t_done, group, member, topic, p, offset, err in commits:
         if err is not None:
             continue
         key = (group, topic, p)
@@ -286,17 +286,17 @@ def check(lines: Iterable[list]) -> Verdict:
 
     # -- the end: ISR whole, groups caught up and never stalled -----------------------------------------
     for topic, parts in state.items():
-        for p, leader, reps, isr, hw, leo in parts:
+        for p, leader, reps, isr, _hw, _leo in parts:
             if leader < 0 or sorted(isr) != sorted(reps):
                 v.violate("isr-not-restored", f"{topic}-{p}: leader {leader}, ISR {isr} of replicas {reps}")
     last_commit: dict[tuple[str, str, int], tuple[float, int]] = {}
-    for t_sent, t_done, group, member, topic, p, offset, err in commits:
+    for _t_sent, t_done, group, _member, topic, p, offset, err in commits:
         if err is None and ((group, topic, p) not in last_commit or t_done >= last_commit[(group, topic, p)][0]):
             last_commit[(group, topic, p)] = (t_done, offset)
     groups = sorted({g for g, _, _ in deliveries} | set(v.meta.get("groups", [])))
     for group in groups:
         for topic in v.meta.get("topics", []):
-            for p, leader, reps, isr, hw, leo in state.get(topic, []):
+            for p, _leader, _reps, _isr, hw, _leo in state.get(topic, []):
                 got = last_commit.get((group, topic, p), (0, 0))[1]
                 if hw is not None and got != hw:
                     v.violate("group-behind", f"group {group}: {topic}-{p} committed {got}, high watermark {hw}")

@@ -76,7 +76,7 @@ def _read_replica(directory: Path, hw_ref: int, *, records: bool) -> dict[str, A
 def collect(run_dir: Path, state: dict[str, list], topics: list[str], history: History) -> None:
     """`state` is the final `{topic: [[p, leader, replicas, isr, hw, leo], ...]}` read before the stop."""
     for topic in topics:
-        for p, leader, replicas, isr, hw, leo in state.get(topic, []):
+        for p, leader, replicas, isr, hw, _leo in state.get(topic, []):
             reads: dict[int, dict[str, Any]] = {}
             source = leader if leader in replicas else (isr[0] if isr else replicas[0])
             hw_ref = hw if isinstance(hw, int) and hw >= 0 else 0

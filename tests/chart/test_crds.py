@@ -76,8 +76,8 @@ def test_every_field_is_described_and_typed(crds: dict[str, dict]) -> None:
 
 def test_defaults_satisfy_their_own_schema(crds: dict[str, dict]) -> None:
     checked = 0
-    for kind, crd in crds.items():
-        for path, node in walk(openapi_schema(crd)):
+    for crd in crds.values():
+        for _path, node in walk(openapi_schema(crd)):
             if "default" in node:
                 jsonschema.validate(node["default"], to_json_schema(node))
                 checked += 1
@@ -95,7 +95,7 @@ def test_printer_columns(crds: dict[str, dict]) -> None:
 
 def test_conditions_have_the_metav1_condition_shape(crds: dict[str, dict]) -> None:
     shapes = []
-    for kind, crd in crds.items():
+    for crd in crds.values():
         conditions = openapi_schema(crd)["properties"]["status"]["properties"]["conditions"]
         assert conditions["x-kubernetes-list-type"] == "map"
         assert conditions["x-kubernetes-list-map-keys"] == ["type"]

@@ -29,7 +29,7 @@ def test_metrics_count_traffic(kelp) -> None:
     topic = "metered"
     create_topic(kelp.http_url, topic)
     producer = KafkaProducer(bootstrap_servers=kelp.bootstrap)
-    for i in range(10):
+    for _ in range(10):
         producer.send(topic, value=b"x" * 100)
     producer.flush(10)
     producer.close(5)

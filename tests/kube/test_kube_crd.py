@@ -65,7 +65,7 @@ def install_crds(kube_api) -> None:
         except client.ApiException:
             return False
 
-    for kind, plural in PLURALS.items():
+    for plural in PLURALS.values():
         wait_for(lambda: established(f"{plural}.{GROUP}"), timeout=30, what=f"CRD {plural}.{GROUP} Established")
         # Discovery of a new CRD can lag behind Established by a moment.
         wait_for(lambda: served(plural), timeout=30, what=f"{plural}.{GROUP} served")

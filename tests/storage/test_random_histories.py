@@ -84,7 +84,7 @@ def test_random_compaction_keeps_exactly_the_newest_value_per_key(tmp_path, cloc
     cleaner = LogCleaner(clock=clock)
     newest: dict[bytes, tuple[int, bytes | None]] = {}
     offset = 0
-    for step in range(100):
+    for _ in range(100):
         data, pairs = _random_batch(rng, clock.ms, keys=rng.choice([3, 10, 30]))
         log.append_as_leader(data, leader_epoch=0)
         for key, value in pairs:
