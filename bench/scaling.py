@@ -79,7 +79,7 @@ def _load(bootstrap: str, topic: str, partitions: int, records: int,
     if any(p.exitcode != 0 for p in procs):
         raise RuntimeError(f"a producer process failed (exit codes {[p.exitcode for p in procs]})")
     seconds = max(end for _, end, _ in spans) - min(start for start, _, _ in spans)
-    per_broker = [b - a for a, b in zip(cpu0, cpu1)]
+    per_broker = [b - a for a, b in zip(cpu0, cpu1, strict=True)]
     return {"seconds": seconds, "mb_s": PRODUCERS * records * RECORD_BYTES / 1e6 / seconds,
             "broker_cpu_s": sum(per_broker), "max_broker_cpu_s": max(per_broker),
             "client_cpu_s": sum(c for _, _, c in spans)}

@@ -50,7 +50,7 @@ TERMINATION_GRACE_S = 120
 
 
 def selector_for(spec: ClusterSpec) -> dict[str, str]:
-    return dict(zip(SELECTOR_LABELS, ("kelp", spec.name, "broker")))
+    return dict(zip(SELECTOR_LABELS, ("kelp", spec.name, "broker"), strict=True))
 
 
 def labels_for(spec: ClusterSpec) -> dict[str, str]:

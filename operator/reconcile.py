@@ -69,7 +69,7 @@ async def observe(admin: BrokerAdmin) -> Observed:
                     raise
 
         described = await asyncio.gather(*(describe(t["name"]) for t in listed))
-        topics = [{**d, "internal": t.get("internal", False)} for t, d in zip(listed, described) if d]
+        topics = [{**d, "internal": t.get("internal", False)} for t, d in zip(listed, described, strict=True) if d]
         return Observed(cluster=view, topics=topics)
     except AdminError as exc:
         return Observed(error=exc.message)

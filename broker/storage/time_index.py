@@ -38,7 +38,7 @@ class TimeIndex(FileBackedIndex):
         for timestamp, offset in entries:
             index._timestamps.append(timestamp)
             index._offsets.append(offset - base_offset)
-        index._file.rewrite(b"".join(ENTRY.pack(t, o) for t, o in zip(index._timestamps, index._offsets)))
+        index._file.rewrite(b"".join(ENTRY.pack(t, o) for t, o in zip(index._timestamps, index._offsets, strict=True)))
         return index
 
     @classmethod

@@ -184,5 +184,5 @@ def _split(ranges: list[OffsetRange], min_partitions: int | None) -> list[Offset
         pieces = max(1, min(r.size, round(min_partitions * r.size / total)))
         step = r.size / pieces
         bounds = [r.start + round(i * step) for i in range(pieces)] + [r.end]
-        out.extend(OffsetRange(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:]) if b > a)
+        out.extend(OffsetRange(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a)
     return out

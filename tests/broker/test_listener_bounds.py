@@ -110,7 +110,7 @@ async def test_pool_exhausted_stops_reading_one_frame_at_a_time_beyond_it_and_sm
     server, requests = _server(queued_max_request_bytes=limit)
     pool = server.pool
     names = "abcd"
-    conns = dict(zip(names, (_connect(server, n) for n in names)))
+    conns = dict(zip(names, (_connect(server, n) for n in names), strict=True))
     frames = {n: _frame(6 * MiB, i) for i, n in enumerate(names)}
     sent = dict.fromkeys(names, 0)
     # a takes the pool's share for large frames; b cannot grow and takes the one overdraft;

@@ -224,7 +224,7 @@ def check(lines: Iterable[list]) -> Verdict:
                 break
     for (prod, topic, p), items in per.items():
         items.sort()
-        for (s1, o1), (s2, o2) in zip(items, items[1:]):
+        for (s1, o1), (s2, o2) in zip(items, items[1:], strict=False):
             if o2 <= o1:
                 v.violate("order", f"producer {prod} in {topic}-{p}: seq {s1} at offset {o1} but seq {s2} at {o2}")
 
@@ -306,7 +306,7 @@ def check(lines: Iterable[list]) -> Verdict:
         for group in groups:
             times = sorted(t for (g, _, _), items in deliveries.items() if g == group for t, *_ in items)
             points = [start] + [t for t in times if start <= t <= stop] + [stop]
-            for a, b in zip(points, points[1:]):
+            for a, b in zip(points, points[1:], strict=False):
                 if b - a > STALL_S and bisect.bisect_left(ack_times, b) - bisect.bisect_right(ack_times, a) > 0:
                     v.violate("group-stalled", f"group {group} delivered nothing for {b - a:.0f} s "
                                                f"(from {a:.1f} to {b:.1f}) while records were acknowledged")

@@ -93,7 +93,7 @@ def collect(run_dir: Path, state: dict[str, list], topics: list[str], history: H
             for b, r in reads.items():
                 batches = r.pop("batches", None)
                 if ref is not None and batches is not None and batches != ref:
-                    first = next((x[0] for x, y in zip(batches, ref) if x != y), None)
+                    first = next((x[0] for x, y in zip(batches, ref, strict=False) if x != y), None)
                     if first is None:
                         shorter = batches if len(batches) < len(ref) else ref
                         first = (ref if shorter is batches else batches)[len(shorter)][0]

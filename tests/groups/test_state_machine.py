@@ -36,7 +36,7 @@ async def form_group(coord, sched, n, group="g", **kw):
                                                     assignments=assign if r is leader else None)) for r in results]
     done = [await asyncio.wait_for(s, 1) for s in syncs]
     assert all(s.error == 0 for s in done)
-    return results, {r.member_id: s.assignment for r, s in zip(results, done)}
+    return results, {r.member_id: s.assignment for r, s in zip(results, done, strict=True)}
 
 
 async def test_three_members_join_one_generation_leader_gets_members() -> None:

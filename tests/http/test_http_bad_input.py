@@ -397,7 +397,7 @@ def test_seeded_fuzz_of_every_json_route(kelp) -> None:
         """Remember what the broker acknowledged: (partition, offset) -> the stored value."""
         if reply.status != 200 or records is None:
             return
-        for rec, off in zip(records, reply.json()["offsets"]):
+        for rec, off in zip(records, reply.json()["offsets"], strict=True):
             if off["offset"] is not None:
                 v = rec.get("value")
                 accepted[off["partition"]][off["offset"]] = None if v is None else json.dumps(
@@ -462,7 +462,7 @@ def test_seeded_fuzz_of_every_json_route(kelp) -> None:
                 if "binary" not in ctype:
                     note_produce(reply, records)
                 else:  # binary values are stored as their base64 decoding
-                    for rec, off in zip(records or [], reply.json()["offsets"]):
+                    for rec, off in zip(records or [], reply.json()["offsets"], strict=True):
                         if off["offset"] is not None:
                             accepted[off["partition"]][off["offset"]] = (
                                 None if rec.get("value") is None else base64.b64decode(rec["value"]))

@@ -67,7 +67,7 @@ def test_keyed_records_land_where_kafka_clients_put_them(kelp, fmt: str) -> None
     got = _consume_all(kelp.bootstrap, topic, 5, 2 * len(KEYS))
     from_http = {(r.partition, r.offset): r for r in got if r.value != b"via-kafka"}
     assert len(from_http) == len(KEYS)
-    for i, (k, o) in enumerate(zip(KEYS, offsets)):
+    for i, (k, o) in enumerate(zip(KEYS, offsets, strict=True)):
         rec = from_http[(o["partition"], o["offset"])]
         assert rec.key == stored_key[k]
         assert rec.value == (json.dumps({"n": i}, separators=(",", ":")).encode() if fmt == "json" else b"v%d" % i)

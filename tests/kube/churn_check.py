@@ -182,7 +182,7 @@ def compare_replicas(topic: str, partition: int, replicas: Mapping[int, Sequence
         if len(batches) != len(reference):
             problems.append(f"{topic}-{partition}: broker {broker} has {len(batches)} batch(es) below offset "
                             f"{high_watermark}, broker {reference_broker} {len(reference)}")
-        for mine, theirs in zip(batches, reference):
+        for mine, theirs in zip(batches, reference, strict=False):
             if mine != theirs:
                 what = ("different base offsets" if mine[0] != theirs[0] else "different bytes")
                 problems.append(f"{topic}-{partition}: brokers {broker} and {reference_broker} differ at offset "

@@ -72,7 +72,7 @@ def table(rows: list[CaseRow]) -> list[str]:
     """The rows as aligned text lines, then each case's notes."""
     cells = [list(_COLUMNS)] + [_cells(r) for r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(len(_COLUMNS))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in cells]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     for r in rows:
         lines.extend(f"  {r.case}: {note}" for note in r.notes)

@@ -132,7 +132,7 @@ class Workload:
             times = [self.started_at, *sorted(p.acks)]
             if p.unflushed or p.died or not p.acks:
                 times.append(end)
-            worst = max([worst, *(b - a for a, b in zip(times, times[1:]))])
+            worst = max([worst, *(b - a for a, b in zip(times, times[1:], strict=False))])
         return worst
 
     # -- threads --------------------------------------------------------------------

@@ -387,7 +387,7 @@ def test_printer_columns(custom, kube_api, kube_namespace) -> None:
         assert table["kind"] == "Table"
         names = [c["name"] for c in table["columnDefinitions"]]
         (only,) = table["rows"]
-        return dict(zip(names, only["cells"]))
+        return dict(zip(names, only["cells"], strict=True))
 
     cluster = row("clusters")
     assert list(cluster) == ["Name", "Ready", "Brokers", "Controller", "Under-Replicated", "Operation", "Offline",

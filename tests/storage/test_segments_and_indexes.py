@@ -20,7 +20,7 @@ def test_segments_roll_by_size_and_are_named_by_base_offset(tmp_path, clock) -> 
     assert len(log_files(tmp_path / "t-0", ".index")) == len(bases)
     assert len(log_files(tmp_path / "t-0", ".timeindex")) == len(bases)
     # Segments chain: each starts where the previous ends.
-    for older, newer in zip(log.segments, log.segments[1:]):
+    for older, newer in zip(log.segments, log.segments[1:], strict=False):
         assert older.next_offset == newer.base_offset
 
 

@@ -94,7 +94,7 @@ async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorR
         found = await asyncio.gather(*(answer(k) for k in keys))
         return FindCoordinatorResponse(throttle_time_ms=0, coordinators=[
             C(key=k, node_id=loc.node_id, host=loc.host, port=loc.port, error_code=loc.error, error_message=loc.message)
-            for k, loc in zip(keys, found)
+            for k, loc in zip(keys, found, strict=True)
         ])
     loc = await answer(request.key)
     return FindCoordinatorResponse(

@@ -83,6 +83,6 @@ async def handle_describe_log_dirs(ctx: RequestContext, request: DescribeLogDirs
         R(error_code=0, log_dir=str(d), total_bytes=total, usable_bytes=free, is_cordoned=False,
           topics=[T(name=name, partitions=sorted(ps, key=lambda p: p.partition_index))
                   for name, ps in sorted(topics.items())])
-        for (d, topics), (total, free) in zip(by_dir.items(), usages)
+        for (d, topics), (total, free) in zip(by_dir.items(), usages, strict=True)
     ]
     return DescribeLogDirsResponse(throttle_time_ms=0, error_code=0, results=results)

@@ -68,7 +68,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
         waits = [(parts, i, replicas.wait_for_isr(res, acks=acks, timeout_ms=request.timeout_ms))
                  for _, parts in outcomes for i, (_, res) in enumerate(parts) if not isinstance(res, KelpError)]
         done = await asyncio.gather(*(w for _, _, w in waits), return_exceptions=True)
-        for (parts, i, _), res in zip(waits, done):
+        for (parts, i, _), res in zip(waits, done, strict=True):
             if isinstance(res, BaseException) and not isinstance(res, KelpError):
                 raise res
             parts[i] = (parts[i][0], res)
