@@ -172,7 +172,7 @@ def run_cases(targets: list[Target], *, sizes: dict[int, int], runs: int, work: 
                     topic = f"bench-{size}-acks{acks}-{run}"
                     clients.create_topic(t.bootstrap, topic)
                     seconds, cpu = _timed(t, lambda: clients.produce(
-                        t.bootstrap, topic, count=count, size=size, acks=1 if acks == "1" else -1))
+                        t.bootstrap, topic, count=count, size=size, acks=1 if acks == "1" else -1))  # noqa: B023 (_timed calls it at once)
                     end = clients.end_offset(t.bootstrap, topic)
                     if end != count:
                         raise RuntimeError(f"{t.name} {topic}: high watermark {end} after producing {count} records")
@@ -182,8 +182,8 @@ def run_cases(targets: list[Target], *, sizes: dict[int, int], runs: int, work: 
                 client: list[float] = []
 
                 def consume() -> float:
-                    seconds, cpu = clients.consume_with_cpu(t.bootstrap, consume_topic, count=consume_count)
-                    client.append(cpu)
+                    seconds, cpu = clients.consume_with_cpu(t.bootstrap, consume_topic, count=consume_count)  # noqa: B023 (_timed calls it at once)
+                    client.append(cpu)  # noqa: B023 (_timed calls it at once)
                     return seconds
                 seconds, cpu = _timed(t, consume)
                 client_cpu.setdefault(t.name, []).extend(client)

@@ -47,7 +47,7 @@ def loopback_read(path: Path, *, recv_bytes: int = 1 << 20) -> float:
         port = server.getsockname()[1]
 
         def serve() -> None:
-            conn, _ = server.accept()
+            conn, _ = server.accept()  # noqa: B023 (accepted before the join below)
             with conn, open(path, "rb") as fh:
                 conn.sendfile(fh)
 

@@ -285,7 +285,7 @@ class GroupCoordinator:
             except Exception:
                 log.exception("loading __consumer_offsets-%d failed; retrying in %d ms", partition, self.config.load_retry_ms)
                 retry: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-                self.scheduler.call_later(self.config.load_retry_ms, lambda: retry.done() or retry.set_result(None))
+                self.scheduler.call_later(self.config.load_retry_ms, lambda: retry.done() or retry.set_result(None))  # noqa: B023 (awaited just below)
                 await retry
                 if self.ownership.token(partition) != token:
                     return

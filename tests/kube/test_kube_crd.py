@@ -66,9 +66,9 @@ def install_crds(kube_api) -> None:
             return False
 
     for plural in PLURALS.values():
-        wait_for(lambda: established(f"{plural}.{GROUP}"), timeout=30, what=f"CRD {plural}.{GROUP} Established")
+        wait_for(lambda: established(f"{plural}.{GROUP}"), timeout=30, what=f"CRD {plural}.{GROUP} Established")  # noqa: B023 (wait_for calls it at once)
         # Discovery of a new CRD can lag behind Established by a moment.
-        wait_for(lambda: served(plural), timeout=30, what=f"{plural}.{GROUP} served")
+        wait_for(lambda: served(plural), timeout=30, what=f"{plural}.{GROUP} served")  # noqa: B023 (wait_for calls it at once)
 
 
 @pytest.fixture(scope="module")

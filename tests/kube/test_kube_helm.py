@@ -123,7 +123,7 @@ def test_install_all_namespaces_and_uninstall(kube_control_plane, kube_api, kube
         got = ext.read_custom_resource_definition(crd["metadata"]["name"])
         assert got.spec.names.categories == ["kelp"]
         wait_for(lambda: {c.type: c.status for c in (ext.read_custom_resource_definition(
-            crd["metadata"]["name"]).status.conditions or [])}.get("Established") == "True",
+            crd["metadata"]["name"]).status.conditions or [])}.get("Established") == "True",  # noqa: B023 (wait_for calls it at once)
             timeout=30, what=f"CRD {crd['metadata']['name']} Established")
 
     apps, core, rbac = client.AppsV1Api(kube_api), client.CoreV1Api(kube_api), client.RbacAuthorizationV1Api(kube_api)
@@ -242,6 +242,6 @@ def test_install_listed_namespaces(kube_control_plane, kube_api, kube_namespace,
 
     helm(kube_control_plane, helm_home, "uninstall", RELEASE, "--namespace", ns, "--wait", "--timeout", "60s")
     for watched in (watched_a, watched_b):
-        assert gone(lambda: rbac.read_namespaced_role(RELEASE, watched))
-        assert gone(lambda: rbac.read_namespaced_role_binding(RELEASE, watched))
+        assert gone(lambda: rbac.read_namespaced_role(RELEASE, watched))  # noqa: B023 (gone calls it at once)
+        assert gone(lambda: rbac.read_namespaced_role_binding(RELEASE, watched))  # noqa: B023 (gone calls it at once)
     assert gone(lambda: rbac.read_namespaced_role(f"{RELEASE}-election", ns))

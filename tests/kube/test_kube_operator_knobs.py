@@ -139,7 +139,7 @@ def test_storage_grows_in_place_or_is_refused_never_a_raw_422(custom, kube_api, 
                   for n in range(2)]
         return claims if all(c is not None and c.status.phase == "Bound" for c in claims) else None
     for name in ("grow", "fixed"):
-        wait_for(lambda: bound(name), timeout=120, what=f"claims of {name} bound by the PV controller")
+        wait_for(lambda: bound(name), timeout=120, what=f"claims of {name} bound by the PV controller")  # noqa: B023 (wait_for calls it at once)
 
     # First, what the operator used to do: apply the StatefulSet with a bigger claim template. The server refuses.
     sts = apps.read_namespaced_stateful_set("grow", ns)
