@@ -203,7 +203,8 @@ def run_cases(targets: list[Target], *, sizes: dict[int, int], runs: int, work: 
                 producing = case.startswith("produce")
                 measures[t.name] = Measure(seconds=statistics.median(s for s, *_ in got),
                                            log_bytes=got[0][2], broker_cpu_s=statistics.median(c for _, c, *_ in got),
-                                           runs_s=[round(s, 4) for s, *_ in got], runs_cpu_s=[round(c, 3) for _, c, *_ in got],
+                                           runs_s=[round(s, 4) for s, *_ in got],
+                                           runs_cpu_s=[round(c, 3) for _, c, *_ in got],
                                            client_cpu_s=None if producing else statistics.median(client_cpu[t.name]))
             rows.append(Row(case, count if producing else consume_count, measures["kelp"], measures.get("kafka"),
                             f"seq write ({chunk} B chunks)" if producing else "loopback read (sendfile)",
@@ -282,7 +283,8 @@ def print_table(rows: list[Row], targets: list[Target], *, runs: int) -> None:
         ("LIMIT MB/s", lambda r: f"{r.limit_mb_s:,.0f}"), ("KELP/LIMIT", lambda r: f"{r.vs_limit:.1%}"),
         ("CLIENT CPU s/1M rec (kelp | kafka)", lambda r: "-" if r.kelp.client_cpu_s is None else
          f"{r.kelp.client_cpu_s / r.records * 1e6:.2f}"
-         + (f" | {r.kafka.client_cpu_s / r.records * 1e6:.2f}" if r.kafka and r.kafka.client_cpu_s is not None else "")),
+         + (f" | {r.kafka.client_cpu_s / r.records * 1e6:.2f}" if r.kafka and r.kafka.client_cpu_s is not None
+            else "")),
     ]
     if not with_kafka:
         columns = [c for c in columns if "KAFKA" not in c[0]]
@@ -447,7 +449,8 @@ def _main(argv: list[str] | None = None) -> int:
         if args.json:
             print(json.dumps({"rows": [{**asdict(r), "vs_kafka": r.vs_kafka} for r in rows],
                               "brokers": [{"name": t.name, "cold_start_s": t.cold_start_s,
-                                           "rss_after_bytes": t.rss_after_bytes, "latency": t.latency, "idle": t.idle, "partitions": t.partitions}
+                                           "rss_after_bytes": t.rss_after_bytes, "latency": t.latency, "idle": t.idle,
+                                           "partitions": t.partitions}
                                           for t in targets]}, indent=2))
         else:
             if args.no_kafka:

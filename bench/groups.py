@@ -104,7 +104,8 @@ async def _wait_coordinator(bootstrap: str, groups: list[str], timeout_s: float 
                 if r.error_code == 0:
                     break
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"no coordinator for group {group} within {timeout_s:.0f}s (error {r.error_code})")
+                    raise RuntimeError(f"no coordinator for group {group} within {timeout_s:.0f}s (error "
+                                       f"{r.error_code})")
                 await asyncio.sleep(0.1)
     finally:
         conn.writer.close()
@@ -229,7 +230,8 @@ def print_report(res: dict[str, Any]) -> None:
     """Print `run()`'s result: join latency, then one vs three consumers from the same run."""
     size = res["config"]["record_bytes"]
     j = res["join_to_stable_ms"]
-    print(f"JoinGroup->Stable, 4 members (initial delay 0): median {j['median']} ms, p90 {j['p90']} ms, max {j['max']} ms")
+    print(f"JoinGroup->Stable, 4 members (initial delay 0): median {j['median']} ms, p90 {j['p90']} ms, "
+          f"max {j['max']} ms")
     for key in ("one_consumer", "three_consumers"):
         r = res[key]
         print(f"{r['members']} confluent-kafka consumer(s): {r['records']} records of {size} B in "

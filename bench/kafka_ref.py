@@ -152,7 +152,8 @@ class KafkaCluster:
                         "share.coordinator.state.topic.min.isr"):
                 props[key] = 1
         else:
-            props["controller.quorum.voters"] = ",".join(f"{n + 1}@127.0.0.1:{c}" for n, (_, c) in enumerate(self.ports))
+            props["controller.quorum.voters"] = ",".join(f"{n + 1}@127.0.0.1:{c}"
+                                                         for n, (_, c) in enumerate(self.ports))
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
     def _java(self, libs: Path, node_dir: Path, main_class: str, *args: str, jvm: tuple[str, ...] = ()) -> list[str]:

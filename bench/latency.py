@@ -104,6 +104,7 @@ def run(bootstrap: str, *, topic: str = "bench-latency", mb_s: float = 20.0, siz
     def pct(p: float) -> float:
         return latencies[min(len(latencies) - 1, int(p * len(latencies)))] / 1e6
 
-    return {"offered_mb_s": mb_s, "record_bytes": size, "seconds": seconds, "warmup_s": warmup_s, "achieved_mb_s": sent.value * size / 1e6 / (seconds + warmup_s),
+    return {"offered_mb_s": mb_s, "record_bytes": size, "seconds": seconds, "warmup_s": warmup_s,
+            "achieved_mb_s": sent.value * size / 1e6 / (seconds + warmup_s),
             "measured_records": len(latencies), "p50_ms": pct(0.50), "p99_ms": pct(0.99), "p999_ms": pct(0.999),
             "max_ms": latencies[-1] / 1e6 if latencies else float("nan")}

@@ -96,6 +96,7 @@ def run(bootstrap: str, pids: Callable[[], list[int]], *, partitions: int = 1000
         raise RuntimeError(f"the consumer group received {got.value} of {total} records within 300 s")
     mb = producers * records * size / 1e6
     return {"partitions": partitions, "producers": producers, "records": producers * records, "record_bytes": size,
-            "create_s": create_s, "prime_s": prime_s, "produce_mb_s": mb / produce_s, "produce_cpu_s_per_gb": (cpu1 - cpu0) / (mb / 1e3),
+            "create_s": create_s, "prime_s": prime_s, "produce_mb_s": mb / produce_s,
+            "produce_cpu_s_per_gb": (cpu1 - cpu0) / (mb / 1e3),
             "consumers": consumers, "join_to_first_record_s": first_at.value - t_join,
             "consume_mb_s": total * size / 1e6 / (t_end - first_at.value), "rss_bytes": probe.rss_bytes(pids())}

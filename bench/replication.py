@@ -106,7 +106,8 @@ def run(*, records: int, work: Path, lease_ms: int = 3000, extra: dict | None = 
 def _kafka_leader(bootstrap: str, topic: str) -> int:
     from confluent_kafka.admin import AdminClient as KafkaAdmin
 
-    return KafkaAdmin({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30).topics[topic].partitions[0].leader
+    topics = KafkaAdmin({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30).topics
+    return topics[topic].partitions[0].leader
 
 
 def run_kafka(*, records: int, work: Path, version: str) -> dict[str, Any]:

@@ -140,7 +140,8 @@ def run_kelp(brokers: int, *, records: int, runs: int, work: Path) -> dict[str, 
 
 
 def run(*, brokers: list[int], records: int, runs: int, work: Path, kafka_version: str | None) -> dict[str, Any]:
-    """For each N: N Kelp brokers, and the one Kafka node (kept running) on 2N partitions; alternating who goes first."""
+    """For each N: N Kelp brokers, and the one Kafka node (kept running) on 2N partitions; alternating who goes
+    first."""
     from .kafka_ref import KafkaCluster
 
     kelp, kafka_rows = [], []

@@ -25,7 +25,8 @@ __all__ = ["main", "build_parser"]
 
 def build_parser(prog: str = "kelp broker") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description="Run a Kelp broker (Kafka protocol + HTTP API).")
-    p.add_argument("--config", help="broker properties file, YAML or Java properties (server.properties) (env KELP_CONFIG)")
+    p.add_argument("--config",
+                   help="broker properties file, YAML or Java properties (server.properties) (env KELP_CONFIG)")
     p.add_argument("--log-dirs", help="comma-separated data directories (log.dirs)")
     p.add_argument("--port", type=int, help="Kafka listener port, 0 = ephemeral (port)")
     p.add_argument("--host", help="address to bind (host), default 127.0.0.1")

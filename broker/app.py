@@ -112,7 +112,8 @@ class Broker:
         self.topics.cluster = self.cluster
         self.replicas.alter_partition = self.cluster.alter_partition
         self.replicas.fetchers = ReplicaFetcherManager(
-            replicas=self.replicas, broker_id=cfg.broker_id, endpoint_of=lambda b: self.cluster.brokers.get(b), config=cfg,
+            replicas=self.replicas, broker_id=cfg.broker_id, endpoint_of=lambda b: self.cluster.brokers.get(b),
+            config=cfg,
         )
         await self.cluster.start(endpoint)
         await self._start_groups()
@@ -183,8 +184,9 @@ class Broker:
             self.http_port = self.config["http.port"]
 
     async def _maintenance_loop(self) -> None:
-        """Time-driven log work: roll/flush by time (1 s), checkpoints of changed partitions (5 s), retention and cleaning,
-        and forgetting idle idempotent producers (producer.id.expiration.check.interval.ms, at 1 s granularity).
+        """Time-driven log work: roll/flush by time (1 s), checkpoints of changed partitions (5 s), retention and
+        cleaning, and forgetting idle idempotent producers (producer.id.expiration.check.interval.ms, at 1 s
+        granularity).
 
         Everything that touches files (fsync on roll/flush, checkpoint files,
         segment deletion, compaction) runs in a worker thread: a `Log` guards

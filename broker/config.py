@@ -172,7 +172,8 @@ def _dns_label(value: Any) -> str:
 def _backend(value: Any) -> str:
     text = str(value).strip()
     if text not in ("file", "kube"):
-        raise ValueError(f"expected 'file' (a directory shared by the brokers of one machine) or 'kube' (Lease and ConfigMap objects), got {value!r}")
+        raise ValueError("expected 'file' (a directory shared by the brokers of one machine) or 'kube' (Lease and "
+                         f"ConfigMap objects), got {value!r}")
     return text
 
 
@@ -510,7 +511,8 @@ class BrokerConfig:
             try:
                 self.values["port"] = int(port)
             except ValueError:
-                raise ConfigError(f"invalid value {listeners!r} for broker config 'listeners': expected PLAINTEXT://host:port") from None
+                raise ConfigError(f"invalid value {listeners!r} for broker config 'listeners': expected "
+                                  "PLAINTEXT://host:port") from None
             if "host" not in self.explicit:
                 self.values["host"] = host or "0.0.0.0"  # PLAINTEXT://:9092 binds every interface
 
@@ -593,7 +595,8 @@ def _did_you_mean(key: str, *, env: bool = False) -> str:
 
 
 def _from_env(env: Mapping[str, str]) -> dict[str, str]:
-    """`KELP_LOG_DIRS=x` -> `{"log.dirs": "x"}`; a KELP_* name that is no broker property is refused, as --set refuses it."""
+    """`KELP_LOG_DIRS=x` -> `{"log.dirs": "x"}`; a KELP_* name that is no broker property is refused, as --set
+    refuses it."""
     from .config_file import KAFKA_ALIASES, KAFKA_IGNORED_KEYS
 
     out: dict[str, str] = {}

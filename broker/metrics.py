@@ -302,7 +302,8 @@ class BrokerMetrics:
         )
         self.connections_refused = Counter(
             "kelp_kafka_connections_refused",
-            "Kafka connections closed right after accept, by the limit reached (max.connections, max.connections.per.ip)",
+            "Kafka connections closed right after accept, by the limit reached (max.connections, "
+            "max.connections.per.ip)",
             ["reason"], registry=r,
         )
         self.connections_closed = Counter(

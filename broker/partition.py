@@ -40,7 +40,8 @@ class ReplicaProgress:
     last_caught_up_ms: int = 0         # last time its fetch reached the leader's log end
     last_fetch_ms: int = 0
     last_fetch_leader_leo: int = -1    # the leader's log end offset at its previous fetch
-    log_start_offset: int = -1         # as its last fetch said (DeleteRecords waits for the ISR's, Kafka's low watermark)
+    # As its last fetch said: DeleteRecords waits for the ISR's (Kafka's low watermark).
+    log_start_offset: int = -1
 
 
 class Partition:
@@ -102,7 +103,8 @@ class Partition:
             f"partition {self.name}: leader epoch moved to {state.leader_epoch} before the batch was replicated"))
         self.leader_epoch = state.leader_epoch
         self._take(state)
-        # Every follower starts unknown and counts as caught up now: one that never fetches leaves the ISR after the lag time.
+        # Every follower starts unknown and counts as caught up now: one that never fetches leaves the ISR
+        # after the lag time.
         self.progress = {r: ReplicaProgress(last_caught_up_ms=now_ms, last_fetch_ms=now_ms)
                          for r in state.replicas if r != self.broker_id}
         self.pending_isr = None

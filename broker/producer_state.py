@@ -167,7 +167,8 @@ class ProducerStateManager:
         return seen
 
     def expire(self, now_ms: int, expiration_ms: int) -> int:
-        """Forget producers whose last batch's timestamp is `expiration_ms` or more before `now_ms`; returns how many."""
+        """Forget producers whose last batch's timestamp is `expiration_ms` or more before `now_ms`; returns
+        how many."""
         horizon = now_ms - expiration_ms
         doomed = [pid for pid, entry in self._producers.items()
                   if not entry.batches or entry.batches[-1].timestamp <= horizon]

@@ -83,7 +83,8 @@ class FetchPath:
                 min_one = False
         return results, total
 
-    def _follower_fetched(self, part: Partition, replica_id: int, offset: int, now: int, log_start_offset: int = -1) -> None:
+    def _follower_fetched(self, part: Partition, replica_id: int, offset: int,
+                          now: int, log_start_offset: int = -1) -> None:
         """A follower's fetch from `offset` is its progress — only once the offset is known to be in the log.
 
         A fetch offset past this leader's log end (a follower whose log diverged, e.g. it kept records a

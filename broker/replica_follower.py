@@ -67,7 +67,8 @@ class FollowerPath:
             result = lg.append_as_follower(data)
             if result is not None:
                 self._maybe_snapshot_producers(part, before)
-                for h in result.batches:  # per batch: producer state follows the leader's (idempotence survives failover)
+                # Per batch: producer state follows the leader's (idempotence survives failover).
+                for h in result.batches:
                     if h.producer_id >= 0 and h.base_sequence >= 0 and not h.is_control:
                         part.producers.update(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
                                               h.base_offset, h.last_offset, h.max_timestamp)
@@ -149,7 +150,8 @@ class FollowerPath:
         part.snapshot_base = part.log.active_segment.base_offset
 
     def _run_job(self, part: Partition, what: str, work: Callable[[], T],
-                 install: Callable[[Partition, T], None] | None = None, *, truncates: bool = False) -> asyncio.Task | None:
+                 install: Callable[[Partition, T], None] | None = None, *,
+                 truncates: bool = False) -> asyncio.Task | None:
         """Run `work()` in a worker thread with `part` busy; `install(part, result)` on the loop after, if
         `part` is still this broker's replica. Jobs on one replica run one after another. A job that
         `truncates` moves the log end: a leadership taken meanwhile completes only after it.

@@ -104,7 +104,8 @@ AlterPartition = Callable[..., Awaitable[Any]]
 
 
 class ReplicaManager(FetchPath, FollowerPath, IsrChanges):
-    def __init__(self, config: BrokerConfig, logs: Any, topics: Any, *, clock_ms: Callable[[], int] | None = None) -> None:
+    def __init__(self, config: BrokerConfig, logs: Any, topics: Any, *,
+                 clock_ms: Callable[[], int] | None = None) -> None:
         self.config = config
         self.logs = logs
         self.topics = topics
@@ -129,7 +130,8 @@ class ReplicaManager(FetchPath, FollowerPath, IsrChanges):
 
     # -- leadership listeners -------------------------------------------
     def add_leadership_listener(self, callback: LeadershipListener) -> None:
-        """`callback(topic, partition, is_leader, leader_epoch)` on the loop whenever this broker starts or stops leading.
+        """`callback(topic, partition, is_leader, leader_epoch)` on the loop whenever this broker starts or stops
+        leading.
 
         Partitions led already when the listener registers are reported at once.
         """
@@ -266,7 +268,8 @@ class ReplicaManager(FetchPath, FollowerPath, IsrChanges):
             self.fetchers.remove(part.topic, part.partition)
         was_leader = part.is_leader
         part.leader = -1
-        part.fail_acks(NotLeaderOrFollowerError(f"topic '{part.topic}' partition {part.partition} is no longer on broker {self.broker_id}"))
+        part.fail_acks(NotLeaderOrFollowerError(f"topic '{part.topic}' partition {part.partition} is no longer on "
+                                                f"broker {self.broker_id}"))
         part.wake()
         if was_leader:
             self._notify(part, False)
@@ -415,7 +418,8 @@ class ReplicaManager(FetchPath, FollowerPath, IsrChanges):
         topic, partition = result.topic, result.partition
         part = self._partitions.get((topic, partition))
         if part is None or (result.appended_to is not None and part is not result.appended_to):
-            raise NotLeaderOrFollowerError(f"topic '{topic}' partition {partition} left broker {self.broker_id} during the produce")
+            raise NotLeaderOrFollowerError(f"topic '{topic}' partition {partition} left broker {self.broker_id} "
+                                           "during the produce")
         fut = asyncio.get_running_loop().create_future()
         needed = result.last_offset + 1
         if (part.is_leader and part.leader_ready and part.leader_epoch == result.leader_epoch
@@ -430,7 +434,8 @@ class ReplicaManager(FetchPath, FollowerPath, IsrChanges):
                 part.discard_ack_waiter(fut)
                 raise RequestTimedOutError(
                     f"topic '{topic}' partition {partition}: offsets {result.base_offset}..{result.last_offset} "
-                    f"not replicated to the ISR {list(part.isr)} within {timeout_ms} ms (high watermark {part.high_watermark})"
+                    f"not replicated to the ISR {list(part.isr)} within {timeout_ms} ms (high watermark "
+                    f"{part.high_watermark})"
                 ) from None
         fut.result()  # NOT_LEADER_OR_FOLLOWER when leadership or its epoch moved
         isr = part.maximal_isr
@@ -455,7 +460,8 @@ class ReplicaManager(FetchPath, FollowerPath, IsrChanges):
         part = self._leader(topic, partition)
         if part.busy is not None:
             raise NotLeaderOrFollowerError(
-                f"topic '{topic}' partition {partition}: its producer state is loading on broker {self.broker_id}; retry")
+                f"topic '{topic}' partition {partition}: its producer state is loading on broker "
+                f"{self.broker_id}; retry")
         if acks == -1 and len(part.isr) < part.min_insync_replicas:
             raise NotEnoughReplicasError(
                 f"topic '{topic}' partition {partition}: {len(part.isr)} in-sync replica(s) {list(part.isr)}, "
@@ -468,14 +474,17 @@ class ReplicaManager(FetchPath, FollowerPath, IsrChanges):
         if idem:
             if len(headers) != 1:
                 raise InvalidRequestError(
-                    f"idempotent produce to topic '{topic}' partition {partition} must carry exactly one batch, got {len(headers)}"
+                    f"idempotent produce to topic '{topic}' partition {partition} must carry exactly one batch, "
+                    f"got {len(headers)}"
                 )
             h = idem[0]
             dup = part.producers.check(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence)
             if dup is not None:
                 log.info(
-                    "duplicate batch from producer %d epoch %d sequence %d..%d on %s-%d: acknowledged with offset %d, not stored again",
-                    h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence, topic, partition, dup.first_offset,
+                    "duplicate batch from producer %d epoch %d sequence %d..%d on %s-%d: acknowledged with offset %d, "
+                    "not stored again",
+                    h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence, topic, partition,
+                    dup.first_offset,
                 )
                 return ProduceResult(topic, partition, dup.first_offset, dup.last_offset, -1, lg.log_start_offset, 0,
                                      duplicate=True, leader_epoch=part.leader_epoch, appended_to=part)
@@ -494,9 +503,11 @@ class ReplicaManager(FetchPath, FollowerPath, IsrChanges):
         part.wake()
         if self._bytes_in is not None:
             try:
-                self._bytes_in.labels(topic=topic).inc(len(data)) if hasattr(self._bytes_in, "labels") else self._bytes_in.inc(len(data))
+                (self._bytes_in.labels(topic=topic).inc(len(data)) if hasattr(self._bytes_in, "labels")
+                 else self._bytes_in.inc(len(data)))
                 if self._records_in is not None:
-                    (self._records_in.labels(topic=topic) if hasattr(self._records_in, "labels") else self._records_in).inc(result.record_count)
+                    (self._records_in.labels(topic=topic)
+                     if hasattr(self._records_in, "labels") else self._records_in).inc(result.record_count)
             except Exception:  # metrics must never fail a produce
                 pass
         return ProduceResult(
@@ -517,7 +528,8 @@ class ReplicaManager(FetchPath, FollowerPath, IsrChanges):
         return state.leader, list(state.replicas), list(state.isr)
 
     # -- offsets --------------------------------------------------------
-    def list_offset(self, topic: str, partition: int, timestamp: int, *, current_leader_epoch: int = -1) -> tuple[int, int]:
+    def list_offset(self, topic: str, partition: int, timestamp: int, *,
+                    current_leader_epoch: int = -1) -> tuple[int, int]:
         """(offset, timestamp) for earliest (-2), latest (-1), max-timestamp (-3), earliest-local (-4),
         latest-tiered (-5) or a time (leader only)."""
         part = self._leader(topic, partition, current_leader_epoch)
@@ -596,7 +608,8 @@ class ReplicaManager(FetchPath, FollowerPath, IsrChanges):
             topic, partition, lg.log_start_offset, lg.log_end_offset, part.high_watermark, lg.size_bytes
         )
 
-    def end_offset_for_epoch(self, topic: str, partition: int, epoch: int, *, current_leader_epoch: int = -1) -> tuple[int, int]:
+    def end_offset_for_epoch(self, topic: str, partition: int, epoch: int, *,
+                             current_leader_epoch: int = -1) -> tuple[int, int]:
         """(epoch, end offset) for OffsetForLeaderEpoch (KIP-101/320); (-1, -1) when unknown (leader only)."""
         part = self._leader(topic, partition, current_leader_epoch)
         return part.log.end_offset_for_epoch(epoch)

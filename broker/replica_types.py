@@ -28,7 +28,8 @@ class ProduceResult:
     log_start_offset: int
     record_count: int = 0
     duplicate: bool = False
-    leader_epoch: int = -1  # the leader epoch it was appended (or found a duplicate) under: acks=all waits only under it
+    # The leader epoch it was appended (or found a duplicate) under: acks=all waits only under it.
+    leader_epoch: int = -1
     # The replica it was appended to (a re-created topic restarts epochs): acks=all waits only on that one.
     appended_to: object = field(default=None, repr=False, compare=False)
 

@@ -72,7 +72,8 @@ def validate_topic_name(name: Any) -> str:
     if not _LEGAL.match(name):
         bad = sorted({c for c in name if not re.match(r"[a-zA-Z0-9._-]", c)})
         raise InvalidTopicError(
-            f"invalid topic name '{name}': illegal character(s) {''.join(bad)!r}; allowed are ASCII letters, digits, '.', '_' and '-'"
+            f"invalid topic name '{name}': illegal character(s) {''.join(bad)!r}; allowed are ASCII letters, digits, "
+            "'.', '_' and '-'"
         )
     return name
 

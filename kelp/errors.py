@@ -236,7 +236,8 @@ class UnsupportedCompressionTypeError(KelpError):
 
 
 class InvalidRecordError(KelpError):
-    """A batch is well-formed on the wire but breaks a rule of the log (empty, bad offsets, no key on a compacted topic)."""
+    """A batch is well-formed on the wire but breaks a rule of the log (empty, bad offsets, no key on a compacted
+    topic)."""
 
     code = 87  # INVALID_RECORD
     http_status = 400

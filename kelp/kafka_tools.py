@@ -32,7 +32,8 @@ from pathlib import Path
 
 from kelp.maven import fetch_runtime_jars
 
-__all__ = ["TOOLS_VERSION", "tools_home", "classpath", "java_command", "archive_path", "ensure_archive", "fetch", "main"]
+__all__ = ["TOOLS_VERSION", "tools_home", "classpath", "java_command", "archive_path", "ensure_archive", "fetch",
+           "main"]
 
 TOOLS_VERSION = "4.3.1"
 SCALA_VERSION = "2.13"

@@ -197,7 +197,8 @@ def _check_one(
         if magic in (0, 1):
             raise UnsupportedForMessageFormatError(
                 f"message format v{magic} (magic {magic}) at byte {position} is not supported: "
-                "Kelp stores RecordBatch v2 only; use a client that produces with magic 2 (Kafka >= 0.11 clients, Produce v3+)"
+                "Kelp stores RecordBatch v2 only; use a client that produces with magic 2 (Kafka >= 0.11 "
+                "clients, Produce v3+)"
             )
         if magic != 2:
             raise CorruptRecordError(f"batch at byte {position} has unknown magic {magic} (expected 2)")

@@ -32,7 +32,8 @@ CONFIGS_PATH = "/admin/v1/brokers/configs"
 
 
 def _describe(patch: dict[str, str | None]) -> str:
-    return ", ".join(f"{k}={v}" if v is not None else f"{k} (back to the broker default)" for k, v in sorted(patch.items()))
+    return ", ".join(f"{k}={v}" if v is not None else f"{k} (back to the broker default)"
+                     for k, v in sorted(patch.items()))
 
 
 async def apply_dynamic_config(ctx: ClusterPass) -> dict[str, Any] | None:

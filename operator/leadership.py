@@ -95,7 +95,8 @@ class Leadership:
                              f"{record.version}): another writer took it")
                 raise LeadershipLost(f"operator {self.identity} lost the Lease: {self.lost}") from None
             except Exception as exc:
-                raise LeadershipLost(f"operator {self.identity}: cannot confirm the Lease ({exc}); not acting") from None
+                raise LeadershipLost(f"operator {self.identity}: cannot confirm the Lease ({exc}); "
+                                     "not acting") from None
             self.renewed_at = sent
 
 

@@ -38,7 +38,8 @@ def _loads(partitions: Iterable[Mapping[str, Any]], brokers: Iterable[int]) -> C
     return load
 
 
-def _pick(candidates: Iterable[int], taken: Sequence[int], load: Counter, racks: Mapping[int, str | None]) -> int | None:
+def _pick(candidates: Iterable[int], taken: Sequence[int], load: Counter,
+          racks: Mapping[int, str | None]) -> int | None:
     used_racks = {racks.get(r) for r in taken if racks.get(r)}
     options = [b for b in candidates if b not in taken]
     if not options:

@@ -188,7 +188,8 @@ async def watch_reassignments(ctx: ClusterPass) -> tuple[dict[str, Any] | None, 
         try:
             done = await _cancel(ctx, moves, retry=action == "retry")
         except AdminError as exc:
-            message = f"{REASSIGNMENT_ANNOTATION}={action} failed: {exc.message}; the annotation stays, the next pass tries again"
+            message = (f"{REASSIGNMENT_ANNOTATION}={action} failed: {exc.message}; the annotation stays, "
+                       "the next pass tries again")
             await ctx.emit("ReassignmentCancelFailed", message, warning=True)
             return ctx.old_status.get("reassignment"), condition("Progressing", False, "ReassignmentStalled", message)
         await ctx.annotate(REASSIGNMENT_ANNOTATION, None)

@@ -153,7 +153,8 @@ class ClusterSpec:
             raise SpecError("listeners.kafkaPort and listeners.httpPort must differ")
         self._validate_knobs()
         if self.reassignment_stall_s < 10:
-            raise SpecError(f"spec.reassignment.stallTimeoutSeconds must be at least 10, got {self.reassignment_stall_s}")
+            raise SpecError("spec.reassignment.stallTimeoutSeconds must be at least 10, got "
+                            f"{self.reassignment_stall_s}")
         if self.advertise not in ("dns", "podIP"):
             raise SpecError(f"spec.listeners.advertise must be dns or podIP, got {self.advertise!r}")
         owned = sorted(set(self.config) & OPERATOR_OWNED_KEYS)
@@ -177,7 +178,8 @@ class ClusterSpec:
             raise SpecError(f"spec.podTemplate.metadata.annotations sets {CONFIG_HASH_ANNOTATION}, which the operator "
                             "owns (it rolls the pods when the broker config changes)")
         if self.external_type not in (None, "NodePort", "LoadBalancer"):
-            raise SpecError(f"spec.listeners.external.type must be NodePort or LoadBalancer, got {self.external_type!r}")
+            raise SpecError("spec.listeners.external.type must be NodePort or LoadBalancer, got "
+                            f"{self.external_type!r}")
         if self.external_node_ports:
             if self.external_type != "NodePort":
                 raise SpecError("spec.listeners.external.nodePorts is only used with type NodePort")

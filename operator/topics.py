@@ -152,7 +152,8 @@ async def reconcile_topic(body: Mapping[str, Any], kube: KubeClient, admin_for: 
         elif described["partitions_count"] > partitions:
             notes.append(condition("Ready", False, "PartitionsCannotShrink",
                                    f"topic '{name}' has {described['partitions_count']} partitions and Kafka cannot "
-                                   f"remove partitions; set spec.partitions to at least {described['partitions_count']}"))
+                                   "remove partitions; set spec.partitions to at least "
+                                   f"{described['partitions_count']}"))
         overrides = {k: v["value"] for k, v in described.get("configs", {}).items() if v.get("source") == "topic"}
         if overrides != desired_configs:
             # Topic configs are dynamic in Kelp: altered in place, no broker restarts.

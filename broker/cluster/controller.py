@@ -133,7 +133,8 @@ class Controller(TopicAdmin, PartitionMoves):
 
     # -- lifecycle --------------------------------------------------------
     async def start(self) -> None:
-        """Load the log, claim a new epoch, elect for the live brokers, start delivering. Raises on an unreadable log."""
+        """Load the log, claim a new epoch, elect for the live brokers, start delivering. Raises on an unreadable
+        log."""
         loaded = await self.log.load()
         try:
             self.image = image_from_log(loaded.snapshot, loaded.entries)
@@ -239,7 +240,8 @@ class Controller(TopicAdmin, PartitionMoves):
         # A restarted process lost its in-memory state (ISR view, high watermark): fenced like a gone one,
         # even when it came back before its lease expired, or while no controller was watching.
         bounced = {b for b in alive if b in registered and registered[b].incarnation != alive[b].incarnation}
-        unregistered = {b for b in alive if registered.get(b) is None or registered[b].incarnation != alive[b].incarnation}
+        unregistered = {b for b in alive if registered.get(b) is None
+                        or registered[b].incarnation != alive[b].incarnation}
         moved = {b for b in set(alive) & set(old) if alive[b] != old[b]}
         if not (gone or came or moved or unregistered or takeover):
             return
@@ -282,7 +284,8 @@ class Controller(TopicAdmin, PartitionMoves):
         try:
             found = await self.log.read_entry(offset)
         except MetadataUnreadable as exc:
-            raise NotControllerError(f"the metadata log cannot be read back after a failed write ({exc}); retry") from None
+            raise NotControllerError("the metadata log cannot be read back after a failed write "
+                                     f"({exc}); retry") from None
         self._doubt = None
         if found is None:
             return
@@ -390,7 +393,8 @@ class Controller(TopicAdmin, PartitionMoves):
         async with self._lock:
             self._check_fresh()
             if isinstance(broker, bool) or not isinstance(broker, int) or broker < DEFAULT_ENTITY:
-                raise InvalidRequestError(f"broker config entity {broker!r}: a broker id, or -1 for the cluster-wide default")
+                raise InvalidRequestError(f"broker config entity {broker!r}: a broker id, or -1 for the "
+                                          "cluster-wide default")
             if not isinstance(configs, Mapping):
                 raise InvalidRequestError("broker configs must map config names to values (or null to delete)")
             clean = validate_broker_configs(configs, portable=True)
@@ -453,13 +457,16 @@ class Controller(TopicAdmin, PartitionMoves):
                 if partition_epoch < state.partition_epoch and set(new_isr) == set(state.isr):
                     return self._answer(state.to_json())
                 raise InvalidUpdateVersionError(
-                    f"{topic}-{partition}: ISR change based on partition epoch {partition_epoch}, current is {state.partition_epoch}")
+                    f"{topic}-{partition}: ISR change based on partition epoch {partition_epoch}, current is "
+                    f"{state.partition_epoch}")
             if leader not in new_isr or any(r not in state.replicas for r in new_isr):
-                raise InvalidRequestError(f"{topic}-{partition}: ISR {list(new_isr)} must include the leader and only replicas {list(state.replicas)}")
+                raise InvalidRequestError(f"{topic}-{partition}: ISR {list(new_isr)} must include the leader and only "
+                                          f"replicas {list(state.replicas)}")
             added = [r for r in new_isr if r not in state.isr]
             bad = [r for r in added if r not in self.alive or r in self._shutting_down]
             if bad:
-                raise IneligibleReplicaError(f"{topic}-{partition}: broker(s) {bad} cannot join the ISR: not live or shutting down")
+                raise IneligibleReplicaError(f"{topic}-{partition}: broker(s) {bad} cannot join the ISR: not live "
+                                             "or shutting down")
             if set(new_isr) == set(state.isr):
                 return self._answer(state.to_json())
             new_state = replace(state, isr=new_isr, partition_epoch=state.partition_epoch + 1)
@@ -500,7 +507,8 @@ class Controller(TopicAdmin, PartitionMoves):
             for t in changed:
                 old = self.topics[t.name]
                 for p, s2 in enumerate(t.partition_states):
-                    describe_change(t.name, p, old.partition_states[p], s2, f"controlled shutdown of broker {broker_id}")
+                    describe_change(t.name, p, old.partition_states[p], s2,
+                                    f"controlled shutdown of broker {broker_id}")
             records = [r for t in changed for r in self._records_for(t)]
             reg = self.image.brokers.get(broker_id)
             if broker_id in self.alive and (reg is None or not reg.shutting_down):
@@ -513,7 +521,8 @@ class Controller(TopicAdmin, PartitionMoves):
                         remaining.append(f"{t.name}-{p}")
                         if any(r != broker_id and r in eligible for r in s.replicas):
                             waiting.append(f"{t.name}-{p}")  # another live replica may catch up: worth a retry
-            log.info("controlled shutdown of broker %d: leadership moved for %d topic(s); it still leads %d partition(s)",
+            log.info("controlled shutdown of broker %d: leadership moved for %d topic(s); it still leads "
+                     "%d partition(s)",
                      broker_id, len(changed), len(remaining))
             return self._answer({"broker_id": broker_id, "remaining_leaderships": remaining,
                                  "awaiting_replicas": waiting})

@@ -131,7 +131,8 @@ class KubeMetadataLog(BlockingMetadataLog):
                                          f"{expected} is missing before {offset}")
             entry = self._doc(entries[offset])
             if int(entry.get("offset", -2)) != offset:
-                raise MetadataUnreadable(f"metadata ConfigMap {self._entry_name(offset)} holds offset {entry.get('offset')}")
+                raise MetadataUnreadable(f"metadata ConfigMap {self._entry_name(offset)} holds offset "
+                                         f"{entry.get('offset')}")
             out.append(entry)
         return LoadedLog(snapshot, out)
 
@@ -149,8 +150,8 @@ class KubeMetadataLog(BlockingMetadataLog):
         offset = int(entry["offset"])
         text = json.dumps(entry, separators=(",", ":"))
         if len(text) > MAX_OBJECT_BYTES:
-            raise ValueError(f"metadata entry at offset {offset} is {len(text)} bytes, over the {MAX_OBJECT_BYTES}-byte "
-                             "limit of one ConfigMap; change fewer partitions at once")
+            raise ValueError(f"metadata entry at offset {offset} is {len(text)} bytes, over the {MAX_OBJECT_BYTES}"
+                             "-byte limit of one ConfigMap; change fewer partitions at once")
         try:
             request(self.api, "POST", self._base, body=self._body(self._entry_name(offset), "log-entry", offset, text))
         except KubeApiError as exc:
@@ -191,7 +192,8 @@ class KubeMetadataLog(BlockingMetadataLog):
         for obj in self._list(f"{ROLE} in (log-entry,snapshot,snapshot-chunk)"):
             role = obj["metadata"]["labels"].get(ROLE)
             offset = self._offset(obj)
-            if (role == "log-entry" and offset <= snapshot_offset) or (role != "log-entry" and offset < snapshot_offset):
+            if ((role == "log-entry" and offset <= snapshot_offset)
+                    or (role != "log-entry" and offset < snapshot_offset)):
                 if role == "snapshot":
                     continue  # markers go after their chunks, below
                 self._delete(obj["metadata"]["name"])

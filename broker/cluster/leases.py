@@ -173,7 +173,8 @@ class LeaseElector:
         ann = dict(annotations or {})
         if cur is None:
             try:
-                self.record = await self.backend.create(LeaseRecord(self.name, self.identity, now, now, self.duration_ms, 0, ann))
+                self.record = await self.backend.create(LeaseRecord(self.name, self.identity, now, now,
+                                                                    self.duration_ms, 0, ann))
                 return self.record
             except LeaseConflict:
                 return None

@@ -314,7 +314,8 @@ class ClusterMember(LeaderRouting):
         controller, self.controller = self.controller, None
         if controller is not None:
             if controller.active:
-                log.warning("broker %d stops being the controller (epoch %d): %s", self.broker_id, controller.epoch, why)
+                log.warning("broker %d stops being the controller (epoch %d): %s", self.broker_id, controller.epoch,
+                            why)
             await controller.stop()
 
     async def _refresh_brokers(self) -> dict[int, BrokerEndpoint]:
@@ -409,7 +410,8 @@ class ClusterMember(LeaderRouting):
         timeout = aiohttp.ClientTimeout(total=max(1.0, min(5.0, self.duration_ms / 1000.0)))
         async with self._http.post(f"{broker.http_url}/cluster/v1/metadata", json=payload, timeout=timeout) as resp:
             body = await resp.json(content_type=None)
-            if resp.status == 409 and isinstance(body, dict) and body.get("error_code") == StaleControllerEpochError.code:
+            if (resp.status == 409 and isinstance(body, dict)
+                    and body.get("error_code") == StaleControllerEpochError.code):
                 raise StaleEpoch(body.get("message", "stale controller epoch"))
             if resp.status >= 300 or not isinstance(body, dict) or "applied_offset" not in body:
                 raise KelpError(f"broker {broker.id} answered {resp.status}: {str(body)[:200]}")

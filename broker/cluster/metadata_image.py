@@ -19,7 +19,7 @@ The records:
 | `remove_topic` | `topic`, `topic_id` | the topic is deleted (the only way a topic ever goes) |
 | `producer_ids` | `next` | the next producer id block starts here |
 | `broker` | `id`, `incarnation`, `shutting_down` | a broker process registered (or began a controlled shutdown) |
-| `broker_config` | `broker` (-1: the cluster-wide default), `configs` | dynamic broker configs set (a value) or deleted (null) |
+| `broker_config` | `broker` (-1: cluster-wide default), `configs` | dynamic configs set (a value) or deleted (null) |
 
 Invariants checked on every apply (a violation raises `MetadataCorrupt`,
 which stops whoever reads the log instead of applying it):
@@ -171,7 +171,7 @@ class MetadataDelta:
 
     changed: dict[str, TopicState] = field(default_factory=dict)   # created or updated, newest state
     removed: dict[str, TopicState] = field(default_factory=dict)   # deleted by a remove_topic record
-    vanished: list[str] = field(default_factory=list)              # gone from a snapshot with no tombstone: never deleted
+    vanished: list[str] = field(default_factory=list)              # gone from a snapshot, no tombstone: never deleted
     controller_changed: bool = False
     # Every entity's dynamic broker configs after the change, when they changed (None: unchanged).
     broker_configs: Mapping[int, Mapping[str, str]] | None = None
@@ -309,8 +309,10 @@ def snapshot_to_json(image: MetadataImage) -> dict[str, Any]:
         "next_producer_id": image.next_producer_id,
         "topics": [image.topics[n].to_json() for n in sorted(image.topics)],
         "removed": [[tid, name] for tid, name in image.removed.items()],
-        "brokers": [broker_record(b, r.incarnation, shutting_down=r.shutting_down) for b, r in sorted(image.brokers.items())],
-        "broker_configs": [{"broker": b, "configs": dict(sorted(c.items()))} for b, c in sorted(image.broker_configs.items())],
+        "brokers": [broker_record(b, r.incarnation, shutting_down=r.shutting_down)
+                    for b, r in sorted(image.brokers.items())],
+        "broker_configs": [{"broker": b, "configs": dict(sorted(c.items()))}
+                           for b, c in sorted(image.broker_configs.items())],
     }
 
 
@@ -334,7 +336,8 @@ def image_from_snapshot(doc: Mapping[str, Any]) -> MetadataImage:
                              controller_id=int(doc.get("controller_id", -1)), topics=topics,
                              next_producer_id=int(doc.get("next_producer_id", 0)),
                              removed={str(tid): str(name) for tid, name in doc.get("removed", [])},
-                             brokers={int(b["id"]): BrokerRegistration(str(b["incarnation"]), bool(b.get("shutting_down")))
+                             brokers={int(b["id"]): BrokerRegistration(str(b["incarnation"]),
+                                                                       bool(b.get("shutting_down")))
                                       for b in doc.get("brokers", [])},
                              broker_configs=broker_configs)
     except (KeyError, TypeError, ValueError) as exc:

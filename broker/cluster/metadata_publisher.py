@@ -103,7 +103,8 @@ class MetadataPublisher:
             payload["entries"] = []
             return payload
         start = applied + 1 - first
-        payload["entries"] = [self._retained[i] for i in range(start, min(len(self._retained), start + MAX_ENTRIES_PER_PUSH))]
+        payload["entries"] = [self._retained[i]
+                              for i in range(start, min(len(self._retained), start + MAX_ENTRIES_PER_PUSH))]
         return payload
 
     # -- the workers -----------------------------------------------------------------

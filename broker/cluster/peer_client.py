@@ -91,7 +91,8 @@ class PeerConnection:
                 raise PeerError(f"undecodable response from broker at {self.address}: {exc}") from None
             if resp.header.correlation_id != corr:
                 self._drop()
-                raise PeerError(f"broker at {self.address} answered correlation id {resp.header.correlation_id}, expected {corr}")
+                raise PeerError(f"broker at {self.address} answered correlation id {resp.header.correlation_id}, "
+                                f"expected {corr}")
             return resp
 
     def _drop(self) -> None:

@@ -208,13 +208,15 @@ class ReplicaFetcher:
                 st.truncating = False  # nothing beyond what is committed (a new, empty replica): nothing to cut
                 continue
             log.info("%s-%d: no leader epochs recorded; truncating to the high watermark %d", key[0], key[1], hw)
-            if await replicas.truncate_follower(key[0], key[1], hw, leader_epoch=st.leader_epoch) and self._current(key, st):
+            if (await replicas.truncate_follower(key[0], key[1], hw, leader_epoch=st.leader_epoch)
+                    and self._current(key, st)):
                 st.truncating = False
         if not by_topic:
             return
         req = OffsetForLeaderEpochRequest(
             replica_id=self.m.broker_id,
-            topics=[OffsetForLeaderEpochRequest.OffsetForLeaderTopic(topic=t, partitions=ps) for t, ps in by_topic.items()],
+            topics=[OffsetForLeaderEpochRequest.OffsetForLeaderTopic(topic=t, partitions=ps)
+                    for t, ps in by_topic.items()],
         )
         resp = await conn.request(req, EPOCH_VERSION, timeout_s=self.timeout_s)
         for t in resp.topics:

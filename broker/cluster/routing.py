@@ -102,7 +102,8 @@ class LeaderRouting:
                 last = exc
             if time.monotonic() + delay > deadline:
                 raise RequestTimedOutError(
-                    f"no controller answered '{op}' within {timeout_s:.0f}s (last: {last}); is a majority of brokers up?"
+                    f"no controller answered '{op}' within {timeout_s:.0f}s (last: {last}); is a "
+                    "majority of brokers up?"
                 )
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)
@@ -213,11 +214,13 @@ class LeaderRouting:
         leader = self._leader_of(topic, partition)
         if (part is not None and part.is_leader) or leader == self.broker_id or leader not in self.brokers:
             return await self.broker.replicas.append(topic, partition, batch, acks=acks, timeout_ms=timeout_ms)
-        url = f"{self.brokers[leader].http_url}/cluster/v1/partitions/{topic}/{partition}/append?acks={acks}&timeout_ms={timeout_ms}"
+        url = (f"{self.brokers[leader].http_url}/cluster/v1/partitions/{topic}/{partition}/append"
+               f"?acks={acks}&timeout_ms={timeout_ms}")
         async with self._http.post(url, data=batch, headers={"Content-Type": "application/octet-stream"}) as resp:
             body = await resp.json(content_type=None)
             if resp.status >= 300:
-                raise error_for(int(body.get("error_code", -1)), body.get("message", f"broker {leader} answered {resp.status}"))
+                raise error_for(int(body.get("error_code", -1)),
+                                body.get("message", f"broker {leader} answered {resp.status}"))
         return ProduceResult(topic, partition, body["base_offset"], body["last_offset"], body["log_append_time_ms"],
                              body["log_start_offset"], body["record_count"])
 
@@ -228,11 +231,13 @@ class LeaderRouting:
         leader = self._leader_of(topic, partition)
         if (part is not None and part.is_leader) or leader == self.broker_id or leader not in self.brokers:
             return await self.broker.replicas.delete_records(topic, partition, offset)
-        url = f"{self.brokers[leader].http_url}/cluster/v1/partitions/{topic}/{partition}/delete-records?offset={offset}"
+        url = (f"{self.brokers[leader].http_url}/cluster/v1/partitions/{topic}/{partition}/delete-records"
+               f"?offset={offset}")
         async with self._http.post(url) as resp:
             body = await resp.json(content_type=None)
             if resp.status >= 300:
-                raise error_for(int(body.get("error_code", -1)), body.get("message", f"broker {leader} answered {resp.status}"))
+                raise error_for(int(body.get("error_code", -1)),
+                                body.get("message", f"broker {leader} answered {resp.status}"))
         return int(body["low_watermark"])
 
     async def replica_progress(self, topic: str, partition: int) -> dict[int, int] | None:

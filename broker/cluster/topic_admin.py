@@ -75,7 +75,8 @@ class TopicAdmin:
                 raise TopicAlreadyExistsError(f"topic '{name}' already exists")
             check_topic_collision(name, self.topics)  # against the cluster metadata, not one broker's cache
             partitions = self.settings.num_partitions if partitions in (None, -1) else int(partitions)
-            rf = self.settings.default_replication_factor if replication_factor in (None, -1) else int(replication_factor)
+            rf = (self.settings.default_replication_factor if replication_factor in (None, -1)
+                  else int(replication_factor))
             clean = dict(configs or {})
             if self._topic_config_check is not None:
                 self._topic_config_check(name, clean)
@@ -85,7 +86,8 @@ class TopicAdmin:
                 if partitions <= 0:
                     raise InvalidPartitionsError(f"topic '{name}': number of partitions must be > 0, got {partitions}")
                 if partitions > MAX_PARTITIONS:
-                    raise InvalidPartitionsError(f"topic '{name}': {partitions} partitions is over the limit of {MAX_PARTITIONS}")
+                    raise InvalidPartitionsError(f"topic '{name}': {partitions} partitions is over the limit of "
+                                                 f"{MAX_PARTITIONS}")
                 if rf <= 0:
                     raise InvalidReplicationFactorError(f"topic '{name}': replication factor must be > 0, got {rf}")
                 plan = assign_replicas(brokers=self._racks(), partitions=partitions, replication_factor=rf,
@@ -105,11 +107,13 @@ class TopicAdmin:
     def _manual_assignment(self, name: str, assignments: Mapping[int, list[int]]) -> list[list[int]]:
         keys = sorted(int(k) for k in assignments)
         if keys != list(range(len(keys))):
-            raise InvalidRequestError(f"topic '{name}': manual assignment must name partitions 0..{len(keys) - 1}, got {keys}")
+            raise InvalidRequestError(f"topic '{name}': manual assignment must name partitions "
+                                      f"0..{len(keys) - 1}, got {keys}")
         plan = [list(assignments[k]) for k in keys]
         sizes = {len(r) for r in plan}
         if len(sizes) != 1:
-            raise InvalidReplicationFactorError(f"topic '{name}': every partition needs the same number of replicas, got {sorted(sizes)}")
+            raise InvalidReplicationFactorError(f"topic '{name}': every partition needs the same number of replicas, "
+                                                f"got {sorted(sizes)}")
         for p, replicas in enumerate(plan):
             self._check_replica_list(name, p, replicas)
         return plan
@@ -153,7 +157,8 @@ class TopicAdmin:
             topic = self._topic(name)
             if name in INTERNAL_TOPICS:
                 raise InvalidTopicError(
-                    f"topic '{name}' is internal: deleting it would lose every consumer group's committed offsets; refused"
+                    f"topic '{name}' is internal: deleting it would lose every consumer group's committed "
+                    "offsets; refused"
                 )
             await self._append([remove_topic_record(topic)])
             log.info("deleted topic %s (id %s)", name, topic.topic_id)
@@ -166,15 +171,18 @@ class TopicAdmin:
             topic = self._topic(name)
             if total < topic.partitions:
                 raise InvalidPartitionsError(
-                    f"topic '{name}' has {topic.partitions} partitions; partitions can only grow, not shrink to {total}")
+                    f"topic '{name}' has {topic.partitions} partitions; partitions can only grow, "
+                    f"not shrink to {total}")
             if total == topic.partitions:
                 raise InvalidPartitionsError(f"topic '{name}' already has {total} partitions")
             if total > MAX_PARTITIONS:
-                raise InvalidPartitionsError(f"topic '{name}': {total} partitions is over the limit of {MAX_PARTITIONS}")
+                raise InvalidPartitionsError(f"topic '{name}': {total} partitions is over the limit of "
+                                             f"{MAX_PARTITIONS}")
             extra = total - topic.partitions
             if assignments:
                 if len(assignments) != extra:
-                    raise InvalidRequestError(f"topic '{name}': {len(assignments)} assignment(s) for {extra} new partition(s)")
+                    raise InvalidRequestError(f"topic '{name}': {len(assignments)} assignment(s) for {extra} "
+                                              "new partition(s)")
                 for i, replicas in enumerate(assignments):
                     self._check_replica_list(name, topic.partitions + i, list(replicas))
                 plan = [list(r) for r in assignments]

@@ -76,7 +76,8 @@ class CoordinatorLocator:
             n = self.coordinator.config.num_partitions
             log.info("%s does not exist yet; asking the controller to create it with %d partitions", OFFSETS_TOPIC, n)
             task = asyncio.get_running_loop().create_task(
-                self.broker.cluster.ensure_internal_topic(OFFSETS_TOPIC, partitions=n, configs=dict(OFFSETS_TOPIC_CONFIGS)),
+                self.broker.cluster.ensure_internal_topic(OFFSETS_TOPIC, partitions=n,
+                                                          configs=dict(OFFSETS_TOPIC_CONFIGS)),
                 name=f"create-{OFFSETS_TOPIC}",
             )
             task.add_done_callback(_log_creation_result)
@@ -124,7 +125,8 @@ class CoordinatorLocator:
         if leader is None:
             return CoordinatorLocation(
                 Errors.COORDINATOR_NOT_AVAILABLE,
-                f"{OFFSETS_TOPIC} partition {partition} (coordinating group '{group_id}') has no leader right now; retry",
+                f"{OFFSETS_TOPIC} partition {partition} (coordinating group '{group_id}') has no leader "
+                "right now; retry",
                 partition=partition,
             )
         node, host, port = leader

@@ -41,7 +41,8 @@ _VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
     GroupState.COMPLETING_REBALANCE: frozenset({GroupState.PREPARING_REBALANCE}),
     GroupState.STABLE: frozenset({GroupState.COMPLETING_REBALANCE}),
     GroupState.DEAD: frozenset(
-        {GroupState.STABLE, GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY, GroupState.DEAD}
+        {GroupState.STABLE, GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY,
+         GroupState.DEAD}
     ),
 }
 

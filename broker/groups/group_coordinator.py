@@ -120,7 +120,8 @@ class CoordinatorConfig:
     max_group_size: int = 2**31 - 1  # group.max.size
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes
     offsets_retention_check_interval_ms: int = 600000  # offsets.retention.check.interval.ms
-    commit_timeout_ms: int = 5000  # offsets.commit.timeout.ms: how long a write to __consumer_offsets may wait for the ISR
+    # offsets.commit.timeout.ms: how long a write to __consumer_offsets may wait for the ISR
+    commit_timeout_ms: int = 5000
     load_retry_ms: int = 1000  # after a failed replay of a partition this broker still leads
 
     @classmethod
@@ -185,7 +186,8 @@ class LoadedPartition:
     metas: dict[str, GroupValue | None] = field(default_factory=dict)
 
     def group_ids(self) -> set[str]:
-        return {k.group for k, v in self.offsets.items() if v is not None} | {g for g, m in self.metas.items() if m is not None}
+        return ({k.group for k, v in self.offsets.items() if v is not None}
+                | {g for g, m in self.metas.items() if m is not None})
 
 
 def decode_partition(partition: int, records: Iterable[tuple[bytes | None, bytes | None]]) -> LoadedPartition:
@@ -283,7 +285,8 @@ class GroupCoordinator:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("loading __consumer_offsets-%d failed; retrying in %d ms", partition, self.config.load_retry_ms)
+                log.exception("loading __consumer_offsets-%d failed; retrying in %d ms", partition,
+                              self.config.load_retry_ms)
                 retry: asyncio.Future[None] = asyncio.get_running_loop().create_future()
                 self.scheduler.call_later(self.config.load_retry_ms, lambda: retry.done() or retry.set_result(None))  # noqa: B023 (awaited just below)
                 await retry
@@ -423,7 +426,8 @@ class GroupCoordinator:
             for m in group.members.values():
                 for fut in (m.join_future, m.sync_future):
                     if fut is not None and not fut.done():
-                        fut.set_result(JoinResult(Errors.NOT_COORDINATOR) if fut is m.join_future else SyncResult(Errors.NOT_COORDINATOR))
+                        fut.set_result(JoinResult(Errors.NOT_COORDINATOR) if fut is m.join_future
+                                       else SyncResult(Errors.NOT_COORDINATOR))
 
     # -- helpers --------------------------------------------------------
     def partition_for(self, group_id: str) -> int:
@@ -476,7 +480,8 @@ class GroupCoordinator:
                 MemberValue(
                     m.member_id, m.group_instance_id, m.client_id, m.client_host,
                     m.rebalance_timeout_ms, m.session_timeout_ms,
-                    m.metadata_for(group.protocol_name) if group.protocol_name and group.protocol_name in m.protocol_names() else b"",
+                    m.metadata_for(group.protocol_name) if group.protocol_name
+                    and group.protocol_name in m.protocol_names() else b"",
                     m.assignment,
                 )
                 for m in group.members.values()
@@ -566,15 +571,18 @@ class GroupCoordinator:
         if member is None:
             return JoinResult(Errors.UNKNOWN_MEMBER_ID, member_id=member_id)
         if group.is_(GroupState.PREPARING_REBALANCE):
-            return await self._update_member_and_rebalance(group, member, loop, protocols, rebalance_timeout_ms, session_timeout_ms)
+            return await self._update_member_and_rebalance(group, member, loop, protocols, rebalance_timeout_ms,
+                                                           session_timeout_ms)
         if group.is_(GroupState.COMPLETING_REBALANCE):
             if member.same_protocols(protocols):
                 # A retried join after the group moved on: answer with the current generation.
                 return self._current_join_result(group, member)
-            return await self._update_member_and_rebalance(group, member, loop, protocols, rebalance_timeout_ms, session_timeout_ms)
+            return await self._update_member_and_rebalance(group, member, loop, protocols, rebalance_timeout_ms,
+                                                           session_timeout_ms)
         if group.is_(GroupState.STABLE):
             if member.member_id == group.leader_id or not member.same_protocols(protocols):
-                return await self._update_member_and_rebalance(group, member, loop, protocols, rebalance_timeout_ms, session_timeout_ms)
+                return await self._update_member_and_rebalance(group, member, loop, protocols, rebalance_timeout_ms,
+                                                               session_timeout_ms)
             return self._current_join_result(group, member)
         return JoinResult(Errors.UNKNOWN_MEMBER_ID, member_id=member_id)
 
@@ -591,7 +599,8 @@ class GroupCoordinator:
         proto = group.protocol_name or ""
         return [(m.member_id, m.group_instance_id, m.metadata_for(proto)) for m in group.members.values()]
 
-    async def _join_unknown_static(self, group: Group, instance_id: str, loop: asyncio.AbstractEventLoop, **kw: Any) -> JoinResult:
+    async def _join_unknown_static(self, group: Group, instance_id: str,
+                                   loop: asyncio.AbstractEventLoop, **kw: Any) -> JoinResult:
         old_id = group.static_member_id(instance_id)
         new_id = f"{instance_id}-{uuid.uuid4()}"
         if old_id is None:
@@ -711,7 +720,8 @@ class GroupCoordinator:
         if not group.is_(GroupState.PREPARING_REBALANCE):
             return
         for m in [m for m in group.members.values() if not m.awaiting_join]:
-            log.info("group '%s': member %s did not rejoin within the rebalance timeout; removed", group.group_id, m.member_id)
+            log.info("group '%s': member %s did not rejoin within the rebalance timeout; removed", group.group_id,
+                     m.member_id)
             self._remove_member(group, m, notify=False)
         for pid in list(group.pending_members):
             group.pending_members.discard(pid)
@@ -837,7 +847,8 @@ class GroupCoordinator:
                 else:
                     for m in group.members.values():
                         if m.awaiting_sync:
-                            m.sync_future.set_result(SyncResult(Errors.NONE, group.protocol_type, group.protocol_name, m.assignment))  # type: ignore[union-attr]
+                            m.sync_future.set_result(  # type: ignore[union-attr]
+                                SyncResult(Errors.NONE, group.protocol_type, group.protocol_name, m.assignment))
                         m.sync_future = None
                     group.transition(GroupState.STABLE, now_ms=self.clock())
                     log.info("group '%s': Stable at generation %d", group.group_id, gen)
@@ -866,7 +877,8 @@ class GroupCoordinator:
         self._schedule_heartbeat(group, member)
         return Errors.NONE
 
-    def leave_group(self, group_id: str, members: list[tuple[str, str | None]]) -> tuple[int, list[tuple[str, str | None, int]]]:
+    def leave_group(self, group_id: str,
+                    members: list[tuple[str, str | None]]) -> tuple[int, list[tuple[str, str | None, int]]]:
         """Remove members; returns (top-level error, per-member errors)."""
         err = self._check_group(group_id)
         if err:
@@ -986,7 +998,8 @@ class GroupCoordinator:
             return Errors.NONE, dict(stored)
         return Errors.NONE, {tp: stored.get(tp) for tp in partitions}
 
-    async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> tuple[int, dict[tuple[str, int], int]]:
+    async def delete_offsets(self, group_id: str,
+                             partitions: list[tuple[str, int]]) -> tuple[int, dict[tuple[str, int], int]]:
         err = self._check_group(group_id)
         if err:
             return err, {}
@@ -1009,7 +1022,8 @@ class GroupCoordinator:
             try:
                 await self.store.append(partition, [(encode_offset_key(group_id, t, p), None) for t, p in tombstones])
             except Exception as exc:
-                code = Errors.NOT_COORDINATOR if self.ownership.token(partition) != token else group_write_error_code(exc)
+                code = (Errors.NOT_COORDINATOR if self.ownership.token(partition) != token
+                        else group_write_error_code(exc))
                 log.warning("deleting %d offset(s) of group '%s' failed (answering error %d): %s",
                             len(tombstones), group_id, code, exc)
                 return code, {}
@@ -1024,7 +1038,8 @@ class GroupCoordinator:
         if err or group is None:
             state = "Dead"
             return GroupDescription(group_id, err, state, "", "", -1, None, [])
-        stable_protocol = group.protocol_name or "" if group.is_(GroupState.STABLE, GroupState.COMPLETING_REBALANCE) else ""
+        stable_protocol = group.protocol_name or "" if group.is_(GroupState.STABLE,
+                                                                 GroupState.COMPLETING_REBALANCE) else ""
         return GroupDescription(
             group_id, Errors.NONE, group.state.value, group.protocol_type or "", stable_protocol,
             group.generation, group.leader_id, list(group.members.values()),
@@ -1063,7 +1078,8 @@ class GroupCoordinator:
             try:
                 await self.store.append(partition, records)
             except Exception as exc:
-                code = Errors.NOT_COORDINATOR if self.ownership.token(partition) != token else group_write_error_code(exc)
+                code = (Errors.NOT_COORDINATOR if self.ownership.token(partition) != token
+                        else group_write_error_code(exc))
                 log.warning("deleting group '%s' failed (answering error %d): %s", gid, code, exc)
                 out[gid] = code
                 continue

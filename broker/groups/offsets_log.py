@@ -243,5 +243,6 @@ def decode_group_value(data: bytes) -> GroupValue:
         assignment = r.bytes_() or b""
         if rebalance < 0:
             rebalance = session
-        members.append(MemberValue(member_id, instance, client_id, client_host, rebalance, session, subscription, assignment))
+        members.append(MemberValue(member_id, instance, client_id, client_host, rebalance, session, subscription,
+                                   assignment))
     return GroupValue(protocol_type, generation, protocol, leader, state_ts, members)

@@ -59,14 +59,16 @@ async def _starting_middleware(request: web.Request, handler: Any) -> web.Stream
             and request.path not in _SERVED_WHILE_JOINING:
         from .problems import HttpProblem
 
-        raise HttpProblem(503, f"broker {broker.config.broker_id} is still starting (log recovery, joining the cluster); retry")
+        raise HttpProblem(503, f"broker {broker.config.broker_id} is still starting (log recovery, joining the "
+                               "cluster); retry")
     return await handler(request)
 
 
 def build_http_app(broker: Any) -> web.Application:
     # Bodies are read whole before they are parsed: this bounds what one request may hold (413 beyond).
     max_body = int(broker_setting(broker, "http.request.max.bytes"))
-    app = web.Application(client_max_size=max_body, middlewares=[_latency_middleware, error_middleware, _starting_middleware])
+    app = web.Application(client_max_size=max_body,
+                          middlewares=[_latency_middleware, error_middleware, _starting_middleware])
     app[MAX_BODY] = max_body
     app[OFF_LOOP_SLOTS] = asyncio.Semaphore(2)
     app[BROKER] = broker

@@ -100,17 +100,20 @@ def _partition_target(body: Any, *, what: str) -> list[tuple[str, int, list[int]
             raise HttpProblem(400, f"{what}: partitions[{i}] must be an object")
         topic, partition, replicas = item.get("topic"), item.get("partition"), item.get("replicas")
         if not isinstance(topic, str) or not _int32(partition):
-            raise HttpProblem(400, f"{what}: partitions[{i}] needs 'topic' (string) and 'partition' (integer 0..2^31-1)")
+            raise HttpProblem(400,
+                              f"{what}: partitions[{i}] needs 'topic' (string) and 'partition' (integer 0..2^31-1)")
         if replicas is not None and (not isinstance(replicas, list) or not replicas
                                      or not all(_int32(r) for r in replicas)):
-            raise HttpProblem(400, f"{what}: partitions[{i}].replicas must be a non-empty list of broker ids, or null to cancel")
+            raise HttpProblem(400, f"{what}: partitions[{i}].replicas must be a non-empty list of broker ids, "
+                                   "or null to cancel")
         out.append((topic, partition, replicas))
     return out
 
 
 @routes.post("/admin/v1/partitions/reassign")
 async def reassign(request: web.Request) -> web.Response:
-    """Start (or with `"replicas": null` cancel) moving partitions; progress at GET /admin/v1/partitions/reassignments."""
+    """Start (or with `"replicas": null` cancel) moving partitions; progress at GET
+    /admin/v1/partitions/reassignments."""
     member = _member(request)
     results = []
     for topic, partition, replicas in _partition_target(await read_json(request), what="reassign"):
@@ -173,7 +176,8 @@ async def replica_progress(request: web.Request) -> web.Response:
         raise HttpProblem(400, "partition must be an integer") from None
     part = broker.replicas.get_partition(request.match_info["topic"], partition)
     if part is None or not part.is_leader:
-        raise HttpProblem(421, f"broker {broker.config.broker_id} does not lead {request.match_info['topic']}-{partition}")
+        raise HttpProblem(421, f"broker {broker.config.broker_id} does not lead "
+                               f"{request.match_info['topic']}-{partition}")
     return json_response({str(k): v for k, v in part.describe_replicas().items()})
 
 
@@ -212,7 +216,8 @@ async def append_here(request: web.Request) -> web.Response:
     except ValueError:
         raise HttpProblem(400, "partition, acks and timeout_ms must be integers") from None
     data = bytearray(await request.read())
-    result = await broker.replicas.append(request.match_info["topic"], partition, data, acks=acks, timeout_ms=timeout_ms)
+    result = await broker.replicas.append(request.match_info["topic"], partition, data, acks=acks,
+                                          timeout_ms=timeout_ms)
     return json_response({"base_offset": result.base_offset, "last_offset": result.last_offset,
                           "log_append_time_ms": result.log_append_time_ms, "log_start_offset": result.log_start_offset,
                           "record_count": result.record_count})

@@ -177,7 +177,8 @@ class HttpConsumer:
                 await coord.wait_ownership_change(1.0)
                 continue
             if r.error:
-                raise KelpError(f"JoinGroup of REST consumer {self.group}/{self.name} failed with Kafka error {r.error}")
+                raise KelpError(f"JoinGroup of REST consumer {self.group}/{self.name} failed with Kafka error "
+                                f"{r.error}")
             self.member_id, self.generation = r.member_id, r.generation
             assignments = None
             if r.members:
@@ -211,7 +212,8 @@ class HttpConsumer:
         plan = range_assign(subs, partitions_of)
         A = ConsumerProtocolAssignment
         return {
-            m: bytes(A(version=0, assigned_partitions=[A.TopicPartition(topic=t, partitions=ps) for t, ps in sorted(tp.items())],
+            m: bytes(A(version=0, assigned_partitions=[A.TopicPartition(topic=t, partitions=ps)
+                                                       for t, ps in sorted(tp.items())],
                        user_data=b"").encode())
             for m, tp in plan.items()
         }
@@ -404,7 +406,8 @@ class ConsumerRegistry:
             now = time.monotonic()
             for key, inst in list(self.instances.items()):
                 if now - inst.last_used > inst.instance_timeout_ms / 1000.0:
-                    log.info("REST consumer %s/%s idle for over %d ms; closing it", key[0], key[1], inst.instance_timeout_ms)
+                    log.info("REST consumer %s/%s idle for over %d ms; closing it", key[0], key[1],
+                             inst.instance_timeout_ms)
                     self.instances.pop(key, None)
                     await inst.close()
 

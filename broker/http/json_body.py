@@ -40,7 +40,8 @@ from aiohttp import web
 from .keys import OFF_LOOP_SLOTS
 from .problems import HttpProblem
 
-__all__ = ["read_json", "decode_body", "loads_bounded", "json_value", "BodyError", "MAX_JSON_DEPTH", "INLINE_MAX_BYTES", "off_loop"]
+__all__ = ["read_json", "decode_body", "loads_bounded", "json_value", "BodyError", "MAX_JSON_DEPTH", "INLINE_MAX_BYTES",
+           "off_loop"]
 
 MAX_JSON_DEPTH = 512
 # Bodies up to this size are decoded on the event loop (well under a millisecond).

@@ -206,7 +206,8 @@ async def records(request: web.Request) -> web.Response:
     except ValueError:
         raise HttpProblem(400, "query parameters 'timeout' and 'max_bytes' must be integers") from None
     if not 0 <= timeout_ms <= MAX_RECORDS_TIMEOUT_MS or not 0 < max_bytes <= MAX_RECORDS_MAX_BYTES:
-        raise HttpProblem(400, f"'timeout' must be 0..{MAX_RECORDS_TIMEOUT_MS} ms and 'max_bytes' 1..{MAX_RECORDS_MAX_BYTES}")
+        raise HttpProblem(400, f"'timeout' must be 0..{MAX_RECORDS_TIMEOUT_MS} ms and 'max_bytes' "
+                               f"1..{MAX_RECORDS_MAX_BYTES}")
     async with inst._lock:
         out = await inst.read(timeout_ms=timeout_ms, max_bytes=max_bytes)
     inst.touch()

@@ -309,7 +309,8 @@ class _Connection(asyncio.BufferedProtocol):
                 "(%d of 4 bytes received; connections.max.idle.ms)", self.peer, idle_s * 1000, len(self._tail),
             )
         else:  # routine, as in Kafka
-            log.debug("closing connection from %s: idle for %.0f ms (connections.max.idle.ms)", self.peer, idle_s * 1000)
+            log.debug("closing connection from %s: idle for %.0f ms (connections.max.idle.ms)", self.peer,
+                      idle_s * 1000)
         self._close_after_responses()
         self._release_receive_buffers()
 

@@ -54,7 +54,8 @@ def encode_fetch_response(
         raise ValueError(f"FetchResponse v{version} is not supported by this encoder")
     flexible = version >= 12
     out: list[bytes | memoryview] = []
-    head = bytearray(_TOP_V7.pack(throttle_time_ms, error_code, session_id) if version >= 7 else _TOP_V4.pack(throttle_time_ms))
+    head = bytearray(_TOP_V7.pack(throttle_time_ms, error_code, session_id) if version >= 7
+                     else _TOP_V4.pack(throttle_time_ms))
     head += _uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))
     size = 0
     part_struct = _PART_V5 if version >= 5 else _PART_V4

@@ -177,7 +177,8 @@ class KafkaServer:
         try:
             header = parse_request_header(frame, flexible=flexible)
         except FrameError as exc:
-            log.warning("closing connection from %s: undecodable request header (api key %d v%d): %s", peer, api_key, api_version, exc)
+            log.warning("closing connection from %s: undecodable request header (api key %d v%d): %s", peer, api_key,
+                        api_version, exc)
             return None
         ctx = RequestContext(
             broker=self.broker, api_key=api_key, api_version=api_version,

@@ -292,7 +292,8 @@ class LogCleaner:
         if len(retained) == len(records):
             return data
         stats.records_removed += len(records) - len(retained)
-        if not retained and not (info.has_producer_id and last_producer_batch.get(info.producer_id, info.base_offset) == info.base_offset):
+        if not retained and not (info.has_producer_id
+                                 and last_producer_batch.get(info.producer_id, info.base_offset) == info.base_offset):
             return None
         stats.batches_rewritten += 1
         # The original's flags and last offset delta (the producer's last sequence) survive the rewrite.

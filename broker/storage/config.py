@@ -33,12 +33,13 @@ class LogConfig:
     max_message_bytes: int = 1048588  # max.message.bytes: largest batch accepted
     cleanup_policy: str = "delete"  # cleanup.policy: "delete", "compact" or "compact,delete"
     delete_retention_ms: int = _DAY_MS  # delete.retention.ms: how long tombstones survive compaction
-    min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio: dirty/total bytes that makes a log worth cleaning
+    min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio: dirty/total bytes making a log worth cleaning
     min_compaction_lag_ms: int = 0  # min.compaction.lag.ms: records newer than this are not compacted
     flush_messages: int = UNLIMITED  # flush.messages: fsync after this many appended records; -1 leaves it to the OS
     flush_ms: int = UNLIMITED  # flush.ms: fsync when the last fsync is this old; -1 leaves it to the OS
     message_timestamp_type: str = "CreateTime"  # message.timestamp.type: "CreateTime" or "LogAppendTime"
-    compression_type: str = "producer"  # compression.type: "producer" keeps the producer's codec, else the codec batches are stored in
+    # compression.type: "producer" keeps the producer's codec, else the codec batches are stored in
+    compression_type: str = "producer"
 
     def __post_init__(self) -> None:
         def positive(name: str, value: int) -> None:

@@ -74,7 +74,8 @@ class LeaderEpochCache:
         return self._dirty
 
     def assign(self, epoch: int, start_offset: int) -> bool:
-        """Record that `epoch` starts at `start_offset` (in memory; no-op unless it is a newer epoch). True if it changed."""
+        """Record that `epoch` starts at `start_offset` (in memory; no-op unless it is a newer epoch). True if it
+        changed."""
         if epoch < 0:
             return False
         if self._entries and epoch <= self._entries[-1][0]:

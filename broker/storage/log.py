@@ -282,7 +282,8 @@ class Log:
                     f"but last offset delta {info.last_offset_delta}"
                 )
             if info.compression not in COMPRESSION_NAMES:
-                raise InvalidRecordError(f"{self.name}: batch at byte {info.position} uses unknown compression {info.compression}")
+                raise InvalidRecordError(f"{self.name}: batch at byte {info.position} uses unknown compression "
+                                         f"{info.compression}")
             if info.is_control and origin != "coordinator":
                 raise InvalidRecordError(f"{self.name}: clients may not produce control batches")
         # A writable buffer (the produce request's own frame) is rewritten in place: no copy.
@@ -386,7 +387,8 @@ class Log:
         reason = None
         if segment.size + size > self.config.segment_bytes:
             reason = f"size {segment.size} + {size} > segment.bytes {self.config.segment_bytes}"
-        elif segment.rolling_timestamp_ms is not None and now_ms - segment.rolling_timestamp_ms >= self.config.segment_ms:
+        elif (segment.rolling_timestamp_ms is not None
+              and now_ms - segment.rolling_timestamp_ms >= self.config.segment_ms):
             reason = f"age >= segment.ms {self.config.segment_ms}"
         elif segment.index.is_full:
             reason = "offset index full"
@@ -399,7 +401,8 @@ class Log:
 
     def _roll(self, now_ms: int) -> LogSegment:
         old = self._segments[-1]
-        old.on_roll(sync=False)  # fsynced by the periodic task's flush_rolled() (or the next flush), off the append path
+        # fsynced by the periodic task's flush_rolled() (or the next flush), off the append path
+        old.on_roll(sync=False)
         segment = LogSegment.create(
             self.directory,
             self.log_end_offset,
@@ -553,7 +556,8 @@ class Log:
                 if info.timestamp_type == 1:  # LogAppendTime: every record carries the batch's max timestamp
                     return max(info.base_offset, self._log_start_offset), info.max_timestamp
                 for record in batch_records(data, info):
-                    if record.offset >= self._log_start_offset and record.timestamp is not None and record.timestamp >= timestamp_ms:
+                    if (record.offset >= self._log_start_offset and record.timestamp is not None
+                            and record.timestamp >= timestamp_ms):
                         return record.offset, record.timestamp
             return None
 
@@ -663,7 +667,8 @@ class Log:
         with self._lock:
             if offset > self._high_watermark:
                 raise OffsetOutOfRangeError(
-                    f"{self.name}: cannot move the log start to {offset}, above the high watermark {self._high_watermark}"
+                    f"{self.name}: cannot move the log start to {offset}, above the high watermark "
+                    f"{self._high_watermark}"
                 )
             self._set_log_start(offset)
 
@@ -741,7 +746,8 @@ class Log:
 
     @property
     def truncation_generation(self) -> int:
-        """Changes with every truncation: capture it with a producer snapshot's state (see `write_producer_snapshot`)."""
+        """Changes with every truncation: capture it with a producer snapshot's state (see
+        `write_producer_snapshot`)."""
         return self._truncations
 
     def producer_snapshot_offsets(self) -> list[int]:
@@ -833,7 +839,8 @@ class Log:
             with self._lock:
                 self._check_open()
                 end = self.log_end_offset
-                pending = self._segments[self._segment_index_for(self._recovery_point):] if self._recovery_point < end else []
+                pending = (self._segments[self._segment_index_for(self._recovery_point):]
+                           if self._recovery_point < end else [])
                 flushed_records = self._unflushed_records
             self._fsync_segments(pending)
             # The epochs of what is now durable must be too: recovery rebuilds epochs only past the recovery point.
@@ -991,7 +998,8 @@ class Log:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise KafkaStorageError(f"{self.name}: the log is {'offline (' + self._offline_reason + ')' if self._offline_reason else 'closed'}")
+            raise KafkaStorageError(f"{self.name}: the log is "
+                                    f"{'offline (' + self._offline_reason + ')' if self._offline_reason else 'closed'}")
 
     # ----------------------------------------------------------------- cleaner
 

@@ -184,7 +184,8 @@ class LogManager:
         return sum(self._each(lambda lg: int(lg.maybe_roll_by_time())))
 
     def flush_by_time(self) -> int:
-        """How many logs were fsynced: rolled segments always (the recovery point follows), the active one per flush.ms."""
+        """How many logs were fsynced: rolled segments always (the recovery point follows), the active one per
+        flush.ms."""
         return sum(self._each(lambda lg: int(any([lg.flush_rolled(), lg.maybe_flush()]))))
 
     def run_cleaner(self, now_ms: int | None = None) -> int:

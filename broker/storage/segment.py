@@ -91,7 +91,8 @@ class LogSegment:
         )
 
     def __repr__(self) -> str:
-        return f"LogSegment({self.log_path.name}, offsets {self.base_offset}..{self.next_offset - 1}, {self.size} bytes)"
+        return (f"LogSegment({self.log_path.name}, offsets {self.base_offset}..{self.next_offset - 1}, "
+                f"{self.size} bytes)")
 
     @property
     def is_empty(self) -> bool:

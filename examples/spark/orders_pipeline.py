@@ -53,7 +53,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--available-now", action="store_true",
                    help="read what is there, stop, print the results (otherwise run until Ctrl-C)")
     p.add_argument("--trigger", default="5 seconds", help="processing-time trigger when running on (5 seconds)")
-    p.add_argument("--timeout", type=float, default=600.0, help="--available-now: seconds to wait for the queries (600)")
+    p.add_argument("--timeout", type=float, default=600.0,
+                   help="--available-now: seconds to wait for the queries (600)")
     p.add_argument("--master", help="start a session of its own on this master, e.g. local[2] (not under spark-submit)")
     p.add_argument("--jars", help="with --master and --source kafka: the connector jars, comma-separated "
                                   "(default: Kelp's cache, `python -m kelp.spark.jars`)")
@@ -124,7 +125,8 @@ def start_queries(revenue: Any, args: argparse.Namespace) -> list[Any]:
         # streaming writes, so the changed windows of each micro-batch go out as a batch write, the same
         # code for both formats.
         (batch.select(F.concat_ws("@", "customer", iso("window_start")).alias("key"),
-                      F.to_json(F.struct(iso("window_start").alias("window_start"), iso("window_end").alias("window_end"),
+                      F.to_json(F.struct(iso("window_start").alias("window_start"),
+                                         iso("window_end").alias("window_end"),
                                          "customer", "revenue", "orders")).alias("value"))
          .write.format(args.source).mode("append")  # Kafka: append or the default; Python sources: append/overwrite
          .option("kafka.bootstrap.servers", args.bootstrap)

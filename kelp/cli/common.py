@@ -134,7 +134,8 @@ def wait_reachable(addresses: list[tuple[str, int]], *, what: str, hint: str, ti
         reasons = next(iter(last.values()))
     else:
         reasons = "; ".join(f"{addr}: {why}" for addr, why in last.items())
-    raise CliError(f"cannot reach {what} at {shown or ', '.join(last)} ({reasons}; gave up after {timeout_s:g} s; {hint})")
+    raise CliError(f"cannot reach {what} at {shown or ', '.join(last)} ({reasons}; gave up after "
+                   f"{timeout_s:g} s; {hint})")
 
 
 def check_bootstrap(args: argparse.Namespace) -> str:

@@ -148,7 +148,8 @@ def cmd_dev_cluster(args: argparse.Namespace) -> int:
               flush=True)
         print(f"kelp: {len(ordered)} broker(s) up, all registered with the controller. bootstrap servers: {bootstrap}",
               file=sys.stderr, flush=True)
-        restarting = "a broker that exits is restarted" if sup.restart else "--no-restart: the first broker to exit stops all"
+        restarting = ("a broker that exits is restarted" if sup.restart
+                      else "--no-restart: the first broker to exit stops all")
         print(f"kelp: HTTP: {http}   ({restarting}; Ctrl-C stops them all)", file=sys.stderr, flush=True)
         while not stop.wait(0.2):
             exited = sup.poll()
@@ -169,8 +170,10 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("dev-cluster", help="run a cluster of brokers on this machine (what `make run` does)")
     p.add_argument("--brokers", "-n", type=int, default=3, help="number of brokers (3)")
     p.add_argument("--data-dir", default="./data", help="data directory: broker-<id>/ and cluster/ (./data)")
-    p.add_argument("--kafka-port", type=int, default=9092, help="first broker's Kafka port, the next get +1 (0 = ephemeral)")
-    p.add_argument("--http-port", type=int, default=8080, help="first broker's HTTP port, the next get +1 (0 = ephemeral)")
+    p.add_argument("--kafka-port", type=int, default=9092,
+                   help="first broker's Kafka port, the next get +1 (0 = ephemeral)")
+    p.add_argument("--http-port", type=int, default=8080,
+                   help="first broker's HTTP port, the next get +1 (0 = ephemeral)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="a broker property for every broker, repeatable")
     p.add_argument("--no-restart", action="store_true",
                    help="stop every broker when one exits, instead of restarting it (fail fast)")

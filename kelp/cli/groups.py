@@ -80,7 +80,8 @@ def cmd_describe(args: argparse.Namespace) -> int:
     print_table(
         [[o["topic"], o["partition"], _dash(o["committed_offset"]), _dash(o["log_end_offset"]), _dash(o["lag"]),
           _dash(o["member_id"]),
-          _dash(owners.get(o["member_id"], {}).get("client_host")), _dash(owners.get(o["member_id"], {}).get("client_id"))]
+          _dash(owners.get(o["member_id"], {}).get("client_host")),
+          _dash(owners.get(o["member_id"], {}).get("client_id"))]
          for o in d["offsets"]],
         ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"],
     )

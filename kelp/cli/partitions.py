@@ -39,7 +39,8 @@ def cmd_describe(args: argparse.Namespace) -> int:
     client = _client(args)
     names = [args.topic] if args.topic else [t["name"] for t in client.get("/admin/v1/topics")["topics"]
                                               if args.internal or not t.get("internal")]
-    moving = {(r["topic"], r["partition"]): r for r in client.get("/admin/v1/partitions/reassignments")["reassignments"]}
+    moving = {(r["topic"], r["partition"]): r
+              for r in client.get("/admin/v1/partitions/reassignments")["reassignments"]}
     rows: list[list[Any]] = []
     out = []
     for name in names:
@@ -52,7 +53,8 @@ def cmd_describe(args: argparse.Namespace) -> int:
             if move is not None:
                 entry["reassignment"] = move
             out.append(entry)
-            status = "OFFLINE" if p["leader"] < 0 else ("under-replicated" if len(p["isr"]) < len(p["replicas"]) else "ok")
+            status = "OFFLINE" if p["leader"] < 0 else ("under-replicated" if len(p["isr"]) < len(p["replicas"])
+                                                        else "ok")
             progress = "-"
             if move is not None:
                 leos = move.get("log_end_offsets", {})
@@ -94,7 +96,8 @@ def cmd_reassign(args: argparse.Namespace) -> int:
     else:
         for p in result["partitions"]:
             if p.get("adding") or p.get("removing"):
-                print(f"{p['topic']}-{p['partition']}: moving to {','.join(str(r) for r in p['replicas'] if r not in p.get('removing', []))} "
+                print(f"{p['topic']}-{p['partition']}: moving to "
+                      f"{','.join(str(r) for r in p['replicas'] if r not in p.get('removing', []))} "
                       f"(adding {p.get('adding', [])}, removing {p.get('removing', [])}); "
                       f"follow it with `kelp partitions describe --topic {p['topic']}`")
             else:
@@ -156,7 +159,8 @@ def register(subparsers: Any) -> None:
     p = sub.add_parser("describe", parents=common, help="leader, epoch, replicas, ISR and reassignment progress")
     p.add_argument("--topic", "-t")
     p.add_argument("--internal", action="store_true", help="include internal topics")
-    p.add_argument("--under-replicated", action="store_true", help="only partitions with an ISR smaller than the replicas")
+    p.add_argument("--under-replicated", action="store_true",
+                   help="only partitions with an ISR smaller than the replicas")
     p.set_defaults(func=cmd_describe)
 
     p = sub.add_parser("reassign", parents=common, help="move a partition's replicas (or several, with --plan)")

@@ -99,7 +99,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--key-separator", "-K", metavar="SEP",
                    help="split each line at the first SEP into key and value")
     p.add_argument("--partition", "-p", type=int, help="produce every record to this partition")
-    p.add_argument("--header", "-H", action="append", metavar="KEY=VALUE", help="header added to every record, repeatable")
+    p.add_argument("--header", "-H", action="append", metavar="KEY=VALUE",
+                   help="header added to every record, repeatable")
     p.add_argument("--compression", "-z", choices=COMPRESSIONS, default="none", help="batch compression (none)")
     p.add_argument("--acks", choices=("0", "1", "all"), default="all", help="acknowledgements to wait for (all)")
     p.add_argument("--skip-empty", action="store_true", help="ignore empty lines instead of producing empty values")

@@ -185,7 +185,8 @@ class Supervisor:
                 raise Interrupted()
             if self.clock() > deadline:
                 slow = [c.name for c in self.children if not c.listening.is_set()]
-                raise ChildFailed(f"{', '.join(slow)} did not listen within {self.start_timeout_s:.0f}s; see the log above")
+                raise ChildFailed(f"{', '.join(slow)} did not listen within {self.start_timeout_s:.0f}s; "
+                                  "see the log above")
             stop.wait(0.05)
 
     # -- watching ----------------------------------------------------------------------

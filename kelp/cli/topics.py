@@ -131,10 +131,12 @@ def _delete_records_body(args: argparse.Namespace, client: AdminClient) -> list[
                            '"partition": 0, "offset": 42}], "version": 1}')
         out = []
         for e in entries:
-            if not isinstance(e, dict) or not isinstance(e.get("partition"), int) or not isinstance(e.get("offset"), int):
+            if (not isinstance(e, dict) or not isinstance(e.get("partition"), int)
+                    or not isinstance(e.get("offset"), int)):
                 raise CliError(f"{args.offset_json_file}: each entry needs integer 'partition' and 'offset', got {e!r}")
             if e.get("topic", args.name) != args.name:
-                raise CliError(f"{args.offset_json_file}: entry for topic {e.get('topic')!r}, but the topic is {args.name!r}")
+                raise CliError(f"{args.offset_json_file}: entry for topic {e.get('topic')!r}, but the topic "
+                               f"is {args.name!r}")
             out.append({"partition": e["partition"], "offset": e["offset"]})
         return out
     if args.before_offset is None:
@@ -206,7 +208,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--before-offset", "-o", type=int, metavar="N",
                    help="delete records below offset N (-1: everything below the high watermark)")
     p.add_argument("--offset-json-file", metavar="FILE",
-                   help='Kafka\'s offset JSON: {"partitions": [{"topic": T, "partition": P, "offset": N}], "version": 1}')
+                   help='Kafka\'s offset JSON: '
+                        '{"partitions": [{"topic": T, "partition": P, "offset": N}], "version": 1}')
     p.set_defaults(func=cmd_delete_records)
 
     p = sub.add_parser("add-partitions", parents=common, help="grow a topic to a new total partition count")

@@ -140,7 +140,8 @@ def rate_limit(start: Mapping[TP, int], latest: Mapping[TP, int], limit: int) ->
     return out
 
 
-def plan_ranges(wire: KafkaWire, opts: ReadOptions, start: Mapping[TP, int], end: Mapping[TP, int]) -> list[OffsetRange]:
+def plan_ranges(wire: KafkaWire, opts: ReadOptions,
+                start: Mapping[TP, int], end: Mapping[TP, int]) -> list[OffsetRange]:
     """The ranges to read between two offsets, checking for data lost meanwhile (failOnDataLoss)."""
     new = [tp for tp in end if tp not in start]
     lost = sorted(tp for tp in start if tp not in end)

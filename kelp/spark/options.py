@@ -190,7 +190,8 @@ def _per_partition(name: str, raw: str) -> dict[str, dict[int, int]]:
             try:
                 p = int(partition)
             except (TypeError, ValueError):
-                raise OptionError(f"option {name!r}: {partition!r} of topic {topic!r} is not a partition number") from None
+                raise OptionError(f"option {name!r}: {partition!r} of topic {topic!r} "
+                                  "is not a partition number") from None
             if isinstance(value, bool) or not isinstance(value, int) or p < 0:
                 raise OptionError(f"option {name!r}: {topic}-{partition} must be an integer, got {value!r}")
             out.setdefault(topic, {})[p] = value
@@ -201,13 +202,15 @@ def _offset_spec(name: str, raw: str, *, allowed: tuple[str, ...], forbidden_val
     word = raw.strip().lower()
     if word in ("earliest", "latest"):
         if word not in allowed:
-            raise OptionError(f"option {name!r} cannot be {word!r} here; use {' or '.join(allowed)} or per-partition JSON")
+            raise OptionError(f"option {name!r} cannot be {word!r} here; use {' or '.join(allowed)} or "
+                              "per-partition JSON")
         return OffsetSpec(word)
     offsets = _per_partition(name, raw)
     for topic, parts in offsets.items():
         for p, value in parts.items():
             if value < EARLIEST:
-                raise OptionError(f"option {name!r}: {topic}-{p} is {value}; use an offset >= 0, -2 (earliest) or -1 (latest)")
+                raise OptionError(f"option {name!r}: {topic}-{p} is {value}; use an offset >= 0, -2 "
+                                  "(earliest) or -1 (latest)")
             if forbidden_value is not None and value == forbidden_value:
                 word = "earliest" if value == EARLIEST else "latest"
                 raise OptionError(f"option {name!r}: {topic}-{p} cannot be {value} ({word}) here")
@@ -259,9 +262,11 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool) -> ReadOp
     if "minoffsetspertrigger" in opts:
         min_per = _positive_int("minOffsetsPerTrigger", opts["minoffsetspertrigger"])
     if max_per is not None and min_per is not None and min_per > max_per:
-        raise OptionError(f"option 'minOffsetsPerTrigger' ({min_per}) is larger than 'maxOffsetsPerTrigger' ({max_per})")
+        raise OptionError(f"option 'minOffsetsPerTrigger' ({min_per}) is larger than "
+                          f"'maxOffsetsPerTrigger' ({max_per})")
     if not streaming:
-        for key, spelled in (("maxoffsetspertrigger", "maxOffsetsPerTrigger"), ("minoffsetspertrigger", "minOffsetsPerTrigger")):
+        for key, spelled in (("maxoffsetspertrigger", "maxOffsetsPerTrigger"),
+                             ("minoffsetspertrigger", "minOffsetsPerTrigger")):
             if key in opts:
                 raise OptionError(f"option {spelled!r} is for streaming queries")
     return ReadOptions(

@@ -102,7 +102,8 @@ def read_range(opts: ReadOptions, r: OffsetRange | None) -> Iterator[Any]:
         return
     schema = arrow_schema(opts.include_headers)
     offset = r.start
-    with KafkaWire(opts.bootstrap, timeout=opts.timeout_s, client_id=opts.client.get("client.id", "kelp-spark")) as wire:
+    with KafkaWire(opts.bootstrap, timeout=opts.timeout_s,
+                   client_id=opts.client.get("client.id", "kelp-spark")) as wire:
         while offset < r.end:
             try:
                 fetched = wire.fetch(r.topic, r.partition, offset, max_bytes=opts.fetch_max_bytes)
@@ -111,7 +112,8 @@ def read_range(opts: ReadOptions, r: OffsetRange | None) -> Iterator[Any]:
                 if offset >= first:  # out of range above the log end: the log was truncated below r.end
                     if opts.fail_on_data_loss:
                         raise DataLossError(f"{r.topic}-{r.partition} no longer holds offset {offset} "
-                                            f"(it was planned up to {r.end}); set failOnDataLoss=false to carry on") from None
+                                            f"(it was planned up to {r.end}); set failOnDataLoss=false "
+                                            "to carry on") from None
                     return
                 if opts.fail_on_data_loss:
                     raise DataLossError(f"offsets {offset}..{first - 1} of {r.topic}-{r.partition} were deleted "

@@ -71,7 +71,8 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any]) -> int:
     """Produce every row of the Arrow `batches`; returns how many records the broker acknowledged."""
     written = 0
     sticky: dict[str, int] = {}
-    with KafkaWire(opts.bootstrap, timeout=opts.timeout_s, client_id=opts.client.get("client.id", "kelp-spark")) as wire:
+    with KafkaWire(opts.bootstrap, timeout=opts.timeout_s,
+                   client_id=opts.client.get("client.id", "kelp-spark")) as wire:
         for batch in batches:
             if batch.num_rows == 0:
                 continue
@@ -141,7 +142,8 @@ def _partition_count(wire: KafkaWire, topic: str, *, wait_s: float = 10.0) -> in
 def _send(wire: KafkaWire, opts: WriteOptions, topic: str, partition: int, rows: list[int], keys: list,
           values: list, headers: list | None, now: int) -> int:
     batch = encode_batch([keys[i] for i in rows], [values[i] for i in rows],
-                         None if headers is None else [[(h["key"], h["value"]) for h in (headers[i] or ())] for i in rows],
+                         None if headers is None
+                         else [[(h["key"], h["value"]) for h in (headers[i] or ())] for i in rows],
                          compression=opts.compression, timestamp_ms=now)
     wire.produce(topic, partition, batch, acks=opts.acks, timeout_ms=int(opts.timeout_s * 1000))
     return len(rows)

@@ -18,7 +18,8 @@ def batch_headers(data: bytes) -> list[tuple]:
     out = []
     pos = 0
     while pos + 61 <= len(data):
-        (base, length, _ple, _magic, _crc, attrs, lod, _bts, _mts, _pid, _ep, _seq, count) = HEADER.unpack_from(data, pos)
+        (base, length, _ple, _magic, _crc, attrs, lod, _bts, _mts, _pid, _ep, _seq,
+         count) = HEADER.unpack_from(data, pos)
         if pos + 12 + length > len(data):
             break
         out.append((base, attrs, lod, count))
@@ -60,7 +61,8 @@ def create_topic_wire(bootstrap: str, name: str, partitions: int = 1, configs: d
     with WireClient(bootstrap) as c:
         T = CreateTopicsRequest.CreatableTopic
         req = CreateTopicsRequest(topics=[T(name=name, num_partitions=partitions, replication_factor=1, assignments=[],
-                                            configs=[T.CreatableTopicConfig(name=k, value=str(v)) for k, v in (configs or {}).items()])],
+                                            configs=[T.CreatableTopicConfig(name=k, value=str(v))
+                                                     for k, v in (configs or {}).items()])],
                                   timeout_ms=10000, validate_only=False)
         resp = c.request(req, 5)
         return resp.topics[0].error_code

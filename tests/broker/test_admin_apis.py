@@ -98,7 +98,8 @@ def fill(w: WireClient, topic: str, n: int, *, partition: int = 0, ts: int | Non
 def test_incremental_alter_configs_sets_deletes_appends_and_refuses_bad_values(broker) -> None:
     assert create_topic_wire(broker.bootstrap, "cfg") == 0
     with WireClient(broker.bootstrap) as w:
-        assert incremental(w, TOPIC, "cfg", [("retention.ms", SET, "60000"), ("max.message.bytes", SET, "2000")]) == (0, None)
+        assert incremental(w, TOPIC, "cfg", [("retention.ms", SET, "60000"),
+                                             ("max.message.bytes", SET, "2000")]) == (0, None)
         assert overrides(broker, "cfg") == {"retention.ms": "60000", "max.message.bytes": "2000"}  # the HTTP API's view
 
         assert incremental(w, TOPIC, "cfg", [("cleanup.policy", APPEND, "compact")])[0] == 0
@@ -106,14 +107,16 @@ def test_incremental_alter_configs_sets_deletes_appends_and_refuses_bad_values(b
         assert incremental(w, TOPIC, "cfg", [("cleanup.policy", SUBTRACT, "delete")])[0] == 0
         assert overrides(broker, "cfg")["cleanup.policy"] == "compact"
 
-        # The one validator: a bad value, an unknown key, APPEND on a non-list: INVALID_CONFIG naming it, nothing changed.
+        # The one validator: a bad value, an unknown key, APPEND on a non-list: INVALID_CONFIG naming it,
+        # nothing changed.
         for ops, named in (([("retention.ms", SET, "banana"), ("segment.ms", SET, "1000")], "retention.ms"),
                            ([("retention.msx", SET, "1")], "retention.msx"),
                            ([("retention.ms", DELETE, None), ("no.such.config", DELETE, None)], "no.such.config"),
                            ([("retention.ms", APPEND, "5")], "retention.ms")):
             code, message = incremental(w, TOPIC, "cfg", ops)
             assert code == 40 and named in message, (ops, code, message)
-        assert overrides(broker, "cfg") == {"retention.ms": "60000", "max.message.bytes": "2000", "cleanup.policy": "compact"}
+        assert overrides(broker, "cfg") == {"retention.ms": "60000", "max.message.bytes": "2000",
+                                            "cleanup.policy": "compact"}
         # The HTTP door refuses the same things with the same validator.
         status, body = http(broker, "PATCH", "/admin/v1/topics/cfg/configs", {"configs": {"retention.ms": "banana"}})
         assert status == 400 and body["error_code"] == 40 and "retention.ms" in body["message"], body
@@ -155,7 +158,8 @@ def test_describe_configs_lists_synonyms_and_sources_as_kafka_does(broker_factor
         assert (ret.value, ret.config_source) == ("3600000", 4)
         assert [(s.name, s.value, s.source) for s in ret.synonyms] == [
             ("log.retention.ms", "3600000", 4), ("log.retention.hours", "168", 5)]
-        assert cfg["cleanup.policy"].config_source == 5 and cfg["cleanup.policy"].synonyms[0].name == "log.cleanup.policy"
+        assert (cfg["cleanup.policy"].config_source == 5
+                and cfg["cleanup.policy"].synonyms[0].name == "log.cleanup.policy")
         assert describe(w, TOPIC, "syn", synonyms=False)["segment.bytes"].synonyms == []
         b = describe(w, BROKER, "0")
         assert not b["log.retention.ms"].read_only and b["log.retention.ms"].config_source == 4  # dynamic, set at start
@@ -189,11 +193,14 @@ def test_delete_records_over_http_and_the_cli(broker, tmp_path) -> None:
     with WireClient(broker.bootstrap) as w:
         fill(w, "hdr", 6)
         fill(w, "hdr", 6, partition=1)
-    status, body = http(broker, "POST", "/admin/v1/topics/hdr/delete-records", {"partitions": [{"partition": 0, "offset": 2}]})
+    status, body = http(broker, "POST", "/admin/v1/topics/hdr/delete-records",
+                        {"partitions": [{"partition": 0, "offset": 2}]})
     assert status == 200 and body["partitions"] == [{"partition": 0, "low_watermark": 2}], body
-    status, body = http(broker, "POST", "/admin/v1/topics/hdr/delete-records", {"partitions": [{"partition": 0, "offset": 99}]})
+    status, body = http(broker, "POST", "/admin/v1/topics/hdr/delete-records",
+                        {"partitions": [{"partition": 0, "offset": 99}]})
     assert status == 416 and body["error_code"] == 1 and "high watermark 6" in body["message"], body
-    status, body = http(broker, "POST", "/admin/v1/topics/hdr/delete-records", {"partitions": [{"partition": 9, "offset": 1}]})
+    status, body = http(broker, "POST", "/admin/v1/topics/hdr/delete-records",
+                        {"partitions": [{"partition": 9, "offset": 1}]})
     assert status == 404 and "partition 9" in body["message"], body
     status, body = http(broker, "POST", "/admin/v1/topics/hdr/delete-records", {"partitions": [{"partition": "0"}]})
     assert status == 400, body
@@ -288,7 +295,8 @@ def test_deleting_a_topic_drops_its_offsets_from_every_group_across_a_restart(br
         _commit(w, "g-a", {("gone", 0): 3, ("gone", 1): 4, ("kept", 0): 5})
         _commit(w, "g-b", {("gone", 1): 7})
         _commit(w, "g-c", {("kept", 1): 1})
-    status, _ = http(broker, "DELETE", "/admin/v1/topics/gone")  # the HTTP door; Kafka's DeleteTopics takes the same path
+    # The HTTP door; Kafka's DeleteTopics takes the same path.
+    status, _ = http(broker, "DELETE", "/admin/v1/topics/gone")
     assert status == 200
     with WireClient(broker.bootstrap) as w:
         deadline = time.monotonic() + 15
@@ -323,5 +331,6 @@ def test_list_groups_v5_says_classic_and_filters_by_type(broker) -> None:
         _commit(w, "typed", {("lg", 0): 1})
         resp = w.request(ListGroupsRequest(states_filter=[], types_filter=[]), 5)
         assert [(g.group_id, g.group_type, g.group_state) for g in resp.groups] == [("typed", "classic", "Empty")]
-        assert [g.group_id for g in w.request(ListGroupsRequest(states_filter=[], types_filter=["Classic"]), 5).groups] == ["typed"]
+        classic = w.request(ListGroupsRequest(states_filter=[], types_filter=["Classic"]), 5).groups
+        assert [g.group_id for g in classic] == ["typed"]
         assert w.request(ListGroupsRequest(states_filter=[], types_filter=["consumer"]), 5).groups == []

@@ -211,10 +211,12 @@ def test_seeded_fuzz_of_frames_never_crashes_or_damages_data(broker_factory) -> 
     valid = []
     for req, version in (
         (ApiVersionsRequest(client_software_name="fuzz", client_software_version="1"), 3),
-        (MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="fuzz")], allow_auto_topic_creation=False), 8),
+        (MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="fuzz")], allow_auto_topic_creation=False),
+         8),
         (ProduceRequest(transactional_id=None, acks=1, timeout_ms=1000, topic_data=[
             ProduceRequest.TopicProduceData(name="fuzz", partition_data=[
-                ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=make_batch([(b"k", b"v" * 50)]))])]), 7),
+                ProduceRequest.TopicProduceData.PartitionProduceData(index=0,
+                                                                     records=make_batch([(b"k", b"v" * 50)]))])]), 7),
     ):
         req.with_header(correlation_id=1, client_id="fuzz")
         valid.append(bytes(req.encode(version=version, header=True, framed=True)))

@@ -104,7 +104,8 @@ def test_yaml_still_loads(tmp_path: Path) -> None:
 def test_unknown_keys_in_a_properties_file_are_refused_naming_the_key(tmp_path: Path) -> None:
     path = tmp_path / "server.properties"
     path.write_text("num.partitions=1\nnum.partition=3\n")
-    with pytest.raises(ConfigError, match=r"unknown broker config 'num.partition' \(from config file .*server.properties\); "
+    with pytest.raises(ConfigError, match=r"unknown broker config 'num.partition' \(from config file "
+                                          r".*server.properties\); "
                                           r"did you mean 'num.partitions'\?"):
         BrokerConfig.load(file=path, env={})
 
@@ -114,7 +115,8 @@ def test_a_broker_starts_from_a_server_properties_file(tmp_path: Path, broker_fa
     path.write_text(SERVER_PROPERTIES.replace("num.partitions=1", "num.partitions=3")
                     .replace("advertised.listeners=PLAINTEXT://localhost:9092,CONTROLLER://localhost:9093\n", ""))
     b = broker_factory(extra_args=["--config", str(path)])  # flags still win: ephemeral ports, the test's log dir
-    req = urllib.request.Request(b.http_url + "/admin/v1/topics", method="POST", data=json.dumps({"name": "t"}).encode(),
+    req = urllib.request.Request(b.http_url + "/admin/v1/topics", method="POST",
+                                 data=json.dumps({"name": "t"}).encode(),
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=30) as resp:
         assert json.loads(resp.read())["partitions_count"] == 3

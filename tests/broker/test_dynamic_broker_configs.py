@@ -119,4 +119,5 @@ def test_http_broker_configs_round_trip_and_refuse_read_only_keys(broker_factory
     for bad in ({"log.retention.ms": "1"}, {"configs": ["log.retention.ms"]}, {"configs": {"log.retention.ms": [1]}}):
         assert http(broker, "PATCH", "/admin/v1/brokers/configs", bad)[0] == 400, bad
     assert http(broker, "GET", "/admin/v1/brokers/x/configs")[0] == 400
-    assert http(broker, "GET", "/admin/v1/brokers/configs")[1] == {"broker": None, "configs": {"log.retention.ms": "3600000"}}
+    assert http(broker, "GET", "/admin/v1/brokers/configs")[1] == {"broker": None,
+                                                                   "configs": {"log.retention.ms": "3600000"}}

@@ -12,7 +12,8 @@ from tests.support.kafka_wire import make_batch
 @pytest.mark.parametrize("version", range(4, 13))
 def test_encoder_matches_schema(version: int) -> None:
     batch = make_batch([(b"k", b"v" * 100)])
-    topics = [("alpha", [(0, 0, 10, 10, 0, batch), (1, 1, -1, -1, -1, b"")]), ("beta", [(2, 0, 5, 5, 2, batch + batch)])]
+    topics = [("alpha", [(0, 0, 10, 10, 0, batch), (1, 1, -1, -1, -1, b"")]),
+              ("beta", [(2, 0, 5, 5, 2, batch + batch)])]
     bufs, size = encode_fetch_response(version, throttle_time_ms=7, error_code=0, session_id=0, topics=topics)
     data = b"".join(bytes(b) for b in bufs)
     assert len(data) == size

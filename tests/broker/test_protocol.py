@@ -27,7 +27,8 @@ def test_api_versions_cover_what_clients_need(broker) -> None:
 def test_api_versions_v4_is_served_as_java_clients_send_it(broker) -> None:
     """The Java client (3.7+, Spark's Kafka connector) opens with ApiVersions v4: no refused round trip."""
     with WireClient(broker.bootstrap) as c:
-        resp = c.request(ApiVersionsRequest(client_software_name="apache-kafka-java", client_software_version="3.9.2"), 4)
+        resp = c.request(ApiVersionsRequest(client_software_name="apache-kafka-java", client_software_version="3.9.2"),
+                         4)
     assert resp.error_code == 0
     ranges = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
     assert ranges[18] == (0, 4)

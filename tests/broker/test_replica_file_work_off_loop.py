@@ -77,7 +77,8 @@ async def test_a_follower_truncation_rebuilds_producer_state_in_a_worker_thread(
     leader.close(), follower.close()
 
 
-async def test_taking_leadership_and_appending_under_a_new_epoch_fsync_nothing_on_the_loop(tmp_path, monkeypatch) -> None:
+async def test_taking_leadership_and_appending_under_a_new_epoch_fsync_nothing_on_the_loop(
+        tmp_path, monkeypatch) -> None:
     node = Node(tmp_path, 0)
     node.push(replicas=(0, 1), leader=1, leader_epoch=1, isr=(0, 1))
     theirs = bytearray(batch(1))

@@ -7,10 +7,10 @@ must not lean on the system under test, so it reads only the history
 | violation | what it means |
 | --- | --- |
 | lost | an acknowledged record is in no partition's log |
-| moved | an acknowledged record is in the log, but not at the partition and offset it was acknowledged at (librdkafka acknowledges a timed-out batch that a later one proved stored without an offset: those count for lost, duplicated and order only) |
+| moved | an acknowledged record is in the log, but not at the partition and offset it was acknowledged at (see below) |
 | duplicated | a record (producer, seq) is in the logs more than once (any record, acknowledged or not) |
-| order | two acknowledged records of one producer in one partition are in the log in the opposite order of their sequence numbers |
-| divergent | a replica's bytes below the high watermark differ from the leader's, or it ends before it, or cannot be read |
+| order | two acknowledged records of one producer in one partition are in the log in reverse sequence order |
+| divergent | a replica's bytes below the high watermark differ from the leader's, end before it, or cannot be read |
 | phantom | a consumer was delivered a record at an offset where the final log holds another one, or none |
 | commit-ahead | a group committed an offset covering a record it had not been delivered by the time it committed |
 | isr-not-restored | at the end a partition has no leader, or its ISR is not its full replica set |
@@ -18,6 +18,10 @@ must not lean on the system under test, so it reads only the history
 | group-behind | at the end a group's committed offset is not a partition's high watermark |
 | stop-hung | a SIGTERMed broker did not exit within the bound (issue 17 item 16) |
 | incomplete | the history has no end: the run did not finish, so nothing final could be checked |
+
+`moved` leaves out records acknowledged without an offset (librdkafka
+acknowledges a timed-out batch that a later one proved stored without an
+offset): those count for lost, duplicated and order only.
 
 It prints how many faults of each kind were applied, each violation's count
 with examples, and anomalies that are not violations (brokers that exited
@@ -82,12 +86,14 @@ class Verdict:
         if m.get("network_note"):
             lines.append(f"  ({m['network_note']})")
         rows = [[k, self.faults.get(k, 0), self.skipped.get(k, 0), AIMS.get(k, "")]
-                for k in sorted(set(self.faults) | set(self.skipped), key=lambda k: list(AIMS).index(k) if k in AIMS else 99)]
+                for k in sorted(set(self.faults) | set(self.skipped),
+                                key=lambda k: list(AIMS).index(k) if k in AIMS else 99)]
         rows.append(["TOTAL", sum(self.faults.values()), sum(self.skipped.values()),
                      f"{sum(1 for k in self.faults if self.faults[k])} kinds"])
         lines += ["", "faults", format_table(rows, ["KIND", "APPLIED", "SKIPPED", "AIMS AT (issue 17)"])]
         s = self.stats
-        lines += ["", f"records: acknowledged {s.get('acked', 0):,} ({s.get('acked_without_offset', 0):,} without an offset), failed {s.get('nacked', 0):,}, "
+        lines += ["", f"records: acknowledged {s.get('acked', 0):,} ({s.get('acked_without_offset', 0):,} without an "
+                      f"offset), failed {s.get('nacked', 0):,}, "
                       f"outcome unknown {s.get('unknown', 0):,}, delivered to groups {s.get('delivered', 0):,}, "
                       f"commits ok {s.get('commits_ok', 0):,} / failed {s.get('commits_failed', 0):,}, "
                       f"longest recovery {s.get('max_recovery_s', '-')} s"]
@@ -162,7 +168,8 @@ def check(lines: Iterable[list]) -> Verdict:
         else:
             v.faults[kind] += 1
         if outcome.get("stop_hung"):
-            v.violate("stop-hung", f"fault #{index} {kind}: broker {outcome.get('broker', params.get('broker'))} did not exit "
+            v.violate("stop-hung", f"fault #{index} {kind}: broker "
+                                   f"{outcome.get('broker', params.get('broker'))} did not exit "
                                    f"within {params.get('stop_bound_s')} s of SIGTERM (SIGKILLed)")
     for index, seconds in recoveries:
         if seconds is None or seconds > SLOW_RECOVERY_S:
@@ -171,7 +178,8 @@ def check(lines: Iterable[list]) -> Verdict:
         if rc is None:
             v.violate("stop-hung", f"final stop: broker {b} did not exit within {seconds:.0f} s of SIGTERM (SIGKILLed)")
     if nacks:
-        v.anomalies.append("failed produce requests by error: " + ", ".join(f"{e} x{n}" for e, n in nacks.most_common(5)))
+        v.anomalies.append("failed produce requests by error: " + ", ".join(f"{e} x{n}"
+                                                                            for e, n in nacks.most_common(5)))
 
     recovered_s = [s for _, s in recoveries if s is not None]
     v.stats = {"acked": len(acks), "nacked": nacked, "unknown": (end or {}).get("unknown", "?"),
@@ -188,7 +196,8 @@ def check(lines: Iterable[list]) -> Verdict:
     # -- records: where each one is in the final logs ----------------------------------------------------
     where: dict[tuple[int, int], list[tuple[str, int, int]]] = defaultdict(list)
     by_offset: dict[tuple[str, int], dict[int, tuple[int, int]]] = {}
-    stored_by: dict[tuple[str, int, int], list] = {}  # (topic, p, offset) -> [producer id, epoch, base seq, leader epoch]
+    # (topic, p, offset) -> [producer id, epoch, base seq, leader epoch]
+    stored_by: dict[tuple[str, int, int], list] = {}
     for (topic, p), recs in logs.items():
         offsets = {}
         for offset, prod, seq, *batch in recs:
@@ -235,7 +244,8 @@ def check(lines: Iterable[list]) -> Verdict:
         for b, r in sorted(reads.items()):
             where_s = f"{topic}-{p} replica on broker {b}"
             if r.get("missing") or r.get("error") or r.get("offline"):
-                v.violate("divergent", f"{where_s}: {'missing' if r.get('missing') else r.get('error') or r.get('offline')}")
+                v.violate("divergent", f"{where_s}: "
+                                       f"{'missing' if r.get('missing') else r.get('error') or r.get('offline')}")
             elif r["leo"] < r["hw_ref"]:
                 v.violate("divergent", f"{where_s} ends at {r['leo']}, below the high watermark {r['hw_ref']}")
             elif b != src and r.get("sha256_below_hw") != ref.get("sha256_below_hw"):

@@ -194,7 +194,8 @@ class ChaosCluster:
             rc = c.proc.returncode if c.proc is not None else None
             tail = _tail(self.topo.run_dir / f"broker-{i}.log", 6)
             self.history.add("exit", time.time(), i, rc, tail)
-            self.say(f"broker {i} exited by itself ({describe_exit(rc) if rc is not None else '?'}); last log lines:\n{tail}")
+            self.say(f"broker {i} exited by itself ({describe_exit(rc) if rc is not None else '?'}); last "
+                     f"log lines:\n{tail}")
 
     def sleep(self, seconds: float) -> None:
         deadline = time.monotonic() + max(0.0, seconds)
@@ -219,7 +220,8 @@ class ChaosCluster:
         return done
 
     def stop_all(self, *, bound_s: float) -> list[tuple[int, float, int | None]]:
-        """SIGTERM every broker at once; (broker, seconds, returncode) each, returncode None = SIGKILLed at the bound."""
+        """SIGTERM every broker at once; (broker, seconds, returncode) each, returncode None = SIGKILLed at the
+        bound."""
         for i in range(self.n):
             self.resume(i)
         t0 = time.monotonic()
@@ -310,7 +312,8 @@ class ChaosCluster:
         while time.monotonic() < deadline:
             for i in self.running():
                 try:
-                    leader = int(_http_json(f"{self.http(i)}/admin/v1/topics/{topic}", timeout=2)["partitions"][p]["leader"])
+                    described = _http_json(f"{self.http(i)}/admin/v1/topics/{topic}", timeout=2)
+                    leader = int(described["partitions"][p]["leader"])
                 except (AdminError, OSError, KeyError, IndexError, ValueError):
                     continue
                 if leader >= 0 and leader not in not_in:

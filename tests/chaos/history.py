@@ -16,7 +16,7 @@ Line shapes (first element is the type; `t` is wall-clock seconds):
   ["dlv", t, group, member, topic, partition, offset, producer, seq]
   ["commit", t_sent, t_done, group, member, topic, partition, offset, error|null]
   ["fault", t0, t1, index, kind, params, outcome]
-  ["recovered", t, index, seconds|null]             cluster healthy again after fault `index` (null: not within the bound)
+  ["recovered", t, index, seconds|null]             cluster whole again after fault `index` (null: not within the bound)
   ["exit", t, broker, returncode, detail]           a broker exited without the nemesis asking
   ["stop", t, broker, seconds, returncode]          the final clean stop of one broker
   ["state", t, {topic: [[p, leader, replicas, isr, hw, leo], ...]}]

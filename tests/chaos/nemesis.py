@@ -6,17 +6,22 @@ describes; each targeted fault aims at one:
 | kind | aims at (issue 17) | what it does |
 | --- | --- | --- |
 | leader-kill-then-next | 1 | SIGKILL a partition's leader, then the next leader within a second of its election |
-| double-failover | 5, 12 | two quick leader changes of one partition: kill (or pause) the leader, restart it at once, kill the next |
+| double-failover | 5, 12 | two quick leader changes: kill (or pause) the leader, restart it at once, kill the next |
 | controller-pause-short | 2, 11 | SIGSTOP the controller 1-3 s (past its lease freshness margin, within the lease) |
-| controller-pause-long | 2, 11 | SIGSTOP the controller for the lease + 1-3 s: another takes over, the old one wakes up |
-| control-plane-drop | 2 | brokers' HTTP to/from the controller blackholed or reset for 2-8 s while it pushes config changes and a broker dies or pauses |
-| control-plane-delay | 2 | the controller's HTTP delayed 0-7 s per connection for 5-9 s (pushes overtake each other) with the same triggers |
+| controller-pause-long | 2, 11 | SIGSTOP the controller for lease + 1-3 s: another takes over, the old one wakes up |
+| control-plane-drop | 2 | controller HTTP dropped or reset 2-8 s while it pushes configs and a broker dies or pauses |
+| control-plane-delay | 2 | controller HTTP delayed 0-7 s per connection for 5-9 s (pushes overtake each other) |
 | sigterm-fast-restart | 8, 16 | SIGTERM a broker (bounded wait) and restart it at once, within its lease |
-| reassign-cancel-failover | 4 | move an RF 2 partition off its leader, kill the leader, cancel the move during or right after the failover (the broker being added paused half of the time) |
+| reassign-cancel-failover | 4 | move an RF 2 partition off its leader, kill it, cancel the move (see below) |
 | disk-full | - | fill a broker's log filesystem (tmpfs) for 2-6 s, then free it |
 | partition-brokers | 2, 7 | cut one broker (the leader, the controller or any) off from the others for 3-10 s |
 | partition-clients | - | the clients cannot reach one broker's Kafka port for 3-8 s |
 | kill, pause, terminate, kill-all | - | random SIGKILL/SIGSTOP/SIGTERM and restarts |
+
+The control-plane faults act on the brokers' HTTP to and from the
+controller (blackholed or reset when dropped); the delay has the drop's
+triggers. reassign-cancel-failover cancels the move during or right after
+the failover, with the broker being added paused half of the time.
 
 The schedule is a function of the seed: fault `i`'s kind comes from round
 `i`'s seeded order (every available targeted kind once per round, each
@@ -79,7 +84,8 @@ def schedule(seed: int, capabilities: frozenset[str] | set[str]) -> Iterator[tup
         round_no += 1
 
 
-def short_schedule(seed: int, capabilities: frozenset[str] | set[str], kinds: list[str] | None = None) -> list[tuple[int, str]]:
+def short_schedule(seed: int, capabilities: frozenset[str] | set[str],
+                   kinds: list[str] | None = None) -> list[tuple[int, str]]:
     """The targeted faults of the first round (or only `kinds` of them), in the seed's order and with its parameters."""
     wanted = set(kinds or available_kinds(capabilities))
     out = []

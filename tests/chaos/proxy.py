@@ -1,4 +1,4 @@
-"""The control-plane proxy: every broker's HTTP traffic to every other broker passes through here, where it can be dropped or delayed.
+"""The control-plane proxy: all HTTP between brokers passes through here, where it can be dropped or delayed.
 
 Why: issue 17 item 2 — metadata pushes that time out and arrive later, out
 of order, or not at all. Faults at the network level keep working whatever

@@ -8,7 +8,8 @@ watermark (the leader's, read over the admin API before the stop) are
 hashed, and where two replicas differ the first differing batch's offset is
 kept. The records of the final leader's replica are decoded
 (`kelp.records.batch_records`) into `[offset, producer, seq, producer id,
-producer epoch, batch base sequence, leader epoch]` for the checker. Compacted topics (`__consumer_offsets`) are left out: each replica
+producer epoch, batch base sequence, leader epoch]` for the checker.
+Compacted topics (`__consumer_offsets`) are left out: each replica
 compacts on its own, so their bytes legitimately differ.
 
 It must never run while a broker of the run is alive, and never writes a log.

@@ -71,7 +71,8 @@ def load_regressions(path: Path = REGRESSIONS) -> list[dict[str, Any]]:
     return entries
 
 
-def _plan(args: argparse.Namespace, capabilities: frozenset[str]) -> tuple[list[tuple[int, int, str]] | None, list[str]]:
+def _plan(args: argparse.Namespace,
+          capabilities: frozenset[str]) -> tuple[list[tuple[int, int, str]] | None, list[str]]:
     """Short mode: [(seed, index, kind)] of the targeted faults and the regression list; full mode: None."""
     notes = []
     if not args.short:
@@ -189,7 +190,8 @@ def run(args: argparse.Namespace) -> int:
             cluster.sleep(0.2)
         ctx = Ctx(cluster, topo, history, say)
         end_at = time.monotonic() + args.seconds
-        items = iter(plan) if plan is not None else ((args.seed, i, k) for i, k in schedule(args.seed, topo.capabilities))
+        items = iter(plan) if plan is not None else ((args.seed, i, k)
+                                                     for i, k in schedule(args.seed, topo.capabilities))
         done = 0
         for seed, index, kind in items:
             if plan is None and time.monotonic() >= end_at:
@@ -199,7 +201,8 @@ def run(args: argparse.Namespace) -> int:
             say(f"  {kind}: {json.dumps(r['params'])} -> {json.dumps(r['outcome'])[:400]}")
             took, why = cluster.wait_healthy(ALL_TOPICS, timeout_s=RECOVERY_BOUND_S)
             history.add("recovered", time.time(), index, None if took is None else round(took, 2))
-            say(f"  whole again after {took:.1f} s" if took is not None else f"  NOT whole within {RECOVERY_BOUND_S:.0f} s: {why}")
+            say(f"  whole again after {took:.1f} s" if took is not None
+                else f"  NOT whole within {RECOVERY_BOUND_S:.0f} s: {why}")
             done += 1
             cluster.sleep(0.5)  # the load flows a moment on the whole cluster before the next fault
         nemesis_end = time.time()
@@ -264,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=600.0, help="how long the nemesis runs, full mode (600)")
     p.add_argument("--short", action="store_true", help="each targeted fault once, then the regression list")
     p.add_argument("--kinds", default="", help="short mode: only these targeted kinds, comma-separated")
-    p.add_argument("--no-regressions", dest="regressions", action="store_false", help="short mode: skip the regression list")
+    p.add_argument("--no-regressions", dest="regressions", action="store_false",
+                   help="short mode: skip the regression list")
     p.add_argument("--replay", metavar="HISTORY", help="re-check a run's history.jsonl.gz and print its table")
     p.add_argument("--out", help="run directory (data/chaos/seed-<seed>-<time>)")
     p.add_argument("--network", choices=["auto", "netns", "loopback"], default="auto",

@@ -1,4 +1,5 @@
-"""The fault suite's short seeded form, part of `make test`: each targeted fault of issue 17 once, plus the regression list.
+"""The fault suite's short seeded form, part of `make test`: each targeted fault of issue 17 once, plus the
+regression list.
 
 Three brokers of its own (network namespaces when root, else loopback with
 process faults only), idempotent acks=all producers and two consumer
@@ -40,8 +41,8 @@ def test_short_seeded_fault_run_finds_no_violation(tmp_path: Path) -> None:
     code = ("import runpy, sys; sys.path.append(sys.argv.pop(1)); sys.argv[0] = 'runner'; "
             "runpy.run_module('tests.chaos.runner', run_name='__main__', alter_sys=True)")
     try:
-        proc = subprocess.run([sys.executable, "-c", code, str(ROOT), "--short", "--seed", str(SEED), "--kinds", ",".join(KINDS),
-                               "--out", str(out)],
+        proc = subprocess.run([sys.executable, "-c", code, str(ROOT), "--short", "--seed", str(SEED), "--kinds",
+                               ",".join(KINDS), "--out", str(out)],
                               capture_output=True, text=True, timeout=BOUND_S)
     except subprocess.TimeoutExpired as exc:
         raise AssertionError(f"the short chaos run did not finish within {BOUND_S} s; see {out}/runner.log") from exc

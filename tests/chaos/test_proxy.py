@@ -75,8 +75,8 @@ class ProxyProcess:
     def __init__(self, target_port: int, seed: int) -> None:
         code = ("import runpy, sys; sys.path.append(sys.argv.pop(1)); "
                 "runpy.run_module('tests.chaos.proxy', run_name='__main__', alter_sys=True)")
-        self.proc = subprocess.Popen([sys.executable, "-c", code, str(ROOT), "--listen", "127.0.0.1", "--seed", str(seed),
-                                      "--pair", f"0:1:127.0.0.1:{target_port}"],
+        self.proc = subprocess.Popen([sys.executable, "-c", code, str(ROOT), "--listen", "127.0.0.1", "--seed",
+                                      str(seed), "--pair", f"0:1:127.0.0.1:{target_port}"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.port = self.read("proxy-listening")["ports"]["0-1"]
 

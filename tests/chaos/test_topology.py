@@ -53,7 +53,8 @@ def test_setup_cleanup_and_the_faults_cut_what_they_name(tmp_path: Path) -> None
         assert f"kelpchaos-{os.getpid()} {tmp_path / 'broker-0'} tmpfs" in _mounts()
         for i in range(2):  # a listener on each broker's Kafka port, inside its namespace
             listeners.append(subprocess.Popen(["ip", "netns", "exec", topo.ns(i), "python3", "-c",
-                                               f"import socket, time; s = socket.create_server(('{topo.broker_host(i)}', 9092)); "
+                                               "import socket, time; s = "
+                                               f"socket.create_server(('{topo.broker_host(i)}', 9092)); "
                                                "s.listen(); time.sleep(60)"]))
         deadline = time.monotonic() + 10
         while not (_reach(topo, None, 0, 9092) and _reach(topo, None, 1, 9092)):

@@ -279,8 +279,10 @@ class NetnsTopology(Topology):
 
     def isolate_clients(self, i: int) -> None:
         """The runner's clients cannot reach broker i's Kafka port (the admin API stays reachable)."""
-        self._in(i, "iptables", "-A", "CHAOS", "-s", self.client_ip, "-p", "tcp", "--dport", str(KAFKA_PORT), "-j", "DROP")
-        self._in(i, "iptables", "-A", "CHAOS", "-d", self.client_ip, "-p", "tcp", "--sport", str(KAFKA_PORT), "-j", "DROP")
+        self._in(i, "iptables", "-A", "CHAOS", "-s", self.client_ip, "-p", "tcp", "--dport", str(KAFKA_PORT), "-j",
+                 "DROP")
+        self._in(i, "iptables", "-A", "CHAOS", "-d", self.client_ip, "-p", "tcp", "--sport", str(KAFKA_PORT), "-j",
+                 "DROP")
 
     def control_plane(self, rules: list[dict[str, Any]]) -> None:
         self._cp_rules = list(rules)

@@ -57,7 +57,8 @@ def _client_logger(name: str) -> logging.Logger:
 
 
 class ProducerWorker(threading.Thread):
-    def __init__(self, idx: int, bootstrap: str, history: History, *, rate: float, pad: int, stop: threading.Event) -> None:
+    def __init__(self, idx: int, bootstrap: str, history: History, *, rate: float,
+                 pad: int, stop: threading.Event) -> None:
         super().__init__(daemon=True, name=f"producer-{idx}")
         self.idx = idx
         self.bootstrap = bootstrap
@@ -196,14 +197,16 @@ class ConsumerWorker(threading.Thread):
 
 
 class Workload:
-    def __init__(self, bootstrap: str, history: History, *, producers: int = 3, rate: float = 150.0, pad: int = 80) -> None:
+    def __init__(self, bootstrap: str, history: History, *, producers: int = 3,
+                 rate: float = 150.0, pad: int = 80) -> None:
         self.stop_producing = threading.Event()
         self.stop_consuming = threading.Event()
         self.committed: dict[tuple[str, str, int], int] = {}
         self.lock = threading.Lock()
         self.producers = [ProducerWorker(i, bootstrap, history, rate=rate, pad=pad, stop=self.stop_producing)
                           for i in range(producers)]
-        self.consumers = [ConsumerWorker(g, f"{g}-m{m}", bootstrap, history, self.stop_consuming, self.committed, self.lock)
+        self.consumers = [ConsumerWorker(g, f"{g}-m{m}", bootstrap, history, self.stop_consuming, self.committed,
+                                         self.lock)
                           for g in GROUPS for m in range(MEMBERS_PER_GROUP)]
 
     def start(self) -> None:

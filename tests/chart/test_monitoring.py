@@ -95,7 +95,8 @@ def test_scrape_configs_select_each_broker_pod_once(tmp_path: Path) -> None:
 
 
 def test_the_dashboard_is_valid_and_queries_only_exported_metrics(tmp_path: Path) -> None:
-    cm = next(d for d in render(tmp_path, *ALL_ON) if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "kelp-dashboard")
+    cm = next(d for d in render(tmp_path, *ALL_ON) if d["kind"] == "ConfigMap"
+              and d["metadata"]["name"] == "kelp-dashboard")
     kubernetes_validate.validate(cm, "1.34", strict=True)
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     dashboard = json.loads(cm["data"]["kelp-cluster.json"])

@@ -16,7 +16,8 @@ from tests.support.broker_process import BrokerProcess
 
 @pytest.fixture(scope="module")
 def kelp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    bp = BrokerProcess(tmp_path_factory.mktemp("kelp-cli"), settings={"num.partitions": 1, "group.initial.rebalance.delay.ms": 0})
+    bp = BrokerProcess(tmp_path_factory.mktemp("kelp-cli"),
+                       settings={"num.partitions": 1, "group.initial.rebalance.delay.ms": 0})
     bp.start()
     try:
         yield bp

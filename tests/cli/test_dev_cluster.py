@@ -1,4 +1,5 @@
-"""`kelp dev-cluster` (what `make run` starts): three brokers that form one cluster, survive their brokers, and die with it.
+"""`kelp dev-cluster` (what `make run` starts): three brokers that form one cluster, survive their brokers,
+and die with it.
 
 What a user relies on: "up" means a topic with the default replication
 factor 3 can be created at once; a broker that dies is restarted on its
@@ -270,7 +271,8 @@ def test_sigkill_of_a_broker_under_acks_all_load_loses_nothing_and_it_rejoins_ev
         back_at = time.monotonic()
         assert back["broker_id"] == victim and back["pid"] != dc.pids[victim]
         during = work.acks_between(killed_at, back_at)
-        assert during > 200, f"the other two brokers acknowledged only {during} record(s) while broker {victim} was down"
+        assert during > 200, (f"the other two brokers acknowledged only {during} record(s) while broker {victim} "
+                              "was down")
 
         def in_every_isr() -> bool:
             parts = dc.admin(f"/admin/v1/topics/{topic}")["partitions"]
@@ -350,7 +352,8 @@ def test_ctrl_c_stops_every_broker_by_itself_with_logs_flushed_within_the_bound(
         "\n".join(line for line in err.splitlines() if "shutdown" in line or "stopp" in line)
     assert len(exits) == len(pids) and max(exits.values()) <= STOP_TIMEOUT_S, exits
     for i in range(len(pids)):
-        assert f"broker {i} stopped; all segments flushed and closed" in err, f"broker {i} did not flush:\n{err[-3000:]}"
+        assert f"broker {i} stopped; all segments flushed and closed" in err, (
+            f"broker {i} did not flush:\n{err[-3000:]}")
 
 
 def test_restart_backoff_doubles_per_quick_exit_is_bounded_and_resets_after_a_long_run() -> None:

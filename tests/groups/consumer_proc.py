@@ -37,13 +37,15 @@ def run_kafka_python(a: argparse.Namespace) -> None:
     from kafka import KafkaConsumer
 
     kw = dict(bootstrap_servers=a.bootstrap, group_id=a.group, auto_offset_reset=a.reset,
-              enable_auto_commit=False, session_timeout_ms=a.session_ms, heartbeat_interval_ms=max(a.session_ms // 6, 100),
+              enable_auto_commit=False, session_timeout_ms=a.session_ms,
+              heartbeat_interval_ms=max(a.session_ms // 6, 100),
               max_poll_interval_ms=max(a.session_ms * 2, 10000), client_id=f"kp-{a.instance_id or 'dyn'}")
     if a.instance_id:
         kw["group_instance_id"] = a.instance_id
     c = KafkaConsumer(**kw)
     c.subscribe([a.topic])
-    loop_common(a, poll=lambda: [(tp.partition, r.offset, r.value.decode()) for tp, rs in c.poll(timeout_ms=200).items() for r in rs],
+    loop_common(a, poll=lambda: [(tp.partition, r.offset, r.value.decode()) for tp, rs in c.poll(timeout_ms=200).items()
+                                 for r in rs],
                 assignment=lambda: sorted(tp.partition for tp in c.assignment()),
                 commit=c.commit, close=c.close)
 

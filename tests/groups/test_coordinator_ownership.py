@@ -80,7 +80,8 @@ async def test_loading_partition_answers_load_in_progress_then_serves() -> None:
     await settle()
     assert coord.check_group(g) == Errors.COORDINATOR_LOAD_IN_PROGRESS
     assert (await join(coord, g)).error == Errors.COORDINATOR_LOAD_IN_PROGRESS
-    assert await coord.commit_offsets(g, offsets={("t", 0): CommittedOffset(1)}) == {("t", 0): Errors.COORDINATOR_LOAD_IN_PROGRESS}
+    assert await coord.commit_offsets(g, offsets={("t", 0): CommittedOffset(1)}) == {
+        ("t", 0): Errors.COORDINATOR_LOAD_IN_PROGRESS}
     assert coord.fetch_offsets(g, None)[0] == Errors.COORDINATOR_LOAD_IN_PROGRESS
     other = next(x for x in groups_on_distinct_partitions(coord, N) if coord.partition_for(x) != p)
     assert coord.check_group(other) == Errors.NOT_COORDINATOR, "only the elected partition is loading"
@@ -199,9 +200,12 @@ def test_ownership_terms() -> None:
 
 
 @pytest.mark.parametrize(("exc", "commit_code", "group_code"), [
-    (NotEnoughReplicasError("isr 1 < min.insync.replicas 2"), Errors.COORDINATOR_NOT_AVAILABLE, Errors.COORDINATOR_NOT_AVAILABLE),
-    (RequestTimedOutError("isr did not acknowledge in 5000 ms"), Errors.COORDINATOR_NOT_AVAILABLE, Errors.COORDINATOR_NOT_AVAILABLE),
-    (UnknownTopicOrPartitionError("__consumer_offsets-3"), Errors.COORDINATOR_NOT_AVAILABLE, Errors.COORDINATOR_NOT_AVAILABLE),
+    (NotEnoughReplicasError("isr 1 < min.insync.replicas 2"), Errors.COORDINATOR_NOT_AVAILABLE,
+     Errors.COORDINATOR_NOT_AVAILABLE),
+    (RequestTimedOutError("isr did not acknowledge in 5000 ms"), Errors.COORDINATOR_NOT_AVAILABLE,
+     Errors.COORDINATOR_NOT_AVAILABLE),
+    (UnknownTopicOrPartitionError("__consumer_offsets-3"), Errors.COORDINATOR_NOT_AVAILABLE,
+     Errors.COORDINATOR_NOT_AVAILABLE),
     (NotLeaderOrFollowerError("broker 1 is not the leader"), Errors.NOT_COORDINATOR, Errors.NOT_COORDINATOR),
     (RecordTooLargeError("batch of 2 MB"), 28, Errors.UNKNOWN_SERVER_ERROR),
     (CorruptRecordError("bad crc"), Errors.UNKNOWN_SERVER_ERROR, Errors.UNKNOWN_SERVER_ERROR),

@@ -59,7 +59,8 @@ def test_groups_cli_describe_lag_reset_and_delete(group_broker, capsys) -> None:
     assert code == 1 and "active member" in err, err
     c.close(autocommit=False)
 
-    code, out, _ = kelp(capsys, "groups", "reset-offsets", "cli-group", "--http", url, "--topic", "cli", "--to-earliest")
+    code, out, _ = kelp(capsys, "groups", "reset-offsets", "cli-group", "--http", url, "--topic", "cli",
+                        "--to-earliest")
     assert code == 0 and "plan only" in out
     committed = lambda: {o["partition"]: o["committed_offset"] for o in json.loads(  # noqa: E731
         kelp(capsys, "groups", "describe", "cli-group", "--http", url, "--json")[1])["offsets"]}

@@ -66,7 +66,8 @@ def test_consumer_offsets_bounded_under_many_commits(broker_factory) -> None:
             n = min(WINDOW, COMMITS - sent)
             chunk = bytearray()
             for i in range(sent, sent + n):
-                # Pre-encoded request, patched with this commit's offset and correlation id (client CPU is not the subject).
+                # Pre-encoded request, patched with this commit's offset and correlation id
+                # (client CPU is not the subject).
                 raw, at = templates[(groups[i % 3], i % 4)]
                 buf = bytearray(raw)
                 struct.pack_into(">i", buf, 8, i)

@@ -160,17 +160,26 @@ async def test_error_codes_for_bad_requests() -> None:
     assert (await coord.sync_group("g", gen + 1, m.member_id)).error == Errors.ILLEGAL_GENERATION
     assert (await coord.sync_group("g", gen, "nobody")).error == Errors.UNKNOWN_MEMBER_ID
     ok = CommittedOffset(5)
-    assert await coord.commit_offsets("g", member_id=m.member_id, generation=gen + 1, offsets={("t", 0): ok}) == {("t", 0): Errors.ILLEGAL_GENERATION}
-    assert await coord.commit_offsets("g", member_id="nobody", generation=gen, offsets={("t", 0): ok}) == {("t", 0): Errors.UNKNOWN_MEMBER_ID}
-    assert await coord.commit_offsets("", member_id="", generation=-1, offsets={("t", 0): ok}) == {("t", 0): Errors.INVALID_GROUP_ID}
+    assert await coord.commit_offsets("g", member_id=m.member_id, generation=gen + 1,
+                                      offsets={("t", 0): ok}) == {("t", 0): Errors.ILLEGAL_GENERATION}
+    assert await coord.commit_offsets("g", member_id="nobody", generation=gen,
+                                      offsets={("t", 0): ok}) == {("t", 0): Errors.UNKNOWN_MEMBER_ID}
+    assert await coord.commit_offsets("", member_id="", generation=-1,
+                                      offsets={("t", 0): ok}) == {("t", 0): Errors.INVALID_GROUP_ID}
     codes = await coord.commit_offsets("g", member_id=m.member_id, generation=gen,
                                        offsets={("t", 0): ok, ("missing", 0): ok, ("t", 99): ok})
-    assert codes == {("t", 0): 0, ("missing", 0): Errors.UNKNOWN_TOPIC_OR_PARTITION, ("t", 99): Errors.UNKNOWN_TOPIC_OR_PARTITION}
-    assert (await coord.join_group("g", "ghost", session_timeout_ms=10000, protocol_type="consumer", protocols=PROTO)).error == Errors.UNKNOWN_MEMBER_ID
-    assert (await coord.join_group("g", "", session_timeout_ms=10, protocol_type="consumer", protocols=PROTO)).error == Errors.INVALID_SESSION_TIMEOUT
-    assert (await coord.join_group("g", "", session_timeout_ms=10000, protocol_type="consumer", protocols=[("sticky", b"")])).error == Errors.INCONSISTENT_GROUP_PROTOCOL
-    assert await coord.commit_offsets("nogroup", member_id="x", generation=3, offsets={("t", 0): ok}) == {("t", 0): Errors.ILLEGAL_GENERATION}
-    assert (await coord.delete_groups(["g", "nogroup"])) == {"g": Errors.NON_EMPTY_GROUP, "nogroup": Errors.GROUP_ID_NOT_FOUND}
+    assert codes == {("t", 0): 0, ("missing", 0): Errors.UNKNOWN_TOPIC_OR_PARTITION,
+                     ("t", 99): Errors.UNKNOWN_TOPIC_OR_PARTITION}
+    assert (await coord.join_group("g", "ghost", session_timeout_ms=10000, protocol_type="consumer",
+                                   protocols=PROTO)).error == Errors.UNKNOWN_MEMBER_ID
+    assert (await coord.join_group("g", "", session_timeout_ms=10, protocol_type="consumer",
+                                   protocols=PROTO)).error == Errors.INVALID_SESSION_TIMEOUT
+    assert (await coord.join_group("g", "", session_timeout_ms=10000, protocol_type="consumer",
+                                   protocols=[("sticky", b"")])).error == Errors.INCONSISTENT_GROUP_PROTOCOL
+    assert await coord.commit_offsets("nogroup", member_id="x", generation=3,
+                                      offsets={("t", 0): ok}) == {("t", 0): Errors.ILLEGAL_GENERATION}
+    assert (await coord.delete_groups(["g", "nogroup"])) == {"g": Errors.NON_EMPTY_GROUP,
+                                                             "nogroup": Errors.GROUP_ID_NOT_FOUND}
     err, offs = coord.fetch_offsets("g", [("t", 0), ("t", 1)])
     assert err == 0 and offs[("t", 0)].offset == 5 and offs[("t", 1)] is None
 
@@ -208,7 +217,8 @@ async def test_static_member_restart_keeps_assignment_without_rebalance() -> Non
     s = await coord.sync_group("g", gen, again.member_id, group_instance_id=f"inst-{follower_idx}")
     assert s.assignment == f"parts-of-{old.member_id}".encode()
     # The old incarnation is fenced.
-    assert coord.heartbeat("g", gen, old.member_id, group_instance_id=f"inst-{follower_idx}") == Errors.FENCED_INSTANCE_ID
+    assert coord.heartbeat("g", gen, old.member_id,
+                           group_instance_id=f"inst-{follower_idx}") == Errors.FENCED_INSTANCE_ID
 
 
 async def test_leave_group_rebalances_and_last_leave_empties() -> None:

@@ -81,7 +81,8 @@ def test_partition_health_leadership_and_lag_from_every_broker(cluster_factory) 
     victim = next(b for b in cluster.brokers if b.broker_id != cluster.controller())
     victim.kill()
     rest = [b for b in cluster.brokers if b is not victim]
-    solo_on_victim = sum(1 for p in cluster.topic("solo", via=rest[0])["partitions"] if p["replicas"] == [victim.broker_id])
+    solo_on_victim = sum(1 for p in cluster.topic("solo", via=rest[0])["partitions"]
+                         if p["replicas"] == [victim.broker_id])
 
     def degraded():
         s = [scrape(b.http_url) for b in rest]

@@ -57,7 +57,8 @@ def problem(reply: Reply) -> dict[str, Any]:
     """The JSON problem body of a 4xx answer (the assertion names the reply otherwise)."""
     assert 400 <= reply.status < 500, reply
     body = reply.json()
-    assert isinstance(body, dict) and isinstance(body.get("error_code"), int) and isinstance(body.get("message"), str), reply
+    assert (isinstance(body, dict) and isinstance(body.get("error_code"), int)
+            and isinstance(body.get("message"), str)), reply
     return body
 
 
@@ -87,7 +88,8 @@ def test_create_consumer_refuses_bad_json_with_400(kelp, data, words) -> None:
                                   "/admin/v1/topics/deep/configs"])
 def test_json_nested_100000_deep_is_400_on_every_route(kelp, path) -> None:
     method = "PATCH" if path.endswith("/configs") else "POST"
-    for data in (b"[" * 100_000 + b"]" * 100_000, b'{"records": [{"value": ' + b"[" * 100_000 + b"]" * 100_000 + b"}]}"):
+    for data in (b"[" * 100_000 + b"]" * 100_000,
+                 b'{"records": [{"value": ' + b"[" * 100_000 + b"]" * 100_000 + b"}]}"):
         reply = call(method, f"{kelp.http_url}{path}", data=data, content_type=JSON_V2)
         assert reply.status == 400, reply
         assert "nested deeper than 512 levels" in problem(reply)["message"]
@@ -418,7 +420,8 @@ def test_seeded_fuzz_of_every_json_route(kelp) -> None:
         ("POST", f"/topics/{data_topic}/partitions/0", JSON_V2, {"records": [{"value": 1}]}),
         ("POST", "/admin/v1/topics", "application/json",
          {"name": "fz-new", "partitions": 1, "configs": {"retention.ms": "100000"}, "validate_only": True}),
-        ("POST", f"/admin/v1/topics/{admin_topic}/partitions", "application/json", {"partitions": 1, "validate_only": True}),
+        ("POST", f"/admin/v1/topics/{admin_topic}/partitions", "application/json",
+         {"partitions": 1, "validate_only": True}),
         ("PATCH", f"/admin/v1/topics/{admin_topic}/configs", "application/json",
          {"configs": {"segment.bytes": "1048576", "retention.ms": None}, "delete": ["flush.ms"]}),
         ("PUT", f"/admin/v1/topics/{admin_topic}/configs", "application/json", {"configs": {"segment.ms": 600000}}),

@@ -139,7 +139,8 @@ class FakeKube:
         self.objects.pop((kind, "" if kind in CLUSTER_SCOPED else namespace, name), None)
 
     def events(self, reason: str | None = None) -> list[dict]:
-        return [o for (k, _, _), o in self.objects.items() if k == "Event" and (reason is None or o["reason"] == reason)]
+        return [o for (k, _, _), o in self.objects.items() if k == "Event"
+                and (reason is None or o["reason"] == reason)]
 
 
 def resource(kind: str, name: str, spec: dict, *, created: str = "2026-11-01T00:00:00Z", status: dict | None = None,
@@ -301,7 +302,8 @@ class FakeAdmin:
         return {"results": results}
 
     def reassign_calls(self) -> list[Any]:
-        return [body for method, path, body in self.requests if (method, path) == ("POST", "/admin/v1/partitions/reassign")]
+        return [body for method, path, body in self.requests
+                if (method, path) == ("POST", "/admin/v1/partitions/reassign")]
 
 
 def admin_of(admin: FakeAdmin):

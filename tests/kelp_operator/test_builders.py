@@ -142,7 +142,8 @@ def test_dynamic_keys_stay_out_of_the_config_file_and_are_applied_by_the_admin_a
 
 def test_the_broker_role_allows_leases_and_configmaps_and_only_reads_pods() -> None:
     role = by_kind(cluster_children(ClusterSpec.from_resource(cluster())))[("Role", "demo-broker")]
-    granted = {(g, r): set(rule["verbs"]) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
+    granted = {(g, r): set(rule["verbs"]) for rule in role["rules"] for g in rule["apiGroups"]
+               for r in rule["resources"]}
     assert {"get", "create", "update"} <= granted[("coordination.k8s.io", "leases")]
     assert {"get", "create", "update"} <= granted[("", "configmaps")]
     assert granted[("", "pods")] == {"get", "list", "watch"}

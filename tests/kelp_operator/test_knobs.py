@@ -86,7 +86,8 @@ def test_external_node_ports_one_service_and_one_file_per_broker(tmp_path) -> No
     assert sorted(data) == ["broker.yaml", "demo-0.yaml", "demo-1.yaml", "demo-2.yaml"]
     (tmp_path / "demo-1.yaml").write_text(data["demo-1.yaml"])
     cfg = BrokerConfig.load(file=str(tmp_path / "demo-1.yaml"),
-                            env={"HOSTNAME": "demo-1", "KELP_ADVERTISED_HOST": "192.168.7.4", "KELP_HTTP_HOST": "10.1.0.2"})
+                            env={"HOSTNAME": "demo-1", "KELP_ADVERTISED_HOST": "192.168.7.4",
+                                 "KELP_HTTP_HOST": "10.1.0.2"})
     assert (cfg.broker_id, cfg["advertised.host"], cfg["advertised.port"], cfg["http.host"]) == (
         1, "192.168.7.4", 31091, "10.1.0.2")
     from kelp.operator.builders import external_service

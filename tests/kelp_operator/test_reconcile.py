@@ -99,7 +99,8 @@ def test_the_older_of_two_resources_naming_one_topic_wins(broker) -> None:
     kube = FakeKube(CLUSTER, old, new)
     _, conds = reconcile(reconcile_topic, new, kube, url)
     r = ready(conds)
-    assert r["reason"] == "DuplicateTopic" and "'payments'" in r["message"] and "Topic resource 'payments'" in r["message"]
+    assert (r["reason"] == "DuplicateTopic" and "'payments'" in r["message"]
+            and "Topic resource 'payments'" in r["message"])
     _, conds = reconcile(reconcile_topic, old, kube, url)
     assert ready(conds)["status"] == "True"
     assert admin_get(url, "/admin/v1/topics/payments")["partitions_count"] == 1  # the newer one changed nothing
@@ -160,8 +161,10 @@ def test_group_lag_matches_kelp_groups_describe_and_resets_run_once_while_empty(
     capsys.readouterr()
     assert kelp_main(["groups", "describe", "audit", "--http", url, "--json"]) == 0
     cli = json.loads(capsys.readouterr().out)
-    assert [(o["topic"], o["partition"], o["committedOffset"], o["logEndOffset"], o["lag"]) for o in status["offsets"]] \
-        == [(o["topic"], o["partition"], o["committed_offset"], o["log_end_offset"], o["lag"]) for o in cli["offsets"]] \
+    assert [(o["topic"], o["partition"], o["committedOffset"], o["logEndOffset"], o["lag"])
+            for o in status["offsets"]] \
+        == [(o["topic"], o["partition"], o["committed_offset"], o["log_end_offset"], o["lag"])
+            for o in cli["offsets"]] \
         == [("events", 0, 5, 15, 10), ("events", 1, 12, 15, 3)]
     assert status["totalLag"] == cli["total_lag"] == 13 and status["state"] == "Empty"
 
@@ -184,7 +187,8 @@ def test_group_lag_matches_kelp_groups_describe_and_resets_run_once_while_empty(
         consumer.close()
     status, conds = reconcile(reconcile_group, group, kube, url)
     applied = next(c for c in conds if c["type"] == "OffsetsReset")
-    assert applied["status"] == "True" and applied["reason"] == "Applied" and status["lastAppliedRequestId"] == "replay-1"
+    assert (applied["status"] == "True" and applied["reason"] == "Applied"
+            and status["lastAppliedRequestId"] == "replay-1")
     assert [o["committedOffset"] for o in status["offsets"]] == [0, 0] and status["totalLag"] == 30
 
     # The same requestId is never applied twice: later commits stay.

@@ -39,7 +39,8 @@ def test_ownership_over_thousands_of_topics_is_linear(monkeypatch) -> None:
     elapsed = time.monotonic() - started
     assert failed == 0
     total = TOPICS + DUPLICATES
-    print(f"\nresync pass over {total} Topic resources: {elapsed:.2f}s, {kube.listed.get('Topic', 0)} Topic objects read")
+    print(f"\nresync pass over {total} Topic resources: {elapsed:.2f}s, {kube.listed.get('Topic', 0)} "
+          "Topic objects read")
     assert kube.listed.get("Topic", 0) <= 3 * total, f"{kube.listed['Topic']} Topic objects read for {total} Topics"
 
     def ready(name: str) -> dict:

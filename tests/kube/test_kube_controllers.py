@@ -136,7 +136,8 @@ def test_deleting_statefulset_collects_its_pods(kube_api, kube_namespace):
              timeout=60, what="3 pods of StatefulSet gone")
     apps.delete_namespaced_stateful_set("gone", ns, propagation_policy="Background")
     # Pods are bound to no node, so the API server deletes them at once when the GC asks.
-    wait_for(lambda: not core.list_namespaced_pod(ns).items, timeout=60, what="garbage collector to delete the StatefulSet's pods")
+    wait_for(lambda: not core.list_namespaced_pod(ns).items, timeout=60,
+             what="garbage collector to delete the StatefulSet's pods")
     # Claims are retained by default (persistentVolumeClaimRetentionPolicy whenDeleted=Retain).
     assert {c.metadata.name for c in core.list_namespaced_persistent_volume_claim(ns).items} == {
         f"data-gone-{i}" for i in range(REPLICAS)}

@@ -96,7 +96,8 @@ def test_cluster_reconciles_into_owned_children_with_conditions_users_can_act_on
     topic = wait_for(lambda: (lambda t: t if cond(t, "Ready") else None)(get(custom, ns, "Topic", "orders")),
                      timeout=60, what="Topic orders Ready condition")
     assert cond(topic, "Ready")["reason"] == "BrokersUnreachable" and topic["status"]["topicName"] == "orders"
-    group = wait_for(lambda: (lambda g: g if cond(g, "Ready") else None)(get(custom, ns, "ConsumerGroup", "orders-audit")),
+    group = wait_for(lambda: (lambda g: g if cond(g, "Ready") else None)(get(custom, ns, "ConsumerGroup",
+                                                                             "orders-audit")),
                      timeout=60, what="ConsumerGroup Ready condition")
     assert cond(group, "Ready")["reason"] == "BrokersUnreachable"
     # kopf's bookkeeping stays in annotations: status holds only what the CRD declares.

@@ -91,7 +91,8 @@ def test_external_listeners_pod_template_and_disruption_budget(custom, kube_api,
     assert yaml.safe_load(lb_files["lb-1.yaml"])["advertised.host"] == "203.0.113.11"
 
     # Turning the listener off removes the Services.
-    custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "clusters", "np", {"spec": {"listeners": {"external": None}}})
+    custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "clusters", "np",
+                                          {"spec": {"listeners": {"external": None}}})
     wait_for(lambda: all(_maybe(lambda n=n: core.read_namespaced_service(f"np-external-{n}", ns)) is None
                          for n in range(3)), timeout=60, what="np external Services deleted")
 
@@ -149,7 +150,8 @@ def test_storage_grows_in_place_or_is_refused_never_a_raw_422(custom, kube_api, 
     assert refused.value.status == 422 and "Forbidden" in refused.value.body
 
     for name in ("grow", "fixed"):
-        custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "clusters", name, {"spec": {"storage": {"size": "2Gi"}}})
+        custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "clusters", name,
+                                              {"spec": {"storage": {"size": "2Gi"}}})
     wait_for(lambda: all(core.read_namespaced_persistent_volume_claim(f"data-grow-{n}", ns)
                          .spec.resources.requests["storage"] == "2Gi" for n in range(2)),
              timeout=60, what="grow's claims asked to grow to 2Gi")

@@ -98,7 +98,8 @@ def operator(kube_control_plane, kube_namespace, tmp_path):
 
 
 def _pods(core, ns: str) -> dict[str, object]:
-    return {p.metadata.name: p for p in core.list_namespaced_pod(ns, label_selector="app.kubernetes.io/instance=demo").items}
+    return {p.metadata.name: p
+            for p in core.list_namespaced_pod(ns, label_selector="app.kubernetes.io/instance=demo").items}
 
 
 def _diagnose(core, ns: str) -> str:

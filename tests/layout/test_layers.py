@@ -84,17 +84,20 @@ def _violations(start: str, forbidden: tuple[str, ...]) -> list[str]:
 @pytest.mark.parametrize(
     ("layer", "forbidden"),
     [
-        ("kelp.broker.storage", NETWORKING + ("kelp.broker.kafka", "kelp.broker.http", "kelp.broker.groups", "kelp.operator", "kelp.cli")),
+        ("kelp.broker.storage", NETWORKING + ("kelp.broker.kafka", "kelp.broker.http", "kelp.broker.groups",
+                                              "kelp.operator", "kelp.cli")),
         ("kelp.records", NETWORKING + ("kelp.broker",)),
         # The cluster layer is called by the request handlers, never the other way round.
-        ("kelp.broker.cluster", ("kelp.broker.kafka", "kelp.broker.http", "kelp.broker.groups", "kelp.operator", "kelp.cli")),
+        ("kelp.broker.cluster", ("kelp.broker.kafka", "kelp.broker.http", "kelp.broker.groups", "kelp.operator",
+                                 "kelp.cli")),
         # Replication's per-partition rules are state and futures only: no sockets, no HTTP, no cluster calls.
         ("kelp.broker.partition", tuple(n for n in NETWORKING if n != "asyncio")
          + ("kelp.broker.kafka", "kelp.broker.http", "kelp.broker.cluster.member")),
         # The operator's builders, spec reader and status shaping are pure: no Kubernetes, no kopf, no I/O
         # (the broker config validator they share reads the host name through `socket`, nothing more).
-        *[(m, tuple(n for n in NETWORKING if n != "socket") + ("kubernetes", "kopf", "kelp.operator.kube", "kelp.operator.brokers",
-                            "kelp.operator.handlers", "kelp.broker.cluster"))
+        *[(m, tuple(n for n in NETWORKING if n != "socket")
+           + ("kubernetes", "kopf", "kelp.operator.kube", "kelp.operator.brokers", "kelp.operator.handlers",
+              "kelp.broker.cluster"))
           for m in ("kelp.operator.builders", "kelp.operator.spec", "kelp.operator.status")],
         # The Spark data source is a client: it speaks the Kafka protocol and never reaches into the broker.
         ("kelp.spark", ("kelp.broker", "kelp.operator", "kelp.cli")),

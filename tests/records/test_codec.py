@@ -174,10 +174,12 @@ def test_random_batches_round_trip_and_any_flipped_byte_is_caught(seed: int) -> 
         )
         for _ in range(rng.randint(1, 50))
     ]
-    data = rec.build_batch(records, compression=rng.choice(rec.available_compressions()), base_offset=rng.randint(0, 2**40))
+    data = rec.build_batch(records, compression=rng.choice(rec.available_compressions()),
+                           base_offset=rng.randint(0, 2**40))
     (info,) = rec.parse_batches(data)
     back = list(rec.iter_records(data))
-    assert [(r.key, r.value, r.headers, r.timestamp) for r in back] == [(r.key, r.value, r.headers, r.timestamp) for r in records]
+    assert [(r.key, r.value, r.headers, r.timestamp) for r in back] == [(r.key, r.value, r.headers, r.timestamp)
+                                                                        for r in records]
     assert [r.offset for r in back] == list(range(info.base_offset, info.base_offset + len(records)))
     assert info.max_timestamp == max(r.timestamp for r in records)
     # Every byte after the CRC field is covered: flipping one is always detected.

@@ -24,7 +24,8 @@ def _earliest(bootstrap: str, topic: str) -> tuple[int, int]:
     T = ListOffsetsRequest.ListOffsetsTopic
     with WireClient(bootstrap) as w:
         p = w.request(ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[T(name=topic, partitions=[
-            T.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=-2)])]), 9).topics[0].partitions[0]
+            T.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=-2)])]),
+            9).topics[0].partitions[0]
     return p.error_code, p.offset
 
 
@@ -70,7 +71,8 @@ def test_configs_and_deleted_records_follow_across_brokers_and_a_failover(cluste
                      lambda: PartitionCheckpoint.read(replica_dir).log_start_offset == 8, timeout=20)
 
     cluster[leader].kill()
-    cluster.wait_for("the follower to lead", lambda: cluster.topic("r")["partitions"][0]["leader"] == follower, timeout=20)
+    cluster.wait_for("the follower to lead", lambda: cluster.topic("r")["partitions"][0]["leader"] == follower,
+                     timeout=20)
     assert cluster.wait_for("ListOffsets earliest on the new leader",
                             lambda: (lambda r: r if r[0] == 0 else None)(_earliest(cluster[follower].bootstrap, "r")),
                             timeout=20) == (0, 8)

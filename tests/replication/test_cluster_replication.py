@@ -38,7 +38,8 @@ def _produce(bootstrap: str, topic: str, values: list[bytes], *, acks: str = "al
     return acked
 
 
-def _consume_all(bootstrap: str, topic: str, partitions: int, *, expect: int, timeout: float = 30.0) -> dict[int, list[tuple[int, bytes]]]:
+def _consume_all(bootstrap: str, topic: str, partitions: int, *,
+                 expect: int, timeout: float = 30.0) -> dict[int, list[tuple[int, bytes]]]:
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{time.monotonic_ns()}",
@@ -164,7 +165,8 @@ def test_a_deposed_leader_truncates_what_it_never_replicated(cluster_factory) ->
     cluster.wait_for("three brokers", lambda: len(cluster.admin("/admin/v1/brokers")["brokers"]) == 3)
     cluster.admin("/admin/v1/topics", "POST", {"name": "div", "assignments": {"0": [0, 1]},
                                                "configs": {"min.insync.replicas": "1"}})
-    cluster.wait_for("0 leading div with ISR [0,1]", lambda: (lambda p: p["leader"] == 0 and sorted(p["isr"]) == [0, 1])(
+    cluster.wait_for("0 leading div with ISR [0,1]",
+                     lambda: (lambda p: p["leader"] == 0 and sorted(p["isr"]) == [0, 1])(
         cluster.topic("div")["partitions"][0]))
     common = _produce(cluster[0].bootstrap, "div", [f"c{i}".encode() for i in range(50)])
     cluster.wait_fully_replicated("div")
@@ -311,8 +313,10 @@ def test_groups_cli_finds_each_groups_coordinator(cluster_factory) -> None:
     listed = subprocess.run([kelp, "groups", "list", "--json"], capture_output=True, text=True, env=env, timeout=60)
     import json
 
-    assert sorted(g["group_id"] for g in json.loads(listed.stdout)) == ["alpha", "beta", "delta", "gamma"], listed.stderr
+    listed_ids = sorted(g["group_id"] for g in json.loads(listed.stdout))
+    assert listed_ids == ["alpha", "beta", "delta", "gamma"], listed.stderr
     for name in ("alpha", "beta", "gamma", "delta"):  # whichever broker coordinates it
-        d = subprocess.run([kelp, "groups", "describe", name, "--json"], capture_output=True, text=True, env=env, timeout=60)
+        d = subprocess.run([kelp, "groups", "describe", name, "--json"], capture_output=True, text=True, env=env,
+                           timeout=60)
         assert d.returncode == 0, d.stderr
         assert json.loads(d.stdout)["total_lag"] == 0

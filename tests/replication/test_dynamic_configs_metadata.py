@@ -94,7 +94,8 @@ async def test_the_controller_writes_one_entry_refuses_read_only_keys_and_valida
     before = c.image.offset
     answer = await c.alter_broker_configs(broker=-1, configs={"log.retention.ms": "3600000",
                                                               "unclean.leader.election.enable": "TRUE"})
-    assert answer == {"broker": -1, "configs": {"log.retention.ms": "3600000", "unclean.leader.election.enable": "true"},
+    assert answer == {"broker": -1,
+                      "configs": {"log.retention.ms": "3600000", "unclean.leader.election.enable": "true"},
                       "metadata_offset": before + 1}
     assert h.store.entries[before + 1]["records"] == [broker_config_record(
         -1, {"log.retention.ms": "3600000", "unclean.leader.election.enable": "true"})]

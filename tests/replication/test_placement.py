@@ -52,7 +52,8 @@ def test_new_topics_start_on_the_least_loaded_broker() -> None:
 
 
 def test_replication_factor_above_live_brokers_names_them() -> None:
-    with pytest.raises(InvalidReplicationFactorError, match=r"replication factor 3 is larger than the 2 live broker\(s\) \(0, 1\)"):
+    with pytest.raises(InvalidReplicationFactorError, match=r"replication factor 3 is larger than the 2 live "
+                                                            r"broker\(s\) \(0, 1\)"):
         assign_replicas(brokers={0: None, 1: None}, partitions=1, replication_factor=3, topic="orders")
 
 

@@ -187,7 +187,8 @@ def test_subscribe_pattern_picks_up_topics_created_while_the_query_runs(spark, k
 
 
 def test_fail_on_data_loss_when_retention_deleted_offsets_the_query_needs(spark, kelp, tmp_path) -> None:
-    admin(kelp, "/topics", {"name": "ret", "partitions": 1, "configs": {"retention.ms": "60000", "segment.bytes": "2000"}})
+    admin(kelp, "/topics", {"name": "ret", "partitions": 1,
+                            "configs": {"retention.ms": "60000", "segment.bytes": "2000"}})
     old = int(time.time() * 1000) - 3_600_000
     produce(kelp, "ret", 0, [(None, b"first")], timestamp_ms=old)
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
@@ -220,8 +221,10 @@ def test_the_sink_writes_keys_headers_and_partitions_as_sparks_kafka_sink_does(s
         [(f"user-{i}", f"event-{i}", [("trace", f"t{i}".encode())] if i % 3 else None) for i in range(200)]
         + [(None, "keyless", None)],
         "key string, value string, headers array<struct<key:string,value:binary>>")
-    df.write.format("kelp").mode("append").option("kafka.bootstrap.servers", kelp.bootstrap).option("topic", "sink-kelp").save()
-    df.write.format("kafka").mode("append").option("kafka.bootstrap.servers", kelp.bootstrap).option("topic", "sink-kafka").save()
+    (df.write.format("kelp").mode("append").option("kafka.bootstrap.servers", kelp.bootstrap)
+     .option("topic", "sink-kelp").save())
+    (df.write.format("kafka").mode("append").option("kafka.bootstrap.servers", kelp.bootstrap)
+     .option("topic", "sink-kafka").save())
 
     def placed(topic: str) -> dict:
         got = reader(spark, "kafka", kelp, subscribe=topic, includeHeaders="true").collect()
@@ -270,7 +273,8 @@ def test_kelp_reads_and_writes_a_replicated_topic_across_a_leader_failure(spark,
     cluster.wait_fully_replicated("rep")
     leader = cluster.topic("rep")["partitions"][0]["leader"]
     cluster[leader].kill()  # the client first asks a dead broker, and partition 0 must move
-    cluster.wait_for("a new leader of rep-0", lambda: cluster.topic("rep")["partitions"][0]["leader"] not in (-1, leader))
+    cluster.wait_for("a new leader of rep-0",
+                     lambda: cluster.topic("rep")["partitions"][0]["leader"] not in (-1, leader))
     got = (spark.read.format("kelp").option("kafka.bootstrap.servers", everyone).option("subscribe", "rep").load()
            .selectExpr("CAST(key AS STRING) AS k", "CAST(value AS STRING) AS v").collect())
     assert sorted((r.k, r.v) for r in got) == sorted((f"k{i}", f"v{i}") for i in range(300))

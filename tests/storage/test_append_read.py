@@ -154,7 +154,8 @@ def test_max_timestamp_offset_is_the_first_record_carrying_it(tmp_path, clock) -
     assert log.max_timestamp_and_offset() is None
     stamps = [100, 900, 300, 900, 50, 700]
     for i, ts in enumerate(stamps):
-        log.append_as_leader(build_batch([Record(b"k", b"x%d" % i, timestamp=ts - 1), Record(b"k", b"y", timestamp=ts)]),
+        log.append_as_leader(build_batch([Record(b"k", b"x%d" % i, timestamp=ts - 1),
+                                          Record(b"k", b"y", timestamp=ts)]),
                              leader_epoch=0)
     assert len(log.segments) > 1
     assert log.max_timestamp_and_offset() == (3, 900)  # batch 1's second record, offset 3; batch 3 ties later

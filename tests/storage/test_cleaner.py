@@ -101,7 +101,8 @@ def test_tombstones_are_removed_only_after_delete_retention(tmp_path, clock) -> 
 def test_producer_state_and_timestamps_are_preserved(tmp_path, clock) -> None:
     log = Log.open(tmp_path / "t-0", COMPACT, clock=clock)
     first = build_batch(
-        [Record(b"a", b"old", timestamp=100), Record(b"b", b"keep", timestamp=200), Record(b"c", b"old", timestamp=300)],
+        [Record(b"a", b"old", timestamp=100), Record(b"b", b"keep", timestamp=200),
+         Record(b"c", b"old", timestamp=300)],
         producer_id=77, producer_epoch=2, base_sequence=0,
     )
     only_old = build_batch([Record(b"a", b"old2", timestamp=400)], producer_id=77, producer_epoch=2, base_sequence=3)
@@ -128,7 +129,8 @@ def test_producer_state_and_timestamps_are_preserved(tmp_path, clock) -> None:
 def test_compressed_batches_stay_compressed(tmp_path, clock) -> None:
     log = Log.open(tmp_path / "t-0", COMPACT, clock=clock)
     for r in range(5):
-        data = build_batch([Record(b"k%d" % k, b"v%d-%d" % (k, r) * 20, timestamp=r) for k in range(10)], compression="gzip")
+        data = build_batch([Record(b"k%d" % k, b"v%d-%d" % (k, r) * 20, timestamp=r) for k in range(10)],
+                           compression="gzip")
         log.append_as_leader(data, leader_epoch=0)
     log.roll()
     log.append_as_leader(keyed([(b"k0", b"final")]), leader_epoch=0)
@@ -189,7 +191,8 @@ def test_a_crash_before_the_commit_point_keeps_the_old_segments(tmp_path, clock,
 
 
 def test_retention_during_cleaning_makes_the_swap_back_off(tmp_path, clock, monkeypatch) -> None:
-    config = LogConfig(segment_bytes=400, cleanup_policy="compact,delete", retention_ms=DAY, min_cleanable_dirty_ratio=0.1)
+    config = LogConfig(segment_bytes=400, cleanup_policy="compact,delete", retention_ms=DAY,
+                       min_cleanable_dirty_ratio=0.1)
     log = Log.open(tmp_path / "t-0", config, clock=clock)
     newest = _write(log, rounds=20)
     log.high_watermark = log.log_end_offset  # committed: retention may take it
@@ -204,7 +207,8 @@ def test_retention_during_cleaning_makes_the_swap_back_off(tmp_path, clock, monk
     LogCleaner(clock=clock).clean(log, clock.ms)
     assert len(log.segments) == 1 and log.log_start_offset == log.active_segment.base_offset
     assert not list((tmp_path / "t-0").glob("*.cleaned"))
-    assert all(newest[r.key] == (r.offset, r.value) for r in read_all(log) if r.key in newest and r.offset >= newest[r.key][0])
+    assert all(newest[r.key] == (r.offset, r.value) for r in read_all(log) if r.key in newest
+               and r.offset >= newest[r.key][0])
     again = Log.open(tmp_path / "t-0", config, clock=clock)
     assert read_all(again) == read_all(log)
 

@@ -16,10 +16,12 @@ from .helpers import read_all
 SEEDS = [1, 2, 3, 4, 5, 6]
 
 
-def _random_batch(rng: random.Random, ts: int, keys: int | None = None) -> tuple[bytes, list[tuple[bytes | None, bytes | None]]]:
+def _random_batch(rng: random.Random,
+                  ts: int, keys: int | None = None) -> tuple[bytes, list[tuple[bytes | None, bytes | None]]]:
     pairs = []
     for _ in range(rng.randint(1, 6)):
-        key = b"key-%d" % rng.randrange(keys) if keys else (None if rng.random() < 0.2 else os.urandom(rng.randint(0, 8)))
+        key = b"key-%d" % rng.randrange(keys) if keys else (None if rng.random() < 0.2
+                                                            else os.urandom(rng.randint(0, 8)))
         value = None if (keys and rng.random() < 0.1) else os.urandom(rng.randint(0, 40 if keys else 300))
         pairs.append((key, value))
     data = build_batch(

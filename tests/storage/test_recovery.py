@@ -72,7 +72,8 @@ def test_corrupted_crc_in_the_last_batch_is_cut_off(tmp_path, clock, caplog) -> 
         again = _reopen(tmp_path, clock)
     assert again.log_end_offset == 29
     assert active.stat().st_size == last.position
-    assert any("CRC mismatch" in r.getMessage() and f"position {last.position}" in r.getMessage() for r in caplog.records)
+    assert any("CRC mismatch" in r.getMessage() and f"position {last.position}" in r.getMessage()
+               for r in caplog.records)
     for segment in again.segments:  # every byte left passes validation
         parse_batches(segment.read(0, segment.size)) if segment.size else None
 

@@ -133,7 +133,8 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster_factory(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Callable[..., Cluster]]:
+def cluster_factory(tmp_path_factory: pytest.TempPathFactory,
+                    request: pytest.FixtureRequest) -> Iterator[Callable[..., Cluster]]:
     made: list[Cluster] = []
 
     def make(n: int = 3, *, settings: dict[str, object] | None = None, start: bool = True) -> Cluster:

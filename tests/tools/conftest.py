@@ -37,7 +37,8 @@ class ToolRun:
     stderr: str
 
     def ok(self) -> "ToolRun":
-        assert self.returncode == 0, f"{' '.join(self.args)} exited {self.returncode}:\n{self.stdout[-2000:]}\n{self.stderr[-3000:]}"
+        assert self.returncode == 0, (f"{' '.join(self.args)} exited {self.returncode}:\n"
+                                      f"{self.stdout[-2000:]}\n{self.stderr[-3000:]}")
         return self
 
 

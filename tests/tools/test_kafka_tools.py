@@ -3,7 +3,8 @@
 kafka-topics, the console producer and consumer, kafka-consumer-groups
 (including describe after a topic of the group was deleted), kafka-configs
 (`kafka.admin.ConfigCommand`) --alter/--describe with the change taking
-effect, of a topic and of the cluster-wide broker default, kafka-delete-records, kafka-get-offsets --time -1/-2/-3/-4, the
+effect, of a topic and of the cluster-wide broker default,
+kafka-delete-records, kafka-get-offsets --time -1/-2/-3/-4, the
 verifiable producer and consumer, kafka-log-dirs; and no Java client falls
 back from ApiVersions v4.
 """
@@ -146,8 +147,8 @@ def test_configs_alter_and_describe_the_cluster_wide_broker_default(tools) -> No
     tools.run(CONFIGS, *default, "--alter", "--add-config", "log.retention.ms=5400000").ok()
     described = tools.run(CONFIGS, *default, "--describe").ok().stdout
     assert "Default configs for brokers in the cluster are:" in described, described
-    assert "log.retention.ms=5400000 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=5400000}" \
-        in described, described
+    assert ("log.retention.ms=5400000 sensitive=false "
+            "synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=5400000}") in described, described
     topic = tools.run(CONFIGS, "--entity-type", "topics", "--entity-name", "dyn", "--describe", "--all").ok().stdout
     assert "retention.ms=5400000 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=5400000" \
         in topic, topic

@@ -146,7 +146,8 @@ async def handle_describe_configs(ctx: RequestContext, request: DescribeConfigsR
             results.append(R(error_code=0, error_message=None, resource_type=res.resource_type,
                              resource_name=res.resource_name, configs=configs))
         except KelpError as exc:
-            log.warning("describe configs of %s '%s' from %s: %s", res.resource_type, res.resource_name, ctx.client, exc)
+            log.warning("describe configs of %s '%s' from %s: %s", res.resource_type, res.resource_name, ctx.client,
+                        exc)
             results.append(R(error_code=exc.code, error_message=str(exc), resource_type=res.resource_type,
                              resource_name=res.resource_name, configs=[]))
     return DescribeConfigsResponse(throttle_time_ms=0, results=results)
@@ -213,11 +214,13 @@ async def _alter_each(ctx: RequestContext, resources: list, answer: Any,
             if res.resource_type == TOPIC:
                 await alter_topic(res)
             elif res.resource_type == BROKER_LOGGER:
-                raise InvalidRequestError("Kelp does not change broker log levels at run time; start it with --log-level")
+                raise InvalidRequestError("Kelp does not change broker log levels at run time; start it "
+                                          "with --log-level")
             elif res.resource_type == BROKER:
                 await alter_broker(res, _broker_entity(ctx, res.resource_name))
             else:
-                raise InvalidRequestError(f"config resource type {res.resource_type} is not supported (topic=2, broker=4)")
+                raise InvalidRequestError(f"config resource type {res.resource_type} is not supported "
+                                          "(topic=2, broker=4)")
             results.append(answer(error_code=0, error_message=None, resource_type=res.resource_type,
                                   resource_name=res.resource_name))
         except KelpError as exc:
@@ -236,7 +239,8 @@ async def handle_incremental_alter_configs(
 
     async def alter_topic(res: Any) -> None:
         sets, deletes = _incremental_changes(ctx, res)
-        await ctx.broker.topics.alter_config(res.resource_name, sets, delete=tuple(deletes), validate_only=validate_only)
+        await ctx.broker.topics.alter_config(res.resource_name, sets, delete=tuple(deletes),
+                                             validate_only=validate_only)
 
     async def alter_broker(res: Any, entity: int) -> None:
         if not res.configs:

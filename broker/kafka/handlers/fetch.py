@@ -52,5 +52,6 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> RawRespons
             code = r.error.code
             log.warning("fetch from topic '%s' partition %d by %s: %s", r.topic, r.partition, ctx.client, r.error)
         parts.append((r.partition, code, r.high_watermark, r.last_stable_offset, r.log_start_offset, r.records))
-    buffers, size = encode_fetch_response(ctx.api_version, throttle_time_ms=0, error_code=0, session_id=0, topics=topics)
+    buffers, size = encode_fetch_response(ctx.api_version, throttle_time_ms=0, error_code=0, session_id=0,
+                                          topics=topics)
     return RawResponse(buffers, size)

@@ -80,12 +80,14 @@ async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorR
             return CoordinatorLocation(COORDINATOR_NOT_AVAILABLE, "the group coordinator is not running on this broker")
         if key_type != 0:
             # Transaction coordinators (key type 1) are not served by Kelp.
-            return CoordinatorLocation(COORDINATOR_NOT_AVAILABLE, f"key type {key_type} is not supported (only groups, 0)")
+            return CoordinatorLocation(COORDINATOR_NOT_AVAILABLE, f"key type {key_type} is not supported "
+                                                                  "(only groups, 0)")
         if not key and ctx.api_version < 4:
             return CoordinatorLocation(Errors.INVALID_GROUP_ID, "group id must not be empty")
         located = await locator_of(ctx.broker).locate(key)
         if located.error:
-            log.info("FindCoordinator for group '%s' from %s: error %d: %s", key, ctx.client, located.error, located.message)
+            log.info("FindCoordinator for group '%s' from %s: error %d: %s", key, ctx.client, located.error,
+                     located.message)
         return located
 
     if ctx.api_version >= 4:
@@ -112,7 +114,8 @@ async def handle_join_group(ctx: RequestContext, request: JoinGroupRequest) -> J
     M = JoinGroupResponse.JoinGroupResponseMember
     if coord is None:
         return JoinGroupResponse(throttle_time_ms=0, error_code=COORDINATOR_NOT_AVAILABLE, generation_id=-1,
-                                 protocol_name="" if v < 7 else None, leader="", member_id=request.member_id, members=[])
+                                 protocol_name="" if v < 7 else None, leader="", member_id=request.member_id,
+                                 members=[])
     result = await coord.join_group(
         request.group_id,
         request.member_id or "",
@@ -241,7 +244,8 @@ async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest
     return OffsetCommitResponse(throttle_time_ms=0, topics=topics)
 
 
-def _fetch_group(coord: GroupCoordinator | None, group_id: str, topics: Any) -> tuple[int, list[tuple[str, list[tuple[int, Any]]]]]:
+def _fetch_group(coord: GroupCoordinator | None, group_id: str,
+                 topics: Any) -> tuple[int, list[tuple[str, list[tuple[int, Any]]]]]:
     """(group error, [(topic, [(partition, CommittedOffset|None)])])."""
     if coord is None:
         return COORDINATOR_NOT_AVAILABLE, []

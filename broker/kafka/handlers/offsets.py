@@ -3,9 +3,9 @@
 Why: consumers use ListOffsets to reset positions (auto.offset.reset, seek to
 time): earliest (-2), latest (-1), max timestamp (-3, v7+), earliest local
 (-4, v8+: the log start, Kelp does not tier), latest tiered (-5, v9+: -1, as
-Kafka answers without tiered storage) or the first offset at a time. v0 answers through `old_style_offsets`. OffsetForLeaderEpoch tells a
-client (KIP-320) or a follower (KIP-101) where an epoch ended, to detect
-truncation.
+Kafka answers without tiered storage) or the first offset at a time. v0
+answers through `old_style_offsets`. OffsetForLeaderEpoch tells a client
+(KIP-320) or a follower (KIP-101) where an epoch ended, to detect truncation.
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ async def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) 
                 epoch = replicas.leader_epoch(t.name, p.partition_index) if offset >= 0 else -1
                 code = 0
             except KelpError as exc:
-                log.warning("list offsets of topic '%s' partition %d by %s: %s", t.name, p.partition_index, ctx.client, exc)
+                log.warning("list offsets of topic '%s' partition %d by %s: %s", t.name, p.partition_index, ctx.client,
+                            exc)
                 offset, ts, epoch, code = -1, -1, -1, exc.code
             parts.append(PR(
                 partition_index=p.partition_index, error_code=code,
@@ -76,7 +77,8 @@ async def handle_offset_for_leader_epoch(
                     current_leader_epoch=_epoch(p) if ctx.api_version >= 2 else -1)
                 code = 0
             except KelpError as exc:
-                log.warning("offset for leader epoch of topic '%s' partition %d by %s: %s", t.topic, p.partition, ctx.client, exc)
+                log.warning("offset for leader epoch of topic '%s' partition %d by %s: %s", t.topic, p.partition,
+                            ctx.client, exc)
                 epoch, end, code = -1, -1, exc.code
             parts.append(E(error_code=code, partition=p.partition, leader_epoch=epoch, end_offset=end))
         topics.append(TRes(topic=t.topic, partitions=parts))

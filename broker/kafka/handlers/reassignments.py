@@ -80,17 +80,20 @@ async def handle_elect_leaders(ctx: RequestContext, request) -> ElectLeadersResp
     for name, partitions in names:
         if election_type != PREFERRED:
             msg = "unclean elections on request are not supported; set unclean.leader.election.enable on the topic"
-            results.append(R(topic=name, partition_result=[P(partition_id=p, error_code=INVALID_REQUEST, error_message=msg)
+            results.append(R(topic=name, partition_result=[P(partition_id=p, error_code=INVALID_REQUEST,
+                                                             error_message=msg)
                                                            for p in (partitions or [])]))
             continue
         try:
-            out = (await ctx.broker.cluster.call("elect_preferred_leaders", topic=name, partitions=partitions))["results"]
+            out = (await ctx.broker.cluster.call("elect_preferred_leaders",
+                                                 topic=name, partitions=partitions))["results"]
             res = []
             for key, code in sorted(out.items()):
                 p = int(key.rsplit("-", 1)[1])
                 res.append(P(partition_id=p, error_code=int(code), error_message=None))
             results.append(R(topic=name, partition_result=res))
         except KelpError as exc:
-            results.append(R(topic=name, partition_result=[P(partition_id=p, error_code=exc.code, error_message=str(exc))
+            results.append(R(topic=name,
+                             partition_result=[P(partition_id=p, error_code=exc.code, error_message=str(exc))
                                                            for p in (partitions or [])]))
     return ElectLeadersResponse(throttle_time_ms=0, error_code=0, replica_election_results=results)

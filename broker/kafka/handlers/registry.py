@@ -15,7 +15,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
-__all__ = ["handles", "HandlerSpec", "RawResponse", "RequestContext", "get_handler", "all_handlers", "response_class_for"]
+__all__ = ["handles", "HandlerSpec", "RawResponse", "RequestContext", "get_handler", "all_handlers",
+           "response_class_for"]
 
 log = logging.getLogger("kelp.broker.kafka")
 
@@ -90,10 +91,12 @@ def handles(
         key = request_class.API_KEY
         previous = _HANDLERS.get(key)
         if previous is not None and previous.func is not func:
-            log.warning("handler for %s replaced: %s -> %s", request_class.name, previous.func.__qualname__, func.__qualname__)
+            log.warning("handler for %s replaced: %s -> %s", request_class.name, previous.func.__qualname__,
+                        func.__qualname__)
         _HANDLERS[key] = HandlerSpec(
             api_key=key,
-            name=request_class.name[: -len("Request")] if request_class.name.endswith("Request") else request_class.name,
+            name=request_class.name[: -len("Request")] if request_class.name.endswith("Request")
+            else request_class.name,
             request_class=request_class,
             response_class=response_class or response_class_for(request_class),
             min_version=min_version,

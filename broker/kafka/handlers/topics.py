@@ -39,7 +39,8 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
             if t.assignments:
                 if t.num_partitions not in (-1, None) or t.replication_factor not in (-1, None):
                     raise InvalidRequestError(
-                        f"topic '{t.name}': give either a replica assignment or numPartitions/replicationFactor, not both"
+                        f"topic '{t.name}': give either a replica assignment or "
+                        "numPartitions/replicationFactor, not both"
                     )
                 assignments = {a.partition_index: list(a.broker_ids) for a in t.assignments}
             configs = {c.name: c.value for c in (t.configs or [])}
