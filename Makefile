@@ -18,7 +18,7 @@ BENCH_ARGS ?=
 # stops that for every Python started from here, brokers in tests included.
 export PYTHONSAFEPATH := 1
 
-.PHONY: run test e2e bench chaos deps deps-run venv clean spark-jars kafka-tools
+.PHONY: run test lint e2e bench chaos deps deps-run venv clean spark-jars kafka-tools
 
 # Debian packages in two tiers: a broker needs only Python's venv (`make run`);
 # the test tiers need kcat, a JDK, Maven, containerd, runc, CNI... (`make test`).
@@ -59,7 +59,12 @@ spark-demo: deps venv $(if $(filter kafka,$(SPARK_SOURCE)),spark-jars)
 kafka-tools: deps venv
 	@$(PY) -m kelp.kafka_tools >/dev/null
 
-test: deps venv spark-jars kafka-tools
+# ruff (pinned in the test extras, configured in pyproject.toml): pycodestyle, pyflakes, import order and
+# bugbear over the whole checkout. Seconds; `make test` runs it first and stops on any finding.
+lint: venv
+	$(VENV)/bin/ruff check .
+
+test: lint deps venv spark-jars kafka-tools
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # End-to-end on a real Kubernetes cluster: kind or any reachable kubeconfig (e2e/README.md).
@@ -83,7 +88,7 @@ chaos: deps venv
 	$(PY) -c "import runpy, sys; sys.path.append('$(CURDIR)'); sys.argv[0] = 'chaos'; runpy.run_module('tests.chaos.runner', run_name='__main__', alter_sys=True)" --seed $(SEED) --seconds $(SECONDS) $(CHAOS_ARGS)
 
 clean:
-	rm -rf $(VENV) $(DATA_DIR) .pytest_cache
+	rm -rf $(VENV) $(DATA_DIR) .pytest_cache .ruff_cache
 
 # crds/ is the source of truth; the chart ships byte-identical copies
 # (tests/chart fails when they drift).
