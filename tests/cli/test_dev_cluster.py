@@ -282,6 +282,9 @@ def test_sigkill_of_a_broker_under_acks_all_load_loses_nothing_and_it_rejoins_ev
             assert time.monotonic() - killed_at < 60, \
                 f"broker {victim} not back in every ISR 60 s after its SIGKILL: {dc.admin(f'/admin/v1/topics/{topic}')}"
             time.sleep(0.2)
+        print(f"dev-cluster: broker {victim} SIGKILLed under acks=all load; {during} record(s) acknowledged by the "
+              f"other two while it was down ({back_at - killed_at:.1f} s); back in every ISR "
+              f"{time.monotonic() - killed_at:.1f} s after the kill")
         after = work.count()
         deadline = time.monotonic() + 30
         while work.count() < after + 500:
@@ -351,6 +354,8 @@ def test_ctrl_c_stops_every_broker_by_itself_with_logs_flushed_within_the_bound(
     assert not killed, f"dev-cluster had to SIGKILL: {killed}; broker logs:\n" + \
         "\n".join(line for line in err.splitlines() if "shutdown" in line or "stopp" in line)
     assert len(exits) == len(pids) and max(exits.values()) <= STOP_TIMEOUT_S, exits
+    print("dev-cluster: SIGTERM to every broker at once under load; exited after "
+          + ", ".join(f"broker {i} {t:.1f} s" for i, t in sorted(exits.items())) + f" (bound {STOP_TIMEOUT_S:.0f} s)")
     for i in range(len(pids)):
         assert f"broker {i} stopped; all segments flushed and closed" in err, (
             f"broker {i} did not flush:\n{err[-3000:]}")
