@@ -3,12 +3,13 @@
 Why: appends must pass the same checks (partition exists, acks legal,
 idempotent-producer sequence) and fetches the same limits (fetch.min.bytes,
 max wait, partition and response max bytes with KIP-74's "first batch even
-if too large") whichever protocol asked (the read side is `replica_fetch`,
-mixed in; the types are in `replica_types`). It also owns the long-poll: a
-fetch that found too little parks a future on each partition it reads, and an
-append resolves them — no polling. The follower side and the worker-thread
-jobs on a replica's log (truncation, producer-state rebuild, deletion) are
-`replica_follower`, the leader's ISR changes `isr_changes`, mixed in too.
+if too large") whichever protocol asked (the write side is `replica_produce`,
+the read side `replica_fetch`, both mixed in; the types are in
+`replica_types`). It also owns the long-poll: a fetch that found too little
+parks a future on each partition it reads, and an append resolves them — no
+polling. The follower side and the worker-thread jobs on a replica's log
+(truncation, producer-state rebuild, deletion) are `replica_follower`, the
+leader's ISR changes `isr_changes`, mixed in too.
 
 Design: single-threaded asyncio, no locks. `Log.append_as_leader` is
 synchronous, so the producer-state check, the append and the state update for
@@ -36,27 +37,20 @@ from typing import Any, Awaitable, Callable, Sequence
 
 from kelp.errors import (
     FencedLeaderEpochError,
-    InvalidRequestError,
-    InvalidRequiredAcksError,
-    InvalidTopicError,
     KelpError,
-    NotEnoughReplicasAfterAppendError,
-    NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
     PolicyViolationError,
     RequestTimedOutError,
     UnknownLeaderEpochError,
 )
-from kelp.records import iter_headers, needs_recompression, parse_batches, recompress
 
-from .cluster.model import INTERNAL_TOPICS
 from .config import BrokerConfig
 from .isr_changes import IsrChanges
 from .partition import Partition
-from .producer_state import Duplicate
 from .replica_fetch import FetchPath
 from .replica_follower import FollowerPath
+from .replica_produce import ProducePath
 from .replica_types import (
     FetchPartition,
     FetchPartitionResult,
@@ -103,7 +97,7 @@ LeadershipListener = Callable[[str, int, bool, int], None]
 AlterPartition = Callable[..., Awaitable[Any]]
 
 
-class ReplicaManager(FetchPath, FollowerPath, IsrChanges):
+class ReplicaManager(ProducePath, FetchPath, FollowerPath, IsrChanges):
     def __init__(self, config: BrokerConfig, logs: Any, topics: Any, *,
                  clock_ms: Callable[[], int] | None = None) -> None:
         self.config = config
@@ -360,167 +354,6 @@ class ReplicaManager(FetchPath, FollowerPath, IsrChanges):
         if expired:
             log.info("expired the state of %d idempotent producer(s) idle for %d ms or more", expired, expiration)
         return expired
-
-    # -- produce --------------------------------------------------------
-    async def append(
-        self,
-        topic: str,
-        partition: int,
-        data: bytes | bytearray | memoryview,
-        *,
-        acks: int = 1,
-        timeout_ms: int = 30000,
-        internal_allowed: bool = False,
-    ) -> ProduceResult:
-        """Append a produce request's batches for one partition; with acks=-1 wait until the ISR has them.
-
-        Internal topics take only the broker's own writes (`internal_allowed`, the group coordinator's),
-        as Kafka's `appendToLocalLog` does: a client's batch there could forge any group's commits.
-        """
-        result = await self.append_local(topic, partition, data, acks=acks, internal_allowed=internal_allowed,
-                                         timeout_ms=timeout_ms)
-        return await self.wait_for_isr(result, acks=acks, timeout_ms=timeout_ms)
-
-    async def append_local(
-        self, topic: str, partition: int, data: bytes | bytearray | memoryview, *, acks: int = 1,
-        internal_allowed: bool = False, timeout_ms: int = 30000,
-    ) -> ProduceResult:
-        """Append to the leader's log, without waiting for followers (`wait_for_isr` does).
-
-        A topic whose `compression.type` names a codec gets batches in another codec rebuilt in a
-        worker thread first (gzip takes ~3 ms per 100-record batch: never on the event loop); the
-        log's own check then finds nothing left to rewrite. While a job runs on the replica's log
-        (its producer state loading, a truncation before leadership) the append waits for it, up
-        to `timeout_ms`.
-        """
-        part = self._partitions.get((topic, partition))
-        if part is not None and part.busy is not None:
-            await self._await_not_busy(part, timeout_ms / 1000.0)
-            part = self._partitions.get((topic, partition))
-        codec = part.log.config.compression_type if part is not None and part.log is not None else "producer"
-        if codec != "producer" and needs_recompression(data, codec):
-            rebuilt = await asyncio.to_thread(recompress, data, parse_batches(data), codec)
-            if rebuilt is not None:
-                data = rebuilt[0]
-        return self.append_sync(topic, partition, data, acks=acks, internal_allowed=internal_allowed)
-
-    async def wait_for_isr(self, result: ProduceResult, *, acks: int, timeout_ms: int) -> ProduceResult:
-        """acks=-1: wait until the ISR has `result`'s offsets (or time out); other acks return at once.
-
-        As Kafka's DelayedProduce: a duplicate waits for its original offsets like a fresh append;
-        the wait completes only while this broker leads at the leader epoch of the append (checked
-        when it is registered — the handler awaits between append and wait — and on every
-        leadership change: NOT_LEADER_OR_FOLLOWER, the batch may have been truncated); then
-        min.insync.replicas is checked against the (maximal) ISR.
-        """
-        if acks != -1:
-            return result
-        topic, partition = result.topic, result.partition
-        part = self._partitions.get((topic, partition))
-        if part is None or (result.appended_to is not None and part is not result.appended_to):
-            raise NotLeaderOrFollowerError(f"topic '{topic}' partition {partition} left broker {self.broker_id} "
-                                           "during the produce")
-        fut = asyncio.get_running_loop().create_future()
-        needed = result.last_offset + 1
-        if (part.is_leader and part.leader_ready and part.leader_epoch == result.leader_epoch
-                and part.high_watermark >= needed):
-            fut.set_result(None)  # replicated already (a duplicate of a committed batch, or a fast ISR)
-        else:
-            part.add_ack_waiter(needed, result.leader_epoch, fut)  # fails at once if the epoch moved
-        if not fut.done():
-            try:
-                await asyncio.wait_for(fut, max(timeout_ms, 0) / 1000.0)
-            except asyncio.TimeoutError:
-                part.discard_ack_waiter(fut)
-                raise RequestTimedOutError(
-                    f"topic '{topic}' partition {partition}: offsets {result.base_offset}..{result.last_offset} "
-                    f"not replicated to the ISR {list(part.isr)} within {timeout_ms} ms (high watermark "
-                    f"{part.high_watermark})"
-                ) from None
-        fut.result()  # NOT_LEADER_OR_FOLLOWER when leadership or its epoch moved
-        isr = part.maximal_isr
-        if len(isr) < part.min_insync_replicas:
-            raise NotEnoughReplicasAfterAppendError(
-                f"topic '{topic}' partition {partition}: written at offset {result.base_offset}, but the ISR "
-                f"shrank to {list(isr)}, below min.insync.replicas={part.min_insync_replicas}"
-            )
-        return result
-
-    def append_sync(
-        self, topic: str, partition: int, data: bytes | bytearray | memoryview, *, acks: int = 1,
-        internal_allowed: bool = False,
-    ) -> ProduceResult:
-        if topic in INTERNAL_TOPICS and not internal_allowed:
-            raise InvalidTopicError(
-                f"cannot write to internal topic '{topic}' (partition {partition}): only the broker's group "
-                "coordinator writes there; commit offsets with OffsetCommit instead"
-            )
-        if acks not in (0, 1, -1):
-            raise InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), got {acks}")
-        part = self._leader(topic, partition)
-        if part.busy is not None:
-            raise NotLeaderOrFollowerError(
-                f"topic '{topic}' partition {partition}: its producer state is loading on broker "
-                f"{self.broker_id}; retry")
-        if acks == -1 and len(part.isr) < part.min_insync_replicas:
-            raise NotEnoughReplicasError(
-                f"topic '{topic}' partition {partition}: {len(part.isr)} in-sync replica(s) {list(part.isr)}, "
-                f"min.insync.replicas is {part.min_insync_replicas} (acks=all)"
-            )
-        lg = part.log
-        headers = list(iter_headers(data))
-        dup: Duplicate | None = None
-        idem = [h for h in headers if h.producer_id >= 0 and h.base_sequence >= 0]
-        if idem:
-            if len(headers) != 1:
-                raise InvalidRequestError(
-                    f"idempotent produce to topic '{topic}' partition {partition} must carry exactly one batch, "
-                    f"got {len(headers)}"
-                )
-            h = idem[0]
-            dup = part.producers.check(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence)
-            if dup is not None:
-                log.info(
-                    "duplicate batch from producer %d epoch %d sequence %d..%d on %s-%d: acknowledged with offset %d, "
-                    "not stored again",
-                    h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence, topic, partition,
-                    dup.first_offset,
-                )
-                return ProduceResult(topic, partition, dup.first_offset, dup.last_offset, -1, lg.log_start_offset, 0,
-                                     duplicate=True, leader_epoch=part.leader_epoch, appended_to=part)
-        before = lg.log_end_offset
-        result = lg.append_as_leader(data, leader_epoch=part.leader_epoch)
-        if lg.active_segment.base_offset != part.snapshot_base:  # rolled: snapshot the producer state (per roll)
-            self._maybe_snapshot_producers(part, before)
-        if idem:
-            h = idem[0]
-            part.producers.update(
-                h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
-                result.first_offset, result.last_offset, result.max_timestamp,
-            )
-        part.maybe_advance_high_watermark()
-        self._dirty.add((topic, partition))
-        part.wake()
-        if self._bytes_in is not None:
-            try:
-                (self._bytes_in.labels(topic=topic).inc(len(data)) if hasattr(self._bytes_in, "labels")
-                 else self._bytes_in.inc(len(data)))
-                if self._records_in is not None:
-                    (self._records_in.labels(topic=topic)
-                     if hasattr(self._records_in, "labels") else self._records_in).inc(result.record_count)
-            except Exception:  # metrics must never fail a produce
-                pass
-        return ProduceResult(
-            topic,
-            partition,
-            result.first_offset,
-            result.last_offset,
-            result.log_append_time_ms if result.log_append_time_ms is not None else -1,
-            lg.log_start_offset,
-            result.record_count,
-            leader_epoch=part.leader_epoch,
-            appended_to=part,
-        )
 
     def partition_roles(self, topic: str, partition: int) -> tuple[int, list[int], list[int]]:
         info = self.topics.check_partition(topic, partition)
