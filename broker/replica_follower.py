@@ -22,7 +22,7 @@ import asyncio
 import logging
 from typing import Any, Awaitable, Callable, TypeVar
 
-from kelp.errors import KelpError, NotLeaderOrFollowerError
+from kelp.errors import KafkaStorageError, KelpError, NotLeaderOrFollowerError
 
 from .partition import Partition
 from .producer_recovery import RebuiltState, rebuild_producer_state
@@ -40,6 +40,7 @@ class FollowerPath:
 
     _partitions: dict[tuple[str, int], Partition]
     _dirty: set[tuple[str, int]]
+    _flush_due: dict[tuple[str, int], Any]
     _tasks: set[asyncio.Task]
     logs: Any
     _background: Callable[..., Any]
@@ -64,7 +65,9 @@ class FollowerPath:
         lg = part.log
         if data:
             before = lg.log_end_offset
-            result = lg.append_as_follower(data)
+            result = lg.append_as_follower(data, defer_flush=True)
+            if result is not None and result.flush_due:
+                self._flush_due[(topic, partition)] = lg  # fsynced by `flush_followers` before the next fetch
             if result is not None:
                 self._maybe_snapshot_producers(part, before)
                 # Per batch: producer state follows the leader's (idempotence survives failover).
@@ -76,6 +79,30 @@ class FollowerPath:
         if part.follow_high_watermark(leader_high_watermark) or data:
             self._dirty.add((topic, partition))
         return lg.log_end_offset
+
+    async def flush_followers(self) -> None:
+        """fsync the follower logs whose appends reached flush.messages, in a worker thread (never on the loop).
+
+        The replica fetcher awaits this before it fetches again: its next fetch offset tells the leader what
+        this replica holds, and with flush.messages that must mean fsynced, as Kafka's follower append does.
+        """
+        if not self._flush_due:
+            return
+        due = dict(self._flush_due)
+
+        def flush_all() -> list[tuple[str, int]]:
+            done = []
+            for key, lg in due.items():
+                try:
+                    lg.flush()
+                except KafkaStorageError:
+                    if not lg.closed or lg.offline_reason:
+                        raise  # a failed fsync: kept due, so the fetcher retries it before fetching again
+                done.append(key)  # flushed, or moved or deleted meanwhile: nothing of it left to make durable
+            return done
+        for key in await asyncio.to_thread(flush_all):
+            if self._flush_due.get(key) is due[key]:
+                del self._flush_due[key]
 
     def follow_log_start(self, topic: str, partition: int, leader_log_start_offset: int) -> int:
         """A follower raises its log start to the leader's (DeleteRecords, retention), as Kafka's fetcher does.

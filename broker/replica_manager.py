@@ -107,6 +107,7 @@ class ReplicaManager(ProducePath, FetchPath, FollowerPath, IsrChanges):
         self._now_ms = clock_ms or now_ms
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._dirty: set[tuple[str, int]] = set()  # appended since the last checkpoint
+        self._flush_due: dict[tuple[str, int], Any] = {}  # follower logs past flush.messages: fsync before fetching
         self._listeners: list[LeadershipListener] = []
         self._tasks: set[asyncio.Task] = set()
         # Set by the cluster layer: asks the controller to change a partition's ISR; returns the new PartitionState.

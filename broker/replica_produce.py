@@ -91,7 +91,11 @@ class ProducePath:
             rebuilt = await asyncio.to_thread(recompress, data, parse_batches(data), codec)
             if rebuilt is not None:
                 data = rebuilt[0]
-        return self.append_sync(topic, partition, data, acks=acks, internal_allowed=internal_allowed)
+        result = self.append_sync(topic, partition, data, acks=acks, internal_allowed=internal_allowed)
+        if result.flush_due and isinstance(result.appended_to, Partition):
+            # flush.messages: the fsync comes before the answer (any acks), in a worker thread, never on the loop.
+            await asyncio.to_thread(result.appended_to.log.flush)
+        return result
 
     async def wait_for_isr(self, result: ProduceResult, *, acks: int, timeout_ms: int) -> ProduceResult:
         """acks=-1: wait until the ISR has `result`'s offsets (or time out); other acks return at once.
@@ -178,7 +182,7 @@ class ProducePath:
                 return ProduceResult(topic, partition, dup.first_offset, dup.last_offset, -1, lg.log_start_offset, 0,
                                      duplicate=True, leader_epoch=part.leader_epoch, appended_to=part)
         before = lg.log_end_offset
-        result = lg.append_as_leader(data, leader_epoch=part.leader_epoch)
+        result = lg.append_as_leader(data, leader_epoch=part.leader_epoch, defer_flush=True)
         if lg.active_segment.base_offset != part.snapshot_base:  # rolled: snapshot the producer state (per roll)
             self._maybe_snapshot_producers(part, before)
         if idem:
@@ -209,4 +213,5 @@ class ProducePath:
             result.record_count,
             leader_epoch=part.leader_epoch,
             appended_to=part,
+            flush_due=result.flush_due,
         )

@@ -32,6 +32,8 @@ class ProduceResult:
     leader_epoch: int = -1
     # The replica it was appended to (a re-created topic restarts epochs): acks=all waits only on that one.
     appended_to: object = field(default=None, repr=False, compare=False)
+    # flush.messages was reached: the log must be fsynced (in a worker thread) before this is acknowledged.
+    flush_due: bool = False
 
 
 @dataclass(slots=True)

@@ -268,6 +268,8 @@ class ReplicaFetcher:
         FT = FetchRequest.FetchTopic
         FP = FT.FetchPartition
         replicas = self.m.replicas
+        # flush.messages on a follower: the offsets this fetch reports as held must be fsynced first (off the loop).
+        await replicas.flush_followers()
         sent: dict[tuple[str, int], tuple[_FetchState, int]] = {}
         by_topic: dict[str, list] = {}
         for (topic, p), st in self.state.items():

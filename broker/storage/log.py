@@ -74,6 +74,8 @@ class AppendResult:
     max_timestamp: int
     record_count: int
     batches: list[BatchInfo] = field(default_factory=list)
+    # flush.messages is reached and the caller asked to fsync itself (`defer_flush`): `flush()` before it acknowledges.
+    flush_due: bool = False
 
 
 class Log(LogReads, LogRetention, LogTruncation, LogDurability):
@@ -234,9 +236,14 @@ class Log(LogReads, LogRetention, LogTruncation, LogDurability):
     # ----------------------------------------------------------------- appends
 
     def append_as_leader(
-        self, data: bytes | bytearray | memoryview, *, leader_epoch: int, origin: str = "client"
+        self, data: bytes | bytearray | memoryview, *, leader_epoch: int, origin: str = "client",
+        defer_flush: bool = False,
     ) -> AppendResult:
         """Validate `data`'s batches, assign offsets and `leader_epoch`, append. Per batch only.
+
+        When `flush.messages` is reached the append fsyncs (outside the lock) before it returns — unless
+        `defer_flush`: then the result says `flush_due` and the caller runs `flush()` itself, in a worker
+        thread (an event loop must never fsync), before it acknowledges.
 
         A writable `data` (bytearray, writable memoryview) is rewritten in place
         and so handed over to the log; read-only bytes are copied first.
@@ -298,11 +305,16 @@ class Log(LogReads, LogRetention, LogTruncation, LogDurability):
                 batches=batches,
             )
         if flush_due:
-            self.flush()  # flush.messages reached: the caller asked for this fsync, but never under the lock
+            if defer_flush:
+                result.flush_due = True
+            else:
+                self.flush()  # flush.messages reached: the caller asked for this fsync, but never under the lock
         return result
 
-    def append_as_follower(self, data: bytes | bytearray | memoryview) -> AppendResult | None:
-        """Append batches fetched from the leader, keeping their offsets and leader epochs.
+    def append_as_follower(self, data: bytes | bytearray | memoryview, *,
+                           defer_flush: bool = False) -> AppendResult | None:
+        """Append batches fetched from the leader, keeping their offsets and leader epochs (`defer_flush` as
+        for `append_as_leader`).
 
         Returns None for empty `data`. Raises `InvalidRecordError` if the
         batches do not continue this log (the replica layer truncates first).
@@ -331,7 +343,10 @@ class Log(LogReads, LogRetention, LogTruncation, LogDurability):
                 batches=batches,
             )
         if flush_due:
-            self.flush()
+            if defer_flush:
+                result.flush_due = True
+            else:
+                self.flush()
         return result
 
     def _parse(self, data: bytes | bytearray | memoryview) -> list[BatchInfo]:
@@ -433,15 +448,31 @@ class Log(LogReads, LogRetention, LogTruncation, LogDurability):
                 self.write_producer_snapshot(offset, entries, generation=generation)
             except OSError as exc:
                 log.warning("%s: producer snapshot at close not written: %s", self.name, exc)
-        with self._lock:
-            if self._closed:
-                return
-            self.flush()
-            active = self._segments[-1]
-            active.set_mtime(active.last_modified_ms)
-            for segment in self._segments:
-                segment.close()
-            self._closed = True
+        # Lock order everywhere: the flush lock, then the log lock (a flush in a worker thread holds the first and
+        # waits for the second). The log stops taking appends first, so what is fsynced below is all of it.
+        with self._flush_lock:
+            with self._lock:
+                if self._closed:
+                    return
+                self._closed = True
+                end = self.log_end_offset
+                pending = (self._segments[self._segment_index_for(self._recovery_point):]
+                           if self._recovery_point < end else [])
+            self._fsync_segments(pending)
+            try:  # the epochs of what is durable must be too (flush_leader_epochs skips a closed log)
+                self.leader_epochs.flush()
+            except OSError as exc:
+                raise KafkaStorageError(f"{self.name}: writing its leader-epoch checkpoint failed: {exc}") from exc
+            with self._lock:
+                self._recovery_point = end
+                self._unflushed_records = 0
+                values = self._checkpoint_values()
+            self._write_checkpoint_values(values)
+            with self._lock:
+                active = self._segments[-1]
+                active.set_mtime(active.last_modified_ms)
+                for segment in self._segments:
+                    segment.close()
 
     def retire(self, suffix: str) -> None:
         """Stop every file write and rename the directory to `<name><suffix>` (first call only).
@@ -481,6 +512,11 @@ class Log(LogReads, LogRetention, LogTruncation, LogDurability):
     def offline_reason(self) -> str:
         """Why the log is offline (a hole between segments, a failed swap), or "" while it serves."""
         return self._offline_reason
+
+    @property
+    def closed(self) -> bool:
+        """Closed, retired (moved or deleted) or offline: it takes no appends and has nothing left to flush."""
+        return self._closed
 
     def _check_open(self) -> None:
         if self._closed:

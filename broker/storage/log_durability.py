@@ -6,10 +6,12 @@ that is — the recovery point, the partition checkpoint (log start, high waterm
 cleaner offset) and the leader-epoch file — so that recovery after a crash rescans only the tail.
 `Log` mixes it in.
 
-It must never fsync while holding the log lock on its own account (`flush` and `flush_rolled` take
-their values under it, fsync without it, serialised by `_flush_lock`; checkpoint files are written
-under `_checkpoint_lock` only), never move the recovery point past what was fsynced, and never
-rewrite a checkpoint file whose values did not change.
+It must never fsync while holding the log lock (`flush` and `flush_rolled` take their values under
+it, fsync without it, serialised by `_flush_lock`; checkpoint files are written under
+`_checkpoint_lock` only), never take the flush lock while holding the log lock (the order is
+flush lock, log lock, checkpoint lock — everywhere, `close` and `maybe_flush` included), never move
+the recovery point past what was fsynced, and never rewrite a checkpoint file whose values did not
+change. The event loop never calls it: appends there defer the fsync (`defer_flush`) to a worker.
 """
 
 from __future__ import annotations
@@ -114,14 +116,18 @@ class LogDurability:
             return True
 
     def maybe_flush(self) -> bool:
-        """fsync if flush.ms has passed since the last fsync (the periodic task calls this)."""
+        """fsync if flush.ms has passed since the last fsync (the periodic task calls this).
+
+        Decided under the log lock, flushed after it is released: `flush` takes the flush lock first, and
+        holding the log lock while waiting for it (an append's flush.messages fsync holds it) deadlocked.
+        """
         with self._lock:
             if self._closed or self.config.flush_ms <= 0 or self._recovery_point >= self.log_end_offset:
                 return False
             if self._now_ms() - self._last_flush_ms < self.config.flush_ms:
                 return False
-            self.flush()
-            return True
+        self.flush()
+        return True
 
     def write_checkpoint(self) -> None:
         """Persist log start, high watermark, recovery point (and a changed leader-epoch cache): values taken

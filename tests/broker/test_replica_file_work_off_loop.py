@@ -133,3 +133,36 @@ async def test_a_replica_placed_here_again_before_its_deletion_ran_starts_empty(
     assert sorted(p.name for p in node.dir.iterdir() if p.is_dir()) == ["t-0"]
     assert fresh.log_end_offset == 1 and fresh.read(0, max_bytes=1 << 20)
     node.close()
+
+
+async def test_flush_messages_fsyncs_in_a_worker_thread_before_the_answer(tmp_path, monkeypatch) -> None:
+    """`log.flush.interval.messages=1` (the README's setting for power-loss durability): every append is fsynced
+    before it is acknowledged — by a worker thread; an fsync on the loop stalls every client of the broker."""
+    node = Node(tmp_path, 0, settings={"log.flush.interval.messages": 1})
+    node.push(replicas=(0,), leader=0, leader_epoch=1, isr=(0,))
+    await node.drain()
+    fsyncs = record_threads(monkeypatch, os, "fsync")
+    loop_thread = threading.get_ident()
+    result = await node.rm.append(TOPIC, 0, bytearray(batch(3)), acks=1)
+    assert fsyncs and loop_thread not in fsyncs, "the flush.messages fsync ran on the event loop"
+    assert node.log.recovery_point == result.last_offset + 1, "acknowledged before it was fsynced"
+    node.close()
+
+
+async def test_a_follower_past_flush_messages_fsyncs_in_a_worker_thread_before_it_fetches_again(
+        tmp_path, monkeypatch) -> None:
+    node = Node(tmp_path, 0, settings={"log.flush.interval.messages": 1})
+    node.push(replicas=(0, 1), leader=1, leader_epoch=1, isr=(0, 1))
+    await node.drain()
+    theirs = bytearray(batch(2))
+    from kelp.records import assign_offsets, parse_batches
+
+    assign_offsets(theirs, parse_batches(theirs), base_offset=0, leader_epoch=1)
+    fsyncs = record_threads(monkeypatch, os, "fsync")
+    loop_thread = threading.get_ident()
+    node.rm.append_as_follower(TOPIC, 0, bytes(theirs), leader_epoch=1, leader_high_watermark=0)
+    assert not fsyncs and node.log.recovery_point == 0, "the follower append fsynced on the event loop"
+    await node.rm.flush_followers()  # what the replica fetcher awaits before its next fetch
+    assert fsyncs and loop_thread not in fsyncs
+    assert node.log.recovery_point == 2
+    node.close()
