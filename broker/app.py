@@ -3,8 +3,12 @@
 Why: one place decides the start order (storage -> topics -> replicas ->
 groups -> listeners) and the reverse stop order (listeners first, so no
 request reaches a closed log; then flush and close every segment). Parts
-written by others plug in here: `groups` is set by the group coordinator,
-the HTTP app comes from `kelp.broker.http.app.build_http_app(broker)`.
+written by others plug in here: `groups` is set by the group coordinator
+(`kelp.broker.groups.attach(broker)`), the HTTP app comes from
+`kelp.broker.http.app.build_http_app(broker)`. Every part is imported
+plainly: a broker always has its group coordinator and its HTTP listener
+(`/healthz` is its probe), so a part that fails to import fails the start
+with its traceback instead of passing for a feature left out.
 
 Stopping is bounded by construction (`stop`, `stop_bound_s`): each step gets
 a time limit, a step past it is cancelled and given `cancel_grace_s` to end,
@@ -27,7 +31,18 @@ import sys
 import time
 from typing import Any, Awaitable, Callable
 
+from aiohttp import web
+
+from .cluster.member import ClusterMember
+from .cluster.model import BrokerEndpoint
+from .cluster.replica_fetcher import ReplicaFetcherManager
 from .config import BrokerConfig
+from .groups import attach as attach_groups
+from .http.app import build_http_app
+from .kafka.server import KafkaServer
+from .replica_manager import ReplicaManager
+from .storage import LogConfig, LogManager
+from .topic_manager import TopicManager
 
 __all__ = ["Broker", "PHASE_TIMEOUT_S", "CANCEL_GRACE_S"]
 
@@ -65,15 +80,6 @@ class Broker:
 
     # -- lifecycle ------------------------------------------------------
     async def start(self) -> None:
-        from kelp.broker.storage import LogConfig, LogManager
-
-        from .cluster.member import ClusterMember
-        from .cluster.model import BrokerEndpoint
-        from .cluster.replica_fetcher import ReplicaFetcherManager
-        from .kafka.server import KafkaServer
-        from .replica_manager import ReplicaManager
-        from .topic_manager import TopicManager
-
         cfg = self.config
         for d in cfg.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
@@ -123,7 +129,7 @@ class Broker:
         log.info(
             "broker %d listening: kafka %s:%d, http %s, data in %s",
             cfg.broker_id, self.kafka_server.advertised_host, self.kafka_server.port,
-            f"{self.http_host}:{self.http_port}" if self.http_port is not None else "off",
+            f"{self.http_host}:{self.http_port}",
             ", ".join(str(d) for d in cfg.log_dirs),
         )
 
@@ -154,23 +160,12 @@ class Broker:
         return self.config["http.host"] or self.config["host"]
 
     async def _start_groups(self) -> None:
-        """Let the group coordinator attach itself if its part is installed."""
-        try:
-            from kelp.broker.groups import attach  # type: ignore[attr-defined]
-        except ImportError:
-            return
-        result = attach(self)
+        """Let the group coordinator attach itself (it sets `self.groups`)."""
+        result = attach_groups(self)
         if asyncio.iscoroutine(result):
             await result
 
     async def _start_http(self) -> None:
-        try:
-            from kelp.broker.http.app import build_http_app  # type: ignore[import-not-found]
-        except ImportError as exc:
-            log.info("HTTP API not available (%s); serving Kafka protocol only", exc)
-            return
-        from aiohttp import web
-
         app = build_http_app(self)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=PHASE_TIMEOUT_S / 2)
         await runner.setup()
@@ -396,7 +391,7 @@ class Broker:
             info = {
                 "event": "listening",
                 "kafka": f"{self.kafka_server.advertised_host}:{self.kafka_server.port}",
-                "http": f"{self.http_host}:{self.http_port}" if self.http_port is not None else None,
+                "http": f"{self.http_host}:{self.http_port}",
                 "log_dirs": [str(d) for d in self.config.log_dirs],
                 "broker_id": self.config.broker_id,
             }

@@ -22,6 +22,8 @@ from typing import Any, Mapping
 
 from kelp.errors import ConfigError
 
+from .config_keys import BROKER_KEYS
+
 __all__ = ["read_config_file", "translate_kafka_keys", "KAFKA_ALIASES", "KAFKA_IGNORED_KEYS"]
 
 log = logging.getLogger("kelp.broker.config")
@@ -105,8 +107,6 @@ def _properties(text: str, path: Path) -> dict[str, Any]:
 
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """Accept both `log.dirs: x` and nested `log: {dirs: x}` YAML shapes."""
-    from .config import BROKER_KEYS
-
     out: dict[str, Any] = {}
     for key, value in data.items():
         name = f"{prefix}{key}"

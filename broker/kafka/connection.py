@@ -23,8 +23,14 @@ connection silent for `connections.max.idle.ms` (also one stuck in the middle
 of a frame) is closed by one periodic sweep; connections beyond
 `max.connections` / `max.connections.per.ip` are closed right after accept.
 
+What a connection needs from the listener that accepted it is `ConnectionHost`:
+the shared staging buffer and memory pool, the frame size bound, admission
+(and leaving) against the connection quota, a counter of connections closed
+by a bound, and `dispatch`. `KafkaServer` is one; this module never imports
+server.py, so the server's internals stay its own.
+
 This module must never decode request bodies or touch partition data; it
-hands whole frames to `KafkaServer._dispatch`.
+hands whole frames to `ConnectionHost.dispatch`.
 """
 
 from __future__ import annotations
@@ -33,12 +39,10 @@ import asyncio
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Callable, Protocol
 
 from .framing import SIZE
-
-if TYPE_CHECKING:
-    from .server import KafkaServer
+from .limits import MemoryPool
 
 log = logging.getLogger("kelp.broker.kafka")
 
@@ -56,6 +60,34 @@ POOL_FULL_READ = 1024
 
 _PAUSE_IN_FLIGHT = 1  # MAX_IN_FLIGHT requests unanswered
 _PAUSE_POOL = 2  # waiting for the memory pool
+
+
+class ConnectionHost(Protocol):
+    """The listener a connection belongs to, as the connection sees it (`KafkaServer` is one)."""
+
+    pool: MemoryPool  # queued.max.request.bytes: receive buffers and unanswered frames draw on it
+    max_request_bytes: int  # socket.request.max.bytes
+    # Reads land here first; one buffer shared by every connection of the listener (see get_buffer).
+    staging: bytearray
+    staging_view: memoryview
+
+    def admit(self, conn: _Connection, ip: str) -> bool:
+        """Count a new connection against the connection quota and keep it; False: close it."""
+        ...
+
+    def leave(self, conn: _Connection, ip: str) -> None:
+        """The admitted connection `conn` is gone: its quota slot is free, the listener forgets it."""
+        ...
+
+    def count_closed(self, reason: str) -> None:
+        """A connection was closed by the bound named `reason` (a config key), for the metrics."""
+        ...
+
+    def dispatch(self, frame: memoryview, peer: str, *, release: Callable[[], None] | None = None
+                 ) -> asyncio.Future | None:
+        """Start handling one request frame; the future's result is what to send (see `_write_loop`).
+        None: close the connection. `release` hands the frame's bytes back to the pool."""
+        ...
 
 
 class _Connection(asyncio.BufferedProtocol):
@@ -80,7 +112,7 @@ class _Connection(asyncio.BufferedProtocol):
     connection waits for the memory pool.
     """
 
-    def __init__(self, server: KafkaServer) -> None:
+    def __init__(self, server: ConnectionHost) -> None:
         self.server = server
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
@@ -113,13 +145,12 @@ class _Connection(asyncio.BufferedProtocol):
         peername = transport.get_extra_info("peername")
         self.peer = f"{peername[0]}:{peername[1]}" if peername else "?"
         self._ip = peername[0] if peername else "?"
-        if not self.server._admit(self, self._ip):
+        if not self.server.admit(self, self._ip):
             self._closed = self._lost = True
             transport.close()
             return
         self._admitted = True
         self.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)  # type: ignore[union-attr]
-        self.server._connections.add(self)
         self._writer = asyncio.get_running_loop().create_task(self._write_loop())
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -145,8 +176,8 @@ class _Connection(asyncio.BufferedProtocol):
         tail = self._tail
         server = self.server
         if tail:
-            server._staging[: len(tail)] = tail
-        view = server._staging_view[len(tail) :]
+            server.staging[: len(tail)] = tail
+        view = server.staging_view[len(tail) :]
         limit = server.pool.limit
         if limit is not None and limit - server.pool.used < len(view):
             # The pool is (nearly) full: read no more than fits it, at least POOL_FULL_READ bytes.
@@ -181,7 +212,7 @@ class _Connection(asyncio.BufferedProtocol):
 
     def _parse_staging(self, end: int) -> None:
         """Dispatch the whole frames in staging[:end]; keep an incomplete one in `_tail`."""
-        staging = self.server._staging
+        staging = self.server.staging
         start = 0
         while not self._closed:
             available = end - start
@@ -193,7 +224,7 @@ class _Connection(asyncio.BufferedProtocol):
                     "closing connection from %s: request size %d is outside 8..%d (socket.request.max.bytes)",
                     self.peer, size, self.server.max_request_bytes,
                 )
-                self.server._count(self.server._closed_by_limit, "socket.request.max.bytes")
+                self.server.count_closed("socket.request.max.bytes")
                 self._close_after_responses()
                 return
             begin = start + 4
@@ -215,7 +246,7 @@ class _Connection(asyncio.BufferedProtocol):
                     self._wait_for_pool(grow=True)
             break
         if start < end and not self._closed:
-            self._tail = bytes(self.server._staging_view[start:end])
+            self._tail = bytes(self.server.staging_view[start:end])
 
     # -- the memory pool ----------------------------------------------------
     def _try_grow(self) -> bool:
@@ -325,12 +356,11 @@ class _Connection(asyncio.BufferedProtocol):
         if not self._admitted:
             return
         self._admitted = False
-        self.server.quota.leave(self._ip)
+        self.server.leave(self, self._ip)
         self._lost = True
         self._closed = True
         self._release_receive_buffers()
         self.resume_writing()
-        self.server._connections.discard(self)
         for item in self._pending:
             if item is not None and not item.done():
                 item.cancel()
@@ -368,7 +398,7 @@ class _Connection(asyncio.BufferedProtocol):
                 self._finished(size, over)
 
         try:
-            item = self.server._dispatch(memoryview(frame), self.peer, release=release)
+            item = self.server.dispatch(memoryview(frame), self.peer, release=release)
         except BaseException:
             release()
             raise

@@ -7,9 +7,10 @@ responses strictly in arrival order; `acks=0` produce requests get none.
 Handlers come from the registry (`handlers/`), so this file knows no API.
 
 Connections (`connection.py`) read frames into buffers that grow as bytes
-arrive and hand each one here (`_dispatch`); the server owns what they
+arrive and hand each one here (`dispatch`); the server owns what they
 share: the staging buffer, the request memory pool and the connection
-quota of `limits.py`, and the sweep that closes idle connections.
+quota of `limits.py`, and the sweep that closes idle connections. It is the
+connections' `ConnectionHost`: they reach it only through that interface.
 
 Failure policy: a frame with an impossible size, an undecodable header or an
 unknown API key is logged naming the client and the reason; the connection
@@ -59,6 +60,8 @@ class _Unsupported(Exception):
 
 
 class KafkaServer:
+    """The Kafka listener; to its connections, their `ConnectionHost` (connection.py)."""
+
     def __init__(
         self, broker: Any, *, host: str, port: int, advertised_host: str = "", max_request_bytes: int,
         queued_max_request_bytes: int | None = None, connections_max_idle_ms: int | None = None,
@@ -75,8 +78,8 @@ class KafkaServer:
         self.idle_s = None if connections_max_idle_ms is None else connections_max_idle_ms / 1000
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[_Connection] = set()
-        self._staging = bytearray(STAGING_BYTES)
-        self._staging_view = memoryview(self._staging)
+        self.staging = bytearray(STAGING_BYTES)
+        self.staging_view = memoryview(self.staging)
         self._sweeper: asyncio.Task | None = None
         self._refusals = RateLimitedLog(log)
         self._metrics = _metrics.metrics_of(broker) if _metrics is not None else None
@@ -124,11 +127,12 @@ class KafkaServer:
             except (asyncio.TimeoutError, Exception):
                 pass
 
-    # -- limits ---------------------------------------------------------
-    def _admit(self, conn: "_Connection", ip: str) -> bool:
-        """Count a new connection against max.connections(.per.ip); False: close it."""
+    # -- limits (ConnectionHost) -----------------------------------------
+    def admit(self, conn: _Connection, ip: str) -> bool:
+        """Count a new connection against max.connections(.per.ip) and keep it; False: close it."""
         exceeded = self.quota.admit(ip)
         if exceeded is None:
+            self._connections.add(conn)
             return True
         limit = self.quota.max_connections if exceeded == "max.connections" else self.quota.max_per_ip
         self._refusals.warning(
@@ -137,6 +141,13 @@ class KafkaServer:
         )
         self._count(self._refused, exceeded)
         return False
+
+    def leave(self, conn: _Connection, ip: str) -> None:
+        self.quota.leave(ip)
+        self._connections.discard(conn)
+
+    def count_closed(self, reason: str) -> None:
+        self._count(self._closed_by_limit, reason)
 
     def _count(self, counter: Any, reason: str) -> None:
         if counter is not None:
@@ -154,11 +165,12 @@ class KafkaServer:
             deadline = time.monotonic() - self.idle_s
             for conn in [c for c in self._connections if c._last_active < deadline]:
                 if conn._idle():
-                    self._count(self._closed_by_limit, "connections.max.idle.ms")
+                    self.count_closed("connections.max.idle.ms")
                     conn._close_idle(self.idle_s)
 
-    def _dispatch(self, frame: memoryview, peer: str, *, release: Callable[[], None] | None = None
-                  ) -> asyncio.Future | None:
+    # -- requests (ConnectionHost) ---------------------------------------
+    def dispatch(self, frame: memoryview, peer: str, *, release: Callable[[], None] | None = None
+                 ) -> asyncio.Future | None:
         """Parse the header and start handling; None means close the connection.
 
         `release` gives the frame's bytes back to the memory pool before the answer (the handler

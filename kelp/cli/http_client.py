@@ -10,21 +10,16 @@ It must never hide the broker's message behind a generic one.
 from __future__ import annotations
 
 import json
-import os
 import urllib.error
 import urllib.parse
 import urllib.request
 from typing import Any
 
+from .endpoints import CONNECT_TIMEOUT_S, DEFAULT_HTTP, default_http_url, split_address, wait_reachable
 from .errors import CliError
 
-__all__ = ["AdminClient", "DEFAULT_HTTP"]
-
-DEFAULT_HTTP = "http://localhost:8080"
-
-
-def default_http_url() -> str:
-    return os.environ.get("KELP_HTTP") or DEFAULT_HTTP
+# DEFAULT_HTTP and default_http_url are endpoints.py's, named here too for the commands that build a client.
+__all__ = ["AdminClient", "DEFAULT_HTTP", "default_http_url"]
 
 
 class AdminClient:
@@ -38,8 +33,6 @@ class AdminClient:
 
     def _check_reachable(self) -> None:
         """Once per client: fail within the connect timeout, naming the address, if nothing listens there."""
-        from .common import CONNECT_TIMEOUT_S, split_address, wait_reachable
-
         parts = urllib.parse.urlsplit(self.base_url)
         default_port = 443 if parts.scheme == "https" else 80
         address = split_address(parts.netloc.rpartition("@")[2], default_port=default_port)

@@ -72,7 +72,7 @@ async def test_frames_survive_any_split_and_large_ones_get_their_own_buffer(monk
         fut.set_result([struct.pack(">i", len(frame))])
         return fut
 
-    server._dispatch = dispatch  # type: ignore[method-assign]
+    server.dispatch = dispatch  # type: ignore[method-assign]
     sizes = [8, 100, STAGING_BYTES - 4, STAGING_BYTES * 3 + 17, 9, 1 << 20, 8, 70_000]
     data, bodies = _frames(sizes)
     rng = random.Random(7)
@@ -98,7 +98,7 @@ async def test_oversized_or_undersized_frame_closes_after_answering_earlier_requ
         fut.set_result([b"ok"])
         return fut
 
-    server._dispatch = dispatch  # type: ignore[method-assign]
+    server.dispatch = dispatch  # type: ignore[method-assign]
     for bad in (1001, 7, -1):
         conn = _Connection(server)
         transport = _FakeTransport()
@@ -121,7 +121,7 @@ async def test_connections_share_staging_and_keep_only_their_incomplete_frame() 
         fut.set_result(None)
         return fut
 
-    server._dispatch = dispatch  # type: ignore[method-assign]
+    server.dispatch = dispatch  # type: ignore[method-assign]
     conns, streams = [], []
     for i in range(3):
         conn = _Connection(server)

@@ -71,7 +71,7 @@ class _Requests:
 def _server(**kwargs) -> tuple[KafkaServer, _Requests]:
     server = KafkaServer(None, host="127.0.0.1", port=0, max_request_bytes=200 * MiB, **kwargs)
     requests = _Requests()
-    server._dispatch = requests  # type: ignore[method-assign]
+    server.dispatch = requests  # type: ignore[method-assign]
     return server, requests
 
 
@@ -202,7 +202,7 @@ async def _serve(**kwargs) -> KafkaServer:
         fut.set_result([struct.pack(">i", 0)])
         return fut
 
-    server._dispatch = dispatch  # type: ignore[method-assign]
+    server.dispatch = dispatch  # type: ignore[method-assign]
     await server.start()
     return server
 
@@ -381,7 +381,7 @@ async def test_a_handler_can_give_its_frame_back_to_the_pool_before_answering() 
         parked.append((fut, release))
         return fut
 
-    server._dispatch = dispatch  # type: ignore[method-assign]
+    server.dispatch = dispatch  # type: ignore[method-assign]
     conn, transport = _connect(server)
     _feed(conn, _frame(300_000, 1) + _frame(300_000, 2))
     assert len(parked) == 2 and server.pool.used == 2 * 300_000

@@ -3,57 +3,16 @@
 import-linter cannot see `kelp.broker` and `kelp.operator` (they are mapped
 from `broker/` and `operator/`, which its graph builder does not follow), so
 the rules are checked here from the source: each module's imports are read
-with `ast` and followed transitively through Kelp's own modules.
+with `ast` (import_graph.py) and followed transitively through Kelp's own modules.
 """
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-PACKAGE_DIRS = {"kelp": ROOT / "kelp", "kelp.broker": ROOT / "broker", "kelp.operator": ROOT / "operator"}
+from tests.layout.import_graph import FILES, imports
 
 NETWORKING = ("asyncio", "socket", "aiohttp", "kafka.net", "kafka.producer", "kafka.consumer", "http", "urllib")
-
-
-def _module_files() -> dict[str, Path]:
-    files: dict[str, Path] = {}
-    for package, directory in PACKAGE_DIRS.items():
-        for path in directory.rglob("*.py"):
-            rel = path.relative_to(directory).with_suffix("")
-            parts = [p for p in rel.parts if p != "__init__"]
-            name = ".".join([package, *parts])
-            if name.startswith("kelp.") and name.split(".")[1] in {"broker", "operator"} and package == "kelp":
-                continue  # kelp/broker would shadow the mapping; never expected
-            files[name] = path
-    return files
-
-
-FILES = _module_files()
-
-
-def _imports(name: str) -> set[str]:
-    path = FILES[name]
-    tree = ast.parse(path.read_text(), filename=str(path))
-    is_package = path.name == "__init__.py"
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = name.split(".")
-                base = base if is_package else base[:-1]
-                base = base[: len(base) - (node.level - 1)]
-                module = ".".join(base + ([node.module] if node.module else []))
-            else:
-                module = node.module or ""
-            found.add(module)
-            found.update(f"{module}.{alias.name}" for alias in node.names)
-    return found
 
 
 def _closure(start: str) -> dict[str, str]:
@@ -66,7 +25,7 @@ def _closure(start: str) -> dict[str, str]:
         if current in visited:
             continue
         visited.add(current)
-        for imported in _imports(current):
+        for imported in imports(current):
             seen.setdefault(imported, current)
             if imported in FILES and imported not in visited:
                 stack.append(imported)

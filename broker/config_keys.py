@@ -1,0 +1,313 @@
+"""The broker's config keys and how each value is parsed: the tables both config modules read.
+
+Why a module of its own: `BrokerConfig` (config.py) validates values with these parsers, and the config file
+reader (config_file.py) needs the key names to flatten nested YAML; both import this table, it imports
+neither, so neither imports the other.
+
+`BROKER_KEYS` holds every broker property under its Kafka name with its parser and default;
+`TOPIC_CONFIG_KEYS` the per-topic overrides; `TOPIC_BROKER_SYNONYMS` and `DYNAMIC_BROKER_KEYS` which
+broker properties stand for topic defaults and may change while brokers run. A parser turns a value as
+given (text from a file, the environment or a flag, or already typed YAML) into its typed value, or raises
+ValueError saying what it expected; naming the key and the source is the caller's job.
+
+This module must never read files, the environment or sockets.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+__all__ = ["BROKER_KEYS", "TOPIC_CONFIG_KEYS", "TOPIC_BROKER_SYNONYMS", "DYNAMIC_BROKER_KEYS", "DEFAULT_ENTITY",
+           "parse_bool", "parse_compression_name"]
+
+
+def parse_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"expected true/false, got {value!r}")
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"expected an integer, got {value!r}")
+    if isinstance(value, int):
+        return value
+    return int(str(value).strip())
+
+
+def _float(value: Any) -> float:
+    return float(str(value).strip())
+
+
+def _str(value: Any) -> str:
+    if isinstance(value, (dict, list)):
+        raise ValueError(f"expected a string, got {value!r}")
+    return str(value)
+
+
+def _dirs(value: Any) -> list[str]:
+    if isinstance(value, (list, tuple)):
+        items = [str(v) for v in value]
+    else:
+        items = [part.strip() for part in str(value).split(",")]
+    items = [i for i in items if i]
+    if not items:
+        raise ValueError("expected at least one directory")
+    return items
+
+
+def _cleanup(value: Any) -> str:
+    text = str(value).strip()
+    parts = sorted(p.strip() for p in text.split(",") if p.strip())
+    if not parts or any(p not in ("delete", "compact") for p in parts):
+        raise ValueError(f"expected 'delete', 'compact' or 'compact,delete', got {value!r}")
+    return ",".join(parts)
+
+
+def _ts_type(value: Any) -> str:
+    text = str(value).strip()
+    if text not in ("CreateTime", "LogAppendTime"):
+        raise ValueError(f"expected CreateTime or LogAppendTime, got {value!r}")
+    return text
+
+
+def _nonneg(parse: Callable[[Any], int]) -> Callable[[Any], int]:
+    def check(value: Any) -> int:
+        number = parse(value)
+        if number < 0:
+            raise ValueError(f"must be >= 0, got {number}")
+        return number
+
+    return check
+
+
+def _positive(value: Any) -> int:
+    number = _int(value)
+    if number <= 0:
+        raise ValueError(f"must be > 0, got {number}")
+    return number
+
+
+def _retention(value: Any) -> int:
+    number = _int(value)
+    if number < -1:
+        raise ValueError(f"must be -1 (unlimited) or >= 0, got {number}")
+    return number
+
+
+def _unbounded_or_positive(value: Any) -> int:
+    number = _int(value)
+    if number != -1 and number <= 0:
+        raise ValueError(f"must be -1 (unbounded) or > 0, got {number}")
+    return number
+
+
+def _at_least(minimum: int) -> Callable[[Any], int]:
+    def check(value: Any) -> int:
+        number = _int(value)
+        if number < minimum:
+            raise ValueError(f"must be >= {minimum}, got {number}")
+        return number
+
+    return check
+
+
+def _ratio(value: Any) -> float:
+    number = _float(value)
+    if not 0.0 <= number <= 1.0:
+        raise ValueError(f"must be between 0 and 1, got {value!r}")
+    return number
+
+
+def _flush(value: Any) -> int:
+    number = _int(value)
+    if number < -1 or number == 0:
+        raise ValueError(f"must be -1 (left to the OS) or > 0, got {number}")
+    return number
+
+
+def _compression(value: Any) -> str:
+    """Kafka's compression.type values; a codec whose library is missing here is refused, naming it."""
+    from kelp.records import COMPRESSION_LIBRARIES, available_compressions
+
+    from .storage.config import COMPRESSION_TYPES
+
+    text = str(value).strip().lower()
+    if text not in COMPRESSION_TYPES:
+        raise ValueError(f"expected one of {', '.join(COMPRESSION_TYPES)}, got {value!r}")
+    if text in COMPRESSION_LIBRARIES and text not in available_compressions():
+        raise ValueError(f"{text} needs the Python library {COMPRESSION_LIBRARIES[text]}, "
+                         "which is not installed on this broker")
+    return text
+
+
+def parse_compression_name(value: Any) -> str:
+    """compression.type as the metadata log carries it: one of Kafka's values, whichever libraries this host has
+    (a broker must apply every record its controller accepted)."""
+    from .storage.config import COMPRESSION_TYPES
+
+    text = str(value).strip().lower()
+    if text not in COMPRESSION_TYPES:
+        raise ValueError(f"expected one of {', '.join(COMPRESSION_TYPES)}, got {value!r}")
+    return text
+
+
+def _dns_label(value: Any) -> str:
+    text = str(value).strip()
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?", text):
+        raise ValueError(f"expected a lower-case DNS label of at most 40 characters (a-z, 0-9, '-'), got {value!r}")
+    return text
+
+
+def _backend(value: Any) -> str:
+    text = str(value).strip()
+    if text not in ("file", "kube"):
+        raise ValueError("expected 'file' (a directory shared by the brokers of one machine) or 'kube' (Lease and "
+                         f"ConfigMap objects), got {value!r}")
+    return text
+
+
+# key -> (parser, default). Defaults follow Kafka's where Kafka has one.
+BROKER_KEYS: dict[str, tuple[Callable[[Any], Any], Any]] = {
+    "broker.id": (_nonneg(_int), 0),
+    "log.dirs": (_dirs, ["/tmp/kelp-logs"]),
+    "listeners": (_str, ""),
+    "host": (_str, "127.0.0.1"),
+    "port": (_nonneg(_int), 9092),
+    "http.host": (_str, ""),
+    "http.port": (_nonneg(_int), 8080),
+    "advertised.host": (_str, ""),
+    "advertised.port": (_nonneg(_int), 0),
+    "num.partitions": (_positive, 1),
+    "default.replication.factor": (_positive, 1),
+    "auto.create.topics.enable": (parse_bool, True),
+    "delete.topic.enable": (parse_bool, True),
+    "message.max.bytes": (_positive, 1048588),
+    "socket.request.max.bytes": (_positive, 104857600),
+    # Kafka listener memory and connection bounds (README "Broker configuration"). Kelp bounds the
+    # request pool and the connection count by default (Kafka: unbounded); -1 lifts the pool or idle bound.
+    "queued.max.request.bytes": (_unbounded_or_positive, 134217728),
+    "connections.max.idle.ms": (_unbounded_or_positive, 600000),
+    "max.connections": (_positive, 10000),
+    "max.connections.per.ip": (_positive, 2147483647),
+    "log.retention.ms": (_retention, None),
+    "log.retention.minutes": (_retention, None),
+    "log.retention.hours": (_retention, 168),
+    "log.retention.bytes": (_retention, -1),
+    "log.segment.bytes": (_positive, 1073741824),
+    "log.roll.ms": (_positive, None),
+    "log.roll.hours": (_positive, 168),
+    "log.retention.check.interval.ms": (_positive, 300000),
+    "log.flush.interval.messages": (_positive, None),
+    "log.flush.interval.ms": (_positive, None),
+    "log.index.interval.bytes": (_positive, 4096),
+    "log.cleanup.policy": (_cleanup, "delete"),
+    "log.cleaner.delete.retention.ms": (_nonneg(_int), 86400000),
+    "log.cleaner.min.cleanable.ratio": (_float, 0.5),
+    "log.cleaner.dedupe.buffer.size": (_positive, 134217728),  # bounds the cleaner's key map (bytes)
+    "log.message.timestamp.type": (_ts_type, "CreateTime"),
+    "min.insync.replicas": (_positive, 1),
+    "offsets.topic.num.partitions": (_positive, 50),
+    "offsets.topic.replication.factor": (_positive, 3),
+    "offsets.retention.minutes": (_positive, 10080),
+    "offsets.commit.timeout.ms": (_positive, 5000),
+    "group.initial.rebalance.delay.ms": (_nonneg(_int), 3000),
+    "group.min.session.timeout.ms": (_positive, 6000),
+    "group.max.session.timeout.ms": (_positive, 1800000),
+    "group.max.size": (_positive, 2**31 - 1),
+    "replica.lag.time.max.ms": (_positive, 30000),
+    "cluster.id": (_str, "kelp-local"),
+    # -- cluster (design §5): leases, metadata store, controller, replica fetching
+    "cluster.name": (_dns_label, "kelp"),
+    "cluster.backend": (_backend, "file"),
+    "cluster.dir": (_str, ""),
+    "kube.namespace": (_str, ""),
+    "kube.config": (_str, ""),
+    "broker.rack": (_str, ""),
+    "broker.rack.node.label": (_str, ""),
+    "kube.node.name": (_str, ""),
+    "broker.id.from.hostname": (parse_bool, False),
+    "lease.duration.ms": (_positive, 3000),
+    "lease.renew.interval.ms": (_positive, 1000),
+    "controller.liveness.check.interval.ms": (_positive, 250),
+    # A (re)started broker acts on the metadata only once the controller has registered this process in it
+    # (docs/metadata.md); it gives up and exits after this long (Kafka's name and default).
+    "initial.broker.registration.timeout.ms": (_positive, 60000),
+    "controlled.shutdown.enable": (parse_bool, True),
+    "controlled.shutdown.timeout.ms": (_positive, 30000),  # one attempt's bound
+    "controlled.shutdown.max.retries": (_nonneg(_int), 3),  # attempts after the first (Kafka's name and default)
+    "controlled.shutdown.retry.backoff.ms": (_nonneg(_int), 5000),
+    # Bytes of metadata-log entries after which the controller writes a snapshot and compacts (Kafka's name;
+    # default 4 MiB instead of Kafka's 20 MiB: Kelp's entries are JSON and the controller keeps them in memory).
+    "metadata.log.max.record.bytes.between.snapshots": (_positive, 4 * 1024 * 1024),
+    "unclean.leader.election.enable": (parse_bool, False),
+    "replica.fetch.wait.max.ms": (_positive, 500),
+    "replica.fetch.max.bytes": (_positive, 1048576),
+    "replica.fetch.response.max.bytes": (_positive, 10485760),
+    "replica.fetch.backoff.ms": (_positive, 200),
+    "replica.socket.timeout.ms": (_positive, 30000),
+    "producer.id.block.size": (_positive, 1000),
+    "compression.type": (_compression, "producer"),
+    # -- HTTP listener bounds (README "HTTP API")
+    "http.request.max.bytes": (_positive, 32 * 1024 * 1024),
+    "http.request.max.records": (_positive, 100_000),
+    "http.consumer.max.instances": (_positive, 1000),
+    "consumer.instance.timeout.ms": (_positive, 300_000),
+    "producer.id.expiration.ms": (_positive, 86400000),  # idempotent-producer state idle this long is dropped
+    "producer.id.expiration.check.interval.ms": (_positive, 600000),
+}
+
+# Per-topic overrides (Kafka topic config names) -> parser. Names the storage
+# layer's LogConfig.from_kafka understands, plus the ones the core interprets.
+TOPIC_CONFIG_KEYS: dict[str, Callable[[Any], Any]] = {
+    "retention.ms": _retention,
+    "retention.bytes": _retention,
+    "segment.bytes": _at_least(14),
+    "segment.ms": _positive,
+    "segment.index.bytes": _at_least(8),
+    "index.interval.bytes": _nonneg(_int),
+    "cleanup.policy": _cleanup,
+    "delete.retention.ms": _nonneg(_int),
+    "min.cleanable.dirty.ratio": _ratio,
+    "min.compaction.lag.ms": _nonneg(_int),
+    "max.message.bytes": _positive,
+    "min.insync.replicas": _positive,
+    "flush.messages": _flush,
+    "flush.ms": _flush,
+    "message.timestamp.type": _ts_type,
+    "compression.type": _compression,
+    "unclean.leader.election.enable": parse_bool,
+}
+
+
+# A topic config's broker-wide synonyms, most specific first (Kafka's ServerTopicConfigSynonyms): where
+# its default comes from, for DescribeConfigs' synonyms. `default_topic_config` resolves them the same way.
+TOPIC_BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
+    "retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+    "retention.bytes": ("log.retention.bytes",),
+    "segment.bytes": ("log.segment.bytes",),
+    "segment.ms": ("log.roll.ms", "log.roll.hours"),
+    "index.interval.bytes": ("log.index.interval.bytes",),
+    "cleanup.policy": ("log.cleanup.policy",),
+    "delete.retention.ms": ("log.cleaner.delete.retention.ms",),
+    "min.cleanable.dirty.ratio": ("log.cleaner.min.cleanable.ratio",),
+    "max.message.bytes": ("message.max.bytes",),
+    "min.insync.replicas": ("min.insync.replicas",),
+    "message.timestamp.type": ("log.message.timestamp.type",),
+    "flush.messages": ("log.flush.interval.messages",),
+    "flush.ms": ("log.flush.interval.ms",),
+    "unclean.leader.election.enable": ("unclean.leader.election.enable",),
+    "compression.type": ("compression.type",),
+}
+
+# The broker configs `kafka-configs --entity-type brokers` may change while the brokers run (Kafka's cluster-wide
+# dynamic configs that Kelp reads at use time): the topic defaults. They live in the metadata log (`broker_config`
+# records) for the cluster-wide default entity and for single brokers; every other broker config is read at start.
+DYNAMIC_BROKER_KEYS: frozenset[str] = frozenset(k for keys in TOPIC_BROKER_SYNONYMS.values() for k in keys)
+DEFAULT_ENTITY = -1  # the broker entity of the cluster-wide dynamic defaults (`--entity-default`)
