@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Protocol
 
 from .append_errors import commit_error_code, group_write_error_code
+from .coordinator_config import CoordinatorConfig, LoopScheduler, Scheduler
+from .errors import Errors
 from .group import CommittedOffset, Group, GroupState, Member
 from .offsets_log import (
     GroupValue,
@@ -49,12 +51,9 @@ from .placement import OFFSETS_TOPIC, partition_for_group
 
 __all__ = [
     "GroupCoordinator",
-    "CoordinatorConfig",
     "JoinResult",
     "SyncResult",
     "OffsetStore",
-    "Scheduler",
-    "LoopScheduler",
     "Errors",
     "LoadedPartition",
     "decode_partition",
@@ -63,42 +62,7 @@ __all__ = [
 log = logging.getLogger("kelp.broker.groups")
 
 
-class Errors:
-    """Kafka error codes the coordinator answers with."""
-
-    NONE = 0
-    UNKNOWN_TOPIC_OR_PARTITION = 3
-    OFFSET_METADATA_TOO_LARGE = 12
-    COORDINATOR_LOAD_IN_PROGRESS = 14
-    COORDINATOR_NOT_AVAILABLE = 15
-    NOT_COORDINATOR = 16
-    ILLEGAL_GENERATION = 22
-    INCONSISTENT_GROUP_PROTOCOL = 23
-    INVALID_GROUP_ID = 24
-    UNKNOWN_MEMBER_ID = 25
-    INVALID_SESSION_TIMEOUT = 26
-    REBALANCE_IN_PROGRESS = 27
-    UNKNOWN_SERVER_ERROR = -1
-    NON_EMPTY_GROUP = 68
-    GROUP_ID_NOT_FOUND = 69
-    MEMBER_ID_REQUIRED = 79
-    FENCED_INSTANCE_ID = 82
-    GROUP_MAX_SIZE_REACHED = 81
-    GROUP_SUBSCRIBED_TO_TOPIC = 86
-
-
 MAX_METADATA_CHARS = 4096  # Kafka's offset.metadata.max.bytes default
-
-
-class Scheduler(Protocol):
-    def call_later(self, delay_ms: int, callback: Callable[[], None]) -> Any: ...
-
-
-class LoopScheduler:
-    """Timers on the running asyncio loop; handles have `.cancel()`."""
-
-    def call_later(self, delay_ms: int, callback: Callable[[], None]) -> asyncio.TimerHandle:
-        return asyncio.get_running_loop().call_later(max(delay_ms, 0) / 1000.0, callback)
 
 
 class OffsetStore(Protocol):
@@ -107,41 +71,6 @@ class OffsetStore(Protocol):
     async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None: ...
 
     def replay(self, partition: int) -> Iterable[tuple[bytes, bytes | None]]: ...
-
-
-@dataclass
-class CoordinatorConfig:
-    """Broker settings the coordinator uses (Kafka names in the comments)."""
-
-    num_partitions: int = 50  # offsets.topic.num.partitions
-    initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
-    min_session_timeout_ms: int = 6000  # group.min.session.timeout.ms
-    max_session_timeout_ms: int = 1800000  # group.max.session.timeout.ms
-    max_group_size: int = 2**31 - 1  # group.max.size
-    offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes
-    offsets_retention_check_interval_ms: int = 600000  # offsets.retention.check.interval.ms
-    # offsets.commit.timeout.ms: how long a write to __consumer_offsets may wait for the ISR
-    commit_timeout_ms: int = 5000
-    load_retry_ms: int = 1000  # after a failed replay of a partition this broker still leads
-
-    @classmethod
-    def from_broker(cls, cfg: Any) -> "CoordinatorConfig":
-        def get(key: str, default: Any) -> Any:
-            try:
-                value = cfg[key]
-            except KeyError:
-                return default
-            return default if value is None else value
-
-        return cls(
-            num_partitions=int(get("offsets.topic.num.partitions", 50)),
-            initial_rebalance_delay_ms=int(get("group.initial.rebalance.delay.ms", 3000)),
-            min_session_timeout_ms=int(get("group.min.session.timeout.ms", 6000)),
-            max_session_timeout_ms=int(get("group.max.session.timeout.ms", 1800000)),
-            max_group_size=int(get("group.max.size", 2**31 - 1)),
-            offsets_retention_ms=int(get("offsets.retention.minutes", 10080)) * 60000,
-            commit_timeout_ms=int(get("offsets.commit.timeout.ms", 5000)),
-        )
 
 
 @dataclass
