@@ -1,11 +1,19 @@
-"""The group coordinator: JoinGroup/SyncGroup/Heartbeat/LeaveGroup rules, commits, offset fetches.
+"""The group coordinator: where every consumer-group request lands, and how its parts fit together.
 
-Why: consumers of every client library (kafka-python, aiokafka, librdkafka)
-and the REST proxy's HTTP consumers share partitions through this one state
-machine, with Kafka's semantics: delayed joins parked on futures, generation
-fencing, session-timeout eviction, rebalance-timeout bounds, static
-membership, and offsets/group metadata persisted to `__consumer_offsets`
-before a commit is acknowledged.
+Why: the Kafka handlers (`kafka/handlers/groups.py`), the HTTP APIs
+(`http/admin_groups.py`, the REST consumers) and the broker's leadership and
+topic events all talk to one object, `broker.groups`, as they would to
+Kafka's GroupCoordinator. It answers the group and offset requests with
+Kafka's rules and error codes (`Errors`): it runs the rebalance state machine
+(JoinGroup/SyncGroup/Heartbeat/LeaveGroup, with delayed joins parked on
+futures, generation fencing, session and rebalance timeouts, static
+membership) and drives its parts:
+
+- `group_metadata_manager.GroupMetadataManager`: the cache of groups and
+  offsets, and every write to `__consumer_offsets` (Kafka's GroupMetadataManager);
+- `partition_loader.PartitionLoader`: loading and unloading the
+  `__consumer_offsets` partitions this broker gains and loses the leadership of;
+- `offsets_expiry.OffsetExpiry`: offsets.retention.minutes.
 
 It coordinates only the groups of the `__consumer_offsets` partitions this
 broker leads: `on_become_leader(p, epoch)` loads a partition (requests for its
@@ -16,8 +24,10 @@ Time is injected (`clock` returns ms, `scheduler.call_later(delay_ms, fn)`)
 so the unit tests drive timeouts without sleeping. Persistence is injected
 (`store`: append records to / replay a partition of `__consumer_offsets`).
 
-This module must never speak the Kafka wire protocol or HTTP; handlers
-translate requests into these calls and results back into responses.
+This module must never speak the Kafka wire protocol or HTTP (handlers
+translate requests into these calls and results back into responses), and
+must never grow the parts' logic back: it writes `__consumer_offsets` only
+through `GroupMetadataManager`.
 """
 
 from __future__ import annotations
@@ -27,50 +37,19 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable
 
-from .append_errors import commit_error_code, group_write_error_code
-from .coordinator_config import CoordinatorConfig, LoopScheduler, Scheduler
+from .coordinator_config import CoordinatorConfig, LoopScheduler, Scheduler, TimerHandle
 from .errors import Errors
 from .group import CommittedOffset, Group, GroupState, Member
-from .offsets_log import (
-    GroupValue,
-    MemberValue,
-    OffsetKey,
-    OffsetValue,
-    decode_group_value,
-    decode_key,
-    decode_offset_value,
-    encode_group_key,
-    encode_group_value,
-    encode_offset_key,
-    encode_offset_value,
-)
-from .ownership import PartitionOwnership, PartitionState
-from .placement import OFFSETS_TOPIC, partition_for_group
+from .group_metadata_manager import GroupMetadataManager, OffsetStore
+from .offsets_expiry import OffsetExpiry
+from .ownership import PartitionOwnership
+from .partition_loader import PartitionLoader
 
-__all__ = [
-    "GroupCoordinator",
-    "JoinResult",
-    "SyncResult",
-    "OffsetStore",
-    "Errors",
-    "LoadedPartition",
-    "decode_partition",
-]
+__all__ = ["GroupCoordinator", "GroupDescription", "Errors"]
 
 log = logging.getLogger("kelp.broker.groups")
-
-
-MAX_METADATA_CHARS = 4096  # Kafka's offset.metadata.max.bytes default
-
-
-class OffsetStore(Protocol):
-    """Where `__consumer_offsets` records go (one partition per call)."""
-
-    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None: ...
-
-    def replay(self, partition: int) -> Iterable[tuple[bytes, bytes | None]]: ...
 
 
 @dataclass
@@ -105,38 +84,6 @@ class GroupDescription:
     members: list[Member]
 
 
-@dataclass
-class LoadedPartition:
-    """What replaying one `__consumer_offsets` partition found: the newest record per key (None: tombstone)."""
-
-    partition: int
-    records: int = 0
-    offsets: dict[OffsetKey, OffsetValue | None] = field(default_factory=dict)
-    metas: dict[str, GroupValue | None] = field(default_factory=dict)
-
-    def group_ids(self) -> set[str]:
-        return ({k.group for k, v in self.offsets.items() if v is not None}
-                | {g for g, m in self.metas.items() if m is not None})
-
-
-def decode_partition(partition: int, records: Iterable[tuple[bytes | None, bytes | None]]) -> LoadedPartition:
-    """Fold a partition's records into the newest value per key (runs in a worker thread while reading the log)."""
-    out = LoadedPartition(partition)
-    for key_bytes, value_bytes in records:
-        out.records += 1
-        if key_bytes is None:
-            continue
-        try:
-            key = decode_key(key_bytes)
-            if isinstance(key, OffsetKey):
-                out.offsets[key] = decode_offset_value(value_bytes) if value_bytes is not None else None
-            else:
-                out.metas[key.group] = decode_group_value(value_bytes) if value_bytes is not None else None
-        except ValueError as exc:
-            log.warning("skipping unreadable record in %s-%d: %s", OFFSETS_TOPIC, partition, exc)
-    return out
-
-
 class GroupCoordinator:
     def __init__(
         self,
@@ -148,194 +95,76 @@ class GroupCoordinator:
         topic_partitions: Callable[[str], int | None] | None = None,
     ) -> None:
         self.config = config
-        self.store = store
         self.clock = clock or (lambda: int(time.time() * 1000))
         self.scheduler = scheduler or LoopScheduler()
-        # topic -> partition count, None when the topic does not exist (commit validation).
-        self.topic_partitions = topic_partitions or (lambda topic: None)
-        self.groups: dict[str, Group] = {}
-        self._timers: dict[tuple[str, str], Any] = {}  # (group, key) -> handle
-        # Which __consumer_offsets partitions this broker leads (loading / owned), per leadership term.
-        self.ownership = PartitionOwnership()
-        self._ownership_waiters: list[asyncio.Future[None]] = []
-        self._load_tasks: dict[int, asyncio.Task[None]] = {}
-        self._expiry_handle: Any = None
+        self.group_manager = GroupMetadataManager(config, store=store, clock=self.clock,
+                                                  topic_partitions=topic_partitions or (lambda topic: None))
+        self._timers: dict[tuple[str, str], TimerHandle] = {}  # (group, key) -> handle
+        self.loader = PartitionLoader(self.group_manager, scheduler=self.scheduler,
+                                      on_group_unloaded=self._on_group_unloaded)
+        self.expiry = OffsetExpiry(self.group_manager, scheduler=self.scheduler)
         self._stopped = False
         # Parts living on top of the coordinator (the REST proxy's HTTP consumers) stop with it.
         self.stop_hooks: list[Callable[[], Any]] = []
         self.extensions: dict[str, Any] = {}
 
-    # -- leadership of __consumer_offsets partitions ---------------------
-    def on_become_leader(self, partition: int, epoch: int) -> "asyncio.Future[None]":
-        """This broker now leads `partition` at `epoch`: load its groups, then coordinate them.
+    # -- the store's state, as handlers and HTTP APIs read it -----------
+    @property
+    def groups(self) -> dict[str, Group]:
+        return self.group_manager.groups
 
-        Synchronous up to the returned future: the partition is marked loading at
-        once (its groups get COORDINATOR_LOAD_IN_PROGRESS, not NOT_COORDINATOR),
-        the replay runs in a worker thread, its result is applied on the loop.
-        Await the future to wait for the load. A stale or repeated election does
-        nothing (the future is already done, or is the running load's).
-        """
-        token = self.ownership.begin_load(partition, epoch)
-        if token is None:
-            running = self._load_tasks.get(partition)
-            if running is not None and not running.done():
-                return running
-            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            done.set_result(None)
-            return done
-        log.info("__consumer_offsets-%d: leader at epoch %d; loading its groups", partition, epoch)
-        self._ownership_changed()
-        task = asyncio.get_running_loop().create_task(
-            self._load_partition(partition, token), name=f"load-{OFFSETS_TOPIC}-{partition}"
-        )
-        self._load_tasks[partition] = task
-        return task
+    @property
+    def ownership(self) -> PartitionOwnership:
+        return self.group_manager.ownership
 
-    def on_resign(self, partition: int, epoch: int) -> None:
-        """This broker no longer leads `partition` (epoch of the event): drop its groups.
+    @property
+    def store(self) -> OffsetStore:
+        return self.group_manager.store
 
-        Their timers stop; parked JoinGroup/SyncGroup requests answer NOT_COORDINATOR
-        so the clients find the new coordinator. A resignation older than the
-        newest election seen is ignored.
-        """
-        if not self.ownership.resign(partition, epoch):
-            return
-        task = self._load_tasks.pop(partition, None)
-        if task is not None and not task.done():
-            task.cancel()
-        dropped = self._drop_partition(partition)
-        log.info("__consumer_offsets-%d: no longer leader (epoch %d); unloaded %d group(s)", partition, epoch, dropped)
-        self._ownership_changed()
+    def partition_for(self, group_id: str) -> int:
+        return self.group_manager.partition_for(group_id)
 
-    async def _load_partition(self, partition: int, token: int) -> None:
-        while True:
-            try:
-                loaded = await asyncio.to_thread(lambda: decode_partition(partition, self.store.replay(partition)))
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("loading __consumer_offsets-%d failed; retrying in %d ms", partition,
-                              self.config.load_retry_ms)
-                retry: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-                self.scheduler.call_later(self.config.load_retry_ms, lambda: retry.done() or retry.set_result(None))  # noqa: B023 (awaited just below)
-                await retry
-                if self.ownership.token(partition) != token:
-                    return
-                continue
-            break
-        if self.ownership.token(partition) != token or self._stopped:
-            return  # resigned (or re-elected) while replaying: this result belongs to an ended term
-        self._apply_loaded(loaded)
-        self.ownership.finish_load(partition, token)
-        if self._load_tasks.get(partition) is asyncio.current_task():
-            del self._load_tasks[partition]
-        log.info("__consumer_offsets-%d: loaded %d record(s), %d group(s); coordinating",
-                 partition, loaded.records, len(loaded.group_ids()))
-        self._ownership_changed()
+    def check_group(self, group_id: str | None) -> int:
+        """NONE when this broker coordinates `group_id` now; else the Kafka error a request gets."""
+        return self.group_manager.check_group(group_id)
 
-    def _drop_partition(self, partition: int) -> int:
-        dropped = [gid for gid in self.groups if self.partition_for(gid) == partition]
-        for gid in dropped:
-            group = self.groups.pop(gid)
-            for key in [k for k in self._timers if k[0] == gid]:
-                self._timers.pop(key).cancel()
-            for m in group.members.values():
-                if m.awaiting_join:
-                    m.join_future.set_result(JoinResult(Errors.NOT_COORDINATOR, member_id=m.member_id))  # type: ignore[union-attr]
-                if m.awaiting_sync:
-                    m.sync_future.set_result(SyncResult(Errors.NOT_COORDINATOR))  # type: ignore[union-attr]
-            # Requests still awaiting a write on this group see it Dead and stop there.
-            group.transition(GroupState.DEAD, now_ms=self.clock())
-        return len(dropped)
-
-    def _ownership_changed(self) -> None:
-        waiters, self._ownership_waiters = self._ownership_waiters, []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
-
-    async def wait_ownership_change(self, timeout_s: float) -> bool:
-        """Wait (bounded) until a partition is elected, loaded or resigned; False on timeout."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._ownership_waiters.append(fut)
-        try:
-            await asyncio.wait_for(fut, max(timeout_s, 0.0))
-            return True
-        except asyncio.TimeoutError:
-            return False
+    def owns_partition(self, partition: int) -> bool:
+        return self.group_manager.owns_partition(partition)
 
     def adopt_partition_count(self, count: int) -> None:
         """Follow the actual partition count of `__consumer_offsets` (it wins over the config)."""
-        if count <= 0 or count == self.config.num_partitions:
-            return
-        if self.ownership.owned() or self.ownership.loading():
-            log.error(
-                "%s has %d partitions but this coordinator already maps groups onto %d; "
-                "keeping %d (never change the partition count of %s)",
-                OFFSETS_TOPIC, count, self.config.num_partitions, self.config.num_partitions, OFFSETS_TOPIC,
-            )
-            return
-        log.warning("%s has %d partitions; offsets.topic.num.partitions is %d; using %d",
-                    OFFSETS_TOPIC, count, self.config.num_partitions, count)
-        self.config.num_partitions = count
+        self.group_manager.adopt_partition_count(count)
+
+    # -- leadership of __consumer_offsets partitions (partition_loader) --
+    def on_become_leader(self, partition: int, epoch: int) -> "asyncio.Future[None]":
+        """This broker now leads `partition` at `epoch`: load its groups (await the result to wait for it)."""
+        return self.loader.on_become_leader(partition, epoch)
+
+    def on_resign(self, partition: int, epoch: int) -> None:
+        """This broker no longer leads `partition`: drop its groups, answer their parked requests."""
+        self.loader.on_resign(partition, epoch)
+
+    async def wait_ownership_change(self, timeout_s: float) -> bool:
+        """Wait (bounded) until a partition is elected, loaded or resigned; False on timeout."""
+        return await self.loader.wait_ownership_change(timeout_s)
 
     def load(self, partitions: Iterable[int] | None = None, *, epoch: int = 0) -> int:
-        """Own `partitions` (all by default) at once, replaying them on the calling thread.
+        """Own and replay `partitions` (all by default) on the calling thread; in-memory stores only."""
+        return self.loader.load(partitions, epoch=epoch)
 
-        For stores that replay from memory (unit tests, tools); a broker uses
-        `on_become_leader`, which keeps log reads off the event loop. A partition
-        already owned is dropped and reloaded. Returns the records replayed.
-        """
-        parts = list(range(self.config.num_partitions)) if partitions is None else list(partitions)
-        count = 0
-        for p in parts:
-            if self.ownership.token(p) is not None:
-                self.ownership.resign(p, self.ownership.epoch(p) or 0)
-                self._drop_partition(p)
-            token = self.ownership.begin_load(p, max(epoch, self.ownership.epoch(p) or 0))
-            if token is None:
-                continue
-            loaded = decode_partition(p, self.store.replay(p))
-            self._apply_loaded(loaded)
-            self.ownership.finish_load(p, token)
-            count += loaded.records
-        self._ownership_changed()
-        return count
-
-    def _apply_loaded(self, loaded: "LoadedPartition") -> None:
-        for group_id, meta in loaded.metas.items():
-            if meta is None:
-                self.groups.pop(group_id, None)
-                continue
-            group = Group(group_id)
-            group.generation = meta.generation
-            group.protocol_type = meta.protocol_type or None
-            group.protocol_name = meta.protocol
-            # Members are not restored: they re-join (their sessions are gone with the old process),
-            # so the group starts Empty at its last generation, as after a coordinator move.
-            self.groups[group_id] = group
-        for key, value in loaded.offsets.items():
-            if value is None:
-                g = self.groups.get(key.group)
-                if g is not None:
-                    g.offsets.pop((key.topic, key.partition), None)
-                continue
-            g = self.groups.setdefault(key.group, Group(key.group))
-            g.offsets[(key.topic, key.partition)] = CommittedOffset(
-                value.offset, value.leader_epoch, value.metadata, value.commit_timestamp
-            )
-
+    # -- expiry (offsets_expiry) -----------------------------------------
     def start_expiry(self) -> None:
-        def tick() -> None:
-            if self._stopped:
-                return
-            asyncio.ensure_future(self.expire_offsets())
-            self._expiry_handle = self.scheduler.call_later(self.config.offsets_retention_check_interval_ms, tick)
+        self.expiry.start()
 
-        self._expiry_handle = self.scheduler.call_later(self.config.offsets_retention_check_interval_ms, tick)
+    async def expire_offsets(self) -> int:
+        """offsets.retention.minutes: drop offsets of Empty groups older than the retention; tombstones."""
+        return await self.expiry.expire_offsets()
 
     async def stop(self) -> None:
         self._stopped = True
+        # No expiry check and no load starts or completes from here on.
+        self.expiry.stop()
+        self.loader.stop()
         for hook in self.stop_hooks:
             try:
                 result = hook()
@@ -343,11 +172,6 @@ class GroupCoordinator:
                     await result
             except Exception:
                 log.exception("a group-coordinator stop hook failed")
-        if self._expiry_handle is not None:
-            self._expiry_handle.cancel()
-        for task in self._load_tasks.values():
-            task.cancel()
-        self._load_tasks.clear()
         for handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
@@ -358,26 +182,18 @@ class GroupCoordinator:
                         fut.set_result(JoinResult(Errors.NOT_COORDINATOR) if fut is m.join_future
                                        else SyncResult(Errors.NOT_COORDINATOR))
 
-    # -- helpers --------------------------------------------------------
-    def partition_for(self, group_id: str) -> int:
-        return partition_for_group(group_id, self.config.num_partitions)
+    def _on_group_unloaded(self, group: Group) -> None:
+        """The group left this coordinator: stop its timers; its parked requests answer NOT_COORDINATOR."""
+        gid = group.group_id
+        for key in [k for k in self._timers if k[0] == gid]:
+            self._timers.pop(key).cancel()
+        for m in group.members.values():
+            if m.awaiting_join:
+                m.join_future.set_result(JoinResult(Errors.NOT_COORDINATOR, member_id=m.member_id))  # type: ignore[union-attr]
+            if m.awaiting_sync:
+                m.sync_future.set_result(SyncResult(Errors.NOT_COORDINATOR))  # type: ignore[union-attr]
 
-    def check_group(self, group_id: str | None) -> int:
-        """NONE when this broker coordinates `group_id` now; else the Kafka error a request gets."""
-        if not group_id:
-            return Errors.INVALID_GROUP_ID
-        state = self.ownership.state(self.partition_for(group_id))
-        if state is PartitionState.LOADING:
-            return Errors.COORDINATOR_LOAD_IN_PROGRESS
-        if state is not PartitionState.OWNED:
-            return Errors.NOT_COORDINATOR
-        return Errors.NONE
-
-    _check_group = check_group
-
-    def owns_partition(self, partition: int) -> bool:
-        return self.ownership.state(partition) is PartitionState.OWNED
-
+    # -- timers ---------------------------------------------------------
     def _timer(self, group: Group, key: str, delay_ms: int, fn: Callable[[], None]) -> None:
         self._cancel(group, key)
         self._timers[(group.group_id, key)] = self.scheduler.call_later(delay_ms, fn)
@@ -398,43 +214,8 @@ class GroupCoordinator:
 
         self._timer(group, "hb:" + member_id, member.session_timeout_ms, expire)
 
-    def _group_metadata_record(self, group: Group) -> tuple[bytes, bytes]:
-        value = GroupValue(
-            protocol_type=group.protocol_type or "",
-            generation=group.generation,
-            protocol=group.protocol_name,
-            leader=group.leader_id,
-            current_state_timestamp=self.clock(),
-            members=[
-                MemberValue(
-                    m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                    m.rebalance_timeout_ms, m.session_timeout_ms,
-                    m.metadata_for(group.protocol_name) if group.protocol_name
-                    and group.protocol_name in m.protocol_names() else b"",
-                    m.assignment,
-                )
-                for m in group.members.values()
-            ],
-        )
-        return encode_group_key(group.group_id), encode_group_value(value)
-
-    async def _persist_group(self, group: Group) -> int:
-        """Write the group's metadata record; the Kafka error a client gets if that failed (NONE if not)."""
-        partition = self.partition_for(group.group_id)
-        token = self.ownership.token(partition)
-        try:
-            await self.store.append(partition, [self._group_metadata_record(group)])
-        except Exception as exc:
-            moved = self.ownership.token(partition) != token
-            code = Errors.NOT_COORDINATOR if moved else group_write_error_code(exc)
-            log.warning("writing group metadata of '%s' to %s-%d failed (answering error %d): %s",
-                        group.group_id, OFFSETS_TOPIC, partition, code, exc,
-                        exc_info=getattr(exc, "code", None) is None)
-            return code
-        return Errors.NONE
-
     def _persist_group_soon(self, group: Group) -> None:
-        asyncio.ensure_future(self._persist_group(group))
+        asyncio.ensure_future(self.group_manager.store_group(group))
 
     # -- JoinGroup ------------------------------------------------------
     async def join_group(
@@ -451,7 +232,7 @@ class GroupCoordinator:
         protocols: list[tuple[str, bytes]],
         require_known_member_id: bool = False,
     ) -> JoinResult:
-        err = self._check_group(group_id)
+        err = self.check_group(group_id)
         if err:
             return JoinResult(err, member_id=member_id)
         if not (self.config.min_session_timeout_ms <= session_timeout_ms <= self.config.max_session_timeout_ms):
@@ -726,7 +507,7 @@ class GroupCoordinator:
         group_instance_id: str | None = None, protocol_type: str | None = None,
         protocol_name: str | None = None, assignments: dict[str, bytes] | None = None,
     ) -> SyncResult:
-        err = self._check_group(group_id)
+        err = self.check_group(group_id)
         if err:
             return SyncResult(err)
         group = self.groups.get(group_id)
@@ -762,7 +543,7 @@ class GroupCoordinator:
             for m in group.members.values():
                 m.assignment = bytes(assignments.get(m.member_id, b""))
             gen = group.generation
-            err = await self._persist_group(group)
+            err = await self.group_manager.store_group(group)
             if group.is_(GroupState.COMPLETING_REBALANCE) and group.generation == gen:
                 if err:
                     # Kafka's resetAndPropagateAssignmentError: nobody gets an assignment that is not
@@ -785,7 +566,7 @@ class GroupCoordinator:
 
     # -- Heartbeat / LeaveGroup ----------------------------------------
     def heartbeat(self, group_id: str, generation: int, member_id: str, *, group_instance_id: str | None = None) -> int:
-        err = self._check_group(group_id)
+        err = self.check_group(group_id)
         if err:
             return err
         group = self.groups.get(group_id)
@@ -809,7 +590,7 @@ class GroupCoordinator:
     def leave_group(self, group_id: str,
                     members: list[tuple[str, str | None]]) -> tuple[int, list[tuple[str, str | None, int]]]:
         """Remove members; returns (top-level error, per-member errors)."""
-        err = self._check_group(group_id)
+        err = self.check_group(group_id)
         if err:
             return err, []
         group = self.groups.get(group_id)
@@ -847,11 +628,11 @@ class GroupCoordinator:
         group_instance_id: str | None = None,
         offsets: dict[tuple[str, int], CommittedOffset],
     ) -> dict[tuple[str, int], int]:
-        """Validate, append to `__consumer_offsets`, then update the cache; per-partition error codes."""
+        """Validate the committer, then append to `__consumer_offsets` and update the cache; per-partition codes."""
         def all_(code: int) -> dict[tuple[str, int], int]:
             return {tp: code for tp in offsets}
 
-        err = self._check_group(group_id)
+        err = self.check_group(group_id)
         if err:
             return all_(err)
         group = self.groups.get(group_id)
@@ -873,63 +654,20 @@ class GroupCoordinator:
             if generation != group.generation:
                 return all_(Errors.ILLEGAL_GENERATION)
             self._schedule_heartbeat(group, group.members[member_id])
-        results: dict[tuple[str, int], int] = {}
-        records: list[tuple[bytes, bytes | None]] = []
-        accepted: dict[tuple[str, int], CommittedOffset] = {}
-        now = self.clock()
-        for (topic, partition), co in offsets.items():
-            count = self.topic_partitions(topic)
-            if count is None or not 0 <= partition < count:
-                results[(topic, partition)] = Errors.UNKNOWN_TOPIC_OR_PARTITION
-                continue
-            if co.metadata and len(co.metadata) > MAX_METADATA_CHARS:
-                results[(topic, partition)] = Errors.OFFSET_METADATA_TOO_LARGE
-                continue
-            if co.commit_timestamp_ms < 0:
-                co = CommittedOffset(co.offset, co.leader_epoch, co.metadata or "", now)
-            accepted[(topic, partition)] = co
-            records.append((
-                encode_offset_key(group_id, topic, partition),
-                encode_offset_value(OffsetValue(co.offset, co.leader_epoch, co.metadata or "", co.commit_timestamp_ms)),
-            ))
-        if records:
-            partition = self.partition_for(group_id)
-            token = self.ownership.token(partition)
-            try:
-                await self.store.append(partition, records)
-            except Exception as exc:
-                moved = self.ownership.token(partition) != token
-                code = Errors.NOT_COORDINATOR if moved else commit_error_code(exc)
-                log.warning("commit of %d offset(s) for group '%s' to %s-%d failed (answering error %d): %s",
-                            len(records), group_id, OFFSETS_TOPIC, partition, code, exc,
-                            exc_info=getattr(exc, "code", None) is None)
-                for tp in accepted:
-                    results[tp] = code
-                return results
-            # Durable on the in-sync replicas: acknowledged even if leadership moved meanwhile (the next
-            # coordinator replays it); the cache is only this term's.
-            if self.ownership.token(partition) == token:
-                group.offsets.update(accepted)
-            for tp in accepted:
-                results[tp] = Errors.NONE
-        return results
+        return await self.group_manager.store_offsets(group, offsets)
 
     def fetch_offsets(
         self, group_id: str, partitions: list[tuple[str, int]] | None
     ) -> tuple[int, dict[tuple[str, int], CommittedOffset | None]]:
         """(error, offsets); `partitions=None` means every committed partition of the group."""
-        err = self._check_group(group_id)
+        err = self.check_group(group_id)
         if err:
             return err, {}
-        group = self.groups.get(group_id)
-        stored = group.offsets if group is not None and not group.is_(GroupState.DEAD) else {}
-        if partitions is None:
-            return Errors.NONE, dict(stored)
-        return Errors.NONE, {tp: stored.get(tp) for tp in partitions}
+        return Errors.NONE, self.group_manager.get_offsets(group_id, partitions)
 
     async def delete_offsets(self, group_id: str,
                              partitions: list[tuple[str, int]]) -> tuple[int, dict[tuple[str, int], int]]:
-        err = self._check_group(group_id)
+        err = self.check_group(group_id)
         if err:
             return err, {}
         group = self.groups.get(group_id)
@@ -945,24 +683,14 @@ class GroupCoordinator:
             results[tp] = Errors.NONE
             if tp in group.offsets:
                 tombstones.append(tp)
-        if tombstones:
-            partition = self.partition_for(group_id)
-            token = self.ownership.token(partition)
-            try:
-                await self.store.append(partition, [(encode_offset_key(group_id, t, p), None) for t, p in tombstones])
-            except Exception as exc:
-                code = (Errors.NOT_COORDINATOR if self.ownership.token(partition) != token
-                        else group_write_error_code(exc))
-                log.warning("deleting %d offset(s) of group '%s' failed (answering error %d): %s",
-                            len(tombstones), group_id, code, exc)
-                return code, {}
-            for tp in tombstones:
-                group.offsets.pop(tp, None)
+        code = await self.group_manager.remove_offsets(group, tombstones)
+        if code:
+            return code, {}
         return Errors.NONE, results
 
     # -- admin ----------------------------------------------------------
     def describe_group(self, group_id: str) -> GroupDescription:
-        err = self._check_group(group_id)
+        err = self.check_group(group_id)
         group = self.groups.get(group_id) if not err else None
         if err or group is None:
             state = "Dead"
@@ -989,7 +717,7 @@ class GroupCoordinator:
     async def delete_groups(self, group_ids: list[str]) -> dict[str, int]:
         out: dict[str, int] = {}
         for gid in group_ids:
-            err = self._check_group(gid)
+            err = self.check_group(gid)
             if err:
                 out[gid] = err
                 continue
@@ -1000,62 +728,5 @@ class GroupCoordinator:
             if group.members or not group.is_(GroupState.EMPTY):
                 out[gid] = Errors.NON_EMPTY_GROUP
                 continue
-            records: list[tuple[bytes, bytes | None]] = [(encode_offset_key(gid, t, p), None) for t, p in group.offsets]
-            records.append((encode_group_key(gid), None))
-            partition = self.partition_for(gid)
-            token = self.ownership.token(partition)
-            try:
-                await self.store.append(partition, records)
-            except Exception as exc:
-                code = (Errors.NOT_COORDINATOR if self.ownership.token(partition) != token
-                        else group_write_error_code(exc))
-                log.warning("deleting group '%s' failed (answering error %d): %s", gid, code, exc)
-                out[gid] = code
-                continue
-            if group.is_(GroupState.DEAD):  # unloaded while the tombstones were written
-                out[gid] = Errors.NONE
-                continue
-            group.transition(GroupState.DEAD, now_ms=self.clock())
-            self.groups.pop(gid, None)
-            log.info("group '%s' deleted with %d committed offset(s)", gid, len(records) - 1)
-            out[gid] = Errors.NONE
+            out[gid] = await self.group_manager.remove_group(group)
         return out
-
-    async def expire_offsets(self) -> int:
-        """offsets.retention.minutes: drop offsets of Empty groups older than the retention; tombstones."""
-        now = self.clock()
-        retention = self.config.offsets_retention_ms
-        removed = 0
-        owned = self.ownership.owned()
-        for gid, group in list(self.groups.items()):
-            if not group.is_(GroupState.EMPTY) or self.partition_for(gid) not in owned:
-                continue
-            reference = max(group.state_timestamp_ms, 0)
-            expired = [
-                tp for tp, co in group.offsets.items()
-                if max(co.commit_timestamp_ms, reference) + retention <= now
-            ]
-            records: list[tuple[bytes, bytes | None]] = [(encode_offset_key(gid, t, p), None) for t, p in expired]
-            drop_group = len(expired) == len(group.offsets)
-            if drop_group:
-                records.append((encode_group_key(gid), None))
-            if not records:
-                continue
-            partition = self.partition_for(gid)
-            token = self.ownership.token(partition)
-            try:
-                await self.store.append(partition, records)
-            except Exception as exc:
-                log.warning("writing expiry tombstones for group '%s' failed (retried at the next check): %s", gid, exc)
-                continue
-            if self.ownership.token(partition) != token:
-                continue  # unloaded meanwhile; the next coordinator replays the tombstones
-            for tp in expired:
-                group.offsets.pop(tp, None)
-            removed += len(expired)
-            if drop_group and group.is_(GroupState.EMPTY) and not group.members:
-                group.transition(GroupState.DEAD, now_ms=now)
-                self.groups.pop(gid, None)
-            if expired:
-                log.info("group '%s': %d committed offset(s) expired (offsets.retention.minutes)", gid, len(expired))
-        return removed
