@@ -15,7 +15,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
-from .group_coordinator import CoordinatorConfig, GroupCoordinator
+from .coordinator_config import CoordinatorConfig
+from .group_coordinator import GroupCoordinator
 from .placement import OFFSETS_TOPIC
 
 __all__ = ["attach", "leadership_listener", "GroupCoordinator", "CoordinatorConfig"]

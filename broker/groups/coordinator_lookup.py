@@ -25,7 +25,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from .group_coordinator import Errors, GroupCoordinator
+from .errors import Errors
+from .group_coordinator import GroupCoordinator
 from .placement import OFFSETS_TOPIC
 
 __all__ = ["CoordinatorLocation", "CoordinatorLocator", "locator_of", "OFFSETS_TOPIC_CONFIGS"]

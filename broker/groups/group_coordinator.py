@@ -1,11 +1,18 @@
-"""The group coordinator: JoinGroup/SyncGroup/Heartbeat/LeaveGroup rules, commits, offset fetches.
+"""The group coordinator: where every consumer-group request lands, and how its parts fit together.
 
-Why: consumers of every client library (kafka-python, aiokafka, librdkafka)
-and the REST proxy's HTTP consumers share partitions through this one state
-machine, with Kafka's semantics: delayed joins parked on futures, generation
-fencing, session-timeout eviction, rebalance-timeout bounds, static
-membership, and offsets/group metadata persisted to `__consumer_offsets`
-before a commit is acknowledged.
+Why: the Kafka handlers (`kafka/handlers/groups.py`), the HTTP APIs
+(`http/admin_groups.py`, the REST consumers) and the broker's leadership and
+topic events all talk to one object, `broker.groups`, as they would to
+Kafka's GroupCoordinator. It answers the group and offset requests with
+Kafka's rules and error codes (`Errors`) by driving its parts:
+
+- `membership.GroupMembership`: JoinGroup/SyncGroup/Heartbeat/LeaveGroup, the
+  rebalance state machine and its timers;
+- `group_metadata_manager.GroupMetadataManager`: the cache of groups and
+  offsets, and every write to `__consumer_offsets` (Kafka's GroupMetadataManager);
+- `partition_loader.PartitionLoader`: loading and unloading the
+  `__consumer_offsets` partitions this broker gains and loses the leadership of;
+- `offsets_expiry.OffsetExpiry`: offsets.retention.minutes.
 
 It coordinates only the groups of the `__consumer_offsets` partitions this
 broker leads: `on_become_leader(p, epoch)` loads a partition (requests for its
@@ -16,8 +23,10 @@ Time is injected (`clock` returns ms, `scheduler.call_later(delay_ms, fn)`)
 so the unit tests drive timeouts without sleeping. Persistence is injected
 (`store`: append records to / replay a partition of `__consumer_offsets`).
 
-This module must never speak the Kafka wire protocol or HTTP; handlers
-translate requests into these calls and results back into responses.
+This module must never speak the Kafka wire protocol or HTTP (handlers
+translate requests into these calls and results back into responses), and
+must never grow the parts' logic back: it validates who may commit or delete
+and delegates the rest.
 """
 
 from __future__ import annotations
@@ -25,143 +34,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Protocol
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
 
-from .append_errors import commit_error_code, group_write_error_code
+from .coordinator_config import CoordinatorConfig, LoopScheduler, Scheduler
+from .errors import Errors
 from .group import CommittedOffset, Group, GroupState, Member
-from .offsets_log import (
-    GroupValue,
-    MemberValue,
-    OffsetKey,
-    OffsetValue,
-    decode_group_value,
-    decode_key,
-    decode_offset_value,
-    encode_group_key,
-    encode_group_value,
-    encode_offset_key,
-    encode_offset_value,
-)
-from .ownership import PartitionOwnership, PartitionState
-from .placement import OFFSETS_TOPIC, partition_for_group
+from .group_metadata_manager import GroupMetadataManager, OffsetStore
+from .membership import GroupMembership, JoinResult, SyncResult
+from .offsets_expiry import OffsetExpiry
+from .ownership import PartitionOwnership
+from .partition_loader import PartitionLoader
 
-__all__ = [
-    "GroupCoordinator",
-    "CoordinatorConfig",
-    "JoinResult",
-    "SyncResult",
-    "OffsetStore",
-    "Scheduler",
-    "LoopScheduler",
-    "Errors",
-    "LoadedPartition",
-    "decode_partition",
-]
+__all__ = ["GroupCoordinator", "GroupDescription", "Errors"]
 
 log = logging.getLogger("kelp.broker.groups")
-
-
-class Errors:
-    """Kafka error codes the coordinator answers with."""
-
-    NONE = 0
-    UNKNOWN_TOPIC_OR_PARTITION = 3
-    OFFSET_METADATA_TOO_LARGE = 12
-    COORDINATOR_LOAD_IN_PROGRESS = 14
-    COORDINATOR_NOT_AVAILABLE = 15
-    NOT_COORDINATOR = 16
-    ILLEGAL_GENERATION = 22
-    INCONSISTENT_GROUP_PROTOCOL = 23
-    INVALID_GROUP_ID = 24
-    UNKNOWN_MEMBER_ID = 25
-    INVALID_SESSION_TIMEOUT = 26
-    REBALANCE_IN_PROGRESS = 27
-    UNKNOWN_SERVER_ERROR = -1
-    NON_EMPTY_GROUP = 68
-    GROUP_ID_NOT_FOUND = 69
-    MEMBER_ID_REQUIRED = 79
-    FENCED_INSTANCE_ID = 82
-    GROUP_MAX_SIZE_REACHED = 81
-    GROUP_SUBSCRIBED_TO_TOPIC = 86
-
-
-MAX_METADATA_CHARS = 4096  # Kafka's offset.metadata.max.bytes default
-
-
-class Scheduler(Protocol):
-    def call_later(self, delay_ms: int, callback: Callable[[], None]) -> Any: ...
-
-
-class LoopScheduler:
-    """Timers on the running asyncio loop; handles have `.cancel()`."""
-
-    def call_later(self, delay_ms: int, callback: Callable[[], None]) -> asyncio.TimerHandle:
-        return asyncio.get_running_loop().call_later(max(delay_ms, 0) / 1000.0, callback)
-
-
-class OffsetStore(Protocol):
-    """Where `__consumer_offsets` records go (one partition per call)."""
-
-    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None: ...
-
-    def replay(self, partition: int) -> Iterable[tuple[bytes, bytes | None]]: ...
-
-
-@dataclass
-class CoordinatorConfig:
-    """Broker settings the coordinator uses (Kafka names in the comments)."""
-
-    num_partitions: int = 50  # offsets.topic.num.partitions
-    initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
-    min_session_timeout_ms: int = 6000  # group.min.session.timeout.ms
-    max_session_timeout_ms: int = 1800000  # group.max.session.timeout.ms
-    max_group_size: int = 2**31 - 1  # group.max.size
-    offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes
-    offsets_retention_check_interval_ms: int = 600000  # offsets.retention.check.interval.ms
-    # offsets.commit.timeout.ms: how long a write to __consumer_offsets may wait for the ISR
-    commit_timeout_ms: int = 5000
-    load_retry_ms: int = 1000  # after a failed replay of a partition this broker still leads
-
-    @classmethod
-    def from_broker(cls, cfg: Any) -> "CoordinatorConfig":
-        def get(key: str, default: Any) -> Any:
-            try:
-                value = cfg[key]
-            except KeyError:
-                return default
-            return default if value is None else value
-
-        return cls(
-            num_partitions=int(get("offsets.topic.num.partitions", 50)),
-            initial_rebalance_delay_ms=int(get("group.initial.rebalance.delay.ms", 3000)),
-            min_session_timeout_ms=int(get("group.min.session.timeout.ms", 6000)),
-            max_session_timeout_ms=int(get("group.max.session.timeout.ms", 1800000)),
-            max_group_size=int(get("group.max.size", 2**31 - 1)),
-            offsets_retention_ms=int(get("offsets.retention.minutes", 10080)) * 60000,
-            commit_timeout_ms=int(get("offsets.commit.timeout.ms", 5000)),
-        )
-
-
-@dataclass
-class JoinResult:
-    error: int
-    generation: int = -1
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    leader: str = ""
-    member_id: str = ""
-    members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
-    skip_assignment: bool = False
-
-
-@dataclass
-class SyncResult:
-    error: int
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    assignment: bytes = b""
 
 
 @dataclass
@@ -176,38 +63,6 @@ class GroupDescription:
     members: list[Member]
 
 
-@dataclass
-class LoadedPartition:
-    """What replaying one `__consumer_offsets` partition found: the newest record per key (None: tombstone)."""
-
-    partition: int
-    records: int = 0
-    offsets: dict[OffsetKey, OffsetValue | None] = field(default_factory=dict)
-    metas: dict[str, GroupValue | None] = field(default_factory=dict)
-
-    def group_ids(self) -> set[str]:
-        return ({k.group for k, v in self.offsets.items() if v is not None}
-                | {g for g, m in self.metas.items() if m is not None})
-
-
-def decode_partition(partition: int, records: Iterable[tuple[bytes | None, bytes | None]]) -> LoadedPartition:
-    """Fold a partition's records into the newest value per key (runs in a worker thread while reading the log)."""
-    out = LoadedPartition(partition)
-    for key_bytes, value_bytes in records:
-        out.records += 1
-        if key_bytes is None:
-            continue
-        try:
-            key = decode_key(key_bytes)
-            if isinstance(key, OffsetKey):
-                out.offsets[key] = decode_offset_value(value_bytes) if value_bytes is not None else None
-            else:
-                out.metas[key.group] = decode_group_value(value_bytes) if value_bytes is not None else None
-        except ValueError as exc:
-            log.warning("skipping unreadable record in %s-%d: %s", OFFSETS_TOPIC, partition, exc)
-    return out
-
-
 class GroupCoordinator:
     def __init__(
         self,
@@ -219,194 +74,76 @@ class GroupCoordinator:
         topic_partitions: Callable[[str], int | None] | None = None,
     ) -> None:
         self.config = config
-        self.store = store
         self.clock = clock or (lambda: int(time.time() * 1000))
         self.scheduler = scheduler or LoopScheduler()
-        # topic -> partition count, None when the topic does not exist (commit validation).
-        self.topic_partitions = topic_partitions or (lambda topic: None)
-        self.groups: dict[str, Group] = {}
-        self._timers: dict[tuple[str, str], Any] = {}  # (group, key) -> handle
-        # Which __consumer_offsets partitions this broker leads (loading / owned), per leadership term.
-        self.ownership = PartitionOwnership()
-        self._ownership_waiters: list[asyncio.Future[None]] = []
-        self._load_tasks: dict[int, asyncio.Task[None]] = {}
-        self._expiry_handle: Any = None
+        self.group_manager = GroupMetadataManager(config, store=store, clock=self.clock,
+                                                  topic_partitions=topic_partitions or (lambda topic: None))
+        self.membership = GroupMembership(self.group_manager, scheduler=self.scheduler)
+        self.loader = PartitionLoader(self.group_manager, scheduler=self.scheduler,
+                                      on_group_unloaded=self.membership.on_group_unloaded)
+        self.expiry = OffsetExpiry(self.group_manager, scheduler=self.scheduler)
         self._stopped = False
         # Parts living on top of the coordinator (the REST proxy's HTTP consumers) stop with it.
         self.stop_hooks: list[Callable[[], Any]] = []
         self.extensions: dict[str, Any] = {}
 
-    # -- leadership of __consumer_offsets partitions ---------------------
-    def on_become_leader(self, partition: int, epoch: int) -> "asyncio.Future[None]":
-        """This broker now leads `partition` at `epoch`: load its groups, then coordinate them.
+    # -- the store's state, as handlers and HTTP APIs read it -----------
+    @property
+    def groups(self) -> dict[str, Group]:
+        return self.group_manager.groups
 
-        Synchronous up to the returned future: the partition is marked loading at
-        once (its groups get COORDINATOR_LOAD_IN_PROGRESS, not NOT_COORDINATOR),
-        the replay runs in a worker thread, its result is applied on the loop.
-        Await the future to wait for the load. A stale or repeated election does
-        nothing (the future is already done, or is the running load's).
-        """
-        token = self.ownership.begin_load(partition, epoch)
-        if token is None:
-            running = self._load_tasks.get(partition)
-            if running is not None and not running.done():
-                return running
-            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            done.set_result(None)
-            return done
-        log.info("__consumer_offsets-%d: leader at epoch %d; loading its groups", partition, epoch)
-        self._ownership_changed()
-        task = asyncio.get_running_loop().create_task(
-            self._load_partition(partition, token), name=f"load-{OFFSETS_TOPIC}-{partition}"
-        )
-        self._load_tasks[partition] = task
-        return task
+    @property
+    def ownership(self) -> PartitionOwnership:
+        return self.group_manager.ownership
 
-    def on_resign(self, partition: int, epoch: int) -> None:
-        """This broker no longer leads `partition` (epoch of the event): drop its groups.
+    @property
+    def store(self) -> OffsetStore:
+        return self.group_manager.store
 
-        Their timers stop; parked JoinGroup/SyncGroup requests answer NOT_COORDINATOR
-        so the clients find the new coordinator. A resignation older than the
-        newest election seen is ignored.
-        """
-        if not self.ownership.resign(partition, epoch):
-            return
-        task = self._load_tasks.pop(partition, None)
-        if task is not None and not task.done():
-            task.cancel()
-        dropped = self._drop_partition(partition)
-        log.info("__consumer_offsets-%d: no longer leader (epoch %d); unloaded %d group(s)", partition, epoch, dropped)
-        self._ownership_changed()
+    def partition_for(self, group_id: str) -> int:
+        return self.group_manager.partition_for(group_id)
 
-    async def _load_partition(self, partition: int, token: int) -> None:
-        while True:
-            try:
-                loaded = await asyncio.to_thread(lambda: decode_partition(partition, self.store.replay(partition)))
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("loading __consumer_offsets-%d failed; retrying in %d ms", partition,
-                              self.config.load_retry_ms)
-                retry: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-                self.scheduler.call_later(self.config.load_retry_ms, lambda: retry.done() or retry.set_result(None))  # noqa: B023 (awaited just below)
-                await retry
-                if self.ownership.token(partition) != token:
-                    return
-                continue
-            break
-        if self.ownership.token(partition) != token or self._stopped:
-            return  # resigned (or re-elected) while replaying: this result belongs to an ended term
-        self._apply_loaded(loaded)
-        self.ownership.finish_load(partition, token)
-        if self._load_tasks.get(partition) is asyncio.current_task():
-            del self._load_tasks[partition]
-        log.info("__consumer_offsets-%d: loaded %d record(s), %d group(s); coordinating",
-                 partition, loaded.records, len(loaded.group_ids()))
-        self._ownership_changed()
+    def check_group(self, group_id: str | None) -> int:
+        """NONE when this broker coordinates `group_id` now; else the Kafka error a request gets."""
+        return self.group_manager.check_group(group_id)
 
-    def _drop_partition(self, partition: int) -> int:
-        dropped = [gid for gid in self.groups if self.partition_for(gid) == partition]
-        for gid in dropped:
-            group = self.groups.pop(gid)
-            for key in [k for k in self._timers if k[0] == gid]:
-                self._timers.pop(key).cancel()
-            for m in group.members.values():
-                if m.awaiting_join:
-                    m.join_future.set_result(JoinResult(Errors.NOT_COORDINATOR, member_id=m.member_id))  # type: ignore[union-attr]
-                if m.awaiting_sync:
-                    m.sync_future.set_result(SyncResult(Errors.NOT_COORDINATOR))  # type: ignore[union-attr]
-            # Requests still awaiting a write on this group see it Dead and stop there.
-            group.transition(GroupState.DEAD, now_ms=self.clock())
-        return len(dropped)
-
-    def _ownership_changed(self) -> None:
-        waiters, self._ownership_waiters = self._ownership_waiters, []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
-
-    async def wait_ownership_change(self, timeout_s: float) -> bool:
-        """Wait (bounded) until a partition is elected, loaded or resigned; False on timeout."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._ownership_waiters.append(fut)
-        try:
-            await asyncio.wait_for(fut, max(timeout_s, 0.0))
-            return True
-        except asyncio.TimeoutError:
-            return False
+    def owns_partition(self, partition: int) -> bool:
+        return self.group_manager.owns_partition(partition)
 
     def adopt_partition_count(self, count: int) -> None:
         """Follow the actual partition count of `__consumer_offsets` (it wins over the config)."""
-        if count <= 0 or count == self.config.num_partitions:
-            return
-        if self.ownership.owned() or self.ownership.loading():
-            log.error(
-                "%s has %d partitions but this coordinator already maps groups onto %d; "
-                "keeping %d (never change the partition count of %s)",
-                OFFSETS_TOPIC, count, self.config.num_partitions, self.config.num_partitions, OFFSETS_TOPIC,
-            )
-            return
-        log.warning("%s has %d partitions; offsets.topic.num.partitions is %d; using %d",
-                    OFFSETS_TOPIC, count, self.config.num_partitions, count)
-        self.config.num_partitions = count
+        self.group_manager.adopt_partition_count(count)
+
+    # -- leadership of __consumer_offsets partitions (partition_loader) --
+    def on_become_leader(self, partition: int, epoch: int) -> "asyncio.Future[None]":
+        """This broker now leads `partition` at `epoch`: load its groups (await the result to wait for it)."""
+        return self.loader.on_become_leader(partition, epoch)
+
+    def on_resign(self, partition: int, epoch: int) -> None:
+        """This broker no longer leads `partition`: drop its groups, answer their parked requests."""
+        self.loader.on_resign(partition, epoch)
+
+    async def wait_ownership_change(self, timeout_s: float) -> bool:
+        """Wait (bounded) until a partition is elected, loaded or resigned; False on timeout."""
+        return await self.loader.wait_ownership_change(timeout_s)
 
     def load(self, partitions: Iterable[int] | None = None, *, epoch: int = 0) -> int:
-        """Own `partitions` (all by default) at once, replaying them on the calling thread.
+        """Own and replay `partitions` (all by default) on the calling thread; in-memory stores only."""
+        return self.loader.load(partitions, epoch=epoch)
 
-        For stores that replay from memory (unit tests, tools); a broker uses
-        `on_become_leader`, which keeps log reads off the event loop. A partition
-        already owned is dropped and reloaded. Returns the records replayed.
-        """
-        parts = list(range(self.config.num_partitions)) if partitions is None else list(partitions)
-        count = 0
-        for p in parts:
-            if self.ownership.token(p) is not None:
-                self.ownership.resign(p, self.ownership.epoch(p) or 0)
-                self._drop_partition(p)
-            token = self.ownership.begin_load(p, max(epoch, self.ownership.epoch(p) or 0))
-            if token is None:
-                continue
-            loaded = decode_partition(p, self.store.replay(p))
-            self._apply_loaded(loaded)
-            self.ownership.finish_load(p, token)
-            count += loaded.records
-        self._ownership_changed()
-        return count
-
-    def _apply_loaded(self, loaded: "LoadedPartition") -> None:
-        for group_id, meta in loaded.metas.items():
-            if meta is None:
-                self.groups.pop(group_id, None)
-                continue
-            group = Group(group_id)
-            group.generation = meta.generation
-            group.protocol_type = meta.protocol_type or None
-            group.protocol_name = meta.protocol
-            # Members are not restored: they re-join (their sessions are gone with the old process),
-            # so the group starts Empty at its last generation, as after a coordinator move.
-            self.groups[group_id] = group
-        for key, value in loaded.offsets.items():
-            if value is None:
-                g = self.groups.get(key.group)
-                if g is not None:
-                    g.offsets.pop((key.topic, key.partition), None)
-                continue
-            g = self.groups.setdefault(key.group, Group(key.group))
-            g.offsets[(key.topic, key.partition)] = CommittedOffset(
-                value.offset, value.leader_epoch, value.metadata, value.commit_timestamp
-            )
-
+    # -- expiry (offsets_expiry) -----------------------------------------
     def start_expiry(self) -> None:
-        def tick() -> None:
-            if self._stopped:
-                return
-            asyncio.ensure_future(self.expire_offsets())
-            self._expiry_handle = self.scheduler.call_later(self.config.offsets_retention_check_interval_ms, tick)
+        self.expiry.start()
 
-        self._expiry_handle = self.scheduler.call_later(self.config.offsets_retention_check_interval_ms, tick)
+    async def expire_offsets(self) -> int:
+        """offsets.retention.minutes: drop offsets of Empty groups older than the retention; tombstones."""
+        return await self.expiry.expire_offsets()
 
     async def stop(self) -> None:
         self._stopped = True
+        # No expiry check and no load starts or completes from here on.
+        self.expiry.stop()
+        self.loader.stop()
         for hook in self.stop_hooks:
             try:
                 result = hook()
@@ -414,100 +151,9 @@ class GroupCoordinator:
                     await result
             except Exception:
                 log.exception("a group-coordinator stop hook failed")
-        if self._expiry_handle is not None:
-            self._expiry_handle.cancel()
-        for task in self._load_tasks.values():
-            task.cancel()
-        self._load_tasks.clear()
-        for handle in self._timers.values():
-            handle.cancel()
-        self._timers.clear()
-        for group in self.groups.values():
-            for m in group.members.values():
-                for fut in (m.join_future, m.sync_future):
-                    if fut is not None and not fut.done():
-                        fut.set_result(JoinResult(Errors.NOT_COORDINATOR) if fut is m.join_future
-                                       else SyncResult(Errors.NOT_COORDINATOR))
+        self.membership.stop()
 
-    # -- helpers --------------------------------------------------------
-    def partition_for(self, group_id: str) -> int:
-        return partition_for_group(group_id, self.config.num_partitions)
-
-    def check_group(self, group_id: str | None) -> int:
-        """NONE when this broker coordinates `group_id` now; else the Kafka error a request gets."""
-        if not group_id:
-            return Errors.INVALID_GROUP_ID
-        state = self.ownership.state(self.partition_for(group_id))
-        if state is PartitionState.LOADING:
-            return Errors.COORDINATOR_LOAD_IN_PROGRESS
-        if state is not PartitionState.OWNED:
-            return Errors.NOT_COORDINATOR
-        return Errors.NONE
-
-    _check_group = check_group
-
-    def owns_partition(self, partition: int) -> bool:
-        return self.ownership.state(partition) is PartitionState.OWNED
-
-    def _timer(self, group: Group, key: str, delay_ms: int, fn: Callable[[], None]) -> None:
-        self._cancel(group, key)
-        self._timers[(group.group_id, key)] = self.scheduler.call_later(delay_ms, fn)
-
-    def _cancel(self, group: Group, key: str) -> None:
-        handle = self._timers.pop((group.group_id, key), None)
-        if handle is not None:
-            handle.cancel()
-
-    def _schedule_heartbeat(self, group: Group, member: Member) -> None:
-        """Kafka's completeAndScheduleNextHeartbeatExpiration."""
-        member.heartbeat_deadline_ms = self.clock() + member.session_timeout_ms
-        member_id = member.member_id
-
-        def expire() -> None:
-            self._timers.pop((group.group_id, "hb:" + member_id), None)
-            self._on_session_expired(group, member_id)
-
-        self._timer(group, "hb:" + member_id, member.session_timeout_ms, expire)
-
-    def _group_metadata_record(self, group: Group) -> tuple[bytes, bytes]:
-        value = GroupValue(
-            protocol_type=group.protocol_type or "",
-            generation=group.generation,
-            protocol=group.protocol_name,
-            leader=group.leader_id,
-            current_state_timestamp=self.clock(),
-            members=[
-                MemberValue(
-                    m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                    m.rebalance_timeout_ms, m.session_timeout_ms,
-                    m.metadata_for(group.protocol_name) if group.protocol_name
-                    and group.protocol_name in m.protocol_names() else b"",
-                    m.assignment,
-                )
-                for m in group.members.values()
-            ],
-        )
-        return encode_group_key(group.group_id), encode_group_value(value)
-
-    async def _persist_group(self, group: Group) -> int:
-        """Write the group's metadata record; the Kafka error a client gets if that failed (NONE if not)."""
-        partition = self.partition_for(group.group_id)
-        token = self.ownership.token(partition)
-        try:
-            await self.store.append(partition, [self._group_metadata_record(group)])
-        except Exception as exc:
-            moved = self.ownership.token(partition) != token
-            code = Errors.NOT_COORDINATOR if moved else group_write_error_code(exc)
-            log.warning("writing group metadata of '%s' to %s-%d failed (answering error %d): %s",
-                        group.group_id, OFFSETS_TOPIC, partition, code, exc,
-                        exc_info=getattr(exc, "code", None) is None)
-            return code
-        return Errors.NONE
-
-    def _persist_group_soon(self, group: Group) -> None:
-        asyncio.ensure_future(self._persist_group(group))
-
-    # -- JoinGroup ------------------------------------------------------
+    # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup (membership) -----
     async def join_group(
         self,
         group_id: str,
@@ -522,395 +168,29 @@ class GroupCoordinator:
         protocols: list[tuple[str, bytes]],
         require_known_member_id: bool = False,
     ) -> JoinResult:
-        err = self._check_group(group_id)
-        if err:
-            return JoinResult(err, member_id=member_id)
-        if not (self.config.min_session_timeout_ms <= session_timeout_ms <= self.config.max_session_timeout_ms):
-            log.info(
-                "group '%s': session timeout %d ms outside [%d, %d] (group.min/max.session.timeout.ms)",
-                group_id, session_timeout_ms, self.config.min_session_timeout_ms, self.config.max_session_timeout_ms,
-            )
-            return JoinResult(Errors.INVALID_SESSION_TIMEOUT, member_id=member_id)
-        if rebalance_timeout_ms is None or rebalance_timeout_ms < 0:
-            rebalance_timeout_ms = session_timeout_ms
-        protocols = [(n, bytes(m or b"")) for n, m in protocols]
-        group = self.groups.get(group_id)
-        if group is None:
-            if member_id:
-                return JoinResult(Errors.UNKNOWN_MEMBER_ID, member_id=member_id)
-            group = self.groups[group_id] = Group(group_id, state_timestamp_ms=self.clock())
-        if group.is_(GroupState.DEAD):
-            return JoinResult(Errors.COORDINATOR_NOT_AVAILABLE, member_id=member_id)
-        if not group.supports(protocol_type, protocols):
-            return JoinResult(Errors.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
-        loop = asyncio.get_running_loop()
-        kw = dict(client_id=client_id, client_host=client_host, session_timeout_ms=session_timeout_ms,
-                  rebalance_timeout_ms=rebalance_timeout_ms, protocol_type=protocol_type, protocols=protocols)
-        if not member_id:
-            if group_instance_id:
-                return await self._join_unknown_static(group, group_instance_id, loop, **kw)
-            if len(group.members) + len(group.pending_members) >= self.config.max_group_size:
-                return JoinResult(Errors.GROUP_MAX_SIZE_REACHED)
-            new_id = f"{client_id or 'member'}-{uuid.uuid4()}"
-            if require_known_member_id:
-                group.pending_members.add(new_id)
-                self._timer(group, "pending:" + new_id, session_timeout_ms,
-                            lambda: self._expire_pending(group, new_id))
-                return JoinResult(Errors.MEMBER_ID_REQUIRED, member_id=new_id)
-            return await self._add_member_and_rebalance(group, new_id, None, loop, **kw)
-        # Known member id.
-        if member_id in group.pending_members:
-            group.pending_members.discard(member_id)
-            self._cancel(group, "pending:" + member_id)
-            return await self._add_member_and_rebalance(group, member_id, group_instance_id, loop, **kw)
-        member = group.members.get(member_id)
-        if group_instance_id:
-            known = group.static_member_id(group_instance_id)
-            if known is not None and known != member_id:
-                return JoinResult(Errors.FENCED_INSTANCE_ID, member_id=member_id)
-        if member is None:
-            return JoinResult(Errors.UNKNOWN_MEMBER_ID, member_id=member_id)
-        if group.is_(GroupState.PREPARING_REBALANCE):
-            return await self._update_member_and_rebalance(group, member, loop, protocols, rebalance_timeout_ms,
-                                                           session_timeout_ms)
-        if group.is_(GroupState.COMPLETING_REBALANCE):
-            if member.same_protocols(protocols):
-                # A retried join after the group moved on: answer with the current generation.
-                return self._current_join_result(group, member)
-            return await self._update_member_and_rebalance(group, member, loop, protocols, rebalance_timeout_ms,
-                                                           session_timeout_ms)
-        if group.is_(GroupState.STABLE):
-            if member.member_id == group.leader_id or not member.same_protocols(protocols):
-                return await self._update_member_and_rebalance(group, member, loop, protocols, rebalance_timeout_ms,
-                                                               session_timeout_ms)
-            return self._current_join_result(group, member)
-        return JoinResult(Errors.UNKNOWN_MEMBER_ID, member_id=member_id)
-
-    def _current_join_result(self, group: Group, member: Member) -> JoinResult:
-        self._schedule_heartbeat(group, member)
-        is_leader = member.member_id == group.leader_id
-        return JoinResult(
-            Errors.NONE, generation=group.generation, protocol_type=group.protocol_type,
-            protocol_name=group.protocol_name, leader=group.leader_id or "", member_id=member.member_id,
-            members=self._member_list(group) if is_leader else [],
+        return await self.membership.join_group(
+            group_id, member_id, group_instance_id=group_instance_id, client_id=client_id, client_host=client_host,
+            session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms,
+            protocol_type=protocol_type, protocols=protocols, require_known_member_id=require_known_member_id,
         )
 
-    def _member_list(self, group: Group) -> list[tuple[str, str | None, bytes]]:
-        proto = group.protocol_name or ""
-        return [(m.member_id, m.group_instance_id, m.metadata_for(proto)) for m in group.members.values()]
-
-    async def _join_unknown_static(self, group: Group, instance_id: str,
-                                   loop: asyncio.AbstractEventLoop, **kw: Any) -> JoinResult:
-        old_id = group.static_member_id(instance_id)
-        new_id = f"{instance_id}-{uuid.uuid4()}"
-        if old_id is None:
-            return await self._add_member_and_rebalance(group, new_id, instance_id, loop, **kw)
-        old = group.members[old_id]
-        # Fence the old incarnation's parked requests.
-        if old.awaiting_join:
-            old.join_future.set_result(JoinResult(Errors.FENCED_INSTANCE_ID, member_id=old_id))  # type: ignore[union-attr]
-        if old.awaiting_sync:
-            old.sync_future.set_result(SyncResult(Errors.FENCED_INSTANCE_ID))  # type: ignore[union-attr]
-        self._cancel(group, "hb:" + old_id)
-        member = group.replace_static_member(instance_id, old_id, new_id)
-        member.client_id = kw["client_id"]
-        member.client_host = kw["client_host"]
-        member.session_timeout_ms = kw["session_timeout_ms"]
-        member.rebalance_timeout_ms = kw["rebalance_timeout_ms"]
-        log.info("group '%s': static member %s rejoined as %s (was %s)", group.group_id, instance_id, new_id, old_id)
-        if group.is_(GroupState.STABLE) and member.same_protocols(kw["protocols"]):
-            # Kafka: same subscription -> keep the generation and the assignment, no rebalance.
-            self._persist_group_soon(group)
-            self._schedule_heartbeat(group, member)
-            return JoinResult(
-                Errors.NONE, generation=group.generation, protocol_type=group.protocol_type,
-                protocol_name=group.protocol_name, leader=group.leader_id or "", member_id=new_id,
-                members=self._member_list(group) if new_id == group.leader_id else [],
-                skip_assignment=False,
-            )
-        return await self._update_member_and_rebalance(
-            group, member, loop, kw["protocols"], kw["rebalance_timeout_ms"], kw["session_timeout_ms"]
-        )
-
-    async def _add_member_and_rebalance(
-        self, group: Group, member_id: str, instance_id: str | None, loop: asyncio.AbstractEventLoop, *,
-        client_id: str, client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int,
-        protocol_type: str, protocols: list[tuple[str, bytes]],
-    ) -> JoinResult:
-        member = Member(member_id, instance_id, client_id, client_host, session_timeout_ms,
-                        rebalance_timeout_ms, protocol_type, protocols)
-        member.join_future = loop.create_future()
-        group.add(member)
-        fut = member.join_future
-        self._maybe_prepare_rebalance(group, f"member {member_id} joined")
-        self._try_complete_join(group)
-        return await fut
-
-    async def _update_member_and_rebalance(
-        self, group: Group, member: Member, loop: asyncio.AbstractEventLoop,
-        protocols: list[tuple[str, bytes]], rebalance_timeout_ms: int, session_timeout_ms: int,
-    ) -> JoinResult:
-        member.protocols = protocols
-        member.rebalance_timeout_ms = rebalance_timeout_ms
-        member.session_timeout_ms = session_timeout_ms
-        if member.awaiting_join:
-            # A duplicate join from the same member replaces the parked one.
-            member.join_future.set_result(JoinResult(Errors.REBALANCE_IN_PROGRESS, member_id=member.member_id))  # type: ignore[union-attr]
-        member.join_future = loop.create_future()
-        fut = member.join_future
-        self._cancel(group, "hb:" + member.member_id)
-        self._maybe_prepare_rebalance(group, f"member {member.member_id} rejoined")
-        self._try_complete_join(group)
-        return await fut
-
-    def _maybe_prepare_rebalance(self, group: Group, reason: str) -> None:
-        if group.is_(GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY):
-            self._prepare_rebalance(group, reason)
-        elif group.is_(GroupState.PREPARING_REBALANCE) and group.initial_delay_active:
-            self._extend_initial_delay(group)
-
-    def _prepare_rebalance(self, group: Group, reason: str) -> None:
-        if group.is_(GroupState.COMPLETING_REBALANCE):
-            for m in group.members.values():
-                m.assignment = b""
-                if m.awaiting_sync:
-                    m.sync_future.set_result(SyncResult(Errors.REBALANCE_IN_PROGRESS))  # type: ignore[union-attr]
-        was_empty = group.is_(GroupState.EMPTY)
-        group.transition(GroupState.PREPARING_REBALANCE, now_ms=self.clock())
-        log.info("group '%s': preparing rebalance at generation %d (%s)", group.group_id, group.generation, reason)
-        if was_empty and self.config.initial_rebalance_delay_ms > 0:
-            group.initial_delay_active = True
-            budget = group.max_rebalance_timeout_ms()
-            delay = min(self.config.initial_rebalance_delay_ms, budget)
-            self._start_initial_delay(group, delay, budget - delay)
-        else:
-            group.initial_delay_active = False
-            self._timer(group, "join", group.max_rebalance_timeout_ms(), lambda: self._on_join_timeout(group))
-            # Like Kafka's tryCompleteElseWatch: completes at once when everyone (or no one) is in.
-            self._try_complete_join(group)
-
-    def _start_initial_delay(self, group: Group, delay_ms: int, remaining_ms: int) -> None:
-        generation = group.generation
-
-        def fire() -> None:
-            self._timers.pop((group.group_id, "join"), None)
-            if group.generation != generation or not group.is_(GroupState.PREPARING_REBALANCE):
-                return
-            if group.initial_delay_active and group.initial_delay_extend and remaining_ms > 0:  # type: ignore[attr-defined]
-                group.initial_delay_extend = False
-                step = min(self.config.initial_rebalance_delay_ms, remaining_ms)
-                self._start_initial_delay(group, step, remaining_ms - step)
-                return
-            group.initial_delay_active = False
-            self._on_join_timeout(group)
-
-        group.initial_delay_extend = False
-        self._timer(group, "join", delay_ms, fire)
-
-    def _extend_initial_delay(self, group: Group) -> None:
-        # Kafka's InitialDelayedJoin: a member arriving during the delay extends it once more.
-        group.initial_delay_extend = True
-
-    def _try_complete_join(self, group: Group) -> None:
-        if group.is_(GroupState.PREPARING_REBALANCE) and not group.initial_delay_active and group.all_members_joined():
-            self._cancel(group, "join")
-            self._complete_join(group)
-
-    def _on_join_timeout(self, group: Group) -> None:
-        if not group.is_(GroupState.PREPARING_REBALANCE):
-            return
-        for m in [m for m in group.members.values() if not m.awaiting_join]:
-            log.info("group '%s': member %s did not rejoin within the rebalance timeout; removed", group.group_id,
-                     m.member_id)
-            self._remove_member(group, m, notify=False)
-        for pid in list(group.pending_members):
-            group.pending_members.discard(pid)
-            self._cancel(group, "pending:" + pid)
-        self._complete_join(group)
-
-    def _complete_join(self, group: Group) -> None:
-        now = self.clock()
-        group.generation += 1
-        if not group.members:
-            group.protocol_name = None
-            group.protocol_type = group.protocol_type if group.offsets else None
-            group.leader_id = None
-            group.transition(GroupState.EMPTY, now_ms=now)
-            log.info("group '%s': generation %d with no members (Empty)", group.group_id, group.generation)
-            self._persist_group_soon(group)
-            return
-        group.protocol_name = group.select_protocol()
-        if group.leader_id not in group.members:
-            group.leader_id = next(iter(group.members))
-        group.transition(GroupState.COMPLETING_REBALANCE, now_ms=now)
-        log.info(
-            "group '%s': generation %d, protocol %s, leader %s, %d member(s)",
-            group.group_id, group.generation, group.protocol_name, group.leader_id, len(group.members),
-        )
-        members = self._member_list(group)
-        for m in group.members.values():
-            is_leader = m.member_id == group.leader_id
-            result = JoinResult(
-                Errors.NONE, generation=group.generation, protocol_type=group.protocol_type,
-                protocol_name=group.protocol_name, leader=group.leader_id or "", member_id=m.member_id,
-                members=members if is_leader else [],
-            )
-            if m.join_future is not None and not m.join_future.done():
-                m.join_future.set_result(result)
-            m.join_future = None
-            m.is_new = False
-            self._schedule_heartbeat(group, m)
-
-    def _expire_pending(self, group: Group, member_id: str) -> None:
-        self._timers.pop((group.group_id, "pending:" + member_id), None)
-        if member_id in group.pending_members:
-            group.pending_members.discard(member_id)
-            log.info("group '%s': pending member %s never joined; dropped", group.group_id, member_id)
-            self._try_complete_join(group)
-
-    # -- member removal -------------------------------------------------
-    def _on_session_expired(self, group: Group, member_id: str) -> None:
-        member = group.members.get(member_id)
-        if member is None or member.awaiting_join:
-            return
-        log.info("group '%s': member %s session expired after %d ms; removing it",
-                 group.group_id, member_id, member.session_timeout_ms)
-        self._remove_member(group, member, notify=True)
-
-    def _remove_member(self, group: Group, member: Member, *, notify: bool) -> None:
-        self._cancel(group, "hb:" + member.member_id)
-        if member.awaiting_join:
-            member.join_future.set_result(JoinResult(Errors.UNKNOWN_MEMBER_ID, member_id=member.member_id))  # type: ignore[union-attr]
-        if member.awaiting_sync:
-            member.sync_future.set_result(SyncResult(Errors.UNKNOWN_MEMBER_ID))  # type: ignore[union-attr]
-        group.remove(member.member_id)
-        if not notify:
-            return
-        if group.is_(GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
-            self._prepare_rebalance(group, f"member {member.member_id} left")
-        elif group.is_(GroupState.PREPARING_REBALANCE):
-            self._try_complete_join(group)
-
-    # -- SyncGroup ------------------------------------------------------
     async def sync_group(
         self, group_id: str, generation: int, member_id: str, *,
         group_instance_id: str | None = None, protocol_type: str | None = None,
         protocol_name: str | None = None, assignments: dict[str, bytes] | None = None,
     ) -> SyncResult:
-        err = self._check_group(group_id)
-        if err:
-            return SyncResult(err)
-        group = self.groups.get(group_id)
-        if group is None or group.is_(GroupState.DEAD):
-            return SyncResult(Errors.UNKNOWN_MEMBER_ID)
-        if group_instance_id:
-            known = group.static_member_id(group_instance_id)
-            if known is not None and known != member_id:
-                return SyncResult(Errors.FENCED_INSTANCE_ID)
-        member = group.members.get(member_id)
-        if member is None:
-            return SyncResult(Errors.UNKNOWN_MEMBER_ID)
-        if generation != group.generation:
-            return SyncResult(Errors.ILLEGAL_GENERATION)
-        if (protocol_type and group.protocol_type and protocol_type != group.protocol_type) or (
-            protocol_name and group.protocol_name and protocol_name != group.protocol_name
-        ):
-            return SyncResult(Errors.INCONSISTENT_GROUP_PROTOCOL)
-        if group.is_(GroupState.PREPARING_REBALANCE):
-            return SyncResult(Errors.REBALANCE_IN_PROGRESS)
-        if group.is_(GroupState.STABLE):
-            self._schedule_heartbeat(group, member)
-            return SyncResult(Errors.NONE, group.protocol_type, group.protocol_name, member.assignment)
-        if not group.is_(GroupState.COMPLETING_REBALANCE):
-            return SyncResult(Errors.UNKNOWN_MEMBER_ID)
-        loop = asyncio.get_running_loop()
-        if member.awaiting_sync:
-            member.sync_future.set_result(SyncResult(Errors.REBALANCE_IN_PROGRESS))  # type: ignore[union-attr]
-        member.sync_future = fut = loop.create_future()
-        self._schedule_heartbeat(group, member)
-        if member_id == group.leader_id:
-            assignments = assignments or {}
-            for m in group.members.values():
-                m.assignment = bytes(assignments.get(m.member_id, b""))
-            gen = group.generation
-            err = await self._persist_group(group)
-            if group.is_(GroupState.COMPLETING_REBALANCE) and group.generation == gen:
-                if err:
-                    # Kafka's resetAndPropagateAssignmentError: nobody gets an assignment that is not
-                    # durable; every waiting member gets the error and the group rebalances again.
-                    for m in group.members.values():
-                        m.assignment = b""
-                        if m.awaiting_sync:
-                            m.sync_future.set_result(SyncResult(err))  # type: ignore[union-attr]
-                        m.sync_future = None
-                    self._prepare_rebalance(group, f"error {err} writing the generation {gen} assignment")
-                else:
-                    for m in group.members.values():
-                        if m.awaiting_sync:
-                            m.sync_future.set_result(  # type: ignore[union-attr]
-                                SyncResult(Errors.NONE, group.protocol_type, group.protocol_name, m.assignment))
-                        m.sync_future = None
-                    group.transition(GroupState.STABLE, now_ms=self.clock())
-                    log.info("group '%s': Stable at generation %d", group.group_id, gen)
-        return await fut
+        return await self.membership.sync_group(
+            group_id, generation, member_id, group_instance_id=group_instance_id, protocol_type=protocol_type,
+            protocol_name=protocol_name, assignments=assignments,
+        )
 
-    # -- Heartbeat / LeaveGroup ----------------------------------------
     def heartbeat(self, group_id: str, generation: int, member_id: str, *, group_instance_id: str | None = None) -> int:
-        err = self._check_group(group_id)
-        if err:
-            return err
-        group = self.groups.get(group_id)
-        if group is None or group.is_(GroupState.DEAD, GroupState.EMPTY):
-            return Errors.UNKNOWN_MEMBER_ID
-        if group_instance_id:
-            known = group.static_member_id(group_instance_id)
-            if known is not None and known != member_id:
-                return Errors.FENCED_INSTANCE_ID
-        member = group.members.get(member_id)
-        if member is None:
-            return Errors.UNKNOWN_MEMBER_ID
-        if generation != group.generation:
-            return Errors.ILLEGAL_GENERATION
-        if group.is_(GroupState.PREPARING_REBALANCE):
-            self._schedule_heartbeat(group, member)
-            return Errors.REBALANCE_IN_PROGRESS
-        self._schedule_heartbeat(group, member)
-        return Errors.NONE
+        return self.membership.heartbeat(group_id, generation, member_id, group_instance_id=group_instance_id)
 
     def leave_group(self, group_id: str,
                     members: list[tuple[str, str | None]]) -> tuple[int, list[tuple[str, str | None, int]]]:
         """Remove members; returns (top-level error, per-member errors)."""
-        err = self._check_group(group_id)
-        if err:
-            return err, []
-        group = self.groups.get(group_id)
-        if group is None or group.is_(GroupState.DEAD):
-            return Errors.UNKNOWN_MEMBER_ID, [(m, i, Errors.UNKNOWN_MEMBER_ID) for m, i in members]
-        out: list[tuple[str, str | None, int]] = []
-        for member_id, instance_id in members:
-            if instance_id:
-                known = group.static_member_id(instance_id)
-                if known is None:
-                    out.append((member_id, instance_id, Errors.UNKNOWN_MEMBER_ID))
-                    continue
-                if member_id and known != member_id:
-                    out.append((member_id, instance_id, Errors.FENCED_INSTANCE_ID))
-                    continue
-                member_id = known
-            if member_id in group.pending_members:
-                group.pending_members.discard(member_id)
-                self._cancel(group, "pending:" + member_id)
-                self._try_complete_join(group)
-                out.append((member_id, instance_id, Errors.NONE))
-                continue
-            member = group.members.get(member_id)
-            if member is None:
-                out.append((member_id, instance_id, Errors.UNKNOWN_MEMBER_ID))
-                continue
-            log.info("group '%s': member %s left", group_id, member_id)
-            self._remove_member(group, member, notify=True)
-            out.append((member_id, instance_id, Errors.NONE))
-        return Errors.NONE, out
+        return self.membership.leave_group(group_id, members)
 
     # -- offsets --------------------------------------------------------
     async def commit_offsets(
@@ -918,11 +198,11 @@ class GroupCoordinator:
         group_instance_id: str | None = None,
         offsets: dict[tuple[str, int], CommittedOffset],
     ) -> dict[tuple[str, int], int]:
-        """Validate, append to `__consumer_offsets`, then update the cache; per-partition error codes."""
+        """Validate the committer, then append to `__consumer_offsets` and update the cache; per-partition codes."""
         def all_(code: int) -> dict[tuple[str, int], int]:
             return {tp: code for tp in offsets}
 
-        err = self._check_group(group_id)
+        err = self.check_group(group_id)
         if err:
             return all_(err)
         group = self.groups.get(group_id)
@@ -943,64 +223,21 @@ class GroupCoordinator:
                 return all_(Errors.UNKNOWN_MEMBER_ID)
             if generation != group.generation:
                 return all_(Errors.ILLEGAL_GENERATION)
-            self._schedule_heartbeat(group, group.members[member_id])
-        results: dict[tuple[str, int], int] = {}
-        records: list[tuple[bytes, bytes | None]] = []
-        accepted: dict[tuple[str, int], CommittedOffset] = {}
-        now = self.clock()
-        for (topic, partition), co in offsets.items():
-            count = self.topic_partitions(topic)
-            if count is None or not 0 <= partition < count:
-                results[(topic, partition)] = Errors.UNKNOWN_TOPIC_OR_PARTITION
-                continue
-            if co.metadata and len(co.metadata) > MAX_METADATA_CHARS:
-                results[(topic, partition)] = Errors.OFFSET_METADATA_TOO_LARGE
-                continue
-            if co.commit_timestamp_ms < 0:
-                co = CommittedOffset(co.offset, co.leader_epoch, co.metadata or "", now)
-            accepted[(topic, partition)] = co
-            records.append((
-                encode_offset_key(group_id, topic, partition),
-                encode_offset_value(OffsetValue(co.offset, co.leader_epoch, co.metadata or "", co.commit_timestamp_ms)),
-            ))
-        if records:
-            partition = self.partition_for(group_id)
-            token = self.ownership.token(partition)
-            try:
-                await self.store.append(partition, records)
-            except Exception as exc:
-                moved = self.ownership.token(partition) != token
-                code = Errors.NOT_COORDINATOR if moved else commit_error_code(exc)
-                log.warning("commit of %d offset(s) for group '%s' to %s-%d failed (answering error %d): %s",
-                            len(records), group_id, OFFSETS_TOPIC, partition, code, exc,
-                            exc_info=getattr(exc, "code", None) is None)
-                for tp in accepted:
-                    results[tp] = code
-                return results
-            # Durable on the in-sync replicas: acknowledged even if leadership moved meanwhile (the next
-            # coordinator replays it); the cache is only this term's.
-            if self.ownership.token(partition) == token:
-                group.offsets.update(accepted)
-            for tp in accepted:
-                results[tp] = Errors.NONE
-        return results
+            self.membership.schedule_heartbeat(group, group.members[member_id])
+        return await self.group_manager.store_offsets(group, offsets)
 
     def fetch_offsets(
         self, group_id: str, partitions: list[tuple[str, int]] | None
     ) -> tuple[int, dict[tuple[str, int], CommittedOffset | None]]:
         """(error, offsets); `partitions=None` means every committed partition of the group."""
-        err = self._check_group(group_id)
+        err = self.check_group(group_id)
         if err:
             return err, {}
-        group = self.groups.get(group_id)
-        stored = group.offsets if group is not None and not group.is_(GroupState.DEAD) else {}
-        if partitions is None:
-            return Errors.NONE, dict(stored)
-        return Errors.NONE, {tp: stored.get(tp) for tp in partitions}
+        return Errors.NONE, self.group_manager.get_offsets(group_id, partitions)
 
     async def delete_offsets(self, group_id: str,
                              partitions: list[tuple[str, int]]) -> tuple[int, dict[tuple[str, int], int]]:
-        err = self._check_group(group_id)
+        err = self.check_group(group_id)
         if err:
             return err, {}
         group = self.groups.get(group_id)
@@ -1016,24 +253,14 @@ class GroupCoordinator:
             results[tp] = Errors.NONE
             if tp in group.offsets:
                 tombstones.append(tp)
-        if tombstones:
-            partition = self.partition_for(group_id)
-            token = self.ownership.token(partition)
-            try:
-                await self.store.append(partition, [(encode_offset_key(group_id, t, p), None) for t, p in tombstones])
-            except Exception as exc:
-                code = (Errors.NOT_COORDINATOR if self.ownership.token(partition) != token
-                        else group_write_error_code(exc))
-                log.warning("deleting %d offset(s) of group '%s' failed (answering error %d): %s",
-                            len(tombstones), group_id, code, exc)
-                return code, {}
-            for tp in tombstones:
-                group.offsets.pop(tp, None)
+        code = await self.group_manager.remove_offsets(group, tombstones)
+        if code:
+            return code, {}
         return Errors.NONE, results
 
     # -- admin ----------------------------------------------------------
     def describe_group(self, group_id: str) -> GroupDescription:
-        err = self._check_group(group_id)
+        err = self.check_group(group_id)
         group = self.groups.get(group_id) if not err else None
         if err or group is None:
             state = "Dead"
@@ -1060,7 +287,7 @@ class GroupCoordinator:
     async def delete_groups(self, group_ids: list[str]) -> dict[str, int]:
         out: dict[str, int] = {}
         for gid in group_ids:
-            err = self._check_group(gid)
+            err = self.check_group(gid)
             if err:
                 out[gid] = err
                 continue
@@ -1071,62 +298,5 @@ class GroupCoordinator:
             if group.members or not group.is_(GroupState.EMPTY):
                 out[gid] = Errors.NON_EMPTY_GROUP
                 continue
-            records: list[tuple[bytes, bytes | None]] = [(encode_offset_key(gid, t, p), None) for t, p in group.offsets]
-            records.append((encode_group_key(gid), None))
-            partition = self.partition_for(gid)
-            token = self.ownership.token(partition)
-            try:
-                await self.store.append(partition, records)
-            except Exception as exc:
-                code = (Errors.NOT_COORDINATOR if self.ownership.token(partition) != token
-                        else group_write_error_code(exc))
-                log.warning("deleting group '%s' failed (answering error %d): %s", gid, code, exc)
-                out[gid] = code
-                continue
-            if group.is_(GroupState.DEAD):  # unloaded while the tombstones were written
-                out[gid] = Errors.NONE
-                continue
-            group.transition(GroupState.DEAD, now_ms=self.clock())
-            self.groups.pop(gid, None)
-            log.info("group '%s' deleted with %d committed offset(s)", gid, len(records) - 1)
-            out[gid] = Errors.NONE
+            out[gid] = await self.group_manager.remove_group(group)
         return out
-
-    async def expire_offsets(self) -> int:
-        """offsets.retention.minutes: drop offsets of Empty groups older than the retention; tombstones."""
-        now = self.clock()
-        retention = self.config.offsets_retention_ms
-        removed = 0
-        owned = self.ownership.owned()
-        for gid, group in list(self.groups.items()):
-            if not group.is_(GroupState.EMPTY) or self.partition_for(gid) not in owned:
-                continue
-            reference = max(group.state_timestamp_ms, 0)
-            expired = [
-                tp for tp, co in group.offsets.items()
-                if max(co.commit_timestamp_ms, reference) + retention <= now
-            ]
-            records: list[tuple[bytes, bytes | None]] = [(encode_offset_key(gid, t, p), None) for t, p in expired]
-            drop_group = len(expired) == len(group.offsets)
-            if drop_group:
-                records.append((encode_group_key(gid), None))
-            if not records:
-                continue
-            partition = self.partition_for(gid)
-            token = self.ownership.token(partition)
-            try:
-                await self.store.append(partition, records)
-            except Exception as exc:
-                log.warning("writing expiry tombstones for group '%s' failed (retried at the next check): %s", gid, exc)
-                continue
-            if self.ownership.token(partition) != token:
-                continue  # unloaded meanwhile; the next coordinator replays the tombstones
-            for tp in expired:
-                group.offsets.pop(tp, None)
-            removed += len(expired)
-            if drop_group and group.is_(GroupState.EMPTY) and not group.members:
-                group.transition(GroupState.DEAD, now_ms=now)
-                self.groups.pop(gid, None)
-            if expired:
-                log.info("group '%s': %d committed offset(s) expired (offsets.retention.minutes)", gid, len(expired))
-        return removed

@@ -13,7 +13,8 @@ import heapq
 import itertools
 from typing import Any, Callable
 
-from kelp.broker.groups.group_coordinator import CoordinatorConfig, GroupCoordinator
+from kelp.broker.groups.coordinator_config import CoordinatorConfig
+from kelp.broker.groups.group_coordinator import GroupCoordinator
 
 
 class _Handle:

@@ -1,0 +1,222 @@
+"""Loading and unloading `__consumer_offsets` partitions as this broker gains and loses their leadership.
+
+Why: a broker coordinates exactly the groups of the `__consumer_offsets`
+partitions it leads. When elected it must rebuild those groups by replaying
+the partition (Kafka's GroupMetadataManager.loadGroupsAndOffsets) before
+serving them, without blocking the event loop: the partition is marked
+loading at once (its groups get COORDINATOR_LOAD_IN_PROGRESS), the log is
+read and folded in a worker thread (`decode_partition`, pure), and the result
+is applied on the loop only if the leadership term that started the load is
+still current. When it resigns, the partition's groups leave the cache and
+their parked requests are answered (through the coordinator's callback).
+
+This module must never decide group membership or write `__consumer_offsets`;
+it reads the log through the store and only fills or empties the cache of
+`GroupMetadataManager`. It must never import `group_coordinator`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from .coordinator_config import Scheduler
+from .group import CommittedOffset, Group
+from .group_metadata_manager import GroupMetadataManager
+from .offsets_log import GroupValue, OffsetKey, OffsetValue, decode_group_value, decode_key, decode_offset_value
+from .placement import OFFSETS_TOPIC
+
+__all__ = ["PartitionLoader", "LoadedPartition", "decode_partition"]
+
+log = logging.getLogger("kelp.broker.groups")
+
+
+@dataclass
+class LoadedPartition:
+    """What replaying one `__consumer_offsets` partition found: the newest record per key (None: tombstone)."""
+
+    partition: int
+    records: int = 0
+    offsets: dict[OffsetKey, OffsetValue | None] = field(default_factory=dict)
+    metas: dict[str, GroupValue | None] = field(default_factory=dict)
+
+    def group_ids(self) -> set[str]:
+        return ({k.group for k, v in self.offsets.items() if v is not None}
+                | {g for g, m in self.metas.items() if m is not None})
+
+
+def decode_partition(partition: int, records: Iterable[tuple[bytes | None, bytes | None]]) -> LoadedPartition:
+    """Fold a partition's records into the newest value per key (runs in a worker thread while reading the log)."""
+    out = LoadedPartition(partition)
+    for key_bytes, value_bytes in records:
+        out.records += 1
+        if key_bytes is None:
+            continue
+        try:
+            key = decode_key(key_bytes)
+            if isinstance(key, OffsetKey):
+                out.offsets[key] = decode_offset_value(value_bytes) if value_bytes is not None else None
+            else:
+                out.metas[key.group] = decode_group_value(value_bytes) if value_bytes is not None else None
+        except ValueError as exc:
+            log.warning("skipping unreadable record in %s-%d: %s", OFFSETS_TOPIC, partition, exc)
+    return out
+
+
+class PartitionLoader:
+    def __init__(
+        self,
+        manager: GroupMetadataManager,
+        *,
+        scheduler: Scheduler,
+        on_group_unloaded: Callable[[Group], None],
+    ) -> None:
+        self.manager = manager
+        self.config = manager.config
+        self.scheduler = scheduler
+        # Called for each group dropped on resignation (the coordinator stops its timers and parked requests).
+        self.on_group_unloaded = on_group_unloaded
+        self._ownership_waiters: list[asyncio.Future[None]] = []
+        self._load_tasks: dict[int, asyncio.Task[None]] = {}
+        self._stopped = False
+
+    def on_become_leader(self, partition: int, epoch: int) -> "asyncio.Future[None]":
+        """This broker now leads `partition` at `epoch`: load its groups, then coordinate them.
+
+        Synchronous up to the returned future: the partition is marked loading at
+        once (its groups get COORDINATOR_LOAD_IN_PROGRESS, not NOT_COORDINATOR),
+        the replay runs in a worker thread, its result is applied on the loop.
+        Await the future to wait for the load. A stale or repeated election does
+        nothing (the future is already done, or is the running load's).
+        """
+        token = self.manager.ownership.begin_load(partition, epoch)
+        if token is None:
+            running = self._load_tasks.get(partition)
+            if running is not None and not running.done():
+                return running
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
+        log.info("__consumer_offsets-%d: leader at epoch %d; loading its groups", partition, epoch)
+        self._ownership_changed()
+        task = asyncio.get_running_loop().create_task(
+            self._load_partition(partition, token), name=f"load-{OFFSETS_TOPIC}-{partition}"
+        )
+        self._load_tasks[partition] = task
+        return task
+
+    def on_resign(self, partition: int, epoch: int) -> None:
+        """This broker no longer leads `partition` (epoch of the event): drop its groups.
+
+        Their timers stop; parked JoinGroup/SyncGroup requests answer NOT_COORDINATOR
+        so the clients find the new coordinator. A resignation older than the
+        newest election seen is ignored.
+        """
+        if not self.manager.ownership.resign(partition, epoch):
+            return
+        task = self._load_tasks.pop(partition, None)
+        if task is not None and not task.done():
+            task.cancel()
+        dropped = self.manager.remove_groups_for_partition(partition, self.on_group_unloaded)
+        log.info("__consumer_offsets-%d: no longer leader (epoch %d); unloaded %d group(s)", partition, epoch, dropped)
+        self._ownership_changed()
+
+    async def _load_partition(self, partition: int, token: int) -> None:
+        ownership, store = self.manager.ownership, self.manager.store
+        while True:
+            try:
+                loaded = await asyncio.to_thread(lambda: decode_partition(partition, store.replay(partition)))
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("loading __consumer_offsets-%d failed; retrying in %d ms", partition,
+                              self.config.load_retry_ms)
+                retry: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                self.scheduler.call_later(self.config.load_retry_ms, lambda: retry.done() or retry.set_result(None))  # noqa: B023 (awaited just below)
+                await retry
+                if ownership.token(partition) != token:
+                    return
+                continue
+            break
+        if ownership.token(partition) != token or self._stopped:
+            return  # resigned (or re-elected) while replaying: this result belongs to an ended term
+        self._apply_loaded(loaded)
+        ownership.finish_load(partition, token)
+        if self._load_tasks.get(partition) is asyncio.current_task():
+            del self._load_tasks[partition]
+        log.info("__consumer_offsets-%d: loaded %d record(s), %d group(s); coordinating",
+                 partition, loaded.records, len(loaded.group_ids()))
+        self._ownership_changed()
+
+    def _ownership_changed(self) -> None:
+        waiters, self._ownership_waiters = self._ownership_waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    async def wait_ownership_change(self, timeout_s: float) -> bool:
+        """Wait (bounded) until a partition is elected, loaded or resigned; False on timeout."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._ownership_waiters.append(fut)
+        try:
+            await asyncio.wait_for(fut, max(timeout_s, 0.0))
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    def load(self, partitions: Iterable[int] | None = None, *, epoch: int = 0) -> int:
+        """Own `partitions` (all by default) at once, replaying them on the calling thread.
+
+        For stores that replay from memory (unit tests, tools); a broker uses
+        `on_become_leader`, which keeps log reads off the event loop. A partition
+        already owned is dropped and reloaded. Returns the records replayed.
+        """
+        ownership = self.manager.ownership
+        parts = list(range(self.config.num_partitions)) if partitions is None else list(partitions)
+        count = 0
+        for p in parts:
+            if ownership.token(p) is not None:
+                ownership.resign(p, ownership.epoch(p) or 0)
+                self.manager.remove_groups_for_partition(p, self.on_group_unloaded)
+            token = ownership.begin_load(p, max(epoch, ownership.epoch(p) or 0))
+            if token is None:
+                continue
+            loaded = decode_partition(p, self.manager.store.replay(p))
+            self._apply_loaded(loaded)
+            ownership.finish_load(p, token)
+            count += loaded.records
+        self._ownership_changed()
+        return count
+
+    def _apply_loaded(self, loaded: LoadedPartition) -> None:
+        groups = self.manager.groups
+        for group_id, meta in loaded.metas.items():
+            if meta is None:
+                groups.pop(group_id, None)
+                continue
+            group = Group(group_id)
+            group.generation = meta.generation
+            group.protocol_type = meta.protocol_type or None
+            group.protocol_name = meta.protocol
+            # Members are not restored: they re-join (their sessions are gone with the old process),
+            # so the group starts Empty at its last generation, as after a coordinator move.
+            groups[group_id] = group
+        for key, value in loaded.offsets.items():
+            if value is None:
+                g = groups.get(key.group)
+                if g is not None:
+                    g.offsets.pop((key.topic, key.partition), None)
+                continue
+            g = groups.setdefault(key.group, Group(key.group))
+            g.offsets[(key.topic, key.partition)] = CommittedOffset(
+                value.offset, value.leader_epoch, value.metadata, value.commit_timestamp
+            )
+
+    def stop(self) -> None:
+        """No more loads: the running ones are cancelled and a replay finishing now is not applied."""
+        self._stopped = True
+        for task in self._load_tasks.values():
+            task.cancel()
+        self._load_tasks.clear()
