@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kelp.errors import ErrorCode
+
 from .broker import BenchBroker
 
 __all__ = ["run", "main"]
@@ -72,16 +74,16 @@ async def _member(bootstrap: str, group: str, start: asyncio.Event, done: list[f
         r = await conn.request(JoinGroupRequest(group_id=group, session_timeout_ms=10000, rebalance_timeout_ms=10000,
                                                 member_id=member, group_instance_id=None, protocol_type="consumer",
                                                 protocols=[P(name="range", metadata=meta)]), 5)
-        if r.error_code == 79:
+        if r.error_code == ErrorCode.MEMBER_ID_REQUIRED:
             member = r.member_id
             continue
         break
-    assert r.error_code == 0, f"JoinGroup error {r.error_code}"
+    assert r.error_code == ErrorCode.NONE, f"JoinGroup error {r.error_code}"
     A = SyncGroupRequest.SyncGroupRequestAssignment
     assignments = [A(member_id=m.member_id, assignment=b"") for m in r.members] if r.members else []
     s = await conn.request(SyncGroupRequest(group_id=group, generation_id=r.generation_id, member_id=r.member_id,
                                             group_instance_id=None, assignments=assignments), 3)
-    assert s.error_code == 0, f"SyncGroup error {s.error_code}"
+    assert s.error_code == ErrorCode.NONE, f"SyncGroup error {s.error_code}"
     done.append(time.perf_counter())
     conn.writer.close()
 
@@ -101,7 +103,7 @@ async def _wait_coordinator(bootstrap: str, groups: list[str], timeout_s: float 
         for group in groups:
             while True:
                 r = await conn.request(FindCoordinatorRequest[1](key=group, key_type=0), 1)
-                if r.error_code == 0:
+                if r.error_code == ErrorCode.NONE:
                     break
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"no coordinator for group {group} within {timeout_s:.0f}s (error "

@@ -48,6 +48,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from kelp.errors import ErrorCode
+
 from . import clients, emit, probe
 from .broker import BenchBroker
 
@@ -141,7 +143,7 @@ def _wait_latest(bootstrap: Callable[[], str], expect: int, alive: Callable[[], 
         if not address:
             return "no address yet"
         error, offset = probe.latest_offset(address, TOPIC)
-        return None if error == 0 and offset == expect else f"error {error}, offset {offset} of {expect}"
+        return None if error == ErrorCode.NONE and offset == expect else f"error {error}, offset {offset} of {expect}"
 
     return probe.poll_until(check, what=f"{TOPIC} served again after the restart", timeout_s=SERVE_TIMEOUT_S,
                             alive=alive, interval_s=0.01)

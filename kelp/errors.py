@@ -1,18 +1,120 @@
-"""Errors Kelp raises, each carrying the Kafka error code a client understands.
+"""Kafka's error codes, the REST Proxy's, and the errors Kelp raises carrying them.
 
-The storage layer, the broker core and the HTTP API raise these; the Kafka
-handlers put `code` in the response and log `str(exc)`, the HTTP API returns
-`http_status` with a JSON body holding the message. A message names what was
-wrong (topic, partition, limit) and, where it can, what to change.
+`ErrorCode` is the one table of Kafka protocol error codes Kelp produces or
+interprets: the Kafka handlers answer with them, the HTTP API puts them in
+`error_code`, and the clients (the Spark source, the CLI, the operator, the
+replica fetcher) compare against them. Names and numbers are Kafka's
+(org.apache.kafka.common.protocol.Errors); a test checks each against
+kafka-python's table. `RestErrorCode` holds the Confluent REST Proxy's
+five-digit codes, a namespace of their own.
+
+The storage layer, the broker core and the HTTP API raise `KelpError`s; the
+Kafka handlers put `code` in the response and log `str(exc)`, the HTTP API
+returns `http_status` with a JSON body holding the message. A message names
+what was wrong (topic, partition, limit) and, where it can, what to change.
 """
 
 from __future__ import annotations
+
+from enum import IntEnum, unique
+
+
+@unique
+class ErrorCode(IntEnum):
+    """Kafka protocol error codes (the subset Kelp uses), with Kafka's names.
+
+    An IntEnum: it goes on the wire, into JSON and into messages as the plain
+    number, and compares equal to the int a response decoded.
+    """
+
+    UNKNOWN_SERVER_ERROR = -1
+    NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
+    CORRUPT_MESSAGE = 2
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    INVALID_FETCH_SIZE = 4
+    LEADER_NOT_AVAILABLE = 5
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    MESSAGE_TOO_LARGE = 10
+    STALE_CONTROLLER_EPOCH = 11
+    OFFSET_METADATA_TOO_LARGE = 12
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
+    INVALID_TOPIC_EXCEPTION = 17
+    RECORD_LIST_TOO_LARGE = 18
+    NOT_ENOUGH_REPLICAS = 19
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+    INVALID_REQUIRED_ACKS = 21
+    ILLEGAL_GENERATION = 22
+    INCONSISTENT_GROUP_PROTOCOL = 23
+    INVALID_GROUP_ID = 24
+    UNKNOWN_MEMBER_ID = 25
+    INVALID_SESSION_TIMEOUT = 26
+    REBALANCE_IN_PROGRESS = 27
+    INVALID_COMMIT_OFFSET_SIZE = 28
+    INVALID_TIMESTAMP = 32
+    UNSUPPORTED_VERSION = 35
+    TOPIC_ALREADY_EXISTS = 36
+    INVALID_PARTITIONS = 37
+    INVALID_REPLICATION_FACTOR = 38
+    INVALID_REPLICA_ASSIGNMENT = 39
+    INVALID_CONFIG = 40
+    NOT_CONTROLLER = 41
+    INVALID_REQUEST = 42
+    UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+    POLICY_VIOLATION = 44
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+    DUPLICATE_SEQUENCE_NUMBER = 46
+    INVALID_PRODUCER_EPOCH = 47
+    KAFKA_STORAGE_ERROR = 56
+    UNKNOWN_PRODUCER_ID = 59
+    REASSIGNMENT_IN_PROGRESS = 60
+    NON_EMPTY_GROUP = 68
+    GROUP_ID_NOT_FOUND = 69
+    FENCED_LEADER_EPOCH = 74
+    UNKNOWN_LEADER_EPOCH = 75
+    UNSUPPORTED_COMPRESSION_TYPE = 76
+    OFFSET_NOT_AVAILABLE = 78
+    MEMBER_ID_REQUIRED = 79
+    PREFERRED_LEADER_NOT_AVAILABLE = 80
+    GROUP_MAX_SIZE_REACHED = 81
+    FENCED_INSTANCE_ID = 82
+    ELECTION_NOT_NEEDED = 84
+    NO_REASSIGNMENT_IN_PROGRESS = 85
+    GROUP_SUBSCRIBED_TO_TOPIC = 86
+    INVALID_RECORD = 87
+    INVALID_UPDATE_VERSION = 95
+    BROKER_ID_NOT_REGISTERED = 102
+    INELIGIBLE_REPLICA = 107
+
+
+@unique
+class RestErrorCode(IntEnum):
+    """Confluent REST Proxy v2 `error_code`s: the HTTP status times 100 plus a number.
+
+    Names are Confluent's (io.confluent.kafkarest.Errors, without the _ERROR_CODE suffix) where Confluent
+    documents the code; Kelp answers them on the `/consumers` routes. Other HTTP errors carry a Kafka
+    `ErrorCode` or the HTTP status itself.
+    """
+
+    CONSUMER_INSTANCE_NOT_FOUND = 40403
+    CONSUMER_FORMAT_MISMATCH = 40601  # a format=json read met a record that is not JSON
+    CONSUMER_ALREADY_EXISTS = 40902
+    ILLEGAL_STATE = 40903
+    # Confluent's 42201 is "keys but no key schema"; Kelp has no schema registry and answers it for a malformed
+    # `partitions`/`offsets` list.
+    KEY_SCHEMA_MISSING = 42201
+    INVALID_CONSUMER_CONFIG = 42204
+    # Kelp's own (not in Confluent's table): a broker already serves http.consumer.max.instances instances.
+    TOO_MANY_CONSUMER_INSTANCES = 42901
 
 
 class KelpError(Exception):
     """Base class: `code` is the Kafka protocol error code."""
 
-    code: int = -1  # UNKNOWN_SERVER_ERROR
+    code: int = ErrorCode.UNKNOWN_SERVER_ERROR
     http_status: int = 500
 
     def __init__(self, message: str = "") -> None:
@@ -20,218 +122,220 @@ class KelpError(Exception):
 
 
 class ConfigError(KelpError):
-    code = 40  # INVALID_CONFIG
+    code = ErrorCode.INVALID_CONFIG
     http_status = 400
 
 
 class OffsetOutOfRangeError(KelpError):
-    code = 1
+    code = ErrorCode.OFFSET_OUT_OF_RANGE
     http_status = 416
 
 
 class CorruptRecordError(KelpError):
-    code = 2  # CORRUPT_MESSAGE
+    code = ErrorCode.CORRUPT_MESSAGE
     http_status = 400
 
 
 class UnknownTopicOrPartitionError(KelpError):
-    code = 3
+    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     http_status = 404
 
 
 class InvalidFetchSizeError(KelpError):
-    code = 4
+    code = ErrorCode.INVALID_FETCH_SIZE
     http_status = 400
 
 
 class LeaderNotAvailableError(KelpError):
-    code = 5
+    code = ErrorCode.LEADER_NOT_AVAILABLE
     http_status = 503
 
 
 class NotLeaderOrFollowerError(KelpError):
-    code = 6
+    code = ErrorCode.NOT_LEADER_OR_FOLLOWER
     http_status = 503
 
 
 class RequestTimedOutError(KelpError):
-    code = 7
+    code = ErrorCode.REQUEST_TIMED_OUT
     http_status = 504
 
 
 class RecordTooLargeError(KelpError):
-    code = 10  # MESSAGE_TOO_LARGE
+    code = ErrorCode.MESSAGE_TOO_LARGE
     http_status = 413
 
 
 class CoordinatorLoadInProgressError(KelpError):
-    code = 14
+    code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
     http_status = 503
 
 
 class CoordinatorNotAvailableError(KelpError):
-    code = 15
+    code = ErrorCode.COORDINATOR_NOT_AVAILABLE
     http_status = 503
 
 
 class NotCoordinatorError(KelpError):
-    code = 16
+    code = ErrorCode.NOT_COORDINATOR
     http_status = 503
 
 
 class InvalidTopicError(KelpError):
-    code = 17  # INVALID_TOPIC_EXCEPTION
+    code = ErrorCode.INVALID_TOPIC_EXCEPTION
     http_status = 400
 
 
 class RecordListTooLargeError(KelpError):
-    code = 18
+    code = ErrorCode.RECORD_LIST_TOO_LARGE
     http_status = 413
 
 
 class NotEnoughReplicasError(KelpError):
-    code = 19
+    code = ErrorCode.NOT_ENOUGH_REPLICAS
     http_status = 503
 
 
 class InvalidRequiredAcksError(KelpError):
-    code = 21
+    code = ErrorCode.INVALID_REQUIRED_ACKS
     http_status = 400
 
 
 class IllegalGenerationError(KelpError):
-    code = 22
+    code = ErrorCode.ILLEGAL_GENERATION
     http_status = 409
 
 
 class InconsistentGroupProtocolError(KelpError):
-    code = 23
+    code = ErrorCode.INCONSISTENT_GROUP_PROTOCOL
     http_status = 409
 
 
 class InvalidGroupIdError(KelpError):
-    code = 24
+    code = ErrorCode.INVALID_GROUP_ID
     http_status = 400
 
 
 class UnknownMemberIdError(KelpError):
-    code = 25
+    code = ErrorCode.UNKNOWN_MEMBER_ID
     http_status = 404
 
 
 class InvalidSessionTimeoutError(KelpError):
-    code = 26
+    code = ErrorCode.INVALID_SESSION_TIMEOUT
     http_status = 400
 
 
 class RebalanceInProgressError(KelpError):
-    code = 27
+    code = ErrorCode.REBALANCE_IN_PROGRESS
     http_status = 409
 
 
 class InvalidCommitOffsetSizeError(KelpError):
-    code = 28
+    code = ErrorCode.INVALID_COMMIT_OFFSET_SIZE
     http_status = 400
 
 
 class InvalidTimestampError(KelpError):
-    code = 32
+    code = ErrorCode.INVALID_TIMESTAMP
     http_status = 400
 
 
 class UnsupportedVersionError(KelpError):
-    code = 35
+    code = ErrorCode.UNSUPPORTED_VERSION
     http_status = 400
 
 
 class TopicAlreadyExistsError(KelpError):
-    code = 36
+    code = ErrorCode.TOPIC_ALREADY_EXISTS
     http_status = 409
 
 
 class InvalidPartitionsError(KelpError):
-    code = 37
+    code = ErrorCode.INVALID_PARTITIONS
     http_status = 400
 
 
 class InvalidReplicationFactorError(KelpError):
-    code = 38
+    code = ErrorCode.INVALID_REPLICATION_FACTOR
     http_status = 400
 
 
 class InvalidRequestError(KelpError):
-    code = 42
+    code = ErrorCode.INVALID_REQUEST
     http_status = 400
 
 
 class PolicyViolationError(KelpError):
-    code = 44  # POLICY_VIOLATION: e.g. deleting records of a compacted topic
+    """A request the topic's policy forbids, e.g. deleting records of a compacted topic."""
+
+    code = ErrorCode.POLICY_VIOLATION
     http_status = 400
 
 
 class OutOfOrderSequenceError(KelpError):
-    code = 45
+    code = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
     http_status = 409
 
 
 class DuplicateSequenceError(KelpError):
-    code = 46
+    code = ErrorCode.DUPLICATE_SEQUENCE_NUMBER
     http_status = 409
 
 
 class InvalidProducerEpochError(KelpError):
-    code = 47
+    code = ErrorCode.INVALID_PRODUCER_EPOCH
     http_status = 409
 
 
 class UnknownProducerIdError(KelpError):
-    code = 59
+    code = ErrorCode.UNKNOWN_PRODUCER_ID
     http_status = 409
 
 
 class NonEmptyGroupError(KelpError):
-    code = 68
+    code = ErrorCode.NON_EMPTY_GROUP
     http_status = 409
 
 
 class GroupIdNotFoundError(KelpError):
-    code = 69
+    code = ErrorCode.GROUP_ID_NOT_FOUND
     http_status = 404
 
 
 class MemberIdRequiredError(KelpError):
-    code = 79
+    code = ErrorCode.MEMBER_ID_REQUIRED
     http_status = 409
 
 
 class FencedInstanceIdError(KelpError):
-    code = 82
+    code = ErrorCode.FENCED_INSTANCE_ID
     http_status = 409
 
 
 class GroupSubscribedToTopicError(KelpError):
-    code = 86
+    code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
     http_status = 409
 
 
 class UnsupportedForMessageFormatError(KelpError):
     """A v0/v1 message set (magic 0 or 1): Kelp stores RecordBatch v2 only."""
 
-    code = 43
+    code = ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT
     http_status = 400
 
 
 class KafkaStorageError(KelpError):
     """The partition's log directory failed (I/O error); the replica is offline."""
 
-    code = 56
+    code = ErrorCode.KAFKA_STORAGE_ERROR
     http_status = 503
 
 
 class UnsupportedCompressionTypeError(KelpError):
     """A batch or a topic config names a codec whose library this installation lacks."""
 
-    code = 76  # UNSUPPORTED_COMPRESSION_TYPE
+    code = ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
     http_status = 400
 
 
@@ -239,7 +343,7 @@ class InvalidRecordError(KelpError):
     """A batch is well-formed on the wire but breaks a rule of the log (empty, bad offsets, no key on a compacted
     topic)."""
 
-    code = 87  # INVALID_RECORD
+    code = ErrorCode.INVALID_RECORD
     http_status = 400
 
 
@@ -249,38 +353,38 @@ class InvalidRecordError(KelpError):
 class StaleControllerEpochError(KelpError):
     """A request from a controller that has been deposed (its epoch is older than one already seen)."""
 
-    code = 11
+    code = ErrorCode.STALE_CONTROLLER_EPOCH
     http_status = 409
 
 
 class NotEnoughReplicasAfterAppendError(KelpError):
     """The batch was written, but the in-sync replicas shrank below min.insync.replicas before it was replicated."""
 
-    code = 20
+    code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
     http_status = 503
 
 
 class NotControllerError(KelpError):
-    code = 41
+    code = ErrorCode.NOT_CONTROLLER
     http_status = 421
 
 
 class ReassignmentInProgressError(KelpError):
-    code = 60
+    code = ErrorCode.REASSIGNMENT_IN_PROGRESS
     http_status = 409
 
 
 class FencedLeaderEpochError(KelpError):
     """The request names an older leader epoch than this broker's: the client's metadata is stale."""
 
-    code = 74
+    code = ErrorCode.FENCED_LEADER_EPOCH
     http_status = 409
 
 
 class UnknownLeaderEpochError(KelpError):
     """The request names a newer leader epoch than this broker knows yet."""
 
-    code = 75
+    code = ErrorCode.UNKNOWN_LEADER_EPOCH
     http_status = 409
 
 
@@ -288,44 +392,44 @@ class OffsetNotAvailableError(KelpError):
     """A new leader's high watermark has not yet reached the offset its epoch began at (KIP-207): the
     end offset it would answer could be lower than one a client already saw. Retriable."""
 
-    code = 78
+    code = ErrorCode.OFFSET_NOT_AVAILABLE
     http_status = 503
 
 
 class PreferredLeaderNotAvailableError(KelpError):
-    code = 80
+    code = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
     http_status = 503
 
 
 class ElectionNotNeededError(KelpError):
-    code = 84
+    code = ErrorCode.ELECTION_NOT_NEEDED
     http_status = 409
 
 
 class NoReassignmentInProgressError(KelpError):
-    code = 85
+    code = ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
     http_status = 404
 
 
 class InvalidUpdateVersionError(KelpError):
     """An AlterPartition based on an older partition epoch than the controller's."""
 
-    code = 95
+    code = ErrorCode.INVALID_UPDATE_VERSION
     http_status = 409
 
 
 class IneligibleReplicaError(KelpError):
-    code = 107
+    code = ErrorCode.INELIGIBLE_REPLICA
     http_status = 409
 
 
 class BrokerIdNotRegisteredError(KelpError):
-    code = 102
+    code = ErrorCode.BROKER_ID_NOT_REGISTERED
     http_status = 503
 
 
 class InvalidReplicaAssignmentError(KelpError):
     """A replica assignment (or its cancellation) that would leave a partition without a complete copy."""
 
-    code = 39
+    code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
     http_status = 409

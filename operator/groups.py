@@ -12,15 +12,14 @@ from __future__ import annotations
 from typing import Any, Mapping
 from urllib.parse import quote
 
+from kelp.errors import ErrorCode
+
 from .brokers import AdminError
 from .kube import KubeClient
 from .resources import AdminFactory, Result, cluster_of, paused
 from .status import condition, group_status
 
-__all__ = ["reconcile_group", "NON_EMPTY_GROUP", "GROUP_ID_NOT_FOUND"]
-
-NON_EMPTY_GROUP = 68
-GROUP_ID_NOT_FOUND = 69
+__all__ = ["reconcile_group"]
 
 _RESET_TO = {"earliest": "earliest", "latest": "latest", "timestamp": "datetime", "offset": "offset"}
 
@@ -43,7 +42,7 @@ async def reconcile_group(body: Mapping[str, Any], kube: KubeClient, admin_for: 
         try:
             return await admin.group_request("GET", path)
         except AdminError as exc:
-            if exc.status == 404 or exc.error_code == GROUP_ID_NOT_FOUND:
+            if exc.status == 404 or exc.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
                 return None
             raise
 
@@ -74,7 +73,7 @@ async def reconcile_group(body: Mapping[str, Any], kube: KubeClient, admin_for: 
                 except AdminError as exc:
                     if exc.status == 0:
                         raise
-                    reason = "Waiting" if exc.error_code == NON_EMPTY_GROUP else "Refused"
+                    reason = "Waiting" if exc.error_code == ErrorCode.NON_EMPTY_GROUP else "Refused"
                     conds.append(condition("OffsetsReset", False, reason, f"reset {request_id}: {exc.message}"))
                 else:
                     status["lastAppliedRequestId"] = request_id

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kelp.errors import ErrorCode
+
 from .brokers import AdminError
 from .resources import ClusterPass
 from .restarts import IGNORE_MIN_INSYNC, MANUAL_ROLL, next_restart, ordinal, pod_ready
@@ -109,7 +111,7 @@ async def elect_after_roll(ctx: ClusterPass) -> dict[str, Any] | None:
             message = f"preferred-leader election after the roll refused: {exc.message}; retried next pass"
             await ctx.emit("LeaderElectionFailed", message, warning=True)
             return condition("Progressing", True, ELECTING, message)
-        elected = sum(1 for code in (answer.get("results") or {}).values() if code == 0)
+        elected = sum(1 for code in (answer.get("results") or {}).values() if code == ErrorCode.NONE)
         if elected:
             await ctx.emit("PreferredLeaderElection", f"after the roll: leadership of {elected} partition(s) moved "
                            f"back to their preferred replica (leader skew was {skew}, {imbalance} partition(s) off "

@@ -16,6 +16,7 @@ from typing import Any
 
 from kelp.errors import (
     ElectionNotNeededError,
+    ErrorCode,
     InvalidReplicaAssignmentError,
     NoReassignmentInProgressError,
     PreferredLeaderNotAvailableError,
@@ -94,7 +95,7 @@ class PartitionMoves:
                         continue
                     new = new.with_partition(p, replace(state, leader=preferred, leader_epoch=state.leader_epoch + 1,
                                                         partition_epoch=state.partition_epoch + 1))
-                    results[key] = 0
+                    results[key] = ErrorCode.NONE
                 if new is not t:
                     changed.append(new)
             await self._commit(changed)

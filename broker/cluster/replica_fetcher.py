@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 from kafka.protocol.consumer import FetchRequest, OffsetForLeaderEpochRequest
 
-from kelp.errors import KelpError
+from kelp.errors import ErrorCode, KelpError
 
 from .model import BrokerEndpoint
 from .peer_client import PeerConnection, PeerError
@@ -48,8 +48,9 @@ log = logging.getLogger("kelp.broker.replication")
 
 FETCH_VERSION = 11
 EPOCH_VERSION = 3
-NONE, OFFSET_OUT_OF_RANGE, NOT_LEADER = 0, 1, 6
-FENCED, UNKNOWN_EPOCH, UNKNOWN_TOPIC = 74, 75, 3
+# Fetch errors after which our metadata or the leader's is behind: back off until the next push settles it.
+_METADATA_BEHIND = (ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_LEADER_EPOCH,
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 
 
 @dataclass(slots=True, eq=False)
@@ -228,7 +229,7 @@ class ReplicaFetcher:
                 st, epoch_asked = sent
                 if not self._current(key, st) or not st.truncating:
                     continue  # removed or re-added at another epoch while the request was in flight: stale
-                if r.error_code != NONE:
+                if r.error_code != ErrorCode.NONE:
                     log.info("%s-%d: leader %d answered OffsetForLeaderEpoch with error %d; retrying",
                              t.topic, r.partition, self.leader, r.error_code)
                     continue
@@ -307,7 +308,7 @@ class ReplicaFetcher:
                 if part is None or part.log.log_end_offset != offset or not replicas.follower_ready(
                         key[0], key[1], st.leader_epoch):
                     continue  # the log moved (a truncation) since the request: appending would leave a gap
-                if r.error_code == NONE:
+                if r.error_code == ErrorCode.NONE:
                     try:
                         replicas.append_as_follower(
                             t.topic, r.partition_index, r.records or b"", leader_epoch=st.leader_epoch,
@@ -320,9 +321,9 @@ class ReplicaFetcher:
                                     r.partition_index, exc)
                         if self._current(key, st):
                             st.truncating = True
-                elif r.error_code == OFFSET_OUT_OF_RANGE:
+                elif r.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
                     await self._out_of_range(key, st, r)
-                elif r.error_code in (FENCED, NOT_LEADER, UNKNOWN_EPOCH, UNKNOWN_TOPIC):
+                elif r.error_code in _METADATA_BEHIND:
                     backoff = True  # our metadata or the leader's is behind: the next push settles it
                 else:
                     log.warning("%s-%d: leader %d answered fetch with error %d", t.topic, r.partition_index,

@@ -23,6 +23,7 @@ from typing import Any
 
 from kelp.errors import (
     CoordinatorNotAvailableError,
+    ErrorCode,
     KelpError,
     NotControllerError,
     RequestTimedOutError,
@@ -134,7 +135,8 @@ class LeaderRouting:
             body = await resp.json(content_type=None)
             if resp.status < 300:
                 return body
-            code = int(body.get("error_code", -1)) if isinstance(body, dict) else -1
+            unknown = ErrorCode.UNKNOWN_SERVER_ERROR
+            code = int(body.get("error_code", unknown)) if isinstance(body, dict) else unknown
             message = body.get("message", "") if isinstance(body, dict) else str(body)
             raise error_for(code, message)
 
@@ -219,7 +221,7 @@ class LeaderRouting:
         async with self._http.post(url, data=batch, headers={"Content-Type": "application/octet-stream"}) as resp:
             body = await resp.json(content_type=None)
             if resp.status >= 300:
-                raise error_for(int(body.get("error_code", -1)),
+                raise error_for(int(body.get("error_code", ErrorCode.UNKNOWN_SERVER_ERROR)),
                                 body.get("message", f"broker {leader} answered {resp.status}"))
         return ProduceResult(topic, partition, body["base_offset"], body["last_offset"], body["log_append_time_ms"],
                              body["log_start_offset"], body["record_count"])
@@ -236,7 +238,7 @@ class LeaderRouting:
         async with self._http.post(url) as resp:
             body = await resp.json(content_type=None)
             if resp.status >= 300:
-                raise error_for(int(body.get("error_code", -1)),
+                raise error_for(int(body.get("error_code", ErrorCode.UNKNOWN_SERVER_ERROR)),
                                 body.get("message", f"broker {leader} answered {resp.status}"))
         return int(body["low_watermark"])
 

@@ -26,6 +26,7 @@ from typing import Any
 from aiohttp import web
 
 from kelp.errors import (
+    ErrorCode,
     GroupIdNotFoundError,
     KelpError,
     NonEmptyGroupError,
@@ -34,7 +35,6 @@ from kelp.errors import (
 
 from ..groups.coordinator_lookup import CoordinatorLocation, locator_of
 from ..groups.group import CommittedOffset
-from ..groups.group_coordinator import Errors
 from ..replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from .json_body import read_json
 from .keys import BROKER
@@ -59,10 +59,10 @@ def _coordinator(request: web.Request) -> Any:
 def coordinator_problem(located: CoordinatorLocation) -> HttpProblem:
     """The HTTP answer for a group this broker cannot act on now."""
     message = located.message or f"coordinator error {located.error}"
-    if located.error == Errors.NOT_COORDINATOR:
-        return HttpProblem(421, message, error_code=Errors.NOT_COORDINATOR)
-    if located.error == Errors.INVALID_GROUP_ID:
-        return HttpProblem(400, message, error_code=Errors.INVALID_GROUP_ID)
+    if located.error == ErrorCode.NOT_COORDINATOR:
+        return HttpProblem(421, message, error_code=ErrorCode.NOT_COORDINATOR)
+    if located.error == ErrorCode.INVALID_GROUP_ID:
+        return HttpProblem(400, message, error_code=ErrorCode.INVALID_GROUP_ID)
     return HttpProblem(503, message, error_code=located.error)
 
 
@@ -251,7 +251,7 @@ async def reset_offsets(request: web.Request) -> web.Response:
         bad = {tp: c for tp, c in codes.items() if c}
         if bad:
             (t, p), code = next(iter(bad.items()))
-            if code == Errors.NOT_COORDINATOR:
+            if code == ErrorCode.NOT_COORDINATOR:
                 await require_local_group(broker, gid, timeout_s=0)
             raise error_for(code, f"resetting group '{gid}' failed on {t}-{p} with Kafka error {code}")
     return json_response({"group_id": gid, "executed": execute, "plan": plan})

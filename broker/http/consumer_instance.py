@@ -25,11 +25,10 @@ from typing import Any
 
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
 
-from kelp.errors import KelpError, OffsetOutOfRangeError
+from kelp.errors import ErrorCode, KelpError, OffsetOutOfRangeError, RestErrorCode
 from kelp.records import iter_records
 
 from ..groups.group import CommittedOffset
-from ..groups.group_coordinator import Errors
 from ..replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchPartition
 from .admin_groups import error_for, require_local_group
 from .json_body import json_value
@@ -41,7 +40,10 @@ log = logging.getLogger("kelp.broker.http.consumers")
 
 SESSION_TIMEOUT_MS = 10_000
 # Coordinator errors after which the member waits for the coordinator to change, then joins again.
-_COORDINATOR_MOVING = (Errors.NOT_COORDINATOR, Errors.COORDINATOR_LOAD_IN_PROGRESS, Errors.COORDINATOR_NOT_AVAILABLE)
+_COORDINATOR_MOVING = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                       ErrorCode.COORDINATOR_NOT_AVAILABLE)
+# Commit errors that mean a rebalance moved the group on: the client reads again and retries.
+_REBALANCED = (ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.REBALANCE_IN_PROGRESS)
 
 class _Undeliverable(Exception):
     def __init__(self, field: str, reason: str) -> None:
@@ -144,9 +146,9 @@ class HttpConsumer:
                     await self._join_and_sync()
                 await asyncio.sleep(interval)
                 code = self.broker.groups.heartbeat(self.group, self.generation, self.member_id)
-                if code == Errors.NONE:
+                if code == ErrorCode.NONE:
                     continue
-                if code in (Errors.UNKNOWN_MEMBER_ID, Errors.FENCED_INSTANCE_ID):
+                if code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID):
                     self.member_id = ""
                 self._joined.clear()
                 self._rejoin_now = True
@@ -166,10 +168,10 @@ class HttpConsumer:
                 session_timeout_ms=self.session_timeout_ms, rebalance_timeout_ms=self.session_timeout_ms,
                 protocol_type="consumer", protocols=[("range", bytes(meta))], require_known_member_id=True,
             )
-            if r.error == Errors.MEMBER_ID_REQUIRED:
+            if r.error == ErrorCode.MEMBER_ID_REQUIRED:
                 self.member_id = r.member_id
                 continue
-            if r.error == Errors.UNKNOWN_MEMBER_ID:
+            if r.error == ErrorCode.UNKNOWN_MEMBER_ID:
                 self.member_id = ""
                 continue
             if r.error in _COORDINATOR_MOVING:
@@ -184,10 +186,10 @@ class HttpConsumer:
             if r.members:
                 assignments = self._leader_assignments(r.members)
             s = await coord.sync_group(self.group, r.generation, r.member_id, assignments=assignments)
-            if s.error == Errors.REBALANCE_IN_PROGRESS:
+            if s.error == ErrorCode.REBALANCE_IN_PROGRESS:
                 continue
             if s.error:
-                if s.error == Errors.UNKNOWN_MEMBER_ID:
+                if s.error == ErrorCode.UNKNOWN_MEMBER_ID:
                     self.member_id = ""
                 continue
             self._set_assignment(s.assignment)
@@ -231,7 +233,7 @@ class HttpConsumer:
     # -- positions ------------------------------------------------------
     async def ensure_coordinated_here(self) -> None:
         """Raise 421 (naming the coordinator) / 503 when this broker does not coordinate the group now."""
-        if self.broker.groups.check_group(self.group) != Errors.NONE:
+        if self.broker.groups.check_group(self.group) != ErrorCode.NONE:
             await require_local_group(self.broker, self.group, timeout_s=0)
 
     def _initial_position(self, tp: tuple[str, int]) -> int:
@@ -245,7 +247,7 @@ class HttpConsumer:
             return co.offset
         if self.reset == "none":
             raise HttpProblem(409, f"no committed offset for {tp[0]}-{tp[1]} in group '{self.group}' and "
-                                   "auto.offset.reset is none", error_code=40403)
+                                   "auto.offset.reset is none", error_code=RestErrorCode.CONSUMER_INSTANCE_NOT_FOUND)
         ts = EARLIEST_TIMESTAMP if self.reset == "earliest" else LATEST_TIMESTAMP
         return self.broker.replicas.list_offset(tp[0], tp[1], ts)[0]
 
@@ -329,7 +331,7 @@ class HttpConsumer:
             f"record with POST {self.base_uri}/positions "
             f'{{"offsets": [{{"topic": "{topic}", "partition": {partition}, "offset": {offset + 1}}}]}}, '
             "or read it with a consumer created with format=binary",
-            error_code=40601,
+            error_code=RestErrorCode.CONSUMER_FORMAT_MISMATCH,
             details={"topic": topic, "partition": partition, "offset": offset},
         )
 
@@ -356,10 +358,10 @@ class HttpConsumer:
         bad = {tp: c for tp, c in codes.items() if c}
         if bad:
             (t, p), c = next(iter(bad.items()))
-            if c == Errors.NOT_COORDINATOR:
+            if c == ErrorCode.NOT_COORDINATOR:
                 await self.ensure_coordinated_here()
             raise error_for(c, f"commit of {t}-{p} for group '{self.group}' failed with Kafka error {c}"
-                               + (" (a rebalance is in progress; read again and retry)" if c in (22, 25, 27) else ""))
+                               + (" (a rebalance is in progress; read again and retry)" if c in _REBALANCED else ""))
 
     async def _commit_auto(self) -> None:
         if self.auto_commit and self.delivered:
@@ -415,7 +417,7 @@ class ConsumerRegistry:
         inst = self.instances.get((group, name))
         if inst is None:
             raise HttpProblem(404, f"consumer instance '{name}' of group '{group}' does not exist (or expired)",
-                              error_code=40403)
+                              error_code=RestErrorCode.CONSUMER_INSTANCE_NOT_FOUND)
         inst.touch()
         return inst
 

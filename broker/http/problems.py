@@ -2,8 +2,9 @@
 
 Why: scripts, the CLI and the operator read `{"error_code", "message"}` from
 any 4xx/5xx, never an HTML page. `KelpError`s carry their Kafka error code
-and `http_status`; problems found by the HTTP layer itself (bad JSON, bad
-base64, wrong shapes) use `HttpProblem` with the HTTP status as the code.
+(a `kelp.errors.ErrorCode`) and `http_status`; problems found by the HTTP
+layer itself (bad JSON, bad base64, wrong shapes) use `HttpProblem` with the
+HTTP status as the code, or an `ErrorCode` / REST Proxy `RestErrorCode`.
 Request bodies are read by `json_body.read_json`.
 
 This module must never swallow an error without a message naming its cause.

@@ -34,6 +34,8 @@ from typing import Any
 
 from aiohttp import web
 
+from kelp.errors import RestErrorCode
+
 from ..replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from .admin_groups import error_for, require_local_group
 from .consumer_instance import ConsumerRegistry, HttpConsumer, range_assign
@@ -74,13 +76,14 @@ def _no_content() -> web.Response:
 def _partitions(body: Any, key: str = "partitions") -> list[tuple[str, int]]:
     items = body.get(key) if isinstance(body, dict) else None
     if not isinstance(items, list):
-        raise HttpProblem(422, f"body needs '{key}': a list of {{\"topic\", \"partition\"}} objects", error_code=42201)
+        raise HttpProblem(422, f"body needs '{key}': a list of {{\"topic\", \"partition\"}} objects",
+                          error_code=RestErrorCode.KEY_SCHEMA_MISSING)
     out = []
     for i, item in enumerate(items):
         if not isinstance(item, dict) or not isinstance(item.get("topic"), str) \
                 or not _int_in(item.get("partition"), 0, _INT32_MAX):
             raise HttpProblem(422, f"{key}[{i}] must be {{\"topic\": string, \"partition\": integer 0..{_INT32_MAX}}}",
-                              error_code=42201)
+                              error_code=RestErrorCode.KEY_SCHEMA_MISSING)
         out.append((item["topic"], item["partition"]))
     return out
 
@@ -93,13 +96,14 @@ def _offsets(body: Any) -> dict[tuple[str, int], int]:
     items = body.get("offsets") if isinstance(body, dict) else None
     if not isinstance(items, list):
         raise HttpProblem(422, "body needs 'offsets': a list of {\"topic\", \"partition\", \"offset\"} objects",
-                          error_code=42201)
+                          error_code=RestErrorCode.KEY_SCHEMA_MISSING)
     out = {}
     for i, item in enumerate(items):
         if not isinstance(item, dict) or not isinstance(item.get("topic"), str) \
                 or not _int_in(item.get("partition"), 0, _INT32_MAX) or not _int_in(item.get("offset"), 0, _INT64_MAX):
             raise HttpProblem(422, f"offsets[{i}] must be {{\"topic\": string, \"partition\": integer 0..{_INT32_MAX}, "
-                                   f"\"offset\": integer 0..{_INT64_MAX}}}", error_code=42201)
+                                   f"\"offset\": integer 0..{_INT64_MAX}}}",
+                              error_code=RestErrorCode.KEY_SCHEMA_MISSING)
         out[(item["topic"], item["partition"])] = item["offset"]
     return out
 
@@ -109,7 +113,8 @@ def _bool(value: Any, name: str) -> bool:
         return value
     if isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
-    raise HttpProblem(422, f"'{name}' must be true or false, got {value!r}", error_code=42204)
+    raise HttpProblem(422, f"'{name}' must be true or false, got {value!r}",
+                      error_code=RestErrorCode.INVALID_CONSUMER_CONFIG)
 
 
 # -- routes ---------------------------------------------------------------------------
@@ -119,40 +124,46 @@ async def create_instance(request: web.Request) -> web.Response:
     reg = _registry(request)
     group = request.match_info["group"]
     if not group:
-        raise HttpProblem(422, "group name must not be empty", error_code=42204)
+        raise HttpProblem(422, "group name must not be empty", error_code=RestErrorCode.INVALID_CONSUMER_CONFIG)
     body = await read_json(request, what="consumer config", shape_status=422, allow_empty=True) or {}
     name = body.get("name")
     if name is None:
         reg._counter += 1
         name = f"rest-consumer-{reg._counter}-{int(time.time() * 1000)}"
     if not isinstance(name, str) or not name:
-        raise HttpProblem(422, f"'name' must be a non-empty string, got {name!r}", error_code=42204)
+        raise HttpProblem(422, f"'name' must be a non-empty string, got {name!r}",
+                          error_code=RestErrorCode.INVALID_CONSUMER_CONFIG)
     if (group, name) in reg.instances:
-        raise HttpProblem(409, f"consumer instance '{name}' already exists in group '{group}'", error_code=40902)
+        raise HttpProblem(409, f"consumer instance '{name}' already exists in group '{group}'",
+                          error_code=RestErrorCode.CONSUMER_ALREADY_EXISTS)
     fmt = body.get("format", "binary")
     if fmt not in ("binary", "json"):
         raise HttpProblem(422, f"'format' must be 'binary' or 'json' (Kelp has no schema registry), got {fmt!r}",
-                          error_code=42204)
+                          error_code=RestErrorCode.INVALID_CONSUMER_CONFIG)
     reset = body.get("auto.offset.reset", "latest")
     if reset not in ("earliest", "latest", "none"):
-        raise HttpProblem(422, f"'auto.offset.reset' must be earliest, latest or none, got {reset!r}", error_code=42204)
+        raise HttpProblem(422, f"'auto.offset.reset' must be earliest, latest or none, got {reset!r}",
+                          error_code=RestErrorCode.INVALID_CONSUMER_CONFIG)
     auto = body.get("auto.commit.enable", body.get("enable.auto.commit", True))
     auto_commit = _bool(auto, "auto.commit.enable")
     max_timeout_ms = int(broker_setting(request.app[BROKER], "consumer.instance.timeout.ms"))
     timeout_ms = body.get("consumer.instance.timeout.ms", max_timeout_ms)
     if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or not 0 < timeout_ms <= max_timeout_ms:
         raise HttpProblem(422, f"'consumer.instance.timeout.ms' must be an integer 1..{max_timeout_ms} "
-                               f"(the broker's consumer.instance.timeout.ms), got {timeout_ms!r}", error_code=42204)
+                               f"(the broker's consumer.instance.timeout.ms), got {timeout_ms!r}",
+                          error_code=RestErrorCode.INVALID_CONSUMER_CONFIG)
     await require_local_group(request.app[BROKER], group)
     if (group, name) in reg.instances:
-        raise HttpProblem(409, f"consumer instance '{name}' already exists in group '{group}'", error_code=40902)
+        raise HttpProblem(409, f"consumer instance '{name}' already exists in group '{group}'",
+                          error_code=RestErrorCode.CONSUMER_ALREADY_EXISTS)
     max_instances = int(broker_setting(request.app[BROKER], "http.consumer.max.instances"))
     if len(reg.instances) >= max_instances:
         raise HttpProblem(
             429, f"this broker already serves {len(reg.instances)} REST consumer instances, the most it allows "
                  f"(http.consumer.max.instances={max_instances}); delete instances you no longer use "
                  f"(DELETE /consumers/{{group}}/instances/{{name}}) or wait for idle ones to expire "
-                 f"(after consumer.instance.timeout.ms={max_timeout_ms} ms)", error_code=42901)
+                 f"(after consumer.instance.timeout.ms={max_timeout_ms} ms)",
+            error_code=RestErrorCode.TOO_MANY_CONSUMER_INSTANCES)
     base_uri = f"{request.url.scheme}://{request.host}/consumers/{group}/instances/{name}"
     reg.instances[(group, name)] = HttpConsumer(reg, group, name, fmt=fmt, reset=reset, auto_commit=auto_commit,
                                                 instance_timeout_ms=timeout_ms, base_uri=base_uri)
@@ -174,14 +185,16 @@ async def subscribe(request: web.Request) -> web.Response:
     body = await read_json(request, what="subscription body", shape_status=422)
     topics = body.get("topics") if isinstance(body, dict) else None
     if isinstance(body, dict) and "topic_pattern" in body:
-        raise HttpProblem(422, "topic_pattern subscriptions are not supported; list the topics", error_code=42204)
+        raise HttpProblem(422, "topic_pattern subscriptions are not supported; list the topics",
+                          error_code=RestErrorCode.INVALID_CONSUMER_CONFIG)
     if not isinstance(topics, list) or not topics or not all(isinstance(t, str) for t in topics):
-        raise HttpProblem(422, "body needs 'topics': a non-empty list of topic names", error_code=42204)
+        raise HttpProblem(422, "body needs 'topics': a non-empty list of topic names",
+                          error_code=RestErrorCode.INVALID_CONSUMER_CONFIG)
     for t in topics:
         inst.broker.topics.describe(t)
     if inst.manual:
         raise HttpProblem(409, "this instance has a manual assignment; subscription and assignment are exclusive",
-                          error_code=40903)
+                          error_code=RestErrorCode.ILLEGAL_STATE)
     inst.subscribe(topics)
     return _no_content()
 
@@ -249,7 +262,7 @@ async def assign(request: web.Request) -> web.Response:
         inst.broker.topics.check_partition(t, p)
     if inst.topics:
         raise HttpProblem(409, "this instance is subscribed; subscription and manual assignment are exclusive",
-                          error_code=40903)
+                          error_code=RestErrorCode.ILLEGAL_STATE)
     inst.manual = True
     inst.assignment = sorted(set(parts))
     inst.positions = {tp: o for tp, o in inst.positions.items() if tp in inst.assignment}
@@ -268,7 +281,8 @@ async def seek(request: web.Request) -> web.Response:
     inst = _instance(request)
     for tp, off in _offsets(await read_json(request, what="offsets body", shape_status=422)).items():
         if tp not in inst.assignment:
-            raise HttpProblem(409, f"{tp[0]}-{tp[1]} is not assigned to this consumer instance", error_code=40903)
+            raise HttpProblem(409, f"{tp[0]}-{tp[1]} is not assigned to this consumer instance",
+                              error_code=RestErrorCode.ILLEGAL_STATE)
         inst.positions[tp] = off
     return _no_content()
 
@@ -277,7 +291,8 @@ async def _seek_edge(request: web.Request, ts: int) -> web.Response:
     inst = _instance(request)
     for tp in _partitions(await read_json(request, what="partitions body", shape_status=422)):
         if tp not in inst.assignment:
-            raise HttpProblem(409, f"{tp[0]}-{tp[1]} is not assigned to this consumer instance", error_code=40903)
+            raise HttpProblem(409, f"{tp[0]}-{tp[1]} is not assigned to this consumer instance",
+                              error_code=RestErrorCode.ILLEGAL_STATE)
         inst.positions[tp] = inst.broker.replicas.list_offset(tp[0], tp[1], ts)[0]
     return _no_content()
 

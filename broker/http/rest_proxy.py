@@ -29,7 +29,7 @@ from typing import Any
 
 from aiohttp import web
 
-from kelp.errors import OffsetOutOfRangeError
+from kelp.errors import ErrorCode, OffsetOutOfRangeError, RestErrorCode
 from kelp.partitioner import partition_for_key
 from kelp.records import Record, build_batch, iter_records
 
@@ -63,7 +63,6 @@ def _embedded_format(request: web.Request) -> str:
         raise HttpProblem(
             415,
             f"unsupported Content-Type {ctype!r}; use {JSON_V2}, {BINARY_V2} or application/json",
-            error_code=415,
         )
     return fmt
 
@@ -177,7 +176,8 @@ def _place(parsed: list[tuple[int | None, Record]], *, topic: str, n: int, fixed
         if not 0 <= p < n:
             where = "the URL" if fixed_partition is not None else f"records[{i}].partition"
             raise HttpProblem(
-                404, f"{where}: partition {p} of topic '{topic}' does not exist (it has {n})", error_code=3
+                404, f"{where}: partition {p} of topic '{topic}' does not exist (it has {n})",
+                error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
             )
         by_partition[p].append(i)
     return by_partition
@@ -223,7 +223,7 @@ async def _produce(request: web.Request, *, fixed_partition: int | None) -> web.
                 raise batch
             result = await broker.cluster.append(topic, p, batch, acks=1)
         except Exception as exc:  # per-partition failure, reported per record like Confluent
-            code = getattr(exc, "code", -1)
+            code = getattr(exc, "code", ErrorCode.UNKNOWN_SERVER_ERROR)
             outcome[p] = (None, {"partition": p, "offset": None, "error_code": code,
                                  "error": f"topic '{topic}' partition {p}: {exc}"})
             continue
@@ -350,7 +350,8 @@ def _decode_field(data: bytes | None, fmt: str, *, topic: str, partition: int, o
         raise HttpProblem(
             406, f"the {field} of the record at topic '{topic}' partition {partition} offset {offset} is not JSON "
                  f"({exc}); read it with format=binary, or from offset {offset + 1} to skip it",
-            error_code=40601, details={"topic": topic, "partition": partition, "offset": offset},
+            error_code=RestErrorCode.CONSUMER_FORMAT_MISMATCH,
+            details={"topic": topic, "partition": partition, "offset": offset},
         ) from None
 
 

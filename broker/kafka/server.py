@@ -29,7 +29,7 @@ import struct
 import time
 from typing import Any, Callable
 
-from kelp.errors import KelpError
+from kelp.errors import ErrorCode, KelpError
 
 from .connection import MAX_IN_FLIGHT, STAGING_BYTES, WRITE_HIGH_WATER, _Connection
 from .framing import FrameError, parse_request_header, response_frame
@@ -42,7 +42,7 @@ __all__ = ["KafkaServer", "MAX_IN_FLIGHT", "STAGING_BYTES", "WRITE_HIGH_WATER"]
 log = logging.getLogger("kelp.broker.kafka")
 
 API_VERSIONS_KEY = 18
-UNSUPPORTED_VERSION = 35
+UNSUPPORTED_VERSION = ErrorCode.UNSUPPORTED_VERSION
 
 try:
     from kelp.broker import metrics as _metrics  # type: ignore[attr-defined]

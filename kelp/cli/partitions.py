@@ -13,6 +13,8 @@ import argparse
 import json
 from typing import Any
 
+from kelp.errors import ErrorCode
+
 from .common import http_options, json_option
 from .errors import CliError
 from .http_client import AdminClient, default_http_url, quote
@@ -122,7 +124,8 @@ def cmd_elect(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result)
         return 0
-    names = {0: "elected", 84: "already preferred", 80: "preferred replica not in sync"}
+    names = {ErrorCode.NONE: "elected", ErrorCode.ELECTION_NOT_NEEDED: "already preferred",
+             ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE: "preferred replica not in sync"}
     print_table([[k, names.get(v, f"error {v}")] for k, v in sorted(result.items())], ["PARTITION", "RESULT"])
     return 0
 

@@ -24,26 +24,19 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from kelp.errors import ErrorCode
+
 __all__ = ["KafkaWire", "WireError", "PartitionInfo", "FetchResult", "OffsetOutOfRange"]
 
 METADATA_V, LIST_OFFSETS_V, FETCH_V, PRODUCE_V = 12, 5, 11, 8
 EARLIEST, LATEST = -2, -1
 
-# error codes (Kafka's protocol table)
-NONE = 0
-OFFSET_OUT_OF_RANGE = 1
-UNKNOWN_TOPIC_OR_PARTITION = 3
-LEADER_NOT_AVAILABLE = 5
-NOT_LEADER_OR_FOLLOWER = 6
-REQUEST_TIMED_OUT = 7
-NOT_ENOUGH_REPLICAS = 19
-NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
-FENCED_LEADER_EPOCH = 74
-UNKNOWN_LEADER_EPOCH = 75
-OFFSET_NOT_AVAILABLE = 78
-RETRIABLE = {UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT,
-             NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS_AFTER_APPEND, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH,
-             OFFSET_NOT_AVAILABLE}
+# Errors after which the metadata is refreshed and the request retried.
+RETRIABLE = frozenset({
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.OFFSET_NOT_AVAILABLE,
+})
 _SIZE = struct.Struct(">i")
 
 
@@ -59,7 +52,7 @@ class OffsetOutOfRange(WireError):
     """The fetch offset is outside [log start, log end): retention (or truncation) removed it."""
 
     def __init__(self, topic: str, partition: int, offset: int) -> None:
-        super().__init__(f"offset {offset} of {topic}-{partition} is out of range", OFFSET_OUT_OF_RANGE)
+        super().__init__(f"offset {offset} of {topic}-{partition} is out of range", ErrorCode.OFFSET_OUT_OF_RANGE)
         self.topic, self.partition, self.offset = topic, partition, offset
 
 
@@ -196,7 +189,7 @@ class KafkaWire:
         self.brokers = {b.node_id: (b.host, b.port) for b in response.brokers}
         seen: dict[str, dict[int, PartitionInfo]] = {}
         for t in response.topics:
-            if t.error_code != NONE or (topics is None and (t.is_internal or t.name.startswith("__"))):
+            if t.error_code != ErrorCode.NONE or (topics is None and (t.is_internal or t.name.startswith("__"))):
                 continue
             seen[t.name] = {p.partition_index: PartitionInfo(t.name, p.partition_index, p.leader_id,
                                                              p.leader_epoch) for p in t.partitions}
@@ -219,9 +212,9 @@ class KafkaWire:
             self.refresh([topic])
             info = self.partitions.get(topic, {}).get(partition)
         if info is None:
-            raise WireError(f"partition {topic}-{partition} does not exist", UNKNOWN_TOPIC_OR_PARTITION)
+            raise WireError(f"partition {topic}-{partition} does not exist", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         if info.leader < 0:
-            raise WireError(f"partition {topic}-{partition} has no leader", LEADER_NOT_AVAILABLE)
+            raise WireError(f"partition {topic}-{partition} has no leader", ErrorCode.LEADER_NOT_AVAILABLE)
         return info
 
     def _retrying(self, what: str, attempt_fn: Any) -> Any:
@@ -268,7 +261,7 @@ class KafkaWire:
                 retry: WireError | None = None
                 for t in response.topics:
                     for p in t.partitions:
-                        if p.error_code == NONE:
+                        if p.error_code == ErrorCode.NONE:
                             out[(t.name, p.partition_index)] = (p.offset, p.timestamp)
                             pending.pop((t.name, p.partition_index), None)
                         else:
@@ -296,12 +289,12 @@ class KafkaWire:
                     partition=partition, current_leader_epoch=info.leader_epoch, fetch_offset=offset,
                     last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=max_bytes)])])
             response = self._to_broker(info.leader, request, FETCH_V)
-            if response.error_code != NONE:
+            if response.error_code != ErrorCode.NONE:
                 raise WireError(f"Fetch {topic}-{partition}: {_error_name(response.error_code)}", response.error_code)
             p = response.responses[0].partitions[0]
-            if p.error_code == OFFSET_OUT_OF_RANGE:
+            if p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 raise OffsetOutOfRange(topic, partition, offset)
-            if p.error_code != NONE:
+            if p.error_code != ErrorCode.NONE:
                 raise WireError(f"Fetch {topic}-{partition} at {offset}: {_error_name(p.error_code)}", p.error_code)
             return FetchResult(bytes(p.records or b""), p.high_watermark, p.log_start_offset)
 
@@ -319,7 +312,7 @@ class KafkaWire:
                 T(name=topic, partition_data=[T.PartitionProduceData(index=partition, records=batch)])])
             response = self._to_broker(info.leader, request, PRODUCE_V)
             p = response.responses[0].partition_responses[0]
-            if p.error_code != NONE:
+            if p.error_code != ErrorCode.NONE:
                 raise WireError(f"Produce {topic}-{partition}: {_error_name(p.error_code)}"
                                 + (f" ({p.error_message})" if getattr(p, "error_message", None) else ""), p.error_code)
             return p.base_offset

@@ -30,6 +30,7 @@ from kafka.protocol.admin import (
 from kafka.protocol.consumer import ListOffsetsRequest, OffsetCommitRequest, OffsetFetchRequest
 from kafka.protocol.metadata import FindCoordinatorRequest
 
+from kelp.errors import ErrorCode
 from tests.broker.helpers import create_topic_wire, produce, raw_fetch
 from tests.support.kafka_wire import WireClient, make_batch
 
@@ -176,9 +177,9 @@ def test_delete_records_moves_the_log_start_durably_and_refuses_past_the_high_wa
         produce(w, "dr-compact", make_batch([(b"k", b"v")]))
         assert delete_records(w, "dr", {0: 4, 1: -1}) == {0: (0, 4), 1: (0, 3)}  # -1: up to the high watermark
         assert delete_records(w, "dr", {0: 2}) == {0: (0, 4)}  # below the log start: nothing to do
-        assert delete_records(w, "dr", {0: 11})[0][0] == 1  # OFFSET_OUT_OF_RANGE beyond the high watermark
+        assert delete_records(w, "dr", {0: 11})[0][0] == ErrorCode.OFFSET_OUT_OF_RANGE  # beyond the high watermark
         assert delete_records(w, "dr", {5: 1})[5][0] == 3
-        assert delete_records(w, "dr-compact", {0: 1})[0][0] == 44  # POLICY_VIOLATION, as Kafka
+        assert delete_records(w, "dr-compact", {0: 1})[0][0] == ErrorCode.POLICY_VIOLATION  # as Kafka
         assert list_offsets(w, "dr", -2).offset == 4
         assert raw_fetch(broker.bootstrap, "dr", 0, 0).responses[0].partitions[0].error_code == 1
     broker.restart()

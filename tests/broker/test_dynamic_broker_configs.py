@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from kelp.errors import ErrorCode
 from tests.broker.helpers import create_topic_wire, produce
 from tests.broker.test_admin_apis import DELETE, SET, describe, http, incremental
 from tests.support.kafka_wire import WireClient, make_batch
@@ -19,7 +20,6 @@ pytestmark = pytest.mark.timeout(120)
 
 TOPIC, BROKER = 2, 4
 DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 2, 3, 4, 5
-NOT_ENOUGH_REPLICAS = 19
 
 
 def alter(admin, name: str, ops: list[tuple[str, str | None, str]]) -> None:
@@ -63,7 +63,7 @@ def test_kafka_clients_change_the_cluster_wide_defaults_at_once_and_they_survive
             ("log.retention.hours", "2", STATIC_BROKER_CONFIG), ("log.retention.hours", "168", DEFAULT_CONFIG)]
         assert describe(w, TOPIC, "pinned")["retention.ms"].value == "60000"
         # min.insync.replicas=2 on a one-broker cluster: acks=all writes are refused at once
-        assert produce(w, "plain", make_batch([(None, b"v")]), acks=-1)[0] == NOT_ENOUGH_REPLICAS
+        assert produce(w, "plain", make_batch([(None, b"v")]), acks=-1)[0] == ErrorCode.NOT_ENOUGH_REPLICAS
         assert produce(w, "plain", make_batch([(None, b"v")]), acks=1)[0] == 0
 
         # a read-only key is refused, naming it and saying how to change it; nothing of the request applies

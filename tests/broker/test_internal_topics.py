@@ -16,6 +16,7 @@ from kafka.protocol.admin import CreatePartitionsRequest, DeleteTopicsRequest
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
 from kafka.protocol.metadata import FindCoordinatorRequest
 
+from kelp.errors import ErrorCode
 from tests.broker.helpers import create_topic_wire, produce
 from tests.http.httpcall import call
 from tests.support.kafka_wire import WireClient, make_batch
@@ -23,7 +24,6 @@ from tests.support.kafka_wire import WireClient, make_batch
 pytestmark = pytest.mark.clients
 
 OFFSETS = "__consumer_offsets"
-INVALID_TOPIC_EXCEPTION = 17
 
 
 def _coordinator_ready(w: WireClient, group: str) -> None:
@@ -55,26 +55,26 @@ def test_kafka_protocol_refuses_deleting_growing_and_producing_into_the_offsets_
     broker = broker_factory()
     assert create_topic_wire(broker.bootstrap, "orders") == 0
     # By hand it would get the broker defaults (one partition, no compaction): only the coordinator creates it.
-    assert create_topic_wire(broker.bootstrap, OFFSETS) == INVALID_TOPIC_EXCEPTION
+    assert create_topic_wire(broker.bootstrap, OFFSETS) == ErrorCode.INVALID_TOPIC_EXCEPTION
     with WireClient(broker.bootstrap) as w:
         _coordinator_ready(w, "billing")
         assert _commit(w, "billing", "orders", 42) == 0
-    assert create_topic_wire(broker.bootstrap, OFFSETS) == 36  # TOPIC_ALREADY_EXISTS, as for any topic
+    assert create_topic_wire(broker.bootstrap, OFFSETS) == ErrorCode.TOPIC_ALREADY_EXISTS  # as for any topic
     with WireClient(broker.bootstrap) as w:
         deleted = w.request(DeleteTopicsRequest(topic_names=[OFFSETS], timeout_ms=5000), 5).responses[0]
-        assert deleted.error_code == INVALID_TOPIC_EXCEPTION
+        assert deleted.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
         assert "internal" in deleted.error_message and "committed offsets" in deleted.error_message
 
         T = CreatePartitionsRequest.CreatePartitionsTopic
         grown = w.request(CreatePartitionsRequest(topics=[T(name=OFFSETS, count=10, assignments=None)],
                                                   timeout_ms=5000, validate_only=False), 2).results[0]
-        assert grown.error_code == INVALID_TOPIC_EXCEPTION and "internal" in grown.error_message
+        assert grown.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION and "internal" in grown.error_message
 
         # A forged commit of another group, as a client would write it: refused like Kafka does.
         forged = make_batch([(b"\x00\x01\x00\x07billing", b"forged")])
         for partition in range(3):
             code, offset = produce(w, OFFSETS, forged, partition=partition)
-            assert (code, offset) == (INVALID_TOPIC_EXCEPTION, -1)
+            assert (code, offset) == (ErrorCode.INVALID_TOPIC_EXCEPTION, -1)
 
         assert _commit(w, "billing", "orders", 43) == 0  # the coordinator's own writes still go in
     broker.wait_for_log("cannot write to internal topic '__consumer_offsets'")
@@ -93,10 +93,10 @@ def test_http_admin_and_rest_produce_refuse_the_offsets_topic(broker_factory) ->
     base = f"{broker.http_url}/admin/v1/topics/{OFFSETS}"
 
     deleted = call("DELETE", base)
-    assert deleted.status == 400 and deleted.json()["error_code"] == INVALID_TOPIC_EXCEPTION, deleted
+    assert deleted.status == 400 and deleted.json()["error_code"] == ErrorCode.INVALID_TOPIC_EXCEPTION, deleted
     assert "internal" in deleted.json()["message"]
     grown = call("POST", f"{base}/partitions", body={"partitions": 10})
-    assert grown.status == 400 and grown.json()["error_code"] == INVALID_TOPIC_EXCEPTION, grown
+    assert grown.status == 400 and grown.json()["error_code"] == ErrorCode.INVALID_TOPIC_EXCEPTION, grown
     uncompacted = call("PATCH", f"{base}/configs", body={"configs": {"cleanup.policy": "delete"}})
     assert uncompacted.status == 400 and "compaction" in uncompacted.json()["message"], uncompacted
     dropped = call("PATCH", f"{base}/configs", body={"configs": {"cleanup.policy": None}})
@@ -105,7 +105,7 @@ def test_http_admin_and_rest_produce_refuse_the_offsets_topic(broker_factory) ->
 
     produced = call("POST", f"{broker.http_url}/topics/{OFFSETS}/partitions/0", body={"records": [{"value": "x"}]})
     refused = produced.json()["offsets"][0]  # the REST proxy's per-partition answer
-    assert refused["error_code"] == INVALID_TOPIC_EXCEPTION and refused["offset"] is None, produced
+    assert refused["error_code"] == ErrorCode.INVALID_TOPIC_EXCEPTION and refused["offset"] is None, produced
 
     assert call("GET", base).json()["configs"]["cleanup.policy"]["value"] == "compact"
     with WireClient(broker.bootstrap) as w:

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import pytest
 
+from kelp.errors import ErrorCode
 from tests.broker.helpers import create_topic_wire, fetch_all_batches, produce
 from tests.support.kafka_wire import WireClient, make_batch
 
 pytestmark = pytest.mark.clients
-
-KAFKA_STORAGE_ERROR = 56
 
 
 def test_a_log_with_a_missing_segment_is_offline_and_other_partitions_serve(broker_factory) -> None:
@@ -37,7 +36,7 @@ def test_a_log_with_a_missing_segment_is_offline_and_other_partitions_serve(brok
     broker.wait_for_log(f"offsets {first}..{nxt - 1} ({nxt - first}) are missing")
     with WireClient(broker.bootstrap) as w:
         code, _ = produce(w, "holey", make_batch([(None, b"into the hole?")]))
-        assert code == KAFKA_STORAGE_ERROR
+        assert code == ErrorCode.KAFKA_STORAGE_ERROR
         assert produce(w, "fine", make_batch([(None, b"after")])) == (0, 1)
     assert len(fetch_all_batches(broker.bootstrap, "fine", 0)) > 0
     broker.terminate()

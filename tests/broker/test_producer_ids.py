@@ -21,11 +21,9 @@ from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 from kelp.broker.app import Broker
 from kelp.broker.cluster import metadata_log as store_module
 from kelp.broker.config import BrokerConfig
-from kelp.errors import KelpError
+from kelp.errors import ErrorCode, KelpError
 from tests.broker.helpers import create_topic_wire
 from tests.support.kafka_wire import WireClient, make_batch
-
-COORDINATOR_LOAD_IN_PROGRESS = 14
 
 
 def _config(directory: Path) -> BrokerConfig:
@@ -85,7 +83,7 @@ async def test_failed_block_write_answers_retriable_error_and_no_id_repeats_afte
 
         monkeypatch.setattr(store_module.os, "fsync", full_disk)
         code, pid, took = await asyncio.to_thread(_init_pid, bootstrap)
-        assert (code, pid) == (COORDINATOR_LOAD_IN_PROGRESS, -1) and took < 5.0  # retriable, not a 30 s stall
+        assert (code, pid) == (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, -1) and took < 5.0  # retriable, not a 30 s stall
         assert not list((tmp_path / "cluster" / "metadata" / "log").glob(".*.tmp"))  # the half-written block is gone
         handed += await _ids(bootstrap, 2)  # the retry gets a block
         monkeypatch.setattr(store_module.os, "fsync", real_fsync)

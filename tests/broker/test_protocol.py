@@ -8,6 +8,7 @@ import time
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 
+from kelp.errors import ErrorCode
 from tests.broker.helpers import batch_headers, create_topic_wire, list_offset, produce, raw_fetch
 from tests.support.kafka_wire import WireClient, make_batch
 
@@ -73,7 +74,7 @@ def test_kip74_first_batch_returned_even_if_larger_than_limits(broker) -> None:
     resp = raw_fetch(broker.bootstrap, "big", 0, 1, max_bytes=12000)
     assert [h[0] for h in batch_headers(resp.responses[0].partitions[0].records)] == [1, 2]
     resp = raw_fetch(broker.bootstrap, "big", 0, 7)
-    assert resp.responses[0].partitions[0].error_code == 1  # OFFSET_OUT_OF_RANGE
+    assert resp.responses[0].partitions[0].error_code == ErrorCode.OFFSET_OUT_OF_RANGE
 
 
 def test_list_offsets_earliest_latest_and_by_time(broker) -> None:
@@ -117,13 +118,13 @@ def test_confluent_admin_errors_carry_kafka_codes(broker_factory) -> None:
     admin.create_topics([NewTopic("dup", 2, 1)])["dup"].result(10)
     with pytest.raises(KafkaException) as err:
         admin.create_topics([NewTopic("dup", 2, 1)])["dup"].result(10)
-    assert err.value.args[0].code() == 36  # TOPIC_ALREADY_EXISTS
+    assert err.value.args[0].code() == ErrorCode.TOPIC_ALREADY_EXISTS
     with pytest.raises(KafkaException) as err:
         admin.create_partitions([NewPartitions("dup", 1)])["dup"].result(10)
-    assert err.value.args[0].code() == 37  # INVALID_PARTITIONS
+    assert err.value.args[0].code() == ErrorCode.INVALID_PARTITIONS
     with pytest.raises(KafkaException) as err:
         admin.create_topics([NewTopic("bad", 1, 1, config={"retention.ms": "soon"})])["bad"].result(10)
-    assert err.value.args[0].code() == 40  # INVALID_CONFIG
+    assert err.value.args[0].code() == ErrorCode.INVALID_CONFIG
     assert "'retention.ms'" in b.wait_for_log("create topic 'bad'")
 
 

@@ -15,6 +15,7 @@ import copy
 from typing import Any, Awaitable, Callable, Mapping
 
 from kelp.broker.cluster.kube_api import KubeApiError
+from kelp.errors import ErrorCode
 from kelp.operator.brokers import AdminError
 from kelp.operator.kube import CLUSTER_SCOPED
 
@@ -293,12 +294,12 @@ class FakeAdmin:
                 preferred = p["replicas"][0]
                 leader = p.get("leader", p["isr"][0] if p["isr"] else -1)
                 if leader == preferred:
-                    results[f"{name}-{i}"] = 84  # ELECTION_NOT_NEEDED
+                    results[f"{name}-{i}"] = ErrorCode.ELECTION_NOT_NEEDED
                 elif preferred in p["isr"] and preferred in self.brokers:
                     p["leader"] = preferred
-                    results[f"{name}-{i}"] = 0
+                    results[f"{name}-{i}"] = ErrorCode.NONE
                 else:
-                    results[f"{name}-{i}"] = 80  # PREFERRED_LEADER_NOT_AVAILABLE
+                    results[f"{name}-{i}"] = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
         return {"results": results}
 
     def reassign_calls(self) -> list[Any]:

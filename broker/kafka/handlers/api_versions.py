@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
-from .registry import RequestContext, all_handlers, handles
+from kelp.errors import ErrorCode
 
-UNSUPPORTED_VERSION = 35
+from .registry import RequestContext, all_handlers, handles
 
 
 @handles(ApiVersionsRequest, min_version=0, max_version=4)
@@ -23,5 +23,5 @@ async def handle_api_versions(ctx: RequestContext, request: ApiVersionsRequest |
         ApiVersionsResponse.ApiVersion(api_key=s.api_key, min_version=s.min_version, max_version=s.max_version)
         for s in all_handlers()
     ]
-    error = UNSUPPORTED_VERSION if ctx.extra.get("unsupported_version") else 0
+    error = ErrorCode.UNSUPPORTED_VERSION if ctx.extra.get("unsupported_version") else ErrorCode.NONE
     return ApiVersionsResponse(error_code=error, api_keys=keys, throttle_time_ms=0)

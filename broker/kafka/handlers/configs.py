@@ -38,7 +38,7 @@ from kafka.protocol.admin import (
 )
 
 from kelp.broker.config import DEFAULT_ENTITY, DYNAMIC_BROKER_KEYS, TOPIC_BROKER_SYNONYMS
-from kelp.errors import ConfigError, InvalidRequestError, KelpError
+from kelp.errors import ConfigError, ErrorCode, InvalidRequestError, KelpError
 
 from .registry import RequestContext, handles
 
@@ -143,7 +143,7 @@ async def handle_describe_configs(ctx: RequestContext, request: DescribeConfigsR
                   synonyms=[S(name=sn, value=sv, source=ss) for sn, sv, ss in syn] if with_synonyms else [])
                 for n, v, ro, src, syn in _describe(ctx, res) if keys is None or n in keys
             ]
-            results.append(R(error_code=0, error_message=None, resource_type=res.resource_type,
+            results.append(R(error_code=ErrorCode.NONE, error_message=None, resource_type=res.resource_type,
                              resource_name=res.resource_name, configs=configs))
         except KelpError as exc:
             log.warning("describe configs of %s '%s' from %s: %s", res.resource_type, res.resource_name, ctx.client,
@@ -221,7 +221,7 @@ async def _alter_each(ctx: RequestContext, resources: list, answer: Any,
             else:
                 raise InvalidRequestError(f"config resource type {res.resource_type} is not supported "
                                           "(topic=2, broker=4)")
-            results.append(answer(error_code=0, error_message=None, resource_type=res.resource_type,
+            results.append(answer(error_code=ErrorCode.NONE, error_message=None, resource_type=res.resource_type,
                                   resource_name=res.resource_name))
         except KelpError as exc:
             log.warning("alter configs of %s '%s' from %s refused: %s", res.resource_type, res.resource_name,

@@ -15,6 +15,7 @@ import logging
 from kafka.protocol.consumer import FetchRequest
 
 from kelp.broker.replica_manager import FetchPartition
+from kelp.errors import ErrorCode
 
 from ..fetch_encoder import encode_fetch_response
 from .registry import RawResponse, RequestContext, handles
@@ -47,11 +48,11 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> RawRespons
         if parts is None:
             parts = by_name[r.topic] = []
             topics.append((r.topic, parts))
-        code = 0
+        code = ErrorCode.NONE
         if r.error is not None:
             code = r.error.code
             log.warning("fetch from topic '%s' partition %d by %s: %s", r.topic, r.partition, ctx.client, r.error)
         parts.append((r.partition, code, r.high_watermark, r.last_stable_offset, r.log_start_offset, r.records))
-    buffers, size = encode_fetch_response(ctx.api_version, throttle_time_ms=0, error_code=0, session_id=0,
+    buffers, size = encode_fetch_response(ctx.api_version, throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0,
                                           topics=topics)
     return RawResponse(buffers, size)

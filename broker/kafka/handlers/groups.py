@@ -48,14 +48,14 @@ from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorRespo
 
 from kelp.broker.groups.coordinator_lookup import CoordinatorLocation, locator_of
 from kelp.broker.groups.group import CommittedOffset
-from kelp.broker.groups.group_coordinator import Errors, GroupCoordinator
+from kelp.broker.groups.group_coordinator import GroupCoordinator
+from kelp.errors import ErrorCode
 
 from .registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
 
-COORDINATOR_NOT_AVAILABLE = Errors.COORDINATOR_NOT_AVAILABLE
-INVALID_REQUEST = 42
+COORDINATOR_NOT_AVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
 def _coordinator(ctx: RequestContext) -> GroupCoordinator | None:
@@ -83,7 +83,7 @@ async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorR
             return CoordinatorLocation(COORDINATOR_NOT_AVAILABLE, f"key type {key_type} is not supported "
                                                                   "(only groups, 0)")
         if not key and ctx.api_version < 4:
-            return CoordinatorLocation(Errors.INVALID_GROUP_ID, "group id must not be empty")
+            return CoordinatorLocation(ErrorCode.INVALID_GROUP_ID, "group id must not be empty")
         located = await locator_of(ctx.broker).locate(key)
         if located.error:
             log.info("FindCoordinator for group '%s' from %s: error %d: %s", key, ctx.client, located.error,
@@ -128,7 +128,7 @@ async def handle_join_group(ctx: RequestContext, request: JoinGroupRequest) -> J
         protocols=[(p.name, p.metadata) for p in request.protocols or []],
         require_known_member_id=v >= 4,
     )
-    if result.error and result.error != Errors.MEMBER_ID_REQUIRED:
+    if result.error and result.error != ErrorCode.MEMBER_ID_REQUIRED:
         log.info("JoinGroup of group '%s' member '%s' from %s: error %d",
                  request.group_id, request.member_id, ctx.client, result.error)
     protocol_name = result.protocol_name
@@ -195,7 +195,7 @@ async def handle_leave_group(ctx: RequestContext, request: LeaveGroupRequest) ->
         members = [(request.member_id, None)]
     top, results = coord.leave_group(request.group_id, members)
     if v < 3:
-        code = top or (results[0][2] if results else 0)
+        code = top or (results[0][2] if results else ErrorCode.NONE)
         return LeaveGroupResponse(throttle_time_ms=0, error_code=code)
     R = LeaveGroupResponse.MemberResponse
     return LeaveGroupResponse(
@@ -238,7 +238,7 @@ async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest
     topics = []
     for t in request.topics or []:
         topics.append(T(name=t.name, partitions=[
-            P(partition_index=p.partition_index, error_code=codes.get((t.name, p.partition_index), 0))
+            P(partition_index=p.partition_index, error_code=codes.get((t.name, p.partition_index), ErrorCode.NONE))
             for p in t.partitions or []
         ]))
     return OffsetCommitResponse(throttle_time_ms=0, topics=topics)
@@ -275,7 +275,7 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
                 T(name=t, partitions=[
                     P(partition_index=p, committed_offset=co.offset if co else -1,
                       committed_leader_epoch=co.leader_epoch if co else -1,
-                      metadata=co.metadata if co else "", error_code=0)
+                      metadata=co.metadata if co else "", error_code=ErrorCode.NONE)
                     for p, co in parts
                 ]) for t, parts in items
             ]))
@@ -291,7 +291,7 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
             P(partition_index=p, committed_offset=co.offset if co else -1,
               committed_leader_epoch=co.leader_epoch if co else -1,
               metadata=co.metadata if co else "",
-              error_code=err if v < 2 else 0)
+              error_code=err if v < 2 else ErrorCode.NONE)
             for p, co in parts
         ]) for t, parts in items
     ]
@@ -316,7 +316,7 @@ async def handle_offset_delete(ctx: RequestContext, request: OffsetDeleteRequest
         error_code=err, throttle_time_ms=0,
         topics=[] if err else [
             T(name=t.name, partitions=[
-                P(partition_index=p.partition_index, error_code=codes.get((t.name, p.partition_index), 0))
+                P(partition_index=p.partition_index, error_code=codes.get((t.name, p.partition_index), ErrorCode.NONE))
                 for p in t.partitions or []
             ]) for t in request.topics or []
         ],
@@ -365,9 +365,9 @@ async def handle_list_groups(ctx: RequestContext, request: ListGroupsRequest) ->
     types = getattr(request, "types_filter", None) if ctx.api_version >= 5 else None
     L = ListGroupsResponse.ListedGroup
     if types and GROUP_TYPE not in {t.lower() for t in types}:
-        return ListGroupsResponse(throttle_time_ms=0, error_code=0, groups=[])
+        return ListGroupsResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, groups=[])
     return ListGroupsResponse(
-        throttle_time_ms=0, error_code=0,
+        throttle_time_ms=0, error_code=ErrorCode.NONE,
         groups=[L(group_id=g, protocol_type=pt, group_state=st, group_type=GROUP_TYPE)
                 for g, pt, st in coord.list_groups(states=states or None)],
     )

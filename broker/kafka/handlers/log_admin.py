@@ -24,7 +24,7 @@ from kafka.protocol.admin import (
     DescribeLogDirsResponse,
 )
 
-from kelp.errors import KelpError
+from kelp.errors import ErrorCode, KelpError
 
 from .registry import RequestContext, handles
 
@@ -40,7 +40,7 @@ async def handle_delete_records(ctx: RequestContext, request: DeleteRecordsReque
     async def one(topic: str, p) -> object:
         try:
             low = await replicas.delete_records(topic, p.partition_index, p.offset, timeout_ms=request.timeout_ms)
-            return PR(partition_index=p.partition_index, low_watermark=low, error_code=0)
+            return PR(partition_index=p.partition_index, low_watermark=low, error_code=ErrorCode.NONE)
         except KelpError as exc:
             log.warning("delete records of topic '%s' partition %d before %d by %s refused: %s",
                         topic, p.partition_index, p.offset, ctx.client, exc)
@@ -80,9 +80,9 @@ async def handle_describe_log_dirs(ctx: RequestContext, request: DescribeLogDirs
             P(partition_index=key[1], partition_size=lg.size_bytes, offset_lag=lag, is_future_key=False))
     usages = await asyncio.gather(*(asyncio.to_thread(_usage, d) for d in by_dir))
     results = [
-        R(error_code=0, log_dir=str(d), total_bytes=total, usable_bytes=free, is_cordoned=False,
+        R(error_code=ErrorCode.NONE, log_dir=str(d), total_bytes=total, usable_bytes=free, is_cordoned=False,
           topics=[T(name=name, partitions=sorted(ps, key=lambda p: p.partition_index))
                   for name, ps in sorted(topics.items())])
         for (d, topics), (total, free) in zip(by_dir.items(), usages, strict=True)
     ]
-    return DescribeLogDirsResponse(throttle_time_ms=0, error_code=0, results=results)
+    return DescribeLogDirsResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, results=results)

@@ -15,7 +15,7 @@ import uuid
 
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
-from kelp.errors import KelpError
+from kelp.errors import ErrorCode, KelpError
 
 from .registry import RequestContext, handles
 
@@ -26,17 +26,17 @@ P = T.MetadataResponsePartition
 B = MetadataResponse.MetadataResponseBroker
 
 
-def topic_entry(broker, name: str, *, error: int = 0) -> T:
+def topic_entry(broker, name: str, *, error: int = ErrorCode.NONE) -> T:
     info = broker.topics.get(name)
     alive = broker.cluster.brokers if broker.cluster is not None else {}
     parts = []
-    if info is not None and error == 0:
+    if info is not None and error == ErrorCode.NONE:
         for p, state in enumerate(info.partition_states):
-            code = 0
+            code = ErrorCode.NONE
             if state.leader < 0:
-                code = 5  # LEADER_NOT_AVAILABLE: offline until an in-sync replica returns
+                code = ErrorCode.LEADER_NOT_AVAILABLE  # offline until an in-sync replica returns
             elif state.leader not in alive:
-                code = 5
+                code = ErrorCode.LEADER_NOT_AVAILABLE
             parts.append(P(
                 error_code=code, partition_index=p, leader_id=state.leader, leader_epoch=state.leader_epoch,
                 replica_nodes=list(state.replicas), isr_nodes=list(state.isr),
@@ -61,7 +61,7 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
     allow_auto = True if version < 4 else bool(request.allow_auto_topic_creation)
     topics = []
     for name in names:
-        error = 0
+        error = ErrorCode.NONE
         if not broker.topics.exists(name):
             try:
                 if allow_auto:
@@ -70,7 +70,7 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
                     from kelp.broker.topic_manager import validate_topic_name
 
                     validate_topic_name(name)
-                    error = 3
+                    error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             except KelpError as exc:
                 log.warning("metadata for topic '%s' from %s: %s", name, ctx.client, exc)
                 error = exc.code

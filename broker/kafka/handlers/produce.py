@@ -19,7 +19,7 @@ import logging
 
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-from kelp.errors import CorruptRecordError, KelpError
+from kelp.errors import CorruptRecordError, ErrorCode, KelpError
 
 from ..produce_decoder import decode_produce_request
 from .registry import RequestContext, handles
@@ -82,7 +82,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
                 log.warning("produce to topic '%s' partition %d from %s refused: %s", name, index, ctx.client, res)
                 answers.append(PR(index=index, error_code=res.code, base_offset=-1, error_message=str(res)))
             else:
-                answers.append(PR(index=index, error_code=0, base_offset=res.base_offset,
+                answers.append(PR(index=index, error_code=ErrorCode.NONE, base_offset=res.base_offset,
                                   log_append_time_ms=res.log_append_time_ms, log_start_offset=res.log_start_offset))
         responses.append(TR(name=name, partition_responses=answers))
     return ProduceResponse(responses=responses, throttle_time_ms=0)

@@ -19,14 +19,13 @@ from kafka.protocol.admin import (
     ListPartitionReassignmentsResponse,
 )
 
-from kelp.errors import KelpError
+from kelp.errors import ErrorCode, KelpError
 
 from .registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
 
 PREFERRED, UNCLEAN = 0, 1
-INVALID_REQUEST = 42
 
 
 @handles(AlterPartitionReassignmentsRequest, min_version=0, max_version=0)
@@ -40,12 +39,12 @@ async def handle_alter_reassignments(ctx: RequestContext, request) -> AlterParti
             try:
                 await ctx.broker.cluster.call("reassign", topic=t.name, partition=p.partition_index,
                                               replicas=list(p.replicas) if p.replicas is not None else None)
-                parts.append(P(partition_index=p.partition_index, error_code=0, error_message=None))
+                parts.append(P(partition_index=p.partition_index, error_code=ErrorCode.NONE, error_message=None))
             except KelpError as exc:
                 log.warning("reassignment of %s-%d from %s refused: %s", t.name, p.partition_index, ctx.client, exc)
                 parts.append(P(partition_index=p.partition_index, error_code=exc.code, error_message=str(exc)))
         responses.append(R(name=t.name, partitions=parts))
-    return AlterPartitionReassignmentsResponse(throttle_time_ms=0, error_code=0, error_message=None,
+    return AlterPartitionReassignmentsResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
                                                responses=responses)
 
 
@@ -62,7 +61,7 @@ async def handle_list_reassignments(ctx: RequestContext, request) -> ListPartiti
                     partition_index=p, replicas=list(s.replicas), adding_replicas=list(s.adding),
                     removing_replicas=list(s.removing)))
     return ListPartitionReassignmentsResponse(
-        throttle_time_ms=0, error_code=0, error_message=None,
+        throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
         topics=[T(name=name, partitions=parts) for name, parts in sorted(by_topic.items())])
 
 
@@ -80,7 +79,7 @@ async def handle_elect_leaders(ctx: RequestContext, request) -> ElectLeadersResp
     for name, partitions in names:
         if election_type != PREFERRED:
             msg = "unclean elections on request are not supported; set unclean.leader.election.enable on the topic"
-            results.append(R(topic=name, partition_result=[P(partition_id=p, error_code=INVALID_REQUEST,
+            results.append(R(topic=name, partition_result=[P(partition_id=p, error_code=ErrorCode.INVALID_REQUEST,
                                                              error_message=msg)
                                                            for p in (partitions or [])]))
             continue
@@ -96,4 +95,4 @@ async def handle_elect_leaders(ctx: RequestContext, request) -> ElectLeadersResp
             results.append(R(topic=name,
                              partition_result=[P(partition_id=p, error_code=exc.code, error_message=str(exc))
                                                            for p in (partitions or [])]))
-    return ElectLeadersResponse(throttle_time_ms=0, error_code=0, replica_election_results=results)
+    return ElectLeadersResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, replica_election_results=results)

@@ -18,7 +18,7 @@ from kafka.protocol.admin import (
     DeleteTopicsResponse,
 )
 
-from kelp.errors import InvalidRequestError, KelpError
+from kelp.errors import ErrorCode, InvalidRequestError, KelpError
 
 from .configs import topic_default_source
 from .registry import RequestContext, handles
@@ -57,7 +57,7 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
                 )
             ]
             results.append(R(
-                name=t.name, topic_id=uuid.UUID(hex=info.topic_id), error_code=0, error_message=None,
+                name=t.name, topic_id=uuid.UUID(hex=info.topic_id), error_code=ErrorCode.NONE, error_message=None,
                 num_partitions=info.partitions, replication_factor=info.replication_factor, configs=cfgs,
             ))
         except KelpError as exc:
@@ -75,7 +75,7 @@ async def handle_delete_topics(ctx: RequestContext, request: DeleteTopicsRequest
     for name in request.topic_names or []:
         try:
             await tm.delete_topic(name)
-            results.append(R(name=name, error_code=0, error_message=None))
+            results.append(R(name=name, error_code=ErrorCode.NONE, error_message=None))
         except KelpError as exc:
             log.warning("delete topic '%s' from %s refused: %s", name, ctx.client, exc)
             results.append(R(name=name, error_code=exc.code, error_message=str(exc)))
@@ -90,7 +90,7 @@ async def handle_create_partitions(ctx: RequestContext, request: CreatePartition
     for t in request.topics:
         try:
             await tm.create_partitions(t.name, t.count, validate_only=bool(request.validate_only))
-            results.append(R(name=t.name, error_code=0, error_message=None))
+            results.append(R(name=t.name, error_code=ErrorCode.NONE, error_message=None))
         except KelpError as exc:
             log.warning("create partitions for topic '%s' from %s refused: %s", t.name, ctx.client, exc)
             results.append(R(name=t.name, error_code=exc.code, error_message=str(exc)))
