@@ -13,28 +13,16 @@ This module must never do I/O; it is a pure mapping.
 
 from __future__ import annotations
 
+from kelp.errors import ErrorCode
+
 __all__ = ["commit_error_code", "group_write_error_code"]
 
-# Kafka error codes (org.apache.kafka.common.protocol.Errors).
-UNKNOWN_SERVER_ERROR = -1
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_FETCH_SIZE = 4
-NOT_LEADER_OR_FOLLOWER = 6
-REQUEST_TIMED_OUT = 7
-MESSAGE_TOO_LARGE = 10
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
-RECORD_LIST_TOO_LARGE = 18
-NOT_ENOUGH_REPLICAS = 19
-NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
-INVALID_COMMIT_OFFSET_SIZE = 28
-KAFKA_STORAGE_ERROR = 56
-
 _RETRY_ELSEWHERE = frozenset({
-    UNKNOWN_TOPIC_OR_PARTITION, NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    ErrorCode.REQUEST_TIMED_OUT,
 })
-_MOVED = frozenset({NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR})
-_TOO_LARGE = frozenset({MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_FETCH_SIZE})
+_MOVED = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR})
+_TOO_LARGE = frozenset({ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE})
 
 
 def _kafka_code(exc: BaseException) -> int | None:
@@ -51,15 +39,15 @@ def group_write_error_code(exc: BaseException) -> int:
     """
     code = _kafka_code(exc)
     if code is None or code in _RETRY_ELSEWHERE:
-        return COORDINATOR_NOT_AVAILABLE
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
     if code in _MOVED:
-        return NOT_COORDINATOR
-    return UNKNOWN_SERVER_ERROR
+        return ErrorCode.NOT_COORDINATOR
+    return ErrorCode.UNKNOWN_SERVER_ERROR
 
 
 def commit_error_code(exc: BaseException) -> int:
     """The error for a failed offset commit: as for group writes, but an oversized batch is the commit's fault."""
     code = _kafka_code(exc)
     if code in _TOO_LARGE:
-        return INVALID_COMMIT_OFFSET_SIZE
+        return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
     return group_write_error_code(exc)

@@ -25,7 +25,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import Errors
+from kelp.errors import ErrorCode
+
 from .group_coordinator import GroupCoordinator
 from .placement import OFFSETS_TOPIC
 
@@ -100,21 +101,21 @@ class CoordinatorLocator:
             done, _ = await asyncio.wait({task}, timeout=self.create_wait_s)
             if not done:
                 return CoordinatorLocation(
-                    Errors.COORDINATOR_NOT_AVAILABLE,
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
                     f"{OFFSETS_TOPIC} is being created (group '{group_id}'); retry shortly",
                 )
             exc = task.exception()
             if exc is not None:
                 return CoordinatorLocation(
-                    Errors.COORDINATOR_NOT_AVAILABLE,
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
                     f"{OFFSETS_TOPIC} cannot be created yet (group '{group_id}'): {exc}",
                 )
             self._sync_partition_count()
         p = self.coordinator.partition_for(group_id)
         located = self._leader_of(group_id, p)
         # Just created (or just elected) here: give this broker's load of the partition the rest of the bound.
-        while (located.error == Errors.NONE and located.node_id == self.broker.config.broker_id
-               and self.coordinator.check_group(group_id) == Errors.COORDINATOR_LOAD_IN_PROGRESS):
+        while (located.error == ErrorCode.NONE and located.node_id == self.broker.config.broker_id
+               and self.coordinator.check_group(group_id) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS):
             remaining = deadline - loop.time()
             if remaining <= 0 or not await self.coordinator.wait_ownership_change(remaining):
                 break
@@ -125,13 +126,13 @@ class CoordinatorLocator:
         leader = self.broker.cluster.partition_leader(OFFSETS_TOPIC, partition)
         if leader is None:
             return CoordinatorLocation(
-                Errors.COORDINATOR_NOT_AVAILABLE,
+                ErrorCode.COORDINATOR_NOT_AVAILABLE,
                 f"{OFFSETS_TOPIC} partition {partition} (coordinating group '{group_id}') has no leader "
                 "right now; retry",
                 partition=partition,
             )
         node, host, port = leader
-        return CoordinatorLocation(Errors.NONE, None, node, host, port, partition)
+        return CoordinatorLocation(ErrorCode.NONE, None, node, host, port, partition)
 
     async def require_local(self, group_id: str, *, timeout_s: float) -> CoordinatorLocation:
         """For the HTTP APIs: wait (bounded) until this broker coordinates `group_id`.
@@ -143,33 +144,33 @@ class CoordinatorLocator:
         """
         coord = self.coordinator
         if not group_id:
-            return CoordinatorLocation(Errors.INVALID_GROUP_ID, "the group id must not be empty")
+            return CoordinatorLocation(ErrorCode.INVALID_GROUP_ID, "the group id must not be empty")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while True:
             err = coord.check_group(group_id)
-            if err == Errors.NONE:
-                return CoordinatorLocation(Errors.NONE, None, self.broker.config.broker_id,
+            if err == ErrorCode.NONE:
+                return CoordinatorLocation(ErrorCode.NONE, None, self.broker.config.broker_id,
                                            partition=coord.partition_for(group_id))
-            if err == Errors.COORDINATOR_LOAD_IN_PROGRESS:
+            if err == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
                 located = CoordinatorLocation(
                     err, f"this broker is still loading group '{group_id}' "
                          f"({OFFSETS_TOPIC} partition {coord.partition_for(group_id)}); retry shortly",
                     partition=coord.partition_for(group_id))
             else:
                 located = await self.locate(group_id)
-                if located.error == Errors.NONE and located.node_id != self.broker.config.broker_id:
+                if located.error == ErrorCode.NONE and located.node_id != self.broker.config.broker_id:
                     return CoordinatorLocation(
-                        Errors.NOT_COORDINATOR,
+                        ErrorCode.NOT_COORDINATOR,
                         f"group '{group_id}' is coordinated by broker {located.node_id} ({located.address}), "
                         f"the leader of {OFFSETS_TOPIC} partition {located.partition}; "
                         "send this request to that broker's HTTP API",
                         located.node_id, located.host, located.port, located.partition,
                     )
-                if located.error == Errors.NONE:
+                if located.error == ErrorCode.NONE:
                     # This broker leads the partition but has not heard of its election yet.
                     located = CoordinatorLocation(
-                        Errors.COORDINATOR_NOT_AVAILABLE,
+                        ErrorCode.COORDINATOR_NOT_AVAILABLE,
                         f"this broker leads {OFFSETS_TOPIC} partition {located.partition} but does not "
                         f"coordinate group '{group_id}' yet; retry shortly", partition=located.partition)
             remaining = deadline - loop.time()

@@ -4,7 +4,7 @@ Why: the Kafka handlers (`kafka/handlers/groups.py`), the HTTP APIs
 (`http/admin_groups.py`, the REST consumers) and the broker's leadership and
 topic events all talk to one object, `broker.groups`, as they would to
 Kafka's GroupCoordinator. It answers the group and offset requests with
-Kafka's rules and error codes (`Errors`) by driving its parts:
+Kafka's rules and error codes (`kelp.errors.ErrorCode`) by driving its parts:
 
 - `membership.GroupMembership`: JoinGroup/SyncGroup/Heartbeat/LeaveGroup, the
   rebalance state machine and its timers;
@@ -37,8 +37,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from kelp.errors import ErrorCode
+
 from .coordinator_config import CoordinatorConfig, LoopScheduler, Scheduler
-from .errors import Errors
 from .group import CommittedOffset, Group, GroupState, Member
 from .group_metadata_manager import GroupMetadataManager, OffsetStore
 from .membership import GroupMembership, JoinResult, SyncResult
@@ -46,7 +47,7 @@ from .offsets_expiry import OffsetExpiry
 from .ownership import PartitionOwnership
 from .partition_loader import PartitionLoader
 
-__all__ = ["GroupCoordinator", "GroupDescription", "Errors"]
+__all__ = ["GroupCoordinator", "GroupDescription"]
 
 log = logging.getLogger("kelp.broker.groups")
 
@@ -208,21 +209,21 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             if generation >= 0:
-                return all_(Errors.ILLEGAL_GENERATION)
+                return all_(ErrorCode.ILLEGAL_GENERATION)
             group = self.groups[group_id] = Group(group_id, state_timestamp_ms=self.clock())
         elif group.is_(GroupState.DEAD):
-            return all_(Errors.COORDINATOR_NOT_AVAILABLE)
+            return all_(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         elif not (generation < 0 and group.is_(GroupState.EMPTY)):
             if group_instance_id:
                 known = group.static_member_id(group_instance_id)
                 if known is not None and known != member_id:
-                    return all_(Errors.FENCED_INSTANCE_ID)
+                    return all_(ErrorCode.FENCED_INSTANCE_ID)
             if group.is_(GroupState.COMPLETING_REBALANCE) and member_id in group.members:
-                return all_(Errors.REBALANCE_IN_PROGRESS)
+                return all_(ErrorCode.REBALANCE_IN_PROGRESS)
             if member_id not in group.members:
-                return all_(Errors.UNKNOWN_MEMBER_ID)
+                return all_(ErrorCode.UNKNOWN_MEMBER_ID)
             if generation != group.generation:
-                return all_(Errors.ILLEGAL_GENERATION)
+                return all_(ErrorCode.ILLEGAL_GENERATION)
             self.membership.schedule_heartbeat(group, group.members[member_id])
         return await self.group_manager.store_offsets(group, offsets)
 
@@ -233,7 +234,7 @@ class GroupCoordinator:
         err = self.check_group(group_id)
         if err:
             return err, {}
-        return Errors.NONE, self.group_manager.get_offsets(group_id, partitions)
+        return ErrorCode.NONE, self.group_manager.get_offsets(group_id, partitions)
 
     async def delete_offsets(self, group_id: str,
                              partitions: list[tuple[str, int]]) -> tuple[int, dict[tuple[str, int], int]]:
@@ -242,21 +243,21 @@ class GroupCoordinator:
             return err, {}
         group = self.groups.get(group_id)
         if group is None or group.is_(GroupState.DEAD):
-            return Errors.GROUP_ID_NOT_FOUND, {}
+            return ErrorCode.GROUP_ID_NOT_FOUND, {}
         subscribed = group.subscribed_topics() if group.members else set()
         results: dict[tuple[str, int], int] = {}
         tombstones = []
         for tp in partitions:
             if subscribed and tp[0] in subscribed:
-                results[tp] = Errors.GROUP_SUBSCRIBED_TO_TOPIC
+                results[tp] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
                 continue
-            results[tp] = Errors.NONE
+            results[tp] = ErrorCode.NONE
             if tp in group.offsets:
                 tombstones.append(tp)
         code = await self.group_manager.remove_offsets(group, tombstones)
         if code:
             return code, {}
-        return Errors.NONE, results
+        return ErrorCode.NONE, results
 
     # -- admin ----------------------------------------------------------
     def describe_group(self, group_id: str) -> GroupDescription:
@@ -268,7 +269,7 @@ class GroupCoordinator:
         stable_protocol = group.protocol_name or "" if group.is_(GroupState.STABLE,
                                                                  GroupState.COMPLETING_REBALANCE) else ""
         return GroupDescription(
-            group_id, Errors.NONE, group.state.value, group.protocol_type or "", stable_protocol,
+            group_id, ErrorCode.NONE, group.state.value, group.protocol_type or "", stable_protocol,
             group.generation, group.leader_id, list(group.members.values()),
         )
 
@@ -293,10 +294,10 @@ class GroupCoordinator:
                 continue
             group = self.groups.get(gid)
             if group is None or group.is_(GroupState.DEAD):
-                out[gid] = Errors.GROUP_ID_NOT_FOUND
+                out[gid] = ErrorCode.GROUP_ID_NOT_FOUND
                 continue
             if group.members or not group.is_(GroupState.EMPTY):
-                out[gid] = Errors.NON_EMPTY_GROUP
+                out[gid] = ErrorCode.NON_EMPTY_GROUP
                 continue
             out[gid] = await self.group_manager.remove_group(group)
         return out

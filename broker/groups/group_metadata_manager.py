@@ -20,9 +20,10 @@ from __future__ import annotations
 import logging
 from typing import Callable, Iterable, Protocol
 
+from kelp.errors import ErrorCode
+
 from .append_errors import commit_error_code, group_write_error_code
 from .coordinator_config import CoordinatorConfig
-from .errors import Errors
 from .group import CommittedOffset, Group, GroupState
 from .offsets_log import (
     GroupValue,
@@ -76,13 +77,13 @@ class GroupMetadataManager:
     def check_group(self, group_id: str | None) -> int:
         """NONE when this broker coordinates `group_id` now; else the Kafka error a request gets."""
         if not group_id:
-            return Errors.INVALID_GROUP_ID
+            return ErrorCode.INVALID_GROUP_ID
         state = self.ownership.state(self.partition_for(group_id))
         if state is PartitionState.LOADING:
-            return Errors.COORDINATOR_LOAD_IN_PROGRESS
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         if state is not PartitionState.OWNED:
-            return Errors.NOT_COORDINATOR
-        return Errors.NONE
+            return ErrorCode.NOT_COORDINATOR
+        return ErrorCode.NONE
 
     def owns_partition(self, partition: int) -> bool:
         return self.ownership.state(partition) is PartitionState.OWNED
@@ -141,12 +142,12 @@ class GroupMetadataManager:
             await self.store.append(partition, [self.group_metadata_record(group)])
         except Exception as exc:
             moved = self.ownership.token(partition) != token
-            code = Errors.NOT_COORDINATOR if moved else group_write_error_code(exc)
+            code = ErrorCode.NOT_COORDINATOR if moved else group_write_error_code(exc)
             log.warning("writing group metadata of '%s' to %s-%d failed (answering error %d): %s",
                         group.group_id, OFFSETS_TOPIC, partition, code, exc,
                         exc_info=getattr(exc, "code", None) is None)
             return code
-        return Errors.NONE
+        return ErrorCode.NONE
 
     async def remove_group(self, group: Group) -> int:
         """Tombstone the group and its offsets, then forget it; the Kafka error if the write failed."""
@@ -158,16 +159,16 @@ class GroupMetadataManager:
         try:
             await self.store.append(partition, records)
         except Exception as exc:
-            code = (Errors.NOT_COORDINATOR if self.ownership.token(partition) != token
+            code = (ErrorCode.NOT_COORDINATOR if self.ownership.token(partition) != token
                     else group_write_error_code(exc))
             log.warning("deleting group '%s' failed (answering error %d): %s", gid, code, exc)
             return code
         if group.is_(GroupState.DEAD):  # unloaded while the tombstones were written
-            return Errors.NONE
+            return ErrorCode.NONE
         group.transition(GroupState.DEAD, now_ms=self.clock())
         self.groups.pop(gid, None)
         log.info("group '%s' deleted with %d committed offset(s)", gid, len(records) - 1)
-        return Errors.NONE
+        return ErrorCode.NONE
 
     # -- offsets --------------------------------------------------------
     async def store_offsets(
@@ -185,10 +186,10 @@ class GroupMetadataManager:
         for (topic, partition), co in offsets.items():
             count = self.topic_partitions(topic)
             if count is None or not 0 <= partition < count:
-                results[(topic, partition)] = Errors.UNKNOWN_TOPIC_OR_PARTITION
+                results[(topic, partition)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
             if co.metadata and len(co.metadata) > MAX_METADATA_CHARS:
-                results[(topic, partition)] = Errors.OFFSET_METADATA_TOO_LARGE
+                results[(topic, partition)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
                 continue
             if co.commit_timestamp_ms < 0:
                 co = CommittedOffset(co.offset, co.leader_epoch, co.metadata or "", now)
@@ -204,7 +205,7 @@ class GroupMetadataManager:
                 await self.store.append(partition, records)
             except Exception as exc:
                 moved = self.ownership.token(partition) != token
-                code = Errors.NOT_COORDINATOR if moved else commit_error_code(exc)
+                code = ErrorCode.NOT_COORDINATOR if moved else commit_error_code(exc)
                 log.warning("commit of %d offset(s) for group '%s' to %s-%d failed (answering error %d): %s",
                             len(records), group_id, OFFSETS_TOPIC, partition, code, exc,
                             exc_info=getattr(exc, "code", None) is None)
@@ -216,7 +217,7 @@ class GroupMetadataManager:
             if self.ownership.token(partition) == token:
                 group.offsets.update(accepted)
             for tp in accepted:
-                results[tp] = Errors.NONE
+                results[tp] = ErrorCode.NONE
         return results
 
     def get_offsets(
@@ -232,18 +233,18 @@ class GroupMetadataManager:
     async def remove_offsets(self, group: Group, partitions: list[tuple[str, int]]) -> int:
         """Tombstone these committed offsets, then drop them from the cache; the Kafka error if the write failed."""
         if not partitions:
-            return Errors.NONE
+            return ErrorCode.NONE
         group_id = group.group_id
         partition = self.partition_for(group_id)
         token = self.ownership.token(partition)
         try:
             await self.store.append(partition, [(encode_offset_key(group_id, t, p), None) for t, p in partitions])
         except Exception as exc:
-            code = (Errors.NOT_COORDINATOR if self.ownership.token(partition) != token
+            code = (ErrorCode.NOT_COORDINATOR if self.ownership.token(partition) != token
                     else group_write_error_code(exc))
             log.warning("deleting %d offset(s) of group '%s' failed (answering error %d): %s",
                         len(partitions), group_id, code, exc)
             return code
         for tp in partitions:
             group.offsets.pop(tp, None)
-        return Errors.NONE
+        return ErrorCode.NONE

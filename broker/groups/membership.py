@@ -27,8 +27,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from kelp.errors import ErrorCode
+
 from .coordinator_config import Scheduler, TimerHandle
-from .errors import Errors
 from .group import Group, GroupState, Member
 from .group_metadata_manager import GroupMetadataManager
 
@@ -77,9 +78,9 @@ class GroupMembership:
             self._timers.pop(key).cancel()
         for m in group.members.values():
             if m.awaiting_join:
-                m.join_future.set_result(JoinResult(Errors.NOT_COORDINATOR, member_id=m.member_id))  # type: ignore[union-attr]
+                m.join_future.set_result(JoinResult(ErrorCode.NOT_COORDINATOR, member_id=m.member_id))  # type: ignore[union-attr]
             if m.awaiting_sync:
-                m.sync_future.set_result(SyncResult(Errors.NOT_COORDINATOR))  # type: ignore[union-attr]
+                m.sync_future.set_result(SyncResult(ErrorCode.NOT_COORDINATOR))  # type: ignore[union-attr]
 
     def stop(self) -> None:
         """Cancel every timer and answer every parked request NOT_COORDINATOR (the coordinator stops)."""
@@ -90,8 +91,8 @@ class GroupMembership:
             for m in group.members.values():
                 for fut in (m.join_future, m.sync_future):
                     if fut is not None and not fut.done():
-                        fut.set_result(JoinResult(Errors.NOT_COORDINATOR) if fut is m.join_future
-                                       else SyncResult(Errors.NOT_COORDINATOR))
+                        fut.set_result(JoinResult(ErrorCode.NOT_COORDINATOR) if fut is m.join_future
+                                       else SyncResult(ErrorCode.NOT_COORDINATOR))
 
     # -- timers ---------------------------------------------------------
     def _timer(self, group: Group, key: str, delay_ms: int, fn: Callable[[], None]) -> None:
@@ -140,19 +141,19 @@ class GroupMembership:
                 "group '%s': session timeout %d ms outside [%d, %d] (group.min/max.session.timeout.ms)",
                 group_id, session_timeout_ms, self.config.min_session_timeout_ms, self.config.max_session_timeout_ms,
             )
-            return JoinResult(Errors.INVALID_SESSION_TIMEOUT, member_id=member_id)
+            return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id=member_id)
         if rebalance_timeout_ms is None or rebalance_timeout_ms < 0:
             rebalance_timeout_ms = session_timeout_ms
         protocols = [(n, bytes(m or b"")) for n, m in protocols]
         group = self.groups.get(group_id)
         if group is None:
             if member_id:
-                return JoinResult(Errors.UNKNOWN_MEMBER_ID, member_id=member_id)
+                return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id)
             group = self.groups[group_id] = Group(group_id, state_timestamp_ms=self.clock())
         if group.is_(GroupState.DEAD):
-            return JoinResult(Errors.COORDINATOR_NOT_AVAILABLE, member_id=member_id)
+            return JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id=member_id)
         if not group.supports(protocol_type, protocols):
-            return JoinResult(Errors.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
+            return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
         loop = asyncio.get_running_loop()
         kw = dict(client_id=client_id, client_host=client_host, session_timeout_ms=session_timeout_ms,
                   rebalance_timeout_ms=rebalance_timeout_ms, protocol_type=protocol_type, protocols=protocols)
@@ -160,13 +161,13 @@ class GroupMembership:
             if group_instance_id:
                 return await self._join_unknown_static(group, group_instance_id, loop, **kw)
             if len(group.members) + len(group.pending_members) >= self.config.max_group_size:
-                return JoinResult(Errors.GROUP_MAX_SIZE_REACHED)
+                return JoinResult(ErrorCode.GROUP_MAX_SIZE_REACHED)
             new_id = f"{client_id or 'member'}-{uuid.uuid4()}"
             if require_known_member_id:
                 group.pending_members.add(new_id)
                 self._timer(group, "pending:" + new_id, session_timeout_ms,
                             lambda: self._expire_pending(group, new_id))
-                return JoinResult(Errors.MEMBER_ID_REQUIRED, member_id=new_id)
+                return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id=new_id)
             return await self._add_member_and_rebalance(group, new_id, None, loop, **kw)
         # Known member id.
         if member_id in group.pending_members:
@@ -177,9 +178,9 @@ class GroupMembership:
         if group_instance_id:
             known = group.static_member_id(group_instance_id)
             if known is not None and known != member_id:
-                return JoinResult(Errors.FENCED_INSTANCE_ID, member_id=member_id)
+                return JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id=member_id)
         if member is None:
-            return JoinResult(Errors.UNKNOWN_MEMBER_ID, member_id=member_id)
+            return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id)
         if group.is_(GroupState.PREPARING_REBALANCE):
             return await self._update_member_and_rebalance(group, member, loop, protocols, rebalance_timeout_ms,
                                                            session_timeout_ms)
@@ -194,13 +195,13 @@ class GroupMembership:
                 return await self._update_member_and_rebalance(group, member, loop, protocols, rebalance_timeout_ms,
                                                                session_timeout_ms)
             return self._current_join_result(group, member)
-        return JoinResult(Errors.UNKNOWN_MEMBER_ID, member_id=member_id)
+        return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id)
 
     def _current_join_result(self, group: Group, member: Member) -> JoinResult:
         self.schedule_heartbeat(group, member)
         is_leader = member.member_id == group.leader_id
         return JoinResult(
-            Errors.NONE, generation=group.generation, protocol_type=group.protocol_type,
+            ErrorCode.NONE, generation=group.generation, protocol_type=group.protocol_type,
             protocol_name=group.protocol_name, leader=group.leader_id or "", member_id=member.member_id,
             members=self._member_list(group) if is_leader else [],
         )
@@ -218,9 +219,9 @@ class GroupMembership:
         old = group.members[old_id]
         # Fence the old incarnation's parked requests.
         if old.awaiting_join:
-            old.join_future.set_result(JoinResult(Errors.FENCED_INSTANCE_ID, member_id=old_id))  # type: ignore[union-attr]
+            old.join_future.set_result(JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id=old_id))  # type: ignore[union-attr]
         if old.awaiting_sync:
-            old.sync_future.set_result(SyncResult(Errors.FENCED_INSTANCE_ID))  # type: ignore[union-attr]
+            old.sync_future.set_result(SyncResult(ErrorCode.FENCED_INSTANCE_ID))  # type: ignore[union-attr]
         self._cancel(group, "hb:" + old_id)
         member = group.replace_static_member(instance_id, old_id, new_id)
         member.client_id = kw["client_id"]
@@ -233,7 +234,7 @@ class GroupMembership:
             self._persist_group_soon(group)
             self.schedule_heartbeat(group, member)
             return JoinResult(
-                Errors.NONE, generation=group.generation, protocol_type=group.protocol_type,
+                ErrorCode.NONE, generation=group.generation, protocol_type=group.protocol_type,
                 protocol_name=group.protocol_name, leader=group.leader_id or "", member_id=new_id,
                 members=self._member_list(group) if new_id == group.leader_id else [],
                 skip_assignment=False,
@@ -265,7 +266,7 @@ class GroupMembership:
         member.session_timeout_ms = session_timeout_ms
         if member.awaiting_join:
             # A duplicate join from the same member replaces the parked one.
-            member.join_future.set_result(JoinResult(Errors.REBALANCE_IN_PROGRESS, member_id=member.member_id))  # type: ignore[union-attr]
+            member.join_future.set_result(JoinResult(ErrorCode.REBALANCE_IN_PROGRESS, member_id=member.member_id))  # type: ignore[union-attr]
         member.join_future = loop.create_future()
         fut = member.join_future
         self._cancel(group, "hb:" + member.member_id)
@@ -284,7 +285,7 @@ class GroupMembership:
             for m in group.members.values():
                 m.assignment = b""
                 if m.awaiting_sync:
-                    m.sync_future.set_result(SyncResult(Errors.REBALANCE_IN_PROGRESS))  # type: ignore[union-attr]
+                    m.sync_future.set_result(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))  # type: ignore[union-attr]
         was_empty = group.is_(GroupState.EMPTY)
         group.transition(GroupState.PREPARING_REBALANCE, now_ms=self.clock())
         log.info("group '%s': preparing rebalance at generation %d (%s)", group.group_id, group.generation, reason)
@@ -361,7 +362,7 @@ class GroupMembership:
         for m in group.members.values():
             is_leader = m.member_id == group.leader_id
             result = JoinResult(
-                Errors.NONE, generation=group.generation, protocol_type=group.protocol_type,
+                ErrorCode.NONE, generation=group.generation, protocol_type=group.protocol_type,
                 protocol_name=group.protocol_name, leader=group.leader_id or "", member_id=m.member_id,
                 members=members if is_leader else [],
             )
@@ -390,9 +391,9 @@ class GroupMembership:
     def _remove_member(self, group: Group, member: Member, *, notify: bool) -> None:
         self._cancel(group, "hb:" + member.member_id)
         if member.awaiting_join:
-            member.join_future.set_result(JoinResult(Errors.UNKNOWN_MEMBER_ID, member_id=member.member_id))  # type: ignore[union-attr]
+            member.join_future.set_result(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member.member_id))  # type: ignore[union-attr]
         if member.awaiting_sync:
-            member.sync_future.set_result(SyncResult(Errors.UNKNOWN_MEMBER_ID))  # type: ignore[union-attr]
+            member.sync_future.set_result(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))  # type: ignore[union-attr]
         group.remove(member.member_id)
         if not notify:
             return
@@ -412,30 +413,30 @@ class GroupMembership:
             return SyncResult(err)
         group = self.groups.get(group_id)
         if group is None or group.is_(GroupState.DEAD):
-            return SyncResult(Errors.UNKNOWN_MEMBER_ID)
+            return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
         if group_instance_id:
             known = group.static_member_id(group_instance_id)
             if known is not None and known != member_id:
-                return SyncResult(Errors.FENCED_INSTANCE_ID)
+                return SyncResult(ErrorCode.FENCED_INSTANCE_ID)
         member = group.members.get(member_id)
         if member is None:
-            return SyncResult(Errors.UNKNOWN_MEMBER_ID)
+            return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
         if generation != group.generation:
-            return SyncResult(Errors.ILLEGAL_GENERATION)
+            return SyncResult(ErrorCode.ILLEGAL_GENERATION)
         if (protocol_type and group.protocol_type and protocol_type != group.protocol_type) or (
             protocol_name and group.protocol_name and protocol_name != group.protocol_name
         ):
-            return SyncResult(Errors.INCONSISTENT_GROUP_PROTOCOL)
+            return SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
         if group.is_(GroupState.PREPARING_REBALANCE):
-            return SyncResult(Errors.REBALANCE_IN_PROGRESS)
+            return SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
         if group.is_(GroupState.STABLE):
             self.schedule_heartbeat(group, member)
-            return SyncResult(Errors.NONE, group.protocol_type, group.protocol_name, member.assignment)
+            return SyncResult(ErrorCode.NONE, group.protocol_type, group.protocol_name, member.assignment)
         if not group.is_(GroupState.COMPLETING_REBALANCE):
-            return SyncResult(Errors.UNKNOWN_MEMBER_ID)
+            return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
         loop = asyncio.get_running_loop()
         if member.awaiting_sync:
-            member.sync_future.set_result(SyncResult(Errors.REBALANCE_IN_PROGRESS))  # type: ignore[union-attr]
+            member.sync_future.set_result(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))  # type: ignore[union-attr]
         member.sync_future = fut = loop.create_future()
         self.schedule_heartbeat(group, member)
         if member_id == group.leader_id:
@@ -458,7 +459,7 @@ class GroupMembership:
                     for m in group.members.values():
                         if m.awaiting_sync:
                             m.sync_future.set_result(  # type: ignore[union-attr]
-                                SyncResult(Errors.NONE, group.protocol_type, group.protocol_name, m.assignment))
+                                SyncResult(ErrorCode.NONE, group.protocol_type, group.protocol_name, m.assignment))
                         m.sync_future = None
                     group.transition(GroupState.STABLE, now_ms=self.clock())
                     log.info("group '%s': Stable at generation %d", group.group_id, gen)
@@ -471,21 +472,21 @@ class GroupMembership:
             return err
         group = self.groups.get(group_id)
         if group is None or group.is_(GroupState.DEAD, GroupState.EMPTY):
-            return Errors.UNKNOWN_MEMBER_ID
+            return ErrorCode.UNKNOWN_MEMBER_ID
         if group_instance_id:
             known = group.static_member_id(group_instance_id)
             if known is not None and known != member_id:
-                return Errors.FENCED_INSTANCE_ID
+                return ErrorCode.FENCED_INSTANCE_ID
         member = group.members.get(member_id)
         if member is None:
-            return Errors.UNKNOWN_MEMBER_ID
+            return ErrorCode.UNKNOWN_MEMBER_ID
         if generation != group.generation:
-            return Errors.ILLEGAL_GENERATION
+            return ErrorCode.ILLEGAL_GENERATION
         if group.is_(GroupState.PREPARING_REBALANCE):
             self.schedule_heartbeat(group, member)
-            return Errors.REBALANCE_IN_PROGRESS
+            return ErrorCode.REBALANCE_IN_PROGRESS
         self.schedule_heartbeat(group, member)
-        return Errors.NONE
+        return ErrorCode.NONE
 
     def leave_group(self, group_id: str,
                     members: list[tuple[str, str | None]]) -> tuple[int, list[tuple[str, str | None, int]]]:
@@ -495,29 +496,29 @@ class GroupMembership:
             return err, []
         group = self.groups.get(group_id)
         if group is None or group.is_(GroupState.DEAD):
-            return Errors.UNKNOWN_MEMBER_ID, [(m, i, Errors.UNKNOWN_MEMBER_ID) for m, i in members]
+            return ErrorCode.UNKNOWN_MEMBER_ID, [(m, i, ErrorCode.UNKNOWN_MEMBER_ID) for m, i in members]
         out: list[tuple[str, str | None, int]] = []
         for member_id, instance_id in members:
             if instance_id:
                 known = group.static_member_id(instance_id)
                 if known is None:
-                    out.append((member_id, instance_id, Errors.UNKNOWN_MEMBER_ID))
+                    out.append((member_id, instance_id, ErrorCode.UNKNOWN_MEMBER_ID))
                     continue
                 if member_id and known != member_id:
-                    out.append((member_id, instance_id, Errors.FENCED_INSTANCE_ID))
+                    out.append((member_id, instance_id, ErrorCode.FENCED_INSTANCE_ID))
                     continue
                 member_id = known
             if member_id in group.pending_members:
                 group.pending_members.discard(member_id)
                 self._cancel(group, "pending:" + member_id)
                 self._try_complete_join(group)
-                out.append((member_id, instance_id, Errors.NONE))
+                out.append((member_id, instance_id, ErrorCode.NONE))
                 continue
             member = group.members.get(member_id)
             if member is None:
-                out.append((member_id, instance_id, Errors.UNKNOWN_MEMBER_ID))
+                out.append((member_id, instance_id, ErrorCode.UNKNOWN_MEMBER_ID))
                 continue
             log.info("group '%s': member %s left", group_id, member_id)
             self._remove_member(group, member, notify=True)
-            out.append((member_id, instance_id, Errors.NONE))
-        return Errors.NONE, out
+            out.append((member_id, instance_id, ErrorCode.NONE))
+        return ErrorCode.NONE, out

@@ -15,10 +15,10 @@ import pytest
 
 from kelp.broker.groups.append_errors import commit_error_code, group_write_error_code
 from kelp.broker.groups.group import CommittedOffset, GroupState
-from kelp.broker.groups.group_coordinator import Errors
 from kelp.broker.groups.ownership import PartitionOwnership, PartitionState
 from kelp.errors import (
     CorruptRecordError,
+    ErrorCode,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     RecordTooLargeError,
@@ -60,14 +60,15 @@ class GatedReplayStore(MemoryStore):
 
 async def test_groups_of_partitions_not_led_get_not_coordinator() -> None:
     coord, _, _ = make_coordinator(owned=False, num_partitions=N)
-    assert (await join(coord, "g")).error == Errors.NOT_COORDINATOR
-    assert await coord.commit_offsets("g", offsets={("t", 0): CommittedOffset(1)}) == {("t", 0): Errors.NOT_COORDINATOR}
-    assert coord.heartbeat("g", 1, "m") == Errors.NOT_COORDINATOR
-    assert coord.fetch_offsets("g", None)[0] == Errors.NOT_COORDINATOR
-    assert (await coord.sync_group("g", 1, "m")).error == Errors.NOT_COORDINATOR
-    assert coord.leave_group("g", [("m", None)])[0] == Errors.NOT_COORDINATOR
-    assert coord.describe_group("g").error == Errors.NOT_COORDINATOR
-    assert await coord.delete_groups(["g"]) == {"g": Errors.NOT_COORDINATOR}
+    assert (await join(coord, "g")).error == ErrorCode.NOT_COORDINATOR
+    committed = await coord.commit_offsets("g", offsets={("t", 0): CommittedOffset(1)})
+    assert committed == {("t", 0): ErrorCode.NOT_COORDINATOR}
+    assert coord.heartbeat("g", 1, "m") == ErrorCode.NOT_COORDINATOR
+    assert coord.fetch_offsets("g", None)[0] == ErrorCode.NOT_COORDINATOR
+    assert (await coord.sync_group("g", 1, "m")).error == ErrorCode.NOT_COORDINATOR
+    assert coord.leave_group("g", [("m", None)])[0] == ErrorCode.NOT_COORDINATOR
+    assert coord.describe_group("g").error == ErrorCode.NOT_COORDINATOR
+    assert await coord.delete_groups(["g"]) == {"g": ErrorCode.NOT_COORDINATOR}
     assert coord.list_groups() == []
 
 
@@ -78,16 +79,16 @@ async def test_loading_partition_answers_load_in_progress_then_serves() -> None:
     p = coord.partition_for(g)
     loading = coord.on_become_leader(p, 3)
     await settle()
-    assert coord.check_group(g) == Errors.COORDINATOR_LOAD_IN_PROGRESS
-    assert (await join(coord, g)).error == Errors.COORDINATOR_LOAD_IN_PROGRESS
+    assert coord.check_group(g) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    assert (await join(coord, g)).error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
     assert await coord.commit_offsets(g, offsets={("t", 0): CommittedOffset(1)}) == {
-        ("t", 0): Errors.COORDINATOR_LOAD_IN_PROGRESS}
-    assert coord.fetch_offsets(g, None)[0] == Errors.COORDINATOR_LOAD_IN_PROGRESS
+        ("t", 0): ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
+    assert coord.fetch_offsets(g, None)[0] == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
     other = next(x for x in groups_on_distinct_partitions(coord, N) if coord.partition_for(x) != p)
-    assert coord.check_group(other) == Errors.NOT_COORDINATOR, "only the elected partition is loading"
+    assert coord.check_group(other) == ErrorCode.NOT_COORDINATOR, "only the elected partition is loading"
     store.release()
     await asyncio.wait_for(loading, 5)
-    assert coord.check_group(g) == Errors.NONE
+    assert coord.check_group(g) == ErrorCode.NONE
     assert await coord.commit_offsets(g, offsets={("t", 0): CommittedOffset(1)}) == {("t", 0): 0}
 
 
@@ -110,7 +111,7 @@ async def test_election_loads_offsets_and_metadata_of_that_partition_only() -> N
     assert group.generation == generation and group.protocol_name == "range"
     assert group.state is GroupState.EMPTY, "members are not restored: they rejoin"
     assert b not in fresh.groups, "groups of partitions it does not lead are not loaded"
-    assert fresh.fetch_offsets(b, None)[0] == Errors.NOT_COORDINATOR
+    assert fresh.fetch_offsets(b, None)[0] == ErrorCode.NOT_COORDINATOR
     assert [gid for gid, _, _ in fresh.list_groups()] == [a]
 
 
@@ -128,9 +129,9 @@ async def test_resignation_drops_groups_and_fails_parked_requests() -> None:
     assert not parked_join.done()
     p = coord.partition_for(stable)
     coord.on_resign(p, 1)
-    assert (await asyncio.wait_for(parked_join, 1)).error == Errors.NOT_COORDINATOR
+    assert (await asyncio.wait_for(parked_join, 1)).error == ErrorCode.NOT_COORDINATOR
     assert stable not in coord.groups
-    assert coord.heartbeat(stable, gen, follower.member_id) == Errors.NOT_COORDINATOR
+    assert coord.heartbeat(stable, gen, follower.member_id) == ErrorCode.NOT_COORDINATOR
     assert coord.list_groups() == [(elsewhere, "", "Empty")], "other partitions' groups stay"
     # Its timers are gone: nothing fires for the dropped group when time passes.
     await sched.advance(120_000)
@@ -148,7 +149,7 @@ async def test_resignation_fails_a_parked_sync_with_not_coordinator() -> None:
     await settle()
     assert not parked_sync.done(), "a follower waits for the leader's assignment"
     coord.on_resign(coord.partition_for("g"), 0)
-    assert (await asyncio.wait_for(parked_sync, 1)).error == Errors.NOT_COORDINATOR
+    assert (await asyncio.wait_for(parked_sync, 1)).error == ErrorCode.NOT_COORDINATOR
 
 
 async def test_stale_leadership_events_are_ignored() -> None:
@@ -157,12 +158,12 @@ async def test_stale_leadership_events_are_ignored() -> None:
     await asyncio.wait_for(coord.on_become_leader(p, 5), 5)
     assert await coord.commit_offsets("g", offsets={("t", 0): CommittedOffset(7)}) == {("t", 0): 0}
     coord.on_resign(p, 4)  # from before the election at epoch 5: stale
-    assert coord.check_group("g") == Errors.NONE
+    assert coord.check_group("g") == ErrorCode.NONE
     assert coord.fetch_offsets("g", None)[1][("t", 0)].offset == 7
     coord.on_resign(p, 6)
-    assert coord.check_group("g") == Errors.NOT_COORDINATOR
+    assert coord.check_group("g") == ErrorCode.NOT_COORDINATOR
     await asyncio.wait_for(coord.on_become_leader(p, 5), 5)  # an election older than that resignation
-    assert coord.check_group("g") == Errors.NOT_COORDINATOR
+    assert coord.check_group("g") == ErrorCode.NOT_COORDINATOR
     await asyncio.wait_for(coord.on_become_leader(p, 7), 5)
     assert coord.fetch_offsets("g", None)[1][("t", 0)].offset == 7, "reloaded from the log"
 
@@ -182,7 +183,7 @@ async def test_resignation_during_a_load_discards_its_result() -> None:
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(load, 5)
     await settle()
-    assert coord.check_group("g") == Errors.NOT_COORDINATOR
+    assert coord.check_group("g") == ErrorCode.NOT_COORDINATOR
     assert "g" not in coord.groups
 
 
@@ -200,16 +201,16 @@ def test_ownership_terms() -> None:
 
 
 @pytest.mark.parametrize(("exc", "commit_code", "group_code"), [
-    (NotEnoughReplicasError("isr 1 < min.insync.replicas 2"), Errors.COORDINATOR_NOT_AVAILABLE,
-     Errors.COORDINATOR_NOT_AVAILABLE),
-    (RequestTimedOutError("isr did not acknowledge in 5000 ms"), Errors.COORDINATOR_NOT_AVAILABLE,
-     Errors.COORDINATOR_NOT_AVAILABLE),
-    (UnknownTopicOrPartitionError("__consumer_offsets-3"), Errors.COORDINATOR_NOT_AVAILABLE,
-     Errors.COORDINATOR_NOT_AVAILABLE),
-    (NotLeaderOrFollowerError("broker 1 is not the leader"), Errors.NOT_COORDINATOR, Errors.NOT_COORDINATOR),
-    (RecordTooLargeError("batch of 2 MB"), 28, Errors.UNKNOWN_SERVER_ERROR),
-    (CorruptRecordError("bad crc"), Errors.UNKNOWN_SERVER_ERROR, Errors.UNKNOWN_SERVER_ERROR),
-    (OSError("disk full"), Errors.COORDINATOR_NOT_AVAILABLE, Errors.COORDINATOR_NOT_AVAILABLE),
+    (NotEnoughReplicasError("isr 1 < min.insync.replicas 2"), ErrorCode.COORDINATOR_NOT_AVAILABLE,
+     ErrorCode.COORDINATOR_NOT_AVAILABLE),
+    (RequestTimedOutError("isr did not acknowledge in 5000 ms"), ErrorCode.COORDINATOR_NOT_AVAILABLE,
+     ErrorCode.COORDINATOR_NOT_AVAILABLE),
+    (UnknownTopicOrPartitionError("__consumer_offsets-3"), ErrorCode.COORDINATOR_NOT_AVAILABLE,
+     ErrorCode.COORDINATOR_NOT_AVAILABLE),
+    (NotLeaderOrFollowerError("broker 1 is not the leader"), ErrorCode.NOT_COORDINATOR, ErrorCode.NOT_COORDINATOR),
+    (RecordTooLargeError("batch of 2 MB"), 28, ErrorCode.UNKNOWN_SERVER_ERROR),
+    (CorruptRecordError("bad crc"), ErrorCode.UNKNOWN_SERVER_ERROR, ErrorCode.UNKNOWN_SERVER_ERROR),
+    (OSError("disk full"), ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_NOT_AVAILABLE),
 ])
 async def test_write_failures_answer_kafkas_coordinator_errors(exc, commit_code, group_code) -> None:
     assert commit_error_code(exc) == commit_code and group_write_error_code(exc) == group_code
@@ -227,7 +228,7 @@ async def test_commit_answers_not_coordinator_when_leadership_moved_during_the_w
     await settle()
     coord.on_resign(coord.partition_for("g"), 1)
     store.gate.set()
-    assert await asyncio.wait_for(commit, 1) == {("t", 0): Errors.NOT_COORDINATOR}
+    assert await asyncio.wait_for(commit, 1) == {("t", 0): ErrorCode.NOT_COORDINATOR}
 
 
 async def test_failed_assignment_write_fails_sync_and_rebalances() -> None:
@@ -242,9 +243,9 @@ async def test_failed_assignment_write_fails_sync_and_rebalances() -> None:
     store.fail_with = NotEnoughReplicasError("1 in-sync replica, min.insync.replicas is 2")
     l_sync = await coord.sync_group("g", leader.generation, leader.member_id,
                                     assignments={r.member_id: b"parts" for r in joined})
-    assert l_sync.error == Errors.COORDINATOR_NOT_AVAILABLE and l_sync.assignment == b""
+    assert l_sync.error == ErrorCode.COORDINATOR_NOT_AVAILABLE and l_sync.assignment == b""
     f = await asyncio.wait_for(f_sync, 1)
-    assert f.error == Errors.COORDINATOR_NOT_AVAILABLE and f.assignment == b""
+    assert f.error == ErrorCode.COORDINATOR_NOT_AVAILABLE and f.assignment == b""
     group = coord.groups["g"]
     assert group.state is GroupState.PREPARING_REBALANCE
     assert all(m.assignment == b"" for m in group.members.values())

@@ -16,11 +16,10 @@ from typing import Any
 from kafka.protocol.metadata import FindCoordinatorRequest
 
 from kelp.broker.groups.coordinator_lookup import CoordinatorLocator
-from kelp.broker.groups.group_coordinator import Errors
 from kelp.broker.groups.placement import OFFSETS_TOPIC, partition_for_group
 from kelp.broker.kafka.handlers.groups import handle_find_coordinator
 from kelp.broker.kafka.handlers.registry import RequestContext
-from kelp.errors import CoordinatorNotAvailableError
+from kelp.errors import CoordinatorNotAvailableError, ErrorCode
 
 from .harness import make_coordinator
 
@@ -109,7 +108,7 @@ async def test_partition_without_leader_is_not_available() -> None:
     (g,) = keys_on_partitions([1])
     resp = await find(broker, 4, g)
     c = resp.coordinators[0]
-    assert (c.error_code, c.node_id, c.host, c.port) == (Errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1)
+    assert (c.error_code, c.node_id, c.host, c.port) == (ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1)
     assert "partition 1" in c.error_message and "no leader" in c.error_message
 
 
@@ -119,10 +118,10 @@ async def test_missing_topic_is_created_once_and_answered_not_available_meanwhil
     broker.cluster.on_create = never.wait  # the controller is slow: creation outlasts the bound
     g0, g1 = keys_on_partitions([0, 1])
     resp = await asyncio.wait_for(find(broker, 4, g0, g1), 2)
-    assert [c.error_code for c in resp.coordinators] == [Errors.COORDINATOR_NOT_AVAILABLE] * 2
+    assert [c.error_code for c in resp.coordinators] == [ErrorCode.COORDINATOR_NOT_AVAILABLE] * 2
     assert "being created" in resp.coordinators[0].error_message
     again = await asyncio.wait_for(find(broker, 3, g0), 2)
-    assert again.error_code == Errors.COORDINATOR_NOT_AVAILABLE
+    assert again.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
     assert broker.cluster.created == [(OFFSETS_TOPIC, N, {"cleanup.policy": "compact"})], \
         "one creation request, with offsets.topic.num.partitions and compaction"
     never.set()
@@ -137,7 +136,7 @@ async def test_creation_refused_by_controller_names_the_reason() -> None:
     broker.cluster.on_create = refuse
     resp = await find(broker, 4, "g")
     c = resp.coordinators[0]
-    assert c.error_code == Errors.COORDINATOR_NOT_AVAILABLE and "1 live broker" in c.error_message
+    assert c.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE and "1 live broker" in c.error_message
     # The next question asks the controller again.
     await find(broker, 4, "g")
     assert len(broker.cluster.created) == 2
@@ -157,9 +156,9 @@ async def test_created_here_answers_this_broker_once_loaded() -> None:
     resp = await asyncio.wait_for(find(broker, 4, "orders"), 3)
     c = resp.coordinators[0]
     assert (c.error_code, c.node_id, c.host, c.port) == (0, THIS_BROKER, "127.0.0.1", 19092)
-    assert broker.groups.check_group("orders") == Errors.NONE, "answered once the group can be served"
+    assert broker.groups.check_group("orders") == ErrorCode.NONE, "answered once the group can be served"
 
 
 async def test_empty_group_id_is_invalid_before_v4() -> None:
     broker = make_broker(topic_exists=True)
-    assert (await find(broker, 1, "")).error_code == Errors.INVALID_GROUP_ID
+    assert (await find(broker, 1, "")).error_code == ErrorCode.INVALID_GROUP_ID

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 
 from kelp.broker.groups.group import CommittedOffset, GroupState
-from kelp.broker.groups.group_coordinator import Errors
+from kelp.errors import ErrorCode
 
 from .harness import make_coordinator, settle
 
@@ -73,7 +73,7 @@ async def test_member_id_required_then_rejoin() -> None:
     coord, sched, _ = make_coordinator()
     first = await coord.join_group("g", "", session_timeout_ms=10000, protocol_type="consumer",
                                    protocols=PROTO, require_known_member_id=True)
-    assert first.error == Errors.MEMBER_ID_REQUIRED and first.member_id
+    assert first.error == ErrorCode.MEMBER_ID_REQUIRED and first.member_id
     t = join(coord, member=first.member_id, require_known_member_id=True)
     await sched.advance(101)
     r = await asyncio.wait_for(t, 1)
@@ -96,7 +96,7 @@ async def test_fourth_member_triggers_rebalance_and_existing_members_rejoin() ->
     await settle()
     assert coord.groups["g"].state is GroupState.PREPARING_REBALANCE
     for r in results:
-        assert coord.heartbeat("g", r.generation, r.member_id) == Errors.REBALANCE_IN_PROGRESS
+        assert coord.heartbeat("g", r.generation, r.member_id) == ErrorCode.REBALANCE_IN_PROGRESS
     rejoins = [join(coord, member=r.member_id) for r in results]
     await settle()
     out = [await asyncio.wait_for(t, 1) for t in [newcomer, *rejoins]]
@@ -111,15 +111,15 @@ async def test_session_timeout_evicts_silent_member_and_rebalances() -> None:
     for _ in range(4):  # alive heartbeats every 400 ms, dead says nothing
         await sched.advance(400)
         code = coord.heartbeat("g", alive.generation, alive.member_id)
-        if code == Errors.REBALANCE_IN_PROGRESS:
+        if code == ErrorCode.REBALANCE_IN_PROGRESS:
             break
-    assert code == Errors.REBALANCE_IN_PROGRESS
+    assert code == ErrorCode.REBALANCE_IN_PROGRESS
     assert dead.member_id not in coord.groups["g"].members
     t = join(coord, member=alive.member_id, session_timeout_ms=1000)
     await settle()
     r = await asyncio.wait_for(t, 1)
     assert r.generation == alive.generation + 1 and [m for m, _, _ in r.members] == [alive.member_id]
-    assert coord.heartbeat("g", alive.generation, alive.member_id) == Errors.ILLEGAL_GENERATION
+    assert coord.heartbeat("g", alive.generation, alive.member_id) == ErrorCode.ILLEGAL_GENERATION
 
 
 async def test_member_that_never_syncs_is_removed_and_other_groups_keep_working() -> None:
@@ -154,32 +154,32 @@ async def test_error_codes_for_bad_requests() -> None:
     results, _ = await form_group(coord, sched, 1)
     m = results[0]
     gen = m.generation
-    assert coord.heartbeat("g", gen + 5, m.member_id) == Errors.ILLEGAL_GENERATION
-    assert coord.heartbeat("g", gen, "nobody") == Errors.UNKNOWN_MEMBER_ID
-    assert coord.heartbeat("", gen, m.member_id) == Errors.INVALID_GROUP_ID
-    assert (await coord.sync_group("g", gen + 1, m.member_id)).error == Errors.ILLEGAL_GENERATION
-    assert (await coord.sync_group("g", gen, "nobody")).error == Errors.UNKNOWN_MEMBER_ID
+    assert coord.heartbeat("g", gen + 5, m.member_id) == ErrorCode.ILLEGAL_GENERATION
+    assert coord.heartbeat("g", gen, "nobody") == ErrorCode.UNKNOWN_MEMBER_ID
+    assert coord.heartbeat("", gen, m.member_id) == ErrorCode.INVALID_GROUP_ID
+    assert (await coord.sync_group("g", gen + 1, m.member_id)).error == ErrorCode.ILLEGAL_GENERATION
+    assert (await coord.sync_group("g", gen, "nobody")).error == ErrorCode.UNKNOWN_MEMBER_ID
     ok = CommittedOffset(5)
     assert await coord.commit_offsets("g", member_id=m.member_id, generation=gen + 1,
-                                      offsets={("t", 0): ok}) == {("t", 0): Errors.ILLEGAL_GENERATION}
+                                      offsets={("t", 0): ok}) == {("t", 0): ErrorCode.ILLEGAL_GENERATION}
     assert await coord.commit_offsets("g", member_id="nobody", generation=gen,
-                                      offsets={("t", 0): ok}) == {("t", 0): Errors.UNKNOWN_MEMBER_ID}
+                                      offsets={("t", 0): ok}) == {("t", 0): ErrorCode.UNKNOWN_MEMBER_ID}
     assert await coord.commit_offsets("", member_id="", generation=-1,
-                                      offsets={("t", 0): ok}) == {("t", 0): Errors.INVALID_GROUP_ID}
+                                      offsets={("t", 0): ok}) == {("t", 0): ErrorCode.INVALID_GROUP_ID}
     codes = await coord.commit_offsets("g", member_id=m.member_id, generation=gen,
                                        offsets={("t", 0): ok, ("missing", 0): ok, ("t", 99): ok})
-    assert codes == {("t", 0): 0, ("missing", 0): Errors.UNKNOWN_TOPIC_OR_PARTITION,
-                     ("t", 99): Errors.UNKNOWN_TOPIC_OR_PARTITION}
+    assert codes == {("t", 0): 0, ("missing", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                     ("t", 99): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
     assert (await coord.join_group("g", "ghost", session_timeout_ms=10000, protocol_type="consumer",
-                                   protocols=PROTO)).error == Errors.UNKNOWN_MEMBER_ID
+                                   protocols=PROTO)).error == ErrorCode.UNKNOWN_MEMBER_ID
     assert (await coord.join_group("g", "", session_timeout_ms=10, protocol_type="consumer",
-                                   protocols=PROTO)).error == Errors.INVALID_SESSION_TIMEOUT
+                                   protocols=PROTO)).error == ErrorCode.INVALID_SESSION_TIMEOUT
     assert (await coord.join_group("g", "", session_timeout_ms=10000, protocol_type="consumer",
-                                   protocols=[("sticky", b"")])).error == Errors.INCONSISTENT_GROUP_PROTOCOL
+                                   protocols=[("sticky", b"")])).error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
     assert await coord.commit_offsets("nogroup", member_id="x", generation=3,
-                                      offsets={("t", 0): ok}) == {("t", 0): Errors.ILLEGAL_GENERATION}
-    assert (await coord.delete_groups(["g", "nogroup"])) == {"g": Errors.NON_EMPTY_GROUP,
-                                                             "nogroup": Errors.GROUP_ID_NOT_FOUND}
+                                      offsets={("t", 0): ok}) == {("t", 0): ErrorCode.ILLEGAL_GENERATION}
+    assert (await coord.delete_groups(["g", "nogroup"])) == {"g": ErrorCode.NON_EMPTY_GROUP,
+                                                             "nogroup": ErrorCode.GROUP_ID_NOT_FOUND}
     err, offs = coord.fetch_offsets("g", [("t", 0), ("t", 1)])
     assert err == 0 and offs[("t", 0)].offset == 5 and offs[("t", 1)] is None
 
@@ -188,7 +188,7 @@ async def test_commit_is_acknowledged_only_after_append() -> None:
     coord, _, store = make_coordinator()
     store.fail = True
     codes = await coord.commit_offsets("simple", offsets={("t", 0): CommittedOffset(3)})
-    assert codes == {("t", 0): Errors.COORDINATOR_NOT_AVAILABLE}
+    assert codes == {("t", 0): ErrorCode.COORDINATOR_NOT_AVAILABLE}
     assert coord.fetch_offsets("simple", [("t", 0)])[1][("t", 0)] is None
 
 
@@ -218,7 +218,7 @@ async def test_static_member_restart_keeps_assignment_without_rebalance() -> Non
     assert s.assignment == f"parts-of-{old.member_id}".encode()
     # The old incarnation is fenced.
     assert coord.heartbeat("g", gen, old.member_id,
-                           group_instance_id=f"inst-{follower_idx}") == Errors.FENCED_INSTANCE_ID
+                           group_instance_id=f"inst-{follower_idx}") == ErrorCode.FENCED_INSTANCE_ID
 
 
 async def test_leave_group_rebalances_and_last_leave_empties() -> None:
@@ -226,7 +226,7 @@ async def test_leave_group_rebalances_and_last_leave_empties() -> None:
     results, _ = await form_group(coord, sched, 2)
     a, b = results
     top, per = coord.leave_group("g", [(b.member_id, None), ("ghost", None)])
-    assert top == 0 and per == [(b.member_id, None, 0), ("ghost", None, Errors.UNKNOWN_MEMBER_ID)]
+    assert top == 0 and per == [(b.member_id, None, 0), ("ghost", None, ErrorCode.UNKNOWN_MEMBER_ID)]
     assert coord.groups["g"].state is GroupState.PREPARING_REBALANCE
     t = join(coord, member=a.member_id)
     r = await asyncio.wait_for(t, 1)
