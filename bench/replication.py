@@ -17,6 +17,10 @@ It must never report a failover time without the lease (or session) duration in 
 
 from __future__ import annotations
 
+import argparse
+import statistics
+import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -26,7 +30,7 @@ from kelp.cli.http_client import AdminClient
 from . import clients
 from .broker import BenchBroker
 
-__all__ = ["run", "run_kafka", "print_report"]
+__all__ = ["run", "run_kafka", "print_report", "main"]
 
 WARMUP_RECORDS = 50_000
 
@@ -157,3 +161,33 @@ def print_report(r: dict[str, Any], kafka: dict[str, Any] | None = None) -> None
               f"{kafka['session_timeout_ms']}); three-node cold start {kafka['cold_start_s']:.2f} s")
     else:
         print("Apache Kafka reference skipped (--no-kafka)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """This section alone, `--runs` times (medians printed): what a before/after comparison of the replicated
+    path needs (`python -m bench.replication` from two checkouts, alternating)."""
+    from . import emit
+    from .kafka_ref import KAFKA_VERSION
+
+    p = argparse.ArgumentParser(prog="python -m bench.replication", description=__doc__.splitlines()[0])
+    p.add_argument("--records", type=int, default=100_000, help="records of 1 KiB per case (100000)")
+    p.add_argument("--runs", type=int, default=1, help="runs of Kelp's cases; medians are printed (1)")
+    p.add_argument("--no-kafka", action="store_true", help="skip Apache Kafka")
+    p.add_argument("--kafka-version", default=KAFKA_VERSION)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="kelp-bench-replication-") as tmp:
+        runs = [run(records=args.records, work=Path(tmp) / f"run-{i}") for i in range(max(1, args.runs))]
+        kafka = None if args.no_kafka else run_kafka(records=args.records, work=Path(tmp), version=args.kafka_version)
+    median = {k: statistics.median(r[k] for r in runs) if isinstance(runs[0][k], float) else runs[-1][k]
+              for k in runs[0]}
+    if len(runs) > 1 and not args.json:
+        print(f"Kelp: medians of {len(runs)} runs; acks=all RF=3 MB/s per run: "
+              + ", ".join(f"{r['acksall_rf3_mb_s']:.1f}" for r in runs))
+    emit("replication", {"kelp": median, "kafka": kafka} if args.json else median, as_json=args.json,
+         report=lambda m: print_report(m, kafka))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
