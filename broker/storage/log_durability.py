@@ -16,39 +16,17 @@ change. The event loop never calls it: appends there defer the fsync (`defer_flu
 
 from __future__ import annotations
 
-import threading
-from pathlib import Path
 from typing import Callable
 
 from kelp.errors import KafkaStorageError
 
 from .checkpoint import PARTITION_CHECKPOINT, PartitionCheckpoint
-from .config import LogConfig
-from .segment import LogSegment
+from .log_state import LogState
 
 
-class LogDurability:
-    """fsyncs and checkpoints of `Log` (mixed in); the attributes below are `Log`'s."""
+class LogDurability(LogState):
+    """fsyncs and checkpoints of `Log` (mixed in; the state they share is `LogState`'s)."""
 
-    directory: Path
-    config: LogConfig
-    _lock: threading.RLock
-    _flush_lock: threading.Lock
-    _checkpoint_lock: threading.Lock
-    _segments: list[LogSegment]
-    _log_start_offset: int
-    _high_watermark: int
-    _recovery_point: int
-    _unflushed_records: int
-    _last_flush_ms: int
-    _last_checkpoint: tuple[int, int, int, int] | None
-    _closed: bool
-    cleaner_offset: int
-    name: str
-    log_end_offset: int
-    _now_ms: Callable[[], int]
-    _check_open: Callable[[], None]
-    _segment_index_for: Callable[[int], int]
     flush_leader_epochs: Callable[[], bool]
 
     def flush(self) -> None:

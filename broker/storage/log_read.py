@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator
+from typing import BinaryIO, Iterator
 
 from kelp.errors import OffsetOutOfRangeError
 from kelp.records import BatchInfo, whole_batches_end
 
+from .log_state import LogState
 from .segment import LogSegment, iter_file_headers
 
 
@@ -46,16 +46,8 @@ class FileSlice:
             self.file.close()
 
 
-class LogReads:
-    """Reads of `Log` (mixed in); the attributes below are `Log`'s."""
-
-    _lock: threading.RLock
-    _segments: list[LogSegment]
-    _log_start_offset: int
-    name: str
-    log_end_offset: int
-    _check_open: Callable[[], None]
-    _segment_index_for: Callable[[int], int]
+class LogReads(LogState):
+    """Reads of `Log` (mixed in; the state they share is `LogState`'s)."""
 
     def _check_range(self, offset: int) -> None:
         if offset < self._log_start_offset or offset > self.log_end_offset:

@@ -14,37 +14,20 @@ and never swap in cleaned segments when the ones the cleaner read are no longer 
 from __future__ import annotations
 
 import logging
-import threading
-from pathlib import Path
 from typing import Callable
 
 from kelp.errors import OffsetOutOfRangeError
 
-from .config import LogConfig
-from .leader_epoch import LeaderEpochCache
+from .log_state import LogState
 from .producer_snapshot import delete_snapshots, list_snapshots
 from .segment import LogSegment
 
 log = logging.getLogger("kelp.broker.storage")
 
 
-class LogRetention:
-    """Retention and the log start of `Log` (mixed in); the attributes below are `Log`'s."""
+class LogRetention(LogState):
+    """Retention and the log start of `Log` (mixed in; the state they share is `LogState`'s)."""
 
-    directory: Path
-    config: LogConfig
-    _lock: threading.RLock
-    _segments: list[LogSegment]
-    _bases: list[int]
-    _log_start_offset: int
-    _high_watermark: int
-    _closed: bool
-    cleaner_offset: int
-    leader_epochs: LeaderEpochCache
-    name: str
-    size_bytes: int
-    _now_ms: Callable[[], int]
-    _check_open: Callable[[], None]
     _write_checkpoint: Callable[..., None]
 
     # --------------------------------------------------------------- retention

@@ -16,15 +16,12 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
-from pathlib import Path
 from typing import Callable
 
 from kelp.errors import KafkaStorageError
 
 from .checkpoint import fsync_dir
-from .config import LogConfig
-from .leader_epoch import LeaderEpochCache
+from .log_state import LogState
 from .producer_snapshot import (
     ProducerEntry,
     delete_snapshots,
@@ -38,25 +35,9 @@ from .segment import LogSegment
 log = logging.getLogger("kelp.broker.storage")
 
 
-class LogTruncation:
-    """Truncation, leader epochs and producer snapshots of `Log` (mixed in); the attributes below are `Log`'s."""
+class LogTruncation(LogState):
+    """Truncation, leader epochs and producer snapshots of `Log` (mixed in; the state they share is `LogState`'s)."""
 
-    directory: Path
-    config: LogConfig
-    _lock: threading.RLock
-    _segments: list[LogSegment]
-    _bases: list[int]
-    _log_start_offset: int
-    _high_watermark: int
-    _recovery_point: int
-    _closed: bool
-    _truncations: int
-    cleaner_offset: int
-    leader_epochs: LeaderEpochCache
-    name: str
-    log_end_offset: int
-    _now_ms: Callable[[], int]
-    _check_open: Callable[[], None]
     _checkpoint_values: Callable[[], tuple[int, int, int, int]]
     _write_checkpoint_files: Callable[[tuple[int, int, int, int]], None]
 

@@ -1,0 +1,51 @@
+"""What every part of a partition's `Log` shares, declared once.
+
+Why it exists: `Log` is split by role into mixins (`log_read`, `log_retention`,
+`log_truncation`, `log_durability`); each part works on the same fields,
+which `Log.__init__` sets. Declaring them here once gives every part, and a
+type checker, one picture of that state instead of a copy per part.
+
+It must never hold logic or set a value: it is a list of names and types.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Callable
+
+from .config import LogConfig
+from .leader_epoch import LeaderEpochCache
+from .segment import LogSegment
+
+__all__ = ["LogState"]
+
+
+class LogState:
+    """The fields and helpers of `Log` its parts use (set by `Log.__init__`, defined by `Log`)."""
+
+    directory: Path
+    config: LogConfig
+    name: str
+    log_end_offset: int
+    size_bytes: int
+    leader_epochs: LeaderEpochCache
+    cleaner_offset: int
+    # `_lock` guards the segment list and offsets (every append takes it); the order is always
+    # `_flush_lock`, then `_lock`, then `_checkpoint_lock` (log_durability).
+    _lock: threading.RLock
+    _flush_lock: threading.Lock
+    _checkpoint_lock: threading.Lock
+    _segments: list[LogSegment]
+    _bases: list[int]
+    _log_start_offset: int
+    _high_watermark: int
+    _recovery_point: int
+    _unflushed_records: int
+    _last_flush_ms: int
+    _last_checkpoint: tuple[int, int, int, int] | None
+    _truncations: int
+    _closed: bool
+    _now_ms: Callable[[], int]
+    _check_open: Callable[[], None]
+    _segment_index_for: Callable[[int], int]
