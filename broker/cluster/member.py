@@ -96,6 +96,7 @@ class ClusterMember(LeaderRouting):
         self._broker_elector: Any = None
         self._controller_elector: Any = None
         self._controller_renewed = 0.0
+        self._broker_renewed = -1e18   # monotonic time of the last renewal of this process's broker lease
         self._controller_start: asyncio.Task | None = None
         self._tasks: list[asyncio.Task] = []
         self._http: Any = None
@@ -206,6 +207,7 @@ class ClusterMember(LeaderRouting):
         while True:
             rec = await self._broker_elector.try_acquire_or_renew(annotations)
             if rec is not None:
+                self._broker_renewed = time.monotonic()
                 return
             if time.monotonic() > deadline:
                 holder = self._broker_elector.record.holder if self._broker_elector.record else "?"
@@ -223,7 +225,9 @@ class ClusterMember(LeaderRouting):
             await asyncio.sleep(self.renew_s)
             try:
                 rec = await self._broker_elector.try_acquire_or_renew(annotations)
-                if rec is None:
+                if rec is not None:
+                    self._broker_renewed = time.monotonic()
+                else:
                     seen = self._broker_elector.record
                     holder = seen.holder if seen is not None else None
                     if holder and holder != self.identity and holder.startswith(prefix):
@@ -250,30 +254,50 @@ class ClusterMember(LeaderRouting):
     async def _election_loop(self) -> None:
         while True:
             try:
-                rec = await self._controller_elector.try_acquire_or_renew()
-                if rec is not None:
-                    self._controller_renewed = time.monotonic()
-                    # Taking over (loading the log, claiming an epoch, electing, delivering) runs beside
-                    # this loop: the lease must keep being renewed however long that takes.
-                    if not self._starting_controller() and (self.controller is None or not self.controller.active):
-                        self._controller_start = asyncio.create_task(self._become_controller(),
-                                                                     name="controller-takeover")
-                        self._controller_start.add_done_callback(_report_takeover)
-                else:
-                    await self._cancel_takeover()
-                    if self.controller is not None:
-                        await self._resign_controller("the controller lease is held by another broker")
-                    seen = self._controller_elector.record
-                    if seen is not None and seen.holder:
-                        holder = broker_id_of(seen.holder)
-                        if holder >= 0:
-                            self.controller_id = holder
-                    await self._refresh_brokers()  # keep the liveness view warm for a takeover
+                await self._election_round()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("controller election round failed")
             await asyncio.sleep(self.renew_s)
+
+    def _broker_lease_fresh(self) -> bool:
+        """This process renewed its broker lease recently enough that no other incarnation can hold it.
+
+        A process paused past its lease wakes with both loops due; until its broker lease is renewed
+        (or found taken, which fences it) it must not touch the controller lease: the controller
+        elector takes over at once from an incarnation of its own id, which may be its successor.
+        """
+        if self.fenced:
+            return False
+        margin = min(self.renew_s, self.duration_ms / 4000.0)
+        return time.monotonic() - self._broker_renewed < self.duration_ms / 1000.0 - margin
+
+    async def _election_round(self) -> None:
+        """One round of the controller election: acquire or renew the lease, take over or resign."""
+        rec = None
+        if self._broker_lease_fresh():
+            rec = await self._controller_elector.try_acquire_or_renew()
+        if rec is not None:
+            self._controller_renewed = time.monotonic()
+            # Taking over (loading the log, claiming an epoch, electing, delivering) runs beside
+            # this loop: the lease must keep being renewed however long that takes.
+            if not self._starting_controller() and (self.controller is None or not self.controller.active):
+                self._controller_start = asyncio.create_task(self._become_controller(),
+                                                             name="controller-takeover")
+                self._controller_start.add_done_callback(_report_takeover)
+            return
+        await self._cancel_takeover()
+        if self.controller is not None:
+            why = ("the controller lease is held by another broker" if self._broker_lease_fresh()
+                   else "this broker's own lease is not fresh")
+            await self._resign_controller(why)
+        seen = self._controller_elector.record
+        if seen is not None and seen.holder:
+            holder = broker_id_of(seen.holder)
+            if holder >= 0:
+                self.controller_id = holder
+        await self._refresh_brokers()  # keep the liveness view warm for a takeover
 
     def _lease_fresh(self) -> bool:
         if self.fenced:

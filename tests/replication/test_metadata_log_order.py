@@ -275,6 +275,84 @@ async def test_a_process_that_lost_its_broker_id_to_another_stops_itself(tmp_pat
     assert (await m.leases.get(m.broker_lease_name)).holder == intruder.identity  # not taken back
 
 
+async def test_a_process_paused_past_its_lease_does_not_take_the_controller_lease_from_its_successor(
+        tmp_path) -> None:
+    """Item 15: the controller lease is taken over at once from an incarnation of the same broker id (its
+    previous life). A process paused past its broker lease wakes with both loops due; if its election
+    round ran first, it took the controller lease from its successor — the live incarnation — and deposed
+    it. It must first renew its own broker lease (or find it taken and stop)."""
+    cfg = BrokerConfig.load(env={}, overrides={"log.dirs": str(tmp_path), "broker.id": 3,
+                                               "cluster.dir": str(tmp_path / "c")})
+    takeovers: list[str] = []
+
+    def member() -> ClusterMember:
+        m = ClusterMember(SimpleNamespace(config=cfg, topics=None, request_stop=lambda why: None))
+        m.endpoint = BrokerEndpoint(3, "127.0.0.1", 1, "127.0.0.1", 2, incarnation=m.identity)
+        m._make_backends()
+
+        async def become() -> None:
+            takeovers.append(m.identity)
+        m._become_controller = become  # type: ignore[method-assign]  # the takeover itself is not under test
+        return m
+
+    old, new = member(), member()
+    await old._register()
+    # Before the pause: a fresh broker lease lets it compete (the control: the round does take a free lease).
+    await old._election_round()
+    await asyncio.sleep(0)
+    assert takeovers == [old.identity]
+    assert (await old.leases.get(old.controller_lease_name)).holder == old.identity
+    # It pauses past its lease; its successor takes the broker lease and then the controller lease.
+    takeovers.clear()
+    from dataclasses import replace
+
+    rec = await old.leases.get(old.broker_lease_name)
+    await old.leases.update(replace(rec, holder=new.identity))
+    assert await new._controller_elector.try_acquire_or_renew() is not None
+    old._broker_renewed -= old.duration_ms / 1000.0
+    # It wakes: its election round comes first. It must leave the controller lease alone.
+    await old._election_round()
+    await asyncio.sleep(0)
+    assert takeovers == []
+    assert (await old.leases.get(old.controller_lease_name)).holder == new.identity
+
+
+async def test_a_new_controller_incarnation_stops_the_old_one_before_it_starts(tmp_path, monkeypatch) -> None:
+    """Item 2: a controller whose lease check failed after a stall restarted itself at the same epoch while
+    its old instance's push workers kept delivering snapshots from a frozen copy. A new incarnation in the
+    same process now stops the old one (its publisher included) before it starts."""
+    import kelp.broker.cluster.member as member_mod
+
+    events: list[str] = []
+    made: list[object] = []
+
+    class FakeController:
+        def __init__(self, **kwargs: object) -> None:
+            self.name = f"controller-{len(made)}"
+            made.append(self)
+            self.active = False
+            self.epoch = 1
+
+        async def start(self) -> None:
+            events.append(f"start {self.name}")
+            self.active = True
+
+        async def stop(self) -> None:
+            events.append(f"stop {self.name}")
+            self.active = False
+
+    monkeypatch.setattr(member_mod, "Controller", FakeController)
+    cfg = BrokerConfig.load(env={}, overrides={"log.dirs": str(tmp_path), "broker.id": 0,
+                                               "cluster.dir": str(tmp_path / "c")})
+    m = ClusterMember(SimpleNamespace(config=cfg, topics=SimpleNamespace(check_topic_configs=None)))
+    m._make_backends()
+    await m._become_controller()
+    first = m.controller
+    await m._become_controller()  # the takeover runs again while the first instance still counts as active
+    assert events == ["start controller-0", "stop controller-0", "start controller-1"]
+    assert m.controller is not first and not first.active
+
+
 class _Clock:
     """The member's monotonic clock and backoff sleep, moved only by the test's fake controller calls."""
 
