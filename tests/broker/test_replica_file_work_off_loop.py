@@ -8,6 +8,7 @@ loop. Each test records which thread did the work and requires it to be a worker
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 
@@ -166,3 +167,38 @@ async def test_a_follower_past_flush_messages_fsyncs_in_a_worker_thread_before_i
     assert fsyncs and loop_thread not in fsyncs
     assert node.log.recovery_point == 2
     node.close()
+
+
+async def test_deleting_a_topic_in_a_running_broker_removes_its_files_in_a_worker_thread(
+        tmp_path, monkeypatch) -> None:
+    """The broker as `app.py` composes it: a topic's deletion (any door, or its `remove_topic` record)
+    goes through the replica manager's deleter, so no topic's files are removed on the event loop."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    import kelp.broker.storage.log as log_mod
+    from kelp.broker.app import Broker
+    from kelp.broker.config import BrokerConfig
+    from kelp.broker.http.app import build_http_app
+
+    broker = Broker(BrokerConfig.load(env={}, overrides={
+        "log.dirs": str(tmp_path), "port": 0, "http.port": 0, "offsets.topic.num.partitions": 1}))
+    await broker.start()
+    try:
+        async with TestClient(TestServer(build_http_app(broker))) as client:
+            assert (await client.post("/admin/v1/topics", json={"name": "gone", "partitions": 3})).status == 201
+            for p in range(3):
+                r = await client.post(f"/topics/gone/partitions/{p}", json={"records": [{"value": p}]})
+                assert r.status == 200
+            removals = record_threads(monkeypatch, log_mod.shutil, "rmtree")
+            renames = record_threads(monkeypatch, os, "rename")
+            loop_thread = threading.get_ident()
+            assert (await client.delete("/admin/v1/topics/gone")).status in (200, 202, 204)
+            await asyncio.wait_for(_until_gone(tmp_path, "gone"), 10)
+            assert removals and loop_thread not in removals + renames
+    finally:
+        await broker.stop()
+
+
+async def _until_gone(root, topic: str) -> None:
+    while any(p.name.startswith(f"{topic}-") for p in root.iterdir()):
+        await asyncio.sleep(0.01)

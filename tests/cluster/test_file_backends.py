@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
+
+import pytest
 
 from kelp.broker.cluster.leases import FileLeaseBackend, LeaseElector
 from kelp.broker.cluster.metadata_log import FileMetadataLog, MetadataUnreadable
@@ -92,6 +95,49 @@ async def test_unreadable_lease_is_an_error_never_overwritten(tmp_path) -> None:
     with pytest.raises(LeaseUnreadable):
         await backend.list("kelp-c-")
     assert path.read_text() == '{"name": "kelp-c-contr'  # left for a human to look at, not overwritten
+
+
+@pytest.mark.parametrize("errno_name", ["EMFILE", "EIO"])
+async def test_an_io_error_reading_metadata_or_a_lease_is_an_error_never_absence(
+        tmp_path, monkeypatch, errno_name) -> None:
+    """Issue #17 item 3, as the issue names it: EMFILE or EIO while the controller loads the log (or a broker
+    reads a lease) must stop the reader with the file named, never read as "no such topic" or "no lease"."""
+    import errno
+    from pathlib import Path
+
+    code = getattr(errno, errno_name)
+    log = FileMetadataLog(tmp_path)
+    for o in range(3):
+        await log.append({"offset": o, "epoch": 1, "records": []})
+    backend = FileLeaseBackend(tmp_path)
+    elector = LeaseElector(backend, name="kelp-c-controller", identity="broker-0/a", duration_ms=3000)
+    assert await elector.try_acquire_or_renew() is not None
+    failing = {f"{1:020d}.json", "kelp-c-controller.json"}
+    real_bytes, real_text = Path.read_bytes, Path.read_text
+
+    def read_bytes(self: Path) -> bytes:
+        if self.name in failing:
+            raise OSError(code, os.strerror(code), str(self))
+        return real_bytes(self)
+
+    def read_text(self: Path, *args: object, **kwargs: object) -> str:
+        if self.name in failing:
+            raise OSError(code, os.strerror(code), str(self))
+        return real_text(self, *args, **kwargs)  # type: ignore[arg-type]  # Path.read_text's own arguments
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    monkeypatch.setattr(Path, "read_text", read_text)
+    with pytest.raises(MetadataUnreadable, match=f"{1:020d}.json"):
+        await log.load()
+    other = LeaseElector(backend, name="kelp-c-controller", identity="broker-1/b", duration_ms=3000)
+    from kelp.broker.cluster.leases import LeaseUnreadable
+
+    with pytest.raises(LeaseUnreadable, match="kelp-c-controller"):
+        await other.try_acquire_or_renew()
+    monkeypatch.undo()
+    loaded = await log.load()  # the error passed: everything is there, nothing was rewritten
+    assert [e["offset"] for e in loaded.entries] == [0, 1, 2]
+    assert (await backend.get("kelp-c-controller")).holder == "broker-0/a"
 
 
 async def test_legacy_store_documents_are_read_for_import(tmp_path) -> None:

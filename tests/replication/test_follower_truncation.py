@@ -150,6 +150,29 @@ async def test_a_fetch_answer_for_a_replaced_fetch_state_is_dropped(tmp_path) ->
     leader.close(), follower.close()
 
 
+async def test_a_fetch_answer_for_a_log_that_moved_under_the_same_fetch_state_is_dropped(tmp_path) -> None:
+    """The fetch state is still current, but the log it fetched for no longer ends where the request said
+    (truncated meanwhile): the answer for offset 10 must not be appended to a log ending at 7."""
+    leader, follower = Node(tmp_path, 0), Node(tmp_path, 1, fetching=True)
+    write(leader, [(1, 15, b"a")])
+    write(follower, [(1, 10, b"a")])
+    stub = await follow(leader, follower, epoch=5)
+    await truncate_until_done(follower, stub)
+    state = follower.fetch_state(0)
+
+    stub.hold()
+    in_flight = asyncio.create_task(follower.fetcher(0)._fetch(stub))
+    await asyncio.wait_for(stub.arrived.wait(), 5)
+    follower.log.truncate_to(7)
+    stub.release()
+    await asyncio.wait_for(in_flight, 5)
+    assert follower.fetch_state(0) is state
+    assert follower.log.log_end_offset == 7  # nothing appended past the hole; the next fetch asks for 7
+    await follower.fetcher(0)._fetch(stub)
+    assert follower.log.log_end_offset == 15 and follower.all_bytes() == leader.all_bytes()
+    leader.close(), follower.close()
+
+
 async def test_an_epoch_answer_for_a_replaced_fetch_state_is_dropped(tmp_path) -> None:
     """The answer "epoch 2 ends at 15" was computed while broker 0 led at epoch 5; before it arrives broker 0
     followed another leader (its offsets 12.. replaced by epoch-6 records) and leads again at epoch 7, where

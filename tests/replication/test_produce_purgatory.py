@@ -50,6 +50,37 @@ async def test_a_retried_idempotent_batch_waits_for_the_isr_like_the_original(tm
     node.close()
 
 
+async def test_a_retry_on_the_new_leader_of_a_batch_it_got_as_a_follower_waits_for_its_high_watermark(
+        tmp_path) -> None:
+    """Item 1 as the issue tells it: broker 1 fetched the producer's batch from leader 0, which died before
+    anyone acknowledged it; broker 1 becomes leader with its high watermark behind the batch; the producer's
+    retry lands there and is a duplicate. Answering it at once would acknowledge records that broker 1 alone
+    holds: its death next loses them. It is answered once broker 2 has them, with the original offsets."""
+    replicas = (0, 1, 2)
+    node = Node(tmp_path, 1)
+    node.push(replicas=replicas, leader=0, leader_epoch=3, isr=replicas)
+    sent = batch(3, producer_id=7, producer_epoch=0, base_sequence=0)
+    replicated = bytearray(sent)
+    from kelp.records import assign_offsets, parse_batches
+
+    assign_offsets(replicated, parse_batches(replicated), base_offset=0, leader_epoch=3)
+    node.rm.append_as_follower(TOPIC, 0, bytes(replicated), leader_epoch=3, leader_high_watermark=0)
+    assert node.log.log_end_offset == 3
+
+    node.push(replicas=replicas, leader=1, leader_epoch=4, isr=(1, 2), partition_epoch=1)  # broker 0 died
+    await node.settle()
+    assert node.part.is_leader and node.part.high_watermark < 3
+    retry = asyncio.create_task(node.rm.append(TOPIC, 0, bytearray(sent), acks=-1, timeout_ms=10_000))
+    await until(lambda: retry.done(), rounds=50)
+    assert not retry.done(), "a retried batch only the new leader holds was acknowledged"
+    assert node.log.log_end_offset == 3  # not stored again
+
+    await node.follower_fetch(2, 3)  # broker 2 has the batch: the high watermark passes it
+    done = await asyncio.wait_for(retry, 5)
+    assert (done.base_offset, done.last_offset, done.duplicate) == (0, 2, True)
+    node.close()
+
+
 async def test_a_duplicate_is_refused_when_the_isr_is_below_min_insync(tmp_path) -> None:
     node = Node(tmp_path, 0, settings={"min.insync.replicas": 2})
     node.push(replicas=REPLICAS, leader=0, leader_epoch=3, isr=REPLICAS)
