@@ -4,7 +4,8 @@ Why: a ConsumerGroup resource is mostly observation (state, members, lag per
 partition as `kelp groups describe` shows it); its one action,
 `spec.resetOffsets`, must never run twice for one `requestId` nor while
 consumers are active, as Kafka's `kafka-consumer-groups --reset-offsets`
-refuses a non-empty group.
+refuses a non-empty group. A reset follows a fence (`KubeClient.fence`): a
+replica that lost the Lease moves no offsets.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ async def reconcile_group(body: Mapping[str, Any], kube: KubeClient, admin_for: 
                     req["value"] = reset["timestamp"]
                 elif reset["to"] == "offset":
                     req["value"] = int(reset["offset"])
+                await kube.fence()  # moves the group's committed offsets: consumers re-read or skip records
                 try:
                     await admin.group_request("POST", path + "/reset-offsets", req)
                 except AdminError as exc:

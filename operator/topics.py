@@ -11,6 +11,10 @@ other Topic was quadratic — minutes of CPU with a few thousand Topic
 resources, at every resync and at every operator start (one resume event
 per Topic).
 
+Every write to the brokers (create, grow, alter configs, delete) follows a
+fence (`KubeClient.fence`, a Lease write on the last resourceVersion), as the
+Cluster pass's moves do: a replica that lost the Lease changes no topic.
+
 Like every reconciler here it returns `(status fields, conditions)` and never
 raises for a condition a user can act on.
 """
@@ -142,11 +146,13 @@ async def reconcile_topic(body: Mapping[str, Any], kube: KubeClient, admin_for: 
             create: dict[str, Any] = {"name": name, "partitions": partitions, "configs": desired_configs}
             if spec.get("replicationFactor") is not None:
                 create["replication_factor"] = int(spec["replicationFactor"])
+            await kube.fence()
             described = await admin.request("POST", "/admin/v1/topics", create)
             await emit("TopicCreated", f"topic '{name}': {described['partitions_count']} partition(s), replication "
                        f"factor {described['replication_factor']}")
         if described["partitions_count"] < partitions:
             before = described["partitions_count"]
+            await kube.fence()
             described = await admin.request("POST", path + "/partitions", {"partitions": partitions})
             await emit("PartitionsAdded", f"topic '{name}': {before} -> {partitions} partitions")
         elif described["partitions_count"] > partitions:
@@ -157,6 +163,7 @@ async def reconcile_topic(body: Mapping[str, Any], kube: KubeClient, admin_for: 
         overrides = {k: v["value"] for k, v in described.get("configs", {}).items() if v.get("source") == "topic"}
         if overrides != desired_configs:
             # Topic configs are dynamic in Kelp: altered in place, no broker restarts.
+            await kube.fence()
             await admin.request("PUT", path + "/configs", {"configs": desired_configs})
             described = await admin.get(path)
             await emit("TopicConfigsAltered", f"topic '{name}': overrides set to {desired_configs or '{}'} (applied "
@@ -192,6 +199,7 @@ async def delete_topic(body: Mapping[str, Any], kube: KubeClient, admin_for: Adm
     if winner != body["metadata"]["name"]:
         return f"topic '{name}' belongs to Topic resource '{winner}'; not deleted"
     admin = await admin_for(cluster)
+    await kube.fence()  # deleting a topic loses its records: only a replica that proves it holds the Lease
     try:
         await admin.request("DELETE", f"/admin/v1/topics/{quote(name, safe='')}")
     except AdminError as exc:
