@@ -18,7 +18,7 @@ from kelp.errors import ErrorCode
 from .brokers import AdminError
 from .kube import KubeClient
 from .resources import AdminFactory, Result, cluster_of, paused
-from .status import condition, group_status
+from .status import GROUP_OBSERVED, condition, group_status, unobserved
 
 __all__ = ["reconcile_group"]
 
@@ -31,7 +31,7 @@ async def reconcile_group(body: Mapping[str, Any], kube: KubeClient, admin_for: 
     meta = body["metadata"]
     group = spec.get("groupId") or meta["name"]
     old = body.get("status") or {}
-    status: dict[str, Any] = {"observedGeneration": int(meta.get("generation") or 0)}
+    status: dict[str, Any] = {"observedGeneration": int(meta.get("generation") or 0), **unobserved(GROUP_OBSERVED)}
     cluster, missing = await cluster_of(body, kube)
     if cluster is None:
         return status, [missing]  # type: ignore[list-item]

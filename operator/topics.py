@@ -27,7 +27,7 @@ from urllib.parse import quote
 from .brokers import AdminError
 from .kube import KubeClient
 from .resources import AdminFactory, Result, cluster_of, paused
-from .status import condition, topic_status
+from .status import TOPIC_OBSERVED, condition, topic_status, unobserved
 
 __all__ = ["reconcile_topic", "delete_topic", "topic_name_of", "topic_owners", "Owners", "TopicOwners"]
 
@@ -109,7 +109,8 @@ async def reconcile_topic(body: Mapping[str, Any], kube: KubeClient, admin_for: 
                           owners: TopicOwners | None = None, events: Any = None, **_: Any) -> Result:
     spec = body.get("spec") or {}
     name = topic_name_of(body)
-    status: dict[str, Any] = {"topicName": name, "observedGeneration": int(body["metadata"].get("generation") or 0)}
+    status: dict[str, Any] = {"topicName": name, "observedGeneration": int(body["metadata"].get("generation") or 0),
+                              **unobserved(TOPIC_OBSERVED)}
     cluster, missing = await cluster_of(body, kube)
     if cluster is None:
         return status, [missing]  # type: ignore[list-item]
