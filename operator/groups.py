@@ -39,6 +39,10 @@ async def reconcile_group(body: Mapping[str, Any], kube: KubeClient, admin_for: 
     path = f"/admin/v1/groups/{quote(group, safe='')}"
     conds: list[dict[str, Any]] = []
 
+    async def emit(reason: str, message: str, *, warning: bool = False) -> None:
+        if events is not None:
+            await events.emit(body, reason, message, warning=warning)
+
     async def describe() -> dict | None:
         try:
             return await admin.group_request("GET", path)
@@ -58,9 +62,10 @@ async def reconcile_group(body: Mapping[str, Any], kube: KubeClient, admin_for: 
             request_id = reset["requestId"]
             members = len(described["members"]) if described else 0
             if members:
-                conds.append(condition("OffsetsReset", False, "Waiting",
-                                       f"reset {request_id} waits: group '{group}' has {members} member(s) (state "
-                                       f"{described['state']}); it is applied once the group is Empty"))  # type: ignore[index]
+                message = (f"reset {request_id} waits: group '{group}' has {members} member(s) (state "
+                           f"{described['state']}); it is applied once the group is Empty")  # type: ignore[index]
+                await emit("OffsetsResetWaiting", message)
+                conds.append(condition("OffsetsReset", False, "Waiting", message))
             else:
                 req: dict[str, Any] = {"topic": reset["topic"], "to": _RESET_TO[reset["to"]], "execute": True}
                 if reset.get("partitions"):
@@ -76,12 +81,12 @@ async def reconcile_group(body: Mapping[str, Any], kube: KubeClient, admin_for: 
                     if exc.status == 0:
                         raise
                     reason = "Waiting" if exc.error_code == ErrorCode.NON_EMPTY_GROUP else "Refused"
-                    conds.append(condition("OffsetsReset", False, reason, f"reset {request_id}: {exc.message}"))
+                    message = f"reset {request_id}: {exc.message}"
+                    await emit(f"OffsetsReset{reason}", message, warning=reason == "Refused")
+                    conds.append(condition("OffsetsReset", False, reason, message))
                 else:
                     status["lastAppliedRequestId"] = request_id
-                    if events is not None:
-                        await events.emit(body, "OffsetsReset", f"reset {request_id} moved '{reset['topic']}' to "
-                                          f"{reset['to']}")
+                    await emit("OffsetsReset", f"reset {request_id} moved '{reset['topic']}' to {reset['to']}")
                     conds.append(condition("OffsetsReset", True, "Applied",
                                            f"reset {request_id} moved '{reset['topic']}' to {reset['to']}"))
                     described = await describe()

@@ -157,10 +157,10 @@ async def reconcile_topic(body: Mapping[str, Any], kube: KubeClient, admin_for: 
             described = await admin.request("POST", path + "/partitions", {"partitions": partitions})
             await emit("PartitionsAdded", f"topic '{name}': {before} -> {partitions} partitions")
         elif described["partitions_count"] > partitions:
-            notes.append(condition("Ready", False, "PartitionsCannotShrink",
-                                   f"topic '{name}' has {described['partitions_count']} partitions and Kafka cannot "
-                                   "remove partitions; set spec.partitions to at least "
-                                   f"{described['partitions_count']}"))
+            message = (f"topic '{name}' has {described['partitions_count']} partitions and Kafka cannot remove "
+                       f"partitions; set spec.partitions to at least {described['partitions_count']}")
+            await emit("PartitionsCannotShrink", message, warning=True)
+            notes.append(condition("Ready", False, "PartitionsCannotShrink", message))
         overrides = {k: v["value"] for k, v in described.get("configs", {}).items() if v.get("source") == "topic"}
         if overrides != desired_configs:
             # Topic configs are dynamic in Kelp: altered in place, no broker restarts.
@@ -171,10 +171,11 @@ async def reconcile_topic(body: Mapping[str, Any], kube: KubeClient, admin_for: 
                        "at once, no broker restart)")
         rf = spec.get("replicationFactor")
         if rf is not None and int(rf) != described["replication_factor"] and not notes:
-            notes.append(condition("Ready", False, "ReplicationFactorDiffers",
-                                   f"topic '{name}' has replication factor {described['replication_factor']}; "
-                                   f"changing it to {rf} needs a partition reassignment "
-                                   "(`kelp partitions reassign`), which the operator does not start by itself"))
+            message = (f"topic '{name}' has replication factor {described['replication_factor']}; changing it to "
+                       f"{rf} needs a partition reassignment (`kelp partitions reassign`), which the operator does "
+                       "not start by itself")
+            await emit("ReplicationFactorDiffers", message, warning=True)
+            notes.append(condition("Ready", False, "ReplicationFactorDiffers", message))
     except AdminError as exc:
         reason = "BrokersUnreachable" if exc.status == 0 else "BrokerRefused"
         return status, [condition("Ready", False, reason, exc.message)]
@@ -186,11 +187,13 @@ async def reconcile_topic(body: Mapping[str, Any], kube: KubeClient, admin_for: 
                               f"partition(s), replication factor {described['replication_factor']}")]
 
 
-async def delete_topic(body: Mapping[str, Any], kube: KubeClient, admin_for: AdminFactory) -> str:
+async def delete_topic(body: Mapping[str, Any], kube: KubeClient, admin_for: AdminFactory, *,
+                       events: Any = None) -> str:
     """Delete the Kafka topic of a Topic resource with deletePolicy delete; returns what happened.
 
     Lets go (returns) when the Cluster is gone or another resource owns the
     topic; raises AdminError while the brokers cannot be reached (kopf retries).
+    A deleted topic is an Event (`TopicDeleted`) on the resource: its records are gone.
     """
     name = topic_name_of(body)
     cluster, _missing = await cluster_of(body, kube)
@@ -207,4 +210,7 @@ async def delete_topic(body: Mapping[str, Any], kube: KubeClient, admin_for: Adm
         if exc.status != 404:
             raise
         return f"topic '{name}' did not exist"
-    return f"topic '{name}' deleted"
+    message = f"topic '{name}' deleted from cluster '{cluster.name}' (deletePolicy delete)"
+    if events is not None:
+        await events.emit(body, "TopicDeleted", message)
+    return message
