@@ -82,7 +82,10 @@ async def reconcile_group(body: Mapping[str, Any], kube: KubeClient, admin_for: 
                         raise
                     reason = "Waiting" if exc.error_code == ErrorCode.NON_EMPTY_GROUP else "Refused"
                     message = f"reset {request_id}: {exc.message}"
-                    await emit(f"OffsetsReset{reason}", message, warning=reason == "Refused")
+                    if reason == "Waiting":
+                        await emit("OffsetsResetWaiting", message)
+                    else:
+                        await emit("OffsetsResetRefused", message, warning=True)
                     conds.append(condition("OffsetsReset", False, reason, message))
                 else:
                     status["lastAppliedRequestId"] = request_id
