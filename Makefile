@@ -96,3 +96,10 @@ clean:
 chart-crds:
 	rm -f charts/kelp/crds/*.yaml
 	cp crds/*.yaml charts/kelp/crds/
+
+# The Cluster CRD's pod template fields carry Kubernetes' own schemas, generated from
+# kubernetes-validate's (tests/chart/k8s_schemas.py); tests/chart fails when they are stale.
+.PHONY: crd-schemas
+crd-schemas:
+	$(PY) tests/chart/k8s_schemas.py
+	$(MAKE) chart-crds

@@ -4,7 +4,8 @@ Why: a ConsumerGroup resource is mostly observation (state, members, lag per
 partition as `kelp groups describe` shows it); its one action,
 `spec.resetOffsets`, must never run twice for one `requestId` nor while
 consumers are active, as Kafka's `kafka-consumer-groups --reset-offsets`
-refuses a non-empty group.
+refuses a non-empty group. A reset follows a fence (`KubeClient.fence`): a
+replica that lost the Lease moves no offsets.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from kelp.errors import ErrorCode
 from .brokers import AdminError
 from .kube import KubeClient
 from .resources import AdminFactory, Result, cluster_of, paused
-from .status import condition, group_status
+from .status import GROUP_OBSERVED, condition, group_status, unobserved
 
 __all__ = ["reconcile_group"]
 
@@ -30,13 +31,17 @@ async def reconcile_group(body: Mapping[str, Any], kube: KubeClient, admin_for: 
     meta = body["metadata"]
     group = spec.get("groupId") or meta["name"]
     old = body.get("status") or {}
-    status: dict[str, Any] = {"observedGeneration": int(meta.get("generation") or 0)}
+    status: dict[str, Any] = {"observedGeneration": int(meta.get("generation") or 0), **unobserved(GROUP_OBSERVED)}
     cluster, missing = await cluster_of(body, kube)
     if cluster is None:
         return status, [missing]  # type: ignore[list-item]
     admin = await admin_for(cluster)
     path = f"/admin/v1/groups/{quote(group, safe='')}"
     conds: list[dict[str, Any]] = []
+
+    async def emit(reason: str, message: str, *, warning: bool = False) -> None:
+        if events is not None:
+            await events.emit(body, reason, message, warning=warning)
 
     async def describe() -> dict | None:
         try:
@@ -57,9 +62,10 @@ async def reconcile_group(body: Mapping[str, Any], kube: KubeClient, admin_for: 
             request_id = reset["requestId"]
             members = len(described["members"]) if described else 0
             if members:
-                conds.append(condition("OffsetsReset", False, "Waiting",
-                                       f"reset {request_id} waits: group '{group}' has {members} member(s) (state "
-                                       f"{described['state']}); it is applied once the group is Empty"))  # type: ignore[index]
+                message = (f"reset {request_id} waits: group '{group}' has {members} member(s) (state "
+                           f"{described['state']}); it is applied once the group is Empty")  # type: ignore[index]
+                await emit("OffsetsResetWaiting", message)
+                conds.append(condition("OffsetsReset", False, "Waiting", message))
             else:
                 req: dict[str, Any] = {"topic": reset["topic"], "to": _RESET_TO[reset["to"]], "execute": True}
                 if reset.get("partitions"):
@@ -68,18 +74,22 @@ async def reconcile_group(body: Mapping[str, Any], kube: KubeClient, admin_for: 
                     req["value"] = reset["timestamp"]
                 elif reset["to"] == "offset":
                     req["value"] = int(reset["offset"])
+                await kube.fence()  # moves the group's committed offsets: consumers re-read or skip records
                 try:
                     await admin.group_request("POST", path + "/reset-offsets", req)
                 except AdminError as exc:
                     if exc.status == 0:
                         raise
                     reason = "Waiting" if exc.error_code == ErrorCode.NON_EMPTY_GROUP else "Refused"
-                    conds.append(condition("OffsetsReset", False, reason, f"reset {request_id}: {exc.message}"))
+                    message = f"reset {request_id}: {exc.message}"
+                    if reason == "Waiting":
+                        await emit("OffsetsResetWaiting", message)
+                    else:
+                        await emit("OffsetsResetRefused", message, warning=True)
+                    conds.append(condition("OffsetsReset", False, reason, message))
                 else:
                     status["lastAppliedRequestId"] = request_id
-                    if events is not None:
-                        await events.emit(body, "OffsetsReset", f"reset {request_id} moved '{reset['topic']}' to "
-                                          f"{reset['to']}")
+                    await emit("OffsetsReset", f"reset {request_id} moved '{reset['topic']}' to {reset['to']}")
                     conds.append(condition("OffsetsReset", True, "Applied",
                                            f"reset {request_id} moved '{reset['topic']}' to {reset['to']}"))
                     described = await describe()

@@ -34,6 +34,7 @@ import kopf
 
 from .brokers import AdminError
 from .builders import GROUP, VERSION
+from .events import Recorder
 from .kube import KubeClient
 from .leadership import LeadershipLost
 from .resync import admin_factory, resync_loop
@@ -113,7 +114,8 @@ def _deletes_topic(spec: kopf.Spec, **_: Any) -> bool:
 async def topic_deleted(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
     try:
         async with memo.runner.lock("Topic", body["metadata"]["namespace"], body["metadata"]["name"]):
-            logger.info(await delete_topic(body, memo.kube, memo.runner.admin_for))
+            logger.info(await delete_topic(body, memo.kube, memo.runner.admin_for,
+                                           events=Recorder(memo.kube, instance=memo.runner.instance)))
     except LeadershipLost as exc:
         raise kopf.TemporaryError(str(exc), delay=10) from None
     except AdminError as exc:

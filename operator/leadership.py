@@ -12,8 +12,11 @@ partition below min.insync.replicas. So:
   *sent* (a stand-by may take over only after watching the Lease unchanged
   for a whole duration, so until then no one else can hold it). Past that,
   leadership is in doubt and nothing is written.
-- `fence()` — before an action that costs availability (deleting a broker
-  pod, submitting or cancelling a reassignment, electing leaders): renew
+- `fence()` — before an action that costs availability or data (deleting a
+  broker pod or Service, shrinking the StatefulSet, submitting or cancelling
+  a reassignment, electing leaders) and before every other write to the
+  brokers' admin API (dynamic broker config, topic create/grow/alter/delete,
+  offset resets): renew
   the Lease with the `resourceVersion` this replica last wrote as the
   precondition. If anything else wrote the Lease since (a stand-by took
   over, someone deleted it), the API server answers 409 and leadership is

@@ -30,27 +30,47 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .builders import BROKER_LABEL, EXTERNAL_LABEL, external_address, external_service, labels_for
-from .resources import ClusterPass
+from .resources import ClusterPass, apply_child
 from .restarts import MANUAL_ROLL, ordinal, pod_ready
 from .status import condition
 
 __all__ = ["apply_external", "remove_external", "mark_moved_addresses", "advertised"]
 
 
+REFUSED_HINT = ("fix spec.listeners.external (a pinned nodePort must be free and within the API server's "
+                "service-node-port-range); the broker keeps the Service it had, a broker without one waits")
+
+
 async def apply_external(ctx: ClusterPass, brokers: int, current: int) -> tuple[dict[int, dict], int, dict | None]:
-    """(addresses by ordinal, brokers that may run, Progressing condition or None) after applying the Services."""
+    """(addresses by ordinal, brokers that may run, Progressing condition or None) after applying the Services.
+
+    A Service the API server refuses (a node port already allocated, out of range) stays as it was: its
+    broker keeps advertising the address it had; a broker that has no Service yet does not start (nor do
+    the ones above it), since it would advertise an address nobody can reach — the other brokers replicate
+    from it through that address too.
+    """
     addresses: dict[int, dict] = {}
+    refusals: list[dict] = []
+    missing: set[int] = set()
     for n in range(max(brokers, current)):
-        applied = await ctx.kube.apply(external_service(ctx.spec, n))
+        manifest = external_service(ctx.spec, n)
+        applied, refused = await apply_child(ctx, manifest, hint=REFUSED_HINT)
+        if refused is not None:
+            refusals.append(refused)
+            applied = await ctx.kube.get("Service", ctx.spec.namespace, manifest["metadata"]["name"])
+            if applied is None:
+                missing.add(n)
         addresses[n] = external_address(ctx.spec, applied)
-    if ctx.spec.external_type != "LoadBalancer":
-        return addresses, brokers, None
+    lb = ctx.spec.external_type == "LoadBalancer"
     known = 0
-    while known < brokers and addresses[known]["host"]:
+    while known < brokers and known not in missing and (addresses[known]["host"] or not lb):
         known += 1
+    allowed = brokers if known >= brokers else max(known, current)
+    if refusals:
+        message = "; ".join(r["message"] for r in refusals)
+        return addresses, allowed, condition("Progressing", False, "ApplyRefused", message)
     if known >= brokers:
         return addresses, brokers, None
-    allowed = max(known, current)
     waiting = [f"{ctx.spec.name}-external-{n}" for n in range(allowed, brokers) if not addresses[n]["host"]]
     return addresses, allowed, condition(
         "Progressing", True, "ExternalAddressWaiting",

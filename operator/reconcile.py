@@ -27,8 +27,6 @@ import time
 from typing import Any, Callable, Mapping
 from urllib.parse import quote
 
-from kelp.broker.cluster.kube_api import KubeApiError
-
 from .brokers import AdminError, BrokerAdmin
 from .builders import cluster_children, selector_for
 from .dynamic_config import apply_dynamic_config
@@ -37,7 +35,7 @@ from .groups import reconcile_group
 from .kube import KubeClient
 from .listeners import advertised, apply_external, mark_moved_addresses, remove_external
 from .rack import rack_condition
-from .resources import PAUSE_ANNOTATION, AdminFactory, ClusterPass, Result, paused
+from .resources import PAUSE_ANNOTATION, AdminFactory, ClusterPass, Result, apply_child, paused
 from .restarts import ordinal, pod_ready
 from .rolling import elect_after_roll, mark_manual_roll, roll
 from .scaling import REBALANCE_ANNOTATION, drain, rebalance, watch_reassignments
@@ -91,17 +89,11 @@ def _ready_brokers(pods: list[dict]) -> set[int]:
 
 
 async def _apply(ctx: ClusterPass, manifests: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Server-side apply each child; a refusal (422: an immutable field, a webhook) becomes a condition."""
+    """Server-side apply each child in order, up to the first the API server refuses (its condition)."""
     for manifest in manifests:
-        try:
-            await ctx.kube.apply(manifest)
-        except KubeApiError as exc:
-            if exc.status not in (400, 403, 422):
-                raise
-            message = (f"the API server refused {manifest['kind']} {manifest['metadata']['name']}: {exc}; "
-                       "the spec change behind it cannot be applied as it is")
-            await ctx.emit("ApplyRefused", message, warning=True)
-            return condition("Progressing", False, "ApplyRefused", message)
+        _applied, refused = await apply_child(ctx, manifest)
+        if refused is not None:
+            return refused
     return None
 
 

@@ -3,7 +3,10 @@
 Why: Cluster, Topic and ConsumerGroup reconcilers live in their own modules
 but answer in one shape — `(status fields, conditions)` — reach brokers the
 same way, honour `kelp.dev/pause-reconciliation` the same way, and a Topic or
-ConsumerGroup finds its Cluster the same way.
+ConsumerGroup finds its Cluster the same way. A Cluster pass's children are
+all applied through `apply_child`, so an object the API server refuses (an
+immutable field, a node port already taken, a webhook's no) is a condition
+naming it, never a raw API error that fails the whole pass.
 """
 
 from __future__ import annotations
@@ -11,14 +14,19 @@ from __future__ import annotations
 from typing import Any, Awaitable, Callable, Mapping
 
 from .brokers import BrokerAdmin
-from .kube import KubeClient
+from .kube import KubeApiError, KubeClient
 from .spec import ClusterSpec, SpecError
 from .status import condition
 
-__all__ = ["AdminFactory", "Result", "PAUSE_ANNOTATION", "paused", "cluster_of", "ClusterPass"]
+__all__ = ["AdminFactory", "Result", "PAUSE_ANNOTATION", "paused", "cluster_of", "ClusterPass", "apply_child",
+           "REFUSED_STATUSES"]
 
 AdminFactory = Callable[[ClusterSpec], Awaitable[BrokerAdmin]]
 Result = tuple[dict[str, Any], list[dict[str, Any]]]
+
+# What the API server answers when it refuses an object as written (rather than failing): a bad request, a
+# webhook or policy's no, an invalid value (an immutable field, a node port out of range or already allocated).
+REFUSED_STATUSES = (400, 403, 422)
 
 # On any Kelp resource: "true" stops the operator from changing anything for it (status is still observed).
 PAUSE_ANNOTATION = "kelp.dev/pause-reconciliation"
@@ -70,3 +78,19 @@ class ClusterPass:
         meta = self.body["metadata"]
         await self.kube.merge_patch("Cluster", meta["namespace"], meta["name"],
                                     {"metadata": {"annotations": {key: value}}})
+
+
+async def apply_child(ctx: ClusterPass, manifest: Mapping[str, Any], *,
+                      hint: str = "the spec change behind it cannot be applied as it is"
+                      ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """Server-side apply one child: (the object as applied, None), or, when the API server refuses it,
+    (None, a Progressing=False `ApplyRefused` condition naming the object and the API server's message),
+    recorded as a Warning Event. Other failures (5xx, unreachable) propagate: the pass is retried."""
+    try:
+        return await ctx.kube.apply(manifest), None
+    except KubeApiError as exc:
+        if exc.status not in REFUSED_STATUSES:
+            raise
+        message = f"the API server refused {manifest['kind']} {manifest['metadata']['name']}: {exc}; {hint}"
+    await ctx.emit("ApplyRefused", message, warning=True)
+    return None, condition("Progressing", False, "ApplyRefused", message)

@@ -8,10 +8,14 @@ controller (`kelp.broker.cluster.leases`); the holder runs kopf
 (standalone: kopf's own peering objects are not needed), the others wait.
 A holder that cannot renew within the lease duration stops kopf and exits
 non-zero, so the kubelet restarts it as a stand-by — never two writers.
-Between renewals every write is guarded (`leadership.Leadership`): none once
-the last renewal is older than the lease duration minus one renew interval
-(leadership in doubt), and actions that cost availability first renew the
-Lease on the resourceVersion this replica last wrote (a fence).
+Between renewals every write through the operator's client is guarded
+(`leadership.Leadership`): none once the last renewal is older than the
+lease duration minus one renew interval (leadership in doubt), and actions
+that cost availability, and every write to the brokers' admin API, first
+renew the Lease on the resourceVersion this replica last wrote (a fence).
+kopf's own bookkeeping writes (progress annotations, the Topic finalizer)
+are not guarded; a replica that lost the Lease stops kopf at its next
+renewal round.
 
 Every replica serves the liveness endpoint (`--liveness`), active or not:
 the kubelet must not restart a healthy stand-by. The active replica's

@@ -8,6 +8,12 @@ condition carries the `observedGeneration` it was computed for. Shapes
 follow the CRDs' status schemas exactly (structural pruning would silently
 drop anything else).
 
+Status is written as a JSON merge patch, which keeps every field it does
+not mention: a value observed on an earlier pass would stay (and
+`kubectl get` would keep showing it) on a pass that could not observe it.
+So each kind's observed fields (`*_OBSERVED`) are always in the patch —
+`None`, which deletes them, when this pass did not see them.
+
 Pure: no Kubernetes client, no network; time comes in as an argument.
 """
 
@@ -17,7 +23,19 @@ from datetime import datetime, timezone
 from typing import Any, Collection, Iterable, Mapping, Sequence
 
 __all__ = ["condition", "merge_conditions", "now_rfc3339", "cluster_status", "topic_status", "group_status",
-           "partition_counts", "leader_balance", "Observed"]
+           "partition_counts", "leader_balance", "Observed", "unobserved", "CLUSTER_OBSERVED", "TOPIC_OBSERVED",
+           "GROUP_OBSERVED"]
+
+# What each kind's status reports from the brokers' answers (printer columns among them).
+CLUSTER_OBSERVED = ("topics", "unmanagedTopics", "underReplicatedPartitions", "offlinePartitions", "leaderSkew",
+                    "preferredLeaderImbalance")
+TOPIC_OBSERVED = ("partitions", "replicationFactor", "partitionStates")
+GROUP_OBSERVED = ("state", "members", "memberList", "offsets", "totalLag")
+
+
+def unobserved(fields: Iterable[str]) -> dict[str, None]:
+    """Status fields this pass did not observe, as a merge patch removes them."""
+    return dict.fromkeys(fields)
 
 
 def now_rfc3339(now: datetime | None = None) -> str:
@@ -101,7 +119,8 @@ def cluster_status(*, desired: int, ready_brokers: Collection[int], observed: Ob
     wanted = set(range(desired))
     ready_pods = len(wanted & set(ready_brokers))
     status: dict[str, Any] = {"brokers": ready_pods, "readyBrokers": f"{ready_pods}/{desired}",
-                              "bootstrap": bootstrap, "observedGeneration": generation}
+                              "bootstrap": bootstrap, "observedGeneration": generation, "controller": -1,
+                              **unobserved(CLUSTER_OBSERVED)}
     conds: list[dict[str, Any]] = []
     if spec_error:
         conds.append(condition("Ready", False, "InvalidSpec", spec_error))
@@ -117,8 +136,6 @@ def cluster_status(*, desired: int, ready_brokers: Collection[int], observed: Ob
         under, offline = partition_counts(observed.topics, live)
         status["underReplicatedPartitions"], status["offlinePartitions"] = under, offline
         status["leaderSkew"], status["preferredLeaderImbalance"] = leader_balance(observed.topics, live)
-    else:
-        status["controller"] = -1
     progressing = ready_pods < desired or not sts_generation_current
     conds.append(condition("Progressing", progressing, "RollingOut" if progressing else "Reconciled",
                            f"{ready_pods} of {desired} broker pods ready" if progressing

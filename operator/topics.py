@@ -11,6 +11,10 @@ other Topic was quadratic — minutes of CPU with a few thousand Topic
 resources, at every resync and at every operator start (one resume event
 per Topic).
 
+Every write to the brokers (create, grow, alter configs, delete) follows a
+fence (`KubeClient.fence`, a Lease write on the last resourceVersion), as the
+Cluster pass's moves do: a replica that lost the Lease changes no topic.
+
 Like every reconciler here it returns `(status fields, conditions)` and never
 raises for a condition a user can act on.
 """
@@ -23,7 +27,7 @@ from urllib.parse import quote
 from .brokers import AdminError
 from .kube import KubeClient
 from .resources import AdminFactory, Result, cluster_of, paused
-from .status import condition, topic_status
+from .status import TOPIC_OBSERVED, condition, topic_status, unobserved
 
 __all__ = ["reconcile_topic", "delete_topic", "topic_name_of", "topic_owners", "Owners", "TopicOwners"]
 
@@ -105,7 +109,8 @@ async def reconcile_topic(body: Mapping[str, Any], kube: KubeClient, admin_for: 
                           owners: TopicOwners | None = None, events: Any = None, **_: Any) -> Result:
     spec = body.get("spec") or {}
     name = topic_name_of(body)
-    status: dict[str, Any] = {"topicName": name, "observedGeneration": int(body["metadata"].get("generation") or 0)}
+    status: dict[str, Any] = {"topicName": name, "observedGeneration": int(body["metadata"].get("generation") or 0),
+                              **unobserved(TOPIC_OBSERVED)}
     cluster, missing = await cluster_of(body, kube)
     if cluster is None:
         return status, [missing]  # type: ignore[list-item]
@@ -142,31 +147,35 @@ async def reconcile_topic(body: Mapping[str, Any], kube: KubeClient, admin_for: 
             create: dict[str, Any] = {"name": name, "partitions": partitions, "configs": desired_configs}
             if spec.get("replicationFactor") is not None:
                 create["replication_factor"] = int(spec["replicationFactor"])
+            await kube.fence()
             described = await admin.request("POST", "/admin/v1/topics", create)
             await emit("TopicCreated", f"topic '{name}': {described['partitions_count']} partition(s), replication "
                        f"factor {described['replication_factor']}")
         if described["partitions_count"] < partitions:
             before = described["partitions_count"]
+            await kube.fence()
             described = await admin.request("POST", path + "/partitions", {"partitions": partitions})
             await emit("PartitionsAdded", f"topic '{name}': {before} -> {partitions} partitions")
         elif described["partitions_count"] > partitions:
-            notes.append(condition("Ready", False, "PartitionsCannotShrink",
-                                   f"topic '{name}' has {described['partitions_count']} partitions and Kafka cannot "
-                                   "remove partitions; set spec.partitions to at least "
-                                   f"{described['partitions_count']}"))
+            message = (f"topic '{name}' has {described['partitions_count']} partitions and Kafka cannot remove "
+                       f"partitions; set spec.partitions to at least {described['partitions_count']}")
+            await emit("PartitionsCannotShrink", message, warning=True)
+            notes.append(condition("Ready", False, "PartitionsCannotShrink", message))
         overrides = {k: v["value"] for k, v in described.get("configs", {}).items() if v.get("source") == "topic"}
         if overrides != desired_configs:
             # Topic configs are dynamic in Kelp: altered in place, no broker restarts.
+            await kube.fence()
             await admin.request("PUT", path + "/configs", {"configs": desired_configs})
             described = await admin.get(path)
             await emit("TopicConfigsAltered", f"topic '{name}': overrides set to {desired_configs or '{}'} (applied "
                        "at once, no broker restart)")
         rf = spec.get("replicationFactor")
         if rf is not None and int(rf) != described["replication_factor"] and not notes:
-            notes.append(condition("Ready", False, "ReplicationFactorDiffers",
-                                   f"topic '{name}' has replication factor {described['replication_factor']}; "
-                                   f"changing it to {rf} needs a partition reassignment "
-                                   "(`kelp partitions reassign`), which the operator does not start by itself"))
+            message = (f"topic '{name}' has replication factor {described['replication_factor']}; changing it to "
+                       f"{rf} needs a partition reassignment (`kelp partitions reassign`), which the operator does "
+                       "not start by itself")
+            await emit("ReplicationFactorDiffers", message, warning=True)
+            notes.append(condition("Ready", False, "ReplicationFactorDiffers", message))
     except AdminError as exc:
         reason = "BrokersUnreachable" if exc.status == 0 else "BrokerRefused"
         return status, [condition("Ready", False, reason, exc.message)]
@@ -178,11 +187,13 @@ async def reconcile_topic(body: Mapping[str, Any], kube: KubeClient, admin_for: 
                               f"partition(s), replication factor {described['replication_factor']}")]
 
 
-async def delete_topic(body: Mapping[str, Any], kube: KubeClient, admin_for: AdminFactory) -> str:
+async def delete_topic(body: Mapping[str, Any], kube: KubeClient, admin_for: AdminFactory, *,
+                       events: Any = None) -> str:
     """Delete the Kafka topic of a Topic resource with deletePolicy delete; returns what happened.
 
     Lets go (returns) when the Cluster is gone or another resource owns the
     topic; raises AdminError while the brokers cannot be reached (kopf retries).
+    A deleted topic is an Event (`TopicDeleted`) on the resource: its records are gone.
     """
     name = topic_name_of(body)
     cluster, _missing = await cluster_of(body, kube)
@@ -192,10 +203,14 @@ async def delete_topic(body: Mapping[str, Any], kube: KubeClient, admin_for: Adm
     if winner != body["metadata"]["name"]:
         return f"topic '{name}' belongs to Topic resource '{winner}'; not deleted"
     admin = await admin_for(cluster)
+    await kube.fence()  # deleting a topic loses its records: only a replica that proves it holds the Lease
     try:
         await admin.request("DELETE", f"/admin/v1/topics/{quote(name, safe='')}")
     except AdminError as exc:
         if exc.status != 404:
             raise
         return f"topic '{name}' did not exist"
-    return f"topic '{name}' deleted"
+    message = f"topic '{name}' deleted from cluster '{cluster.name}' (deletePolicy delete)"
+    if events is not None:
+        await events.emit(body, "TopicDeleted", message)
+    return message

@@ -198,6 +198,7 @@ class FakeAdmin:
         self.gate: asyncio.Event | None = None
         self.unreachable = False
         self.dynamic: dict[str, str] = {}  # the cluster-wide dynamic broker configs (/admin/v1/brokers/configs)
+        self.groups: dict[str, dict] = {}  # group id -> its describe answer (state, members, offsets)
 
     def describe(self, name: str) -> dict:
         parts = []
@@ -237,6 +238,26 @@ class FakeAdmin:
             return self.describe(body["name"])
         if method == "PUT" and path.endswith("/configs"):
             return {"configs": {}}
+        if method == "POST" and path.startswith("/admin/v1/topics/") and path.endswith("/partitions"):
+            name = path.split("/")[4]
+            while len(self.topics[name]) < int(body["partitions"]):
+                self.topics[name].append({"replicas": [self.brokers[0]], "isr": [self.brokers[0]]})
+            return self.describe(name)
+        if method == "DELETE" and path.startswith("/admin/v1/topics/"):
+            name = path.rsplit("/", 1)[1]
+            if self.topics.pop(name, None) is None:
+                raise AdminError(404, f"topic '{name}' does not exist")
+            return {}
+        if path.startswith("/admin/v1/groups/"):
+            group = path.split("/")[4]
+            if group not in self.groups:
+                raise AdminError(404, f"group '{group}' does not exist", ErrorCode.GROUP_ID_NOT_FOUND)
+            if method == "GET":
+                return copy.deepcopy(self.groups[group])
+            if method == "POST" and path.endswith("/reset-offsets"):
+                if self.groups[group].get("members"):
+                    raise AdminError(409, f"group '{group}' is not empty", ErrorCode.NON_EMPTY_GROUP)
+                return {"partitions": []}
         if (method, path) == ("GET", "/admin/v1/partitions/reassignments"):
             return {"reassignments": self._moves()}
         if (method, path) == ("POST", "/admin/v1/partitions/elect-leaders"):
@@ -252,6 +273,13 @@ class FakeAdmin:
 
     async def get(self, path: str) -> Any:
         return await self.request("GET", path)
+
+    async def group_request(self, method: str, path: str, body: Any = None) -> Any:
+        return await self.request(method, path, body)
+
+    def writes(self) -> list[tuple[str, str]]:
+        """(method, path) of every call that would change the brokers' state."""
+        return [(m, p) for m, p, _ in self.requests if m != "GET"]
 
     def _reassign(self, topic: str, partition: int, replicas: list[int] | None) -> None:
         p = self.topics[topic][partition]
@@ -311,3 +339,40 @@ def admin_of(admin: FakeAdmin):
     async def admin_for(_spec):
         return admin
     return admin_for
+
+
+class Clock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def lease_holder(tmp_path, identity: str, clock: Clock, duration_s: float = 6.0):
+    """An operator replica's Leadership over a real compare-and-swap Lease backend (files in tmp_path)."""
+    from kelp.broker.cluster.leases import FileLeaseBackend, LeaseElector
+    from kelp.operator.leadership import Leadership
+
+    elector = LeaseElector(FileLeaseBackend(tmp_path), name="kelp-operator", identity=identity,
+                           duration_ms=int(duration_s * 1000), monotonic=clock)
+    return Leadership(elector, duration_s=duration_s, margin_s=duration_s / 3, monotonic=clock)
+
+
+async def deposed(tmp_path):
+    """A replica that held the Lease and believes it still does, while a stand-by has taken it over.
+
+    Its own clock says it renewed a moment ago (CLOCK_MONOTONIC stands still while a VM is suspended), so
+    `check()` passes; only a fence, a Lease write on its last resourceVersion, can tell.
+    """
+    mine = lease_holder(tmp_path, "operator-a", Clock())
+    assert await mine.acquire_or_renew()
+    their_clock = Clock()
+    other = lease_holder(tmp_path, "operator-b", their_clock)
+    assert not await other.acquire_or_renew()
+    their_clock.t += 7
+    assert await other.acquire_or_renew()
+    mine.check()
+    return mine

@@ -7,6 +7,8 @@ What a user relies on, each the regression test of a finding of issue 18:
   broker answers (finding 2, at the reconciliation level);
 - scaling a cluster does not change its brokers' config, so it rolls no pod
   (finding 7);
+- a child the API server refuses (400/403/422) is `ApplyRefused` naming it
+  and the server's message, never a failed pass;
 - `kelp.dev/pause-reconciliation` stops every change, `kelp.dev/manual-rolling-update`
   restarts every pod once, and each decision leaves an Event.
 """
@@ -18,8 +20,10 @@ import asyncio
 import pytest
 import yaml
 
+from kelp.broker.cluster.kube_api import KubeApiError
 from kelp.operator.builders import config_hash
 from kelp.operator.reconcile import reconcile_cluster
+from kelp.operator.runner import Runner
 from kelp.operator.spec import ClusterSpec
 from tests.kelp_operator.fakes import FakeAdmin, FakeKube, admin_of, broker_pod, resource, statefulset
 
@@ -235,3 +239,31 @@ def test_a_refused_dynamic_config_is_a_condition() -> None:
     progressing = cond(conds, "Progressing")
     assert (progressing["status"], progressing["reason"]) == ("False", "BrokerConfigRefused")
     assert "the controller refused it" in progressing["message"] and kube.events("BrokerConfigRefused")
+
+
+def test_a_child_the_api_server_refuses_is_a_condition_and_other_failures_are_retried() -> None:
+    # A policy webhook refuses the PodDisruptionBudget (403): a user must read which object and why, and the rest
+    # of the pass (status, observation) still happens. A 500 is no refusal: the pass fails and is retried.
+    denied = 'admission webhook "policy.example.com" denied the request: maxUnavailable must be 0 in namespace ns'
+
+    def refuse(status: int, message: str):
+        async def hook(manifest) -> None:
+            raise KubeApiError(status, message)
+        return hook
+    body = resource("Cluster", "demo", {"brokers": 3})
+    kube = FakeKube(body, statefulset("demo", 3), *(broker_pod("demo", n) for n in range(3)))
+    admin = FakeAdmin(brokers=[0, 1, 2], controller=0, topics=three_broker_topics())
+    kube.hooks[("apply", "PodDisruptionBudget")] = refuse(403, denied)
+    assert asyncio.run(Runner(kube, admin_of(admin)).reconcile("Cluster", "ns", "demo"))
+    conds = {c["type"]: c for c in kube.objects[("Cluster", "ns", "demo")]["status"]["conditions"]}
+    assert (conds["Progressing"]["status"], conds["Progressing"]["reason"]) == ("False", "ApplyRefused")
+    assert "refused PodDisruptionBudget demo" in conds["Progressing"]["message"]
+    assert "Kubernetes API answered 403: " + denied in conds["Progressing"]["message"]
+    assert conds["Ready"]["reason"] == "ClusterReady", "what was observed is still reported"
+    assert kube.events("ApplyRefused")[0]["type"] == "Warning"
+
+    kube.hooks[("apply", "PodDisruptionBudget")] = refuse(500, "etcdserver: request timed out")
+    with pytest.raises(KubeApiError):
+        asyncio.run(Runner(kube, admin_of(admin)).reconcile("Cluster", "ns", "demo"))
+    ready = next(c for c in kube.objects[("Cluster", "ns", "demo")]["status"]["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("Unknown", "ReconcileFailed")

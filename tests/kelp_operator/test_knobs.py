@@ -6,7 +6,9 @@ Kubernetes 1.34's schemas) without ever taking over the operator's own
 selector labels or config hash; with an external listener every broker has
 its own Service and advertises its own address (and the config files the
 brokers read say so); load-balanced brokers start only once their address
-is known and restart when it moves; the PodDisruptionBudget lets a node
+is known and restart when it moves; an external Service the API server
+refuses (a node port already taken) is a condition naming it, and no broker
+starts without its address; the PodDisruptionBudget lets a node
 drain take down only as many brokers as the min.insync rule allows.
 """
 
@@ -18,9 +20,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from kelp.broker.cluster.kube_api import KubeApiError
 from kelp.broker.config import BrokerConfig
 from kelp.operator.builders import cluster_children, stateful_set
 from kelp.operator.reconcile import reconcile_cluster
+from kelp.operator.runner import Runner
 from kelp.operator.spec import ClusterSpec, SpecError
 from tests.kelp_operator.fakes import FakeAdmin, FakeKube, admin_of, broker_pod, resource, statefulset
 
@@ -181,3 +185,69 @@ def test_external_services_of_removed_brokers_go_away() -> None:
     assert {k[2] for k in kube.objects if k[0] == "Service"} == {"demo", "demo-brokers"}
     # Removing a Service cuts external clients off that broker: leadership is proven first, an Event says so.
     assert kube.fences >= 2 and len(kube.events("ExternalServiceRemoved")) == 2
+
+
+def _refuse(name: str, status: int, message: str):
+    async def hook(manifest) -> None:
+        if manifest["metadata"]["name"] == name:
+            raise KubeApiError(status, message)
+    return hook
+
+
+TAKEN = 'Service "demo-external-1" is invalid: spec.ports[0].nodePort: Invalid value: 31091: provided port is ' \
+        'already allocated'
+
+
+def test_a_refused_external_service_is_a_condition_naming_it_not_a_failed_pass() -> None:
+    # Broker 1's pinned node port is taken by another Service: the API server answers 422.
+    body = resource("Cluster", "demo", {"brokers": 3, "listeners": {"external": {
+        "type": "NodePort", "nodePorts": [31090, 31091, 31092]}}})
+    kube = FakeKube(body)
+    kube.hooks[("apply", "Service")] = _refuse("demo-external-1", 422, TAKEN)
+    admin = FakeAdmin(brokers=[])
+    admin.unreachable = True
+    assert asyncio.run(Runner(kube, admin_of(admin)).reconcile("Cluster", "ns", "demo"))
+    conds = {c["type"]: c for c in kube.objects[("Cluster", "ns", "demo")]["status"]["conditions"]}
+    assert conds["Ready"]["reason"] != "ReconcileFailed", conds["Ready"]
+    progressing = conds["Progressing"]
+    assert (progressing["status"], progressing["reason"]) == ("False", "ApplyRefused"), progressing
+    assert "Service demo-external-1" in progressing["message"] and "provided port is already allocated" in \
+        progressing["message"] and "spec.listeners.external" in progressing["message"]
+    (event,) = kube.events("ApplyRefused")
+    assert event["type"] == "Warning" and "demo-external-1" in event["message"]
+    # Broker 1 would advertise an address nobody reaches (and brokers replicate through it): it waits, and so does
+    # broker 2 above it; broker 0 and every other child are applied.
+    assert kube.objects[("StatefulSet", "ns", "demo")]["spec"]["replicas"] == 1
+    assert ("Service", "ns", "demo-external-2") in kube.objects and ("ConfigMap", "ns", "demo-config") in kube.objects
+
+    # The user picks a free port: the next pass applies it and every broker starts.
+    body["spec"]["listeners"]["external"]["nodePorts"] = [31090, 31095, 31092]
+    body["metadata"]["generation"] = 2
+    kube.put(body)
+    del kube.hooks[("apply", "Service")]
+    asyncio.run(Runner(kube, admin_of(admin)).reconcile("Cluster", "ns", "demo"))
+    progressing = next(c for c in kube.objects[("Cluster", "ns", "demo")]["status"]["conditions"]
+                       if c["type"] == "Progressing")
+    assert progressing["reason"] != "ApplyRefused" and kube.objects[("StatefulSet", "ns", "demo")]["spec"][
+        "replicas"] == 3
+    assert yaml.safe_load(kube.objects[("ConfigMap", "ns", "demo-config")]["data"]["demo-1.yaml"])[
+        "advertised.port"] == 31095
+
+
+def test_a_refused_node_port_change_keeps_the_brokers_address() -> None:
+    body = resource("Cluster", "demo", {"brokers": 2, "listeners": {"external": {
+        "type": "NodePort", "nodePorts": [31090, 31091]}}})
+    kube = FakeKube(body)
+    admin = FakeAdmin(brokers=[])
+    admin.unreachable = True
+    run(body, kube, admin)
+    kube.put(statefulset("demo", 2))
+    body["spec"]["listeners"]["external"]["nodePorts"] = [31090, 31099]  # taken
+    kube.hooks[("apply", "Service")] = _refuse("demo-external-1", 422, TAKEN.replace("31091", "31099"))
+    _, conds = run(body, kube, admin)
+    assert next(c for c in conds if c["type"] == "Progressing")["reason"] == "ApplyRefused"
+    # The Service keeps its port, and broker 1 keeps advertising it; nothing shrinks.
+    assert kube.objects[("Service", "ns", "demo-external-1")]["spec"]["ports"][0]["nodePort"] == 31091
+    assert yaml.safe_load(kube.objects[("ConfigMap", "ns", "demo-config")]["data"]["demo-1.yaml"])[
+        "advertised.port"] == 31091
+    assert kube.objects[("StatefulSet", "ns", "demo")]["spec"]["replicas"] == 2

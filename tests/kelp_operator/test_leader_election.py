@@ -3,14 +3,17 @@
 What a user relies on: a rolling restart leaves leadership piled on the
 brokers that stayed up; once no pod is outdated any more the operator runs a
 preferred-leader election (Kafka's auto.leader.rebalance.enable), waits for
-preferred replicas still catching up, then stops; `status.leaderSkew` and
-`status.preferredLeaderImbalance` show where leadership stands.
+preferred replicas still catching up, then stops; an election the
+controller refuses is a Warning Event and is retried on the next pass;
+`status.leaderSkew` and `status.preferredLeaderImbalance` show where
+leadership stands.
 """
 
 from __future__ import annotations
 
 import asyncio
 
+from kelp.operator.brokers import AdminError
 from kelp.operator.reconcile import reconcile_cluster
 from kelp.operator.resync import status_patch
 from tests.kelp_operator.fakes import FakeAdmin, FakeKube, admin_of, broker_pod, resource, statefulset
@@ -129,3 +132,24 @@ def test_the_mark_goes_once_no_election_can_help_and_a_user_may_set_it() -> None
     _, conds = run(body, kube, admin)  # every partition on its preferred leader: the mark goes
     assert elections(admin) == 1 and progressing(conds)["reason"] == "Reconciled"
     assert "kelp.dev/elect-leaders" not in kube.objects[("Cluster", "ns", "demo")]["metadata"]["annotations"]
+
+
+def test_a_refused_election_is_reported_and_retried() -> None:
+    body, kube, admin = rolled_cluster()
+
+    def refuse(method, path, body):
+        if path == "/admin/v1/partitions/elect-leaders":
+            raise AdminError(503, "POST /admin/v1/partitions/elect-leaders: the controller is moving")
+    admin.fail = refuse
+    _, conds = run(body, kube, admin)
+    p = progressing(conds)
+    assert (p["status"], p["reason"]) == ("True", "ElectingLeaders")
+    assert "refused: POST /admin/v1/partitions/elect-leaders: the controller is moving" in p["message"]
+    (event,) = kube.events("LeaderElectionFailed")
+    assert event["type"] == "Warning" and "retried next pass" in event["message"]
+    assert admin.topics["orders"][2]["leader"] == 0 and not kube.events("PreferredLeaderElection")
+    # The controller answers again: the next pass elects.
+    admin.fail = lambda method, path, body: None
+    _, conds = run(body, kube, admin)
+    assert elections(admin) == 2 and admin.topics["orders"][2]["leader"] == 2
+    assert kube.events("PreferredLeaderElection")

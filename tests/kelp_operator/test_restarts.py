@@ -3,8 +3,8 @@
 What a user relies on: a config change reaches every broker pod, one at a
 time, without an acks=all producer ever seeing NOT_ENOUGH_REPLICAS because
 of the roll where that can be avoided; a roll never deadlocks on partitions
-that cannot stay available by design (replication factor <= min.insync) or
-are already below min.insync, nor on pods that are not Ready (they restart
+that cannot stay available by design (replication factor <= min.insync),
+are already below min.insync or are offline (no leader), nor on pods that are not Ready (they restart
 first); when it does wait, the condition names the partitions and why.
 """
 
@@ -47,6 +47,18 @@ def test_partitions_already_below_min_isr_do_not_block() -> None:
     d = next_restart(OLD3, "new", topics, controller=0)
     assert d.pod == "demo-2"
     assert "orders-1" in d.message and "already below min.insync.replicas" in d.message
+
+
+def test_an_offline_partition_does_not_block() -> None:
+    # orders-1 has no leader (the controller found no live in-sync replica and kept its last ISR, [1, 2]): it takes
+    # no writes whatever restarts, so a restart of broker 2 or 1 must not wait for it to "catch up".
+    topics = [topic("orders", "2", [([0, 1, 2], [0, 1, 2]), ([0, 1, 2], [1, 2]), ([2, 0, 1], [2, 0, 1])])]
+    topics[0]["partitions"][1]["leader"] = -1
+    d = next_restart(OLD3, "new", topics, controller=0)
+    assert d.pod == "demo-2" and d.reason == "RollingRestart", d
+    assert "orders-1 already below min.insync.replicas or offline" in d.message
+    d = next_restart([pod(0, "old"), pod(1, "old"), pod(2, "new")], "new", topics, controller=0)
+    assert d.pod == "demo-1", d
 
 
 def test_a_blocked_restart_names_the_partitions_and_why() -> None:

@@ -15,11 +15,19 @@ import asyncio
 
 import pytest
 
-from kelp.broker.cluster.leases import FileLeaseBackend, LeaseElector
-from kelp.operator.leadership import Leadership, LeadershipLost
+from kelp.operator.leadership import LeadershipLost
 from kelp.operator.resync import resync_once
 from kelp.operator.runner import Runner
-from tests.kelp_operator.fakes import FakeAdmin, FakeKube, admin_of, broker_pod, resource, statefulset
+from tests.kelp_operator.fakes import (
+    Clock,
+    FakeAdmin,
+    FakeKube,
+    admin_of,
+    broker_pod,
+    lease_holder,
+    resource,
+    statefulset,
+)
 
 
 def draining_cluster() -> tuple[FakeKube, FakeAdmin]:
@@ -84,20 +92,6 @@ def test_the_resync_pass_rereads_what_a_handler_changed_after_its_list() -> None
     asyncio.run(scenario())
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def _leadership(tmp_path, identity: str, clock: Clock, duration_s: float = 6.0) -> Leadership:
-    elector = LeaseElector(FileLeaseBackend(tmp_path), name="kelp-operator", identity=identity,
-                           duration_ms=int(duration_s * 1000), monotonic=clock)
-    return Leadership(elector, duration_s=duration_s, margin_s=duration_s / 3, monotonic=clock)
-
-
 def rolling_cluster() -> tuple[FakeKube, FakeAdmin]:
     body = resource("Cluster", "demo", {"brokers": 3})
     kube = FakeKube(body, statefulset("demo", 3, revision="rev-2"),
@@ -109,12 +103,12 @@ def rolling_cluster() -> tuple[FakeKube, FakeAdmin]:
 def test_a_deposed_operator_is_fenced_before_it_restarts_a_pod(tmp_path) -> None:
     async def scenario() -> None:
         clock = Clock()
-        mine = _leadership(tmp_path, "operator-a", clock)
+        mine = lease_holder(tmp_path, "operator-a", clock)
         assert await mine.acquire_or_renew()
         # A stand-by takes the Lease over while this replica's clock says it renewed a moment ago (CLOCK_MONOTONIC
         # stands still while a VM is suspended): the stand-by saw the Lease unchanged for a whole duration.
         their_clock = Clock()
-        other = _leadership(tmp_path, "operator-b", their_clock)
+        other = lease_holder(tmp_path, "operator-b", their_clock)
         assert not await other.acquire_or_renew()
         their_clock.t += 7
         assert await other.acquire_or_renew()
@@ -135,7 +129,7 @@ def test_a_deposed_operator_is_fenced_before_it_restarts_a_pod(tmp_path) -> None
 def test_nothing_is_written_once_leadership_is_in_doubt(tmp_path) -> None:
     async def scenario() -> None:
         clock = Clock()
-        mine = _leadership(tmp_path, "operator-a", clock, duration_s=6.0)
+        mine = lease_holder(tmp_path, "operator-a", clock, duration_s=6.0)
         assert await mine.acquire_or_renew()
         kube, admin = rolling_cluster()
         kube.guard = mine

@@ -1,8 +1,18 @@
-"""Status the operator writes: conditions that only move on real change, counts that match what was seen."""
+"""Status the operator writes: conditions that only move on real change, counts that match what was seen.
+
+And nothing shown that this pass did not see: counts observed earlier are
+removed (not left stale in `kubectl get`) when no broker answers.
+"""
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
+
+from kelp.operator.runner import Runner
 from kelp.operator.status import Observed, cluster_status, condition, group_status, merge_conditions
+from tests.kelp_operator.fakes import FakeAdmin, FakeKube, admin_of, broker_pod, resource, statefulset
 
 
 def test_last_transition_time_moves_only_when_the_status_changes() -> None:
@@ -70,3 +80,33 @@ def test_group_status_keeps_uncommitted_partitions_visible() -> None:
     assert s["offsets"] == [{"topic": "orders", "partition": 0, "committedOffset": 3, "logEndOffset": 10, "lag": 7},
                             {"topic": "orders", "partition": 1, "committedOffset": -1, "logEndOffset": 4}]
     assert group_status(None)["state"] == "Dead"
+
+
+# What `kubectl get` showed from an earlier pass that saw the brokers (a printer column for most of them).
+SEEN = {
+    "Cluster": {"controller": 1, "topics": 4, "unmanagedTopics": ["clicks"], "underReplicatedPartitions": 2,
+                "offlinePartitions": 1, "leaderSkew": 3, "preferredLeaderImbalance": 2},
+    "Topic": {"topicName": "orders", "partitions": 6, "replicationFactor": 3, "partitionStates": [
+        {"partition": 0, "leader": 1, "replicas": [1, 2, 0], "isr": [1, 2, 0]}]},
+    "ConsumerGroup": {"state": "Stable", "members": 2, "memberList": [], "offsets": [], "totalLag": 1234},
+}
+SPECS = {"Cluster": {"brokers": 3}, "Topic": {"cluster": "demo", "partitions": 6},
+         "ConsumerGroup": {"cluster": "demo"}}
+
+
+@pytest.mark.parametrize("kind", sorted(SEEN))
+def test_what_a_pass_could_not_observe_is_cleared_not_left_stale(kind: str) -> None:
+    # Status is a merge patch: a field left out keeps its old value. A pass on which no broker answers must not
+    # leave the last observed counts on show as if they were current.
+    name = "demo" if kind == "Cluster" else "orders"
+    body = resource(kind, name, SPECS[kind], status=dict(SEEN[kind]))
+    cluster = body if kind == "Cluster" else resource("Cluster", "demo", SPECS["Cluster"])
+    kube = FakeKube(cluster, body, statefulset("demo", 3), *(broker_pod("demo", n) for n in range(3)))
+    admin = FakeAdmin(brokers=[])
+    admin.unreachable = True
+    asyncio.run(Runner(kube, admin_of(admin)).reconcile(kind, "ns", name))
+    status = kube.objects[(kind, "ns", name)]["status"]
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "BrokersUnreachable")
+    left = {k: status[k] for k in SEEN[kind] if k in status}
+    assert left == ({"controller": -1} if kind == "Cluster" else {"topicName": "orders"} if kind == "Topic" else {})

@@ -320,6 +320,16 @@ def test_valid_resets_are_accepted(custom, kube_namespace, reset) -> None:
      "spec.podTemplate.tolerations[0].operator"),
     ("Cluster", {"podTemplate": {"topologySpreadConstraints": [{"maxSkew": 1}]}},
      "spec.podTemplate.topologySpreadConstraints[0].topologyKey"),
+    # Kubernetes' own schemas (tests/chart/k8s_schemas.py): values, types and required fields deep inside.
+    ("Cluster", {"podTemplate": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "disk", "operator": "Inn"}]}]}}}}},
+     "spec.podTemplate.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
+     ".matchExpressions[0].operator"),
+    ("Cluster", {"podTemplate": {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "kelp"}}}]}}}},
+     "spec.podTemplate.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey"),
+    ("Cluster", {"podTemplate": {"securityContext": {"runAsUser": "root"}}},
+     "spec.podTemplate.securityContext.runAsUser"),
     ("Cluster", {"listeners": {"external": {"type": "Ingress"}}}, "spec.listeners.external.type"),
     ("Cluster", {"listeners": {"external": {"type": "LoadBalancer", "nodePorts": [31000, 31001, 31002]}}},
      "spec.listeners.external.nodePorts is only used with type NodePort"),
@@ -332,6 +342,21 @@ def test_schema_refuses_invalid_resources(custom, kube_namespace, kind, spec, fr
     status, message = refused(create, custom, kube_namespace, resource(kind, "bad", spec))
     assert status == 422
     assert fragment in message
+
+
+@pytest.mark.parametrize("template, field", [
+    ({"affinity": {"nodeAfinity": {}}}, "nodeAfinity"),
+    ({"securityContext": {"runAsUsr": 1000}}, "runAsUsr"),
+    ({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
+                                     "labelSelectr": {}}]}, "labelSelectr"),
+])
+def test_a_misspelt_pod_template_field_is_refused_as_kubectl_applies(custom, kube_namespace, template,
+                                                                     field) -> None:
+    """kubectl validates fields strictly by default: a typo in a Kubernetes type is refused, not pruned."""
+    doc = resource("Cluster", "typo", {"podTemplate": template})
+    status, message = refused(lambda: custom.create_namespaced_custom_object(
+        GROUP, VERSION, kube_namespace, "clusters", doc, field_validation="Strict"))
+    assert status in (400, 422) and field in message, (status, message)
 
 
 @pytest.mark.parametrize("kind, spec", [
