@@ -38,9 +38,9 @@ from typing import Any, Callable
 from kafka.protocol.consumer import FetchRequest, OffsetForLeaderEpochRequest
 
 from kelp.errors import ErrorCode, KelpError
+from kelp.kafka_client import AsyncConnection, BrokerUnavailable
 
 from .model import BrokerEndpoint
-from .peer_client import PeerConnection, PeerError
 
 __all__ = ["ReplicaFetcherManager"]
 
@@ -109,7 +109,7 @@ class ReplicaFetcher:
         self.leader = leader
         self.state: dict[tuple[str, int], _FetchState] = {}
         self._wake = asyncio.Event()
-        self._conn: PeerConnection | None = None
+        self._conn: AsyncConnection | None = None
         self._stopping = False
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{leader}")
         cfg = manager.config
@@ -136,13 +136,13 @@ class ReplicaFetcher:
         if self._conn is not None:
             await self._conn.close()
 
-    def _connection(self) -> PeerConnection:
+    def _connection(self) -> AsyncConnection:
         ep = self.m.endpoint_of(self.leader)
         if ep is None:
-            raise PeerError(f"broker {self.leader} is not a live member of the cluster")
+            raise BrokerUnavailable(f"broker {self.leader} is not a live member of the cluster")
         if self._conn is None or (self._conn.host, self._conn.port) != (ep.host, ep.port):
-            self._conn = PeerConnection(ep.host, ep.port, client_id=f"kelp-replica-{self.m.broker_id}",
-                                        timeout_s=self.timeout_s + self.wait_ms / 1000.0)
+            self._conn = AsyncConnection(ep.host, ep.port, client_id=f"kelp-replica-{self.m.broker_id}",
+                                         timeout_s=self.timeout_s + self.wait_ms / 1000.0)
         return self._conn
 
     async def _run(self) -> None:
@@ -164,7 +164,7 @@ class ReplicaFetcher:
                 await self._fetch(conn)
             except asyncio.CancelledError:
                 raise
-            except PeerError as exc:
+            except BrokerUnavailable as exc:
                 log.warning("replica fetcher for leader %d: %s; retrying in %.1fs", self.leader, exc, self.backoff_s)
                 await asyncio.sleep(self.backoff_s)
             except Exception:
@@ -176,7 +176,7 @@ class ReplicaFetcher:
         """True while `st` is still this partition's fetch state (not removed, not replaced by a re-add)."""
         return self.state.get(key) is st
 
-    async def _truncate(self, conn: PeerConnection) -> None:
+    async def _truncate(self, conn: AsyncConnection) -> None:
         """One round of truncation for every partition in that phase (the run loop calls it until none is)."""
         replicas = self.m.replicas
         P = OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartition
@@ -265,7 +265,7 @@ class ReplicaFetcher:
         return min(leader_end, local_end, leo), True
 
     # -- fetching ------------------------------------------------------------
-    async def _fetch(self, conn: PeerConnection) -> None:
+    async def _fetch(self, conn: AsyncConnection) -> None:
         FT = FetchRequest.FetchTopic
         FP = FT.FetchPartition
         replicas = self.m.replicas

@@ -44,7 +44,7 @@ def _violations(start: str, forbidden: tuple[str, ...]) -> list[str]:
     ("layer", "forbidden"),
     [
         ("kelp.broker.storage", NETWORKING + ("kelp.broker.kafka", "kelp.broker.http", "kelp.broker.groups",
-                                              "kelp.operator", "kelp.cli")),
+                                              "kelp.operator", "kelp.cli", "kelp.kafka_client")),
         ("kelp.records", NETWORKING + ("kelp.broker",)),
         # The cluster layer is called by the request handlers, never the other way round.
         ("kelp.broker.cluster", ("kelp.broker.kafka", "kelp.broker.http", "kelp.broker.groups", "kelp.operator",
@@ -58,10 +58,23 @@ def _violations(start: str, forbidden: tuple[str, ...]) -> list[str]:
            + ("kubernetes", "kopf", "kelp.operator.kube", "kelp.operator.brokers", "kelp.operator.handlers",
               "kelp.broker.cluster"))
           for m in ("kelp.operator.builders", "kelp.operator.spec", "kelp.operator.status")],
+        # The Kafka-protocol client core serves the broker and the Spark source alike, so it imports neither
+        # (nor the operator or the CLI), and it is the networking: no client library's connections.
+        ("kelp.kafka_client", ("kelp.broker", "kelp.operator", "kelp.cli", "kelp.spark", "pyspark", "aiohttp",
+                               "http", "urllib", "kafka.net", "kafka.producer", "kafka.consumer", "kafka.admin",
+                               "kafka.coordinator", "kafka.cluster", "aiokafka", "confluent_kafka")),
+        # Its framing, metadata, retry rules and errors are pure: no sockets, no event loop, no sleeping.
+        *[(f"kelp.kafka_client.{m}", NETWORKING + ("threading", "selectors", "time"))
+          for m in ("framing", "metadata", "retry", "errors")],
+        # The blocking side never touches an event loop (Spark's Python workers have none).
+        *[(f"kelp.kafka_client.{m}", ("asyncio", "kelp.kafka_client.async_connection",
+                                       "kelp.kafka_client.async_client"))
+          for m in ("blocking_connection", "blocking_client")],
         # The Spark data source is a client: it speaks the Kafka protocol and never reaches into the broker.
         ("kelp.spark", ("kelp.broker", "kelp.operator", "kelp.cli")),
         # Its option rules and column codec run anywhere: no sockets, no Spark.
-        *[(m, NETWORKING + ("pyspark", "kelp.spark.wire")) for m in ("kelp.spark.codec", "kelp.spark.options")],
+        *[(m, NETWORKING + ("pyspark", "kelp.spark.wire", "kelp.kafka_client"))
+          for m in ("kelp.spark.codec", "kelp.spark.options")],
     ],
 )
 def test_layer_imports_only_downwards(layer: str, forbidden: tuple[str, ...]) -> None:

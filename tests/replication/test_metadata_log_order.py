@@ -413,8 +413,8 @@ async def test_a_fetcher_stops_even_when_its_cancellation_is_swallowed() -> None
     Bounded by itself: `asyncio.wait` with a timeout (never `wait_for`, which would cancel `stop()` and wait
     for it without limit — the very hang), and a fetcher that still runs afterwards is made to honour its
     next cancel so the loop can close: a regression fails with a message instead of hanging the run."""
-    from kelp.broker.cluster.peer_client import PeerError
     from kelp.broker.cluster.replica_fetcher import ReplicaFetcher, ReplicaFetcherManager
+    from kelp.kafka_client import BrokerUnavailable
 
     cfg = BrokerConfig.load(env={}, overrides={"log.dirs": "/tmp/unused", "replica.fetch.backoff.ms": 10})
     manager = ReplicaFetcherManager(replicas=None, broker_id=1, endpoint_of=lambda b: None, config=cfg)
@@ -431,7 +431,7 @@ async def test_a_fetcher_stops_even_when_its_cancellation_is_swallowed() -> None
             if not swallow:
                 raise
             swallowed.append(True)
-            raise PeerError("connection refused") from None
+            raise BrokerUnavailable("connection refused") from None
 
     fetcher._connection = lambda: None
     fetcher._fetch = fetch
