@@ -18,7 +18,7 @@ BENCH_ARGS ?=
 # stops that for every Python started from here, brokers in tests included.
 export PYTHONSAFEPATH := 1
 
-.PHONY: run test lint e2e bench chaos deps deps-run venv clean spark-jars kafka-tools
+.PHONY: run test lint typecheck e2e bench chaos deps deps-run venv clean spark-jars kafka-tools
 
 # Debian packages in two tiers: a broker needs only Python's venv (`make run`);
 # the test tiers need kcat, a JDK, Maven, containerd, runc, CNI... (`make test`).
@@ -64,7 +64,15 @@ kafka-tools: deps venv
 lint: venv
 	$(VENV)/bin/ruff check .
 
-test: lint deps venv spark-jars kafka-tools
+# mypy (pinned in the test extras, configured under [tool.mypy] in pyproject.toml) over kelp/, broker/,
+# operator/, pyspark_kelp.py and bench/, through scripts/typecheck.py, which links broker/ and operator/ in
+# as kelp.broker and kelp.operator. About 11 s from a clean clone, under 1 s with its cache (.mypy_cache);
+# `make test` runs it after lint and stops on any finding. MYPY_ARGS go to mypy (paths: checkout paths).
+MYPY_ARGS ?=
+typecheck: venv
+	$(PY) scripts/typecheck.py $(MYPY_ARGS)
+
+test: lint typecheck deps venv spark-jars kafka-tools
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # End-to-end on a real Kubernetes cluster: kind or any reachable kubeconfig (e2e/README.md).
@@ -88,7 +96,7 @@ chaos: deps venv
 	$(PY) -c "import runpy, sys; sys.path.append('$(CURDIR)'); sys.argv[0] = 'chaos'; runpy.run_module('tests.chaos.runner', run_name='__main__', alter_sys=True)" --seed $(SEED) --seconds $(SECONDS) $(CHAOS_ARGS)
 
 clean:
-	rm -rf $(VENV) $(DATA_DIR) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(DATA_DIR) .pytest_cache .ruff_cache .mypy_cache
 
 # crds/ is the source of truth; the chart ships byte-identical copies
 # (tests/chart fails when they drift).

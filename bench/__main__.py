@@ -301,33 +301,33 @@ def print_table(rows: list[Row], targets: list[Target], *, runs: int) -> None:
     print(f"RSS after the workload: Kelp {kelp.rss_after_bytes / 2**20:,.0f} MiB"
           + (f", Kafka {kafka.rss_after_bytes / 2**20:,.0f} MiB "
              f"({_ratio(kelp.rss_after_bytes, kafka.rss_after_bytes)})" if kafka else ""))
-    lat = [t for t in targets if t.latency]
+    lat = [(t.name, t.latency) for t in targets if t.latency]
     if lat:
-        table([[t.name, f"{t.latency['offered_mb_s']:.0f} / {t.latency['achieved_mb_s']:.1f}",
-                f"{t.latency['measured_records']:,}", f"{t.latency['p50_ms']:.1f}", f"{t.latency['p99_ms']:.1f}",
-                f"{t.latency['p999_ms']:.1f}", f"{t.latency['max_ms']:.1f}", f"{t.latency['broker_cpu_s_per_gb']:.2f}"]
-               for t in lat],
+        table([[name, f"{la['offered_mb_s']:.0f} / {la['achieved_mb_s']:.1f}",
+                f"{la['measured_records']:,}", f"{la['p50_ms']:.1f}", f"{la['p99_ms']:.1f}",
+                f"{la['p999_ms']:.1f}", f"{la['max_ms']:.1f}", f"{la['broker_cpu_s_per_gb']:.2f}"]
+               for name, la in lat],
               ["END-TO-END LATENCY", "OFFERED / ACHIEVED MB/s", "RECORDS", "p50 ms", "p99 ms", "p99.9 ms", "max ms",
                "CPU s/GB"])
         print("latency: 1 KiB records, acks=1, librdkafka's default linger.ms=5; producer clock before produce to "
               "consumer receipt; the first 2 s dropped")
-    idle = [t for t in targets if t.idle]
+    idle = [(t.name, t.idle) for t in targets if t.idle]
     if idle:
-        table([[t.name, f"{t.idle['connections']:,}", f"{t.idle['rss_before_bytes'] / 2**20:,.0f}",
-                f"{t.idle['rss_with_bytes'] / 2**20:,.0f}", f"{t.idle['bytes_per_connection'] / 1024:,.1f}",
-                f"{t.idle['latency']['p50_ms']:.1f}", f"{t.idle['latency']['p99_ms']:.1f}",
-                f"{t.idle['latency']['p999_ms']:.1f}"] for t in idle],
+        table([[name, f"{i['connections']:,}", f"{i['rss_before_bytes'] / 2**20:,.0f}",
+                f"{i['rss_with_bytes'] / 2**20:,.0f}", f"{i['bytes_per_connection'] / 1024:,.1f}",
+                f"{i['latency']['p50_ms']:.1f}", f"{i['latency']['p99_ms']:.1f}",
+                f"{i['latency']['p999_ms']:.1f}"] for name, i in idle],
               ["IDLE CONNECTIONS", "OPEN", "RSS BEFORE MiB", "RSS WITH MiB", "KiB/CONNECTION", "p50 ms", "p99 ms",
                "p99.9 ms"])
         print("idle connections: one ApiVersions round trip each, then silent; latency as above, "
               f"{IDLE_LATENCY_S:.0f} s, beside them")
-    many = [t for t in targets if t.partitions]
+    many = [(t.name, t.partitions) for t in targets if t.partitions]
     if many:
-        m0 = many[0].partitions
-        table([[t.name, f"{t.partitions['create_s']:.1f}", f"{t.partitions['prime_s']:.1f}",
-                f"{t.partitions['produce_mb_s']:,.1f}", f"{t.partitions['produce_cpu_s_per_gb']:.1f}",
-                f"{t.partitions['join_to_first_record_s']:.1f}", f"{t.partitions['consume_mb_s']:,.1f}",
-                f"{t.partitions['rss_bytes'] / 2**20:,.0f}"] for t in many],
+        m0 = many[0][1]
+        table([[name, f"{pa['create_s']:.1f}", f"{pa['prime_s']:.1f}",
+                f"{pa['produce_mb_s']:,.1f}", f"{pa['produce_cpu_s_per_gb']:.1f}",
+                f"{pa['join_to_first_record_s']:.1f}", f"{pa['consume_mb_s']:,.1f}",
+                f"{pa['rss_bytes'] / 2**20:,.0f}"] for name, pa in many],
               [f"{m0['partitions']:,} PARTITIONS", "CREATE s", "1ST RECORD EACH s", f"{m0['producers']} PRODUCERS MB/s",
                "CPU s/GB", "JOIN->1ST s", f"{m0['consumers']} CONSUMERS MB/s", "RSS MiB"])
         print(f"partitions: {m0['records']:,} records of 1 KiB round-robin over every partition; the group's rate "
@@ -375,7 +375,8 @@ class _GoalTee:
     """stdout that also keeps every line naming a goal, for the one-screen summary at the end."""
 
     def __init__(self, out) -> None:
-        self.out, self.lines, self._partial = out, [], ""
+        self.out, self._partial = out, ""
+        self.lines: list[str] = []
 
     def write(self, text: str) -> int:
         self.out.write(text)

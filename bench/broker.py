@@ -16,13 +16,14 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Mapping
 
 __all__ = ["BenchBroker"]
 
 
 class BenchBroker:
     def __init__(self, log_dir: Path, *, profile_to: Path | None = None,
-                 settings: dict[str, object] | None = None, broker_id: int = 0) -> None:
+                 settings: Mapping[str, object] | None = None, broker_id: int = 0) -> None:
         self.log_dir = log_dir
         self.broker_id = broker_id
         self.profile_to = profile_to

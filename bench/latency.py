@@ -86,7 +86,10 @@ def run(bootstrap: str, *, topic: str = "bench-latency", mb_s: float = 20.0, siz
             for m in msgs:
                 if m.error() is not None:
                     raise RuntimeError(f"latency consumer: {m.error()}")
-                stamp = _STAMP.unpack_from(m.value())[0]
+                value = m.value()
+                if value is None:
+                    raise RuntimeError("latency consumer: a record without a value (the producer stamps every one)")
+                stamp = _STAMP.unpack_from(value)[0]
                 if stamp >= measure_from:
                     latencies.append(now - stamp)
             received += len(msgs)

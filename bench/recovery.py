@@ -46,7 +46,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from kelp.errors import ErrorCode
 
@@ -191,7 +191,7 @@ def _evict(directory: Path) -> float:
     return time.perf_counter() - start
 
 
-class _Subject:
+class _Subject(Protocol):
     """One broker under test: how to (re)start, kill and stop it, and where its state is."""
 
     data_dir: Path

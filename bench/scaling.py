@@ -177,7 +177,8 @@ def print_report(res: dict[str, Any]) -> None:
     rows = []
     for r in res["kelp"]:
         k = kafka.get(r["partitions"])
-        rows.append([f"{r['brokers']}", f"{r['partitions']}", f"{r['mb_s']:,.1f}", f"{r['mb_s'] / one['mb_s']:.2f}x",
+        rows.append([f"{r['brokers']}", f"{r['partitions']}", f"{r['mb_s']:,.1f}",
+                     f"{r['mb_s'] / res['kelp'][0]['mb_s']:.2f}x",
                      f"{r['broker_cores']:.2f}", f"{r['max_broker_cores']:.2f}", f"{r['client_cores']:.2f}",
                      f"{r['broker_cpu_s'] / (r['records'] * RECORD_BYTES / 1e9):.2f}",
                      f"{k['mb_s']:,.1f}" if k else "-", f"{r['mb_s'] / k['mb_s']:.2f}x" if k else "-",

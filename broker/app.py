@@ -270,10 +270,9 @@ class Broker:
                         log.error("stopping broker %d: %s abandoned: it did not end within %gs of its cancellation;"
                                   " going on", self.config.broker_id, what, timeout_s - run_s)
                     return
-            if not task.cancelled() and task.exception() is not None:
-                exc = task.exception()
-                log.error("stopping broker %d: %s failed; going on", self.config.broker_id, what,
-                          exc_info=(type(exc), exc, exc.__traceback__))
+            exc = None if task.cancelled() else task.exception()
+            if exc is not None:
+                log.error("stopping broker %d: %s failed; going on", self.config.broker_id, what, exc_info=exc)
         finally:
             force.cancel()
 

@@ -17,6 +17,7 @@ It must never validate values (broker/config.py does) or read any file but the o
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -55,9 +56,9 @@ KAFKA_IGNORED_KEYS = frozenset({
 })
 
 
-def read_config_file(path: str | Path) -> dict[str, Any]:
+def read_config_file(file: str | os.PathLike[str]) -> dict[str, Any]:
     """The properties of a YAML or Java-properties file, flat (`log.dirs`), values as given."""
-    path = Path(path)
+    path = Path(file)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from kelp.errors import KelpError, NotLeaderOrFollowerError, OffsetOutOfRangeError
 from kelp.records import iter_headers
@@ -32,6 +32,9 @@ class FetchPath:
     _partitions: dict[tuple[str, int], Partition]
     _bytes_out: Any
     _records_out: Any
+    _now_ms: Callable[[], int]
+    _leader: Callable[[str, int, int], Partition]
+    _request_isr: Callable[[Partition, tuple[int, ...], str], None]
 
     def _read(
         self, requests: Sequence[FetchPartition], *, max_bytes: int, replica_id: int = -1, zero_copy: bool = False

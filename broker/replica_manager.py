@@ -33,7 +33,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Awaitable, Callable, Sequence
+from types import ModuleType
+from typing import Any, Awaitable, Callable, Coroutine, Sequence
 
 from kelp.errors import (
     FencedLeaderEpochError,
@@ -83,8 +84,9 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4  # KIP-405: the first offset on local disk (= the log start: Kelp does not tier)
 LATEST_TIERED_TIMESTAMP = -5  # KIP-1005: the last offset in remote storage (none: -1, as Kafka without tiering)
 
+_metrics: ModuleType | None
 try:  # metrics land with the HTTP part; the core works without them
-    from kelp.broker import metrics as _metrics  # type: ignore[attr-defined]
+    from kelp.broker import metrics as _metrics
 except Exception:  # pragma: no cover - depends on another part being present
     _metrics = None
 
@@ -325,7 +327,7 @@ class ReplicaManager(ProducePath, FetchPath, FollowerPath, IsrChanges):
         except (KelpError, KeyError, ValueError):
             return 1
 
-    def _background(self, coro: Awaitable[Any], what: str) -> asyncio.Task | None:
+    def _background(self, coro: Coroutine[Any, Any, object], what: str) -> asyncio.Task | None:
         async def run() -> None:
             try:
                 await coro
@@ -335,7 +337,7 @@ class ReplicaManager(ProducePath, FetchPath, FollowerPath, IsrChanges):
         try:
             task = asyncio.get_running_loop().create_task(run())
         except RuntimeError:  # no loop (unit tests driving the manager synchronously)
-            coro.close()  # type: ignore[attr-defined]
+            coro.close()
             return None
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -344,7 +344,7 @@ def whole_batches_end(data: bytes | bytearray | memoryview, *, max_offset: int |
 
 
 def assign_offsets(
-    buf: bytearray,
+    buf: bytearray | memoryview,
     batches: Sequence[BatchInfo],
     *,
     base_offset: int,
@@ -365,7 +365,7 @@ def assign_offsets(
     return offset
 
 
-def set_log_append_time(buf: bytearray, batch: BatchInfo, timestamp_ms: int) -> None:
+def set_log_append_time(buf: bytearray | memoryview, batch: BatchInfo, timestamp_ms: int) -> None:
     """Mark `batch` as LogAppendTime with max timestamp `timestamp_ms`; recomputes its CRC."""
     attributes = batch.attributes | TIMESTAMP_TYPE_MASK
     if attributes == batch.attributes and batch.max_timestamp == timestamp_ms:

@@ -34,7 +34,7 @@ async def reconcile_group(body: Mapping[str, Any], kube: KubeClient, admin_for: 
     status: dict[str, Any] = {"observedGeneration": int(meta.get("generation") or 0), **unobserved(GROUP_OBSERVED)}
     cluster, missing = await cluster_of(body, kube)
     if cluster is None:
-        return status, [missing]  # type: ignore[list-item]
+        return status, [missing]  # type: ignore[list-item]  # cluster_of gives a condition when no cluster
     admin = await admin_for(cluster)
     path = f"/admin/v1/groups/{quote(group, safe='')}"
     conds: list[dict[str, Any]] = []
@@ -63,7 +63,7 @@ async def reconcile_group(body: Mapping[str, Any], kube: KubeClient, admin_for: 
             members = len(described["members"]) if described else 0
             if members:
                 message = (f"reset {request_id} waits: group '{group}' has {members} member(s) (state "
-                           f"{described['state']}); it is applied once the group is Empty")  # type: ignore[index]
+                           f"{described['state']}); it is applied once the group is Empty")  # type: ignore[index]  # members: described
                 await emit("OffsetsResetWaiting", message)
                 conds.append(condition("OffsetsReset", False, "Waiting", message))
             else:

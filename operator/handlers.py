@@ -111,7 +111,7 @@ def _deletes_topic(spec: kopf.Spec, **_: Any) -> bool:
 
 
 @kopf.on.delete(GROUP, VERSION, "topics", when=_deletes_topic)
-async def topic_deleted(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
+async def topic_deleted(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
     try:
         async with memo.runner.lock("Topic", body["metadata"]["namespace"], body["metadata"]["name"]):
             logger.info(await delete_topic(body, memo.kube, memo.runner.admin_for,

@@ -17,6 +17,7 @@ never guarded.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import os
 from typing import Any, Mapping
 
@@ -103,7 +104,8 @@ class KubeClient:
         query = [("labelSelector", ",".join(f"{k}={v}" for k, v in labels.items()))] if labels else []
         return (await self._call("GET", resource_path(kind, namespace), query=query)).get("items", [])
 
-    async def list_everywhere(self, kind: str, namespaces: list[str] | None) -> list[dict]:
+    # `builtins.list`: in this class body, `list` names the method above.
+    async def list_everywhere(self, kind: str, namespaces: builtins.list[str] | None) -> builtins.list[dict]:
         """Objects of `kind` in the given namespaces, or in every namespace when None."""
         if namespaces is None:
             prefix, plural = KINDS[kind]

@@ -51,7 +51,7 @@ def admin_factory(kube: KubeClient, http: aiohttp.ClientSession) -> AdminFactory
 async def resync_once(kube: KubeClient, http: aiohttp.ClientSession | None, namespaces: list[str] | None, *,
                       runner: Runner | None = None) -> int:
     """One pass; returns how many objects failed to reconcile."""
-    runner = runner or Runner(kube, admin_factory(kube, http))  # type: ignore[arg-type]
+    runner = runner or Runner(kube, admin_factory(kube, http))  # type: ignore[arg-type]  # http comes without a runner
     failed = 0
     for kind in KINDS:
         mark = runner.mark()

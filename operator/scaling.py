@@ -65,7 +65,7 @@ async def _submit(ctx: ClusterPass, plan: list[dict[str, Any]]) -> str | None:
         return None
     await ctx.kube.fence()
     try:
-        await ctx.admin.request("POST", "/admin/v1/partitions/reassign", {"partitions": plan})  # type: ignore[union-attr]
+        await ctx.admin.request("POST", "/admin/v1/partitions/reassign", {"partitions": plan})  # type: ignore[union-attr]  # callers checked ctx.admin
     except AdminError as exc:
         return exc.message
     ctx.submitted += len(plan)
@@ -157,13 +157,13 @@ def _describe(move: dict[str, Any], live: set[int]) -> str:
 
 async def _cancel(ctx: ClusterPass, moves: list[dict[str, Any]], *, retry: bool) -> str:
     await ctx.kube.fence()
-    await ctx.admin.request("POST", "/admin/v1/partitions/reassign", {"partitions": [  # type: ignore[union-attr]
+    await ctx.admin.request("POST", "/admin/v1/partitions/reassign", {"partitions": [  # type: ignore[union-attr]  # checked by the caller
         {"topic": m["topic"], "partition": m["partition"], "replicas": None} for m in moves]})
     if not retry:
         return f"cancelled {len(moves)} partition move(s); their replicas are back where they were"
     targets = [{"topic": m["topic"], "partition": m["partition"],
                 "replicas": [r for r in m["replicas"] if r not in m.get("removing", [])]} for m in moves]
-    await ctx.admin.request("POST", "/admin/v1/partitions/reassign", {"partitions": targets})  # type: ignore[union-attr]
+    await ctx.admin.request("POST", "/admin/v1/partitions/reassign", {"partitions": targets})  # type: ignore[union-attr]  # checked by the caller
     return f"cancelled and resubmitted {len(moves)} partition move(s)"
 
 
@@ -202,7 +202,7 @@ async def watch_reassignments(ctx: ClusterPass) -> tuple[dict[str, Any] | None, 
     previous = ctx.old_status.get("reassignment") or {}
     progress = _progress(moves)
     unchanged = previous.get("partitions") == len(moves) and previous.get("progress") == progress
-    since = previous.get("lastProgressTime") if unchanged and previous.get("lastProgressTime") else _rfc3339(ctx.now)
+    since = previous["lastProgressTime"] if unchanged and previous.get("lastProgressTime") else _rfc3339(ctx.now)
     idle = ctx.now - _epoch(since)
     field: dict[str, Any] = {"partitions": len(moves), "progress": progress, "lastProgressTime": since,
                              "stalledPartitions": []}

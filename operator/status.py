@@ -56,7 +56,8 @@ def merge_conditions(old: Sequence[Mapping[str, Any]] | None, new: Iterable[Mapp
         before = previous.get(c["type"])
         changed = before is None or before.get("status") != c["status"]
         out[c["type"]] = {**c, "observedGeneration": generation,
-                          "lastTransitionTime": now if changed else before.get("lastTransitionTime", now)}
+                          "lastTransitionTime": (now if changed or before is None
+                                                 else before.get("lastTransitionTime", now))}
     return [out[t] for t in sorted(out)]
 
 

@@ -113,7 +113,7 @@ async def reconcile_topic(body: Mapping[str, Any], kube: KubeClient, admin_for: 
                               **unobserved(TOPIC_OBSERVED)}
     cluster, missing = await cluster_of(body, kube)
     if cluster is None:
-        return status, [missing]  # type: ignore[list-item]
+        return status, [missing]  # type: ignore[list-item]  # cluster_of gives a condition when no cluster
     async def emit(reason: str, message: str, *, warning: bool = False) -> None:
         if events is not None:
             await events.emit(body, reason, message, warning=warning)

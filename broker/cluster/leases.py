@@ -196,10 +196,11 @@ class LeaseElector:
             return None
 
     async def release(self) -> None:
-        if not self.held:
+        record = self.record
+        if record is None or not self.held:
             return
         try:
-            self.record = await self.backend.update(replace(self.record, holder=None, renew_time_ms=self.clock_ms()))
+            self.record = await self.backend.update(replace(record, holder=None, renew_time_ms=self.clock_ms()))
         except LeaseConflict:
             pass
 

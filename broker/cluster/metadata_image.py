@@ -239,10 +239,10 @@ def apply_records(image: MetadataImage, records: Iterable[Mapping[str, Any]], *,
                                           f"{rec['topic_id']}) but that topic is not in the image")
                 if not 0 <= p < old_topic.partitions:
                     raise MetadataCorrupt(f"offset {offset}: {name} has no partition {p}")
-                state = PartitionState.from_json(rec["state"])
-                check_partition_state(name, p, state)
-                _check_partition_step(name, p, old_topic.partition_states[p], state)
-                new_topic = old_topic.with_partition(p, state)
+                partition_state = PartitionState.from_json(rec["state"])
+                check_partition_state(name, p, partition_state)
+                _check_partition_step(name, p, old_topic.partition_states[p], partition_state)
+                new_topic = old_topic.with_partition(p, partition_state)
                 topics[name] = new_topic
                 delta.changed[name] = new_topic
             elif kind == "remove_topic":
@@ -327,11 +327,12 @@ def image_from_snapshot(doc: Mapping[str, Any]) -> MetadataImage:
         broker_configs: dict[int, dict[str, str]] = {}
         for item in doc.get("broker_configs", []):
             entity, configs = _checked_broker_configs(item["broker"], item["configs"], where="metadata snapshot")
-            if entity in broker_configs or any(v is None for v in configs.values()):
+            values = {k: v for k, v in configs.items() if v is not None}
+            if entity in broker_configs or len(values) != len(configs):
                 raise MetadataCorrupt(f"metadata snapshot: broker configs of entity {entity} are given twice or hold "
                                       "a null value")
-            if configs:
-                broker_configs[entity] = configs  # type: ignore[assignment]
+            if values:
+                broker_configs[entity] = values
         return MetadataImage(offset=int(doc["offset"]), epoch=int(doc["epoch"]),
                              controller_id=int(doc.get("controller_id", -1)), topics=topics,
                              next_producer_id=int(doc.get("next_producer_id", 0)),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 from kelp.errors import (
     ElectionNotNeededError,
@@ -25,6 +25,7 @@ from kelp.errors import (
 
 from .elections import RevertRefused, complete_reassignment, revert_reassignment
 from .metadata_image import partition_record
+from .model import PartitionState, TopicState
 
 __all__ = ["PartitionMoves"]
 
@@ -33,7 +34,26 @@ log = logging.getLogger("kelp.broker.controller")
 
 class PartitionMoves:
     _lock: asyncio.Lock
-    topics: Any
+
+    if TYPE_CHECKING:  # defined by `TopicAdmin` and `Controller`, beside which this is mixed in; for the type checker
+        @property
+        def topics(self) -> Mapping[str, TopicState]: ...
+
+        def _topic(self, name: str) -> TopicState: ...
+
+        def _partition_state(self, topic: str, partition: int) -> tuple[TopicState, PartitionState]: ...
+
+        def _check_replica_list(self, name: str, p: int, replicas: list[int]) -> None: ...
+
+        def _check_fresh(self) -> None: ...
+
+        def _eligible(self) -> frozenset[int]: ...
+
+        async def _append(self, records: list[dict], *, unknown_outcome: type[Exception] = ...) -> None: ...
+
+        async def _commit(self, states: Iterable[TopicState]) -> None: ...
+
+        def _answer(self, doc: dict) -> dict: ...
 
     async def reassign(self, *, topic: str, partition: int, replicas: list[int] | None) -> dict:
         """Start moving a partition to `replicas` (None cancels a running move)."""

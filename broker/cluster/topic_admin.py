@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from kelp.errors import (
     BrokerIdNotRegisteredError,
@@ -43,6 +43,15 @@ class TopicAdmin:
     _lock: asyncio.Lock
     _shutting_down: set[int]
     _topic_config_check: Any
+
+    if TYPE_CHECKING:  # defined by `Controller`, which mixes this in; declared for the type checker alone
+        def _check_fresh(self) -> None: ...
+
+        async def _append(self, records: list[dict], *, unknown_outcome: type[Exception] = ...) -> None: ...
+
+        async def _commit(self, states: Iterable[TopicState]) -> None: ...
+
+        def _answer(self, doc: dict) -> dict: ...
 
     @property
     def topics(self) -> Mapping[str, TopicState]:  # the controller's image

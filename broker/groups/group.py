@@ -84,6 +84,16 @@ class Member:
     def awaiting_sync(self) -> bool:
         return self.sync_future is not None and not self.sync_future.done()
 
+    def answer_join(self, result: object) -> None:
+        """Answer the JoinGroup parked on this member, if one is still waiting."""
+        if self.join_future is not None and not self.join_future.done():
+            self.join_future.set_result(result)
+
+    def answer_sync(self, result: object) -> None:
+        """Answer the SyncGroup parked on this member, if one is still waiting."""
+        if self.sync_future is not None and not self.sync_future.done():
+            self.sync_future.set_result(result)
+
     def protocol_names(self) -> list[str]:
         return [name for name, _ in self.protocols]
 

@@ -25,7 +25,7 @@ import asyncio
 import logging
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable, TypedDict, Unpack
 
 from kelp.errors import ErrorCode
 
@@ -36,6 +36,17 @@ from .group_metadata_manager import GroupMetadataManager
 __all__ = ["GroupMembership", "JoinResult", "SyncResult"]
 
 log = logging.getLogger("kelp.broker.groups")
+
+
+class MemberFields(TypedDict):
+    """What a JoinGroup says about the member joining (passed on as keyword arguments)."""
+
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
 
 
 @dataclass
@@ -77,10 +88,8 @@ class GroupMembership:
         for key in [k for k in self._timers if k[0] == gid]:
             self._timers.pop(key).cancel()
         for m in group.members.values():
-            if m.awaiting_join:
-                m.join_future.set_result(JoinResult(ErrorCode.NOT_COORDINATOR, member_id=m.member_id))  # type: ignore[union-attr]
-            if m.awaiting_sync:
-                m.sync_future.set_result(SyncResult(ErrorCode.NOT_COORDINATOR))  # type: ignore[union-attr]
+            m.answer_join(JoinResult(ErrorCode.NOT_COORDINATOR, member_id=m.member_id))
+            m.answer_sync(SyncResult(ErrorCode.NOT_COORDINATOR))
 
     def stop(self) -> None:
         """Cancel every timer and answer every parked request NOT_COORDINATOR (the coordinator stops)."""
@@ -155,8 +164,8 @@ class GroupMembership:
         if not group.supports(protocol_type, protocols):
             return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
         loop = asyncio.get_running_loop()
-        kw = dict(client_id=client_id, client_host=client_host, session_timeout_ms=session_timeout_ms,
-                  rebalance_timeout_ms=rebalance_timeout_ms, protocol_type=protocol_type, protocols=protocols)
+        kw = MemberFields(client_id=client_id, client_host=client_host, session_timeout_ms=session_timeout_ms,
+                          rebalance_timeout_ms=rebalance_timeout_ms, protocol_type=protocol_type, protocols=protocols)
         if not member_id:
             if group_instance_id:
                 return await self._join_unknown_static(group, group_instance_id, loop, **kw)
@@ -211,17 +220,15 @@ class GroupMembership:
         return [(m.member_id, m.group_instance_id, m.metadata_for(proto)) for m in group.members.values()]
 
     async def _join_unknown_static(self, group: Group, instance_id: str,
-                                   loop: asyncio.AbstractEventLoop, **kw: Any) -> JoinResult:
+                                   loop: asyncio.AbstractEventLoop, **kw: Unpack[MemberFields]) -> JoinResult:
         old_id = group.static_member_id(instance_id)
         new_id = f"{instance_id}-{uuid.uuid4()}"
         if old_id is None:
             return await self._add_member_and_rebalance(group, new_id, instance_id, loop, **kw)
         old = group.members[old_id]
         # Fence the old incarnation's parked requests.
-        if old.awaiting_join:
-            old.join_future.set_result(JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id=old_id))  # type: ignore[union-attr]
-        if old.awaiting_sync:
-            old.sync_future.set_result(SyncResult(ErrorCode.FENCED_INSTANCE_ID))  # type: ignore[union-attr]
+        old.answer_join(JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id=old_id))
+        old.answer_sync(SyncResult(ErrorCode.FENCED_INSTANCE_ID))
         self._cancel(group, "hb:" + old_id)
         member = group.replace_static_member(instance_id, old_id, new_id)
         member.client_id = kw["client_id"]
@@ -264,9 +271,8 @@ class GroupMembership:
         member.protocols = protocols
         member.rebalance_timeout_ms = rebalance_timeout_ms
         member.session_timeout_ms = session_timeout_ms
-        if member.awaiting_join:
-            # A duplicate join from the same member replaces the parked one.
-            member.join_future.set_result(JoinResult(ErrorCode.REBALANCE_IN_PROGRESS, member_id=member.member_id))  # type: ignore[union-attr]
+        # A duplicate join from the same member replaces the parked one.
+        member.answer_join(JoinResult(ErrorCode.REBALANCE_IN_PROGRESS, member_id=member.member_id))
         member.join_future = loop.create_future()
         fut = member.join_future
         self._cancel(group, "hb:" + member.member_id)
@@ -284,8 +290,7 @@ class GroupMembership:
         if group.is_(GroupState.COMPLETING_REBALANCE):
             for m in group.members.values():
                 m.assignment = b""
-                if m.awaiting_sync:
-                    m.sync_future.set_result(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))  # type: ignore[union-attr]
+                m.answer_sync(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
         was_empty = group.is_(GroupState.EMPTY)
         group.transition(GroupState.PREPARING_REBALANCE, now_ms=self.clock())
         log.info("group '%s': preparing rebalance at generation %d (%s)", group.group_id, group.generation, reason)
@@ -307,7 +312,7 @@ class GroupMembership:
             self._timers.pop((group.group_id, "join"), None)
             if group.generation != generation or not group.is_(GroupState.PREPARING_REBALANCE):
                 return
-            if group.initial_delay_active and group.initial_delay_extend and remaining_ms > 0:  # type: ignore[attr-defined]
+            if group.initial_delay_active and group.initial_delay_extend and remaining_ms > 0:
                 group.initial_delay_extend = False
                 step = min(self.config.initial_rebalance_delay_ms, remaining_ms)
                 self._start_initial_delay(group, step, remaining_ms - step)
@@ -390,10 +395,8 @@ class GroupMembership:
 
     def _remove_member(self, group: Group, member: Member, *, notify: bool) -> None:
         self._cancel(group, "hb:" + member.member_id)
-        if member.awaiting_join:
-            member.join_future.set_result(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member.member_id))  # type: ignore[union-attr]
-        if member.awaiting_sync:
-            member.sync_future.set_result(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))  # type: ignore[union-attr]
+        member.answer_join(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member.member_id))
+        member.answer_sync(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
         group.remove(member.member_id)
         if not notify:
             return
@@ -435,8 +438,7 @@ class GroupMembership:
         if not group.is_(GroupState.COMPLETING_REBALANCE):
             return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
         loop = asyncio.get_running_loop()
-        if member.awaiting_sync:
-            member.sync_future.set_result(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))  # type: ignore[union-attr]
+        member.answer_sync(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
         member.sync_future = fut = loop.create_future()
         self.schedule_heartbeat(group, member)
         if member_id == group.leader_id:
@@ -451,15 +453,13 @@ class GroupMembership:
                     # durable; every waiting member gets the error and the group rebalances again.
                     for m in group.members.values():
                         m.assignment = b""
-                        if m.awaiting_sync:
-                            m.sync_future.set_result(SyncResult(err))  # type: ignore[union-attr]
+                        m.answer_sync(SyncResult(err))
                         m.sync_future = None
                     self._prepare_rebalance(group, f"error {err} writing the generation {gen} assignment")
                 else:
                     for m in group.members.values():
-                        if m.awaiting_sync:
-                            m.sync_future.set_result(  # type: ignore[union-attr]
-                                SyncResult(ErrorCode.NONE, group.protocol_type, group.protocol_name, m.assignment))
+                        m.answer_sync(
+                            SyncResult(ErrorCode.NONE, group.protocol_type, group.protocol_name, m.assignment))
                         m.sync_future = None
                     group.transition(GroupState.STABLE, now_ms=self.clock())
                     log.info("group '%s': Stable at generation %d", group.group_id, gen)

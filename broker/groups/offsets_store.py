@@ -38,7 +38,7 @@ class BrokerOffsetStore:
         await self.broker.replicas.append(OFFSETS_TOPIC, partition, data, acks=-1, timeout_ms=self.commit_timeout_ms,
                                           internal_allowed=True)
 
-    def replay(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
+    def replay(self, partition: int) -> Iterator[tuple[bytes | None, bytes | None]]:
         lg = self.broker.logs.get(OFFSETS_TOPIC, partition)
         if lg is None:
             return

@@ -134,7 +134,12 @@ class PartitionLoader:
                 log.exception("loading __consumer_offsets-%d failed; retrying in %d ms", partition,
                               self.config.load_retry_ms)
                 retry: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-                self.scheduler.call_later(self.config.load_retry_ms, lambda: retry.done() or retry.set_result(None))  # noqa: B023 (awaited just below)
+
+                def wake(retry: asyncio.Future[None] = retry) -> None:
+                    if not retry.done():
+                        retry.set_result(None)
+
+                self.scheduler.call_later(self.config.load_retry_ms, wake)
                 await retry
                 if ownership.token(partition) != token:
                     return

@@ -14,7 +14,7 @@ ClusterMember) and its errors to JSON; it decides nothing.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 from aiohttp import web
 
@@ -87,7 +87,7 @@ async def cluster_view(request: web.Request) -> web.Response:
     return json_response(_member(request).describe())
 
 
-def _int32(value: Any) -> bool:
+def _int32(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
 
 

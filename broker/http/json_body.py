@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import sys
 from array import array
 from itertools import accumulate
 from typing import Any, Callable
@@ -59,6 +60,12 @@ _LONE_SURROGATE = re.compile(
     r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
 )
 _WS = re.compile(r"[ \t\n\r]*")
+
+
+def _match_end(pattern: re.Pattern[str], text: str, pos: int, endpos: int = sys.maxsize) -> int:
+    """Where `pattern` stops matching from `pos`: `_WHOLE_STRINGS` and `_WS` match the empty string, so always match."""
+    match = pattern.match(text, pos, endpos)
+    return pos if match is None else match.end()
 
 
 class BodyError(ValueError):
@@ -101,7 +108,7 @@ def _check_strings_and_depth(text: str, max_depth: int) -> None:
     depth = 0
     window = _SCAN_SLICE
     while pos < n:
-        end = _WHOLE_STRINGS.match(text, pos, min(n, pos + window)).end()
+        end = _match_end(_WHOLE_STRINGS, text, pos, min(n, pos + window))
         if end == pos:  # a string longer than the window starts here: widen it
             if pos + window >= n:
                 return  # an unterminated string: the parser names it
@@ -136,7 +143,7 @@ def _raw(text: str, pos: int) -> tuple[Any, int]:
 
 
 def _expect(text: str, pos: int, chars: str, what: str) -> int:
-    pos = _WS.match(text, pos).end()
+    pos = _match_end(_WS, text, pos)
     if pos >= len(text) or text[pos] not in chars:
         got = "the end of the body" if pos >= len(text) else repr(text[pos])
         raise BodyError(f"not valid JSON: expected {what} at {_where(text, pos)}, got {got}")
@@ -146,13 +153,13 @@ def _expect(text: str, pos: int, chars: str, what: str) -> int:
 def _value(text: str, pos: int, level: int, max_items: int | None, limit_name: str,
            path: str = "the body") -> tuple[Any, int]:
     """Parse one value; objects and arrays of the top two levels member by member, the rest in one call."""
-    pos = _WS.match(text, pos).end()
+    pos = _match_end(_WS, text, pos)
     opener = text[pos:pos + 1]
     if level >= 2 or opener not in ("{", "["):
         return _raw(text, pos)
     close = "}" if opener == "{" else "]"
     out: Any = {} if opener == "{" else []
-    pos = _WS.match(text, pos + 1).end()
+    pos = _match_end(_WS, text, pos + 1)
     if text[pos:pos + 1] == close:
         return out, pos + 1
     while True:
@@ -178,7 +185,7 @@ def loads_bounded(text: str, *, max_depth: int = MAX_JSON_DEPTH, max_items: int 
     """`json.loads` without NaN/Infinity, depth-bounded, piecewise; raises `BodyError`."""
     _check_strings_and_depth(text, max_depth)
     value, end = _value(text, 0, 0, max_items, limit_name)
-    end = _WS.match(text, end).end()
+    end = _match_end(_WS, text, end)
     if end != len(text):
         raise BodyError(f"not valid JSON: extra data after the document at {_where(text, end)}")
     return value

@@ -23,7 +23,7 @@ __all__ = ["BROKER", "METRICS", "LOG_REGISTRY", "ROUND_ROBIN", "MAX_BODY", "OFF_
 
 # The `kelp.broker.app.Broker` this listener serves (typed loosely: the HTTP
 # layer must not import the composition root that imports it).
-BROKER = web.AppKey("kelp_broker", Any)
+BROKER: web.AppKey[Any] = web.AppKey("kelp_broker")
 METRICS = web.AppKey("kelp_metrics", BrokerMetrics)
 # Per-broker registry holding the scrape-time log gauges of this broker's LogManager.
 LOG_REGISTRY = web.AppKey("kelp_log_registry", CollectorRegistry)

@@ -100,7 +100,7 @@ def _encode_headers(raw: Any, fmt: str, *, index: int) -> tuple[tuple[str, bytes
             pairs.append((item.get("name", item.get("key")), item.get("value")))
     else:
         raise HttpProblem(422, f"records[{index}].headers must be a list of {{name, value}} or an object")
-    out = []
+    out: list[tuple[str, bytes | None]] = []
     for name, value in pairs:
         if value is None:
             out.append((name, None))
@@ -215,7 +215,7 @@ async def _produce(request: web.Request, *, fixed_partition: int | None) -> web.
     else:
         by_partition, batches = place_and_build()
 
-    outcome: dict[int, tuple[int, None] | tuple[None, dict[str, Any]]] = {}
+    outcome: dict[int, int | dict[str, Any]] = {}  # partition: its first offset, or the error to answer
     for p in sorted(by_partition):
         try:
             batch = batches[p]
@@ -224,17 +224,17 @@ async def _produce(request: web.Request, *, fixed_partition: int | None) -> web.
             result = await broker.cluster.append(topic, p, batch, acks=1)
         except Exception as exc:  # per-partition failure, reported per record like Confluent
             code = getattr(exc, "code", ErrorCode.UNKNOWN_SERVER_ERROR)
-            outcome[p] = (None, {"partition": p, "offset": None, "error_code": code,
-                                 "error": f"topic '{topic}' partition {p}: {exc}"})
+            outcome[p] = {"partition": p, "offset": None, "error_code": code,
+                          "error": f"topic '{topic}' partition {p}: {exc}"}
             continue
-        outcome[p] = (result.base_offset, None)
+        outcome[p] = result.base_offset
 
     def reply_body() -> bytes:
         offsets: list[dict[str, Any]] = [{} for _ in parsed]
         for p, indexes in by_partition.items():
-            base, failed = outcome[p]
+            base = outcome[p]
             for j, i in enumerate(indexes):
-                offsets[i] = failed if base is None else {
+                offsets[i] = base if isinstance(base, dict) else {
                     "partition": p, "offset": base + j, "error_code": None, "error": None}
         # In slices: one json.dumps of 400,000 offsets would hold the GIL (and the loop) for ~0.7 s.
         parts = [json.dumps(offsets[k:k + 1000], separators=(",", ":"))[1:-1] for k in range(0, len(offsets), 1000)]

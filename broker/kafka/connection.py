@@ -39,7 +39,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from typing import Callable, Protocol
+from typing import Callable, Protocol, cast
 
 from .framing import SIZE
 from .limits import MemoryPool
@@ -141,7 +141,8 @@ class _Connection(asyncio.BufferedProtocol):
 
     # -- transport callbacks ----------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        # A stream server (`loop.create_server`) hands its protocols an asyncio.Transport.
+        self.transport = stream = cast(asyncio.Transport, transport)
         peername = transport.get_extra_info("peername")
         self.peer = f"{peername[0]}:{peername[1]}" if peername else "?"
         self._ip = peername[0] if peername else "?"
@@ -150,7 +151,7 @@ class _Connection(asyncio.BufferedProtocol):
             transport.close()
             return
         self._admitted = True
-        self.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)  # type: ignore[union-attr]
+        stream.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         self._writer = asyncio.get_running_loop().create_task(self._write_loop())
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -167,9 +168,9 @@ class _Connection(asyncio.BufferedProtocol):
                 try:
                     frame.extend(bytes(self._frame_cap - got))
                 except BufferError:
-                    frame = bytearray(self._frame_cap)
-                    frame[:got] = self._frame
-                    self._frame = frame
+                    grown = bytearray(self._frame_cap)
+                    grown[:got] = frame
+                    self._frame = frame = grown
             return memoryview(frame)[got:]
         # The shared staging buffer: valid until the `buffer_updated` that follows this call
         # (the event loop makes both calls in one step). `_tail` stays authoritative until then.
@@ -407,7 +408,12 @@ class _Connection(asyncio.BufferedProtocol):
             self._close_after_responses()
             return False
         self._in_flight += 1
-        item.add_done_callback(lambda _f: (self._answered(), release()))
+
+        def answered(_f: asyncio.Future) -> None:
+            self._answered()
+            release()
+
+        item.add_done_callback(answered)
         self._pending.append(item)
         self._notify()
         if len(self._pending) >= MAX_IN_FLIGHT:

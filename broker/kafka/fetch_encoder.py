@@ -77,7 +77,7 @@ def encode_fetch_response(
             if n:
                 out.append(bytes(head))
                 size += len(head)
-                out.append(records)  # type: ignore[arg-type]
+                out.append(records)
                 size += n
                 head = bytearray()
             if flexible:

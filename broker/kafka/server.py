@@ -31,6 +31,7 @@ from typing import Any, Callable
 
 from kelp.errors import ErrorCode, KelpError
 
+from .. import metrics as _metrics
 from .connection import MAX_IN_FLIGHT, STAGING_BYTES, WRITE_HIGH_WATER, _Connection
 from .framing import FrameError, parse_request_header, response_frame
 from .handlers import get_handler
@@ -44,12 +45,7 @@ log = logging.getLogger("kelp.broker.kafka")
 API_VERSIONS_KEY = 18
 UNSUPPORTED_VERSION = ErrorCode.UNSUPPORTED_VERSION
 
-try:
-    from kelp.broker import metrics as _metrics  # type: ignore[attr-defined]
-except Exception:  # pragma: no cover - the HTTP part provides it
-    _metrics = None
-
-_LATENCY = getattr(_metrics, "REQUEST_LATENCY", None) if _metrics is not None else None
+_LATENCY = _metrics.REQUEST_LATENCY
 
 
 
@@ -82,7 +78,7 @@ class KafkaServer:
         self.staging_view = memoryview(self.staging)
         self._sweeper: asyncio.Task | None = None
         self._refusals = RateLimitedLog(log)
-        self._metrics = _metrics.metrics_of(broker) if _metrics is not None else None
+        self._metrics = _metrics.metrics_of(broker)
         self._refused = getattr(self._metrics, "connections_refused", None)
         self._closed_by_limit = getattr(self._metrics, "connections_closed", None)
 
@@ -104,8 +100,7 @@ class KafkaServer:
             self.advertised_host = self.host if self.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
         if self.idle_s is not None:
             self._sweeper = loop.create_task(self._sweep_idle())
-        if hasattr(self._metrics, "watch_listener"):
-            self._metrics.watch_listener(self)  # type: ignore[union-attr]
+        self._metrics.watch_listener(self)
 
     async def serve(self) -> None:
         """Start accepting connections on the bound listener."""
@@ -117,8 +112,7 @@ class KafkaServer:
             self._sweeper.cancel()
         if self._server is not None:
             self._server.close()
-        writers = [c.abort() for c in list(self._connections)]
-        writers = [w for w in writers if w is not None]
+        writers = [w for c in list(self._connections) if (w := c.abort()) is not None]
         if writers:
             await asyncio.wait(writers, timeout=2)
         if self._server is not None:
@@ -225,7 +219,7 @@ class KafkaServer:
     ) -> list | None | bool:
         start = time.perf_counter()
         try:
-            if fallback:
+            if fallback or body is None:  # only the ApiVersions fallback comes without a body
                 request = None
                 ctx.extra["unsupported_version"] = True
             else:
@@ -255,11 +249,10 @@ class KafkaServer:
             prefix = response_frame(ctx.correlation_id, payload, flexible_header=flexible_header)
             return [prefix, payload]
         finally:
-            if _LATENCY is not None:
-                try:
-                    _LATENCY.labels(api=spec.name).observe(time.perf_counter() - start)
-                except Exception:
-                    pass
+            try:
+                _LATENCY.labels(api=spec.name).observe(time.perf_counter() - start)
+            except Exception:
+                pass
 
     def _raw_error(self, correlation_id: int, code: int) -> list:
         body = struct.pack(">h", code)

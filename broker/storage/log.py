@@ -441,9 +441,9 @@ class Log(LogReads, LogRetention, LogTruncation, LogDurability):
     def close(self) -> None:
         """Flush and close; the next open skips recovery (the recovery point is the log end) and, with a
         producer snapshot handed over by `set_close_snapshot`, the producer-state replay too."""
-        pending, self._close_snapshot = self._close_snapshot, None
-        if pending is not None and not self._closed:
-            offset, entries, generation = pending
+        snapshot, self._close_snapshot = self._close_snapshot, None
+        if snapshot is not None and not self._closed:
+            offset, entries, generation = snapshot
             try:
                 self.write_producer_snapshot(offset, entries, generation=generation)
             except OSError as exc:

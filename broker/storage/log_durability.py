@@ -22,6 +22,7 @@ from kelp.errors import KafkaStorageError
 
 from .checkpoint import PARTITION_CHECKPOINT, PartitionCheckpoint
 from .log_state import LogState
+from .segment import LogSegment
 
 
 class LogDurability(LogState):
@@ -56,7 +57,7 @@ class LogDurability(LogState):
                 values = self._checkpoint_values()
             self._write_checkpoint_values(values)
 
-    def _fsync_segments(self, segments: list) -> None:
+    def _fsync_segments(self, segments: list[LogSegment]) -> None:
         """fsync each segment, without the log lock; one deleted or swapped meanwhile is skipped."""
         for segment in segments:
             try:

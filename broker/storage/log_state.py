@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from .config import LogConfig
 from .leader_epoch import LeaderEpochCache
@@ -26,9 +26,6 @@ class LogState:
 
     directory: Path
     config: LogConfig
-    name: str
-    log_end_offset: int
-    size_bytes: int
     leader_epochs: LeaderEpochCache
     cleaner_offset: int
     # `_lock` guards the segment list and offsets (every append takes it); the order is always
@@ -49,3 +46,13 @@ class LogState:
     _now_ms: Callable[[], int]
     _check_open: Callable[[], None]
     _segment_index_for: Callable[[int], int]
+
+    if TYPE_CHECKING:  # read-only properties of `Log`; declared for the type checker alone, never defined here
+        @property
+        def name(self) -> str: ...
+
+        @property
+        def log_end_offset(self) -> int: ...
+
+        @property
+        def size_bytes(self) -> int: ...

@@ -15,19 +15,20 @@ import bisect
 import os
 import sys
 from array import array
+from collections.abc import Sequence
 from pathlib import Path
 
 ENTRY_SIZE = 8
 
 
-def _to_disk(values: array) -> bytes:
+def _to_disk(values: array[int]) -> bytes:
     if sys.byteorder == "little":
         values = array(values.typecode, values)
         values.byteswap()
     return values.tobytes()
 
 
-def _from_disk(typecode: str, data: bytes) -> array:
+def _from_disk(typecode: str, data: bytes) -> array[int]:
     values = array(typecode)
     values.frombytes(data)
     if sys.byteorder == "little":
@@ -115,7 +116,7 @@ class OffsetIndex(FileBackedIndex):
 
     @classmethod
     def create(
-        cls, path: Path, base_offset: int, *, max_entries: int, entries: list[tuple[int, int]] = ()
+        cls, path: Path, base_offset: int, *, max_entries: int, entries: Sequence[tuple[int, int]] = ()
     ) -> "OffsetIndex":
         """A fresh index file holding `entries` ((absolute offset, position) pairs)."""
         index = cls(path, base_offset, max_entries=max_entries)

@@ -218,12 +218,12 @@ class LogSegment:
                     return info
                 walked = info.end
             if walked == 0:  # a batch larger than the chunk: take its header alone
-                info = self.header_at(position)
-                if info is None:
+                large = self.header_at(position)
+                if large is None:
                     return None
-                if info.last_offset >= offset:
-                    return info
-                walked = info.size
+                if large.last_offset >= offset:
+                    return large
+                walked = large.size
             position += walked
         return None
 

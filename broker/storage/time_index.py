@@ -14,6 +14,7 @@ from __future__ import annotations
 import bisect
 import struct
 from array import array
+from collections.abc import Sequence
 from pathlib import Path
 
 from .offset_index import FileBackedIndex, IndexFile
@@ -33,7 +34,7 @@ class TimeIndex(FileBackedIndex):
         self._offsets = array("I")
 
     @classmethod
-    def create(cls, path: Path, base_offset: int, *, entries: list[tuple[int, int]] = ()) -> "TimeIndex":
+    def create(cls, path: Path, base_offset: int, *, entries: Sequence[tuple[int, int]] = ()) -> "TimeIndex":
         index = cls(path, base_offset)
         for timestamp, offset in entries:
             index._timestamps.append(timestamp)

@@ -214,7 +214,7 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
 
 def _headers(buf: bytes, pos: int, end: int) -> list[tuple[str, bytes | None]]:
     count, pos = _varint(buf, pos)
-    out = []
+    out: list[tuple[str, bytes | None]] = []
     for _ in range(count):
         n, pos = _varint(buf, pos)
         name = buf[pos:pos + n].decode("utf-8")

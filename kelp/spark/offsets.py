@@ -82,8 +82,12 @@ def resolve(wire: KafkaWire, opts: ReadOptions, spec: OffsetSpec, tps: list[TP],
         if symbolic:
             resolved.update({tp: off for tp, (off, _ts) in wire.list_offsets(symbolic).items()})
         return resolved
-    stamps = ({tp: spec.timestamp for tp in tps} if spec.kind == "timestamp"
-              else {(t, p): v for t, parts in spec.offsets.items() for p, v in parts.items()})
+    if spec.kind == "timestamp":
+        timestamp = spec.timestamp
+        assert timestamp is not None, "an OffsetSpec of kind 'timestamp' carries its timestamp"
+        stamps = {tp: timestamp for tp in tps}
+    else:
+        stamps = {(t, p): v for t, parts in spec.offsets.items() for p, v in parts.items()}
     if spec.kind == "timestamps":
         _cover(name, stamps, tps)
     found = wire.list_offsets({tp: int(v) for tp, v in stamps.items()})
@@ -180,7 +184,7 @@ def _split(ranges: list[OffsetRange], min_partitions: int | None) -> list[Offset
     if not min_partitions or len(ranges) >= min_partitions:
         return ranges
     total = sum(r.size for r in ranges)
-    out = []
+    out: list[OffsetRange] = []
     for r in ranges:
         pieces = max(1, min(r.size, round(min_partitions * r.size / total)))
         step = r.size / pieces

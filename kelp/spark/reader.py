@@ -197,9 +197,9 @@ class KelpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if new:  # partitions that appeared mid-query are read from their earliest offset
                 begin.update({tp: off for tp, (off, _ts) in wire.list_offsets({tp: -2 for tp in new}).items()})
         backlog = sum(max(0, off - begin.get(tp, off)) for tp, off in latest.items())
-        if isinstance(limit, ReadMinRows) or (self.opts.min_offsets_per_trigger is not None
-                                              and not isinstance(limit, ReadAllAvailable)):
-            minimum = limit.min_rows if isinstance(limit, ReadMinRows) else self.opts.min_offsets_per_trigger
+        minimum = (limit.min_rows if isinstance(limit, ReadMinRows)
+                   else None if isinstance(limit, ReadAllAvailable) else self.opts.min_offsets_per_trigger)
+        if minimum is not None:
             waited_ms = (time.monotonic() - self._last_trigger) * 1000
             if backlog < minimum and waited_ms < self.opts.max_trigger_delay_ms and self._target is None:
                 return start

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, cast
 
 from kafka.protocol.admin import (
     DeleteGroupsRequest,
@@ -125,7 +125,8 @@ async def handle_join_group(ctx: RequestContext, request: JoinGroupRequest) -> J
         session_timeout_ms=request.session_timeout_ms,
         rebalance_timeout_ms=request.rebalance_timeout_ms if v >= 1 else -1,
         protocol_type=request.protocol_type,
-        protocols=[(p.name, p.metadata) for p in request.protocols or []],
+        # Decoded from the wire, a bytes field is bytes (the stubs' ApiData form is for requests a client builds).
+        protocols=[(p.name, cast(bytes, p.metadata)) for p in request.protocols or []],
         require_known_member_id=v >= 4,
     )
     if result.error and result.error != ErrorCode.MEMBER_ID_REQUIRED:
@@ -160,7 +161,7 @@ async def handle_sync_group(ctx: RequestContext, request: SyncGroupRequest) -> S
         group_instance_id=getattr(request, "group_instance_id", None) if v >= 3 else None,
         protocol_type=getattr(request, "protocol_type", None) if v >= 5 else None,
         protocol_name=getattr(request, "protocol_name", None) if v >= 5 else None,
-        assignments={a.member_id: a.assignment for a in request.assignments or []},
+        assignments={a.member_id: cast(bytes, a.assignment) for a in request.assignments or []},  # bytes: decoded
     )
     if result.error:
         log.info("SyncGroup of group '%s' member '%s' generation %d from %s: error %d",
@@ -219,6 +220,7 @@ async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest
                 p.committed_metadata or "",
                 -1,
             )
+    codes: dict[tuple[str, int], int]
     if coord is None:
         codes = {tp: COORDINATOR_NOT_AVAILABLE for tp in offsets}
     else:
@@ -266,16 +268,16 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
     v = ctx.api_version
     if v >= 8:
         G = OffsetFetchResponse.OffsetFetchResponseGroup
-        T = G.OffsetFetchResponseTopics
-        P = T.OffsetFetchResponsePartitions
+        GT = G.OffsetFetchResponseTopics
+        GP = GT.OffsetFetchResponsePartitions
         groups = []
         for g in request.groups or []:
             err, items = _fetch_group(coord, g.group_id, g.topics)
             groups.append(G(group_id=g.group_id, error_code=err, topics=[
-                T(name=t, partitions=[
-                    P(partition_index=p, committed_offset=co.offset if co else -1,
-                      committed_leader_epoch=co.leader_epoch if co else -1,
-                      metadata=co.metadata if co else "", error_code=ErrorCode.NONE)
+                GT(name=t, partitions=[
+                    GP(partition_index=p, committed_offset=co.offset if co else -1,
+                       committed_leader_epoch=co.leader_epoch if co else -1,
+                       metadata=co.metadata if co else "", error_code=ErrorCode.NONE)
                     for p, co in parts
                 ]) for t, parts in items
             ]))
@@ -306,6 +308,8 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
 async def handle_offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
     coord = _coordinator(ctx)
     wanted = [(t.name, p.partition_index) for t in request.topics or [] for p in t.partitions or []]
+    err: int
+    codes: dict[tuple[str, int], int]
     if coord is None:
         err, codes = COORDINATOR_NOT_AVAILABLE, {}
     else:

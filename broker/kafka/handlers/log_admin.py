@@ -37,7 +37,7 @@ async def handle_delete_records(ctx: RequestContext, request: DeleteRecordsReque
     TR = DeleteRecordsResponse.DeleteRecordsTopicResult
     PR = TR.DeleteRecordsPartitionResult
 
-    async def one(topic: str, p) -> object:
+    async def one(topic: str, p) -> DeleteRecordsResponse.DeleteRecordsTopicResult.DeleteRecordsPartitionResult:
         try:
             low = await replicas.delete_records(topic, p.partition_index, p.offset, timeout_ms=request.timeout_ms)
             return PR(partition_index=p.partition_index, low_watermark=low, error_code=ErrorCode.NONE)

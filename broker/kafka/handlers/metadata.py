@@ -61,7 +61,7 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
     allow_auto = True if version < 4 else bool(request.allow_auto_topic_creation)
     topics = []
     for name in names:
-        error = ErrorCode.NONE
+        error: int = ErrorCode.NONE
         if not broker.topics.exists(name):
             try:
                 if allow_auto:

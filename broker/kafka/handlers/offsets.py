@@ -46,7 +46,7 @@ async def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) 
                 offset, ts = replicas.list_offset(t.name, p.partition_index, p.timestamp,
                                                   current_leader_epoch=_epoch(p))
                 epoch = replicas.leader_epoch(t.name, p.partition_index) if offset >= 0 else -1
-                code = ErrorCode.NONE
+                code: int = ErrorCode.NONE
             except KelpError as exc:
                 log.warning("list offsets of topic '%s' partition %d by %s: %s", t.name, p.partition_index, ctx.client,
                             exc)
@@ -75,7 +75,7 @@ async def handle_offset_for_leader_epoch(
                 epoch, end = replicas.end_offset_for_epoch(
                     t.topic, p.partition, p.leader_epoch,
                     current_leader_epoch=_epoch(p) if ctx.api_version >= 2 else -1)
-                code = ErrorCode.NONE
+                code: int = ErrorCode.NONE
             except KelpError as exc:
                 log.warning("offset for leader epoch of topic '%s' partition %d by %s: %s", t.topic, p.partition,
                             ctx.client, exc)

@@ -21,6 +21,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from kelp.errors import CorruptRecordError, ErrorCode, KelpError
 
+from ...replica_types import ProduceResult
 from ..produce_decoder import decode_produce_request
 from .registry import RequestContext, handles
 
@@ -38,10 +39,10 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
     acks = request.acks
     # Every partition is appended first; acks=all then waits for all of them at once (Kafka's purgatory):
     # a request naming N partitions waits one replication round trip, not N.
-    outcomes: list[tuple[str, list[tuple[int, object]]]] = []
+    outcomes: list[tuple[str, list[tuple[int, ProduceResult | KelpError]]]] = []
     for td in request.topic_data:
         name = td.name
-        parts: list[tuple[int, object]] = []
+        parts: list[tuple[int, ProduceResult | KelpError]] = []
         topic_error: KelpError | None = None
         if not topics.exists(name):
             try:
@@ -50,7 +51,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
                 topic_error = exc
         for pd in td.partition_data:
             if topic_error is not None:
-                outcome: object = topic_error
+                outcome: ProduceResult | KelpError = topic_error
             elif pd.records is None:
                 outcome = CorruptRecordError(f"produce to topic '{name}' partition {pd.index} carries no records")
             else:

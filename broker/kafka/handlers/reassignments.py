@@ -71,6 +71,7 @@ async def handle_elect_leaders(ctx: RequestContext, request) -> ElectLeadersResp
     P = R.PartitionResult
     election_type = getattr(request, "election_type", PREFERRED) if ctx.api_version >= 1 else PREFERRED
     topics = request.topic_partitions
+    names: list[tuple[str, list[int] | None]]  # (topic, its partitions; None: every one)
     if topics is None:
         names = [(t.name, None) for t in ctx.broker.topics.list_topics()]
     else:
