@@ -136,13 +136,17 @@ class ReplicaFetcher:
         if self._conn is not None:
             await self._conn.close()
 
-    def _connection(self) -> AsyncConnection:
+    async def _connection(self) -> AsyncConnection:
+        """The connection to the leader's current address; one to an address it left is closed first."""
         ep = self.m.endpoint_of(self.leader)
         if ep is None:
             raise BrokerUnavailable(f"broker {self.leader} is not a live member of the cluster")
         if self._conn is None or (self._conn.host, self._conn.port) != (ep.host, ep.port):
-            self._conn = AsyncConnection(ep.host, ep.port, client_id=f"kelp-replica-{self.m.broker_id}",
-                                         timeout_s=self.timeout_s + self.wait_ms / 1000.0)
+            old, self._conn = self._conn, AsyncConnection(
+                ep.host, ep.port, client_id=f"kelp-replica-{self.m.broker_id}",
+                timeout_s=self.timeout_s + self.wait_ms / 1000.0)
+            if old is not None:
+                await old.close()
         return self._conn
 
     async def _run(self) -> None:
@@ -158,7 +162,7 @@ class ReplicaFetcher:
                     pass
                 continue
             try:
-                conn = self._connection()
+                conn = await self._connection()
                 if any(s.truncating for s in self.state.values()):
                     await self._truncate(conn)
                 await self._fetch(conn)

@@ -20,7 +20,7 @@ import threading
 import pytest
 
 from kelp.errors import NotLeaderOrFollowerError, OffsetOutOfRangeError
-from tests.replication.replica_harness import TOPIC, Node, PeerStub, batch
+from tests.replication.replica_harness import TOPIC, Node, PeerStub, batch, until
 
 REPLICAS = (0, 1)
 
@@ -235,3 +235,46 @@ async def test_leadership_taken_during_a_truncation_starts_where_the_truncation_
     appended = await follower.rm.append(TOPIC, 0, bytearray(batch(1)), acks=1)
     assert appended.base_offset == 10
     leader.close(), follower.close()
+
+
+async def test_a_leader_that_moved_address_gets_a_new_connection_and_the_old_one_is_closed(tmp_path) -> None:
+    """A leader's endpoint changed (a pod rescheduled with a new IP): the fetcher dials the new address and
+    closes its connection to the old one instead of leaving it open until the process ends."""
+    from kelp.broker.cluster.model import BrokerEndpoint
+    from kelp.broker.cluster.replica_fetcher import ReplicaFetcherManager
+
+    closed: list[int] = []
+    accepted: list[int] = []
+
+    def server(n: int):
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            accepted.append(n)
+            await reader.read()  # until the peer closes
+            closed.append(n)
+            writer.close()
+        return serve
+
+    old, new = [await asyncio.start_server(server(n), "127.0.0.1", 0) for n in (0, 1)]
+    ports = [s.sockets[0].getsockname()[1] for s in (old, new)]
+    where = {"port": ports[0]}
+    node = Node(tmp_path, 1)
+    manager = ReplicaFetcherManager(replicas=node.rm, broker_id=1, config=node.config,
+                                    endpoint_of=lambda b: BrokerEndpoint(b, "127.0.0.1", where["port"], "", 0))
+    manager.add(TOPIC, 0, leader=0, leader_epoch=1)
+    fetcher = manager._fetchers[0]
+    fetcher._task.cancel()  # driven by hand
+    first = await fetcher._connection()
+    await first._connected()
+    assert await until(lambda: accepted == [0])
+    where["port"] = ports[1]
+    second = await fetcher._connection()
+    assert second is not first and (second.host, second.port) == ("127.0.0.1", ports[1])
+    for _ in range(100):
+        if closed:
+            break
+        await asyncio.sleep(0.01)
+    assert closed == [0], "the connection to the leader's old address was left open"
+    await manager.stop()
+    for s in (old, new):
+        s.close()
+    node.close()
