@@ -141,7 +141,9 @@ def test_operator_deployment_defaults(helm_home: Path) -> None:
     env = {e["name"]: e for e in container["env"]}
     assert env["KELP_LOG_LEVEL"]["value"] == "INFO"
     assert env["KELP_OPERATOR_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
-    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    # The Lease holder identity is new per process (`<pod name>-<hex>`, the operator's fallback without POD_NAME):
+    # a container restarted in the same pod must stand by, not take its pod's Lease back as a renewal.
+    assert "POD_NAME" not in env
     assert "KELP_OPERATOR_RESYNC_SECONDS" not in env  # empty leaseDurationSeconds/resyncSeconds: the operator's 15 s
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
