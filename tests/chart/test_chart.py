@@ -67,6 +67,10 @@ def test_helm_lint_strict(helm_home: Path) -> None:
     ("watchNamespaces={Team_A}", "watchNamespaces"),
     ("image.pullPolicy=Sometimes", "pullPolicy"),
     ("brokerAddress=dns", "brokerAddress"),
+    ("leaseDurationSeconds=0", "leaseDurationSeconds"),
+    ("leaseDurationSeconds=0.5", "leaseDurationSeconds"),
+    ("resyncSeconds=0", "resyncSeconds"),
+    ("resyncSeconds=soon", "resyncSeconds"),
 ])
 def test_values_outside_the_schema_are_refused(helm_home: Path, value: str, field: str) -> None:
     proc = run_helm("template", "kelp", str(CHART_DIR), "--set", value, home=helm_home, check=False)
@@ -137,7 +141,10 @@ def test_operator_deployment_defaults(helm_home: Path) -> None:
     env = {e["name"]: e for e in container["env"]}
     assert env["KELP_LOG_LEVEL"]["value"] == "INFO"
     assert env["KELP_OPERATOR_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
-    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    # The Lease holder identity is new per process (`<pod name>-<hex>`, the operator's fallback without POD_NAME):
+    # a container restarted in the same pod must stand by, not take its pod's Lease back as a renewal.
+    assert "POD_NAME" not in env
+    assert "KELP_OPERATOR_RESYNC_SECONDS" not in env  # empty leaseDurationSeconds/resyncSeconds: the operator's 15 s
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert ports["health"] == 8081
@@ -157,15 +164,17 @@ def test_operator_deployment_defaults(helm_home: Path) -> None:
 def test_values_reach_the_deployment(helm_home: Path) -> None:
     (deploy,) = by_kind(render(helm_home, "replicaCount=3", "logLevel=DEBUG", "image.tag=0.2.0",
                                "image.repository=registry.example/kelp", "nodeSelector.pool=ops",
-                               "watchNamespaces={a,b}", "brokerAddress=pod-ip"), "Deployment")
+                               "watchNamespaces={a,b}", "brokerAddress=pod-ip", "leaseDurationSeconds=6",
+                               "resyncSeconds=2.5"), "Deployment")
     pod = deploy["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert deploy["spec"]["replicas"] == 3
     assert container["image"] == "registry.example/kelp:0.2.0"
     assert container["args"] == ["--namespace", "a", "--namespace", "b",
-                                 "--liveness", "http://0.0.0.0:8081/healthz"]
+                                 "--liveness", "http://0.0.0.0:8081/healthz", "--lease-duration", "6"]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["KELP_LOG_LEVEL"] == "DEBUG" and env["KELP_OPERATOR_BROKER_ADDRESS"] == "pod-ip"
+    assert env["KELP_OPERATOR_RESYNC_SECONDS"] == "2.5"
     assert pod["nodeSelector"] == {"pool": "ops"}
 
 

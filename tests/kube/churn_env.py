@@ -2,29 +2,28 @@
 
 Why this exists: the churn cases (rolls, scaling, kills, a stopped kubelet,
 a lost volume) all need the same stage — the image imported, PersistentVolumes
-on the node, the API server reachable from pods, two operator replicas (one
-active, one standing by on the Lease, as the chart runs them) and a Cluster
-`churn` of three brokers that is Ready — plus the same probes: is the
-cluster settled (Ready as the operator reports it *and* as observed
-directly: pods, StatefulSet, every partition's ISR), what does each replica
-hold on disk, what does a client read back. One module-scoped stage serves
+on the node, the API server reachable from pods, the operator as the chart
+installs it (`helm install`: two replicas in pods, one active, one standing by
+on the Lease) and a Cluster `churn` of three brokers that is Ready — plus the
+same probes: is the cluster settled (Ready as the operator reports it *and*
+as observed directly: pods, StatefulSet, every partition's ISR), what does
+each replica hold on disk, what does a client read back. One module-scoped stage serves
 every case; a case that leaves the cluster unsettled makes the next case
 rebuild it in a fresh namespace instead of inheriting the damage.
 
 Network rule: the host talks only to pod IPs on the node's own bridge, and
 pods reach the API server through 10.0.0.1 on that bridge (api_forwarder).
 
-What it must never do: wait without a bound, leave an operator process, a
-namespace, a PersistentVolume or a StorageClass behind (`teardown` runs on
-every path), or hide why something did not settle (every timeout carries
-the last observation and `diagnose()`).
+What it must never do: wait without a bound, leave a helm release (its
+ClusterRole outlives the namespace), a namespace, a PersistentVolume or a
+StorageClass behind (`teardown` runs on every path), or hide why something
+did not settle (every timeout carries the last observation and `diagnose()`,
+which includes the operator pods, the Lease holder and their logs).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import threading
 import time
 import urllib.error
@@ -39,7 +38,7 @@ from tests.kube.api_forwarder import ApiForwarder
 from tests.kube.churn_check import compare_replicas, read_replica_batches
 from tests.kube.kube_waits import wait_for
 from tests.kube.node_fixture import KubeNode, local_volume
-from tests.kube.operator_process import OperatorProcess
+from tests.kube.operator_chart import ChartOperators, OperatorPod
 from tests.kube.test_kube_crd import GROUP, VERSION, install_crds
 
 __all__ = ["ChurnEnv", "churn_env", "churn", "condition_of", "CLUSTER", "BASE_BROKERS"]
@@ -47,7 +46,16 @@ __all__ = ["ChurnEnv", "churn_env", "churn", "condition_of", "CLUSTER", "BASE_BR
 CLUSTER = "churn"
 BASE_BROKERS = 3
 PARTITIONS = 6
-OPERATORS = 2
+OPERATORS = 2  # the chart's default replicaCount
+# The chart's values for this tier; everything else is the chart's default (two replicas, RBAC, in-cluster
+# credentials). The Lease and resync timings are short so a take-over and a repair fit a case's time.
+OPERATOR_VALUES = {
+    "image.pullPolicy": "Never",  # the image imported into the node's containerd; nothing can be pulled
+    "brokerAddress": "pod-ip",  # the tier has no cluster DNS
+    "resources.requests.cpu": "50m",  # the node's two cores run every broker, client and the control plane
+    "leaseDurationSeconds": "6",
+    "resyncSeconds": "2",
+}
 SELECTOR = f"app.kubernetes.io/instance={CLUSTER},app.kubernetes.io/component=broker"
 
 
@@ -63,7 +71,9 @@ class PodLogArchive:
     """Copies the node's container log files of one namespace as they grow, so replaced pods' logs survive.
 
     The kubelet deletes a pod's log directory with the pod; a roll or a scale-down would take the
-    evidence of a broker bug with it. A thread appends new bytes every second; `stop()` ends it.
+    evidence of a broker bug with it. Every container of the namespace is copied: the brokers and the
+    chart's operator pods (a restarted container's log is a new file, `<container>/<restarts>.log`).
+    A thread appends new bytes every second; `stop()` ends it.
     """
 
     def __init__(self, *, source: Path, dest: Path, namespace: str) -> None:
@@ -170,7 +180,7 @@ class ChurnEnv:
         self.ns = ""
         self.storage_class = ""
         self.pvs: list[str] = []
-        self.operators: list[OperatorProcess] = []
+        self.operators: ChartOperators | None = None
         self.logs: PodLogArchive | None = None
         self.terminations: PodTerminations | None = None
         self.built_in_s = 0.0
@@ -207,9 +217,11 @@ class ChurnEnv:
     def teardown(self) -> None:
         from kubernetes import client
 
-        for op in self.operators:
-            op.stop()
-        self.operators = []
+        if self.operators is not None:
+            failed = self.operators.uninstall()
+            if failed:
+                print(f"churn: {failed}")
+            self.operators = None
         if self.terminations is not None:
             self.terminations.stop()
             self.terminations = None
@@ -269,30 +281,26 @@ class ChurnEnv:
         return made
 
     # -- operators ------------------------------------------------------------------------
-    def ensure_operators(self) -> None:
-        """Two operator processes competing for the Lease (the chart's default), one of them active."""
-        for op in [op for op in self.operators if op.proc.poll() is not None]:
-            op.stop()
-            self.operators.remove(op)
-        while len(self.operators) < OPERATORS:
-            n = len(list(self.tmp.glob("operator-*.log")))
-            self.operators.append(OperatorProcess(
-                kubeconfig=self.cp.kubeconfig, namespace=self.ns, log=self.tmp / f"operator-{n}.log",
-                env={"KELP_OPERATOR_BROKER_ADDRESS": "pod-ip", "POD_NAME": f"operator-{n}"}))
-        self.active_operator(timeout=60)
+    def ensure_operators(self, *, timeout: float = 90) -> OperatorPod:
+        """The chart's operator at full strength: `helm install`ed with the stage, then both replicas running,
+        one holding the Lease and active, the other standing by. A killed container is the kubelet's to
+        restart and a deleted pod the Deployment's to replace; this only waits for them (bounded)."""
+        if self.operators is None:
+            self.operators = ChartOperators(kube_api=self.api, kubeconfig=self.cp.kubeconfig, namespace=self.ns,
+                                            home=self.tmp / "helm-home", values=OPERATOR_VALUES)
+            self.operators.install()
+            replicas = self.operators.replicas()
+            assert replicas == OPERATORS, f"the chart's Deployment has {replicas} replicas, the stage wants {OPERATORS}"
+        return self.operators.wait_ready(timeout=timeout)
 
-    def active_operator(self, *, timeout: float) -> OperatorProcess:
-        def active():
-            for op in self.operators:
-                if op.proc.poll() is None and (op.health() or {}).get("role") == "active":
-                    return op
-            return None
-        return wait_for(active, timeout=timeout, interval=0.25, what="an operator replica holding the Lease")
+    def active_operator(self, *, timeout: float) -> OperatorPod:
+        """The operator pod holding the Lease whose own health endpoint says it is active."""
+        assert self.operators is not None, "no operator release installed"
+        return self.operators.active(timeout=timeout)
 
-    def kill_operator(self, op: OperatorProcess) -> None:
-        """SIGKILL an operator replica's process group, as a node failure or OOM kill would end it."""
-        os.killpg(op.proc.pid, signal.SIGKILL)
-        op.proc.wait(30)
+    def kill_operator(self, op: OperatorPod) -> None:
+        """SIGKILL an operator pod's container through the node's containerd, as an OOM kill would end it."""
+        self.node.kill_container(op.container_id)
 
     # -- observing ----------------------------------------------------------------------
     def cluster(self) -> dict:
@@ -492,8 +500,11 @@ class ChurnEnv:
                              + self.logs.tails("broker"))
         except (client.ApiException, OSError) as exc:
             lines.append(f"(diagnosis incomplete: {exc})")
-        for op in self.operators:
-            lines.append(f"--- operator log {op.log.name} (exit {op.proc.poll()})\n{op.tail(30)}")
+        if self.operators is not None:
+            lines.append(f"operators: {self.operators.describe()}")
+        if self.logs is not None:
+            lines.append(f"operator logs (every container, restarted ones too, in {self.logs.dest}):\n"
+                         + self.logs.tails("operator", files=4, lines=30))
         return "\n".join(lines)
 
 

@@ -15,8 +15,9 @@ and no producer gave up on a record. The cases:
     (it drains brokers 3 and 4 before the StatefulSet shrinks) — 3→4→3
     in the short form;
 (c) a broker container SIGKILLed while the roll restarts another broker;
-(d) the active operator replica SIGKILLed while it drains a scale-down
-    4→3, and the stand-by taking the Lease over and finishing it;
+(d) the active operator pod's container SIGKILLed while it drains a
+    scale-down 4→3 (the operator installed by the chart, two replicas),
+    and the other pod, the stand-by, taking the Lease over and finishing it;
 (e) the node's kubelet stopped until the node controller marks the node
     and its pods NotReady (past the node Lease), then started;
 (f) a broker's PersistentVolumeClaim lost: the pod comes back on a new,
@@ -202,13 +203,15 @@ def test_churn_c_broker_container_killed_mid_roll(churn: ChurnEnv) -> None:  # n
 
 def test_churn_d_operator_killed_mid_scale_down_and_standby_takes_over(churn: ChurnEnv) -> None:  # noqa: F811 (pytest fixture)
     env = churn
+    ops = env.operators
+    assert ops is not None
     with record_case("d operator killed mid-drain", FORM.name) as row:
         def steps(_work: Workload) -> None:
             _ensure_volumes(env, 4)
             t0 = time.monotonic()
             env.patch_cluster({"brokers": 4})
             row.ready("3→4", env.wait_settled(4, since=t0, timeout=SETTLE_TIMEOUT_S, what="scale-up to 4"))
-            active = env.active_operator(timeout=30)
+            env.ensure_operators(timeout=60)  # both chart replicas up: one active, the other standing by
             t1 = time.monotonic()
             env.patch_cluster({"brokers": 3})
 
@@ -220,14 +223,56 @@ def test_churn_d_operator_killed_mid_scale_down_and_standby_takes_over(churn: Ch
             moving, progressing = env.watch(draining, timeout=120, interval=0.1,
                                             what="the operator draining broker 3")
             replicas = env.apps.read_namespaced_stateful_set(CLUSTER, env.ns).spec.replicas
+            active = env.active_operator(timeout=10)  # the Lease holder, its container id as of now
+            standby = [name for name in ops.running() if name != active.name]
+            assert len(standby) == 1, f"want one stand-by beside {active.name}: {ops.describe()}"
+            killed_holder, transitions = ops.lease()
             env.kill_operator(active)
             t_kill = time.monotonic()
-            row.notes.append(f"{active.log.stem} SIGKILLed {t_kill - t1:.1f}s into the scale-down (Progressing "
-                             f"{progressing}, {len(moving)} partition(s) moving, StatefulSet at {replicas})")
-            standby = env.active_operator(timeout=60)
-            row.notes.append(f"{standby.log.stem} took the Lease over {time.monotonic() - t_kill:.1f}s after the kill")
+            row.notes.append(f"{active.name} (the Lease holder)'s operator container SIGKILLed through containerd "
+                             f"{t_kill - t1:.1f}s into the scale-down (Progressing {progressing}, "
+                             f"{len(moving)} partition(s) moving, StatefulSet at {replicas})")
+            restarted_at: float | None = None
+
+            def note_restart() -> None:
+                nonlocal restarted_at
+                if restarted_at is None and ops.restarted(active.name, uid=active.uid, restarts=active.restarts):
+                    restarted_at = time.monotonic()
+
+            def taken_over():
+                note_restart()
+                now = ops.active_now()
+                # Not the killed container itself, answering in the instant before the kill took effect.
+                return now if now is not None and now.container_id != active.container_id else None
+            new = env.watch(taken_over, timeout=60, what="an operator pod holding the Lease again after the kill")
+            took = time.monotonic() - t_kill
+            restart = "" if restarted_at is None else f", its container restarted {restarted_at - t_kill:.1f}s after it"
+            # The stand-by must take over, not the killed pod's own container once the kubelet restarted it.
+            assert new.name == standby[0], (f"{new.name} holds the Lease {took:.1f}s after {active.name} was killed"
+                                            f"{restart}, not the stand-by {standby[0]}: {ops.describe()}")
+            holder, after = ops.lease()
+            row.notes.append(f"{new.name} (the stand-by pod) took the Lease over {took:.1f}s after the kill "
+                             f"(holder {killed_holder} → {holder}, leaseTransitions {transitions}→{after})")
+            t_took = time.monotonic()
             row.ready("4→3", env.wait_settled(3, since=t1, timeout=SETTLE_TIMEOUT_S,
                                               what="scale-down to 3 finished by the stand-by"))
+            row.notes.append(f"the stand-by finished the scale-down {time.monotonic() - t_took:.1f}s after taking over")
+            still, _ = ops.lease()
+            assert still == holder, f"the Lease moved again during the scale-down: {ops.describe()}"
+            # Whether the kubelet restarted the killed container (restartPolicy Always): recorded, not required.
+            deadline = t_kill + 60
+            while restarted_at is None and time.monotonic() < deadline:
+                note_restart()
+                time.sleep(0.5)
+            if restarted_at is None:
+                row.notes.append(f"the kubelet had not restarted {active.name}'s container 60s after the kill: "
+                                 f"{ops.describe()}")
+            else:
+                again = ops.running().get(active.name)
+                role = (again.health() or {}).get("role") if again else None
+                row.notes.append(f"the kubelet restarted {active.name}'s container {restarted_at - t_kill:.1f}s "
+                                 f"after the kill (restarts {active.restarts}→{again.restarts if again else '?'}); "
+                                 f"it came back as {role}")
         _run_case(env, row, "churn-d", steps)
 
 
