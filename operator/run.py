@@ -156,12 +156,22 @@ async def run(*, namespaces: list[str], all_namespaces: bool, liveness: str | No
         api.close()
 
 
+def lease_identity() -> str:
+    """This process's Lease holder identity: the pod's name (or host name) and a suffix new per process.
+
+    Never the pod name alone: the kubelet restarts a killed container in the same pod, and a process
+    that found its own identity in the Lease would take it as its renewal and act at once, on nothing
+    it observed — a stand-by must be able to take over (client-go's leader election does the same).
+    """
+    return f"{os.environ.get('POD_NAME') or socket.gethostname()}-{uuid.uuid4().hex[:6]}"
+
+
 def main(args: argparse.Namespace) -> int:
     logging.basicConfig(level=getattr(logging, os.environ.get("KELP_LOG_LEVEL", "INFO").upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not args.all_namespaces and not args.namespace:
         raise SystemExit("kelp operator: give --all-namespaces or at least one --namespace NS")
-    identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
+    identity = lease_identity()
     lease_ns = args.lease_namespace or os.environ.get("KELP_OPERATOR_NAMESPACE") or (
         args.namespace[0] if args.namespace else "default")
     return asyncio.run(run(namespaces=list(args.namespace or []), all_namespaces=args.all_namespaces,

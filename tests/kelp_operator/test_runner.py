@@ -160,3 +160,17 @@ def test_an_unexpected_failure_sets_ready_unknown_before_it_propagates() -> None
     ready = next(c for c in kube.objects[("Cluster", "ns", "demo")]["status"]["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("Unknown", "ReconcileFailed"), ready
     assert "RuntimeError: disk of the fake exploded" in ready["message"]
+
+
+def test_every_operator_process_has_its_own_lease_identity(monkeypatch) -> None:
+    """A container the kubelet restarts in the same pod is a new candidate for the Lease, never the holder it
+    replaces: with the pod's name alone as identity, the restarted process found itself in the Lease, took it
+    as its own renewal and acted at once, before any stand-by could take over (found by churn case (d))."""
+    from kelp.operator.run import lease_identity
+
+    monkeypatch.setenv("POD_NAME", "kelp-operator-7f9-abcde")
+    first, restarted = lease_identity(), lease_identity()
+    assert first != restarted
+    assert first.startswith("kelp-operator-7f9-abcde-") and restarted.startswith("kelp-operator-7f9-abcde-")
+    monkeypatch.delenv("POD_NAME")
+    assert lease_identity() != lease_identity()
