@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from datetime import datetime, timezone
-from typing import Callable
+
+from kelp.clock import WallClockMs, wall_clock_ms
 
 from .kube import EVENT, KubeClient
 from .leadership import LeadershipLost
 from .objects import Event, KelpResource
+from .status import rfc3339
 
 __all__ = ["event_manifest", "Recorder", "COMPONENT"]
 
@@ -31,10 +32,6 @@ log = logging.getLogger("kelp.operator")
 
 COMPONENT = "kelp-operator"
 MAX_MESSAGE = 1024
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def event_manifest(involved: KelpResource, *, reason: str, message: str, warning: bool, now: str,
@@ -54,20 +51,23 @@ def event_manifest(involved: KelpResource, *, reason: str, message: str, warning
 
 
 class Recorder:
-    """Events of one reconciliation; `emitted` keeps (reason, message) for tests and logs."""
+    """Events of one reconciliation; `emitted` keeps (reason, message) for tests and logs.
 
-    def __init__(self, kube: KubeClient, *, instance: str = COMPONENT, now: Callable[[], str] = _now) -> None:
+    `clock_ms` (wall-clock milliseconds, kelp.clock) stamps the Events' first and last timestamps.
+    """
+
+    def __init__(self, kube: KubeClient, *, instance: str = COMPONENT, clock_ms: WallClockMs = wall_clock_ms) -> None:
         self.kube = kube
         self.instance = instance
-        self.now = now
+        self.clock_ms = clock_ms
         self.emitted: list[tuple[str, str]] = []
 
     async def emit(self, involved: KelpResource, reason: str, message: str, *, warning: bool = False) -> None:
         self.emitted.append((reason, message))
         log.info("%s %s/%s: %s: %s", involved["kind"], involved["metadata"].get("namespace"),
                  involved["metadata"]["name"], reason, message)
-        event = event_manifest(involved, reason=reason, message=message, warning=warning, now=self.now(),
-                               instance=self.instance)
+        event = event_manifest(involved, reason=reason, message=message, warning=warning,
+                               now=rfc3339(self.clock_ms()), instance=self.instance)
         try:
             if await self.kube.create(event) is None:
                 meta = event["metadata"]

@@ -29,9 +29,10 @@ each other's preconditions.
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
+
+from kelp.clock import Monotonic, monotonic
 
 if TYPE_CHECKING:
     from kelp.broker.cluster.leases import LeaseElector
@@ -44,8 +45,10 @@ class LeadershipLost(Exception):
 
 
 class Leadership:
+    """`monotonic` (seconds, kelp.clock) times the renewals: how long ago the last one was sent."""
+
     def __init__(self, elector: LeaseElector, *, duration_s: float, margin_s: float,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Monotonic = monotonic) -> None:
         self.elector = elector
         self.duration_s = duration_s
         self.margin_s = margin_s

@@ -23,8 +23,9 @@ and the status remain.
 from __future__ import annotations
 
 import asyncio
-import time
-from typing import Callable, Mapping
+from typing import Mapping
+
+from kelp.clock import WallClockMs, wall_clock_ms
 
 from .admin_types import TopicDescription, TopicListing
 from .brokers import AdminError, BrokerAdmin
@@ -118,11 +119,12 @@ async def _record_transition(ctx: ClusterPass, progressing: Condition) -> None:
 
 
 async def reconcile_cluster(body: ClusterResource, kube: KubeClient, admin_for: AdminFactory, *,
-                            events: Recorder | None = None, clock: Callable[[], float] = time.time
+                            events: Recorder | None = None, clock_ms: WallClockMs = wall_clock_ms
                             ) -> Result[ClusterStatus]:
+    """One pass over a Cluster; `clock_ms` (wall-clock milliseconds, kelp.clock) times reassignment progress."""
     meta = body["metadata"]
     generation = int(meta.get("generation") or 0)
-    events = events or Recorder(kube)
+    events = events or Recorder(kube, clock_ms=clock_ms)
     desired = int((body.get("spec") or {}).get("brokers", 3))
     name, namespace = meta["name"], meta["namespace"]
     config_map = await kube.get(CONFIG_MAP, namespace, f"{name}-config")
@@ -139,7 +141,7 @@ async def reconcile_cluster(body: ClusterResource, kube: KubeClient, admin_for: 
     current = int(((before.get("spec") if before else None) or {}).get("replicas") or 0)
     pods = await kube.list(POD, namespace, labels=selector_for(spec))
     observed, admin = await _observe_cluster(spec, before, admin_for)
-    ctx = ClusterPass(body=body, spec=spec, kube=kube, events=events, now=clock(), observed=observed,
+    ctx = ClusterPass(body=body, spec=spec, kube=kube, events=events, now_ms=clock_ms(), observed=observed,
                       admin=admin, pods=pods)
     notes: list[Condition] = []
     extra: ClusterStatus = {}
@@ -227,11 +229,11 @@ async def reconcile_cluster(body: ClusterResource, kube: KubeClient, admin_for: 
 
 
 async def reconcile(body: KelpResource, kube: KubeClient, admin_for: AdminFactory, *, events: Recorder,
-                    clock: Callable[[], float] = time.time,
+                    clock_ms: WallClockMs = wall_clock_ms,
                     owners: TopicOwners | None = None) -> Result[Mapping[str, object]]:
     """One pass over any Kelp resource, by its kind: (status fields, conditions)."""
     if body["kind"] == "Cluster":
-        return await reconcile_cluster(body, kube, admin_for, events=events, clock=clock)
+        return await reconcile_cluster(body, kube, admin_for, events=events, clock_ms=clock_ms)
     if body["kind"] == "Topic":
         return await reconcile_topic(body, kube, admin_for, owners=owners, events=events)
     return await reconcile_group(body, kube, admin_for, events=events)

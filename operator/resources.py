@@ -64,11 +64,14 @@ async def cluster_of(body: TopicResource | ConsumerGroupResource, kube: KubeClie
 
 
 class ClusterPass:
-    """One reconciliation of one Cluster: its inputs, what it observed, and the events it records."""
+    """One reconciliation of one Cluster: its inputs, what it observed, and the events it records.
 
-    def __init__(self, *, body: ClusterResource, spec: ClusterSpec, kube: KubeClient, events: Recorder, now: float,
+    `now_ms` is the pass's wall-clock time in milliseconds (kelp.clock), read once at its start.
+    """
+
+    def __init__(self, *, body: ClusterResource, spec: ClusterSpec, kube: KubeClient, events: Recorder, now_ms: int,
                  observed: Observed, admin: BrokerAdmin | None, pods: list[Pod]) -> None:
-        self.body, self.spec, self.kube, self.events, self.now = body, spec, kube, events, now
+        self.body, self.spec, self.kube, self.events, self.now_ms = body, spec, kube, events, now_ms
         self.observed, self.admin, self.pods = observed, admin, pods
         self.submitted = 0  # partition moves this pass submitted
 

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
+
+from kelp.clock import WallClockMs, wall_clock_ms
 
 from .events import Recorder
 from .kube import KELP_KINDS, KubeClient
@@ -33,7 +34,7 @@ from .leadership import LeadershipLost
 from .objects import Condition, KelpResource
 from .reconcile import reconcile
 from .resources import AdminFactory
-from .status import condition, merge_conditions, now_rfc3339
+from .status import condition, merge_conditions, rfc3339
 from .topics import TopicOwners
 
 __all__ = ["Runner", "status_patch"]
@@ -43,21 +44,24 @@ log = logging.getLogger("kelp.operator")
 Key = tuple[str, str, str]
 
 
-def status_patch(body: KelpResource, result: tuple[Mapping[str, object], Sequence[Condition]]) -> dict[str, object]:
+def status_patch(body: KelpResource, result: tuple[Mapping[str, object], Sequence[Condition]], *,
+                 clock_ms: WallClockMs = wall_clock_ms) -> dict[str, object]:
     """The status fields of a reconciliation, with conditions merged into the object's current ones."""
     fields, conds = result
     generation = int(body["metadata"].get("generation") or 0)
     status = body.get("status")
     old = status.get("conditions") if status else None
-    return {**fields, "conditions": merge_conditions(old, conds, generation=generation, now=now_rfc3339())}
+    return {**fields, "conditions": merge_conditions(old, conds, generation=generation, now=rfc3339(clock_ms()))}
 
 
 class Runner:
-    def __init__(self, kube: KubeClient, admin_for: AdminFactory, *, clock: Callable[[], float] = time.time,
+    """`clock_ms` (wall-clock milliseconds, kelp.clock) times the passes, their Events and conditions."""
+
+    def __init__(self, kube: KubeClient, admin_for: AdminFactory, *, clock_ms: WallClockMs = wall_clock_ms,
                  instance: str = "kelp-operator") -> None:
         self.kube = kube
         self.admin_for = admin_for
-        self.clock = clock
+        self.clock_ms = clock_ms
         self.instance = instance
         self._locks: dict[Key, asyncio.Lock] = {}
         self._finished = 0
@@ -86,16 +90,17 @@ class Runner:
                     body = await self.kube.get(KELP_KINDS[kind], namespace, name)
                 if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
                     return False
-                events = Recorder(self.kube, instance=self.instance)
+                events = Recorder(self.kube, instance=self.instance, clock_ms=self.clock_ms)
                 try:
-                    result = await reconcile(body, self.kube, self.admin_for, events=events, clock=self.clock,
+                    result = await reconcile(body, self.kube, self.admin_for, events=events, clock_ms=self.clock_ms,
                                              owners=owners)
                 except (LeadershipLost, asyncio.CancelledError):
                     raise
                 except Exception as exc:
                     await self._failed(kind, body, exc)
                     raise
-                await self.kube.patch_status(KELP_KINDS[kind], namespace, name, status_patch(body, result))
+                await self.kube.patch_status(KELP_KINDS[kind], namespace, name,
+                                             status_patch(body, result, clock_ms=self.clock_ms))
                 return True
             finally:
                 self._finished += 1
@@ -113,7 +118,7 @@ class Runner:
         message = f"reconciliation failed, retried with backoff: {type(exc).__name__}: {exc}"
         try:
             await self.kube.patch_status(KELP_KINDS[kind], meta["namespace"], meta["name"], status_patch(
-                body, ({}, [condition("Ready", None, "ReconcileFailed", message[:2000])])))
+                body, ({}, [condition("Ready", None, "ReconcileFailed", message[:2000])]), clock_ms=self.clock_ms))
         except LeadershipLost:
             raise
         except Exception as write_exc:

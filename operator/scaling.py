@@ -24,15 +24,12 @@ move, or a staying broker that is dead, becomes a condition and an Event.
 
 from __future__ import annotations
 
-import calendar
-import time
-
 from .admin_types import PartitionMove, Reassignment
 from .brokers import AdminError, BrokerAdmin
 from .objects import Condition, ReassignmentStatus
 from .plans import DrainBlocked, Placement, drain_plan, rebalance_plan
 from .resources import ClusterPass
-from .status import Observed, condition
+from .status import Observed, condition, rfc3339, rfc3339_ms
 
 __all__ = ["drain", "rebalance", "watch_reassignments", "partitions_of", "racks_of", "REBALANCE_ANNOTATION",
            "REASSIGNMENT_ANNOTATION"]
@@ -56,14 +53,6 @@ def partitions_of(observed: Observed) -> list[PartitionReplicas]:
 
 def racks_of(observed: Observed) -> dict[int, str | None]:
     return {int(b["id"]): b.get("rack") for b in (observed.cluster or {}).get("brokers", [])}
-
-
-def _epoch(rfc3339: str) -> float:
-    return float(calendar.timegm(time.strptime(rfc3339, "%Y-%m-%dT%H:%M:%SZ")))
-
-
-def _rfc3339(epoch: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
 async def _submit(ctx: ClusterPass, admin: BrokerAdmin, plan: list[PartitionMove]) -> str | None:
@@ -182,7 +171,7 @@ async def watch_reassignments(ctx: ClusterPass) -> tuple[ReassignmentStatus | No
         return ctx.old_status.get("reassignment"), None
     if not any(p["moving"] for p in partitions_of(ctx.observed)):
         if ctx.submitted:  # moves submitted by this very pass: their deadline starts now
-            return {"partitions": ctx.submitted, "progress": 0, "lastProgressTime": _rfc3339(ctx.now),
+            return {"partitions": ctx.submitted, "progress": 0, "lastProgressTime": rfc3339(ctx.now_ms),
                     "stalledPartitions": []}, None
         if action:
             await ctx.annotate(REASSIGNMENT_ANNOTATION, None)
@@ -210,17 +199,17 @@ async def watch_reassignments(ctx: ClusterPass) -> tuple[ReassignmentStatus | No
     previous: ReassignmentStatus = ctx.old_status.get("reassignment") or {}
     progress = _progress(moves)
     unchanged = previous.get("partitions") == len(moves) and previous.get("progress") == progress
-    since = previous["lastProgressTime"] if unchanged and previous.get("lastProgressTime") else _rfc3339(ctx.now)
-    idle = ctx.now - _epoch(since)
+    since = previous["lastProgressTime"] if unchanged and previous.get("lastProgressTime") else rfc3339(ctx.now_ms)
+    idle_ms = ctx.now_ms - rfc3339_ms(since)
     field: ReassignmentStatus = {"partitions": len(moves), "progress": progress, "lastProgressTime": since,
                                  "stalledPartitions": []}
-    if idle < ctx.spec.reassignment_stall_s:
+    if idle_ms < ctx.spec.reassignment_stall_s * 1000:
         return field, None
     live = set(racks_of(ctx.observed))
     field["stalledPartitions"] = [f"{m['topic']}-{m['partition']}" for m in moves]
     listed = ", ".join(_describe(m, live) for m in moves[:MAX_LISTED])
     more = f" and {len(moves) - MAX_LISTED} more" if len(moves) > MAX_LISTED else ""
-    message = (f"{len(moves)} partition move(s) made no progress for {int(idle)}s (since {since}; "
+    message = (f"{len(moves)} partition move(s) made no progress for {int(idle_ms / 1000)}s (since {since}; "
                f"spec.reassignment.stallTimeoutSeconds is {ctx.spec.reassignment_stall_s}): {listed}{more}. "
                f"Annotate the Cluster {REASSIGNMENT_ANNOTATION}=cancel to cancel them (replicas stay where they "
                f"were) or {REASSIGNMENT_ANNOTATION}=retry to cancel and submit them again")

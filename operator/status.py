@@ -20,7 +20,8 @@ Pure: no Kubernetes client, no network; time comes in as an argument.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+import calendar
+import time
 from typing import Collection, Iterable, Sequence
 
 from .admin_types import ClusterView, GroupDescription, TopicDescription
@@ -34,9 +35,12 @@ from .objects import (
     TopicStatus,
 )
 
-__all__ = ["condition", "merge_conditions", "now_rfc3339", "cluster_status", "topic_status",
+__all__ = ["condition", "merge_conditions", "rfc3339", "rfc3339_ms", "cluster_status", "topic_status",
            "group_status", "partition_counts", "leader_balance", "Observed", "cluster_unobserved", "topic_unobserved",
            "group_unobserved"]
+
+RFC3339 = "%Y-%m-%dT%H:%M:%SZ"
+
 
 # What each kind's status reports from the brokers' answers (printer columns among them), as a merge
 # patch removes them: always in the patch, so a value this pass did not observe does not linger.
@@ -53,8 +57,14 @@ def group_unobserved() -> ConsumerGroupStatus:
     return {"state": None, "members": None, "memberList": None, "offsets": None, "totalLag": None}
 
 
-def now_rfc3339(now: datetime | None = None) -> str:
-    return (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
+def rfc3339(ms: int) -> str:
+    """Wall-clock milliseconds as the API server writes times (whole seconds, UTC)."""
+    return time.strftime(RFC3339, time.gmtime(ms // 1000))
+
+
+def rfc3339_ms(text: str) -> int:
+    """An API server time (`2026-11-01T00:00:00Z`) in wall-clock milliseconds."""
+    return calendar.timegm(time.strptime(text, RFC3339)) * 1000
 
 
 def condition(type_: str, ok: bool | None, reason: str, message: str) -> Condition:
