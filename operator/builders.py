@@ -22,10 +22,30 @@ Pure: imports no Kubernetes client and does no I/O.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Mapping
+from typing import Mapping, TypedDict
 
 import yaml
 
+from kelp.json_types import JsonObject, JsonValue
+
+from .objects import (
+    ClaimSpec,
+    ConfigMap,
+    Container,
+    EnvVar,
+    ObjectMeta,
+    OwnerReference,
+    PodDisruptionBudget,
+    PodSpec,
+    Role,
+    RoleBinding,
+    Service,
+    ServiceAccount,
+    ServicePort,
+    ServiceSpec,
+    StatefulSet,
+    TemplateMeta,
+)
 from .rack import rack_env, rack_manifests, rack_spread
 from .spec import (
     CONFIG_DIR,
@@ -39,7 +59,7 @@ from .spec import (
 
 __all__ = ["GROUP", "VERSION", "API_VERSION", "KELP_UID", "cluster_children", "labels_for", "selector_for",
            "owner_reference", "config_hash", "external_service", "external_address", "broker_file",
-           "EXTERNAL_LABEL", "BROKER_LABEL"]
+           "EXTERNAL_LABEL", "BROKER_LABEL", "Address", "Addresses"]
 
 GROUP = "kelp.dev"
 VERSION = "v1alpha1"
@@ -47,6 +67,10 @@ API_VERSION = f"{GROUP}/{VERSION}"
 KELP_UID = 10001
 MANAGED_BY = "kelp-operator"
 TERMINATION_GRACE_S = 120
+
+
+# Every child a Cluster has (`cluster_children`), in the order they are applied.
+Manifest = ServiceAccount | Role | RoleBinding | ConfigMap | Service | StatefulSet | PodDisruptionBudget
 
 
 def selector_for(spec: ClusterSpec) -> dict[str, str]:
@@ -57,14 +81,17 @@ def labels_for(spec: ClusterSpec) -> dict[str, str]:
     return {**selector_for(spec), "app.kubernetes.io/managed-by": MANAGED_BY, "kelp.dev/cluster": spec.name}
 
 
-def owner_reference(spec: ClusterSpec) -> dict[str, Any]:
+def owner_reference(spec: ClusterSpec) -> OwnerReference:
     return {"apiVersion": API_VERSION, "kind": "Cluster", "name": spec.name, "uid": spec.uid,
             "controller": True, "blockOwnerDeletion": True}
 
 
-def _meta(spec: ClusterSpec, name: str, **extra: Any) -> dict[str, Any]:
-    return {"name": name, "namespace": spec.namespace, "labels": labels_for(spec),
-            "ownerReferences": [owner_reference(spec)], **extra}
+def _meta(spec: ClusterSpec, name: str, *, annotations: dict[str, str] | None = None) -> ObjectMeta:
+    meta: ObjectMeta = {"name": name, "namespace": spec.namespace, "labels": labels_for(spec),
+                        "ownerReferences": [owner_reference(spec)]}
+    if annotations is not None:
+        meta["annotations"] = annotations
+    return meta
 
 
 def broker_config_yaml(spec: ClusterSpec) -> str:
@@ -76,11 +103,11 @@ def config_hash(spec: ClusterSpec) -> str:
     return hashlib.sha256(broker_config_yaml(spec).encode()).hexdigest()[:16]
 
 
-def service_account(spec: ClusterSpec) -> dict[str, Any]:
+def service_account(spec: ClusterSpec) -> ServiceAccount:
     return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(spec, spec.service_account)}
 
 
-def role(spec: ClusterSpec) -> dict[str, Any]:
+def role(spec: ClusterSpec) -> Role:
     verbs = ["get", "list", "watch", "create", "update", "patch", "delete"]
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(spec, spec.service_account),
@@ -92,7 +119,7 @@ def role(spec: ClusterSpec) -> dict[str, Any]:
     }
 
 
-def role_binding(spec: ClusterSpec) -> dict[str, Any]:
+def role_binding(spec: ClusterSpec) -> RoleBinding:
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
         "metadata": _meta(spec, spec.service_account),
@@ -101,22 +128,29 @@ def role_binding(spec: ClusterSpec) -> dict[str, Any]:
     }
 
 
-# An external listener's address per broker ordinal: {"host": str | None, "port": int | None}.
-Addresses = Mapping[int, Mapping[str, Any]]
+class Address(TypedDict):
+    """What an external listener gives one broker: a load balancer's host, a node port (None: not yet known)."""
+
+    host: str | None
+    port: int | None
 
 
-def broker_file(spec: ClusterSpec, ordinal: int, address: Mapping[str, Any]) -> str:
+# An external listener's address per broker ordinal.
+Addresses = Mapping[int, Address]
+
+
+def broker_file(spec: ClusterSpec, ordinal: int, address: Address) -> str:
     """With an external listener, broker n's own config file: the shared config plus what it advertises."""
-    own: dict[str, Any] = dict(spec.broker_config())
+    own = dict(spec.broker_config())
     if spec.external_type == "LoadBalancer":
         own["advertised.host"] = address.get("host") or spec.pod_dns(ordinal)
         own["advertised.port"] = spec.kafka_port
-    elif address.get("port"):
-        own["advertised.port"] = int(address["port"])  # advertised.host: the node's address, from the env
+    elif port := address.get("port"):
+        own["advertised.port"] = int(port)  # advertised.host: the node's address, from the env
     return yaml.safe_dump(own, sort_keys=True, default_flow_style=False)
 
 
-def config_map(spec: ClusterSpec, external: Addresses | None = None) -> dict[str, Any]:
+def config_map(spec: ClusterSpec, external: Addresses | None = None) -> ConfigMap:
     """The broker config, annotated with the replication defaults chosen at creation (read back each pass).
 
     With an external listener each broker reads its own file `<pod>.yaml` (the shared config plus the
@@ -134,25 +168,27 @@ EXTERNAL_LABEL = "kelp.dev/listener"
 BROKER_LABEL = "kelp.dev/broker"
 
 
-def external_service(spec: ClusterSpec, ordinal: int) -> dict[str, Any]:
+def external_service(spec: ClusterSpec, ordinal: int) -> Service:
     """Broker n's own external Service (NodePort or LoadBalancer), selecting only its pod."""
+    if spec.external_type is None:
+        raise ValueError(f"Cluster {spec.name} has no external listener: no external Service for broker {ordinal}")
     meta = _meta(spec, f"{spec.name}-external-{ordinal}")
     meta["labels"] = {**meta["labels"], EXTERNAL_LABEL: "external", BROKER_LABEL: str(ordinal)}
     if spec.external_annotations:
         meta["annotations"] = dict(spec.external_annotations)
-    port: dict[str, Any] = {"name": "kafka", "port": spec.kafka_port, "targetPort": "kafka", "protocol": "TCP"}
+    port: ServicePort = {"name": "kafka", "port": spec.kafka_port, "targetPort": "kafka", "protocol": "TCP"}
     if spec.external_type == "NodePort" and spec.external_node_ports:
         port["nodePort"] = spec.external_node_ports[ordinal]
-    svc: dict[str, Any] = {"type": spec.external_type,
-                           "selector": {"statefulset.kubernetes.io/pod-name": f"{spec.name}-{ordinal}"},
-                           "ports": [port], "publishNotReadyAddresses": False}
+    svc: ServiceSpec = {"type": spec.external_type,
+                        "selector": {"statefulset.kubernetes.io/pod-name": f"{spec.name}-{ordinal}"},
+                        "ports": [port], "publishNotReadyAddresses": False}
     if spec.external_type == "NodePort":
         # Each broker advertises the address of the node it runs on: traffic stays on that node.
         svc["externalTrafficPolicy"] = "Local"
     return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": svc}
 
 
-def external_address(spec: ClusterSpec, service: Mapping[str, Any] | None) -> dict[str, Any]:
+def external_address(spec: ClusterSpec, service: Service | None) -> Address:
     """What broker n advertises, read off its applied Service: node port, or load balancer host."""
     if not service:
         return {"host": None, "port": None}
@@ -164,12 +200,12 @@ def external_address(spec: ClusterSpec, service: Mapping[str, Any] | None) -> di
     return {"host": host, "port": spec.kafka_port}
 
 
-def _ports(spec: ClusterSpec) -> list[dict[str, Any]]:
+def _ports(spec: ClusterSpec) -> list[ServicePort]:
     return [{"name": "kafka", "port": spec.kafka_port, "targetPort": "kafka", "protocol": "TCP"},
             {"name": "http", "port": spec.http_port, "targetPort": "http", "protocol": "TCP"}]
 
 
-def headless_service(spec: ClusterSpec) -> dict[str, Any]:
+def headless_service(spec: ClusterSpec) -> Service:
     """Per-pod DNS (`<pod>.<cluster>-brokers.<ns>.svc`), published before readiness: brokers find each other."""
     meta = _meta(spec, spec.headless_service)
     meta["labels"] = {**meta["labels"], "kelp.dev/service": "brokers"}  # what a ServiceMonitor selects (chart)
@@ -178,27 +214,31 @@ def headless_service(spec: ClusterSpec) -> dict[str, Any]:
                      "ports": _ports(spec)}}
 
 
-def client_service(spec: ClusterSpec) -> dict[str, Any]:
+def client_service(spec: ClusterSpec) -> Service:
     """The bootstrap address for clients and the operator: ready brokers only."""
     return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(spec, spec.name),
             "spec": {"type": "ClusterIP", "selector": selector_for(spec), "ports": _ports(spec)}}
 
 
-def pod_disruption_budget(spec: ClusterSpec) -> dict[str, Any]:
+def pod_disruption_budget(spec: ClusterSpec) -> PodDisruptionBudget:
     """Voluntary disruptions (node drains) take down at most RF - min.insync brokers (spec.disruptions_allowed)."""
     return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": _meta(spec, spec.name),
             "spec": {"maxUnavailable": spec.disruptions_allowed(), "selector": {"matchLabels": selector_for(spec)}}}
 
 
-def _env(spec: ClusterSpec) -> list[dict[str, Any]]:
-    field = lambda path: {"valueFrom": {"fieldRef": {"fieldPath": path}}}  # noqa: E731
-    env = [{"name": "POD_NAME", **field("metadata.name")}, {"name": "POD_IP", **field("status.podIP")}]
+def _field_env(name: str, path: str) -> EnvVar:
+    """An environment variable the kubelet fills from the pod's own fields (the downward API)."""
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def _env(spec: ClusterSpec) -> list[EnvVar]:
+    env = [_field_env("POD_NAME", "metadata.name"), _field_env("POD_IP", "status.podIP")]
     if spec.external_type == "NodePort":
-        env.append({"name": "KELP_ADVERTISED_HOST", **field("status.hostIP")})
+        env.append(_field_env("KELP_ADVERTISED_HOST", "status.hostIP"))
     elif spec.external_type == "LoadBalancer":
         pass  # advertised.host is in the broker's own file (builders.broker_file): env would override it
     elif spec.advertise == "podIP":
-        env.append({"name": "KELP_ADVERTISED_HOST", **field("status.podIP")})
+        env.append(_field_env("KELP_ADVERTISED_HOST", "status.podIP"))
     else:
         env.append({"name": "KELP_ADVERTISED_HOST",
                     "value": f"$(POD_NAME).{spec.headless_service}.{spec.namespace}.svc"})
@@ -210,8 +250,8 @@ def _env(spec: ClusterSpec) -> list[dict[str, Any]]:
     return env + rack_env(spec)
 
 
-def broker_container(spec: ClusterSpec) -> dict[str, Any]:
-    shutdown = ["kelp", "broker-ctl", "controlled-shutdown"]
+def broker_container(spec: ClusterSpec) -> Container:
+    shutdown: list[JsonValue] = ["kelp", "broker-ctl", "controlled-shutdown"]
     if not spec.external_type:
         shutdown += ["--http", f"http://127.0.0.1:{spec.http_port}"]
     config = f"{CONFIG_DIR}/$(POD_NAME).yaml" if spec.external_type else f"{CONFIG_DIR}/broker.yaml"
@@ -239,7 +279,11 @@ def broker_container(spec: ClusterSpec) -> dict[str, Any]:
     }
 
 
-def _pod_overrides(spec: ClusterSpec, pod_spec: dict[str, Any]) -> dict[str, Any]:
+def _with_selector(constraint: JsonObject, selector: JsonObject) -> JsonObject:
+    return {**constraint, "labelSelector": constraint.get("labelSelector") or selector}
+
+
+def _pod_overrides(spec: ClusterSpec, pod_spec: PodSpec) -> TemplateMeta:
     """Apply spec.podTemplate to the pod spec in place; returns the pod template's metadata.
 
     Scheduling fields (affinity, tolerations, nodeSelector, priorityClassName) are taken as given;
@@ -249,22 +293,27 @@ def _pod_overrides(spec: ClusterSpec, pod_spec: dict[str, Any]) -> dict[str, Any
     selector labels, the config hash) cannot be overridden (spec validation refuses them).
     """
     tmpl = spec.pod_template
-    for key in ("affinity", "tolerations", "nodeSelector", "priorityClassName"):
-        if tmpl.get(key):
-            pod_spec[key] = tmpl[key]
+    if tmpl.get("affinity"):
+        pod_spec["affinity"] = tmpl["affinity"]
+    if tmpl.get("tolerations"):
+        pod_spec["tolerations"] = tmpl["tolerations"]
+    if tmpl.get("nodeSelector"):
+        pod_spec["nodeSelector"] = tmpl["nodeSelector"]
+    if tmpl.get("priorityClassName"):
+        pod_spec["priorityClassName"] = tmpl["priorityClassName"]
     if tmpl.get("topologySpreadConstraints"):
         pod_spec["topologySpreadConstraints"] = [
-            {**c, "labelSelector": c.get("labelSelector") or {"matchLabels": selector_for(spec)}}
+            _with_selector(c, {"matchLabels": dict(selector_for(spec))})
             for c in tmpl["topologySpreadConstraints"]] + rack_spread(spec, selector_for(spec))
     if tmpl.get("securityContext"):
         pod_spec["securityContext"] = {**pod_spec["securityContext"], **tmpl["securityContext"]}
-    meta = tmpl.get("metadata") or {}
+    meta: TemplateMeta = tmpl.get("metadata") or {}
     return {"labels": {**(meta.get("labels") or {}), **labels_for(spec)},
             "annotations": {**(meta.get("annotations") or {}), CONFIG_HASH_ANNOTATION: config_hash(spec)}}
 
 
 def stateful_set(spec: ClusterSpec, *, replicas: int | None = None,
-                 claim: tuple[str | None, str | None] = (None, None)) -> dict[str, Any]:
+                 claim: tuple[str | None, str | None] = (None, None)) -> StatefulSet:
     """`replicas` overrides spec.brokers while brokers that will go are still being drained.
 
     `claim` is the (size, storageClassName) of the claim template the StatefulSet already has: the
@@ -273,10 +322,14 @@ def stateful_set(spec: ClusterSpec, *, replicas: int | None = None,
     size, klass = claim
     if size is None:
         size, klass = spec.storage_size, spec.storage_class
-    claim_spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}
+    claim_spec: ClaimSpec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}
     if klass:
         claim_spec["storageClassName"] = klass
-    pod_spec: dict[str, Any] = {
+    # Spread brokers over nodes when there are several; a one-node cluster still schedules.
+    node_spread: JsonObject = {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                               "whenUnsatisfiable": "ScheduleAnyway",
+                               "labelSelector": {"matchLabels": dict(selector_for(spec))}}
+    pod_spec: PodSpec = {
         "serviceAccountName": spec.service_account,
         "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
         "securityContext": {"runAsNonRoot": True, "runAsUser": KELP_UID, "runAsGroup": KELP_UID,
@@ -284,11 +337,7 @@ def stateful_set(spec: ClusterSpec, *, replicas: int | None = None,
         "containers": [broker_container(spec)],
         "volumes": [{"name": "config", "configMap": {"name": spec.config_map}},
                     {"name": "tmp", "emptyDir": {}}],
-        # Spread brokers over nodes when there are several; a one-node cluster still schedules.
-        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
-                                       "whenUnsatisfiable": "ScheduleAnyway",
-                                       "labelSelector": {"matchLabels": selector_for(spec)}}]
-                                     + rack_spread(spec, selector_for(spec)),
+        "topologySpreadConstraints": [node_spread, *rack_spread(spec, selector_for(spec))],
     }
     pod_meta = _pod_overrides(spec, pod_spec)
     return {
@@ -312,7 +361,7 @@ def stateful_set(spec: ClusterSpec, *, replicas: int | None = None,
 
 def cluster_children(spec: ClusterSpec, *, replicas: int | None = None,
                      claim: tuple[str | None, str | None] = (None, None),
-                     external: Addresses | None = None) -> list[dict[str, Any]]:
+                     external: Addresses | None = None) -> list[Manifest]:
     """Every child of a Cluster, in the order they should be applied.
 
     The external Services (`external_service`) are not among them: they are applied first, since what

@@ -20,15 +20,12 @@ retried next pass, a refusal becomes a condition and a Warning Event.
 
 from __future__ import annotations
 
-from typing import Any
-
-from .brokers import AdminError
+from .brokers import CONFIGS_PATH, AdminError
+from .objects import Condition
 from .resources import ClusterPass
 from .status import condition
 
 __all__ = ["apply_dynamic_config", "CONFIGS_PATH"]
-
-CONFIGS_PATH = "/admin/v1/brokers/configs"
 
 
 def _describe(patch: dict[str, str | None]) -> str:
@@ -36,13 +33,13 @@ def _describe(patch: dict[str, str | None]) -> str:
                      for k, v in sorted(patch.items()))
 
 
-async def apply_dynamic_config(ctx: ClusterPass) -> dict[str, Any] | None:
+async def apply_dynamic_config(ctx: ClusterPass) -> Condition | None:
     """Bring the cluster-wide dynamic broker config to the spec's; a Progressing condition only on refusal."""
     if ctx.admin is None or ctx.observed.cluster is None:
         return None  # applied once a broker answers; the brokers keep what the metadata log holds meanwhile
     desired = ctx.spec.dynamic_config()
     try:
-        current = dict((await ctx.admin.get(CONFIGS_PATH)).get("configs") or {})
+        current = dict((await ctx.admin.broker_configs()).get("configs") or {})
     except AdminError as exc:
         if exc.status == 0:
             return None  # unreachable between the observation and now: next pass
@@ -55,7 +52,7 @@ async def apply_dynamic_config(ctx: ClusterPass) -> dict[str, Any] | None:
         return None
     await ctx.kube.fence()  # min.insync.replicas and unclean election change what the cluster promises
     try:
-        await ctx.admin.request("PATCH", CONFIGS_PATH, {"configs": patch})
+        await ctx.admin.alter_broker_configs(patch)
     except AdminError as exc:
         message = (f"the brokers refused the dynamic config change {_describe(patch)}: {exc.message}; fix "
                    "spec.config (the brokers keep their current values)")

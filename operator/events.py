@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from datetime import datetime, timezone
-from typing import Any, Callable, Mapping
 
+from kelp.clock import WallClockMs, wall_clock_ms
+
+from .kube import EVENT, KubeClient
 from .leadership import LeadershipLost
+from .objects import Event, KelpResource
+from .status import rfc3339
 
 __all__ = ["event_manifest", "Recorder", "COMPONENT"]
 
@@ -31,12 +34,8 @@ COMPONENT = "kelp-operator"
 MAX_MESSAGE = 1024
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def event_manifest(involved: Mapping[str, Any], *, reason: str, message: str, warning: bool, now: str,
-                   instance: str) -> dict[str, Any]:
+def event_manifest(involved: KelpResource, *, reason: str, message: str, warning: bool, now: str,
+                   instance: str) -> Event:
     meta = involved["metadata"]
     digest = hashlib.sha256(f"{involved['kind']}\0{reason}\0{message}".encode()).hexdigest()[:16]
     return {
@@ -52,26 +51,30 @@ def event_manifest(involved: Mapping[str, Any], *, reason: str, message: str, wa
 
 
 class Recorder:
-    """Events of one reconciliation; `emitted` keeps (reason, message) for tests and logs."""
+    """Events of one reconciliation; `emitted` keeps (reason, message) for tests and logs.
 
-    def __init__(self, kube: Any, *, instance: str = COMPONENT, now: Callable[[], str] = _now) -> None:
+    `clock_ms` (wall-clock milliseconds, kelp.clock) stamps the Events' first and last timestamps.
+    """
+
+    def __init__(self, kube: KubeClient, *, instance: str = COMPONENT, clock_ms: WallClockMs = wall_clock_ms) -> None:
         self.kube = kube
         self.instance = instance
-        self.now = now
+        self.clock_ms = clock_ms
         self.emitted: list[tuple[str, str]] = []
 
-    async def emit(self, involved: Mapping[str, Any], reason: str, message: str, *, warning: bool = False) -> None:
+    async def emit(self, involved: KelpResource, reason: str, message: str, *, warning: bool = False) -> None:
         self.emitted.append((reason, message))
         log.info("%s %s/%s: %s: %s", involved["kind"], involved["metadata"].get("namespace"),
                  involved["metadata"]["name"], reason, message)
-        event = event_manifest(involved, reason=reason, message=message, warning=warning, now=self.now(),
-                               instance=self.instance)
+        event = event_manifest(involved, reason=reason, message=message, warning=warning,
+                               now=rfc3339(self.clock_ms()), instance=self.instance)
         try:
             if await self.kube.create(event) is None:
                 meta = event["metadata"]
-                current = await self.kube.get("Event", meta["namespace"], meta["name"]) or {}
-                await self.kube.merge_patch("Event", meta["namespace"], meta["name"], {
-                    "count": int(current.get("count") or 1) + 1, "lastTimestamp": event["lastTimestamp"]})
+                current = await self.kube.get(EVENT, meta["namespace"], meta["name"])
+                count = (current.get("count") if current else None) or 1
+                await self.kube.merge_patch(EVENT, meta["namespace"], meta["name"], {
+                    "count": int(count) + 1, "lastTimestamp": event["lastTimestamp"]})
         except LeadershipLost:
             raise
         except Exception as exc:  # events are a trail, not a duty: never fail the reconciliation for one

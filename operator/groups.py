@@ -10,42 +10,44 @@ replica that lost the Lease moves no offsets.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
-from urllib.parse import quote
-
 from kelp.errors import ErrorCode
 
+from .admin_types import GroupDescription, OffsetResetRequest, ResetTarget
 from .brokers import AdminError
+from .events import Recorder
 from .kube import KubeClient
+from .objects import Condition, ConsumerGroupResource, ConsumerGroupSpec, ConsumerGroupStatus
 from .resources import AdminFactory, Result, cluster_of, paused
-from .status import GROUP_OBSERVED, condition, group_status, unobserved
+from .spec import ClusterSpec
+from .status import condition, group_status, group_unobserved
 
 __all__ = ["reconcile_group"]
 
-_RESET_TO = {"earliest": "earliest", "latest": "latest", "timestamp": "datetime", "offset": "offset"}
+# spec.resetOffsets.to -> what the admin API's reset-offsets calls it.
+_RESET_TO: dict[str, ResetTarget] = {
+    "earliest": "earliest", "latest": "latest", "timestamp": "datetime", "offset": "offset"}
 
 
-async def reconcile_group(body: Mapping[str, Any], kube: KubeClient, admin_for: AdminFactory, *,
-                          events: Any = None, **_: Any) -> Result:
-    spec = body.get("spec") or {}
+async def reconcile_group(body: ConsumerGroupResource, kube: KubeClient, admin_for: AdminFactory, *,
+                          events: Recorder | None = None) -> Result[ConsumerGroupStatus]:
+    spec: ConsumerGroupSpec = body.get("spec") or {}
     meta = body["metadata"]
     group = spec.get("groupId") or meta["name"]
-    old = body.get("status") or {}
-    status: dict[str, Any] = {"observedGeneration": int(meta.get("generation") or 0), **unobserved(GROUP_OBSERVED)}
-    cluster, missing = await cluster_of(body, kube)
-    if cluster is None:
-        return status, [missing]  # type: ignore[list-item]  # cluster_of gives a condition when no cluster
+    old: ConsumerGroupStatus = body.get("status") or {}
+    status: ConsumerGroupStatus = {"observedGeneration": int(meta.get("generation") or 0), **group_unobserved()}
+    cluster = await cluster_of(body, kube)
+    if not isinstance(cluster, ClusterSpec):
+        return status, [cluster]
     admin = await admin_for(cluster)
-    path = f"/admin/v1/groups/{quote(group, safe='')}"
-    conds: list[dict[str, Any]] = []
+    conds: list[Condition] = []
 
     async def emit(reason: str, message: str, *, warning: bool = False) -> None:
         if events is not None:
             await events.emit(body, reason, message, warning=warning)
 
-    async def describe() -> dict | None:
+    async def describe() -> GroupDescription | None:
         try:
-            return await admin.group_request("GET", path)
+            return await admin.describe_group(group)
         except AdminError as exc:
             if exc.status == 404 or exc.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
                 return None
@@ -60,14 +62,13 @@ async def reconcile_group(body: Mapping[str, Any], kube: KubeClient, admin_for: 
                                    "kelp.dev/pause-reconciliation=true"))
         elif reset and reset.get("requestId") != old.get("lastAppliedRequestId"):
             request_id = reset["requestId"]
-            members = len(described["members"]) if described else 0
-            if members:
-                message = (f"reset {request_id} waits: group '{group}' has {members} member(s) (state "
-                           f"{described['state']}); it is applied once the group is Empty")  # type: ignore[index]  # members: described
+            if described and described["members"]:
+                message = (f"reset {request_id} waits: group '{group}' has {len(described['members'])} member(s) "
+                           f"(state {described['state']}); it is applied once the group is Empty")
                 await emit("OffsetsResetWaiting", message)
                 conds.append(condition("OffsetsReset", False, "Waiting", message))
             else:
-                req: dict[str, Any] = {"topic": reset["topic"], "to": _RESET_TO[reset["to"]], "execute": True}
+                req: OffsetResetRequest = {"topic": reset["topic"], "to": _RESET_TO[reset["to"]], "execute": True}
                 if reset.get("partitions"):
                     req["partitions"] = list(reset["partitions"])
                 if reset["to"] == "timestamp":
@@ -76,7 +77,7 @@ async def reconcile_group(body: Mapping[str, Any], kube: KubeClient, admin_for: 
                     req["value"] = int(reset["offset"])
                 await kube.fence()  # moves the group's committed offsets: consumers re-read or skip records
                 try:
-                    await admin.group_request("POST", path + "/reset-offsets", req)
+                    await admin.reset_offsets(group, req)
                 except AdminError as exc:
                     if exc.status == 0:
                         raise

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import cast
 
 import aiohttp
 import kopf
@@ -37,6 +37,7 @@ from .builders import GROUP, VERSION
 from .events import Recorder
 from .kube import KubeClient
 from .leadership import LeadershipLost
+from .objects import TopicResource
 from .resync import admin_factory, resync_loop
 from .runner import Runner
 from .topics import TopicOwners, delete_topic
@@ -48,7 +49,7 @@ FINALIZER = "kelp.dev/topic-deletion"
 
 
 @kopf.on.startup()
-async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: object) -> None:
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kelp.dev")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -70,7 +71,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
 
 
 @kopf.on.cleanup()
-async def close(memo: kopf.Memo, **_: Any) -> None:
+async def close(memo: kopf.Memo, **_: object) -> None:
     memo.resync.cancel()
     await asyncio.gather(memo.resync, return_exceptions=True)
     await memo.http.close()
@@ -80,9 +81,9 @@ async def close(memo: kopf.Memo, **_: Any) -> None:
 async def _reconcile(memo: kopf.Memo, kind: str, body: kopf.Body) -> None:
     # Topic events share one ownership index (rebuilt only when stale): a resume event per Topic at start-up
     # must not list every Topic each.
-    options = {"owners": memo.topic_owners} if kind == "Topic" else {}
+    owners = memo.topic_owners if kind == "Topic" else None
     try:
-        await memo.runner.reconcile(kind, body["metadata"]["namespace"], body["metadata"]["name"], **options)
+        await memo.runner.reconcile(kind, body["metadata"]["namespace"], body["metadata"]["name"], owners=owners)
     except LeadershipLost as exc:
         # Not kopf's to retry: the run loop stops this replica; until then, nothing is written.
         raise kopf.PermanentError(str(exc)) from None
@@ -93,7 +94,7 @@ async def _reconcile(memo: kopf.Memo, kind: str, body: kopf.Body) -> None:
 @kopf.on.resume(GROUP, VERSION, "clusters")
 @kopf.on.create(GROUP, VERSION, "clusters")
 @kopf.on.update(GROUP, VERSION, "clusters")
-async def cluster_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+async def cluster_changed(body: kopf.Body, memo: kopf.Memo, **_: object) -> None:
     await _reconcile(memo, "Cluster", body)
 
 
@@ -102,19 +103,21 @@ async def cluster_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.resume(GROUP, VERSION, "topics")
 @kopf.on.create(GROUP, VERSION, "topics")
 @kopf.on.update(GROUP, VERSION, "topics")
-async def topic_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+async def topic_changed(body: kopf.Body, memo: kopf.Memo, **_: object) -> None:
     await _reconcile(memo, "Topic", body)
 
 
-def _deletes_topic(spec: kopf.Spec, **_: Any) -> bool:
+def _deletes_topic(spec: kopf.Spec, **_: object) -> bool:
     return spec.get("deletePolicy") == "delete"
 
 
 @kopf.on.delete(GROUP, VERSION, "topics", when=_deletes_topic)
-async def topic_deleted(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+async def topic_deleted(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: object) -> None:
+    # kopf's body of a Topic: the CRD's shape, as the API server validated it.
+    topic = cast(TopicResource, body)
     try:
         async with memo.runner.lock("Topic", body["metadata"]["namespace"], body["metadata"]["name"]):
-            logger.info(await delete_topic(body, memo.kube, memo.runner.admin_for,
+            logger.info(await delete_topic(topic, memo.kube, memo.runner.admin_for,
                                            events=Recorder(memo.kube, instance=memo.runner.instance)))
     except LeadershipLost as exc:
         raise kopf.TemporaryError(str(exc), delay=10) from None
@@ -127,5 +130,5 @@ async def topic_deleted(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, *
 @kopf.on.resume(GROUP, VERSION, "consumergroups")
 @kopf.on.create(GROUP, VERSION, "consumergroups")
 @kopf.on.update(GROUP, VERSION, "consumergroups")
-async def group_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+async def group_changed(body: kopf.Body, memo: kopf.Memo, **_: object) -> None:
     await _reconcile(memo, "ConsumerGroup", body)

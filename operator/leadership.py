@@ -29,11 +29,15 @@ each other's preconditions.
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import replace
-from typing import Any, Callable
+from typing import TYPE_CHECKING
 
-__all__ = ["Leadership", "LeadershipLost"]
+from kelp.clock import Monotonic, monotonic
+
+if TYPE_CHECKING:
+    from kelp.broker.cluster.leases import LeaseElector
+
+__all__ = ["Leadership", "LeadershipLost", "Unfenced"]
 
 
 class LeadershipLost(Exception):
@@ -41,8 +45,10 @@ class LeadershipLost(Exception):
 
 
 class Leadership:
-    def __init__(self, elector: Any, *, duration_s: float, margin_s: float,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+    """`monotonic` (seconds, kelp.clock) times the renewals: how long ago the last one was sent."""
+
+    def __init__(self, elector: LeaseElector, *, duration_s: float, margin_s: float,
+                 monotonic: Monotonic = monotonic) -> None:
         self.elector = elector
         self.duration_s = duration_s
         self.margin_s = margin_s
@@ -89,6 +95,8 @@ class Leadership:
         async with self._lock:
             self.check()
             record = self.elector.record
+            if record is None:  # check() passed, so a renewal succeeded: the elector holds its record
+                raise LeadershipLost(f"operator {self.identity}: cannot confirm the Lease (no record); not acting")
             sent = self.monotonic()
             try:
                 self.elector.record = await self.elector.backend.update(

@@ -27,9 +27,11 @@ second, internal listener); inter-broker HTTP stays on pod IPs.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Mapping
 
-from .builders import BROKER_LABEL, EXTERNAL_LABEL, external_address, external_service, labels_for
+from .builders import BROKER_LABEL, EXTERNAL_LABEL, Address, external_address, external_service, labels_for
+from .kube import POD, SERVICE
+from .objects import Condition
 from .resources import ClusterPass, apply_child
 from .restarts import MANUAL_ROLL, ordinal, pod_ready
 from .status import condition
@@ -41,7 +43,8 @@ REFUSED_HINT = ("fix spec.listeners.external (a pinned nodePort must be free and
                 "service-node-port-range); the broker keeps the Service it had, a broker without one waits")
 
 
-async def apply_external(ctx: ClusterPass, brokers: int, current: int) -> tuple[dict[int, dict], int, dict | None]:
+async def apply_external(ctx: ClusterPass, brokers: int, current: int
+                         ) -> tuple[dict[int, Address], int, Condition | None]:
     """(addresses by ordinal, brokers that may run, Progressing condition or None) after applying the Services.
 
     A Service the API server refuses (a node port already allocated, out of range) stays as it was: its
@@ -49,15 +52,15 @@ async def apply_external(ctx: ClusterPass, brokers: int, current: int) -> tuple[
     the ones above it), since it would advertise an address nobody can reach — the other brokers replicate
     from it through that address too.
     """
-    addresses: dict[int, dict] = {}
-    refusals: list[dict] = []
+    addresses: dict[int, Address] = {}
+    refusals: list[Condition] = []
     missing: set[int] = set()
     for n in range(max(brokers, current)):
         manifest = external_service(ctx.spec, n)
         applied, refused = await apply_child(ctx, manifest, hint=REFUSED_HINT)
         if refused is not None:
             refusals.append(refused)
-            applied = await ctx.kube.get("Service", ctx.spec.namespace, manifest["metadata"]["name"])
+            applied = await ctx.kube.get(SERVICE, ctx.spec.namespace, manifest["metadata"]["name"])
             if applied is None:
                 missing.add(n)
         addresses[n] = external_address(ctx.spec, applied)
@@ -81,23 +84,24 @@ async def apply_external(ctx: ClusterPass, brokers: int, current: int) -> tuple[
 async def remove_external(ctx: ClusterPass, keep: int) -> None:
     """Delete external Services of ordinals >= keep (all of them when the listener is off)."""
     selector = {**labels_for(ctx.spec), EXTERNAL_LABEL: "external"}
-    for svc in await ctx.kube.list("Service", ctx.spec.namespace, labels=selector):
+    for svc in await ctx.kube.list(SERVICE, ctx.spec.namespace, labels=selector):
         n = int((svc["metadata"].get("labels") or {}).get(BROKER_LABEL, "-1"))
         if not ctx.spec.external_type or n >= keep:
             await ctx.kube.fence()  # external clients of that broker lose their address
-            await ctx.kube.delete("Service", ctx.spec.namespace, svc["metadata"]["name"])
+            await ctx.kube.delete(SERVICE, ctx.spec.namespace, svc["metadata"]["name"])
             await ctx.emit("ExternalServiceRemoved", f"{svc['metadata']['name']} deleted (broker {n} "
                            + ("is gone)" if ctx.spec.external_type else "no longer has an external listener)"))
 
 
-def advertised(ctx: ClusterPass, addresses: Mapping[int, Mapping[str, Any]]) -> dict[int, tuple[str, int]]:
+def advertised(ctx: ClusterPass, addresses: Mapping[int, Address]) -> dict[int, tuple[str, int]]:
     """The (host, port) each broker should advertise, where known (NodePort: its pod's node)."""
     out = {}
     host_ips = {ordinal(p["metadata"]["name"]): (p.get("status") or {}).get("hostIP") for p in ctx.pods}
     for n, address in addresses.items():
         host = address.get("host") if ctx.spec.external_type == "LoadBalancer" else host_ips.get(n)
-        if host and address.get("port"):
-            out[n] = (str(host), int(address["port"]))
+        port = address.get("port")
+        if host and port:
+            out[n] = (str(host), int(port))
     return out
 
 
@@ -112,7 +116,7 @@ async def mark_moved_addresses(ctx: ClusterPass, wanted: Mapping[int, tuple[str,
             continue
         if not pod_ready(pod) or meta.get("deletionTimestamp") or (meta.get("annotations") or {}).get(MANUAL_ROLL):
             continue
-        await ctx.kube.merge_patch("Pod", ctx.spec.namespace, meta["name"],
+        await ctx.kube.merge_patch(POD, ctx.spec.namespace, meta["name"],
                                    {"metadata": {"annotations": {MANUAL_ROLL: "true"}}})
         meta.setdefault("annotations", {})[MANUAL_ROLL] = "true"
         await ctx.emit("AdvertisedAddressChanged", f"broker {n} advertises {registered[n][0]}:{registered[n][1]} "

@@ -20,17 +20,27 @@ describes them), target replica lists out; the caller submits them through
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence, TypedDict
 
-__all__ = ["drain_plan", "rebalance_plan", "DrainBlocked"]
+from .admin_types import PartitionMove
+
+__all__ = ["drain_plan", "rebalance_plan", "DrainBlocked", "Placement"]
+
+
+class Placement(TypedDict):
+    """Where a partition's replicas are (preferred leader first), as the admin API describes it."""
+
+    topic: str
+    partition: int
+    replicas: list[int]
 
 
 class DrainBlocked(ValueError):
     """Some partition has more replicas than the brokers that stay."""
 
 
-def _loads(partitions: Iterable[Mapping[str, Any]], brokers: Iterable[int]) -> Counter:
-    load: Counter = Counter({b: 0 for b in brokers})
+def _loads(partitions: Iterable[Placement], brokers: Iterable[int]) -> Counter[int]:
+    load: Counter[int] = Counter({b: 0 for b in brokers})
     for p in partitions:
         for r in p["replicas"]:
             if r in load:
@@ -38,7 +48,7 @@ def _loads(partitions: Iterable[Mapping[str, Any]], brokers: Iterable[int]) -> C
     return load
 
 
-def _pick(candidates: Iterable[int], taken: Sequence[int], load: Counter,
+def _pick(candidates: Iterable[int], taken: Sequence[int], load: Counter[int],
           racks: Mapping[int, str | None]) -> int | None:
     used_racks = {racks.get(r) for r in taken if racks.get(r)}
     options = [b for b in candidates if b not in taken]
@@ -47,13 +57,13 @@ def _pick(candidates: Iterable[int], taken: Sequence[int], load: Counter,
     return min(options, key=lambda b: (bool(racks.get(b)) and racks.get(b) in used_racks, load[b], b))
 
 
-def drain_plan(partitions: Sequence[Mapping[str, Any]], keep: Sequence[int],
-               racks: Mapping[int, str | None] | None = None) -> list[dict[str, Any]]:
+def drain_plan(partitions: Sequence[Placement], keep: Sequence[int],
+               racks: Mapping[int, str | None] | None = None) -> list[PartitionMove]:
     """Targets for every partition with a replica outside `keep`; each leaving replica is replaced in place."""
     racks = racks or {}
     keep_set = set(keep)
     load = _loads(partitions, keep)
-    plan = []
+    plan: list[PartitionMove] = []
     for p in sorted(partitions, key=lambda p: (p["topic"], p["partition"])):
         replicas = list(p["replicas"])
         if all(r in keep_set for r in replicas):
@@ -75,8 +85,8 @@ def drain_plan(partitions: Sequence[Mapping[str, Any]], keep: Sequence[int],
     return plan
 
 
-def rebalance_plan(partitions: Sequence[Mapping[str, Any]], brokers: Sequence[int],
-                   racks: Mapping[int, str | None] | None = None) -> list[dict[str, Any]]:
+def rebalance_plan(partitions: Sequence[Placement], brokers: Sequence[int],
+                   racks: Mapping[int, str | None] | None = None) -> list[PartitionMove]:
     """Fewest single-replica moves that bring every broker within one replica of the others."""
     racks = racks or {}
     load = _loads(partitions, brokers)

@@ -18,8 +18,11 @@ Pure: manifests and decisions only; no Kubernetes client and no I/O.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
 
+from kelp.json_types import JsonObject
+
+from .objects import ClusterResource, Condition, EnvVar, Role, RoleBinding
 from .spec import ClusterSpec
 from .status import Observed, condition
 
@@ -33,13 +36,13 @@ NAMESPACE_LABEL = "kelp.dev/namespace"
 CLUSTER_LABEL = "kelp.dev/cluster"
 
 
-def cluster_role() -> dict[str, Any]:
+def cluster_role() -> Role:
     return {"apiVersion": RBAC, "kind": "ClusterRole",
             "metadata": {"name": RACK_CLUSTER_ROLE, "labels": {"app.kubernetes.io/managed-by": "kelp-operator"}},
             "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]}
 
 
-def cluster_role_binding(spec: ClusterSpec) -> dict[str, Any]:
+def cluster_role_binding(spec: ClusterSpec) -> RoleBinding:
     return {"apiVersion": RBAC, "kind": "ClusterRoleBinding",
             "metadata": {"name": spec.rack_binding,
                          "labels": {"app.kubernetes.io/managed-by": "kelp-operator", BINDING_LABEL: "true",
@@ -48,19 +51,19 @@ def cluster_role_binding(spec: ClusterSpec) -> dict[str, Any]:
             "subjects": [{"kind": "ServiceAccount", "name": spec.service_account, "namespace": spec.namespace}]}
 
 
-def rack_manifests(spec: ClusterSpec) -> list[dict[str, Any]]:
+def rack_manifests(spec: ClusterSpec) -> list[Role | RoleBinding]:
     """The cluster-scoped objects a rack-aware Cluster needs, or none."""
     return [cluster_role(), cluster_role_binding(spec)] if spec.rack_topology_key else []
 
 
-def rack_env(spec: ClusterSpec) -> list[dict[str, Any]]:
+def rack_env(spec: ClusterSpec) -> list[EnvVar]:
     """The pod's node name (downward API) for the broker's `kube.node.name`."""
     if not spec.rack_topology_key:
         return []
     return [{"name": "KELP_KUBE_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
 
 
-def rack_spread(spec: ClusterSpec, selector: Mapping[str, str]) -> list[dict[str, Any]]:
+def rack_spread(spec: ClusterSpec, selector: Mapping[str, str]) -> list[JsonObject]:
     """Spread brokers over racks as well as nodes (soft: a one-zone cluster still schedules)."""
     if not spec.rack_topology_key:
         return []
@@ -68,7 +71,7 @@ def rack_spread(spec: ClusterSpec, selector: Mapping[str, str]) -> list[dict[str
              "labelSelector": {"matchLabels": dict(selector)}}]
 
 
-def rack_condition(spec: ClusterSpec, observed: Observed) -> dict[str, Any] | None:
+def rack_condition(spec: ClusterSpec, observed: Observed) -> Condition | None:
     """RackAware: True when every registered broker reports a rack; None when racks are not asked for."""
     if not spec.rack_topology_key:
         return None
@@ -87,7 +90,7 @@ def rack_condition(spec: ClusterSpec, observed: Observed) -> dict[str, Any] | No
                      f"{', '.join(racks)}; replicas are placed on distinct racks where there are enough")
 
 
-def orphaned_bindings(bindings: Iterable[Mapping[str, Any]], clusters: Iterable[Mapping[str, Any]],
+def orphaned_bindings(bindings: Iterable[RoleBinding], clusters: Iterable[ClusterResource],
                       namespaces: list[str] | None) -> list[str]:
     """Names of rack bindings whose Cluster is gone or no longer sets rack.topologyKey (in watched namespaces)."""
     wanted = {(c["metadata"]["namespace"], c["metadata"]["name"]) for c in clusters

@@ -23,17 +23,19 @@ and the status remain.
 from __future__ import annotations
 
 import asyncio
-import time
-from typing import Any, Callable, Mapping
-from urllib.parse import quote
+from typing import Mapping
 
+from kelp.clock import WallClockMs, wall_clock_ms
+
+from .admin_types import TopicDescription, TopicListing
 from .brokers import AdminError, BrokerAdmin
-from .builders import cluster_children, selector_for
+from .builders import Address, Manifest, cluster_children, selector_for
 from .dynamic_config import apply_dynamic_config
 from .events import Recorder
 from .groups import reconcile_group
-from .kube import KubeClient
+from .kube import CONFIG_MAP, POD, STATEFUL_SET, TOPIC, KubeClient
 from .listeners import advertised, apply_external, mark_moved_addresses, remove_external
+from .objects import ClusterResource, ClusterStatus, Condition, KelpResource, Pod, StatefulSet, StatefulSetStatus
 from .rack import rack_condition
 from .resources import PAUSE_ANNOTATION, AdminFactory, ClusterPass, Result, apply_child, paused
 from .restarts import ordinal, pod_ready
@@ -42,10 +44,10 @@ from .scaling import REBALANCE_ANNOTATION, drain, rebalance, watch_reassignments
 from .spec import DEFAULTS_ANNOTATION, ClusterSpec, SpecError, parse_defaults
 from .status import Observed, cluster_status, condition
 from .storage import reconcile_storage
-from .topics import delete_topic, reconcile_topic, topic_name_of
+from .topics import TopicOwners, delete_topic, reconcile_topic, topic_name_of
 
-__all__ = ["reconcile_cluster", "reconcile_topic", "reconcile_group", "delete_topic", "topic_name_of",
-           "observe", "REBALANCE_ANNOTATION", "RECONCILERS"]
+__all__ = ["reconcile", "reconcile_cluster", "reconcile_topic", "reconcile_group", "delete_topic", "topic_name_of",
+           "observe", "REBALANCE_ANNOTATION"]
 
 DESCRIBE_CONCURRENCY = 8
 
@@ -53,29 +55,34 @@ DESCRIBE_CONCURRENCY = 8
 async def observe(admin: BrokerAdmin) -> Observed:
     """The brokers' view: the cluster (brokers, controller) and every topic described; or why not."""
     try:
-        view = await admin.get("/admin/v1/cluster")
-        listed = (await admin.get("/admin/v1/topics"))["topics"]
+        view = await admin.cluster()
+        listed = await admin.list_topics()
         sem = asyncio.Semaphore(DESCRIBE_CONCURRENCY)
 
-        async def describe(name: str) -> dict | None:
+        async def describe(name: str) -> TopicDescription | None:
             async with sem:
                 try:
-                    return await admin.get(f"/admin/v1/topics/{quote(name, safe='')}")
+                    return await admin.describe_topic(name)
                 except AdminError as exc:
                     if exc.status == 404:
                         return None  # deleted between the list and the describe
                     raise
 
         described = await asyncio.gather(*(describe(t["name"]) for t in listed))
-        topics = [{**d, "internal": t.get("internal", False)} for t, d in zip(listed, described, strict=True) if d]
+        topics = [_listed_as(t, d) for t, d in zip(listed, described, strict=True) if d]
         return Observed(cluster=view, topics=topics)
     except AdminError as exc:
         return Observed(error=exc.message)
 
 
-async def _observe_cluster(spec: ClusterSpec, sts: Mapping[str, Any] | None,
+def _listed_as(listed: TopicListing, described: TopicDescription) -> TopicDescription:
+    """A described topic, internal as the topic list says."""
+    return {**described, "internal": listed.get("internal", False)}
+
+
+async def _observe_cluster(spec: ClusterSpec, sts: StatefulSet | None,
                            admin_for: AdminFactory) -> tuple[Observed, BrokerAdmin | None]:
-    if not int(((sts or {}).get("status") or {}).get("readyReplicas") or 0):
+    if not int(_sts_status(sts).get("readyReplicas") or 0):
         return Observed(error="no broker pod is Ready yet"), None
     admin = await admin_for(spec)
     if not admin.urls:
@@ -83,12 +90,17 @@ async def _observe_cluster(spec: ClusterSpec, sts: Mapping[str, Any] | None,
     return await observe(admin), admin
 
 
-def _ready_brokers(pods: list[dict]) -> set[int]:
+def _sts_status(sts: StatefulSet | None) -> StatefulSetStatus:
+    status: StatefulSetStatus = (sts.get("status") if sts else None) or {}
+    return status
+
+
+def _ready_brokers(pods: list[Pod]) -> set[int]:
     return {ordinal(p["metadata"]["name"]) for p in pods
             if pod_ready(p) and not p["metadata"].get("deletionTimestamp")}
 
 
-async def _apply(ctx: ClusterPass, manifests: list[dict[str, Any]]) -> dict[str, Any] | None:
+async def _apply(ctx: ClusterPass, manifests: list[Manifest]) -> Condition | None:
     """Server-side apply each child in order, up to the first the API server refuses (its condition)."""
     for manifest in manifests:
         _applied, refused = await apply_child(ctx, manifest)
@@ -97,25 +109,27 @@ async def _apply(ctx: ClusterPass, manifests: list[dict[str, Any]]) -> dict[str,
     return None
 
 
-async def _record_transition(ctx: ClusterPass, progressing: Mapping[str, Any]) -> None:
+async def _record_transition(ctx: ClusterPass, progressing: Condition) -> None:
     """Every change of what the operator is doing is an Event, also the waits no step records itself
     (ExternalAddressWaiting, ExpandingVolumes, DrainWaiting, RebalanceWaiting, RollingOut, Reconciled...)."""
     reason = progressing["reason"]
-    if reason == ctx.previous("Progressing").get("reason") or any(r == reason for r, _ in ctx.events.emitted):
+    if reason == ctx.previous_reason("Progressing") or any(r == reason for r, _ in ctx.events.emitted):
         return
     await ctx.emit(reason, progressing["message"], warning=progressing["status"] == "False")
 
 
-async def reconcile_cluster(body: Mapping[str, Any], kube: KubeClient, admin_for: AdminFactory, *,
-                            events: Recorder | None = None, clock: Callable[[], float] = time.time,
-                            **_: Any) -> Result:
+async def reconcile_cluster(body: ClusterResource, kube: KubeClient, admin_for: AdminFactory, *,
+                            events: Recorder | None = None, clock_ms: WallClockMs = wall_clock_ms
+                            ) -> Result[ClusterStatus]:
+    """One pass over a Cluster; `clock_ms` (wall-clock milliseconds, kelp.clock) times reassignment progress."""
     meta = body["metadata"]
     generation = int(meta.get("generation") or 0)
-    events = events or Recorder(kube)
+    events = events or Recorder(kube, clock_ms=clock_ms)
     desired = int((body.get("spec") or {}).get("brokers", 3))
     name, namespace = meta["name"], meta["namespace"]
-    config_map = await kube.get("ConfigMap", namespace, f"{name}-config")
-    pinned = parse_defaults(((config_map or {}).get("metadata", {}).get("annotations") or {}).get(DEFAULTS_ANNOTATION))
+    config_map = await kube.get(CONFIG_MAP, namespace, f"{name}-config")
+    annotations = (config_map["metadata"].get("annotations") if config_map else None) or {}
+    pinned = parse_defaults(annotations.get(DEFAULTS_ANNOTATION))
     try:
         spec = ClusterSpec.from_resource(body, pinned_defaults=pinned or None)
     except SpecError as exc:
@@ -123,24 +137,25 @@ async def reconcile_cluster(body: Mapping[str, Any], kube: KubeClient, admin_for
         return cluster_status(desired=desired, ready_brokers=(), observed=Observed(), managed_topics=set(),
                               bootstrap="", generation=generation, sts_generation_current=False,
                               spec_error=str(exc))
-    before = await kube.get("StatefulSet", namespace, name)
-    current = int((before or {}).get("spec", {}).get("replicas") or 0)
-    pods = await kube.list("Pod", namespace, labels=selector_for(spec))
+    before = await kube.get(STATEFUL_SET, namespace, name)
+    current = int(((before.get("spec") if before else None) or {}).get("replicas") or 0)
+    pods = await kube.list(POD, namespace, labels=selector_for(spec))
     observed, admin = await _observe_cluster(spec, before, admin_for)
-    ctx = ClusterPass(body=body, spec=spec, kube=kube, events=events, now=clock(), observed=observed, admin=admin,
-                      pods=pods)
-    notes: list[dict[str, Any]] = []
-    extra: dict[str, Any] = {}
+    ctx = ClusterPass(body=body, spec=spec, kube=kube, events=events, now_ms=clock_ms(), observed=observed,
+                      admin=admin, pods=pods)
+    notes: list[Condition] = []
+    extra: ClusterStatus = {}
+    sts: StatefulSet | None
     if paused(body):
         notes.append(condition("Progressing", False, "ReconciliationPaused",
                                f"the Cluster is annotated {PAUSE_ANNOTATION}=true: nothing is applied, restarted or "
                                "moved; status still shows what the brokers report"))
-        if ctx.previous("Progressing").get("reason") != "ReconciliationPaused":
+        if ctx.previous_reason("Progressing") != "ReconciliationPaused":
             await ctx.emit("ReconciliationPaused", f"{PAUSE_ANNOTATION}=true: reconciliation stopped")
         replicas = current or spec.brokers
-        sts = before or {}
+        sts = before
     else:
-        if ctx.previous("Progressing").get("reason") == "ReconciliationPaused":
+        if ctx.previous_reason("Progressing") == "ReconciliationPaused":
             await ctx.emit("ReconciliationResumed", f"{PAUSE_ANNOTATION} removed: reconciling again")
         claim_size, claim_class, storage_note = await reconcile_storage(ctx, before, max(current, spec.brokers))
         replicas = spec.brokers
@@ -153,7 +168,8 @@ async def reconcile_cluster(body: Mapping[str, Any], kube: KubeClient, admin_for
                            "they have registered")
             meta = {**meta, "annotations": {**ctx.annotations, REBALANCE_ANNOTATION: "pending"}}
             ctx.body = {**body, "metadata": meta}
-        external, external_note = None, None
+        external: dict[int, Address] | None = None
+        external_note: Condition | None = None
         extra["externalAddresses"] = None
         if spec.external_type:
             external, allowed, external_note = await apply_external(ctx, replicas, current)
@@ -167,8 +183,8 @@ async def reconcile_cluster(body: Mapping[str, Any], kube: KubeClient, admin_for
         refused = await _apply(ctx, cluster_children(spec, replicas=replicas, claim=(claim_size, claim_class),
                                                      external=external))
         await remove_external(ctx, keep=len(external or {}))
-        sts = await kube.get("StatefulSet", namespace, name) or {}
-        ctx.pods = await kube.list("Pod", namespace, labels=selector_for(spec))
+        sts = await kube.get(STATEFUL_SET, namespace, name)
+        ctx.pods = await kube.list(POD, namespace, labels=selector_for(spec))
         dynamic_note = await apply_dynamic_config(ctx)
         field, stalled = await watch_reassignments(ctx)
         extra["reassignment"] = field
@@ -176,9 +192,9 @@ async def reconcile_cluster(body: Mapping[str, Any], kube: KubeClient, admin_for
             notes.insert(0, stalled)
         if not notes and admin is not None and observed.cluster is not None \
                 and ctx.annotations.get(REBALANCE_ANNOTATION):
-            note = await rebalance(ctx)
+            note = await rebalance(ctx, admin)
             notes += [note] if note else []
-        update_revision = (sts.get("status") or {}).get("updateRevision") or ""
+        update_revision = _sts_status(sts).get("updateRevision") or ""
         if external is not None:
             wanted = advertised(ctx, external)
             extra["externalAddresses"] = [f"{h}:{p}" for n, (h, p) in sorted(wanted.items()) if n < spec.brokers]
@@ -193,10 +209,11 @@ async def reconcile_cluster(body: Mapping[str, Any], kube: KubeClient, admin_for
         for extra_note in (dynamic_note, external_note, refused, storage_note):
             if extra_note is not None:
                 notes.insert(0, extra_note)
-    sts_status = sts.get("status") or {}
-    current_gen = (int(sts_status.get("observedGeneration") or 0) >= int(sts.get("metadata", {}).get("generation") or 0)
+    sts_status = _sts_status(sts)
+    sts_generation = (sts["metadata"].get("generation") if sts else None) or 0
+    current_gen = (int(sts_status.get("observedGeneration") or 0) >= int(sts_generation)
                    and int(sts_status.get("updatedReplicas") or 0) >= spec.brokers)
-    managed = {topic_name_of(t) for t in await kube.list("Topic", namespace)
+    managed = {topic_name_of(t) for t in await kube.list(TOPIC, namespace)
                if (t.get("spec") or {}).get("cluster") == spec.name}
     status, conds = cluster_status(desired=spec.brokers, ready_brokers=_ready_brokers(ctx.pods), observed=observed,
                                    managed_topics=managed, bootstrap=spec.bootstrap, generation=generation,
@@ -211,4 +228,12 @@ async def reconcile_cluster(body: Mapping[str, Any], kube: KubeClient, admin_for
     return status, conds
 
 
-RECONCILERS = {"Cluster": reconcile_cluster, "Topic": reconcile_topic, "ConsumerGroup": reconcile_group}
+async def reconcile(body: KelpResource, kube: KubeClient, admin_for: AdminFactory, *, events: Recorder,
+                    clock_ms: WallClockMs = wall_clock_ms,
+                    owners: TopicOwners | None = None) -> Result[Mapping[str, object]]:
+    """One pass over any Kelp resource, by its kind: (status fields, conditions)."""
+    if body["kind"] == "Cluster":
+        return await reconcile_cluster(body, kube, admin_for, events=events, clock_ms=clock_ms)
+    if body["kind"] == "Topic":
+        return await reconcile_topic(body, kube, admin_for, owners=owners, events=events)
+    return await reconcile_group(body, kube, admin_for, events=events)

@@ -11,18 +11,31 @@ naming it, never a raw API error that fails the whole pass.
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Awaitable, Callable, TypeVar
 
 from .brokers import BrokerAdmin
-from .kube import KubeApiError, KubeClient
+from .events import Recorder
+from .kube import CLUSTER, KubeApiError, KubeClient
+from .objects import (
+    ClusterResource,
+    ClusterStatus,
+    Condition,
+    ConsumerGroupResource,
+    KubeObject,
+    Pod,
+    TopicResource,
+)
 from .spec import ClusterSpec, SpecError
-from .status import condition
+from .status import Observed, condition
 
 __all__ = ["AdminFactory", "Result", "PAUSE_ANNOTATION", "paused", "cluster_of", "ClusterPass", "apply_child",
            "REFUSED_STATUSES"]
 
 AdminFactory = Callable[[ClusterSpec], Awaitable[BrokerAdmin]]
-Result = tuple[dict[str, Any], list[dict[str, Any]]]
+StatusT = TypeVar("StatusT")
+# What every reconciler answers: (the status fields it observed, its conditions).
+Result = tuple[StatusT, list[Condition]]
+ManifestT = TypeVar("ManifestT", bound=KubeObject)
 
 # What the API server answers when it refuses an object as written (rather than failing): a bad request, a
 # webhook or policy's no, an invalid value (an immutable field, a node port out of range or already allocated).
@@ -32,30 +45,33 @@ REFUSED_STATUSES = (400, 403, 422)
 PAUSE_ANNOTATION = "kelp.dev/pause-reconciliation"
 
 
-def paused(body: Mapping[str, Any]) -> bool:
+def paused(body: ClusterResource | TopicResource | ConsumerGroupResource) -> bool:
     return ((body.get("metadata") or {}).get("annotations") or {}).get(PAUSE_ANNOTATION) == "true"
 
 
-async def cluster_of(body: Mapping[str, Any], kube: KubeClient) -> tuple[ClusterSpec | None, dict | None]:
-    """(cluster spec, None) or (None, a Ready=False condition saying why there is none)."""
+async def cluster_of(body: TopicResource | ConsumerGroupResource, kube: KubeClient) -> ClusterSpec | Condition:
+    """The spec of the resource's Cluster, or a Ready=False condition saying why there is none."""
     ns = body["metadata"]["namespace"]
     ref = (body.get("spec") or {}).get("cluster", "")
-    cluster = await kube.get("Cluster", ns, ref)
+    cluster = await kube.get(CLUSTER, ns, ref)
     if cluster is None or (cluster.get("metadata") or {}).get("deletionTimestamp"):
-        return None, condition("Ready", False, "ClusterNotFound",
-                               f"no Cluster '{ref}' in namespace {ns}; create it or fix spec.cluster")
+        return condition("Ready", False, "ClusterNotFound",
+                         f"no Cluster '{ref}' in namespace {ns}; create it or fix spec.cluster")
     try:
-        return ClusterSpec.from_resource(cluster), None
+        return ClusterSpec.from_resource(cluster)
     except SpecError as exc:
-        return None, condition("Ready", False, "ClusterInvalid", f"Cluster '{ref}' has an invalid spec: {exc}")
+        return condition("Ready", False, "ClusterInvalid", f"Cluster '{ref}' has an invalid spec: {exc}")
 
 
 class ClusterPass:
-    """One reconciliation of one Cluster: its inputs, what it observed, and the events it records."""
+    """One reconciliation of one Cluster: its inputs, what it observed, and the events it records.
 
-    def __init__(self, *, body: Mapping[str, Any], spec: ClusterSpec, kube: KubeClient, events: Any, now: float,
-                 observed: Any, admin: BrokerAdmin | None, pods: list[dict]) -> None:
-        self.body, self.spec, self.kube, self.events, self.now = body, spec, kube, events, now
+    `now_ms` is the pass's wall-clock time in milliseconds (kelp.clock), read once at its start.
+    """
+
+    def __init__(self, *, body: ClusterResource, spec: ClusterSpec, kube: KubeClient, events: Recorder, now_ms: int,
+                 observed: Observed, admin: BrokerAdmin | None, pods: list[Pod]) -> None:
+        self.body, self.spec, self.kube, self.events, self.now_ms = body, spec, kube, events, now_ms
         self.observed, self.admin, self.pods = observed, admin, pods
         self.submitted = 0  # partition moves this pass submitted
 
@@ -64,25 +80,27 @@ class ClusterPass:
         return dict((self.body.get("metadata") or {}).get("annotations") or {})
 
     @property
-    def old_status(self) -> dict[str, Any]:
-        return dict(self.body.get("status") or {})
+    def old_status(self) -> ClusterStatus:
+        status: ClusterStatus = self.body.get("status") or {}
+        return status.copy()
 
-    def previous(self, type_: str) -> dict[str, Any]:
-        """The condition of that type this Cluster's status holds now ({} when none)."""
-        return next((c for c in self.old_status.get("conditions") or [] if c.get("type") == type_), {})
+    def previous_reason(self, type_: str) -> str | None:
+        """The reason of the condition of that type this Cluster's status holds now (None when none)."""
+        return next((c.get("reason") for c in self.old_status.get("conditions") or [] if c.get("type") == type_),
+                    None)
 
     async def emit(self, reason: str, message: str, *, warning: bool = False) -> None:
         await self.events.emit(self.body, reason, message, warning=warning)
 
     async def annotate(self, key: str, value: str | None) -> None:
         meta = self.body["metadata"]
-        await self.kube.merge_patch("Cluster", meta["namespace"], meta["name"],
+        await self.kube.merge_patch(CLUSTER, meta["namespace"], meta["name"],
                                     {"metadata": {"annotations": {key: value}}})
 
 
-async def apply_child(ctx: ClusterPass, manifest: Mapping[str, Any], *,
+async def apply_child(ctx: ClusterPass, manifest: ManifestT, *,
                       hint: str = "the spec change behind it cannot be applied as it is"
-                      ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+                      ) -> tuple[ManifestT | None, Condition | None]:
     """Server-side apply one child: (the object as applied, None), or, when the API server refuses it,
     (None, a Progressing=False `ApplyRefused` condition naming the object and the API server's message),
     recorded as a Warning Event. Other failures (5xx, unreachable) propagate: the pass is retried."""

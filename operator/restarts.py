@@ -30,7 +30,10 @@ Pure: pods and described topics in (the admin API's shapes), a decision out.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Sequence
+
+from .admin_types import TopicDescription
+from .objects import Pod
 
 __all__ = ["RestartDecision", "next_restart", "restart_blockers", "pod_ready", "ordinal", "is_outdated",
            "min_insync_of", "IGNORE_MIN_INSYNC", "MANUAL_ROLL"]
@@ -50,7 +53,7 @@ class RestartDecision:
     outdated: tuple[str, ...] = field(default=())
 
 
-def pod_ready(pod: Mapping[str, Any]) -> bool:
+def pod_ready(pod: Pod) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True"
                for c in (pod.get("status") or {}).get("conditions") or [])
 
@@ -60,15 +63,16 @@ def ordinal(name: str) -> int:
     return int(tail) if tail.isdigit() else -1
 
 
-def is_outdated(pod: Mapping[str, Any], update_revision: str) -> bool:
+def is_outdated(pod: Pod, update_revision: str) -> bool:
     meta = pod.get("metadata") or {}
     if (meta.get("annotations") or {}).get(MANUAL_ROLL) == "true":
         return True
     return bool(update_revision) and (meta.get("labels") or {}).get("controller-revision-hash") != update_revision
 
 
-def min_insync_of(topic: Mapping[str, Any]) -> int:
-    raw = str(((topic.get("configs") or {}).get("min.insync.replicas") or {}).get("value", "1"))
+def min_insync_of(topic: TopicDescription) -> int:
+    config = (topic.get("configs") or {}).get("min.insync.replicas")
+    raw = str(config.get("value", "1") if config else "1")
     return int(raw) if raw.isdigit() else 1
 
 
@@ -79,7 +83,7 @@ class _Impact:
     already_under: list[str] = field(default_factory=list)
 
 
-def restart_blockers(broker: int, topics: Sequence[Mapping[str, Any]]) -> _Impact:
+def restart_blockers(broker: int, topics: Sequence[TopicDescription]) -> _Impact:
     """What restarting `broker` does to each partition whose ISR holds it."""
     out = _Impact()
     for t in topics:
@@ -105,8 +109,12 @@ def _listed(items: Sequence[str]) -> str:
     return ", ".join(items[:MAX_LISTED]) + more
 
 
-def next_restart(pods: Sequence[Mapping[str, Any]], update_revision: str,
-                 topics: Sequence[Mapping[str, Any]] | None, controller: int, *,
+def _by_ordinal_down(pod: Pod) -> int:
+    return -ordinal(pod["metadata"]["name"])
+
+
+def next_restart(pods: Sequence[Pod], update_revision: str,
+                 topics: Sequence[TopicDescription] | None, controller: int, *,
                  ignore_min_insync: bool = False, unobserved: str = "") -> RestartDecision | None:
     """Which outdated broker pod may restart now; None when none is outdated.
 
@@ -118,12 +126,11 @@ def next_restart(pods: Sequence[Mapping[str, Any]], update_revision: str,
         return None
     names = tuple(sorted(p["metadata"]["name"] for p in outdated))
     todo = f"{len(outdated)} broker pod(s) to restart"
-    by_ordinal = lambda p: -ordinal(p["metadata"]["name"])  # noqa: E731
     terminating = sorted(p["metadata"]["name"] for p in pods if p["metadata"].get("deletionTimestamp"))
     if terminating:
         return RestartDecision(None, "RestartWaiting", f"{todo}; waiting for {', '.join(terminating)} to finish "
                                "terminating before the next", names)
-    unready = sorted((p for p in outdated if not pod_ready(p)), key=by_ordinal)
+    unready = sorted((p for p in outdated if not pod_ready(p)), key=_by_ordinal_down)
     if unready:
         name = unready[0]["metadata"]["name"]
         return RestartDecision(name, "RestartingUnready",

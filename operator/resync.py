@@ -21,12 +21,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from typing import Any
 
 import aiohttp
 
 from .brokers import BrokerAdmin, broker_urls
-from .kube import KubeClient
+from .kube import CLUSTER, CLUSTER_ROLE_BINDING, KELP_KINDS, KubeClient
 from .leadership import LeadershipLost
 from .rack import BINDING_LABEL, orphaned_bindings
 from .resources import AdminFactory
@@ -50,19 +49,23 @@ def admin_factory(kube: KubeClient, http: aiohttp.ClientSession) -> AdminFactory
 
 async def resync_once(kube: KubeClient, http: aiohttp.ClientSession | None, namespaces: list[str] | None, *,
                       runner: Runner | None = None) -> int:
-    """One pass; returns how many objects failed to reconcile."""
-    runner = runner or Runner(kube, admin_factory(kube, http))  # type: ignore[arg-type]  # http comes without a runner
+    """One pass; returns how many objects failed to reconcile. Without a `runner`, `http` makes one."""
+    if runner is None:
+        if http is None:
+            raise ValueError("resync_once: give a runner, or an HTTP session to reach the brokers with")
+        runner = Runner(kube, admin_factory(kube, http))
     failed = 0
     for kind in KINDS:
         mark = runner.mark()
-        items = await kube.list_everywhere(kind, namespaces)
-        options: dict[str, Any] = {"owners": TopicOwners().load(items)} if kind == "Topic" else {}
+        items = await kube.list_everywhere(KELP_KINDS[kind], namespaces)
+        owners = TopicOwners().load(t for t in items if t["kind"] == "Topic") if kind == "Topic" else None
         for body in items:
             meta = body["metadata"]
             if meta.get("deletionTimestamp"):
                 continue
             try:
-                await runner.reconcile(kind, meta["namespace"], meta["name"], listed=body, listed_after=mark, **options)
+                await runner.reconcile(kind, meta["namespace"], meta["name"], listed=body, listed_after=mark,
+                                       owners=owners)
             except (LeadershipLost, asyncio.CancelledError):
                 raise
             except Exception:
@@ -81,13 +84,13 @@ async def resync_once(kube: KubeClient, http: aiohttp.ClientSession | None, name
 
 async def collect_rack_bindings(kube: KubeClient, namespaces: list[str] | None) -> list[str]:
     """Delete rack ClusterRoleBindings whose Cluster is gone (they cannot have an owner reference to it)."""
-    bindings = await kube.list("ClusterRoleBinding", "", labels={BINDING_LABEL: "true"})
+    bindings = await kube.list(CLUSTER_ROLE_BINDING, "", labels={BINDING_LABEL: "true"})
     if not bindings:
         return []
-    gone = orphaned_bindings(bindings, await kube.list_everywhere("Cluster", namespaces), namespaces)
+    gone = orphaned_bindings(bindings, await kube.list_everywhere(CLUSTER, namespaces), namespaces)
     for name in gone:
         log.info("deleting ClusterRoleBinding %s: its Cluster is gone or no longer sets rack.topologyKey", name)
-        await kube.delete("ClusterRoleBinding", "", name)
+        await kube.delete(CLUSTER_ROLE_BINDING, "", name)
     return gone
 
 

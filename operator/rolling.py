@@ -25,11 +25,11 @@ so an operator restart in between neither loses nor repeats the request.
 
 from __future__ import annotations
 
-from typing import Any
-
 from kelp.errors import ErrorCode
 
 from .brokers import AdminError
+from .kube import POD
+from .objects import Condition
 from .resources import ClusterPass
 from .restarts import IGNORE_MIN_INSYNC, MANUAL_ROLL, next_restart, ordinal, pod_ready
 from .status import condition, leader_balance
@@ -47,7 +47,7 @@ async def mark_manual_roll(ctx: ClusterPass) -> None:
     for pod in ctx.pods:
         meta = pod["metadata"]
         if (meta.get("annotations") or {}).get(MANUAL_ROLL) != "true":
-            await ctx.kube.merge_patch("Pod", ctx.spec.namespace, meta["name"],
+            await ctx.kube.merge_patch(POD, ctx.spec.namespace, meta["name"],
                                        {"metadata": {"annotations": {MANUAL_ROLL: "true"}}})
             meta.setdefault("annotations", {})[MANUAL_ROLL] = "true"
     await ctx.annotate(MANUAL_ROLL, None)
@@ -55,7 +55,7 @@ async def mark_manual_roll(ctx: ClusterPass) -> None:
                    "a time under the min.insync.replicas rule")
 
 
-async def roll(ctx: ClusterPass, update_revision: str) -> dict[str, Any] | None:
+async def roll(ctx: ClusterPass, update_revision: str) -> Condition | None:
     """Restart the next outdated broker pod if the rule allows; the Progressing condition while rolling."""
     observed = ctx.observed
     controller = int((observed.cluster or {}).get("controller", -1))
@@ -68,23 +68,23 @@ async def roll(ctx: ClusterPass, update_revision: str) -> dict[str, Any] | None:
         await ctx.kube.fence()
         if ctx.annotations.get(ELECT_ANNOTATION) != "pending":
             await ctx.annotate(ELECT_ANNOTATION, "pending")
-        await ctx.kube.delete("Pod", ctx.spec.namespace, decision.pod)
+        await ctx.kube.delete(POD, ctx.spec.namespace, decision.pod)
         await ctx.emit(decision.reason, decision.message)
     elif decision.reason == "RestartBlocked":
         await ctx.emit(decision.reason, decision.message, warning=True)
     return condition("Progressing", decision.reason != "RestartBlocked", decision.reason, decision.message)
 
 
-async def elect_after_roll(ctx: ClusterPass) -> dict[str, Any] | None:
+async def elect_after_roll(ctx: ClusterPass) -> Condition | None:
     """Once a roll has finished: preferred-leader election until the restarted brokers lead their share again."""
     pending = ctx.annotations.get(ELECT_ANNOTATION) == "pending"
-    if not pending and ctx.previous("Progressing").get("reason") not in ROLL_REASONS | {ELECTING}:
+    if not pending and ctx.previous_reason("Progressing") not in ROLL_REASONS | {ELECTING}:
         return None
     observed = ctx.observed
     if observed.cluster is None or ctx.admin is None:
         message = ("the roll is done; leaders move back to their preferred replicas once the brokers answer: "
                    f"{observed.error}")
-        if ctx.previous("Progressing").get("reason") != ELECTING:
+        if ctx.previous_reason("Progressing") != ELECTING:
             await ctx.emit(ELECTING, message)
         return condition("Progressing", True, ELECTING, message)
     live = {int(b["id"]) for b in observed.cluster.get("brokers", [])}
@@ -106,7 +106,7 @@ async def elect_after_roll(ctx: ClusterPass) -> dict[str, Any] | None:
     if electable:
         await ctx.kube.fence()
         try:
-            answer = await ctx.admin.request("POST", "/admin/v1/partitions/elect-leaders", {})
+            answer = await ctx.admin.elect_leaders()
         except AdminError as exc:
             message = f"preferred-leader election after the roll refused: {exc.message}; retried next pass"
             await ctx.emit("LeaderElectionFailed", message, warning=True)
@@ -119,7 +119,7 @@ async def elect_after_roll(ctx: ClusterPass) -> dict[str, Any] | None:
     if catching_up:
         message = (f"{catching_up} partition(s) wait for their preferred leader to rejoin the ISR before leadership "
                    "moves back to it")
-        if ctx.previous("Progressing").get("reason") != ELECTING and not elected:
+        if ctx.previous_reason("Progressing") != ELECTING and not elected:
             await ctx.emit(ELECTING, message)
         return condition("Progressing", True, ELECTING, message)
     if elected:

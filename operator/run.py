@@ -32,8 +32,11 @@ import signal
 import socket
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 log = logging.getLogger("kelp.operator")
 
@@ -43,7 +46,7 @@ LEASE_NAME = "kelp-operator"
 class _Health:
     def __init__(self) -> None:
         self.active = False
-        self.kopf_task: asyncio.Task | None = None
+        self.kopf_task: asyncio.Task[None] | None = None
 
     def ok(self) -> tuple[bool, str]:
         if self.kopf_task is not None and self.kopf_task.done():
@@ -51,7 +54,7 @@ class _Health:
         return True, "active" if self.active else "standby"
 
 
-async def _serve_health(url: str, health: _Health) -> Any:
+async def _serve_health(url: str, health: _Health) -> web.AppRunner:
     from aiohttp import web
 
     parsed = urlparse(url)

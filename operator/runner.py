@@ -24,15 +24,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from typing import Any, Callable, Mapping
+from typing import Mapping, Sequence
+
+from kelp.clock import WallClockMs, wall_clock_ms
 
 from .events import Recorder
-from .kube import KubeClient
+from .kube import KELP_KINDS, KubeClient
 from .leadership import LeadershipLost
-from .reconcile import RECONCILERS
+from .objects import Condition, KelpResource
+from .reconcile import reconcile
 from .resources import AdminFactory
-from .status import condition, merge_conditions, now_rfc3339
+from .status import condition, merge_conditions, rfc3339
+from .topics import TopicOwners
 
 __all__ = ["Runner", "status_patch"]
 
@@ -41,20 +44,24 @@ log = logging.getLogger("kelp.operator")
 Key = tuple[str, str, str]
 
 
-def status_patch(body: Mapping[str, Any], result: tuple[dict[str, Any], list[dict[str, Any]]]) -> dict[str, Any]:
+def status_patch(body: KelpResource, result: tuple[Mapping[str, object], Sequence[Condition]], *,
+                 clock_ms: WallClockMs = wall_clock_ms) -> dict[str, object]:
     """The status fields of a reconciliation, with conditions merged into the object's current ones."""
     fields, conds = result
     generation = int(body["metadata"].get("generation") or 0)
-    return {**fields, "conditions": merge_conditions((body.get("status") or {}).get("conditions"), conds,
-                                                     generation=generation, now=now_rfc3339())}
+    status = body.get("status")
+    old = status.get("conditions") if status else None
+    return {**fields, "conditions": merge_conditions(old, conds, generation=generation, now=rfc3339(clock_ms()))}
 
 
 class Runner:
-    def __init__(self, kube: KubeClient, admin_for: AdminFactory, *, clock: Callable[[], float] = time.time,
+    """`clock_ms` (wall-clock milliseconds, kelp.clock) times the passes, their Events and conditions."""
+
+    def __init__(self, kube: KubeClient, admin_for: AdminFactory, *, clock_ms: WallClockMs = wall_clock_ms,
                  instance: str = "kelp-operator") -> None:
         self.kube = kube
         self.admin_for = admin_for
-        self.clock = clock
+        self.clock_ms = clock_ms
         self.instance = instance
         self._locks: dict[Key, asyncio.Lock] = {}
         self._finished = 0
@@ -67,31 +74,33 @@ class Runner:
         """A point in time for `listed_after`: passes finished so far."""
         return self._finished
 
-    async def reconcile(self, kind: str, namespace: str, name: str, *, listed: Mapping[str, Any] | None = None,
-                        listed_after: int = -1, **options: Any) -> bool:
+    async def reconcile(self, kind: str, namespace: str, name: str, *, listed: KelpResource | None = None,
+                        listed_after: int = -1, owners: TopicOwners | None = None) -> bool:
         """Reconcile one object and write its status; False when it is gone or being deleted.
 
         `listed`/`listed_after`: a body the caller listed after `mark()` returned
         `listed_after`; used as is unless a pass over this object finished since.
+        `owners`: the Topic ownership index to decide with (Topics only; else one is built).
         """
         key = (kind, namespace, name)
         body = listed
         async with self.lock(*key):
             try:
                 if body is None or self._last.get(key, -1) >= listed_after:
-                    body = await self.kube.get(kind, namespace, name)
+                    body = await self.kube.get(KELP_KINDS[kind], namespace, name)
                 if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
                     return False
-                events = Recorder(self.kube, instance=self.instance)
+                events = Recorder(self.kube, instance=self.instance, clock_ms=self.clock_ms)
                 try:
-                    result = await RECONCILERS[kind](body, self.kube, self.admin_for, events=events,
-                                                     clock=self.clock, **options)
+                    result = await reconcile(body, self.kube, self.admin_for, events=events, clock_ms=self.clock_ms,
+                                             owners=owners)
                 except (LeadershipLost, asyncio.CancelledError):
                     raise
                 except Exception as exc:
                     await self._failed(kind, body, exc)
                     raise
-                await self.kube.patch_status(kind, namespace, name, status_patch(body, result))
+                await self.kube.patch_status(KELP_KINDS[kind], namespace, name,
+                                             status_patch(body, result, clock_ms=self.clock_ms))
                 return True
             finally:
                 self._finished += 1
@@ -104,12 +113,12 @@ class Runner:
                 del self._locks[key]
                 self._last.pop(key, None)
 
-    async def _failed(self, kind: str, body: Mapping[str, Any], exc: Exception) -> None:
+    async def _failed(self, kind: str, body: KelpResource, exc: Exception) -> None:
         meta = body["metadata"]
         message = f"reconciliation failed, retried with backoff: {type(exc).__name__}: {exc}"
         try:
-            await self.kube.patch_status(kind, meta["namespace"], meta["name"], status_patch(
-                body, ({}, [condition("Ready", None, "ReconcileFailed", message[:2000])])))
+            await self.kube.patch_status(KELP_KINDS[kind], meta["namespace"], meta["name"], status_patch(
+                body, ({}, [condition("Ready", None, "ReconcileFailed", message[:2000])]), clock_ms=self.clock_ms))
         except LeadershipLost:
             raise
         except Exception as write_exc:

@@ -24,14 +24,12 @@ move, or a staying broker that is dead, becomes a condition and an Event.
 
 from __future__ import annotations
 
-import calendar
-import time
-from typing import Any
-
-from .brokers import AdminError
-from .plans import DrainBlocked, drain_plan, rebalance_plan
+from .admin_types import PartitionMove, Reassignment
+from .brokers import AdminError, BrokerAdmin
+from .objects import Condition, ReassignmentStatus
+from .plans import DrainBlocked, Placement, drain_plan, rebalance_plan
 from .resources import ClusterPass
-from .status import condition
+from .status import Observed, condition, rfc3339, rfc3339_ms
 
 __all__ = ["drain", "rebalance", "watch_reassignments", "partitions_of", "racks_of", "REBALANCE_ANNOTATION",
            "REASSIGNMENT_ANNOTATION"]
@@ -41,31 +39,29 @@ REASSIGNMENT_ANNOTATION = "kelp.dev/reassignment"
 MAX_LISTED = 8
 
 
-def partitions_of(observed: Any) -> list[dict[str, Any]]:
+class PartitionReplicas(Placement):
+    """A partition's replicas, and whether a move of them is in flight."""
+
+    moving: bool
+
+
+def partitions_of(observed: Observed) -> list[PartitionReplicas]:
     return [{"topic": t["name"], "partition": p["partition"], "replicas": list(p["replicas"]),
              "moving": bool(p.get("adding") or p.get("removing"))}
             for t in observed.topics for p in t.get("partitions", [])]
 
 
-def racks_of(observed: Any) -> dict[int, str | None]:
+def racks_of(observed: Observed) -> dict[int, str | None]:
     return {int(b["id"]): b.get("rack") for b in (observed.cluster or {}).get("brokers", [])}
 
 
-def _epoch(rfc3339: str) -> float:
-    return float(calendar.timegm(time.strptime(rfc3339, "%Y-%m-%dT%H:%M:%SZ")))
-
-
-def _rfc3339(epoch: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
-
-
-async def _submit(ctx: ClusterPass, plan: list[dict[str, Any]]) -> str | None:
+async def _submit(ctx: ClusterPass, admin: BrokerAdmin, plan: list[PartitionMove]) -> str | None:
     """Submit moves (after proving leadership); the controller's refusal as a message, None when accepted."""
     if not plan:
         return None
     await ctx.kube.fence()
     try:
-        await ctx.admin.request("POST", "/admin/v1/partitions/reassign", {"partitions": plan})  # type: ignore[union-attr]  # callers checked ctx.admin
+        await admin.reassign(plan)
     except AdminError as exc:
         return exc.message
     ctx.submitted += len(plan)
@@ -75,11 +71,11 @@ async def _submit(ctx: ClusterPass, plan: list[dict[str, Any]]) -> str | None:
     return None
 
 
-async def drain(ctx: ClusterPass, current: int) -> tuple[int, dict[str, Any] | None]:
+async def drain(ctx: ClusterPass, current: int) -> tuple[int, Condition | None]:
     """(replicas to apply, Progressing condition) while scaling down from `current` brokers."""
-    spec, observed = ctx.spec, ctx.observed
+    spec, observed, admin = ctx.spec, ctx.observed, ctx.admin
     leaving = list(range(spec.brokers, current))
-    if ctx.admin is None or observed.cluster is None:
+    if admin is None or observed.cluster is None:
         return current, condition("Progressing", True, "DrainWaiting",
                                   f"scale-down to {spec.brokers} waits for the brokers to answer, so that broker(s) "
                                   f"{leaving} can be drained first: {observed.error or 'no ready broker'}")
@@ -103,7 +99,7 @@ async def drain(ctx: ClusterPass, current: int) -> tuple[int, dict[str, Any] | N
                    "or keep more brokers")
         await ctx.emit("ScaleDownBlocked", message, warning=True)
         return current, condition("Progressing", False, "ScaleDownBlocked", message)
-    refused = await _submit(ctx, plan)
+    refused = await _submit(ctx, admin, plan)
     if refused is not None:
         message = f"draining broker(s) {leaving} before scale-down: the controller refused the moves: {refused}"
         await ctx.emit("DrainRefused", message, warning=True)
@@ -113,7 +109,7 @@ async def drain(ctx: ClusterPass, current: int) -> tuple[int, dict[str, Any] | N
                               f"pods are removed ({len(plan)} reassignment(s) submitted now)")
 
 
-async def rebalance(ctx: ClusterPass) -> dict[str, Any] | None:
+async def rebalance(ctx: ClusterPass, admin: BrokerAdmin) -> Condition | None:
     """After a scale-up, once every broker is registered: spread replicas onto the new brokers, once."""
     spec, observed = ctx.spec, ctx.observed
     live = set(racks_of(observed))
@@ -124,7 +120,7 @@ async def rebalance(ctx: ClusterPass) -> dict[str, Any] | None:
     if any(p["moving"] for p in parts):
         return condition("Progressing", True, "Rebalancing", "partition reassignments are in progress")
     plan = rebalance_plan(parts, list(range(spec.brokers)), racks=racks_of(observed))
-    refused = await _submit(ctx, plan)
+    refused = await _submit(ctx, admin, plan)
     if refused is not None:
         message = f"spreading replicas onto the new brokers: the controller refused the moves: {refused}"
         await ctx.emit("RebalanceRefused", message, warning=True)
@@ -136,7 +132,7 @@ async def rebalance(ctx: ClusterPass) -> dict[str, Any] | None:
     return None
 
 
-def _progress(moves: list[dict[str, Any]]) -> int:
+def _progress(moves: list[Reassignment]) -> int:
     """Sum of the new replicas' log end offsets: grows while any of them fetches."""
     total = 0
     for m in moves:
@@ -145,7 +141,7 @@ def _progress(moves: list[dict[str, Any]]) -> int:
     return total
 
 
-def _describe(move: dict[str, Any], live: set[int]) -> str:
+def _describe(move: Reassignment, live: set[int]) -> str:
     offsets = move.get("log_end_offsets") or {}
     leader_end = offsets.get(str(move.get("leader")))
     parts = []
@@ -155,38 +151,39 @@ def _describe(move: dict[str, Any], live: set[int]) -> str:
     return f"{move['topic']}-{move['partition']} ({'; '.join(parts) or 'removing ' + str(move.get('removing'))})"
 
 
-async def _cancel(ctx: ClusterPass, moves: list[dict[str, Any]], *, retry: bool) -> str:
+async def _cancel(ctx: ClusterPass, admin: BrokerAdmin, moves: list[Reassignment], *, retry: bool) -> str:
     await ctx.kube.fence()
-    await ctx.admin.request("POST", "/admin/v1/partitions/reassign", {"partitions": [  # type: ignore[union-attr]  # checked by the caller
-        {"topic": m["topic"], "partition": m["partition"], "replicas": None} for m in moves]})
+    await admin.reassign([{"topic": m["topic"], "partition": m["partition"], "replicas": None} for m in moves])
     if not retry:
         return f"cancelled {len(moves)} partition move(s); their replicas are back where they were"
-    targets = [{"topic": m["topic"], "partition": m["partition"],
-                "replicas": [r for r in m["replicas"] if r not in m.get("removing", [])]} for m in moves]
-    await ctx.admin.request("POST", "/admin/v1/partitions/reassign", {"partitions": targets})  # type: ignore[union-attr]  # checked by the caller
+    targets: list[PartitionMove] = [
+        {"topic": m["topic"], "partition": m["partition"],
+         "replicas": [r for r in m["replicas"] if r not in m.get("removing", [])]} for m in moves]
+    await admin.reassign(targets)
     return f"cancelled and resubmitted {len(moves)} partition move(s)"
 
 
-async def watch_reassignments(ctx: ClusterPass) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+async def watch_reassignments(ctx: ClusterPass) -> tuple[ReassignmentStatus | None, Condition | None]:
     """(status.reassignment, Progressing condition or None) for the moves in flight; cancel/retry on request."""
     action = ctx.annotations.get(REASSIGNMENT_ANNOTATION)
-    if ctx.admin is None or ctx.observed.cluster is None:
+    admin = ctx.admin
+    if admin is None or ctx.observed.cluster is None:
         return ctx.old_status.get("reassignment"), None
     if not any(p["moving"] for p in partitions_of(ctx.observed)):
         if ctx.submitted:  # moves submitted by this very pass: their deadline starts now
-            return {"partitions": ctx.submitted, "progress": 0, "lastProgressTime": _rfc3339(ctx.now),
+            return {"partitions": ctx.submitted, "progress": 0, "lastProgressTime": rfc3339(ctx.now_ms),
                     "stalledPartitions": []}, None
         if action:
             await ctx.annotate(REASSIGNMENT_ANNOTATION, None)
             await ctx.emit("ReassignmentIdle", f"{REASSIGNMENT_ANNOTATION}={action}: no reassignment in progress")
         return None, None
     try:
-        moves = (await ctx.admin.get("/admin/v1/partitions/reassignments"))["reassignments"]
+        moves = await admin.reassignments()
     except AdminError:
         return ctx.old_status.get("reassignment"), None
     if action in ("cancel", "retry"):
         try:
-            done = await _cancel(ctx, moves, retry=action == "retry")
+            done = await _cancel(ctx, admin, moves, retry=action == "retry")
         except AdminError as exc:
             message = (f"{REASSIGNMENT_ANNOTATION}={action} failed: {exc.message}; the annotation stays, "
                        "the next pass tries again")
@@ -199,20 +196,20 @@ async def watch_reassignments(ctx: ClusterPass) -> tuple[dict[str, Any] | None, 
     if action:
         await ctx.emit("ReassignmentAnnotationInvalid", f"{REASSIGNMENT_ANNOTATION}={action!r} is not understood; "
                        "use cancel or retry", warning=True)
-    previous = ctx.old_status.get("reassignment") or {}
+    previous: ReassignmentStatus = ctx.old_status.get("reassignment") or {}
     progress = _progress(moves)
     unchanged = previous.get("partitions") == len(moves) and previous.get("progress") == progress
-    since = previous["lastProgressTime"] if unchanged and previous.get("lastProgressTime") else _rfc3339(ctx.now)
-    idle = ctx.now - _epoch(since)
-    field: dict[str, Any] = {"partitions": len(moves), "progress": progress, "lastProgressTime": since,
-                             "stalledPartitions": []}
-    if idle < ctx.spec.reassignment_stall_s:
+    since = previous["lastProgressTime"] if unchanged and previous.get("lastProgressTime") else rfc3339(ctx.now_ms)
+    idle_ms = ctx.now_ms - rfc3339_ms(since)
+    field: ReassignmentStatus = {"partitions": len(moves), "progress": progress, "lastProgressTime": since,
+                                 "stalledPartitions": []}
+    if idle_ms < ctx.spec.reassignment_stall_s * 1000:
         return field, None
     live = set(racks_of(ctx.observed))
     field["stalledPartitions"] = [f"{m['topic']}-{m['partition']}" for m in moves]
     listed = ", ".join(_describe(m, live) for m in moves[:MAX_LISTED])
     more = f" and {len(moves) - MAX_LISTED} more" if len(moves) > MAX_LISTED else ""
-    message = (f"{len(moves)} partition move(s) made no progress for {int(idle)}s (since {since}; "
+    message = (f"{len(moves)} partition move(s) made no progress for {int(idle_ms / 1000)}s (since {since}; "
                f"spec.reassignment.stallTimeoutSeconds is {ctx.spec.reassignment_stall_s}): {listed}{more}. "
                f"Annotate the Cluster {REASSIGNMENT_ANNOTATION}=cancel to cancel them (replicas stay where they "
                f"were) or {REASSIGNMENT_ANNOTATION}=retry to cancel and submit them again")

@@ -15,9 +15,12 @@ Pure: no Kubernetes client, no network.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Mapping
 
 from kelp.broker.config import DYNAMIC_BROKER_KEYS, BrokerConfig, ConfigError
+from kelp.json_types import JsonObject
+
+from .objects import ClusterResource, PodTemplateOverrides
 
 __all__ = ["ClusterSpec", "SpecError", "OPERATOR_OWNED_KEYS", "DATA_DIR", "CONFIG_DIR", "REPLICATION_DEFAULT_KEYS",
            "DEFAULTS_ANNOTATION", "parse_defaults", "format_defaults"]
@@ -73,7 +76,7 @@ class ClusterSpec:
     image_pull_policy: str = "IfNotPresent"
     storage_size: str = "10Gi"
     storage_class: str | None = None
-    resources: Mapping[str, Any] = field(default_factory=dict)
+    resources: JsonObject = field(default_factory=dict)
     config: Mapping[str, str] = field(default_factory=dict)
     rack_topology_key: str | None = None
     kafka_port: int = 9092
@@ -81,7 +84,7 @@ class ClusterSpec:
     advertise: str = "dns"
     reassignment_stall_s: int = 300
     # spec.podTemplate as given (metadata.labels/annotations, affinity, tolerations, ...); merged by builders.
-    pod_template: Mapping[str, Any] = field(default_factory=dict)
+    pod_template: PodTemplateOverrides = field(default_factory=PodTemplateOverrides)
     # spec.listeners.external: None, "NodePort" or "LoadBalancer"; node ports pinned per broker (else allocated).
     external_type: str | None = None
     external_node_ports: tuple[int, ...] = ()
@@ -92,7 +95,7 @@ class ClusterSpec:
     pinned_defaults: Mapping[str, str] | None = None
 
     @classmethod
-    def from_resource(cls, body: Mapping[str, Any], *,
+    def from_resource(cls, body: ClusterResource, *,
                       pinned_defaults: Mapping[str, str] | None = None) -> "ClusterSpec":
         meta = body.get("metadata") or {}
         spec = body.get("spec") or {}
@@ -104,6 +107,7 @@ class ClusterSpec:
         resources = spec.get("resources")
         if resources is None:
             resources = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}}
+        pod_template: PodTemplateOverrides = spec.get("podTemplate") or {}
         out = cls(
             name=str(meta.get("name", "")), namespace=str(meta.get("namespace", "")),
             uid=str(meta.get("uid", "")), generation=int(meta.get("generation") or 0),
@@ -115,7 +119,7 @@ class ClusterSpec:
             kafka_port=int(listeners.get("kafkaPort", 9092)), http_port=int(listeners.get("httpPort", 8080)),
             advertise=str(listeners.get("advertise") or "dns"),
             reassignment_stall_s=int((spec.get("reassignment") or {}).get("stallTimeoutSeconds", 300)),
-            pod_template=dict(spec.get("podTemplate") or {}),
+            pod_template=pod_template.copy(),
             external_type=external.get("type"),
             external_node_ports=tuple(int(p) for p in external.get("nodePorts") or ()),
             external_annotations={str(k): str(v) for k, v in (external.get("annotations") or {}).items()},
@@ -230,15 +234,15 @@ class ClusterSpec:
         default, never written into the config file, so changing them rolls no pod."""
         return {k: v for k, v in self.config.items() if k in DYNAMIC_BROKER_KEYS}
 
-    def effective_config(self) -> dict[str, Any]:
+    def effective_config(self) -> dict[str, str | int | bool]:
         """What the brokers run with: the config file, then the dynamic keys (which win, as in Kafka)."""
         return {**self.broker_config(), **self.dynamic_config()}
 
-    def broker_config(self) -> dict[str, Any]:
+    def broker_config(self) -> dict[str, str | int | bool]:
         """The brokers' YAML config: the operator's keys, the replication defaults, then spec.config's static keys
         (a change to these rolls the pods: the config hash is a pod annotation)."""
         defaults = self.replication_defaults()
-        owned = {
+        owned: dict[str, str | int | bool] = {
             "cluster.name": self.name,
             "cluster.backend": "kube",
             "kube.namespace": self.namespace,

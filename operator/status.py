@@ -11,47 +11,72 @@ drop anything else).
 Status is written as a JSON merge patch, which keeps every field it does
 not mention: a value observed on an earlier pass would stay (and
 `kubectl get` would keep showing it) on a pass that could not observe it.
-So each kind's observed fields (`*_OBSERVED`) are always in the patch —
-`None`, which deletes them, when this pass did not see them.
+So each kind's observed fields are always in the patch — `None`, which
+deletes them, when this pass did not see them (`cluster_unobserved()` and
+the like). The shapes are the CRDs' (`objects.py`).
 
 Pure: no Kubernetes client, no network; time comes in as an argument.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Any, Collection, Iterable, Mapping, Sequence
+import calendar
+import time
+from typing import Collection, Iterable, Sequence
 
-__all__ = ["condition", "merge_conditions", "now_rfc3339", "cluster_status", "topic_status", "group_status",
-           "partition_counts", "leader_balance", "Observed", "unobserved", "CLUSTER_OBSERVED", "TOPIC_OBSERVED",
-           "GROUP_OBSERVED"]
+from .admin_types import ClusterView, GroupDescription, TopicDescription
+from .objects import (
+    ClusterStatus,
+    Condition,
+    ConditionStatus,
+    ConsumerGroupStatus,
+    MemberStatus,
+    OffsetStatus,
+    TopicStatus,
+)
 
-# What each kind's status reports from the brokers' answers (printer columns among them).
-CLUSTER_OBSERVED = ("topics", "unmanagedTopics", "underReplicatedPartitions", "offlinePartitions", "leaderSkew",
-                    "preferredLeaderImbalance")
-TOPIC_OBSERVED = ("partitions", "replicationFactor", "partitionStates")
-GROUP_OBSERVED = ("state", "members", "memberList", "offsets", "totalLag")
+__all__ = ["condition", "merge_conditions", "rfc3339", "rfc3339_ms", "cluster_status", "topic_status",
+           "group_status", "partition_counts", "leader_balance", "Observed", "cluster_unobserved", "topic_unobserved",
+           "group_unobserved"]
 
-
-def unobserved(fields: Iterable[str]) -> dict[str, None]:
-    """Status fields this pass did not observe, as a merge patch removes them."""
-    return dict.fromkeys(fields)
-
-
-def now_rfc3339(now: datetime | None = None) -> str:
-    return (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
+RFC3339 = "%Y-%m-%dT%H:%M:%SZ"
 
 
-def condition(type_: str, ok: bool | None, reason: str, message: str) -> dict[str, Any]:
-    status = "Unknown" if ok is None else ("True" if ok else "False")
+# What each kind's status reports from the brokers' answers (printer columns among them), as a merge
+# patch removes them: always in the patch, so a value this pass did not observe does not linger.
+def cluster_unobserved() -> ClusterStatus:
+    return {"topics": None, "unmanagedTopics": None, "underReplicatedPartitions": None, "offlinePartitions": None,
+            "leaderSkew": None, "preferredLeaderImbalance": None}
+
+
+def topic_unobserved() -> TopicStatus:
+    return {"partitions": None, "replicationFactor": None, "partitionStates": None}
+
+
+def group_unobserved() -> ConsumerGroupStatus:
+    return {"state": None, "members": None, "memberList": None, "offsets": None, "totalLag": None}
+
+
+def rfc3339(ms: int) -> str:
+    """Wall-clock milliseconds as the API server writes times (whole seconds, UTC)."""
+    return time.strftime(RFC3339, time.gmtime(ms // 1000))
+
+
+def rfc3339_ms(text: str) -> int:
+    """An API server time (`2026-11-01T00:00:00Z`) in wall-clock milliseconds."""
+    return calendar.timegm(time.strptime(text, RFC3339)) * 1000
+
+
+def condition(type_: str, ok: bool | None, reason: str, message: str) -> Condition:
+    status: ConditionStatus = "Unknown" if ok is None else ("True" if ok else "False")
     return {"type": type_, "status": status, "reason": reason, "message": message}
 
 
-def merge_conditions(old: Sequence[Mapping[str, Any]] | None, new: Iterable[Mapping[str, Any]], *,
-                     generation: int, now: str) -> list[dict[str, Any]]:
+def merge_conditions(old: Sequence[Condition] | None, new: Iterable[Condition], *,
+                     generation: int, now: str) -> list[Condition]:
     """New conditions replace old ones of the same type; lastTransitionTime moves only when status does."""
     previous = {c.get("type"): c for c in old or []}
-    out = {t: dict(c) for t, c in previous.items() if t}
+    out = {t: c.copy() for t, c in previous.items() if t}
     for c in new:
         before = previous.get(c["type"])
         changed = before is None or before.get("status") != c["status"]
@@ -64,14 +89,14 @@ def merge_conditions(old: Sequence[Mapping[str, Any]] | None, new: Iterable[Mapp
 class Observed:
     """What one look at a cluster saw: brokers' admin answers, or why they could not be asked."""
 
-    def __init__(self, *, cluster: Mapping[str, Any] | None = None, topics: Sequence[Mapping[str, Any]] = (),
+    def __init__(self, *, cluster: ClusterView | None = None, topics: Sequence[TopicDescription] = (),
                  error: str | None = None) -> None:
         self.cluster = cluster
         self.topics = list(topics)
         self.error = error
 
 
-def partition_counts(topics: Sequence[Mapping[str, Any]], live: set[int]) -> tuple[int, int]:
+def partition_counts(topics: Sequence[TopicDescription], live: set[int]) -> tuple[int, int]:
     """(under-replicated, offline) partitions over described topics."""
     under = offline = 0
     for t in topics:
@@ -83,7 +108,7 @@ def partition_counts(topics: Sequence[Mapping[str, Any]], live: set[int]) -> tup
     return under, offline
 
 
-def leader_balance(topics: Sequence[Mapping[str, Any]], live: Collection[int]) -> tuple[int, int]:
+def leader_balance(topics: Sequence[TopicDescription], live: Collection[int]) -> tuple[int, int]:
     """(leader skew, preferred-leader imbalance) over described topics.
 
     Skew: most partitions led by one live broker minus fewest (0 when
@@ -107,7 +132,7 @@ def leader_balance(topics: Sequence[Mapping[str, Any]], live: Collection[int]) -
 
 def cluster_status(*, desired: int, ready_brokers: Collection[int], observed: Observed, managed_topics: set[str],
                    bootstrap: str, generation: int, sts_generation_current: bool,
-                   spec_error: str | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+                   spec_error: str | None = None) -> tuple[ClusterStatus, list[Condition]]:
     """(status fields, conditions) of a Cluster.
 
     `ready_brokers` are the ordinals of the broker pods that are Ready; only
@@ -119,18 +144,20 @@ def cluster_status(*, desired: int, ready_brokers: Collection[int], observed: Ob
     """
     wanted = set(range(desired))
     ready_pods = len(wanted & set(ready_brokers))
-    status: dict[str, Any] = {"brokers": ready_pods, "readyBrokers": f"{ready_pods}/{desired}",
-                              "bootstrap": bootstrap, "observedGeneration": generation, "controller": -1,
-                              **unobserved(CLUSTER_OBSERVED)}
-    conds: list[dict[str, Any]] = []
+    status: ClusterStatus = {"brokers": ready_pods, "readyBrokers": f"{ready_pods}/{desired}",
+                             "bootstrap": bootstrap, "observedGeneration": generation, "controller": -1,
+                             **cluster_unobserved()}
+    conds: list[Condition] = []
     if spec_error:
         conds.append(condition("Ready", False, "InvalidSpec", spec_error))
         conds.append(condition("Progressing", False, "InvalidSpec", "fix the spec; nothing was changed"))
         return status, conds
     live: set[int] = set()
+    controller = -1
+    offline = under = 0
     if observed.cluster is not None:
         live = {int(b["id"]) for b in observed.cluster.get("brokers", [])}
-        status["controller"] = int(observed.cluster.get("controller", -1))
+        controller = status["controller"] = int(observed.cluster.get("controller", -1))
         user_topics = [t for t in observed.topics if not t.get("internal")]
         status["topics"] = len(user_topics)
         status["unmanagedTopics"] = sorted(t["name"] for t in user_topics if t["name"] not in managed_topics)
@@ -144,7 +171,7 @@ def cluster_status(*, desired: int, ready_brokers: Collection[int], observed: Ob
     if observed.cluster is None:
         ready, reason = False, "BrokersUnreachable"
         message = f"no broker answered the admin API: {observed.error or 'no ready broker pod'}"
-    elif status["controller"] < 0:
+    elif controller < 0:
         ready, reason, message = False, "NoController", "the brokers have not elected a controller yet"
     elif wanted - live:
         ready, reason = False, "BrokersMissing"
@@ -156,7 +183,7 @@ def cluster_status(*, desired: int, ready_brokers: Collection[int], observed: Ob
                    f"{sorted(wanted - set(ready_brokers))}")
     else:
         ready, reason = True, "ClusterReady"
-        message = f"{desired} brokers, controller broker {status['controller']}, bootstrap {bootstrap}"
+        message = f"{desired} brokers, controller broker {controller}, bootstrap {bootstrap}"
     conds.append(condition("Ready", ready, reason, message))
     if observed.cluster is None:
         # Partition health was not observed this pass: say so, never "AllInSync" from nothing.
@@ -164,15 +191,15 @@ def cluster_status(*, desired: int, ready_brokers: Collection[int], observed: Ob
                                f"partition health unknown: no broker answered the admin API: "
                                f"{observed.error or 'no ready broker pod'}"))
         return status, conds
-    degraded = bool(status.get("offlinePartitions") or status.get("underReplicatedPartitions"))
+    degraded = bool(offline or under)
     conds.append(condition(
         "Degraded", degraded, "PartitionsAtRisk" if degraded else "AllInSync",
-        f"{status.get('offlinePartitions', 0)} offline and {status.get('underReplicatedPartitions', 0)} "
-        "under-replicated partition(s)" if degraded else "every partition has its full ISR"))
+        f"{offline} offline and {under} under-replicated partition(s)" if degraded
+        else "every partition has its full ISR"))
     return status, conds
 
 
-def topic_status(described: Mapping[str, Any]) -> dict[str, Any]:
+def topic_status(described: TopicDescription) -> TopicStatus:
     return {
         "topicName": described["name"],
         "partitions": described["partitions_count"],
@@ -182,22 +209,22 @@ def topic_status(described: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def group_status(described: Mapping[str, Any] | None) -> dict[str, Any]:
+def group_status(described: GroupDescription | None) -> ConsumerGroupStatus:
     """A ConsumerGroup's status from the coordinator's describe; None = the group does not exist (yet)."""
     if described is None:
         return {"state": "Dead", "members": 0, "memberList": [], "offsets": [], "totalLag": 0}
-    offsets = []
+    offsets: list[OffsetStatus] = []
     for o in described.get("offsets", []):
-        committed = o.get("committed_offset")
-        entry: dict[str, Any] = {"topic": o["topic"], "partition": o["partition"],
-                                 "committedOffset": -1 if committed is None else committed,
-                                 "logEndOffset": -1 if o.get("log_end_offset") is None else o["log_end_offset"]}
-        if o.get("lag") is not None:
-            entry["lag"] = o["lag"]
+        committed, log_end, lag = o.get("committed_offset"), o.get("log_end_offset"), o.get("lag")
+        entry: OffsetStatus = {"topic": o["topic"], "partition": o["partition"],
+                               "committedOffset": -1 if committed is None else committed,
+                               "logEndOffset": -1 if log_end is None else log_end}
+        if lag is not None:
+            entry["lag"] = lag
         offsets.append(entry)
-    members = [{"memberId": m["member_id"], "clientId": m.get("client_id") or "", "host": m.get("client_host") or "",
-                "assignments": [{"topic": a["topic"], "partitions": list(a["partitions"])}
-                                for a in m.get("assignment", [])]}
-               for m in described.get("members", [])]
+    members: list[MemberStatus] = [
+        {"memberId": m["member_id"], "clientId": m.get("client_id") or "", "host": m.get("client_host") or "",
+         "assignments": [{"topic": a["topic"], "partitions": list(a["partitions"])} for a in m.get("assignment", [])]}
+        for m in described.get("members", [])]
     return {"state": described.get("state") or "Unknown", "members": len(members), "memberList": members,
             "offsets": offsets, "totalLag": int(described.get("total_lag") or 0)}

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
-from typing import Any, Mapping
 
+from .kube import PERSISTENT_VOLUME_CLAIM, STORAGE_CLASS
+from .objects import Condition, PersistentVolumeClaim, StatefulSet
 from .resources import ClusterPass
 from .status import condition
 
@@ -44,17 +45,17 @@ def parse_quantity(text: str) -> Decimal:
     return Decimal(found.group(1)) * _SUFFIX[found.group(2) or ""]
 
 
-def claim_template(sts: Mapping[str, Any] | None) -> tuple[str | None, str | None]:
+def claim_template(sts: StatefulSet | None) -> tuple[str | None, str | None]:
     """(size, storageClassName) of an existing StatefulSet's `data` claim template; (None, None) without one."""
-    for tmpl in ((sts or {}).get("spec") or {}).get("volumeClaimTemplates") or []:
+    for tmpl in ((sts.get("spec") if sts else None) or {}).get("volumeClaimTemplates") or []:
         if (tmpl.get("metadata") or {}).get("name") == "data":
             spec = tmpl.get("spec") or {}
             return ((spec.get("resources") or {}).get("requests") or {}).get("storage"), spec.get("storageClassName")
     return None, None
 
 
-async def reconcile_storage(ctx: ClusterPass, sts: Mapping[str, Any] | None,
-                            brokers: int) -> tuple[str | None, str | None, dict[str, Any] | None]:
+async def reconcile_storage(ctx: ClusterPass, sts: StatefulSet | None,
+                            brokers: int) -> tuple[str | None, str | None, Condition | None]:
     """(claim size, class to keep in the template, Progressing condition or None) for the claims of `brokers` pods."""
     spec = ctx.spec
     size, klass = claim_template(sts)
@@ -72,9 +73,9 @@ async def reconcile_storage(ctx: ClusterPass, sts: Mapping[str, Any] | None,
                    f"PersistentVolumeClaims cannot shrink, set it back to at least {size}")
         await ctx.emit("StorageChangeRefused", message, warning=True)
         return size, klass, condition("Progressing", False, "StorageChangeRefused", message)
-    claims = []
+    claims: list[PersistentVolumeClaim] = []
     for n in range(brokers):
-        claim = await ctx.kube.get("PersistentVolumeClaim", spec.namespace, f"data-{spec.name}-{n}")
+        claim = await ctx.kube.get(PERSISTENT_VOLUME_CLAIM, spec.namespace, f"data-{spec.name}-{n}")
         if claim is not None:
             claims.append(claim)
     small = [c for c in claims
@@ -90,8 +91,8 @@ async def reconcile_storage(ctx: ClusterPass, sts: Mapping[str, Any] | None,
     classes = {c["spec"].get("storageClassName") for c in small}
     refused = []
     for name in sorted(c for c in classes if c):
-        sc = await ctx.kube.get("StorageClass", "", name)
-        if not (sc or {}).get("allowVolumeExpansion"):
+        sc = await ctx.kube.get(STORAGE_CLASS, "", name)
+        if not (sc.get("allowVolumeExpansion") if sc else None):
             refused.append(name)
     if refused or None in classes:
         which = ", ".join(repr(r) for r in refused) or "(none set)"
@@ -106,7 +107,7 @@ async def reconcile_storage(ctx: ClusterPass, sts: Mapping[str, Any] | None,
         if (claim.get("status") or {}).get("phase") != "Bound":
             unbound.append(name)  # the API server refuses to resize a claim that is not bound yet
             continue
-        await ctx.kube.merge_patch("PersistentVolumeClaim", spec.namespace, name,
+        await ctx.kube.merge_patch(PERSISTENT_VOLUME_CLAIM, spec.namespace, name,
                                    {"spec": {"resources": {"requests": {"storage": spec.storage_size}}}})
         await ctx.emit("VolumeExpanding", f"{name}: {claim['spec']['resources']['requests']['storage']} -> "
                        f"{spec.storage_size}")

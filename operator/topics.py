@@ -21,13 +21,16 @@ raises for a condition a user can act on.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
-from urllib.parse import quote
+from typing import Iterable
 
+from .admin_types import NewTopic, TopicDescription
 from .brokers import AdminError
-from .kube import KubeClient
+from .events import Recorder
+from .kube import TOPIC, KubeClient
+from .objects import Condition, TopicResource, TopicSpec, TopicStatus
 from .resources import AdminFactory, Result, cluster_of, paused
-from .status import TOPIC_OBSERVED, condition, topic_status, unobserved
+from .spec import ClusterSpec
+from .status import condition, topic_status, topic_unobserved
 
 __all__ = ["reconcile_topic", "delete_topic", "topic_name_of", "topic_owners", "Owners", "TopicOwners"]
 
@@ -35,20 +38,25 @@ __all__ = ["reconcile_topic", "delete_topic", "topic_name_of", "topic_owners", "
 Owners = dict[tuple[str, str, str], tuple[tuple[str, str], str]]
 
 
-def topic_name_of(body: Mapping[str, Any]) -> str:
-    return (body.get("spec") or {}).get("topicName") or body["metadata"]["name"]
+def _spec(body: TopicResource) -> TopicSpec:
+    spec: TopicSpec = body.get("spec") or {}
+    return spec
 
 
-def _age_key(body: Mapping[str, Any]) -> tuple[str, str]:
+def topic_name_of(body: TopicResource) -> str:
+    return _spec(body).get("topicName") or body["metadata"]["name"]
+
+
+def _age_key(body: TopicResource) -> tuple[str, str]:
     meta = body["metadata"]
     return (meta.get("creationTimestamp") or "", meta["name"])
 
 
-def _owner_key(body: Mapping[str, Any]) -> tuple[str, str, str]:
-    return (body["metadata"].get("namespace", ""), (body.get("spec") or {}).get("cluster") or "", topic_name_of(body))
+def _owner_key(body: TopicResource) -> tuple[str, str, str]:
+    return (body["metadata"].get("namespace", ""), _spec(body).get("cluster") or "", topic_name_of(body))
 
 
-def topic_owners(topics: Iterable[Mapping[str, Any]]) -> Owners:
+def topic_owners(topics: Iterable[TopicResource]) -> Owners:
     """The oldest live Topic resource for every (namespace, cluster, topic): one pass, linear in the resources."""
     owners: Owners = {}
     for t in topics:
@@ -75,8 +83,8 @@ class TopicOwners:
         self._owners: dict[str, Owners] = {}
         self._seen: dict[str, set[str]] = {}
 
-    def load(self, topics: Iterable[Mapping[str, Any]]) -> "TopicOwners":
-        by_ns: dict[str, list[Mapping[str, Any]]] = {}
+    def load(self, topics: Iterable[TopicResource]) -> "TopicOwners":
+        by_ns: dict[str, list[TopicResource]] = {}
         for t in topics:
             by_ns.setdefault(t["metadata"].get("namespace", ""), []).append(t)
         for ns, items in by_ns.items():
@@ -85,12 +93,12 @@ class TopicOwners:
         return self
 
     async def _rebuild(self, kube: KubeClient, namespace: str) -> Owners:
-        items = await kube.list("Topic", namespace)
+        items = await kube.list(TOPIC, namespace)
         self._owners[namespace] = topic_owners(items)
         self._seen[namespace] = {t["metadata"]["name"] for t in items}
         return self._owners[namespace]
 
-    async def winner(self, body: Mapping[str, Any], kube: KubeClient) -> str:
+    async def winner(self, body: TopicResource, kube: KubeClient) -> str:
         """Name of the Topic resource that owns this one's topic (itself, unless an older one declares it)."""
         ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
         owners = self._owners.get(ns)
@@ -99,21 +107,22 @@ class TopicOwners:
         key, mine = _owner_key(body), _age_key(body)
         best = owners.get(key)
         if best is not None and best[0] < mine:
-            other = await kube.get("Topic", ns, best[1])
+            other = await kube.get(TOPIC, ns, best[1])
             if other is None or (other.get("metadata") or {}).get("deletionTimestamp") or _owner_key(other) != key:
                 best = (await self._rebuild(kube, ns)).get(key)
         return best[1] if best is not None and best[0] < mine else name
 
 
-async def reconcile_topic(body: Mapping[str, Any], kube: KubeClient, admin_for: AdminFactory, *,
-                          owners: TopicOwners | None = None, events: Any = None, **_: Any) -> Result:
-    spec = body.get("spec") or {}
+async def reconcile_topic(body: TopicResource, kube: KubeClient, admin_for: AdminFactory, *,
+                          owners: TopicOwners | None = None, events: Recorder | None = None) -> Result[TopicStatus]:
+    spec = _spec(body)
     name = topic_name_of(body)
-    status: dict[str, Any] = {"topicName": name, "observedGeneration": int(body["metadata"].get("generation") or 0),
-                              **unobserved(TOPIC_OBSERVED)}
-    cluster, missing = await cluster_of(body, kube)
-    if cluster is None:
-        return status, [missing]  # type: ignore[list-item]  # cluster_of gives a condition when no cluster
+    status: TopicStatus = {"topicName": name, "observedGeneration": int(body["metadata"].get("generation") or 0),
+                           **topic_unobserved()}
+    cluster = await cluster_of(body, kube)
+    if not isinstance(cluster, ClusterSpec):
+        return status, [cluster]
+
     async def emit(reason: str, message: str, *, warning: bool = False) -> None:
         if events is not None:
             await events.emit(body, reason, message, warning=warning)
@@ -125,10 +134,9 @@ async def reconcile_topic(body: Mapping[str, Any], kube: KubeClient, admin_for: 
         await emit("DuplicateTopic", message, warning=True)
         return status, [condition("Ready", False, "DuplicateTopic", message)]
     admin = await admin_for(cluster)
-    path = f"/admin/v1/topics/{quote(name, safe='')}"
     if paused(body):
         try:
-            status.update(topic_status(await admin.get(path)))
+            status.update(topic_status(await admin.describe_topic(name)))
         except AdminError as exc:
             return status, [condition("Ready", None, "ReconciliationPaused", f"not reconciled while paused: "
                                       f"{exc.message}")]
@@ -137,24 +145,25 @@ async def reconcile_topic(body: Mapping[str, Any], kube: KubeClient, admin_for: 
                                   "kelp.dev/pause-reconciliation=true; status shows what the brokers report")]
     partitions = int(spec.get("partitions", 1))
     desired_configs = {str(k): str(v) for k, v in (spec.get("config") or {}).items()}
-    notes: list[dict[str, Any]] = []
+    notes: list[Condition] = []
+    described: TopicDescription
     try:
         try:
-            described = await admin.get(path)
+            described = await admin.describe_topic(name)
         except AdminError as exc:
             if exc.status != 404:
                 raise
-            create: dict[str, Any] = {"name": name, "partitions": partitions, "configs": desired_configs}
+            create: NewTopic = {"name": name, "partitions": partitions, "configs": desired_configs}
             if spec.get("replicationFactor") is not None:
                 create["replication_factor"] = int(spec["replicationFactor"])
             await kube.fence()
-            described = await admin.request("POST", "/admin/v1/topics", create)
+            described = await admin.create_topic(create)
             await emit("TopicCreated", f"topic '{name}': {described['partitions_count']} partition(s), replication "
                        f"factor {described['replication_factor']}")
         if described["partitions_count"] < partitions:
             before = described["partitions_count"]
             await kube.fence()
-            described = await admin.request("POST", path + "/partitions", {"partitions": partitions})
+            described = await admin.add_partitions(name, partitions)
             await emit("PartitionsAdded", f"topic '{name}': {before} -> {partitions} partitions")
         elif described["partitions_count"] > partitions:
             message = (f"topic '{name}' has {described['partitions_count']} partitions and Kafka cannot remove "
@@ -165,8 +174,8 @@ async def reconcile_topic(body: Mapping[str, Any], kube: KubeClient, admin_for: 
         if overrides != desired_configs:
             # Topic configs are dynamic in Kelp: altered in place, no broker restarts.
             await kube.fence()
-            await admin.request("PUT", path + "/configs", {"configs": desired_configs})
-            described = await admin.get(path)
+            await admin.alter_topic_configs(name, desired_configs)
+            described = await admin.describe_topic(name)
             await emit("TopicConfigsAltered", f"topic '{name}': overrides set to {desired_configs or '{}'} (applied "
                        "at once, no broker restart)")
         rf = spec.get("replicationFactor")
@@ -187,8 +196,8 @@ async def reconcile_topic(body: Mapping[str, Any], kube: KubeClient, admin_for: 
                               f"partition(s), replication factor {described['replication_factor']}")]
 
 
-async def delete_topic(body: Mapping[str, Any], kube: KubeClient, admin_for: AdminFactory, *,
-                       events: Any = None) -> str:
+async def delete_topic(body: TopicResource, kube: KubeClient, admin_for: AdminFactory, *,
+                       events: Recorder | None = None) -> str:
     """Delete the Kafka topic of a Topic resource with deletePolicy delete; returns what happened.
 
     Lets go (returns) when the Cluster is gone or another resource owns the
@@ -196,8 +205,8 @@ async def delete_topic(body: Mapping[str, Any], kube: KubeClient, admin_for: Adm
     A deleted topic is an Event (`TopicDeleted`) on the resource: its records are gone.
     """
     name = topic_name_of(body)
-    cluster, _missing = await cluster_of(body, kube)
-    if cluster is None:
+    cluster = await cluster_of(body, kube)
+    if not isinstance(cluster, ClusterSpec):
         return f"Cluster '{(body.get('spec') or {}).get('cluster')}' is gone; topic '{name}' left as it was"
     winner = await TopicOwners().winner(body, kube)
     if winner != body["metadata"]["name"]:
@@ -205,7 +214,7 @@ async def delete_topic(body: Mapping[str, Any], kube: KubeClient, admin_for: Adm
     admin = await admin_for(cluster)
     await kube.fence()  # deleting a topic loses its records: only a replica that proves it holds the Lease
     try:
-        await admin.request("DELETE", f"/admin/v1/topics/{quote(name, safe='')}")
+        await admin.delete_topic(name)
     except AdminError as exc:
         if exc.status != 404:
             raise

@@ -16,12 +16,17 @@ from typing import Any, Awaitable, Callable, Mapping
 
 from kelp.broker.cluster.kube_api import KubeApiError
 from kelp.errors import ErrorCode
-from kelp.operator.brokers import AdminError
-from kelp.operator.kube import CLUSTER_SCOPED
+from kelp.operator.brokers import AdminError, BrokerAdmin
+from kelp.operator.kube import CLUSTER_SCOPED, Kind
 
 # The fields of a StatefulSet spec the API server lets an update change (apps/v1 validation).
 STS_MUTABLE = {"replicas", "template", "updateStrategy", "persistentVolumeClaimRetentionPolicy",
                "minReadySeconds", "ordinals", "revisionHistoryLimit"}
+
+
+def _name(kind: str | Kind[Any]) -> str:
+    """The operator passes `Kind`s (kube.POD...); tests may name a kind by its string."""
+    return kind if isinstance(kind, str) else kind.name
 
 
 def _key(kind: str, meta: Mapping[str, Any]) -> tuple[str, str, str]:
@@ -98,25 +103,31 @@ class FakeKube:
         self.put(copy.deepcopy(dict(manifest)))
         return self.objects[key]
 
-    async def get(self, kind: str, namespace: str, name: str) -> dict | None:
+    async def get(self, kind: str | Kind[Any], namespace: str, name: str) -> dict | None:
+        kind = _name(kind)
         await self._hook("get", kind, namespace, name)
         obj = self.objects.get((kind, "" if kind in CLUSTER_SCOPED else namespace, name))
         return copy.deepcopy(obj) if obj is not None else None
 
-    async def list(self, kind: str, namespace: str, *, labels: Mapping[str, str] | None = None) -> list[dict]:
+    async def list(self, kind: str | Kind[Any], namespace: str, *, labels: Mapping[str, str] | None = None
+                   ) -> list[dict]:
+        kind = _name(kind)
         await self._hook("list", kind, namespace)
         out = [copy.deepcopy(o) for (k, ns, _), o in self.objects.items() if k == kind and ns == namespace
                and all(((o["metadata"].get("labels") or {}).get(lk) == lv) for lk, lv in (labels or {}).items())]
         self.listed[kind] = self.listed.get(kind, 0) + len(out)
         return out
 
-    async def list_everywhere(self, kind: str, namespaces: list[str] | None) -> list[dict]:
+    async def list_everywhere(self, kind: str | Kind[Any], namespaces: list[str] | None) -> list[dict]:
+        kind = _name(kind)
         out = [copy.deepcopy(o) for (k, ns, _), o in self.objects.items()
                if k == kind and (namespaces is None or ns in namespaces)]
         self.listed[kind] = self.listed.get(kind, 0) + len(out)
         return out
 
-    async def merge_patch(self, kind: str, namespace: str, name: str, patch: Mapping[str, Any]) -> dict | None:
+    async def merge_patch(self, kind: str | Kind[Any], namespace: str, name: str, patch: Mapping[str, Any]
+                          ) -> dict | None:
+        kind = _name(kind)
         self._check()
         obj = self.objects.get((kind, "" if kind in CLUSTER_SCOPED else namespace, name))
         if obj is None:
@@ -125,7 +136,9 @@ class FakeKube:
         _merge(obj, patch)
         return obj
 
-    async def patch_status(self, kind: str, namespace: str, name: str, status: Mapping[str, Any]) -> dict | None:
+    async def patch_status(self, kind: str | Kind[Any], namespace: str, name: str, status: Mapping[str, Any]
+                           ) -> dict | None:
+        kind = _name(kind)
         self._check()
         obj = self.objects.get((kind, namespace, name))
         if obj is None:
@@ -133,7 +146,8 @@ class FakeKube:
         _merge(obj.setdefault("status", {}), status)
         return obj
 
-    async def delete(self, kind: str, namespace: str, name: str) -> None:
+    async def delete(self, kind: str | Kind[Any], namespace: str, name: str) -> None:
+        kind = _name(kind)
         self._check()
         await self._hook("delete", kind, namespace, name)
         self.deleted.append((kind, name))
@@ -175,8 +189,10 @@ def broker_pod(cluster: str, n: int, *, revision: str = "rev-1", ready: bool = T
                        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
 
 
-class FakeAdmin:
+class FakeAdmin(BrokerAdmin):
     """A scripted broker admin API: one cluster view, described topics, and what each call did.
+
+    It answers `request` (and so every typed call of BrokerAdmin built on it) itself; no HTTP.
 
     `topics` maps name -> list of partitions `{"replicas", "isr", "leader"}`; a
     reassignment marks the partition `adding`/`removing` (it then stays in

@@ -30,7 +30,8 @@ class Cluster:
             {"replicas": [1, 2], "isr": [1, 2]}, {"replicas": [3, 1], "isr": [3, 1]}]})
 
     def reconcile(self, now: float) -> list[dict]:
-        result = asyncio.run(reconcile_cluster(self.body, self.kube, admin_of(self.admin), clock=lambda: now))
+        result = asyncio.run(reconcile_cluster(self.body, self.kube, admin_of(self.admin),
+                                               clock_ms=lambda: int(now * 1000)))
         self.body["status"] = {**self.body["status"], **status_patch(self.body, result)}
         self.body["status"] = {k: v for k, v in self.body["status"].items() if v is not None}
         return result[1]

@@ -11,7 +11,15 @@ import asyncio
 import pytest
 
 from kelp.operator.runner import Runner
-from kelp.operator.status import Observed, cluster_status, condition, group_status, merge_conditions
+from kelp.operator.status import (
+    Observed,
+    cluster_status,
+    condition,
+    group_status,
+    merge_conditions,
+    rfc3339,
+    rfc3339_ms,
+)
 from tests.kelp_operator.fakes import FakeAdmin, FakeKube, admin_of, broker_pod, resource, statefulset
 
 
@@ -24,6 +32,13 @@ def test_last_transition_time_moves_only_when_the_status_changes() -> None:
     assert again[0]["observedGeneration"] == 2
     ready = merge_conditions(again, [condition("Ready", True, "ClusterReady", "ok")], generation=2, now="T3")
     assert ready[0]["lastTransitionTime"] == "T3" and ready[0]["status"] == "True"
+
+
+def test_times_are_written_as_the_api_server_writes_them() -> None:
+    """Wall-clock milliseconds (kelp.clock) in, whole UTC seconds out, and back."""
+    assert rfc3339(1_800_000_000_999) == "2027-01-15T08:00:00Z"
+    assert rfc3339_ms("2027-01-15T08:00:00Z") == 1_800_000_000_000
+    assert rfc3339_ms(rfc3339(1_800_000_100_500)) == 1_800_000_100_000
 
 
 def _topic(name: str, parts: list[tuple[int, list[int], list[int]]], internal: bool = False) -> dict:

@@ -14,17 +14,16 @@ import asyncio
 import os
 import time
 
-from kelp.operator import resync
 from kelp.operator.resync import resync_once
+from kelp.operator.runner import Runner
 from tests.kelp_operator.fakes import FakeAdmin, FakeKube, admin_of, resource
 
 TOPICS = int(os.environ.get("KELP_TEST_OWNERSHIP_TOPICS", "3000"))
 DUPLICATES = TOPICS // 10
 
 
-def test_ownership_over_thousands_of_topics_is_linear(monkeypatch) -> None:
+def test_ownership_over_thousands_of_topics_is_linear() -> None:
     admin = FakeAdmin(brokers=[0])
-    monkeypatch.setattr(resync, "admin_factory", lambda kube, http: admin_of(admin))
     objects = [resource("Cluster", "demo", {"brokers": 1})]
     for i in range(TOPICS):
         objects.append(resource("Topic", f"t-{i:05d}", {"cluster": "demo", "partitions": 1},
@@ -35,7 +34,7 @@ def test_ownership_over_thousands_of_topics_is_linear(monkeypatch) -> None:
                                                             "partitions": 1}, created="2026-11-02T00:00:00Z"))
     kube = FakeKube(*objects)
     started = time.monotonic()
-    failed = asyncio.run(resync_once(kube, None, None))
+    failed = asyncio.run(resync_once(kube, None, None, runner=Runner(kube, admin_of(admin))))
     elapsed = time.monotonic() - started
     assert failed == 0
     total = TOPICS + DUPLICATES

@@ -1,0 +1,521 @@
+"""Kubernetes objects as the operator reads and writes them: the fields it uses, as types.
+
+Why: every object the operator builds, reads back or patches was an untyped dict, so a
+misspelt field or a string where the API wants an integer reached the API server (or was silently
+pruned) instead of failing `make typecheck`. These TypedDicts name the fields the operator uses —
+an object the API server answers has more, which pass through untouched — and the custom
+resources' spec and status follow the CRDs in `crds/` exactly (structural pruning drops anything
+else). Keys are optional (`total=False`) wherever the API server may leave them out. Parts the
+operator only passes through (a user's affinity, probes, security contexts) are free-form JSON
+(`kelp.json_types`).
+
+A status field set to None is a JSON merge patch's deletion: the field was not observed this pass
+(`status.py`). `kube.py` is where an API answer becomes one of these types; builders return them.
+
+Types only: no logic, no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NotRequired, Required, TypedDict
+
+from kelp.json_types import JsonObject
+
+__all__ = [
+    "OwnerReference", "ObjectMeta", "KubeObject", "LabelSelector", "ServiceAccount", "PolicyRule", "Role",
+    "RoleRef", "Subject", "RoleBinding", "ConfigMap", "ServicePort", "ServiceSpec", "LoadBalancerIngress",
+    "LoadBalancerStatus", "ServiceStatus", "Service", "DisruptionBudgetSpec", "PodDisruptionBudget", "EnvVar",
+    "ContainerPort", "VolumeMount", "Container", "PodSpec", "TemplateMeta", "PodTemplate", "ClaimResources",
+    "ClaimSpec", "ClaimTemplate", "UpdateStrategy", "ClaimRetention", "StatefulSetSpec", "StatefulSetStatus",
+    "StatefulSet", "PodCondition", "PodStatus", "Pod", "ClaimStatus", "PersistentVolumeClaim", "StorageClass",
+    "ObjectReference", "EventSource", "Event", "Condition", "PodTemplateOverrides", "StorageSettings",
+    "RackSettings", "ExternalListener", "ListenerSettings", "DisruptionSettings", "ReassignmentSettings",
+    "ClusterResourceSpec", "ReassignmentStatus", "ClusterStatus", "ClusterResource", "TopicSpec",
+    "PartitionStatus", "TopicStatus", "TopicResource", "OffsetReset", "ConsumerGroupSpec", "AssignmentStatus",
+    "MemberStatus", "OffsetStatus", "ConsumerGroupStatus", "ConsumerGroupResource", "ConditionStatus",
+    "KelpResource", "KelpStatus"
+]
+
+
+# -- what every object has ------------------------------------------------------------------
+
+class OwnerReference(TypedDict):
+    apiVersion: str
+    kind: str
+    name: str
+    uid: str
+    controller: bool
+    blockOwnerDeletion: bool
+
+
+class ObjectMeta(TypedDict, total=False):
+    name: str
+    namespace: str
+    uid: str
+    generation: int
+    resourceVersion: str
+    creationTimestamp: str
+    deletionTimestamp: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    ownerReferences: list[OwnerReference]
+
+
+class KubeObject(TypedDict, total=False):
+    """An object of a built-in kind."""
+
+    apiVersion: str
+    kind: str
+    metadata: Required[ObjectMeta]
+
+
+class LabelSelector(TypedDict):
+    matchLabels: dict[str, str]
+
+
+# -- what a Cluster's children are (builders.py, rack.py) --------------------------------------------
+
+class ServiceAccount(KubeObject, total=False):
+    pass
+
+
+class PolicyRule(TypedDict):
+    apiGroups: list[str]
+    resources: list[str]
+    verbs: list[str]
+
+
+class Role(KubeObject, total=False):
+    """A Role or a ClusterRole."""
+
+    rules: list[PolicyRule]
+
+
+class RoleRef(TypedDict):
+    apiGroup: str
+    kind: str
+    name: str
+
+
+class Subject(TypedDict):
+    kind: str
+    name: str
+    namespace: str
+
+
+class RoleBinding(KubeObject, total=False):
+    """A RoleBinding or a ClusterRoleBinding."""
+
+    roleRef: RoleRef
+    subjects: list[Subject]
+
+
+class ConfigMap(KubeObject, total=False):
+    data: dict[str, str]
+
+
+class ServicePort(TypedDict, total=False):
+    name: str
+    port: int
+    targetPort: str
+    protocol: str
+    nodePort: int
+
+
+class ServiceSpec(TypedDict, total=False):
+    type: str
+    clusterIP: str
+    selector: dict[str, str]
+    ports: list[ServicePort]
+    publishNotReadyAddresses: bool
+    externalTrafficPolicy: str
+
+
+class LoadBalancerIngress(TypedDict, total=False):
+    ip: str
+    hostname: str
+
+
+class LoadBalancerStatus(TypedDict, total=False):
+    ingress: list[LoadBalancerIngress]
+
+
+class ServiceStatus(TypedDict, total=False):
+    loadBalancer: LoadBalancerStatus
+
+
+class Service(KubeObject, total=False):
+    spec: ServiceSpec
+    status: ServiceStatus
+
+
+class DisruptionBudgetSpec(TypedDict):
+    maxUnavailable: int
+    selector: LabelSelector
+
+
+class PodDisruptionBudget(KubeObject, total=False):
+    spec: DisruptionBudgetSpec
+
+
+class EnvVar(TypedDict):
+    name: str
+    value: NotRequired[str]
+    valueFrom: NotRequired[JsonObject]
+
+
+class ContainerPort(TypedDict):
+    name: str
+    containerPort: int
+    protocol: str
+
+
+class VolumeMount(TypedDict):
+    name: str
+    mountPath: str
+    readOnly: NotRequired[bool]
+
+
+class Container(TypedDict, total=False):
+    name: str
+    image: str
+    imagePullPolicy: str
+    args: list[str]
+    env: list[EnvVar]
+    ports: list[ContainerPort]
+    readinessProbe: JsonObject
+    livenessProbe: JsonObject
+    startupProbe: JsonObject
+    lifecycle: JsonObject
+    resources: JsonObject
+    volumeMounts: list[VolumeMount]
+    securityContext: JsonObject
+
+
+class PodSpec(TypedDict, total=False):
+    serviceAccountName: str
+    terminationGracePeriodSeconds: int
+    securityContext: JsonObject
+    containers: list[Container]
+    volumes: list[JsonObject]
+    topologySpreadConstraints: list[JsonObject]
+    affinity: JsonObject
+    tolerations: list[JsonObject]
+    nodeSelector: dict[str, str]
+    priorityClassName: str
+
+
+class TemplateMeta(TypedDict, total=False):
+    labels: dict[str, str]
+    annotations: dict[str, str]
+
+
+class PodTemplate(TypedDict):
+    metadata: TemplateMeta
+    spec: PodSpec
+
+
+class ClaimResources(TypedDict, total=False):
+    requests: dict[str, str]
+
+
+class ClaimSpec(TypedDict, total=False):
+    accessModes: list[str]
+    resources: ClaimResources
+    storageClassName: str
+
+
+class ClaimTemplate(TypedDict):
+    metadata: ObjectMeta
+    spec: ClaimSpec
+
+
+class UpdateStrategy(TypedDict):
+    type: str
+
+
+class ClaimRetention(TypedDict):
+    whenDeleted: str
+    whenScaled: str
+
+
+class StatefulSetSpec(TypedDict, total=False):
+    replicas: int
+    serviceName: str
+    podManagementPolicy: str
+    updateStrategy: UpdateStrategy
+    persistentVolumeClaimRetentionPolicy: ClaimRetention
+    selector: LabelSelector
+    template: PodTemplate
+    volumeClaimTemplates: list[ClaimTemplate]
+
+
+class StatefulSetStatus(TypedDict, total=False):
+    readyReplicas: int
+    updatedReplicas: int
+    observedGeneration: int
+    updateRevision: str
+
+
+class StatefulSet(KubeObject, total=False):
+    spec: StatefulSetSpec
+    status: StatefulSetStatus
+
+
+# -- what the operator reads -----------------------------------------------------------------
+
+class PodCondition(TypedDict, total=False):
+    type: str
+    status: str
+
+
+class PodStatus(TypedDict, total=False):
+    podIP: str
+    hostIP: str
+    phase: str
+    conditions: list[PodCondition]
+
+
+class Pod(KubeObject, total=False):
+    status: PodStatus
+
+
+class ClaimStatus(TypedDict, total=False):
+    phase: str
+    capacity: dict[str, str]
+
+
+class PersistentVolumeClaim(KubeObject, total=False):
+    spec: ClaimSpec
+    status: ClaimStatus
+
+
+class StorageClass(KubeObject, total=False):
+    allowVolumeExpansion: bool
+
+
+class ObjectReference(TypedDict):
+    apiVersion: str
+    kind: str
+    name: str
+    namespace: str
+    uid: str
+
+
+class EventSource(TypedDict):
+    component: str
+
+
+class Event(KubeObject, total=False):
+    """A core/v1 Event (events.py)."""
+
+    involvedObject: ObjectReference
+    reason: str
+    message: str
+    type: str
+    source: EventSource
+    reportingComponent: str
+    reportingInstance: str
+    firstTimestamp: str
+    lastTimestamp: str
+    count: int
+
+
+# -- Kelp's custom resources (crds/) ------------------------------------------------------------
+
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+class Condition(TypedDict):
+    """A metav1.Condition; `status.merge_conditions` adds the generation and the transition time."""
+
+    type: str
+    status: ConditionStatus
+    reason: str
+    message: str
+    observedGeneration: NotRequired[int]
+    lastTransitionTime: NotRequired[str]
+
+
+class PodTemplateOverrides(TypedDict, total=False):
+    """`spec.podTemplate` of a Cluster: what it may set on the broker pods (builders merge it)."""
+
+    metadata: TemplateMeta
+    affinity: JsonObject
+    tolerations: list[JsonObject]
+    topologySpreadConstraints: list[JsonObject]
+    priorityClassName: str
+    nodeSelector: dict[str, str]
+    securityContext: JsonObject
+
+
+class StorageSettings(TypedDict, total=False):
+    size: str
+    storageClassName: str
+
+
+class RackSettings(TypedDict, total=False):
+    topologyKey: str
+
+
+class ExternalListener(TypedDict, total=False):
+    type: str  # required by the CRD
+    nodePorts: list[int]
+    annotations: dict[str, str]
+
+
+class ListenerSettings(TypedDict, total=False):
+    kafkaPort: int
+    httpPort: int
+    advertise: str
+    external: ExternalListener
+
+
+class DisruptionSettings(TypedDict, total=False):
+    maxUnavailable: int
+
+
+class ReassignmentSettings(TypedDict, total=False):
+    stallTimeoutSeconds: int
+
+
+class ClusterResourceSpec(TypedDict, total=False):
+    """A Cluster's spec as written (`spec.ClusterSpec` is it read, with defaults and checks)."""
+
+    brokers: int
+    image: str
+    imagePullPolicy: str
+    storage: StorageSettings
+    resources: JsonObject
+    config: dict[str, str]
+    rack: RackSettings
+    listeners: ListenerSettings
+    podTemplate: PodTemplateOverrides
+    podDisruptionBudget: DisruptionSettings
+    reassignment: ReassignmentSettings
+
+
+class ReassignmentStatus(TypedDict, total=False):
+    partitions: int
+    progress: int
+    lastProgressTime: str
+    stalledPartitions: list[str]
+
+
+class ClusterStatus(TypedDict, total=False):
+    observedGeneration: int
+    conditions: list[Condition]
+    brokers: int
+    controller: int
+    topics: int | None
+    unmanagedTopics: list[str] | None
+    underReplicatedPartitions: int | None
+    offlinePartitions: int | None
+    bootstrap: str
+    externalAddresses: list[str] | None
+    readyBrokers: str
+    leaderSkew: int | None
+    preferredLeaderImbalance: int | None
+    reassignment: ReassignmentStatus | None
+
+
+class ClusterResource(TypedDict, total=False):
+    apiVersion: str
+    kind: Required[Literal["Cluster"]]
+    metadata: Required[ObjectMeta]
+    spec: ClusterResourceSpec
+    status: ClusterStatus
+
+
+class TopicSpec(TypedDict, total=False):
+    cluster: str  # required by the CRD
+    topicName: str
+    partitions: int
+    replicationFactor: int
+    config: dict[str, str]
+    deletePolicy: str
+
+
+class PartitionStatus(TypedDict):
+    partition: int
+    leader: int
+    replicas: list[int]
+    isr: list[int]
+
+
+class TopicStatus(TypedDict, total=False):
+    observedGeneration: int
+    conditions: list[Condition]
+    topicName: str
+    partitions: int | None
+    replicationFactor: int | None
+    partitionStates: list[PartitionStatus] | None
+
+
+class TopicResource(TypedDict, total=False):
+    apiVersion: str
+    kind: Required[Literal["Topic"]]
+    metadata: Required[ObjectMeta]
+    spec: TopicSpec
+    status: TopicStatus
+
+
+class OffsetReset(TypedDict, total=False):
+    """`spec.resetOffsets` of a ConsumerGroup: applied once per `requestId`, only while the group is Empty."""
+
+    requestId: Required[str]
+    topic: Required[str]
+    to: Required[Literal["earliest", "latest", "timestamp", "offset"]]
+    partitions: list[int]
+    timestamp: str
+    offset: int
+
+
+class ConsumerGroupSpec(TypedDict, total=False):
+    cluster: str  # required by the CRD
+    groupId: str
+    resetOffsets: OffsetReset
+
+
+class AssignmentStatus(TypedDict):
+    topic: str
+    partitions: list[int]
+
+
+class MemberStatus(TypedDict):
+    memberId: str
+    clientId: str
+    host: str
+    assignments: list[AssignmentStatus]
+
+
+class OffsetStatus(TypedDict):
+    topic: str
+    partition: int
+    committedOffset: int
+    logEndOffset: int
+    lag: NotRequired[int]
+
+
+class ConsumerGroupStatus(TypedDict, total=False):
+    observedGeneration: int
+    conditions: list[Condition]
+    state: str | None
+    members: int | None
+    memberList: list[MemberStatus] | None
+    offsets: list[OffsetStatus] | None
+    totalLag: int | None
+    lastAppliedRequestId: str
+
+
+class ConsumerGroupResource(TypedDict, total=False):
+    apiVersion: str
+    kind: Required[Literal["ConsumerGroup"]]
+    metadata: Required[ObjectMeta]
+    spec: ConsumerGroupSpec
+    status: ConsumerGroupStatus
+
+
+# One of Kelp's resources; `body["kind"]` tells which (mypy narrows on it).
+KelpResource = ClusterResource | TopicResource | ConsumerGroupResource
+KelpStatus = ClusterStatus | TopicStatus | ConsumerGroupStatus
