@@ -613,6 +613,7 @@ class ScramClient:
         return f"n,,{self._bare}".encode()
 
     def final_message(self, server_first: bytes) -> bytes:
+        check_token_size(server_first, MAX_MESSAGE_BYTES, error=ScramError)
         text = _decode(server_first, "server first")
         match = _SERVER_FIRST.fullmatch(text)
         if match is None:
@@ -623,6 +624,9 @@ class ScramClient:
         iterations = int(match.group("iterations"))
         if iterations < MIN_ITERATIONS:
             raise ScramError(f"Requested iterations {iterations} is less than the minimum {MIN_ITERATIONS} for "
+                             f"{self._mechanism.mechanism_name}")
+        if iterations > MAX_ITERATIONS:  # no Kafka broker stores more; a server asking for more wants our CPU
+            raise ScramError(f"Requested iterations {iterations} is more than the maximum {MAX_ITERATIONS} for "
                              f"{self._mechanism.mechanism_name}")
         if self._password is None:
             raise ScramError("final_message already called")
@@ -638,6 +642,7 @@ class ScramClient:
         return f"{without_proof},p={proof}".encode()
 
     def verify_server_final(self, server_final: bytes) -> None:
+        check_token_size(server_final, MAX_MESSAGE_BYTES, error=ScramError)
         text = _decode(server_final, "server final")
         match = _SERVER_FINAL.fullmatch(text)
         if match is None:

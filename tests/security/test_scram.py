@@ -349,6 +349,8 @@ def test_client_checks_the_server(credentials: dict[ScramMechanism, ScramCredent
         client.final_message(b"r=xyz123,s=QQ==,i=4096")
     with pytest.raises(ScramError, match="less than the minimum"):
         ScramClient(SHA256, "alice", "pencil", nonce="abc").final_message(b"r=abc123,s=QQ==,i=100")
+    with pytest.raises(ScramError, match="more than the maximum 16384"):
+        ScramClient(SHA256, "alice", "pencil", nonce="abc").final_message(b"r=abc123,s=QQ==,i=99999999")
     good = ScramClient(SHA256, "alice", "pencil", nonce="abc")
     good.first_message()
     good.final_message(b"r=abc123,s=QQ==,i=4096")
