@@ -75,7 +75,7 @@ class JaasEntry:
 
 @dataclass(frozen=True)
 class _Token:
-    kind: str  # "word", "quoted", "number", "char", "eof"
+    kind: str  # "word", "quoted", "open-quote" (a quoted string never closed), "number", "char", "eof"
     text: str
     line: int
 

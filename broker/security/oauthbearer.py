@@ -358,6 +358,15 @@ class JwtValidator:
         self._clock_ms = clock_ms
 
     def validate(self, token: str) -> ValidatedToken:
+        """The token's principal, scopes and times; OAuthBearerError (only) when it must be refused."""
+        try:
+            return self._validate(token)
+        except OAuthBearerError:
+            raise
+        except Exception as exc:  # a library's surprise on hostile input is a refusal, never another error type
+            raise OAuthBearerError(f"Could not validate the access token: {type(exc).__name__}") from None
+
+    def _validate(self, token: str) -> ValidatedToken:
         settings = self._settings
         if len(token) > MAX_TOKEN_CHARS:
             raise OAuthBearerError(f"the token has {len(token)} characters, more than {MAX_TOKEN_CHARS}")

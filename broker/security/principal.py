@@ -31,7 +31,7 @@ This module must never do I/O or trust a name it has not parsed: a malformed DER
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from kelp.errors import ConfigError
@@ -426,7 +426,7 @@ def dn_from_der_certificate(certificate_der: bytes) -> str:
     return dn_from_der_name(certificate.subject.public_bytes())
 
 
-def dn_from_peercert(peercert: dict[str, object]) -> str:
+def dn_from_peercert(peercert: Mapping[str, object]) -> str:
     """The subject of Python's `getpeercert()` dict, as Java renders it, for the RFC 2253 keyword attributes
     only (the dict has lost the tags and encodings Java needs for any other; use the DER form for those)."""
     subject = peercert.get("subject")
@@ -437,6 +437,8 @@ def dn_from_peercert(peercert: dict[str, object]) -> str:
         avas: list[str] = []
         for pair in rdn:
             name, value = pair
+            if not isinstance(value, str):
+                raise PrincipalMappingError(f"subject attribute {name!r} is not a string in getpeercert()")
             keyword = _PEERCERT_NAMES.get(name)
             if keyword is None:
                 raise PrincipalMappingError(
