@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.layout.import_graph import FILES, imports
+from tests.layout.import_graph import FILES, imports, kelp_imports
 
 NETWORKING = ("asyncio", "socket", "aiohttp", "kafka.net", "kafka.producer", "kafka.consumer", "http", "urllib")
 
@@ -72,6 +72,13 @@ def _violations(start: str, forbidden: tuple[str, ...]) -> list[str]:
           for m in ("blocking_connection", "blocking_client")],
         # The Spark data source is a client: it speaks the Kafka protocol and never reaches into the broker.
         ("kelp.spark", ("kelp.broker", "kelp.operator", "kelp.cli")),
+        # The security core (issue 20) is asked by the listeners and never reaches back: no sockets, no event loop,
+        # no HTTP, and nothing above it; only its TLS module has the standard library's `ssl`.
+        ("kelp.broker.security", NETWORKING + ("kelp.broker.kafka", "kelp.broker.http", "kelp.broker.cluster",
+                                               "kelp.broker.groups", "kelp.broker.app", "kelp.operator", "kelp.cli",
+                                               "kelp.kafka_client", "kelp.spark")),
+        *[(f"kelp.broker.security.{m}", ("ssl",))
+          for m in ("principal", "sasl", "plain", "jaas", "scram", "oauthbearer", "acl")],
         # Its option rules and column codec run anywhere: no sockets, no Spark.
         *[(m, NETWORKING + ("pyspark", "kelp.spark.wire", "kelp.kafka_client"))
           for m in ("kelp.spark.codec", "kelp.spark.options")],
@@ -87,3 +94,18 @@ def test_the_checker_sees_a_violation() -> None:
     if not any(m.startswith("kelp.broker.http.") for m in FILES):
         pytest.skip("kelp.broker.http has no modules yet")
     assert _violations("kelp.broker.http", ("aiohttp",))
+
+
+# The Kelp modules the security core may use besides its own: the error table and the clock types.
+SECURITY_MAY_IMPORT = ("kelp.broker.security", "kelp.errors", "kelp.clock")
+
+
+def test_security_core_imports_only_itself_and_kelp_basics() -> None:
+    """kelp.broker.security sits under every listener: of Kelp, it imports only itself, kelp.errors and kelp.clock."""
+    found = sorted(
+        f"{module} imports {imported}"
+        for module in FILES if module == "kelp.broker.security" or module.startswith("kelp.broker.security.")
+        for imported in kelp_imports(module)
+        if not any(imported == m or imported.startswith(m + ".") for m in SECURITY_MAY_IMPORT)
+    )
+    assert found == []
