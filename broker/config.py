@@ -33,16 +33,20 @@ from .config_keys import (
     DYNAMIC_BROKER_KEYS,
     TOPIC_BROKER_SYNONYMS,
     TOPIC_CONFIG_KEYS,
+    ConfigValue,
     parse_bool,
     parse_compression_name,
 )
 
-# The key tables are config_keys.py's; they are named here too, where callers have always found them.
-__all__ = ["BrokerConfig", "TOPIC_CONFIG_KEYS", "TOPIC_BROKER_SYNONYMS", "DYNAMIC_BROKER_KEYS", "DEFAULT_ENTITY",
-           "validate_topic_configs", "validate_broker_configs", "parse_bool"]
+# The key tables are config_keys.py's, ConfigError kelp.errors'; they are named here too, where callers have
+# always found them.
+__all__ = ["BrokerConfig", "BROKER_KEYS", "TOPIC_CONFIG_KEYS", "TOPIC_BROKER_SYNONYMS", "DYNAMIC_BROKER_KEYS",
+           "DEFAULT_ENTITY", "validate_topic_configs", "validate_broker_configs", "parse_bool", "ConfigValue",
+           "ConfigError"]
 
 
-def validate_broker_configs(configs: Mapping[str, Any] | None, *, portable: bool = False) -> dict[str, str | None]:
+def validate_broker_configs(configs: Mapping[str, object] | None, *,
+                            portable: bool = False) -> dict[str, str | None]:
     """Check a change of dynamic broker configs `{key: value, or None to delete}`; returns it normalised to strings.
 
     Raises ConfigError naming the key: unknown, not dynamic (Kafka's "Cannot update these configs dynamically"),
@@ -81,7 +85,7 @@ def validate_broker_configs(configs: Mapping[str, Any] | None, *, portable: bool
     return out
 
 
-def validate_topic_configs(configs: Mapping[str, Any] | None, *, topic: str = "") -> dict[str, str]:
+def validate_topic_configs(configs: Mapping[str, object] | None, *, topic: str = "") -> dict[str, str]:
     """Check per-topic overrides; returns them normalised to strings.
 
     Raises ConfigError naming the topic and the offending key or value.
@@ -111,13 +115,16 @@ class BrokerConfig:
     A value is, most specific first: this broker's dynamic config, the cluster-wide dynamic default (both from
     the metadata log, DYNAMIC_BROKER_KEYS only, `set_dynamic`), the static value (file, environment, flags),
     the default. Every read (`cfg[key]`) sees the current one, so read them at use time, never keep a copy.
+
+    A read is typed `Any`: the value's type is its key's (`BROKER_KEYS`: an int for `port`, a list for
+    `log.dirs`), which one signature cannot say; every stored value is a `ConfigValue`.
     """
 
-    values: dict[str, Any] = field(default_factory=dict)
+    values: dict[str, ConfigValue] = field(default_factory=dict)
     explicit: set[str] = field(default_factory=set)
     # Replaced whole, never mutated: a worker thread may read them while the event loop applies a change.
-    dynamic_broker: Mapping[str, Any] = field(default_factory=dict)
-    dynamic_default: Mapping[str, Any] = field(default_factory=dict)
+    dynamic_broker: Mapping[str, ConfigValue] = field(default_factory=dict)
+    dynamic_default: Mapping[str, ConfigValue] = field(default_factory=dict)
 
     def __getitem__(self, key: str) -> Any:
         if key not in BROKER_KEYS:
@@ -143,10 +150,10 @@ class BrokerConfig:
         self.dynamic_broker = _parse_dynamic(broker)
         return {k for k in DYNAMIC_BROKER_KEYS if self[k] != before[k]}
 
-    def layers(self, key: str) -> list[tuple[str, Any]]:
+    def layers(self, key: str) -> list[tuple[str, ConfigValue]]:
         """Where `key`'s value can come from, most specific first, the ones that are set:
         ("dynamic_broker" | "dynamic_default" | "static" | "default", value)."""
-        out: list[tuple[str, Any]] = []
+        out: list[tuple[str, ConfigValue]] = []
         if key in self.dynamic_broker:
             out.append(("dynamic_broker", self.dynamic_broker[key]))
         if key in self.dynamic_default:
@@ -157,7 +164,7 @@ class BrokerConfig:
             out.append(("default", BROKER_KEYS[key][1]))
         return out
 
-    def get(self, key: str, default: Any = None) -> Any:
+    def get(self, key: str, default: object = None) -> Any:
         try:
             value = self[key]
         except KeyError:
@@ -170,7 +177,7 @@ class BrokerConfig:
         *,
         file: str | os.PathLike[str] | None = None,
         env: Mapping[str, str] | None = None,
-        overrides: Mapping[str, Any] | None = None,
+        overrides: Mapping[str, object] | None = None,
     ) -> "BrokerConfig":
         """Merge config file (YAML or Java properties) < `KELP_*` env < overrides (flags); validate each key."""
         cfg = cls()
@@ -212,7 +219,7 @@ class BrokerConfig:
         """The directory the file lease and metadata backends share (default `<first log dir>/cluster`)."""
         return Path(self["cluster.dir"]) if self["cluster.dir"] else self.log_dirs[0] / "cluster"
 
-    def _merge(self, items: Mapping[str, Any], *, source: str) -> None:
+    def _merge(self, items: Mapping[str, object], *, source: str) -> None:
         for key, raw in translate_kafka_keys(items, known=BROKER_KEYS, source=source).items():
             spec = BROKER_KEYS.get(key)
             if spec is None:
@@ -282,13 +289,13 @@ class BrokerConfig:
             out["flush.ms"] = str(self["log.flush.interval.ms"])
         return out
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, ConfigValue]:
         return {key: self[key] for key in BROKER_KEYS}
 
 
-def _parse_dynamic(configs: Mapping[str, str]) -> dict[str, Any]:
+def _parse_dynamic(configs: Mapping[str, str]) -> dict[str, ConfigValue]:
     """Dynamic configs from the metadata log (checked by the controller and the image) to typed values."""
-    out: dict[str, Any] = {}
+    out: dict[str, ConfigValue] = {}
     for key, value in configs.items():
         parser = parse_compression_name if key == "compression.type" else BROKER_KEYS[key][0]
         out[key] = parser(value)

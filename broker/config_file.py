@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 from kelp.errors import ConfigError
 
@@ -56,7 +56,7 @@ KAFKA_IGNORED_KEYS = frozenset({
 })
 
 
-def read_config_file(file: str | os.PathLike[str]) -> dict[str, Any]:
+def read_config_file(file: str | os.PathLike[str]) -> dict[str, object]:
     """The properties of a YAML or Java-properties file, flat (`log.dirs`), values as given."""
     path = Path(file)
     try:
@@ -80,7 +80,7 @@ def read_config_file(file: str | os.PathLike[str]) -> dict[str, Any]:
             raise yaml_error from None
 
 
-def _yaml(text: str, path: Path) -> dict[str, Any]:
+def _yaml(text: str, path: Path) -> dict[str, object]:
     import yaml
 
     try:
@@ -95,7 +95,7 @@ def _yaml(text: str, path: Path) -> dict[str, Any]:
     return _flatten(data)
 
 
-def _properties(text: str, path: Path) -> dict[str, Any]:
+def _properties(text: str, path: Path) -> dict[str, object]:
     from jproperties import Properties
 
     props = Properties()
@@ -106,9 +106,9 @@ def _properties(text: str, path: Path) -> dict[str, Any]:
     return {key: value.data for key, value in props.items()}
 
 
-def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def _flatten(data: Mapping[str, object], prefix: str = "") -> dict[str, object]:
     """Accept both `log.dirs: x` and nested `log: {dirs: x}` YAML shapes."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for key, value in data.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict) and name not in BROKER_KEYS:
@@ -118,12 +118,13 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def translate_kafka_keys(items: Mapping[str, Any], *, known: Mapping[str, Any], source: str) -> dict[str, Any]:
+def translate_kafka_keys(items: Mapping[str, object], *, known: Mapping[str, object],
+                         source: str) -> dict[str, object]:
     """Kafka names that mean a Kelp setting become it; deliberately unused Kafka keys are dropped with a warning.
 
     Keys in `known` (Kelp's own) are left alone, as is anything unknown (the caller refuses it).
     """
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     dropped: list[str] = []
     for key, value in items.items():
         if key in known:
@@ -144,7 +145,7 @@ def translate_kafka_keys(items: Mapping[str, Any], *, known: Mapping[str, Any], 
     return out
 
 
-def _first_listener(value: Any, key: str) -> tuple[str, int]:
+def _first_listener(value: object, key: str) -> tuple[str, int]:
     first = str(value).split(",")[0].strip()
     host, _, port = first.split("://", 1)[-1].rpartition(":")
     try:

@@ -16,13 +16,19 @@ This module must never read files, the environment or sockets.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from typing import Callable
 
 __all__ = ["BROKER_KEYS", "TOPIC_CONFIG_KEYS", "TOPIC_BROKER_SYNONYMS", "DYNAMIC_BROKER_KEYS", "DEFAULT_ENTITY",
-           "parse_bool", "parse_compression_name"]
+           "parse_bool", "parse_compression_name", "ConfigValue", "Parser"]
+
+ConfigValue = str | int | float | bool | list[str] | None
+"""A parsed broker config value (None: unset, where the default is none)."""
+
+Parser = Callable[[object], ConfigValue]
+"""Turns a value as given (text, or already typed YAML) into its typed value; raises ValueError saying why."""
 
 
-def parse_bool(value: Any) -> bool:
+def parse_bool(value: object) -> bool:
     if isinstance(value, bool):
         return value
     text = str(value).strip().lower()
@@ -33,7 +39,7 @@ def parse_bool(value: Any) -> bool:
     raise ValueError(f"expected true/false, got {value!r}")
 
 
-def _int(value: Any) -> int:
+def _int(value: object) -> int:
     if isinstance(value, bool):
         raise ValueError(f"expected an integer, got {value!r}")
     if isinstance(value, int):
@@ -41,17 +47,17 @@ def _int(value: Any) -> int:
     return int(str(value).strip())
 
 
-def _float(value: Any) -> float:
+def _float(value: object) -> float:
     return float(str(value).strip())
 
 
-def _str(value: Any) -> str:
+def _str(value: object) -> str:
     if isinstance(value, (dict, list)):
         raise ValueError(f"expected a string, got {value!r}")
     return str(value)
 
 
-def _dirs(value: Any) -> list[str]:
+def _dirs(value: object) -> list[str]:
     if isinstance(value, (list, tuple)):
         items = [str(v) for v in value]
     else:
@@ -62,7 +68,7 @@ def _dirs(value: Any) -> list[str]:
     return items
 
 
-def _cleanup(value: Any) -> str:
+def _cleanup(value: object) -> str:
     text = str(value).strip()
     parts = sorted(p.strip() for p in text.split(",") if p.strip())
     if not parts or any(p not in ("delete", "compact") for p in parts):
@@ -70,15 +76,15 @@ def _cleanup(value: Any) -> str:
     return ",".join(parts)
 
 
-def _ts_type(value: Any) -> str:
+def _ts_type(value: object) -> str:
     text = str(value).strip()
     if text not in ("CreateTime", "LogAppendTime"):
         raise ValueError(f"expected CreateTime or LogAppendTime, got {value!r}")
     return text
 
 
-def _nonneg(parse: Callable[[Any], int]) -> Callable[[Any], int]:
-    def check(value: Any) -> int:
+def _nonneg(parse: Callable[[object], int]) -> Callable[[object], int]:
+    def check(value: object) -> int:
         number = parse(value)
         if number < 0:
             raise ValueError(f"must be >= 0, got {number}")
@@ -87,29 +93,29 @@ def _nonneg(parse: Callable[[Any], int]) -> Callable[[Any], int]:
     return check
 
 
-def _positive(value: Any) -> int:
+def _positive(value: object) -> int:
     number = _int(value)
     if number <= 0:
         raise ValueError(f"must be > 0, got {number}")
     return number
 
 
-def _retention(value: Any) -> int:
+def _retention(value: object) -> int:
     number = _int(value)
     if number < -1:
         raise ValueError(f"must be -1 (unlimited) or >= 0, got {number}")
     return number
 
 
-def _unbounded_or_positive(value: Any) -> int:
+def _unbounded_or_positive(value: object) -> int:
     number = _int(value)
     if number != -1 and number <= 0:
         raise ValueError(f"must be -1 (unbounded) or > 0, got {number}")
     return number
 
 
-def _at_least(minimum: int) -> Callable[[Any], int]:
-    def check(value: Any) -> int:
+def _at_least(minimum: int) -> Callable[[object], int]:
+    def check(value: object) -> int:
         number = _int(value)
         if number < minimum:
             raise ValueError(f"must be >= {minimum}, got {number}")
@@ -118,21 +124,21 @@ def _at_least(minimum: int) -> Callable[[Any], int]:
     return check
 
 
-def _ratio(value: Any) -> float:
+def _ratio(value: object) -> float:
     number = _float(value)
     if not 0.0 <= number <= 1.0:
         raise ValueError(f"must be between 0 and 1, got {value!r}")
     return number
 
 
-def _flush(value: Any) -> int:
+def _flush(value: object) -> int:
     number = _int(value)
     if number < -1 or number == 0:
         raise ValueError(f"must be -1 (left to the OS) or > 0, got {number}")
     return number
 
 
-def _compression(value: Any) -> str:
+def _compression(value: object) -> str:
     """Kafka's compression.type values; a codec whose library is missing here is refused, naming it."""
     from kelp.records import COMPRESSION_LIBRARIES, available_compressions
 
@@ -147,7 +153,7 @@ def _compression(value: Any) -> str:
     return text
 
 
-def parse_compression_name(value: Any) -> str:
+def parse_compression_name(value: object) -> str:
     """compression.type as the metadata log carries it: one of Kafka's values, whichever libraries this host has
     (a broker must apply every record its controller accepted)."""
     from .storage.config import COMPRESSION_TYPES
@@ -158,14 +164,14 @@ def parse_compression_name(value: Any) -> str:
     return text
 
 
-def _dns_label(value: Any) -> str:
+def _dns_label(value: object) -> str:
     text = str(value).strip()
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?", text):
         raise ValueError(f"expected a lower-case DNS label of at most 40 characters (a-z, 0-9, '-'), got {value!r}")
     return text
 
 
-def _backend(value: Any) -> str:
+def _backend(value: object) -> str:
     text = str(value).strip()
     if text not in ("file", "kube"):
         raise ValueError("expected 'file' (a directory shared by the brokers of one machine) or 'kube' (Lease and "
@@ -174,7 +180,7 @@ def _backend(value: Any) -> str:
 
 
 # key -> (parser, default). Defaults follow Kafka's where Kafka has one.
-BROKER_KEYS: dict[str, tuple[Callable[[Any], Any], Any]] = {
+BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     "broker.id": (_nonneg(_int), 0),
     "log.dirs": (_dirs, ["/tmp/kelp-logs"]),
     "listeners": (_str, ""),
@@ -265,7 +271,7 @@ BROKER_KEYS: dict[str, tuple[Callable[[Any], Any], Any]] = {
 
 # Per-topic overrides (Kafka topic config names) -> parser. Names the storage
 # layer's LogConfig.from_kafka understands, plus the ones the core interprets.
-TOPIC_CONFIG_KEYS: dict[str, Callable[[Any], Any]] = {
+TOPIC_CONFIG_KEYS: dict[str, Parser] = {
     "retention.ms": _retention,
     "retention.bytes": _retention,
     "segment.bytes": _at_least(14),

@@ -9,14 +9,14 @@ answer was lost must never let the high watermark pass a record the new
 member lacks (it could be elected). An unknown outcome is asked again; only
 a definite refusal or newer metadata ends the pending change — as Kafka's
 `Partition.submitAlterPartition` / `AlterPartitionManager`. `ReplicaManager`
-mixes this in; it must never change an ISR itself.
+mixes this in (the state it uses is declared in `replica_state`); it must
+never change an ISR itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Awaitable, Callable
 
 from kelp.errors import (
     FencedLeaderEpochError,
@@ -28,6 +28,7 @@ from kelp.errors import (
 )
 
 from .partition import Partition
+from .replica_state import ReplicaState
 
 __all__ = ["IsrChanges"]
 
@@ -39,15 +40,8 @@ _STALE_VIEW = (FencedLeaderEpochError, NotLeaderOrFollowerError, InvalidUpdateVe
                UnknownTopicOrPartitionError)
 
 
-class IsrChanges:
+class IsrChanges(ReplicaState):
     """Leader-side ISR proposals (mixed into ReplicaManager)."""
-
-    _partitions: dict[tuple[str, int], Partition]
-    alter_partition: Callable[..., Awaitable[Any]] | None
-    alter_partition_backoff_s: tuple[float, float]
-    _lag_ms: int
-    _now_ms: Callable[[], int]
-    _background: Callable[..., Any]
 
     def _request_isr(self, part: Partition, new_isr: tuple[int, ...], reason: str) -> None:
         if self.alter_partition is None or part.pending_isr is not None:

@@ -23,16 +23,26 @@ process-wide `PROCESS` instance (one broker per process in production and in
 the process fixture). A broker that carries its own `broker.metrics`
 (a `BrokerMetrics`) is served from that instead; see `metrics_of`.
 
+The collectors read the broker through the narrow views declared here
+(`LogSource`, `ListenerStats`, `ScrapedBroker`): what they may read, no
+more, and no import of the parts they read (the replica manager imports
+this module for its counters).
+
 This module must never import networking code or block on I/O.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Mapping, Protocol, Sized
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
+
+from .cluster.model import TopicState
+from .config import BrokerConfig
+from .storage import Log
 
 __all__ = [
     "BrokerMetrics",
@@ -48,6 +58,9 @@ __all__ = [
     "metrics_of",
     "render",
     "CONTENT_TYPE",
+    "LogSource",
+    "ListenerStats",
+    "ScrapedBroker",
 ]
 
 # Text exposition format 0.0.4, what every Prometheus server scrapes.
@@ -59,6 +72,98 @@ LATENCY_BUCKETS_S = (
 )
 
 
+class LogSource(Protocol):
+    """What `LogCollector` reads of the `LogManager`."""
+
+    def partitions(self) -> Iterable[tuple[str, int]]: ...
+
+    def get(self, topic: str, partition: int) -> Log | None: ...
+
+
+class _Pool(Protocol):
+    @property
+    def used(self) -> int: ...
+
+    @property
+    def over(self) -> int: ...
+
+    @property
+    def limit(self) -> int | None: ...
+
+
+class _Quota(Protocol):
+    @property
+    def total(self) -> int: ...
+
+
+class ListenerStats(Protocol):
+    """What `ListenerCollector` reads of the Kafka listener: its request memory pool and connection count."""
+
+    @property
+    def pool(self) -> _Pool: ...
+
+    @property
+    def quota(self) -> _Quota: ...
+
+
+class _Member(Protocol):
+    @property
+    def brokers(self) -> Mapping[int, object]: ...
+
+    @property
+    def controller_id(self) -> int: ...
+
+
+class _Topics(Protocol):
+    def list_topics(self) -> list[TopicState]: ...
+
+
+class _Replica(Protocol):
+    @property
+    def high_watermark(self) -> int: ...
+
+
+class _Replicas(Protocol):
+    def get_partition(self, topic: str, partition: int) -> _Replica | None: ...
+
+
+class _Committed(Protocol):
+    @property
+    def offset(self) -> int: ...
+
+
+class _Group(Protocol):
+    @property
+    def members(self) -> Sized: ...
+
+    @property
+    def offsets(self) -> Mapping[tuple[str, int], _Committed]: ...
+
+
+class _Groups(Protocol):
+    @property
+    def groups(self) -> Mapping[str, _Group]: ...
+
+
+class ScrapedBroker(Protocol):
+    """What `ClusterCollector` reads of a broker (`app.Broker`); a part not built yet is None."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def cluster(self) -> _Member | None: ...
+
+    @property
+    def topics(self) -> _Topics | None: ...
+
+    @property
+    def replicas(self) -> _Replicas | None: ...
+
+    @property
+    def groups(self) -> _Groups | None: ...
+
+
 class LogCollector(Collector):
     """Per-partition log gauges read from a `LogManager` at scrape time.
 
@@ -67,10 +172,10 @@ class LogCollector(Collector):
     registered before storage is opened.
     """
 
-    def __init__(self, logs_source: Any) -> None:
+    def __init__(self, logs_source: Callable[[], LogSource | None]) -> None:
         self._logs_source = logs_source
 
-    def describe(self) -> Iterable[Any]:
+    def describe(self) -> Iterable[Metric]:
         # Metric names are fixed; describing them lets the registry reject a
         # second collector of the same names in the same registry.
         return list(self._families())
@@ -84,7 +189,7 @@ class LogCollector(Collector):
             GaugeMetricFamily("kelp_log_segments", "Number of segments of the partition log", labels=labels),
         )
 
-    def collect(self) -> Iterator[Any]:
+    def collect(self) -> Iterator[Metric]:
         end, start, size, segments = self._families()
         logs = self._logs_source()
         if logs is not None:
@@ -113,10 +218,10 @@ class LogCollector(Collector):
 class ListenerCollector(Collector):
     """The Kafka listener's request memory pool and connection count, read at scrape time."""
 
-    def __init__(self, listener_source: Any) -> None:
+    def __init__(self, listener_source: Callable[[], ListenerStats | None]) -> None:
         self._listener_source = listener_source
 
-    def describe(self) -> Iterable[Any]:
+    def describe(self) -> Iterable[Metric]:
         return list(self._families())
 
     def _families(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
@@ -128,7 +233,7 @@ class ListenerCollector(Collector):
             GaugeMetricFamily("kelp_kafka_connections", "Open Kafka-protocol client connections"),
         )
 
-    def collect(self) -> Iterator[Any]:
+    def collect(self) -> Iterator[Metric]:
         used, limit, connections = self._families()
         server = self._listener_source()
         if server is not None:
@@ -158,14 +263,14 @@ class ClusterCollector(Collector):
     groups coordinated here, each capped (`MAX_*_SERIES`).
     """
 
-    def __init__(self, broker_source: Any) -> None:
+    def __init__(self, broker_source: Callable[[], ScrapedBroker | None]) -> None:
         self._broker_source = broker_source
 
-    def describe(self) -> Iterable[Any]:
+    def describe(self) -> Iterable[Metric]:
         return list(self._families().values())
 
     @staticmethod
-    def _families() -> dict[str, Any]:
+    def _families() -> dict[str, GaugeMetricFamily]:
         tp, g = ["topic", "partition"], ["group", "topic", "partition"]
         return {
             "under": GaugeMetricFamily("kelp_under_replicated_partitions",
@@ -197,28 +302,28 @@ class ClusterCollector(Collector):
                                          "Series left out of this scrape by its size bounds", labels=["family"]),
         }
 
-    def collect(self) -> Iterator[Any]:
+    def collect(self) -> Iterator[Metric]:
         f = self._families()
         broker = self._broker_source()
         try:
-            if broker is not None and getattr(broker, "topics", None) is not None:
-                self._partitions(broker, f)
+            if broker is not None and broker.topics is not None:
+                self._partitions(broker, broker.topics, f)
                 self._groups(broker, f)
         except Exception:  # a scrape must never fail because state changed under it
             pass
         yield from f.values()
 
     @staticmethod
-    def _partitions(broker: Any, f: dict[str, Any]) -> None:
+    def _partitions(broker: ScrapedBroker, topics: _Topics, f: dict[str, GaugeMetricFamily]) -> None:
         me = int(broker.config.broker_id)
-        member = getattr(broker, "cluster", None)
-        live = set(getattr(member, "brokers", {}) or {})
-        controller = int(getattr(member, "controller_id", -1)) == me
+        member = broker.cluster
+        live = set(member.brokers) if member is not None else set()
+        controller = member is not None and int(member.controller_id) == me
         default_min_isr = int(broker.config["min.insync.replicas"])
-        replicas = getattr(broker, "replicas", None)
+        replicas = broker.replicas
         under = under_min = offline = leaders = assigned = imbalance = hw_series = hw_dropped = 0
         led: dict[int, int] = {b: 0 for b in live}
-        for t in broker.topics.list_topics():
+        for t in topics.list_topics():
             min_isr = int(t.configs.get("min.insync.replicas", default_min_isr))
             for p, state in enumerate(t.partition_states):
                 if me in state.replicas:
@@ -255,10 +360,10 @@ class ClusterCollector(Collector):
         f["dropped"].add_metric(["kelp_partition_high_watermark"], hw_dropped)
 
     @staticmethod
-    def _groups(broker: Any, f: dict[str, Any]) -> None:
-        coordinator = getattr(broker, "groups", None)
-        groups = getattr(coordinator, "groups", None) or {}
-        replicas = getattr(broker, "replicas", None)
+    def _groups(broker: ScrapedBroker, f: dict[str, GaugeMetricFamily]) -> None:
+        coordinator = broker.groups
+        groups: Mapping[str, _Group] = (coordinator.groups if coordinator is not None else None) or {}
+        replicas = broker.replicas
         series = dropped = 0
         for group_id, group in list(groups.items()):
             f["members"].add_metric([group_id], len(group.members))
@@ -311,10 +416,10 @@ class BrokerMetrics:
             "Kafka connections closed by a listener bound (connections.max.idle.ms, socket.request.max.bytes)",
             ["reason"], registry=r,
         )
-        self._listener: Any = None
+        self._listener: ListenerStats | None = None
         r.register(ListenerCollector(lambda: self._listener))
 
-    def watch_listener(self, server: Any) -> None:
+    def watch_listener(self, server: ListenerStats) -> None:
         """Report this Kafka server's pool and connections (the last one started wins)."""
         self._listener = server
 
@@ -331,11 +436,11 @@ RECORDS_OUT = PROCESS.records_out
 REQUEST_LATENCY = PROCESS.request_latency
 
 
-def metrics_of(broker: Any) -> BrokerMetrics:
+def metrics_of(broker: object) -> BrokerMetrics:
     """The broker's own metrics if it carries them, else the process-wide set."""
     own = getattr(broker, "metrics", None)
     return own if isinstance(own, BrokerMetrics) else PROCESS
 
 
-def render(broker: Any) -> bytes:
+def render(broker: object) -> bytes:
     return metrics_of(broker).render()

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, Callable
 
 from kelp.errors import KelpError, NotLeaderOrFollowerError, OffsetNotAvailableError
 
 from .cluster.model import NO_LEADER, PartitionState
 from .producer_state import ProducerStateManager
+from .storage import Log
 
 __all__ = ["Partition", "ReplicaProgress"]
 
@@ -45,16 +45,17 @@ class ReplicaProgress:
 
 
 class Partition:
-    def __init__(self, topic: str, partition: int, log: Any, *, broker_id: int, min_insync_replicas: int = 1) -> None:
+    def __init__(self, topic: str, partition: int, log: Log, *, broker_id: int, min_insync_replicas: int = 1) -> None:
         self.topic = topic
         self.partition = partition
         self.log = log
         self.broker_id = broker_id
         self.producers = ProducerStateManager(topic, partition)
-        self.waiters: set[asyncio.Future] = set()            # parked fetches (woken by appends and HW moves)
+        self.waiters: set[asyncio.Future[None]] = set()      # parked fetches (woken by appends and HW moves)
         # acks=all waits: (offset the HW must reach, leader epoch of the append, future)
-        self._acks: list[tuple[int, int, asyncio.Future]] = []
-        self.low_watermark_waiters: set[asyncio.Future] = set()  # DeleteRecords waiting for followers' log starts
+        self._acks: list[tuple[int, int, asyncio.Future[None]]] = []
+        # DeleteRecords waiting for followers' log starts
+        self.low_watermark_waiters: set[asyncio.Future[None]] = set()
         self.min_insync_replicas = min_insync_replicas
         self.leader = broker_id                               # a lone broker leads its partitions
         self.leader_epoch = 0
@@ -67,7 +68,8 @@ class Partition:
         # False from taking leadership until its epoch is recorded at the final log end (a truncation in a
         # worker thread may still be moving it): meanwhile nothing is served as leader.
         self.leader_ready = True
-        self.busy: asyncio.Task | None = None                 # a worker-thread job on the log / producer state
+        # A worker-thread job on the log / producer state (done with None, or with what it failed with).
+        self.busy: asyncio.Task[BaseException | None] | None = None
         self.truncations = 0                                  # of those jobs, how many move the log end
         self.snapshot_base = -1                               # the segment base last snapshotted (producer state)
 
@@ -214,7 +216,7 @@ class Partition:
         return False
 
     # -- waiting ----------------------------------------------------------
-    def add_ack_waiter(self, offset: int, leader_epoch: int, fut: asyncio.Future) -> None:
+    def add_ack_waiter(self, offset: int, leader_epoch: int, fut: asyncio.Future[None]) -> None:
         """Complete `fut` once the high watermark reaches `offset`, if this replica still leads at `leader_epoch`.
 
         Registered under another epoch (leadership moved between the append and the wait), or while not
@@ -229,7 +231,7 @@ class Partition:
             return
         self._acks.append((offset, leader_epoch, fut))
 
-    def discard_ack_waiter(self, fut: asyncio.Future) -> None:
+    def discard_ack_waiter(self, fut: asyncio.Future[None]) -> None:
         self._acks = [a for a in self._acks if a[2] is not fut]
 
     def resolve_acks(self) -> None:
@@ -292,5 +294,3 @@ class Partition:
 def leaderless(state: PartitionState) -> bool:
     return state.leader == NO_LEADER
 
-
-NowMs = Callable[[], int]

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 from .producer_state import ProducerStateManager
+from .storage import Log
 
 __all__ = ["RebuiltState", "rebuild_producer_state"]
 
@@ -36,7 +36,7 @@ class RebuiltState:
     end_offset: int  # the log end it describes
 
 
-def rebuild_producer_state(lg: Any, topic: str, partition: int, *, write_snapshot: bool = True) -> RebuiltState:
+def rebuild_producer_state(lg: Log, topic: str, partition: int, *, write_snapshot: bool = True) -> RebuiltState:
     """The producer state of `lg` at its current log end (the caller keeps appends away meanwhile)."""
     producers = ProducerStateManager(topic, partition)
     generation = lg.truncation_generation

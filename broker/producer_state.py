@@ -52,7 +52,7 @@ class _CachedBatch:
 @dataclass(slots=True)
 class _ProducerEntry:
     epoch: int
-    batches: deque = field(default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
+    batches: deque[_CachedBatch] = field(default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
 
     @property
     def last_seq(self) -> int:

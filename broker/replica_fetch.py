@@ -5,20 +5,23 @@ and response max bytes with KIP-74's "first batch even if too large")
 whichever protocol asked, and a follower's fetch is how the leader learns its
 progress (ISR expansion, high watermark) — once its fetch offset is known to
 lie in the leader's log. `ReplicaManager` mixes this in; it uses the
-manager's partitions, leadership checks and metrics.
+manager's partitions, leadership checks and metrics (declared in
+`replica_state`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, Callable, Sequence
+from typing import Sequence
 
 from kelp.errors import KelpError, NotLeaderOrFollowerError, OffsetOutOfRangeError
 from kelp.records import iter_headers
 
 from .partition import Partition
+from .replica_state import ReplicaState
 from .replica_types import FetchPartition, FetchPartitionResult, SegmentSlice, close_results
+from .storage import Log
 
 __all__ = ["FetchPath", "ZERO_COPY_MIN_BYTES"]
 
@@ -26,15 +29,8 @@ __all__ = ["FetchPath", "ZERO_COPY_MIN_BYTES"]
 ZERO_COPY_MIN_BYTES = 64 * 1024
 
 
-class FetchPath:
+class FetchPath(ReplicaState):
     """Fetch for consumers and followers (mixed into ReplicaManager)."""
-
-    _partitions: dict[tuple[str, int], Partition]
-    _bytes_out: Any
-    _records_out: Any
-    _now_ms: Callable[[], int]
-    _leader: Callable[[str, int, int], Partition]
-    _request_isr: Callable[[Partition, tuple[int, ...], str], None]
 
     def _read(
         self, requests: Sequence[FetchPartition], *, max_bytes: int, replica_id: int = -1, zero_copy: bool = False
@@ -113,7 +109,7 @@ class FetchPath:
 
     @staticmethod
     def _read_one(
-        lg: Any, offset: int, limit: int, upper: int | None, min_one: bool, zero_copy: bool
+        lg: Log, offset: int, limit: int, upper: int | None, min_one: bool, zero_copy: bool
     ) -> bytes | SegmentSlice:
         if zero_copy:
             found = lg.read_slice(offset, max_bytes=limit, max_offset=upper, min_one_batch=min_one)
@@ -161,7 +157,7 @@ class FetchPath:
             timeout = deadline - loop.time()
             if timeout <= 0:
                 break
-            fut = loop.create_future()
+            fut: asyncio.Future[None] = loop.create_future()
             parts = []
             for req in requests:
                 part = self._partitions.get((req.topic, req.partition))
@@ -184,19 +180,15 @@ class FetchPath:
         return self._account(results)
 
     def _account(self, results: list[FetchPartitionResult]) -> list[FetchPartitionResult]:
-        if self._bytes_out is not None:
-            try:
-                for r in results:
-                    if r.records:
-                        m = self._bytes_out
-                        (m.labels(topic=r.topic) if hasattr(m, "labels") else m).inc(len(r.records))
-                        if self._records_out is not None:
-                            if isinstance(r.records, SegmentSlice):
-                                n = r.records.records  # counted from the headers when the range was cut
-                            else:
-                                n = sum(h.record_count for h in iter_headers(r.records))  # per batch
-                            m = self._records_out
-                            (m.labels(topic=r.topic) if hasattr(m, "labels") else m).inc(n)
-            except Exception:  # metrics must never fail a fetch
-                pass
+        try:
+            for r in results:
+                if r.records:
+                    self._bytes_out.labels(topic=r.topic).inc(len(r.records))
+                    if isinstance(r.records, SegmentSlice):
+                        n = r.records.records  # counted from the headers when the range was cut
+                    else:
+                        n = sum(h.record_count for h in iter_headers(r.records))  # per batch
+                    self._records_out.labels(topic=r.topic).inc(n)
+        except Exception:  # metrics must never fail a fetch
+            pass
         return results

@@ -12,21 +12,22 @@ by making leadership changes wait for the fetcher thread's partition lock.
 
 Also here: producer snapshots when a segment rolls, and deleting a log with
 no file work on the event loop (`delete_log_later`). `ReplicaManager` mixes
-this in. This module must never parse records (per batch only) nor block the
-event loop on a file.
+this in (the state it uses is declared in `replica_state`). This module must
+never parse records (per batch only) nor block the event loop on a file.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Awaitable, Callable, TypeVar
 
 from kelp.errors import KafkaStorageError, KelpError, NotLeaderOrFollowerError
 
 from .partition import Partition
 from .producer_recovery import RebuiltState, rebuild_producer_state
 from .producer_state import ProducerStateManager
+from .replica_state import Job, ReplicaState
 
 __all__ = ["FollowerPath"]
 
@@ -35,16 +36,8 @@ log = logging.getLogger("kelp.broker.replica")
 T = TypeVar("T")
 
 
-class FollowerPath:
+class FollowerPath(ReplicaState):
     """Follower appends, truncation jobs, producer snapshots (mixed into ReplicaManager)."""
-
-    _partitions: dict[tuple[str, int], Partition]
-    _dirty: set[tuple[str, int]]
-    _flush_due: dict[tuple[str, int], Any]
-    _tasks: set[asyncio.Task]
-    logs: Any
-    _background: Callable[..., Any]
-    _finish_leader: Callable[[Partition], None]
 
     # -- follower appends -------------------------------------------------
     def follower_ready(self, topic: str, partition: int, leader_epoch: int) -> bool:
@@ -178,7 +171,7 @@ class FollowerPath:
 
     def _run_job(self, part: Partition, what: str, work: Callable[[], T],
                  install: Callable[[Partition, T], None] | None = None, *,
-                 truncates: bool = False) -> asyncio.Task | None:
+                 truncates: bool = False) -> Job | None:
         """Run `work()` in a worker thread with `part` busy; `install(part, result)` on the loop after, if
         `part` is still this broker's replica. Jobs on one replica run one after another. A job that
         `truncates` moves the log end: a leadership taken meanwhile completes only after it.
@@ -199,7 +192,7 @@ class FollowerPath:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _job(self, part: Partition, previous: asyncio.Task | None, what: str, work: Callable[[], T],
+    async def _job(self, part: Partition, previous: Job | None, what: str, work: Callable[[], T],
                    install: Callable[[Partition, T], None] | None, truncates: bool) -> BaseException | None:
         me = asyncio.current_task()
         key = (part.topic, part.partition)
@@ -222,7 +215,7 @@ class FollowerPath:
             part.wake()
 
     @staticmethod
-    async def _await_job(task: asyncio.Task | None) -> None:
+    async def _await_job(task: Job | None) -> None:
         """Wait for a job without cancelling it if the waiter is cancelled; re-raise what it failed with."""
         if task is None:
             return
@@ -257,7 +250,7 @@ class FollowerPath:
                          f"producer snapshot of {part.name} at offset {base}")
 
     # -- log deletion -----------------------------------------------------------
-    def delete_log_later(self, topic: str, partition: int) -> Awaitable[Any] | None:
+    def delete_log_later(self, topic: str, partition: int) -> Awaitable[None] | None:
         """Delete a replica's log with no file work on the event loop: forgotten now (a replica placed here
         again at once gets a fresh log), its files closed and removed in a worker thread. None if absent."""
         doomed = self.logs.detach(topic, partition)

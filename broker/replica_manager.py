@@ -9,7 +9,8 @@ the read side `replica_fetch`, both mixed in; the types are in
 parks a future on each partition it reads, and an append resolves them — no
 polling. The follower side and the worker-thread jobs on a replica's log
 (truncation, producer-state rebuild, deletion) are `replica_follower`, the
-leader's ISR changes `isr_changes`, mixed in too.
+leader's ISR changes `isr_changes`, mixed in too; the state they share is
+declared in `replica_state`.
 
 Design: single-threaded asyncio, no locks. `Log.append_as_leader` is
 synchronous, so the producer-state check, the append and the state update for
@@ -32,10 +33,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from types import ModuleType
-from typing import Any, Awaitable, Callable, Coroutine, Sequence
+from typing import Callable, Coroutine, Sequence
 
+from kelp.clock import WallClockMs, wall_clock_ms
 from kelp.errors import (
     FencedLeaderEpochError,
     KelpError,
@@ -46,12 +46,15 @@ from kelp.errors import (
     UnknownLeaderEpochError,
 )
 
+from . import metrics
+from .cluster.model import PartitionState
 from .config import BrokerConfig
 from .isr_changes import IsrChanges
 from .partition import Partition
 from .replica_fetch import FetchPath
 from .replica_follower import FollowerPath
 from .replica_produce import ProducePath
+from .replica_state import AlterPartition, ReplicaFetchers
 from .replica_types import (
     FetchPartition,
     FetchPartitionResult,
@@ -60,6 +63,8 @@ from .replica_types import (
     SegmentSlice,
     close_results,
 )
+from .storage import Log, LogManager
+from .topic_manager import TopicManager
 
 __all__ = [
     "ReplicaManager",
@@ -84,45 +89,35 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4  # KIP-405: the first offset on local disk (= the log start: Kelp does not tier)
 LATEST_TIERED_TIMESTAMP = -5  # KIP-1005: the last offset in remote storage (none: -1, as Kafka without tiering)
 
-_metrics: ModuleType | None
-try:  # metrics land with the HTTP part; the core works without them
-    from kelp.broker import metrics as _metrics
-except Exception:  # pragma: no cover - depends on another part being present
-    _metrics = None
-
-
-def _metric(name: str) -> Any:
-    return getattr(_metrics, name, None) if _metrics is not None else None
-
-
 LeadershipListener = Callable[[str, int, bool, int], None]
-AlterPartition = Callable[..., Awaitable[Any]]
 
 
 class ReplicaManager(ProducePath, FetchPath, FollowerPath, IsrChanges):
-    def __init__(self, config: BrokerConfig, logs: Any, topics: Any, *,
-                 clock_ms: Callable[[], int] | None = None) -> None:
+    def __init__(self, config: BrokerConfig, logs: LogManager, topics: TopicManager, *,
+                 clock_ms: WallClockMs = wall_clock_ms) -> None:
         self.config = config
         self.logs = logs
         self.topics = topics
         self.broker_id = config.broker_id
-        self._now_ms = clock_ms or now_ms
-        self._partitions: dict[tuple[str, int], Partition] = {}
-        self._dirty: set[tuple[str, int]] = set()  # appended since the last checkpoint
-        self._flush_due: dict[tuple[str, int], Any] = {}  # follower logs past flush.messages: fsync before fetching
+        self._now_ms = clock_ms  # wall-clock ms: follower fetch times, ISR lag, producer-state expiry
+        self._partitions = {}
+        self._dirty = set()
+        self._flush_due = {}
         self._listeners: list[LeadershipListener] = []
-        self._tasks: set[asyncio.Task] = set()
-        # Set by the cluster layer: asks the controller to change a partition's ISR; returns the new PartitionState.
+        self._tasks = set()
+        # Set by the cluster layer: asks the controller to change a partition's ISR (its answer is applied by the
+        # metadata it is committed in).
         self.alter_partition: AlterPartition | None = None
         # Set by the cluster layer: follower fetching (ReplicaFetcherManager).
-        self.fetchers: Any = None
+        self.fetchers: ReplicaFetchers | None = None
         self._lag_ms = int(config["replica.lag.time.max.ms"])
         # AlterPartition with an unknown outcome is sent again after this backoff (seconds: first, cap).
         self.alter_partition_backoff_s = (0.05, 2.0)
-        self._bytes_in = _metric("BYTES_IN")
-        self._bytes_out = _metric("BYTES_OUT")
-        self._records_in = _metric("RECORDS_IN")
-        self._records_out = _metric("RECORDS_OUT")
+        # The process-wide traffic counters (kelp.broker.metrics): a broken metrics module fails the import.
+        self._bytes_in = metrics.BYTES_IN
+        self._bytes_out = metrics.BYTES_OUT
+        self._records_in = metrics.RECORDS_IN
+        self._records_out = metrics.RECORDS_OUT
         topics.add_listener(self._on_topic_change)
 
     # -- leadership listeners -------------------------------------------
@@ -207,7 +202,7 @@ class ReplicaManager(ProducePath, FetchPath, FollowerPath, IsrChanges):
         self._load_producer_state(part)  # a worker-thread job when the log holds batches: appends wait for it
         return part
 
-    def _transition(self, part: Partition, state: Any, now: int, *, new: bool) -> None:
+    def _transition(self, part: Partition, state: PartitionState, now: int, *, new: bool) -> None:
         was_leader = part.is_leader and not new
         if state.leader == self.broker_id:
             if self.fetchers is not None:
@@ -243,15 +238,13 @@ class ReplicaManager(ProducePath, FetchPath, FollowerPath, IsrChanges):
         lg = part.log
         leo = lg.log_end_offset
         part.start_epoch(leo)
-        assign = getattr(lg, "assign_leader_epoch", None)
-        if assign is not None:
-            try:
-                assign(part.leader_epoch, leo)
-            except KelpError as exc:  # an offline log: every request to it answers KAFKA_STORAGE_ERROR anyway
-                log.error("%s: leader epoch %d not recorded: %s", part.name, part.leader_epoch, exc)
-            else:
-                self._background(asyncio.to_thread(lg.flush_leader_epochs),
-                                 f"writing the leader-epoch checkpoint of {part.name}")
+        try:
+            lg.assign_leader_epoch(part.leader_epoch, leo)
+        except KelpError as exc:  # an offline log: every request to it answers KAFKA_STORAGE_ERROR anyway
+            log.error("%s: leader epoch %d not recorded: %s", part.name, part.leader_epoch, exc)
+        else:
+            self._background(asyncio.to_thread(lg.flush_leader_epochs),
+                             f"writing the leader-epoch checkpoint of {part.name}")
         part.maybe_advance_high_watermark()
         log.info("%s: leader at epoch %d, ISR %s, log end %d, high watermark %d",
                  part.name, part.leader_epoch, list(part.isr), leo, part.high_watermark)
@@ -327,7 +320,7 @@ class ReplicaManager(ProducePath, FetchPath, FollowerPath, IsrChanges):
         except (KelpError, KeyError, ValueError):
             return 1
 
-    def _background(self, coro: Coroutine[Any, Any, object], what: str) -> asyncio.Task | None:
+    def _background(self, coro: Coroutine[object, object, object], what: str) -> asyncio.Task[None] | None:
         async def run() -> None:
             try:
                 await coro
@@ -378,10 +371,7 @@ class ReplicaManager(ProducePath, FetchPath, FollowerPath, IsrChanges):
         if timestamp == LATEST_TIMESTAMP:
             return part.high_watermark, -1
         if timestamp == MAX_TIMESTAMP:
-            found = None
-            getter = getattr(lg, "max_timestamp_and_offset", None)
-            if getter is not None:
-                found = getter()
+            found = lg.max_timestamp_and_offset()
             if found is None:
                 return -1, -1
             return found[0], found[1]
@@ -427,7 +417,7 @@ class ReplicaManager(ProducePath, FetchPath, FollowerPath, IsrChanges):
                 raise RequestTimedOutError(
                     f"{part.name}: records before {target} are deleted on the leader, but in-sync replicas still "
                     f"start at {low} after {timeout_ms} ms")
-            fut = loop.create_future()
+            fut: asyncio.Future[None] = loop.create_future()
             part.low_watermark_waiters.add(fut)
             try:  # woken by a follower's fetch; the bounded wait also notices an ISR shrink or a lost leadership
                 await asyncio.wait_for(fut, min(remaining, 0.5))
@@ -457,7 +447,7 @@ class ReplicaManager(ProducePath, FetchPath, FollowerPath, IsrChanges):
         """Persist high watermark / log start of partitions appended to since the last call."""
         return self.write_checkpoints(self.take_dirty())
 
-    def take_dirty(self) -> list[Any]:
+    def take_dirty(self) -> list[Log]:
         """The logs appended to since the last call (call on the event loop; cheap)."""
         dirty, self._dirty = self._dirty, set()
         logs = []
@@ -468,7 +458,7 @@ class ReplicaManager(ProducePath, FetchPath, FollowerPath, IsrChanges):
         return logs
 
     @staticmethod
-    def write_checkpoints(logs: Sequence[Any]) -> int:
+    def write_checkpoints(logs: Sequence[Log]) -> int:
         """Write each log's checkpoint (fsync'd file work: the broker runs this in a thread)."""
         done = 0
         for lg in logs:
@@ -477,7 +467,7 @@ class ReplicaManager(ProducePath, FetchPath, FollowerPath, IsrChanges):
                 done += 1
             except Exception as exc:  # a full or failing disk: the file is named in the message
                 log.error("checkpoint of %s not written (the next start rescans from the last one): %s",
-                          getattr(lg, "name", lg), exc)
+                          lg.name, exc)
         return done
 
     def close(self) -> None:
@@ -487,14 +477,10 @@ class ReplicaManager(ProducePath, FetchPath, FollowerPath, IsrChanges):
             task.cancel()
         for part in list(self._partitions.values()):
             lg = part.log
-            if part.busy is None and hasattr(lg, "set_close_snapshot"):
+            if part.busy is None:
                 lg.set_close_snapshot(lg.log_end_offset, part.producers.entries(), generation=lg.truncation_generation)
             part.fail_acks(NotLeaderOrFollowerError(f"broker {self.broker_id} is shutting down"))
             part.wake()
             if part.is_leader:
                 self._notify(part, False)
         self._partitions.clear()
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)

@@ -5,7 +5,7 @@ for acks=all, idempotent-producer sequence) whichever protocol asked, and `acks=
 once the high watermark passed the batch, under the leader epoch of the append — Kafka's
 `ReplicaManager.appendRecords` with its `DelayedProduce`, as `replica_fetch` is the read side with
 its delayed fetch. `ReplicaManager` mixes this in; it uses the manager's partitions, leadership
-checks, follower jobs and metrics.
+checks, follower jobs and metrics (declared in `replica_state`).
 
 It must never parse or touch individual records (per batch: headers only), never `await` between
 the producer-state check, the log append and the state update of one partition (`append_sync` is
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable
 
 from kelp.errors import (
     InvalidRequestError,
@@ -32,6 +31,7 @@ from kelp.records import iter_headers, needs_recompression, parse_batches, recom
 from .cluster.model import INTERNAL_TOPICS
 from .partition import Partition
 from .producer_state import Duplicate
+from .replica_state import ReplicaState
 from .replica_types import ProduceResult
 
 __all__ = ["ProducePath"]
@@ -39,17 +39,8 @@ __all__ = ["ProducePath"]
 log = logging.getLogger("kelp.broker.replica")
 
 
-class ProducePath:
+class ProducePath(ReplicaState):
     """Produce for clients and the broker's own writers (mixed into ReplicaManager)."""
-
-    broker_id: int
-    _partitions: dict[tuple[str, int], Partition]
-    _dirty: set[tuple[str, int]]
-    _bytes_in: Any
-    _records_in: Any
-    _leader: Callable[..., Partition]
-    _await_not_busy: Callable[..., Any]
-    _maybe_snapshot_producers: Callable[[Partition, int], None]
 
     async def append(
         self,
@@ -113,7 +104,7 @@ class ProducePath:
         if part is None or (result.appended_to is not None and part is not result.appended_to):
             raise NotLeaderOrFollowerError(f"topic '{topic}' partition {partition} left broker {self.broker_id} "
                                            "during the produce")
-        fut = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         needed = result.last_offset + 1
         if (part.is_leader and part.leader_ready and part.leader_epoch == result.leader_epoch
                 and part.high_watermark >= needed):
@@ -194,15 +185,11 @@ class ProducePath:
         part.maybe_advance_high_watermark()
         self._dirty.add((topic, partition))
         part.wake()
-        if self._bytes_in is not None:
-            try:
-                (self._bytes_in.labels(topic=topic).inc(len(data)) if hasattr(self._bytes_in, "labels")
-                 else self._bytes_in.inc(len(data)))
-                if self._records_in is not None:
-                    (self._records_in.labels(topic=topic)
-                     if hasattr(self._records_in, "labels") else self._records_in).inc(result.record_count)
-            except Exception:  # metrics must never fail a produce
-                pass
+        try:
+            self._bytes_in.labels(topic=topic).inc(len(data))
+            self._records_in.labels(topic=topic).inc(result.record_count)
+        except Exception:  # metrics must never fail a produce
+            pass
         return ProduceResult(
             topic,
             partition,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import BinaryIO, Sequence
 
 from kelp.errors import KelpError
 
@@ -56,7 +56,7 @@ class SegmentSlice:
 
     __slots__ = ("file", "position", "size", "records")
 
-    def __init__(self, file: Any, position: int, size: int, records: int = 0) -> None:
+    def __init__(self, file: BinaryIO, position: int, size: int, records: int = 0) -> None:
         self.file = file
         self.position = position
         self.size = size

@@ -31,7 +31,7 @@ import asyncio
 import logging
 import re
 import threading
-from typing import Any, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, Protocol, cast
 
 from kelp.errors import (
     ConfigError,
@@ -40,7 +40,10 @@ from kelp.errors import (
     InvalidTopicError,
     UnknownTopicOrPartitionError,
 )
+from kelp.json_types import JsonObject
 
+from .cluster.controller_answers import BrokerConfigsAnswer, TopicAnswer
+from .cluster.metadata_image import MetadataDelta, MetadataImage
 from .cluster.model import INTERNAL_TOPICS, TopicState, topic_from_json
 from .config import (
     DEFAULT_ENTITY,
@@ -49,8 +52,10 @@ from .config import (
     validate_broker_configs,
     validate_topic_configs,
 )
+from .storage import LogConfig, LogManager
 
-__all__ = ["TopicManager", "TopicInfo", "validate_topic_name", "check_topic_collision", "refuse_internal"]
+__all__ = ["TopicManager", "TopicInfo", "TopicListener", "ControllerDoor", "validate_topic_name",
+           "check_topic_collision", "refuse_internal"]
 
 log = logging.getLogger("kelp.broker.topics")
 
@@ -58,8 +63,20 @@ MAX_TOPIC_NAME = 249
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 TopicInfo = TopicState  # one type per concept: a topic is its cluster state
 
+TopicListener = Callable[[str, str], None]
+"""`callback(event, topic)`: created, deleted, forgotten, partitions, altered, state (`add_listener`)."""
 
-def validate_topic_name(name: Any) -> str:
+
+class ControllerDoor(Protocol):
+    """What the topic manager uses of the cluster member: the controller's operations, the metadata image."""
+
+    @property
+    def image(self) -> MetadataImage: ...
+
+    async def call(self, op: str, *, timeout_s: float = ..., **kwargs: object) -> JsonObject: ...
+
+
+def validate_topic_name(name: object) -> str:
     """Kafka's rules: legal chars `[a-zA-Z0-9._-]`, length 1..249, not `.` or `..`."""
     if not isinstance(name, str) or not name:
         raise InvalidTopicError(f"invalid topic name {name!r}: it must not be empty")
@@ -106,22 +123,22 @@ def check_topic_collision(name: str, existing: Iterable[str]) -> None:
 class TopicManager:
     """This broker's view of the cluster's topics; changes go through the controller."""
 
-    def __init__(self, config: BrokerConfig, logs: Any = None) -> None:
+    def __init__(self, config: BrokerConfig, logs: LogManager | None = None) -> None:
         self.config = config
         self.logs = logs
-        self.cluster: Any = None  # the ClusterMember (set by the composition root)
+        self.cluster: ControllerDoor | None = None  # the ClusterMember (set by the composition root)
         # Deletes one partition's log without file work on the event loop (ReplicaManager.delete_log_later,
         # set by the composition root); None: LogManager.delete at once (unit tests without a loop).
-        self.log_deleter: Any = None
+        self.log_deleter: Callable[[str, int], object] | None = None
         self._topics: dict[str, TopicState] = {}
-        self._listeners: list[Any] = []
+        self._listeners: list[TopicListener] = []
         # A topic's log config is computed and set under its lock, from the current topic and broker configs, by
         # the event loop (topic changes) and by the worker reconfiguring logs after a broker config change alike:
         # whichever runs last sets the current config, never an older one.
         self._config_locks: dict[str, threading.Lock] = {}
-        self.reconfiguring: asyncio.Task | None = None  # the newest reconfiguration after a broker config change
+        self.reconfiguring: asyncio.Task[None] | None = None  # the newest reconfiguration after a broker config change
 
-    def add_listener(self, callback: Any) -> None:
+    def add_listener(self, callback: TopicListener) -> None:
         """`callback(event, topic)` after a change: created, deleted, forgotten (no longer in the metadata, logs
         kept), partitions, altered, state."""
         self._listeners.append(callback)
@@ -134,7 +151,7 @@ class TopicManager:
                 log.exception("topic listener failed on %s %s", event, topic)
 
     # -- applying the controller's decisions ----------------------------------
-    def apply_delta(self, delta: Any) -> None:
+    def apply_delta(self, delta: MetadataDelta) -> None:
         """Apply what one step of the metadata log changed (`metadata_image.MetadataDelta`), in that order:
         removals (logs deleted: only ever for a `remove_topic` record), topics forgotten without a tombstone
         (served no more, their logs kept), then new and changed topics. Dynamic broker configs first, so
@@ -187,8 +204,6 @@ class TopicManager:
         topic_keys = {t for t, keys in TOPIC_BROKER_SYNONYMS.items() if changed & set(keys)}
         affected = [n for n, t in self._topics.items() if topic_keys - set(t.configs)]  # a default it uses
         if self.logs is not None:
-            from kelp.broker.storage import LogConfig
-
             self.logs.default_config = LogConfig.from_kafka(self.config.default_topic_config())
             self._reconfigure(affected)
         for name in affected:
@@ -201,11 +216,15 @@ class TopicManager:
     def _reconfigure(self, names: list[str]) -> None:
         """Give the logs of `names` their current config: in a worker thread, one reconfiguration after the
         other (each computes the configs when it runs); at once when no event loop runs (unit tests)."""
+        logs = self.logs
+        if logs is None:
+            return
+
         def work() -> None:
             for name in names:
                 with self._config_lock(name):
                     if name in self._topics:
-                        self.logs.update_topic_config(name, self.log_config(name))
+                        logs.update_topic_config(name, self.log_config(name))
 
         try:
             loop = asyncio.get_running_loop()
@@ -280,13 +299,11 @@ class TopicManager:
             out[k] = (v, False)
         return out
 
-    def log_config_or_none(self, name: str) -> Any:
+    def log_config_or_none(self, name: str) -> LogConfig | None:
         """For LogManager(config_for=...): None for unknown topics (defaults apply)."""
         return self.log_config(name) if name in self._topics else None
 
-    def log_config(self, name: str, overrides: Mapping[str, str] | None = None) -> Any:
-        from kelp.broker.storage import LogConfig
-
+    def log_config(self, name: str, overrides: Mapping[str, str] | None = None) -> LogConfig:
         merged = self.config.default_topic_config()
         info = self._topics.get(name)
         if overrides is not None:
@@ -310,19 +327,22 @@ class TopicManager:
         return dict(sorted(self.cluster.image.broker_configs.get(entity, {}).items()))
 
     # -- changes (through the controller) ------------------------------------
-    async def _ask(self, op: str, **kwargs: Any) -> TopicState:
-        """Send a change to the controller; its answer is applied here (in metadata-log order) before it returns."""
+    def _controller(self) -> ControllerDoor:
+        """Where changes go; the controller's answer is applied here (in metadata-log order) before `call` returns."""
         if self.cluster is None:
             raise ConfigError("this broker has not joined its cluster yet; retry")
-        result = await self.cluster.call(op, **kwargs)
-        return topic_from_json(result)
+        return self.cluster
+
+    @staticmethod
+    def _changed_topic(answer: JsonObject) -> TopicState:
+        return topic_from_json(cast(TopicAnswer, answer))  # the controller answers a topic change with the topic
 
     async def create_topic(
         self,
         name: str,
         partitions: int | None = None,
         replication_factor: int | None = None,
-        configs: Mapping[str, Any] | None = None,
+        configs: Mapping[str, object] | None = None,
         *,
         validate_only: bool = False,
         assignments: Mapping[int, list[int]] | None = None,
@@ -340,9 +360,10 @@ class TopicManager:
         check_topic_collision(name, self._topics)
         clean = validate_topic_configs(configs, topic=name)
         self.log_config(name, clean)
-        return await self._ask("create_topic", name=name, partitions=partitions, replication_factor=replication_factor,
-                               configs=clean, validate_only=validate_only,
-                               assignments={str(k): v for k, v in assignments.items()} if assignments else None)
+        return self._changed_topic(await self._controller().call(
+            "create_topic", name=name, partitions=partitions, replication_factor=replication_factor,
+            configs=clean, validate_only=validate_only,
+            assignments={str(k): v for k, v in assignments.items()} if assignments else None))
 
     async def ensure_topic(self, name: str) -> TopicState:
         """Auto-create for Metadata/Produce when `auto.create.topics.enable`."""
@@ -372,9 +393,7 @@ class TopicManager:
         refuse_internal(name, "delete", _OFFSETS_WHY + "; deleting it would lose them all")
         if not self.config["delete.topic.enable"]:
             raise ConfigError(f"cannot delete topic '{name}': delete.topic.enable is false")
-        if self.cluster is None:
-            raise ConfigError("this broker has not joined its cluster yet; retry")
-        await self.cluster.call("delete_topic", name=name)
+        await self._controller().call("delete_topic", name=name)
 
     async def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> TopicState:
         info = self.describe(name)
@@ -386,12 +405,13 @@ class TopicManager:
             )
         if total == info.partitions:
             raise InvalidPartitionsError(f"topic '{name}' already has {total} partitions")
-        return await self._ask("create_partitions", name=name, total=total, validate_only=validate_only)
+        return self._changed_topic(await self._controller().call(
+            "create_partitions", name=name, total=total, validate_only=validate_only))
 
     async def alter_config(
         self,
         name: str,
-        configs: Mapping[str, Any],
+        configs: Mapping[str, object],
         *,
         replace: bool = False,
         delete: tuple[str, ...] | list[str] = (),
@@ -407,17 +427,16 @@ class TopicManager:
             new.pop(key, None)
         if not self.log_config(name, new).compact:
             refuse_internal(name, "turn off compaction of", _OFFSETS_WHY + ", kept by compaction alone")
-        return await self._ask("alter_configs", name=name, configs=clean, replace_all=replace, delete=list(delete),
-                               validate_only=validate_only)
+        return self._changed_topic(await self._controller().call(
+            "alter_configs", name=name, configs=clean, replace_all=replace, delete=list(delete),
+            validate_only=validate_only))
 
-    async def alter_broker_configs(self, entity: int, configs: Mapping[str, Any], *, replace: bool = False,
+    async def alter_broker_configs(self, entity: int, configs: Mapping[str, object], *, replace: bool = False,
                                    validate_only: bool = False) -> dict[str, str]:
         """Set (a value) or delete (None) dynamic broker configs of `entity` (a broker id, or -1 for the
         cluster-wide default); `replace` drops its keys not given. Returns once applied here, with the entity's
         configs. Raises ConfigError naming an unknown, read-only or invalid key, as every door reports it."""
         clean = validate_broker_configs(configs)
-        if self.cluster is None:
-            raise ConfigError("this broker has not joined its cluster yet; retry")
-        result = await self.cluster.call("alter_broker_configs", broker=entity, configs=clean, replace_all=replace,
-                                         validate_only=validate_only)
-        return dict(result["configs"])
+        answer = await self._controller().call("alter_broker_configs", broker=entity, configs=clean,
+                                               replace_all=replace, validate_only=validate_only)
+        return dict(cast(BrokerConfigsAnswer, answer)["configs"])  # the controller's answer to this operation

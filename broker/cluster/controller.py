@@ -25,8 +25,12 @@ leaderships (elections.py); a returning broker catches up and rejoins the
 ISR through its leader's AlterPartition.
 
 Requests are serialised by one asyncio lock: every decision sees the result
-of the previous one. This module never touches logs or sockets: storage goes
-through the `MetadataLog`, delivery through the publisher's `send`.
+of the previous one. The operations are mixed in by role: topic
+administration (`topic_admin`), reassignment and preferred leaders
+(`partition_moves`), what brokers ask (`broker_requests`); their shared
+state is declared in `controller_state`. This module never touches logs or
+sockets: storage goes through the `MetadataLog`, delivery through the
+publisher's `send`.
 """
 
 from __future__ import annotations
@@ -34,40 +38,38 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
-from dataclasses import replace
-from typing import Any, Awaitable, Callable, Iterable, Mapping
+from typing import Awaitable, Callable, Iterable, Mapping
 
-from kelp.errors import (
-    CoordinatorLoadInProgressError,
-    FencedLeaderEpochError,
-    IneligibleReplicaError,
-    InvalidRequestError,
-    InvalidUpdateVersionError,
-    NotControllerError,
-    NotLeaderOrFollowerError,
-    PolicyViolationError,
-)
+from kelp import clock
+from kelp.clock import Monotonic
+from kelp.errors import InvalidRequestError, NotControllerError, PolicyViolationError
 
-from ..config import DEFAULT_ENTITY, parse_bool, validate_broker_configs
-from .elections import Election, complete_reassignment, describe_change, elect
+from ..config import DEFAULT_ENTITY, parse_bool
+from .broker_requests import BrokerRequests
+from .controller_answers import PartitionAnswer, TopicAnswer
+from .controller_state import ControllerSettings, TopicConfigCheck
+from .elections import Election, describe_change, elect
 from .metadata_image import (
     MetadataCorrupt,
     MetadataImage,
     apply_entry,
-    broker_config_record,
-    broker_record,
-    controller_record,
     image_from_log,
     image_from_snapshot,
-    partition_record,
-    producer_ids_record,
     snapshot_to_json,
-    topic_record,
 )
 from .metadata_log import MetadataLog, MetadataLogConflict, MetadataUnreadable, entry_size
 from .metadata_publisher import MetadataPublisher, Send
-from .model import NO_LEADER, BrokerEndpoint, TopicState
+from .metadata_records import (
+    MetadataEntry,
+    MetadataRecord,
+    MetadataSnapshot,
+    as_entry,
+    broker_record,
+    controller_record,
+    partition_record,
+    topic_record,
+)
+from .model import BrokerEndpoint, PartitionState, TopicState
 from .partition_moves import PartitionMoves
 from .topic_admin import MAX_PARTITIONS, TopicAdmin
 
@@ -80,22 +82,7 @@ CLAIM_ATTEMPTS = 10
 PERIODIC_S = 2.0
 
 
-class ControllerSettings:
-    """What the controller reads from the broker config (Kafka names). Dynamic broker configs are not here: the
-    controller reads them from its image at use time (`Controller._dynamic`)."""
-
-    def __init__(self, cfg: Any) -> None:
-        self.num_partitions = int(cfg["num.partitions"])
-        self.default_replication_factor = int(cfg["default.replication.factor"])
-        # The static value; the dynamic ones in the metadata log win over it.
-        self.unclean_leader_election = bool(cfg.static("unclean.leader.election.enable"))
-        self.producer_id_block = int(cfg["producer.id.block.size"])
-        self.lease_duration_ms = int(cfg["lease.duration.ms"])
-        self.liveness_check_ms = int(cfg["controller.liveness.check.interval.ms"])
-        self.snapshot_bytes = int(cfg["metadata.log.max.record.bytes.between.snapshots"])
-
-
-class Controller(TopicAdmin, PartitionMoves):
+class Controller(TopicAdmin, PartitionMoves, BrokerRequests):
     def __init__(
         self,
         *,
@@ -105,7 +92,8 @@ class Controller(TopicAdmin, PartitionMoves):
         live_brokers: Callable[[], Awaitable[dict[int, BrokerEndpoint]]],
         send: Send,
         lease_fresh: Callable[[], bool],
-        topic_config_check: Callable[[str, dict[str, str]], None] | None = None,
+        topic_config_check: TopicConfigCheck | None = None,
+        monotonic: Monotonic = clock.monotonic,
     ) -> None:
         self.broker_id = broker_id
         self.settings = settings
@@ -113,16 +101,17 @@ class Controller(TopicAdmin, PartitionMoves):
         self._live_brokers = live_brokers
         self._lease_fresh = lease_fresh
         self._topic_config_check = topic_config_check
+        self.monotonic = monotonic  # the liveness watch's schedule
         self.epoch = -1
         self.image = MetadataImage()
         self.alive: dict[int, BrokerEndpoint] = {}
         self._shutting_down: set[int] = set()
         self._lock = asyncio.Lock()
-        self._task: asyncio.Task | None = None
-        self._snapshot_task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._snapshot_task: asyncio.Task[None] | None = None
         self._since_snapshot = 0
         # A write whose outcome is unknown: (offset, entry). Read back before the next write.
-        self._doubt: tuple[int, dict] | None = None
+        self._doubt: tuple[int, MetadataEntry] | None = None
         self.active = False
         self.publisher = MetadataPublisher(controller_id=broker_id, send=send, image=lambda: self.image,
                                            is_active=lambda: self.active, on_stale=self._deposed)
@@ -160,9 +149,10 @@ class Controller(TopicAdmin, PartitionMoves):
         legacy = await self.log.legacy()
         if legacy is None:
             return
-        snap = {"offset": 0, "epoch": 0, "controller_id": -1,
-                "next_producer_id": int((legacy.cluster or {}).get("next_producer_id", 0)),
-                "topics": [legacy.topics[n] for n in sorted(legacy.topics)], "removed": []}
+        snap: MetadataSnapshot = {
+            "offset": 0, "epoch": 0, "controller_id": -1,
+            "next_producer_id": int((legacy.cluster or {}).get("next_producer_id", 0)),
+            "topics": [legacy.topics[n] for n in sorted(legacy.topics)], "removed": []}
         try:
             image = image_from_snapshot(snap)
         except MetadataCorrupt as exc:
@@ -178,8 +168,8 @@ class Controller(TopicAdmin, PartitionMoves):
             if not self._lease_fresh():
                 raise NotControllerError(f"broker {self.broker_id} lost the controller lease while taking over")
             epoch = self.image.epoch + 1
-            entry = {"offset": self.image.offset + 1, "epoch": epoch,
-                     "records": [controller_record(epoch, self.broker_id)]}
+            entry: MetadataEntry = {"offset": self.image.offset + 1, "epoch": epoch,
+                                    "records": [controller_record(epoch, self.broker_id)]}
             try:
                 await self.log.append(entry)
             except MetadataLogConflict:
@@ -212,14 +202,14 @@ class Controller(TopicAdmin, PartitionMoves):
 
     async def _watch(self) -> None:
         interval = self.settings.liveness_check_ms / 1000.0
-        next_periodic = time.monotonic() + PERIODIC_S
+        next_periodic = self.monotonic() + PERIODIC_S
         while self.active:
             await asyncio.sleep(interval)
             try:
                 alive = await self._live_brokers()
                 await self._on_liveness(alive)
-                if time.monotonic() >= next_periodic:
-                    next_periodic = time.monotonic() + PERIODIC_S
+                if self.monotonic() >= next_periodic:
+                    next_periodic = self.monotonic() + PERIODIC_S
                     await self.periodic()
             except asyncio.CancelledError:
                 raise
@@ -294,20 +284,21 @@ class Controller(TopicAdmin, PartitionMoves):
             raise NotControllerError(f"another controller wrote metadata offset {offset}; retry against it")
         self._applied(mine)
 
-    def _applied(self, entry: dict) -> None:
+    def _applied(self, entry: MetadataEntry) -> None:
         self.image, _ = apply_entry(self.image, entry)
         self.publisher.retain(entry)
         self._since_snapshot += entry_size(entry)
         if self._since_snapshot >= self.settings.snapshot_bytes and self._snapshot_task is None:
             self._snapshot_task = asyncio.create_task(self._snapshot(self.image), name="metadata-snapshot")
 
-    async def _append(self, records: list[dict], *, unknown_outcome: type[Exception] = NotControllerError) -> None:
+    async def _append(self, records: list[MetadataRecord], *,
+                      unknown_outcome: type[Exception] = NotControllerError) -> None:
         """Append one decision: one entry, or — when its records are more than one entry holds (a broker that
         led thousands of partitions died) — consecutive entries, each record whole and valid on its own.
         Raises NotControllerError when fenced, `unknown_outcome` when a write failed."""
         if not records:
             return
-        chunk: list[dict] = []
+        chunk: list[MetadataRecord] = []
         size = 0
         for rec in records:
             n = len(json.dumps(rec, separators=(",", ":")))
@@ -322,10 +313,12 @@ class Controller(TopicAdmin, PartitionMoves):
             size += n + 1
         await self._append_entry(chunk, unknown_outcome)
 
-    async def _append_entry(self, records: list[dict], unknown_outcome: type[Exception]) -> None:
+    async def _append_entry(self, records: list[MetadataRecord], unknown_outcome: type[Exception]) -> None:
         self._check_fresh()
         await self._resolve_doubt()
-        entry = json.loads(json.dumps({"offset": self.image.offset + 1, "epoch": self.epoch, "records": records}))
+        # Through JSON and back: the entry is exactly what a reader decodes (a doubt compares it with one read back).
+        entry = as_entry(json.loads(json.dumps({"offset": self.image.offset + 1, "epoch": self.epoch,
+                                                 "records": records})))
         try:
             apply_entry(self.image, entry)  # the invariants hold before anything is written
         except MetadataCorrupt as exc:
@@ -358,22 +351,26 @@ class Controller(TopicAdmin, PartitionMoves):
         finally:
             self._snapshot_task = None
 
-    def _records_for(self, new: TopicState) -> list[dict]:
+    def _records_for(self, new: TopicState) -> list[MetadataRecord]:
         """A whole-topic record for a new topic or a config/partition-count change; else one per changed partition."""
         old = self.image.topics.get(new.name)
         if old is None or dict(old.configs) != dict(new.configs) or old.partitions != new.partitions:
             return [topic_record(new)]
         return [partition_record(new, p, s) for p, s in enumerate(new.partition_states) if s != old.partition_states[p]]
 
-    async def _commit(self, states: Iterable[TopicState], **kwargs: Any) -> None:
-        records: list[dict] = []
+    async def _commit(self, states: Iterable[TopicState], *,
+                      unknown_outcome: type[Exception] = NotControllerError) -> None:
+        records: list[MetadataRecord] = []
         for state in states:
             records += self._records_for(state)
-        await self._append(records, **kwargs)
+        await self._append(records, unknown_outcome=unknown_outcome)
 
-    def _answer(self, doc: dict) -> dict:
-        """An operation's answer names the metadata offset that holds it: callers wait until they applied it."""
-        return {**doc, "metadata_offset": self.image.offset}
+    # An operation's answer names the metadata offset that holds it: callers wait until they applied it.
+    def _topic_answer(self, state: TopicState) -> TopicAnswer:
+        return {**state.to_json(), "metadata_offset": self.image.offset}
+
+    def _partition_answer(self, state: PartitionState) -> PartitionAnswer:
+        return {**state.to_json(), "metadata_offset": self.image.offset}
 
     # -- dynamic broker configs ---------------------------------------------
     def _dynamic(self, key: str) -> str | None:
@@ -384,34 +381,6 @@ class Controller(TopicAdmin, PartitionMoves):
             if value is not None:
                 return value
         return None
-
-    async def alter_broker_configs(self, *, broker: int, configs: Mapping[str, str | None],
-                                   replace_all: bool = False, validate_only: bool = False) -> dict:
-        """Set (a value) or delete (None) dynamic broker configs of one entity — a broker id, or -1 for the
-        cluster-wide default — in one metadata-log entry; `replace_all` drops the entity's keys not given
-        (AlterConfigs). An id no broker has is allowed, as in Kafka. Answers the entity's configs after it."""
-        async with self._lock:
-            self._check_fresh()
-            if isinstance(broker, bool) or not isinstance(broker, int) or broker < DEFAULT_ENTITY:
-                raise InvalidRequestError(f"broker config entity {broker!r}: a broker id, or -1 for the "
-                                          "cluster-wide default")
-            if not isinstance(configs, Mapping):
-                raise InvalidRequestError("broker configs must map config names to values (or null to delete)")
-            clean = validate_broker_configs(configs, portable=True)
-            current = dict(self.image.broker_configs.get(broker, {}))
-            new = {} if replace_all else dict(current)
-            for key, value in clean.items():
-                if value is None:
-                    new.pop(key, None)
-                else:
-                    new[key] = value
-            change = {k: new.get(k) for k in sorted(set(current) | set(new)) if current.get(k) != new.get(k)}
-            if change and not validate_only:
-                await self._append([broker_config_record(broker, change)])
-                log.info("dynamic broker configs of %s: %s", "the cluster-wide default" if broker == DEFAULT_ENTITY
-                         else f"broker {broker}", ", ".join(f"{k}={'(deleted)' if v is None else v}"
-                                                            for k, v in change.items()))
-            return self._answer({"broker": broker, "configs": dict(sorted(new.items()))})
 
     # -- leader election --------------------------------------------------
     def _election(self, topic: TopicState, alive: set[int], *, allow_unclean: bool = True) -> Election:
@@ -436,116 +405,8 @@ class Controller(TopicAdmin, PartitionMoves):
                 new = new.with_partition(p, s2)
         return None if new is topic else new
 
-    # -- requests from brokers and admins ------------------------------------
-    async def alter_partition(self, *, topic: str, partition: int, leader: int, leader_epoch: int,
-                              partition_epoch: int, isr: list[int]) -> dict:
-        """AlterPartition (KIP-497) from a leader: a new ISR, checked against the current epochs.
 
-        Idempotent: a retry of a request that was applied (same leader and leader epoch, the ISR it asked
-        for already current) answers the current state instead of INVALID_UPDATE_VERSION, so a leader whose
-        first answer was lost learns the outcome.
-        """
-        async with self._lock:
-            self._check_fresh()
-            t, state = self._partition_state(topic, partition)
-            if leader != state.leader or leader_epoch != state.leader_epoch:
-                err = FencedLeaderEpochError if leader_epoch < state.leader_epoch else NotLeaderOrFollowerError
-                raise err(f"{topic}-{partition}: ISR change from broker {leader} at leader epoch {leader_epoch}, "
-                          f"but the leader is {state.leader} at epoch {state.leader_epoch}")
-            new_isr = tuple(dict.fromkeys(int(r) for r in isr))
-            if partition_epoch != state.partition_epoch:
-                if partition_epoch < state.partition_epoch and set(new_isr) == set(state.isr):
-                    return self._answer(state.to_json())
-                raise InvalidUpdateVersionError(
-                    f"{topic}-{partition}: ISR change based on partition epoch {partition_epoch}, current is "
-                    f"{state.partition_epoch}")
-            if leader not in new_isr or any(r not in state.replicas for r in new_isr):
-                raise InvalidRequestError(f"{topic}-{partition}: ISR {list(new_isr)} must include the leader and only "
-                                          f"replicas {list(state.replicas)}")
-            added = [r for r in new_isr if r not in state.isr]
-            bad = [r for r in added if r not in self.alive or r in self._shutting_down]
-            if bad:
-                raise IneligibleReplicaError(f"{topic}-{partition}: broker(s) {bad} cannot join the ISR: not live "
-                                             "or shutting down")
-            if set(new_isr) == set(state.isr):
-                return self._answer(state.to_json())
-            new_state = replace(state, isr=new_isr, partition_epoch=state.partition_epoch + 1)
-            new_state = complete_reassignment(topic, partition, new_state, self._eligible())
-            await self._append([partition_record(t, partition, new_state)])
-            return self._answer(new_state.to_json())
-
-    async def controlled_shutdown(self, *, broker_id: int) -> dict:
-        """Move leadership off `broker_id` and take it out of every ISR; returns what it still leads.
-
-        Never an unclean election: the broker asking is alive and in sync, so a partition nobody else can
-        lead cleanly stays with it until it stops (then the liveness check decides, with the topic's rule).
-        """
-        async with self._lock:
-            self._check_fresh()
-            self._shutting_down.add(broker_id)
-            alive = set(self.alive)
-            eligible = self._eligible()
-            changed = []
-            for topic in list(self.topics.values()):
-                e = self._election(topic, alive, allow_unclean=False)
-                new = topic
-                for p, state in enumerate(topic.partition_states):
-                    if broker_id not in state.replicas:
-                        continue
-                    if state.leader == broker_id:
-                        s2 = elect(topic.name, p, state, e, avoid=broker_id)
-                        if s2.leader == NO_LEADER:
-                            continue  # nobody else in sync: it keeps leading until it stops
-                    elif broker_id in state.isr and len(state.isr) > 1:
-                        s2 = replace(state, isr=tuple(r for r in state.isr if r != broker_id),
-                                     partition_epoch=state.partition_epoch + 1)
-                    else:
-                        continue
-                    new = new.with_partition(p, s2)
-                if new is not topic:
-                    changed.append(new)
-            for t in changed:
-                old = self.topics[t.name]
-                for p, s2 in enumerate(t.partition_states):
-                    describe_change(t.name, p, old.partition_states[p], s2,
-                                    f"controlled shutdown of broker {broker_id}")
-            records = [r for t in changed for r in self._records_for(t)]
-            reg = self.image.brokers.get(broker_id)
-            if broker_id in self.alive and (reg is None or not reg.shutting_down):
-                records.append(broker_record(broker_id, self.alive[broker_id].incarnation, shutting_down=True))
-            await self._append(records)
-            remaining, waiting = [], []
-            for t in self.topics.values():
-                for p, s in enumerate(t.partition_states):
-                    if s.leader == broker_id:
-                        remaining.append(f"{t.name}-{p}")
-                        if any(r != broker_id and r in eligible for r in s.replicas):
-                            waiting.append(f"{t.name}-{p}")  # another live replica may catch up: worth a retry
-            log.info("controlled shutdown of broker %d: leadership moved for %d topic(s); it still leads "
-                     "%d partition(s)",
-                     broker_id, len(changed), len(remaining))
-            return self._answer({"broker_id": broker_id, "remaining_leaderships": remaining,
-                                 "awaiting_replicas": waiting})
-
-    async def allocate_producer_ids(self, *, broker_id: int) -> dict:
-        """A block of producer ids, durable in the metadata log before it is handed out (ids are never reused).
-
-        A failed write answers a retriable error; as it may have landed all the same, the slot is read back
-        before the next write (`_resolve_doubt`), so a block is skipped rather than repeated.
-        """
-        async with self._lock:
-            self._check_fresh()
-            await self._resolve_doubt()
-            first = self.image.next_producer_id
-            count = self.settings.producer_id_block
-            await self._append([producer_ids_record(first + count)], unknown_outcome=CoordinatorLoadInProgressError)
-            log.info("producer ids %d..%d allocated to broker %d", first, first + count - 1, broker_id)
-            return self._answer({"first": first, "count": count})
-
-    # -- reassignment and preferred leaders --------------------------------------
-
-
-def _true(value: Any) -> bool:
+def _true(value: str) -> bool:
     try:
         return parse_bool(value)
     except ValueError:

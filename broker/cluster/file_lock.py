@@ -17,6 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from kelp import clock
+from kelp.clock import Monotonic
+
 __all__ = ["LockTimeout", "exclusive"]
 
 
@@ -25,16 +28,16 @@ class LockTimeout(TimeoutError):
 
 
 @contextmanager
-def exclusive(path: Path, *, timeout_s: float = 5.0) -> Iterator[None]:
+def exclusive(path: Path, *, timeout_s: float = 5.0, monotonic: Monotonic = clock.monotonic) -> Iterator[None]:
     with open(path, "a") as fh:
-        deadline = time.monotonic() + timeout_s
+        deadline = monotonic() + timeout_s
         delay = 0.001
         while True:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                if time.monotonic() >= deadline:
+                if monotonic() >= deadline:
                     raise LockTimeout(f"{path} stayed locked by another process for {timeout_s:.0f}s") from None
                 time.sleep(delay)
                 delay = min(delay * 2, 0.02)

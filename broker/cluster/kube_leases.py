@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import math
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Mapping
 
-from .kube_api import KubeApiError, request
+from .kube_api import ApiClient, KubeApiError, KubeObject, LeaseSpec, ObjectMeta, request, request_list, request_object
 from .leases import LeaseBackend, LeaseConflict, LeaseRecord, LeaseUnreadable
 
 __all__ = ["KubeLeaseBackend"]
@@ -35,13 +35,13 @@ def _ms(text: str | None) -> int:
 
 
 class KubeLeaseBackend(LeaseBackend):
-    def __init__(self, api: Any, *, namespace: str, labels: Mapping[str, str] | None = None) -> None:
+    def __init__(self, api: ApiClient, *, namespace: str, labels: Mapping[str, str] | None = None) -> None:
         self.api = api
         self.namespace = namespace
         self.labels = dict(labels or {})
         self._base = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 
-    def _record(self, obj: dict) -> LeaseRecord:
+    def _record(self, obj: KubeObject) -> LeaseRecord:
         meta, spec = obj.get("metadata", {}), obj.get("spec", {})
         annotations = dict(meta.get("annotations") or {})
         duration = annotations.pop(DURATION_ANNOTATION, None)
@@ -56,12 +56,12 @@ class KubeLeaseBackend(LeaseBackend):
         except (KeyError, TypeError, ValueError) as exc:
             raise LeaseUnreadable(f"Lease {meta.get('name')} cannot be read ({exc!r})") from None
 
-    def _body(self, r: LeaseRecord, *, with_version: bool) -> dict:
-        meta: dict[str, Any] = {"name": r.name, "namespace": self.namespace, "labels": self.labels,
+    def _body(self, r: LeaseRecord, *, with_version: bool) -> KubeObject:
+        meta: ObjectMeta = {"name": r.name, "namespace": self.namespace, "labels": self.labels,
                                 "annotations": {**dict(r.annotations), DURATION_ANNOTATION: str(r.duration_ms)}}
         if with_version:
             meta["resourceVersion"] = r.version
-        spec: dict[str, Any] = {"leaseDurationSeconds": max(1, math.ceil(r.duration_ms / 1000)),
+        spec: LeaseSpec = {"leaseDurationSeconds": max(1, math.ceil(r.duration_ms / 1000)),
                                 "leaseTransitions": r.transitions, "renewTime": _micro_time(r.renew_time_ms),
                                 "acquireTime": _micro_time(r.acquire_time_ms)}
         if r.holder:
@@ -70,7 +70,7 @@ class KubeLeaseBackend(LeaseBackend):
 
     def _get(self, name: str) -> LeaseRecord | None:
         try:
-            return self._record(request(self.api, "GET", f"{self._base}/{name}"))
+            return self._record(request_object(self.api, "GET", f"{self._base}/{name}"))
         except KubeApiError as exc:
             if exc.status == 404:
                 return None
@@ -83,7 +83,7 @@ class KubeLeaseBackend(LeaseBackend):
             query = [("limit", "500")] + ([("labelSelector", selector)] if selector else [])
             if cont:
                 query.append(("continue", cont))
-            page = request(self.api, "GET", self._base, query=query)
+            page = request_list(self.api, self._base, query=query)
             out += [self._record(o) for o in page.get("items", []) if o["metadata"]["name"].startswith(prefix)]
             cont = page.get("metadata", {}).get("continue")
             if not cont:
@@ -92,9 +92,9 @@ class KubeLeaseBackend(LeaseBackend):
     def _write(self, r: LeaseRecord, *, create: bool) -> LeaseRecord:
         try:
             if create:
-                obj = request(self.api, "POST", self._base, body=self._body(r, with_version=False))
+                obj = request_object(self.api, "POST", self._base, body=self._body(r, with_version=False))
             else:
-                obj = request(self.api, "PUT", f"{self._base}/{r.name}", body=self._body(r, with_version=True))
+                obj = request_object(self.api, "PUT", f"{self._base}/{r.name}", body=self._body(r, with_version=True))
         except KubeApiError as exc:
             if exc.status in (409, 404):
                 raise LeaseConflict(f"lease {r.name}: {exc}") from None

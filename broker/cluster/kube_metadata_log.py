@@ -22,10 +22,21 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from typing import Any
 
-from .kube_api import KubeApiError, request
+from kelp.json_types import JsonObject
+
+from .kube_api import ApiClient, KubeApiError, KubeObject, request, request_list, request_object
 from .metadata_log import BlockingMetadataLog, LegacyMetadata, LoadedLog, MetadataLogConflict, MetadataUnreadable
+from .metadata_records import (
+    LegacyClusterDoc,
+    MetadataEntry,
+    MetadataSnapshot,
+    as_entry,
+    as_legacy_cluster,
+    as_snapshot,
+    as_topic,
+)
+from .model import TopicStateJson
 
 __all__ = ["KubeMetadataLog", "MAX_OBJECT_BYTES"]
 
@@ -36,7 +47,7 @@ OFFSET_ANNOTATION = "kelp.dev/offset"
 
 
 class KubeMetadataLog(BlockingMetadataLog):
-    def __init__(self, api: Any, *, namespace: str, cluster: str) -> None:
+    def __init__(self, api: ApiClient, *, namespace: str, cluster: str) -> None:
         self.api = api
         self.namespace = namespace
         self.cluster = cluster
@@ -52,21 +63,22 @@ class KubeMetadataLog(BlockingMetadataLog):
     def _chunk_name(self, offset: int, i: int) -> str:
         return f"{self._marker_name(offset)}-{i:04d}"
 
-    def _body(self, name: str, role: str, offset: int, text: str) -> dict:
+    def _body(self, name: str, role: str, offset: int, text: str) -> KubeObject:
         return {"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": name, "annotations": {OFFSET_ANNOTATION: str(offset)},
                              "labels": {"kelp.dev/cluster": self.cluster, ROLE: role,
                                         "app.kubernetes.io/name": "kelp"}},
                 "data": {DATA_KEY: text}}
 
-    def _list(self, selector: str) -> list[dict]:
-        out, cont = [], None
+    def _list(self, selector: str) -> list[KubeObject]:
+        out: list[KubeObject] = []
+        cont: str | None = None
         while True:
             query = [("labelSelector", f"kelp.dev/cluster={self.cluster},{selector}"), ("limit", "500")]
             if cont:
                 query.append(("continue", cont))
             try:
-                page = request(self.api, "GET", self._base, query=query)
+                page = request_list(self.api, self._base, query=query)
             except KubeApiError as exc:
                 raise MetadataUnreadable(f"listing the metadata ConfigMaps failed: {exc}") from None
             out += page.get("items", [])
@@ -75,7 +87,7 @@ class KubeMetadataLog(BlockingMetadataLog):
                 return out
 
     @staticmethod
-    def _doc(obj: dict) -> dict:
+    def _doc(obj: KubeObject) -> JsonObject:
         name = obj.get("metadata", {}).get("name")
         try:
             doc = json.loads(obj["data"][DATA_KEY])
@@ -86,7 +98,7 @@ class KubeMetadataLog(BlockingMetadataLog):
         return doc
 
     @staticmethod
-    def _offset(obj: dict) -> int:
+    def _offset(obj: KubeObject) -> int:
         meta = obj.get("metadata", {})
         try:
             return int(meta["annotations"][OFFSET_ANNOTATION])
@@ -94,16 +106,16 @@ class KubeMetadataLog(BlockingMetadataLog):
             raise MetadataUnreadable(f"metadata ConfigMap {meta.get('name')} has no offset annotation") from None
 
     # -- reading ---------------------------------------------------------------------
-    def _read_snapshot(self, offset: int, marker: dict) -> dict:
+    def _read_snapshot(self, offset: int, marker: KubeObject) -> MetadataSnapshot:
         spec = self._doc(marker)
         try:
-            chunks, digest = int(spec["chunks"]), str(spec["sha256"])
+            chunks, digest = int(str(spec["chunks"])), str(spec["sha256"])
         except (KeyError, TypeError, ValueError):
             raise MetadataUnreadable(f"snapshot marker {self._marker_name(offset)} is malformed") from None
         parts = []
         for i in range(chunks):
             try:
-                obj = request(self.api, "GET", f"{self._base}/{self._chunk_name(offset, i)}")
+                obj = request_object(self.api, "GET", f"{self._base}/{self._chunk_name(offset, i)}")
             except KubeApiError as exc:
                 raise MetadataUnreadable(f"snapshot chunk {self._chunk_name(offset, i)}: {exc}") from None
             parts.append(obj.get("data", {}).get(DATA_KEY, ""))
@@ -111,42 +123,45 @@ class KubeMetadataLog(BlockingMetadataLog):
         if hashlib.sha256(text.encode()).hexdigest() != digest:
             raise MetadataUnreadable(f"snapshot at offset {offset}: its chunks do not match the marker's SHA-256")
         try:
-            return json.loads(text)
+            doc = json.loads(text)
         except ValueError as exc:
             raise MetadataUnreadable(f"snapshot at offset {offset} is not JSON ({exc})") from None
+        if not isinstance(doc, dict):
+            raise MetadataUnreadable(f"snapshot at offset {offset} does not hold a JSON object")
+        return as_snapshot(doc)
 
     def _load(self) -> LoadedLog:
         items = self._list(f"{ROLE} in (log-entry,snapshot)")
         markers = {self._offset(o): o for o in items if o["metadata"]["labels"].get(ROLE) == "snapshot"}
         entries = {self._offset(o): o for o in items if o["metadata"]["labels"].get(ROLE) == "log-entry"}
-        snapshot = None
+        snapshot: MetadataSnapshot | None = None
         base = -1
         if markers:
             base = max(markers)
             snapshot = self._read_snapshot(base, markers[base])
-        out = []
+        out: list[MetadataEntry] = []
         for expected, offset in enumerate(sorted(o for o in entries if o > base), start=base + 1):
             if offset != expected:
                 raise MetadataUnreadable(f"the metadata log of cluster '{self.cluster}' has a hole: offset "
                                          f"{expected} is missing before {offset}")
-            entry = self._doc(entries[offset])
+            entry = as_entry(self._doc(entries[offset]))
             if int(entry.get("offset", -2)) != offset:
                 raise MetadataUnreadable(f"metadata ConfigMap {self._entry_name(offset)} holds offset "
                                          f"{entry.get('offset')}")
             out.append(entry)
         return LoadedLog(snapshot, out)
 
-    def _read_entry(self, offset: int) -> dict | None:
+    def _read_entry(self, offset: int) -> MetadataEntry | None:
         try:
-            obj = request(self.api, "GET", f"{self._base}/{self._entry_name(offset)}")
+            obj = request_object(self.api, "GET", f"{self._base}/{self._entry_name(offset)}")
         except KubeApiError as exc:
             if exc.status == 404:
                 return None
             raise MetadataUnreadable(f"metadata entry {offset}: {exc}") from None
-        return self._doc(obj)
+        return as_entry(self._doc(obj))
 
     # -- writing ---------------------------------------------------------------------
-    def _append(self, entry: dict) -> None:
+    def _append(self, entry: MetadataEntry) -> None:
         offset = int(entry["offset"])
         text = json.dumps(entry, separators=(",", ":"))
         if len(text) > MAX_OBJECT_BYTES:
@@ -159,7 +174,7 @@ class KubeMetadataLog(BlockingMetadataLog):
                 raise MetadataLogConflict(f"metadata offset {offset} is taken") from None
             raise
 
-    def _put(self, body: dict) -> None:
+    def _put(self, body: KubeObject) -> None:
         """Create, or replace an object left by an earlier attempt at the same snapshot."""
         try:
             request(self.api, "POST", self._base, body=body)
@@ -167,11 +182,11 @@ class KubeMetadataLog(BlockingMetadataLog):
             if exc.status != 409:
                 raise
             name = body["metadata"]["name"]
-            current = request(self.api, "GET", f"{self._base}/{name}")
+            current = request_object(self.api, "GET", f"{self._base}/{name}")
             body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
             request(self.api, "PUT", f"{self._base}/{name}", body=body)
 
-    def _write_snapshot(self, snapshot: dict) -> None:
+    def _write_snapshot(self, snapshot: MetadataSnapshot) -> None:
         offset = int(snapshot["offset"])
         text = json.dumps(snapshot, separators=(",", ":"))
         chunks = [text[i:i + MAX_OBJECT_BYTES] for i in range(0, len(text), MAX_OBJECT_BYTES)] or [""]
@@ -208,15 +223,16 @@ class KubeMetadataLog(BlockingMetadataLog):
         items = self._list(f"{ROLE} in (topic,cluster)")
         if not items:
             return None
-        cluster, topics = None, {}
+        cluster: LegacyClusterDoc | None = None
+        topics: dict[str, TopicStateJson] = {}
         for obj in items:
             doc = self._doc(obj)
             if obj["metadata"]["labels"].get(ROLE) == "cluster":
-                cluster = doc
+                cluster = as_legacy_cluster(doc)
             else:
                 if "name" not in doc:
                     raise MetadataUnreadable(f"legacy topic ConfigMap {obj['metadata']['name']} has no topic in it")
-                topics[str(doc["name"])] = doc
+                topics[str(doc["name"])] = as_topic(doc)
         return LegacyMetadata(cluster, topics)
 
     async def close(self) -> None:

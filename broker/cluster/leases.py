@@ -25,6 +25,10 @@ whose create-if-absent appends fence a deposed controller (`metadata_log`).
 - `LivenessView`: the same observed-time judgement over many leases (the
   controller watching broker leases).
 
+Times (`kelp.clock`): what a lease stores is wall-clock milliseconds
+(`clock_ms`); whether it expired is judged on this process's monotonic
+clock (`monotonic`). Both are injectable.
+
 File and network I/O run in worker threads, never on the event loop.
 """
 from __future__ import annotations
@@ -33,10 +37,12 @@ import abc
 import asyncio
 import json
 import os
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
+
+from kelp import clock
+from kelp.clock import Monotonic, WallClockMs
 
 from .file_lock import exclusive
 
@@ -82,7 +88,7 @@ class LeaseBackend(abc.ABC):
 
 
 class FileLeaseBackend(LeaseBackend):
-    def __init__(self, directory) -> None:
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.dir = Path(directory) / "leases"
         self.dir.mkdir(parents=True, exist_ok=True)
 
@@ -126,7 +132,7 @@ class FileLeaseBackend(LeaseBackend):
         return await asyncio.to_thread(self._read, self._path(name))
 
     async def list(self, prefix: str) -> list[LeaseRecord]:
-        def run():
+        def run() -> list[LeaseRecord]:
             return [r for p in sorted(self.dir.glob(f"{prefix}*.json")) if (r := self._read(p)) is not None]
         return await asyncio.to_thread(run)
 
@@ -146,7 +152,10 @@ class FileLeaseBackend(LeaseBackend):
         return None
 
 
-def _key(r: LeaseRecord) -> tuple:
+LeaseKey = tuple[str | None, int, int, str]
+
+
+def _key(r: LeaseRecord) -> LeaseKey:
     """What must change for a lease to count as renewed."""
     return (r.holder, r.renew_time_ms, r.transitions, r.version)
 
@@ -154,20 +163,20 @@ def _key(r: LeaseRecord) -> tuple:
 class LeaseElector:
     """Acquire or renew one lease for `identity` (one round per call; the caller loops)."""
 
-    def __init__(self, backend, *, name: str, identity: str, duration_ms: int,
-                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000), monotonic=time.monotonic,
+    def __init__(self, backend: LeaseBackend, *, name: str, identity: str, duration_ms: int,
+                 clock_ms: WallClockMs = clock.wall_clock_ms, monotonic: Monotonic = clock.monotonic,
                  may_take_over: Callable[[str], bool] = lambda holder: False) -> None:
         self.backend, self.name, self.identity, self.duration_ms = backend, name, identity, duration_ms
         self.clock_ms, self.monotonic, self.may_take_over = clock_ms, monotonic, may_take_over
         self.record: LeaseRecord | None = None
-        self._observed: tuple | None = None
+        self._observed: LeaseKey | None = None
         self._observed_at = 0.0
 
     @property
     def held(self) -> bool:
         return self.record is not None and self.record.holder == self.identity
 
-    async def try_acquire_or_renew(self, annotations=None) -> LeaseRecord | None:
+    async def try_acquire_or_renew(self, annotations: Mapping[str, str] | None = None) -> LeaseRecord | None:
         now = self.clock_ms()
         cur = await self.backend.get(self.name)
         ann = dict(annotations or {})
@@ -208,9 +217,9 @@ class LeaseElector:
 class LivenessView:
     """Observed-time liveness of many leases: alive while the record changed within its duration."""
 
-    def __init__(self, *, monotonic=time.monotonic) -> None:
+    def __init__(self, *, monotonic: Monotonic = clock.monotonic) -> None:
         self.monotonic = monotonic
-        self._seen: dict[str, tuple[tuple, float, LeaseRecord]] = {}
+        self._seen: dict[str, tuple[LeaseKey, float, LeaseRecord]] = {}
 
     def observe(self, records: Iterable[LeaseRecord]) -> None:
         now = self.monotonic()

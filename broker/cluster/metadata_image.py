@@ -7,19 +7,9 @@ that every broker replays in offset order into an immutable `MetadataImage`.
 Kelp does the same: the controller appends *entries* — one decision each,
 `{"offset", "epoch", "records"}` — to the metadata log (`metadata_log`),
 and brokers apply them strictly in offset order (`apply_entry`), ignoring
-anything at or below the offset they have.
-
-The records:
-
-| type | fields | meaning |
-| --- | --- | --- |
-| `controller` | `epoch`, `broker_id` | a new controller incarnation; its epoch is larger than every earlier one |
-| `topic` | `topic` (a `TopicState` JSON) | a topic created, its configs altered, or partitions added |
-| `partition` | `topic`, `topic_id`, `partition`, `state` | one partition's leader, ISR, replicas changed |
-| `remove_topic` | `topic`, `topic_id` | the topic is deleted (the only way a topic ever goes) |
-| `producer_ids` | `next` | the next producer id block starts here |
-| `broker` | `id`, `incarnation`, `shutting_down` | a broker process registered (or began a controlled shutdown) |
-| `broker_config` | `broker` (-1: cluster-wide default), `configs` | dynamic configs set (a value) or deleted (null) |
+anything at or below the offset they have. The records and their shapes
+are `metadata_records`' (its builders are named here too, where callers
+have always found them).
 
 Invariants checked on every apply (a violation raises `MetadataCorrupt`,
 which stops whoever reads the log instead of applying it):
@@ -41,11 +31,23 @@ Pure: no I/O, no asyncio; values are immutable.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
 
 from kelp.errors import ConfigError
 
 from ..config import DEFAULT_ENTITY, validate_broker_configs
+from .metadata_records import (
+    MetadataEntry,
+    MetadataRecord,
+    MetadataSnapshot,
+    broker_config_record,
+    broker_record,
+    controller_record,
+    partition_record,
+    producer_ids_record,
+    remove_topic_record,
+    topic_record,
+)
 from .model import NO_LEADER, PartitionState, TopicState, topic_from_json
 
 __all__ = [
@@ -82,38 +84,8 @@ class MetadataGap(Exception):
     """An entry does not follow the image's offset: the entries between are missing."""
 
 
-# -- records ---------------------------------------------------------------------
-def controller_record(epoch: int, broker_id: int) -> dict[str, Any]:
-    return {"type": "controller", "epoch": epoch, "broker_id": broker_id}
-
-
-def topic_record(state: TopicState) -> dict[str, Any]:
-    return {"type": "topic", "topic": state.to_json()}
-
-
-def partition_record(topic: TopicState, partition: int, state: PartitionState) -> dict[str, Any]:
-    return {"type": "partition", "topic": topic.name, "topic_id": topic.topic_id, "partition": partition,
-            "state": state.to_json()}
-
-
-def remove_topic_record(topic: TopicState) -> dict[str, Any]:
-    return {"type": "remove_topic", "topic": topic.name, "topic_id": topic.topic_id}
-
-
-def producer_ids_record(next_producer_id: int) -> dict[str, Any]:
-    return {"type": "producer_ids", "next": next_producer_id}
-
-
-def broker_record(broker_id: int, incarnation: str, *, shutting_down: bool = False) -> dict[str, Any]:
-    return {"type": "broker", "id": broker_id, "incarnation": incarnation, "shutting_down": shutting_down}
-
-
-def broker_config_record(broker: int, configs: Mapping[str, str | None]) -> dict[str, Any]:
-    """Dynamic broker configs of one entity (`broker` -1: the cluster-wide default) set, or deleted (None)."""
-    return {"type": "broker_config", "broker": broker, "configs": dict(configs)}
-
-
-def _checked_broker_configs(broker: Any, configs: Any, *, where: str) -> tuple[int, dict[str, str | None]]:
+# -- checks ----------------------------------------------------------------------
+def _checked_broker_configs(broker: object, configs: object, *, where: str) -> tuple[int, dict[str, str | None]]:
     """A broker_config record's entity and configs, or MetadataCorrupt naming what is wrong."""
     if isinstance(broker, bool) or not isinstance(broker, int) or broker < DEFAULT_ENTITY:
         raise MetadataCorrupt(f"{where}: broker config entity {broker!r} is not a broker id or -1 (the default)")
@@ -198,7 +170,7 @@ def _check_partition_step(name: str, p: int, old: PartitionState, new: Partition
             f"{old.leader_epoch}/{old.partition_epoch} already applied")
 
 
-def apply_records(image: MetadataImage, records: Iterable[Mapping[str, Any]], *, epoch: int,
+def apply_records(image: MetadataImage, records: Iterable[MetadataRecord], *, epoch: int,
                   offset: int) -> tuple[MetadataImage, MetadataDelta]:
     """Apply the records of one entry (already checked for offset and epoch order)."""
     topics = dict(image.topics)
@@ -209,14 +181,14 @@ def apply_records(image: MetadataImage, records: Iterable[Mapping[str, Any]], *,
     controller_id, new_epoch, next_pid = image.controller_id, max(image.epoch, epoch), image.next_producer_id
     for rec in records:
         kind = rec.get("type")
-        try:
-            if kind == "controller":
+        try:  # each branch converts what it reads: a decoded record only claims its shape
+            if rec["type"] == "controller":
                 e = int(rec["epoch"])
                 if e <= image.epoch or e != epoch:
                     raise MetadataCorrupt(f"offset {offset}: controller epoch {e} does not follow epoch {image.epoch}")
                 controller_id, new_epoch = int(rec["broker_id"]), e
                 delta.controller_changed = True
-            elif kind == "topic":
+            elif rec["type"] == "topic":
                 state = topic_from_json(rec["topic"])
                 old = topics.get(state.name)
                 if old is not None and old.topic_id != state.topic_id:
@@ -231,7 +203,7 @@ def apply_records(image: MetadataImage, records: Iterable[Mapping[str, Any]], *,
                         _check_partition_step(state.name, p, old.partition_states[p], s)
                 topics[state.name] = state
                 delta.changed[state.name] = state
-            elif kind == "partition":
+            elif rec["type"] == "partition":
                 name, p = str(rec["topic"]), int(rec["partition"])
                 old_topic = topics.get(name)
                 if old_topic is None or old_topic.topic_id != rec["topic_id"]:
@@ -245,7 +217,7 @@ def apply_records(image: MetadataImage, records: Iterable[Mapping[str, Any]], *,
                 new_topic = old_topic.with_partition(p, partition_state)
                 topics[name] = new_topic
                 delta.changed[name] = new_topic
-            elif kind == "remove_topic":
+            elif rec["type"] == "remove_topic":
                 name = str(rec["topic"])
                 old_topic = topics.get(name)
                 if old_topic is None or old_topic.topic_id != rec["topic_id"]:
@@ -258,9 +230,9 @@ def apply_records(image: MetadataImage, records: Iterable[Mapping[str, Any]], *,
                     del removed[next(iter(removed))]
                 delta.changed.pop(name, None)
                 delta.removed[name] = old_topic
-            elif kind == "broker":
+            elif rec["type"] == "broker":
                 brokers[int(rec["id"])] = BrokerRegistration(str(rec["incarnation"]), bool(rec.get("shutting_down")))
-            elif kind == "broker_config":
+            elif rec["type"] == "broker_config":
                 entity, change = _checked_broker_configs(rec["broker"], rec["configs"], where=f"offset {offset}")
                 configs = dict(broker_configs.get(entity, {}))
                 for key, value in change.items():
@@ -272,7 +244,7 @@ def apply_records(image: MetadataImage, records: Iterable[Mapping[str, Any]], *,
                 if configs:
                     broker_configs[entity] = configs
                 delta.broker_configs = broker_configs
-            elif kind == "producer_ids":
+            elif rec["type"] == "producer_ids":
                 nxt = int(rec["next"])
                 if nxt < next_pid:
                     raise MetadataCorrupt(f"offset {offset}: producer id counter goes back from {next_pid} to {nxt}")
@@ -286,7 +258,7 @@ def apply_records(image: MetadataImage, records: Iterable[Mapping[str, Any]], *,
                           broker_configs=broker_configs), delta)
 
 
-def apply_entry(image: MetadataImage, entry: Mapping[str, Any]) -> tuple[MetadataImage, MetadataDelta]:
+def apply_entry(image: MetadataImage, entry: MetadataEntry) -> tuple[MetadataImage, MetadataDelta]:
     """The image after one log entry. Raises MetadataGap if it does not follow, MetadataCorrupt if it breaks a rule."""
     try:
         offset, epoch, records = int(entry["offset"]), int(entry["epoch"]), entry["records"]
@@ -303,7 +275,7 @@ def apply_entry(image: MetadataImage, entry: Mapping[str, Any]) -> tuple[Metadat
 
 
 # -- snapshots -------------------------------------------------------------------
-def snapshot_to_json(image: MetadataImage) -> dict[str, Any]:
+def snapshot_to_json(image: MetadataImage) -> MetadataSnapshot:
     return {
         "offset": image.offset, "epoch": image.epoch, "controller_id": image.controller_id,
         "next_producer_id": image.next_producer_id,
@@ -316,8 +288,8 @@ def snapshot_to_json(image: MetadataImage) -> dict[str, Any]:
     }
 
 
-def image_from_snapshot(doc: Mapping[str, Any]) -> MetadataImage:
-    try:
+def image_from_snapshot(doc: MetadataSnapshot) -> MetadataImage:
+    try:  # converts every field it reads: a decoded snapshot only claims its shape
         topics = {}
         for t in doc["topics"]:
             state = topic_from_json(t)
@@ -370,7 +342,7 @@ def diff_images(old: MetadataImage, new: MetadataImage) -> MetadataDelta:
     return delta
 
 
-def image_from_log(snapshot: Mapping[str, Any] | None, entries: Iterable[Mapping[str, Any]]) -> MetadataImage:
+def image_from_log(snapshot: MetadataSnapshot | None, entries: Iterable[MetadataEntry]) -> MetadataImage:
     """Replay a loaded log: the snapshot (if any), then every entry after it. Raises MetadataCorrupt/MetadataGap."""
     image = image_from_snapshot(snapshot) if snapshot is not None else MetadataImage()
     for entry in entries:

@@ -37,7 +37,19 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from kelp.json_types import JsonObject
+
+from .metadata_records import (
+    LegacyClusterDoc,
+    MetadataEntry,
+    MetadataSnapshot,
+    as_entry,
+    as_legacy_cluster,
+    as_snapshot,
+    as_topic,
+)
+from .model import TopicStateJson
 
 __all__ = [
     "MetadataLog",
@@ -65,8 +77,8 @@ class MetadataUnreadable(Exception):
 class LoadedLog:
     """The newest complete snapshot (or None) and every entry after it, in offset order, contiguous."""
 
-    snapshot: dict | None
-    entries: list[dict]
+    snapshot: MetadataSnapshot | None
+    entries: list[MetadataEntry]
 
     @property
     def end_offset(self) -> int:
@@ -80,8 +92,8 @@ class LoadedLog:
 class LegacyMetadata:
     """Documents of the sharded store that came before the log: the cluster record and one per topic."""
 
-    cluster: dict | None
-    topics: dict[str, dict]
+    cluster: LegacyClusterDoc | None
+    topics: dict[str, TopicStateJson]
 
 
 class MetadataLog(abc.ABC):
@@ -90,16 +102,16 @@ class MetadataLog(abc.ABC):
         """The newest snapshot and the entries after it; raises MetadataUnreadable."""
 
     @abc.abstractmethod
-    async def append(self, entry: dict) -> None:
+    async def append(self, entry: MetadataEntry) -> None:
         """Write `entry` at `entry["offset"]` if that slot is free; MetadataLogConflict if it is taken.
         Any other exception leaves the outcome unknown: re-read before trusting either answer."""
 
     @abc.abstractmethod
-    async def read_entry(self, offset: int) -> dict | None:
+    async def read_entry(self, offset: int) -> MetadataEntry | None:
         """The entry at `offset`, None if the slot is empty; raises MetadataUnreadable."""
 
     @abc.abstractmethod
-    async def write_snapshot(self, snapshot: dict) -> None:
+    async def write_snapshot(self, snapshot: MetadataSnapshot) -> None:
         """Store a complete snapshot at `snapshot["offset"]` (visible only once whole)."""
 
     @abc.abstractmethod
@@ -120,13 +132,13 @@ class BlockingMetadataLog(MetadataLog):
     def _load(self) -> LoadedLog:
         raise NotImplementedError
 
-    def _append(self, entry: dict) -> None:
+    def _append(self, entry: MetadataEntry) -> None:
         raise NotImplementedError
 
-    def _read_entry(self, offset: int) -> dict | None:
+    def _read_entry(self, offset: int) -> MetadataEntry | None:
         raise NotImplementedError
 
-    def _write_snapshot(self, snapshot: dict) -> None:
+    def _write_snapshot(self, snapshot: MetadataSnapshot) -> None:
         raise NotImplementedError
 
     def _compact(self, snapshot_offset: int) -> int:
@@ -138,13 +150,13 @@ class BlockingMetadataLog(MetadataLog):
     async def load(self) -> LoadedLog:
         return await asyncio.to_thread(self._load)
 
-    async def append(self, entry: dict) -> None:
+    async def append(self, entry: MetadataEntry) -> None:
         await asyncio.to_thread(self._append, entry)
 
-    async def read_entry(self, offset: int) -> dict | None:
+    async def read_entry(self, offset: int) -> MetadataEntry | None:
         return await asyncio.to_thread(self._read_entry, offset)
 
-    async def write_snapshot(self, snapshot: dict) -> None:
+    async def write_snapshot(self, snapshot: MetadataSnapshot) -> None:
         await asyncio.to_thread(self._write_snapshot, snapshot)
 
     async def compact(self, snapshot_offset: int) -> int:
@@ -154,12 +166,12 @@ class BlockingMetadataLog(MetadataLog):
         return await asyncio.to_thread(self._legacy)
 
 
-def entry_size(entry: dict) -> int:
+def entry_size(entry: MetadataEntry) -> int:
     return len(json.dumps(entry, separators=(",", ":")))
 
 
 class FileMetadataLog(BlockingMetadataLog):
-    def __init__(self, directory: Any) -> None:
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.root = Path(directory) / "metadata"
         self.log_dir = self.root / "log"
         self.snap_dir = self.root / "snapshots"
@@ -180,13 +192,16 @@ class FileMetadataLog(BlockingMetadataLog):
         return sorted(out)
 
     @staticmethod
-    def _read_json(p: Path) -> dict:
+    def _read_json(p: Path) -> JsonObject:
         try:
-            return json.loads(p.read_bytes())
+            doc = json.loads(p.read_bytes())
         except FileNotFoundError:
             raise
         except (OSError, ValueError) as exc:
             raise MetadataUnreadable(f"metadata file {p} cannot be read ({exc})") from None
+        if not isinstance(doc, dict):
+            raise MetadataUnreadable(f"metadata file {p} does not hold a JSON object")
+        return doc
 
     def _load(self) -> LoadedLog:
         """Retried when a compaction ran meanwhile (a newer snapshot appeared, entries went): bounded."""
@@ -213,7 +228,7 @@ class FileMetadataLog(BlockingMetadataLog):
         snapshot = None
         if snaps:
             try:
-                snapshot = self._read_json(self.snap_dir / self._name(snaps[-1]))
+                snapshot = as_snapshot(self._read_json(self.snap_dir / self._name(snaps[-1])))
             except FileNotFoundError:
                 raise _Raced() from None
             if int(snapshot.get("offset", -2)) != snaps[-1]:
@@ -229,7 +244,7 @@ class FileMetadataLog(BlockingMetadataLog):
                 raise MetadataUnreadable(
                     f"the metadata log in {self.log_dir} has a hole: offset {expected} is missing before {offset}")
             try:
-                entry = self._read_json(self.log_dir / self._name(offset))
+                entry = as_entry(self._read_json(self.log_dir / self._name(offset)))
             except FileNotFoundError:
                 raise _Raced() from None
             if int(entry.get("offset", -2)) != offset:
@@ -238,7 +253,7 @@ class FileMetadataLog(BlockingMetadataLog):
             expected += 1
         return LoadedLog(snapshot, entries)
 
-    def _write_private(self, directory: Path, doc: dict) -> Path:
+    def _write_private(self, directory: Path, doc: MetadataEntry | MetadataSnapshot) -> Path:
         """The document in a private temporary file, fsynced; nothing is left behind if that fails."""
         tmp = directory / f".{os.getpid()}.{threading.get_ident()}.tmp"
         try:
@@ -251,7 +266,7 @@ class FileMetadataLog(BlockingMetadataLog):
             raise
         return tmp
 
-    def _append(self, entry: dict) -> None:
+    def _append(self, entry: MetadataEntry) -> None:
         target = self.log_dir / self._name(int(entry["offset"]))
         tmp = self._write_private(self.log_dir, entry)
         try:
@@ -262,13 +277,13 @@ class FileMetadataLog(BlockingMetadataLog):
             tmp.unlink(missing_ok=True)
         _fsync_dir(self.log_dir)
 
-    def _read_entry(self, offset: int) -> dict | None:
+    def _read_entry(self, offset: int) -> MetadataEntry | None:
         try:
-            return self._read_json(self.log_dir / self._name(offset))
+            return as_entry(self._read_json(self.log_dir / self._name(offset)))
         except FileNotFoundError:
             return None
 
-    def _write_snapshot(self, snapshot: dict) -> None:
+    def _write_snapshot(self, snapshot: MetadataSnapshot) -> None:
         tmp = self._write_private(self.snap_dir, snapshot)
         try:
             os.replace(tmp, self.snap_dir / self._name(int(snapshot["offset"])))
@@ -299,14 +314,17 @@ class FileMetadataLog(BlockingMetadataLog):
             return None
         cluster = None
         if cluster_file.exists():
-            cluster = self._read_json(cluster_file).get("doc")
+            found = self._read_json(cluster_file).get("doc")
+            if found is not None and not isinstance(found, dict):
+                raise MetadataUnreadable(f"legacy cluster document {cluster_file} holds no JSON object")
+            cluster = as_legacy_cluster(found) if found is not None else None
         topics = {}
         if topics_dir.is_dir():
             for p in sorted(topics_dir.glob("*.json")):
                 doc = self._read_json(p).get("doc")
                 if not isinstance(doc, dict) or "name" not in doc:
                     raise MetadataUnreadable(f"legacy topic document {p} has no topic in it")
-                topics[str(doc["name"])] = doc
+                topics[str(doc["name"])] = as_topic(doc)
         return LegacyMetadata(cluster, topics)
 
 

@@ -24,7 +24,8 @@ from typing import Awaitable, Callable
 
 from .metadata_image import MetadataImage, snapshot_to_json
 from .metadata_log import entry_size
-from .model import BrokerEndpoint
+from .metadata_records import MetadataEntry, MetadataPush
+from .model import BrokerEndpoint, BrokerEndpointJson
 
 __all__ = ["MetadataPublisher", "StaleEpoch", "MAX_ENTRIES_PER_PUSH"]
 
@@ -34,7 +35,8 @@ MAX_ENTRIES_PER_PUSH = 256
 BACKOFF_S = (0.05, 1.0)
 UNKNOWN = -2  # the broker's applied offset before its first answer
 
-Send = Callable[[BrokerEndpoint, dict], Awaitable[int]]
+Send = Callable[[BrokerEndpoint, MetadataPush], Awaitable[int]]
+"""Delivers one push to a broker; returns the offset it has applied (raises StaleEpoch if it saw a newer one)."""
 
 
 class StaleEpoch(Exception):
@@ -49,15 +51,15 @@ class MetadataPublisher:
         self._image = image
         self._is_active = is_active
         self._on_stale = on_stale
-        self._retained: deque[dict] = deque()   # entries after the newest snapshot, oldest first
+        self._retained: deque[MetadataEntry] = deque()   # entries after the newest snapshot, oldest first
         self._brokers: dict[int, BrokerEndpoint] = {}
-        self._workers: dict[int, asyncio.Task] = {}
+        self._workers: dict[int, asyncio.Task[None]] = {}
         self._wake: dict[int, asyncio.Event] = {}
         self.applied: dict[int, int] = {}       # broker -> offset it confirmed
-        self._brokers_sent: dict[int, tuple] = {}
+        self._brokers_sent: dict[int, tuple[int, ...]] = {}  # broker -> the live broker ids it was last told
 
     # -- what to send ----------------------------------------------------------------
-    def retain(self, entry: dict) -> None:
+    def retain(self, entry: MetadataEntry) -> None:
         self._retained.append(entry)
         self._wake_all()
 
@@ -87,20 +89,18 @@ class MetadataPublisher:
         for ev in self._wake.values():
             ev.set()
 
-    def _brokers_json(self) -> list[dict]:
+    def _brokers_json(self) -> list[BrokerEndpointJson]:
         return [b.to_json() for b in sorted(self._brokers.values(), key=lambda b: b.id)]
 
-    def _payload(self, applied: int) -> dict:
+    def _payload(self, applied: int) -> MetadataPush:
         image = self._image()
-        payload: dict = {"controller_id": self.controller_id, "controller_epoch": image.epoch,
-                         "brokers": self._brokers_json(), "end_offset": image.offset}
+        payload: MetadataPush = {"controller_id": self.controller_id, "controller_epoch": image.epoch,
+                                 "brokers": self._brokers_json(), "end_offset": image.offset, "entries": []}
         if applied == UNKNOWN or applied >= image.offset:
-            payload["entries"] = []  # a probe, or only the broker list changed
-            return payload
+            return payload  # no entries: a probe, or only the broker list changed
         first = int(self._retained[0]["offset"]) if self._retained else image.offset + 1
         if applied + 1 < first:
             payload["snapshot"] = snapshot_to_json(image)
-            payload["entries"] = []
             return payload
         start = applied + 1 - first
         payload["entries"] = [self._retained[i]

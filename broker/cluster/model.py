@@ -4,7 +4,9 @@ Why: every request path (Metadata, Produce, Fetch, ListOffsets, FindCoordinator,
 the HTTP API) and the controller must agree on one shape of the cluster's
 state. The controller writes these values to the metadata store and pushes
 them to brokers; brokers only apply what they are given. The JSON forms here
-are the store's and the push's wire format.
+(`*Json`, TypedDicts) are the store's and the push's wire format; `from_json`
+converts every field it reads, so a malformed document raises KeyError,
+TypeError or ValueError, which the metadata layer reports as corrupt.
 
 Values are immutable: a change makes a new `PartitionState`/`TopicState`
 (`dataclasses.replace`), so a snapshot handed to a request can never change
@@ -15,17 +17,55 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping, NotRequired, TypedDict
 
 __all__ = [
     "BrokerEndpoint",
+    "BrokerEndpointJson",
     "PartitionState",
+    "PartitionStateJson",
     "TopicState",
+    "TopicStateJson",
     "NO_LEADER",
     "topic_from_json",
 ]
 
 NO_LEADER = -1
+
+
+class BrokerEndpointJson(TypedDict):
+    """`BrokerEndpoint` as the lease annotations and the metadata push carry it (older brokers wrote no
+    `http_host`, `rack` or `incarnation`)."""
+
+    id: int
+    host: str
+    port: int
+    http_host: NotRequired[str]
+    http_port: int
+    rack: NotRequired[str | None]
+    incarnation: NotRequired[str]
+
+
+class PartitionStateJson(TypedDict):
+    """`PartitionState` in the metadata log; the reassignment fields only while one runs."""
+
+    replicas: list[int]
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+    partition_epoch: NotRequired[int]
+    adding: NotRequired[list[int]]
+    removing: NotRequired[list[int]]
+    original: NotRequired[list[int]]
+
+
+class TopicStateJson(TypedDict):
+    """`TopicState` in the metadata log (`topic_id` and `configs` may be absent from an old document)."""
+
+    name: str
+    topic_id: NotRequired[str]
+    configs: NotRequired[dict[str, str]]
+    partitions: list[PartitionStateJson]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,12 +84,12 @@ class BrokerEndpoint:
     def http_url(self) -> str:
         return f"http://{self.http_host}:{self.http_port}"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> BrokerEndpointJson:
         return {"id": self.id, "host": self.host, "port": self.port, "http_host": self.http_host,
                 "http_port": self.http_port, "rack": self.rack, "incarnation": self.incarnation}
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "BrokerEndpoint":
+    def from_json(cls, d: BrokerEndpointJson) -> "BrokerEndpoint":
         return cls(int(d["id"]), str(d["host"]), int(d["port"]), str(d.get("http_host") or d["host"]),
                    int(d["http_port"]), d.get("rack") or None, str(d.get("incarnation") or ""))
 
@@ -84,8 +124,8 @@ class PartitionState:
     def reassigning(self) -> bool:
         return bool(self.adding or self.removing)
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def to_json(self) -> PartitionStateJson:
+        out: PartitionStateJson = {
             "replicas": list(self.replicas), "leader": self.leader, "leader_epoch": self.leader_epoch,
             "isr": list(self.isr), "partition_epoch": self.partition_epoch,
         }
@@ -98,7 +138,7 @@ class PartitionState:
         return out
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "PartitionState":
+    def from_json(cls, d: PartitionStateJson) -> "PartitionState":
         return cls(
             tuple(int(r) for r in d["replicas"]), int(d["leader"]), int(d["leader_epoch"]),
             tuple(int(r) for r in d["isr"]), int(d.get("partition_epoch", 0)),
@@ -142,14 +182,14 @@ class TopicState:
     def replicas_on(self, broker_id: int) -> list[int]:
         return [i for i, s in enumerate(self.partition_states) if broker_id in s.replicas]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> TopicStateJson:
         return {
             "name": self.name, "topic_id": self.topic_id, "configs": dict(self.configs),
             "partitions": [s.to_json() for s in self.partition_states],
         }
 
 
-def topic_from_json(d: Mapping[str, Any]) -> TopicState:
+def topic_from_json(d: TopicStateJson) -> TopicState:
     return TopicState(
         name=str(d["name"]),
         partition_states=tuple(PartitionState.from_json(p) for p in d["partitions"]),

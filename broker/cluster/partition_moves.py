@@ -4,15 +4,13 @@ Why: moving replicas is a multi-step protocol (add the new replicas, wait until 
 leadership into the target set, drop the old ones — or revert on cancel) whose rules live in
 `elections`; this mixin applies them to requests and to the periodic re-check that completes moves
 deferred for want of an eligible leader. Mixed into `controller.Controller` (lock, image, `_append`,
-`_answer`, `_eligible`, `_partition_state`, `_check_replica_list`).
+the answers, `_eligible`, `_partition_state`, `_check_replica_list`: declared in `controller_state`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import replace
-from typing import TYPE_CHECKING, Iterable, Mapping
 
 from kelp.errors import (
     ElectionNotNeededError,
@@ -23,39 +21,21 @@ from kelp.errors import (
     ReassignmentInProgressError,
 )
 
+from .controller_answers import ElectionAnswer, PartitionAnswer, Reassignment
+from .controller_state import ControllerState
 from .elections import RevertRefused, complete_reassignment, revert_reassignment
-from .metadata_image import partition_record
-from .model import PartitionState, TopicState
+from .metadata_records import partition_record
+from .model import TopicState
 
 __all__ = ["PartitionMoves"]
 
 log = logging.getLogger("kelp.broker.controller")
 
 
-class PartitionMoves:
-    _lock: asyncio.Lock
+class PartitionMoves(ControllerState):
+    """Reassignments and preferred-leader elections, on the controller."""
 
-    if TYPE_CHECKING:  # defined by `TopicAdmin` and `Controller`, beside which this is mixed in; for the type checker
-        @property
-        def topics(self) -> Mapping[str, TopicState]: ...
-
-        def _topic(self, name: str) -> TopicState: ...
-
-        def _partition_state(self, topic: str, partition: int) -> tuple[TopicState, PartitionState]: ...
-
-        def _check_replica_list(self, name: str, p: int, replicas: list[int]) -> None: ...
-
-        def _check_fresh(self) -> None: ...
-
-        def _eligible(self) -> frozenset[int]: ...
-
-        async def _append(self, records: list[dict], *, unknown_outcome: type[Exception] = ...) -> None: ...
-
-        async def _commit(self, states: Iterable[TopicState]) -> None: ...
-
-        def _answer(self, doc: dict) -> dict: ...
-
-    async def reassign(self, *, topic: str, partition: int, replicas: list[int] | None) -> dict:
+    async def reassign(self, *, topic: str, partition: int, replicas: list[int] | None) -> PartitionAnswer:
         """Start moving a partition to `replicas` (None cancels a running move)."""
         async with self._lock:
             self._check_fresh()
@@ -70,14 +50,14 @@ class PartitionMoves:
                 await self._append([partition_record(t, partition, new_state)])
                 log.info("%s-%d: reassignment cancelled, back to %s (ISR %s, leader %d)", topic, partition,
                          list(new_state.replicas), list(new_state.isr), new_state.leader)
-                return self._answer(new_state.to_json())
+                return self._partition_answer(new_state)
             target = tuple(int(r) for r in replicas)
             self._check_replica_list(topic, partition, list(target))
             if state.reassigning:
                 raise ReassignmentInProgressError(
                     f"{topic}-{partition} is already moving to {list(state.target_replicas)}; cancel it first")
             if set(target) == set(state.replicas) and target[0] == state.replicas[0]:
-                return self._answer(state.to_json())
+                return self._partition_answer(state)
             original = state.replicas
             union = target + tuple(r for r in original if r not in target)
             adding = tuple(r for r in target if r not in original)
@@ -89,15 +69,16 @@ class PartitionMoves:
             await self._append([partition_record(t, partition, new_state)])
             log.info("%s-%d: reassignment %s -> %s started (adding %s, removing %s)", topic, partition,
                      list(original), list(target), list(adding), list(removing))
-            return self._answer(new_state.to_json())
+            return self._partition_answer(new_state)
 
-    async def elect_preferred_leaders(self, *, topic: str | None = None, partitions: list[int] | None = None) -> dict:
+    async def elect_preferred_leaders(self, *, topic: str | None = None,
+                                      partitions: list[int] | None = None) -> ElectionAnswer:
         """Move leadership to each partition's first replica where it is alive and in sync."""
         async with self._lock:
             self._check_fresh()
             eligible = self._eligible()
             results: dict[str, int] = {}
-            changed = []
+            changed: list[TopicState] = []
             names = [topic] if topic is not None else sorted(self.topics)
             for name in names:
                 t = self._topic(name)
@@ -119,10 +100,10 @@ class PartitionMoves:
                 if new is not t:
                     changed.append(new)
             await self._commit(changed)
-            return self._answer({"results": results})
+            return {"results": results, "metadata_offset": self.image.offset}
 
-    def reassignments(self) -> list[dict]:
-        out = []
+    def reassignments(self) -> list[Reassignment]:
+        out: list[Reassignment] = []
         for t in self.topics.values():
             for p, s in enumerate(t.partition_states):
                 if s.reassigning:
@@ -138,7 +119,7 @@ class PartitionMoves:
         """
         async with self._lock:
             eligible = self._eligible()
-            changed = []
+            changed: list[TopicState] = []
             for t in list(self.topics.values()):
                 new = t
                 for p, s in enumerate(t.partition_states):

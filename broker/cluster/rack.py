@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable
+from typing import Callable
 
-from .kube_api import KubeApiError, request
+from kelp import clock
+from kelp.clock import Monotonic
+
+from .kube_api import ApiClient, KubeApiError, request
 
 __all__ = ["rack_from_node", "RackLookupError"]
 
@@ -30,8 +33,8 @@ class RackLookupError(Exception):
     """The node could not be read (missing name, RBAC, API server unreachable for the whole budget)."""
 
 
-def rack_from_node(api_factory: Callable[[], Any], node: str, label: str, *, budget_s: float = 30.0,
-                   sleep: Callable[[float], None] = time.sleep) -> str | None:
+def rack_from_node(api_factory: Callable[[], ApiClient], node: str, label: str, *, budget_s: float = 30.0,
+                   sleep: Callable[[float], None] = time.sleep, monotonic: Monotonic = clock.monotonic) -> str | None:
     """The value of `label` on node `node`, None when the node has no such label.
 
     Blocking (call it in a worker thread). Retries transient failures (5xx,
@@ -46,7 +49,7 @@ def rack_from_node(api_factory: Callable[[], Any], node: str, label: str, *, bud
     except Exception as exc:  # noqa: BLE001 — kubernetes' ConfigException and friends
         raise RackLookupError(f"no Kubernetes API credentials to read node {node!r} for its {label!r} label "
                               f"(in-cluster service account, or kube.config): {exc}") from None
-    deadline = time.monotonic() + budget_s
+    deadline = monotonic() + budget_s
     delay = 0.2
     while True:
         try:
@@ -58,12 +61,14 @@ def rack_from_node(api_factory: Callable[[], Any], node: str, label: str, *, bud
             error: Exception = exc
         except Exception as exc:  # noqa: BLE001 — urllib3/socket errors: retried, then reported
             error = exc
-        if time.monotonic() + delay > deadline:
+        if monotonic() + delay > deadline:
             raise RackLookupError(f"cannot read node {node!r} for its {label!r} label within {budget_s:.0f} s: "
                                   f"{error}") from None
         sleep(delay)
         delay = min(delay * 2, 2.0)
-    value = ((body.get("metadata") or {}).get("labels") or {}).get(label)
+    meta = body.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, dict) else None
+    value = labels.get(label) if isinstance(labels, dict) else None
     if not value:
         log.warning("node %s has no label %s: this broker runs without a rack (replica placement "
                     "cannot keep its replicas apart from others' by rack)", node, label)

@@ -33,14 +33,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
-from kafka.protocol.consumer import FetchRequest, OffsetForLeaderEpochRequest
+from kafka.protocol.consumer import FetchRequest, FetchResponse, OffsetForLeaderEpochRequest
 
 from kelp.errors import ErrorCode, KelpError
 from kelp.kafka_client import AsyncConnection, BrokerUnavailable
 
+from ..config import BrokerConfig
+from ..storage import Log
 from .model import BrokerEndpoint
+
+if TYPE_CHECKING:  # the fetcher drives the replica manager, which holds it only through `ReplicaFetchers`
+    from ..replica_manager import ReplicaManager
 
 __all__ = ["ReplicaFetcherManager"]
 
@@ -62,8 +67,8 @@ class _FetchState:
 
 
 class ReplicaFetcherManager:
-    def __init__(self, *, replicas: Any, broker_id: int, endpoint_of: Callable[[int], BrokerEndpoint | None],
-                 config: Any) -> None:
+    def __init__(self, *, replicas: ReplicaManager, broker_id: int,
+                 endpoint_of: Callable[[int], BrokerEndpoint | None], config: BrokerConfig) -> None:
         self.replicas = replicas
         self.broker_id = broker_id
         self.endpoint_of = endpoint_of
@@ -185,7 +190,7 @@ class ReplicaFetcher:
         replicas = self.m.replicas
         P = OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartition
         asked: dict[tuple[str, int], tuple[_FetchState, int]] = {}
-        by_topic: dict[str, list] = {}
+        by_topic: dict[str, list[OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartition]] = {}
         without_epochs: list[tuple[tuple[str, int], _FetchState]] = []
         for key, st in list(self.state.items()):
             if not st.truncating:
@@ -251,7 +256,7 @@ class ReplicaFetcher:
                     st.truncating = False
 
     @staticmethod
-    def _truncation_offset(lg: Any, leader_epoch: int, leader_end: int) -> tuple[int, bool]:
+    def _truncation_offset(lg: Log, leader_epoch: int, leader_end: int) -> tuple[int, bool]:
         """Kafka's follower rule (`getOffsetTruncationState`): where this log must end given the leader's
         answer for our latest epoch, and whether truncation is complete (False: ask again, KIP-279)."""
         leo = lg.log_end_offset
@@ -276,7 +281,7 @@ class ReplicaFetcher:
         # flush.messages on a follower: the offsets this fetch reports as held must be fsynced first (off the loop).
         await replicas.flush_followers()
         sent: dict[tuple[str, int], tuple[_FetchState, int]] = {}
-        by_topic: dict[str, list] = {}
+        by_topic: dict[str, list[FetchRequest.FetchTopic.FetchPartition]] = {}
         for (topic, p), st in self.state.items():
             if st.truncating:
                 continue
@@ -336,7 +341,8 @@ class ReplicaFetcher:
         if backoff:
             await asyncio.sleep(self.backoff_s)
 
-    async def _out_of_range(self, key: tuple[str, int], st: _FetchState, r: Any) -> None:
+    async def _out_of_range(self, key: tuple[str, int], st: _FetchState,
+                            r: FetchResponse.FetchableTopicResponse.PartitionData) -> None:
         part = self.m.replicas.get_partition(*key)
         if part is None or not self._current(key, st):
             return

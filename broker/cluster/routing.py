@@ -9,17 +9,16 @@ metadata offset that holds the change (`metadata_offset`); the caller waits
 (bounded) until this broker applied that offset, so a client sees its own
 change at once without anything being applied out of log order.
 
-Mixed into `member.ClusterMember`, which provides `broker`, `brokers`,
-`controller`, `controller_id`, `leases`, `_http`, `wait_applied`. This
-module never changes metadata itself.
+Mixed into `member.ClusterMember` (its state: `member_state`). An answer is
+JSON; a caller that reads one names the operation's shape
+(`controller_answers`). This module never changes metadata itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from typing import Any
+from typing import TYPE_CHECKING, Mapping, cast
 
 from kelp.errors import (
     CoordinatorNotAvailableError,
@@ -28,6 +27,14 @@ from kelp.errors import (
     NotControllerError,
     RequestTimedOutError,
 )
+from kelp.json_types import JsonObject
+
+from ..replica_types import PartitionInfo, ProduceResult
+from .controller_answers import PartitionAnswer
+from .member_state import MemberState
+
+if TYPE_CHECKING:
+    import aiohttp
 
 __all__ = ["LeaderRouting", "error_for", "broker_id_of", "CONTROLLER_CALL_TIMEOUT_S"]
 
@@ -58,40 +65,38 @@ def error_for(code: int, message: str) -> KelpError:
     return err
 
 
-class LeaderRouting:
-    broker: Any
-    brokers: dict
-    controller: Any
-    controller_id: int
-    broker_id: int
-    cluster: str
-    leases: Any
-    controller_lease_name: str
-    _http: Any
+class LeaderRouting(MemberState):
+    """Requests to the controller and to partition leaders, from this broker."""
+
+    def _session(self) -> aiohttp.ClientSession:
+        assert self._http is not None, "opened by ClusterMember.start"
+        return self._http
 
     # -- to the controller --------------------------------------------------------------
     def _controller_url(self) -> str | None:
         ep = self.brokers.get(self.controller_id)
         return ep.http_url if ep is not None else None
 
-    async def call(self, op: str, *, timeout_s: float = CONTROLLER_CALL_TIMEOUT_S, **kwargs: Any) -> Any:
+    async def call(self, op: str, *, timeout_s: float = CONTROLLER_CALL_TIMEOUT_S, **kwargs: object) -> JsonObject:
         """Run a controller operation (in-process if this broker is the controller), retrying while none is elected;
-        then wait (bounded) until this broker applied the metadata offset the answer names."""
-        deadline = time.monotonic() + timeout_s
+        then wait (bounded) until this broker applied the metadata offset the answer names. The answer is the
+        operation's (`controller_answers`), as JSON."""
+        deadline = self.monotonic() + timeout_s
         delay = 0.05
         last: Exception | None = None
         while True:
             try:
                 controller = self.controller
                 if controller is not None and controller.active:
-                    result = await getattr(controller, op)(**kwargs)
+                    result: JsonObject = await getattr(controller, op)(**kwargs)
                 else:
                     url = self._controller_url()
                     if url is None or self.controller_id == self.broker_id:
                         raise NotControllerError(f"no controller known yet in cluster '{self.cluster}'")
                     result = await self._remote(url, op, kwargs)
-                if isinstance(result, dict) and "metadata_offset" in result:
-                    await self.wait_applied(int(result["metadata_offset"]), APPLY_WAIT_S)
+                offset = result.get("metadata_offset") if isinstance(result, dict) else None
+                if isinstance(offset, int):
+                    await self.wait_applied(offset, APPLY_WAIT_S)
                 return result
             except (NotControllerError, OSError, asyncio.TimeoutError) as exc:
                 last = exc
@@ -101,7 +106,7 @@ class LeaderRouting:
                 if not isinstance(exc, aiohttp.ClientError):
                     raise
                 last = exc
-            if time.monotonic() + delay > deadline:
+            if self.monotonic() + delay > deadline:
                 raise RequestTimedOutError(
                     f"no controller answered '{op}' within {timeout_s:.0f}s (last: {last}); is a "
                     "majority of brokers up?"
@@ -110,13 +115,9 @@ class LeaderRouting:
             delay = min(delay * 2, 0.5)
             await self._learn_controller()
 
-    async def wait_applied(self, offset: int, timeout_s: float) -> bool:  # provided by ClusterMember
-        raise NotImplementedError
-
-    async def _refresh_brokers(self) -> dict:  # provided by ClusterMember
-        raise NotImplementedError
-
     async def _learn_controller(self) -> None:
+        if self.leases is None:
+            return
         try:
             rec = await self.leases.get(self.controller_lease_name)
         except Exception:
@@ -130,10 +131,12 @@ class LeaderRouting:
                     for b, ep in alive.items():
                         self.brokers.setdefault(b, ep)
 
-    async def _remote(self, url: str, op: str, kwargs: dict) -> Any:
-        async with self._http.post(f"{url}/cluster/v1/controller/{op}", json=kwargs) as resp:
+    async def _remote(self, url: str, op: str, kwargs: Mapping[str, object]) -> JsonObject:
+        async with self._session().post(f"{url}/cluster/v1/controller/{op}", json=kwargs) as resp:
             body = await resp.json(content_type=None)
             if resp.status < 300:
+                if not isinstance(body, dict):
+                    raise KelpError(f"the controller answered '{op}' with {str(body)[:200]}, not a JSON object")
                 return body
             unknown = ErrorCode.UNKNOWN_SERVER_ERROR
             code = int(body.get("error_code", unknown)) if isinstance(body, dict) else unknown
@@ -150,10 +153,11 @@ class LeaderRouting:
             raise CoordinatorNotAvailableError(f"internal topic '{name}' is being created; retry")
 
     async def alter_partition(self, topic: str, partition: int, *, leader_epoch: int, partition_epoch: int,
-                              isr: list[int]) -> Any:
+                              isr: list[int]) -> PartitionAnswer:
         """AlterPartition to the controller; returns its answer (the partition's state) once applied here."""
-        return await self.call("alter_partition", topic=topic, partition=partition, leader=self.broker_id,
-                               leader_epoch=leader_epoch, partition_epoch=partition_epoch, isr=isr, timeout_s=10.0)
+        answer = await self.call("alter_partition", topic=topic, partition=partition, leader=self.broker_id,
+                                 leader_epoch=leader_epoch, partition_epoch=partition_epoch, isr=isr, timeout_s=10.0)
+        return cast(PartitionAnswer, answer)  # the controller's answer to this operation
 
     # -- to a partition's leader ---------------------------------------------------------
     def partition_leader(self, topic: str, partition: int) -> tuple[int, str, int] | None:
@@ -170,12 +174,10 @@ class LeaderRouting:
         info = self.broker.topics.get(topic)
         return info.partition_states[partition].leader if info is not None and 0 <= partition < info.partitions else -1
 
-    async def partition_infos(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], Any]:
+    async def partition_infos(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], PartitionInfo | None]:
         """Log start/end, high watermark and size of partitions as their leaders know them (None where unknown)."""
-        from kelp.broker.replica_manager import PartitionInfo
-
         replicas = self.broker.replicas
-        out: dict[tuple[str, int], Any] = {}
+        out: dict[tuple[str, int], PartitionInfo | None] = {}
         remote: dict[int, list[tuple[str, int]]] = {}
         for topic, p in keys:
             part = replicas.get_partition(topic, p)
@@ -190,8 +192,8 @@ class LeaderRouting:
 
         async def ask(leader: int, wanted: list[tuple[str, int]]) -> None:
             try:
-                async with self._http.post(f"{self.brokers[leader].http_url}/cluster/v1/partitions/info",
-                                           json={"partitions": [[t, p] for t, p in wanted]}) as resp:
+                async with self._session().post(f"{self.brokers[leader].http_url}/cluster/v1/partitions/info",
+                                                json={"partitions": [[t, p] for t, p in wanted]}) as resp:
                     body = await resp.json(content_type=None) if resp.status == 200 else {}
             except Exception as exc:
                 log.debug("partition info from broker %d failed: %s", leader, exc)
@@ -208,17 +210,16 @@ class LeaderRouting:
         await asyncio.gather(*(ask(b, ks) for b, ks in remote.items()))
         return out
 
-    async def append(self, topic: str, partition: int, batch: bytes, *, acks: int = 1, timeout_ms: int = 30000) -> Any:
+    async def append(self, topic: str, partition: int, batch: bytes, *, acks: int = 1,
+                     timeout_ms: int = 30000) -> ProduceResult:
         """Append one batch where the partition's leader is: here, or over HTTP on the leader (REST produce)."""
-        from kelp.broker.replica_manager import ProduceResult
-
         part = self.broker.replicas.get_partition(topic, partition)
         leader = self._leader_of(topic, partition)
         if (part is not None and part.is_leader) or leader == self.broker_id or leader not in self.brokers:
             return await self.broker.replicas.append(topic, partition, batch, acks=acks, timeout_ms=timeout_ms)
         url = (f"{self.brokers[leader].http_url}/cluster/v1/partitions/{topic}/{partition}/append"
                f"?acks={acks}&timeout_ms={timeout_ms}")
-        async with self._http.post(url, data=batch, headers={"Content-Type": "application/octet-stream"}) as resp:
+        async with self._session().post(url, data=batch, headers={"Content-Type": "application/octet-stream"}) as resp:
             body = await resp.json(content_type=None)
             if resp.status >= 300:
                 raise error_for(int(body.get("error_code", ErrorCode.UNKNOWN_SERVER_ERROR)),
@@ -235,7 +236,7 @@ class LeaderRouting:
             return await self.broker.replicas.delete_records(topic, partition, offset)
         url = (f"{self.brokers[leader].http_url}/cluster/v1/partitions/{topic}/{partition}/delete-records"
                f"?offset={offset}")
-        async with self._http.post(url) as resp:
+        async with self._session().post(url) as resp:
             body = await resp.json(content_type=None)
             if resp.status >= 300:
                 raise error_for(int(body.get("error_code", ErrorCode.UNKNOWN_SERVER_ERROR)),
@@ -251,9 +252,10 @@ class LeaderRouting:
         if ep is None:
             return None
         try:
-            async with self._http.get(f"{ep.http_url}/cluster/v1/partitions/{topic}/{partition}/replicas") as resp:
+            async with self._session().get(f"{ep.http_url}/cluster/v1/partitions/{topic}/{partition}/replicas") as resp:
                 if resp.status != 200:
                     return None
-                return {int(k): int(v) for k, v in (await resp.json(content_type=None)).items()}
+                body = await resp.json(content_type=None)
+                return {int(k): int(v) for k, v in body.items()}
         except Exception:
             return None

@@ -4,15 +4,15 @@ Why: these are the client-facing controller operations (CreateTopics, DeleteTopi
 AlterConfigs, the offsets topic's lazy creation); they share validation (names, collisions, replica
 lists, limits) and placement, and nothing of leader election. Mixed into `controller.Controller`,
 which provides the lock, the image (`topics`), `alive`, `_check_fresh`, `_append`, `_commit` and
-`_answer`. Every change is one metadata-log entry; nothing here does I/O itself.
+the answers (declared in `controller_state`). Every change is one metadata-log entry; nothing here
+does I/O itself.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import Mapping
 
 from kelp.errors import (
     BrokerIdNotRegisteredError,
@@ -26,7 +26,9 @@ from kelp.errors import (
 )
 
 from ..topic_manager import check_topic_collision
-from .metadata_image import remove_topic_record, topic_record
+from .controller_answers import DeleteTopicAnswer, TopicAnswer
+from .controller_state import ControllerState
+from .metadata_records import remove_topic_record, topic_record
 from .model import INTERNAL_TOPICS, PartitionState, TopicState
 from .placement import assign_replicas
 
@@ -37,25 +39,8 @@ log = logging.getLogger("kelp.broker.controller")
 MAX_PARTITIONS = 100_000
 
 
-class TopicAdmin:
-    settings: Any
-    alive: dict
-    _lock: asyncio.Lock
-    _shutting_down: set[int]
-    _topic_config_check: Any
-
-    if TYPE_CHECKING:  # defined by `Controller`, which mixes this in; declared for the type checker alone
-        def _check_fresh(self) -> None: ...
-
-        async def _append(self, records: list[dict], *, unknown_outcome: type[Exception] = ...) -> None: ...
-
-        async def _commit(self, states: Iterable[TopicState]) -> None: ...
-
-        def _answer(self, doc: dict) -> dict: ...
-
-    @property
-    def topics(self) -> Mapping[str, TopicState]:  # the controller's image
-        raise NotImplementedError
+class TopicAdmin(ControllerState):
+    """CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs and internal topics, on the controller."""
 
     def _topic(self, name: str) -> TopicState:
         topic = self.topics.get(name)
@@ -77,7 +62,7 @@ class TopicAdmin:
 
     async def create_topic(self, *, name: str, partitions: int | None = None, replication_factor: int | None = None,
                            configs: Mapping[str, str] | None = None, validate_only: bool = False,
-                           assignments: Mapping[int, list[int]] | None = None) -> dict:
+                           assignments: Mapping[int, list[int]] | None = None) -> TopicAnswer:
         async with self._lock:
             self._check_fresh()
             if name in self.topics:
@@ -107,11 +92,11 @@ class TopicAdmin:
                 configs=clean,
             )
             if validate_only:
-                return self._answer(state.to_json())
+                return self._topic_answer(state)
             await self._append([topic_record(state)])
             log.info("created topic %s: %d partition(s), replication factor %d, configs %s",
                      name, state.partitions, state.replication_factor, clean or "{}")
-            return self._answer(state.to_json())
+            return self._topic_answer(state)
 
     def _manual_assignment(self, name: str, assignments: Mapping[int, list[int]]) -> list[list[int]]:
         keys = sorted(int(k) for k in assignments)
@@ -140,7 +125,7 @@ class TopicAdmin:
             )
 
     async def ensure_internal_topic(self, *, name: str, partitions: int, configs: Mapping[str, str],
-                                    replication_factor: int) -> dict:
+                                    replication_factor: int) -> TopicAnswer:
         """Create an internal topic if missing — only once as many brokers as its replication factor are live.
 
         Kafka's rule (offsets.topic.replication.factor): creating it with fewer replicas would leave it
@@ -148,7 +133,7 @@ class TopicAdmin:
         and clients retry.
         """
         if name in self.topics:
-            return self._answer(self.topics[name].to_json())
+            return self._topic_answer(self.topics[name])
         live = len(self._racks())
         if live < replication_factor:
             raise CoordinatorNotAvailableError(
@@ -158,9 +143,9 @@ class TopicAdmin:
             return await self.create_topic(name=name, partitions=partitions, replication_factor=replication_factor,
                                            configs=configs)
         except TopicAlreadyExistsError:
-            return self._answer(self.topics[name].to_json())
+            return self._topic_answer(self.topics[name])
 
-    async def delete_topic(self, *, name: str) -> dict:
+    async def delete_topic(self, *, name: str) -> DeleteTopicAnswer:
         async with self._lock:
             self._check_fresh()
             topic = self._topic(name)
@@ -171,10 +156,10 @@ class TopicAdmin:
                 )
             await self._append([remove_topic_record(topic)])
             log.info("deleted topic %s (id %s)", name, topic.topic_id)
-            return self._answer({"name": name, "deleted": True})
+            return {"name": name, "deleted": True, "metadata_offset": self.image.offset}
 
     async def create_partitions(self, *, name: str, total: int, validate_only: bool = False,
-                                assignments: list[list[int]] | None = None) -> dict:
+                                assignments: list[list[int]] | None = None) -> TopicAnswer:
         async with self._lock:
             self._check_fresh()
             topic = self._topic(name)
@@ -204,10 +189,10 @@ class TopicAdmin:
             if not validate_only:
                 await self._commit([new])
                 log.info("topic %s grown from %d to %d partitions", name, topic.partitions, total)
-            return self._answer(new.to_json())
+            return self._topic_answer(new)
 
     async def alter_configs(self, *, name: str, configs: Mapping[str, str], replace_all: bool = False,
-                            delete: list[str] | None = None, validate_only: bool = False) -> dict:
+                            delete: list[str] | None = None, validate_only: bool = False) -> TopicAnswer:
         async with self._lock:
             self._check_fresh()
             topic = self._topic(name)
@@ -221,4 +206,4 @@ class TopicAdmin:
             if not validate_only:
                 await self._commit([new])
                 log.info("altered config of topic %s: %s", name, new_configs)
-            return self._answer(new.to_json())
+            return self._topic_answer(new)

@@ -35,10 +35,10 @@ import dataclasses
 import json
 import logging
 import os
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterator
 
+from kelp.clock import WallClockMs, wall_clock_ms
 from kelp.records import (
     HEADER_SIZE,
     TIMESTAMP_TYPE_MASK,
@@ -103,14 +103,14 @@ ENTRY_OVERHEAD = 120  # bytes one key costs in the map besides its own length (d
 class LogCleaner:
     """Compacts logs; stateless between calls apart from its settings."""
 
-    def __init__(self, *, clock: Callable[[], float] = time.time,
+    def __init__(self, *, clock_ms: WallClockMs = wall_clock_ms,
                  dedupe_buffer_bytes: int = DEFAULT_DEDUPE_BUFFER_BYTES) -> None:
-        self._clock = clock
+        self._clock_ms = clock_ms
         self.dedupe_buffer_bytes = dedupe_buffer_bytes
 
     def clean(self, partition_log: "Log", now_ms: int | None = None) -> CleanerStats:
         """Compact the closed segments of `partition_log`; returns what was done."""
-        now_ms = int(self._clock() * 1000) if now_ms is None else now_ms
+        now_ms = self._clock_ms() if now_ms is None else now_ms
         stats = CleanerStats()
         config = partition_log.config
         with partition_log.lock:

@@ -13,8 +13,8 @@ cleaner's swap (`log_retention`), truncation with the leader epochs and
 producer snapshots that follow the log end (`log_truncation`), fsyncs and
 checkpoint files (`log_durability`). Their state lives here.
 
-Time: `clock` returns *seconds* as a float (like `time.time`); every `*_ms`
-value in these modules is milliseconds derived from it.
+Time: `clock_ms` returns wall-clock milliseconds since the epoch (`kelp.clock`:
+what is stored is wall-clock ms); every `*_ms` value in these modules is one.
 
 Thread-safety: one `threading.RLock` per log guards appends, reads, rolls,
 retention and the cleaner's final swap; the cleaner does its heavy work
@@ -30,11 +30,10 @@ import bisect
 import logging
 import shutil
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
+from kelp.clock import WallClockMs, wall_clock_ms
 from kelp.errors import InvalidRecordError, KafkaStorageError, KelpError
 from kelp.records import (
     COMPRESSION_NAMES,
@@ -57,11 +56,9 @@ from .log_truncation import LogTruncation
 from .producer_snapshot import ProducerEntry, delete_snapshots, list_snapshots
 from .segment import LogSegment
 
-__all__ = ["AppendResult", "Clock", "FileSlice", "Log"]
+__all__ = ["AppendResult", "FileSlice", "Log"]
 
 log = logging.getLogger("kelp.broker.storage")
-
-Clock = Callable[[], float]
 
 
 @dataclass(slots=True)
@@ -86,14 +83,14 @@ class Log(LogReads, LogRetention, LogTruncation, LogDurability):
         directory: Path,
         config: LogConfig,
         *,
-        clock: Clock,
+        clock_ms: WallClockMs,
         segments: list[LogSegment],
         checkpoint: PartitionCheckpoint,
         epochs: LeaderEpochCache,
     ) -> None:
         self.directory = directory
         self.config = config
-        self._clock = clock
+        self._clock_ms = clock_ms
         self._lock = threading.RLock()
         # fsyncs and checkpoint files happen outside `_lock` (every append takes it): these
         # serialise them among themselves instead.
@@ -122,12 +119,13 @@ class Log(LogReads, LogRetention, LogTruncation, LogDurability):
     # ----------------------------------------------------------------- opening
 
     @classmethod
-    def open(cls, directory: Path | str, config: LogConfig | None = None, *, clock: Clock = time.time) -> "Log":
+    def open(cls, directory: Path | str, config: LogConfig | None = None, *,
+             clock_ms: WallClockMs = wall_clock_ms) -> "Log":
         """Open (or create) the log in `directory`, running recovery on whatever is there."""
         directory = Path(directory)
         config = config or LogConfig()
         directory.mkdir(parents=True, exist_ok=True)
-        now_ms = int(clock() * 1000)
+        now_ms = clock_ms()
         stored = PartitionCheckpoint.read(directory)
         checkpoint = stored or PartitionCheckpoint()
         result = load_segments(
@@ -149,7 +147,7 @@ class Log(LogReads, LogRetention, LogTruncation, LogDurability):
                 )
             ]
         epochs = LeaderEpochCache.load(directory)
-        instance = cls(directory, config, clock=clock, segments=segments, checkpoint=checkpoint, epochs=epochs)
+        instance = cls(directory, config, clock_ms=clock_ms, segments=segments, checkpoint=checkpoint, epochs=epochs)
         if result.gaps:
             # Serve nothing rather than a silent hole, and change nothing on disk (no checkpoint, no epoch
             # truncation): the operator puts the missing segment back and restarts.
@@ -191,7 +189,7 @@ class Log(LogReads, LogRetention, LogTruncation, LogDurability):
         return self.directory.name
 
     def _now_ms(self) -> int:
-        return int(self._clock() * 1000)
+        return self._clock_ms()
 
     # -------------------------------------------------------------- properties
 

@@ -15,16 +15,16 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Callable, Iterable
 
+from kelp.clock import WallClockMs, wall_clock_ms
 from kelp.errors import KafkaStorageError
 
 from .cleaner import DEFAULT_DEDUPE_BUFFER_BYTES, LogCleaner
 from .config import LogConfig
-from .log import Clock, Log
+from .log import Log
 
 log = logging.getLogger("kelp.broker.storage")
 
@@ -51,7 +51,7 @@ class LogManager:
         log_dirs: Iterable[str | Path],
         default_config: LogConfig | None = None,
         *,
-        clock: Clock = time.time,
+        clock_ms: WallClockMs = wall_clock_ms,
         config_for: Callable[[str], LogConfig | None] | None = None,
         cleaner_dedupe_buffer_bytes: int = DEFAULT_DEDUPE_BUFFER_BYTES,
     ) -> None:
@@ -65,12 +65,12 @@ class LogManager:
         if not self.log_dirs:
             raise ValueError("log.dirs is empty: give at least one directory")
         self.default_config = default_config or LogConfig()
-        self._clock = clock
+        self._clock_ms = clock_ms
         self._config_for = config_for
         self._lock = threading.RLock()
         self._logs: dict[tuple[str, int], Log] = {}
         self._doomed: dict[tuple[str, int], Log] = {}  # detached, files not yet removed (`destroy`)
-        self.cleaner = LogCleaner(clock=clock, dedupe_buffer_bytes=cleaner_dedupe_buffer_bytes)
+        self.cleaner = LogCleaner(clock_ms=clock_ms, dedupe_buffer_bytes=cleaner_dedupe_buffer_bytes)
         self.uncleanable: dict[tuple[str, int], str] = {}  # logs the cleaner failed on, and why
         for directory in self.log_dirs:
             directory.mkdir(parents=True, exist_ok=True)
@@ -88,7 +88,7 @@ class LogManager:
                     raise KafkaStorageError(
                         f"partition {child.name} exists in two log dirs: {self._logs[parsed].directory} and {child}"
                     )
-                self._logs[parsed] = Log.open(child, self._topic_config(parsed[0]), clock=clock)
+                self._logs[parsed] = Log.open(child, self._topic_config(parsed[0]), clock_ms=clock_ms)
 
     def _topic_config(self, topic: str) -> LogConfig:
         if self._config_for is not None:
@@ -117,7 +117,7 @@ class LogManager:
             if doomed is not None:  # placed here again before its deletion ran: move the old files aside now
                 doomed.retire(f".{uuid.uuid4().hex}{DELETE_SUFFIX}")
             directory = self._choose_dir() / partition_dir_name(topic, partition)
-            created = Log.open(directory, config or self._topic_config(topic), clock=self._clock)
+            created = Log.open(directory, config or self._topic_config(topic), clock_ms=self._clock_ms)
             self._logs[(topic, partition)] = created
             return created
 
@@ -195,7 +195,7 @@ class LogManager:
         ERROR naming it and skipped from then on (until the broker restarts), as Kafka's
         `LogCleanerManager.markPartitionUncleanable` does; every other log keeps being cleaned.
         """
-        now = int(self._clock() * 1000) if now_ms is None else now_ms
+        now = self._clock_ms() if now_ms is None else now_ms
         cleaned = 0
         for (topic, partition), partition_log in self._items():
             key = (topic, partition)

@@ -40,7 +40,7 @@ def _records(n: int, base_ts: int = 1_700_000_000_000) -> list[Record]:
 
 
 def test_leader_rewrites_a_batch_into_the_topic_codec_keeping_offsets_timestamps_and_producer_state(tmp_path) -> None:
-    log = Log.open(tmp_path / "t-0", LogConfig(compression_type="gzip"), clock=FakeClock())
+    log = Log.open(tmp_path / "t-0", LogConfig(compression_type="gzip"), clock_ms=FakeClock())
     log.append_as_leader(build_batch(_records(2)), leader_epoch=3)
     sent = build_batch(_records(5, base_ts=1_700_000_001_000), producer_id=42, producer_epoch=7, base_sequence=10)
     result = log.append_as_leader(sent, leader_epoch=3)
@@ -60,10 +60,10 @@ def test_leader_rewrites_a_batch_into_the_topic_codec_keeping_offsets_timestamps
 
 def test_uncompressed_topic_decompresses_and_producer_keeps_the_producers_codec(tmp_path) -> None:
     gz = build_batch(_records(3), compression="gzip")
-    plain = Log.open(tmp_path / "u-0", LogConfig(compression_type="uncompressed"), clock=FakeClock())
+    plain = Log.open(tmp_path / "u-0", LogConfig(compression_type="uncompressed"), clock_ms=FakeClock())
     plain.append_as_leader(gz, leader_epoch=0)
     assert [h.compression_name for h in iter_headers(plain.read(0, max_bytes=1 << 20))] == ["none"]
-    kept = Log.open(tmp_path / "p-0", LogConfig(), clock=FakeClock())  # compression.type=producer (the default)
+    kept = Log.open(tmp_path / "p-0", LogConfig(), clock_ms=FakeClock())  # compression.type=producer (the default)
     kept.append_as_leader(gz, leader_epoch=0)
     stored = kept.read(0, max_bytes=1 << 20)
     assert [h.compression_name for h in iter_headers(stored)] == ["gzip"]

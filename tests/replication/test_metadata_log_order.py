@@ -433,7 +433,10 @@ async def test_a_fetcher_stops_even_when_its_cancellation_is_swallowed() -> None
             swallowed.append(True)
             raise BrokerUnavailable("connection refused") from None
 
-    fetcher._connection = lambda: None
+    async def no_connection() -> None:  # `_connection` is a coroutine since a moved leader gets a new one
+        return None
+
+    fetcher._connection = no_connection
     fetcher._fetch = fetch
     fetcher.state[("t", 0)] = SimpleNamespace(truncating=False)
     await asyncio.wait_for(fetching.wait(), 5.0)

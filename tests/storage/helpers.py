@@ -8,13 +8,13 @@ from kelp.records import Record, build_batch, iter_headers, iter_records
 
 
 class FakeClock:
-    """A clock in seconds (what `Log` expects) that only moves when told."""
+    """A wall clock in milliseconds (`kelp.clock.WallClockMs`, what `Log` takes) that only moves when told."""
 
     def __init__(self, start_ms: int = 1_700_000_000_000) -> None:
         self.ms = start_ms
 
-    def __call__(self) -> float:
-        return self.ms / 1000
+    def __call__(self) -> int:
+        return self.ms
 
     def advance(self, ms: int) -> None:
         self.ms += ms

@@ -37,12 +37,12 @@ def _view(log: Log) -> dict[bytes, tuple[int, bytes | None]]:
 
 
 def test_the_newest_value_per_key_survives_with_its_offset(tmp_path, clock) -> None:
-    log = Log.open(tmp_path / "t-0", COMPACT, clock=clock)
+    log = Log.open(tmp_path / "t-0", COMPACT, clock_ms=clock)
     newest = _write(log, rounds=20)
     end, active_base = log.log_end_offset, log.active_segment.base_offset
     before = read_all(log)
     assert log.cleanable()
-    stats = LogCleaner(clock=clock).clean(log, clock.ms)
+    stats = LogCleaner(clock_ms=clock).clean(log, clock.ms)
     assert stats.records_removed > 0 and stats.cleaned_up_to == active_base
     after = read_all(log)
     # Same key -> newest value as before cleaning; offsets are original ones and strictly increase.
@@ -60,12 +60,12 @@ def test_the_newest_value_per_key_survives_with_its_offset(tmp_path, clock) -> N
 
 
 def test_cleaning_survives_reopen_and_keeps_reads_by_offset_working(tmp_path, clock) -> None:
-    log = Log.open(tmp_path / "t-0", COMPACT, clock=clock)
+    log = Log.open(tmp_path / "t-0", COMPACT, clock_ms=clock)
     newest = _write(log, rounds=15)
-    LogCleaner(clock=clock).clean(log, clock.ms)
+    LogCleaner(clock_ms=clock).clean(log, clock.ms)
     expected = read_all(log)
     log.close()
-    again = Log.open(tmp_path / "t-0", COMPACT, clock=clock)
+    again = Log.open(tmp_path / "t-0", COMPACT, clock_ms=clock)
     assert read_all(again) == expected and _view(again) == newest
     # Any offset, including compacted-away ones, reads from the next surviving batch.
     surviving = [r.offset for r in expected]
@@ -77,13 +77,13 @@ def test_cleaning_survives_reopen_and_keeps_reads_by_offset_working(tmp_path, cl
 
 
 def test_tombstones_are_removed_only_after_delete_retention(tmp_path, clock) -> None:
-    log = Log.open(tmp_path / "t-0", COMPACT, clock=clock)
+    log = Log.open(tmp_path / "t-0", COMPACT, clock_ms=clock)
     _write(log, rounds=4)
     log.append_as_leader(keyed([(b"key-1", None)]), leader_epoch=0)  # delete key-1
     _write(log, rounds=6, keys=1)  # push the tombstone out of the active segment (key-0 only)
     for _ in range(10):
         log.append_as_leader(keyed([(b"filler", b"x" * 50)]), leader_epoch=0)
-    cleaner = LogCleaner(clock=clock)
+    cleaner = LogCleaner(clock_ms=clock)
     cleaner.clean(log, clock.ms)
     assert _view(log)[b"key-1"][1] is None  # the tombstone is still there for consumers to see
     assert b"key-2" in _view(log)
@@ -99,7 +99,7 @@ def test_tombstones_are_removed_only_after_delete_retention(tmp_path, clock) -> 
 
 
 def test_producer_state_and_timestamps_are_preserved(tmp_path, clock) -> None:
-    log = Log.open(tmp_path / "t-0", COMPACT, clock=clock)
+    log = Log.open(tmp_path / "t-0", COMPACT, clock_ms=clock)
     first = build_batch(
         [Record(b"a", b"old", timestamp=100), Record(b"b", b"keep", timestamp=200),
          Record(b"c", b"old", timestamp=300)],
@@ -111,7 +111,7 @@ def test_producer_state_and_timestamps_are_preserved(tmp_path, clock) -> None:
     log.append_as_leader(keyed([(b"a", b"new"), (b"c", b"new")], timestamp=500), leader_epoch=0)
     log.roll()
     log.append_as_leader(keyed([(b"z", b"active")]), leader_epoch=0)
-    LogCleaner(clock=clock).clean(log, clock.ms)
+    LogCleaner(clock_ms=clock).clean(log, clock.ms)
     headers = list(iter_headers(log.read(0, max_bytes=1 << 20)))
     rewritten = headers[0]
     assert (rewritten.base_offset, rewritten.last_offset_delta, rewritten.record_count) == (0, 2, 1)
@@ -127,14 +127,14 @@ def test_producer_state_and_timestamps_are_preserved(tmp_path, clock) -> None:
 
 
 def test_compressed_batches_stay_compressed(tmp_path, clock) -> None:
-    log = Log.open(tmp_path / "t-0", COMPACT, clock=clock)
+    log = Log.open(tmp_path / "t-0", COMPACT, clock_ms=clock)
     for r in range(5):
         data = build_batch([Record(b"k%d" % k, b"v%d-%d" % (k, r) * 20, timestamp=r) for k in range(10)],
                            compression="gzip")
         log.append_as_leader(data, leader_epoch=0)
     log.roll()
     log.append_as_leader(keyed([(b"k0", b"final")]), leader_epoch=0)
-    LogCleaner(clock=clock).clean(log, clock.ms)
+    LogCleaner(clock_ms=clock).clean(log, clock.ms)
     kept = parse_batches(log.segments[0].read(0, log.segments[0].size))
     assert all(b.compression_name == "gzip" for b in kept)
     assert {r.key: r.value for r in read_all(log)}[b"k3"] == b"v3-4" * 20
@@ -142,7 +142,7 @@ def test_compressed_batches_stay_compressed(tmp_path, clock) -> None:
 
 def test_the_dirty_ratio_decides_whether_a_log_is_cleaned(tmp_path, clock) -> None:
     config = LogConfig(segment_bytes=400, cleanup_policy="compact", min_cleanable_dirty_ratio=0.9)
-    manager = LogManager([tmp_path], config, clock=clock)
+    manager = LogManager([tmp_path], config, clock_ms=clock)
     log = manager.get_or_create("t", 0)
     _write(log, rounds=10)
     assert log.cleanable_ratio() == 1.0 and manager.run_cleaner(clock.ms) == 1
@@ -154,13 +154,13 @@ def test_the_dirty_ratio_decides_whether_a_log_is_cleaned(tmp_path, clock) -> No
 
 @pytest.mark.parametrize("crash_point", ["_rename_into_place", "fsync_dir"])
 def test_a_crash_after_the_commit_point_finishes_the_swap_on_open(tmp_path, clock, monkeypatch, crash_point) -> None:
-    log = Log.open(tmp_path / "t-0", COMPACT, clock=clock)
+    log = Log.open(tmp_path / "t-0", COMPACT, clock_ms=clock)
     newest = _write(log, rounds=20)
     def crash(*_args) -> None:
         raise OSError("simulated crash after the commit point")
     monkeypatch.setattr(cleaner_module, crash_point, crash)
     with pytest.raises(OSError, match="simulated crash"):
-        LogCleaner(clock=clock).clean(log, clock.ms)
+        LogCleaner(clock_ms=clock).clean(log, clock.ms)
     directory = tmp_path / "t-0"
     assert (directory / "cleaner-swap.json").exists()
     # Before the renames the rewrite waits as .cleaned files; after them it is already in place.
@@ -168,7 +168,7 @@ def test_a_crash_after_the_commit_point_finishes_the_swap_on_open(tmp_path, cloc
     with pytest.raises(KafkaStorageError, match="offline"):
         log.read(0, max_bytes=100)  # the in-memory view is not trusted any more
     monkeypatch.undo()
-    again = Log.open(directory, COMPACT, clock=clock)
+    again = Log.open(directory, COMPACT, clock_ms=clock)
     assert not (directory / "cleaner-swap.json").exists() and not list(directory.glob("*.cleaned"))
     assert _view(again) == newest
     offsets = [r.offset for r in read_all(again)]
@@ -176,16 +176,16 @@ def test_a_crash_after_the_commit_point_finishes_the_swap_on_open(tmp_path, cloc
 
 
 def test_a_crash_before_the_commit_point_keeps_the_old_segments(tmp_path, clock, monkeypatch) -> None:
-    log = Log.open(tmp_path / "t-0", COMPACT, clock=clock)
+    log = Log.open(tmp_path / "t-0", COMPACT, clock_ms=clock)
     _write(log, rounds=20)
     before = read_all(log)
     def crash(*_args) -> None:
         raise OSError("simulated crash before the marker")
     monkeypatch.setattr(cleaner_module, "write_atomically", crash)
     with pytest.raises(OSError):
-        LogCleaner(clock=clock).clean(log, clock.ms)
+        LogCleaner(clock_ms=clock).clean(log, clock.ms)
     monkeypatch.undo()
-    again = Log.open(tmp_path / "t-0", COMPACT, clock=clock)
+    again = Log.open(tmp_path / "t-0", COMPACT, clock_ms=clock)
     assert read_all(again) == before
     assert not list((tmp_path / "t-0").glob("*.cleaned"))
 
@@ -193,7 +193,7 @@ def test_a_crash_before_the_commit_point_keeps_the_old_segments(tmp_path, clock,
 def test_retention_during_cleaning_makes_the_swap_back_off(tmp_path, clock, monkeypatch) -> None:
     config = LogConfig(segment_bytes=400, cleanup_policy="compact,delete", retention_ms=DAY,
                        min_cleanable_dirty_ratio=0.1)
-    log = Log.open(tmp_path / "t-0", config, clock=clock)
+    log = Log.open(tmp_path / "t-0", config, clock_ms=clock)
     newest = _write(log, rounds=20)
     log.high_watermark = log.log_end_offset  # committed: retention may take it
     original_swap = LogCleaner._swap
@@ -204,21 +204,21 @@ def test_retention_during_cleaning_makes_the_swap_back_off(tmp_path, clock, monk
         return original_swap(self, partition_log, group, cleaned)
 
     monkeypatch.setattr(LogCleaner, "_swap", swap_after_retention)
-    LogCleaner(clock=clock).clean(log, clock.ms)
+    LogCleaner(clock_ms=clock).clean(log, clock.ms)
     assert len(log.segments) == 1 and log.log_start_offset == log.active_segment.base_offset
     assert not list((tmp_path / "t-0").glob("*.cleaned"))
     assert all(newest[r.key] == (r.offset, r.value) for r in read_all(log) if r.key in newest
                and r.offset >= newest[r.key][0])
-    again = Log.open(tmp_path / "t-0", config, clock=clock)
+    again = Log.open(tmp_path / "t-0", config, clock_ms=clock)
     assert read_all(again) == read_all(log)
 
 
 def test_a_file_slice_keeps_reading_the_bytes_it_was_cut_from(tmp_path, clock) -> None:
-    log = Log.open(tmp_path / "t-0", COMPACT, clock=clock)
+    log = Log.open(tmp_path / "t-0", COMPACT, clock_ms=clock)
     _write(log, rounds=20)
     expected = log.read(0, max_bytes=300)
     found = log.read_slice(0, max_bytes=300)
-    LogCleaner(clock=clock).clean(log, clock.ms)  # replaces the file under the same name
+    LogCleaner(clock_ms=clock).clean(log, clock.ms)  # replaces the file under the same name
     try:
         assert found.file is not None
         assert os.pread(found.file.fileno(), found.size, found.position) == expected
@@ -229,13 +229,13 @@ def test_a_file_slice_keeps_reading_the_bytes_it_was_cut_from(tmp_path, clock) -
 def test_the_key_map_is_bounded_and_cleaning_goes_on_in_passes(tmp_path, clock, monkeypatch) -> None:
     config = LogConfig(segment_bytes=1200, cleanup_policy="compact", delete_retention_ms=DAY,
                        min_cleanable_dirty_ratio=0.01)
-    log = Log.open(tmp_path / "t-0", config, clock=clock)
+    log = Log.open(tmp_path / "t-0", config, clock_ms=clock)
     newest = _write(log, rounds=4, keys=30)  # 30 distinct keys, each written 4 times
     log.roll()
-    unbounded = Log.open(tmp_path / "u-0", config, clock=clock)
+    unbounded = Log.open(tmp_path / "u-0", config, clock_ms=clock)
     _write(unbounded, rounds=4, keys=30)
     unbounded.roll()
-    LogCleaner(clock=clock).clean(unbounded, clock.ms)
+    LogCleaner(clock_ms=clock).clean(unbounded, clock.ms)
 
     budget = 10 * (len(b"key-00") + cleaner_module.ENTRY_OVERHEAD)  # room for about 10 keys
     largest = []
@@ -247,7 +247,7 @@ def test_the_key_map_is_bounded_and_cleaning_goes_on_in_passes(tmp_path, clock, 
         return offset_map, last_producer_batch, end
 
     monkeypatch.setattr(LogCleaner, "_build_offset_map", watched)
-    cleaner = LogCleaner(clock=clock, dedupe_buffer_bytes=budget)
+    cleaner = LogCleaner(clock_ms=clock, dedupe_buffer_bytes=budget)
     passes = []
     while True:
         stats = cleaner.clean(log, clock.ms)
@@ -268,7 +268,7 @@ def test_a_log_the_cleaner_fails_on_is_marked_uncleanable_and_the_others_are_cle
         tmp_path, clock, caplog) -> None:
     import logging
 
-    manager = LogManager([tmp_path], COMPACT, clock=clock)
+    manager = LogManager([tmp_path], COMPACT, clock_ms=clock)
     bad, good = manager.get_or_create("bad", 0), manager.get_or_create("good", 0)
     for lg in (bad, good):
         _write(lg, rounds=20)

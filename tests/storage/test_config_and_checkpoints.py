@@ -43,7 +43,7 @@ def test_bad_config_is_refused_naming_the_key(props, message) -> None:
 
 
 def test_flush_messages_fsyncs_and_advances_the_recovery_point(tmp_path, clock) -> None:
-    log = Log.open(tmp_path / "t-0", LogConfig(flush_messages=3), clock=clock)
+    log = Log.open(tmp_path / "t-0", LogConfig(flush_messages=3), clock_ms=clock)
     log.append_as_leader(batch(b"a", b"b"), leader_epoch=0)
     assert log.recovery_point == 0
     log.append_as_leader(batch(b"c"), leader_epoch=0)
@@ -52,7 +52,7 @@ def test_flush_messages_fsyncs_and_advances_the_recovery_point(tmp_path, clock) 
 
 
 def test_flush_ms_fsyncs_on_the_periodic_tick_never_on_the_append_path(tmp_path, clock) -> None:
-    log = Log.open(tmp_path / "t-0", LogConfig(flush_ms=1000), clock=clock)
+    log = Log.open(tmp_path / "t-0", LogConfig(flush_ms=1000), clock_ms=clock)
     log.append_as_leader(batch(b"a"), leader_epoch=0)
     assert log.recovery_point == 0 and log.maybe_flush() is False
     clock.advance(1000)
@@ -65,7 +65,7 @@ def test_flush_ms_fsyncs_on_the_periodic_tick_never_on_the_append_path(tmp_path,
 
 
 def test_flush_messages_fsyncs_after_the_append_outside_the_lock(tmp_path, clock, monkeypatch) -> None:
-    log = Log.open(tmp_path / "t-0", LogConfig(flush_messages=1, segment_bytes=200), clock=clock)
+    log = Log.open(tmp_path / "t-0", LogConfig(flush_messages=1, segment_bytes=200), clock_ms=clock)
     log.assign_leader_epoch(0)  # as the replica layer does (in a worker thread) when it becomes leader
     import threading
 

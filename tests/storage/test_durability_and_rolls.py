@@ -26,19 +26,19 @@ def fsyncs(monkeypatch) -> list[int]:
 
 def test_creating_a_new_log_does_not_fsync(tmp_path, clock, fsyncs) -> None:
     # 50 __consumer_offsets partitions are created on the event loop at start.
-    log = Log.open(tmp_path / "t-0", clock=clock)
+    log = Log.open(tmp_path / "t-0", clock_ms=clock)
     assert fsyncs == []
     assert (tmp_path / "t-0" / "partition.checkpoint").exists()
     log.append_as_leader(batch(b"a"), leader_epoch=0)
     log.close()
     assert fsyncs, "data appended since the last flush must be fsynced at close"
-    again = Log.open(tmp_path / "t-0", clock=clock)
+    again = Log.open(tmp_path / "t-0", clock_ms=clock)
     assert again.recovery_point == again.log_end_offset == 1
     assert [r.value for r in read_all(again)] == [b"a"]
 
 
 def test_closing_an_unchanged_log_skips_fsync_and_checkpoint(tmp_path, clock, fsyncs) -> None:
-    log = Log.open(tmp_path / "t-0", clock=clock)
+    log = Log.open(tmp_path / "t-0", clock_ms=clock)
     log.append_as_leader(batch(b"a", b"b"), leader_epoch=0)
     log.flush()
     fsyncs.clear()
@@ -47,17 +47,17 @@ def test_closing_an_unchanged_log_skips_fsync_and_checkpoint(tmp_path, clock, fs
     log.close()
     assert fsyncs == []
     assert checkpoint.stat().st_mtime_ns == before
-    again = Log.open(tmp_path / "t-0", clock=clock)
+    again = Log.open(tmp_path / "t-0", clock_ms=clock)
     again.close()
     assert fsyncs == []
-    third = Log.open(tmp_path / "t-0", clock=clock)
+    third = Log.open(tmp_path / "t-0", clock_ms=clock)
     assert third.recovery_point == third.log_end_offset == 2
     assert [r.value for r in read_all(third)] == [b"a", b"b"]
 
 
 def test_old_client_timestamps_do_not_roll_on_every_append(tmp_path, clock) -> None:
     config = LogConfig(segment_ms=60_000)
-    log = Log.open(tmp_path / "t-0", config, clock=clock)
+    log = Log.open(tmp_path / "t-0", config, clock_ms=clock)
     old = clock.ms - 30 * 86_400_000  # a month-old client clock (or replayed data)
     for i in range(10):
         log.append_as_leader(batch(b"v%d" % i, timestamp=old + i), leader_epoch=0)
@@ -65,7 +65,7 @@ def test_old_client_timestamps_do_not_roll_on_every_append(tmp_path, clock) -> N
     assert len(log.segments) == 1
     log.close()
     # After a restart the segment's age comes from its first batch, guarded by the broker clock:
-    again = Log.open(tmp_path / "t-0", config, clock=clock)
+    again = Log.open(tmp_path / "t-0", config, clock_ms=clock)
     for i in range(10):
         again.append_as_leader(batch(b"w%d" % i, timestamp=old + 100 + i), leader_epoch=0)
         clock.advance(1_000)
@@ -78,7 +78,7 @@ def test_old_client_timestamps_do_not_roll_on_every_append(tmp_path, clock) -> N
 
 
 def test_read_slice_file_keeps_the_bytes_of_a_swapped_segment(tmp_path, clock) -> None:
-    log = Log.open(tmp_path / "t-0", clock=clock)
+    log = Log.open(tmp_path / "t-0", clock_ms=clock)
     log.append_as_leader(batch(b"a" * 100), leader_epoch=0)
     found = log.read_slice(0, max_bytes=1 << 20)
     assert found is not None and found.file is not None
@@ -95,7 +95,7 @@ def test_read_slice_file_keeps_the_bytes_of_a_swapped_segment(tmp_path, clock) -
 
 
 def test_fetch_range_over_many_tiny_batches_reads_in_chunks(tmp_path, clock, monkeypatch) -> None:
-    log = Log.open(tmp_path / "t-0", clock=clock)
+    log = Log.open(tmp_path / "t-0", clock_ms=clock)
     for i in range(2000):
         log.append_as_leader(batch(b"v%d" % i), leader_epoch=0)
     reads: list[int] = []

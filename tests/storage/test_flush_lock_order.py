@@ -82,7 +82,7 @@ def stalled_flush(log: Log) -> tuple[threading.Event, threading.Event, threading
 
 @pytest.mark.parametrize("second", ["maybe_flush", "close"])
 def test_a_second_flush_waits_for_the_first_without_holding_the_log_lock(tmp_path, clock, second: str) -> None:
-    log = Log.open(tmp_path / "t-0", config=LogConfig(flush_ms=1000), clock=clock)
+    log = Log.open(tmp_path / "t-0", config=LogConfig(flush_ms=1000), clock_ms=clock)
     log.append_as_leader(batch(b"a"), leader_epoch=0)
     log._flush_lock = watched = WatchedLock()  # type: ignore[assignment]
     in_fsync, go, first = stalled_flush(log)
@@ -105,7 +105,7 @@ def test_a_second_flush_waits_for_the_first_without_holding_the_log_lock(tmp_pat
 
 
 def test_the_periodic_flush_does_not_hold_the_log_lock_while_it_fsyncs(tmp_path, clock) -> None:
-    log = Log.open(tmp_path / "t-0", config=LogConfig(flush_ms=1000), clock=clock)
+    log = Log.open(tmp_path / "t-0", config=LogConfig(flush_ms=1000), clock_ms=clock)
     log.append_as_leader(batch(b"a"), leader_epoch=0)
     clock.advance(5000)
     free: list[bool] = []
@@ -120,12 +120,12 @@ def test_the_periodic_flush_does_not_hold_the_log_lock_while_it_fsyncs(tmp_path,
 
 
 def test_a_clean_close_leaves_the_leader_epochs_it_fsynced_on_disk(tmp_path, clock) -> None:
-    log = Log.open(tmp_path / "t-0", clock=clock)
+    log = Log.open(tmp_path / "t-0", clock_ms=clock)
     log.append_as_leader(batch(b"a"), leader_epoch=3)
     log.flush()
     log.append_as_leader(batch(b"b"), leader_epoch=7)  # a new epoch since the last flush
     log.close()
-    again = Log.open(tmp_path / "t-0", clock=clock)
+    again = Log.open(tmp_path / "t-0", clock_ms=clock)
     try:
         assert again.recovery_point == again.log_end_offset == 2, "a clean close: the next open skips recovery"
         assert again.leader_epochs.entries == [(3, 0), (7, 1)]
@@ -134,7 +134,7 @@ def test_a_clean_close_leaves_the_leader_epochs_it_fsynced_on_disk(tmp_path, clo
 
 
 def test_an_append_past_flush_messages_can_leave_the_fsync_to_its_caller(tmp_path, clock) -> None:
-    log = Log.open(tmp_path / "t-0", config=LogConfig(flush_messages=2), clock=clock)
+    log = Log.open(tmp_path / "t-0", config=LogConfig(flush_messages=2), clock_ms=clock)
     first = log.append_as_leader(batch(b"a"), leader_epoch=0, defer_flush=True)
     second = log.append_as_leader(batch(b"b"), leader_epoch=0, defer_flush=True)
     assert (first.flush_due, second.flush_due) == (False, True)

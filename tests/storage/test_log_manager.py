@@ -19,7 +19,7 @@ def test_partition_dir_names_split_at_the_last_dash() -> None:
 
 def test_new_partitions_go_to_the_least_loaded_dir(tmp_path, clock) -> None:
     dirs = [tmp_path / "a", tmp_path / "b", tmp_path / "c"]
-    manager = LogManager(dirs, clock=clock)
+    manager = LogManager(dirs, clock_ms=clock)
     for p in range(6):
         manager.get_or_create("t", p)
     placed = [manager.get("t", p).directory.parent for p in range(6)]
@@ -30,13 +30,13 @@ def test_new_partitions_go_to_the_least_loaded_dir(tmp_path, clock) -> None:
 
 def test_existing_partitions_are_opened_at_start(tmp_path, clock) -> None:
     dirs = [tmp_path / "a", tmp_path / "b"]
-    manager = LogManager(dirs, LogConfig(segment_bytes=400), clock=clock)
+    manager = LogManager(dirs, LogConfig(segment_bytes=400), clock_ms=clock)
     for topic in ("orders", "my-topic.v2"):
         for p in range(2):
             manager.get_or_create(topic, p).append_as_leader(batch(b"%s-%d" % (topic.encode(), p)), leader_epoch=0)
     manager.close_all()
     (tmp_path / "a" / "__cluster_metadata.json").write_text("{}")  # a file, not a partition
-    again = LogManager(dirs, LogConfig(segment_bytes=400), clock=clock)
+    again = LogManager(dirs, LogConfig(segment_bytes=400), clock_ms=clock)
     assert again.partitions() == [("my-topic.v2", 0), ("my-topic.v2", 1), ("orders", 0), ("orders", 1)]
     assert [r.value for r in read_all(again.get("my-topic.v2", 1))] == [b"my-topic.v2-1"]
     assert again.get("orders", 0).config.segment_bytes == 400
@@ -44,13 +44,13 @@ def test_existing_partitions_are_opened_at_start(tmp_path, clock) -> None:
 
 def test_config_for_supplies_topic_overrides(tmp_path, clock) -> None:
     compacted = LogConfig(cleanup_policy="compact")
-    manager = LogManager([tmp_path], clock=clock, config_for=lambda t: compacted if t == "offsets" else None)
+    manager = LogManager([tmp_path], clock_ms=clock, config_for=lambda t: compacted if t == "offsets" else None)
     assert manager.get_or_create("offsets", 0).config.compact
     assert not manager.get_or_create("plain", 0).config.compact
 
 
 def test_delete_renames_then_removes(tmp_path, clock) -> None:
-    manager = LogManager([tmp_path], clock=clock)
+    manager = LogManager([tmp_path], clock_ms=clock)
     manager.get_or_create("gone", 0).append_as_leader(batch(b"x"), leader_epoch=0)
     assert manager.delete("gone", 0) is True
     assert manager.get("gone", 0) is None
@@ -59,18 +59,18 @@ def test_delete_renames_then_removes(tmp_path, clock) -> None:
 
 
 def test_a_half_deleted_partition_is_not_resurrected(tmp_path, clock) -> None:
-    manager = LogManager([tmp_path], clock=clock)
+    manager = LogManager([tmp_path], clock_ms=clock)
     manager.get_or_create("gone", 0).append_as_leader(batch(b"x"), leader_epoch=0)
     manager.close_all()
     (tmp_path / "gone-0").rename(tmp_path / "gone-0.0123456789abcdef-delete")
-    again = LogManager([tmp_path], clock=clock)
+    again = LogManager([tmp_path], clock_ms=clock)
     assert again.partitions() == []
     assert list(tmp_path.iterdir()) == []
 
 
 def test_periodic_work_runs_over_every_log(tmp_path, clock) -> None:
     config = LogConfig(segment_bytes=300, retention_ms=1000, segment_ms=10_000, flush_ms=500)
-    manager = LogManager([tmp_path], config, clock=clock)
+    manager = LogManager([tmp_path], config, clock_ms=clock)
     for p in range(2):
         log = manager.get_or_create("t", p)
         for i in range(10):

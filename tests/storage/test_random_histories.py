@@ -36,7 +36,7 @@ def test_random_appends_reads_crashes_and_torn_tails_match_the_model(tmp_path, c
     rng = random.Random(seed)
     config = LogConfig(segment_bytes=rng.choice([700, 2000, 5000]), index_interval_bytes=rng.choice([0, 128, 1024]))
     directory = tmp_path / "t-0"
-    log = Log.open(directory, config, clock=clock)
+    log = Log.open(directory, config, clock_ms=clock)
     model: list[tuple[bytes | None, bytes | None]] = []
     for step in range(150):
         action = rng.random()
@@ -57,20 +57,20 @@ def test_random_appends_reads_crashes_and_torn_tails_match_the_model(tmp_path, c
                 for record in iter_records(data):
                     assert (record.key, record.value) == model[record.offset]
         elif action < 0.92:
-            log = Log.open(directory, config, clock=clock)  # crash: the old object is abandoned
+            log = Log.open(directory, config, clock_ms=clock)  # crash: the old object is abandoned
             assert log.log_end_offset == len(model)
         elif action < 0.96:
             # Tear the active segment at a random byte, as a crash mid-write would.
             active = log.active_segment
             if active.size:
                 os.truncate(active.log_path, rng.randrange(active.size))
-            log = Log.open(directory, config, clock=clock)
+            log = Log.open(directory, config, clock_ms=clock)
             end = log.log_end_offset
             assert active.base_offset <= end <= len(model)
             del model[end:]
         else:
             log.close()
-            log = Log.open(directory, config, clock=clock)
+            log = Log.open(directory, config, clock_ms=clock)
         assert log.log_end_offset == len(model)
     assert [(r.offset, r.key, r.value) for r in read_all(log)] == [(o, k, v) for o, (k, v) in enumerate(model)]
 
@@ -82,8 +82,8 @@ def test_random_compaction_keeps_exactly_the_newest_value_per_key(tmp_path, cloc
         segment_bytes=rng.choice([1000, 2500]), cleanup_policy="compact", delete_retention_ms=10_000,
         min_cleanable_dirty_ratio=0.0,
     )
-    log = Log.open(tmp_path / "t-0", config, clock=clock)
-    cleaner = LogCleaner(clock=clock)
+    log = Log.open(tmp_path / "t-0", config, clock_ms=clock)
+    cleaner = LogCleaner(clock_ms=clock)
     newest: dict[bytes, tuple[int, bytes | None]] = {}
     offset = 0
     for _ in range(100):
@@ -97,7 +97,7 @@ def test_random_compaction_keeps_exactly_the_newest_value_per_key(tmp_path, cloc
             cleaner.clean(log, clock.ms)
         if rng.random() < 0.05:
             log.close()
-            log = Log.open(tmp_path / "t-0", config, clock=clock)
+            log = Log.open(tmp_path / "t-0", config, clock_ms=clock)
     cleaner.clean(log, clock.ms)
     active_base = log.active_segment.base_offset
     found: dict[bytes, tuple[int, bytes | None]] = {}

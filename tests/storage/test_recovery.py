@@ -24,7 +24,7 @@ CONFIG = LogConfig(segment_bytes=600, index_interval_bytes=100)
 
 
 def _crashed_log(tmp_path, clock, count: int = 30) -> tuple[Log, list[bytes]]:
-    log = Log.open(tmp_path / "t-0", CONFIG, clock=clock)
+    log = Log.open(tmp_path / "t-0", CONFIG, clock_ms=clock)
     values = [b"value-%03d" % i for i in range(count)]
     for value in values:
         log.append_as_leader(batch(value, timestamp=T0 + int(value[-3:]) * 10), leader_epoch=0)
@@ -32,7 +32,7 @@ def _crashed_log(tmp_path, clock, count: int = 30) -> tuple[Log, list[bytes]]:
 
 
 def _reopen(tmp_path, clock) -> Log:
-    return Log.open(tmp_path / "t-0", CONFIG, clock=clock)
+    return Log.open(tmp_path / "t-0", CONFIG, clock_ms=clock)
 
 
 def test_a_crash_loses_nothing_that_was_appended(tmp_path, clock) -> None:
@@ -200,7 +200,7 @@ def test_rolled_segments_are_fsynced_in_the_background_so_a_crash_rescans_only_t
     assert scanned == [active]
     assert [r.value for r in read_all(again)] == values
     # the broker's periodic task reaches it through the log manager, with flush.ms off (the default)
-    manager = LogManager([tmp_path / "managed"], CONFIG, clock=clock)
+    manager = LogManager([tmp_path / "managed"], CONFIG, clock_ms=clock)
     managed = manager.get_or_create("m", 0)
     for value in values:
         managed.append_as_leader(batch(value), leader_epoch=0)
@@ -242,7 +242,7 @@ def test_a_segment_missing_from_the_middle_keeps_the_log_offline_and_every_file(
                for r in caplog.records if r.levelno == logging.WARNING)
     # Putting the segment back brings the whole log back.
     again.close()
-    log2 = Log.open(tmp_path / "restored", CONFIG, clock=clock)
+    log2 = Log.open(tmp_path / "restored", CONFIG, clock_ms=clock)
     for value in values:
         log2.append_as_leader(batch(value, timestamp=T0 + int(value[-3:]) * 10), leader_epoch=0)
     log2.close()
@@ -254,14 +254,14 @@ def test_a_segment_missing_from_the_middle_keeps_the_log_offline_and_every_file(
 def test_holes_left_by_compaction_are_not_gaps(tmp_path, clock, caplog) -> None:
     config = LogConfig(segment_bytes=600, index_interval_bytes=100, cleanup_policy="compact",
                        min_cleanable_dirty_ratio=0.01, delete_retention_ms=0)
-    log = Log.open(tmp_path / "c-0", config, clock=clock)
+    log = Log.open(tmp_path / "c-0", config, clock_ms=clock)
     for i in range(60):
         log.append_as_leader(keyed([(b"k%d" % (i % 3), b"v%03d" % i)]), leader_epoch=0)
     log.append_as_leader(keyed([(b"gone", None)]), leader_epoch=0)  # a tombstone ends the closed part
     log.roll()
     log.append_as_leader(keyed([(b"k0", b"last")]), leader_epoch=0)
     clock.advance(10)
-    LogCleaner(clock=clock).clean(log)
+    LogCleaner(clock_ms=clock).clean(log)
     ends = [(s.next_offset, n.base_offset) for s, n in zip(log.segments, log.segments[1:], strict=False)]
     assert any(end < nxt for end, nxt in ends)  # compaction left holes between segments
     expected = [(r.offset, r.value) for r in read_all(log)]
@@ -270,7 +270,7 @@ def test_holes_left_by_compaction_are_not_gaps(tmp_path, clock, caplog) -> None:
         if crashed:
             (tmp_path / "c-0" / "partition.checkpoint").unlink()
         with caplog.at_level(logging.ERROR, logger="kelp.broker.storage"):
-            again = Log.open(tmp_path / "c-0", config, clock=clock)
+            again = Log.open(tmp_path / "c-0", config, clock_ms=clock)
         assert [(r.offset, r.value) for r in read_all(again)] == expected
         again.close()
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
@@ -281,7 +281,7 @@ def test_a_crash_inside_the_cleaner_swap_leaves_no_false_gap(tmp_path, clock, ca
 
     config = LogConfig(segment_bytes=600, index_interval_bytes=100, cleanup_policy="compact",
                        min_cleanable_dirty_ratio=0.01, delete_retention_ms=0)
-    log = Log.open(tmp_path / "c-0", config, clock=clock)
+    log = Log.open(tmp_path / "c-0", config, clock_ms=clock)
     for i in range(60):
         log.append_as_leader(keyed([(b"k%d" % (i % 3), b"v%03d" % i)]), leader_epoch=0)
     log.append_as_leader(keyed([(b"gone", None)]), leader_epoch=0)
@@ -294,11 +294,11 @@ def test_a_crash_inside_the_cleaner_swap_leaves_no_false_gap(tmp_path, clock, ca
 
     monkeypatch.setattr(cleaner_module, "_rename_into_place", crash)
     with pytest.raises(OSError):
-        LogCleaner(clock=clock).clean(log)
+        LogCleaner(clock_ms=clock).clean(log)
     monkeypatch.undo()
     with caplog.at_level(logging.ERROR, logger="kelp.broker.storage"):
         caplog.clear()
-        again = Log.open(tmp_path / "c-0", config, clock=clock)
+        again = Log.open(tmp_path / "c-0", config, clock_ms=clock)
     assert [(r.offset, r.key, r.value) for r in read_all(again)] == [
         (57, b"k0", b"v057"), (58, b"k1", b"v058"), (59, b"k2", b"v059"), (61, b"k0", b"last")]
     assert not [r for r in caplog.records if "missing" in r.getMessage()]

@@ -20,7 +20,7 @@ def _fill(log: Log, clock, count: int, *, step_ms: int = 0) -> None:
 
 
 def test_retention_by_time_uses_each_segments_newest_timestamp(tmp_path, clock) -> None:
-    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=300, retention_ms=HOUR), clock=clock)
+    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=300, retention_ms=HOUR), clock_ms=clock)
     _fill(log, clock, 20, step_ms=60_000)  # one record a minute
     segments = log.segments
     assert len(segments) > 3
@@ -37,7 +37,7 @@ def test_retention_by_time_uses_each_segments_newest_timestamp(tmp_path, clock) 
 
 
 def test_retention_never_deletes_the_active_segment(tmp_path, clock) -> None:
-    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=300, retention_ms=HOUR), clock=clock)
+    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=300, retention_ms=HOUR), clock_ms=clock)
     _fill(log, clock, 20)
     clock.advance(10 * HOUR)
     deleted = log.enforce_retention()
@@ -47,7 +47,7 @@ def test_retention_never_deletes_the_active_segment(tmp_path, clock) -> None:
 
 
 def test_retention_by_bytes_keeps_the_newest_data_within_the_limit(tmp_path, clock) -> None:
-    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=300, retention_ms=-1, retention_bytes=700), clock=clock)
+    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=300, retention_ms=-1, retention_bytes=700), clock_ms=clock)
     _fill(log, clock, 40)
     before = log.size_bytes
     assert before > 700
@@ -61,7 +61,7 @@ def test_retention_by_bytes_keeps_the_newest_data_within_the_limit(tmp_path, clo
 
 def test_compact_only_policy_does_not_delete_by_retention(tmp_path, clock) -> None:
     config = LogConfig(segment_bytes=300, retention_ms=1, cleanup_policy="compact")
-    log = Log.open(tmp_path / "t-0", config, clock=clock)
+    log = Log.open(tmp_path / "t-0", config, clock_ms=clock)
     _fill(log, clock, 20)
     clock.advance(HOUR)
     assert log.enforce_retention() == 0
@@ -69,18 +69,18 @@ def test_compact_only_policy_does_not_delete_by_retention(tmp_path, clock) -> No
 
 def test_log_start_survives_reopen(tmp_path, clock) -> None:
     config = LogConfig(segment_bytes=300, retention_ms=HOUR)
-    log = Log.open(tmp_path / "t-0", config, clock=clock)
+    log = Log.open(tmp_path / "t-0", config, clock_ms=clock)
     _fill(log, clock, 20)
     clock.advance(2 * HOUR)
     log.enforce_retention()
     start, end = log.log_start_offset, log.log_end_offset
     log.close()
-    again = Log.open(tmp_path / "t-0", config, clock=clock)
+    again = Log.open(tmp_path / "t-0", config, clock_ms=clock)
     assert (again.log_start_offset, again.log_end_offset) == (start, end)
 
 
 def test_advance_log_start_offset_hides_older_records_and_frees_segments(tmp_path, clock) -> None:
-    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=300, retention_ms=-1), clock=clock)
+    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=300, retention_ms=-1), clock_ms=clock)
     _fill(log, clock, 20)
     log.high_watermark = 20
     log.advance_log_start_offset(12)
@@ -96,7 +96,7 @@ def test_advance_log_start_offset_hides_older_records_and_frees_segments(tmp_pat
 
 def test_retention_never_deletes_above_the_high_watermark(tmp_path, clock) -> None:
     """A follower may still need records the ISR has not all got: they stay whatever their age."""
-    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=300, retention_ms=HOUR), clock=clock)
+    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=300, retention_ms=HOUR), clock_ms=clock)
     for i in range(20):
         log.append_as_leader(batch(b"v%03d" % i, timestamp=clock.ms), leader_epoch=0)
     segments = log.segments

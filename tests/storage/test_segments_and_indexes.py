@@ -9,7 +9,7 @@ from .helpers import batch, log_files, read_all
 
 
 def test_segments_roll_by_size_and_are_named_by_base_offset(tmp_path, clock) -> None:
-    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=500), clock=clock)
+    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=500), clock_ms=clock)
     for i in range(30):
         log.append_as_leader(batch(b"v%03d" % i), leader_epoch=0)
     bases = [s.base_offset for s in log.segments]
@@ -25,7 +25,7 @@ def test_segments_roll_by_size_and_are_named_by_base_offset(tmp_path, clock) -> 
 
 
 def test_a_batch_larger_than_a_segment_still_goes_in(tmp_path, clock) -> None:
-    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=100), clock=clock)
+    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=100), clock_ms=clock)
     log.append_as_leader(batch(b"x" * 300), leader_epoch=0)
     log.append_as_leader(batch(b"y" * 300), leader_epoch=0)
     assert [s.base_offset for s in log.segments] == [0, 1]
@@ -33,7 +33,7 @@ def test_a_batch_larger_than_a_segment_still_goes_in(tmp_path, clock) -> None:
 
 
 def test_segments_roll_by_time(tmp_path, clock) -> None:
-    log = Log.open(tmp_path / "t-0", LogConfig(segment_ms=60_000), clock=clock)
+    log = Log.open(tmp_path / "t-0", LogConfig(segment_ms=60_000), clock_ms=clock)
     log.append_as_leader(batch(b"a", timestamp=clock.ms), leader_epoch=0)
     clock.advance(30_000)
     log.append_as_leader(batch(b"b", timestamp=clock.ms), leader_epoch=0)
@@ -49,7 +49,7 @@ def test_segments_roll_by_time(tmp_path, clock) -> None:
 
 def test_segments_roll_when_the_index_is_full(tmp_path, clock) -> None:
     config = LogConfig(index_interval_bytes=0, segment_index_bytes=8 * 4)
-    log = Log.open(tmp_path / "t-0", config, clock=clock)
+    log = Log.open(tmp_path / "t-0", config, clock_ms=clock)
     for i in range(20):
         log.append_as_leader(batch(b"v%d" % i), leader_epoch=0)
     assert len(log.segments) >= 4
@@ -58,7 +58,7 @@ def test_segments_roll_when_the_index_is_full(tmp_path, clock) -> None:
 
 def test_index_lookups_find_every_offset_across_many_segments(tmp_path, clock) -> None:
     config = LogConfig(segment_bytes=1500, index_interval_bytes=150)
-    log = Log.open(tmp_path / "t-0", config, clock=clock)
+    log = Log.open(tmp_path / "t-0", config, clock_ms=clock)
     for i in range(200):
         values = [b"r%d-%d" % (i, j) for j in range(1 + i % 3)]
         log.append_as_leader(batch(*values), leader_epoch=0)
@@ -73,7 +73,7 @@ def test_index_lookups_find_every_offset_across_many_segments(tmp_path, clock) -
 
 def test_offset_for_timestamp(tmp_path, clock) -> None:
     config = LogConfig(segment_bytes=400, index_interval_bytes=100)
-    log = Log.open(tmp_path / "t-0", config, clock=clock)
+    log = Log.open(tmp_path / "t-0", config, clock_ms=clock)
     base = 1_000_000
     for i in range(40):
         # Two records per batch, 10 ms apart; batches 100 ms apart.
@@ -94,10 +94,10 @@ def test_offset_for_timestamp(tmp_path, clock) -> None:
 
 def test_offset_for_timestamp_survives_reopen(tmp_path, clock) -> None:
     config = LogConfig(segment_bytes=300, index_interval_bytes=50)
-    log = Log.open(tmp_path / "t-0", config, clock=clock)
+    log = Log.open(tmp_path / "t-0", config, clock_ms=clock)
     for i in range(20):
         log.append_as_leader(batch(b"v%d" % i, timestamp=5000 + i * 10), leader_epoch=0)
     expected = [log.offset_for_timestamp(t) for t in range(4990, 5200, 3)]
     log.close()
-    again = Log.open(tmp_path / "t-0", config, clock=clock)
+    again = Log.open(tmp_path / "t-0", config, clock_ms=clock)
     assert [again.offset_for_timestamp(t) for t in range(4990, 5200, 3)] == expected

@@ -1,0 +1,88 @@
+"""What each controller operation answers: one shape per operation, each naming the offset that holds it.
+
+Why: the controller's operations run in-process on the controller and over HTTP
+(`/cluster/v1/controller/<op>`) everywhere else, so their answers are JSON. Declaring each shape once
+lets the controller's mixins build them checked, and lets the callers that read an answer (topic
+changes, producer-id blocks, controlled shutdown, ISR changes) name what they read. Every answer
+carries `metadata_offset`, the metadata-log offset holding the change, so the caller can wait until
+its broker applied it (`routing.LeaderRouting.call`). Only shapes here: no logic, no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+from .model import PartitionStateJson, TopicStateJson
+
+__all__ = [
+    "TopicAnswer",
+    "DeleteTopicAnswer",
+    "PartitionAnswer",
+    "ShutdownAnswer",
+    "ProducerIdsAnswer",
+    "BrokerConfigsAnswer",
+    "ElectionAnswer",
+    "Reassignment",
+]
+
+
+class TopicAnswer(TopicStateJson):
+    """create_topic, ensure_internal_topic, create_partitions, alter_configs: the topic afterwards."""
+
+    metadata_offset: int
+
+
+class DeleteTopicAnswer(TypedDict):
+    name: str
+    deleted: bool
+    metadata_offset: int
+
+
+class PartitionAnswer(PartitionStateJson):
+    """alter_partition, reassign: the partition afterwards."""
+
+    metadata_offset: int
+
+
+class ShutdownAnswer(TypedDict):
+    """controlled_shutdown: the partitions the broker still leads, and those another replica may yet take."""
+
+    broker_id: int
+    remaining_leaderships: list[str]  # "<topic>-<partition>"
+    awaiting_replicas: list[str]
+    metadata_offset: int
+
+
+class ProducerIdsAnswer(TypedDict):
+    """allocate_producer_ids: the block [first, first + count)."""
+
+    first: int
+    count: int
+    metadata_offset: int
+
+
+class BrokerConfigsAnswer(TypedDict):
+    """alter_broker_configs: the entity's dynamic configs afterwards."""
+
+    broker: int
+    configs: dict[str, str]
+    metadata_offset: int
+
+
+class ElectionAnswer(TypedDict):
+    """elect_preferred_leaders: an error code (0: elected) per "<topic>-<partition>"."""
+
+    results: dict[str, int]
+    metadata_offset: int
+
+
+class Reassignment(TypedDict):
+    """One running reassignment (`Controller.reassignments`)."""
+
+    topic: str
+    partition: int
+    replicas: list[int]
+    adding: list[int]
+    removing: list[int]
+    isr: list[int]
+    leader: int

@@ -1,0 +1,189 @@
+"""The metadata a broker applies: read from the store at start, then delivered by the controller in order.
+
+Why a module of its own: applying the metadata log is the one rule every broker's view of the cluster
+rests on, apart from leases and requests. An entry is applied only if it follows the offset this
+broker has; older ones are ignored, a gap stops the batch (the controller resends from the offset the
+answer names), a delivery from a deposed controller (an older epoch) is refused. Nothing is inferred
+from absence: a topic goes only by its `remove_topic` record (see `metadata_image`). Metadata that
+cannot be read stops the broker's start with the reason; it is never taken for "no topics".
+
+A (re)started process acts on the metadata only once it is **registered**: the controller has
+appended a `broker` record naming this process's incarnation (KRaft: a broker publishes its image only
+after its own registration is in it). The entry that registers a restarted process also fences what
+its broker id led or was in sync for before, so the new process never leads a partition at an epoch
+decided for its previous life. Until then deliveries are applied to the image, the topic and replica
+managers see nothing, and the broker does not serve; after `initial.broker.registration.timeout.ms`
+it gives up.
+
+Mixed into `member.ClusterMember` (its state: `member_state`). It never touches logs: it hands
+metadata deltas to the TopicManager, which the ReplicaManager follows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from kelp.errors import KelpError, StaleControllerEpochError
+
+from .member_state import MemberState
+from .metadata_image import (
+    MetadataCorrupt,
+    MetadataDelta,
+    MetadataGap,
+    MetadataImage,
+    apply_entry,
+    diff_images,
+    image_from_log,
+    image_from_snapshot,
+)
+from .metadata_log import MetadataUnreadable
+from .metadata_publisher import StaleEpoch
+from .metadata_records import MetadataPush
+from .model import BrokerEndpoint
+
+__all__ = ["MemberMetadata", "LOAD_ATTEMPTS"]
+
+log = logging.getLogger("kelp.broker.cluster")
+
+LOAD_ATTEMPTS = 5
+
+
+class MemberMetadata(MemberState):
+    """Loading, applying and awaiting the metadata log on one broker."""
+
+    async def _await_registration(self) -> None:
+        """Wait (bounded) until the controller registered this process; the managers get the image then."""
+        timeout_s = int(self.config["initial.broker.registration.timeout.ms"]) / 1000.0
+        try:
+            await asyncio.wait_for(self._registration.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            raise KelpError(
+                f"broker {self.broker_id} was not registered by a controller of cluster '{self.cluster}' within "
+                f"initial.broker.registration.timeout.ms ({timeout_s:.0f} s; metadata offset {self.image.offset}, "
+                f"controller {self.controller_id}): no controller is running or it cannot deliver to this broker's "
+                "HTTP listener; it exits rather than serve metadata decided for an earlier process") from None
+
+    def _registered_in(self, image: MetadataImage) -> bool:
+        reg = image.brokers.get(self.broker_id)
+        return reg is not None and reg.incarnation == self.identity
+
+    async def _load_metadata(self) -> MetadataImage:
+        """The metadata log replayed; unreadable metadata (after a few tries) stops the start with the reason."""
+        assert self.metadata_log is not None, "made by ClusterMember._make_backends"
+        last: Exception | None = None
+        for attempt in range(LOAD_ATTEMPTS):
+            try:
+                loaded = await self.metadata_log.load()
+                return image_from_log(loaded.snapshot, loaded.entries)
+            except (MetadataUnreadable, MetadataCorrupt, MetadataGap, OSError) as exc:
+                last = exc
+                log.error("reading the cluster metadata failed (attempt %d of %d): %s", attempt + 1, LOAD_ATTEMPTS, exc)
+                await asyncio.sleep(min(2.0, 0.2 * 2 ** attempt))
+        raise KelpError(f"broker {self.broker_id} cannot read the cluster metadata of cluster '{self.cluster}' "
+                        f"({last}); it does not start without it. Repair or restore the metadata store "
+                        f"({self.config['cluster.backend']} backend) and start it again")
+
+    async def _push(self, broker: BrokerEndpoint, payload: MetadataPush) -> int:
+        """Deliver to one broker; returns the offset it has applied."""
+        if broker.id == self.broker_id:
+            try:
+                return self.apply(payload)
+            except StaleControllerEpochError as exc:
+                raise StaleEpoch(str(exc)) from None
+        import aiohttp
+
+        timeout = aiohttp.ClientTimeout(total=max(1.0, min(5.0, self.duration_ms / 1000.0)))
+        async with self._session().post(f"{broker.http_url}/cluster/v1/metadata", json=payload,
+                                        timeout=timeout) as resp:
+            body = await resp.json(content_type=None)
+            if (resp.status == 409 and isinstance(body, dict)
+                    and body.get("error_code") == StaleControllerEpochError.code):
+                raise StaleEpoch(body.get("message", "stale controller epoch"))
+            if resp.status >= 300 or not isinstance(body, dict) or "applied_offset" not in body:
+                raise KelpError(f"broker {broker.id} answered {resp.status}: {str(body)[:200]}")
+            return int(body["applied_offset"])
+
+    def apply(self, payload: MetadataPush) -> int:
+        """Apply a delivery from the controller; returns this broker's metadata offset afterwards.
+
+        Refuses an older controller epoch than one already seen (STALE_CONTROLLER_EPOCH). Entries at or
+        below the offset already applied are skipped; an entry that does not follow stops the batch. A
+        snapshot is loaded only if it is ahead. A delivery is decoded JSON that only claims its shape:
+        every field is converted as it is read, and one that is not raises KelpError.
+        """
+        epoch = int(payload["controller_epoch"])
+        if epoch < self.controller_epoch:
+            raise StaleControllerEpochError(
+                f"metadata from controller {payload.get('controller_id')} at epoch {epoch} refused: "
+                f"broker {self.broker_id} has seen epoch {self.controller_epoch}")
+        self._seen_epoch = max(self._seen_epoch, epoch)
+        self.controller_id = int(payload["controller_id"])
+        self.brokers = {b.id: b for b in (BrokerEndpoint.from_json(d) for d in payload.get("brokers", []))}
+        delta = MetadataDelta()
+        image = self.image
+        try:
+            snap = payload.get("snapshot")
+            if snap is not None and int(snap["offset"]) > image.offset:
+                new = image_from_snapshot(snap)
+                delta.merge(diff_images(image, new))
+                image = new
+            for entry in payload.get("entries", []):
+                offset = int(entry["offset"])
+                if offset <= image.offset:
+                    continue
+                if offset != image.offset + 1:
+                    break  # a gap: the controller resends from the offset answered
+                image, d = apply_entry(image, entry)
+                delta.merge(d)
+        except (MetadataCorrupt, KeyError, TypeError, ValueError) as exc:
+            log.error("metadata from controller %s at epoch %d cannot be applied after offset %d: %s",
+                      payload.get("controller_id"), epoch, image.offset, exc)
+            raise KelpError(f"metadata cannot be applied after offset {image.offset}: {exc}") from None
+        finally:
+            if image is not self.image:
+                self.image = image
+                if self.registered:
+                    self.broker.topics.apply_delta(delta)
+                elif self._registered_in(image):
+                    # The entry that registers this process also fenced what its id held before: from here on
+                    # the managers follow the log, starting from everything in it.
+                    self.registered = True
+                    log.info("broker %d registered by controller %d at metadata offset %d", self.broker_id,
+                             self.controller_id, image.offset)
+                    self.broker.topics.apply_delta(diff_images(MetadataImage(), image))
+                    self._registration.set()
+                self._wake_waiters()
+        return self.image.offset
+
+    async def wait_applied(self, offset: int, timeout_s: float) -> bool:
+        """Wait (bounded) until this broker applied metadata `offset`; False on timeout."""
+        if self.image.offset >= offset:
+            return True
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._applied_waiters.append((offset, fut))
+        try:
+            await asyncio.wait_for(fut, timeout_s)
+            return True
+        except asyncio.TimeoutError:
+            log.warning("metadata offset %d not applied on broker %d within %.1fs (it has %d)",
+                        offset, self.broker_id, timeout_s, self.image.offset)
+            return False
+        finally:
+            self._applied_waiters = [(o, f) for o, f in self._applied_waiters if f is not fut]
+
+    def _wake_waiters(self) -> None:
+        keep = []
+        for offset, fut in self._applied_waiters:
+            if offset <= self.image.offset:
+                if not fut.done():
+                    fut.set_result(None)
+            else:
+                keep.append((offset, fut))
+        self._applied_waiters = keep
+
+    def _fail_waiters(self) -> None:
+        for _offset, fut in self._applied_waiters:
+            if not fut.done():
+                fut.cancel()
+        self._applied_waiters = []
