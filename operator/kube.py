@@ -27,7 +27,7 @@ import os
 from dataclasses import dataclass
 from typing import Generic, Mapping, Protocol, TypeVar, cast
 
-from kelp.broker.cluster.kube_api import KubeApiError, api_client_from, request
+from kelp.broker.cluster.kube_api import ApiClient, KubeApiError, api_client_from, request
 from kelp.json_types import JsonObject
 
 from .leadership import Unfenced
@@ -121,12 +121,6 @@ class Guard(Protocol):
     def check(self) -> None: ...
 
     async def fence(self) -> None: ...
-
-
-class ApiClient(Protocol):
-    """What the operator needs of `kubernetes.client.ApiClient` itself (calls go through `kube_api.request`)."""
-
-    def close(self) -> None: ...
 
 
 def _typed(kind: Kind[T], obj: JsonObject) -> T:
