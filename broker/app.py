@@ -3,8 +3,8 @@
 Why: one place decides the start order (storage -> topics -> replicas ->
 groups -> listeners) and the reverse stop order (listeners first, so no
 request reaches a closed log; then flush and close every segment). Parts
-written by others plug in here: `groups` is set by the group coordinator
-(`kelp.broker.groups.attach(broker)`), the HTTP app comes from
+written by others plug in here: `groups` is the group coordinator
+(`kelp.broker.groups.attach(...)`), the HTTP app comes from
 `kelp.broker.http.app.build_http_app(broker)`. Every part is imported
 plainly: a broker always has its group coordinator and its HTTP listener
 (`/healthz` is its probe), so a part that fails to import fails the start
@@ -160,10 +160,8 @@ class Broker:
         return self.config["http.host"] or self.config["host"]
 
     async def _start_groups(self) -> None:
-        """Let the group coordinator attach itself (it sets `self.groups`)."""
-        result = attach_groups(self)
-        if asyncio.iscoroutine(result):
-            await result
+        """The group coordinator, on the parts it needs."""
+        self.groups = attach_groups(config=self.config, topics=self.topics, replicas=self.replicas, logs=self.logs)
 
     async def _start_http(self) -> None:
         app = build_http_app(self)
