@@ -26,10 +26,12 @@ from .registry import RequestContext, handles
 log = logging.getLogger("kelp.broker.kafka")
 
 PREFERRED, UNCLEAN = 0, 1
+_Ongoing = ListPartitionReassignmentsResponse.OngoingTopicReassignment.OngoingPartitionReassignment
 
 
 @handles(AlterPartitionReassignmentsRequest, min_version=0, max_version=0)
-async def handle_alter_reassignments(ctx: RequestContext, request) -> AlterPartitionReassignmentsResponse:
+async def handle_alter_reassignments(ctx: RequestContext, request: AlterPartitionReassignmentsRequest
+                                     ) -> AlterPartitionReassignmentsResponse:
     R = AlterPartitionReassignmentsResponse.ReassignableTopicResponse
     P = R.ReassignablePartitionResponse
     responses = []
@@ -49,11 +51,12 @@ async def handle_alter_reassignments(ctx: RequestContext, request) -> AlterParti
 
 
 @handles(ListPartitionReassignmentsRequest, min_version=0, max_version=0)
-async def handle_list_reassignments(ctx: RequestContext, request) -> ListPartitionReassignmentsResponse:
+async def handle_list_reassignments(ctx: RequestContext, request: ListPartitionReassignmentsRequest
+                                    ) -> ListPartitionReassignmentsResponse:
     T = ListPartitionReassignmentsResponse.OngoingTopicReassignment
     P = T.OngoingPartitionReassignment
     wanted = None if request.topics is None else {(t.name, p) for t in request.topics for p in t.partition_indexes}
-    by_topic: dict[str, list] = {}
+    by_topic: dict[str, list[_Ongoing]] = {}
     for topic in ctx.broker.topics.list_topics():
         for p, s in enumerate(topic.partition_states):
             if s.reassigning and (wanted is None or (topic.name, p) in wanted):
@@ -66,7 +69,7 @@ async def handle_list_reassignments(ctx: RequestContext, request) -> ListPartiti
 
 
 @handles(ElectLeadersRequest, min_version=0, max_version=2)
-async def handle_elect_leaders(ctx: RequestContext, request) -> ElectLeadersResponse:
+async def handle_elect_leaders(ctx: RequestContext, request: ElectLeadersRequest) -> ElectLeadersResponse:
     R = ElectLeadersResponse.ReplicaElectionResult
     P = R.PartitionResult
     election_type = getattr(request, "election_type", PREFERRED) if ctx.api_version >= 1 else PREFERRED
