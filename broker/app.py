@@ -8,7 +8,8 @@ exactly what was opened); once every one is built they are handed to the
 listeners together as one `BrokerParts` (`kelp.broker.parts`): the Kafka
 listener serves only from then on, and the HTTP routes behind the starting
 gate read it. The HTTP app itself comes first (`build_http_app(broker)`:
-`/healthz` answers while logs recover). Every part is imported plainly: a broker
+`/healthz` answers while logs recover) and sees this object as
+`kelp.broker.http.keys.HttpBroker`. Every part is imported plainly: a broker
 always has its group coordinator and its HTTP listener (`/healthz` is its
 probe), so a part that fails to import fails the start with its traceback
 instead of passing for a feature left out. The one optional part is chosen

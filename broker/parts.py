@@ -5,7 +5,10 @@ untyped: nothing said which parts a handler could reach, and a part not built ye
 them one after another while it starts: logs recover, the cluster member joins) looked the same as a part
 that does not exist. Now the composition root (`kelp.broker.app.Broker`) builds every part first and then
 hands the listeners one `BrokerParts`: the Kafka listener accepts connections from then on
-(`KafkaServer.serve(parts)`, the handlers' `RequestContext.broker`).
+(`KafkaServer.serve(parts)`, the handlers' `RequestContext.broker`), and the HTTP routes behind the
+starting gate read it (`kelp.broker.http.serving.serving`). What answers while the broker starts —
+`/healthz`, `/readyz`, `/metrics`, the controller's metadata deliveries — reads the `Broker` itself, as
+`kelp.broker.http.keys.HttpBroker` describes.
 
 No part is optional. A broker that runs alone is a cluster of one (its own file-backed cluster directory,
 `BrokerConfig._resolve_standalone`): its `ClusterMember` elects it controller, so there is no mode
