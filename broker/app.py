@@ -179,7 +179,8 @@ class Broker:
 
     @property
     def http_host(self) -> str:
-        return self.config["http.host"] or self.config["host"]
+        host: str = self.config["http.host"] or self.config["host"]
+        return host
 
     async def _start_http(self) -> None:
         app = build_http_app(self)

@@ -416,7 +416,8 @@ class GroupMembership:
             return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
         loop = asyncio.get_running_loop()
         member.answer_sync(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
-        member.sync_future = fut = loop.create_future()
+        fut: asyncio.Future[SyncResult] = loop.create_future()
+        member.sync_future = fut
         self.schedule_heartbeat(group, member)
         if member_id == group.leader_id:
             assignments = assignments or {}
