@@ -2,13 +2,19 @@
 
 Why: one place decides the start order (storage -> topics -> replicas ->
 groups -> listeners) and the reverse stop order (listeners first, so no
-request reaches a closed log; then flush and close every segment). Parts
-written by others plug in here: `groups` is set by the group coordinator
-(`kelp.broker.groups.attach(broker)`), the HTTP app comes from
-`kelp.broker.http.app.build_http_app(broker)`. Every part is imported
-plainly: a broker always has its group coordinator and its HTTP listener
-(`/healthz` is its probe), so a part that fails to import fails the start
-with its traceback instead of passing for a feature left out.
+request reaches a closed log; then flush and close every segment). Each part
+is an attribute that stays None until `start` has built it (so `stop` closes
+exactly what was opened); once every one is built they are handed to the
+listeners together as one `BrokerParts` (`kelp.broker.parts`): the Kafka
+listener serves only from then on, and the HTTP routes behind the starting
+gate read it. The HTTP app itself comes first (`build_http_app(broker)`:
+`/healthz` answers while logs recover) and sees this object as
+`kelp.broker.http.keys.HttpBroker`. Every part is imported plainly: a broker
+always has its group coordinator and its HTTP listener (`/healthz` is its
+probe), so a part that fails to import fails the start with its traceback
+instead of passing for a feature left out. The one optional part is chosen
+explicitly: `metrics`, a registry of the broker's own, or None for the
+process-wide one (`kelp.broker.metrics.metrics_of`).
 
 Stopping is bounded by construction (`stop`, `stop_bound_s`): each step gets
 a time limit, a step past it is cancelled and given `cancel_grace_s` to end,
@@ -28,18 +34,23 @@ import json
 import logging
 import signal
 import sys
-import time
-from typing import Any, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Awaitable, Callable, TypeVar
 
 from aiohttp import web
+
+from kelp.clock import monotonic
 
 from .cluster.member import ClusterMember
 from .cluster.model import BrokerEndpoint
 from .cluster.replica_fetcher import ReplicaFetcherManager
 from .config import BrokerConfig
+from .groups import GroupCoordinator
 from .groups import attach as attach_groups
 from .http.app import build_http_app
 from .kafka.server import KafkaServer
+from .metrics import BrokerMetrics, metrics_of
+from .parts import BrokerParts
 from .replica_manager import ReplicaManager
 from .storage import LogConfig, LogManager
 from .topic_manager import TopicManager
@@ -55,28 +66,41 @@ CANCEL_GRACE_S = 1.0
 # The steps bounded by the step timeout after leaving the cluster: fetchers, Kafka and HTTP listeners, groups.
 _LATER_STEPS = 4
 
+_T = TypeVar("_T")
+
 
 class Broker:
     def __init__(self, config: BrokerConfig, *, step_timeout_s: float = PHASE_TIMEOUT_S,
-                 cancel_grace_s: float = CANCEL_GRACE_S) -> None:
+                 cancel_grace_s: float = CANCEL_GRACE_S, metrics: BrokerMetrics | None = None) -> None:
         self.config = config
         self.step_timeout_s = step_timeout_s
         self.cancel_grace_s = min(cancel_grace_s, step_timeout_s)
-        self.logs: Any = None
-        self.topics: Any = None
-        self.replicas: Any = None
-        self.groups: Any = None
-        self.cluster: Any = None  # kelp.broker.cluster.member.ClusterMember
-        self.kafka_server: Any = None
-        self.http_runner: Any = None
+        # A registry of this broker's own (tests running several brokers in one process); None: the process-wide one.
+        self.metrics = metrics
+        # The parts, in the order `start` builds them; each None until it is built.
+        self.topics: TopicManager | None = None
+        self.logs: LogManager | None = None
+        self.replicas: ReplicaManager | None = None
+        self.fetchers: ReplicaFetcherManager | None = None
+        self.kafka_server: KafkaServer | None = None
+        self.cluster: ClusterMember | None = None
+        self.groups: GroupCoordinator | None = None
+        self.http_runner: web.AppRunner | None = None
+        # All of them, once all are built: what the listeners serve from.
+        self.parts: BrokerParts | None = None
         self.http_port: int | None = None
-        self.started_at: float | None = None
+        self.started_at: float | None = None  # monotonic seconds (kelp.clock) when the start completed
         self._stopped = asyncio.Event()
         self._stop_requested = asyncio.Event()
         self._force = asyncio.Event()  # a second SIGTERM/SIGINT: skip what is left of the graceful phases
         self.stop_reason = ""
-        self._retention_task: asyncio.Task | None = None
+        self._retention_task: asyncio.Task[None] | None = None
         self._stopping = False
+
+    @property
+    def stopping(self) -> bool:
+        """`stop` has begun (`/readyz` says so)."""
+        return self._stopping
 
     # -- lifecycle ------------------------------------------------------
     async def start(self) -> None:
@@ -86,17 +110,17 @@ class Broker:
         # HTTP first: /healthz answers while recovery runs, so a liveness probe never kills a recovering broker.
         await self._start_http()
         default = LogConfig.from_kafka(cfg.default_topic_config())
-        self.topics = TopicManager(cfg, None)
+        topics = self.topics = TopicManager(cfg, None)
         # Opening the logs runs recovery on every partition directory: file work, off the event loop.
-        self.logs = await asyncio.to_thread(
-            LogManager, [str(d) for d in cfg.log_dirs], default, config_for=self.topics.log_config_or_none,
+        logs = self.logs = await asyncio.to_thread(
+            LogManager, [str(d) for d in cfg.log_dirs], default, config_for=topics.log_config_or_none,
             cleaner_dedupe_buffer_bytes=cfg["log.cleaner.dedupe.buffer.size"],
         )
-        self.topics.logs = self.logs
-        self.replicas = ReplicaManager(cfg, self.logs, self.topics)
-        self.topics.log_deleter = self.replicas.delete_log_later
-        self.kafka_server = KafkaServer(
-            self,
+        topics.logs = logs
+        replicas = self.replicas = ReplicaManager(cfg, logs, topics)
+        topics.log_deleter = replicas.delete_log_later
+        ks = self.kafka_server = KafkaServer(
+            metrics=metrics_of(self),
             host=cfg["host"],
             port=cfg["port"],
             advertised_host=cfg["advertised.host"],
@@ -106,29 +130,29 @@ class Broker:
             max_connections=cfg["max.connections"],
             max_connections_per_ip=cfg["max.connections.per.ip"],
         )
-        await self.kafka_server.start(serve=False)  # bound now, serving once the metadata is read (below)
+        await ks.start(serve=False)  # bound now, serving once the metadata is read (below)
         if cfg["advertised.port"]:
-            self.kafka_server.advertised_port = cfg["advertised.port"]
-        ks = self.kafka_server
+            ks.advertised_port = cfg["advertised.port"]
         endpoint = BrokerEndpoint(
             id=cfg.broker_id, host=ks.advertised_host, port=ks.advertised_port or ks.port,
             http_host=self.advertised_http_host, http_port=self.http_port or 0, rack=await self._rack(),
         )
-        self.cluster = ClusterMember(self)
-        self.topics.cluster = self.cluster
-        self.replicas.alter_partition = self.cluster.alter_partition
-        self.replicas.fetchers = ReplicaFetcherManager(
-            replicas=self.replicas, broker_id=cfg.broker_id, endpoint_of=lambda b: self.cluster.brokers.get(b),
-            config=cfg,
+        cluster = self.cluster = ClusterMember(_MemberHost(cfg, topics, replicas, self.request_stop))
+        topics.cluster = cluster
+        replicas.alter_partition = cluster.alter_partition
+        replicas.fetchers = self.fetchers = ReplicaFetcherManager(
+            replicas=replicas, broker_id=cfg.broker_id, endpoint_of=lambda b: cluster.brokers.get(b), config=cfg,
         )
-        await self.cluster.start(endpoint)
-        await self._start_groups()
-        await self.kafka_server.serve()
-        self._retention_task = asyncio.create_task(self._maintenance_loop())
-        self.started_at = time.time()
+        await cluster.start(endpoint)
+        groups = self.groups = attach_groups(config=cfg, topics=topics, replicas=replicas, logs=logs)
+        parts = self.parts = BrokerParts(config=cfg, logs=logs, topics=topics, replicas=replicas, cluster=cluster,
+                                         groups=groups)
+        await ks.serve(parts)
+        self._retention_task = asyncio.create_task(self._maintenance_loop(parts))
+        self.started_at = monotonic()
         log.info(
             "broker %d listening: kafka %s:%d, http %s, data in %s",
-            cfg.broker_id, self.kafka_server.advertised_host, self.kafka_server.port,
+            cfg.broker_id, ks.advertised_host, ks.port,
             f"{self.http_host}:{self.http_port}",
             ", ".join(str(d) for d in cfg.log_dirs),
         )
@@ -157,13 +181,8 @@ class Broker:
 
     @property
     def http_host(self) -> str:
-        return self.config["http.host"] or self.config["host"]
-
-    async def _start_groups(self) -> None:
-        """Let the group coordinator attach itself (it sets `self.groups`)."""
-        result = attach_groups(self)
-        if asyncio.iscoroutine(result):
-            await result
+        host: str = self.config["http.host"] or self.config["host"]
+        return host
 
     async def _start_http(self) -> None:
         app = build_http_app(self)
@@ -178,7 +197,7 @@ class Broker:
         else:
             self.http_port = self.config["http.port"]
 
-    async def _maintenance_loop(self) -> None:
+    async def _maintenance_loop(self, parts: BrokerParts) -> None:
         """Time-driven log work: roll/flush by time (1 s), checkpoints of changed partitions (5 s), retention and
         cleaning, and forgetting idle idempotent producers (producer.id.expiration.check.interval.ms, at 1 s
         granularity).
@@ -189,6 +208,7 @@ class Broker:
         so the event loop keeps serving requests meanwhile.
         """
         loop = asyncio.get_running_loop()
+        replicas, logs = parts.replicas, parts.logs
         retention_every = self.config["log.retention.check.interval.ms"] / 1000.0
         next_retention = loop.time() + min(retention_every, 30.0)
         next_checkpoint = loop.time() + 5.0
@@ -198,30 +218,30 @@ class Broker:
             await asyncio.sleep(1.0)
             now = loop.time()
             try:
-                self.replicas.check_isr()
+                replicas.check_isr()
                 if now >= next_expiry:
                     next_expiry = now + expire_every
-                    self.replicas.expire_producers()  # memory only, on the loop: the state is the loop's
-                await asyncio.to_thread(self._roll_and_flush_by_time)
+                    replicas.expire_producers()  # memory only, on the loop: the state is the loop's
+                await asyncio.to_thread(_roll_and_flush_by_time, logs)
                 if now >= next_checkpoint:
                     next_checkpoint = now + 5.0
-                    await asyncio.to_thread(self.replicas.write_checkpoints, self.replicas.take_dirty())
+                    await asyncio.to_thread(replicas.write_checkpoints, replicas.take_dirty())
                 if now >= next_retention:
                     next_retention = now + retention_every
                     await self.run_retention_and_cleaner()
             except Exception:
                 log.exception("log maintenance failed")
 
-    def _roll_and_flush_by_time(self) -> None:
-        self.logs.roll_by_time()
-        self.logs.flush_by_time()
-
     async def run_retention_and_cleaner(self) -> tuple[int, int]:
-        """Retention then compaction, off the event loop; returns (segments deleted, logs cleaned)."""
-        deleted = await asyncio.to_thread(self.logs.run_retention)
+        """Retention then compaction, off the event loop; returns (segments deleted, logs cleaned): (0, 0)
+        before the logs are open."""
+        logs = self.logs
+        if logs is None:
+            return 0, 0
+        deleted = await asyncio.to_thread(logs.run_retention)
         if deleted:
             log.info("retention deleted %d segment(s)", deleted)
-        cleaned = await asyncio.to_thread(self.logs.run_cleaner)
+        cleaned = await asyncio.to_thread(logs.run_cleaner)
         return deleted, cleaned
 
     def request_stop(self, reason: str) -> None:
@@ -236,7 +256,7 @@ class Broker:
         return (int(self.config["controlled.shutdown.timeout.ms"]) / 1000.0 + self.step_timeout_s
                 + _LATER_STEPS * self.step_timeout_s + self.cancel_grace_s)
 
-    async def _phase(self, what: str, step: Callable[[], Awaitable[Any]], timeout_s: float) -> None:
+    async def _phase(self, what: str, step: Callable[[], Awaitable[object]], timeout_s: float) -> None:
         """One step of stopping, at most `timeout_s` all told: past `timeout_s - cancel_grace_s` it is
         cancelled and given the rest to end; a step that swallows its cancellation (Python 3.11's `wait_for`
         racing a refused connect did, in the replica fetcher: issue 17 item 16) is abandoned with an ERROR
@@ -290,8 +310,8 @@ class Broker:
             # Controlled shutdown: leadership moves away while the listeners still serve, then the leases go.
             bound = int(self.config["controlled.shutdown.timeout.ms"]) / 1000.0 + step_s
             await self._phase("leaving the cluster", self.cluster.stop, bound)
-        if self.replicas is not None and self.replicas.fetchers is not None:
-            await self._phase("stopping the replica fetchers", self.replicas.fetchers.stop, step_s)
+        if self.fetchers is not None:
+            await self._phase("stopping the replica fetchers", self.fetchers.stop, step_s)
         if self._retention_task is not None:
             task = self._retention_task
             task.cancel()  # nothing graceful to wait for: its file work is in worker threads
@@ -304,12 +324,8 @@ class Broker:
             await self._phase("stopping the Kafka listener", self.kafka_server.stop, step_s)
         if self.http_runner is not None:
             await self._phase("stopping the HTTP listener", self.http_runner.cleanup, step_s)
-        if self.groups is not None and hasattr(self.groups, "stop"):
-            async def stop_groups() -> None:
-                r = self.groups.stop()
-                if asyncio.iscoroutine(r):
-                    await r
-            await self._phase("stopping the group coordinator", stop_groups, step_s)
+        if self.groups is not None:
+            await self._phase("stopping the group coordinator", self.groups.stop, step_s)
         try:
             if self.replicas is not None:
                 self.replicas.close()
@@ -386,10 +402,11 @@ class Broker:
             raise
         finally:
             signalled.cancel()
-        if ready_line:
+        ks = self.kafka_server
+        if ready_line and ks is not None:
             info = {
                 "event": "listening",
-                "kafka": f"{self.kafka_server.advertised_host}:{self.kafka_server.port}",
+                "kafka": f"{ks.advertised_host}:{ks.port}",
                 "http": f"{self.http_host}:{self.http_port}",
                 "log_dirs": [str(d) for d in self.config.log_dirs],
                 "broker_id": self.config.broker_id,
@@ -402,10 +419,25 @@ class Broker:
             await self.stop()
 
 
-def _retrieve(task: asyncio.Future) -> None:
+def _roll_and_flush_by_time(logs: LogManager) -> None:
+    logs.roll_by_time()
+    logs.flush_by_time()
+
+
+def _retrieve(task: asyncio.Future[_T]) -> None:
     """Done callback of an abandoned step: its late outcome was already reported as abandoned, not unretrieved."""
     if not task.cancelled():
         task.exception()
+
+
+@dataclass(frozen=True)
+class _MemberHost:
+    """What the cluster member uses of this broker (`member_state.MemberHost`), every part built."""
+
+    config: BrokerConfig
+    topics: TopicManager
+    replicas: ReplicaManager
+    request_stop: Callable[[str], None]
 
 
 def _bound(value: int) -> int | None:

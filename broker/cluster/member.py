@@ -37,7 +37,7 @@ from .leases import FileLeaseBackend, LeaseBackend, LeaseElector, LivenessView
 from .member_leases import ENDPOINT_ANNOTATION, MemberLeases
 from .member_metadata import MemberMetadata
 from .member_shutdown import MemberShutdown
-from .member_state import BrokerParts, Sleep
+from .member_state import MemberHost, Sleep
 from .metadata_image import MetadataImage
 from .metadata_log import FileMetadataLog
 from .model import BrokerEndpoint, BrokerEndpointJson
@@ -59,7 +59,7 @@ class ClusterDescription(TypedDict):
 
 
 class ClusterMember(MemberLeases, MemberMetadata, MemberShutdown, LeaderRouting):
-    def __init__(self, broker: BrokerParts, *, clock_ms: WallClockMs = clock.wall_clock_ms,
+    def __init__(self, broker: MemberHost, *, clock_ms: WallClockMs = clock.wall_clock_ms,
                  monotonic: Monotonic = clock.monotonic, sleep: Sleep = asyncio.sleep) -> None:
         self.broker = broker
         cfg = broker.config

@@ -7,8 +7,8 @@ Each part works on the same fields, which `ClusterMember.__init__` sets, and cal
 part defines. Declaring them here once gives every part, and a type checker, one picture of them: a
 call to a helper is checked against its real signature (mypy checks each definition against this one).
 
-`BrokerParts` says what the member may use of the broker that owns it (the composition root hands
-itself over). This module must never hold logic or set a value: it is a list of names and types.
+`MemberHost` says what the member may use of the broker that owns it (the composition root hands
+it the parts it has built). This module must never hold logic or set a value: it is a list of names and types.
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ from .model import BrokerEndpoint
 if TYPE_CHECKING:
     import aiohttp
 
-__all__ = ["BrokerParts", "MemberState", "Sleep"]
+__all__ = ["MemberHost", "MemberState", "Sleep"]
 
 Sleep = Callable[[float], Awaitable[None]]
 """Sleeps for the seconds given (asyncio.sleep; tests inject one that moves their clock)."""
 
 
-class BrokerParts(Protocol):
+class MemberHost(Protocol):
     """What a `ClusterMember` uses of its broker (`app.Broker`)."""
 
     @property
@@ -57,7 +57,7 @@ class MemberState:
     """The fields and helpers of `ClusterMember` its parts use (set by `ClusterMember.__init__`, defined by the
     parts). The backends and electors are None until `start` makes them (`_make_backends`)."""
 
-    broker: BrokerParts
+    broker: MemberHost
     config: BrokerConfig
     broker_id: int
     cluster: str

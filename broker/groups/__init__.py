@@ -1,8 +1,9 @@
 """Consumer groups (`kelp.broker.groups`): the coordinator and `__consumer_offsets`.
 
-`attach(broker)` is called by the composition root (`kelp.broker.app`) before
-the listeners start: it sets `broker.groups` to a `GroupCoordinator` and
-registers it for leadership changes of `__consumer_offsets` partitions, so
+`attach(...)` is called by the composition root (`kelp.broker.app`) before
+the listeners start: it builds the broker's `GroupCoordinator` on the parts it
+needs (config, topics, replicas, logs) and registers it for leadership
+changes of `__consumer_offsets` partitions and for deleted topics, so
 the broker coordinates exactly the groups of the partitions it leads (loading
 a partition when elected, dropping its groups when not leader any more). The
 topic is created lazily by the controller on the first FindCoordinator
@@ -13,10 +14,16 @@ protocol; `kelp.broker.kafka.handlers.groups` and `kelp.broker.http` do.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Callable
 
+from ..config import BrokerConfig
+from ..replica_manager import ReplicaManager
+from ..storage import LogManager
+from ..topic_manager import TopicManager
 from .coordinator_config import CoordinatorConfig
+from .deleted_topics import topic_listener
 from .group_coordinator import GroupCoordinator
+from .offsets_store import BrokerOffsetStore
 from .placement import OFFSETS_TOPIC
 
 __all__ = ["attach", "leadership_listener", "GroupCoordinator", "CoordinatorConfig"]
@@ -24,7 +31,7 @@ __all__ = ["attach", "leadership_listener", "GroupCoordinator", "CoordinatorConf
 log = logging.getLogger("kelp.broker.groups")
 
 
-def leadership_listener(broker: Any, coordinator: GroupCoordinator) -> Callable[[str, int, bool, int], None]:
+def leadership_listener(topics: TopicManager, coordinator: GroupCoordinator) -> Callable[[str, int, bool, int], None]:
     """The callback for `broker.replicas.add_leadership_listener`: acts on `__consumer_offsets` only.
 
     Runs on the event loop and never blocks: an election only marks the
@@ -35,7 +42,7 @@ def leadership_listener(broker: Any, coordinator: GroupCoordinator) -> Callable[
         if topic != OFFSETS_TOPIC:
             return
         if is_leader:
-            info = broker.topics.get(OFFSETS_TOPIC)
+            info = topics.get(OFFSETS_TOPIC)
             if info is not None:
                 coordinator.adopt_partition_count(info.partitions)
             coordinator.on_become_leader(partition, leader_epoch)
@@ -45,28 +52,25 @@ def leadership_listener(broker: Any, coordinator: GroupCoordinator) -> Callable[
     return on_leadership
 
 
-async def attach(broker: Any) -> GroupCoordinator:
-    from .offsets_store import BrokerOffsetStore
-
-    config = CoordinatorConfig.from_broker(broker.config)
-    existing = broker.topics.get(OFFSETS_TOPIC)
-    if existing is not None and existing.partitions != config.num_partitions:
+def attach(*, config: BrokerConfig, topics: TopicManager, replicas: ReplicaManager,
+           logs: LogManager) -> GroupCoordinator:
+    """The broker's group coordinator, listening to leadership and topic changes; its offset expiry started."""
+    settings = CoordinatorConfig.from_broker(config)
+    existing = topics.get(OFFSETS_TOPIC)
+    if existing is not None and existing.partitions != settings.num_partitions:
         log.warning("%s has %d partitions but offsets.topic.num.partitions is %d; using %d",
-                    OFFSETS_TOPIC, existing.partitions, config.num_partitions, existing.partitions)
-        config.num_partitions = existing.partitions
-    store = BrokerOffsetStore(broker, commit_timeout_ms=config.commit_timeout_ms)
+                    OFFSETS_TOPIC, existing.partitions, settings.num_partitions, existing.partitions)
+        settings.num_partitions = existing.partitions
+    store = BrokerOffsetStore(replicas, logs, commit_timeout_ms=settings.commit_timeout_ms)
 
     def partitions_of(topic: str) -> int | None:
-        info = broker.topics.get(topic)
+        info = topics.get(topic)
         return None if info is None else info.partitions
 
-    coordinator = GroupCoordinator(config, store=store, topic_partitions=partitions_of)
-    broker.groups = coordinator
-    broker.replicas.add_leadership_listener(leadership_listener(broker, coordinator))
-    from .deleted_topics import topic_listener
-
-    broker.topics.add_listener(topic_listener(coordinator))  # a deleted topic's offsets go from every group
+    coordinator = GroupCoordinator(settings, store=store, topic_partitions=partitions_of)
+    replicas.add_leadership_listener(leadership_listener(topics, coordinator))
+    topics.add_listener(topic_listener(coordinator))  # a deleted topic's offsets go from every group
     coordinator.start_expiry()
     log.info("group coordinator attached: %s has %d partitions; groups load as this broker leads them",
-             OFFSETS_TOPIC, config.num_partitions)
+             OFFSETS_TOPIC, settings.num_partitions)
     return coordinator

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Callable, Protocol
+
+from ..config import BrokerConfig
 
 __all__ = ["CoordinatorConfig", "Scheduler", "LoopScheduler", "TimerHandle"]
 
@@ -50,13 +52,13 @@ class CoordinatorConfig:
     load_retry_ms: int = 1000  # after a failed replay of a partition this broker still leads
 
     @classmethod
-    def from_broker(cls, cfg: Any) -> "CoordinatorConfig":
-        def get(key: str, default: Any) -> Any:
+    def from_broker(cls, cfg: BrokerConfig) -> "CoordinatorConfig":
+        def get(key: str, default: int) -> int:
             try:
                 value = cfg[key]
             except KeyError:
                 return default
-            return default if value is None else value
+            return default if value is None else int(value)
 
         return cls(
             num_partitions=int(get("offsets.topic.num.partitions", 50)),

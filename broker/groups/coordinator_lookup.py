@@ -9,10 +9,10 @@ COORDINATOR_NOT_AVAILABLE and clients retry. The HTTP APIs (admin groups,
 REST consumers) act on the local coordinator and ask here whether they may,
 and if not, which broker to name.
 
-Uses exactly: `broker.cluster.partition_leader(topic, p) -> (node, host, port) | None`,
+Uses exactly (`LocatorBroker`): `broker.cluster.partition_leader(topic, p) -> (node, host, port) | None`,
 `await broker.cluster.ensure_internal_topic(topic, partitions=, configs=)`,
 `broker.topics.get(topic)` (None while the topic is unknown here),
-`broker.config.broker_id`.
+`broker.config.broker_id`, and `broker.groups` (where `locator_of` keeps the locator).
 
 This module must never change group state or speak a wire protocol; it
 answers with `CoordinatorLocation`s that the handlers translate.
@@ -23,14 +23,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 from kelp.errors import ErrorCode
 
+from ..cluster.member import ClusterMember
+from ..config import BrokerConfig
+from ..topic_manager import TopicManager
 from .group_coordinator import GroupCoordinator
 from .placement import OFFSETS_TOPIC
 
-__all__ = ["CoordinatorLocation", "CoordinatorLocator", "locator_of", "OFFSETS_TOPIC_CONFIGS"]
+__all__ = ["CoordinatorLocation", "CoordinatorLocator", "LocatorBroker", "locator_of", "OFFSETS_TOPIC_CONFIGS"]
 
 log = logging.getLogger("kelp.broker.groups")
 
@@ -56,8 +59,25 @@ class CoordinatorLocation:
         return f"{self.host}:{self.port}"
 
 
+class LocatorBroker(Protocol):
+    """What the locator reads on the broker (`kelp.broker.parts.BrokerParts` is one)."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def topics(self) -> TopicManager: ...
+
+    @property
+    def cluster(self) -> ClusterMember: ...
+
+    @property
+    def groups(self) -> GroupCoordinator: ...
+
+
 class CoordinatorLocator:
-    def __init__(self, broker: Any, coordinator: GroupCoordinator, *, create_wait_s: float = CREATE_WAIT_S) -> None:
+    def __init__(self, broker: LocatorBroker, coordinator: GroupCoordinator, *,
+                 create_wait_s: float = CREATE_WAIT_S) -> None:
         self.broker = broker
         self.coordinator = coordinator
         self.create_wait_s = create_wait_s
@@ -187,10 +207,10 @@ def _log_creation_result(task: "asyncio.Task[None]") -> None:
         log.warning("%s could not be created yet: %s (clients retry FindCoordinator)", OFFSETS_TOPIC, exc)
 
 
-def locator_of(broker: Any) -> CoordinatorLocator:
+def locator_of(broker: LocatorBroker) -> CoordinatorLocator:
     """The broker's locator, kept with its coordinator (one in-flight topic creation per broker)."""
-    coord: GroupCoordinator = broker.groups
+    coord = broker.groups
     locator = coord.extensions.get("locator")
-    if locator is None:
+    if not isinstance(locator, CoordinatorLocator):
         locator = coord.extensions["locator"] = CoordinatorLocator(broker, coord)
     return locator

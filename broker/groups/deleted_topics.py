@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Iterable
+from typing import Callable, Iterable
 
 from .group import GroupState
+from .group_coordinator import GroupCoordinator
 from .offsets_log import encode_group_key, encode_offset_key
 
 __all__ = ["drop_topic_offsets", "topic_listener"]
@@ -28,7 +29,7 @@ __all__ = ["drop_topic_offsets", "topic_listener"]
 log = logging.getLogger("kelp.broker.groups")
 
 
-async def drop_topic_offsets(coordinator: Any, topics: Iterable[str]) -> int:
+async def drop_topic_offsets(coordinator: GroupCoordinator, topics: Iterable[str]) -> int:
     """Tombstone every committed offset of `topics` in the groups this broker coordinates; how many went."""
     gone = set(topics)
     owned = coordinator.ownership.owned()
@@ -57,19 +58,19 @@ async def drop_topic_offsets(coordinator: Any, topics: Iterable[str]) -> int:
             group.offsets.pop(tp, None)
         removed += len(doomed)
         if drop_group and group.is_(GroupState.EMPTY) and not group.members and not group.offsets:
-            group.transition(GroupState.DEAD, now_ms=coordinator.clock())
+            group.transition(GroupState.DEAD, now_ms=coordinator.clock_ms())
             coordinator.groups.pop(gid, None)
         log.info("group '%s': %d committed offset(s) of deleted topic(s) %s removed%s", gid, len(doomed),
                  ", ".join(sorted({t for t, _ in doomed})), " and the empty group deleted" if drop_group else "")
     return removed
 
 
-def topic_listener(coordinator: Any) -> Any:
+def topic_listener(coordinator: GroupCoordinator) -> Callable[[str, str], None]:
     """The TopicManager listener: on "deleted", drop the topic's offsets in the background (never blocks)."""
-    tasks: set[asyncio.Task] = set()
+    tasks: set[asyncio.Task[int]] = set()
 
     def on_topic(event: str, topic: str) -> None:
-        if event != "deleted" or coordinator._stopped:
+        if event != "deleted" or coordinator.stopped:
             return
         try:
             task = asyncio.get_running_loop().create_task(drop_topic_offsets(coordinator, [topic]))

@@ -20,9 +20,8 @@ import asyncio
 import enum
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
-__all__ = ["GroupState", "Member", "Group", "CommittedOffset", "IllegalStateTransition"]
+__all__ = ["GroupState", "Member", "Group", "CommittedOffset", "IllegalStateTransition", "JoinResult", "SyncResult"]
 
 
 class GroupState(enum.Enum):
@@ -59,6 +58,30 @@ class CommittedOffset:
     commit_timestamp_ms: int = -1
 
 
+@dataclass
+class JoinResult:
+    """The answer to a JoinGroup (parked on its member until the rebalance completes)."""
+
+    error: int
+    generation: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    member_id: str = ""
+    members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
+    skip_assignment: bool = False
+
+
+@dataclass
+class SyncResult:
+    """The answer to a SyncGroup (parked on its member until the leader's assignment is stored)."""
+
+    error: int
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
 @dataclass(eq=False)
 class Member:
     member_id: str
@@ -71,8 +94,8 @@ class Member:
     protocols: list[tuple[str, bytes]]
     assignment: bytes = b""
     # Futures of the JoinGroup / SyncGroup requests parked on this member.
-    join_future: "asyncio.Future[Any] | None" = None
-    sync_future: "asyncio.Future[Any] | None" = None
+    join_future: "asyncio.Future[JoinResult] | None" = None
+    sync_future: "asyncio.Future[SyncResult] | None" = None
     heartbeat_deadline_ms: int = 0
     is_new: bool = True
 
@@ -84,12 +107,12 @@ class Member:
     def awaiting_sync(self) -> bool:
         return self.sync_future is not None and not self.sync_future.done()
 
-    def answer_join(self, result: object) -> None:
+    def answer_join(self, result: JoinResult) -> None:
         """Answer the JoinGroup parked on this member, if one is still waiting."""
         if self.join_future is not None and not self.join_future.done():
             self.join_future.set_result(result)
 
-    def answer_sync(self, result: object) -> None:
+    def answer_sync(self, result: SyncResult) -> None:
         """Answer the SyncGroup parked on this member, if one is still waiting."""
         if self.sync_future is not None and not self.sync_future.done():
             self.sync_future.set_result(result)

@@ -19,7 +19,7 @@ broker leads: `on_become_leader(p, epoch)` loads a partition (requests for its
 groups get COORDINATOR_LOAD_IN_PROGRESS meanwhile), `on_resign(p, epoch)`
 drops its groups; every other group gets NOT_COORDINATOR.
 
-Time is injected (`clock` returns ms, `scheduler.call_later(delay_ms, fn)`)
+Time is injected (`clock_ms`, wall-clock milliseconds as `kelp.clock` says; `scheduler.call_later(delay_ms, fn)`)
 so the unit tests drive timeouts without sleeping. Persistence is injected
 (`store`: append records to / replay a partition of `__consumer_offsets`).
 
@@ -33,10 +33,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Awaitable, Callable, Iterable
 
+from kelp.clock import WallClockMs, wall_clock_ms
 from kelp.errors import ErrorCode
 
 from .coordinator_config import CoordinatorConfig, LoopScheduler, Scheduler
@@ -70,14 +70,14 @@ class GroupCoordinator:
         config: CoordinatorConfig,
         *,
         store: OffsetStore,
-        clock: Callable[[], int] | None = None,
+        clock_ms: WallClockMs = wall_clock_ms,
         scheduler: Scheduler | None = None,
         topic_partitions: Callable[[str], int | None] | None = None,
     ) -> None:
         self.config = config
-        self.clock = clock or (lambda: int(time.time() * 1000))
+        self.clock_ms = clock_ms
         self.scheduler = scheduler or LoopScheduler()
-        self.group_manager = GroupMetadataManager(config, store=store, clock=self.clock,
+        self.group_manager = GroupMetadataManager(config, store=store, clock_ms=clock_ms,
                                                   topic_partitions=topic_partitions or (lambda topic: None))
         self.membership = GroupMembership(self.group_manager, scheduler=self.scheduler)
         self.loader = PartitionLoader(self.group_manager, scheduler=self.scheduler,
@@ -85,10 +85,17 @@ class GroupCoordinator:
         self.expiry = OffsetExpiry(self.group_manager, scheduler=self.scheduler)
         self._stopped = False
         # Parts living on top of the coordinator (the REST proxy's HTTP consumers) stop with it.
-        self.stop_hooks: list[Callable[[], Any]] = []
-        self.extensions: dict[str, Any] = {}
+        self.stop_hooks: list[Callable[[], Awaitable[None]]] = []
+        # Per-broker objects kept with the coordinator by the modules that use it (the coordinator locator, the
+        # REST consumer registry), keyed by role; each reader checks that it finds the type it keeps there.
+        self.extensions: dict[str, object] = {}
 
     # -- the store's state, as handlers and HTTP APIs read it -----------
+    @property
+    def stopped(self) -> bool:
+        """`stop()` has begun: nothing new starts (loads, expiry checks, deleted-topic cleanups)."""
+        return self._stopped
+
     @property
     def groups(self) -> dict[str, Group]:
         return self.group_manager.groups
@@ -147,9 +154,7 @@ class GroupCoordinator:
         self.loader.stop()
         for hook in self.stop_hooks:
             try:
-                result = hook()
-                if asyncio.iscoroutine(result):
-                    await result
+                await hook()
             except Exception:
                 log.exception("a group-coordinator stop hook failed")
         self.membership.stop()
@@ -210,7 +215,7 @@ class GroupCoordinator:
         if group is None:
             if generation >= 0:
                 return all_(ErrorCode.ILLEGAL_GENERATION)
-            group = self.groups[group_id] = Group(group_id, state_timestamp_ms=self.clock())
+            group = self.groups[group_id] = Group(group_id, state_timestamp_ms=self.clock_ms())
         elif group.is_(GroupState.DEAD):
             return all_(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         elif not (generation < 0 and group.is_(GroupState.EMPTY)):

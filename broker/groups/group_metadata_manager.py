@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from typing import Callable, Iterable, Protocol
 
+from kelp.clock import WallClockMs
 from kelp.errors import ErrorCode
 
 from .append_errors import commit_error_code, group_write_error_code
@@ -58,12 +59,12 @@ class GroupMetadataManager:
         config: CoordinatorConfig,
         *,
         store: OffsetStore,
-        clock: Callable[[], int],
+        clock_ms: WallClockMs,
         topic_partitions: Callable[[str], int | None],
     ) -> None:
         self.config = config
         self.store = store
-        self.clock = clock
+        self.clock_ms = clock_ms
         # topic -> partition count, None when the topic does not exist (commit validation).
         self.topic_partitions = topic_partitions
         self.groups: dict[str, Group] = {}
@@ -110,7 +111,7 @@ class GroupMetadataManager:
             group = self.groups.pop(gid)
             on_unloaded(group)
             # Requests still awaiting a write on this group see it Dead and stop there.
-            group.transition(GroupState.DEAD, now_ms=self.clock())
+            group.transition(GroupState.DEAD, now_ms=self.clock_ms())
         return len(dropped)
 
     # -- group metadata -------------------------------------------------
@@ -120,7 +121,7 @@ class GroupMetadataManager:
             generation=group.generation,
             protocol=group.protocol_name,
             leader=group.leader_id,
-            current_state_timestamp=self.clock(),
+            current_state_timestamp=self.clock_ms(),
             members=[
                 MemberValue(
                     m.member_id, m.group_instance_id, m.client_id, m.client_host,
@@ -165,7 +166,7 @@ class GroupMetadataManager:
             return code
         if group.is_(GroupState.DEAD):  # unloaded while the tombstones were written
             return ErrorCode.NONE
-        group.transition(GroupState.DEAD, now_ms=self.clock())
+        group.transition(GroupState.DEAD, now_ms=self.clock_ms())
         self.groups.pop(gid, None)
         log.info("group '%s' deleted with %d committed offset(s)", gid, len(records) - 1)
         return ErrorCode.NONE
@@ -182,7 +183,7 @@ class GroupMetadataManager:
         results: dict[tuple[str, int], int] = {}
         records: list[tuple[bytes, bytes | None]] = []
         accepted: dict[tuple[str, int], CommittedOffset] = {}
-        now = self.clock()
+        now = self.clock_ms()
         for (topic, partition), co in offsets.items():
             count = self.topic_partitions(topic)
             if count is None or not 0 <= partition < count:

@@ -9,7 +9,7 @@ rebalance delay, static membership, and an assignment that is durable in
 group (heartbeat, join, pending member) and every parked request, so it is
 also what answers them when the group is unloaded or the coordinator stops.
 
-Time is injected (`clock` returns ms, `scheduler.call_later(delay_ms, fn)`)
+Time is injected (`clock_ms`, wall-clock milliseconds; `scheduler.call_later(delay_ms, fn)`)
 so the unit tests drive timeouts without sleeping.
 
 This module must never write `__consumer_offsets` except through
@@ -24,13 +24,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from dataclasses import dataclass, field
 from typing import Callable, TypedDict, Unpack
 
 from kelp.errors import ErrorCode
 
 from .coordinator_config import Scheduler, TimerHandle
-from .group import Group, GroupState, Member
+from .group import Group, GroupState, JoinResult, Member, SyncResult
 from .group_metadata_manager import GroupMetadataManager
 
 __all__ = ["GroupMembership", "JoinResult", "SyncResult"]
@@ -49,31 +48,11 @@ class MemberFields(TypedDict):
     protocols: list[tuple[str, bytes]]
 
 
-@dataclass
-class JoinResult:
-    error: int
-    generation: int = -1
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    leader: str = ""
-    member_id: str = ""
-    members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
-    skip_assignment: bool = False
-
-
-@dataclass
-class SyncResult:
-    error: int
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    assignment: bytes = b""
-
-
 class GroupMembership:
     def __init__(self, manager: GroupMetadataManager, *, scheduler: Scheduler) -> None:
         self.manager = manager
         self.config = manager.config
-        self.clock = manager.clock
+        self.clock_ms = manager.clock_ms
         self.scheduler = scheduler
         self._timers: dict[tuple[str, str], TimerHandle] = {}  # (group, key) -> handle
 
@@ -98,10 +77,8 @@ class GroupMembership:
         self._timers.clear()
         for group in self.groups.values():
             for m in group.members.values():
-                for fut in (m.join_future, m.sync_future):
-                    if fut is not None and not fut.done():
-                        fut.set_result(JoinResult(ErrorCode.NOT_COORDINATOR) if fut is m.join_future
-                                       else SyncResult(ErrorCode.NOT_COORDINATOR))
+                m.answer_join(JoinResult(ErrorCode.NOT_COORDINATOR))
+                m.answer_sync(SyncResult(ErrorCode.NOT_COORDINATOR))
 
     # -- timers ---------------------------------------------------------
     def _timer(self, group: Group, key: str, delay_ms: int, fn: Callable[[], None]) -> None:
@@ -115,7 +92,7 @@ class GroupMembership:
 
     def schedule_heartbeat(self, group: Group, member: Member) -> None:
         """Kafka's completeAndScheduleNextHeartbeatExpiration."""
-        member.heartbeat_deadline_ms = self.clock() + member.session_timeout_ms
+        member.heartbeat_deadline_ms = self.clock_ms() + member.session_timeout_ms
         member_id = member.member_id
 
         def expire() -> None:
@@ -158,7 +135,7 @@ class GroupMembership:
         if group is None:
             if member_id:
                 return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id)
-            group = self.groups[group_id] = Group(group_id, state_timestamp_ms=self.clock())
+            group = self.groups[group_id] = Group(group_id, state_timestamp_ms=self.clock_ms())
         if group.is_(GroupState.DEAD):
             return JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id=member_id)
         if not group.supports(protocol_type, protocols):
@@ -292,7 +269,7 @@ class GroupMembership:
                 m.assignment = b""
                 m.answer_sync(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
         was_empty = group.is_(GroupState.EMPTY)
-        group.transition(GroupState.PREPARING_REBALANCE, now_ms=self.clock())
+        group.transition(GroupState.PREPARING_REBALANCE, now_ms=self.clock_ms())
         log.info("group '%s': preparing rebalance at generation %d (%s)", group.group_id, group.generation, reason)
         if was_empty and self.config.initial_rebalance_delay_ms > 0:
             group.initial_delay_active = True
@@ -345,7 +322,7 @@ class GroupMembership:
         self._complete_join(group)
 
     def _complete_join(self, group: Group) -> None:
-        now = self.clock()
+        now = self.clock_ms()
         group.generation += 1
         if not group.members:
             group.protocol_name = None
@@ -439,7 +416,8 @@ class GroupMembership:
             return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
         loop = asyncio.get_running_loop()
         member.answer_sync(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
-        member.sync_future = fut = loop.create_future()
+        fut: asyncio.Future[SyncResult] = loop.create_future()
+        member.sync_future = fut
         self.schedule_heartbeat(group, member)
         if member_id == group.leader_id:
             assignments = assignments or {}
@@ -461,7 +439,7 @@ class GroupMembership:
                         m.answer_sync(
                             SyncResult(ErrorCode.NONE, group.protocol_type, group.protocol_name, m.assignment))
                         m.sync_future = None
-                    group.transition(GroupState.STABLE, now_ms=self.clock())
+                    group.transition(GroupState.STABLE, now_ms=self.clock_ms())
                     log.info("group '%s': Stable at generation %d", group.group_id, gen)
         return await fut
 

@@ -55,7 +55,7 @@ class OffsetExpiry:
     async def expire_offsets(self) -> int:
         """offsets.retention.minutes: drop offsets of Empty groups older than the retention; tombstones."""
         manager = self.manager
-        now = manager.clock()
+        now = manager.clock_ms()
         retention = self.config.offsets_retention_ms
         removed = 0
         owned = manager.ownership.owned()

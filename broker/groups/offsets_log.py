@@ -133,7 +133,7 @@ class _Reader:
     def _take(self, fmt: str, size: int) -> int:
         if self.pos + size > len(self.data):
             raise ValueError("record is truncated")
-        (v,) = struct.unpack_from(fmt, self.data, self.pos)
+        v: int = struct.unpack_from(fmt, self.data, self.pos)[0]
         self.pos += size
         return v
 

@@ -14,10 +14,12 @@ This module must never interpret record contents (that is `offsets_log`), and
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterator
+from typing import Iterator
 
-from kelp.records import build_batch, iter_records
+from kelp.records import build_batch, iter_records, read_header
 
+from ..replica_manager import ReplicaManager
+from ..storage import LogManager
 from .placement import OFFSETS_TOPIC
 
 __all__ = ["BrokerOffsetStore"]
@@ -28,18 +30,21 @@ REPLAY_CHUNK_BYTES = 4 << 20
 
 
 class BrokerOffsetStore:
-    def __init__(self, broker: Any, *, commit_timeout_ms: int = 5000) -> None:
-        self.broker = broker
+    """The coordinator's `OffsetStore` on this broker: appends through `replicas`, replays from `logs`."""
+
+    def __init__(self, replicas: ReplicaManager, logs: LogManager, *, commit_timeout_ms: int = 5000) -> None:
+        self.replicas = replicas
+        self.logs = logs
         self.commit_timeout_ms = commit_timeout_ms
 
     async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
         """Append and wait for the in-sync replicas; raises the replica manager's KelpError on failure."""
         data = build_batch([(k, v) for k, v in records])
-        await self.broker.replicas.append(OFFSETS_TOPIC, partition, data, acks=-1, timeout_ms=self.commit_timeout_ms,
-                                          internal_allowed=True)
+        await self.replicas.append(OFFSETS_TOPIC, partition, data, acks=-1, timeout_ms=self.commit_timeout_ms,
+                                   internal_allowed=True)
 
     def replay(self, partition: int) -> Iterator[tuple[bytes | None, bytes | None]]:
-        lg = self.broker.logs.get(OFFSETS_TOPIC, partition)
+        lg = self.logs.get(OFFSETS_TOPIC, partition)
         if lg is None:
             return
         offset = lg.log_start_offset
@@ -55,8 +60,6 @@ class BrokerOffsetStore:
                     yield rec.key, rec.value
             if last < offset:
                 # A batch emptied by compaction: step past it using its header.
-                from kelp.records import read_header
-
                 h = read_header(data, 0)
                 last = h.base_offset + h.last_offset_delta
             offset = last + 1

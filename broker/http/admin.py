@@ -17,16 +17,16 @@ This module must never touch logs or partitions directly.
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
 
 from kelp.errors import ConfigError, KelpError
+from kelp.json_types import JsonData, JsonObject, JsonValue
 
 from ..config import DEFAULT_ENTITY
+from ..parts import BrokerParts
 from .json_body import read_json
-from .keys import BROKER
 from .problems import HttpProblem, json_response
+from .serving import serving
 from .topic_views import brokers_view, describe_topic, topic_configs
 
 __all__ = ["routes"]
@@ -35,13 +35,13 @@ routes = web.RouteTableDef()
 PREFIX = "/admin/v1"
 
 
-def _object(body: Any, *, what: str) -> dict[str, Any]:
+def _object(body: JsonValue, *, what: str) -> JsonObject:
     if not isinstance(body, dict):
         raise HttpProblem(400, f"{what} must be a JSON object, got {type(body).__name__}")
     return body
 
 
-def _int_field(body: dict[str, Any], key: str, *, what: str, default: int | None = None) -> int | None:
+def _int_field(body: JsonObject, key: str, *, what: str, default: int | None = None) -> int | None:
     value = body.get(key, default)
     if value is None:
         return default
@@ -50,24 +50,26 @@ def _int_field(body: dict[str, Any], key: str, *, what: str, default: int | None
     return value
 
 
-def _configs_field(body: dict[str, Any], *, what: str, allow_null: bool = False) -> dict[str, Any]:
+def _configs_field(body: JsonObject, *, what: str, allow_null: bool = False) -> dict[str, str | int | float | None]:
+    """`body["configs"]`: config names to strings, numbers (booleans as "true"/"false"), or null with
+    `allow_null` (delete the key)."""
     configs = body.get("configs", {})
     if configs is None:
         return {}
     if not isinstance(configs, dict):
         raise HttpProblem(400, f"{what}: 'configs' must be an object of Kafka property names to values")
+    out: dict[str, str | int | float | None] = {}
     for key, value in configs.items():
-        if value is None and allow_null:
-            continue
-        if isinstance(value, (dict, list)) or value is None:
+        if isinstance(value, (dict, list)) or (value is None and not allow_null):
             raise HttpProblem(400, f"{what}: config '{key}' must be a string, number or boolean, got {value!r}")
-    return {k: (str(v).lower() if isinstance(v, bool) else v) for k, v in configs.items()}
+        out[key] = str(value).lower() if isinstance(value, bool) else value
+    return out
 
 
 @routes.get(f"{PREFIX}/topics")
 async def list_topics(request: web.Request) -> web.Response:
-    broker = request.app[BROKER]
-    topics = [
+    broker = serving(request)
+    topics: list[JsonData] = [
         {
             "name": t.name,
             "partitions": t.partitions,
@@ -82,7 +84,7 @@ async def list_topics(request: web.Request) -> web.Response:
 
 @routes.post(f"{PREFIX}/topics")
 async def create_topic(request: web.Request) -> web.Response:
-    broker = request.app[BROKER]
+    broker = serving(request)
     body = _object(await read_json(request), what="create-topic body")
     name = body.get("name")
     if not isinstance(name, str) or not name:
@@ -92,15 +94,18 @@ async def create_topic(request: web.Request) -> web.Response:
     rf = _int_field(body, "replication_factor", what=what)
     configs = _configs_field(body, what=what)
     validate_only = bool(body.get("validate_only", False))
-    assignments = body.get("assignments")
-    if assignments is not None:
-        if (not isinstance(assignments, dict) or not assignments
-                or not all(isinstance(v, list) and all(isinstance(b, int) and not isinstance(b, bool) for b in v)
-                           for v in assignments.values())):
-            raise HttpProblem(400, f"{what}: 'assignments' must map partition numbers to broker id lists, "
-                                   'e.g. {"0": [0, 1], "1": [1, 2]}')
+    given = body.get("assignments")
+    assignments: dict[int, list[int]] | None = None
+    if given is not None:
+        if not isinstance(given, dict) or not given:
+            raise _bad_assignments(what)
+        lists: dict[str, list[int]] = {}
+        for k, v in given.items():
+            if not isinstance(v, list) or not all(isinstance(b, int) and not isinstance(b, bool) for b in v):
+                raise _bad_assignments(what)
+            lists[k] = [b for b in v if isinstance(b, int)]
         try:
-            assignments = {int(k): v for k, v in assignments.items()}
+            assignments = {int(k): v for k, v in lists.items()}
         except ValueError:
             raise HttpProblem(400, f"{what}: 'assignments' keys must be partition numbers") from None
         if partitions is not None or rf is not None:
@@ -112,21 +117,26 @@ async def create_topic(request: web.Request) -> web.Response:
     return json_response(await describe_topic(broker, name), status=201)
 
 
+def _bad_assignments(what: str) -> HttpProblem:
+    return HttpProblem(400, f"{what}: 'assignments' must map partition numbers to broker id lists, "
+                            'e.g. {"0": [0, 1], "1": [1, 2]}')
+
+
 @routes.get(PREFIX + "/topics/{topic}")
 async def get_topic(request: web.Request) -> web.Response:
-    return json_response(await describe_topic(request.app[BROKER], request.match_info["topic"]))
+    return json_response(await describe_topic(serving(request), request.match_info["topic"]))
 
 
 @routes.delete(PREFIX + "/topics/{topic}")
 async def delete_topic(request: web.Request) -> web.Response:
     name = request.match_info["topic"]
-    await request.app[BROKER].topics.delete_topic(name)
+    await serving(request).topics.delete_topic(name)
     return json_response({"name": name, "deleted": True})
 
 
 @routes.post(PREFIX + "/topics/{topic}/partitions")
 async def create_partitions(request: web.Request) -> web.Response:
-    broker = request.app[BROKER]
+    broker = serving(request)
     name = request.match_info["topic"]
     body = _object(await read_json(request), what="create-partitions body")
     total = _int_field(body, "partitions", what=f"grow topic '{name}'")
@@ -139,13 +149,13 @@ async def create_partitions(request: web.Request) -> web.Response:
 @routes.get(PREFIX + "/topics/{topic}/configs")
 async def get_configs(request: web.Request) -> web.Response:
     name = request.match_info["topic"]
-    return json_response({"name": name, "configs": topic_configs(request.app[BROKER], name)})
+    return json_response({"name": name, "configs": topic_configs(serving(request), name)})
 
 
 @routes.put(PREFIX + "/topics/{topic}/configs")
 async def replace_configs(request: web.Request) -> web.Response:
     """Replace every override: keys not given return to their defaults."""
-    broker = request.app[BROKER]
+    broker = serving(request)
     name = request.match_info["topic"]
     body = _object(await read_json(request), what="configs body")
     configs = _configs_field(body, what=f"alter configs of topic '{name}'")
@@ -156,17 +166,17 @@ async def replace_configs(request: web.Request) -> web.Response:
 @routes.patch(PREFIX + "/topics/{topic}/configs")
 async def patch_configs(request: web.Request) -> web.Response:
     """Set the given keys; a null value or a name in `delete` returns a key to its default."""
-    broker = request.app[BROKER]
+    broker = serving(request)
     name = request.match_info["topic"]
     what = f"alter configs of topic '{name}'"
     body = _object(await read_json(request), what="configs body")
     configs = _configs_field(body, what=what, allow_null=True)
-    delete = body.get("delete", [])
-    if not isinstance(delete, list) or not all(isinstance(k, str) for k in delete):
+    listed = body.get("delete", [])
+    if not isinstance(listed, list) or not all(isinstance(k, str) for k in listed):
         raise HttpProblem(400, f"{what}: 'delete' must be a list of config names")
-    delete = delete + [k for k, v in configs.items() if v is None]
-    configs = {k: v for k, v in configs.items() if v is not None}
-    await broker.topics.alter_config(name, configs, delete=tuple(delete))
+    delete = [k for k in listed if isinstance(k, str)] + [k for k, v in configs.items() if v is None]
+    sets = {k: v for k, v in configs.items() if v is not None}
+    await broker.topics.alter_config(name, sets, delete=tuple(delete))
     return json_response({"name": name, "configs": topic_configs(broker, name)})
 
 
@@ -177,7 +187,7 @@ async def delete_records(request: web.Request) -> web.Response:
     Each partition is done by its leader (as Kafka's DeleteRecords); the answer lists each one's new
     `low_watermark`, or its `error_code`/`message`; any failure makes the status that of the first.
     """
-    broker = request.app[BROKER]
+    broker = serving(request)
     name = request.match_info["topic"]
     what = f"delete records of topic '{name}'"
     body = _object(await read_json(request), what="delete-records body")
@@ -196,7 +206,8 @@ async def delete_records(request: web.Request) -> web.Response:
         wanted[partition] = offset
     for partition in wanted:
         broker.topics.check_partition(name, partition)  # unknown topic or partition: 404, nothing done
-    results, first_error = [], None
+    results: list[JsonData] = []
+    first_error: KelpError | None = None
     for partition, offset in sorted(wanted.items()):
         try:
             low = await broker.cluster.delete_records(name, partition, offset)
@@ -212,7 +223,7 @@ async def delete_records(request: web.Request) -> web.Response:
 
 @routes.get(f"{PREFIX}/brokers")
 async def list_brokers(request: web.Request) -> web.Response:
-    return json_response({"brokers": brokers_view(request.app[BROKER])})
+    return json_response({"brokers": brokers_view(serving(request))})
 
 
 # -- dynamic broker configs ----------------------------------------------------------
@@ -230,7 +241,7 @@ def _broker_entity(request: web.Request) -> int:
     return broker_id
 
 
-def _broker_configs_view(broker: Any, entity: int) -> dict[str, Any]:
+def _broker_configs_view(broker: BrokerParts, entity: int) -> JsonData:
     return {"broker": None if entity == DEFAULT_ENTITY else entity,
             "configs": broker.topics.dynamic_broker_configs(entity)}
 
@@ -239,7 +250,7 @@ def _broker_configs_view(broker: Any, entity: int) -> dict[str, Any]:
 @routes.get(PREFIX + "/brokers/{broker_id}/configs")
 async def get_broker_configs(request: web.Request) -> web.Response:
     """The dynamic configs of the cluster-wide default entity, or of one broker (not the static ones)."""
-    broker = request.app[BROKER]
+    broker = serving(request)
     entity = _broker_entity(request)
     return json_response(_broker_configs_view(broker, entity))
 
@@ -248,7 +259,7 @@ async def get_broker_configs(request: web.Request) -> web.Response:
 @routes.patch(PREFIX + "/brokers/{broker_id}/configs")
 async def patch_broker_configs(request: web.Request) -> web.Response:
     """`{"configs": {key: value | null}}`: set or delete dynamic broker configs; answers once applied here."""
-    broker = request.app[BROKER]
+    broker = serving(request)
     entity = _broker_entity(request)
     what = "alter the cluster-wide broker configs" if entity == DEFAULT_ENTITY else f"alter configs of broker {entity}"
     body = _object(await read_json(request), what="broker configs body")

@@ -20,10 +20,11 @@ This module must never change group state except through the coordinator
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
 
 from aiohttp import web
+from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
 
 from kelp.errors import (
     ErrorCode,
@@ -32,15 +33,19 @@ from kelp.errors import (
     NonEmptyGroupError,
     UnknownTopicOrPartitionError,
 )
+from kelp.json_types import JsonData, JsonObject
 
 from ..groups.coordinator_lookup import CoordinatorLocation, locator_of
 from ..groups.group import CommittedOffset
+from ..groups.group_coordinator import GroupCoordinator
+from ..parts import BrokerParts
 from ..replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from .json_body import read_json
-from .keys import BROKER
 from .problems import HttpProblem, json_response
+from .serving import serving
 
-__all__ = ["routes", "describe_group", "plan_reset", "require_local_group", "coordinator_problem"]
+__all__ = ["routes", "describe_group", "plan_reset", "ResetStep", "require_local_group", "coordinator_problem",
+           "error_for"]
 
 routes = web.RouteTableDef()
 PREFIX = "/admin/v1/groups"
@@ -49,11 +54,8 @@ PREFIX = "/admin/v1/groups"
 LOCAL_WAIT_S = 5.0
 
 
-def _coordinator(request: web.Request) -> Any:
-    coord = getattr(request.app[BROKER], "groups", None)
-    if coord is None:
-        raise HttpProblem(503, "the group coordinator is not running on this broker")
-    return coord
+def _coordinator(request: web.Request) -> GroupCoordinator:
+    return serving(request).groups
 
 
 def coordinator_problem(located: CoordinatorLocation) -> HttpProblem:
@@ -66,7 +68,7 @@ def coordinator_problem(located: CoordinatorLocation) -> HttpProblem:
     return HttpProblem(503, message, error_code=located.error)
 
 
-async def require_local_group(broker: Any, group_id: str, *, timeout_s: float = LOCAL_WAIT_S) -> None:
+async def require_local_group(broker: BrokerParts, group_id: str, *, timeout_s: float = LOCAL_WAIT_S) -> None:
     """Return once this broker coordinates `group_id`; else raise 421 naming the coordinator, or 503."""
     located = await locator_of(broker).require_local(group_id, timeout_s=timeout_s)
     if located.error:
@@ -86,19 +88,18 @@ def error_for(code: int, message: str) -> KelpError:
     return err
 
 
-def _decode_assignment(protocol_type: str, data: bytes) -> list[dict[str, Any]]:
+def _decode_assignment(protocol_type: str, data: bytes) -> list[tuple[str, list[int]]]:
+    """(topic, partitions) of a `consumer` protocol assignment; nothing for other protocols or bad bytes."""
     if protocol_type != "consumer" or not data:
         return []
-    from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
-
     try:
         a = ConsumerProtocolAssignment.decode(data)
+        return [(str(t), sorted(int(p) for p in ps)) for t, ps in a.assigned_partitions]
     except Exception:
         return []
-    return [{"topic": t, "partitions": sorted(ps)} for t, ps in a.assigned_partitions]
 
 
-def describe_group(broker: Any, group_id: str) -> dict[str, Any]:
+def describe_group(broker: BrokerParts, group_id: str) -> dict[str, JsonData]:
     coord = broker.groups
     d = coord.describe_group(group_id)
     group = coord.groups.get(group_id)
@@ -107,18 +108,19 @@ def describe_group(broker: Any, group_id: str) -> dict[str, Any]:
     if group is None:
         raise GroupIdNotFoundError(f"group '{group_id}' does not exist (no members and no committed offsets)")
     owner: dict[tuple[str, int], str] = {}
-    members = []
+    members: list[JsonData] = []
     for m in d.members:
         assignment = _decode_assignment(d.protocol_type, m.assignment)
-        for a in assignment:
-            for p in a["partitions"]:
-                owner[(a["topic"], p)] = m.member_id
+        for topic, partitions in assignment:
+            for p in partitions:
+                owner[(topic, p)] = m.member_id
         members.append({
             "member_id": m.member_id, "group_instance_id": m.group_instance_id, "client_id": m.client_id,
-            "client_host": m.client_host, "assignment": assignment,
+            "client_host": m.client_host,
+            "assignment": [{"topic": topic, "partitions": partitions} for topic, partitions in assignment],
         })
     keys = set(group.offsets) | set(owner)
-    offsets = []
+    offsets: list[JsonData] = []
     total = 0
     for topic, p in sorted(keys):
         co = group.offsets.get((topic, p))
@@ -142,7 +144,24 @@ def describe_group(broker: Any, group_id: str) -> dict[str, Any]:
     }
 
 
-def plan_reset(broker: Any, group_id: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class ResetStep:
+    """Where a reset moves one partition's committed offset, and the log bounds it was clamped to."""
+
+    topic: str
+    partition: int
+    current_offset: int | None  # None: nothing committed
+    new_offset: int
+    log_start_offset: int
+    log_end_offset: int
+
+    def to_json(self) -> dict[str, JsonData]:
+        return {"topic": self.topic, "partition": self.partition, "current_offset": self.current_offset,
+                "new_offset": self.new_offset, "log_start_offset": self.log_start_offset,
+                "log_end_offset": self.log_end_offset}
+
+
+def plan_reset(broker: BrokerParts, group_id: str, body: JsonObject) -> list[ResetStep]:
     """Target offsets for `body` = {topic, partitions?, to, value?}; clamped to the log like Kafka."""
     topic = body.get("topic")
     if not isinstance(topic, str) or not topic:
@@ -150,11 +169,12 @@ def plan_reset(broker: Any, group_id: str, body: dict[str, Any]) -> list[dict[st
     info = broker.topics.get(topic)
     if info is None:
         raise UnknownTopicOrPartitionError(f"topic '{topic}' does not exist")
-    partitions = body.get("partitions")
-    if partitions is None:
-        partitions = list(range(info.partitions))
-    if not isinstance(partitions, list) or not all(isinstance(p, int) for p in partitions):
+    given = body.get("partitions")
+    if given is None:
+        given = list(range(info.partitions))
+    if not isinstance(given, list) or not all(isinstance(p, int) for p in given):
         raise HttpProblem(400, "'partitions' must be a list of partition numbers")
+    partitions = [p for p in given if isinstance(p, int)]
     for p in partitions:
         broker.topics.check_partition(topic, p)
     to = body.get("to")
@@ -163,6 +183,7 @@ def plan_reset(broker: Any, group_id: str, body: dict[str, Any]) -> list[dict[st
         raise HttpProblem(400, f"'to' must be earliest, latest, datetime, offset or shift-by, got {to!r}")
     if to in ("offset", "shift-by") and not isinstance(value, int):
         raise HttpProblem(400, f"reset to {to} needs an integer 'value', got {value!r}")
+    shift = value if isinstance(value, int) else 0
     ts_ms = None
     if to == "datetime":
         if not isinstance(value, str):
@@ -175,7 +196,7 @@ def plan_reset(broker: Any, group_id: str, body: dict[str, Any]) -> list[dict[st
             dt = dt.replace(tzinfo=timezone.utc)
         ts_ms = int(dt.timestamp() * 1000)
     group = broker.groups.groups.get(group_id)
-    plan = []
+    plan: list[ResetStep] = []
     for p in sorted(set(partitions)):
         start, _ = broker.replicas.list_offset(topic, p, EARLIEST_TIMESTAMP)
         end, _ = broker.replicas.list_offset(topic, p, LATEST_TIMESTAMP)
@@ -186,15 +207,15 @@ def plan_reset(broker: Any, group_id: str, body: dict[str, Any]) -> list[dict[st
         elif to == "latest":
             target = end
         elif to == "offset":
-            target = value
+            target = shift
         elif to == "shift-by":
-            target = (cur if cur is not None else end) + value
+            target = (cur if cur is not None else end) + shift
         else:
+            assert ts_ms is not None  # to == "datetime" set it
             found, _ = broker.replicas.list_offset(topic, p, ts_ms)
             target = end if found < 0 else found
         target = min(max(target, start), end)
-        plan.append({"topic": topic, "partition": p, "current_offset": cur, "new_offset": target,
-                     "log_start_offset": start, "log_end_offset": end})
+        plan.append(ResetStep(topic, p, cur, target, start, end))
     return plan
 
 
@@ -202,8 +223,8 @@ def plan_reset(broker: Any, group_id: str, body: dict[str, Any]) -> list[dict[st
 async def list_groups(request: web.Request) -> web.Response:
     """This broker's groups (those of the `__consumer_offsets` partitions it coordinates)."""
     coord = _coordinator(request)
-    broker = request.app[BROKER]
-    out = []
+    broker = serving(request)
+    out: list[JsonData] = []
     for gid, ptype, state in coord.list_groups():
         g = coord.groups.get(gid)
         out.append({"group_id": gid, "protocol_type": ptype, "state": state,
@@ -221,7 +242,7 @@ async def list_groups(request: web.Request) -> web.Response:
 @routes.get(PREFIX + "/{group}")
 async def get_group(request: web.Request) -> web.Response:
     _coordinator(request)
-    broker = request.app[BROKER]
+    broker = serving(request)
     gid = request.match_info["group"]
     await require_local_group(broker, gid)
     return json_response(describe_group(broker, gid))
@@ -230,7 +251,7 @@ async def get_group(request: web.Request) -> web.Response:
 @routes.post(PREFIX + "/{group}/reset-offsets")
 async def reset_offsets(request: web.Request) -> web.Response:
     coord = _coordinator(request)
-    broker = request.app[BROKER]
+    broker = serving(request)
     gid = request.match_info["group"]
     body = await read_json(request)
     if not isinstance(body, dict):
@@ -246,7 +267,7 @@ async def reset_offsets(request: web.Request) -> web.Response:
     execute = bool(body.get("execute", False))
     if execute:
         codes = await coord.commit_offsets(
-            gid, offsets={(e["topic"], e["partition"]): CommittedOffset(e["new_offset"]) for e in plan}
+            gid, offsets={(step.topic, step.partition): CommittedOffset(step.new_offset) for step in plan}
         )
         bad = {tp: c for tp, c in codes.items() if c}
         if bad:
@@ -254,14 +275,14 @@ async def reset_offsets(request: web.Request) -> web.Response:
             if code == ErrorCode.NOT_COORDINATOR:
                 await require_local_group(broker, gid, timeout_s=0)
             raise error_for(code, f"resetting group '{gid}' failed on {t}-{p} with Kafka error {code}")
-    return json_response({"group_id": gid, "executed": execute, "plan": plan})
+    return json_response({"group_id": gid, "executed": execute, "plan": [step.to_json() for step in plan]})
 
 
 @routes.delete(PREFIX + "/{group}")
 async def delete_group(request: web.Request) -> web.Response:
     coord = _coordinator(request)
     gid = request.match_info["group"]
-    await require_local_group(request.app[BROKER], gid)
+    await require_local_group(serving(request), gid)
     code = (await coord.delete_groups([gid]))[gid]
     if code:
         group = coord.groups.get(gid)

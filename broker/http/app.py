@@ -14,24 +14,24 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from prometheus_client import CollectorRegistry
 
 from kelp.partitioner import RoundRobin
 
 from ..metrics import LogCollector, metrics_of
 from . import admin, admin_groups, cluster_routes, health, metrics_routes, rest_consumers, rest_proxy
-from .keys import BROKER, LOG_REGISTRY, MAX_BODY, METRICS, OFF_LOOP_SLOTS, ROUND_ROBIN, broker_setting
+from .keys import BROKER, LOG_REGISTRY, MAX_BODY, METRICS, OFF_LOOP_SLOTS, ROUND_ROBIN, HttpBroker, int_setting
 from .problems import error_middleware
+from .serving import still_starting
 
 __all__ = ["build_http_app"]
 
 
-
 @web.middleware
-async def _latency_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+async def _latency_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     start = time.perf_counter()
     try:
         return await handler(request)
@@ -52,21 +52,18 @@ _SERVED_WHILE_JOINING = ("/cluster/v1/metadata",)
 
 
 @web.middleware
-async def _starting_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+async def _starting_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """While logs recover and the broker joins its cluster, only health and metrics answer."""
     broker = request.app[BROKER]
     if broker.started_at is None and not request.path.startswith(_ALWAYS_SERVED) \
             and request.path not in _SERVED_WHILE_JOINING:
-        from .problems import HttpProblem
-
-        raise HttpProblem(503, f"broker {broker.config.broker_id} is still starting (log recovery, joining the "
-                               "cluster); retry")
+        raise still_starting(broker.config.broker_id)
     return await handler(request)
 
 
-def build_http_app(broker: Any) -> web.Application:
+def build_http_app(broker: HttpBroker) -> web.Application:
     # Bodies are read whole before they are parsed: this bounds what one request may hold (413 beyond).
-    max_body = int(broker_setting(broker, "http.request.max.bytes"))
+    max_body = int_setting(broker.config, "http.request.max.bytes")
     app = web.Application(client_max_size=max_body,
                           middlewares=[_latency_middleware, error_middleware, _starting_middleware])
     app[MAX_BODY] = max_body

@@ -9,20 +9,27 @@ partition reassignment with its progress, preferred-leader election, and
 this broker's controlled shutdown (the pod's preStop hook).
 
 This module only translates JSON to calls on `broker.cluster` (the
-ClusterMember) and its errors to JSON; it decides nothing.
+ClusterMember) and its errors to JSON; it decides nothing. The metadata
+deliveries arrive while the broker starts (a starting broker is registered
+through them), so the member is read off the broker itself; every other
+route runs behind the starting gate and reads the broker's parts.
 """
 
 from __future__ import annotations
 
-from typing import Any, TypeGuard
+from typing import TypeGuard, cast
 
 from aiohttp import web
 
 from kelp.errors import NotControllerError
+from kelp.json_types import JsonData, JsonValue
 
+from ..cluster.member import ClusterMember
+from ..cluster.metadata_records import MetadataPush
 from .json_body import read_json
 from .keys import BROKER
 from .problems import HttpProblem, json_response
+from .serving import serving
 
 __all__ = ["routes"]
 
@@ -44,8 +51,8 @@ CONTROLLER_OPS = {
 }
 
 
-def _member(request: web.Request) -> Any:
-    member = getattr(request.app[BROKER], "cluster", None)
+def _member(request: web.Request) -> ClusterMember:
+    member = request.app[BROKER].cluster
     if member is None or not member.started:
         raise HttpProblem(503, "this broker has not joined its cluster yet")
     return member
@@ -56,7 +63,8 @@ async def metadata_push(request: web.Request) -> web.Response:
     body = await read_json(request)
     if not isinstance(body, dict) or "controller_epoch" not in body:
         raise HttpProblem(400, "metadata push: a JSON object with controller_epoch is required")
-    applied = _member(request).apply(body)
+    # The delivery only claims MetadataPush's shape: `apply` converts every field as it reads it.
+    applied = _member(request).apply(cast(MetadataPush, body))
     return json_response({"applied_offset": applied})
 
 
@@ -84,29 +92,32 @@ async def controller_op(request: web.Request) -> web.Response:
 # -- admin: cluster, reassignment, leaders, shutdown ------------------------------------
 @routes.get("/admin/v1/cluster")
 async def cluster_view(request: web.Request) -> web.Response:
-    return json_response(_member(request).describe())
+    return json_response(cast(JsonData, _member(request).describe()))  # a TypedDict of JSON values (mypy#4976)
 
 
 def _int32(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
 
 
-def _partition_target(body: Any, *, what: str) -> list[tuple[str, int, list[int] | None]]:
-    if not isinstance(body, dict) or not isinstance(body.get("partitions"), list) or not body["partitions"]:
+def _partition_target(body: JsonValue, *, what: str) -> list[tuple[str, int, list[int] | None]]:
+    items = body.get("partitions") if isinstance(body, dict) else None
+    if not isinstance(items, list) or not items:
         raise HttpProblem(400, f"{what}: body must be {{\"partitions\": [{{\"topic\", \"partition\", \"replicas\"}}]}}")
-    out = []
-    for i, item in enumerate(body["partitions"]):
+    out: list[tuple[str, int, list[int] | None]] = []
+    for i, item in enumerate(items):
         if not isinstance(item, dict):
             raise HttpProblem(400, f"{what}: partitions[{i}] must be an object")
         topic, partition, replicas = item.get("topic"), item.get("partition"), item.get("replicas")
         if not isinstance(topic, str) or not _int32(partition):
             raise HttpProblem(400,
                               f"{what}: partitions[{i}] needs 'topic' (string) and 'partition' (integer 0..2^31-1)")
-        if replicas is not None and (not isinstance(replicas, list) or not replicas
-                                     or not all(_int32(r) for r in replicas)):
+        if replicas is None:
+            out.append((topic, partition, None))
+            continue
+        if not isinstance(replicas, list) or not replicas or not all(_int32(r) for r in replicas):
             raise HttpProblem(400, f"{what}: partitions[{i}].replicas must be a non-empty list of broker ids, "
                                    "or null to cancel")
-        out.append((topic, partition, replicas))
+        out.append((topic, partition, [r for r in replicas if _int32(r)]))
     return out
 
 
@@ -115,7 +126,7 @@ async def reassign(request: web.Request) -> web.Response:
     """Start (or with `"replicas": null` cancel) moving partitions; progress at GET
     /admin/v1/partitions/reassignments."""
     member = _member(request)
-    results = []
+    results: list[JsonData] = []
     for topic, partition, replicas in _partition_target(await read_json(request), what="reassign"):
         state = await member.call("reassign", topic=topic, partition=partition, replicas=replicas)
         results.append({"topic": topic, "partition": partition, **state})
@@ -125,15 +136,16 @@ async def reassign(request: web.Request) -> web.Response:
 @routes.get("/admin/v1/partitions/reassignments")
 async def reassignments(request: web.Request) -> web.Response:
     """Partitions being moved, with each replica's log end offset against the leader's."""
-    broker = request.app[BROKER]
+    broker = serving(request)
     member = _member(request)
-    out = []
+    out: list[JsonData] = []
     for t in broker.topics.list_topics():
         for p, s in enumerate(t.partition_states):
             if not s.reassigning:
                 continue
-            entry = {"topic": t.name, "partition": p, "replicas": list(s.replicas), "adding": list(s.adding),
-                     "removing": list(s.removing), "isr": list(s.isr), "leader": s.leader}
+            entry: dict[str, JsonData] = {
+                "topic": t.name, "partition": p, "replicas": list(s.replicas), "adding": list(s.adding),
+                "removing": list(s.removing), "isr": list(s.isr), "leader": s.leader}
             progress = await member.replica_progress(t.name, p)
             if progress is not None:
                 entry["log_end_offsets"] = {str(k): v for k, v in progress.items()}
@@ -169,7 +181,7 @@ async def controlled_shutdown(request: web.Request) -> web.Response:
 @routes.get("/cluster/v1/partitions/{topic}/{partition}/replicas")
 async def replica_progress(request: web.Request) -> web.Response:
     """The leader's view of each replica's log end offset (for reassignment progress)."""
-    broker = request.app[BROKER]
+    broker = serving(request)
     try:
         partition = int(request.match_info["partition"])
     except ValueError:
@@ -184,18 +196,18 @@ async def replica_progress(request: web.Request) -> web.Response:
 @routes.post("/cluster/v1/partitions/info")
 async def partitions_info(request: web.Request) -> web.Response:
     """Leader-side offsets of the given partitions (entries this broker does not lead carry nulls)."""
-    broker = request.app[BROKER]
+    broker = serving(request)
     body = await read_json(request)
     items = body.get("partitions") if isinstance(body, dict) else None
     if not isinstance(items, list):
         raise HttpProblem(400, 'partitions info: body must be {"partitions": [[topic, partition], ...]}')
-    out = []
+    out: list[JsonData] = []
     for item in items:
-        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str) and isinstance(item[1], int)):
+        topic, p = item if isinstance(item, list) and len(item) == 2 else (None, None)
+        if not isinstance(topic, str) or not isinstance(p, int):
             raise HttpProblem(400, f"partitions info: each entry must be [topic, partition], got {item!r}")
-        topic, p = item
         part = broker.replicas.get_partition(topic, p)
-        entry: dict[str, Any] = {"topic": topic, "partition": p, "log_start_offset": None, "log_end_offset": None,
+        entry: dict[str, JsonData] = {"topic": topic, "partition": p, "log_start_offset": None, "log_end_offset": None,
                                  "high_watermark": None, "size_bytes": None}
         if part is not None and part.is_leader:
             pi = broker.replicas.partition_info(topic, p)
@@ -208,7 +220,7 @@ async def partitions_info(request: web.Request) -> web.Response:
 @routes.post("/cluster/v1/partitions/{topic}/{partition}/append")
 async def append_here(request: web.Request) -> web.Response:
     """A batch another broker's REST proxy built for a partition this broker leads."""
-    broker = request.app[BROKER]
+    broker = serving(request)
     try:
         partition = int(request.match_info["partition"])
         acks = int(request.query.get("acks", "1"))
@@ -226,7 +238,7 @@ async def append_here(request: web.Request) -> web.Response:
 @routes.post("/cluster/v1/partitions/{topic}/{partition}/delete-records")
 async def delete_records_here(request: web.Request) -> web.Response:
     """DeleteRecords another broker's admin API forwarded to this partition's leader."""
-    broker = request.app[BROKER]
+    broker = serving(request)
     try:
         partition = int(request.match_info["partition"])
         offset = int(request.query["offset"])

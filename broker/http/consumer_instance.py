@@ -10,7 +10,7 @@ deliver is reported (406, 40601, naming topic, partition and offset) until
 the position is moved past it, as a Kafka consumer does with a record its
 deserializer refuses. The registry caps the instances of a broker
 (`http.consumer.max.instances`) and closes idle ones
-(`consumer.instance.timeout.ms`).
+(`consumer.instance.timeout.ms`, on its injectable monotonic clock).
 
 This module must never change group state except through the coordinator.
 """
@@ -20,19 +20,22 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-import time
-from typing import Any
+from typing import Callable
 
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
 
+from kelp.clock import Monotonic, monotonic, wall_clock_ms
 from kelp.errors import ErrorCode, KelpError, OffsetOutOfRangeError, RestErrorCode
+from kelp.json_types import JsonData, JsonValue
 from kelp.records import iter_records
 
 from ..groups.group import CommittedOffset
+from ..parts import BrokerParts
 from ..replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchPartition
 from .admin_groups import error_for, require_local_group
 from .json_body import json_value
 from .problems import HttpProblem
+from .topic_views import record_bytes
 
 __all__ = ["HttpConsumer", "ConsumerRegistry", "range_assign"]
 
@@ -52,7 +55,8 @@ class _Undeliverable(Exception):
         self.reason = reason
 
 
-def range_assign(members: list[tuple[str, list[str]]], partitions_of: Any) -> dict[str, dict[str, list[int]]]:
+def range_assign(members: list[tuple[str, list[str]]],
+                 partitions_of: Callable[[str], int | None]) -> dict[str, dict[str, list[int]]]:
     """Kafka's RangeAssignor: per topic, sorted subscribers get contiguous ranges, the first ones one extra."""
     out: dict[str, dict[str, list[int]]] = {m: {} for m, _ in members}
     topics = sorted({t for _, ts in members for t in ts})
@@ -92,9 +96,9 @@ class HttpConsumer:
         self.delivered: dict[tuple[str, int], int] = {}  # next offset after what GET records returned
         # (partition, offset, field, reason) of a record format=json cannot deliver; see _raise_if_undeliverable
         self.undeliverable: tuple[tuple[str, int], int, str, str] | None = None
-        self.last_used = time.monotonic()
+        self.last_used = registry.monotonic()
         self.closed = False
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._joined = asyncio.Event()
         self._lock = asyncio.Lock()
         coord = self.broker.groups
@@ -102,7 +106,7 @@ class HttpConsumer:
                                       coord.config.max_session_timeout_ms)
 
     def touch(self) -> None:
-        self.last_used = time.monotonic()
+        self.last_used = self.registry.monotonic()
 
     # -- membership -----------------------------------------------------
     def subscribe(self, topics: list[str]) -> None:
@@ -259,7 +263,7 @@ class HttpConsumer:
         except asyncio.TimeoutError:
             pass
 
-    async def read(self, *, timeout_ms: int, max_bytes: int) -> list[dict[str, Any]]:
+    async def read(self, *, timeout_ms: int, max_bytes: int) -> list[JsonData]:
         await self.ensure_coordinated_here()
         await self._commit_auto()
         await self.wait_assigned(timeout_ms / 1000.0)
@@ -274,7 +278,7 @@ class HttpConsumer:
         results = await self.broker.replicas.fetch(reqs, max_wait_ms=timeout_ms, min_bytes=1, max_bytes=max_bytes)
         # Decode every record of the response before any position moves: a position advances only
         # past records this response delivers, and stops at the first one that cannot be delivered.
-        out: list[dict[str, Any]] = []
+        out: list[JsonData] = []
         advance: dict[tuple[str, int], int] = {}
         for res in results:
             tp = (res.topic, res.partition)
@@ -287,7 +291,7 @@ class HttpConsumer:
                 continue
             start = self.positions.get(tp, 0)
             nxt = start
-            for rec in iter_records(bytes(res.records)):
+            for rec in iter_records(bytes(record_bytes(res.records))):
                 if rec.offset < start:
                     continue
                 try:
@@ -335,7 +339,7 @@ class HttpConsumer:
             details={"topic": topic, "partition": partition, "offset": offset},
         )
 
-    def _field(self, data: bytes | None, field: str) -> Any:
+    def _field(self, data: bytes | None, field: str) -> JsonValue:
         if data is None:
             return None
         if self.format == "binary":
@@ -379,24 +383,30 @@ class HttpConsumer:
 
 
 class ConsumerRegistry:
-    """Every REST consumer instance of one broker, plus the idle-instance reaper."""
+    """Every REST consumer instance of one broker, plus the idle-instance reaper (`monotonic`: its clock)."""
 
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: BrokerParts, *, monotonic: Monotonic = monotonic) -> None:
         self.broker = broker
+        self.monotonic = monotonic
         self.instances: dict[tuple[str, str], HttpConsumer] = {}
-        self._reaper: asyncio.Task | None = None
+        self._reaper: asyncio.Task[None] | None = None
         self._counter = 0
 
     @classmethod
-    def of(cls, broker: Any) -> "ConsumerRegistry":
-        coord = getattr(broker, "groups", None)
-        if coord is None:
-            raise HttpProblem(503, "the group coordinator is not running on this broker")
+    def of(cls, broker: BrokerParts) -> "ConsumerRegistry":
+        """The broker's registry, kept with its group coordinator (it stops with it)."""
+        coord = broker.groups
         reg = coord.extensions.get("rest_consumers")
-        if reg is None:
-            reg = coord.extensions["rest_consumers"] = cls(broker)
+        if not isinstance(reg, ConsumerRegistry):
+            reg = cls(broker)
+            coord.extensions["rest_consumers"] = reg
             coord.stop_hooks.append(reg.close_all)
         return reg
+
+    def new_name(self) -> str:
+        """A name for an instance created without one: unique in this registry, and across restarts."""
+        self._counter += 1
+        return f"rest-consumer-{self._counter}-{wall_clock_ms()}"
 
     def start_reaper(self) -> None:
         if self._reaper is None or self._reaper.done():
@@ -405,7 +415,7 @@ class ConsumerRegistry:
     async def _reap(self) -> None:
         while True:
             await asyncio.sleep(0.5)
-            now = time.monotonic()
+            now = self.monotonic()
             for key, inst in list(self.instances.items()):
                 if now - inst.last_used > inst.instance_timeout_ms / 1000.0:
                     log.info("REST consumer %s/%s idle for over %d ms; closing it", key[0], key[1],

@@ -9,9 +9,9 @@ This module must never block or touch disk.
 
 from __future__ import annotations
 
-import time
-
 from aiohttp import web
+
+from kelp.clock import monotonic
 
 from .keys import BROKER
 from .problems import json_response
@@ -35,20 +35,21 @@ async def readyz(request: web.Request) -> web.Response:
     ks = broker.kafka_server
     if ks is None or not ks.port:
         missing.append("Kafka listener not bound")
-    cluster = getattr(broker, "cluster", None)
+    cluster = broker.cluster
     if cluster is None or not cluster.started:
         missing.append("not joined to its cluster yet")
-    if broker.started_at is None:
+    started_at = broker.started_at
+    if started_at is None:
         missing.append("broker still starting")
-    if getattr(broker, "_stopping", False):
+    if broker.stopping:
         missing.append("broker stopping")
-    if missing:
+    if missing or ks is None or started_at is None:
         return json_response({"status": "not ready", "reasons": missing}, status=503)
     return json_response(
         {
             "status": "ready",
             "broker_id": broker.config.broker_id,
             "kafka": f"{ks.advertised_host}:{ks.port}",
-            "uptime_s": round(time.time() - broker.started_at, 3),
+            "uptime_s": round(monotonic() - started_at, 3),
         }
     )

@@ -34,15 +34,17 @@ import re
 import sys
 from array import array
 from itertools import accumulate
-from typing import Any, Callable
+from typing import Callable, NoReturn, TypeVar
 
 from aiohttp import web
+
+from kelp.json_types import JsonObject, JsonValue
 
 from .keys import OFF_LOOP_SLOTS
 from .problems import HttpProblem
 
-__all__ = ["read_json", "decode_body", "loads_bounded", "json_value", "BodyError", "MAX_JSON_DEPTH", "INLINE_MAX_BYTES",
-           "off_loop"]
+__all__ = ["read_json", "read_json_as", "decode_body", "loads_bounded", "json_value", "BodyError", "MAX_JSON_DEPTH",
+           "INLINE_MAX_BYTES", "off_loop"]
 
 MAX_JSON_DEPTH = 512
 # Bodies up to this size are decoded on the event loop (well under a millisecond).
@@ -61,6 +63,8 @@ _LONE_SURROGATE = re.compile(
 )
 _WS = re.compile(r"[ \t\n\r]*")
 
+_T = TypeVar("_T")
+
 
 def _match_end(pattern: re.Pattern[str], text: str, pos: int, endpos: int = sys.maxsize) -> int:
     """Where `pattern` stops matching from `pos`: `_WHOLE_STRINGS` and `_WS` match the empty string, so always match."""
@@ -76,7 +80,7 @@ class BodyError(ValueError):
         self.status = status
 
 
-def _refuse_constant(name: str) -> Any:
+def _refuse_constant(name: str) -> NoReturn:
     raise BodyError(f"{name} is not a JSON number (JSON has no NaN or Infinity)")
 
 
@@ -129,9 +133,11 @@ def _check_strings_and_depth(text: str, max_depth: int) -> None:
         pos = end
 
 
-def _raw(text: str, pos: int) -> tuple[Any, int]:
+def _raw(text: str, pos: int) -> tuple[JsonValue, int]:
     try:
-        return _DECODER.raw_decode(text, pos)
+        value: JsonValue
+        value, end = _DECODER.raw_decode(text, pos)
+        return value, end
     except json.JSONDecodeError as exc:
         raise BodyError(f"not valid JSON: {exc.msg} ({_where(text, exc.pos)})") from None
     except RecursionError:  # not reached after the pre-scan; never a 500 either way
@@ -151,37 +157,57 @@ def _expect(text: str, pos: int, chars: str, what: str) -> int:
 
 
 def _value(text: str, pos: int, level: int, max_items: int | None, limit_name: str,
-           path: str = "the body") -> tuple[Any, int]:
+           path: str = "the body") -> tuple[JsonValue, int]:
     """Parse one value; objects and arrays of the top two levels member by member, the rest in one call."""
     pos = _match_end(_WS, text, pos)
     opener = text[pos:pos + 1]
     if level >= 2 or opener not in ("{", "["):
         return _raw(text, pos)
-    close = "}" if opener == "{" else "]"
-    out: Any = {} if opener == "{" else []
+    if opener == "{":
+        return _object(text, pos, level, max_items, limit_name)
+    return _array(text, pos, level, max_items, limit_name, path)
+
+
+def _object(text: str, pos: int, level: int, max_items: int | None, limit_name: str) -> tuple[JsonObject, int]:
+    """The object opening at `pos`, member by member."""
+    out: JsonObject = {}
     pos = _match_end(_WS, text, pos + 1)
-    if text[pos:pos + 1] == close:
+    if text[pos:pos + 1] == "}":
         return out, pos + 1
     while True:
-        if opener == "{":
-            pos = _expect(text, pos, '"', "a member name in double quotes")
-            key, pos = _raw(text, pos)
-            pos = _expect(text, pos, ":", "':' after a member name") + 1
-            out[key], pos = _value(text, pos, level + 1, max_items, limit_name, f"'{key[:80]}'")
-        else:
-            if max_items is not None and len(out) >= max_items:
-                raise BodyError(f"{path} holds more than {max_items} items, the most one request may carry "
-                                f"({limit_name}); split it into several requests", status=413)
-            item, pos = _value(text, pos, level + 1, max_items, limit_name, path)
-            out.append(item)
-        pos = _expect(text, pos, "," + close, f"',' or '{close}'")
-        if text[pos] == close:
+        pos = _expect(text, pos, '"', "a member name in double quotes")
+        key, pos = _raw(text, pos)
+        if not isinstance(key, str):  # a JSON string starts with '"': never reached
+            raise BodyError(f"not valid JSON: expected a member name at {_where(text, pos)}")
+        pos = _expect(text, pos, ":", "':' after a member name") + 1
+        out[key], pos = _value(text, pos, level + 1, max_items, limit_name, f"'{key[:80]}'")
+        pos = _expect(text, pos, ",}", "',' or '}'")
+        if text[pos] == "}":
+            return out, pos + 1
+        pos += 1
+
+
+def _array(text: str, pos: int, level: int, max_items: int | None, limit_name: str,
+           path: str) -> tuple[list[JsonValue], int]:
+    """The array opening at `pos`, item by item, at most `max_items` of them."""
+    out: list[JsonValue] = []
+    pos = _match_end(_WS, text, pos + 1)
+    if text[pos:pos + 1] == "]":
+        return out, pos + 1
+    while True:
+        if max_items is not None and len(out) >= max_items:
+            raise BodyError(f"{path} holds more than {max_items} items, the most one request may carry "
+                            f"({limit_name}); split it into several requests", status=413)
+        item, pos = _value(text, pos, level + 1, max_items, limit_name, path)
+        out.append(item)
+        pos = _expect(text, pos, ",]", "',' or ']'")
+        if text[pos] == "]":
             return out, pos + 1
         pos += 1
 
 
 def loads_bounded(text: str, *, max_depth: int = MAX_JSON_DEPTH, max_items: int | None = None,
-                  limit_name: str = "") -> Any:
+                  limit_name: str = "") -> JsonValue:
     """`json.loads` without NaN/Infinity, depth-bounded, piecewise; raises `BodyError`."""
     _check_strings_and_depth(text, max_depth)
     value, end = _value(text, 0, 0, max_items, limit_name)
@@ -192,7 +218,7 @@ def loads_bounded(text: str, *, max_depth: int = MAX_JSON_DEPTH, max_items: int 
 
 
 def decode_body(raw: bytes, *, what: str, expect: type | None, shape_status: int, max_items: int | None,
-                limit_name: str) -> Any:
+                limit_name: str) -> JsonValue:
     """Bytes to a JSON value or an `HttpProblem`; runs on the loop or in a worker thread."""
     try:
         text = raw.decode("utf-8")
@@ -213,7 +239,7 @@ def decode_body(raw: bytes, *, what: str, expect: type | None, shape_status: int
     return value
 
 
-def _json_kind(value: Any) -> str:
+def _json_kind(value: JsonValue) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -227,28 +253,45 @@ def _json_kind(value: Any) -> str:
 
 async def read_json(request: web.Request, *, what: str = "request body", expect: type | None = dict,
                     shape_status: int = 400, allow_empty: bool = False, max_items: int | None = None,
-                    limit_name: str = "", convert: Callable[[Any], Any] | None = None) -> Any:
-    """The request's JSON body, validated as the module docstring says.
+                    limit_name: str = "") -> JsonValue:
+    """The request's JSON body, validated as the module docstring says (a JSON object unless `expect` says
+    otherwise: `list`, or None for any value).
 
     `allow_empty`: an empty body is `None` (routes where the body is optional).
-    `convert`: a validation/transformation applied to the value in the same
-    worker thread as the parse (for bodies above `INLINE_MAX_BYTES`).
     """
     raw = await request.read()
     if allow_empty and not raw.strip():
         return None
+    return await _decode(request, raw, _same, what=what, expect=expect, shape_status=shape_status,
+                         max_items=max_items, limit_name=limit_name)
 
-    def work() -> Any:
+
+async def read_json_as(request: web.Request, convert: Callable[[JsonValue], _T], *, what: str = "request body",
+                       expect: type | None = dict, shape_status: int = 400, max_items: int | None = None,
+                       limit_name: str = "") -> _T:
+    """`read_json`, then `convert` (a validation/transformation of the value) in the same step: in the same
+    worker thread as the parse for bodies above `INLINE_MAX_BYTES`."""
+    return await _decode(request, await request.read(), convert, what=what, expect=expect,
+                         shape_status=shape_status, max_items=max_items, limit_name=limit_name)
+
+
+def _same(value: JsonValue) -> JsonValue:
+    return value
+
+
+async def _decode(request: web.Request, raw: bytes, convert: Callable[[JsonValue], _T], *, what: str,
+                  expect: type | None, shape_status: int, max_items: int | None, limit_name: str) -> _T:
+    def work() -> _T:
         value = decode_body(raw, what=what, expect=expect, shape_status=shape_status, max_items=max_items,
                             limit_name=limit_name)
-        return convert(value) if convert is not None else value
+        return convert(value)
 
     if len(raw) <= INLINE_MAX_BYTES:
         return work()
     return await off_loop(request, work)
 
 
-async def off_loop(request: web.Request, work: Callable[[], Any]) -> Any:
+async def off_loop(request: web.Request, work: Callable[[], _T]) -> _T:
     """Run CPU-bound `work` in a worker thread, at most `OFF_LOOP_SLOTS` at once per listener.
 
     More threads competing for the GIL would only slow the event loop down
@@ -262,7 +305,7 @@ async def off_loop(request: web.Request, work: Callable[[], Any]) -> Any:
         return await loop.run_in_executor(None, work)
 
 
-def json_value(data: bytes | bytearray | memoryview) -> Any:
+def json_value(data: bytes | bytearray | memoryview) -> JsonValue:
     """A stored record key or value as JSON, bounded like a request body; `ValueError` says why not."""
     try:
         text = bytes(data).decode("utf-8")

@@ -1,8 +1,14 @@
-"""Typed `web.AppKey`s for the state the HTTP handlers share.
+"""Typed `web.AppKey`s for the state the HTTP handlers share, and the broker as the HTTP listener sees it.
 
 Why: aiohttp keeps shared state on the application; typed keys make each
 lookup checked and greppable, and there are no module-level singletons, so
 one process can serve several brokers (tests do).
+
+The HTTP listener starts before the broker's parts exist (`/healthz` answers
+while logs recover), so it holds the broker itself, as `HttpBroker` says: what
+health, metrics and the controller's metadata deliveries read while it starts,
+and `parts` (`kelp.broker.parts.BrokerParts`) once every part is built, which
+the routes behind the starting gate read through `serving.serving(request)`.
 
 This module must never hold values itself: state lives on the app.
 """
@@ -10,20 +16,64 @@ This module must never hold values itself: state lives on the app.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Protocol
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from kelp.partitioner import RoundRobin
 
+from ..cluster.member import ClusterMember
+from ..config import BrokerConfig
+from ..config_keys import BROKER_KEYS
 from ..metrics import BrokerMetrics
+from ..parts import BrokerParts
+from ..storage import LogManager
 
-__all__ = ["BROKER", "METRICS", "LOG_REGISTRY", "ROUND_ROBIN", "MAX_BODY", "OFF_LOOP_SLOTS", "broker_setting"]
+__all__ = ["BROKER", "METRICS", "LOG_REGISTRY", "ROUND_ROBIN", "MAX_BODY", "OFF_LOOP_SLOTS", "HttpBroker",
+           "KafkaAddress", "int_setting"]
 
-# The `kelp.broker.app.Broker` this listener serves (typed loosely: the HTTP
-# layer must not import the composition root that imports it).
-BROKER: web.AppKey[Any] = web.AppKey("kelp_broker")
+
+class KafkaAddress(Protocol):
+    """Where the broker's Kafka listener is reached (`kelp.broker.kafka.server.KafkaServer`)."""
+
+    @property
+    def advertised_host(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...  # 0 until bound
+
+
+class HttpBroker(Protocol):
+    """The broker as its HTTP listener sees it (`kelp.broker.app.Broker`); each part None until it is built."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def metrics(self) -> BrokerMetrics | None: ...  # None: the process-wide registry
+
+    @property
+    def started_at(self) -> float | None: ...  # monotonic seconds once started; None while starting
+
+    @property
+    def stopping(self) -> bool: ...
+
+    @property
+    def logs(self) -> LogManager | None: ...  # open once recovery is done
+
+    @property
+    def kafka_server(self) -> KafkaAddress | None: ...
+
+    @property
+    def cluster(self) -> ClusterMember | None: ...  # takes metadata deliveries once `started`
+
+    @property
+    def parts(self) -> BrokerParts | None: ...  # every part, once all are built
+
+
+# The `kelp.broker.app.Broker` this listener serves.
+BROKER: web.AppKey[HttpBroker] = web.AppKey("kelp_broker")
 METRICS = web.AppKey("kelp_metrics", BrokerMetrics)
 # Per-broker registry holding the scrape-time log gauges of this broker's LogManager.
 LOG_REGISTRY = web.AppKey("kelp_log_registry", CollectorRegistry)
@@ -34,10 +84,11 @@ MAX_BODY = web.AppKey("kelp_max_body", int)
 OFF_LOOP_SLOTS = web.AppKey("kelp_off_loop_slots", asyncio.Semaphore)
 
 
-def broker_setting(broker: Any, key: str) -> Any:
-    """`broker.config[key]`, or the key's default where the broker's config lacks it (test doubles)."""
-    from ..config import BROKER_KEYS
-
-    getter = getattr(broker.config, "get", None)
+def int_setting(config: BrokerConfig, key: str) -> int:
+    """`config[key]` of an integer broker key, or the key's default where `config` lacks it (test doubles)."""
+    getter = getattr(config, "get", None)
     value = getter(key) if callable(getter) else None
-    return BROKER_KEYS[key][1] if value is None else value
+    raw = BROKER_KEYS[key][1] if value is None else value
+    if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
+        raise TypeError(f"broker key {key} is not an integer setting: {raw!r}")
+    return int(raw)

@@ -26,6 +26,6 @@ routes = web.RouteTableDef()
 async def metrics(request: web.Request) -> web.Response:
     health = CollectorRegistry(auto_describe=False)
     broker = request.app[BROKER]
-    health.register(ClusterCollector(lambda: broker))
+    health.register(ClusterCollector(lambda: broker.parts))  # nothing to report before every part is built
     body = request.app[METRICS].render() + generate_latest(request.app[LOG_REGISTRY]) + generate_latest(health)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})

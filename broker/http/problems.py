@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from typing import Mapping
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from kelp.errors import KelpError
+from kelp.json_types import JsonData
 
 from .keys import MAX_BODY
 
@@ -31,7 +33,7 @@ class HttpProblem(Exception):
     """A request the HTTP layer refuses: `status` 4xx/5xx, message names what was wrong."""
 
     def __init__(self, status: int, message: str, *, error_code: int | None = None,
-                 details: dict[str, Any] | None = None) -> None:
+                 details: Mapping[str, JsonData] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -39,7 +41,7 @@ class HttpProblem(Exception):
         self.details = details or {}  # extra body fields naming what was wrong (e.g. topic, partition, offset)
 
 
-def json_response(data: Any, *, status: int = 200, content_type: str = "application/json") -> web.Response:
+def json_response(data: JsonData, *, status: int = 200, content_type: str = "application/json") -> web.Response:
     return web.Response(
         body=json.dumps(data, separators=(",", ":")).encode(),
         status=status,
@@ -47,12 +49,13 @@ def json_response(data: Any, *, status: int = 200, content_type: str = "applicat
     )
 
 
-def error_response(status: int, error_code: int, message: str, details: dict[str, Any] | None = None) -> web.Response:
+def error_response(status: int, error_code: int, message: str,
+                   details: Mapping[str, JsonData] | None = None) -> web.Response:
     return json_response({"error_code": error_code, "message": message, **(details or {})}, status=status)
 
 
 @web.middleware
-async def error_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except HttpProblem as exc:

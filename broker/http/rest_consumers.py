@@ -29,19 +29,20 @@ This module must never change group state except through the coordinator.
 
 from __future__ import annotations
 
-import time
-from typing import Any
+from typing import TypeGuard
 
 from aiohttp import web
 
 from kelp.errors import RestErrorCode
+from kelp.json_types import JsonData, JsonValue
 
 from ..replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from .admin_groups import error_for, require_local_group
 from .consumer_instance import ConsumerRegistry, HttpConsumer, range_assign
 from .json_body import read_json
-from .keys import BROKER, broker_setting
+from .keys import int_setting
 from .problems import HttpProblem, json_response
+from .serving import serving
 
 __all__ = ["routes", "HttpConsumer", "ConsumerRegistry", "range_assign"]
 
@@ -60,7 +61,7 @@ MAX_RECORDS_MAX_BYTES = 64 << 20
 # -- request helpers ------------------------------------------------------------------
 
 def _registry(request: web.Request) -> ConsumerRegistry:
-    reg = ConsumerRegistry.of(request.app[BROKER])
+    reg = ConsumerRegistry.of(serving(request))
     reg.start_reaper()
     return reg
 
@@ -73,42 +74,43 @@ def _no_content() -> web.Response:
     return web.Response(status=204)
 
 
-def _partitions(body: Any, key: str = "partitions") -> list[tuple[str, int]]:
+def _partitions(body: JsonValue, key: str = "partitions") -> list[tuple[str, int]]:
     items = body.get(key) if isinstance(body, dict) else None
     if not isinstance(items, list):
         raise HttpProblem(422, f"body needs '{key}': a list of {{\"topic\", \"partition\"}} objects",
                           error_code=RestErrorCode.KEY_SCHEMA_MISSING)
     out = []
     for i, item in enumerate(items):
-        if not isinstance(item, dict) or not isinstance(item.get("topic"), str) \
-                or not _int_in(item.get("partition"), 0, _INT32_MAX):
+        topic, partition = (item.get("topic"), item.get("partition")) if isinstance(item, dict) else (None, None)
+        if not isinstance(topic, str) or not _int_in(partition, 0, _INT32_MAX):
             raise HttpProblem(422, f"{key}[{i}] must be {{\"topic\": string, \"partition\": integer 0..{_INT32_MAX}}}",
                               error_code=RestErrorCode.KEY_SCHEMA_MISSING)
-        out.append((item["topic"], item["partition"]))
+        out.append((topic, partition))
     return out
 
 
-def _int_in(value: Any, low: int, high: int) -> bool:
+def _int_in(value: JsonValue, low: int, high: int) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
-def _offsets(body: Any) -> dict[tuple[str, int], int]:
+def _offsets(body: JsonValue) -> dict[tuple[str, int], int]:
     items = body.get("offsets") if isinstance(body, dict) else None
     if not isinstance(items, list):
         raise HttpProblem(422, "body needs 'offsets': a list of {\"topic\", \"partition\", \"offset\"} objects",
                           error_code=RestErrorCode.KEY_SCHEMA_MISSING)
     out = {}
     for i, item in enumerate(items):
-        if not isinstance(item, dict) or not isinstance(item.get("topic"), str) \
-                or not _int_in(item.get("partition"), 0, _INT32_MAX) or not _int_in(item.get("offset"), 0, _INT64_MAX):
+        topic, partition, offset = ((item.get("topic"), item.get("partition"), item.get("offset"))
+                                    if isinstance(item, dict) else (None, None, None))
+        if not isinstance(topic, str) or not _int_in(partition, 0, _INT32_MAX) or not _int_in(offset, 0, _INT64_MAX):
             raise HttpProblem(422, f"offsets[{i}] must be {{\"topic\": string, \"partition\": integer 0..{_INT32_MAX}, "
                                    f"\"offset\": integer 0..{_INT64_MAX}}}",
                               error_code=RestErrorCode.KEY_SCHEMA_MISSING)
-        out[(item["topic"], item["partition"])] = item["offset"]
+        out[(topic, partition)] = offset
     return out
 
 
-def _bool(value: Any, name: str) -> bool:
+def _bool(value: JsonValue, name: str) -> bool:
     if isinstance(value, bool):
         return value
     if isinstance(value, str) and value.lower() in ("true", "false"):
@@ -125,11 +127,11 @@ async def create_instance(request: web.Request) -> web.Response:
     group = request.match_info["group"]
     if not group:
         raise HttpProblem(422, "group name must not be empty", error_code=RestErrorCode.INVALID_CONSUMER_CONFIG)
-    body = await read_json(request, what="consumer config", shape_status=422, allow_empty=True) or {}
+    given = await read_json(request, what="consumer config", shape_status=422, allow_empty=True)
+    body = given if isinstance(given, dict) else {}  # an object, or nothing (an empty body)
     name = body.get("name")
     if name is None:
-        reg._counter += 1
-        name = f"rest-consumer-{reg._counter}-{int(time.time() * 1000)}"
+        name = reg.new_name()
     if not isinstance(name, str) or not name:
         raise HttpProblem(422, f"'name' must be a non-empty string, got {name!r}",
                           error_code=RestErrorCode.INVALID_CONSUMER_CONFIG)
@@ -146,17 +148,17 @@ async def create_instance(request: web.Request) -> web.Response:
                           error_code=RestErrorCode.INVALID_CONSUMER_CONFIG)
     auto = body.get("auto.commit.enable", body.get("enable.auto.commit", True))
     auto_commit = _bool(auto, "auto.commit.enable")
-    max_timeout_ms = int(broker_setting(request.app[BROKER], "consumer.instance.timeout.ms"))
+    max_timeout_ms = int_setting(serving(request).config, "consumer.instance.timeout.ms")
     timeout_ms = body.get("consumer.instance.timeout.ms", max_timeout_ms)
     if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or not 0 < timeout_ms <= max_timeout_ms:
         raise HttpProblem(422, f"'consumer.instance.timeout.ms' must be an integer 1..{max_timeout_ms} "
                                f"(the broker's consumer.instance.timeout.ms), got {timeout_ms!r}",
                           error_code=RestErrorCode.INVALID_CONSUMER_CONFIG)
-    await require_local_group(request.app[BROKER], group)
+    await require_local_group(serving(request), group)
     if (group, name) in reg.instances:
         raise HttpProblem(409, f"consumer instance '{name}' already exists in group '{group}'",
                           error_code=RestErrorCode.CONSUMER_ALREADY_EXISTS)
-    max_instances = int(broker_setting(request.app[BROKER], "http.consumer.max.instances"))
+    max_instances = int_setting(serving(request).config, "http.consumer.max.instances")
     if len(reg.instances) >= max_instances:
         raise HttpProblem(
             429, f"this broker already serves {len(reg.instances)} REST consumer instances, the most it allows "
@@ -190,12 +192,13 @@ async def subscribe(request: web.Request) -> web.Response:
     if not isinstance(topics, list) or not topics or not all(isinstance(t, str) for t in topics):
         raise HttpProblem(422, "body needs 'topics': a non-empty list of topic names",
                           error_code=RestErrorCode.INVALID_CONSUMER_CONFIG)
-    for t in topics:
+    names = [t for t in topics if isinstance(t, str)]
+    for t in names:
         inst.broker.topics.describe(t)
     if inst.manual:
         raise HttpProblem(409, "this instance has a manual assignment; subscription and assignment are exclusive",
                           error_code=RestErrorCode.ILLEGAL_STATE)
-    inst.subscribe(topics)
+    inst.subscribe(names)
     return _no_content()
 
 
@@ -240,18 +243,17 @@ async def commit_offsets(request: web.Request) -> web.Response:
 async def committed_offsets(request: web.Request) -> web.Response:
     inst = _instance(request)
     body = await read_json(request, what="partitions body", shape_status=422, allow_empty=True)
-    if body is None:
-        body = {"partitions": [{"topic": t, "partition": p} for t, p in inst.assignment]}
-    parts = _partitions(body)
+    parts = list(inst.assignment) if body is None else _partitions(body)
     err, found = inst.broker.groups.fetch_offsets(inst.group, parts)
     if err:
         await inst.ensure_coordinated_here()
         raise error_for(err, f"cannot read committed offsets of group '{inst.group}': coordinator error {err}; retry")
-    return json_response({"offsets": [
-        {"topic": t, "partition": p, "offset": found[(t, p)].offset if found.get((t, p)) else -1,
-         "metadata": found[(t, p)].metadata if found.get((t, p)) else ""}
-        for t, p in parts
-    ]}, content_type=PLAIN_V2)
+    offsets: list[JsonData] = []
+    for t, p in parts:
+        co = found.get((t, p))
+        offsets.append({"topic": t, "partition": p, "offset": co.offset if co else -1,
+                        "metadata": co.metadata if co else ""})
+    return json_response({"offsets": offsets}, content_type=PLAIN_V2)
 
 
 @routes.post("/consumers/{group}/instances/{instance}/assignments")

@@ -25,19 +25,21 @@ import base64
 import binascii
 import json
 from collections import defaultdict
-from typing import Any
 
 from aiohttp import web
 
 from kelp.errors import ErrorCode, OffsetOutOfRangeError, RestErrorCode
-from kelp.partitioner import partition_for_key
+from kelp.json_types import JsonData, JsonValue
+from kelp.partitioner import RoundRobin, partition_for_key
 from kelp.records import Record, build_batch, iter_records
 
+from ..parts import BrokerParts
 from ..replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchPartition
-from .json_body import json_value, off_loop, read_json
-from .keys import BROKER, ROUND_ROBIN, broker_setting
+from .json_body import json_value, off_loop, read_json_as
+from .keys import ROUND_ROBIN, int_setting
 from .problems import HttpProblem, json_response
-from .topic_views import partition_roles, topic_configs
+from .serving import serving
+from .topic_views import partition_roles, record_bytes, topic_configs
 
 __all__ = ["routes", "JSON_V2", "BINARY_V2"]
 
@@ -67,7 +69,7 @@ def _embedded_format(request: web.Request) -> str:
     return fmt
 
 
-def _encode_field(value: Any, fmt: str, *, index: int, field: str) -> bytes | None:
+def _encode_field(value: JsonValue, fmt: str, *, index: int, field: str) -> bytes | None:
     """JSON format: any JSON value, stored as its compact JSON text. Binary: base64 or null."""
     if value is None:
         return None
@@ -83,21 +85,23 @@ def _encode_field(value: Any, fmt: str, *, index: int, field: str) -> bytes | No
         raise HttpProblem(422, f"records[{index}].{field} is not valid base64: {exc}") from None
 
 
-def _encode_headers(raw: Any, fmt: str, *, index: int) -> tuple[tuple[str, bytes | None], ...]:
+def _encode_headers(raw: JsonValue, fmt: str, *, index: int) -> tuple[tuple[str, bytes | None], ...]:
     """Optional extension: `headers` as `[{"name": .., "value": ..}]` or `{"name": value}`.
 
     Values are base64 in the binary format and plain strings in the json format.
     """
     if raw is None:
         return ()
+    pairs: list[tuple[str, JsonValue]]
     if isinstance(raw, dict):
         pairs = list(raw.items())
     elif isinstance(raw, list):
         pairs = []
         for j, item in enumerate(raw):
-            if not isinstance(item, dict) or not isinstance(item.get("name", item.get("key")), str):
+            name = item.get("name", item.get("key")) if isinstance(item, dict) else None
+            if not isinstance(item, dict) or not isinstance(name, str):
                 raise HttpProblem(422, f"records[{index}].headers[{j}] must be an object with a string 'name'")
-            pairs.append((item.get("name", item.get("key")), item.get("value")))
+            pairs.append((name, item.get("value")))
     else:
         raise HttpProblem(422, f"records[{index}].headers must be a list of {{name, value}} or an object")
     out: list[tuple[str, bytes | None]] = []
@@ -120,7 +124,7 @@ _INT64_MAX = (1 << 63) - 1
 _INT32_MAX = (1 << 31) - 1
 
 
-def _parse_records(body: Any, fmt: str) -> list[tuple[int | None, Record]]:
+def _parse_records(body: JsonValue, fmt: str) -> list[tuple[int | None, Record]]:
     """The records of a produce body, each field checked; a 422 names the first bad one."""
     if not isinstance(body, dict):
         raise HttpProblem(422, f"request body must be an object with a 'records' list, got {type(body).__name__}")
@@ -157,7 +161,7 @@ def _parse_records(body: Any, fmt: str) -> list[tuple[int | None, Record]]:
 
 
 def _place(parsed: list[tuple[int | None, Record]], *, topic: str, n: int, fixed_partition: int | None,
-           rr: Any) -> dict[int, list[int]]:
+           rr: RoundRobin) -> dict[int, list[int]]:
     """Record indexes per partition (explicit, murmur2 of the key, or round-robin); 422/404 on a bad one."""
     by_partition: dict[int, list[int]] = defaultdict(list)
     for i, (explicit, rec) in enumerate(parsed):
@@ -195,13 +199,13 @@ def _build_batches(parsed: list[tuple[int | None, Record]],
 
 
 async def _produce(request: web.Request, *, fixed_partition: int | None) -> web.Response:
-    broker = request.app[BROKER]
+    broker = serving(request)
     topic = request.match_info["topic"]
     fmt = _embedded_format(request)
     # Parsed and validated off the event loop when the body is large (json_body.INLINE_MAX_BYTES).
-    max_records = int(broker_setting(broker, "http.request.max.records"))
-    parsed = await read_json(request, expect=dict, shape_status=422, max_items=max_records,
-                             limit_name="http.request.max.records", convert=lambda body: _parse_records(body, fmt))
+    max_records = int_setting(broker.config, "http.request.max.records")
+    parsed = await read_json_as(request, lambda body: _parse_records(body, fmt), expect=dict, shape_status=422,
+                                max_items=max_records, limit_name="http.request.max.records")
     info = await broker.topics.ensure_topic(topic)
     n = info.partitions
     rr = request.app[ROUND_ROBIN]
@@ -215,7 +219,7 @@ async def _produce(request: web.Request, *, fixed_partition: int | None) -> web.
     else:
         by_partition, batches = place_and_build()
 
-    outcome: dict[int, int | dict[str, Any]] = {}  # partition: its first offset, or the error to answer
+    outcome: dict[int, int | dict[str, JsonData]] = {}  # partition: its first offset, or the error to answer
     for p in sorted(by_partition):
         try:
             batch = batches[p]
@@ -230,7 +234,7 @@ async def _produce(request: web.Request, *, fixed_partition: int | None) -> web.
         outcome[p] = result.base_offset
 
     def reply_body() -> bytes:
-        offsets: list[dict[str, Any]] = [{} for _ in parsed]
+        offsets: list[dict[str, JsonData]] = [{} for _ in parsed]
         for p, indexes in by_partition.items():
             base = outcome[p]
             for j, i in enumerate(indexes):
@@ -269,7 +273,7 @@ def _partition_arg(request: web.Request) -> int:
     return p
 
 
-def _confluent_partition(broker: Any, topic: str, p: int) -> dict[str, Any]:
+def _confluent_partition(broker: BrokerParts, topic: str, p: int) -> dict[str, JsonData]:
     leader, replicas, isr = partition_roles(broker, topic, p)
     return {
         "partition": p,
@@ -280,17 +284,17 @@ def _confluent_partition(broker: Any, topic: str, p: int) -> dict[str, Any]:
 
 @routes.get("/topics")
 async def list_topics(request: web.Request) -> web.Response:
-    names = [t.name for t in request.app[BROKER].topics.list_topics()]
+    names = [t.name for t in serving(request).topics.list_topics()]
     return json_response(names, content_type=PLAIN_V2)
 
 
 @routes.get("/topics/{topic}")
 async def get_topic(request: web.Request) -> web.Response:
-    broker = request.app[BROKER]
+    broker = serving(request)
     name = request.match_info["topic"]
     info = broker.topics.describe(name)
     configs = {k: v["value"] for k, v in topic_configs(broker, name).items()}
-    body = {
+    body: dict[str, JsonData] = {
         "name": name,
         "configs": configs,
         "partitions": [_confluent_partition(broker, name, p) for p in range(info.partitions)],
@@ -300,7 +304,7 @@ async def get_topic(request: web.Request) -> web.Response:
 
 @routes.get("/topics/{topic}/partitions")
 async def list_partitions(request: web.Request) -> web.Response:
-    broker = request.app[BROKER]
+    broker = serving(request)
     name = request.match_info["topic"]
     info = broker.topics.describe(name)
     return json_response([_confluent_partition(broker, name, p) for p in range(info.partitions)], content_type=PLAIN_V2)
@@ -308,7 +312,7 @@ async def list_partitions(request: web.Request) -> web.Response:
 
 @routes.get("/topics/{topic}/partitions/{partition}")
 async def get_partition(request: web.Request) -> web.Response:
-    broker = request.app[BROKER]
+    broker = serving(request)
     name = request.match_info["topic"]
     p = _partition_arg(request)
     broker.topics.check_partition(name, p)
@@ -339,7 +343,8 @@ def _read_format(request: web.Request) -> str:
     return "json" if JSON_V2 in accept else "binary"
 
 
-def _decode_field(data: bytes | None, fmt: str, *, topic: str, partition: int, offset: int, field: str) -> Any:
+def _decode_field(data: bytes | None, fmt: str, *, topic: str, partition: int, offset: int, field: str
+                  ) -> JsonValue:
     if data is None:
         return None
     if fmt == "binary":
@@ -358,7 +363,7 @@ def _decode_field(data: bytes | None, fmt: str, *, topic: str, partition: int, o
 @routes.get("/topics/{topic}/partitions/{partition}/records")
 async def read_records(request: web.Request) -> web.Response:
     """Records from `offset` (number, `earliest` or `latest`); long-polls up to `timeout` ms."""
-    broker = request.app[BROKER]
+    broker = serving(request)
     topic = request.match_info["topic"]
     p = _partition_arg(request)
     fmt = _read_format(request)
@@ -390,9 +395,9 @@ async def read_records(request: web.Request) -> web.Response:
     )
     if result.error is not None:
         raise result.error
-    out: list[dict[str, Any]] = []
+    out: list[JsonData] = []
     if result.records:
-        for rec in iter_records(result.records):
+        for rec in iter_records(record_bytes(result.records)):
             if rec.offset < offset:
                 continue  # the batch holding `offset` starts earlier
             out.append(

@@ -9,18 +9,21 @@ This module must never change state.
 
 from __future__ import annotations
 
-from typing import Any
+from kelp.json_types import JsonData
 
-__all__ = ["partition_roles", "describe_topic", "topic_configs", "brokers_view"]
+from ..parts import BrokerParts
+from ..replica_types import SegmentSlice
+
+__all__ = ["partition_roles", "describe_topic", "topic_configs", "brokers_view", "record_bytes"]
 
 
-def partition_roles(broker: Any, topic: str, partition: int) -> tuple[int, list[int], list[int]]:
+def partition_roles(broker: BrokerParts, topic: str, partition: int) -> tuple[int, list[int], list[int]]:
     """(leader, replicas, isr) of one partition, from the cluster metadata this broker holds."""
     leader, replicas, isr = broker.replicas.partition_roles(topic, partition)
     return int(leader), list(replicas), list(isr)
 
 
-def topic_configs(broker: Any, name: str) -> dict[str, dict[str, str]]:
+def topic_configs(broker: BrokerParts, name: str) -> dict[str, dict[str, str]]:
     """`{config name: {"value": str, "source": "topic" | "default"}}`, sorted by name."""
     effective = broker.topics.effective_configs(name)
     return {
@@ -29,14 +32,14 @@ def topic_configs(broker: Any, name: str) -> dict[str, dict[str, str]]:
     }
 
 
-async def describe_topic(broker: Any, name: str) -> dict[str, Any]:
+async def describe_topic(broker: BrokerParts, name: str) -> dict[str, JsonData]:
     """A topic with each partition's roles and offsets (as its leader knows them; nulls while it has none)."""
     info = broker.topics.describe(name)
     infos = await broker.cluster.partition_infos([(name, p) for p in range(info.partitions)])
-    partitions = []
+    partitions: list[JsonData] = []
     for p, state in enumerate(info.partition_states):
         pi = infos.get((name, p))
-        entry = {
+        entry: dict[str, JsonData] = {
             "partition": p,
             "leader": state.leader,
             "leader_epoch": state.leader_epoch,
@@ -62,7 +65,18 @@ async def describe_topic(broker: Any, name: str) -> dict[str, Any]:
     }
 
 
-def brokers_view(broker: Any) -> list[dict[str, Any]]:
+def record_bytes(records: bytes | memoryview | SegmentSlice) -> bytes | memoryview:
+    """The bytes of a fetch result's records, for the REST reads that decode them. They fetch without
+    `zero_copy`, so the replica manager hands bytes; a file range would be read here, and closed."""
+    if isinstance(records, SegmentSlice):
+        try:
+            return records.read()
+        finally:
+            records.close()
+    return records
+
+
+def brokers_view(broker: BrokerParts) -> list[JsonData]:
     member = broker.cluster
     return [
         {"id": b.id, "host": b.host, "port": b.port, "http_port": b.http_port, "rack": b.rack,

@@ -39,9 +39,9 @@ import asyncio
 import logging
 import time
 from collections import deque
-from typing import Callable, Protocol, cast
+from typing import Callable, Literal, Protocol, Sequence, cast
 
-from .framing import SIZE
+from .framing import SIZE, Buffer
 from .limits import MemoryPool
 
 log = logging.getLogger("kelp.broker.kafka")
@@ -60,6 +60,10 @@ POOL_FULL_READ = 1024
 
 _PAUSE_IN_FLIGHT = 1  # MAX_IN_FLIGHT requests unanswered
 _PAUSE_POOL = 2  # waiting for the memory pool
+
+# What handling one request comes to: the buffers to send, None (no answer: acks=0), or False (close the
+# connection after what came before it).
+Answer = list[Buffer] | Literal[False] | None
 
 
 class ConnectionHost(Protocol):
@@ -84,7 +88,7 @@ class ConnectionHost(Protocol):
         ...
 
     def dispatch(self, frame: memoryview, peer: str, *, release: Callable[[], None] | None = None
-                 ) -> asyncio.Future | None:
+                 ) -> asyncio.Future[Answer] | None:
         """Start handling one request frame; the future's result is what to send (see `_write_loop`).
         None: close the connection. `release` hands the frame's bytes back to the pool."""
         ...
@@ -124,12 +128,13 @@ class _Connection(asyncio.BufferedProtocol):
         self._frame_cap = 0  # bytes granted by the pool (its buffer grows to this at the next read)
         self._overdraft = False  # the pool let this frame grow beyond its limit
         self._frame_over = 0  # bytes of the frame charged beyond the pool (the overdraft)
-        self._pending: deque = deque()
+        # Requests in arrival order, each its answer to come; None: close once the ones before it are answered.
+        self._pending: deque[asyncio.Future[Answer] | None] = deque()
         # Bare futures, made only while the writer waits (an idle connection holds none):
         # `_wake` for a new item in `_pending`, `_drained` for the transport to drain.
-        self._wake: asyncio.Future | None = None
-        self._drained: asyncio.Future | None = None
-        self._writer: asyncio.Task | None = None
+        self._wake: asyncio.Future[None] | None = None
+        self._drained: asyncio.Future[None] | None = None
+        self._writer: asyncio.Task[None] | None = None
         self._closed = False  # no more requests will be read
         self._lost = False
         self._admitted = False
@@ -409,7 +414,7 @@ class _Connection(asyncio.BufferedProtocol):
             return False
         self._in_flight += 1
 
-        def answered(_f: asyncio.Future) -> None:
+        def answered(_f: asyncio.Future[Answer]) -> None:
             self._answered()
             release()
 
@@ -445,7 +450,7 @@ class _Connection(asyncio.BufferedProtocol):
         self._pending.append(None)
         self._notify()
 
-    def abort(self) -> asyncio.Task | None:
+    def abort(self) -> asyncio.Task[None] | None:
         """Server stop: drop what is in flight and close now."""
         self._closed = True
         for item in self._pending:
@@ -511,21 +516,18 @@ class _Connection(asyncio.BufferedProtocol):
             if not transport.is_closing():
                 transport.close()
 
-    async def _send(self, transport: asyncio.Transport, out: list) -> bool:
-        """Write buffers in order; file ranges go out with sendfile. False: connection unusable."""
+    async def _send(self, transport: asyncio.Transport, out: list[Buffer]) -> bool:
+        """Write buffers in order, byte buffers in runs; file ranges go out with sendfile. False: connection
+        unusable."""
         try:
-            i = 0
-            n = len(out)
-            while i < n:
-                j = i
-                while j < n and isinstance(out[j], (bytes, bytearray, memoryview)):
-                    j += 1
-                if j > i:
-                    transport.writelines(out[i:j])
-                    i = j
+            run: list[bytes | bytearray | memoryview] = []
+            for buf in out:
+                if isinstance(buf, (bytes, bytearray, memoryview)):
+                    run.append(buf)
                     continue
-                buf = out[i]
-                i += 1
+                if run:
+                    transport.writelines(run)
+                    run = []
                 if self._lost:
                     return False
                 sent = await asyncio.get_running_loop().sendfile(
@@ -537,12 +539,14 @@ class _Connection(asyncio.BufferedProtocol):
                         self.peer, sent, buf.size, getattr(buf.file, "name", "?"),
                     )
                     return False
+            if run:
+                transport.writelines(run)
             return True
         finally:
             _close_buffers(out)
 
 
-def _close_buffers(out: list) -> None:
+def _close_buffers(out: Sequence[Buffer]) -> None:
     for buf in out:
         if not isinstance(buf, (bytes, bytearray, memoryview)):
             try:

@@ -16,7 +16,9 @@ from __future__ import annotations
 import struct
 from typing import Sequence
 
-__all__ = ["encode_fetch_response", "MIN_VERSION", "MAX_VERSION"]
+from .framing import Buffer, FileRange
+
+__all__ = ["encode_fetch_response", "MIN_VERSION", "MAX_VERSION", "PartitionAnswer"]
 
 MIN_VERSION = 4
 MAX_VERSION = 12
@@ -27,6 +29,10 @@ _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 _PART_V4 = struct.Struct(">ihqq")  # partition, error, hw, lso
 _PART_V5 = struct.Struct(">ihqqq")  # + log start
+
+# One partition of the answer: (partition, error, high watermark, last stable offset, log start, records),
+# the records as the log gave them (bytes, or a segment's byte range sent with sendfile).
+PartitionAnswer = tuple[int, int, int, int, int, bytes | memoryview | FileRange]
 
 
 def _uvarint(n: int) -> bytes:
@@ -44,16 +50,16 @@ def encode_fetch_response(
     throttle_time_ms: int = 0,
     error_code: int = 0,
     session_id: int = 0,
-    topics: Sequence[tuple[str, Sequence[tuple[int, int, int, int, int, bytes | memoryview]]]],
-) -> tuple[list[bytes | memoryview], int]:
+    topics: Sequence[tuple[str, Sequence[PartitionAnswer]]],
+) -> tuple[list[Buffer], int]:
     """Encode; `topics` = [(name, [(partition, error, hw, lso, log_start, records), ...])].
 
-    Returns (buffers, total size). Records of None are sent as empty.
+    Returns (buffers, total size).
     """
     if not MIN_VERSION <= version <= MAX_VERSION:
         raise ValueError(f"FetchResponse v{version} is not supported by this encoder")
     flexible = version >= 12
-    out: list[bytes | memoryview] = []
+    out: list[Buffer] = []
     head = bytearray(_TOP_V7.pack(throttle_time_ms, error_code, session_id) if version >= 7
                      else _TOP_V4.pack(throttle_time_ms))
     head += _uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))
@@ -72,7 +78,7 @@ def encode_fetch_response(
             head += b"\x00" if flexible else b"\xff\xff\xff\xff"
             if version >= 11:
                 head += b"\xff\xff\xff\xff"  # preferred read replica -1
-            n = len(records) if records is not None else 0
+            n = len(records)
             head += _uvarint(n + 1) if flexible else _I32.pack(n)
             if n:
                 out.append(bytes(head))

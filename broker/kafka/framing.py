@@ -6,20 +6,44 @@ on the API version (flexible versions add a tagged-field byte; ApiVersions
 never does). Keeping this byte-level code in one place keeps the server loop
 readable and testable.
 
-This module must never do I/O; it works on bytes given to it.
+This module must never do I/O; it works on bytes given to it. It also names
+what a response is written as (`Buffer`), which the connection writes and the
+handlers build.
 """
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import BinaryIO, Protocol
 
-__all__ = ["RequestHeader", "FrameError", "parse_request_header", "response_frame", "SIZE"]
+__all__ = ["RequestHeader", "FrameError", "parse_request_header", "response_frame", "SIZE", "Buffer", "FileRange"]
 
 SIZE = struct.Struct(">i")
 _FIXED = struct.Struct(">hhih")
 _RESP = struct.Struct(">ii")
 _RESP_FLEX = struct.Struct(">iiB")
+
+
+class FileRange(Protocol):
+    """A byte range of an open file, written with sendfile and then closed (a `replica_types.SegmentSlice`)."""
+
+    @property
+    def file(self) -> BinaryIO: ...
+
+    @property
+    def position(self) -> int: ...
+
+    @property
+    def size(self) -> int: ...
+
+    def __len__(self) -> int: ...  # the byte count, `size`
+
+    def close(self) -> None: ...
+
+
+# One piece of a response, in the order written: bytes, or a file range sent without copying it.
+Buffer = bytes | bytearray | memoryview | FileRange
 
 
 class FrameError(ValueError):

@@ -28,8 +28,8 @@ bytes wake the waiters in order. Two rules keep it live:
   reads while the pool is full: such a read is cut to that size, and the
   connection then stops reading).
 
-This module must never do I/O; connections are duck-typed objects with
-`_pool_grow() -> bool`, `_pool_overdraft()` and `_pool_resume()`.
+This module must never do I/O; a connection is what `PoolWaiter` says it is
+(`connection._Connection`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from typing import Any
+from typing import Protocol
 
 __all__ = ["MemoryPool", "ConnectionQuota", "RateLimitedLog", "UNBOUNDED"]
 
@@ -45,6 +45,22 @@ __all__ = ["MemoryPool", "ConnectionQuota", "RateLimitedLog", "UNBOUNDED"]
 UNBOUNDED = 2**31 - 1
 # The share of the pool only requests that fit staging may use.
 SMALL_REQUEST_SHARE = 8  # 1/8
+
+
+class PoolWaiter(Protocol):
+    """A connection waiting in the pool's line (`connection._Connection`); the pool calls it back."""
+
+    def _pool_grow(self) -> bool:
+        """Bytes were released: take the next growth of the large frame; True once served (or gone)."""
+        ...
+
+    def _pool_overdraft(self) -> None:
+        """This connection's frame may now grow beyond the pool, until it is answered."""
+        ...
+
+    def _pool_resume(self) -> None:
+        """The pool is below its limit again: read on."""
+        ...
 
 
 class MemoryPool:
@@ -56,9 +72,9 @@ class MemoryPool:
         self.used = 0
         self.over = 0  # bytes of the overdraft frame beyond the pool
         self.peak = 0  # highest used + over
-        self.overdraft: Any = None  # the connection whose frame may grow beyond the pool
-        self._grow_waiters: deque = deque()  # connections waiting to grow a large frame, in order
-        self._read_waiters: deque = deque()  # connections paused until the pool is below its limit
+        self.overdraft: PoolWaiter | None = None  # the connection whose frame may grow beyond the pool
+        self._grow_waiters: deque[PoolWaiter] = deque()  # connections waiting to grow a large frame, in order
+        self._read_waiters: deque[PoolWaiter] = deque()  # connections paused until the pool is below its limit
 
     @property
     def exhausted(self) -> bool:
@@ -97,14 +113,14 @@ class MemoryPool:
         self.charge(grant)
         return grant
 
-    def wait_to_grow(self, conn: Any) -> None:
+    def wait_to_grow(self, conn: PoolWaiter) -> None:
         self._grow_waiters.append(conn)
         self._grant_overdraft()
 
-    def wait_to_read(self, conn: Any) -> None:
+    def wait_to_read(self, conn: PoolWaiter) -> None:
         self._read_waiters.append(conn)
 
-    def forget(self, conn: Any) -> None:
+    def forget(self, conn: PoolWaiter) -> None:
         """A closed connection leaves the queues (its bytes are released by the caller)."""
         for queue in (self._grow_waiters, self._read_waiters):
             try:
@@ -112,7 +128,7 @@ class MemoryPool:
             except ValueError:
                 pass
 
-    def end_overdraft(self, conn: Any, over: int) -> None:
+    def end_overdraft(self, conn: PoolWaiter, over: int) -> None:
         """The overdraft frame is answered or dropped: its `over` bytes go, the next may overdraw."""
         if self.overdraft is conn:
             self.over -= over
@@ -144,7 +160,7 @@ class RateLimitedLog:
         self._last: dict[str, float] = {}
         self._suppressed: dict[str, int] = {}
 
-    def warning(self, key: str, msg: str, *args: Any) -> None:
+    def warning(self, key: str, msg: str, *args: object) -> None:
         now = time.monotonic()
         last = self._last.get(key)
         if last is not None and now - last < self.interval_s:

@@ -61,10 +61,12 @@ class _Reader:
         return pos
 
     def i16(self) -> int:
-        return _I16.unpack_from(self.buf, self.need(2))[0]
+        value: int = _I16.unpack_from(self.buf, self.need(2))[0]
+        return value
 
     def i32(self) -> int:
-        return _I32.unpack_from(self.buf, self.need(4))[0]
+        value: int = _I32.unpack_from(self.buf, self.need(4))[0]
+        return value
 
     def uvarint(self) -> int:
         value = shift = 0

@@ -11,6 +11,8 @@ arrive and hand each one here (`dispatch`); the server owns what they
 share: the staging buffer, the request memory pool and the connection
 quota of `limits.py`, and the sweep that closes idle connections. It is the
 connections' `ConnectionHost`: they reach it only through that interface.
+The broker's parts (`kelp.broker.parts.BrokerParts`) come with `serve()`,
+once they are all built; handlers reach them as `ctx.broker`.
 
 Failure policy: a frame with an impossible size, an undecodable header or an
 unknown API key is logged naming the client and the reason; the connection
@@ -27,13 +29,16 @@ import asyncio
 import logging
 import struct
 import time
-from typing import Any, Callable
+from typing import Callable
+
+from prometheus_client import Counter
 
 from kelp.errors import ErrorCode, KelpError
 
-from .. import metrics as _metrics
-from .connection import MAX_IN_FLIGHT, STAGING_BYTES, WRITE_HIGH_WATER, _Connection
-from .framing import FrameError, parse_request_header, response_frame
+from ..metrics import PROCESS, BrokerMetrics
+from ..parts import BrokerParts
+from .connection import MAX_IN_FLIGHT, STAGING_BYTES, WRITE_HIGH_WATER, Answer, _Connection
+from .framing import Buffer, FrameError, parse_request_header, response_frame
 from .handlers import get_handler
 from .handlers.registry import HandlerSpec, RawResponse, RequestContext
 from .limits import UNBOUNDED, ConnectionQuota, MemoryPool, RateLimitedLog
@@ -45,25 +50,21 @@ log = logging.getLogger("kelp.broker.kafka")
 API_VERSIONS_KEY = 18
 UNSUPPORTED_VERSION = ErrorCode.UNSUPPORTED_VERSION
 
-_LATENCY = _metrics.REQUEST_LATENCY
-
-
-
-class _Unsupported(Exception):
-    pass
-
-
-
 
 class KafkaServer:
-    """The Kafka listener; to its connections, their `ConnectionHost` (connection.py)."""
+    """The Kafka listener; to its connections, their `ConnectionHost` (connection.py).
+
+    `metrics`: the registry its request latencies and connection counters go to (the process-wide one
+    unless the broker has its own).
+    """
 
     def __init__(
-        self, broker: Any, *, host: str, port: int, advertised_host: str = "", max_request_bytes: int,
+        self, *, host: str, port: int, advertised_host: str = "", max_request_bytes: int,
         queued_max_request_bytes: int | None = None, connections_max_idle_ms: int | None = None,
         max_connections: int = UNBOUNDED, max_connections_per_ip: int = UNBOUNDED,
+        metrics: BrokerMetrics = PROCESS,
     ) -> None:
-        self.broker = broker
+        self.broker: BrokerParts | None = None  # what handlers reach; given by serve()
         self.host = host
         self.port = port
         self.advertised_host = advertised_host
@@ -76,11 +77,10 @@ class KafkaServer:
         self._connections: set[_Connection] = set()
         self.staging = bytearray(STAGING_BYTES)
         self.staging_view = memoryview(self.staging)
-        self._sweeper: asyncio.Task | None = None
+        self._sweeper: asyncio.Task[None] | None = None
         self._refusals = RateLimitedLog(log)
-        self._metrics = _metrics.metrics_of(broker)
-        self._refused = getattr(self._metrics, "connections_refused", None)
-        self._closed_by_limit = getattr(self._metrics, "connections_closed", None)
+        self._metrics = metrics
+        self._latency = metrics.request_latency
 
     @property
     def bound_port(self) -> int:
@@ -88,8 +88,9 @@ class KafkaServer:
 
     async def start(self, *, serve: bool = True) -> None:
         """Bind the listener (the port is known from here on); accept connections only with `serve` or once
-        `serve()` is called — the broker waits until it has read the cluster metadata (as Kafka's broker opens
-        its data-plane listeners only after its metadata caught up), so no client is told "no such topic"."""
+        `serve(parts)` is called — the broker waits until it has read the cluster metadata (as Kafka's broker
+        opens its data-plane listeners only after its metadata caught up), so no client is told "no such
+        topic". (`serve=True` without parts: connections whose requests are refused; tests of the listener.)"""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: _Connection(self), self.host, self.port, reuse_address=True, start_serving=serve
@@ -102,8 +103,9 @@ class KafkaServer:
             self._sweeper = loop.create_task(self._sweep_idle())
         self._metrics.watch_listener(self)
 
-    async def serve(self) -> None:
-        """Start accepting connections on the bound listener."""
+    async def serve(self, broker: BrokerParts) -> None:
+        """Start accepting connections on the bound listener, handling their requests with `broker`'s parts."""
+        self.broker = broker
         if self._server is not None and not self._server.is_serving():
             await self._server.start_serving()
 
@@ -133,7 +135,7 @@ class KafkaServer:
             exceeded, "refusing connection from %s: %s=%d reached (%d open)", conn.peer, exceeded, limit,
             self.quota.total if exceeded == "max.connections" else self.quota.per_ip.get(ip, 0),
         )
-        self._count(self._refused, exceeded)
+        self._count(self._metrics.connections_refused, exceeded)
         return False
 
     def leave(self, conn: _Connection, ip: str) -> None:
@@ -141,14 +143,14 @@ class KafkaServer:
         self._connections.discard(conn)
 
     def count_closed(self, reason: str) -> None:
-        self._count(self._closed_by_limit, reason)
+        self._count(self._metrics.connections_closed, reason)
 
-    def _count(self, counter: Any, reason: str) -> None:
-        if counter is not None:
-            try:
-                counter.labels(reason=reason).inc()
-            except Exception:
-                pass
+    @staticmethod
+    def _count(counter: Counter, reason: str) -> None:
+        try:
+            counter.labels(reason=reason).inc()
+        except Exception:  # metrics must never fail a connection
+            pass
 
     async def _sweep_idle(self) -> None:
         """Close connections idle for connections.max.idle.ms: one periodic pass, no timer per read."""
@@ -164,18 +166,22 @@ class KafkaServer:
 
     # -- requests (ConnectionHost) ---------------------------------------
     def dispatch(self, frame: memoryview, peer: str, *, release: Callable[[], None] | None = None
-                 ) -> asyncio.Future | None:
+                 ) -> asyncio.Future[Answer] | None:
         """Parse the header and start handling; None means close the connection.
 
         `release` gives the frame's bytes back to the memory pool before the answer (the handler
         calls `ctx.release_frame()` once it holds no view of them).
         """
+        broker = self.broker
+        if broker is None:
+            log.warning("closing connection from %s: this listener serves no broker yet", peer)
+            return None
         api_key, api_version = struct.unpack_from(">hh", frame, 0)
         spec = get_handler(api_key)
         flexible = False
         if spec is not None:
             try:
-                flexible = spec.request_class.flexible_version_q(api_version) and not (
+                flexible = spec.flexible(api_version) and not (
                     api_key == API_VERSIONS_KEY and api_version > spec.max_version
                 )
             except Exception:
@@ -187,9 +193,8 @@ class KafkaServer:
                         api_version, exc)
             return None
         ctx = RequestContext(
-            broker=self.broker, api_key=api_key, api_version=api_version,
-            correlation_id=header.correlation_id, client_id=header.client_id, peer=peer, server=self,
-            release_frame=release,
+            broker=broker, api_key=api_key, api_version=api_version,
+            correlation_id=header.correlation_id, client_id=header.client_id, peer=peer, release_frame=release,
         )
         if spec is None:
             log.warning(
@@ -216,12 +221,13 @@ class KafkaServer:
     async def _run(
         self, spec: HandlerSpec, ctx: RequestContext, body: memoryview | None, version: int,
         *, flexible_header: bool, fallback: bool = False,
-    ) -> list | None | bool:
+    ) -> Answer:
         start = time.perf_counter()
         try:
+            request: object
             if fallback or body is None:  # only the ApiVersions fallback comes without a body
                 request = None
-                ctx.extra["unsupported_version"] = True
+                ctx.unsupported_version = True
             else:
                 try:
                     if spec.decoder is not None:
@@ -250,29 +256,30 @@ class KafkaServer:
             return [prefix, payload]
         finally:
             try:
-                _LATENCY.labels(api=spec.name).observe(time.perf_counter() - start)
-            except Exception:
+                self._latency.labels(api=spec.name).observe(time.perf_counter() - start)
+            except Exception:  # metrics must never fail a request
                 pass
 
-    def _raw_error(self, correlation_id: int, code: int) -> list:
+    def _raw_error(self, correlation_id: int, code: int) -> list[Buffer]:
         body = struct.pack(">h", code)
         return [response_frame(correlation_id, body, flexible_header=False), body]
 
-    def _unsupported_response(self, spec: HandlerSpec, correlation_id: int, version: int) -> list | bool:
+    def _unsupported_response(self, spec: HandlerSpec, correlation_id: int, version: int) -> list[Buffer]:
         """An UNSUPPORTED_VERSION response in the requested version, if the schema can express it."""
         cls = spec.response_class
-        if 0 <= version <= (cls.max_version or 0) and "error_code" in cls._struct.fields:
+        highest: int | None = cls.max_version
+        if 0 <= version <= (highest or 0) and "error_code" in cls.fields:
             try:
                 resp = cls(version=version, error_code=UNSUPPORTED_VERSION)
-                payload = resp.encode(version=version)
-                flexible = bool(spec.request_class.flexible_version_q(version))
+                payload: bytes = resp.encode(version=version)
+                flexible = spec.flexible(version)
                 return [response_frame(correlation_id, payload, flexible_header=flexible), payload]
             except Exception:
                 pass
         return self._raw_error(correlation_id, UNSUPPORTED_VERSION)
 
 
-def _done(value: Any) -> asyncio.Future:
-    fut = asyncio.get_running_loop().create_future()
+def _done(value: Answer) -> asyncio.Future[Answer]:
+    fut: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
     fut.set_result(value)
     return fut

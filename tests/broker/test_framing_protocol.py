@@ -63,7 +63,7 @@ def _feed(conn: _Connection, data: bytes, chunks: list[int]) -> None:
 
 
 async def test_frames_survive_any_split_and_large_ones_get_their_own_buffer(monkeypatch) -> None:
-    server = KafkaServer(None, host="127.0.0.1", port=0, max_request_bytes=10 << 20)
+    server = KafkaServer(host="127.0.0.1", port=0, max_request_bytes=10 << 20)
     seen: list[memoryview] = []
 
     def dispatch(frame: memoryview, peer: str, **_: object):
@@ -91,7 +91,7 @@ async def test_frames_survive_any_split_and_large_ones_get_their_own_buffer(monk
 
 
 async def test_oversized_or_undersized_frame_closes_after_answering_earlier_requests(caplog) -> None:
-    server = KafkaServer(None, host="127.0.0.1", port=0, max_request_bytes=1000)
+    server = KafkaServer(host="127.0.0.1", port=0, max_request_bytes=1000)
 
     def dispatch(frame: memoryview, peer: str, **_: object):
         fut = asyncio.get_running_loop().create_future()
@@ -112,7 +112,7 @@ async def test_oversized_or_undersized_frame_closes_after_answering_earlier_requ
 
 async def test_connections_share_staging_and_keep_only_their_incomplete_frame() -> None:
     """Reads of several connections interleave through one staging buffer; none mixes up another's bytes."""
-    server = KafkaServer(None, host="127.0.0.1", port=0, max_request_bytes=10 << 20)
+    server = KafkaServer(host="127.0.0.1", port=0, max_request_bytes=10 << 20)
     seen: dict[str, list[bytes]] = {}
 
     def dispatch(frame: memoryview, peer: str, **_: object):

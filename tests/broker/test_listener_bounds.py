@@ -69,7 +69,7 @@ class _Requests:
 
 
 def _server(**kwargs) -> tuple[KafkaServer, _Requests]:
-    server = KafkaServer(None, host="127.0.0.1", port=0, max_request_bytes=200 * MiB, **kwargs)
+    server = KafkaServer(host="127.0.0.1", port=0, max_request_bytes=200 * MiB, **kwargs)
     requests = _Requests()
     server.dispatch = requests  # type: ignore[method-assign]
     return server, requests
@@ -195,7 +195,7 @@ async def test_closed_connection_returns_its_bytes_and_wakes_waiters() -> None:
 
 async def _serve(**kwargs) -> KafkaServer:
     """A real listener on loopback that answers every frame with 4 bytes."""
-    server = KafkaServer(None, host="127.0.0.1", port=0, max_request_bytes=10 * MiB, **kwargs)
+    server = KafkaServer(host="127.0.0.1", port=0, max_request_bytes=10 * MiB, **kwargs)
 
     def dispatch(frame: memoryview, peer: str, **_: object) -> asyncio.Future:
         fut = asyncio.get_running_loop().create_future()
@@ -373,7 +373,7 @@ def test_200_connections_declaring_100mib_frames_keep_rss_bounded_while_others_a
 async def test_a_handler_can_give_its_frame_back_to_the_pool_before_answering() -> None:
     """A produce parked for acks=all releases its frame once appended (Kafka clears a parked produce's
     records): waiting requests must not fill the pool, or follower fetches would stop being read."""
-    server = KafkaServer(None, host="127.0.0.1", port=0, max_request_bytes=10 * MiB, queued_max_request_bytes=MiB)
+    server = KafkaServer(host="127.0.0.1", port=0, max_request_bytes=10 * MiB, queued_max_request_bytes=MiB)
     parked: list[tuple[asyncio.Future, object]] = []
 
     def dispatch(frame: memoryview, peer: str, *, release=None) -> asyncio.Future:

@@ -96,7 +96,7 @@ def make_coordinator(
         **config,
     )
     known = {"t": 6} if topics is None else topics
-    coord = GroupCoordinator(cfg, store=store, clock=scheduler.clock, scheduler=scheduler,
+    coord = GroupCoordinator(cfg, store=store, clock_ms=scheduler.clock, scheduler=scheduler,
                              topic_partitions=known.get)
     if owned:
         # The single-broker case: this broker leads (and has loaded) every __consumer_offsets partition.

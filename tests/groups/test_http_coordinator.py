@@ -31,7 +31,8 @@ class NoReplicas:
 
 async def serve(broker: Any) -> TestClient:
     app = web.Application(middlewares=[error_middleware])
-    app[BROKER] = broker
+    # The HTTP listener holds the broker; the routes read its parts once it serves (kelp.broker.parts).
+    app[BROKER] = SimpleNamespace(parts=broker, config=broker.config, started_at=0.0)
     app.add_routes(admin_groups.routes)
     app.add_routes(rest_consumers.routes)
     client = TestClient(TestServer(app, host="127.0.0.1"))

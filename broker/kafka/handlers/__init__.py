@@ -1,42 +1,26 @@
 """Kafka API handlers, one module per API family; importing this package registers them all.
 
 A module registers with `@handles(RequestClass, min_version=..., max_version=...)`
-from `registry`. A family whose module is not present yet (e.g. groups while
-that part is being written) is skipped with a debug log, never an import error.
+from `registry`. Every family is imported plainly: a module that fails to
+import fails the broker's start with its traceback, never passes for an API
+left out (ApiVersions advertises exactly what registered).
 """
 
 from __future__ import annotations
 
-import importlib
-import logging
-
+from . import (  # noqa: F401  (imported for their registrations)
+    api_versions,
+    configs,
+    fetch,
+    groups,
+    log_admin,
+    metadata,
+    offsets,
+    produce,
+    producer_ids,
+    reassignments,
+    topics,
+)
 from .registry import RequestContext, all_handlers, get_handler, handles
 
-__all__ = ["RequestContext", "all_handlers", "get_handler", "handles", "load_all"]
-
-_MODULES = (
-    "api_versions",
-    "metadata",
-    "produce",
-    "fetch",
-    "offsets",
-    "topics",
-    "configs",
-    "log_admin",
-    "producer_ids",
-    "groups",
-    "reassignments",
-)
-
-
-def load_all() -> None:
-    for name in _MODULES:
-        try:
-            importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{name}":
-                raise
-            logging.getLogger("kelp.broker.kafka").debug("handler module %s not present", name)
-
-
-load_all()
+__all__ = ["RequestContext", "all_handlers", "get_handler", "handles"]

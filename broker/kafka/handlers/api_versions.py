@@ -23,5 +23,5 @@ async def handle_api_versions(ctx: RequestContext, request: ApiVersionsRequest |
         ApiVersionsResponse.ApiVersion(api_key=s.api_key, min_version=s.min_version, max_version=s.max_version)
         for s in all_handlers()
     ]
-    error = ErrorCode.UNSUPPORTED_VERSION if ctx.extra.get("unsupported_version") else ErrorCode.NONE
+    error = ErrorCode.UNSUPPORTED_VERSION if ctx.unsupported_version else ErrorCode.NONE
     return ApiVersionsResponse(error_code=error, api_keys=keys, throttle_time_ms=0)

@@ -17,7 +17,7 @@ Broker resources (`kafka-configs --entity-type brokers`): the dynamic broker
 configs (`DYNAMIC_BROKER_KEYS`) of the cluster-wide default entity (resource
 name "") or of this broker ("<id>") are changed through the controller and
 the metadata log (`TopicManager.alter_broker_configs`, the HTTP API's door
-too), and apply on every broker without a restart. Any other broker config is
+too), and apply on every broker without a restart. Every other broker config is
 read-only: refused per resource, naming it and saying to set it and restart.
 A broker resource of another broker id is refused, as Kafka's brokers do (its
 clients send it to that broker). BROKER_LOGGER stays refused.
@@ -26,7 +26,7 @@ clients send it to that broker). BROKER_LOGGER stays refused.
 from __future__ import annotations
 
 import logging
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable, Protocol, Sequence, TypeVar
 
 from kafka.protocol.admin import (
     AlterConfigsRequest,
@@ -37,7 +37,7 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse,
 )
 
-from kelp.broker.config import DEFAULT_ENTITY, DYNAMIC_BROKER_KEYS, TOPIC_BROKER_SYNONYMS
+from kelp.broker.config import DEFAULT_ENTITY, DYNAMIC_BROKER_KEYS, TOPIC_BROKER_SYNONYMS, BrokerConfig
 from kelp.errors import ConfigError, ErrorCode, InvalidRequestError, KelpError
 
 from .registry import RequestContext, handles
@@ -61,8 +61,28 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 # The configs of type LIST (APPEND/SUBTRACT apply): topic and broker names
 LIST_CONFIGS = frozenset({"cleanup.policy", "log.cleanup.policy"})
 
+# (name, value, ConfigSource) of one synonym; a described entry: (name, value, read_only, source, synonyms)
+Synonym = tuple[str, str | None, int]
+Entry = tuple[str, str | None, bool, int, list[Synonym]]
 
-def _text(value: Any) -> str | None:
+
+class _Resource(Protocol):
+    """A config resource of any of the three requests: which topic or broker entity it names."""
+
+    @property
+    def resource_type(self) -> int: ...
+
+    @property
+    def resource_name(self) -> str: ...
+
+
+_R = TypeVar("_R", bound=_Resource)
+_IncrementalResource = IncrementalAlterConfigsRequest.AlterConfigsResource
+_LegacyResource = AlterConfigsRequest.AlterConfigsResource
+_A = TypeVar("_A")  # a response's per-resource result
+
+
+def _text(value: object) -> str | None:
     if value is None:
         return None
     if isinstance(value, bool):
@@ -72,17 +92,17 @@ def _text(value: Any) -> str | None:
     return str(value)
 
 
-def _broker_synonyms(config: Any, keys: tuple[str, ...]) -> list[tuple[str, str | None, int]]:
+def _broker_synonyms(config: BrokerConfig, keys: tuple[str, ...]) -> list[Synonym]:
     """(name, value, source) layer by layer, each in `keys` order, as Kafka lists them: this broker's dynamic
     configs, the cluster-wide dynamic defaults, the keys set at start (static), the defaults."""
-    by_layer: dict[str, list[tuple[str, str | None, int]]] = {layer: [] for layer in _LAYER_SOURCE}
+    by_layer: dict[str, list[Synonym]] = {layer: [] for layer in _LAYER_SOURCE}
     for k in keys:
         for layer, value in config.layers(k):
             by_layer[layer].append((k, _text(value), _LAYER_SOURCE[layer]))
     return [s for layer in _LAYER_SOURCE for s in by_layer[layer]]
 
 
-def topic_default_source(config: Any, name: str) -> int:
+def topic_default_source(config: BrokerConfig, name: str) -> int:
     """The ConfigSource of a topic config no override sets: the broker layer its value comes from."""
     synonyms = _broker_synonyms(config, TOPIC_BROKER_SYNONYMS.get(name, ()))
     return synonyms[0][2] if synonyms else SOURCE_DEFAULT
@@ -98,14 +118,14 @@ def _broker_entity(ctx: RequestContext, name: str) -> int:
     return ctx.broker.config.broker_id
 
 
-def _describe(ctx: RequestContext, res: Any) -> list[tuple[str, str | None, bool, int, list]]:
+def _describe(ctx: RequestContext, res: DescribeConfigsRequest.DescribeConfigsResource) -> list[Entry]:
     """(name, value, read_only, source, synonyms) of each config of one resource."""
     broker = ctx.broker
-    entries = []
+    entries: list[Entry] = []
     if res.resource_type == TOPIC:
         info = broker.topics.describe(res.resource_name)
         for name, (value, _is_default) in sorted(broker.topics.effective_configs(res.resource_name).items()):
-            synonyms = [(name, value, SOURCE_TOPIC)] if name in info.configs else []
+            synonyms: list[Synonym] = [(name, value, SOURCE_TOPIC)] if name in info.configs else []
             synonyms += _broker_synonyms(broker.config, TOPIC_BROKER_SYNONYMS.get(name, ()))
             source = synonyms[0][2] if synonyms else SOURCE_DEFAULT
             entries.append((name, value, False, source, synonyms))
@@ -113,15 +133,15 @@ def _describe(ctx: RequestContext, res: Any) -> list[tuple[str, str | None, bool
         if _broker_entity(ctx, res.resource_name) == DEFAULT_ENTITY:
             # `--entity-default`: the cluster-wide dynamic defaults only, as Kafka describes them
             for name, value in broker.topics.dynamic_broker_configs(DEFAULT_ENTITY).items():
-                synonym = (name, value, SOURCE_DYNAMIC_DEFAULT_BROKER)
+                synonym: Synonym = (name, value, SOURCE_DYNAMIC_DEFAULT_BROKER)
                 entries.append((name, value, False, SOURCE_DYNAMIC_DEFAULT_BROKER, [synonym]))
             return entries
-        for name, value in sorted(broker.config.as_dict().items()):
-            if value is None:
+        for name, raw in sorted(broker.config.as_dict().items()):
+            if raw is None:
                 continue
-            synonyms = _broker_synonyms(broker.config, (name,))
-            source = synonyms[0][2] if synonyms else SOURCE_DEFAULT
-            entries.append((name, _text(value), name not in DYNAMIC_BROKER_KEYS, source, synonyms))
+            broker_synonyms = _broker_synonyms(broker.config, (name,))
+            source = broker_synonyms[0][2] if broker_synonyms else SOURCE_DEFAULT
+            entries.append((name, _text(raw), name not in DYNAMIC_BROKER_KEYS, source, broker_synonyms))
     else:
         raise InvalidRequestError(f"config resource type {res.resource_type} is not supported (topic=2, broker=4)")
     return entries
@@ -153,13 +173,13 @@ async def handle_describe_configs(ctx: RequestContext, request: DescribeConfigsR
     return DescribeConfigsResponse(throttle_time_ms=0, results=results)
 
 
-def _what(res: Any) -> str:
+def _what(res: _Resource) -> str:
     if res.resource_type == TOPIC:
         return f"topic '{res.resource_name}'"
     return "the cluster-wide broker default" if res.resource_name == "" else f"broker {res.resource_name}"
 
 
-def _current_list(ctx: RequestContext, res: Any, name: str) -> str:
+def _current_list(ctx: RequestContext, res: _Resource, name: str) -> str:
     """The value APPEND/SUBTRACT start from: the topic's effective value, or the broker entity's."""
     if res.resource_type == TOPIC:
         return ctx.broker.topics.effective_configs(res.resource_name).get(name, ("", True))[0] or ""
@@ -170,7 +190,7 @@ def _current_list(ctx: RequestContext, res: Any, name: str) -> str:
     return _text(config[name]) or ""
 
 
-def _incremental_changes(ctx: RequestContext, res: Any) -> tuple[dict[str, str], list[str]]:
+def _incremental_changes(ctx: RequestContext, res: _IncrementalResource) -> tuple[dict[str, str], list[str]]:
     """(sets, deletes) of one topic or broker entity from SET/DELETE/APPEND/SUBTRACT operations."""
     seen: set[str] = set()
     sets: dict[str, str] = {}
@@ -203,12 +223,12 @@ def _incremental_changes(ctx: RequestContext, res: Any) -> tuple[dict[str, str],
     return sets, deletes
 
 
-async def _alter_each(ctx: RequestContext, resources: list, answer: Any,
-                      alter_topic: Callable[[Any], Awaitable[None]],
-                      alter_broker: Callable[[Any, int], Awaitable[None]]) -> list:
+async def _alter_each(ctx: RequestContext, resources: Sequence[_R], answer: Callable[..., _A],
+                      alter_topic: Callable[[_R], Awaitable[None]],
+                      alter_broker: Callable[[_R, int], Awaitable[None]]) -> list[_A]:
     """Each resource on its own: a topic through `alter_topic`, a broker entity through `alter_broker`,
-    errors per resource."""
-    results = []
+    errors per resource; `answer` builds a response's result of one resource."""
+    results: list[_A] = []
     for res in resources:
         try:
             if res.resource_type == TOPIC:
@@ -237,12 +257,12 @@ async def handle_incremental_alter_configs(
 ) -> IncrementalAlterConfigsResponse:
     validate_only = bool(request.validate_only)
 
-    async def alter_topic(res: Any) -> None:
+    async def alter_topic(res: _IncrementalResource) -> None:
         sets, deletes = _incremental_changes(ctx, res)
         await ctx.broker.topics.alter_config(res.resource_name, sets, delete=tuple(deletes),
                                              validate_only=validate_only)
 
-    async def alter_broker(res: Any, entity: int) -> None:
+    async def alter_broker(res: _IncrementalResource, entity: int) -> None:
         if not res.configs:
             return  # nothing to change, as in Kafka
         sets, deletes = _incremental_changes(ctx, res)
@@ -260,14 +280,14 @@ async def handle_alter_configs(ctx: RequestContext, request: AlterConfigsRequest
     broker entity (as Kafka's does)."""
     validate_only = bool(request.validate_only)
 
-    async def alter_topic(res: Any) -> None:
+    async def alter_topic(res: _LegacyResource) -> None:
         names = [c.name for c in res.configs]
         if len(set(names)) != len(names):
             raise InvalidRequestError(f"a config is given more than once for topic '{res.resource_name}'")
         await ctx.broker.topics.alter_config(res.resource_name, {c.name: c.value for c in res.configs},
                                              replace=True, validate_only=validate_only)
 
-    async def alter_broker(res: Any, entity: int) -> None:
+    async def alter_broker(res: _LegacyResource, entity: int) -> None:
         names = [c.name for c in res.configs]
         if len(set(names)) != len(names):
             raise InvalidRequestError(f"a config is given more than once for {_what(res)}")

@@ -17,7 +17,7 @@ from kafka.protocol.consumer import FetchRequest
 from kelp.broker.replica_manager import FetchPartition
 from kelp.errors import ErrorCode
 
-from ..fetch_encoder import encode_fetch_response
+from ..fetch_encoder import PartitionAnswer, encode_fetch_response
 from .registry import RawResponse, RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
@@ -41,14 +41,14 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> RawRespons
         replica_id=request.replica_id if request.replica_id is not None else -1,
         zero_copy=True,
     )
-    topics: list[tuple[str, list]] = []
-    by_name: dict[str, list] = {}
+    topics: list[tuple[str, list[PartitionAnswer]]] = []
+    by_name: dict[str, list[PartitionAnswer]] = {}
     for r in results:
         parts = by_name.get(r.topic)
         if parts is None:
             parts = by_name[r.topic] = []
             topics.append((r.topic, parts))
-        code = ErrorCode.NONE
+        code: int = ErrorCode.NONE
         if r.error is not None:
             code = r.error.code
             log.warning("fetch from topic '%s' partition %d by %s: %s", r.topic, r.partition, ctx.client, r.error)

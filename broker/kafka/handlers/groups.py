@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, cast
+from typing import Protocol, Sequence, cast
 
 from kafka.protocol.admin import (
     DeleteGroupsRequest,
@@ -58,8 +58,18 @@ log = logging.getLogger("kelp.broker.kafka")
 COORDINATOR_NOT_AVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
-def _coordinator(ctx: RequestContext) -> GroupCoordinator | None:
-    return getattr(ctx.broker, "groups", None)
+class _FetchTopic(Protocol):
+    """A topic of an OffsetFetch request (v1-v7 at the top level, v8+ per group)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def partition_indexes(self) -> list[int]: ...
+
+
+def _coordinator(ctx: RequestContext) -> GroupCoordinator:
+    return ctx.broker.groups
 
 
 def _client_host(ctx: RequestContext) -> str:
@@ -72,12 +82,9 @@ def _client_host(ctx: RequestContext) -> str:
 @handles(FindCoordinatorRequest, min_version=0, max_version=4)
 async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
     """The leader of the group's `__consumer_offsets` partition; the topic is created on first use."""
-    coord = _coordinator(ctx)
     key_type = getattr(request, "key_type", 0) if ctx.api_version >= 1 else 0
 
     async def answer(key: str) -> CoordinatorLocation:
-        if coord is None:
-            return CoordinatorLocation(COORDINATOR_NOT_AVAILABLE, "the group coordinator is not running on this broker")
         if key_type != 0:
             # Transaction coordinators (key type 1) are not served by Kelp.
             return CoordinatorLocation(COORDINATOR_NOT_AVAILABLE, f"key type {key_type} is not supported "
@@ -112,10 +119,6 @@ async def handle_join_group(ctx: RequestContext, request: JoinGroupRequest) -> J
     coord = _coordinator(ctx)
     v = ctx.api_version
     M = JoinGroupResponse.JoinGroupResponseMember
-    if coord is None:
-        return JoinGroupResponse(throttle_time_ms=0, error_code=COORDINATOR_NOT_AVAILABLE, generation_id=-1,
-                                 protocol_name="" if v < 7 else None, leader="", member_id=request.member_id,
-                                 members=[])
     result = await coord.join_group(
         request.group_id,
         request.member_id or "",
@@ -152,8 +155,6 @@ async def handle_join_group(ctx: RequestContext, request: JoinGroupRequest) -> J
 async def handle_sync_group(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:
     coord = _coordinator(ctx)
     v = ctx.api_version
-    if coord is None:
-        return SyncGroupResponse(throttle_time_ms=0, error_code=COORDINATOR_NOT_AVAILABLE, assignment=b"")
     result = await coord.sync_group(
         request.group_id,
         request.generation_id,
@@ -175,8 +176,6 @@ async def handle_sync_group(ctx: RequestContext, request: SyncGroupRequest) -> S
 @handles(HeartbeatRequest, min_version=0, max_version=4)
 async def handle_heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
     coord = _coordinator(ctx)
-    if coord is None:
-        return HeartbeatResponse(throttle_time_ms=0, error_code=COORDINATOR_NOT_AVAILABLE)
     code = coord.heartbeat(
         request.group_id, request.generation_id, request.member_id,
         group_instance_id=getattr(request, "group_instance_id", None) if ctx.api_version >= 3 else None,
@@ -188,8 +187,6 @@ async def handle_heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> He
 async def handle_leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
     coord = _coordinator(ctx)
     v = ctx.api_version
-    if coord is None:
-        return LeaveGroupResponse(throttle_time_ms=0, error_code=COORDINATOR_NOT_AVAILABLE, members=[])
     if v >= 3:
         members = [(m.member_id or "", m.group_instance_id) for m in request.members or []]
     else:
@@ -220,17 +217,13 @@ async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest
                 p.committed_metadata or "",
                 -1,
             )
-    codes: dict[tuple[str, int], int]
-    if coord is None:
-        codes = {tp: COORDINATOR_NOT_AVAILABLE for tp in offsets}
-    else:
-        codes = await coord.commit_offsets(
-            request.group_id,
-            member_id=request.member_id or "",
-            generation=request.generation_id_or_member_epoch,
-            group_instance_id=getattr(request, "group_instance_id", None) if v >= 7 else None,
-            offsets=offsets,
-        )
+    codes = await coord.commit_offsets(
+        request.group_id,
+        member_id=request.member_id or "",
+        generation=request.generation_id_or_member_epoch,
+        group_instance_id=getattr(request, "group_instance_id", None) if v >= 7 else None,
+        offsets=offsets,
+    )
     bad = {tp: c for tp, c in codes.items() if c}
     if bad:
         log.info("OffsetCommit of group '%s' from %s: errors %s", request.group_id, ctx.client,
@@ -246,16 +239,14 @@ async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest
     return OffsetCommitResponse(throttle_time_ms=0, topics=topics)
 
 
-def _fetch_group(coord: GroupCoordinator | None, group_id: str,
-                 topics: Any) -> tuple[int, list[tuple[str, list[tuple[int, Any]]]]]:
+def _fetch_group(coord: GroupCoordinator, group_id: str, topics: Sequence[_FetchTopic] | None
+                 ) -> tuple[int, list[tuple[str, list[tuple[int, CommittedOffset | None]]]]]:
     """(group error, [(topic, [(partition, CommittedOffset|None)])])."""
-    if coord is None:
-        return COORDINATOR_NOT_AVAILABLE, []
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes or []]
     err, found = coord.fetch_offsets(group_id, wanted)
     if err:
         return err, []
-    by_topic: dict[str, list[tuple[int, Any]]] = {}
+    by_topic: dict[str, list[tuple[int, CommittedOffset | None]]] = {}
     keys = wanted if wanted is not None else sorted(found)
     for t, p in keys:
         by_topic.setdefault(t, []).append((p, found.get((t, p))))
@@ -308,12 +299,7 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
 async def handle_offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
     coord = _coordinator(ctx)
     wanted = [(t.name, p.partition_index) for t in request.topics or [] for p in t.partitions or []]
-    err: int
-    codes: dict[tuple[str, int], int]
-    if coord is None:
-        err, codes = COORDINATOR_NOT_AVAILABLE, {}
-    else:
-        err, codes = await coord.delete_offsets(request.group_id, wanted)
+    err, codes = await coord.delete_offsets(request.group_id, wanted)
     T = OffsetDeleteResponse.OffsetDeleteResponseTopic
     P = T.OffsetDeleteResponsePartition
     return OffsetDeleteResponse(
@@ -336,10 +322,6 @@ async def handle_describe_groups(ctx: RequestContext, request: DescribeGroupsReq
     M = G.DescribedGroupMember
     groups = []
     for gid in request.groups or []:
-        if coord is None:
-            groups.append(G(error_code=COORDINATOR_NOT_AVAILABLE, group_id=gid, group_state="", protocol_type="",
-                            protocol_data="", members=[]))
-            continue
         d = coord.describe_group(gid)
         stable = d.state in ("Stable", "CompletingRebalance")
         groups.append(G(
@@ -363,8 +345,6 @@ GROUP_TYPE = "classic"
 @handles(ListGroupsRequest, min_version=0, max_version=5)
 async def handle_list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
     coord = _coordinator(ctx)
-    if coord is None:
-        return ListGroupsResponse(throttle_time_ms=0, error_code=COORDINATOR_NOT_AVAILABLE, groups=[])
     states = getattr(request, "states_filter", None) if ctx.api_version >= 4 else None
     types = getattr(request, "types_filter", None) if ctx.api_version >= 5 else None
     L = ListGroupsResponse.ListedGroup
@@ -381,6 +361,6 @@ async def handle_list_groups(ctx: RequestContext, request: ListGroupsRequest) ->
 async def handle_delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
     coord = _coordinator(ctx)
     names = list(request.groups_names or [])
-    codes = {g: COORDINATOR_NOT_AVAILABLE for g in names} if coord is None else await coord.delete_groups(names)
+    codes = await coord.delete_groups(names)
     R = DeleteGroupsResponse.DeletableGroupResult
     return DeleteGroupsResponse(throttle_time_ms=0, results=[R(group_id=g, error_code=codes[g]) for g in names])

@@ -30,6 +30,8 @@ from .registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
 
+_LogDirPartition = DescribeLogDirsResponse.DescribeLogDirsResult.DescribeLogDirsTopic.DescribeLogDirsPartition
+
 
 @handles(DeleteRecordsRequest, min_version=0, max_version=2)
 async def handle_delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
@@ -37,7 +39,8 @@ async def handle_delete_records(ctx: RequestContext, request: DeleteRecordsReque
     TR = DeleteRecordsResponse.DeleteRecordsTopicResult
     PR = TR.DeleteRecordsPartitionResult
 
-    async def one(topic: str, p) -> DeleteRecordsResponse.DeleteRecordsTopicResult.DeleteRecordsPartitionResult:
+    async def one(topic: str, p: DeleteRecordsRequest.DeleteRecordsTopic.DeleteRecordsPartition
+                  ) -> DeleteRecordsResponse.DeleteRecordsTopicResult.DeleteRecordsPartitionResult:
         try:
             low = await replicas.delete_records(topic, p.partition_index, p.offset, timeout_ms=request.timeout_ms)
             return PR(partition_index=p.partition_index, low_watermark=low, error_code=ErrorCode.NONE)
@@ -66,10 +69,10 @@ async def handle_describe_log_dirs(ctx: RequestContext, request: DescribeLogDirs
     broker = ctx.broker
     wanted = None if request.topics is None else {(t.topic, p) for t in request.topics for p in t.partitions}
     dirs = [Path(d).resolve() for d in broker.config.log_dirs]
-    by_dir: dict[Path, dict[str, list]] = {d: {} for d in dirs}
     R = DescribeLogDirsResponse.DescribeLogDirsResult
     T = R.DescribeLogDirsTopic
     P = T.DescribeLogDirsPartition
+    by_dir: dict[Path, dict[str, list[_LogDirPartition]]] = {d: {} for d in dirs}
     for key in broker.logs.partitions():
         lg = broker.logs.get(*key)
         if lg is None or (wanted is not None and key not in wanted):

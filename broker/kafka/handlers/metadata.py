@@ -17,6 +17,8 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from kelp.errors import ErrorCode, KelpError
 
+from ...parts import BrokerParts
+from ...topic_manager import validate_topic_name
 from .registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
@@ -26,9 +28,9 @@ P = T.MetadataResponsePartition
 B = MetadataResponse.MetadataResponseBroker
 
 
-def topic_entry(broker, name: str, *, error: int = ErrorCode.NONE) -> T:
+def topic_entry(broker: BrokerParts, name: str, *, error: int = ErrorCode.NONE) -> T:
     info = broker.topics.get(name)
-    alive = broker.cluster.brokers if broker.cluster is not None else {}
+    alive = broker.cluster.brokers
     parts = []
     if info is not None and error == ErrorCode.NONE:
         for p, state in enumerate(info.partition_states):
@@ -67,8 +69,6 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
                 if allow_auto:
                     await broker.topics.ensure_topic(name)
                 else:
-                    from kelp.broker.topic_manager import validate_topic_name
-
                     validate_topic_name(name)
                     error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             except KelpError as exc:

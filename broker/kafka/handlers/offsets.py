@@ -27,9 +27,11 @@ log = logging.getLogger("kelp.broker.kafka")
 
 TR = ListOffsetsResponse.ListOffsetsTopicResponse
 PR = TR.ListOffsetsPartitionResponse
+_ListPartition = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition
+_EpochPartition = OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartition
 
 
-def _epoch(p) -> int:
+def _epoch(p: _ListPartition | _EpochPartition) -> int:
     """The request's current_leader_epoch (KIP-320), -1 when the version lacks it."""
     value = getattr(p, "current_leader_epoch", None)
     return -1 if value is None else int(value)

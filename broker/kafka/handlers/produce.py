@@ -22,7 +22,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kelp.errors import CorruptRecordError, ErrorCode, KelpError
 
 from ...replica_types import ProduceResult
-from ..produce_decoder import decode_produce_request
+from ..produce_decoder import ProduceData, decode_produce_request
 from .registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
@@ -32,7 +32,7 @@ PR = TR.PartitionProduceResponse
 
 
 @handles(ProduceRequest, min_version=3, max_version=9, decoder=decode_produce_request)
-async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
+async def handle_produce(ctx: RequestContext, request: ProduceData) -> ProduceResponse | None:
     broker = ctx.broker
     replicas = broker.replicas
     topics = broker.topics

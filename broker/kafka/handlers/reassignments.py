@@ -26,10 +26,12 @@ from .registry import RequestContext, handles
 log = logging.getLogger("kelp.broker.kafka")
 
 PREFERRED, UNCLEAN = 0, 1
+_Ongoing = ListPartitionReassignmentsResponse.OngoingTopicReassignment.OngoingPartitionReassignment
 
 
 @handles(AlterPartitionReassignmentsRequest, min_version=0, max_version=0)
-async def handle_alter_reassignments(ctx: RequestContext, request) -> AlterPartitionReassignmentsResponse:
+async def handle_alter_reassignments(ctx: RequestContext, request: AlterPartitionReassignmentsRequest
+                                     ) -> AlterPartitionReassignmentsResponse:
     R = AlterPartitionReassignmentsResponse.ReassignableTopicResponse
     P = R.ReassignablePartitionResponse
     responses = []
@@ -49,11 +51,12 @@ async def handle_alter_reassignments(ctx: RequestContext, request) -> AlterParti
 
 
 @handles(ListPartitionReassignmentsRequest, min_version=0, max_version=0)
-async def handle_list_reassignments(ctx: RequestContext, request) -> ListPartitionReassignmentsResponse:
+async def handle_list_reassignments(ctx: RequestContext, request: ListPartitionReassignmentsRequest
+                                    ) -> ListPartitionReassignmentsResponse:
     T = ListPartitionReassignmentsResponse.OngoingTopicReassignment
     P = T.OngoingPartitionReassignment
     wanted = None if request.topics is None else {(t.name, p) for t in request.topics for p in t.partition_indexes}
-    by_topic: dict[str, list] = {}
+    by_topic: dict[str, list[_Ongoing]] = {}
     for topic in ctx.broker.topics.list_topics():
         for p, s in enumerate(topic.partition_states):
             if s.reassigning and (wanted is None or (topic.name, p) in wanted):
@@ -66,7 +69,7 @@ async def handle_list_reassignments(ctx: RequestContext, request) -> ListPartiti
 
 
 @handles(ElectLeadersRequest, min_version=0, max_version=2)
-async def handle_elect_leaders(ctx: RequestContext, request) -> ElectLeadersResponse:
+async def handle_elect_leaders(ctx: RequestContext, request: ElectLeadersRequest) -> ElectLeadersResponse:
     R = ElectLeadersResponse.ReplicaElectionResult
     P = R.PartitionResult
     election_type = getattr(request, "election_type", PREFERRED) if ctx.api_version >= 1 else PREFERRED
@@ -86,11 +89,14 @@ async def handle_elect_leaders(ctx: RequestContext, request) -> ElectLeadersResp
             continue
         try:
             out = (await ctx.broker.cluster.call("elect_preferred_leaders",
-                                                 topic=name, partitions=partitions))["results"]
+                                                 topic=name, partitions=partitions)).get("results")
+            if not isinstance(out, dict):
+                raise KelpError(f"the controller's answer to elect_preferred_leaders for '{name}' has no results")
             res = []
             for key, code in sorted(out.items()):
                 p = int(key.rsplit("-", 1)[1])
-                res.append(P(partition_id=p, error_code=int(code), error_message=None))
+                error = code if isinstance(code, int) else ErrorCode.UNKNOWN_SERVER_ERROR
+                res.append(P(partition_id=p, error_code=error, error_message=None))
             results.append(R(topic=name, partition_result=res))
         except KelpError as exc:
             results.append(R(topic=name,
