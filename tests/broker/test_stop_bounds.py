@@ -69,8 +69,8 @@ def broker_with(tmp_path, parts: Parts, **kwargs) -> Broker:
     overrides = {"log.dirs": str(tmp_path), **kwargs.pop("config", {})}
     broker = Broker(BrokerConfig.load(env={}, overrides=overrides), **kwargs)
     broker.cluster = SimpleNamespace(stop=parts.step("cluster"))
-    broker.replicas = SimpleNamespace(fetchers=SimpleNamespace(stop=parts.step("fetchers")),
-                                      close=lambda: parts.started.append("replicas closed"))
+    broker.fetchers = SimpleNamespace(stop=parts.step("fetchers"))
+    broker.replicas = SimpleNamespace(close=lambda: parts.started.append("replicas closed"))
     broker._retention_task = asyncio.ensure_future(parts.step("maintenance")())
     broker.kafka_server = SimpleNamespace(stop=parts.step("kafka"))
     broker.http_runner = SimpleNamespace(cleanup=parts.step("http"))
