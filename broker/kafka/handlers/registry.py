@@ -18,6 +18,7 @@ from typing import Any, Awaitable, Callable, Sequence, TypeVar
 from kafka.protocol.api_message import ApiMessage
 
 from ...parts import BrokerParts
+from ...security.principal import ANONYMOUS, KafkaPrincipal
 from ..framing import Buffer
 
 __all__ = ["handles", "HandlerSpec", "RawResponse", "RequestContext", "get_handler", "all_handlers",
@@ -36,6 +37,10 @@ class RequestContext:
     correlation_id: int
     client_id: str | None
     peer: str
+    # Who sent it: the connection's authenticated principal (User:ANONYMOUS on an unauthenticated listener),
+    # and the name of the listener it came in on (`listeners`, e.g. PLAINTEXT or INTERNAL).
+    principal: KafkaPrincipal = ANONYMOUS
+    listener: str = "PLAINTEXT"
     # An ApiVersions request above the highest version served, answered in v0 without a body (server.py).
     unsupported_version: bool = False
     # Gives the request frame's bytes back to the listener's memory pool before the answer is sent.
