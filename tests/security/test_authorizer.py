@@ -19,13 +19,13 @@ from kelp.broker.security.acl import (
     AclBindingFilter,
     AclOperation,
     AclPermissionType,
-    Authorizer,
     InvalidAclError,
     PatternType,
     ResourcePattern,
     ResourcePatternFilter,
     ResourceType,
 )
+from kelp.broker.security.authorizer import Authorizer
 from kelp.broker.security.principal import KafkaPrincipal
 
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY

@@ -25,14 +25,8 @@ from kelp.broker.security.oauthbearer import (
 )
 from kelp.broker.security.plain import PlainError, PlainServer, plain_client_message
 from kelp.broker.security.principal import PrincipalMappingError, SslPrincipalMapper, dn_from_der_name
-from kelp.broker.security.scram import (
-    ScramClient,
-    ScramError,
-    ScramMechanism,
-    ScramServer,
-    make_credential,
-    parse_add_scram,
-)
+from kelp.broker.security.scram import ScramError, ScramMechanism, make_credential, parse_add_scram
+from kelp.broker.security.scram_exchange import ScramClient, ScramServer
 
 SEED = 20_2024
 CREDENTIAL = make_credential("pencil", ScramMechanism.SCRAM_SHA_256, 4096, b"salt")

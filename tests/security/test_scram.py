@@ -15,12 +15,9 @@ import pytest
 
 from kelp.broker.security import scram
 from kelp.broker.security.scram import (
-    DelegationTokenCredential,
-    ScramClient,
     ScramCredential,
     ScramError,
     ScramMechanism,
-    ScramServer,
     UnacceptableCredentialError,
     credential_from_salted_password,
     make_credential,
@@ -28,6 +25,7 @@ from kelp.broker.security.scram import (
     parse_config_credential,
     salted_password,
 )
+from kelp.broker.security.scram_exchange import DelegationTokenCredential, ScramClient, ScramServer
 
 SHA256 = ScramMechanism.SCRAM_SHA_256
 SHA512 = ScramMechanism.SCRAM_SHA_512
@@ -85,10 +83,10 @@ def test_rfc5802_sha1_vector_through_the_same_computations() -> None:
     salted = scram._hi("sha1", b"pencil", base64.b64decode("QSXCR+Q6sek8bf92"), 4096)
     auth = (b"n=user,r=fyko+d2lbbFgONRv9qkxdawL,r=fyko+d2lbbFgONRv9qkxdawL3rfcNHYJY1ZVvWVs7j,s=QSXCR+Q6sek8bf92,"
             b"i=4096,c=biws,r=fyko+d2lbbFgONRv9qkxdawL3rfcNHYJY1ZVvWVs7j")
-    client_key = scram._client_key("sha1", salted)
-    proof = scram._xor(client_key, scram._hmac("sha1", scram._stored_key("sha1", client_key), auth))
+    client_key = scram.derive_client_key("sha1", salted)
+    proof = scram.xor_bytes(client_key, scram.hmac_digest("sha1", scram.derive_stored_key("sha1", client_key), auth))
     assert base64.b64encode(proof) == b"v0X8v3Bz2T0CJGbJQyF0X+HI4Ts="
-    signature = scram._hmac("sha1", scram._server_key("sha1", salted), auth)
+    signature = scram.hmac_digest("sha1", scram.derive_server_key("sha1", salted), auth)
     assert base64.b64encode(signature) == b"rmF9pqV8S7suAoZWja4dJRkFsKQ="
 
 
