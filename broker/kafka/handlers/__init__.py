@@ -19,6 +19,7 @@ from . import (  # noqa: F401  (imported for their registrations)
     produce,
     producer_ids,
     reassignments,
+    sasl,
     topics,
 )
 from .registry import RequestContext, all_handlers, get_handler, handles
