@@ -211,11 +211,13 @@ class Session:
         return None
 
     def _remember(self, principal: KafkaPrincipal) -> None:
-        """Log the first connection of each principal on each listener at INFO (bounded), later ones at DEBUG."""
+        """Log the first connection of each principal (and mechanism) on each listener at INFO (bounded), later ones
+        at DEBUG."""
         seen = self.security.seen_principals
+        how = f" (SASL/{self.mechanism})" if self.mechanism else ""
         level = logging.DEBUG
-        if str(principal) not in seen and len(seen) < _LOGGED_PRINCIPALS_MAX:
-            seen.add(str(principal))
+        if f"{principal}{how}" not in seen and len(seen) < _LOGGED_PRINCIPALS_MAX:
+            seen.add(f"{principal}{how}")
             level = logging.INFO
         log.log(level, "listener %s: connection from %s authenticated as %s%s", self.listener, self.peer, principal,
-                f" (SASL/{self.mechanism})" if self.mechanism else "")
+                how)

@@ -21,6 +21,7 @@ from . import (  # noqa: F401  (imported for their registrations)
     reassignments,
     sasl,
     topics,
+    users,
 )
 from .registry import RequestContext, all_handlers, get_handler, handles
 
