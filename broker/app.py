@@ -41,6 +41,7 @@ from aiohttp import web
 
 from kelp.clock import monotonic
 
+from .cluster.inter_broker import InterBrokerSecurity
 from .cluster.member import ClusterMember
 from .cluster.model import BrokerEndpoint
 from .cluster.replica_fetcher import ReplicaFetcherManager
@@ -154,10 +155,13 @@ class Broker:
             http_scheme="https" if self.http_tls is not None else "http",
         )
         cluster = self.cluster = ClusterMember(_MemberHost(cfg, topics, replicas, self.request_stop))
+        # How this broker reaches the others (inter.broker.listener.name, http.ssl.*): one for both paths.
+        cluster.inter_broker = inter_broker = InterBrokerSecurity(setup)
         topics.cluster = cluster
         replicas.alter_partition = cluster.alter_partition
         replicas.fetchers = self.fetchers = ReplicaFetcherManager(
             replicas=replicas, broker_id=cfg.broker_id, endpoint_of=lambda b: cluster.brokers.get(b), config=cfg,
+            inter_broker=inter_broker,
         )
         await cluster.start(endpoint)
         groups = self.groups = attach_groups(config=cfg, topics=topics, replicas=replicas, logs=logs)

@@ -276,7 +276,7 @@ class KafkaServer:
         garbage): logged once per connection, rate-limited per reason."""
         reason = getattr(exc, "reason", None) or type(exc).__name__
         self._refusals.warning(f"tls:{reason}", "TLS handshake with %s on listener %s failed: %s", peer,
-                               self.listener, exc or reason)
+                               self.listener, str(exc) or f"{reason} (the peer closed the connection)")
         self._count(self._metrics.connections_closed, "tls.handshake")
 
     def _sasl(self, spec: HandlerSpec, ctx: RequestContext, session: Session, body: memoryview, *,
