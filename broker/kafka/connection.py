@@ -2,7 +2,8 @@
 
 Why: the receive path is the produce hot path and the place where a client
 could make the broker hold memory; keeping it apart from the server's
-dispatch (`server.py`) keeps both readable.
+dispatch (`server.py`) and from the writing of answers in request order
+(`response_writer.py`, mixed in) keeps each readable.
 
 Receive path (the produce hot path): an `asyncio.BufferedProtocol` reads
 into a staging buffer until a frame's size is known; a frame bigger than
@@ -53,15 +54,15 @@ import logging
 import ssl
 import time
 from collections import deque
-from typing import Callable, Literal, Protocol, Sequence, cast
+from typing import Callable, Protocol, cast
 
-from .framing import SIZE, Buffer
+from .framing import SIZE
 from .limits import MemoryPool
+from .response_writer import MAX_IN_FLIGHT, PAUSE_IN_FLIGHT, Answer, ResponseWriter
 from .session import Session
 
 log = logging.getLogger("kelp.broker.kafka")
 
-MAX_IN_FLIGHT = 64
 # Reads land in this buffer first (one per server, shared by its connections); a frame
 # larger than it gets a buffer of its own, grown as its bytes arrive, and the socket
 # then reads the rest straight into that.
@@ -75,12 +76,7 @@ POOL_FULL_READ = 1024
 # A TLS handshake that takes longer is abandoned (the peer is too slow, or not speaking TLS at all).
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
-_PAUSE_IN_FLIGHT = 1  # MAX_IN_FLIGHT requests unanswered
-_PAUSE_POOL = 2  # waiting for the memory pool
-
-# What handling one request comes to: the buffers to send, None (no answer: acks=0), or False (close the
-# connection after what came before it).
-Answer = list[Buffer] | Literal[False] | None
+_PAUSE_POOL = 2  # waiting for the memory pool (1 is PAUSE_IN_FLIGHT, the writer's)
 
 
 class ConnectionHost(Protocol):
@@ -125,7 +121,7 @@ class ConnectionHost(Protocol):
         ...
 
 
-class _Connection(asyncio.BufferedProtocol):
+class _Connection(ResponseWriter, asyncio.BufferedProtocol):
     """One client connection: frames read into buffers that grow as bytes arrive, answered in order.
 
     Receive: `get_buffer` hands the transport either the server's staging
@@ -330,7 +326,7 @@ class _Connection(asyncio.BufferedProtocol):
 
     def _refuse_size(self, size: int, session: Session) -> None:
         """A frame size outside the bounds: logged with the bound that refused it, the connection closed."""
-        authenticated = session.max_frame_bytes == self.server.max_request_bytes
+        authenticated = session.authenticated
         key = "socket.request.max.bytes" if authenticated else "sasl.server.max.receive.size"
         hint = ""
         if (size >> 24) & 0xFF == 0x16 and (size >> 16) & 0xFF == 0x03:
@@ -463,21 +459,6 @@ class _Connection(asyncio.BufferedProtocol):
         self._pending.append(None)
         self._notify()
 
-    def pause_writing(self) -> None:
-        self._write_paused = True
-
-    def resume_writing(self) -> None:
-        self._write_paused = False
-        fut, self._drained = self._drained, None
-        if fut is not None and not fut.done():
-            fut.set_result(None)
-
-    def _notify(self) -> None:
-        """Wake the writer if it waits for an item in `_pending`."""
-        fut, self._wake = self._wake, None
-        if fut is not None and not fut.done():
-            fut.set_result(None)
-
     # -- requests -------------------------------------------------------
     def _handle_frame(self, frame: bytearray, *, over: int | None = None) -> bool:
         """Dispatch one frame (its bytes already charged to the pool, `over` of them as the
@@ -517,7 +498,7 @@ class _Connection(asyncio.BufferedProtocol):
             self._close_after_responses()
             return False
         if len(self._pending) >= MAX_IN_FLIGHT:
-            self._pause(_PAUSE_IN_FLIGHT)
+            self._pause(PAUSE_IN_FLIGHT)
         return True
 
     def _answered(self) -> None:
@@ -558,95 +539,3 @@ class _Connection(asyncio.BufferedProtocol):
         if self.transport is not None:
             self.transport.abort()
         return self._writer
-
-    async def _write_loop(self) -> None:
-        pending = self._pending
-        transport = self.transport
-        assert transport is not None
-        loop = asyncio.get_running_loop()
-        try:
-            while True:
-                while not pending:
-                    self._wake = loop.create_future()
-                    await self._wake
-                item = pending.popleft()
-                if self._pause_bits & _PAUSE_IN_FLIGHT and len(pending) < MAX_IN_FLIGHT // 2:
-                    self._resume(_PAUSE_IN_FLIGHT)
-                if item is None:
-                    return
-                try:
-                    out = await item
-                except asyncio.CancelledError:
-                    if self._lost:
-                        return
-                    raise
-                except Exception:
-                    log.exception("request from %s failed; closing the connection", self.peer)
-                    return
-                if out is None:
-                    continue
-                if out is False:
-                    return
-                if self._lost:
-                    _close_buffers(out)
-                    return
-                self._writing = True
-                if not await self._send(transport, out):
-                    return
-                if self._write_paused:
-                    self._drained = loop.create_future()
-                    await self._drained
-                self._writing = False
-                self._last_active = time.monotonic()
-        except (ConnectionError, asyncio.CancelledError):
-            return
-        finally:
-            self._closed = True
-            for item in pending:  # results never sent: release their open files
-                if item is not None and item.done() and not item.cancelled() and item.exception() is None:
-                    result = item.result()
-                    if isinstance(result, list):
-                        _close_buffers(result)
-                elif item is not None:
-                    item.cancel()
-            pending.clear()
-            if not transport.is_closing():
-                transport.close()
-
-    async def _send(self, transport: asyncio.Transport, out: list[Buffer]) -> bool:
-        """Write buffers in order, byte buffers in runs; file ranges go out with sendfile. False: connection
-        unusable."""
-        try:
-            run: list[bytes | bytearray | memoryview] = []
-            for buf in out:
-                if isinstance(buf, (bytes, bytearray, memoryview)):
-                    run.append(buf)
-                    continue
-                if run:
-                    transport.writelines(run)
-                    run = []
-                if self._lost:
-                    return False
-                sent = await asyncio.get_running_loop().sendfile(
-                    transport, buf.file, buf.position, buf.size, fallback=True
-                )
-                if sent != buf.size:
-                    log.error(
-                        "closing connection to %s: sent %d of %d bytes of %s (segment shrank?)",
-                        self.peer, sent, buf.size, getattr(buf.file, "name", "?"),
-                    )
-                    return False
-            if run:
-                transport.writelines(run)
-            return True
-        finally:
-            _close_buffers(out)
-
-
-def _close_buffers(out: Sequence[Buffer]) -> None:
-    for buf in out:
-        if not isinstance(buf, (bytes, bytearray, memoryview)):
-            try:
-                buf.close()
-            except Exception:
-                pass

@@ -50,13 +50,14 @@ from kelp.errors import ErrorCode, KelpError
 from ..metrics import PROCESS, BrokerMetrics
 from ..parts import BrokerParts
 from ..security.principal import PrincipalMappingError
-from .connection import MAX_IN_FLIGHT, STAGING_BYTES, WRITE_HIGH_WATER, Answer, _Connection
+from .connection import STAGING_BYTES, WRITE_HIGH_WATER, _Connection
 from .framing import SIZE, Buffer, FrameError, parse_request_header, response_frame
 from .handlers import get_handler
 from .handlers.registry import HandlerSpec, RawResponse, RequestContext
 from .handlers.sasl import answer_sasl
 from .limits import UNBOUNDED, ConnectionQuota, MemoryPool, RateLimitedLog
 from .listener_security import ListenerSecurity
+from .response_writer import MAX_IN_FLIGHT, Answer
 from .session import SASL_AUTHENTICATE, SASL_HANDSHAKE, Session
 
 __all__ = ["KafkaServer", "MAX_IN_FLIGHT", "STAGING_BYTES", "WRITE_HIGH_WATER"]
@@ -275,8 +276,10 @@ class KafkaServer:
         """A TLS handshake failed (a plaintext client on a TLS port, an untrusted or missing client certificate,
         garbage): logged once per connection, rate-limited per reason."""
         reason = getattr(exc, "reason", None) or type(exc).__name__
-        self._refusals.warning(f"tls:{reason}", "TLS handshake with %s on listener %s failed: %s", peer,
-                               self.listener, str(exc) or f"{reason} (the peer closed the connection)")
+        message = str(exc) or f"{reason} (the peer closed the connection)"
+        # Rate-limited per cause (a flood of one failure is one line every few seconds), never per peer.
+        self._refusals.warning(f"tls:{message[:200]}", "TLS handshake with %s on listener %s failed: %s", peer,
+                               self.listener, message)
         self._count(self._metrics.connections_closed, "tls.handshake")
 
     def _sasl(self, spec: HandlerSpec, ctx: RequestContext, session: Session, body: memoryview, *,

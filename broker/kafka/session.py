@@ -101,6 +101,10 @@ class Session:
         return self.security.max_receive_size
 
     @property
+    def authenticated(self) -> bool:
+        return self.state is State.AUTHENTICATED
+
+    @property
     def min_frame_bytes(self) -> int:
         return 0 if self.state is State.RAW else MIN_REQUEST_BYTES
 

@@ -2,8 +2,8 @@
 
 One broker with an SSL listener requiring client certificates, a SASL_PLAINTEXT listener (PLAIN and
 SCRAM-SHA-512) and a PLAINTEXT one. A plaintext client on the TLS port, a TLS client on the plaintext port,
-garbage where a TLS handshake should be, a client certificate from another CA and none at all fail the TLS
-handshake or are closed, and the log names the peer and why. On the SASL listener: a request before
+garbage where a TLS handshake should be, a client certificate from another CA, an expired one and none at all
+fail the TLS handshake or are closed, and the log names the peer and why. On the SASL listener: a request before
 authentication closes the connection unanswered; an unknown mechanism gets UNSUPPORTED_SASL_MECHANISM with
 the enabled ones, a wrong password SASL_AUTHENTICATION_FAILED, both after
 connection.failed.authentication.delay.ms and followed by the close; a SASL frame above
@@ -13,6 +13,7 @@ client authenticates and is served on every listener.
 
 from __future__ import annotations
 
+import datetime
 import socket
 import ssl
 import struct
@@ -116,7 +117,11 @@ def test_tls_listener_refuses_plaintext_garbage_and_missing_or_foreign_certifica
     other = ssl.create_default_context(cafile=str(pki.ca_file))
     chain, key = foreign.client_certificate("mallory")
     other.load_cert_chain(str(chain), str(key))
-    for context in (no_cert, other):
+    expired = ssl.create_default_context(cafile=str(pki.ca_file))
+    chain, key = pki.client_certificate("lapsed", not_after=datetime.datetime.now(datetime.timezone.utc)
+                                        - datetime.timedelta(days=1))
+    expired.load_cert_chain(str(chain), str(key))
+    for context in (no_cert, other, expired):
         with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
             with socket.create_connection((host, port), timeout=10) as raw:
                 with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
@@ -125,6 +130,7 @@ def test_tls_listener_refuses_plaintext_garbage_and_missing_or_foreign_certifica
                         raise ConnectionError("closed")
     line = guarded.wait_for_log("TLS handshake with 127.0.0.1:")
     assert "listener SSL" in line
+    guarded.wait_for_log("certificate has expired")
     served(guarded, pki)
 
 

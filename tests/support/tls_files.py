@@ -8,6 +8,7 @@ a subject the principal mapping can read — and the same broker keys. `Pki(tmp_
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,10 +55,13 @@ class Pki:
         path.write_bytes(b"".join(b.bytes() for b in leaf.cert_chain_pems) + leaf.private_key_pem.bytes())
         return path
 
-    def client_certificate(self, common_name: str, *, ca: trustme.CA | None = None) -> tuple[Path, Path]:
+    def client_certificate(self, common_name: str, *, ca: trustme.CA | None = None,
+                           not_after: datetime.datetime | None = None) -> tuple[Path, Path]:
         """(certificate chain file, key file) of a client whose subject is CN=<name>,OU=clients,O=Kelp."""
+        not_before = None if not_after is None else not_after - datetime.timedelta(days=30)
         leaf = (ca or self.ca).issue_cert(f"{common_name}.clients.kelp.test", common_name=common_name,
-                                          organization_name="Kelp", organization_unit_name="clients")
+                                          organization_name="Kelp", organization_unit_name="clients",
+                                          not_before=not_before, not_after=not_after)
         chain = self.directory / f"{common_name}.crt"
         key = self.directory / f"{common_name}.key"
         chain.write_bytes(b"".join(b.bytes() for b in leaf.cert_chain_pems))
