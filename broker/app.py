@@ -41,6 +41,7 @@ from aiohttp import web
 
 from kelp.clock import monotonic
 
+from .cluster.inter_broker import InterBrokerSecurity
 from .cluster.member import ClusterMember
 from .cluster.model import BrokerEndpoint
 from .cluster.replica_fetcher import ReplicaFetcherManager
@@ -48,10 +49,13 @@ from .config import BrokerConfig
 from .groups import GroupCoordinator
 from .groups import attach as attach_groups
 from .http.app import build_http_app
+from .kafka.limits import ConnectionQuota, MemoryPool
+from .kafka.listener_security import ListenerSecurity
 from .kafka.server import KafkaServer
 from .metrics import BrokerMetrics, metrics_of
 from .parts import BrokerParts
 from .replica_manager import ReplicaManager
+from .security.tls import TlsReloader
 from .storage import LogConfig, LogManager
 from .topic_manager import TopicManager
 
@@ -82,7 +86,9 @@ class Broker:
         self.logs: LogManager | None = None
         self.replicas: ReplicaManager | None = None
         self.fetchers: ReplicaFetcherManager | None = None
-        self.kafka_server: KafkaServer | None = None
+        self.kafka_server: KafkaServer | None = None  # the first listener's (`listeners`)
+        self.kafka_servers: list[KafkaServer] = []  # one per listener, in `listeners` order
+        self.http_tls: TlsReloader | None = None  # the HTTP listener's TLS (http.ssl.enabled)
         self.cluster: ClusterMember | None = None
         self.groups: GroupCoordinator | None = None
         self.http_runner: web.AppRunner | None = None
@@ -95,6 +101,7 @@ class Broker:
         self._force = asyncio.Event()  # a second SIGTERM/SIGINT: skip what is left of the graceful phases
         self.stop_reason = ""
         self._retention_task: asyncio.Task[None] | None = None
+        self._http_tls_task: asyncio.Task[None] | None = None
         self._stopping = False
 
     @property
@@ -105,6 +112,12 @@ class Broker:
     # -- lifecycle ------------------------------------------------------
     async def start(self) -> None:
         cfg = self.config
+        # Every listener's TLS material and SASL settings first: a missing certificate fails the start at once.
+        setup = cfg.listener_setup
+        securities = [ListenerSecurity(listener, setup, max_request_bytes=cfg["socket.request.max.bytes"])
+                      for listener in setup.listeners]
+        if setup.http_tls is not None:
+            self.http_tls = TlsReloader.server(setup.http_tls, check_interval_s=setup.reload_interval_ms / 1000.0)
         for d in cfg.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
         # HTTP first: /healthz answers while recovery runs, so a liveness probe never kills a recovering broker.
@@ -119,41 +132,50 @@ class Broker:
         topics.logs = logs
         replicas = self.replicas = ReplicaManager(cfg, logs, topics)
         topics.log_deleter = replicas.delete_log_later
-        ks = self.kafka_server = KafkaServer(
-            metrics=metrics_of(self),
-            host=cfg["host"],
-            port=cfg["port"],
-            advertised_host=cfg["advertised.host"],
-            max_request_bytes=cfg["socket.request.max.bytes"],
-            queued_max_request_bytes=_bound(cfg["queued.max.request.bytes"]),
-            connections_max_idle_ms=_bound(cfg["connections.max.idle.ms"]),
-            max_connections=cfg["max.connections"],
-            max_connections_per_ip=cfg["max.connections.per.ip"],
-        )
-        await ks.start(serve=False)  # bound now, serving once the metadata is read (below)
-        if cfg["advertised.port"]:
-            ks.advertised_port = cfg["advertised.port"]
+        # One server per listener; the memory pool and the connection quota are the broker's, shared by all.
+        pool = MemoryPool(_bound(cfg["queued.max.request.bytes"]))
+        quota = ConnectionQuota(cfg["max.connections"], cfg["max.connections.per.ip"])
+        for listener, security in zip(setup.listeners, securities, strict=True):
+            ks = KafkaServer(
+                metrics=metrics_of(self), host=listener.host, port=listener.port,
+                advertised_host=listener.advertised_host, max_request_bytes=cfg["socket.request.max.bytes"],
+                connections_max_idle_ms=_bound(cfg["connections.max.idle.ms"]), security=security, pool=pool,
+                quota=quota,
+            )
+            self.kafka_servers.append(ks)
+            self.kafka_server = self.kafka_server or ks
+            await ks.start(serve=False)  # bound now, serving once the metadata is read (below)
+            if listener.advertised_port:
+                ks.advertised_port = listener.advertised_port
+        inter = next(s for s in self.kafka_servers if s.listener == setup.inter_broker.listener.name)
         endpoint = BrokerEndpoint(
-            id=cfg.broker_id, host=ks.advertised_host, port=ks.advertised_port or ks.port,
+            id=cfg.broker_id, host=inter.advertised_host, port=inter.advertised_port or inter.port,
             http_host=self.advertised_http_host, http_port=self.http_port or 0, rack=await self._rack(),
+            listeners=tuple((s.listener, s.advertised_host, s.advertised_port or s.port) for s in self.kafka_servers),
+            http_scheme="https" if self.http_tls is not None else "http",
         )
         cluster = self.cluster = ClusterMember(_MemberHost(cfg, topics, replicas, self.request_stop))
+        # How this broker reaches the others (inter.broker.listener.name, http.ssl.*): one for both paths.
+        cluster.inter_broker = inter_broker = InterBrokerSecurity(setup)
         topics.cluster = cluster
         replicas.alter_partition = cluster.alter_partition
         replicas.fetchers = self.fetchers = ReplicaFetcherManager(
             replicas=replicas, broker_id=cfg.broker_id, endpoint_of=lambda b: cluster.brokers.get(b), config=cfg,
+            inter_broker=inter_broker,
         )
         await cluster.start(endpoint)
         groups = self.groups = attach_groups(config=cfg, topics=topics, replicas=replicas, logs=logs)
         parts = self.parts = BrokerParts(config=cfg, logs=logs, topics=topics, replicas=replicas, cluster=cluster,
                                          groups=groups)
-        await ks.serve(parts)
+        for ks in self.kafka_servers:
+            await ks.serve(parts)
         self._retention_task = asyncio.create_task(self._maintenance_loop(parts))
         self.started_at = monotonic()
         log.info(
-            "broker %d listening: kafka %s:%d, http %s, data in %s",
-            cfg.broker_id, ks.advertised_host, ks.port,
-            f"{self.http_host}:{self.http_port}",
+            "broker %d listening: kafka %s, http %s%s, data in %s",
+            cfg.broker_id, ", ".join(f"{s.listener} ({s.security.protocol}) {s.advertised_host}:{s.port}"
+                                     for s in self.kafka_servers),
+            f"{self.http_host}:{self.http_port}", " (TLS)" if self.http_tls is not None else "",
             ", ".join(str(d) for d in cfg.log_dirs),
         )
 
@@ -188,14 +210,28 @@ class Broker:
         app = build_http_app(self)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=PHASE_TIMEOUT_S / 2)
         await runner.setup()
-        site = web.TCPSite(runner, self.http_host, self.config["http.port"], reuse_address=True)
+        tls = self.http_tls
+        site = web.TCPSite(runner, self.http_host, self.config["http.port"], reuse_address=True,
+                           ssl_context=tls.context if tls is not None else None)
         await site.start()
+        if tls is not None:
+            self._http_tls_task = asyncio.create_task(self._watch_http_certificates(tls))
         self.http_runner = runner
         server = getattr(site, "_server", None)
         if server is not None and server.sockets:
             self.http_port = server.sockets[0].getsockname()[1]
         else:
             self.http_port = self.config["http.port"]
+
+    async def _watch_http_certificates(self, tls: TlsReloader) -> None:
+        """A rotated HTTP certificate serves every new connection (ssl.reload.interval.ms)."""
+        interval = min(self.config["ssl.reload.interval.ms"] / 4000.0, 5.0)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                tls.maybe_reload()
+            except Exception:
+                log.exception("checking the HTTP listener's certificate files failed")
 
     async def _maintenance_loop(self, parts: BrokerParts) -> None:
         """Time-driven log work: roll/flush by time (1 s), checkpoints of changed partitions (5 s), retention and
@@ -320,8 +356,11 @@ class Broker:
                 task.add_done_callback(_retrieve)
                 log.error("stopping broker %d: the log maintenance task abandoned: it did not end within %gs of "
                           "its cancellation; going on", self.config.broker_id, self.cancel_grace_s)
-        if self.kafka_server is not None:
-            await self._phase("stopping the Kafka listener", self.kafka_server.stop, step_s)
+        servers = self.kafka_servers or ([self.kafka_server] if self.kafka_server is not None else [])
+        if servers:
+            await self._phase("stopping the Kafka listener", lambda: _stop_all(servers), step_s)
+        if self._http_tls_task is not None:
+            self._http_tls_task.cancel()
         if self.http_runner is not None:
             await self._phase("stopping the HTTP listener", self.http_runner.cleanup, step_s)
         if self.groups is not None:
@@ -407,6 +446,7 @@ class Broker:
             info = {
                 "event": "listening",
                 "kafka": f"{ks.advertised_host}:{ks.port}",
+                "listeners": {s.listener: f"{s.advertised_host}:{s.port}" for s in self.kafka_servers},
                 "http": f"{self.http_host}:{self.http_port}",
                 "log_dirs": [str(d) for d in self.config.log_dirs],
                 "broker_id": self.config.broker_id,
@@ -417,6 +457,10 @@ class Broker:
             await self._stop_requested.wait()
         finally:
             await self.stop()
+
+
+async def _stop_all(servers: list[KafkaServer]) -> None:
+    await asyncio.gather(*(s.stop() for s in servers))
 
 
 def _roll_and_flush_by_time(logs: LogManager) -> None:

@@ -37,6 +37,8 @@ from .config_keys import (
     parse_bool,
     parse_compression_name,
 )
+from .listener_keys import scoped_base
+from .listeners import ListenerSetup, resolve_listeners
 
 # The key tables are config_keys.py's, ConfigError kelp.errors'; they are named here too, where callers have
 # always found them.
@@ -125,6 +127,10 @@ class BrokerConfig:
     # Replaced whole, never mutated: a worker thread may read them while the event loop applies a change.
     dynamic_broker: Mapping[str, ConfigValue] = field(default_factory=dict)
     dynamic_default: Mapping[str, ConfigValue] = field(default_factory=dict)
+    # Kafka's per-listener keys as given (`listener.name.<listener>.[<mechanism>.]<key>`), each parsed as its base
+    # key; `listeners` resolves them.
+    scoped: dict[str, ConfigValue] = field(default_factory=dict)
+    _listeners: ListenerSetup | None = field(default=None, init=False, repr=False, compare=False)
 
     def __getitem__(self, key: str) -> Any:
         if key not in BROKER_KEYS:
@@ -222,6 +228,8 @@ class BrokerConfig:
     def _merge(self, items: Mapping[str, object], *, source: str) -> None:
         for key, raw in translate_kafka_keys(items, known=BROKER_KEYS, source=source).items():
             spec = BROKER_KEYS.get(key)
+            if spec is None and self._merge_scoped(key, raw, source=source):
+                continue
             if spec is None:
                 raise ConfigError(f"unknown broker config '{key}' (from {source}){_did_you_mean(key)}")
             try:
@@ -230,19 +238,41 @@ class BrokerConfig:
                 raise ConfigError(f"invalid value {raw!r} for broker config '{key}' (from {source}): {exc}") from None
             self.explicit.add(key)
 
+    def _merge_scoped(self, key: str, raw: object, *, source: str) -> bool:
+        """A `listener.name.` key: parsed as the key it overrides and kept in `scoped`; False for any other key."""
+        try:
+            parsed = scoped_base(key)
+        except ValueError as exc:
+            raise ConfigError(f"unknown broker config (from {source}): {exc}") from None
+        if parsed is None:
+            return False
+        try:
+            self.scoped[key] = BROKER_KEYS[parsed[1]][0](raw)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"invalid value for broker config '{key}' (from {source}): {exc}") from None
+        return True
+
     def _resolve_listeners(self) -> None:
-        listeners = self.get("listeners", "")
-        if listeners and "port" not in self.explicit:
-            first = listeners.split(",")[0].strip()
-            hostport = first.split("://", 1)[-1]
-            host, _, port = hostport.rpartition(":")
-            try:
-                self.values["port"] = int(port)
-            except ValueError:
-                raise ConfigError(f"invalid value {listeners!r} for broker config 'listeners': expected "
-                                  "PLAINTEXT://host:port") from None
-            if "host" not in self.explicit:
-                self.values["host"] = host or "0.0.0.0"  # PLAINTEXT://:9092 binds every interface
+        """Resolve (and so check) the listeners; `host`/`port` and `advertised.host`/`advertised.port` then
+        say the first listener's addresses, as they did before Kelp had listeners."""
+        self._listeners = None
+        setup = self.listener_setup
+        first = setup.listeners[0]
+        if "port" not in self.explicit:
+            self.values["port"] = first.port
+        if "host" not in self.explicit:
+            self.values["host"] = first.host or "0.0.0.0"  # PLAINTEXT://:9092 binds every interface
+        if first.advertised_host and "advertised.host" not in self.explicit:
+            self.values["advertised.host"] = first.advertised_host
+        if first.advertised_port and "advertised.port" not in self.explicit:
+            self.values["advertised.port"] = first.advertised_port
+
+    @property
+    def listener_setup(self) -> ListenerSetup:
+        """The listeners with their security settings (`listeners.py`); resolved on first use, checked by `load`."""
+        if self._listeners is None:
+            self._listeners = resolve_listeners(self.__getitem__, explicit=self.explicit, scoped=self.scoped)
+        return self._listeners
 
     # -- derived values -------------------------------------------------
     @property

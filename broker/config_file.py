@@ -6,10 +6,12 @@ escapes), Kelp's own examples are YAML. `read_config_file` returns one flat
 mapping of property names from either, chosen by the file's suffix
 (`.properties`; `.yaml`/`.yml`/`.json`) and otherwise by its content.
 `kafka_key` maps the Kafka names that mean the same as a Kelp setting
-(`node.id` -> `broker.id`, `advertised.listeners` -> `advertised.host`/`port`)
-and recognises the Kafka keys Kelp deliberately does without (KRaft quorum,
-thread pools, socket buffers), which are dropped with one warning; every other
-unknown key is still refused by `BrokerConfig`.
+(`node.id` -> `broker.id`, `log.dir` -> `log.dirs`) and recognises the Kafka
+keys Kelp deliberately does without (KRaft quorum, thread pools, socket
+buffers), which are dropped with one warning; every other unknown key is
+still refused by `BrokerConfig`. Listener keys (`listeners`,
+`advertised.listeners`, `listener.security.protocol.map`, ...) are Kelp's own
+now (`listener_keys.py`, resolved by `listeners.py`).
 
 It must never validate values (broker/config.py does) or read any file but the one it is given.
 """
@@ -40,9 +42,6 @@ KAFKA_IGNORED_KEYS = frozenset({
     "process.roles",
     "controller.quorum.voters",
     "controller.quorum.bootstrap.servers",
-    "controller.listener.names",
-    "inter.broker.listener.name",
-    "listener.security.protocol.map",
     "num.network.threads",
     "num.io.threads",
     "num.replica.fetchers",
@@ -131,12 +130,7 @@ def translate_kafka_keys(items: Mapping[str, object], *, known: Mapping[str, obj
             out[key] = value
         elif key in KAFKA_ALIASES and KAFKA_ALIASES[key] not in items:
             out[KAFKA_ALIASES[key]] = value
-        elif key == "advertised.listeners" and "advertised.host" not in items and "advertised.port" not in items:
-            host, port = _first_listener(value, key)
-            if host:
-                out["advertised.host"] = host
-            out["advertised.port"] = port
-        elif key in KAFKA_IGNORED_KEYS or key in KAFKA_ALIASES or key == "advertised.listeners":
+        elif key in KAFKA_IGNORED_KEYS or key in KAFKA_ALIASES:
             dropped.append(key)
         else:
             out[key] = value
@@ -144,11 +138,3 @@ def translate_kafka_keys(items: Mapping[str, object], *, known: Mapping[str, obj
         log.warning("%s: ignoring Kafka setting(s) Kelp has no use for: %s", source, ", ".join(sorted(dropped)))
     return out
 
-
-def _first_listener(value: object, key: str) -> tuple[str, int]:
-    first = str(value).split(",")[0].strip()
-    host, _, port = first.split("://", 1)[-1].rpartition(":")
-    try:
-        return host.strip("[]"), int(port)
-    except ValueError:
-        raise ConfigError(f"invalid value {value!r} for broker config '{key}': expected NAME://host:port") from None

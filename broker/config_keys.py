@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from typing import Callable
 
+from .listener_keys import SECURITY_KEYS
+
 __all__ = ["BROKER_KEYS", "TOPIC_CONFIG_KEYS", "TOPIC_BROKER_SYNONYMS", "DYNAMIC_BROKER_KEYS", "DEFAULT_ENTITY",
            "parse_bool", "parse_compression_name", "ConfigValue", "Parser"]
 
@@ -317,3 +319,6 @@ TOPIC_BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
 # records) for the cluster-wide default entity and for single brokers; every other broker config is read at start.
 DYNAMIC_BROKER_KEYS: frozenset[str] = frozenset(k for keys in TOPIC_BROKER_SYNONYMS.values() for k in keys)
 DEFAULT_ENTITY = -1  # the broker entity of the cluster-wide dynamic defaults (`--entity-default`)
+
+# The listener and security keys (`listeners` above; `ssl.*`, `sasl.*`, `advertised.listeners`, ...): listener_keys.py.
+BROKER_KEYS.update(SECURITY_KEYS)

@@ -27,7 +27,8 @@ ISR through its leader's AlterPartition.
 Requests are serialised by one asyncio lock: every decision sees the result
 of the previous one. The operations are mixed in by role: topic
 administration (`topic_admin`), reassignment and preferred leaders
-(`partition_moves`), what brokers ask (`broker_requests`); their shared
+(`partition_moves`), what brokers ask (`broker_requests`), SCRAM users
+(`scram_admin`); their shared
 state is declared in `controller_state`. This module never touches logs or
 sockets: storage goes through the `MetadataLog`, delivery through the
 publisher's `send`.
@@ -71,6 +72,7 @@ from .metadata_records import (
 )
 from .model import BrokerEndpoint, PartitionState, TopicState
 from .partition_moves import PartitionMoves
+from .scram_admin import ScramAdmin
 from .topic_admin import MAX_PARTITIONS, TopicAdmin
 
 __all__ = ["Controller", "ControllerSettings", "MAX_ENTRY_BYTES", "MAX_PARTITIONS"]
@@ -82,7 +84,7 @@ CLAIM_ATTEMPTS = 10
 PERIODIC_S = 2.0
 
 
-class Controller(TopicAdmin, PartitionMoves, BrokerRequests):
+class Controller(TopicAdmin, PartitionMoves, BrokerRequests, ScramAdmin):
     def __init__(
         self,
         *,

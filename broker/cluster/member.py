@@ -33,6 +33,7 @@ from kelp.clock import Monotonic, WallClockMs
 
 from .controller import Controller, ControllerSettings
 from .controller_answers import ProducerIdsAnswer
+from .inter_broker import InterBrokerSecurity
 from .leases import FileLeaseBackend, LeaseBackend, LeaseElector, LivenessView
 from .member_leases import ENDPOINT_ANNOTATION, MemberLeases
 from .member_metadata import MemberMetadata
@@ -92,6 +93,7 @@ class ClusterMember(MemberLeases, MemberMetadata, MemberShutdown, LeaderRouting)
         self._controller_start = None
         self._tasks: list[asyncio.Task[None]] = []
         self._http = None
+        self.inter_broker = None
         self._producer_ids: list[int] = []  # [next, end)
         self._pid_lock = asyncio.Lock()
         self.started = False            # deliveries are accepted (the image is loaded)
@@ -142,7 +144,12 @@ class ClusterMember(MemberLeases, MemberMetadata, MemberShutdown, LeaderRouting)
 
         self.endpoint = endpoint = replace(endpoint, incarnation=self.identity)
         self._make_backends()
-        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
+        # The control plane's HTTP: HTTPS and the inter-broker credentials as the listeners require (inter_broker.py).
+        security = self.inter_broker = self.inter_broker or InterBrokerSecurity(self.config.listener_setup)
+        self._http = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=10),
+            connector=aiohttp.TCPConnector(ssl=security.http_ssl) if security.http_ssl is not None else None,
+            auth=aiohttp.BasicAuth(*security.http_credentials) if security.http_credentials is not None else None)
         await self._register()
         self.image = await self._load_metadata()
         await self._refresh_brokers()

@@ -23,6 +23,7 @@ from ..config import BrokerConfig
 from ..replica_manager import ReplicaManager
 from ..topic_manager import TopicManager
 from .controller import Controller
+from .inter_broker import InterBrokerSecurity
 from .leases import LeaseBackend, LeaseElector, LivenessView
 from .metadata_image import MetadataImage
 from .metadata_log import MetadataLog
@@ -89,6 +90,7 @@ class MemberState:
     _broker_renewed: float
     _controller_start: asyncio.Task[None] | None
     _http: aiohttp.ClientSession | None
+    inter_broker: InterBrokerSecurity | None  # TLS and credentials for the other brokers (made by `start` if unset)
 
     if TYPE_CHECKING:  # defined by `ClusterMember` and its parts; declared for the type checker alone, never here
         @property

@@ -18,7 +18,9 @@ which stops whoever reads the log instead of applying it):
 - a partition's `(leader_epoch, partition_epoch)` never goes backwards, and a
   record names the topic id it was decided for;
 - a partition's leader is one of its replicas (or -1), its ISR a subset;
-- a `broker_config` record names only dynamic broker configs (`DYNAMIC_BROKER_KEYS`), with valid values.
+- a `broker_config` record names only dynamic broker configs (`DYNAMIC_BROKER_KEYS`), with valid values;
+- a `scram_credential` record is a whole, valid credential, a `remove_scram_credential` names one the image
+  holds (`scram_credentials`).
 
 A snapshot is an image at an offset (`snapshot_to_json`). It carries the ids
 of removed topics (`removed`, the newest `MAX_REMOVED`), so a broker that
@@ -49,6 +51,14 @@ from .metadata_records import (
     topic_record,
 )
 from .model import NO_LEADER, PartitionState, TopicState, topic_from_json
+from .scram_credentials import (
+    InvalidScramRecord,
+    ScramTable,
+    apply_scram_record,
+    remove_scram_record,
+    scram_records,
+    table_from,
+)
 
 __all__ = [
     "MetadataImage",
@@ -132,6 +142,8 @@ class MetadataImage:
     brokers: Mapping[int, BrokerRegistration] = field(default_factory=dict)
     # Dynamic broker configs by entity (-1: the cluster-wide default), each {key: value}; no empty entity.
     broker_configs: Mapping[int, Mapping[str, str]] = field(default_factory=dict)
+    # SCRAM credentials, (user, mechanism) -> credential: what every broker's SCRAM server authenticates against.
+    scram_credentials: ScramTable = field(default_factory=dict)
 
     def topic(self, name: str) -> TopicState | None:
         return self.topics.get(name)
@@ -177,6 +189,7 @@ def apply_records(image: MetadataImage, records: Iterable[MetadataRecord], *, ep
     removed = dict(image.removed)
     brokers = dict(image.brokers)
     broker_configs = image.broker_configs
+    scram = dict(image.scram_credentials)
     delta = MetadataDelta()
     controller_id, new_epoch, next_pid = image.controller_id, max(image.epoch, epoch), image.next_producer_id
     for rec in records:
@@ -244,6 +257,10 @@ def apply_records(image: MetadataImage, records: Iterable[MetadataRecord], *, ep
                 if configs:
                     broker_configs[entity] = configs
                 delta.broker_configs = broker_configs
+            elif rec["type"] == "scram_credential":
+                apply_scram_record(scram, rec)
+            elif rec["type"] == "remove_scram_credential":
+                remove_scram_record(scram, rec)
             elif rec["type"] == "producer_ids":
                 nxt = int(rec["next"])
                 if nxt < next_pid:
@@ -251,11 +268,13 @@ def apply_records(image: MetadataImage, records: Iterable[MetadataRecord], *, ep
                 next_pid = nxt
             else:
                 raise MetadataCorrupt(f"offset {offset}: unknown record type {kind!r}")
+        except InvalidScramRecord as exc:
+            raise MetadataCorrupt(f"offset {offset}: {exc}") from None
         except (KeyError, TypeError, ValueError) as exc:
             raise MetadataCorrupt(f"offset {offset}: malformed {kind!r} record ({exc!r})") from None
     return (MetadataImage(offset=offset, epoch=new_epoch, controller_id=controller_id, topics=topics,
                           next_producer_id=next_pid, removed=removed, brokers=brokers,
-                          broker_configs=broker_configs), delta)
+                          broker_configs=broker_configs, scram_credentials=scram), delta)
 
 
 def apply_entry(image: MetadataImage, entry: MetadataEntry) -> tuple[MetadataImage, MetadataDelta]:
@@ -285,6 +304,7 @@ def snapshot_to_json(image: MetadataImage) -> MetadataSnapshot:
                     for b, r in sorted(image.brokers.items())],
         "broker_configs": [{"broker": b, "configs": dict(sorted(c.items()))}
                            for b, c in sorted(image.broker_configs.items())],
+        "scram_credentials": scram_records(image.scram_credentials),
     }
 
 
@@ -312,7 +332,10 @@ def image_from_snapshot(doc: MetadataSnapshot) -> MetadataImage:
                              brokers={int(b["id"]): BrokerRegistration(str(b["incarnation"]),
                                                                        bool(b.get("shutting_down")))
                                       for b in doc.get("brokers", [])},
-                             broker_configs=broker_configs)
+                             broker_configs=broker_configs,
+                             scram_credentials=table_from(doc.get("scram_credentials", [])))
+    except InvalidScramRecord as exc:
+        raise MetadataCorrupt(f"metadata snapshot: {exc}") from None
     except (KeyError, TypeError, ValueError) as exc:
         raise MetadataCorrupt(f"malformed metadata snapshot ({exc!r})") from None
 

@@ -16,6 +16,8 @@ The records (one decision of the controller is one entry, `{"offset", "epoch", "
 | `producer_ids` | `next` | the next producer id block starts here |
 | `broker` | `id`, `incarnation`, `shutting_down` | a broker process registered (or began a controlled shutdown) |
 | `broker_config` | `broker` (-1: cluster-wide default), `configs` | dynamic configs set (a value) or deleted (null) |
+| `scram_credential` | `user`, `mechanism`, `salt`, `stored_key`, `server_key`, `iterations` | a SCRAM credential set |
+| `remove_scram_credential` | `user`, `mechanism` | a SCRAM credential deleted |
 
 What is read back (from a store, or from a delivery over HTTP) is JSON that only claims one of these
 shapes. The `as_*` functions name the one step where a decoded document is taken for its shape; nothing
@@ -40,6 +42,8 @@ __all__ = [
     "ProducerIdsRecord",
     "BrokerRecord",
     "BrokerConfigRecord",
+    "ScramCredentialRecord",
+    "RemoveScramCredentialRecord",
     "MetadataRecord",
     "MetadataEntry",
     "MetadataSnapshot",
@@ -53,6 +57,8 @@ __all__ = [
     "producer_ids_record",
     "broker_record",
     "broker_config_record",
+    "scram_credential_record",
+    "remove_scram_credential_record",
     "as_entry",
     "as_snapshot",
     "as_topic",
@@ -103,8 +109,27 @@ class BrokerConfigRecord(TypedDict):
     configs: dict[str, str | None]  # None: the key is deleted
 
 
+class ScramCredentialRecord(TypedDict):
+    """A user's SCRAM credential for one mechanism (Kafka's UserScramCredentialRecord): never a password, nor the
+    salted password; salt and keys in base64."""
+
+    type: Literal["scram_credential"]
+    user: str
+    mechanism: str  # SCRAM-SHA-256 | SCRAM-SHA-512
+    salt: str
+    stored_key: str
+    server_key: str
+    iterations: int
+
+
+class RemoveScramCredentialRecord(TypedDict):
+    type: Literal["remove_scram_credential"]
+    user: str
+    mechanism: str
+
+
 MetadataRecord = (ControllerRecord | TopicRecord | PartitionRecord | RemoveTopicRecord | ProducerIdsRecord
-                  | BrokerRecord | BrokerConfigRecord)
+                  | BrokerRecord | BrokerConfigRecord | ScramCredentialRecord | RemoveScramCredentialRecord)
 
 
 class MetadataEntry(TypedDict):
@@ -134,6 +159,7 @@ class MetadataSnapshot(TypedDict):
     removed: NotRequired[list[list[str]]]  # [topic id, name] of removed topics, oldest first
     brokers: NotRequired[list[BrokerRecord]]
     broker_configs: NotRequired[list[BrokerConfigsJson]]
+    scram_credentials: NotRequired[list[ScramCredentialRecord]]
 
 
 class MetadataPush(TypedDict):
@@ -184,6 +210,17 @@ def broker_record(broker_id: int, incarnation: str, *, shutting_down: bool = Fal
 def broker_config_record(broker: int, configs: Mapping[str, str | None]) -> BrokerConfigRecord:
     """Dynamic broker configs of one entity (`broker` -1: the cluster-wide default) set, or deleted (None)."""
     return {"type": "broker_config", "broker": broker, "configs": dict(configs)}
+
+
+def scram_credential_record(user: str, mechanism: str, *, salt: str, stored_key: str, server_key: str,
+                            iterations: int) -> ScramCredentialRecord:
+    """A SCRAM credential (salt and keys in base64) set for `user` and `mechanism`."""
+    return {"type": "scram_credential", "user": user, "mechanism": mechanism, "salt": salt,
+            "stored_key": stored_key, "server_key": server_key, "iterations": iterations}
+
+
+def remove_scram_credential_record(user: str, mechanism: str) -> RemoveScramCredentialRecord:
+    return {"type": "remove_scram_credential", "user": user, "mechanism": mechanism}
 
 
 # -- decoded documents taken for their shape -------------------------------------------

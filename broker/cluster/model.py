@@ -33,9 +33,15 @@ __all__ = [
 NO_LEADER = -1
 
 
+class ListenerAddressJson(TypedDict):
+    name: str
+    host: str
+    port: int
+
+
 class BrokerEndpointJson(TypedDict):
     """`BrokerEndpoint` as the lease annotations and the metadata push carry it (older brokers wrote no
-    `http_host`, `rack` or `incarnation`)."""
+    `http_host`, `rack`, `incarnation`, `listeners` or `http_scheme`)."""
 
     id: int
     host: str
@@ -44,6 +50,8 @@ class BrokerEndpointJson(TypedDict):
     http_port: int
     rack: NotRequired[str | None]
     incarnation: NotRequired[str]
+    listeners: NotRequired[list[ListenerAddressJson]]
+    http_scheme: NotRequired[str]
 
 
 class PartitionStateJson(TypedDict):
@@ -70,7 +78,12 @@ class TopicStateJson(TypedDict):
 
 @dataclass(frozen=True, slots=True)
 class BrokerEndpoint:
-    """Where a live broker listens: Kafka for clients and replicas, HTTP for admin and controller RPCs."""
+    """Where a live broker listens: Kafka for clients and replicas, HTTP for admin and controller RPCs.
+
+    `host`/`port` are the inter-broker listener's advertised address (replicas fetch there); `listeners`
+    every Kafka listener's, `(name, host, port)`, for Metadata answers, which give a client the addresses of
+    the listener it came in on (Kafka's rule). An endpoint from a broker before listeners has none: its one
+    address serves every listener."""
 
     id: int
     host: str
@@ -79,19 +92,36 @@ class BrokerEndpoint:
     http_port: int
     rack: str | None = None
     incarnation: str = ""  # changes with every process start: a restarted broker is a new registration
+    listeners: tuple[tuple[str, str, int], ...] = ()
+    http_scheme: str = "http"  # https when the HTTP listener uses TLS (http.ssl.enabled)
 
     @property
     def http_url(self) -> str:
-        return f"http://{self.http_host}:{self.http_port}"
+        return f"{self.http_scheme}://{self.http_host}:{self.http_port}"
+
+    def address(self, listener: str) -> tuple[str, int] | None:
+        """The advertised (host, port) of `listener` on this broker; None when it has no such listener."""
+        if not self.listeners:
+            return self.host, self.port
+        return next(((host, port) for name, host, port in self.listeners if name == listener), None)
 
     def to_json(self) -> BrokerEndpointJson:
-        return {"id": self.id, "host": self.host, "port": self.port, "http_host": self.http_host,
-                "http_port": self.http_port, "rack": self.rack, "incarnation": self.incarnation}
+        out: BrokerEndpointJson = {
+            "id": self.id, "host": self.host, "port": self.port, "http_host": self.http_host,
+            "http_port": self.http_port, "rack": self.rack, "incarnation": self.incarnation,
+            "listeners": [{"name": n, "host": h, "port": p} for n, h, p in self.listeners]}
+        if self.http_scheme != "http":
+            out["http_scheme"] = self.http_scheme
+        return out
 
     @classmethod
     def from_json(cls, d: BrokerEndpointJson) -> "BrokerEndpoint":
+        listeners = tuple((str(item["name"]), str(item["host"]), int(item["port"])) for item in d.get("listeners", []))
+        scheme = str(d.get("http_scheme") or "http")
+        if scheme not in ("http", "https"):
+            raise ValueError(f"broker {d['id']}: HTTP scheme {scheme!r} is neither http nor https")
         return cls(int(d["id"]), str(d["host"]), int(d["port"]), str(d.get("http_host") or d["host"]),
-                   int(d["http_port"]), d.get("rack") or None, str(d.get("incarnation") or ""))
+                   int(d["http_port"]), d.get("rack") or None, str(d.get("incarnation") or ""), listeners, scheme)
 
 
 @dataclass(frozen=True, slots=True)

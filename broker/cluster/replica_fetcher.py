@@ -38,10 +38,11 @@ from typing import TYPE_CHECKING, Callable
 from kafka.protocol.consumer import FetchRequest, FetchResponse, OffsetForLeaderEpochRequest
 
 from kelp.errors import ErrorCode, KelpError
-from kelp.kafka_client import AsyncConnection, BrokerUnavailable
+from kelp.kafka_client import AsyncConnection, AuthenticationFailed, BrokerUnavailable
 
 from ..config import BrokerConfig
 from ..storage import Log
+from .inter_broker import InterBrokerSecurity
 from .model import BrokerEndpoint
 
 if TYPE_CHECKING:  # the fetcher drives the replica manager, which holds it only through `ReplicaFetchers`
@@ -51,6 +52,8 @@ __all__ = ["ReplicaFetcherManager"]
 
 log = logging.getLogger("kelp.broker.replication")
 
+# A fetcher the leader refuses to authenticate tries again this often (seconds).
+AUTH_RETRY_S = 5.0
 FETCH_VERSION = 11
 EPOCH_VERSION = 3
 # Fetch errors after which our metadata or the leader's is behind: back off until the next push settles it.
@@ -68,11 +71,13 @@ class _FetchState:
 
 class ReplicaFetcherManager:
     def __init__(self, *, replicas: ReplicaManager, broker_id: int,
-                 endpoint_of: Callable[[int], BrokerEndpoint | None], config: BrokerConfig) -> None:
+                 endpoint_of: Callable[[int], BrokerEndpoint | None], config: BrokerConfig,
+                 inter_broker: InterBrokerSecurity | None = None) -> None:
         self.replicas = replicas
         self.broker_id = broker_id
         self.endpoint_of = endpoint_of
         self.config = config
+        self._inter_broker = inter_broker
         self._fetchers: dict[int, ReplicaFetcher] = {}
         self._where: dict[tuple[str, int], int] = {}
         self._stopped = False
@@ -96,6 +101,13 @@ class ReplicaFetcherManager:
         if leader is not None and leader in self._fetchers:
             self._fetchers[leader].remove(key)
 
+    @property
+    def inter_broker(self) -> InterBrokerSecurity:
+        """TLS and SASL for the leaders' inter-broker listener (made from the config on first use)."""
+        if self._inter_broker is None:
+            self._inter_broker = InterBrokerSecurity(self.config.listener_setup)
+        return self._inter_broker
+
     def lag(self) -> dict[tuple[str, int], int]:
         return {key: f.state[key].leader_epoch for f in self._fetchers.values() for key in f.state}
 
@@ -115,6 +127,7 @@ class ReplicaFetcher:
         self.state: dict[tuple[str, int], _FetchState] = {}
         self._wake = asyncio.Event()
         self._conn: AsyncConnection | None = None
+        self._auth_failure = ""  # the last authentication failure logged
         self._stopping = False
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{leader}")
         cfg = manager.config
@@ -146,10 +159,13 @@ class ReplicaFetcher:
         ep = self.m.endpoint_of(self.leader)
         if ep is None:
             raise BrokerUnavailable(f"broker {self.leader} is not a live member of the cluster")
+        security = self.m.inter_broker
+        security.maybe_reload()
+        # The leader's inter-broker listener (`BrokerEndpoint.host/port`), with that listener's security.
         if self._conn is None or (self._conn.host, self._conn.port) != (ep.host, ep.port):
             old, self._conn = self._conn, AsyncConnection(
                 ep.host, ep.port, client_id=f"kelp-replica-{self.m.broker_id}",
-                timeout_s=self.timeout_s + self.wait_ms / 1000.0)
+                timeout_s=self.timeout_s + self.wait_ms / 1000.0, security=security.kafka)
             if old is not None:
                 await old.close()
         return self._conn
@@ -173,6 +189,15 @@ class ReplicaFetcher:
                 await self._fetch(conn)
             except asyncio.CancelledError:
                 raise
+            except AuthenticationFailed as exc:
+                # The same credentials fail the same way until someone changes them: say so once per cause, and
+                # try again at a pace that does not flood the leader.
+                if str(exc) != self._auth_failure:
+                    self._auth_failure = str(exc)
+                    log.error("replica fetcher for leader %d cannot authenticate: %s (check "
+                              "sasl.mechanism.inter.broker.protocol and the inter-broker listener's JAAS "
+                              "username/password); retrying every %.0fs", self.leader, exc, AUTH_RETRY_S)
+                await asyncio.sleep(max(self.backoff_s, AUTH_RETRY_S))
             except BrokerUnavailable as exc:
                 log.warning("replica fetcher for leader %d: %s; retrying in %.1fs", self.leader, exc, self.backoff_s)
                 await asyncio.sleep(self.backoff_s)

@@ -70,6 +70,8 @@ class LeaderRouting(MemberState):
 
     def _session(self) -> aiohttp.ClientSession:
         assert self._http is not None, "opened by ClusterMember.start"
+        if self.inter_broker is not None:
+            self.inter_broker.maybe_reload()  # rotated client certificates reach the next connection
         return self._http
 
     # -- to the controller --------------------------------------------------------------

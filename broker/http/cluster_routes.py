@@ -48,6 +48,7 @@ CONTROLLER_OPS = {
     "reassign": {"topic", "partition", "replicas"},
     "elect_preferred_leaders": {"topic", "partitions"},
     "alter_broker_configs": {"broker", "configs", "replace_all", "validate_only"},
+    "alter_scram_credentials": {"upsertions", "deletions"},
 }
 
 

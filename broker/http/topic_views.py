@@ -80,6 +80,7 @@ def brokers_view(broker: BrokerParts) -> list[JsonData]:
     member = broker.cluster
     return [
         {"id": b.id, "host": b.host, "port": b.port, "http_port": b.http_port, "rack": b.rack,
-         "controller": b.id == member.controller_id}
+         "controller": b.id == member.controller_id,
+         "listeners": {name: f"{host}:{port}" for name, host, port in b.listeners}}
         for b in sorted(member.brokers.values(), key=lambda b: b.id)
     ]

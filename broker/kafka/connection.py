@@ -2,7 +2,8 @@
 
 Why: the receive path is the produce hot path and the place where a client
 could make the broker hold memory; keeping it apart from the server's
-dispatch (`server.py`) keeps both readable.
+dispatch (`server.py`) and from the writing of answers in request order
+(`response_writer.py`, mixed in) keeps each readable.
 
 Receive path (the produce hot path): an `asyncio.BufferedProtocol` reads
 into a staging buffer until a frame's size is known; a frame bigger than
@@ -23,11 +24,24 @@ connection silent for `connections.max.idle.ms` (also one stuck in the middle
 of a frame) is closed by one periodic sweep; connections beyond
 `max.connections` / `max.connections.per.ip` are closed right after accept.
 
+TLS (an SSL or SASL_SSL listener): the accepted TCP connection is upgraded
+with `loop.start_tls` before anything is read, bounded by
+`TLS_HANDSHAKE_TIMEOUT_S`; a failed handshake (a plaintext client, an
+untrusted client certificate, garbage) is reported to the listener, which
+logs it, and the connection closes. asyncio's TLS transport feeds this same
+buffered protocol, so the receive path below is the same with and without
+TLS (file ranges go out through sendfile's copying fallback under TLS).
+
+Authentication: once the connection is open the listener gives it a
+`Session` (`session.py`): its principal, and until SASL authentication
+succeeds the tighter frame bound `sasl.server.max.receive.size`; a failed
+authentication makes the session close the connection after its answer.
+
 What a connection needs from the listener that accepted it is `ConnectionHost`:
 the shared staging buffer and memory pool, the frame size bound, admission
 (and leaving) against the connection quota, a counter of connections closed
-by a bound, and `dispatch`. `KafkaServer` is one; this module never imports
-server.py, so the server's internals stay its own.
+by a bound, the TLS context and sessions, and `dispatch`. `KafkaServer` is one;
+this module never imports server.py, so the server's internals stay its own.
 
 This module must never decode request bodies or touch partition data; it
 hands whole frames to `ConnectionHost.dispatch`.
@@ -37,16 +51,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections import deque
-from typing import Callable, Literal, Protocol, Sequence, cast
+from typing import Callable, Protocol, cast
 
-from .framing import SIZE, Buffer
+from .framing import SIZE
 from .limits import MemoryPool
+from .response_writer import MAX_IN_FLIGHT, PAUSE_IN_FLIGHT, Answer, ResponseWriter
+from .session import Session
 
 log = logging.getLogger("kelp.broker.kafka")
 
-MAX_IN_FLIGHT = 64
 # Reads land in this buffer first (one per server, shared by its connections); a frame
 # larger than it gets a buffer of its own, grown as its bytes arrive, and the socket
 # then reads the rest straight into that.
@@ -57,13 +73,10 @@ WRITE_HIGH_WATER = 4 << 20
 GROW_MIN = STAGING_BYTES
 # What a connection may read while the memory pool is full (then it stops reading until bytes are released).
 POOL_FULL_READ = 1024
+# A TLS handshake that takes longer is abandoned (the peer is too slow, or not speaking TLS at all).
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
-_PAUSE_IN_FLIGHT = 1  # MAX_IN_FLIGHT requests unanswered
-_PAUSE_POOL = 2  # waiting for the memory pool
-
-# What handling one request comes to: the buffers to send, None (no answer: acks=0), or False (close the
-# connection after what came before it).
-Answer = list[Buffer] | Literal[False] | None
+_PAUSE_POOL = 2  # waiting for the memory pool (1 is PAUSE_IN_FLIGHT, the writer's)
 
 
 class ConnectionHost(Protocol):
@@ -87,14 +100,28 @@ class ConnectionHost(Protocol):
         """A connection was closed by the bound named `reason` (a config key), for the metrics."""
         ...
 
-    def dispatch(self, frame: memoryview, peer: str, *, release: Callable[[], None] | None = None
-                 ) -> asyncio.Future[Answer] | None:
+    @property
+    def tls_context(self) -> ssl.SSLContext | None:
+        """The listener's TLS context (None: plaintext); connections are upgraded with it as they are accepted."""
+        ...
+
+    def open_session(self, peer: str, certificate: bytes | None) -> Session | None:
+        """The session of a connection that is open (after its TLS handshake; `certificate` is the client's, in
+        DER); None: close it."""
+        ...
+
+    def tls_failed(self, peer: str, exc: BaseException) -> None:
+        """The TLS handshake of the connection from `peer` failed with `exc` (the connection closes)."""
+        ...
+
+    def dispatch(self, frame: memoryview, peer: str, *, session: Session,
+                 release: Callable[[], None] | None = None) -> asyncio.Future[Answer] | None:
         """Start handling one request frame; the future's result is what to send (see `_write_loop`).
         None: close the connection. `release` hands the frame's bytes back to the pool."""
         ...
 
 
-class _Connection(asyncio.BufferedProtocol):
+class _Connection(ResponseWriter, asyncio.BufferedProtocol):
     """One client connection: frames read into buffers that grow as bytes arrive, answered in order.
 
     Receive: `get_buffer` hands the transport either the server's staging
@@ -143,6 +170,9 @@ class _Connection(asyncio.BufferedProtocol):
         self._in_flight = 0  # requests dispatched and not finished
         self._writing = False
         self._last_active = time.monotonic()  # last bytes read, request finished or response sent
+        self.session: Session | None = None  # given once the connection is open (after a TLS handshake)
+        self._tls = False
+        self._handshake: asyncio.Task[None] | None = None
 
     # -- transport callbacks ----------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -156,8 +186,48 @@ class _Connection(asyncio.BufferedProtocol):
             transport.close()
             return
         self._admitted = True
+        context = self.server.tls_context
+        if context is not None:
+            self._tls = True
+            self._handshake = asyncio.get_running_loop().create_task(self._start_tls(stream, context))
+            return
+        self._open(stream, None)
+
+    async def _start_tls(self, raw: asyncio.Transport, context: ssl.SSLContext) -> None:
+        """Upgrade the accepted connection to TLS; this protocol reads and writes through the TLS transport after."""
+        try:
+            stream = await asyncio.get_running_loop().start_tls(
+                raw, self, context, server_side=True, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S)
+        except (OSError, ssl.SSLError, ConnectionError, TimeoutError) as exc:
+            self.server.tls_failed(self.peer, exc)
+            self._closed = True
+            return
+        finally:
+            self._handshake = None
+        if stream is None or self._lost or self._closed:
+            self._closed = True
+            if stream is not None:
+                stream.close()
+            return
+        ssl_object = stream.get_extra_info("ssl_object")
+        certificate = ssl_object.getpeercert(binary_form=True) if isinstance(ssl_object, ssl.SSLObject) else None
+        self._open(stream, certificate)
+
+    def _open(self, stream: asyncio.Transport, certificate: bytes | None) -> None:
+        """The connection is open (after TLS, if any): its session, then the writer."""
+        self.transport = stream
+        session = self.server.open_session(self.peer, certificate)
+        if session is None:
+            self._closed = True
+            stream.close()
+            return
+        self.session = session
+        self._last_active = time.monotonic()
         stream.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         self._writer = asyncio.get_running_loop().create_task(self._write_loop())
+        if self._tail and self._frame is None and not self._closed:
+            self.get_buffer(0)  # what arrived before the session: back into staging, and parsed now
+            self.buffer_updated(0)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         frame = self._frame
@@ -225,13 +295,13 @@ class _Connection(asyncio.BufferedProtocol):
             if available < 4:
                 break
             (size,) = SIZE.unpack_from(staging, start)
-            if size < 8 or size > self.server.max_request_bytes:
-                log.warning(
-                    "closing connection from %s: request size %d is outside 8..%d (socket.request.max.bytes)",
-                    self.peer, size, self.server.max_request_bytes,
-                )
-                self.server.count_closed("socket.request.max.bytes")
-                self._close_after_responses()
+            session = self.session
+            if session is None:
+                # TLS: bytes that came with the handshake's last message, before `_start_tls` resumed and opened
+                # the session (at most one read); kept, and parsed once the session is open (`_open`).
+                break
+            if size < session.min_frame_bytes or size > session.max_frame_bytes:
+                self._refuse_size(size, session)
                 return
             begin = start + 4
             if available - 4 >= size:
@@ -253,6 +323,19 @@ class _Connection(asyncio.BufferedProtocol):
             break
         if start < end and not self._closed:
             self._tail = bytes(self.server.staging_view[start:end])
+
+    def _refuse_size(self, size: int, session: Session) -> None:
+        """A frame size outside the bounds: logged with the bound that refused it, the connection closed."""
+        authenticated = session.authenticated
+        key = "socket.request.max.bytes" if authenticated else "sasl.server.max.receive.size"
+        hint = ""
+        if (size >> 24) & 0xFF == 0x16 and (size >> 16) & 0xFF == 0x03:
+            hint = " (it looks like a TLS handshake: the client uses TLS on a listener without it)"
+        what = "request" if authenticated else "request before authentication"
+        log.warning("closing connection from %s: %s size %d is outside %d..%d (%s)%s", self.peer, what, size,
+                    session.min_frame_bytes, session.max_frame_bytes, key, hint)
+        self.server.count_closed(key)
+        self._close_after_responses()
 
     # -- the memory pool ----------------------------------------------------
     def _try_grow(self) -> bool:
@@ -327,9 +410,11 @@ class _Connection(asyncio.BufferedProtocol):
 
     # -- idle connections ---------------------------------------------------
     def _idle(self) -> bool:
-        """Silent, nothing in flight and not held back by the broker (see KafkaServer._sweep_idle)."""
+        """Silent, nothing in flight and not held back by the broker (see KafkaServer._sweep_idle); a TLS handshake
+        has its own bound."""
         return not (
             self._closed or self._pending or self._in_flight or self._writing or self._pause_bits & _PAUSE_POOL
+            or self._handshake is not None
         )
 
     def _close_idle(self, idle_s: float) -> None:
@@ -356,7 +441,8 @@ class _Connection(asyncio.BufferedProtocol):
             log.warning("connection from %s closed in the middle of a request", self.peer)
         self._close_after_responses()
         self._release_receive_buffers()
-        return True  # keep the transport open until the writer has sent what is in flight
+        # Keep a plain transport open until the writer has sent what is in flight (TLS shuts down on its own).
+        return not self._tls
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self._admitted:
@@ -373,21 +459,6 @@ class _Connection(asyncio.BufferedProtocol):
         self._pending.append(None)
         self._notify()
 
-    def pause_writing(self) -> None:
-        self._write_paused = True
-
-    def resume_writing(self) -> None:
-        self._write_paused = False
-        fut, self._drained = self._drained, None
-        if fut is not None and not fut.done():
-            fut.set_result(None)
-
-    def _notify(self) -> None:
-        """Wake the writer if it waits for an item in `_pending`."""
-        fut, self._wake = self._wake, None
-        if fut is not None and not fut.done():
-            fut.set_result(None)
-
     # -- requests -------------------------------------------------------
     def _handle_frame(self, frame: bytearray, *, over: int | None = None) -> bool:
         """Dispatch one frame (its bytes already charged to the pool, `over` of them as the
@@ -403,8 +474,10 @@ class _Connection(asyncio.BufferedProtocol):
                 released = True
                 self._finished(size, over)
 
+        session = self.session
+        assert session is not None, "no frame is read before the connection is open"
         try:
-            item = self.server.dispatch(memoryview(frame), self.peer, release=release)
+            item = self.server.dispatch(memoryview(frame), self.peer, session=session, release=release)
         except BaseException:
             release()
             raise
@@ -421,8 +494,11 @@ class _Connection(asyncio.BufferedProtocol):
         item.add_done_callback(answered)
         self._pending.append(item)
         self._notify()
+        if session.closing:  # a failed authentication: its answer is the last
+            self._close_after_responses()
+            return False
         if len(self._pending) >= MAX_IN_FLIGHT:
-            self._pause(_PAUSE_IN_FLIGHT)
+            self._pause(PAUSE_IN_FLIGHT)
         return True
 
     def _answered(self) -> None:
@@ -453,6 +529,8 @@ class _Connection(asyncio.BufferedProtocol):
     def abort(self) -> asyncio.Task[None] | None:
         """Server stop: drop what is in flight and close now."""
         self._closed = True
+        if self._handshake is not None:
+            self._handshake.cancel()
         for item in self._pending:
             if item is not None and not item.done():
                 item.cancel()
@@ -461,95 +539,3 @@ class _Connection(asyncio.BufferedProtocol):
         if self.transport is not None:
             self.transport.abort()
         return self._writer
-
-    async def _write_loop(self) -> None:
-        pending = self._pending
-        transport = self.transport
-        assert transport is not None
-        loop = asyncio.get_running_loop()
-        try:
-            while True:
-                while not pending:
-                    self._wake = loop.create_future()
-                    await self._wake
-                item = pending.popleft()
-                if self._pause_bits & _PAUSE_IN_FLIGHT and len(pending) < MAX_IN_FLIGHT // 2:
-                    self._resume(_PAUSE_IN_FLIGHT)
-                if item is None:
-                    return
-                try:
-                    out = await item
-                except asyncio.CancelledError:
-                    if self._lost:
-                        return
-                    raise
-                except Exception:
-                    log.exception("request from %s failed; closing the connection", self.peer)
-                    return
-                if out is None:
-                    continue
-                if out is False:
-                    return
-                if self._lost:
-                    _close_buffers(out)
-                    return
-                self._writing = True
-                if not await self._send(transport, out):
-                    return
-                if self._write_paused:
-                    self._drained = loop.create_future()
-                    await self._drained
-                self._writing = False
-                self._last_active = time.monotonic()
-        except (ConnectionError, asyncio.CancelledError):
-            return
-        finally:
-            self._closed = True
-            for item in pending:  # results never sent: release their open files
-                if item is not None and item.done() and not item.cancelled() and item.exception() is None:
-                    result = item.result()
-                    if isinstance(result, list):
-                        _close_buffers(result)
-                elif item is not None:
-                    item.cancel()
-            pending.clear()
-            if not transport.is_closing():
-                transport.close()
-
-    async def _send(self, transport: asyncio.Transport, out: list[Buffer]) -> bool:
-        """Write buffers in order, byte buffers in runs; file ranges go out with sendfile. False: connection
-        unusable."""
-        try:
-            run: list[bytes | bytearray | memoryview] = []
-            for buf in out:
-                if isinstance(buf, (bytes, bytearray, memoryview)):
-                    run.append(buf)
-                    continue
-                if run:
-                    transport.writelines(run)
-                    run = []
-                if self._lost:
-                    return False
-                sent = await asyncio.get_running_loop().sendfile(
-                    transport, buf.file, buf.position, buf.size, fallback=True
-                )
-                if sent != buf.size:
-                    log.error(
-                        "closing connection to %s: sent %d of %d bytes of %s (segment shrank?)",
-                        self.peer, sent, buf.size, getattr(buf.file, "name", "?"),
-                    )
-                    return False
-            if run:
-                transport.writelines(run)
-            return True
-        finally:
-            _close_buffers(out)
-
-
-def _close_buffers(out: Sequence[Buffer]) -> None:
-    for buf in out:
-        if not isinstance(buf, (bytes, bytearray, memoryview)):
-            try:
-                buf.close()
-            except Exception:
-                pass

@@ -14,6 +14,17 @@ connections' `ConnectionHost`: they reach it only through that interface.
 The broker's parts (`kelp.broker.parts.BrokerParts`) come with `serve()`,
 once they are all built; handlers reach them as `ctx.broker`.
 
+One server per listener (`listeners`): it knows the listener's name and
+security (`ListenerSecurity`: TLS context, SASL servers). A TLS listener's
+connections are upgraded as they are accepted (`connection.py`), its
+certificate files are looked at every `ssl.reload.interval.ms` and a rotated
+certificate serves every new connection from then on. Each connection has a
+`Session` (`session.py`): before SASL authentication only ApiVersions,
+SaslHandshake and SaslAuthenticate are served (anything else closes the
+connection), SaslHandshake and SaslAuthenticate are answered inline, as they
+arrive, and every request's context names the session's principal and the
+listener.
+
 Failure policy: a frame with an impossible size, an undecodable header or an
 unknown API key is logged naming the client and the reason; the connection
 gets the protocol's error when a response can be formed, else it is closed.
@@ -27,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import struct
 import time
 from typing import Callable
@@ -37,11 +49,16 @@ from kelp.errors import ErrorCode, KelpError
 
 from ..metrics import PROCESS, BrokerMetrics
 from ..parts import BrokerParts
-from .connection import MAX_IN_FLIGHT, STAGING_BYTES, WRITE_HIGH_WATER, Answer, _Connection
-from .framing import Buffer, FrameError, parse_request_header, response_frame
+from ..security.principal import PrincipalMappingError
+from .connection import STAGING_BYTES, WRITE_HIGH_WATER, _Connection
+from .framing import SIZE, Buffer, FrameError, parse_request_header, response_frame
 from .handlers import get_handler
 from .handlers.registry import HandlerSpec, RawResponse, RequestContext
+from .handlers.sasl import answer_sasl
 from .limits import UNBOUNDED, ConnectionQuota, MemoryPool, RateLimitedLog
+from .listener_security import ListenerSecurity
+from .response_writer import MAX_IN_FLIGHT, Answer
+from .session import SASL_AUTHENTICATE, SASL_HANDSHAKE, Session
 
 __all__ = ["KafkaServer", "MAX_IN_FLIGHT", "STAGING_BYTES", "WRITE_HIGH_WATER"]
 
@@ -62,22 +79,29 @@ class KafkaServer:
         self, *, host: str, port: int, advertised_host: str = "", max_request_bytes: int,
         queued_max_request_bytes: int | None = None, connections_max_idle_ms: int | None = None,
         max_connections: int = UNBOUNDED, max_connections_per_ip: int = UNBOUNDED,
-        metrics: BrokerMetrics = PROCESS,
+        metrics: BrokerMetrics = PROCESS, security: ListenerSecurity | None = None,
+        pool: MemoryPool | None = None, quota: ConnectionQuota | None = None,
     ) -> None:
         self.broker: BrokerParts | None = None  # what handlers reach; given by serve()
+        # The listener's name and security; a plain PLAINTEXT listener unless given.
+        self.security = security or ListenerSecurity.plaintext(max_request_bytes=max_request_bytes)
+        self.listener = self.security.name
+        self.tls_context: ssl.SSLContext | None = self.security.tls.context if self.security.tls else None
         self.host = host
         self.port = port
         self.advertised_host = advertised_host
         self.advertised_port: int | None = None  # None: the bound port
         self.max_request_bytes = max_request_bytes
-        self.pool = MemoryPool(queued_max_request_bytes)
-        self.quota = ConnectionQuota(max_connections, max_connections_per_ip)
+        # Shared by every listener of a broker when given (the bounds are the broker's, as in Kafka).
+        self.pool = pool or MemoryPool(queued_max_request_bytes)
+        self.quota = quota or ConnectionQuota(max_connections, max_connections_per_ip)
         self.idle_s = None if connections_max_idle_ms is None else connections_max_idle_ms / 1000
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[_Connection] = set()
         self.staging = bytearray(STAGING_BYTES)
         self.staging_view = memoryview(self.staging)
         self._sweeper: asyncio.Task[None] | None = None
+        self._tls_watch: asyncio.Task[None] | None = None
         self._refusals = RateLimitedLog(log)
         self._metrics = metrics
         self._latency = metrics.request_latency
@@ -101,17 +125,23 @@ class KafkaServer:
             self.advertised_host = self.host if self.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
         if self.idle_s is not None:
             self._sweeper = loop.create_task(self._sweep_idle())
+        if self.security.tls is not None:
+            self._tls_watch = loop.create_task(self._watch_certificates())
         self._metrics.watch_listener(self)
 
     async def serve(self, broker: BrokerParts) -> None:
         """Start accepting connections on the bound listener, handling their requests with `broker`'s parts."""
         self.broker = broker
+        # SCRAM users are the cluster metadata's: looked up in the image current at each authentication.
+        self.security.scram_lookup = lambda user, mechanism: broker.cluster.image.scram_credentials.get(
+            (user, mechanism))
         if self._server is not None and not self._server.is_serving():
             await self._server.start_serving()
 
     async def stop(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
+        for task in (self._sweeper, self._tls_watch):
+            if task is not None:
+                task.cancel()
         if self._server is not None:
             self._server.close()
         writers = [w for c in list(self._connections) if (w := c.abort()) is not None]
@@ -165,8 +195,8 @@ class KafkaServer:
                     conn._close_idle(self.idle_s)
 
     # -- requests (ConnectionHost) ---------------------------------------
-    def dispatch(self, frame: memoryview, peer: str, *, release: Callable[[], None] | None = None
-                 ) -> asyncio.Future[Answer] | None:
+    def dispatch(self, frame: memoryview, peer: str, *, session: Session,
+                 release: Callable[[], None] | None = None) -> asyncio.Future[Answer] | None:
         """Parse the header and start handling; None means close the connection.
 
         `release` gives the frame's bytes back to the memory pool before the answer (the handler
@@ -176,6 +206,8 @@ class KafkaServer:
         if broker is None:
             log.warning("closing connection from %s: this listener serves no broker yet", peer)
             return None
+        if session.raw_tokens:
+            return self._raw_token(session, frame)
         api_key, api_version = struct.unpack_from(">hh", frame, 0)
         spec = get_handler(api_key)
         flexible = False
@@ -192,9 +224,14 @@ class KafkaServer:
             log.warning("closing connection from %s: undecodable request header (api key %d v%d): %s", peer, api_key,
                         api_version, exc)
             return None
+        refusal = session.refusal(api_key, spec.name if spec is not None else f"API key {api_key}")
+        if refusal is not None:
+            log.warning("closing connection from %s on listener %s: %s", peer, self.listener, refusal)
+            return None
         ctx = RequestContext(
             broker=broker, api_key=api_key, api_version=api_version,
             correlation_id=header.correlation_id, client_id=header.client_id, peer=peer, release_frame=release,
+            principal=session.principal, listener=self.listener,
         )
         if spec is None:
             log.warning(
@@ -216,7 +253,68 @@ class KafkaServer:
             return _done(self._unsupported_response(spec, header.correlation_id, api_version))
         body = frame[header.body_offset :]
         resp_flexible = flexible and api_key != API_VERSIONS_KEY
+        if api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
+            return self._sasl(spec, ctx, session, body, flexible_header=resp_flexible)
         return asyncio.ensure_future(self._run(spec, ctx, body, api_version, flexible_header=resp_flexible))
+
+    # -- authentication (session.py) ---------------------------------------
+    def open_session(self, peer: str, certificate: bytes | None) -> Session | None:
+        """The session of a new connection (after its TLS handshake, with the client's certificate in DER); None
+        when the certificate's subject maps to no principal (the connection is closed)."""
+        try:
+            principal = self.security.certificate_principal(certificate) if self.tls_context is not None \
+                and not self.security.uses_sasl else None
+        except PrincipalMappingError as exc:
+            log.warning("closing connection from %s on listener %s: its client certificate maps to no principal "
+                        "(ssl.principal.mapping.rules): %s", peer, self.listener, exc)
+            return None
+        if principal is None:
+            return Session(self.security, peer)
+        return Session(self.security, peer, principal=principal)
+
+    def tls_failed(self, peer: str, exc: BaseException) -> None:
+        """A TLS handshake failed (a plaintext client on a TLS port, an untrusted or missing client certificate,
+        garbage): logged once per connection, rate-limited per reason."""
+        reason = getattr(exc, "reason", None) or type(exc).__name__
+        message = str(exc) or f"{reason} (the peer closed the connection)"
+        # Rate-limited per cause (a flood of one failure is one line every few seconds), never per peer.
+        self._refusals.warning(f"tls:{message[:200]}", "TLS handshake with %s on listener %s failed: %s", peer,
+                               self.listener, message)
+        self._count(self._metrics.connections_closed, "tls.handshake")
+
+    def _sasl(self, spec: HandlerSpec, ctx: RequestContext, session: Session, body: memoryview, *,
+              flexible_header: bool) -> asyncio.Future[Answer] | None:
+        """SaslHandshake and SaslAuthenticate, answered before the next frame is read (handlers/sasl.py)."""
+        try:
+            request = spec.request_class.decode(body, version=ctx.api_version)
+        except Exception as exc:
+            log.warning("closing connection from %s on listener %s: cannot decode %s v%d: %s", ctx.peer,
+                        self.listener, spec.name, ctx.api_version, exc)
+            return None
+        response, answer = answer_sasl(session, ctx.api_key, request, ctx.api_version)
+        assert response is not None and not isinstance(response, RawResponse)
+        payload = response.encode(version=ctx.api_version)
+        out: list[Buffer] = [response_frame(ctx.correlation_id, payload, flexible_header=flexible_header), payload]
+        return _later(out, answer.delay_s)
+
+    def _raw_token(self, session: Session, frame: memoryview) -> asyncio.Future[Answer]:
+        """A token of the exchange after SaslHandshake v0: answered as a size-prefixed token; a failure is
+        answered by closing the connection (after the failed-authentication delay), as Kafka does."""
+        answer = session.raw_token(bytes(frame))
+        if answer.close:
+            return _later(False, answer.delay_s)
+        return _later([SIZE.pack(len(answer.token)), answer.token], 0.0)
+
+    async def _watch_certificates(self) -> None:
+        """Look at the certificate files (ssl.reload.interval.ms); a rotated certificate serves new connections."""
+        tls = self.security.tls
+        assert tls is not None
+        while True:
+            await asyncio.sleep(self.security.reload_check_s)
+            try:
+                tls.maybe_reload()
+            except Exception:  # the reloader logs what it refuses; a surprise must not end the watch
+                log.exception("listener %s: checking the certificate files failed", self.listener)
 
     async def _run(
         self, spec: HandlerSpec, ctx: RequestContext, body: memoryview | None, version: int,
@@ -282,4 +380,19 @@ class KafkaServer:
 def _done(value: Answer) -> asyncio.Future[Answer]:
     fut: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
     fut.set_result(value)
+    return fut
+
+
+def _later(value: Answer, delay_s: float) -> asyncio.Future[Answer]:
+    """A future with `value` after `delay_s` (at once for 0); a cancelled one (the connection went) stays so."""
+    if delay_s <= 0:
+        return _done(value)
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[Answer] = loop.create_future()
+
+    def fire() -> None:
+        if not fut.done():
+            fut.set_result(value)
+
+    loop.call_later(delay_s, fire)
     return fut

@@ -28,6 +28,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "consume",
     "groups",
     "partitions",
+    "storage",
     "dev_cluster",
     "operator_cmd",
 )

@@ -28,6 +28,7 @@ from .async_connection import AsyncConnection
 from .errors import BrokerUnavailable, KafkaClientError
 from .metadata import FIND_COORDINATOR_VERSION, METADATA_VERSION, ClusterMetadata, Node, PartitionInfo, parse_bootstrap
 from .retry import COORDINATOR_MOVED, RetryPolicy
+from .security import PLAINTEXT, ConnectionSecurity
 
 __all__ = ["AsyncClient"]
 
@@ -38,11 +39,13 @@ class AsyncClient:
     """Connections to the cluster found from `bootstrap` ("host:port,host:port")."""
 
     def __init__(self, bootstrap: str, *, client_id: str, timeout_s: float = 30.0,
-                 retry: RetryPolicy | None = None, coordinator_retry: RetryPolicy | None = None) -> None:
+                 retry: RetryPolicy | None = None, coordinator_retry: RetryPolicy | None = None,
+                 security: ConnectionSecurity = PLAINTEXT) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
         self.client_id = client_id
         self.timeout_s = timeout_s
         self.retry = retry or RetryPolicy()
+        self.security = security
         self.coordinator_retry = coordinator_retry or RetryPolicy(retriable_codes=COORDINATOR_MOVED)
         self.metadata = ClusterMetadata()
         self._connections: dict[tuple[str, int], AsyncConnection] = {}
@@ -71,7 +74,7 @@ class AsyncClient:
         conn = self._connections.get((host, port))
         if conn is None:
             conn = self._connections[(host, port)] = AsyncConnection(
-                host, port, client_id=self.client_id, timeout_s=self.timeout_s)
+                host, port, client_id=self.client_id, timeout_s=self.timeout_s, security=self.security)
         return conn
 
     async def send(self, node_id: int, request: ApiMessage, version: int, *,

@@ -24,6 +24,7 @@ from .blocking_connection import BlockingConnection
 from .errors import BrokerUnavailable, KafkaClientError
 from .metadata import METADATA_VERSION, ClusterMetadata, PartitionInfo, parse_bootstrap
 from .retry import RetryPolicy
+from .security import PLAINTEXT, ConnectionSecurity
 
 __all__ = ["BlockingClient"]
 
@@ -34,11 +35,12 @@ class BlockingClient:
     """Connections to the cluster found from `bootstrap` ("host:port,host:port")."""
 
     def __init__(self, bootstrap: str, *, client_id: str, timeout_s: float = 30.0,
-                 retry: RetryPolicy | None = None) -> None:
+                 retry: RetryPolicy | None = None, security: ConnectionSecurity = PLAINTEXT) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
         self.client_id = client_id
         self.timeout_s = timeout_s
         self.retry = retry or RetryPolicy()
+        self.security = security
         self.metadata = ClusterMetadata()
         self._connections: dict[tuple[str, int], BlockingConnection] = {}
 
@@ -66,7 +68,7 @@ class BlockingClient:
         conn = self._connections.get((host, port))
         if conn is None:
             conn = self._connections[(host, port)] = BlockingConnection(
-                host, port, client_id=self.client_id, timeout_s=self.timeout_s)
+                host, port, client_id=self.client_id, timeout_s=self.timeout_s, security=self.security)
         return conn
 
     def send(self, node_id: int, request: ApiMessage, version: int, *,

@@ -15,7 +15,7 @@ must never do I/O or import anything of the broker.
 from __future__ import annotations
 
 __all__ = ["KafkaClientError", "BrokerUnavailable", "BrokerTimeout", "BadResponse", "ErrorResponse",
-           "RetriesExhausted", "error_name"]
+           "RetriesExhausted", "AuthenticationFailed", "error_name"]
 
 
 class KafkaClientError(Exception):
@@ -53,6 +53,12 @@ class ErrorResponse(KafkaClientError):
 
     def __init__(self, message: str, code: int, *, address: str | None = None) -> None:
         super().__init__(message, code, address=address)
+
+
+class AuthenticationFailed(KafkaClientError):
+    """The broker refused this client's SASL authentication (wrong credentials, a mechanism it does not enable),
+    or its answers could not be trusted (a SCRAM signature that does not verify). Not retried: the same
+    credentials fail the same way. The connection has been dropped."""
 
 
 class RetriesExhausted(KafkaClientError):

@@ -7,10 +7,18 @@ changing one word, so the options are Spark's own (`kafka.bootstrap.servers`,
 `minOffsetsPerTrigger`, `maxTriggerDelay`, `failOnDataLoss`, `includeHeaders`,
 `minPartitions`, `topic`) with Spark's rules (exactly one way to choose
 topics; no `latest` start or `earliest` end in a batch query; no ending
-offsets in a stream). Where Spark would pass an option on to the Java client
-or ignore it, this refuses what Kelp's source cannot honour (SASL/SSL,
-serializers, consumer-group settings) and an unknown option, naming it and
-listing what is accepted, instead of silently reading something else.
+offsets in a stream). Secured clusters take the Kafka client's own security
+options, as Spark's Kafka source passes them on: `kafka.security.protocol`
+(PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL), `kafka.sasl.mechanism` (PLAIN,
+SCRAM-SHA-256, SCRAM-SHA-512) with `kafka.sasl.jaas.config`, and
+`kafka.ssl.truststore.location` / `kafka.ssl.keystore.location` (PEM files:
+`kafka.ssl.*.type` must be PEM), `kafka.ssl.key.password`,
+`kafka.ssl.endpoint.identification.algorithm` (`kelp.kafka_client.security`
+reads them where the connections are made). Where Spark would pass an option
+on to the Java client or ignore it, this refuses what Kelp's source cannot
+honour (serializers, consumer-group settings, Kerberos and OAUTHBEARER,
+other `kafka.sasl.*`/`kafka.ssl.*` settings) and an unknown option, naming it
+and listing what is accepted, instead of silently reading something else.
 
 Spark hands options over case-insensitively (keys arrive lower-cased).
 What it must never do: contact a broker (the reader resolves offsets).
@@ -56,7 +64,16 @@ _REFUSED_KAFKA = {
     "transactional.id": "the kelp sink does not write transactionally",
     "enable.idempotence": "the kelp sink retries with at-least-once semantics, as Spark's Kafka sink does",
 }
-_REFUSED_KAFKA_PREFIXES = ("sasl.", "ssl.")
+_SECURITY_PREFIXES = ("sasl.", "ssl.")
+# The Kafka client security settings the kelp source reads (kelp.kafka_client.security's; tests keep both lists equal).
+SECURITY_OPTIONS = (
+    "security.protocol", "sasl.mechanism", "sasl.mechanisms", "sasl.jaas.config", "sasl.username", "sasl.password",
+    "ssl.truststore.location", "ssl.truststore.type", "ssl.truststore.password", "ssl.ca.location",
+    "ssl.keystore.location", "ssl.keystore.type", "ssl.keystore.password", "ssl.certificate.location",
+    "ssl.key.location", "ssl.key.password", "ssl.endpoint.identification.algorithm",
+)
+_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|sec|secs|second|seconds|m|min|mins|minute|minutes|h|hour|hours)?\s*$")
 _DURATION_MS = {None: 1, "ms": 1, "s": 1000, "sec": 1000, "secs": 1000, "second": 1000, "seconds": 1000,
                 "m": 60_000, "min": 60_000, "mins": 60_000, "minute": 60_000, "minutes": 60_000,
@@ -134,16 +151,38 @@ def _client_settings(opts: Mapping[str, str]) -> dict[str, str]:
         name = key[len("kafka."):]
         if name in _REFUSED_KAFKA:
             raise OptionError(f"option 'kafka.{name}' is not supported: {_REFUSED_KAFKA[name]}")
-        if name.startswith(_REFUSED_KAFKA_PREFIXES) or (
-                name == "security.protocol" and value.upper() != "PLAINTEXT"):
-            raise OptionError(f"option 'kafka.{name}' is not supported: the kelp source speaks PLAINTEXT only")
+        if name.startswith(_SECURITY_PREFIXES) and name not in SECURITY_OPTIONS:
+            raise OptionError(f"option 'kafka.{name}' is not supported: the kelp source takes the security options "
+                              f"{', '.join('kafka.' + o for o in SECURITY_OPTIONS)}")
         client[name] = value
+    _check_security(client)
     if not client.get("bootstrap.servers", "").strip():
         raise OptionError("option 'kafka.bootstrap.servers' is required (host:port[,host:port...])")
     for name in ("request.timeout.ms", "max.partition.fetch.bytes", "fetch.max.bytes", "batch.size", "linger.ms"):
         if name in client:
             _positive_int(f"kafka.{name}", client[name])
     return client
+
+
+def _check_security(client: Mapping[str, str]) -> None:
+    """The security options' values and combinations (their files are read where connections are made)."""
+    protocol = client.get("security.protocol", "PLAINTEXT").strip().upper()
+    if protocol not in _PROTOCOLS:
+        raise OptionError(f"option 'kafka.security.protocol' must be one of {', '.join(_PROTOCOLS)}, got {protocol!r}")
+    mechanism = (client.get("sasl.mechanism") or client.get("sasl.mechanisms") or "").strip().upper()
+    if protocol.startswith("SASL_") and mechanism not in _MECHANISMS:
+        raise OptionError(f"option 'kafka.sasl.mechanism' must be one of {', '.join(_MECHANISMS)} with "
+                          f"kafka.security.protocol={protocol} (Kerberos and OAUTHBEARER are not served by the kelp "
+                          f"source), got {mechanism or 'nothing'!r}")
+    if protocol.startswith("SASL_") and not client.get("sasl.jaas.config") and not client.get("sasl.username"):
+        raise OptionError("option 'kafka.sasl.jaas.config' is required with a SASL kafka.security.protocol "
+                          '(e.g. org.apache.kafka.common.security.scram.ScramLoginModule required username="..." '
+                          'password="...";)')
+    for kind in ("truststore", "keystore"):
+        store_type = client.get(f"ssl.{kind}.type", "PEM").strip().upper()
+        if store_type != "PEM":
+            raise OptionError(f"option 'kafka.ssl.{kind}.type' must be PEM for the kelp source (got {store_type}); "
+                              "convert the store to PEM files (openssl pkcs12 -in store.p12 -nodes)")
 
 
 def _positive_int(name: str, raw: str, *, minimum: int = 1) -> int:

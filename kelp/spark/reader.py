@@ -103,7 +103,7 @@ def read_range(opts: ReadOptions, r: OffsetRange | None) -> Iterator[Any]:
     schema = arrow_schema(opts.include_headers)
     offset = r.start
     with KafkaWire(opts.bootstrap, timeout=opts.timeout_s,
-                   client_id=opts.client.get("client.id", "kelp-spark")) as wire:
+                   client_id=opts.client.get("client.id", "kelp-spark"), properties=opts.client) as wire:
         while offset < r.end:
             try:
                 fetched = wire.fetch(r.topic, r.partition, offset, max_bytes=opts.fetch_max_bytes)
@@ -138,7 +138,8 @@ def read_range(opts: ReadOptions, r: OffsetRange | None) -> Iterator[Any]:
 
 
 def _wire(opts: ReadOptions) -> KafkaWire:
-    return KafkaWire(opts.bootstrap, timeout=opts.timeout_s, client_id=opts.client.get("client.id", "kelp-spark"))
+    return KafkaWire(opts.bootstrap, timeout=opts.timeout_s, client_id=opts.client.get("client.id", "kelp-spark"),
+                     properties=opts.client)
 
 
 class KelpBatchReader(DataSourceReader):

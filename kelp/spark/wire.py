@@ -19,14 +19,24 @@ What it must never do: block without a timeout, or retry forever.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 from kafka.protocol.producer import ProduceRequest
 
 from kelp.errors import ErrorCode
-from kelp.kafka_client import BlockingClient, ErrorResponse, KafkaClientError, PartitionInfo, RetryPolicy
+from kelp.kafka_client import (
+    BlockingClient,
+    ErrorResponse,
+    KafkaClientError,
+    PartitionInfo,
+    RetryPolicy,
+    connection_security,
+)
 from kelp.kafka_client.errors import error_name
+
+from .options import OptionError
 
 __all__ = ["KafkaWire", "WireError", "PartitionInfo", "FetchResult", "OffsetOutOfRange"]
 
@@ -54,12 +64,18 @@ class FetchResult:
 
 class KafkaWire(BlockingClient):
     """Connections to a cluster found from `bootstrap` ("host:port,host:port"); `retries` after the first
-    attempt, backing off `retry_backoff` × the attempt number (at most 2 s) before each."""
+    attempt, backing off `retry_backoff` × the attempt number (at most 2 s) before each. `properties` are the
+    query's Kafka client settings (the `kafka.*` options without the prefix): their security options make
+    every connection TLS and/or SASL (`kelp.kafka_client.security`)."""
 
     def __init__(self, bootstrap: str, *, timeout: float = 30.0, client_id: str = "kelp-spark",
-                 retries: int = 10, retry_backoff: float = 0.2) -> None:
+                 retries: int = 10, retry_backoff: float = 0.2, properties: Mapping[str, str] | None = None) -> None:
+        try:
+            security = connection_security(properties or {}, prefix="kafka.")
+        except ValueError as exc:
+            raise OptionError(str(exc)) from None
         super().__init__(bootstrap, client_id=client_id, timeout_s=timeout,
-                         retry=RetryPolicy(retries=retries, backoff_s=retry_backoff))
+                         retry=RetryPolicy(retries=retries, backoff_s=retry_backoff), security=security)
 
     def topic_names(self) -> list[str]:
         return sorted(self.refresh(None))

@@ -72,7 +72,7 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any]) -> int:
     written = 0
     sticky: dict[str, int] = {}
     with KafkaWire(opts.bootstrap, timeout=opts.timeout_s,
-                   client_id=opts.client.get("client.id", "kelp-spark")) as wire:
+                   client_id=opts.client.get("client.id", "kelp-spark"), properties=opts.client) as wire:
         for batch in batches:
             if batch.num_rows == 0:
                 continue

@@ -284,3 +284,101 @@ def test_listener_limits_refuse_oversized_stalled_and_surplus_connections(broker
                     r'kelp_kafka_connections_closed_by_limit_total\{reason="connections.max.idle.ms"\} [1-9]',
                     r"kelp_kafka_request_pool_limit_bytes 1\.34217728e\+08"):
         assert re.search(pattern, scraped), pattern
+
+
+SASL_FUZZ_CASES = 200
+
+
+def _sasl_fuzz_cases(rng) -> list[tuple[str, bytes]]:
+    """SASL exchanges gone wrong: garbage and mutated tokens after SaslHandshake v1 (SaslAuthenticate) and v0 (raw
+    tokens), random mechanism names, mutated and cut SASL frames, tokens past sasl.server.max.receive.size."""
+    from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
+
+    from kelp.broker.security.scram import ScramMechanism
+    from kelp.broker.security.scram_exchange import ScramClient
+
+    def garbage(n: int) -> bytes:
+        return bytes(rng.getrandbits(8) for _ in range(n))
+
+    def framed(request, version: int, corr: int) -> bytes:
+        request.with_header(correlation_id=corr, client_id="fuzz")
+        return bytes(request.encode(version=version, header=True, framed=True))
+
+    def mutate(token: bytes) -> bytes:
+        out = bytearray(token)
+        for _ in range(rng.randint(1, 4)):
+            pos = rng.randrange(len(out)) if out else 0
+            op = rng.randrange(3)
+            if op == 0 and out:
+                out[pos] ^= 1 << rng.randrange(8)
+            elif op == 1:
+                out[pos:pos] = garbage(rng.randint(1, 6))
+            elif out:
+                del out[pos]
+        return bytes(out)
+
+    valid_tokens = [ScramClient(ScramMechanism.SCRAM_SHA_512, "alice", "x").first_message(),
+                    b"\x00alice\x00not-the-password", b"n,,n=alice,r=abc", b"c=biws,r=abcdef,p=AAAA"]
+    cases: list[tuple[str, bytes]] = []
+    for i in range(SASL_FUZZ_CASES):
+        kind = i % 7
+        mechanism = rng.choice(("PLAIN", "SCRAM-SHA-512"))
+        handshake = framed(SaslHandshakeRequest(mechanism=mechanism), 1, 1)
+        if kind == 0:  # garbage token
+            token = garbage(rng.choice((0, 1, 7, 64, 2000)))
+            cases.append(("garbage SaslAuthenticate", handshake + framed(SaslAuthenticateRequest(auth_bytes=token),
+                                                                       rng.randint(0, 2), 2)))
+        elif kind == 1:  # a mutated valid token, then another
+            tokens = [mutate(rng.choice(valid_tokens)) for _ in range(2)]
+            cases.append(("mutated token", handshake + b"".join(
+                framed(SaslAuthenticateRequest(auth_bytes=t), 1, 2 + n) for n, t in enumerate(tokens))))
+        elif kind == 2:  # v0: raw tokens of any size, some empty or tiny
+            raw = b"".join(struct.pack(">i", len(t)) + t for t in
+                           (garbage(rng.choice((0, 1, 3, 40))), mutate(rng.choice(valid_tokens))))
+            cases.append(("v0 raw tokens", framed(SaslHandshakeRequest(mechanism=mechanism), 0, 1) + raw))
+        elif kind == 3:  # a random mechanism name
+            name = garbage(rng.randint(0, 40)).decode("latin-1")
+            cases.append(("random mechanism", framed(SaslHandshakeRequest(mechanism=name), 1, 1)))
+        elif kind == 4:  # a mutated SASL frame, its size prefix kept true or not
+            data = bytearray(handshake + framed(SaslAuthenticateRequest(auth_bytes=rng.choice(valid_tokens)), 2, 2))
+            for _ in range(rng.randint(1, 4)):
+                data[rng.randrange(4, len(data))] ^= 1 << rng.randrange(8)
+            cases.append(("mutated SASL frame", bytes(data)))
+        elif kind == 5:  # cut short
+            data = handshake + framed(SaslAuthenticateRequest(auth_bytes=rng.choice(valid_tokens)), 1, 2)
+            cases.append(("truncated SASL frame", data[: rng.randrange(1, len(data))]))
+        else:  # a frame past the bound before authentication (the broker closes before reading it all)
+            cases.append(("oversized SASL frame", handshake + struct.pack(">i", rng.choice((524289, 2**31 - 1)))
+                          + garbage(64)))
+    return cases
+
+
+def test_seeded_fuzz_of_sasl_exchanges_never_crashes_or_lets_anyone_in(broker_factory) -> None:
+    """200 seeded bad SASL exchanges on a SASL_PLAINTEXT listener: each answered or closed, none authenticates,
+    the broker lives on and a good client is served."""
+    import random
+
+    from kafka.protocol.metadata import MetadataRequest
+
+    from kelp.kafka_client import BlockingConnection, ConnectionSecurity, SaslCredentials
+    from tests.support.tls_files import PLAIN_JAAS, SCRAM_JAAS
+
+    b = broker_factory(settings={
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+        "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": SCRAM_JAAS,
+        "connection.failed.authentication.delay.ms": 0})
+    host, port = b.bootstrap.split(":")
+    for what, data in _sasl_fuzz_cases(random.Random(FUZZ_SEED)):
+        try:
+            _answered_or_closed(host, int(port), data)
+        except (socket.timeout, AssertionError) as exc:
+            raise AssertionError(f"case {what!r} ({data[:40]!r}...): {exc}") from None
+        assert b.running, f"broker died on {what!r}; log:\n{b.log_text()[-3000:]}"
+    log = b.log_text()
+    assert "Traceback" not in log, log[-3000:]
+    assert "authenticated as" not in log  # nobody got in
+    good = ConnectionSecurity(None, SaslCredentials("PLAIN", "alice", "alice-secret"))
+    with BlockingConnection(host, int(port), client_id="good", timeout_s=10, security=good) as conn:
+        assert conn.request(MetadataRequest(topics=[], allow_auto_topic_creation=False), 9).brokers

@@ -376,7 +376,7 @@ async def test_a_handler_can_give_its_frame_back_to_the_pool_before_answering() 
     server = KafkaServer(host="127.0.0.1", port=0, max_request_bytes=10 * MiB, queued_max_request_bytes=MiB)
     parked: list[tuple[asyncio.Future, object]] = []
 
-    def dispatch(frame: memoryview, peer: str, *, release=None) -> asyncio.Future:
+    def dispatch(frame: memoryview, peer: str, *, release=None, **_: object) -> asyncio.Future:
         fut = asyncio.get_running_loop().create_future()
         parked.append((fut, release))
         return fut

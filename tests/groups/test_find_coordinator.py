@@ -35,6 +35,10 @@ class FakeCluster:
     leaders: dict[int, tuple[int, str, int]] = field(default_factory=dict)
     created: list[tuple[str, int, dict[str, str]]] = field(default_factory=list)
     on_create: Any = None  # async callable run by ensure_internal_topic
+    # The members' endpoints by listener (FindCoordinator answers the request's listener): none known here, so
+    # the coordinator's address is the one `partition_leader` gave.
+    brokers: dict[int, Any] = field(default_factory=dict)
+    endpoint: Any = None
 
     def partition_leader(self, topic: str, partition: int) -> tuple[int, str, int] | None:
         if topic != OFFSETS_TOPIC or topic not in self.topics:

@@ -110,7 +110,7 @@ def test_starting_timestamp_picks_the_first_record_at_or_after_it(spark, kelp) -
     ({"subscribe": "x", "endingOffsets": '{"x": {"0": -2}}'}, "endingOffsets"),
     ({"subscribe": "x", "startingOffsets": "{not json"}, "startingOffsets"),
     ({"subscribe": "x", "failOnDataLoss": "maybe"}, "failOnDataLoss"),
-    ({"subscribe": "x", "kafka.sasl.mechanism": "PLAIN"}, "kafka.sasl.mechanism"),
+    ({"subscribe": "x", "kafka.security.protocol": "SASL_SSL"}, "kafka.sasl.mechanism"),
 ])
 def test_a_bad_option_fails_the_query_with_an_error_naming_it(spark, kelp, options, named) -> None:
     with pytest.raises(Exception, match=named):

@@ -96,10 +96,34 @@ def test_read_option_rules() -> None:
         ({**B, "subscribe": "a", "startingOffsets": '{"a": {"0": -3}}'}, True, "startingOffsets"),
         ({**B, "subscribe": "a", "maxTriggerDelay": "soon"}, True, "maxTriggerDelay"),
         ({**B, "subscribe": "a", "kafka.value.deserializer": "x"}, True, "kafka.value.deserializer"),
-        ({**B, "subscribe": "a", "kafka.security.protocol": "SASL_SSL"}, True, "kafka.security.protocol"),
+        ({**B, "subscribe": "a", "kafka.security.protocol": "TLS"}, True, "kafka.security.protocol"),
+        ({**B, "subscribe": "a", "kafka.security.protocol": "SASL_SSL"}, True, "kafka.sasl.mechanism"),
+        ({**B, "subscribe": "a", "kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "GSSAPI"}, True,
+         "kafka.sasl.mechanism"),
+        ({**B, "subscribe": "a", "kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "PLAIN"}, True,
+         "kafka.sasl.jaas.config"),
+        ({**B, "subscribe": "a", "kafka.ssl.truststore.type": "JKS"}, True, "kafka.ssl.truststore.type"),
+        ({**B, "subscribe": "a", "kafka.sasl.login.callback.handler.class": "x"}, True,
+         "kafka.sasl.login.callback.handler.class"),
     ]:
         with pytest.raises(OptionError, match=named):
             parse_read_options(options, streaming=streaming)
+
+
+def test_the_kafka_security_options_are_accepted_as_sparks_kafka_source_takes_them() -> None:
+    from kelp.kafka_client.security import CLIENT_SECURITY_PROPERTIES
+    from kelp.spark.options import SECURITY_OPTIONS
+
+    assert SECURITY_OPTIONS == CLIENT_SECURITY_PROPERTIES  # what options accept is what the connections read
+    jaas = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="a" password="b";'
+    opts = parse_read_options({**B, "subscribe": "a", "kafka.security.protocol": "SASL_SSL",
+                               "kafka.sasl.mechanism": "SCRAM-SHA-512", "kafka.sasl.jaas.config": jaas,
+                               "kafka.ssl.truststore.type": "PEM", "kafka.ssl.truststore.location": "/ca.pem"},
+                              streaming=False)
+    assert opts.client["security.protocol"] == "SASL_SSL" and opts.client["sasl.jaas.config"] == jaas
+    written = parse_write_options({**B, "topic": "t", "kafka.security.protocol": "SSL",
+                                   "kafka.ssl.keystore.location": "/me.pem"})
+    assert written.client["ssl.keystore.location"] == "/me.pem"
 
 
 def test_write_option_rules() -> None:

@@ -8,12 +8,14 @@ real asyncio listener, so the bytes cross a real socket. Requests are decoded
 with kafka-python's classes; a handler returns a response object (encoded at
 the request's version with its correlation id), raw bytes (sent as they are),
 `Truncated(bytes)` (sent, then the connection is closed), `SILENT` (no
-answer) or `DROP` (the connection is closed).
+answer) or `DROP` (the connection is closed). With `ssl_context` it speaks
+TLS; SaslHandshake and SaslAuthenticate decode like any other request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,13 +30,14 @@ from kafka.protocol.metadata import (
     MetadataResponse,
 )
 from kafka.protocol.producer import ProduceRequest
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 __all__ = ["FakeBroker", "Received", "Truncated", "SILENT", "DROP", "encode_response", "metadata_response",
            "coordinator_response"]
 
 REQUESTS: dict[int, type[ApiMessage]] = {cls.API_KEY: cls for cls in (
     ProduceRequest, FetchRequest, ListOffsetsRequest, MetadataRequest, FindCoordinatorRequest, HeartbeatRequest,
-    OffsetForLeaderEpochRequest, ApiVersionsRequest)}
+    OffsetForLeaderEpochRequest, ApiVersionsRequest, SaslHandshakeRequest, SaslAuthenticateRequest)}
 SILENT = object()
 DROP = object()
 _HEADER = struct.Struct(">hhi")
@@ -91,6 +94,7 @@ class FakeBroker:
     handler: Handler
     received: list[Received] = field(default_factory=list)
     connections: int = 0
+    ssl_context: ssl.SSLContext | None = None
     _server: asyncio.Server | None = None
     _writers: set[asyncio.StreamWriter] = field(default_factory=set)
 
@@ -108,7 +112,7 @@ class FakeBroker:
         return [r for r in self.received if r.api_key == api_key]
 
     async def start(self) -> FakeBroker:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.ssl_context)
         return self
 
     async def stop(self) -> None:

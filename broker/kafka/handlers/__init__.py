@@ -19,7 +19,9 @@ from . import (  # noqa: F401  (imported for their registrations)
     produce,
     producer_ids,
     reassignments,
+    sasl,
     topics,
+    users,
 )
 from .registry import RequestContext, all_handlers, get_handler, handles
 

@@ -40,6 +40,7 @@ from kafka.protocol.admin import (
 from kelp.broker.config import DEFAULT_ENTITY, DYNAMIC_BROKER_KEYS, TOPIC_BROKER_SYNONYMS, BrokerConfig
 from kelp.errors import ConfigError, ErrorCode, InvalidRequestError, KelpError
 
+from ...listener_keys import is_sensitive
 from .registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
@@ -157,10 +158,12 @@ async def handle_describe_configs(ctx: RequestContext, request: DescribeConfigsR
     for res in request.resources:
         keys = set(res.configuration_keys) if res.configuration_keys else None
         try:
+            # A secret (ssl.key.password, sasl.jaas.config) is described as Kafka describes it: sensitive, no value.
             configs = [
-                E(name=n, value=v, read_only=ro, config_source=src, is_default=src == SOURCE_DEFAULT,
-                  is_sensitive=False, config_type=0, documentation=None,
-                  synonyms=[S(name=sn, value=sv, source=ss) for sn, sv, ss in syn] if with_synonyms else [])
+                E(name=n, value=None if is_sensitive(n) else v, read_only=ro, config_source=src,
+                  is_default=src == SOURCE_DEFAULT, is_sensitive=is_sensitive(n), config_type=0, documentation=None,
+                  synonyms=[S(name=sn, value=None if is_sensitive(sn) else sv, source=ss) for sn, sv, ss in syn]
+                  if with_synonyms else [])
                 for n, v, ro, src, syn in _describe(ctx, res) if keys is None or n in keys
             ]
             results.append(R(error_code=ErrorCode.NONE, error_message=None, resource_type=res.resource_type,

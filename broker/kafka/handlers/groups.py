@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from typing import Protocol, Sequence, cast
 
 from kafka.protocol.admin import (
@@ -92,6 +93,8 @@ async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorR
         if not key and ctx.api_version < 4:
             return CoordinatorLocation(ErrorCode.INVALID_GROUP_ID, "group id must not be empty")
         located = await locator_of(ctx.broker).locate(key)
+        if not located.error:
+            located = _on_listener(ctx, located)
         if located.error:
             log.info("FindCoordinator for group '%s' from %s: error %d: %s", key, ctx.client, located.error,
                      located.message)
@@ -110,6 +113,20 @@ async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorR
         throttle_time_ms=0, error_code=loc.error, error_message=loc.message,
         node_id=loc.node_id, host=loc.host, port=loc.port,
     )
+
+
+def _on_listener(ctx: RequestContext, located: CoordinatorLocation) -> CoordinatorLocation:
+    """The coordinator's address on the listener the request came in on (Kafka's rule), or
+    COORDINATOR_NOT_AVAILABLE when that broker has no such listener."""
+    cluster = ctx.broker.cluster
+    endpoint = cluster.brokers.get(located.node_id)
+    if endpoint is None and cluster.endpoint is not None and cluster.endpoint.id == located.node_id:
+        endpoint = cluster.endpoint
+    address = endpoint.address(ctx.listener) if endpoint is not None else (located.host, located.port)
+    if address is None:
+        return CoordinatorLocation(COORDINATOR_NOT_AVAILABLE, f"the coordinator, broker {located.node_id}, has no "
+                                                              f"listener {ctx.listener}")
+    return replace(located, host=address[0], port=address[1])
 
 
 # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ----------------------------------

@@ -2,7 +2,8 @@
 
 Why: clients route every produce and fetch by this answer: the live brokers
 (as the controller last pushed them, each with the host and port it
-advertises), the controller, and per partition the leader, its epoch
+advertises on the listener the request came in on — Kafka's rule; a broker
+without that listener is left out), the controller, and per partition the leader, its epoch
 (KIP-320), the replicas, the ISR and the offline replicas. Asking for an
 unknown topic auto-creates it (through the controller) when
 `auto.create.topics.enable` is on and the client allows it (v4+).
@@ -76,11 +77,11 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
                 error = exc.code
         topics.append(topic_entry(broker, name, error=error))
     cluster = broker.cluster
-    brokers = [B(node_id=b.id, host=b.host, port=b.port, rack=b.rack)
-               for b in sorted(cluster.brokers.values(), key=lambda b: b.id)]
-    if not any(b.node_id == broker.config.broker_id for b in brokers) and cluster.endpoint is not None:
-        me = cluster.endpoint  # before the first push: at least this broker
-        brokers.append(B(node_id=me.id, host=me.host, port=me.port, rack=me.rack))
+    known = sorted(cluster.brokers.values(), key=lambda b: b.id)
+    if not any(b.id == broker.config.broker_id for b in known) and cluster.endpoint is not None:
+        known.append(cluster.endpoint)  # before the first push: at least this broker
+    brokers = [B(node_id=b.id, host=address[0], port=address[1], rack=b.rack)
+               for b in known if (address := b.address(ctx.listener)) is not None]
     # Admin clients send CreateTopics & co. to the controller id named here;
     # every broker forwards those to the elected controller (as KRaft brokers
     # do), so while no controller is known yet -- or it is not among the

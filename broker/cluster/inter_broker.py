@@ -1,0 +1,56 @@
+"""How this broker reaches the others: the inter-broker listener's TLS and SASL, and TLS for their HTTP listeners.
+
+Why: replica fetching connects to each leader's inter-broker listener (`inter.broker.listener.name`) with that
+listener's security, as Kafka's replica fetcher does: TLS with a client context made from the listener's own
+`ssl.*` settings (the truststore checks the other broker's certificate, the broker's keystore is its client
+certificate, so a listener with `ssl.client.auth=required` is mutual TLS between brokers), and SASL with
+`sasl.mechanism.inter.broker.protocol` and the `username`/`password` of the listener's JAAS config. The
+control plane (metadata deliveries, controller operations, leader lookups) is HTTP: with
+`http.ssl.enabled` it is HTTPS with a client context from the `http.ssl.*` settings (the broker's certificate
+presented as its client certificate), and its requests carry the inter-broker SASL credentials as HTTP Basic
+authentication, for the HTTP listener's authentication, whenever they would not cross the network in clear
+text where the Kafka listener itself would not (over HTTPS, or when the inter-broker listener is
+SASL_PLAINTEXT anyway).
+
+The client contexts follow their certificate files like the listeners' (`maybe_reload`). This module builds
+what connections are given; it opens none itself and never logs a password.
+"""
+
+from __future__ import annotations
+
+import ssl
+
+from kelp.kafka_client import ConnectionSecurity, SaslCredentials
+
+from ..listeners import ListenerSetup
+from ..security.tls import TlsReloader
+
+__all__ = ["InterBrokerSecurity"]
+
+
+class InterBrokerSecurity:
+    """The client side of `setup`'s inter-broker listener and HTTP listener (see the module docstring)."""
+
+    def __init__(self, setup: ListenerSetup) -> None:
+        inter = setup.inter_broker
+        interval = setup.reload_interval_ms / 1000.0
+        self.listener = inter.listener.name
+        self._kafka_tls = TlsReloader.client(inter.listener.tls, check_interval_s=interval) \
+            if inter.listener.tls is not None else None
+        credentials = None
+        if inter.mechanism is not None and inter.username is not None and inter.password is not None:
+            credentials = SaslCredentials(inter.mechanism, inter.username, inter.password)
+        self.kafka = ConnectionSecurity(self._kafka_tls.context if self._kafka_tls is not None else None, credentials)
+        self._http_tls = TlsReloader.client(setup.http_tls, check_interval_s=interval) \
+            if setup.http_tls is not None else None
+        self.http_ssl: ssl.SSLContext | None = self._http_tls.context if self._http_tls is not None else None
+        clear_anyway = inter.listener.protocol == "SASL_PLAINTEXT"
+        self.http_credentials: tuple[str, str] | None = None
+        if inter.username is not None and inter.password is not None and (self.http_ssl is not None or clear_anyway):
+            self.http_credentials = (inter.username, inter.password)
+
+    def maybe_reload(self) -> None:
+        """Pick up rotated certificate files (at most once per ssl.reload.interval.ms; cheap to call often)."""
+        for reloader in (self._kafka_tls, self._http_tls):
+            if reloader is not None:
+                reloader.maybe_reload()

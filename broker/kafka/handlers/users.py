@@ -1,0 +1,75 @@
+"""AlterUserScramCredentials (v0), DescribeUserScramCredentials (v0), and DescribeClientQuotas (v0-v1, empty).
+
+Why: `kafka-configs --bootstrap-server ... --entity-type users --entity-name alice --alter --add-config
+'SCRAM-SHA-512=[password=...]'` sends AlterUserScramCredentials (the admin client salts the password; the
+request carries salt and salted password), `--describe` sends DescribeClientQuotas and then
+DescribeUserScramCredentials. The rules are `kelp.broker.cluster.scram_users`' (shared with the admin API's
+`/admin/v1/users`); these handlers translate Kafka's requests and answers. Kelp has no client quotas, so
+DescribeClientQuotas answers that none are set, which is what `kafka-configs` prints for a user without them.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kafka.protocol.admin import (
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
+)
+
+from kelp.errors import ErrorCode
+
+from ...cluster.scram_users import SaltedUpsertion, alter_user_scram_credentials, describe_user_scram_credentials
+from ...security.scram import ScramError, ScramMechanism
+from .registry import RequestContext, handles
+
+log = logging.getLogger("kelp.broker.kafka")
+
+
+def _mechanism_name(code: int) -> str:
+    """The mechanism of a type code (1: SCRAM-SHA-256, 2: SCRAM-SHA-512); an unknown one keeps its number."""
+    try:
+        return ScramMechanism.from_type(code).mechanism_name
+    except ScramError:
+        return f"UNKNOWN-{code}"
+
+
+@handles(AlterUserScramCredentialsRequest, min_version=0, max_version=0)
+async def handle_alter_user_scram_credentials(ctx: RequestContext, request: AlterUserScramCredentialsRequest,
+                                              ) -> AlterUserScramCredentialsResponse:
+    upsertions = [SaltedUpsertion(u.name, _mechanism_name(u.mechanism), u.iterations, bytes(u.salt or b""),
+                                  bytes(u.salted_password or b"")) for u in request.upsertions or []]
+    deletions = [(d.name, _mechanism_name(d.mechanism)) for d in request.deletions or []]
+    results = await alter_user_scram_credentials(ctx.broker.cluster, upsertions=upsertions, deletions=deletions)
+    for result in results:
+        if result["error_code"]:
+            log.info("AlterUserScramCredentials for user %r from %s: error %d: %s", result["user"], ctx.client,
+                     result["error_code"], result["error_message"])
+    R = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
+    return AlterUserScramCredentialsResponse(throttle_time_ms=0, results=[
+        R(user=r["user"], error_code=r["error_code"], error_message=r["error_message"]) for r in results])
+
+
+@handles(DescribeUserScramCredentialsRequest, min_version=0, max_version=0)
+async def handle_describe_user_scram_credentials(ctx: RequestContext, request: DescribeUserScramCredentialsRequest,
+                                                 ) -> DescribeUserScramCredentialsResponse:
+    names = None if request.users is None else [u.name for u in request.users]
+    found = describe_user_scram_credentials(ctx.broker.cluster.image, names)
+    R = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
+    Info = R.CredentialInfo
+    return DescribeUserScramCredentialsResponse(
+        throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
+        results=[R(user=u.name, error_code=u.error_code, error_message=u.error_message,
+                   credential_infos=[Info(mechanism=m.type_code, iterations=i) for m, i in u.credentials])
+                 for u in found])
+
+
+@handles(DescribeClientQuotasRequest, min_version=0, max_version=1)
+async def handle_describe_client_quotas(ctx: RequestContext, request: DescribeClientQuotasRequest,
+                                        ) -> DescribeClientQuotasResponse:
+    return DescribeClientQuotasResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
+                                        entries=[])

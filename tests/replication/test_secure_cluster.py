@@ -1,0 +1,154 @@
+"""Three brokers whose only Kafka listeners are SASL_SSL: they replicate, fail over and serve a consumer group.
+
+The cluster's first user (`admin`, the brokers' own identity) is seeded with `kelp storage format --add-scram`
+into the shared metadata store before the first start; every broker's one listener is SASL_SSL with
+SCRAM-SHA-512, so replica fetching can only work by authenticating to the leader over TLS
+(`inter.broker.listener.name`, `sasl.mechanism.inter.broker.protocol`, the listener's JAAS username and
+password). Clients are confluent-kafka (acks=all, idempotent) and kafka-python (a consumer group) as user
+alice, created through the admin API. The leader of the topic is killed with SIGKILL mid-stream: a new one
+takes over and nothing acknowledged is lost. A second cluster runs its HTTP control plane over HTTPS with
+client certificates required: the brokers deliver metadata and reach the controller over mutual TLS.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.support.broker_process import REPO, BrokerProcess
+from tests.support.secure_clients import ClientAuth, consume
+from tests.support.tls_files import Pki, scram_jaas
+
+pytestmark = [pytest.mark.clients, pytest.mark.timeout(300)]
+
+
+def secure_settings(pki: Pki) -> dict[str, object]:
+    return {
+        "listeners": "SASL_SSL://127.0.0.1:0",
+        "ssl.keystore.location": str(pki.broker_file),
+        "ssl.truststore.location": str(pki.ca_file),
+        "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+        "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": scram_jaas("admin", "admin-secret"),
+        "offsets.topic.num.partitions": 3, "offsets.topic.replication.factor": 3,
+        "group.initial.rebalance.delay.ms": 0,
+    }
+
+
+def format_store(cluster_dir: Path, settings: dict[str, object]) -> None:
+    command = [sys.executable, "-m", "kelp.cli.main", "storage", "format", "--set", f"cluster.dir={cluster_dir}",
+               "--add-scram", "SCRAM-SHA-512=[name=admin,password=admin-secret]"]
+    for key, value in settings.items():
+        command += ["--set", f"{key}={value}"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=str(REPO), timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+def add_user(http_url: str, name: str, password: str) -> None:
+    salt = os.urandom(16)
+    body = {"mechanism": "SCRAM-SHA-512", "iterations": 4096, "salt": base64.b64encode(salt).decode(),
+            "saltedPassword": base64.b64encode(hashlib.pbkdf2_hmac("sha512", password.encode(), salt, 4096)).decode()}
+    req = urllib.request.Request(f"{http_url}/admin/v1/users/{name}/scram-credentials", method="PUT",
+                                 data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert resp.status == 200
+
+
+def produce(bootstrap: str, topic: str, auth: ClientAuth, values: list[bytes]) -> list[bytes]:
+    """confluent-kafka, idempotent, acks=all; the values acknowledged."""
+    from confluent_kafka import Producer
+
+    acked: list[bytes] = []
+    errors: list[str] = []
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
+                  "message.timeout.ms": 60000, **auth.confluent()})
+    for value in values:
+        p.produce(topic, value, on_delivery=lambda err, msg: errors.append(str(err)) if err else acked.append(
+            msg.value()))
+        p.poll(0)
+    assert p.flush(70) == 0 and not errors, errors[:5]
+    return acked
+
+
+def test_a_sasl_ssl_only_cluster_replicates_fails_over_and_serves_a_group(cluster_factory,
+                                                                         tmp_path: Path) -> None:
+    pki = Pki(tmp_path / "pki")
+    settings = secure_settings(pki)
+    cluster = cluster_factory(3, settings=settings, start=False)
+    format_store(cluster.root / "cluster", settings)
+    for b in cluster.brokers:
+        b.start()
+    cluster.wait_for("3 brokers", lambda: len(cluster.admin("/admin/v1/brokers")["brokers"]) == 3, timeout=30)
+    add_user(cluster.any_http(), "alice", "alice-secret")
+    cluster.admin("/admin/v1/topics", "POST", {"name": "orders", "partitions": 1, "replication_factor": 3,
+                                               "configs": {"min.insync.replicas": "2"}})
+    auth = ClientAuth("SASL_SSL", "SCRAM-SHA-512", "alice", "alice-secret", ca=pki.ca_file)
+    before = produce(cluster.bootstrap, "orders", auth, [f"a{i}".encode() for i in range(300)])
+    cluster.wait_fully_replicated("orders")  # the followers fetched over SASL_SSL: the only listener there is
+    leader = cluster.topic("orders")["partitions"][0]["leader"]
+    follower = next(b for b in cluster.brokers if b.broker_id != leader)
+    cluster[leader].wait_for_log("authenticated as User:admin (SASL/SCRAM-SHA-512)")
+    # A consumer group, while all three run (its __consumer_offsets gets replication factor 3)
+    assert sorted(consume("kafka-python", cluster.bootstrap, "orders", auth, 300)) == sorted(before)
+
+    cluster[leader].kill()
+
+    def new_leader() -> int | None:
+        state = cluster.topic("orders", via=follower)["partitions"][0]
+        return state["leader"] if state["leader"] not in (-1, leader) else None
+
+    cluster.wait_for("a new leader", new_leader, timeout=20)
+    after = produce(cluster.bootstrap, "orders", auth, [f"b{i}".encode() for i in range(300)])
+    got = consume("confluent-kafka", cluster.bootstrap, "orders", auth, 600)  # another group, after the failover
+    assert sorted(got) == sorted(before + after)  # nothing acknowledged is lost
+    assert len(got) == len(set(got)) == 600  # nor read twice
+    assert "Traceback" not in "".join(b.log_text() for b in cluster.running)
+
+
+def https_settings(pki: Pki) -> dict[str, object]:
+    return {
+        "http.ssl.enabled": "true", "ssl.keystore.location": str(pki.broker_file),
+        "ssl.truststore.location": str(pki.ca_file), "http.ssl.client.auth": "required",
+        "offsets.topic.num.partitions": 1, "lease.duration.ms": 2000, "lease.renew.interval.ms": 500,
+    }
+
+
+def https_json(url: str, pki: Pki, cert: tuple[Path, Path] | None) -> dict:
+    context = ssl.create_default_context(cafile=str(pki.ca_file))
+    if cert is not None:
+        context.load_cert_chain(str(cert[0]), str(cert[1]))
+    with urllib.request.urlopen(url, timeout=15, context=context) as resp:
+        return dict(json.loads(resp.read()))
+
+
+def test_brokers_speak_https_with_client_certificates_to_each_other(tmp_path: Path) -> None:
+    pki = Pki(tmp_path / "pki")
+    settings = {**https_settings(pki), "cluster.dir": str(tmp_path / "cluster")}
+    brokers = [BrokerProcess(tmp_path / f"b{i}", settings=settings, broker_id=i) for i in range(2)]
+    try:
+        for b in brokers:  # each is ready only once the controller delivered it its registration: over HTTPS
+            b.start()
+        cert = pki.client_certificate("operator")
+        url = f"https://127.0.0.1:{brokers[1].http_port}/admin/v1/cluster"
+        deadline = time.monotonic() + 20
+        while len(https_json(url, pki, cert)["brokers"]) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        described = https_json(url, pki, cert)
+        assert {b["http_scheme"] for b in described["brokers"]} == {"https"} and len(described["brokers"]) == 2
+        with pytest.raises(OSError):  # no client certificate: the TLS handshake fails
+            https_json(url, pki, None)
+        with pytest.raises(OSError):  # plain HTTP on the HTTPS port gets nothing
+            urllib.request.urlopen(f"http://127.0.0.1:{brokers[1].http_port}/healthz", timeout=5)
+    finally:
+        for b in brokers:
+            b.kill()
