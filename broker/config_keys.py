@@ -21,7 +21,8 @@ from typing import Callable
 from .listener_keys import SECURITY_KEYS
 
 __all__ = ["BROKER_KEYS", "TOPIC_CONFIG_KEYS", "TOPIC_BROKER_SYNONYMS", "DYNAMIC_BROKER_KEYS", "DEFAULT_ENTITY",
-           "parse_bool", "parse_compression_name", "ConfigValue", "Parser"]
+           "parse_bool", "parse_compression_name", "ConfigValue", "Parser", "AUTHORIZER_CLASSES", "KELP_AUTHORIZER",
+           "KAFKA_STANDARD_AUTHORIZER"]
 
 ConfigValue = str | int | float | bool | list[str] | None
 """A parsed broker config value (None: unset, where the default is none)."""
@@ -181,6 +182,45 @@ def _backend(value: object) -> str:
     return text
 
 
+KELP_AUTHORIZER = "kelp.broker.security.authorizer.Authorizer"
+KAFKA_STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+# `authorizer.class.name` values Kelp accepts: its own authorizer, and Kafka's KRaft authorizer by its class name (a
+# Kafka server.properties works unchanged); both are Kelp's Authorizer with StandardAuthorizer's decisions.
+AUTHORIZER_CLASSES = (KELP_AUTHORIZER, KAFKA_STANDARD_AUTHORIZER)
+
+
+def _authorizer_class(value: object) -> str:
+    """`authorizer.class.name`: empty (no authorization, as in Kafka) or one of AUTHORIZER_CLASSES."""
+    text = _str(value).strip()
+    if text and text not in AUTHORIZER_CLASSES:
+        raise ValueError(f"authorizer class {text!r} is not one Kelp provides: set {KELP_AUTHORIZER} or Kafka's "
+                         f"{KAFKA_STANDARD_AUTHORIZER} (the same ACL authorizer), or leave it empty for no "
+                         "authorization; Kelp cannot load Java authorizer classes")
+    return text
+
+
+def _super_users(value: object) -> str:
+    """`super.users`: principals separated by `;` (Kafka's form, `User:admin;User:broker`), each `Type:name`."""
+    items = [item.strip() for item in _str(value).split(";") if item.strip()]
+    bad = [item for item in items if ":" not in item]
+    if bad:
+        raise ValueError(f"principal {bad[0]!r} is not Type:name (e.g. User:{bad[0]}); separate principals with ';'")
+    return ";".join(items)
+
+
+def _http_auth_methods(value: object) -> list[str]:
+    """`http.authentication.methods`: how HTTP clients prove who they are; empty: nobody needs to
+    (every HTTP request is User:ANONYMOUS, as a PLAINTEXT Kafka connection is)."""
+    items = [str(v).strip().lower() for v in value] if isinstance(value, (list, tuple)) else \
+        [part.strip().lower() for part in str(value).split(",")]
+    items = [i for i in items if i]
+    unknown = [i for i in items if i not in ("basic", "mtls", "bearer")]
+    if unknown:
+        raise ValueError(f"unknown HTTP authentication method {unknown[0]!r}: expected a comma-separated list of "
+                         "basic, mtls, bearer (or empty for none)")
+    return items
+
+
 # key -> (parser, default). Defaults follow Kafka's where Kafka has one.
 BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     "broker.id": (_nonneg(_int), 0),
@@ -267,6 +307,15 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     "http.request.max.records": (_positive, 100_000),
     "http.consumer.max.instances": (_positive, 1000),
     "consumer.instance.timeout.ms": (_positive, 300_000),
+    # -- authorization (Kafka's names and defaults; docs/security.md): empty class = no authorization
+    "authorizer.class.name": (_authorizer_class, ""),
+    "super.users": (_super_users, ""),
+    "allow.everyone.if.no.acl.found": (parse_bool, False),
+    # -- HTTP authentication (Kelp's own: Kafka has no HTTP listener); /healthz, /readyz and /metrics stay open
+    # for probes and scrapes unless switched off
+    "http.authentication.methods": (_http_auth_methods, []),
+    "http.health.public": (parse_bool, True),
+    "http.metrics.public": (parse_bool, True),
     "producer.id.expiration.ms": (_positive, 86400000),  # idempotent-producer state idle this long is dropped
     "producer.id.expiration.check.interval.ms": (_positive, 600000),
 }
