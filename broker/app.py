@@ -41,6 +41,7 @@ from aiohttp import web
 
 from kelp.clock import monotonic
 
+from .acl_manager import AclManager
 from .cluster.inter_broker import InterBrokerSecurity
 from .cluster.member import ClusterMember
 from .cluster.model import BrokerEndpoint
@@ -91,6 +92,7 @@ class Broker:
         self.http_tls: TlsReloader | None = None  # the HTTP listener's TLS (http.ssl.enabled)
         self.cluster: ClusterMember | None = None
         self.groups: GroupCoordinator | None = None
+        self.acls: AclManager | None = None
         self.http_runner: web.AppRunner | None = None
         # All of them, once all are built: what the listeners serve from.
         self.parts: BrokerParts | None = None
@@ -158,6 +160,9 @@ class Broker:
         # How this broker reaches the others (inter.broker.listener.name, http.ssl.*): one for both paths.
         cluster.inter_broker = inter_broker = InterBrokerSecurity(setup)
         topics.cluster = cluster
+        acls = self.acls = AclManager(cfg)
+        acls.cluster = cluster
+        cluster.delta_listeners.append(acls.apply_delta)
         replicas.alter_partition = cluster.alter_partition
         replicas.fetchers = self.fetchers = ReplicaFetcherManager(
             replicas=replicas, broker_id=cfg.broker_id, endpoint_of=lambda b: cluster.brokers.get(b), config=cfg,
@@ -166,7 +171,7 @@ class Broker:
         await cluster.start(endpoint)
         groups = self.groups = attach_groups(config=cfg, topics=topics, replicas=replicas, logs=logs)
         parts = self.parts = BrokerParts(config=cfg, logs=logs, topics=topics, replicas=replicas, cluster=cluster,
-                                         groups=groups)
+                                         groups=groups, acls=acls)
         for ks in self.kafka_servers:
             await ks.serve(parts)
         self._retention_task = asyncio.create_task(self._maintenance_loop(parts))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .acl_manager import AclManager
 from .cluster.member import ClusterMember
 from .config import BrokerConfig
 from .groups.group_coordinator import GroupCoordinator
@@ -42,3 +43,4 @@ class BrokerParts:
     replicas: ReplicaManager  # this broker's replicas: produce, fetch, offsets, follower state
     cluster: ClusterMember  # membership, the controller's decisions, routing to the controller and leaders
     groups: GroupCoordinator  # the groups of the `__consumer_offsets` partitions this broker leads
+    acls: AclManager  # the cluster's ACLs and every authorization decision (allows all without an authorizer)

@@ -445,3 +445,31 @@ class InvalidReplicaAssignmentError(KelpError):
 
     code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
     http_status = 409
+
+
+# -- authorization (issue 20): Kafka's codes; over HTTP 403 (the principal is known, the action is not allowed)
+class TopicAuthorizationFailedError(KelpError):
+    code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    http_status = 403
+
+
+class GroupAuthorizationFailedError(KelpError):
+    code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+    http_status = 403
+
+
+class ClusterAuthorizationFailedError(KelpError):
+    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    http_status = 403
+
+
+class TransactionalIdAuthorizationFailedError(KelpError):
+    code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    http_status = 403
+
+
+class SecurityDisabledError(KelpError):
+    """An ACL operation on a broker without an authorizer (`authorizer.class.name` is empty)."""
+
+    code = ErrorCode.SECURITY_DISABLED
+    http_status = 409

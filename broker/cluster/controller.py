@@ -28,7 +28,7 @@ Requests are serialised by one asyncio lock: every decision sees the result
 of the previous one. The operations are mixed in by role: topic
 administration (`topic_admin`), reassignment and preferred leaders
 (`partition_moves`), what brokers ask (`broker_requests`), SCRAM users
-(`scram_admin`); their shared
+(`scram_admin`), ACLs (`acl_admin`); their shared
 state is declared in `controller_state`. This module never touches logs or
 sockets: storage goes through the `MetadataLog`, delivery through the
 publisher's `send`.
@@ -46,6 +46,7 @@ from kelp.clock import Monotonic
 from kelp.errors import InvalidRequestError, NotControllerError, PolicyViolationError
 
 from ..config import DEFAULT_ENTITY, parse_bool
+from .acl_admin import AclAdmin
 from .broker_requests import BrokerRequests
 from .controller_answers import PartitionAnswer, TopicAnswer
 from .controller_state import ControllerSettings, TopicConfigCheck
@@ -84,7 +85,7 @@ CLAIM_ATTEMPTS = 10
 PERIODIC_S = 2.0
 
 
-class Controller(TopicAdmin, PartitionMoves, BrokerRequests, ScramAdmin):
+class Controller(TopicAdmin, PartitionMoves, BrokerRequests, ScramAdmin, AclAdmin):
     def __init__(
         self,
         *,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+from ..security.acl_json import AclBindingJson
 from .model import PartitionStateJson, TopicStateJson
 
 __all__ = [
@@ -23,6 +24,10 @@ __all__ = [
     "BrokerConfigsAnswer",
     "ElectionAnswer",
     "Reassignment",
+    "AclError",
+    "CreateAclsAnswer",
+    "DeleteAclsResult",
+    "DeleteAclsAnswer",
 ]
 
 
@@ -86,3 +91,29 @@ class Reassignment(TypedDict):
     removing: list[int]
     isr: list[int]
     leader: int
+
+
+class AclError(TypedDict):
+    """Why one ACL or filter of an ACL operation was refused: Kafka's error code and message."""
+
+    error_code: int
+    message: str
+
+
+class CreateAclsAnswer(TypedDict):
+    """create_acls: per binding, in the request's order, None (created, or there already) or the error."""
+
+    results: list[AclError | None]
+    metadata_offset: int
+
+
+class DeleteAclsResult(TypedDict):
+    """delete_acls, one filter: the bindings it deleted, or the error (`deleted` then empty)."""
+
+    error: AclError | None
+    deleted: list[AclBindingJson]
+
+
+class DeleteAclsAnswer(TypedDict):
+    results: list[DeleteAclsResult]
+    metadata_offset: int

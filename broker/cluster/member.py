@@ -83,6 +83,7 @@ class ClusterMember(MemberLeases, MemberMetadata, MemberShutdown, LeaderRouting)
         self.controller_id = -1
         self.controller = None
         self.image = MetadataImage()
+        self.delta_listeners = []  # beside the topic manager, who follows the metadata deltas (the ACLs)
         self._seen_epoch = -1           # the newest controller epoch any delivery carried
         self._applied_waiters = []
         self._liveness = None

@@ -144,17 +144,26 @@ class MemberMetadata(MemberState):
             if image is not self.image:
                 self.image = image
                 if self.registered:
-                    self.broker.topics.apply_delta(delta)
+                    self._hand_on(delta)
                 elif self._registered_in(image):
                     # The entry that registers this process also fenced what its id held before: from here on
                     # the managers follow the log, starting from everything in it.
                     self.registered = True
                     log.info("broker %d registered by controller %d at metadata offset %d", self.broker_id,
                              self.controller_id, image.offset)
-                    self.broker.topics.apply_delta(diff_images(MetadataImage(), image))
+                    self._hand_on(diff_images(MetadataImage(), image))
                     self._registration.set()
                 self._wake_waiters()
         return self.image.offset
+
+    def _hand_on(self, delta: MetadataDelta) -> None:
+        """A delta to the topic manager (and so the replicas), then to every other listener (the ACLs)."""
+        self.broker.topics.apply_delta(delta)
+        for listener in self.delta_listeners:
+            try:
+                listener(delta)
+            except Exception:  # one listener must not keep the metadata from the others
+                log.exception("a metadata listener failed on the delta up to offset %d", self.image.offset)
 
     async def wait_applied(self, offset: int, timeout_s: float) -> bool:
         """Wait (bounded) until this broker applied metadata `offset`; False on timeout."""

@@ -25,7 +25,7 @@ from ..topic_manager import TopicManager
 from .controller import Controller
 from .inter_broker import InterBrokerSecurity
 from .leases import LeaseBackend, LeaseElector, LivenessView
-from .metadata_image import MetadataImage
+from .metadata_image import MetadataDelta, MetadataImage
 from .metadata_log import MetadataLog
 from .metadata_records import MetadataPush
 from .model import BrokerEndpoint
@@ -33,10 +33,13 @@ from .model import BrokerEndpoint
 if TYPE_CHECKING:
     import aiohttp
 
-__all__ = ["MemberHost", "MemberState", "Sleep"]
+__all__ = ["MemberHost", "MemberState", "Sleep", "DeltaListener"]
 
 Sleep = Callable[[float], Awaitable[None]]
 """Sleeps for the seconds given (asyncio.sleep; tests inject one that moves their clock)."""
+
+DeltaListener = Callable[[MetadataDelta], None]
+"""Told each metadata delta the topic manager is given, after it (the broker's ACLs follow the log so)."""
 
 
 class MemberHost(Protocol):
@@ -77,6 +80,7 @@ class MemberState:
     controller_id: int
     controller: Controller | None  # this process's controller, while it holds the controller lease
     image: MetadataImage
+    delta_listeners: list[DeltaListener]
     started: bool
     registered: bool
     fenced: str

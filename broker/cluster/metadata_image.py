@@ -21,6 +21,8 @@ which stops whoever reads the log instead of applying it):
 - a `broker_config` record names only dynamic broker configs (`DYNAMIC_BROKER_KEYS`), with valid values;
 - a `scram_credential` record is a whole, valid credential, a `remove_scram_credential` names one the image
   holds (`scram_credentials`).
+- an `acl` record holds a binding Kafka would store (`validate_acl_binding`) under a new id, and no binding
+  twice; a `remove_acl` record names an id the image holds.
 
 A snapshot is an image at an offset (`snapshot_to_json`). It carries the ids
 of removed topics (`removed`, the newest `MAX_REMOVED`), so a broker that
@@ -38,15 +40,19 @@ from typing import Iterable, Mapping
 from kelp.errors import ConfigError
 
 from ..config import DEFAULT_ENTITY, validate_broker_configs
+from ..security.acl import AclBinding, InvalidAclError, validate_acl_binding
+from ..security.acl_json import binding_from_json, binding_to_json
 from .metadata_records import (
     MetadataEntry,
     MetadataRecord,
     MetadataSnapshot,
+    acl_record,
     broker_config_record,
     broker_record,
     controller_record,
     partition_record,
     producer_ids_record,
+    remove_acl_record,
     remove_topic_record,
     topic_record,
 )
@@ -78,6 +84,8 @@ __all__ = [
     "producer_ids_record",
     "broker_record",
     "broker_config_record",
+    "acl_record",
+    "remove_acl_record",
     "BrokerRegistration",
     "check_partition_state",
     "MAX_REMOVED",
@@ -105,6 +113,23 @@ def _checked_broker_configs(broker: object, configs: object, *, where: str) -> t
         return broker, validate_broker_configs(configs, portable=True)
     except ConfigError as exc:
         raise MetadataCorrupt(f"{where}: broker config record for entity {broker}: {exc}") from None
+
+
+def _checked_acl(acl_id: object, doc: object, existing: Mapping[str, AclBinding], *, where: str
+                 ) -> tuple[str, AclBinding]:
+    """An acl record's (or snapshot item's) id and binding, or MetadataCorrupt naming what is wrong."""
+    if not isinstance(acl_id, str) or not acl_id:
+        raise MetadataCorrupt(f"{where}: ACL id {acl_id!r} is not a non-empty string")
+    if acl_id in existing:
+        raise MetadataCorrupt(f"{where}: ACL id {acl_id} is already in the image")
+    try:
+        binding = binding_from_json(doc)
+        validate_acl_binding(binding)
+    except InvalidAclError as exc:
+        raise MetadataCorrupt(f"{where}: ACL {acl_id}: {exc}") from None
+    if binding in existing.values():
+        raise MetadataCorrupt(f"{where}: ACL {acl_id} repeats {binding}, which the image holds already")
+    return acl_id, binding
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +169,7 @@ class MetadataImage:
     broker_configs: Mapping[int, Mapping[str, str]] = field(default_factory=dict)
     # SCRAM credentials, (user, mechanism) -> credential: what every broker's SCRAM server authenticates against.
     scram_credentials: ScramTable = field(default_factory=dict)
+    acls: Mapping[str, AclBinding] = field(default_factory=dict)  # ACL id -> binding, in creation order
 
     def topic(self, name: str) -> TopicState | None:
         return self.topics.get(name)
@@ -159,6 +185,9 @@ class MetadataDelta:
     controller_changed: bool = False
     # Every entity's dynamic broker configs after the change, when they changed (None: unchanged).
     broker_configs: Mapping[int, Mapping[str, str]] | None = None
+    # ACLs created and deleted (by id); an id is never reused, so one created and deleted within the delta is neither.
+    acls_added: dict[str, AclBinding] = field(default_factory=dict)
+    acls_removed: dict[str, AclBinding] = field(default_factory=dict)
 
     def merge(self, other: "MetadataDelta") -> None:
         for name, state in other.removed.items():
@@ -169,10 +198,14 @@ class MetadataDelta:
         self.controller_changed |= other.controller_changed
         if other.broker_configs is not None:
             self.broker_configs = other.broker_configs
+        for acl_id, binding in other.acls_removed.items():
+            if self.acls_added.pop(acl_id, None) is None:
+                self.acls_removed[acl_id] = binding
+        self.acls_added.update(other.acls_added)
 
     def __bool__(self) -> bool:
         return bool(self.changed or self.removed or self.vanished or self.controller_changed
-                    or self.broker_configs is not None)
+                    or self.broker_configs is not None or self.acls_added or self.acls_removed)
 
 
 def _check_partition_step(name: str, p: int, old: PartitionState, new: PartitionState) -> None:
@@ -190,6 +223,8 @@ def apply_records(image: MetadataImage, records: Iterable[MetadataRecord], *, ep
     brokers = dict(image.brokers)
     broker_configs = image.broker_configs
     scram = dict(image.scram_credentials)
+    acls: Mapping[str, AclBinding] = image.acls
+    own_acls: dict[str, AclBinding] | None = None
     delta = MetadataDelta()
     controller_id, new_epoch, next_pid = image.controller_id, max(image.epoch, epoch), image.next_producer_id
     for rec in records:
@@ -261,6 +296,23 @@ def apply_records(image: MetadataImage, records: Iterable[MetadataRecord], *, ep
                 apply_scram_record(scram, rec)
             elif rec["type"] == "remove_scram_credential":
                 remove_scram_record(scram, rec)
+            elif rec["type"] == "acl":
+                acl_id, binding = _checked_acl(rec["id"], rec["acl"], acls, where=f"offset {offset}")
+                if own_acls is None:  # copied once per entry, and only by an entry that changes ACLs
+                    own_acls = dict(image.acls)
+                    acls = own_acls
+                own_acls[acl_id] = binding
+                delta.acls_added[acl_id] = binding
+            elif rec["type"] == "remove_acl":
+                acl_id = str(rec["id"])
+                if acl_id not in acls:
+                    raise MetadataCorrupt(f"offset {offset}: remove_acl for ACL {acl_id}, which is not in the image")
+                if own_acls is None:
+                    own_acls = dict(image.acls)
+                    acls = own_acls
+                del own_acls[acl_id]
+                if delta.acls_added.pop(acl_id, None) is None:
+                    delta.acls_removed[acl_id] = image.acls[acl_id]
             elif rec["type"] == "producer_ids":
                 nxt = int(rec["next"])
                 if nxt < next_pid:
@@ -274,7 +326,7 @@ def apply_records(image: MetadataImage, records: Iterable[MetadataRecord], *, ep
             raise MetadataCorrupt(f"offset {offset}: malformed {kind!r} record ({exc!r})") from None
     return (MetadataImage(offset=offset, epoch=new_epoch, controller_id=controller_id, topics=topics,
                           next_producer_id=next_pid, removed=removed, brokers=brokers,
-                          broker_configs=broker_configs, scram_credentials=scram), delta)
+                          broker_configs=broker_configs, scram_credentials=scram, acls=acls), delta)
 
 
 def apply_entry(image: MetadataImage, entry: MetadataEntry) -> tuple[MetadataImage, MetadataDelta]:
@@ -305,6 +357,7 @@ def snapshot_to_json(image: MetadataImage) -> MetadataSnapshot:
         "broker_configs": [{"broker": b, "configs": dict(sorted(c.items()))}
                            for b, c in sorted(image.broker_configs.items())],
         "scram_credentials": scram_records(image.scram_credentials),
+        "acls": [{"id": acl_id, "acl": binding_to_json(b)} for acl_id, b in image.acls.items()],
     }
 
 
@@ -325,6 +378,10 @@ def image_from_snapshot(doc: MetadataSnapshot) -> MetadataImage:
                                       "a null value")
             if values:
                 broker_configs[entity] = values
+        acls: dict[str, AclBinding] = {}
+        for acl_item in doc.get("acls", []):
+            acl_id, binding = _checked_acl(acl_item["id"], acl_item["acl"], acls, where="metadata snapshot")
+            acls[acl_id] = binding
         return MetadataImage(offset=int(doc["offset"]), epoch=int(doc["epoch"]),
                              controller_id=int(doc.get("controller_id", -1)), topics=topics,
                              next_producer_id=int(doc.get("next_producer_id", 0)),
@@ -333,7 +390,7 @@ def image_from_snapshot(doc: MetadataSnapshot) -> MetadataImage:
                                                                        bool(b.get("shutting_down")))
                                       for b in doc.get("brokers", [])},
                              broker_configs=broker_configs,
-                             scram_credentials=table_from(doc.get("scram_credentials", [])))
+                             scram_credentials=table_from(doc.get("scram_credentials", [])), acls=acls)
     except InvalidScramRecord as exc:
         raise MetadataCorrupt(f"metadata snapshot: {exc}") from None
     except (KeyError, TypeError, ValueError) as exc:
@@ -346,6 +403,8 @@ def diff_images(old: MetadataImage, new: MetadataImage) -> MetadataDelta:
     delta = MetadataDelta(controller_changed=new.epoch != old.epoch)
     if new.broker_configs != old.broker_configs:
         delta.broker_configs = new.broker_configs
+    delta.acls_removed = {i: b for i, b in old.acls.items() if new.acls.get(i) != b}
+    delta.acls_added = {i: b for i, b in new.acls.items() if old.acls.get(i) != b}
     for name, state in new.topics.items():
         before = old.topics.get(name)
         if before is not None and before.topic_id != state.topic_id:

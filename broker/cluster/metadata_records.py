@@ -18,6 +18,8 @@ The records (one decision of the controller is one entry, `{"offset", "epoch", "
 | `broker_config` | `broker` (-1: cluster-wide default), `configs` | dynamic configs set (a value) or deleted (null) |
 | `scram_credential` | `user`, `mechanism`, `salt`, `stored_key`, `server_key`, `iterations` | a SCRAM credential set |
 | `remove_scram_credential` | `user`, `mechanism` | a SCRAM credential deleted |
+| `acl` | `id`, `acl` (a binding, `security.acl_json`) | an ACL created (CreateAcls) |
+| `remove_acl` | `id` | the ACL of that id deleted (DeleteAcls) |
 
 What is read back (from a store, or from a delivery over HTTP) is JSON that only claims one of these
 shapes. The `as_*` functions name the one step where a decoded document is taken for its shape; nothing
@@ -32,6 +34,7 @@ from typing import Literal, Mapping, NotRequired, TypedDict, cast
 
 from kelp.json_types import JsonObject
 
+from ..security.acl_json import AclBindingJson
 from .model import BrokerEndpointJson, PartitionState, PartitionStateJson, TopicState, TopicStateJson
 
 __all__ = [
@@ -44,6 +47,9 @@ __all__ = [
     "BrokerConfigRecord",
     "ScramCredentialRecord",
     "RemoveScramCredentialRecord",
+    "AclRecord",
+    "RemoveAclRecord",
+    "AclEntryJson",
     "MetadataRecord",
     "MetadataEntry",
     "MetadataSnapshot",
@@ -59,6 +65,8 @@ __all__ = [
     "broker_config_record",
     "scram_credential_record",
     "remove_scram_credential_record",
+    "acl_record",
+    "remove_acl_record",
     "as_entry",
     "as_snapshot",
     "as_topic",
@@ -128,8 +136,20 @@ class RemoveScramCredentialRecord(TypedDict):
     mechanism: str
 
 
+class AclRecord(TypedDict):
+    type: Literal["acl"]
+    id: str  # the ACL's id (a UUID's hex): what a remove_acl record names
+    acl: AclBindingJson
+
+
+class RemoveAclRecord(TypedDict):
+    type: Literal["remove_acl"]
+    id: str
+
+
 MetadataRecord = (ControllerRecord | TopicRecord | PartitionRecord | RemoveTopicRecord | ProducerIdsRecord
-                  | BrokerRecord | BrokerConfigRecord | ScramCredentialRecord | RemoveScramCredentialRecord)
+                  | BrokerRecord | BrokerConfigRecord | ScramCredentialRecord | RemoveScramCredentialRecord | AclRecord
+                  | RemoveAclRecord)
 
 
 class MetadataEntry(TypedDict):
@@ -147,6 +167,13 @@ class BrokerConfigsJson(TypedDict):
     configs: dict[str, str]
 
 
+class AclEntryJson(TypedDict):
+    """One ACL in a snapshot: its id and binding."""
+
+    id: str
+    acl: AclBindingJson
+
+
 class MetadataSnapshot(TypedDict):
     """The image at an offset. Fields after `topics` are absent from snapshots of older versions (and from
     the one-time import of the store before the log)."""
@@ -160,6 +187,7 @@ class MetadataSnapshot(TypedDict):
     brokers: NotRequired[list[BrokerRecord]]
     broker_configs: NotRequired[list[BrokerConfigsJson]]
     scram_credentials: NotRequired[list[ScramCredentialRecord]]
+    acls: NotRequired[list[AclEntryJson]]
 
 
 class MetadataPush(TypedDict):
@@ -221,6 +249,15 @@ def scram_credential_record(user: str, mechanism: str, *, salt: str, stored_key:
 
 def remove_scram_credential_record(user: str, mechanism: str) -> RemoveScramCredentialRecord:
     return {"type": "remove_scram_credential", "user": user, "mechanism": mechanism}
+
+
+def acl_record(acl_id: str, acl: AclBindingJson) -> AclRecord:
+    """An ACL created, under a new id."""
+    return {"type": "acl", "id": acl_id, "acl": acl}
+
+
+def remove_acl_record(acl_id: str) -> RemoveAclRecord:
+    return {"type": "remove_acl", "id": acl_id}
 
 
 # -- decoded documents taken for their shape -------------------------------------------

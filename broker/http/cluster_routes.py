@@ -49,6 +49,8 @@ CONTROLLER_OPS = {
     "elect_preferred_leaders": {"topic", "partitions"},
     "alter_broker_configs": {"broker", "configs", "replace_all", "validate_only"},
     "alter_scram_credentials": {"upsertions", "deletions"},
+    "create_acls": {"acls"},
+    "delete_acls": {"filters"},
 }
 
 

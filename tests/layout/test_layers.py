@@ -78,7 +78,7 @@ def _violations(start: str, forbidden: tuple[str, ...]) -> list[str]:
                                                "kelp.broker.groups", "kelp.broker.app", "kelp.operator", "kelp.cli",
                                                "kelp.kafka_client", "kelp.spark")),
         *[(f"kelp.broker.security.{m}", ("ssl",))
-          for m in ("principal", "sasl", "plain", "jaas", "scram", "oauthbearer", "acl")],
+          for m in ("principal", "sasl", "plain", "jaas", "scram", "oauthbearer", "acl", "acl_json")],
         # Its option rules and column codec run anywhere: no sockets, no Spark.
         *[(m, NETWORKING + ("pyspark", "kelp.spark.wire", "kelp.kafka_client"))
           for m in ("kelp.spark.codec", "kelp.spark.options")],
