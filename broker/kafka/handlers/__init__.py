@@ -9,6 +9,7 @@ left out (ApiVersions advertises exactly what registered).
 from __future__ import annotations
 
 from . import (  # noqa: F401  (imported for their registrations)
+    acls,
     api_versions,
     configs,
     fetch,
