@@ -50,6 +50,7 @@ __all__ = ["AclManager", "host_of"]
 log = logging.getLogger("kelp.broker.acls")
 
 _T = TypeVar("_T")
+WRITES_CACHED = 65536  # produce decisions remembered (`AclManager.writes`)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -76,6 +77,10 @@ class AclManager:
         self.authorizer = Authorizer(super_users=parse_super_users(config["super.users"]),
                                      allow_everyone_if_no_acl_found=bool(config["allow.everyone.if.no.acl.found"]))
         self.cluster: ControllerDoor | None = None  # the ClusterMember (set by the composition root)
+        # The produce path's own cache of WRITE-on-topic decisions: (principal type, principal name, peer IP as the
+        # listener wrote it, topic) -> allowed, plain strings so a hit costs one dict lookup. Read directly by the
+        # produce handler; emptied whenever the ACLs change (`apply_delta`), at most WRITES_CACHED entries.
+        self.writes: dict[tuple[str, str, str, str], bool] = {}
 
     # -- replaying the metadata log -------------------------------------------------------
     def apply_delta(self, delta: MetadataDelta) -> None:
@@ -86,6 +91,7 @@ class AclManager:
         for binding in delta.acls_added.values():
             self.authorizer.add_acl(binding)
         if delta.acls_added or delta.acls_removed:
+            self.writes.clear()  # the authorizer emptied its cache too: no decision outlives the ACLs it read
             log.info("ACLs: %d created, %d deleted (%d in all)", len(delta.acls_added), len(delta.acls_removed),
                      len(self.authorizer))
 
@@ -97,6 +103,15 @@ class AclManager:
         if not self.enabled:
             return True
         return self.authorizer.authorize(principal, host, operation, resource_type, name)
+
+    def may_write(self, principal: KafkaPrincipal, peer_ip: str, topic: str) -> bool:
+        """WRITE on the topic, decided by the authorizer and remembered in `writes` (a miss there)."""
+        allowed = self.authorizer.authorize(principal, _java_host(peer_ip.strip("[]")), AclOperation.WRITE,
+                                            ResourceType.TOPIC, topic)
+        if len(self.writes) >= WRITES_CACHED:
+            self.writes.clear()
+        self.writes[(principal.principal_type, principal.name, peer_ip, topic)] = allowed
+        return allowed
 
     def authorize_cluster(self, principal: KafkaPrincipal, host: str, operation: AclOperation) -> bool:
         return self.authorize(principal, host, operation, ResourceType.CLUSTER, CLUSTER_NAME)

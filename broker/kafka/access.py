@@ -59,9 +59,11 @@ class Access:
         """Kafka's authorizeByResourceType: `operation` on at least one resource of the type."""
         return self.acls.authorize_by_resource_type(self.principal, self.host, operation, resource_type)
 
-    def operations(self, resource_type: ResourceType, name: str) -> int:
-        """Kafka's authorizedOperations bit field for the resource (every supported one without an authorizer)."""
-        return self.acls.authorized_operations(self.principal, self.host, resource_type, name)
+    def operations(self, resource_type: ResourceType, name: str) -> set[int]:
+        """Kafka's authorizedOperations for the resource, as kafka-python's responses carry that bit field: the
+        codes of the operations allowed (every supported one without an authorizer)."""
+        bits = self.acls.authorized_operations(self.principal, self.host, resource_type, name)
+        return {op for op in range(32) if bits >> op & 1}
 
 
 def access(ctx: RequestContext) -> Access:

@@ -18,6 +18,7 @@ from kelp.broker.kafka.handlers.registry import RequestContext
 from kelp.broker.kafka.produce_decoder import PartitionData, ProduceData, TopicData
 from kelp.broker.replica_manager import ProduceResult
 from kelp.errors import NotLeaderOrFollowerError
+from tests.support.acls import open_acls
 
 
 class Replicas:
@@ -48,8 +49,8 @@ async def test_acks_all_appends_everything_releases_the_frame_then_waits_for_all
     replicas = Replicas()
     topics = SimpleNamespace(exists=lambda name: True)
     released: list[list[str]] = []
-    ctx = RequestContext(broker=SimpleNamespace(replicas=replicas, topics=topics), api_key=0, api_version=9,
-                         correlation_id=1, client_id="t", peer="p",
+    broker = SimpleNamespace(replicas=replicas, topics=topics, acls=open_acls())
+    ctx = RequestContext(broker=broker, api_key=0, api_version=9, correlation_id=1, client_id="t", peer="p",
                          release_frame=lambda: released.append(list(replicas.events)))
     parts = [PartitionData(p, memoryview(bytearray(b"batch"))) for p in (0, 1, 9, 2)]
     request = ProduceData(None, -1, 5000, [TopicData("t", parts)])

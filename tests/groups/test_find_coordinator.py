@@ -20,6 +20,7 @@ from kelp.broker.groups.placement import OFFSETS_TOPIC, partition_for_group
 from kelp.broker.kafka.handlers.groups import handle_find_coordinator
 from kelp.broker.kafka.handlers.registry import RequestContext
 from kelp.errors import CoordinatorNotAvailableError, ErrorCode
+from tests.support.acls import open_acls
 
 from .harness import make_coordinator
 
@@ -57,7 +58,7 @@ def make_broker(*, topic_exists: bool, create_wait_s: float = 0.2) -> Any:
     if topic_exists:
         topics[OFFSETS_TOPIC] = SimpleNamespace(partitions=N)
     broker = SimpleNamespace(config=SimpleNamespace(broker_id=THIS_BROKER), groups=coord, topics=topics,
-                             cluster=FakeCluster(topics))
+                             cluster=FakeCluster(topics), acls=open_acls())
     coord.extensions["locator"] = CoordinatorLocator(broker, coord, create_wait_s=create_wait_s)
     return broker
 

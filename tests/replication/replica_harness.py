@@ -29,6 +29,7 @@ from kelp.broker.storage import LogConfig, LogManager
 from kelp.broker.topic_manager import TopicManager
 from kelp.errors import KelpError
 from kelp.records import Record, build_batch
+from tests.support.acls import open_acls
 
 TOPIC = "t"
 TOPIC_ID = "0" * 32
@@ -150,7 +151,8 @@ class PeerStub:
     async def request(self, req: Any, version: int, *, timeout_s: float | None = None) -> Any:
         self.requests.append(req)
         if isinstance(req, OffsetForLeaderEpochRequest):
-            ctx = RequestContext(broker=SimpleNamespace(replicas=self.leader.rm), api_key=23, api_version=version,
+            broker = SimpleNamespace(replicas=self.leader.rm, acls=open_acls())
+            ctx = RequestContext(broker=broker, api_key=23, api_version=version,
                                  correlation_id=len(self.requests), client_id="replica", peer="stub")
             resp = await handle_offset_for_leader_epoch(ctx, req)
         elif isinstance(req, FetchRequest):

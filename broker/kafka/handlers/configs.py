@@ -21,6 +21,12 @@ too), and apply on every broker without a restart. Every other broker config is
 read-only: refused per resource, naming it and saying to set it and restart.
 A broker resource of another broker id is refused, as Kafka's brokers do (its
 clients send it to that broker). BROKER_LOGGER stays refused.
+
+Authorization (Kafka's ConfigHelper and ControllerApis' authorizeAlterResource): describing a topic's configs
+needs DESCRIBE_CONFIGS on the topic (ALTER_CONFIGS implies it), a broker's or broker logger's
+DESCRIBE_CONFIGS on the cluster; altering needs ALTER_CONFIGS on the topic or the cluster. A refused resource
+is answered TOPIC_AUTHORIZATION_FAILED or CLUSTER_AUTHORIZATION_FAILED (GROUP_ for a group resource) with
+Kafka's message and no configs.
 """
 
 from __future__ import annotations
@@ -38,9 +44,18 @@ from kafka.protocol.admin import (
 )
 
 from kelp.broker.config import DEFAULT_ENTITY, DYNAMIC_BROKER_KEYS, TOPIC_BROKER_SYNONYMS, BrokerConfig
-from kelp.errors import ConfigError, ErrorCode, InvalidRequestError, KelpError
+from kelp.errors import (
+    ClusterAuthorizationFailedError,
+    ConfigError,
+    ErrorCode,
+    GroupAuthorizationFailedError,
+    InvalidRequestError,
+    KelpError,
+    TopicAuthorizationFailedError,
+)
 
 from ...listener_keys import is_sensitive
+from ..access import AclOperation, ResourceType, access
 from .registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
@@ -49,6 +64,7 @@ log = logging.getLogger("kelp.broker.kafka")
 TOPIC = 2
 BROKER = 4
 BROKER_LOGGER = 8
+GROUP = 32
 # ConfigSource (DescribeConfigsResponse)
 SOURCE_TOPIC = 1
 SOURCE_DYNAMIC_BROKER = 2
@@ -81,6 +97,23 @@ _R = TypeVar("_R", bound=_Resource)
 _IncrementalResource = IncrementalAlterConfigsRequest.AlterConfigsResource
 _LegacyResource = AlterConfigsRequest.AlterConfigsResource
 _A = TypeVar("_A")  # a response's per-resource result
+
+
+# -- authorization: Kafka's ConfigHelper (describe) and authorizeAlterResource (alter) --------------------------
+def _config_refusal(ctx: RequestContext, operation: AclOperation, resource_type: int, name: str) -> KelpError | None:
+    """Why `operation` (DESCRIBE_CONFIGS or ALTER_CONFIGS) on a config resource is refused, or None."""
+    acc = access(ctx)
+    if not acc.enabled:
+        return None
+    if resource_type in (BROKER, BROKER_LOGGER):
+        if not acc.allows_cluster(operation):
+            return ClusterAuthorizationFailedError("Cluster authorization failed.")
+    elif resource_type == TOPIC:
+        if not acc.allows(operation, ResourceType.TOPIC, name):
+            return TopicAuthorizationFailedError("Topic authorization failed.")
+    elif resource_type == GROUP and not acc.allows(operation, ResourceType.GROUP, name):
+        return GroupAuthorizationFailedError("Group authorization failed.")
+    return None
 
 
 def _text(value: object) -> str | None:
@@ -158,6 +191,9 @@ async def handle_describe_configs(ctx: RequestContext, request: DescribeConfigsR
     for res in request.resources:
         keys = set(res.configuration_keys) if res.configuration_keys else None
         try:
+            refusal = _config_refusal(ctx, AclOperation.DESCRIBE_CONFIGS, res.resource_type, res.resource_name)
+            if refusal is not None:
+                raise refusal
             # A secret (ssl.key.password, sasl.jaas.config) is described as Kafka describes it: sensitive, no value.
             configs = [
                 E(name=n, value=None if is_sensitive(n) else v, read_only=ro, config_source=src,
@@ -234,6 +270,9 @@ async def _alter_each(ctx: RequestContext, resources: Sequence[_R], answer: Call
     results: list[_A] = []
     for res in resources:
         try:
+            refusal = _config_refusal(ctx, AclOperation.ALTER_CONFIGS, res.resource_type, res.resource_name)
+            if refusal is not None:
+                raise refusal
             if res.resource_type == TOPIC:
                 await alter_topic(res)
             elif res.resource_type == BROKER_LOGGER:

@@ -6,6 +6,10 @@ the wait is event-driven in the ReplicaManager. No fetch sessions: every
 request is answered as a full fetch with session id 0, which clients accept
 (a request for a new session gets id 0 = "no session").
 Empty partitions carry zero-length records, never null.
+
+Authorization (Kafka's handleFetchRequest): a follower's fetch (replica id set) needs CLUSTER_ACTION on the
+cluster, else every partition is answered TOPIC_AUTHORIZATION_FAILED; a consumer's needs READ on each topic,
+else its partitions are answered TOPIC_AUTHORIZATION_FAILED, whether or not the topic exists.
 """
 
 from __future__ import annotations
@@ -17,17 +21,33 @@ from kafka.protocol.consumer import FetchRequest
 from kelp.broker.replica_manager import FetchPartition
 from kelp.errors import ErrorCode
 
+from ..access import AclOperation, ResourceType, access
 from ..fetch_encoder import PartitionAnswer, encode_fetch_response
 from .registry import RawResponse, RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
 
 
+# -- authorization: Kafka's handleFetchRequest ------------------------------------------------------------
+def _refused_topics(ctx: RequestContext, request: FetchRequest, replica_id: int) -> set[str]:
+    """The topics whose partitions are answered TOPIC_AUTHORIZATION_FAILED."""
+    acc = access(ctx)
+    names = {t.topic for t in request.topics}
+    if not acc.enabled:
+        return set()
+    if replica_id >= 0:
+        return set() if acc.allows_cluster(AclOperation.CLUSTER_ACTION) else names
+    return names - acc.allowed(AclOperation.READ, ResourceType.TOPIC, names)
+
 
 @handles(FetchRequest, min_version=4, max_version=12)
 async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> RawResponse:
+    replica_id = request.replica_id if request.replica_id is not None else -1
+    refused = _refused_topics(ctx, request, replica_id)
     reqs = []
     for t in request.topics:
+        if t.topic in refused:
+            continue
         for p in t.partitions:
             reqs.append(FetchPartition(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes,
                                        p.log_start_offset, p.current_leader_epoch))
@@ -38,9 +58,9 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> RawRespons
         min_bytes=request.min_bytes,
         max_bytes=max_bytes,
         isolation=request.isolation_level,
-        replica_id=request.replica_id if request.replica_id is not None else -1,
+        replica_id=replica_id,
         zero_copy=True,
-    )
+    ) if reqs else []
     topics: list[tuple[str, list[PartitionAnswer]]] = []
     by_name: dict[str, list[PartitionAnswer]] = {}
     for r in results:
@@ -53,6 +73,15 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> RawRespons
             code = r.error.code
             log.warning("fetch from topic '%s' partition %d by %s: %s", r.topic, r.partition, ctx.client, r.error)
         parts.append((r.partition, code, r.high_watermark, r.last_stable_offset, r.log_start_offset, r.records))
+    if refused:
+        log.info("fetch by %s (%s): not authorized for topic(s) %s", ctx.client, ctx.principal, sorted(refused))
+        for t in request.topics:
+            if t.topic in refused:
+                parts = by_name.setdefault(t.topic, [])
+                if not parts:
+                    topics.append((t.topic, parts))
+                parts.extend((p.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1, -1, -1, b"")
+                             for p in t.partitions)
     buffers, size = encode_fetch_response(ctx.api_version, throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0,
                                           topics=topics)
     return RawResponse(buffers, size)

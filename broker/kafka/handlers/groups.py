@@ -10,6 +10,14 @@ every other group request is answered by this broker's coordinator, which
 says NOT_COORDINATOR for groups it does not coordinate. JoinGroup and SyncGroup park until the rebalance completes; the
 server answers other requests on the connection meanwhile.
 
+Authorization (Kafka's KafkaApis group handlers), all in the block below: FindCoordinator needs DESCRIBE on
+the group (or transactional id); JoinGroup, SyncGroup, Heartbeat, LeaveGroup READ on the group; OffsetCommit
+READ on the group and READ on each topic; OffsetFetch DESCRIBE on the group and DESCRIBE on each topic (topics
+it may not describe are answered TOPIC_AUTHORIZATION_FAILED, or left out of an all-topics answer); OffsetDelete
+DELETE on the group and READ on each topic; DescribeGroups DESCRIBE on each group; DeleteGroups DELETE on each
+group; ListGroups answers every group to DESCRIBE on the cluster, else only the groups the principal may
+DESCRIBE. A refused group gets GROUP_AUTHORIZATION_FAILED, a refused topic TOPIC_AUTHORIZATION_FAILED.
+
 This module must never hold group state or decide group rules: that is
 `kelp.broker.groups.group_coordinator`.
 """
@@ -52,11 +60,14 @@ from kelp.broker.groups.group import CommittedOffset
 from kelp.broker.groups.group_coordinator import GroupCoordinator
 from kelp.errors import ErrorCode
 
+from ..access import AclOperation, ResourceType, access
 from .registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
 
 COORDINATOR_NOT_AVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE
+GROUP_DENIED = ErrorCode.GROUP_AUTHORIZATION_FAILED
+TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 
 
 class _FetchTopic(Protocol):
@@ -67,6 +78,34 @@ class _FetchTopic(Protocol):
 
     @property
     def partition_indexes(self) -> list[int]: ...
+
+
+# -- authorization: Kafka's group handlers -------------------------------------------------------------------
+def _may(ctx: RequestContext, operation: AclOperation, group_id: str) -> bool:
+    return access(ctx).allows(operation, ResourceType.GROUP, group_id)
+
+
+def _coordinator_refused(ctx: RequestContext, key_type: int, key: str) -> CoordinatorLocation | None:
+    """FindCoordinator (Kafka's getCoordinator): DESCRIBE on the group, or on the transactional id."""
+    if key_type == 0 and not _may(ctx, AclOperation.DESCRIBE, key):
+        return CoordinatorLocation(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.")
+    if key_type == 1 and not access(ctx).allows(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+        return CoordinatorLocation(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                   "Transactional Id authorization failed.")
+    return None
+
+
+def _topics_refused(ctx: RequestContext, operation: AclOperation, names: set[str]) -> set[str]:
+    acc = access(ctx)
+    return names - acc.allowed(operation, ResourceType.TOPIC, names) if acc.enabled else set()
+
+
+def _listable(ctx: RequestContext, groups: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """ListGroups: every group to DESCRIBE on the cluster, else those the principal may DESCRIBE."""
+    acc = access(ctx)
+    if acc.allows_cluster(AclOperation.DESCRIBE):
+        return groups
+    return [g for g in groups if acc.allows(AclOperation.DESCRIBE, ResourceType.GROUP, g[0])]
 
 
 def _coordinator(ctx: RequestContext) -> GroupCoordinator:
@@ -86,6 +125,9 @@ async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorR
     key_type = getattr(request, "key_type", 0) if ctx.api_version >= 1 else 0
 
     async def answer(key: str) -> CoordinatorLocation:
+        refused = _coordinator_refused(ctx, key_type, key)
+        if refused is not None:
+            return refused
         if key_type != 0:
             # Transaction coordinators (key type 1) are not served by Kelp.
             return CoordinatorLocation(COORDINATOR_NOT_AVAILABLE, f"key type {key_type} is not supported "
@@ -136,6 +178,10 @@ async def handle_join_group(ctx: RequestContext, request: JoinGroupRequest) -> J
     coord = _coordinator(ctx)
     v = ctx.api_version
     M = JoinGroupResponse.JoinGroupResponseMember
+    if not _may(ctx, AclOperation.READ, request.group_id):
+        return JoinGroupResponse(throttle_time_ms=0, error_code=GROUP_DENIED, generation_id=-1, protocol_type=None,
+                                 protocol_name=None if v >= 7 else "", leader="", skip_assignment=False, member_id="",
+                                 members=[])
     result = await coord.join_group(
         request.group_id,
         request.member_id or "",
@@ -172,6 +218,9 @@ async def handle_join_group(ctx: RequestContext, request: JoinGroupRequest) -> J
 async def handle_sync_group(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:
     coord = _coordinator(ctx)
     v = ctx.api_version
+    if not _may(ctx, AclOperation.READ, request.group_id):
+        return SyncGroupResponse(throttle_time_ms=0, error_code=GROUP_DENIED, protocol_type=None, protocol_name=None,
+                                 assignment=b"")
     result = await coord.sync_group(
         request.group_id,
         request.generation_id,
@@ -193,6 +242,8 @@ async def handle_sync_group(ctx: RequestContext, request: SyncGroupRequest) -> S
 @handles(HeartbeatRequest, min_version=0, max_version=4)
 async def handle_heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
     coord = _coordinator(ctx)
+    if not _may(ctx, AclOperation.READ, request.group_id):
+        return HeartbeatResponse(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     code = coord.heartbeat(
         request.group_id, request.generation_id, request.member_id,
         group_instance_id=getattr(request, "group_instance_id", None) if ctx.api_version >= 3 else None,
@@ -204,6 +255,8 @@ async def handle_heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> He
 async def handle_leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
     coord = _coordinator(ctx)
     v = ctx.api_version
+    if not _may(ctx, AclOperation.READ, request.group_id):
+        return LeaveGroupResponse(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, members=[])
     if v >= 3:
         members = [(m.member_id or "", m.group_instance_id) for m in request.members or []]
     else:
@@ -225,8 +278,17 @@ async def handle_leave_group(ctx: RequestContext, request: LeaveGroupRequest) ->
 async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
     coord = _coordinator(ctx)
     v = ctx.api_version
+    T = OffsetCommitResponse.OffsetCommitResponseTopic
+    P = T.OffsetCommitResponsePartition
+    if not _may(ctx, AclOperation.READ, request.group_id):
+        return OffsetCommitResponse(throttle_time_ms=0, topics=[
+            T(name=t.name, partitions=[P(partition_index=p.partition_index, error_code=GROUP_DENIED)
+                                       for p in t.partitions or []]) for t in request.topics or []])
+    refused = _topics_refused(ctx, AclOperation.READ, {t.name for t in request.topics or []})
     offsets: dict[tuple[str, int], CommittedOffset] = {}
     for t in request.topics or []:
+        if t.name in refused:
+            continue
         for p in t.partitions or []:
             offsets[(t.name, p.partition_index)] = CommittedOffset(
                 p.committed_offset,
@@ -234,19 +296,22 @@ async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest
                 p.committed_metadata or "",
                 -1,
             )
-    codes = await coord.commit_offsets(
-        request.group_id,
-        member_id=request.member_id or "",
-        generation=request.generation_id_or_member_epoch,
-        group_instance_id=getattr(request, "group_instance_id", None) if v >= 7 else None,
-        offsets=offsets,
-    )
+    codes: dict[tuple[str, int], int] = {}
+    if offsets or not refused:
+        codes = await coord.commit_offsets(
+            request.group_id,
+            member_id=request.member_id or "",
+            generation=request.generation_id_or_member_epoch,
+            group_instance_id=getattr(request, "group_instance_id", None) if v >= 7 else None,
+            offsets=offsets,
+        )
+    for t in request.topics or []:
+        if t.name in refused:
+            codes.update({(t.name, p.partition_index): TOPIC_DENIED for p in t.partitions or []})
     bad = {tp: c for tp, c in codes.items() if c}
     if bad:
         log.info("OffsetCommit of group '%s' from %s: errors %s", request.group_id, ctx.client,
                  ", ".join(f"{t}-{p}:{c}" for (t, p), c in sorted(bad.items())[:10]))
-    T = OffsetCommitResponse.OffsetCommitResponseTopic
-    P = T.OffsetCommitResponsePartition
     topics = []
     for t in request.topics or []:
         topics.append(T(name=t.name, partitions=[
@@ -256,23 +321,38 @@ async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest
     return OffsetCommitResponse(throttle_time_ms=0, topics=topics)
 
 
-def _fetch_group(coord: GroupCoordinator, group_id: str, topics: Sequence[_FetchTopic] | None
-                 ) -> tuple[int, list[tuple[str, list[tuple[int, CommittedOffset | None]]]]]:
-    """(group error, [(topic, [(partition, CommittedOffset|None)])])."""
-    wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes or []]
-    err, found = coord.fetch_offsets(group_id, wanted)
+_FetchedPartition = tuple[int, CommittedOffset | None, int]  # partition, its committed offset, its error
+
+
+def _fetch_group(ctx: RequestContext, group_id: str, topics: Sequence[_FetchTopic] | None
+                 ) -> tuple[int, list[tuple[str, list[_FetchedPartition]]]]:
+    """(group error, [(topic, [(partition, CommittedOffset|None, error)])]). Kafka's checks: DESCRIBE on the group;
+    topics asked for that the principal may not DESCRIBE are answered TOPIC_AUTHORIZATION_FAILED, and left out of
+    an answer for every committed topic."""
+    if not _may(ctx, AclOperation.DESCRIBE, group_id):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, []
+    refused = _topics_refused(ctx, AclOperation.DESCRIBE, {t.name for t in topics}) if topics is not None else set()
+    wanted = None if topics is None else [(t.name, p) for t in topics if t.name not in refused
+                                          for p in t.partition_indexes or []]
+    err, found = _coordinator(ctx).fetch_offsets(group_id, wanted)
     if err:
         return err, []
-    by_topic: dict[str, list[tuple[int, CommittedOffset | None]]] = {}
+    by_topic: dict[str, list[_FetchedPartition]] = {}
     keys = wanted if wanted is not None else sorted(found)
+    if wanted is None:
+        describable = {t for t, _ in keys} - _topics_refused(ctx, AclOperation.DESCRIBE, {t for t, _ in keys})
+        keys = [(t, p) for t, p in keys if t in describable]
     for t, p in keys:
-        by_topic.setdefault(t, []).append((p, found.get((t, p))))
+        by_topic.setdefault(t, []).append((p, found.get((t, p)), ErrorCode.NONE))
+    for topic in topics or []:
+        if topic.name in refused:
+            by_topic.setdefault(topic.name, []).extend(
+                (p, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED) for p in topic.partition_indexes or [])
     return 0, list(by_topic.items())
 
 
 @handles(OffsetFetchRequest, min_version=1, max_version=8)
 async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
-    coord = _coordinator(ctx)
     v = ctx.api_version
     if v >= 8:
         G = OffsetFetchResponse.OffsetFetchResponseGroup
@@ -280,13 +360,13 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
         GP = GT.OffsetFetchResponsePartitions
         groups = []
         for g in request.groups or []:
-            err, items = _fetch_group(coord, g.group_id, g.topics)
+            err, items = _fetch_group(ctx, g.group_id, g.topics)
             groups.append(G(group_id=g.group_id, error_code=err, topics=[
                 GT(name=t, partitions=[
                     GP(partition_index=p, committed_offset=co.offset if co else -1,
                        committed_leader_epoch=co.leader_epoch if co else -1,
-                       metadata=co.metadata if co else "", error_code=ErrorCode.NONE)
-                    for p, co in parts
+                       metadata=co.metadata if co else "", error_code=code)
+                    for p, co, code in parts
                 ]) for t, parts in items
             ]))
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
@@ -295,14 +375,14 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
     topics_req = request.topics
     if v < 2 and topics_req is None:
         topics_req = []
-    err, items = _fetch_group(coord, request.group_id, topics_req)
+    err, items = _fetch_group(ctx, request.group_id, topics_req)
     topics = [
         T(name=t, partitions=[
             P(partition_index=p, committed_offset=co.offset if co else -1,
               committed_leader_epoch=co.leader_epoch if co else -1,
               metadata=co.metadata if co else "",
-              error_code=err if v < 2 else ErrorCode.NONE)
-            for p, co in parts
+              error_code=code or (err if v < 2 else ErrorCode.NONE))
+            for p, co, code in parts
         ]) for t, parts in items
     ]
     if err and v < 2 and topics_req:
@@ -315,10 +395,17 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
 @handles(OffsetDeleteRequest, min_version=0, max_version=0)
 async def handle_offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
     coord = _coordinator(ctx)
-    wanted = [(t.name, p.partition_index) for t in request.topics or [] for p in t.partitions or []]
-    err, codes = await coord.delete_offsets(request.group_id, wanted)
     T = OffsetDeleteResponse.OffsetDeleteResponseTopic
     P = T.OffsetDeleteResponsePartition
+    if not _may(ctx, AclOperation.DELETE, request.group_id):
+        return OffsetDeleteResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, throttle_time_ms=0, topics=[])
+    refused = _topics_refused(ctx, AclOperation.READ, {t.name for t in request.topics or []})
+    wanted = [(t.name, p.partition_index) for t in request.topics or [] if t.name not in refused
+              for p in t.partitions or []]
+    err, codes = await coord.delete_offsets(request.group_id, wanted)
+    for t in request.topics or []:
+        if t.name in refused:
+            codes.update({(t.name, p.partition_index): TOPIC_DENIED for p in t.partitions or []})
     return OffsetDeleteResponse(
         error_code=err, throttle_time_ms=0,
         topics=[] if err else [
@@ -337,11 +424,17 @@ async def handle_describe_groups(ctx: RequestContext, request: DescribeGroupsReq
     coord = _coordinator(ctx)
     G = DescribeGroupsResponse.DescribedGroup
     M = G.DescribedGroupMember
+    acc = access(ctx)
+    with_operations = ctx.api_version >= 3 and bool(getattr(request, "include_authorized_operations", False))
     groups = []
     for gid in request.groups or []:
+        if not acc.allows(AclOperation.DESCRIBE, ResourceType.GROUP, gid):
+            groups.append(G(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, group_id=gid, group_state="",
+                            protocol_type="", protocol_data="", members=[]))
+            continue
         d = coord.describe_group(gid)
         stable = d.state in ("Stable", "CompletingRebalance")
-        groups.append(G(
+        group = G(
             error_code=d.error, group_id=gid, group_state=d.state, protocol_type=d.protocol_type,
             protocol_data=d.protocol,
             members=[
@@ -351,7 +444,10 @@ async def handle_describe_groups(ctx: RequestContext, request: DescribeGroupsReq
                   member_assignment=m.assignment if d.state == "Stable" else b"")
                 for m in d.members
             ],
-        ))
+        )
+        if with_operations and d.error == ErrorCode.NONE:
+            group.authorized_operations = acc.operations(ResourceType.GROUP, gid)
+        groups.append(group)
     return DescribeGroupsResponse(throttle_time_ms=0, groups=groups)
 
 
@@ -370,14 +466,17 @@ async def handle_list_groups(ctx: RequestContext, request: ListGroupsRequest) ->
     return ListGroupsResponse(
         throttle_time_ms=0, error_code=ErrorCode.NONE,
         groups=[L(group_id=g, protocol_type=pt, group_state=st, group_type=GROUP_TYPE)
-                for g, pt, st in coord.list_groups(states=states or None)],
+                for g, pt, st in _listable(ctx, coord.list_groups(states=states or None))],
     )
 
 
 @handles(DeleteGroupsRequest, min_version=0, max_version=2)
 async def handle_delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
     coord = _coordinator(ctx)
-    names = list(request.groups_names or [])
-    codes = await coord.delete_groups(names)
+    names = list(dict.fromkeys(request.groups_names or []))  # Kafka answers each group once
+    acc = access(ctx)
+    allowed = acc.allowed(AclOperation.DELETE, ResourceType.GROUP, names)
+    codes = await coord.delete_groups([g for g in names if g in allowed])
+    codes.update({g: ErrorCode.GROUP_AUTHORIZATION_FAILED for g in names if g not in allowed})
     R = DeleteGroupsResponse.DeletableGroupResult
     return DeleteGroupsResponse(throttle_time_ms=0, results=[R(group_id=g, error_code=codes[g]) for g in names])

@@ -8,6 +8,10 @@ replica lives on disk and how big it is. The rules (leader only, never past
 the high watermark, not on compacted logs) are the replica manager's
 (`ReplicaManager.delete_records`, shared with the HTTP API); this module only
 translates requests and errors.
+
+Authorization (Kafka's handleDeleteRecordsRequest, handleDescribeLogDirsRequest): DeleteRecords needs DELETE on
+each topic (else TOPIC_AUTHORIZATION_FAILED per partition, whether or not it exists); DescribeLogDirs DESCRIBE on
+the cluster (else CLUSTER_AUTHORIZATION_FAILED and no log dirs).
 """
 
 from __future__ import annotations
@@ -26,11 +30,21 @@ from kafka.protocol.admin import (
 
 from kelp.errors import ErrorCode, KelpError
 
+from ..access import AclOperation, ResourceType, access
 from .registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
 
 _LogDirPartition = DescribeLogDirsResponse.DescribeLogDirsResult.DescribeLogDirsTopic.DescribeLogDirsPartition
+
+
+# -- authorization: Kafka's handleDeleteRecordsRequest and handleDescribeLogDirsRequest --------------------------
+def _deletable(ctx: RequestContext, request: DeleteRecordsRequest) -> set[str]:
+    return access(ctx).allowed(AclOperation.DELETE, ResourceType.TOPIC, (t.name for t in request.topics))
+
+
+def _may_describe_log_dirs(ctx: RequestContext) -> bool:
+    return access(ctx).allows_cluster(AclOperation.DESCRIBE)
 
 
 @handles(DeleteRecordsRequest, min_version=0, max_version=2)
@@ -49,9 +63,16 @@ async def handle_delete_records(ctx: RequestContext, request: DeleteRecordsReque
                         topic, p.partition_index, p.offset, ctx.client, exc)
             return PR(partition_index=p.partition_index, low_watermark=-1, error_code=exc.code)
 
+    deletable = _deletable(ctx, request)
+
+    async def refused(p: DeleteRecordsRequest.DeleteRecordsTopic.DeleteRecordsPartition
+                      ) -> DeleteRecordsResponse.DeleteRecordsTopicResult.DeleteRecordsPartitionResult:
+        return PR(partition_index=p.partition_index, low_watermark=-1, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+
     # Partitions at once: each may wait for its followers' log starts (up to the request's timeout).
-    topics = [TR(name=t.name, partitions=list(await asyncio.gather(*(one(t.name, p) for p in t.partitions))))
-              for t in request.topics]
+    topics = [TR(name=t.name, partitions=list(await asyncio.gather(
+        *((one(t.name, p) if t.name in deletable else refused(p)) for p in t.partitions))))
+        for t in request.topics]
     return DeleteRecordsResponse(throttle_time_ms=0, topics=topics)
 
 
@@ -67,6 +88,9 @@ def _usage(directory: Path) -> tuple[int, int]:
 async def handle_describe_log_dirs(ctx: RequestContext, request: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
     """Each log dir with the partitions it holds (all, or those asked for): size and LEO lag behind the HW."""
     broker = ctx.broker
+    if not _may_describe_log_dirs(ctx):
+        denied = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return DescribeLogDirsResponse(throttle_time_ms=0, error_code=denied, results=[])
     wanted = None if request.topics is None else {(t.topic, p) for t in request.topics for p in t.partitions}
     dirs = [Path(d).resolve() for d in broker.config.log_dirs]
     R = DescribeLogDirsResponse.DescribeLogDirsResult

@@ -7,6 +7,12 @@ without that listener is left out), the controller, and per partition the leader
 (KIP-320), the replicas, the ISR and the offline replicas. Asking for an
 unknown topic auto-creates it (through the controller) when
 `auto.create.topics.enable` is on and the client allows it (v4+).
+
+Authorization (Kafka's handleTopicMetadataRequest): a principal learns nothing of a topic it may not
+DESCRIBE. Asked for all topics, those are left out; asked for by name, each is answered
+TOPIC_AUTHORIZATION_FAILED with no id and no partitions, whether or not it exists. Auto-creating needs CREATE
+on the cluster or the topic (else TOPIC_AUTHORIZATION_FAILED). The cluster's and each topic's authorized
+operations are answered when asked for (v8+; the cluster's in v8-v10).
 """
 
 from __future__ import annotations
@@ -18,8 +24,10 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from kelp.errors import ErrorCode, KelpError
 
+from ...cluster.model import INTERNAL_TOPICS
 from ...parts import BrokerParts
 from ...topic_manager import validate_topic_name
+from ..access import Access, AclOperation, ResourceType, access
 from .registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
@@ -27,6 +35,21 @@ log = logging.getLogger("kelp.broker.kafka")
 T = MetadataResponse.MetadataResponseTopic
 P = T.MetadataResponsePartition
 B = MetadataResponse.MetadataResponseBroker
+_NO_ID = uuid.UUID(int=0)
+
+
+# -- authorization: Kafka's handleTopicMetadataRequest ------------------------------------------------------
+def _describable(acc: Access, names: list[str]) -> set[str]:
+    return acc.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, names)
+
+
+def _may_create(acc: Access, name: str) -> bool:
+    return acc.allows_cluster(AclOperation.CREATE) or acc.allows(AclOperation.CREATE, ResourceType.TOPIC, name)
+
+
+def _refused(name: str, *, internal: bool = False) -> T:
+    return T(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name, topic_id=_NO_ID, is_internal=internal,
+             partitions=[])
 
 
 def topic_entry(broker: BrokerParts, name: str, *, error: int = ErrorCode.NONE) -> T:
@@ -56,16 +79,28 @@ def topic_entry(broker: BrokerParts, name: str, *, error: int = ErrorCode.NONE) 
 async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
     broker = ctx.broker
     version = ctx.api_version
+    all_topics = request.topics is None or (version == 0 and not request.topics)
     names: list[str]
-    if request.topics is None or (version == 0 and not request.topics):
+    if all_topics:
         names = [t.name for t in broker.topics.list_topics()]
     else:
-        names = [t.name for t in request.topics if t.name is not None]
+        names = [t.name for t in request.topics or [] if t.name is not None]
     allow_auto = True if version < 4 else bool(request.allow_auto_topic_creation)
+    acc = access(ctx)
+    describable = _describable(acc, names)
+    auto_create = allow_auto and bool(broker.config["auto.create.topics.enable"])
     topics = []
+    refused = []
     for name in names:
         error: int = ErrorCode.NONE
+        if name not in describable:
+            if not all_topics:  # asked for by name: refused, never told whether it exists
+                refused.append(_refused(name))
+            continue
         if not broker.topics.exists(name):
+            if auto_create and acc.enabled and not _may_create(acc, name):
+                refused.append(_refused(name, internal=name in INTERNAL_TOPICS))
+                continue
             try:
                 if allow_auto:
                     await broker.topics.ensure_topic(name)
@@ -76,6 +111,15 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
                 log.warning("metadata for topic '%s' from %s: %s", name, ctx.client, exc)
                 error = exc.code
         topics.append(topic_entry(broker, name, error=error))
+    cluster_operations: set[int] | None = None
+    if version >= 8:
+        if getattr(request, "include_topic_authorized_operations", False):
+            for t in topics:
+                t.authorized_operations = acc.operations(ResourceType.TOPIC, t.name or "")
+        if version <= 10 and getattr(request, "include_cluster_authorized_operations", False):
+            cluster_operations = (acc.operations(ResourceType.CLUSTER, "kafka-cluster")
+                                  if acc.allows_cluster(AclOperation.DESCRIBE) else set())
+    topics += refused
     cluster = broker.cluster
     known = sorted(cluster.brokers.values(), key=lambda b: b.id)
     if not any(b.id == broker.config.broker_id for b in known) and cluster.endpoint is not None:
@@ -90,10 +134,13 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
     controller_id = cluster.controller_id
     if not any(b.node_id == controller_id for b in brokers):
         controller_id = broker.config.broker_id
-    return MetadataResponse(
+    response = MetadataResponse(
         throttle_time_ms=0,
         brokers=brokers,
         cluster_id=str(broker.config["cluster.id"]),
         controller_id=controller_id,
         topics=topics,
     )
+    if cluster_operations is not None:
+        response.authorized_operations = cluster_operations
+    return response

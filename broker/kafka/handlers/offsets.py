@@ -6,6 +6,10 @@ time): earliest (-2), latest (-1), max timestamp (-3, v7+), earliest local
 Kafka answers without tiered storage) or the first offset at a time. v0
 answers through `old_style_offsets`. OffsetForLeaderEpoch tells a client
 (KIP-320) or a follower (KIP-101) where an epoch ended, to detect truncation.
+
+Authorization (Kafka's handleListOffsetRequest, handleOffsetForLeaderEpochRequest): ListOffsets needs DESCRIBE
+on each topic; OffsetForLeaderEpoch CLUSTER_ACTION on the cluster (a follower) or else DESCRIBE on each topic (a
+consumer, KIP-320). A topic refused is answered TOPIC_AUTHORIZATION_FAILED for each partition asked.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from kafka.protocol.consumer import (
 
 from kelp.errors import ErrorCode, KelpError
 
+from ..access import AclOperation, ResourceType, access
 from .registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
@@ -29,6 +34,21 @@ TR = ListOffsetsResponse.ListOffsetsTopicResponse
 PR = TR.ListOffsetsPartitionResponse
 _ListPartition = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition
 _EpochPartition = OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartition
+
+
+# -- authorization: Kafka's handleListOffsetRequest and handleOffsetForLeaderEpochRequest -------------------
+def _list_refused(ctx: RequestContext, request: ListOffsetsRequest) -> set[str]:
+    acc = access(ctx)
+    names = {t.name for t in request.topics}
+    return names - acc.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, names) if acc.enabled else set()
+
+
+def _epoch_refused(ctx: RequestContext, request: OffsetForLeaderEpochRequest) -> set[str]:
+    acc = access(ctx)
+    if not acc.enabled or acc.allows_cluster(AclOperation.CLUSTER_ACTION):
+        return set()
+    names = {t.topic for t in request.topics}
+    return names - acc.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, names)
 
 
 def _epoch(p: _ListPartition | _EpochPartition) -> int:
@@ -40,9 +60,15 @@ def _epoch(p: _ListPartition | _EpochPartition) -> int:
 @handles(ListOffsetsRequest, min_version=0, max_version=9)
 async def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
     replicas = ctx.broker.replicas
+    refused = _list_refused(ctx, request)
     topics = []
     for t in request.topics:
         parts = []
+        if t.name in refused:
+            topics.append(TR(name=t.name, partitions=[
+                PR(partition_index=p.partition_index, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                   old_style_offsets=[], timestamp=-1, offset=-1, leader_epoch=-1) for p in t.partitions]))
+            continue
         for p in t.partitions:
             try:
                 offset, ts = replicas.list_offset(t.name, p.partition_index, p.timestamp,
@@ -69,8 +95,14 @@ async def handle_offset_for_leader_epoch(
     replicas = ctx.broker.replicas
     TRes = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
     E = TRes.EpochEndOffset
+    refused = _epoch_refused(ctx, request)
     topics = []
     for t in request.topics:
+        if t.topic in refused:
+            topics.append(TRes(topic=t.topic, partitions=[
+                E(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, partition=p.partition, leader_epoch=-1,
+                  end_offset=-1) for p in t.partitions]))
+            continue
         parts = []
         for p in t.partitions:
             try:

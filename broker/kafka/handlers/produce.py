@@ -10,6 +10,11 @@ appended the frame goes back to the listener's memory pool, and acks=all waits f
 ISR together — a retried idempotent batch (a duplicate) too, for its original offsets, and each wait only
 under the leader epoch its append happened at (`ReplicaManager.wait_for_isr` checks it on registration:
 leadership may have moved while other partitions were appended).
+
+Authorization (Kafka's handleProduceRequest): transactional batches need WRITE on the transactional id (else
+every partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED), each topic WRITE (else TOPIC_AUTHORIZATION_FAILED, whether
+or not it exists); Kelp's auto-creation on produce also needs CREATE on the cluster or the topic, as Metadata's
+does (else UNKNOWN_TOPIC_OR_PARTITION, Kafka's answer for a topic a produce names that does not exist).
 """
 
 from __future__ import annotations
@@ -19,9 +24,17 @@ import logging
 
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-from kelp.errors import CorruptRecordError, ErrorCode, KelpError
+from kelp.errors import (
+    CorruptRecordError,
+    ErrorCode,
+    KelpError,
+    TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailedError,
+    UnknownTopicOrPartitionError,
+)
 
 from ...replica_types import ProduceResult
+from ..access import AclOperation, ResourceType, access
 from ..produce_decoder import ProduceData, decode_produce_request
 from .registry import RequestContext, handles
 
@@ -29,6 +42,49 @@ log = logging.getLogger("kelp.broker.kafka")
 
 TR = ProduceResponse.TopicProduceResponse
 PR = TR.PartitionProduceResponse
+_TRANSACTIONAL = 0x10  # RecordBatch v2 attributes, bit 4 (the attributes' low byte is byte 22 of a batch)
+
+
+# -- authorization: Kafka's handleProduceRequest ------------------------------------------------------------
+def _refusals(ctx: RequestContext, request: ProduceData) -> dict[str, KelpError]:
+    """The error each refused topic's partitions get: every topic's, when a transactional batch's id may not be
+    written (Kafka's RequestUtils.hasTransactionalRecords: a partition's first batch is transactional). This runs on
+    every produce request: a topic's WRITE decision is one lookup in the AclManager's produce cache. (A topic to
+    be created needs CREATE too: `_create_refusal`, asked only for a topic that does not exist.)"""
+    acls = ctx.broker.acls
+    if not acls.enabled:
+        return {}
+    principal = ctx.principal
+    ptype, pname, ip = principal.principal_type, principal.name, ctx.peer.rpartition(":")[0]
+    writes = acls.writes
+    refusals: dict[str, KelpError] = {}
+    transactional = False
+    for td in request.topic_data:
+        for pd in td.partition_data:
+            records = pd.records
+            if records is not None and len(records) > 22 and records[22] & _TRANSACTIONAL:
+                transactional = True
+        name = td.name
+        allowed = writes.get((ptype, pname, ip, name))
+        if allowed is None:
+            allowed = acls.may_write(principal, ip, name)
+        if not allowed:
+            refusals[name] = TopicAuthorizationFailedError("Topic authorization failed.")
+    if transactional:
+        tid = request.transactional_id
+        if tid is None or not access(ctx).allows(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
+            error = TransactionalIdAuthorizationFailedError("Transactional Id authorization failed.")
+            return {td.name: error for td in request.topic_data}
+    return refusals
+
+
+def _create_refusal(ctx: RequestContext, name: str) -> KelpError | None:
+    """Kelp creates a missing topic a produce names, if the principal may (CREATE on the cluster or the topic);
+    else the answer is Kafka's for a topic that does not exist."""
+    acc = access(ctx)
+    if acc.allows_cluster(AclOperation.CREATE) or acc.allows(AclOperation.CREATE, ResourceType.TOPIC, name):
+        return None
+    return UnknownTopicOrPartitionError("This server does not host this topic-partition.")
 
 
 @handles(ProduceRequest, min_version=3, max_version=9, decoder=decode_produce_request)
@@ -37,18 +93,21 @@ async def handle_produce(ctx: RequestContext, request: ProduceData) -> ProduceRe
     replicas = broker.replicas
     topics = broker.topics
     acks = request.acks
+    refusals = _refusals(ctx, request)
     # Every partition is appended first; acks=all then waits for all of them at once (Kafka's purgatory):
     # a request naming N partitions waits one replication round trip, not N.
     outcomes: list[tuple[str, list[tuple[int, ProduceResult | KelpError]]]] = []
     for td in request.topic_data:
         name = td.name
         parts: list[tuple[int, ProduceResult | KelpError]] = []
-        topic_error: KelpError | None = None
-        if not topics.exists(name):
-            try:
-                await topics.ensure_topic(name)
-            except KelpError as exc:
-                topic_error = exc
+        topic_error = refusals.get(name) if refusals else None
+        if topic_error is None and not topics.exists(name):
+            topic_error = _create_refusal(ctx, name)
+            if topic_error is None:
+                try:
+                    await topics.ensure_topic(name)
+                except KelpError as exc:
+                    topic_error = exc
         for pd in td.partition_data:
             if topic_error is not None:
                 outcome: ProduceResult | KelpError = topic_error

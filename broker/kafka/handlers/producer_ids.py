@@ -8,6 +8,11 @@ When no block can be had (the store write failed, no controller answers) the
 request gets the error with its code — a retriable one — instead of a closed
 connection, and no id is handed out.
 Transactions are not supported: a transactional id is refused with a message.
+
+Authorization (Kafka's handleInitProducerIdRequest): a transactional id needs WRITE on it (else
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED, before Kelp says it does not serve transactions); an idempotent
+producer needs IDEMPOTENT_WRITE on the cluster or WRITE on at least one topic (else
+CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -18,13 +23,32 @@ from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdRespons
 
 from kelp.errors import ErrorCode, KelpError
 
+from ..access import AclOperation, ResourceType, access
 from .registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
 
 
+# -- authorization: Kafka's handleInitProducerIdRequest --------------------------------------------------------
+def _refusal(ctx: RequestContext, transactional_id: str | None) -> int:
+    acc = access(ctx)
+    if not acc.enabled:
+        return ErrorCode.NONE
+    if transactional_id:  # null or empty: an idempotent producer (as this handler has always read it)
+        if not acc.allows(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    elif not (acc.allows_cluster(AclOperation.IDEMPOTENT_WRITE)
+              or acc.allows_any(AclOperation.WRITE, ResourceType.TOPIC)):
+        return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    return ErrorCode.NONE
+
+
 @handles(InitProducerIdRequest, min_version=0, max_version=4)
 async def handle_init_producer_id(ctx: RequestContext, request: InitProducerIdRequest) -> InitProducerIdResponse:
+    refusal = _refusal(ctx, request.transactional_id)
+    if refusal:
+        log.info("InitProducerId from %s (%s) refused: error %d", ctx.client, ctx.principal, refusal)
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=refusal, producer_id=-1, producer_epoch=-1)
     if request.transactional_id:
         log.warning("InitProducerId from %s with transactional id '%s' refused: transactions are not supported",
                     ctx.client, request.transactional_id)

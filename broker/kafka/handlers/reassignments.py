@@ -4,6 +4,10 @@ Why: `kafka-reassign-partitions`, `kafka-leader-election` and AdminClient
 users steer replicas with these APIs; each goes to the controller through
 the cluster member, and every refusal carries Kafka's code and a message
 naming the partition.
+
+Authorization (ControllerApis): AlterPartitionReassignments and ElectLeaders need ALTER on the cluster,
+ListPartitionReassignments DESCRIBE; refused, the request is answered CLUSTER_AUTHORIZATION_FAILED at the top and
+for every partition it names (Kafka's getErrorResponse).
 """
 
 from __future__ import annotations
@@ -21,12 +25,19 @@ from kafka.protocol.admin import (
 
 from kelp.errors import ErrorCode, KelpError
 
+from ..access import AclOperation, access, denied_message
 from .registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
 
 PREFERRED, UNCLEAN = 0, 1
 _Ongoing = ListPartitionReassignmentsResponse.OngoingTopicReassignment.OngoingPartitionReassignment
+DENIED = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+# -- authorization: ControllerApis' authorizeClusterOperation for these APIs ----------------------------------
+def _may(ctx: RequestContext, operation: AclOperation) -> bool:
+    return access(ctx).allows_cluster(operation)
 
 
 @handles(AlterPartitionReassignmentsRequest, min_version=0, max_version=0)
@@ -34,6 +45,11 @@ async def handle_alter_reassignments(ctx: RequestContext, request: AlterPartitio
                                      ) -> AlterPartitionReassignmentsResponse:
     R = AlterPartitionReassignmentsResponse.ReassignableTopicResponse
     P = R.ReassignablePartitionResponse
+    if not _may(ctx, AclOperation.ALTER):
+        why = denied_message(ctx, "AlterPartitionReassignments")
+        return AlterPartitionReassignmentsResponse(throttle_time_ms=0, error_code=DENIED, error_message=why, responses=[
+            R(name=t.name, partitions=[P(partition_index=p.partition_index, error_code=DENIED, error_message=why)
+                                       for p in t.partitions]) for t in request.topics])
     responses = []
     for t in request.topics:
         parts = []
@@ -55,6 +71,12 @@ async def handle_list_reassignments(ctx: RequestContext, request: ListPartitionR
                                     ) -> ListPartitionReassignmentsResponse:
     T = ListPartitionReassignmentsResponse.OngoingTopicReassignment
     P = T.OngoingPartitionReassignment
+    if not _may(ctx, AclOperation.DESCRIBE):
+        return ListPartitionReassignmentsResponse(
+            throttle_time_ms=0, error_code=DENIED, error_message=denied_message(ctx, "ListPartitionReassignments"),
+            topics=[T(name=t.name, partitions=[P(partition_index=p, replicas=[], adding_replicas=[],
+                                                 removing_replicas=[]) for p in t.partition_indexes]
+                      ) for t in request.topics or []])
     wanted = None if request.topics is None else {(t.name, p) for t in request.topics for p in t.partition_indexes}
     by_topic: dict[str, list[_Ongoing]] = {}
     for topic in ctx.broker.topics.list_topics():
@@ -74,6 +96,11 @@ async def handle_elect_leaders(ctx: RequestContext, request: ElectLeadersRequest
     P = R.PartitionResult
     election_type = getattr(request, "election_type", PREFERRED) if ctx.api_version >= 1 else PREFERRED
     topics = request.topic_partitions
+    if not _may(ctx, AclOperation.ALTER):
+        why = denied_message(ctx, "ElectLeaders")
+        return ElectLeadersResponse(throttle_time_ms=0, error_code=DENIED, replica_election_results=[
+            R(topic=t.topic, partition_result=[P(partition_id=p, error_code=DENIED, error_message=why)
+                                               for p in t.partitions]) for t in topics or []])
     names: list[tuple[str, list[int] | None]]  # (topic, its partitions; None: every one)
     if topics is None:
         names = [(t.name, None) for t in ctx.broker.topics.list_topics()]

@@ -6,6 +6,10 @@ request carries salt and salted password), `--describe` sends DescribeClientQuot
 DescribeUserScramCredentials. The rules are `kelp.broker.cluster.scram_users`' (shared with the admin API's
 `/admin/v1/users`); these handlers translate Kafka's requests and answers. Kelp has no client quotas, so
 DescribeClientQuotas answers that none are set, which is what `kafka-configs` prints for a user without them.
+
+Authorization (Kafka's KafkaApis/ControllerApis): AlterUserScramCredentials needs ALTER on the cluster,
+DescribeUserScramCredentials DESCRIBE, DescribeClientQuotas DESCRIBE_CONFIGS; refused, each answers
+CLUSTER_AUTHORIZATION_FAILED as Kafka's error responses do (every user named, or the whole request).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from kelp.errors import ErrorCode
 
 from ...cluster.scram_users import SaltedUpsertion, alter_user_scram_credentials, describe_user_scram_credentials
 from ...security.scram import ScramError, ScramMechanism
+from ..access import AclOperation, access, denied_message
 from .registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
@@ -38,9 +43,23 @@ def _mechanism_name(code: int) -> str:
         return f"UNKNOWN-{code}"
 
 
+DENIED = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+# -- authorization: what Kafka checks for these APIs --------------------------------------------------------
+def _may(ctx: RequestContext, operation: AclOperation) -> bool:
+    return access(ctx).allows_cluster(operation)
+
+
 @handles(AlterUserScramCredentialsRequest, min_version=0, max_version=0)
 async def handle_alter_user_scram_credentials(ctx: RequestContext, request: AlterUserScramCredentialsRequest,
                                               ) -> AlterUserScramCredentialsResponse:
+    R = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
+    if not _may(ctx, AclOperation.ALTER):
+        why = denied_message(ctx, "AlterUserScramCredentials")
+        users = sorted({u.name for u in request.upsertions or []} | {d.name for d in request.deletions or []})
+        return AlterUserScramCredentialsResponse(throttle_time_ms=0, results=[
+            R(user=u, error_code=DENIED, error_message=why) for u in users])
     upsertions = [SaltedUpsertion(u.name, _mechanism_name(u.mechanism), u.iterations, bytes(u.salt or b""),
                                   bytes(u.salted_password or b"")) for u in request.upsertions or []]
     deletions = [(d.name, _mechanism_name(d.mechanism)) for d in request.deletions or []]
@@ -49,7 +68,6 @@ async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Alte
         if result["error_code"]:
             log.info("AlterUserScramCredentials for user %r from %s: error %d: %s", result["user"], ctx.client,
                      result["error_code"], result["error_message"])
-    R = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
     return AlterUserScramCredentialsResponse(throttle_time_ms=0, results=[
         R(user=r["user"], error_code=r["error_code"], error_message=r["error_message"]) for r in results])
 
@@ -57,6 +75,13 @@ async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Alte
 @handles(DescribeUserScramCredentialsRequest, min_version=0, max_version=0)
 async def handle_describe_user_scram_credentials(ctx: RequestContext, request: DescribeUserScramCredentialsRequest,
                                                  ) -> DescribeUserScramCredentialsResponse:
+    if not _may(ctx, AclOperation.DESCRIBE):
+        why = denied_message(ctx, "DescribeUserScramCredentials")
+        Refused = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
+        return DescribeUserScramCredentialsResponse(
+            throttle_time_ms=0, error_code=DENIED, error_message=why,
+            results=[Refused(user="", error_code=DENIED, error_message=why, credential_infos=[])
+                     for _ in request.users or []])
     names = None if request.users is None else [u.name for u in request.users]
     found = describe_user_scram_credentials(ctx.broker.cluster.image, names)
     R = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
@@ -71,5 +96,8 @@ async def handle_describe_user_scram_credentials(ctx: RequestContext, request: D
 @handles(DescribeClientQuotasRequest, min_version=0, max_version=1)
 async def handle_describe_client_quotas(ctx: RequestContext, request: DescribeClientQuotasRequest,
                                         ) -> DescribeClientQuotasResponse:
+    if not _may(ctx, AclOperation.DESCRIBE_CONFIGS):
+        return DescribeClientQuotasResponse(throttle_time_ms=0, error_code=DENIED,
+                                            error_message=denied_message(ctx, "DescribeClientQuotas"), entries=None)
     return DescribeClientQuotasResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
                                         entries=[])
