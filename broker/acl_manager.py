@@ -4,11 +4,12 @@ Why: authorization has one door. `authorizer.class.name` decides whether it is o
 allowed, as in Kafka); when it is, the decisions are `kelp.broker.security.authorizer.Authorizer`'s — Kafka
 StandardAuthorizer's rules, `super.users`, `allow.everyone.if.no.acl.found`, a per-principal decision
 cache. Its ACLs are the cluster's: the controller stores them in the metadata log (`cluster.acl_admin`),
-every broker replays them (`apply_delta`, called by the cluster member with the same deltas the topic
-manager gets), and each change reaches the authorizer as an add or a remove, which empties its cache, so
-no decision outlives the ACLs it read. CreateAcls and DeleteAcls go to the controller through the cluster
-member and return once this broker has applied the change (`ControllerDoor.call`), so a client sees its own
-ACLs at once.
+every broker replays them (`apply_delta`: the cluster member tells it the log's image as it loads it at
+start, then every delta as it applies it, before this process is registered too, so a starting broker
+authorizes the very deliveries that register it), and each change reaches the authorizer as an add or a
+remove, which empties its cache, so no decision outlives the ACLs it read. CreateAcls and DeleteAcls go to
+the controller through the cluster member and return once this broker has applied the change
+(`ControllerDoor.call`), so a client sees its own ACLs at once.
 
 Brokers are principals too: a replica fetch, an OffsetForLeaderEpoch from a follower and every
 `/cluster/v1` call must come from a super user or a principal with CLUSTER_ACTION on the cluster (Kafka's

@@ -39,7 +39,7 @@ from .member_leases import ENDPOINT_ANNOTATION, MemberLeases
 from .member_metadata import MemberMetadata
 from .member_shutdown import MemberShutdown
 from .member_state import MemberHost, Sleep
-from .metadata_image import MetadataImage
+from .metadata_image import MetadataImage, diff_images
 from .metadata_log import FileMetadataLog
 from .model import BrokerEndpoint, BrokerEndpointJson
 from .routing import LeaderRouting, broker_id_of, error_for
@@ -153,6 +153,7 @@ class ClusterMember(MemberLeases, MemberMetadata, MemberShutdown, LeaderRouting)
             auth=aiohttp.BasicAuth(*security.http_credentials) if security.http_credentials is not None else None)
         await self._register()
         self.image = await self._load_metadata()
+        self.tell_listeners(diff_images(MetadataImage(), self.image))
         await self._refresh_brokers()
         self._tasks = [
             asyncio.create_task(self._renew_loop(), name="broker-lease"),

@@ -143,22 +143,24 @@ class MemberMetadata(MemberState):
         finally:
             if image is not self.image:
                 self.image = image
+                self.tell_listeners(delta)
                 if self.registered:
-                    self._hand_on(delta)
+                    self.broker.topics.apply_delta(delta)
                 elif self._registered_in(image):
                     # The entry that registers this process also fenced what its id held before: from here on
                     # the managers follow the log, starting from everything in it.
                     self.registered = True
                     log.info("broker %d registered by controller %d at metadata offset %d", self.broker_id,
                              self.controller_id, image.offset)
-                    self._hand_on(diff_images(MetadataImage(), image))
+                    self.broker.topics.apply_delta(diff_images(MetadataImage(), image))
                     self._registration.set()
                 self._wake_waiters()
         return self.image.offset
 
-    def _hand_on(self, delta: MetadataDelta) -> None:
-        """A delta to the topic manager (and so the replicas), then to every other listener (the ACLs)."""
-        self.broker.topics.apply_delta(delta)
+    def tell_listeners(self, delta: MetadataDelta) -> None:
+        """Every change to the image, as it is applied, to the listeners beside the topic manager (the ACLs). They
+        are not held back until this process is registered, as the topic manager is: an ACL is not a decision about
+        this broker's replicas, and a starting broker must authorize the deliveries that register it."""
         for listener in self.delta_listeners:
             try:
                 listener(delta)

@@ -223,3 +223,23 @@ def test_bindings_round_trip_through_json() -> None:
     doc = acl("t-", pattern="PREFIXED", op="DESCRIBE_CONFIGS", permission="DENY", host="10.0.0.1")
     assert binding_to_json(binding_from_json(doc)) == doc
     assert binding_to_json(binding_from_json({**doc, "resourceType": "Topic", "operation": "DescribeConfigs"})) == doc
+
+
+def test_a_broker_follows_the_acls_before_it_is_registered(tmp_path) -> None:
+    """ACLs reach the AclManager with every delivery, also before the controller registered this process (its
+    topic manager waits for that; the deliveries that register it must be authorized with the ACLs)."""
+    from types import SimpleNamespace
+
+    from kelp.broker.cluster.member import ClusterMember
+
+    config = BrokerConfig.load(env={}, overrides={"log.dirs": str(tmp_path), "broker.id": 1,
+                                                  "authorizer.class.name": KELP_AUTHORIZER})
+    applied: list[MetadataDelta] = []
+    member = ClusterMember(SimpleNamespace(config=config, topics=SimpleNamespace(apply_delta=applied.append)))
+    acls = AclManager(config)
+    member.delta_listeners.append(acls.apply_delta)
+    push = {"controller_id": 0, "controller_epoch": 1, "brokers": [], "end_offset": 0,
+            "entries": [entry(0, acl_record("a1", acl()))]}
+    assert member.apply(push) == 0  # type: ignore[arg-type]
+    assert not member.registered and applied == []  # the topic manager waits for the registration
+    assert acls.authorize(ALICE, "h", AclOperation.READ, ResourceType.TOPIC, "orders")
