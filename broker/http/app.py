@@ -3,9 +3,10 @@
 Why: the composition root (`kelp.broker.app.Broker`) calls this and runs the
 result; everything HTTP is assembled here from a `RouteTableDef` per role —
 admin (`/admin/v1`, with `/admin/v1/groups` from the group coordinator's
-`admin_groups` and the SCRAM users of `admin_users`), Confluent REST Proxy
-v2 (`/topics...`), health and metrics — with two middlewares: JSON errors for every failure, and a
-request-latency histogram labelled by route.
+`admin_groups`, the SCRAM users of `admin_users` and `/admin/v1/acls` from
+`acl_routes`), Confluent REST Proxy v2 (`/topics...`), health and metrics —
+with two middlewares: JSON errors for every failure, and a request-latency
+histogram labelled by route.
 
 This module must never hold state outside the application's `AppKey`s.
 """
@@ -22,7 +23,17 @@ from prometheus_client import CollectorRegistry
 from kelp.partitioner import RoundRobin
 
 from ..metrics import LogCollector, metrics_of
-from . import admin, admin_groups, admin_users, cluster_routes, health, metrics_routes, rest_consumers, rest_proxy
+from . import (
+    acl_routes,
+    admin,
+    admin_groups,
+    admin_users,
+    cluster_routes,
+    health,
+    metrics_routes,
+    rest_consumers,
+    rest_proxy,
+)
 from .keys import BROKER, LOG_REGISTRY, MAX_BODY, METRICS, OFF_LOOP_SLOTS, ROUND_ROBIN, HttpBroker, int_setting
 from .problems import error_middleware
 from .serving import still_starting
@@ -74,7 +85,7 @@ def build_http_app(broker: HttpBroker) -> web.Application:
     logs_registry.register(LogCollector(lambda: broker.logs))
     app[LOG_REGISTRY] = logs_registry
     app[ROUND_ROBIN] = RoundRobin()
-    for module in (health, metrics_routes, admin, cluster_routes, admin_groups, admin_users, rest_proxy,
-                   rest_consumers):
+    for module in (health, metrics_routes, admin, acl_routes, cluster_routes, admin_groups, admin_users,
+                   rest_proxy, rest_consumers):
         app.add_routes(module.routes)
     return app

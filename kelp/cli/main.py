@@ -29,6 +29,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "groups",
     "partitions",
     "storage",
+    "acls",
     "dev_cluster",
     "operator_cmd",
 )
