@@ -15,6 +15,9 @@ Brokers are principals too: a replica fetch, an OffsetForLeaderEpoch from a foll
 `/cluster/v1` call must come from a super user or a principal with CLUSTER_ACTION on the cluster (Kafka's
 rule), so the inter-broker principal must be one of those once authorization is on.
 
+`Access` is one request's principal and host against the manager: what the Kafka handlers
+(`kafka.access`) and the HTTP routes (`http.route_access`) ask.
+
 This module must never decide anything Kafka would decide differently (the rules are the security core's),
 nor do I/O itself: changes go through the controller.
 """
@@ -46,7 +49,7 @@ from .security.authorizer import Authorizer
 from .security.principal import KafkaPrincipal
 from .topic_manager import ControllerDoor
 
-__all__ = ["AclManager", "host_of"]
+__all__ = ["AclManager", "Access", "host_of", "host_of_ip"]
 
 log = logging.getLogger("kelp.broker.acls")
 
@@ -66,6 +69,11 @@ def host_of(peer: str) -> str:
     """The host an ACL's `host` is compared with, from a peer address `ip:port` (IPv6 without brackets, as the
     Kafka listener writes it): Java's InetAddress.getHostAddress() form of the IP."""
     ip = peer.rsplit(":", 1)[0] if ":" in peer else peer
+    return _java_host(ip.strip("[]"))
+
+
+def host_of_ip(ip: str) -> str:
+    """The same for an address without a port (an HTTP request's `remote`)."""
     return _java_host(ip.strip("[]"))
 
 
@@ -180,3 +188,41 @@ class AclManager:
         if self.cluster is None:
             raise InvalidRequestError("this broker has not joined its cluster yet; retry")
         return self.cluster
+
+
+class Access:
+    """One request's principal and host against the broker's ACLs."""
+
+    __slots__ = ("acls", "principal", "host", "enabled")
+
+    def __init__(self, acls: AclManager, principal: KafkaPrincipal, host: str) -> None:
+        self.acls = acls
+        self.principal = principal
+        self.host = host
+        self.enabled = acls.enabled
+
+    def allows(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+        if not self.enabled:
+            return True
+        return self.acls.authorizer.authorize(self.principal, self.host, operation, resource_type, name)
+
+    def allows_cluster(self, operation: AclOperation) -> bool:
+        return self.allows(operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+    def allowed(self, operation: AclOperation, resource_type: ResourceType, names: Iterable[str]) -> set[str]:
+        """The distinct names among `names` the principal may do `operation` on (Kafka's filterByAuthorized)."""
+        if not self.enabled:
+            return set(names)
+        authorize = self.acls.authorizer.authorize
+        principal, host = self.principal, self.host
+        return {n for n in set(names) if authorize(principal, host, operation, resource_type, n)}
+
+    def allows_any(self, operation: AclOperation, resource_type: ResourceType) -> bool:
+        """Kafka's authorizeByResourceType: `operation` on at least one resource of the type."""
+        return self.acls.authorize_by_resource_type(self.principal, self.host, operation, resource_type)
+
+    def operations(self, resource_type: ResourceType, name: str) -> set[int]:
+        """Kafka's authorizedOperations for the resource, as kafka-python's responses carry that bit field: the
+        codes of the operations allowed (every supported one without an authorizer)."""
+        bits = self.acls.authorized_operations(self.principal, self.host, resource_type, name)
+        return {op for op in range(32) if bits >> op & 1}

@@ -50,12 +50,16 @@ from .config import BrokerConfig
 from .groups import GroupCoordinator
 from .groups import attach as attach_groups
 from .http.app import build_http_app
+from .http.authentication import HttpAuthenticator
+from .http.basic_credentials import SaslUsersCheck
 from .kafka.limits import ConnectionQuota, MemoryPool
 from .kafka.listener_security import ListenerSecurity
 from .kafka.server import KafkaServer
 from .metrics import BrokerMetrics, metrics_of
 from .parts import BrokerParts
 from .replica_manager import ReplicaManager
+from .security.plain import plain_users
+from .security.principal import SslPrincipalMapper, principal_from_certificate
 from .security.tls import TlsReloader
 from .storage import LogConfig, LogManager
 from .topic_manager import TopicManager
@@ -211,8 +215,20 @@ class Broker:
         host: str = self.config["http.host"] or self.config["host"]
         return host
 
+    def _http_authenticator(self) -> HttpAuthenticator:
+        """How HTTP clients prove who they are (http.authentication.methods): HTTP Basic against the SASL users
+        (the listeners' PLAIN users, the SCRAM credentials of the metadata log), a TLS client certificate by
+        ssl.principal.mapping.rules."""
+        cfg = self.config
+        plain = [plain_users([m.jaas]) for listener in cfg.listener_setup.listeners
+                 for name, m in listener.mechanisms.items() if name == "PLAIN" and m.jaas is not None]
+        mapper = SslPrincipalMapper(cfg.get("ssl.principal.mapping.rules") or "DEFAULT")
+        return HttpAuthenticator.from_config(
+            cfg, basic=SaslUsersCheck.of(plain, lambda: self.cluster.image.scram_credentials if self.cluster else {}),
+            certificate=lambda der: principal_from_certificate(der, mapper))
+
     async def _start_http(self) -> None:
-        app = build_http_app(self)
+        app = build_http_app(self, authenticator=self._http_authenticator())
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=PHASE_TIMEOUT_S / 2)
         await runner.setup()
         tls = self.http_tls

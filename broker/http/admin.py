@@ -19,13 +19,14 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from kelp.errors import ConfigError, KelpError
+from kelp.errors import ConfigError, KelpError, TopicAuthorizationFailedError
 from kelp.json_types import JsonData, JsonObject, JsonValue
 
 from ..config import DEFAULT_ENTITY
 from ..parts import BrokerParts
 from .json_body import read_json
 from .problems import HttpProblem, json_response
+from .route_access import TOPIC, access_of, describable, may_create_topic
 from .serving import serving
 from .topic_views import brokers_view, describe_topic, topic_configs
 
@@ -69,6 +70,7 @@ def _configs_field(body: JsonObject, *, what: str, allow_null: bool = False) -> 
 @routes.get(f"{PREFIX}/topics")
 async def list_topics(request: web.Request) -> web.Response:
     broker = serving(request)
+    shown = describable(request, TOPIC, (t.name for t in broker.topics.list_topics()))
     topics: list[JsonData] = [
         {
             "name": t.name,
@@ -77,7 +79,7 @@ async def list_topics(request: web.Request) -> web.Response:
             "internal": t.internal,
             "configs": dict(t.configs),
         }
-        for t in broker.topics.list_topics()
+        for t in broker.topics.list_topics() if t.name in shown
     ]
     return json_response({"topics": topics})
 
@@ -89,6 +91,9 @@ async def create_topic(request: web.Request) -> web.Response:
     name = body.get("name")
     if not isinstance(name, str) or not name:
         raise HttpProblem(400, "create-topic body: 'name' (the topic name, a string) is required")
+    acc = access_of(request)
+    if not may_create_topic(acc, name):  # Kafka's CreateTopics: CREATE on the cluster or on the topic
+        raise TopicAuthorizationFailedError(f"{acc.principal} is not authorized to CREATE topic '{name}'")
     what = f"create topic '{name}'"
     partitions = _int_field(body, "partitions", what=what)
     rf = _int_field(body, "replication_factor", what=what)

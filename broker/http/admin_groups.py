@@ -20,6 +20,7 @@ This module must never change group state except through the coordinator
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -42,6 +43,7 @@ from ..parts import BrokerParts
 from ..replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from .json_body import read_json
 from .problems import HttpProblem, json_response
+from .route_access import DESCRIBE, GROUP, READ, TOPIC, access_of, describable, require
 from .serving import serving
 
 __all__ = ["routes", "describe_group", "plan_reset", "ResetStep", "require_local_group", "coordinator_problem",
@@ -99,7 +101,10 @@ def _decode_assignment(protocol_type: str, data: bytes) -> list[tuple[str, list[
         return []
 
 
-def describe_group(broker: BrokerParts, group_id: str) -> dict[str, JsonData]:
+def describe_group(broker: BrokerParts, group_id: str, *, topics_shown: Callable[[set[str]], set[str]] | None = None
+                   ) -> dict[str, JsonData]:
+    """The group, its members and its committed offsets with their lag; `topics_shown` narrows the offsets to the
+    topics it returns (those the caller may DESCRIBE, as Kafka's OffsetFetch answers)."""
     coord = broker.groups
     d = coord.describe_group(group_id)
     group = coord.groups.get(group_id)
@@ -120,6 +125,9 @@ def describe_group(broker: BrokerParts, group_id: str) -> dict[str, JsonData]:
             "assignment": [{"topic": topic, "partitions": partitions} for topic, partitions in assignment],
         })
     keys = set(group.offsets) | set(owner)
+    if topics_shown is not None:
+        shown = topics_shown({t for t, _ in keys})
+        keys = {(t, p) for t, p in keys if t in shown}
     offsets: list[JsonData] = []
     total = 0
     for topic, p in sorted(keys):
@@ -225,7 +233,12 @@ async def list_groups(request: web.Request) -> web.Response:
     coord = _coordinator(request)
     broker = serving(request)
     out: list[JsonData] = []
-    for gid, ptype, state in coord.list_groups():
+    acc = access_of(request)  # Kafka's ListGroups: every group to DESCRIBE on the cluster, else the describable
+    listed = coord.list_groups()
+    if not acc.allows_cluster(DESCRIBE):
+        allowed = acc.allowed(DESCRIBE, GROUP, (gid for gid, _, _ in listed))
+        listed = [g for g in listed if g[0] in allowed]
+    for gid, ptype, state in listed:
         g = coord.groups.get(gid)
         out.append({"group_id": gid, "protocol_type": ptype, "state": state,
                     "members": len(g.members) if g else 0, "generation": g.generation if g else -1})
@@ -245,7 +258,7 @@ async def get_group(request: web.Request) -> web.Response:
     broker = serving(request)
     gid = request.match_info["group"]
     await require_local_group(broker, gid)
-    return json_response(describe_group(broker, gid))
+    return json_response(describe_group(broker, gid, topics_shown=lambda names: describable(request, TOPIC, names)))
 
 
 @routes.post(PREFIX + "/{group}/reset-offsets")
@@ -256,6 +269,8 @@ async def reset_offsets(request: web.Request) -> web.Response:
     body = await read_json(request)
     if not isinstance(body, dict):
         raise HttpProblem(400, "reset-offsets body must be a JSON object")
+    if isinstance(body.get("topic"), str):  # a reset commits offsets: READ on the topic, as OffsetCommit needs
+        require(request, READ, TOPIC, str(body["topic"]))
     await require_local_group(broker, gid)
     group = coord.groups.get(gid)
     if group is not None and group.members:

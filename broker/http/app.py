@@ -5,8 +5,9 @@ result; everything HTTP is assembled here from a `RouteTableDef` per role —
 admin (`/admin/v1`, with `/admin/v1/groups` from the group coordinator's
 `admin_groups`, the SCRAM users of `admin_users` and `/admin/v1/acls` from
 `acl_routes`), Confluent REST Proxy v2 (`/topics...`), health and metrics —
-with two middlewares: JSON errors for every failure, and a request-latency
-histogram labelled by route.
+with its middlewares: JSON errors for every failure, a request-latency
+histogram labelled by route, authentication and authorization
+(`route_access`: 401/403 with a JSON body), and the starting gate.
 
 This module must never hold state outside the application's `AppKey`s.
 """
@@ -34,8 +35,10 @@ from . import (
     rest_consumers,
     rest_proxy,
 )
+from .authentication import HttpAuthenticator
 from .keys import BROKER, LOG_REGISTRY, MAX_BODY, METRICS, OFF_LOOP_SLOTS, ROUND_ROBIN, HttpBroker, int_setting
 from .problems import error_middleware
+from .route_access import AUTHENTICATOR, security_middleware
 from .serving import still_starting
 
 __all__ = ["build_http_app"]
@@ -72,11 +75,14 @@ async def _starting_middleware(request: web.Request, handler: Handler) -> web.St
     return await handler(request)
 
 
-def build_http_app(broker: HttpBroker) -> web.Application:
+def build_http_app(broker: HttpBroker, *, authenticator: HttpAuthenticator | None = None) -> web.Application:
+    """The app; `authenticator` is how HTTP clients prove who they are (by default from `http.authentication.*`,
+    with no credential checks: the composition root gives the SASL ones)."""
     # Bodies are read whole before they are parsed: this bounds what one request may hold (413 beyond).
     max_body = int_setting(broker.config, "http.request.max.bytes")
-    app = web.Application(client_max_size=max_body,
-                          middlewares=[_latency_middleware, error_middleware, _starting_middleware])
+    app = web.Application(client_max_size=max_body, middlewares=[
+        _latency_middleware, error_middleware, security_middleware, _starting_middleware])
+    app[AUTHENTICATOR] = authenticator or HttpAuthenticator.from_config(broker.config)
     app[MAX_BODY] = max_body
     app[OFF_LOOP_SLOTS] = asyncio.Semaphore(2)
     app[BROKER] = broker

@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry
 
 from kelp.partitioner import RoundRobin
 
+from ..acl_manager import AclManager
 from ..cluster.member import ClusterMember
 from ..config import BrokerConfig
 from ..config_keys import BROKER_KEYS
@@ -67,6 +68,9 @@ class HttpBroker(Protocol):
 
     @property
     def cluster(self) -> ClusterMember | None: ...  # takes metadata deliveries once `started`
+
+    @property
+    def acls(self) -> AclManager | None: ...  # the ACLs, from before the cluster member loads the metadata
 
     @property
     def parts(self) -> BrokerParts | None: ...  # every part, once all are built

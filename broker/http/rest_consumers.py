@@ -42,6 +42,7 @@ from .consumer_instance import ConsumerRegistry, HttpConsumer, range_assign
 from .json_body import read_json
 from .keys import int_setting
 from .problems import HttpProblem, json_response
+from .route_access import READ, TOPIC, require
 from .serving import serving
 
 __all__ = ["routes", "HttpConsumer", "ConsumerRegistry", "range_assign"]
@@ -194,6 +195,7 @@ async def subscribe(request: web.Request) -> web.Response:
                           error_code=RestErrorCode.INVALID_CONSUMER_CONFIG)
     names = [t for t in topics if isinstance(t, str)]
     for t in names:
+        require(request, READ, TOPIC, t)  # a consumer reads what it subscribes to: READ, before it learns more
         inst.broker.topics.describe(t)
     if inst.manual:
         raise HttpProblem(409, "this instance has a manual assignment; subscription and assignment are exclusive",
@@ -224,6 +226,8 @@ async def records(request: web.Request) -> web.Response:
     if not 0 <= timeout_ms <= MAX_RECORDS_TIMEOUT_MS or not 0 < max_bytes <= MAX_RECORDS_MAX_BYTES:
         raise HttpProblem(400, f"'timeout' must be 0..{MAX_RECORDS_TIMEOUT_MS} ms and 'max_bytes' "
                                f"1..{MAX_RECORDS_MAX_BYTES}")
+    for t in sorted(set(inst.topics) | {t for t, _ in inst.assignment}):
+        require(request, READ, TOPIC, t)  # every read, as Kafka's Fetch checks: an ACL taken back stops it
     async with inst._lock:
         out = await inst.read(timeout_ms=timeout_ms, max_bytes=max_bytes)
     inst.touch()
@@ -235,6 +239,8 @@ async def commit_offsets(request: web.Request) -> web.Response:
     inst = _instance(request)
     body = await read_json(request, what="offsets body", shape_status=422, allow_empty=True)
     offsets = _offsets(body) if body else dict(inst.positions)
+    for t in sorted({t for t, _ in offsets}):
+        require(request, READ, TOPIC, t)  # OffsetCommit: READ on each topic
     await inst.commit(offsets)
     return web.Response(status=200)
 
@@ -260,6 +266,8 @@ async def committed_offsets(request: web.Request) -> web.Response:
 async def assign(request: web.Request) -> web.Response:
     inst = _instance(request)
     parts = _partitions(await read_json(request, what="partitions body", shape_status=422))
+    for t in sorted({t for t, _ in parts}):
+        require(request, READ, TOPIC, t)
     for t, p in parts:
         inst.broker.topics.check_partition(t, p)
     if inst.topics:

@@ -38,6 +38,7 @@ from ..replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchPartiti
 from .json_body import json_value, off_loop, read_json_as
 from .keys import ROUND_ROBIN, int_setting
 from .problems import HttpProblem, json_response
+from .route_access import TOPIC, describable
 from .serving import serving
 from .topic_views import partition_roles, record_bytes, topic_configs
 
@@ -285,7 +286,8 @@ def _confluent_partition(broker: BrokerParts, topic: str, p: int) -> dict[str, J
 @routes.get("/topics")
 async def list_topics(request: web.Request) -> web.Response:
     names = [t.name for t in serving(request).topics.list_topics()]
-    return json_response(names, content_type=PLAIN_V2)
+    shown = describable(request, TOPIC, names)  # only the topics the principal may DESCRIBE, as Metadata answers
+    return json_response([n for n in names if n in shown], content_type=PLAIN_V2)
 
 
 @routes.get("/topics/{topic}")

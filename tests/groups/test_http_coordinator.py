@@ -19,6 +19,7 @@ from kelp.broker.http import admin_groups, rest_consumers
 from kelp.broker.http.keys import BROKER
 from kelp.broker.http.problems import error_middleware
 from kelp.errors import UnknownTopicOrPartitionError
+from tests.support.acls import open_acls
 
 from .test_coordinator_ownership import groups_on_distinct_partitions
 from .test_find_coordinator import THIS_BROKER, N, make_broker
@@ -32,7 +33,7 @@ class NoReplicas:
 async def serve(broker: Any) -> TestClient:
     app = web.Application(middlewares=[error_middleware])
     # The HTTP listener holds the broker; the routes read its parts once it serves (kelp.broker.parts).
-    app[BROKER] = SimpleNamespace(parts=broker, config=broker.config, started_at=0.0)
+    app[BROKER] = SimpleNamespace(parts=broker, config=broker.config, started_at=0.0, acls=open_acls())
     app.add_routes(admin_groups.routes)
     app.add_routes(rest_consumers.routes)
     client = TestClient(TestServer(app, host="127.0.0.1"))

@@ -1,0 +1,159 @@
+"""Who an HTTP request comes from: HTTP Basic, a TLS client certificate or a bearer token.
+
+Why: the admin API, the REST proxy and the brokers' `/cluster/v1` control plane authorize with the same ACLs as
+the Kafka listeners, so an HTTP request needs a principal as a Kafka connection has one. `http.authentication.
+methods` says which proofs the listener takes (`basic`, `mtls`, `bearer`; empty: none, and every request is
+User:ANONYMOUS, as a PLAINTEXT Kafka connection is). A request that must authenticate and does not, or fails
+to, is answered 401 with a JSON body saying why and a `WWW-Authenticate` challenge naming what is accepted.
+`/healthz` and `/readyz` (`http.health.public`) and `/metrics` (`http.metrics.public`) need no proof unless
+those are switched off, so probes and scrapes keep working.
+
+The proofs are checked by slots the composition root fills (`kelp.broker.app`):
+- `basic(user, password)`: the broker's SASL users (`basic_credentials`: the listeners' PLAIN users, the SCRAM
+  credentials of the metadata log); a principal, or None for wrong credentials. Brokers call one another's
+  `/cluster/v1` with their inter-broker SASL credentials this way (`cluster.inter_broker`);
+- `bearer(token)`: an OAUTHBEARER JWT validator; a principal, or None (not given yet: `bearer` refuses to start);
+- `certificate(der)`: the client certificate's principal by `ssl.principal.mapping.rules` (Kafka's DEFAULT
+  rule, the whole subject, unless given); it needs the HTTP listener to run TLS (`http.ssl.*`) and ask for
+  client certificates.
+A method configured without its check refuses to start the broker (it would turn every request away).
+
+This module must never log a password or a token, nor decide what a principal may do (`route_access` does).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from kelp.errors import ConfigError
+
+from ..config import BrokerConfig
+from ..security.principal import ANONYMOUS, KafkaPrincipal, SslPrincipalMapper, principal_from_certificate
+
+__all__ = ["HttpAuthenticator", "Unauthenticated", "BasicCheck", "BearerCheck", "CertificateCheck",
+           "PUBLIC_HEALTH", "PUBLIC_METRICS"]
+
+BasicCheck = Callable[[str, str], Awaitable[KafkaPrincipal | None]]
+BearerCheck = Callable[[str], Awaitable[KafkaPrincipal | None]]
+CertificateCheck = Callable[[bytes], KafkaPrincipal]
+
+PUBLIC_HEALTH = ("/healthz", "/readyz")
+PUBLIC_METRICS = ("/metrics",)
+
+
+class Unauthenticated(Exception):
+    """A request that had to prove who it comes from and did not: 401, with the challenge to answer."""
+
+    def __init__(self, message: str, challenge: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.challenge = challenge
+
+
+def _default_certificate_check(der: bytes) -> KafkaPrincipal:
+    return principal_from_certificate(der, SslPrincipalMapper())
+
+
+@dataclass
+class HttpAuthenticator:
+    """The listener's authentication: which proofs it takes, their checks, and the paths that need none."""
+
+    methods: tuple[str, ...] = ()
+    basic: BasicCheck | None = None
+    bearer: BearerCheck | None = None
+    certificate: CertificateCheck = _default_certificate_check
+    public_paths: frozenset[str] = field(default_factory=lambda: frozenset(PUBLIC_HEALTH + PUBLIC_METRICS))
+    realm: str = "kelp"
+
+    @classmethod
+    def from_config(cls, config: BrokerConfig, *, basic: BasicCheck | None = None, bearer: BearerCheck | None = None,
+                    certificate: CertificateCheck | None = None) -> HttpAuthenticator:
+        methods = tuple(config.get("http.authentication.methods") or ())
+        missing = [m for m, check in (("basic", basic), ("bearer", bearer)) if m in methods and check is None]
+        if missing:
+            raise ConfigError(
+                f"http.authentication.methods names {', '.join(missing)}, but this broker has no credential check "
+                f"for {'it' if len(missing) == 1 else 'them'} (HTTP Basic needs the SASL users, bearer tokens "
+                "an OAUTHBEARER validator); leave it out or configure the SASL mechanism")
+        public: tuple[str, ...] = ()
+        if config.get("http.health.public", True):
+            public += PUBLIC_HEALTH
+        if config.get("http.metrics.public", True):
+            public += PUBLIC_METRICS
+        return cls(methods=methods, basic=basic, bearer=bearer,
+                   certificate=certificate or _default_certificate_check, public_paths=frozenset(public))
+
+    @property
+    def required(self) -> bool:
+        return bool(self.methods)
+
+    def _challenge(self) -> str:
+        parts = []
+        if "basic" in self.methods:
+            parts.append(f'Basic realm="{self.realm}", charset="UTF-8"')
+        if "bearer" in self.methods:
+            parts.append(f'Bearer realm="{self.realm}"')
+        return ", ".join(parts) or f'Certificate realm="{self.realm}"'
+
+    def is_public(self, path: str) -> bool:
+        return path in self.public_paths
+
+    async def principal(self, request: web.Request) -> KafkaPrincipal:
+        """The request's principal; Unauthenticated when it must authenticate and does not."""
+        if not self.methods:
+            return ANONYMOUS
+        header = request.headers.get("Authorization", "")
+        scheme, _, credentials = header.partition(" ")
+        scheme = scheme.lower()
+        if scheme == "basic" and "basic" in self.methods and self.basic is not None:
+            user, password = self._basic_credentials(credentials.strip())
+            principal = await self.basic(user, password)
+            if principal is None:
+                raise Unauthenticated(f"HTTP Basic authentication failed for user '{user}': wrong user name or "
+                                      "password", self._challenge())
+            return principal
+        if scheme == "bearer" and "bearer" in self.methods and self.bearer is not None:
+            principal = await self.bearer(credentials.strip())
+            if principal is None:
+                raise Unauthenticated("the bearer token was refused: invalid, expired or not signed by a trusted key",
+                                      self._challenge())
+            return principal
+        if header:
+            raise Unauthenticated(f"the {scheme or 'empty'} Authorization scheme is not accepted here; "
+                                  f"http.authentication.methods is {','.join(self.methods)}", self._challenge())
+        if "mtls" in self.methods:
+            der = _peer_certificate(request)
+            if der is not None:
+                return self.certificate(der)
+        raise Unauthenticated(f"authentication required: this listener takes {_proofs(self.methods)} "
+                              f"(http.authentication.methods={','.join(self.methods)})", self._challenge())
+
+    def _basic_credentials(self, encoded: str) -> tuple[str, str]:
+        try:
+            user, sep, password = base64.b64decode(encoded, validate=True).decode("utf-8").partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            raise Unauthenticated("malformed HTTP Basic credentials: expected base64 of user:password",
+                                  self._challenge()) from None
+        if not sep or not user:
+            raise Unauthenticated("malformed HTTP Basic credentials: expected base64 of user:password",
+                                  self._challenge())
+        return user, password
+
+
+def _proofs(methods: tuple[str, ...]) -> str:
+    names = {"basic": "HTTP Basic credentials", "bearer": "a bearer token", "mtls": "a TLS client certificate"}
+    return " or ".join(names[m] for m in methods)
+
+
+def _peer_certificate(request: web.Request) -> bytes | None:
+    transport = request.transport
+    ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
+    if ssl_object is None:
+        return None
+    der = ssl_object.getpeercert(binary_form=True)
+    return der if isinstance(der, bytes) else None

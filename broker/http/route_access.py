@@ -1,0 +1,242 @@
+"""What an HTTP request's principal may do: one table, route by route, with the ACLs the Kafka listeners use.
+
+Why: the admin API and the REST proxy do what Kafka APIs do (create a topic, read records, reset a group's
+offsets), so they need what those APIs need, in Kafka's terms; the brokers' `/cluster/v1` control plane is
+for brokers only. `RULES` says, for every route, the operations and the resource its path names (a topic, a
+group, or the cluster), checked by `security_middleware` before the route runs — after authentication
+(`authentication.HttpAuthenticator`, 401 when it fails), and answered 403 with Kafka's error code and a
+message when refused. Where the resource is in the body or the answer is a list, the route asks itself with
+the helpers here (`require`, `access_of`), and the table says so (`IN_ROUTE`): creating a topic (CREATE on the
+cluster or the topic), listing topics or groups (only those the principal may DESCRIBE; every group to
+DESCRIBE on the cluster), a group's offsets (only describable topics), a reset (READ on its topic), a REST
+consumer's subscription, assignment and commits (READ on their topics). `/cluster/v1/...` needs
+CLUSTER_ACTION on the cluster: a super user or a broker principal granted it; a client, even a valid user,
+gets 403. Without an authorizer every authenticated request is allowed, as in Kafka.
+
+A route missing from the table is refused to everyone but super users once authorization is on (and
+`tests/authorization` fails on it): a new route must say what it needs.
+
+This module must never hold a decision of its own: they are the AclManager's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from kelp.errors import (
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    KelpError,
+    TopicAuthorizationFailedError,
+    UnknownTopicOrPartitionError,
+)
+
+from ..acl_manager import Access, host_of_ip
+from ..security.acl import AclOperation, ResourceType
+from ..security.principal import ANONYMOUS, KafkaPrincipal
+from .authentication import HttpAuthenticator, Unauthenticated
+from .keys import BROKER
+from .problems import error_response
+from .serving import still_starting
+
+__all__ = ["security_middleware", "AUTHENTICATOR", "PRINCIPAL", "RULES", "Rule", "principal_of", "access_of",
+           "require", "rule_for", "describable", "may_create_topic", "READ", "DESCRIBE", "TOPIC", "GROUP", "CLUSTER"]
+
+AUTHENTICATOR = web.AppKey("kelp_http_authenticator", HttpAuthenticator)
+PRINCIPAL = web.RequestKey("kelp_principal", KafkaPrincipal)
+
+READ = AclOperation.READ
+R, W, C, D = READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DELETE
+A, DESCRIBE, CA = AclOperation.ALTER, AclOperation.DESCRIBE, AclOperation.CLUSTER_ACTION
+DC, AC = AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS
+TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What a route needs: every one of `operations` on the resource its path names (`name_from`, a match_info
+    key; the cluster when the type is CLUSTER). No operation: any authenticated principal (the route itself may
+    check more). `creates`: a missing topic is created by the route, which then also needs CREATE."""
+
+    operations: tuple[AclOperation, ...] = ()
+    resource_type: ResourceType | None = None
+    name_from: str | None = None
+    creates: bool = False
+    why: str = ""
+
+
+def _topic(*ops: AclOperation, creates: bool = False) -> Rule:
+    return Rule(ops, TOPIC, "topic", creates)
+
+
+def _group(*ops: AclOperation) -> Rule:
+    return Rule(ops, GROUP, "group")
+
+
+def _cluster(*ops: AclOperation) -> Rule:
+    return Rule(ops, CLUSTER)
+
+
+OPEN = Rule(why="any authenticated principal (Kafka's Metadata and DescribeCluster need no ACL either)")
+
+
+def _in_route(why: str) -> Rule:
+    return Rule(why=why)
+
+
+ADMIN, TOPICS, GROUPS, CONSUMER = "/admin/v1", "/admin/v1/topics/{topic}", "/admin/v1/groups", \
+    "/consumers/{group}/instances/{instance}"
+RULES: dict[tuple[str, str], Rule] = {
+    ("GET", "/healthz"): OPEN, ("GET", "/readyz"): OPEN, ("GET", "/metrics"): OPEN,
+    # admin API: topics
+    ("GET", f"{ADMIN}/topics"): _in_route("lists the topics the principal may DESCRIBE"),
+    ("POST", f"{ADMIN}/topics"): _in_route("CREATE on the cluster or on the topic named in the body"),
+    ("GET", TOPICS): _topic(DESCRIBE),
+    ("DELETE", TOPICS): _topic(DESCRIBE, D),
+    ("POST", f"{TOPICS}/partitions"): _topic(A),
+    ("GET", f"{TOPICS}/configs"): _topic(DC),
+    ("PUT", f"{TOPICS}/configs"): _topic(AC),
+    ("PATCH", f"{TOPICS}/configs"): _topic(AC),
+    ("POST", f"{TOPICS}/delete-records"): _topic(D),
+    # admin API: brokers and the cluster
+    ("GET", f"{ADMIN}/brokers"): OPEN,
+    ("GET", f"{ADMIN}/cluster"): OPEN,
+    ("GET", f"{ADMIN}/brokers/configs"): _cluster(DC),
+    ("GET", f"{ADMIN}/brokers/{{broker_id}}/configs"): _cluster(DC),
+    ("PATCH", f"{ADMIN}/brokers/configs"): _cluster(AC),
+    ("PATCH", f"{ADMIN}/brokers/{{broker_id}}/configs"): _cluster(AC),
+    ("POST", f"{ADMIN}/partitions/reassign"): _cluster(A),
+    ("GET", f"{ADMIN}/partitions/reassignments"): _cluster(DESCRIBE),
+    ("POST", f"{ADMIN}/partitions/elect-leaders"): _cluster(A),
+    ("POST", f"{ADMIN}/controlled-shutdown"): _cluster(CA),
+    # admin API: ACLs (Kafka's DescribeAcls, CreateAcls, DeleteAcls)
+    ("GET", f"{ADMIN}/acls"): _cluster(DESCRIBE),
+    ("POST", f"{ADMIN}/acls"): _cluster(A),
+    ("POST", f"{ADMIN}/acls/delete"): _cluster(A),
+    # admin API: SCRAM users (Kafka's DescribeUserScramCredentials DESCRIBE, AlterUserScramCredentials ALTER)
+    ("GET", f"{ADMIN}/users"): _cluster(DESCRIBE),
+    ("PUT", f"{ADMIN}/users/{{name}}/scram-credentials"): _cluster(A),
+    ("DELETE", f"{ADMIN}/users/{{name}}/scram-credentials"): _cluster(A),
+    # admin API: groups
+    ("GET", GROUPS): _in_route("every group to DESCRIBE on the cluster, else those the principal may DESCRIBE"),
+    ("GET", f"{GROUPS}/{{group}}"): _group(DESCRIBE),  # its offsets: only of topics the principal may DESCRIBE
+    ("POST", f"{GROUPS}/{{group}}/reset-offsets"): _group(R),  # and READ on the topic (in the route)
+    ("DELETE", f"{GROUPS}/{{group}}"): _group(D),
+    # REST proxy v2
+    ("POST", "/topics/{topic}"): _topic(W, creates=True),
+    ("POST", "/topics/{topic}/partitions/{partition}"): _topic(W),
+    ("GET", "/topics"): _in_route("lists the topics the principal may DESCRIBE"),
+    ("GET", "/topics/{topic}"): _topic(DESCRIBE),
+    ("GET", "/topics/{topic}/partitions"): _topic(DESCRIBE),
+    ("GET", "/topics/{topic}/partitions/{partition}"): _topic(DESCRIBE),
+    ("GET", "/topics/{topic}/partitions/{partition}/records"): _topic(R),
+    # REST consumers: a member of the group (READ on it); the topics it reads or commits need READ (in the route)
+    ("POST", "/consumers/{group}"): _group(R),
+    ("DELETE", CONSUMER): _group(R),
+    ("POST", f"{CONSUMER}/subscription"): _group(R),
+    ("GET", f"{CONSUMER}/subscription"): _group(R),
+    ("DELETE", f"{CONSUMER}/subscription"): _group(R),
+    ("GET", f"{CONSUMER}/records"): _group(R),
+    ("POST", f"{CONSUMER}/offsets"): _group(R),
+    ("GET", f"{CONSUMER}/offsets"): _group(R),
+    ("POST", f"{CONSUMER}/assignments"): _group(R),
+    ("GET", f"{CONSUMER}/assignments"): _group(R),
+    ("POST", f"{CONSUMER}/positions"): _group(R),
+    ("POST", f"{CONSUMER}/positions/beginning"): _group(R),
+    ("POST", f"{CONSUMER}/positions/end"): _group(R),
+}
+CLUSTER_PLANE = "/cluster/v1/"
+BROKERS_ONLY = _cluster(CA)
+UNLISTED = Rule(why="a route without a rule: super users only")
+
+
+def rule_for(method: str, canonical: str) -> Rule:
+    if canonical.startswith(CLUSTER_PLANE):
+        return BROKERS_ONLY
+    return RULES.get(("GET" if method == "HEAD" else method, canonical), UNLISTED)
+
+
+# -- what routes ask -----------------------------------------------------------------------------------------
+def principal_of(request: web.Request) -> KafkaPrincipal:
+    """The principal the security middleware found (ANONYMOUS on a public path)."""
+    return request[PRINCIPAL] if PRINCIPAL in request else ANONYMOUS
+
+
+def access_of(request: web.Request) -> Access:
+    """The request's principal and address against the broker's ACLs (everything allowed without an authorizer)."""
+    acls = request.app[BROKER].acls
+    if acls is None:
+        raise still_starting(request.app[BROKER].config.broker_id)
+    return Access(acls, principal_of(request), host_of_ip(request.remote or ""))
+
+
+def _refusal(principal: KafkaPrincipal, operation: AclOperation, resource_type: ResourceType, name: str
+             ) -> KelpError:
+    if resource_type is TOPIC:
+        return TopicAuthorizationFailedError(f"{principal} is not authorized to {operation.name} topic '{name}'")
+    if resource_type is GROUP:
+        return GroupAuthorizationFailedError(f"{principal} is not authorized to {operation.name} group '{name}'")
+    return ClusterAuthorizationFailedError(f"{principal} is not authorized to {operation.name} the cluster")
+
+
+def require(request: web.Request, operation: AclOperation, resource_type: ResourceType, name: str) -> None:
+    """403 with Kafka's code unless the principal may do `operation` on the resource."""
+    acc = access_of(request)
+    if not acc.allows(operation, resource_type, name):
+        raise _refusal(acc.principal, operation, resource_type, name)
+
+
+def describable(request: web.Request, resource_type: ResourceType, names: Iterable[str]) -> set[str]:
+    return access_of(request).allowed(DESCRIBE, resource_type, names)
+
+
+def may_create_topic(acc: Access, name: str) -> bool:
+    return acc.allows_cluster(C) or acc.allows(C, TOPIC, name)
+
+
+# -- the middleware ------------------------------------------------------------------------------------------
+def _enforce(request: web.Request, rule: Rule) -> None:
+    acc = access_of(request)
+    if not acc.enabled:
+        return
+    if rule is UNLISTED:
+        if not acc.acls.is_super_user(acc.principal):
+            raise ClusterAuthorizationFailedError(f"{acc.principal} is not authorized: {request.method} "
+                                                  f"{request.path} is for super users only")
+        return
+    if rule is BROKERS_ONLY and not acc.allows_cluster(CA):
+        raise ClusterAuthorizationFailedError(
+            f"{acc.principal} is not authorized to call {request.path}: the /cluster/v1 routes are for brokers "
+            "only (a super user, or a principal with CLUSTER_ACTION on the cluster)")
+    if rule.resource_type is None:
+        return
+    name = "kafka-cluster" if rule.resource_type is CLUSTER else request.match_info.get(rule.name_from or "", "")
+    for op in rule.operations:
+        if not acc.allows(op, rule.resource_type, name):
+            raise _refusal(acc.principal, op, rule.resource_type, name)
+    if rule.creates:
+        parts = request.app[BROKER].parts
+        if parts is not None and not parts.topics.exists(name) and not may_create_topic(acc, name):
+            raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
+
+
+@web.middleware
+async def security_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Authenticate (401), then authorize by the route table (403); public health and metrics paths skip both."""
+    authenticator = request.app[AUTHENTICATOR]
+    if authenticator.is_public(request.path):
+        return await handler(request)
+    try:
+        request[PRINCIPAL] = await authenticator.principal(request)
+    except Unauthenticated as exc:
+        response = error_response(401, 401, exc.message)
+        response.headers["WWW-Authenticate"] = exc.challenge
+        return response
+    resource = request.match_info.route.resource
+    if resource is not None:  # an unknown path is answered 404 by the router, with nothing to authorize
+        _enforce(request, rule_for(request.method, resource.canonical))
+    return await handler(request)

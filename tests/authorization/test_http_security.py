@@ -1,0 +1,222 @@
+"""The HTTP listener's authentication (401 with a JSON body and a challenge) and authorization (403 with Kafka's
+code), route by route with the Kafka listeners' ACLs: the admin API, the REST proxy, and `/cluster/v1`, which
+only brokers may call. `/healthz` and `/metrics` stay public unless switched off.
+
+HTTP Basic is checked here by a stand-in for the SASL users (the composition root gives the real check);
+mutual TLS runs a real TLS listener that asks for client certificates.
+"""
+
+from __future__ import annotations
+
+import base64
+import ssl
+from pathlib import Path
+
+import aiohttp
+import pytest
+import trustme
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from kelp.broker.config import BrokerConfig
+from kelp.broker.http.app import build_http_app
+from kelp.broker.http.authentication import HttpAuthenticator
+from kelp.broker.http.route_access import UNLISTED, rule_for
+from kelp.broker.security.principal import KafkaPrincipal, SslPrincipalMapper, principal_from_certificate
+from kelp.errors import ConfigError
+from tests.authorization.harness import InProcessBroker
+
+PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret", "broker": "broker-secret"}
+
+
+async def check_basic(user: str, password: str) -> KafkaPrincipal | None:
+    return KafkaPrincipal.user(user) if PASSWORDS.get(user) == password else None
+
+
+def basic(user: str, password: str | None = None) -> dict[str, str]:
+    token = base64.b64encode(f"{user}:{password or PASSWORDS[user]}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
+ADMIN, ALICE, BROKER = basic("admin"), basic("alice"), basic("broker")
+
+
+def acl(rtype: str, name: str, op: str, principal: str = "User:alice") -> dict[str, str]:
+    return {"resourceType": rtype, "resourceName": name, "principal": principal, "operation": op,
+            "permission": "ALLOW"}
+
+
+@pytest.fixture
+async def broker(tmp_path: Path):
+    async with InProcessBroker(tmp_path) as b:  # super user: User:admin
+        await b.parts.topics.create_topic("secret", 1, 1)
+        await b.parts.acls.create([acl("CLUSTER", "kafka-cluster", "CLUSTER_ACTION", "User:broker")])
+        yield b
+
+
+@pytest.fixture
+async def client(broker: InProcessBroker):
+    authenticator = HttpAuthenticator(methods=("basic",), basic=check_basic)
+    async with TestClient(TestServer(build_http_app(broker.broker, authenticator=authenticator))) as c:
+        yield c
+
+
+async def test_no_or_wrong_credentials_are_answered_401_with_why(client: TestClient) -> None:
+    r = await client.get("/admin/v1/topics")
+    assert r.status == 401 and r.headers["WWW-Authenticate"].startswith('Basic realm="kelp"')
+    body = await r.json()
+    assert body["error_code"] == 401 and "authentication required" in body["message"]
+    r = await client.get("/admin/v1/topics", headers=basic("alice", "wrong"))
+    assert r.status == 401 and "wrong user name or password" in (await r.json())["message"]
+    r = await client.get("/admin/v1/topics", headers={"Authorization": "Basic !!!"})
+    assert r.status == 401 and "malformed" in (await r.json())["message"]
+    r = await client.get("/admin/v1/topics", headers={"Authorization": "Bearer abc"})
+    assert r.status == 401 and "not accepted" in (await r.json())["message"]
+
+
+async def test_health_and_metrics_need_no_credentials(client: TestClient) -> None:
+    assert (await client.get("/healthz")).status == 200
+    assert (await client.get("/readyz")).status == 200
+    assert (await client.get("/metrics")).status == 200
+
+
+async def test_health_and_metrics_can_be_closed(broker: InProcessBroker) -> None:
+    config = BrokerConfig.load(env={}, overrides={"http.authentication.methods": "mtls", "http.health.public": False,
+                                                  "http.metrics.public": False})
+    authenticator = HttpAuthenticator.from_config(config)
+    async with TestClient(TestServer(build_http_app(broker.broker, authenticator=authenticator))) as c:
+        assert (await c.get("/healthz")).status == 401
+        assert (await c.get("/metrics")).status == 401
+
+
+def test_a_method_without_its_credential_check_refuses_to_start() -> None:
+    config = BrokerConfig.load(env={}, overrides={"http.authentication.methods": "basic"})
+    with pytest.raises(ConfigError, match="no credential check"):
+        HttpAuthenticator.from_config(config)
+
+
+async def test_403_with_kafkas_code_and_nothing_learnt_of_undescribable_topics(client: TestClient) -> None:
+    secret = await client.get("/admin/v1/topics/secret", headers=ALICE)
+    ghost = await client.get("/admin/v1/topics/ghost", headers=ALICE)
+    assert secret.status == ghost.status == 403
+    s, g = await secret.json(), await ghost.json()
+    assert s["error_code"] == g["error_code"] == 29
+    assert s["message"].replace("secret", "?") == g["message"].replace("ghost", "?")
+    assert (await (await client.get("/admin/v1/topics", headers=ALICE)).json())["topics"] == []
+    assert await (await client.get("/topics", headers=ALICE)).json() == []
+    admin_view = await (await client.get("/admin/v1/topics", headers=ADMIN)).json()
+    assert "secret" in [t["name"] for t in admin_view["topics"]]
+    assert (await client.get("/admin/v1/topics/secret", headers=ADMIN)).status == 200
+
+
+async def test_routes_need_what_the_kafka_apis_need(client: TestClient, broker: InProcessBroker) -> None:
+    produce = {"records": [{"value": "x"}]}
+    assert (await client.post("/topics/secret", json=produce, headers=ALICE)).status == 403
+    r = await client.post("/admin/v1/topics", json={"name": "mine"}, headers=ALICE)
+    assert r.status == 403 and (await r.json())["error_code"] == 29
+    r = await client.get("/admin/v1/acls", headers=ALICE)
+    assert r.status == 403 and (await r.json())["error_code"] == 31
+    r = await client.get("/admin/v1/groups/g1", headers=ALICE)
+    assert r.status == 403 and (await r.json())["error_code"] == 30
+    await broker.parts.acls.create([acl("TOPIC", "secret", "WRITE"), acl("TOPIC", "mine", "CREATE"),
+                                    acl("TOPIC", "secret", "DESCRIBE")])
+    assert (await client.post("/topics/secret", json=produce, headers=ALICE)).status == 200
+    assert (await client.post("/admin/v1/topics", json={"name": "mine"}, headers=ALICE)).status == 201
+    assert [t["name"] for t in (await (await client.get("/admin/v1/topics", headers=ALICE)).json())["topics"]] == [
+        "secret"]
+    # reading needs READ, not WRITE or DESCRIBE
+    assert (await client.get("/topics/secret/partitions/0/records", headers=ALICE)).status == 403
+    # a produce to a topic that does not exist creates it only with CREATE
+    await broker.parts.acls.create([acl("TOPIC", "nope", "WRITE")])
+    assert (await client.post("/topics/nope", json=produce, headers=ALICE)).status == 404
+    assert not broker.parts.topics.exists("nope")
+
+
+async def test_only_brokers_may_call_the_cluster_control_plane(client: TestClient) -> None:
+    push = {"controller_id": 0, "controller_epoch": 0, "brokers": [], "end_offset": -1, "entries": []}
+    r = await client.post("/cluster/v1/metadata", json=push, headers=ALICE)
+    assert r.status == 403
+    body = await r.json()
+    assert body["error_code"] == 31 and "for brokers only" in body["message"]
+    r = await client.post("/cluster/v1/controller/create_topic", json={"name": "x"}, headers=ALICE)
+    assert r.status == 403
+    assert (await client.post("/cluster/v1/metadata", json=push, headers=BROKER)).status == 200
+    assert (await client.post("/cluster/v1/metadata", json=push, headers=ADMIN)).status == 200  # a super user
+
+
+def test_every_route_says_what_it_needs(broker: InProcessBroker) -> None:
+    app = build_http_app(broker.broker)
+    unlisted = sorted(f"{r.method} {r.resource.canonical}" for r in app.router.routes()
+                      if r.resource is not None and rule_for(r.method, r.resource.canonical) is UNLISTED)
+    assert unlisted == []
+
+
+# -- mutual TLS -------------------------------------------------------------------------------------------------
+async def test_a_client_certificate_is_the_principal(broker: InProcessBroker, tmp_path: Path) -> None:
+    ca = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_context)
+    ca.configure_trust(server_context)
+    server_context.verify_mode = ssl.CERT_REQUIRED
+    alice_cert = ca.issue_cert("alice@example.com", common_name="alice")
+    alice = principal_from_certificate(_der(alice_cert), SslPrincipalMapper())
+    await broker.parts.acls.create([acl("TOPIC", "secret", "DESCRIBE", str(alice))])
+    authenticator = HttpAuthenticator(methods=("mtls",))
+    runner = web.AppRunner(build_http_app(broker.broker, authenticator=authenticator))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_context)
+    await site.start()
+    port = runner.addresses[0][1]
+    client_context = ssl.create_default_context()
+    ca.configure_trust(client_context)
+    alice_cert.configure_cert(client_context)
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"https://127.0.0.1:{port}/admin/v1/topics/secret", ssl=client_context) as r:
+                assert r.status == 200
+            async with session.get(f"https://127.0.0.1:{port}/admin/v1/acls", ssl=client_context) as r:
+                assert r.status == 403 and str(alice) in (await r.json())["message"]
+    finally:
+        await runner.cleanup()
+
+
+def _der(cert: trustme.LeafCert) -> bytes:
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    return x509.load_pem_x509_certificate(cert.cert_chain_pems[0].bytes()).public_bytes(Encoding.DER)
+
+
+# -- HTTP Basic against the broker's SASL users, as the broker wires it -------------------------------------------
+async def test_basic_is_checked_against_the_plain_and_scram_users(tmp_path: Path) -> None:
+    from kelp.broker.cluster.scram_users import SaltedUpsertion, alter_user_scram_credentials
+    from kelp.broker.security.scram import ScramMechanism, salted_password
+    from tests.support.tls_files import PLAIN_JAAS
+
+    settings = {"listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+                "inter.broker.listener.name": "PLAINTEXT",
+                "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN",
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+                "http.authentication.methods": "basic", "super.users": "User:admin"}
+    async with InProcessBroker(tmp_path, **settings) as b:
+        salt = b"0123456789abcdef"
+        salted = salted_password("carol-secret", salt, 4096, ScramMechanism.SCRAM_SHA_512)
+        await alter_user_scram_credentials(b.parts.cluster, upsertions=[
+            SaltedUpsertion("carol", "SCRAM-SHA-512", 4096, salt, salted)])
+        url = f"http://127.0.0.1:{b.broker.http_port}/admin/v1/acls"
+
+        async def status(user: str | None, password: str = "") -> tuple[int, str]:
+            headers = basic(user, password) if user is not None else {}
+            async with aiohttp.ClientSession() as session, session.get(url, headers=headers) as r:
+                return r.status, (await r.json())["message"] if r.status >= 400 else ""
+
+        assert (await status(None))[0] == 401
+        assert await status("admin", "admin-secret") == (200, "")  # PLAIN user, a super user
+        code, message = await status("alice", "alice-secret")  # PLAIN user without ACLs
+        assert code == 403 and "User:alice" in message
+        assert (await status("alice", "wrong"))[0] == 401
+        code, message = await status("carol", "carol-secret")  # SCRAM user from the metadata log
+        assert code == 403 and "User:carol" in message
+        assert (await status("carol", "carol-secret"))[0] == 403  # remembered, still the same answer
+        assert (await status("carol", "nope"))[0] == 401
+        assert (await status("nobody", "x"))[0] == 401
