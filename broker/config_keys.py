@@ -307,7 +307,7 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     "http.request.max.records": (_positive, 100_000),
     "http.consumer.max.instances": (_positive, 1000),
     "consumer.instance.timeout.ms": (_positive, 300_000),
-    # -- authorization (Kafka's names and defaults; docs/security.md): empty class = no authorization
+    # -- authorization (Kafka's names and defaults; docs/authorization.md): empty class = no authorization
     "authorizer.class.name": (_authorizer_class, ""),
     "super.users": (_super_users, ""),
     "allow.everyone.if.no.acl.found": (parse_bool, False),
