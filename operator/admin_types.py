@@ -17,7 +17,9 @@ from typing import Literal, NotRequired, Required, TypedDict
 __all__ = [
     "BrokerInfo", "ClusterView", "TopicListing", "TopicList", "ConfigValue", "PartitionInfo", "TopicDescription",
     "NewTopic", "PartitionMove", "Reassignment", "ReassignmentList", "BrokerConfigs", "ElectionResults",
-    "AssignedPartitions", "GroupMemberInfo", "GroupOffsetInfo", "GroupDescription", "ResetTarget", "OffsetResetRequest"
+    "AssignedPartitions", "GroupMemberInfo", "GroupOffsetInfo", "GroupDescription", "ResetTarget", "OffsetResetRequest",
+    "AclBinding", "AclFilter", "AclList", "AclCreateResult", "AclCreateResults", "AclDeleteResult", "AclDeleteResults",
+    "ScramCredentialInfo", "UserCredentials", "UserList", "ScramCredentialUpsert"
 ]
 
 
@@ -189,3 +191,82 @@ class OffsetResetRequest(TypedDict):
     execute: bool
     partitions: NotRequired[list[int]]
     value: NotRequired[int | str]
+
+
+# -- security (issue 20): ACLs and SCRAM credentials -------------------------------------------------
+
+class AclBinding(TypedDict):
+    """One ACL as `/admin/v1/acls` carries it, with Kafka's enum names (`TOPIC`, `PREFIXED`, `READ`, `ALLOW`)."""
+
+    resourceType: str
+    resourceName: str
+    patternType: str
+    principal: str
+    host: str
+    operation: str
+    permission: str
+
+
+class AclFilter(TypedDict, total=False):
+    """A DeleteAcls filter: a binding's fields, each optional; `ANY` (and `MATCH` for patternType) allowed."""
+
+    resourceType: str
+    resourceName: str
+    patternType: str
+    principal: str
+    host: str
+    operation: str
+    permission: str
+
+
+class AclList(TypedDict):
+    """`GET /admin/v1/acls`."""
+
+    acls: list[AclBinding]
+
+
+class AclCreateResult(TypedDict):
+    error: str | None
+
+
+class AclCreateResults(TypedDict):
+    """`POST /admin/v1/acls`: one result per binding, in order."""
+
+    results: list[AclCreateResult]
+
+
+class AclDeleteResult(TypedDict, total=False):
+    error: Required[str | None]
+    deleted: list[AclBinding]
+
+
+class AclDeleteResults(TypedDict):
+    """`POST /admin/v1/acls/delete`: one result per filter, in order."""
+
+    results: list[AclDeleteResult]
+
+
+class ScramCredentialInfo(TypedDict):
+    mechanism: str
+    iterations: int
+
+
+class UserCredentials(TypedDict):
+    name: str
+    credentials: list[ScramCredentialInfo]
+
+
+class UserList(TypedDict):
+    """`GET /admin/v1/users`: the users with SCRAM credentials, and which (never a secret)."""
+
+    users: list[UserCredentials]
+
+
+class ScramCredentialUpsert(TypedDict):
+    """The body of `PUT /admin/v1/users/{name}/scram-credentials` (AlterUserScramCredentials: salted, never the
+    clear password; `salt` and `saltedPassword` base64)."""
+
+    mechanism: str
+    iterations: int
+    salt: str
+    saltedPassword: str

@@ -8,20 +8,35 @@ The address comes from one function: the client Service
 `KELP_OPERATOR_BROKER_ADDRESS=pod-ip` (an operator outside the pod network's
 DNS, as on the kube test tier), the IPs of the broker pods that are Ready.
 Every call is bounded by a timeout.
+
+A secured Cluster (`spec.listeners.kafka`) serves its admin API over HTTPS and asks for client
+certificates: the operator presents its own (`<cluster>-operator-tls`, subject `CN=kelp-operator,O=kelp.dev`,
+issued by the cluster CA, a super user of the brokers) and trusts only the cluster CA (`operator_tls_context`).
+The host name is checked against the broker certificate's names when the address is the client Service;
+with `pod-ip` addresses it is not (pod IPs change at every restart): the cluster CA, which signs nothing but
+this cluster's brokers and the operator, is what authenticates the broker then.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from typing import cast
-from urllib.parse import quote
+import ssl
+import tempfile
+from pathlib import Path
+from typing import Mapping, cast
+from urllib.parse import quote, urlencode
 
 import aiohttp
 
 from kelp.json_types import JsonValue
 
 from .admin_types import (
+    AclBinding,
+    AclCreateResults,
+    AclDeleteResults,
+    AclFilter,
+    AclList,
     BrokerConfigs,
     ClusterView,
     ElectionResults,
@@ -31,16 +46,19 @@ from .admin_types import (
     PartitionMove,
     Reassignment,
     ReassignmentList,
+    ScramCredentialUpsert,
     TopicDescription,
     TopicList,
     TopicListing,
+    UserCredentials,
+    UserList,
 )
 from .builders import selector_for
 from .kube import POD, KubeClient
 from .objects import Pod
 from .spec import ClusterSpec
 
-__all__ = ["AdminError", "BrokerAdmin", "broker_urls", "address_mode", "CONFIGS_PATH"]
+__all__ = ["AdminError", "BrokerAdmin", "broker_urls", "address_mode", "CONFIGS_PATH", "operator_tls_context"]
 
 TIMEOUT = aiohttp.ClientTimeout(total=15, connect=3)
 CONFIGS_PATH = "/admin/v1/brokers/configs"
@@ -69,12 +87,35 @@ def _ready(pod: Pod) -> bool:
 
 
 async def broker_urls(kube: KubeClient, spec: ClusterSpec) -> list[str]:
+    scheme = "https" if spec.secured else "http"
     if address_mode() == "service":
-        return [f"http://{spec.name}.{spec.namespace}.svc:{spec.http_port}"]
+        return [f"{scheme}://{spec.name}.{spec.namespace}.svc:{spec.http_port}"]
     pods = await kube.list(POD, spec.namespace, labels=selector_for(spec))
     ips = sorted((p["metadata"]["name"], p["status"]["podIP"]) for p in pods
                  if _ready(p) and (p.get("status") or {}).get("podIP"))
-    return [f"http://{ip}:{spec.http_port}" for _name, ip in ips]
+    return [f"{scheme}://{ip}:{spec.http_port}" for _name, ip in ips]
+
+
+def operator_tls_context(data: Mapping[str, bytes], *, check_hostname: bool) -> ssl.SSLContext | None:
+    """A client context presenting the operator's certificate (`tls.crt`, `tls.key`) and trusting `ca.crt`;
+    None when the Secret does not hold all three yet.
+
+    `load_cert_chain` reads files only: the key is written to a private temporary directory (0700, tmpfs /tmp in
+    the operator's pod) and removed before this returns.
+    """
+    if not all(data.get(k) for k in ("tls.crt", "tls.key", "ca.crt")):
+        return None
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=data["ca.crt"].decode("ascii"))
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.check_hostname = check_hostname
+    with tempfile.TemporaryDirectory(prefix="kelp-operator-tls-") as directory:
+        cert, key = Path(directory, "tls.crt"), Path(directory, "tls.key")
+        for path, content in ((cert, data["tls.crt"]), (key, data["tls.key"])):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as out:
+                out.write(content)
+        context.load_cert_chain(cert, key)
+    return context
 
 
 def _topic_path(name: str) -> str:
@@ -92,16 +133,28 @@ class BrokerAdmin:
     each answer typed as the broker shapes it (`admin_types.py`: the one place an answer gets its type).
     """
 
-    def __init__(self, session: aiohttp.ClientSession, urls: list[str]) -> None:
+    def __init__(self, session: aiohttp.ClientSession, urls: list[str], *, tls: ssl.SSLContext | None = None,
+                 unavailable: str | None = None) -> None:
+        """`tls`: the operator's client context for HTTPS brokers; `unavailable`: why no call can be made yet
+        (a secured cluster whose operator certificate is not issued), raised as an unreachable AdminError."""
         self.session = session
         self.urls = urls
+        self.tls = tls
+        self.unavailable = unavailable
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls is not None or any(u.startswith("https:") for u in self.urls) else "http"
 
     async def request(self, method: str, path: str, body: object = None, *, urls: list[str] | None = None
                       ) -> JsonValue:
+        if self.unavailable is not None:
+            raise AdminError(0, f"{method} {path}: {self.unavailable}")
         last = "no broker address (no broker pod is Ready)"
         for url in urls or self.urls:
             try:
-                async with self.session.request(method, url + path, json=body, timeout=TIMEOUT) as resp:
+                async with self.session.request(method, url + path, json=body, timeout=TIMEOUT,
+                                                ssl=self.tls if self.tls is not None else True) as resp:
                     text = await resp.text()
                     if resp.status < 300:
                         answer: JsonValue = await resp.json(content_type=None) if text else {}
@@ -132,7 +185,7 @@ class BrokerAdmin:
             if exc.status != 421 or found is None:
                 raise
             view = await self.cluster()
-            target = [f"http://{b['http_host']}:{b['http_port']}" for b in view.get("brokers", [])
+            target = [f"{self.scheme}://{b['http_host']}:{b['http_port']}" for b in view.get("brokers", [])
                       if b["id"] == int(found.group(1))]
             if not target:
                 raise
@@ -188,3 +241,28 @@ class BrokerAdmin:
 
     async def reset_offsets(self, group: str, reset: OffsetResetRequest) -> None:
         await self.group_request("POST", _group_path(group) + "/reset-offsets", reset)
+
+    # -- ACLs (issue 20; Kafka's names: TOPIC, PREFIXED, READ, ALLOW) ------------------------------------------------
+    async def list_acls(self, acl_filter: AclFilter | None = None) -> list[AclBinding]:
+        """`GET /admin/v1/acls`, narrowed by the filter's fields (e.g. one principal's)."""
+        query = urlencode(sorted((acl_filter or {}).items()))
+        return cast(AclList, await self.get("/admin/v1/acls" + (f"?{query}" if query else "")))["acls"]
+
+    async def create_acls(self, bindings: list[AclBinding]) -> AclCreateResults:
+        return cast(AclCreateResults, await self.request("POST", "/admin/v1/acls", {"acls": bindings}))
+
+    async def delete_acls(self, filters: list[AclFilter]) -> AclDeleteResults:
+        return cast(AclDeleteResults, await self.request("POST", "/admin/v1/acls/delete", {"filters": filters}))
+
+    # -- SCRAM users (AlterUserScramCredentials / DescribeUserScramCredentials) --------------------------------------
+    async def list_users(self) -> list[UserCredentials]:
+        return cast(UserList, await self.get("/admin/v1/users"))["users"]
+
+    async def put_scram_credential(self, user: str, upsert: ScramCredentialUpsert) -> None:
+        """Store a salted credential (never the password) for `user`."""
+        await self.request("PUT", f"/admin/v1/users/{quote(user, safe='')}/scram-credentials", upsert)
+
+    async def delete_scram_credential(self, user: str, mechanism: str) -> None:
+        """Remove `user`'s credential of `mechanism`; AdminError 404 when it has none."""
+        await self.request("DELETE", f"/admin/v1/users/{quote(user, safe='')}/scram-credentials?"
+                           + urlencode({"mechanism": mechanism}))

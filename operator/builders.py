@@ -32,6 +32,7 @@ from .objects import (
     ClaimSpec,
     ConfigMap,
     Container,
+    ContainerPort,
     EnvVar,
     ObjectMeta,
     OwnerReference,
@@ -45,21 +46,24 @@ from .objects import (
     ServiceSpec,
     StatefulSet,
     TemplateMeta,
+    VolumeMount,
 )
 from .rack import rack_env, rack_manifests, rack_spread
+from .security import TLS_DIR
 from .spec import (
     CONFIG_DIR,
     CONFIG_HASH_ANNOTATION,
     DATA_DIR,
     DEFAULTS_ANNOTATION,
     SELECTOR_LABELS,
+    TRUST_FLOOR_ANNOTATION,
     ClusterSpec,
     format_defaults,
 )
 
 __all__ = ["GROUP", "VERSION", "API_VERSION", "KELP_UID", "cluster_children", "labels_for", "selector_for",
            "owner_reference", "config_hash", "external_service", "external_address", "broker_file",
-           "EXTERNAL_LABEL", "BROKER_LABEL", "Address", "Addresses"]
+           "EXTERNAL_LABEL", "BROKER_LABEL", "Address", "Addresses", "child_meta", "TRUST_FLOOR_ANNOTATION"]
 
 GROUP = "kelp.dev"
 VERSION = "v1alpha1"
@@ -86,7 +90,7 @@ def owner_reference(spec: ClusterSpec) -> OwnerReference:
             "controller": True, "blockOwnerDeletion": True}
 
 
-def _meta(spec: ClusterSpec, name: str, *, annotations: dict[str, str] | None = None) -> ObjectMeta:
+def child_meta(spec: ClusterSpec, name: str, *, annotations: dict[str, str] | None = None) -> ObjectMeta:
     meta: ObjectMeta = {"name": name, "namespace": spec.namespace, "labels": labels_for(spec),
                         "ownerReferences": [owner_reference(spec)]}
     if annotations is not None:
@@ -104,13 +108,14 @@ def config_hash(spec: ClusterSpec) -> str:
 
 
 def service_account(spec: ClusterSpec) -> ServiceAccount:
-    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(spec, spec.service_account)}
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": child_meta(spec, spec.service_account)}
 
 
 def role(spec: ClusterSpec) -> Role:
     verbs = ["get", "list", "watch", "create", "update", "patch", "delete"]
     return {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(spec, spec.service_account),
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": child_meta(spec, spec.service_account),
         "rules": [
             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": verbs},
             {"apiGroups": [""], "resources": ["configmaps"], "verbs": verbs},
@@ -122,7 +127,7 @@ def role(spec: ClusterSpec) -> Role:
 def role_binding(spec: ClusterSpec) -> RoleBinding:
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": _meta(spec, spec.service_account),
+        "metadata": child_meta(spec, spec.service_account),
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": spec.service_account},
         "subjects": [{"kind": "ServiceAccount", "name": spec.service_account, "namespace": spec.namespace}],
     }
@@ -142,6 +147,16 @@ Addresses = Mapping[int, Address]
 def broker_file(spec: ClusterSpec, ordinal: int, address: Address) -> str:
     """With an external listener, broker n's own config file: the shared config plus what it advertises."""
     own = dict(spec.broker_config())
+    if spec.security is not None:
+        # Secured layout: the external listener joins advertised.listeners; the node's address (NodePort)
+        # comes from the environment (NODE_IP, the downward API's status.hostIP) through the env provider.
+        if spec.external_type == "LoadBalancer":
+            external = f"{address.get('host') or spec.pod_dns(ordinal)}:{spec.external_port}"
+        else:
+            external = f"${{env:NODE_IP}}:{address.get('port') or spec.external_port}"
+        own["advertised.listeners"] = spec.security.advertised_listeners(
+            name=spec.name, namespace=spec.namespace, advertise=spec.advertise, external=external)
+        return yaml.safe_dump(own, sort_keys=True, default_flow_style=False)
     if spec.external_type == "LoadBalancer":
         own["advertised.host"] = address.get("host") or spec.pod_dns(ordinal)
         own["advertised.port"] = spec.kafka_port
@@ -156,7 +171,8 @@ def config_map(spec: ClusterSpec, external: Addresses | None = None) -> ConfigMa
     With an external listener each broker reads its own file `<pod>.yaml` (the shared config plus the
     address it advertises); the pod template, and so the roll, depends only on the shared part.
     """
-    meta = _meta(spec, spec.config_map, annotations={DEFAULTS_ANNOTATION: format_defaults(spec.replication_defaults())})
+    meta = child_meta(spec, spec.config_map,
+                      annotations={DEFAULTS_ANNOTATION: format_defaults(spec.replication_defaults())})
     data = {"broker.yaml": broker_config_yaml(spec)}
     if spec.external_type:
         for n, address in sorted((external or {}).items()):
@@ -172,11 +188,12 @@ def external_service(spec: ClusterSpec, ordinal: int) -> Service:
     """Broker n's own external Service (NodePort or LoadBalancer), selecting only its pod."""
     if spec.external_type is None:
         raise ValueError(f"Cluster {spec.name} has no external listener: no external Service for broker {ordinal}")
-    meta = _meta(spec, f"{spec.name}-external-{ordinal}")
+    meta = child_meta(spec, f"{spec.name}-external-{ordinal}")
     meta["labels"] = {**meta["labels"], EXTERNAL_LABEL: "external", BROKER_LABEL: str(ordinal)}
     if spec.external_annotations:
         meta["annotations"] = dict(spec.external_annotations)
-    port: ServicePort = {"name": "kafka", "port": spec.kafka_port, "targetPort": "kafka", "protocol": "TCP"}
+    port: ServicePort = {"name": spec.external_port_name, "port": spec.external_port,
+                         "targetPort": spec.external_port_name, "protocol": "TCP"}
     if spec.external_type == "NodePort" and spec.external_node_ports:
         port["nodePort"] = spec.external_node_ports[ordinal]
     svc: ServiceSpec = {"type": spec.external_type,
@@ -197,32 +214,37 @@ def external_address(spec: ClusterSpec, service: Service | None) -> Address:
         return {"host": None, "port": ports[0].get("nodePort") if ports else None}
     ingress = (((service.get("status") or {}).get("loadBalancer") or {}).get("ingress") or [])
     host = (ingress[0].get("ip") or ingress[0].get("hostname")) if ingress else None
-    return {"host": host, "port": spec.kafka_port}
+    return {"host": host, "port": spec.external_port}
 
 
-def _ports(spec: ClusterSpec) -> list[ServicePort]:
-    return [{"name": "kafka", "port": spec.kafka_port, "targetPort": "kafka", "protocol": "TCP"},
-            {"name": "http", "port": spec.http_port, "targetPort": "http", "protocol": "TCP"}]
+def _ports(spec: ClusterSpec, *, replication: bool) -> list[ServicePort]:
+    http: ServicePort = {"name": "http", "port": spec.http_port, "targetPort": "http", "protocol": "TCP"}
+    if spec.security is None:
+        return [{"name": "kafka", "port": spec.kafka_port, "targetPort": "kafka", "protocol": "TCP"}, http]
+    listeners = spec.security.all_listeners if replication else spec.security.listeners
+    ports: list[ServicePort] = [{"name": listener.port_name, "port": listener.port, "targetPort": listener.port_name,
+                                 "protocol": "TCP"} for listener in listeners]
+    return [*ports, http]
 
 
 def headless_service(spec: ClusterSpec) -> Service:
     """Per-pod DNS (`<pod>.<cluster>-brokers.<ns>.svc`), published before readiness: brokers find each other."""
-    meta = _meta(spec, spec.headless_service)
+    meta = child_meta(spec, spec.headless_service)
     meta["labels"] = {**meta["labels"], "kelp.dev/service": "brokers"}  # what a ServiceMonitor selects (chart)
     return {"apiVersion": "v1", "kind": "Service", "metadata": meta,
             "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": selector_for(spec),
-                     "ports": _ports(spec)}}
+                     "ports": _ports(spec, replication=True)}}
 
 
 def client_service(spec: ClusterSpec) -> Service:
-    """The bootstrap address for clients and the operator: ready brokers only."""
-    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(spec, spec.name),
-            "spec": {"type": "ClusterIP", "selector": selector_for(spec), "ports": _ports(spec)}}
+    """The bootstrap address for clients and the operator: ready brokers only (not the replication listener)."""
+    return {"apiVersion": "v1", "kind": "Service", "metadata": child_meta(spec, spec.name),
+            "spec": {"type": "ClusterIP", "selector": selector_for(spec), "ports": _ports(spec, replication=False)}}
 
 
 def pod_disruption_budget(spec: ClusterSpec) -> PodDisruptionBudget:
     """Voluntary disruptions (node drains) take down at most RF - min.insync brokers (spec.disruptions_allowed)."""
-    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": _meta(spec, spec.name),
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": child_meta(spec, spec.name),
             "spec": {"maxUnavailable": spec.disruptions_allowed(), "selector": {"matchLabels": selector_for(spec)}}}
 
 
@@ -231,7 +253,19 @@ def _field_env(name: str, path: str) -> EnvVar:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
+def _secured_env(spec: ClusterSpec) -> list[EnvVar]:
+    """The secured layout's per-pod values, read by the brokers' config through `${env:...}` (security.py)."""
+    env = [_field_env("POD_NAME", "metadata.name"), _field_env("POD_IP", "status.podIP")]
+    if spec.external_type == "NodePort":
+        env.append(_field_env("NODE_IP", "status.hostIP"))
+    if spec.external_type:
+        env.append({"name": "KELP_HTTP_HOST", "value": "$(POD_IP)"})
+    return env + rack_env(spec)
+
+
 def _env(spec: ClusterSpec) -> list[EnvVar]:
+    if spec.security is not None:
+        return _secured_env(spec)
     env = [_field_env("POD_NAME", "metadata.name"), _field_env("POD_IP", "status.podIP")]
     if spec.external_type == "NodePort":
         env.append(_field_env("KELP_ADVERTISED_HOST", "status.hostIP"))
@@ -250,40 +284,62 @@ def _env(spec: ClusterSpec) -> list[EnvVar]:
     return env + rack_env(spec)
 
 
+def _probe(spec: ClusterSpec, path: str, **timing: int) -> JsonObject:
+    get: JsonObject = {"path": path, "port": "http"}
+    if spec.security is not None:
+        get["scheme"] = "HTTPS"  # the kubelet does not check the certificate and presents none
+    return {"httpGet": get, **timing}
+
+
+def _container_ports(spec: ClusterSpec) -> list[ContainerPort]:
+    http: ContainerPort = {"name": "http", "containerPort": spec.http_port, "protocol": "TCP"}
+    if spec.security is None:
+        return [{"name": "kafka", "containerPort": spec.kafka_port, "protocol": "TCP"}, http]
+    ports: list[ContainerPort] = [{"name": listener.port_name, "containerPort": listener.port, "protocol": "TCP"}
+                                  for listener in spec.security.all_listeners]
+    return [*ports, http]
+
+
 def broker_container(spec: ClusterSpec) -> Container:
-    shutdown: list[JsonValue] = ["kelp", "broker-ctl", "controlled-shutdown"]
-    if not spec.external_type:
-        shutdown += ["--http", f"http://127.0.0.1:{spec.http_port}"]
+    """The broker container. In the secured layout: a port per listener, HTTPS probes, the certificates at
+    TLS_DIR, and no preStop hook — `kelp broker-ctl controlled-shutdown` would need a client certificate for
+    the HTTPS admin API; SIGTERM moves leadership away itself (the broker's controlled shutdown) within the
+    same grace period."""
     config = f"{CONFIG_DIR}/$(POD_NAME).yaml" if spec.external_type else f"{CONFIG_DIR}/broker.yaml"
-    return {
+    mounts: list[VolumeMount] = [{"name": "data", "mountPath": DATA_DIR},
+                                 {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+                                 {"name": "tmp", "mountPath": "/tmp"}]
+    if spec.security is not None:
+        mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
+    container: Container = {
         "name": "broker",
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy,
         "args": ["broker", "--config", config],
         "env": _env(spec),
-        "ports": [{"name": "kafka", "containerPort": spec.kafka_port, "protocol": "TCP"},
-                  {"name": "http", "containerPort": spec.http_port, "protocol": "TCP"}],
-        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"},
-                           "periodSeconds": 2, "timeoutSeconds": 2, "failureThreshold": 3},
-        "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "initialDelaySeconds": 10,
-                          "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 6},
-        "startupProbe": {"httpGet": {"path": "/healthz", "port": "http"},
-                         "periodSeconds": 2, "timeoutSeconds": 2, "failureThreshold": 300},
-        "lifecycle": {"preStop": {"exec": {"command": shutdown}}},
+        "ports": _container_ports(spec),
+        "readinessProbe": _probe(spec, "/readyz", periodSeconds=2, timeoutSeconds=2, failureThreshold=3),
+        "livenessProbe": _probe(spec, "/healthz", initialDelaySeconds=10, periodSeconds=10, timeoutSeconds=5,
+                                failureThreshold=6),
+        "startupProbe": _probe(spec, "/healthz", periodSeconds=2, timeoutSeconds=2, failureThreshold=300),
         "resources": dict(spec.resources),
-        "volumeMounts": [{"name": "data", "mountPath": DATA_DIR},
-                         {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-                         {"name": "tmp", "mountPath": "/tmp"}],
+        "volumeMounts": mounts,
         "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                             "capabilities": {"drop": ["ALL"]}},
     }
+    if spec.security is None:
+        shutdown: list[JsonValue] = ["kelp", "broker-ctl", "controlled-shutdown"]
+        if not spec.external_type:
+            shutdown += ["--http", f"http://127.0.0.1:{spec.http_port}"]
+        container["lifecycle"] = {"preStop": {"exec": {"command": shutdown}}}
+    return container
 
 
 def _with_selector(constraint: JsonObject, selector: JsonObject) -> JsonObject:
     return {**constraint, "labelSelector": constraint.get("labelSelector") or selector}
 
 
-def _pod_overrides(spec: ClusterSpec, pod_spec: PodSpec) -> TemplateMeta:
+def _pod_overrides(spec: ClusterSpec, pod_spec: PodSpec, trust_floor: str | None = None) -> TemplateMeta:
     """Apply spec.podTemplate to the pod spec in place; returns the pod template's metadata.
 
     Scheduling fields (affinity, tolerations, nodeSelector, priorityClassName) are taken as given;
@@ -308,16 +364,21 @@ def _pod_overrides(spec: ClusterSpec, pod_spec: PodSpec) -> TemplateMeta:
     if tmpl.get("securityContext"):
         pod_spec["securityContext"] = {**pod_spec["securityContext"], **tmpl["securityContext"]}
     meta: TemplateMeta = tmpl.get("metadata") or {}
-    return {"labels": {**(meta.get("labels") or {}), **labels_for(spec)},
-            "annotations": {**(meta.get("annotations") or {}), CONFIG_HASH_ANNOTATION: config_hash(spec)}}
+    annotations = {**(meta.get("annotations") or {}), CONFIG_HASH_ANNOTATION: config_hash(spec)}
+    if trust_floor:
+        # The oldest CA generations the brokers trust: rises when an old CA leaves the bundles (pki.py), and only
+        # then, so the pods restart to forget it; a new CA or a renewed certificate is reloaded live.
+        annotations[TRUST_FLOOR_ANNOTATION] = trust_floor
+    return {"labels": {**(meta.get("labels") or {}), **labels_for(spec)}, "annotations": annotations}
 
 
 def stateful_set(spec: ClusterSpec, *, replicas: int | None = None,
-                 claim: tuple[str | None, str | None] = (None, None)) -> StatefulSet:
+                 claim: tuple[str | None, str | None] = (None, None), trust_floor: str | None = None) -> StatefulSet:
     """`replicas` overrides spec.brokers while brokers that will go are still being drained.
 
     `claim` is the (size, storageClassName) of the claim template the StatefulSet already has: the
     template is immutable, so a running cluster keeps it and storage.py grows the claims instead.
+    `trust_floor` (secured layout, own CAs): the lowest CA generations still trusted (cluster_tls.py).
     """
     size, klass = claim
     if size is None:
@@ -339,9 +400,14 @@ def stateful_set(spec: ClusterSpec, *, replicas: int | None = None,
                     {"name": "tmp", "emptyDir": {}}],
         "topologySpreadConstraints": [node_spread, *rack_spread(spec, selector_for(spec))],
     }
-    pod_meta = _pod_overrides(spec, pod_spec)
+    if spec.security is not None:
+        # Keys readable by the broker's group only (fsGroup); a Secret volume follows the Secret's changes, so a
+        # renewed certificate reaches the running broker, which reloads it (no restart).
+        pod_spec["volumes"].append({"name": "tls", "secret": {"secretName": spec.broker_tls_secret,
+                                                              "defaultMode": 0o440}})
+    pod_meta = _pod_overrides(spec, pod_spec, trust_floor)
     return {
-        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": _meta(spec, spec.name),
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": child_meta(spec, spec.name),
         "spec": {
             "replicas": spec.brokers if replicas is None else replicas,
             "serviceName": spec.headless_service,
@@ -361,7 +427,7 @@ def stateful_set(spec: ClusterSpec, *, replicas: int | None = None,
 
 def cluster_children(spec: ClusterSpec, *, replicas: int | None = None,
                      claim: tuple[str | None, str | None] = (None, None),
-                     external: Addresses | None = None) -> list[Manifest]:
+                     external: Addresses | None = None, trust_floor: str | None = None) -> list[Manifest]:
     """Every child of a Cluster, in the order they should be applied.
 
     The external Services (`external_service`) are not among them: they are applied first, since what
@@ -369,4 +435,5 @@ def cluster_children(spec: ClusterSpec, *, replicas: int | None = None,
     """
     return [service_account(spec), role(spec), role_binding(spec), *rack_manifests(spec),
             config_map(spec, external), headless_service(spec),
-            client_service(spec), stateful_set(spec, replicas=replicas, claim=claim), pod_disruption_budget(spec)]
+            client_service(spec), stateful_set(spec, replicas=replicas, claim=claim, trust_floor=trust_floor),
+            pod_disruption_budget(spec)]

@@ -32,6 +32,7 @@ from kelp.json_types import JsonObject
 
 from .leadership import Unfenced
 from .objects import (
+    Certificate,
     ClusterResource,
     ConfigMap,
     ConsumerGroupResource,
@@ -43,6 +44,7 @@ from .objects import (
     PodDisruptionBudget,
     Role,
     RoleBinding,
+    Secret,
     Service,
     ServiceAccount,
     StatefulSet,
@@ -53,7 +55,8 @@ from .objects import (
 __all__ = ["KubeClient", "KubeApiError", "FIELD_MANAGER", "resource_path", "Kind", "Guard", "ApiClient", "KINDS",
            "KELP_KINDS", "CLUSTER_SCOPED", "SERVICE_ACCOUNT", "CONFIG_MAP", "SERVICE", "POD",
            "PERSISTENT_VOLUME_CLAIM", "ROLE", "ROLE_BINDING", "STATEFUL_SET", "POD_DISRUPTION_BUDGET", "LEASE", "EVENT",
-           "STORAGE_CLASS", "CLUSTER_ROLE", "CLUSTER_ROLE_BINDING", "CLUSTER", "TOPIC", "CONSUMER_GROUP"]
+           "STORAGE_CLASS", "CLUSTER_ROLE", "CLUSTER_ROLE_BINDING", "CLUSTER", "TOPIC", "CONSUMER_GROUP", "SECRET",
+           "CERTIFICATE"]
 
 FIELD_MANAGER = "kelp-operator"
 
@@ -77,6 +80,7 @@ class Kind(Generic[ObjT]):
 
 SERVICE_ACCOUNT: Kind[ServiceAccount] = Kind("ServiceAccount", "api/v1", "serviceaccounts")
 CONFIG_MAP: Kind[ConfigMap] = Kind("ConfigMap", "api/v1", "configmaps")
+SECRET: Kind[Secret] = Kind("Secret", "api/v1", "secrets")
 SERVICE: Kind[Service] = Kind("Service", "api/v1", "services")
 POD: Kind[Pod] = Kind("Pod", "api/v1", "pods")
 PERSISTENT_VOLUME_CLAIM: Kind[PersistentVolumeClaim] = Kind("PersistentVolumeClaim", "api/v1",
@@ -98,6 +102,8 @@ CLUSTER_ROLE_BINDING: Kind[RoleBinding] = Kind("ClusterRoleBinding", "apis/rbac.
 CLUSTER: Kind[ClusterResource] = Kind("Cluster", "apis/kelp.dev/v1alpha1", "clusters")
 TOPIC: Kind[TopicResource] = Kind("Topic", "apis/kelp.dev/v1alpha1", "topics")
 CONSUMER_GROUP: Kind[ConsumerGroupResource] = Kind("ConsumerGroup", "apis/kelp.dev/v1alpha1", "consumergroups")
+# cert-manager's, written only for Clusters with spec.tls.issuerRef (cert-manager must be installed then).
+CERTIFICATE: Kind[Certificate] = Kind("Certificate", "apis/cert-manager.io/v1", "certificates")
 
 # Kelp's own kinds by name (what the runner and the resync pass are asked to reconcile).
 KELP_KINDS: dict[str, Kind[KelpResource]] = {k.name: k for k in (CLUSTER, TOPIC, CONSUMER_GROUP)}
@@ -105,7 +111,7 @@ KELP_KINDS: dict[str, Kind[KelpResource]] = {k.name: k for k in (CLUSTER, TOPIC,
 KINDS: dict[str, Kind[object]] = {k.name: k for k in (
     SERVICE_ACCOUNT, CONFIG_MAP, SERVICE, POD, PERSISTENT_VOLUME_CLAIM, ROLE, ROLE_BINDING, STATEFUL_SET,
     POD_DISRUPTION_BUDGET, LEASE, EVENT, STORAGE_CLASS, CLUSTER_ROLE, CLUSTER_ROLE_BINDING, CLUSTER, TOPIC,
-    CONSUMER_GROUP)}
+    CONSUMER_GROUP, SECRET, CERTIFICATE)}
 CLUSTER_SCOPED = frozenset(k.name for k in KINDS.values() if not k.namespaced)
 
 

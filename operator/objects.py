@@ -33,7 +33,9 @@ __all__ = [
     "ClusterResourceSpec", "ReassignmentStatus", "ClusterStatus", "ClusterResource", "TopicSpec",
     "PartitionStatus", "TopicStatus", "TopicResource", "OffsetReset", "ConsumerGroupSpec", "AssignmentStatus",
     "MemberStatus", "OffsetStatus", "ConsumerGroupStatus", "ConsumerGroupResource", "ConditionStatus",
-    "KelpResource", "KelpStatus"
+    "KelpResource", "KelpStatus", "Secret", "KeyToPath", "CertificateIssuerRef", "CertificateSpec", "Certificate",
+    "ListenerAuthentication", "KafkaListenerSettings", "AuthorizationSettings", "IssuerRef", "TlsSettings",
+    "ListenerStatus", "ListenerType", "ListenerAuthType"
 ]
 
 
@@ -59,6 +61,7 @@ class ObjectMeta(TypedDict, total=False):
     labels: dict[str, str]
     annotations: dict[str, str]
     ownerReferences: list[OwnerReference]
+    finalizers: list[str]
 
 
 class KubeObject(TypedDict, total=False):
@@ -77,6 +80,48 @@ class LabelSelector(TypedDict):
 
 class ServiceAccount(KubeObject, total=False):
     pass
+
+
+class Secret(KubeObject, total=False):
+    """A core/v1 Secret: `data` values are base64 (certificates.py reads and writes them)."""
+
+    type: str
+    data: dict[str, str]
+
+
+class KeyToPath(TypedDict):
+    key: str
+    path: str
+
+
+class CertificateIssuerRef(TypedDict):
+    name: str
+    kind: str
+    group: str
+
+
+class CertificateSpec(TypedDict, total=False):
+    """cert-manager.io/v1 Certificate's spec, as far as cert_manager.py fills it."""
+
+    secretName: str
+    issuerRef: CertificateIssuerRef
+    commonName: str
+    subject: JsonObject
+    dnsNames: list[str]
+    ipAddresses: list[str]
+    duration: str
+    renewBefore: str
+    usages: list[str]
+    privateKey: JsonObject
+    additionalOutputFormats: list[JsonObject]
+    secretTemplate: JsonObject
+
+
+class Certificate(KubeObject, total=False):
+    """A cert-manager.io/v1 Certificate (with `spec.tls.issuerRef`; cert-manager writes its Secret)."""
+
+    spec: CertificateSpec
+    status: JsonObject
 
 
 class PolicyRule(TypedDict):
@@ -364,11 +409,47 @@ class ExternalListener(TypedDict, total=False):
     annotations: dict[str, str]
 
 
+ListenerType = Literal["internal", "external"]
+ListenerAuthType = Literal["none", "scram-sha-512", "tls", "plain"]
+
+
+class ListenerAuthentication(TypedDict):
+    type: ListenerAuthType
+
+
+class KafkaListenerSettings(TypedDict, total=False):
+    """One entry of `spec.listeners.kafka` (security.py reads it)."""
+
+    name: Required[str]
+    port: Required[int]
+    type: ListenerType
+    tls: bool
+    authentication: ListenerAuthentication
+
+
 class ListenerSettings(TypedDict, total=False):
     kafkaPort: int
     httpPort: int
     advertise: str
     external: ExternalListener
+    kafka: list[KafkaListenerSettings]
+
+
+class AuthorizationSettings(TypedDict, total=False):
+    type: Required[Literal["simple"]]
+    superUsers: list[str]
+
+
+class IssuerRef(TypedDict, total=False):
+    name: Required[str]
+    kind: str
+    group: str
+
+
+class TlsSettings(TypedDict, total=False):
+    issuerRef: IssuerRef
+    certificateValidityDays: int
+    renewalDays: int
 
 
 class DisruptionSettings(TypedDict, total=False):
@@ -393,6 +474,8 @@ class ClusterResourceSpec(TypedDict, total=False):
     podTemplate: PodTemplateOverrides
     podDisruptionBudget: DisruptionSettings
     reassignment: ReassignmentSettings
+    authorization: AuthorizationSettings
+    tls: TlsSettings
 
 
 class ReassignmentStatus(TypedDict, total=False):
@@ -400,6 +483,15 @@ class ReassignmentStatus(TypedDict, total=False):
     progress: int
     lastProgressTime: str
     stalledPartitions: list[str]
+
+
+class ListenerStatus(TypedDict):
+    """One Kafka listener as clients use it (`status.listeners`, with `spec.listeners.kafka`)."""
+
+    name: str
+    type: str
+    securityProtocol: str
+    bootstrapServers: str
 
 
 class ClusterStatus(TypedDict, total=False):
@@ -417,6 +509,7 @@ class ClusterStatus(TypedDict, total=False):
     leaderSkew: int | None
     preferredLeaderImbalance: int | None
     reassignment: ReassignmentStatus | None
+    listeners: list[ListenerStatus] | None
 
 
 class ClusterResource(TypedDict, total=False):

@@ -19,14 +19,17 @@ linear in their number.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
+import ssl
 
 import aiohttp
 
-from .brokers import BrokerAdmin, broker_urls
-from .kube import CLUSTER, CLUSTER_ROLE_BINDING, KELP_KINDS, KubeClient
+from .brokers import BrokerAdmin, address_mode, broker_urls, operator_tls_context
+from .kube import CLUSTER, CLUSTER_ROLE_BINDING, KELP_KINDS, SECRET, KubeApiError, KubeClient
 from .leadership import LeadershipLost
+from .pki import secret_values
 from .rack import BINDING_LABEL, orphaned_bindings
 from .resources import AdminFactory
 from .runner import Runner, status_patch
@@ -42,8 +45,26 @@ KINDS = ("Cluster", "Topic", "ConsumerGroup")
 
 
 def admin_factory(kube: KubeClient, http: aiohttp.ClientSession) -> AdminFactory:
+    """Broker admin clients; for a secured Cluster, with the operator's client certificate from its Secret (one
+    TLS context per certificate, made again when the Secret's content changes: a renewal)."""
+    contexts: dict[tuple[str, str], tuple[str, ssl.SSLContext]] = {}
+
     async def admin_for(spec: ClusterSpec) -> BrokerAdmin:
-        return BrokerAdmin(http, await broker_urls(kube, spec))
+        urls = await broker_urls(kube, spec)
+        if not spec.secured:
+            return BrokerAdmin(http, urls)
+        secret = await kube.get(SECRET, spec.namespace, spec.operator_tls_secret)
+        data = secret_values(secret)
+        digest = hashlib.sha256(b"\0".join(data.get(k, b"") for k in ("tls.crt", "tls.key", "ca.crt"))).hexdigest()
+        key = (spec.namespace, spec.name)
+        cached = contexts.get(key)
+        if cached is None or cached[0] != digest:
+            context = operator_tls_context(data, check_hostname=address_mode() == "service")
+            if context is None:
+                return BrokerAdmin(http, urls, unavailable=f"the operator's client certificate (Secret "
+                                   f"{spec.operator_tls_secret}) is not issued yet")
+            contexts[key] = cached = (digest, context)
+        return BrokerAdmin(http, urls, tls=cached[1])
     return admin_for
 
 
@@ -57,7 +78,15 @@ async def resync_once(kube: KubeClient, http: aiohttp.ClientSession | None, name
     failed = 0
     for kind in KINDS:
         mark = runner.mark()
-        items = await kube.list_everywhere(KELP_KINDS[kind], namespaces)
+        try:
+            items = await kube.list_everywhere(KELP_KINDS[kind], namespaces)
+        except KubeApiError as exc:
+            if exc.status != 404:
+                raise
+            # A CRD the API server does not have (helm never upgrades CRDs: apply crds/ after an upgrade).
+            log.warning("resync: %s is not served by the API server (%s); apply its CRD from crds/", kind, exc)
+            failed += 1
+            continue
         owners = TopicOwners().load(t for t in items if t["kind"] == "Topic") if kind == "Topic" else None
         for body in items:
             meta = body["metadata"]

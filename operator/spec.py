@@ -18,9 +18,12 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from kelp.broker.config import DYNAMIC_BROKER_KEYS, BrokerConfig, ConfigError
+from kelp.broker.config_file import KAFKA_ALIASES
+from kelp.broker.config_keys import BROKER_KEYS
 from kelp.json_types import JsonObject
 
 from .objects import ClusterResource, PodTemplateOverrides
+from .security import ListenerError, Security, owned_by_security
 
 __all__ = ["ClusterSpec", "SpecError", "OPERATOR_OWNED_KEYS", "DATA_DIR", "CONFIG_DIR", "REPLICATION_DEFAULT_KEYS",
            "DEFAULTS_ANNOTATION", "parse_defaults", "format_defaults"]
@@ -41,6 +44,8 @@ OPERATOR_OWNED_KEYS = frozenset({
 # Labels that select a cluster's broker pods (builders.selector_for): a pod template may not override them.
 SELECTOR_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component")
 CONFIG_HASH_ANNOTATION = "kelp.dev/config-hash"
+# On the broker pod template (secured layout, own CAs): the lowest CA generations the brokers trust.
+TRUST_FLOOR_ANNOTATION = "kelp.dev/trust-floor"
 # Defaults that once depended on the broker count: chosen at creation, then kept (`replication_defaults`).
 REPLICATION_DEFAULT_KEYS = ("default.replication.factor", "offsets.topic.replication.factor", "min.insync.replicas")
 # On the broker ConfigMap: the defaults chosen when the cluster was created, `key=value,key=value`.
@@ -93,6 +98,9 @@ class ClusterSpec:
     pdb_max_unavailable: int | None = None
     # Replication defaults chosen when the cluster was created (see `replication_defaults`); None: choose now.
     pinned_defaults: Mapping[str, str] | None = None
+    # spec.listeners.kafka with spec.tls and spec.authorization (security.py); None: the plain layout, one
+    # PLAINTEXT listener on kafkaPort and plain HTTP, as before issue 20.
+    security: Security | None = None
 
     @classmethod
     def from_resource(cls, body: ClusterResource, *,
@@ -108,6 +116,10 @@ class ClusterSpec:
         if resources is None:
             resources = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}}
         pod_template: PodTemplateOverrides = spec.get("podTemplate") or {}
+        try:
+            security = Security.from_spec(spec)
+        except ListenerError as exc:
+            raise SpecError(str(exc)) from None
         out = cls(
             name=str(meta.get("name", "")), namespace=str(meta.get("namespace", "")),
             uid=str(meta.get("uid", "")), generation=int(meta.get("generation") or 0),
@@ -125,6 +137,7 @@ class ClusterSpec:
             external_annotations={str(k): str(v) for k, v in (external.get("annotations") or {}).items()},
             pdb_max_unavailable=None if pdb.get("maxUnavailable") is None else int(pdb["maxUnavailable"]),
             pinned_defaults=dict(pinned_defaults) if pinned_defaults else None,
+            security=security,
         )
         out.validate()
         return out
@@ -144,10 +157,50 @@ class ClusterSpec:
 
     @property
     def bootstrap(self) -> str:
-        return f"{self.name}.{self.namespace}.svc:{self.kafka_port}"
+        """The client Service's address of the first internal Kafka listener."""
+        port = self.kafka_port
+        if self.security is not None:
+            port = next(listener.port for listener in self.security.listeners if listener.type == "internal")
+        return f"{self.name}.{self.namespace}.svc:{port}"
+
+    @property
+    def secured(self) -> bool:
+        """The secured layout (spec.listeners.kafka): TLS, authenticated listeners, HTTPS."""
+        return self.security is not None
+
+    @property
+    def external_port(self) -> int:
+        """The port of the external listener: its own in the secured layout, kafkaPort in the plain one."""
+        ext = self.security.external if self.security is not None else None
+        return ext.port if ext is not None else self.kafka_port
+
+    @property
+    def external_port_name(self) -> str:
+        ext = self.security.external if self.security is not None else None
+        return ext.port_name if ext is not None else "kafka"
 
     def pod_dns(self, ordinal: int) -> str:
         return f"{self.name}-{ordinal}.{self.headless_service}.{self.namespace}.svc"
+
+    # -- the secured layout's Secrets (certificates) -------------------------------------------------
+    def ca_secret(self, kind: str) -> str:
+        """The CA's private key (`cluster` or `clients`), as Strimzi names it."""
+        return f"{self.name}-{kind}-ca"
+
+    def ca_cert_secret(self, kind: str) -> str:
+        """The CA's trust bundle `ca.crt`, what clients mount to trust the brokers (cluster CA)."""
+        return f"{self.name}-{kind}-ca-cert"
+
+    @property
+    def broker_tls_secret(self) -> str:
+        """What the brokers mount at TLS_DIR: the operator's `-broker-certs`, or cert-manager's `-broker-tls`."""
+        cert_manager = self.security is not None and self.security.cert_manager
+        return f"{self.name}-broker-tls" if cert_manager else f"{self.name}-broker-certs"
+
+    @property
+    def operator_tls_secret(self) -> str:
+        """The operator's client certificate for this cluster's HTTPS admin API (`tls.crt`, `tls.key`, `ca.crt`)."""
+        return f"{self.name}-operator-tls"
 
     # -- validation and the broker config ------------------------------------------
     def validate(self) -> None:
@@ -161,15 +214,32 @@ class ClusterSpec:
                             f"{self.reassignment_stall_s}")
         if self.advertise not in ("dns", "podIP"):
             raise SpecError(f"spec.listeners.advertise must be dns or podIP, got {self.advertise!r}")
-        owned = sorted(set(self.config) & OPERATOR_OWNED_KEYS)
+        owned = sorted(k for k in self.config if k in OPERATOR_OWNED_KEYS or owned_by_security(k))
         if owned:
             raise SpecError(f"spec.config sets {', '.join(owned)}, which the operator manages; remove "
-                            f"{'it' if len(owned) == 1 else 'them'} (ports live under spec.listeners)")
+                            f"{'it' if len(owned) == 1 else 'them'} (ports, listeners and their TLS and "
+                            "authentication live under spec.listeners, super users under spec.authorization)")
+        if self.security is not None:
+            try:
+                self.security.validate(http_port=self.http_port, external_type=self.external_type)
+            except ListenerError as exc:
+                raise SpecError(str(exc)) from None
         try:
-            BrokerConfig.load(env={}, overrides={**self.effective_config(), "broker.id": 0,
+            BrokerConfig.load(env={}, overrides={**self._validated_config(), "broker.id": 0,
                                                  "broker.id.from.hostname": False})
         except ConfigError as exc:
             raise SpecError(f"spec.config: {exc}") from None
+
+    def _validated_config(self) -> dict[str, str | int | bool]:
+        """What the broker's validator checks: everything but the secured layout's own keys it does not know yet.
+
+        The operator builds those itself (security.py, tested there); the user's keys are all checked.
+        """
+        config = self.effective_config()
+        if self.security is None:
+            return config
+        known = set(BROKER_KEYS) | set(KAFKA_ALIASES)
+        return {k: v for k, v in config.items() if k in known or k in self.config}
 
     def _validate_knobs(self) -> None:
         labels = ((self.pod_template.get("metadata") or {}).get("labels") or {})
@@ -178,9 +248,10 @@ class ClusterSpec:
             raise SpecError(f"spec.podTemplate.metadata.labels sets {', '.join(taken)}, which select the broker pods; "
                             "use other label keys")
         annotations = ((self.pod_template.get("metadata") or {}).get("annotations") or {})
-        if CONFIG_HASH_ANNOTATION in annotations:
-            raise SpecError(f"spec.podTemplate.metadata.annotations sets {CONFIG_HASH_ANNOTATION}, which the operator "
-                            "owns (it rolls the pods when the broker config changes)")
+        for owned_annotation in (CONFIG_HASH_ANNOTATION, TRUST_FLOOR_ANNOTATION):
+            if owned_annotation in annotations:
+                raise SpecError(f"spec.podTemplate.metadata.annotations sets {owned_annotation}, which the operator "
+                                "owns (it rolls the pods when the broker config or the trusted CAs change)")
         if self.external_type not in (None, "NodePort", "LoadBalancer"):
             raise SpecError("spec.listeners.external.type must be NodePort or LoadBalancer, got "
                             f"{self.external_type!r}")
@@ -254,6 +325,15 @@ class ClusterSpec:
             "http.host": "0.0.0.0",
             "http.port": self.http_port,
         }
+        if self.security is not None:
+            # The secured layout binds its listeners from `listeners` (security.py), never `host`/`port`.
+            del owned["host"], owned["port"]
+            try:
+                owned.update(self.security.broker_config(
+                    name=self.name, namespace=self.namespace, http_port=self.http_port, advertise=self.advertise,
+                    mapping_rules=self.config.get("ssl.principal.mapping.rules")))
+            except ListenerError as exc:
+                raise SpecError(str(exc)) from None
         if self.rack_topology_key:
             # Each broker reads this label off its node at start-up (kelp.broker.cluster.rack).
             owned["broker.rack.node.label"] = self.rack_topology_key

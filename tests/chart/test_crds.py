@@ -25,7 +25,7 @@ COLUMNS = {
 STATUS_FIELDS = {
     "Cluster": {"observedGeneration", "conditions", "brokers", "controller", "topics", "unmanagedTopics",
                 "underReplicatedPartitions", "offlinePartitions", "bootstrap", "readyBrokers", "leaderSkew",
-                "preferredLeaderImbalance", "reassignment", "externalAddresses"},
+                "preferredLeaderImbalance", "reassignment", "externalAddresses", "listeners"},
     "Topic": {"observedGeneration", "conditions", "topicName", "partitions", "replicationFactor",
               "partitionStates"},
     "ConsumerGroup": {"observedGeneration", "conditions", "state", "members", "memberList", "offsets",
@@ -33,7 +33,7 @@ STATUS_FIELDS = {
 }
 SPEC_FIELDS = {
     "Cluster": {"brokers", "image", "imagePullPolicy", "storage", "resources", "config", "rack", "listeners",
-                "reassignment", "podTemplate", "podDisruptionBudget"},
+                "reassignment", "podTemplate", "podDisruptionBudget", "authorization", "tls"},
     "Topic": {"cluster", "topicName", "partitions", "replicationFactor", "config", "deletePolicy"},
     "ConsumerGroup": {"cluster", "groupId", "resetOffsets"},
 }
@@ -104,7 +104,7 @@ def test_conditions_have_the_metav1_condition_shape(crds: dict[str, dict]) -> No
         assert item["properties"]["status"]["enum"] == ["True", "False", "Unknown"]
         shapes.append({k: {f: v for f, v in p.items() if f != "description"}
                        for k, p in item["properties"].items()})
-    assert shapes[0] == shapes[1] == shapes[2], "the three CRDs' condition schemas drifted apart"
+    assert all(shape == shapes[0] for shape in shapes), "the CRDs' condition schemas drifted apart"
     reason = to_json_schema(shapes[0]["reason"])
     jsonschema.validate("BrokersNotReady", reason)
     with pytest.raises(jsonschema.ValidationError):
@@ -128,3 +128,26 @@ def test_transition_and_cross_field_rules(crds: dict[str, dict]) -> None:
     reset = _rules(group["properties"]["resetOffsets"])
     assert "self.to != 'timestamp' || has(self.timestamp)" in reset
     assert "self.to != 'offset' || has(self.offset)" in reset
+
+
+def test_secured_layout_rules(crds: dict[str, dict]) -> None:
+    """The rules the API server enforces on spec.listeners.kafka, spec.tls and spec.authorization (the operator's
+    own checks say the same, tests/kelp_operator/test_security_config.py; the kube tier runs the CEL)."""
+    spec = openapi_schema(crds["Cluster"])["properties"]["spec"]
+    listeners = spec["properties"]["listeners"]
+    kafka = listeners["properties"]["kafka"]
+    assert kafka["x-kubernetes-list-type"] == "map" and kafka["x-kubernetes-list-map-keys"] == ["name"]
+    assert kafka["items"]["properties"]["name"]["pattern"] == "^[a-z][a-z0-9]{0,10}$"
+    assert kafka["items"]["properties"]["authentication"]["properties"]["type"]["enum"] == [
+        "none", "scram-sha-512", "tls", "plain"]
+    rules = _rules(listeners)
+    assert "has(self.kafka) == has(oldSelf.kafka)" in rules
+    assert any("exists_one(m, m.port == l.port)" in r for r in rules)
+    assert any("l.port != 9091" in r for r in rules)
+    assert any("size() <= 1" in r for r in rules)
+    assert any("self.name != 'replication'" in r for r in _rules(kafka["items"]))
+    assert any("self.renewalDays < self.certificateValidityDays" in r for r in _rules(spec["properties"]["tls"]))
+    assert any("has(self.listeners.kafka)" in r and "self.tls" in r for r in _rules(spec))
+    assert any("has(self.listeners.kafka)" in r and "self.authorization" in r for r in _rules(spec))
+    assert spec["properties"]["authorization"]["properties"]["type"]["enum"] == ["simple"]
+

@@ -60,7 +60,8 @@ def test_the_docs_show_every_kind_and_the_production_knobs() -> None:
                  "podTemplate.tolerations", "podTemplate.topologySpreadConstraints", "podTemplate.securityContext",
                  "podTemplate.nodeSelector", "podTemplate.priorityClassName", "reassignment.stallTimeoutSeconds",
                  "listeners.external.type", "listeners.external.nodePorts", "listeners.external.annotations",
-                 "podDisruptionBudget.maxUnavailable", "config"):
+                 "podDisruptionBudget.maxUnavailable", "config", "listeners.kafka", "authorization.type",
+                 "authorization.superUsers", "tls.certificateValidityDays", "tls.renewalDays"):
         assert path in shown, f"docs/operator.md has no example of spec.{path}"
     types = {doc["spec"].get("listeners", {}).get("external", {}).get("type") for _l, doc in EXAMPLES
              if doc["kind"] == "Cluster"}

@@ -473,3 +473,45 @@ def test_stale_update_is_refused_with_conflict(custom, kube_namespace) -> None:
     assert "the object has been modified" in message
     got = custom.get_namespaced_custom_object(GROUP, VERSION, ns, "topics", "payments")
     assert got["spec"]["partitions"] == 4
+
+
+# -- issue 20: the secured layout's rules (docs/operator.md, "Security") ----------------------------------------
+
+def _listener(name: str, port: int, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "port": port, **extra}
+
+
+SECURED = {"listeners": {"kafka": [_listener("tls", 9093, tls=True, authentication={"type": "scram-sha-512"})]},
+           "authorization": {"type": "simple", "superUsers": ["admin"]}}
+
+
+@pytest.mark.parametrize("spec, fragment", [
+    ({"listeners": {"kafka": [_listener("a", 9092), _listener("b", 9092)]}}, "ports must be unique"),
+    ({"listeners": {"kafka": [_listener("a", 9091)]}}, "must differ from 9091"),
+    ({"listeners": {"kafka": [_listener("a", 8080)]}}, "must differ from 9091"),
+    ({"listeners": {"kafka": [_listener("replication", 9092)]}}, "the operator's own inter-broker listener"),
+    ({"listeners": {"kafka": [_listener("a", 9092, authentication={"type": "tls"})]}}, "needs tls true"),
+    ({"listeners": {"kafka": [_listener("e", 9092, type="external")], "external": {"type": "NodePort"}}},
+     "at least one internal"),
+    ({"listeners": {"kafka": [_listener("a", 9092), _listener("e", 9093, type="external")]}},
+     "needs spec.listeners.external"),
+    ({"tls": {"renewalDays": 10}}, "spec.tls needs spec.listeners.kafka"),
+    ({"authorization": {"type": "simple"}}, "spec.authorization needs spec.listeners.kafka"),
+    ({**SECURED, "tls": {"certificateValidityDays": 10, "renewalDays": 10}}, "renewalDays must be less"),
+])
+def test_secured_layout_rules(custom, kube_namespace, spec, fragment) -> None:
+    status, message = refused(create, custom, kube_namespace, resource("Cluster", "bad", spec))
+    assert status == 422 and fragment in message, message
+
+
+def test_the_secured_layout_cannot_be_added_or_removed(custom, kube_namespace) -> None:
+    ns = kube_namespace
+    create(custom, ns, resource("Cluster", "plain", {}))
+    status, message = refused(patch, custom, ns, "Cluster", "plain", {"spec": SECURED})
+    assert status == 422 and "cannot be added to or removed from an existing Cluster" in message
+    created = create(custom, ns, resource("Cluster", "secured", SECURED))
+    assert created["spec"]["listeners"]["kafka"][0]["type"] == "internal"  # the server's default
+    more = [*SECURED["listeners"]["kafka"], _listener("plain", 9092)]
+    assert len(patch(custom, ns, "Cluster", "secured", {"spec": {"listeners": {"kafka": more}}})
+               ["spec"]["listeners"]["kafka"]) == 2
+

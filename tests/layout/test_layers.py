@@ -57,7 +57,10 @@ def _violations(start: str, forbidden: tuple[str, ...]) -> list[str]:
         *[(m, tuple(n for n in NETWORKING if n != "socket")
            + ("kubernetes", "kopf", "kelp.operator.kube", "kelp.operator.brokers", "kelp.operator.handlers",
               "kelp.broker.cluster"))
-          for m in ("kelp.operator.builders", "kelp.operator.spec", "kelp.operator.status")],
+          for m in ("kelp.operator.builders", "kelp.operator.spec", "kelp.operator.status",
+                    # issue 20: the secured layout's keys, the certificates and their rotation
+                    "kelp.operator.security", "kelp.operator.certificates", "kelp.operator.pki",
+                    "kelp.operator.tls_builders")],
         # The Kafka-protocol client core serves the broker and the Spark source alike, so it imports neither
         # (nor the operator or the CLI), and it is the networking: no client library's connections.
         ("kelp.kafka_client", ("kelp.broker", "kelp.operator", "kelp.cli", "kelp.spark", "pyspark", "aiohttp",
