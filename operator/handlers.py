@@ -1,4 +1,4 @@
-"""kopf handlers: events on Cluster, Topic and ConsumerGroup resources, wired to `reconcile`.
+"""kopf handlers: events on Cluster, Topic, ConsumerGroup and KelpUser resources, wired to `reconcile`.
 
 Why: kopf owns watching, retries with backoff and finalizers; this module
 only says which events trigger which reconciliation. Every reconciliation
@@ -16,11 +16,14 @@ every resource every `KELP_OPERATOR_RESYNC_SECONDS`, repairing drift and
 refreshing observed state such as lag. It is one loop, not kopf timers,
 because kopf puts a finalizer on every object that has a timer.
 
-Finalizers: only a Topic with `deletePolicy: delete` gets one (it must
-delete the Kafka topic before the resource goes). A Topic that retains its
-topic, a Cluster and a ConsumerGroup have none, so deleting a namespace
-never waits for the operator; and the Topic finalizer lets go as soon as
-its Cluster is gone.
+Finalizers: a Topic with `deletePolicy: delete` gets kopf's (it must
+delete the Kafka topic before the resource goes); a KelpUser gets the
+operator's own `kelp.dev/user-cleanup` (its credential and ACLs go first),
+handled through kopf's raw events and the resync pass, not a kopf deletion
+handler (kopf's one finalizer name is the Topics'). A Topic that retains
+its topic, a Cluster and a ConsumerGroup have none, so deleting a namespace
+never waits for the operator; and both finalizers let go as soon as their
+Cluster is gone or being deleted.
 """
 
 from __future__ import annotations
@@ -123,6 +126,30 @@ async def topic_deleted(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, *
         raise kopf.TemporaryError(str(exc), delay=10) from None
     except AdminError as exc:
         raise kopf.TemporaryError(f"cannot delete the topic yet: {exc.message}", delay=10) from None
+
+
+# -- KelpUser ---------------------------------------------------------------------------------
+
+@kopf.on.resume(GROUP, VERSION, "kelpusers")
+@kopf.on.create(GROUP, VERSION, "kelpusers")
+@kopf.on.update(GROUP, VERSION, "kelpusers")
+async def user_changed(body: kopf.Body, memo: kopf.Memo, **_: object) -> None:
+    await _reconcile(memo, "KelpUser", body)
+
+
+@kopf.on.event(GROUP, VERSION, "kelpusers")
+async def user_event(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: object) -> None:
+    """A deleted KelpUser: its credential and ACLs go, then the operator's own finalizer (not kopf's, which is
+    named for Topics); the resync pass retries what this could not finish."""
+    if not (body.get("metadata") or {}).get("deletionTimestamp"):
+        return
+    try:
+        done = await memo.runner.finalize("KelpUser", body["metadata"]["namespace"], body["metadata"]["name"])
+    except LeadershipLost as exc:
+        logger.warning("KelpUser clean-up stopped: %s", exc)
+        return
+    if done:
+        logger.info(done)
 
 
 # -- ConsumerGroup ------------------------------------------------------------------------

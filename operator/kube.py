@@ -38,6 +38,7 @@ from .objects import (
     ConsumerGroupResource,
     Event,
     KelpResource,
+    KelpUserResource,
     KubeObject,
     PersistentVolumeClaim,
     Pod,
@@ -56,7 +57,7 @@ __all__ = ["KubeClient", "KubeApiError", "FIELD_MANAGER", "resource_path", "Kind
            "KELP_KINDS", "CLUSTER_SCOPED", "SERVICE_ACCOUNT", "CONFIG_MAP", "SERVICE", "POD",
            "PERSISTENT_VOLUME_CLAIM", "ROLE", "ROLE_BINDING", "STATEFUL_SET", "POD_DISRUPTION_BUDGET", "LEASE", "EVENT",
            "STORAGE_CLASS", "CLUSTER_ROLE", "CLUSTER_ROLE_BINDING", "CLUSTER", "TOPIC", "CONSUMER_GROUP", "SECRET",
-           "CERTIFICATE"]
+           "KELP_USER", "CERTIFICATE"]
 
 FIELD_MANAGER = "kelp-operator"
 
@@ -102,16 +103,17 @@ CLUSTER_ROLE_BINDING: Kind[RoleBinding] = Kind("ClusterRoleBinding", "apis/rbac.
 CLUSTER: Kind[ClusterResource] = Kind("Cluster", "apis/kelp.dev/v1alpha1", "clusters")
 TOPIC: Kind[TopicResource] = Kind("Topic", "apis/kelp.dev/v1alpha1", "topics")
 CONSUMER_GROUP: Kind[ConsumerGroupResource] = Kind("ConsumerGroup", "apis/kelp.dev/v1alpha1", "consumergroups")
+KELP_USER: Kind[KelpUserResource] = Kind("KelpUser", "apis/kelp.dev/v1alpha1", "kelpusers")
 # cert-manager's, written only for Clusters with spec.tls.issuerRef (cert-manager must be installed then).
 CERTIFICATE: Kind[Certificate] = Kind("Certificate", "apis/cert-manager.io/v1", "certificates")
 
 # Kelp's own kinds by name (what the runner and the resync pass are asked to reconcile).
-KELP_KINDS: dict[str, Kind[KelpResource]] = {k.name: k for k in (CLUSTER, TOPIC, CONSUMER_GROUP)}
+KELP_KINDS: dict[str, Kind[KelpResource]] = {k.name: k for k in (CLUSTER, TOPIC, CONSUMER_GROUP, KELP_USER)}
 # Every kind the operator reads or writes, by name (a manifest's `kind` finds its path here).
 KINDS: dict[str, Kind[object]] = {k.name: k for k in (
     SERVICE_ACCOUNT, CONFIG_MAP, SERVICE, POD, PERSISTENT_VOLUME_CLAIM, ROLE, ROLE_BINDING, STATEFUL_SET,
     POD_DISRUPTION_BUDGET, LEASE, EVENT, STORAGE_CLASS, CLUSTER_ROLE, CLUSTER_ROLE_BINDING, CLUSTER, TOPIC,
-    CONSUMER_GROUP, SECRET, CERTIFICATE)}
+    CONSUMER_GROUP, SECRET, KELP_USER, CERTIFICATE)}
 CLUSTER_SCOPED = frozenset(k.name for k in KINDS.values() if not k.namespaced)
 
 

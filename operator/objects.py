@@ -35,7 +35,9 @@ __all__ = [
     "MemberStatus", "OffsetStatus", "ConsumerGroupStatus", "ConsumerGroupResource", "ConditionStatus",
     "KelpResource", "KelpStatus", "Secret", "KeyToPath", "CertificateIssuerRef", "CertificateSpec", "Certificate",
     "ListenerAuthentication", "KafkaListenerSettings", "AuthorizationSettings", "IssuerRef", "TlsSettings",
-    "ListenerStatus", "ListenerType", "ListenerAuthType"
+    "ListenerStatus", "UserAuthentication", "AclResource", "AclRule", "UserAuthorization", "KelpUserSpec",
+    "KelpUserStatus", "KelpUserResource", "ListenerType", "ListenerAuthType", "UserAuthType", "AclResourceType",
+    "AclPatternType", "AclOperationName", "AclType"
 ]
 
 
@@ -609,6 +611,60 @@ class ConsumerGroupResource(TypedDict, total=False):
     status: ConsumerGroupStatus
 
 
+UserAuthType = Literal["scram-sha-512", "tls"]
+AclResourceType = Literal["topic", "group", "cluster", "transactionalId"]
+AclPatternType = Literal["literal", "prefix"]
+AclOperationName = Literal["Read", "Write", "Create", "Delete", "Alter", "Describe", "ClusterAction", "AlterConfigs",
+                           "DescribeConfigs", "IdempotentWrite", "All"]
+AclType = Literal["allow", "deny"]
+
+
+class UserAuthentication(TypedDict):
+    type: UserAuthType
+
+
+class AclResource(TypedDict, total=False):
+    type: Required[AclResourceType]
+    name: str
+    patternType: AclPatternType
+
+
+class AclRule(TypedDict, total=False):
+    """One entry of a KelpUser's `spec.authorization.acls` (Strimzi's AclRule)."""
+
+    resource: Required[AclResource]
+    operations: Required[list[AclOperationName]]
+    host: str
+    type: AclType
+
+
+class UserAuthorization(TypedDict, total=False):
+    type: Required[Literal["simple"]]
+    acls: list[AclRule]
+
+
+class KelpUserSpec(TypedDict, total=False):
+    cluster: str  # required by the CRD
+    authentication: UserAuthentication  # required by the CRD
+    authorization: UserAuthorization
+
+
+class KelpUserStatus(TypedDict, total=False):
+    observedGeneration: int
+    conditions: list[Condition]
+    username: str | None
+    principal: str | None
+    secret: str | None
+
+
+class KelpUserResource(TypedDict, total=False):
+    apiVersion: str
+    kind: Required[Literal["KelpUser"]]
+    metadata: Required[ObjectMeta]
+    spec: KelpUserSpec
+    status: KelpUserStatus
+
+
 # One of Kelp's resources; `body["kind"]` tells which (mypy narrows on it).
-KelpResource = ClusterResource | TopicResource | ConsumerGroupResource
-KelpStatus = ClusterStatus | TopicStatus | ConsumerGroupStatus
+KelpResource = ClusterResource | TopicResource | ConsumerGroupResource | KelpUserResource
+KelpStatus = ClusterStatus | TopicStatus | ConsumerGroupStatus | KelpUserStatus

@@ -46,6 +46,7 @@ from .spec import DEFAULTS_ANNOTATION, ClusterSpec, SpecError, parse_defaults
 from .status import Observed, cluster_status, condition
 from .storage import reconcile_storage
 from .topics import TopicOwners, delete_topic, reconcile_topic, topic_name_of
+from .users import reconcile_user
 
 __all__ = ["reconcile", "reconcile_cluster", "reconcile_topic", "reconcile_group", "delete_topic", "topic_name_of",
            "observe", "REBALANCE_ANNOTATION"]
@@ -242,4 +243,6 @@ async def reconcile(body: KelpResource, kube: KubeClient, admin_for: AdminFactor
         return await reconcile_cluster(body, kube, admin_for, events=events, clock_ms=clock_ms)
     if body["kind"] == "Topic":
         return await reconcile_topic(body, kube, admin_for, owners=owners, events=events)
+    if body["kind"] == "KelpUser":
+        return await reconcile_user(body, kube, admin_for, events=events, clock_ms=clock_ms)
     return await reconcile_group(body, kube, admin_for, events=events)

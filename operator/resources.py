@@ -21,6 +21,7 @@ from .objects import (
     ClusterStatus,
     Condition,
     ConsumerGroupResource,
+    KelpUserResource,
     KubeObject,
     Pod,
     TopicResource,
@@ -45,11 +46,12 @@ REFUSED_STATUSES = (400, 403, 422)
 PAUSE_ANNOTATION = "kelp.dev/pause-reconciliation"
 
 
-def paused(body: ClusterResource | TopicResource | ConsumerGroupResource) -> bool:
+def paused(body: ClusterResource | TopicResource | ConsumerGroupResource | KelpUserResource) -> bool:
     return ((body.get("metadata") or {}).get("annotations") or {}).get(PAUSE_ANNOTATION) == "true"
 
 
-async def cluster_of(body: TopicResource | ConsumerGroupResource, kube: KubeClient) -> ClusterSpec | Condition:
+async def cluster_of(body: TopicResource | ConsumerGroupResource | KelpUserResource,
+                     kube: KubeClient) -> ClusterSpec | Condition:
     """The spec of the resource's Cluster, or a Ready=False condition saying why there is none."""
     ns = body["metadata"]["namespace"]
     ref = (body.get("spec") or {}).get("cluster", "")

@@ -41,7 +41,7 @@ __all__ = ["resync_loop", "resync_once", "collect_rack_bindings", "status_patch"
 log = logging.getLogger("kelp.operator")
 
 RESYNC_S = float(os.environ.get("KELP_OPERATOR_RESYNC_SECONDS", "15"))
-KINDS = ("Cluster", "Topic", "ConsumerGroup")
+KINDS = ("Cluster", "Topic", "ConsumerGroup", "KelpUser")
 
 
 def admin_factory(kube: KubeClient, http: aiohttp.ClientSession) -> AdminFactory:
@@ -90,9 +90,12 @@ async def resync_once(kube: KubeClient, http: aiohttp.ClientSession | None, name
         owners = TopicOwners().load(t for t in items if t["kind"] == "Topic") if kind == "Topic" else None
         for body in items:
             meta = body["metadata"]
-            if meta.get("deletionTimestamp"):
-                continue
             try:
+                if meta.get("deletionTimestamp"):
+                    # A KelpUser's own finalizer: its credential and ACLs go first (kopf's on.event may have
+                    # missed the deletion, or the brokers were unreachable then).
+                    await runner.finalize(kind, meta["namespace"], meta["name"])
+                    continue
                 await runner.reconcile(kind, meta["namespace"], meta["name"], listed=body, listed_after=mark,
                                        owners=owners)
             except (LeadershipLost, asyncio.CancelledError):

@@ -28,6 +28,7 @@ from typing import Mapping, Sequence
 
 from kelp.clock import WallClockMs, wall_clock_ms
 
+from .brokers import AdminError
 from .events import Recorder
 from .kube import KELP_KINDS, KubeClient
 from .leadership import LeadershipLost
@@ -36,6 +37,7 @@ from .reconcile import reconcile
 from .resources import AdminFactory
 from .status import condition, merge_conditions, rfc3339
 from .topics import TopicOwners
+from .users import finalize_user
 
 __all__ = ["Runner", "status_patch"]
 
@@ -105,6 +107,24 @@ class Runner:
             finally:
                 self._finished += 1
                 self._last[key] = self._finished
+
+    async def finalize(self, kind: str, namespace: str, name: str) -> str | None:
+        """Clean up after a deleted object that carries the operator's own finalizer (KelpUser: its credential and
+        ACLs); None when there is nothing to do. AdminError propagates while the brokers cannot be asked."""
+        if kind != "KelpUser":
+            return None
+        async with self.lock(kind, namespace, name):
+            body = await self.kube.get(KELP_KINDS[kind], namespace, name)
+            if body is None or body["kind"] != "KelpUser" or not (body.get("metadata") or {}).get("deletionTimestamp"):
+                return None
+            events = Recorder(self.kube, instance=self.instance, clock_ms=self.clock_ms)
+            try:
+                return await finalize_user(body, self.kube, self.admin_for, events=events)
+            except AdminError as exc:
+                # The finalizer stays; the next resync pass (or event) tries again.
+                await events.emit(body, "UserCleanupWaiting", f"the credential and ACLs of the deleted KelpUser are "
+                                  f"not removed yet: {exc.message}; retried", warning=True)
+                return None
 
     def forget(self, kind: str, alive: set[tuple[str, str]]) -> None:
         """Drop the locks of objects of `kind` no longer listed (never one that is held or awaited)."""

@@ -28,7 +28,7 @@ CRD_DIR = REPO / "crds"
 CHART_DIR = REPO / "charts" / "kelp"
 EXAMPLES_DIR = REPO / "examples"
 GROUP, VERSION = "kelp.dev", "v1alpha1"
-KINDS = ("Cluster", "Topic", "ConsumerGroup")
+KINDS = ("Cluster", "Topic", "ConsumerGroup", "KelpUser")
 
 
 def crd_files() -> list[Path]:

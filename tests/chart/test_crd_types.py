@@ -21,7 +21,7 @@ from kelp.operator import objects
 from tests.chart.crd_schema import load_crds, openapi_schema
 
 RESOURCES = {"Cluster": objects.ClusterResource, "Topic": objects.TopicResource,
-             "ConsumerGroup": objects.ConsumerGroupResource}
+             "ConsumerGroup": objects.ConsumerGroupResource, "KelpUser": objects.KelpUserResource}
 
 
 def _hints(typed: type) -> dict[str, Any]:

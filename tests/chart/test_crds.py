@@ -1,7 +1,7 @@
 """The CRDs of crds/ against docs/operator.md, without an API server.
 
 What users rely on: `kubectl explain` documents every field, `kubectl get kelp`
-lists all three kinds with useful columns, the operator's status writes are
+lists all four kinds with useful columns, the operator's status writes are
 never pruned, and the API server refuses the edits Kafka cannot do.
 """
 
@@ -13,13 +13,15 @@ import pytest
 from tests.chart.crd_schema import GROUP, KINDS, VERSION, load_crds, openapi_schema, to_json_schema, version_of, walk
 
 READY_PATH = '.status.conditions[?(@.type=="Ready")].status'
-SHORT_NAMES = {"Cluster": ["kc", "kelpcluster", "kelpclusters"], "Topic": ["kt"], "ConsumerGroup": ["kcg"]}
-PLURALS = {"Cluster": "clusters", "Topic": "topics", "ConsumerGroup": "consumergroups"}
+SHORT_NAMES = {"Cluster": ["kc", "kelpcluster", "kelpclusters"], "Topic": ["kt"], "ConsumerGroup": ["kcg"],
+               "KelpUser": ["ku"]}
+PLURALS = {"Cluster": "clusters", "Topic": "topics", "ConsumerGroup": "consumergroups", "KelpUser": "kelpusers"}
 COLUMNS = {
     "Cluster": ["Ready", "Brokers", "Controller", "Under-Replicated", "Operation", "Offline", "Leader-Skew",
                 "Bootstrap", "Age"],
     "Topic": ["Cluster", "Topic", "Partitions", "RF", "Ready", "Age"],
     "ConsumerGroup": ["Cluster", "State", "Members", "Lag", "Ready", "Age"],
+    "KelpUser": ["Cluster", "Authentication", "Principal", "Ready", "Age"],
 }
 # What the operator writes (docs/operator.md); pruning would drop anything else.
 STATUS_FIELDS = {
@@ -30,12 +32,14 @@ STATUS_FIELDS = {
               "partitionStates"},
     "ConsumerGroup": {"observedGeneration", "conditions", "state", "members", "memberList", "offsets",
                       "totalLag", "lastAppliedRequestId"},
+    "KelpUser": {"observedGeneration", "conditions", "username", "principal", "secret"},
 }
 SPEC_FIELDS = {
     "Cluster": {"brokers", "image", "imagePullPolicy", "storage", "resources", "config", "rack", "listeners",
                 "reassignment", "podTemplate", "podDisruptionBudget", "authorization", "tls"},
     "Topic": {"cluster", "topicName", "partitions", "replicationFactor", "config", "deletePolicy"},
     "ConsumerGroup": {"cluster", "groupId", "resetOffsets"},
+    "KelpUser": {"cluster", "authentication", "authorization"},
 }
 
 
@@ -151,3 +155,14 @@ def test_secured_layout_rules(crds: dict[str, dict]) -> None:
     assert any("has(self.listeners.kafka)" in r and "self.authorization" in r for r in _rules(spec))
     assert spec["properties"]["authorization"]["properties"]["type"]["enum"] == ["simple"]
 
+
+def test_kelpuser_rules(crds: dict[str, dict]) -> None:
+    schema = openapi_schema(crds["KelpUser"])
+    assert any("self.metadata.name.size() <= 64" in r for r in _rules(schema))
+    spec = schema["properties"]["spec"]
+    assert spec["required"] == ["cluster", "authentication"]
+    assert _rules(spec["properties"]["cluster"]) == ["self == oldSelf"]
+    assert spec["properties"]["authentication"]["properties"]["type"]["enum"] == ["scram-sha-512", "tls"]
+    rule = spec["properties"]["authorization"]["properties"]["acls"]["items"]
+    assert rule["properties"]["resource"]["properties"]["patternType"]["enum"] == ["literal", "prefix"]
+    assert rule["properties"]["type"]["default"] == "allow" and rule["properties"]["host"]["default"] == "*"

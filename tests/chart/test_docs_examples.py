@@ -51,7 +51,7 @@ def schemas() -> dict[str, dict]:
 
 
 def test_the_docs_show_every_kind_and_the_production_knobs() -> None:
-    assert {doc["kind"] for _line, doc in EXAMPLES} == {"Cluster", "Topic", "ConsumerGroup"}
+    assert {doc["kind"] for _line, doc in EXAMPLES} == {"Cluster", "Topic", "ConsumerGroup", "KelpUser"}
     shown = set()
     for _line, doc in EXAMPLES:
         if doc["kind"] == "Cluster":
@@ -66,6 +66,8 @@ def test_the_docs_show_every_kind_and_the_production_knobs() -> None:
     types = {doc["spec"].get("listeners", {}).get("external", {}).get("type") for _l, doc in EXAMPLES
              if doc["kind"] == "Cluster"}
     assert {"NodePort", "LoadBalancer"} <= types
+    users = {doc["spec"]["authentication"]["type"] for _l, doc in EXAMPLES if doc["kind"] == "KelpUser"}
+    assert users == {"scram-sha-512", "tls"}
 
 
 def _paths(node: Any, prefix: str = "") -> set[str]:

@@ -141,3 +141,47 @@ def test_schema_refuses(schemas: dict[str, dict], kind: str, spec: dict, where: 
     with pytest.raises(jsonschema.ValidationError) as refused:
         validate(_resource(kind, spec), schemas)
     assert where in (str(refused.value.message) + ".".join(map(str, refused.value.absolute_path)))
+
+
+def _security_examples() -> list[dict]:
+    import yaml
+
+    from tests.chart.crd_schema import EXAMPLES_DIR
+
+    return [doc for path in sorted((EXAMPLES_DIR / "security").glob("*.yaml"))
+            for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
+
+
+def test_the_security_examples_are_valid_and_fit_together(schemas: dict[str, dict]) -> None:
+    """examples/security/: a Cluster with a TLS+SCRAM listener, KelpUsers of it, and a client Pod using a user's
+    Secret — each valid for its schema (the Pod for Kubernetes 1.34), the Cluster and the ACLs for the operator."""
+    import kubernetes_validate
+
+    from kelp.operator.builders import cluster_children
+    from kelp.operator.spec import ClusterSpec
+    from kelp.operator.user_builders import MOUNT_DIR, acl_bindings
+
+    docs = _security_examples()
+    kinds = sorted(doc["kind"] for doc in docs)
+    assert kinds == ["Cluster", "KelpUser", "KelpUser", "Pod"]
+    (cluster,) = [d for d in docs if d["kind"] == "Cluster"]
+    users = [d for d in docs if d["kind"] == "KelpUser"]
+    (pod,) = [d for d in docs if d["kind"] == "Pod"]
+    for doc in (cluster, *users):
+        validate(doc, schemas)
+    spec = ClusterSpec.from_resource(apply_defaults({**cluster, "metadata": {**cluster["metadata"],
+                                                                             "namespace": "team-a"}},
+                                                    schemas["Cluster"]))
+    assert spec.security is not None and spec.security.super_users == ("User:admin",)
+    protocols = {listener.name: listener.security_protocol for listener in spec.security.listeners}
+    assert protocols == {"tls": "SASL_SSL", "mtls": "SSL"}
+    for manifest in cluster_children(spec, trust_floor="cluster=0,clients=0"):
+        kubernetes_validate.validate(manifest, "1.34", strict=True)
+    assert {u["spec"]["authentication"]["type"] for u in users} == {"scram-sha-512", "tls"}
+    for user in users:
+        assert user["spec"]["cluster"] == cluster["metadata"]["name"]
+        acl_bindings(user["spec"]["authorization"]["acls"], f"User:{user['metadata']['name']}")
+    kubernetes_validate.validate(pod, "1.34", strict=True)
+    (volume,) = pod["spec"]["volumes"]
+    assert volume["secret"]["secretName"] in {u["metadata"]["name"] for u in users}
+    assert pod["spec"]["containers"][0]["volumeMounts"][0]["mountPath"] == MOUNT_DIR

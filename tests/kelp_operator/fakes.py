@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import urllib.parse
 from typing import Any, Awaitable, Callable, Mapping
 
 from kelp.broker.cluster.kube_api import KubeApiError
@@ -215,6 +216,10 @@ class FakeAdmin(BrokerAdmin):
         self.unreachable = False
         self.dynamic: dict[str, str] = {}  # the cluster-wide dynamic broker configs (/admin/v1/brokers/configs)
         self.groups: dict[str, dict] = {}  # group id -> its describe answer (state, members, offsets)
+        # Issue 20's admin contract: ACL bindings (Kafka's names) and SCRAM credentials per user and mechanism
+        # (what PUT carried: iterations, salt, saltedPassword — never a password).
+        self.acls: list[dict] = []
+        self.scram: dict[str, dict[str, dict]] = {}
 
     def describe(self, name: str) -> dict:
         parts = []
@@ -278,6 +283,8 @@ class FakeAdmin(BrokerAdmin):
             return {"reassignments": self._moves()}
         if (method, path) == ("POST", "/admin/v1/partitions/elect-leaders"):
             return self._elect()
+        if path.startswith("/admin/v1/acls") or path.startswith("/admin/v1/users"):
+            return self._security(method, path, body)
         if path == "/admin/v1/brokers/configs" and method in ("GET", "PATCH"):
             for key, value in ((body or {}).get("configs") or {}).items() if method == "PATCH" else ():
                 if value is None:
@@ -292,6 +299,58 @@ class FakeAdmin(BrokerAdmin):
 
     async def group_request(self, method: str, path: str, body: Any = None) -> Any:
         return await self.request(method, path, body)
+
+    # -- the security endpoints of the admin contract (issue 20) ---------------------------------------------------
+    ACL_FIELDS = ("resourceType", "resourceName", "patternType", "principal", "host", "operation", "permission")
+
+    @staticmethod
+    def acl_matches(acl_filter: dict, binding: dict) -> bool:
+        """Exact match per given field, ANY (and MATCH for patternType, literally here) or absence match all."""
+        for field in FakeAdmin.ACL_FIELDS:
+            wanted = acl_filter.get(field)
+            if wanted is None or wanted in ("ANY", "MATCH"):
+                continue
+            if binding[field] != wanted:
+                return False
+        return True
+
+    def _security(self, method: str, path: str, body: Any) -> Any:
+        parsed = urllib.parse.urlsplit(path)
+        query = dict(urllib.parse.parse_qsl(parsed.query))
+        route = parsed.path
+        if (method, route) == ("GET", "/admin/v1/acls"):
+            return {"acls": [copy.deepcopy(b) for b in self.acls if self.acl_matches(query, b)]}
+        if (method, route) == ("POST", "/admin/v1/acls"):
+            results = []
+            for binding in body["acls"]:
+                assert set(binding) == set(self.ACL_FIELDS), f"not a binding of the contract: {binding}"
+                if binding not in self.acls:
+                    self.acls.append(copy.deepcopy(binding))
+                results.append({"error": None})
+            return {"results": results}
+        if (method, route) == ("POST", "/admin/v1/acls/delete"):
+            results = []
+            for acl_filter in body["filters"]:
+                deleted = [b for b in self.acls if self.acl_matches(acl_filter, b)]
+                self.acls = [b for b in self.acls if b not in deleted]
+                results.append({"error": None, "deleted": deleted})
+            return {"results": results}
+        if (method, route) == ("GET", "/admin/v1/users"):
+            return {"users": [{"name": name, "credentials": [{"mechanism": m, "iterations": c["iterations"]}
+                                                             for m, c in sorted(creds.items())]}
+                              for name, creds in sorted(self.scram.items()) if creds]}
+        if route.startswith("/admin/v1/users/") and route.endswith("/scram-credentials"):
+            name = urllib.parse.unquote(route.split("/")[4])
+            if method == "PUT":
+                assert set(body) == {"mechanism", "iterations", "salt", "saltedPassword"}, body
+                self.scram.setdefault(name, {})[body["mechanism"]] = copy.deepcopy(body)
+                return {}
+            if method == "DELETE":
+                if query.get("mechanism") not in self.scram.get(name, {}):
+                    raise AdminError(404, f"user '{name}' has no {query.get('mechanism')} credential")
+                del self.scram[name][query["mechanism"]]
+                return {}
+        raise AssertionError(f"FakeAdmin: unexpected {method} {path}")
 
     def writes(self) -> list[tuple[str, str]]:
         """(method, path) of every call that would change the brokers' state."""

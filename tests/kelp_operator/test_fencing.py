@@ -147,3 +147,48 @@ def test_the_topic_finalizer_stays_when_the_lease_is_lost(tmp_path) -> None:
             await handlers.topic_deleted(body=topic, memo=memo, logger=logging.getLogger("test"))
         assert "orders" in admin.topics
     asyncio.run(scenario())
+
+
+SECURED = resource("Cluster", "demo", {"brokers": 3, "authorization": {"type": "simple"}, "listeners": {"kafka": [
+    {"name": "scram", "port": 9092, "tls": True, "authentication": {"type": "scram-sha-512"}}]}})
+
+
+async def secured_kube() -> FakeKube:
+    """A secured Cluster whose CAs exist (reconciled by a replica that held the Lease)."""
+    from kelp.operator.reconcile import reconcile_cluster
+
+    kube = FakeKube(SECURED, statefulset("demo", 3), *(broker_pod("demo", n) for n in range(3)))
+    await reconcile_cluster(SECURED, kube, admin_of(FakeAdmin(brokers=[0, 1, 2])))
+    return kube
+
+
+def test_a_deposed_operator_sets_no_credential_and_no_acl(tmp_path) -> None:
+    async def scenario() -> None:
+        kube = await secured_kube()
+        kube.put(resource("KelpUser", "alice", {"cluster": "demo", "authentication": {"type": "scram-sha-512"},
+                                                "authorization": {"type": "simple", "acls": [
+                                                    {"resource": {"type": "topic", "name": "t"},
+                                                     "operations": ["Read"]}]}}))
+        admin = FakeAdmin(brokers=[0, 1, 2])
+        kube.fences = 0
+        await reconcile_deposed(tmp_path, "KelpUser", "alice", kube, admin)
+        assert admin.writes() == [] and admin.scram == {} and admin.acls == []
+    asyncio.run(scenario())
+
+
+def test_a_deposed_operator_removes_no_user(tmp_path) -> None:
+    async def scenario() -> None:
+        from kelp.operator.user_builders import USER_FINALIZER
+
+        kube = await secured_kube()
+        user = resource("KelpUser", "alice", {"cluster": "demo", "authentication": {"type": "scram-sha-512"}})
+        user["metadata"].update({"finalizers": [USER_FINALIZER], "deletionTimestamp": "2026-11-02T00:00:00Z"})
+        kube.put(user)
+        admin = FakeAdmin(brokers=[0, 1, 2])
+        admin.scram["alice"] = {"SCRAM-SHA-512": {"iterations": 8192}}
+        kube.guard = await deposed(tmp_path)
+        with pytest.raises(LeadershipLost):
+            await Runner(kube, admin_of(admin)).finalize("KelpUser", "ns", "alice")
+        assert admin.writes() == [] and "SCRAM-SHA-512" in admin.scram["alice"]
+        assert kube.objects[("KelpUser", "ns", "alice")]["metadata"]["finalizers"] == [USER_FINALIZER]
+    asyncio.run(scenario())

@@ -30,7 +30,7 @@ from tests.kube.kube_waits import wait_for
 
 pytestmark = pytest.mark.kube
 
-PLURALS = {"Cluster": "clusters", "Topic": "topics", "ConsumerGroup": "consumergroups"}
+PLURALS = {"Cluster": "clusters", "Topic": "topics", "ConsumerGroup": "consumergroups", "KelpUser": "kelpusers"}
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 NOW = "2026-01-31T12:00:00Z"
 
@@ -475,7 +475,7 @@ def test_stale_update_is_refused_with_conflict(custom, kube_namespace) -> None:
     assert got["spec"]["partitions"] == 4
 
 
-# -- issue 20: the secured layout's rules (docs/operator.md, "Security") ----------------------------------------
+# -- issue 20: the secured layout's rules and KelpUser (docs/operator.md, "Security") ----------------------------
 
 def _listener(name: str, port: int, **extra: Any) -> dict[str, Any]:
     return {"name": name, "port": port, **extra}
@@ -515,3 +515,35 @@ def test_the_secured_layout_cannot_be_added_or_removed(custom, kube_namespace) -
     assert len(patch(custom, ns, "Cluster", "secured", {"spec": {"listeners": {"kafka": more}}})
                ["spec"]["listeners"]["kafka"]) == 2
 
+
+def test_kelpuser_rules_and_status(custom, kube_namespace) -> None:
+    ns = kube_namespace
+    user = resource("KelpUser", "alice", {"cluster": "demo", "authentication": {"type": "scram-sha-512"},
+                                          "authorization": {"type": "simple", "acls": [
+                                              {"resource": {"type": "topic", "name": "orders"},
+                                               "operations": ["Read"]}]}})
+    created = create(custom, ns, user)
+    acl = created["spec"]["authorization"]["acls"][0]
+    assert (acl["host"], acl["type"], acl["resource"]["patternType"]) == ("*", "allow", "literal")
+    status, message = refused(patch, custom, ns, "KelpUser", "alice", {"spec": {"cluster": "other"}})
+    assert status == 422 and "spec.cluster is immutable" in message
+    status, message = refused(create, custom, ns, resource("KelpUser", "x" * 65, user["spec"]))
+    assert status == 422 and "at most 64 characters" in message
+    nameless = {**user["spec"], "authorization": {"type": "simple", "acls": [
+        {"resource": {"type": "topic"}, "operations": ["Read"]}]}}
+    status, message = refused(create, custom, ns, resource("KelpUser", "bob", nameless))
+    assert status == 422 and "resource.name is required" in message
+    full = {"observedGeneration": 1, "conditions": [condition("Ready", "True", "UserReady", "ok")],
+            "username": "alice", "principal": "User:alice", "secret": "alice"}
+    assert patch_status(custom, ns, "KelpUser", "alice", full)["status"] == full
+
+
+def test_the_security_examples_apply(custom, kube_namespace) -> None:
+    import yaml
+
+    from tests.chart.crd_schema import EXAMPLES_DIR
+
+    for path in sorted((EXAMPLES_DIR / "security").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc["kind"] in PLURALS:
+                create(custom, kube_namespace, doc)

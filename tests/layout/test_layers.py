@@ -58,9 +58,9 @@ def _violations(start: str, forbidden: tuple[str, ...]) -> list[str]:
            + ("kubernetes", "kopf", "kelp.operator.kube", "kelp.operator.brokers", "kelp.operator.handlers",
               "kelp.broker.cluster"))
           for m in ("kelp.operator.builders", "kelp.operator.spec", "kelp.operator.status",
-                    # issue 20: the secured layout's keys, the certificates and their rotation
+                    # issue 20: the secured layout's keys, the certificates and their rotation, KelpUsers' parts
                     "kelp.operator.security", "kelp.operator.certificates", "kelp.operator.pki",
-                    "kelp.operator.tls_builders")],
+                    "kelp.operator.tls_builders", "kelp.operator.user_builders")],
         # The Kafka-protocol client core serves the broker and the Spark source alike, so it imports neither
         # (nor the operator or the CLI), and it is the networking: no client library's connections.
         ("kelp.kafka_client", ("kelp.broker", "kelp.operator", "kelp.cli", "kelp.spark", "pyspark", "aiohttp",
