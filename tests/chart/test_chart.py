@@ -182,6 +182,10 @@ OPERATOR_NEEDS = {
     ("kelp.dev", "clusters"): {"get", "list", "watch", "patch"},
     ("kelp.dev", "topics"): {"get", "list", "watch", "patch"},
     ("kelp.dev", "consumergroups"): {"get", "list", "watch", "patch"},
+    ("kelp.dev", "kelpusers"): {"get", "list", "watch", "patch"},  # patch: the operator's own finalizer
+    ("kelp.dev", "kelpusers/status"): {"patch"},
+    ("kelp.dev", "kelpusers/finalizers"): {"update"},  # the user Secret's owner reference blocks its deletion
+    ("", "secrets"): {"get", "list", "create", "update", "patch", "delete"},  # CAs, certificates, user credentials
     ("kelp.dev", "clusters/status"): {"patch"},
     ("kelp.dev", "topics/status"): {"patch"},
     ("kelp.dev", "consumergroups/status"): {"patch"},
@@ -248,3 +252,14 @@ def test_rbac_release_namespace_among_watched_needs_no_election_role(helm_home: 
     docs = render(helm_home, "watchNamespaces={kelp-system}")
     assert {(r["metadata"]["namespace"], r["metadata"]["name"]) for r in by_kind(docs, "Role")} == {
         ("kelp-system", "kelp")}
+
+
+def test_cert_manager_certificates_only_when_asked(helm_home: Path) -> None:
+    """Clusters with spec.tls.issuerRef: the operator writes cert-manager Certificates (certManager.enabled)."""
+    certificates = ("cert-manager.io", "certificates")
+    (role,) = by_kind(render(helm_home), "ClusterRole")
+    assert certificates not in rules_of(role)
+    (role,) = by_kind(render(helm_home, "certManager.enabled=true"), "ClusterRole")
+    assert {"get", "create", "patch", "delete"} <= rules_of(role)[certificates]
+    roles = by_kind(render(helm_home, "certManager.enabled=true", "watchNamespaces={a}"), "Role")
+    assert certificates in rules_of(next(r for r in roles if r["metadata"]["namespace"] == "a"))

@@ -116,3 +116,19 @@ def test_the_dashboard_is_valid_and_queries_only_exported_metrics(tmp_path: Path
 def test_monitoring_values_outside_the_schema_are_refused(tmp_path: Path, value: str, field: str) -> None:
     proc = run_helm("template", "kelp", str(CHART_DIR), "--set", value, home=tmp_path / "helm", check=False)
     assert proc.returncode != 0 and field in proc.stderr
+
+
+def test_secured_clusters_are_scraped_over_https(tmp_path: Path) -> None:
+    """A secured Cluster's /metrics is HTTPS on the same `http` port (client certificates requested, not required)."""
+    docs = render(tmp_path, *ALL_ON, "monitoring.scheme=https", "monitoring.tlsConfig.insecureSkipVerify=true")
+    (endpoint,) = one(docs, "PodMonitor")["spec"]["podMetricsEndpoints"]
+    assert endpoint["scheme"] == "https" and endpoint["tlsConfig"] == {"insecureSkipVerify": True}
+    (endpoint,) = one(docs, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https"
+    assert one(render(tmp_path, *ALL_ON), "PodMonitor")["spec"]["podMetricsEndpoints"][0]["scheme"] == "http"
+    spec = ClusterSpec.from_resource({"metadata": {"name": "demo", "namespace": "team-a"}, "spec": {
+        "listeners": {"kafka": [{"name": "tls", "port": 9093, "tls": True}]}}})
+    sts = next(m for m in cluster_children(spec) if m["kind"] == "StatefulSet")
+    (container,) = sts["spec"]["template"]["spec"]["containers"]
+    assert "http" in {p["name"] for p in container["ports"]}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http", "scheme": "HTTPS"}

@@ -53,18 +53,28 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 What the operator does in a namespace it watches: reconcile Kelp resources into
 their children (docs/operator.md). It holds every permission it grants the broker
 Role it creates (leases, configmaps, pods read), so it needs neither `bind` nor
-`escalate`.
+`escalate`. Secrets: a secured Cluster's CAs and certificates, and each KelpUser's
+credentials (created, read back, renewed, deleted with their owner). cert-manager
+Certificates only with certManager.enabled (Clusters with spec.tls.issuerRef).
 */}}
 {{- define "kelp.namespacedRules" -}}
 - apiGroups: ["kelp.dev"]
-  resources: ["clusters", "topics", "consumergroups"]
+  resources: ["clusters", "topics", "consumergroups", "kelpusers"]
   verbs: ["get", "list", "watch", "patch", "update"]
 - apiGroups: ["kelp.dev"]
-  resources: ["clusters/status", "topics/status", "consumergroups/status"]
+  resources: ["clusters/status", "topics/status", "consumergroups/status", "kelpusers/status"]
   verbs: ["get", "patch", "update"]
 - apiGroups: ["kelp.dev"]
-  resources: ["clusters/finalizers", "topics/finalizers", "consumergroups/finalizers"]
+  resources: ["clusters/finalizers", "topics/finalizers", "consumergroups/finalizers", "kelpusers/finalizers"]
   verbs: ["update"]
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+{{- if .Values.certManager.enabled }}
+- apiGroups: ["cert-manager.io"]
+  resources: ["certificates"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+{{- end }}
 - apiGroups: ["apps"]
   resources: ["statefulsets"]
   verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
