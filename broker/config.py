@@ -13,7 +13,8 @@ file reader, config_file.py); this module merges the sources and names the key
 and the source of a bad value.
 
 This module must never open sockets or files other than the config file it is
-given; it only turns text into a validated `BrokerConfig`.
+given (and the files its values refer to through config_providers.py); it only
+turns text into a validated `BrokerConfig`.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from .config_keys import (
     parse_bool,
     parse_compression_name,
 )
+from .config_providers import is_provider_key, resolve_config_references
 from .listener_keys import scoped_base
 from .listeners import ListenerSetup, resolve_listeners
 
@@ -185,13 +187,17 @@ class BrokerConfig:
         env: Mapping[str, str] | None = None,
         overrides: Mapping[str, object] | None = None,
     ) -> "BrokerConfig":
-        """Merge config file (YAML or Java properties) < `KELP_*` env < overrides (flags); validate each key."""
+        """Merge config file (YAML or Java properties) < `KELP_*` env < overrides (flags); resolve Kafka's
+        `${provider:...}` references (config_providers.py); validate each key."""
         cfg = cls()
-        if file is not None:
-            cfg._merge(read_config_file(file), source=f"config file {Path(file)}")
         env = os.environ if env is None else env
-        cfg._merge(_from_env(env), source="environment")
-        cfg._merge(dict(overrides or {}), source="flags")
+        sources: list[tuple[str, dict[str, object]]] = []
+        if file is not None:
+            sources.append((f"config file {Path(file)}", read_config_file(file)))
+        sources.append(("environment", dict(_from_env(env))))
+        sources.append(("flags", dict(overrides or {})))
+        for source, items in resolve_config_references(sources, env=env):
+            cfg._merge(items, source=source)
         cfg._resolve_listeners()
         cfg._resolve_broker_id(env)
         cfg._resolve_standalone()
@@ -360,7 +366,7 @@ def _from_env(env: Mapping[str, str]) -> dict[str, str]:
         if not name.startswith("KELP_"):
             continue
         key = name[len("KELP_"):].lower().replace("_", ".")
-        known = key in BROKER_KEYS or key in KAFKA_ALIASES or key in KAFKA_IGNORED_KEYS
+        known = key in BROKER_KEYS or key in KAFKA_ALIASES or key in KAFKA_IGNORED_KEYS or is_provider_key(key)
         if not known and (name in _ENV_IGNORED or name.startswith(_ENV_IGNORED_PREFIXES)):
             continue  # a broker property wins over the prefixes (KELP_KUBE_NAMESPACE is kube.namespace)
         if not known:

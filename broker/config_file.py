@@ -27,7 +27,7 @@ from kelp.errors import ConfigError
 
 from .config_keys import BROKER_KEYS
 
-__all__ = ["read_config_file", "translate_kafka_keys", "KAFKA_ALIASES", "KAFKA_IGNORED_KEYS"]
+__all__ = ["read_config_file", "read_properties_text", "translate_kafka_keys", "KAFKA_ALIASES", "KAFKA_IGNORED_KEYS"]
 
 log = logging.getLogger("kelp.broker.config")
 
@@ -66,7 +66,7 @@ def read_config_file(file: str | os.PathLike[str]) -> dict[str, object]:
         raise ConfigError(f"config file {path} is not UTF-8 text: {exc}") from None
     suffix = path.suffix.lower()
     if suffix == ".properties":
-        return _properties(text, path)
+        return read_properties_text(text, path)
     if suffix in (".yaml", ".yml", ".json"):
         return _yaml(text, path)
     try:
@@ -74,7 +74,7 @@ def read_config_file(file: str | os.PathLike[str]) -> dict[str, object]:
     except ConfigError as yaml_error:
         # `key=value` / `key value` lines are not a YAML mapping: read them as Java properties.
         try:
-            return _properties(text, path)
+            return read_properties_text(text, path)
         except ConfigError:
             raise yaml_error from None
 
@@ -94,7 +94,8 @@ def _yaml(text: str, path: Path) -> dict[str, object]:
     return _flatten(data)
 
 
-def _properties(text: str, path: Path) -> dict[str, object]:
+def read_properties_text(text: str, path: Path) -> dict[str, object]:
+    """Java properties text (read from `path`, named in errors) as a flat mapping."""
     from jproperties import Properties
 
     props = Properties()

@@ -46,7 +46,7 @@ TLS_DIR = "/etc/kelp/tls"
 DNS_DOMAIN = "cluster.local"
 ORGANIZATION = "kelp.dev"
 OPERATOR_DN = f"CN=kelp-operator,O={ORGANIZATION}"
-KELP_AUTHORIZER = "kelp.broker.security.acl.Authorizer"
+KELP_AUTHORIZER = "kelp.broker.security.authorizer.Authorizer"
 KAFKA_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 ENV_PROVIDER = "org.apache.kafka.common.config.provider.EnvVarConfigProvider"
 DEFAULT_VALIDITY_DAYS = 365
@@ -59,7 +59,7 @@ AUTH_TYPES = ("none", "scram-sha-512", "tls", "plain")
 OWNED_EXACT = frozenset({
     "advertised.listeners", "listener.security.protocol.map", "inter.broker.listener.name",
     "security.inter.broker.protocol", "super.users", "authorizer.class.name", "allow.everyone.if.no.acl.found",
-    "sasl.enabled.mechanisms", "config.providers", "ssl.client.auth",
+    "sasl.enabled.mechanisms", "config.providers", "ssl.client.auth", "http.authentication.methods",
 })
 OWNED_PREFIXES = ("listener.name.", "ssl.keystore.", "ssl.truststore.", "ssl.key.", "http.ssl.", "config.providers.")
 # ... but a PLAIN listener's users come from Kafka's own JAAS key, the one listener-scoped key a user sets.
@@ -298,6 +298,10 @@ class Security:
             "http.ssl.truststore.type": "PEM",
             "http.ssl.truststore.location": files["trusted-ca"],
             "http.ssl.client.auth": "requested",
+            # Brokers (cluster CA) and the operator present certificates; REST users with SCRAM or PLAIN
+            # credentials use HTTP Basic. /healthz, /readyz and /metrics stay open for probes and scrapes.
+            "http.authentication.methods": "mtls,basic" if any(
+                listener.mechanism is not None for listener in self.listeners) else "mtls",
         }
         if advertise == "podIP":
             # Pod IPs change at every restart and a certificate learns its pod's new IP a moment later; the

@@ -18,8 +18,6 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from kelp.broker.config import DYNAMIC_BROKER_KEYS, BrokerConfig, ConfigError
-from kelp.broker.config_file import KAFKA_ALIASES
-from kelp.broker.config_keys import BROKER_KEYS
 from kelp.json_types import JsonObject
 
 from .objects import ClusterResource, PodTemplateOverrides
@@ -50,6 +48,9 @@ TRUST_FLOOR_ANNOTATION = "kelp.dev/trust-floor"
 REPLICATION_DEFAULT_KEYS = ("default.replication.factor", "offsets.topic.replication.factor", "min.insync.replicas")
 # On the broker ConfigMap: the defaults chosen when the cluster was created, `key=value,key=value`.
 DEFAULTS_ANNOTATION = "kelp.dev/replication-defaults"
+# What a broker pod's environment gives the secured layout's `${env:...}` values (builders.py), as the spec's
+# validation stands them in: the file is checked whole, as a broker would read it.
+VALIDATION_POD_ENV = {"POD_NAME": "validation-0", "POD_IP": "192.0.2.1", "NODE_IP": "192.0.2.2"}
 
 
 def parse_defaults(text: str | None) -> dict[str, str]:
@@ -225,21 +226,11 @@ class ClusterSpec:
             except ListenerError as exc:
                 raise SpecError(str(exc)) from None
         try:
-            BrokerConfig.load(env={}, overrides={**self._validated_config(), "broker.id": 0,
-                                                 "broker.id.from.hostname": False})
+            # The whole file as a pod would read it: its per-pod `${env:...}` values are stand-ins here.
+            BrokerConfig.load(env=dict(VALIDATION_POD_ENV), overrides={
+                **self.effective_config(), "broker.id": 0, "broker.id.from.hostname": False})
         except ConfigError as exc:
             raise SpecError(f"spec.config: {exc}") from None
-
-    def _validated_config(self) -> dict[str, str | int | bool]:
-        """What the broker's validator checks: everything but the secured layout's own keys it does not know yet.
-
-        The operator builds those itself (security.py, tested there); the user's keys are all checked.
-        """
-        config = self.effective_config()
-        if self.security is None:
-            return config
-        known = set(BROKER_KEYS) | set(KAFKA_ALIASES)
-        return {k: v for k, v in config.items() if k in known or k in self.config}
 
     def _validate_knobs(self) -> None:
         labels = ((self.pod_template.get("metadata") or {}).get("labels") or {})

@@ -55,7 +55,10 @@ def secured(extra: dict | None = None, **listeners: object) -> ClusterSpec:
 ])
 def test_each_listener_gets_its_security_protocol(tls: bool, auth: str | None, protocol: str,
                                                   mechanism: str | None) -> None:
-    spec = ClusterSpec.from_resource(cluster({"listeners": {"kafka": [listener("clients", 9092, tls=tls, auth=auth)]}}))
+    users = {"listener.name.clients.plain.sasl.jaas.config":
+             'org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret";'}
+    spec = ClusterSpec.from_resource(cluster({"listeners": {"kafka": [listener("clients", 9092, tls=tls, auth=auth)]},
+                                              **({"config": users} if auth == "plain" else {})}))
     config = spec.broker_config()
     assert config["listeners"] == "REPLICATION://:9091,CLIENTS://:9092"
     assert config["listener.security.protocol.map"] == f"REPLICATION:SSL,CLIENTS:{protocol}"
@@ -92,6 +95,7 @@ def test_the_secured_layout_writes_exactly_these_keys() -> None:
         "http.ssl.truststore.type": "PEM",
         "http.ssl.truststore.location": "/etc/kelp/tls/trusted-ca.crt",
         "http.ssl.client.auth": "requested",
+        "http.authentication.methods": "mtls,basic",
         "authorizer.class.name": KELP_AUTHORIZER,
         "super.users": "User:CN=kelp-operator,O=kelp.dev;User:CN=demo-broker,O=kelp.dev;User:admin;User:CN=ops",
         "allow.everyone.if.no.acl.found": False,
@@ -206,6 +210,22 @@ def test_the_plain_layout_is_what_it_always_was() -> None:
 def test_the_broker_validator_still_checks_the_users_keys() -> None:
     with pytest.raises(SpecError, match="num.partitions"):
         secured({"config": {"num.partitions": "zero"}})
-    # The operator's own keys it does not know yet are left out of its check, never the user's.
+    # A PLAIN listener's users are the user's to give: without them the brokers could not start.
+    with pytest.raises(SpecError, match="listener CLIENTS enables SASL/PLAIN but has no users: set "
+                                        "'listener.name.clients.plain.sasl.jaas.config'"):
+        ClusterSpec.from_resource(cluster({"listeners": {"kafka": [listener("clients", 9092, auth="plain")]}}))
+
+
+def test_the_brokers_load_the_secured_layout_as_the_operator_writes_it(tmp_path) -> None:
+    """The file the operator mounts, read by the broker's own loader with a pod's environment: every key is one
+    the brokers know, and each `${env:...}` resolves to that pod's values."""
     spec = secured()
-    BrokerConfig.load(env={}, overrides={**spec._validated_config(), "broker.id": 0, "broker.id.from.hostname": False})
+    path = tmp_path / "broker.yaml"
+    path.write_text(broker_config_yaml(spec))
+    env = {"POD_NAME": "demo-1", "POD_IP": "10.0.0.7", "HOSTNAME": "demo-1"}
+    cfg = BrokerConfig.load(file=path, env=env)
+    assert cfg.broker_id == 1
+    assert cfg["advertised.listeners"].startswith("REPLICATION://demo-1.demo-brokers.team-a.svc:9091,")
+    assert cfg["ssl.keystore.location"] == "/etc/kelp/tls/demo-1.pem"
+    assert cfg["authorizer.class.name"] == KELP_AUTHORIZER
+    assert cfg["http.authentication.methods"] == ["mtls", "basic"]

@@ -16,7 +16,8 @@ import base64
 
 import pytest
 
-from kelp.broker.security.scram import ScramMechanism, ScramServer, credential_from_salted_password
+from kelp.broker.security.scram import ScramMechanism, credential_from_salted_password
+from kelp.broker.security.scram_exchange import ScramServer
 from kelp.operator.certificates import issued_by, read_cert, read_certs
 from kelp.operator.events import Recorder
 from kelp.operator.reconcile import reconcile_cluster
@@ -111,7 +112,7 @@ def test_a_scram_user_gets_its_secret_its_credential_and_its_acls() -> None:
 
 def _scram_login(credential, user: str, password: str) -> bool:
     """A SCRAM-SHA-512 exchange against the security core's server with the stored credential."""
-    from kelp.broker.security.scram import ScramClient
+    from kelp.broker.security.scram_exchange import ScramClient
 
     server = ScramServer(ScramMechanism.SCRAM_SHA_512, lambda name: credential if name == user else None)
     client = ScramClient(ScramMechanism.SCRAM_SHA_512, user, password)
