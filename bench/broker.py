@@ -31,6 +31,7 @@ class BenchBroker:
         self.proc: subprocess.Popen | None = None
         self.bootstrap = ""
         self.http_url = ""
+        self.listeners: dict[str, str] = {}  # listener name -> address, from the ready line
         self._stderr: list[str] = []
 
     def start(self, *, timeout_s: float = 30.0) -> "BenchBroker":
@@ -60,6 +61,7 @@ class BenchBroker:
             self.stop()
             raise RuntimeError("broker did not start:\n" + "".join(self._stderr[-30:]))
         self.bootstrap = info["kafka"]
+        self.listeners = dict(info.get("listeners") or {"PLAINTEXT": self.bootstrap})
         self.http_url = "http://" + info["http"]
         return self
 

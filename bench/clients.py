@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable
+from typing import Callable, Mapping
 
-__all__ = ["create_topic", "end_offset", "produce", "consume", "consume_with_cpu"]
+__all__ = ["create_topic", "delete_topic", "end_offset", "produce", "consume", "consume_with_cpu"]
+
+Config = Mapping[str, object] | None
+"""librdkafka properties added to every client (security: `security.protocol`, `sasl.*`, `ssl.*`)."""
 
 
 def create_topic(bootstrap: str, topic: str, *, partitions: int = 1, replication_factor: int = 1,
-                 configs: dict[str, str] | None = None, timeout_s: float = 30.0) -> None:
+                 configs: dict[str, str] | None = None, timeout_s: float = 30.0, config: Config = None) -> None:
     """CreateTopics through the Kafka protocol (any broker), then wait until every partition has a leader.
 
     Waiting here keeps a fresh topic's leader election out of the timed
@@ -24,7 +27,7 @@ def create_topic(bootstrap: str, topic: str, *, partitions: int = 1, replication
     """
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(config or {})})
     new = NewTopic(topic, partitions, replication_factor, config=dict(configs or {}))
     for future in admin.create_topics([new], request_timeout=timeout_s).values():
         future.result(timeout_s)
@@ -39,11 +42,20 @@ def create_topic(bootstrap: str, topic: str, *, partitions: int = 1, replication
         time.sleep(0.05)
 
 
-def end_offset(bootstrap: str, topic: str, partition: int = 0) -> int:
+def delete_topic(bootstrap: str, topic: str, *, timeout_s: float = 30.0, config: Config = None) -> None:
+    """DeleteTopics (the bench's own topics, once measured, so page cache and disk hold only what is measured)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(config or {})})
+    for future in admin.delete_topics([topic], request_timeout=timeout_s).values():
+        future.result(timeout_s)
+
+
+def end_offset(bootstrap: str, topic: str, partition: int = 0, *, config: Config = None) -> int:
     """The partition's high watermark (its log end offset once every replica has the records)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "kelp-bench"})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "kelp-bench", **(config or {})})
     try:
         return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)[1]
     finally:
@@ -51,7 +63,7 @@ def end_offset(bootstrap: str, topic: str, partition: int = 0) -> int:
 
 
 def produce(bootstrap: str, topic: str, *, count: int, size: int, acks: int = 1, partitions: int = 1,
-            first_partition: int = 0, start_gate: Callable[[], None] | None = None) -> float:
+            first_partition: int = 0, start_gate: Callable[[], None] | None = None, config: Config = None) -> float:
     """Seconds from the first `produce_batch()` to every record acknowledged (acks=1, or -1 = all).
 
     The records go round-robin over partitions `first_partition`,
@@ -77,6 +89,7 @@ def produce(bootstrap: str, topic: str, *, count: int, size: int, acks: int = 1,
         "compression.type": "none",
         "enable.idempotence": False,
         "error_cb": lambda err: errors.append(str(err)),
+        **(config or {}),
     })
     payload = os.urandom(size)
     chunk = 10_000
@@ -106,12 +119,12 @@ def produce(bootstrap: str, topic: str, *, count: int, size: int, acks: int = 1,
     return elapsed
 
 
-def consume(bootstrap: str, topic: str, *, count: int) -> float:
+def consume(bootstrap: str, topic: str, *, count: int, config: Config = None) -> float:
     """Seconds from `assign` at offset 0 until `count` records have been received."""
-    return consume_with_cpu(bootstrap, topic, count=count)[0]
+    return consume_with_cpu(bootstrap, topic, count=count, config=config)[0]
 
 
-def consume_with_cpu(bootstrap: str, topic: str, *, count: int) -> tuple[float, float]:
+def consume_with_cpu(bootstrap: str, topic: str, *, count: int, config: Config = None) -> tuple[float, float]:
     """(seconds, client CPU-seconds) of `consume`: this process's user+system time (librdkafka's threads too).
 
     The client's CPU per record shows whether a slower run waited on the broker or on the client.
@@ -123,11 +136,11 @@ def consume_with_cpu(bootstrap: str, topic: str, *, count: int) -> tuple[float, 
         return usage.ru_utime + usage.ru_stime
 
     cpu0 = cpu()
-    seconds = _consume(bootstrap, topic, count=count)
+    seconds = _consume(bootstrap, topic, count=count, config=config)
     return seconds, cpu() - cpu0
 
 
-def _consume(bootstrap: str, topic: str, *, count: int) -> float:
+def _consume(bootstrap: str, topic: str, *, count: int, config: Config = None) -> float:
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({
@@ -141,6 +154,7 @@ def _consume(bootstrap: str, topic: str, *, count: int) -> float:
         "queued.min.messages": 10_000_000,  # keep fetching ahead of the Python loop
         "fetch.queue.backoff.ms": 0,  # librdkafka >= 2.4 backs off 1 s when its queue is "full"
         "fetch.error.backoff.ms": 0,
+        **(config or {}),
     })
     try:
         start = time.perf_counter()

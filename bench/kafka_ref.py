@@ -40,6 +40,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Mapping
 
 from kelp.maven import fetch_runtime_jars
 
@@ -121,12 +122,21 @@ class KafkaCluster:
     deployment step, is timed apart as `format_s`).
     """
 
-    def __init__(self, work: Path, *, nodes: int = 1, version: str = KAFKA_VERSION) -> None:
+    def __init__(self, work: Path, *, nodes: int = 1, version: str = KAFKA_VERSION,
+                 listeners: Mapping[str, str] | None = None, properties: Mapping[str, object] | None = None,
+                 format_args: tuple[str, ...] = ()) -> None:
+        """`listeners`: more client listeners beside PLAINTEXT (name -> security protocol, e.g. SASL_SSL), each on
+        a port of its own (`listener_bootstrap(name)`); `properties`: more server.properties (their security
+        keys); `format_args`: more arguments of `kafka-storage format` (`--add-scram ...`)."""
         if nodes < 1:
             raise ValueError("a Kafka cluster needs at least one node")
         self.work, self.nodes, self.version = work, nodes, version
+        self.extra_listeners = dict(listeners or {})
+        self.extra_properties = dict(properties or {})
+        self.format_args = format_args
         self.procs: list[subprocess.Popen] = []
         self.ports = [(_free_port(), _free_port()) for _ in range(nodes)]  # (client, controller)
+        self.extra_ports = [{name: _free_port() for name in self.extra_listeners} for _ in range(nodes)]
         self.bootstrap = ",".join(f"127.0.0.1:{p}" for p, _ in self.ports)
         self.log_dirs = [work / f"kafka-{i}" / "data" for i in range(nodes)]
         self.cold_start_s = self.format_s = float("nan")
@@ -136,15 +146,19 @@ class KafkaCluster:
 
     def _properties(self, i: int) -> str:
         client, controller = self.ports[i]
-        props = {
+        extra = "".join(f",{name}://127.0.0.1:{port}" for name, port in self.extra_ports[i].items())
+        protocols = "".join(f",{name}:{protocol}" for name, protocol in self.extra_listeners.items())
+        props: dict[str, object] = {
             "process.roles": "broker,controller",
             "node.id": i + 1,
-            "listeners": f"PLAINTEXT://127.0.0.1:{client},CONTROLLER://127.0.0.1:{controller}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{client}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{client},CONTROLLER://127.0.0.1:{controller}{extra}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{client}{extra}",
             "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": f"PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT{protocols}",
             "log.dirs": self.log_dirs[i],
         }
+        if self.extra_listeners:
+            props["inter.broker.listener.name"] = "PLAINTEXT"
         if self.nodes == 1:
             props["controller.quorum.bootstrap.servers"] = f"127.0.0.1:{controller}"
             for key in ("offsets.topic.replication.factor", "transaction.state.log.replication.factor",
@@ -154,7 +168,14 @@ class KafkaCluster:
         else:
             props["controller.quorum.voters"] = ",".join(f"{n + 1}@127.0.0.1:{c}"
                                                          for n, (_, c) in enumerate(self.ports))
+        props.update(self.extra_properties)
         return "".join(f"{k}={v}\n" for k, v in props.items())
+
+    def listener_bootstrap(self, name: str) -> str:
+        """The bootstrap list of one of the `listeners` given (PLAINTEXT: `bootstrap`)."""
+        if name == "PLAINTEXT":
+            return self.bootstrap
+        return ",".join(f"127.0.0.1:{ports[name]}" for ports in self.extra_ports)
 
     def _java(self, libs: Path, node_dir: Path, main_class: str, *args: str, jvm: tuple[str, ...] = ()) -> list[str]:
         java = shutil.which("java")
@@ -178,7 +199,8 @@ class KafkaCluster:
         t0 = time.perf_counter()
         standalone = ["--standalone"] if self.nodes == 1 else []
         formats = [subprocess.Popen(self._java(libs, d, "kafka.tools.StorageTool", "format", "-t", cluster_id,
-                                               "-c", str(d / "server.properties"), *standalone),
+                                               "-c", str(d / "server.properties"), *standalone,
+                                               *self.format_args),
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                    for d in node_dirs]
         for f in formats:
