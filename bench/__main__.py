@@ -21,7 +21,9 @@ broker's mean batch size (page cache, no fsync — like both brokers between
 flushes), and reading that file over loopback TCP with sendfile.
 MB/s is 10^6 bytes of stored log (batches as on disk) per second.
 
-After the broker cases: consumer groups (bench/groups.py), three brokers of
+After the broker cases: PLAINTEXT, SSL and SASL_SSL listeners of both with the
+same certificate and SCRAM users, and the cost of 1,000 ACLs against no
+authorizer (bench/security.py), consumer groups (bench/groups.py), three brokers of
 each with RF=3 (bench/replication.py), Spark reading and writing through
 `format("kelp")` beside `format("kafka")` (bench/spark.py), recovery after
 SIGKILL with N GB of log on disk (bench/recovery.py) and 1, 2, 4 Kelp
@@ -30,6 +32,10 @@ brokers against one Kafka broker under the same client load
 
 `--no-kafka` skips Apache Kafka (one line says so); `--profile` runs the
 Kelp broker under cProfile and prints its hottest functions.
+`--bootstrap-server HOST:PORT` with `--client-config FILE` (Kafka client
+properties: security.protocol, sasl.mechanism, sasl.jaas.config, ...) and
+`-X KEY=VALUE` measures an existing, possibly secured, cluster instead (the
+produce/consume workload of bench/security.py alone).
 
 It must never report a figure without its reference measured in the same run.
 """
@@ -437,7 +443,20 @@ def _main(argv: list[str] | None = None) -> int:
                    help="Kelp broker counts measured against one Kafka broker under the same load (1,2,4; empty skips)")
     p.add_argument("--scaling-records", type=int, default=100_000,
                    help="1 KiB records per producer process (4 of them) per scaling run (100000)")
+    from . import security
+
+    security.add_arguments(p)
     args = p.parse_args(argv)
+    if args.bootstrap_server or args.client_config or args.client_property:
+        # An existing (secured) cluster: only the produce/consume workload, with the client properties given.
+        try:
+            res = security.run_from_args(args, kafka_version=None)
+        except ValueError as exc:
+            print(f"bench: {exc}", file=sys.stderr)
+            return 2
+        if res is not None:
+            emit("security", res, as_json=args.json, report=security.print_report)
+        return 0
     scaling_brokers = [int(n) for n in args.scaling_brokers.split(",") if n.strip() and int(n) > 0]
     sizes = {100: args.records_100, 1024: args.records_1k}
     with tempfile.TemporaryDirectory(prefix="kelp-bench-") as tmp:
@@ -459,6 +478,9 @@ def _main(argv: list[str] | None = None) -> int:
             print_table(rows, targets, runs=max(1, args.runs))
         if prof is not None and prof.exists():
             print_profile(prof)
+        sec = security.run_from_args(args, kafka_version=None if args.no_kafka else args.kafka_version)
+        if sec is not None:
+            emit("security", sec, as_json=args.json, report=security.print_report)
         if args.group_records:
             from . import groups
 

@@ -14,7 +14,7 @@ from typing import Callable, Mapping
 
 __all__ = ["create_topic", "delete_topic", "end_offset", "produce", "consume", "consume_with_cpu"]
 
-Config = Mapping[str, object] | None
+Config = Mapping[str, str | int | float] | None
 """librdkafka properties added to every client (security: `security.protocol`, `sasl.*`, `ssl.*`)."""
 
 

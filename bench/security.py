@@ -389,7 +389,8 @@ def run(*, modes: list[str], records: int, consume_records: int, size: int, runs
                                      properties=properties, format_args=format_args)
                 kafka.start()
                 kafka_listeners = {m: kafka.listener_bootstrap(m) for m in ("PLAINTEXT", *extra)}
-                kafka_eps = _endpoints("kafka", kafka_listeners, modes, pki.ca_file, lambda: kafka.pids if kafka else [])
+                kafka_eps = _endpoints("kafka", kafka_listeners, modes, pki.ca_file,
+                                       lambda: kafka.pids if kafka else [])
                 endpoints = [e for pair in zip(endpoints, kafka_eps, strict=True) for e in pair]
             consume_topics = {}
             for ep in endpoints:
@@ -426,11 +427,37 @@ def run(*, modes: list[str], records: int, consume_records: int, size: int, runs
     return result
 
 
+def check_reachable(bootstrap: str, config: Mapping[str, str], *, timeout_s: float = 30.0) -> int:
+    """Brokers a Metadata request through these settings lists; RuntimeError at the first authentication or
+    TLS error librdkafka reports (instead of every later call waiting out its timeout), or after `timeout_s`."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    errors: list[KafkaError] = []
+    settings: dict[str, Any] = {"bootstrap.servers": bootstrap, **config, "error_cb": errors.append}
+    admin = AdminClient(settings)
+    fatal = (KafkaError._AUTHENTICATION, KafkaError._SSL, KafkaError.SASL_AUTHENTICATION_FAILED)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return len(admin.list_topics(timeout=1.0).brokers)
+        except KafkaException as exc:
+            last: object = exc
+        admin.poll(0)  # serves error_cb
+        refused = [e for e in errors if e.code() in fatal]
+        if refused:
+            raise RuntimeError(f"{bootstrap}: {refused[-1].str()} (check the client properties)")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{bootstrap}: no Metadata answer within {timeout_s:.0f} s "
+                               f"({errors[-1].str() if errors else last})")
+
+
 def run_external(bootstrap: str, props: Mapping[str, str], *, records: int, consume_records: int, size: int,
                  runs: int) -> dict[str, Any]:
     """The produce/consume workload against an existing cluster, reached with these client properties."""
     load0 = os.getloadavg()
     config = librdkafka_config(props)
+    check_reachable(bootstrap, config)
     mode = config["security.protocol"]
     ep = Endpoint("cluster", mode, bootstrap, config, bootstrap, config, None, replication_factor=-1)
     label = f"kelp-bench-{uuid.uuid4().hex[:8]}"

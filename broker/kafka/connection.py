@@ -30,7 +30,7 @@ with `loop.start_tls` before anything is read, bounded by
 untrusted client certificate, garbage) is reported to the listener, which
 logs it, and the connection closes. asyncio's TLS transport feeds this same
 buffered protocol, so the receive path below is the same with and without
-TLS (file ranges go out through sendfile's copying fallback under TLS).
+TLS (file ranges are read in chunks and encrypted under TLS: `response_writer.py`).
 
 Authentication: once the connection is open the listener gives it a
 `Session` (`session.py`): its principal, and until SASL authentication
