@@ -18,12 +18,12 @@ broker CPU-seconds (utime+stime of the broker's process tree from /proc) per GB 
 client's (this process: librdkafka's threads) per GB; then TLS's CPU cost per GB (SSL and SASL_SSL minus
 PLAINTEXT) for each broker, and the TLS version and cipher each broker negotiated.
 
-ACL cost: a second Kelp broker with `authorizer.class.name` (Kafka's StandardAuthorizer name),
-`super.users=User:admin` and `acls` ACLs — `acls - 1` LITERAL WRITE ACLs of other users on other topics and
-one PREFIXED WRITE ACL that allows alice — takes the same acks=1 produce from alice over SASL_PLAINTEXT
-(SCRAM-SHA-512; no TLS, so the authorizer's share is not hidden under encryption) as the first broker's
-SASL_PLAINTEXT listener without an authorizer, alternating, `acl_runs` times; the delta of the medians is
-printed with the spread of the paired per-run deltas (the noise to read it against).
+ACL cost: two more Kelp brokers, alike (one SASL_PLAINTEXT listener, SCRAM-SHA-512, the same users and
+`super.users=User:admin`; no TLS, so the authorizer's share is not hidden under encryption) but for
+`authorizer.class.name` (Kafka's StandardAuthorizer name) and `acls` ACLs on the second — `acls - 1`
+LITERAL WRITE ACLs of other users on other topics and one PREFIXED WRITE ACL that allows alice — take
+alice's acks=1 produce, alternating, `acl_runs` times; the delta of the medians (time and broker CPU per
+GB) is printed with the paired per-run time deltas (the noise to read it against).
 
 `run_external` runs the produce/consume workload against an existing cluster with the client properties
 given (`make bench BENCH_ARGS="--bootstrap-server HOST:PORT --client-config client.properties"`): no
@@ -49,6 +49,7 @@ import sys
 import tempfile
 import time
 import uuid
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -358,6 +359,33 @@ def measure_acls(base: Endpoint, acl: Endpoint, *, records: int, size: int, runs
             "paired_delta_pct": [round(p, 1) for p in paired]}
 
 
+def _pids_of(pid: int) -> Callable[[], list[int]]:
+    return lambda: [pid]
+
+
+def run_acl_cost(pki: Any, work: Path, *, acls: int, records: int, size: int, runs: int) -> dict[str, Any]:
+    """Two Kelp brokers alike but for the authorizer (the same SASL_PLAINTEXT listener, SCRAM users, super
+    user): alice's acks=1 produce on each, alternating; the second holds `acls` ACLs, one of them hers."""
+    admin = librdkafka_config(_java_properties("SASL_PLAINTEXT", pki.ca_file, ADMIN))
+    user = librdkafka_config(_java_properties("SASL_PLAINTEXT", pki.ca_file))
+    endpoints = []
+    with ExitStack() as stack:
+        for name, authorizer in (("none", False), ("acls", True)):
+            log_dir = work / f"kelp-acl-{name}"
+            log_dir.mkdir(parents=True, exist_ok=True)
+            _kelp_format(log_dir, (USER, ADMIN))
+            settings = kelp_settings(pki, listeners=("SASL_PLAINTEXT",), authorizer=authorizer)
+            settings["super.users"] = f"User:{ADMIN[0]}"
+            broker = stack.enter_context(BenchBroker(log_dir, settings=settings))
+            assert broker.proc is not None
+            pid = broker.proc.pid
+            address = broker.listeners["SASL_PLAINTEXT"]
+            endpoints.append(Endpoint(f"kelp-{name}", "SASL_PLAINTEXT", address, user, address, admin,
+                                      _pids_of(pid)))
+        _create_acls(endpoints[1].bootstrap, admin, acls)
+        return measure_acls(endpoints[0], endpoints[1], records=records, size=size, runs=runs)
+
+
 def run(*, modes: list[str], records: int, consume_records: int, size: int, runs: int, work: Path,
         kafka_version: str | None, acls: int = 1000, acl_runs: int = 5) -> dict[str, Any]:
     """Kelp (and Kafka unless `kafka_version` is None) over each of `modes`; the ACL cost unless `acls` is 0."""
@@ -374,7 +402,7 @@ def run(*, modes: list[str], records: int, consume_records: int, size: int, runs
     kelp_dir = work / "kelp-secure"
     kelp_dir.mkdir(parents=True, exist_ok=True)
     _kelp_format(kelp_dir, (USER, ADMIN))
-    listeners = ("SSL", "SASL_SSL", "SASL_PLAINTEXT")
+    listeners = ("SSL", "SASL_SSL")
     kafka = None
     with BenchBroker(kelp_dir, settings=kelp_settings(pki, listeners=listeners)) as kelp:
         assert kelp.proc is not None
@@ -406,23 +434,9 @@ def run(*, modes: list[str], records: int, consume_records: int, size: int, runs
         finally:
             if kafka is not None:
                 kafka.stop()
-        if acls > 0:
-            acl_dir = work / "kelp-acl"
-            acl_dir.mkdir(parents=True, exist_ok=True)
-            _kelp_format(acl_dir, (USER, ADMIN))
-            with BenchBroker(acl_dir, settings=kelp_settings(pki, listeners=("SASL_PLAINTEXT",),
-                                                              authorizer=True)) as guarded:
-                assert guarded.proc is not None
-                guarded_proc = guarded.proc
-                admin = librdkafka_config(_java_properties("SASL_PLAINTEXT", pki.ca_file, ADMIN))
-                _create_acls(guarded.listeners["SASL_PLAINTEXT"], admin, acls)
-                user = librdkafka_config(_java_properties("SASL_PLAINTEXT", pki.ca_file))
-                base = Endpoint("kelp", "SASL_PLAINTEXT", kelp.listeners["SASL_PLAINTEXT"], user,
-                                kelp.listeners["PLAINTEXT"], {}, lambda: [kelp_proc.pid])
-                guard = Endpoint("kelp+acls", "SASL_PLAINTEXT", guarded.listeners["SASL_PLAINTEXT"], user,
-                                 guarded.listeners["SASL_PLAINTEXT"], admin, lambda: [guarded_proc.pid])
-                result["acl"] = {"acl_count": acls, "runs": acl_runs,
-                                 **measure_acls(base, guard, records=records, size=size, runs=acl_runs)}
+    if acls > 0:
+        result["acl"] = {"acl_count": acls, "runs": acl_runs,
+                         **run_acl_cost(pki, work, acls=acls, records=records, size=size, runs=acl_runs)}
     result["load_average"] = [round(load0[0], 2), round(os.getloadavg()[0], 2)]
     return result
 
@@ -518,21 +532,19 @@ def print_report(res: dict[str, Any]) -> None:
     if res["tls"]:
         print("TLS negotiated (SSL listener, an OpenSSL client): "
               + "; ".join(f"{b} {v}" for b, v in res["tls"].items()))
-    base = {(r["case"], b): r[b]["broker_cpu_s_per_gb"] for r in rows if r["security"] == "PLAINTEXT"
-            for b in brokers if b != "cluster"}
-    costs = []
-    for r in rows:
-        if r["security"] == "PLAINTEXT":
-            continue
-        parts = []
-        for b in brokers:
-            plain = base.get((r["case"], b))
-            if b != "cluster" and plain is not None and r[b]["broker_cpu_s_per_gb"] is not None:
-                parts.append(f"{b} {r[b]['broker_cpu_s_per_gb'] - plain:+.2f}")
-        if parts:
-            costs.append(f"{r['security']} {r['case']}: " + ", ".join(parts))
-    if costs:
-        print("CPU cost of security per GB (broker CPU-s/GB over PLAINTEXT's): " + "; ".join(costs))
+    cpu = {(r["security"], r["case"], b): r[b]["broker_cpu_s_per_gb"] for r in rows for b in brokers
+           if b != "cluster" and r[b]["broker_cpu_s_per_gb"] is not None}
+    secured_modes = [m for m in res["modes"] if m != "PLAINTEXT"]
+    columns = [(b, m) for b in brokers for m in secured_modes if b != "cluster"]
+    if "PLAINTEXT" in res["modes"] and columns:
+        cost_rows = []
+        for case in CASES:
+            line = [case]
+            for b, m in columns:
+                plain, secured_cpu = cpu.get(("PLAINTEXT", case, b)), cpu.get((m, case, b))
+                line.append("-" if plain is None or secured_cpu is None else f"{secured_cpu - plain:+.2f}")
+            cost_rows.append(line)
+        print_table(cost_rows, ["SECURITY'S CPU s/GB OVER PLAINTEXT", *(f"{b.upper()} {m}" for b, m in columns)])
     if both:
         secured = [r for r in rows if r["security"] != "PLAINTEXT"]
         slower = [f"{r['security']} {r['case']} {r['kelp']['mb_s'] / r['kafka']['mb_s']:.2f}x" for r in secured
@@ -543,8 +555,8 @@ def print_report(res: dict[str, Any]) -> None:
                   + (f" (below on {', '.join(slower)})" if slower else ""))
     acl = res.get("acl")
     if acl:
-        print(f"ACL cost: Kelp, acks=1 produce of {res['records']:,} records as alice over SASL_PLAINTEXT "
-              f"(SCRAM-SHA-512), medians of {acl['runs']} alternating runs")
+        print(f"ACL cost: two Kelp brokers alike but for the authorizer, acks=1 produce of {res['records']:,} "
+              f"records as alice over SASL_PLAINTEXT (SCRAM-SHA-512), medians of {acl['runs']} alternating runs")
         print_table([["no authorizer", _fmt(acl["none"]["mb_s"]), _fmt(acl["none"]["records_s"], ",.0f"),
                       _fmt(acl["none"]["broker_cpu_s_per_gb"], ".2f"), "-", "-"],
                      [f"authorizer, {acl['acl_count']:,} ACLs", _fmt(acl["acls"]["mb_s"]),

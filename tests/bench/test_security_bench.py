@@ -52,7 +52,7 @@ def test_every_listener_and_the_acl_case_against_kelp(capsys: pytest.CaptureFixt
     report = capsys.readouterr().out
     lines = report.splitlines()
     assert any(line.split()[:3] == ["SASL_SSL", "produce", "acks=all"] for line in lines), report
-    assert "CPU cost of security per GB" in report and "authorizer, 30 ACLs" in report
+    assert "SECURITY'S CPU s/GB OVER PLAINTEXT" in report and "authorizer, 30 ACLs" in report
     assert "goal" not in report  # no Kafka, no verdict against it
 
 
