@@ -7,7 +7,9 @@ SCRAM-SHA-512, so replica fetching can only work by authenticating to the leader
 password). Clients are confluent-kafka (acks=all, idempotent) and kafka-python (a consumer group) as user
 alice, created through the admin API. The leader of the topic is killed with SIGKILL mid-stream: a new one
 takes over and nothing acknowledged is lost. A second cluster runs its HTTP control plane over HTTPS with
-client certificates required: the brokers deliver metadata and reach the controller over mutual TLS.
+client certificates required: the brokers deliver metadata and reach the controller over mutual TLS. A third
+takes certificates on Kafka and HTTP with an authorizer on: a user's valid certificate gets 403 on every
+`/cluster/v1` route, the brokers' certificates are let through.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import ssl
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -149,6 +152,82 @@ def test_brokers_speak_https_with_client_certificates_to_each_other(tmp_path: Pa
             https_json(url, pki, None)
         with pytest.raises(OSError):  # plain HTTP on the HTTPS port gets nothing
             urllib.request.urlopen(f"http://127.0.0.1:{brokers[1].http_port}/healthz", timeout=5)
+    finally:
+        for b in brokers:
+            b.kill()
+
+
+def https_call(url: str, pki: Pki, cert: tuple[Path, Path], body: object = None) -> tuple[int, dict]:
+    """(status, JSON body) of a GET, or a POST of `body`, with a client certificate; errors included."""
+    context = ssl.create_default_context(cafile=str(pki.ca_file))
+    context.load_cert_chain(str(cert[0]), str(cert[1]))
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method="GET" if body is None else "POST",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=15, context=context) as resp:
+            return resp.status, dict(json.loads(resp.read() or b"{}"))
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(json.loads(exc.read() or b"{}"))
+
+
+BROKER_PRINCIPAL = "User:CN=kelp-broker,OU=brokers,O=Kelp"  # Pki.server_certificate's subject, Kafka's DEFAULT rule
+
+
+def test_an_authorized_mtls_cluster_takes_brokers_only_on_its_control_plane(tmp_path: Path) -> None:
+    """Three brokers whose only Kafka listener is SSL with client certificates and whose HTTP port is HTTPS with
+    `http.authentication.methods=mtls`, an authorizer on: the brokers (their certificates' principal a super
+    user) register, deliver metadata and replicate; a user with a valid certificate from the same CA and an ACL
+    to write a topic produces, but is refused on every `/cluster/v1` route (403, brokers only) and on a topic
+    it has no ACL for."""
+    from confluent_kafka import KafkaError, Producer
+
+    pki = Pki(tmp_path / "pki")
+    settings = {**https_settings(pki), "cluster.dir": str(tmp_path / "cluster"),
+                "listeners": "SSL://127.0.0.1:0", "ssl.client.auth": "required",
+                "http.authentication.methods": "mtls",
+                "authorizer.class.name": "kelp.broker.security.authorizer.Authorizer",
+                "super.users": f"{BROKER_PRINCIPAL};User:CN=operator,OU=clients,O=Kelp"}
+    brokers = [BrokerProcess(tmp_path / f"b{i}", settings=settings, broker_id=i) for i in range(3)]
+    operator, alice = pki.client_certificate("operator"), pki.client_certificate("alice")
+    try:
+        for b in brokers:  # each is ready only once the controller delivered it its registration: over mTLS
+            b.start()
+        base = f"https://127.0.0.1:{brokers[0].http_port}"
+        deadline = time.monotonic() + 30
+        while len(https_call(f"{base}/admin/v1/cluster", pki, operator)[1].get("brokers", [])) < 3:
+            assert time.monotonic() < deadline, "the brokers did not all register over the mTLS control plane"
+            time.sleep(0.2)
+        for name in ("orders", "secret"):
+            status, body = https_call(f"{base}/admin/v1/topics", pki, operator,
+                                      {"name": name, "partitions": 1, "replication_factor": 3})
+            assert status == 201, body
+        acl = {"resourceType": "TOPIC", "resourceName": "orders", "patternType": "LITERAL",
+               "principal": "User:CN=alice,OU=clients,O=Kelp", "host": "*", "operation": "WRITE",
+               "permission": "ALLOW"}
+        status, body = https_call(f"{base}/admin/v1/acls", pki, operator, {"acls": [acl]})
+        assert status == 200 and body["results"] == [{"error": None}], body
+
+        assert brokers[0].ready_info is not None
+        bootstrap = str(brokers[0].ready_info["listeners"]["SSL"])
+        auth = ClientAuth("SSL", ca=pki.ca_file, cert=alice[0], key=alice[1])
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": 30000,
+                             **auth.confluent()})
+        outcomes: dict[str, list[object]] = {"orders": [], "secret": []}
+        for topic in outcomes:
+            for i in range(50):
+                producer.produce(topic, f"{topic}-{i}".encode(),
+                                 on_delivery=lambda err, msg, t=topic: outcomes[t].append(err or msg.offset()))
+        assert producer.flush(40) == 0
+        assert outcomes["orders"] == list(range(50))  # acks=all: the followers fetched over mutual TLS
+        refused = [e.name() if isinstance(e, KafkaError) else e for e in outcomes["secret"]]
+        assert refused == ["TOPIC_AUTHORIZATION_FAILED"] * 50
+
+        push = {"controller_id": 0, "controller_epoch": 0, "brokers": [], "end_offset": -1, "entries": []}
+        status, body = https_call(f"{base}/cluster/v1/metadata", pki, alice, push)
+        assert status == 403 and "brokers only" in body["message"], body
+        assert https_call(f"{base}/admin/v1/cluster", pki, alice)[0] == 200  # any authenticated principal
+        assert all("Traceback" not in b.log_text() for b in brokers)
     finally:
         for b in brokers:
             b.kill()
