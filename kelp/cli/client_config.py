@@ -38,7 +38,7 @@ from .endpoints import CONNECT_TIMEOUT_S, split_address
 from .errors import CliError
 from .http_client import AdminClient, HttpSecurity, default_http_url
 
-__all__ = ["add_security_options", "client_properties", "kafka_security", "kafka_python_options", "http_security",
+__all__ = ["add_security_options", "client_properties", "kafka_security", "http_security",
            "check_kafka_security", "kafka_client_options", "admin_client", "ENV_COMMAND_CONFIG", "ENV_SASL_PASSWORD"]
 
 ENV_COMMAND_CONFIG = "KELP_COMMAND_CONFIG"
@@ -109,25 +109,12 @@ def kafka_security(args: argparse.Namespace) -> ConnectionSecurity:
     return _security(client_properties(args))
 
 
-def kafka_python_options(security: ConnectionSecurity) -> dict[str, Any]:
-    """kafka-python's producer/consumer options for `security` (nothing for PLAINTEXT)."""
-    if security.ssl_context is None and security.sasl is None:
-        return {}
-    options: dict[str, Any] = {"security_protocol": security.protocol}
-    if security.ssl_context is not None:
-        options["ssl_context"] = security.ssl_context
-    if security.sasl is not None:
-        options.update(sasl_mechanism=security.sasl.mechanism, sasl_plain_username=security.sasl.username,
-                       sasl_plain_password=security.sasl.password)
-    return options
-
-
 def kafka_client_options(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
     """kafka-python's security options for the Kafka commands, once one broker of `bootstrap` accepted them."""
     security = kafka_security(args)
     addresses = [split_address(a, default_port=9092) for a in bootstrap.split(",") if a.strip()]
     check_kafka_security(addresses, security, timeout_s=getattr(args, "connect_timeout", CONNECT_TIMEOUT_S))
-    return kafka_python_options(security)
+    return security.kafka_python_options()
 
 
 def check_kafka_security(addresses: list[tuple[str, int]], security: ConnectionSecurity, *, timeout_s: float) -> None:

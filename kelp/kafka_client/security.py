@@ -22,7 +22,8 @@ ValueError naming the property (with the caller's `prefix`, e.g. `kafka.` for Sp
 
 `read_client_properties(path)` reads a client properties file (Java properties, what Kafka's tools take with
 `--command-config` and its clients with `--producer.config`) into the mapping `connection_security` takes,
-so the CLI and the examples read one the same way. This module reads the properties and certificate files it
+so the CLI and the examples read one the same way; `ConnectionSecurity.kafka_python_options()` hands the
+result to their kafka-python clients. This module reads the properties and certificate files it
 is named, nothing else, and never logs a password.
 """
 
@@ -61,6 +62,20 @@ class ConnectionSecurity:
         tls, sasl = self.ssl_context is not None, self.sasl is not None
         return {(False, False): "PLAINTEXT", (True, False): "SSL", (False, True): "SASL_PLAINTEXT",
                 (True, True): "SASL_SSL"}[(tls, sasl)]
+
+
+    def kafka_python_options(self) -> dict[str, object]:
+        """The same security as kafka-python's client options (`KafkaProducer(**options)`; nothing for PLAINTEXT),
+        for the CLI's and the examples' kafka-python clients."""
+        options: dict[str, object] = {}
+        if self.ssl_context is not None or self.sasl is not None:
+            options["security_protocol"] = self.protocol
+        if self.ssl_context is not None:
+            options["ssl_context"] = self.ssl_context
+        if self.sasl is not None:
+            options.update(sasl_mechanism=self.sasl.mechanism, sasl_plain_username=self.sasl.username,
+                           sasl_plain_password=self.sasl.password)
+        return options
 
 
 PLAINTEXT = ConnectionSecurity()

@@ -4,7 +4,8 @@ One broker whose only Kafka listener is SASL_SSL with SCRAM-SHA-512 (users seede
 whose HTTP API is HTTPS taking HTTP Basic (the same SCRAM users) and client certificates, with an authorizer
 (`super.users=User:admin;User:ops`). The same properties file serves `produce`/`consume` (Kafka protocol) and
 `topics`/`acls`/`groups` (HTTP): a wrong password fails with the broker's reason, no credentials get the
-broker's 401 message, a principal without an ACL its 403 message, every one exit code 1.
+broker's 401 message, a principal without an ACL its 403 message, every one exit code 1. The orders example
+(examples/spark/produce_orders.py) produces to the same broker with the same file.
 """
 
 from __future__ import annotations
@@ -201,3 +202,39 @@ def test_the_properties_file_from_the_environment_in_a_real_process(secured: Sec
     ca_only = secured.properties("ca-only", [f"ssl.ca.location={secured.pki.ca_file}"])
     done = run_kelp_process("topics", "list", env={**env, "KELP_COMMAND_CONFIG": str(ca_only)})
     assert done.returncode == 1 and "HTTP 401" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_orders_example_produces_to_the_secured_broker(secured: Secured, run) -> None:
+    admin = secured.scram("admin", "admin-secret")
+    example = [sys.executable, str(REPO / "examples" / "spark" / "produce_orders.py"), "--bootstrap",
+               secured.broker.bootstrap, "--topic", "orders", "--count", "30", "--partitions", "1", "--create", "",
+               "--timeout", "20"]
+    done = subprocess.run(example + ["--command-config", str(admin)], capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr
+    assert "produced 30 orders to orders" in done.stdout
+    r = run("consume", "orders", "--command-config", str(admin), "--from-beginning", "--max-messages", "30",
+            "--values-only")
+    assert r.code == 0 and len(r.out.splitlines()) == 30 and '"order_id": "o-000029"' in r.out, r
+    wrong = secured.scram("admin", "not-it", name="admin-wrong")
+    import os
+
+    done = subprocess.run(example + ["--timeout", "5"], capture_output=True, text=True, timeout=90,
+                          env={**os.environ, "KELP_COMMAND_CONFIG": str(wrong)})
+    assert done.returncode == 1
+    assert "authentication to Kafka at" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_the_pipeline_example_passes_the_properties_as_kafka_options(secured: Secured) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("orders_pipeline", REPO / "examples" / "spark" / "orders_pipeline.py")
+    assert spec is not None and spec.loader is not None
+    pipeline = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pipeline)
+    alice = secured.scram("alice", "alice-secret")
+    args = pipeline.parse_args(["--bootstrap", "b:9093", "--checkpoint", "c", "--output", "o",
+                                "--command-config", str(alice)])
+    assert pipeline.kafka_options(args) == {
+        "kafka.bootstrap.servers": "b:9093", "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "SCRAM-SHA-512", "kafka.sasl.jaas.config": scram_jaas("alice", "alice-secret"),
+        "kafka.ssl.truststore.type": "PEM", "kafka.ssl.truststore.location": str(secured.pki.ca_file)}
