@@ -52,6 +52,7 @@ from .groups import attach as attach_groups
 from .http.app import build_http_app
 from .http.authentication import HttpAuthenticator
 from .http.basic_credentials import SaslUsersCheck
+from .http.bearer_tokens import bearer_check
 from .kafka.limits import ConnectionQuota, MemoryPool
 from .kafka.listener_security import ListenerSecurity
 from .kafka.server import KafkaServer
@@ -218,14 +219,15 @@ class Broker:
     def _http_authenticator(self) -> HttpAuthenticator:
         """How HTTP clients prove who they are (http.authentication.methods): HTTP Basic against the SASL users
         (the listeners' PLAIN users, the SCRAM credentials of the metadata log), a TLS client certificate by
-        ssl.principal.mapping.rules."""
+        ssl.principal.mapping.rules, a bearer token by a listener's OAUTHBEARER validator (bearer_tokens.py)."""
         cfg = self.config
         plain = [plain_users([m.jaas]) for listener in cfg.listener_setup.listeners
                  for name, m in listener.mechanisms.items() if name == "PLAIN" and m.jaas is not None]
         mapper = SslPrincipalMapper(cfg.get("ssl.principal.mapping.rules") or "DEFAULT")
+        bearer = bearer_check(cfg) if "bearer" in (cfg.get("http.authentication.methods") or ()) else None
         return HttpAuthenticator.from_config(
             cfg, basic=SaslUsersCheck.of(plain, lambda: self.cluster.image.scram_credentials if self.cluster else {}),
-            certificate=lambda der: principal_from_certificate(der, mapper))
+            bearer=bearer, certificate=lambda der: principal_from_certificate(der, mapper))
 
     async def _start_http(self) -> None:
         app = build_http_app(self, authenticator=self._http_authenticator())

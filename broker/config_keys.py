@@ -314,6 +314,9 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     # -- HTTP authentication (Kelp's own: Kafka has no HTTP listener); /healthz, /readyz and /metrics stay open
     # for probes and scrapes unless switched off
     "http.authentication.methods": (_http_auth_methods, []),
+    # bearer: the listener whose OAUTHBEARER validator (keys, audience, issuer, claims) checks HTTP tokens;
+    # empty: the first listener enabling OAUTHBEARER (broker/http/bearer_tokens.py)
+    "http.authentication.oauthbearer.listener": (_str, ""),
     "http.health.public": (parse_bool, True),
     "http.metrics.public": (parse_bool, True),
     "producer.id.expiration.ms": (_positive, 86400000),  # idempotent-producer state idle this long is dropped
