@@ -5,8 +5,9 @@ into the shared metadata store before the first start; every broker's one listen
 SCRAM-SHA-512, so replica fetching can only work by authenticating to the leader over TLS
 (`inter.broker.listener.name`, `sasl.mechanism.inter.broker.protocol`, the listener's JAAS username and
 password). Clients are confluent-kafka (acks=all, idempotent) and kafka-python (a consumer group) as user
-alice, created through the admin API. The leader of the topic is killed with SIGKILL mid-stream: a new one
-takes over and nothing acknowledged is lost. A second cluster runs its HTTP control plane over HTTPS with
+alice, created through the admin API and granted her ACLs there (the authorizer is on; HTTP is HTTPS with
+Basic against the same SCRAM users). The leader of the topic is killed with SIGKILL mid-stream: a new one
+takes over and nothing acknowledged is lost. alice's valid credentials get 403 on `/cluster/v1`. A second cluster runs its HTTP control plane over HTTPS with
 client certificates required: the brokers deliver metadata and reach the controller over mutual TLS. A third
 takes certificates on Kafka and HTTP with an authorizer on: a user's valid certificate gets 403 on every
 `/cluster/v1` route, the brokers' certificates are let through.
@@ -29,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.broker_process import REPO, BrokerProcess
+from tests.support.cluster import http_json
 from tests.support.secure_clients import ClientAuth, consume
 from tests.support.tls_files import Pki, scram_jaas
 
@@ -38,6 +40,9 @@ pytestmark = [pytest.mark.clients, pytest.mark.timeout(300)]
 def secure_settings(pki: Pki) -> dict[str, object]:
     return {
         "listeners": "SASL_SSL://127.0.0.1:0",
+        # HTTPS, HTTP Basic against the same SCRAM users, Kafka's ACLs: admin is the brokers' own user
+        "http.ssl.enabled": "true", "http.authentication.methods": "basic",
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer", "super.users": "User:admin",
         "ssl.keystore.location": str(pki.broker_file),
         "ssl.truststore.location": str(pki.ca_file),
         "sasl.enabled.mechanisms": "SCRAM-SHA-512",
@@ -57,14 +62,15 @@ def format_store(cluster_dir: Path, settings: dict[str, object]) -> None:
     assert done.returncode == 0, done.stderr
 
 
-def add_user(http_url: str, name: str, password: str) -> None:
+def basic(user: str, password: str) -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+def add_user(cluster, name: str, password: str) -> None:
     salt = os.urandom(16)
     body = {"mechanism": "SCRAM-SHA-512", "iterations": 4096, "salt": base64.b64encode(salt).decode(),
             "saltedPassword": base64.b64encode(hashlib.pbkdf2_hmac("sha512", password.encode(), salt, 4096)).decode()}
-    req = urllib.request.Request(f"{http_url}/admin/v1/users/{name}/scram-credentials", method="PUT",
-                                 data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        assert resp.status == 200
+    assert cluster.admin(f"/admin/v1/users/{name}/scram-credentials", "PUT", body)["name"] == name
 
 
 def produce(bootstrap: str, topic: str, auth: ClientAuth, values: list[bytes]) -> list[bytes]:
@@ -88,13 +94,20 @@ def test_a_sasl_ssl_only_cluster_replicates_fails_over_and_serves_a_group(cluste
     pki = Pki(tmp_path / "pki")
     settings = secure_settings(pki)
     cluster = cluster_factory(3, settings=settings, start=False)
+    cluster.http_context = ssl.create_default_context(cafile=str(pki.ca_file))
+    cluster.http_headers = basic("admin", "admin-secret")
     format_store(cluster.root / "cluster", settings)
     for b in cluster.brokers:
         b.start()
     cluster.wait_for("3 brokers", lambda: len(cluster.admin("/admin/v1/brokers")["brokers"]) == 3, timeout=30)
-    add_user(cluster.any_http(), "alice", "alice-secret")
+    add_user(cluster, "alice", "alice-secret")
     cluster.admin("/admin/v1/topics", "POST", {"name": "orders", "partitions": 1, "replication_factor": 3,
                                                "configs": {"min.insync.replicas": "2"}})
+    grants = [{"resourceType": "TOPIC", "resourceName": "orders", "principal": "User:alice", "operation": op,
+               "permission": "ALLOW"} for op in ("WRITE", "READ")]
+    grants.append({"resourceType": "GROUP", "resourceName": "*", "principal": "User:alice", "operation": "READ",
+                   "permission": "ALLOW"})
+    assert all(r["error"] is None for r in cluster.admin("/admin/v1/acls", "POST", {"acls": grants})["results"])
     auth = ClientAuth("SASL_SSL", "SCRAM-SHA-512", "alice", "alice-secret", ca=pki.ca_file)
     before = produce(cluster.bootstrap, "orders", auth, [f"a{i}".encode() for i in range(300)])
     cluster.wait_fully_replicated("orders")  # the followers fetched over SASL_SSL: the only listener there is
@@ -115,6 +128,16 @@ def test_a_sasl_ssl_only_cluster_replicates_fails_over_and_serves_a_group(cluste
     got = consume("confluent-kafka", cluster.bootstrap, "orders", auth, 600)  # another group, after the failover
     assert sorted(got) == sorted(before + after)  # nothing acknowledged is lost
     assert len(got) == len(set(got)) == 600  # nor read twice
+
+    # alice's valid credentials open the admin API she is allowed, never the brokers' own control plane
+    push = {"controller_id": 0, "controller_epoch": 0, "brokers": [], "end_offset": -1, "entries": []}
+    alice = basic("alice", "alice-secret")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        http_json(cluster.any_http() + "/cluster/v1/metadata", "POST", push, context=cluster.http_context,
+                  headers=alice)
+    assert refused.value.code == 403 and "brokers only" in json.loads(refused.value.read())["message"]
+    described = http_json(cluster.any_http() + "/admin/v1/topics/orders", context=cluster.http_context, headers=alice)
+    assert described["name"] == "orders"
     assert "Traceback" not in "".join(b.log_text() for b in cluster.running)
 
 
