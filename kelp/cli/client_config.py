@@ -17,7 +17,9 @@ flags nor the file's `sasl.jaas.config` carry one.
 
 Over HTTP the same properties mean: TLS (the URL's `https://`) trusts the given CA and presents the given
 client certificate (`http.authentication.methods=mtls`); a SASL user name and password go as HTTP Basic,
-which the broker checks against the same PLAIN and SCRAM users (`http.authentication.methods=basic`).
+which the broker checks against the same PLAIN and SCRAM users (`http.authentication.methods=basic`); a JWT
+from `--bearer-token-file` (or `KELP_BEARER_TOKEN`) goes as `Authorization: Bearer` instead
+(`http.authentication.methods=bearer`).
 
 It must never print or log a password, nor read a file it is not named.
 """
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import base64
 import os
+from pathlib import Path
 from typing import Any
 
 from kafka.protocol.metadata import ApiVersionsRequest
@@ -43,6 +46,7 @@ __all__ = ["add_security_options", "client_properties", "kafka_security", "http_
 
 ENV_COMMAND_CONFIG = "KELP_COMMAND_CONFIG"
 ENV_SASL_PASSWORD = "KELP_SASL_PASSWORD"
+ENV_BEARER_TOKEN = "KELP_BEARER_TOKEN"
 
 # flag dest -> the client property it sets
 _FLAG_PROPERTIES = {
@@ -73,6 +77,9 @@ def add_security_options(p: argparse.ArgumentParser, default: object) -> None:
     g.add_argument("--ssl-certificate", default=default, metavar="PEM",
                    help="client certificate chain (and key) for mutual TLS (ssl.keystore.location, PEM)")
     g.add_argument("--ssl-key", default=default, metavar="PEM", help="its private key, when not in the same file")
+    g.add_argument("--bearer-token-file", default=default, metavar="FILE",
+                   help=f"a JWT the HTTP API takes as `Authorization: Bearer` (http.authentication.methods=bearer; "
+                        f"or the token itself in env {ENV_BEARER_TOKEN}); it replaces HTTP Basic")
 
 
 def client_properties(args: argparse.Namespace) -> dict[str, str]:
@@ -139,20 +146,37 @@ def check_kafka_security(addresses: list[tuple[str, int]], security: ConnectionS
     raise CliError(f"cannot connect to Kafka with {security.protocol}: {last}{hint}")
 
 
+def bearer_token(args: argparse.Namespace) -> str | None:
+    """The JWT for the HTTP API: `--bearer-token-file`'s content, else env KELP_BEARER_TOKEN; None without one."""
+    path = getattr(args, "bearer_token_file", None)
+    if path:
+        try:
+            token = Path(path).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CliError(f"--bearer-token-file: cannot read {path}: {exc}") from None
+        if not token:
+            raise CliError(f"--bearer-token-file: {path} is empty")
+        return token
+    return os.environ.get(ENV_BEARER_TOKEN, "").strip() or None
+
+
 def http_security(args: argparse.Namespace, url: str) -> HttpSecurity:
-    """The client properties read for the HTTP API at `url`: TLS by its scheme, SASL user and password as Basic."""
+    """The client properties read for the HTTP API at `url`: TLS by its scheme, SASL user and password as Basic,
+    or a bearer token instead of them."""
     props = client_properties(args)
+    token = bearer_token(args)
+    bearer = None if token is None else f"Bearer {token}"
     protocol = props.get("security.protocol", "PLAINTEXT").strip().upper()
-    sasl = protocol.startswith("SASL_")
+    sasl = protocol.startswith("SASL_") and bearer is None
     https = url.lower().startswith("https://")
     props["security.protocol"] = ("SASL_" if sasl else "") + ("SSL" if https else "PLAINTEXT")
     if props["security.protocol"] == "PLAINTEXT":
-        return HttpSecurity()
+        return HttpSecurity(None, bearer)
     security = _security(props)
-    authorization = None
+    authorization = bearer
     if security.sasl is not None:
-        token = base64.b64encode(f"{security.sasl.username}:{security.sasl.password}".encode()).decode()
-        authorization = f"Basic {token}"
+        basic = base64.b64encode(f"{security.sasl.username}:{security.sasl.password}".encode()).decode()
+        authorization = f"Basic {basic}"
     return HttpSecurity(security.ssl_context, authorization)
 
 

@@ -26,8 +26,8 @@ from .errors import CliError
 # DEFAULT_HTTP and default_http_url are endpoints.py's, named here too for the commands that build a client.
 __all__ = ["AdminClient", "HttpSecurity", "DEFAULT_HTTP", "default_http_url"]
 
-_CREDENTIALS_HINT = ("give credentials with --command-config FILE (Kafka client properties) or --sasl-username and "
-                     "--sasl-password / KELP_SASL_PASSWORD")
+_CREDENTIALS_HINT = ("give credentials with --command-config FILE (Kafka client properties), --sasl-username and "
+                     "--sasl-password / KELP_SASL_PASSWORD, or a JWT with --bearer-token-file / KELP_BEARER_TOKEN")
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,14 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from kelp.broker.config_keys import KAFKA_STANDARD_AUTHORIZER
 from kelp.cli.main import main
 from tests.support.broker_process import REPO, BrokerProcess
 from tests.support.tls_files import Pki, scram_jaas
@@ -238,3 +240,47 @@ def test_the_pipeline_example_passes_the_properties_as_kafka_options(secured: Se
         "kafka.bootstrap.servers": "b:9093", "kafka.security.protocol": "SASL_SSL",
         "kafka.sasl.mechanism": "SCRAM-SHA-512", "kafka.sasl.jaas.config": scram_jaas("alice", "alice-secret"),
         "kafka.ssl.truststore.type": "PEM", "kafka.ssl.truststore.location": str(secured.pki.ca_file)}
+
+
+def test_a_bearer_token_opens_the_http_api(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """`http.authentication.methods=bearer`: `kelp` sends the JWT of `--bearer-token-file` or KELP_BEARER_TOKEN as
+    `Authorization: Bearer`; the broker's OAUTHBEARER validator makes it `User:<sub>`, with that principal's ACLs;
+    without one, or with a forged one, the broker's 401 reason is printed and the exit code is 1."""
+    import jwt
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    from tests.cli.conftest import run_kelp_process
+
+    root = tmp_path_factory.mktemp("kelp-bearer")
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    public = root / "issuer.pem"
+    public.write_bytes(key.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo))
+    module = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+    broker = BrokerProcess(root / "broker", settings={
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0", "inter.broker.listener.name": "PLAINTEXT",
+        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "OAUTHBEARER",
+        "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config": f"{module} required;",
+        "sasl.oauthbearer.public.key.location": str(public), "sasl.oauthbearer.expected.audience": "kelp",
+        "http.authentication.methods": "bearer", "authorizer.class.name": KAFKA_STANDARD_AUTHORIZER,
+        "super.users": "User:ops"})
+    broker.start()
+    try:
+        def signed(sub: str, signer: rsa.RSAPrivateKey = key) -> str:
+            now = int(time.time())
+            return jwt.encode({"sub": sub, "aud": "kelp", "iat": now - 5, "exp": now + 600}, signer, algorithm="RS256")
+
+        env = {"KELP_HTTP": broker.http_url, "KELP_BOOTSTRAP": broker.bootstrap, "KELP_COMMAND_CONFIG": ""}
+        token_file = root / "ops.jwt"
+        token_file.write_text(signed("ops") + "\n")
+        done = run_kelp_process("topics", "create", "tokens", "--bearer-token-file", str(token_file), env=env)
+        assert done.returncode == 0, done.stderr
+        done = run_kelp_process("topics", "list", env={**env, "KELP_BEARER_TOKEN": signed("ops")})
+        assert done.returncode == 0 and "tokens" in done.stdout, done.stderr
+        done = run_kelp_process("topics", "list", env=env)
+        assert done.returncode == 1 and "HTTP 401" in done.stderr and "--bearer-token-file" in done.stderr
+        forged = signed("ops", rsa.generate_private_key(public_exponent=65537, key_size=2048))
+        done = run_kelp_process("topics", "list", env={**env, "KELP_BEARER_TOKEN": forged})
+        assert done.returncode == 1 and "the bearer token was refused" in done.stderr, done.stderr
+    finally:
+        broker.kill()
