@@ -7,10 +7,12 @@ SCRAM-SHA-512, so replica fetching can only work by authenticating to the leader
 password). Clients are confluent-kafka (acks=all, idempotent) and kafka-python (a consumer group) as user
 alice, created through the admin API and granted her ACLs there (the authorizer is on; HTTP is HTTPS with
 Basic against the same SCRAM users). The leader of the topic is killed with SIGKILL mid-stream: a new one
-takes over and nothing acknowledged is lost. alice's valid credentials get 403 on `/cluster/v1`. A second cluster runs its HTTP control plane over HTTPS with
-client certificates required: the brokers deliver metadata and reach the controller over mutual TLS. A third
-takes certificates on Kafka and HTTP with an authorizer on: a user's valid certificate gets 403 on every
-`/cluster/v1` route, the brokers' certificates are let through.
+takes over and nothing acknowledged is lost. alice's valid credentials get 403 on `/cluster/v1`.
+
+A second cluster runs its HTTP control plane over HTTPS with client certificates required: the brokers
+deliver metadata and reach the controller over mutual TLS. A third takes certificates on Kafka and HTTP with
+an authorizer on: a user's valid certificate gets 403 on every `/cluster/v1` route, the brokers' certificates
+are let through.
 """
 
 from __future__ import annotations
