@@ -97,16 +97,7 @@ class TransactionIndex:
 
     def append(self, txn: AbortedTxn) -> None:
         """Add an entry (its marker is after every indexed one): one write to the page cache."""
-        if txn.last_offset <= self.last_offset:
-            raise ValueError(f"{self.path}: aborted transaction ending at {txn.last_offset} is not after the "
-                             f"last indexed one ({self.last_offset})")
-        data = _ENTRY.pack(VERSION, txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-        self.entries.append(txn)
+        self.extend([txn])
 
     def collect(self, fetch_offset: int, upper_bound: int, into: list[AbortedTxn]) -> bool:
         """Add to `into` the entries overlapping [fetch_offset, upper_bound); True when the search is
@@ -128,7 +119,10 @@ class TransactionIndex:
             return
         del self.entries[keep:]
         try:
-            os.truncate(self.path, keep * ENTRY_SIZE)
+            if keep:
+                os.truncate(self.path, keep * ENTRY_SIZE)
+            else:
+                os.unlink(self.path)  # as if no transaction had been aborted in the segment
         except FileNotFoundError:
             pass
 
