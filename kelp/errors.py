@@ -73,6 +73,8 @@ class ErrorCode(IntEnum):
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    TRANSACTION_COORDINATOR_FENCED = 52
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     SECURITY_DISABLED = 54
     KAFKA_STORAGE_ERROR = 56
@@ -297,6 +299,21 @@ class DuplicateSequenceError(KelpError):
 
 class InvalidProducerEpochError(KelpError):
     code = ErrorCode.INVALID_PRODUCER_EPOCH
+    http_status = 409
+
+
+class InvalidTxnStateError(KelpError):
+    """A producer's batch does not fit its transaction's state (a plain batch while its transaction is open,
+    or the reverse), as Kafka's ProducerAppendInfo refuses it."""
+
+    code = ErrorCode.INVALID_TXN_STATE
+    http_status = 409
+
+
+class TransactionCoordinatorFencedError(KelpError):
+    """A transaction marker from a coordinator epoch older than one this partition has seen (a zombie coordinator)."""
+
+    code = ErrorCode.TRANSACTION_COORDINATOR_FENCED
     http_status = 409
 
 

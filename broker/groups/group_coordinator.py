@@ -306,3 +306,16 @@ class GroupCoordinator:
                 continue
             out[gid] = await self.group_manager.remove_group(group)
         return out
+
+    # -- transactions -----------------------------------------------------
+    def handle_txn_completion(self, producer_id: int, offsets_partitions: list[int], commit: bool) -> None:
+        """A COMMIT (`commit`) or ABORT marker of `producer_id` was written to these `__consumer_offsets`
+        partitions (WriteTxnMarkers, after the leader's append was replicated): Kafka's
+        `GroupCoordinator.onTransactionCompleted` materialises, or drops, the producer's pending
+        TxnOffsetCommits there.
+
+        The one agreed stub of issue 21's log slice: the WriteTxnMarkers handler calls it; until the
+        transaction-coordinator slice (TxnOffsetCommit) replaces this body, no offsets are pending, so there
+        is nothing to complete and it does nothing.
+        """
+        return None
