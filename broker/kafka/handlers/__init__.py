@@ -22,6 +22,7 @@ from . import (  # noqa: F401  (imported for their registrations)
     reassignments,
     sasl,
     topics,
+    transactions,
     users,
 )
 from .registry import RequestContext, all_handlers, get_handler, handles
