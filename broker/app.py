@@ -1,7 +1,7 @@
 """Composition root: builds every part of one broker and owns its lifecycle.
 
 Why: one place decides the start order (storage -> topics -> replicas ->
-groups -> listeners) and the reverse stop order (listeners first, so no
+groups, transactions -> listeners) and the reverse stop order (listeners first, so no
 request reaches a closed log; then flush and close every segment). Each part
 is an attribute that stays None until `start` has built it (so `stop` closes
 exactly what was opened); once every one is built they are handed to the
@@ -64,6 +64,8 @@ from .security.principal import SslPrincipalMapper, principal_from_certificate
 from .security.tls import TlsReloader
 from .storage import LogConfig, LogManager
 from .topic_manager import TopicManager
+from .transactions import TransactionCoordinator
+from .transactions import attach as attach_transactions
 
 __all__ = ["Broker", "PHASE_TIMEOUT_S", "CANCEL_GRACE_S"]
 
@@ -97,6 +99,7 @@ class Broker:
         self.http_tls: TlsReloader | None = None  # the HTTP listener's TLS (http.ssl.enabled)
         self.cluster: ClusterMember | None = None
         self.groups: GroupCoordinator | None = None
+        self.transactions: TransactionCoordinator | None = None
         self.acls: AclManager | None = None
         self.http_runner: web.AppRunner | None = None
         # All of them, once all are built: what the listeners serve from.
@@ -175,8 +178,10 @@ class Broker:
         )
         await cluster.start(endpoint)
         groups = self.groups = attach_groups(config=cfg, topics=topics, replicas=replicas, logs=logs)
+        transactions = self.transactions = attach_transactions(config=cfg, topics=topics, replicas=replicas,
+                                                               logs=logs, cluster=cluster)
         parts = self.parts = BrokerParts(config=cfg, logs=logs, topics=topics, replicas=replicas, cluster=cluster,
-                                         groups=groups, acls=acls)
+                                         groups=groups, transactions=transactions, acls=acls)
         for ks in self.kafka_servers:
             await ks.serve(parts)
         self._retention_task = asyncio.create_task(self._maintenance_loop(parts))
@@ -386,6 +391,8 @@ class Broker:
             self._http_tls_task.cancel()
         if self.http_runner is not None:
             await self._phase("stopping the HTTP listener", self.http_runner.cleanup, step_s)
+        if self.transactions is not None:
+            await self._phase("stopping the transaction coordinator", self.transactions.stop, step_s)
         if self.groups is not None:
             await self._phase("stopping the group coordinator", self.groups.stop, step_s)
         try:

@@ -269,6 +269,15 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     "group.min.session.timeout.ms": (_positive, 6000),
     "group.max.session.timeout.ms": (_positive, 1800000),
     "group.max.size": (_positive, 2**31 - 1),
+    # -- the transaction coordinator (Kafka's names and defaults; docs/transactions.md)
+    "transaction.state.log.num.partitions": (_positive, 50),
+    "transaction.state.log.replication.factor": (_positive, 3),
+    "transaction.state.log.min.isr": (_positive, 2),
+    "transaction.state.log.segment.bytes": (_at_least(14), 104857600),
+    "transaction.max.timeout.ms": (_positive, 900000),
+    "transactional.id.expiration.ms": (_positive, 604800000),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (_positive, 10000),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": (_positive, 3600000),
     "replica.lag.time.max.ms": (_positive, 30000),
     "cluster.id": (_str, "kelp-local"),
     # -- cluster (design §5): leases, metadata store, controller, replica fetching

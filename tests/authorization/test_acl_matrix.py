@@ -71,6 +71,8 @@ COVERED = {
     35: "describe_log_dirs", 37: "create_partitions", 42: "delete_groups", 43: "cluster_admin",
     44: "alter_configs", 45: "cluster_admin", 46: "cluster_admin", 47: "offset_delete",
     48: "scram_users", 50: "scram_users", 51: "scram_users", 27: "write_txn_markers",
+    24: "test_acl_transactions.py", 25: "test_acl_transactions.py", 26: "test_acl_transactions.py",
+    28: "test_acl_transactions.py", 65: "test_acl_transactions.py", 66: "test_acl_transactions.py",
     # SaslHandshake, SaslAuthenticate: how a connection authenticates, before any principal exists; no ACL
     17: "-", 36: "-",
 }

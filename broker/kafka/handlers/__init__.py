@@ -23,6 +23,7 @@ from . import (  # noqa: F401  (imported for their registrations)
     sasl,
     topics,
     txn_markers,
+    transactions,
     users,
 )
 from .registry import RequestContext, all_handlers, get_handler, handles
