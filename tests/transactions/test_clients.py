@@ -4,7 +4,7 @@ A broker runs in this process so its marker sender can be replaced by a double (
 partition leader's side of markers (WriteTxnMarkers, API 27, and the control batches it writes) belongs to
 the log slice of issue 21. The double answers as a leader would and, for `__consumer_offsets` partitions,
 calls the group coordinator's `handle_txn_completion` as that leader's handler does. What a consumer sees
-under read_committed needs the real handler: that test is written and skipped until it is merged.
+under read_committed goes through the real sender and the leader's WriteTxnMarkers handler.
 """
 
 from __future__ import annotations
@@ -189,7 +189,6 @@ async def test_restarted_coordinator_reloads_and_aborts_the_open_transaction(tmp
         await running.broker.stop()
 
 
-@pytest.mark.skip(reason="needs the WriteTxnMarkers (API 27) handler of issue 21's log slice on the leader")
 async def test_read_committed_consumer_sees_committed_records_only(tmp_path: Path) -> None:
     broker = Broker(_config(tmp_path))  # the real KafkaMarkerSender: markers reach the leader's handler
     await broker.start()

@@ -22,8 +22,8 @@ from . import (  # noqa: F401  (imported for their registrations)
     reassignments,
     sasl,
     topics,
-    txn_markers,
     transactions,
+    txn_markers,
     users,
 )
 from .registry import RequestContext, all_handlers, get_handler, handles
