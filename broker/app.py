@@ -1,7 +1,7 @@
 """Composition root: builds every part of one broker and owns its lifecycle.
 
 Why: one place decides the start order (storage -> topics -> replicas ->
-groups -> listeners) and the reverse stop order (listeners first, so no
+groups, transactions -> listeners) and the reverse stop order (listeners first, so no
 request reaches a closed log; then flush and close every segment). Each part
 is an attribute that stays None until `start` has built it (so `stop` closes
 exactly what was opened); once every one is built they are handed to the
@@ -52,6 +52,7 @@ from .groups import attach as attach_groups
 from .http.app import build_http_app
 from .http.authentication import HttpAuthenticator
 from .http.basic_credentials import SaslUsersCheck
+from .http.bearer_tokens import bearer_check
 from .kafka.limits import ConnectionQuota, MemoryPool
 from .kafka.listener_security import ListenerSecurity
 from .kafka.server import KafkaServer
@@ -63,6 +64,8 @@ from .security.principal import SslPrincipalMapper, principal_from_certificate
 from .security.tls import TlsReloader
 from .storage import LogConfig, LogManager
 from .topic_manager import TopicManager
+from .transactions import TransactionCoordinator
+from .transactions import attach as attach_transactions
 
 __all__ = ["Broker", "PHASE_TIMEOUT_S", "CANCEL_GRACE_S"]
 
@@ -96,6 +99,7 @@ class Broker:
         self.http_tls: TlsReloader | None = None  # the HTTP listener's TLS (http.ssl.enabled)
         self.cluster: ClusterMember | None = None
         self.groups: GroupCoordinator | None = None
+        self.transactions: TransactionCoordinator | None = None
         self.acls: AclManager | None = None
         self.http_runner: web.AppRunner | None = None
         # All of them, once all are built: what the listeners serve from.
@@ -174,8 +178,10 @@ class Broker:
         )
         await cluster.start(endpoint)
         groups = self.groups = attach_groups(config=cfg, topics=topics, replicas=replicas, logs=logs)
+        transactions = self.transactions = attach_transactions(config=cfg, topics=topics, replicas=replicas,
+                                                               logs=logs, cluster=cluster)
         parts = self.parts = BrokerParts(config=cfg, logs=logs, topics=topics, replicas=replicas, cluster=cluster,
-                                         groups=groups, acls=acls)
+                                         groups=groups, transactions=transactions, acls=acls)
         for ks in self.kafka_servers:
             await ks.serve(parts)
         self._retention_task = asyncio.create_task(self._maintenance_loop(parts))
@@ -218,14 +224,15 @@ class Broker:
     def _http_authenticator(self) -> HttpAuthenticator:
         """How HTTP clients prove who they are (http.authentication.methods): HTTP Basic against the SASL users
         (the listeners' PLAIN users, the SCRAM credentials of the metadata log), a TLS client certificate by
-        ssl.principal.mapping.rules."""
+        ssl.principal.mapping.rules, a bearer token by a listener's OAUTHBEARER validator (bearer_tokens.py)."""
         cfg = self.config
         plain = [plain_users([m.jaas]) for listener in cfg.listener_setup.listeners
                  for name, m in listener.mechanisms.items() if name == "PLAIN" and m.jaas is not None]
         mapper = SslPrincipalMapper(cfg.get("ssl.principal.mapping.rules") or "DEFAULT")
+        bearer = bearer_check(cfg) if "bearer" in (cfg.get("http.authentication.methods") or ()) else None
         return HttpAuthenticator.from_config(
             cfg, basic=SaslUsersCheck.of(plain, lambda: self.cluster.image.scram_credentials if self.cluster else {}),
-            certificate=lambda der: principal_from_certificate(der, mapper))
+            bearer=bearer, certificate=lambda der: principal_from_certificate(der, mapper))
 
     async def _start_http(self) -> None:
         app = build_http_app(self, authenticator=self._http_authenticator())
@@ -384,6 +391,8 @@ class Broker:
             self._http_tls_task.cancel()
         if self.http_runner is not None:
             await self._phase("stopping the HTTP listener", self.http_runner.cleanup, step_s)
+        if self.transactions is not None:
+            await self._phase("stopping the transaction coordinator", self.transactions.stop, step_s)
         if self.groups is not None:
             await self._phase("stopping the group coordinator", self.groups.stop, step_s)
         try:

@@ -205,11 +205,15 @@ class BrokerConfig:
 
     def _resolve_standalone(self) -> None:
         """A broker whose file-backed cluster directory is its own (no `cluster.dir`) is a cluster of one: its
-        internal topics get one replica unless set, as Kafka's quickstart server.properties does. Any shared
-        cluster keeps Kafka's default of 3, and creates them only once that many brokers are live."""
-        if (self["cluster.backend"] == "file" and "cluster.dir" not in self.explicit
-                and "offsets.topic.replication.factor" not in self.explicit):
-            self.values["offsets.topic.replication.factor"] = 1
+        internal topics get one replica unless set, and `__transaction_state` a min.insync.replicas of 1, as Kafka's
+        quickstart server.properties does. Any shared cluster keeps Kafka's defaults (3 replicas, min ISR 2),
+        and creates them only once that many brokers are live."""
+        if self["cluster.backend"] != "file" or "cluster.dir" in self.explicit:
+            return
+        for key in ("offsets.topic.replication.factor", "transaction.state.log.replication.factor",
+                    "transaction.state.log.min.isr"):
+            if key not in self.explicit:
+                self.values[key] = 1
 
     def _resolve_broker_id(self, env: Mapping[str, str]) -> None:
         """`broker.id.from.hostname`: a StatefulSet pod `<name>-<ordinal>` is broker `<ordinal>`."""

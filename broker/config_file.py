@@ -48,8 +48,6 @@ KAFKA_IGNORED_KEYS = frozenset({
     "num.recovery.threads.per.data.dir",
     "socket.send.buffer.bytes",
     "socket.receive.buffer.bytes",
-    "transaction.state.log.replication.factor",
-    "transaction.state.log.min.isr",
     "share.coordinator.state.topic.replication.factor",
     "share.coordinator.state.topic.min.isr",
 })

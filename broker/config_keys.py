@@ -269,6 +269,15 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     "group.min.session.timeout.ms": (_positive, 6000),
     "group.max.session.timeout.ms": (_positive, 1800000),
     "group.max.size": (_positive, 2**31 - 1),
+    # -- the transaction coordinator (Kafka's names and defaults; docs/transactions.md)
+    "transaction.state.log.num.partitions": (_positive, 50),
+    "transaction.state.log.replication.factor": (_positive, 3),
+    "transaction.state.log.min.isr": (_positive, 2),
+    "transaction.state.log.segment.bytes": (_at_least(14), 104857600),
+    "transaction.max.timeout.ms": (_positive, 900000),
+    "transactional.id.expiration.ms": (_positive, 604800000),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (_positive, 10000),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": (_positive, 3600000),
     "replica.lag.time.max.ms": (_positive, 30000),
     "cluster.id": (_str, "kelp-local"),
     # -- cluster (design §5): leases, metadata store, controller, replica fetching
@@ -314,6 +323,9 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     # -- HTTP authentication (Kelp's own: Kafka has no HTTP listener); /healthz, /readyz and /metrics stay open
     # for probes and scrapes unless switched off
     "http.authentication.methods": (_http_auth_methods, []),
+    # bearer: the listener whose OAUTHBEARER validator (keys, audience, issuer, claims) checks HTTP tokens;
+    # empty: the first listener enabling OAUTHBEARER (broker/http/bearer_tokens.py)
+    "http.authentication.oauthbearer.listener": (_str, ""),
     "http.health.public": (parse_bool, True),
     "http.metrics.public": (parse_bool, True),
     "producer.id.expiration.ms": (_positive, 86400000),  # idempotent-producer state idle this long is dropped

@@ -11,7 +11,8 @@ produces once the high watermark passes them — as Kafka's DelayedProduce,
 only while it still leads at the leader epoch the batch was appended under:
 a leadership or epoch change fails them with NOT_LEADER_OR_FOLLOWER, since
 the batch may have been truncated. As follower it only follows the leader's
-high watermark.
+high watermark. Both roles know the last stable offset (`last_stable_offset`,
+from the producer state's undecided transactions and the high watermark).
 
 Single-threaded (the event loop): no locks. This module does no I/O: the
 caller runs log appends, truncation and epoch checkpoints (`busy` is the
@@ -195,8 +196,23 @@ class Partition:
                 new_hw = leo
         if new_hw > lg.high_watermark:
             lg.high_watermark = new_hw
+            if lg.first_unstable_offset is not None:
+                self.publish_unstable()
             return True
         return False
+
+    # -- transactions ---------------------------------------------------
+    @property
+    def last_stable_offset(self) -> int:
+        """LSO = min(first offset of a transaction not decided and replicated yet, high watermark): what a
+        read_committed consumer may read below (Kafka's `UnifiedLog.lastStableOffset`)."""
+        hw = self.log.high_watermark
+        first = self.producers.first_unstable_offset(hw)
+        return hw if first is None or first > hw else first
+
+    def publish_unstable(self) -> None:
+        """Tell the log where undecided transactions start (the cleaner stops there)."""
+        self.log.first_unstable_offset = self.producers.first_unstable_offset(self.log.high_watermark)
 
     def require_end_offset_known(self) -> None:
         """Kafka's rule (KIP-207): until a new leader's high watermark reaches the offset its epoch began
@@ -212,6 +228,8 @@ class Partition:
         new_hw = min(leader_hw, lg.log_end_offset)
         if new_hw > lg.high_watermark:
             lg.high_watermark = new_hw
+            if lg.first_unstable_offset is not None:
+                self.publish_unstable()
             return True
         return False
 

@@ -12,8 +12,8 @@ starting gate read it (`kelp.broker.http.serving.serving`). What answers while t
 
 No part is optional. A broker that runs alone is a cluster of one (its own file-backed cluster directory,
 `BrokerConfig._resolve_standalone`): its `ClusterMember` elects it controller, so there is no mode
-without one; every broker runs a group coordinator. What is optional says so where it is chosen:
-the metrics registry (`Broker(metrics=...)`, the process-wide one by default).
+without one; every broker runs a group coordinator and a transaction coordinator. What is optional says so
+where it is chosen: the metrics registry (`Broker(metrics=...)`, the process-wide one by default).
 
 This module must never hold behaviour: it names the parts, the composition root builds them.
 """
@@ -29,6 +29,7 @@ from .groups.group_coordinator import GroupCoordinator
 from .replica_manager import ReplicaManager
 from .storage import LogManager
 from .topic_manager import TopicManager
+from .transactions.coordinator import TransactionCoordinator
 
 __all__ = ["BrokerParts"]
 
@@ -43,4 +44,5 @@ class BrokerParts:
     replicas: ReplicaManager  # this broker's replicas: produce, fetch, offsets, follower state
     cluster: ClusterMember  # membership, the controller's decisions, routing to the controller and leaders
     groups: GroupCoordinator  # the groups of the `__consumer_offsets` partitions this broker leads
+    transactions: TransactionCoordinator  # the transactional ids of the `__transaction_state` partitions it leads
     acls: AclManager  # the cluster's ACLs and every authorization decision (allows all without an authorizer)

@@ -7,7 +7,15 @@ load the newest producer snapshot whose offset lies in [log start, log end]
 (skipping, and removing, one that is corrupt), replay the header of every
 batch from there to the log end (from the log start when no snapshot
 qualifies), and write a snapshot at the log end so the next rebuild starts
-there. Per batch, never per record.
+there. Per batch, never per record (a marker's one record is read to learn
+commit or abort).
+
+Transactions: the replay re-opens and closes transactions as the markers
+say, and re-indexes every aborted one the log's `.txnindex` lacks
+(`Log.ensure_aborted_txn`). After an unclean shutdown the indexes may lack
+entries from `Log.txn_recovery_from` on, so the replay then starts from a
+snapshot at or below it (Kafka's segment recovery re-derives the index from
+the producer state at the segment's start the same way).
 
 Worker threads only: this reads segment and snapshot files (two 1 GiB
 segments' headers took ≈6.5 s on the event loop and let leases expire). The
@@ -22,6 +30,7 @@ from dataclasses import dataclass
 
 from .producer_state import ProducerStateManager
 from .storage import Log
+from .storage.txn_index import AbortedTxn
 
 __all__ = ["RebuiltState", "rebuild_producer_state"]
 
@@ -37,7 +46,8 @@ class RebuiltState:
 
 
 def rebuild_producer_state(lg: Log, topic: str, partition: int, *, write_snapshot: bool = True) -> RebuiltState:
-    """The producer state of `lg` at its current log end (the caller keeps appends away meanwhile)."""
+    """The producer state of `lg` at its current log end (the caller keeps appends away meanwhile); the
+    log's aborted-transaction indexes are completed on the way."""
     producers = ProducerStateManager(topic, partition)
     generation = lg.truncation_generation
     start, end = lg.log_start_offset, lg.log_end_offset
@@ -48,7 +58,9 @@ def rebuild_producer_state(lg: Log, topic: str, partition: int, *, write_snapsho
     stale = [o for o in offsets if o > end or o < start]
     if stale:
         lg.delete_producer_snapshots(stale)
-    for offset in reversed([o for o in offsets if start <= o <= end]):
+    txn_from = lg.txn_recovery_from
+    newest = end if txn_from is None else min(end, txn_from)
+    for offset in reversed([o for o in offsets if start <= o <= newest]):
         try:
             entries = lg.read_producer_snapshot(offset)
         except (ValueError, OSError) as exc:
@@ -59,13 +71,18 @@ def rebuild_producer_state(lg: Log, topic: str, partition: int, *, write_snapsho
         producers.load_entries(entries)
         replay_from, loaded = offset, offset
         break
-    replayed = 0
-    for h in lg.batch_headers(replay_from, end):
+    replayed = reindexed = 0
+    for h, marker in lg.replay_batches(replay_from, end):
         replayed += 1
-        if h.producer_id < 0 or h.base_sequence < 0 or h.is_control:
-            continue
-        producers.update(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
-                         h.base_offset, h.last_offset, h.max_timestamp)
+        done = producers.apply_batch(h, marker)
+        if done is not None and done.aborted:
+            reindexed += lg.ensure_aborted_txn(
+                AbortedTxn(done.producer_id, done.first_offset, done.last_offset, done.last_stable_offset))
+    if txn_from is not None:
+        lg.txn_indexes_recovered()
+        if reindexed:
+            log.warning("%s-%d: %d aborted transaction(s) re-indexed after an unclean shutdown",
+                        topic, partition, reindexed)
     if write_snapshot and replayed and loaded != end:
         try:
             lg.write_producer_snapshot(end, producers.entries(), generation=generation)

@@ -22,8 +22,24 @@ or expired — is accepted at any sequence: because the state is complete, no
 batch of it is in the log, so nothing it sends can be a duplicate of a stored
 one, and refusing would wedge a producer whose records merely aged out.
 
+Transactions (issue 21), as Kafka's `ProducerAppendInfo` / `ProducerStateManager`:
+a producer's first transactional batch after a marker opens its transaction
+at that batch's offset (kept in the entry and in `_ongoing`, ordered by first
+offset); a plain batch while it is open is refused (INVALID_TXN_STATE). A
+marker (`check_marker` before the append, `apply_marker` after) with an older
+producer epoch is refused (INVALID_PRODUCER_EPOCH), one from an older
+coordinator epoch too (TRANSACTION_COORDINATOR_FENCED); it closes the
+transaction and returns it (`CompletedTxn`, with the last stable offset right
+after it, for the aborted-transaction index). A completed transaction stays
+*unreplicated* until the high watermark passes its marker, so
+`first_unstable_offset` — and with it the partition's last stable offset —
+never exposes a transaction whose marker a new leader might not have.
+Replication and recovery apply markers without the checks (Kafka's
+REPLICATION origin). A producer with an open transaction is never expired.
+
 This module must never write to the log or do I/O: the replica manager asks
-`check` before appending and calls `update` after the append succeeded.
+`check` / `check_marker` before appending and calls `update` / `apply_marker`
+after the append succeeded.
 """
 
 from __future__ import annotations
@@ -31,10 +47,18 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from kelp.errors import InvalidProducerEpochError, OutOfOrderSequenceError
-from kelp.records import iter_headers
+from kelp.control_records import ControlMarker, read_marker
+from kelp.errors import (
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
+)
+from kelp.records import BatchInfo, iter_headers
 
-__all__ = ["ProducerStateManager", "Duplicate", "MAX_CACHED_BATCHES"]
+from .storage.producer_snapshot import ProducerEntry
+
+__all__ = ["ProducerStateManager", "Duplicate", "CompletedTxn", "MAX_CACHED_BATCHES"]
 
 MAX_CACHED_BATCHES = 5
 INT32_MAX = 2**31 - 1
@@ -53,6 +77,9 @@ class _CachedBatch:
 class _ProducerEntry:
     epoch: int
     batches: deque[_CachedBatch] = field(default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
+    coordinator_epoch: int = -1
+    txn_first_offset: int = -1  # first offset of its open transaction; -1 when none is open
+    last_timestamp: int = -1
 
     @property
     def last_seq(self) -> int:
@@ -68,13 +95,29 @@ class Duplicate:
     timestamp: int
 
 
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction a marker closed: its offsets, whether it was aborted, and the last stable offset right
+    after it (the first offset of the oldest transaction still open, else the marker's offset + 1)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    aborted: bool
+    last_stable_offset: int
+
+
 class ProducerStateManager:
-    """Sequence bookkeeping for one partition."""
+    """Sequence and transaction bookkeeping for one partition."""
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
         self.partition = partition
         self._producers: dict[int, _ProducerEntry] = {}
+        # Open transactions: first offset -> producer id, in first-offset order (appends come in offset order).
+        self._ongoing: dict[int, int] = {}
+        # Closed transactions whose marker is not below the high watermark yet: first offset -> marker offset.
+        self._unreplicated: dict[int, int] = {}
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -83,7 +126,8 @@ class ProducerStateManager:
         entry = self._producers.get(producer_id)
         return None if entry is None else entry.last_seq
 
-    def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int) -> Duplicate | None:
+    def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, *,
+              transactional: bool = False) -> Duplicate | None:
         """Validate one batch before it is appended.
 
         Returns a `Duplicate` for a retry of one of the last five batches,
@@ -92,9 +136,18 @@ class ProducerStateManager:
         if producer_id == NO_PRODUCER_ID or first_seq < 0:
             return None
         entry = self._producers.get(producer_id)
-        where = f"topic '{self.topic}' partition {self.partition}"
         if entry is None:
             return None  # unknown producer: any sequence (Kafka's rule, see the module docstring)
+        dup = self._check_sequence(entry, producer_id, epoch, first_seq, last_seq)
+        if dup is None and entry.txn_first_offset >= 0 and not transactional:
+            raise InvalidTxnStateError(
+                f"producer {producer_id} sent a non-transactional batch to topic '{self.topic}' partition "
+                f"{self.partition} while its transaction from offset {entry.txn_first_offset} is open")
+        return dup
+
+    def _check_sequence(self, entry: _ProducerEntry, producer_id: int, epoch: int, first_seq: int,
+                        last_seq: int) -> Duplicate | None:
+        where = f"topic '{self.topic}' partition {self.partition}"
         if epoch < entry.epoch:
             raise InvalidProducerEpochError(
                 f"producer {producer_id} epoch {epoch} is older than the current epoch {entry.epoch} on {where}"
@@ -125,45 +178,123 @@ class ProducerStateManager:
         first_offset: int,
         last_offset: int,
         timestamp: int,
+        *,
+        transactional: bool = False,
     ) -> None:
         if producer_id == NO_PRODUCER_ID or first_seq < 0:
             return
         entry = self._producers.get(producer_id)
-        if entry is None or epoch > entry.epoch:
-            entry = _ProducerEntry(epoch=epoch)
-            self._producers[producer_id] = entry
+        if entry is None:
+            entry = self._producers[producer_id] = _ProducerEntry(epoch=epoch)
+        elif epoch > entry.epoch:  # a new epoch forgets the batches, not the open transaction (as Kafka)
+            entry.epoch = epoch
+            entry.batches.clear()
         elif epoch < entry.epoch:
             return
         entry.batches.append(_CachedBatch(first_seq, last_seq, first_offset, last_offset, timestamp))
+        entry.last_timestamp = timestamp
+        if transactional and entry.txn_first_offset < 0:
+            entry.txn_first_offset = first_offset
+            self._ongoing[first_offset] = producer_id
 
-    def entries(self) -> list[tuple[int, int, tuple[tuple[int, int, int, int, int], ...]]]:
-        """A copy of the state for a snapshot file: (producer id, epoch, cached batches oldest first)."""
+    # -- transactions ---------------------------------------------------------
+    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int) -> None:
+        """Validate an end-transaction marker before the leader appends it (Kafka's appendEndTxnMarker)."""
+        entry = self._producers.get(producer_id)
+        if entry is None:
+            return
+        where = f"topic '{self.topic}' partition {self.partition}"
+        if epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"transaction marker for producer {producer_id} has epoch {epoch}, older than its current epoch "
+                f"{entry.epoch} on {where}")
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"transaction marker for producer {producer_id} comes from coordinator epoch {coordinator_epoch}, "
+                f"older than {entry.coordinator_epoch} already seen on {where}")
+
+    def apply_marker(self, producer_id: int, epoch: int, coordinator_epoch: int, offset: int, *, commit: bool,
+                     timestamp: int) -> CompletedTxn | None:
+        """A marker at `offset` was appended: close the producer's transaction. Returns it, None when no
+        transaction was open (a marker without data changes neither the LSO nor the index)."""
+        entry = self._producers.get(producer_id)
+        if entry is None:
+            entry = self._producers[producer_id] = _ProducerEntry(epoch=epoch)
+        elif epoch > entry.epoch:
+            entry.epoch = epoch
+            entry.batches.clear()
+        completed = None
+        first = entry.txn_first_offset
+        if first >= 0:
+            self._ongoing.pop(first, None)
+            lso = next(iter(self._ongoing), offset + 1)
+            completed = CompletedTxn(producer_id, first, offset, not commit, lso)
+            self._unreplicated[first] = offset
+        entry.txn_first_offset = -1
+        entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
+        entry.last_timestamp = timestamp
+        return completed
+
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The first offset of an open transaction, or of a closed one whose marker is not below
+        `high_watermark` yet (those below it are forgotten here); None when there is none."""
+        if self._unreplicated:
+            for first in [f for f, marker in self._unreplicated.items() if marker < high_watermark]:
+                del self._unreplicated[first]
+        first_open = next(iter(self._ongoing), None)
+        if not self._unreplicated:
+            return first_open
+        oldest = min(self._unreplicated)
+        return oldest if first_open is None else min(oldest, first_open)
+
+    def ongoing_transactions(self) -> dict[int, int]:
+        """Open transactions: producer id -> first offset."""
+        return {pid: first for first, pid in self._ongoing.items()}
+
+    def entries(self) -> list[ProducerEntry]:
+        """A copy of the state for a snapshot file (open transactions included)."""
         return [
-            (pid, entry.epoch, tuple((b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp)
-                                     for b in entry.batches))
+            ProducerEntry(pid, entry.epoch,
+                          tuple((b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp)
+                                for b in entry.batches),
+                          entry.coordinator_epoch, entry.txn_first_offset, entry.last_timestamp)
             for pid, entry in self._producers.items()
         ]
 
-    def load_entries(self, entries: list[tuple[int, int, tuple[tuple[int, int, int, int, int], ...]]]) -> None:
+    def load_entries(self, entries: list[ProducerEntry]) -> None:
         """Replace the state with a snapshot's `entries` (see `entries`)."""
-        self._producers.clear()
-        for pid, epoch, batches in entries:
-            entry = _ProducerEntry(epoch=epoch)
-            for b in batches:
+        self.truncate()
+        for e in entries:
+            entry = _ProducerEntry(epoch=e.epoch, coordinator_epoch=e.coordinator_epoch,
+                                   txn_first_offset=e.txn_first_offset, last_timestamp=e.last_timestamp)
+            for b in e.batches:
                 entry.batches.append(_CachedBatch(*b))
-            self._producers[pid] = entry
+            self._producers[e.producer_id] = entry
+        for first, pid in sorted((e.txn_first_offset, e.producer_id) for e in entries if e.txn_first_offset >= 0):
+            self._ongoing[first] = pid
+
+    def apply_batch(self, h: BatchInfo, marker: ControlMarker | None = None) -> CompletedTxn | None:
+        """Apply one stored batch without checks (a follower's append, a rebuild: Kafka's REPLICATION
+        origin); `marker` is what a control batch says (`kelp.control_records.read_marker`). Returns the
+        transaction a marker closed, if any."""
+        if h.producer_id == NO_PRODUCER_ID:
+            return None
+        if h.is_control:
+            if marker is None:
+                return None
+            return self.apply_marker(h.producer_id, h.producer_epoch, marker.coordinator_epoch, h.base_offset,
+                                     commit=marker.commit, timestamp=h.max_timestamp)
+        if h.base_sequence >= 0:
+            self.update(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence, h.base_offset,
+                        h.last_offset, h.max_timestamp, transactional=h.is_transactional)
+        return None
 
     def load_batches(self, data: bytes | bytearray | memoryview) -> int:
         """Rebuild from stored batches (oldest first); returns batches seen."""
         seen = 0
         for h in iter_headers(data):
             seen += 1
-            if h.producer_id == NO_PRODUCER_ID or h.base_sequence < 0 or h.is_control:
-                continue
-            self.update(
-                h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
-                h.base_offset, h.last_offset, h.max_timestamp,
-            )
+            self.apply_batch(h, read_marker(data, h) if h.is_control and h.producer_id >= 0 else None)
         return seen
 
     def expire(self, now_ms: int, expiration_ms: int) -> int:
@@ -171,10 +302,12 @@ class ProducerStateManager:
         how many."""
         horizon = now_ms - expiration_ms
         doomed = [pid for pid, entry in self._producers.items()
-                  if not entry.batches or entry.batches[-1].timestamp <= horizon]
+                  if entry.txn_first_offset < 0 and entry.last_timestamp <= horizon]
         for pid in doomed:
             del self._producers[pid]
         return len(doomed)
 
     def truncate(self) -> None:
         self._producers.clear()
+        self._ongoing.clear()
+        self._unreplicated.clear()

@@ -4,7 +4,10 @@ Why: a fetch must apply the same limits (fetch.min.bytes, max wait, partition
 and response max bytes with KIP-74's "first batch even if too large")
 whichever protocol asked, and a follower's fetch is how the leader learns its
 progress (ISR expansion, high watermark) — once its fetch offset is known to
-lie in the leader's log. `ReplicaManager` mixes this in; it uses the
+lie in the leader's log. A read_committed consumer (isolation level 1) reads
+below the last stable offset instead of the high watermark and is told the
+aborted transactions overlapping what it got (from the segments'
+aborted-transaction indexes, in memory). `ReplicaManager` mixes this in; it uses the
 manager's partitions, leadership checks and metrics (declared in
 `replica_state`).
 """
@@ -23,17 +26,19 @@ from .replica_state import ReplicaState
 from .replica_types import FetchPartition, FetchPartitionResult, SegmentSlice, close_results
 from .storage import Log
 
-__all__ = ["FetchPath", "ZERO_COPY_MIN_BYTES"]
+__all__ = ["FetchPath", "ZERO_COPY_MIN_BYTES", "READ_COMMITTED"]
 
 # Below this a fetch copies the bytes (one pread) instead of sendfile's extra round trips.
 ZERO_COPY_MIN_BYTES = 64 * 1024
+READ_COMMITTED = 1  # Fetch / ListOffsets isolation_level: read below the last stable offset
 
 
 class FetchPath(ReplicaState):
     """Fetch for consumers and followers (mixed into ReplicaManager)."""
 
     def _read(
-        self, requests: Sequence[FetchPartition], *, max_bytes: int, replica_id: int = -1, zero_copy: bool = False
+        self, requests: Sequence[FetchPartition], *, max_bytes: int, replica_id: int = -1, zero_copy: bool = False,
+        isolation: int = 0,
     ) -> tuple[list[FetchPartitionResult], int]:
         results: list[FetchPartitionResult] = []
         remaining = max_bytes
@@ -50,8 +55,11 @@ class FetchPath(ReplicaState):
                 continue
             lg = part.log
             res.high_watermark = part.high_watermark
-            res.last_stable_offset = res.high_watermark
+            res.last_stable_offset = part.last_stable_offset
             res.log_start_offset = lg.log_start_offset
+            committed = isolation == READ_COMMITTED and replica_id < 0
+            if committed:
+                res.aborted_transactions = []
             if replica_id >= 0:
                 try:  # as Kafka's Partition.fetchRecords: the read is checked first, progress recorded after
                     self._follower_fetched(part, replica_id, req.offset, now, req.log_start_offset)
@@ -61,7 +69,7 @@ class FetchPath(ReplicaState):
             limit = min(req.max_bytes, remaining)
             if limit <= 0 and not min_one:
                 continue
-            upper = None if replica_id >= 0 else res.high_watermark
+            upper = None if replica_id >= 0 else res.last_stable_offset if committed else res.high_watermark
             if req.offset == (upper if upper is not None else lg.log_end_offset) and req.offset >= lg.log_start_offset:
                 continue
             try:
@@ -76,6 +84,8 @@ class FetchPath(ReplicaState):
                 continue
             if data:
                 res.records = data
+                if committed:
+                    res.aborted_transactions = self._aborted_in(lg, req.offset, data)
                 n = len(data)
                 total += n
                 remaining -= n
@@ -108,6 +118,20 @@ class FetchPath(ReplicaState):
             part.wake()
 
     @staticmethod
+    def _aborted_in(lg: Log, offset: int, data: bytes | SegmentSlice) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions overlapping the fetched range (per batch
+        header of the range when it was copied; the zero-copy range knows its end already)."""
+        if isinstance(data, SegmentSlice):
+            upper = data.next_offset
+        else:
+            upper = -1
+            for h in iter_headers(data):
+                upper = h.next_offset
+        if upper <= offset:
+            return []
+        return [(t.producer_id, t.first_offset) for t in lg.collect_aborted_txns(offset, upper)]
+
+    @staticmethod
     def _read_one(
         lg: Log, offset: int, limit: int, upper: int | None, min_one: bool, zero_copy: bool
     ) -> bytes | SegmentSlice:
@@ -120,7 +144,7 @@ class FetchPath(ReplicaState):
             file = found.file
             if file is not None:
                 if found.size >= ZERO_COPY_MIN_BYTES:
-                    return SegmentSlice(file, found.position, found.size, found.records)
+                    return SegmentSlice(file, found.position, found.size, found.records, found.next_offset)
                 try:
                     data = os.pread(file.fileno(), found.size, found.position)
                 finally:
@@ -146,7 +170,8 @@ class FetchPath(ReplicaState):
         With `zero_copy`, large reads come back as `SegmentSlice`s (open files the
         caller must send with sendfile and close, e.g. via `close_results`).
         """
-        results, total = self._read(requests, max_bytes=max_bytes, replica_id=replica_id, zero_copy=zero_copy)
+        results, total = self._read(requests, max_bytes=max_bytes, replica_id=replica_id, zero_copy=zero_copy,
+                                    isolation=isolation)
         if total >= max(min_bytes, 1) or max_wait_ms <= 0 or not requests or any(
             r.error is not None for r in results
         ):
@@ -174,7 +199,8 @@ class FetchPath(ReplicaState):
                 for part in parts:
                     part.waiters.discard(fut)
             close_results(results)
-            results, total = self._read(requests, max_bytes=max_bytes, replica_id=replica_id, zero_copy=zero_copy)
+            results, total = self._read(requests, max_bytes=max_bytes, replica_id=replica_id, zero_copy=zero_copy,
+                                        isolation=isolation)
             if total >= max(min_bytes, 1) or any(r.error is not None for r in results):
                 break
         return self._account(results)

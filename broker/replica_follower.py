@@ -22,12 +22,14 @@ import asyncio
 import logging
 from typing import Awaitable, Callable, TypeVar
 
+from kelp.control_records import read_marker
 from kelp.errors import KafkaStorageError, KelpError, NotLeaderOrFollowerError
 
 from .partition import Partition
 from .producer_recovery import RebuiltState, rebuild_producer_state
 from .producer_state import ProducerStateManager
 from .replica_state import Job, ReplicaState
+from .storage.txn_index import AbortedTxn
 
 __all__ = ["FollowerPath"]
 
@@ -63,11 +65,20 @@ class FollowerPath(ReplicaState):
                 self._flush_due[(topic, partition)] = lg  # fsynced by `flush_followers` before the next fetch
             if result is not None:
                 self._maybe_snapshot_producers(part, before)
-                # Per batch: producer state follows the leader's (idempotence survives failover).
+                # Per batch: producer state follows the leader's (idempotence and open transactions survive
+                # failover); a marker closes its transaction and indexes it if aborted, as on the leader.
+                transactional = False
                 for h in result.batches:
-                    if h.producer_id >= 0 and h.base_sequence >= 0 and not h.is_control:
-                        part.producers.update(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
-                                              h.base_offset, h.last_offset, h.max_timestamp)
+                    if h.producer_id < 0:
+                        continue
+                    transactional = transactional or h.is_transactional
+                    marker = read_marker(data, h) if h.is_control else None
+                    done = part.producers.apply_batch(h, marker)
+                    if done is not None and done.aborted:
+                        lg.append_aborted_txn(AbortedTxn(done.producer_id, done.first_offset, done.last_offset,
+                                                         done.last_stable_offset))
+                if transactional:
+                    part.publish_unstable()
                 self._dirty.add((topic, partition))
         if part.follow_high_watermark(leader_high_watermark) or data:
             self._dirty.add((topic, partition))
@@ -168,6 +179,7 @@ class FollowerPath(ReplicaState):
         if rebuilt is not None:
             part.producers = rebuilt.producers
         part.snapshot_base = part.log.active_segment.base_offset
+        part.publish_unstable()
 
     def _run_job(self, part: Partition, what: str, work: Callable[[], T],
                  install: Callable[[Partition, T], None] | None = None, *,

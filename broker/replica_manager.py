@@ -3,8 +3,8 @@
 Why: appends must pass the same checks (partition exists, acks legal,
 idempotent-producer sequence) and fetches the same limits (fetch.min.bytes,
 max wait, partition and response max bytes with KIP-74's "first batch even
-if too large") whichever protocol asked (the write side is `replica_produce`,
-the read side `replica_fetch`, both mixed in; the types are in
+if too large") whichever protocol asked (the write side is `replica_produce`
+with the transaction markers of `replica_txn`, the read side `replica_fetch`, all mixed in; the types are in
 `replica_types`). It also owns the long-poll: a fetch that found too little
 parks a future on each partition it reads, and an append resolves them — no
 polling. The follower side and the worker-thread jobs on a replica's log
@@ -51,10 +51,10 @@ from .cluster.model import PartitionState
 from .config import BrokerConfig
 from .isr_changes import IsrChanges
 from .partition import Partition
-from .replica_fetch import FetchPath
+from .replica_fetch import READ_COMMITTED, FetchPath
 from .replica_follower import FollowerPath
-from .replica_produce import ProducePath
 from .replica_state import AlterPartition, ReplicaFetchers
+from .replica_txn import TxnMarker, TxnMarkerPath
 from .replica_types import (
     FetchPartition,
     FetchPartitionResult,
@@ -68,6 +68,7 @@ from .topic_manager import TopicManager
 
 __all__ = [
     "ReplicaManager",
+    "TxnMarker",
     "SegmentSlice",
     "close_results",
     "ProduceResult",
@@ -92,7 +93,7 @@ LATEST_TIERED_TIMESTAMP = -5  # KIP-1005: the last offset in remote storage (non
 LeadershipListener = Callable[[str, int, bool, int], None]
 
 
-class ReplicaManager(ProducePath, FetchPath, FollowerPath, IsrChanges):
+class ReplicaManager(TxnMarkerPath, FetchPath, FollowerPath, IsrChanges):
     def __init__(self, config: BrokerConfig, logs: LogManager, topics: TopicManager, *,
                  clock_ms: WallClockMs = wall_clock_ms) -> None:
         self.config = config
@@ -358,9 +359,12 @@ class ReplicaManager(ProducePath, FetchPath, FollowerPath, IsrChanges):
 
     # -- offsets --------------------------------------------------------
     def list_offset(self, topic: str, partition: int, timestamp: int, *,
-                    current_leader_epoch: int = -1) -> tuple[int, int]:
+                    current_leader_epoch: int = -1, isolation_level: int = 0) -> tuple[int, int]:
         """(offset, timestamp) for earliest (-2), latest (-1), max-timestamp (-3), earliest-local (-4),
-        latest-tiered (-5) or a time (leader only)."""
+        latest-tiered (-5) or a time (leader only).
+
+        With `isolation_level` 1 (read_committed) "latest" is the last stable offset and a lookup by time
+        finds only offsets below it, as Kafka's `Partition.fetchOffsetForTimestamp`."""
         part = self._leader(topic, partition, current_leader_epoch)
         lg = part.log
         if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
@@ -368,18 +372,16 @@ class ReplicaManager(ProducePath, FetchPath, FollowerPath, IsrChanges):
         if timestamp == LATEST_TIERED_TIMESTAMP:
             return -1, -1
         part.require_end_offset_known()
+        committed = isolation_level == READ_COMMITTED
         if timestamp == LATEST_TIMESTAMP:
-            return part.high_watermark, -1
+            return (part.last_stable_offset if committed else part.high_watermark), -1
         if timestamp == MAX_TIMESTAMP:
             found = lg.max_timestamp_and_offset()
-            if found is None:
-                return -1, -1
-            return found[0], found[1]
-        found = lg.offset_for_timestamp(timestamp)
-        if found is None:
+        else:
+            found = lg.offset_for_timestamp(timestamp)
+        if found is None or (committed and found[0] >= part.last_stable_offset):
             return -1, -1
-        offset, ts = found
-        return offset, ts
+        return found[0], found[1]
 
     async def delete_records(self, topic: str, partition: int, offset: int, *, timeout_ms: int = 30000) -> int:
         """DeleteRecords on the leader: raise the log start to `offset` (-1: the high watermark).

@@ -1,8 +1,8 @@
 """The write side of the replica manager: produce checks, the leader's append, and the acks=all wait.
 
 Why: an append must pass the same checks (internal topic, acks legal, leader and its epoch, ISR size
-for acks=all, idempotent-producer sequence) whichever protocol asked, and `acks=all` must answer only
-once the high watermark passed the batch, under the leader epoch of the append — Kafka's
+for acks=all, idempotent-producer sequence and transaction state) whichever protocol asked, and
+`acks=all` must answer only once the high watermark passed the batch, under the leader epoch of the append — Kafka's
 `ReplicaManager.appendRecords` with its `DelayedProduce`, as `replica_fetch` is the read side with
 its delayed fetch. `ReplicaManager` mixes this in; it uses the manager's partitions, leadership
 checks, follower jobs and metrics (declared in `replica_state`).
@@ -162,7 +162,8 @@ class ProducePath(ReplicaState):
                     f"got {len(headers)}"
                 )
             h = idem[0]
-            dup = part.producers.check(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence)
+            dup = part.producers.check(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
+                                       transactional=h.is_transactional)
             if dup is not None:
                 log.info(
                     "duplicate batch from producer %d epoch %d sequence %d..%d on %s-%d: acknowledged with offset %d, "
@@ -180,8 +181,10 @@ class ProducePath(ReplicaState):
             h = idem[0]
             part.producers.update(
                 h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
-                result.first_offset, result.last_offset, result.max_timestamp,
+                result.first_offset, result.last_offset, result.max_timestamp, transactional=h.is_transactional,
             )
+            if h.is_transactional:
+                part.publish_unstable()
         part.maybe_advance_high_watermark()
         self._dirty.add((topic, partition))
         part.wake()

@@ -54,13 +54,14 @@ class SegmentSlice:
     deleted or replaced. `len()` is the byte count. Close it when done.
     """
 
-    __slots__ = ("file", "position", "size", "records")
+    __slots__ = ("file", "position", "size", "records", "next_offset")
 
-    def __init__(self, file: BinaryIO, position: int, size: int, records: int = 0) -> None:
+    def __init__(self, file: BinaryIO, position: int, size: int, records: int = 0, next_offset: int = -1) -> None:
         self.file = file
         self.position = position
         self.size = size
         self.records = records  # record count of the range's batches (from their headers)
+        self.next_offset = next_offset  # the offset after the range's last batch (-1: unknown)
 
     def __len__(self) -> int:
         return self.size
@@ -93,6 +94,9 @@ class FetchPartitionResult:
     last_stable_offset: int = -1
     log_start_offset: int = -1
     records: bytes | memoryview | SegmentSlice = b""
+    # read_committed: (producer id, first offset) of the aborted transactions overlapping `records`
+    # (Kafka's FetchResponse AbortedTransactions); None for read_uncommitted and followers.
+    aborted_transactions: list[tuple[int, int]] | None = None
 
 
 @dataclass(slots=True)

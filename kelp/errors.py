@@ -73,8 +73,14 @@ class ErrorCode(IntEnum):
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    INVALID_TRANSACTION_TIMEOUT = 50
+    CONCURRENT_TRANSACTIONS = 51
+    TRANSACTION_COORDINATOR_FENCED = 52
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     SECURITY_DISABLED = 54
+    OPERATION_NOT_ATTEMPTED = 55
     KAFKA_STORAGE_ERROR = 56
     SASL_AUTHENTICATION_FAILED = 58
     UNKNOWN_PRODUCER_ID = 59
@@ -94,12 +100,16 @@ class ErrorCode(IntEnum):
     NO_REASSIGNMENT_IN_PROGRESS = 85
     GROUP_SUBSCRIBED_TO_TOPIC = 86
     INVALID_RECORD = 87
+    UNSTABLE_OFFSET_COMMIT = 88
+    PRODUCER_FENCED = 90
     RESOURCE_NOT_FOUND = 91
     DUPLICATE_RESOURCE = 92
     UNACCEPTABLE_CREDENTIAL = 93
     INVALID_UPDATE_VERSION = 95
     BROKER_ID_NOT_REGISTERED = 102
+    TRANSACTIONAL_ID_NOT_FOUND = 105
     INELIGIBLE_REPLICA = 107
+    TRANSACTION_ABORTABLE = 120
 
 
 @unique
@@ -297,6 +307,21 @@ class DuplicateSequenceError(KelpError):
 
 class InvalidProducerEpochError(KelpError):
     code = ErrorCode.INVALID_PRODUCER_EPOCH
+    http_status = 409
+
+
+class InvalidTxnStateError(KelpError):
+    """A producer's batch does not fit its transaction's state (a plain batch while its transaction is open,
+    or the reverse), as Kafka's ProducerAppendInfo refuses it."""
+
+    code = ErrorCode.INVALID_TXN_STATE
+    http_status = 409
+
+
+class TransactionCoordinatorFencedError(KelpError):
+    """A transaction marker from a coordinator epoch older than one this partition has seen (a zombie coordinator)."""
+
+    code = ErrorCode.TRANSACTION_COORDINATOR_FENCED
     http_status = 409
 
 

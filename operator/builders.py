@@ -48,6 +48,7 @@ from .objects import (
     TemplateMeta,
     VolumeMount,
 )
+from .objects_network import NetworkPolicy
 from .rack import rack_env, rack_manifests, rack_spread
 from .security import TLS_DIR
 from .spec import (
@@ -74,7 +75,8 @@ TERMINATION_GRACE_S = 120
 
 
 # Every child a Cluster has (`cluster_children`), in the order they are applied.
-Manifest = ServiceAccount | Role | RoleBinding | ConfigMap | Service | StatefulSet | PodDisruptionBudget
+Manifest = (ServiceAccount | Role | RoleBinding | ConfigMap | Service | StatefulSet | PodDisruptionBudget
+            | NetworkPolicy)
 
 
 def selector_for(spec: ClusterSpec) -> dict[str, str]:

@@ -51,10 +51,16 @@ from .tls_builders import (
     operator_secret,
 )
 
-__all__ = ["TlsOutcome", "reconcile_tls", "USER_CREDENTIALS_LABEL", "previous_floor"]
+__all__ = ["TlsOutcome", "reconcile_tls", "USER_CREDENTIALS_LABEL", "previous_floor", "RENEW_ANNOTATION",
+           "RENEW_VALUES"]
 
 # On a KelpUser's Secret: which credentials it holds (`tls`: its certificate counts among the clients CA's leaves).
 USER_CREDENTIALS_LABEL = "kelp.dev/user-credentials"
+# On the Cluster, set by a user and removed once acted on: `certificates` (or `true`) issues every broker
+# certificate and the operator's again now; `cluster-ca` / `clients-ca` starts that CA's rotation now (a new
+# CA is trusted at once and signs a grace later, as when its renewal window opens).
+RENEW_ANNOTATION = "kelp.dev/renew-certificates"
+RENEW_VALUES = ("certificates", "true", "cluster-ca", "clients-ca")
 
 
 @dataclass(frozen=True)
@@ -79,9 +85,19 @@ async def reconcile_tls(ctx: ClusterPass, *, brokers: int, external: Mapping[int
         return TlsOutcome()
     hosts = {n: host for n, (host, _port) in advertised(ctx, external or {}).items()}
     pod_ips = {ordinal(p["metadata"]["name"]): (p.get("status") or {}).get("podIP") for p in ctx.pods}
+    renew = ctx.annotations.get(RENEW_ANNOTATION)
+    if renew is not None and (security.cert_manager or renew not in RENEW_VALUES):
+        why = ("cert-manager issues this Cluster's certificates (spec.tls.issuerRef): renew them there (cmctl renew)"
+               if security.cert_manager else f"use one of {', '.join(RENEW_VALUES)}")
+        await ctx.emit("RenewalAnnotationInvalid", f"{RENEW_ANNOTATION}={renew} ignored: {why}", warning=True)
+        await ctx.annotate(RENEW_ANNOTATION, None)
+        renew = None
     if security.cert_manager:
         return await _cert_manager(ctx, brokers, hosts, pod_ips)
-    return await _own_cas(ctx, brokers, hosts, pod_ips, floor)
+    outcome = await _own_cas(ctx, brokers, hosts, pod_ips, floor, renew=renew)
+    if renew is not None and outcome.condition is None:
+        await ctx.annotate(RENEW_ANNOTATION, None)  # acted on: the Secrets hold what it asked for
+    return outcome
 
 
 async def _data(ctx: ClusterPass, name: str) -> dict[str, bytes] | None:
@@ -95,7 +111,7 @@ async def _apply_if_changed(ctx: ClusterPass, secret: Secret, current: Mapping[s
 
 
 async def _own_cas(ctx: ClusterPass, brokers: int, hosts: Mapping[int, str], pod_ips: Mapping[int, str | None],
-                   floor: str | None) -> TlsOutcome:
+                   floor: str | None, *, renew: str | None = None) -> TlsOutcome:
     spec = ctx.spec
     assert spec.security is not None
     policy = Policy(spec.security.validity_days, spec.security.renewal_days)
@@ -119,7 +135,7 @@ async def _own_cas(ctx: ClusterPass, brokers: int, hosts: Mapping[int, str], pod
             await ctx.emit("CertificateAuthorityInvalid", message, warning=True)
             return TlsOutcome(floor, condition("Progressing", False, "CertificateAuthorityInvalid", message))
         plans[kind] = plan = plan_authority(current, kind=kind, cluster=spec.name, now_ms=ctx.now_ms, policy=policy,
-                                            leaves=leaves[kind])
+                                            leaves=leaves[kind], renew=renew == f"{kind}-ca")
         if plan.created or plan.renewed or plan.activated:
             await ctx.kube.fence()  # every certificate of the cluster will hang off this CA
         if plan.changed:
@@ -130,13 +146,18 @@ async def _own_cas(ctx: ClusterPass, brokers: int, hosts: Mapping[int, str], pod
     cluster_ca, clients_ca = plans["cluster"].authority, plans["clients"].authority
     issued: list[str] = []
     leaves_now: dict[int, KeyPair] = {}
+    # Asked for by the user: every broker certificate and the operator's is issued again (same CA, new keys).
+    forced = f"{RENEW_ANNOTATION}={renew}" if renew in ("certificates", "true") else None
     for n in range(brokers):
         request = broker_request(spec, n, pod_ip=pod_ips.get(n), external_host=hosts.get(n))
-        leaves_now[n], why = plan_leaf(broker_leaves.get(n), request, cluster_ca, now_ms=ctx.now_ms, policy=policy)
+        leaves_now[n], why = plan_leaf(None if forced else broker_leaves.get(n), request, cluster_ca,
+                                       now_ms=ctx.now_ms, policy=policy)
         if why is not None:
-            issued.append(f"broker {n} ({why})")
+            issued.append(f"broker {n} ({forced or why})")
     await _apply_if_changed(ctx, broker_certs_secret(spec, leaves_now, cluster_ca, clients_ca), broker_data or None)
-    leaf, why = plan_leaf(operator_leaf, OPERATOR_REQUEST, cluster_ca, now_ms=ctx.now_ms, policy=policy)
+    leaf, why = plan_leaf(None if forced else operator_leaf, OPERATOR_REQUEST, cluster_ca, now_ms=ctx.now_ms,
+                          policy=policy)
+    why = forced or why
     if why is not None:
         issued.append(f"operator ({why})")
     await _apply_if_changed(ctx, operator_secret(spec, leaf, cluster_ca), operator_data or None)

@@ -52,12 +52,13 @@ from .objects import (
     StorageClass,
     TopicResource,
 )
+from .objects_network import NetworkPolicy
 
 __all__ = ["KubeClient", "KubeApiError", "FIELD_MANAGER", "resource_path", "Kind", "Guard", "ApiClient", "KINDS",
            "KELP_KINDS", "CLUSTER_SCOPED", "SERVICE_ACCOUNT", "CONFIG_MAP", "SERVICE", "POD",
            "PERSISTENT_VOLUME_CLAIM", "ROLE", "ROLE_BINDING", "STATEFUL_SET", "POD_DISRUPTION_BUDGET", "LEASE", "EVENT",
            "STORAGE_CLASS", "CLUSTER_ROLE", "CLUSTER_ROLE_BINDING", "CLUSTER", "TOPIC", "CONSUMER_GROUP", "SECRET",
-           "KELP_USER", "CERTIFICATE"]
+           "KELP_USER", "CERTIFICATE", "NETWORK_POLICY"]
 
 FIELD_MANAGER = "kelp-operator"
 
@@ -91,6 +92,7 @@ ROLE_BINDING: Kind[RoleBinding] = Kind("RoleBinding", "apis/rbac.authorization.k
 STATEFUL_SET: Kind[StatefulSet] = Kind("StatefulSet", "apis/apps/v1", "statefulsets")
 POD_DISRUPTION_BUDGET: Kind[PodDisruptionBudget] = Kind("PodDisruptionBudget", "apis/policy/v1",
                                                          "poddisruptionbudgets")
+NETWORK_POLICY: Kind[NetworkPolicy] = Kind("NetworkPolicy", "apis/networking.k8s.io/v1", "networkpolicies")
 LEASE: Kind[KubeObject] = Kind("Lease", "apis/coordination.k8s.io/v1", "leases")
 EVENT: Kind[Event] = Kind("Event", "api/v1", "events")
 # Kinds without a namespace: their paths have none (the namespace argument is ignored).
@@ -113,7 +115,7 @@ KELP_KINDS: dict[str, Kind[KelpResource]] = {k.name: k for k in (CLUSTER, TOPIC,
 KINDS: dict[str, Kind[object]] = {k.name: k for k in (
     SERVICE_ACCOUNT, CONFIG_MAP, SERVICE, POD, PERSISTENT_VOLUME_CLAIM, ROLE, ROLE_BINDING, STATEFUL_SET,
     POD_DISRUPTION_BUDGET, LEASE, EVENT, STORAGE_CLASS, CLUSTER_ROLE, CLUSTER_ROLE_BINDING, CLUSTER, TOPIC,
-    CONSUMER_GROUP, SECRET, KELP_USER, CERTIFICATE)}
+    CONSUMER_GROUP, SECRET, KELP_USER, CERTIFICATE, NETWORK_POLICY)}
 CLUSTER_SCOPED = frozenset(k.name for k in KINDS.values() if not k.namespaced)
 
 

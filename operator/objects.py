@@ -29,7 +29,8 @@ __all__ = [
     "ClaimSpec", "ClaimTemplate", "UpdateStrategy", "ClaimRetention", "StatefulSetSpec", "StatefulSetStatus",
     "StatefulSet", "PodCondition", "PodStatus", "Pod", "ClaimStatus", "PersistentVolumeClaim", "StorageClass",
     "ObjectReference", "EventSource", "Event", "Condition", "PodTemplateOverrides", "StorageSettings",
-    "RackSettings", "ExternalListener", "ListenerSettings", "DisruptionSettings", "ReassignmentSettings",
+    "RackSettings", "ExternalListener", "ListenerSettings", "NetworkPolicySettings", "DisruptionSettings",
+    "ReassignmentSettings",
     "ClusterResourceSpec", "ReassignmentStatus", "ClusterStatus", "ClusterResource", "TopicSpec",
     "PartitionStatus", "TopicStatus", "TopicResource", "OffsetReset", "ConsumerGroupSpec", "AssignmentStatus",
     "MemberStatus", "OffsetStatus", "ConsumerGroupStatus", "ConsumerGroupResource", "ConditionStatus",
@@ -427,6 +428,7 @@ class KafkaListenerSettings(TypedDict, total=False):
     type: ListenerType
     tls: bool
     authentication: ListenerAuthentication
+    networkPolicyPeers: list[JsonObject]  # core NetworkPolicyPeer objects (network_policy.py)
 
 
 class ListenerSettings(TypedDict, total=False):
@@ -454,6 +456,11 @@ class TlsSettings(TypedDict, total=False):
     renewalDays: int
 
 
+class NetworkPolicySettings(TypedDict, total=False):
+    enabled: bool
+    httpPeers: list[JsonObject]
+
+
 class DisruptionSettings(TypedDict, total=False):
     maxUnavailable: int
 
@@ -478,6 +485,7 @@ class ClusterResourceSpec(TypedDict, total=False):
     reassignment: ReassignmentSettings
     authorization: AuthorizationSettings
     tls: TlsSettings
+    networkPolicy: NetworkPolicySettings
 
 
 class ReassignmentStatus(TypedDict, total=False):

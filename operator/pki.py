@@ -186,14 +186,15 @@ def _new_ca(kind: str, cluster: str, generation: int, now_ms: int, policy: Polic
 
 
 def plan_authority(current: Authority | None, *, kind: str, cluster: str, now_ms: int, policy: Policy,
-                   leaves: Sequence[bytes]) -> CaPlan:
+                   leaves: Sequence[bytes], renew: bool = False) -> CaPlan:
     """The CA after this pass (rules 1, 3, 4 and 5 above). `leaves`: every certificate of this CA's family as the
-    Secrets hold it now, before this pass issues any."""
+    Secrets hold it now, before this pass issues any. `renew`: a user asked for a new CA now (rule 3 at once,
+    unless a new CA is already pending)."""
     if current is None:
         first = _new_ca(kind, cluster, 0, now_ms, policy)
         return CaPlan(Authority(kind, first, (first.cert_pem,)), created=True)
     authority, renewed, activated = current, False, False
-    if authority.pending is None and now_ms >= policy.renew_at(authority.cert):
+    if authority.pending is None and (renew or now_ms >= policy.renew_at(authority.cert)):
         pending = _new_ca(kind, cluster, _newest_generation(authority) + 1, now_ms, policy)
         authority = Authority(kind, authority.signer, (*authority.trusted, pending.cert_pem), pending)
         renewed = True

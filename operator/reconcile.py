@@ -34,8 +34,9 @@ from .cluster_tls import previous_floor, reconcile_tls
 from .dynamic_config import apply_dynamic_config
 from .events import Recorder
 from .groups import reconcile_group
-from .kube import CONFIG_MAP, POD, STATEFUL_SET, TOPIC, KubeClient
+from .kube import CONFIG_MAP, NETWORK_POLICY, POD, STATEFUL_SET, TOPIC, KubeClient
 from .listeners import advertised, apply_external, mark_moved_addresses, remove_external
+from .network_policy import network_policy, policy_name
 from .objects import ClusterResource, ClusterStatus, Condition, KelpResource, Pod, StatefulSet, StatefulSetStatus
 from .rack import rack_condition
 from .resources import PAUSE_ANNOTATION, AdminFactory, ClusterPass, Result, apply_child, paused
@@ -111,6 +112,16 @@ async def _apply(ctx: ClusterPass, manifests: list[Manifest]) -> Condition | Non
     return None
 
 
+async def _remove_network_policy(ctx: ClusterPass) -> None:
+    """spec.networkPolicy switched off (or never on): no NetworkPolicy of ours narrows the brokers' ports."""
+    name = policy_name(ctx.spec)
+    if await ctx.kube.get(NETWORK_POLICY, ctx.spec.namespace, name) is None:
+        return
+    await ctx.kube.fence()
+    await ctx.kube.delete(NETWORK_POLICY, ctx.spec.namespace, name)
+    await ctx.emit("NetworkPolicyRemoved", f"{name} deleted: spec.networkPolicy.enabled is false")
+
+
 async def _record_transition(ctx: ClusterPass, progressing: Condition) -> None:
     """Every change of what the operator is doing is an Event, also the waits no step records itself
     (ExternalAddressWaiting, ExpandingVolumes, DrainWaiting, RebalanceWaiting, RollingOut, Reconciled...)."""
@@ -184,9 +195,12 @@ async def reconcile_cluster(body: ClusterResource, kube: KubeClient, admin_for: 
                            f"{list(range(replicas, current))} hold no replica any more; their pods are removed")
         tls = await reconcile_tls(ctx, brokers=max(replicas, current, spec.brokers), external=external,
                                   floor=previous_floor(before))
-        refused = await _apply(ctx, cluster_children(spec, replicas=replicas, claim=(claim_size, claim_class),
-                                                     external=external, trust_floor=tls.trust_floor))
+        children = cluster_children(spec, replicas=replicas, claim=(claim_size, claim_class), external=external,
+                                    trust_floor=tls.trust_floor)
+        refused = await _apply(ctx, [*children, network_policy(spec)] if spec.network_policy else children)
         await remove_external(ctx, keep=len(external or {}))
+        if not spec.network_policy:
+            await _remove_network_policy(ctx)
         sts = await kube.get(STATEFUL_SET, namespace, name)
         ctx.pods = await kube.list(POD, namespace, labels=selector_for(spec))
         dynamic_note = await apply_dynamic_config(ctx)

@@ -28,10 +28,11 @@ Pure: no Kubernetes client, no network, no time.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 from kelp.broker.security.principal import PrincipalMappingError, SslPrincipalMapper
+from kelp.json_types import JsonObject
 
 from .objects import ClusterResourceSpec, ListenerStatus
 
@@ -100,6 +101,8 @@ class KafkaListener:
     type: str = "internal"
     tls: bool = False
     authentication: str = "none"
+    # spec.listeners.kafka[].networkPolicyPeers: who may connect when spec.networkPolicy is enabled (empty: anyone).
+    network_policy_peers: tuple[JsonObject, ...] = field(default=(), hash=False)
 
     @property
     def kafka_name(self) -> str:
@@ -161,7 +164,8 @@ class Security:
         parsed = tuple(KafkaListener(
             name=str(item.get("name", "")), port=int(item.get("port", 0)), type=str(item.get("type") or "internal"),
             tls=bool(item.get("tls", False)),
-            authentication=str(auth["type"] if (auth := item.get("authentication")) else "none"))
+            authentication=str(auth["type"] if (auth := item.get("authentication")) else "none"),
+            network_policy_peers=tuple(item.get("networkPolicyPeers") or ()))
             for item in listeners)
         authorization = spec.get("authorization")
         supers = None

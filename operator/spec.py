@@ -102,6 +102,9 @@ class ClusterSpec:
     # spec.listeners.kafka with spec.tls and spec.authorization (security.py); None: the plain layout, one
     # PLAINTEXT listener on kafkaPort and plain HTTP, as before issue 20.
     security: Security | None = None
+    # spec.networkPolicy (network_policy.py): write the NetworkPolicy; who may reach the HTTP port (empty: anyone).
+    network_policy: bool = False
+    http_peers: tuple[JsonObject, ...] = ()
 
     @classmethod
     def from_resource(cls, body: ClusterResource, *,
@@ -139,6 +142,8 @@ class ClusterSpec:
             pdb_max_unavailable=None if pdb.get("maxUnavailable") is None else int(pdb["maxUnavailable"]),
             pinned_defaults=dict(pinned_defaults) if pinned_defaults else None,
             security=security,
+            network_policy=bool((spec.get("networkPolicy") or {}).get("enabled", False)),
+            http_peers=tuple((spec.get("networkPolicy") or {}).get("httpPeers") or ()),
         )
         out.validate()
         return out

@@ -145,12 +145,16 @@ class LeaderRouting(MemberState):
             message = body.get("message", "") if isinstance(body, dict) else str(body)
             raise error_for(code, message)
 
-    async def ensure_internal_topic(self, name: str, *, partitions: int, configs: dict[str, str]) -> None:
+    async def ensure_internal_topic(self, name: str, *, partitions: int, configs: dict[str, str],
+                                    replication_factor: int | None = None) -> None:
+        """Ask the controller to create an internal topic; `replication_factor` defaults to
+        offsets.topic.replication.factor (`__transaction_state` passes transaction.state.log.replication.factor)."""
         if self.broker.topics.exists(name):
             return
+        rf = int(self.broker.config["offsets.topic.replication.factor"]) if replication_factor is None \
+            else replication_factor
         await self.call("ensure_internal_topic", name=name, partitions=partitions, configs=configs,
-                        replication_factor=int(self.broker.config["offsets.topic.replication.factor"]),
-                        timeout_s=5.0)
+                        replication_factor=rf, timeout_s=5.0)
         if not self.broker.topics.exists(name):
             raise CoordinatorNotAvailableError(f"internal topic '{name}' is being created; retry")
 

@@ -142,6 +142,11 @@ class Group:
     static_members: dict[str, str] = field(default_factory=dict)  # group.instance.id -> member id
     pending_members: set[str] = field(default_factory=set)  # got MEMBER_ID_REQUIRED, not joined yet
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+    # Where each committed offset stands in `__consumer_offsets` (an append order): a transaction's offsets
+    # replace a committed one only when they were written after it (Kafka's CommitRecordMetadataAndOffset.olderThan).
+    offset_order: dict[tuple[str, int], int] = field(default_factory=dict)
+    # TxnOffsetCommit's offsets per producer id, with their append order, until the transaction's marker.
+    pending_txn_offsets: dict[int, dict[tuple[str, int], tuple[CommittedOffset, int]]] = field(default_factory=dict)
     state_timestamp_ms: int = -1
     # True while Kafka's InitialDelayedJoin runs: the join completes on the timer only.
     initial_delay_active: bool = False

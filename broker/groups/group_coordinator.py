@@ -12,7 +12,9 @@ Kafka's rules and error codes (`kelp.errors.ErrorCode`) by driving its parts:
   offsets, and every write to `__consumer_offsets` (Kafka's GroupMetadataManager);
 - `partition_loader.PartitionLoader`: loading and unloading the
   `__consumer_offsets` partitions this broker gains and loses the leadership of;
-- `offsets_expiry.OffsetExpiry`: offsets.retention.minutes.
+- `offsets_expiry.OffsetExpiry`: offsets.retention.minutes;
+- `txn_offsets.TxnOffsets`: TxnOffsetCommit's pending offsets and the transaction markers that end them
+  (`handle_txn_completion`, called by the WriteTxnMarkers handler on the partition's leader).
 
 It coordinates only the groups of the `__consumer_offsets` partitions this
 broker leads: `on_become_leader(p, epoch)` loads a partition (requests for its
@@ -46,6 +48,7 @@ from .membership import GroupMembership, JoinResult, SyncResult
 from .offsets_expiry import OffsetExpiry
 from .ownership import PartitionOwnership
 from .partition_loader import PartitionLoader
+from .txn_offsets import TxnOffsets
 
 __all__ = ["GroupCoordinator", "GroupDescription"]
 
@@ -83,6 +86,8 @@ class GroupCoordinator:
         self.loader = PartitionLoader(self.group_manager, scheduler=self.scheduler,
                                       on_group_unloaded=self.membership.on_group_unloaded)
         self.expiry = OffsetExpiry(self.group_manager, scheduler=self.scheduler)
+        self.txn_offsets = TxnOffsets(self.group_manager)
+        self.loader.on_partition_loaded = self.txn_offsets.after_load
         self._stopped = False
         # Parts living on top of the coordinator (the REST proxy's HTTP consumers) stop with it.
         self.stop_hooks: list[Callable[[], Awaitable[None]]] = []
@@ -130,6 +135,8 @@ class GroupCoordinator:
     def on_resign(self, partition: int, epoch: int) -> None:
         """This broker no longer leads `partition`: drop its groups, answer their parked requests."""
         self.loader.on_resign(partition, epoch)
+        if self.ownership.token(partition) is None:
+            self.txn_offsets.forget(partition)
 
     async def wait_ownership_change(self, timeout_s: float) -> bool:
         """Wait (bounded) until a partition is elected, loaded or resigned; False on timeout."""
@@ -235,11 +242,58 @@ class GroupCoordinator:
     def fetch_offsets(
         self, group_id: str, partitions: list[tuple[str, int]] | None
     ) -> tuple[int, dict[tuple[str, int], CommittedOffset | None]]:
-        """(error, offsets); `partitions=None` means every committed partition of the group."""
+        """(error, offsets); `partitions=None` means every committed partition of the group.
+
+        Offsets a transaction committed (TxnOffsetCommit) appear once its marker is written."""
         err = self.check_group(group_id)
         if err:
             return err, {}
         return ErrorCode.NONE, self.group_manager.get_offsets(group_id, partitions)
+
+    def unstable_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> set[tuple[str, int]]:
+        """The partitions among `partitions` whose offset an open transaction still holds (OffsetFetch with
+        require_stable answers them UNSTABLE_OFFSET_COMMIT, KIP-447)."""
+        group = self.groups.get(group_id)
+        if group is None or not group.pending_txn_offsets:
+            return set()
+        return {tp for tp in partitions if TxnOffsets.has_pending(group, tp)}
+
+    # -- transactional offsets (txn_offsets) ------------------------------
+    async def txn_commit_offsets(
+        self, group_id: str, *, producer_id: int, producer_epoch: int, member_id: str = "",
+        generation: int = -1, group_instance_id: str | None = None,
+        offsets: dict[tuple[str, int], CommittedOffset],
+    ) -> dict[tuple[str, int], int]:
+        """TxnOffsetCommit (Kafka's handleTxnCommitOffsets): the offsets are written as the producer's
+        transactional batch and become visible when its transaction commits; per-partition codes."""
+        def all_(code: int) -> dict[tuple[str, int], int]:
+            return {tp: code for tp in offsets}
+
+        err = self.check_group(group_id)
+        if err:
+            return all_(err)
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = Group(group_id, state_timestamp_ms=self.clock_ms())
+        if group.is_(GroupState.DEAD):
+            return all_(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        if generation >= 0 or member_id or group_instance_id:
+            if group_instance_id:
+                known = group.static_member_id(group_instance_id)
+                if known is not None and known != member_id:
+                    return all_(ErrorCode.FENCED_INSTANCE_ID)
+            if member_id not in group.members:
+                return all_(ErrorCode.UNKNOWN_MEMBER_ID)
+            if generation != group.generation:
+                return all_(ErrorCode.ILLEGAL_GENERATION)
+        return await self.txn_offsets.commit(group, producer_id=producer_id, producer_epoch=producer_epoch,
+                                             offsets=offsets)
+
+    def handle_txn_completion(self, producer_id: int, offsets_partitions: list[int], commit: bool) -> None:
+        """The transaction of `producer_id` ended and its marker is written on these `__consumer_offsets`
+        partitions (called by the partition leader's WriteTxnMarkers handler): its pending offsets become
+        committed (commit) or are dropped (abort). A partition still loading applies it after its load."""
+        self.txn_offsets.complete(producer_id, offsets_partitions, commit)
 
     async def delete_offsets(self, group_id: str,
                              partitions: list[tuple[str, int]]) -> tuple[int, dict[tuple[str, int], int]]:

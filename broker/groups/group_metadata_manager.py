@@ -17,6 +17,7 @@ that is `group_coordinator`), start timers, or interpret records beyond
 
 from __future__ import annotations
 
+import itertools
 import logging
 from typing import Callable, Iterable, Protocol
 
@@ -30,6 +31,7 @@ from .offsets_log import (
     GroupValue,
     MemberValue,
     OffsetValue,
+    ReplayItem,
     encode_group_key,
     encode_group_value,
     encode_offset_key,
@@ -46,11 +48,19 @@ MAX_METADATA_CHARS = 4096  # Kafka's offset.metadata.max.bytes default
 
 
 class OffsetStore(Protocol):
-    """Where `__consumer_offsets` records go (one partition per call); `offsets_store.BrokerOffsetStore` on a broker."""
+    """Where `__consumer_offsets` records go (one partition per call); `offsets_store.BrokerOffsetStore` on a broker.
+
+    `append_transactional` writes TxnOffsetCommit's records as one transactional batch of the producer;
+    `replay` yields the partition's records in log order, transactional ones as `TxnRecord`s and each
+    control batch as a `TxnMarker`.
+    """
 
     async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None: ...
 
-    def replay(self, partition: int) -> Iterable[tuple[bytes | None, bytes | None]]: ...
+    async def append_transactional(self, partition: int, records: list[tuple[bytes, bytes | None]], *,
+                                   producer_id: int, producer_epoch: int) -> None: ...
+
+    def replay(self, partition: int) -> Iterable[ReplayItem]: ...
 
 
 class GroupMetadataManager:
@@ -70,6 +80,11 @@ class GroupMetadataManager:
         self.groups: dict[str, Group] = {}
         # Which __consumer_offsets partitions this broker leads (loading / owned), per leadership term.
         self.ownership = PartitionOwnership()
+        self._order = itertools.count(1 << 40)  # above any replay position (`offset_order`)
+
+    def next_order(self) -> int:
+        """An append order for offsets written now: after every offset replayed or written before."""
+        return next(self._order)
 
     # -- which groups are here ------------------------------------------
     def partition_for(self, group_id: str) -> int:
@@ -217,6 +232,9 @@ class GroupMetadataManager:
             # coordinator replays it); the cache is only this term's.
             if self.ownership.token(partition) == token:
                 group.offsets.update(accepted)
+                order = self.next_order()
+                for tp in accepted:
+                    group.offset_order[tp] = order
             for tp in accepted:
                 results[tp] = ErrorCode.NONE
         return results

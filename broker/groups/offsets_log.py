@@ -38,6 +38,9 @@ __all__ = [
     "decode_key",
     "decode_offset_value",
     "decode_group_value",
+    "TxnRecord",
+    "TxnMarker",
+    "ReplayItem",
 ]
 
 
@@ -165,6 +168,26 @@ class _Reader:
         v = bytes(self.data[self.pos:self.pos + n])
         self.pos += n
         return v
+
+
+@dataclass(frozen=True)
+class TxnRecord:
+    """A record of a transactional batch of `producer_id` (a TxnOffsetCommit), pending until its marker."""
+
+    producer_id: int
+    key: bytes | None
+    value: bytes | None
+
+
+@dataclass(frozen=True)
+class TxnMarker:
+    """A control batch: `producer_id`'s transaction ended, committed or aborted."""
+
+    producer_id: int
+    commit: bool
+
+
+ReplayItem = tuple[bytes | None, bytes | None] | TxnRecord | TxnMarker
 
 
 def encode_offset_key(group: str, topic: str, partition: int) -> bytes:

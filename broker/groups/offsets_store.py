@@ -16,13 +16,14 @@ from __future__ import annotations
 import logging
 from typing import Iterator
 
-from kelp.records import build_batch, iter_records, read_header
+from kelp.records import BatchInfo, Record, batch_records, build_batch, iter_headers
 
 from ..replica_manager import ReplicaManager
-from ..storage import LogManager
+from ..storage import Log, LogManager
+from .offsets_log import ReplayItem, TxnMarker, TxnRecord
 from .placement import OFFSETS_TOPIC
 
-__all__ = ["BrokerOffsetStore"]
+__all__ = ["BrokerOffsetStore", "replay_log", "control_commit"]
 
 log = logging.getLogger("kelp.broker.groups")
 
@@ -43,23 +44,60 @@ class BrokerOffsetStore:
         await self.replicas.append(OFFSETS_TOPIC, partition, data, acks=-1, timeout_ms=self.commit_timeout_ms,
                                    internal_allowed=True)
 
-    def replay(self, partition: int) -> Iterator[tuple[bytes | None, bytes | None]]:
+    async def append_transactional(self, partition: int, records: list[tuple[bytes, bytes | None]], *,
+                                   producer_id: int, producer_epoch: int) -> None:
+        """TxnOffsetCommit's records: one transactional batch of the producer (no sequence: the coordinator's
+        own write is never a client's retry), pending until the transaction's marker."""
+        data = build_batch(list(records), producer_id=producer_id, producer_epoch=producer_epoch,
+                           is_transactional=True)
+        await self.replicas.append(OFFSETS_TOPIC, partition, data, acks=-1, timeout_ms=self.commit_timeout_ms,
+                                   internal_allowed=True)
+
+    def replay(self, partition: int) -> Iterator[ReplayItem]:
+        """The partition's records in log order: plain `(key, value)` pairs, `TxnRecord`s for records of
+        transactional batches (TxnOffsetCommit) and a `TxnMarker` per control batch (a transaction's end)."""
         lg = self.logs.get(OFFSETS_TOPIC, partition)
         if lg is None:
             return
-        offset = lg.log_start_offset
-        end = lg.log_end_offset
-        while offset < end:
-            data = lg.read(offset, max_bytes=REPLAY_CHUNK_BYTES, min_one_batch=True)
-            if not data:
-                break
-            last = offset - 1
-            for rec in iter_records(data):
-                last = rec.offset
-                if rec.offset >= offset:
+        for info, records in replay_log(lg):
+            if info.is_control:
+                for rec in records:
+                    commit = control_commit(rec.key)
+                    if commit is not None:
+                        yield TxnMarker(info.producer_id, commit)
+            elif info.is_transactional:
+                for rec in records:
+                    yield TxnRecord(info.producer_id, rec.key, rec.value)
+            else:
+                for rec in records:
                     yield rec.key, rec.value
-            if last < offset:
-                # A batch emptied by compaction: step past it using its header.
-                h = read_header(data, 0)
-                last = h.base_offset + h.last_offset_delta
-            offset = last + 1
+
+
+def control_commit(key: bytes | None) -> bool | None:
+    """A control record's key (Kafka's ControlRecordType: version:int16, type:int16): True for COMMIT (1),
+    False for ABORT (0), None for any other control record."""
+    if key is None or len(key) < 4:
+        return None
+    kind = int.from_bytes(key[2:4], "big", signed=True)
+    return True if kind == 1 else False if kind == 0 else None
+
+
+def replay_log(lg: Log) -> Iterator[tuple[BatchInfo, list[Record]]]:
+    """Every batch of `lg` from its start, with its records (control batches included), oldest first.
+
+    Reads segment files: never iterate it on the event loop.
+    """
+    offset = lg.log_start_offset
+    end = lg.log_end_offset
+    while offset < end:
+        data = lg.read(offset, max_bytes=REPLAY_CHUNK_BYTES, min_one_batch=True)
+        if not data:
+            break
+        last = offset - 1
+        for info in iter_headers(data):
+            records = [r for r in batch_records(data, info) if r.offset >= offset]
+            last = max(last, info.base_offset + info.last_offset_delta)
+            yield info, records
+        if last < offset:
+            break
+        offset = last + 1

@@ -25,7 +25,17 @@ from typing import Callable, Iterable
 from .coordinator_config import Scheduler
 from .group import CommittedOffset, Group
 from .group_metadata_manager import GroupMetadataManager
-from .offsets_log import GroupValue, OffsetKey, OffsetValue, decode_group_value, decode_key, decode_offset_value
+from .offsets_log import (
+    GroupValue,
+    OffsetKey,
+    OffsetValue,
+    ReplayItem,
+    TxnMarker,
+    TxnRecord,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+)
 from .placement import OFFSETS_TOPIC
 
 __all__ = ["PartitionLoader", "LoadedPartition", "decode_partition"]
@@ -41,23 +51,45 @@ class LoadedPartition:
     records: int = 0
     offsets: dict[OffsetKey, OffsetValue | None] = field(default_factory=dict)
     metas: dict[str, GroupValue | None] = field(default_factory=dict)
+    # The replay position of each offset's newest record (a transaction's offsets win only if written later).
+    order: dict[OffsetKey, int] = field(default_factory=dict)
+    # TxnOffsetCommit records whose transaction has no marker yet: producer id -> key -> (value, position).
+    pending: dict[int, dict[OffsetKey, tuple[OffsetValue, int]]] = field(default_factory=dict)
 
     def group_ids(self) -> set[str]:
         return ({k.group for k, v in self.offsets.items() if v is not None}
                 | {g for g, m in self.metas.items() if m is not None})
 
 
-def decode_partition(partition: int, records: Iterable[tuple[bytes | None, bytes | None]]) -> LoadedPartition:
-    """Fold a partition's records into the newest value per key (runs in a worker thread while reading the log)."""
+def decode_partition(partition: int, records: Iterable[ReplayItem]) -> LoadedPartition:
+    """Fold a partition's records into the newest value per key (runs in a worker thread while reading the log).
+
+    Transactional offset commits stay pending per producer id until a marker of the producer: COMMIT makes
+    them the newest value of their keys unless a plain commit was written after them; ABORT drops them.
+    """
     out = LoadedPartition(partition)
-    for key_bytes, value_bytes in records:
+    for position, item in enumerate(records):
+        if isinstance(item, TxnMarker):
+            pending = out.pending.pop(item.producer_id, {})
+            if item.commit:
+                for pending_key, (pending_value, at) in pending.items():
+                    if at > out.order.get(pending_key, -1):
+                        out.offsets[pending_key], out.order[pending_key] = pending_value, at
+            continue
         out.records += 1
+        producer_id = item.producer_id if isinstance(item, TxnRecord) else None
+        key_bytes, value_bytes = (item.key, item.value) if isinstance(item, TxnRecord) else item
         if key_bytes is None:
             continue
         try:
             key = decode_key(key_bytes)
             if isinstance(key, OffsetKey):
-                out.offsets[key] = decode_offset_value(value_bytes) if value_bytes is not None else None
+                value = decode_offset_value(value_bytes) if value_bytes is not None else None
+                if producer_id is not None:
+                    if value is not None:
+                        out.pending.setdefault(producer_id, {})[key] = (value, position)
+                else:
+                    out.offsets[key], out.order[key] = value, position
             else:
                 out.metas[key.group] = decode_group_value(value_bytes) if value_bytes is not None else None
         except ValueError as exc:
@@ -78,6 +110,8 @@ class PartitionLoader:
         self.scheduler = scheduler
         # Called for each group dropped on resignation (the coordinator stops its timers and parked requests).
         self.on_group_unloaded = on_group_unloaded
+        # Called once a partition's replay is applied (transaction completions that waited for it take effect).
+        self.on_partition_loaded: Callable[[int], None] = lambda partition: None
         self._ownership_waiters: list[asyncio.Future[None]] = []
         self._load_tasks: dict[int, asyncio.Task[None]] = {}
         self._stopped = False
@@ -218,6 +252,13 @@ class PartitionLoader:
             g.offsets[(key.topic, key.partition)] = CommittedOffset(
                 value.offset, value.leader_epoch, value.metadata, value.commit_timestamp
             )
+            g.offset_order[(key.topic, key.partition)] = loaded.order.get(key, -1)
+        for producer_id, pending in loaded.pending.items():
+            for key, (value, at) in pending.items():
+                g = groups.setdefault(key.group, Group(key.group))
+                g.pending_txn_offsets.setdefault(producer_id, {})[(key.topic, key.partition)] = (
+                    CommittedOffset(value.offset, value.leader_epoch, value.metadata, value.commit_timestamp), at)
+        self.on_partition_loaded(loaded.partition)
 
     def stop(self) -> None:
         """No more loads: the running ones are cancelled and a replay finishing now is not applied."""

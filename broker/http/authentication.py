@@ -12,7 +12,9 @@ The proofs are checked by slots the composition root fills (`kelp.broker.app`):
 - `basic(user, password)`: the broker's SASL users (`basic_credentials`: the listeners' PLAIN users, the SCRAM
   credentials of the metadata log); a principal, or None for wrong credentials. Brokers call one another's
   `/cluster/v1` with their inter-broker SASL credentials this way (`cluster.inter_broker`);
-- `bearer(token)`: an OAUTHBEARER JWT validator; a principal, or None (not given yet: `bearer` refuses to start);
+- `bearer(token)`: an OAUTHBEARER JWT validator (`bearer_tokens`: a Kafka listener's); a principal, or
+  `BearerRefused` with the reason (expired, wrong signature, `alg: none`, ...), answered 401 with it and an
+  RFC 6750 `error="invalid_token"` challenge;
 - `certificate(der)`: the client certificate's principal by `ssl.principal.mapping.rules` (Kafka's DEFAULT
   rule, the whole subject, unless given); it needs the HTTP listener to run TLS (`http.ssl.*`) and ask for
   client certificates.
@@ -35,7 +37,7 @@ from kelp.errors import ConfigError
 from ..config import BrokerConfig
 from ..security.principal import ANONYMOUS, KafkaPrincipal, SslPrincipalMapper, principal_from_certificate
 
-__all__ = ["HttpAuthenticator", "Unauthenticated", "BasicCheck", "BearerCheck", "CertificateCheck",
+__all__ = ["HttpAuthenticator", "Unauthenticated", "BearerRefused", "BasicCheck", "BearerCheck", "CertificateCheck",
            "PUBLIC_HEALTH", "PUBLIC_METRICS"]
 
 BasicCheck = Callable[[str, str], Awaitable[KafkaPrincipal | None]]
@@ -44,6 +46,14 @@ CertificateCheck = Callable[[bytes], KafkaPrincipal]
 
 PUBLIC_HEALTH = ("/healthz", "/readyz")
 PUBLIC_METRICS = ("/metrics",)
+
+
+class BearerRefused(Exception):
+    """A bearer token that does not validate; `reason` says why (never the token)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class Unauthenticated(Exception):
@@ -79,7 +89,8 @@ class HttpAuthenticator:
             raise ConfigError(
                 f"http.authentication.methods names {', '.join(missing)}, but this broker has no credential check "
                 f"for {'it' if len(missing) == 1 else 'them'} (HTTP Basic needs the SASL users, bearer tokens "
-                "an OAUTHBEARER validator); leave it out or configure the SASL mechanism")
+                "a listener enabling SASL/OAUTHBEARER, http.authentication.oauthbearer.listener); leave it out or "
+                "configure the SASL mechanism")
         public: tuple[str, ...] = ()
         if config.get("http.health.public", True):
             public += PUBLIC_HEALTH
@@ -92,12 +103,12 @@ class HttpAuthenticator:
     def required(self) -> bool:
         return bool(self.methods)
 
-    def _challenge(self) -> str:
+    def _challenge(self, bearer_error: str | None = None) -> str:
         parts = []
         if "basic" in self.methods:
             parts.append(f'Basic realm="{self.realm}", charset="UTF-8"')
         if "bearer" in self.methods:
-            parts.append(f'Bearer realm="{self.realm}"')
+            parts.append(f'Bearer realm="{self.realm}"' + (f', error="{bearer_error}"' if bearer_error else ""))
         return ", ".join(parts) or f'Certificate realm="{self.realm}"'
 
     def is_public(self, path: str) -> bool:
@@ -118,7 +129,11 @@ class HttpAuthenticator:
                                       "password", self._challenge())
             return principal
         if scheme == "bearer" and "bearer" in self.methods and self.bearer is not None:
-            principal = await self.bearer(credentials.strip())
+            try:
+                principal = await self.bearer(credentials.strip())
+            except BearerRefused as exc:
+                raise Unauthenticated(f"the bearer token was refused: {exc.reason}",
+                                      self._challenge("invalid_token")) from None
             if principal is None:
                 raise Unauthenticated("the bearer token was refused: invalid, expired or not signed by a trusted key",
                                       self._challenge())

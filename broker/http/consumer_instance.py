@@ -32,6 +32,7 @@ from kelp.records import iter_records
 from ..groups.group import CommittedOffset
 from ..parts import BrokerParts
 from ..replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchPartition
+from ..security.principal import ANONYMOUS, KafkaPrincipal
 from .admin_groups import error_for, require_local_group
 from .json_body import json_value
 from .problems import HttpProblem
@@ -77,8 +78,10 @@ def range_assign(members: list[tuple[str, list[str]]],
 
 class HttpConsumer:
     def __init__(self, registry: "ConsumerRegistry", group: str, name: str, *, fmt: str, reset: str,
-                 auto_commit: bool, instance_timeout_ms: int, base_uri: str) -> None:
+                 auto_commit: bool, instance_timeout_ms: int, base_uri: str,
+                 owner: KafkaPrincipal = ANONYMOUS) -> None:
         self.registry = registry
+        self.owner = owner  # the principal that created it: the only one that may use it (rest_consumers.py)
         self.broker = registry.broker
         self.group = group
         self.name = name

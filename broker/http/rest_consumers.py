@@ -23,6 +23,11 @@ one after its group's coordinator moved to another broker, is answered with
 creates the instance again there. While the coordinator is not available yet
 (first use creates `__consumer_offsets`) the answer is 503 with 14 or 15.
 
+An instance is its creator's, as a Kafka consumer is its application's: it is bound to the principal that
+created it (`http.authentication.methods`), and any other principal — a super user too — using or deleting
+it is answered 403 with GROUP_AUTHORIZATION_FAILED (30), after the route's ACL checks (READ on the group).
+Without HTTP authentication every request is User:ANONYMOUS, so every instance is everyone's, as before.
+
 This module must never change group state except through the coordinator.
 """
 
@@ -33,7 +38,7 @@ from typing import TypeGuard
 
 from aiohttp import web
 
-from kelp.errors import RestErrorCode
+from kelp.errors import ErrorCode, RestErrorCode
 from kelp.json_types import JsonData, JsonValue
 
 from ..replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
@@ -42,7 +47,7 @@ from .consumer_instance import ConsumerRegistry, HttpConsumer, range_assign
 from .json_body import read_json
 from .keys import int_setting
 from .problems import HttpProblem, json_response
-from .route_access import READ, TOPIC, require
+from .route_access import READ, TOPIC, principal_of, require
 from .serving import serving
 
 __all__ = ["routes", "HttpConsumer", "ConsumerRegistry", "range_assign"]
@@ -68,7 +73,14 @@ def _registry(request: web.Request) -> ConsumerRegistry:
 
 
 def _instance(request: web.Request) -> HttpConsumer:
-    return _registry(request).get(request.match_info["group"], request.match_info["instance"])
+    """The instance the path names, if the request's principal created it (else 403)."""
+    inst = _registry(request).get(request.match_info["group"], request.match_info["instance"])
+    principal = principal_of(request)
+    if inst.owner != principal:
+        raise HttpProblem(403, f"consumer instance '{inst.name}' of group '{inst.group}' was created by another "
+                               f"principal; {principal} may not use it (REST consumer instances belong to the "
+                               "principal that created them)", error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    return inst
 
 
 def _no_content() -> web.Response:
@@ -169,14 +181,15 @@ async def create_instance(request: web.Request) -> web.Response:
             error_code=RestErrorCode.TOO_MANY_CONSUMER_INSTANCES)
     base_uri = f"{request.url.scheme}://{request.host}/consumers/{group}/instances/{name}"
     reg.instances[(group, name)] = HttpConsumer(reg, group, name, fmt=fmt, reset=reset, auto_commit=auto_commit,
-                                                instance_timeout_ms=timeout_ms, base_uri=base_uri)
+                                                instance_timeout_ms=timeout_ms, base_uri=base_uri,
+                                                owner=principal_of(request))
     return json_response({"instance_id": name, "base_uri": base_uri}, content_type=PLAIN_V2)
 
 
 @routes.delete("/consumers/{group}/instances/{instance}")
 async def delete_instance(request: web.Request) -> web.Response:
     reg = _registry(request)
-    inst = reg.get(request.match_info["group"], request.match_info["instance"])
+    inst = _instance(request)
     reg.instances.pop((inst.group, inst.name), None)
     await inst.close()
     return _no_content()

@@ -29,10 +29,12 @@ _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 _PART_V4 = struct.Struct(">ihqq")  # partition, error, hw, lso
 _PART_V5 = struct.Struct(">ihqqq")  # + log start
+_ABORTED = struct.Struct(">qq")  # producer id, first offset
 
-# One partition of the answer: (partition, error, high watermark, last stable offset, log start, records),
-# the records as the log gave them (bytes, or a segment's byte range sent with sendfile).
-PartitionAnswer = tuple[int, int, int, int, int, bytes | memoryview | FileRange]
+# One partition of the answer: (partition, error, high watermark, last stable offset, log start, records,
+# aborted transactions), the records as the log gave them (bytes, or a segment's byte range sent with
+# sendfile), the aborted transactions as (producer id, first offset) pairs or None (read_uncommitted: null).
+PartitionAnswer = tuple[int, int, int, int, int, bytes | memoryview | FileRange, Sequence[tuple[int, int]] | None]
 
 
 def _uvarint(n: int) -> bytes:
@@ -52,7 +54,7 @@ def encode_fetch_response(
     session_id: int = 0,
     topics: Sequence[tuple[str, Sequence[PartitionAnswer]]],
 ) -> tuple[list[Buffer], int]:
-    """Encode; `topics` = [(name, [(partition, error, hw, lso, log_start, records), ...])].
+    """Encode; `topics` = [(name, [(partition, error, hw, lso, log_start, records, aborted), ...])].
 
     Returns (buffers, total size).
     """
@@ -69,13 +71,19 @@ def encode_fetch_response(
         raw = name.encode("utf-8")
         head += (_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
         head += _uvarint(len(parts) + 1) if flexible else _I32.pack(len(parts))
-        for partition, error, hw, lso, log_start, records in parts:
+        for partition, error, hw, lso, log_start, records, aborted in parts:
             if version >= 5:
                 head += part_struct.pack(partition, error, hw, lso, log_start)
             else:
                 head += part_struct.pack(partition, error, hw, lso)
-            # aborted transactions: null
-            head += b"\x00" if flexible else b"\xff\xff\xff\xff"
+            if aborted is None:
+                head += b"\x00" if flexible else b"\xff\xff\xff\xff"
+            else:
+                head += _uvarint(len(aborted) + 1) if flexible else _I32.pack(len(aborted))
+                for producer_id, first_offset in aborted:
+                    head += _ABORTED.pack(producer_id, first_offset)
+                    if flexible:
+                        head += b"\x00"  # aborted transaction tagged fields
             if version >= 11:
                 head += b"\xff\xff\xff\xff"  # preferred read replica -1
             n = len(records)

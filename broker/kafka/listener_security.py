@@ -15,10 +15,10 @@ password, a key or a token; a failure to read a certificate or key file at start
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 from ..listeners import InterBroker, ListenerConfig, ListenerSetup
-from ..security.oauthbearer import JwtKey, JwtKeySet, JwtValidator, JwtValidatorSettings, OAuthBearerServer
+from ..security.oauthbearer import JwtValidator, OAuthBearerServer
 from ..security.plain import PlainServer, plain_users
 from ..security.principal import KafkaPrincipal, SslPrincipalMapper, principal_from_certificate
 from ..security.sasl import SaslServer
@@ -63,7 +63,7 @@ class ListenerSecurity:
         self._validator: JwtValidator | None = None
         oauth = config.mechanisms.get("OAUTHBEARER")
         if oauth is not None:
-            self._validator = JwtValidator(_key_set(oauth.oauth), JwtValidatorSettings.from_kafka_config(oauth.oauth))
+            self._validator = JwtValidator.from_kafka_config(oauth.oauth)
         # Keys the salts shown for SCRAM users that do not exist: the same salt every time, on this broker.
         self._mock_secret = secrets.token_bytes(32)
         self.scram_lookup: ScramLookup = _no_scram_user
@@ -99,15 +99,3 @@ class ListenerSecurity:
         """A TLS client's principal from its certificate (ANONYMOUS without one); raises PrincipalMappingError."""
         return principal_from_certificate(certificate_der, self.mapper)
 
-
-def _key_set(settings: Mapping[str, str]) -> JwtKeySet:
-    """The OAUTHBEARER signing keys: a JWKS file (`sasl.oauthbearer.jwks.endpoint.url=file:...`) and/or PEM keys
-    (`sasl.oauthbearer.public.key.location`), read once here."""
-    keys: list[JwtKey] = []
-    url = settings.get("sasl.oauthbearer.jwks.endpoint.url")
-    if url:
-        keys.extend(JwtKeySet.from_jwks_url(str(url)).keys)
-    pem = settings.get("sasl.oauthbearer.public.key.location")
-    if pem:
-        keys.extend(JwtKeySet.from_pem_file(str(pem)).keys)
-    return JwtKeySet(keys)

@@ -357,6 +357,20 @@ class JwtValidator:
         self._settings = settings or JwtValidatorSettings()
         self._clock_ms = clock_ms
 
+    @classmethod
+    def from_kafka_config(cls, settings: Mapping[str, str], *, clock_ms: WallClockMs = wall_clock_ms) -> JwtValidator:
+        """The validator of a listener's `sasl.oauthbearer.*` settings: its signing keys from a JWKS file
+        (`sasl.oauthbearer.jwks.endpoint.url=file:...`) and/or PEM keys (`sasl.oauthbearer.public.key.location`),
+        read once here, and its claim checks."""
+        keys: list[JwtKey] = []
+        url = settings.get("sasl.oauthbearer.jwks.endpoint.url")
+        if url:
+            keys.extend(JwtKeySet.from_jwks_url(str(url)).keys)
+        pem = settings.get("sasl.oauthbearer.public.key.location")
+        if pem:
+            keys.extend(JwtKeySet.from_pem_file(str(pem)).keys)
+        return cls(JwtKeySet(keys), JwtValidatorSettings.from_kafka_config(settings), clock_ms=clock_ms)
+
     def validate(self, token: str) -> ValidatedToken:
         """The token's principal, scopes and times; OAuthBearerError (only) when it must be refused."""
         try:

@@ -27,6 +27,17 @@ the swap, old files are removed and the new ones renamed into place; the
 loader finishes or discards an interrupted swap. Heavy work runs outside the
 log lock; the lock is held only for the final swap. It must never touch the
 active segment or renumber an offset.
+
+Transactions (issue 21), as Kafka's cleaner: nothing at or past the log's
+first unstable offset is cleaned (an open transaction may still abort, so
+its records can neither supersede nor be superseded yet); batches of an
+aborted transaction (known from the segments' aborted-transaction indexes)
+are removed and never enter the key map, so an aborted value never hides a
+committed one; control batches (markers) are kept, with the rewritten
+segment's `.txnindex` carrying the entries of the segments it replaces. Not
+yet as Kafka: a marker is kept forever rather than removed once its
+transaction's data is gone and delete.retention.ms passed (it costs one
+small batch per transaction and keeps the producer's epoch).
 """
 
 from __future__ import annotations
@@ -51,7 +62,8 @@ from kelp.records import (
 
 from .checkpoint import fsync_dir, write_atomically
 from .loader import CLEANED_SUFFIX, SWAP_MARKER
-from .segment import MAX_RELATIVE_OFFSET, LogSegment, segment_paths
+from .segment import MAX_RELATIVE_OFFSET, LogSegment, segment_files
+from .txn_index import AbortedTxn
 
 if TYPE_CHECKING:
     from .log import Log
@@ -72,6 +84,7 @@ class CleanerStats:
     batches_rewritten: int = 0
     cleaned_up_to: int = 0  # the log's new cleaner offset
     map_full: bool = False  # the key map filled up: this pass stopped short of the dirty end
+    aborted_batches_removed: int = 0  # batches of aborted transactions dropped
 
 
 def _batches(segment: LogSegment) -> Iterator[tuple[BatchInfo, bytes]]:
@@ -96,6 +109,32 @@ def _batches(segment: LogSegment) -> Iterator[tuple[BatchInfo, bytes]]:
         os.close(fd)
 
 
+class _AbortedBatches:
+    """Tells, walking batches in offset order, which belong to an aborted transaction (per batch)."""
+
+    def __init__(self, aborted: list[AbortedTxn]) -> None:
+        self._pending = sorted(aborted, key=lambda t: t.first_offset)
+        self._next = 0
+        self._open: dict[int, int] = {}  # producer id -> offset of the marker that aborts its open transaction
+
+    def __call__(self, info: BatchInfo) -> bool:
+        pending = self._pending
+        while self._next < len(pending) and pending[self._next].first_offset <= info.base_offset:
+            txn = pending[self._next]
+            self._open[txn.producer_id] = txn.last_offset
+            self._next += 1
+        if not self._open or not info.is_transactional:
+            return False
+        marker = self._open.get(info.producer_id)
+        if marker is None:
+            return False
+        if info.is_control:
+            if info.base_offset >= marker:
+                del self._open[info.producer_id]
+            return False
+        return info.base_offset < marker
+
+
 DEFAULT_DEDUPE_BUFFER_BYTES = 128 << 20  # log.cleaner.dedupe.buffer.size
 ENTRY_OVERHEAD = 120  # bytes one key costs in the map besides its own length (dict slot, bytes header, int)
 
@@ -116,6 +155,9 @@ class LogCleaner:
         with partition_log.lock:
             closed = partition_log.segments[:-1]
             first_dirty = partition_log.cleaner_offset
+            unstable = partition_log.first_unstable_offset
+        if unstable is not None:  # an open transaction's records are not decided yet
+            closed = list(_takewhile(closed, lambda s: s.next_offset <= unstable))
         if config.min_compaction_lag_ms > 0:
             horizon = now_ms - config.min_compaction_lag_ms
             closed = list(_takewhile(closed, lambda s: s.max_timestamp <= horizon))
@@ -124,8 +166,9 @@ class LogCleaner:
             stats.cleaned_up_to = first_dirty
             return stats
 
+        aborted = partition_log.aborted_txns_between(closed[0].base_offset, partition_log.log_end_offset)
         try:
-            offset_map, last_producer_batch, end_offset = self._build_offset_map(dirty, first_dirty, stats)
+            offset_map, last_producer_batch, end_offset = self._build_offset_map(dirty, first_dirty, aborted, stats)
             if stats.map_full:
                 log.info("%s: the cleaner's key map is full (%d keys, log.cleaner.dedupe.buffer.size=%d) at offset "
                          "%d; this pass cleans up to there, the next one goes on", partition_log.name,
@@ -135,7 +178,8 @@ class LogCleaner:
                 partition_log.cleaner_offset = max(partition_log.cleaner_offset, end_offset)
             partition_log.write_checkpoint()
             to_clean = [s for s in closed if s.base_offset < end_offset]
-            self._rewrite(partition_log, to_clean, offset_map, last_producer_batch, end_offset, now_ms, stats)
+            self._rewrite(partition_log, to_clean, offset_map, last_producer_batch, end_offset, now_ms, stats,
+                          _AbortedBatches(aborted))
         except FileNotFoundError as exc:
             # Retention or truncation removed a segment under us; the next pass starts afresh.
             log.info("%s changed while being cleaned (%s); cleaning again later", partition_log.name, exc)
@@ -150,7 +194,7 @@ class LogCleaner:
         return stats
 
     def _build_offset_map(
-        self, dirty: list[LogSegment], first_dirty: int, stats: CleanerStats
+        self, dirty: list[LogSegment], first_dirty: int, aborted_txns: list[AbortedTxn], stats: CleanerStats
     ) -> tuple[dict[bytes, int], dict[int, int], int]:
         """key -> newest offset from `first_dirty` on, and the offset the map holds everything below.
 
@@ -161,8 +205,11 @@ class LogCleaner:
         last_producer_batch: dict[int, int] = {}
         used = 0
         added = False
+        aborted = _AbortedBatches(aborted_txns)
         for segment in dirty:
             for info, data in _batches(segment):
+                if aborted(info):
+                    continue  # never in the key map: an aborted value must not hide a committed one
                 if info.is_control or info.last_offset < first_dirty:
                     if info.has_producer_id:
                         last_producer_batch[info.producer_id] = info.base_offset
@@ -189,6 +236,7 @@ class LogCleaner:
         end_offset: int,
         now_ms: int,
         stats: CleanerStats,
+        aborted: _AbortedBatches,
     ) -> None:
         """Rewrite `closed` in groups: a group grows while its cleaned output plus the next
         segment's current size still fits segment.bytes (so small leftovers merge at once)."""
@@ -209,7 +257,7 @@ class LogCleaner:
                     cleaned = self._start(partition_log, segment.base_offset, now_ms)
                 group.append(segment)
                 self._copy_segment(segment, cleaned, offset_map, last_producer_batch, end_offset, now_ms,
-                                   config.delete_retention_ms, stats)
+                                   config.delete_retention_ms, stats, aborted)
             if cleaned is not None:
                 pending, cleaned = cleaned, None
                 self._finish(partition_log, group, pending, stats)
@@ -221,7 +269,7 @@ class LogCleaner:
     @staticmethod
     def _start(partition_log: "Log", base: int, now_ms: int) -> LogSegment:
         config = partition_log.config
-        for path in segment_paths(partition_log.directory, base, CLEANED_SUFFIX):
+        for path in segment_files(partition_log.directory, base, CLEANED_SUFFIX):
             if path.exists():
                 os.unlink(path)
         return LogSegment.create(
@@ -239,11 +287,16 @@ class LogCleaner:
         now_ms: int,
         delete_retention_ms: int,
         stats: CleanerStats,
+        aborted: _AbortedBatches,
     ) -> None:
         stats.segments_read += 1
         stats.bytes_read += segment.size
         drop_tombstones = now_ms - segment.last_modified_ms > delete_retention_ms
         for info, data in _batches(segment):
+            if aborted(info):  # an aborted transaction's batch: removed (its marker stays)
+                stats.records_removed += info.record_count
+                stats.aborted_batches_removed += 1
+                continue
             if info.base_offset >= end_offset:  # beyond this pass's key map: dirty, copied as it is
                 kept: bytes | None = data
             else:
@@ -252,6 +305,7 @@ class LogCleaner:
                 header = read_header(kept)
                 header.position = 0
                 cleaned.append(kept, [header], now_ms=now_ms)
+        cleaned.txn_index.extend(segment.txn_index.entries)  # the markers stay, and with them their entries
 
     def _finish(self, partition_log: "Log", group: list[LogSegment], cleaned: LogSegment, stats: CleanerStats) -> None:
         """fsync the cleaned group and swap it in (or drop it if the log changed meanwhile)."""

@@ -30,8 +30,17 @@ from kelp.records import HEADER_SIZE, BatchInfo, scan_valid_prefix
 
 from .config import LogConfig
 from .offset_index import OffsetIndex
-from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, LogSegment, segment_paths
+from .segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    LogSegment,
+    segment_files,
+    segment_paths,
+    txn_index_path,
+)
 from .time_index import TimeIndex
+from .txn_index import TXNINDEX_SUFFIX, TransactionIndex
 
 log = logging.getLogger("kelp.broker.storage")
 
@@ -94,11 +103,11 @@ def complete_interrupted_swap(directory: Path) -> None:
             replaced, created = [], []
         else:
             for base in replaced:
-                for path in segment_paths(directory, base):
+                for path in segment_files(directory, base):
                     if (path.parent / (path.name + CLEANED_SUFFIX)).exists() or base not in created:
                         _unlink(path)  # an old file whose replacement is pending, or a merged-away segment
             for base in created:
-                for path in segment_paths(directory, base):
+                for path in segment_files(directory, base):
                     cleaned = path.parent / (path.name + CLEANED_SUFFIX)
                     if cleaned.exists():
                         os.replace(cleaned, path)
@@ -154,7 +163,7 @@ def load_segments(
     """
     complete_interrupted_swap(directory)
     bases = sorted(int(p.name[: -len(LOG_SUFFIX)]) for p in directory.glob(f"*{LOG_SUFFIX}") if p.name[:-4].isdigit())
-    for path in list(directory.glob(f"*{INDEX_SUFFIX}")) + list(directory.glob(f"*{TIMEINDEX_SUFFIX}")):
+    for path in [p for sfx in (INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX) for p in directory.glob(f"*{sfx}")]:
         stem = path.name.split(".")[0]
         if stem.isdigit() and int(stem) not in bases:
             log.warning("deleting %s: an index without its log segment %s%s", path, stem, LOG_SUFFIX)
@@ -210,15 +219,19 @@ def load_segments(
                     if epoch >= 0 and (not epoch_starts or epoch > epoch_starts[-1][0]):
                         epoch_starts.append((epoch, info.base_offset))
             if error is not None:
+                segment.txn_index = TransactionIndex.load(txn_index_path(directory, base), base,
+                                                          next_offset=segment.next_offset)
                 segments.append(segment)
                 for later in bases[i + 1 :]:
-                    for path in segment_paths(directory, later):
+                    for path in segment_files(directory, later):
                         if path.suffix == LOG_SUFFIX and path.exists():
                             size = path.stat().st_size
                             truncated += size
                             log.warning("deleted %s (%d bytes) after the corrupt batch in %s", path, size, log_path)
                         _unlink(path)
                 break
+        segment.txn_index = TransactionIndex.load(txn_index_path(directory, base), base,
+                                                  next_offset=segment.next_offset)
         segments.append(segment)
         expected_next = segment.next_offset
     return LoadResult(segments=segments, truncated_bytes=truncated, gaps=gaps, rescanned_from=rescanned_from,

@@ -11,7 +11,8 @@ its lock from `open` (recovery, `loader.py`) to `close`/`retire`/`delete`.
 concept per module: reads (`log_read`), retention, DeleteRecords and the
 cleaner's swap (`log_retention`), truncation with the leader epochs and
 producer snapshots that follow the log end (`log_truncation`), fsyncs and
-checkpoint files (`log_durability`). Their state lives here.
+checkpoint files (`log_durability`), the aborted-transaction indexes
+(`log_txn`). Their state lives here.
 
 Time: `clock_ms` returns wall-clock milliseconds since the epoch (`kelp.clock`:
 what is stored is wall-clock ms); every `*_ms` value in these modules is one.
@@ -53,6 +54,7 @@ from .log_durability import LogDurability
 from .log_read import FileSlice, LogReads
 from .log_retention import LogRetention
 from .log_truncation import LogTruncation
+from .log_txn import LogTransactions
 from .producer_snapshot import ProducerEntry, delete_snapshots, list_snapshots
 from .segment import LogSegment
 
@@ -75,7 +77,7 @@ class AppendResult:
     flush_due: bool = False
 
 
-class Log(LogReads, LogRetention, LogTruncation, LogDurability):
+class Log(LogReads, LogRetention, LogTruncation, LogDurability, LogTransactions):
     """One partition replica's log. Create with `Log.open`."""
 
     def __init__(
@@ -115,6 +117,12 @@ class Log(LogReads, LogRetention, LogTruncation, LogDurability):
         self._close_snapshot: tuple[int, list[ProducerEntry], int] | None = None
         # The checkpoint values last written (or found on disk): unchanged ones are not rewritten.
         self._last_checkpoint: tuple[int, int, int, int] | None = None
+        # Set by the replica layer (it owns producer state): the first offset of a transaction not decided
+        # and replicated yet, None when there is none. The cleaner stops below it.
+        self.first_unstable_offset: int | None = None
+        # Markers from here on may lack their aborted-transaction entry (an unclean shutdown): `log_txn`.
+        self._txn_recovery_from: int | None = (
+            self._recovery_point if self._recovery_point < self.log_end_offset else None)
 
     # ----------------------------------------------------------------- opening
 

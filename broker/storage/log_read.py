@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
+from kelp.control_records import ControlMarker, read_marker
 from kelp.errors import OffsetOutOfRangeError
 from kelp.records import BatchInfo, whole_batches_end
 
@@ -40,6 +41,7 @@ class FileSlice:
     size: int
     file: BinaryIO | None = None
     records: int = 0  # records in the range's batches (summed from the headers the range was cut on)
+    next_offset: int = -1  # the offset after the range's last batch
 
     def close(self) -> None:
         if self.file is not None:
@@ -67,8 +69,9 @@ class LogReads(LogState):
 
     def _read_range(
         self, offset: int, max_bytes: int, max_offset: int | None, min_one_batch: bool
-    ) -> tuple[LogSegment, int, int, int] | None:
-        """(segment, position, size, record count) of the whole batches a read returns; None when there are none."""
+    ) -> tuple[LogSegment, int, int, int, int] | None:
+        """(segment, position, size, record count, next offset) of the whole batches a read returns; None when
+        there are none."""
         self._check_open()
         self._check_range(offset)
         located = self._locate(offset)
@@ -78,6 +81,7 @@ class LogReads(LogState):
         end = first.position
         limit = first.position + max_bytes
         records = 0
+        next_offset = -1
         for info in segment.headers(first.position):
             if max_offset is not None and info.base_offset >= max_offset:
                 break
@@ -85,12 +89,14 @@ class LogReads(LogState):
                 if end == first.position and min_one_batch:
                     end = info.end
                     records += info.record_count
+                    next_offset = info.next_offset
                 break
             end = info.end
             records += info.record_count
+            next_offset = info.next_offset
         if end == first.position:
             return None
-        return segment, first.position, end - first.position, records
+        return segment, first.position, end - first.position, records, next_offset
 
     def read(
         self, offset: int, *, max_bytes: int, max_offset: int | None = None, min_one_batch: bool = True
@@ -132,12 +138,12 @@ class LogReads(LogState):
             found = self._read_range(offset, max_bytes, max_offset, min_one_batch)
             if found is None:
                 return None
-            segment, position, size, records = found
+            segment, position, size, records, next_offset = found
             try:
                 opened: BinaryIO | None = open(segment.log_path, "rb", buffering=0)
             except OSError:
                 opened = None
-            return FileSlice(segment.log_path, position, size, opened, records)
+            return FileSlice(segment.log_path, position, size, opened, records, next_offset)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= `timestamp_ms`, or None.
@@ -186,6 +192,17 @@ class LogReads(LogState):
         For replays in worker threads (producer state): the segment files are opened under the lock and
         read without it, so appends go on and a segment retention deletes meanwhile is still read whole.
         """
+        for info, _marker in self._walk(start_offset, end_offset, markers=False):
+            yield info
+
+    def replay_batches(self, start_offset: int,
+                       end_offset: int | None = None) -> Iterator[tuple[BatchInfo, ControlMarker | None]]:
+        """As `batch_headers`, with what each end-transaction marker says (one small read per control batch,
+        none per data batch): the producer-state rebuild replays transactions from these."""
+        return self._walk(start_offset, end_offset, markers=True)
+
+    def _walk(self, start_offset: int, end_offset: int | None,
+              markers: bool) -> Iterator[tuple[BatchInfo, ControlMarker | None]]:
         with self._lock:
             self._check_open()
             end = self.log_end_offset if end_offset is None else min(end_offset, self.log_end_offset)
@@ -214,7 +231,11 @@ class LogReads(LogState):
                     if info.base_offset >= end:
                         return
                     if info.last_offset >= start:
-                        yield info
+                        marker = None
+                        if markers and info.is_control and info.producer_id >= 0:
+                            body = os.pread(fd, info.size, info.position)
+                            marker = read_marker(body, dataclasses.replace(info, position=0))
+                        yield info, marker
         finally:
             for fd, _, _ in plan:
                 os.close(fd)

@@ -16,10 +16,15 @@ decide sequence rules or touch the event loop (file work: worker threads).
 
 Format (Kelp's own; Kafka's snapshot keeps one batch per producer, this one
 up to five, so a retry of any of the last five batches is still recognised
-after a restart): int16 version (1), uint32 CRC-32 of the body, then the
-body: int32 producer count, and per producer int64 id, int16 epoch, uint8
-batch count, and per batch int32 first sequence, int32 last sequence, int64
-first offset, int64 last offset, int64 max timestamp. Big-endian.
+after a restart): int16 version, uint32 CRC-32 of the body, then the body:
+int32 producer count, and per producer int64 id, int16 epoch, (version 2:
+int32 coordinator epoch, int64 first offset of its ongoing transaction or
+-1, int64 timestamp of its last write,) uint8 batch count, and per batch
+int32 first sequence, int32 last sequence, int64 first offset, int64 last
+offset, int64 max timestamp. Big-endian. Version 2 is written (issue 21: an
+ongoing transaction survives a restart and a leader change, as in Kafka's
+snapshot); version 1 files, written before transactions, still load (no
+transaction, unknown coordinator epoch).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import os
 import struct
 import zlib
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 from .checkpoint import fsync_dir
 
@@ -41,14 +46,25 @@ __all__ = [
 ]
 
 SNAPSHOT_SUFFIX = ".snapshot"
-VERSION = 1
+VERSION = 2
 _HEAD = struct.Struct(">hI")
 _COUNT = struct.Struct(">i")
-_PRODUCER = struct.Struct(">qhB")
+_PRODUCER_V1 = struct.Struct(">qhB")
+_PRODUCER = struct.Struct(">qhiqqB")
 _BATCH = struct.Struct(">iiqqq")
 
-# (producer id, producer epoch, ((first seq, last seq, first offset, last offset, max timestamp), ...) oldest first)
-ProducerEntry = tuple[int, int, tuple[tuple[int, int, int, int, int], ...]]
+CachedBatch = tuple[int, int, int, int, int]  # (first seq, last seq, first offset, last offset, max timestamp)
+
+
+class ProducerEntry(NamedTuple):
+    """One producer's state as a snapshot stores it."""
+
+    producer_id: int
+    epoch: int
+    batches: tuple[CachedBatch, ...]  # oldest first
+    coordinator_epoch: int = -1
+    txn_first_offset: int = -1  # first offset of its ongoing transaction, -1 when none
+    last_timestamp: int = -1  # of its last batch or marker: producer.id.expiration.ms counts from it
 
 
 class CorruptSnapshotError(ValueError):
@@ -57,9 +73,11 @@ class CorruptSnapshotError(ValueError):
 
 def encode(entries: Sequence[ProducerEntry]) -> bytes:
     parts = [_COUNT.pack(len(entries))]
-    for producer_id, epoch, batches in entries:
-        parts.append(_PRODUCER.pack(producer_id, epoch, len(batches)))
-        parts.extend(_BATCH.pack(*b) for b in batches)
+    for entry in entries:
+        e = ProducerEntry(*entry)  # a plain (id, epoch, batches) tuple too: the fields after default
+        parts.append(_PRODUCER.pack(e.producer_id, e.epoch, e.coordinator_epoch, e.txn_first_offset,
+                                    e.last_timestamp, len(e.batches)))
+        parts.extend(_BATCH.pack(*b) for b in e.batches)
     body = b"".join(parts)
     return _HEAD.pack(VERSION, zlib.crc32(body)) + body
 
@@ -68,7 +86,7 @@ def decode(data: bytes) -> list[ProducerEntry]:
     if len(data) < _HEAD.size + _COUNT.size:
         raise CorruptSnapshotError(f"{len(data)} bytes, shorter than a header")
     version, crc = _HEAD.unpack_from(data, 0)
-    if version != VERSION:
+    if version not in (1, VERSION):
         raise CorruptSnapshotError(f"unknown version {version}")
     body = memoryview(data)[_HEAD.size:]
     if zlib.crc32(body) != crc:
@@ -78,11 +96,19 @@ def decode(data: bytes) -> list[ProducerEntry]:
         pos = _COUNT.size
         out: list[ProducerEntry] = []
         for _ in range(count):
-            producer_id, epoch, n = _PRODUCER.unpack_from(body, pos)
-            pos += _PRODUCER.size
-            batches = tuple(_BATCH.unpack_from(body, pos + i * _BATCH.size) for i in range(n))
+            if version == 1:
+                producer_id, epoch, n = _PRODUCER_V1.unpack_from(body, pos)
+                coordinator_epoch, txn_first, last_ts = -1, -1, -1
+                pos += _PRODUCER_V1.size
+            else:
+                producer_id, epoch, coordinator_epoch, txn_first, last_ts, n = _PRODUCER.unpack_from(body, pos)
+                pos += _PRODUCER.size
+            batches: tuple[CachedBatch, ...] = tuple(
+                _BATCH.unpack_from(body, pos + i * _BATCH.size) for i in range(n))
             pos += n * _BATCH.size
-            out.append((producer_id, epoch, batches))
+            if version == 1 and batches:
+                last_ts = batches[-1][4]
+            out.append(ProducerEntry(producer_id, epoch, batches, coordinator_epoch, txn_first, last_ts))
     except struct.error as exc:
         raise CorruptSnapshotError(f"truncated body: {exc}") from None
     if pos != len(body):

@@ -1,4 +1,4 @@
-"""One segment of a partition log: a `.log` file of batches and its two indexes.
+"""One segment of a partition log: a `.log` file of batches, its two indexes and its aborted transactions.
 
 Why it exists: the log is a list of segments so that old data can be deleted
 or compacted a whole file at a time and lookups stay local. A segment appends
@@ -19,6 +19,7 @@ from kelp.records import HEADER_SIZE, LENGTH_AT, LOG_OVERHEAD, BatchInfo, iter_h
 
 from .offset_index import OffsetIndex
 from .time_index import NO_TIMESTAMP, TimeIndex
+from .txn_index import TXNINDEX_SUFFIX, TransactionIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -29,6 +30,16 @@ HEADERS_CHUNK = 64 * 1024  # `headers()` walks small batches in memory over read
 
 def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
+
+
+def txn_index_path(directory: Path, base_offset: int, suffix: str = "") -> Path:
+    """The `.txnindex` path of the segment at `base_offset` (it exists once a transaction was aborted in it)."""
+    return directory / f"{segment_name(base_offset)}{TXNINDEX_SUFFIX}{suffix}"
+
+
+def segment_files(directory: Path, base_offset: int, suffix: str = "") -> tuple[Path, ...]:
+    """Every file of the segment at `base_offset`: .log, .index, .timeindex, .txnindex (with `suffix`)."""
+    return segment_paths(directory, base_offset, suffix) + (txn_index_path(directory, base_offset, suffix),)
 
 
 def segment_paths(directory: Path, base_offset: int, suffix: str = "") -> tuple[Path, Path, Path]:
@@ -42,7 +53,8 @@ def segment_paths(directory: Path, base_offset: int, suffix: str = "") -> tuple[
 
 
 class LogSegment:
-    """A `.log` file with its offset index and time index; offsets in [base_offset, next_offset)."""
+    """A `.log` file with its offset index, time index and aborted-transaction index; offsets in
+    [base_offset, next_offset)."""
 
     def __init__(
         self,
@@ -58,6 +70,7 @@ class LogSegment:
         offset_of_max_timestamp: int | None = None,
         rolling_timestamp_ms: int | None = None,
         last_modified_ms: int = 0,
+        txn_index: TransactionIndex | None = None,
     ) -> None:
         self.log_path = log_path
         self.base_offset = base_offset
@@ -73,6 +86,10 @@ class LogSegment:
         self.rolling_timestamp_ms = rolling_timestamp_ms
         self.last_modified_ms = last_modified_ms
         self._bytes_since_index = 0
+        if txn_index is None:  # a new segment (no file yet: aborts create it); recovery passes the loaded one
+            name = log_path.name.replace(LOG_SUFFIX, TXNINDEX_SUFFIX, 1)
+            txn_index = TransactionIndex(log_path.with_name(name), base_offset)
+        self.txn_index = txn_index
         self._fd = os.open(log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
 
     @classmethod
@@ -247,6 +264,7 @@ class LogSegment:
         os.ftruncate(self._fd, found.position)
         self.index.truncate_to(found.base_offset)
         self.time_index.truncate_to(found.base_offset)
+        self.txn_index.truncate_to(found.base_offset)
         self.size = found.position
         self.restore_state()
         return removed
@@ -282,6 +300,7 @@ class LogSegment:
         os.fsync(self._fd)
         self.index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -291,12 +310,13 @@ class LogSegment:
         self.time_index.close()
 
     def rename_suffix(self, old: str, new: str) -> None:
-        """Rename the three files from suffix `old` to `new` (e.g. ".cleaned" -> "")."""
+        """Rename the files from suffix `old` to `new` (e.g. ".cleaned" -> "")."""
         log_path, index_path, time_path = segment_paths(self.log_path.parent, self.base_offset, new)
         os.rename(self.log_path, log_path)
         self.log_path = log_path
         self.index.rename(index_path)
         self.time_index.rename(time_path)
+        self.txn_index.rename(txn_index_path(self.log_path.parent, self.base_offset, new))
 
     def delete(self) -> None:
         self.close()
@@ -305,6 +325,7 @@ class LogSegment:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
+        self.txn_index.delete()
 
 
 def iter_file_headers(fd: int, position: int, end: int) -> Iterator[BatchInfo]:

@@ -24,6 +24,10 @@ Locally (a session of its own, the connector jars from Kelp's cache or --jars):
 
 On a Spark cluster: `spark-submit --jars <the connector's four jars> examples/spark/orders_pipeline.py ...`
 (examples/spark/README.md).
+
+A secured cluster: `--command-config client.properties` (or env `KELP_COMMAND_CONFIG`), the Kafka client
+properties file a Java client uses; each property goes to both formats as the `kafka.`-prefixed option
+Spark's connector takes (`kafka.security.protocol`, `kafka.sasl.jaas.config`, ...), on every read and write.
 """
 
 from __future__ import annotations
@@ -56,9 +60,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=600.0,
                    help="--available-now: seconds to wait for the queries (600)")
     p.add_argument("--master", help="start a session of its own on this master, e.g. local[2] (not under spark-submit)")
+    p.add_argument("--command-config", default=os.environ.get("KELP_COMMAND_CONFIG"), metavar="FILE",
+                   help="Kafka client properties for a secured cluster (env KELP_COMMAND_CONFIG)")
     p.add_argument("--jars", help="with --master and --source kafka: the connector jars, comma-separated "
                                   "(default: Kelp's cache, `python -m kelp.spark.jars`)")
     return p.parse_args(argv)
+
+
+def kafka_options(args: argparse.Namespace) -> dict[str, str]:
+    """`kafka.bootstrap.servers` and each client property of --command-config as a `kafka.` option."""
+    options = {"kafka.bootstrap.servers": args.bootstrap}
+    if args.command_config:
+        from kelp.kafka_client.security import read_client_properties
+
+        try:
+            properties = read_client_properties(args.command_config)
+        except ValueError as exc:
+            sys.exit(f"--command-config: {exc}")
+        options.update({f"kafka.{key}": value for key, value in properties.items()})
+    return options
 
 
 def build_session(args: argparse.Namespace) -> Any:
@@ -93,7 +113,7 @@ def revenue_per_window(spark: Any, args: argparse.Namespace) -> Any:
     from pyspark.sql import functions as F
 
     reader = (spark.readStream.format(args.source)
-              .option("kafka.bootstrap.servers", args.bootstrap)
+              .options(**kafka_options(args))
               .option("subscribe", args.topic)
               .option("startingOffsets", args.starting_offsets)
               .option("failOnDataLoss", "false"))
@@ -120,6 +140,8 @@ def start_queries(revenue: Any, args: argparse.Namespace) -> list[Any]:
     def iso(column: str) -> Any:
         return F.date_format(column, "yyyy-MM-dd'T'HH:mm:ss'Z'")
 
+    options = kafka_options(args)  # read once, not at every micro-batch
+
     def to_topic(batch: Any, batch_id: int) -> None:
         # Update mode through foreachBatch: a Python data source (`kelp`) takes only Append and Complete
         # streaming writes, so the changed windows of each micro-batch go out as a batch write, the same
@@ -129,7 +151,7 @@ def start_queries(revenue: Any, args: argparse.Namespace) -> list[Any]:
                                          iso("window_end").alias("window_end"),
                                          "customer", "revenue", "orders")).alias("value"))
          .write.format(args.source).mode("append")  # Kafka: append or the default; Python sources: append/overwrite
-         .option("kafka.bootstrap.servers", args.bootstrap)
+         .options(**options)
          .option("topic", args.output_topic)
          .save())
 
@@ -163,7 +185,7 @@ def results(spark: Any, args: argparse.Namespace) -> list[dict]:
     from pyspark.sql.utils import AnalysisException
 
     rows: dict[tuple[str, str], dict] = {}
-    latest = (spark.read.format(args.source).option("kafka.bootstrap.servers", args.bootstrap)
+    latest = (spark.read.format(args.source).options(**kafka_options(args))
               .option("subscribe", args.output_topic).load()
               .selectExpr("CAST(value AS STRING) AS value", "partition", "offset").collect())
     for r in sorted(latest, key=lambda r: (r.partition, r.offset)):  # one key, one partition: offsets order it

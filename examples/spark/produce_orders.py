@@ -12,13 +12,18 @@ add up to.
 
 It creates the topic, and the pipeline's results topic `orders-revenue`
 (`--create`), when they are missing (`--partitions`, `--replication-factor`).
-Needs only kafka-python (a Kelp dependency).
+A secured cluster: `--command-config client.properties` (or env
+`KELP_COMMAND_CONFIG`), the Kafka client properties file a Java client uses
+(`security.protocol`, `sasl.mechanism`, `sasl.jaas.config`, a PEM
+`ssl.truststore.location`, ...), read by Kelp's client core.
+Needs only kafka-python and Kelp.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 from collections import defaultdict
@@ -43,6 +48,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--replication-factor", type=int, default=-1,
                    help="replication factor when the topic is created (-1: the broker's default)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for every acknowledgement (30)")
+    p.add_argument("--command-config", default=os.environ.get("KELP_COMMAND_CONFIG"), metavar="FILE",
+                   help="Kafka client properties for a secured cluster (env KELP_COMMAND_CONFIG)")
     args = p.parse_args(argv)
     if not 1 <= args.customers <= len(CUSTOMERS):
         p.error(f"--customers must be between 1 and {len(CUSTOMERS)}")
@@ -67,12 +74,35 @@ def make_orders(args: argparse.Namespace) -> list[dict]:
     return orders
 
 
-def ensure_topics(args: argparse.Namespace) -> None:
+def security_options(args: argparse.Namespace) -> dict:
+    """kafka-python's security options from the client properties file (nothing without one), once a broker
+    accepted them: a wrong CA or password ends the script with the broker's reason, not a bootstrap timeout."""
+    if not args.command_config:
+        return {}
+    from kelp.cli.client_config import check_kafka_security
+    from kelp.cli.endpoints import split_address
+    from kelp.cli.errors import CliError
+    from kelp.kafka_client.security import connection_security, read_client_properties
+
+    try:
+        security = connection_security(read_client_properties(args.command_config))
+    except ValueError as exc:
+        sys.exit(f"--command-config: {exc}")
+    addresses = [split_address(a, default_port=9092) for a in args.bootstrap.split(",") if a.strip()]
+    try:
+        check_kafka_security(addresses, security, timeout_s=args.timeout)
+    except CliError as exc:
+        sys.exit(f"produce_orders: {exc}")
+    return security.kafka_python_options()
+
+
+def ensure_topics(args: argparse.Namespace, security: dict) -> None:
     from kafka.admin import KafkaAdminClient, NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
     wanted = [args.topic] + [t.strip() for t in args.create.split(",") if t.strip()]
-    admin = KafkaAdminClient(bootstrap_servers=args.bootstrap, request_timeout_ms=int(args.timeout * 1000))
+    admin = KafkaAdminClient(bootstrap_servers=args.bootstrap, request_timeout_ms=int(args.timeout * 1000),
+                             **security)
     try:
         existing = set(admin.list_topics())
         for topic in wanted:
@@ -91,9 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from kafka import KafkaProducer
 
-    ensure_topics(args)
+    security = security_options(args)
+    ensure_topics(args, security)
     orders = make_orders(args)
-    producer = KafkaProducer(bootstrap_servers=args.bootstrap, acks="all", linger_ms=10)
+    producer = KafkaProducer(bootstrap_servers=args.bootstrap, acks="all", linger_ms=10, **security)
     try:
         futures = [producer.send(args.topic, key=o["customer"].encode(), value=json.dumps(o).encode())
                    for o in orders]

@@ -16,9 +16,10 @@ import argparse
 import itertools
 from typing import Any
 
+from .client_config import admin_client
 from .common import http_options, json_option
 from .errors import CliError
-from .http_client import AdminClient, default_http_url
+from .http_client import AdminClient
 from .output import print_json, print_table
 
 __all__ = ["register"]
@@ -28,7 +29,7 @@ CLUSTER = "kafka-cluster"
 
 
 def _client(args: argparse.Namespace) -> AdminClient:
-    return AdminClient(args.http or default_http_url(), connect_timeout_s=args.connect_timeout)
+    return admin_client(args)
 
 
 def _resources(args: argparse.Namespace) -> list[tuple[str, str]]:

@@ -1,4 +1,5 @@
-"""Options shared by several subcommands (`--http`, `--bootstrap`, `--json`, `--connect-timeout`), KEY=VALUE
+"""Options shared by several subcommands (`--http`, `--bootstrap`, `--json`, `--connect-timeout`, and the client
+properties of client_config.py: `--command-config`, `--sasl-username`, ...), KEY=VALUE
 parsing, and `check_bootstrap`, the Kafka commands' first step (the reachability check itself, the default
 addresses and address parsing are endpoints.py's, which the HTTP client shares).
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 
+from .client_config import add_security_options
 from .endpoints import CONNECT_TIMEOUT_S, default_bootstrap, default_http_url, split_address, wait_reachable
 from .errors import CliError
 
@@ -47,6 +49,7 @@ def add_global_options(parser: argparse.ArgumentParser) -> None:
     _add_bootstrap(parser, None)
     _add_json(parser, False)
     _add_connect_timeout(parser, CONNECT_TIMEOUT_S)
+    add_security_options(parser, None)
 
 
 def _parent(*adders) -> argparse.ArgumentParser:
@@ -57,11 +60,11 @@ def _parent(*adders) -> argparse.ArgumentParser:
 
 
 def http_options() -> argparse.ArgumentParser:
-    return _parent(_add_http, _add_connect_timeout)
+    return _parent(_add_http, _add_connect_timeout, add_security_options)
 
 
 def bootstrap_options() -> argparse.ArgumentParser:
-    return _parent(_add_bootstrap, _add_connect_timeout)
+    return _parent(_add_bootstrap, _add_connect_timeout, add_security_options)
 
 
 def json_option() -> argparse.ArgumentParser:

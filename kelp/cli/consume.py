@@ -23,6 +23,7 @@ import sys
 import time
 from typing import Any
 
+from .client_config import kafka_client_options
 from .common import bootstrap_options, check_bootstrap, json_option
 from .errors import CliError
 
@@ -67,6 +68,7 @@ def _consumer(args: argparse.Namespace, bootstrap: str) -> Any:
     options: dict[str, Any] = {
         "bootstrap_servers": bootstrap.split(","), "client_id": "kelp-cli", "enable_auto_commit": False,
         "request_timeout_ms": int(args.timeout * 1000) + 1000, "group_id": args.group,
+        **kafka_client_options(args, bootstrap),
     }
     if args.group:
         options["auto_offset_reset"] = "earliest" if args.from_beginning else "latest"
@@ -102,6 +104,28 @@ def _position(consumer: Any, args: argparse.Namespace, topic: str, partitions: s
         consumer.seek_to_end(*tps)
 
 
+def _commit(consumer: Any, offsets: dict[Any, Any]) -> dict[Any, Any]:
+    """Commit `offsets`; those a rebalance in progress refused are returned, to commit after the next poll."""
+    from kafka.errors import CommitFailedError, RebalanceInProgressError
+
+    try:
+        consumer.commit(offsets)
+    except (CommitFailedError, RebalanceInProgressError):
+        return offsets
+    return {}
+
+
+def _finish_commit(consumer: Any, offsets: dict[Any, Any], *, timeout_s: float) -> None:
+    """Let the rebalance complete (polls whose records are not printed, so not committed) and commit, bounded."""
+    deadline = time.monotonic() + timeout_s
+    while offsets and time.monotonic() < deadline:
+        consumer.poll(timeout_ms=100, max_records=1)
+        offsets = _commit(consumer, {tp: o for tp, o in offsets.items() if tp in consumer.assignment()})
+    if offsets:
+        raise CliError(f"the group kept rebalancing: the offsets of the printed records were not committed within "
+                       f"{timeout_s:g} s")
+
+
 def cmd_consume(args: argparse.Namespace) -> int:
     from kafka.errors import KafkaError
     from kafka.structs import OffsetAndMetadata
@@ -122,6 +146,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
             _position(consumer, args, args.topic, partitions)
         last_record = time.monotonic()
         out = sys.stdout
+        pending: dict[Any, OffsetAndMetadata] = {}  # printed, not committed yet (a rebalance refused the commit)
         while args.max_messages is None or printed < args.max_messages:
             batch = consumer.poll(timeout_ms=200)
             if not batch:
@@ -143,7 +168,10 @@ def cmd_consume(args: argparse.Namespace) -> int:
                     break
             out.flush()
             if args.group and done:
-                consumer.commit(done)  # exactly what was printed: a record cut off by -n is read again next time
+                # exactly what was printed: a record cut off by -n is read again next time
+                pending = _commit(consumer, {**pending, **done})
+        if pending:
+            _finish_commit(consumer, pending, timeout_s=min(args.timeout, 10.0))
     except KeyboardInterrupt:
         pass
     except KafkaError as exc:

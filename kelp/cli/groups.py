@@ -13,16 +13,17 @@ import argparse
 import re
 from typing import Any
 
+from .client_config import admin_client
 from .common import http_options, json_option
 from .errors import CliError
-from .http_client import AdminClient, default_http_url, quote
+from .http_client import AdminClient, quote
 from .output import print_json, print_table
 
 __all__ = ["register"]
 
 
 def _client(args: argparse.Namespace) -> AdminClient:
-    return AdminClient(args.http or default_http_url(), connect_timeout_s=args.connect_timeout)
+    return admin_client(args)
 
 
 def _brokers(client: AdminClient) -> dict[int, str]:
@@ -31,7 +32,8 @@ def _brokers(client: AdminClient) -> dict[int, str]:
         view = client.get("/admin/v1/cluster")
     except CliError:
         return {}
-    return {b["id"]: f"http://{b['http_host']}:{b['http_port']}" for b in view["brokers"]}
+    return {b["id"]: f"{b.get('http_scheme') or client.scheme}://{b['http_host']}:{b['http_port']}"
+            for b in view["brokers"]}
 
 
 def _group_call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
@@ -46,7 +48,7 @@ def _group_call(args: argparse.Namespace, method: str, path: str, body: Any = No
         url = _brokers(client).get(int(found.group(1)))
         if url is None:
             raise
-        return AdminClient(url).request(method, path, body)
+        return client.sibling(url).request(method, path, body)
 
 
 def _dash(v: Any) -> Any:
@@ -58,7 +60,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     urls = list(_brokers(client).values())
     # Each broker lists the groups it coordinates (as Kafka's ListGroups): ask them all.
     groups = client.get("/admin/v1/groups")["groups"] if not urls else [
-        g for url in urls for g in AdminClient(url).get("/admin/v1/groups")["groups"]]
+        g for url in urls for g in client.sibling(url).get("/admin/v1/groups")["groups"]]
     groups = sorted({g["group_id"]: g for g in groups}.values(), key=lambda g: g["group_id"])
     if args.json:
         print_json(groups)

@@ -15,16 +15,17 @@ from typing import Any
 
 from kelp.errors import ErrorCode
 
+from .client_config import admin_client
 from .common import http_options, json_option
 from .errors import CliError
-from .http_client import AdminClient, default_http_url, quote
+from .http_client import AdminClient, quote
 from .output import print_json, print_table
 
 __all__ = ["register"]
 
 
 def _client(args: argparse.Namespace) -> AdminClient:
-    return AdminClient(args.http or default_http_url(), connect_timeout_s=args.connect_timeout)
+    return admin_client(args)
 
 
 def _ids(text: str) -> list[int]:

@@ -13,6 +13,7 @@ import argparse
 import sys
 from typing import Any, Iterator, TextIO
 
+from .client_config import kafka_client_options
 from .common import bootstrap_options, check_bootstrap, json_option, parse_pairs
 from .errors import CliError
 from .output import print_json
@@ -50,6 +51,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
         "request_timeout_ms": int(args.timeout * 1000),
         "linger_ms": 5,
         "client_id": "kelp-cli",
+        **kafka_client_options(args, bootstrap),
     }
     if args.compression != "none":
         options["compression_type"] = args.compression

@@ -11,15 +11,16 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from .client_config import admin_client
 from .common import http_options, json_option, parse_pairs
-from .http_client import AdminClient, default_http_url, quote
+from .http_client import AdminClient, quote
 from .output import print_json, print_table
 
 __all__ = ["register"]
 
 
 def _client(args: argparse.Namespace) -> AdminClient:
-    return AdminClient(args.http or default_http_url(), connect_timeout_s=args.connect_timeout)
+    return admin_client(args)
 
 
 def _int_or_none(value: Any) -> int | None:

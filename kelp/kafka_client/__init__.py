@@ -14,9 +14,9 @@ and retries; they now share this package:
   connect and every request bounded by a deadline; any failure drops the
   connection and raises a `BrokerUnavailable` naming the broker.
 - `ConnectionSecurity` (`security.py`, from Kafka's client properties with
-  `connection_security`): TLS and SASL for a connection; the SASL exchange
-  after connecting, PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER, is `sasl.py`'s
-  (pure), run alike by both connections, re-authenticating before the
+  `connection_security`, read from a file by `read_client_properties`):
+  TLS and SASL for a connection; the SASL exchange after connecting, PLAIN,
+  SCRAM-SHA-256/512 and OAUTHBEARER, is `sasl.py`'s (pure), run alike by both connections, re-authenticating before the
   session the broker announced runs out (KIP-368).
 - `ClusterMetadata` (pure), `RetryPolicy`/`Attempts` (pure): what a client
   knows of brokers, leaders and coordinators, and when to retry what.
@@ -72,11 +72,12 @@ from .errors import (
 from .metadata import ClusterMetadata, Node, PartitionInfo
 from .retry import COORDINATOR_MOVED, LEADER_MOVED, Attempts, RetryPolicy
 from .sasl import SaslCredentials
-from .security import ConnectionSecurity, connection_security
+from .security import ConnectionSecurity, connection_security, read_client_properties
 
 __all__ = [
     "AsyncClient", "AsyncConnection", "BlockingClient", "BlockingConnection",
     "KafkaClientError", "BrokerUnavailable", "BrokerTimeout", "BadResponse", "ErrorResponse", "RetriesExhausted",
     "ClusterMetadata", "Node", "PartitionInfo", "RetryPolicy", "Attempts", "LEADER_MOVED", "COORDINATOR_MOVED",
     "AuthenticationFailed", "SaslCredentials", "ConnectionSecurity", "connection_security",
+    "read_client_properties",
 ]

@@ -18,8 +18,13 @@ alike (the Spark source's `kafka.*` options, the CLI's client properties file):
 
 A JKS or PKCS12 store is refused with the conversion to make; OAUTHBEARER needs a token provider and is
 refused from properties (a caller with a token passes `SaslCredentials(..., token=...)`). Errors are
-ValueError naming the property (with the caller's `prefix`, e.g. `kafka.` for Spark). This module reads the
-certificate files it is named, nothing else, and never logs a password.
+ValueError naming the property (with the caller's `prefix`, e.g. `kafka.` for Spark).
+
+`read_client_properties(path)` reads a client properties file (Java properties, what Kafka's tools take with
+`--command-config` and its clients with `--producer.config`) into the mapping `connection_security` takes,
+so the CLI and the examples read one the same way; `ConnectionSecurity.kafka_python_options()` hands the
+result to their kafka-python clients. This module reads the properties and certificate files it
+is named, nothing else, and never logs a password.
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ from dataclasses import dataclass
 
 from .sasl import SaslCredentials
 
-__all__ = ["ConnectionSecurity", "connection_security", "SECURITY_PROTOCOLS", "CLIENT_SECURITY_PROPERTIES"]
+__all__ = ["ConnectionSecurity", "connection_security", "read_client_properties", "SECURITY_PROTOCOLS",
+           "CLIENT_SECURITY_PROPERTIES"]
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 CLIENT_SECURITY_PROPERTIES = (
@@ -58,6 +64,20 @@ class ConnectionSecurity:
                 (True, True): "SASL_SSL"}[(tls, sasl)]
 
 
+    def kafka_python_options(self) -> dict[str, object]:
+        """The same security as kafka-python's client options (`KafkaProducer(**options)`; nothing for PLAINTEXT),
+        for the CLI's and the examples' kafka-python clients."""
+        options: dict[str, object] = {}
+        if self.ssl_context is not None or self.sasl is not None:
+            options["security_protocol"] = self.protocol
+        if self.ssl_context is not None:
+            options["ssl_context"] = self.ssl_context
+        if self.sasl is not None:
+            options.update(sasl_mechanism=self.sasl.mechanism, sasl_plain_username=self.sasl.username,
+                           sasl_plain_password=self.sasl.password)
+        return options
+
+
 PLAINTEXT = ConnectionSecurity()
 
 
@@ -71,6 +91,24 @@ def connection_security(properties: Mapping[str, str], *, prefix: str = "") -> C
     context = _ssl_context(props, prefix) if protocol in ("SSL", "SASL_SSL") else None
     credentials = _sasl(props, prefix) if protocol.startswith("SASL_") else None
     return ConnectionSecurity(context, credentials)
+
+
+def read_client_properties(path: str) -> dict[str, str]:
+    """A Kafka client properties file (Java properties: `#` comments, `key=value`, `\\` continuations) as a
+    mapping; ValueError naming the file when it cannot be read or parsed."""
+    from jproperties import Properties
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise ValueError(f"cannot read the client properties file {path}: {exc.strerror or exc}") from None
+    props = Properties()
+    try:
+        props.load(data, "utf-8")
+    except Exception as exc:  # noqa: BLE001 - jproperties raises its own ParseError, and ValueError on bad escapes
+        raise ValueError(f"{path} is not a Java properties file: {exc}") from None
+    return {str(key): str(value.data) for key, value in props.items()}
 
 
 def _sasl(props: Mapping[str, str], prefix: str) -> SaslCredentials:

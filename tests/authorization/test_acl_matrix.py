@@ -45,7 +45,7 @@ from kafka.protocol.consumer import (
     SyncGroupRequest,
 )
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
-from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
+from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest, WriteTxnMarkersRequest
 
 from kelp.broker.kafka.handlers import all_handlers
 from kelp.broker.security.principal import KafkaPrincipal
@@ -70,7 +70,9 @@ COVERED = {
     30: "test_acl_apis.py", 31: "test_acl_apis.py", 32: "describe_configs", 33: "alter_configs",
     35: "describe_log_dirs", 37: "create_partitions", 42: "delete_groups", 43: "cluster_admin",
     44: "alter_configs", 45: "cluster_admin", 46: "cluster_admin", 47: "offset_delete",
-    48: "scram_users", 50: "scram_users", 51: "scram_users",
+    48: "scram_users", 50: "scram_users", 51: "scram_users", 27: "write_txn_markers",
+    24: "test_acl_transactions.py", 25: "test_acl_transactions.py", 26: "test_acl_transactions.py",
+    28: "test_acl_transactions.py", 65: "test_acl_transactions.py", 66: "test_acl_transactions.py",
     # SaslHandshake, SaslAuthenticate: how a connection authenticates, before any principal exists; no ACL
     17: "-", 36: "-",
 }
@@ -530,3 +532,23 @@ async def test_scram_users(b: InProcessBroker) -> None:
     described = await b.call(describe, 0, principal=BOB)  # ALTER implies DESCRIBE
     assert described.error_code == 0 and [r.user for r in described.results] == ["carol"]
     assert (await b.call(quotas, 1, principal=BOB)).error_code == 0
+
+
+# -- transactions -----------------------------------------------------------------------------------------
+async def test_write_txn_markers(b: InProcessBroker) -> None:
+    """Brokers only (a coordinator writing markers): CLUSTER_ACTION on the cluster, else every partition is
+    CLUSTER_AUTHORIZATION_FAILED and nothing is written, whatever else the principal may do to the topic."""
+    M = WriteTxnMarkersRequest.WritableTxnMarker
+    req = WriteTxnMarkersRequest(markers=[M(producer_id=5, producer_epoch=0, transaction_result=False,
+                                            coordinator_epoch=0, topics=[M.WritableTxnMarkerTopic(
+                                                name=SECRET, partition_indexes=[0])])])
+    end = b.parts.replicas.partition_info(SECRET, 0).log_end_offset
+    await grant(b, acl("TOPIC", SECRET, "ALL"))
+    for who in (ALICE, BOB):
+        refused = await b.call(req, 1, principal=who)
+        assert refused.markers[0].topics[0].partitions[0].error_code == CLUSTER_DENIED
+    assert b.parts.replicas.partition_info(SECRET, 0).log_end_offset == end
+    written = await b.call(req, 1, principal=BROKER)
+    assert written.markers[0].producer_id == 5
+    assert written.markers[0].topics[0].partitions[0].error_code == 0
+    assert b.parts.replicas.partition_info(SECRET, 0).log_end_offset == end + 1

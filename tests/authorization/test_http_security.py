@@ -26,7 +26,7 @@ from kelp.broker.security.principal import KafkaPrincipal, SslPrincipalMapper, p
 from kelp.errors import ConfigError
 from tests.authorization.harness import InProcessBroker
 
-PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret", "broker": "broker-secret"}
+PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret", "broker": "broker-secret"}
 
 
 async def check_basic(user: str, password: str) -> KafkaPrincipal | None:
@@ -38,7 +38,7 @@ def basic(user: str, password: str | None = None) -> dict[str, str]:
     return {"Authorization": f"Basic {token}"}
 
 
-ADMIN, ALICE, BROKER = basic("admin"), basic("alice"), basic("broker")
+ADMIN, ALICE, BOB, BROKER = basic("admin"), basic("alice"), basic("bob"), basic("broker")
 
 
 def acl(rtype: str, name: str, op: str, principal: str = "User:alice") -> dict[str, str]:
@@ -142,6 +142,31 @@ async def test_only_brokers_may_call_the_cluster_control_plane(client: TestClien
     assert r.status == 403
     assert (await client.post("/cluster/v1/metadata", json=push, headers=BROKER)).status == 200
     assert (await client.post("/cluster/v1/metadata", json=push, headers=ADMIN)).status == 200  # a super user
+
+
+async def test_a_rest_consumer_instance_is_its_creators(client: TestClient, broker: InProcessBroker) -> None:
+    await broker.parts.acls.create([acl("GROUP", "g", "READ"), acl("TOPIC", "secret", "READ"),
+                                    acl("GROUP", "g", "READ", "User:bob"), acl("TOPIC", "secret", "READ", "User:bob")])
+    r = await client.post("/consumers/g", json={"name": "c1", "auto.offset.reset": "earliest"}, headers=ALICE)
+    assert r.status == 200, await r.text()
+    base = "/consumers/g/instances/c1"
+    subscription = {"topics": ["secret"]}
+    assert (await client.post(f"{base}/subscription", json=subscription, headers=ALICE)).status == 204
+    for who in (BOB, ADMIN):  # READ on the group and topic, or a super user: still not theirs
+        for method, path, body in (("POST", "/subscription", subscription), ("GET", "/subscription", None),
+                                   ("GET", "/records?timeout=0", None), ("POST", "/offsets", None),
+                                   ("GET", "/assignments", None), ("DELETE", "", None)):
+            r = await client.request(method, base + path, json=body, headers=who)
+            assert r.status == 403, (method, path, r.status)
+            answer = await r.json()
+            assert answer["error_code"] == 30 and "was created by another principal" in answer["message"]
+    assert await (await client.get(f"{base}/subscription", headers=ALICE)).json() == subscription
+    # bob makes his own, in the same group
+    assert (await client.post("/consumers/g", json={"name": "c2"}, headers=BOB)).status == 200
+    assert (await client.get("/consumers/g/instances/c2/subscription", headers=BOB)).status == 200
+    assert (await client.get("/consumers/g/instances/c2/subscription", headers=ALICE)).status == 403
+    assert (await client.delete(base, headers=ALICE)).status == 204
+    assert (await client.delete("/consumers/g/instances/c2", headers=BOB)).status == 204
 
 
 def test_every_route_says_what_it_needs(broker: InProcessBroker) -> None:

@@ -79,9 +79,11 @@ def test_kafkas_server_properties_loads(tmp_path: Path, caplog: pytest.LogCaptur
     assert (cfg["host"], cfg["port"]) == ("0.0.0.0", 9092)
     assert (cfg["advertised.host"], cfg["advertised.port"]) == ("localhost", 9092)
     assert cfg["offsets.topic.replication.factor"] == 1 and cfg.retention_ms() == 168 * 3_600_000
+    assert cfg["transaction.state.log.replication.factor"] == cfg["transaction.state.log.min.isr"] == 1
     warned = " ".join(r.getMessage() for r in caplog.records)
-    for key in ("process.roles", "num.io.threads", "transaction.state.log.min.isr"):
+    for key in ("process.roles", "num.io.threads"):
         assert key in warned
+    assert "transaction.state.log" not in warned  # the transaction coordinator's own settings now
 
 
 def test_properties_syntax_separators_continuations_escapes_and_comments(tmp_path: Path) -> None:

@@ -1,11 +1,14 @@
-"""Kubernetes' own schemas for the Cluster CRD's pod template fields, made structural and written into crds/.
+"""Kubernetes' own schemas for the Cluster CRD's pod template fields (and NetworkPolicy peers), made structural
+and written into crds/.
 
 Why: `spec.podTemplate.affinity`, `.securityContext`, `.tolerations` and
 `.topologySpreadConstraints` are core/v1 types the operator passes to the
 broker pods as given. Typed by hand they were partial (or left open with
 `x-kubernetes-preserve-unknown-fields`), so a misspelt field was accepted
 by the API server and silently dropped or only refused later, when the
-StatefulSet was applied. The CRD now carries the real schemas, taken from
+StatefulSet was applied. The same holds for the NetworkPolicy peers
+(`spec.listeners.kafka[].networkPolicyPeers`, `spec.networkPolicy.httpPeers`,
+networking/v1 NetworkPolicyPeer). The CRD now carries the real schemas, taken from
 the same source the builder tests validate against (kubernetes-validate's
 JSON schemas for Kubernetes 1.34, `K8S_VERSION`) and turned into what a CRD
 accepts: `$ref`s inlined, `type: [x, "null"]` made `type: x`, the
@@ -111,9 +114,25 @@ def _convert(node: dict[str, Any], owner: str | None, description: str | None = 
     return out
 
 
-def pod_template_fields() -> dict[str, dict[str, Any]]:
-    """The generated properties of `spec.podTemplate`, by name, each with Kelp's own description on top."""
+NETWORKING = "io.k8s.api.networking.v1."
+
+
+def generated_fields() -> dict[str, dict[str, Any]]:
+    """The generated properties (of `spec.podTemplate`, and the NetworkPolicy peers of `spec.listeners.kafka[]`
+    and `spec.networkPolicy`), by name, each with Kelp's own description on top."""
     return {
+        "networkPolicyPeers": {
+            "type": "array",
+            "description": "With spec.networkPolicy.enabled, who may connect to this listener (networking/v1 "
+                           "NetworkPolicyPeer: podSelector, namespaceSelector, ipBlock); the brokers always may. "
+                           "None listed: anyone.",
+            "items": structural(NETWORKING + "NetworkPolicyPeer")},
+        "httpPeers": {
+            "type": "array",
+            "description": "Who may reach the HTTP port (admin API, REST proxy, /metrics) besides the brokers and "
+                           "the operator's pods (networking/v1 NetworkPolicyPeer). None listed: anyone "
+                           "(authentication still applies).",
+            "items": structural(NETWORKING + "NetworkPolicyPeer")},
         "affinity": structural(CORE + "Affinity", description=(
             "Scheduling affinity of the broker pods (core/v1 Affinity: nodeAffinity, podAffinity, podAntiAffinity), "
             "taken as given.")),
@@ -150,7 +169,7 @@ BLOCK = re.compile(r"^(?P<indent> *)# BEGIN generated: (?P<name>\w+)\n.*?^(?P=in
 
 def render(text: str) -> str:
     """`text` (the Cluster CRD) with every marked block replaced by what this module generates."""
-    fields = pod_template_fields()
+    fields = generated_fields()
 
     def block(match: re.Match) -> str:
         indent, name = match.group("indent"), match.group("name")

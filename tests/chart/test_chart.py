@@ -200,6 +200,7 @@ OPERATOR_NEEDS = {
     ("rbac.authorization.k8s.io", "roles"): {"create", "patch"},
     ("rbac.authorization.k8s.io", "rolebindings"): {"create", "patch"},
     ("policy", "poddisruptionbudgets"): {"create", "patch"},
+    ("networking.k8s.io", "networkpolicies"): {"get", "create", "patch", "delete"},  # spec.networkPolicy
     ("coordination.k8s.io", "leases"): {"get", "list", "watch", "create", "update", "delete"},
 }
 CLUSTER_SCOPED_NEEDS = {

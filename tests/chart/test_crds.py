@@ -36,7 +36,7 @@ STATUS_FIELDS = {
 }
 SPEC_FIELDS = {
     "Cluster": {"brokers", "image", "imagePullPolicy", "storage", "resources", "config", "rack", "listeners",
-                "reassignment", "podTemplate", "podDisruptionBudget", "authorization", "tls"},
+                "reassignment", "podTemplate", "podDisruptionBudget", "authorization", "tls", "networkPolicy"},
     "Topic": {"cluster", "topicName", "partitions", "replicationFactor", "config", "deletePolicy"},
     "ConsumerGroup": {"cluster", "groupId", "resetOffsets"},
     "KelpUser": {"cluster", "authentication", "authorization"},

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from kelp.broker.groups.coordinator_config import CoordinatorConfig
 from kelp.broker.groups.group_coordinator import GroupCoordinator
+from kelp.broker.groups.offsets_log import TxnMarker, TxnRecord
 
 
 class _Handle:
@@ -71,6 +72,18 @@ class MemoryStore:
             raise self.fail_with
         self.appends += 1
         self.partitions.setdefault(partition, []).extend(records)
+
+    async def append_transactional(self, partition: int, records: list[tuple[bytes, bytes | None]], *,
+                                   producer_id: int, producer_epoch: int) -> None:
+        """TxnOffsetCommit's batch: kept as `TxnRecord`s, as the broker's store replays them."""
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.appends += 1
+        self.partitions.setdefault(partition, []).extend(TxnRecord(producer_id, k, v) for k, v in records)
+
+    def marker(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A transaction's control batch on `partition`, as the partition leader writes it."""
+        self.partitions.setdefault(partition, []).append(TxnMarker(producer_id, commit))
 
     def replay(self, partition: int) -> Any:
         return list(self.partitions.get(partition, []))

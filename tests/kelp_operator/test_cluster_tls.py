@@ -22,6 +22,7 @@ from cryptography import x509
 from kelp.broker.cluster.kube_api import KubeApiError
 from kelp.operator.builders import TRUST_FLOOR_ANNOTATION, cluster_children, config_map, external_service
 from kelp.operator.certificates import DAY_MS, issued_by, read_cert, read_certs
+from kelp.operator.cluster_tls import RENEW_ANNOTATION
 from kelp.operator.leadership import LeadershipLost
 from kelp.operator.pki import split_pem
 from kelp.operator.reconcile import reconcile_cluster
@@ -270,3 +271,67 @@ def test_certificates_name_the_external_address() -> None:
     san = x509.load_pem_x509_certificate(leaf.cert_pem).extensions.get_extension_for_class(
         x509.SubjectAlternativeName).value
     assert "demo.ns.svc.cluster.local" in san.get_values_for_type(x509.DNSName)
+
+
+def annotated(body: dict, kube: FakeKube, value: str) -> dict:
+    """The Cluster with `kelp.dev/renew-certificates=<value>`, as a user's `kubectl annotate` leaves it."""
+    kube.objects[("Cluster", "ns", "demo")]["metadata"].setdefault("annotations", {})[RENEW_ANNOTATION] = value
+    return {**body, "metadata": {**body["metadata"], "annotations": {RENEW_ANNOTATION: value}}}
+
+
+def cluster_annotations(kube: FakeKube) -> dict[str, str]:
+    return {k: v for k, v in (kube.objects[("Cluster", "ns", "demo")]["metadata"].get("annotations") or {}).items()
+            if v is not None}
+
+
+def test_the_renewal_annotation_issues_every_certificate_again_and_restarts_no_pod() -> None:
+    body, kube = secured_kube()
+    reconcile(body, kube, Clock())
+    brokers, operator = secret(kube, "demo-broker-certs"), secret(kube, "demo-operator-tls")
+    ca = secret(kube, "demo-cluster-ca-cert")["ca.crt"]
+    sts_template = kube.objects[("StatefulSet", "ns", "demo")]["spec"]["template"]
+    _, conds = reconcile(annotated(body, kube, "true"), kube, Clock(T0 + 60_000))
+    after = secret(kube, "demo-broker-certs")
+    for n in range(3):
+        old, new = split_pem(brokers[f"demo-{n}.pem"]), split_pem(after[f"demo-{n}.pem"])
+        assert old is not None and new is not None
+        assert new.cert_pem != old.cert_pem and new.key_pem != old.key_pem, f"broker {n} kept its certificate"
+        assert read_cert(new.cert_pem).dns_names == read_cert(old.cert_pem).dns_names
+        assert issued_by(new.cert_pem, ca)
+    assert secret(kube, "demo-operator-tls")["tls.crt"] != operator["tls.crt"]
+    assert secret(kube, "demo-cluster-ca-cert")["ca.crt"] == ca, "the same CA signs them"
+    assert RENEW_ANNOTATION not in cluster_annotations(kube), "acted on: the annotation is removed"
+    assert "kelp.dev/renew-certificates=true" in kube.events("CertificatesIssued")[-1]["message"]
+    assert kube.objects[("StatefulSet", "ns", "demo")]["spec"]["template"] == sts_template
+    assert not [d for d in kube.deleted if d[0] == "Pod"], "a certificate renewal restarts no pod"
+    assert next(c for c in conds if c["type"] == "Progressing")["reason"] != "RenewalAnnotationInvalid"
+    # The next pass, without the annotation, keeps them.
+    kube.applied.clear()
+    reconcile(body, kube, Clock(T0 + 120_000))
+    assert secret_writes(kube) == []
+
+
+def test_the_renewal_annotation_starts_a_ca_rotation_now() -> None:
+    body, kube = secured_kube()
+    reconcile(body, kube, Clock())
+    brokers = secret(kube, "demo-broker-certs")
+    reconcile(annotated(body, kube, "cluster-ca"), kube, Clock(T0 + 60_000))
+    assert [c.generation for c in read_certs(secret(kube, "demo-cluster-ca-cert")["ca.crt"])] == [0, 1]
+    assert set(secret(kube, "demo-cluster-ca")) == {"ca.key", "next-ca.key"}
+    assert [c.generation for c in read_certs(secret(kube, "demo-clients-ca-cert")["ca.crt"])] == [0]
+    after = secret(kube, "demo-broker-certs")
+    assert all(after[f"demo-{n}.pem"] == brokers[f"demo-{n}.pem"] for n in range(3)), "trusted first, signs later"
+    assert after["cluster-ca.crt"] == secret(kube, "demo-cluster-ca-cert")["ca.crt"]
+    assert kube.events("CertificateAuthorityRenewed") and RENEW_ANNOTATION not in cluster_annotations(kube)
+    assert template_annotations(kube)[TRUST_FLOOR_ANNOTATION] == "cluster=0,clients=0", "no roll"
+
+
+def test_an_unknown_renewal_value_is_a_warning_and_changes_nothing() -> None:
+    body, kube = secured_kube()
+    reconcile(body, kube, Clock())
+    kube.applied.clear()
+    reconcile(annotated(body, kube, "everything"), kube, Clock(T0 + 60_000))
+    assert secret_writes(kube) == []
+    event = kube.events("RenewalAnnotationInvalid")[-1]
+    assert event["type"] == "Warning" and "cluster-ca" in event["message"]
+    assert RENEW_ANNOTATION not in cluster_annotations(kube)

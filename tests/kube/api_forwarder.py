@@ -2,14 +2,16 @@
 
 Why this exists: in-cluster clients (brokers electing through Leases, kopf,
 `kubernetes.config.load_incluster_config`) dial `KUBERNETES_SERVICE_HOST`,
-the first address of the service range (10.0.0.1:443), which kube-proxy
+the first address of the service range (10.0.x.1:443, `KubeControlPlane.service_ip`), which kube-proxy
 would route to the API server. The tier has no kube-proxy and its API
-server listens on 127.0.0.1 only, so this puts 10.0.0.1 on a veth
+server listens on 127.0.0.1 only, so this puts 10.0.x.1 on a veth
 interface of its own (a host-local address: pods reach it through their
 default route, the node's CNI bridge) and forwards TCP from there to the
-API server. The API server's certificate already names 10.0.0.1. (The
+API server. The API server's certificate already names 10.0.x.1. (The
 address is not put on the bridge itself: the CNI bridge plugin refuses a
-bridge holding an address other than its gateway.)
+bridge holding an address other than its gateway.) Each control plane picks
+its own random 10.0.x.0/24 service range (conftest), so concurrent tier runs
+on one machine each bind their own address instead of colliding on one.
 
 Network rule: it listens only on that test-created address, reached only
 from the test's own bridge, and connects only to the loopback API server.
@@ -30,11 +32,11 @@ def _ip(*args: str) -> subprocess.CompletedProcess:
 
 
 class ApiForwarder:
-    def __init__(self, *, name: str, api_port: int, listen_port: int = 443) -> None:
+    def __init__(self, *, name: str, api_port: int, service_ip: str = SERVICE_IP, listen_port: int = 443) -> None:
         self.link = name
         self.target = ("127.0.0.1", api_port)
         for args in (("link", "add", name, "type", "veth", "peer", "name", name + "p"),
-                     ("addr", "add", f"{SERVICE_IP}/32", "dev", name),
+                     ("addr", "add", f"{service_ip}/32", "dev", name),
                      ("link", "set", name + "p", "up"), ("link", "set", name, "up")):
             out = _ip(*args)
             if out.returncode != 0:
@@ -42,7 +44,12 @@ class ApiForwarder:
                 raise RuntimeError(f"`ip {' '.join(args)}` failed: {out.stderr.strip()}")
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((SERVICE_IP, listen_port))
+        try:
+            self.sock.bind((service_ip, listen_port))
+        except OSError:
+            self.sock.close()
+            _ip("link", "del", name)
+            raise
         self.sock.listen(64)
         self.sock.settimeout(0.5)
         self._stop = threading.Event()

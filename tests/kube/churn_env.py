@@ -514,7 +514,8 @@ def churn_env(kube_api, kube_control_plane, kube_node: KubeNode, kelp_image: Pat
     install_crds(kube_api)
     print(f"\nkelp image: imported in {kube_node.import_current_image(kelp_image):.1f}s")
     port = int(kube_control_plane.server.rsplit(":", 1)[1])
-    forwarder = ApiForwarder(name=f"kapi{kube_node.bridge[4:]}", api_port=port)
+    forwarder = ApiForwarder(name=f"kapi{kube_node.bridge[4:]}", api_port=port,
+                           service_ip=kube_control_plane.service_ip)
     env = ChurnEnv(kube_api=kube_api, control_plane=kube_control_plane, node=kube_node,
                    tmp=tmp_path_factory.mktemp("churn"))
     try:

@@ -35,6 +35,8 @@ class WorkloadSettings:
     rate_per_producer: int = 100  # records per second, sent in ten steps a second
     flush_timeout_s: float = 120.0
     catch_up_timeout_s: float = 120.0
+    # Added to every client's config: a secured listener's security.protocol, SASL and CA settings.
+    client_config: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -156,7 +158,8 @@ class Workload:
                       # broker that went away is noticed quickly; metadata refreshes follow moved leaders.
                       "message.timeout.ms": 300000, "request.timeout.ms": 10000, "socket.timeout.ms": 10000,
                       "retry.backoff.ms": 100, "topic.metadata.refresh.interval.ms": 2000,
-                      "reconnect.backoff.max.ms": 1000, "log_level": 3, "error_cb": on_error})
+                      "reconnect.backoff.max.ms": 1000, "log_level": 3, "error_cb": on_error,
+                      **dict(self.settings.client_config)})
 
         def delivered(err, msg) -> None:
             if err is not None:
@@ -204,7 +207,8 @@ class Workload:
                       "enable.auto.commit": True, "auto.commit.interval.ms": 1000,
                       "session.timeout.ms": 10000, "heartbeat.interval.ms": 1000,
                       "socket.timeout.ms": 10000, "topic.metadata.refresh.interval.ms": 2000,
-                      "reconnect.backoff.max.ms": 1000, "log_level": 3, "error_cb": on_error})
+                      "reconnect.backoff.max.ms": 1000, "log_level": 3, "error_cb": on_error,
+                      **dict(self.settings.client_config)})
         try:
             c.subscribe([self.topic])
             while not self._stop_consuming.is_set():

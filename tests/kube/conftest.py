@@ -23,7 +23,9 @@ Environment:
 from __future__ import annotations
 
 import base64
+import ipaddress
 import os
+import random
 import shlex
 import shutil
 import ssl
@@ -97,7 +99,18 @@ def _binaries() -> Path:
     return Path(proc.stdout.strip().splitlines()[-1])
 
 
-def _make_pki(tmp: Path) -> dict[str, Path]:
+def _service_net() -> ipaddress.IPv4Network:
+    """A /24 for this control plane's Services whose first address (the `kubernetes` Service, which pods dial
+    and `api_forwarder` serves on the machine) no interface has yet: concurrent tier runs each get their own."""
+    out = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True, timeout=20).stdout
+    for _ in range(100):
+        net = ipaddress.ip_network(f"10.0.{random.randrange(1, 200)}.0/24")
+        if f" {net[1]}/" not in out:
+            return net
+    raise RuntimeError("no free 10.0.x.0/24 service range: every 10.0.x.1 is on some interface")
+
+
+def _make_pki(tmp: Path, service_ip: str) -> dict[str, Path]:
     """CA, an API-server serving cert for 127.0.0.1, the service-account key pair."""
     pki = tmp / "pki"
     pki.mkdir()
@@ -109,7 +122,7 @@ def _make_pki(tmp: Path) -> dict[str, Path]:
         "basicConstraints=CA:FALSE\n"
         "keyUsage=digitalSignature,keyEncipherment\n"
         "extendedKeyUsage=serverAuth\n"
-        "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,"
+        f"subjectAltName=IP:127.0.0.1,IP:{service_ip},DNS:localhost,DNS:kubernetes,"
         "DNS:kubernetes.default,DNS:kubernetes.default.svc\n"
     )
     openssl = "openssl"
@@ -139,6 +152,12 @@ class KubeControlPlane:
     version: str
     bindir: Path
     components: list[Component] = field(default_factory=list)
+    # The Services' range; its first address is the `kubernetes` Service (api_forwarder). Random per run.
+    service_net: ipaddress.IPv4Network = ipaddress.ip_network("10.0.0.0/24")
+
+    @property
+    def service_ip(self) -> str:
+        return str(self.service_net[1])
 
     def api_client(self):  # -> kubernetes.client.ApiClient
         from kubernetes import client
@@ -228,7 +247,8 @@ def kube_control_plane(request: pytest.FixtureRequest) -> Iterator[KubeControlPl
     bindir = _binaries()
     tmp = Path(tempfile.mkdtemp(prefix="kelp-kube-"))
     try:
-        pki = _make_pki(tmp)
+        service_net = _service_net()
+        pki = _make_pki(tmp, str(service_net[1]))
     except (RuntimeError, OSError) as exc:
         pytest.skip(f"kube tier: certificate generation failed: {exc}")
     token = base64.urlsafe_b64encode(os.urandom(24)).decode().rstrip("=")
@@ -255,7 +275,7 @@ def kube_control_plane(request: pytest.FixtureRequest) -> Iterator[KubeControlPl
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={pki['sa_pub']}",
             f"--service-account-signing-key-file={pki['sa_key']}",
-            "--service-cluster-ip-range=10.0.0.0/24",
+            f"--service-cluster-ip-range={service_net}",
             "--allow-privileged=true",
             f"--cert-dir={tmp / 'apiserver-certs'}",
             "--endpoint-reconciler-type=none",
@@ -302,7 +322,7 @@ def kube_control_plane(request: pytest.FixtureRequest) -> Iterator[KubeControlPl
         version = (bindir / "kube-apiserver").parent.parent.name
         cp = KubeControlPlane(server=server, token=token, ca_file=pki["ca_crt"],
                               kubeconfig=kubeconfig, tmp=tmp, version=version, bindir=bindir,
-                              components=components)
+                              components=components, service_net=service_net)
         print(f"\nkube tier: control plane {version} up at {server} in "
               f"{time.monotonic() - t0:.1f}s (logs in {tmp})")
         failed = False

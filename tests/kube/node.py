@@ -218,23 +218,26 @@ state = "{base}/state"
 """
 
 
-def cni_conflist(base: Path) -> tuple[str, str]:
+def cni_conflist(base: Path, *, service_net: str = "10.0.0.0/24") -> tuple[str, str]:
     """A bridge network with a random name and /24, so concurrent nodes do not collide."""
     tag = f"{random.randrange(16**4):04x}"
     bridge = f"kelp{tag}"
     subnet = f"10.{random.randrange(200, 250)}.{random.randrange(256)}.0/24"
     conf = {"cniVersion": "0.4.0", "name": f"kelp-{tag}", "plugins": [
         {"type": "bridge", "bridge": bridge, "isGateway": True, "ipMasq": False,
-         # Pods route the service range (10.0.0.0/24, the API server's `kubernetes` Service at
-         # 10.0.0.1) to the node, as kube-proxy's nodes do; nothing else leaves the bridge.
-         "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]], "routes": [{"dst": "10.0.0.0/24"}],
+         # Pods route the service range (10.0.x.0/24, the API server's `kubernetes` Service at
+         # 10.0.x.1) to the node, as kube-proxy's nodes do; nothing else leaves the bridge.
+         "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]], "routes": [{"dst": service_net}],
                   "dataDir": str(base / "ipam")}},
         {"type": "loopback"},
     ]}
     return bridge, json.dumps(conf, indent=1)
 
 
-def kubelet_config(base: Path, *, port: int, healthz_port: int, cgroup_root: str) -> str:
+def kubelet_config(base: Path, *, port: int, healthz_port: int, cgroup_root: str,
+                   extra: dict[str, str] | None = None) -> str:
+    """The node's KubeletConfiguration; `extra`: top-level fields a test module adds (`KUBELET_CONFIG`)."""
+    more = "".join(f"{k}: {v}\n" for k, v in (extra or {}).items())
     return f"""apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: cgroupfs
@@ -257,4 +260,4 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 resolvConf: /etc/resolv.conf
 serializeImagePulls: false
-"""
+{more}"""

@@ -190,8 +190,11 @@ def _delete_node_object(kube_api, node_name: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def kube_node(kube_control_plane, kube_api) -> Iterator[KubeNode]:
-    """Start containerd + kubelet registered with the tier's API server; yield the node."""
+def kube_node(kube_control_plane, kube_api, request: pytest.FixtureRequest) -> Iterator[KubeNode]:
+    """Start containerd + kubelet registered with the tier's API server; yield the node.
+
+    A test module's `KUBELET_CONFIG` (a dict of top-level KubeletConfiguration fields, e.g.
+    `{"syncFrequency": "10s"}`) is added to its node's kubelet config."""
     reason = node_skip_reason()
     if reason:
         pytest.skip(reason)
@@ -204,7 +207,7 @@ def kube_node(kube_control_plane, kube_api) -> Iterator[KubeNode]:
     for sub in ("net.d", "pod-logs", "kubelet"):
         (base / sub).mkdir(parents=True)
     (base / "containerd.toml").write_text(nodelib.containerd_config(base))
-    bridge, conflist = nodelib.cni_conflist(base)
+    bridge, conflist = nodelib.cni_conflist(base, service_net=str(kube_control_plane.service_net))
     (base / "net.d" / "10-kelp.conflist").write_text(conflist)
     subnet = ipaddress.ip_network(json.loads(conflist)["plugins"][0]["ipam"]["ranges"][0][0]["subnet"])
     node = KubeNode(name=f"kelp-node-{base.name[5:]}", base=base, bridge=bridge, subnet=subnet)
@@ -225,7 +228,8 @@ def kube_node(kube_control_plane, kube_api) -> Iterator[KubeNode]:
             node.import_image(archive)
         cfg = base / "kubelet.yaml"
         cfg.write_text(nodelib.kubelet_config(base, port=free_port(), healthz_port=free_port(),
-                                               cgroup_root=node.name))
+                                               cgroup_root=node.name,
+                                               extra=getattr(request.module, "KUBELET_CONFIG", None)))
         node.kubelet_argv = [
             str(kubelet), f"--kubeconfig={kube_control_plane.kubeconfig}", f"--config={cfg}",
             f"--root-dir={base / 'kubelet'}", f"--cert-dir={base / 'kubelet' / 'pki'}",

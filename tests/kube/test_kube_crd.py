@@ -547,3 +547,17 @@ def test_the_security_examples_apply(custom, kube_namespace) -> None:
         for doc in yaml.safe_load_all(path.read_text()):
             if doc and doc["kind"] in PLURALS:
                 create(custom, kube_namespace, doc)
+
+
+def test_network_policy_peers_are_checked_by_kubernetes_schema(custom, kube_namespace) -> None:
+    """spec.networkPolicy and listeners' networkPolicyPeers (docs/operator.md, "NetworkPolicy") on a real API server:
+    a NetworkPolicyPeer as Kubernetes defines it is kept whole, one that is not is refused naming the field."""
+    peer = {"namespaceSelector": {"matchLabels": {"team": "a"}}, "podSelector": {"matchLabels": {"app": "orders"}}}
+    spec = {"networkPolicy": {"enabled": True, "httpPeers": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]},
+            "listeners": {"kafka": [_listener("tls", 9093, tls=True, networkPolicyPeers=[peer])]}}
+    created = create(custom, kube_namespace, resource("Cluster", "fenced", spec))
+    assert created["spec"]["listeners"]["kafka"][0]["networkPolicyPeers"] == [peer]
+    assert created["spec"]["networkPolicy"]["httpPeers"] == [{"ipBlock": {"cidr": "10.0.0.0/8"}}]
+    bad = {"networkPolicy": {"enabled": True, "httpPeers": [{"ipBlock": {"except": ["10.1.0.0/16"]}}]}}
+    status, message = refused(create, custom, kube_namespace, resource("Cluster", "badpeer", bad))
+    assert status == 422 and "spec.networkPolicy.httpPeers[0].ipBlock.cidr" in message, message

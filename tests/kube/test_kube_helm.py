@@ -148,6 +148,9 @@ def test_install_all_namespaces_and_uninstall(kube_control_plane, kube_api, kube
         ("create", "policy", "poddisruptionbudgets", None), ("update", "coordination.k8s.io", "leases", None),
         ("create", "", "events", None), ("get", "", "events", None), ("delete", "", "pods", None),
         ("patch", "", "pods", None), ("patch", "", "persistentvolumeclaims", None),
+        ("patch", "networking.k8s.io", "networkpolicies", None),
+        ("delete", "networking.k8s.io", "networkpolicies", None),
+        ("get", "", "secrets", None), ("create", "", "secrets", None),  # a secured Cluster's CAs, KelpUsers
     ]:
         assert allowed(kube_api, sa_namespace=ns, namespace=elsewhere, verb=verb, group=group,
                        resource=resource, subresource=sub), f"operator may not {verb} {resource}/{sub or ''}"
@@ -163,7 +166,8 @@ def test_install_all_namespaces_and_uninstall(kube_control_plane, kube_api, kube
     assert allowed(kube_api, sa_namespace=ns, namespace=None, verb="delete", group="rbac.authorization.k8s.io",
                    resource="clusterrolebindings")
     # ...and nothing beyond it.
-    assert not allowed(kube_api, sa_namespace=ns, namespace=elsewhere, verb="get", group="", resource="secrets")
+    assert not allowed(kube_api, sa_namespace=ns, namespace=elsewhere, verb="create", group="apps",
+                       resource="deployments")
     assert not allowed(kube_api, sa_namespace=ns, namespace=None, verb="patch",
                        group="rbac.authorization.k8s.io", resource="clusterroles", name="cluster-admin")
     assert not allowed(kube_api, sa_namespace=ns, namespace=None, verb="delete",
@@ -179,7 +183,7 @@ def test_install_all_namespaces_and_uninstall(kube_control_plane, kube_api, kube
             "metadata": {"name": "demo-broker"}, "rules": BROKER_ROLE_RULES})
         assert created.metadata.name == "demo-broker"
         # The rack ClusterRole as the operator builds it passes the escalation check; one granting what
-        # the operator does not hold (secrets) is refused, so `create clusterroles` grants nothing more.
+        # the operator does not hold (deployments) is refused, so `create clusterroles` grants nothing more.
         rbac_as_operator = client.RbacAuthorizationV1Api(as_operator)
         rack_role = rack_cluster_role()
         if not gone(lambda: rbac.read_cluster_role(rack_role["metadata"]["name"])):  # an operator made it before
@@ -188,8 +192,8 @@ def test_install_all_namespaces_and_uninstall(kube_control_plane, kube_api, kube
         try:
             with pytest.raises(client.ApiException) as refused:
                 rbac_as_operator.create_cluster_role({**rack_role, "metadata": {"name": f"kelp-greedy-{ns}"},
-                                                      "rules": [{"apiGroups": [""], "resources": ["secrets"],
-                                                                 "verbs": ["get"]}]})
+                                                      "rules": [{"apiGroups": ["apps"], "resources": ["deployments"],
+                                                                 "verbs": ["create"]}]})
             assert refused.value.status == 403
         finally:
             rbac.delete_cluster_role(rack_role["metadata"]["name"])

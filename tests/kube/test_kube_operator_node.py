@@ -84,7 +84,7 @@ def storage(kube_api, kube_namespace, kube_node: KubeNode):
 @pytest.fixture
 def api_from_pods(kube_control_plane, kube_node: KubeNode):
     port = int(kube_control_plane.server.rsplit(":", 1)[1])
-    fwd = ApiForwarder(name=f"kapi{kube_node.bridge[4:]}", api_port=port)
+    fwd = ApiForwarder(name=f"kapi{kube_node.bridge[4:]}", api_port=port, service_ip=kube_control_plane.service_ip)
     yield fwd
     fwd.stop()
 

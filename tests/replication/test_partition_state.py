@@ -20,6 +20,7 @@ class FakeLog:
     def __init__(self, leo: int = 0, hw: int = 0) -> None:
         self.log_end_offset = leo
         self._hw = hw
+        self.first_unstable_offset: int | None = None  # no transaction open
 
     @property
     def high_watermark(self) -> int:

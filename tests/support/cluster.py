@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -37,10 +38,12 @@ FAST = {
 }
 
 
-def http_json(url: str, method: str = "GET", body: Any = None, *, timeout: float = 15.0) -> Any:
+def http_json(url: str, method: str = "GET", body: Any = None, *, timeout: float = 15.0,
+              context: ssl.SSLContext | None = None, headers: dict[str, str] | None = None) -> Any:
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    with urllib.request.urlopen(req, timeout=timeout, context=context) as resp:
         raw = resp.read()
     return json.loads(raw) if raw else None
 
@@ -49,6 +52,13 @@ class Cluster:
     def __init__(self, root: Path, brokers: list[BrokerProcess]) -> None:
         self.root = root
         self.brokers = brokers
+        # A secured HTTP listener (http.ssl.enabled, http.authentication.methods): how `admin` calls it.
+        self.http_context: ssl.SSLContext | None = None
+        self.http_headers: dict[str, str] = {}
+
+    def http_base(self, broker: BrokerProcess) -> str:
+        url = broker.http_url
+        return url.replace("http://", "https://", 1) if self.http_context is not None else url
 
     def __getitem__(self, broker_id: int) -> BrokerProcess:
         return self.brokers[broker_id]
@@ -63,7 +73,7 @@ class Cluster:
 
     def any_http(self) -> str:
         for b in self.running:
-            return b.http_url
+            return self.http_base(b)
         raise AssertionError("no broker is running")
 
     def admin(self, path: str, method: str = "GET", body: Any = None, *, via: BrokerProcess | None = None) -> Any:
@@ -74,7 +84,8 @@ class Cluster:
             targets = [via] if via is not None else self.running
             for b in targets:
                 try:
-                    return http_json(b.http_url + path, method, body)
+                    return http_json(self.http_base(b) + path, method, body, context=self.http_context,
+                                     headers=self.http_headers)
                 except urllib.error.HTTPError as exc:
                     if exc.code not in (503, 504, 421):
                         raise AssertionError(f"{method} {path} -> {exc.code}: {exc.read()[:500]!r}") from None

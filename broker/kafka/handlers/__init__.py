@@ -22,6 +22,8 @@ from . import (  # noqa: F401  (imported for their registrations)
     reassignments,
     sasl,
     topics,
+    transactions,
+    txn_markers,
     users,
 )
 from .registry import RequestContext, all_handlers, get_handler, handles

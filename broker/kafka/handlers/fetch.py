@@ -5,7 +5,9 @@ first non-empty partition is returned even when larger than the limits) and
 the wait is event-driven in the ReplicaManager. No fetch sessions: every
 request is answered as a full fetch with session id 0, which clients accept
 (a request for a new session gets id 0 = "no session").
-Empty partitions carry zero-length records, never null.
+Empty partitions carry zero-length records, never null. A read_committed
+fetch (isolation_level 1) reads below the last stable offset and carries the
+aborted transactions of what it returns; read_uncommitted gets null there.
 
 Authorization (Kafka's handleFetchRequest): a follower's fetch (replica id set) needs CLUSTER_ACTION on the
 cluster, else every partition is answered TOPIC_AUTHORIZATION_FAILED; a consumer's needs READ on each topic,
@@ -72,7 +74,8 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> RawRespons
         if r.error is not None:
             code = r.error.code
             log.warning("fetch from topic '%s' partition %d by %s: %s", r.topic, r.partition, ctx.client, r.error)
-        parts.append((r.partition, code, r.high_watermark, r.last_stable_offset, r.log_start_offset, r.records))
+        parts.append((r.partition, code, r.high_watermark, r.last_stable_offset, r.log_start_offset, r.records,
+                      r.aborted_transactions))
     if refused:
         log.info("fetch by %s (%s): not authorized for topic(s) %s", ctx.client, ctx.principal, sorted(refused))
         for t in request.topics:
@@ -80,7 +83,7 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> RawRespons
                 parts = by_name.setdefault(t.topic, [])
                 if not parts:
                     topics.append((t.topic, parts))
-                parts.extend((p.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1, -1, -1, b"")
+                parts.extend((p.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1, -1, -1, b"", None)
                              for p in t.partitions)
     buffers, size = encode_fetch_response(ctx.api_version, throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0,
                                           topics=topics)

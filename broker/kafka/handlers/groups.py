@@ -5,7 +5,8 @@ Why: these turn kafka-python request objects into calls on the broker's
 `GroupCoordinator` (`broker.groups`) and its results back into responses, for
 every version real clients (kafka-python 3, aiokafka 0.14, librdkafka 2.x)
 negotiate. FindCoordinator answers the leader of the group's
-`__consumer_offsets` partition (`kelp.broker.groups.coordinator_lookup`);
+`__consumer_offsets` partition (`kelp.broker.groups.coordinator_lookup`), or for key type 1 of the
+transactional id's `__transaction_state` partition (`kelp.broker.transactions.locator`);
 every other group request is answered by this broker's coordinator, which
 says NOT_COORDINATOR for groups it does not coordinate. JoinGroup and SyncGroup park until the rebalance completes; the
 server answers other requests on the connection meanwhile.
@@ -58,6 +59,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorRespo
 from kelp.broker.groups.coordinator_lookup import CoordinatorLocation, locator_of
 from kelp.broker.groups.group import CommittedOffset
 from kelp.broker.groups.group_coordinator import GroupCoordinator
+from kelp.broker.transactions.locator import txn_locator_of
 from kelp.errors import ErrorCode
 
 from ..access import AclOperation, ResourceType, access
@@ -121,25 +123,32 @@ def _client_host(ctx: RequestContext) -> str:
 
 @handles(FindCoordinatorRequest, min_version=0, max_version=4)
 async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
-    """The leader of the group's `__consumer_offsets` partition; the topic is created on first use."""
+    """The leader of the group's `__consumer_offsets` partition (key type 0), or of the transactional id's
+    `__transaction_state` partition (key type 1); each topic is created on first use."""
     key_type = getattr(request, "key_type", 0) if ctx.api_version >= 1 else 0
 
     async def answer(key: str) -> CoordinatorLocation:
         refused = _coordinator_refused(ctx, key_type, key)
         if refused is not None:
             return refused
-        if key_type != 0:
-            # Transaction coordinators (key type 1) are not served by Kelp.
-            return CoordinatorLocation(COORDINATOR_NOT_AVAILABLE, f"key type {key_type} is not supported "
-                                                                  "(only groups, 0)")
-        if not key and ctx.api_version < 4:
+        if key_type not in (0, 1):
+            return CoordinatorLocation(ErrorCode.INVALID_REQUEST, f"key type {key_type} is not supported "
+                                                                 "(groups, 0, and transactions, 1)")
+        if key_type == 1:
+            if not key:
+                return CoordinatorLocation(ErrorCode.INVALID_REQUEST, "transactional id must not be empty")
+            b = ctx.broker
+            located = await txn_locator_of(config=b.config, topics=b.topics, cluster=b.cluster,
+                                           coordinator=b.transactions).locate(key)
+        elif not key and ctx.api_version < 4:
             return CoordinatorLocation(ErrorCode.INVALID_GROUP_ID, "group id must not be empty")
-        located = await locator_of(ctx.broker).locate(key)
+        else:
+            located = await locator_of(ctx.broker).locate(key)
         if not located.error:
             located = _on_listener(ctx, located)
         if located.error:
-            log.info("FindCoordinator for group '%s' from %s: error %d: %s", key, ctx.client, located.error,
-                     located.message)
+            log.info("FindCoordinator for %s '%s' from %s: error %d: %s", "transactional id" if key_type else
+                     "group", key, ctx.client, located.error, located.message)
         return located
 
     if ctx.api_version >= 4:
@@ -324,11 +333,12 @@ async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest
 _FetchedPartition = tuple[int, CommittedOffset | None, int]  # partition, its committed offset, its error
 
 
-def _fetch_group(ctx: RequestContext, group_id: str, topics: Sequence[_FetchTopic] | None
-                 ) -> tuple[int, list[tuple[str, list[_FetchedPartition]]]]:
+def _fetch_group(ctx: RequestContext, group_id: str, topics: Sequence[_FetchTopic] | None,
+                 require_stable: bool = False) -> tuple[int, list[tuple[str, list[_FetchedPartition]]]]:
     """(group error, [(topic, [(partition, CommittedOffset|None, error)])]). Kafka's checks: DESCRIBE on the group;
     topics asked for that the principal may not DESCRIBE are answered TOPIC_AUTHORIZATION_FAILED, and left out of
-    an answer for every committed topic."""
+    an answer for every committed topic. With `require_stable` (v7+, KIP-447) a partition whose offset an open
+    transaction holds is answered UNSTABLE_OFFSET_COMMIT (the consumer retries)."""
     if not _may(ctx, AclOperation.DESCRIBE, group_id):
         return ErrorCode.GROUP_AUTHORIZATION_FAILED, []
     refused = _topics_refused(ctx, AclOperation.DESCRIBE, {t.name for t in topics}) if topics is not None else set()
@@ -342,8 +352,12 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Sequence[_FetchTopi
     if wanted is None:
         describable = {t for t, _ in keys} - _topics_refused(ctx, AclOperation.DESCRIBE, {t for t, _ in keys})
         keys = [(t, p) for t, p in keys if t in describable]
+    unstable = _coordinator(ctx).unstable_offsets(group_id, keys) if require_stable else set()
     for t, p in keys:
-        by_topic.setdefault(t, []).append((p, found.get((t, p)), ErrorCode.NONE))
+        if (t, p) in unstable:
+            by_topic.setdefault(t, []).append((p, None, ErrorCode.UNSTABLE_OFFSET_COMMIT))
+        else:
+            by_topic.setdefault(t, []).append((p, found.get((t, p)), ErrorCode.NONE))
     for topic in topics or []:
         if topic.name in refused:
             by_topic.setdefault(topic.name, []).extend(
@@ -360,7 +374,7 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
         GP = GT.OffsetFetchResponsePartitions
         groups = []
         for g in request.groups or []:
-            err, items = _fetch_group(ctx, g.group_id, g.topics)
+            err, items = _fetch_group(ctx, g.group_id, g.topics, bool(request.require_stable))
             groups.append(G(group_id=g.group_id, error_code=err, topics=[
                 GT(name=t, partitions=[
                     GP(partition_index=p, committed_offset=co.offset if co else -1,
@@ -375,7 +389,7 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
     topics_req = request.topics
     if v < 2 and topics_req is None:
         topics_req = []
-    err, items = _fetch_group(ctx, request.group_id, topics_req)
+    err, items = _fetch_group(ctx, request.group_id, topics_req, v >= 7 and bool(request.require_stable))
     topics = [
         T(name=t, partitions=[
             P(partition_index=p, committed_offset=co.offset if co else -1,

@@ -3,7 +3,8 @@
 Why: consumers use ListOffsets to reset positions (auto.offset.reset, seek to
 time): earliest (-2), latest (-1), max timestamp (-3, v7+), earliest local
 (-4, v8+: the log start, Kelp does not tier), latest tiered (-5, v9+: -1, as
-Kafka answers without tiered storage) or the first offset at a time. v0
+Kafka answers without tiered storage) or the first offset at a time; with
+isolation_level 1 (read_committed, v2+) latest is the last stable offset. v0
 answers through `old_style_offsets`. OffsetForLeaderEpoch tells a client
 (KIP-320) or a follower (KIP-101) where an epoch ended, to detect truncation.
 
@@ -61,6 +62,7 @@ def _epoch(p: _ListPartition | _EpochPartition) -> int:
 async def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
     replicas = ctx.broker.replicas
     refused = _list_refused(ctx, request)
+    isolation = int(getattr(request, "isolation_level", 0) or 0)  # v2+; read_committed: latest is the LSO
     topics = []
     for t in request.topics:
         parts = []
@@ -72,7 +74,7 @@ async def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) 
         for p in t.partitions:
             try:
                 offset, ts = replicas.list_offset(t.name, p.partition_index, p.timestamp,
-                                                  current_leader_epoch=_epoch(p))
+                                                  current_leader_epoch=_epoch(p), isolation_level=isolation)
                 epoch = replicas.leader_epoch(t.name, p.partition_index) if offset >= 0 else -1
                 code: int = ErrorCode.NONE
             except KelpError as exc:

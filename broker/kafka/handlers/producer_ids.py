@@ -7,10 +7,12 @@ they are given), so no two brokers and no restart ever hand out an id twice.
 When no block can be had (the store write failed, no controller answers) the
 request gets the error with its code — a retriable one — instead of a closed
 connection, and no id is handed out.
-Transactions are not supported: a transactional id is refused with a message.
+A transactional id goes to the transaction coordinator (`kelp.broker.transactions`), which answers from
+the id's `__transaction_state` partition (NOT_COORDINATOR on any other broker); older clients (v0-v3) get
+INVALID_PRODUCER_EPOCH where newer ones get PRODUCER_FENCED, as Kafka answers them.
 
 Authorization (Kafka's handleInitProducerIdRequest): a transactional id needs WRITE on it (else
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED, before Kelp says it does not serve transactions); an idempotent
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an idempotent
 producer needs IDEMPOTENT_WRITE on the cluster or WRITE on at least one topic (else
 CLUSTER_AUTHORIZATION_FAILED).
 """
@@ -43,17 +45,25 @@ def _refusal(ctx: RequestContext, transactional_id: str | None) -> int:
     return ErrorCode.NONE
 
 
-@handles(InitProducerIdRequest, min_version=0, max_version=4)
+@handles(InitProducerIdRequest, min_version=0, max_version=5)
 async def handle_init_producer_id(ctx: RequestContext, request: InitProducerIdRequest) -> InitProducerIdResponse:
     refusal = _refusal(ctx, request.transactional_id)
     if refusal:
         log.info("InitProducerId from %s (%s) refused: error %d", ctx.client, ctx.principal, refusal)
         return InitProducerIdResponse(throttle_time_ms=0, error_code=refusal, producer_id=-1, producer_epoch=-1)
-    if request.transactional_id:
-        log.warning("InitProducerId from %s with transactional id '%s' refused: transactions are not supported",
-                    ctx.client, request.transactional_id)
-        return InitProducerIdResponse(throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST, producer_id=-1,
-                                      producer_epoch=-1)
+    if request.transactional_id:  # empty: an idempotent producer, as the refusal check reads it
+        pid_given = ctx.api_version >= 3 and request.producer_id is not None and request.producer_id >= 0
+        result = await ctx.broker.transactions.init_producer_id(
+            request.transactional_id, request.transaction_timeout_ms,
+            expected=(request.producer_id, request.producer_epoch) if pid_given else None)
+        code = result.error
+        if code == ErrorCode.PRODUCER_FENCED and ctx.api_version < 4:
+            code = ErrorCode.INVALID_PRODUCER_EPOCH
+        if code:
+            log.info("InitProducerId of transactional id '%s' from %s: error %d", request.transactional_id,
+                     ctx.client, code)
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=code, producer_id=result.producer_id,
+                                      producer_epoch=result.producer_epoch)
     if ctx.api_version >= 3 and request.producer_id is not None and request.producer_id >= 0:
         # KIP-360: a producer re-initialising after an error keeps its id with the next epoch.
         epoch = request.producer_epoch + 1

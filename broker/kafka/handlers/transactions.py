@@ -1,0 +1,267 @@
+"""Transaction APIs: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit, DescribeTransactions,
+ListTransactions (InitProducerId is in `producer_ids`, FindCoordinator in `groups`).
+
+Why: these turn kafka-python request objects into calls on the broker's `TransactionCoordinator`
+(`broker.transactions`) — and, for TxnOffsetCommit, on its `GroupCoordinator` — and their results back
+into responses, for the versions transactional clients of transactions "v1" negotiate. Versions that mean
+transactions v2 (KIP-890 part 2: EndTxn v5 and TxnOffsetCommit v5 bump the epoch on every commit) are not
+served, as Kelp does not advertise the transaction.version feature; AddPartitionsToTxn is served up to
+Kafka 4's v5, its batched broker form (v4+) for partition leaders verifying a transaction.
+
+Authorization (Kafka's KafkaApis), all in the block below: AddPartitionsToTxn v0-3 needs WRITE on the
+transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition) and WRITE on each topic
+(TOPIC_AUTHORIZATION_FAILED; an internal topic is never authorized; the partitions that passed get
+OPERATION_NOT_ATTEMPTED), v4+ CLUSTER_ACTION (CLUSTER_AUTHORIZATION_FAILED); AddOffsetsToTxn WRITE on the
+transactional id and READ on the group (GROUP_AUTHORIZATION_FAILED); EndTxn WRITE on the transactional id;
+TxnOffsetCommit WRITE on the transactional id, READ on the group and READ on each topic;
+DescribeTransactions DESCRIBE on each transactional id; ListTransactions lists only the ids the principal
+may DESCRIBE.
+
+This module must never hold transaction state or decide transaction rules: that is
+`kelp.broker.transactions.coordinator`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kafka.protocol.admin import (
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+)
+from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+)
+
+from kelp.broker.cluster.model import INTERNAL_TOPICS
+from kelp.broker.groups.group import CommittedOffset
+from kelp.broker.groups.placement import OFFSETS_TOPIC
+from kelp.errors import ErrorCode
+
+from ..access import AclOperation, ResourceType, access
+from .registry import RequestContext, handles
+
+log = logging.getLogger("kelp.broker.kafka")
+
+TXN_DENIED = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+# -- authorization: Kafka's transaction handlers --------------------------------------------------------------
+def _may_write_txn(ctx: RequestContext, transactional_id: str) -> bool:
+    return access(ctx).allows(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+
+
+def _may_group(ctx: RequestContext, operation: AclOperation, group_id: str) -> bool:
+    return access(ctx).allows(operation, ResourceType.GROUP, group_id)
+
+
+def _topics_allowed(ctx: RequestContext, operation: AclOperation, names: set[str]) -> set[str]:
+    acc = access(ctx)
+    return acc.allowed(operation, ResourceType.TOPIC, names) if acc.enabled else set(names)
+
+
+def _fenced(code: int, version: int) -> int:
+    """Clients before v2 of these APIs know INVALID_PRODUCER_EPOCH, not PRODUCER_FENCED (Kafka's rule)."""
+    return ErrorCode.INVALID_PRODUCER_EPOCH if code == ErrorCode.PRODUCER_FENCED and version < 2 else code
+
+
+# -- AddPartitionsToTxn ---------------------------------------------------------------------------------------
+R = AddPartitionsToTxnResponse
+_V3Topic = R.AddPartitionsToTxnTopicResult
+_V4Topic = R.AddPartitionsToTxnResult.AddPartitionsToTxnTopicResult
+
+
+def _by_topic(codes: dict[tuple[str, int], int]) -> dict[str, list[tuple[int, int]]]:
+    out: dict[str, list[tuple[int, int]]] = {}
+    for (topic, p), code in sorted(codes.items()):
+        out.setdefault(topic, []).append((p, code))
+    return out
+
+
+def _topic_results(codes: dict[tuple[str, int], int]) -> list[_V3Topic]:
+    P = _V3Topic.AddPartitionsToTxnPartitionResult
+    return [_V3Topic(name=t, results_by_partition=[P(partition_index=p, partition_error_code=c) for p, c in ps])
+            for t, ps in _by_topic(codes).items()]
+
+
+def _txn_topic_results(codes: dict[tuple[str, int], int]) -> list[_V4Topic]:
+    P = _V4Topic.AddPartitionsToTxnPartitionResult
+    return [_V4Topic(name=t, results_by_partition=[P(partition_index=p, partition_error_code=c) for p, c in ps])
+            for t, ps in _by_topic(codes).items()]
+
+
+async def _add_for_client(ctx: RequestContext, transactional_id: str, producer_id: int, producer_epoch: int,
+                          wanted: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """AddPartitionsToTxn v0-3 (a producer): Kafka's checks, then the coordinator; a code per partition."""
+    if not _may_write_txn(ctx, transactional_id):
+        return {tp: TXN_DENIED for tp in wanted}
+    names = {t for t, _ in wanted}
+    allowed = _topics_allowed(ctx, AclOperation.WRITE, names - INTERNAL_TOPICS)
+    failed: dict[tuple[str, int], int] = {}
+    for topic, p in wanted:
+        info = ctx.broker.topics.get(topic)
+        if topic not in allowed:
+            failed[(topic, p)] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        elif info is None or not 0 <= p < info.partitions:
+            failed[(topic, p)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if failed:
+        return {tp: failed.get(tp, ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in wanted}
+    code = await ctx.broker.transactions.add_partitions(transactional_id, producer_id, producer_epoch, wanted)
+    return {tp: _fenced(code, ctx.api_version) for tp in wanted}
+
+
+@handles(AddPartitionsToTxnRequest, min_version=0, max_version=5)
+async def handle_add_partitions_to_txn(ctx: RequestContext,
+                                       request: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse:
+    v = ctx.api_version
+    if v < 4:
+        tid = request.v3_and_below_transactional_id
+        wanted = [(t.name, p) for t in request.v3_and_below_topics or [] for p in t.partitions or []]
+        codes = await _add_for_client(ctx, tid, request.v3_and_below_producer_id,
+                                      request.v3_and_below_producer_epoch, wanted)
+        bad = {tp: c for tp, c in codes.items() if c}
+        if bad:
+            log.info("AddPartitionsToTxn of transactional id '%s' from %s: errors %s", tid, ctx.client,
+                     ", ".join(f"{t}-{p}:{c}" for (t, p), c in sorted(bad.items())[:10]))
+        return R(throttle_time_ms=0, results_by_topic_v3_and_below=_topic_results(codes))
+    # v4+: brokers (partition leaders) verifying, or adding for, transactions; never producers.
+    if not access(ctx).allows_cluster(AclOperation.CLUSTER_ACTION):
+        return R(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results_by_transaction=[])
+    coordinator = ctx.broker.transactions
+    results = []
+    for txn in request.transactions or []:
+        wanted = [(t.name, p) for t in txn.topics or [] for p in t.partitions or []]
+        if txn.verify_only:
+            codes = coordinator.verify_partitions(txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted)
+        else:
+            code = await coordinator.add_partitions(txn.transactional_id, txn.producer_id, txn.producer_epoch,
+                                                    wanted)
+            codes = {tp: code for tp in wanted}
+        results.append(R.AddPartitionsToTxnResult(transactional_id=txn.transactional_id,
+                                                  topic_results=_txn_topic_results(codes)))
+    return R(throttle_time_ms=0, error_code=ErrorCode.NONE, results_by_transaction=results)
+
+
+# -- AddOffsetsToTxn ------------------------------------------------------------------------------------------
+@handles(AddOffsetsToTxnRequest, min_version=0, max_version=4)
+async def handle_add_offsets_to_txn(ctx: RequestContext, request: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
+    """The group's `__consumer_offsets` partition joins the transaction (its TxnOffsetCommit follows)."""
+    tid = request.transactional_id
+    if not _may_write_txn(ctx, tid):
+        code = int(TXN_DENIED)
+    elif not _may_group(ctx, AclOperation.READ, request.group_id):
+        code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+    else:
+        partition = ctx.broker.groups.partition_for(request.group_id)
+        code = await ctx.broker.transactions.add_partitions(tid, request.producer_id, request.producer_epoch,
+                                                            [(OFFSETS_TOPIC, partition)])
+        code = _fenced(code, ctx.api_version)
+    if code:
+        log.info("AddOffsetsToTxn of transactional id '%s' (group '%s') from %s: error %d", tid, request.group_id,
+                 ctx.client, code)
+    return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=code)
+
+
+# -- EndTxn ---------------------------------------------------------------------------------------------------
+@handles(EndTxnRequest, min_version=0, max_version=4)
+async def handle_end_txn(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
+    tid = request.transactional_id
+    if not _may_write_txn(ctx, tid):
+        code = int(TXN_DENIED)
+    else:
+        code = _fenced(await ctx.broker.transactions.end_txn(tid, request.producer_id, request.producer_epoch,
+                                                             bool(request.committed)), ctx.api_version)
+    if code:
+        log.info("EndTxn (%s) of transactional id '%s' from %s: error %d",
+                 "commit" if request.committed else "abort", tid, ctx.client, code)
+    return EndTxnResponse(throttle_time_ms=0, error_code=code)
+
+
+# -- TxnOffsetCommit ------------------------------------------------------------------------------------------
+@handles(TxnOffsetCommitRequest, min_version=0, max_version=4)
+async def handle_txn_offset_commit(ctx: RequestContext, request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
+    T = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
+    P = T.TxnOffsetCommitResponsePartition
+    v = ctx.api_version
+    wanted = [(t.name, p) for t in request.topics or [] for p in t.partitions or []]
+    codes: dict[tuple[str, int], int] = {}
+    if not _may_write_txn(ctx, request.transactional_id):
+        codes = {(t, p.partition_index): TXN_DENIED for t, p in wanted}
+    elif not _may_group(ctx, AclOperation.READ, request.group_id):
+        codes = {(t, p.partition_index): ErrorCode.GROUP_AUTHORIZATION_FAILED for t, p in wanted}
+    else:
+        allowed = _topics_allowed(ctx, AclOperation.READ, {t for t, _ in wanted})
+        offsets: dict[tuple[str, int], CommittedOffset] = {}
+        for topic, p in wanted:
+            tp = (topic, p.partition_index)
+            if topic not in allowed:
+                codes[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif not ctx.broker.topics.exists(topic):
+                codes[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                offsets[tp] = CommittedOffset(p.committed_offset, p.committed_leader_epoch if v >= 2 else -1,
+                                              p.committed_metadata or "")
+        if offsets:
+            codes.update(await ctx.broker.groups.txn_commit_offsets(
+                request.group_id, producer_id=request.producer_id, producer_epoch=request.producer_epoch,
+                member_id=request.member_id or "" if v >= 3 else "",
+                generation=request.generation_id if v >= 3 else -1,
+                group_instance_id=request.group_instance_id if v >= 3 else None, offsets=offsets))
+    bad = {tp: c for tp, c in codes.items() if c}
+    if bad:
+        log.info("TxnOffsetCommit of group '%s' (transactional id '%s') from %s: errors %s", request.group_id,
+                 request.transactional_id, ctx.client,
+                 ", ".join(f"{t}-{p}:{c}" for (t, p), c in sorted(bad.items())[:10]))
+    by_topic: dict[str, list[int]] = {}
+    for topic, p in wanted:
+        by_topic.setdefault(topic, []).append(p.partition_index)
+    return TxnOffsetCommitResponse(throttle_time_ms=0, topics=[
+        T(name=t, partitions=[P(partition_index=i, error_code=codes.get((t, i), ErrorCode.NONE)) for i in ps])
+        for t, ps in by_topic.items()])
+
+
+# -- DescribeTransactions / ListTransactions ------------------------------------------------------------------
+@handles(DescribeTransactionsRequest, min_version=0, max_version=0)
+async def handle_describe_transactions(ctx: RequestContext,
+                                       request: DescribeTransactionsRequest) -> DescribeTransactionsResponse:
+    S = DescribeTransactionsResponse.TransactionState
+    acc = access(ctx)
+    states = []
+    for tid in request.transactional_ids or []:
+        if not acc.allows(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid):
+            states.append(S(error_code=TXN_DENIED, transactional_id=tid, transaction_state="",
+                            transaction_timeout_ms=0, transaction_start_time_ms=-1, producer_id=-1,
+                            producer_epoch=-1, topics=[]))
+            continue
+        d = ctx.broker.transactions.describe(tid)
+        by_topic: dict[str, list[int]] = {}
+        for topic, p in d.partitions:
+            by_topic.setdefault(topic, []).append(p)
+        states.append(S(error_code=d.error, transactional_id=tid, transaction_state=d.state,
+                        transaction_timeout_ms=d.timeout_ms, transaction_start_time_ms=d.start_ms,
+                        producer_id=d.producer_id, producer_epoch=d.producer_epoch,
+                        topics=[S.TopicData(topic=t, partitions=ps) for t, ps in by_topic.items()]))
+    return DescribeTransactionsResponse(throttle_time_ms=0, transaction_states=states)
+
+
+@handles(ListTransactionsRequest, min_version=0, max_version=1)
+async def handle_list_transactions(ctx: RequestContext, request: ListTransactionsRequest) -> ListTransactionsResponse:
+    S = ListTransactionsResponse.TransactionState
+    unknown, found = ctx.broker.transactions.list_transactions(
+        states=request.state_filters or [], producer_ids=request.producer_id_filters or [],
+        duration_ms=request.duration_filter if ctx.api_version >= 1 else -1)
+    acc = access(ctx)
+    if acc.enabled:
+        found = [f for f in found if acc.allows(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, f[0])]
+    return ListTransactionsResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, unknown_state_filters=unknown,
+                                    transaction_states=[S(transactional_id=t, producer_id=p, transaction_state=s)
+                                                        for t, p, s in found])
