@@ -187,14 +187,11 @@ class GroupMetadataManager:
         return ErrorCode.NONE
 
     # -- offsets --------------------------------------------------------
-    async def store_offsets(
-        self, group: Group, offsets: dict[tuple[str, int], CommittedOffset],
-    ) -> dict[tuple[str, int], int]:
-        """Validate each partition, append to `__consumer_offsets`, then update the cache; per-partition codes.
-
-        The caller has already decided that the committer may commit for `group`.
-        """
-        group_id = group.group_id
+    def offset_records(
+        self, group_id: str, offsets: dict[tuple[str, int], CommittedOffset],
+    ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], CommittedOffset], list[tuple[bytes, bytes | None]]]:
+        """Check each partition of a commit (plain or transactional): (the refused ones' codes, the accepted
+        offsets stamped with now where the client gave no time, their `__consumer_offsets` records)."""
         results: dict[tuple[str, int], int] = {}
         records: list[tuple[bytes, bytes | None]] = []
         accepted: dict[tuple[str, int], CommittedOffset] = {}
@@ -207,13 +204,23 @@ class GroupMetadataManager:
             if co.metadata and len(co.metadata) > MAX_METADATA_CHARS:
                 results[(topic, partition)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
                 continue
-            if co.commit_timestamp_ms < 0:
-                co = CommittedOffset(co.offset, co.leader_epoch, co.metadata or "", now)
+            co = CommittedOffset(co.offset, co.leader_epoch, co.metadata or "",
+                                 now if co.commit_timestamp_ms < 0 else co.commit_timestamp_ms)
             accepted[(topic, partition)] = co
-            records.append((
-                encode_offset_key(group_id, topic, partition),
-                encode_offset_value(OffsetValue(co.offset, co.leader_epoch, co.metadata or "", co.commit_timestamp_ms)),
-            ))
+            records.append((encode_offset_key(group_id, topic, partition),
+                            encode_offset_value(OffsetValue(co.offset, co.leader_epoch, co.metadata,
+                                                            co.commit_timestamp_ms))))
+        return results, accepted, records
+
+    async def store_offsets(
+        self, group: Group, offsets: dict[tuple[str, int], CommittedOffset],
+    ) -> dict[tuple[str, int], int]:
+        """Validate each partition, append to `__consumer_offsets`, then update the cache; per-partition codes.
+
+        The caller has already decided that the committer may commit for `group`.
+        """
+        group_id = group.group_id
+        results, accepted, records = self.offset_records(group_id, offsets)
         if records:
             partition = self.partition_for(group_id)
             token = self.ownership.token(partition)

@@ -22,8 +22,8 @@ from kelp.errors import ErrorCode
 
 from .append_errors import commit_error_code
 from .group import CommittedOffset, Group, GroupState
-from .group_metadata_manager import MAX_METADATA_CHARS, GroupMetadataManager
-from .offsets_log import OffsetValue, ReplayItem, TxnMarker, TxnRecord, encode_offset_key, encode_offset_value
+from .group_metadata_manager import GroupMetadataManager
+from .offsets_log import ReplayItem, TxnMarker, TxnRecord
 from .ownership import PartitionState
 from .placement import OFFSETS_TOPIC
 
@@ -45,24 +45,7 @@ class TxnOffsets:
         """Validate each partition, append the offsets as the producer's transactional batch, keep them pending;
         per-partition codes. The caller has decided that the committer may commit for `group`."""
         m = self.manager
-        results: dict[tuple[str, int], int] = {}
-        records: list[tuple[bytes, bytes | None]] = []
-        accepted: dict[tuple[str, int], CommittedOffset] = {}
-        now = m.clock_ms()
-        for (topic, partition), co in offsets.items():
-            count = m.topic_partitions(topic)
-            if count is None or not 0 <= partition < count:
-                results[(topic, partition)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                continue
-            if co.metadata and len(co.metadata) > MAX_METADATA_CHARS:
-                results[(topic, partition)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-                continue
-            co = CommittedOffset(co.offset, co.leader_epoch, co.metadata or "",
-                                 now if co.commit_timestamp_ms < 0 else co.commit_timestamp_ms)
-            accepted[(topic, partition)] = co
-            records.append((encode_offset_key(group.group_id, topic, partition),
-                            encode_offset_value(OffsetValue(co.offset, co.leader_epoch, co.metadata,
-                                                            co.commit_timestamp_ms))))
+        results, accepted, records = m.offset_records(group.group_id, offsets)
         if not records:
             return results
         partition = m.partition_for(group.group_id)
