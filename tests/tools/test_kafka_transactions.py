@@ -11,10 +11,12 @@ real transactional producer (confluent-kafka) meanwhile shows in list and descri
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 
+from kelp.cli.main import main
 from tests.broker.helpers import create_topic_wire
 from tests.support.hanging_txn import (
     HANGING_PID,
@@ -36,7 +38,14 @@ def txns(tools, *args: str) -> tuple:
     return (TXNS, "--bootstrap-server", tools.bootstrap, *args, {"bootstrap": False})
 
 
-def test_find_hanging_and_abort(tools, tools_broker) -> None:
+def kelp_json(capsys: pytest.CaptureFixture, http_url: str, *argv: str) -> object:
+    """`kelp ... --json` in-process against the broker's HTTP API."""
+    capsys.readouterr()
+    assert main([*argv, "--http", http_url, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_find_hanging_and_abort(tools, tools_broker, capsys) -> None:
     from confluent_kafka import Producer
 
     assert create_topic_wire(tools_broker.bootstrap, TOPIC) == 0
@@ -72,6 +81,19 @@ def test_find_hanging_and_abort(tools, tools_broker) -> None:
         [h] = rows(found.ok())  # the confluent producer's transaction is known to its coordinator: not hanging
         assert (h["Topic"], h["Partition"], h["ProducerId"], h["StartOffset"]) == (TOPIC, "0", str(HANGING_PID), "1")
         assert int(h["Duration(min)"]) >= 59
+
+    # `kelp transactions` (the HTTP API) agrees with the tool.
+    [mine] = kelp_json(capsys, tools_broker.http_url, "transactions", "list", "--state", "Ongoing")
+    assert (mine["transactional_id"], mine["producer_id"], mine["coordinator"]) == (TID, int(row["ProducerId"]),
+                                                                                    tools_broker.broker_id)
+    d = kelp_json(capsys, tools_broker.http_url, "transactions", "describe", TID)
+    assert (d["state"], d["partitions"]) == ("Ongoing", [{"topic": OTHER, "partition": 0}])
+    p = kelp_json(capsys, tools_broker.http_url, "transactions", "producers", TOPIC, "0")
+    assert (p["last_stable_offset"], p["high_watermark"]) == (1, 4)
+    assert [(x["producer_id"], x["current_txn_start_offset"]) for x in p["producers"]] == [(HANGING_PID, 1)]
+    capsys.readouterr()
+    assert main(["transactions", "producers", TOPIC, "0", "--http", tools_broker.http_url]) == 0
+    assert "Last stable offset: 1" in capsys.readouterr().out
 
     [aborted] = tools.run_parallel(txns(tools, "abort", "--topic", TOPIC, "--partition", "0", "--start-offset", "1"))
     aborted.ok()
