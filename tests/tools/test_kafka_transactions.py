@@ -7,12 +7,14 @@ ever end it and it holds the partition's last stable offset back. find-hanging (
 finds it, abort ends it with an ABORT marker the admin client writes itself (DescribeProducers, then
 WriteTxnMarkers to the leader), the LSO reaches the log end and a read_committed consumer reads past it. A
 real transactional producer (confluent-kafka) meanwhile shows in list and describe, and is not hanging.
+`kelp transactions` (the HTTP API) and /metrics (the LSO lag, the coordinator's counters) agree.
 """
 
 from __future__ import annotations
 
 import json
 import time
+import urllib.request
 
 import pytest
 
@@ -43,6 +45,14 @@ def kelp_json(capsys: pytest.CaptureFixture, http_url: str, *argv: str) -> objec
     capsys.readouterr()
     assert main([*argv, "--http", http_url, "--json"]) == 0
     return json.loads(capsys.readouterr().out)
+
+
+def metric(http_url: str, line_start: str) -> float:
+    """The value of the /metrics sample whose line starts with `line_start` (name and labels)."""
+    with urllib.request.urlopen(f"{http_url}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    [value] = [line.rsplit(" ", 1)[1] for line in text.splitlines() if line.startswith(line_start)]
+    return float(value)
 
 
 def test_find_hanging_and_abort(tools, tools_broker, capsys) -> None:
@@ -95,6 +105,11 @@ def test_find_hanging_and_abort(tools, tools_broker, capsys) -> None:
     assert main(["transactions", "producers", TOPIC, "0", "--http", tools_broker.http_url]) == 0
     assert "Last stable offset: 1" in capsys.readouterr().out
 
+    lag = f'kelp_partition_lso_lag{{partition="0",topic="{TOPIC}"}}'
+    assert metric(tools_broker.http_url, lag) == 3  # records 1-3 wait behind the hanging transaction
+    assert metric(tools_broker.http_url, "kelp_transactions_ongoing ") == 1
+    assert metric(tools_broker.http_url, "kelp_transactions_started_total ") == 1
+
     [aborted] = tools.run_parallel(txns(tools, "abort", "--topic", TOPIC, "--partition", "0", "--start-offset", "1"))
     aborted.ok()
     assert aborted.stdout.strip() == ""
@@ -105,6 +120,12 @@ def test_find_hanging_and_abort(tools, tools_broker, capsys) -> None:
     assert read_committed(tools_broker.bootstrap, TOPIC, want=2) == [b"before", b"after"]
 
     producer.commit_transaction(30)
+    assert metric(tools_broker.http_url, lag) == 0
+    assert metric(tools_broker.http_url, "kelp_transactions_ongoing ") == 0
+    deadline = time.monotonic() + 10  # CompleteCommit is written after the markers, once EndTxn was answered
+    while metric(tools_broker.http_url, "kelp_transactions_committed_total ") != 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert metric(tools_broker.http_url, "kelp_transactions_committed_total ") == 1
     after, missing = tools.run_parallel(
         txns(tools, "find-hanging", "--topic", TOPIC),
         txns(tools, "abort", "--topic", TOPIC, "--partition", "0", "--start-offset", "1"))
