@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from kelp.broker.metrics import ClusterCollector
 from kelp.broker.transactions.metadata import TxnState
 from tests.transactions.harness import until
-from tests.transactions.test_coordinator import P, TID, init, ready
+from tests.transactions.test_coordinator import TID, P, init, ready
 
 
 def scraped(coord) -> dict[str, float]:
