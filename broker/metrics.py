@@ -11,7 +11,9 @@ hot path: `LogCollector` reads the `LogManager` at scrape time, so produce and
 fetch pay nothing for them. Likewise `ClusterCollector` reads the broker's
 cluster metadata, its partitions and its group coordinator at scrape time
 (read-only, bounded): under-replicated, under-min-ISR and offline partitions,
-leader counts and skew, and per-group committed offsets and lag — the same
+leader counts and skew, per-partition LSO lag (high watermark minus last
+stable offset), the transaction coordinator's counters and Ongoing count,
+and per-group committed offsets and lag — the same
 counting rules Kafka's brokers use (each broker reports the partitions it
 leads; cluster-wide counts come from the active controller only, so a sum()
 over brokers never counts a partition twice).
@@ -36,7 +38,7 @@ from __future__ import annotations
 from typing import Callable, Iterable, Iterator, Mapping, Protocol, Sized
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
@@ -122,6 +124,9 @@ class _Replica(Protocol):
     @property
     def high_watermark(self) -> int: ...
 
+    @property
+    def last_stable_offset(self) -> int: ...
+
 
 class _Replicas(Protocol):
     def get_partition(self, topic: str, partition: int) -> _Replica | None: ...
@@ -145,6 +150,35 @@ class _Groups(Protocol):
     def groups(self) -> Mapping[str, _Group]: ...
 
 
+class _TxnStats(Protocol):
+    @property
+    def started(self) -> int: ...
+
+    @property
+    def committed(self) -> int: ...
+
+    @property
+    def aborted(self) -> int: ...
+
+    @property
+    def timed_out(self) -> int: ...
+
+
+class _Txn(Protocol):
+    @property
+    def state(self) -> object: ...
+
+
+class _Transactions(Protocol):
+    @property
+    def stats(self) -> _TxnStats: ...
+
+    @property
+    def txns(self) -> Mapping[str, _Txn]: ...
+
+    def check(self, transactional_id: str) -> int: ...
+
+
 class ScrapedBroker(Protocol):
     """What `ClusterCollector` reads of a broker (`app.Broker`); a part not built yet is None."""
 
@@ -162,6 +196,9 @@ class ScrapedBroker(Protocol):
 
     @property
     def groups(self) -> _Groups | None: ...
+
+    @property
+    def transactions(self) -> _Transactions | None: ...
 
 
 class LogCollector(Collector):
@@ -291,6 +328,10 @@ class ClusterCollector(Collector):
                                            "controller only)"),
             "hw": GaugeMetricFamily("kelp_partition_high_watermark",
                                     "High watermark of each partition this broker leads", labels=tp),
+            "lso_lag": GaugeMetricFamily("kelp_partition_lso_lag",
+                                         "High watermark minus last stable offset of each partition this broker "
+                                         "leads: records read_committed consumers wait for (open transactions)",
+                                         labels=tp),
             "committed": GaugeMetricFamily("kelp_consumer_group_committed_offset",
                                            "Committed offset of each group coordinated by this broker", labels=g),
             "lag": GaugeMetricFamily("kelp_consumer_group_lag",
@@ -298,20 +339,48 @@ class ClusterCollector(Collector):
                                      "partitions this broker holds (as `kelp groups describe`)", labels=g),
             "members": GaugeMetricFamily("kelp_consumer_group_members",
                                          "Members of each group coordinated by this broker", labels=["group"]),
+            "txn_ongoing": GaugeMetricFamily("kelp_transactions_ongoing",
+                                             "Ongoing transactions of the transactional ids this broker coordinates"),
             "dropped": GaugeMetricFamily("kelp_metrics_series_dropped",
                                          "Series left out of this scrape by its size bounds", labels=["family"]),
         }
 
     def collect(self) -> Iterator[Metric]:
         f = self._families()
+        counters: list[Metric] = []
         broker = self._broker_source()
         try:
             if broker is not None and broker.topics is not None:
                 self._partitions(broker, broker.topics, f)
                 self._groups(broker, f)
+                counters = self._transactions(broker, f)
         except Exception:  # a scrape must never fail because state changed under it
             pass
         yield from f.values()
+        yield from counters
+
+    @staticmethod
+    def _transactions(broker: ScrapedBroker, f: dict[str, GaugeMetricFamily]) -> list[Metric]:
+        """The transaction coordinator's counters and its Ongoing transactions (ids it coordinates now)."""
+        coordinator = broker.transactions
+        if coordinator is None:
+            return []
+        ongoing = sum(1 for tid, meta in list(coordinator.txns.items())
+                      if getattr(meta.state, "kafka_name", "") == "Ongoing" and coordinator.check(tid) == 0)
+        f["txn_ongoing"].add_metric([], ongoing)
+        stats = coordinator.stats
+        out: list[Metric] = []
+        for name, help_text, value in (
+                ("kelp_transactions_started", "Transactions begun on this broker's coordinator", stats.started),
+                ("kelp_transactions_committed", "Transactions committed (CompleteCommit written)", stats.committed),
+                ("kelp_transactions_aborted", "Transactions aborted (CompleteAbort written), timeouts included",
+                 stats.aborted),
+                ("kelp_transactions_timed_out", "Transactions the coordinator aborted after transaction.timeout.ms",
+                 stats.timed_out)):
+            family = CounterMetricFamily(name, help_text)
+            family.add_metric([], value)
+            out.append(family)
+        return out
 
     @staticmethod
     def _partitions(broker: ScrapedBroker, topics: _Topics, f: dict[str, GaugeMetricFamily]) -> None:
@@ -345,6 +414,7 @@ class ClusterCollector(Collector):
                 if part is not None:
                     if hw_series < MAX_PARTITION_SERIES:
                         f["hw"].add_metric([t.name, str(p)], part.high_watermark)
+                        f["lso_lag"].add_metric([t.name, str(p)], part.high_watermark - part.last_stable_offset)
                         hw_series += 1
                     else:
                         hw_dropped += 1
@@ -358,6 +428,7 @@ class ClusterCollector(Collector):
             f["skew"].add_metric([], max(led.values()) - min(led.values()) if led else 0)
             f["imbalance"].add_metric([], imbalance)
         f["dropped"].add_metric(["kelp_partition_high_watermark"], hw_dropped)
+        f["dropped"].add_metric(["kelp_partition_lso_lag"], hw_dropped)
 
     @staticmethod
     def _groups(broker: ScrapedBroker, f: dict[str, GaugeMetricFamily]) -> None:

@@ -58,7 +58,7 @@ from kelp.records import BatchInfo, iter_headers
 
 from .storage.producer_snapshot import ProducerEntry
 
-__all__ = ["ProducerStateManager", "Duplicate", "CompletedTxn", "MAX_CACHED_BATCHES"]
+__all__ = ["ProducerStateManager", "Duplicate", "CompletedTxn", "ActiveProducer", "MAX_CACHED_BATCHES"]
 
 MAX_CACHED_BATCHES = 5
 INT32_MAX = 2**31 - 1
@@ -105,6 +105,19 @@ class CompletedTxn:
     last_offset: int
     aborted: bool
     last_stable_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveProducer:
+    """One producer as DescribeProducers answers it (Kafka's `UnifiedLog.activeProducers`): -1 for a last
+    sequence, timestamp or coordinator epoch not known, `txn_start_offset` -1 when no transaction is open."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    txn_start_offset: int
 
 
 class ProducerStateManager:
@@ -250,6 +263,11 @@ class ProducerStateManager:
     def ongoing_transactions(self) -> dict[int, int]:
         """Open transactions: producer id -> first offset."""
         return {pid: first for first, pid in self._ongoing.items()}
+
+    def active_producers(self) -> list[ActiveProducer]:
+        """Every producer known here, by producer id (DescribeProducers, `kafka-transactions find-hanging`)."""
+        return [ActiveProducer(pid, e.epoch, e.last_seq, e.last_timestamp, e.coordinator_epoch, e.txn_first_offset)
+                for pid, e in sorted(self._producers.items())]
 
     def entries(self) -> list[ProducerEntry]:
         """A copy of the state for a snapshot file (open transactions included)."""

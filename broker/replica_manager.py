@@ -51,6 +51,7 @@ from .cluster.model import PartitionState
 from .config import BrokerConfig
 from .isr_changes import IsrChanges
 from .partition import Partition
+from .producer_state import ActiveProducer
 from .replica_fetch import READ_COMMITTED, FetchPath
 from .replica_follower import FollowerPath
 from .replica_state import AlterPartition, ReplicaFetchers
@@ -435,6 +436,12 @@ class ReplicaManager(TxnMarkerPath, FetchPath, FollowerPath, IsrChanges):
         return PartitionInfo(
             topic, partition, lg.log_start_offset, lg.log_end_offset, part.high_watermark, lg.size_bytes
         )
+
+    def active_producers(self, topic: str, partition: int) -> tuple[list[ActiveProducer], int, int]:
+        """(the producers of this replica, its last stable offset, its high watermark) for DescribeProducers,
+        which Kafka serves on any replica (`kafka-transactions describe-producers --broker-id`)."""
+        part = self._partition(topic, partition)
+        return part.producers.active_producers(), part.last_stable_offset, part.high_watermark
 
     def end_offset_for_epoch(self, topic: str, partition: int, epoch: int, *,
                              current_leader_epoch: int = -1) -> tuple[int, int]:

@@ -340,6 +340,11 @@ class GroupIdNotFoundError(KelpError):
     http_status = 404
 
 
+class TransactionalIdNotFoundError(KelpError):
+    code = ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+    http_status = 404
+
+
 class MemberIdRequiredError(KelpError):
     code = ErrorCode.MEMBER_ID_REQUIRED
     http_status = 409

@@ -3,8 +3,9 @@
 Why: the composition root (`kelp.broker.app.Broker`) calls this and runs the
 result; everything HTTP is assembled here from a `RouteTableDef` per role —
 admin (`/admin/v1`, with `/admin/v1/groups` from the group coordinator's
-`admin_groups`, the SCRAM users of `admin_users` and `/admin/v1/acls` from
-`acl_routes`), Confluent REST Proxy v2 (`/topics...`), health and metrics —
+`admin_groups`, `/admin/v1/transactions` and partitions' producers from
+`admin_transactions`, the SCRAM users of `admin_users` and `/admin/v1/acls`
+from `acl_routes`), Confluent REST Proxy v2 (`/topics...`), health and metrics —
 with its middlewares: JSON errors for every failure, a request-latency
 histogram labelled by route, authentication and authorization
 (`route_access`: 401/403 with a JSON body), and the starting gate.
@@ -28,6 +29,7 @@ from . import (
     acl_routes,
     admin,
     admin_groups,
+    admin_transactions,
     admin_users,
     cluster_routes,
     health,
@@ -91,7 +93,7 @@ def build_http_app(broker: HttpBroker, *, authenticator: HttpAuthenticator | Non
     logs_registry.register(LogCollector(lambda: broker.logs))
     app[LOG_REGISTRY] = logs_registry
     app[ROUND_ROBIN] = RoundRobin()
-    for module in (health, metrics_routes, admin, acl_routes, cluster_routes, admin_groups, admin_users,
-                   rest_proxy, rest_consumers):
+    for module in (health, metrics_routes, admin, acl_routes, cluster_routes, admin_groups, admin_transactions,
+                   admin_users, rest_proxy, rest_consumers):
         app.add_routes(module.routes)
     return app

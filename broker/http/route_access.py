@@ -3,13 +3,13 @@
 Why: the admin API and the REST proxy do what Kafka APIs do (create a topic, read records, reset a group's
 offsets), so they need what those APIs need, in Kafka's terms; the brokers' `/cluster/v1` control plane is
 for brokers only. `RULES` says, for every route, the operations and the resource its path names (a topic, a
-group, or the cluster), checked by `security_middleware` before the route runs — after authentication
-(`authentication.HttpAuthenticator`, 401 when it fails), and answered 403 with Kafka's error code and a
-message when refused. Where the resource is in the body or the answer is a list, the route asks itself with
+group, a transactional id, or the cluster), checked by `security_middleware` before the route runs — after
+authentication (`authentication.HttpAuthenticator`, 401 when it fails), and answered 403 with Kafka's error
+code and a message when refused. Where the resource is in the body or the answer is a list, the route asks itself with
 the helpers here (`require`, `access_of`), and the table says so (`IN_ROUTE`): creating a topic (CREATE on the
-cluster or the topic), listing topics or groups (only those the principal may DESCRIBE; every group to
-DESCRIBE on the cluster), a group's offsets (only describable topics), a reset (READ on its topic), a REST
-consumer's subscription, assignment and commits (READ on their topics). `/cluster/v1/...` needs
+cluster or the topic), listing topics, groups or transactions (only those the principal may DESCRIBE; every
+group to DESCRIBE on the cluster), a group's offsets (only describable topics), a reset (READ on its topic), a
+REST consumer's subscription, assignment and commits (READ on their topics). `/cluster/v1/...` needs
 CLUSTER_ACTION on the cluster: a super user or a broker principal granted it; a client, even a valid user,
 gets 403. Without an authorizer every authenticated request is allowed, as in Kafka.
 
@@ -32,6 +32,7 @@ from kelp.errors import (
     GroupAuthorizationFailedError,
     KelpError,
     TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailedError,
     UnknownTopicOrPartitionError,
 )
 
@@ -54,6 +55,7 @@ R, W, C, D = READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DELETE
 A, DESCRIBE, CA = AclOperation.ALTER, AclOperation.DESCRIBE, AclOperation.CLUSTER_ACTION
 DC, AC = AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS
 TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
+TXN_ID = ResourceType.TRANSACTIONAL_ID
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,10 @@ def _topic(*ops: AclOperation, creates: bool = False) -> Rule:
 
 def _group(*ops: AclOperation) -> Rule:
     return Rule(ops, GROUP, "group")
+
+
+def _txn(*ops: AclOperation) -> Rule:
+    return Rule(ops, TXN_ID, "transactional_id")
 
 
 def _cluster(*ops: AclOperation) -> Rule:
@@ -102,6 +108,10 @@ RULES: dict[tuple[str, str], Rule] = {
     ("PUT", f"{TOPICS}/configs"): _topic(AC),
     ("PATCH", f"{TOPICS}/configs"): _topic(AC),
     ("POST", f"{TOPICS}/delete-records"): _topic(D),
+    ("GET", f"{TOPICS}/partitions/{{partition}}/producers"): _topic(R),  # Kafka's DescribeProducers
+    # admin API: transactions (Kafka's ListTransactions, DescribeTransactions)
+    ("GET", f"{ADMIN}/transactions"): _in_route("lists the transactional ids the principal may DESCRIBE"),
+    ("GET", f"{ADMIN}/transactions/{{transactional_id}}"): _txn(DESCRIBE),
     # admin API: brokers and the cluster
     ("GET", f"{ADMIN}/brokers"): OPEN,
     ("GET", f"{ADMIN}/cluster"): OPEN,
@@ -180,6 +190,9 @@ def _refusal(principal: KafkaPrincipal, operation: AclOperation, resource_type: 
         return TopicAuthorizationFailedError(f"{principal} is not authorized to {operation.name} topic '{name}'")
     if resource_type is GROUP:
         return GroupAuthorizationFailedError(f"{principal} is not authorized to {operation.name} group '{name}'")
+    if resource_type is TXN_ID:
+        return TransactionalIdAuthorizationFailedError(
+            f"{principal} is not authorized to {operation.name} transactional id '{name}'")
     return ClusterAuthorizationFailedError(f"{principal} is not authorized to {operation.name} the cluster")
 
 

@@ -38,6 +38,7 @@ from kelp.errors import ErrorCode, KelpError
 from .markers import MarkerDispatcher, MarkerSender, TxnMarker
 from .metadata import EXPIRATION_ALLOWED, NO_PRODUCER_EPOCH, TransactionMetadata, TxnState, epoch_exhausted
 from .state_manager import TxnStateManager, TxnStore
+from .stats import TxnStats
 from .txn_config import TxnConfig
 
 __all__ = ["TransactionCoordinator", "InitResult", "TxnDescription"]
@@ -80,6 +81,7 @@ class TransactionCoordinator:
         self.state.on_loaded = self._resume
         self.state.on_unloaded = self.markers.stop_partition
         self._sweeper: asyncio.Task[None] | None = None
+        self.stats = TxnStats()  # read by /metrics
         # Per-broker objects kept with the coordinator by the modules that use it (the FindCoordinator locator).
         self.extensions: dict[str, object] = {}
 
@@ -179,7 +181,11 @@ class TransactionCoordinator:
             return ErrorCode.CONCURRENT_TRANSACTIONS
         if meta.state is TxnState.ONGOING and wanted <= meta.partitions:
             return ErrorCode.NONE
-        return await self.state.write(meta, meta.prepare_add_partitions(wanted, self.clock_ms()))
+        starts = meta.state is not TxnState.ONGOING
+        code = await self.state.write(meta, meta.prepare_add_partitions(wanted, self.clock_ms()))
+        if starts and code == ErrorCode.NONE:
+            self.stats.started += 1
+        return code
 
     def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                           partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
@@ -264,6 +270,10 @@ class TransactionCoordinator:
                 return
             code = await self.state.write(meta, meta.prepare_complete(self.clock_ms()))
             if code == ErrorCode.NONE:
+                if meta.state is TxnState.COMPLETE_COMMIT:
+                    self.stats.committed += 1
+                else:
+                    self.stats.aborted += 1
                 log.info("transactional id '%s': %s (producer %d epoch %d)", tid, meta.state.kafka_name,
                          meta.producer_id, meta.producer_epoch)
                 return
@@ -296,6 +306,7 @@ class TransactionCoordinator:
                      meta.transactional_id, meta.producer_id, meta.timeout_ms)
             code = await self._fence_and_abort(meta)
             started += code == ErrorCode.NONE
+        self.stats.timed_out += started
         return started
 
     async def expire_ids(self) -> int:

@@ -19,14 +19,14 @@ from .errors import CliError
 from .http_client import AdminClient, quote
 from .output import print_json, print_table
 
-__all__ = ["register"]
+__all__ = ["register", "live_brokers", "coordinator_call"]
 
 
 def _client(args: argparse.Namespace) -> AdminClient:
     return admin_client(args)
 
 
-def _brokers(client: AdminClient) -> dict[int, str]:
+def live_brokers(client: AdminClient) -> dict[int, str]:
     """Broker id -> HTTP URL of every live broker (a lone broker without the cluster API: itself)."""
     try:
         view = client.get("/admin/v1/cluster")
@@ -36,8 +36,9 @@ def _brokers(client: AdminClient) -> dict[int, str]:
             for b in view["brokers"]}
 
 
-def _group_call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
-    """Call the group's coordinator: the broker at --http, or the one its 421 answer names."""
+def coordinator_call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
+    """Call the coordinator of a group (or transactional id): the broker at --http, or the one its 421 answer
+    names."""
     client = _client(args)
     try:
         return client.request(method, path, body)
@@ -45,7 +46,7 @@ def _group_call(args: argparse.Namespace, method: str, path: str, body: Any = No
         found = re.search(r"coordinated by broker (\d+)", str(exc))
         if "HTTP 421" not in str(exc) or found is None:
             raise
-        url = _brokers(client).get(int(found.group(1)))
+        url = live_brokers(client).get(int(found.group(1)))
         if url is None:
             raise
         return client.sibling(url).request(method, path, body)
@@ -57,7 +58,7 @@ def _dash(v: Any) -> Any:
 
 def cmd_list(args: argparse.Namespace) -> int:
     client = _client(args)
-    urls = list(_brokers(client).values())
+    urls = list(live_brokers(client).values())
     # Each broker lists the groups it coordinates (as Kafka's ListGroups): ask them all.
     groups = client.get("/admin/v1/groups")["groups"] if not urls else [
         g for url in urls for g in client.sibling(url).get("/admin/v1/groups")["groups"]]
@@ -71,7 +72,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
-    d = _group_call(args, "GET", f"/admin/v1/groups/{quote(args.group)}")
+    d = coordinator_call(args, "GET", f"/admin/v1/groups/{quote(args.group)}")
     if args.json:
         print_json(d)
         return 0
@@ -107,7 +108,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
             body["partitions"] = [int(p) for p in args.partitions.split(",") if p.strip()]
         except ValueError:
             raise CliError(f"--partitions must be comma-separated numbers, got {args.partitions!r}") from None
-    result = _group_call(args, "POST", f"/admin/v1/groups/{quote(args.group)}/reset-offsets", body)
+    result = coordinator_call(args, "POST", f"/admin/v1/groups/{quote(args.group)}/reset-offsets", body)
     if args.json:
         print_json(result)
         return 0
@@ -121,7 +122,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    result = _group_call(args, "DELETE", f"/admin/v1/groups/{quote(args.group)}")
+    result = coordinator_call(args, "DELETE", f"/admin/v1/groups/{quote(args.group)}")
     if args.json:
         print_json(result)
     else:

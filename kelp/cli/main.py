@@ -27,6 +27,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "produce",
     "consume",
     "groups",
+    "transactions",
     "partitions",
     "storage",
     "acls",

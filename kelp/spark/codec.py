@@ -12,7 +12,9 @@ header, then, possibly compressed, per record: length (varint), attributes
 (int8), timestamp delta (varlong), offset delta (varint), key length and key,
 value length and value, header count and headers (varint-length strings).
 Lengths of -1 mean null. Control batches (transaction markers) are skipped,
-as a consumer skips them.
+as a consumer skips them. Reading read_committed, `AbortedFilter` also skips
+the batches of aborted transactions, from the fetch response's
+`aborted_transactions`, as Kafka's consumer does.
 
 What it must never do: I/O, or import pyspark (the reader imports this on
 executors, where only the decode runs).
@@ -23,14 +25,36 @@ from __future__ import annotations
 import struct
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from crc32c import crc32c
 
+from kelp.control_records import read_marker
 from kelp.errors import CorruptRecordError
-from kelp.records import COMPRESSION_CODECS, HEADER_SIZE, iter_headers
+from kelp.records import COMPRESSION_CODECS, HEADER_SIZE, BatchInfo, iter_headers
 
-__all__ = ["Columns", "decode_columns", "encode_batch"]
+__all__ = ["Columns", "AbortedFilter", "decode_columns", "encode_batch"]
+
+
+class AbortedFilter:
+    """Which batches of one read_committed fetch belong to aborted transactions (Kafka's consumer rule,
+    `CompletedFetch.nextFetchedBatch`): an aborted transaction (producer id, first offset) of the fetch
+    response's `aborted_transactions` becomes active once a batch reaching its first offset is met; a
+    transactional batch of an active producer is skipped; that producer's ABORT marker ends it."""
+
+    def __init__(self, aborted: Iterable[tuple[int, int]]) -> None:
+        self._pending = sorted(aborted, key=lambda a: a[1])
+        self._active: set[int] = set()
+
+    def skips(self, data: bytes | bytearray | memoryview, info: BatchInfo) -> bool:
+        while self._pending and self._pending[0][1] <= info.last_offset:
+            self._active.add(self._pending.pop(0)[0])
+        if info.is_control:
+            marker = read_marker(data, info)
+            if marker is not None and not marker.commit:
+                self._active.discard(info.producer_id)
+            return True
+        return info.is_transactional and info.producer_id in self._active
 
 
 @dataclass(slots=True)
@@ -63,11 +87,13 @@ def _decompress(codec: int, payload: bytes) -> bytes:
 
 
 def decode_columns(data: bytes | bytearray | memoryview, start: int, end: int, *,
-                   include_headers: bool = False, into: Columns | None = None) -> tuple[Columns, int]:
-    """Append the records with `start <= offset < end` from the complete batches of `data`.
+                   include_headers: bool = False, into: Columns | None = None,
+                   aborted: AbortedFilter | None = None) -> tuple[Columns, int]:
+    """Append the records with `start <= offset < end` from the complete batches of `data`, leaving out
+    those of aborted transactions when given their filter (read_committed).
 
     Returns the columns and the offset to fetch next (past the last batch
-    seen, so compacted gaps and control batches are stepped over).
+    seen, so compacted gaps, control batches and aborted ones are stepped over).
     """
     cols = into if into is not None else Columns(headers=[] if include_headers else None)
     if include_headers and cols.headers is None:
@@ -77,12 +103,15 @@ def decode_columns(data: bytes | bytearray | memoryview, start: int, end: int, *
     next_offset = start
     view = memoryview(data)
     for info in iter_headers(view):
+        skipped = aborted is not None and aborted.skips(view, info)  # sees every batch, as the consumer does
         batch_next = info.next_offset
         if batch_next <= start:
             continue
         if info.base_offset >= end:
             break
         next_offset = batch_next
+        if skipped:
+            continue
         if info.is_control or info.record_count == 0:
             continue
         body = view[info.position + HEADER_SIZE: info.end]

@@ -60,7 +60,6 @@ _REFUSED_KAFKA = {
     "auto.offset.reset": "set startingOffsets instead",
     "enable.auto.commit": "the source keeps offsets in the query's checkpoint, not in a group",
     "interceptor.classes": "Java interceptors do not run in the kelp source",
-    "isolation.level": "the kelp source reads up to the high watermark (read_uncommitted)",
     "transactional.id": "the kelp sink does not write transactionally",
     "enable.idempotence": "the kelp sink retries with at-least-once semantics, as Spark's Kafka sink does",
 }
@@ -119,6 +118,11 @@ class ReadOptions:
         return int(self.client.get("request.timeout.ms", "30000")) / 1000
 
     @property
+    def read_committed(self) -> bool:
+        """kafka.isolation.level=read_committed: read below the last stable offset, without aborted records."""
+        return self.client.get("isolation.level") == "read_committed"
+
+    @property
     def fetch_max_bytes(self) -> int:
         return int(self.client.get("max.partition.fetch.bytes", self.client.get("fetch.max.bytes", str(8 << 20))))
 
@@ -161,6 +165,9 @@ def _client_settings(opts: Mapping[str, str]) -> dict[str, str]:
     for name in ("request.timeout.ms", "max.partition.fetch.bytes", "fetch.max.bytes", "batch.size", "linger.ms"):
         if name in client:
             _positive_int(f"kafka.{name}", client[name])
+    if client.get("isolation.level", "read_uncommitted") not in ("read_uncommitted", "read_committed"):
+        raise OptionError(f"option 'kafka.isolation.level' must be read_uncommitted or read_committed, got "
+                          f"{client['isolation.level']!r}")
     return client
 
 

@@ -7,7 +7,9 @@ the output schema of Spark's Kafka source. The streaming reader's offsets
 are Spark's Kafka offsets JSON, so the checkpoint holds exactly what the
 next micro-batch starts from; `maxOffsetsPerTrigger`, `minOffsetsPerTrigger`
 with `maxTriggerDelay`, `Trigger.AvailableNow` and partitions that appear
-mid-query behave as in Spark's Kafka source.
+mid-query behave as in Spark's Kafka source; so does
+`kafka.isolation.level=read_committed`: "latest" is the last stable offset,
+so ranges end below open transactions, and aborted records are left out.
 
 What it must never do: read past the range it was given, or skip offsets it
 was asked for without failOnDataLoss=false.
@@ -28,7 +30,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from .codec import Columns, decode_columns
+from .codec import AbortedFilter, Columns, decode_columns
 from .offsets import (
     TP,
     DataLossError,
@@ -102,8 +104,7 @@ def read_range(opts: ReadOptions, r: OffsetRange | None) -> Iterator[Any]:
         return
     schema = arrow_schema(opts.include_headers)
     offset = r.start
-    with KafkaWire(opts.bootstrap, timeout=opts.timeout_s,
-                   client_id=opts.client.get("client.id", "kelp-spark"), properties=opts.client) as wire:
+    with _wire(opts) as wire:
         while offset < r.end:
             try:
                 fetched = wire.fetch(r.topic, r.partition, offset, max_bytes=opts.fetch_max_bytes)
@@ -123,9 +124,11 @@ def read_range(opts: ReadOptions, r: OffsetRange | None) -> Iterator[Any]:
                             offset, first - 1, r.topic, r.partition)
                 offset = first
                 continue
-            cols, next_offset = decode_columns(fetched.records, offset, r.end, include_headers=opts.include_headers)
+            cols, next_offset = decode_columns(fetched.records, offset, r.end, include_headers=opts.include_headers,
+                                               aborted=AbortedFilter(fetched.aborted) if opts.read_committed
+                                               else None)
             if next_offset <= offset:
-                if fetched.high_watermark <= offset:
+                if (fetched.last_stable_offset if opts.read_committed else fetched.high_watermark) <= offset:
                     if opts.fail_on_data_loss:
                         raise DataLossError(f"{r.topic}-{r.partition} ends at {fetched.high_watermark}, below "
                                             f"offset {offset} the query planned to read up to {r.end}")
@@ -139,7 +142,7 @@ def read_range(opts: ReadOptions, r: OffsetRange | None) -> Iterator[Any]:
 
 def _wire(opts: ReadOptions) -> KafkaWire:
     return KafkaWire(opts.bootstrap, timeout=opts.timeout_s, client_id=opts.client.get("client.id", "kelp-spark"),
-                     properties=opts.client)
+                     properties=opts.client, read_committed=opts.read_committed)
 
 
 class KelpBatchReader(DataSourceReader):

@@ -12,7 +12,10 @@ answering is retried after a metadata refresh, a bounded number of times.
 Fetched records stay the leader's bytes for `kelp.spark.codec` to decode.
 
 Versions: Metadata v12, ListOffsets v5, Fetch v11, Produce v8 — served by Kelp
-and by Apache Kafka 3.x and 4.x alike.
+and by Apache Kafka 3.x and 4.x alike. `read_committed` (the query's
+`kafka.isolation.level`) sends isolation level 1 on ListOffsets ("latest" is
+the last stable offset) and Fetch (records up to the LSO, with the aborted
+transactions of the range).
 
 What it must never do: block without a timeout, or retry forever.
 """
@@ -60,6 +63,8 @@ class FetchResult:
     records: bytes
     high_watermark: int
     log_start_offset: int
+    last_stable_offset: int = -1
+    aborted: tuple[tuple[int, int], ...] = ()  # (producer id, first offset): read_committed fetches only
 
 
 class KafkaWire(BlockingClient):
@@ -69,21 +74,24 @@ class KafkaWire(BlockingClient):
     every connection TLS and/or SASL (`kelp.kafka_client.security`)."""
 
     def __init__(self, bootstrap: str, *, timeout: float = 30.0, client_id: str = "kelp-spark",
-                 retries: int = 10, retry_backoff: float = 0.2, properties: Mapping[str, str] | None = None) -> None:
+                 retries: int = 10, retry_backoff: float = 0.2, properties: Mapping[str, str] | None = None,
+                 read_committed: bool = False) -> None:
         try:
             security = connection_security(properties or {}, prefix="kafka.")
         except ValueError as exc:
             raise OptionError(str(exc)) from None
         super().__init__(bootstrap, client_id=client_id, timeout_s=timeout,
                          retry=RetryPolicy(retries=retries, backoff_s=retry_backoff), security=security)
+        self.isolation_level = 1 if read_committed else 0
 
     def topic_names(self) -> list[str]:
         return sorted(self.refresh(None))
 
     # -- offsets ---------------------------------------------------------
     def list_offsets(self, wanted: dict[tuple[str, int], int]) -> dict[tuple[str, int], tuple[int, int]]:
-        """(offset, timestamp) per (topic, partition) for the spec in `wanted`: -2 earliest, -1 latest,
-        else the first offset whose timestamp is >= the value (offset -1 when there is none)."""
+        """(offset, timestamp) per (topic, partition) for the spec in `wanted`: -2 earliest, -1 latest (the
+        last stable offset reading read_committed), else the first offset whose timestamp is >= the value
+        (offset -1 when there is none)."""
         out: dict[tuple[str, int], tuple[int, int]] = {}
         pending = dict(wanted)
 
@@ -94,7 +102,7 @@ class KafkaWire(BlockingClient):
                 by_leader.setdefault(info.leader, {}).setdefault(topic, []).append((partition, spec))
             for leader, topics in by_leader.items():
                 T = ListOffsetsRequest.ListOffsetsTopic
-                request = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[
+                request = ListOffsetsRequest(replica_id=-1, isolation_level=self.isolation_level, topics=[
                     T(name=topic, partitions=[T.ListOffsetsPartition(partition_index=p, current_leader_epoch=-1,
                                                                       timestamp=spec) for p, spec in parts])
                     for topic, parts in topics.items()])
@@ -123,7 +131,8 @@ class KafkaWire(BlockingClient):
             info = self.leader(topic, partition)
             P = FetchRequest.FetchTopic.FetchPartition
             request = FetchRequest(
-                replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=max_bytes, isolation_level=0,
+                replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=max_bytes,
+                isolation_level=self.isolation_level,
                 session_id=0, session_epoch=-1, forgotten_topics_data=[], rack_id="",
                 topics=[FetchRequest.FetchTopic(topic=topic, partitions=[P(
                     partition=partition, current_leader_epoch=info.leader_epoch, fetch_offset=offset,
@@ -138,7 +147,9 @@ class KafkaWire(BlockingClient):
             if p.error_code != ErrorCode.NONE:
                 raise ErrorResponse(f"Fetch {topic}-{partition} at {offset}: {error_name(p.error_code)}",
                                     p.error_code)
-            return FetchResult(bytes(p.records or b""), p.high_watermark, p.log_start_offset)
+            aborted = tuple((a.producer_id, a.first_offset) for a in p.aborted_transactions or [])
+            return FetchResult(bytes(p.records or b""), p.high_watermark, p.log_start_offset,
+                               p.last_stable_offset, aborted)
 
         return self.retrying(f"fetching {topic}-{partition} at {offset}", attempt)
 

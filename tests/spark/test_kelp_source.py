@@ -103,6 +103,59 @@ def test_starting_timestamp_picks_the_first_record_at_or_after_it(spark, kelp) -
                        startingOffsetsByTimestampStrategy="latest")) == []
 
 
+def txn_produce(b: BrokerProcess, topic: str, values: list[bytes], *, pid: int = -1, seq: int = -1) -> None:
+    """Records of producer `pid`'s transaction (raw, as a transactional producer writes them), or plain ones."""
+    from kafka.protocol.producer import ProduceRequest
+
+    from kelp.records import Record, build_batch
+
+    T = ProduceRequest.TopicProduceData
+    data = build_batch([Record(None, v) for v in values], producer_id=pid, producer_epoch=0 if pid >= 0 else -1,
+                       base_sequence=seq, is_transactional=pid >= 0)
+    with WireClient(b.bootstrap) as c:
+        resp = c.request(ProduceRequest(transactional_id="tx" if pid >= 0 else None, acks=-1, timeout_ms=5000,
+                                        topic_data=[T(name=topic, partition_data=[T.PartitionProduceData(
+                                            index=0, records=data)])]), 9)
+    assert resp.responses[0].partition_responses[0].error_code == 0, resp
+
+
+def txn_end(b: BrokerProcess, topic: str, pid: int, commit: bool) -> None:
+    """The COMMIT or ABORT marker a coordinator has the leader write (WriteTxnMarkers)."""
+    from kafka.protocol.producer import WriteTxnMarkersRequest
+
+    M = WriteTxnMarkersRequest.WritableTxnMarker
+    with WireClient(b.bootstrap) as c:
+        resp = c.request(WriteTxnMarkersRequest(markers=[M(
+            producer_id=pid, producer_epoch=0, transaction_result=commit, coordinator_epoch=0,
+            topics=[M.WritableTxnMarkerTopic(name=topic, partition_indexes=[0])])]), 1)
+    assert resp.markers[0].topics[0].partitions[0].error_code == 0, resp
+
+
+def test_read_committed_reads_committed_transactions_only_as_sparks_kafka_source(spark, kelp) -> None:
+    admin(kelp, "/topics", {"name": "txns", "partitions": 1})
+    txn_produce(kelp, "txns", [b"plain-1"])
+    txn_produce(kelp, "txns", [b"aborted-1", b"aborted-2"], pid=5000, seq=0)
+    txn_produce(kelp, "txns", [b"committed-1"], pid=5001, seq=0)
+    txn_produce(kelp, "txns", [b"aborted-3"], pid=5000, seq=2)
+    txn_end(kelp, "txns", 5000, False)
+    txn_end(kelp, "txns", 5001, True)
+    txn_produce(kelp, "txns", [b"plain-2"])
+    txn_produce(kelp, "txns", [b"open-1"], pid=5002, seq=0)  # still open: read_committed stops before it
+    txn_produce(kelp, "txns", [b"plain-3"])
+    committed = {"subscribe": "txns", "kafka.isolation.level": "read_committed"}
+    ours = rows(reader(spark, "kelp", kelp, **committed))
+    assert [r[1] for r in ours] == [b"plain-1", b"committed-1", b"plain-2"]
+    assert ours == rows(reader(spark, "kafka", kelp, **committed))
+    everything = [r[1] for r in rows(reader(spark, "kelp", kelp, subscribe="txns",
+                                            **{"kafka.isolation.level": "read_uncommitted"}))]
+    assert everything == [b"plain-1", b"aborted-1", b"aborted-2", b"committed-1", b"aborted-3", b"plain-2",
+                          b"open-1", b"plain-3"]
+    assert [r[1] for r in rows(reader(spark, "kelp", kelp, subscribe="txns"))] == everything  # the default
+    txn_end(kelp, "txns", 5002, True)
+    assert [r[1] for r in rows(reader(spark, "kelp", kelp, **committed))] == [
+        b"plain-1", b"committed-1", b"plain-2", b"open-1", b"plain-3"]
+
+
 @pytest.mark.parametrize("options, named", [
     ({"subscrbe": "x"}, "subscrbe"),
     ({"subscribe": "x", "assign": '{"x": [0]}'}, "exactly one of"),
@@ -111,6 +164,7 @@ def test_starting_timestamp_picks_the_first_record_at_or_after_it(spark, kelp) -
     ({"subscribe": "x", "startingOffsets": "{not json"}, "startingOffsets"),
     ({"subscribe": "x", "failOnDataLoss": "maybe"}, "failOnDataLoss"),
     ({"subscribe": "x", "kafka.security.protocol": "SASL_SSL"}, "kafka.sasl.mechanism"),
+    ({"subscribe": "x", "kafka.isolation.level": "serializable"}, "kafka.isolation.level"),
 ])
 def test_a_bad_option_fails_the_query_with_an_error_naming_it(spark, kelp, options, named) -> None:
     with pytest.raises(Exception, match=named):

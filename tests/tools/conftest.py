@@ -26,6 +26,7 @@ SETTINGS = {
     "offsets.topic.num.partitions": 3,
     "group.initial.rebalance.delay.ms": 0,
     "group.min.session.timeout.ms": 500,
+    "transaction.state.log.num.partitions": 3,
 }
 
 

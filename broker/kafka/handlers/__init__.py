@@ -19,6 +19,7 @@ from . import (  # noqa: F401  (imported for their registrations)
     offsets,
     produce,
     producer_ids,
+    producers,
     reassignments,
     sasl,
     topics,

@@ -10,8 +10,10 @@ older producer epoch), TRANSACTION_COORDINATOR_FENCED (an older coordinator epoc
 REQUEST_TIMED_OUT... After a marker landed in `__consumer_offsets` partitions, the group coordinator is told
 (`handle_txn_completion`), which makes the producer's transactional offset commits visible or drops them.
 
-Authorization (Kafka's handleWriteTxnMarkersRequest): CLUSTER_ACTION on the cluster — brokers only — else
-every partition is answered CLUSTER_AUTHORIZATION_FAILED and nothing is written.
+Authorization (Kafka's handleWriteTxnMarkersRequest, KIP-664): ALTER on the cluster — an administrator
+aborting a hanging transaction with `kafka-transactions abort`, whose admin client sends this request itself —
+or else CLUSTER_ACTION on the cluster (brokers); otherwise every partition is answered
+CLUSTER_AUTHORIZATION_FAILED and nothing is written.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ _PartitionResult = _TopicResult.WritableTxnMarkerPartitionResult
 # -- authorization: Kafka's handleWriteTxnMarkersRequest ------------------------------------------------------
 def _refused(ctx: RequestContext) -> bool:
     acc = access(ctx)
-    return acc.enabled and not acc.allows_cluster(AclOperation.CLUSTER_ACTION)
+    return acc.enabled and not acc.allows_cluster(AclOperation.ALTER) \
+        and not acc.allows_cluster(AclOperation.CLUSTER_ACTION)
 
 
 def _answer(request: WriteTxnMarkersRequest, codes: list[dict[tuple[str, int], int]]) -> WriteTxnMarkersResponse:
@@ -56,7 +59,7 @@ def _answer(request: WriteTxnMarkersRequest, codes: list[dict[tuple[str, int], i
 @handles(WriteTxnMarkersRequest, min_version=1, max_version=2)
 async def handle_write_txn_markers(ctx: RequestContext, request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
     if _refused(ctx):
-        log.info("WriteTxnMarkers from %s (%s): not authorized (CLUSTER_ACTION on the cluster)", ctx.client,
+        log.info("WriteTxnMarkers from %s (%s): not authorized (ALTER or CLUSTER_ACTION on the cluster)", ctx.client,
                  ctx.principal)
         return _answer(request, [{(t.name, p): ErrorCode.CLUSTER_AUTHORIZATION_FAILED
                                   for t in m.topics for p in t.partition_indexes} for m in request.markers])
