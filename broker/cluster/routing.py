@@ -74,6 +74,11 @@ class LeaderRouting(MemberState):
             self.inter_broker.maybe_reload()  # rotated client certificates reach the next connection
         return self._http
 
+    def control_session(self) -> aiohttp.ClientSession:
+        """The control plane's HTTP session (TLS and inter-broker credentials as `inter_broker` sets them), for
+        the parts that call other brokers' `/cluster/v1` routes themselves (the schema registry)."""
+        return self._session()
+
     # -- to the controller --------------------------------------------------------------
     def _controller_url(self) -> str | None:
         ep = self.brokers.get(self.controller_id)

@@ -8,7 +8,8 @@ admin (`/admin/v1`, with `/admin/v1/groups` from the group coordinator's
 from `acl_routes`), Confluent REST Proxy v2 (`/topics...`), health and metrics —
 with its middlewares: JSON errors for every failure, a request-latency
 histogram labelled by route, authentication and authorization
-(`route_access`: 401/403 with a JSON body), and the starting gate.
+(`route_access`: 401/403 with a JSON body), and the starting gate. The Schema
+Registry (`kelp.broker.schema_registry`) mounts its own routes (`install`).
 
 This module must never hold state outside the application's `AppKey`s.
 """
@@ -25,6 +26,7 @@ from prometheus_client import CollectorRegistry
 from kelp.partitioner import RoundRobin
 
 from ..metrics import LogCollector, metrics_of
+from ..schema_registry import routes as schema_registry_routes
 from . import (
     acl_routes,
     admin,
@@ -96,4 +98,5 @@ def build_http_app(broker: HttpBroker, *, authenticator: HttpAuthenticator | Non
     for module in (health, metrics_routes, admin, acl_routes, cluster_routes, admin_groups, admin_transactions,
                    admin_users, rest_proxy, rest_consumers):
         app.add_routes(module.routes)
+    schema_registry_routes.install(app)  # Confluent's Schema Registry API (kelp.broker.schema_registry)
     return app

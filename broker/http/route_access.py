@@ -11,7 +11,8 @@ cluster or the topic), listing topics, groups or transactions (only those the pr
 group to DESCRIBE on the cluster), a group's offsets (only describable topics), a reset (READ on its topic), a
 REST consumer's subscription, assignment and commits (READ on their topics). `/cluster/v1/...` needs
 CLUSTER_ACTION on the cluster: a super user or a broker principal granted it; a client, even a valid user,
-gets 403. Without an authorizer every authenticated request is allowed, as in Kafka.
+gets 403. The Schema Registry's routes need DESCRIBE on the cluster to read and ALTER on it to write.
+Without an authorizer every authenticated request is allowed, as in Kafka.
 
 A route missing from the table is refused to everyone but super users once authorization is on (and
 `tests/authorization` fails on it): a new route must say what it needs.
@@ -96,6 +97,7 @@ def _in_route(why: str) -> Rule:
 
 ADMIN, TOPICS, GROUPS, CONSUMER = "/admin/v1", "/admin/v1/topics/{topic}", "/admin/v1/groups", \
     "/consumers/{group}/instances/{instance}"
+SUBJECT = "/subjects/{subject}"
 RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/healthz"): OPEN, ("GET", "/readyz"): OPEN, ("GET", "/metrics"): OPEN,
     # admin API: topics
@@ -158,6 +160,22 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", f"{CONSUMER}/positions"): _group(R),
     ("POST", f"{CONSUMER}/positions/beginning"): _group(R),
     ("POST", f"{CONSUMER}/positions/end"): _group(R),
+    # Schema Registry (Confluent's API; Confluent authorizes it with its own RBAC, Kelp with Kafka's cluster ACLs):
+    # reading schemas, levels and modes, and checking a schema (lookup, compatibility), needs DESCRIBE on the
+    # cluster; registering, deleting and changing levels or modes needs ALTER on the cluster (super users may).
+    **{("GET", path): _cluster(DESCRIBE) for path in (
+        "/subjects", f"{SUBJECT}/versions", f"{SUBJECT}/versions/{{version}}", f"{SUBJECT}/versions/{{version}}/schema",
+        f"{SUBJECT}/versions/{{version}}/referencedby", "/schemas/ids/{id}", "/schemas/ids/{id}/schema",
+        "/schemas/ids/{id}/versions", "/schemas/ids/{id}/subjects", "/schemas/types", "/config",
+        "/config/{subject}", "/mode", "/mode/{subject}")},
+    ("POST", SUBJECT): _cluster(DESCRIBE),
+    ("POST", "/compatibility/subjects/{subject}/versions"): _cluster(DESCRIBE),
+    ("POST", "/compatibility/subjects/{subject}/versions/{version}"): _cluster(DESCRIBE),
+    ("POST", f"{SUBJECT}/versions"): _cluster(A),
+    ("DELETE", f"{SUBJECT}/versions/{{version}}"): _cluster(A),
+    ("DELETE", SUBJECT): _cluster(A),
+    **{(method, path): _cluster(A) for method in ("PUT", "DELETE")
+       for path in ("/config", "/config/{subject}", "/mode", "/mode/{subject}")},
 }
 CLUSTER_PLANE = "/cluster/v1/"
 BROKERS_ONLY = _cluster(CA)

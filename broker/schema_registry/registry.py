@@ -1,0 +1,294 @@
+"""`SchemaRegistry`: Confluent's registry operations over `_schemas`, one per broker.
+
+Why: the routes are thin; what an operation means — which version "latest" is, when a schema gets a new id,
+what a soft and a permanent delete do, what each mode allows, which earlier versions a compatibility level
+checks — is decided here, against the state `store.SchemaLog` read from `_schemas`.
+
+Reads run on any broker, after reading `_schemas` to its end. Writes (register, deletes, levels, modes) are
+decided by one broker at a time — the leader of `_schemas` partition 0, as Confluent's registry has one
+elected primary — one after another (a lock), each after the leader caught up with its log, and appended
+with acks=all; the routes forward a write received elsewhere to that leader (`routes.forward`).
+
+Compatibility: `level` BACKWARD: the new schema reads data of the latest version; FORWARD: the latest
+reads the new one's; FULL: both; the _TRANSITIVE levels against every live version, not only the latest;
+NONE: no check. IMPORT mode registers with the given id and version and checks nothing; READONLY refuses
+every change to schemas (levels and modes may still change, to leave it).
+
+This module must never write to `_schemas` except through `SchemaLog.append`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+from kelp.json_types import JsonData, JsonObject
+
+from . import errors
+from .errors import RegistryError, incompatible, not_permitted, schema_not_found, subject_not_found, version_not_found
+from .formats import parse
+from .model import Reference, SchemaVersion, config_key, encode, mode_key, schema_key
+from .parsed import ParsedSchema, ResolvedReference
+from .requests import LATEST, SchemaRequest, check_subject
+from .state import RegistryState
+from .store import SchemaLog
+
+__all__ = ["SchemaRegistry", "WRITE_OPS"]
+
+MAX_REFERENCE_DEPTH = 32
+WRITE_OPS = ("register", "delete_version", "delete_subject", "set_config", "delete_config", "set_mode",
+             "delete_mode")
+
+
+class SchemaRegistry:
+    def __init__(self, log: SchemaLog) -> None:
+        self.log = log
+        self._write_lock = asyncio.Lock()
+        self._parsed: dict[tuple[str, str, tuple[Reference, ...]], ParsedSchema] = {}
+
+    # -- helpers ------------------------------------------------------------------------------------------
+    def _resolve(self, state: RegistryState, refs: tuple[Reference, ...], schema_type: str, depth: int = 0
+                 ) -> tuple[ResolvedReference, ...]:
+        if depth > MAX_REFERENCE_DEPTH:
+            raise errors.invalid_schema(schema_type, f"references nest deeper than {MAX_REFERENCE_DEPTH} levels "
+                                                     "(a cycle?)")
+        out: list[ResolvedReference] = []
+        for ref in refs:
+            versions = state.versions(ref.subject, deleted=True)
+            found = versions[-1] if ref.version == LATEST and versions else \
+                next((sv for sv in versions if sv.version == ref.version), None)
+            if found is None:
+                raise errors.invalid_schema(schema_type, f"reference '{ref.name}' does not resolve: no schema "
+                                                         f"for subject '{ref.subject}' version {ref.version}")
+            out.append(ResolvedReference(ref.name, found.subject, found.version, found.schema_type, found.schema,
+                                         self._resolve(state, found.references, schema_type, depth + 1)))
+        return tuple(out)
+
+    def _parse(self, state: RegistryState, schema: str, schema_type: str, refs: tuple[Reference, ...]
+               ) -> ParsedSchema:
+        key = (schema_type, schema, refs)
+        cached = self._parsed.get(key)
+        if cached is None:
+            cached = parse(schema_type, schema, self._resolve(state, refs, schema_type))
+            if len(self._parsed) > 10_000:
+                self._parsed.clear()
+            self._parsed[key] = cached
+        return cached
+
+    def _pinned(self, state: RegistryState, refs: tuple[Reference, ...]) -> tuple[Reference, ...]:
+        """References with `latest` (-1) replaced by the version it is now, as stored."""
+        out = []
+        for ref in refs:
+            if ref.version == LATEST:
+                versions = state.versions(ref.subject, deleted=True)
+                if versions:
+                    ref = Reference(ref.name, ref.subject, versions[-1].version)
+            out.append(ref)
+        return tuple(out)
+
+    @staticmethod
+    def find(state: RegistryState, subject: str, version: int, *, deleted: bool) -> SchemaVersion:
+        versions = state.versions(subject, deleted=deleted)
+        if not versions:
+            raise subject_not_found(subject)
+        if version == LATEST:
+            return versions[-1]
+        for sv in versions:
+            if sv.version == version:
+                return sv
+        raise version_not_found(subject, version)
+
+    def compatibility_errors(self, state: RegistryState, level: str, new: ParsedSchema,
+                             previous: list[SchemaVersion]) -> list[str]:
+        if level == "NONE" or not previous:
+            return []
+        targets = previous if level.endswith("_TRANSITIVE") else previous[-1:]
+        for sv in reversed(targets):
+            old = self._parse(state, sv.schema, sv.schema_type, sv.references)
+            found: list[str] = []
+            if level.startswith(("BACKWARD", "FULL")):
+                found += new.compatibility_errors(old)
+            if level.startswith(("FORWARD", "FULL")):
+                found += old.compatibility_errors(new)
+            if found:
+                return found + [f"{{oldSchemaVersion: {sv.version}}}", f"{{oldSchema: '{sv.schema}'}}",
+                                f"{{compatibility: '{level}'}}"]
+        return []
+
+    # -- reads (any broker) ---------------------------------------------------------------------------------
+    async def state(self) -> RegistryState:
+        return await self.log.sync()
+
+    async def lookup(self, subject: str, request: SchemaRequest, *, deleted: bool) -> JsonObject:
+        state = await self.state()
+        versions = state.versions(subject, deleted=deleted)
+        if not versions:
+            raise subject_not_found(subject)
+        refs = self._pinned(state, request.references)
+        parsed = self._parse(state, request.schema, request.schema_type, refs)
+        for sv in reversed(versions):
+            if (sv.schema_type, sv.schema, sv.references) == (parsed.schema_type, parsed.canonical, refs):
+                return sv.to_api()
+        raise schema_not_found(detail=f": subject '{subject}' has no version with this schema")
+
+    async def check(self, subject: str, version: int | None, request: SchemaRequest, *, verbose: bool
+                    ) -> JsonObject:
+        state = await self.state()
+        refs = self._pinned(state, request.references)
+        parsed = self._parse(state, request.schema, request.schema_type, refs)
+        level = state.level(subject)
+        if version is None:
+            previous = state.versions(subject)
+        elif not state.versions(subject) and version == LATEST:
+            previous = []
+        else:
+            previous = [self.find(state, subject, version, deleted=False)]
+            level = level.removesuffix("_TRANSITIVE")
+        found = self.compatibility_errors(state, level, parsed, previous)
+        out: JsonObject = {"is_compatible": not found}
+        if verbose:
+            out["messages"] = list(found)
+        return out
+
+    # -- writes (the leader of _schemas partition 0) ----------------------------------------------------------
+    async def write(self, op: str, args: JsonObject) -> JsonData:
+        """Run write `op` here, the registry's leader (the routes forward it here)."""
+        if op not in WRITE_OPS:
+            raise RegistryError(404, 404, f"no registry write operation '{op}'")
+        if not self.log.is_leader():
+            raise RegistryError(500, errors.UNKNOWN_LEADER, f"broker {self.log.parts.config.broker_id} is not the "
+                                f"leader of '_schemas' partition 0 (the registry's writer); retry")
+        async with self._write_lock:
+            await self.log.wait_committed()
+            state = await self.log.sync()
+            try:
+                result: JsonData = await getattr(self, f"_{op}")(state, **args)
+            except TypeError as exc:  # a forwarded call with other arguments (brokers of another version)
+                raise RegistryError(400, 400, f"registry write '{op}' cannot take {sorted(args)}: {exc}") from None
+            return result
+
+    def _writable(self, state: RegistryState, subject: str) -> None:
+        if state.mode(subject) == "READONLY":
+            raise not_permitted(f"Subject {subject} is in read-only mode")
+
+    async def _register(self, state: RegistryState, subject: str, body: JsonObject) -> JsonObject:
+        from .requests import schema_request
+
+        check_subject(subject)
+        request = schema_request(body)
+        mode = state.mode(subject)
+        self._writable(state, subject)
+        if (request.schema_id is not None or request.version is not None) and mode != "IMPORT":
+            raise not_permitted(f"Subject {subject} is not in import mode: a schema is registered with a given "
+                                "id or version only in IMPORT mode (PUT /mode/{subject})")
+        refs = self._pinned(state, request.references)
+        parsed = self._parse(state, request.schema, request.schema_type, refs)
+        identity = (parsed.schema_type, parsed.canonical, refs)
+        all_versions = state.versions(subject, deleted=True)
+        live = [sv for sv in all_versions if not sv.deleted]
+        for sv in live:
+            if (sv.schema_type, sv.schema, sv.references) == identity:
+                if request.schema_id is not None and request.schema_id != sv.schema_id:
+                    raise RegistryError(422, errors.ID_DOES_NOT_MATCH, f"Schema already registered with id "
+                                        f"{sv.schema_id} instead of input id {request.schema_id}")
+                return {"id": sv.schema_id, "version": sv.version}
+        if mode == "IMPORT":
+            schema_id = request.schema_id if request.schema_id is not None else \
+                state.id_of.get(identity, state.max_id + 1)
+            holder = state.ids.get(schema_id)
+            if holder is not None and holder != identity:
+                raise RegistryError(422, errors.ID_DOES_NOT_MATCH, f"Overwrite new schema with id {schema_id} is "
+                                    "not permitted: that id belongs to another schema")
+            version = request.version or (all_versions[-1].version + 1 if all_versions else 1)
+            taken = next((sv for sv in all_versions if sv.version == version), None)
+            if taken is not None and not taken.deleted:
+                raise RegistryError(422, errors.ID_DOES_NOT_MATCH, f"Version {version} of subject '{subject}' "
+                                    f"already holds another schema (id {taken.schema_id})")
+        else:
+            found = self.compatibility_errors(state, state.level(subject), parsed, live)
+            if found:
+                raise incompatible(subject, found)
+            schema_id = state.id_of.get(identity, state.max_id + 1)
+            version = all_versions[-1].version + 1 if all_versions else 1
+        sv = SchemaVersion(subject, version, schema_id, parsed.canonical, parsed.schema_type, refs)
+        await self.log.append([(schema_key(subject, version), encode(sv.value_json()))])
+        return {"id": schema_id, "version": version}
+
+    def _referenced(self, state: RegistryState, sv: SchemaVersion) -> None:
+        users = state.referenced_by(sv.subject, sv.version)
+        if users:
+            raise RegistryError(422, errors.REFERENCE_EXISTS, f"One or more references exist to the schema "
+                                f"{{magic=1,keytype=SCHEMA,subject={sv.subject},version={sv.version}}}: "
+                                + ", ".join(f"subject '{u.subject}' version {u.version}" for u in users))
+
+    async def _delete_version(self, state: RegistryState, subject: str, version: int, permanent: bool) -> int:
+        self._writable(state, subject)
+        sv = self.find(state, subject, version, deleted=permanent or version != LATEST)
+        if permanent and not sv.deleted:
+            raise RegistryError(404, errors.VERSION_NOT_SOFT_DELETED, f"Subject '{subject}' Version {sv.version} "
+                                "was not deleted first before being permanently deleted")
+        if not permanent and sv.deleted:
+            raise RegistryError(404, errors.VERSION_SOFT_DELETED, f"Subject '{subject}' Version {sv.version} was "
+                                "soft deleted. Set permanent=true to delete permanently")
+        self._referenced(state, sv)
+        value = None if permanent else encode(replace(sv, deleted=True).value_json())
+        await self.log.append([(schema_key(subject, sv.version), value)])
+        return sv.version
+
+    async def _delete_subject(self, state: RegistryState, subject: str, permanent: bool) -> list[int]:
+        self._writable(state, subject)
+        every = state.versions(subject, deleted=True)
+        live = [sv for sv in every if not sv.deleted]
+        if not every:
+            raise subject_not_found(subject)
+        if permanent and live:
+            raise RegistryError(404, errors.SUBJECT_NOT_SOFT_DELETED, f"Subject '{subject}' was not deleted first "
+                                "before being permanently deleted")
+        if not permanent and not live:
+            raise RegistryError(404, errors.SUBJECT_SOFT_DELETED, f"Subject '{subject}' was soft deleted. Set "
+                                "permanent=true to delete permanently")
+        for sv in every:
+            self._referenced(state, sv)
+        if permanent:
+            records = [(schema_key(subject, sv.version), None) for sv in every]
+            records += [(key, None) for key, table in ((config_key(subject), state.configs),
+                                                      (mode_key(subject), state.modes)) if subject in table]
+            await self.log.append(records)
+            return [sv.version for sv in every]
+        await self.log.append([(schema_key(subject, sv.version), encode(replace(sv, deleted=True).value_json()))
+                               for sv in live])
+        return [sv.version for sv in live]
+
+    async def _set_config(self, state: RegistryState, subject: str | None, level: str) -> JsonObject:
+        if subject is not None:
+            check_subject(subject)
+        await self.log.append([(config_key(subject), encode({"compatibilityLevel": level}))])
+        return {"compatibility": level}
+
+    async def _delete_config(self, state: RegistryState, subject: str | None) -> JsonObject:
+        if subject is not None and subject not in state.configs:
+            raise RegistryError(404, errors.SUBJECT_COMPATIBILITY_NOT_CONFIGURED, f"Subject '{subject}' does not "
+                                "have subject-level compatibility configured")
+        previous = state.level(subject)
+        await self.log.append([(config_key(subject), None)])
+        return {"compatibilityLevel": previous}
+
+    async def _set_mode(self, state: RegistryState, subject: str | None, mode: str, force: bool) -> JsonObject:
+        if subject is not None:
+            check_subject(subject)
+        if mode == "IMPORT" and not force:
+            existing = state.subject_names() if subject is None else \
+                ([subject] if state.versions(subject) else [])
+            if existing:
+                raise not_permitted(f"Cannot import since found existing subjects ({', '.join(existing[:10])}); "
+                                    "set force=true to switch to IMPORT mode anyway")
+        await self.log.append([(mode_key(subject), encode({"mode": mode}))])
+        return {"mode": mode}
+
+    async def _delete_mode(self, state: RegistryState, subject: str | None) -> JsonObject:
+        if subject is not None and subject not in state.modes:
+            raise RegistryError(404, errors.SUBJECT_MODE_NOT_CONFIGURED, f"Subject '{subject}' does not have "
+                                "subject-level mode configured")
+        previous = state.mode(subject)
+        await self.log.append([(mode_key(subject), None)])
+        return {"mode": previous}

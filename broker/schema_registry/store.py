@@ -1,0 +1,172 @@
+"""`SchemaLog`: the registry's state read from `_schemas` to its end, and its writes appended with acks=all.
+
+Why: `_schemas` (one partition, compacted, replicated like `__consumer_offsets`: offsets.topic.replication
+.factor) is the registry's only storage, so that any broker can serve it and it survives failover. A broker
+answers a read only after it has applied the partition up to its high watermark as the partition's leader
+knows it at that moment, so a client that registered a schema through one broker finds it through any
+other at once (read-after-write across brokers). The leader reads its own log; the other brokers ask it for
+the records past the offset they have applied (`GET /cluster/v1/schema-registry/records`, the brokers'
+control plane), so a broker needs no replica of `_schemas` to serve the registry.
+
+Writes are appended here by the leader only (`registry`), with acks=all: a registration is answered once
+every in-sync replica has it, so the broker that becomes leader after a failure has every schema answered
+before. Before deciding a write, the leader waits (bounded) until its high watermark reaches its log end —
+a new leader's records above the high watermark are committed only once its followers catch up — and
+reads to there, so ids are never handed out twice.
+
+Every wait is bounded; a registry that cannot read or write its topic answers 50001/50002.
+
+This module must never decide what to write: the registry does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from collections.abc import Sequence
+
+from kelp.errors import KelpError, OffsetOutOfRangeError
+from kelp.records import Record, build_batch, iter_records
+
+from ..parts import BrokerParts
+from ..replica_types import FetchPartition, SegmentSlice
+from .errors import OPERATION_TIMEOUT, UNKNOWN_LEADER, RegistryError, store_error
+from .state import RegistryState
+
+__all__ = ["SchemaLog", "TOPIC", "read_records", "b64"]
+
+TOPIC = "_schemas"
+READ_BYTES = 1 << 20
+SYNC_TIMEOUT_S = 10.0
+COMMIT_WAIT_S = 5.0
+APPEND_TIMEOUT_MS = 10_000
+
+RecordTriple = tuple[int, bytes | None, bytes | None]
+
+
+async def read_records(parts: BrokerParts, offset: int) -> tuple[list[RecordTriple], int, int]:
+    """Records of `_schemas` from `offset` on this broker, its leader: (records, high watermark, log start)."""
+    (result,) = await parts.replicas.fetch([FetchPartition(TOPIC, 0, offset, READ_BYTES)], max_wait_ms=0,
+                                           min_bytes=1, max_bytes=READ_BYTES)
+    if isinstance(result.error, OffsetOutOfRangeError):  # below the log start: the reader starts over there
+        info = parts.replicas.partition_info(TOPIC, 0)
+        return [], info.high_watermark, info.log_start_offset
+    if result.error is not None:
+        raise result.error
+    data = result.records
+    if isinstance(data, SegmentSlice):  # a file range (only with zero_copy, which this read does not ask)
+        chunk = data
+        try:
+            data = chunk.read()
+        finally:
+            chunk.close()
+    out = [(r.offset, r.key, r.value) for r in iter_records(data) if r.offset >= offset] if data else []
+    return out, result.high_watermark, result.log_start_offset
+
+
+class SchemaLog:
+    """This broker's view of `_schemas` (see the module docstring)."""
+
+    def __init__(self, parts: BrokerParts) -> None:
+        self.parts = parts
+        self.state = RegistryState()
+        self._lock = asyncio.Lock()
+
+    def exists(self) -> bool:
+        return self.parts.topics.get(TOPIC) is not None
+
+    def leader(self) -> int:
+        """The broker leading `_schemas` partition 0 (the registry's writer), -1 when none is known."""
+        info = self.parts.topics.get(TOPIC)
+        return info.partition_states[0].leader if info is not None and info.partitions > 0 else -1
+
+    def is_leader(self) -> bool:
+        part = self.parts.replicas.get_partition(TOPIC, 0)
+        return part is not None and part.is_leader
+
+    async def create(self) -> None:
+        """Create `_schemas` (compacted, one partition) unless it exists; 50001 while it cannot be created."""
+        if self.exists():
+            return
+        cluster = self.parts.cluster
+        try:
+            await cluster.ensure_internal_topic(TOPIC, partitions=1, configs={"cleanup.policy": "compact"})
+        except KelpError as exc:
+            raise store_error(f"the registry's topic '{TOPIC}' could not be created: {exc}") from None
+
+    async def sync(self) -> RegistryState:
+        """Apply `_schemas` up to its leader's high watermark (as of now); the state. Bounded."""
+        if not self.exists():
+            return self.state
+        deadline = time.monotonic() + SYNC_TIMEOUT_S
+        async with self._lock:
+            end: int | None = None
+            while True:
+                records, hw, log_start = await self._read(self.state.next_offset)
+                if self.state.next_offset < log_start:  # records deleted below what was applied: read again
+                    self.state = RegistryState()
+                    self.state.next_offset = log_start
+                    continue
+                end = hw if end is None else end
+                for offset, key, value in records:
+                    if offset >= end:
+                        break
+                    self.state.apply(offset, key, value)
+                if records and records[0][0] >= end:  # the offsets below `end` were compacted away
+                    self.state.next_offset = max(self.state.next_offset, end)
+                if self.state.next_offset >= end:
+                    return self.state
+                if time.monotonic() > deadline:
+                    raise RegistryError(500, OPERATION_TIMEOUT, f"reading '{TOPIC}' to its end (offset {end}) "
+                                        f"did not finish within {SYNC_TIMEOUT_S:.0f}s (at {self.state.next_offset})")
+                if not records:
+                    await asyncio.sleep(0.05)
+
+    async def _read(self, offset: int) -> tuple[list[RecordTriple], int, int]:
+        if self.is_leader():
+            return await read_records(self.parts, offset)
+        leader = self.leader()
+        endpoint = self.parts.cluster.brokers.get(leader)
+        if endpoint is None:
+            raise RegistryError(500, UNKNOWN_LEADER, f"no leader of '{TOPIC}' is known (the registry's storage); retry")
+        url = f"{endpoint.http_url}/cluster/v1/schema-registry/records"
+        try:
+            async with self.parts.cluster.control_session().get(url, params={"offset": str(offset)}) as resp:
+                body = await resp.json(content_type=None)
+        except Exception as exc:
+            raise store_error(f"reading '{TOPIC}' from its leader, broker {leader}, failed: {exc!r}") from None
+        if resp.status != 200 or not isinstance(body, dict):
+            raise store_error(f"reading '{TOPIC}' from its leader, broker {leader}, failed: {resp.status} {body}")
+        records = [(int(r["offset"]), _unb64(r.get("key")), _unb64(r.get("value"))) for r in body["records"]]
+        return records, int(body["high_watermark"]), int(body["log_start_offset"])
+
+    async def wait_committed(self) -> None:
+        """On the leader: until everything in its log is committed (high watermark == log end), bounded."""
+        deadline = time.monotonic() + COMMIT_WAIT_S
+        while True:
+            info = self.parts.replicas.partition_info(TOPIC, 0)
+            if info.high_watermark >= info.log_end_offset:
+                return
+            if time.monotonic() > deadline:
+                raise RegistryError(500, OPERATION_TIMEOUT, f"'{TOPIC}' has records its followers have not "
+                                    f"caught up with (high watermark {info.high_watermark} < log end "
+                                    f"{info.log_end_offset}) after {COMMIT_WAIT_S:.0f}s; retry")
+            await asyncio.sleep(0.02)
+
+    async def append(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
+        """Append `records` in one batch with acks=all, then apply them (and anything before)."""
+        batch = build_batch([Record(key=k, value=v) for k, v in records])
+        try:
+            await self.parts.cluster.append(TOPIC, 0, batch, acks=-1, timeout_ms=APPEND_TIMEOUT_MS)
+        except KelpError as exc:
+            raise store_error(f"writing to '{TOPIC}' failed: {exc}") from None
+        await self.sync()
+
+
+def b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode()
+
+
+def _unb64(data: object) -> bytes | None:
+    return None if data is None else base64.b64decode(str(data))

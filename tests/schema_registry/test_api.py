@@ -1,0 +1,157 @@
+"""The registry's HTTP API as Confluent answers it: shapes, Content-Type, modes, levels, deletes, bad input."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+pytestmark = pytest.mark.timeout(60)
+
+def _avro(fields: list[dict], name: str = "R") -> str:
+    """Compact, as the registry stores an Avro schema."""
+    return json.dumps({"type": "record", "name": name, "fields": fields}, separators=(",", ":"))
+
+
+A1 = _avro([{"name": "a", "type": "int"}])
+A2 = _avro([{"name": "a", "type": "int"}, {"name": "b", "type": "string", "default": ""}])
+A_BAD = _avro([{"name": "a", "type": "string"}])
+
+
+def _subject(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def test_register_read_and_lookup(sr) -> None:
+    s = _subject("basic")
+    status, body, ctype = sr(f"/subjects/{s}/versions", "POST", {"schema": A1})
+    assert status == 200 and ctype.startswith("application/vnd.schemaregistry.v1+json")
+    sid = body["id"]
+    assert sr(f"/subjects/{s}/versions", "POST", {"schema": A1})[1]["id"] == sid  # the same id, no new version
+    other = _subject("basic-other")
+    assert sr(f"/subjects/{other}/versions", "POST", {"schema": A1})[1]["id"] == sid  # ids are global
+    assert sr(f"/subjects/{s}/versions")[1] == [1]
+    assert s in sr("/subjects")[1]
+    assert sr(f"/subjects/{s}/versions/latest")[1] == {"subject": s, "version": 1, "id": sid, "schema": A1}
+    assert sr(f"/subjects/{s}/versions/1/schema")[1] == json.loads(A1)
+    assert sr(f"/schemas/ids/{sid}")[1] == {"schema": A1}
+    assert sorted(sr(f"/schemas/ids/{sid}/versions")[1], key=lambda x: x["subject"]) == sorted(
+        [{"subject": s, "version": 1}, {"subject": other, "version": 1}], key=lambda x: x["subject"])
+    assert sr("/schemas/types")[1] == ["AVRO", "JSON", "PROTOBUF"]
+    assert sr(f"/subjects/{s}", "POST", {"schema": A1})[1]["version"] == 1
+    status, body, _ = sr(f"/subjects/{s}", "POST", {"schema": A2})
+    assert (status, body["error_code"]) == (404, 40403)
+    status, body, _ = sr(f"/compatibility/subjects/{s}/versions/latest?verbose=true", "POST", {"schema": A_BAD})
+    assert status == 200 and body["is_compatible"] is False and body["messages"]
+
+
+def test_config_levels(sr) -> None:
+    s = _subject("config")
+    assert sr(f"/subjects/{s}/versions", "POST", {"schema": A1})[0] == 200
+    assert sr(f"/subjects/{s}/versions", "POST", {"schema": A_BAD})[0] == 409
+    status, body, _ = sr(f"/config/{s}")
+    assert (status, body["error_code"]) == (404, 40408)
+    assert sr(f"/config/{s}?defaultToGlobal=true")[1] == {"compatibilityLevel": "BACKWARD"}
+    assert sr(f"/config/{s}", "PUT", {"compatibility": "NONE"})[1] == {"compatibility": "NONE"}
+    assert sr(f"/config/{s}")[1] == {"compatibilityLevel": "NONE"}
+    assert sr(f"/subjects/{s}/versions", "POST", {"schema": A_BAD})[1]["id"] > 0  # NONE: anything goes
+    status, body, _ = sr(f"/config/{s}", "PUT", {"compatibility": "SIDEWAYS"})
+    assert (status, body["error_code"]) == (422, 42203) and "SIDEWAYS" in body["message"]
+    assert sr(f"/config/{s}", "DELETE")[1] == {"compatibilityLevel": "NONE"}
+    assert sr("/config")[1] == {"compatibilityLevel": "BACKWARD"}
+    # FULL_TRANSITIVE checks every version, both ways
+    t = _subject("full")
+    assert sr(f"/config/{t}", "PUT", {"compatibility": "FULL_TRANSITIVE"})[0] == 200
+    assert sr(f"/subjects/{t}/versions", "POST", {"schema": A1})[0] == 200
+    assert sr(f"/subjects/{t}/versions", "POST", {"schema": A2})[0] == 200  # a field with a default: both ways
+    status, body, _ = sr(f"/subjects/{t}/versions", "POST", {"schema": A_BAD})
+    assert status == 409 and "FULL_TRANSITIVE" in body["message"]
+
+
+def test_modes_readonly_and_import(sr) -> None:
+    s = _subject("mode")
+    assert sr(f"/mode/{s}", "PUT", {"mode": "READONLY"})[1] == {"mode": "READONLY"}
+    status, body, _ = sr(f"/subjects/{s}/versions", "POST", {"schema": A1})
+    assert (status, body["error_code"]) == (422, 42205) and "read-only" in body["message"]
+    assert sr(f"/mode/{s}", "PUT", {"mode": "IMPORT"})[1] == {"mode": "IMPORT"}
+    assert sr(f"/mode/{s}")[1] == {"mode": "IMPORT"}
+    sid = 50_000 + int(uuid.uuid4().hex[:4], 16)
+    assert sr(f"/subjects/{s}/versions", "POST", {"schema": A_BAD, "id": sid, "version": 7})[1]["id"] == sid
+    assert sr(f"/subjects/{s}/versions/7")[1]["id"] == sid
+    assert sr(f"/schemas/ids/{sid}")[1] == {"schema": A_BAD}
+    # the id belongs to that schema now: importing another schema with it is refused
+    status, body, _ = sr(f"/subjects/{s}/versions", "POST", {"schema": A1, "id": sid, "version": 8})
+    assert (status, body["error_code"]) == (422, 42207)
+    assert sr(f"/mode/{s}", "DELETE")[1] == {"mode": "IMPORT"}
+    status, body, _ = sr(f"/subjects/{s}/versions", "POST", {"schema": A1, "id": sid + 1})
+    assert (status, body["error_code"]) == (422, 42205) and "import mode" in body["message"]
+    # IMPORT on a subject that has versions needs force=true
+    status, body, _ = sr(f"/mode/{s}", "PUT", {"mode": "IMPORT"})
+    assert (status, body["error_code"]) == (422, 42205)
+    assert sr(f"/mode/{s}?force=true", "PUT", {"mode": "IMPORT"})[0] == 200
+    status, body, _ = sr("/mode", "PUT", {"mode": "SOMETIMES"})
+    assert (status, body["error_code"]) == (422, 42204)
+    assert sr("/mode")[1] == {"mode": "READWRITE"}
+
+
+def test_soft_and_permanent_deletes(sr) -> None:
+    s = _subject("del")
+    d1, d2 = _avro([{"name": "a", "type": "int"}], "Del"), _avro([], "Del")  # this test's own: ids are global
+    sid1 = sr(f"/subjects/{s}/versions", "POST", {"schema": d1})[1]["id"]
+    sr(f"/subjects/{s}/versions", "POST", {"schema": d2})
+    status, body, _ = sr(f"/subjects/{s}/versions/1?permanent=true", "DELETE")
+    assert (status, body["error_code"]) == (404, 40407)
+    assert sr(f"/subjects/{s}/versions/1", "DELETE")[1] == 1
+    status, body, _ = sr(f"/subjects/{s}/versions/1", "DELETE")
+    assert (status, body["error_code"]) == (404, 40406)
+    assert sr(f"/subjects/{s}/versions")[1] == [2]
+    assert sr(f"/subjects/{s}/versions?deleted=true")[1] == [1, 2]
+    assert sr(f"/subjects/{s}/versions/1")[1]["error_code"] == 40402
+    assert sr(f"/subjects/{s}/versions/1?deleted=true")[1]["id"] == sid1
+    assert sr(f"/schemas/ids/{sid1}")[0] == 200  # a soft-deleted version's id still decodes data
+    assert sr(f"/subjects/{s}/versions/1?permanent=true", "DELETE")[1] == 1
+    assert sr(f"/schemas/ids/{sid1}")[1]["error_code"] == 40403
+    status, body, _ = sr(f"/subjects/{s}?permanent=true", "DELETE")
+    assert (status, body["error_code"]) == (404, 40405)
+    assert sr(f"/subjects/{s}", "DELETE")[1] == [2]
+    assert s not in sr("/subjects")[1] and s in sr("/subjects?deleted=true")[1]
+    status, body, _ = sr(f"/subjects/{s}", "DELETE")
+    assert (status, body["error_code"]) == (404, 40404)
+    assert sr(f"/subjects/{s}?permanent=true", "DELETE")[1] == [2]
+    assert sr(f"/subjects/{s}/versions?deleted=true")[1]["error_code"] == 40401
+    # gone for good: a registration starts the subject anew, and the schema gets a new id (ids are never reused)
+    again = sr(f"/subjects/{s}/versions", "POST", {"schema": d1})[1]
+    assert again["version"] == 1 and again["id"] > sid1
+
+
+@pytest.mark.parametrize("path, method, body, status, code, names", [
+    ("/subjects/{s}/versions", "POST", {"schema": "{not json"}, 422, 42201, "not JSON"),
+    ("/subjects/{s}/versions", "POST", {"schema": '{"type": "record", "name": "R"}'}, 422, 42201, "fields"),
+    ("/subjects/{s}/versions", "POST", {"schema": "{}", "schemaType": "XML"}, 422, 42201, "XML"),
+    ("/subjects/{s}/versions", "POST", {"schemaType": "AVRO"}, 422, 42201, "'schema'"),
+    ("/subjects/{s}/versions", "POST", {"schema": '{"type": 5}', "schemaType": "JSON"}, 422, 42201, "type"),
+    ("/subjects/{s}/versions", "POST", {"schema": "message {", "schemaType": "PROTOBUF"}, 422, 42201, "line 1"),
+    ("/subjects/{s}/versions", "POST", {"schema": A1, "references": [{"name": "x"}]}, 422, 42201, "references[0]"),
+    ("/subjects/{s}/versions", "POST", {"schema": '{"$ref": "other.json"}', "schemaType": "JSON",
+                                        "references": [{"name": "other.json", "subject": "gone", "version": 1}]},
+     422, 42201, "gone"),
+    ("/subjects/{s}/versions", "POST", {"schema": '{"$ref": "elsewhere.json"}', "schemaType": "JSON"},
+     422, 42201, "elsewhere.json"),
+    ("/subjects/a%2Fb/versions", "POST", {"schema": A1}, 422, 42208, "a/b"),
+    ("/subjects/%2E%2E/versions", "POST", {"schema": A1}, 422, 42208, ".."),
+    ("/subjects/{s}/versions", "GET", None, 404, 40401, "not found"),
+    ("/subjects/{s}/versions/abc", "GET", None, 422, 42202, "abc"),
+    ("/subjects/{s}/versions/0", "GET", None, 422, 42202, "'0'"),
+    ("/schemas/ids/999999", "GET", None, 404, 40403, "999999"),
+    ("/config", "PUT", {"compatibility": 3}, 422, 42203, "3"),
+])
+def test_bad_input(sr, path, method, body, status, code, names) -> None:
+    got_status, got, _ = sr(path.replace("{s}", _subject("bad")), method, body)
+    assert (got_status, got["error_code"]) == (status, code), got
+    assert names in got["message"]
+
+
+def test_malformed_body(sr) -> None:
+    status, body, _ = sr(f"/subjects/{_subject('raw')}/versions", "POST", raw=b"{nope")
+    assert status == 400 and "not JSON" in body["message"]

@@ -1,0 +1,146 @@
+"""confluent-kafka's Schema Registry client and serializers against a Kelp broker: register, evolve, refuse
+an incompatible change with 409, and round-trip records through Kelp with Avro and JSON Schema."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+pytestmark = [pytest.mark.clients, pytest.mark.timeout(90)]
+
+USER_V1 = {"type": "record", "name": "User", "namespace": "kelp.test",
+           "fields": [{"name": "name", "type": "string"}, {"name": "age", "type": "int"}]}
+USER_V2 = {**USER_V1, "fields": USER_V1["fields"] + [{"name": "email", "type": "string", "default": ""}]}
+USER_BAD = {**USER_V1, "fields": USER_V1["fields"] + [{"name": "phone", "type": "string"}]}
+
+
+def _consume(bootstrap: str, topic: str, n: int, *, timeout_s: float = 30.0) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    out: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(out) < n and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            out.append(msg.value())
+    finally:
+        consumer.close()
+    assert len(out) == n, f"consumed {len(out)} of {n} records from {topic}"
+    return out
+
+
+def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for value in values:
+        producer.produce(topic, value=value)
+    assert producer.flush(30) == 0
+
+
+def test_avro_register_evolve_and_round_trip(kelp) -> None:
+    client = SchemaRegistryClient({"url": kelp.http_url})
+    topic = f"users-{uuid.uuid4().hex[:8]}"
+    subject = f"{topic}-value"
+    serializer = AvroSerializer(client, json.dumps(USER_V1))
+    records = [{"name": "ada", "age": 36}, {"name": "alan", "age": 41}]
+    values = [serializer(r, SerializationContext(topic, MessageField.VALUE)) for r in records]
+    schema_id = int.from_bytes(values[0][1:5], "big")
+    assert values[0][0] == 0 and schema_id == client.get_latest_version(subject).schema_id
+    _produce(kelp.bootstrap, topic, values)
+
+    # the same schema again: the same id, no new version; a compatible change (a field with a default) accepted
+    assert client.register_schema(subject, Schema(json.dumps(USER_V1), "AVRO")) == schema_id
+    v2 = client.register_schema(subject, Schema(json.dumps(USER_V2), "AVRO"))
+    assert v2 != schema_id and client.get_versions(subject) == [1, 2]
+    # an incompatible one (a new field without a default, under BACKWARD) refused with Confluent's 409
+    with pytest.raises(SchemaRegistryError) as refused:
+        client.register_schema(subject, Schema(json.dumps(USER_BAD), "AVRO"))
+    assert refused.value.http_status_code == 409 and refused.value.error_code == 409
+    assert "incompatible with an earlier schema" in refused.value.error_message
+    assert "READER_FIELD_MISSING_DEFAULT_VALUE" in refused.value.error_message
+    assert client.test_compatibility(subject, Schema(json.dumps(USER_BAD), "AVRO")) is False
+    assert client.test_compatibility(subject, Schema(json.dumps(USER_V2), "AVRO")) is True
+
+    # consumed through Kelp and read back by the schema each record names (the v1 id, looked up by id)
+    deserializer = AvroDeserializer(SchemaRegistryClient({"url": kelp.http_url}))
+    got = [deserializer(v, SerializationContext(topic, MessageField.VALUE)) for v in _consume(kelp.bootstrap, topic, 2)]
+    assert got == records
+    # a v2 record, and a v2 reader reading v1 data (the default fills the new field)
+    v2_serializer = AvroSerializer(SchemaRegistryClient({"url": kelp.http_url}), json.dumps(USER_V2))
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    raw = v2_serializer({"name": "grace", "age": 85, "email": "g@navy"}, ctx)
+    assert int.from_bytes(raw[1:5], "big") == v2
+    reader = AvroDeserializer(client, json.dumps(USER_V2))
+    assert reader(values[0], SerializationContext(topic, MessageField.VALUE)) == {**records[0], "email": ""}
+
+
+PERSON = {"$schema": "http://json-schema.org/draft-07/schema#", "title": "Person", "type": "object",
+          "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0}},
+          "required": ["name"], "additionalProperties": False}
+
+
+def test_json_schema_register_evolve_and_round_trip(kelp) -> None:
+    client = SchemaRegistryClient({"url": kelp.http_url})
+    topic = f"people-{uuid.uuid4().hex[:8]}"
+    subject = f"{topic}-value"
+    serializer = JSONSerializer(json.dumps(PERSON), client)
+    people = [{"name": "ada", "age": 36}, {"name": "alan"}]
+    values = [serializer(p, SerializationContext(topic, MessageField.VALUE)) for p in people]
+    _produce(kelp.bootstrap, topic, values)
+    registered = client.get_latest_version(subject)
+    assert registered.schema.schema_type == "JSON" and registered.version == 1
+
+    # closed content model: an optional property added is compatible; a property's type changed is not
+    wider = {**PERSON, "properties": {**PERSON["properties"], "email": {"type": "string"}}}
+    assert client.register_schema(subject, Schema(json.dumps(wider), "JSON")) > registered.schema_id
+    changed = {**PERSON, "properties": {**PERSON["properties"], "age": {"type": "string"}}}
+    with pytest.raises(SchemaRegistryError) as refused:
+        client.register_schema(subject, Schema(json.dumps(changed), "JSON"))
+    assert refused.value.http_status_code == 409 and "TYPE_CHANGED" in refused.value.error_message
+
+    deserializer = JSONDeserializer(None, schema_registry_client=client)
+    got = [deserializer(v, SerializationContext(topic, MessageField.VALUE)) for v in _consume(kelp.bootstrap, topic, 2)]
+    assert got == people
+
+
+COMMON_PROTO = 'syntax = "proto3";\npackage kelp.common;\nmessage Money { string currency = 1; int64 units = 2; }\n'
+ORDER_PROTO = ('syntax = "proto3";\npackage kelp.orders;\nimport "kelp/common/money.proto";\n'
+               'message Order { string id = 1; kelp.common.Money total = 2; repeated string items = 3; }\n')
+
+
+def test_protobuf_with_a_reference(kelp) -> None:
+    client = SchemaRegistryClient({"url": kelp.http_url})
+    suffix = uuid.uuid4().hex[:8]
+    money_id = client.register_schema(f"money-{suffix}", Schema(COMMON_PROTO, "PROTOBUF"))
+    ref = SchemaReference("kelp/common/money.proto", f"money-{suffix}", 1)
+    order_id = client.register_schema(f"orders-{suffix}-value", Schema(ORDER_PROTO, "PROTOBUF", [ref]))
+    assert order_id != money_id
+    fetched = client.get_schema(order_id)
+    assert fetched.schema_type == "PROTOBUF"
+    assert [(r.name, r.subject, r.version) for r in fetched.references] == [(ref.name, ref.subject, 1)]
+    # a field's type changed across scalar groups (string -> int64): incompatible
+    bad = ORDER_PROTO.replace("string id = 1", "int64 id = 1")
+    with pytest.raises(SchemaRegistryError) as refused:
+        client.register_schema(f"orders-{suffix}-value", Schema(bad, "PROTOBUF", [ref]))
+    assert refused.value.http_status_code == 409 and "FIELD_SCALAR_KIND_CHANGED" in refused.value.error_message
+    # the referenced version cannot be deleted while the order schema uses it
+    with pytest.raises(SchemaRegistryError) as in_use:
+        client.delete_version(f"money-{suffix}", 1)
+    assert in_use.value.error_code == 42206
+    # a reference that does not resolve, and an import no reference names: 42201
+    for refs in ([SchemaReference("kelp/common/money.proto", f"nobody-{suffix}", 1)], []):
+        with pytest.raises(SchemaRegistryError) as unresolved:
+            client.register_schema(f"orders2-{suffix}-value", Schema(ORDER_PROTO, "PROTOBUF", refs))
+        assert unresolved.value.http_status_code == 422 and unresolved.value.error_code == 42201
+        assert "money.proto" in unresolved.value.error_message
