@@ -53,6 +53,7 @@ log = logging.getLogger("kelp.broker.http.consumers")
 
 SESSION_TIMEOUT_MS = 10_000
 LONG_POLL_ROUND_MS = 200
+CLOSE_TIMEOUT_S = 3.0
 FORWARD_CONNECTIONS = 64  # requests forwarded to other brokers at once (rest_forwarding); more wait
 # Commit errors that mean a rebalance moved the group on: the client reads again and retries.
 _REBALANCED = (ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.REBALANCE_IN_PROGRESS)
@@ -454,10 +455,17 @@ class HttpConsumer:
                 log.info("auto-commit of REST consumer %s/%s skipped: %s", self.group, self.name, exc)
 
     async def close(self) -> None:
+        """Commit (auto-commit), leave the group and drop the connections; bounded by CLOSE_TIMEOUT_S, since
+        a coordinator that cannot be reached (a broker stopping) would otherwise hold the close for the
+        client's whole retry budget: the group then expires the member after its session timeout."""
         if self.closed:
             return
         try:
-            await self._stop_membership()
+            async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                await self._stop_membership()
+        except TimeoutError:
+            log.info("REST consumer %s/%s: leaving its group took over %.0f s; the coordinator expires it",
+                     self.group, self.name, CLOSE_TIMEOUT_S)
         finally:
             self.closed = True
             await self.client.close()
@@ -555,11 +563,11 @@ class ConsumerRegistry:
     async def close_all(self) -> None:
         if self._reaper is not None:
             self._reaper.cancel()
-        for inst in list(self.instances.values()):
-            try:
-                await inst.close()
-            except Exception:
-                log.exception("closing REST consumer %s/%s failed", inst.group, inst.name)
+        instances = list(self.instances.values())
         self.instances.clear()
+        for inst, outcome in zip(instances, await asyncio.gather(*(i.close() for i in instances),
+                                                                 return_exceptions=True), strict=True):
+            if isinstance(outcome, Exception):
+                log.error("closing REST consumer %s/%s failed: %r", inst.group, inst.name, outcome)
         if self._forward_session is not None:
             await self._forward_session.close()

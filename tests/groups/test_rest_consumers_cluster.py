@@ -1,7 +1,8 @@
 """REST v2 consumers on a 3-broker cluster, through ONE HTTP address: ordinary group members.
 
 Twelve groups, coordinated by all three brokers, each read exactly their own
-records through broker 0's HTTP listener; an instance keeps reading across a
+records through broker 0's HTTP listener (and REST v3 there describes each
+group through its coordinator, with zero lag after the commits); an instance keeps reading across a
 SIGKILL of its group's coordinator (another broker than the one holding the
 instance) and its commits survive the failover; a request for an instance
 another broker holds is forwarded there, and once that broker is dead it is
@@ -122,6 +123,17 @@ def test_rest_consumers_of_twelve_groups_through_one_address_and_a_coordinator_f
         assert sum(inst.committed(f"t{i}").values()) == 10
     coordinators = {coordinator_of(cluster, f"g{i}") for i in range(GROUPS)}
     assert len(coordinators) >= 2, f"the groups should be coordinated by several brokers, got {coordinators}"
+    # REST v3 through the same address sees every group, each described by its own coordinator.
+    cid = call("GET", f"{base}/v3/clusters")[1]["data"][0]["cluster_id"]
+    v3 = f"{base}/v3/clusters/{cid}/consumer-groups"
+    status, listed = call("GET", v3, ctype="application/json")
+    assert status == 200 and {f"g{i}" for i in range(GROUPS)} <= {g["consumer_group_id"] for g in listed["data"]}
+    for i in range(GROUPS):
+        status, group = call("GET", f"{v3}/g{i}", ctype="application/json")
+        assert status == 200 and group["state"] == "STABLE", group
+        assert group["coordinator"]["related"].endswith(f"/brokers/{coordinator_of(cluster, f'g{i}')}")
+        status, summary = call("GET", f"{v3}/g{i}/lag-summary", ctype="application/json")
+        assert status == 200 and summary["total_lag"] == 0, summary
 
     # A group another broker coordinates: that broker dies; the instance (held by broker 0) keeps reading.
     victim_group = next(i for i in range(GROUPS) if coordinator_of(cluster, f"g{i}") != 0)
