@@ -5,15 +5,16 @@ Why: v3 clients produce one record per JSON object — `{"partition_id"?, "heade
 many objects one after another in one body (Confluent's streaming mode: concatenated JSON). Each gets its
 own delivery report, in order: `{"error_code": 200, "cluster_id", "topic_name", "partition_id", "offset",
 "timestamp", "key": {"type", "size"}, "value": {...}}`, or `{"error_code": 4xx/5xx, "message"}` for a record
-that could not be produced; the HTTP status is 200 once the body could be read, as Confluent's is. One
-object in gives one report out; several give the reports as concatenated JSON (one per line).
+that could not be produced; the HTTP status is 200 once a first report is sent, as Confluent's is. Reports
+are JSON objects, one per line (one object in, one report out).
 
 Data types: BINARY (`data` base64), JSON (any JSON value, stored as compact JSON text), STRING (a string,
 stored as UTF-8). Schema-registry types (AVRO, JSONSCHEMA, PROTOBUF, or a `schema_id`/`subject`) are refused
 per record with 400 naming them. Records are placed as Kafka's producer places them (explicit partition,
 murmur2 of the key, else round-robin), batched per partition, and appended at each partition's leader
-(`ClusterMember.append`), so any broker takes the request. The body is read whole first (bounded by
-`http.request.max.bytes`), and at most `http.request.max.records` objects are taken (413 beyond).
+(`ClusterMember.append`), so any broker takes the request. The body is read as it arrives: the records
+of each chunk are produced and answered before the next is read (a long-lived streaming request gets its
+reports as it goes), holding at most `http.request.max.bytes` of a record still arriving (413 beyond).
 
 This module must never append without the route's WRITE check (`route_access`), nor create a topic.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import codecs
 import json
 import time
 from collections import defaultdict
@@ -34,12 +36,12 @@ from kelp.json_types import JsonData, JsonValue
 from kelp.partitioner import partition_for_key
 from kelp.records import Record, build_batch
 
-from .keys import ROUND_ROBIN, int_setting
+from .keys import MAX_BODY, ROUND_ROBIN
 from .problems import HttpProblem
 from .serving import serving
 from .v3_views import CLUSTER, cluster_id, is_int
 
-__all__ = ["routes", "parse_stream"]
+__all__ = ["routes", "take_complete"]
 
 routes = web.RouteTableDef()
 _DECODER = json.JSONDecoder(parse_constant=lambda name: (_ for _ in ()).throw(ValueError(f"{name} is not JSON")))
@@ -48,25 +50,6 @@ _SCHEMA_FIELDS = ("schema_id", "schema_version", "subject", "subject_name_strate
 
 class _Bad(Exception):
     """One record that cannot be produced: its report is `{"error_code": 400, "message": ...}`."""
-
-
-def parse_stream(text: str, max_records: int) -> list[JsonValue]:
-    """The JSON values of a body holding one or several concatenated JSON documents."""
-    out: list[JsonValue] = []
-    pos, end = 0, len(text)
-    while True:
-        while pos < end and text[pos] in " \t\r\n":
-            pos += 1
-        if pos >= end:
-            return out
-        if len(out) >= max_records:
-            raise HttpProblem(413, f"the body holds more than {max_records} records "
-                                   "(http.request.max.records); send fewer per request", error_code=413)
-        try:
-            value, pos = _DECODER.raw_decode(text, pos)
-        except (ValueError, RecursionError) as exc:
-            raise HttpProblem(400, f"record {len(out)} of the body is not valid JSON: {exc}", error_code=400) from None
-        out.append(value)
 
 
 def _data(doc: dict[str, JsonValue], field: str) -> tuple[bytes | None, JsonData]:
@@ -142,35 +125,39 @@ def _iso(ms: int) -> str:
         "+00:00", "Z")
 
 
-@routes.post(CLUSTER + "/topics/{topic}/records")
-async def produce(request: web.Request) -> web.Response:
-    cid = cluster_id(request)
+def take_complete(text: str) -> tuple[list[JsonValue], str]:
+    """The complete JSON documents at the start of `text`, and what follows them (the start of one still
+    arriving, or text that is not JSON: the caller tells them apart when no more comes)."""
+    out: list[JsonValue] = []
+    pos, end = 0, len(text)
+    while True:
+        while pos < end and text[pos] in " \t\r\n":
+            pos += 1
+        if pos >= end:
+            return out, ""
+        try:
+            value, pos = _DECODER.raw_decode(text, pos)
+        except (ValueError, RecursionError):
+            return out, text[pos:]
+        out.append(value)
+
+
+async def _produce_docs(request: web.Request, cid: str, topic: str, partitions: int, docs: list[JsonValue],
+                        first: int) -> list[dict[str, JsonData]]:
+    """Produce `docs` (records `first`... of the stream): their reports, in order."""
     broker = serving(request)
-    topic = request.match_info["topic"]
-    info = broker.topics.describe(topic)
-    if request.content_type not in ("application/json", "application/octet-stream", ""):
-        raise HttpProblem(415, f"unsupported Content-Type {request.content_type!r}; send application/json",
-                          error_code=415)
-    raw = await request.read()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise HttpProblem(400, f"the body is not UTF-8 (byte {exc.start})", error_code=400) from None
-    docs = parse_stream(text, int_setting(broker.config, "http.request.max.records"))
-    if not docs:
-        raise HttpProblem(400, "the body holds no record: send a JSON object per record", error_code=400)
     now_ms = int(time.time() * 1000)
     reports: list[dict[str, JsonData]] = [{} for _ in docs]
     placed: dict[int, list[tuple[int, Record, JsonData, JsonData]]] = defaultdict(list)
     rr = request.app[ROUND_ROBIN]
     for i, doc in enumerate(docs):
         try:
-            explicit, rec, key_report, value_report = _record(doc, info.partitions, now_ms)
+            explicit, rec, key_report, value_report = _record(doc, partitions, now_ms)
         except _Bad as exc:
-            reports[i] = {"error_code": 400, "message": f"record {i}: {exc}"}
+            reports[i] = {"error_code": 400, "message": f"record {first + i}: {exc}"}
             continue
         p = explicit if explicit is not None else (
-            partition_for_key(rec.key, info.partitions) if rec.key is not None else rr.next(info.partitions))
+            partition_for_key(rec.key, partitions) if rec.key is not None else rr.next(partitions))
         placed[p].append((i, rec, key_report, value_report))
     for p, entries in sorted(placed.items()):
         try:
@@ -186,5 +173,62 @@ async def produce(request: web.Request) -> web.Response:
             reports[i] = {"error_code": 200, "cluster_id": cid, "topic_name": topic, "partition_id": p,
                           "offset": result.base_offset + j, "timestamp": _iso(rec.timestamp or now_ms),
                           "key": key_report, "value": value_report}
-    body = "\n".join(json.dumps(r, separators=(",", ":")) for r in reports)
-    return web.Response(body=body.encode(), content_type="application/json")
+    return reports
+
+
+@routes.post(CLUSTER + "/topics/{topic}/records")
+async def produce(request: web.Request) -> web.StreamResponse:
+    """Records as they arrive: the complete JSON objects of each chunk are produced and answered before the
+    next chunk is read, so a client streaming over one long-lived request gets its reports as it goes. At
+    most `http.request.max.bytes` of one record is held while it arrives (413 beyond); a failure after the
+    first report is answered as a last report (the status is already sent)."""
+    cid = cluster_id(request)
+    broker = serving(request)
+    topic = request.match_info["topic"]
+    partitions = broker.topics.describe(topic).partitions
+    if request.content_type not in ("application/json", "application/octet-stream", ""):
+        raise HttpProblem(415, f"unsupported Content-Type {request.content_type!r}; send application/json",
+                          error_code=415)
+    max_bytes = request.app[MAX_BODY]
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    response: web.StreamResponse | None = None
+    pending, produced = "", 0
+
+    async def answer(reports: list[dict[str, JsonData]]) -> None:
+        nonlocal response
+        if response is None:
+            response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+            await response.prepare(request)
+        await response.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in reports).encode())
+
+    async def fail(status: int, message: str) -> web.StreamResponse:
+        if response is None:
+            raise HttpProblem(status, message, error_code=status)
+        await answer([{"error_code": status, "message": message}])
+        await response.write_eof()
+        return response
+
+    finished = False
+    while not finished:
+        chunk = await request.content.readany()
+        finished = not chunk
+        try:
+            pending += decoder.decode(chunk, final=finished)
+        except UnicodeDecodeError as exc:
+            return await fail(400, f"record {produced} is not UTF-8 (byte {exc.start} of its chunk)")
+        docs, pending = take_complete(pending)
+        if docs:
+            await answer(await _produce_docs(request, cid, topic, partitions, docs, produced))
+            produced += len(docs)
+        if len(pending) > max_bytes:
+            return await fail(413, f"record {produced} is over {max_bytes} bytes (http.request.max.bytes) "
+                                   "or is not valid JSON")
+    if pending.strip():
+        try:
+            _DECODER.raw_decode(pending.strip())
+        except (ValueError, RecursionError) as exc:
+            return await fail(400, f"record {produced} is not valid JSON: {exc}")
+    if response is None:
+        raise HttpProblem(400, "the body holds no record: send a JSON object per record", error_code=400)
+    await response.write_eof()
+    return response

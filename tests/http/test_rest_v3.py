@@ -177,6 +177,8 @@ def test_every_v3_route_answers_in_confluents_shapes(kelp) -> None:
     assert [r["error_code"] for r in reports] == [200, 400, 200], reports
     assert "AVRO" in reports[1]["message"] and reports[2]["offset"] == 1
     assert reports[2]["timestamp"].startswith("2026-01-01T00:00:00")
+    broken = call(base, "POST", f"{c}/topics/v3t/records", raw=b'{"value": {"type": "JSON", "data": ', expect=400)
+    assert "record 0 is not valid JSON" in broken["message"]
 
     # a consumer group (a REST v2 consumer reads and commits), described by v3
     inst = call(base, "POST", "/consumers/v3g", {"format": "binary", "auto.offset.reset": "earliest"}, ctype=V2,
@@ -237,6 +239,39 @@ def test_v3_acls_search_create_delete(secured) -> None:
     assert call(base, "GET", f"{c}/acls?principal=User%3Aalice", expect=200)["data"] == []
 
 
+async def test_v3_produce_streams_reports_as_records_arrive(kelp) -> None:
+    """One long-lived request: each record's report arrives before the next record is sent."""
+    import asyncio
+
+    import aiohttp
+
+    base = kelp.http_url
+    cid = call(base, "GET", "/v3/clusters", expect=200)["data"][0]["cluster_id"]
+    call(base, "POST", f"/v3/clusters/{cid}/topics", {"topic_name": "v3stream", "partitions_count": 1}, expect=201)
+    got_report = asyncio.Event()
+
+    async def body():  # type: ignore[no-untyped-def]  # an async generator aiohttp streams as chunks
+        for i in range(3):
+            got_report.clear()
+            yield json.dumps({"value": {"type": "STRING", "data": f"s{i}"}}).encode()
+            await asyncio.wait_for(got_report.wait(), 10)  # the server answered before it saw the next record
+
+    reports = []
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{base}/v3/clusters/{cid}/topics/v3stream/records", data=body(),
+                                headers={"Content-Type": "application/json"},
+                                timeout=aiohttp.ClientTimeout(total=30)) as resp:
+            assert resp.status == 200
+            while len(reports) < 3:
+                line = await asyncio.wait_for(resp.content.readline(), 10)
+                assert line, f"the stream ended after {reports}"
+                reports.append(json.loads(line))
+                check("POST", f"/v3/clusters/{cid}/topics/v3stream/records", 200, reports[-1])
+                got_report.set()
+    assert [(r["error_code"], r["offset"]) for r in reports] == [(200, 0), (200, 1), (200, 2)]
+    call(base, "DELETE", f"/v3/clusters/{cid}/topics/v3stream", expect=204)
+
+
 def test_zz_every_v3_route_was_validated() -> None:
     """Runs after the tests above (file order): every v3 route Kelp serves was exercised and its answers were
     validated against Confluent's document."""
@@ -245,3 +280,4 @@ def test_zz_every_v3_route_was_validated() -> None:
     served = {(r.method, _template(r.path.replace("{", "x").replace("}", "x")))  # type: ignore[attr-defined]  # RouteDef has .path
               for module in (v3_cluster, v3_groups, v3_records, v3_acls) for r in module.routes}
     assert served <= validated, f"v3 routes never validated: {sorted(served - validated)}"
+
