@@ -131,6 +131,8 @@ class RestErrorCode(IntEnum):
     INVALID_CONSUMER_CONFIG = 42204
     # Kelp's own (not in Confluent's table): a broker already serves http.consumer.max.instances instances.
     TOO_MANY_CONSUMER_INSTANCES = 42901
+    # Confluent's KAFKA_RETRIABLE_ERROR: the cluster did not answer in time (a coordinator or leader moving).
+    KAFKA_RETRIABLE = 50003
 
 
 class KelpError(Exception):

@@ -170,6 +170,16 @@ class LeaderRouting(MemberState):
                                  leader_epoch=leader_epoch, partition_epoch=partition_epoch, isr=isr, timeout_s=10.0)
         return cast(PartitionAnswer, answer)  # the controller's answer to this operation
 
+    async def broker_json(self, broker_id: int, path: str) -> tuple[int, object]:
+        """GET `path` of live broker `broker_id`'s HTTP API as this broker (the control plane's TLS and
+        credentials): the status and the JSON body. The REST v3 group routes read the group's coordinator
+        this way; the caller has already authorized its own client."""
+        ep = self.brokers.get(broker_id)
+        if ep is None:
+            raise CoordinatorNotAvailableError(f"broker {broker_id} is not a live member of the cluster")
+        async with self._session().get(f"{ep.http_url}{path}") as resp:
+            return resp.status, await resp.json(content_type=None)
+
     # -- to a partition's leader ---------------------------------------------------------
     def partition_leader(self, topic: str, partition: int) -> tuple[int, str, int] | None:
         info = self.broker.topics.get(topic)

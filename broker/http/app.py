@@ -5,7 +5,8 @@ result; everything HTTP is assembled here from a `RouteTableDef` per role —
 admin (`/admin/v1`, with `/admin/v1/groups` from the group coordinator's
 `admin_groups`, `/admin/v1/transactions` and partitions' producers from
 `admin_transactions`, the SCRAM users of `admin_users` and `/admin/v1/acls`
-from `acl_routes`), Confluent REST Proxy v2 (`/topics...`), health and metrics —
+from `acl_routes`), Confluent REST Proxy v2 (`/topics...`, `/consumers...`), Confluent REST v3
+(`/v3/clusters...`: `v3_cluster`, `v3_groups`, `v3_records`, `v3_acls`), health and metrics —
 with its middlewares: JSON errors for every failure, a request-latency
 histogram labelled by route, authentication and authorization
 (`route_access`: 401/403 with a JSON body), and the starting gate. The Schema
@@ -38,6 +39,10 @@ from . import (
     metrics_routes,
     rest_consumers,
     rest_proxy,
+    v3_acls,
+    v3_cluster,
+    v3_groups,
+    v3_records,
 )
 from .authentication import HttpAuthenticator
 from .keys import BROKER, LOG_REGISTRY, MAX_BODY, METRICS, OFF_LOOP_SLOTS, ROUND_ROBIN, HttpBroker, int_setting
@@ -96,7 +101,7 @@ def build_http_app(broker: HttpBroker, *, authenticator: HttpAuthenticator | Non
     app[LOG_REGISTRY] = logs_registry
     app[ROUND_ROBIN] = RoundRobin()
     for module in (health, metrics_routes, admin, acl_routes, cluster_routes, admin_groups, admin_transactions,
-                   admin_users, rest_proxy, rest_consumers):
+                   admin_users, rest_proxy, rest_consumers, v3_cluster, v3_groups, v3_records, v3_acls):
         app.add_routes(module.routes)
     schema_registry_routes.install(app)  # Confluent's Schema Registry API (kelp.broker.schema_registry)
     return app

@@ -3,7 +3,12 @@
 Why: `rest_consumers` translates HTTP to calls; the state of an instance —
 its group membership (join, sync, heartbeat, rejoin in a background task),
 its assignment and positions, auto-commit, and what it may deliver — lives
-here, so the route module stays a thin translation. Reads decode every
+here, so the route module stays a thin translation. An instance is an
+ordinary group member on whichever broker it was created: everything it
+says to its group's coordinator and its partitions' leaders goes over the
+Kafka protocol (`consumer_client.MemberClient`), which follows both when
+they move; the HTTP client notices nothing but a read that returns fewer
+records while they move. Reads decode every
 record of a fetch before any position moves: a position advances only past
 records the response delivers, and a record a `format=json` instance cannot
 deliver is reported (406, 40601, naming topic, partition and offset) until
@@ -12,7 +17,7 @@ deserializer refuses. The registry caps the instances of a broker
 (`http.consumer.max.instances`) and closes idle ones
 (`consumer.instance.timeout.ms`, on its injectable monotonic clock).
 
-This module must never change group state except through the coordinator.
+This module must never change group state except through the coordinator (over the Kafka protocol).
 """
 
 from __future__ import annotations
@@ -20,32 +25,36 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import re
 from typing import Callable
 
+import aiohttp
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
 
 from kelp.clock import Monotonic, monotonic, wall_clock_ms
-from kelp.errors import ErrorCode, KelpError, OffsetOutOfRangeError, RestErrorCode
+from kelp.errors import ErrorCode, KelpError, RestErrorCode
 from kelp.json_types import JsonData, JsonValue
-from kelp.records import iter_records
+from kelp.kafka_client import KafkaClientError
+from kelp.kafka_client.errors import error_name
+from kelp.kafka_client.security import PLAINTEXT
+from kelp.records import iter_headers, iter_records
 
-from ..groups.group import CommittedOffset
 from ..parts import BrokerParts
-from ..replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchPartition
+from ..replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from ..security.principal import ANONYMOUS, KafkaPrincipal
-from .admin_groups import error_for, require_local_group
+from .admin_groups import error_for
+from .consumer_client import FetchedPartition, MemberClient
 from .json_body import json_value
 from .problems import HttpProblem
-from .topic_views import record_bytes
 
-__all__ = ["HttpConsumer", "ConsumerRegistry", "range_assign"]
+__all__ = ["HttpConsumer", "ConsumerRegistry", "range_assign", "unavailable"]
 
 log = logging.getLogger("kelp.broker.http.consumers")
 
 SESSION_TIMEOUT_MS = 10_000
-# Coordinator errors after which the member waits for the coordinator to change, then joins again.
-_COORDINATOR_MOVING = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-                       ErrorCode.COORDINATOR_NOT_AVAILABLE)
+LONG_POLL_ROUND_MS = 200
+CLOSE_TIMEOUT_S = 3.0
+FORWARD_CONNECTIONS = 64  # requests forwarded to other brokers at once (rest_forwarding); more wait
 # Commit errors that mean a rebalance moved the group on: the client reads again and retries.
 _REBALANCED = (ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.REBALANCE_IN_PROGRESS)
 
@@ -101,9 +110,12 @@ class HttpConsumer:
         self.undeliverable: tuple[tuple[str, int], int, str, str] | None = None
         self.last_used = registry.monotonic()
         self.closed = False
+        self.client = registry.member_client(f"rest-proxy-{name}")
         self._task: asyncio.Task[None] | None = None
         self._joined = asyncio.Event()
+        self._wake = asyncio.Event()  # cuts the member loop's wait short: rejoin now
         self._lock = asyncio.Lock()
+        self._rejoin_now = True
         coord = self.broker.groups
         self.session_timeout_ms = min(max(SESSION_TIMEOUT_MS, coord.config.min_session_timeout_ms),
                                       coord.config.max_session_timeout_ms)
@@ -120,7 +132,13 @@ class HttpConsumer:
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._member_loop(), name=f"rest-consumer-{self.group}-{self.name}")
         else:
-            self._rejoin_now = True
+            self.request_rejoin()
+
+    def request_rejoin(self) -> None:
+        """Join the group again now (not at the next heartbeat): the coordinator no longer knows this member."""
+        self._joined.clear()
+        self._rejoin_now = True
+        self._wake.set()
 
     async def unsubscribe(self) -> None:
         await self._stop_membership()
@@ -138,7 +156,10 @@ class HttpConsumer:
             self._task = None
         if self.member_id:
             await self._commit_auto()
-            self.broker.groups.leave_group(self.group, [(self.member_id, None)])
+            try:
+                await self.client.leave(self.group, self.member_id)
+            except KafkaClientError as exc:  # the coordinator expires the member after its session timeout
+                log.info("REST consumer %s/%s could not leave its group: %s", self.group, self.name, exc)
             self.member_id = ""
             self.generation = -1
 
@@ -151,8 +172,14 @@ class HttpConsumer:
                     self._rejoin_now = False
                     await self._commit_auto()
                     await self._join_and_sync()
-                await asyncio.sleep(interval)
-                code = self.broker.groups.heartbeat(self.group, self.generation, self.member_id)
+                try:
+                    await asyncio.wait_for(self._wake.wait(), interval)
+                except asyncio.TimeoutError:
+                    pass
+                if self._wake.is_set():
+                    self._wake.clear()
+                    continue
+                code = await self.client.heartbeat(self.group, self.generation, self.member_id)
                 if code == ErrorCode.NONE:
                     continue
                 if code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID):
@@ -161,52 +188,43 @@ class HttpConsumer:
                 self._rejoin_now = True
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("REST consumer %s/%s: group membership failed; retrying", self.group, self.name)
+            except Exception as exc:
+                # The coordinator could not be found or reached within the client's retries (a failover
+                # longer than them): keep the member and try again, as a consumer's poll loop does.
+                log.info("REST consumer %s/%s: group membership failed (%s); retrying", self.group, self.name, exc)
                 self._rejoin_now = True
                 await asyncio.sleep(0.5)
 
     async def _join_and_sync(self) -> None:
-        coord = self.broker.groups
-        meta = ConsumerProtocolSubscription(version=0, topics=self.topics, user_data=b"").encode()
+        meta = bytes(ConsumerProtocolSubscription(version=0, topics=self.topics, user_data=b"").encode())
         for _ in range(10):
-            r = await coord.join_group(
-                self.group, self.member_id, client_id=f"rest-proxy-{self.name}", client_host="/rest-proxy",
-                session_timeout_ms=self.session_timeout_ms, rebalance_timeout_ms=self.session_timeout_ms,
-                protocol_type="consumer", protocols=[("range", bytes(meta))], require_known_member_id=True,
-            )
+            r = await self.client.join(self.group, self.member_id, session_timeout_ms=self.session_timeout_ms,
+                                       rebalance_timeout_ms=self.session_timeout_ms, protocols=[("range", meta)])
             if r.error == ErrorCode.MEMBER_ID_REQUIRED:
                 self.member_id = r.member_id
                 continue
-            if r.error == ErrorCode.UNKNOWN_MEMBER_ID:
+            if r.error in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID):
                 self.member_id = ""
                 continue
-            if r.error in _COORDINATOR_MOVING:
-                # Leadership of the group's partition is changing: wait (bounded) for it, then try again.
-                await coord.wait_ownership_change(1.0)
+            if r.error == ErrorCode.REBALANCE_IN_PROGRESS:
                 continue
             if r.error:
-                raise KelpError(f"JoinGroup of REST consumer {self.group}/{self.name} failed with Kafka error "
-                                f"{r.error}")
+                raise KelpError(f"JoinGroup of REST consumer {self.group}/{self.name} failed: {error_name(r.error)}")
             self.member_id, self.generation = r.member_id, r.generation
-            assignments = None
-            if r.members:
-                assignments = self._leader_assignments(r.members)
-            s = await coord.sync_group(self.group, r.generation, r.member_id, assignments=assignments)
-            if s.error == ErrorCode.REBALANCE_IN_PROGRESS:
-                continue
-            if s.error:
-                if s.error == ErrorCode.UNKNOWN_MEMBER_ID:
+            assignments = self._leader_assignments(r.members) if r.leader == r.member_id else None
+            code, data = await self.client.sync(self.group, r.generation, r.member_id, assignments)
+            if code:
+                if code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID):
                     self.member_id = ""
                 continue
-            self._set_assignment(s.assignment)
+            self._set_assignment(data)
             self._joined.set()
             return
         raise KelpError(f"REST consumer {self.group}/{self.name} could not complete a rebalance after 10 attempts")
 
-    def _leader_assignments(self, members: list[tuple[str, str | None, bytes]]) -> dict[str, bytes]:
+    def _leader_assignments(self, members: list[tuple[str, bytes]]) -> dict[str, bytes]:
         subs = []
-        for member_id, _, meta in members:
+        for member_id, meta in members:
             try:
                 topics = list(ConsumerProtocolSubscription.decode(meta).topics or [])
             except Exception:
@@ -238,25 +256,48 @@ class HttpConsumer:
         log.info("REST consumer %s/%s (member %s) assigned %s", self.group, self.name, self.member_id, self.assignment)
 
     # -- positions ------------------------------------------------------
-    async def ensure_coordinated_here(self) -> None:
-        """Raise 421 (naming the coordinator) / 503 when this broker does not coordinate the group now."""
-        if self.broker.groups.check_group(self.group) != ErrorCode.NONE:
-            await require_local_group(self.broker, self.group, timeout_s=0)
+    async def committed(self, parts: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, str]]:
+        """The group's committed (offset, metadata) of `parts`, from its coordinator wherever it is."""
+        try:
+            return await self.client.committed(self.group, parts)
+        except KafkaClientError as exc:
+            raise unavailable(exc, f"cannot read the committed offsets of group '{self.group}'") from None
 
-    def _initial_position(self, tp: tuple[str, int]) -> int:
-        err, committed = self.broker.groups.fetch_offsets(self.group, [tp])
-        if err:
-            # Never fall back to auto.offset.reset because the committed offset could not be read.
-            raise error_for(err, f"cannot read the committed offset of {tp[0]}-{tp[1]} for group '{self.group}': "
-                                 f"coordinator error {err}; retry")
-        co = committed.get(tp)
-        if co is not None and co.offset >= 0:
-            return co.offset
-        if self.reset == "none":
-            raise HttpProblem(409, f"no committed offset for {tp[0]}-{tp[1]} in group '{self.group}' and "
-                                   "auto.offset.reset is none", error_code=RestErrorCode.CONSUMER_INSTANCE_NOT_FOUND)
+    async def edge_offsets(self, parts: list[tuple[str, int]], timestamp: int) -> dict[tuple[str, int], int]:
+        """The first (EARLIEST_TIMESTAMP) or next (LATEST_TIMESTAMP) offset of `parts`, from their leaders."""
+        try:
+            return await self.client.list_offsets(parts, timestamp)
+        except KafkaClientError as exc:
+            raise unavailable(exc, "cannot list the partitions' offsets") from None
+
+    async def _initial_positions(self, parts: list[tuple[str, int]]) -> None:
+        """Positions of partitions without one: committed, else auto.offset.reset. Never falls back to the reset
+        because the committed offset could not be read (the partitions wait for the next read then)."""
+        try:
+            committed = await self.client.committed(self.group, parts)
+        except KafkaClientError as exc:
+            log.info("REST consumer %s/%s: committed offsets not readable yet (%s)", self.group, self.name, exc)
+            return
+        missing = []
+        for tp in parts:
+            offset = committed.get(tp, (-1, ""))[0]
+            if offset >= 0:
+                self.positions[tp] = offset
+            else:
+                missing.append(tp)
+        if missing and self.reset == "none":
+            t, p = missing[0]
+            raise HttpProblem(409, f"no committed offset for {t}-{p} in group '{self.group}' and "
+                                   "auto.offset.reset is none", error_code=RestErrorCode.ILLEGAL_STATE)
+        if missing:
+            await self._reset(missing)
+
+    async def _reset(self, parts: list[tuple[str, int]]) -> None:
         ts = EARLIEST_TIMESTAMP if self.reset == "earliest" else LATEST_TIMESTAMP
-        return self.broker.replicas.list_offset(tp[0], tp[1], ts)[0]
+        try:
+            self.positions.update(await self.client.list_offsets(parts, ts))
+        except KafkaClientError as exc:
+            log.info("REST consumer %s/%s: offsets not listable yet (%s)", self.group, self.name, exc)
 
     async def wait_assigned(self, timeout_s: float) -> None:
         if self.manual or not self.topics:
@@ -267,53 +308,79 @@ class HttpConsumer:
             pass
 
     async def read(self, *, timeout_ms: int, max_bytes: int) -> list[JsonData]:
-        await self.ensure_coordinated_here()
+        deadline = asyncio.get_running_loop().time() + timeout_ms / 1000.0
         await self._commit_auto()
         await self.wait_assigned(timeout_ms / 1000.0)
         parts = list(self.assignment)
         if not parts:
             return []
-        for tp in parts:
-            if tp not in self.positions:
-                self.positions[tp] = self._initial_position(tp)
+        unknown = [tp for tp in parts if tp not in self.positions]
+        if unknown:
+            await self._initial_positions(unknown)
         self._raise_if_undeliverable()
-        reqs = [FetchPartition(t, p, self.positions[(t, p)], max_bytes) for t, p in parts]
-        results = await self.broker.replicas.fetch(reqs, max_wait_ms=timeout_ms, min_bytes=1, max_bytes=max_bytes)
-        # Decode every record of the response before any position moves: a position advances only
-        # past records this response delivers, and stops at the first one that cannot be delivered.
+        # First whatever is there now, then long-poll in short rounds: a leader without records holds its
+        # answer for the round's wait, so a short round bounds how late records on another leader arrive.
+        wait_ms = 0
+        while True:
+            positions = {tp: self.positions[tp] for tp in parts if tp in self.positions}
+            if not positions:
+                return []
+            results = await self.client.fetch(positions, max_wait_ms=wait_ms, max_bytes=max_bytes)
+            out = await self._deliver(results, max_bytes)
+            remaining_ms = int((deadline - asyncio.get_running_loop().time()) * 1000)
+            if out or remaining_ms <= 0 or self.closed:
+                if not out:
+                    self._raise_if_undeliverable()
+                return out
+            wait_ms = min(remaining_ms, LONG_POLL_ROUND_MS)
+
+    async def _deliver(self, results: list[FetchedPartition], max_bytes: int) -> list[JsonData]:
+        """Decode every record of a fetch before any position moves: a position advances only past records
+        this answer delivers (at most `max_bytes` of keys and values, at least one record), and stops at the
+        first one that cannot be delivered."""
         out: list[JsonData] = []
         advance: dict[tuple[str, int], int] = {}
+        budget = max_bytes
+        reset: list[tuple[str, int]] = []
         for res in results:
             tp = (res.topic, res.partition)
-            if res.error is not None:
-                if isinstance(res.error, OffsetOutOfRangeError) and self.reset != "none":
-                    ts = EARLIEST_TIMESTAMP if self.reset == "earliest" else LATEST_TIMESTAMP
-                    self.positions[tp] = self.broker.replicas.list_offset(res.topic, res.partition, ts)[0]
+            if res.error == ErrorCode.OFFSET_OUT_OF_RANGE and self.reset != "none":
+                reset.append(tp)
                 continue
-            if not res.records:
+            if res.error or not res.records or tp not in self.positions:
                 continue
-            start = self.positions.get(tp, 0)
+            start = self.positions[tp]
             nxt = start
-            for rec in iter_records(bytes(record_bytes(res.records))):
+            complete = True
+            for rec in iter_records(res.records):
                 if rec.offset < start:
                     continue
+                size = len(rec.key or b"") + len(rec.value or b"")
+                if out and size > budget:
+                    complete = False
+                    break
                 try:
                     key, value = self._field(rec.key, "key"), self._field(rec.value, "value")
                 except _Undeliverable as exc:
                     if self.undeliverable is None:
                         self.undeliverable = (tp, rec.offset, exc.field, exc.reason)
+                    complete = False
                     break
+                budget -= size
                 out.append({"topic": res.topic, "partition": res.partition, "offset": rec.offset,
                             "key": key, "value": value, "timestamp": rec.timestamp})
                 nxt = rec.offset + 1
+            if complete:
+                # Past transaction markers and compacted gaps too: the end of the last complete batch.
+                nxt = max([nxt, *(info.next_offset for info in iter_headers(res.records))])
             if nxt != start:
                 advance[tp] = nxt
         for tp, nxt in advance.items():
             if tp in self.positions:
                 self.positions[tp] = nxt
                 self.delivered[tp] = nxt
-        if not out:
-            self._raise_if_undeliverable()
+        if reset:
+            await self._reset(reset)
         return out
 
     def _raise_if_undeliverable(self) -> None:
@@ -353,21 +420,30 @@ class HttpConsumer:
             raise _Undeliverable(field, str(exc)) from None
 
     # -- commits --------------------------------------------------------
-    async def commit(self, offsets: dict[tuple[str, int], int]) -> None:
+    async def commit(self, offsets: dict[tuple[str, int], int], *, rejoined: bool = False) -> None:
+        """OffsetCommit as this member. When the coordinator no longer knows the member (it moved, or the
+        session lapsed while it moved), rejoin at once and commit again the partitions still assigned,
+        as a consumer whose partitions survived the rebalance would: the HTTP client does not notice."""
         if not offsets:
             return
-        coord = self.broker.groups
-        codes = await coord.commit_offsets(
-            self.group, member_id=self.member_id if not self.manual else "",
-            generation=self.generation if (self.member_id and not self.manual) else -1,
-            offsets={tp: CommittedOffset(o) for tp, o in offsets.items()},
-        )
+        member = bool(self.member_id) and not self.manual
+        try:
+            codes = await self.client.commit(self.group, self.generation if member else -1,
+                                             self.member_id if member else "", offsets)
+        except KafkaClientError as exc:
+            raise unavailable(exc, f"cannot commit offsets of group '{self.group}'") from None
         bad = {tp: c for tp, c in codes.items() if c}
+        if bad and member and not rejoined and all(c in _REBALANCED for c in bad.values()):
+            self.request_rejoin()
+            await self.wait_assigned(self.session_timeout_ms / 1000.0)
+            if self._joined.is_set():
+                kept = {tp: o for tp, o in offsets.items() if tp in bad and tp in self.assignment}
+                await self.commit(kept, rejoined=True)
+                bad = {tp: c for tp, c in bad.items() if tp not in kept}
         if bad:
             (t, p), c = next(iter(bad.items()))
-            if c == ErrorCode.NOT_COORDINATOR:
-                await self.ensure_coordinated_here()
-            raise error_for(c, f"commit of {t}-{p} for group '{self.group}' failed with Kafka error {c}"
+            raise error_for(c, f"commit of {t}-{p} for group '{self.group}' failed with Kafka error {c} "
+                               f"({error_name(c)})"
                                + (" (a rebalance is in progress; read again and retry)" if c in _REBALANCED else ""))
 
     async def _commit_auto(self) -> None:
@@ -375,14 +451,32 @@ class HttpConsumer:
             pending, self.delivered = dict(self.delivered), {}
             try:
                 await self.commit(pending)
-            except KelpError as exc:
+            except (KelpError, HttpProblem) as exc:
                 log.info("auto-commit of REST consumer %s/%s skipped: %s", self.group, self.name, exc)
 
     async def close(self) -> None:
+        """Commit (auto-commit), leave the group and drop the connections; bounded by CLOSE_TIMEOUT_S, since
+        a coordinator that cannot be reached (a broker stopping) would otherwise hold the close for the
+        client's whole retry budget: the group then expires the member after its session timeout."""
         if self.closed:
             return
-        await self._stop_membership()
-        self.closed = True
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                await self._stop_membership()
+        except TimeoutError:
+            log.info("REST consumer %s/%s: leaving its group took over %.0f s; the coordinator expires it",
+                     self.group, self.name, CLOSE_TIMEOUT_S)
+        finally:
+            self.closed = True
+            await self.client.close()
+
+
+def unavailable(exc: KafkaClientError, what: str) -> HttpProblem:
+    """503 for what the cluster could not answer within the client's retries (Confluent's 50003: retriable)."""
+    return HttpProblem(503, f"{what}: {exc}; retry", error_code=RestErrorCode.KAFKA_RETRIABLE)
+
+
+_GENERATED = re.compile(r"^rest-consumer-b(\d+)-")
 
 
 class ConsumerRegistry:
@@ -394,6 +488,7 @@ class ConsumerRegistry:
         self.instances: dict[tuple[str, str], HttpConsumer] = {}
         self._reaper: asyncio.Task[None] | None = None
         self._counter = 0
+        self._forward_session: aiohttp.ClientSession | None = None
 
     @classmethod
     def of(cls, broker: BrokerParts) -> "ConsumerRegistry":
@@ -407,9 +502,40 @@ class ConsumerRegistry:
         return reg
 
     def new_name(self) -> str:
-        """A name for an instance created without one: unique in this registry, and across restarts."""
+        """A name for an instance created without one: unique in this registry, and across restarts, and
+        naming this broker (`holder_of`), so any broker can forward a request for it here."""
         self._counter += 1
-        return f"rest-consumer-{self._counter}-{wall_clock_ms()}"
+        return f"rest-consumer-b{self.broker.config.broker_id}-{self._counter}-{wall_clock_ms()}"
+
+    @staticmethod
+    def holder_of(name: str) -> int | None:
+        """The broker id a name from `new_name` carries; None for a name the client chose."""
+        m = _GENERATED.match(name)
+        return int(m.group(1)) if m else None
+
+    def member_client(self, client_id: str) -> MemberClient:
+        """A Kafka-protocol client for one instance: bootstrapped from this broker's own inter-broker
+        listener, with that listener's TLS and SASL, so it reaches every broker as the brokers reach each other."""
+        cluster = self.broker.cluster
+        endpoint = cluster.endpoint
+        if endpoint is None:
+            raise HttpProblem(503, f"broker {self.broker.config.broker_id} has not joined its cluster yet; retry")
+        security = cluster.inter_broker
+        if security is not None:
+            security.maybe_reload()
+        return MemberClient(f"{endpoint.host}:{endpoint.port}", client_id=client_id,
+                            security=security.kafka if security is not None else PLAINTEXT)
+
+    def forward_session(self) -> aiohttp.ClientSession:
+        """HTTP to the other brokers (their TLS as the control plane's), without credentials of its own:
+        `rest_forwarding` relays the client's. Closed by `close_all`."""
+        if self._forward_session is None or self._forward_session.closed:
+            security = self.broker.cluster.inter_broker
+            tls = security.http_ssl if security is not None else None
+            self._forward_session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(ssl=tls, limit=FORWARD_CONNECTIONS) if tls is not None
+                else aiohttp.TCPConnector(limit=FORWARD_CONNECTIONS))
+        return self._forward_session
 
     def start_reaper(self) -> None:
         if self._reaper is None or self._reaper.done():
@@ -437,9 +563,11 @@ class ConsumerRegistry:
     async def close_all(self) -> None:
         if self._reaper is not None:
             self._reaper.cancel()
-        for inst in list(self.instances.values()):
-            try:
-                await inst.close()
-            except Exception:
-                log.exception("closing REST consumer %s/%s failed", inst.group, inst.name)
+        instances = list(self.instances.values())
         self.instances.clear()
+        for inst, outcome in zip(instances, await asyncio.gather(*(i.close() for i in instances),
+                                                                 return_exceptions=True), strict=True):
+            if isinstance(outcome, Exception):
+                log.error("closing REST consumer %s/%s failed: %r", inst.group, inst.name, outcome)
+        if self._forward_session is not None:
+            await self._forward_session.close()

@@ -16,12 +16,12 @@ one may be set per instance in the create body) is closed and leaves its
 group; a broker serves at most `http.consumer.max.instances` instances (429
 beyond, naming the key).
 
-An instance lives on the broker that coordinates its group (the leader of
-the group's `__consumer_offsets` partition): creating one elsewhere, or using
-one after its group's coordinator moved to another broker, is answered with
-421, `error_code` 16 and a message naming the coordinating broker; the client
-creates the instance again there. While the coordinator is not available yet
-(first use creates `__consumer_offsets`) the answer is 503 with 14 or 15.
+An instance is created on any broker and lives there: it is an ordinary
+member of its group wherever the group's coordinator is, reads from its
+partitions' leaders wherever they are, and follows both when they move
+(`consumer_instance`, over the Kafka protocol). Its `base_uri` is that
+broker's advertised HTTP address; a request for it reaching another broker
+(a load balancer) is forwarded to the holder (`rest_forwarding`).
 
 An instance is its creator's, as a Kafka consumer is its application's: it is bound to the principal that
 created it (`http.authentication.methods`), and any other principal — a super user too — using or deleting
@@ -34,7 +34,7 @@ This module must never change group state except through the coordinator.
 
 from __future__ import annotations
 
-from typing import TypeGuard
+from typing import Awaitable, Callable, TypeGuard
 
 from aiohttp import web
 
@@ -42,11 +42,11 @@ from kelp.errors import ErrorCode, RestErrorCode
 from kelp.json_types import JsonData, JsonValue
 
 from ..replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from .admin_groups import error_for, require_local_group
 from .consumer_instance import ConsumerRegistry, HttpConsumer, range_assign
 from .json_body import read_json
 from .keys import int_setting
 from .problems import HttpProblem, json_response
+from .rest_forwarding import forward_if_held_elsewhere
 from .route_access import READ, TOPIC, principal_of, require
 from .serving import serving
 
@@ -81,6 +81,22 @@ def _instance(request: web.Request) -> HttpConsumer:
                                f"principal; {principal} may not use it (REST consumer instances belong to the "
                                "principal that created them)", error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     return inst
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _instance_route(method: str, path: str) -> Callable[[Handler], Handler]:
+    """A route of one instance: forwarded to the broker holding the instance when that is another one."""
+    def register(handler: Handler) -> Handler:
+        async def served_or_forwarded(request: web.Request) -> web.StreamResponse:
+            forwarded = await forward_if_held_elsewhere(request, serving(request), _registry(request))
+            return forwarded if forwarded is not None else await handler(request)
+
+        served_or_forwarded.__name__ = handler.__name__
+        routes.route(method, "/consumers/{group}/instances/{instance}" + path)(served_or_forwarded)
+        return handler
+    return register
 
 
 def _no_content() -> web.Response:
@@ -167,10 +183,6 @@ async def create_instance(request: web.Request) -> web.Response:
         raise HttpProblem(422, f"'consumer.instance.timeout.ms' must be an integer 1..{max_timeout_ms} "
                                f"(the broker's consumer.instance.timeout.ms), got {timeout_ms!r}",
                           error_code=RestErrorCode.INVALID_CONSUMER_CONFIG)
-    await require_local_group(serving(request), group)
-    if (group, name) in reg.instances:
-        raise HttpProblem(409, f"consumer instance '{name}' already exists in group '{group}'",
-                          error_code=RestErrorCode.CONSUMER_ALREADY_EXISTS)
     max_instances = int_setting(serving(request).config, "http.consumer.max.instances")
     if len(reg.instances) >= max_instances:
         raise HttpProblem(
@@ -179,14 +191,17 @@ async def create_instance(request: web.Request) -> web.Response:
                  f"(DELETE /consumers/{{group}}/instances/{{name}}) or wait for idle ones to expire "
                  f"(after consumer.instance.timeout.ms={max_timeout_ms} ms)",
             error_code=RestErrorCode.TOO_MANY_CONSUMER_INSTANCES)
-    base_uri = f"{request.url.scheme}://{request.host}/consumers/{group}/instances/{name}"
+    # The broker's own advertised HTTP address: the instance lives here.
+    endpoint = serving(request).cluster.endpoint
+    here = endpoint.http_url if endpoint is not None else f"{request.url.scheme}://{request.host}"
+    base_uri = f"{here}/consumers/{group}/instances/{name}"
     reg.instances[(group, name)] = HttpConsumer(reg, group, name, fmt=fmt, reset=reset, auto_commit=auto_commit,
                                                 instance_timeout_ms=timeout_ms, base_uri=base_uri,
                                                 owner=principal_of(request))
     return json_response({"instance_id": name, "base_uri": base_uri}, content_type=PLAIN_V2)
 
 
-@routes.delete("/consumers/{group}/instances/{instance}")
+@_instance_route("DELETE", "")
 async def delete_instance(request: web.Request) -> web.Response:
     reg = _registry(request)
     inst = _instance(request)
@@ -195,7 +210,7 @@ async def delete_instance(request: web.Request) -> web.Response:
     return _no_content()
 
 
-@routes.post("/consumers/{group}/instances/{instance}/subscription")
+@_instance_route("POST", "/subscription")
 async def subscribe(request: web.Request) -> web.Response:
     inst = _instance(request)
     body = await read_json(request, what="subscription body", shape_status=422)
@@ -217,18 +232,18 @@ async def subscribe(request: web.Request) -> web.Response:
     return _no_content()
 
 
-@routes.get("/consumers/{group}/instances/{instance}/subscription")
+@_instance_route("GET", "/subscription")
 async def get_subscription(request: web.Request) -> web.Response:
     return json_response({"topics": _instance(request).topics}, content_type=PLAIN_V2)
 
 
-@routes.delete("/consumers/{group}/instances/{instance}/subscription")
+@_instance_route("DELETE", "/subscription")
 async def unsubscribe(request: web.Request) -> web.Response:
     await _instance(request).unsubscribe()
     return _no_content()
 
 
-@routes.get("/consumers/{group}/instances/{instance}/records")
+@_instance_route("GET", "/records")
 async def records(request: web.Request) -> web.Response:
     inst = _instance(request)
     try:
@@ -247,7 +262,7 @@ async def records(request: web.Request) -> web.Response:
     return json_response(out, content_type=JSON_V2 if inst.format == "json" else BINARY_V2)
 
 
-@routes.post("/consumers/{group}/instances/{instance}/offsets")
+@_instance_route("POST", "/offsets")
 async def commit_offsets(request: web.Request) -> web.Response:
     inst = _instance(request)
     body = await read_json(request, what="offsets body", shape_status=422, allow_empty=True)
@@ -258,24 +273,20 @@ async def commit_offsets(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
-@routes.get("/consumers/{group}/instances/{instance}/offsets")
+@_instance_route("GET", "/offsets")
 async def committed_offsets(request: web.Request) -> web.Response:
     inst = _instance(request)
     body = await read_json(request, what="partitions body", shape_status=422, allow_empty=True)
     parts = list(inst.assignment) if body is None else _partitions(body)
-    err, found = inst.broker.groups.fetch_offsets(inst.group, parts)
-    if err:
-        await inst.ensure_coordinated_here()
-        raise error_for(err, f"cannot read committed offsets of group '{inst.group}': coordinator error {err}; retry")
+    found = await inst.committed(parts)
     offsets: list[JsonData] = []
     for t, p in parts:
-        co = found.get((t, p))
-        offsets.append({"topic": t, "partition": p, "offset": co.offset if co else -1,
-                        "metadata": co.metadata if co else ""})
+        offset, metadata = found.get((t, p), (-1, ""))
+        offsets.append({"topic": t, "partition": p, "offset": offset, "metadata": metadata})
     return json_response({"offsets": offsets}, content_type=PLAIN_V2)
 
 
-@routes.post("/consumers/{group}/instances/{instance}/assignments")
+@_instance_route("POST", "/assignments")
 async def assign(request: web.Request) -> web.Response:
     inst = _instance(request)
     parts = _partitions(await read_json(request, what="partitions body", shape_status=422))
@@ -292,14 +303,14 @@ async def assign(request: web.Request) -> web.Response:
     return _no_content()
 
 
-@routes.get("/consumers/{group}/instances/{instance}/assignments")
+@_instance_route("GET", "/assignments")
 async def get_assignments(request: web.Request) -> web.Response:
     inst = _instance(request)
     return json_response({"partitions": [{"topic": t, "partition": p} for t, p in inst.assignment]},
                          content_type=PLAIN_V2)
 
 
-@routes.post("/consumers/{group}/instances/{instance}/positions")
+@_instance_route("POST", "/positions")
 async def seek(request: web.Request) -> web.Response:
     inst = _instance(request)
     for tp, off in _offsets(await read_json(request, what="offsets body", shape_status=422)).items():
@@ -312,19 +323,20 @@ async def seek(request: web.Request) -> web.Response:
 
 async def _seek_edge(request: web.Request, ts: int) -> web.Response:
     inst = _instance(request)
-    for tp in _partitions(await read_json(request, what="partitions body", shape_status=422)):
+    parts = _partitions(await read_json(request, what="partitions body", shape_status=422))
+    for tp in parts:
         if tp not in inst.assignment:
             raise HttpProblem(409, f"{tp[0]}-{tp[1]} is not assigned to this consumer instance",
                               error_code=RestErrorCode.ILLEGAL_STATE)
-        inst.positions[tp] = inst.broker.replicas.list_offset(tp[0], tp[1], ts)[0]
+    inst.positions.update(await inst.edge_offsets(parts, ts))
     return _no_content()
 
 
-@routes.post("/consumers/{group}/instances/{instance}/positions/beginning")
+@_instance_route("POST", "/positions/beginning")
 async def seek_beginning(request: web.Request) -> web.Response:
     return await _seek_edge(request, EARLIEST_TIMESTAMP)
 
 
-@routes.post("/consumers/{group}/instances/{instance}/positions/end")
+@_instance_route("POST", "/positions/end")
 async def seek_end(request: web.Request) -> web.Response:
     return await _seek_edge(request, LATEST_TIMESTAMP)

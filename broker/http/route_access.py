@@ -98,6 +98,8 @@ def _in_route(why: str) -> Rule:
 ADMIN, TOPICS, GROUPS, CONSUMER = "/admin/v1", "/admin/v1/topics/{topic}", "/admin/v1/groups", \
     "/consumers/{group}/instances/{instance}"
 SUBJECT = "/subjects/{subject}"
+V3 = "/v3/clusters/{cluster_id}"
+V3_TOPIC, V3_GROUP = f"{V3}/topics/{{topic}}", f"{V3}/consumer-groups/{{group}}"
 RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/healthz"): OPEN, ("GET", "/readyz"): OPEN, ("GET", "/metrics"): OPEN,
     # admin API: topics
@@ -176,6 +178,32 @@ RULES: dict[tuple[str, str], Rule] = {
     ("DELETE", SUBJECT): _cluster(A),
     **{(method, path): _cluster(A) for method in ("PUT", "DELETE")
        for path in ("/config", "/config/{subject}", "/mode", "/mode/{subject}")},
+    # Confluent REST v3: what the v2 and admin routes doing the same need
+    ("GET", "/v3/clusters"): OPEN,
+    ("GET", V3): OPEN,
+    ("GET", f"{V3}/brokers"): OPEN,
+    ("GET", f"{V3}/brokers/{{broker_id}}"): OPEN,
+    ("GET", f"{V3}/topics"): _in_route("lists the topics the principal may DESCRIBE"),
+    ("POST", f"{V3}/topics"): _in_route("CREATE on the cluster or on the topic named in the body"),
+    ("GET", V3_TOPIC): _topic(DESCRIBE),
+    ("DELETE", V3_TOPIC): _topic(DESCRIBE, D),
+    ("GET", f"{V3_TOPIC}/configs"): _topic(DC),
+    ("GET", f"{V3_TOPIC}/configs/{{name}}"): _topic(DC),
+    ("PUT", f"{V3_TOPIC}/configs/{{name}}"): _topic(AC),
+    ("DELETE", f"{V3_TOPIC}/configs/{{name}}"): _topic(AC),
+    ("POST", f"{V3_TOPIC}/configs:alter"): _topic(AC),
+    ("GET", f"{V3_TOPIC}/partitions"): _topic(DESCRIBE),
+    ("GET", f"{V3_TOPIC}/partitions/{{partition}}"): _topic(DESCRIBE),
+    ("POST", f"{V3_TOPIC}/records"): _topic(W),
+    ("GET", f"{V3}/consumer-groups"): _in_route("every group to DESCRIBE on the cluster, else those the principal "
+                                                "may DESCRIBE"),
+    ("GET", V3_GROUP): _group(DESCRIBE),
+    ("GET", f"{V3_GROUP}/consumers"): _group(DESCRIBE),
+    ("GET", f"{V3_GROUP}/lags"): _group(DESCRIBE),  # only of topics the principal may DESCRIBE
+    ("GET", f"{V3_GROUP}/lag-summary"): _group(DESCRIBE),  # likewise
+    ("GET", f"{V3}/acls"): _cluster(DESCRIBE),
+    ("POST", f"{V3}/acls"): _cluster(A),
+    ("DELETE", f"{V3}/acls"): _cluster(A),
 }
 CLUSTER_PLANE = "/cluster/v1/"
 BROKERS_ONLY = _cluster(CA)

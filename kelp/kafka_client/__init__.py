@@ -47,9 +47,9 @@ Why not a client library for these paths (checked against kafka-python
   instance). aiokafka would bring a second copy of the protocol codecs (its
   own `aiokafka.protocol`, independent of kafka-python) and its own
   connections and prefetching per instance; `broker/http/consumer_instance.py`
-  already drives join, sync, heartbeat and commits itself and needs only a
-  route to the coordinator, which `AsyncClient.with_coordinator` is. Issue 22
-  decides; this package does not prevent either.
+  drives join, sync, heartbeat and commits itself, and issue 22 chose this
+  package for the wire: `broker/http/consumer_client.py` sends them with
+  `AsyncClient.with_coordinator` and fetches from leaders with `AsyncClient`.
 
 What it must never do: import the broker, the operator or Spark (a client
 depends on the protocol, not on a server; `tests/layout` checks it), use a

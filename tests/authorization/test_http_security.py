@@ -132,6 +132,30 @@ async def test_routes_need_what_the_kafka_apis_need(client: TestClient, broker: 
     assert not broker.parts.topics.exists("nope")
 
 
+async def test_v3_routes_need_what_the_kafka_apis_need(client: TestClient, broker: InProcessBroker) -> None:
+    cid = (await (await client.get("/v3/clusters", headers=ALICE)).json())["data"][0]["cluster_id"]
+    c = f"/v3/clusters/{cid}"
+    assert (await (await client.get(f"{c}/topics", headers=ALICE)).json())["data"] == []
+    r = await client.get(f"{c}/topics/secret", headers=ALICE)
+    assert r.status == 403 and (await r.json())["error_code"] == 29
+    r = await client.post(f"{c}/topics/secret/records", json={"value": {"type": "STRING", "data": "x"}},
+                          headers=ALICE)
+    assert r.status == 403 and (await r.json())["error_code"] == 29
+    r = await client.post(f"{c}/topics", json={"topic_name": "mine"}, headers=ALICE)
+    assert r.status == 403 and (await r.json())["error_code"] == 29
+    r = await client.get(f"{c}/acls", headers=ALICE)
+    assert r.status == 403 and (await r.json())["error_code"] == 31
+    r = await client.get(f"{c}/consumer-groups/g1", headers=ALICE)
+    assert r.status == 403 and (await r.json())["error_code"] == 30
+    await broker.parts.acls.create([acl("TOPIC", "secret", "DESCRIBE"), acl("TOPIC", "secret", "WRITE")])
+    assert [t["topic_name"] for t in (await (await client.get(f"{c}/topics", headers=ALICE)).json())["data"]] == [
+        "secret"]
+    r = await client.post(f"{c}/topics/secret/records", json={"value": {"type": "STRING", "data": "x"}},
+                          headers=ALICE)
+    assert r.status == 200 and (await r.json())["error_code"] == 200
+    assert (await client.get(f"{c}/acls", headers=ADMIN)).status == 200
+
+
 async def test_only_brokers_may_call_the_cluster_control_plane(client: TestClient) -> None:
     push = {"controller_id": 0, "controller_epoch": 0, "brokers": [], "end_offset": -1, "entries": []}
     r = await client.post("/cluster/v1/metadata", json=push, headers=ALICE)

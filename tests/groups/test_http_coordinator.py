@@ -1,8 +1,10 @@
-"""The HTTP group APIs act on this broker's coordinator only.
+"""The HTTP admin group APIs act on this broker's coordinator only.
 
 A group coordinated by another broker is refused with 421 and NOT_COORDINATOR (16),
 naming the coordinating broker; the admin list covers this broker's partitions and
 says so. A real aiohttp server on loopback, a fake cluster (see test_find_coordinator).
+REST v2 consumers are not refused: they join their group wherever it is coordinated
+(tests/groups/test_rest_consumers_cluster.py).
 """
 
 from __future__ import annotations
@@ -14,8 +16,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from kelp.broker.groups.group import CommittedOffset
-from kelp.broker.groups.placement import OFFSETS_TOPIC
-from kelp.broker.http import admin_groups, rest_consumers
+from kelp.broker.http import admin_groups
 from kelp.broker.http.keys import BROKER
 from kelp.broker.http.problems import error_middleware
 from kelp.errors import UnknownTopicOrPartitionError
@@ -35,7 +36,6 @@ async def serve(broker: Any) -> TestClient:
     # The HTTP listener holds the broker; the routes read its parts once it serves (kelp.broker.parts).
     app[BROKER] = SimpleNamespace(parts=broker, config=broker.config, started_at=0.0, acls=open_acls())
     app.add_routes(admin_groups.routes)
-    app.add_routes(rest_consumers.routes)
     client = TestClient(TestServer(app, host="127.0.0.1"))
     await client.start_server()
     return client
@@ -63,7 +63,6 @@ async def test_group_coordinated_elsewhere_is_refused_naming_the_broker() -> Non
         for method, path, body in [
             ("GET", f"/admin/v1/groups/{remote}", None),
             ("DELETE", f"/admin/v1/groups/{remote}", None),
-            ("POST", f"/consumers/{remote}", {"name": "c1"}),
         ]:
             resp = await client.request(method, path, json=body)
             got = await resp.json()
@@ -92,25 +91,3 @@ async def test_admin_list_is_local_and_says_which_partitions_it_covers() -> None
         assert body["coordinated_partitions"] == sorted(set(range(N)) - {broker.groups.partition_for(remote)})
     finally:
         await client.close()
-
-
-async def test_rest_consumer_create_waits_for_the_topic_then_serves_here() -> None:
-    broker = make_broker(topic_exists=False)
-    broker.replicas = NoReplicas()
-
-    async def create() -> None:
-        broker.topics[OFFSETS_TOPIC] = SimpleNamespace(partitions=N)
-        for p in range(N):
-            broker.cluster.leaders[p] = (THIS_BROKER, "127.0.0.1", 9092)
-            broker.groups.on_become_leader(p, 0)
-
-    broker.cluster.on_create = create
-    client = await serve(broker)
-    try:
-        resp = await client.post("/consumers/fresh", json={"name": "c1"})
-        assert resp.status == 200, await resp.text()
-        assert (await resp.json())["instance_id"] == "c1"
-        assert broker.cluster.created and broker.cluster.created[0][0] == OFFSETS_TOPIC
-    finally:
-        await client.close()
-        await broker.groups.stop()  # closes the REST consumer instances and their reaper
