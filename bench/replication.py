@@ -80,21 +80,36 @@ def _measure(bootstrap: str, records: int, cpu: Callable[[], float]) -> dict[str
             "acks1_rf1_broker_cpu_s": c1 - c0, "acksall_rf3_broker_cpu_s": c3 - c1}
 
 
+def start_kelp_cluster(work: Path, *, brokers: int = 3, lease_ms: int = 3000, name: str = "replication",
+                       extra: dict | None = None) -> list[BenchBroker]:
+    """`brokers` Kelp brokers sharing one cluster directory under `work`, started and joined (30 s bound).
+
+    The caller stops them (`BenchBroker.stop`); on a failure here the ones started are stopped.
+    """
+    settings = {"cluster.dir": str(work / f"{name}-cluster"), "lease.duration.ms": lease_ms, **(extra or {})}
+    started = [BenchBroker(work / f"{name}-{i}", settings=settings, broker_id=i) for i in range(brokers)]
+    try:
+        for b in started:
+            b.start()
+        admin = AdminClient(started[0].http_url)
+        deadline = time.monotonic() + 30
+        while len(admin.get("/admin/v1/brokers")["brokers"]) < brokers:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the {brokers} brokers did not join one cluster within 30 s")
+            time.sleep(0.2)
+    except BaseException:
+        for b in started:
+            b.stop()
+        raise
+    return started
+
+
 def run(*, records: int, work: Path, lease_ms: int = 3000, extra: dict | None = None) -> dict[str, Any]:
     """Kelp's three-broker figures."""
-    cluster_dir = work / "replication-cluster"
-    settings = {"cluster.dir": str(cluster_dir), "lease.duration.ms": lease_ms, **(extra or {})}
-    brokers = [BenchBroker(work / f"replication-{i}", settings=settings, broker_id=i) for i in range(3)]
+    brokers = start_kelp_cluster(work, lease_ms=lease_ms, extra=extra)
     try:
-        for b in brokers:
-            b.start()
         admin = AdminClient(brokers[0].http_url)
         bootstrap = ",".join(b.bootstrap for b in brokers)
-        deadline = time.monotonic() + 30
-        while len(admin.get("/admin/v1/brokers")["brokers"]) < 3:
-            if time.monotonic() > deadline:
-                raise RuntimeError("the three brokers did not join one cluster within 30 s")
-            time.sleep(0.2)
         result = _measure(bootstrap, records, lambda: sum(b.cpu_seconds() for b in brokers))
         leader = _leader(admin, "rf3")
         survivor = next(b for i, b in enumerate(brokers) if i != leader)

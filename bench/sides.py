@@ -1,0 +1,77 @@
+"""Kelp and Apache Kafka side by side: one or three brokers of each, running together for alternating runs.
+
+Why: the transactions (bench/transactions.py) and Kafka-tools (bench/kafka_perf.py) sections measure
+the same workload against Kelp and Kafka in turn, alternating which goes first, so that the load of a
+shared machine drifts over both alike. Both clusters run for the whole section: one Kelp broker or three
+sharing a cluster directory (bench/replication.py's `start_kelp_cluster`), and one Kafka KRaft node or
+three (bench/kafka_ref.py), Kafka's defaults but for the listeners.
+
+It must never leave a broker running: everything started is stopped by the ExitStack given.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from . import probe
+
+__all__ = ["Side", "start_sides", "alternating", "load_average"]
+
+
+@dataclass
+class Side:
+    """One running cluster: `kelp` or `kafka`."""
+
+    name: str
+    bootstrap: str
+    pids: Callable[[], list[int]]
+    http_urls: list[str] = field(default_factory=list)  # Kelp's brokers' HTTP addresses (/metrics, REST)
+
+    def cpu_seconds(self) -> float:
+        return probe.cpu_seconds(self.pids())
+
+
+def start_sides(stack: ExitStack, work: Path, *, brokers: int, kafka_version: str | None,
+                label: str) -> list[Side]:
+    """Kelp (`brokers` of them) and, unless `kafka_version` is None, Kafka (`brokers` nodes), both started."""
+    from .broker import BenchBroker
+    from .replication import start_kelp_cluster
+
+    if brokers == 1:
+        one = BenchBroker(work / f"{label}-kelp")
+        stack.callback(one.stop)
+        one.start()
+        kelp_brokers = [one]
+    else:
+        kelp_brokers = start_kelp_cluster(work, brokers=brokers, name=f"{label}-kelp")
+        for b in kelp_brokers:
+            stack.callback(b.stop)
+    procs = [b.proc for b in kelp_brokers]
+    sides = [Side("kelp", ",".join(b.bootstrap for b in kelp_brokers),
+                  lambda: [p.pid for p in procs if p is not None and p.poll() is None],
+                  [b.http_url for b in kelp_brokers])]
+    if kafka_version is not None:
+        from .kafka_ref import KafkaCluster
+
+        kafka = KafkaCluster(work / f"{label}-kafka", nodes=brokers, version=kafka_version)
+        stack.callback(kafka.stop)
+        try:
+            kafka.start()
+        except (FileNotFoundError, RuntimeError) as exc:
+            raise RuntimeError(f"{exc}\n(`--no-kafka` runs without Apache Kafka)") from None
+        sides.append(Side("kafka", kafka.bootstrap, lambda: kafka.pids))
+    return sides
+
+
+def alternating(sides: list[Side], runs: int) -> Iterator[tuple[int, list[Side]]]:
+    """(run, the sides in this run's order): Kelp first in even runs, Kafka first in odd ones."""
+    for run in range(runs):
+        yield run, (sides if run % 2 == 0 else sides[::-1])
+
+
+def load_average() -> float:
+    return round(os.getloadavg()[0], 2)
