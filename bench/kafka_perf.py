@@ -150,43 +150,44 @@ def _labels(metric: str) -> dict[str, str]:
 
 
 def scrape_loop_lag(http_url: str, *, timeout_s: float = 10.0, text: str | None = None) -> dict[str, Any] | None:
-    """The broker's event-loop lag histogram (buckets summed over label sets, count, sum, a max gauge if any),
-    or None when /metrics has no such metric."""
+    """The broker's event-loop lag from /metrics, or None when it has no such metric: a histogram (buckets
+    summed over label sets, count, sum) and a gauge of the largest delay (`..._max_seconds`, since start).
+
+    prometheus_client's `_created` samples are skipped.
+    """
     if text is None:
         with urllib.request.urlopen(f"{http_url}/metrics", timeout=timeout_s) as resp:
             text = resp.read().decode()
-    found: dict[str, Any] = {"metric": None, "buckets": {}, "count": 0.0, "sum": 0.0, "max": None}
+    found: dict[str, Any] = {"metric": None, "gauge": None, "buckets": {}, "count": 0.0, "sum": 0.0, "max": None}
     for line in text.splitlines():
         if not line.strip() or line.startswith("#"):
             continue
         metric, _, value = line.rpartition(" ")
         name = metric.partition("{")[0]
-        if not any(word in name for word in LAG_WORDS):
+        if not any(word in name for word in LAG_WORDS) or name.endswith("_created"):
             continue
         try:
             number = float(value)
         except ValueError:
             continue
-        for suffix in ("_bucket", "_count", "_sum", "_max"):
-            if name.endswith(suffix):
-                base, kind = name[: -len(suffix)], suffix[1:]
-                break
-        else:
-            base, kind = name, "max"  # a gauge: the largest delay it reports
-        found["metric"] = found["metric"] or base
+        kind = next((k for k in ("bucket", "count", "sum") if name.endswith(f"_{k}")), None)
+        if kind is None:  # a gauge: the largest delay it reports
+            found["gauge"] = found["gauge"] or name
+            found["max"] = number if found["max"] is None else max(found["max"], number)
+            continue
+        found["metric"] = found["metric"] or name[: -len(kind) - 1]
         if kind == "bucket":
             le = _labels(metric).get("le", "+Inf")
             bound = float("inf") if le in ("+Inf", "Inf") else float(le)
             found["buckets"][bound] = found["buckets"].get(bound, 0.0) + number
-        elif kind == "max":
-            found["max"] = number if found["max"] is None else max(found["max"], number)
         else:
             found[kind] += number
-    return found if found["metric"] else None
+    return found if found["metric"] or found["gauge"] else None
 
 
 def loop_lag_between(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """What the histogram recorded between two scrapes: observations, and the bucket bounds of the largest."""
+    """What the histogram recorded between two scrapes: observations, the bucket bounds of the largest one
+    (it lies in (max_above_s, max_at_most_s]), their mean; and the gauge's largest delay since start."""
     observed = after["count"] - before["count"]
     above = 0.0
     at_most = float("inf")
@@ -196,9 +197,9 @@ def loop_lag_between(before: dict[str, Any], after: dict[str, Any]) -> dict[str,
             at_most = bound
             break
         above = bound
-    return {"metric": after["metric"], "observations": observed, "max_above_s": above if observed else 0.0,
-            "max_at_most_s": at_most if observed else 0.0, "max_gauge_s": after["max"],
-            "mean_s": (after["sum"] - before["sum"]) / observed if observed else None}
+    return {"metric": after["metric"] or after["gauge"], "observations": observed,
+            "max_above_s": above if observed else 0.0, "max_at_most_s": at_most if observed else 0.0,
+            "max_gauge_s": after["max"], "mean_s": (after["sum"] - before["sum"]) / observed if observed else None}
 
 
 def _scrape_all(side: Side) -> list[dict[str, Any] | None]:
@@ -332,11 +333,13 @@ def print_report(res: dict[str, Any]) -> None:
             continue
         parts = []
         for broker, v in seen.items():
+            part = broker
+            if v["observations"]:
+                part += (f" largest in ({v['max_above_s'] * 1e3:g}, {v['max_at_most_s'] * 1e3:g}] ms over "
+                         f"{v['observations']:,.0f} samples")
             if v["max_gauge_s"] is not None:
-                parts.append(f"{broker} max {v['max_gauge_s'] * 1e3:.1f} ms")
-            else:
-                parts.append(f"{broker} max in ({v['max_above_s'] * 1e3:g}, {v['max_at_most_s'] * 1e3:g}] ms "
-                             f"({v['observations']:,.0f} samples)")
+                part += f" (largest since its start {v['max_gauge_s'] * 1e3:.1f} ms)"
+            parts.append(part)
         print(f"event-loop lag during the latency runs ({case['name']}, {next(iter(seen.values()))['metric']}): "
               + "; ".join(parts))
     load = res["load_average"]

@@ -17,10 +17,11 @@ Kafka alternating which goes first, `runs` times (medians printed):
   transactional topic: the records counted must be exactly the records committed;
 - the end-to-end latency of a committed record: a producer process runs `latency_txn_s` transactions per
   second (20) of `latency_txn_records` records (50), each record's value starting with CLOCK_MONOTONIC in
-  ns taken when it is handed to the client; a read_committed consumer in this process, assigned at the end
-  of every partition before the producer starts, takes the clock when it receives the record. Latency is
-  produce-to-visible: the rest of the transaction, the commit, the markers, the last stable offset
-  advancing and the fetch. The first 2 s are dropped; librdkafka's default fetch.wait.max.ms (500) is kept.
+  ns taken when it is handed to the client; a read_committed consumer in this process, assigned every
+  partition of the new, empty topic at offset 0 before the producer starts, takes the clock when it
+  receives the record. Latency is produce-to-visible: the rest of the transaction, the commit, the
+  markers, the last stable offset advancing and the fetch. The first 2 s are dropped; librdkafka's default
+  fetch.wait.max.ms (500) is kept.
 
 Broker CPU is utime+stime of the three brokers' processes per GB of values produced.
 
@@ -188,9 +189,10 @@ def _offer_transactions(bootstrap: str, topic: str, partitions: int, txn_s: floa
 
 
 def latency(bootstrap: str, topic: str, *, partitions: int, txn_s: float, per_txn: int, size: int,
-            seconds: float, warmup_s: float = 2.0) -> dict[str, Any]:
-    """Produce-to-visible latency (ms) of committed records, read_committed."""
-    from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+            seconds: float, warmup_s: float = 2.0, who: str = "") -> dict[str, Any]:
+    """Produce-to-visible latency (ms) of committed records, read_committed, on `topic` (new and empty: read
+    from offset 0, so no record can land before the consumer's position is fixed)."""
+    from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "kelp-bench-txn-latency",
                          "enable.auto.commit": False, "isolation.level": "read_committed"})
@@ -201,7 +203,7 @@ def latency(bootstrap: str, topic: str, *, partitions: int, txn_s: float, per_tx
     received = 0
     info: dict[str, Any] = {}
     try:
-        consumer.assign([TopicPartition(topic, p, OFFSET_END) for p in range(partitions)])
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         consumer.consume(num_messages=1, timeout=0.5)  # connected and fetching before the first record
         producer = ctx.Process(target=_offer_transactions,
                                args=(bootstrap, topic, partitions, txn_s, per_txn, size, seconds + warmup_s, started,
@@ -232,7 +234,8 @@ def latency(bootstrap: str, topic: str, *, partitions: int, txn_s: float, per_tx
     finally:
         consumer.close()
     if received != info["sent"]:
-        raise RuntimeError(f"transaction latency: {received} of {info['sent']} committed records seen read_committed")
+        raise RuntimeError(f"{who} transaction latency: {received} of {info['sent']} committed records seen "
+                           f"read_committed on {topic} within 90 s of the last commit")
     latencies.sort()
 
     def pct(p: float) -> float:
@@ -326,7 +329,7 @@ def run(*, records: int, size: int = 1024, partitions: int = 3, runs: int, work:
                 _create(side.bootstrap, topic, partitions=partitions, replication_factor=3)
                 result["latency"][side.name] = latency(side.bootstrap, topic, partitions=partitions,
                                                        txn_s=latency_txn_s, per_txn=latency_txn_records, size=size,
-                                                       seconds=latency_s)
+                                                       seconds=latency_s, who=side.name)
     result["load_average"] = [load0, load_average()]
     return result
 

@@ -124,6 +124,8 @@ def test_event_loop_lag_from_a_histogram() -> None:
                 f'kelp_event_loop_lag_seconds_bucket{{le="0.1"}} {b100}\n'
                 f'kelp_event_loop_lag_seconds_bucket{{le="+Inf"}} {count}\n'
                 f"kelp_event_loop_lag_seconds_count {count}\nkelp_event_loop_lag_seconds_sum {total}\n"
+                "kelp_event_loop_lag_seconds_created 1.7e9\n"  # prometheus_client's, not a delay
+                f"kelp_event_loop_lag_max_seconds {total / 2}\n"
                 "kelp_topic_records_in_total{topic=\"t\"} 5\n")
 
     before = kafka_perf.scrape_loop_lag("", text=text(10, 10, 10, 10, 0.001))
@@ -133,6 +135,7 @@ def test_event_loop_lag_from_a_histogram() -> None:
     assert lag["observations"] == 90
     assert (lag["max_above_s"], lag["max_at_most_s"]) == (0.01, 0.1)  # the largest delay: (10 ms, 100 ms]
     assert lag["mean_s"] == pytest.approx(0.199 / 90)
+    assert lag["max_gauge_s"] == pytest.approx(0.1)  # the gauge, since the broker started
     assert kafka_perf.scrape_loop_lag("", text="kelp_topic_records_in_total 5\n") is None
     idle = kafka_perf.loop_lag_between(after, after)
     assert idle["observations"] == 0 and idle["max_at_most_s"] == 0.0
