@@ -45,7 +45,7 @@ def test_transactions_section_against_three_kelp_brokers(capsys: pytest.CaptureF
         assert "kafka" not in row
         kelp = row["kelp"]
         assert kelp["records_s"] > 0 and kelp["mb_s"] == pytest.approx(kelp["records_s"] * 1024 / 1e6)
-        assert kelp["broker_cpu_s_per_gb"] > 0
+        assert kelp["broker_cpu_s_per_gb"] >= 0  # a consume of 2 MB may cost less than one clock tick
     # Every transaction was committed (commit_transaction returned) and counted by size.
     assert rows["txn of 100"]["kelp"]["transactions"] == records // 100
     assert rows["txn of 1,000"]["kelp"]["transactions"] == records // 1000
