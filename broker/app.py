@@ -56,6 +56,7 @@ from .http.bearer_tokens import bearer_check
 from .kafka.limits import ConnectionQuota, MemoryPool
 from .kafka.listener_security import ListenerSecurity
 from .kafka.server import KafkaServer
+from .loop_monitor import LoopLagMonitor
 from .metrics import BrokerMetrics, metrics_of
 from .parts import BrokerParts
 from .replica_manager import ReplicaManager
@@ -113,6 +114,7 @@ class Broker:
         self._retention_task: asyncio.Task[None] | None = None
         self._http_tls_task: asyncio.Task[None] | None = None
         self._stopping = False
+        self.loop_monitor: LoopLagMonitor | None = None  # from `start` to the end of `stop`
 
     @property
     def stopping(self) -> bool:
@@ -130,6 +132,11 @@ class Broker:
             self.http_tls = TlsReloader.server(setup.http_tls, check_interval_s=setup.reload_interval_ms / 1000.0)
         for d in cfg.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
+        # The loop's lag is measured from the start: recovery and registration stalls show too (loop_monitor.py).
+        m = metrics_of(self)
+        self.loop_monitor = LoopLagMonitor(m.loop_lag, m.loop_lag_max, m.gc_pauses,
+                                           warn_s=cfg["kelp.loop.lag.warn.ms"] / 1000.0, name=f"broker {cfg.broker_id}")
+        self.loop_monitor.start()
         # HTTP first: /healthz answers while recovery runs, so a liveness probe never kills a recovering broker.
         await self._start_http()
         default = LogConfig.from_kafka(cfg.default_topic_config())
@@ -404,6 +411,8 @@ class Broker:
         if self.logs is not None:
             # Each log flushes, checkpoints and closes its segments; unchanged ones skip the fsync.
             await asyncio.to_thread(self.logs.close_all)
+        if self.loop_monitor is not None:
+            self.loop_monitor.stop()
         log.info("broker %d stopped; all segments flushed and closed", self.config.broker_id)
         self._stopped.set()
 
