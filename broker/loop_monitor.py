@@ -180,7 +180,8 @@ class LoopLagMonitor:
             stack, seen = stacks.most_common(1)[0]
             held = f"held by ({seen} of {sum(stacks.values())} samples): {stack}"
         else:
-            held = "no stack sample (the delay ended before the watchdog looked, or code held the GIL)"
+            held = ("no stack sample (the watchdog did not look in time: it waited for a CPU too, or code held the "
+                    "GIL)")
         collected = f"; garbage collection {gc_s * 1000:.0f} ms of it (generation {gen})" if gen >= 0 else ""
         skipped = (f"; {self._left_out} more over the threshold since the last line, worst "
                    f"{self._left_out_worst * 1000:.0f} ms" if self._left_out else "")
