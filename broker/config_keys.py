@@ -335,6 +335,8 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     "http.schema.registry.enable": (parse_bool, True),  # Confluent's Schema Registry API
     "producer.id.expiration.ms": (_positive, 86400000),  # idempotent-producer state idle this long is dropped
     "producer.id.expiration.check.interval.ms": (_positive, 600000),
+    # Kelp's own: an event-loop delay this long is logged naming the code that held the loop (loop_monitor.py)
+    "kelp.loop.lag.warn.ms": (_positive, 100),
 }
 
 # Per-topic overrides (Kafka topic config names) -> parser. Names the storage
