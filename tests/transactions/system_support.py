@@ -1,0 +1,171 @@
+"""What the multi-broker transaction tests share: the cluster's settings, Kafka's TransactionalMessageCopier as
+a process, the broker coordinating a transactional id, and a checker reading a topic to its end.
+
+Why: Kafka's own exactly-once system test (tests/kafkatest/tests/core/transactions_test.py) copies an input
+topic to an output topic with `org.apache.kafka.tools.TransactionalMessageCopier` (kafka-tools 4.3.1, the
+jars `kelp.kafka_tools` fetches) while brokers are bounced, then reads the output read_committed. The test
+here does the same against three Kelp broker processes; this module holds the parts that are not the test's
+story: starting and following a copier (its JSON status lines on stdout), finding which broker leads the
+`__transaction_state` partition of an id (the id -> partition hash of `txn_config`), and reading every
+partition of a topic to its end under either isolation level with confluent-kafka.
+
+It must never sleep to synchronise: every wait polls a condition with a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from kelp import kafka_tools
+from kelp.broker.groups.placement import OFFSETS_TOPIC, partition_for_group
+from kelp.broker.transactions.txn_config import TXN_TOPIC, partition_for_txn
+from tests.support.cluster import Cluster
+
+__all__ = ["CLUSTER_SETTINGS", "TXN_PARTITIONS", "Copier", "coordinator_of", "group_coordinator_of", "read_topic",
+           "wait_until"]
+
+TXN_PARTITIONS = 5
+OFFSETS_PARTITIONS = 3
+CLUSTER_SETTINGS: dict[str, object] = {
+    "transaction.state.log.num.partitions": TXN_PARTITIONS,
+    "transaction.state.log.replication.factor": 3,
+    "transaction.state.log.min.isr": 2,
+    "offsets.topic.num.partitions": OFFSETS_PARTITIONS,
+    "offsets.topic.replication.factor": 3,
+    "group.initial.rebalance.delay.ms": 0,
+    "group.min.session.timeout.ms": 500,
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000,
+}
+COPIER = "org.apache.kafka.tools.TransactionalMessageCopier"
+
+
+def wait_until(what: str, predicate: Callable[[], object], *, timeout: float, interval: float = 0.1,
+               detail: Callable[[], str] = lambda: "") -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = predicate()
+        if got:
+            return got
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} {detail()}")
+
+
+def coordinator_of(cluster: Cluster, transactional_id: str) -> int:
+    """The broker leading the `__transaction_state` partition of `transactional_id` (-1: none now)."""
+    p = partition_for_txn(transactional_id, TXN_PARTITIONS)
+    return int(cluster.topic(TXN_TOPIC)["partitions"][p]["leader"])
+
+
+def group_coordinator_of(cluster: Cluster, group: str) -> int:
+    """The broker leading the `__consumer_offsets` partition of `group` (-1: none now)."""
+    p = partition_for_group(group, OFFSETS_PARTITIONS)
+    return int(cluster.topic(OFFSETS_TOPIC)["partitions"][p]["leader"])
+
+
+@dataclass
+class Copier:
+    """One TransactionalMessageCopier JVM (one input partition, one transactional id)."""
+
+    transactional_id: str
+    command: list[str]
+    log_path: Path
+    proc: subprocess.Popen | None = None
+    status: dict = field(default_factory=dict)
+    statuses: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def start(cls, bootstrap: str, *, transactional_id: str, group: str, input_topic: str, input_partition: int,
+              output_topic: str, transaction_size: int, transaction_timeout_ms: int, log_dir: Path,
+              log_name: str | None = None) -> "Copier":
+        args = ["--broker-list", bootstrap, "--transactional-id", transactional_id, "--consumer-group", group,
+                "--input-topic", input_topic, "--input-partition", str(input_partition),
+                "--output-topic", output_topic, "--transaction-size", str(transaction_size),
+                "--transaction-timeout", str(transaction_timeout_ms), "--use-group-metadata"]
+        copier = cls(transactional_id, kafka_tools.java_command(COPIER, *args),
+                     log_dir / f"{log_name or transactional_id}.log")
+        err = open(copier.log_path, "w")  # noqa: SIM115 - the process owns it until it exits
+        copier.proc = subprocess.Popen(copier.command, stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1)
+        err.close()
+        threading.Thread(target=copier._pump, daemon=True).start()
+        return copier
+
+    def _pump(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            with self._lock:
+                self.status = data
+                self.statuses += 1
+
+    @property
+    def processed(self) -> int:
+        with self._lock:
+            return int(self.status.get("totalProcessed", 0))
+
+    @property
+    def remaining(self) -> int:
+        with self._lock:
+            return int(self.status.get("remaining", -1))
+
+    @property
+    def done(self) -> bool:
+        """Exited after copying everything it had to (Kafka's `ShutdownComplete` with nothing remaining)."""
+        return self.proc is not None and self.proc.poll() == 0 and self.remaining == 0
+
+    def failed(self) -> bool:
+        return self.proc is not None and self.proc.poll() not in (None, 0)
+
+    def describe(self) -> str:
+        code = None if self.proc is None else self.proc.poll()
+        tail = self.log_path.read_text()[-3000:] if self.log_path.exists() else ""
+        return f"{self.transactional_id}: exit {code}, last status {self.status}; stderr tail:\n{tail}"
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+def read_topic(bootstrap: str, topic: str, partitions: int, *, isolation: str, timeout: float = 60.0,
+               expect_at_least: int = 0) -> list[bytes]:
+    """Every value of `topic` under `isolation` (read_committed / read_uncommitted), from offset 0 to the end
+    (the LSO under read_committed): returns once each partition reached its end and at least
+    `expect_at_least` values were read, or at the deadline."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"checker-{time.monotonic_ns()}",
+                  "enable.auto.commit": False, "isolation.level": isolation, "enable.partition.eof": True,
+                  "auto.offset.reset": "earliest"})
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    values: list[bytes] = []
+    at_end: set[int] = set()
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            msg = c.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    at_end.add(msg.partition())
+                    if len(at_end) == partitions and len(values) >= expect_at_least:
+                        break
+                continue
+            at_end.discard(msg.partition())
+            values.append(msg.value())
+    finally:
+        c.close()
+    return values
