@@ -83,11 +83,12 @@ class Copier:
     @classmethod
     def start(cls, bootstrap: str, *, transactional_id: str, group: str, input_topic: str, input_partition: int,
               output_topic: str, transaction_size: int, transaction_timeout_ms: int, log_dir: Path,
-              log_name: str | None = None) -> "Copier":
+              log_name: str | None = None, random_aborts: bool = False) -> "Copier":
         args = ["--broker-list", bootstrap, "--transactional-id", transactional_id, "--consumer-group", group,
                 "--input-topic", input_topic, "--input-partition", str(input_partition),
                 "--output-topic", output_topic, "--transaction-size", str(transaction_size),
-                "--transaction-timeout", str(transaction_timeout_ms), "--use-group-metadata"]
+                "--transaction-timeout", str(transaction_timeout_ms), "--use-group-metadata",
+                *(["--enable-random-aborts"] if random_aborts else [])]
         copier = cls(transactional_id, kafka_tools.java_command(COPIER, *args),
                      log_dir / f"{log_name or transactional_id}.log")
         err = open(copier.log_path, "w")  # noqa: SIM115 - the process owns it until it exits

@@ -4,7 +4,9 @@ Why: this is how Apache Kafka's system test (tests/kafkatest/tests/core/transact
 `hard_bounce` / `brokers` case) tests transactions, with Kafka's own Java client doing the copying: the input
 topic (2 partitions, RF 3, min ISR 2) is seeded with the values 0..N-1; one TransactionalMessageCopier per
 input partition (transactional ids `copier-0`, `copier-1`, `--use-group-metadata`, small transactions) copies
-it to the output topic (3 partitions) committing its consumer offsets in each transaction; meanwhile brokers
+it to the output topic (3 partitions) committing its consumer offsets in each transaction — and, unlike
+Kafka's test, with `--enable-random-aborts`: a third of the transactions are aborted and copied again from
+the committed offsets, so the output holds aborted records that read_committed must skip; meanwhile brokers
 are SIGKILLed and restarted — the leader of a copier's `__transaction_state` partition (its transaction
 coordinator), the leader of an output partition and the copiers' group coordinator, in turn — and, as
 Kafka's `clients` bounce does, a copier is SIGKILLed and started again (its successor's InitProducerId
@@ -45,6 +47,7 @@ KILLS = int(os.environ.get("TXN_SYS_KILLS", "3"))
 COPIER_KILLS = int(os.environ.get("TXN_SYS_COPIER_KILLS", "1"))
 TEST_TIMEOUT = int(os.environ.get("TXN_SYS_TIMEOUT", "240"))
 TRANSACTION_SIZE = int(os.environ.get("TXN_SYS_TXN_SIZE", "20"))
+RANDOM_ABORTS = os.environ.get("TXN_SYS_RANDOM_ABORTS", "1") == "1"
 INPUT, OUTPUT, GROUP = "input-topic", "output-topic", "transactions-test-consumer-group"
 INPUT_PARTITIONS, OUTPUT_PARTITIONS = 2, 3
 
@@ -80,7 +83,7 @@ class Copiers:
                             input_topic=INPUT, input_partition=partition, output_topic=OUTPUT,
                             transaction_size=TRANSACTION_SIZE,
                             transaction_timeout_ms=40000, log_dir=self.log_dir,
-                            log_name=f"copier-{partition}.{self.restarts}")
+                            log_name=f"copier-{partition}.{self.restarts}", random_aborts=RANDOM_ABORTS)
 
     @property
     def copied(self) -> int:
@@ -193,7 +196,8 @@ def test_copier_copies_every_record_exactly_once_while_brokers_are_killed(cluste
     counts = Counter(committed)
     duplicates = {v: n for v, n in counts.items() if n > 1}
     missing = expected - counts.keys()
-    print(f"\nexactly-once system test: {RECORDS} records, transaction size {TRANSACTION_SIZE}, kills {kills}; "
+    print(f"\nexactly-once system test: {RECORDS} records, transaction size {TRANSACTION_SIZE}, random aborts "
+          f"{RANDOM_ABORTS}, kills {kills}; "
           f"copy {copied_at - started:.1f}s (cluster start included), total {time.monotonic() - started:.1f}s; "
           f"read_committed {len(committed)} values, read_uncommitted {len(uncommitted)} values "
           f"({len(uncommitted) - len(set(uncommitted))} aborted duplicates)")
