@@ -7,7 +7,7 @@ jars `kelp.kafka_tools` fetches) while brokers are bounced, then reads the outpu
 here does the same against three Kelp broker processes; this module holds the parts that are not the test's
 story: starting and following a copier (its JSON status lines on stdout), finding which broker leads the
 `__transaction_state` partition of an id (the id -> partition hash of `txn_config`), and reading every
-partition of a topic to its end under either isolation level with confluent-kafka.
+partition of a topic to its end under either isolation level with confluent-kafka, concurrently or at once.
 
 It must never sleep to synchronise: every wait polls a condition with a deadline.
 """
@@ -27,8 +27,8 @@ from kelp.broker.groups.placement import OFFSETS_TOPIC, partition_for_group
 from kelp.broker.transactions.txn_config import TXN_TOPIC, partition_for_txn
 from tests.support.cluster import Cluster
 
-__all__ = ["CLUSTER_SETTINGS", "TXN_PARTITIONS", "Copier", "coordinator_of", "group_coordinator_of", "read_topic",
-           "wait_until"]
+__all__ = ["CLUSTER_SETTINGS", "TXN_PARTITIONS", "Copier", "TopicReader", "coordinator_of", "group_coordinator_of",
+           "read_topic", "wait_until"]
 
 TXN_PARTITIONS = 5
 OFFSETS_PARTITIONS = 3
@@ -140,33 +140,62 @@ class Copier:
             self.proc.wait(10)
 
 
+class TopicReader:
+    """A confluent-kafka consumer reading every partition of a topic from offset 0 in a thread of its own, as
+    Kafka's system test runs a concurrent read_committed consumer while brokers are bounced. `finish` waits
+    until each partition reached its end (the LSO under read_committed) with at least `expect_at_least` values
+    read, or the deadline, and returns the values in the order read."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, *, isolation: str) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        self.partitions = partitions
+        self.values: list[bytes] = []
+        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"checker-{time.monotonic_ns()}",
+                                   "enable.auto.commit": False, "isolation.level": isolation,
+                                   "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+        self._consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        self._at_end: set[int] = set()
+        self._finishing = threading.Event()
+        self._expect = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        from confluent_kafka import KafkaError
+
+        try:
+            while not self._done.is_set():
+                msg = self._consumer.poll(0.2)
+                if msg is None:
+                    continue
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        self._at_end.add(msg.partition())
+                        if self._finishing.is_set() and len(self._at_end) == self.partitions \
+                                and len(self.values) >= self._expect:
+                            break
+                    continue
+                self._at_end.discard(msg.partition())
+                self.values.append(msg.value())
+        finally:
+            self._consumer.close()
+            self._done.set()
+
+    def finish(self, *, expect_at_least: int = 0, timeout: float = 60.0) -> list[bytes]:
+        self._expect = expect_at_least
+        self._finishing.set()
+        if not self._done.wait(timeout):
+            self._done.set()
+            self._thread.join(10)
+        return list(self.values)
+
+
 def read_topic(bootstrap: str, topic: str, partitions: int, *, isolation: str, timeout: float = 60.0,
                expect_at_least: int = 0) -> list[bytes]:
     """Every value of `topic` under `isolation` (read_committed / read_uncommitted), from offset 0 to the end
     (the LSO under read_committed): returns once each partition reached its end and at least
     `expect_at_least` values were read, or at the deadline."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"checker-{time.monotonic_ns()}",
-                  "enable.auto.commit": False, "isolation.level": isolation, "enable.partition.eof": True,
-                  "auto.offset.reset": "earliest"})
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    values: list[bytes] = []
-    at_end: set[int] = set()
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            msg = c.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    at_end.add(msg.partition())
-                    if len(at_end) == partitions and len(values) >= expect_at_least:
-                        break
-                continue
-            at_end.discard(msg.partition())
-            values.append(msg.value())
-    finally:
-        c.close()
-    return values
+    return TopicReader(bootstrap, topic, partitions, isolation=isolation).finish(expect_at_least=expect_at_least,
+                                                                               timeout=timeout)
