@@ -44,7 +44,7 @@ from tests.transactions.system_support import (
     wait_until,
 )
 
-RECORDS = int(os.environ.get("TXN_SYS_RECORDS", "7000"))
+RECORDS = int(os.environ.get("TXN_SYS_RECORDS", "5000"))
 KILLS = int(os.environ.get("TXN_SYS_KILLS", "3"))
 COPIER_KILLS = int(os.environ.get("TXN_SYS_COPIER_KILLS", "1"))
 TEST_TIMEOUT = int(os.environ.get("TXN_SYS_TIMEOUT", "240"))
