@@ -28,7 +28,7 @@ from kelp.broker.transactions.txn_config import TXN_TOPIC, partition_for_txn
 from tests.support.cluster import Cluster
 
 __all__ = ["CLUSTER_SETTINGS", "TXN_PARTITIONS", "Copier", "TopicReader", "coordinator_of", "group_coordinator_of",
-           "read_topic", "wait_until"]
+           "list_transactions", "read_topic", "wait_until"]
 
 TXN_PARTITIONS = 5
 OFFSETS_PARTITIONS = 3
@@ -60,6 +60,17 @@ def coordinator_of(cluster: Cluster, transactional_id: str) -> int:
     """The broker leading the `__transaction_state` partition of `transactional_id` (-1: none now)."""
     p = partition_for_txn(transactional_id, TXN_PARTITIONS)
     return int(cluster.topic(TXN_TOPIC)["partitions"][p]["leader"])
+
+
+def list_transactions(bootstrap: str) -> list[dict[str, str]]:
+    """Kafka's `kafka-transactions.sh list` (TransactionsCommand: ListTransactions on every broker): its rows."""
+    done = subprocess.run(kafka_tools.java_command("org.apache.kafka.tools.TransactionsCommand",
+                                                   "--bootstrap-server", bootstrap, "list"),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"TransactionsCommand list exited {done.returncode}: {done.stderr[-2000:]}"
+    lines = [line.split() for line in done.stdout.splitlines() if line.strip()]
+    header, rows = lines[0], lines[1:]
+    return [dict(zip(header, row, strict=True)) for row in rows]
 
 
 def group_coordinator_of(cluster: Cluster, group: str) -> int:

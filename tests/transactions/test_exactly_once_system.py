@@ -40,6 +40,7 @@ from tests.transactions.system_support import (
     TopicReader,
     coordinator_of,
     group_coordinator_of,
+    list_transactions,
     read_topic,
     wait_until,
 )
@@ -214,6 +215,17 @@ def test_copier_copies_every_record_exactly_once_while_brokers_are_killed(cluste
           f"read_committed {len(committed)} values (concurrently {len(during)}), "
           f"read_uncommitted {len(uncommitted)} values "
           f"({len(uncommitted) - len(set(uncommitted))} aborted duplicates)")
+    # Kafka's own admin tool sees each copier's id once, at its coordinator, with a producer id of its own
+    # (ids come from per-broker blocks: the coordinators of the two ids may differ and moved during the kills).
+    listed = {r["TransactionalId"]: r for r in list_transactions(cluster.bootstrap)}
+    copier_ids = [f"copier-{p}" for p in range(INPUT_PARTITIONS)]
+    print("kafka-transactions list: " + "; ".join(f"{t} {r['ProducerId']}@{r['Coordinator']} {r['TransactionState']}"
+                                                 for t, r in sorted(listed.items())))
+    assert all(tid in listed for tid in copier_ids), listed
+    assert len({listed[tid]["ProducerId"] for tid in copier_ids}) == INPUT_PARTITIONS, listed
+    for tid in copier_ids:
+        assert int(listed[tid]["Coordinator"]) == coordinator_of(cluster, tid), listed
+        assert listed[tid]["TransactionState"] in ("CompleteCommit", "CompleteAbort", "Empty"), listed
     for name, seen in (("read_committed", counts), ("concurrent read_committed", concurrent_counts)):
         missing = expected - seen.keys()
         duplicates = {v: n for v, n in seen.items() if n > 1}
