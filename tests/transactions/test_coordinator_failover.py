@@ -202,3 +202,50 @@ def test_a_stalled_coordinator_that_wakes_up_cannot_undo_its_successors_work(clu
     seen = read_topic(cluster.bootstrap, TOPIC, PARTITIONS, isolation="read_committed",
                       expect_at_least=len(values) + 1, timeout=60)
     assert sorted(seen) == sorted([*values, b"after-wakeup"])
+
+
+@pytest.mark.parametrize("commit", [True, False], ids=["commit", "abort"])
+def test_a_new_leader_holds_the_last_stable_offset_of_an_open_transaction(cluster_factory, commit) -> None:
+    """The leader of a partition with an open transaction dies: the new leader (from its replicated producer
+    state) keeps read_committed readers below the transaction — later plain records included; the old leader
+    comes back (its producer state recovered after SIGKILL), leads again and holds it too; the marker reaches
+    it and releases everything (an aborted transaction's records skipped)."""
+    cluster = _cluster(cluster_factory)
+    tid = "open-on-failover-app"
+    p = _producer(cluster, tid)
+    p.init_transactions(TIMEOUT_S)
+    p.begin_transaction()
+    for i in range(10):
+        p.produce(TOPIC, f"txn-{i}".encode(), partition=0)
+    assert p.flush(TIMEOUT_S) == 0
+    leader = int(cluster.topic(TOPIC)["partitions"][0]["leader"])
+    cluster[leader].kill()
+    cluster.wait_for("a new leader of partition 0",
+                     lambda: cluster.topic(TOPIC)["partitions"][0]["leader"] not in (-1, leader), timeout=30)
+    plain = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True})
+    for i in range(5):
+        plain.produce(TOPIC, f"plain-{i}".encode(), partition=0)
+    assert plain.flush(TIMEOUT_S) == 0
+
+    def committed_now() -> list[bytes]:
+        return read_topic(cluster.bootstrap, TOPIC, PARTITIONS, isolation="read_committed", timeout=10)
+
+    assert committed_now() == []  # the LSO is the open transaction's first offset on the new leader
+    assert len(read_topic(cluster.bootstrap, TOPIC, PARTITIONS, isolation="read_uncommitted",
+                          expect_at_least=15, timeout=30)) == 15
+
+    cluster[leader].start()
+    cluster.wait_fully_replicated(TOPIC, timeout=60)
+    cluster.admin("/admin/v1/partitions/elect-leaders", "POST", {"topic": TOPIC, "partitions": [0]})
+    cluster.wait_for(f"broker {leader} leading partition 0 again",
+                     lambda: cluster.topic(TOPIC)["partitions"][0]["leader"] == leader, timeout=30)
+    assert committed_now() == []  # the restarted leader recovered the open transaction
+
+    if commit:
+        p.commit_transaction(TIMEOUT_S)
+    else:
+        p.abort_transaction(TIMEOUT_S)
+    txn = [f"txn-{i}".encode() for i in range(10)] if commit else []
+    after = read_topic(cluster.bootstrap, TOPIC, PARTITIONS, isolation="read_committed",
+                       expect_at_least=len(txn) + 5)
+    assert after == txn + [f"plain-{i}".encode() for i in range(5)]
