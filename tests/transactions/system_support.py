@@ -15,6 +15,8 @@ It must never sleep to synchronise: every wait polls a condition with a deadline
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import threading
 import time
@@ -28,7 +30,7 @@ from kelp.broker.transactions.txn_config import TXN_TOPIC, partition_for_txn
 from tests.support.cluster import Cluster
 
 __all__ = ["CLUSTER_SETTINGS", "TXN_PARTITIONS", "Copier", "TopicReader", "coordinator_of", "group_coordinator_of",
-           "list_transactions", "read_topic", "wait_until"]
+           "list_transactions", "pause", "read_topic", "resume", "wait_until"]
 
 TXN_PARTITIONS = 5
 OFFSETS_PARTITIONS = 3
@@ -71,6 +73,45 @@ def list_transactions(bootstrap: str) -> list[dict[str, str]]:
     lines = [line.split() for line in done.stdout.splitlines() if line.strip()]
     header, rows = lines[0], lines[1:]
     return [dict(zip(header, row, strict=True)) for row in rows]
+
+
+def _holds_flock(pid: int, path: Path) -> bool:
+    """Whether process `pid` holds a flock on `path` now (/proc/locks; waiters' lines, marked "->", skipped)."""
+    ino = os.stat(path).st_ino
+    with open("/proc/locks") as fh:
+        for line in fh:
+            parts = line.split()
+            if len(parts) < 6 or parts[1] == "->" or parts[1] != "FLOCK":
+                continue
+            if int(parts[4]) == pid and int(parts[5].rsplit(":", 1)[1]) == ino:
+                return True
+    return False
+
+
+def pause(cluster: Cluster, broker_id: int, *, timeout: float = 10.0) -> None:
+    """SIGSTOP a broker, but never while it holds the file leases' lock (`cluster.dir/leases/.lock`, held for a
+    read-compare-rename): a broker stopped inside it would stall every other broker's lease renewal until it
+    is continued — the file backend's known limit (`kelp.broker.cluster.file_lock`), not the failure the
+    tests mean. Retries (SIGCONT, SIGSTOP again) until the lock is free, within `timeout`."""
+    b = cluster[broker_id]
+    assert b.proc is not None
+    lock = cluster.root / "cluster" / "leases" / ".lock"
+    deadline = time.monotonic() + timeout
+    while True:
+        cluster.stop_process(b)
+        if not lock.exists() or not _holds_flock(b.proc.pid, lock):
+            return
+        cluster.continue_process(b)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"broker {broker_id} held {lock} at every SIGSTOP for {timeout}s")
+        time.sleep(0.01)
+
+
+def resume(cluster: Cluster, broker_id: int) -> None:
+    b = cluster[broker_id]
+    if b.proc is not None and b.proc.poll() is None:
+        b.proc.send_signal(signal.SIGCONT)
+    b.stopped = False  # type: ignore[attr-defined]
 
 
 def group_coordinator_of(cluster: Cluster, group: str) -> int:

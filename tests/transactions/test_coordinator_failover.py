@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 
 from tests.support.cluster import Cluster
-from tests.transactions.system_support import CLUSTER_SETTINGS, coordinator_of, read_topic, wait_until
+from tests.transactions.system_support import CLUSTER_SETTINGS, coordinator_of, pause, read_topic, resume, wait_until
 
 pytestmark = [pytest.mark.clients, pytest.mark.timeout(180)]
 
@@ -161,12 +161,12 @@ def test_markers_reach_the_new_leader_of_a_partition_whose_leader_stalled(cluste
         pytest.skip("the coordinator leads every partition of the topic")
     values = [f"v-{i}".encode() for i in range(20)]
     _transaction(p, values)
-    cluster.stop_process(cluster[stalled])
+    pause(cluster, stalled)
     try:
         p.commit_transaction(TIMEOUT_S)
         cluster[coordinator].kill()
     finally:
-        cluster.continue_process(cluster[stalled])
+        resume(cluster, stalled)
     seen = read_topic(cluster.bootstrap, TOPIC, PARTITIONS, isolation="read_committed", expect_at_least=len(values),
                       timeout=60)
     assert sorted(seen) == sorted(values)
@@ -182,7 +182,7 @@ def test_a_stalled_coordinator_that_wakes_up_cannot_undo_its_successors_work(clu
     values = [f"v-{i}".encode() for i in range(20)]
     _transaction(p, values)
     coordinator = coordinator_of(cluster, tid)
-    cluster.stop_process(cluster[coordinator])
+    pause(cluster, coordinator)
     try:
         wait_until("a new coordinator", lambda: coordinator_of(cluster, tid) not in (-1, coordinator), timeout=30)
         try:
@@ -195,7 +195,7 @@ def test_a_stalled_coordinator_that_wakes_up_cannot_undo_its_successors_work(clu
                 _transaction(p, values)
             p.commit_transaction(TIMEOUT_S)
     finally:
-        cluster.continue_process(cluster[coordinator])
+        resume(cluster, coordinator)
     _transaction(p, [b"after-wakeup"])
     p.commit_transaction(TIMEOUT_S)
     cluster.wait_fully_replicated("__transaction_state", timeout=60)

@@ -42,8 +42,10 @@ from tests.transactions.system_support import (
     group_coordinator_of,
     list_transactions,
     read_topic,
+    resume,
     wait_until,
 )
+from tests.transactions.system_support import pause as pause_broker
 
 RECORDS = int(os.environ.get("TXN_SYS_RECORDS", "5000"))
 KILLS = int(os.environ.get("TXN_SYS_KILLS", "3"))
@@ -121,7 +123,7 @@ def _kill_and_restart(cluster: Cluster, victim: int, copiers: Copiers, *, pause:
     before = copiers.copied
     killed_at = time.monotonic()
     if pause:
-        cluster.stop_process(cluster[victim])
+        pause_broker(cluster, victim)
     else:
         cluster[victim].kill()
     try:
@@ -131,7 +133,7 @@ def _kill_and_restart(cluster: Cluster, victim: int, copiers: Copiers, *, pause:
                                      for p in cluster.topic(t)["partitions"]), timeout=30)
     finally:
         if pause:
-            cluster.continue_process(cluster[victim])
+            resume(cluster, victim)
     if not pause:
         cluster[victim].start()
     for topic in (OUTPUT, "__transaction_state", "__consumer_offsets"):
