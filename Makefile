@@ -42,7 +42,8 @@ run: venv
 	@mkdir -p $(DATA_DIR)
 	$(VENV)/bin/kelp dev-cluster --brokers $(BROKERS) --data-dir $(DATA_DIR) --kafka-port $(KAFKA_PORT) --http-port $(HTTP_PORT)
 
-# Spark's own Kafka connector (four jars, Maven, cached under ~/.cache/kelp/spark-jars): tests never download.
+# Spark's own Kafka connector (four jars) and spark-avro (from_avro; docs/spark-avro.md), Maven, cached under
+# ~/.cache/kelp/spark-jars: tests never download.
 spark-jars: deps venv
 	@$(PY) -m kelp.spark.jars >/dev/null
 

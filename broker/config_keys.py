@@ -328,8 +328,15 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     "http.authentication.oauthbearer.listener": (_str, ""),
     "http.health.public": (parse_bool, True),
     "http.metrics.public": (parse_bool, True),
+    # -- the services of the HTTP port (Kelp's own switches, named like Kafka's `*.enable` keys): off, a service's
+    # routes are not mounted and its paths answer 404 naming the key (broker/http/app.py); the Schema Registry
+    # then never creates `_schemas`. The admin API, health, metrics and `/cluster/v1` are always served.
+    "http.rest.proxy.enable": (parse_bool, True),  # Confluent REST Proxy v2 and REST v3
+    "http.schema.registry.enable": (parse_bool, True),  # Confluent's Schema Registry API
     "producer.id.expiration.ms": (_positive, 86400000),  # idempotent-producer state idle this long is dropped
     "producer.id.expiration.check.interval.ms": (_positive, 600000),
+    # Kelp's own: an event-loop delay this long is logged naming the code that held the loop (loop_monitor.py)
+    "kelp.loop.lag.warn.ms": (_positive, 100),
 }
 
 # Per-topic overrides (Kafka topic config names) -> parser. Names the storage

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Iterator, Mapping, Protocol, Sized
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
@@ -72,6 +72,13 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS_S = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 )
+
+# Event-loop delay (loop_monitor.py): fine from 1 ms to 200 ms, where the tail-latency goals are (issue 23).
+LOOP_LAG_BUCKETS_S = (
+    0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5, 5.0,
+)
+# Garbage-collection pauses: a young collection takes microseconds, a full one of a large heap 100 ms and more.
+GC_PAUSE_BUCKETS_S = (0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
 
 class LogSource(Protocol):
@@ -486,6 +493,18 @@ class BrokerMetrics:
             "kelp_kafka_connections_closed_by_limit",
             "Kafka connections closed by a listener bound (connections.max.idle.ms, socket.request.max.bytes)",
             ["reason"], registry=r,
+        )
+        self.loop_lag = Histogram(
+            "kelp_event_loop_lag_seconds",
+            "How late the broker's event-loop timer fired (every 10 ms): time the loop was held by other work",
+            buckets=LOOP_LAG_BUCKETS_S, registry=r,
+        )
+        self.loop_lag_max = Gauge(
+            "kelp_event_loop_lag_max_seconds", "Largest event-loop delay seen since the broker started", registry=r,
+        )
+        self.gc_pauses = Histogram(
+            "kelp_gc_pause_seconds", "Python garbage-collection pauses of the broker process, by generation",
+            ["generation"], buckets=GC_PAUSE_BUCKETS_S, registry=r,
         )
         self._listener: ListenerStats | None = None
         r.register(ListenerCollector(lambda: self._listener))

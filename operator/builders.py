@@ -64,7 +64,8 @@ from .spec import (
 
 __all__ = ["GROUP", "VERSION", "API_VERSION", "KELP_UID", "cluster_children", "labels_for", "selector_for",
            "owner_reference", "config_hash", "external_service", "external_address", "broker_file",
-           "EXTERNAL_LABEL", "BROKER_LABEL", "Address", "Addresses", "child_meta", "TRUST_FLOOR_ANNOTATION"]
+           "EXTERNAL_LABEL", "BROKER_LABEL", "Address", "Addresses", "child_meta", "TRUST_FLOOR_ANNOTATION",
+           "http_service", "HTTP_SERVICE_LABEL"]
 
 GROUP = "kelp.dev"
 VERSION = "v1alpha1"
@@ -242,6 +243,27 @@ def client_service(spec: ClusterSpec) -> Service:
     """The bootstrap address for clients and the operator: ready brokers only (not the replication listener)."""
     return {"apiVersion": "v1", "kind": "Service", "metadata": child_meta(spec, spec.name),
             "spec": {"type": "ClusterIP", "selector": selector_for(spec), "ports": _ports(spec, replication=False)}}
+
+
+HTTP_SERVICE_LABEL = "http"
+
+
+def http_service(spec: ClusterSpec) -> Service:
+    """`<cluster>-http`: the ready broker pods on the HTTP port, for REST Proxy (v2, v3) and Schema Registry
+    clients (any broker serves any request: REST consumers are forwarded to the broker holding them, registry
+    writes to the registry's leader). `spec.http.service` gives its type, port and annotations; HTTPS in the
+    secured layout (the brokers' HTTP port is), which `appProtocol` says."""
+    meta = child_meta(spec, spec.http_service)
+    meta["labels"] = {**meta["labels"], "kelp.dev/service": HTTP_SERVICE_LABEL}
+    if spec.http_service_annotations:
+        meta["annotations"] = dict(spec.http_service_annotations)
+    scheme = "https" if spec.security is not None else "http"
+    port: ServicePort = {"name": scheme, "port": spec.http_service_port_number, "targetPort": "http",
+                         "protocol": "TCP", "appProtocol": scheme}
+    if spec.http_service_node_port is not None:
+        port["nodePort"] = spec.http_service_node_port
+    return {"apiVersion": "v1", "kind": "Service", "metadata": meta,
+            "spec": {"type": spec.http_service_type, "selector": selector_for(spec), "ports": [port]}}
 
 
 def pod_disruption_budget(spec: ClusterSpec) -> PodDisruptionBudget:
@@ -434,8 +456,11 @@ def cluster_children(spec: ClusterSpec, *, replicas: int | None = None,
 
     The external Services (`external_service`) are not among them: they are applied first, since what
     they are given (node ports, load balancer addresses) goes into the brokers' files (`external`).
+    `<cluster>-http` is, while the brokers serve the REST Proxy or the Schema Registry (`spec.http`).
     """
+    http = [http_service(spec)] if spec.http_service_wanted else []
     return [service_account(spec), role(spec), role_binding(spec), *rack_manifests(spec),
             config_map(spec, external), headless_service(spec),
-            client_service(spec), stateful_set(spec, replicas=replicas, claim=claim, trust_floor=trust_floor),
+            client_service(spec), *http,
+            stateful_set(spec, replicas=replicas, claim=claim, trust_floor=trust_floor),
             pod_disruption_budget(spec)]

@@ -30,7 +30,7 @@ __all__ = [
     "StatefulSet", "PodCondition", "PodStatus", "Pod", "ClaimStatus", "PersistentVolumeClaim", "StorageClass",
     "ObjectReference", "EventSource", "Event", "Condition", "PodTemplateOverrides", "StorageSettings",
     "RackSettings", "ExternalListener", "ListenerSettings", "NetworkPolicySettings", "DisruptionSettings",
-    "ReassignmentSettings",
+    "ReassignmentSettings", "HttpServiceSwitch", "HttpServiceSettings", "HttpSettings", "HttpServiceType",
     "ClusterResourceSpec", "ReassignmentStatus", "ClusterStatus", "ClusterResource", "TopicSpec",
     "PartitionStatus", "TopicStatus", "TopicResource", "OffsetReset", "ConsumerGroupSpec", "AssignmentStatus",
     "MemberStatus", "OffsetStatus", "ConsumerGroupStatus", "ConsumerGroupResource", "ConditionStatus",
@@ -168,6 +168,7 @@ class ServicePort(TypedDict, total=False):
     targetPort: str
     protocol: str
     nodePort: int
+    appProtocol: str
 
 
 class ServiceSpec(TypedDict, total=False):
@@ -461,6 +462,32 @@ class NetworkPolicySettings(TypedDict, total=False):
     httpPeers: list[JsonObject]
 
 
+class HttpServiceSwitch(TypedDict, total=False):
+    """`spec.http.restProxy` / `spec.http.schemaRegistry`: whether the brokers serve it (default true)."""
+
+    enabled: bool
+
+
+HttpServiceType = Literal["ClusterIP", "NodePort", "LoadBalancer"]
+
+
+class HttpServiceSettings(TypedDict, total=False):
+    """`spec.http.service`: the Service `<cluster>-http` in front of the brokers' HTTP port."""
+
+    type: HttpServiceType
+    port: int
+    nodePort: int
+    annotations: dict[str, str]
+
+
+class HttpSettings(TypedDict, total=False):
+    """`spec.http`: the HTTP services of the brokers (REST Proxy, Schema Registry) and their Service."""
+
+    restProxy: HttpServiceSwitch
+    schemaRegistry: HttpServiceSwitch
+    service: HttpServiceSettings
+
+
 class DisruptionSettings(TypedDict, total=False):
     maxUnavailable: int
 
@@ -486,6 +513,7 @@ class ClusterResourceSpec(TypedDict, total=False):
     authorization: AuthorizationSettings
     tls: TlsSettings
     networkPolicy: NetworkPolicySettings
+    http: HttpSettings
 
 
 class ReassignmentStatus(TypedDict, total=False):
@@ -520,6 +548,7 @@ class ClusterStatus(TypedDict, total=False):
     preferredLeaderImbalance: int | None
     reassignment: ReassignmentStatus | None
     listeners: list[ListenerStatus] | None
+    httpUrl: str | None
 
 
 class ClusterResource(TypedDict, total=False):

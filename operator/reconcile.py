@@ -12,7 +12,8 @@ runner then sets Ready=Unknown: status never claims health it did not see).
 One pass, in order: read the spec (with the replication defaults pinned at
 creation, `spec.replication_defaults`) → storage changes (`storage.py`) →
 scale-down drain or scale-up mark (`scaling.py`) → apply every child
-(server-side apply: unchanged ones are no-ops) → the dynamic broker config
+(server-side apply: unchanged ones are no-ops; the NetworkPolicy and `<cluster>-http` are deleted when
+switched off) → the dynamic broker config
 (`dynamic_config.py`: no restart needed) → watch reassignments in
 flight → rebalance after a scale-up → mark a manual roll, restart the next
 outdated pod (`rolling.py`) → preferred-leader election after a roll →
@@ -34,7 +35,7 @@ from .cluster_tls import previous_floor, reconcile_tls
 from .dynamic_config import apply_dynamic_config
 from .events import Recorder
 from .groups import reconcile_group
-from .kube import CONFIG_MAP, NETWORK_POLICY, POD, STATEFUL_SET, TOPIC, KubeClient
+from .kube import CONFIG_MAP, NETWORK_POLICY, POD, SERVICE, STATEFUL_SET, TOPIC, KubeClient
 from .listeners import advertised, apply_external, mark_moved_addresses, remove_external
 from .network_policy import network_policy, policy_name
 from .objects import ClusterResource, ClusterStatus, Condition, KelpResource, Pod, StatefulSet, StatefulSetStatus
@@ -122,6 +123,17 @@ async def _remove_network_policy(ctx: ClusterPass) -> None:
     await ctx.emit("NetworkPolicyRemoved", f"{name} deleted: spec.networkPolicy.enabled is false")
 
 
+async def _remove_http_service(ctx: ClusterPass) -> None:
+    """spec.http switches both the REST Proxy and the Schema Registry off: `<cluster>-http` has nothing to serve."""
+    name = ctx.spec.http_service
+    if await ctx.kube.get(SERVICE, ctx.spec.namespace, name) is None:
+        return
+    await ctx.kube.fence()  # its clients lose their address
+    await ctx.kube.delete(SERVICE, ctx.spec.namespace, name)
+    await ctx.emit("HttpServiceRemoved", f"{name} deleted: spec.http switches both the REST Proxy and the Schema "
+                   "Registry off")
+
+
 async def _record_transition(ctx: ClusterPass, progressing: Condition) -> None:
     """Every change of what the operator is doing is an Event, also the waits no step records itself
     (ExternalAddressWaiting, ExpandingVolumes, DrainWaiting, RebalanceWaiting, RollingOut, Reconciled...)."""
@@ -201,6 +213,8 @@ async def reconcile_cluster(body: ClusterResource, kube: KubeClient, admin_for: 
         await remove_external(ctx, keep=len(external or {}))
         if not spec.network_policy:
             await _remove_network_policy(ctx)
+        if not spec.http_service_wanted:
+            await _remove_http_service(ctx)
         sts = await kube.get(STATEFUL_SET, namespace, name)
         ctx.pods = await kube.list(POD, namespace, labels=selector_for(spec))
         dynamic_note = await apply_dynamic_config(ctx)
@@ -240,6 +254,7 @@ async def reconcile_cluster(body: ClusterResource, kube: KubeClient, admin_for: 
     status.update(extra)
     status["listeners"] = None if spec.security is None else spec.security.listener_status(
         name=spec.name, namespace=spec.namespace, external=list(status.get("externalAddresses") or []))
+    status["httpUrl"] = spec.http_url
     if notes:
         conds = [c for c in conds if c["type"] != "Progressing"] + [notes[0]]
     await _record_transition(ctx, next(c for c in conds if c["type"] == "Progressing"))

@@ -36,7 +36,9 @@ OPERATOR_OWNED_KEYS = frozenset({
     "broker.id", "broker.id.from.hostname", "log.dirs", "listeners", "host", "port", "http.host", "http.port",
     "advertised.host", "advertised.port", "cluster.name", "cluster.backend", "cluster.dir", "kube.namespace",
     "kube.config", "cluster.id", "broker.rack", "broker.rack.node.label", "kube.node.name",
+    "http.rest.proxy.enable", "http.schema.registry.enable",  # spec.http
 })
+HTTP_SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
 
 
 # Labels that select a cluster's broker pods (builders.selector_for): a pod template may not override them.
@@ -105,6 +107,14 @@ class ClusterSpec:
     # spec.networkPolicy (network_policy.py): write the NetworkPolicy; who may reach the HTTP port (empty: anyone).
     network_policy: bool = False
     http_peers: tuple[JsonObject, ...] = ()
+    # spec.http: the REST Proxy (v2 and v3) and the Schema Registry on the HTTP port, and the Service
+    # `<cluster>-http` in front of them (type, port: None is httpPort, nodePort with NodePort, annotations).
+    rest_proxy: bool = True
+    schema_registry: bool = True
+    http_service_type: str = "ClusterIP"
+    http_service_port: int | None = None
+    http_service_node_port: int | None = None
+    http_service_annotations: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_resource(cls, body: ClusterResource, *,
@@ -120,6 +130,8 @@ class ClusterSpec:
         if resources is None:
             resources = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}}
         pod_template: PodTemplateOverrides = spec.get("podTemplate") or {}
+        http = spec.get("http") or {}
+        http_service = http.get("service") or {}
         try:
             security = Security.from_spec(spec)
         except ListenerError as exc:
@@ -144,6 +156,12 @@ class ClusterSpec:
             security=security,
             network_policy=bool((spec.get("networkPolicy") or {}).get("enabled", False)),
             http_peers=tuple((spec.get("networkPolicy") or {}).get("httpPeers") or ()),
+            rest_proxy=bool((http.get("restProxy") or {}).get("enabled", True)),
+            schema_registry=bool((http.get("schemaRegistry") or {}).get("enabled", True)),
+            http_service_type=str(http_service.get("type") or "ClusterIP"),
+            http_service_port=None if http_service.get("port") is None else int(http_service["port"]),
+            http_service_node_port=None if http_service.get("nodePort") is None else int(http_service["nodePort"]),
+            http_service_annotations={str(k): str(v) for k, v in (http_service.get("annotations") or {}).items()},
         )
         out.validate()
         return out
@@ -168,6 +186,28 @@ class ClusterSpec:
         if self.security is not None:
             port = next(listener.port for listener in self.security.listeners if listener.type == "internal")
         return f"{self.name}.{self.namespace}.svc:{port}"
+
+    @property
+    def http_service(self) -> str:
+        """The Service in front of the brokers' HTTP port for REST Proxy and Schema Registry clients."""
+        return f"{self.name}-http"
+
+    @property
+    def http_service_wanted(self) -> bool:
+        """`<cluster>-http` exists while the brokers serve the REST Proxy or the Schema Registry."""
+        return self.rest_proxy or self.schema_registry
+
+    @property
+    def http_service_port_number(self) -> int:
+        return self.http_service_port if self.http_service_port is not None else self.http_port
+
+    @property
+    def http_url(self) -> str | None:
+        """The in-cluster URL of `<cluster>-http` (HTTPS in the secured layout); None without the Service."""
+        if not self.http_service_wanted:
+            return None
+        scheme = "https" if self.security is not None else "http"
+        return f"{scheme}://{self.http_service}.{self.namespace}.svc:{self.http_service_port_number}"
 
     @property
     def secured(self) -> bool:
@@ -224,7 +264,8 @@ class ClusterSpec:
         if owned:
             raise SpecError(f"spec.config sets {', '.join(owned)}, which the operator manages; remove "
                             f"{'it' if len(owned) == 1 else 'them'} (ports, listeners and their TLS and "
-                            "authentication live under spec.listeners, super users under spec.authorization)")
+                            "authentication live under spec.listeners, super users under spec.authorization, "
+                            "the REST Proxy and Schema Registry switches under spec.http)")
         if self.security is not None:
             try:
                 self.security.validate(http_port=self.http_port, external_type=self.external_type)
@@ -259,8 +300,19 @@ class ClusterSpec:
                                 f"for {self.brokers} brokers; give one per broker (broker n uses the n-th)")
             if len(set(self.external_node_ports)) != len(self.external_node_ports):
                 raise SpecError("spec.listeners.external.nodePorts must not repeat a port")
+        self._validate_http()
         if self.pdb_max_unavailable is not None and self.pdb_max_unavailable < 0:
             raise SpecError(f"spec.podDisruptionBudget.maxUnavailable must be >= 0, got {self.pdb_max_unavailable}")
+
+    def _validate_http(self) -> None:
+        if self.http_service_type not in HTTP_SERVICE_TYPES:
+            raise SpecError(f"spec.http.service.type must be one of {', '.join(HTTP_SERVICE_TYPES)}, got "
+                            f"{self.http_service_type!r}")
+        for name, port in (("port", self.http_service_port), ("nodePort", self.http_service_node_port)):
+            if port is not None and not 1 <= port <= 65535:
+                raise SpecError(f"spec.http.service.{name} must be in 1..65535, got {port}")
+        if self.http_service_node_port is not None and self.http_service_type != "NodePort":
+            raise SpecError("spec.http.service.nodePort is only used with type NodePort")
 
     def disruptions_allowed(self) -> int:
         """Broker pods a voluntary disruption (a node drain) may take down at once: the min.insync rule.
@@ -330,6 +382,12 @@ class ClusterSpec:
                     mapping_rules=self.config.get("ssl.principal.mapping.rules")))
             except ListenerError as exc:
                 raise SpecError(str(exc)) from None
+        # spec.http: only a service switched off is written (the brokers' default is on), so a Cluster without
+        # spec.http keeps the config, and the pods, it had before spec.http existed.
+        if not self.rest_proxy:
+            owned["http.rest.proxy.enable"] = False
+        if not self.schema_registry:
+            owned["http.schema.registry.enable"] = False
         if self.rack_topology_key:
             # Each broker reads this label off its node at start-up (kelp.broker.cluster.rack).
             owned["broker.rack.node.label"] = self.rack_topology_key

@@ -1,8 +1,8 @@
 """What each party's certificate must say, and the Secrets and cert-manager Certificates that hold them.
 
 Why: a broker certificate must name every address a client may use to reach that broker — its per-pod
-DNS name on the headless Service, the client Service's names (short, namespaced, `.svc`, fully
-qualified), its external address once known, its pod IP with `advertise: podIP` — or clients checking
+DNS name on the headless Service, the client Service's and `<cluster>-http`'s names (short, namespaced, `.svc`,
+fully qualified), its external address once known, its pod IP with `advertise: podIP` — or clients checking
 host names refuse it; the operator's and users' certificates must carry subjects that map to the
 principals ACLs and `super.users` name. These are facts of the spec, built here without I/O, and
 handed either to the operator's own CAs (`pki.py`, Secrets below) or to cert-manager (`Certificate`s
@@ -46,8 +46,12 @@ CERT_MANAGER_GROUP = "cert-manager.io"
 
 def _service_names(spec: ClusterSpec) -> list[str]:
     ns, c = spec.namespace, spec.name
-    return [c, f"{c}.{ns}", f"{c}.{ns}.svc", f"{c}.{ns}.svc.{DNS_DOMAIN}",
-            f"{c}-brokers.{ns}.svc", f"{c}-brokers.{ns}.svc.{DNS_DOMAIN}"]
+    names = [c, f"{c}.{ns}", f"{c}.{ns}.svc", f"{c}.{ns}.svc.{DNS_DOMAIN}",
+             f"{c}-brokers.{ns}.svc", f"{c}-brokers.{ns}.svc.{DNS_DOMAIN}"]
+    if spec.http_service_wanted:  # REST Proxy and Schema Registry clients reach the brokers at `<cluster>-http`
+        h = spec.http_service
+        names += [h, f"{h}.{ns}", f"{h}.{ns}.svc", f"{h}.{ns}.svc.{DNS_DOMAIN}"]
+    return names
 
 
 def broker_dns_names(spec: ClusterSpec, ordinal: int, *, external_host: str | None = None) -> tuple[str, ...]:

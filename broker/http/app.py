@@ -12,6 +12,11 @@ histogram labelled by route, authentication and authorization
 (`route_access`: 401/403 with a JSON body), and the starting gate. The Schema
 Registry (`kelp.broker.schema_registry`) mounts its own routes (`install`).
 
+The REST Proxy (v2 and v3) and the Schema Registry are switched by `http.rest.proxy.enable` and
+`http.schema.registry.enable` (default true): a service switched off is not mounted at all (no route, no
+`_schemas` topic), and a request for one of its paths is answered 404 with a JSON body naming the key
+(`DisabledService`), after authentication, so a client learns why rather than "no such endpoint".
+
 This module must never hold state outside the application's `AppKey`s.
 """
 
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -45,12 +51,22 @@ from . import (
     v3_records,
 )
 from .authentication import HttpAuthenticator
-from .keys import BROKER, LOG_REGISTRY, MAX_BODY, METRICS, OFF_LOOP_SLOTS, ROUND_ROBIN, HttpBroker, int_setting
-from .problems import error_middleware
+from .keys import (
+    BROKER,
+    LOG_REGISTRY,
+    MAX_BODY,
+    METRICS,
+    OFF_LOOP_SLOTS,
+    ROUND_ROBIN,
+    HttpBroker,
+    bool_setting,
+    int_setting,
+)
+from .problems import HttpProblem, error_middleware
 from .route_access import AUTHENTICATOR, security_middleware
 from .serving import still_starting
 
-__all__ = ["build_http_app"]
+__all__ = ["build_http_app", "DisabledService", "REST_PROXY", "SCHEMA_REGISTRY"]
 
 
 @web.middleware
@@ -84,13 +100,45 @@ async def _starting_middleware(request: web.Request, handler: Handler) -> web.St
     return await handler(request)
 
 
+@dataclass(frozen=True)
+class DisabledService:
+    """A service of the HTTP port that a broker key may switch off: the paths it owns (a path is the service's
+    when it equals a prefix or continues it with `/`), and the key."""
+
+    name: str
+    key: str
+    prefixes: tuple[str, ...]
+
+    def owns(self, path: str) -> bool:
+        return any(path == p or path.startswith(p + "/") for p in self.prefixes)
+
+
+REST_PROXY = DisabledService("the REST Proxy (Confluent REST v2 and v3)", "http.rest.proxy.enable",
+                             ("/topics", "/consumers", "/v3"))
+SCHEMA_REGISTRY = DisabledService("the Schema Registry", "http.schema.registry.enable", (
+    "/subjects", "/schemas", "/config", "/mode", "/compatibility", "/cluster/v1/schema-registry"))
+DISABLED: web.AppKey[tuple[DisabledService, ...]] = web.AppKey("kelp_disabled_services")
+
+
+@web.middleware
+async def _disabled_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A path no route matched that belongs to a switched-off service: 404 naming the service and its key."""
+    if request.match_info.route.resource is None:
+        for service in request.app[DISABLED]:
+            if service.owns(request.path):
+                raise HttpProblem(404, f"{service.name} is disabled on this broker ({service.key}=false): "
+                                       f"{request.method} {request.path} is not served",
+                                  details={"service_disabled": service.key})
+    return await handler(request)
+
+
 def build_http_app(broker: HttpBroker, *, authenticator: HttpAuthenticator | None = None) -> web.Application:
     """The app; `authenticator` is how HTTP clients prove who they are (by default from `http.authentication.*`,
     with no credential checks: the composition root gives the SASL ones)."""
     # Bodies are read whole before they are parsed: this bounds what one request may hold (413 beyond).
     max_body = int_setting(broker.config, "http.request.max.bytes")
     app = web.Application(client_max_size=max_body, middlewares=[
-        _latency_middleware, error_middleware, security_middleware, _starting_middleware])
+        _latency_middleware, error_middleware, security_middleware, _disabled_middleware, _starting_middleware])
     app[AUTHENTICATOR] = authenticator or HttpAuthenticator.from_config(broker.config)
     app[MAX_BODY] = max_body
     app[OFF_LOOP_SLOTS] = asyncio.Semaphore(2)
@@ -101,7 +149,17 @@ def build_http_app(broker: HttpBroker, *, authenticator: HttpAuthenticator | Non
     app[LOG_REGISTRY] = logs_registry
     app[ROUND_ROBIN] = RoundRobin()
     for module in (health, metrics_routes, admin, acl_routes, cluster_routes, admin_groups, admin_transactions,
-                   admin_users, rest_proxy, rest_consumers, v3_cluster, v3_groups, v3_records, v3_acls):
+                   admin_users):
         app.add_routes(module.routes)
-    schema_registry_routes.install(app)  # Confluent's Schema Registry API (kelp.broker.schema_registry)
+    disabled: list[DisabledService] = []
+    if bool_setting(broker.config, REST_PROXY.key):
+        for module in (rest_proxy, rest_consumers, v3_cluster, v3_groups, v3_records, v3_acls):
+            app.add_routes(module.routes)
+    else:
+        disabled.append(REST_PROXY)
+    if bool_setting(broker.config, SCHEMA_REGISTRY.key):
+        schema_registry_routes.install(app)  # Confluent's Schema Registry API (kelp.broker.schema_registry)
+    else:
+        disabled.append(SCHEMA_REGISTRY)
+    app[DISABLED] = tuple(disabled)
     return app

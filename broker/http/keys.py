@@ -26,13 +26,13 @@ from kelp.partitioner import RoundRobin
 from ..acl_manager import AclManager
 from ..cluster.member import ClusterMember
 from ..config import BrokerConfig
-from ..config_keys import BROKER_KEYS
+from ..config_keys import BROKER_KEYS, parse_bool
 from ..metrics import BrokerMetrics
 from ..parts import BrokerParts
 from ..storage import LogManager
 
 __all__ = ["BROKER", "METRICS", "LOG_REGISTRY", "ROUND_ROBIN", "MAX_BODY", "OFF_LOOP_SLOTS", "HttpBroker",
-           "KafkaAddress", "int_setting"]
+           "KafkaAddress", "int_setting", "bool_setting"]
 
 
 class KafkaAddress(Protocol):
@@ -96,3 +96,10 @@ def int_setting(config: BrokerConfig, key: str) -> int:
     if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
         raise TypeError(f"broker key {key} is not an integer setting: {raw!r}")
     return int(raw)
+
+
+def bool_setting(config: BrokerConfig, key: str) -> bool:
+    """`config[key]` of a boolean broker key, or the key's default where `config` lacks it (test doubles)."""
+    getter = getattr(config, "get", None)
+    value = getter(key) if callable(getter) else None
+    return parse_bool(BROKER_KEYS[key][1] if value is None else value)

@@ -47,6 +47,10 @@ class TxnConfig:
     marker_backoff_ms: int = 100  # the first retry of a marker; doubles up to marker_max_backoff_ms
     marker_max_backoff_ms: int = 2000
     load_retry_ms: int = 1000  # after a failed replay of a partition this broker still leads
+    # AddPartitionsToTxn / AddOffsetsToTxn arriving while the producer's previous transaction is still being
+    # completed (its markers) wait this long for it before answering CONCURRENT_TRANSACTIONS (Kafka answers at
+    # once; a Java producer then backs off retry.backoff.ms, 100 ms, for a completion that takes a few ms).
+    completion_wait_ms: int = 100
 
     def topic_configs(self) -> dict[str, str]:
         """`__transaction_state`'s topic configs, as Kafka's TransactionStateManager.transactionTopicConfigs."""

@@ -27,7 +27,7 @@ COLUMNS = {
 STATUS_FIELDS = {
     "Cluster": {"observedGeneration", "conditions", "brokers", "controller", "topics", "unmanagedTopics",
                 "underReplicatedPartitions", "offlinePartitions", "bootstrap", "readyBrokers", "leaderSkew",
-                "preferredLeaderImbalance", "reassignment", "externalAddresses", "listeners"},
+                "preferredLeaderImbalance", "reassignment", "externalAddresses", "listeners", "httpUrl"},
     "Topic": {"observedGeneration", "conditions", "topicName", "partitions", "replicationFactor",
               "partitionStates"},
     "ConsumerGroup": {"observedGeneration", "conditions", "state", "members", "memberList", "offsets",
@@ -36,7 +36,7 @@ STATUS_FIELDS = {
 }
 SPEC_FIELDS = {
     "Cluster": {"brokers", "image", "imagePullPolicy", "storage", "resources", "config", "rack", "listeners",
-                "reassignment", "podTemplate", "podDisruptionBudget", "authorization", "tls", "networkPolicy"},
+                "reassignment", "podTemplate", "podDisruptionBudget", "authorization", "tls", "networkPolicy", "http"},
     "Topic": {"cluster", "topicName", "partitions", "replicationFactor", "config", "deletePolicy"},
     "ConsumerGroup": {"cluster", "groupId", "resetOffsets"},
     "KelpUser": {"cluster", "authentication", "authorization"},
@@ -166,3 +166,16 @@ def test_kelpuser_rules(crds: dict[str, dict]) -> None:
     rule = spec["properties"]["authorization"]["properties"]["acls"]["items"]
     assert rule["properties"]["resource"]["properties"]["patternType"]["enum"] == ["literal", "prefix"]
     assert rule["properties"]["type"]["default"] == "allow" and rule["properties"]["host"]["default"] == "*"
+
+
+def test_http_rules(crds: dict[str, dict]) -> None:
+    """spec.http (the REST Proxy, the Schema Registry and `<cluster>-http`): the switches default on, the Service's
+    type is one of three, a node port only with NodePort (the operator says the same, tests/kelp_operator)."""
+    http = openapi_schema(crds["Cluster"])["properties"]["spec"]["properties"]["http"]["properties"]
+    assert http["restProxy"]["properties"]["enabled"]["default"] is True
+    assert http["schemaRegistry"]["properties"]["enabled"]["default"] is True
+    service = http["service"]
+    assert service["properties"]["type"]["enum"] == ["ClusterIP", "NodePort", "LoadBalancer"]
+    assert service["properties"]["type"]["default"] == "ClusterIP"
+    assert (service["properties"]["port"]["minimum"], service["properties"]["port"]["maximum"]) == (1, 65535)
+    assert any("self.type == 'NodePort'" in r and "self.nodePort" in r for r in _rules(service))

@@ -177,6 +177,7 @@ def test_the_security_examples_are_valid_and_fit_together(schemas: dict[str, dic
     assert protocols == {"tls": "SASL_SSL", "mtls": "SSL"}
     for manifest in cluster_children(spec, trust_floor="cluster=0,clients=0"):
         kubernetes_validate.validate(manifest, "1.34", strict=True)
+    assert spec.http_url == "https://secure-http.team-a.svc:8443"  # what the example's comment tells clients
     assert {u["spec"]["authentication"]["type"] for u in users} == {"scram-sha-512", "tls"}
     for user in users:
         assert user["spec"]["cluster"] == cluster["metadata"]["name"]

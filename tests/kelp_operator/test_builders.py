@@ -35,7 +35,7 @@ def test_every_child_is_valid_for_kubernetes_and_owned_by_its_cluster() -> None:
     assert [(m["kind"], m["metadata"]["name"]) for m in children] == [
         ("ServiceAccount", "demo-broker"), ("Role", "demo-broker"), ("RoleBinding", "demo-broker"),
         ("ConfigMap", "demo-config"), ("Service", "demo-brokers"), ("Service", "demo"),
-        ("StatefulSet", "demo"), ("PodDisruptionBudget", "demo")]
+        ("Service", "demo-http"), ("StatefulSet", "demo"), ("PodDisruptionBudget", "demo")]
     for m in children:
         kubernetes_validate.validate(m, K8S_VERSION, strict=True)
         assert m["metadata"]["namespace"] == "team-a"

@@ -76,7 +76,8 @@ def test_a_broker_certificate_verifies_for_every_name_clients_use() -> None:
     assert set(request.dns_names) == {
         "demo-1.demo-brokers.team-a.svc", "demo-1.demo-brokers.team-a.svc.cluster.local",
         "demo", "demo.team-a", "demo.team-a.svc", "demo.team-a.svc.cluster.local",
-        "demo-brokers.team-a.svc", "demo-brokers.team-a.svc.cluster.local", "kafka-1.example.com"}
+        "demo-brokers.team-a.svc", "demo-brokers.team-a.svc.cluster.local", "kafka-1.example.com",
+        "demo-http", "demo-http.team-a", "demo-http.team-a.svc", "demo-http.team-a.svc.cluster.local"}
     store = verification.Store([cert(ca.cert_pem)])
     for name in request.dns_names:
         verifier = verification.PolicyBuilder().store(store).time(when(NOW)).build_server_verifier(

@@ -177,12 +177,12 @@ def test_external_services_of_removed_brokers_go_away() -> None:
     admin = FakeAdmin(brokers=[])
     admin.unreachable = True
     run(body, kube, admin)
-    assert {k[2] for k in kube.objects if k[0] == "Service"} == {"demo", "demo-brokers", "demo-external-0",
-                                                                   "demo-external-1"}
+    assert {k[2] for k in kube.objects if k[0] == "Service"} == {"demo", "demo-brokers", "demo-http",
+                                                                   "demo-external-0", "demo-external-1"}
     body["spec"]["listeners"] = {}
     kube.put(body)
     run(body, kube, admin)
-    assert {k[2] for k in kube.objects if k[0] == "Service"} == {"demo", "demo-brokers"}
+    assert {k[2] for k in kube.objects if k[0] == "Service"} == {"demo", "demo-brokers", "demo-http"}
     # Removing a Service cuts external clients off that broker: leadership is proven first, an Event says so.
     assert kube.fences >= 2 and len(kube.events("ExternalServiceRemoved")) == 2
 

@@ -203,7 +203,7 @@ def test_cluster_children_are_applied_and_status_says_pods_are_missing() -> None
     kube = FakeKube(CLUSTER)
     status, conds = run(lambda s: reconcile_cluster(CLUSTER, kube, admin_factory(s, "http://127.0.0.1:9")))
     assert [m["kind"] for m in kube.applied] == ["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Service",
-                                                 "Service", "StatefulSet", "PodDisruptionBudget"]
+                                                 "Service", "Service", "StatefulSet", "PodDisruptionBudget"]
     assert status["brokers"] == 0 and status["bootstrap"] == "demo.ns.svc:9092"
     r = ready(conds)
     assert r["status"] == "False" and r["reason"] == "BrokersUnreachable"

@@ -140,7 +140,7 @@ def test_nothing_is_written_once_leadership_is_in_doubt(tmp_path) -> None:
         kube.put(broker_pod("demo", 2, revision="rev-2"))
         with pytest.raises(LeadershipLost, match="leadership in doubt"):
             await Runner(kube, admin_of(admin)).reconcile("Cluster", "ns", "demo")
-        assert kube.deleted == [("Pod", "demo-2")] and len(kube.applied) == 8  # one pass's children, no more
+        assert kube.deleted == [("Pod", "demo-2")] and len(kube.applied) == 9  # one pass's children, no more
     asyncio.run(scenario())
 
 

@@ -131,6 +131,7 @@ FULL_STATUS = {
         "readyBrokers": "2/3", "leaderSkew": 3, "preferredLeaderImbalance": 4,
         "reassignment": {"partitions": 2, "progress": 12345678901, "lastProgressTime": NOW,
                          "stalledPartitions": ["orders-1"]},
+        "httpUrl": "http://demo-http.ns.svc:8080",
     },
     "Topic": {
         "observedGeneration": 1,
@@ -336,6 +337,13 @@ def test_valid_resets_are_accepted(custom, kube_namespace, reset) -> None:
     ("Cluster", {"brokers": 3, "listeners": {"external": {"type": "NodePort", "nodePorts": [31000]}}},
      "spec.listeners.external.nodePorts needs one port per broker"),
     ("Cluster", {"podDisruptionBudget": {"maxUnavailable": -1}}, "spec.podDisruptionBudget.maxUnavailable"),
+    ("Cluster", {"http": {"service": {"type": "ExternalName"}}}, "spec.http.service.type"),
+    ("Cluster", {"http": {"service": {"port": 0}}}, "spec.http.service.port"),
+    ("Cluster", {"http": {"service": {"type": "LoadBalancer", "nodePort": 30080}}},
+     "spec.http.service.nodePort is only used with type NodePort"),
+    ("Cluster", {"http": {"service": {"nodePort": 30080}}},  # the default type, ClusterIP, too
+     "spec.http.service.nodePort is only used with type NodePort"),
+    ("Cluster", {"http": {"restProxy": {"enabled": "no"}}}, "spec.http.restProxy.enabled"),
     ("Cluster", {"reassignment": {"stallTimeoutSeconds": 1}}, "spec.reassignment.stallTimeoutSeconds"),
 ])
 def test_schema_refuses_invalid_resources(custom, kube_namespace, kind, spec, fragment) -> None:
@@ -561,3 +569,15 @@ def test_network_policy_peers_are_checked_by_kubernetes_schema(custom, kube_name
     bad = {"networkPolicy": {"enabled": True, "httpPeers": [{"ipBlock": {"except": ["10.1.0.0/16"]}}]}}
     status, message = refused(create, custom, kube_namespace, resource("Cluster", "badpeer", bad))
     assert status == 422 and "spec.networkPolicy.httpPeers[0].ipBlock.cidr" in message, message
+
+
+def test_http_services_and_their_service_with_server_defaults(custom, kube_namespace) -> None:
+    """spec.http (docs/operator.md, "HTTP services") on a real API server: the switches default to true and the
+    Service's type to ClusterIP inside what is given; a NodePort with its node port and annotations is kept."""
+    created = create(custom, kube_namespace, resource("Cluster", "web", {"http": {
+        "restProxy": {}, "schemaRegistry": {"enabled": False}, "service": {"port": 443}}}))
+    assert created["spec"]["http"] == {"restProxy": {"enabled": True}, "schemaRegistry": {"enabled": False},
+                                       "service": {"type": "ClusterIP", "port": 443}}
+    node_port = {"type": "NodePort", "port": 8080, "nodePort": 30080, "annotations": {"example.com/team": "a"}}
+    created = create(custom, kube_namespace, resource("Cluster", "webnp", {"http": {"service": node_port}}))
+    assert created["spec"]["http"] == {"service": node_port}

@@ -2,7 +2,7 @@
 
 Why one session: starting the JVM costs seconds; every test reads and writes
 through the same session, each against its own broker process and topics.
-The connector's jars come from the cache `make test` filled
+The connector's jars and spark-avro come from the cache `make test` filled
 (`python -m kelp.spark.jars`); without them the tier fails with the command
 to run, it never downloads.
 
@@ -28,9 +28,9 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator["object"]:
     from pyspark.sql import SparkSession
 
     from kelp.spark import KelpDataSource
-    from kelp.spark.jars import connector_jars
+    from kelp.spark.jars import avro_jars, connector_jars
 
-    jars = ",".join(str(p) for p in connector_jars())
+    jars = ",".join(str(p) for p in [*connector_jars(), *avro_jars()])  # spark-avro: test_confluent_avro.py
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
     session = (SparkSession.builder.master("local[2]").appName("kelp-tests")
                .config("spark.jars", jars)

@@ -73,6 +73,46 @@ async def test_commit_writes_prepare_answers_then_markers_then_complete() -> Non
     assert await coord.add_partitions(TID, pid, epoch, [("out", 0)]) == ErrorCode.NONE  # the next transaction
 
 
+async def test_the_next_transaction_waits_for_the_previous_one_to_complete() -> None:
+    """AddPartitionsToTxn / AddOffsetsToTxn right after a commit wait (bounded) for its markers instead of
+    answering CONCURRENT_TRANSACTIONS at once: a Java producer would back off 100 ms for a few ms of markers."""
+    coord, _, sender, _ = await ready(completion_wait_ms=5000)
+    pid, epoch = await init(coord)
+    await coord.add_partitions(TID, pid, epoch, P)
+    sender.gate = asyncio.Event()
+    assert await coord.end_txn(TID, pid, epoch, True) == ErrorCode.NONE
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    next_txn = asyncio.ensure_future(coord.add_partitions(TID, pid, epoch, [("out", 0)]))
+    await asyncio.sleep(0.01)
+    assert not next_txn.done()  # held while the markers are written
+    sender.gate.set()
+    assert await asyncio.wait_for(next_txn, 5) == ErrorCode.NONE
+    assert loop.time() - started < 2.0
+    assert coord.txns[TID].state is TxnState.ONGOING and coord.txns[TID].partitions == {("out", 0)}
+    # A fenced producer that waited gets the fencing, not a transaction.
+    await coord.end_txn(TID, pid, epoch, True)
+    await until(lambda: coord.txns[TID].state is TxnState.COMPLETE_COMMIT)
+    await coord.add_partitions(TID, pid, epoch, P)
+    sender.gate = asyncio.Event()
+    assert await coord.end_txn(TID, pid, epoch, False) == ErrorCode.NONE
+    zombie = asyncio.ensure_future(coord.add_partitions(TID, pid, epoch, P))
+    await asyncio.sleep(0.01)
+    coord.txns[TID].producer_epoch += 1  # as a fence during the wait would
+    sender.gate.set()
+    assert await asyncio.wait_for(zombie, 5) == ErrorCode.PRODUCER_FENCED
+
+
+async def test_the_wait_for_completion_is_bounded() -> None:
+    coord, _, sender, _ = await ready(completion_wait_ms=30)
+    pid, epoch = await init(coord)
+    await coord.add_partitions(TID, pid, epoch, P)
+    sender.gate = asyncio.Event()  # the markers never get through
+    assert await coord.end_txn(TID, pid, epoch, True) == ErrorCode.NONE
+    assert await asyncio.wait_for(coord.add_partitions(TID, pid, epoch, P), 2) == ErrorCode.CONCURRENT_TRANSACTIONS
+    sender.gate.set()
+
+
 async def test_markers_retry_until_the_leader_takes_them() -> None:
     coord, _, sender, _ = await ready()
     pid, epoch = await init(coord)
