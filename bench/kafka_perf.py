@@ -37,14 +37,13 @@ import re
 import statistics
 import subprocess
 import sys
-import tempfile
 import urllib.request
 import uuid
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from . import clients, emit
+from . import clients, section_main
 from .sides import Side, alternating, load_average, start_sides
 
 __all__ = ["CASES", "producer_perf", "consumer_perf", "parse_producer", "parse_consumer", "scrape_loop_lag",
@@ -364,20 +363,8 @@ def run_from_args(args: argparse.Namespace, *, work: Path, kafka_version: str | 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .kafka_ref import KAFKA_VERSION
-
-    p = argparse.ArgumentParser(prog="python -m bench.kafka_perf", description=__doc__.splitlines()[0])
-    add_arguments(p)
-    p.add_argument("--runs", type=int, default=3, help="runs of every case per broker; medians are printed (3)")
-    p.add_argument("--no-kafka", action="store_true", help="skip Apache Kafka as the reference")
-    p.add_argument("--kafka-version", default=KAFKA_VERSION)
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    args = p.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="kelp-bench-perf-") as tmp:
-        res = run_from_args(args, work=Path(tmp), kafka_version=None if args.no_kafka else args.kafka_version)
-    if res is not None:
-        emit("kafka_perf", res, as_json=args.json, report=print_report)
-    return 0
+    return section_main("kafka_perf", __doc__ or "", argv, add_arguments=add_arguments, run_from_args=run_from_args,
+                        report=print_report)
 
 
 if __name__ == "__main__":

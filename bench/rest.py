@@ -39,13 +39,12 @@ import resource
 import statistics
 import string
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any, Callable
 
-from . import clients, emit, probe
+from . import clients, probe, section_main
 from .broker import BenchBroker
 
 __all__ = ["FORMATS", "rest_produce", "rest_consume", "run", "print_report", "main"]
@@ -299,20 +298,8 @@ def run_from_args(args: argparse.Namespace, *, work: Path) -> dict[str, Any] | N
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.rest", description=__doc__.splitlines()[0])
-    add_arguments(p)
-    p.add_argument("--runs", type=int, default=3, help="runs of every case; medians are printed (3)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    args = p.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="kelp-bench-rest-") as tmp:
-        try:
-            res = run_from_args(args, work=Path(tmp))
-        except ValueError as exc:
-            print(f"bench.rest: {exc}", file=sys.stderr)
-            return 2
-    if res is not None:
-        emit("rest", res, as_json=args.json, report=print_report)
-    return 0
+    return section_main("rest", __doc__ or "", argv, add_arguments=add_arguments, run_from_args=run_from_args,
+                        report=print_report, kafka=False)
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import clients, emit, probe
+from . import clients, probe, section_main
 from .broker import BenchBroker
 
 __all__ = ["MODES", "read_client_properties", "librdkafka_config", "run", "run_external", "print_report", "main"]
@@ -582,23 +582,8 @@ def print_report(res: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .kafka_ref import KAFKA_VERSION
-
-    p = argparse.ArgumentParser(prog="python -m bench.security", description=__doc__.splitlines()[0])
-    add_arguments(p)
-    p.add_argument("--runs", type=int, default=3, help="runs of every case per broker; medians are printed (3)")
-    p.add_argument("--no-kafka", action="store_true", help="skip Apache Kafka as the reference broker")
-    p.add_argument("--kafka-version", default=KAFKA_VERSION)
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    args = p.parse_args(argv)
-    try:
-        res = run_from_args(args, kafka_version=None if args.no_kafka else args.kafka_version)
-    except ValueError as exc:
-        print(f"bench.security: {exc}", file=sys.stderr)
-        return 2
-    if res is not None:
-        emit("security", res, as_json=args.json, report=print_report)
-    return 0
+    return section_main("security", __doc__ or "", argv, add_arguments=add_arguments, run_from_args=run_from_args,
+                        report=print_report, workdir=False)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -40,14 +40,13 @@ import os
 import statistics
 import struct
 import sys
-import tempfile
 import time
 import uuid
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from . import clients, emit
+from . import clients, section_main
 from .sides import Side, alternating, load_average, start_sides
 
 __all__ = ["TXN_SIZES", "transactional_produce", "consume_all", "run", "print_report", "main"]
@@ -401,20 +400,8 @@ def run_from_args(args: argparse.Namespace, *, work: Path, kafka_version: str | 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .kafka_ref import KAFKA_VERSION
-
-    p = argparse.ArgumentParser(prog="python -m bench.transactions", description=__doc__.splitlines()[0])
-    add_arguments(p)
-    p.add_argument("--runs", type=int, default=3, help="runs of every case per broker; medians are printed (3)")
-    p.add_argument("--no-kafka", action="store_true", help="skip Apache Kafka as the reference")
-    p.add_argument("--kafka-version", default=KAFKA_VERSION)
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    args = p.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="kelp-bench-txn-") as tmp:
-        res = run_from_args(args, work=Path(tmp), kafka_version=None if args.no_kafka else args.kafka_version)
-    if res is not None:
-        emit("transactions", res, as_json=args.json, report=print_report)
-    return 0
+    return section_main("transactions", __doc__ or "", argv, add_arguments=add_arguments, run_from_args=run_from_args,
+                        report=print_report)
 
 
 if __name__ == "__main__":
