@@ -12,7 +12,8 @@ operator only passes through (a user's affinity, probes, security contexts) are 
 A status field set to None is a JSON merge patch's deletion: the field was not observed this pass
 (`status.py`). `kube.py` is where an API answer becomes one of these types; builders return them.
 
-Types only: no logic, no I/O.
+A Cluster's spec settings live in objects_cluster_spec.py (re-exported here), the NetworkPolicy in
+objects_network.py. Types only: no logic, no I/O.
 """
 
 from __future__ import annotations
@@ -20,6 +21,30 @@ from __future__ import annotations
 from typing import Literal, NotRequired, Required, TypedDict
 
 from kelp.json_types import JsonObject
+
+from .objects_cluster_spec import (
+    AuthorizationSettings,
+    ClusterResourceSpec,
+    DisruptionSettings,
+    ExternalListener,
+    HttpServiceSettings,
+    HttpServiceSwitch,
+    HttpServiceType,
+    HttpSettings,
+    IssuerRef,
+    KafkaListenerSettings,
+    ListenerAuthentication,
+    ListenerAuthType,
+    ListenerSettings,
+    ListenerType,
+    NetworkPolicySettings,
+    PodTemplateOverrides,
+    RackSettings,
+    ReassignmentSettings,
+    StorageSettings,
+    TemplateMeta,
+    TlsSettings,
+)
 
 __all__ = [
     "OwnerReference", "ObjectMeta", "KubeObject", "LabelSelector", "ServiceAccount", "PolicyRule", "Role",
@@ -254,11 +279,6 @@ class PodSpec(TypedDict, total=False):
     priorityClassName: str
 
 
-class TemplateMeta(TypedDict, total=False):
-    labels: dict[str, str]
-    annotations: dict[str, str]
-
-
 class PodTemplate(TypedDict):
     metadata: TemplateMeta
     spec: PodSpec
@@ -384,136 +404,6 @@ class Condition(TypedDict):
     message: str
     observedGeneration: NotRequired[int]
     lastTransitionTime: NotRequired[str]
-
-
-class PodTemplateOverrides(TypedDict, total=False):
-    """`spec.podTemplate` of a Cluster: what it may set on the broker pods (builders merge it)."""
-
-    metadata: TemplateMeta
-    affinity: JsonObject
-    tolerations: list[JsonObject]
-    topologySpreadConstraints: list[JsonObject]
-    priorityClassName: str
-    nodeSelector: dict[str, str]
-    securityContext: JsonObject
-
-
-class StorageSettings(TypedDict, total=False):
-    size: str
-    storageClassName: str
-
-
-class RackSettings(TypedDict, total=False):
-    topologyKey: str
-
-
-class ExternalListener(TypedDict, total=False):
-    type: str  # required by the CRD
-    nodePorts: list[int]
-    annotations: dict[str, str]
-
-
-ListenerType = Literal["internal", "external"]
-ListenerAuthType = Literal["none", "scram-sha-512", "tls", "plain"]
-
-
-class ListenerAuthentication(TypedDict):
-    type: ListenerAuthType
-
-
-class KafkaListenerSettings(TypedDict, total=False):
-    """One entry of `spec.listeners.kafka` (security.py reads it)."""
-
-    name: Required[str]
-    port: Required[int]
-    type: ListenerType
-    tls: bool
-    authentication: ListenerAuthentication
-    networkPolicyPeers: list[JsonObject]  # core NetworkPolicyPeer objects (network_policy.py)
-
-
-class ListenerSettings(TypedDict, total=False):
-    kafkaPort: int
-    httpPort: int
-    advertise: str
-    external: ExternalListener
-    kafka: list[KafkaListenerSettings]
-
-
-class AuthorizationSettings(TypedDict, total=False):
-    type: Required[Literal["simple"]]
-    superUsers: list[str]
-
-
-class IssuerRef(TypedDict, total=False):
-    name: Required[str]
-    kind: str
-    group: str
-
-
-class TlsSettings(TypedDict, total=False):
-    issuerRef: IssuerRef
-    certificateValidityDays: int
-    renewalDays: int
-
-
-class NetworkPolicySettings(TypedDict, total=False):
-    enabled: bool
-    httpPeers: list[JsonObject]
-
-
-class HttpServiceSwitch(TypedDict, total=False):
-    """`spec.http.restProxy` / `spec.http.schemaRegistry`: whether the brokers serve it (default true)."""
-
-    enabled: bool
-
-
-HttpServiceType = Literal["ClusterIP", "NodePort", "LoadBalancer"]
-
-
-class HttpServiceSettings(TypedDict, total=False):
-    """`spec.http.service`: the Service `<cluster>-http` in front of the brokers' HTTP port."""
-
-    type: HttpServiceType
-    port: int
-    nodePort: int
-    annotations: dict[str, str]
-
-
-class HttpSettings(TypedDict, total=False):
-    """`spec.http`: the HTTP services of the brokers (REST Proxy, Schema Registry) and their Service."""
-
-    restProxy: HttpServiceSwitch
-    schemaRegistry: HttpServiceSwitch
-    service: HttpServiceSettings
-
-
-class DisruptionSettings(TypedDict, total=False):
-    maxUnavailable: int
-
-
-class ReassignmentSettings(TypedDict, total=False):
-    stallTimeoutSeconds: int
-
-
-class ClusterResourceSpec(TypedDict, total=False):
-    """A Cluster's spec as written (`spec.ClusterSpec` is it read, with defaults and checks)."""
-
-    brokers: int
-    image: str
-    imagePullPolicy: str
-    storage: StorageSettings
-    resources: JsonObject
-    config: dict[str, str]
-    rack: RackSettings
-    listeners: ListenerSettings
-    podTemplate: PodTemplateOverrides
-    podDisruptionBudget: DisruptionSettings
-    reassignment: ReassignmentSettings
-    authorization: AuthorizationSettings
-    tls: TlsSettings
-    networkPolicy: NetworkPolicySettings
-    http: HttpSettings
 
 
 class ReassignmentStatus(TypedDict, total=False):
