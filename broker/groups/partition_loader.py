@@ -36,6 +36,7 @@ from .offsets_log import (
     decode_key,
     decode_offset_value,
 )
+from .ownership_changes import OwnershipChanges
 from .placement import OFFSETS_TOPIC
 
 __all__ = ["PartitionLoader", "LoadedPartition", "decode_partition"]
@@ -112,7 +113,7 @@ class PartitionLoader:
         self.on_group_unloaded = on_group_unloaded
         # Called once a partition's replay is applied (transaction completions that waited for it take effect).
         self.on_partition_loaded: Callable[[int], None] = lambda partition: None
-        self._ownership_waiters: list[asyncio.Future[None]] = []
+        self._changes = OwnershipChanges()
         self._load_tasks: dict[int, asyncio.Task[None]] = {}
         self._stopped = False
 
@@ -134,7 +135,7 @@ class PartitionLoader:
             done.set_result(None)
             return done
         log.info("__consumer_offsets-%d: leader at epoch %d; loading its groups", partition, epoch)
-        self._ownership_changed()
+        self._changes.notify()
         task = asyncio.get_running_loop().create_task(
             self._load_partition(partition, token), name=f"load-{OFFSETS_TOPIC}-{partition}"
         )
@@ -155,7 +156,7 @@ class PartitionLoader:
             task.cancel()
         dropped = self.manager.remove_groups_for_partition(partition, self.on_group_unloaded)
         log.info("__consumer_offsets-%d: no longer leader (epoch %d); unloaded %d group(s)", partition, epoch, dropped)
-        self._ownership_changed()
+        self._changes.notify()
 
     async def _load_partition(self, partition: int, token: int) -> None:
         ownership, store = self.manager.ownership, self.manager.store
@@ -187,23 +188,11 @@ class PartitionLoader:
             del self._load_tasks[partition]
         log.info("__consumer_offsets-%d: loaded %d record(s), %d group(s); coordinating",
                  partition, loaded.records, len(loaded.group_ids()))
-        self._ownership_changed()
-
-    def _ownership_changed(self) -> None:
-        waiters, self._ownership_waiters = self._ownership_waiters, []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
+        self._changes.notify()
 
     async def wait_ownership_change(self, timeout_s: float) -> bool:
         """Wait (bounded) until a partition is elected, loaded or resigned; False on timeout."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._ownership_waiters.append(fut)
-        try:
-            await asyncio.wait_for(fut, max(timeout_s, 0.0))
-            return True
-        except asyncio.TimeoutError:
-            return False
+        return await self._changes.wait(timeout_s)
 
     def load(self, partitions: Iterable[int] | None = None, *, epoch: int = 0) -> int:
         """Own `partitions` (all by default) at once, replaying them on the calling thread.
@@ -226,7 +215,7 @@ class PartitionLoader:
             self._apply_loaded(loaded)
             ownership.finish_load(p, token)
             count += loaded.records
-        self._ownership_changed()
+        self._changes.notify()
         return count
 
     def _apply_loaded(self, loaded: LoadedPartition) -> None:

@@ -26,6 +26,7 @@ from kelp.records import build_batch
 from ..groups.append_errors import group_write_error_code
 from ..groups.offsets_store import replay_log
 from ..groups.ownership import PartitionOwnership, PartitionState
+from ..groups.ownership_changes import OwnershipChanges
 from ..replica_manager import ReplicaManager
 from ..storage import LogManager
 from .metadata import TransactionMetadata, TxnState, TxnTransit
@@ -105,7 +106,7 @@ class TxnStateManager:
         self.on_loaded: Callable[[int, int, list[TransactionMetadata]], None] = lambda p, epoch, txns: None
         self.on_unloaded: Callable[[int], None] = lambda p: None
         self._load_tasks: dict[int, asyncio.Task[None]] = {}
-        self._waiters: list[asyncio.Future[None]] = []
+        self._changes = OwnershipChanges()
         self._stopped = False
 
     # -- which ids are here ------------------------------------------------------------------------------------
@@ -174,7 +175,7 @@ class TxnStateManager:
             done.set_result(None)
             return done
         log.info("%s-%d: leader at epoch %d; loading its transactions", TXN_TOPIC, partition, epoch)
-        self._changed()
+        self._changes.notify()
         task = asyncio.get_running_loop().create_task(self._load(partition, token),
                                                       name=f"load-{TXN_TOPIC}-{partition}")
         self._load_tasks[partition] = task
@@ -192,7 +193,7 @@ class TxnStateManager:
         self.on_unloaded(partition)
         log.info("%s-%d: no longer leader (epoch %d); unloaded %d transactional id(s)", TXN_TOPIC, partition,
                  epoch, len(dropped))
-        self._changed()
+        self._changes.notify()
 
     async def _load(self, partition: int, token: int) -> None:
         while True:
@@ -222,7 +223,7 @@ class TxnStateManager:
         log.info("%s-%d: loaded %d record(s), %d transactional id(s); coordinating", TXN_TOPIC, partition,
                  loaded.records, len(loaded.txns))
         self.on_loaded(partition, self.ownership.epoch(partition) or 0, list(loaded.txns.values()))
-        self._changed()
+        self._changes.notify()
 
     def load(self, partitions: Iterable[int], *, epoch: int = 0) -> None:
         """Own and replay `partitions` on the calling thread: for stores that replay from memory (unit tests)."""
@@ -231,20 +232,9 @@ class TxnStateManager:
             if token is not None:
                 self._apply(decode_txn_partition(p, self.store.replay(p)), token)
 
-    def _changed(self) -> None:
-        waiters, self._waiters = self._waiters, []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
-
     async def wait_ownership_change(self, timeout_s: float) -> bool:
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
-        try:
-            await asyncio.wait_for(fut, max(timeout_s, 0.0))
-            return True
-        except asyncio.TimeoutError:
-            return False
+        """Wait (bounded) until a partition is elected, loaded or resigned; False on timeout."""
+        return await self._changes.wait(timeout_s)
 
     def stop(self) -> None:
         self._stopped = True
