@@ -10,6 +10,9 @@ DATA_DIR ?= $(CURDIR)/data
 KAFKA_PORT ?= 9092
 HTTP_PORT ?= 8080
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make test` (0: one process). Most tests wait on broker processes, the kubelet or a
+# JVM rather than compute, so two workers on two cores finish the suite in well under the time of one.
+TEST_WORKERS ?= 2
 BENCH_ARGS ?=
 
 # `operator/` (the kelp.operator package) sits at the top of the checkout and
@@ -74,7 +77,7 @@ typecheck: venv
 	$(PY) scripts/typecheck.py $(MYPY_ARGS)
 
 test: lint typecheck deps venv spark-jars kafka-tools
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # End-to-end on a real Kubernetes cluster: kind or any reachable kubeconfig (e2e/README.md).
 # Not part of `make test` (testpaths is tests/). Without a cluster it skips with one line and
