@@ -46,7 +46,8 @@ from .problems import error_response
 from .serving import still_starting
 
 __all__ = ["security_middleware", "AUTHENTICATOR", "PRINCIPAL", "RULES", "Rule", "principal_of", "access_of",
-           "require", "rule_for", "describable", "may_create_topic", "READ", "DESCRIBE", "TOPIC", "GROUP", "CLUSTER"]
+           "require", "rule_for", "describable", "may_create_topic", "READ", "DESCRIBE", "DC", "TOPIC", "GROUP",
+           "CLUSTER"]
 
 AUTHENTICATOR = web.AppKey("kelp_http_authenticator", HttpAuthenticator)
 PRINCIPAL = web.RequestKey("kelp_principal", KafkaPrincipal)
@@ -187,22 +188,48 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", f"{V3}/topics"): _in_route("CREATE on the cluster or on the topic named in the body"),
     ("GET", V3_TOPIC): _topic(DESCRIBE),
     ("DELETE", V3_TOPIC): _topic(DESCRIBE, D),
+    ("PATCH", V3_TOPIC): _topic(A),  # Kafka's CreatePartitions
     ("GET", f"{V3_TOPIC}/configs"): _topic(DC),
     ("GET", f"{V3_TOPIC}/configs/{{name}}"): _topic(DC),
     ("PUT", f"{V3_TOPIC}/configs/{{name}}"): _topic(AC),
     ("DELETE", f"{V3_TOPIC}/configs/{{name}}"): _topic(AC),
     ("POST", f"{V3_TOPIC}/configs:alter"): _topic(AC),
+    ("GET", f"{V3}/topics/-/configs"): _in_route("the configs of the topics the principal may DESCRIBE_CONFIGS"),
     ("GET", f"{V3_TOPIC}/partitions"): _topic(DESCRIBE),
     ("GET", f"{V3_TOPIC}/partitions/{{partition}}"): _topic(DESCRIBE),
+    ("GET", f"{V3_TOPIC}/partitions/{{partition}}/replicas"): _topic(DESCRIBE),
+    ("GET", f"{V3_TOPIC}/partitions/{{partition}}/replicas/{{broker_id}}"): _topic(DESCRIBE),
+    ("GET", f"{V3_TOPIC}/partitions/{{partition}}/offset"): _topic(DESCRIBE),  # Kafka's ListOffsets
+    # ongoing reassignments: Kafka's ListPartitionReassignments, DESCRIBE on the cluster
+    ("GET", f"{V3}/topics/-/partitions/-/reassignment"): _cluster(DESCRIBE),
+    ("GET", f"{V3_TOPIC}/partitions/-/reassignment"): _cluster(DESCRIBE),
+    ("GET", f"{V3_TOPIC}/partitions/{{partition}}/reassignment"): _cluster(DESCRIBE),
+    ("GET", f"{V3}/brokers/{{broker_id}}/partition-replicas"): _in_route(
+        "the replicas of the topics the principal may DESCRIBE"),
+    # broker configs: Kafka's DescribeConfigs / IncrementalAlterConfigs of a BROKER resource, on the cluster
+    **{("GET", path): _cluster(DC) for path in (
+        f"{V3}/broker-configs", f"{V3}/broker-configs/{{name}}", f"{V3}/brokers/-/configs",
+        f"{V3}/brokers/{{broker_id}}/configs", f"{V3}/brokers/{{broker_id}}/configs/{{name}}")},
+    **{(method, path): _cluster(AC) for method, path in (
+        ("PUT", f"{V3}/broker-configs/{{name}}"), ("DELETE", f"{V3}/broker-configs/{{name}}"),
+        ("POST", f"{V3}/broker-configs:alter"), ("PUT", f"{V3}/brokers/{{broker_id}}/configs/{{name}}"),
+        ("DELETE", f"{V3}/brokers/{{broker_id}}/configs/{{name}}"),
+        ("POST", f"{V3}/brokers/{{broker_id}}/configs:alter"))},
     ("POST", f"{V3_TOPIC}/records"): _topic(W),
+    ("POST", f"{V3_TOPIC}/records:batch"): _topic(W),
     ("GET", f"{V3}/consumer-groups"): _in_route("every group to DESCRIBE on the cluster, else those the principal "
                                                 "may DESCRIBE"),
     ("GET", V3_GROUP): _group(DESCRIBE),
     ("GET", f"{V3_GROUP}/consumers"): _group(DESCRIBE),
+    ("GET", f"{V3_GROUP}/consumers/{{consumer}}"): _group(DESCRIBE),
+    ("GET", f"{V3_GROUP}/consumers/{{consumer}}/assignments"): _group(DESCRIBE),  # of topics it may DESCRIBE
+    ("GET", f"{V3_GROUP}/consumers/{{consumer}}/assignments/{{topic}}/partitions/{{partition}}"): _group(DESCRIBE),
     ("GET", f"{V3_GROUP}/lags"): _group(DESCRIBE),  # only of topics the principal may DESCRIBE
+    ("GET", f"{V3_GROUP}/lags/{{topic}}/partitions/{{partition}}"): _group(DESCRIBE),  # likewise
     ("GET", f"{V3_GROUP}/lag-summary"): _group(DESCRIBE),  # likewise
     ("GET", f"{V3}/acls"): _cluster(DESCRIBE),
     ("POST", f"{V3}/acls"): _cluster(A),
+    ("POST", f"{V3}/acls:batch"): _cluster(A),
     ("DELETE", f"{V3}/acls"): _cluster(A),
 }
 CLUSTER_PLANE = "/cluster/v1/"

@@ -16,6 +16,11 @@ murmur2 of the key, else round-robin), batched per partition, and appended at ea
 of each chunk are produced and answered before the next is read (a long-lived streaming request gets its
 reports as it goes), holding at most `http.request.max.bytes` of a record still arriving (413 beyond).
 
+`POST .../records:batch` (Confluent's batch form): `{"entries": [{"id", ...a record's fields}]}`, each `id`
+a string of 1..80 characters, unique in the batch, at most `http.request.max.records` entries (413 beyond);
+answered 207 with `{"successes": [{"id", "partition_id", "offset", ...}], "failures": [{"id", "error_code",
+"message"}]}`, the same records produced the same way as the streaming route's.
+
 This module must never append without the route's WRITE check (`route_access`), nor create a topic.
 """
 
@@ -36,10 +41,11 @@ from kelp.json_types import JsonData, JsonValue
 from kelp.partitioner import partition_for_key
 from kelp.records import Record, build_batch
 
-from .keys import MAX_BODY, ROUND_ROBIN
-from .problems import HttpProblem
+from .json_body import read_json
+from .keys import MAX_BODY, ROUND_ROBIN, int_setting
+from .problems import HttpProblem, json_response
 from .serving import serving
-from .v3_views import CLUSTER, cluster_id, is_int
+from .v3_views import CLUSTER, body_object, cluster_id, is_int
 
 __all__ = ["routes", "take_complete"]
 
@@ -232,3 +238,47 @@ async def produce(request: web.Request) -> web.StreamResponse:
         raise HttpProblem(400, "the body holds no record: send a JSON object per record", error_code=400)
     await response.write_eof()
     return response
+
+
+@routes.post(CLUSTER + "/topics/{topic}/records:batch")
+async def produce_batch(request: web.Request) -> web.Response:
+    """Confluent's batch produce: every entry produced as the streaming route produces a record, one report per
+    entry, successes and failures apart, answered 207 (Multi-Status) as Confluent's is."""
+    cid = cluster_id(request)
+    broker = serving(request)
+    topic = request.match_info["topic"]
+    partitions = broker.topics.describe(topic).partitions
+    if request.content_type not in ("application/json", ""):
+        raise HttpProblem(415, f"unsupported Content-Type {request.content_type!r}; send application/json",
+                          error_code=415)
+    what = f"produce a batch to topic '{topic}'"
+    body = body_object(await read_json(request), what)
+    entries = body.get("entries")
+    if not isinstance(entries, list) or not entries:
+        raise HttpProblem(400, f"{what}: 'entries' must be a non-empty list of records, each with an 'id'",
+                          error_code=400)
+    limit = int_setting(broker.config, "http.request.max.records")
+    if len(entries) > limit:
+        raise HttpProblem(413, f"{what}: {len(entries)} entries, over the {limit} one request may carry "
+                               "(http.request.max.records); split the batch", error_code=413)
+    ids: list[str] = []
+    for i, entry in enumerate(entries):
+        entry_id = entry.get("id") if isinstance(entry, dict) else None
+        if not isinstance(entry_id, str) or not 1 <= len(entry_id) <= 80:
+            raise HttpProblem(400, f"{what}: entries[{i}].id must be a string of 1 to 80 characters, got "
+                                   f"{entry_id!r}", error_code=400)
+        if entry_id in ids:
+            raise HttpProblem(400, f"{what}: entries[{i}].id {entry_id!r} is given more than once; ids must be "
+                                   "unique in a batch", error_code=400)
+        ids.append(entry_id)
+    docs: list[JsonValue] = [{k: v for k, v in e.items() if k != "id"} for e in entries if isinstance(e, dict)]
+    reports = await _produce_docs(request, cid, topic, partitions, docs, 0)
+    successes: list[JsonData] = []
+    failures: list[JsonData] = []
+    for entry_id, report in zip(ids, reports, strict=True):
+        if report.get("error_code") == 200:
+            successes.append({"id": entry_id, **{k: v for k, v in report.items() if k != "error_code"}})
+        else:
+            failures.append({"id": entry_id, "error_code": report.get("error_code", 500),
+                             "message": f"entry {entry_id!r}, {report.get('message', 'not produced')}"})
+    return json_response({"successes": successes, "failures": failures}, status=207)

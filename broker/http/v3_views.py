@@ -19,12 +19,13 @@ from typing import TypeGuard
 from aiohttp import web
 
 from kelp.errors import ErrorCode
-from kelp.json_types import JsonData, JsonValue
+from kelp.json_types import JsonData, JsonObject, JsonValue
 
 from .problems import HttpProblem, json_response
 from .serving import serving
 
-__all__ = ["V3", "cluster_id", "Links", "resource", "collection", "v3_response", "int_path", "is_int", "problem"]
+__all__ = ["V3", "cluster_id", "Links", "resource", "collection", "v3_response", "int_path", "is_int", "problem",
+           "body_object"]
 
 V3 = "/v3/clusters"
 CLUSTER = V3 + "/{cluster_id}"
@@ -67,6 +68,13 @@ def collection(kind: str, self_url: str, data: list[JsonData]) -> dict[str, Json
 
 def v3_response(data: JsonData, *, status: int = 200) -> web.Response:
     return json_response(data, status=status)
+
+
+def body_object(body: JsonValue, what: str) -> JsonObject:
+    """A request body that must be a JSON object: 400 naming the request otherwise."""
+    if not isinstance(body, dict):
+        raise HttpProblem(400, f"{what}: the body must be a JSON object", error_code=400)
+    return body
 
 
 def is_int(value: JsonValue) -> TypeGuard[int]:
