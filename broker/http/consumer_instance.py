@@ -477,6 +477,7 @@ def unavailable(exc: KafkaClientError, what: str) -> HttpProblem:
 
 
 _GENERATED = re.compile(r"^rest-consumer-b(\d+)-")
+REMEMBERED_HOLDERS = 10_000
 
 
 class ConsumerRegistry:
@@ -489,6 +490,9 @@ class ConsumerRegistry:
         self._reaper: asyncio.Task[None] | None = None
         self._counter = 0
         self._forward_session: aiohttp.ClientSession | None = None
+        # (group, name) -> the other broker holding an instance whose name the client chose (`rest_forwarding`
+        # learns it by asking the brokers); at most REMEMBERED_HOLDERS, the oldest forgotten first.
+        self.remote_holders: dict[tuple[str, str], int] = {}
 
     @classmethod
     def of(cls, broker: BrokerParts) -> "ConsumerRegistry":
@@ -512,6 +516,15 @@ class ConsumerRegistry:
         """The broker id a name from `new_name` carries; None for a name the client chose."""
         m = _GENERATED.match(name)
         return int(m.group(1)) if m else None
+
+    def remember_holder(self, group: str, name: str, holder: int | None) -> None:
+        """Where another broker's instance of a client-chosen name lives (None: forget it)."""
+        self.remote_holders.pop((group, name), None)
+        if holder is None:
+            return
+        if len(self.remote_holders) >= REMEMBERED_HOLDERS:
+            self.remote_holders.pop(next(iter(self.remote_holders)))
+        self.remote_holders[(group, name)] = holder
 
     def member_client(self, client_id: str) -> MemberClient:
         """A Kafka-protocol client for one instance: bootstrapped from this broker's own inter-broker

@@ -21,7 +21,10 @@ member of its group wherever the group's coordinator is, reads from its
 partitions' leaders wherever they are, and follows both when they move
 (`consumer_instance`, over the Kafka protocol). Its `base_uri` is that
 broker's advertised HTTP address; a request for it reaching another broker
-(a load balancer) is forwarded to the holder (`rest_forwarding`).
+(a load balancer) is forwarded to the holder (`rest_forwarding`), whether
+Kelp generated its name or the client chose it (a chosen name is unique in
+its group across the cluster: 409 when another broker holds it; names shaped
+like the generated ones are refused, 422).
 
 An instance is its creator's, as a Kafka consumer is its application's: it is bound to the principal that
 created it (`http.authentication.methods`), and any other principal — a super user too — using or deleting
@@ -46,7 +49,7 @@ from .consumer_instance import ConsumerRegistry, HttpConsumer, range_assign
 from .json_body import read_json
 from .keys import int_setting
 from .problems import HttpProblem, json_response
-from .rest_forwarding import forward_if_held_elsewhere
+from .rest_forwarding import forward_if_held_elsewhere, held_elsewhere
 from .route_access import READ, TOPIC, principal_of, require
 from .serving import serving
 
@@ -159,13 +162,23 @@ async def create_instance(request: web.Request) -> web.Response:
     given = await read_json(request, what="consumer config", shape_status=422, allow_empty=True)
     body = given if isinstance(given, dict) else {}  # an object, or nothing (an empty body)
     name = body.get("name")
+    chosen = name is not None
     if name is None:
         name = reg.new_name()
     if not isinstance(name, str) or not name:
         raise HttpProblem(422, f"'name' must be a non-empty string, got {name!r}",
                           error_code=RestErrorCode.INVALID_CONSUMER_CONFIG)
+    if chosen and reg.holder_of(name) is not None:
+        raise HttpProblem(422, f"'name' {name!r} starts like the names Kelp generates (rest-consumer-b<broker>-), "
+                               "which name the broker holding an instance; choose another name, or leave 'name' "
+                               "out to have one generated", error_code=RestErrorCode.INVALID_CONSUMER_CONFIG)
     if (group, name) in reg.instances:
         raise HttpProblem(409, f"consumer instance '{name}' already exists in group '{group}'",
+                          error_code=RestErrorCode.CONSUMER_ALREADY_EXISTS)
+    elsewhere = await held_elsewhere(serving(request), group, name) if chosen else None
+    if elsewhere is not None:  # a name is the cluster's: requests for it are forwarded to its one holder
+        raise HttpProblem(409, f"consumer instance '{name}' already exists in group '{group}' on broker "
+                               f"{elsewhere}; choose another name or delete that instance first",
                           error_code=RestErrorCode.CONSUMER_ALREADY_EXISTS)
     fmt = body.get("format", "binary")
     if fmt not in ("binary", "json"):
