@@ -29,6 +29,7 @@ from .errors import RegistryError, incompatible, not_permitted, schema_not_found
 from .formats import parse
 from .model import Reference, SchemaVersion, config_key, encode, mode_key, schema_key
 from .parsed import ParsedSchema, ResolvedReference
+from .protobuf_descriptor import to_serialized
 from .requests import LATEST, SchemaRequest, check_subject
 from .state import RegistryState
 from .store import SchemaLog
@@ -63,6 +64,11 @@ class SchemaRegistry:
             out.append(ResolvedReference(ref.name, found.subject, found.version, found.schema_type, found.schema,
                                          self._resolve(state, found.references, schema_type, depth + 1)))
         return tuple(out)
+
+    def serialized(self, state: RegistryState, schema: str, refs: tuple[Reference, ...]) -> str:
+        """A PROTOBUF schema as the base64 FileDescriptorProto Confluent's Protobuf clients read
+        (`?format=serialized`), its types resolved against its references."""
+        return to_serialized(schema, "default", self._resolve(state, refs, "PROTOBUF"))
 
     def _parse(self, state: RegistryState, schema: str, schema_type: str, refs: tuple[Reference, ...]
                ) -> ParsedSchema:

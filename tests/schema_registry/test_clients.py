@@ -1,11 +1,16 @@
 """confluent-kafka's Schema Registry client and serializers against a Kelp broker: register, evolve, refuse
-an incompatible change with 409, and round-trip records through Kelp with Avro and JSON Schema."""
+an incompatible change with 409, and round-trip records through Kelp with Avro, JSON Schema and Protobuf (its
+`_pb2` modules generated at test time with grpcio-tools' protoc, the serializer registering the import too)."""
 
 from __future__ import annotations
 
+import importlib
 import json
+import sys
 import time
 import uuid
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 from confluent_kafka import Consumer, Producer
@@ -144,3 +149,61 @@ def test_protobuf_with_a_reference(kelp) -> None:
             client.register_schema(f"orders2-{suffix}-value", Schema(ORDER_PROTO, "PROTOBUF", refs))
         assert unresolved.value.http_status_code == 422 and unresolved.value.error_code == 42201
         assert "money.proto" in unresolved.value.error_message
+
+
+def _generated_modules(tmp_path: Path, protos: dict[str, str]) -> dict[str, ModuleType]:
+    """The `_pb2` modules of `protos` (path -> text), generated now with grpcio-tools' protoc into `tmp_path`
+    (nothing generated is checked in) and imported from there; keyed by proto path."""
+    from grpc_tools import protoc
+
+    for rel, text in protos.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    assert protoc.main(["protoc", f"-I{tmp_path}", f"--python_out={tmp_path}", *protos]) == 0
+    modules: dict[str, ModuleType] = {}
+    sys.path.insert(0, str(tmp_path))
+    try:
+        for rel in protos:
+            modules[rel] = importlib.import_module(rel.removesuffix(".proto").replace("/", ".") + "_pb2")
+    finally:
+        sys.path.remove(str(tmp_path))
+    return modules
+
+
+def test_protobuf_serializer_registers_the_import_and_round_trips(kelp, tmp_path: Path) -> None:
+    """confluent-kafka's ProtobufSerializer with a message importing another file: it registers the import under
+    its path as subject ("pb.../common/money.proto", URL-encoded) and the message with a reference to it; the
+    records go through Kelp and ProtobufDeserializer reads them back."""
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
+
+    suffix = uuid.uuid4().hex[:8]
+    # A package and a directory of their own per run: the protobuf runtime keeps one descriptor pool per process,
+    # and Python one module per name ("kelp" is taken).
+    root = f"pb{suffix}"
+    common = COMMON_PROTO.replace("kelp.common", f"{root}.common")
+    order = ORDER_PROTO.replace("kelp.common", f"{root}.common").replace("kelp.orders", f"{root}.orders")
+    money_path, order_path = f"{root}/common/money.proto", f"{root}/orders/order.proto"
+    order = order.replace("kelp/common/money.proto", money_path)
+    modules = _generated_modules(tmp_path, {money_path: common, order_path: order})
+    Order, Money = modules[order_path].Order, modules[money_path].Money
+
+    client = SchemaRegistryClient({"url": kelp.http_url})
+    topic = f"orders-pb-{suffix}"
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    serializer = ProtobufSerializer(Order, client, {"use.deprecated.format": False})
+    orders = [Order(id="o-1", total=Money(currency="EUR", units=12), items=["tea", "cake"]),
+              Order(id="o-2", total=Money(currency="USD", units=3))]
+    values = [serializer(o, ctx) for o in orders]
+    assert client.get_subjects().count(money_path) == 1  # the import, registered under its own path
+    registered = client.get_latest_version(f"{topic}-value")
+    assert registered.schema.schema_type == "PROTOBUF"
+    assert [(r.name, r.subject, r.version) for r in registered.schema.references] == [(money_path, money_path, 1)]
+    assert values[0][0] == 0 and int.from_bytes(values[0][1:5], "big") == registered.schema_id
+    _produce(kelp.bootstrap, topic, values)
+
+    deserializer = ProtobufDeserializer(Order, {"use.deprecated.format": False})
+    got = [deserializer(v, ctx) for v in _consume(kelp.bootstrap, topic, 2)]
+    assert got == orders
+    # the schema the registry gives back by id parses to the same message (what a reader without _pb2 uses)
+    fetched = client.get_schema(registered.schema_id)
+    assert "message Order" in fetched.schema_str and f"import \"{money_path}\"" in fetched.schema_str
