@@ -11,7 +11,9 @@ Kelp keeps `.proto` text — what `protobuf_format` parses, checks and compares 
 - `to_serialized(text, name, references)`: `.proto` text built into a FileDescriptorProto when one is asked
   for (`?format=serialized`), every field's type resolved as `protobuf_format` resolves it (absolute names,
   message or enum), map fields as their `...Entry` types, `optional` in proto3 with its synthetic oneof,
-  imports as dependencies — what the protobuf runtime's descriptor pool loads.
+  imports as dependencies — what the protobuf runtime's descriptor pool loads;
+- `message_class(text, references)`: the schema's first message as a protobuf class, its references and the
+  well-known `google/protobuf/` files loaded beside it (REST produce's PROTOBUF values, `embedded`).
 
 Kept on the way: syntax, package, imports (public, weak), messages (nested), fields, maps, oneofs, enums,
 reserved ranges and names, services, and options with a scalar value (`java_package`, `deprecated`,
@@ -25,10 +27,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import importlib
 import re
 
-from google.protobuf import descriptor_pb2
+from google.protobuf import descriptor_pb2, descriptor_pool
 from google.protobuf.message import DecodeError, Message
+from google.protobuf.message_factory import GetMessageClass
 from proto_schema_parser import ast
 from proto_schema_parser.generator import Generator
 
@@ -36,7 +40,7 @@ from .errors import invalid_schema
 from .parsed import ResolvedReference, flatten
 from .protobuf_format import BUILTIN_PACKAGES, SCALARS, parse_tree, type_index
 
-__all__ = ["from_serialized", "to_serialized", "looks_serialized"]
+__all__ = ["from_serialized", "to_serialized", "looks_serialized", "message_class"]
 
 FDP = descriptor_pb2.FileDescriptorProto
 FieldProto = descriptor_pb2.FieldDescriptorProto
@@ -290,6 +294,42 @@ def _json_name(name: str) -> str:
 
 def to_serialized(text: str, name: str, references: tuple[ResolvedReference, ...]) -> str:
     """base64 of the FileDescriptorProto of `.proto` text (named `name`), types resolved against `references`."""
+    return base64.b64encode(_descriptor(text, name, references).SerializeToString()).decode("ascii")
+
+
+def message_class(text: str, references: tuple[ResolvedReference, ...]) -> type[Message]:
+    """The first message of a schema as a protobuf class (Confluent's REST proxy writes that one), in a
+    descriptor pool of its own holding the schema, its references and the well-known files they import."""
+    pool = descriptor_pool.DescriptorPool()
+    loaded: set[str] = set()
+
+    def load(name: str, schema: str, refs: tuple[ResolvedReference, ...]) -> descriptor_pb2.FileDescriptorProto:
+        fdp = _descriptor(schema, name, refs)
+        for dep in fdp.dependency:
+            if dep.startswith("google/protobuf/") and dep not in loaded:
+                try:
+                    module = importlib.import_module("google.protobuf." + dep.removeprefix("google/protobuf/")
+                                                     .removesuffix(".proto") + "_pb2")
+                except ImportError:
+                    raise invalid_schema("PROTOBUF", f"'{dep}' is not a well-known file this broker's protobuf "
+                                                     "runtime has") from None
+                pool.AddSerializedFile(module.DESCRIPTOR.serialized_pb)
+                loaded.add(dep)
+        pool.Add(fdp)
+        loaded.add(name)
+        return fdp
+
+    for ref in flatten(references):
+        if ref.name not in loaded:
+            load(ref.name, ref.schema, ref.references)
+    fdp = load("kelp-embedded.proto", text, references)
+    if not fdp.message_type:
+        raise invalid_schema("PROTOBUF", "the schema defines no message to write")
+    first = f"{fdp.package}.{fdp.message_type[0].name}" if fdp.package else fdp.message_type[0].name
+    return GetMessageClass(pool.FindMessageTypeByName(first))
+
+
+def _descriptor(text: str, name: str, references: tuple[ResolvedReference, ...]) -> descriptor_pb2.FileDescriptorProto:
     file = parse_tree(text, "the schema")
     builder = _Builder(file, tuple(flatten(references)))
     proto3 = file.syntax == "proto3"
@@ -320,4 +360,4 @@ def to_serialized(text: str, name: str, references: tuple[ResolvedReference, ...
                     service.method.add(name=method.name, input_type=input_type, output_type=output_type,
                                        client_streaming=method.input_type.stream,
                                        server_streaming=method.output_type.stream)
-    return base64.b64encode(fdp.SerializeToString()).decode("ascii")
+    return fdp

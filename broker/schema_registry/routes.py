@@ -35,7 +35,7 @@ from .requests import check_subject, level_of, mode_of, parse_version, schema_re
 from .state import RegistryState
 from .store import SchemaLog, b64, read_records
 
-__all__ = ["install", "routes", "CONTENT_TYPE"]
+__all__ = ["install", "routes", "CONTENT_TYPE", "registry_of", "register_schema"]
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 FORWARD_TIMEOUT_S = 20.0
@@ -66,6 +66,22 @@ def install(app: web.Application) -> None:
 
 def _registry(request: web.Request) -> SchemaRegistry:
     return request.app[REGISTRY].get(serving(request))
+
+
+def registry_of(request: web.Request) -> SchemaRegistry | None:
+    """The broker's registry, for REST produce in a schema's format; None when it is switched off here."""
+    holder = request.app.get(REGISTRY)
+    return holder.get(serving(request)) if holder is not None else None
+
+
+async def register_schema(request: web.Request, subject: str, body: JsonObject) -> JsonObject:
+    """Register `body` under `subject` as `POST /subjects/{subject}/versions` does (forwarded to the leader)."""
+    check_subject(subject)
+    schema_request(body)
+    answer = await _write(request, "register", {"subject": subject, "body": body})
+    if not isinstance(answer, dict):
+        raise RegistryError(500, 50001, f"registering under subject '{subject}' answered {answer!r}"[:300])
+    return answer
 
 
 def _answer(data: JsonData, status: int = 200) -> web.Response:

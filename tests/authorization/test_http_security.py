@@ -225,6 +225,18 @@ async def test_a_chosen_instance_name_shaped_like_a_generated_one_is_refused(cli
     assert r.status == 422 and body["error_code"] == 42204 and "rest-consumer-b" in body["message"], body
 
 
+async def test_a_schema_given_inline_to_rest_produce_needs_alter_on_the_cluster(client: TestClient,
+                                                                              broker: InProcessBroker) -> None:
+    """Producing in a schema's format needs WRITE on the topic; registering the schema given on the way needs
+    what registering it directly needs (ALTER on the cluster)."""
+    await broker.parts.acls.create([acl("TOPIC", "secret", "WRITE")])
+    body = {"value_schema": '{"type": "string"}', "records": [{"value": "x"}]}
+    r = await client.post("/topics/secret", json=body, headers={**ALICE, "Content-Type":
+                                                                "application/vnd.kafka.avro.v2+json"})
+    answer = await r.json()
+    assert r.status == 403 and answer["error_code"] == 31 and "ALTER the cluster" in answer["message"], answer
+
+
 def test_every_route_says_what_it_needs(broker: InProcessBroker) -> None:
     app = build_http_app(broker.broker)
     unlisted = sorted(f"{r.method} {r.resource.canonical}" for r in app.router.routes()
