@@ -26,7 +26,7 @@ from ..security.acl_json import AclBindingJson, binding_from_json, binding_to_js
 from .json_body import read_json
 from .problems import HttpProblem
 from .serving import serving
-from .v3_views import CLUSTER, Links, body_object, cluster_id, collection, resource, v3_response
+from .v3_views import CLUSTER, Links, body_object, cluster_id, collection, links_of, resource, v3_response
 
 __all__ = ["routes"]
 
@@ -62,7 +62,7 @@ def _filter(request: web.Request) -> dict[str, JsonValue]:
 
 @routes.get(ACLS)
 async def search_acls(request: web.Request) -> web.Response:
-    links = Links(request, cluster_id(request))
+    links = links_of(request)
     try:
         acl_filter = filter_from_json(_filter(request))
         validate_acl_filter(acl_filter)
@@ -122,7 +122,7 @@ async def create_acls(request: web.Request) -> web.Response:
 
 @routes.delete(ACLS)
 async def delete_acls(request: web.Request) -> web.Response:
-    links = Links(request, cluster_id(request))
+    links = links_of(request)
     doc = _filter(request)
     try:
         validate_acl_filter(filter_from_json(doc))

@@ -30,7 +30,19 @@ from .json_body import read_json
 from .problems import HttpProblem
 from .route_access import TOPIC, access_of, describable, may_create_topic
 from .serving import serving
-from .v3_views import CLUSTER, V3, Links, body_object, cluster_id, collection, int_path, is_int, resource, v3_response
+from .v3_views import (
+    CLUSTER,
+    V3,
+    Links,
+    body_object,
+    collection,
+    int_path,
+    is_int,
+    links_of,
+    live_broker,
+    resource,
+    v3_response,
+)
 
 __all__ = ["routes", "topic_data"]
 
@@ -38,9 +50,6 @@ routes = web.RouteTableDef()
 TOPICS = CLUSTER + "/topics"
 TOPIC_PATH = TOPICS + "/{topic}"
 
-
-def _links(request: web.Request) -> Links:
-    return Links(request, cluster_id(request))
 
 
 def _cluster_data(links: Links, broker: BrokerParts) -> dict[str, JsonData]:
@@ -58,22 +67,19 @@ def _cluster_data(links: Links, broker: BrokerParts) -> dict[str, JsonData]:
 
 @routes.get(V3)
 async def list_clusters(request: web.Request) -> web.Response:
-    links = _links(request)
+    links = links_of(request)
     self_url = f"{request.url.scheme}://{request.host}{V3}"
     return v3_response(collection("KafkaClusterList", self_url, [_cluster_data(links, serving(request))]))
 
 
 @routes.get(CLUSTER)
 async def get_cluster(request: web.Request) -> web.Response:
-    return v3_response(_cluster_data(_links(request), serving(request)))
+    return v3_response(_cluster_data(links_of(request), serving(request)))
 
 
 # -- brokers -------------------------------------------------------------------------------------------
 def _broker_data(links: Links, broker: BrokerParts, broker_id: int) -> dict[str, JsonData]:
-    ep = broker.cluster.brokers.get(broker_id)
-    if ep is None:
-        raise HttpProblem(404, f"broker {broker_id} is not a live member of cluster '{links.cid}' (live: "
-                               f"{sorted(broker.cluster.brokers)})", error_code=404)
+    ep = broker.cluster.brokers[broker_id]
     return resource("KafkaBroker", links.url("brokers", broker_id), links.crn(("broker", broker_id)),
                     cluster_id=links.cid, broker_id=broker_id, host=ep.host, port=ep.port, rack=ep.rack,
                     configs=links.related("brokers", broker_id, "configs"),
@@ -82,15 +88,15 @@ def _broker_data(links: Links, broker: BrokerParts, broker_id: int) -> dict[str,
 
 @routes.get(CLUSTER + "/brokers")
 async def list_brokers(request: web.Request) -> web.Response:
-    links, broker = _links(request), serving(request)
+    links, broker = links_of(request), serving(request)
     data: list[JsonData] = [_broker_data(links, broker, b) for b in sorted(broker.cluster.brokers)]
     return v3_response(collection("KafkaBrokerList", links.url("brokers"), data))
 
 
 @routes.get(CLUSTER + "/brokers/{broker_id}")
 async def get_broker(request: web.Request) -> web.Response:
-    links = _links(request)
-    return v3_response(_broker_data(links, serving(request), int_path(request, "broker_id", "broker")))
+    links = links_of(request)
+    return v3_response(_broker_data(links, serving(request), live_broker(request, links)))
 
 
 # -- topics --------------------------------------------------------------------------------------------
@@ -105,7 +111,7 @@ def topic_data(links: Links, broker: BrokerParts, name: str) -> dict[str, JsonDa
 
 @routes.get(TOPICS)
 async def list_topics(request: web.Request) -> web.Response:
-    links, broker = _links(request), serving(request)
+    links, broker = links_of(request), serving(request)
     names = sorted(t.name for t in broker.topics.list_topics())
     shown = describable(request, TOPIC, names)
     data: list[JsonData] = [topic_data(links, broker, n) for n in names if n in shown]
@@ -123,7 +129,7 @@ def _optional_int(body: JsonObject, key: str, what: str) -> int | None:
 
 @routes.post(TOPICS)
 async def create_topic(request: web.Request) -> web.Response:
-    links, broker = _links(request), serving(request)
+    links, broker = links_of(request), serving(request)
     body = body_object(await read_json(request), "create topic")
     name = body.get("topic_name")
     if not isinstance(name, str) or not name:
@@ -170,13 +176,13 @@ async def create_topic(request: web.Request) -> web.Response:
 
 @routes.get(TOPIC_PATH)
 async def get_topic(request: web.Request) -> web.Response:
-    return v3_response(topic_data(_links(request), serving(request), request.match_info["topic"]))
+    return v3_response(topic_data(links_of(request), serving(request), request.match_info["topic"]))
 
 
 @routes.patch(TOPIC_PATH)
 async def grow_topic(request: web.Request) -> web.Response:
     """Confluent's "Update Partition Count": `{"partitions_count": n}`, partitions only grow (CreatePartitions)."""
-    links, broker, name = _links(request), serving(request), request.match_info["topic"]
+    links, broker, name = links_of(request), serving(request), request.match_info["topic"]
     what = f"update the partition count of topic '{name}'"
     total = _optional_int(body_object(await read_json(request), what), "partitions_count", what)
     if total is None:
@@ -188,7 +194,7 @@ async def grow_topic(request: web.Request) -> web.Response:
 
 @routes.delete(TOPIC_PATH)
 async def delete_topic(request: web.Request) -> web.Response:
-    _links(request)
+    links_of(request)
     await serving(request).topics.delete_topic(request.match_info["topic"])
     return web.Response(status=204)
 
@@ -212,7 +218,7 @@ def _partition_data(links: Links, broker: BrokerParts, topic: str, p: int) -> di
 
 @routes.get(TOPIC_PATH + "/partitions")
 async def list_partitions(request: web.Request) -> web.Response:
-    links, broker, topic = _links(request), serving(request), request.match_info["topic"]
+    links, broker, topic = links_of(request), serving(request), request.match_info["topic"]
     n = broker.topics.describe(topic).partitions
     data: list[JsonData] = [_partition_data(links, broker, topic, p) for p in range(n)]
     return v3_response(collection("KafkaPartitionList", links.url("topics", topic, "partitions"), data))
@@ -220,6 +226,6 @@ async def list_partitions(request: web.Request) -> web.Response:
 
 @routes.get(TOPIC_PATH + "/partitions/{partition}")
 async def get_partition(request: web.Request) -> web.Response:
-    links, broker, topic = _links(request), serving(request), request.match_info["topic"]
+    links, broker, topic = links_of(request), serving(request), request.match_info["topic"]
     p = int_path(request, "partition", f"partition of topic '{topic}'")
     return v3_response(_partition_data(links, broker, topic, p))

@@ -46,7 +46,7 @@ from .problems import HttpProblem
 from .route_access import DC, TOPIC, access_of
 from .serving import serving
 from .v3_groups import remote_json
-from .v3_views import CLUSTER, Links, body_object, cluster_id, collection, int_path, resource, v3_response
+from .v3_views import CLUSTER, Links, body_object, collection, links_of, live_broker, resource, v3_response
 
 __all__ = ["routes"]
 
@@ -55,9 +55,6 @@ TOPIC_PATH = CLUSTER + "/topics/{topic}"
 BROKER_CONFIGS = CLUSTER + "/brokers/{broker_id}/configs"
 CLUSTER_CONFIGS = CLUSTER + "/broker-configs"
 
-
-def _links(request: web.Request) -> Links:
-    return Links(request, cluster_id(request))
 
 
 def _fields(entry: Entry) -> dict[str, JsonData]:
@@ -130,7 +127,7 @@ def _topic_config(links: Links, topic: str, entry: Entry) -> dict[str, JsonData]
 
 @routes.get(CLUSTER + "/topics/-/configs")  # before .../topics/{topic}/configs, which would take "-" as a name
 async def list_all_topic_configs(request: web.Request) -> web.Response:
-    links, broker = _links(request), serving(request)
+    links, broker = links_of(request), serving(request)
     names = sorted(t.name for t in broker.topics.list_topics())
     shown = access_of(request).allowed(DC, TOPIC, names)  # as DescribeConfigs: DESCRIBE_CONFIGS on each topic
     data: list[JsonData] = [_topic_config(links, t, e) for t in names if t in shown
@@ -140,7 +137,7 @@ async def list_all_topic_configs(request: web.Request) -> web.Response:
 
 @routes.get(TOPIC_PATH + "/configs")
 async def list_topic_configs(request: web.Request) -> web.Response:
-    links, broker, topic = _links(request), serving(request), request.match_info["topic"]
+    links, broker, topic = links_of(request), serving(request), request.match_info["topic"]
     data: list[JsonData] = [_topic_config(links, topic, e) for e in _topic_entries(broker, topic)]
     return v3_response(collection("KafkaTopicConfigList", links.url("topics", topic, "configs"), data))
 
@@ -151,13 +148,13 @@ def _topic_entry(broker: BrokerParts, topic: str, name: str) -> Entry:
 
 @routes.get(TOPIC_PATH + "/configs/{name}")
 async def get_topic_config(request: web.Request) -> web.Response:
-    links, broker, topic = _links(request), serving(request), request.match_info["topic"]
+    links, broker, topic = links_of(request), serving(request), request.match_info["topic"]
     return v3_response(_topic_config(links, topic, _topic_entry(broker, topic, request.match_info["name"])))
 
 
 @routes.put(TOPIC_PATH + "/configs/{name}")
 async def put_topic_config(request: web.Request) -> web.Response:
-    _links(request)
+    links_of(request)
     broker, topic, name = serving(request), request.match_info["topic"], request.match_info["name"]
     what = f"update config '{name}' of topic '{topic}'"
     body = body_object(await read_json(request), what)
@@ -170,7 +167,7 @@ async def put_topic_config(request: web.Request) -> web.Response:
 
 @routes.delete(TOPIC_PATH + "/configs/{name}")
 async def reset_topic_config(request: web.Request) -> web.Response:
-    _links(request)
+    links_of(request)
     broker, topic, name = serving(request), request.match_info["topic"], request.match_info["name"]
     _topic_entry(broker, topic, name)
     await broker.topics.alter_config(topic, {}, delete=(name,))
@@ -179,7 +176,7 @@ async def reset_topic_config(request: web.Request) -> web.Response:
 
 @routes.post(TOPIC_PATH + "/configs:alter")
 async def alter_topic_configs(request: web.Request) -> web.Response:
-    _links(request)
+    links_of(request)
     broker, topic = serving(request), request.match_info["topic"]
     what = f"alter configs of topic '{topic}'"
     body = body_object(await read_json(request), what)
@@ -207,14 +204,14 @@ async def _alter_broker(broker: BrokerParts, entity: int, sets: dict[str, str], 
 
 @routes.get(CLUSTER_CONFIGS)
 async def list_cluster_configs(request: web.Request) -> web.Response:
-    links = _links(request)
+    links = links_of(request)
     data: list[JsonData] = [_cluster_config(links, e) for e in _default_entries(serving(request))]
     return v3_response(collection("KafkaClusterConfigList", links.url("broker-configs"), data))
 
 
 @routes.get(CLUSTER_CONFIGS + "/{name}")
 async def get_cluster_config(request: web.Request) -> web.Response:
-    links, name = _links(request), request.match_info["name"]
+    links, name = links_of(request), request.match_info["name"]
     entry = _named(_default_entries(serving(request)), name, "the cluster-wide dynamic broker configs",
                    ".../broker-configs")
     return v3_response(_cluster_config(links, entry))
@@ -222,7 +219,7 @@ async def get_cluster_config(request: web.Request) -> web.Response:
 
 @routes.put(CLUSTER_CONFIGS + "/{name}")
 async def put_cluster_config(request: web.Request) -> web.Response:
-    _links(request)
+    links_of(request)
     name = request.match_info["name"]
     what = f"update the cluster-wide broker config '{name}'"
     value = _put_value(body_object(await read_json(request), what), what)
@@ -232,14 +229,14 @@ async def put_cluster_config(request: web.Request) -> web.Response:
 
 @routes.delete(CLUSTER_CONFIGS + "/{name}")
 async def reset_cluster_config(request: web.Request) -> web.Response:
-    _links(request)
+    links_of(request)
     await _alter_broker(serving(request), DEFAULT_ENTITY, {}, [request.match_info["name"]])
     return web.Response(status=204)
 
 
 @routes.post(CLUSTER_CONFIGS + ":alter")
 async def alter_cluster_configs(request: web.Request) -> web.Response:
-    _links(request)
+    links_of(request)
     what = "alter the cluster-wide broker configs"
     body = body_object(await read_json(request), what)
     sets, deletes = _alter_items(body, what)
@@ -261,14 +258,6 @@ def _entries_from_json(body: object, broker_id: int) -> list[Entry]:
     return entries
 
 
-def _live_broker(request: web.Request, broker: BrokerParts, links: Links) -> int:
-    broker_id = int_path(request, "broker_id", "broker")
-    if broker_id not in broker.cluster.brokers:
-        raise HttpProblem(404, f"broker {broker_id} is not a live member of cluster '{links.cid}' (live: "
-                               f"{sorted(broker.cluster.brokers)})", error_code=404)
-    return broker_id
-
-
 async def _broker_entries(broker: BrokerParts, broker_id: int) -> list[Entry]:
     if broker_id == broker.config.broker_id:
         return hide_secrets(broker_entries(broker.config))
@@ -283,7 +272,7 @@ def _broker_config(links: Links, broker_id: int, entry: Entry) -> dict[str, Json
 
 @routes.get(CLUSTER + "/brokers/-/configs")  # before .../brokers/{broker_id}/configs, which would take "-"
 async def list_all_broker_configs(request: web.Request) -> web.Response:
-    links, broker = _links(request), serving(request)
+    links, broker = links_of(request), serving(request)
     data: list[JsonData] = []
     for broker_id in sorted(broker.cluster.brokers):
         data += [_broker_config(links, broker_id, e) for e in await _broker_entries(broker, broker_id)]
@@ -292,16 +281,16 @@ async def list_all_broker_configs(request: web.Request) -> web.Response:
 
 @routes.get(BROKER_CONFIGS)
 async def list_broker_configs(request: web.Request) -> web.Response:
-    links, broker = _links(request), serving(request)
-    broker_id = _live_broker(request, broker, links)
+    links, broker = links_of(request), serving(request)
+    broker_id = live_broker(request, links)
     data: list[JsonData] = [_broker_config(links, broker_id, e) for e in await _broker_entries(broker, broker_id)]
     return v3_response(collection("KafkaBrokerConfigList", links.url("brokers", broker_id, "configs"), data))
 
 
 @routes.get(BROKER_CONFIGS + "/{name}")
 async def get_broker_config(request: web.Request) -> web.Response:
-    links, broker, name = _links(request), serving(request), request.match_info["name"]
-    broker_id = _live_broker(request, broker, links)
+    links, broker, name = links_of(request), serving(request), request.match_info["name"]
+    broker_id = live_broker(request, links)
     entry = _named(await _broker_entries(broker, broker_id), name, f"broker {broker_id}",
                    f".../brokers/{broker_id}/configs")
     return v3_response(_broker_config(links, broker_id, entry))
@@ -309,8 +298,8 @@ async def get_broker_config(request: web.Request) -> web.Response:
 
 @routes.put(BROKER_CONFIGS + "/{name}")
 async def put_broker_config(request: web.Request) -> web.Response:
-    links, broker, name = _links(request), serving(request), request.match_info["name"]
-    broker_id = _live_broker(request, broker, links)
+    links, broker, name = links_of(request), serving(request), request.match_info["name"]
+    broker_id = live_broker(request, links)
     what = f"update config '{name}' of broker {broker_id}"
     value = _put_value(body_object(await read_json(request), what), what)
     await _alter_broker(broker, broker_id, {name: value}, [])
@@ -319,15 +308,15 @@ async def put_broker_config(request: web.Request) -> web.Response:
 
 @routes.delete(BROKER_CONFIGS + "/{name}")
 async def reset_broker_config(request: web.Request) -> web.Response:
-    links, broker = _links(request), serving(request)
-    await _alter_broker(broker, _live_broker(request, broker, links), {}, [request.match_info["name"]])
+    links, broker = links_of(request), serving(request)
+    await _alter_broker(broker, live_broker(request, links), {}, [request.match_info["name"]])
     return web.Response(status=204)
 
 
 @routes.post(BROKER_CONFIGS + ":alter")
 async def alter_broker_configs(request: web.Request) -> web.Response:
-    links, broker = _links(request), serving(request)
-    broker_id = _live_broker(request, broker, links)
+    links, broker = links_of(request), serving(request)
+    broker_id = live_broker(request, links)
     what = f"alter configs of broker {broker_id}"
     body = body_object(await read_json(request), what)
     sets, deletes = _alter_items(body, what)

@@ -34,7 +34,7 @@ from .admin_groups import describe_group, require_local_group
 from .problems import HttpProblem
 from .route_access import DESCRIBE, GROUP, TOPIC, access_of, describable
 from .serving import serving
-from .v3_views import CLUSTER, Links, cluster_id, collection, int_path, resource, v3_response
+from .v3_views import CLUSTER, Links, collection, int_path, links_of, resource, v3_response
 
 __all__ = ["routes", "remote_json"]
 
@@ -126,7 +126,7 @@ def _group_data(links: Links, group: str, coordinator: int, d: JsonObject) -> di
 
 @routes.get(GROUPS)
 async def list_groups(request: web.Request) -> web.Response:
-    links, broker = Links(request, cluster_id(request)), serving(request)
+    links, broker = links_of(request), serving(request)
     data: list[JsonData] = []
     for group in await _group_ids(request):
         try:
@@ -139,7 +139,7 @@ async def list_groups(request: web.Request) -> web.Response:
 
 @routes.get(GROUP_PATH)
 async def get_group(request: web.Request) -> web.Response:
-    links, group = Links(request, cluster_id(request)), request.match_info["group"]
+    links, group = links_of(request), request.match_info["group"]
     coordinator, d = await _describe(serving(request), group)
     return v3_response(_group_data(links, group, coordinator, d))
 
@@ -155,14 +155,14 @@ def _consumer_data(links: Links, group: str, m: JsonObject) -> dict[str, JsonDat
 
 @routes.get(GROUP_PATH + "/consumers")
 async def list_consumers(request: web.Request) -> web.Response:
-    links, group = Links(request, cluster_id(request)), request.match_info["group"]
+    links, group = links_of(request), request.match_info["group"]
     _, d = await _describe(serving(request), group)
     data: list[JsonData] = [_consumer_data(links, group, m) for m in _members(d)]
     return v3_response(collection("KafkaConsumerList", links.url("consumer-groups", group, "consumers"), data))
 
 
 async def _member(request: web.Request) -> tuple[Links, str, JsonObject]:
-    links, group, consumer = Links(request, cluster_id(request)), request.match_info["group"], \
+    links, group, consumer = links_of(request), request.match_info["group"], \
         request.match_info["consumer"]
     _, d = await _describe(serving(request), group)
     for m in _members(d):
@@ -243,14 +243,14 @@ async def _lags(request: web.Request, links: Links, group: str) -> list[dict[str
 
 @routes.get(GROUP_PATH + "/lags")
 async def list_lags(request: web.Request) -> web.Response:
-    links, group = Links(request, cluster_id(request)), request.match_info["group"]
+    links, group = links_of(request), request.match_info["group"]
     data: list[JsonData] = list(await _lags(request, links, group))
     return v3_response(collection("KafkaConsumerLagList", links.url("consumer-groups", group, "lags"), data))
 
 
 @routes.get(GROUP_PATH + "/lags/{topic}/partitions/{partition}")
 async def get_lag(request: web.Request) -> web.Response:
-    links, group = Links(request, cluster_id(request)), request.match_info["group"]
+    links, group = links_of(request), request.match_info["group"]
     topic, p = request.match_info["topic"], int_path(request, "partition", "partition")
     for lag in await _lags(request, links, group):
         if lag["topic_name"] == topic and lag["partition_id"] == p:
@@ -261,7 +261,7 @@ async def get_lag(request: web.Request) -> web.Response:
 
 @routes.get(GROUP_PATH + "/lag-summary")
 async def lag_summary(request: web.Request) -> web.Response:
-    links, group = Links(request, cluster_id(request)), request.match_info["group"]
+    links, group = links_of(request), request.match_info["group"]
     lags = await _lags(request, links, group)
     if not lags:
         raise HttpProblem(404, f"consumer group '{group}' has no committed offsets (of topics you may DESCRIBE) "

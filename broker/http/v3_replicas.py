@@ -32,16 +32,13 @@ from ..parts import BrokerParts
 from .problems import HttpProblem
 from .route_access import TOPIC, describable
 from .serving import serving
-from .v3_views import CLUSTER, Links, cluster_id, collection, int_path, resource, v3_response
+from .v3_views import CLUSTER, Links, collection, int_path, links_of, live_broker, resource, v3_response
 
 __all__ = ["routes"]
 
 routes = web.RouteTableDef()
 PARTITION = CLUSTER + "/topics/{topic}/partitions/{partition}"
 
-
-def _links(request: web.Request) -> Links:
-    return Links(request, cluster_id(request))
 
 
 def _state(request: web.Request, broker: BrokerParts) -> tuple[str, int, PartitionState]:
@@ -60,7 +57,7 @@ def _replica(links: Links, topic: str, p: int, state: PartitionState, broker_id:
 
 @routes.get(PARTITION + "/replicas")
 async def list_replicas(request: web.Request) -> web.Response:
-    links = _links(request)
+    links = links_of(request)
     topic, p, state = _state(request, serving(request))
     data: list[JsonData] = [_replica(links, topic, p, state, b) for b in state.replicas]
     return v3_response(collection("KafkaReplicaList", links.url("topics", topic, "partitions", p, "replicas"), data))
@@ -68,7 +65,7 @@ async def list_replicas(request: web.Request) -> web.Response:
 
 @routes.get(PARTITION + "/replicas/{broker_id}")
 async def get_replica(request: web.Request) -> web.Response:
-    links = _links(request)
+    links = links_of(request)
     topic, p, state = _state(request, serving(request))
     broker_id = int_path(request, "broker_id", "broker")
     if broker_id not in state.replicas:
@@ -79,11 +76,8 @@ async def get_replica(request: web.Request) -> web.Response:
 
 @routes.get(CLUSTER + "/brokers/{broker_id}/partition-replicas")
 async def list_broker_replicas(request: web.Request) -> web.Response:
-    links, broker = _links(request), serving(request)
-    broker_id = int_path(request, "broker_id", "broker")
-    if broker_id not in broker.cluster.brokers:
-        raise HttpProblem(404, f"broker {broker_id} is not a live member of cluster '{links.cid}' (live: "
-                               f"{sorted(broker.cluster.brokers)})", error_code=404)
+    links, broker = links_of(request), serving(request)
+    broker_id = live_broker(request, links)
     topics = sorted(broker.topics.list_topics(), key=lambda t: t.name)
     shown = describable(request, TOPIC, [t.name for t in topics])
     data: list[JsonData] = [_replica(links, t.name, p, s, broker_id) for t in topics if t.name in shown
@@ -110,7 +104,7 @@ def _reassignments(links: Links, broker: BrokerParts, topic: str | None) -> list
 # The "-" routes first: `{topic}` and `{partition}` would take "-" as a name.
 @routes.get(CLUSTER + "/topics/-/partitions/-/reassignment")
 async def list_all_reassignments(request: web.Request) -> web.Response:
-    links = _links(request)
+    links = links_of(request)
     data = _reassignments(links, serving(request), None)
     return v3_response(collection("KafkaReassignmentList", links.url("topics", "-", "partitions", "-",
                                                                      "reassignment"), data))
@@ -118,7 +112,7 @@ async def list_all_reassignments(request: web.Request) -> web.Response:
 
 @routes.get(CLUSTER + "/topics/{topic}/partitions/-/reassignment")
 async def list_topic_reassignments(request: web.Request) -> web.Response:
-    links, topic = _links(request), request.match_info["topic"]
+    links, topic = links_of(request), request.match_info["topic"]
     data = _reassignments(links, serving(request), topic)
     return v3_response(collection("KafkaReassignmentList", links.url("topics", topic, "partitions", "-",
                                                                      "reassignment"), data))
@@ -126,7 +120,7 @@ async def list_topic_reassignments(request: web.Request) -> web.Response:
 
 @routes.get(PARTITION + "/reassignment")
 async def get_reassignment(request: web.Request) -> web.Response:
-    links = _links(request)
+    links = links_of(request)
     topic, p, state = _state(request, serving(request))
     if not state.reassigning:
         raise HttpProblem(404, f"no reassignment of partition {p} of topic '{topic}' is in progress (its replicas: "
@@ -137,7 +131,7 @@ async def get_reassignment(request: web.Request) -> web.Response:
 # -- offsets ---------------------------------------------------------------------------------------------
 @routes.get(PARTITION + "/offset")
 async def partition_offsets(request: web.Request) -> web.Response:
-    links, broker = _links(request), serving(request)
+    links, broker = links_of(request), serving(request)
     topic, p, state = _state(request, broker)
     info = (await broker.cluster.partition_infos([(topic, p)])).get((topic, p))
     if info is None:

@@ -9,7 +9,8 @@ validates every route's answers against). The route modules (`v3_cluster`, `v3_g
 scheme and host the request came in on, as Confluent's are. The cluster id is the broker's `cluster.id`
 (what Kafka's Metadata answers); a path naming another one is answered 404.
 
-This module must never read or change broker state beyond the cluster id: it only shapes JSON.
+This module must never read or change broker state beyond the cluster id and its live brokers: it only shapes
+JSON and checks the path's cluster and broker.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from kelp.json_types import JsonData, JsonObject, JsonValue
 from .problems import HttpProblem, json_response
 from .serving import serving
 
-__all__ = ["V3", "cluster_id", "Links", "resource", "collection", "v3_response", "int_path", "is_int", "problem",
-           "body_object"]
+__all__ = ["V3", "cluster_id", "Links", "links_of", "live_broker", "resource", "collection", "v3_response",
+           "int_path", "is_int", "problem", "body_object"]
 
 V3 = "/v3/clusters"
 CLUSTER = V3 + "/{cluster_id}"
@@ -56,6 +57,21 @@ class Links:
 
     def crn(self, *pairs: tuple[str, object]) -> str:
         return f"crn:///kafka={self.cid}" + "".join(f"/{k}={v}" for k, v in pairs)
+
+
+def links_of(request: web.Request) -> Links:
+    """The request's links, under its cluster (404 when the path names another one)."""
+    return Links(request, cluster_id(request))
+
+
+def live_broker(request: web.Request, links: Links, key: str = "broker_id") -> int:
+    """The broker id the path names, a live member of the cluster; 404 naming the live ones otherwise."""
+    broker_id = int_path(request, key, "broker")
+    live = serving(request).cluster.brokers
+    if broker_id not in live:
+        raise HttpProblem(404, f"broker {broker_id} is not a live member of cluster '{links.cid}' (live: "
+                               f"{sorted(live)})", error_code=404)
+    return broker_id
 
 
 def resource(kind: str, self_url: str, crn: str | None, /, **fields: JsonData) -> dict[str, JsonData]:
