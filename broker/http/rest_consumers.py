@@ -7,7 +7,9 @@ protocol (a `ConsumerProtocolSubscription`), computes the range assignment
 for everyone when it is the leader, syncs, heartbeats in the background,
 rejoins on a rebalance, and reads through the replica manager.
 
-Endpoints (Confluent v2): create/delete an instance; subscription
+Endpoints (Confluent v2): create/delete an instance (`format`: binary, json, or avro, jsonschema,
+protobuf — values in Confluent's wire format answered as JSON with the schema they name,
+`consumer_formats`); subscription
 (POST/GET/DELETE); records (GET, long-poll `timeout`, `max_bytes`); offsets
 (POST commit, GET committed); assignments (POST manual, GET); positions
 (POST seek, /beginning, /end). An instance idle for
@@ -45,6 +47,9 @@ from kelp.errors import ErrorCode, RestErrorCode
 from kelp.json_types import JsonData, JsonValue
 
 from ..replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from ..schema_registry.embedded import find_reader
+from ..schema_registry.routes import registry_of
+from .consumer_formats import CONTENT_TYPES, FORMATS, SCHEMA_FORMATS
 from .consumer_instance import ConsumerRegistry, HttpConsumer, range_assign
 from .json_body import read_json
 from .keys import int_setting
@@ -58,8 +63,6 @@ __all__ = ["routes", "HttpConsumer", "ConsumerRegistry", "range_assign"]
 routes = web.RouteTableDef()
 
 PLAIN_V2 = "application/vnd.kafka.v2+json"
-JSON_V2 = "application/vnd.kafka.json.v2+json"
-BINARY_V2 = "application/vnd.kafka.binary.v2+json"
 MAX_RECORDS_TIMEOUT_MS = 60_000
 _INT32_MAX = (1 << 31) - 1
 _INT64_MAX = (1 << 63) - 1
@@ -181,8 +184,12 @@ async def create_instance(request: web.Request) -> web.Response:
                                f"{elsewhere}; choose another name or delete that instance first",
                           error_code=RestErrorCode.CONSUMER_ALREADY_EXISTS)
     fmt = body.get("format", "binary")
-    if fmt not in ("binary", "json"):
-        raise HttpProblem(422, f"'format' must be 'binary' or 'json' (Kelp has no schema registry), got {fmt!r}",
+    if fmt not in FORMATS:
+        raise HttpProblem(422, f"'format' must be one of {', '.join(FORMATS)}, got {fmt!r}",
+                          error_code=RestErrorCode.INVALID_CONSUMER_CONFIG)
+    if fmt in SCHEMA_FORMATS and registry_of(request) is None:
+        raise HttpProblem(422, f"'format' {fmt!r} reads values with the Schema Registry, which is disabled on this "
+                               "broker (http.schema.registry.enable=false)",
                           error_code=RestErrorCode.INVALID_CONSUMER_CONFIG)
     reset = body.get("auto.offset.reset", "latest")
     if reset not in ("earliest", "latest", "none"):
@@ -269,10 +276,12 @@ async def records(request: web.Request) -> web.Response:
                                f"1..{MAX_RECORDS_MAX_BYTES}")
     for t in sorted(set(inst.topics) | {t for t, _ in inst.assignment}):
         require(request, READ, TOPIC, t)  # every read, as Kafka's Fetch checks: an ACL taken back stops it
+    registry = registry_of(request)
+    inst.schema_readers = (lambda schema_id: find_reader(registry, schema_id)) if registry is not None else None
     async with inst._lock:
         out = await inst.read(timeout_ms=timeout_ms, max_bytes=max_bytes)
     inst.touch()
-    return json_response(out, content_type=JSON_V2 if inst.format == "json" else BINARY_V2)
+    return json_response(out, content_type=CONTENT_TYPES[inst.format])
 
 
 @_instance_route("POST", "/offsets")

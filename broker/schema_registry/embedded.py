@@ -15,6 +15,11 @@ compatibility) as any registration. The JSON data must match the schema: Avro's 
 value as `{"type": value}`, bytes and fixed as strings of code points 0-255), a JSON Schema's validation,
 Protobuf's JSON mapping; otherwise `NotEncodable` names the field and nothing is produced.
 
+Reading (REST v2 consumers created with `format` avro, jsonschema or protobuf): `framed_id` finds the schema
+id a value names, `find_reader` the reader of that id, whose `read` answers the JSON the produce side takes
+(Avro's JSON encoding, the JSON text, Protobuf's JSON mapping of the first message); bytes that are not in
+Confluent's wire format or not in that schema raise `NotDecodable` saying why.
+
 This module must never change the registry except by registering a schema given inline.
 """
 
@@ -47,7 +52,8 @@ from .registry import SchemaRegistry
 from .requests import LATEST
 from .state import RegistryState
 
-__all__ = ["REST_TYPES", "NotEncodable", "SchemaWriter", "find_writer", "Register"]
+__all__ = ["REST_TYPES", "NotEncodable", "SchemaWriter", "find_writer", "Register", "NotDecodable", "SchemaReader",
+           "find_reader", "framed_id"]
 
 # The REST proxies' names of the registry's schema types
 REST_TYPES = {"AVRO": "AVRO", "JSONSCHEMA": "JSON", "PROTOBUF": "PROTOBUF"}
@@ -272,3 +278,111 @@ async def find_writer(registry: SchemaRegistry, register: Register, *, subject: 
     if schema_type is not None and writer.schema_type != schema_type:
         raise RegistryError(422, 42201, f"schema {schema_id} is a {writer.schema_type} schema, not {schema_type}")
     return writer
+
+
+# -- reading ------------------------------------------------------------------------------------------------
+class NotDecodable(Exception):
+    """Stored bytes that are not a value in Confluent's wire format, or not in the schema they name."""
+
+
+def framed_id(data: bytes) -> int:
+    """The schema id Confluent's wire format names at the start of `data`; NotDecodable otherwise."""
+    if len(data) < 5 or data[0] != 0:
+        raise NotDecodable("it is not in Confluent's wire format (magic byte 0 and a 4-byte schema id)")
+    return int.from_bytes(data[1:5], "big")
+
+
+def _avro_json(schema: avro.schema.Schema, datum: object) -> JsonValue:
+    """Avro's JSON encoding of a datum Apache avro's reader made (the inverse of `_avro_datum`)."""
+    if isinstance(schema, avro.schema.UnionSchema):
+        if datum is None:
+            return None
+        for branch in schema.schemas:
+            if branch.type != "null" and branch.validate(datum) is not None:
+                return {_branch_name(branch): _avro_json(branch, datum)}
+        return None
+    if isinstance(datum, bytes):
+        return datum.decode("latin-1")
+    if isinstance(schema, avro.schema.ArraySchema) and isinstance(datum, list):
+        return [_avro_json(schema.items, v) for v in datum]
+    if isinstance(schema, avro.schema.MapSchema) and isinstance(datum, dict):
+        return {k: _avro_json(schema.values, v) for k, v in datum.items()}
+    if isinstance(schema, avro.schema.RecordSchema) and isinstance(datum, dict):
+        return {f.name: _avro_json(f.type, datum.get(f.name)) for f in schema.fields}
+    if datum is None or isinstance(datum, (bool, int, float, str)):
+        return datum
+    return str(datum)
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaReader:
+    """Decodes values written with one registered schema: `read(data) -> JSON` (NotDecodable)."""
+
+    schema_id: int
+    schema_type: str
+    decode: Callable[[bytes], JsonValue]
+
+    def read(self, data: bytes) -> JsonValue:
+        if framed_id(data) != self.schema_id:
+            raise NotDecodable(f"it names schema {framed_id(data)}, not {self.schema_id}")
+        try:
+            return self.decode(data[5:])
+        except NotDecodable:
+            raise
+        except Exception as exc:  # whatever the format's library says of bytes that are not its own
+            raise NotDecodable(f"it is not a {self.schema_type} value of schema {self.schema_id}: {exc}"[:300]) \
+                from None
+
+
+def _avro_decoder(schema: avro.schema.Schema) -> Callable[[bytes], JsonValue]:
+    schema = avro.schema.make_avsc_object(_without_logical_types(schema.to_json()), avro.name.Names())
+    reader = avro.io.DatumReader(schema)
+    return lambda payload: _avro_json(schema, reader.read(avro.io.BinaryDecoder(io.BytesIO(payload))))
+
+
+def _protobuf_decoder(text: str, references: tuple[ResolvedReference, ...]) -> Callable[[bytes], JsonValue]:
+    cls = message_class(text, references)
+
+    def decode(payload: bytes) -> JsonValue:
+        if payload[:1] != FIRST_MESSAGE:
+            raise NotDecodable("it names a message other than the schema's first (message indexes "
+                               f"{payload[:4].hex()}), which Kelp's REST consumers do not read")
+        message = cls.FromString(payload[1:])
+        out: JsonValue = json_format.MessageToDict(message)
+        return out
+    return decode
+
+
+_READERS: WeakKeyDictionary[SchemaRegistry, dict[int, SchemaReader]] = WeakKeyDictionary()
+
+
+async def find_reader(registry: SchemaRegistry, schema_id: int) -> SchemaReader:
+    """The reader of schema `schema_id` (remembered per registry); RegistryError 40403 when there is none."""
+    cache = _READERS.setdefault(registry, {})
+    found = cache.get(schema_id)
+    if found is not None:
+        return found
+    state = await registry.state()
+    identity = state.ids.get(schema_id)
+    if identity is None:
+        raise RegistryError(404, 40403, f"Schema {schema_id} not found")
+    schema_type, text, refs = identity
+    decode: Callable[[bytes], JsonValue]
+    if schema_type == "AVRO":
+        parsed = registry.parse_schema(state, text, schema_type, refs)
+        assert isinstance(parsed, AvroSchema)
+        decode = _avro_decoder(parsed.schema)
+    elif schema_type == "JSON":
+        decode = _json_text
+    else:
+        decode = _protobuf_decoder(text, registry.resolve(state, refs, schema_type))
+    reader = SchemaReader(schema_id, schema_type, decode)
+    if len(cache) >= _CACHED_WRITERS:
+        cache.clear()
+    cache[schema_id] = reader
+    return reader
+
+
+def _json_text(payload: bytes) -> JsonValue:
+    value: JsonValue = json.loads(payload.decode("utf-8"))
+    return value

@@ -304,3 +304,65 @@ def _order_class() -> type:
 
     return message_class(ORDER_PROTO, (ResolvedReference("kelp/common/money.proto", "money", 1, "PROTOBUF",
                                                          COMMON_PROTO),))
+
+
+def _v2(method: str, url: str, body: object = None) -> tuple[int, object]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/vnd.kafka.v2+json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            raw = resp.read()
+            return resp.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+
+
+def test_rest_consumers_read_avro_and_protobuf_values_as_json(kelp) -> None:
+    """A v2 consumer instance created with format avro (protobuf) answers each value decoded with the schema it
+    names, as the produce side takes it; a value that is not in that format stops it there (406, 40601)."""
+    base, suffix = kelp.http_url, uuid.uuid4().hex[:8]
+    client = SchemaRegistryClient({"url": base})
+    topic = f"rest-read-{suffix}"
+    serializer = AvroSerializer(client, json.dumps(USER_V2))
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    _produce(kelp.bootstrap, topic, [serializer({"name": "ada", "age": 36, "email": "a@b"}, ctx), b"plain text"])
+    status, inst = _v2("POST", f"{base}/consumers/r-{suffix}", {"format": "avro", "auto.offset.reset": "earliest"})
+    assert status == 200, inst
+    uri = inst["base_uri"]  # type: ignore[index]  # the create answer
+    assert _v2("POST", f"{uri}/assignments", {"partitions": [{"topic": topic, "partition": 0}]})[0] == 204
+    seen: list[object] = []
+    deadline = time.monotonic() + 20
+    refused: object = None
+    while time.monotonic() < deadline and refused is None:
+        status, got = _v2("GET", f"{uri}/records?timeout=500")
+        if status == 406:
+            refused = got
+        else:
+            assert status == 200, got
+            seen += [r["value"] for r in got]  # type: ignore[union-attr, index]  # a list of records
+    assert seen == [{"name": "ada", "age": 36, "email": "a@b"}]
+    assert isinstance(refused, dict) and refused["error_code"] == 40601 and refused["offset"] == 1
+    assert "wire format" in refused["message"] and "format=avro" in refused["message"]
+    assert _v2("DELETE", uri)[0] == 204
+
+    pb_topic = f"rest-read-pb-{suffix}"
+    client.register_schema(f"money-read-{suffix}", Schema(COMMON_PROTO, "PROTOBUF"))
+    ref = SchemaReference("kelp/common/money.proto", f"money-read-{suffix}", 1)
+    order_id = client.register_schema(f"{pb_topic}-value", Schema(ORDER_PROTO, "PROTOBUF", [ref]))
+    order = {"id": "o-9", "total": {"currency": "EUR", "units": "5"}, "items": ["tea"]}
+    assert _post(f"{base}/topics/{pb_topic}", {"value_schema_id": order_id, "records": [{"value": order}]},
+                 "application/vnd.kafka.protobuf.v2+json")[0] == 200
+    status, inst = _v2("POST", f"{base}/consumers/p-{suffix}", {"format": "protobuf", "auto.offset.reset": "earliest"})
+    uri = inst["base_uri"]  # type: ignore[index]  # the create answer
+    assert _v2("POST", f"{uri}/assignments", {"partitions": [{"topic": pb_topic, "partition": 0}]})[0] == 204
+    got_pb: list[object] = []
+    deadline = time.monotonic() + 20
+    while not got_pb and time.monotonic() < deadline:
+        status, records = _v2("GET", f"{uri}/records?timeout=500")
+        assert status == 200, records
+        got_pb += [r["value"] for r in records]  # type: ignore[union-attr, index]  # a list of records
+    assert got_pb == [order]  # protobuf's JSON mapping: an int64 as a string
+    assert _v2("DELETE", uri)[0] == 204
+    status, bad = _v2("POST", f"{base}/consumers/r-{suffix}", {"format": "thrift"})
+    assert status == 422 and bad["error_code"] == 42204 and "protobuf" in bad["message"]  # type: ignore[index]
