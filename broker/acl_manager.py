@@ -155,6 +155,11 @@ class AclManager:
     def is_super_user(self, principal: KafkaPrincipal) -> bool:
         return self.enabled and self.authorizer.is_super_user(principal)
 
+    def is_listed_super_user(self, principal: KafkaPrincipal) -> bool:
+        """Whether `super.users` names the principal, with or without an authorizer (brokers vouching for a
+        client's principal are trusted by it when no ACLs say so: `http.route_access.forwarded_principal`)."""
+        return self.authorizer.is_super_user(principal)
+
     # -- DescribeAcls, CreateAcls, DeleteAcls -------------------------------------------------
     def _require_enabled(self) -> None:
         if not self.enabled:

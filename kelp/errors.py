@@ -125,9 +125,11 @@ class RestErrorCode(IntEnum):
     CONSUMER_FORMAT_MISMATCH = 40601  # a format=json read met a record that is not JSON
     CONSUMER_ALREADY_EXISTS = 40902
     ILLEGAL_STATE = 40903
-    # Confluent's 42201 is "keys but no key schema"; Kelp has no schema registry and answers it for a malformed
-    # `partitions`/`offsets` list.
+    # Confluent's 42201 is "keys but no key schema" (so is Kelp's, on a produce in a schema's format); Kelp
+    # answers it for a malformed `partitions`/`offsets` list too.
     KEY_SCHEMA_MISSING = 42201
+    VALUE_SCHEMA_MISSING = 42202  # a record has a value, the request (in a schema's format) no value schema
+    JSON_CONVERSION = 42203  # a record's JSON does not match its schema (Avro, JSON Schema, Protobuf)
     INVALID_CONSUMER_CONFIG = 42204
     # Kelp's own (not in Confluent's table): a broker already serves http.consumer.max.instances instances.
     TOO_MANY_CONSUMER_INSTANCES = 42901

@@ -44,11 +44,14 @@ from . import (
     health,
     metrics_routes,
     rest_consumers,
+    rest_forwarding,
     rest_proxy,
     v3_acls,
     v3_cluster,
+    v3_configs,
     v3_groups,
     v3_records,
+    v3_replicas,
 )
 from .authentication import HttpAuthenticator
 from .keys import (
@@ -153,7 +156,8 @@ def build_http_app(broker: HttpBroker, *, authenticator: HttpAuthenticator | Non
         app.add_routes(module.routes)
     disabled: list[DisabledService] = []
     if bool_setting(broker.config, REST_PROXY.key):
-        for module in (rest_proxy, rest_consumers, v3_cluster, v3_groups, v3_records, v3_acls):
+        for module in (rest_proxy, rest_consumers, rest_forwarding, v3_cluster, v3_configs, v3_replicas, v3_groups,
+                       v3_records, v3_acls):
             app.add_routes(module.routes)
     else:
         disabled.append(REST_PROXY)

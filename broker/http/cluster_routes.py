@@ -26,6 +26,7 @@ from kelp.json_types import JsonData, JsonValue
 
 from ..cluster.member import ClusterMember
 from ..cluster.metadata_records import MetadataPush
+from ..config_entries import broker_entries, hide_secrets
 from .json_body import read_json
 from .keys import BROKER
 from .problems import HttpProblem, json_response
@@ -194,6 +195,15 @@ async def replica_progress(request: web.Request) -> web.Response:
         raise HttpProblem(421, f"broker {broker.config.broker_id} does not lead "
                                f"{request.match_info['topic']}-{partition}")
     return json_response({str(k): v for k, v in part.describe_replicas().items()})
+
+
+@routes.get("/cluster/v1/configs")
+async def own_configs(request: web.Request) -> web.Response:
+    """This broker's configs described (`config_entries`, secrets without a value): a broker's static configs are
+    only known to itself, and REST v3 on another broker shows them (`v3_configs`)."""
+    entries = hide_secrets(broker_entries(serving(request).config))
+    return json_response({"configs": [[n, v, ro, src, [[sn, sv, ss] for sn, sv, ss in syn]]
+                                      for n, v, ro, src, syn in entries]})
 
 
 @routes.post("/cluster/v1/partitions/info")

@@ -10,9 +10,10 @@ Kafka protocol (`consumer_client.MemberClient`), which follows both when
 they move; the HTTP client notices nothing but a read that returns fewer
 records while they move. Reads decode every
 record of a fetch before any position moves: a position advances only past
-records the response delivers, and a record a `format=json` instance cannot
-deliver is reported (406, 40601, naming topic, partition and offset) until
-the position is moved past it, as a Kafka consumer does with a record its
+records the response delivers, and a record its format cannot read
+(`consumer_formats`: not JSON for `json`, not in its schema for `avro`...)
+is reported (406, 40601, naming topic, partition and offset) until the
+position is moved past it, as a Kafka consumer does with a record its
 deserializer refuses. The registry caps the instances of a broker
 (`http.consumer.max.instances`) and closes idle ones
 (`consumer.instance.timeout.ms`, on its injectable monotonic clock).
@@ -23,7 +24,6 @@ This module must never change group state except through the coordinator (over t
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 import re
 from typing import Callable
@@ -33,7 +33,7 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, Consume
 
 from kelp.clock import Monotonic, monotonic, wall_clock_ms
 from kelp.errors import ErrorCode, KelpError, RestErrorCode
-from kelp.json_types import JsonData, JsonValue
+from kelp.json_types import JsonData
 from kelp.kafka_client import KafkaClientError
 from kelp.kafka_client.errors import error_name
 from kelp.kafka_client.security import PLAINTEXT
@@ -44,7 +44,7 @@ from ..replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from ..security.principal import ANONYMOUS, KafkaPrincipal
 from .admin_groups import error_for
 from .consumer_client import FetchedPartition, MemberClient
-from .json_body import json_value
+from .consumer_formats import ReaderLookup, RecordDecoder, Undeliverable
 from .problems import HttpProblem
 
 __all__ = ["HttpConsumer", "ConsumerRegistry", "range_assign", "unavailable"]
@@ -57,13 +57,6 @@ CLOSE_TIMEOUT_S = 3.0
 FORWARD_CONNECTIONS = 64  # requests forwarded to other brokers at once (rest_forwarding); more wait
 # Commit errors that mean a rebalance moved the group on: the client reads again and retries.
 _REBALANCED = (ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.REBALANCE_IN_PROGRESS)
-
-class _Undeliverable(Exception):
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(reason)
-        self.field = field
-        self.reason = reason
-
 
 def range_assign(members: list[tuple[str, list[str]]],
                  partitions_of: Callable[[str], int | None]) -> dict[str, dict[str, list[int]]]:
@@ -95,6 +88,7 @@ class HttpConsumer:
         self.group = group
         self.name = name
         self.format = fmt
+        self.decoder = RecordDecoder(fmt)
         self.reset = reset
         self.auto_commit = auto_commit
         self.instance_timeout_ms = instance_timeout_ms
@@ -106,8 +100,9 @@ class HttpConsumer:
         self.assignment: list[tuple[str, int]] = []
         self.positions: dict[tuple[str, int], int] = {}
         self.delivered: dict[tuple[str, int], int] = {}  # next offset after what GET records returned
-        # (partition, offset, field, reason) of a record format=json cannot deliver; see _raise_if_undeliverable
+        # (partition, offset, field, reason) of a record its format cannot read; see _raise_if_undeliverable
         self.undeliverable: tuple[tuple[str, int], int, str, str] | None = None
+        self.schema_readers: ReaderLookup | None = None  # set by each read request (the broker's registry)
         self.last_used = registry.monotonic()
         self.closed = False
         self.client = registry.member_client(f"rest-proxy-{name}")
@@ -341,6 +336,9 @@ class HttpConsumer:
         out: list[JsonData] = []
         advance: dict[tuple[str, int], int] = {}
         budget = max_bytes
+        if self.decoder.schema_type is not None:  # the schemas the records name, looked up before decoding
+            await self.decoder.prepare((v for res in results if res.records for rec in iter_records(res.records)
+                                        for v in (rec.key, rec.value)), self.schema_readers)
         reset: list[tuple[str, int]] = []
         for res in results:
             tp = (res.topic, res.partition)
@@ -360,8 +358,8 @@ class HttpConsumer:
                     complete = False
                     break
                 try:
-                    key, value = self._field(rec.key, "key"), self._field(rec.value, "value")
-                except _Undeliverable as exc:
+                    key, value = self.decoder.decode(rec.key, "key"), self.decoder.decode(rec.value, "value")
+                except Undeliverable as exc:
                     if self.undeliverable is None:
                         self.undeliverable = (tp, rec.offset, exc.field, exc.reason)
                     complete = False
@@ -400,24 +398,15 @@ class HttpConsumer:
         topic, partition = tp
         raise HttpProblem(
             406,
-            f"the {field} of the record at topic '{topic}' partition {partition} offset {offset} is not JSON "
-            f"({reason}), and this consumer was created with format=json; it stays at that offset. Skip the "
+            f"the {field} of the record at topic '{topic}' partition {partition} offset {offset} cannot be read "
+            f"as {self.format} ({reason}), and this consumer was created with format={self.format}; it stays at "
+            "that offset. Skip the "
             f"record with POST {self.base_uri}/positions "
             f'{{"offsets": [{{"topic": "{topic}", "partition": {partition}, "offset": {offset + 1}}}]}}, '
             "or read it with a consumer created with format=binary",
             error_code=RestErrorCode.CONSUMER_FORMAT_MISMATCH,
             details={"topic": topic, "partition": partition, "offset": offset},
         )
-
-    def _field(self, data: bytes | None, field: str) -> JsonValue:
-        if data is None:
-            return None
-        if self.format == "binary":
-            return base64.b64encode(data).decode()
-        try:
-            return json_value(data)
-        except ValueError as exc:
-            raise _Undeliverable(field, str(exc)) from None
 
     # -- commits --------------------------------------------------------
     async def commit(self, offsets: dict[tuple[str, int], int], *, rejoined: bool = False) -> None:
@@ -477,6 +466,7 @@ def unavailable(exc: KafkaClientError, what: str) -> HttpProblem:
 
 
 _GENERATED = re.compile(r"^rest-consumer-b(\d+)-")
+REMEMBERED_HOLDERS = 10_000
 
 
 class ConsumerRegistry:
@@ -489,6 +479,9 @@ class ConsumerRegistry:
         self._reaper: asyncio.Task[None] | None = None
         self._counter = 0
         self._forward_session: aiohttp.ClientSession | None = None
+        # (group, name) -> the other broker holding an instance whose name the client chose (`rest_forwarding`
+        # learns it by asking the brokers); at most REMEMBERED_HOLDERS, the oldest forgotten first.
+        self.remote_holders: dict[tuple[str, str], int] = {}
 
     @classmethod
     def of(cls, broker: BrokerParts) -> "ConsumerRegistry":
@@ -512,6 +505,15 @@ class ConsumerRegistry:
         """The broker id a name from `new_name` carries; None for a name the client chose."""
         m = _GENERATED.match(name)
         return int(m.group(1)) if m else None
+
+    def remember_holder(self, group: str, name: str, holder: int | None) -> None:
+        """Where another broker's instance of a client-chosen name lives (None: forget it)."""
+        self.remote_holders.pop((group, name), None)
+        if holder is None:
+            return
+        if len(self.remote_holders) >= REMEMBERED_HOLDERS:
+            self.remote_holders.pop(next(iter(self.remote_holders)))
+        self.remote_holders[(group, name)] = holder
 
     def member_client(self, client_id: str) -> MemberClient:
         """A Kafka-protocol client for one instance: bootstrapped from this broker's own inter-broker

@@ -7,7 +7,9 @@ protocol (a `ConsumerProtocolSubscription`), computes the range assignment
 for everyone when it is the leader, syncs, heartbeats in the background,
 rejoins on a rebalance, and reads through the replica manager.
 
-Endpoints (Confluent v2): create/delete an instance; subscription
+Endpoints (Confluent v2): create/delete an instance (`format`: binary, json, or avro, jsonschema,
+protobuf — values in Confluent's wire format answered as JSON with the schema they name,
+`consumer_formats`); subscription
 (POST/GET/DELETE); records (GET, long-poll `timeout`, `max_bytes`); offsets
 (POST commit, GET committed); assignments (POST manual, GET); positions
 (POST seek, /beginning, /end). An instance idle for
@@ -21,7 +23,10 @@ member of its group wherever the group's coordinator is, reads from its
 partitions' leaders wherever they are, and follows both when they move
 (`consumer_instance`, over the Kafka protocol). Its `base_uri` is that
 broker's advertised HTTP address; a request for it reaching another broker
-(a load balancer) is forwarded to the holder (`rest_forwarding`).
+(a load balancer) is forwarded to the holder (`rest_forwarding`), whether
+Kelp generated its name or the client chose it (a chosen name is unique in
+its group across the cluster: 409 when another broker holds it; names shaped
+like the generated ones are refused, 422).
 
 An instance is its creator's, as a Kafka consumer is its application's: it is bound to the principal that
 created it (`http.authentication.methods`), and any other principal — a super user too — using or deleting
@@ -42,11 +47,14 @@ from kelp.errors import ErrorCode, RestErrorCode
 from kelp.json_types import JsonData, JsonValue
 
 from ..replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from ..schema_registry.embedded import find_reader
+from ..schema_registry.routes import registry_of
+from .consumer_formats import CONTENT_TYPES, FORMATS, SCHEMA_FORMATS
 from .consumer_instance import ConsumerRegistry, HttpConsumer, range_assign
 from .json_body import read_json
 from .keys import int_setting
 from .problems import HttpProblem, json_response
-from .rest_forwarding import forward_if_held_elsewhere
+from .rest_forwarding import forward_if_held_elsewhere, held_elsewhere
 from .route_access import READ, TOPIC, principal_of, require
 from .serving import serving
 
@@ -55,8 +63,6 @@ __all__ = ["routes", "HttpConsumer", "ConsumerRegistry", "range_assign"]
 routes = web.RouteTableDef()
 
 PLAIN_V2 = "application/vnd.kafka.v2+json"
-JSON_V2 = "application/vnd.kafka.json.v2+json"
-BINARY_V2 = "application/vnd.kafka.binary.v2+json"
 MAX_RECORDS_TIMEOUT_MS = 60_000
 _INT32_MAX = (1 << 31) - 1
 _INT64_MAX = (1 << 63) - 1
@@ -159,17 +165,31 @@ async def create_instance(request: web.Request) -> web.Response:
     given = await read_json(request, what="consumer config", shape_status=422, allow_empty=True)
     body = given if isinstance(given, dict) else {}  # an object, or nothing (an empty body)
     name = body.get("name")
+    chosen = name is not None
     if name is None:
         name = reg.new_name()
     if not isinstance(name, str) or not name:
         raise HttpProblem(422, f"'name' must be a non-empty string, got {name!r}",
                           error_code=RestErrorCode.INVALID_CONSUMER_CONFIG)
+    if chosen and reg.holder_of(name) is not None:
+        raise HttpProblem(422, f"'name' {name!r} starts like the names Kelp generates (rest-consumer-b<broker>-), "
+                               "which name the broker holding an instance; choose another name, or leave 'name' "
+                               "out to have one generated", error_code=RestErrorCode.INVALID_CONSUMER_CONFIG)
     if (group, name) in reg.instances:
         raise HttpProblem(409, f"consumer instance '{name}' already exists in group '{group}'",
                           error_code=RestErrorCode.CONSUMER_ALREADY_EXISTS)
+    elsewhere = await held_elsewhere(serving(request), group, name) if chosen else None
+    if elsewhere is not None:  # a name is the cluster's: requests for it are forwarded to its one holder
+        raise HttpProblem(409, f"consumer instance '{name}' already exists in group '{group}' on broker "
+                               f"{elsewhere}; choose another name or delete that instance first",
+                          error_code=RestErrorCode.CONSUMER_ALREADY_EXISTS)
     fmt = body.get("format", "binary")
-    if fmt not in ("binary", "json"):
-        raise HttpProblem(422, f"'format' must be 'binary' or 'json' (Kelp has no schema registry), got {fmt!r}",
+    if fmt not in FORMATS:
+        raise HttpProblem(422, f"'format' must be one of {', '.join(FORMATS)}, got {fmt!r}",
+                          error_code=RestErrorCode.INVALID_CONSUMER_CONFIG)
+    if fmt in SCHEMA_FORMATS and registry_of(request) is None:
+        raise HttpProblem(422, f"'format' {fmt!r} reads values with the Schema Registry, which is disabled on this "
+                               "broker (http.schema.registry.enable=false)",
                           error_code=RestErrorCode.INVALID_CONSUMER_CONFIG)
     reset = body.get("auto.offset.reset", "latest")
     if reset not in ("earliest", "latest", "none"):
@@ -256,10 +276,12 @@ async def records(request: web.Request) -> web.Response:
                                f"1..{MAX_RECORDS_MAX_BYTES}")
     for t in sorted(set(inst.topics) | {t for t, _ in inst.assignment}):
         require(request, READ, TOPIC, t)  # every read, as Kafka's Fetch checks: an ACL taken back stops it
+    registry = registry_of(request)
+    inst.schema_readers = (lambda schema_id: find_reader(registry, schema_id)) if registry is not None else None
     async with inst._lock:
         out = await inst.read(timeout_ms=timeout_ms, max_bytes=max_bytes)
     inst.touch()
-    return json_response(out, content_type=JSON_V2 if inst.format == "json" else BINARY_V2)
+    return json_response(out, content_type=CONTENT_TYPES[inst.format])
 
 
 @_instance_route("POST", "/offsets")

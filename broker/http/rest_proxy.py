@@ -5,7 +5,12 @@ produce with `POST /topics/{t}` exactly as they would to Confluent's proxy,
 and read a partition from an offset without joining a group.
 
 Produce: the whole body is validated first (JSON shape, base64, partition
-numbers) so a bad request stores nothing; then the records are grouped into
+numbers) so a bad request stores nothing. In a schema's format
+(`application/vnd.kafka.{avro,jsonschema,protobuf}.v2+json`, with `value_schema_id` or `value_schema`, the
+same for keys) every record is written with the schema in Confluent's wire format (`rest_schemas`,
+`schema_registry.embedded`): 42201/42202 when a key/value comes without its schema, 42203 naming the record
+and field whose JSON does not match it, the registry's own codes when the schema is not found or does not
+register; the answer names `key_schema_id`/`value_schema_id`. then the records are grouped into
 one RecordBatch per partition (`kelp.records.build_batch`) and appended
 through `broker.replicas.append` — the same door the Kafka handlers use.
 Keyed records without a partition go where Kafka's default partitioner
@@ -35,9 +40,10 @@ from kelp.records import Record, build_batch, iter_records
 
 from ..parts import BrokerParts
 from ..replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchPartition
-from .json_body import json_value, off_loop, read_json_as
+from .json_body import json_value, off_loop, read_json, read_json_as
 from .keys import ROUND_ROBIN, int_setting
 from .problems import HttpProblem, json_response
+from .rest_schemas import NotEncodable, RegistryError, SchemaWriter, SchemaWriters
 from .route_access import TOPIC, describable
 from .serving import serving
 from .topic_views import partition_roles, record_bytes, topic_configs
@@ -49,11 +55,17 @@ routes = web.RouteTableDef()
 JSON_V2 = "application/vnd.kafka.json.v2+json"
 BINARY_V2 = "application/vnd.kafka.binary.v2+json"
 PLAIN_V2 = "application/vnd.kafka.v2+json"
-PRODUCE_TYPES = {JSON_V2: "json", BINARY_V2: "binary", "application/json": "json"}
+AVRO_V2 = "application/vnd.kafka.avro.v2+json"
+JSONSCHEMA_V2 = "application/vnd.kafka.jsonschema.v2+json"
+PROTOBUF_V2 = "application/vnd.kafka.protobuf.v2+json"
+PRODUCE_TYPES = {JSON_V2: "json", BINARY_V2: "binary", "application/json": "json", AVRO_V2: "AVRO",
+                 JSONSCHEMA_V2: "JSONSCHEMA", PROTOBUF_V2: "PROTOBUF"}
+SCHEMA_FORMATS = ("AVRO", "JSONSCHEMA", "PROTOBUF")
 
 MAX_READ_TIMEOUT_MS = 60_000
 # Above this many records, placing them and building the batches runs in a worker thread.
 _INLINE_RECORDS = 2_000
+_INLINE_SCHEMA_RECORDS = 200  # records encoded with a schema (Avro, JSON Schema, Protobuf) cost more each
 DEFAULT_READ_MAX_BYTES = 1 << 20
 MAX_READ_MAX_BYTES = 64 << 20
 
@@ -65,15 +77,31 @@ def _embedded_format(request: web.Request) -> str:
     if fmt is None:
         raise HttpProblem(
             415,
-            f"unsupported Content-Type {ctype!r}; use {JSON_V2}, {BINARY_V2} or application/json",
+            f"unsupported Content-Type {ctype!r}; use {JSON_V2}, {BINARY_V2}, application/json, {AVRO_V2}, "
+            f"{JSONSCHEMA_V2} or {PROTOBUF_V2}",
         )
     return fmt
 
 
-def _encode_field(value: JsonValue, fmt: str, *, index: int, field: str) -> bytes | None:
-    """JSON format: any JSON value, stored as its compact JSON text. Binary: base64 or null."""
+Writers = dict[str, SchemaWriter]  # "key"/"value": the schema a v2 request in a schema's format names
+
+
+def _encode_field(value: JsonValue, fmt: str, *, index: int, field: str, writers: Writers) -> bytes | None:
+    """JSON format: any JSON value, stored as its compact JSON text. Binary: base64 or null. A schema's format:
+    written with the request's key or value schema (Confluent's wire format)."""
     if value is None:
         return None
+    if fmt in SCHEMA_FORMATS:
+        writer = writers.get(field)
+        if writer is None:
+            code = RestErrorCode.KEY_SCHEMA_MISSING if field == "key" else RestErrorCode.VALUE_SCHEMA_MISSING
+            raise HttpProblem(422, f"records[{index}] has a {field} but the request names no {field} schema: give "
+                                   f"'{field}_schema' or '{field}_schema_id'", error_code=code)
+        try:
+            return writer.write(value)
+        except NotEncodable as exc:
+            raise HttpProblem(422, f"records[{index}].{field}: {exc}".replace(f"{field}: data", field, 1),
+                              error_code=RestErrorCode.JSON_CONVERSION) from None
     if fmt == "json":
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
     if not isinstance(value, str):
@@ -125,7 +153,7 @@ _INT64_MAX = (1 << 63) - 1
 _INT32_MAX = (1 << 31) - 1
 
 
-def _parse_records(body: JsonValue, fmt: str) -> list[tuple[int | None, Record]]:
+def _parse_records(body: JsonValue, fmt: str, writers: Writers | None = None) -> list[tuple[int | None, Record]]:
     """The records of a produce body, each field checked; a 422 names the first bad one."""
     if not isinstance(body, dict):
         raise HttpProblem(422, f"request body must be an object with a 'records' list, got {type(body).__name__}")
@@ -137,6 +165,8 @@ def _parse_records(body: JsonValue, fmt: str) -> list[tuple[int | None, Record]]
     if not records:
         raise HttpProblem(422, "'records' is empty; send at least one record")
     parsed: list[tuple[int | None, Record]] = []
+    known = writers or {}
+    header_fmt = "binary" if fmt == "binary" else "json"  # in a schema's format, header values are strings
     for i, item in enumerate(records):
         if not isinstance(item, dict):
             raise HttpProblem(422, f"records[{i}] must be an object with 'value' (and optional 'key', 'partition')")
@@ -152,9 +182,9 @@ def _parse_records(body: JsonValue, fmt: str) -> list[tuple[int | None, Record]]
             raise HttpProblem(422, f"records[{i}].timestamp must be milliseconds since the epoch "
                                    f"(an integer 0..{_INT64_MAX}), got {ts!r}")
         rec = Record(
-            key=_encode_field(item.get("key"), fmt, index=i, field="key"),
-            value=_encode_field(item.get("value"), fmt, index=i, field="value"),
-            headers=_encode_headers(item.get("headers"), fmt, index=i),
+            key=_encode_field(item.get("key"), fmt, index=i, field="key", writers=known),
+            value=_encode_field(item.get("value"), fmt, index=i, field="value", writers=known),
+            headers=_encode_headers(item.get("headers"), header_fmt, index=i),
             timestamp=ts,
         )
         parsed.append((partition, rec))
@@ -199,14 +229,48 @@ def _build_batches(parsed: list[tuple[int | None, Record]],
     return out
 
 
+async def _schema_writers(request: web.Request, topic: str, fmt: str, body: JsonValue) -> Writers:
+    """The key and value schemas a v2 request in a schema's format names (`key_schema_id` / `key_schema`, the
+    same for the value; a schema given is registered under `<topic>-key` / `<topic>-value` first, as
+    Confluent's proxy does); Confluent's error body when one is not found or does not register."""
+    if not isinstance(body, dict):
+        raise HttpProblem(422, f"request body must be an object with a 'records' list, got {type(body).__name__}")
+    found = SchemaWriters(request, topic)
+    out: Writers = {}
+    for field in ("key", "value"):
+        schema_id, schema = body.get(f"{field}_schema_id"), body.get(f"{field}_schema")
+        if schema_id is None and schema is None:
+            continue
+        if schema_id is not None and (isinstance(schema_id, bool) or not isinstance(schema_id, int)):
+            raise HttpProblem(422, f"'{field}_schema_id' must be a schema id (an integer), got {schema_id!r}")
+        if schema is not None and not isinstance(schema, str):
+            schema = json.dumps(schema)  # Confluent's proxy takes the schema as a string; a JSON one is as good
+        try:
+            out[field] = await found.get(is_key=field == "key", rest_type=fmt, schema_id=schema_id, schema=schema)
+        except RegistryError as exc:
+            raise HttpProblem(exc.status, f"{field} schema: {exc.message}", error_code=exc.error_code) from None
+    return out
+
+
 async def _produce(request: web.Request, *, fixed_partition: int | None) -> web.Response:
     broker = serving(request)
     topic = request.match_info["topic"]
     fmt = _embedded_format(request)
     # Parsed and validated off the event loop when the body is large (json_body.INLINE_MAX_BYTES).
     max_records = int_setting(broker.config, "http.request.max.records")
-    parsed = await read_json_as(request, lambda body: _parse_records(body, fmt), expect=dict, shape_status=422,
-                                max_items=max_records, limit_name="http.request.max.records")
+    writers: Writers = {}
+    if fmt in SCHEMA_FORMATS:  # the schemas first (found or registered), then every record written with them
+        given = await read_json(request, shape_status=422, max_items=max_records,
+                                limit_name="http.request.max.records")
+        writers = await _schema_writers(request, topic, fmt, given)
+        records = given.get("records") if isinstance(given, dict) else None
+        if isinstance(records, list) and len(records) > _INLINE_SCHEMA_RECORDS:  # encoding each: off the loop
+            parsed = await off_loop(request, lambda: _parse_records(given, fmt, writers))
+        else:
+            parsed = _parse_records(given, fmt, writers)
+    else:
+        parsed = await read_json_as(request, lambda body: _parse_records(body, fmt), expect=dict, shape_status=422,
+                                    max_items=max_records, limit_name="http.request.max.records")
     info = await broker.topics.ensure_topic(topic)
     n = info.partitions
     rr = request.app[ROUND_ROBIN]
@@ -243,7 +307,8 @@ async def _produce(request: web.Request, *, fixed_partition: int | None) -> web.
                     "partition": p, "offset": base + j, "error_code": None, "error": None}
         # In slices: one json.dumps of 400,000 offsets would hold the GIL (and the loop) for ~0.7 s.
         parts = [json.dumps(offsets[k:k + 1000], separators=(",", ":"))[1:-1] for k in range(0, len(offsets), 1000)]
-        return ('{"offsets":[' + ",".join(parts) + '],"key_schema_id":null,"value_schema_id":null}').encode()
+        ids = ",".join(f'"{f}_schema_id":{writers[f].schema_id if f in writers else "null"}' for f in ("key", "value"))
+        return ('{"offsets":[' + ",".join(parts) + "]," + ids + "}").encode()
 
     if len(parsed) > _INLINE_RECORDS:
         body = await off_loop(request, reply_body)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -39,17 +40,23 @@ from kelp.errors import (
 
 from ..acl_manager import Access, host_of_ip
 from ..security.acl import AclOperation, ResourceType
-from ..security.principal import ANONYMOUS, KafkaPrincipal
+from ..security.principal import ANONYMOUS, KafkaPrincipal, PrincipalMappingError
 from .authentication import HttpAuthenticator, Unauthenticated
 from .keys import BROKER
-from .problems import error_response
+from .problems import HttpProblem, error_response
 from .serving import still_starting
 
-__all__ = ["security_middleware", "AUTHENTICATOR", "PRINCIPAL", "RULES", "Rule", "principal_of", "access_of",
-           "require", "rule_for", "describable", "may_create_topic", "READ", "DESCRIBE", "TOPIC", "GROUP", "CLUSTER"]
+__all__ = ["security_middleware", "AUTHENTICATOR", "PRINCIPAL", "FORWARDED_BY", "FORWARDED_PRINCIPAL",
+           "forwarded_principal", "RULES", "Rule", "principal_of", "access_of",
+           "require", "rule_for", "describable", "may_create_topic", "READ", "DESCRIBE", "DC", "TOPIC", "GROUP",
+           "CLUSTER"]
 
 AUTHENTICATOR = web.AppKey("kelp_http_authenticator", HttpAuthenticator)
 PRINCIPAL = web.RequestKey("kelp_principal", KafkaPrincipal)
+# A REST consumer request another broker forwarded (`rest_forwarding`): the forwarding broker's id, and the
+# principal of a client it authenticated by certificate (percent-encoded), which only a broker may name.
+FORWARDED_BY = "X-Kelp-Forwarded-By"
+FORWARDED_PRINCIPAL = "X-Kelp-Forwarded-Principal"
 
 READ = AclOperation.READ
 R, W, C, D = READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DELETE
@@ -187,22 +194,48 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", f"{V3}/topics"): _in_route("CREATE on the cluster or on the topic named in the body"),
     ("GET", V3_TOPIC): _topic(DESCRIBE),
     ("DELETE", V3_TOPIC): _topic(DESCRIBE, D),
+    ("PATCH", V3_TOPIC): _topic(A),  # Kafka's CreatePartitions
     ("GET", f"{V3_TOPIC}/configs"): _topic(DC),
     ("GET", f"{V3_TOPIC}/configs/{{name}}"): _topic(DC),
     ("PUT", f"{V3_TOPIC}/configs/{{name}}"): _topic(AC),
     ("DELETE", f"{V3_TOPIC}/configs/{{name}}"): _topic(AC),
     ("POST", f"{V3_TOPIC}/configs:alter"): _topic(AC),
+    ("GET", f"{V3}/topics/-/configs"): _in_route("the configs of the topics the principal may DESCRIBE_CONFIGS"),
     ("GET", f"{V3_TOPIC}/partitions"): _topic(DESCRIBE),
     ("GET", f"{V3_TOPIC}/partitions/{{partition}}"): _topic(DESCRIBE),
+    ("GET", f"{V3_TOPIC}/partitions/{{partition}}/replicas"): _topic(DESCRIBE),
+    ("GET", f"{V3_TOPIC}/partitions/{{partition}}/replicas/{{broker_id}}"): _topic(DESCRIBE),
+    ("GET", f"{V3_TOPIC}/partitions/{{partition}}/offset"): _topic(DESCRIBE),  # Kafka's ListOffsets
+    # ongoing reassignments: Kafka's ListPartitionReassignments, DESCRIBE on the cluster
+    ("GET", f"{V3}/topics/-/partitions/-/reassignment"): _cluster(DESCRIBE),
+    ("GET", f"{V3_TOPIC}/partitions/-/reassignment"): _cluster(DESCRIBE),
+    ("GET", f"{V3_TOPIC}/partitions/{{partition}}/reassignment"): _cluster(DESCRIBE),
+    ("GET", f"{V3}/brokers/{{broker_id}}/partition-replicas"): _in_route(
+        "the replicas of the topics the principal may DESCRIBE"),
+    # broker configs: Kafka's DescribeConfigs / IncrementalAlterConfigs of a BROKER resource, on the cluster
+    **{("GET", path): _cluster(DC) for path in (
+        f"{V3}/broker-configs", f"{V3}/broker-configs/{{name}}", f"{V3}/brokers/-/configs",
+        f"{V3}/brokers/{{broker_id}}/configs", f"{V3}/brokers/{{broker_id}}/configs/{{name}}")},
+    **{(method, path): _cluster(AC) for method, path in (
+        ("PUT", f"{V3}/broker-configs/{{name}}"), ("DELETE", f"{V3}/broker-configs/{{name}}"),
+        ("POST", f"{V3}/broker-configs:alter"), ("PUT", f"{V3}/brokers/{{broker_id}}/configs/{{name}}"),
+        ("DELETE", f"{V3}/brokers/{{broker_id}}/configs/{{name}}"),
+        ("POST", f"{V3}/brokers/{{broker_id}}/configs:alter"))},
     ("POST", f"{V3_TOPIC}/records"): _topic(W),
+    ("POST", f"{V3_TOPIC}/records:batch"): _topic(W),
     ("GET", f"{V3}/consumer-groups"): _in_route("every group to DESCRIBE on the cluster, else those the principal "
                                                 "may DESCRIBE"),
     ("GET", V3_GROUP): _group(DESCRIBE),
     ("GET", f"{V3_GROUP}/consumers"): _group(DESCRIBE),
+    ("GET", f"{V3_GROUP}/consumers/{{consumer}}"): _group(DESCRIBE),
+    ("GET", f"{V3_GROUP}/consumers/{{consumer}}/assignments"): _group(DESCRIBE),  # of topics it may DESCRIBE
+    ("GET", f"{V3_GROUP}/consumers/{{consumer}}/assignments/{{topic}}/partitions/{{partition}}"): _group(DESCRIBE),
     ("GET", f"{V3_GROUP}/lags"): _group(DESCRIBE),  # only of topics the principal may DESCRIBE
+    ("GET", f"{V3_GROUP}/lags/{{topic}}/partitions/{{partition}}"): _group(DESCRIBE),  # likewise
     ("GET", f"{V3_GROUP}/lag-summary"): _group(DESCRIBE),  # likewise
     ("GET", f"{V3}/acls"): _cluster(DESCRIBE),
     ("POST", f"{V3}/acls"): _cluster(A),
+    ("POST", f"{V3}/acls:batch"): _cluster(A),
     ("DELETE", f"{V3}/acls"): _cluster(A),
 }
 CLUSTER_PLANE = "/cluster/v1/"
@@ -283,6 +316,28 @@ def _enforce(request: web.Request, rule: Rule) -> None:
             raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
 
 
+def forwarded_principal(request: web.Request, forwarder: KafkaPrincipal, named: str) -> KafkaPrincipal:
+    """The client principal a forwarding broker names (`FORWARDED_PRINCIPAL`), trusted as `/cluster/v1` trusts
+    a caller: the forwarder holds CLUSTER_ACTION on the cluster (a super user, or a broker principal granted it);
+    without an authorizer, it is listed in `super.users`. Only on a REST consumer instance's routes, marked
+    forwarded; anything else is 403 (or 400 for a name that is no principal)."""
+    if request.headers.get(FORWARDED_BY) is None or not request.path.startswith("/consumers/"):
+        raise ClusterAuthorizationFailedError(f"{FORWARDED_PRINCIPAL} is only taken on a REST consumer instance's "
+                                              f"routes, in a request another broker forwarded ({FORWARDED_BY})")
+    acc = access_of(request)
+    trusted = acc.allows_cluster(CA) if acc.enabled else acc.acls.is_listed_super_user(forwarder)
+    if not trusted:
+        raise ClusterAuthorizationFailedError(
+            f"{forwarder} may not name another principal in {FORWARDED_PRINCIPAL}: only brokers may (CLUSTER_ACTION "
+            "on the cluster; without an authorizer, a principal listed in super.users). List the brokers' "
+            "principal in super.users so certificate-authenticated REST consumers can be reached through any "
+            "broker")
+    try:
+        return KafkaPrincipal.parse(unquote(named))
+    except PrincipalMappingError as exc:
+        raise HttpProblem(400, f"{FORWARDED_PRINCIPAL}: {exc}") from None
+
+
 @web.middleware
 async def security_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Authenticate (401), then authorize by the route table (403); public health and metrics paths skip both."""
@@ -295,6 +350,9 @@ async def security_middleware(request: web.Request, handler: Handler) -> web.Str
         response = error_response(401, 401, exc.message)
         response.headers["WWW-Authenticate"] = exc.challenge
         return response
+    named = request.headers.get(FORWARDED_PRINCIPAL)
+    if named is not None:
+        request[PRINCIPAL] = forwarded_principal(request, request[PRINCIPAL], named)
     resource = request.match_info.route.resource
     if resource is not None:  # an unknown path is answered 404 by the router, with nothing to authorize
         _enforce(request, rule_for(request.method, resource.canonical))

@@ -1,10 +1,11 @@
-"""Confluent REST v3 ACLs: `GET|POST|DELETE /v3/clusters/{cluster_id}/acls`.
+"""Confluent REST v3 ACLs: `GET|POST|DELETE /v3/clusters/{cluster_id}/acls`, `POST .../acls:batch`.
 
 Why: Kafka's ACL model is already Kelp's (`broker/security`, the AclManager, changes through the
 controller); v3 clients speak it with snake_case fields — `resource_type`, `resource_name`,
 `pattern_type`, `principal`, `host`, `operation`, `permission` — as query parameters (search, delete:
 filters, an omitted one matches anything, as Kafka's DescribeAcls/DeleteAcls) or a JSON body (create: one
-binding, answered 201). Search answers a `KafkaAclList`; delete answers the deleted bindings as `data`.
+binding, answered 201; `acls:batch`: `{"data": [binding, ...]}`, every one checked before any is stored).
+Search answers a `KafkaAclList`; delete answers the deleted bindings as `data`.
 An invalid value is 400 naming the field.
 
 Authorization (`route_access`): DESCRIBE on the cluster to search, ALTER to create or delete, as Kafka's.
@@ -25,7 +26,7 @@ from ..security.acl_json import AclBindingJson, binding_from_json, binding_to_js
 from .json_body import read_json
 from .problems import HttpProblem
 from .serving import serving
-from .v3_views import CLUSTER, Links, cluster_id, collection, resource, v3_response
+from .v3_views import CLUSTER, Links, body_object, cluster_id, collection, links_of, resource, v3_response
 
 __all__ = ["routes"]
 
@@ -61,7 +62,7 @@ def _filter(request: web.Request) -> dict[str, JsonValue]:
 
 @routes.get(ACLS)
 async def search_acls(request: web.Request) -> web.Response:
-    links = Links(request, cluster_id(request))
+    links = links_of(request)
     try:
         acl_filter = filter_from_json(_filter(request))
         validate_acl_filter(acl_filter)
@@ -71,27 +72,57 @@ async def search_acls(request: web.Request) -> web.Response:
     return v3_response(collection("KafkaAclList", links.url("acls"), data))
 
 
+def _binding_docs(items: list[JsonValue], what: str, *, indexed: bool) -> list[dict[str, JsonValue]]:
+    """Each binding of a create request checked (400 naming the first bad one) before any is stored."""
+    docs: list[dict[str, JsonValue]] = []
+    for i, item in enumerate(items):
+        where = f"{what}: data[{i}]" if indexed else what
+        if not isinstance(item, dict):
+            raise HttpProblem(400, f"{where}: must be a JSON object", error_code=400)
+        doc = _to_kelp(item, where)
+        try:
+            validate_acl_binding(binding_from_json(doc))
+        except InvalidAclError as exc:
+            raise HttpProblem(400, f"{where}: {exc}", error_code=400) from None
+        docs.append(doc)
+    return docs
+
+
+async def _create(request: web.Request, docs: list[dict[str, JsonValue]], what: str, *, indexed: bool
+                  ) -> web.Response:
+    answer = await serving(request).acls.create(docs)
+    failed = [(i, r) for i, r in enumerate(answer["results"]) if r is not None]
+    if failed:
+        i, result = failed[0]
+        where = f"{what}: data[{i}]" if indexed else what
+        raise HttpProblem(400, f"{where}: {result['message']}", error_code=400)
+    return web.Response(status=201)
+
+
 @routes.post(ACLS)
 async def create_acl(request: web.Request) -> web.Response:
     cluster_id(request)
     body = await read_json(request, what="create ACL body")
     if not isinstance(body, dict):
         raise HttpProblem(400, "create ACL: the body must be a JSON object", error_code=400)
-    doc = _to_kelp(body, "create ACL")
-    try:
-        validate_acl_binding(binding_from_json(doc))
-    except InvalidAclError as exc:
-        raise HttpProblem(400, f"create ACL: {exc}", error_code=400) from None
-    answer = await serving(request).acls.create([doc])
-    failed = [r for r in answer["results"] if r is not None]
-    if failed:
-        raise HttpProblem(400, f"create ACL: {failed[0]['message']}", error_code=400)
-    return web.Response(status=201)
+    return await _create(request, _binding_docs([body], "create ACL", indexed=False), "create ACL", indexed=False)
+
+
+@routes.post(ACLS + ":batch")
+async def create_acls(request: web.Request) -> web.Response:
+    """Confluent's batch form: `{"data": [binding, ...]}`, every binding checked before any is created."""
+    cluster_id(request)
+    what = "batch create ACLs"
+    body = body_object(await read_json(request, what="batch create ACLs body"), what)
+    items = body.get("data")
+    if not isinstance(items, list) or not items:
+        raise HttpProblem(400, f"{what}: 'data' must be a non-empty list of ACL bindings", error_code=400)
+    return await _create(request, _binding_docs(items, what, indexed=True), what, indexed=True)
 
 
 @routes.delete(ACLS)
 async def delete_acls(request: web.Request) -> web.Response:
-    links = Links(request, cluster_id(request))
+    links = links_of(request)
     doc = _filter(request)
     try:
         validate_acl_filter(filter_from_json(doc))

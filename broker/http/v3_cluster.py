@@ -1,4 +1,4 @@
-"""Confluent REST v3: the cluster, its brokers, topics, topic configs and partitions.
+"""Confluent REST v3: the cluster, its brokers, topics and partitions.
 
 Why: tools written against Confluent's v3 API (its UI, Terraform's provider, scripts) manage topics with
 these routes; Kelp answers them in Confluent's shapes (`v3_views`) from the same parts the admin API
@@ -7,11 +7,10 @@ member's view of brokers and partition roles. Routes:
 
 - `GET /v3/clusters`, `GET /v3/clusters/{cluster_id}`;
 - `GET .../brokers`, `GET .../brokers/{broker_id}`;
-- `GET|POST .../topics`, `GET|DELETE .../topics/{topic}`;
-- `GET .../topics/{topic}/configs`, `GET|PUT|DELETE .../topics/{topic}/configs/{name}`,
-  `POST .../topics/{topic}/configs:alter` (`{"data": [{"name", "value"?, "operation"?: "SET"|"DELETE"}],
-  "validate_only"?}`: one change, all or nothing);
+- `GET|POST .../topics`, `GET|PATCH|DELETE .../topics/{topic}` (PATCH: `{"partitions_count"}`, grow only);
 - `GET .../topics/{topic}/partitions`, `GET .../topics/{topic}/partitions/{partition}`.
+
+Configs are `v3_configs`'; replicas, reassignments and partition offsets `v3_replicas`'.
 
 Authorization is `route_access`'s (the admin API's needs); listing topics shows those the principal may
 DESCRIBE, creating one needs CREATE on the cluster or the topic, as Kafka's CreateTopics.
@@ -24,14 +23,26 @@ from __future__ import annotations
 from aiohttp import web
 
 from kelp.errors import ErrorCode, TopicAuthorizationFailedError
-from kelp.json_types import JsonData, JsonObject, JsonValue
+from kelp.json_types import JsonData, JsonObject
 
 from ..parts import BrokerParts
 from .json_body import read_json
 from .problems import HttpProblem
 from .route_access import TOPIC, access_of, describable, may_create_topic
 from .serving import serving
-from .v3_views import CLUSTER, V3, Links, cluster_id, collection, int_path, is_int, resource, v3_response
+from .v3_views import (
+    CLUSTER,
+    V3,
+    Links,
+    body_object,
+    collection,
+    int_path,
+    is_int,
+    links_of,
+    live_broker,
+    resource,
+    v3_response,
+)
 
 __all__ = ["routes", "topic_data"]
 
@@ -39,9 +50,6 @@ routes = web.RouteTableDef()
 TOPICS = CLUSTER + "/topics"
 TOPIC_PATH = TOPICS + "/{topic}"
 
-
-def _links(request: web.Request) -> Links:
-    return Links(request, cluster_id(request))
 
 
 def _cluster_data(links: Links, broker: BrokerParts) -> dict[str, JsonData]:
@@ -59,22 +67,19 @@ def _cluster_data(links: Links, broker: BrokerParts) -> dict[str, JsonData]:
 
 @routes.get(V3)
 async def list_clusters(request: web.Request) -> web.Response:
-    links = _links(request)
+    links = links_of(request)
     self_url = f"{request.url.scheme}://{request.host}{V3}"
     return v3_response(collection("KafkaClusterList", self_url, [_cluster_data(links, serving(request))]))
 
 
 @routes.get(CLUSTER)
 async def get_cluster(request: web.Request) -> web.Response:
-    return v3_response(_cluster_data(_links(request), serving(request)))
+    return v3_response(_cluster_data(links_of(request), serving(request)))
 
 
 # -- brokers -------------------------------------------------------------------------------------------
 def _broker_data(links: Links, broker: BrokerParts, broker_id: int) -> dict[str, JsonData]:
-    ep = broker.cluster.brokers.get(broker_id)
-    if ep is None:
-        raise HttpProblem(404, f"broker {broker_id} is not a live member of cluster '{links.cid}' (live: "
-                               f"{sorted(broker.cluster.brokers)})", error_code=404)
+    ep = broker.cluster.brokers[broker_id]
     return resource("KafkaBroker", links.url("brokers", broker_id), links.crn(("broker", broker_id)),
                     cluster_id=links.cid, broker_id=broker_id, host=ep.host, port=ep.port, rack=ep.rack,
                     configs=links.related("brokers", broker_id, "configs"),
@@ -83,15 +88,15 @@ def _broker_data(links: Links, broker: BrokerParts, broker_id: int) -> dict[str,
 
 @routes.get(CLUSTER + "/brokers")
 async def list_brokers(request: web.Request) -> web.Response:
-    links, broker = _links(request), serving(request)
+    links, broker = links_of(request), serving(request)
     data: list[JsonData] = [_broker_data(links, broker, b) for b in sorted(broker.cluster.brokers)]
     return v3_response(collection("KafkaBrokerList", links.url("brokers"), data))
 
 
 @routes.get(CLUSTER + "/brokers/{broker_id}")
 async def get_broker(request: web.Request) -> web.Response:
-    links = _links(request)
-    return v3_response(_broker_data(links, serving(request), int_path(request, "broker_id", "broker")))
+    links = links_of(request)
+    return v3_response(_broker_data(links, serving(request), live_broker(request, links)))
 
 
 # -- topics --------------------------------------------------------------------------------------------
@@ -106,17 +111,11 @@ def topic_data(links: Links, broker: BrokerParts, name: str) -> dict[str, JsonDa
 
 @routes.get(TOPICS)
 async def list_topics(request: web.Request) -> web.Response:
-    links, broker = _links(request), serving(request)
+    links, broker = links_of(request), serving(request)
     names = sorted(t.name for t in broker.topics.list_topics())
     shown = describable(request, TOPIC, names)
     data: list[JsonData] = [topic_data(links, broker, n) for n in names if n in shown]
     return v3_response(collection("KafkaTopicList", links.url("topics"), data))
-
-
-def _object(body: JsonValue, what: str) -> JsonObject:
-    if not isinstance(body, dict):
-        raise HttpProblem(400, f"{what}: the body must be a JSON object", error_code=400)
-    return body
 
 
 def _optional_int(body: JsonObject, key: str, what: str) -> int | None:
@@ -130,8 +129,8 @@ def _optional_int(body: JsonObject, key: str, what: str) -> int | None:
 
 @routes.post(TOPICS)
 async def create_topic(request: web.Request) -> web.Response:
-    links, broker = _links(request), serving(request)
-    body = _object(await read_json(request), "create topic")
+    links, broker = links_of(request), serving(request)
+    body = body_object(await read_json(request), "create topic")
     name = body.get("topic_name")
     if not isinstance(name, str) or not name:
         raise HttpProblem(400, "create topic: 'topic_name' (a non-empty string) is required", error_code=400)
@@ -177,104 +176,26 @@ async def create_topic(request: web.Request) -> web.Response:
 
 @routes.get(TOPIC_PATH)
 async def get_topic(request: web.Request) -> web.Response:
-    return v3_response(topic_data(_links(request), serving(request), request.match_info["topic"]))
+    return v3_response(topic_data(links_of(request), serving(request), request.match_info["topic"]))
+
+
+@routes.patch(TOPIC_PATH)
+async def grow_topic(request: web.Request) -> web.Response:
+    """Confluent's "Update Partition Count": `{"partitions_count": n}`, partitions only grow (CreatePartitions)."""
+    links, broker, name = links_of(request), serving(request), request.match_info["topic"]
+    what = f"update the partition count of topic '{name}'"
+    total = _optional_int(body_object(await read_json(request), what), "partitions_count", what)
+    if total is None:
+        raise HttpProblem(400, f"{what}: 'partitions_count' (the new total, a positive integer) is required",
+                          error_code=400)
+    await broker.topics.create_partitions(name, total)
+    return v3_response(topic_data(links, broker, name))
 
 
 @routes.delete(TOPIC_PATH)
 async def delete_topic(request: web.Request) -> web.Response:
-    _links(request)
+    links_of(request)
     await serving(request).topics.delete_topic(request.match_info["topic"])
-    return web.Response(status=204)
-
-
-# -- topic configs -------------------------------------------------------------------------------------
-def _config_data(links: Links, topic: str, name: str, value: object, is_default: bool) -> dict[str, JsonData]:
-    source = "DEFAULT_CONFIG" if is_default else "DYNAMIC_TOPIC_CONFIG"
-    shown = None if value is None else str(value)
-    return resource("KafkaTopicConfig", links.url("topics", topic, "configs", name),
-                    links.crn(("topic", topic), ("config", name)), cluster_id=links.cid, topic_name=topic,
-                    name=name, value=shown, is_default=is_default, is_read_only=False, is_sensitive=False,
-                    source=source, synonyms=[{"name": name, "value": shown, "source": source}])
-
-
-@routes.get(TOPIC_PATH + "/configs")
-async def list_configs(request: web.Request) -> web.Response:
-    links, broker, topic = _links(request), serving(request), request.match_info["topic"]
-    effective = broker.topics.effective_configs(topic)
-    data: list[JsonData] = [_config_data(links, topic, k, v, d) for k, (v, d) in sorted(effective.items())]
-    return v3_response(collection("KafkaTopicConfigList", links.url("topics", topic, "configs"), data))
-
-
-def _known_config(broker: BrokerParts, topic: str, name: str) -> tuple[object, bool]:
-    effective = broker.topics.effective_configs(topic)
-    if name not in effective:
-        raise HttpProblem(404, f"topic '{topic}' has no config '{name}' (GET .../topics/{topic}/configs lists them)",
-                          error_code=404)
-    return effective[name]
-
-
-@routes.get(TOPIC_PATH + "/configs/{name}")
-async def get_config(request: web.Request) -> web.Response:
-    links, broker, topic, name = _links(request), serving(request), request.match_info["topic"], \
-        request.match_info["name"]
-    value, is_default = _known_config(broker, topic, name)
-    return v3_response(_config_data(links, topic, name, value, is_default))
-
-
-@routes.put(TOPIC_PATH + "/configs/{name}")
-async def put_config(request: web.Request) -> web.Response:
-    _links(request)
-    broker, topic, name = serving(request), request.match_info["topic"], request.match_info["name"]
-    body = _object(await read_json(request), f"update config '{name}' of topic '{topic}'")
-    value = body.get("value")
-    if value is None:
-        await broker.topics.alter_config(topic, {}, delete=(name,))
-    elif isinstance(value, str):
-        await broker.topics.alter_config(topic, {name: value})
-    else:
-        raise HttpProblem(400, f"update config '{name}' of topic '{topic}': 'value' must be a string or null",
-                          error_code=400)
-    return web.Response(status=204)
-
-
-@routes.delete(TOPIC_PATH + "/configs/{name}")
-async def reset_config(request: web.Request) -> web.Response:
-    _links(request)
-    broker, topic, name = serving(request), request.match_info["topic"], request.match_info["name"]
-    _known_config(broker, topic, name)
-    await broker.topics.alter_config(topic, {}, delete=(name,))
-    return web.Response(status=204)
-
-
-@routes.post(TOPIC_PATH + "/configs:alter")
-async def alter_configs(request: web.Request) -> web.Response:
-    _links(request)
-    broker, topic = serving(request), request.match_info["topic"]
-    what = f"alter configs of topic '{topic}'"
-    body = _object(await read_json(request), what)
-    items = body.get("data")
-    if not isinstance(items, list) or not items:
-        raise HttpProblem(400, f"{what}: 'data' must be a non-empty list of {{\"name\", \"value\", \"operation\"}}",
-                          error_code=400)
-    sets: dict[str, str | int | float | None] = {}
-    deletes: list[str] = []
-    for i, item in enumerate(items):
-        cname = item.get("name") if isinstance(item, dict) else None
-        op = item.get("operation", "SET") if isinstance(item, dict) else None
-        value = item.get("value") if isinstance(item, dict) else None
-        if not isinstance(cname, str) or not isinstance(op, str) or op.upper() not in ("SET", "DELETE"):
-            raise HttpProblem(400, f"{what}: data[{i}] must be {{\"name\": string, \"value\": string, "
-                                   "\"operation\": \"SET\" | \"DELETE\"}", error_code=400)
-        if op.upper() == "DELETE" or value is None:
-            deletes.append(cname)
-        elif isinstance(value, str):
-            sets[cname] = value
-        else:
-            raise HttpProblem(400, f"{what}: data[{i}].value must be a string", error_code=400)
-    if body.get("validate_only") is True:
-        broker.topics.describe(topic)
-        return web.Response(status=204)
-    await broker.topics.alter_config(topic, sets, delete=tuple(deletes))
     return web.Response(status=204)
 
 
@@ -297,7 +218,7 @@ def _partition_data(links: Links, broker: BrokerParts, topic: str, p: int) -> di
 
 @routes.get(TOPIC_PATH + "/partitions")
 async def list_partitions(request: web.Request) -> web.Response:
-    links, broker, topic = _links(request), serving(request), request.match_info["topic"]
+    links, broker, topic = links_of(request), serving(request), request.match_info["topic"]
     n = broker.topics.describe(topic).partitions
     data: list[JsonData] = [_partition_data(links, broker, topic, p) for p in range(n)]
     return v3_response(collection("KafkaPartitionList", links.url("topics", topic, "partitions"), data))
@@ -305,6 +226,6 @@ async def list_partitions(request: web.Request) -> web.Response:
 
 @routes.get(TOPIC_PATH + "/partitions/{partition}")
 async def get_partition(request: web.Request) -> web.Response:
-    links, broker, topic = _links(request), serving(request), request.match_info["topic"]
+    links, broker, topic = links_of(request), serving(request), request.match_info["topic"]
     p = int_path(request, "partition", f"partition of topic '{topic}'")
     return v3_response(_partition_data(links, broker, topic, p))

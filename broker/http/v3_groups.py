@@ -7,8 +7,9 @@ broker's coordinator in-process (`admin_groups.describe_group`), another's throu
 (`ClusterMember.broker_json`, the control plane's TLS and credentials); its lags are computed here
 against each partition's log end offset as the partition's leader knows it (`partition_infos`).
 Routes (under `/v3/clusters/{cluster_id}`): `GET /consumer-groups`, `/consumer-groups/{group}`,
-`/consumer-groups/{group}/consumers`, `/consumer-groups/{group}/lags`,
-`/consumer-groups/{group}/lag-summary`.
+`/consumer-groups/{group}/consumers`, `.../consumers/{consumer}`, `.../consumers/{consumer}/assignments`,
+`.../assignments/{topic}/partitions/{partition}`, `/consumer-groups/{group}/lags`,
+`.../lags/{topic}/partitions/{partition}`, `/consumer-groups/{group}/lag-summary`.
 
 Authorization is the admin group routes' (`route_access`): DESCRIBE on the group; the list shows every
 group to DESCRIBE on the cluster, else those the principal may DESCRIBE; lags only of topics it may
@@ -33,9 +34,9 @@ from .admin_groups import describe_group, require_local_group
 from .problems import HttpProblem
 from .route_access import DESCRIBE, GROUP, TOPIC, access_of, describable
 from .serving import serving
-from .v3_views import CLUSTER, Links, cluster_id, collection, resource, v3_response
+from .v3_views import CLUSTER, Links, collection, int_path, links_of, resource, v3_response
 
-__all__ = ["routes"]
+__all__ = ["routes", "remote_json"]
 
 routes = web.RouteTableDef()
 GROUPS = CLUSTER + "/consumer-groups"
@@ -52,7 +53,8 @@ def _coordinator_of(broker: BrokerParts, group: str) -> int:
     return info.partition_states[broker.groups.partition_for(group)].leader
 
 
-async def _remote(broker: BrokerParts, broker_id: int, path: str) -> JsonObject:
+async def remote_json(broker: BrokerParts, broker_id: int, path: str) -> JsonObject:
+    """GET `path` of another broker as this one (`ClusterMember.broker_json`); its errors as v3 errors."""
     try:
         status, body = await broker.cluster.broker_json(broker_id, path)
     except (OSError, KelpError) as exc:
@@ -72,7 +74,7 @@ async def _describe(broker: BrokerParts, group: str) -> tuple[int, JsonObject]:
     if coordinator == broker.config.broker_id:
         await require_local_group(broker, group)
         return coordinator, cast(JsonObject, describe_group(broker, group))
-    return coordinator, await _remote(broker, coordinator, f"/admin/v1/groups/{quote(group, safe='')}")
+    return coordinator, await remote_json(broker, coordinator, f"/admin/v1/groups/{quote(group, safe='')}")
 
 
 async def _group_ids(request: web.Request) -> list[str]:
@@ -82,7 +84,7 @@ async def _group_ids(request: web.Request) -> list[str]:
         if b == broker.config.broker_id:
             ids.update(gid for gid, _, _ in broker.groups.list_groups())
             continue
-        body = await _remote(broker, b, "/admin/v1/groups")
+        body = await remote_json(broker, b, "/admin/v1/groups")
         groups = body.get("groups")
         if isinstance(groups, list):
             ids.update(str(g["group_id"]) for g in groups if isinstance(g, dict))
@@ -124,7 +126,7 @@ def _group_data(links: Links, group: str, coordinator: int, d: JsonObject) -> di
 
 @routes.get(GROUPS)
 async def list_groups(request: web.Request) -> web.Response:
-    links, broker = Links(request, cluster_id(request)), serving(request)
+    links, broker = links_of(request), serving(request)
     data: list[JsonData] = []
     for group in await _group_ids(request):
         try:
@@ -137,24 +139,82 @@ async def list_groups(request: web.Request) -> web.Response:
 
 @routes.get(GROUP_PATH)
 async def get_group(request: web.Request) -> web.Response:
-    links, group = Links(request, cluster_id(request)), request.match_info["group"]
+    links, group = links_of(request), request.match_info["group"]
     coordinator, d = await _describe(serving(request), group)
     return v3_response(_group_data(links, group, coordinator, d))
 
 
+def _consumer_data(links: Links, group: str, m: JsonObject) -> dict[str, JsonData]:
+    mid = str(m.get("member_id"))
+    base = ("consumer-groups", group, "consumers", mid)
+    return resource("KafkaConsumer", links.url(*base), links.crn(("consumer-group", group), ("consumer", mid)),
+                    cluster_id=links.cid, consumer_group_id=group, consumer_id=mid,
+                    instance_id=m.get("group_instance_id"), client_id=str(m.get("client_id") or ""),
+                    assignments=links.related(*base, "assignments"))
+
+
 @routes.get(GROUP_PATH + "/consumers")
 async def list_consumers(request: web.Request) -> web.Response:
-    links, group = Links(request, cluster_id(request)), request.match_info["group"]
+    links, group = links_of(request), request.match_info["group"]
     _, d = await _describe(serving(request), group)
-    data: list[JsonData] = []
-    for m in _members(d):
-        mid = str(m.get("member_id"))
-        base = ("consumer-groups", group, "consumers", mid)
-        data.append(resource("KafkaConsumer", links.url(*base),
-                             links.crn(("consumer-group", group), ("consumer", mid)), cluster_id=links.cid,
-                             consumer_group_id=group, consumer_id=mid, instance_id=m.get("group_instance_id"),
-                             client_id=str(m.get("client_id") or ""), assignments=links.related(*base, "assignments")))
+    data: list[JsonData] = [_consumer_data(links, group, m) for m in _members(d)]
     return v3_response(collection("KafkaConsumerList", links.url("consumer-groups", group, "consumers"), data))
+
+
+async def _member(request: web.Request) -> tuple[Links, str, JsonObject]:
+    links, group, consumer = links_of(request), request.match_info["group"], \
+        request.match_info["consumer"]
+    _, d = await _describe(serving(request), group)
+    for m in _members(d):
+        if str(m.get("member_id")) == consumer:
+            return links, group, m
+    raise HttpProblem(404, f"consumer '{consumer}' is not a member of consumer group '{group}' now (GET "
+                           f".../consumer-groups/{group}/consumers lists them)", error_code=ErrorCode.UNKNOWN_MEMBER_ID)
+
+
+def _assigned(m: JsonObject) -> list[tuple[str, int]]:
+    out: list[tuple[str, int]] = []
+    assignment = m.get("assignment")
+    for a in assignment if isinstance(assignment, list) else []:
+        partitions = a.get("partitions") if isinstance(a, dict) else None
+        if isinstance(a, dict) and isinstance(a.get("topic"), str) and isinstance(partitions, list):
+            out += [(str(a["topic"]), p) for p in partitions if isinstance(p, int)]
+    return sorted(out)
+
+
+def _assignment_data(links: Links, group: str, m: JsonObject, topic: str, p: int) -> dict[str, JsonData]:
+    mid = str(m.get("member_id"))
+    return resource("KafkaConsumerAssignment",
+                    links.url("consumer-groups", group, "consumers", mid, "assignments", topic, "partitions", p),
+                    links.crn(("consumer-group", group), ("consumer", mid), ("assignment", f"{topic}-{p}")),
+                    cluster_id=links.cid, consumer_group_id=group, consumer_id=mid, topic_name=topic, partition_id=p,
+                    partition=links.related("topics", topic, "partitions", p),
+                    lag=links.related("consumer-groups", group, "lags", topic, "partitions", p))
+
+
+@routes.get(GROUP_PATH + "/consumers/{consumer}")
+async def get_consumer(request: web.Request) -> web.Response:
+    links, group, m = await _member(request)
+    return v3_response(_consumer_data(links, group, m))
+
+
+@routes.get(GROUP_PATH + "/consumers/{consumer}/assignments")
+async def list_assignments(request: web.Request) -> web.Response:
+    links, group, m = await _member(request)
+    shown = describable(request, TOPIC, {t for t, _ in _assigned(m)})
+    data: list[JsonData] = [_assignment_data(links, group, m, t, p) for t, p in _assigned(m) if t in shown]
+    return v3_response(collection("KafkaConsumerAssignmentList", links.url(
+        "consumer-groups", group, "consumers", str(m.get("member_id")), "assignments"), data))
+
+
+@routes.get(GROUP_PATH + "/consumers/{consumer}/assignments/{topic}/partitions/{partition}")
+async def get_assignment(request: web.Request) -> web.Response:
+    links, group, m = await _member(request)
+    topic, p = request.match_info["topic"], int_path(request, "partition", "partition")
+    if (topic, p) not in _assigned(m) or not describable(request, TOPIC, {topic}):
+        raise HttpProblem(404, f"partition {p} of topic '{topic}' is not assigned to consumer "
+                               f"'{m.get('member_id')}' of group '{group}'", error_code=404)
+    return v3_response(_assignment_data(links, group, m, topic, p))
 
 
 async def _lags(request: web.Request, links: Links, group: str) -> list[dict[str, JsonData]]:
@@ -183,14 +243,25 @@ async def _lags(request: web.Request, links: Links, group: str) -> list[dict[str
 
 @routes.get(GROUP_PATH + "/lags")
 async def list_lags(request: web.Request) -> web.Response:
-    links, group = Links(request, cluster_id(request)), request.match_info["group"]
+    links, group = links_of(request), request.match_info["group"]
     data: list[JsonData] = list(await _lags(request, links, group))
     return v3_response(collection("KafkaConsumerLagList", links.url("consumer-groups", group, "lags"), data))
 
 
+@routes.get(GROUP_PATH + "/lags/{topic}/partitions/{partition}")
+async def get_lag(request: web.Request) -> web.Response:
+    links, group = links_of(request), request.match_info["group"]
+    topic, p = request.match_info["topic"], int_path(request, "partition", "partition")
+    for lag in await _lags(request, links, group):
+        if lag["topic_name"] == topic and lag["partition_id"] == p:
+            return v3_response(lag)
+    raise HttpProblem(404, f"consumer group '{group}' has no committed offset for partition {p} of topic '{topic}' "
+                           "(of topics you may DESCRIBE)", error_code=404)
+
+
 @routes.get(GROUP_PATH + "/lag-summary")
 async def lag_summary(request: web.Request) -> web.Response:
-    links, group = Links(request, cluster_id(request)), request.match_info["group"]
+    links, group = links_of(request), request.match_info["group"]
     lags = await _lags(request, links, group)
     if not lags:
         raise HttpProblem(404, f"consumer group '{group}' has no committed offsets (of topics you may DESCRIBE) "

@@ -9,7 +9,8 @@ validates every route's answers against). The route modules (`v3_cluster`, `v3_g
 scheme and host the request came in on, as Confluent's are. The cluster id is the broker's `cluster.id`
 (what Kafka's Metadata answers); a path naming another one is answered 404.
 
-This module must never read or change broker state beyond the cluster id: it only shapes JSON.
+This module must never read or change broker state beyond the cluster id and its live brokers: it only shapes
+JSON and checks the path's cluster and broker.
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ from typing import TypeGuard
 from aiohttp import web
 
 from kelp.errors import ErrorCode
-from kelp.json_types import JsonData, JsonValue
+from kelp.json_types import JsonData, JsonObject, JsonValue
 
 from .problems import HttpProblem, json_response
 from .serving import serving
 
-__all__ = ["V3", "cluster_id", "Links", "resource", "collection", "v3_response", "int_path", "is_int", "problem"]
+__all__ = ["V3", "cluster_id", "Links", "links_of", "live_broker", "resource", "collection", "v3_response",
+           "int_path", "is_int", "problem", "body_object"]
 
 V3 = "/v3/clusters"
 CLUSTER = V3 + "/{cluster_id}"
@@ -57,6 +59,21 @@ class Links:
         return f"crn:///kafka={self.cid}" + "".join(f"/{k}={v}" for k, v in pairs)
 
 
+def links_of(request: web.Request) -> Links:
+    """The request's links, under its cluster (404 when the path names another one)."""
+    return Links(request, cluster_id(request))
+
+
+def live_broker(request: web.Request, links: Links, key: str = "broker_id") -> int:
+    """The broker id the path names, a live member of the cluster; 404 naming the live ones otherwise."""
+    broker_id = int_path(request, key, "broker")
+    live = serving(request).cluster.brokers
+    if broker_id not in live:
+        raise HttpProblem(404, f"broker {broker_id} is not a live member of cluster '{links.cid}' (live: "
+                               f"{sorted(live)})", error_code=404)
+    return broker_id
+
+
 def resource(kind: str, self_url: str, crn: str | None, /, **fields: JsonData) -> dict[str, JsonData]:
     return {"kind": kind, "metadata": {"self": self_url, "resource_name": crn}, **fields}
 
@@ -67,6 +84,13 @@ def collection(kind: str, self_url: str, data: list[JsonData]) -> dict[str, Json
 
 def v3_response(data: JsonData, *, status: int = 200) -> web.Response:
     return json_response(data, status=status)
+
+
+def body_object(body: JsonValue, what: str) -> JsonObject:
+    """A request body that must be a JSON object: 400 naming the request otherwise."""
+    if not isinstance(body, dict):
+        raise HttpProblem(400, f"{what}: the body must be a JSON object", error_code=400)
+    return body
 
 
 def is_int(value: JsonValue) -> TypeGuard[int]:

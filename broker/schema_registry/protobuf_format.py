@@ -29,7 +29,7 @@ from .errors import invalid_schema
 from .parsed import ParsedSchema, ResolvedReference, flatten
 from .protobuf_diff import FieldInfo, MessageInfo, compare
 
-__all__ = ["parse_protobuf", "ProtobufSchema", "SCALARS"]
+__all__ = ["parse_protobuf", "ProtobufSchema", "SCALARS", "BUILTIN_PACKAGES", "parse_tree", "type_index"]
 
 SCALARS = frozenset({"double", "float", "int32", "int64", "uint32", "uint64", "sint32", "sint64", "fixed32",
                      "fixed64", "sfixed32", "sfixed64", "bool", "string", "bytes"})
@@ -62,7 +62,8 @@ class _Raise(ErrorListener):  # type: ignore[misc]  # antlr4's runtime ships no 
         raise invalid_schema("PROTOBUF", f"{self.what} is not a valid .proto file: line {line}:{column}: {msg}")
 
 
-def _parse_text(text: str, what: str) -> ast.File:
+def parse_tree(text: str, what: str) -> ast.File:
+    """The syntax tree of `.proto` text; 42201 naming line and column of the first syntax error."""
     listener = _Raise(what)
 
     def quiet(recognizer: object) -> None:
@@ -160,15 +161,28 @@ def _messages(index: _Index, builtin: bool, prefix: str, elements: list[ast.Mess
         _messages(index, builtin, f"{info.full_name}.", element.elements, out, what)
 
 
-def parse_protobuf(text: str, references: tuple[ResolvedReference, ...]) -> ProtobufSchema:
-    index = _Index()
+def _index_references(index: _Index, references: tuple[ResolvedReference, ...]) -> None:
     for ref in flatten(references):
         what = f"reference '{ref.name}' (subject '{ref.subject}' version {ref.version})"
-        ref_file = _parse_text(ref.schema, what)
+        ref_file = parse_tree(ref.schema, what)
         _check_imports(ref_file, {r.name for r in flatten(ref.references)}, what)
         package = _package(ref_file)
         index.add(f"{package}." if package else "", ref_file.file_elements)
-    file = _parse_text(text, "the schema")
+
+
+def type_index(file: ast.File, references: tuple[ResolvedReference, ...]) -> _Index:
+    """The message and enum names a file can use: its own and its references' (`protobuf_descriptor`)."""
+    index = _Index()
+    _index_references(index, references)
+    package = _package(file)
+    index.add(f"{package}." if package else "", file.file_elements)
+    return index
+
+
+def parse_protobuf(text: str, references: tuple[ResolvedReference, ...]) -> ProtobufSchema:
+    index = _Index()
+    _index_references(index, references)
+    file = parse_tree(text, "the schema")
     builtin = _check_imports(file, {r.name for r in flatten(references)}, "the schema")
     package = _package(file)
     prefix = f"{package}." if package else ""

@@ -29,6 +29,7 @@ from .errors import RegistryError, incompatible, not_permitted, schema_not_found
 from .formats import parse
 from .model import Reference, SchemaVersion, config_key, encode, mode_key, schema_key
 from .parsed import ParsedSchema, ResolvedReference
+from .protobuf_descriptor import to_serialized
 from .requests import LATEST, SchemaRequest, check_subject
 from .state import RegistryState
 from .store import SchemaLog
@@ -47,8 +48,9 @@ class SchemaRegistry:
         self._parsed: dict[tuple[str, str, tuple[Reference, ...]], ParsedSchema] = {}
 
     # -- helpers ------------------------------------------------------------------------------------------
-    def _resolve(self, state: RegistryState, refs: tuple[Reference, ...], schema_type: str, depth: int = 0
-                 ) -> tuple[ResolvedReference, ...]:
+    def resolve(self, state: RegistryState, refs: tuple[Reference, ...], schema_type: str, depth: int = 0
+                ) -> tuple[ResolvedReference, ...]:
+        """The schemas `refs` name, with theirs, transitively; 42201 naming one that does not resolve."""
         if depth > MAX_REFERENCE_DEPTH:
             raise errors.invalid_schema(schema_type, f"references nest deeper than {MAX_REFERENCE_DEPTH} levels "
                                                      "(a cycle?)")
@@ -61,15 +63,21 @@ class SchemaRegistry:
                 raise errors.invalid_schema(schema_type, f"reference '{ref.name}' does not resolve: no schema "
                                                          f"for subject '{ref.subject}' version {ref.version}")
             out.append(ResolvedReference(ref.name, found.subject, found.version, found.schema_type, found.schema,
-                                         self._resolve(state, found.references, schema_type, depth + 1)))
+                                         self.resolve(state, found.references, schema_type, depth + 1)))
         return tuple(out)
 
-    def _parse(self, state: RegistryState, schema: str, schema_type: str, refs: tuple[Reference, ...]
-               ) -> ParsedSchema:
+    def serialized(self, state: RegistryState, schema: str, refs: tuple[Reference, ...]) -> str:
+        """A PROTOBUF schema as the base64 FileDescriptorProto Confluent's Protobuf clients read
+        (`?format=serialized`), its types resolved against its references."""
+        return to_serialized(schema, "default", self.resolve(state, refs, "PROTOBUF"))
+
+    def parse_schema(self, state: RegistryState, schema: str, schema_type: str, refs: tuple[Reference, ...]
+                     ) -> ParsedSchema:
+        """The parsed schema (remembered: parsing is the costly part of every request)."""
         key = (schema_type, schema, refs)
         cached = self._parsed.get(key)
         if cached is None:
-            cached = parse(schema_type, schema, self._resolve(state, refs, schema_type))
+            cached = parse(schema_type, schema, self.resolve(state, refs, schema_type))
             if len(self._parsed) > 10_000:
                 self._parsed.clear()
             self._parsed[key] = cached
@@ -104,7 +112,7 @@ class SchemaRegistry:
             return []
         targets = previous if level.endswith("_TRANSITIVE") else previous[-1:]
         for sv in reversed(targets):
-            old = self._parse(state, sv.schema, sv.schema_type, sv.references)
+            old = self.parse_schema(state, sv.schema, sv.schema_type, sv.references)
             found: list[str] = []
             if level.startswith(("BACKWARD", "FULL")):
                 found += new.compatibility_errors(old)
@@ -125,7 +133,7 @@ class SchemaRegistry:
         if not versions:
             raise subject_not_found(subject)
         refs = self._pinned(state, request.references)
-        parsed = self._parse(state, request.schema, request.schema_type, refs)
+        parsed = self.parse_schema(state, request.schema, request.schema_type, refs)
         for sv in reversed(versions):
             if (sv.schema_type, sv.schema, sv.references) == (parsed.schema_type, parsed.canonical, refs):
                 return sv.to_api()
@@ -135,7 +143,7 @@ class SchemaRegistry:
                     ) -> JsonObject:
         state = await self.state()
         refs = self._pinned(state, request.references)
-        parsed = self._parse(state, request.schema, request.schema_type, refs)
+        parsed = self.parse_schema(state, request.schema, request.schema_type, refs)
         level = state.level(subject)
         if version is None:
             previous = state.versions(subject)
@@ -182,7 +190,7 @@ class SchemaRegistry:
             raise not_permitted(f"Subject {subject} is not in import mode: a schema is registered with a given "
                                 "id or version only in IMPORT mode (PUT /mode/{subject})")
         refs = self._pinned(state, request.references)
-        parsed = self._parse(state, request.schema, request.schema_type, refs)
+        parsed = self.parse_schema(state, request.schema, request.schema_type, refs)
         identity = (parsed.schema_type, parsed.canonical, refs)
         all_versions = state.versions(subject, deleted=True)
         live = [sv for sv in all_versions if not sv.deleted]

@@ -27,6 +27,7 @@ from .errors import (
     invalid_version,
 )
 from .model import LEVELS, MAX_VERSION, MODES, SCHEMA_TYPES, Reference
+from .protobuf_descriptor import from_serialized, looks_serialized
 
 __all__ = ["SchemaRequest", "check_subject", "parse_version", "schema_request", "level_of", "mode_of", "LATEST"]
 
@@ -52,9 +53,12 @@ def check_subject(subject: str) -> str:
         raise invalid_subject(subject[:100] + "...", f"it is longer than {MAX_SUBJECT_CHARS} characters")
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in subject):
         raise invalid_subject(subject.encode("unicode_escape").decode(), "it holds control characters")
-    if "/" in subject or "\\" in subject or subject in (".", ".."):
-        raise invalid_subject(subject, "a subject name may not hold '/' or '\\' nor be '.' or '..' (it is a path "
-                                       "segment of the API)")
+    # '/' is allowed, as Confluent's registry allows it: the Protobuf serializers name a reference's subject
+    # after its import path ("kelp/common/money.proto") and send it URL-encoded (%2F), which routes as one
+    # segment. A backslash, and a name that is a whole relative path segment, are refused.
+    if "\\" in subject or subject in (".", ".."):
+        raise invalid_subject(subject, "a subject name may not hold '\\' nor be '.' or '..' (a path segment "
+                                       "of the API; send '/' URL-encoded as %2F)")
     return subject
 
 
@@ -96,6 +100,8 @@ def schema_request(body: JsonValue) -> SchemaRequest:
     if not isinstance(schema, str) or not schema.strip():
         raise invalid_schema(schema_type, "the request body needs 'schema', the schema as a non-empty string, "
                                           f"got {schema!r}"[:300])
+    if schema_type == "PROTOBUF" and looks_serialized(schema):  # confluent-kafka's serializers send this form
+        schema = from_serialized(schema)
     raw_refs = body.get("references") or []
     if not isinstance(raw_refs, list):
         raise invalid_schema(schema_type, "'references' must be a list of {name, subject, version}")

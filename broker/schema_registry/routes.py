@@ -29,12 +29,13 @@ from kelp.json_types import JsonData, JsonObject, JsonValue
 from ..http.serving import serving
 from ..parts import BrokerParts
 from .errors import REQUEST_FORWARDING_FAILED, UNKNOWN_LEADER, RegistryError, schema_not_found
-from .model import SCHEMA_TYPES
+from .model import SCHEMA_TYPES, Reference
 from .registry import WRITE_OPS, SchemaRegistry
 from .requests import check_subject, level_of, mode_of, parse_version, schema_request
+from .state import RegistryState
 from .store import SchemaLog, b64, read_records
 
-__all__ = ["install", "routes", "CONTENT_TYPE"]
+__all__ = ["install", "routes", "CONTENT_TYPE", "registry_of", "register_schema"]
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 FORWARD_TIMEOUT_S = 20.0
@@ -65,6 +66,22 @@ def install(app: web.Application) -> None:
 
 def _registry(request: web.Request) -> SchemaRegistry:
     return request.app[REGISTRY].get(serving(request))
+
+
+def registry_of(request: web.Request) -> SchemaRegistry | None:
+    """The broker's registry, for REST produce in a schema's format; None when it is switched off here."""
+    holder = request.app.get(REGISTRY)
+    return holder.get(serving(request)) if holder is not None else None
+
+
+async def register_schema(request: web.Request, subject: str, body: JsonObject) -> JsonObject:
+    """Register `body` under `subject` as `POST /subjects/{subject}/versions` does (forwarded to the leader)."""
+    check_subject(subject)
+    schema_request(body)
+    answer = await _write(request, "register", {"subject": subject, "body": body})
+    if not isinstance(answer, dict):
+        raise RegistryError(500, 50001, f"registering under subject '{subject}' answered {answer!r}"[:300])
+    return answer
 
 
 def _answer(data: JsonData, status: int = 200) -> web.Response:
@@ -203,11 +220,21 @@ async def register(request: web.Request) -> JsonData:
     return await _write(request, "register", {"subject": subject, "body": body})
 
 
+def _in_format(request: web.Request, registry: SchemaRegistry, state: RegistryState, found: JsonObject,
+               refs: tuple[Reference, ...]) -> JsonObject:
+    """`?format=serialized`: a PROTOBUF schema as a base64 FileDescriptorProto (what confluent-kafka's Protobuf
+    deserializer asks for); any other format or type is answered as stored, as Confluent's registry does."""
+    if request.query.get("format") != "serialized" or found.get("schemaType") != "PROTOBUF":
+        return found
+    return {**found, "schema": registry.serialized(state, str(found["schema"]), refs)}
+
+
 async def _version(request: web.Request) -> JsonObject:
     registry = _registry(request)
     state = await registry.state()
     version = parse_version(request.match_info["version"])
-    return registry.find(state, request.match_info["subject"], version, deleted=_flag(request, "deleted")).to_api()
+    found = registry.find(state, request.match_info["subject"], version, deleted=_flag(request, "deleted"))
+    return _in_format(request, registry, state, found.to_api(), found.references)
 
 
 @_route("GET", "/subjects/{subject}/versions/{version}")
@@ -251,7 +278,8 @@ async def delete_subject(request: web.Request) -> JsonData:
 # -- schemas by id --------------------------------------------------------------------------------------------
 async def _by_id(request: web.Request) -> JsonObject:
     schema_id = _schema_id(request)
-    state = await _registry(request).state()
+    registry = _registry(request)
+    state = await registry.state()
     identity = state.ids.get(schema_id)
     if identity is None:
         raise schema_not_found(schema_id)
@@ -262,7 +290,7 @@ async def _by_id(request: web.Request) -> JsonObject:
     if refs:
         out["references"] = [r.to_json() for r in refs]
     out["schema"] = schema
-    return out
+    return _in_format(request, registry, state, out, refs)
 
 
 @_route("GET", "/schemas/ids/{id}")

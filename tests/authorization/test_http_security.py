@@ -193,6 +193,50 @@ async def test_a_rest_consumer_instance_is_its_creators(client: TestClient, brok
     assert (await client.delete("/consumers/g/instances/c2", headers=BOB)).status == 204
 
 
+async def test_only_a_broker_may_name_the_principal_of_a_forwarded_request(client: TestClient,
+                                                                           broker: InProcessBroker) -> None:
+    """A broker forwarding a certificate-authenticated client's request names its principal; the holder takes
+    that from a broker (CLUSTER_ACTION, as on /cluster/v1) only, on a forwarded consumer route only."""
+    await broker.parts.acls.create([acl("GROUP", "g", "READ")])
+    assert (await client.post("/consumers/g", json={"name": "fw"}, headers=ALICE)).status == 200
+    path = "/consumers/g/instances/fw/subscription"
+    forwarded = {"X-Kelp-Forwarded-By": "1", "X-Kelp-Forwarded-Principal": "User%3Aalice"}
+    r = await client.get(path, headers={**BROKER, **forwarded})
+    assert r.status == 200 and await r.json() == {"topics": []}
+    r = await client.get(path, headers={**BOB, **forwarded})  # a client may not claim to be alice
+    body = await r.json()
+    assert r.status == 403 and body["error_code"] == 31 and "only brokers may" in body["message"], body
+    r = await client.get(path, headers={**BROKER, **forwarded, "X-Kelp-Forwarded-Principal": "User%3Abob"})
+    assert r.status == 403 and (await r.json())["error_code"] == 30  # bob's READ on g: not his instance
+    r = await client.get(path, headers={**BROKER, "X-Kelp-Forwarded-Principal": "User%3Aalice"})
+    assert r.status == 403 and "forwarded" in (await r.json())["message"]  # not marked forwarded
+    r = await client.get("/admin/v1/topics", headers={**BROKER, **forwarded})
+    assert r.status == 403 and "REST consumer" in (await r.json())["message"]  # not a consumer route
+    r = await client.get(path, headers={**BROKER, **forwarded, "X-Kelp-Forwarded-Principal": "alice"})
+    assert r.status == 400 and "principalType:principalName" in (await r.json())["message"]
+    assert (await client.delete("/consumers/g/instances/fw", headers=ALICE)).status == 204
+
+
+async def test_a_chosen_instance_name_shaped_like_a_generated_one_is_refused(client: TestClient,
+                                                                            broker: InProcessBroker) -> None:
+    await broker.parts.acls.create([acl("GROUP", "g", "READ")])
+    r = await client.post("/consumers/g", json={"name": "rest-consumer-b7-1-2"}, headers=ALICE)
+    body = await r.json()
+    assert r.status == 422 and body["error_code"] == 42204 and "rest-consumer-b" in body["message"], body
+
+
+async def test_a_schema_given_inline_to_rest_produce_needs_alter_on_the_cluster(client: TestClient,
+                                                                              broker: InProcessBroker) -> None:
+    """Producing in a schema's format needs WRITE on the topic; registering the schema given on the way needs
+    what registering it directly needs (ALTER on the cluster)."""
+    await broker.parts.acls.create([acl("TOPIC", "secret", "WRITE")])
+    body = {"value_schema": '{"type": "string"}', "records": [{"value": "x"}]}
+    r = await client.post("/topics/secret", json=body, headers={**ALICE, "Content-Type":
+                                                                "application/vnd.kafka.avro.v2+json"})
+    answer = await r.json()
+    assert r.status == 403 and answer["error_code"] == 31 and "ALTER the cluster" in answer["message"], answer
+
+
 def test_every_route_says_what_it_needs(broker: InProcessBroker) -> None:
     app = build_http_app(broker.broker)
     unlisted = sorted(f"{r.method} {r.resource.canonical}" for r in app.router.routes()

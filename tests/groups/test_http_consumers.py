@@ -144,7 +144,7 @@ def test_idle_http_consumer_expires_and_leaves_the_group(group_broker) -> None:
 @pytest.mark.timeout(30)
 def test_http_consumer_bad_requests(group_broker) -> None:
     base = group_broker.http_url
-    status, body = http("POST", f"{base}/consumers/g", {"name": "x", "format": "avro"})
+    status, body = http("POST", f"{base}/consumers/g", {"name": "x", "format": "thrift"})
     assert status == 422 and "format" in body["message"]
     assert http("POST", f"{base}/consumers/g", {"name": "x"})[0] == 200
     status, body = http("POST", f"{base}/consumers/g", {"name": "x"})

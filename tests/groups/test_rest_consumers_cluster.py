@@ -5,8 +5,10 @@ records through broker 0's HTTP listener (and REST v3 there describes each
 group through its coordinator, with zero lag after the commits); an instance keeps reading across a
 SIGKILL of its group's coordinator (another broker than the one holding the
 instance) and its commits survive the failover; a request for an instance
-another broker holds is forwarded there, and once that broker is dead it is
-answered 404 with Confluent's 40403 saying so.
+another broker holds is forwarded there (a generated id names its holder, a
+name the client chose is looked up, and is refused on a second broker), and
+once that broker is dead it is answered 404 with Confluent's 40403 saying so;
+REST v3 there shows another broker's own configs.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 import pytest
 
 from kelp.broker.groups.placement import partition_for_group
+from tests.http.test_rest_v3 import check
 from tests.support.cluster import Cluster
 
 V2 = "application/vnd.kafka.v2+json"
@@ -144,6 +147,17 @@ def test_rest_consumers_of_twelve_groups_through_one_address_and_a_coordinator_f
     assert held.uri.startswith(cluster.http_base(cluster[victim]))
     status, body = call("GET", f"{base}/consumers/elsewhere/instances/{held.id}/subscription")
     assert status == 200 and body == {"topics": [f"t{victim_group}"]}, body
+    # A name the client chose: found on the victim and forwarded too; the name is the cluster's.
+    chosen = Instance(cluster.http_base(cluster[victim]), "elsewhere", f"t{victim_group}", name="chosen")
+    assert chosen.id == "chosen"
+    status, body = call("GET", f"{base}/consumers/elsewhere/instances/chosen/subscription")
+    assert status == 200 and body == {"topics": [f"t{victim_group}"]}, body
+    status, body = call("POST", f"{base}/consumers/elsewhere", {"name": "chosen"})
+    assert status == 409 and body["error_code"] == 40902 and f"on broker {victim}" in body["message"], body
+    # REST v3 through the same address shows another broker's own configs (static ones read from it).
+    status, configs = call("GET", f"{base}/v3/clusters/{cid}/brokers/{victim}/configs", ctype="application/json")
+    check("GET", f"/v3/clusters/{cid}/brokers/{victim}/configs", status, configs)
+    assert {d["name"]: d["value"] for d in configs["data"]}["broker.id"] == str(victim)
 
     cluster[victim].kill()
     cluster.wait_for(f"a new coordinator for g{victim_group}",
@@ -162,6 +176,8 @@ def test_rest_consumers_of_twelve_groups_through_one_address_and_a_coordinator_f
     status, body = call("GET", f"{base}/consumers/elsewhere/instances/{held.id}/subscription")
     assert status == 404 and body["error_code"] == 40403, body
     assert f"broker {victim}" in body["message"] and "died" in body["message"], body
+    status, body = call("GET", f"{base}/consumers/elsewhere/instances/chosen/subscription")
+    assert status == 404 and body["error_code"] == 40403, body
 
     # The commits survive: a new instance of the group sees them and reads nothing again.
     assert call("DELETE", inst.uri)[0] == 204

@@ -1,9 +1,10 @@
 """Confluent REST v3 on a broker process: every route Kelp serves, its answers validated against the
 schemas of Confluent's published OpenAPI document (vendored in tests/http/confluent_v3, see its NOTICE).
 
-OpenAPI 3.0's `nullable` is turned into JSON Schema's `null` type; every response of a route that the
-document describes with a JSON body is validated against that body's schema (success and error answers
-alike), and the test fails if a v3 route of Kelp's is not exercised or not in the document.
+OpenAPI 3.0's `nullable` is turned into JSON Schema's `null` type (and the one `type: int64` into
+`integer`); every response of a route that the document describes with a JSON body is validated against
+that body's schema (success and error answers alike), and the test fails if a v3 route of Kelp's is not
+exercised or not in the document.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT7
 
 from kelp.broker.config_keys import KELP_AUTHORIZER
-from kelp.broker.http import v3_acls, v3_cluster, v3_groups, v3_records
+from kelp.broker.http import v3_acls, v3_cluster, v3_configs, v3_groups, v3_records, v3_replicas
 from tests.support.broker_process import BrokerProcess
 
 SPEC_FILE = Path(__file__).parent / "confluent_v3" / "openapi.yaml"
@@ -40,6 +41,8 @@ def _nullable(node: Any) -> Any:
     if not isinstance(node, dict):
         return node
     out = {k: _nullable(v) for k, v in node.items() if k != "nullable"}
+    if out.get("type") == "int64":  # PartitionWithOffsetsData's offsets say `type: int64`, a format, not a type
+        out["type"] = "integer"
     if node.get("nullable") is True:
         if isinstance(out.get("type"), str):
             out["type"] = [out["type"], "null"]
@@ -162,6 +165,9 @@ def test_every_v3_route_answers_in_confluents_shapes(kelp) -> None:
     assert [p["partition_id"] for p in parts] == [0, 1]
     call(base, "GET", f"{c}/topics/v3t/partitions/1", expect=200)
     call(base, "GET", f"{c}/topics/v3t/partitions/7", expect=404)
+    shrink = call(base, "PATCH", f"{c}/topics/v3t", {"partitions_count": 1}, expect=400)
+    assert "shrink" in shrink["message"] and shrink["error_code"] == 37
+    assert "partitions_count" in call(base, "PATCH", f"{c}/topics/v3t", {}, expect=400)["message"]
 
     # records: one object, then a stream of three with a bad one in the middle
     report = call(base, "POST", f"{c}/topics/v3t/records",
@@ -174,8 +180,8 @@ def test_every_v3_route_answers_in_confluents_shapes(kelp) -> None:
         {"value": {"type": "STRING", "data": "s"}, "partition_id": 0, "headers": [{"name": "h", "value": "aGk="}],
          "timestamp": "2026-01-01T00:00:00Z"}])
     reports = call(base, "POST", f"{c}/topics/v3t/records", raw=stream, expect=200)
-    assert [r["error_code"] for r in reports] == [200, 400, 200], reports
-    assert "AVRO" in reports[1]["message"] and reports[2]["offset"] == 1
+    assert [r["error_code"] for r in reports] == [200, 404, 200], reports  # no schema under v3t-value
+    assert "'v3t-value' not found" in reports[1]["message"] and reports[2]["offset"] == 1
     assert reports[2]["timestamp"].startswith("2026-01-01T00:00:00")
     broken = call(base, "POST", f"{c}/topics/v3t/records", raw=b'{"value": {"type": "JSON", "data": ', expect=400)
     assert "record 0 is not valid JSON" in broken["message"]
@@ -203,6 +209,16 @@ def test_every_v3_route_answers_in_confluents_shapes(kelp) -> None:
         (0, 1, 2, 1)]
     summary = call(base, "GET", f"{c}/consumer-groups/v3g/lag-summary", expect=200)
     assert summary["total_lag"] == 1 and summary["max_lag_topic_name"] == "v3t"
+    one_lag = call(base, "GET", f"{c}/consumer-groups/v3g/lags/v3t/partitions/0", expect=200)
+    assert (one_lag["current_offset"], one_lag["lag"]) == (1, 1)
+    assert "partition 1" in call(base, "GET", f"{c}/consumer-groups/v3g/lags/v3t/partitions/1", expect=404)["message"]
+    member = consumers[0]["consumer_id"]
+    assert call(base, "GET", f"{c}/consumer-groups/v3g/consumers/{member}", expect=200)["consumer_id"] == member
+    call(base, "GET", f"{c}/consumer-groups/v3g/consumers/nobody", expect=404)
+    assigned = call(base, "GET", f"{c}/consumer-groups/v3g/consumers/{member}/assignments", expect=200)["data"]
+    assert [(a["topic_name"], a["partition_id"]) for a in assigned] == [("v3t", 0), ("v3t", 1)]
+    call(base, "GET", f"{c}/consumer-groups/v3g/consumers/{member}/assignments/v3t/partitions/1", expect=200)
+    call(base, "GET", f"{c}/consumer-groups/v3g/consumers/{member}/assignments/v3t/partitions/5", expect=404)
     call(base, "GET", f"{c}/consumer-groups/nobody", expect=404)
     call(uri, "DELETE", "", ctype=V2, expect=204)
 
@@ -229,14 +245,111 @@ def test_v3_acls_search_create_delete(secured) -> None:
     acl = {"resource_type": "TOPIC", "resource_name": "v3t", "pattern_type": "LITERAL", "principal": "User:alice",
            "host": "*", "operation": "READ", "permission": "ALLOW"}
     call(base, "POST", f"{c}/acls", acl, expect=201)
+    batch = [{**acl, "resource_name": "v3b"}, {**acl, "resource_name": "v3b", "operation": "WRITE"}]
+    call(base, "POST", f"{c}/acls:batch", {"data": batch}, expect=201)
+    bad = call(base, "POST", f"{c}/acls:batch", {"data": [batch[0], {**acl, "permission": "MAYBE"}]}, expect=400)
+    assert "data[1]" in bad["message"] and "permission" in bad["message"].lower()
+    assert len(call(base, "GET", f"{c}/acls?resource_name=v3b", expect=200)["data"]) == 2
     bad = call(base, "POST", f"{c}/acls", {**acl, "operation": "FLY"}, expect=400)
     assert "operation" in bad["message"].lower()
     found = call(base, "GET", f"{c}/acls?principal=User%3Aalice", expect=200)["data"]
-    assert [(a["resource_name"], a["operation"]) for a in found] == [("v3t", "READ")]
+    assert sorted((a["resource_name"], a["operation"]) for a in found) == [("v3b", "READ"), ("v3b", "WRITE"),
+                                                                           ("v3t", "READ")]
     query = urllib.parse.urlencode({k: v for k, v in acl.items()})
     deleted = call(base, "DELETE", f"{c}/acls?{query}", expect=200)["data"]
     assert len(deleted) == 1 and deleted[0]["principal"] == "User:alice"
+    assert len(call(base, "DELETE", f"{c}/acls?resource_name=v3b", expect=200)["data"]) == 2
     assert call(base, "GET", f"{c}/acls?principal=User%3Aalice", expect=200)["data"] == []
+
+
+@pytest.mark.timeout(60)
+def test_v3_configs_replicas_offsets_and_batch_produce(kelp) -> None:
+    """Broker configs (one broker's, every broker's, the cluster-wide dynamic defaults), every topic's configs,
+    replicas, reassignments (none running on one broker), a partition's offsets and `records:batch`."""
+    base = kelp.http_url
+    cid = call(base, "GET", "/v3/clusters", expect=200)["data"][0]["cluster_id"]
+    c = f"/v3/clusters/{cid}"
+    call(base, "POST", f"{c}/topics", {"topic_name": "v3c", "partitions_count": 2,
+                                       "configs": [{"name": "retention.ms", "value": "100000"}]}, expect=201)
+    every = call(base, "GET", f"{c}/topics/-/configs", expect=200)["data"]
+    assert {"v3c"} <= {d["topic_name"] for d in every}
+    mine = {d["name"]: d for d in every if d["topic_name"] == "v3c"}
+    assert mine["retention.ms"]["source"] == "DYNAMIC_TOPIC_CONFIG" and mine["segment.bytes"]["is_default"]
+    bad = call(base, "POST", f"{c}/topics/v3c/configs:alter", {"data": [{"name": "retention.ms", "value": "x"}]},
+               expect=400)
+    assert "retention.ms" in bad["message"] and bad["error_code"] == 40
+    call(base, "POST", f"{c}/topics/v3c/configs:alter",
+         {"data": [{"name": "retention.ms", "value": "5"}], "validate_only": True}, expect=204)
+    assert call(base, "GET", f"{c}/topics/v3c/configs/retention.ms", expect=200)["value"] == "100000"
+
+    # broker configs: this broker's (static and dynamic, read-only marked), then dynamic changes
+    broker_id = call(base, "GET", f"{c}/brokers", expect=200)["data"][0]["broker_id"]
+    configs = {d["name"]: d for d in call(base, "GET", f"{c}/brokers/{broker_id}/configs", expect=200)["data"]}
+    assert configs["num.partitions"]["value"] == "1" and configs["num.partitions"]["source"] == "STATIC_BROKER_CONFIG"
+    assert configs["num.partitions"]["is_read_only"] and not configs["log.segment.bytes"]["is_read_only"]
+    call(base, "PUT", f"{c}/brokers/{broker_id}/configs/log.retention.ms", {"value": "3600000"}, expect=204)
+    one = call(base, "GET", f"{c}/brokers/{broker_id}/configs/log.retention.ms", expect=200)
+    assert one["value"] == "3600000" and one["source"] == "DYNAMIC_BROKER_CONFIG"
+    assert [s["source"] for s in one["synonyms"]][0] == "DYNAMIC_BROKER_CONFIG"
+    call(base, "DELETE", f"{c}/brokers/{broker_id}/configs/log.retention.ms", expect=204)
+    ro = call(base, "PUT", f"{c}/brokers/{broker_id}/configs/num.partitions", {"value": "3"}, expect=400)
+    assert "num.partitions" in ro["message"] and ro["error_code"] == 40
+    call(base, "POST", f"{c}/brokers/{broker_id}/configs:alter",
+         {"data": [{"name": "log.segment.bytes", "value": "2000000"}, {"name": "log.retention.ms",
+                                                                      "operation": "DELETE"}]}, expect=204)
+    assert call(base, "GET", f"{c}/brokers/{broker_id}/configs/log.segment.bytes", expect=200)["value"] == "2000000"
+    dup = call(base, "POST", f"{c}/brokers/{broker_id}/configs:alter",
+               {"data": [{"name": "log.segment.bytes", "value": "1"}, {"name": "log.segment.bytes"}]}, expect=400)
+    assert "more than once" in dup["message"]
+    call(base, "GET", f"{c}/brokers/99/configs", expect=404)
+    call(base, "GET", f"{c}/brokers/{broker_id}/configs/no.such.key", expect=404)
+    assert {d["broker_id"] for d in call(base, "GET", f"{c}/brokers/-/configs", expect=200)["data"]} == {broker_id}
+
+    # the cluster-wide dynamic defaults
+    assert call(base, "GET", f"{c}/broker-configs", expect=200)["data"] == []
+    call(base, "PUT", f"{c}/broker-configs/log.retention.ms", {"value": "7200000"}, expect=204)
+    default = call(base, "GET", f"{c}/broker-configs/log.retention.ms", expect=200)
+    assert default["source"] == "DYNAMIC_DEFAULT_BROKER_CONFIG" and default["config_type"] == "BROKER"
+    call(base, "POST", f"{c}/broker-configs:alter", {"data": [{"name": "log.retention.ms", "operation": "DELETE"},
+                                                              {"name": "log.segment.bytes", "value": "3000000"}]},
+         expect=204)
+    assert [d["name"] for d in call(base, "GET", f"{c}/broker-configs", expect=200)["data"]] == ["log.segment.bytes"]
+    call(base, "DELETE", f"{c}/broker-configs/log.segment.bytes", expect=204)
+    call(base, "GET", f"{c}/broker-configs/log.segment.bytes", expect=404)
+    unknown = call(base, "PUT", f"{c}/broker-configs/no.such.key", {"value": "1"}, expect=400)
+    assert "no.such.key" in unknown["message"]
+    assert "value" in call(base, "PUT", f"{c}/broker-configs/log.retention.ms", {"value": 5}, expect=400)["message"]
+    assert "data" in call(base, "POST", f"{c}/broker-configs:alter", {"data": []}, expect=400)["message"]
+
+    # replicas, reassignments, offsets
+    replicas = call(base, "GET", f"{c}/topics/v3c/partitions/1/replicas", expect=200)["data"]
+    assert [(r["broker_id"], r["is_leader"], r["is_in_sync"]) for r in replicas] == [(broker_id, True, True)]
+    call(base, "GET", f"{c}/topics/v3c/partitions/1/replicas/{broker_id}", expect=200)
+    call(base, "GET", f"{c}/topics/v3c/partitions/1/replicas/42", expect=404)
+    held = call(base, "GET", f"{c}/brokers/{broker_id}/partition-replicas", expect=200)["data"]
+    assert {("v3c", 0), ("v3c", 1)} <= {(r["topic_name"], r["partition_id"]) for r in held}
+    assert call(base, "GET", f"{c}/topics/-/partitions/-/reassignment", expect=200)["data"] == []
+    assert call(base, "GET", f"{c}/topics/v3c/partitions/-/reassignment", expect=200)["data"] == []
+    none = call(base, "GET", f"{c}/topics/v3c/partitions/0/reassignment", expect=404)
+    assert none["error_code"] == 85 and "partition 0" in none["message"]
+    call(base, "GET", f"{c}/topics/v3c/partitions/9/replicas", expect=404)
+
+    # records:batch: successes and failures apart, 207
+    done = call(base, "POST", f"{c}/topics/v3c/records:batch", {"entries": [
+        {"id": "a", "partition_id": 1, "value": {"type": "STRING", "data": "one"}},
+        {"id": "b", "value": {"type": "BINARY", "data": "not base64!"}},
+        {"id": "c", "partition_id": 1, "key": {"type": "JSON", "data": {"k": 1}}, "value": {"data": [1]}}]},
+        expect=207)
+    assert [(s["id"], s["partition_id"], s["offset"]) for s in done["successes"]] == [("a", 1, 0), ("c", 1, 1)]
+    assert [f["id"] for f in done["failures"]] == ["b"] and "base64" in done["failures"][0]["message"]
+    dup = call(base, "POST", f"{c}/topics/v3c/records:batch", {"entries": [{"id": "x"}, {"id": "x"}]}, expect=400)
+    assert "'x'" in dup["message"]
+    assert "id" in call(base, "POST", f"{c}/topics/v3c/records:batch", {"entries": [{"value": {}}]},
+                        expect=400)["message"]
+    assert call(base, "PATCH", f"{c}/topics/v3c", {"partitions_count": 3}, expect=200)["partitions_count"] == 3
+    offsets = call(base, "GET", f"{c}/topics/v3c/partitions/1/offset", expect=200)
+    assert (offsets["earliest_offset"], offsets["latest_offset"]) == (0, 2)
+    call(base, "DELETE", f"{c}/topics/v3c", expect=204)
 
 
 async def test_v3_produce_streams_reports_as_records_arrive(kelp) -> None:
@@ -278,6 +391,7 @@ def test_zz_every_v3_route_was_validated() -> None:
     if len(validated) < 10:
         pytest.skip("run with the tests above (the whole module): they exercise the routes")
     served = {(r.method, _template(r.path.replace("{", "x").replace("}", "x")))  # type: ignore[attr-defined]  # RouteDef has .path
-              for module in (v3_cluster, v3_groups, v3_records, v3_acls) for r in module.routes}
+              for module in (v3_cluster, v3_configs, v3_replicas, v3_groups, v3_records, v3_acls)
+              for r in module.routes}
     assert served <= validated, f"v3 routes never validated: {sorted(served - validated)}"
 

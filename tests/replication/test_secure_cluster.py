@@ -12,7 +12,7 @@ takes over and nothing acknowledged is lost. alice's valid credentials get 403 o
 A second cluster runs its HTTP control plane over HTTPS with client certificates required: the brokers
 deliver metadata and reach the controller over mutual TLS. A third takes certificates on Kafka and HTTP with
 an authorizer on: a user's valid certificate gets 403 on every `/cluster/v1` route, the brokers' certificates
-are let through.
+are let through, and a user's REST consumer instance is reached through another broker as that user.
 """
 
 from __future__ import annotations
@@ -252,6 +252,23 @@ def test_an_authorized_mtls_cluster_takes_brokers_only_on_its_control_plane(tmp_
         status, body = https_call(f"{base}/cluster/v1/metadata", pki, alice, push)
         assert status == 403 and "brokers only" in body["message"], body
         assert https_call(f"{base}/admin/v1/cluster", pki, alice)[0] == 200  # any authenticated principal
+
+        # alice's REST consumer instance on broker 1, reached through broker 0: forwarded with her principal,
+        # which only a broker may name; the operator (a super user, not its creator) is refused there too.
+        reads = [{**acl, "resourceType": kind, "resourceName": name, "operation": "READ"}
+                 for kind, name in (("GROUP", "mg"), ("TOPIC", "orders"))]
+        assert https_call(f"{base}/admin/v1/acls", pki, operator, {"acls": reads})[0] == 200
+        holder = f"https://127.0.0.1:{brokers[1].http_port}"
+        for name in ("mine", None):
+            status, body = https_call(f"{holder}/consumers/mg", pki, alice, {"name": name} if name else {})
+            assert status == 200 and body["base_uri"].startswith(holder), body
+            through = f"{base}/consumers/mg/instances/{body['instance_id']}"
+            status, body = https_call(f"{through}/subscription", pki, alice, {"topics": ["orders"]})
+            assert status == 204, body
+            status, body = https_call(f"{through}/subscription", pki, alice)
+            assert status == 200 and body == {"topics": ["orders"]}, body
+            status, body = https_call(f"{through}/subscription", pki, operator)
+            assert status == 403 and body["error_code"] == 30, body
         assert all("Traceback" not in b.log_text() for b in brokers)
     finally:
         for b in brokers:

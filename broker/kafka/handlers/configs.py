@@ -6,8 +6,8 @@ settings with these APIs. A change goes through the same door as the HTTP
 API's (`TopicManager.alter_config`: the one validator, then the controller and
 the cluster metadata store), so both behave identically on one broker or many.
 
-Each described entry says where its value comes from with Kafka's
-ConfigSource ids (TOPIC_CONFIG=1, DYNAMIC_BROKER_CONFIG=2,
+Each described entry (`config_entries`, which REST v3 describes with too)
+says where its value comes from with Kafka's ConfigSource ids (TOPIC_CONFIG=1, DYNAMIC_BROKER_CONFIG=2,
 DYNAMIC_DEFAULT_BROKER_CONFIG=3, STATIC_BROKER_CONFIG=4, DEFAULT_CONFIG=5) and,
 when asked, its synonyms most specific first: the topic override, then the
 broker settings it defaults to (`log.retention.ms`, `log.retention.hours`,
@@ -43,7 +43,7 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse,
 )
 
-from kelp.broker.config import DEFAULT_ENTITY, DYNAMIC_BROKER_KEYS, TOPIC_BROKER_SYNONYMS, BrokerConfig
+from kelp.broker.config import DEFAULT_ENTITY
 from kelp.errors import (
     ClusterAuthorizationFailedError,
     ConfigError,
@@ -54,6 +54,14 @@ from kelp.errors import (
     TopicAuthorizationFailedError,
 )
 
+from ...config_entries import (
+    SOURCE_DEFAULT,
+    Entry,
+    broker_entries,
+    config_text,
+    default_entity_entries,
+    topic_entries,
+)
 from ...listener_keys import is_sensitive
 from ..access import AclOperation, ResourceType, access
 from .registry import RequestContext, handles
@@ -65,22 +73,10 @@ TOPIC = 2
 BROKER = 4
 BROKER_LOGGER = 8
 GROUP = 32
-# ConfigSource (DescribeConfigsResponse)
-SOURCE_TOPIC = 1
-SOURCE_DYNAMIC_BROKER = 2
-SOURCE_DYNAMIC_DEFAULT_BROKER = 3
-SOURCE_STATIC_BROKER = 4
-SOURCE_DEFAULT = 5
-_LAYER_SOURCE = {"dynamic_broker": SOURCE_DYNAMIC_BROKER, "dynamic_default": SOURCE_DYNAMIC_DEFAULT_BROKER,
-                 "static": SOURCE_STATIC_BROKER, "default": SOURCE_DEFAULT}
 # AlterConfigOp.OpType
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 # The configs of type LIST (APPEND/SUBTRACT apply): topic and broker names
 LIST_CONFIGS = frozenset({"cleanup.policy", "log.cleanup.policy"})
-
-# (name, value, ConfigSource) of one synonym; a described entry: (name, value, read_only, source, synonyms)
-Synonym = tuple[str, str | None, int]
-Entry = tuple[str, str | None, bool, int, list[Synonym]]
 
 
 class _Resource(Protocol):
@@ -116,32 +112,6 @@ def _config_refusal(ctx: RequestContext, operation: AclOperation, resource_type:
     return None
 
 
-def _text(value: object) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, (list, tuple)):
-        return ",".join(str(v) for v in value)
-    return str(value)
-
-
-def _broker_synonyms(config: BrokerConfig, keys: tuple[str, ...]) -> list[Synonym]:
-    """(name, value, source) layer by layer, each in `keys` order, as Kafka lists them: this broker's dynamic
-    configs, the cluster-wide dynamic defaults, the keys set at start (static), the defaults."""
-    by_layer: dict[str, list[Synonym]] = {layer: [] for layer in _LAYER_SOURCE}
-    for k in keys:
-        for layer, value in config.layers(k):
-            by_layer[layer].append((k, _text(value), _LAYER_SOURCE[layer]))
-    return [s for layer in _LAYER_SOURCE for s in by_layer[layer]]
-
-
-def topic_default_source(config: BrokerConfig, name: str) -> int:
-    """The ConfigSource of a topic config no override sets: the broker layer its value comes from."""
-    synonyms = _broker_synonyms(config, TOPIC_BROKER_SYNONYMS.get(name, ()))
-    return synonyms[0][2] if synonyms else SOURCE_DEFAULT
-
-
 def _broker_entity(ctx: RequestContext, name: str) -> int:
     """The entity of a BROKER resource: -1 (the cluster-wide default) for "", else this broker's id."""
     if name == "":
@@ -155,30 +125,14 @@ def _broker_entity(ctx: RequestContext, name: str) -> int:
 def _describe(ctx: RequestContext, res: DescribeConfigsRequest.DescribeConfigsResource) -> list[Entry]:
     """(name, value, read_only, source, synonyms) of each config of one resource."""
     broker = ctx.broker
-    entries: list[Entry] = []
     if res.resource_type == TOPIC:
         info = broker.topics.describe(res.resource_name)
-        for name, (value, _is_default) in sorted(broker.topics.effective_configs(res.resource_name).items()):
-            synonyms: list[Synonym] = [(name, value, SOURCE_TOPIC)] if name in info.configs else []
-            synonyms += _broker_synonyms(broker.config, TOPIC_BROKER_SYNONYMS.get(name, ()))
-            source = synonyms[0][2] if synonyms else SOURCE_DEFAULT
-            entries.append((name, value, False, source, synonyms))
-    elif res.resource_type == BROKER:
+        return topic_entries(broker.config, broker.topics.effective_configs(res.resource_name), info.configs)
+    if res.resource_type == BROKER:
         if _broker_entity(ctx, res.resource_name) == DEFAULT_ENTITY:
-            # `--entity-default`: the cluster-wide dynamic defaults only, as Kafka describes them
-            for name, value in broker.topics.dynamic_broker_configs(DEFAULT_ENTITY).items():
-                synonym: Synonym = (name, value, SOURCE_DYNAMIC_DEFAULT_BROKER)
-                entries.append((name, value, False, SOURCE_DYNAMIC_DEFAULT_BROKER, [synonym]))
-            return entries
-        for name, raw in sorted(broker.config.as_dict().items()):
-            if raw is None:
-                continue
-            broker_synonyms = _broker_synonyms(broker.config, (name,))
-            source = broker_synonyms[0][2] if broker_synonyms else SOURCE_DEFAULT
-            entries.append((name, _text(raw), name not in DYNAMIC_BROKER_KEYS, source, broker_synonyms))
-    else:
-        raise InvalidRequestError(f"config resource type {res.resource_type} is not supported (topic=2, broker=4)")
-    return entries
+            return default_entity_entries(broker.topics.dynamic_broker_configs(DEFAULT_ENTITY))
+        return broker_entries(broker.config)
+    raise InvalidRequestError(f"config resource type {res.resource_type} is not supported (topic=2, broker=4)")
 
 
 @handles(DescribeConfigsRequest, min_version=0, max_version=4)
@@ -225,8 +179,8 @@ def _current_list(ctx: RequestContext, res: _Resource, name: str) -> str:
     config = ctx.broker.config
     if res.resource_name == "":  # the default entity: its dynamic value, else what it falls back to
         layers = [(layer, v) for layer, v in config.layers(name) if layer != "dynamic_broker"]
-        return _text(layers[0][1]) or "" if layers else ""
-    return _text(config[name]) or ""
+        return config_text(layers[0][1]) or "" if layers else ""
+    return config_text(config[name]) or ""
 
 
 def _incremental_changes(ctx: RequestContext, res: _IncrementalResource) -> tuple[dict[str, str], list[str]]:

@@ -28,8 +28,8 @@ from kafka.protocol.admin import (
 
 from kelp.errors import ErrorCode, InvalidRequestError, KelpError, TopicAuthorizationFailedError
 
+from ...config_entries import topic_default_source
 from ..access import Access, AclOperation, ResourceType, access
-from .configs import topic_default_source
 from .registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
