@@ -23,6 +23,25 @@ must not lean on the system under test, so it reads only the history
 acknowledges a timed-out batch that a later one proved stored without an
 offset): those count for lost, duplicated and order only.
 
+`duplicated` leaves out the copies the client made itself: librdkafka's
+idempotent producer bumps its epoch for the whole producer (KIP-360 "drain
+and bump") and renumbers every unacknowledged batch of every partition
+from sequence 0, so a batch a broker stored but answered with a retriable
+error (NOT_LEADER_OR_FOLLOWER after a leader change, a timeout) is stored
+again under the new epoch, and no broker can tell — Apache Kafka's
+neither (docs/chaos.md, "Duplicates the client causes"). A duplicate
+counts as the client's only with proof: each copy from the same producer
+id under a different epoch, the record not failed, its acknowledgement
+(if any) at the newest copy, and every bump between the copies' epochs
+logged by the producer (`pidem`) with reasons any correct broker causes
+too — messages timed out in the client, or "skipped sequence numbers"
+after an OUT_OF_ORDER_SEQUENCE_NUMBER that the final log confirms (the
+partition does not keep the sequence right before the refused batch's, nor
+any later one, of that producer epoch). Anything else stays a violation: a batch stored twice
+under one epoch, a bump for an unknown producer id or a permanent error, a
+bump whose reason was not logged. They are counted and listed as
+anomalies.
+
 It prints how many faults of each kind were applied, each violation's count
 with examples, and anomalies that are not violations (brokers that exited
 by themselves, producers replaced after a fatal error, faults skipped,
@@ -35,9 +54,10 @@ from __future__ import annotations
 
 import bisect
 import math
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from kelp.cli.output import format_table
 
@@ -96,7 +116,9 @@ class Verdict:
                       f"offset), failed {s.get('nacked', 0):,}, "
                       f"outcome unknown {s.get('unknown', 0):,}, delivered to groups {s.get('delivered', 0):,}, "
                       f"commits ok {s.get('commits_ok', 0):,} / failed {s.get('commits_failed', 0):,}, "
-                      f"longest recovery {s.get('max_recovery_s', '-')} s"]
+                      f"longest recovery {s.get('max_recovery_s', '-')} s"
+                      + (f", copies stored again by the client's epoch bump {s['duplicated_by_client']:,}"
+                         if s.get("duplicated_by_client") else "")]
         vrows = [[k, self.counts.get(k, 0), (self.examples.get(k) or [""])[0][:110]] for k in VIOLATIONS]
         lines += ["", "violations", format_table(vrows, ["VIOLATION", "COUNT", "FIRST EXAMPLE"])]
         for k in VIOLATIONS:
@@ -112,11 +134,129 @@ class Verdict:
         return "\n".join(lines)
 
 
+# librdkafka's debug=eos lines (rdkafka_request.c, rdkafka_idempotence.c) as the workload records them (`pidem`).
+_ERRSEQ = re.compile(r"ProduceRequest for (?P<topic>\S+) \[(?P<p>\d+)\] with \d+ message\(s\) failed due to skipped "
+                     r"sequence numbers \(PID\{Id:(?P<pid>\d+),Epoch:(?P<epoch>\d+)\}, base seq (?P<base>-?\d+) > "
+                     r"next seq (?P<next>-?\d+)\)")
+_BUMP_REASON = re.compile(r"epoch bump for \d+ partition\(s\) with in-flight requests: (?P<reason>.*)$")
+_BUMPED = re.compile(r"bumped epoch to PID\{Id:(?P<pid>\d+),Epoch:(?P<epoch>\d+)\}")
+_TIMED_OUT = re.compile(r"^\d+ message\(s\) timed out on ")
+
+
+@dataclass(frozen=True)
+class ClientBump:
+    """One idempotent epoch bump a producer logged: why, and whether every reason is one a correct broker causes
+    too (`client_bumps`)."""
+
+    producer: int
+    reasons: tuple[str, ...]
+    client_caused: bool
+
+
+def client_bumps(pidem: list[list], last_seq: Callable[[str, int, int, int], int | None]
+                 ) -> dict[tuple[int, int], ClientBump]:
+    """(producer id, new epoch) -> the bump, from the producers' `pidem` lines in history order.
+
+    The reasons of a bump are the lines its producer logged since its previous bump. A bump is client-caused
+    when each is: messages that timed out in the client (`message.timeout.ms`), or "skipped sequence numbers"
+    with its ERRSEQ line — OUT_OF_ORDER_SEQUENCE_NUMBER for a batch starting at `base` while the client still
+    expected `next` < `base` (an earlier batch failed or is unanswered) — confirmed by the final log:
+    `last_seq(topic, partition, producer id, epoch)` (the highest sequence of that producer epoch the partition
+    keeps; None: unknown) is below `base - 1`, so no leader kept the sequence right before `base` and any
+    broker had to refuse it (Kafka's `checkSequence`: a batch continues its epoch's last one). Anything else —
+    an unknown producer id, a permanent error ("message sequence gap"), an ERRSEQ the log does not confirm, no
+    reason at all — leaves the bump unexplained (not client-caused).
+    """
+    out: dict[tuple[int, int], ClientBump] = {}
+    pending: dict[int, list[tuple[str, str]]] = defaultdict(list)
+    for _, _t, producer, fac, text in pidem:
+        bumped = _BUMPED.search(text) if fac == "DRAIN" else None
+        if bumped is None:
+            pending[producer].append((fac, text))
+            continue
+        reasons: list[str] = []
+        ok, skipped, confirmed = True, 0, []
+        for f, tx in pending.pop(producer, []):
+            if f == "ERRSEQ":
+                e = _ERRSEQ.search(tx)
+                if e is None:
+                    ok = False
+                    reasons.append(f"ERRSEQ not understood: {tx[:120]}")
+                    continue
+                top, p, pid, ep, base, nxt = (e["topic"], int(e["p"]), int(e["pid"]), int(e["epoch"]),
+                                              int(e["base"]), int(e["next"]))
+                held = last_seq(top, p, pid, ep)
+                good = held is not None and held < base - 1
+                confirmed.append(good)
+                reasons.append(f"OUT_OF_ORDER_SEQUENCE_NUMBER on {top}-{p} for base seq {base}, the client expecting "
+                               f"{nxt} (epoch {ep}): " + (f"the log keeps epoch {ep} only up to sequence {held}"
+                                                          if good else f"not confirmed by the log (kept up to {held})"))
+            elif f == "DRAIN":
+                r = _BUMP_REASON.search(tx)
+                if r is None:
+                    continue  # not a bump's drain (a producer id reset's)
+                if r["reason"] == "skipped sequence numbers":
+                    skipped += 1
+                elif _TIMED_OUT.match(r["reason"]):
+                    reasons.append(r["reason"])
+                else:
+                    ok = False
+                    reasons.append(r["reason"])
+            else:  # UNKPID, ERRPID
+                ok = False
+                reasons.append(f"{f}: {tx[:160]}")
+        ok = ok and bool(reasons) and skipped <= len(confirmed) and all(confirmed)
+        out[(int(bumped["pid"]), int(bumped["epoch"]))] = ClientBump(producer, tuple(reasons), ok)
+    return out
+
+
+def _last_sequences(logs: dict[tuple[str, int], list[list[int]]]) -> dict[tuple[str, int, int, int], int]:
+    """(topic, partition, producer id, epoch) -> the highest sequence the final log keeps. A record's sequence is
+    its batch's base sequence plus its place in the batch (a run of offsets under one batch key); two copies of
+    one batch next to each other count as one longer batch (a higher sequence: never in the client's favour)."""
+    last: dict[tuple[str, int, int, int], int] = {}
+    for (topic, p), recs in logs.items():
+        key, first = None, 0
+        for offset, _prod, _seq, *batch in recs:
+            if len(batch) < 3 or batch[2] < 0:
+                key = None
+                continue
+            k = (batch[0], batch[1], batch[2], batch[3] if len(batch) > 3 else None)
+            if k != key:
+                key, first = k, offset
+            at = (topic, p, batch[0], batch[1])
+            last[at] = max(last.get(at, -1), batch[2] + offset - first)
+    return last
+
+
+def _client_copy(prod: int, seq: int, found: list[tuple[str, int, int]], stored_by: dict[tuple[str, int, int], list],
+                 acked_at: dict[tuple[int, int], tuple[str, int, int | None]], nacked: set[tuple[int, int]],
+                 bumps: dict[tuple[int, int], ClientBump]) -> list[ClientBump] | None:
+    """The bumps that made the client store (prod, seq) again, when the copies prove it (see the module
+    docstring); None when they do not."""
+    if (prod, seq) in nacked or any(len(stored_by.get(f) or ()) < 2 for f in found):
+        return None
+    pids = {stored_by[f][0] for f in found}
+    epochs = sorted(stored_by[f][1] for f in found)
+    if len(pids) != 1 or len(set(epochs)) != len(epochs):
+        return None
+    pid = pids.pop()
+    newest = max(found, key=lambda f: stored_by[f][1])
+    ack = acked_at.get((prod, seq))
+    if ack is not None and ack[2] is not None and ack != newest:
+        return None
+    between = [bumps.get((pid, e)) for e in range(epochs[0] + 1, epochs[-1] + 1)]
+    proven = [b for b in between if b is not None and b.client_caused and b.producer == prod]
+    return proven if proven and len(proven) == len(between) else None
+
+
 def check(lines: Iterable[list]) -> Verdict:
     v = Verdict()
     acks: list[tuple] = []
     nacks: Counter = Counter()
     nacked = 0
+    nacked_records: set[tuple[int, int]] = set()
+    pidem: list[list] = []
     deliveries: dict[tuple[str, str, int], list[tuple[float, int, int, int]]] = defaultdict(list)
     commits: list[tuple] = []
     logs: dict[tuple[str, int], list[list[int]]] = {}
@@ -138,6 +278,9 @@ def check(lines: Iterable[list]) -> Verdict:
         elif kind == "nack":
             nacked += 1
             nacks[line[6].split(":")[0][:60]] += 1
+            nacked_records.add((line[2], line[3]))
+        elif kind == "pidem":
+            pidem.append(line)
         elif kind == "meta":
             v.meta = line[1]
         elif kind == "fault":
@@ -217,12 +360,36 @@ def check(lines: Iterable[list]) -> Verdict:
             held = by_offset.get((topic, p), {}).get(offset)
             v.violate("moved", f"producer {prod} seq {seq}: acknowledged at {topic}-{p}@{offset}, found at "
                                f"{found}; that offset holds {held}")
+    last_seqs = _last_sequences(logs)
+    with_batches = {tp for tp, recs in logs.items() if any(len(r) > 5 for r in recs)}
+    bumps = client_bumps(pidem, lambda t, p, pid, ep: last_seqs.get((t, p, pid, ep), -1)
+                         if (t, p) in with_batches else None)
+    acked_at = {(prod, seq): (topic, p, offset) for _, prod, seq, topic, p, offset in acks}
+    by_client: dict[tuple[ClientBump, ...], list[str]] = defaultdict(list)
+    client_copies = 0
     for (prod, seq), found in where.items():
         if len(found) > 1:
             how = [f"{t}-{p}@{o}" + (" (producer id {}, epoch {}, batch sequence {}, leader epoch {})".format(
                 *stored_by[(t, p, o)]) if (t, p, o) in stored_by else "") for t, p, o in found]
-            v.violate("duplicated", f"producer {prod} seq {seq} stored {len(found)} times: {'; '.join(how)}",
-                      len(found) - 1)
+            what = f"producer {prod} seq {seq} stored {len(found)} times: {'; '.join(how)}"
+            why = _client_copy(prod, seq, found, stored_by, acked_at, nacked_records, bumps)
+            if why is not None:
+                client_copies += len(found) - 1
+                by_client[tuple(why)].append(f"seq {seq} at " + " and ".join(how))
+                continue
+            pids = {stored_by[f][0] for f in found if f in stored_by}
+            seen = sorted({(pid, e): b for (pid, e), b in bumps.items() if pid in pids}.items())
+            if seen:
+                what += "; client epoch bumps: " + " | ".join(
+                    f"to epoch {e} ({'; '.join(b.reasons) or 'no reason logged'}"
+                    f"{'' if b.client_caused else ', not shown client-caused'})" for (_, e), b in seen)
+            v.violate("duplicated", what, len(found) - 1)
+    v.stats["duplicated_by_client"] = client_copies
+    for why, copies in by_client.items():
+        v.anomalies.append(
+            f"producer {why[0].producer} bumped its idempotent epoch ({'; '.join(r for b in why for r in b.reasons)}) "
+            f"and stored {len(copies)} record(s) again, not counted as duplicated (librdkafka; docs/chaos.md): "
+            + "; ".join(copies[:2]))
 
     # -- order of acknowledged records, per producer and partition ----------------------------------------
     per: dict[tuple[int, str, int], list[tuple[int, int]]] = defaultdict(list)

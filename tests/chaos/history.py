@@ -13,6 +13,7 @@ Line shapes (first element is the type; `t` is wall-clock seconds):
   ["ack", t, producer, seq, topic, partition, offset]
   ["nack", t, producer, seq, topic, partition, error]
   ["pfatal", t, producer, reason]                   a producer instance failed fatally and was replaced
+  ["pidem", t, producer, facility, text]           a librdkafka `debug=eos` line on why it bumped its idempotent epoch
   ["dlv", t, group, member, topic, partition, offset, producer, seq]
   ["commit", t_sent, t_done, group, member, topic, partition, offset, error|null]
   ["fault", t0, t1, index, kind, params, outcome]

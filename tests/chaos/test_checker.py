@@ -185,3 +185,113 @@ def test_a_history_written_and_read_back_gives_the_same_verdict_and_a_torn_tail_
     assert [line[0] for line in read_history(tmp_path / "torn.jsonl.gz")][-1] == "replica"
     (tmp_path / "cut.jsonl.gz").write_bytes((tmp_path / "history.jsonl.gz").read_bytes()[:-20])
     assert len(list(read_history(tmp_path / "cut.jsonl.gz"))) <= len(broken)
+
+
+# -- duplicates the client makes by bumping its idempotent epoch (docs/chaos.md) --------------------------------
+PID = 7
+ERRSEQ = ("[thrd:10.0.0.11:9092/0]: 10.0.0.11:9092/0: ProduceRequest for chaos [0] with 3 message(s) failed due to "
+          "skipped sequence numbers (PID{Id:7,Epoch:0}, base seq %d > next seq %d) caused by previous failed request "
+          "(NOT_LEADER_OR_FOLLOWER, actions Refresh,MsgNotPersisted, base seq 2..4, base msgid 3, 40ms ago): "
+          "recovering and retrying")
+
+
+def _drain(reason: str) -> str:
+    return ("[thrd:10.0.0.11:9092/0]: Beginning partition drain in state Assigned for PID{Id:7,Epoch:0} epoch bump "
+            f"for 2 partition(s) with in-flight requests: {reason}")
+
+
+BUMPED = "[thrd:main]: All partitions drained, bumped epoch to PID{Id:7,Epoch:1}"
+
+
+def _stored_again(pidem: list[tuple[str, str]], *, again_epoch: int = 1, ack_at: int = 2):
+    """Producer 0's seq 0, stored at chaos-0@0 (producer id 7, epoch 0), is stored again at @2 under
+    `again_epoch` at sequence 0 and acknowledged at `ack_at`; the log keeps epoch 0 up to sequence 1. `pidem`:
+    the producer's librdkafka lines, (facility, text)."""
+    def m(lines):
+        edit(lines, "log")[4] = [[0, 0, 0, PID, 0, 0, 1], [1, 0, 1, PID, 0, 1, 1], [2, 0, 0, PID, again_epoch, 0, 2]]
+        edit(lines, "ack", 0)[6] = ack_at
+        at = lines.index(edit(lines, "state"))
+        lines[at:at] = [["pidem", T0 + 2.5, 0, fac, text] for fac, text in pidem]
+    return m
+
+
+def _verdict(mutate):
+    lines = copy.deepcopy(clean())
+    mutate(lines)
+    return check(lines)
+
+
+@pytest.mark.parametrize("expected", [2, 1])  # the client expected 1: sequence 1 stored, not yet acknowledged
+def test_a_copy_the_client_made_after_an_out_of_order_answer_the_log_confirms_is_not_a_violation(expected) -> None:
+    v = _verdict(_stored_again([("ERRSEQ", ERRSEQ % (5, expected)), ("DRAIN", _drain("skipped sequence numbers")),
+                                ("DRAIN", BUMPED)]))
+    assert v.ok, v.table()
+    assert v.stats["duplicated_by_client"] == 1
+    why = ("producer 0 bumped its idempotent epoch (OUT_OF_ORDER_SEQUENCE_NUMBER on chaos-0 for base seq 5, the "
+           f"client expecting {expected} (epoch 0): the log keeps epoch 0 only up to sequence 1)")
+    assert any(a.startswith(why)
+               and "stored 1 record(s) again" in a and "chaos-0@2" in a for a in v.anomalies), v.anomalies
+    assert "copies stored again by the client's epoch bump 1" in v.table()
+
+
+def test_a_copy_after_messages_timed_out_in_the_client_is_not_a_violation() -> None:
+    v = _verdict(_stored_again([("DRAIN", _drain("3 message(s) timed out on chaos [1]")), ("DRAIN", BUMPED)]))
+    assert v.ok and v.stats["duplicated_by_client"] == 1, v.table()
+
+
+@pytest.mark.parametrize("case", [
+    "no reason logged", "log does not confirm", "errseq missing", "unknown producer id", "sequence gap",
+    "same epoch", "acked at the first copy", "nacked", "another producer id",
+])
+def test_a_copy_without_proof_that_the_client_made_it_stays_a_violation(case: str) -> None:
+    bump = [("ERRSEQ", ERRSEQ % (5, 2)), ("DRAIN", _drain("skipped sequence numbers")), ("DRAIN", BUMPED)]
+    kw = {}
+    if case == "no reason logged":
+        bump = [("DRAIN", BUMPED)]
+    elif case == "log does not confirm":  # base seq 2 refused, yet the log keeps sequence 1: it was in sequence
+        bump[0] = ("ERRSEQ", ERRSEQ % (2, 0))
+    elif case == "errseq missing":
+        bump = bump[1:]
+    elif case == "unknown producer id":
+        bump = [("UNKPID", "ProduceRequest for chaos [0] with 1 message(s) failed due to unknown producer id "
+                           "(PID{Id:7,Epoch:0}, base seq 2, 0 retries): no risk of duplication/reordering: "
+                           "resetting PID and retrying"),
+                ("DRAIN", _drain("unknown producer id")), ("DRAIN", BUMPED)]
+    elif case == "sequence gap":
+        bump = [("DRAIN", _drain("message sequence gap")), ("DRAIN", BUMPED)]
+    elif case == "same epoch":  # the broker appended one batch twice: never the client's doing
+        kw = {"again_epoch": 0}
+    elif case == "acked at the first copy":  # librdkafka never sends an acknowledged record again
+        kw = {"ack_at": 0}
+
+    def m(lines):
+        _stored_again(bump, **kw)(lines)
+        if case == "nacked":
+            lines.insert(lines.index(edit(lines, "state")), ["nack", T0 + 2, 0, 0, "chaos", 0, "Local: timed out"])
+        if case == "another producer id":
+            edit(lines, "log")[4][2][3] = PID + 1
+    v = _verdict(m)
+    assert v.counts["duplicated"] == 1 and not v.stats["duplicated_by_client"], v.table()
+    if case in ("no reason logged", "log does not confirm", "unknown producer id"):
+        assert "client epoch bumps: to epoch 1" in v.examples["duplicated"][0]
+
+
+def test_the_producer_keeps_only_the_debug_lines_that_explain_a_bump(tmp_path) -> None:
+    import logging
+
+    from tests.chaos.workload import IdempotenceEvents
+    h = History(tmp_path / "h.jsonl.gz")
+    f = IdempotenceEvents(2, h)
+
+    def rec(level: int, fac: str, text: str) -> logging.LogRecord:
+        return logging.LogRecord("chaos.clients.p2", level, __file__, 1, "%s [%s] %s",
+                                 (fac, "chaos-p2#producer-3", text), None)
+    kept = rec(logging.DEBUG, "DRAIN", _drain("skipped sequence numbers"))
+    assert f.filter(kept) and kept.levelno == logging.INFO
+    assert f.filter(rec(logging.DEBUG, "ERRSEQ", ERRSEQ % (5, 2)))
+    assert not f.filter(rec(logging.DEBUG, "DRAIN", "chaos [0] beginning partition drain: drain before retrying"))
+    assert not f.filter(rec(logging.DEBUG, "IDEMPSTATE", "Idempotent producer state change Assigned -> DrainBump"))
+    assert f.filter(rec(logging.WARNING, "FAIL", "Disconnected"))
+    h.close()
+    got = [line for line in read_history(tmp_path / "h.jsonl.gz")]
+    assert [(line[0], line[2], line[3]) for line in got] == [("pidem", 2, "DRAIN"), ("pidem", 2, "ERRSEQ")]

@@ -7,7 +7,12 @@ value names it and a sequence number, `kc|<producer>|<seq>|<padding>`, under
 RF 2 topic the reassignment faults move, the rest to the RF 3 topic. Every
 acknowledgement (partition, offset) and every failure goes to the history.
 A producer that fails fatally is replaced (a new producer id) and the
-failure recorded. Consumers in two groups read both topics, record every
+failure recorded. A producer also records why librdkafka bumped its
+idempotent epoch (`pidem`, from its `debug=eos` lines): a bump renumbers
+every unacknowledged batch of every partition, so a batch a broker stored
+but did not acknowledge is stored again under the new epoch, and the
+checker needs the reason to tell that client-caused duplicate from a
+broker's (docs/chaos.md, "Duplicates the client causes"). Consumers in two groups read both topics, record every
 delivery, and commit — synchronously, about once a second and when
 partitions are revoked — exactly the offsets after what they delivered.
 
@@ -56,6 +61,37 @@ def _client_logger(name: str) -> logging.Logger:
     return logging.getLogger(f"chaos.clients.{name}")
 
 
+# librdkafka's `debug=eos` lines that say why an idempotent producer bumped its epoch or reset its id
+# (rdkafka_idempotence.c, rdkafka_request.c): the drain that precedes a bump names its reason, ERRSEQ the
+# OUT_OF_ORDER_SEQUENCE_NUMBER answer behind "skipped sequence numbers", UNKPID/ERRPID the others. The
+# per-partition "beginning partition drain: ..." DRAIN lines (every retry after a leader change) are not kept.
+IDEMPOTENCE_FACILITIES = frozenset({"DRAIN", "ERRSEQ", "UNKPID", "ERRPID"})
+
+
+class IdempotenceEvents(logging.Filter):
+    """On a producer's logger (level DEBUG): keeps the `debug=eos` lines that explain an epoch bump, records
+    each in the history (`["pidem", t, producer, facility, text]`) and raises it to INFO for runner.log; drops
+    every other debug line, so `debug=eos` costs the log a few lines per bump and nothing else."""
+
+    def __init__(self, idx: int, history: History) -> None:
+        super().__init__()
+        self.idx = idx
+        self.history = history
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.INFO:
+            return True
+        args = record.args
+        if not isinstance(args, tuple) or len(args) != 3:  # confluent-kafka logs ("%s [%s] %s", fac, name, text)
+            return False
+        fac, text = str(args[0]), str(args[2])
+        if fac not in IDEMPOTENCE_FACILITIES or (fac == "DRAIN" and "beginning partition drain:" in text):
+            return False
+        self.history.add("pidem", time.time(), self.idx, fac, text)
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
 class ProducerWorker(threading.Thread):
     def __init__(self, idx: int, bootstrap: str, history: History, *, rate: float,
                  pad: int, stop: threading.Event) -> None:
@@ -85,8 +121,18 @@ class ProducerWorker(threading.Thread):
             "acks": "all", "enable.idempotence": True, "linger.ms": 5,
             "message.timeout.ms": 120000, "request.timeout.ms": 10000, "socket.timeout.ms": 10000,
             "retry.backoff.ms": 100, "retry.backoff.max.ms": 1000, "topic.metadata.refresh.interval.ms": 1000,
-            "error_cb": on_error, "logger": _client_logger(f"p{self.idx}"),
+            "debug": "eos", "error_cb": on_error, "logger": self._logger(),
         })
+
+    def _logger(self) -> logging.Logger:
+        """The producer's logger, at DEBUG with one `IdempotenceEvents` (for this run's history) as the only
+        gate for debug lines: loggers are per process, a run in the same process replaces the last one's."""
+        logger = _client_logger(f"p{self.idx}")
+        logger.setLevel(logging.DEBUG)
+        for old in [f for f in logger.filters if isinstance(f, IdempotenceEvents)]:
+            logger.removeFilter(old)
+        logger.addFilter(IdempotenceEvents(self.idx, self.history))
+        return logger
 
     def _report(self, err: Any, msg: Any) -> None:
         producer, seq = parse_value(msg.value())
