@@ -10,7 +10,7 @@ numbers) so a bad request stores nothing. In a schema's format
 same for keys) every record is written with the schema in Confluent's wire format (`rest_schemas`,
 `schema_registry.embedded`): 42201/42202 when a key/value comes without its schema, 42203 naming the record
 and field whose JSON does not match it, the registry's own codes when the schema is not found or does not
-register; the answer names `key_schema_id`/`value_schema_id`. then the records are grouped into
+register; the answer names `key_schema_id`/`value_schema_id`. Then the records are grouped into
 one RecordBatch per partition (`kelp.records.build_batch`) and appended
 through `broker.replicas.append` — the same door the Kafka handlers use.
 Keyed records without a partition go where Kafka's default partitioner
