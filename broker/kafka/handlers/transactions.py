@@ -24,6 +24,7 @@ This module must never hold transaction state or decide transaction rules: that 
 from __future__ import annotations
 
 import logging
+import re
 
 from kafka.protocol.admin import (
     DescribeTransactionsRequest,
@@ -253,12 +254,23 @@ async def handle_describe_transactions(ctx: RequestContext,
     return DescribeTransactionsResponse(throttle_time_ms=0, transaction_states=states)
 
 
-@handles(ListTransactionsRequest, min_version=0, max_version=1)
+@handles(ListTransactionsRequest, min_version=0, max_version=2)
 async def handle_list_transactions(ctx: RequestContext, request: ListTransactionsRequest) -> ListTransactionsResponse:
+    """v1 adds the duration filter (KIP-994), v2 the transactional-id pattern (KIP-1152: a Java regular
+    expression matched against the whole id; Kelp compiles it with Python's `re`, which reads the usual
+    constructs the same way). A pattern that does not compile answers INVALID_REGULAR_EXPRESSION."""
     S = ListTransactionsResponse.TransactionState
-    unknown, found = ctx.broker.transactions.list_transactions(
-        states=request.state_filters or [], producer_ids=request.producer_id_filters or [],
-        duration_ms=request.duration_filter if ctx.api_version >= 1 else -1)
+    v = ctx.api_version
+    try:
+        unknown, found = ctx.broker.transactions.list_transactions(
+            states=request.state_filters or [], producer_ids=request.producer_id_filters or [],
+            duration_ms=request.duration_filter if v >= 1 else -1,
+            id_pattern=request.transactional_id_pattern if v >= 2 else None)
+    except re.error as exc:
+        log.info("ListTransactions from %s: transactional id pattern %r does not compile: %s", ctx.client,
+                 request.transactional_id_pattern, exc)
+        return ListTransactionsResponse(throttle_time_ms=0, error_code=ErrorCode.INVALID_REGULAR_EXPRESSION,
+                                        unknown_state_filters=[], transaction_states=[])
     acc = access(ctx)
     if acc.enabled:
         found = [f for f in found if acc.allows(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, f[0])]
