@@ -278,6 +278,7 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     "transactional.id.expiration.ms": (_positive, 604800000),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": (_positive, 10000),
     "transaction.remove.expired.transaction.cleanup.interval.ms": (_positive, 3600000),
+    "transaction.partition.verification.enable": (parse_bool, True),
     "replica.lag.time.max.ms": (_positive, 30000),
     "cluster.id": (_str, "kelp-local"),
     # -- cluster (design §5): leases, metadata store, controller, replica fetching

@@ -43,6 +43,7 @@ from .metadata import EXPIRATION_ALLOWED, NO_PRODUCER_EPOCH, TransactionMetadata
 from .state_manager import TxnStateManager, TxnStore
 from .stats import TxnStats
 from .txn_config import TxnConfig
+from .verifier import TxnVerifier
 
 __all__ = ["TransactionCoordinator", "InitResult", "TxnDescription"]
 
@@ -89,6 +90,8 @@ class TransactionCoordinator:
         self._completions: dict[str, asyncio.Event] = {}
         # Per-broker objects kept with the coordinator by the modules that use it (the FindCoordinator locator).
         self.extensions: dict[str, object] = {}
+        # The partition-leader side of KIP-890 (`verifier.TxnVerifier`), set by `attach`; None: not verifying.
+        self.verifier: TxnVerifier | None = None
 
     # -- the cache, as handlers and the leadership listener reach it ---------------------------------------------
     @property
@@ -379,6 +382,8 @@ class TransactionCoordinator:
             self._sweeper = None
         self.state.stop()
         await self.markers.stop()
+        if self.verifier is not None:
+            await self.verifier.close()
 
     # -- DescribeTransactions / ListTransactions -----------------------------------------------------------------
     def describe(self, transactional_id: str) -> TxnDescription:
