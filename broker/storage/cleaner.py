@@ -34,10 +34,10 @@ its records can neither supersede nor be superseded yet); batches of an
 aborted transaction (known from the segments' aborted-transaction indexes)
 are removed and never enter the key map, so an aborted value never hides a
 committed one; control batches (markers) are kept, with the rewritten
-segment's `.txnindex` carrying the entries of the segments it replaces. Not
-yet as Kafka: a marker is kept forever rather than removed once its
-transaction's data is gone and delete.retention.ms passed (it costs one
-small batch per transaction and keeps the producer's epoch).
+segment's `.txnindex` carrying the entries of the aborted transactions that still have data there. A
+marker stays while a batch of its transaction is in the log; in the first pass that finds none, its batch
+gets a delete horizon (KIP-534: now + delete.retention.ms in the base timestamp, the attributes' bit 6 set)
+and a pass after the horizon removes it — never the producer's last batch, which keeps its epoch.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from kelp.clock import WallClockMs, wall_clock_ms
 from kelp.records import (
+    DELETE_HORIZON_MASK,
     HEADER_SIZE,
     TIMESTAMP_TYPE_MASK,
     BatchInfo,
@@ -58,6 +59,7 @@ from kelp.records import (
     batch_records,
     read_header,
     rebuild_batch,
+    rewrite_header,
 )
 
 from .checkpoint import fsync_dir, write_atomically
@@ -85,6 +87,8 @@ class CleanerStats:
     cleaned_up_to: int = 0  # the log's new cleaner offset
     map_full: bool = False  # the key map filled up: this pass stopped short of the dirty end
     aborted_batches_removed: int = 0  # batches of aborted transactions dropped
+    markers_removed: int = 0  # transaction markers whose transaction had no data left and delete horizon passed
+    marker_horizons_set: int = 0  # markers found without data: their delete horizon written (KIP-534)
 
 
 def _batches(segment: LogSegment) -> Iterator[tuple[BatchInfo, bytes]]:
@@ -107,6 +111,26 @@ def _batches(segment: LogSegment) -> Iterator[tuple[BatchInfo, bytes]]:
             position += info.size
     finally:
         os.close(fd)
+
+
+def _last_batch_per_producer(segments: list[LogSegment]) -> dict[int, int]:
+    """producer id -> base offset of its last batch in `segments` (headers only, one small read per batch)."""
+    last: dict[int, int] = {}
+    for segment in segments:
+        fd = os.open(segment.log_path, os.O_RDONLY)
+        try:
+            size = min(segment.size, os.fstat(fd).st_size)
+            position = 0
+            while position + HEADER_SIZE <= size:
+                info = read_header(os.pread(fd, HEADER_SIZE, position))
+                if info.size < HEADER_SIZE:
+                    break
+                if info.has_producer_id:
+                    last[info.producer_id] = info.base_offset
+                position += info.size
+        finally:
+            os.close(fd)
+    return last
 
 
 class _AbortedBatches:
@@ -133,6 +157,34 @@ class _AbortedBatches:
                 del self._open[info.producer_id]
             return False
         return info.base_offset < marker
+
+
+class _CleanedTxns:
+    """Walking the rewritten batches in offset order (Kafka's CleanedTransactionMetadata): which data batches
+    belong to an aborted transaction (removed), and whether a marker's transaction still has a batch here (the
+    marker stays) or none (it may go once its delete horizon passed)."""
+
+    def __init__(self, aborted: list[AbortedTxn], last_batches: dict[int, int]) -> None:
+        self._aborted = _AbortedBatches(aborted)
+        self._with_data: set[int] = set()  # producers whose current transaction has a batch read in this pass
+        self.last_batches = last_batches  # producer id -> its last batch in the closed segments (kept always)
+
+    def discard_data(self, info: BatchInfo) -> bool:
+        """A data batch: True when it is an aborted transaction's (removed; its marker then stays this pass)."""
+        if self._aborted(info):
+            self._with_data.add(info.producer_id)
+            return True
+        if info.is_transactional:
+            self._with_data.add(info.producer_id)
+        return False
+
+    def marker_alone(self, info: BatchInfo) -> bool:
+        """A control batch: True when no batch of its transaction was read in this pass."""
+        self._aborted(info)
+        if info.producer_id in self._with_data:
+            self._with_data.discard(info.producer_id)
+            return False
+        return True
 
 
 DEFAULT_DEDUPE_BUFFER_BYTES = 128 << 20  # log.cleaner.dedupe.buffer.size
@@ -179,7 +231,7 @@ class LogCleaner:
             partition_log.write_checkpoint()
             to_clean = [s for s in closed if s.base_offset < end_offset]
             self._rewrite(partition_log, to_clean, offset_map, last_producer_batch, end_offset, now_ms, stats,
-                          _AbortedBatches(aborted))
+                          _CleanedTxns(aborted, _last_batch_per_producer(closed)))
         except FileNotFoundError as exc:
             # Retention or truncation removed a segment under us; the next pass starts afresh.
             log.info("%s changed while being cleaned (%s); cleaning again later", partition_log.name, exc)
@@ -236,7 +288,7 @@ class LogCleaner:
         end_offset: int,
         now_ms: int,
         stats: CleanerStats,
-        aborted: _AbortedBatches,
+        txns: _CleanedTxns,
     ) -> None:
         """Rewrite `closed` in groups: a group grows while its cleaned output plus the next
         segment's current size still fits segment.bytes (so small leftovers merge at once)."""
@@ -257,7 +309,7 @@ class LogCleaner:
                     cleaned = self._start(partition_log, segment.base_offset, now_ms)
                 group.append(segment)
                 self._copy_segment(segment, cleaned, offset_map, last_producer_batch, end_offset, now_ms,
-                                   config.delete_retention_ms, stats, aborted)
+                                   config.delete_retention_ms, stats, txns)
             if cleaned is not None:
                 pending, cleaned = cleaned, None
                 self._finish(partition_log, group, pending, stats)
@@ -287,25 +339,55 @@ class LogCleaner:
         now_ms: int,
         delete_retention_ms: int,
         stats: CleanerStats,
-        aborted: _AbortedBatches,
+        txns: _CleanedTxns,
     ) -> None:
         stats.segments_read += 1
         stats.bytes_read += segment.size
         drop_tombstones = now_ms - segment.last_modified_ms > delete_retention_ms
+        with_data: set[int] = set()  # offsets of the markers whose transaction still has a batch here
         for info, data in _batches(segment):
-            if aborted(info):  # an aborted transaction's batch: removed (its marker stays)
+            kept: bytes | None
+            if info.is_control:
+                alone = txns.marker_alone(info)
+                if not alone:
+                    with_data.add(info.base_offset)
+                kept = self._filter_marker(info, data, alone, txns.last_batches, now_ms, delete_retention_ms, stats)
+            elif txns.discard_data(info):  # an aborted transaction's batch: removed (its marker stays this pass)
                 stats.records_removed += info.record_count
                 stats.aborted_batches_removed += 1
                 continue
-            if info.base_offset >= end_offset:  # beyond this pass's key map: dirty, copied as it is
-                kept: bytes | None = data
+            elif info.base_offset >= end_offset:  # beyond this pass's key map: dirty, copied as it is
+                kept = data
             else:
                 kept = self._filter_batch(info, data, offset_map, last_producer_batch, drop_tombstones, stats)
             if kept is not None:
                 header = read_header(kept)
                 header.position = 0
                 cleaned.append(kept, [header], now_ms=now_ms)
-        cleaned.txn_index.extend(segment.txn_index.entries)  # the markers stay, and with them their entries
+        # An aborted transaction keeps its index entry while its data does (Kafka's cleaner appends the entry of
+        # an abort marker only when it read a batch of that transaction): read_committed fetches need no more.
+        cleaned.txn_index.extend([e for e in segment.txn_index.entries if e.last_offset in with_data])
+
+    @staticmethod
+    def _filter_marker(info: BatchInfo, data: bytes, alone: bool, last_batches: dict[int, int], now_ms: int,
+                       delete_retention_ms: int, stats: CleanerStats) -> bytes | None:
+        """A marker as it should be after cleaning (Kafka's rules, KIP-534): kept while its transaction has data
+        here; once it has none, its batch gets a delete horizon (now + delete.retention.ms, in the base
+        timestamp with the attributes' delete-horizon bit) and it is removed by the first pass after it — unless
+        it is its producer's last batch, which stays so the producer's epoch survives a rebuild."""
+        if not alone:
+            return data
+        horizon = info.delete_horizon_ms
+        if horizon is None:
+            rewritten = bytearray(data)
+            rewrite_header(rewritten, attributes=info.attributes | DELETE_HORIZON_MASK,
+                           base_timestamp=now_ms + delete_retention_ms)
+            stats.marker_horizons_set += 1
+            return bytes(rewritten)
+        if horizon > now_ms or last_batches.get(info.producer_id, info.base_offset) == info.base_offset:
+            return data
+        stats.markers_removed += 1
+        return None
 
     def _finish(self, partition_log: "Log", group: list[LogSegment], cleaned: LogSegment, stats: CleanerStats) -> None:
         """fsync the cleaned group and swap it in (or drop it if the log changed meanwhile)."""
