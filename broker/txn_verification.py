@@ -25,7 +25,8 @@ from kelp.errors import ErrorCode, KelpError, TxnVerificationError
 from .producer_state import VerificationGuard
 from .replica_manager import ReplicaManager
 
-__all__ = ["Verifier", "verify_produce", "transactional_batch", "produce_error", "FIRST_ADD_PARTITION_PRODUCE_VERSION"]
+__all__ = ["Verifier", "verify_produce", "transactional_batch", "produce_error", "txn_offset_commit_error",
+           "FIRST_ADD_PARTITION_PRODUCE_VERSION", "FIRST_ADD_PARTITION_TXN_OFFSET_VERSION"]
 
 _TRANSACTIONAL = 0x10  # RecordBatch v2 attributes bit 4; the attributes' low byte is byte 22 of a batch
 _PRODUCER = struct.Struct(">qhi")  # producer id, producer epoch, base sequence at byte 43 of a batch
@@ -40,6 +41,28 @@ FIRST_ADD_PARTITION_PRODUCE_VERSION = 12  # Produce v12+: transactions v2, the l
 # (retriable, no metadata refresh) naming the underlying error in the message.
 _RETRIABLE = frozenset({ErrorCode.NETWORK_EXCEPTION, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                         ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
+
+
+FIRST_ADD_PARTITION_TXN_OFFSET_VERSION = 5  # TxnOffsetCommit v5+: transactions v2, the offsets partition is added
+FIRST_GENERIC_ERROR_TXN_OFFSET_VERSION = 4  # TxnOffsetCommit v4+ clients understand TRANSACTION_ABORTABLE
+
+
+def txn_offset_commit_error(code: int, version: int) -> int:
+    """What a TxnOffsetCommit of `version` answers for the coordinator's verification `code`: Kafka's
+    AddPartitionsToTxnManager translation, then GroupMetadataManager.maybeConvertOffsetCommitError."""
+    if code == ErrorCode.NONE:
+        return code
+    if code == ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED:
+        return ErrorCode.INVALID_TXN_STATE
+    if code == ErrorCode.TRANSACTION_ABORTABLE and version < FIRST_GENERIC_ERROR_TXN_OFFSET_VERSION:
+        return ErrorCode.INVALID_TXN_STATE
+    if code == ErrorCode.NETWORK_EXCEPTION:
+        return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS  # retried without a coordinator lookup
+    if code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    return code
 
 
 def produce_error(code: int, produce_version: int) -> tuple[int, str]:

@@ -108,7 +108,7 @@ class TxnVerifier:
                          add: bool) -> dict[TopicPartition, int]:
         assert self.local is not None
         if add:
-            code = await self.local.add_partitions(tid, pid, epoch, partitions)
+            code = await self.local.add_partitions(tid, pid, epoch, partitions, tv2=True)
             return {tp: code for tp in partitions}
         return self.local.verify_partitions(tid, pid, epoch, partitions)
 

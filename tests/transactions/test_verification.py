@@ -176,3 +176,38 @@ def test_produce_errors_per_version() -> None:
     assert produce_error(ErrorCode.CONCURRENT_TRANSACTIONS, 11)[0] == ErrorCode.NOT_ENOUGH_REPLICAS
     assert produce_error(ErrorCode.CONCURRENT_TRANSACTIONS, 12)[0] == ErrorCode.CONCURRENT_TRANSACTIONS
     assert produce_error(ErrorCode.INVALID_PRODUCER_ID_MAPPING, 9)[0] == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+
+
+async def test_a_v2_produce_adds_its_partition_and_end_txn_v5_bumps_the_epoch(b: InProcessBroker) -> None:
+    """Transactions v2 on the wire: ApiVersions finalizes transaction.version 2, Produce v12 has the leader
+    add the partition (no AddPartitionsToTxn), TxnOffsetCommit v5 the offsets partition, EndTxn v5 answers
+    the next epoch."""
+    from kafka.protocol.metadata import ApiVersionsRequest
+    from kafka.protocol.producer import EndTxnRequest, TxnOffsetCommitRequest
+
+    versions = await b.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"), 3)
+    assert [(f.name, f.max_version_level) for f in versions.finalized_features] == [("transaction.version", 2)]
+    assert {k.api_key: k.max_version for k in versions.api_keys}[0] == 12  # Produce
+    pid, epoch = await init(b)
+    assert await code(b, produce(pid, epoch, 0), version=11) == ErrorCode.TRANSACTION_ABORTABLE  # v11: verify only
+    assert await code(b, produce(pid, epoch, 0), version=12) == ErrorCode.NONE
+    meta = b.parts.transactions.txns[TID]
+    assert meta.partitions == {(TOPIC, 0)} and meta.tv2
+    for _ in range(250):  # this broker coordinates group "g" once its offsets partition is loaded
+        await b.call(FindCoordinatorRequest(key_type=0, coordinator_keys=["g"]), 4)
+        if b.parts.groups.check_group("g") == 0:
+            break
+        await asyncio.sleep(0.02)
+    T = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+    committed = await b.call(TxnOffsetCommitRequest(
+        transactional_id=TID, group_id="g", producer_id=pid, producer_epoch=epoch, generation_id=-1, member_id="",
+        group_instance_id=None, topics=[T(name=TOPIC, partitions=[T.TxnOffsetCommitRequestPartition(
+            partition_index=0, committed_offset=1, committed_leader_epoch=-1, committed_metadata="")])]), 5)
+    assert committed.topics[0].partitions[0].error_code == 0
+    assert len(meta.partitions) == 2  # the group's __consumer_offsets partition joined too
+    ended = await b.call(EndTxnRequest(transactional_id=TID, producer_id=pid, producer_epoch=epoch, committed=True),
+                         5)
+    assert (ended.error_code, ended.producer_id, ended.producer_epoch) == (0, pid, epoch + 1)
+    fenced = await b.call(EndTxnRequest(transactional_id=TID, producer_id=pid, producer_epoch=epoch - 1,
+                                        committed=True), 5)
+    assert fenced.error_code == ErrorCode.PRODUCER_FENCED

@@ -99,7 +99,8 @@ async def _verifications(ctx: RequestContext, request: ProduceData, refusals: di
     """KIP-890 part 1 (`txn_verification`): None when this broker does not verify transactions, else the
     guard (or error) of each partition whose first batch is transactional and needs the coordinator's word."""
     verifier = ctx.broker.transactions.verifier
-    if verifier is None:
+    add = ctx.api_version >= FIRST_ADD_PARTITION_PRODUCE_VERSION  # v2 clients: always, their partitions join so
+    if verifier is None or not (add or ctx.broker.transactions.config.partition_verification):
         return None
     batches = {}
     for td in request.topic_data:
@@ -111,12 +112,11 @@ async def _verifications(ctx: RequestContext, request: ProduceData, refusals: di
                 batches[(td.name, pd.index)] = producer
     if not batches:
         return {}
-    add = ctx.api_version >= FIRST_ADD_PARTITION_PRODUCE_VERSION
     return await verify_produce(ctx.broker.replicas, verifier, request.transactional_id, batches,
                                 produce_version=ctx.api_version, add=add)
 
 
-@handles(ProduceRequest, min_version=3, max_version=9, decoder=decode_produce_request)
+@handles(ProduceRequest, min_version=3, max_version=12, decoder=decode_produce_request)
 async def handle_produce(ctx: RequestContext, request: ProduceData) -> ProduceResponse | None:
     broker = ctx.broker
     replicas = broker.replicas
