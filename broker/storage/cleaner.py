@@ -37,7 +37,9 @@ committed one; control batches (markers) are kept, with the rewritten
 segment's `.txnindex` carrying the entries of the aborted transactions that still have data there. A
 marker stays while a batch of its transaction is in the log; in the first pass that finds none, its batch
 gets a delete horizon (KIP-534: now + delete.retention.ms in the base timestamp, the attributes' bit 6 set)
-and a pass after the horizon removes it — never the producer's last batch, which keeps its epoch.
+and a pass after the horizon removes it — never the producer's last batch, which keeps its epoch. The
+earliest horizon still to come is kept on the log (`delete_horizon_due_ms`, in memory): once it passed the log
+is cleanable even with nothing dirty, and that pass rewrites the clean part with no new keys (KIP-534).
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ class CleanerStats:
     aborted_batches_removed: int = 0  # batches of aborted transactions dropped
     markers_removed: int = 0  # transaction markers whose transaction had no data left and delete horizon passed
     marker_horizons_set: int = 0  # markers found without data: their delete horizon written (KIP-534)
+    next_delete_horizon_ms: int | None = None  # the earliest horizon of a marker left waiting for it
 
 
 def _batches(segment: LogSegment) -> Iterator[tuple[BatchInfo, bytes]]:
@@ -214,13 +217,18 @@ class LogCleaner:
             horizon = now_ms - config.min_compaction_lag_ms
             closed = list(_takewhile(closed, lambda s: s.max_timestamp <= horizon))
         dirty = [s for s in closed if s.next_offset > first_dirty]
-        if not dirty:
+        due = partition_log.delete_horizon_due_ms
+        if not dirty and (due is None or due > now_ms or not closed):
             stats.cleaned_up_to = first_dirty
             return stats
 
         aborted = partition_log.aborted_txns_between(closed[0].base_offset, partition_log.log_end_offset)
         try:
-            offset_map, last_producer_batch, end_offset = self._build_offset_map(dirty, first_dirty, aborted, stats)
+            if dirty:
+                offset_map, last_producer_batch, end_offset = self._build_offset_map(dirty, first_dirty, aborted,
+                                                                                     stats)
+            else:  # only a marker's delete horizon passed (KIP-534): a pass over the clean part, no new keys
+                offset_map, last_producer_batch, end_offset = {}, {}, first_dirty
             if stats.map_full:
                 log.info("%s: the cleaner's key map is full (%d keys, log.cleaner.dedupe.buffer.size=%d) at offset "
                          "%d; this pass cleans up to there, the next one goes on", partition_log.name,
@@ -238,6 +246,7 @@ class LogCleaner:
             return stats
 
         stats.cleaned_up_to = end_offset
+        partition_log.delete_horizon_due_ms = stats.next_delete_horizon_ms
         log.info(
             "cleaned %s up to offset %d: %d segments -> %d, %d -> %d bytes, %d records removed (%d tombstones)",
             partition_log.name, end_offset, stats.segments_read, stats.segments_written,
@@ -380,11 +389,15 @@ class LogCleaner:
         horizon = info.delete_horizon_ms
         if horizon is None:
             rewritten = bytearray(data)
-            rewrite_header(rewritten, attributes=info.attributes | DELETE_HORIZON_MASK,
-                           base_timestamp=now_ms + delete_retention_ms)
+            horizon = now_ms + delete_retention_ms
+            rewrite_header(rewritten, attributes=info.attributes | DELETE_HORIZON_MASK, base_timestamp=horizon)
             stats.marker_horizons_set += 1
+            _wait_for(stats, horizon)
             return bytes(rewritten)
-        if horizon > now_ms or last_batches.get(info.producer_id, info.base_offset) == info.base_offset:
+        if horizon > now_ms:
+            _wait_for(stats, horizon)
+            return data
+        if last_batches.get(info.producer_id, info.base_offset) == info.base_offset:
             return data
         stats.markers_removed += 1
         return None
@@ -468,6 +481,12 @@ class LogCleaner:
                 partition_log.mark_offline(f"log cleaner swap failed after its commit point: {exc}")
                 raise
             return True
+
+
+def _wait_for(stats: CleanerStats, horizon: int) -> None:
+    """A marker waits for `horizon`: the log is worth a pass then (`Log.delete_horizon_due_ms`)."""
+    if stats.next_delete_horizon_ms is None or horizon < stats.next_delete_horizon_ms:
+        stats.next_delete_horizon_ms = horizon
 
 
 def _rename_into_place(cleaned: LogSegment) -> None:

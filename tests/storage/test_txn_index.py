@@ -160,9 +160,11 @@ def test_the_cleaner_removes_a_marker_once_its_data_is_gone_and_its_horizon_pass
     # last batch) and the marker of the transaction whose data is still there stay.
     more(b"r")
     assert cleaner.clean(log, clock.ms).markers_removed == 0
+    assert log.delete_horizon_due_ms == horizon and not log.cleanable()  # nothing dirty, the horizon ahead
     clock.advance(DAY + 1)
-    more(b"s")
+    assert log.cleanable()  # nothing dirty, but a marker's horizon passed: a pass for it (KIP-534)
     assert cleaner.clean(log, clock.ms).markers_removed == 1
+    assert log.delete_horizon_due_ms is None  # producer 7's last batch stays, but brings no pass back for it
     assert _controls(log) == {abort: horizon, second_commit: None}
     values = {r.key: r.value for r in read_all(log)}
     assert values[b"c"] == b"new" and values[b"d"] == b"kept" and b"a" not in values
