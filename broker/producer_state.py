@@ -202,6 +202,16 @@ class ProducerStateManager:
                 f"producer {producer_id} epoch {epoch} sent sequence {first_seq} on topic '{self.topic}' partition "
                 f"{self.partition} before its earlier sequence {current.lowest_seq} of the transaction")
 
+    def check_epoch(self, producer_id: int, epoch: int) -> None:
+        """A batch without sequence (a transactional offsets batch of the group coordinator) from an epoch older
+        than the producer's is refused, as Kafka's checkProducerEpoch: after a transactions v2 marker moved the
+        epoch on, a late commit of the ended transaction cannot open a new one."""
+        entry = self._producers.get(producer_id)
+        if entry is not None and epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"producer {producer_id} epoch {epoch} is older than the current epoch {entry.epoch} on topic "
+                f"'{self.topic}' partition {self.partition}")
+
     def verification(self, producer_id: int) -> VerificationGuard | None:
         return self._verifying.get(producer_id)
 

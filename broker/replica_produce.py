@@ -181,6 +181,10 @@ class ProducePath(ReplicaState):
                                      duplicate=True, leader_epoch=part.leader_epoch, appended_to=part)
             if verify_txn and h.is_transactional:
                 part.producers.check_verified(h.producer_id, h.producer_epoch, h.base_sequence, txn_guard)
+        elif part.producers:
+            for h in headers:  # a transactional batch without sequence (the group coordinator's offsets)
+                if h.producer_id >= 0 and h.is_transactional and not h.is_control:
+                    part.producers.check_epoch(h.producer_id, h.producer_epoch)
         before = lg.log_end_offset
         result = lg.append_as_leader(data, leader_epoch=part.leader_epoch, defer_flush=True)
         if lg.active_segment.base_offset != part.snapshot_base:  # rolled: snapshot the producer state (per roll)

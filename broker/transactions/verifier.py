@@ -101,7 +101,10 @@ class TxnVerifier:
         if sender is None or sender.done():
             self._senders[node] = asyncio.get_running_loop().create_task(self._send_loop(node),
                                                                         name=f"txn-verify-{node}")
-        answer = await asyncio.wait_for(fut, self.timeout_s * 2)
+        try:
+            answer = await asyncio.wait_for(fut, self.timeout_s * 2)
+        except asyncio.TimeoutError:  # queued behind a coordinator that does not answer: retriable for the client
+            return {tp: ErrorCode.NETWORK_EXCEPTION for tp in partitions}
         return {tp: answer.get(tp, ErrorCode.UNKNOWN_SERVER_ERROR) for tp in partitions}
 
     async def _ask_local(self, tid: str, pid: int, epoch: int, partitions: list[TopicPartition],

@@ -133,6 +133,9 @@ def test_a_guard_from_before_a_marker_admits_nothing() -> None:
     ps.update(8, 1, 0, 0, 6, 6, 1008)  # producer 8 at epoch 1
     with pytest.raises(InvalidProducerEpochError):
         ps.start_verification(8, 0, 0, now_ms=1009)
+    with pytest.raises(InvalidProducerEpochError):  # a late offsets batch (no sequence) of an older epoch
+        ps.check_epoch(8, 0)
+    ps.check_epoch(8, 1)
     ps.start_verification(9, 0, 0, now_ms=0)
     ps.expire(now_ms=10_000, expiration_ms=5_000)
     assert ps.verification(9) is None
