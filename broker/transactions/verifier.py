@@ -72,12 +72,22 @@ class TxnVerifier:
         self._connections: dict[int, AsyncConnection] = {}
         self._pending: dict[int, dict[str, _Ask]] = {}  # broker id -> transactional id -> next ask
         self._senders: dict[int, asyncio.Task[None]] = {}
-        self.asked = 0  # requests sent (or local calls): tests and metrics read it
+        self.asked = 0  # requests sent (or local calls): tests read it
+        # /metrics (Kafka's AddPartitionsToTxnManager VerificationFailureRate): partitions asked, and refused
+        self.partitions_verified = 0
+        self.partitions_refused = 0
 
     async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
                      partitions: list[TopicPartition], *, add: bool = False) -> dict[TopicPartition, int]:
         """The coordinator's error code per partition (NONE: in the transaction). `add` (transactions v2)
         adds partitions not yet in it instead of answering TRANSACTION_ABORTABLE."""
+        codes = await self._verify(transactional_id, producer_id, producer_epoch, partitions, add)
+        self.partitions_verified += len(partitions)
+        self.partitions_refused += sum(1 for code in codes.values() if code != ErrorCode.NONE)
+        return codes
+
+    async def _verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                      partitions: list[TopicPartition], add: bool) -> dict[TopicPartition, int]:
         node = self.coordinator_of(transactional_id)
         if node is None or node < 0:
             return {tp: ErrorCode.COORDINATOR_NOT_AVAILABLE for tp in partitions}

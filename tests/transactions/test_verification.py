@@ -97,6 +97,7 @@ async def test_a_partition_not_in_the_transaction_is_refused_and_nothing_is_appe
     # Another partition of the same transaction, not added: refused, the open one unaffected.
     assert await code(b, produce(pid, epoch, 0, partition=1)) == ErrorCode.INVALID_TXN_STATE
     assert log_end(b, 1) == 0
+    assert (verifier.partitions_verified, verifier.partitions_refused) == (3, 2)
 
 
 async def test_bad_producers_get_kafkas_errors(b: InProcessBroker) -> None:
