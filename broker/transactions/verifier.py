@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import Awaitable, Callable, Iterable, Protocol
 
 from kafka.protocol.producer import AddPartitionsToTxnRequest
 
@@ -36,15 +36,22 @@ from kelp.kafka_client.security import PLAINTEXT
 
 from ..cluster.member import ClusterMember
 
-if TYPE_CHECKING:
-    from .coordinator import TransactionCoordinator
-
 __all__ = ["TxnVerifier", "VERIFY_VERSION"]
 
 log = logging.getLogger("kelp.broker.transactions")
 
 VERIFY_VERSION = 4  # AddPartitionsToTxn v4: the broker-batched form (v5 only adds TRANSACTION_ABORTABLE answers)
 TopicPartition = tuple[str, int]
+
+
+class LocalCoordinator(Protocol):
+    """This broker's own transaction coordinator, asked directly (`coordinator.TransactionCoordinator`)."""
+
+    def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                       partitions: Iterable[TopicPartition], *, tv2: bool = False) -> Awaitable[int]: ...
+
+    def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]: ...
 
 
 @dataclass
@@ -62,7 +69,7 @@ class TxnVerifier:
     """Asks transaction coordinators whether (or, for transactions v2, makes) partitions part of a transaction."""
 
     def __init__(self, cluster: ClusterMember | None, *, broker_id: int,
-                 coordinator_of: Callable[[str], int | None], local: "TransactionCoordinator | None" = None,
+                 coordinator_of: Callable[[str], int | None], local: LocalCoordinator | None = None,
                  timeout_s: float = 10.0) -> None:
         self.cluster = cluster
         self.broker_id = broker_id
@@ -97,8 +104,9 @@ class TxnVerifier:
         pending = self._pending.setdefault(node, {})
         ask = pending.get(transactional_id)
         if ask is not None and (ask.producer_id, ask.producer_epoch) != (producer_id, producer_epoch):
-            if producer_epoch < ask.producer_epoch:
+            if producer_id == ask.producer_id and producer_epoch < ask.producer_epoch:
                 return {tp: ErrorCode.INVALID_PRODUCER_EPOCH for tp in partitions}  # fenced by the queued one
+            # a newer epoch (or another producer id: the coordinator judges it) replaces the queued ask
             self._answer(ask, {tp: ErrorCode.INVALID_PRODUCER_EPOCH for tp in ask.partitions})
             ask = None
         if ask is None:
