@@ -215,3 +215,30 @@ async def test_a_v2_produce_adds_its_partition_and_end_txn_v5_bumps_the_epoch(b:
     fenced = await b.call(EndTxnRequest(transactional_id=TID, producer_id=pid, producer_epoch=epoch - 1,
                                         committed=True), 5)
     assert fenced.error_code == ErrorCode.PRODUCER_FENCED
+
+
+async def test_txn_offset_commit_without_add_offsets_is_refused_and_writes_nothing(b: InProcessBroker) -> None:
+    """TxnOffsetCommit v0-4 of a group whose offsets partition AddOffsetsToTxn never added: the coordinator
+    does not confirm it (INVALID_TXN_STATE before v4, TRANSACTION_ABORTABLE from v4), no offset is pending."""
+    from kafka.protocol.producer import TxnOffsetCommitRequest
+
+    for _ in range(250):
+        await b.call(FindCoordinatorRequest(key_type=0, coordinator_keys=["g2"]), 4)
+        if b.parts.groups.check_group("g2") == 0:
+            break
+        await asyncio.sleep(0.02)
+    pid, epoch = await init(b)
+    await add(b, pid, epoch)  # a data partition only
+    T = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+
+    def commit() -> TxnOffsetCommitRequest:
+        return TxnOffsetCommitRequest(
+            transactional_id=TID, group_id="g2", producer_id=pid, producer_epoch=epoch, generation_id=-1,
+            member_id="", group_instance_id=None, topics=[T(name=TOPIC, partitions=[T.TxnOffsetCommitRequestPartition(
+                partition_index=0, committed_offset=1, committed_leader_epoch=-1, committed_metadata="")])])
+
+    for version, expected in ((3, ErrorCode.INVALID_TXN_STATE), (4, ErrorCode.TRANSACTION_ABORTABLE)):
+        answer = await b.call(commit(), version)
+        assert answer.topics[0].partitions[0].error_code == expected
+    group = b.parts.groups.groups.get("g2")
+    assert group is None or not group.pending_txn_offsets
