@@ -127,6 +127,13 @@ def _at_least(minimum: int) -> Callable[[object], int]:
     return check
 
 
+def _transaction_version(value: object) -> int:
+    level = _int(value)
+    if not 0 <= level <= 2:
+        raise ValueError(f"must be 0, 1 or 2 (Kafka's transaction.version feature levels), got {level}")
+    return level
+
+
 def _ratio(value: object) -> float:
     number = _float(value)
     if not 0.0 <= number <= 1.0:
@@ -278,6 +285,9 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     "transactional.id.expiration.ms": (_positive, 604800000),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": (_positive, 10000),
     "transaction.remove.expired.transaction.cleanup.interval.ms": (_positive, 3600000),
+    "transaction.partition.verification.enable": (parse_bool, True),
+    # the finalized level of Kafka's transaction.version feature: 2 lets clients run transactions v2 (KIP-890)
+    "transaction.version": (_transaction_version, 2),
     "replica.lag.time.max.ms": (_positive, 30000),
     "cluster.id": (_str, "kelp-local"),
     # -- cluster (design §5): leases, metadata store, controller, replica fetching

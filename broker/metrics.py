@@ -387,6 +387,16 @@ class ClusterCollector(Collector):
             family = CounterMetricFamily(name, help_text)
             family.add_metric([], value)
             out.append(family)
+        verifier = getattr(coordinator, "verifier", None)
+        if verifier is not None:  # this broker as a partition leader asking coordinators (KIP-890)
+            for name, help_text, value in (
+                    ("kelp_txn_partition_verifications", "Partitions this leader asked a transaction coordinator "
+                     "about before a transaction's first batch (KIP-890)", verifier.partitions_verified),
+                    ("kelp_txn_partition_verification_failures", "Of those, partitions the coordinator did not "
+                     "confirm: their batch was refused", verifier.partitions_refused)):
+                family = CounterMetricFamily(name, help_text)
+                family.add_metric([], value)
+                out.append(family)
         return out
 
     @staticmethod

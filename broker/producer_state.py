@@ -37,6 +37,14 @@ never exposes a transaction whose marker a new leader might not have.
 Replication and recovery apply markers without the checks (Kafka's
 REPLICATION origin). A producer with an open transaction is never expired.
 
+Verification (KIP-890 part 1, Kafka's `VerificationStateEntry` / `VerificationGuard`): before a
+producer's first transactional batch on this partition the leader asks the transaction coordinator
+whether the partition is in the transaction; `start_verification` records a unique guard for the
+producer (with the lowest sequence seen and its epoch) and `check_verified` admits the batch only with
+that same guard — so a verification answered before an abort marker and a new transaction cannot let a
+stale batch in (Kafka's ABA case). Applying the producer's transactional batch or a marker drops the
+entry; from then on the open transaction is the proof, and later batches cost nothing.
+
 This module must never write to the log or do I/O: the replica manager asks
 `check` / `check_marker` before appending and calls `update` / `apply_marker`
 after the append succeeded.
@@ -58,7 +66,8 @@ from kelp.records import BatchInfo, iter_headers
 
 from .storage.producer_snapshot import ProducerEntry
 
-__all__ = ["ProducerStateManager", "Duplicate", "CompletedTxn", "ActiveProducer", "MAX_CACHED_BATCHES"]
+__all__ = ["ProducerStateManager", "VerificationGuard", "Duplicate", "CompletedTxn", "ActiveProducer",
+           "MAX_CACHED_BATCHES"]
 
 MAX_CACHED_BATCHES = 5
 INT32_MAX = 2**31 - 1
@@ -84,6 +93,16 @@ class _ProducerEntry:
     @property
     def last_seq(self) -> int:
         return self.batches[-1].last_seq if self.batches else -1
+
+
+@dataclass(slots=True, eq=False)
+class VerificationGuard:
+    """A producer's pending verification on one partition (Kafka's VerificationStateEntry): compared by
+    identity, each new verification a new object."""
+
+    epoch: int
+    lowest_seq: int
+    timestamp_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +150,8 @@ class ProducerStateManager:
         self._ongoing: dict[int, int] = {}
         # Closed transactions whose marker is not below the high watermark yet: first offset -> marker offset.
         self._unreplicated: dict[int, int] = {}
+        # Producers whose first transactional batch here awaits (or passed) the coordinator's verification.
+        self._verifying: dict[int, VerificationGuard] = {}
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -138,6 +159,61 @@ class ProducerStateManager:
     def last_sequence(self, producer_id: int) -> int | None:
         entry = self._producers.get(producer_id)
         return None if entry is None else entry.last_seq
+
+    # -- verification (KIP-890 part 1) ------------------------------------------------------------------------
+    def has_ongoing(self, producer_id: int, epoch: int) -> bool:
+        """The producer has a transaction open here at `epoch` (a newer epoch may mean it already ended)."""
+        entry = self._producers.get(producer_id)
+        return entry is not None and entry.txn_first_offset >= 0 and entry.epoch == epoch
+
+    def start_verification(self, producer_id: int, epoch: int, first_seq: int, now_ms: int) -> VerificationGuard | None:
+        """Before the coordinator is asked about the producer's transactional batch: None when its
+        transaction is open here already (nothing to ask), else its guard (created, or the pending one
+        updated with the lowest sequence at the newest epoch). An epoch older than the producer's is refused."""
+        entry = self._producers.get(producer_id)
+        if entry is not None and epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"producer {producer_id} epoch {epoch} is older than the current epoch {entry.epoch} on topic "
+                f"'{self.topic}' partition {self.partition}")
+        if self.has_ongoing(producer_id, epoch):
+            return None
+        guard = self._verifying.get(producer_id)
+        if guard is None:
+            guard = self._verifying[producer_id] = VerificationGuard(epoch, first_seq, now_ms)
+        elif epoch > guard.epoch:
+            guard.epoch, guard.lowest_seq = epoch, first_seq
+        elif epoch == guard.epoch and first_seq < guard.lowest_seq:
+            guard.lowest_seq = first_seq
+        return guard
+
+    def check_verified(self, producer_id: int, epoch: int, first_seq: int, guard: VerificationGuard | None) -> None:
+        """Refuse a transactional batch of a producer whose transaction is not open here unless `guard` is
+        its current verification (INVALID_TXN_STATE), or one whose sequence is past the lowest the
+        verification saw (OUT_OF_ORDER_SEQUENCE_NUMBER: an earlier batch must come first)."""
+        if self.has_ongoing(producer_id, epoch):
+            return
+        current = self._verifying.get(producer_id)
+        if guard is None or current is not guard:
+            raise InvalidTxnStateError(
+                f"producer {producer_id} epoch {epoch}: record was not part of an ongoing transaction on topic "
+                f"'{self.topic}' partition {self.partition} (the partition was not verified in its transaction)")
+        if first_seq > current.lowest_seq:
+            raise OutOfOrderSequenceError(
+                f"producer {producer_id} epoch {epoch} sent sequence {first_seq} on topic '{self.topic}' partition "
+                f"{self.partition} before its earlier sequence {current.lowest_seq} of the transaction")
+
+    def check_epoch(self, producer_id: int, epoch: int) -> None:
+        """A batch without sequence (a transactional offsets batch of the group coordinator) from an epoch older
+        than the producer's is refused, as Kafka's checkProducerEpoch: after a transactions v2 marker moved the
+        epoch on, a late commit of the ended transaction cannot open a new one."""
+        entry = self._producers.get(producer_id)
+        if entry is not None and epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"producer {producer_id} epoch {epoch} is older than the current epoch {entry.epoch} on topic "
+                f"'{self.topic}' partition {self.partition}")
+
+    def verification(self, producer_id: int) -> VerificationGuard | None:
+        return self._verifying.get(producer_id)
 
     def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, *,
               transactional: bool = False) -> Duplicate | None:
@@ -206,6 +282,8 @@ class ProducerStateManager:
             return
         entry.batches.append(_CachedBatch(first_seq, last_seq, first_offset, last_offset, timestamp))
         entry.last_timestamp = timestamp
+        if transactional and self._verifying:
+            self._verifying.pop(producer_id, None)  # the open transaction is the proof from now on
         if transactional and entry.txn_first_offset < 0:
             entry.txn_first_offset = first_offset
             self._ongoing[first_offset] = producer_id
@@ -236,6 +314,8 @@ class ProducerStateManager:
         elif epoch > entry.epoch:
             entry.epoch = epoch
             entry.batches.clear()
+        if self._verifying:
+            self._verifying.pop(producer_id, None)  # a verification from before the marker is stale
         completed = None
         first = entry.txn_first_offset
         if first >= 0:
@@ -323,9 +403,12 @@ class ProducerStateManager:
                   if entry.txn_first_offset < 0 and entry.last_timestamp <= horizon]
         for pid in doomed:
             del self._producers[pid]
+        for pid in [pid for pid, g in self._verifying.items() if g.timestamp_ms <= horizon]:
+            del self._verifying[pid]
         return len(doomed)
 
     def truncate(self) -> None:
         self._producers.clear()
         self._ongoing.clear()
         self._unreplicated.clear()
+        self._verifying.clear()

@@ -9,7 +9,8 @@ checks, follower jobs and metrics (declared in `replica_state`).
 
 It must never parse or touch individual records (per batch: headers only), never `await` between
 the producer-state check, the log append and the state update of one partition (`append_sync` is
-synchronous, so they cannot interleave), and never answer an acks=all append whose epoch moved.
+synchronous, so they cannot interleave — the KIP-890 verification guard is compared in that same step),
+and never answer an acks=all append whose epoch moved.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from kelp.records import iter_headers, needs_recompression, parse_batches, recom
 
 from .cluster.model import INTERNAL_TOPICS
 from .partition import Partition
-from .producer_state import Duplicate
+from .producer_state import Duplicate, VerificationGuard
 from .replica_state import ReplicaState
 from .replica_types import ProduceResult
 
@@ -63,7 +64,8 @@ class ProducePath(ReplicaState):
 
     async def append_local(
         self, topic: str, partition: int, data: bytes | bytearray | memoryview, *, acks: int = 1,
-        internal_allowed: bool = False, timeout_ms: int = 30000,
+        internal_allowed: bool = False, timeout_ms: int = 30000, verify_txn: bool = False,
+        txn_guard: VerificationGuard | None = None,
     ) -> ProduceResult:
         """Append to the leader's log, without waiting for followers (`wait_for_isr` does).
 
@@ -82,7 +84,8 @@ class ProducePath(ReplicaState):
             rebuilt = await asyncio.to_thread(recompress, data, parse_batches(data), codec)
             if rebuilt is not None:
                 data = rebuilt[0]
-        result = self.append_sync(topic, partition, data, acks=acks, internal_allowed=internal_allowed)
+        result = self.append_sync(topic, partition, data, acks=acks, internal_allowed=internal_allowed,
+                                  verify_txn=verify_txn, txn_guard=txn_guard)
         if result.flush_due and isinstance(result.appended_to, Partition):
             # flush.messages: the fsync comes before the answer (any acks), in a worker thread, never on the loop.
             await asyncio.to_thread(result.appended_to.log.flush)
@@ -132,8 +135,11 @@ class ProducePath(ReplicaState):
 
     def append_sync(
         self, topic: str, partition: int, data: bytes | bytearray | memoryview, *, acks: int = 1,
-        internal_allowed: bool = False,
+        internal_allowed: bool = False, verify_txn: bool = False, txn_guard: VerificationGuard | None = None,
     ) -> ProduceResult:
+        """Append as the leader. `verify_txn` (a client's produce under transaction.partition.verification.enable):
+        a transactional batch of a producer without its transaction open here must carry `txn_guard`, the
+        verification the coordinator confirmed (`txn_verification`), else INVALID_TXN_STATE (KIP-890)."""
         if topic in INTERNAL_TOPICS and not internal_allowed:
             raise InvalidTopicError(
                 f"cannot write to internal topic '{topic}' (partition {partition}): only the broker's group "
@@ -173,6 +179,12 @@ class ProducePath(ReplicaState):
                 )
                 return ProduceResult(topic, partition, dup.first_offset, dup.last_offset, -1, lg.log_start_offset, 0,
                                      duplicate=True, leader_epoch=part.leader_epoch, appended_to=part)
+            if verify_txn and h.is_transactional:
+                part.producers.check_verified(h.producer_id, h.producer_epoch, h.base_sequence, txn_guard)
+        elif part.producers:
+            for h in headers:  # a transactional batch without sequence (the group coordinator's offsets)
+                if h.producer_id >= 0 and h.is_transactional and not h.is_control:
+                    part.producers.check_epoch(h.producer_id, h.producer_epoch)
         before = lg.log_end_offset
         result = lg.append_as_leader(data, leader_epoch=part.leader_epoch, defer_flush=True)
         if lg.active_segment.base_offset != part.snapshot_base:  # rolled: snapshot the producer state (per roll)

@@ -39,6 +39,7 @@ class ErrorCode(IntEnum):
     MESSAGE_TOO_LARGE = 10
     STALE_CONTROLLER_EPOCH = 11
     OFFSET_METADATA_TOO_LARGE = 12
+    NETWORK_EXCEPTION = 13
     COORDINATOR_LOAD_IN_PROGRESS = 14
     COORDINATOR_NOT_AVAILABLE = 15
     NOT_COORDINATOR = 16
@@ -110,6 +111,7 @@ class ErrorCode(IntEnum):
     TRANSACTIONAL_ID_NOT_FOUND = 105
     INELIGIBLE_REPLICA = 107
     TRANSACTION_ABORTABLE = 120
+    INVALID_REGULAR_EXPRESSION = 128
 
 
 @unique
@@ -320,6 +322,19 @@ class InvalidTxnStateError(KelpError):
 
     code = ErrorCode.INVALID_TXN_STATE
     http_status = 409
+
+
+class TxnVerificationError(KelpError):
+    """A transactional batch the partition leader did not append because the transaction coordinator did not
+    confirm its partition is in the transaction (KIP-890): the code is the one Kafka's ReplicaManager answers
+    for the coordinator's (INVALID_TXN_STATE, INVALID_PRODUCER_EPOCH, NOT_ENOUGH_REPLICAS for a retriable
+    one, INVALID_PRODUCER_ID_MAPPING, TRANSACTION_ABORTABLE...)."""
+
+    http_status = 409
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class TransactionCoordinatorFencedError(KelpError):

@@ -58,6 +58,7 @@ COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08
 TRANSACTIONAL_MASK = 0x10
 CONTROL_MASK = 0x20
+DELETE_HORIZON_MASK = 0x40  # KIP-534: the cleaner set the batch's delete horizon, kept in its base timestamp
 
 NO_PRODUCER_ID = -1
 NO_SEQUENCE = -1
@@ -119,6 +120,11 @@ class BatchInfo:
     @property
     def is_control(self) -> bool:
         return bool(self.attributes & CONTROL_MASK)
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        """When the cleaner may remove this batch's tombstones or marker (KIP-534), None when not set yet."""
+        return self.base_timestamp if self.attributes & DELETE_HORIZON_MASK else None
 
     @property
     def has_producer_id(self) -> bool:
@@ -388,10 +394,13 @@ def rewrite_header(
     max_timestamp: int | None = None,
     base_offset: int | None = None,
     leader_epoch: int | None = None,
+    base_timestamp: int | None = None,
 ) -> None:
     """Patch header fields of the batch at `position` and recompute its CRC (the cleaner uses this)."""
     if attributes is not None:
         _I16.pack_into(buf, position + ATTRIBUTES_AT, attributes)
+    if base_timestamp is not None:
+        _I64.pack_into(buf, position + BASE_TIMESTAMP_AT, base_timestamp)
     if last_offset_delta is not None:
         _I32.pack_into(buf, position + LAST_OFFSET_DELTA_AT, last_offset_delta)
     if max_timestamp is not None:

@@ -50,4 +50,6 @@ def commit_error_code(exc: BaseException) -> int:
     code = _kafka_code(exc)
     if code in _TOO_LARGE:
         return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+    if code == ErrorCode.INVALID_PRODUCER_EPOCH:  # a transactional commit of a producer whose epoch moved on
+        return code
     return group_write_error_code(exc)

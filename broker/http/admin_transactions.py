@@ -5,8 +5,8 @@ open and on which partitions, and which producers hold a partition's last stable
 transaction — without a Java admin client. The answers are the Kafka APIs' (`ListTransactions`,
 `DescribeTransactions`, `DescribeProducers`) from the same sources:
 
-- `GET /admin/v1/transactions[?state=Ongoing[,PrepareCommit...]&producer_id=..&min_duration_ms=..]` lists the
-  transactional ids this broker coordinates (those of the `__transaction_state` partitions it leads, as
+- `GET /admin/v1/transactions[?state=Ongoing[,PrepareCommit...]&producer_id=..&min_duration_ms=..&pattern=..]` lists
+  the transactional ids this broker coordinates (those of the `__transaction_state` partitions it leads, as
   Kafka's ListTransactions; a cluster-wide list asks every broker), only those the principal may DESCRIBE.
 - `GET /admin/v1/transactions/{transactional_id}`: state, producer id and epoch, timeout, start time and
   partitions; DESCRIBE on the transactional id. An id coordinated by another broker answers 421 Misdirected
@@ -19,6 +19,8 @@ This module must never change transaction or producer state.
 """
 
 from __future__ import annotations
+
+import re
 
 from aiohttp import web
 
@@ -54,8 +56,13 @@ async def list_transactions(request: web.Request) -> web.Response:
     broker = serving(request)
     states = [s for raw in request.query.getall("state", []) for s in raw.split(",") if s]
     durations = _ints(request, "min_duration_ms")
-    unknown, found = broker.transactions.list_transactions(
-        states=states, producer_ids=_ints(request, "producer_id"), duration_ms=durations[-1] if durations else -1)
+    pattern = request.query.get("pattern") or None
+    try:
+        unknown, found = broker.transactions.list_transactions(
+            states=states, producer_ids=_ints(request, "producer_id"), duration_ms=durations[-1] if durations else -1,
+            id_pattern=pattern)
+    except re.error as exc:
+        raise HttpProblem(400, f"'pattern' {pattern!r} is not a valid regular expression: {exc}") from None
     if unknown:
         raise HttpProblem(400, f"unknown transaction state(s) {', '.join(unknown)}: the states are Empty, Ongoing, "
                                "PrepareCommit, PrepareAbort, CompleteCommit, CompleteAbort, PrepareEpochFence")

@@ -95,7 +95,7 @@ class _Reader:
 
 def decode_produce_request(body: memoryview, version: int) -> ProduceData:
     """Decode a ProduceRequest body; raises ValueError naming what is malformed."""
-    if not 3 <= version <= 9:
+    if not 3 <= version <= 12:  # v10-12 have v9's layout (v10 KIP-951, v11-12 KIP-890: new errors, TV2)
         raise ValueError(f"ProduceRequest v{version} is not supported by this decoder")
     r = _Reader(body)
     flexible = version >= 9

@@ -34,10 +34,12 @@ its records can neither supersede nor be superseded yet); batches of an
 aborted transaction (known from the segments' aborted-transaction indexes)
 are removed and never enter the key map, so an aborted value never hides a
 committed one; control batches (markers) are kept, with the rewritten
-segment's `.txnindex` carrying the entries of the segments it replaces. Not
-yet as Kafka: a marker is kept forever rather than removed once its
-transaction's data is gone and delete.retention.ms passed (it costs one
-small batch per transaction and keeps the producer's epoch).
+segment's `.txnindex` carrying the entries of the aborted transactions that still have data there. A
+marker stays while a batch of its transaction is in the log; in the first pass that finds none, its batch
+gets a delete horizon (KIP-534: now + delete.retention.ms in the base timestamp, the attributes' bit 6 set)
+and a pass after the horizon removes it — never the producer's last batch, which keeps its epoch. The
+earliest horizon still to come is kept on the log (`delete_horizon_due_ms`, in memory): once it passed the log
+is cleanable even with nothing dirty, and that pass rewrites the clean part with no new keys (KIP-534).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from kelp.clock import WallClockMs, wall_clock_ms
 from kelp.records import (
+    DELETE_HORIZON_MASK,
     HEADER_SIZE,
     TIMESTAMP_TYPE_MASK,
     BatchInfo,
@@ -58,6 +61,7 @@ from kelp.records import (
     batch_records,
     read_header,
     rebuild_batch,
+    rewrite_header,
 )
 
 from .checkpoint import fsync_dir, write_atomically
@@ -85,6 +89,9 @@ class CleanerStats:
     cleaned_up_to: int = 0  # the log's new cleaner offset
     map_full: bool = False  # the key map filled up: this pass stopped short of the dirty end
     aborted_batches_removed: int = 0  # batches of aborted transactions dropped
+    markers_removed: int = 0  # transaction markers whose transaction had no data left and delete horizon passed
+    marker_horizons_set: int = 0  # markers found without data: their delete horizon written (KIP-534)
+    next_delete_horizon_ms: int | None = None  # the earliest horizon of a marker left waiting for it
 
 
 def _batches(segment: LogSegment) -> Iterator[tuple[BatchInfo, bytes]]:
@@ -107,6 +114,26 @@ def _batches(segment: LogSegment) -> Iterator[tuple[BatchInfo, bytes]]:
             position += info.size
     finally:
         os.close(fd)
+
+
+def _last_batch_per_producer(segments: list[LogSegment]) -> dict[int, int]:
+    """producer id -> base offset of its last batch in `segments` (headers only, one small read per batch)."""
+    last: dict[int, int] = {}
+    for segment in segments:
+        fd = os.open(segment.log_path, os.O_RDONLY)
+        try:
+            size = min(segment.size, os.fstat(fd).st_size)
+            position = 0
+            while position + HEADER_SIZE <= size:
+                info = read_header(os.pread(fd, HEADER_SIZE, position))
+                if info.size < HEADER_SIZE:
+                    break
+                if info.has_producer_id:
+                    last[info.producer_id] = info.base_offset
+                position += info.size
+        finally:
+            os.close(fd)
+    return last
 
 
 class _AbortedBatches:
@@ -133,6 +160,34 @@ class _AbortedBatches:
                 del self._open[info.producer_id]
             return False
         return info.base_offset < marker
+
+
+class _CleanedTxns:
+    """Walking the rewritten batches in offset order (Kafka's CleanedTransactionMetadata): which data batches
+    belong to an aborted transaction (removed), and whether a marker's transaction still has a batch here (the
+    marker stays) or none (it may go once its delete horizon passed)."""
+
+    def __init__(self, aborted: list[AbortedTxn], last_batches: dict[int, int]) -> None:
+        self._aborted = _AbortedBatches(aborted)
+        self._with_data: set[int] = set()  # producers whose current transaction has a batch read in this pass
+        self.last_batches = last_batches  # producer id -> its last batch in the closed segments (kept always)
+
+    def discard_data(self, info: BatchInfo) -> bool:
+        """A data batch: True when it is an aborted transaction's (removed; its marker then stays this pass)."""
+        if self._aborted(info):
+            self._with_data.add(info.producer_id)
+            return True
+        if info.is_transactional:
+            self._with_data.add(info.producer_id)
+        return False
+
+    def marker_alone(self, info: BatchInfo) -> bool:
+        """A control batch: True when no batch of its transaction was read in this pass."""
+        self._aborted(info)
+        if info.producer_id in self._with_data:
+            self._with_data.discard(info.producer_id)
+            return False
+        return True
 
 
 DEFAULT_DEDUPE_BUFFER_BYTES = 128 << 20  # log.cleaner.dedupe.buffer.size
@@ -162,13 +217,18 @@ class LogCleaner:
             horizon = now_ms - config.min_compaction_lag_ms
             closed = list(_takewhile(closed, lambda s: s.max_timestamp <= horizon))
         dirty = [s for s in closed if s.next_offset > first_dirty]
-        if not dirty:
+        due = partition_log.delete_horizon_due_ms
+        if not dirty and (due is None or due > now_ms or not closed):
             stats.cleaned_up_to = first_dirty
             return stats
 
         aborted = partition_log.aborted_txns_between(closed[0].base_offset, partition_log.log_end_offset)
         try:
-            offset_map, last_producer_batch, end_offset = self._build_offset_map(dirty, first_dirty, aborted, stats)
+            if dirty:
+                offset_map, last_producer_batch, end_offset = self._build_offset_map(dirty, first_dirty, aborted,
+                                                                                     stats)
+            else:  # only a marker's delete horizon passed (KIP-534): a pass over the clean part, no new keys
+                offset_map, last_producer_batch, end_offset = {}, {}, first_dirty
             if stats.map_full:
                 log.info("%s: the cleaner's key map is full (%d keys, log.cleaner.dedupe.buffer.size=%d) at offset "
                          "%d; this pass cleans up to there, the next one goes on", partition_log.name,
@@ -179,13 +239,14 @@ class LogCleaner:
             partition_log.write_checkpoint()
             to_clean = [s for s in closed if s.base_offset < end_offset]
             self._rewrite(partition_log, to_clean, offset_map, last_producer_batch, end_offset, now_ms, stats,
-                          _AbortedBatches(aborted))
+                          _CleanedTxns(aborted, _last_batch_per_producer(closed)))
         except FileNotFoundError as exc:
             # Retention or truncation removed a segment under us; the next pass starts afresh.
             log.info("%s changed while being cleaned (%s); cleaning again later", partition_log.name, exc)
             return stats
 
         stats.cleaned_up_to = end_offset
+        partition_log.delete_horizon_due_ms = stats.next_delete_horizon_ms
         log.info(
             "cleaned %s up to offset %d: %d segments -> %d, %d -> %d bytes, %d records removed (%d tombstones)",
             partition_log.name, end_offset, stats.segments_read, stats.segments_written,
@@ -236,7 +297,7 @@ class LogCleaner:
         end_offset: int,
         now_ms: int,
         stats: CleanerStats,
-        aborted: _AbortedBatches,
+        txns: _CleanedTxns,
     ) -> None:
         """Rewrite `closed` in groups: a group grows while its cleaned output plus the next
         segment's current size still fits segment.bytes (so small leftovers merge at once)."""
@@ -257,7 +318,7 @@ class LogCleaner:
                     cleaned = self._start(partition_log, segment.base_offset, now_ms)
                 group.append(segment)
                 self._copy_segment(segment, cleaned, offset_map, last_producer_batch, end_offset, now_ms,
-                                   config.delete_retention_ms, stats, aborted)
+                                   config.delete_retention_ms, stats, txns)
             if cleaned is not None:
                 pending, cleaned = cleaned, None
                 self._finish(partition_log, group, pending, stats)
@@ -287,25 +348,59 @@ class LogCleaner:
         now_ms: int,
         delete_retention_ms: int,
         stats: CleanerStats,
-        aborted: _AbortedBatches,
+        txns: _CleanedTxns,
     ) -> None:
         stats.segments_read += 1
         stats.bytes_read += segment.size
         drop_tombstones = now_ms - segment.last_modified_ms > delete_retention_ms
+        with_data: set[int] = set()  # offsets of the markers whose transaction still has a batch here
         for info, data in _batches(segment):
-            if aborted(info):  # an aborted transaction's batch: removed (its marker stays)
+            kept: bytes | None
+            if info.is_control:
+                alone = txns.marker_alone(info)
+                if not alone:
+                    with_data.add(info.base_offset)
+                kept = self._filter_marker(info, data, alone, txns.last_batches, now_ms, delete_retention_ms, stats)
+            elif txns.discard_data(info):  # an aborted transaction's batch: removed (its marker stays this pass)
                 stats.records_removed += info.record_count
                 stats.aborted_batches_removed += 1
                 continue
-            if info.base_offset >= end_offset:  # beyond this pass's key map: dirty, copied as it is
-                kept: bytes | None = data
+            elif info.base_offset >= end_offset:  # beyond this pass's key map: dirty, copied as it is
+                kept = data
             else:
                 kept = self._filter_batch(info, data, offset_map, last_producer_batch, drop_tombstones, stats)
             if kept is not None:
                 header = read_header(kept)
                 header.position = 0
                 cleaned.append(kept, [header], now_ms=now_ms)
-        cleaned.txn_index.extend(segment.txn_index.entries)  # the markers stay, and with them their entries
+        # An aborted transaction keeps its index entry while its data does (Kafka's cleaner appends the entry of
+        # an abort marker only when it read a batch of that transaction): read_committed fetches need no more.
+        cleaned.txn_index.extend([e for e in segment.txn_index.entries if e.last_offset in with_data])
+
+    @staticmethod
+    def _filter_marker(info: BatchInfo, data: bytes, alone: bool, last_batches: dict[int, int], now_ms: int,
+                       delete_retention_ms: int, stats: CleanerStats) -> bytes | None:
+        """A marker as it should be after cleaning (Kafka's rules, KIP-534): kept while its transaction has data
+        here; once it has none, its batch gets a delete horizon (now + delete.retention.ms, in the base
+        timestamp with the attributes' delete-horizon bit) and it is removed by the first pass after it — unless
+        it is its producer's last batch, which stays so the producer's epoch survives a rebuild."""
+        if not alone:
+            return data
+        horizon = info.delete_horizon_ms
+        if horizon is None:
+            rewritten = bytearray(data)
+            horizon = now_ms + delete_retention_ms
+            rewrite_header(rewritten, attributes=info.attributes | DELETE_HORIZON_MASK, base_timestamp=horizon)
+            stats.marker_horizons_set += 1
+            _wait_for(stats, horizon)
+            return bytes(rewritten)
+        if horizon > now_ms:
+            _wait_for(stats, horizon)
+            return data
+        if last_batches.get(info.producer_id, info.base_offset) == info.base_offset:
+            return data
+        stats.markers_removed += 1
+        return None
 
     def _finish(self, partition_log: "Log", group: list[LogSegment], cleaned: LogSegment, stats: CleanerStats) -> None:
         """fsync the cleaned group and swap it in (or drop it if the log changed meanwhile)."""
@@ -386,6 +481,12 @@ class LogCleaner:
                 partition_log.mark_offline(f"log cleaner swap failed after its commit point: {exc}")
                 raise
             return True
+
+
+def _wait_for(stats: CleanerStats, horizon: int) -> None:
+    """A marker waits for `horizon`: the log is worth a pass then (`Log.delete_horizon_due_ms`)."""
+    if stats.next_delete_horizon_ms is None or horizon < stats.next_delete_horizon_ms:
+        stats.next_delete_horizon_ms = horizon
 
 
 def _rename_into_place(cleaned: LogSegment) -> None:

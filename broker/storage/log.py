@@ -120,6 +120,10 @@ class Log(LogReads, LogRetention, LogTruncation, LogDurability, LogTransactions)
         # Set by the replica layer (it owns producer state): the first offset of a transaction not decided
         # and replicated yet, None when there is none. The cleaner stops below it.
         self.first_unstable_offset: int | None = None
+        # Set by the cleaner (in memory): the earliest delete horizon of a marker it left waiting for it (KIP-534);
+        # once it passed, the log is worth a pass even with nothing dirty. None: none known (after a restart the
+        # next pass finds them again).
+        self.delete_horizon_due_ms: int | None = None
         # Markers from here on may lack their aborted-transaction entry (an unclean shutdown): `log_txn`.
         self._txn_recovery_from: int | None = (
             self._recovery_point if self._recovery_point < self.log_end_offset else None)

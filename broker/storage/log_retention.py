@@ -121,9 +121,13 @@ class LogRetention(LogState):
             return dirty / total
 
     def cleanable(self) -> bool:
-        """True when compaction applies and the dirty ratio reaches min.cleanable.dirty.ratio."""
+        """True when compaction applies and the dirty ratio reaches min.cleanable.dirty.ratio, or a marker's
+        delete horizon passed (KIP-534: Kafka's cleaner also picks a log for that)."""
         if not self.config.compact or len(self._segments) < 2 or self._closed:
             return False
+        due = self.delete_horizon_due_ms
+        if due is not None and due <= self._now_ms():
+            return True
         ratio = self.cleanable_ratio()
         return ratio > 0 and ratio >= self.config.min_cleanable_dirty_ratio
 

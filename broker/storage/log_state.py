@@ -28,6 +28,7 @@ class LogState:
     config: LogConfig
     leader_epochs: LeaderEpochCache
     cleaner_offset: int
+    delete_horizon_due_ms: int | None  # the cleaner's: a marker's delete horizon to come back for (KIP-534)
     # `_lock` guards the segment list and offsets (every append takes it); the order is always
     # `_flush_lock`, then `_lock`, then `_checkpoint_lock` (log_durability).
     _lock: threading.RLock

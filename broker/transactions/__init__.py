@@ -9,7 +9,10 @@ of transactions it finds prepared, dropping its ids when not leader any more). T
 by the controller on the first FindCoordinator for a transactional id (`locator`), as in Kafka.
 
 This package must never speak a wire protocol to clients (`kelp.broker.kafka.handlers.transactions` does)
-and never writes a partition's markers itself: the partition's leader does, asked through `markers`.
+and never writes a partition's markers itself: the partition's leader does, asked through `markers`. A partition
+leader's questions to other coordinators before appending a transaction's first batch (KIP-890) go through
+`verifier`, built here (asked for v1 clients only when `transaction.partition.verification.enable` is on;
+always for v2 clients, whose partitions join their transaction that way).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from .coordinator import TransactionCoordinator
 from .markers import KafkaMarkerSender, MarkerSender
 from .state_manager import BrokerTxnStore
 from .txn_config import TXN_TOPIC, TxnConfig
+from .verifier import TxnVerifier
 
 __all__ = ["attach", "TransactionCoordinator", "TxnConfig", "TXN_TOPIC", "leadership_listener"]
 
@@ -70,6 +74,12 @@ def attach(*, config: BrokerConfig, topics: TopicManager, replicas: ReplicaManag
         settings, store=BrokerTxnStore(replicas, logs, write_timeout_ms=settings.write_timeout_ms),
         sender=sender or KafkaMarkerSender(cluster, broker_id=config.broker_id),
         next_producer_id=cluster.next_producer_id, leader_of=leader_of, topic_exists=topics.exists)
+    def coordinator_of(transactional_id: str) -> int | None:
+        return leader_of(TXN_TOPIC, coordinator.state.partition_for(transactional_id))
+
+    # Built even with verification off: transactions v2 clients have their partitions added through it.
+    coordinator.verifier = TxnVerifier(cluster, broker_id=config.broker_id, coordinator_of=coordinator_of,
+                                       local=coordinator)
     replicas.add_leadership_listener(leadership_listener(topics, coordinator))
     coordinator.start()
     log.info("transaction coordinator attached: %s has %d partitions; transactional ids load as this broker "

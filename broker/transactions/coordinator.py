@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Iterable
 
@@ -38,12 +39,21 @@ from kelp.clock import WallClockMs, wall_clock_ms
 from kelp.errors import ErrorCode, KelpError
 
 from .markers import MarkerDispatcher, MarkerSender, TxnMarker
-from .metadata import EXPIRATION_ALLOWED, NO_PRODUCER_EPOCH, TransactionMetadata, TxnState, epoch_exhausted
+from .metadata import (
+    EXPIRATION_ALLOWED,
+    MAX_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    TransactionMetadata,
+    TxnState,
+    epoch_exhausted,
+)
 from .state_manager import TxnStateManager, TxnStore
 from .stats import TxnStats
 from .txn_config import TxnConfig
+from .verifier import TxnVerifier
 
-__all__ = ["TransactionCoordinator", "InitResult", "TxnDescription"]
+__all__ = ["TransactionCoordinator", "InitResult", "EndResult", "TxnDescription"]
 
 log = logging.getLogger("kelp.broker.transactions")
 
@@ -52,6 +62,15 @@ _RETRY_COMPLETE = frozenset({ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.UNKN
 
 @dataclass(frozen=True)
 class InitResult:
+    error: int
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+
+@dataclass(frozen=True)
+class EndResult:
+    """EndTxn v5's answer: the producer id and epoch the client's next transaction uses (transactions v2)."""
+
     error: int
     producer_id: int = -1
     producer_epoch: int = -1
@@ -88,6 +107,8 @@ class TransactionCoordinator:
         self._completions: dict[str, asyncio.Event] = {}
         # Per-broker objects kept with the coordinator by the modules that use it (the FindCoordinator locator).
         self.extensions: dict[str, object] = {}
+        # The partition-leader side of KIP-890 (`verifier.TxnVerifier`), set by `attach`; None: not verifying.
+        self.verifier: TxnVerifier | None = None
 
     # -- the cache, as handlers and the leadership listener reach it ---------------------------------------------
     @property
@@ -175,8 +196,9 @@ class TransactionCoordinator:
         return ErrorCode.NONE, meta
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                             partitions: Iterable[tuple[str, int]]) -> int:
-        """Add `partitions` to the transaction (it becomes Ongoing); the error for all of them."""
+                             partitions: Iterable[tuple[str, int]], *, tv2: bool = False) -> int:
+        """Add `partitions` to the transaction (it becomes Ongoing); the error for all of them. `tv2`: added by a
+        partition leader for a transactions v2 client (Produce v12+, TxnOffsetCommit v5+), which is recorded."""
         err, meta = self._validate(transactional_id, producer_id, producer_epoch)
         if meta is None:
             return err
@@ -187,10 +209,11 @@ class TransactionCoordinator:
                 return err
         if meta.pending is not None or meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
             return ErrorCode.CONCURRENT_TRANSACTIONS
-        if meta.state is TxnState.ONGOING and wanted <= meta.partitions:
+        if meta.state is TxnState.ONGOING and wanted <= meta.partitions and (meta.tv2 or not tv2):
             return ErrorCode.NONE
         starts = meta.state is not TxnState.ONGOING
-        code = await self.state.write(meta, meta.prepare_add_partitions(wanted, self.clock_ms()))
+        code = await self.state.write(meta, meta.prepare_add_partitions(wanted, self.clock_ms(),
+                                                                         client_tv=2 if tv2 else None))
         if starts and code == ErrorCode.NONE:
             self.stats.started += 1
         return code
@@ -235,10 +258,72 @@ class TransactionCoordinator:
             return ErrorCode.PRODUCER_FENCED
         return await self._end(meta, commit)
 
-    async def _end(self, meta: TransactionMetadata, commit: bool, *, fence: bool = False) -> int:
+    async def end_txn_v2(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                         commit: bool) -> EndResult:
+        """EndTxn v5 (transactions v2, Kafka's endTransaction for TV2): every commit or abort bumps the epoch
+        (at an exhausted epoch the producer id rolls over); the answer carries the producer id and epoch of
+        the client's next transaction. A retry of an answered EndTxn (its epoch one below the current) gets the
+        same answer; an abort needs no partitions (from Empty or a completed transaction)."""
+        if not transactional_id:
+            return EndResult(ErrorCode.INVALID_REQUEST)
+        err = self.check(transactional_id)
+        if err:
+            return EndResult(err)
+        meta = self.txns.get(transactional_id)
+        if meta is None:
+            return EndResult(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        if meta.pending is not None:
+            return EndResult(ErrorCode.CONCURRENT_TRANSACTIONS)
+        state = meta.state
+        retry_overflow = (meta.last_producer_id == producer_id and producer_epoch == MAX_EPOCH - 1
+                          and meta.producer_epoch == 0)
+        retry_bump = meta.producer_epoch == producer_epoch + 1
+        if meta.producer_id != producer_id and not retry_overflow:
+            return EndResult(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        if state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            valid = retry_bump
+        elif state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+            valid = retry_bump or retry_overflow or producer_epoch == meta.producer_epoch
+        else:
+            valid = producer_epoch == meta.producer_epoch
+        if not valid:
+            return EndResult(ErrorCode.PRODUCER_FENCED)
+        retry = retry_bump or retry_overflow
+        current = EndResult(ErrorCode.NONE, meta.producer_id, meta.producer_epoch)
+        if state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            return EndResult(ErrorCode.CONCURRENT_TRANSACTIONS)
+        if state is TxnState.COMPLETE_COMMIT:
+            if commit:
+                return current if retry else EndResult(ErrorCode.INVALID_TXN_STATE)
+            if retry:
+                return EndResult(ErrorCode.INVALID_TXN_STATE)
+        elif state is TxnState.COMPLETE_ABORT:
+            if not commit:
+                if retry:
+                    return current
+            else:
+                return EndResult(ErrorCode.INVALID_TXN_STATE)
+        elif state is TxnState.EMPTY:
+            if commit:
+                return EndResult(ErrorCode.INVALID_TXN_STATE)
+        elif state is not TxnState.ONGOING:
+            return EndResult(ErrorCode.INVALID_TXN_STATE)
+        code = await self._end(meta, commit, tv2=True)
+        if code:
+            return EndResult(code)
+        if meta.next_producer_id != NO_PRODUCER_ID:
+            return EndResult(ErrorCode.NONE, meta.next_producer_id, 0)
+        return EndResult(ErrorCode.NONE, meta.producer_id, meta.producer_epoch)
+
+    async def _end(self, meta: TransactionMetadata, commit: bool, *, fence: bool = False, tv2: bool = False) -> int:
         if meta.pending is not None:
             return ErrorCode.CONCURRENT_TRANSACTIONS
         state = meta.state
+        if tv2:
+            if state not in (TxnState.ONGOING, TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT) \
+                    or (commit and state is not TxnState.ONGOING):
+                return ErrorCode.INVALID_TXN_STATE
+            return await self._prepare_end(meta, commit, fence=fence, tv2=True)
         if state is TxnState.ONGOING:
             pass
         elif state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
@@ -249,8 +334,22 @@ class TransactionCoordinator:
                 else ErrorCode.INVALID_TXN_STATE
         else:
             return ErrorCode.INVALID_TXN_STATE
+        return await self._prepare_end(meta, commit, fence=fence, tv2=False)
+
+    async def _prepare_end(self, meta: TransactionMetadata, commit: bool, *, fence: bool, tv2: bool) -> int:
+        """Write PrepareCommit/PrepareAbort, then have the markers written (none for a v2 abort with nothing
+        added: it completes at once)."""
+        next_pid = NO_PRODUCER_ID
+        if tv2 and epoch_exhausted(meta.producer_epoch):
+            try:
+                next_pid = await self.next_producer_id()
+            except KelpError as exc:
+                return exc.code
+            if meta.pending is not None:
+                return ErrorCode.CONCURRENT_TRANSACTIONS
         token = self.state.token(meta.transactional_id)
-        code = await self.state.write(meta, meta.prepare_end(commit, self.clock_ms()))
+        code = await self.state.write(meta, meta.prepare_end(commit, self.clock_ms(), tv2=tv2,
+                                                             next_producer_id=next_pid))
         if code:
             if fence:
                 meta.failed_epoch_fence = True
@@ -261,7 +360,12 @@ class TransactionCoordinator:
         return ErrorCode.NONE
 
     async def _fence_and_abort(self, meta: TransactionMetadata) -> int:
-        """Bump the epoch of an Ongoing transaction (its producer is fenced) and abort it under the new epoch."""
+        """Bump the epoch of an Ongoing transaction (its producer is fenced) and abort it under the new epoch.
+        A transactions v2 abort bumps the epoch itself: that bump is the fence."""
+        if meta.tv2:
+            log.info("transactional id '%s': fencing producer %d at epoch %d by aborting its transaction",
+                     meta.transactional_id, meta.producer_id, meta.producer_epoch)
+            return await self._end(meta, False, fence=True, tv2=True)
         meta.fence_epoch()
         log.info("transactional id '%s': fencing producer %d at epoch %d and aborting its transaction",
                  meta.transactional_id, meta.producer_id, meta.producer_epoch)
@@ -272,7 +376,7 @@ class TransactionCoordinator:
         token = self.state.token(tid)
         commit = meta.state is TxnState.PREPARE_COMMIT
         marker = TxnMarker(meta.producer_id, meta.producer_epoch, commit, self.state.coordinator_epoch(tid),
-                           tuple(sorted(meta.partitions)))
+                           tuple(sorted(meta.partitions)), transaction_version=2 if meta.tv2 else 0)
 
         def still_owned() -> bool:
             return self.state.token(tid) == token and self.txns.get(tid) is meta
@@ -378,6 +482,8 @@ class TransactionCoordinator:
             self._sweeper = None
         self.state.stop()
         await self.markers.stop()
+        if self.verifier is not None:
+            await self.verifier.close()
 
     # -- DescribeTransactions / ListTransactions -----------------------------------------------------------------
     def describe(self, transactional_id: str) -> TxnDescription:
@@ -393,9 +499,13 @@ class TransactionCoordinator:
                               meta.producer_epoch, meta.timeout_ms, meta.start_ms, tuple(sorted(meta.partitions)))
 
     def list_transactions(self, *, states: Iterable[str] = (), producer_ids: Iterable[int] = (),
-                          duration_ms: int = -1) -> tuple[list[str], list[tuple[str, int, str]]]:
+                          duration_ms: int = -1, id_pattern: str | None = None
+                          ) -> tuple[list[str], list[tuple[str, int, str]]]:
         """(unknown state filters, [(transactional id, producer id, state)]) of the ids coordinated here;
-        `duration_ms` >= 0 keeps transactions running longer than that (KIP-994)."""
+        `duration_ms` >= 0 keeps transactions running longer than that (KIP-994), `id_pattern` (KIP-1152, not
+        None or empty) the ids the regular expression matches whole, as Java's `Matcher.matches`. Raises
+        `re.error` for a pattern that does not compile (Kafka answers INVALID_REGULAR_EXPRESSION)."""
+        matcher = re.compile(id_pattern).fullmatch if id_pattern else None
         wanted_states = set(states)
         unknown = sorted(s for s in wanted_states if TxnState.from_kafka_name(s) is None)
         pids = set(producer_ids)
@@ -410,6 +520,8 @@ class TransactionCoordinator:
             if pids and meta.producer_id not in pids:
                 continue
             if duration_ms >= 0 and (meta.start_ms < 0 or now - meta.start_ms <= duration_ms):
+                continue
+            if matcher is not None and matcher(tid) is None:
                 continue
             out.append((tid, meta.producer_id, meta.state.kafka_name))
         return unknown, out

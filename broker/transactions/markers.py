@@ -37,7 +37,7 @@ __all__ = ["TxnMarker", "MarkerSender", "KafkaMarkerSender", "MarkerDispatcher",
 
 log = logging.getLogger("kelp.broker.transactions")
 
-MARKERS_VERSION = 1  # WriteTxnMarkers v1 (flexible; Kafka 4 serves 1-2, v2 only adds the transaction version)
+MARKERS_VERSION = 2  # WriteTxnMarkers v2 (Kafka 4 serves 1-2; v2 adds each marker's transaction version)
 
 # A leader answered that a newer coordinator or producer epoch exists: stop sending (Kafka's abortSending).
 _STALE = frozenset({ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.TRANSACTION_COORDINATOR_FENCED})
@@ -52,6 +52,7 @@ class TxnMarker:
     commit: bool
     coordinator_epoch: int
     partitions: tuple[tuple[str, int], ...]
+    transaction_version: int = 0  # 2: a transactions v2 marker (its epoch bumped past the data's)
 
 
 class MarkerSender(Protocol):
@@ -95,6 +96,7 @@ class KafkaMarkerSender:
         request = WriteTxnMarkersRequest(markers=[M(
             producer_id=marker.producer_id, producer_epoch=marker.producer_epoch,
             transaction_result=marker.commit, coordinator_epoch=marker.coordinator_epoch,
+            transaction_version=marker.transaction_version,
             topics=[M.WritableTxnMarkerTopic(name=t, partition_indexes=ps) for t, ps in by_topic.items()])])
         response = await self._connection(broker_id).request(request, MARKERS_VERSION)
         out: dict[tuple[str, int], int] = {}
@@ -166,7 +168,8 @@ class MarkerDispatcher:
                     by_leader.setdefault(leader, []).append(tp)
             results = await asyncio.gather(*(
                 self._send(b, TxnMarker(marker.producer_id, marker.producer_epoch, marker.commit,
-                                        marker.coordinator_epoch, tuple(tps))) for b, tps in by_leader.items()))
+                                        marker.coordinator_epoch, tuple(tps), marker.transaction_version))
+                for b, tps in by_leader.items()))
             for codes in results:
                 for tp, code in codes.items():
                     if code == ErrorCode.NONE:

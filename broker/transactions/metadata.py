@@ -57,7 +57,8 @@ VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
     S.EMPTY: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.ONGOING: frozenset({S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.PREPARE_COMMIT: frozenset({S.ONGOING}),
-    S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE}),
+    # Transactions v2 may abort with nothing added (Empty, or after a completed transaction).
+    S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.COMPLETE_COMMIT: frozenset({S.PREPARE_COMMIT}),
     S.COMPLETE_ABORT: frozenset({S.PREPARE_ABORT}),
     S.DEAD: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
@@ -88,11 +89,14 @@ class TxnTransit:
     partitions: frozenset[tuple[str, int]]
     start_ms: int
     update_ms: int
+    next_producer_id: int = NO_PRODUCER_ID  # transactions v2: the producer id after an epoch rollover
+    client_tv: int = 0  # the transaction version the client uses (2: an epoch bump per transaction)
 
     def log_value(self) -> TxnLogValue:
         return TxnLogValue(self.producer_id, self.producer_epoch, self.timeout_ms, int(self.state),
                            tuple(sorted(self.partitions)), self.update_ms, self.start_ms,
-                           previous_producer_id=self.last_producer_id)
+                           previous_producer_id=self.last_producer_id, next_producer_id=self.next_producer_id,
+                           client_transaction_version=self.client_tv)
 
 
 @dataclass
@@ -109,6 +113,9 @@ class TransactionMetadata:
     update_ms: int = -1
     pending: TxnState | None = None  # a transition being written
     failed_epoch_fence: bool = False  # a fence's PrepareAbort write failed: the next fence must not bump again
+    # Transactions v2 (KIP-890 part 2), written in TransactionLogValue v1's tagged fields:
+    next_producer_id: int = NO_PRODUCER_ID  # a Prepare state's producer id for after an epoch rollover
+    client_tv: int = 0  # 2 once the client ran a transaction the v2 way (EndTxn v5, partitions added by leaders)
 
     @classmethod
     def from_log(cls, transactional_id: str, value: TxnLogValue) -> "TransactionMetadata":
@@ -116,12 +123,18 @@ class TransactionMetadata:
         return cls(transactional_id, value.producer_id, value.producer_epoch, value.timeout_ms, state,
                    last_producer_id=value.previous_producer_id,
                    partitions=set(value.partitions) if state is not TxnState.EMPTY else set(),
-                   start_ms=value.start_ms, update_ms=value.last_update_ms)
+                   start_ms=value.start_ms, update_ms=value.last_update_ms,
+                   next_producer_id=value.next_producer_id, client_tv=value.client_transaction_version)
+
+    @property
+    def tv2(self) -> bool:
+        return self.client_tv >= 2
 
     # -- preparing transitions -------------------------------------------------------------------------------
     def _prepare(self, state: TxnState, *, producer_id: int | None = None, epoch: int | None = None,
                  last_epoch: int | None = None, timeout_ms: int | None = None,
                  partitions: frozenset[tuple[str, int]] | None = None, start_ms: int | None = None,
+                 next_producer_id: int = NO_PRODUCER_ID, client_tv: int | None = None,
                  now_ms: int) -> TxnTransit:
         if self.pending is not None:
             raise TransitionError(f"transactional id '{self.transactional_id}': preparing {state.kafka_name} while "
@@ -140,6 +153,8 @@ class TransactionMetadata:
             partitions=frozenset(self.partitions) if partitions is None else partitions,
             start_ms=self.start_ms if start_ms is None else start_ms,
             update_ms=now_ms,
+            next_producer_id=next_producer_id,
+            client_tv=self.client_tv if client_tv is None else client_tv,
         )
         if transit.state is not TxnState.DEAD and transit.producer_epoch < 0:
             raise TransitionError(f"transactional id '{self.transactional_id}': epoch {transit.producer_epoch}")
@@ -171,10 +186,11 @@ class TransactionMetadata:
                              last_epoch=self.producer_epoch if record_last_epoch else NO_PRODUCER_EPOCH,
                              timeout_ms=timeout_ms, partitions=frozenset(), start_ms=-1, now_ms=now_ms)
 
-    def prepare_add_partitions(self, added: set[tuple[str, int]], now_ms: int) -> TxnTransit:
+    def prepare_add_partitions(self, added: set[tuple[str, int]], now_ms: int, *,
+                               client_tv: int | None = None) -> TxnTransit:
         starts = self.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
         return self._prepare(TxnState.ONGOING, partitions=frozenset(self.partitions | added),
-                             start_ms=now_ms if starts else self.start_ms, now_ms=now_ms)
+                             start_ms=now_ms if starts else self.start_ms, client_tv=client_tv, now_ms=now_ms)
 
     def fence_epoch(self) -> None:
         """Kafka's prepareFenceProducerEpoch folded with endTransaction's fence step: the epoch goes up by one
@@ -186,12 +202,32 @@ class TransactionMetadata:
             self.producer_epoch += 1
         self.last_producer_epoch = NO_PRODUCER_EPOCH
 
-    def prepare_end(self, commit: bool, now_ms: int) -> TxnTransit:
-        return self._prepare(TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT, now_ms=now_ms)
+    def prepare_end(self, commit: bool, now_ms: int, *, tv2: bool = False,
+                    next_producer_id: int = NO_PRODUCER_ID) -> TxnTransit:
+        """PrepareCommit / PrepareAbort. With transactions v2 (Kafka's prepareAbortOrCommit for TV2) the epoch
+        goes up by one — the markers carry it and the producer's next transaction uses it — and an abort may
+        come from Empty or a Complete state (nothing added: no partitions, the start time now); at an
+        exhausted epoch `next_producer_id` is the producer id the Complete state rolls over to."""
+        state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        if not tv2:
+            return self._prepare(state, now_ms=now_ms)
+        if self.producer_epoch >= MAX_EPOCH:
+            raise TransitionError(f"transactional id '{self.transactional_id}': cannot bump past epoch {MAX_EPOCH}")
+        nothing_added = self.state is not TxnState.ONGOING
+        return self._prepare(state, epoch=self.producer_epoch + 1, last_epoch=self.producer_epoch,
+                             start_ms=now_ms if nothing_added else None, next_producer_id=next_producer_id,
+                             client_tv=2, now_ms=now_ms)
 
     def prepare_complete(self, now_ms: int) -> TxnTransit:
         state = TxnState.COMPLETE_COMMIT if self.state is TxnState.PREPARE_COMMIT else TxnState.COMPLETE_ABORT
         self.failed_epoch_fence = False
+        if self.tv2:
+            # Kafka's prepareComplete: after a rollover the new producer id starts at epoch 0; the last epoch stays
+            # the one the client last used.
+            if self.next_producer_id != NO_PRODUCER_ID:
+                return self._prepare(state, producer_id=self.next_producer_id, epoch=0, partitions=frozenset(),
+                                     now_ms=now_ms)
+            return self._prepare(state, partitions=frozenset(), now_ms=now_ms)
         return self._prepare(state, last_epoch=self.producer_epoch, partitions=frozenset(), now_ms=now_ms)
 
     def prepare_dead(self, now_ms: int) -> TxnTransit:
@@ -214,6 +250,8 @@ class TransactionMetadata:
         self.partitions = set(transit.partitions)
         self.start_ms = transit.start_ms
         self.update_ms = transit.update_ms
+        self.next_producer_id = transit.next_producer_id
+        self.client_tv = transit.client_tv
 
     def abort_pending(self) -> None:
         """The transit could not be written: the state stays as it was."""

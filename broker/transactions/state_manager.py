@@ -146,7 +146,8 @@ class TxnStateManager:
         NOT_COORDINATOR (whether or not it is durable: the next coordinator replays the log)."""
         partition = self.partition_for(meta.transactional_id)
         token = self.ownership.token(partition)
-        value = None if transit.state is TxnState.DEAD else encode_txn_value(transit.log_value())
+        value = None if transit.state is TxnState.DEAD else encode_txn_value(
+            transit.log_value(), version=1 if self.config.transaction_version >= 1 else 0)
         try:
             await self.store.append(partition, [(encode_txn_key(meta.transactional_id), value)])
         except Exception as exc:

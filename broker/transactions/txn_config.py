@@ -51,6 +51,13 @@ class TxnConfig:
     # completed (its markers) wait this long for it before answering CONCURRENT_TRANSACTIONS (Kafka answers at
     # once; a Java producer then backs off retry.backoff.ms, 100 ms, for a completion that takes a few ms).
     completion_wait_ms: int = 100
+    # transaction.partition.verification.enable: partition leaders ask the coordinator before a producer's first
+    # transactional batch on a partition (KIP-890 part 1, `verifier`).
+    partition_verification: bool = True
+    # transaction.version: the finalized level of Kafka's feature (Kafka sets it with kafka-features / at format
+    # time; a Kelp broker config here). 1+: __transaction_state values in TransactionLogValue v1; 2: clients may
+    # run transactions v2 (KIP-890 part 2), advertised in ApiVersions.
+    transaction_version: int = 2
 
     def topic_configs(self) -> dict[str, str]:
         """`__transaction_state`'s topic configs, as Kafka's TransactionStateManager.transactionTopicConfigs."""
@@ -72,4 +79,6 @@ class TxnConfig:
             id_expiration_ms=int(cfg["transactional.id.expiration.ms"]),
             abort_interval_ms=int(cfg["transaction.abort.timed.out.transaction.cleanup.interval.ms"]),
             expire_interval_ms=int(cfg["transaction.remove.expired.transaction.cleanup.interval.ms"]),
+            partition_verification=bool(cfg["transaction.partition.verification.enable"]),
+            transaction_version=int(cfg["transaction.version"]),
         )

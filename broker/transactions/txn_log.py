@@ -12,8 +12,9 @@ Formats (big-endian; Kafka's generated TransactionLogKey.json / TransactionLogVa
   {topic:string, partition_ids: array of int32}, last_update_timestamp_ms:int64, start_timestamp_ms:int64
 - TransactionLogValue v1 (flexible, written by Kafka with transaction.version >= 1): the same fields with
   compact strings and arrays (unsigned varint length + 1) and tagged fields (previous producer id tag 0, next
-  producer id tag 1, client transaction version tag 2). Kelp reads v1 and writes v0, as Kafka does until
-  transaction.version 1 is enabled.
+  producer id tag 1, client transaction version tag 2). Kelp writes v1 when its `transaction.version` is 1
+  or more (a tag written only when it differs from its default, as Kafka's generated code does) and v0
+  otherwise, as Kafka does; it reads both.
 
 A tombstone (None value) removes the id. An Empty transaction is written with a null partition array.
 This module must never do I/O; it is pure encoding.
@@ -100,22 +101,57 @@ def decode_txn_key(data: bytes) -> str:
     return r.string(False)
 
 
-def encode_txn_value(value: TxnLogValue) -> bytes:
-    """TransactionLogValue v0 (Empty: a null partition array, as Kafka writes it)."""
-    out = [struct.pack(">hqhib", 0, value.producer_id, value.producer_epoch, value.timeout_ms, value.status)]
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _compact_string(text: str) -> bytes:
+    data = text.encode("utf-8")
+    return _uvarint(len(data) + 1) + data
+
+
+def encode_txn_value(value: TxnLogValue, *, version: int = 0) -> bytes:
+    """TransactionLogValue v0, or v1 (flexible, with the tagged fields) when `version` is 1; an Empty
+    transaction has a null partition array, as Kafka writes it."""
+    if version not in (0, 1):
+        raise ValueError(f"unknown TransactionLogValue version {version}")
+    compact = version == 1
+    out = [struct.pack(">hqhib", version, value.producer_id, value.producer_epoch, value.timeout_ms, value.status)]
     if value.status == 0:
         if value.partitions:
             raise ValueError("an Empty transaction has no partitions")
-        out.append(struct.pack(">i", -1))
+        out.append(b"\x00" if compact else struct.pack(">i", -1))
     else:
         by_topic: dict[str, list[int]] = {}
         for topic, partition in value.partitions:
             by_topic.setdefault(topic, []).append(partition)
-        out.append(struct.pack(">i", len(by_topic)))
+        out.append(_uvarint(len(by_topic) + 1) if compact else struct.pack(">i", len(by_topic)))
         for topic, parts in by_topic.items():
-            out.append(_string(topic))
-            out.append(struct.pack(f">i{len(parts)}i", len(parts), *sorted(parts)))
+            if compact:
+                out.append(_compact_string(topic) + _uvarint(len(parts) + 1)
+                           + struct.pack(f">{len(parts)}i", *sorted(parts)) + b"\x00")
+            else:
+                out.append(_string(topic))
+                out.append(struct.pack(f">i{len(parts)}i", len(parts), *sorted(parts)))
     out.append(struct.pack(">qq", value.last_update_ms, value.start_ms))
+    if compact:
+        tags = []
+        if value.previous_producer_id != -1:
+            tags.append((0, struct.pack(">q", value.previous_producer_id)))
+        if value.next_producer_id != -1:
+            tags.append((1, struct.pack(">q", value.next_producer_id)))
+        if value.client_transaction_version != 0:
+            tags.append((2, struct.pack(">h", value.client_transaction_version)))
+        out.append(_uvarint(len(tags)))
+        out.extend(_uvarint(tag) + _uvarint(len(data)) + data for tag, data in tags)
     return b"".join(out)
 
 

@@ -122,3 +122,11 @@ async def test_describe_and_list_transactions(b: InProcessBroker) -> None:  # no
     assert (state.error_code, state.transaction_state) == (0, "Empty")
     listed = await b.call(ListTransactionsRequest(state_filters=[], producer_id_filters=[]), 0, principal=BOB)
     assert [t.transactional_id for t in listed.transaction_states] == [TID]
+    # v2 (KIP-1152): the transactional-id pattern, matched against the whole id.
+    kw = dict(state_filters=[], producer_id_filters=[], duration_filter=-1)
+    listed = await b.call(ListTransactionsRequest(**kw, transactional_id_pattern="t."), 2, principal=BOB)
+    assert [t.transactional_id for t in listed.transaction_states] == [TID]
+    listed = await b.call(ListTransactionsRequest(**kw, transactional_id_pattern="t"), 2, principal=BOB)
+    assert listed.transaction_states == []
+    listed = await b.call(ListTransactionsRequest(**kw, transactional_id_pattern="(t"), 2, principal=BOB)
+    assert listed.error_code == ErrorCode.INVALID_REGULAR_EXPRESSION

@@ -26,8 +26,16 @@ KAFKA_PYTHON_NAMES = {
 }
 
 
+# Codes newer than kafka-python 3.0.12's table, with their number in Kafka's Errors.java.
+NEWER_THAN_KAFKA_PYTHON = {"INVALID_REGULAR_EXPRESSION": 128}  # KIP-848; ListTransactions v2's bad pattern
+
+
 @pytest.mark.parametrize("code", list(ErrorCode), ids=lambda c: c.name)
 def test_each_code_is_kafkas_number_for_its_name(code: ErrorCode) -> None:
+    if code.name in NEWER_THAN_KAFKA_PYTHON:
+        assert int(code) == NEWER_THAN_KAFKA_PYTHON[code.name]
+        assert kafka.errors.for_code(int(code)).__name__ == "UnrecognizedBrokerError"  # drop once it knows it
+        return
     known = kafka.errors.for_code(int(code))
     assert known.__name__ != "UnrecognizedBrokerError", f"{code.name}={int(code)} is no Kafka error code"
     assert known.errno == code

@@ -29,7 +29,7 @@ class Replicas:
         self.go = asyncio.Event()
         self.timeouts: list[int] = []
 
-    async def append_local(self, topic, partition, data, *, acks, timeout_ms=30000):
+    async def append_local(self, topic, partition, data, *, acks, timeout_ms=30000, verify_txn=False, txn_guard=None):
         self.events.append(f"append {partition}")
         self.timeouts.append(timeout_ms)  # a replica still loading its producer state is waited for this long
         if partition == 9:
@@ -49,7 +49,8 @@ async def test_acks_all_appends_everything_releases_the_frame_then_waits_for_all
     replicas = Replicas()
     topics = SimpleNamespace(exists=lambda name: True)
     released: list[list[str]] = []
-    broker = SimpleNamespace(replicas=replicas, topics=topics, acls=open_acls())
+    broker = SimpleNamespace(replicas=replicas, topics=topics, acls=open_acls(),
+                             transactions=SimpleNamespace(verifier=None))  # no transaction verification here
     ctx = RequestContext(broker=broker, api_key=0, api_version=9, correlation_id=1, client_id="t", peer="p",
                          release_frame=lambda: released.append(list(replicas.events)))
     parts = [PartitionData(p, memoryview(bytearray(b"batch"))) for p in (0, 1, 9, 2)]

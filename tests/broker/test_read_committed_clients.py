@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from kafka.protocol.consumer import ListOffsetsRequest
 from kafka.protocol.producer import ProduceRequest, WriteTxnMarkersRequest
 
@@ -62,6 +63,13 @@ def _consume(bootstrap: str, isolation: str, want: int) -> list[bytes]:
     finally:
         consumer.close()
     return got
+
+
+@pytest.fixture
+def broker(broker_factory):
+    """A broker of its own: the test plays the transaction coordinator, so KIP-890's verification (which asks
+    the real one before a transaction's first batch) is off, as Kafka's own tests of this kind run."""
+    return broker_factory(settings={"transaction.partition.verification.enable": "false"})
 
 
 def test_librdkafka_read_committed_skips_aborted_and_open_transactions(broker) -> None:

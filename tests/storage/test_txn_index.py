@@ -103,3 +103,72 @@ def test_the_cleaner_drops_aborted_records_and_keeps_markers(tmp_path, clock) ->
     again = Log.open(tmp_path / "t-0", config, clock_ms=clock)
     assert [t.last_offset for t in again.collect_aborted_txns(0, again.log_end_offset)] == [marker_at]
     again.close()
+
+
+def _commit(log: Log, pid: int) -> int:
+    return log.append_as_leader(build_marker_batch(pid, 0, commit=True, coordinator_epoch=0, timestamp_ms=1),
+                                leader_epoch=0, origin="coordinator").first_offset
+
+
+def _controls(log: Log) -> dict[int, int | None]:
+    """base offset -> delete horizon of each marker in the log (one read stays within one segment)."""
+    found: dict[int, int | None] = {}
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:
+        heads = list(iter_headers(log.read(offset, max_bytes=1 << 20)))
+        found.update((h.base_offset, h.delete_horizon_ms) for h in heads if h.is_control)
+        offset = heads[-1].next_offset
+    return found
+
+
+def test_the_cleaner_removes_a_marker_once_its_data_is_gone_and_its_horizon_passed(tmp_path, clock) -> None:
+    """Kafka's rule (KIP-534): a marker stays while its transaction has data; the first pass that finds none
+    writes its delete horizon (now + delete.retention.ms), a pass after the horizon removes it — unless it is
+    its producer's last batch."""
+    config = LogConfig(segment_bytes=300, cleanup_policy="compact", delete_retention_ms=DAY,
+                       min_cleanable_dirty_ratio=0.01)
+    log = Log.open(tmp_path / "t-0", config, clock_ms=clock)
+    cleaner = LogCleaner(clock_ms=clock)
+
+    def more(tag: bytes) -> None:  # plain records that roll segments (something dirty for the next pass)
+        for i in range(6):
+            log.append_as_leader(keyed([(tag + b"%d" % i, b"x" * 40)]), leader_epoch=0)
+
+    aborted_at = log.append_as_leader(_txn(7, b"a", b"aborted"), leader_epoch=0).first_offset
+    abort = _marker(log, 7)
+    log.append_aborted_txn(AbortedTxn(7, aborted_at, abort, abort + 1))
+    log.append_as_leader(_txn(9, b"c", b"old"), leader_epoch=0)
+    first_commit = _commit(log, 9)
+    log.append_as_leader(keyed([(b"c", b"new")]), leader_epoch=0)  # supersedes the committed "c"
+    log.append_as_leader(build_batch([Record(b"d", b"kept")], producer_id=9, producer_epoch=0, base_sequence=1,
+                                     is_transactional=True), leader_epoch=0)
+    second_commit = _commit(log, 9)
+    more(b"p")
+    # Pass 1: the aborted batch and the superseded committed one go; their markers stay (their data was here).
+    stats = cleaner.clean(log, clock.ms)
+    assert stats.aborted_batches_removed == 1 and stats.markers_removed == 0
+    assert _controls(log) == {abort: None, first_commit: None, second_commit: None}
+    assert [t.last_offset for t in log.collect_aborted_txns(0, log.log_end_offset)] == [abort]
+    # Pass 2: both markers without data get their delete horizon; the index entry goes with the data.
+    more(b"q")
+    stats = cleaner.clean(log, clock.ms)
+    horizon = clock.ms + DAY
+    assert stats.marker_horizons_set == 2
+    assert _controls(log) == {abort: horizon, first_commit: horizon, second_commit: None}
+    assert log.collect_aborted_txns(0, log.log_end_offset) == []
+    # Before the horizon nothing changes; after it the first commit marker goes, producer 7's abort marker (its
+    # last batch) and the marker of the transaction whose data is still there stay.
+    more(b"r")
+    assert cleaner.clean(log, clock.ms).markers_removed == 0
+    assert log.delete_horizon_due_ms == horizon and not log.cleanable()  # nothing dirty, the horizon ahead
+    clock.advance(DAY + 1)
+    assert log.cleanable()  # nothing dirty, but a marker's horizon passed: a pass for it (KIP-534)
+    assert cleaner.clean(log, clock.ms).markers_removed == 1
+    assert log.delete_horizon_due_ms is None  # producer 7's last batch stays, but brings no pass back for it
+    assert _controls(log) == {abort: horizon, second_commit: None}
+    values = {r.key: r.value for r in read_all(log)}
+    assert values[b"c"] == b"new" and values[b"d"] == b"kept" and b"a" not in values
+    log.close()
+    again = Log.open(tmp_path / "t-0", config, clock_ms=clock)
+    assert _controls(again) == {abort: horizon, second_commit: None}
+    again.close()

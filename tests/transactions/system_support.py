@@ -221,12 +221,15 @@ class TopicReader:
             while not self._done.is_set():
                 msg = self._consumer.poll(0.2)
                 if msg is None:
+                    # Every partition may have reported its end before `finish` was called (librdkafka reports
+                    # an end once): nothing new arrived within the poll, so the reader is done.
+                    if self._finished():
+                        break
                     continue
                 if msg.error():
                     if msg.error().code() == KafkaError._PARTITION_EOF:
                         self._at_end.add(msg.partition())
-                        if self._finishing.is_set() and len(self._at_end) == self.partitions \
-                                and len(self.values) >= self._expect:
+                        if self._finished():
                             break
                     continue
                 self._at_end.discard(msg.partition())
@@ -234,6 +237,9 @@ class TopicReader:
         finally:
             self._consumer.close()
             self._done.set()
+
+    def _finished(self) -> bool:
+        return self._finishing.is_set() and len(self._at_end) == self.partitions and len(self.values) >= self._expect
 
     def finish(self, *, expect_at_least: int = 0, timeout: float = 60.0) -> list[bytes]:
         self._expect = expect_at_least

@@ -89,3 +89,20 @@ def test_partition_for_is_kafkas_hash() -> None:
         h = (31 * h + ord(ch)) & 0xFFFFFFFF
     signed = h - (1 << 32) if h & 0x80000000 else h
     assert partition_for_txn("my-txn", 50) == abs(signed) % 50
+
+
+def test_value_v1_round_trips_with_its_tagged_fields() -> None:
+    """TransactionLogValue v1, written with transaction.version >= 1: what v2 transactions need across a
+    coordinator failover (the next producer id of an epoch rollover, the client's transaction version)."""
+    value = TxnLogValue(9, 32767, 60000, int(TxnState.PREPARE_COMMIT), (("top", 3), ("top", 0), ("x", 1)), 77, 66,
+                        previous_producer_id=8, next_producer_id=10, client_transaction_version=2)
+    data = encode_txn_value(value, version=1)
+    assert struct.unpack_from(">h", data)[0] == 1
+    back = decode_txn_value(data)
+    assert back.partitions == (("top", 0), ("top", 3), ("x", 1))
+    assert (back.producer_id, back.producer_epoch, back.status, back.last_update_ms, back.start_ms) == (
+        9, 32767, 2, 77, 66)
+    assert (back.previous_producer_id, back.next_producer_id, back.client_transaction_version) == (8, 10, 2)
+    empty = TxnLogValue(9, 1, 1000, int(TxnState.EMPTY), (), 5, -1)
+    assert decode_txn_value(encode_txn_value(empty, version=1)) == empty  # defaults: no tags written
+    assert encode_txn_value(empty, version=1).endswith(struct.pack(">qq", 5, -1) + b"\x00")

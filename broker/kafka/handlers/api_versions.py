@@ -5,7 +5,10 @@ v2 record format only if Produce >= 3 and Fetch >= 4). A request above our
 highest version is answered in v0 with UNSUPPORTED_VERSION and the ranges, as
 Kafka does, so the client can retry with a version we speak. v4 (what the
 Java client 3.7+ sends first, Spark's Kafka connector among them) has v3's
-body; serving it saves every Java connection a refused round trip.
+body; serving it saves every Java connection a refused round trip. v3+ also
+carries the features (KIP-584): Kelp advertises Kafka's `transaction.version`
+(supported 0-2, finalized at the broker's `transaction.version` setting), which
+is how a Kafka 4 Java producer decides to run transactions v2 (KIP-890 part 2).
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from kelp.errors import ErrorCode
 
 from .registry import RequestContext, all_handlers, handles
 
+TRANSACTION_VERSION = "transaction.version"
+FEATURES_EPOCH = 1
+
 
 @handles(ApiVersionsRequest, min_version=0, max_version=4)
 async def handle_api_versions(ctx: RequestContext, request: ApiVersionsRequest | None) -> ApiVersionsResponse:
@@ -24,4 +30,15 @@ async def handle_api_versions(ctx: RequestContext, request: ApiVersionsRequest |
         for s in all_handlers()
     ]
     error = ErrorCode.UNSUPPORTED_VERSION if ctx.unsupported_version else ErrorCode.NONE
-    return ApiVersionsResponse(error_code=error, api_keys=keys, throttle_time_ms=0)
+    if ctx.api_version < 3:
+        return ApiVersionsResponse(error_code=error, api_keys=keys, throttle_time_ms=0)
+    # Features (KIP-584): transaction.version, levels 0-2 supported, finalized at the broker's setting. A Java
+    # client runs transactions v2 (KIP-890 part 2) only when the finalized level is 2; the epoch is constant
+    # as the level is a static setting.
+    level = ctx.broker.transactions.config.transaction_version
+    R = ApiVersionsResponse
+    return R(error_code=error, api_keys=keys, throttle_time_ms=0,
+             supported_features=[R.SupportedFeatureKey(name=TRANSACTION_VERSION, min_version=0, max_version=2)],
+             finalized_features_epoch=FEATURES_EPOCH if level > 0 else -1,
+             finalized_features=[R.FinalizedFeatureKey(name=TRANSACTION_VERSION, max_version_level=level,
+                                                       min_version_level=level)] if level > 0 else [])

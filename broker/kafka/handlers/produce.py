@@ -15,6 +15,11 @@ Authorization (Kafka's handleProduceRequest): transactional batches need WRITE o
 every partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED), each topic WRITE (else TOPIC_AUTHORIZATION_FAILED, whether
 or not it exists); Kelp's auto-creation on produce also needs CREATE on the cluster or the topic, as Metadata's
 does (else UNKNOWN_TOPIC_OR_PARTITION, Kafka's answer for a topic a produce names that does not exist).
+
+Transaction verification (KIP-890 part 1, `transaction.partition.verification.enable`): a partition whose
+first batch is transactional, from a producer without its transaction open there, is appended only once the
+transaction coordinator confirmed the partition is in the transaction (`kelp.broker.txn_verification`);
+otherwise it gets the coordinator's error as Kafka translates it for the Produce version, nothing appended.
 """
 
 from __future__ import annotations
@@ -33,7 +38,9 @@ from kelp.errors import (
     UnknownTopicOrPartitionError,
 )
 
+from ...producer_state import VerificationGuard
 from ...replica_types import ProduceResult
+from ...txn_verification import FIRST_ADD_PARTITION_PRODUCE_VERSION, transactional_batch, verify_produce
 from ..access import AclOperation, ResourceType, access
 from ..produce_decoder import ProduceData, decode_produce_request
 from .registry import RequestContext, handles
@@ -87,13 +94,37 @@ def _create_refusal(ctx: RequestContext, name: str) -> KelpError | None:
     return UnknownTopicOrPartitionError("This server does not host this topic-partition.")
 
 
-@handles(ProduceRequest, min_version=3, max_version=9, decoder=decode_produce_request)
+async def _verifications(ctx: RequestContext, request: ProduceData, refusals: dict[str, KelpError]
+                         ) -> dict[tuple[str, int], KelpError | VerificationGuard] | None:
+    """KIP-890 part 1 (`txn_verification`): None when this broker does not verify transactions, else the
+    guard (or error) of each partition whose first batch is transactional and needs the coordinator's word."""
+    verifier = ctx.broker.transactions.verifier
+    add = ctx.api_version >= FIRST_ADD_PARTITION_PRODUCE_VERSION  # v2 clients: always, their partitions join so
+    if verifier is None or not (add or ctx.broker.transactions.config.partition_verification):
+        return None
+    batches = {}
+    for td in request.topic_data:
+        if refusals and td.name in refusals:
+            continue
+        for pd in td.partition_data:
+            producer = transactional_batch(pd.records)
+            if producer is not None:
+                batches[(td.name, pd.index)] = producer
+    if not batches:
+        return {}
+    return await verify_produce(ctx.broker.replicas, verifier, request.transactional_id, batches,
+                                produce_version=ctx.api_version, add=add)
+
+
+@handles(ProduceRequest, min_version=3, max_version=12, decoder=decode_produce_request)
 async def handle_produce(ctx: RequestContext, request: ProduceData) -> ProduceResponse | None:
     broker = ctx.broker
     replicas = broker.replicas
     topics = broker.topics
     acks = request.acks
     refusals = _refusals(ctx, request)
+    guards = await _verifications(ctx, request, refusals)
+    verify = guards is not None
     # Every partition is appended first; acks=all then waits for all of them at once (Kafka's purgatory):
     # a request naming N partitions waits one replication round trip, not N.
     outcomes: list[tuple[str, list[tuple[int, ProduceResult | KelpError]]]] = []
@@ -114,11 +145,16 @@ async def handle_produce(ctx: RequestContext, request: ProduceData) -> ProduceRe
             elif pd.records is None:
                 outcome = CorruptRecordError(f"produce to topic '{name}' partition {pd.index} carries no records")
             else:
-                try:
-                    outcome = await replicas.append_local(name, pd.index, pd.records, acks=acks,
-                                                          timeout_ms=request.timeout_ms)
-                except KelpError as exc:
-                    outcome = exc
+                guard = guards.get((name, pd.index)) if guards else None
+                if isinstance(guard, KelpError):
+                    outcome = guard  # the coordinator did not confirm the partition: nothing appended
+                else:
+                    try:
+                        outcome = await replicas.append_local(name, pd.index, pd.records, acks=acks,
+                                                              timeout_ms=request.timeout_ms, verify_txn=verify,
+                                                              txn_guard=guard)
+                    except KelpError as exc:
+                        outcome = exc
             pd.records = None  # the log has the bytes: no view of the frame outlives the append
             parts.append((pd.index, outcome))
         outcomes.append((name, parts))

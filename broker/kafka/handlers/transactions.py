@@ -3,10 +3,11 @@ ListTransactions (InitProducerId is in `producer_ids`, FindCoordinator in `group
 
 Why: these turn kafka-python request objects into calls on the broker's `TransactionCoordinator`
 (`broker.transactions`) — and, for TxnOffsetCommit, on its `GroupCoordinator` — and their results back
-into responses, for the versions transactional clients of transactions "v1" negotiate. Versions that mean
-transactions v2 (KIP-890 part 2: EndTxn v5 and TxnOffsetCommit v5 bump the epoch on every commit) are not
-served, as Kelp does not advertise the transaction.version feature; AddPartitionsToTxn is served up to
-Kafka 4's v5, its batched broker form (v4+) for partition leaders verifying a transaction.
+into responses, for transactions "v1" (the client adds its partitions) and "v2" (KIP-890 part 2, when the
+broker's transaction.version is 2: EndTxn v5 bumps the epoch on every commit and abort and answers the next
+producer id and epoch; TxnOffsetCommit v5 has its offsets partition added by the group coordinator's broker,
+as Produce v12 has its partitions added by their leaders). AddPartitionsToTxn is served up to Kafka 4's v5,
+its batched broker form (v4+) for partition leaders verifying (or, for v2 clients, adding to) a transaction.
 
 Authorization (Kafka's KafkaApis), all in the block below: AddPartitionsToTxn v0-3 needs WRITE on the
 transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition) and WRITE on each topic
@@ -24,6 +25,7 @@ This module must never hold transaction state or decide transaction rules: that 
 from __future__ import annotations
 
 import logging
+import re
 
 from kafka.protocol.admin import (
     DescribeTransactionsRequest,
@@ -47,6 +49,7 @@ from kelp.broker.groups.group import CommittedOffset
 from kelp.broker.groups.placement import OFFSETS_TOPIC
 from kelp.errors import ErrorCode
 
+from ...txn_verification import FIRST_ADD_PARTITION_TXN_OFFSET_VERSION, txn_offset_commit_error
 from ..access import AclOperation, ResourceType, access
 from .registry import RequestContext, handles
 
@@ -143,8 +146,9 @@ async def handle_add_partitions_to_txn(ctx: RequestContext,
         if txn.verify_only:
             codes = coordinator.verify_partitions(txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted)
         else:
+            # a partition leader adding for a transactions v2 client (its Produce v12+ / TxnOffsetCommit v5+)
             code = await coordinator.add_partitions(txn.transactional_id, txn.producer_id, txn.producer_epoch,
-                                                    wanted)
+                                                    wanted, tv2=True)
             codes = {tp: code for tp in wanted}
         results.append(R.AddPartitionsToTxnResult(transactional_id=txn.transactional_id,
                                                   topic_results=_txn_topic_results(codes)))
@@ -172,22 +176,44 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request: AddOffsetsToTx
 
 
 # -- EndTxn ---------------------------------------------------------------------------------------------------
-@handles(EndTxnRequest, min_version=0, max_version=4)
+@handles(EndTxnRequest, min_version=0, max_version=5)
 async def handle_end_txn(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
+    """v5 is transactions v2 (KIP-890 part 2): the epoch is bumped on every commit and abort and the answer
+    carries the producer id and epoch of the client's next transaction."""
     tid = request.transactional_id
+    pid, epoch = -1, -1
     if not _may_write_txn(ctx, tid):
         code = int(TXN_DENIED)
+    elif ctx.api_version >= 5:
+        result = await ctx.broker.transactions.end_txn_v2(tid, request.producer_id, request.producer_epoch,
+                                                          bool(request.committed))
+        code, pid, epoch = result.error, result.producer_id, result.producer_epoch
     else:
         code = _fenced(await ctx.broker.transactions.end_txn(tid, request.producer_id, request.producer_epoch,
                                                              bool(request.committed)), ctx.api_version)
     if code:
         log.info("EndTxn (%s) of transactional id '%s' from %s: error %d",
                  "commit" if request.committed else "abort", tid, ctx.client, code)
-    return EndTxnResponse(throttle_time_ms=0, error_code=code)
+    return EndTxnResponse(throttle_time_ms=0, error_code=code, producer_id=pid, producer_epoch=epoch)
 
 
 # -- TxnOffsetCommit ------------------------------------------------------------------------------------------
-@handles(TxnOffsetCommitRequest, min_version=0, max_version=4)
+async def _verify_offsets_partition(ctx: RequestContext, request: TxnOffsetCommitRequest) -> int:
+    """KIP-890 for TxnOffsetCommit (Kafka's GroupCoordinator verification): the group's `__consumer_offsets`
+    partition must be in the transaction (v0-4, verify-only) or is added to it (v5+, transactions v2, which
+    sends no AddOffsetsToTxn); the error for every partition of the request, NONE to go on."""
+    verifier = ctx.broker.transactions.verifier
+    v = ctx.api_version
+    add = v >= FIRST_ADD_PARTITION_TXN_OFFSET_VERSION
+    if verifier is None or not (add or ctx.broker.transactions.config.partition_verification):
+        return ErrorCode.NONE
+    tp = (OFFSETS_TOPIC, ctx.broker.groups.partition_for(request.group_id))
+    codes = await verifier.verify(request.transactional_id, request.producer_id, request.producer_epoch, [tp],
+                                  add=add)
+    return txn_offset_commit_error(codes.get(tp, ErrorCode.UNKNOWN_SERVER_ERROR), v)
+
+
+@handles(TxnOffsetCommitRequest, min_version=0, max_version=5)
 async def handle_txn_offset_commit(ctx: RequestContext, request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
     T = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
     P = T.TxnOffsetCommitResponsePartition
@@ -210,7 +236,10 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: TxnOffsetCommit
             else:
                 offsets[tp] = CommittedOffset(p.committed_offset, p.committed_leader_epoch if v >= 2 else -1,
                                               p.committed_metadata or "")
-        if offsets:
+        refused = await _verify_offsets_partition(ctx, request) if offsets else ErrorCode.NONE
+        if refused:
+            codes.update({tp: refused for tp in offsets})
+        elif offsets:
             codes.update(await ctx.broker.groups.txn_commit_offsets(
                 request.group_id, producer_id=request.producer_id, producer_epoch=request.producer_epoch,
                 member_id=request.member_id or "" if v >= 3 else "",
@@ -253,12 +282,23 @@ async def handle_describe_transactions(ctx: RequestContext,
     return DescribeTransactionsResponse(throttle_time_ms=0, transaction_states=states)
 
 
-@handles(ListTransactionsRequest, min_version=0, max_version=1)
+@handles(ListTransactionsRequest, min_version=0, max_version=2)
 async def handle_list_transactions(ctx: RequestContext, request: ListTransactionsRequest) -> ListTransactionsResponse:
+    """v1 adds the duration filter (KIP-994), v2 the transactional-id pattern (KIP-1152: a Java regular
+    expression matched against the whole id; Kelp compiles it with Python's `re`, which reads the usual
+    constructs the same way). A pattern that does not compile answers INVALID_REGULAR_EXPRESSION."""
     S = ListTransactionsResponse.TransactionState
-    unknown, found = ctx.broker.transactions.list_transactions(
-        states=request.state_filters or [], producer_ids=request.producer_id_filters or [],
-        duration_ms=request.duration_filter if ctx.api_version >= 1 else -1)
+    v = ctx.api_version
+    try:
+        unknown, found = ctx.broker.transactions.list_transactions(
+            states=request.state_filters or [], producer_ids=request.producer_id_filters or [],
+            duration_ms=request.duration_filter if v >= 1 else -1,
+            id_pattern=request.transactional_id_pattern if v >= 2 else None)
+    except re.error as exc:
+        log.info("ListTransactions from %s: transactional id pattern %r does not compile: %s", ctx.client,
+                 request.transactional_id_pattern, exc)
+        return ListTransactionsResponse(throttle_time_ms=0, error_code=ErrorCode.INVALID_REGULAR_EXPRESSION,
+                                        unknown_state_filters=[], transaction_states=[])
     acc = access(ctx)
     if acc.enabled:
         found = [f for f in found if acc.allows(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, f[0])]
