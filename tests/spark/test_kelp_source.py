@@ -29,9 +29,12 @@ pytestmark = [pytest.mark.clients, pytest.mark.timeout(300)]
 
 @pytest.fixture(scope="module")
 def kelp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    """One broker for the module (each test uses its own topics); fast retention checks for the data-loss test."""
-    b = BrokerProcess(tmp_path_factory.mktemp("spark-broker"), settings={"log.retention.check.interval.ms": 200,
-                                                                         "auto.create.topics.enable": False})
+    """One broker for the module (each test uses its own topics); fast retention checks for the data-loss test.
+    The read_committed test writes transactional batches and markers raw, as a leader sees them, with no
+    transaction coordinator behind them: KIP-890's verification is off, as in Kafka's own log tests."""
+    b = BrokerProcess(tmp_path_factory.mktemp("spark-broker"), settings={
+        "log.retention.check.interval.ms": 200, "auto.create.topics.enable": False,
+        "transaction.partition.verification.enable": False})
     b.start()
     yield b
     b.kill()
