@@ -202,3 +202,34 @@ async def test_deleting_a_topic_in_a_running_broker_removes_its_files_in_a_worke
 async def _until_gone(root, topic: str) -> None:
     while any(p.name.startswith(f"{topic}-") for p in root.iterdir()):
         await asyncio.sleep(0.01)
+
+
+async def test_a_segment_roll_makes_its_files_in_a_worker_thread_while_the_loop_serves(tmp_path, monkeypatch) -> None:
+    """A produce that fills the active segment: the new segment's files are made in a worker thread (here a
+    file system that blocks in `open`), the event loop serves meanwhile — a read of the same log and an append
+    to it that waits its turn — and the producer state is snapshotted at the new segment's base."""
+    from kelp.broker.storage.segment import segment_name
+    from tests.storage.helpers import WAIT_S, BlockingOpen
+
+    node = Node(tmp_path, 0, settings={"log.segment.bytes": 400})
+    node.push(replicas=(0,), leader=0, leader_epoch=1, isr=(0,))
+    await node.drain()
+    first = await node.rm.append(TOPIC, 0, bytearray(batch(1, size=300)), acks=1)
+    fs = BlockingOpen(monkeypatch, f"{segment_name(first.last_offset + 2)}.log")
+    second = await node.rm.append(TOPIC, 0, bytearray(batch(1, size=300)), acks=1)  # past segment.bytes
+    assert len(node.log.segments) == 1, "the roll was made inside the append"
+    try:
+        assert await asyncio.to_thread(fs.entered.wait, WAIT_S), "no roll started"
+        # The roll's worker is inside `open`: the loop runs this coroutine, the log lock is free.
+        assert node.log.read(0, max_bytes=1 << 20)
+        third = asyncio.ensure_future(node.rm.append(TOPIC, 0, bytearray(batch(1)), acks=1))
+        await asyncio.sleep(0)
+        assert not third.done() and node.part.busy is not None  # held back: no append to a half-made segment
+    finally:
+        fs.release.set()
+    result = await asyncio.wait_for(third, WAIT_S)
+    assert fs.threads and threading.get_ident() not in fs.threads
+    assert result.base_offset == second.last_offset + 1 == node.log.active_segment.base_offset
+    await node.drain()
+    assert (node.log.directory / f"{segment_name(result.base_offset)}.snapshot").exists()
+    node.close()
