@@ -233,3 +233,25 @@ async def test_a_segment_roll_makes_its_files_in_a_worker_thread_while_the_loop_
     await node.drain()
     assert (node.log.directory / f"{segment_name(result.base_offset)}.snapshot").exists()
     node.close()
+
+
+async def test_a_push_applies_only_the_partitions_whose_state_changed(tmp_path, monkeypatch) -> None:
+    """One ISR change of a 3,000-partition topic re-applied all 3,000 (after a creation, one ISR change per
+    partition: O(n^2) on the loop, fetchers starved, ISRs shrank — issue 23). Unchanged states are the image's
+    same objects and are skipped; the changed one is taken as before."""
+    from kelp.broker.cluster.metadata_image import MetadataDelta
+    from kelp.broker.cluster.model import PartitionState, TopicState
+    from tests.replication.replica_harness import TOPIC_ID
+
+    node = Node(tmp_path, 0)
+    states = tuple(PartitionState((0, 1), 0, 1, (0, 1), 0) for _ in range(20))
+    first = TopicState(TOPIC, states, topic_id=TOPIC_ID)
+    node.topics.apply_delta(MetadataDelta(changed={TOPIC: first}))
+    await node.drain()
+    taken = record_threads(monkeypatch, type(node.part), "update_state")
+    shrunk = PartitionState((0, 1), 0, 1, (0,), 1)
+    node.topics.apply_delta(MetadataDelta(changed={TOPIC: first.with_partition(7, shrunk)}))
+    assert len(taken) == 1
+    assert node.rm.get_partition(TOPIC, 7).isr == (0,) and node.rm.get_partition(TOPIC, 7).applied is shrunk
+    assert all(node.rm.get_partition(TOPIC, p).applied is states[p] for p in range(20) if p != 7)
+    node.close()
