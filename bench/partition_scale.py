@@ -5,7 +5,8 @@ follower fetch — are invisible with six partitions and decide whether a broker
 case Kelp and then Apache Kafka (bench/kafka_ref.py, Kafka's defaults) are started alone on this machine
 (one after the other, so neither's idle figures include the other's work) and measured:
 
-- creation: one CreateTopics with every partition, until every partition has a leader (bench/clients.py);
+- creation: CreateTopics with up to 5,000 partitions, then CreatePartitions 5,000 at a time (Kafka refuses
+  one operation of more than 10,000 metadata records), each until every partition has a leader;
 - idle CPU: the broker processes' CPU over `idle_s` seconds after `settle_s` seconds of settling, in % of
   one core (per broker: the cluster's total over its brokers);
 - RSS: resident memory of the broker processes after that window and after the produce below (per broker);
@@ -24,6 +25,7 @@ nor a latency before the record was acknowledged.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import time
@@ -39,6 +41,7 @@ __all__ = ["run", "measure", "produce_each", "print_report", "add_arguments", "r
 TOPIC = "scale"
 SIZE = 1024
 ACK_TIMEOUT_S = 30.0  # one record's acknowledgement, bounded
+STEP = 5_000  # partitions per CreateTopics / CreatePartitions (KRaft caps one operation at 10,000 records)
 
 
 def produce_each(bootstrap: str, topic: str, *, partitions: int, acks: int) -> list[float]:
@@ -72,6 +75,33 @@ def produce_each(bootstrap: str, topic: str, *, partitions: int, acks: int) -> l
     return latencies
 
 
+def create_partitions(bootstrap: str, *, partitions: int, rf: int) -> None:
+    """The topic with `partitions` partitions: CreateTopics with up to STEP of them, then CreatePartitions up
+    STEP at a time, each until every partition has a leader (KRaft refuses one operation of more than
+    10,000 metadata records: "Unable to perform excessively large batch operation")."""
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    timeout_s = max(120.0, STEP / 20)
+    count = min(partitions, STEP)
+    clients.create_topic(bootstrap, TOPIC, partitions=count, replication_factor=rf, timeout_s=timeout_s)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    while count < partitions:
+        count = min(partitions, count + STEP)
+        for future in admin.create_partitions([NewPartitions(TOPIC, count)], request_timeout=timeout_s).values():
+            future.result(timeout_s)
+        # Every poll is a Metadata request for all of them: a few a second, not clients.create_topic's 20.
+        probe.poll_until(functools.partial(_leaders_missing, admin, count), what=f"{count:,} partitions with leaders",
+                         timeout_s=timeout_s, interval_s=0.25)
+
+
+def _leaders_missing(admin: Any, count: int) -> str | None:
+    meta = admin.list_topics(TOPIC, timeout=30).topics.get(TOPIC)
+    if meta is None or meta.error is not None:
+        return f"topic {TOPIC}: {meta.error if meta is not None else 'absent'}"
+    led = sum(1 for p in meta.partitions.values() if p.leader >= 0)
+    return None if len(meta.partitions) == count and led == count else f"{led:,} of {count:,} partitions have a leader"
+
+
 def _percentiles(ms: list[float]) -> dict[str, float]:
     cuts = statistics.quantiles(ms, n=100, method="inclusive") if len(ms) > 1 else [ms[0]] * 99
     return {"p50_ms": cuts[49], "p99_ms": cuts[98], "max_ms": max(ms), "records": len(ms)}
@@ -81,8 +111,7 @@ def measure(bootstrap: str, pids: Callable[[], list[int]], *, brokers: int, part
             idle_s: float, settle_s: float) -> dict[str, Any]:
     """One running cluster's figures for a topic of `partitions` partitions at replication factor `rf`."""
     t0 = time.perf_counter()
-    clients.create_topic(bootstrap, TOPIC, partitions=partitions, replication_factor=rf,
-                         timeout_s=max(120.0, partitions / 20))
+    create_partitions(bootstrap, partitions=partitions, rf=rf)
     create_s = time.perf_counter() - t0
     rss_created = probe.rss_bytes(pids())
     time.sleep(settle_s)  # a measurement window, not a synchronisation: the broker settles after the creation
@@ -166,9 +195,9 @@ def run(*, partitions: int, rf3_partitions: int, work: Path, kafka_version: str 
 def print_report(res: dict[str, Any]) -> None:
     from kelp.cli.output import print_table
 
-    print(f"\npartition scale: one topic, created in one request; idle CPU over {res['idle_s']:.0f} s after "
-          f"{res['settle_s']:.0f} s of settling; then one {res['size']:,} B record to each partition in turn, one in "
-          "flight (acks=1 at RF 1, acks=all at RF 3), twice; each broker started alone")
+    print(f"\npartition scale: one topic, created {STEP:,} partitions per request; idle CPU over "
+          f"{res['idle_s']:.0f} s after {res['settle_s']:.0f} s of settling; then one {res['size']:,} B record to "
+          "each partition in turn, one in flight (acks=1 at RF 1, acks=all at RF 3), twice; each broker started alone")
     if not res["kafka"]:
         print("Apache Kafka reference skipped (--no-kafka)")
     table = []
