@@ -255,3 +255,32 @@ async def test_a_push_applies_only_the_partitions_whose_state_changed(tmp_path, 
     assert node.rm.get_partition(TOPIC, 7).isr == (0,) and node.rm.get_partition(TOPIC, 7).applied is shrunk
     assert all(node.rm.get_partition(TOPIC, p).applied is states[p] for p in range(20) if p != 7)
     node.close()
+
+
+async def test_a_new_topics_logs_are_created_in_a_worker_thread_before_its_delta_is_applied(
+        tmp_path, monkeypatch) -> None:
+    """3,000 new logs opened while the delta creating them was applied held the loop for seconds, past the
+    broker's 3 s lease (issue 23): the cluster member has the TopicManager create them in a worker thread
+    first (`prepare_logs`), with the topic's configs, and applying the delta opens none."""
+    import kelp.broker.storage.log as log_mod
+    from kelp.broker.cluster.metadata_image import MetadataDelta
+    from kelp.broker.cluster.model import PartitionState, TopicState
+    from tests.replication.replica_harness import TOPIC_ID
+
+    node = Node(tmp_path, 0)
+    mine, theirs = PartitionState((0, 1), 0, 1, (0, 1), 0), PartitionState((1, 2), 1, 1, (1, 2), 0)
+    topic = TopicState(TOPIC, (mine, theirs, mine), configs={"segment.bytes": "4096"}, topic_id=TOPIC_ID)
+    opens = record_threads(monkeypatch, log_mod.Log, "open")
+    loop_thread = threading.get_ident()
+
+    assert await node.topics.prepare_logs([topic]) == 2  # partitions 0 and 2; 1 is not placed here
+    assert opens and loop_thread not in opens
+    assert node.topics.logs.get(TOPIC, 1) is None and node.topics.logs.get(TOPIC, 2).config.segment_bytes == 4096
+    assert await node.topics.prepare_logs([topic]) == 0  # made already
+    opens.clear()
+    node.topics.apply_delta(MetadataDelta(changed={TOPIC: topic}))
+    assert opens == [], "applying the delta opened a log on the event loop"
+    assert node.rm.get_partition(TOPIC, 2).log is node.topics.logs.get(TOPIC, 2)
+    grown = TopicState(TOPIC, (mine, theirs, mine, mine), configs=topic.configs, topic_id=TOPIC_ID)
+    assert await node.topics.prepare_logs([grown]) == 1  # CreatePartitions: only the new one
+    node.close()
