@@ -10,9 +10,10 @@ case Kelp and then Apache Kafka (bench/kafka_ref.py, Kafka's defaults) are start
 - idle CPU: the broker processes' CPU over `idle_s` seconds after `settle_s` seconds of settling, in % of
   one core (per broker: the cluster's total over its brokers);
 - RSS: resident memory of the broker processes after that window and after the produce below (per broker);
-- produce latency across the partitions: one 1 KiB record to each partition in turn, one in flight
-  (confluent-kafka, linger.ms=0; acks=1 at RF 1, acks=all at RF 3), twice: the first record of each
-  partition (its first append has one-off costs on both brokers) and a second round; p50, p99 and max.
+- produce latency across the partitions: one 1 KiB record to each of `latency_records` partitions spread
+  evenly over the topic (every one with 0), in turn, one in flight (confluent-kafka, linger.ms=0; acks=1 at
+  RF 1, acks=all at RF 3), twice: the first record of each (its first append has one-off costs on both
+  brokers) and a second round; p50, p99 and max.
 
 Three brokers at RF 3 put every partition on every broker: 3,000 partitions are 3,000 replicas per broker,
 1,000 of them leaders. `python -m bench.partition_scale` runs this alone; `make bench` runs it with the
@@ -44,8 +45,9 @@ ACK_TIMEOUT_S = 30.0  # one record's acknowledgement, bounded
 STEP = 5_000  # partitions per CreateTopics / CreatePartitions (KRaft caps one operation at 10,000 records)
 
 
-def produce_each(bootstrap: str, topic: str, *, partitions: int, acks: int) -> list[float]:
-    """Milliseconds from produce() to the acknowledgement of one 1 KiB record to each partition in turn."""
+def produce_each(bootstrap: str, topic: str, *, partitions: int, acks: int, records: int | None = None) -> list[float]:
+    """Milliseconds from produce() to the acknowledgement of one 1 KiB record to each partition in turn, or to
+    `records` partitions spread evenly over them (every partitions/records-th)."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 0, "enable.idempotence": False,
@@ -58,7 +60,8 @@ def produce_each(bootstrap: str, topic: str, *, partitions: int, acks: int) -> l
 
     latencies = []
     try:
-        for p in range(partitions):
+        count = partitions if records is None else max(1, min(records, partitions))
+        for p in (i * partitions // count for i in range(count)):
             done.clear()
             start = time.perf_counter()
             producer.produce(topic, value, partition=p, on_delivery=delivered)
@@ -108,7 +111,7 @@ def _percentiles(ms: list[float]) -> dict[str, float]:
 
 
 def measure(bootstrap: str, pids: Callable[[], list[int]], *, brokers: int, partitions: int, rf: int,
-            idle_s: float, settle_s: float) -> dict[str, Any]:
+            idle_s: float, settle_s: float, latency_records: int | None = None) -> dict[str, Any]:
     """One running cluster's figures for a topic of `partitions` partitions at replication factor `rf`."""
     t0 = time.perf_counter()
     create_partitions(bootstrap, partitions=partitions, rf=rf)
@@ -120,8 +123,8 @@ def measure(bootstrap: str, pids: Callable[[], list[int]], *, brokers: int, part
     idle_cpu = (probe.cpu_seconds(pids()) - cpu0) / (time.monotonic() - w0)
     rss_idle = probe.rss_bytes(pids())
     acks = 1 if rf == 1 else -1
-    first = produce_each(bootstrap, TOPIC, partitions=partitions, acks=acks)
-    second = produce_each(bootstrap, TOPIC, partitions=partitions, acks=acks)
+    first = produce_each(bootstrap, TOPIC, partitions=partitions, acks=acks, records=latency_records)
+    second = produce_each(bootstrap, TOPIC, partitions=partitions, acks=acks, records=latency_records)
     return {"create_s": create_s, "idle_cpu_pct_per_broker": 100 * idle_cpu / brokers,
             "rss_created_bytes_per_broker": rss_created // brokers, "rss_idle_bytes_per_broker": rss_idle // brokers,
             "rss_after_produce_bytes_per_broker": probe.rss_bytes(pids()) // brokers,
@@ -140,7 +143,7 @@ def _cases(partitions: int, rf3_partitions: int) -> list[dict[str, Any]]:
 
 
 def _run_side(name: str, case: dict[str, Any], *, work: Path, kafka_version: str | None, idle_s: float,
-              settle_s: float) -> dict[str, Any]:
+              settle_s: float, latency_records: int | None = None) -> dict[str, Any]:
     """Start `name`'s cluster for `case`, measure it, stop it."""
     with ExitStack() as stack:
         if name == "kelp":
@@ -175,20 +178,22 @@ def _run_side(name: str, case: dict[str, Any], *, work: Path, kafka_version: str
             def pids() -> list[int]:
                 return kafka.pids
         return measure(bootstrap, pids, brokers=case["brokers"], partitions=case["partitions"], rf=case["rf"],
-                       idle_s=idle_s, settle_s=settle_s)
+                       idle_s=idle_s, settle_s=settle_s, latency_records=latency_records)
 
 
 def run(*, partitions: int, rf3_partitions: int, work: Path, kafka_version: str | None, idle_s: float = 30.0,
-        settle_s: float = 5.0) -> dict[str, Any]:
+        settle_s: float = 5.0, latency_records: int | None = None) -> dict[str, Any]:
     """Each case against Kelp, then Kafka (unless `kafka_version` is None), each started alone."""
     load0 = load_average()
     names = ["kelp", "kafka"] if kafka_version is not None else ["kelp"]
     out = []
     for i, case in enumerate(_cases(partitions, rf3_partitions)):
         sides = {name: _run_side(name, case, work=work / f"case-{i}-{name}", kafka_version=kafka_version,
-                                 idle_s=idle_s, settle_s=settle_s) for name in names}
+                                 idle_s=idle_s, settle_s=settle_s, latency_records=latency_records)
+                 for name in names}
         out.append({**case, "sides": sides})
-    return {"cases": out, "idle_s": idle_s, "settle_s": settle_s, "size": SIZE, "kafka": kafka_version is not None,
+    return {"cases": out, "idle_s": idle_s, "settle_s": settle_s, "size": SIZE, "latency_records": latency_records,
+            "kafka": kafka_version is not None,
             "cpus": os.cpu_count(), "load_average": [load0, load_average()]}
 
 
@@ -197,7 +202,8 @@ def print_report(res: dict[str, Any]) -> None:
 
     print(f"\npartition scale: one topic, created {STEP:,} partitions per request; idle CPU over "
           f"{res['idle_s']:.0f} s after {res['settle_s']:.0f} s of settling; then one {res['size']:,} B record to "
-          "each partition in turn, one in flight (acks=1 at RF 1, acks=all at RF 3), twice; each broker started alone")
+          f"each of {_spread(res)} in turn, one in flight (acks=1 at RF 1, acks=all at RF 3), twice; each broker "
+          "started alone")
     if not res["kafka"]:
         print("Apache Kafka reference skipped (--no-kafka)")
     table = []
@@ -222,6 +228,11 @@ def print_report(res: dict[str, Any]) -> None:
     print(f"load average {res['load_average'][0]} before, {res['load_average'][1]} after, {res['cpus']} CPUs")
 
 
+def _spread(res: dict[str, Any]) -> str:
+    n = res.get("latency_records")
+    return "the partitions" if not n else f"{n:,} partitions spread over the topic"
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options `python -m bench.partition_scale` and `python -m bench` share."""
     p.add_argument("--scale-partitions", type=int, default=10_000,
@@ -232,6 +243,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds of the idle-CPU window after creation (30)")
     p.add_argument("--scale-settle-seconds", type=float, default=5.0,
                    help="seconds between the creation and the idle-CPU window (5)")
+    p.add_argument("--scale-latency-records", type=int, default=2_000,
+                   help="records per latency round, to partitions spread evenly over the topic (2000; 0: one to "
+                        "every partition)")
 
 
 def run_from_args(args: argparse.Namespace, *, work: Path, kafka_version: str | None) -> dict[str, Any] | None:
@@ -241,7 +255,7 @@ def run_from_args(args: argparse.Namespace, *, work: Path, kafka_version: str | 
         raise ValueError("--scale-idle-seconds must be positive")
     return run(partitions=args.scale_partitions, rf3_partitions=args.scale_rf3_partitions, work=work,
                kafka_version=kafka_version, idle_s=args.scale_idle_seconds,
-               settle_s=max(0.0, args.scale_settle_seconds))
+               settle_s=max(0.0, args.scale_settle_seconds), latency_records=args.scale_latency_records or None)
 
 
 def main(argv: list[str] | None = None) -> int:
