@@ -189,4 +189,4 @@ def test_partition_scale_section_against_kelp(capsys: pytest.CaptureFixture[str]
     report = capsys.readouterr().out
     assert "Apache Kafka reference skipped" in report
     line = next(line for line in report.splitlines() if line.startswith("12 partitions, RF 1"))
-    assert float(line.split()[7]) > 0  # CREATE s parses
+    assert float(line.split()[7]) >= 0  # CREATE s parses (12 partitions may take under 0.05 s)
