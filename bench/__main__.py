@@ -29,9 +29,11 @@ each with RF=3 (bench/replication.py), Spark reading and writing through
 SIGKILL with N GB of log on disk (bench/recovery.py) and 1, 2, 4 Kelp
 brokers against one Kafka broker under the same client load
 (bench/scaling.py).
-Then three sections of their own: transactions on three brokers of each (bench/transactions.py), REST
-Proxy v2 against the Kafka protocol on Kelp (bench/rest.py; Kafka has no REST proxy), and Kafka's own
-ProducerPerformance and ConsumerPerformance against both (bench/kafka_perf.py).
+Then four sections of their own: transactions on three brokers of each (bench/transactions.py), REST
+Proxy v2 against the Kafka protocol on Kelp (bench/rest.py; Kafka has no REST proxy), Kafka's own
+ProducerPerformance and ConsumerPerformance against both (bench/kafka_perf.py), and partition scale:
+10,000 partitions on one broker and 3,000 at RF 3 on three, each broker started alone
+(bench/partition_scale.py).
 
 `--no-kafka` skips Apache Kafka (one line says so); `--profile` runs the
 Kelp broker under cProfile and prints its hottest functions.
@@ -446,12 +448,13 @@ def _main(argv: list[str] | None = None) -> int:
                    help="Kelp broker counts measured against one Kafka broker under the same load (1,2,4; empty skips)")
     p.add_argument("--scaling-records", type=int, default=100_000,
                    help="1 KiB records per producer process (4 of them) per scaling run (100000)")
-    from . import kafka_perf, rest, security, transactions
+    from . import kafka_perf, partition_scale, rest, security, transactions
 
     security.add_arguments(p)
     transactions.add_arguments(p)
     rest.add_arguments(p)
     kafka_perf.add_arguments(p)
+    partition_scale.add_arguments(p)
     args = p.parse_args(argv)
     if args.bootstrap_server or args.client_config or args.client_property:
         # An existing (secured) cluster: only the produce/consume workload, with the client properties given.
@@ -540,6 +543,13 @@ def _main(argv: list[str] | None = None) -> int:
         perf = kafka_perf.run_from_args(args, work=Path(tmp) / "kafka-perf", kafka_version=kafka_version)
         if perf is not None:
             emit("kafka_perf", perf, as_json=args.json, report=kafka_perf.print_report)
+        try:
+            scale = partition_scale.run_from_args(args, work=Path(tmp) / "partition-scale", kafka_version=kafka_version)
+        except ValueError as exc:
+            print(f"bench: {exc}", file=sys.stderr)
+            return 2
+        if scale is not None:
+            emit("partition_scale", scale, as_json=args.json, report=partition_scale.print_report)
     return 0
 
 

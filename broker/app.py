@@ -521,8 +521,7 @@ def _freeze_start_up_objects() -> None:
 
 
 def _roll_and_flush_by_time(logs: LogManager) -> None:
-    logs.roll_by_time()
-    logs.flush_by_time()
+    logs.roll_and_flush_by_time()
 
 
 def _retrieve(task: asyncio.Future[_T]) -> None:

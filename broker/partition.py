@@ -61,6 +61,8 @@ class Partition:
         self.leader = broker_id                               # a lone broker leads its partitions
         self.leader_epoch = 0
         self.partition_epoch = 0
+        # The metadata state last taken (the image shares unchanged ones between versions: `is` says unchanged).
+        self.applied: PartitionState | None = None
         self.replicas: tuple[int, ...] = (broker_id,)
         self.isr: tuple[int, ...] = (broker_id,)
         self.pending_isr: tuple[int, ...] | None = None       # an AlterPartition whose outcome is not known yet
@@ -143,6 +145,7 @@ class Partition:
                     del self.progress[r]
 
     def _take(self, state: PartitionState) -> None:
+        self.applied = state
         self.partition_epoch = state.partition_epoch
         self.replicas = state.replicas
         self.isr = state.isr

@@ -10,7 +10,8 @@ the replica fetcher leaves it alone, and a leadership taken meanwhile waits
 for the job (its epoch must start at the final log end) — Kafka gets the same
 by making leadership changes wait for the fetcher thread's partition lock.
 
-Also here: producer snapshots when a segment rolls, and deleting a log with
+Also here: segment rolls that appends on the loop deferred (`_roll_later`, a job
+like the others), producer snapshots when a segment rolls, and deleting a log with
 no file work on the event loop (`delete_log_later`). `ReplicaManager` mixes
 this in (the state it uses is declared in `replica_state`). This module must
 never parse records (per batch only) nor block the event loop on a file.
@@ -29,6 +30,7 @@ from .partition import Partition
 from .producer_recovery import RebuiltState, rebuild_producer_state
 from .producer_state import ProducerStateManager
 from .replica_state import Job, ReplicaState
+from .storage.segment import LogSegment
 from .storage.txn_index import AbortedTxn
 
 __all__ = ["FollowerPath"]
@@ -60,7 +62,7 @@ class FollowerPath(ReplicaState):
         lg = part.log
         if data:
             before = lg.log_end_offset
-            result = lg.append_as_follower(data, defer_flush=True)
+            result = lg.append_as_follower(data, defer_flush=True, defer_roll=True)
             if result is not None and result.flush_due:
                 self._flush_due[(topic, partition)] = lg  # fsynced by `flush_followers` before the next fetch
             if result is not None:
@@ -79,6 +81,8 @@ class FollowerPath(ReplicaState):
                                                          done.last_stable_offset))
                 if transactional:
                     part.publish_unstable()
+                if result.roll_due:
+                    self._roll_later(part)  # the fetcher leaves the replica alone until the new segment is in
                 self._dirty.add((topic, partition))
         if part.follow_high_watermark(leader_high_watermark) or data:
             self._dirty.add((topic, partition))
@@ -260,6 +264,17 @@ class FollowerPath(ReplicaState):
         self._background(asyncio.to_thread(lg.write_producer_snapshot, base, part.producers.entries(),
                                            generation=lg.truncation_generation),
                          f"producer snapshot of {part.name} at offset {base}")
+
+    def _roll_later(self, part: Partition) -> None:
+        """Make the roll an append deferred (`defer_roll`) as a job: the new segment's files are created in a
+        worker thread while appends to `part` wait (busy), never on the event loop (issue 23); then, on the
+        loop, the producer state — which no append changed meanwhile — is snapshotted at its base, as at
+        any roll."""
+        def install(part: Partition, segment: LogSegment | None) -> None:
+            if segment is not None:
+                self._maybe_snapshot_producers(part, segment.base_offset)
+
+        self._run_job(part, f"rolling a segment of {part.name}", part.log.roll_when_due, install)
 
     # -- log deletion -----------------------------------------------------------
     def delete_log_later(self, topic: str, partition: int) -> Awaitable[None] | None:

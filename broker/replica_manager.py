@@ -168,9 +168,14 @@ class ReplicaManager(TxnMarkerPath, FetchPath, FollowerPath, IsrChanges):
         if info is None:
             return
         now = self._now_ms()
+        partitions = self._partitions
         for p, state in enumerate(info.partition_states):
             key = (topic, p)
-            part = self._partitions.get(key)
+            part = partitions.get(key)
+            if part is not None and part.applied is state:
+                # Unchanged since it was applied (the image keeps the same object): each of 3,000 ISR changes
+                # was one push applying the whole topic again, O(n^2) that starved the fetchers (issue 23).
+                continue
             if self.broker_id not in state.replicas:
                 # A reassignment moved this replica away. The metadata log is applied in order, so this state
                 # is newer than the one the replica was made from; the epochs are compared all the same

@@ -186,7 +186,7 @@ class ProducePath(ReplicaState):
                 if h.producer_id >= 0 and h.is_transactional and not h.is_control:
                     part.producers.check_epoch(h.producer_id, h.producer_epoch)
         before = lg.log_end_offset
-        result = lg.append_as_leader(data, leader_epoch=part.leader_epoch, defer_flush=True)
+        result = lg.append_as_leader(data, leader_epoch=part.leader_epoch, defer_flush=True, defer_roll=True)
         if lg.active_segment.base_offset != part.snapshot_base:  # rolled: snapshot the producer state (per roll)
             self._maybe_snapshot_producers(part, before)
         if idem:
@@ -197,6 +197,8 @@ class ProducePath(ReplicaState):
             )
             if h.is_transactional:
                 part.publish_unstable()
+        if result.roll_due:
+            self._roll_later(part)  # after the producer state caught up: it is snapshotted at the new segment
         part.maybe_advance_high_watermark()
         self._dirty.add((topic, partition))
         part.wake()

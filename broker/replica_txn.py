@@ -106,7 +106,8 @@ class TxnMarkerPath(ProducePath):
         batch = build_marker_batch(marker.producer_id, marker.producer_epoch, commit=marker.commit,
                                    coordinator_epoch=marker.coordinator_epoch, timestamp_ms=self._now_ms())
         before = lg.log_end_offset
-        result = lg.append_as_leader(batch, leader_epoch=part.leader_epoch, origin="coordinator", defer_flush=True)
+        result = lg.append_as_leader(batch, leader_epoch=part.leader_epoch, origin="coordinator", defer_flush=True,
+                                     defer_roll=True)
         if lg.active_segment.base_offset != part.snapshot_base:
             self._maybe_snapshot_producers(part, before)
         done = producers.apply_marker(marker.producer_id, marker.producer_epoch, marker.coordinator_epoch,
@@ -115,6 +116,8 @@ class TxnMarkerPath(ProducePath):
             lg.append_aborted_txn(AbortedTxn(done.producer_id, done.first_offset, done.last_offset,
                                              done.last_stable_offset))
         part.publish_unstable()
+        if result.roll_due:
+            self._roll_later(part)
         part.maybe_advance_high_watermark()
         self._dirty.add((topic, partition))
         part.wake()

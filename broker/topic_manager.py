@@ -151,6 +151,37 @@ class TopicManager:
                 log.exception("topic listener failed on %s %s", event, topic)
 
     # -- applying the controller's decisions ----------------------------------
+    async def prepare_logs(self, states: Iterable[TopicState]) -> int:
+        """Create, in a worker thread, the logs of this broker's replicas of the partitions `states` add (a
+        new topic, or partitions past those known), with their topics' configs; `apply_delta` then finds them.
+
+        Opening 3,000 new logs while applying the delta that created them (files, checkpoints) held the
+        event loop for seconds, past this broker's 3 s lease (issue 23). A re-created topic (another id)
+        is left to `apply_delta`, which deals with the old logs first. Returns how many were created.
+        """
+        logs = self.logs
+        if logs is None:
+            return 0
+        broker_id = self.config.broker_id
+        wanted: list[tuple[str, int, LogConfig]] = []
+        for state in states:
+            known = self._topics.get(state.name)
+            if known is not None and known.topic_id != state.topic_id:
+                continue
+            first = known.partitions if known is not None else 0
+            config = self.log_config(state.name, dict(state.configs))
+            wanted.extend((state.name, p, config) for p in range(first, state.partitions)
+                          if broker_id in state.partition_states[p].replicas and logs.get(state.name, p) is None)
+        if not wanted:
+            return 0
+
+        def work() -> None:
+            for name, p, config in wanted:
+                logs.get_or_create(name, p, config)
+
+        await asyncio.to_thread(work)
+        return len(wanted)
+
     def apply_delta(self, delta: MetadataDelta) -> None:
         """Apply what one step of the metadata log changed (`metadata_image.MetadataDelta`), in that order:
         removals (logs deleted: only ever for a `remove_topic` record), topics forgotten without a tombstone

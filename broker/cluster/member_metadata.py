@@ -16,13 +16,15 @@ managers see nothing, and the broker does not serve; after `initial.broker.regis
 it gives up.
 
 Mixed into `member.ClusterMember` (its state: `member_state`). It never touches logs: it hands
-metadata deltas to the TopicManager, which the ReplicaManager follows.
+metadata deltas to the TopicManager, which the ReplicaManager follows (and, before a delivery with new
+topics, their topic states, whose local logs the TopicManager creates in a worker thread).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from typing import cast
 
 from kelp.errors import KelpError, StaleControllerEpochError
 
@@ -39,8 +41,8 @@ from .metadata_image import (
 )
 from .metadata_log import MetadataUnreadable
 from .metadata_publisher import StaleEpoch
-from .metadata_records import MetadataPush
-from .model import BrokerEndpoint
+from .metadata_records import MetadataPush, TopicRecord
+from .model import BrokerEndpoint, TopicState, topic_from_json
 
 __all__ = ["MemberMetadata", "LOAD_ATTEMPTS"]
 
@@ -88,7 +90,7 @@ class MemberMetadata(MemberState):
         """Deliver to one broker; returns the offset it has applied."""
         if broker.id == self.broker_id:
             try:
-                return self.apply(payload)
+                return await self.receive(payload)
             except StaleControllerEpochError as exc:
                 raise StaleEpoch(str(exc)) from None
         import aiohttp
@@ -103,6 +105,23 @@ class MemberMetadata(MemberState):
             if resp.status >= 300 or not isinstance(body, dict) or "applied_offset" not in body:
                 raise KelpError(f"broker {broker.id} answered {resp.status}: {str(body)[:200]}")
             return int(body["applied_offset"])
+
+    async def receive(self, payload: MetadataPush) -> int:
+        """`apply` a delivery, once the logs of the partitions its new topic records place on this broker
+        were created in a worker thread (the TopicManager's `prepare_logs`): a delta creating 3,000 of
+        them held the event loop for seconds. Only the topic records of entries not applied yet are read
+        here, and nothing is decided: `apply` checks and applies the delivery as ever."""
+        states: list[TopicState] = []
+        try:
+            if self.registered and int(payload["controller_epoch"]) >= self.controller_epoch:
+                states = [topic_from_json(cast(TopicRecord, rec)["topic"]) for entry in payload.get("entries", [])
+                          if int(entry["offset"]) > self.image.offset
+                          for rec in entry["records"] if rec.get("type") == "topic"]
+        except (KeyError, TypeError, ValueError):
+            states = []  # `apply` says what is wrong with the delivery
+        if states:
+            await self.broker.topics.prepare_logs(states)
+        return self.apply(payload)
 
     def apply(self, payload: MetadataPush) -> int:
         """Apply a delivery from the controller; returns this broker's metadata offset afterwards.

@@ -68,7 +68,7 @@ async def metadata_push(request: web.Request) -> web.Response:
     if not isinstance(body, dict) or "controller_epoch" not in body:
         raise HttpProblem(400, "metadata push: a JSON object with controller_epoch is required")
     # The delivery only claims MetadataPush's shape: `apply` converts every field as it reads it.
-    applied = _member(request).apply(cast(MetadataPush, body))
+    applied = await _member(request).receive(cast(MetadataPush, body))
     return json_response({"applied_offset": applied})
 
 

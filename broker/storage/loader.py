@@ -15,7 +15,8 @@ It also refuses to serve a hole: offsets missing between two segments (a
 segment file deleted by hand, a restore that missed one) are reported in
 `LoadResult.gaps` with an ERROR naming the range, and the log stays offline
 (`Log.open`) with every file left as it is. Holes below the cleaner offset are
-compaction's and normal. An index without its `.log` is deleted with a WARNING.
+compaction's and normal. An index without its `.log` is deleted with a WARNING; an empty segment
+below the end of the one before it (a roll interrupted before it was installed) with an INFO.
 """
 
 from __future__ import annotations
@@ -183,6 +184,14 @@ def load_segments(
     expected_next = bases[0] if bases else log_start_offset
     for i, base in enumerate(bases):
         log_path, index_path, time_path = segment_paths(directory, base)
+        if segments and base < expected_next and _is_empty(log_path):
+            # A roll made its files, then appends moved the log end past its base before it was installed
+            # (`log_roll.roll_when_due`), and the process died before it removed them: never served.
+            log.info("deleting %s: an empty segment below the end (%d) of the one before it, left by an "
+                     "interrupted roll", log_path, expected_next)
+            for path in segment_files(directory, base):
+                _unlink(path)
+            continue
         if segments and base > expected_next and base > compacted_below:
             gap = OffsetGap(expected_next, base, segments[-1].log_path, log_path)
             log.error("%s: %s; a segment file was removed or not restored — the log is not served until "
@@ -236,6 +245,13 @@ def load_segments(
         expected_next = segment.next_offset
     return LoadResult(segments=segments, truncated_bytes=truncated, gaps=gaps, rescanned_from=rescanned_from,
                       epoch_starts=epoch_starts)
+
+
+def _is_empty(path: Path) -> bool:
+    try:
+        return path.stat().st_size == 0
+    except OSError:
+        return False
 
 
 def _mtime_ms(path: Path, default: int) -> int:

@@ -8,7 +8,7 @@ space, and owns the segment list, its state (offsets, checkpoint values) and
 its lock from `open` (recovery, `loader.py`) to `close`/`retire`/`delete`.
 
 `Log` is the one class other code uses; its other roles are mixed in, one
-concept per module: reads (`log_read`), retention, DeleteRecords and the
+concept per module: reads (`log_read`), segment rolls (`log_roll`), retention, DeleteRecords and the
 cleaner's swap (`log_retention`), truncation with the leader epochs and
 producer snapshots that follow the log end (`log_truncation`), fsyncs and
 checkpoint files (`log_durability`), the aborted-transaction indexes
@@ -19,7 +19,9 @@ what is stored is wall-clock ms); every `*_ms` value in these modules is one.
 
 Thread-safety: one `threading.RLock` per log guards appends, reads, rolls,
 retention and the cleaner's final swap; the cleaner does its heavy work
-outside it. It must never import networking, decode records on the
+outside it, and so does a roll made in a worker thread (`defer_roll`,
+`log_roll.roll_when_due`): the new segment's files are made before it
+takes the lock to install them. It must never import networking, decode records on the
 append/read path (except where the topic asks for it: a compacted topic's key
 check, a `compression.type` codec's recompression — both per batch), or serve
 bytes recovery has not validated.
@@ -53,6 +55,7 @@ from .loader import load_segments
 from .log_durability import LogDurability
 from .log_read import FileSlice, LogReads
 from .log_retention import LogRetention
+from .log_roll import LogRolls
 from .log_truncation import LogTruncation
 from .log_txn import LogTransactions
 from .producer_snapshot import ProducerEntry, delete_snapshots, list_snapshots
@@ -75,9 +78,12 @@ class AppendResult:
     batches: list[BatchInfo] = field(default_factory=list)
     # flush.messages is reached and the caller asked to fsync itself (`defer_flush`): `flush()` before it acknowledges.
     flush_due: bool = False
+    # The active segment is due a roll that the caller asked to make itself (`defer_roll`): `roll_when_due()` in a
+    # worker thread, with no append to this log meanwhile.
+    roll_due: bool = False
 
 
-class Log(LogReads, LogRetention, LogTruncation, LogDurability, LogTransactions):
+class Log(LogReads, LogRolls, LogRetention, LogTruncation, LogDurability, LogTransactions):
     """One partition replica's log. Create with `Log.open`."""
 
     def __init__(
@@ -247,13 +253,18 @@ class Log(LogReads, LogRetention, LogTruncation, LogDurability, LogTransactions)
 
     def append_as_leader(
         self, data: bytes | bytearray | memoryview, *, leader_epoch: int, origin: str = "client",
-        defer_flush: bool = False,
+        defer_flush: bool = False, defer_roll: bool = False,
     ) -> AppendResult:
         """Validate `data`'s batches, assign offsets and `leader_epoch`, append. Per batch only.
 
         When `flush.messages` is reached the append fsyncs (outside the lock) before it returns — unless
         `defer_flush`: then the result says `flush_due` and the caller runs `flush()` itself, in a worker
         thread (an event loop must never fsync), before it acknowledges.
+
+        `defer_roll` (an event loop's append: creating a segment's files is file-system work that can
+        block): a roll that `segment.bytes`, `segment.ms` or a full index calls for does not happen here;
+        the batches go to the active segment (one append past `segment.bytes` at most) and the result
+        says `roll_due`; the caller runs `roll_when_due()` in a worker thread before it appends again.
 
         A writable `data` (bytearray, writable memoryview) is rewritten in place
         and so handed over to the log; read-only bytes are copied first.
@@ -305,7 +316,7 @@ class Log(LogReads, LogRetention, LogTruncation, LogDurability, LogTransactions)
                 for info in batches:
                     set_log_append_time(buf, info, now_ms)
             self.leader_epochs.assign(leader_epoch, first)
-            flush_due = self._append(buf, batches, now_ms)
+            flush_due, roll_due = self._append(buf, batches, now_ms, defer_roll=defer_roll)
             result = AppendResult(
                 first_offset=first,
                 last_offset=next_offset - 1,
@@ -313,6 +324,7 @@ class Log(LogReads, LogRetention, LogTruncation, LogDurability, LogTransactions)
                 max_timestamp=max(b.max_timestamp for b in batches),
                 record_count=sum(b.record_count for b in batches),
                 batches=batches,
+                roll_due=roll_due,
             )
         if flush_due:
             if defer_flush:
@@ -322,9 +334,9 @@ class Log(LogReads, LogRetention, LogTruncation, LogDurability, LogTransactions)
         return result
 
     def append_as_follower(self, data: bytes | bytearray | memoryview, *,
-                           defer_flush: bool = False) -> AppendResult | None:
-        """Append batches fetched from the leader, keeping their offsets and leader epochs (`defer_flush` as
-        for `append_as_leader`).
+                           defer_flush: bool = False, defer_roll: bool = False) -> AppendResult | None:
+        """Append batches fetched from the leader, keeping their offsets and leader epochs (`defer_flush` and
+        `defer_roll` as for `append_as_leader`).
 
         Returns None for empty `data`. Raises `InvalidRecordError` if the
         batches do not continue this log (the replica layer truncates first).
@@ -343,7 +355,7 @@ class Log(LogReads, LogRetention, LogTruncation, LogDurability, LogTransactions)
                 expected = info.next_offset
             for info in batches:
                 self.leader_epochs.assign(info.partition_leader_epoch, info.base_offset)
-            flush_due = self._append(data, batches, self._now_ms())
+            flush_due, roll_due = self._append(data, batches, self._now_ms(), defer_roll=defer_roll)
             result = AppendResult(
                 first_offset=batches[0].base_offset,
                 last_offset=batches[-1].last_offset,
@@ -351,6 +363,7 @@ class Log(LogReads, LogRetention, LogTruncation, LogDurability, LogTransactions)
                 max_timestamp=max(b.max_timestamp for b in batches),
                 record_count=sum(b.record_count for b in batches),
                 batches=batches,
+                roll_due=roll_due,
             )
         if flush_due:
             if defer_flush:
@@ -365,77 +378,30 @@ class Log(LogReads, LogRetention, LogTruncation, LogDurability, LogTransactions)
         except KelpError as exc:
             raise type(exc)(f"{self.name}: {exc}") from None
 
-    def _append(self, data: bytes | bytearray | memoryview, batches: list[BatchInfo], now_ms: int) -> bool:
-        """Roll if needed, write; True when the flush policy wants an fsync now. Caller holds the lock.
+    def _append(self, data: bytes | bytearray | memoryview, batches: list[BatchInfo], now_ms: int, *,
+                defer_roll: bool = False) -> tuple[bool, bool]:
+        """Roll if needed (unless `defer_roll` and the roll can wait), write. Caller holds the lock.
 
-        The fsync itself is the caller's, after it released the lock (`flush()`); `flush.ms` is
-        the periodic task's (`maybe_flush()` in a worker thread), never the append path's.
+        Returns (flush due, roll due): the flush policy wants an fsync now — the caller's, after it
+        released the lock (`flush()`); `flush.ms` is the periodic task's (`maybe_flush()` in a worker
+        thread), never the append path's — and a deferred roll is due (`roll_when_due()`).
         """
-        segment = self._maybe_roll(len(data), batches[-1].last_offset, now_ms)
+        segment = self._segments[-1]
+        reason = self._roll_reason(segment, len(data), batches[-1].last_offset, now_ms)
+        roll_due = False
+        if reason is not None:
+            if defer_roll and self._roll_can_wait(segment, len(data), batches[-1].last_offset):
+                roll_due = True
+            else:
+                log.debug("rolling %s at offset %d: %s", self.name, self.log_end_offset, reason)
+                segment = self._roll(now_ms)
         try:
             segment.append(data, batches, now_ms=now_ms)
         except OSError as exc:
             raise KafkaStorageError(f"{self.name}: write to {segment.log_path} failed: {exc}") from exc
         self._unflushed_records += sum(b.record_count for b in batches)
-        return self.config.flush_messages > 0 and self._unflushed_records >= self.config.flush_messages
-
-    def _maybe_roll(self, size: int, last_offset: int, now_ms: int) -> LogSegment:
-        segment = self._segments[-1]
-        if segment.is_empty:
-            return segment
-        reason = None
-        if segment.size + size > self.config.segment_bytes:
-            reason = f"size {segment.size} + {size} > segment.bytes {self.config.segment_bytes}"
-        elif (segment.rolling_timestamp_ms is not None
-              and now_ms - segment.rolling_timestamp_ms >= self.config.segment_ms):
-            reason = f"age >= segment.ms {self.config.segment_ms}"
-        elif segment.index.is_full:
-            reason = "offset index full"
-        elif not segment.can_hold(last_offset):
-            reason = "relative offset overflow"
-        if reason is None:
-            return segment
-        log.debug("rolling %s at offset %d: %s", self.name, self.log_end_offset, reason)
-        return self._roll(now_ms)
-
-    def _roll(self, now_ms: int) -> LogSegment:
-        old = self._segments[-1]
-        # fsynced by the periodic task's flush_rolled() (or the next flush), off the append path
-        old.on_roll(sync=False)
-        segment = LogSegment.create(
-            self.directory,
-            self.log_end_offset,
-            index_interval_bytes=self.config.index_interval_bytes,
-            max_index_entries=self.config.max_index_entries,
-            now_ms=now_ms,
-        )
-        self._segments.append(segment)
-        self._bases.append(segment.base_offset)
-        return segment
-
-    def roll(self) -> LogSegment:
-        """Start a new active segment at the log end (no-op if the active one is empty)."""
-        with self._lock:
-            self._check_open()
-            if self._segments[-1].is_empty:
-                return self._segments[-1]
-            return self._roll(self._now_ms())
-
-    def maybe_roll_by_time(self) -> bool:
-        """Roll the active segment if segment.ms has passed (the periodic task calls this)."""
-        with self._lock:
-            if self._closed:
-                return False
-            segment = self._segments[-1]
-            now_ms = self._now_ms()
-            if (
-                not segment.is_empty
-                and segment.rolling_timestamp_ms is not None
-                and now_ms - segment.rolling_timestamp_ms >= self.config.segment_ms
-            ):
-                self._roll(now_ms)
-                return True
-            return False
+        flush_due = self.config.flush_messages > 0 and self._unflushed_records >= self.config.flush_messages
+        return flush_due, roll_due
 
     # ---------------------------------------------------------- segment lookup
 

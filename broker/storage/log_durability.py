@@ -94,6 +94,26 @@ class LogDurability(LogState):
             self._write_checkpoint_values(values)
             return True
 
+    def timed_work_due(self) -> bool:
+        """Whether `maybe_roll_by_time`, `flush_rolled` or `maybe_flush` may have something to do now: a few
+        reads without a lock (a stale answer only moves the work to the next tick).
+
+        The periodic task asks every log each second; with 10,000 idle partitions taking three locks per
+        log in each of those calls cost 5% of a core, for logs with nothing to do.
+        """
+        segment = self._segments[-1]
+        if self._closed:
+            return False
+        if self._recovery_point < segment.base_offset:
+            return True  # a rolled segment is not fsynced yet
+        config = self.config
+        now_ms = self._now_ms()
+        if (not segment.is_empty and segment.rolling_timestamp_ms is not None
+                and now_ms - segment.rolling_timestamp_ms >= config.segment_ms):
+            return True
+        return (config.flush_ms > 0 and self._recovery_point < segment.next_offset
+                and now_ms - self._last_flush_ms >= config.flush_ms)
+
     def maybe_flush(self) -> bool:
         """fsync if flush.ms has passed since the last fsync (the periodic task calls this).
 

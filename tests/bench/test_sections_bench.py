@@ -1,4 +1,4 @@
-"""The transactions, REST and Kafka-tools sections of `make bench` in a tiny mode against Kelp alone.
+"""The transactions, REST, Kafka-tools and partition-scale sections of `make bench` in a tiny mode against Kelp alone.
 
 `make bench` runs them beside Apache Kafka with tens of thousands of records and several runs; here a
 few thousand records, one run, no Kafka — each checked by the figures it returns and prints (records
@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import bench.kafka_perf as kafka_perf
+import bench.partition_scale as partition_scale
 import bench.rest as rest
 import bench.transactions as transactions
 from bench.__main__ import main as bench_main
@@ -28,7 +29,8 @@ def test_make_bench_offers_the_three_sections(capsys: pytest.CaptureFixture[str]
         bench_main(["--help"])
     usage = capsys.readouterr().out
     for option in ("--txn-records", "--txn-latency-seconds", "--rest-records", "--rest-batch", "--rest-max-bytes",
-                   "--perf-seconds", "--perf-consume-records"):
+                   "--perf-seconds", "--perf-consume-records", "--scale-partitions", "--scale-rf3-partitions",
+                   "--scale-idle-seconds"):
         assert option in usage
 
 
@@ -166,3 +168,25 @@ def test_kafka_tools_section_against_one_kelp_broker(tmp_path: Path, capsys: pyt
     line = next(line for line in report.splitlines() if line.startswith("RF 1, acks=1, 1 broker"))
     assert "2,000 /" in line
     assert "event-loop lag" in report  # a figure, or "not available" while the broker has no such metric
+
+
+def test_partition_scale_section_against_kelp(capsys: pytest.CaptureFixture[str]) -> None:
+    assert partition_scale.main(["--no-kafka", "--scale-partitions", "12", "--scale-rf3-partitions", "4",
+                                 "--scale-idle-seconds", "0.5", "--scale-settle-seconds", "0",
+                                 "--scale-latency-records", "6", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)["partition_scale"]
+    assert res["kafka"] is False
+    assert [(c["partitions"], c["rf"], c["brokers"]) for c in res["cases"]] == [(12, 1, 1), (4, 3, 3)]
+    for case in res["cases"]:
+        kelp = case["sides"]["kelp"]
+        assert list(case["sides"]) == ["kelp"] and kelp["create_s"] > 0
+        assert kelp["idle_cpu_pct_per_broker"] >= 0 and kelp["rss_idle_bytes_per_broker"] > 10 * 2**20
+        for name in ("first_record", "second_record"):
+            got = kelp[name]
+            assert got["records"] == min(6, case["partitions"])  # each partition asked acknowledged its record
+            assert 0 < got["p50_ms"] <= got["p99_ms"] <= got["max_ms"]
+    partition_scale.print_report(res)
+    report = capsys.readouterr().out
+    assert "Apache Kafka reference skipped" in report
+    line = next(line for line in report.splitlines() if line.startswith("12 partitions, RF 1"))
+    assert float(line.split()[7]) >= 0  # CREATE s parses (12 partitions may take under 0.05 s)

@@ -202,3 +202,85 @@ async def test_deleting_a_topic_in_a_running_broker_removes_its_files_in_a_worke
 async def _until_gone(root, topic: str) -> None:
     while any(p.name.startswith(f"{topic}-") for p in root.iterdir()):
         await asyncio.sleep(0.01)
+
+
+async def test_a_segment_roll_makes_its_files_in_a_worker_thread_while_the_loop_serves(tmp_path, monkeypatch) -> None:
+    """A produce that fills the active segment: the new segment's files are made in a worker thread (here a
+    file system that blocks in `open`), the event loop serves meanwhile — a read of the same log and an append
+    to it that waits its turn — and the producer state is snapshotted at the new segment's base."""
+    from kelp.broker.storage.segment import segment_name
+    from tests.storage.helpers import WAIT_S, BlockingOpen
+
+    node = Node(tmp_path, 0, settings={"log.segment.bytes": 400})
+    node.push(replicas=(0,), leader=0, leader_epoch=1, isr=(0,))
+    await node.drain()
+    first = await node.rm.append(TOPIC, 0, bytearray(batch(1, size=300)), acks=1)
+    fs = BlockingOpen(monkeypatch, f"{segment_name(first.last_offset + 2)}.log")
+    second = await node.rm.append(TOPIC, 0, bytearray(batch(1, size=300)), acks=1)  # past segment.bytes
+    assert len(node.log.segments) == 1, "the roll was made inside the append"
+    try:
+        assert await asyncio.to_thread(fs.entered.wait, WAIT_S), "no roll started"
+        # The roll's worker is inside `open`: the loop runs this coroutine, the log lock is free.
+        assert node.log.read(0, max_bytes=1 << 20)
+        third = asyncio.ensure_future(node.rm.append(TOPIC, 0, bytearray(batch(1)), acks=1))
+        await asyncio.sleep(0)
+        assert not third.done() and node.part.busy is not None  # held back: no append to a half-made segment
+    finally:
+        fs.release.set()
+    result = await asyncio.wait_for(third, WAIT_S)
+    assert fs.threads and threading.get_ident() not in fs.threads
+    assert result.base_offset == second.last_offset + 1 == node.log.active_segment.base_offset
+    await node.drain()
+    assert (node.log.directory / f"{segment_name(result.base_offset)}.snapshot").exists()
+    node.close()
+
+
+async def test_a_push_applies_only_the_partitions_whose_state_changed(tmp_path, monkeypatch) -> None:
+    """One ISR change of a 3,000-partition topic re-applied all 3,000 (after a creation, one ISR change per
+    partition: O(n^2) on the loop, fetchers starved, ISRs shrank — issue 23). Unchanged states are the image's
+    same objects and are skipped; the changed one is taken as before."""
+    from kelp.broker.cluster.metadata_image import MetadataDelta
+    from kelp.broker.cluster.model import PartitionState, TopicState
+    from tests.replication.replica_harness import TOPIC_ID
+
+    node = Node(tmp_path, 0)
+    states = tuple(PartitionState((0, 1), 0, 1, (0, 1), 0) for _ in range(20))
+    first = TopicState(TOPIC, states, topic_id=TOPIC_ID)
+    node.topics.apply_delta(MetadataDelta(changed={TOPIC: first}))
+    await node.drain()
+    taken = record_threads(monkeypatch, type(node.part), "update_state")
+    shrunk = PartitionState((0, 1), 0, 1, (0,), 1)
+    node.topics.apply_delta(MetadataDelta(changed={TOPIC: first.with_partition(7, shrunk)}))
+    assert len(taken) == 1
+    assert node.rm.get_partition(TOPIC, 7).isr == (0,) and node.rm.get_partition(TOPIC, 7).applied is shrunk
+    assert all(node.rm.get_partition(TOPIC, p).applied is states[p] for p in range(20) if p != 7)
+    node.close()
+
+
+async def test_a_new_topics_logs_are_created_in_a_worker_thread_before_its_delta_is_applied(
+        tmp_path, monkeypatch) -> None:
+    """3,000 new logs opened while the delta creating them was applied held the loop for seconds, past the
+    broker's 3 s lease (issue 23): the cluster member has the TopicManager create them in a worker thread
+    first (`prepare_logs`), with the topic's configs, and applying the delta opens none."""
+    import kelp.broker.storage.log as log_mod
+    from kelp.broker.cluster.metadata_image import MetadataDelta
+    from kelp.broker.cluster.model import PartitionState, TopicState
+    from tests.replication.replica_harness import TOPIC_ID
+
+    node = Node(tmp_path, 0)
+    mine, theirs = PartitionState((0, 1), 0, 1, (0, 1), 0), PartitionState((1, 2), 1, 1, (1, 2), 0)
+    topic = TopicState(TOPIC, (mine, theirs, mine), configs={"segment.bytes": "4096"}, topic_id=TOPIC_ID)
+    opens = record_threads(monkeypatch, log_mod.Log, "open")
+    loop_thread = threading.get_ident()
+
+    assert await node.topics.prepare_logs([topic]) == 2  # partitions 0 and 2; 1 is not placed here
+    assert opens and loop_thread not in opens
+    assert node.topics.logs.get(TOPIC, 1) is None and node.topics.logs.get(TOPIC, 2).config.segment_bytes == 4096
+    assert await node.topics.prepare_logs([topic]) == 0  # made already
+    opens.clear()
+    node.topics.apply_delta(MetadataDelta(changed={TOPIC: topic}))
+    assert opens == [], "applying the delta opened a log on the event loop"
+    assert node.rm.get_partition(TOPIC, 2).log is node.topics.logs.get(TOPIC, 2)
+    grown = TopicState(TOPIC, (mine, theirs, mine, mine), configs=topic.configs, topic_id=TOPIC_ID)
+    assert await node.topics.prepare_logs([grown]) == 1  # CreatePartitions: only the new one
+    node.close()

@@ -1,10 +1,16 @@
-"""Helpers for storage tests: an injectable clock, batch builders, reading a whole log."""
+"""Helpers for storage tests: an injectable clock, batch builders, reading a whole log, a file system that blocks."""
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 
+import pytest
+
 from kelp.records import Record, build_batch, iter_headers, iter_records
+
+WAIT_S = 10  # a bounded wait for another thread's event
 
 
 class FakeClock:
@@ -44,3 +50,24 @@ def read_all(log, start: int | None = None, *, max_bytes: int = 1 << 20) -> list
 
 def log_files(directory: Path, suffix: str) -> list[Path]:
     return sorted(directory.glob(f"*{suffix}"))
+
+
+class BlockingOpen:
+    """`os.open` that blocks the first open of `<name>.log` until released, after saying it entered."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+        self.name = name
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.threads: list[int] = []
+        self._real = os.open
+        self._done = False
+        monkeypatch.setattr(os, "open", self)
+
+    def __call__(self, path, flags, *args, **kwargs):  # noqa: ANN001, ANN204 - os.open's signature
+        if not self._done and os.fspath(path).endswith(self.name):
+            self._done = True
+            self.threads.append(threading.get_ident())
+            self.entered.set()
+            assert self.release.wait(WAIT_S), "the test never released the blocked open"
+        return self._real(path, flags, *args, **kwargs)
