@@ -28,10 +28,9 @@ from typing import Awaitable, Callable, Protocol
 from kafka.protocol.producer import WriteTxnMarkersRequest
 
 from kelp.errors import ErrorCode
-from kelp.kafka_client import AsyncConnection
-from kelp.kafka_client.security import PLAINTEXT
 
 from ..cluster.member import ClusterMember
+from ..cluster.peer_connections import PeerConnections
 
 __all__ = ["TxnMarker", "MarkerSender", "KafkaMarkerSender", "MarkerDispatcher", "MARKERS_VERSION"]
 
@@ -70,23 +69,7 @@ class KafkaMarkerSender:
         self.cluster = cluster
         self.broker_id = broker_id
         self.timeout_s = timeout_s
-        self._connections: dict[int, AsyncConnection] = {}
-
-    def _connection(self, broker_id: int) -> AsyncConnection:
-        ep = self.cluster.brokers.get(broker_id)
-        if ep is None and self.cluster.endpoint is not None and self.cluster.endpoint.id == broker_id:
-            ep = self.cluster.endpoint
-        if ep is None:
-            raise ConnectionError(f"broker {broker_id} is not a live member of the cluster")
-        conn = self._connections.get(broker_id)
-        if conn is None or (conn.host, conn.port) != (ep.host, ep.port):
-            security = self.cluster.inter_broker
-            if security is not None:
-                security.maybe_reload()
-            conn = self._connections[broker_id] = AsyncConnection(
-                ep.host, ep.port, client_id=f"kelp-txn-markers-{self.broker_id}", timeout_s=self.timeout_s,
-                security=security.kafka if security is not None else PLAINTEXT)
-        return conn
+        self._peers = PeerConnections(cluster, client_id=f"kelp-txn-markers-{broker_id}", timeout_s=timeout_s)
 
     async def send(self, broker_id: int, marker: TxnMarker) -> dict[tuple[str, int], int]:
         M = WriteTxnMarkersRequest.WritableTxnMarker
@@ -98,7 +81,7 @@ class KafkaMarkerSender:
             transaction_result=marker.commit, coordinator_epoch=marker.coordinator_epoch,
             transaction_version=marker.transaction_version,
             topics=[M.WritableTxnMarkerTopic(name=t, partition_indexes=ps) for t, ps in by_topic.items()])])
-        response = await self._connection(broker_id).request(request, MARKERS_VERSION)
+        response = await self._peers.get(broker_id).request(request, MARKERS_VERSION)
         out: dict[tuple[str, int], int] = {}
         for result in getattr(response, "markers", None) or []:
             for topic in result.topics or []:
@@ -107,9 +90,7 @@ class KafkaMarkerSender:
         return out
 
     async def close(self) -> None:
-        conns, self._connections = list(self._connections.values()), {}
-        for conn in conns:
-            await conn.close()
+        await self._peers.close()
 
 
 class MarkerDispatcher:

@@ -31,10 +31,9 @@ from typing import Awaitable, Callable, Iterable, Protocol
 from kafka.protocol.producer import AddPartitionsToTxnRequest
 
 from kelp.errors import ErrorCode
-from kelp.kafka_client import AsyncConnection
-from kelp.kafka_client.security import PLAINTEXT
 
 from ..cluster.member import ClusterMember
+from ..cluster.peer_connections import PeerConnections
 
 __all__ = ["TxnVerifier", "VERIFY_VERSION"]
 
@@ -76,7 +75,7 @@ class TxnVerifier:
         self.coordinator_of = coordinator_of  # transactional id -> broker id of its coordinator, None if none
         self.local = local
         self.timeout_s = timeout_s
-        self._connections: dict[int, AsyncConnection] = {}
+        self._peers = PeerConnections(cluster, client_id=f"kelp-txn-verify-{broker_id}", timeout_s=timeout_s)
         self._pending: dict[int, dict[str, _Ask]] = {}  # broker id -> transactional id -> next ask
         self._senders: dict[int, asyncio.Task[None]] = {}
         self.asked = 0  # requests sent (or local calls): tests read it
@@ -171,7 +170,7 @@ class TxnVerifier:
                 verify_only=not ask.add,
                 topics=[R.AddPartitionsToTxnTransaction.AddPartitionsToTxnTopic(name=t, partitions=ps)
                         for t, ps in by_topic.items()]))
-        response = await self._connection(node).request(R(transactions=txns), VERIFY_VERSION,
+        response = await self._peers.get(node).request(R(transactions=txns), VERIFY_VERSION,
                                                         timeout_s=self.timeout_s)
         top = getattr(response, "error_code", 0) or 0
         if top:
@@ -185,29 +184,10 @@ class TxnVerifier:
         return {tid: {tp: out.get(tid, {}).get(tp, ErrorCode.NONE) for tp in ask.partitions}
                 for tid, ask in batch.items()}
 
-    def _connection(self, broker_id: int) -> AsyncConnection:
-        cluster = self.cluster
-        if cluster is None:
-            raise ConnectionError("no cluster membership to reach other brokers")
-        ep = cluster.brokers.get(broker_id)
-        if ep is None:
-            raise ConnectionError(f"broker {broker_id} is not a live member of the cluster")
-        conn = self._connections.get(broker_id)
-        if conn is None or (conn.host, conn.port) != (ep.host, ep.port):
-            security = cluster.inter_broker
-            if security is not None:
-                security.maybe_reload()
-            conn = self._connections[broker_id] = AsyncConnection(
-                ep.host, ep.port, client_id=f"kelp-txn-verify-{self.broker_id}", timeout_s=self.timeout_s,
-                security=security.kafka if security is not None else PLAINTEXT)
-        return conn
-
     async def close(self) -> None:
         senders, self._senders = list(self._senders.values()), {}
         for task in senders:
             task.cancel()
         if senders:
             await asyncio.gather(*senders, return_exceptions=True)
-        conns, self._connections = list(self._connections.values()), {}
-        for conn in conns:
-            await conn.close()
+        await self._peers.close()
