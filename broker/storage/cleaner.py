@@ -94,8 +94,9 @@ class CleanerStats:
     next_delete_horizon_ms: int | None = None  # the earliest horizon of a marker left waiting for it
 
 
-def _batches(segment: LogSegment) -> Iterator[tuple[BatchInfo, bytes]]:
-    """(header, bytes) of each batch of a closed segment, one read per batch.
+def _headers(segment: LogSegment, *, with_data: bool) -> Iterator[tuple[BatchInfo, bytes]]:
+    """(header, bytes) of each batch of a closed segment, one read per batch (bytes empty unless `with_data`:
+    headers only, one small read each).
 
     Reads through its own descriptor: retention may delete the segment while
     the cleaner works outside the log lock, and an unlinked file stays readable
@@ -109,30 +110,24 @@ def _batches(segment: LogSegment) -> Iterator[tuple[BatchInfo, bytes]]:
             info = read_header(os.pread(fd, HEADER_SIZE, position))
             if info.size < HEADER_SIZE or position + info.size > size:
                 return
-            data = os.pread(fd, info.size, position)
-            yield dataclasses.replace(info, position=0), data
+            yield dataclasses.replace(info, position=0), os.pread(fd, info.size, position) if with_data else b""
             position += info.size
     finally:
         os.close(fd)
+
+
+def _batches(segment: LogSegment) -> Iterator[tuple[BatchInfo, bytes]]:
+    """(header, bytes) of each batch of a closed segment (`_headers` with the data)."""
+    return _headers(segment, with_data=True)
 
 
 def _last_batch_per_producer(segments: list[LogSegment]) -> dict[int, int]:
     """producer id -> base offset of its last batch in `segments` (headers only, one small read per batch)."""
     last: dict[int, int] = {}
     for segment in segments:
-        fd = os.open(segment.log_path, os.O_RDONLY)
-        try:
-            size = min(segment.size, os.fstat(fd).st_size)
-            position = 0
-            while position + HEADER_SIZE <= size:
-                info = read_header(os.pread(fd, HEADER_SIZE, position))
-                if info.size < HEADER_SIZE:
-                    break
-                if info.has_producer_id:
-                    last[info.producer_id] = info.base_offset
-                position += info.size
-        finally:
-            os.close(fd)
+        for info, _ in _headers(segment, with_data=False):
+            if info.has_producer_id:
+                last[info.producer_id] = info.base_offset
     return last
 
 
