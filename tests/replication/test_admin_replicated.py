@@ -36,6 +36,13 @@ def test_configs_and_deleted_records_follow_across_brokers_and_a_failover(cluste
     leader = cluster.topic("r")["partitions"][0]["leader"]
     follower = 1 - leader
 
+    def follower_knows_r() -> bool:  # a broker applies the controller's delivery a moment after CreateTopics answers
+        try:
+            return bool(cluster.topic("r", via=cluster[follower]))
+        except Exception:
+            return False
+    cluster.wait_for("the follower to know topic r", follower_knows_r, timeout=15)
+
     R = IncrementalAlterConfigsRequest.AlterConfigsResource
     with WireClient(cluster[follower].bootstrap) as w:  # any broker: the change goes through the controller
         resp = w.request(IncrementalAlterConfigsRequest(resources=[R(resource_type=2, resource_name="r", configs=[
