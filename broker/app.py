@@ -160,7 +160,8 @@ class Broker:
                 metrics=metrics_of(self), host=listener.host, port=listener.port,
                 advertised_host=listener.advertised_host, max_request_bytes=cfg["socket.request.max.bytes"],
                 connections_max_idle_ms=_bound(cfg["connections.max.idle.ms"]), security=security, pool=pool,
-                quota=quota,
+                quota=quota, send_buffer_bytes=cfg["socket.send.buffer.bytes"],
+                receive_buffer_bytes=cfg["socket.receive.buffer.bytes"],
             )
             self.kafka_servers.append(ks)
             self.kafka_server = self.kafka_server or ks

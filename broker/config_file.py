@@ -37,7 +37,7 @@ KAFKA_ALIASES = {
     "log.dir": "log.dirs",  # Kafka's single-directory form
 }
 
-# Kafka broker properties Kelp has no use for: it has no KRaft quorum, thread pools or socket tuning.
+# Kafka broker properties Kelp has no use for: it has no KRaft quorum, thread pools.
 KAFKA_IGNORED_KEYS = frozenset({
     "process.roles",
     "controller.quorum.voters",
@@ -46,8 +46,6 @@ KAFKA_IGNORED_KEYS = frozenset({
     "num.io.threads",
     "num.replica.fetchers",
     "num.recovery.threads.per.data.dir",
-    "socket.send.buffer.bytes",
-    "socket.receive.buffer.bytes",
     "share.coordinator.state.topic.replication.factor",
     "share.coordinator.state.topic.min.isr",
 })

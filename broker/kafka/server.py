@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import ssl
 import struct
 import time
@@ -81,6 +82,7 @@ class KafkaServer:
         max_connections: int = UNBOUNDED, max_connections_per_ip: int = UNBOUNDED,
         metrics: BrokerMetrics = PROCESS, security: ListenerSecurity | None = None,
         pool: MemoryPool | None = None, quota: ConnectionQuota | None = None,
+        send_buffer_bytes: int = -1, receive_buffer_bytes: int = -1,
     ) -> None:
         self.broker: BrokerParts | None = None  # what handlers reach; given by serve()
         # The listener's name and security; a plain PLAINTEXT listener unless given.
@@ -96,6 +98,9 @@ class KafkaServer:
         self.pool = pool or MemoryPool(queued_max_request_bytes)
         self.quota = quota or ConnectionQuota(max_connections, max_connections_per_ip)
         self.idle_s = None if connections_max_idle_ms is None else connections_max_idle_ms / 1000
+        # socket.send.buffer.bytes / socket.receive.buffer.bytes; -1 leaves the kernel's autotuned size.
+        self.send_buffer_bytes = send_buffer_bytes
+        self.receive_buffer_bytes = receive_buffer_bytes
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[_Connection] = set()
         self.staging = bytearray(STAGING_BYTES)
@@ -119,6 +124,14 @@ class KafkaServer:
         self._server = await loop.create_server(
             lambda: _Connection(self), self.host, self.port, reuse_address=True, start_serving=serve
         )
+        for listening in self._server.sockets:
+            # Set on the listening socket, before any connection: accepted sockets inherit both sizes (Linux
+            # copies them, and the lock that stops autotuning, into each child), and a receive buffer set
+            # before the handshake also sizes the window scale it announces.
+            if self.send_buffer_bytes != -1:
+                listening.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer_bytes)
+            if self.receive_buffer_bytes != -1:
+                listening.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer_bytes)
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
         if not self.advertised_host:

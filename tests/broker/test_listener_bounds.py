@@ -290,6 +290,31 @@ async def test_connections_beyond_max_connections_per_ip_are_closed_at_accept(ca
         await server.stop()
 
 
+async def test_accepted_connections_get_the_configured_socket_buffers() -> None:
+    """socket.send.buffer.bytes / socket.receive.buffer.bytes reach every accepted socket (Linux reports
+    twice the size set, its bookkeeping included); -1 leaves the kernel's autotuned buffers alone."""
+    sized = await _serve(send_buffer_bytes=102400, receive_buffer_bytes=65536)
+    default = await _serve()
+    try:
+        for server in (sized, default):
+            r, w = await asyncio.open_connection("127.0.0.1", server.port)
+            w.write(_frame(20))
+            assert await asyncio.wait_for(r.readexactly(4), 5) == b"\0\0\0\0"
+            (conn,) = server._connections
+            assert conn.transport is not None
+            sock = conn.transport.get_extra_info("socket")
+            server.sndbuf = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)  # type: ignore[attr-defined]
+            server.rcvbuf = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)  # type: ignore[attr-defined]
+            w.close()
+        assert (sized.sndbuf, sized.rcvbuf) == (2 * 102400, 2 * 65536)  # type: ignore[attr-defined]
+        # Unlocked, the kernel grows a loopback connection's send buffer at once (to about 2 MSS x the
+        # initial window, 1.3 MiB and more, within net.ipv4.tcp_wmem): far past the 200 KiB of the other.
+        assert default.sndbuf > 4 * 102400  # type: ignore[attr-defined]
+    finally:
+        await sized.stop()
+        await default.stop()
+
+
 async def _until(cond) -> None:
     while not cond():
         await asyncio.sleep(0.01)
@@ -301,9 +326,11 @@ def test_bounds_are_validated_with_kafka_names() -> None:
     assert cfg["connections.max.idle.ms"] == 600000
     assert cfg["max.connections"] == 10000
     assert cfg["max.connections.per.ip"] == 2**31 - 1
+    assert (cfg["socket.send.buffer.bytes"], cfg["socket.receive.buffer.bytes"]) == (102400, -1)
     assert BrokerConfig.load(env={}, overrides={"queued.max.request.bytes": "-1"})["queued.max.request.bytes"] == -1
     for key, bad in (("queued.max.request.bytes", "0"), ("connections.max.idle.ms", "-5"),
-                     ("max.connections", "0"), ("max.connections.per.ip", "lots")):
+                     ("max.connections", "0"), ("max.connections.per.ip", "lots"),
+                     ("socket.send.buffer.bytes", "0"), ("socket.receive.buffer.bytes", "-2")):
         with pytest.raises(ConfigError, match=f"'{key}'"):
             BrokerConfig.load(env={}, overrides={key: bad})
 
