@@ -98,7 +98,8 @@ class KafkaServer:
         self.pool = pool or MemoryPool(queued_max_request_bytes)
         self.quota = quota or ConnectionQuota(max_connections, max_connections_per_ip)
         self.idle_s = None if connections_max_idle_ms is None else connections_max_idle_ms / 1000
-        # socket.send.buffer.bytes / socket.receive.buffer.bytes; -1 leaves the kernel's autotuned size.
+        # socket.send.buffer.bytes (set on a connection once it fetches as a consumer, connection.py) and
+        # socket.receive.buffer.bytes (on the listening socket); -1 leaves the kernel's autotuned size.
         self.send_buffer_bytes = send_buffer_bytes
         self.receive_buffer_bytes = receive_buffer_bytes
         self._server: asyncio.base_events.Server | None = None
@@ -124,13 +125,11 @@ class KafkaServer:
         self._server = await loop.create_server(
             lambda: _Connection(self), self.host, self.port, reuse_address=True, start_serving=serve
         )
-        for listening in self._server.sockets:
-            # Set on the listening socket, before any connection: accepted sockets inherit both sizes (Linux
-            # copies them, and the lock that stops autotuning, into each child), and a receive buffer set
-            # before the handshake also sizes the window scale it announces.
-            if self.send_buffer_bytes != -1:
-                listening.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer_bytes)
-            if self.receive_buffer_bytes != -1:
+        if self.receive_buffer_bytes != -1:
+            for listening in self._server.sockets:
+                # Before any connection: accepted sockets inherit the size (Linux copies it, and the lock that
+                # stops autotuning, into each child), and set before the handshake it also sizes the window
+                # scale announced.
                 listening.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer_bytes)
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
@@ -209,7 +208,8 @@ class KafkaServer:
 
     # -- requests (ConnectionHost) ---------------------------------------
     def dispatch(self, frame: memoryview, peer: str, *, session: Session,
-                 release: Callable[[], None] | None = None) -> asyncio.Future[Answer] | None:
+                 release: Callable[[], None] | None = None,
+                 consumer_fetching: Callable[[], None] | None = None) -> asyncio.Future[Answer] | None:
         """Parse the header and start handling; None means close the connection.
 
         `release` gives the frame's bytes back to the memory pool before the answer (the handler
@@ -244,7 +244,7 @@ class KafkaServer:
         ctx = RequestContext(
             broker=broker, api_key=api_key, api_version=api_version,
             correlation_id=header.correlation_id, client_id=header.client_id, peer=peer, release_frame=release,
-            principal=session.principal, listener=self.listener,
+            principal=session.principal, listener=self.listener, consumer_fetching=consumer_fetching,
         )
         if spec is None:
             log.warning(

@@ -30,15 +30,22 @@ def batch_headers(data: bytes) -> list[tuple]:
 def raw_fetch(bootstrap: str, topic: str, partition: int, offset: int = 0, *, max_bytes: int = 50 << 20,
               max_wait_ms: int = 0, min_bytes: int = 0, version: int = 11) -> object:
     with WireClient(bootstrap) as c:
-        req = FetchRequest(
-            replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
-            isolation_level=0, session_id=0, session_epoch=-1,
-            topics=[FetchRequest.FetchTopic(topic=topic, partitions=[FetchRequest.FetchTopic.FetchPartition(
-                partition=partition, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
-                log_start_offset=-1, partition_max_bytes=max_bytes)])],
-            forgotten_topics_data=[], rack_id="",
-        )
-        return c.request(req, version)
+        return raw_fetch_on(c, topic, partition, offset, max_bytes=max_bytes, max_wait_ms=max_wait_ms,
+                            min_bytes=min_bytes, version=version)
+
+
+def raw_fetch_on(c: WireClient, topic: str, partition: int = 0, offset: int = 0, *, max_bytes: int = 50 << 20,
+                 max_wait_ms: int = 0, min_bytes: int = 0, version: int = 11, replica_id: int = -1) -> object:
+    """One Fetch of one partition on an open connection (`replica_id` >= 0: as that follower)."""
+    req = FetchRequest(
+        replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
+        isolation_level=0, session_id=0, session_epoch=-1,
+        topics=[FetchRequest.FetchTopic(topic=topic, partitions=[FetchRequest.FetchTopic.FetchPartition(
+            partition=partition, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
+            log_start_offset=-1, partition_max_bytes=max_bytes)])],
+        forgotten_topics_data=[], rack_id="",
+    )
+    return c.request(req, version)
 
 
 def fetch_all_batches(bootstrap: str, topic: str, partition: int) -> bytes:

@@ -16,8 +16,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import shutil
 import socket
 import struct
+import subprocess
 import time
 import urllib.request
 
@@ -27,8 +29,8 @@ from kafka.protocol.metadata import ApiVersionsRequest
 from kelp.broker import metrics
 from kelp.broker.config import BrokerConfig
 from kelp.broker.kafka.server import STAGING_BYTES, KafkaServer, _Connection
-from kelp.errors import ConfigError
-from tests.broker.helpers import batch_headers, create_topic_wire, fetch_all_batches, produce, raw_fetch
+from kelp.errors import ConfigError, ErrorCode
+from tests.broker.helpers import batch_headers, create_topic_wire, fetch_all_batches, produce, raw_fetch, raw_fetch_on
 from tests.broker.test_framing_protocol import _FakeTransport
 from tests.support.kafka_wire import WireClient, make_batch
 
@@ -290,31 +292,6 @@ async def test_connections_beyond_max_connections_per_ip_are_closed_at_accept(ca
         await server.stop()
 
 
-async def test_accepted_connections_get_the_configured_socket_buffers() -> None:
-    """socket.send.buffer.bytes / socket.receive.buffer.bytes reach every accepted socket (Linux reports
-    twice the size set, its bookkeeping included); -1 leaves the kernel's autotuned buffers alone."""
-    sized = await _serve(send_buffer_bytes=102400, receive_buffer_bytes=65536)
-    default = await _serve()
-    try:
-        for server in (sized, default):
-            r, w = await asyncio.open_connection("127.0.0.1", server.port)
-            w.write(_frame(20))
-            assert await asyncio.wait_for(r.readexactly(4), 5) == b"\0\0\0\0"
-            (conn,) = server._connections
-            assert conn.transport is not None
-            sock = conn.transport.get_extra_info("socket")
-            server.sndbuf = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)  # type: ignore[attr-defined]
-            server.rcvbuf = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)  # type: ignore[attr-defined]
-            w.close()
-        assert (sized.sndbuf, sized.rcvbuf) == (2 * 102400, 2 * 65536)  # type: ignore[attr-defined]
-        # Unlocked, the kernel grows a loopback connection's send buffer at once (to about 2 MSS x the
-        # initial window, 1.3 MiB and more, within net.ipv4.tcp_wmem): far past the 200 KiB of the other.
-        assert default.sndbuf > 4 * 102400  # type: ignore[attr-defined]
-    finally:
-        await sized.stop()
-        await default.stop()
-
-
 async def _until(cond) -> None:
     while not cond():
         await asyncio.sleep(0.01)
@@ -336,6 +313,37 @@ def test_bounds_are_validated_with_kafka_names() -> None:
 
 
 # -- acceptance: a real broker process --------------------------------------------------------
+
+
+def _send_buffers(broker_port: int) -> dict[int, int]:
+    """The broker's established connections on `broker_port`: client port -> SO_SNDBUF (`ss`'s skmem tb)."""
+    out = subprocess.run(["ss", "-tmnH", "state", "established", f"( sport = :{broker_port} )"],
+                         capture_output=True, text=True, timeout=10, check=True).stdout
+    sizes = {}
+    for m in re.finditer(r":(\d+)\s*\n?\s*skmem:\([^)]*\btb(\d+)", out):
+        sizes[int(m.group(1))] = int(m.group(2))
+    return sizes
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2) to read the broker's socket buffers")
+def test_a_consumer_connection_gets_socket_send_buffer_bytes_a_follower_keeps_the_kernels(broker_factory) -> None:
+    """socket.send.buffer.bytes is set on a connection at its first consumer fetch (Linux reports twice the
+    size set); a connection that fetches as a follower, or never fetches, keeps the kernel's autotuned one."""
+    b = broker_factory(settings={"socket.send.buffer.bytes": 65536})
+    assert create_topic_wire(b.bootstrap, "sized") == 0
+    port = int(b.bootstrap.rpartition(":")[2])
+    with WireClient(b.bootstrap) as consumer, WireClient(b.bootstrap) as follower, \
+            WireClient(b.bootstrap) as other:
+        assert raw_fetch_on(consumer, "sized", replica_id=-1).responses[0].partitions[0].error_code == 0
+        # broker 7 is no replica of the topic: refused, and the connection is still a follower's
+        refused = raw_fetch_on(follower, "sized", replica_id=7).responses[0].partitions[0].error_code
+        assert refused == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        other.request(ApiVersionsRequest(), 0)
+        sizes = _send_buffers(port)
+        assert sizes[consumer.sock.getsockname()[1]] == 2 * 65536
+        # unlocked, the kernel grows a loopback connection's buffer at once (about 2 MSS x the initial window)
+        assert sizes[follower.sock.getsockname()[1]] > 4 * 65536
+        assert sizes[other.sock.getsockname()[1]] > 4 * 65536
 
 
 def _rss_bytes(pid: int) -> int:

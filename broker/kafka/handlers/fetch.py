@@ -45,6 +45,8 @@ def _refused_topics(ctx: RequestContext, request: FetchRequest, replica_id: int)
 @handles(FetchRequest, min_version=4, max_version=12)
 async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> RawResponse:
     replica_id = request.replica_id if request.replica_id is not None else -1
+    if replica_id < 0 and ctx.consumer_fetching is not None:
+        ctx.consumer_fetching()
     refused = _refused_topics(ctx, request, replica_id)
     reqs = []
     for t in request.topics:

@@ -45,6 +45,9 @@ class RequestContext:
     unsupported_version: bool = False
     # Gives the request frame's bytes back to the listener's memory pool before the answer is sent.
     release_frame: Callable[[], None] | None = None
+    # Called by a consumer's fetch: the connection sizes its send buffer (socket.send.buffer.bytes) once; None
+    # once it has (or outside a connection).
+    consumer_fetching: Callable[[], None] | None = None
 
     @property
     def client(self) -> str:
