@@ -329,7 +329,10 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     "metadata.log.max.record.bytes.between.snapshots": (_positive, 4 * 1024 * 1024),
     "unclean.leader.election.enable": (parse_bool, False),
     "replica.fetch.wait.max.ms": (_positive, 500),
-    "replica.fetch.max.bytes": (_positive, 1048576),
+    # Kafka: 1 MiB. A follower that fell behind catches up in fewer, larger fetches: one acks=all RF 3
+    # partition replicated 164 against 122 MB/s (medians of 3) with 4 MiB; followers rotate the partitions
+    # that got records to the end of their next fetch, so a busy few cannot take the whole response.
+    "replica.fetch.max.bytes": (_positive, 4194304),
     "replica.fetch.response.max.bytes": (_positive, 10485760),
     "replica.fetch.backoff.ms": (_positive, 200),
     "replica.socket.timeout.ms": (_positive, 30000),

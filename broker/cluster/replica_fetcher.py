@@ -306,7 +306,9 @@ class ReplicaFetcher:
         # flush.messages on a follower: the offsets this fetch reports as held must be fsynced first (off the loop).
         await replicas.flush_followers()
         sent: dict[tuple[str, int], tuple[_FetchState, int]] = {}
-        by_topic: dict[str, list[FetchRequest.FetchTopic.FetchPartition]] = {}
+        # Topics in the order of `state`, a topic named again when its partitions are not next to each other
+        # (as Kafka's FetchRequest builder does): the leader reads in request order, and that order rotates.
+        topics: list[tuple[str, list[FetchRequest.FetchTopic.FetchPartition]]] = []
         for (topic, p), st in self.state.items():
             if st.truncating:
                 continue
@@ -315,20 +317,23 @@ class ReplicaFetcher:
                 continue
             offset = part.log.log_end_offset
             sent[(topic, p)] = (st, offset)
-            by_topic.setdefault(topic, []).append(FP(
+            if not topics or topics[-1][0] != topic:
+                topics.append((topic, []))
+            topics[-1][1].append(FP(
                 partition=p, current_leader_epoch=st.leader_epoch, fetch_offset=offset,
                 log_start_offset=part.log.log_start_offset, partition_max_bytes=self.max_bytes))
-        if not by_topic:
+        if not topics:
             await asyncio.sleep(self.backoff_s)
             return
         req = FetchRequest(
             replica_id=self.m.broker_id, max_wait_ms=self.wait_ms, min_bytes=1, max_bytes=self.response_max_bytes,
             isolation_level=0, session_id=0, session_epoch=-1,
-            topics=[FT(topic=t, partitions=ps) for t, ps in by_topic.items()],
+            topics=[FT(topic=t, partitions=ps) for t, ps in topics],
             forgotten_topics_data=[], rack_id="",
         )
         resp = await conn.request(req, FETCH_VERSION, timeout_s=self.timeout_s + self.wait_ms / 1000.0)
         backoff = False
+        served: list[tuple[str, int]] = []
         for t in resp.responses:
             for r in t.partitions:
                 key = (t.topic, r.partition_index)
@@ -343,6 +348,8 @@ class ReplicaFetcher:
                         key[0], key[1], st.leader_epoch):
                     continue  # the log moved (a truncation) since the request: appending would leave a gap
                 if r.error_code == ErrorCode.NONE:
+                    if r.records:
+                        served.append(key)
                     try:
                         replicas.append_as_follower(
                             t.topic, r.partition_index, r.records or b"", leader_epoch=st.leader_epoch,
@@ -363,6 +370,12 @@ class ReplicaFetcher:
                     log.warning("%s-%d: leader %d answered fetch with error %d", t.topic, r.partition_index,
                                 self.leader, r.error_code)
                     backoff = True
+        # As Kafka's fetcher (`PartitionStates.updateAndMoveToEnd`): partitions that got records go to the end
+        # of the next request, so that busy ones early in it cannot take every fetch's
+        # replica.fetch.response.max.bytes and starve the rest (the leader fills a response in request order).
+        for key in served:
+            if key in self.state:  # not removed meanwhile
+                self.state[key] = self.state.pop(key)
         if backoff:
             await asyncio.sleep(self.backoff_s)
 
