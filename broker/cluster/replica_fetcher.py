@@ -35,10 +35,12 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from kafka.protocol.consumer import FetchRequest, FetchResponse, OffsetForLeaderEpochRequest
+from kafka.protocol.consumer import FetchRequest, OffsetForLeaderEpochRequest
 
 from kelp.errors import ErrorCode, KelpError
 from kelp.kafka_client import AsyncConnection, AuthenticationFailed, BrokerUnavailable
+from kelp.kafka_client.fetch_response import VERSION as FETCH_VERSION
+from kelp.kafka_client.fetch_response import PartitionAnswer, decode_fetch_response
 
 from ..config import BrokerConfig
 from ..storage import Log
@@ -54,7 +56,6 @@ log = logging.getLogger("kelp.broker.replication")
 
 # A fetcher the leader refuses to authenticate tries again this often (seconds).
 AUTH_RETRY_S = 5.0
-FETCH_VERSION = 11
 EPOCH_VERSION = 3
 # Fetch errors after which our metadata or the leader's is behind: back off until the next push settles it.
 _METADATA_BEHIND = (ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_LEADER_EPOCH,
@@ -331,7 +332,9 @@ class ReplicaFetcher:
             topics=[FT(topic=t, partitions=ps) for t, ps in topics],
             forgotten_topics_data=[], rack_id="",
         )
-        resp = await conn.request(req, FETCH_VERSION, timeout_s=self.timeout_s + self.wait_ms / 1000.0)
+        # Decoded by hand: each partition's records a view of the reply, handed to the log as they are.
+        resp = await conn.request(req, FETCH_VERSION, timeout_s=self.timeout_s + self.wait_ms / 1000.0,
+                                  decoder=decode_fetch_response)
         backoff = False
         served: list[tuple[str, int]] = []
         for t in resp.responses:
@@ -380,7 +383,7 @@ class ReplicaFetcher:
             await asyncio.sleep(self.backoff_s)
 
     async def _out_of_range(self, key: tuple[str, int], st: _FetchState,
-                            r: FetchResponse.FetchableTopicResponse.PartitionData) -> None:
+                            r: PartitionAnswer) -> None:
         part = self.m.replicas.get_partition(*key)
         if part is None or not self._current(key, st):
             return

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from typing import Any, Callable
 
 from kafka.protocol.api_message import ApiMessage
 
@@ -62,9 +63,11 @@ class AsyncConnection:
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
-    async def request(self, request: ApiMessage, version: int, *, timeout_s: float | None = None) -> ApiMessage:
+    async def request(self, request: ApiMessage, version: int, *, timeout_s: float | None = None,
+                      decoder: Callable[[bytes], Any] | None = None) -> Any:
         """Send `request` at `version` and return its decoded response; `timeout_s` overrides the
-        connection's bound for this request (a fetch that may wait on the broker's side, say)."""
+        connection's bound for this request (a fetch that may wait on the broker's side, say); `decoder`
+        decodes the reply instead of kafka-python (`framing.decode_response`)."""
         async with self._lock:
             bound = self.timeout_s if timeout_s is None else timeout_s
             try:
@@ -74,7 +77,7 @@ class AsyncConnection:
                     async with asyncio.timeout(self.timeout_s):
                         await self._authenticate(reader, writer)
                 async with asyncio.timeout(bound):
-                    return await self._roundtrip(reader, writer, request, version)
+                    return await self._roundtrip(reader, writer, request, version, decoder)
             except (BrokerUnavailable, AuthenticationFailed):
                 self._drop()
                 raise
@@ -106,13 +109,14 @@ class AsyncConnection:
                 pass
 
     async def _roundtrip(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: ApiMessage,
-                         version: int) -> ApiMessage:
+                         version: int, decoder: Callable[[bytes], Any] | None = None) -> Any:
         correlation_id = self._ids.next()
         writer.write(encode_request(request, version, correlation_id=correlation_id, client_id=self.client_id))
         await writer.drain()
         size = response_size(await reader.readexactly(4), address=self.address, limit=self.max_response_bytes)
         frame = await reader.readexactly(size)
-        return decode_response(request, version, frame, correlation_id=correlation_id, address=self.address)
+        return decode_response(request, version, frame, correlation_id=correlation_id, address=self.address,
+                               decoder=decoder)
 
     async def _connected(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         if self._reader is not None and self._writer is not None and not self._writer.is_closing():

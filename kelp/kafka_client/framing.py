@@ -3,7 +3,9 @@
 Why: the blocking and the asyncio connection must frame, pair and check
 replies identically, so that part is here once, with no I/O, and each
 connection only moves bytes. The codecs are kafka-python's schema classes
-(`request.encode`, `Response.decode`), never written again; the response
+(`request.encode`, `Response.decode`), never written again — except where a
+caller passes a hand-written decoder for a hot reply (the follower's
+FetchResponse, `fetch_response.py`); the response
 class is kafka-python's own pairing (the class registered for the request's
 API key, at the request's version). A reply is checked before it is decoded:
 its size must lie within bounds and its correlation id must be the one sent,
@@ -16,6 +18,7 @@ This module must never do I/O, sleep or import a networking module.
 from __future__ import annotations
 
 import struct
+from typing import Any, Callable
 
 from kafka.protocol.api_message import ApiMessage
 
@@ -61,12 +64,19 @@ def response_size(head: bytes, *, address: str, limit: int = MAX_RESPONSE_BYTES)
 
 
 def decode_response(request: ApiMessage, version: int, frame: bytes, *, correlation_id: int,
-                    address: str) -> ApiMessage:
-    """The response to `request` (encoded by `encode_request` at `version`) from its frame, size prefix removed."""
+                    address: str, decoder: Callable[[bytes], Any] | None = None) -> Any:
+    """The response to `request` (encoded by `encode_request` at `version`) from its frame, size prefix removed;
+    with `decoder`, what it makes of the frame (a hand-written decoder for that response and version, e.g.
+    `fetch_response.decode_fetch_response`; a ValueError from it is a bad reply)."""
     answered: int = _CORRELATION.unpack_from(frame, 0)[0]
     if answered != correlation_id:
         raise BadResponse(f"broker at {address} answered correlation id {answered}, expected {correlation_id}",
                           address=address)
+    if decoder is not None:
+        try:
+            return decoder(frame)
+        except ValueError as exc:
+            raise BadResponse(f"broker at {address} sent a bad reply: {exc}", address=address) from None
     header = request.header
     if header is None:
         raise ValueError("the request was never encoded with a header (use encode_request)")

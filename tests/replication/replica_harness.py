@@ -12,6 +12,7 @@ ever runs, so the test drives each truncation round and fetch by hand.
 from __future__ import annotations
 
 import asyncio
+import struct
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -22,6 +23,7 @@ from kelp.broker.cluster.metadata_image import MetadataDelta
 from kelp.broker.cluster.model import PartitionState, TopicState
 from kelp.broker.cluster.replica_fetcher import ReplicaFetcherManager
 from kelp.broker.config import BrokerConfig
+from kelp.broker.kafka.fetch_encoder import encode_fetch_response
 from kelp.broker.kafka.handlers.offsets import handle_offset_for_leader_epoch
 from kelp.broker.kafka.handlers.registry import RequestContext
 from kelp.broker.replica_manager import FetchPartition, ReplicaManager
@@ -148,7 +150,8 @@ class PeerStub:
         assert self._held is not None, "no request is held"
         self._held.set()
 
-    async def request(self, req: Any, version: int, *, timeout_s: float | None = None) -> Any:
+    async def request(self, req: Any, version: int, *, timeout_s: float | None = None,
+                      decoder: Any = None) -> Any:
         self.requests.append(req)
         if isinstance(req, OffsetForLeaderEpochRequest):
             broker = SimpleNamespace(replicas=self.leader.rm, acls=open_acls())
@@ -156,7 +159,7 @@ class PeerStub:
                                  correlation_id=len(self.requests), client_id="replica", peer="stub")
             resp = await handle_offset_for_leader_epoch(ctx, req)
         elif isinstance(req, FetchRequest):
-            resp = await self._fetch(req)
+            resp = await self._fetch(req, version, decoder)
         else:  # pragma: no cover - the fetcher sends nothing else
             raise AssertionError(f"unexpected request {type(req).__name__}")
         gate, self._gate = self._gate, None
@@ -166,19 +169,27 @@ class PeerStub:
             await gate.wait()
         return resp
 
-    async def _fetch(self, req: Any) -> Any:
+    async def _fetch(self, req: Any, version: int, decoder: Any) -> Any:
+        """The leader's answer; with `decoder` (the fetcher's), encoded as the leader's listener would and
+        decoded by it, so these tests also run the follower's reply decoder."""
         wanted = [FetchPartition(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes,
                                  log_start_offset=p.log_start_offset, current_leader_epoch=p.current_leader_epoch)
                   for t in req.topics for p in t.partitions]
         results = await self.leader.rm.fetch(wanted, max_wait_ms=0, min_bytes=0, max_bytes=req.max_bytes,
                                              replica_id=req.replica_id)
         topics: dict[str, list] = {}
+        answers: dict[str, list] = {}
         for r in results:
             err: KelpError | None = r.error
             records = r.records.read() if hasattr(r.records, "read") else bytes(r.records)
             topics.setdefault(r.topic, []).append(SimpleNamespace(
                 partition_index=r.partition, error_code=err.code if err is not None else 0,
                 high_watermark=r.high_watermark, log_start_offset=r.log_start_offset, records=records))
+            answers.setdefault(r.topic, []).append((r.partition, err.code if err is not None else 0, r.high_watermark,
+                                                    r.last_stable_offset, r.log_start_offset, records, None))
+        if decoder is not None:
+            buffers, _ = encode_fetch_response(version, topics=list(answers.items()))
+            return decoder(struct.pack(">i", len(self.requests)) + b"".join(bytes(b) for b in buffers))
         return SimpleNamespace(responses=[SimpleNamespace(topic=t, partitions=ps) for t, ps in topics.items()])
 
 

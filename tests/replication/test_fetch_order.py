@@ -49,7 +49,7 @@ class _Leader:
         self.busy: set[tuple[str, int]] = set()
         self.orders: list[list[tuple[str, int]]] = []
 
-    async def request(self, req: Any, version: int, *, timeout_s: float | None = None) -> Any:
+    async def request(self, req: Any, version: int, *, timeout_s: float | None = None, decoder: Any = None) -> Any:
         order = [(t.topic, p.partition) for t in req.topics for p in t.partitions]
         self.orders.append(order)
         topics: dict[str, list[Any]] = {}
