@@ -42,6 +42,7 @@ from aiohttp import web
 
 from kelp.clock import monotonic
 
+from . import allocator
 from .acl_manager import AclManager
 from .cluster.inter_broker import InterBrokerSecurity
 from .cluster.member import ClusterMember
@@ -427,6 +428,7 @@ class Broker:
         after `stop` (an abandoned step) are cancelled and waited for at most `cancel_grace_s`, not forever —
         the logs are flushed by then, and `asyncio.run`'s teardown would hang on a task that swallows its
         cancellation exactly as an unbounded stop did."""
+        allocator.tune()  # this process is the broker's: large buffers reused from the heap (allocator.py)
         loop = asyncio.new_event_loop()
         self.freeze_gc = True
         try:
