@@ -34,7 +34,14 @@ from typing import Any, Callable
 from kafka.protocol.api_message import ApiMessage
 
 from .errors import AuthenticationFailed, BrokerTimeout, BrokerUnavailable
-from .framing import MAX_RESPONSE_BYTES, CorrelationIds, decode_response, encode_request, response_size
+from .framing import (
+    MAX_RESPONSE_BYTES,
+    CorrelationIds,
+    EncodableRequest,
+    decode_response,
+    encode_request,
+    response_size,
+)
 from .sasl import authentication, reauthenticate_after_s
 from .security import PLAINTEXT, ConnectionSecurity
 
@@ -63,7 +70,7 @@ class AsyncConnection:
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
-    async def request(self, request: ApiMessage, version: int, *, timeout_s: float | None = None,
+    async def request(self, request: ApiMessage | EncodableRequest, version: int, *, timeout_s: float | None = None,
                       decoder: Callable[[bytes], Any] | None = None) -> Any:
         """Send `request` at `version` and return its decoded response; `timeout_s` overrides the
         connection's bound for this request (a fetch that may wait on the broker's side, say); `decoder`
@@ -108,8 +115,9 @@ class AsyncConnection:
             except (OSError, TimeoutError):
                 pass
 
-    async def _roundtrip(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: ApiMessage,
-                         version: int, decoder: Callable[[bytes], Any] | None = None) -> Any:
+    async def _roundtrip(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                         request: ApiMessage | EncodableRequest, version: int,
+                         decoder: Callable[[bytes], Any] | None = None) -> Any:
         correlation_id = self._ids.next()
         writer.write(encode_request(request, version, correlation_id=correlation_id, client_id=self.client_id))
         await writer.drain()

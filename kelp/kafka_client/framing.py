@@ -18,7 +18,7 @@ This module must never do I/O, sleep or import a networking module.
 from __future__ import annotations
 
 import struct
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from kafka.protocol.api_message import ApiMessage
 
@@ -30,6 +30,19 @@ SIZE = struct.Struct(">i")
 # A sanity bound, not a tuning knob: a size beyond it is garbage (or another protocol), never a reply.
 MAX_RESPONSE_BYTES = 1 << 30
 _CORRELATION = struct.Struct(">i")
+
+
+class EncodableRequest(Protocol):
+    """What `encode_request` needs of a request: kafka-python's classes, or a hand-written encoder of the
+    same bytes (`fetch_request.FollowerFetch`)."""
+
+    header: Any
+
+    def expect_response(self) -> bool: ...
+
+    def with_header(self, *, correlation_id: int, client_id: str) -> Any: ...
+
+    def encode(self, *, version: int, header: bool = ..., framed: bool = ...) -> Any: ...
 
 
 class CorrelationIds:
@@ -45,7 +58,8 @@ class CorrelationIds:
         return self._last
 
 
-def encode_request(request: ApiMessage, version: int, *, correlation_id: int, client_id: str) -> bytes:
+def encode_request(request: ApiMessage | EncodableRequest, version: int, *, correlation_id: int,
+                   client_id: str) -> bytes:
     """The request at `version` with its header, size-prefixed, ready to write."""
     if not request.expect_response():
         # Such a request (a Produce with acks=0) gets no reply: waiting for one would only time out.
@@ -63,7 +77,7 @@ def response_size(head: bytes, *, address: str, limit: int = MAX_RESPONSE_BYTES)
     return size
 
 
-def decode_response(request: ApiMessage, version: int, frame: bytes, *, correlation_id: int,
+def decode_response(request: ApiMessage | EncodableRequest, version: int, frame: bytes, *, correlation_id: int,
                     address: str, decoder: Callable[[bytes], Any] | None = None) -> Any:
     """The response to `request` (encoded by `encode_request` at `version`) from its frame, size prefix removed;
     with `decoder`, what it makes of the frame (a hand-written decoder for that response and version, e.g.

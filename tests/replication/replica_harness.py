@@ -30,6 +30,7 @@ from kelp.broker.replica_manager import FetchPartition, ReplicaManager
 from kelp.broker.storage import LogConfig, LogManager
 from kelp.broker.topic_manager import TopicManager
 from kelp.errors import KelpError
+from kelp.kafka_client.fetch_request import FollowerFetch
 from kelp.records import Record, build_batch
 from tests.support.acls import open_acls
 
@@ -158,7 +159,7 @@ class PeerStub:
             ctx = RequestContext(broker=broker, api_key=23, api_version=version,
                                  correlation_id=len(self.requests), client_id="replica", peer="stub")
             resp = await handle_offset_for_leader_epoch(ctx, req)
-        elif isinstance(req, FetchRequest):
+        elif isinstance(req, (FetchRequest, FollowerFetch)):
             resp = await self._fetch(req, version, decoder)
         else:  # pragma: no cover - the fetcher sends nothing else
             raise AssertionError(f"unexpected request {type(req).__name__}")
@@ -172,9 +173,11 @@ class PeerStub:
     async def _fetch(self, req: Any, version: int, decoder: Any) -> Any:
         """The leader's answer; with `decoder` (the fetcher's), encoded as the leader's listener would and
         decoded by it, so these tests also run the follower's reply decoder."""
-        wanted = [FetchPartition(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes,
+        named = ([(topic, p) for topic, ps in req.topics for p in ps] if isinstance(req, FollowerFetch)
+                 else [(t.topic, p) for t in req.topics for p in t.partitions])
+        wanted = [FetchPartition(topic, p.partition, p.fetch_offset, p.partition_max_bytes,
                                  log_start_offset=p.log_start_offset, current_leader_epoch=p.current_leader_epoch)
-                  for t in req.topics for p in t.partitions]
+                  for topic, p in named]
         results = await self.leader.rm.fetch(wanted, max_wait_ms=0, min_bytes=0, max_bytes=req.max_bytes,
                                              replica_id=req.replica_id)
         topics: dict[str, list] = {}

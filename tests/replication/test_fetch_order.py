@@ -50,7 +50,7 @@ class _Leader:
         self.orders: list[list[tuple[str, int]]] = []
 
     async def request(self, req: Any, version: int, *, timeout_s: float | None = None, decoder: Any = None) -> Any:
-        order = [(t.topic, p.partition) for t in req.topics for p in t.partitions]
+        order = [(topic, p.partition) for topic, ps in req.topics for p in ps]
         self.orders.append(order)
         topics: dict[str, list[Any]] = {}
         for topic, partition in order:
