@@ -22,9 +22,17 @@ KUBE_TIER = "tests/kube/"
 ONE_WORKER_MODULES = ("tests/http/test_rest_v3.py",)
 
 
+# Modules that make network namespaces (`ip netns add` / `ip netns exec`) run in the kube tier's unit, before it:
+# run beside the kubelet they broke its pod teardown. `ip netns add` bind-mounts /run/netns over itself, hiding
+# the CNI namespaces containerd had mounted there, and containerd's unlink of such a pod's namespace then failed
+# with EBUSY for as long as the chaos brokers lived (a pod stuck deleting; a kube churn test timed out at 300 s).
+NETNS_MODULES = ("tests/chaos/test_chaos_short.py", "tests/chaos/test_topology.py")
+
+
 def _work_unit(nodeid: str) -> str:
-    """The unit pytest-xdist hands to one worker: the kube tier, a module of ONE_WORKER_MODULES, or one test."""
-    if nodeid.startswith(KUBE_TIER):
+    """The unit pytest-xdist hands to one worker: the kube tier (with NETNS_MODULES), a module of
+    ONE_WORKER_MODULES, or one test."""
+    if nodeid.startswith(KUBE_TIER) or nodeid.split("::", 1)[0] in NETNS_MODULES:
         return KUBE_TIER
     module = nodeid.split("::", 1)[0]
     return module if module in ONE_WORKER_MODULES else nodeid
