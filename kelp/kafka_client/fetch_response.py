@@ -74,17 +74,21 @@ def _need(frame: memoryview, pos: int, n: int, what: str) -> None:
                          f"{len(frame)}-byte frame")
 
 
+def _array(view: memoryview, pos: int, what: str) -> tuple[int, int]:
+    """(count, position after it) of the non-null array whose int32 count is at `pos`."""
+    _need(view, pos, 4, f"the count of {what}")
+    (count,) = _I32.unpack_from(view, pos)
+    if count < 0:
+        raise ValueError(f"FetchResponse v{VERSION}: null array of {what} at offset {pos}")
+    return count, pos + 4
+
+
 def decode_fetch_response(frame: bytes | bytearray | memoryview) -> FetchAnswer:
     """The FetchResponse v11 in `frame` (its size prefix removed, the response header first)."""
     view = memoryview(frame)
     _need(view, 0, _HEAD.size, "the header")
     correlation_id, throttle, error, session_id = _HEAD.unpack_from(view, 0)
-    pos = _HEAD.size
-    _need(view, pos, 4, "the topic count")
-    (topic_count,) = _I32.unpack_from(view, pos)
-    pos += 4
-    if topic_count < 0:
-        raise ValueError(f"FetchResponse v{VERSION}: null topic array at offset {pos - 4}")
+    topic_count, pos = _array(view, _HEAD.size, "topics")
     topics: list[TopicAnswer] = []
     for _ in range(topic_count):
         _need(view, pos, 2, "a topic name length")
@@ -93,11 +97,7 @@ def decode_fetch_response(frame: bytes | bytearray | memoryview) -> FetchAnswer:
         _need(view, pos, name_len, "a topic name")
         name = str(view[pos:pos + name_len], "utf-8")
         pos += name_len
-        _need(view, pos, 4, "a partition count")
-        (part_count,) = _I32.unpack_from(view, pos)
-        pos += 4
-        if part_count < 0:
-            raise ValueError(f"FetchResponse v{VERSION}: null partition array for topic '{name}' at offset {pos - 4}")
+        part_count, pos = _array(view, pos, f"partitions of topic '{name}'")
         parts: list[PartitionAnswer] = []
         for _ in range(part_count):
             _need(view, pos, _PART.size + 4, "a partition header")
