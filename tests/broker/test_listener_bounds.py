@@ -315,21 +315,24 @@ def test_bounds_are_validated_with_kafka_names() -> None:
 # -- acceptance: a real broker process --------------------------------------------------------
 
 
-def _send_buffers(broker_port: int) -> dict[int, int]:
-    """The broker's established connections on `broker_port`: client port -> SO_SNDBUF (`ss`'s skmem tb)."""
+def _socket_buffers(broker_port: int) -> dict[int, tuple[int, int]]:
+    """The broker's established connections on `broker_port`: client port -> (SO_SNDBUF, SO_RCVBUF), `ss`'s
+    skmem tb and rb."""
     out = subprocess.run(["ss", "-tmnH", "state", "established", f"( sport = :{broker_port} )"],
                          capture_output=True, text=True, timeout=10, check=True).stdout
     sizes = {}
-    for m in re.finditer(r":(\d+)\s*\n?\s*skmem:\([^)]*\btb(\d+)", out):
-        sizes[int(m.group(1))] = int(m.group(2))
+    for m in re.finditer(r":(\d+)\s*\n?\s*skmem:\(([^)]*)\)", out):
+        fields = dict(re.findall(r"([a-z_]+)(\d+)", m.group(2)))
+        sizes[int(m.group(1))] = (int(fields["tb"]), int(fields["rb"]))
     return sizes
 
 
 @pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2) to read the broker's socket buffers")
 def test_a_consumer_connection_gets_socket_send_buffer_bytes_a_follower_keeps_the_kernels(broker_factory) -> None:
     """socket.send.buffer.bytes is set on a connection at its first consumer fetch (Linux reports twice the
-    size set); a connection that fetches as a follower, or never fetches, keeps the kernel's autotuned one."""
-    b = broker_factory(settings={"socket.send.buffer.bytes": 65536})
+    size set); a connection that fetches as a follower, or never fetches, keeps the kernel's autotuned one.
+    socket.receive.buffer.bytes is every accepted connection's, from the listening socket."""
+    b = broker_factory(settings={"socket.send.buffer.bytes": 65536, "socket.receive.buffer.bytes": 49152})
     assert create_topic_wire(b.bootstrap, "sized") == 0
     port = int(b.bootstrap.rpartition(":")[2])
     with WireClient(b.bootstrap) as consumer, WireClient(b.bootstrap) as follower, \
@@ -339,11 +342,12 @@ def test_a_consumer_connection_gets_socket_send_buffer_bytes_a_follower_keeps_th
         refused = raw_fetch_on(follower, "sized", replica_id=7).responses[0].partitions[0].error_code
         assert refused == ErrorCode.NOT_LEADER_OR_FOLLOWER
         other.request(ApiVersionsRequest(), 0)
-        sizes = _send_buffers(port)
-        assert sizes[consumer.sock.getsockname()[1]] == 2 * 65536
+        sizes = _socket_buffers(port)
+        assert sizes[consumer.sock.getsockname()[1]][0] == 2 * 65536
         # unlocked, the kernel grows a loopback connection's buffer at once (about 2 MSS x the initial window)
-        assert sizes[follower.sock.getsockname()[1]] > 4 * 65536
-        assert sizes[other.sock.getsockname()[1]] > 4 * 65536
+        assert sizes[follower.sock.getsockname()[1]][0] > 4 * 65536
+        assert sizes[other.sock.getsockname()[1]][0] > 4 * 65536
+        assert {rb for _tb, rb in sizes.values()} == {2 * 49152}
 
 
 def _rss_bytes(pid: int) -> int:
