@@ -110,18 +110,18 @@ def _retention(value: object) -> int:
     return number
 
 
-def _unbounded_or_positive(value: object) -> int:
-    number = _int(value)
-    if number != -1 and number <= 0:
-        raise ValueError(f"must be -1 (unbounded) or > 0, got {number}")
-    return number
+def _minus_one_or_positive(meaning: str) -> Callable[[object], int]:
+    """A positive number, or -1 meaning `meaning` (named in the error)."""
+    def check(value: object) -> int:
+        number = _int(value)
+        if number != -1 and number <= 0:
+            raise ValueError(f"must be -1 ({meaning}) or > 0, got {number}")
+        return number
+    return check
 
 
-def _os_default_or_positive(value: object) -> int:
-    number = _int(value)
-    if number != -1 and number <= 0:
-        raise ValueError(f"must be -1 (the operating system's default) or > 0, got {number}")
-    return number
+_unbounded_or_positive = _minus_one_or_positive("unbounded")
+_os_default_or_positive = _minus_one_or_positive("the operating system's default")
 
 
 def _at_least(minimum: int) -> Callable[[object], int]:

@@ -40,7 +40,7 @@ from kafka.protocol.consumer import OffsetForLeaderEpochRequest
 from kelp.errors import ErrorCode, KelpError
 from kelp.kafka_client import AsyncConnection, AuthenticationFailed, BrokerUnavailable
 from kelp.kafka_client.fetch_request import VERSION as FETCH_VERSION
-from kelp.kafka_client.fetch_request import FetchPartition, FollowerFetch
+from kelp.kafka_client.fetch_request import FollowerFetch, FollowerFetchPartition
 from kelp.kafka_client.fetch_response import PartitionAnswer, decode_fetch_response
 
 from ..config import BrokerConfig
@@ -308,7 +308,7 @@ class ReplicaFetcher:
         sent: dict[tuple[str, int], tuple[_FetchState, int]] = {}
         # Topics in the order of `state`, a topic named again when its partitions are not next to each other
         # (as Kafka's FetchRequest builder does): the leader reads in request order, and that order rotates.
-        topics: list[tuple[str, list[FetchPartition]]] = []
+        topics: list[tuple[str, list[FollowerFetchPartition]]] = []
         for (topic, p), st in self.state.items():
             if st.truncating:
                 continue
@@ -319,7 +319,8 @@ class ReplicaFetcher:
             sent[(topic, p)] = (st, offset)
             if not topics or topics[-1][0] != topic:
                 topics.append((topic, []))
-            topics[-1][1].append(FetchPartition(p, st.leader_epoch, offset, part.log.log_start_offset, self.max_bytes))
+            topics[-1][1].append(
+                FollowerFetchPartition(p, st.leader_epoch, offset, part.log.log_start_offset, self.max_bytes))
         if not topics:
             await asyncio.sleep(self.backoff_s)
             return

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 from kafka.protocol.consumer import FetchResponse
 
-__all__ = ["VERSION", "FetchPartition", "FollowerFetch"]
+__all__ = ["VERSION", "FollowerFetchPartition", "FollowerFetch"]
 
 VERSION = 11
 API_KEY = 1
@@ -31,7 +31,10 @@ _I16 = struct.Struct(">h")
 
 
 @dataclass(frozen=True, slots=True)
-class FetchPartition:
+class FollowerFetchPartition:
+    """One partition of a follower's fetch, as on the wire (the broker's own request type is
+    `kelp.broker.replica_types.FetchPartition`, which this package must not import)."""
+
     partition: int
     current_leader_epoch: int
     fetch_offset: int
@@ -56,7 +59,7 @@ class FollowerFetch:
     min_bytes: int
     max_bytes: int
     # (topic, partitions) in request order; a topic may be named more than once (as Kafka's builder does).
-    topics: Sequence[tuple[str, Sequence[FetchPartition]]]
+    topics: Sequence[tuple[str, Sequence[FollowerFetchPartition]]]
     header: Any = None
     _correlation_id: int = field(default=0, repr=False)
     _client_id: str = field(default="", repr=False)

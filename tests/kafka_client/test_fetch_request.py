@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kafka.protocol.consumer import FetchRequest
 
-from kelp.kafka_client.fetch_request import VERSION, FetchPartition, FollowerFetch
+from kelp.kafka_client.fetch_request import VERSION, FollowerFetch, FollowerFetchPartition
 from kelp.kafka_client.framing import encode_request
 
 FT = FetchRequest.FetchTopic
@@ -13,9 +13,10 @@ FP = FT.FetchPartition
 
 
 def test_same_bytes_as_kafka_python_with_header_and_size_prefix() -> None:
-    topics = [("alpha", [FetchPartition(0, 3, 1234, 5, 4 << 20), FetchPartition(7, -1, 0, -1, 1 << 20)]),
-              ("bêta", [FetchPartition(2, 9, 1 << 40, 1 << 39, 1)]),
-              ("alpha", [FetchPartition(1, 3, 99, 0, 4 << 20)])]  # a topic named again, as the rotation does
+    P = FollowerFetchPartition
+    topics = [("alpha", [P(0, 3, 1234, 5, 4 << 20), P(7, -1, 0, -1, 1 << 20)]),
+              ("bêta", [P(2, 9, 1 << 40, 1 << 39, 1)]),
+              ("alpha", [P(1, 3, 99, 0, 4 << 20)])]  # a topic named again, as the rotation does
     ours = FollowerFetch(replica_id=2, max_wait_ms=500, min_bytes=1, max_bytes=10 << 20, topics=topics)
     theirs = FetchRequest(
         replica_id=2, max_wait_ms=500, min_bytes=1, max_bytes=10 << 20, isolation_level=0, session_id=0,
