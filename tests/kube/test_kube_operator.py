@@ -8,6 +8,8 @@ conditions a user can act on (the node test runs them for real).
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from tests.chart.crd_schema import load_crds, load_examples, openapi_schema
@@ -156,7 +158,7 @@ def test_finalizers_never_strand_a_namespace(custom, kube_api, kube_control_plan
     from kubernetes import client
 
     core = client.CoreV1Api(kube_api)
-    ns = f"strand-{kube_control_plane.tmp.name[-6:].lower().replace('_', '-')}"
+    ns = f"strand-{uuid.uuid4().hex[:8]}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
     op = OperatorProcess(kubeconfig=kube_control_plane.kubeconfig, namespace=ns,
                          log=kube_control_plane.tmp / f"operator-{ns}.log")
