@@ -5,7 +5,8 @@ figures, from the Java client, are what such a user will compare. This runs the 
 (`org.apache.kafka.tools.ProducerPerformance` and `ConsumerPerformance` from kafka-tools 4.3.1, fetched by
 `make kafka-tools` into ~/.cache/kelp, kelp/kafka_tools.py) against Kelp and Apache Kafka started side by
 side (bench/sides.py), with the JVM flags of Kafka's perf-test scripts (512 MiB heap, G1, 20 ms pause
-target), alternating which broker goes first, `runs` times:
+target), alternating which broker goes first, `runs` times, each run starting once both clusters have
+settled (under 5% of a CPU per broker for a second, 30 s at most: the last run's followers caught up):
 
 - 3 brokers of each, a topic of 6 partitions, RF 3, min.insync.replicas=2: ProducerPerformance at a fixed
   10,000 records/s of 1 KiB, acks=all, linger.ms=1, for `seconds` s after 2 s of warm-up records
@@ -20,7 +21,8 @@ Printed: p50, p95, p99, p99.9 and max latency (ms, the tool's own: send() to the
 and the achieved rate, medians over the runs; MB/s of consume. Then, for each Kelp broker, the largest
 event-loop delay its /metrics histogram recorded during the latency runs (a metric whose name holds
 `event_loop_lag`, `loop_lag` or `loop_delay`: `kelp_event_loop_lag_seconds`), or that the broker does not
-expose one.
+expose one. And what shared the machine during each case: the idle cluster's CPU while the other ran,
+and the hypervisor's steal time (/proc/stat).
 
 `python -m bench.kafka_perf` runs this alone; `make bench` runs it (`--perf-seconds`, 0 skips;
 `--perf-consume-records`, 0 skips the consume case).
@@ -37,14 +39,15 @@ import re
 import statistics
 import subprocess
 import sys
+import time
 import urllib.request
 import uuid
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from . import clients, section_main
-from .sides import Side, alternating, load_average, start_sides
+from . import clients, probe, section_main
+from .sides import SETTLED_PER_BROKER, Side, alternating, load_average, settle, start_sides
 
 __all__ = ["CASES", "producer_perf", "consumer_perf", "parse_producer", "parse_consumer", "scrape_loop_lag",
            "loop_lag_between", "run", "print_report", "main"]
@@ -241,9 +244,16 @@ def run_case(case: dict[str, Any], *, seconds: float, runs: int, work: Path, kaf
         lag: dict[str, list[dict[str, Any]]] = {}
         for _, order in alternating(sides, runs):
             for side in order:
+                settled = settle(sides)
                 before = _scrape_all(side) if side.name == "kelp" else []
+                others = [o for o in sides if o is not side]
+                t0, idle0, steal0 = time.monotonic(), sum(o.cpu_seconds() for o in others), probe.steal_seconds()
                 got = producer_perf(side.bootstrap, topics[side.name], records=int(rate * (seconds + WARMUP_S)),
                                     rate=rate, acks=acks, warmup=rate * WARMUP_S)
+                took = time.monotonic() - t0
+                got["settled_cpu"] = settled
+                got["idle_side_cpu"] = (sum(o.cpu_seconds() for o in others) - idle0) / took if others else None
+                got["steal_cpu"] = (probe.steal_seconds() - steal0) / took
                 out["runs"].setdefault(side.name, []).append(got)
                 for i, (b, a) in enumerate(zip(before, _scrape_all(side) if before else [], strict=False)):
                     if b is not None and a is not None:
@@ -293,6 +303,28 @@ def _ms(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
 
 
+def _share(values: list[float]) -> str:
+    lo, hi = min(values) * 100, max(values) * 100
+    return f"{lo:.0f}%" if round(lo) == round(hi) else f"{lo:.0f}–{hi:.0f}%"
+
+
+def _interference(case: dict[str, Any], names: list[str]) -> str:
+    """What else ran during the case's runs: the idle cluster's CPU, the hypervisor's steal, and how quiet
+    both clusters were when each run started (`settle`)."""
+    cells = [(name, r) for name in names for r in case["runs"][name]]
+    parts = [f"each run started once both clusters used under {SETTLED_PER_BROKER:.0%} of a CPU per broker for 1 s "
+             f"(30 s at most; the last second before a start: {_share([r['settled_cpu'] for _, r in cells])} of a "
+             "CPU)"]
+    if len(names) > 1:
+        for name in names:
+            idle = [r["idle_side_cpu"] for r in case["runs"][name] if r.get("idle_side_cpu") is not None]
+            other = next(n for n in names if n != name)
+            if idle:
+                parts.append(f"during {name}'s runs the idle {other} cluster used {_share(idle)} of a CPU")
+    parts.append(f"steal (CPU the hypervisor gave elsewhere) {_share([r['steal_cpu'] for _, r in cells])} of a CPU")
+    return "; ".join(parts)
+
+
 def print_report(res: dict[str, Any]) -> None:
     from kelp.cli.output import print_table
 
@@ -313,6 +345,8 @@ def print_report(res: dict[str, Any]) -> None:
                         "max ms", "p99 PER RUN"])
     print("latency: the tool's own, send() to the acknowledgement, steady state (after --warmup-records); "
           "the tool prints whole milliseconds")
+    for case in res["cases"]:
+        print(f"interference ({case['name']}): " + _interference(case, names))
     consume = [(case, case["consume"]) for case in res["cases"] if case.get("consume")]
     for case, c in consume:
         rows = [[name, f"{c['summary'][name]['fetch_mb_s']:,.1f}", f"{c['summary'][name]['fetch_records_s']:,.0f}",

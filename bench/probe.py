@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["tree_pids", "cpu_seconds", "rss_bytes", "metadata_brokers", "latest_offset", "recv_exactly", "poll_until",
-           "wait_serving"]
+__all__ = ["tree_pids", "cpu_seconds", "rss_bytes", "steal_seconds", "metadata_brokers", "latest_offset",
+           "recv_exactly", "poll_until", "wait_serving"]
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -58,6 +58,16 @@ def cpu_seconds(roots: list[int]) -> float:
             if fields is not None:
                 ticks += int(fields[11]) + int(fields[12])
     return ticks / _TICKS
+
+
+def steal_seconds() -> float:
+    """CPU time the hypervisor gave to others while this VM's CPUs wanted it (/proc/stat `steal`), summed
+    over the CPUs; 0.0 where the kernel does not report it."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()
+    except OSError:
+        return 0.0
+    return int(fields[8]) / _TICKS if len(fields) > 8 else 0.0
 
 
 def rss_bytes(roots: list[int]) -> int:

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from . import clients, section_main
-from .sides import Side, alternating, load_average, start_sides
+from .sides import Side, alternating, load_average, settle, start_sides
 
 __all__ = ["TXN_SIZES", "transactional_produce", "consume_all", "run", "print_report", "main"]
 
@@ -268,6 +268,7 @@ def measure(sides: list[Side], *, records: int, size: int, partitions: int, runs
         _warm_up(side, records=min(records, WARMUP_RECORDS), partitions=partitions, size=size)
     for run, order in alternating(sides, runs):
         for side in order:
+            settle(sides)  # the other side's last run caught up: it must not share this one's CPU
             for per_txn in TXN_SIZES:
                 topic = f"txn{per_txn}-{run}-{uuid.uuid4().hex[:6]}"
                 _create(side.bootstrap, topic, partitions=partitions, replication_factor=3)

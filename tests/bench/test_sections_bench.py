@@ -11,6 +11,9 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -161,6 +164,7 @@ def test_kafka_tools_section_against_one_kelp_broker(tmp_path: Path, capsys: pyt
     assert run["records"] == 2_000  # the steady-state records: 1 s at 2,000/s after 2 s of warm-up records
     assert 0 <= run["p50_ms"] <= run["p95_ms"] <= run["p99_ms"] <= run["p999_ms"] <= run["max_ms"]
     assert run["records_s"] > 0
+    assert run["idle_side_cpu"] is None and run["steal_cpu"] >= 0 and run["settled_cpu"] >= 0
     (consumed,) = got["consume"]["runs"]["kelp"]
     assert consumed["records"] >= 4_000 and consumed["fetch_mb_s"] > 0
     kafka_perf.print_report(res)
@@ -168,6 +172,24 @@ def test_kafka_tools_section_against_one_kelp_broker(tmp_path: Path, capsys: pyt
     line = next(line for line in report.splitlines() if line.startswith("RF 1, acks=1, 1 broker"))
     assert "2,000 /" in line
     assert "event-loop lag" in report  # a figure, or "not available" while the broker has no such metric
+    assert ("interference (RF 1, acks=1, 1 broker): each run started once both clusters used under 5% of a CPU "
+            "per broker") in report
+
+
+def test_settle_waits_for_a_busy_cluster_and_gives_up_after_its_timeout() -> None:
+    from bench.sides import Side, settle
+
+    assert settle([Side("idle", "", lambda: [])], window_s=0.05) == 0.0
+    spin = "import time\nend = time.time() + 20\nwhile time.time() < end: pass"
+    spinner = subprocess.Popen([sys.executable, "-c", spin])
+    try:
+        t0 = time.monotonic()
+        share = settle([Side("busy", "", lambda: [spinner.pid])], window_s=0.2, timeout_s=0.5)
+        assert share > 0.10  # the spinning process used most of a CPU: the wait ran out, and says so
+        assert 0.5 <= time.monotonic() - t0 < 5
+    finally:
+        spinner.kill()
+        spinner.wait(timeout=10)
 
 
 def test_partition_scale_section_against_kelp(capsys: pytest.CaptureFixture[str]) -> None:
