@@ -3,7 +3,8 @@
 One Kelp broker and one Apache Kafka KRaft node (bench/kafka_ref.py: its
 jars from Maven, Kafka's default settings and JVM flags) run side by side.
 After a warm-up of both (JIT, page cache), every case is measured against
-each broker in turn, alternating which goes first, `--runs` times, and the
+each broker in turn, alternating which goes first, `--runs` times (each
+run once both brokers have settled, bench/sides.py's `settle`), and the
 median is reported: produce with acks=1 and with acks=all, then consume
 from offset 0 (at least 1,000,000 records of a topic produced once, with
 the consuming process's own CPU per million records beside the broker's),
@@ -58,12 +59,13 @@ import time
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from kelp.records import iter_headers
 
 from . import clients, emit, probe, reference
 from .broker import BenchBroker
+from .sides import settle
 
 LIMIT_GOAL = 0.40  # Kelp's share of the machine's limit on the 1 KiB cases
 WARMUP_RECORDS = 100_000
@@ -139,8 +141,12 @@ def _log_stats(log_dir: Path, topic: str) -> tuple[int, int]:
     return total, batches
 
 
-def _timed(target: Target, action: Callable[[], float]) -> tuple[float, float]:
-    """(seconds the action reports, broker CPU-seconds it cost)."""
+def _timed(target: Target, action: Callable[[], float], *, among: Sequence[Target] = ()) -> tuple[float, float]:
+    """(seconds the action reports, broker CPU-seconds it cost), started once every broker of `among` has
+    settled (`sides.settle`: what the previous case left behind — a JVM's collector, a log flush — is not
+    this one's)."""
+    if among:
+        settle(among)
     cpu0 = probe.cpu_seconds(target.pids())
     seconds = action()
     return seconds, probe.cpu_seconds(target.pids()) - cpu0
@@ -183,7 +189,8 @@ def run_cases(targets: list[Target], *, sizes: dict[int, int], runs: int, work: 
                     topic = f"bench-{size}-acks{acks}-{run}"
                     clients.create_topic(t.bootstrap, topic)
                     seconds, cpu = _timed(t, lambda: clients.produce(
-                        t.bootstrap, topic, count=count, size=size, acks=1 if acks == "1" else -1))  # noqa: B023 (_timed calls it at once)
+                        t.bootstrap, topic, count=count, size=size, acks=1 if acks == "1" else -1),  # noqa: B023 (_timed calls it at once)
+                        among=targets)
                     end = clients.end_offset(t.bootstrap, topic)
                     if end != count:
                         raise RuntimeError(f"{t.name} {topic}: high watermark {end} after producing {count} records")
@@ -196,7 +203,7 @@ def run_cases(targets: list[Target], *, sizes: dict[int, int], runs: int, work: 
                     seconds, cpu = clients.consume_with_cpu(t.bootstrap, consume_topic, count=consume_count)  # noqa: B023 (_timed calls it at once)
                     client.append(cpu)  # noqa: B023 (_timed calls it at once)
                     return seconds
-                seconds, cpu = _timed(t, consume)
+                seconds, cpu = _timed(t, consume, among=targets)
                 client_cpu.setdefault(t.name, []).extend(client)
                 samples.setdefault((f"consume {_label(size)}", t.name), []).append(
                     (seconds, cpu, *_log_stats(t.log_dir, consume_topic)))

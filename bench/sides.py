@@ -16,7 +16,7 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Protocol, Sequence
 
 from . import probe
 
@@ -77,21 +77,27 @@ def alternating(sides: list[Side], runs: int) -> Iterator[tuple[int, list[Side]]
 SETTLED_PER_BROKER = 0.05  # of a CPU: above what an idle broker of either kind uses (Kafka's 2-4%, Kelp's 2-3%)
 
 
-def settle(sides: list[Side], *, below: float | None = None, window_s: float = 1.0, timeout_s: float = 30.0) -> float:
+class _Running(Protocol):
+    def pids(self) -> list[int]: ...
+
+
+def settle(sides: Sequence[_Running], *, below: float | None = None, window_s: float = 1.0,
+           timeout_s: float = 30.0) -> float:
     """Wait until both clusters together use less than `below` of a CPU (default `SETTLED_PER_BROKER` for
     each broker process) over a `window_s` window — a run's followers and log flushes caught up, the JIT
     and collector done — for `timeout_s` at most; returns the share of a CPU they used in the last window
     (at or above `below` when the wait ran out).
 
     Why: the two clusters share the machine; a run that starts while the other side still replicates or
-    collects what its own run left behind measures both."""
+    collects what its own run left behind measures both. Any object with `pids()` will do (a Side, `make
+    bench`'s Target)."""
     if below is None:
         below = SETTLED_PER_BROKER * max(1, sum(len(s.pids()) for s in sides))
     deadline = time.monotonic() + timeout_s
     while True:
-        t0, cpu0 = time.monotonic(), sum(s.cpu_seconds() for s in sides)
+        t0, cpu0 = time.monotonic(), sum(probe.cpu_seconds(s.pids()) for s in sides)
         time.sleep(window_s)
-        share = (sum(s.cpu_seconds() for s in sides) - cpu0) / (time.monotonic() - t0)
+        share = (sum(probe.cpu_seconds(s.pids()) for s in sides) - cpu0) / (time.monotonic() - t0)
         if share < below or time.monotonic() >= deadline:
             return share
 
