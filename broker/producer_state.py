@@ -37,13 +37,20 @@ never exposes a transaction whose marker a new leader might not have.
 Replication and recovery apply markers without the checks (Kafka's
 REPLICATION origin). A producer with an open transaction is never expired.
 
-Verification (KIP-890 part 1, Kafka's `VerificationStateEntry` / `VerificationGuard`): before a
+Verification (KIP-890, Kafka's `VerificationStateEntry` / `VerificationGuard`): before a
 producer's first transactional batch on this partition the leader asks the transaction coordinator
-whether the partition is in the transaction; `start_verification` records a unique guard for the
-producer (with the lowest sequence seen and its epoch) and `check_verified` admits the batch only with
-that same guard — so a verification answered before an abort marker and a new transaction cannot let a
-stale batch in (Kafka's ABA case). Applying the producer's transactional batch or a marker drops the
-entry; from then on the open transaction is the proof, and later batches cost nothing.
+whether the partition is in the transaction (transactions v2: has it added); `start_verification` records
+a unique guard for the producer (with the lowest sequence seen, its epoch, and whether the client runs
+transactions v2) and `check_verified` admits the batch only with that same guard — so a verification
+answered before an abort marker and a new transaction cannot let a stale batch in (Kafka's ABA case).
+Applying the producer's transactional batch drops the entry; from then on the open transaction is the proof,
+and later batches cost nothing. A marker drops it too, except the one case Kafka keeps it
+(`UnifiedLog.updateProducers`, its `isV2NextTransactionStarted`): a transactions v2 guard whose epoch is the
+marker's. EndTxn v5 bumps the epoch and writes the markers under the bumped one, and the client starts its
+next transaction at that epoch as soon as EndTxn answers, so that transaction's first batch may reach this
+leader — and start its verification — before the previous transaction's marker does; the coordinator
+confirms it only once every marker is written, and the marker must not void it meanwhile. That marker
+cannot be an ABA case: a transaction at the guard's epoch can only end under a later epoch.
 
 This module must never write to the log or do I/O: the replica manager asks
 `check` / `check_marker` before appending and calls `update` / `apply_marker`
@@ -98,11 +105,13 @@ class _ProducerEntry:
 @dataclass(slots=True, eq=False)
 class VerificationGuard:
     """A producer's pending verification on one partition (Kafka's VerificationStateEntry): compared by
-    identity, each new verification a new object."""
+    identity, each new verification a new object. `supports_epoch_bump`: asked for a transactions v2 client
+    (Produce v12+), whose guard survives the previous transaction's marker at its epoch."""
 
     epoch: int
     lowest_seq: int
     timestamp_ms: int
+    supports_epoch_bump: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,10 +175,12 @@ class ProducerStateManager:
         entry = self._producers.get(producer_id)
         return entry is not None and entry.txn_first_offset >= 0 and entry.epoch == epoch
 
-    def start_verification(self, producer_id: int, epoch: int, first_seq: int, now_ms: int) -> VerificationGuard | None:
+    def start_verification(self, producer_id: int, epoch: int, first_seq: int, now_ms: int, *,
+                           supports_epoch_bump: bool = False) -> VerificationGuard | None:
         """Before the coordinator is asked about the producer's transactional batch: None when its
-        transaction is open here already (nothing to ask), else its guard (created, or the pending one
-        updated with the lowest sequence at the newest epoch). An epoch older than the producer's is refused."""
+        transaction is open here already (nothing to ask), else its guard (created — for a transactions v2
+        client when `supports_epoch_bump` — or the pending one updated with the lowest sequence at the newest
+        epoch, as Kafka's maybeCreateVerificationStateEntry). An epoch older than the producer's is refused."""
         entry = self._producers.get(producer_id)
         if entry is not None and epoch < entry.epoch:
             raise InvalidProducerEpochError(
@@ -179,7 +190,7 @@ class ProducerStateManager:
             return None
         guard = self._verifying.get(producer_id)
         if guard is None:
-            guard = self._verifying[producer_id] = VerificationGuard(epoch, first_seq, now_ms)
+            guard = self._verifying[producer_id] = VerificationGuard(epoch, first_seq, now_ms, supports_epoch_bump)
         elif epoch > guard.epoch:
             guard.epoch, guard.lowest_seq = epoch, first_seq
         elif epoch == guard.epoch and first_seq < guard.lowest_seq:
@@ -187,11 +198,18 @@ class ProducerStateManager:
         return guard
 
     def check_verified(self, producer_id: int, epoch: int, first_seq: int, guard: VerificationGuard | None) -> None:
-        """Refuse a transactional batch of a producer whose transaction is not open here unless `guard` is
-        its current verification (INVALID_TXN_STATE), or one whose sequence is past the lowest the
-        verification saw (OUT_OF_ORDER_SEQUENCE_NUMBER: an earlier batch must come first)."""
+        """Refuse a transactional batch of a producer whose transaction is not open here: from an epoch older
+        than the producer's (INVALID_PRODUCER_EPOCH, checked first as Kafka does: a fenced batch is not a
+        verification failure), unless `guard` is its current verification (INVALID_TXN_STATE), or one whose
+        sequence is past the lowest the verification saw (OUT_OF_ORDER_SEQUENCE_NUMBER: an earlier batch must
+        come first)."""
         if self.has_ongoing(producer_id, epoch):
             return
+        entry = self._producers.get(producer_id)
+        if entry is not None and epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"producer {producer_id} epoch {epoch} is older than the current epoch {entry.epoch} on topic "
+                f"'{self.topic}' partition {self.partition}")
         current = self._verifying.get(producer_id)
         if guard is None or current is not guard:
             raise InvalidTxnStateError(
@@ -216,26 +234,32 @@ class ProducerStateManager:
         return self._verifying.get(producer_id)
 
     def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, *,
-              transactional: bool = False) -> Duplicate | None:
-        """Validate one batch before it is appended.
-
-        Returns a `Duplicate` for a retry of one of the last five batches,
-        None if the batch is next in sequence; raises otherwise.
-        """
+              transactional: bool = False, verify: bool = False,
+              guard: VerificationGuard | None = None) -> Duplicate | None:
+        """Validate one batch before it is appended, in Kafka's order (`UnifiedLog.analyzeAndValidateProducerState`
+        then `ProducerAppendInfo`): a retry of one of the last five batches is a `Duplicate` (answered with its
+        offsets, whatever happened since); then, with `verify` (a client's transactional batch under
+        transaction.partition.verification.enable), `check_verified` against `guard`; then the sequence. Returns
+        None if the batch is next in sequence; raises otherwise."""
         if producer_id == NO_PRODUCER_ID or first_seq < 0:
             return None
         entry = self._producers.get(producer_id)
+        if entry is not None and epoch == entry.epoch:
+            for cached in entry.batches:
+                if cached.first_seq == first_seq and cached.last_seq == last_seq:
+                    return Duplicate(cached.first_offset, cached.last_offset, cached.timestamp)
+        if verify:
+            self.check_verified(producer_id, epoch, first_seq, guard)
         if entry is None:
             return None  # unknown producer: any sequence (Kafka's rule, see the module docstring)
-        dup = self._check_sequence(entry, producer_id, epoch, first_seq, last_seq)
-        if dup is None and entry.txn_first_offset >= 0 and not transactional:
+        self._check_sequence(entry, producer_id, epoch, first_seq)
+        if entry.txn_first_offset >= 0 and not transactional:
             raise InvalidTxnStateError(
                 f"producer {producer_id} sent a non-transactional batch to topic '{self.topic}' partition "
                 f"{self.partition} while its transaction from offset {entry.txn_first_offset} is open")
-        return dup
+        return None
 
-    def _check_sequence(self, entry: _ProducerEntry, producer_id: int, epoch: int, first_seq: int,
-                        last_seq: int) -> Duplicate | None:
+    def _check_sequence(self, entry: _ProducerEntry, producer_id: int, epoch: int, first_seq: int) -> None:
         where = f"topic '{self.topic}' partition {self.partition}"
         if epoch < entry.epoch:
             raise InvalidProducerEpochError(
@@ -246,17 +270,13 @@ class ProducerStateManager:
                 raise OutOfOrderSequenceError(
                     f"producer {producer_id} started epoch {epoch} with sequence {first_seq}, expected 0, on {where}"
                 )
-            return None
-        for cached in entry.batches:
-            if cached.first_seq == first_seq and cached.last_seq == last_seq:
-                return Duplicate(cached.first_offset, cached.last_offset, cached.timestamp)
+            return
         expected = 0 if entry.last_seq == INT32_MAX else entry.last_seq + 1
         if first_seq != expected:
             raise OutOfOrderSequenceError(
                 f"producer {producer_id} epoch {epoch} sent sequence {first_seq} on {where}, expected {expected} "
                 f"(last acknowledged sequence {entry.last_seq})"
             )
-        return None
 
     def update(
         self,
@@ -315,7 +335,11 @@ class ProducerStateManager:
             entry.epoch = epoch
             entry.batches.clear()
         if self._verifying:
-            self._verifying.pop(producer_id, None)  # a verification from before the marker is stale
+            guard = self._verifying.get(producer_id)
+            # A verification from before the marker is stale — unless it is a transactions v2 client's next
+            # transaction at the marker's (bumped) epoch (Kafka's isV2NextTransactionStarted).
+            if guard is not None and not (guard.supports_epoch_bump and guard.epoch == epoch):
+                del self._verifying[producer_id]
         completed = None
         first = entry.txn_first_offset
         if first >= 0:

@@ -169,7 +169,8 @@ class ProducePath(ReplicaState):
                 )
             h = idem[0]
             dup = part.producers.check(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
-                                       transactional=h.is_transactional)
+                                       transactional=h.is_transactional, verify=verify_txn and h.is_transactional,
+                                       guard=txn_guard)
             if dup is not None:
                 log.info(
                     "duplicate batch from producer %d epoch %d sequence %d..%d on %s-%d: acknowledged with offset %d, "
@@ -179,8 +180,6 @@ class ProducePath(ReplicaState):
                 )
                 return ProduceResult(topic, partition, dup.first_offset, dup.last_offset, -1, lg.log_start_offset, 0,
                                      duplicate=True, leader_epoch=part.leader_epoch, appended_to=part)
-            if verify_txn and h.is_transactional:
-                part.producers.check_verified(h.producer_id, h.producer_epoch, h.base_sequence, txn_guard)
         elif part.producers:
             for h in headers:  # a transactional batch without sequence (the group coordinator's offsets)
                 if h.producer_id >= 0 and h.is_transactional and not h.is_control:

@@ -127,7 +127,7 @@ async def verify_produce(
         if part is None or not part.is_leader:
             continue
         try:
-            guard = part.producers.start_verification(pid, epoch, seq, now)
+            guard = part.producers.start_verification(pid, epoch, seq, now, supports_epoch_bump=add)
         except KelpError as exc:
             out[tp] = exc
             continue

@@ -16,11 +16,12 @@ from kafka.protocol.metadata import FindCoordinatorRequest
 from kafka.protocol.producer import AddPartitionsToTxnRequest, InitProducerIdRequest, ProduceRequest
 
 from kelp.broker.producer_state import ProducerStateManager
+from kelp.broker.transactions.metadata import TxnState
 from kelp.broker.transactions.verifier import TxnVerifier
 from kelp.broker.txn_verification import produce_error
 from kelp.errors import ErrorCode, InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceError
 from kelp.records import build_batch
-from tests.authorization.harness import InProcessBroker
+from tests.authorization.harness import ADMIN, InProcessBroker
 
 TID = "verified"
 TOPIC = "out"
@@ -29,7 +30,20 @@ AP = AddPartitionsToTxnRequest
 
 @pytest.fixture
 async def b(tmp_path: Path):
-    async with InProcessBroker(tmp_path) as broker:
+    async for broker in _coordinating(tmp_path):
+        yield broker
+
+
+@pytest.fixture
+async def marking(tmp_path: Path):
+    """A broker whose transaction markers reach its partitions: the harness authorizes only its admin, and the
+    coordinator's WriteTxnMarkers connection (loopback, PLAINTEXT) authenticates as ANONYMOUS."""
+    async for broker in _coordinating(tmp_path, **{"super.users": f"{ADMIN};User:ANONYMOUS"}):
+        yield broker
+
+
+async def _coordinating(tmp_path: Path, **settings: object):
+    async with InProcessBroker(tmp_path, **settings) as broker:
         await broker.parts.topics.create_topic(TOPIC, 2, 1)
         for _ in range(250):
             found = await broker.call(FindCoordinatorRequest(key_type=1, coordinator_keys=[TID]), 4)
@@ -142,6 +156,55 @@ def test_a_guard_from_before_a_marker_admits_nothing() -> None:
     assert ps.verification(9) is None
 
 
+def test_a_v2_guard_outlives_the_previous_transactions_marker_at_its_epoch() -> None:
+    """Transactions v2 (issue 34; Kafka's isV2NextTransactionStarted in UnifiedLog.updateProducers): EndTxn v5
+    bumped the epoch and the client's next transaction reached the leader — its verification started — before
+    the previous transaction's marker, written under the bumped epoch. The marker must close the old
+    transaction and leave the new verification standing; any other marker still voids a guard."""
+    ps = ProducerStateManager("t", 0)
+    first = ps.start_verification(7, 0, 0, now_ms=1, supports_epoch_bump=True)
+    ps.check(7, 0, 0, 0, transactional=True, verify=True, guard=first)
+    ps.update(7, 0, 0, 0, 0, 0, 1, transactional=True)  # transaction 1 open at offset 0
+    assert ps.verification(7) is None and ps.ongoing_transactions() == {7: 0}
+    nxt = ps.start_verification(7, 1, 0, now_ms=2, supports_epoch_bump=True)  # transaction 2, epoch 1
+    assert nxt is not None
+    done = ps.apply_marker(7, 1, 0, offset=1, commit=True, timestamp=3)  # transaction 1's marker, epoch 1
+    assert done is not None and (done.first_offset, done.last_offset, done.aborted) == (0, 1, False)
+    assert ps.verification(7) is nxt and ps.ongoing_transactions() == {}
+    assert ps.check(7, 1, 0, 0, transactional=True, verify=True, guard=nxt) is None
+    ps.update(7, 1, 0, 0, 2, 2, 4, transactional=True)
+    assert ps.verification(7) is None and ps.ongoing_transactions() == {7: 2}  # the batch opened transaction 2
+    # A v2 guard whose epoch is not the marker's (a fence: the coordinator aborted under a later epoch) is void.
+    ps.apply_marker(7, 2, 0, offset=3, commit=True, timestamp=5)
+    stale = ps.start_verification(7, 2, 0, now_ms=6, supports_epoch_bump=True)
+    ps.apply_marker(7, 3, 0, offset=4, commit=False, timestamp=7)
+    with pytest.raises(InvalidProducerEpochError):  # its epoch is older now: fenced, checked before the guard
+        ps.check(7, 2, 0, 0, transactional=True, verify=True, guard=stale)
+    assert ps.verification(7) is None
+    # A transactions v1 guard at the marker's epoch is void too (Kafka's ABA case: v1 does not bump).
+    v1 = ps.start_verification(8, 0, 0, now_ms=8)
+    ps.apply_marker(8, 0, 0, offset=5, commit=False, timestamp=9)
+    with pytest.raises(InvalidTxnStateError):
+        ps.check(8, 0, 0, 0, transactional=True, verify=True, guard=v1)
+
+
+def test_a_duplicate_is_answered_before_the_verification_and_a_fenced_batch_before_both() -> None:
+    """Kafka's order (UnifiedLog.analyzeAndValidateProducerState): a retry of an appended batch gets its
+    offsets even after its transaction ended; an unverified batch is INVALID_TXN_STATE (abortable), not
+    OUT_OF_ORDER_SEQUENCE_NUMBER (fatal to older clients) however its sequence looks."""
+    ps = ProducerStateManager("t", 0)
+    guard = ps.start_verification(5, 0, 0, now_ms=1)
+    ps.check(5, 0, 0, 9, transactional=True, verify=True, guard=guard)
+    ps.update(5, 0, 0, 9, 0, 9, 1, transactional=True)
+    ps.apply_marker(5, 0, 0, offset=10, commit=False, timestamp=2)
+    dup = ps.check(5, 0, 0, 9, transactional=True, verify=True, guard=None)
+    assert dup is not None and (dup.first_offset, dup.last_offset) == (0, 9)
+    with pytest.raises(InvalidTxnStateError):  # a late batch out of sequence, never verified
+        ps.check(5, 0, 30, 39, transactional=True, verify=True, guard=None)
+    with pytest.raises(OutOfOrderSequenceError):  # without verification the sequence decides
+        ps.check(5, 0, 30, 39, transactional=True)
+
+
 async def test_asks_for_one_coordinator_are_coalesced() -> None:
     sent: list[dict] = []
     release = asyncio.Event()
@@ -217,6 +280,37 @@ async def test_a_v2_produce_adds_its_partition_and_end_txn_v5_bumps_the_epoch(b:
     assert fenced.error_code == ErrorCode.PRODUCER_FENCED
 
 
+async def test_a_v2_produce_racing_the_previous_transactions_markers_is_appended(marking: InProcessBroker) -> None:
+    """Issue 34 on the wire: EndTxn v5 commits (the markers, under the bumped epoch, are still to be written) and
+    the client's next transaction sends its first Produce v12 at once. The leader starts its verification, the
+    coordinator adds the partition once the previous transaction is complete — its marker landed on the
+    partition meanwhile — and the batch is appended in the new transaction, not refused INVALID_TXN_STATE."""
+    from kafka.protocol.producer import EndTxnRequest
+
+    # The coordinator holds the add until the previous transaction is complete (not CONCURRENT_TRANSACTIONS after
+    # its usual 100 ms): the marker then always lands while the verification is pending.
+    b = marking
+    b.parts.transactions.config.completion_wait_ms = 20_000
+    part = b.parts.replicas.get_partition(TOPIC, 0)
+    assert part is not None
+    pid, epoch = await init(b)
+    assert await code(b, produce(pid, epoch, 0), version=12) == ErrorCode.NONE
+    meta = b.parts.transactions.txns[TID]
+    for round_ in range(3):  # back to back, as a consume-transform-produce loop runs them
+        ended = await b.call(EndTxnRequest(transactional_id=TID, producer_id=pid, producer_epoch=epoch,
+                                           committed=True), 5)
+        assert (ended.error_code, ended.producer_epoch) == (0, epoch + 1)
+        epoch = ended.producer_epoch
+        assert meta.state is TxnState.PREPARE_COMMIT, f"round {round_}: the markers were written already"
+        end_before = log_end(b)
+        assert await code(b, produce(pid, epoch, 0), version=12) == ErrorCode.NONE  # the next transaction
+        # the previous transaction's marker, then this batch, which opened the new transaction
+        assert log_end(b) == end_before + 2 and part.producers.ongoing_transactions() == {pid: end_before + 1}
+        assert meta.state is TxnState.ONGOING and meta.producer_epoch == epoch
+        assert await code(b, produce(pid, epoch, 1), version=12) == ErrorCode.NONE  # in it: nothing to verify
+    assert log_end(b) == 1 + 3 * 3
+
+
 async def test_txn_offset_commit_without_add_offsets_is_refused_and_writes_nothing(b: InProcessBroker) -> None:
     """TxnOffsetCommit v0-4 of a group whose offsets partition AddOffsetsToTxn never added: the coordinator
     does not confirm it (INVALID_TXN_STATE before v4, TRANSACTION_ABORTABLE from v4), no offset is pending."""
@@ -242,3 +336,29 @@ async def test_txn_offset_commit_without_add_offsets_is_refused_and_writes_nothi
         assert answer.topics[0].partitions[0].error_code == expected
     group = b.parts.groups.groups.get("g2")
     assert group is None or not group.pending_txn_offsets
+
+
+async def test_a_leaders_request_answers_its_transactions_concurrently(b: InProcessBroker) -> None:
+    """AddPartitionsToTxn v4 from a partition leader carries the asks of many transactional ids; one whose
+    previous transaction is still completing waits for it (`completion_wait_ms`), and must not hold up the
+    others: Kafka answers each transaction through its own callback."""
+    coordinator = b.parts.transactions
+    in_flight: list[str] = []
+    both = asyncio.Event()
+
+    async def add_partitions(tid, pid, epoch, partitions, *, tv2=False):  # type: ignore[no-untyped-def]
+        in_flight.append(tid)
+        if len(in_flight) == 2:
+            both.set()
+        await asyncio.wait_for(both.wait(), 10)  # sequential handling would wait here forever (bounded)
+        return ErrorCode.NONE if tid == "x" else ErrorCode.CONCURRENT_TRANSACTIONS
+
+    coordinator.add_partitions = add_partitions  # type: ignore[method-assign]
+    T = AP.AddPartitionsToTxnTransaction
+    request = AP(transactions=[
+        T(transactional_id=tid, producer_id=1, producer_epoch=0, verify_only=False,
+          topics=[T.AddPartitionsToTxnTopic(name=TOPIC, partitions=[0])]) for tid in ("x", "y")])
+    answer = await b.call(request, 4)
+    codes = {r.transactional_id: r.topic_results[0].results_by_partition[0].partition_error_code
+             for r in answer.results_by_transaction}
+    assert codes == {"x": ErrorCode.NONE, "y": ErrorCode.CONCURRENT_TRANSACTIONS} and in_flight == ["x", "y"]

@@ -124,7 +124,9 @@ async def handle_produce(ctx: RequestContext, request: ProduceData) -> ProduceRe
     acks = request.acks
     refusals = _refusals(ctx, request)
     guards = await _verifications(ctx, request, refusals)
-    verify = guards is not None
+    # The append checks the guard only under transaction.partition.verification.enable (Kafka's
+    # batchMissingRequiredVerification): a transactions v2 produce has its partition added either way.
+    verify = guards is not None and broker.transactions.config.partition_verification
     # Every partition is appended first; acks=all then waits for all of them at once (Kafka's purgatory):
     # a request naming N partitions waits one replication round trip, not N.
     outcomes: list[tuple[str, list[tuple[int, ProduceResult | KelpError]]]] = []

@@ -24,8 +24,10 @@ This module must never hold transaction state or decide transaction rules: that 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
+from typing import Any
 
 from kafka.protocol.admin import (
     DescribeTransactionsRequest,
@@ -140,8 +142,8 @@ async def handle_add_partitions_to_txn(ctx: RequestContext,
     if not access(ctx).allows_cluster(AclOperation.CLUSTER_ACTION):
         return R(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results_by_transaction=[])
     coordinator = ctx.broker.transactions
-    results = []
-    for txn in request.transactions or []:
+
+    async def one(txn: Any) -> Any:
         wanted = [(t.name, p) for t in txn.topics or [] for p in t.partitions or []]
         if txn.verify_only:
             codes = coordinator.verify_partitions(txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted)
@@ -150,9 +152,13 @@ async def handle_add_partitions_to_txn(ctx: RequestContext,
             code = await coordinator.add_partitions(txn.transactional_id, txn.producer_id, txn.producer_epoch,
                                                     wanted, tv2=True)
             codes = {tp: code for tp in wanted}
-        results.append(R.AddPartitionsToTxnResult(transactional_id=txn.transactional_id,
-                                                  topic_results=_txn_topic_results(codes)))
-    return R(throttle_time_ms=0, error_code=ErrorCode.NONE, results_by_transaction=results)
+        return R.AddPartitionsToTxnResult(transactional_id=txn.transactional_id,
+                                          topic_results=_txn_topic_results(codes))
+
+    # Each transaction on its own (Kafka answers each through its own callback): one whose previous transaction
+    # is still completing waits for it (`completion_wait_ms`) without holding up the others of the request.
+    results = await asyncio.gather(*(one(txn) for txn in request.transactions or []))
+    return R(throttle_time_ms=0, error_code=ErrorCode.NONE, results_by_transaction=list(results))
 
 
 # -- AddOffsetsToTxn ------------------------------------------------------------------------------------------
