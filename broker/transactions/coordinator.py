@@ -12,9 +12,12 @@ its partitions itself and the epoch is bumped only by InitProducerId and by fenc
 - AddPartitionsToTxn / AddOffsetsToTxn make the transaction Ongoing with those partitions.
 - EndTxn writes PrepareCommit/PrepareAbort, answers, has the markers written on every partition
   (`markers.MarkerDispatcher`), then writes CompleteCommit/CompleteAbort. Until then requests for the id get
-  CONCURRENT_TRANSACTIONS — AddPartitionsToTxn/AddOffsetsToTxn (the producer's next transaction) after
-  waiting up to `completion_wait_ms` for the completion, which saves the client a retry backoff many times
-  the completion's few ms. A coordinator that loads a Prepare state resumes its markers.
+  CONCURRENT_TRANSACTIONS — AddPartitionsToTxn/AddOffsetsToTxn and a leader's add for a transactions v2
+  client (the producer's next transaction) after waiting up to `completion_wait_ms` for the completion,
+  and for another request's transition of the id being written (two leaders adding partitions of one
+  transaction at once), which saves the client a retry backoff many times the few ms waited (Kafka's leader
+  retries a v2 add every 20 ms for up to 100 ms). A coordinator that loads a Prepare state resumes its
+  markers.
 - Every `transaction.abort.timed.out.transaction.cleanup.interval.ms` a sweep aborts the Ongoing
   transactions older than their `transaction.timeout.ms`, fencing their producer (epoch + 1, as Kafka);
   every `transaction.remove.expired.transaction.cleanup.interval.ms` ids idle for
@@ -103,8 +106,6 @@ class TransactionCoordinator:
         self.state.on_unloaded = self.markers.stop_partition
         self._sweeper: asyncio.Task[None] | None = None
         self.stats = TxnStats()  # read by /metrics
-        # Transactional id -> set when its transaction in a Prepare state is Complete (`_await_completion`).
-        self._completions: dict[str, asyncio.Event] = {}
         # Per-broker objects kept with the coordinator by the modules that use it (the FindCoordinator locator).
         self.extensions: dict[str, object] = {}
         # The partition-leader side of KIP-890 (`verifier.TxnVerifier`), set by `attach`; None: not verifying.
@@ -203,12 +204,15 @@ class TransactionCoordinator:
         if meta is None:
             return err
         wanted = set(partitions)
-        if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT) and await self._await_completion(meta):
-            err, meta = self._validate(transactional_id, producer_id, producer_epoch)  # the world may have moved
+        deadline = asyncio.get_running_loop().time() + self.config.completion_wait_ms / 1000.0
+        while meta.pending is not None or meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            # The previous transaction is completing (its markers), or another request's transition of the id is
+            # being written: wait for it (bounded), then judge again — the world may have moved.
+            if not await self._await_write(meta, deadline):
+                return ErrorCode.CONCURRENT_TRANSACTIONS
+            err, meta = self._validate(transactional_id, producer_id, producer_epoch)
             if meta is None:
                 return err
-        if meta.pending is not None or meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
-            return ErrorCode.CONCURRENT_TRANSACTIONS
         if meta.state is TxnState.ONGOING and wanted <= meta.partitions and (meta.tv2 or not tv2):
             return ErrorCode.NONE
         starts = meta.state is not TxnState.ONGOING
@@ -218,15 +222,15 @@ class TransactionCoordinator:
             self.stats.started += 1
         return code
 
-    async def _await_completion(self, meta: TransactionMetadata) -> bool:
-        """Wait up to `completion_wait_ms` for `meta`'s transaction, in a Prepare state, to be Complete: True
-        when it completed (the caller checks again), False at the bound (CONCURRENT_TRANSACTIONS)."""
-        wait_ms = self.config.completion_wait_ms
-        if wait_ms <= 0:
+    async def _await_write(self, meta: TransactionMetadata, deadline: float) -> bool:
+        """Wait until the id's next state write ends (a Prepare state's completion, another request's
+        transition), at most until `deadline` (loop time): True when one did (the caller judges again), False
+        at the bound (CONCURRENT_TRANSACTIONS)."""
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining <= 0:
             return False
-        event = self._completions.setdefault(meta.transactional_id, asyncio.Event())
         try:
-            await asyncio.wait_for(event.wait(), wait_ms / 1000.0)
+            await asyncio.wait_for(self.state.changed(meta.transactional_id).wait(), remaining)
         except asyncio.TimeoutError:
             return False
         return True
@@ -401,9 +405,6 @@ class TransactionCoordinator:
                     self.stats.aborted += 1
                 log.info("transactional id '%s': %s (producer %d epoch %d)", tid, meta.state.kafka_name,
                          meta.producer_id, meta.producer_epoch)
-                completed = self._completions.pop(tid, None)
-                if completed is not None:
-                    completed.set()
                 return
             if code not in _RETRY_COMPLETE:
                 return

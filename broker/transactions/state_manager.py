@@ -108,6 +108,8 @@ class TxnStateManager:
         self._load_tasks: dict[int, asyncio.Task[None]] = {}
         self._changes = OwnershipChanges()
         self._stopped = False
+        # Transactional id -> set once its next write ends (`changed`); created only by a waiter.
+        self._written: dict[str, asyncio.Event] = {}
 
     # -- which ids are here ------------------------------------------------------------------------------------
     def partition_for(self, transactional_id: str) -> int:
@@ -139,11 +141,24 @@ class TxnStateManager:
             self.config.num_partitions = count
 
     # -- writes ----------------------------------------------------------------------------------------------
+    def changed(self, transactional_id: str) -> asyncio.Event:
+        """An event set when the id's next write ends, applied or not (and then forgotten): what a request
+        waits on for the id's pending transition, or its transaction's completion, to be written."""
+        return self._written.setdefault(transactional_id, asyncio.Event())
+
     async def write(self, meta: TransactionMetadata, transit: TxnTransit) -> int:
         """Append `transit` (acks=all), then apply it to `meta`; the Kafka error the request gets otherwise.
 
         A failed write leaves `meta` as it was. A write that outlived this broker's leadership term answers
         NOT_COORDINATOR (whether or not it is durable: the next coordinator replays the log)."""
+        try:
+            return await self._write(meta, transit)
+        finally:
+            written = self._written.pop(meta.transactional_id, None)
+            if written is not None:
+                written.set()
+
+    async def _write(self, meta: TransactionMetadata, transit: TxnTransit) -> int:
         partition = self.partition_for(meta.transactional_id)
         token = self.ownership.token(partition)
         value = None if transit.state is TxnState.DEAD else encode_txn_value(

@@ -103,6 +103,35 @@ async def test_the_next_transaction_waits_for_the_previous_one_to_complete() -> 
     assert await asyncio.wait_for(zombie, 5) == ErrorCode.PRODUCER_FENCED
 
 
+async def test_two_leaders_adding_to_one_transaction_at_once_both_get_in() -> None:
+    """Issue 34: a transactions v2 producer's batches for partitions of two leaders reach them together, and
+    both leaders ask the coordinator to add their partition. The second ask arrives while the first one's
+    transition is being written (pending): it waits for that write and is judged again — added, not
+    CONCURRENT_TRANSACTIONS, which sends a Java producer into a retry backoff of 100 ms or more for every
+    transaction (a Kafka Connect exactly-once task ran four transactions a second)."""
+    coord, store, _, _ = await ready(completion_wait_ms=5000)
+    pid, epoch = await init(coord)
+    store.gate = asyncio.Event()  # the first add's write is in flight
+    first = asyncio.ensure_future(coord.add_partitions(TID, pid, epoch, [("out", 0)], tv2=True))
+    await until(lambda: coord.txns[TID].pending is not None)
+    second = asyncio.ensure_future(coord.add_partitions(TID, pid, epoch, [("offsets", 1)], tv2=True))
+    same = asyncio.ensure_future(coord.add_partitions(TID, pid, epoch, [("out", 0)], tv2=True))
+    await asyncio.sleep(0.01)
+    assert not second.done() and not same.done()  # waiting for the write, not answered CONCURRENT_TRANSACTIONS
+    store.gate.set()
+    assert await asyncio.wait_for(asyncio.gather(first, second, same), 5) == [ErrorCode.NONE] * 3
+    assert coord.txns[TID].partitions == {("out", 0), ("offsets", 1)}
+    # Still bounded: a write that never ends is CONCURRENT_TRANSACTIONS after completion_wait_ms.
+    coord.config.completion_wait_ms = 30
+    store.gate = asyncio.Event()
+    stuck = asyncio.ensure_future(coord.add_partitions(TID, pid, epoch, [("out", 5)], tv2=True))
+    await until(lambda: coord.txns[TID].pending is not None)
+    assert await asyncio.wait_for(coord.add_partitions(TID, pid, epoch, [("out", 6)], tv2=True), 2) \
+        == ErrorCode.CONCURRENT_TRANSACTIONS
+    store.gate.set()
+    assert await stuck == ErrorCode.NONE
+
+
 async def test_the_wait_for_completion_is_bounded() -> None:
     coord, _, sender, _ = await ready(completion_wait_ms=30)
     pid, epoch = await init(coord)
