@@ -21,7 +21,7 @@ BENCH_ARGS ?=
 # stops that for every Python started from here, brokers in tests included.
 export PYTHONSAFEPATH := 1
 
-.PHONY: run test lint typecheck e2e bench chaos deps deps-run venv clean spark-jars kafka-tools
+.PHONY: run test lint typecheck e2e bench chaos deps deps-run venv clean spark-jars kafka-tools kafka-connect
 
 # Debian packages in two tiers: a broker needs only Python's venv (`make run`);
 # the test tiers need kcat, a JDK, Maven, containerd, runc, CNI... (`make test`).
@@ -63,6 +63,11 @@ spark-demo: deps venv $(if $(filter kafka,$(SPARK_SOURCE)),spark-jars)
 kafka-tools: deps venv
 	@$(PY) -m kelp.kafka_tools >/dev/null
 
+# Kafka Connect 4.3.1 (worker, FileStream connectors, MirrorMaker 2; Maven, cached under
+# ~/.cache/kelp/kafka-connect-4.3.1) for tests/connect.
+kafka-connect: deps venv
+	@$(PY) -m kelp.kafka_connect >/dev/null
+
 # ruff (pinned in the test extras, configured in pyproject.toml): pycodestyle, pyflakes, import order and
 # bugbear over the whole checkout. Seconds; `make test` runs it first and stops on any finding.
 lint: venv
@@ -76,7 +81,7 @@ MYPY_ARGS ?=
 typecheck: venv
 	$(PY) scripts/typecheck.py $(MYPY_ARGS)
 
-test: lint typecheck deps venv spark-jars kafka-tools
+test: lint typecheck deps venv spark-jars kafka-tools kafka-connect
 	$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # End-to-end on a real Kubernetes cluster: kind or any reachable kubeconfig (e2e/README.md).

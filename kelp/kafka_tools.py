@@ -32,15 +32,15 @@ from pathlib import Path
 
 from kelp.maven import fetch_runtime_jars
 
-__all__ = ["TOOLS_VERSION", "tools_home", "classpath", "java_command", "archive_path", "ensure_archive", "fetch",
-           "main"]
+__all__ = ["TOOLS_VERSION", "LOG4J2_PROPERTIES", "tools_home", "runtime_pom", "classpath", "java_command",
+           "archive_path", "ensure_archive", "fetch", "main"]
 
 TOOLS_VERSION = "4.3.1"
 SCALA_VERSION = "2.13"
 LOG4J_VERSION = "2.25.5"
 ARTIFACTS = ("kafka-tools", f"kafka_{SCALA_VERSION}")
 
-_LOG4J2 = """\
+LOG4J2_PROPERTIES = """\
 status = error
 appender.err.type = Console
 appender.err.name = STDERR
@@ -58,10 +58,12 @@ def tools_home(version: str = TOOLS_VERSION) -> Path:
     return Path(base) / f"kafka-tools-{version}"
 
 
-def _pom(version: str) -> str:
+def runtime_pom(artifacts: tuple[str, ...], version: str) -> str:
+    """A throwaway pom whose runtime dependencies are Kafka's `artifacts` at `version` and log4j2 behind slf4j
+    (also `kelp.kafka_connect`'s)."""
     deps = "".join(
         f"<dependency><groupId>org.apache.kafka</groupId><artifactId>{a}</artifactId><version>{version}</version>"
-        "</dependency>\n" for a in ARTIFACTS)
+        "</dependency>\n" for a in artifacts)
     deps += (f"<dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId>"
              f"<version>{LOG4J_VERSION}</version></dependency>\n")
     return ('<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>\n'
@@ -134,11 +136,11 @@ def ensure_archive(bootstrap: str, *, version: str = TOOLS_VERSION, timeout_s: f
 def fetch(version: str = TOOLS_VERSION, *, quiet: bool = True) -> Path:
     """The libs directory, fetched with Maven unless a previous fetch completed (idempotent)."""
     home = tools_home(version)
-    libs = fetch_runtime_jars(home, _pom(version), marker_jar=f"kafka-tools-{version}.jar",
+    libs = fetch_runtime_jars(home, runtime_pom(ARTIFACTS, version), marker_jar=f"kafka-tools-{version}.jar",
                               what=f"Kafka's tools {version}", stamp=version, quiet=quiet)
     log4j = home / "log4j2.properties"
     if not log4j.is_file():
-        log4j.write_text(_LOG4J2)
+        log4j.write_text(LOG4J2_PROPERTIES)
     return libs
 
 

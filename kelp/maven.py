@@ -1,8 +1,8 @@
 """Fetching jars with Maven into Kelp's cache: one plugin pin, one idempotent copy of a pom's runtime jars.
 
 Why: Spark's Kafka connector (kelp.spark.jars), Apache Kafka's own tools
-(kelp.kafka_tools) and the bench's reference broker (bench/kafka_ref.py) all
-come from Maven, through the repository Maven is configured with (its
+(kelp.kafka_tools), Kafka Connect (kelp.kafka_connect) and the bench's
+reference broker (bench/kafka_ref.py) all come from Maven, through the repository Maven is configured with (its
 default). The runtime-dependency fetch is the same each time: a throwaway
 pom, `dependency:copy-dependencies` into a partial directory, renamed into
 place and stamped only when the expected jar arrived, so an interrupted
