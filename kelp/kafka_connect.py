@@ -6,7 +6,7 @@ Why: Kelp promises that Kafka's ecosystem runs against it, Kafka Connect's exact
 (KIP-382: records, checkpoints, offset syncs, translated group offsets) included; `tests/transactions`
 runs them as `java -cp <jars> <main class> <properties file>`. The jars land in
 `$KELP_CACHE_DIR/kafka-connect-4.3.1` (default `~/.cache/kelp`), beside `kelp.kafka_tools`' and the same
-way (`kelp.maven.fetch_runtime_jars`: a throwaway pom, a stamp once complete, offline after that);
+way (`kelp.kafka_tools.fetch_bundle`: a throwaway pom, a stamp once complete, offline after that);
 `make test` runs `python -m kelp.kafka_connect` first, so tests never download. The artifacts:
 `connect-runtime` (the worker, `ConnectDistributed`), `connect-file` (`FileStreamSourceConnector`),
 `connect-mirror` and `connect-mirror-client` (`MirrorMaker`, the dedicated MirrorMaker 2 driver, and its
@@ -17,14 +17,11 @@ What it must never do: download at import time or from any repository but the on
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-from kelp.kafka_tools import LOG4J2_PROPERTIES, runtime_pom
-from kelp.maven import fetch_runtime_jars
+from kelp.kafka_tools import bundle_classpath, cache_home, fetch_bundle, fetch_main
 
 __all__ = ["CONNECT_VERSION", "CONNECT_DISTRIBUTED", "MIRROR_MAKER", "connect_home", "classpath", "java_command",
            "fetch", "main"]
@@ -37,18 +34,13 @@ MIRROR_MAKER = "org.apache.kafka.connect.mirror.MirrorMaker"
 
 def connect_home(version: str = CONNECT_VERSION) -> Path:
     """`$KELP_CACHE_DIR/kafka-connect-<version>` (default `~/.cache/kelp/...`); jars under `libs/`."""
-    base = os.environ.get("KELP_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kelp")
-    return Path(base) / f"kafka-connect-{version}"
+    return cache_home(f"kafka-connect-{version}")
 
 
 def classpath(version: str = CONNECT_VERSION) -> str:
     """The jars as a `-cp` value; FileNotFoundError naming the fetch command when not fetched."""
-    home = connect_home(version)
-    libs = home / "libs"
-    if not (home / "fetched.stamp").is_file() or not libs.is_dir():
-        raise FileNotFoundError(f"Kafka Connect {version} is not fetched into {home}; "
-                                "run `python -m kelp.kafka_connect` (`make kafka-connect`)")
-    return os.pathsep.join(str(p) for p in sorted(libs.glob("*.jar")))
+    return bundle_classpath(connect_home(version), what=f"Kafka Connect {version} is",
+                            fetch_hint="`python -m kelp.kafka_connect` (`make kafka-connect`)")
 
 
 def java_command(main_class: str, *args: str, version: str = CONNECT_VERSION, heap_mb: int = 384) -> list[str]:
@@ -62,23 +54,12 @@ def java_command(main_class: str, *args: str, version: str = CONNECT_VERSION, he
 
 def fetch(version: str = CONNECT_VERSION, *, quiet: bool = True) -> Path:
     """The libs directory, fetched with Maven unless a previous fetch completed (idempotent)."""
-    home = connect_home(version)
-    libs = fetch_runtime_jars(home, runtime_pom(ARTIFACTS, version), marker_jar=f"connect-mirror-{version}.jar",
-                              what=f"Kafka Connect {version}", stamp=version, quiet=quiet)
-    log4j = home / "log4j2.properties"
-    if not log4j.is_file():
-        log4j.write_text(LOG4J2_PROPERTIES)
-    return libs
+    return fetch_bundle(connect_home(version), ARTIFACTS, version, marker_jar=f"connect-mirror-{version}.jar",
+                        what=f"Kafka Connect {version}", quiet=quiet)
 
 
 def main() -> int:
-    try:
-        libs = fetch()
-    except (FileNotFoundError, RuntimeError, subprocess.TimeoutExpired) as exc:
-        print(f"kelp.kafka_connect: {exc}", file=sys.stderr)
-        return 1
-    print(libs)
-    return 0
+    return fetch_main(fetch, "kelp.kafka_connect")
 
 
 if __name__ == "__main__":

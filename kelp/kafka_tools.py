@@ -17,6 +17,9 @@ Logging is log4j2 through `log4j-slf4j-impl` at WARN on stderr. A class-data
 archive (AppCDS, `ensure_archive`) built once per JDK and classpath halves the
 CPU each tool's JVM spends starting.
 
+The bundle helpers (`cache_home`, `fetch_bundle`, `bundle_classpath`, `fetch_main`) serve any set of
+Kafka's jars kept this way: `kelp.kafka_connect` uses them for Kafka Connect.
+
 What it must never do: download at import time or from any repository but
 the one Maven is configured with (its default).
 """
@@ -29,18 +32,19 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 from kelp.maven import fetch_runtime_jars
 
-__all__ = ["TOOLS_VERSION", "LOG4J2_PROPERTIES", "tools_home", "runtime_pom", "classpath", "java_command",
-           "archive_path", "ensure_archive", "fetch", "main"]
+__all__ = ["TOOLS_VERSION", "tools_home", "classpath", "java_command", "archive_path", "ensure_archive", "fetch",
+           "main", "cache_home", "bundle_classpath", "fetch_bundle", "fetch_main"]
 
 TOOLS_VERSION = "4.3.1"
 SCALA_VERSION = "2.13"
 LOG4J_VERSION = "2.25.5"
 ARTIFACTS = ("kafka-tools", f"kafka_{SCALA_VERSION}")
 
-LOG4J2_PROPERTIES = """\
+_LOG4J2 = """\
 status = error
 appender.err.type = Console
 appender.err.name = STDERR
@@ -52,15 +56,55 @@ rootLogger.appenderRef.err.ref = STDERR
 """
 
 
+# -- a bundle of Kafka's jars in Kelp's cache (this module's, and `kelp.kafka_connect`'s) ----------------------------
+
+
+def cache_home(name: str) -> Path:
+    """`$KELP_CACHE_DIR/<name>` (default `~/.cache/kelp/<name>`); a bundle's jars go under its `libs/`."""
+    base = os.environ.get("KELP_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kelp")
+    return Path(base) / name
+
+
+def bundle_classpath(home: Path, *, what: str, fetch_hint: str) -> str:
+    """The bundle's jars as a `-cp` value; FileNotFoundError naming `fetch_hint` when not fetched."""
+    libs = home / "libs"
+    if not (home / "fetched.stamp").is_file() or not libs.is_dir():
+        raise FileNotFoundError(f"{what} not fetched into {home}; run {fetch_hint}")
+    return os.pathsep.join(str(p) for p in sorted(libs.glob("*.jar")))
+
+
+def fetch_bundle(home: Path, artifacts: tuple[str, ...], version: str, *, marker_jar: str, what: str,
+                 quiet: bool = True) -> Path:
+    """The libs directory of Kafka's `artifacts` at `version` with their runtime dependencies and log4j2 (its
+    properties file beside them), fetched with Maven unless a previous fetch completed (idempotent)."""
+    libs = fetch_runtime_jars(home, _pom(artifacts, version), marker_jar=marker_jar, what=what, stamp=version,
+                              quiet=quiet)
+    log4j = home / "log4j2.properties"
+    if not log4j.is_file():
+        log4j.write_text(_LOG4J2)
+    return libs
+
+
+def fetch_main(fetch: Callable[[], Path], module: str) -> int:
+    """`python -m <module>`: fetch, print the libs directory; 1 with the reason when the fetch failed."""
+    try:
+        libs = fetch()
+    except (FileNotFoundError, RuntimeError, subprocess.TimeoutExpired) as exc:
+        print(f"{module}: {exc}", file=sys.stderr)
+        return 1
+    print(libs)
+    return 0
+
+
+# -- Kafka's tools --------------------------------------------------------------------------------------------------
+
+
 def tools_home(version: str = TOOLS_VERSION) -> Path:
     """`$KELP_CACHE_DIR/kafka-tools-<version>` (default `~/.cache/kelp/...`); jars under `libs/`."""
-    base = os.environ.get("KELP_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kelp")
-    return Path(base) / f"kafka-tools-{version}"
+    return cache_home(f"kafka-tools-{version}")
 
 
-def runtime_pom(artifacts: tuple[str, ...], version: str) -> str:
-    """A throwaway pom whose runtime dependencies are Kafka's `artifacts` at `version` and log4j2 behind slf4j
-    (also `kelp.kafka_connect`'s)."""
+def _pom(artifacts: tuple[str, ...], version: str) -> str:
     deps = "".join(
         f"<dependency><groupId>org.apache.kafka</groupId><artifactId>{a}</artifactId><version>{version}</version>"
         "</dependency>\n" for a in artifacts)
@@ -73,12 +117,8 @@ def runtime_pom(artifacts: tuple[str, ...], version: str) -> str:
 
 def classpath(version: str = TOOLS_VERSION) -> str:
     """The jars as a `-cp` value; FileNotFoundError naming the fetch command when not fetched."""
-    home = tools_home(version)
-    libs = home / "libs"
-    if not (home / "fetched.stamp").is_file() or not libs.is_dir():
-        raise FileNotFoundError(f"Kafka's tools {version} are not fetched into {home}; "
-                                "run `python -m kelp.kafka_tools` (`make kafka-tools`)")
-    return os.pathsep.join(str(p) for p in sorted(libs.glob("*.jar")))
+    return bundle_classpath(tools_home(version), what=f"Kafka's tools {version} are",
+                            fetch_hint="`python -m kelp.kafka_tools` (`make kafka-tools`)")
 
 
 def _java() -> str:
@@ -135,23 +175,12 @@ def ensure_archive(bootstrap: str, *, version: str = TOOLS_VERSION, timeout_s: f
 
 def fetch(version: str = TOOLS_VERSION, *, quiet: bool = True) -> Path:
     """The libs directory, fetched with Maven unless a previous fetch completed (idempotent)."""
-    home = tools_home(version)
-    libs = fetch_runtime_jars(home, runtime_pom(ARTIFACTS, version), marker_jar=f"kafka-tools-{version}.jar",
-                              what=f"Kafka's tools {version}", stamp=version, quiet=quiet)
-    log4j = home / "log4j2.properties"
-    if not log4j.is_file():
-        log4j.write_text(LOG4J2_PROPERTIES)
-    return libs
+    return fetch_bundle(tools_home(version), ARTIFACTS, version, marker_jar=f"kafka-tools-{version}.jar",
+                        what=f"Kafka's tools {version}", quiet=quiet)
 
 
 def main() -> int:
-    try:
-        libs = fetch()
-    except (FileNotFoundError, RuntimeError, subprocess.TimeoutExpired) as exc:
-        print(f"kelp.kafka_tools: {exc}", file=sys.stderr)
-        return 1
-    print(libs)
-    return 0
+    return fetch_main(fetch, "kelp.kafka_tools")
 
 
 if __name__ == "__main__":

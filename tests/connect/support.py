@@ -15,32 +15,21 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from kelp import kafka_connect
+from tests.transactions.system_support import wait_until
 
-__all__ = ["Worker", "MirrorMakerProcess", "free_port", "wait_for", "write_properties"]
+__all__ = ["Worker", "MirrorMakerProcess", "free_port", "write_properties"]
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def wait_for(what: str, predicate: Callable[[], Any], *, timeout: float, interval: float = 0.25,
-             detail: Callable[[], str] = lambda: "") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = predicate()
-        if got:
-            return got
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} {detail()}")
 
 
 def write_properties(path: Path, props: dict[str, object]) -> Path:
@@ -120,7 +109,7 @@ class Worker(_Process):
         def up() -> bool:
             assert self.alive(), f"the Connect worker exited {self.proc and self.proc.poll()}:\n{self.log_tail()}"
             return self.ready()
-        wait_for("the Connect worker's REST API", up, timeout=timeout, detail=self.log_tail)
+        wait_until("the Connect worker's REST API", up, timeout=timeout, interval=0.25, detail=self.log_tail)
 
     def status(self, connector: str) -> dict[str, Any] | None:
         try:

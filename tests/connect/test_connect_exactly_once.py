@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 
 from kelp import kafka_connect
-from tests.connect.support import Worker, wait_for
+from tests.connect.support import Worker
 from tests.support.cluster import Cluster
-from tests.transactions.system_support import CLUSTER_SETTINGS, TopicReader, read_topic
+from tests.transactions.system_support import CLUSTER_SETTINGS, TopicReader, create_topics, read_topic, wait_until
 
 LINES = int(os.environ.get("CONNECT_EOS_LINES", "6000"))
 BATCH = int(os.environ.get("CONNECT_EOS_BATCH", "10"))
@@ -68,8 +68,7 @@ def test_exactly_once_source_survives_back_to_back_transactions_and_a_worker_kil
     kafka_connect.fetch()
     started = time.monotonic()
     cluster = cluster_factory(3, settings=CLUSTER_SETTINGS)
-    cluster.admin("/admin/v1/topics", "POST", {"name": TOPIC, "partitions": PARTITIONS, "replication_factor": 3,
-                                               "configs": {"min.insync.replicas": "2"}})
+    create_topics(cluster, {TOPIC: PARTITIONS})
     source = tmp_path / "lines.txt"
     # FileStreamSourceTask returns at most batch.size lines a poll and reads more only while the file has more:
     # the lines left in its buffer at the end of the file wait for the file to grow (Kafka's behaviour too).
@@ -93,7 +92,7 @@ def test_exactly_once_source_survives_back_to_back_transactions_and_a_worker_kil
             return _producer_epoch(cluster) >= epoch
 
         kill_at = LINES // BATCH // 3
-        wait_for(f"{kill_at} transactions", lambda: progressed(worker, kill_at), timeout=150,
+        wait_until(f"{kill_at} transactions", lambda: progressed(worker, kill_at), timeout=150,
                  detail=worker.log_tail)
         assert _task_states(worker) == ["RUNNING"]
         epoch_at_kill = _producer_epoch(cluster)
@@ -107,7 +106,7 @@ def test_exactly_once_source_survives_back_to_back_transactions_and_a_worker_kil
             _assert_task_alive(w)
             return len(lines(concurrent.values)) >= LINES and _task_states(w) == ["RUNNING"]
 
-        wait_for(f"{LINES} lines under read_committed", copied, timeout=200,
+        wait_until(f"{LINES} lines under read_committed", copied, timeout=200,
                  detail=lambda: f"(read {len(lines(concurrent.values))}, task {_task_states(w)}, producer epoch "
                                 f"{_producer_epoch(cluster)}) {w.log_tail()}")
         _assert_task_alive(replacement)

@@ -25,8 +25,9 @@ from pathlib import Path
 import pytest
 
 from kelp import kafka_connect
-from tests.connect.support import MirrorMakerProcess, wait_for
+from tests.connect.support import MirrorMakerProcess
 from tests.support.broker_process import BrokerProcess
+from tests.transactions.system_support import wait_until
 
 RECORDS, PARTITIONS, TOPIC, GROUP = 5000, 3, "orders", "mm2-app"
 # The group's position on the source, per partition: near the end of partition 0, part-way through 1, at the
@@ -139,7 +140,7 @@ def test_mirror_maker_2_mirrors_records_checkpoints_and_group_offsets(tmp_path: 
         })
         mm2.start()
         remote = f"src.{TOPIC}"
-        wait_for(f"{RECORDS} records in {remote} on the target", lambda: _count(dst.bootstrap, remote) >= RECORDS,
+        wait_until(f"{RECORDS} records in {remote} on the target", lambda: _count(dst.bootstrap, remote) >= RECORDS,
                  timeout=120, detail=mm2.log_tail)
         def translated() -> dict[int, int] | None:
             """The target group's offsets once MirrorMaker's sync store has the newest syncs (the partition whose
@@ -148,7 +149,7 @@ def test_mirror_maker_2_mirrors_records_checkpoints_and_group_offsets(tmp_path: 
             done = got.get(2) == COMMITTED[2] and all(got.get(part, -1) > 0 for part in COMMITTED)
             return got if done else None
 
-        moved = wait_for("the group's offsets translated on the target", translated, timeout=90,
+        moved = wait_until("the group's offsets translated on the target", translated, timeout=90,
                          detail=lambda: f"{_committed(dst.bootstrap, GROUP, remote)} {mm2.log_tail() if mm2 else ''}")
         assert all(0 < moved[part] <= off for part, off in COMMITTED.items()), (moved, COMMITTED)
         assert moved[2] == COMMITTED[2], (moved, COMMITTED)  # at the end of the partition: exact

@@ -29,8 +29,9 @@ from kelp.broker.groups.placement import OFFSETS_TOPIC, partition_for_group
 from kelp.broker.transactions.txn_config import TXN_TOPIC, partition_for_txn
 from tests.support.cluster import Cluster
 
-__all__ = ["CLUSTER_SETTINGS", "TXN_PARTITIONS", "Copier", "TopicReader", "coordinator_of", "group_coordinator_of",
-           "list_transactions", "pause", "read_topic", "resume", "wait_until"]
+__all__ = ["CLUSTER_SETTINGS", "TXN_PARTITIONS", "Copier", "TopicReader", "coordinator_of", "create_topics",
+           "group_coordinator_of",
+           "list_transactions", "pause", "read_topic", "resume", "wait_leaders_moved", "wait_until"]
 
 TXN_PARTITIONS = 5
 OFFSETS_PARTITIONS = 3
@@ -62,6 +63,20 @@ def coordinator_of(cluster: Cluster, transactional_id: str) -> int:
     """The broker leading the `__transaction_state` partition of `transactional_id` (-1: none now)."""
     p = partition_for_txn(transactional_id, TXN_PARTITIONS)
     return int(cluster.topic(TXN_TOPIC)["partitions"][p]["leader"])
+
+
+def create_topics(cluster: Cluster, partitions: dict[str, int]) -> None:
+    """Each topic with its partition count, replication factor 3, min.insync.replicas 2 (the admin API)."""
+    for name, count in partitions.items():
+        cluster.admin("/admin/v1/topics", "POST", {"name": name, "partitions": count, "replication_factor": 3,
+                                                   "configs": {"min.insync.replicas": "2"}})
+
+
+def wait_leaders_moved(cluster: Cluster, victim: int, topics: tuple[str, ...], *, timeout: float) -> None:
+    """Wait until every partition of `topics` is led by a broker other than `victim` (SIGKILLed or stopped)."""
+    cluster.wait_for(f"a leader other than {victim} for every partition",
+                     lambda: all(p["leader"] not in (-1, victim) for t in topics
+                                 for p in cluster.topic(t)["partitions"]), timeout=timeout)
 
 
 def list_transactions(bootstrap: str) -> list[dict[str, str]]:

@@ -39,10 +39,12 @@ from tests.transactions.system_support import (
     Copier,
     TopicReader,
     coordinator_of,
+    create_topics,
     group_coordinator_of,
     list_transactions,
     read_topic,
     resume,
+    wait_leaders_moved,
     wait_until,
 )
 from tests.transactions.system_support import pause as pause_broker
@@ -127,10 +129,7 @@ def _kill_and_restart(cluster: Cluster, victim: int, copiers: Copiers, *, pause:
     else:
         cluster[victim].kill()
     try:
-        cluster.wait_for(f"a leader other than {victim} for every partition",
-                         lambda: all(p["leader"] not in (-1, victim)
-                                     for t in (INPUT, OUTPUT, "__transaction_state")
-                                     for p in cluster.topic(t)["partitions"]), timeout=30)
+        wait_leaders_moved(cluster, victim, (INPUT, OUTPUT, "__transaction_state"), timeout=30)
     finally:
         if pause:
             resume(cluster, victim)
@@ -165,9 +164,7 @@ def test_copier_copies_every_record_exactly_once_while_brokers_are_killed(cluste
     kafka_tools.fetch()
     started = time.monotonic()
     cluster = cluster_factory(3, settings=CLUSTER_SETTINGS)
-    for name, partitions in ((INPUT, INPUT_PARTITIONS), (OUTPUT, OUTPUT_PARTITIONS)):
-        cluster.admin("/admin/v1/topics", "POST", {"name": name, "partitions": partitions, "replication_factor": 3,
-                                                   "configs": {"min.insync.replicas": "2"}})
+    create_topics(cluster, {INPUT: INPUT_PARTITIONS, OUTPUT: OUTPUT_PARTITIONS})
     _seed(cluster)
     concurrent = TopicReader(cluster.bootstrap, OUTPUT, OUTPUT_PARTITIONS, isolation="read_committed")
     copiers = Copiers(cluster, tmp_path)  # bootstrap: all three brokers, the copiers outlive any one of them
