@@ -32,13 +32,15 @@ class BenchBroker:
         self.bootstrap = ""
         self.http_url = ""
         self.listeners: dict[str, str] = {}  # listener name -> address, from the ready line
+        self.ports = (0, 0)  # (Kafka, HTTP) to listen on: 0 picks free ones; `restart` keeps the first start's
         self._stderr: list[str] = []
 
     def start(self, *, timeout_s: float = 30.0) -> "BenchBroker":
         cmd = [sys.executable]
         if self.profile_to is not None:
             cmd += ["-m", "cProfile", "-o", str(self.profile_to)]
-        cmd += ["-m", "kelp.broker", "--log-dirs", str(self.log_dir), "--port", "0", "--http-port", "0",
+        cmd += ["-m", "kelp.broker", "--log-dirs", str(self.log_dir), "--port", str(self.ports[0]),
+                "--http-port", str(self.ports[1]),
                 "--broker-id", str(self.broker_id), "--log-level", "WARNING"]
         for key, value in self.settings.items():
             cmd += ["--set", f"{key}={value}"]
@@ -89,6 +91,15 @@ class BenchBroker:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+
+    def restart(self, *, timeout_s: float = 30.0) -> "BenchBroker":
+        """Start a killed or stopped broker again on its storage and the ports it listened on (its clients'
+        bootstrap list stays good); RuntimeError if it is still running or does not come up."""
+        if self.proc is None or self.proc.poll() is None:
+            raise RuntimeError(f"broker {self.broker_id} is not stopped")
+        self.ports = (int(self.bootstrap.rsplit(":", 1)[1]), int(self.http_url.rsplit(":", 1)[1]))
+        self._stderr.clear()
+        return self.start(timeout_s=timeout_s)
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:

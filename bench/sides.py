@@ -31,6 +31,9 @@ class Side:
     bootstrap: str
     pids: Callable[[], list[int]]
     http_urls: list[str] = field(default_factory=list)  # Kelp's brokers' HTTP addresses (/metrics, REST)
+    broker_ids: list[int] = field(default_factory=list)  # the brokers' (nodes') ids, in `kill`'s order
+    kill: Callable[[int], None] | None = None  # SIGKILL the i-th broker (from 0)
+    restart: Callable[[int], None] | None = None  # start the i-th broker again: same storage, same ports
 
     def cpu_seconds(self) -> float:
         return probe.cpu_seconds(self.pids())
@@ -51,10 +54,14 @@ def start_sides(stack: ExitStack, work: Path, *, brokers: int, kafka_version: st
         kelp_brokers = start_kelp_cluster(work, brokers=brokers, name=f"{label}-kelp")
         for b in kelp_brokers:
             stack.callback(b.stop)
-    procs = [b.proc for b in kelp_brokers]
+
+    def kelp_restart(i: int) -> None:
+        kelp_brokers[i].restart()
+
     sides = [Side("kelp", ",".join(b.bootstrap for b in kelp_brokers),
-                  lambda: [p.pid for p in procs if p is not None and p.poll() is None],
-                  [b.http_url for b in kelp_brokers])]
+                  lambda: [b.proc.pid for b in kelp_brokers if b.proc is not None and b.proc.poll() is None],
+                  [b.http_url for b in kelp_brokers], [b.broker_id for b in kelp_brokers],
+                  lambda i: kelp_brokers[i].kill(), kelp_restart)]
     if kafka_version is not None:
         from .kafka_ref import KafkaCluster
 
@@ -64,7 +71,12 @@ def start_sides(stack: ExitStack, work: Path, *, brokers: int, kafka_version: st
             kafka.start()
         except (FileNotFoundError, RuntimeError) as exc:
             raise RuntimeError(f"{exc}\n(`--no-kafka` runs without Apache Kafka)") from None
-        sides.append(Side("kafka", kafka.bootstrap, lambda: kafka.pids))
+
+        def kafka_restart(i: int) -> None:
+            kafka.restart(i)
+
+        sides.append(Side("kafka", kafka.bootstrap, lambda: kafka.pids, broker_ids=list(range(1, brokers + 1)),
+                          kill=kafka.kill, restart=kafka_restart))
     return sides
 
 

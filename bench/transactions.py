@@ -23,10 +23,27 @@ Kafka alternating which goes first, `runs` times (medians printed):
   markers, the last stable offset advancing and the fetch. The first 2 s are dropped; librdkafka's default
   fetch.wait.max.ms (500) is kept.
 
+- rebalancing (issue 34): consume-transform-produce with Kafka's Java client 4.3.1 (transactions v2,
+  `bench/GroupTransact.java` through `bench.group_transact`): `rebalance_members` (10) consumer-group members,
+  each with its own transactional producer, copy a 12-partition input fed at `rebalance_rate` records/s
+  (200) to a 4-partition output, committing their consumed offsets in each transaction; every 2 s a member
+  leaves (every other time as a crash, its transaction left open for its successor to fence) and comes back
+  a second later. Reported: the transactions committed and aborted per second, the rebalances, the errors
+  the clients saw by class, the produce answers of CONCURRENT_TRANSACTIONS they retried, how long after the
+  last input record the group had committed everything (drain), and the brokers' CPU. A fatal client error,
+  an INVALID_TXN_STATE, or output that is not every input exactly once (read_committed) fails the case.
+  With `--txn-rebalance-kills N` a broker is also SIGKILLed every `--txn-rebalance-kill-every` s (60), in turn,
+  and started again on its storage and ports once its partitions have new leaders; the next kill waits for the
+  topics to be fully replicated again (the brokers' CPU is then not reported: a killed process takes its own
+  with it). The 10-minute form of issue 34's acceptance, Kelp alone:
+  `python -m bench.transactions --no-kafka --runs 1 --txn-records 0 --txn-latency-seconds 0
+  --txn-rebalance-records 60000 --txn-rebalance-rate 100 --txn-rebalance-kills 8`.
+
 Broker CPU is utime+stime of the three brokers' processes per GB of values produced.
 
 `python -m bench.transactions` runs this alone; `make bench` runs it (`--txn-records`, 0 skips;
-`--txn-latency-seconds`, 0 skips the latency).
+`--txn-latency-seconds`, 0 skips the latency; `--txn-rebalance-records`, 0 skips the rebalancing case, as
+does a machine without java).
 
 It must never count a record before the broker acknowledged it, nor a transaction before its commit
 returned, nor report a figure without Kafka's from the same run (unless Kafka is skipped, said so).
@@ -37,6 +54,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import shutil
 import statistics
 import struct
 import sys
@@ -246,6 +264,107 @@ def latency(bootstrap: str, topic: str, *, partitions: int, txn_s: float, per_tx
             "p50_ms": pct(0.50), "p99_ms": pct(0.99), "max_ms": latencies[-1] / 1e6 if latencies else float("nan")}
 
 
+# -- consume-transform-produce across rebalances ------------------------------------------------------------------
+
+REBALANCE_INPUT_PARTITIONS, REBALANCE_OUTPUT_PARTITIONS, REBALANCE_CHURN_MS = 12, 4, 2000
+
+
+def _partitions_led(bootstrap: str, topics: tuple[str, ...], *, avoid: int | None, whole: bool) -> str | None:
+    """None once every partition of `topics` has a leader other than `avoid` (and, `whole`, every replica in its
+    ISR); else what is not there yet (confluent-kafka's Metadata, so Kelp and Kafka alike)."""
+    from confluent_kafka.admin import AdminClient
+
+    meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5)
+    for name in topics:
+        topic = meta.topics.get(name)
+        if topic is None or topic.error is not None:
+            return f"{name}: {topic and topic.error}"
+        for p in topic.partitions.values():
+            if p.leader in (-1, avoid) or (whole and set(p.isrs) != set(p.replicas)):
+                return f"{name}[{p.id}]: leader {p.leader}, replicas {p.replicas}, isr {p.isrs}"
+    return None
+
+
+def _kill_a_broker(side: Side, k: int, topics: tuple[str, ...]) -> None:
+    """SIGKILL the side's broker `k` (modulo their number), wait for new leaders of `topics`, start it again on
+    its storage and ports, wait for `topics` to be fully replicated again (bounded: RuntimeError)."""
+    from .probe import poll_until
+
+    assert side.kill is not None and side.restart is not None
+    i = k % len(side.broker_ids)
+    side.kill(i)
+    poll_until(lambda: _partitions_led(side.bootstrap, topics, avoid=side.broker_ids[i], whole=False),
+               what=f"{side.name}: leaders after broker {side.broker_ids[i]} was killed", timeout_s=60,
+               interval_s=0.2)
+    side.restart(i)
+    poll_until(lambda: _partitions_led(side.bootstrap, topics, avoid=None, whole=True),
+               what=f"{side.name}: {topics} fully replicated after broker {side.broker_ids[i]} came back",
+               timeout_s=120, interval_s=0.5)
+
+
+def rebalancing(side: Side, *, records: int, rate: int, members: int, work: Path, kills: int = 0,
+                kill_every_s: float = 60.0) -> dict[str, Any]:
+    """`members` Java group transact sessions copying `records` fed at `rate`/s while members leave and join,
+    and `kills` times (one every `kill_every_s`) a broker is SIGKILLed and started again (see the module
+    docstring); RuntimeError on a fatal client error or output that is not exactly once."""
+    from .group_transact import Feeder, JavaRun, committed_offsets, committed_values, end_offsets, exactly_once
+
+    tag = uuid.uuid4().hex[:6]
+    source, sink, group = f"rebalance-in-{tag}", f"rebalance-out-{tag}", f"rebalance-{tag}"
+    work.mkdir(parents=True, exist_ok=True)  # the JVM's log goes there
+    _create(side.bootstrap, source, partitions=REBALANCE_INPUT_PARTITIONS, replication_factor=3)
+    _create(side.bootstrap, sink, partitions=REBALANCE_OUTPUT_PARTITIONS, replication_factor=3)
+    cpu0 = side.cpu_seconds()
+    start = time.monotonic()
+    feeder = Feeder(side.bootstrap, source, REBALANCE_INPUT_PARTITIONS, records=records, rate=rate)
+    run = JavaRun(side.bootstrap, input_topic=source, output_topic=sink, group=group, members=members,
+                  churn_ms=REBALANCE_CHURN_MS, assignor="cooperative-sticky", static=False, prefix=group,
+                  log_dir=work)
+    killed, next_kill = 0, start + kill_every_s
+    try:
+        deadline = start + records / rate + 300 + 180 * kills
+        while True:
+            status = run.status()
+            if status.broken or run.exited():
+                raise RuntimeError(f"{side.name} rebalancing: a client failed: {run.describe()}")
+            if killed < kills and time.monotonic() >= next_kill:
+                _kill_a_broker(side, killed, (source, sink, "__transaction_state", "__consumer_offsets"))
+                killed += 1
+                next_kill = time.monotonic() + kill_every_s
+            if feeder.done() and feeder.finished_at is not None and committed_offsets(
+                    side.bootstrap, group, source, REBALANCE_INPUT_PARTITIONS) == end_offsets(
+                    side.bootstrap, source, REBALANCE_INPUT_PARTITIONS):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{side.name} rebalancing: input not all committed in time: {run.describe()}")
+            time.sleep(0.5)
+        drained = time.monotonic()
+        finished = feeder.finished_at
+        status = run.stop()
+        retried = run.retried("CONCURRENT_TRANSACTIONS")
+    finally:
+        run.kill()
+        feeder.stop()
+    cpu = side.cpu_seconds() - cpu0 if killed == 0 else float("nan")  # a killed broker's CPU went with it
+    if feeder.errors:
+        raise RuntimeError(f"{side.name} rebalancing: feeding the input failed: {feeder.errors[:3]}")
+    if status.broken:
+        raise RuntimeError(f"{side.name} rebalancing: a client failed: {status.errors} {status.samples}")
+    problems = exactly_once(committed_values(side.bootstrap, sink, REBALANCE_OUTPUT_PARTITIONS, expect=records),
+                            records)
+    if problems:
+        raise RuntimeError(f"{side.name} rebalancing: the output is not exactly once: {problems}")
+    clients.delete_topic(side.bootstrap, source)
+    clients.delete_topic(side.bootstrap, sink)
+    seconds = drained - start
+    return {"seconds": seconds, "drain_s": drained - finished, "records": records, "rate": rate,
+            "members": members, "commits": status.commits, "aborts": status.aborts,
+            "commits_s": status.commits / seconds, "aborts_s": status.aborts / seconds,
+            "rebalances": status.rebalances, "leaves": status.leaves, "crashes": status.crashes,
+            "errors": status.errors, "concurrent_transactions_retried": retried, "broker_cpu_s": cpu,
+            "broker_kills": killed, "kill_every_s": kill_every_s}
+
+
 # -- the section ---------------------------------------------------------------------------------------------------
 
 
@@ -313,12 +432,17 @@ def measure(sides: list[Side], *, records: int, size: int, partitions: int, runs
 
 
 def run(*, records: int, size: int = 1024, partitions: int = 3, runs: int, work: Path, kafka_version: str | None,
-        latency_s: float = 10.0, latency_txn_s: float = 20.0, latency_txn_records: int = 50) -> dict[str, Any]:
+        latency_s: float = 10.0, latency_txn_s: float = 20.0, latency_txn_records: int = 50,
+        rebalance_records: int = 0, rebalance_rate: int = 200, rebalance_members: int = 10,
+        rebalance_kills: int = 0, rebalance_kill_every_s: float = 60.0) -> dict[str, Any]:
     """Kelp's three brokers (and Kafka's three nodes unless `kafka_version` is None): the figures above."""
     load0 = load_average()
     result: dict[str, Any] = {"records": records, "size": size, "partitions": partitions, "runs": runs,
                               "replication_factor": 3, "brokers": 3, "cpus": os.cpu_count(),
-                              "kafka": kafka_version is not None, "latency": {}}
+                              "kafka": kafka_version is not None, "latency": {}, "rebalancing": {}}
+    if rebalance_records > 0 and shutil.which("java") is None:
+        result["rebalancing_skipped"] = "java is not installed"
+        rebalance_records = 0
     with ExitStack() as stack:
         sides = start_sides(stack, work, brokers=3, kafka_version=kafka_version, label="txn")
         if records > 0:
@@ -330,6 +454,19 @@ def run(*, records: int, size: int = 1024, partitions: int = 3, runs: int, work:
                 result["latency"][side.name] = latency(side.bootstrap, topic, partitions=partitions,
                                                        txn_s=latency_txn_s, per_txn=latency_txn_records, size=size,
                                                        seconds=latency_s, who=side.name)
+        if rebalance_records > 0:
+            from kelp import kafka_tools
+
+            kafka_tools.fetch()
+            cells: dict[str, list[dict[str, Any]]] = {}
+            for _, order in alternating(sides, runs):
+                for side in order:
+                    settle(sides)
+                    cells.setdefault(side.name, []).append(rebalancing(
+                        side, records=rebalance_records, rate=rebalance_rate, members=rebalance_members, work=work,
+                        kills=rebalance_kills, kill_every_s=rebalance_kill_every_s))
+            for name, got in cells.items():  # the run with the median duration, whole
+                result["rebalancing"][name] = sorted(got, key=lambda g: g["seconds"])[len(got) // 2]
     result["load_average"] = [load0, load_average()]
     return result
 
@@ -377,6 +514,23 @@ def print_report(res: dict[str, Any]) -> None:
         print(f"latency: produce() to a read_committed consumer receiving the record (the transaction's end, commit, "
               f"markers, last stable offset, fetch); {la0['seconds']:.0f} s per broker after {la0['warmup_s']:.0f} s "
               "dropped, one broker at a time; librdkafka's default fetch.wait.max.ms=500")
+    reb = res.get("rebalancing") or {}
+    if reb:
+        r0 = next(iter(reb.values()))
+        table = [[n, f"{r['commits_s']:.1f}", f"{r['aborts_s']:.1f}", f"{r['rebalances']}",
+                  f"{r['concurrent_transactions_retried']:,}", f"{r['drain_s']:.1f}", f"{r['broker_cpu_s']:.1f}",
+                  ", ".join(f"{k} {v}" for k, v in sorted(r["errors"].items())) or "-"] for n, r in reb.items()]
+        print_table(table, ["REBALANCING", "COMMITS/s", "ABORTS/s", "REBALANCES", "CONCURRENT_TXNS RETRIED",
+                            "DRAIN s", "BROKER CPU s", "CLIENT ERRORS"])
+        print(f"rebalancing: {r0['members']} Java (transactions v2) group members, each with its own transactional "
+              f"producer, copy {r0['records']:,} records fed at {r0['rate']}/s from 12 to 4 partitions, committing "
+              f"their offsets in each transaction; every {REBALANCE_CHURN_MS / 1000:.0f} s a member leaves (every "
+              "other time as a crash) and comes back; output checked exactly once (read_committed); DRAIN: from "
+              "the last input record to the group having committed everything; the run of median length"
+              + (f"; {r0['broker_kills']} broker SIGKILLs in it, one every {r0['kill_every_s']:.0f} s"
+                 if r0.get("broker_kills") else ""))
+    elif res.get("rebalancing_skipped"):
+        print(f"rebalancing case skipped: {res['rebalancing_skipped']}")
     load = res["load_average"]
     print(f"machine: {res['cpus']} CPUs, load average {load[0]:.1f} at the start, {load[1]:.1f} at the end "
           "(client and six brokers share them)")
@@ -391,13 +545,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds of committed-record latency per broker after 2 s dropped (10; 0 skips)")
     p.add_argument("--txn-latency-rate", type=float, default=20.0,
                    help="transactions per second offered in the latency run (20, of 50 records each)")
+    p.add_argument("--txn-rebalance-records", type=int, default=4_000,
+                   help="records the rebalancing case copies per broker and run (4000, fed at 200/s; 0 skips)")
+    p.add_argument("--txn-rebalance-members", type=int, default=10,
+                   help="consumer-group members, each with a transactional producer, in the rebalancing case (10)")
+    p.add_argument("--txn-rebalance-rate", type=int, default=200,
+                   help="input records per second fed in the rebalancing case (200)")
+    p.add_argument("--txn-rebalance-kills", type=int, default=0,
+                   help="brokers SIGKILLed (in turn, each started again) during each rebalancing run (0)")
+    p.add_argument("--txn-rebalance-kill-every", type=float, default=60.0,
+                   help="seconds between those kills, the first this long after the start (60)")
 
 
 def run_from_args(args: argparse.Namespace, *, work: Path, kafka_version: str | None) -> dict[str, Any] | None:
-    if args.txn_records <= 0 and args.txn_latency_seconds <= 0:
+    if args.txn_records <= 0 and args.txn_latency_seconds <= 0 and args.txn_rebalance_records <= 0:
         return None
+    if args.txn_rebalance_records > 0:
+        for flag, value, low in (("members", args.txn_rebalance_members, 1), ("rate", args.txn_rebalance_rate, 1),
+                                 ("kills", args.txn_rebalance_kills, 0),
+                                 ("kill-every", args.txn_rebalance_kill_every, 1)):
+            if value < low:
+                raise ValueError(f"--txn-rebalance-{flag} must be at least {low}, got {value}")
     return run(records=max(0, args.txn_records), partitions=args.txn_partitions, runs=max(1, args.runs), work=work,
-               kafka_version=kafka_version, latency_s=args.txn_latency_seconds, latency_txn_s=args.txn_latency_rate)
+               kafka_version=kafka_version, latency_s=args.txn_latency_seconds, latency_txn_s=args.txn_latency_rate,
+               rebalance_records=max(0, args.txn_rebalance_records), rebalance_members=args.txn_rebalance_members,
+               rebalance_rate=args.txn_rebalance_rate, rebalance_kills=args.txn_rebalance_kills,
+               rebalance_kill_every_s=args.txn_rebalance_kill_every)
 
 
 def main(argv: list[str] | None = None) -> int:

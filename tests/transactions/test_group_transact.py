@@ -9,10 +9,11 @@ copy an input topic (12 partitions, RF 3, min ISR 2), fed at a steady rate, to a
 committing their consumed offsets in each transaction; every `CHURN_MS` one slot's member leaves — cleanly, or
 every other time as a crash with its transaction left open for the slot's next member to fence and abort — and
 comes back half that later. The Java client 4.3.1 (transactions v2: Produce v12, EndTxn v5) runs with the
-cooperative-sticky assignor and dynamic members, librdkafka (transactions v1) with the range assignor and static
-members (group.instance.id). Once the group's committed offsets reach the input's end the members stop; then no
-client may have seen a fatal error or INVALID_TXN_STATE, members must really have come and gone, and a
-read_committed reader of the output must find every input value exactly once.
+cooperative-sticky assignor and dynamic members (`bench/GroupTransact.java`), librdkafka (transactions v1)
+with the range assignor and static members (group.instance.id); both runners are `bench.group_transact`'s,
+which the bench's rebalancing case runs too. Once the group's committed offsets reach the input's end the
+members stop; then no client may have seen a fatal error or INVALID_TXN_STATE, members must really have come
+and gone, and a read_committed reader of the output must find every input value exactly once.
 
 The sizes are environment variables (not KELP_*: brokers read those) so a long form runs by hand, with broker
 SIGKILLs among the member changes (`GT_BROKER_KILLS`, one every `GT_KILL_EVERY_S`):
@@ -29,17 +30,17 @@ import time
 
 import pytest
 
+from bench.group_transact import Feeder, JavaRun, RdkafkaRun, committed_offsets, end_offsets, exactly_once
 from kelp import kafka_tools
+from tests.support.broker_process import BrokerStartError
 from tests.support.cluster import Cluster
-from tests.transactions.group_transact import (
-    Feeder,
-    JavaRun,
-    RdkafkaRun,
-    committed_offsets,
-    end_offsets,
-    exactly_once,
+from tests.transactions.system_support import (
+    CLUSTER_SETTINGS,
+    create_topics,
+    read_topic,
+    wait_leaders_moved,
+    wait_until,
 )
-from tests.transactions.system_support import CLUSTER_SETTINGS, read_topic, wait_until
 
 RECORDS = int(os.environ.get("GT_RECORDS", "3000"))
 RATE = int(os.environ.get("GT_RATE", "200"))  # input records per second: the run lasts about RECORDS / RATE s
@@ -55,14 +56,21 @@ pytestmark = [pytest.mark.clients, pytest.mark.timeout(TEST_TIMEOUT)]
 
 
 def _kill_a_broker(cluster: Cluster, k: int) -> None:
-    """SIGKILL one broker (in turn), restart it, wait until the transactional topics are whole again."""
+    """SIGKILL one broker (in turn), restart it on the same port (the clients' bootstrap list was written once:
+    a member that joins later bootstraps from it), wait until the transactional topics are whole again."""
     victim = cluster.brokers[k % len(cluster.brokers)]
+    port = victim.kafka_port
     victim.kill()
-    cluster.wait_for(f"a leader other than {victim.broker_id} for every partition",
-                     lambda: all(p["leader"] not in (-1, victim.broker_id)
-                                 for t in (INPUT, OUTPUT, "__transaction_state", "__consumer_offsets")
-                                 for p in cluster.topic(t)["partitions"]), timeout=60)
-    victim.start()
+    wait_leaders_moved(cluster, victim.broker_id, (INPUT, OUTPUT, "__transaction_state", "__consumer_offsets"),
+                       timeout=60)
+    base = list(victim.extra_args)
+    victim.extra_args = [*base, "--port", str(port)]  # the last --port wins
+    try:
+        victim.start()
+    except BrokerStartError:  # the port was taken meanwhile: a new one (that broker drops out of the list)
+        victim.extra_args = base
+        victim.start()
+    victim.extra_args = base
     for topic in (OUTPUT, "__transaction_state", "__consumer_offsets"):
         cluster.wait_fully_replicated(topic, timeout=120)
 
@@ -76,9 +84,7 @@ def test_group_transact_sessions_keep_going_through_rebalances(cluster_factory, 
         kafka_tools.fetch()
     started = time.monotonic()
     cluster = cluster_factory(3, settings=CLUSTER_SETTINGS)
-    for name, partitions in ((INPUT, INPUT_PARTITIONS), (OUTPUT, OUTPUT_PARTITIONS)):
-        cluster.admin("/admin/v1/topics", "POST", {"name": name, "partitions": partitions, "replication_factor": 3,
-                                                   "configs": {"min.insync.replicas": "2"}})
+    create_topics(cluster, {INPUT: INPUT_PARTITIONS, OUTPUT: OUTPUT_PARTITIONS})
     group = f"gt-{client}"
     feeder = Feeder(cluster.bootstrap, INPUT, INPUT_PARTITIONS, records=RECORDS, rate=RATE)
     common = dict(input_topic=INPUT, output_topic=OUTPUT, group=group, members=MEMBERS, churn_ms=CHURN_MS,

@@ -12,6 +12,12 @@ the same with confluent-kafka in threads. Both report the same status: records i
 commits, aborts, errors by class, `fatal` (the producer could not go on and was replaced) and
 `invalid_txn_state` (an INVALID_TXN_STATE anywhere in an error's cause chain). `Feeder` writes the input at a
 steady rate so the run's length, and the number of member changes in it, do not depend on the machine's speed.
+`committed_values` reads what a read_committed consumer sees of the output; `exactly_once` says what is wrong
+with it.
+
+`tests/transactions/test_group_transact.py` runs these against three Kelp brokers (the regression test of
+issue 34 and its long form with broker SIGKILLs); the transactions section of `make bench`
+(`bench/transactions.py`, its "rebalancing" case) runs the Java one against Kelp and Apache Kafka alike.
 
 It must never sleep to synchronise: waits poll a condition with a deadline.
 """
@@ -30,7 +36,8 @@ from typing import Any
 
 from kelp import kafka_tools
 
-__all__ = ["Status", "JavaRun", "RdkafkaRun", "Feeder", "committed_offsets", "end_offsets", "exactly_once"]
+__all__ = ["Status", "JavaRun", "RdkafkaRun", "Feeder", "committed_offsets", "end_offsets", "committed_values",
+           "exactly_once"]
 
 JAVA_SOURCE = Path(__file__).with_name("GroupTransact.java")
 
@@ -75,10 +82,9 @@ class JavaRun:
         self.log_path = log_dir / f"{prefix}-java.log"
         command = kafka_tools.java_command(str(JAVA_SOURCE), *args)
         command[command.index("-Xmx256m")] = "-Xmx512m"  # ten consumers and producers in one JVM
-        err = open(self.log_path, "w")  # noqa: SIM115 - the process owns it until it exits
-        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
-                                     bufsize=1)
-        err.close()
+        with open(self.log_path, "w") as err:  # the process has its own descriptor
+            self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                         text=True, bufsize=1)
         self._status = Status()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._pump, daemon=True)
@@ -107,6 +113,12 @@ class JavaRun:
     def describe(self) -> str:
         tail = self.log_path.read_text()[-3000:] if self.log_path.exists() else ""
         return f"java run: exit {self.proc.poll()}, status {self.status()}; stderr tail:\n{tail}"
+
+    def retried(self, error: str) -> int:
+        """Produce answers of `error` the Java producers logged and retried (WARN lines in the JVM's log)."""
+        if not self.log_path.exists():
+            return 0
+        return self.log_path.read_text(errors="replace").count(f"Error: {error}.")
 
     def stop(self, timeout: float = 120.0) -> Status:
         """Members leave cleanly; the last status (final) once the JVM exited."""
@@ -174,11 +186,17 @@ class _RdkafkaMember(threading.Thread):
         from confluent_kafka import KafkaException, TopicPartition
 
         run = self.run_
-        producer = consumer = None
+        producer: Any = None
+        consumer: Any = None
+
+        def revoked(_consumer: Any, partitions: list[Any]) -> None:
+            if partitions:
+                run.add("rebalances")
+
         try:
             producer = self._producer()
             consumer = self._consumer()
-            consumer.subscribe([run.input_topic], on_revoke=lambda _c, parts: parts and run.add("rebalances"))
+            consumer.subscribe([run.input_topic], on_revoke=revoked)
             run.add("joins")
             while not self.stop.is_set():
                 msgs = [m for m in consumer.consume(run.max_poll_records, 0.1) if m.error() is None]
@@ -321,6 +339,7 @@ class Feeder:
         self.records, self.rate, self.topic, self.partitions = records, rate, topic, partitions
         self.errors: list[str] = []
         self.sent = 0
+        self.finished_at: float | None = None  # time.monotonic() once every record was acknowledged
         self._stop = threading.Event()
         self._producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -340,6 +359,7 @@ class Feeder:
             self.sent = i + 1
         if self._producer.flush(60) != 0:
             self.errors.append("records left unsent after 60 s")
+        self.finished_at = time.monotonic()
 
     def _delivered(self, err: Any, _msg: Any) -> None:
         if err is not None:
@@ -374,6 +394,37 @@ def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -
         return {tp.partition: tp.offset for tp in got}
     finally:
         c.close()
+
+
+def committed_values(bootstrap: str, topic: str, partitions: int, *, expect: int, timeout: float = 90.0) -> list[bytes]:
+    """Every value a read_committed consumer reads from `topic` (offset 0 to each partition's last stable
+    offset), once at least `expect` arrived and every partition reported its end, or at the deadline."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"values-{time.monotonic_ns()}",
+                  "enable.auto.commit": False, "isolation.level": "read_committed", "enable.partition.eof": True})
+    values: list[bytes] = []
+    ended: set[int] = set()
+    try:
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            msg = c.poll(0.2)
+            if msg is None:
+                if len(ended) == partitions and len(values) >= expect:
+                    break
+                continue
+            error, partition, value = msg.error(), msg.partition() or 0, msg.value()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    ended.add(partition)
+                continue
+            ended.discard(partition)
+            if value is not None:
+                values.append(value)
+    finally:
+        c.close()
+    return values
 
 
 def exactly_once(values: list[bytes], records: int) -> list[str]:
