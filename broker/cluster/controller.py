@@ -11,8 +11,9 @@ in order (`metadata_publisher`).
 
 Fencing, by construction: each incarnation first appends a `controller`
 record with an epoch above every earlier one. A deposed controller's next
-append targets an offset its successor already used and fails with a
-conflict, so it can never write again; it steps down (`active = False`),
+append targets an offset its successor already used — taken, or compacted
+away below the log start (`metadata_log`) — and fails with a conflict, so
+it can never write again; it steps down (`active = False`),
 its publisher stops, and brokers refuse its pushes once they have seen the
 newer epoch. The lease freshness check before each write is only an early
 exit. A write whose outcome is unknown (an I/O error, a timeout) puts the
@@ -276,6 +277,11 @@ class Controller(TopicAdmin, PartitionMoves, BrokerRequests, ScramAdmin, AclAdmi
         offset, mine = self._doubt
         try:
             found = await self.log.read_entry(offset)
+        except MetadataLogConflict as exc:  # compacted past: a newer controller wrote there and beyond
+            self._doubt = None
+            self._deposed(f"metadata offset {offset}: {exc}")
+            raise NotControllerError(f"another controller wrote past metadata offset {offset}; retry against it") \
+                from None
         except MetadataUnreadable as exc:
             raise NotControllerError("the metadata log cannot be read back after a failed write "
                                      f"({exc}); retry") from None
