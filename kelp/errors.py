@@ -108,6 +108,9 @@ class ErrorCode(IntEnum):
     UNACCEPTABLE_CREDENTIAL = 93
     INVALID_UPDATE_VERSION = 95
     BROKER_ID_NOT_REGISTERED = 102
+    # Kafka's Raft answers it to a request from another cluster's log; Kelp's brokers answer it to a metadata delivery
+    # that does not extend the history they applied (MetadataDivergedError).
+    INCONSISTENT_CLUSTER_ID = 104
     TRANSACTIONAL_ID_NOT_FOUND = 105
     INELIGIBLE_REPLICA = 107
     TRANSACTION_ABORTABLE = 120
@@ -415,6 +418,14 @@ class StaleControllerEpochError(KelpError):
     """A request from a controller that has been deposed (its epoch is older than one already seen)."""
 
     code = ErrorCode.STALE_CONTROLLER_EPOCH
+    http_status = 409
+
+
+class MetadataDivergedError(KelpError):
+    """A metadata delivery whose entries do not extend the history this broker applied: the controller's store lost
+    entries (restored from an older copy, or its newest entries removed) and another history was written on top."""
+
+    code = ErrorCode.INCONSISTENT_CLUSTER_ID
     http_status = 409
 
 

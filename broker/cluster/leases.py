@@ -13,7 +13,10 @@ whose create-if-absent appends fence a deposed controller (`metadata_log`).
 - `LeaseBackend`: get / list(prefix) / create (LeaseConflict if it exists) /
   update (LeaseConflict unless `version` is current) / delete / close; a
   lease that exists but cannot be read raises `LeaseUnreadable` (never read
-  as absent, so never overwritten as if new). Two
+  as absent, so never overwritten as if new). `scan(prefix)` is `list` with
+  a verdict per lease: the readable ones, and the names of the unreadable
+  ones with why — one damaged broker lease must fence that broker, not
+  blind the controller to every other (issue 31 item 5). Two
   implementations: `FileLeaseBackend` (JSON files in a shared directory,
   compare-and-swap under flock, atomically replaced) and
   `kube_leases.KubeLeaseBackend` (coordination.k8s.io/v1 Lease objects).
@@ -67,12 +70,20 @@ class LeaseRecord:
     version: str = ""
 
 
+LeaseScan = tuple[list[LeaseRecord], dict[str, str]]
+"""What `LeaseBackend.scan` finds: the leases that can be read, and name -> why for those that cannot."""
+
+
 class LeaseBackend(abc.ABC):
     @abc.abstractmethod
     async def get(self, name: str) -> LeaseRecord | None: ...
 
     @abc.abstractmethod
     async def list(self, prefix: str) -> list[LeaseRecord]: ...
+
+    @abc.abstractmethod
+    async def scan(self, prefix: str) -> LeaseScan:
+        """The leases named `prefix`*: those that can be read, and name -> why for those that exist but cannot."""
 
     @abc.abstractmethod
     async def create(self, record: LeaseRecord) -> LeaseRecord: ...
@@ -134,6 +145,20 @@ class FileLeaseBackend(LeaseBackend):
     async def list(self, prefix: str) -> list[LeaseRecord]:
         def run() -> list[LeaseRecord]:
             return [r for p in sorted(self.dir.glob(f"{prefix}*.json")) if (r := self._read(p)) is not None]
+        return await asyncio.to_thread(run)
+
+    async def scan(self, prefix: str) -> LeaseScan:
+        def run() -> LeaseScan:
+            records, unreadable = [], {}
+            for p in sorted(self.dir.glob(f"{prefix}*.json")):
+                try:
+                    r = self._read(p)
+                except LeaseUnreadable as exc:
+                    unreadable[p.name.removesuffix(".json")] = str(exc)
+                    continue
+                if r is not None:
+                    records.append(r)
+            return records, unreadable
         return await asyncio.to_thread(run)
 
     async def create(self, record: LeaseRecord) -> LeaseRecord:

@@ -26,12 +26,13 @@ import asyncio
 import logging
 from typing import cast
 
-from kelp.errors import KelpError, StaleControllerEpochError
+from kelp.errors import KelpError, MetadataDivergedError, StaleControllerEpochError
 
 from .member_state import MemberState
 from .metadata_image import (
     MetadataCorrupt,
     MetadataDelta,
+    MetadataDiverged,
     MetadataGap,
     MetadataImage,
     apply_entry,
@@ -40,7 +41,7 @@ from .metadata_image import (
     image_from_snapshot,
 )
 from .metadata_log import MetadataUnreadable
-from .metadata_publisher import StaleEpoch
+from .metadata_publisher import HistoryDiverged, StaleEpoch
 from .metadata_records import MetadataPush, TopicRecord
 from .model import BrokerEndpoint, TopicState, topic_from_json
 
@@ -77,7 +78,12 @@ class MemberMetadata(MemberState):
         for attempt in range(LOAD_ATTEMPTS):
             try:
                 loaded = await self.metadata_log.load()
-                return image_from_log(loaded.snapshot, loaded.entries)
+                image = image_from_log(loaded.snapshot, loaded.entries)
+                self.problems["snapshot_fallback"] = int(bool(loaded.fell_back))
+                if loaded.fell_back:
+                    log.error("the newest metadata snapshot cannot be read; broker %d loaded the older one and its "
+                              "entries instead: %s", self.broker_id, "; ".join(loaded.fell_back))
+                return image
             except (MetadataUnreadable, MetadataCorrupt, MetadataGap, OSError) as exc:
                 last = exc
                 log.error("reading the cluster metadata failed (attempt %d of %d): %s", attempt + 1, LOAD_ATTEMPTS, exc)
@@ -93,15 +99,19 @@ class MemberMetadata(MemberState):
                 return await self.receive(payload)
             except StaleControllerEpochError as exc:
                 raise StaleEpoch(str(exc)) from None
+            except MetadataDivergedError as exc:
+                raise HistoryDiverged(str(exc)) from None
         import aiohttp
 
         timeout = aiohttp.ClientTimeout(total=max(1.0, min(5.0, self.duration_ms / 1000.0)))
         async with self._session().post(f"{broker.http_url}/cluster/v1/metadata", json=payload,
                                         timeout=timeout) as resp:
             body = await resp.json(content_type=None)
-            if (resp.status == 409 and isinstance(body, dict)
-                    and body.get("error_code") == StaleControllerEpochError.code):
-                raise StaleEpoch(body.get("message", "stale controller epoch"))
+            if resp.status == 409 and isinstance(body, dict):
+                if body.get("error_code") == StaleControllerEpochError.code:
+                    raise StaleEpoch(body.get("message", "stale controller epoch"))
+                if body.get("error_code") == MetadataDivergedError.code:
+                    raise HistoryDiverged(body.get("message", "another metadata history"))
             if resp.status >= 300 or not isinstance(body, dict) or "applied_offset" not in body:
                 raise KelpError(f"broker {broker.id} answered {resp.status}: {str(body)[:200]}")
             return int(body["applied_offset"])
@@ -143,6 +153,11 @@ class MemberMetadata(MemberState):
         image = self.image
         try:
             snap = payload.get("snapshot")
+            if (snap is not None and int(snap["offset"]) == image.offset and image.digest and snap.get("digest")
+                    and snap.get("digest") != image.digest):
+                raise MetadataDiverged(f"the snapshot at metadata offset {image.offset} has digest "
+                                       f"{snap.get('digest')}, the entry applied there has digest {image.digest}: "
+                                       "another history")
             if snap is not None and int(snap["offset"]) > image.offset:
                 new = image_from_snapshot(snap)
                 delta.merge(diff_images(image, new))
@@ -155,6 +170,11 @@ class MemberMetadata(MemberState):
                     break  # a gap: the controller resends from the offset answered
                 image, d = apply_entry(image, entry)
                 delta.merge(d)
+        except MetadataDiverged as exc:
+            self.problems["diverged"] = self.problems.get("diverged", 0) + 1
+            log.error("metadata from controller %s at epoch %d refused: %s", payload.get("controller_id"), epoch, exc)
+            raise MetadataDivergedError(f"broker {self.broker_id} refuses metadata after offset {image.offset}: "
+                                        f"{exc}") from None
         except (MetadataCorrupt, KeyError, TypeError, ValueError) as exc:
             log.error("metadata from controller %s at epoch %d cannot be applied after offset %d: %s",
                       payload.get("controller_id"), epoch, image.offset, exc)
