@@ -35,7 +35,7 @@ import asyncio
 import logging
 from typing import Callable, Coroutine, Sequence
 
-from kelp.clock import WallClockMs, wall_clock_ms
+from kelp.clock import WallClockMs, monotonic_ms, wall_clock_ms
 from kelp.errors import (
     FencedLeaderEpochError,
     KelpError,
@@ -96,12 +96,15 @@ LeadershipListener = Callable[[str, int, bool, int], None]
 
 class ReplicaManager(TxnMarkerPath, FetchPath, FollowerPath, IsrChanges):
     def __init__(self, config: BrokerConfig, logs: LogManager, topics: TopicManager, *,
-                 clock_ms: WallClockMs = wall_clock_ms) -> None:
+                 clock_ms: WallClockMs = wall_clock_ms, lag_clock_ms: WallClockMs = monotonic_ms) -> None:
         self.config = config
         self.logs = logs
         self.topics = topics
         self.broker_id = config.broker_id
-        self._now_ms = clock_ms  # wall-clock ms: follower fetch times, ISR lag, producer-state expiry
+        self._now_ms = clock_ms  # wall-clock ms: producer-state expiry, marker timestamps (stored in data)
+        # Monotonic ms: follower fetch times and ISR lag. On the wall clock a forward step of the clock (NTP, a VM
+        # resumed) made every follower look lagging and shrank every ISR to its leader (issue 31 item 6).
+        self._lag_clock_ms = lag_clock_ms
         self._partitions = {}
         self._dirty = set()
         self._flush_due = {}
@@ -167,7 +170,7 @@ class ReplicaManager(TxnMarkerPath, FetchPath, FollowerPath, IsrChanges):
         info = self.topics.get(topic)
         if info is None:
             return
-        now = self._now_ms()
+        now = self._lag_clock_ms()
         partitions = self._partitions
         for p, state in enumerate(info.partition_states):
             key = (topic, p)

@@ -64,7 +64,8 @@ class ReplicaState:
     logs: LogManager
     topics: TopicManager
     broker_id: int
-    _now_ms: WallClockMs
+    _now_ms: WallClockMs  # wall clock: what is stored in data (producer-state expiry, marker timestamps)
+    _lag_clock_ms: WallClockMs  # monotonic ms: follower progress and ISR lag (never steps with the wall clock)
     _partitions: dict[tuple[str, int], Partition]
     _dirty: set[tuple[str, int]]  # appended since the last checkpoint
     _flush_due: dict[tuple[str, int], Log]  # follower logs past flush.messages: fsync before fetching
