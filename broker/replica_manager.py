@@ -204,9 +204,14 @@ class ReplicaManager(TxnMarkerPath, FetchPath, FollowerPath, IsrChanges):
             # An older epoch than ours is a stale push: ignored.
 
     def _open(self, topic: str, p: int) -> Partition:
+        info = self.topics.get(topic)
+        topic_id = info.topic_id if info is not None else None
         lg = self.logs.get(topic, p)
-        if lg is None:
-            lg = self.logs.get_or_create(topic, p, self.topics.log_config(topic))
+        if lg is None or (topic_id is not None and lg.topic_id != topic_id):
+            # Deliveries make logs ready in a worker thread first (TopicManager.prepare_logs); only a caller that
+            # applies metadata by hand gets here. Never a log of another topic id (LogManager.get_or_create).
+            lg = self.logs.get_or_create(topic, p, self.topics.log_config(topic), topic_id=topic_id,
+                                         removed_ids=self.topics.removed_ids())
         part = Partition(topic, p, lg, broker_id=self.broker_id, min_insync_replicas=self._min_isr(topic))
         self._partitions[(topic, p)] = part
         self._load_producer_state(part)  # a worker-thread job when the log holds batches: appends wait for it
@@ -275,7 +280,7 @@ class ReplicaManager(TxnMarkerPath, FetchPath, FollowerPath, IsrChanges):
             self._notify(part, False)
         if delete_log:
             log.info("%s: replica removed from broker %d; deleting its log", part.name, self.broker_id)
-            self.delete_log_later(part.topic, part.partition)  # file work in a worker thread
+            self.delete_log_later(part.topic, part.partition, part.log.topic_id)  # file work in a worker thread
 
     def get_partition(self, topic: str, partition: int) -> Partition | None:
         return self._partitions.get((topic, partition))
