@@ -132,6 +132,7 @@ class TopicManager:
         # without a loop).
         self.log_deleter: Callable[[str, int, str], object] | None = None
         self._topics: dict[str, TopicState] = {}
+        self._by_id: dict[str, str] = {}  # topic id (hex) -> name, for requests that name topics by id (KIP-516)
         self._listeners: list[TopicListener] = []
         # A topic's log config is computed and set under its lock, from the current topic and broker configs, by
         # the event loop (topic changes) and by the worker reconfiguring logs after a broker config change alike:
@@ -225,6 +226,7 @@ class TopicManager:
             self._remove(state.name, old.topic_id, delete_logs=False)
             old = None
         self._topics[state.name] = state
+        self._by_id[state.topic_id] = state.name
         if old is None or dict(old.configs) != dict(state.configs):
             if self.logs is not None:
                 with self._config_lock(state.name):
@@ -294,6 +296,7 @@ class TopicManager:
         if info is None or info.topic_id != topic_id:
             return
         del self._topics[name]
+        self._by_id.pop(topic_id, None)
         self._notify("deleted" if delete_logs else "forgotten", name)
         if delete_logs and self.logs is not None:
             for p in range(info.partitions):
@@ -317,6 +320,10 @@ class TopicManager:
 
     def get(self, name: str) -> TopicState | None:
         return self._topics.get(name)
+
+    def name_of(self, topic_id: str) -> str | None:
+        """The name of the topic with this id (32 hex digits), None if no topic has it."""
+        return self._by_id.get(topic_id)
 
     def describe(self, name: str) -> TopicState:
         info = self._topics.get(name)
@@ -438,12 +445,16 @@ class TopicManager:
                     f"topic '{name}' exists but broker {self.config.broker_id} has not applied it yet; retry") from None
             return found
 
-    async def delete_topic(self, name: str) -> None:
+    async def delete_topic(self, name: str, *, topic_id: str | None = None) -> None:
+        """Delete topic `name` (only if its id is `topic_id`, when given: else UnknownTopicIdError)."""
         self.describe(name)
         refuse_internal(name, "delete", _OFFSETS_WHY + "; deleting it would lose them all")
         if not self.config["delete.topic.enable"]:
             raise ConfigError(f"cannot delete topic '{name}': delete.topic.enable is false")
-        await self._controller().call("delete_topic", name=name)
+        if topic_id is None:
+            await self._controller().call("delete_topic", name=name)
+        else:
+            await self._controller().call("delete_topic", name=name, topic_id=topic_id)
 
     async def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> TopicState:
         info = self.describe(name)

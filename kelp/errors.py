@@ -107,6 +107,7 @@ class ErrorCode(IntEnum):
     DUPLICATE_RESOURCE = 92
     UNACCEPTABLE_CREDENTIAL = 93
     INVALID_UPDATE_VERSION = 95
+    UNKNOWN_TOPIC_ID = 100
     BROKER_ID_NOT_REGISTERED = 102
     # Kafka's Raft answers it to a request from another cluster's log; Kelp's brokers answer it to a metadata delivery
     # that does not extend the history they applied (MetadataDivergedError).
@@ -169,6 +170,13 @@ class CorruptRecordError(KelpError):
 
 class UnknownTopicOrPartitionError(KelpError):
     code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    http_status = 404
+
+
+class UnknownTopicIdError(KelpError):
+    """A request named a topic by an id no topic has (KIP-516: Fetch v13+, DeleteTopics v6+)."""
+
+    code = ErrorCode.UNKNOWN_TOPIC_ID
     http_status = 404
 
 
