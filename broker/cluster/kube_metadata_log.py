@@ -17,7 +17,9 @@ precondition, so it only grows: `compact` raises it before it deletes the
 entries and snapshots below the older of the two newest snapshots, and
 `append` reads it after its POST landed — a slot that was free because it
 was compacted reads as at or below it, and the append is refused (and its
-object deleted again). It costs every append one GET.
+object deleted again) — and checks the entry before its own is still there
+(a store restored from an older copy under a running controller). It costs
+every append two GETs.
 
 The sharded ConfigMaps of the store before the log (`kelp.dev/metadata:
 topic|cluster`) are read by `legacy()` for the one-time import.
@@ -42,6 +44,7 @@ from .metadata_log import (
     _Raced,
     assemble,
     compaction_start,
+    went_back,
 )
 from .metadata_records import (
     LegacyClusterDoc,
@@ -219,6 +222,9 @@ class KubeMetadataLog(BlockingMetadataLog):
             self._delete(self._entry_name(offset))  # below every snapshot a reader uses: it was never read
             raise MetadataLogConflict(f"metadata offset {offset} is at or below the log start {start}: a newer "
                                       "controller wrote and compacted past it")
+        if offset - 1 > start and not self._exists(self._entry_name(offset - 1)):
+            self._delete(self._entry_name(offset))  # after a hole: no reader could ever read it
+            raise MetadataLogConflict(went_back(offset, f"cluster '{self.cluster}'"))
 
     def _exists(self, name: str) -> bool:
         try:

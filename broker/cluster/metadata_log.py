@@ -18,7 +18,10 @@ landed. A slot that was free because it was compacted away therefore always
 reads as at or below the log start, and the append is refused (the zombie's
 file is removed again; it lies below every snapshot a reader uses, so nobody
 ever read it). Neither half needs a lock or a transaction across objects, so
-it holds the same on a shared directory and on ConfigMaps (`kube_metadata_log`).
+it holds the same on a shared directory and on ConfigMaps (`kube_metadata_log`). An append also
+checks that the slot before its own is still there (or compacted): a store that went back in time — restored
+from an older copy, its newest entries removed — under a running controller refuses its next write instead
+of taking it after a hole no reader could cross.
 
 Two snapshots are kept (item 7): compaction keeps the newest two and every
 entry after the older one, so a reader falls back to the older snapshot and
@@ -70,6 +73,7 @@ __all__ = [
     "KEPT_SNAPSHOTS",
     "assemble",
     "compaction_start",
+    "went_back",
     "MetadataLog",
     "MetadataLogConflict",
     "MetadataUnreadable",
@@ -243,6 +247,13 @@ def _contiguous(base: int, offsets: list[int], read_entry: Callable[[int], Metad
     return entries
 
 
+def went_back(offset: int, where: str) -> str:
+    """Why an append after a missing slot is refused: the store lost what this controller wrote."""
+    return (f"metadata offset {offset - 1} is missing from the store ({where}) though the controller wrote it: the "
+            "store went back in time (restored from an older copy, or its newest entries removed); nothing more is "
+            "written to it")
+
+
 def compaction_start(snapshots: list[int], snapshot_offset: int, current_start: int) -> int:
     """The log start after compacting for a snapshot at `snapshot_offset`: the older of the two newest snapshots
     at or below it (entries up to there are covered twice over), never lower than the start already stored."""
@@ -363,6 +374,10 @@ class FileMetadataLog(BlockingMetadataLog):
             _fsync_dir(self.log_dir)
             raise MetadataLogConflict(f"metadata offset {offset} is at or below the log start {start}: a newer "
                                       "controller wrote and compacted past it")
+        if offset - 1 > start and not (self.log_dir / self._name(offset - 1)).exists():
+            target.unlink(missing_ok=True)  # after a hole: no reader could ever read it
+            _fsync_dir(self.log_dir)
+            raise MetadataLogConflict(went_back(offset, str(self.log_dir)))
 
     def _read_entry(self, offset: int) -> MetadataEntry | None:
         start = self._log_start()

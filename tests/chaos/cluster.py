@@ -68,7 +68,7 @@ class ChaosCluster:
         self.paused: set[int] = set()
         self.children = [
             Child(name=f"broker {i}", command=self._command(i),
-                  env={"PYTHONSAFEPATH": "1", "PYTHONUNBUFFERED": "1"},
+                  env={"PYTHONSAFEPATH": "1", "PYTHONUNBUFFERED": "1", **topo.env(i)},
                   stderr_path=topo.run_dir / f"broker-{i}.log",
                   backoff=RestartBackoff(initial_s=1.0, max_s=10.0, reset_after_s=30.0))
             for i in range(self.n)
@@ -88,7 +88,7 @@ class ChaosCluster:
             cmd = [sys.executable, "-m", "kelp.broker", "--broker-id", str(i),
                    "--log-dirs", str(self.topo.log_dir(i)), "--port", str(kafka), "--http-port", str(http),
                    "--set", f"host={self.topo.broker_host(i)}",
-                   "--set", f"cluster.dir={self.topo.run_dir / 'cluster'}"]
+                   "--set", f"cluster.dir={self.topo.cluster_dir}"]
             for key, value in self.settings.items():
                 if isinstance(value, bool):
                     value = str(value).lower()

@@ -181,3 +181,17 @@ async def metadata_log_falls_back_to_the_older_snapshot(log, damage) -> None:
     await damage(2)
     with pytest.raises(MetadataUnreadable, match="no snapshot"):
         await log.load()
+
+
+async def metadata_log_refuses_an_append_after_a_hole(log, remove) -> None:
+    """Issue 31 item 3: a store that went back in time under a running controller (its newest entries removed, or
+    an older copy restored) refuses the controller's next write: taking it after a hole would make a log no reader
+    can cross — and hand the writer a success for a change the next reader never sees."""
+    for o in range(4):
+        await log.append(_entry(o))
+    await remove(3)
+    await remove(2)
+    with pytest.raises(MetadataLogConflict, match="went back in time"):
+        await log.append(_entry(4))
+    assert await log.read_entry(4) is None
+    await log.append(_entry(2))  # what the store holds does extend: the writer that reloaded goes on

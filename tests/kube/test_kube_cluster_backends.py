@@ -83,6 +83,17 @@ async def test_metadata_log_falls_back_to_the_older_snapshot(client, kube_namesp
     await contract.metadata_log_falls_back_to_the_older_snapshot(log, damage)
 
 
+async def test_metadata_log_refuses_an_append_after_a_hole(client, kube_namespace) -> None:
+    from kelp.broker.cluster.kube_api import request
+
+    log = metadata_log(client, kube_namespace, "hole")
+
+    async def remove(offset: int) -> None:
+        request(client, "DELETE", f"/api/v1/namespaces/{kube_namespace}/configmaps/{log._entry_name(offset)}")
+
+    await contract.metadata_log_refuses_an_append_after_a_hole(log, remove)
+
+
 async def test_a_snapshot_larger_than_one_configmap_is_chunked(client, kube_namespace) -> None:
     """A snapshot of many topics spans several ConfigMaps and reads back whole (the marker is written last)."""
     log = metadata_log(client, kube_namespace, "big")

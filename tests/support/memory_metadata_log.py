@@ -21,6 +21,7 @@ from kelp.broker.cluster.metadata_log import (
     MetadataUnreadable,
     assemble,
     compaction_start,
+    went_back,
 )
 
 
@@ -60,6 +61,9 @@ class MemoryMetadataLog(MetadataLog):
         if offset <= self.start:
             del self.entries[offset]
             raise MetadataLogConflict(f"metadata offset {offset} is at or below the log start {self.start}")
+        if offset - 1 > self.start and offset - 1 not in self.entries:
+            del self.entries[offset]
+            raise MetadataLogConflict(went_back(offset, "memory"))
         self.appends += 1
         if fail is not None:
             raise fail[0]
