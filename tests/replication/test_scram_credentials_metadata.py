@@ -117,7 +117,7 @@ async def test_the_controller_writes_one_entry_per_request_with_kafka_per_user_e
         upsertions=[upsertion("alice", "a2")], deletions=[{"name": "alice", "mechanism": "SCRAM-SHA-512"}])
     assert answer["results"] == [{"user": "alice", "error_code": 92, "error_message":
                                   "A user credential cannot be altered twice in the same request"}]
-    assert c.image.offset == before + 1 and authenticates(c.image, "alice", "a1")
+    assert c.image.offset == before + 1 and authenticates(c.image, "alice", "alice-pass-1")
     # an unknown mechanism, an empty name, too many iterations
     answer = await c.alter_scram_credentials(upsertions=[
         {**upsertion("erin", "e"), "mechanism": "SCRAM-SHA-1"}, upsertion("", "x"),
