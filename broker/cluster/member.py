@@ -56,6 +56,7 @@ class ClusterDescription(TypedDict):
     controller: int
     controller_epoch: int
     metadata_offset: int
+    metadata_digest: str  # the digest of the entry at metadata_offset: equal on two brokers, equal histories
     brokers: list[BrokerEndpointJson]
 
 
@@ -258,6 +259,7 @@ class ClusterMember(MemberLeases, MemberMetadata, MemberShutdown, LeaderRouting)
             "controller": self.controller_id,
             "controller_epoch": self.controller_epoch,
             "metadata_offset": self.image.offset,
+            "metadata_digest": self.image.digest,
             "brokers": [b.to_json() for b in sorted(self.brokers.values(), key=lambda b: b.id)],
         }
 

@@ -36,7 +36,8 @@ __all__ = ["ChaosCluster", "AdminError", "BROKER_SETTINGS"]
 
 # What the suite runs with beyond the broker defaults (lease 3000 ms, renewal 1000 ms stay the
 # defaults: the faults' durations are set relative to them). Shorter ISR lag so a partitioned
-# follower leaves the ISR in 10 s rather than 30; small segments so logs roll often.
+# follower leaves the ISR in 10 s rather than 30; small segments so logs roll often; metadata
+# snapshots every 16 KiB of entries.
 BROKER_SETTINGS: dict[str, Any] = {
     "default.replication.factor": 3,
     "min.insync.replicas": 2,
@@ -46,6 +47,9 @@ BROKER_SETTINGS: dict[str, Any] = {
     "replica.lag.time.max.ms": 10000,
     "log.segment.bytes": 1048576,
     "auto.create.topics.enable": False,
+    # Snapshots (and compaction of the metadata log) every few entries, so they run during every fault —
+    # controller pauses included — not once in a blue moon at the default 4 MiB (issue 31).
+    "metadata.log.max.record.bytes.between.snapshots": 16384,
 }
 START_TIMEOUT_S = 60.0
 
