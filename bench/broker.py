@@ -92,9 +92,10 @@ class BenchBroker:
             self.proc.kill()
             self.proc.wait(10)
 
-    def restart(self, *, timeout_s: float = 30.0) -> "BenchBroker":
+    def restart(self, *, timeout_s: float = 120.0) -> "BenchBroker":
         """Start a killed or stopped broker again on its storage and the ports it listened on (its clients'
-        bootstrap list stays good); RuntimeError if it is still running or does not come up."""
+        bootstrap list stays good); RuntimeError if it is still running or does not come up within `timeout_s`
+        (longer than a first start's: it recovers its logs first, on a machine the rest of the run keeps busy)."""
         if self.proc is None or self.proc.poll() is None:
             raise RuntimeError(f"broker {self.broker_id} is not stopped")
         self.ports = (int(self.bootstrap.rsplit(":", 1)[1]), int(self.http_url.rsplit(":", 1)[1]))

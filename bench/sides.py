@@ -6,6 +6,9 @@ shared machine drifts over both alike. Both clusters run for the whole section: 
 sharing a cluster directory (bench/replication.py's `start_kelp_cluster`), and one Kafka KRaft node or
 three (bench/kafka_ref.py), Kafka's defaults but for the listeners.
 
+`kill_and_restart` SIGKILLs one broker of a side and starts it again on its storage and ports (the
+transactions section's rebalancing case with broker kills).
+
 It must never leave a broker running: everything started is stopped by the ExitStack given.
 """
 
@@ -19,8 +22,9 @@ from pathlib import Path
 from typing import Callable, Iterator, Protocol, Sequence
 
 from . import probe
+from .probe import poll_until
 
-__all__ = ["Side", "start_sides", "alternating", "settle", "SETTLED_PER_BROKER", "load_average"]
+__all__ = ["Side", "start_sides", "alternating", "settle", "SETTLED_PER_BROKER", "load_average", "kill_and_restart"]
 
 
 @dataclass
@@ -116,3 +120,38 @@ def settle(sides: Sequence[_Running], *, below: float | None = None, window_s: f
 
 def load_average() -> float:
     return round(os.getloadavg()[0], 2)
+
+
+def _partitions_led(bootstrap: str, topics: tuple[str, ...], *, avoid: int | None, whole: bool) -> str | None:
+    """None once every partition of `topics` has a leader other than `avoid` (and, `whole`, every replica in its
+    ISR); else what is not there yet (confluent-kafka's Metadata, so Kelp and Kafka alike)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5)
+    except KafkaException as exc:  # no broker answered in time: not there yet
+        return f"Metadata: {exc.args[0]}"
+    for name in topics:
+        topic = meta.topics.get(name)
+        if topic is None or topic.error is not None:
+            return f"{name}: {topic and topic.error}"
+        for p in topic.partitions.values():
+            if p.leader in (-1, avoid) or (whole and set(p.isrs) != set(p.replicas)):
+                return f"{name}[{p.id}]: leader {p.leader}, replicas {p.replicas}, isr {p.isrs}"
+    return None
+
+
+def kill_and_restart(side: Side, k: int, topics: tuple[str, ...]) -> None:
+    """SIGKILL the side's broker `k` (modulo their number), wait for new leaders of `topics`, start it again on
+    its storage and ports, wait for `topics` to be fully replicated again (bounded: RuntimeError)."""
+    assert side.kill is not None and side.restart is not None
+    i = k % len(side.broker_ids)
+    side.kill(i)
+    poll_until(lambda: _partitions_led(side.bootstrap, topics, avoid=side.broker_ids[i], whole=False),
+               what=f"{side.name}: leaders after broker {side.broker_ids[i]} was killed", timeout_s=60,
+               interval_s=0.2)
+    side.restart(i)
+    poll_until(lambda: _partitions_led(side.bootstrap, topics, avoid=None, whole=True),
+               what=f"{side.name}: {topics} fully replicated after broker {side.broker_ids[i]} came back",
+               timeout_s=120, interval_s=0.5)

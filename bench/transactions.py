@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from . import clients, section_main
-from .sides import Side, alternating, load_average, settle, start_sides
+from .sides import Side, alternating, kill_and_restart, load_average, settle, start_sides
 
 __all__ = ["TXN_SIZES", "transactional_produce", "consume_all", "run", "print_report", "main"]
 
@@ -269,37 +269,21 @@ def latency(bootstrap: str, topic: str, *, partitions: int, txn_s: float, per_tx
 REBALANCE_INPUT_PARTITIONS, REBALANCE_OUTPUT_PARTITIONS, REBALANCE_CHURN_MS = 12, 4, 2000
 
 
-def _partitions_led(bootstrap: str, topics: tuple[str, ...], *, avoid: int | None, whole: bool) -> str | None:
-    """None once every partition of `topics` has a leader other than `avoid` (and, `whole`, every replica in its
-    ISR); else what is not there yet (confluent-kafka's Metadata, so Kelp and Kafka alike)."""
-    from confluent_kafka.admin import AdminClient
+def _behind(bootstrap: str, group: str, source: str) -> str:
+    """'' once the group's stable committed offsets of `source` are its end offsets; else how they differ, or
+    why they could not be read (an offset fetch that timed out is asked again: the group's transactions keep
+    pending offsets unstable, and a broker may just have been killed)."""
+    from confluent_kafka import KafkaException
 
-    meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5)
-    for name in topics:
-        topic = meta.topics.get(name)
-        if topic is None or topic.error is not None:
-            return f"{name}: {topic and topic.error}"
-        for p in topic.partitions.values():
-            if p.leader in (-1, avoid) or (whole and set(p.isrs) != set(p.replicas)):
-                return f"{name}[{p.id}]: leader {p.leader}, replicas {p.replicas}, isr {p.isrs}"
-    return None
+    from .group_transact import committed_offsets, end_offsets
 
-
-def _kill_a_broker(side: Side, k: int, topics: tuple[str, ...]) -> None:
-    """SIGKILL the side's broker `k` (modulo their number), wait for new leaders of `topics`, start it again on
-    its storage and ports, wait for `topics` to be fully replicated again (bounded: RuntimeError)."""
-    from .probe import poll_until
-
-    assert side.kill is not None and side.restart is not None
-    i = k % len(side.broker_ids)
-    side.kill(i)
-    poll_until(lambda: _partitions_led(side.bootstrap, topics, avoid=side.broker_ids[i], whole=False),
-               what=f"{side.name}: leaders after broker {side.broker_ids[i]} was killed", timeout_s=60,
-               interval_s=0.2)
-    side.restart(i)
-    poll_until(lambda: _partitions_led(side.bootstrap, topics, avoid=None, whole=True),
-               what=f"{side.name}: {topics} fully replicated after broker {side.broker_ids[i]} came back",
-               timeout_s=120, interval_s=0.5)
+    try:
+        ends = end_offsets(bootstrap, source, REBALANCE_INPUT_PARTITIONS)
+        committed = committed_offsets(bootstrap, group, source, REBALANCE_INPUT_PARTITIONS)
+    except KafkaException as exc:
+        return f"not read: {exc.args[0]}"
+    gaps = {p: (committed.get(p), end) for p, end in ends.items() if committed.get(p) != end}
+    return f"partitions (committed, end) behind: {gaps}" if gaps else ""
 
 
 def rebalancing(side: Side, *, records: int, rate: int, members: int, work: Path, kills: int = 0,
@@ -307,7 +291,7 @@ def rebalancing(side: Side, *, records: int, rate: int, members: int, work: Path
     """`members` Java group transact sessions copying `records` fed at `rate`/s while members leave and join,
     and `kills` times (one every `kill_every_s`) a broker is SIGKILLed and started again (see the module
     docstring); RuntimeError on a fatal client error or output that is not exactly once."""
-    from .group_transact import Feeder, JavaRun, committed_offsets, committed_values, end_offsets, exactly_once
+    from .group_transact import Feeder, JavaRun, committed_values, exactly_once
 
     tag = uuid.uuid4().hex[:6]
     source, sink, group = f"rebalance-in-{tag}", f"rebalance-out-{tag}", f"rebalance-{tag}"
@@ -321,6 +305,8 @@ def rebalancing(side: Side, *, records: int, rate: int, members: int, work: Path
                   churn_ms=REBALANCE_CHURN_MS, assignor="cooperative-sticky", static=False, prefix=group,
                   log_dir=work)
     killed, next_kill = 0, start + kill_every_s
+    behind = "not asked yet"  # what the last look at the group's committed offsets saw
+    next_note = start + 60
     try:
         deadline = start + records / rate + 300 + 180 * kills
         while True:
@@ -328,15 +314,21 @@ def rebalancing(side: Side, *, records: int, rate: int, members: int, work: Path
             if status.broken or run.exited():
                 raise RuntimeError(f"{side.name} rebalancing: a client failed: {run.describe()}")
             if killed < kills and time.monotonic() >= next_kill:
-                _kill_a_broker(side, killed, (source, sink, "__transaction_state", "__consumer_offsets"))
+                kill_and_restart(side, killed, (source, sink, "__transaction_state", "__consumer_offsets"))
                 killed += 1
                 next_kill = time.monotonic() + kill_every_s
-            if feeder.done() and feeder.finished_at is not None and committed_offsets(
-                    side.bootstrap, group, source, REBALANCE_INPUT_PARTITIONS) == end_offsets(
-                    side.bootstrap, source, REBALANCE_INPUT_PARTITIONS):
-                break
+            if feeder.done() and feeder.finished_at is not None:
+                behind = _behind(side.bootstrap, group, source)
+                if not behind:
+                    break
+            if time.monotonic() >= next_note:  # a long run says how it goes (stderr: --json keeps stdout)
+                print(f"{side.name} rebalancing {time.monotonic() - start:.0f} s: fed {feeder.sent:,}, committed "
+                      f"{status.committed_records:,} records in {status.commits:,} transactions, {killed} broker "
+                      f"kills, errors {status.errors}; offsets: {behind}", file=sys.stderr, flush=True)
+                next_note += 60
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{side.name} rebalancing: input not all committed in time: {run.describe()}")
+                raise RuntimeError(f"{side.name} rebalancing: input not all committed in time ({behind}): "
+                                   f"{run.describe()}")
             time.sleep(0.5)
         drained = time.monotonic()
         finished = feeder.finished_at
