@@ -41,7 +41,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 from kelp.errors import ConfigError
 
@@ -98,9 +98,16 @@ __all__ = [
     "BrokerRegistration",
     "check_partition_state",
     "MAX_REMOVED",
+    "MAX_RUNS",
+    "Position",
+    "history_covers",
 ]
 
 MAX_REMOVED = 10_000  # tombstones of removed topics a snapshot keeps
+MAX_RUNS = 10_000  # controller runs an image keeps (`MetadataImage.runs`)
+# Where a broker's metadata is, as its lease reports it: (applied offset, digest of that entry, the controller run
+# that entry belongs to — (offset of the run's controller entry, its digest) — or None when unknown).
+Position = tuple[int, str, "tuple[int, str] | None"]
 
 
 class MetadataCorrupt(Exception):
@@ -187,6 +194,10 @@ class MetadataImage:
     # The digest of the entry at `offset` (`entry_digest`; "" when not known: an empty log, or a snapshot or entry
     # written before the digest chain). The next entry's `prev` must equal it.
     digest: str = ""
+    # Where each controller incarnation's entries start, oldest first (the newest MAX_RUNS): (offset of its
+    # `controller` entry, that entry's digest). One incarnation writes each offset at most once, so a broker whose
+    # last run is in a history with no later run starting at or below its offset holds that history's prefix.
+    runs: tuple[tuple[int, str], ...] = ()
 
     def topic(self, name: str) -> TopicState | None:
         return self.topics.get(name)
@@ -350,7 +361,7 @@ def apply_records(image: MetadataImage, records: Iterable[MetadataRecord], *, ep
             raise MetadataCorrupt(f"offset {offset}: malformed {kind!r} record ({exc!r})") from None
     return (MetadataImage(offset=offset, epoch=new_epoch, controller_id=controller_id, topics=topics,
                           next_producer_id=next_pid, removed=removed, brokers=brokers,
-                          broker_configs=broker_configs, scram_credentials=scram, acls=acls), delta)
+                          broker_configs=broker_configs, scram_credentials=scram, acls=acls, runs=image.runs), delta)
 
 
 def apply_entry(image: MetadataImage, entry: MetadataEntry) -> tuple[MetadataImage, MetadataDelta]:
@@ -374,7 +385,23 @@ def apply_entry(image: MetadataImage, entry: MetadataEntry) -> tuple[MetadataIma
             "metadata store lost entries this broker applied (a restored or truncated store) and another history "
             "was written on top; refused")
     new, delta = apply_records(image, records, epoch=epoch, offset=offset)
-    return replace(new, digest=entry_digest(entry)), delta
+    digest = entry_digest(entry)
+    if any(isinstance(r, dict) and r.get("type") == "controller" for r in records):
+        return replace(new, digest=digest, runs=(*image.runs, (offset, digest))[-MAX_RUNS:]), delta
+    return replace(new, digest=digest), delta
+
+
+def history_covers(runs: Sequence[tuple[int, str]], run: tuple[int, str] | None, offset: int) -> bool | None:
+    """Whether a history whose controller runs are `runs` holds, at `offset`, the entry another holder wrote in its
+    run `run` (the run its entry at `offset` belongs to): True when `run` is one of `runs` and no later run starts
+    at or below `offset`; False when it holds something else there; None when it cannot tell (either side has no
+    runs — written before them — or `run` is older than the runs kept)."""
+    if not runs or run is None:
+        return None
+    if run not in runs:
+        return None if run[0] < runs[0][0] else False
+    i = runs.index(run)
+    return i + 1 == len(runs) or runs[i + 1][0] > offset
 
 
 # -- snapshots -------------------------------------------------------------------
@@ -391,6 +418,7 @@ def snapshot_to_json(image: MetadataImage) -> MetadataSnapshot:
         "scram_credentials": scram_records(image.scram_credentials),
         "acls": [{"id": acl_id, "acl": binding_to_json(b)} for acl_id, b in image.acls.items()],
         "digest": image.digest,
+        "runs": [[o, d] for o, d in image.runs],
     }
 
 
@@ -424,7 +452,8 @@ def image_from_snapshot(doc: MetadataSnapshot) -> MetadataImage:
                                       for b in doc.get("brokers", [])},
                              broker_configs=broker_configs,
                              scram_credentials=table_from(doc.get("scram_credentials", [])), acls=acls,
-                             digest=str(doc.get("digest") or ""))
+                             digest=str(doc.get("digest") or ""),
+                             runs=tuple((int(o), str(d)) for o, d in doc.get("runs", [])))
     except InvalidScramRecord as exc:
         raise MetadataCorrupt(f"metadata snapshot: {exc}") from None
     except (KeyError, TypeError, ValueError) as exc:

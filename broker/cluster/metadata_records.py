@@ -30,6 +30,7 @@ beyond building documents.
 
 from __future__ import annotations
 
+import uuid
 from typing import Literal, Mapping, NotRequired, TypedDict, cast
 
 from kelp.json_types import JsonObject
@@ -78,6 +79,9 @@ class ControllerRecord(TypedDict):
     type: Literal["controller"]
     epoch: int
     broker_id: int
+    # Unique per controller incarnation (a random id), so no two histories hold the same controller entry even when
+    # a controller re-claims an epoch a lost tail held: the entry's digest names that incarnation's run of entries.
+    incarnation: NotRequired[str]
 
 
 class TopicRecord(TypedDict):
@@ -192,6 +196,7 @@ class MetadataSnapshot(TypedDict):
     scram_credentials: NotRequired[list[ScramCredentialRecord]]
     acls: NotRequired[list[AclEntryJson]]
     digest: NotRequired[str]  # the digest of the entry at `offset` (the chain goes on from it)
+    runs: NotRequired[list[list[int | str]]]  # where each controller run starts: [offset, digest of its entry]
 
 
 class MetadataPush(TypedDict):
@@ -215,7 +220,7 @@ class LegacyClusterDoc(TypedDict, total=False):
 
 # -- builders ----------------------------------------------------------------------
 def controller_record(epoch: int, broker_id: int) -> ControllerRecord:
-    return {"type": "controller", "epoch": epoch, "broker_id": broker_id}
+    return {"type": "controller", "epoch": epoch, "broker_id": broker_id, "incarnation": uuid.uuid4().hex}
 
 
 def topic_record(state: TopicState) -> TopicRecord:
