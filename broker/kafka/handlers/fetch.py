@@ -25,7 +25,8 @@ import logging
 from kafka.protocol.consumer import FetchRequest
 
 from kelp.broker.replica_manager import FetchPartition
-from kelp.errors import ErrorCode
+from kelp.broker.replica_types import FetchPartitionResult, close_results
+from kelp.errors import ErrorCode, UnknownTopicIdError
 
 from ..access import AclOperation, ResourceType, access
 from ..fetch_encoder import MAX_VERSION, TOPIC_IDS_FROM, PartitionAnswer, encode_fetch_response
@@ -87,9 +88,17 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> RawRespons
         zero_copy=True,
     ) if reqs else []
     keys = {name: key for name, key, _ in asked if name is not None}
+    # A topic deleted and re-created while the fetch waited: what was read is the new topic's, and the client asked
+    # for the old id. Kafka answers UNKNOWN_TOPIC_ID; so does this, and the records read go back unanswered.
+    gone = {name for name, t in wanted if by_id and name is not None and t.topic_id is not None
+            and ctx.broker.topics.name_of(t.topic_id.hex) != name}
     topics: list[tuple[str | bytes, list[PartitionAnswer]]] = []
     by_key: dict[str | bytes, list[PartitionAnswer]] = {}
     for r in results:
+        if r.topic in gone:
+            close_results([r])
+            r = FetchPartitionResult(r.topic, r.partition, UnknownTopicIdError(
+                f"topic '{r.topic}' was deleted and re-created under another id while the fetch waited"))
         key = keys.get(r.topic, r.topic)
         parts = by_key.get(key)
         if parts is None:
