@@ -52,7 +52,7 @@ from .config import BrokerConfig
 from .groups import GroupCoordinator
 from .groups import attach as attach_groups
 from .http.app import build_http_app
-from .http.authentication import HttpAuthenticator
+from .http.authentication import HttpAuthenticator, resolve_methods
 from .http.basic_credentials import SaslUsersCheck
 from .http.bearer_tokens import bearer_check
 from .kafka.limits import ConnectionQuota, MemoryPool
@@ -243,7 +243,7 @@ class Broker:
         plain = [plain_users([m.jaas]) for listener in cfg.listener_setup.listeners
                  for name, m in listener.mechanisms.items() if name == "PLAIN" and m.jaas is not None]
         mapper = SslPrincipalMapper(cfg.get("ssl.principal.mapping.rules") or "DEFAULT")
-        bearer = bearer_check(cfg) if "bearer" in (cfg.get("http.authentication.methods") or ()) else None
+        bearer = bearer_check(cfg) if "bearer" in resolve_methods(cfg) else None
         return HttpAuthenticator.from_config(
             cfg, basic=SaslUsersCheck.of(plain, lambda: self.cluster.image.scram_credentials if self.cluster else {}),
             bearer=bearer, certificate=lambda der: principal_from_certificate(der, mapper))

@@ -223,15 +223,20 @@ def _super_users(value: object) -> str:
 
 
 def _http_auth_methods(value: object) -> list[str]:
-    """`http.authentication.methods`: how HTTP clients prove who they are; empty: nobody needs to
-    (every HTTP request is User:ANONYMOUS, as a PLAINTEXT Kafka connection is)."""
+    """`http.authentication.methods`: how HTTP clients prove who they are. Empty (the default): what the Kafka
+    listeners take (`basic` for PLAIN and SCRAM users, `bearer` for OAUTHBEARER, `mtls` when the HTTP listener
+    asks for client certificates), nothing when no Kafka listener authenticates; `none`: nobody needs to, even
+    then (an explicit opt-out, warned about at start)."""
     items = [str(v).strip().lower() for v in value] if isinstance(value, (list, tuple)) else \
         [part.strip().lower() for part in str(value).split(",")]
     items = [i for i in items if i]
-    unknown = [i for i in items if i not in ("basic", "mtls", "bearer")]
+    unknown = [i for i in items if i not in ("basic", "mtls", "bearer", "none")]
     if unknown:
         raise ValueError(f"unknown HTTP authentication method {unknown[0]!r}: expected a comma-separated list of "
-                         "basic, mtls, bearer (or empty for none)")
+                         "basic, mtls, bearer, or none (empty: those the Kafka listeners take)")
+    if "none" in items and len(items) > 1:
+        raise ValueError("'none' switches HTTP authentication off: it cannot be combined with "
+                         f"{', '.join(i for i in items if i != 'none')}")
     return items
 
 
@@ -348,8 +353,12 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     "super.users": (_super_users, ""),
     "allow.everyone.if.no.acl.found": (parse_bool, False),
     # -- HTTP authentication (Kelp's own: Kafka has no HTTP listener); /healthz, /readyz and /metrics stay open
-    # for probes and scrapes unless switched off
+    # for probes and scrapes unless switched off. Unset, HTTP authenticates as the Kafka listeners do
+    # (broker/http/authentication.py); `none` opts out.
     "http.authentication.methods": (_http_auth_methods, []),
+    # /cluster/v1 takes only the brokers' identity (broker/http/cluster_trust.py); brokers with none (no
+    # inter-broker credentials or certificate over HTTP) take calls from loopback only, unless this is true.
+    "http.control.plane.open": (parse_bool, False),
     # bearer: the listener whose OAUTHBEARER validator (keys, audience, issuer, claims) checks HTTP tokens;
     # empty: the first listener enabling OAUTHBEARER (broker/http/bearer_tokens.py)
     "http.authentication.oauthbearer.listener": (_str, ""),

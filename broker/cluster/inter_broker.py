@@ -25,7 +25,19 @@ from kelp.kafka_client import ConnectionSecurity, SaslCredentials
 from ..listeners import ListenerSetup
 from ..security.tls import TlsReloader
 
-__all__ = ["InterBrokerSecurity"]
+__all__ = ["InterBrokerSecurity", "http_credentials"]
+
+
+def http_credentials(setup: ListenerSetup) -> tuple[str, str] | None:
+    """The inter-broker SASL user and password the control plane's HTTP requests carry as HTTP Basic: only where
+    they would not cross the network in clear text where the Kafka listener itself would not (over HTTPS, or
+    when the inter-broker listener is SASL_PLAINTEXT anyway). None: the requests carry none."""
+    inter = setup.inter_broker
+    if inter.username is None or inter.password is None:
+        return None
+    if setup.http_tls is not None or inter.listener.protocol == "SASL_PLAINTEXT":
+        return inter.username, inter.password
+    return None
 
 
 class InterBrokerSecurity:
@@ -44,10 +56,7 @@ class InterBrokerSecurity:
         self._http_tls = TlsReloader.client(setup.http_tls, check_interval_s=interval) \
             if setup.http_tls is not None else None
         self.http_ssl: ssl.SSLContext | None = self._http_tls.context if self._http_tls is not None else None
-        clear_anyway = inter.listener.protocol == "SASL_PLAINTEXT"
-        self.http_credentials: tuple[str, str] | None = None
-        if inter.username is not None and inter.password is not None and (self.http_ssl is not None or clear_anyway):
-            self.http_credentials = (inter.username, inter.password)
+        self.http_credentials = http_credentials(setup)
 
     def maybe_reload(self) -> None:
         """Pick up rotated certificate files (at most once per ssl.reload.interval.ms; cheap to call often)."""
