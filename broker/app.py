@@ -44,11 +44,12 @@ from kelp.clock import monotonic
 
 from . import allocator
 from .acl_manager import AclManager
-from .cluster.inter_broker import InterBrokerSecurity
+from .cluster.inter_broker import InterBrokerSecurity, kafka_identities
 from .cluster.member import ClusterMember
 from .cluster.model import BrokerEndpoint
 from .cluster.replica_fetcher import ReplicaFetcherManager
 from .config import BrokerConfig
+from .config_keys import per_ip_limits
 from .groups import GroupCoordinator
 from .groups import attach as attach_groups
 from .http.app import build_http_app
@@ -63,7 +64,7 @@ from .metrics import BrokerMetrics, metrics_of
 from .parts import BrokerParts
 from .replica_manager import ReplicaManager
 from .security.plain import plain_users
-from .security.principal import SslPrincipalMapper, principal_from_certificate
+from .security.principal import KafkaPrincipal, SslPrincipalMapper, principal_from_certificate
 from .security.tls import TlsReloader
 from .storage import LogConfig, LogManager
 from .topic_manager import TopicManager
@@ -153,16 +154,33 @@ class Broker:
         topics.logs = logs
         replicas = self.replicas = ReplicaManager(cfg, logs, topics)
         topics.log_deleter = replicas.delete_log_later
-        # One server per listener; the memory pool and the connection quota are the broker's, shared by all.
+        # One server per listener; the memory pools and the connection quota are the broker's, shared by all: the
+        # clients' pool (queued.max.request.bytes), one as large for brokers' connections, a small one for
+        # connections not yet authenticated (issue 33).
         pool = MemoryPool(_bound(cfg["queued.max.request.bytes"]))
-        quota = ConnectionQuota(cfg["max.connections"], cfg["max.connections.per.ip"])
+        broker_pool = MemoryPool(_bound(cfg["queued.max.request.bytes"]))
+        unauthenticated_pool = MemoryPool(cfg["kelp.unauthenticated.queued.max.request.bytes"])
+        quota = ConnectionQuota(
+            cfg["max.connections"], cfg["max.connections.per.ip"],
+            per_ip_overrides=per_ip_limits(cfg["max.connections.per.ip.overrides"]),
+            listener_max=cfg.per_listener("max.connections"), creation_rate=cfg["max.connection.creation.rate"],
+            listener_rates=cfg.per_listener("max.connection.creation.rate"),
+            # Kafka exempts the inter-broker listener from max.connections; one shared with clients cannot be.
+            protected=setup.inter_broker.listener.name if len(setup.listeners) > 1 else None)
+        identities = kafka_identities(setup)
+
+        def is_broker(principal: KafkaPrincipal) -> bool:
+            return principal in identities or (self.acls is not None and self.acls.is_listed_super_user(principal))
+
         for listener, security in zip(setup.listeners, securities, strict=True):
             ks = KafkaServer(
                 metrics=metrics_of(self), host=listener.host, port=listener.port,
                 advertised_host=listener.advertised_host, max_request_bytes=cfg["socket.request.max.bytes"],
                 connections_max_idle_ms=_bound(cfg["connections.max.idle.ms"]), security=security, pool=pool,
                 quota=quota, send_buffer_bytes=cfg["socket.send.buffer.bytes"],
-                receive_buffer_bytes=cfg["socket.receive.buffer.bytes"],
+                receive_buffer_bytes=cfg["socket.receive.buffer.bytes"], unauthenticated_pool=unauthenticated_pool,
+                broker_pool=broker_pool, broker_principals=is_broker,
+                authentication_timeout_ms=_bound(cfg["kelp.authentication.timeout.ms"]),
             )
             self.kafka_servers.append(ks)
             self.kafka_server = self.kafka_server or ks

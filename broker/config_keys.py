@@ -222,6 +222,27 @@ def _super_users(value: object) -> str:
     return ";".join(items)
 
 
+def per_ip_limits(value: object) -> dict[str, int]:
+    """`max.connections.per.ip.overrides` as address -> limit: `address:limit` pairs separated by commas (Kafka's
+    form, `10.0.0.1:200,[::1]:50`), each limit a non-negative integer; ValueError naming a bad pair."""
+    out: dict[str, int] = {}
+    for part in (p.strip() for p in str(value or "").split(",")):
+        if not part:
+            continue
+        host, sep, limit = part.rpartition(":")
+        if not sep or not host:
+            raise ValueError(f"{part!r} is not address:limit (e.g. 10.0.0.1:200)")
+        n = _int(limit)
+        if n < 0:
+            raise ValueError(f"the limit of {host} must be >= 0, got {n}")
+        out[host.strip("[]")] = n
+    return out
+
+
+def _per_ip_overrides(value: object) -> str:
+    return ",".join(f"{host}:{n}" for host, n in per_ip_limits(value).items())
+
+
 def _http_auth_methods(value: object) -> list[str]:
     """`http.authentication.methods`: how HTTP clients prove who they are. Empty (the default): what the Kafka
     listeners take (`basic` for PLAIN and SCRAM users, `bearer` for OAUTHBEARER, `mtls` when the HTTP listener
@@ -263,6 +284,14 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     "connections.max.idle.ms": (_unbounded_or_positive, 600000),
     "max.connections": (_positive, 10000),
     "max.connections.per.ip": (_positive, 2147483647),
+    "max.connections.per.ip.overrides": (_per_ip_overrides, ""),
+    # KIP-612: new connections per second, broker-wide (the inter-broker listener exempt) and per listener
+    # (`listener.name.<l>.max.connection.creation.rate`, as `listener.name.<l>.max.connections`).
+    "max.connection.creation.rate": (_positive, 2147483647),
+    # Kelp's own (issue 33): connections of a SASL listener not authenticated within this are closed, and until
+    # they are, their frames draw on a pool of this size of their own (not queued.max.request.bytes').
+    "kelp.authentication.timeout.ms": (_unbounded_or_positive, 10000),
+    "kelp.unauthenticated.queued.max.request.bytes": (_positive, 16 << 20),
     # SO_SNDBUF / SO_RCVBUF of the Kafka listeners' sockets; -1: the kernel's, autotuned. The send buffer
     # is Kafka's 100 KiB, set on a connection at its first consumer fetch: with the autotuned one (up to
     # 4 MiB) librdkafka read 1 KiB records 0.74x as fast as from Kafka, with 100 KiB faster; followers keep

@@ -19,13 +19,44 @@ what connections are given; it opens none itself and never logs a password.
 from __future__ import annotations
 
 import ssl
+from pathlib import Path
 
 from kelp.kafka_client import ConnectionSecurity, SaslCredentials
 
 from ..listeners import ListenerSetup
-from ..security.tls import TlsReloader
+from ..security.principal import KafkaPrincipal, SslPrincipalMapper, principal_from_certificate
+from ..security.tls import ClientAuth, TlsReloader
 
-__all__ = ["InterBrokerSecurity", "http_credentials"]
+__all__ = ["InterBrokerSecurity", "http_credentials", "kafka_identities", "certificate_principal"]
+
+
+def certificate_principal(path: str, rules: str) -> KafkaPrincipal | None:
+    """The principal the leaf certificate of the PEM file at `path` maps to by `ssl.principal.mapping.rules`
+    `rules` (None: no certificate in it). Read at start: a rotated certificate keeps its subject."""
+    text = Path(path).read_text(encoding="ascii", errors="replace")
+    begin = text.find("-----BEGIN CERTIFICATE-----")
+    end = text.find("-----END CERTIFICATE-----", begin)
+    if begin < 0 or end < 0:
+        return None
+    der = ssl.PEM_cert_to_DER_cert(text[begin:end + len("-----END CERTIFICATE-----")])
+    return principal_from_certificate(der, SslPrincipalMapper(rules))
+
+
+def kafka_identities(setup: ListenerSetup) -> frozenset[KafkaPrincipal]:
+    """The principals this broker's replica fetcher and inter-broker requests have on the other brokers' inter-broker
+    listener (every broker of a cluster shares them): the inter-broker SASL user, or the principal of the
+    listener's own certificate where the listener takes client certificates."""
+    inter = setup.inter_broker
+    out: set[KafkaPrincipal] = set()
+    if inter.username is not None and inter.listener.uses_sasl:
+        out.add(KafkaPrincipal.user(inter.username))
+    tls = inter.listener.tls
+    if tls is not None and not inter.listener.uses_sasl and tls.client_auth is not ClientAuth.NONE \
+            and tls.keystore_location:
+        principal = certificate_principal(tls.keystore_location, inter.listener.principal_rules)
+        if principal is not None:
+            out.add(principal)
+    return frozenset(out)
 
 
 def http_credentials(setup: ListenerSetup) -> tuple[str, str] | None:

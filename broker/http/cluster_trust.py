@@ -25,13 +25,12 @@ from __future__ import annotations
 import ipaddress
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..acl_manager import Access
-from ..cluster.inter_broker import http_credentials
+from ..cluster.inter_broker import certificate_principal, http_credentials
 from ..config import BrokerConfig
 from ..security.acl import AclOperation
-from ..security.principal import ANONYMOUS, KafkaPrincipal, SslPrincipalMapper, principal_from_certificate
+from ..security.principal import ANONYMOUS, KafkaPrincipal
 from ..security.tls import ClientAuth
 
 __all__ = ["ClusterTrust"]
@@ -44,19 +43,6 @@ def _is_loopback(remote: str | None) -> bool:
         return remote is not None and ipaddress.ip_address(remote.split("%", 1)[0]).is_loopback
     except ValueError:
         return False
-
-
-def _certificate_principal(path: str, mapper: SslPrincipalMapper) -> KafkaPrincipal | None:
-    """The principal the leaf certificate of the PEM file at `path` maps to (None: no certificate in it)."""
-    import ssl
-
-    text = Path(path).read_text(encoding="ascii", errors="replace")
-    begin = text.find("-----BEGIN CERTIFICATE-----")
-    end = text.find("-----END CERTIFICATE-----", begin)
-    if begin < 0 or end < 0:
-        return None
-    der = ssl.PEM_cert_to_DER_cert(text[begin:end + len("-----END CERTIFICATE-----")])
-    return principal_from_certificate(der, mapper)
 
 
 @dataclass(frozen=True)
@@ -76,8 +62,8 @@ class ClusterTrust:
             brokers.add(KafkaPrincipal.user(credentials[0]))
         tls = setup.http_tls
         if tls is not None and tls.client_auth is not ClientAuth.NONE and tls.keystore_location:
-            mapper = SslPrincipalMapper(config.get("ssl.principal.mapping.rules") or "DEFAULT")
-            principal = _certificate_principal(tls.keystore_location, mapper)
+            principal = certificate_principal(tls.keystore_location,
+                                              config.get("ssl.principal.mapping.rules") or "DEFAULT")
             if principal is not None:
                 brokers.add(principal)
         trust = cls(frozenset(brokers), bool(config.get("http.control.plane.open", False)))
