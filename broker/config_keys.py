@@ -392,7 +392,10 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     # empty: the first listener enabling OAUTHBEARER (broker/http/bearer_tokens.py)
     "http.authentication.oauthbearer.listener": (_str, ""),
     "http.health.public": (parse_bool, True),
+    # unset: public only while HTTP authentication is off (resolved methods empty); with an authorizer, /metrics
+    # is for super users and these principals (`;`-separated, as super.users)
     "http.metrics.public": (parse_bool, True),
+    "http.metrics.principals": (_super_users, ""),
     # -- the services of the HTTP port (Kelp's own switches, named like Kafka's `*.enable` keys): off, a service's
     # routes are not mounted and its paths answer 404 naming the key (broker/http/app.py); the Schema Registry
     # then never creates `_schemas`. The admin API, health, metrics and `/cluster/v1` are always served.

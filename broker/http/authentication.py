@@ -5,8 +5,10 @@ the Kafka listeners, so an HTTP request needs a principal as a Kafka connection 
 methods` says which proofs the listener takes (`basic`, `mtls`, `bearer`; empty: none, and every request is
 User:ANONYMOUS, as a PLAINTEXT Kafka connection is). A request that must authenticate and does not, or fails
 to, is answered 401 with a JSON body saying why and a `WWW-Authenticate` challenge naming what is accepted.
-`/healthz` and `/readyz` (`http.health.public`) and `/metrics` (`http.metrics.public`) need no proof unless
-those are switched off, so probes and scrapes keep working.
+`/healthz` and `/readyz` (`http.health.public`) need no proof unless switched off, so probes keep working.
+`/metrics` names topics, groups, offsets and lag the ACLs may hide: it needs no proof only while HTTP
+authentication is off, unless `http.metrics.public` says otherwise (issue 33, item 6); with an authorizer, a
+scraper must be a super user or listed in `http.metrics.principals` (`route_access`).
 
 A Kafka user who turned authentication on expects no anonymous way in (issue 33, item 4): when
 `http.authentication.methods` is left unset and any Kafka listener authenticates (SASL, or TLS with
@@ -36,6 +38,7 @@ This module must never log a password or a token, nor decide what a principal ma
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import logging
@@ -56,7 +59,8 @@ __all__ = ["HttpAuthenticator", "Unauthenticated", "BearerRefused", "BasicCheck"
 
 log = logging.getLogger("kelp.broker.http")
 
-BasicCheck = Callable[[str, str], Awaitable[KafkaPrincipal | None]]
+BasicCheck = Callable[[str, str, str], Awaitable[KafkaPrincipal | None]]
+"""(user, password, the client's address) -> the principal, or None for wrong credentials."""
 BearerCheck = Callable[[str], Awaitable[KafkaPrincipal | None]]
 CertificateCheck = Callable[[bytes], KafkaPrincipal]
 
@@ -131,6 +135,7 @@ class HttpAuthenticator:
     certificate: CertificateCheck = _default_certificate_check
     public_paths: frozenset[str] = field(default_factory=lambda: frozenset(PUBLIC_HEALTH + PUBLIC_METRICS))
     realm: str = "kelp"
+    failed_delay_s: float = 0.0  # connection.failed.authentication.delay.ms: a failed HTTP Basic is answered after it
 
     @classmethod
     def from_config(cls, config: BrokerConfig, *, basic: BasicCheck | None = None, bearer: BearerCheck | None = None,
@@ -150,10 +155,14 @@ class HttpAuthenticator:
         public: tuple[str, ...] = ()
         if config.get("http.health.public", True):
             public += PUBLIC_HEALTH
-        if config.get("http.metrics.public", True):
+        # /metrics names topics, groups and their lag: public by default only while HTTP takes no proof at all.
+        metrics_public = config.get("http.metrics.public", True) if "http.metrics.public" in config.explicit \
+            else not methods
+        if metrics_public:
             public += PUBLIC_METRICS
         return cls(methods=methods, basic=basic, bearer=bearer,
-                   certificate=certificate or _default_certificate_check, public_paths=frozenset(public))
+                   certificate=certificate or _default_certificate_check, public_paths=frozenset(public),
+                   failed_delay_s=config.listener_setup.failed_authentication_delay_ms / 1000)
 
     @property
     def required(self) -> bool:
@@ -178,12 +187,7 @@ class HttpAuthenticator:
         scheme, _, credentials = header.partition(" ")
         scheme = scheme.lower()
         if scheme == "basic" and "basic" in self.methods and self.basic is not None:
-            user, password = self._basic_credentials(credentials.strip())
-            principal = await self.basic(user, password)
-            if principal is None:
-                raise Unauthenticated(f"HTTP Basic authentication failed for user '{user}': wrong user name or "
-                                      "password", self._challenge())
-            return principal
+            return await self._basic(request, credentials)
         if scheme == "bearer" and "bearer" in self.methods and self.bearer is not None:
             try:
                 principal = await self.bearer(credentials.strip())
@@ -210,17 +214,23 @@ class HttpAuthenticator:
         ANONYMOUS when none is presented and none is required."""
         scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() == "basic" and self.basic is not None:
-            user, password = self._basic_credentials(credentials.strip())
-            principal = await self.basic(user, password)
-            if principal is None:
-                raise Unauthenticated(f"HTTP Basic authentication failed for user '{user}': wrong user name or "
-                                      "password", self._challenge())
-            return principal
+            return await self._basic(request, credentials)
         if not scheme:
             der = _peer_certificate(request)
             if der is not None:
                 return self.certificate(der)
         return await self.principal(request)
+
+    async def _basic(self, request: web.Request, credentials: str) -> KafkaPrincipal:
+        assert self.basic is not None
+        user, password = self._basic_credentials(credentials.strip())
+        principal = await self.basic(user, password, request.remote or "")
+        if principal is None:
+            if self.failed_delay_s > 0:  # as a Kafka listener answers a failed authentication
+                await asyncio.sleep(self.failed_delay_s)
+            raise Unauthenticated(f"HTTP Basic authentication failed for user '{user}': wrong user name or "
+                                  "password", self._challenge())
+        return principal
 
     def _basic_credentials(self, encoded: str) -> tuple[str, str]:
         try:

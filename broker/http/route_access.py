@@ -112,7 +112,8 @@ SUBJECT = "/subjects/{subject}"
 V3 = "/v3/clusters/{cluster_id}"
 V3_TOPIC, V3_GROUP = f"{V3}/topics/{{topic}}", f"{V3}/consumer-groups/{{group}}"
 RULES: dict[tuple[str, str], Rule] = {
-    ("GET", "/healthz"): OPEN, ("GET", "/readyz"): OPEN, ("GET", "/metrics"): OPEN,
+    ("GET", "/healthz"): OPEN, ("GET", "/readyz"): OPEN,
+    ("GET", "/metrics"): _in_route("with an authorizer: a super user or a principal of http.metrics.principals"),
     # admin API: topics
     ("GET", f"{ADMIN}/topics"): _in_route("lists the topics the principal may DESCRIBE"),
     ("POST", f"{ADMIN}/topics"): _in_route("CREATE on the cluster or on the topic named in the body"),
@@ -242,6 +243,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", f"{V3}/acls:batch"): _cluster(A),
     ("DELETE", f"{V3}/acls"): _cluster(A),
 }
+METRICS_RULE = RULES[("GET", "/metrics")]
 CLUSTER_PLANE = "/cluster/v1/"
 BROKERS_ONLY = _cluster(CA)
 UNLISTED = Rule(why="a route without a rule: super users only")
@@ -309,6 +311,10 @@ def _enforce(request: web.Request, rule: Rule) -> None:
             raise ClusterAuthorizationFailedError(f"{acc.principal} is not authorized: {request.method} "
                                                   f"{request.path} is for super users only")
         return
+    if rule is METRICS_RULE and not _may_scrape(request, acc):
+        raise ClusterAuthorizationFailedError(
+            f"{acc.principal} is not authorized to read /metrics: a super user or a principal listed in "
+            "http.metrics.principals may (the metrics name topics, groups and their lag)")
     if rule.resource_type is None:
         return
     name = "kafka-cluster" if rule.resource_type is CLUSTER else request.match_info.get(rule.name_from or "", "")
@@ -319,6 +325,13 @@ def _enforce(request: web.Request, rule: Rule) -> None:
         parts = request.app[BROKER].parts
         if parts is not None and not parts.topics.exists(name) and not may_create_topic(acc, name):
             raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
+
+
+def _may_scrape(request: web.Request, acc: Access) -> bool:
+    if acc.acls.is_super_user(acc.principal):
+        return True
+    listed = str(request.app[BROKER].config.get("http.metrics.principals") or "")
+    return str(acc.principal) in {p.strip() for p in listed.split(";") if p.strip()}
 
 
 def forwarded_principal(request: web.Request, forwarder: KafkaPrincipal, named: str) -> KafkaPrincipal:
