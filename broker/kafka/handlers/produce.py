@@ -12,9 +12,11 @@ under the leader epoch its append happened at (`ReplicaManager.wait_for_isr` che
 leadership may have moved while other partitions were appended).
 
 Authorization (Kafka's handleProduceRequest): transactional batches need WRITE on the transactional id (else
-every partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED), each topic WRITE (else TOPIC_AUTHORIZATION_FAILED, whether
-or not it exists); Kelp's auto-creation on produce also needs CREATE on the cluster or the topic, as Metadata's
-does (else UNKNOWN_TOPIC_OR_PARTITION, Kafka's answer for a topic a produce names that does not exist).
+every partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED; "transactional" is a partition's first batch, and a
+partition carries exactly one batch, else INVALID_RECORD, as Kafka's LogValidator answers), each topic WRITE
+(else TOPIC_AUTHORIZATION_FAILED, whether or not it exists); Kelp's auto-creation on produce also needs CREATE on
+the cluster or the topic, as Metadata's does (else UNKNOWN_TOPIC_OR_PARTITION, Kafka's answer for a topic a
+produce names that does not exist).
 
 Transaction verification (KIP-890 part 1, `transaction.partition.verification.enable`): a partition whose
 first batch is transactional, from a producer without its transaction open there, is appended only once the
@@ -32,6 +34,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kelp.errors import (
     CorruptRecordError,
     ErrorCode,
+    InvalidRecordError,
     KelpError,
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailedError,
@@ -50,6 +53,15 @@ log = logging.getLogger("kelp.broker.kafka")
 TR = ProduceResponse.TopicProduceResponse
 PR = TR.PartitionProduceResponse
 _TRANSACTIONAL = 0x10  # RecordBatch v2 attributes, bit 4 (the attributes' low byte is byte 22 of a batch)
+
+
+def _more_than_one_batch(records: memoryview | bytes) -> bool:
+    """Whether bytes follow the first RecordBatch v2 (its batchLength, at byte 8, counts from byte 12). Kafka's
+    LogValidator refuses them (INVALID_RECORD): the checks of a request look at each partition's first batch (its
+    transactional id's ACL, its verification), so a second one would ride on the first one's checks."""
+    if len(records) < 12:
+        return False  # too short to be a batch: the log's own checks answer that
+    return 12 + int.from_bytes(records[8:12], "big", signed=True) < len(records)
 
 
 # -- authorization: Kafka's handleProduceRequest ------------------------------------------------------------
@@ -144,6 +156,10 @@ async def handle_produce(ctx: RequestContext, request: ProduceData) -> ProduceRe
                 outcome: ProduceResult | KelpError = topic_error
             elif pd.records is None:
                 outcome = CorruptRecordError(f"produce to topic '{name}' partition {pd.index} carries no records")
+            elif _more_than_one_batch(pd.records):
+                outcome = InvalidRecordError(
+                    f"produce to topic '{name}' partition {pd.index} carries more than one record batch: Produce "
+                    "v3+ takes exactly one batch per partition")
             else:
                 guard = guards.get((name, pd.index)) if guards else None
                 if isinstance(guard, KelpError):
