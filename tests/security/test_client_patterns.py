@@ -16,8 +16,6 @@ from pathlib import Path
 
 import pytest
 from kafka.protocol.admin import ListTransactionsRequest
-from kafka.protocol.metadata import FindCoordinatorRequest
-from kafka.protocol.producer import InitProducerIdRequest
 
 from kelp.broker.client_patterns import InvalidPattern, full_matches
 from kelp.errors import ErrorCode
@@ -28,18 +26,6 @@ EVIL = "(.*.*)*X"
 # Python's re needs about 0.3 s for (.*.*)*X against 12 characters, ten times that per two more.
 VICTIMS = ("a" * 12, "b" * 13)
 LOOP_CPU_BOUND_S = 0.05  # the bound on one request's loop time
-
-
-async def _init(b: InProcessBroker, tid: str) -> None:
-    for _ in range(300):
-        found = await b.call(FindCoordinatorRequest(key_type=1, coordinator_keys=[tid]), 4)
-        if found.coordinators[0].error_code == 0 and b.parts.transactions.check(tid) == 0:
-            init = await b.call(InitProducerIdRequest(transactional_id=tid, transaction_timeout_ms=60000,
-                                                      producer_id=-1, producer_epoch=-1), 4)
-            assert init.error_code == 0
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"the broker never coordinated {tid}")
 
 
 def _list(pattern: str | None) -> ListTransactionsRequest:
@@ -76,7 +62,7 @@ async def test_the_evil_pattern_is_linear_and_off_the_loop() -> None:
 async def b(tmp_path: Path):
     async with InProcessBroker(tmp_path) as broker:
         for tid in VICTIMS:
-            await _init(broker, tid)
+            await broker.init_transactional_id(tid)
         yield broker
 
 
@@ -111,7 +97,7 @@ async def test_list_transactions_matches_only_ids_the_principal_may_describe(b: 
 async def test_admin_transactions_evil_pattern_does_not_hold_the_loop(tmp_path: Path) -> None:
     async with InProcessBroker(tmp_path, **{"authorizer.class.name": ""}) as b:
         for tid in VICTIMS:
-            await _init(b, tid)
+            await b.init_transactional_id(tid)
         base = f"http://127.0.0.1:{b.broker.http_port}/admin/v1/transactions?pattern="
 
         def get(pattern: str) -> tuple[int, dict]:
