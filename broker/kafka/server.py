@@ -37,17 +37,19 @@ the broker core (ReplicaManager, TopicManager).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 import ssl
 import struct
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from prometheus_client import Counter
 
 from kelp.errors import ErrorCode, KelpError
 
+from ..cpu_work import run_cpu
 from ..metrics import PROCESS, BrokerMetrics
 from ..parts import BrokerParts
 from ..security.principal import KafkaPrincipal, PrincipalMappingError
@@ -61,11 +63,13 @@ from .listener_security import ListenerSecurity
 from .response_writer import MAX_IN_FLIGHT, Answer
 from .session import SASL_AUTHENTICATE, SASL_HANDSHAKE, Session
 
-__all__ = ["KafkaServer", "MAX_IN_FLIGHT", "STAGING_BYTES", "WRITE_HIGH_WATER"]
+__all__ = ["KafkaServer", "MAX_IN_FLIGHT", "STAGING_BYTES", "WRITE_HIGH_WATER", "decode_request", "encode_response"]
 
 log = logging.getLogger("kelp.broker.kafka")
 
 API_VERSIONS_KEY = 18
+# A request body over this is decoded, and its answer encoded, on the CPU pool rather than the event loop.
+OFF_LOOP_CODEC_BYTES = 16 << 10
 # The pool of connections not yet authenticated: SASL handshakes are small (a few KiB even for OAUTHBEARER),
 # so this is room for hundreds of logins at once, while sasl.server.max.receive.size bounds each frame.
 UNAUTHENTICATED_POOL_BYTES = 16 << 20
@@ -372,17 +376,18 @@ class KafkaServer:
         *, flexible_header: bool, fallback: bool = False,
     ) -> Answer:
         start = time.perf_counter()
+        large = False
         try:
             request: object
             if fallback or body is None:  # only the ApiVersions fallback comes without a body
                 request = None
                 ctx.unsupported_version = True
             else:
+                # kafka-python's codecs cost per entry; a handler's own decoder (Produce's: records as views, per
+                # batch) marks a hot path whose large bodies are records, answered in a few entries, on the loop
+                large = spec.decoder is None and len(body) > OFF_LOOP_CODEC_BYTES
                 try:
-                    if spec.decoder is not None:
-                        request = spec.decoder(body, version)
-                    else:
-                        request = spec.request_class.decode(body, version=version)
+                    request = await decode_request(spec, body, version)
                 except Exception as exc:
                     log.warning(
                         "closing connection from %s: cannot decode %s v%d body (%d bytes): %s",
@@ -400,7 +405,7 @@ class KafkaServer:
             if isinstance(response, RawResponse):
                 prefix = response_frame(ctx.correlation_id, response.size, flexible_header=flexible_header)
                 return [prefix, *response.buffers]
-            payload = response.encode(version=version)
+            payload = await encode_response(response, version, large=large)
             prefix = response_frame(ctx.correlation_id, payload, flexible_header=flexible_header)
             return [prefix, payload]
         finally:
@@ -426,6 +431,26 @@ class KafkaServer:
             except Exception:
                 pass
         return self._raw_error(correlation_id, UNSUPPORTED_VERSION)
+
+
+async def decode_request(spec: HandlerSpec, body: memoryview, version: int) -> object:
+    """A request's body decoded: by the handler's own decoder (Produce's keeps the records as views, per batch),
+    else by kafka-python's, on the CPU pool for a body over OFF_LOOP_CODEC_BYTES (thousands of entries decode for
+    tens of milliseconds, which the loop must not spend: issue 33's loop-lag guard)."""
+    if spec.decoder is not None:
+        return spec.decoder(body, version)
+    if len(body) > OFF_LOOP_CODEC_BYTES:
+        return await run_cpu(functools.partial(spec.request_class.decode, body, version=version))
+    return spec.request_class.decode(body, version=version)
+
+
+async def encode_response(response: Any, version: int, *, large: bool) -> bytes:
+    """A response encoded; on the CPU pool when its request was `large` (its answer has as many entries)."""
+    if large:
+        payload: bytes = await run_cpu(functools.partial(response.encode, version=version))
+        return payload
+    encoded: bytes = response.encode(version=version)
+    return encoded
 
 
 def _done(value: Answer) -> asyncio.Future[Answer]:

@@ -25,6 +25,7 @@ from kelp.errors import ErrorCode
 
 from ..access import AclOperation, ResourceType, access
 from ..fetch_encoder import PartitionAnswer, encode_fetch_response
+from .error_log import PartitionErrors
 from .registry import RawResponse, RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
@@ -67,6 +68,7 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> RawRespons
     ) if reqs else []
     topics: list[tuple[str, list[PartitionAnswer]]] = []
     by_name: dict[str, list[PartitionAnswer]] = {}
+    errors = PartitionErrors("Fetch", ctx.client)
     for r in results:
         parts = by_name.get(r.topic)
         if parts is None:
@@ -75,9 +77,10 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> RawRespons
         code: int = ErrorCode.NONE
         if r.error is not None:
             code = r.error.code
-            log.warning("fetch from topic '%s' partition %d by %s: %s", r.topic, r.partition, ctx.client, r.error)
+            errors.add(r.topic, r.partition, r.error)
         parts.append((r.partition, code, r.high_watermark, r.last_stable_offset, r.log_start_offset, r.records,
                       r.aborted_transactions))
+    errors.log(log)
     if refused:
         log.info("fetch by %s (%s): not authorized for topic(s) %s", ctx.client, ctx.principal, sorted(refused))
         for t in request.topics:

@@ -41,11 +41,13 @@ from kelp.errors import (
     UnknownTopicOrPartitionError,
 )
 
+from ...loop_budget import LoopBudget
 from ...producer_state import VerificationGuard
 from ...replica_types import ProduceResult
 from ...txn_verification import FIRST_ADD_PARTITION_PRODUCE_VERSION, transactional_batch, verify_produce
 from ..access import AclOperation, ResourceType, access
 from ..produce_decoder import ProduceData, decode_produce_request
+from .error_log import PartitionErrors
 from .registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
@@ -140,6 +142,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceData) -> ProduceRe
     # Every partition is appended first; acks=all then waits for all of them at once (Kafka's purgatory):
     # a request naming N partitions waits one replication round trip, not N.
     outcomes: list[tuple[str, list[tuple[int, ProduceResult | KelpError]]]] = []
+    budget = LoopBudget()
     for td in request.topic_data:
         name = td.name
         parts: list[tuple[int, ProduceResult | KelpError]] = []
@@ -152,6 +155,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceData) -> ProduceRe
                 except KelpError as exc:
                     topic_error = exc
         for pd in td.partition_data:
+            await budget.tick()
             if topic_error is not None:
                 outcome: ProduceResult | KelpError = topic_error
             elif pd.records is None:
@@ -187,14 +191,16 @@ async def handle_produce(ctx: RequestContext, request: ProduceData) -> ProduceRe
     if acks == 0:
         return None
     responses = []
+    errors = PartitionErrors("Produce", ctx.client)
     for name, parts in outcomes:
         answers = []
         for index, res in parts:
             if isinstance(res, KelpError):
-                log.warning("produce to topic '%s' partition %d from %s refused: %s", name, index, ctx.client, res)
+                errors.add(name, index, res)
                 answers.append(PR(index=index, error_code=res.code, base_offset=-1, error_message=str(res)))
             else:
                 answers.append(PR(index=index, error_code=ErrorCode.NONE, base_offset=res.base_offset,
                                   log_append_time_ms=res.log_append_time_ms, log_start_offset=res.log_start_offset))
         responses.append(TR(name=name, partition_responses=answers))
+    errors.log(log)
     return ProduceResponse(responses=responses, throttle_time_ms=0)

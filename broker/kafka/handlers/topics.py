@@ -29,6 +29,7 @@ from kafka.protocol.admin import (
 from kelp.errors import ErrorCode, InvalidRequestError, KelpError, TopicAuthorizationFailedError
 
 from ...config_entries import topic_default_source
+from ...loop_budget import LoopBudget
 from ..access import Access, AclOperation, ResourceType, access
 from .registry import RequestContext, handles
 
@@ -72,7 +73,9 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
     creatable = _creatable(acc, set(names))
     describable = acc.allowed(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, names)
     answered: set[str] = set()
+    budget = LoopBudget()
     for t in request.topics:
+        await budget.tick()
         if t.name in answered:
             continue
         answered.add(t.name)
