@@ -17,7 +17,13 @@ must not lean on the system under test, so it reads only the history
 | group-stalled | a group delivered nothing for more than STALL_S seconds while producers were acknowledged |
 | group-behind | at the end a group's committed offset is not a partition's high watermark |
 | stop-hung | a SIGTERMed broker did not exit within the bound (issue 17 item 16) |
+| resurrected | a record of an earlier incarnation of a re-created topic is in the current one's log (issue 31) |
+| metadata-lost | a topic creation answered success is not in the final metadata (issue 31) |
+| metadata-undead | a topic deletion answered success is undone in the final metadata (issue 31) |
+| metadata-divergent | at the end the brokers' applied metadata (offset, digest) differ (issue 31) |
 | incomplete | the history has no end: the run did not finish, so nothing final could be checked |
+
+The rules of the last four, and what a power loss may take, are `checker_metadata`'s.
 
 `moved` leaves out records acknowledged without an offset (librdkafka
 acknowledges a timed-out batch that a later one proved stored without an
@@ -61,18 +67,21 @@ from typing import Any, Callable, Iterable
 
 from kelp.cli.output import format_table
 
+from .checker_metadata import METADATA_VIOLATIONS, churn_check, metadata_check, power_loss_allowance
+
 __all__ = ["Verdict", "check", "VIOLATIONS", "STALL_S"]
 
 VIOLATIONS = ["lost", "moved", "duplicated", "order", "divergent", "phantom", "commit-ahead", "isr-not-restored",
-              "group-stalled", "group-behind", "stop-hung", "incomplete"]
+              "group-stalled", "group-behind", "stop-hung", *METADATA_VIOLATIONS, "incomplete"]
 STALL_S = 60.0
 SLOW_RECOVERY_S = 60.0
 EXAMPLES = 5
 AIMS = {"leader-kill-then-next": "item 1", "double-failover": "items 5, 12", "controller-pause-short": "items 2, 11",
         "controller-pause-long": "items 2, 11", "control-plane-drop": "item 2", "control-plane-delay": "item 2",
         "sigterm-fast-restart": "items 8, 16", "reassign-cancel-failover": "item 4", "disk-full": "",
-        "partition-brokers": "items 2, 7", "partition-clients": "", "kill": "random", "pause": "random",
-        "terminate": "random", "kill-all": "random"}
+        "partition-brokers": "items 2, 7", "partition-clients": "", "topic-churn": "31: 2", "store-errors": "31: 3",
+        "store-rollback": "31: 1, 3", "power-loss-one": "31", "power-loss-all": "31", "clock-step": "31: 6",
+        "kill": "random", "pause": "random", "terminate": "random", "kill-all": "random"}
 
 
 @dataclass
@@ -110,11 +119,11 @@ class Verdict:
                                 key=lambda k: list(AIMS).index(k) if k in AIMS else 99)]
         rows.append(["TOTAL", sum(self.faults.values()), sum(self.skipped.values()),
                      f"{sum(1 for k in self.faults if self.faults[k])} kinds"])
-        lines += ["", "faults", format_table(rows, ["KIND", "APPLIED", "SKIPPED", "AIMS AT (issue 17)"])]
+        lines += ["", "faults", format_table(rows, ["KIND", "APPLIED", "SKIPPED", "AIMS AT (issue 17; 31: issue 31)"])]
         s = self.stats
         lines += ["", f"records: acknowledged {s.get('acked', 0):,} ({s.get('acked_without_offset', 0):,} without an "
                       f"offset), failed {s.get('nacked', 0):,}, "
-                      f"outcome unknown {s.get('unknown', 0):,}, delivered to groups {s.get('delivered', 0):,}, "
+                      f"outcome unknown {_n(s.get('unknown', 0))}, delivered to groups {s.get('delivered', 0):,}, "
                       f"commits ok {s.get('commits_ok', 0):,} / failed {s.get('commits_failed', 0):,}, "
                       f"longest recovery {s.get('max_recovery_s', '-')} s"
                       + (f", copies stored again by the client's epoch bump {s['duplicated_by_client']:,}"
@@ -132,6 +141,11 @@ class Verdict:
                                        f"{sum(self.counts.values())} violation(s): " +
                                        ", ".join(f"{k} {n}" for k, n in self.counts.items() if n))]
         return "\n".join(lines)
+
+
+def _n(value: object) -> str:
+    """A count with thousands separators; anything else (unknown: '?') as it is."""
+    return f"{value:,}" if isinstance(value, int) else str(value)
 
 
 # librdkafka's debug=eos lines (rdkafka_request.c, rdkafka_idempotence.c) as the workload records them (`pidem`).
@@ -266,6 +280,11 @@ def check(lines: Iterable[list]) -> Verdict:
     end: dict[str, Any] | None = None
     recoveries: list[tuple[int, float | None]] = []
     faults: list[list] = []
+    csend: dict[tuple[int, int], float] = {}
+    churn: list[list] = []
+    mops: list[list] = []
+    applied: dict[str, list] | None = None
+    final_topics: dict[str, str] | None = None
     for line in lines:
         kind = line[0]
         if kind == "ack":
@@ -302,6 +321,14 @@ def check(lines: Iterable[list]) -> Verdict:
             replicas[(line[1], line[2])][line[3]] = line[4]
         elif kind == "end":
             end = line[2]
+        elif kind == "csend":
+            csend[(line[2], line[3])] = line[1]
+        elif kind == "churn":
+            churn.append(line)
+        elif kind == "mop":
+            mops.append(line)
+        elif kind == "metadata":
+            applied, final_topics = line[2], line[3]
 
     for f in faults:
         _, t0, t1, index, kind, params, outcome = f
@@ -350,9 +377,16 @@ def check(lines: Iterable[list]) -> Verdict:
             if prod >= 0:
                 where[(prod, seq)].append((topic, p, offset))
         by_offset[(topic, p)] = offsets
-    for _, prod, seq, topic, p, offset in acks:
+    allowed = power_loss_allowance(v.meta, faults)
+    lost_allowed: Counter = Counter()
+    churn_producer = v.meta.get("churn_producer", 100)
+    for t_ack, prod, seq, topic, p, offset in acks:
+        if prod == churn_producer:
+            continue  # its topic is deleted and re-created: the incarnation rules below
         found = where.get((prod, seq))
-        if not found:
+        if not found and allowed(topic, t_ack) is not None:
+            lost_allowed[allowed(topic, t_ack)] += 1
+        elif not found:
             v.violate("lost", f"producer {prod} seq {seq}: acknowledged at {topic}-{p}@{offset}, in no log")
         elif offset is None:
             pass  # librdkafka acknowledged it without an offset (a timed-out batch confirmed by a later one)
@@ -360,6 +394,11 @@ def check(lines: Iterable[list]) -> Verdict:
             held = by_offset.get((topic, p), {}).get(offset)
             v.violate("moved", f"producer {prod} seq {seq}: acknowledged at {topic}-{p}@{offset}, found at "
                                f"{found}; that offset holds {held}")
+    for topic in v.meta.get("churn_topics", []):
+        v.stats[f"churn_{topic}"] = churn_check(v.violate, topic=topic, producer=churn_producer, acks=acks,
+                                                csend=csend, churn=churn, final_topics=final_topics or {}, where=where,
+                                                allowed=allowed, lost_allowed=lost_allowed)
+    v.stats["metadata_ops"] = metadata_check(v.violate, mops=mops, applied=applied, final_topics=final_topics)
     last_seqs = _last_sequences(logs)
     with_batches = {tp for tp, recs in logs.items() if any(len(r) > 5 for r in recs)}
     bumps = client_bumps(pidem, lambda t, p, pid, ep: last_seqs.get((t, p, pid, ep), -1)
@@ -367,7 +406,11 @@ def check(lines: Iterable[list]) -> Verdict:
     acked_at = {(prod, seq): (topic, p, offset) for _, prod, seq, topic, p, offset in acks}
     by_client: dict[tuple[ClientBump, ...], list[str]] = defaultdict(list)
     client_copies = 0
+    churn_copies = 0
     for (prod, seq), found in where.items():
+        if len(found) > 1 and prod == churn_producer:
+            churn_copies += len(found) - 1  # not idempotent (its topic is re-created): a retry may store it twice
+            continue
         if len(found) > 1:
             how = [f"{t}-{p}@{o}" + (" (producer id {}, epoch {}, batch sequence {}, leader epoch {})".format(
                 *stored_by[(t, p, o)]) if (t, p, o) in stored_by else "") for t, p, o in found]
@@ -385,6 +428,8 @@ def check(lines: Iterable[list]) -> Verdict:
                     f"{'' if b.client_caused else ', not shown client-caused'})" for (_, e), b in seen)
             v.violate("duplicated", what, len(found) - 1)
     v.stats["duplicated_by_client"] = client_copies
+    if churn_copies:
+        v.anomalies.append(f"the churn producer (not idempotent) stored {churn_copies} record(s) twice by retrying")
     for why, copies in by_client.items():
         v.anomalies.append(
             f"producer {why[0].producer} bumped its idempotent epoch ({'; '.join(r for b in why for r in b.reasons)}) "
@@ -416,6 +461,10 @@ def check(lines: Iterable[list]) -> Verdict:
             elif r["leo"] < r["hw_ref"]:
                 v.violate("divergent", f"{where_s} ends at {r['leo']}, below the high watermark {r['hw_ref']}")
             elif b != src and r.get("sha256_below_hw") != ref.get("sha256_below_hw"):
+                if r.get("compacted"):
+                    v.violate("divergent", f"{where_s} holds other keys or values than broker {src}'s below the high "
+                                           f"watermark {r['hw_ref']} ({r.get('keys')} against {ref.get('keys')} keys)")
+                    continue
                 v.violate("divergent", f"{where_s} differs from broker {src}'s below the high watermark "
                                        f"{r['hw_ref']}: first differing batch at offset {r.get('first_diff_offset')}")
 
@@ -424,9 +473,11 @@ def check(lines: Iterable[list]) -> Verdict:
         offsets = by_offset.get((topic, p))
         if offsets is None:
             continue
-        for _t, offset, prod, seq in items:
+        for t_dlv, offset, prod, seq in items:
             held = offsets.get(offset)
-            if held != (prod, seq):
+            if held != (prod, seq) and allowed(topic, t_dlv) is not None:
+                lost_allowed[f"phantom: {allowed(topic, t_dlv)}"] += 1
+            elif held != (prod, seq):
                 v.violate("phantom", f"group {group} was delivered producer {prod} seq {seq} at {topic}-{p}@{offset}; "
                                      f"the log holds {held} there")
 
@@ -453,7 +504,10 @@ def check(lines: Iterable[list]) -> Verdict:
             prefix[key] = (offs, maxes)
         offs, maxes = prefix[key]
         k = bisect.bisect_left(offs, offset)
-        if offs and offset > offs[-1] + 1:
+        if allowed(topic, t_sent) is not None:
+            if (offs and offset > offs[-1] + 1) or (k > 0 and maxes[k - 1] > t_sent):
+                lost_allowed[f"commit-ahead: {allowed(topic, t_sent)}"] += 1
+        elif offs and offset > offs[-1] + 1:
             v.violate("commit-ahead", f"group {group} ({member}) committed {topic}-{p} offset {offset}, past the log's "
                                       f"end {offs[-1] + 1}")
         elif k > 0 and maxes[k - 1] > t_sent:
@@ -475,7 +529,9 @@ def check(lines: Iterable[list]) -> Verdict:
         for topic in v.meta.get("topics", []):
             for p, _leader, _reps, _isr, hw, _leo in state.get(topic, []):
                 got = last_commit.get((group, topic, p), (0, 0))[1]
-                if hw is not None and got != hw:
+                if hw is not None and got != hw and allowed(topic, math.inf) is not None:
+                    lost_allowed[f"group-behind: {allowed(topic, math.inf)}"] += 1
+                elif hw is not None and got != hw:
                     v.violate("group-behind", f"group {group}: {topic}-{p} committed {got}, high watermark {hw}")
     start, stop = v.meta.get("workload_start"), (end or {}).get("nemesis_end")
     if start and stop:
@@ -487,4 +543,8 @@ def check(lines: Iterable[list]) -> Verdict:
                 if b - a > STALL_S and bisect.bisect_left(ack_times, b) - bisect.bisect_right(ack_times, a) > 0:
                     v.violate("group-stalled", f"group {group} delivered nothing for {b - a:.0f} s "
                                                f"(from {a:.1f} to {b:.1f}) while records were acknowledged")
+    for why, n in lost_allowed.items():
+        what = why if ":" in why.split(" ")[0] else f"lost: {why}"
+        v.anomalies.append(f"{n:,} x {what} (a power loss may cause it; not a violation)")
+    v.stats["power_loss_allowed"] = dict(lost_allowed)
     return v
