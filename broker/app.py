@@ -44,6 +44,7 @@ from kelp.clock import monotonic
 
 from . import allocator
 from .acl_manager import AclManager
+from .client_quota_manager import ClientQuotaManager
 from .cluster.inter_broker import InterBrokerSecurity, kafka_identities
 from .cluster.member import ClusterMember
 from .cluster.model import BrokerEndpoint
@@ -211,7 +212,10 @@ class Broker:
         transactions = self.transactions = attach_transactions(config=cfg, topics=topics, replicas=replicas,
                                                                logs=logs, cluster=cluster)
         parts = self.parts = BrokerParts(config=cfg, logs=logs, topics=topics, replicas=replicas, cluster=cluster,
-                                         groups=groups, transactions=transactions, acls=acls)
+                                         groups=groups, transactions=transactions, acls=acls,
+                                         quotas=ClientQuotaManager(lambda: cluster.image.client_quotas,
+                                                                   windows=cfg["quota.window.num"],
+                                                                   window_s=float(cfg["quota.window.size.seconds"])))
         if self.freeze_gc:
             _freeze_start_up_objects()
         for ks in self.kafka_servers:

@@ -288,6 +288,10 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     # KIP-612: new connections per second, broker-wide (the inter-broker listener exempt) and per listener
     # (`listener.name.<l>.max.connection.creation.rate`, as `listener.name.<l>.max.connections`).
     "max.connection.creation.rate": (_positive, 2147483647),
+    # Client quotas' sensors (KIP-13): samples kept and their length; a rate is over the samples' span
+    # (`client_quota_manager`).
+    "quota.window.num": (_positive, 11),
+    "quota.window.size.seconds": (_positive, 1),
     # Kelp's own (issue 33): connections of a SASL listener not authenticated within this are closed, and until
     # they are, their frames draw on a pool of this size of their own (not queued.max.request.bytes').
     "kelp.authentication.timeout.ms": (_unbounded_or_positive, 10000),

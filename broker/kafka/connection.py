@@ -78,6 +78,7 @@ POOL_FULL_READ = 1024
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 _PAUSE_POOL = 2  # waiting for the memory pool (1 is PAUSE_IN_FLIGHT, the writer's)
+_PAUSE_THROTTLE = 4  # over a client quota: muted for its throttle time (Kafka's KIP-219)
 
 
 class ConnectionHost(Protocol):
@@ -127,10 +128,12 @@ class ConnectionHost(Protocol):
 
     def dispatch(self, frame: memoryview, peer: str, *, session: Session,
                  release: Callable[[], None] | None = None,
-                 consumer_fetching: Callable[[], None] | None = None) -> asyncio.Future[Answer] | None:
+                 consumer_fetching: Callable[[], None] | None = None,
+                 throttle: Callable[[int], None] | None = None) -> asyncio.Future[Answer] | None:
         """Start handling one request frame; the future's result is what to send (see `_write_loop`).
         None: close the connection. `release` hands the frame's bytes back to the pool; `consumer_fetching`
-        is called by a consumer's fetch (it sizes the connection's send buffer)."""
+        is called by a consumer's fetch (it sizes the connection's send buffer); `throttle(ms)` by a request
+        over its client quota (the connection reads nothing for that long)."""
         ...
 
 
@@ -192,6 +195,7 @@ class _Connection(ResponseWriter, asyncio.BufferedProtocol):
         self.pool = server.pool_for(None)
         self._pool_check = False  # the session's state changed: move to its pool once no large frame is in progress
         self._opened_at = time.monotonic()
+        self._unmute: asyncio.TimerHandle | None = None  # the end of a client quota's throttle time
 
     # -- transport callbacks ----------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -530,6 +534,8 @@ class _Connection(ResponseWriter, asyncio.BufferedProtocol):
         self._closed = True
         self._release_receive_buffers()
         self.resume_writing()
+        if self._unmute is not None:
+            self._unmute.cancel()
         for item in self._pending:
             if item is not None and not item.done():
                 item.cancel()
@@ -557,7 +563,8 @@ class _Connection(ResponseWriter, asyncio.BufferedProtocol):
         was_authenticated = session.authenticated
         try:
             item = self.server.dispatch(memoryview(frame), self.peer, session=session, release=release,
-                                        consumer_fetching=None if self._send_buffer_set else self._consumer_fetching)
+                                        consumer_fetching=None if self._send_buffer_set else self._consumer_fetching,
+                                        throttle=self._throttle)
         except BaseException:
             release()
             raise
@@ -603,6 +610,23 @@ class _Connection(ResponseWriter, asyncio.BufferedProtocol):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
             except OSError as exc:  # a closing socket: nothing to size
                 log.debug("could not set SO_SNDBUF of the connection from %s: %s", self.peer, exc)
+
+    def _throttle(self, ms: int) -> None:
+        """Over a client quota: read nothing more from this client for `ms` (its answers still go out)."""
+        if ms <= 0 or self._closed:
+            return
+        loop = asyncio.get_running_loop()
+        when = loop.time() + ms / 1000
+        if self._unmute is not None:
+            if self._unmute.when() >= when:
+                return
+            self._unmute.cancel()
+        self._pause(_PAUSE_THROTTLE)
+        self._unmute = loop.call_at(when, self._end_throttle)
+
+    def _end_throttle(self) -> None:
+        self._unmute = None
+        self._resume(_PAUSE_THROTTLE)
 
     def _answered(self) -> None:
         self._in_flight -= 1

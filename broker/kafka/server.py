@@ -251,7 +251,8 @@ class KafkaServer:
     # -- requests (ConnectionHost) ---------------------------------------
     def dispatch(self, frame: memoryview, peer: str, *, session: Session,
                  release: Callable[[], None] | None = None,
-                 consumer_fetching: Callable[[], None] | None = None) -> asyncio.Future[Answer] | None:
+                 consumer_fetching: Callable[[], None] | None = None,
+                 throttle: Callable[[int], None] | None = None) -> asyncio.Future[Answer] | None:
         """Parse the header and start handling; None means close the connection.
 
         `release` gives the frame's bytes back to the memory pool before the answer (the handler
@@ -287,6 +288,7 @@ class KafkaServer:
             broker=broker, api_key=api_key, api_version=api_version,
             correlation_id=header.correlation_id, client_id=header.client_id, peer=peer, release_frame=release,
             principal=session.principal, listener=self.listener, consumer_fetching=consumer_fetching,
+            throttle=throttle,
         )
         if spec is None:
             log.warning(

@@ -139,6 +139,8 @@ def _primitive(kind: str, name: str, entity: str | None, names: Names, i: int) -
         return 0
     if kind == "bool":
         return i % 2 == 0
+    if kind == "float64":
+        return float(i) * 1024
     if kind == "uuid":
         return uuid.UUID(int=0)
     if kind == "bytes":

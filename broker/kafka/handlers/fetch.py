@@ -27,6 +27,8 @@ from kafka.protocol.consumer import FetchRequest
 from kelp.broker.replica_manager import FetchPartition
 from kelp.errors import ErrorCode
 
+from ...client_quota_manager import FETCH as FETCH_QUOTA
+from ...replica_types import FetchPartitionResult, close_results
 from ..access import AclOperation, ResourceType, access
 from ..fetch_encoder import MAX_VERSION, TOPIC_IDS_FROM, PartitionAnswer, encode_fetch_response
 from .error_log import PartitionErrors
@@ -50,6 +52,23 @@ def _replica_id(ctx: RequestContext, request: FetchRequest) -> int:
     if ctx.api_version >= 15 and request.replica_state is not None:
         return int(request.replica_state.replica_id)
     return request.replica_id if request.replica_id is not None else -1
+
+
+def _quota(ctx: RequestContext, results: list[FetchPartitionResult]) -> int:
+    """A consumer's answer counted against its consumer_byte_rate. Over it (Kafka's handleFetchRequest): the bytes
+    are taken back, the answer goes without records, carrying the throttle time, and the connection is muted."""
+    size = sum(len(r.records) for r in results)
+    quotas = ctx.broker.quotas
+    user, client_id = ctx.principal.name, ctx.client_id or ""
+    throttle_ms = quotas.record(FETCH_QUOTA, user, client_id, size)
+    if throttle_ms:
+        quotas.unrecord(FETCH_QUOTA, user, client_id, size)
+        close_results(results)
+        for r in results:
+            r.records, r.aborted_transactions = b"", None if r.aborted_transactions is None else []
+        if ctx.throttle is not None:
+            ctx.throttle(throttle_ms)
+    return throttle_ms
 
 
 @handles(FetchRequest, min_version=4, max_version=MAX_VERSION)
@@ -87,6 +106,7 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> RawRespons
         replica_id=replica_id,
         zero_copy=True,
     ) if reqs else []
+    throttle_ms = _quota(ctx, results) if replica_id < 0 and results else 0
     keys = {name: key for name, key, _ in asked if name is not None}
     topics: list[tuple[str | bytes, list[PartitionAnswer]]] = []
     by_key: dict[str | bytes, list[PartitionAnswer]] = {}
@@ -114,6 +134,6 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> RawRespons
         if not parts:
             topics.append((key, parts))
         parts.extend((p, code, -1, -1, -1, b"", None) for p in partitions)
-    buffers, size = encode_fetch_response(ctx.api_version, throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0,
-                                          topics=topics)
+    buffers, size = encode_fetch_response(ctx.api_version, throttle_time_ms=throttle_ms, error_code=ErrorCode.NONE,
+                                          session_id=0, topics=topics)
     return RawResponse(buffers, size)

@@ -41,6 +41,7 @@ from kelp.errors import (
     UnknownTopicOrPartitionError,
 )
 
+from ...client_quota_manager import PRODUCE as PRODUCE_QUOTA
 from ...loop_budget import LoopBudget
 from ...producer_state import VerificationGuard
 from ...replica_types import ProduceResult
@@ -143,6 +144,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceData) -> ProduceRe
     # a request naming N partitions waits one replication round trip, not N.
     outcomes: list[tuple[str, list[tuple[int, ProduceResult | KelpError]]]] = []
     budget = LoopBudget()
+    size = sum(len(pd.records) for td in request.topic_data for pd in td.partition_data if pd.records is not None)
     for td in request.topic_data:
         name = td.name
         parts: list[tuple[int, ProduceResult | KelpError]] = []
@@ -180,6 +182,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceData) -> ProduceRe
         outcomes.append((name, parts))
     if ctx.release_frame is not None:
         ctx.release_frame()  # as Kafka clears a parked produce's records: the pool is not held while waiting
+    throttle_ms = _quota(ctx, size)
     if acks == -1:
         waits = [(parts, i, replicas.wait_for_isr(res, acks=acks, timeout_ms=request.timeout_ms))
                  for _, parts in outcomes for i, (_, res) in enumerate(parts) if not isinstance(res, KelpError)]
@@ -203,4 +206,13 @@ async def handle_produce(ctx: RequestContext, request: ProduceData) -> ProduceRe
                                   log_append_time_ms=res.log_append_time_ms, log_start_offset=res.log_start_offset))
         responses.append(TR(name=name, partition_responses=answers))
     errors.log(log)
-    return ProduceResponse(responses=responses, throttle_time_ms=0)
+    return ProduceResponse(responses=responses, throttle_time_ms=throttle_ms)
+
+
+def _quota(ctx: RequestContext, size: int) -> int:
+    """The records' bytes counted against the client's producer_byte_rate; over it, the connection is muted for the
+    throttle time the answer carries (also for acks=0, which has no answer), as Kafka does."""
+    throttle_ms = ctx.broker.quotas.record(PRODUCE_QUOTA, ctx.principal.name, ctx.client_id or "", size)
+    if throttle_ms and ctx.throttle is not None:
+        ctx.throttle(throttle_ms)
+    return throttle_ms
