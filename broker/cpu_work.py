@@ -4,8 +4,9 @@ Why: a broker is one asyncio loop; a request that computes for a second on it (a
 against every transactional id, PBKDF2 for an HTTP Basic password) stops every other connection for that
 second (issue 33). Such work runs here instead, on `WORKERS` threads of its own: the request waits, the loop
 serves everyone else. The pool is small on purpose, so a flood of expensive requests costs the broker at most
-`WORKERS` cores and queues behind them instead of taking the machine; the work given must release the GIL for
-its heavy part (RE2 matching and hashlib's PBKDF2 do), or the loop would still wait for the GIL.
+`WORKERS` cores and queues behind them instead of taking the machine. Work that releases the GIL for its heavy
+part (RE2 matching, hashlib's PBKDF2) costs the loop nothing; pure-Python work (kafka-python's codecs, a schema
+parse) shares the GIL with the loop a switch interval (5 ms) at a time: the loop is slowed, never held.
 
 This module must never be given I/O (files and sockets have `asyncio.to_thread` and the storage's own threads):
 a blocked worker would hold back every client's CPU work behind it.

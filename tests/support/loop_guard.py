@@ -53,6 +53,7 @@ class StepProbe:
                 probe.gc_s += time.thread_time() - collecting.pop()
 
         def timed(handle: asyncio.events.Handle) -> None:
+            resumes = _where(handle)  # where the step starts: a task's last step leaves no frames to name after
             start, gc_before = time.thread_time(), probe.gc_s
             try:
                 handle_run(handle)
@@ -60,7 +61,7 @@ class StepProbe:
                 spent = time.thread_time() - start - (probe.gc_s - gc_before)
                 probe.steps += 1
                 if spent > probe.longest_s:
-                    probe.longest_s, probe.longest = spent, _where(handle)
+                    probe.longest_s, probe.longest = spent, f"{resumes} (resumed there)"
 
         asyncio.events.Handle._run = timed  # type: ignore[method-assign]
         gc.callbacks.append(on_gc)
@@ -80,7 +81,7 @@ def _where(handle: asyncio.events.Handle) -> str:
     if not isinstance(task, asyncio.Task):
         return repr(handle)[:300]
     chain, coro = [], task.get_coro()
-    while coro is not None and len(chain) < 8:
+    while coro is not None and len(chain) < 20:
         frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
         if frame is None:
             break
