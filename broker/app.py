@@ -45,6 +45,7 @@ from kelp.clock import monotonic
 from . import allocator
 from .acl_manager import AclManager
 from .client_quota_manager import ClientQuotaManager
+from .cluster.client_quotas import ip_connection_rate
 from .cluster.inter_broker import InterBrokerSecurity, kafka_identities
 from .cluster.member import ClusterMember
 from .cluster.model import BrokerEndpoint
@@ -167,7 +168,8 @@ class Broker:
             listener_max=cfg.per_listener("max.connections"), creation_rate=cfg["max.connection.creation.rate"],
             listener_rates=cfg.per_listener("max.connection.creation.rate"),
             # Kafka exempts the inter-broker listener from max.connections; one shared with clients cannot be.
-            protected=setup.inter_broker.listener.name if len(setup.listeners) > 1 else None)
+            protected=setup.inter_broker.listener.name if len(setup.listeners) > 1 else None,
+            ip_rates=lambda ip: ip_connection_rate(self.cluster.image.client_quotas, ip) if self.cluster else None)
         identities = kafka_identities(setup)
 
         def is_broker(principal: KafkaPrincipal) -> bool:

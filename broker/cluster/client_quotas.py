@@ -26,8 +26,8 @@ from .metadata_records import ClientQuotaRecord, EntityJson
 
 __all__ = [
     "Entity", "InvalidQuota", "QuotaTable", "USER", "CLIENT_ID", "IP", "apply_quota_record", "checked_entity",
-    "checked_value", "client_quota_record", "describe_quotas", "entity_json", "entity_of", "quota_records",
-    "table_from_records",
+    "checked_value", "client_quota_record", "describe_quotas", "entity_json", "entity_of", "ip_connection_rate",
+    "quota_records", "table_from_records",
 ]
 
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
@@ -166,3 +166,12 @@ def _matches(name: str | None, match_type: int, match: str | None) -> bool:
     if match_type == MATCH_DEFAULT:
         return name is None
     return name is not None
+
+
+def ip_connection_rate(table: QuotaTable, ip: str) -> float | None:
+    """The `connection_creation_rate` quota of an address: its own, else the default address's (Kafka's order)."""
+    for entity in (((IP, ip),), ((IP, None),)):
+        value = table.get(entity, {}).get("connection_creation_rate")
+        if value is not None:
+            return value
+    return None

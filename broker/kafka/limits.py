@@ -209,6 +209,9 @@ class CreationRate:
         return True
 
 
+MAX_IP_BUCKETS = 100_000  # addresses whose connection rate is tracked at once
+
+
 class ConnectionQuota:
     """Open connections against Kafka's connection limits, shared by every listener of a broker.
 
@@ -216,6 +219,8 @@ class ConnectionQuota:
       at once, as Kafka closes it.
     - `max.connection.creation.rate`, broker-wide and per listener (`listener.name.<l>.max.connection.creation.rate`,
       KIP-612): a connection beyond the rate is closed at once (Kafka delays its acceptor instead).
+    - the `connection_creation_rate` client quota of an address (`kafka-configs --entity-type ips`, KIP-612), its
+      own else the default address's (`ip_rates`): a connection beyond it is closed at once, as Kafka closes it.
     - `max.connections`, broker-wide, and `listener.name.<l>.max.connections`: at the limit the least recently used
       idle client connection (one not yet authenticated first) is closed to make room, so one client holding
       every slot cannot lock the others out; when none can be closed the new connection is. The inter-broker
@@ -226,6 +231,7 @@ class ConnectionQuota:
     def __init__(self, max_connections: int, max_per_ip: int, *, per_ip_overrides: Mapping[str, int] | None = None,
                  listener_max: Mapping[str, int] | None = None, creation_rate: int = UNBOUNDED,
                  listener_rates: Mapping[str, int] | None = None, protected: str | None = None,
+                 ip_rates: Callable[[str], float | None] = lambda _ip: None,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self.max_connections = max_connections
         self.max_per_ip = max_per_ip
@@ -239,6 +245,9 @@ class ConnectionQuota:
         self._rate = CreationRate(creation_rate, monotonic=monotonic)
         self._listener_rates = {name: CreationRate(rate, monotonic=monotonic)
                                 for name, rate in (listener_rates or {}).items()}
+        self.ip_rates = ip_rates  # an address's connection_creation_rate quota (None: none set)
+        self._ip_buckets: dict[str, CreationRate] = {}
+        self._monotonic = monotonic
 
     def limit_for_ip(self, ip: str) -> int:
         return self.per_ip_overrides.get(ip, self.max_per_ip)
@@ -249,6 +258,8 @@ class ConnectionQuota:
         if self.per_ip.get(ip, 0) >= self.limit_for_ip(ip):
             return "max.connections.per.ip"
         exempt = listener == self.protected
+        if not exempt and not self._ip_rate_allows(ip):
+            return "connection_creation_rate"
         rate = self._listener_rates.get(listener)
         if rate is not None and not rate.take():
             return f"listener.name.{listener.lower()}.max.connection.creation.rate"
@@ -266,6 +277,19 @@ class ConnectionQuota:
         if conn is not None:
             self.open[conn] = (listener, ip)
         return None
+
+    def _ip_rate_allows(self, ip: str) -> bool:
+        quota = self.ip_rates(ip)
+        if quota is None:
+            self._ip_buckets.pop(ip, None)
+            return True
+        per_second = int(quota)
+        bucket = self._ip_buckets.get(ip)
+        if bucket is None or bucket.per_second != per_second:
+            if len(self._ip_buckets) >= MAX_IP_BUCKETS:  # forget addresses with nothing open (a burst at worst)
+                self._ip_buckets = {a: b for a, b in self._ip_buckets.items() if self.per_ip.get(a)}
+            bucket = self._ip_buckets[ip] = CreationRate(per_second, monotonic=self._monotonic)
+        return bucket.take()
 
     def _evict(self, listener: str | None, limit: str) -> bool:
         """Close the least recently used evictable connection (of `listener`, or of any but the protected one)."""

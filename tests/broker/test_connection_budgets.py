@@ -257,3 +257,39 @@ async def test_the_broker_wires_the_pools_and_limits(tmp_path) -> None:
         assert server._broker_principals(KafkaPrincipal.user("admin"))  # a super user
         assert not server._broker_principals(KafkaPrincipal.user("alice"))
 
+
+
+def test_an_address_connection_creation_rate_quota() -> None:
+    """`kafka-configs --entity-type ips --entity-name A --add-config connection_creation_rate=N` (KIP-612): an
+    address's own quota, else the default address's; the inter-broker listener is exempt."""
+    now = [100.0]
+    rates = {"10.0.0.1": 2.0, "default": 1.0}
+    quota = ConnectionQuota(UNBOUNDED, UNBOUNDED, protected="REPLICATION", monotonic=lambda: now[0],
+                            ip_rates=lambda ip: rates.get(ip, rates.get("default")))
+    assert [quota.admit("10.0.0.1", "CLIENT") for _ in range(3)] == [None, None, "connection_creation_rate"]
+    assert [quota.admit("10.0.0.2", "CLIENT") for _ in range(2)] == [None, "connection_creation_rate"]
+    assert quota.admit("10.0.0.2", "REPLICATION") is None
+    now[0] += 0.5  # a token back for 10.0.0.1 (2/s), half of one for 10.0.0.2 (1/s)
+    assert quota.admit("10.0.0.1", "CLIENT") is None and quota.admit("10.0.0.2", "CLIENT") is not None
+    now[0] += 0.5
+    assert quota.admit("10.0.0.2", "CLIENT") is None
+    del rates["default"]
+    assert [quota.admit("10.0.0.3", "CLIENT") for _ in range(5)] == [None] * 5  # no quota: unbounded
+
+
+async def test_the_broker_takes_the_ip_quota_from_the_metadata(tmp_path) -> None:
+    from kafka.protocol.admin import AlterClientQuotasRequest
+
+    from tests.authorization.harness import InProcessBroker
+
+    A = AlterClientQuotasRequest.EntryData
+    async with InProcessBroker(tmp_path) as b:
+        server = b.broker.kafka_server
+        assert server is not None and server.quota.ip_rates("127.0.0.1") is None
+        answer = await b.call(AlterClientQuotasRequest(validate_only=False, entries=[A(
+            entity=[A.EntityData(entity_type="ip", entity_name=None)],
+            ops=[A.OpData(key="connection_creation_rate", value=3.0, remove=False)])]), 1)
+        assert answer.entries[0].error_code == 0
+        assert server.quota.ip_rates("127.0.0.1") == 3.0
+        results = [server.quota.admit("127.0.0.1", server.listener) for _ in range(4)]
+        assert results[:3] == [None] * 3 and results[3] == "connection_creation_rate"
