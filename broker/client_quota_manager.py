@@ -18,6 +18,11 @@ windows. Once a request takes the rate over the quota, the client is told to wai
 that long (Kafka mutes the channel, KIP-219): the request itself is never dropped. A throttled fetch is
 answered without records (its bytes are not counted), as Kafka does.
 
+`controller_mutation_rate` (KIP-599) counts partitions created or deleted in a token bucket per matched entity:
+it holds `quota x quota.window.num x quota.window.size.seconds` mutations, refills at the quota, and may go
+negative by one request; while it is negative, CreateTopics v6+ answers each further topic
+THROTTLING_QUOTA_EXCEEDED (older versions are served and throttled), the throttle time being what refills it.
+
 This module must never do I/O or sleep: it counts and computes; the listener does the muting.
 """
 
@@ -29,9 +34,9 @@ from collections.abc import Callable, Mapping
 
 from .cluster.client_quotas import CLIENT_ID, USER, Entity, QuotaTable
 
-__all__ = ["ClientQuotaManager", "PRODUCE", "FETCH", "quota_of"]
+__all__ = ["ClientQuotaManager", "PRODUCE", "FETCH", "MUTATIONS", "quota_of"]
 
-PRODUCE, FETCH = "producer_byte_rate", "consumer_byte_rate"
+PRODUCE, FETCH, MUTATIONS = "producer_byte_rate", "consumer_byte_rate", "controller_mutation_rate"
 IDLE_S = 3600.0  # a sensor unused this long is dropped (Kafka expires quota sensors after an hour)
 
 # (user component, client-id component) in Kafka's order: a name, the default (None), or absent ("-")
@@ -89,6 +94,20 @@ class _Sensor:
         return sum(s[1] for s in self.samples) / self.span(now)
 
 
+class _Bucket:
+    """Kafka's TokenBucket: `burst` tokens at most, refilled at `rate` per second, negative once overdrawn."""
+
+    __slots__ = ("tokens", "at", "used")
+
+    def __init__(self, burst: float, now: float) -> None:
+        self.tokens, self.at, self.used = burst, now, now
+
+    def refill(self, rate: float, burst: float, now: float) -> float:
+        self.tokens = min(burst, self.tokens + rate * (now - self.at))
+        self.at = self.used = now
+        return self.tokens
+
+
 class ClientQuotaManager:
     """Byte-rate sensors of one broker; `table` reads the current quotas (the metadata image's)."""
 
@@ -100,9 +119,10 @@ class ClientQuotaManager:
         self._windows, self._window_s = windows, window_s
         self._clock = clock
         self._sensors: dict[tuple[str, Tags], _Sensor] = {}
+        self._buckets: dict[Tags, _Bucket] = {}
         self._swept = clock()
-        self.throttled: dict[str, int] = {PRODUCE: 0, FETCH: 0}  # answers throttled, by quota key
-        self.throttle_s: dict[str, float] = {PRODUCE: 0.0, FETCH: 0.0}  # time clients were told to wait
+        self.throttled: dict[str, int] = {PRODUCE: 0, FETCH: 0, MUTATIONS: 0}  # answers throttled, by quota key
+        self.throttle_s: dict[str, float] = {PRODUCE: 0.0, FETCH: 0.0, MUTATIONS: 0.0}  # time clients were told
 
     def record(self, key: str, user: str, client_id: str, size: int) -> int:
         """Count `size` bytes for this client; the throttle time in ms (0: within its quota, or none set)."""
@@ -136,6 +156,44 @@ class ClientQuotaManager:
         if sensor is not None:
             sensor.record(-size, self._clock())
 
+    # -- controller_mutation_rate (KIP-599) ---------------------------------------------------------------------
+    def _bucket(self, user: str, client_id: str) -> tuple[_Bucket, float, float] | None:
+        found = quota_of(self._table(), MUTATIONS, user, client_id)
+        if found is None:
+            return None
+        tags, rate = found
+        now = self._clock()
+        self._sweep(now)
+        burst = rate * self._windows * self._window_s
+        bucket = self._buckets.get(tags)
+        if bucket is None:
+            bucket = self._buckets[tags] = _Bucket(burst, now)
+        bucket.refill(rate, burst, now)
+        return bucket, rate, burst
+
+    def mutations_exceeded(self, user: str, client_id: str) -> bool:
+        """Whether this client's mutation bucket is overdrawn (a strict request refuses its next topic)."""
+        found = self._bucket(user, client_id)
+        return found is not None and found[0].tokens < 0
+
+    def record_mutations(self, user: str, client_id: str, count: int) -> None:
+        """`count` partitions created or deleted by this client."""
+        found = self._bucket(user, client_id)
+        if found is not None:
+            found[0].tokens -= count
+
+    def mutation_throttle_ms(self, user: str, client_id: str) -> int:
+        """How long until the client's bucket is no longer overdrawn (0: it is not); counted as a throttle."""
+        found = self._bucket(user, client_id)
+        if found is None or found[0].tokens >= 0:
+            return 0
+        bucket, rate, _burst = found
+        ms = int(-bucket.tokens / rate * 1000) if rate > 0 else int(self._windows * self._window_s * 1000)
+        if ms > 0:
+            self.throttled[MUTATIONS] += 1
+            self.throttle_s[MUTATIONS] += ms / 1000
+        return ms
+
     def sensors(self) -> Mapping[tuple[str, Tags], float]:
         """Each sensor's current rate in bytes per second, by (quota key, (user, client id))."""
         now = self._clock()
@@ -147,3 +205,5 @@ class ClientQuotaManager:
         self._swept = now
         for k in [k for k, s in self._sensors.items() if now - s.used > IDLE_S]:
             del self._sensors[k]
+        for tags in [t for t, b in self._buckets.items() if now - b.used > IDLE_S]:
+            del self._buckets[tags]

@@ -200,3 +200,32 @@ def test_a_broker_that_is_not_the_controller_can_forward_the_change() -> None:
     for op, allowed in CONTROLLER_OPS.items():
         params = set(inspect.signature(getattr(Controller, op)).parameters) - {"self"}
         assert params == allowed, op
+
+
+async def test_controller_mutation_rate_refuses_topics_beyond_it_from_v6_and_throttles_older(tmp_path: Path) -> None:
+    """KIP-599: 0.1 partition mutations a second, a bucket of 11 windows (1.1): a CreateTopics v7 of ten 1-partition
+    topics creates two (the second overdraws the bucket) and answers the other eight THROTTLING_QUOTA_EXCEEDED
+    with the time the bucket needs to refill; v5 creates all ten and is throttled for their time; a client
+    without the quota is not limited."""
+    from kafka.protocol.admin import CreateTopicsRequest
+
+    T = CreateTopicsRequest.CreatableTopic
+
+    def create(prefix: str) -> CreateTopicsRequest:
+        return CreateTopicsRequest(timeout_ms=5000, validate_only=False, topics=[
+            T(name=f"{prefix}-{i}", num_partitions=1, replication_factor=1, assignments=[], configs=[])
+            for i in range(10)])
+
+    async with InProcessBroker(tmp_path) as b:
+        await b.call(alter(entry({"user": "admin"}, ("controller_mutation_rate", 0.1))), 1)
+        strict = await b.call(create("strict"), 7)
+        codes = [t.error_code for t in strict.topics]
+        assert codes == [0] * 2 + [ErrorCode.THROTTLING_QUOTA_EXCEEDED] * 8, codes
+        assert strict.topics[2].error_message == "The throttling quota has been exceeded."
+        assert 5000 < strict.throttle_time_ms <= 9000  # 0.9 missing at 0.1/s, less what refilled meanwhile
+        assert not b.parts.topics.exists("strict-2")
+        older = await b.call(create("older"), 5)
+        assert [t.error_code for t in older.topics] == [0] * 10 and older.throttle_time_ms > 90_000
+        await grant(b, "CREATE", KafkaPrincipal.user("other"))
+        other = await b.call(create("other"), 7, principal=KafkaPrincipal.user("other"))
+        assert [t.error_code for t in other.topics] == [0] * 10 and other.throttle_time_ms == 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from kelp.broker.client_quota_manager import FETCH, PRODUCE, ClientQuotaManager, quota_of
+from kelp.broker.client_quota_manager import FETCH, MUTATIONS, PRODUCE, ClientQuotaManager, quota_of
 from kelp.broker.cluster.client_quotas import checked_entity
 
 
@@ -91,7 +91,7 @@ def test_a_throttled_fetch_gives_its_bytes_back() -> None:
     assert ms > 0
     manager.unrecord(FETCH, "u", "c", 5000)
     assert manager.sensors()[(FETCH, ("", "c"))] == pytest.approx(1000 / 10)
-    assert manager.throttled == {PRODUCE: 0, FETCH: 1}
+    assert manager.throttled == {PRODUCE: 0, FETCH: 1, MUTATIONS: 0}
 
 
 def test_a_throttle_is_at_most_the_quota_window() -> None:
@@ -100,3 +100,16 @@ def test_a_throttle_is_at_most_the_quota_window() -> None:
     assert manager.record(PRODUCE, "u", "c", 1 << 30) == 6000
     with pytest.raises(ValueError, match="at least one window"):
         ClientQuotaManager(lambda: {}, windows=0)
+
+
+def test_the_mutation_bucket_lets_one_request_overdraw_then_refills_at_the_quota() -> None:
+    clock = Clock()
+    manager = ClientQuotaManager(lambda: {ent("churn"): {MUTATIONS: 2.0}}, windows=3, clock=clock)
+    assert not manager.mutations_exceeded("churn", "c")  # a full bucket: 2/s x 3 windows of 1 s = 6
+    manager.record_mutations("churn", "c", 10)  # one request may take it below zero
+    assert manager.mutations_exceeded("churn", "c")
+    assert manager.mutation_throttle_ms("churn", "c") == 2000  # 4 missing at 2/s
+    clock.now += 2.0
+    assert not manager.mutations_exceeded("churn", "c") and manager.mutation_throttle_ms("churn", "c") == 0
+    assert not manager.mutations_exceeded("other", "c")  # no quota: never
+    assert manager.throttled[MUTATIONS] == 1

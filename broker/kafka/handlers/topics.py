@@ -10,6 +10,11 @@ DELETE on the cluster, or DESCRIBE and DELETE on each topic (without DESCRIBE th
 TOPIC_AUTHORIZATION_FAILED whether or not it exists); CreatePartitions ALTER on each topic. A name given twice
 is answered INVALID_REQUEST, as Kafka does. DeleteTopics v6 names topics by name or by id (KIP-516): an id no
 topic has is UNKNOWN_TOPIC_ID, both or neither INVALID_REQUEST; each answer carries the topic's name and id.
+
+Quotas (KIP-599): the partitions CreateTopics creates count against the client's `controller_mutation_rate`
+(`client_quota_manager`); from v6 a topic asked for while the client's bucket is overdrawn is answered
+THROTTLING_QUOTA_EXCEEDED and not created, older versions are served; either way the answer carries the throttle
+time and the connection is muted for it. CreatePartitions and DeleteTopics do not count yet.
 """
 
 from __future__ import annotations
@@ -36,6 +41,10 @@ from .registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
 DUPLICATE = "Duplicate topic name."
+# controller_mutation_rate (KIP-599): from CreateTopics v6 a topic beyond the quota is refused with this; older
+# versions are served and the client throttled.
+STRICT_MUTATIONS_FROM = 6
+THROTTLED = "The throttling quota has been exceeded."
 
 
 # -- authorization: ControllerApis' createTopics, deleteTopics, createPartitions ------------------------------
@@ -75,6 +84,8 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
     describable = acc.allowed(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, names)
     answered: set[str] = set()
     budget = LoopBudget()
+    quotas, user, client_id = ctx.broker.quotas, ctx.principal.name, ctx.client_id or ""
+    strict = ctx.api_version >= STRICT_MUTATIONS_FROM and not validate_only
     for t in request.topics:
         await budget.tick()
         if t.name in answered:
@@ -85,6 +96,10 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
                 (ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             results.append(R(name=t.name, error_code=error[0], error_message=error[1], num_partitions=-1,
                              replication_factor=-1, configs=None))
+            continue
+        if strict and quotas.mutations_exceeded(user, client_id):
+            results.append(R(name=t.name, error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED, error_message=THROTTLED,
+                             num_partitions=-1, replication_factor=-1, configs=None))
             continue
         try:
             assignments = None
@@ -100,6 +115,8 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
                 t.name, None if assignments else t.num_partitions, None if assignments else t.replication_factor,
                 configs, validate_only=validate_only, assignments=assignments,
             )
+            if not validate_only:
+                quotas.record_mutations(user, client_id, info.partitions)
             cfgs = [
                 C(name=k, value=v, read_only=False, is_sensitive=False,
                   config_source=topic_default_source(ctx.broker.config, k) if d else 1)
@@ -119,7 +136,10 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
             log.warning("create topic '%s' from %s refused: %s", t.name, ctx.client, exc)
             results.append(R(name=t.name, error_code=exc.code, error_message=str(exc),
                              num_partitions=-1, replication_factor=-1, configs=None))
-    return CreateTopicsResponse(throttle_time_ms=0, topics=results)
+    throttle_ms = quotas.mutation_throttle_ms(user, client_id)
+    if throttle_ms and ctx.throttle is not None:
+        ctx.throttle(throttle_ms)
+    return CreateTopicsResponse(throttle_time_ms=throttle_ms, topics=results)
 
 
 ZERO_UUID = uuid.UUID(int=0)
