@@ -226,6 +226,18 @@ async def test_controller_mutation_rate_refuses_topics_beyond_it_from_v6_and_thr
         assert not b.parts.topics.exists("strict-2")
         older = await b.call(create("older"), 5)
         assert [t.error_code for t in older.topics] == [0] * 10 and older.throttle_time_ms > 90_000
+        # DeleteTopics v5+ and CreatePartitions v3+ are refused alike; older versions are served and counted
+        from kafka.protocol.admin import CreatePartitionsRequest, DeleteTopicsRequest
+
+        refused = await b.call(DeleteTopicsRequest(topic_names=["older-0"], timeout_ms=5000), 5)
+        assert refused.responses[0].error_code == ErrorCode.THROTTLING_QUOTA_EXCEEDED
+        assert b.parts.topics.exists("older-0")
+        grow = CreatePartitionsRequest(timeout_ms=5000, validate_only=False, topics=[
+            CreatePartitionsRequest.CreatePartitionsTopic(name="older-1", count=2, assignments=None)])
+        assert (await b.call(grow, 3)).results[0].error_code == ErrorCode.THROTTLING_QUOTA_EXCEEDED
+        deleted = await b.call(DeleteTopicsRequest(topic_names=["older-0"], timeout_ms=5000), 4)
+        assert deleted.responses[0].error_code == 0 and not b.parts.topics.exists("older-0")
+        assert deleted.throttle_time_ms > older.throttle_time_ms + 5000  # its partition counted: ~10 s more
         await grant(b, "CREATE", KafkaPrincipal.user("other"))
         other = await b.call(create("other"), 7, principal=KafkaPrincipal.user("other"))
         assert [t.error_code for t in other.topics] == [0] * 10 and other.throttle_time_ms == 0
