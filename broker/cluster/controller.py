@@ -29,7 +29,7 @@ Requests are serialised by one asyncio lock: every decision sees the result
 of the previous one. The operations are mixed in by role: topic
 administration (`topic_admin`), reassignment and preferred leaders
 (`partition_moves`), what brokers ask (`broker_requests`), SCRAM users
-(`scram_admin`), ACLs (`acl_admin`); their shared
+(`scram_admin`), ACLs (`acl_admin`), client quotas (`quota_admin`); their shared
 state is declared in `controller_state`. This module never touches logs or
 sockets: storage goes through the `MetadataLog`, delivery through the
 publisher's `send`.
@@ -76,6 +76,7 @@ from .metadata_records import (
 )
 from .model import BrokerEndpoint, PartitionState, TopicState
 from .partition_moves import PartitionMoves
+from .quota_admin import QuotaAdmin
 from .scram_admin import ScramAdmin
 from .topic_admin import MAX_PARTITIONS, TopicAdmin
 
@@ -93,7 +94,7 @@ class MetadataHistoryRefused(NotControllerError):
     for changes no broker applies. The controller writes nothing; it says why."""
 
 
-class Controller(TopicAdmin, PartitionMoves, BrokerRequests, ScramAdmin, AclAdmin):
+class Controller(TopicAdmin, PartitionMoves, BrokerRequests, ScramAdmin, AclAdmin, QuotaAdmin):
     def __init__(
         self,
         *,

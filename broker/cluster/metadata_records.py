@@ -20,6 +20,7 @@ The records (one decision of the controller is one entry, `{"offset", "epoch", "
 | `remove_scram_credential` | `user`, `mechanism` | a SCRAM credential deleted |
 | `acl` | `id`, `acl` (a binding, `security.acl_json`) | an ACL created (CreateAcls) |
 | `remove_acl` | `id` | the ACL of that id deleted (DeleteAcls) |
+| `client_quota` | `entity` (`[{entity_type, entity_name}]`), `key`, `value` | a client quota set, or removed (null) |
 
 What is read back (from a store, or from a delivery over HTTP) is JSON that only claims one of these
 shapes. The `as_*` functions name the one step where a decoded document is taken for its shape; nothing
@@ -50,6 +51,8 @@ __all__ = [
     "RemoveScramCredentialRecord",
     "AclRecord",
     "RemoveAclRecord",
+    "ClientQuotaRecord",
+    "EntityJson",
     "AclEntryJson",
     "MetadataRecord",
     "MetadataEntry",
@@ -151,9 +154,25 @@ class RemoveAclRecord(TypedDict):
     id: str
 
 
+class EntityJson(TypedDict):
+    """One part of a client quota entity: `user`, `client-id` or `ip`, and its name (None: the default)."""
+
+    entity_type: str
+    entity_name: str | None
+
+
+class ClientQuotaRecord(TypedDict):
+    """One quota key of one entity (Kafka's ClientQuotaRecord); rules in `client_quotas`."""
+
+    type: Literal["client_quota"]
+    entity: list[EntityJson]
+    key: str
+    value: float | None  # None: the key is removed
+
+
 MetadataRecord = (ControllerRecord | TopicRecord | PartitionRecord | RemoveTopicRecord | ProducerIdsRecord
                   | BrokerRecord | BrokerConfigRecord | ScramCredentialRecord | RemoveScramCredentialRecord | AclRecord
-                  | RemoveAclRecord)
+                  | RemoveAclRecord | ClientQuotaRecord)
 
 
 class MetadataEntry(TypedDict):
@@ -195,6 +214,7 @@ class MetadataSnapshot(TypedDict):
     broker_configs: NotRequired[list[BrokerConfigsJson]]
     scram_credentials: NotRequired[list[ScramCredentialRecord]]
     acls: NotRequired[list[AclEntryJson]]
+    client_quotas: NotRequired[list[ClientQuotaRecord]]
     digest: NotRequired[str]  # the digest of the entry at `offset` (the chain goes on from it)
     runs: NotRequired[list[list[int | str]]]  # where each controller run starts: [offset, digest of its entry]
 
