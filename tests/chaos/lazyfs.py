@@ -158,15 +158,18 @@ class LazyFS(Operations):
 
     # -- files --------------------------------------------------------------------------------
     def getattr(self, path: str, fh: int | None = None) -> dict[str, Any]:
+        """The file's attributes, its size as this cache has it. The disk is read under the mutex: a size read
+        before a flush and answered after it (the entry gone) would be the disk's older, shorter size, and the
+        kernel, taking it, puts the next O_APPEND write inside the file's data."""
         self._check("getattr", path)
-        st = os.fstat(fh) if fh is not None else os.lstat(self._p(path))
-        out = {k: getattr(st, k) for k in ("st_mode", "st_nlink", "st_uid", "st_gid", "st_size", "st_atime_ns",
-                                            "st_mtime_ns", "st_ctime_ns", "st_ino")}
-        out["st_atime"], out["st_mtime"], out["st_ctime"] = st.st_atime_ns, st.st_mtime_ns, st.st_ctime_ns
         with self._mutex:
+            st = os.fstat(fh) if fh is not None else os.lstat(self._p(path))
             d = self.dirty.get((st.st_dev, st.st_ino))
-            if d is not None:
-                out["st_size"] = d.size
+            size = d.size if d is not None else st.st_size
+        out = {k: getattr(st, k) for k in ("st_mode", "st_nlink", "st_uid", "st_gid", "st_atime_ns",
+                                            "st_mtime_ns", "st_ctime_ns", "st_ino")}
+        out["st_size"] = size
+        out["st_atime"], out["st_mtime"], out["st_ctime"] = st.st_atime_ns, st.st_mtime_ns, st.st_ctime_ns
         return out
 
     def open(self, path: str, flags: int) -> int:

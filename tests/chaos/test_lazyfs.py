@@ -88,3 +88,35 @@ def test_errors_on_demand_and_a_full_disk(mount: LazyMount) -> None:
     free = os.statvfs(mount.disk).f_bavail * os.statvfs(mount.disk).f_frsize
     with pytest.raises(OSError, match="No space left"), open(mount.mount / "huge", "wb") as fh:
         fh.truncate(free + (64 << 20))  # growth past the disk's free space fails as it is asked for
+
+
+def test_a_size_read_across_a_flush_is_never_the_disks_older_one(tmp_path: Path, monkeypatch) -> None:
+    """getattr read the disk's size, then looked for the file's cache entry; a flush in between (another thread's
+    fsync) removed the entry, so the disk's older, shorter size was answered. The kernel took it as the file's size
+    and put the next O_APPEND write inside the file's data: a broker's segment then held a batch written over the
+    middle of others (seen as "unknown magic" at a broker's restart in a power-loss run)."""
+    import threading
+
+    from tests.chaos import lazyfs
+
+    (tmp_path / "disk").mkdir()
+    fs = lazyfs.LazyFS(str(tmp_path / "disk"))
+    fh = fs.create("/seg", 0o644, os.O_RDWR)
+    fs.write("/seg", b"a" * 1000, 0, fh)
+    fs.fsync("/seg", 0, fh)
+    fs.write("/seg", b"b" * 500, 1000, fh)  # dirty: the disk has 1000 bytes, the file 1500
+    real_lstat = os.lstat
+    flushed = threading.Event()
+
+    def lstat_then_a_flush(path, *args, **kwargs):
+        st = real_lstat(path, *args, **kwargs)
+        if str(path).endswith("/seg") and not flushed.is_set():
+            t = threading.Thread(target=lambda: (fs.fsync("/seg", 0, fh), flushed.set()))
+            t.start()
+            t.join(1.0)  # the old getattr let it finish here; the fixed one holds the cache meanwhile
+        return st
+
+    monkeypatch.setattr(lazyfs.os, "lstat", lstat_then_a_flush)
+    assert fs.getattr("/seg")["st_size"] == 1500
+    assert flushed.wait(5) and fs.getattr("/seg")["st_size"] == 1500
+    fs.release("/seg", fh)
