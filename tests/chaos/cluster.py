@@ -50,6 +50,10 @@ BROKER_SETTINGS: dict[str, Any] = {
     # Snapshots (and compaction of the metadata log) every few entries, so they run during every fault —
     # controller pauses included — not once in a blue moon at the default 4 MiB (issue 31).
     "metadata.log.max.record.bytes.between.snapshots": 16384,
+    # The brokers speak plaintext HTTP to each other from their namespaces' addresses, presenting no identity:
+    # /cluster/v1 takes them only when the network is declared trusted (the suite's own bridge is), as the operator
+    # does for a plaintext Cluster (docs/authorization.md).
+    "http.control.plane.open": True,
 }
 START_TIMEOUT_S = 60.0
 

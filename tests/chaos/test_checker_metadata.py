@@ -76,8 +76,9 @@ def test_the_incarnation_is_the_one_whose_id_the_final_metadata_has() -> None:
 
 
 def auto_created() -> list[list]:
-    """chaos-churn deleted at T0+2; the churn producer's Metadata request auto-creates it (id "auto") before the
-    fault's creates, both refused as existing (T0+2.5..T0+3, T0+4): no create answered the final id."""
+    """chaos-churn deleted at T0+2 and created again (id "auto") by a create whose answer was lost — the admin call
+    retried and was refused as existing — or by a client's auto-creation; the fault's creates are refused as
+    existing (T0+2.5..T0+3, T0+4): no create answered the final id."""
     lines = churned()
     edit(lines, "meta")  # the same run
     for e in lines:
@@ -91,8 +92,8 @@ def auto_created() -> list[list]:
 
 
 def test_a_topic_auto_created_after_its_deletion_holds_what_was_acknowledged_after_it() -> None:
-    """Found in a 600 s run: the records acknowledged between the deletion and the refused create are the
-    auto-created incarnation's, not an earlier one's; only a record acknowledged before the deletion was sent is."""
+    """Found in a 600 s run: the records acknowledged between the deletion and the refused create are the new
+    incarnation's, not an earlier one's; only a record acknowledged before the deletion was sent is."""
     lines = auto_created()
     assert verdict(lines) == {}, check(lines).table()
     edit(lines, "log", 1)[4] = [[0, 100, 0], [1, 100, 1], [2, 100, 2]]  # the pre-deletion record served too
