@@ -336,6 +336,25 @@ class StatefulSet(KubeObject, total=False):
 class PodCondition(TypedDict, total=False):
     type: str
     status: str
+    reason: str
+    message: str
+    lastTransitionTime: str
+
+
+class ContainerStateWaiting(TypedDict, total=False):
+    reason: str
+    message: str
+
+
+class ContainerState(TypedDict, total=False):
+    waiting: ContainerStateWaiting
+
+
+class ContainerStatus(TypedDict, total=False):
+    name: str
+    ready: bool
+    restartCount: int
+    state: ContainerState
 
 
 class PodStatus(TypedDict, total=False):
@@ -343,6 +362,7 @@ class PodStatus(TypedDict, total=False):
     hostIP: str
     phase: str
     conditions: list[PodCondition]
+    containerStatuses: list[ContainerStatus]
 
 
 class Pod(KubeObject, total=False):

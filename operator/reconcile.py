@@ -235,7 +235,7 @@ async def reconcile_cluster(body: ClusterResource, kube: KubeClient, admin_for: 
                 # The secured layout registers an address per listener, which the admin API does not list yet.
                 await mark_moved_addresses(ctx, wanted)
             await mark_manual_roll(ctx)
-            note = await roll(ctx, update_revision)
+            note = await roll(ctx, update_revision, replicas)
             if note is None:
                 note = await elect_after_roll(ctx)
             notes += [note] if note else []

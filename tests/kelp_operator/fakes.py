@@ -181,13 +181,19 @@ def statefulset(name: str, replicas: int, *, ready: int | None = None, revision:
                        "observedGeneration": 1, "updateRevision": revision}}
 
 
-def broker_pod(cluster: str, n: int, *, revision: str = "rev-1", ready: bool = True) -> dict:
+def broker_pod(cluster: str, n: int, *, revision: str = "rev-1", ready: bool = True,
+               waiting: str | None = None) -> dict:
+    """Broker pod n; `waiting` is its container's waiting reason (CrashLoopBackOff, ...) when given."""
+    status: dict[str, Any] = {"podIP": f"10.1.0.{n + 1}",
+                              "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    if waiting:
+        status["containerStatuses"] = [{"name": "kelp", "ready": False, "restartCount": 3,
+                                        "state": {"waiting": {"reason": waiting}}}]
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": f"{cluster}-{n}", "namespace": "ns",
                          "labels": {"app.kubernetes.io/name": "kelp", "app.kubernetes.io/instance": cluster,
                                     "app.kubernetes.io/component": "broker", "controller-revision-hash": revision}},
-            "status": {"podIP": f"10.1.0.{n + 1}",
-                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+            "status": status}
 
 
 class FakeAdmin(BrokerAdmin):

@@ -84,7 +84,8 @@ def test_unready_outdated_pods_restart_even_when_no_broker_answers() -> None:
     # A config change the brokers need in order to start at all: every pod crash-loops on the old revision.
     body = resource("Cluster", "demo", {"brokers": 3})
     sts = statefulset("demo", 3, ready=0, revision="rev-2")
-    kube = FakeKube(body, sts, *(broker_pod("demo", n, revision="rev-1", ready=False) for n in range(3)))
+    kube = FakeKube(body, sts, *(broker_pod("demo", n, revision="rev-1", ready=False, waiting="CrashLoopBackOff")
+                                 for n in range(3)))
     admin = FakeAdmin(brokers=[])
     admin.unreachable = True
     _, conds = run(body, kube, admin)
@@ -174,6 +175,27 @@ def test_the_override_annotation_lets_a_roll_past_the_min_insync_rule() -> None:
             assert kube.deleted == [], progressing
             assert progressing["reason"] == "RestartBlocked" and "orders-0" in progressing["message"], progressing
             assert "kelp.dev/restart-ignore-min-insync" in progressing["message"], "the way out is named"
+
+
+def test_the_override_annotation_is_one_shot() -> None:
+    # Issue 32, item 4: the override used to stay for good, so every later roll skipped the availability check.
+    # Once the roll it let through is done, the operator removes it; set while no roll runs, it waits for one.
+    key = "kelp.dev/restart-ignore-min-insync"
+    rolling = {"conditions": [{"type": "Progressing", "status": "True", "reason": "RollingRestart", "message": "",
+                               "lastTransitionTime": "2026-11-01T00:00:00Z"}]}
+    body = resource("Cluster", "demo", {"brokers": 3}, annotations={key: "true"}, status=rolling)
+    kube = FakeKube(body, statefulset("demo", 3), *(broker_pod("demo", n) for n in range(3)))
+    admin = FakeAdmin(brokers=[0, 1, 2], controller=0, topics=three_broker_topics())
+    run(body, kube, admin)
+    assert key not in kube.objects[("Cluster", "ns", "demo")]["metadata"]["annotations"], "the roll is done"
+    assert kube.events("RestartOverrideRemoved")
+    # Set between rolls (the previous pass reconciled, no election owed): kept for the roll to come.
+    settled = {"conditions": [{**rolling["conditions"][0], "reason": "Reconciled", "status": "False"}]}
+    body = resource("Cluster", "demo", {"brokers": 3}, annotations={key: "true"}, status=settled)
+    kube = FakeKube(body, statefulset("demo", 3), *(broker_pod("demo", n) for n in range(3)))
+    run(body, kube, admin)
+    assert kube.objects[("Cluster", "ns", "demo")]["metadata"]["annotations"][key] == "true"
+    assert not kube.events("RestartOverrideRemoved")
 
 
 def test_the_scale_down_shrink_is_fenced_and_recorded() -> None:
