@@ -1,7 +1,17 @@
 """Partition moves during scaling: drain before a scale-down, spread after a scale-up, and watch every move.
 
 Why: a StatefulSet scale-down deletes the highest-numbered pods, so the
-brokers that go must hold no replica first; brokers added by a scale-up hold
+brokers that go must hold no replica first, and must stay so: topics created
+while the drain runs (an application auto-creating them, a Topic growing)
+are placed on every live broker. So the scale-down **decommissions first**
+(Redpanda's and KRaft's way): the controller marks the brokers that go
+(`POST /admin/v1/brokers/{id}/decommission`, a mark in the metadata log) and
+from then on places no new replica or leader on them; the drain moves their
+replicas away; and right before the StatefulSet shrinks, the controller is
+asked again what each still holds (`confirm_drained`), so a replica placed
+before the mark, or a move the observation missed, keeps the pod. Broker ids
+below `spec.brokers` are recommissioned (a scale-down undone, a scale-up
+reusing ids). Brokers added by a scale-up hold
 nothing until replicas move to them (the plans are in `plans.py`). A move
 the controller accepted can still stop making progress — its new replica's
 broker died, its disk is full, its fetcher is stuck — and a drain waiting on
@@ -31,8 +41,8 @@ from .plans import DrainBlocked, Placement, drain_plan, rebalance_plan
 from .resources import ClusterPass
 from .status import Observed, condition, rfc3339, rfc3339_ms
 
-__all__ = ["drain", "rebalance", "watch_reassignments", "partitions_of", "racks_of", "REBALANCE_ANNOTATION",
-           "REASSIGNMENT_ANNOTATION"]
+__all__ = ["drain", "confirm_drained", "recommission", "rebalance", "watch_reassignments", "partitions_of",
+           "racks_of", "REBALANCE_ANNOTATION", "REASSIGNMENT_ANNOTATION"]
 
 REBALANCE_ANNOTATION = "kelp.dev/rebalance"
 REASSIGNMENT_ANNOTATION = "kelp.dev/reassignment"
@@ -53,6 +63,69 @@ def partitions_of(observed: Observed) -> list[PartitionReplicas]:
 
 def racks_of(observed: Observed) -> dict[int, str | None]:
     return {int(b["id"]): b.get("rack") for b in (observed.cluster or {}).get("brokers", [])}
+
+
+def decommissioned_of(observed: Observed) -> set[int]:
+    return {int(b) for b in (observed.cluster or {}).get("decommissioned") or []}
+
+
+async def _decommission(ctx: ClusterPass, admin: BrokerAdmin, leaving: list[int]) -> str | None:
+    """Mark the brokers that go (those not marked yet); the controller's refusal as a message, None when done."""
+    unmarked = [b for b in leaving if b not in decommissioned_of(ctx.observed)]
+    if not unmarked:
+        return None
+    await ctx.kube.fence()
+    try:
+        for b in unmarked:
+            await admin.decommission(b)
+    except AdminError as exc:
+        return exc.message
+    await ctx.emit("BrokersDecommissioned", f"broker(s) {unmarked} decommissioned before the scale-down: the "
+                   "controller places no new replica or leader on them; their replicas move away next")
+    return None
+
+
+async def recommission(ctx: ClusterPass) -> None:
+    """Broker ids the Cluster keeps (below spec.brokers) that are marked decommissioned take replicas again."""
+    admin = ctx.admin
+    back = sorted(b for b in decommissioned_of(ctx.observed) if b < ctx.spec.brokers)
+    if admin is None or not back:
+        return
+    await ctx.kube.fence()
+    try:
+        for b in back:
+            await admin.decommission(b, decommissioned=False)
+    except AdminError as exc:
+        await ctx.emit("RecommissionFailed", f"broker(s) {back} are below spec.brokers but still decommissioned, "
+                       f"and recommissioning them failed: {exc.message}; retried next pass", warning=True)
+        return
+    await ctx.emit("BrokersRecommissioned", f"broker(s) {back} recommissioned: spec.brokers keeps them, so they take "
+                   "new replicas and leaderships again")
+
+
+async def confirm_drained(ctx: ClusterPass, leaving: list[int]) -> Condition | None:
+    """Right before the StatefulSet shrinks: the controller's own answer that each broker that goes is
+    decommissioned and holds nothing. None when it is so; otherwise the condition that keeps the pods."""
+    admin = ctx.admin
+    if admin is None:
+        return condition("Progressing", True, "DrainWaiting", f"broker(s) {leaving} are removed once the controller "
+                         f"confirms they hold nothing: {ctx.observed.error or 'no ready broker'}")
+    held: list[str] = []
+    try:
+        for b in leaving:
+            answer = await admin.holdings(b)
+            if not answer.get("decommissioned"):
+                held.append(f"broker {b} is not decommissioned (recommissioned meanwhile?); the drain marks it again")
+            elif answer.get("replicas"):
+                listed = ", ".join(answer.get("partitions") or [])
+                held.append(f"broker {b} still holds {answer['replicas']} replica(s) ({listed})")
+    except AdminError as exc:
+        return condition("Progressing", True, "DrainWaiting", f"broker(s) {leaving} are removed once the controller "
+                         f"confirms they hold nothing: {exc.message}")
+    if not held:
+        return None
+    return condition("Progressing", True, "Draining", f"scale-down to {ctx.spec.brokers} broker(s) waits: the "
+                     f"controller says {'; '.join(held)}; they move on the next pass")
 
 
 async def _submit(ctx: ClusterPass, admin: BrokerAdmin, plan: list[PartitionMove]) -> str | None:
@@ -79,10 +152,16 @@ async def drain(ctx: ClusterPass, current: int) -> tuple[int, Condition | None]:
         return current, condition("Progressing", True, "DrainWaiting",
                                   f"scale-down to {spec.brokers} waits for the brokers to answer, so that broker(s) "
                                   f"{leaving} can be drained first: {observed.error or 'no ready broker'}")
+    refused = await _decommission(ctx, admin, leaving)
+    if refused is not None:
+        message = (f"scale-down to {spec.brokers} broker(s) waits: decommissioning broker(s) {leaving} (so that no new "
+                   f"replica lands on them while they drain) was refused: {refused}; retried next pass")
+        await ctx.emit("DrainRefused", message, warning=True)
+        return current, condition("Progressing", False, "DrainRefused", message)
     parts = partitions_of(observed)
     holding = [p for p in parts if set(p["replicas"]) & set(leaving)]
     if not holding:
-        return spec.brokers, None
+        return spec.brokers, None  # the caller asks the controller again right before the shrink
     live = set(racks_of(observed))
     dead = [b for b in range(spec.brokers) if b not in live]
     if dead:

@@ -57,6 +57,7 @@ class ClusterDescription(TypedDict):
     controller_epoch: int
     metadata_offset: int
     brokers: list[BrokerEndpointJson]
+    decommissioned: list[int]  # broker ids leaving the cluster: no new replicas or leaders (decommission.py)
 
 
 class ClusterMember(MemberLeases, MemberMetadata, MemberShutdown, LeaderRouting):
@@ -243,6 +244,7 @@ class ClusterMember(MemberLeases, MemberMetadata, MemberShutdown, LeaderRouting)
             "controller_epoch": self.controller_epoch,
             "metadata_offset": self.image.offset,
             "brokers": [b.to_json() for b in sorted(self.brokers.values(), key=lambda b: b.id)],
+            "decommissioned": sorted(b for b, reg in self.image.brokers.items() if reg.decommissioned),
         }
 
 
