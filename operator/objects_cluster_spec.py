@@ -41,6 +41,7 @@ class PodTemplateOverrides(TypedDict, total=False):
 class StorageSettings(TypedDict, total=False):
     size: str
     storageClassName: str
+    deleteClaim: bool
 
 
 class RackSettings(TypedDict, total=False):

@@ -248,7 +248,11 @@ async def reconcile_cluster(body: ClusterResource, kube: KubeClient, admin_for: 
                 note = await elect_after_roll(ctx)
             notes += [note] if note else []
         for extra_note in (dynamic_note, external_note, tls.condition, refused, storage_note):
-            if extra_note is not None:
+            if extra_note is None:
+                continue
+            if extra_note["reason"] == "ExpandingVolumes":
+                notes.append(extra_note)  # a wait on the storage driver never hides a blocked roll or drain
+            else:
                 notes.insert(0, extra_note)
     sts_status = _sts_status(sts)
     sts_generation = (sts["metadata"].get("generation") if sts else None) or 0

@@ -84,6 +84,8 @@ class ClusterSpec:
     image_pull_policy: str = "IfNotPresent"
     storage_size: str = "10Gi"
     storage_class: str | None = None
+    # spec.storage.deleteClaim: the claims go with the Cluster and with brokers a scale-down removes.
+    storage_delete_claim: bool = False
     resources: JsonObject = field(default_factory=dict)
     config: Mapping[str, str] = field(default_factory=dict)
     rack_topology_key: str | None = None
@@ -144,6 +146,7 @@ class ClusterSpec:
             brokers=int(spec.get("brokers", 3)), image=str(spec.get("image") or DEFAULT_IMAGE),
             image_pull_policy=str(spec.get("imagePullPolicy") or "IfNotPresent"),
             storage_size=str(storage.get("size") or "10Gi"), storage_class=storage.get("storageClassName"),
+            storage_delete_claim=bool(storage.get("deleteClaim", False)),
             resources=resources, config={str(k): str(v) for k, v in (spec.get("config") or {}).items()},
             rack_topology_key=rack.get("topologyKey"),
             kafka_port=int(listeners.get("kafkaPort", 9092)), http_port=int(listeners.get("httpPort", 8080)),
