@@ -24,7 +24,9 @@ waits for the user's way out, the Cluster annotation `kelp.dev/reassignment`:
 
 - `cancel`: every move in flight is cancelled (`"replicas": null`: the
   partitions keep their original replicas); a pending drain plans again on
-  the next pass, a rebalance is dropped;
+  the next pass, avoiding the brokers the cancelled moves were adding
+  replicas to (the annotation `kelp.dev/drain-avoid`, removed once the
+  drain is done), a rebalance is dropped;
 - `retry`: cancelled, then the same targets submitted again (a fetcher that
   was stuck starts over).
 
@@ -36,16 +38,19 @@ from __future__ import annotations
 
 from .admin_types import PartitionMove, Reassignment
 from .brokers import AdminError, BrokerAdmin
+from .kube import PERSISTENT_VOLUME_CLAIM
 from .objects import Condition, ReassignmentStatus
 from .plans import DrainBlocked, Placement, drain_plan, rebalance_plan
 from .resources import ClusterPass
 from .status import Observed, condition, rfc3339, rfc3339_ms
+from .storage import parse_quantity
 
 __all__ = ["drain", "confirm_drained", "recommission", "rebalance", "watch_reassignments", "partitions_of",
            "racks_of", "REBALANCE_ANNOTATION", "REASSIGNMENT_ANNOTATION"]
 
 REBALANCE_ANNOTATION = "kelp.dev/rebalance"
 REASSIGNMENT_ANNOTATION = "kelp.dev/reassignment"
+AVOID_ANNOTATION = "kelp.dev/drain-avoid"  # brokers a cancelled move stalled on: the drain's last choice
 MAX_LISTED = 8
 
 
@@ -57,8 +62,31 @@ class PartitionReplicas(Placement):
 
 def partitions_of(observed: Observed) -> list[PartitionReplicas]:
     return [{"topic": t["name"], "partition": p["partition"], "replicas": list(p["replicas"]),
-             "moving": bool(p.get("adding") or p.get("removing"))}
+             "moving": bool(p.get("adding") or p.get("removing")), "size_bytes": p.get("size_bytes")}
             for t in observed.topics for p in t.get("partitions", [])]
+
+
+def avoided(ctx: ClusterPass) -> set[int]:
+    raw = ctx.annotations.get(AVOID_ANNOTATION) or ""
+    return {int(b) for b in raw.split(",") if b.strip().isdigit()}
+
+
+async def _capacities(ctx: ClusterPass, brokers: list[int]) -> dict[int, int]:
+    """Each broker's volume in bytes (its claim's capacity, else its request); brokers without a claim are left out."""
+    out: dict[int, int] = {}
+    for b in brokers:
+        claim = await ctx.kube.get(PERSISTENT_VOLUME_CLAIM, ctx.spec.namespace, f"data-{ctx.spec.name}-{b}")
+        if claim is None:
+            continue
+        size = ((claim.get("status") or {}).get("capacity") or {}).get("storage") \
+            or ((claim.get("spec") or {}).get("resources") or {}).get("requests", {}).get("storage")
+        try:
+            out[b] = int(parse_quantity(size)) if size else 0
+        except ValueError:
+            continue
+        if not out[b]:
+            del out[b]
+    return out
 
 
 def racks_of(observed: Observed) -> dict[int, str | None]:
@@ -161,6 +189,8 @@ async def drain(ctx: ClusterPass, current: int) -> tuple[int, Condition | None]:
     parts = partitions_of(observed)
     holding = [p for p in parts if set(p["replicas"]) & set(leaving)]
     if not holding:
+        if AVOID_ANNOTATION in ctx.annotations:
+            await ctx.annotate(AVOID_ANNOTATION, None)
         return spec.brokers, None  # the caller asks the controller again right before the shrink
     live = set(racks_of(observed))
     dead = [b for b in range(spec.brokers) if b not in live]
@@ -171,8 +201,9 @@ async def drain(ctx: ClusterPass, current: int) -> tuple[int, Condition | None]:
         await ctx.emit("DrainBlocked", message, warning=True)
         return current, condition("Progressing", False, "DrainBlocked", message)
     try:
-        plan = drain_plan([p for p in holding if not p["moving"]], keep=list(range(spec.brokers)),
-                          racks=racks_of(observed))
+        keep = list(range(spec.brokers))
+        plan = drain_plan([p for p in holding if not p["moving"]], keep=keep, racks=racks_of(observed),
+                          capacity=await _capacities(ctx, keep), avoid=avoided(ctx), placed=parts)
     except DrainBlocked as exc:
         message = (f"cannot scale down to {spec.brokers} broker(s): {exc}; lower the topic's replication factor "
                    "or keep more brokers")
@@ -269,6 +300,12 @@ async def watch_reassignments(ctx: ClusterPass) -> tuple[ReassignmentStatus | No
             await ctx.emit("ReassignmentCancelFailed", message, warning=True)
             return ctx.old_status.get("reassignment"), condition("Progressing", False, "ReassignmentStalled", message)
         await ctx.annotate(REASSIGNMENT_ANNOTATION, None)
+        stalled_on = sorted({int(r) for m in moves for r in m.get("adding", [])} | avoided(ctx))
+        draining = any(int(r) >= ctx.spec.brokers for m in moves for r in m.get("removing", []))
+        if action == "cancel" and draining and stalled_on:
+            # The drain plans again on the next pass: not onto the brokers these moves stalled on, if it can.
+            await ctx.annotate(AVOID_ANNOTATION, ",".join(str(b) for b in stalled_on))
+            done += f"; the drain avoids broker(s) {stalled_on} when it plans again ({AVOID_ANNOTATION})"
         reason = "ReassignmentRetried" if action == "retry" else "ReassignmentCancelled"
         await ctx.emit(reason, done)
         return None, condition("Progressing", True, reason, done)
