@@ -105,6 +105,14 @@ class KubeNode:
         """SIGKILL a container's init process (`containerd://<id>` from a Pod's containerStatuses)."""
         self.ctr("tasks", "kill", "-s", "SIGKILL", container_id.split("://", 1)[-1], timeout=30)
 
+    def pause_container(self, container_id: str) -> None:
+        """Freeze a container's processes (cgroup freezer): a hung broker. Its probes time out; signals wait
+        until `resume_container`, so whoever freezes one must thaw it (a SIGKILL waits too)."""
+        self.ctr("tasks", "pause", container_id.split("://", 1)[-1], timeout=30)
+
+    def resume_container(self, container_id: str) -> None:
+        self.ctr("tasks", "resume", container_id.split("://", 1)[-1], timeout=30)
+
     def stop_kubelet(self) -> None:
         """Stop the kubelet as `systemctl stop kubelet` would (SIGTERM); containers keep running."""
         assert self.kubelet is not None, "this node has no kubelet to stop"
