@@ -54,6 +54,8 @@ __all__ = ["reconcile", "reconcile_cluster", "reconcile_topic", "reconcile_group
            "observe", "REBALANCE_ANNOTATION"]
 
 DESCRIBE_CONCURRENCY = 8
+RACK_HINT = ("spec.rack.topologyKey needs cluster-wide RBAC (its brokers read their node's labels): install the "
+             "operator's chart with rbac.rackAwareness=true, or remove spec.rack")
 
 
 async def observe(admin: BrokerAdmin) -> Observed:
@@ -107,7 +109,8 @@ def _ready_brokers(pods: list[Pod]) -> set[int]:
 async def _apply(ctx: ClusterPass, manifests: list[Manifest]) -> Condition | None:
     """Server-side apply each child in order, up to the first the API server refuses (its condition)."""
     for manifest in manifests:
-        _applied, refused = await apply_child(ctx, manifest)
+        hint = RACK_HINT if manifest["kind"] in ("ClusterRole", "ClusterRoleBinding") else None
+        _applied, refused = await (apply_child(ctx, manifest, hint=hint) if hint else apply_child(ctx, manifest))
         if refused is not None:
             return refused
     return None
