@@ -197,12 +197,18 @@ def _delete_node_object(kube_api, node_name: str) -> None:
             raise
 
 
+def _kubelet_extra(module: object, control_plane: object) -> dict[str, str] | None:
+    extra = getattr(module, "KUBELET_CONFIG", None)
+    return extra(control_plane) if callable(extra) else extra
+
+
 @pytest.fixture(scope="module")
 def kube_node(kube_control_plane, kube_api, request: pytest.FixtureRequest) -> Iterator[KubeNode]:
     """Start containerd + kubelet registered with the tier's API server; yield the node.
 
     A test module's `KUBELET_CONFIG` (a dict of top-level KubeletConfiguration fields, e.g.
-    `{"syncFrequency": "10s"}`) is added to its node's kubelet config."""
+    `{"syncFrequency": "10s"}`, or a function of the control plane returning one: the cluster DNS
+    address depends on its service range) is added to its node's kubelet config."""
     reason = node_skip_reason()
     if reason:
         pytest.skip(reason)
@@ -237,7 +243,7 @@ def kube_node(kube_control_plane, kube_api, request: pytest.FixtureRequest) -> I
         cfg = base / "kubelet.yaml"
         cfg.write_text(nodelib.kubelet_config(base, port=free_port(), healthz_port=free_port(),
                                                cgroup_root=node.name,
-                                               extra=getattr(request.module, "KUBELET_CONFIG", None)))
+                                               extra=_kubelet_extra(request.module, kube_control_plane)))
         node.kubelet_argv = [
             str(kubelet), f"--kubeconfig={kube_control_plane.kubeconfig}", f"--config={cfg}",
             f"--root-dir={base / 'kubelet'}", f"--cert-dir={base / 'kubelet' / 'pki'}",
