@@ -43,7 +43,6 @@ class RollWatch:
     topics: Callable[[], list[dict]]  # every topic described (ChurnEnv.topics)
     expected: Callable[[], int]  # how many broker pods the StatefulSet wants now
     min_isr: int = 2
-    check_isr: bool = True  # False when the case itself takes a second broker down (a readiness blip mid-roll)
     exempt: set[str] = field(default_factory=set)  # pods the case itself takes down (a freeze, a kill)
     deletions: list[PodDeletion] = field(default_factory=list)
     isr_below: list[str] = field(default_factory=list)
@@ -81,7 +80,7 @@ class RollWatch:
             self._down_since = {n: self._down_since.get(n, now) for n in down}
 
     def _isr_loop(self) -> None:
-        while self.check_isr and not self._stop.wait(1.0):
+        while not self._stop.wait(1.0):
             try:
                 described = self.topics()
             except Exception:  # noqa: BLE001 - no broker answered this time
