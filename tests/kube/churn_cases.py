@@ -18,7 +18,8 @@ from tests.kube.churn_env import CLUSTER, ChurnEnv
 from tests.kube.churn_report import CaseRow
 from tests.kube.churn_workload import Workload, WorkloadSettings
 
-__all__ = ["Form", "FORM", "SETTLE_TIMEOUT_S", "run_case", "ensure_volumes", "uids", "broker_restarts", "revision"]
+__all__ = ["Form", "FORM", "SETTLE_TIMEOUT_S", "run_case", "ensure_volumes", "scale_to", "uids", "broker_restarts",
+           "revision"]
 
 SETTLE_TIMEOUT_S = 300
 
@@ -97,3 +98,12 @@ def broker_restarts(pod) -> int:
 
 def revision(env: ChurnEnv) -> str:
     return env.apps.read_namespaced_stateful_set(CLUSTER, env.ns).status.update_revision
+
+
+def scale_to(env: ChurnEnv, row: CaseRow, brokers: int, *, before: int = 3) -> None:
+    """Scale the stage's Cluster up to `brokers` (volumes for the new claims first) and wait until it settled."""
+    ensure_volumes(env, brokers)
+    t0 = time.monotonic()
+    env.patch_cluster({"brokers": brokers})
+    row.ready(f"{before}→{brokers}", env.wait_settled(brokers, since=t0, timeout=SETTLE_TIMEOUT_S,
+                                                       what=f"scale-up to {brokers}"))

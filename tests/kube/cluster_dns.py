@@ -29,7 +29,7 @@ import threading
 import time
 from typing import Any
 
-from tests.kube.api_forwarder import _ip
+from tests.kube.api_forwarder import _ip, add_local_address
 
 __all__ = ["ClusterDns", "DOMAIN"]
 
@@ -43,13 +43,7 @@ class ClusterDns:
 
         self.link, self.address, self.api_service_ip = name, address, api_service_ip
         self.core, self.discovery = client.CoreV1Api(kube_api), client.DiscoveryV1Api(kube_api)
-        for args in (("link", "add", name, "type", "veth", "peer", "name", name + "p"),
-                     ("addr", "add", f"{address}/32", "dev", name),
-                     ("link", "set", name + "p", "up"), ("link", "set", name, "up")):
-            out = _ip(*args)
-            if out.returncode != 0:
-                _ip("link", "del", name)
-                raise RuntimeError(f"`ip {' '.join(args)}` failed: {out.stderr.strip()}")
+        add_local_address(name, address)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             self.sock.bind((address, 53))

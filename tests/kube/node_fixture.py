@@ -24,6 +24,7 @@ import shlex
 import signal
 import subprocess
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -141,6 +142,37 @@ def local_volume(*, name: str, storage_class: str, path: Path, node: str, capaci
             node_affinity=client.V1VolumeNodeAffinity(required=client.V1NodeSelector(node_selector_terms=[
                 client.V1NodeSelectorTerm(match_expressions=[client.V1NodeSelectorRequirement(
                     key="kubernetes.io/hostname", operator="In", values=[node])])]))))
+
+
+@contextmanager
+def default_storage(kube_api, node: KubeNode, *, name: str, volumes: int, capacity: str = "10Gi") -> Iterator[str]:
+    """A default StorageClass `name` with `volumes` local PersistentVolumes on `node` (as a cluster's provisioner
+    would make them on demand); all removed afterwards."""
+    from kubernetes import client
+
+    core, st = client.CoreV1Api(kube_api), client.StorageV1Api(kube_api)
+    st.create_storage_class(client.V1StorageClass(
+        metadata=client.V1ObjectMeta(name=name, annotations={"storageclass.kubernetes.io/is-default-class": "true"}),
+        provisioner="kubernetes.io/no-provisioner", volume_binding_mode="WaitForFirstConsumer"))
+    pvs = []
+    try:
+        for i in range(volumes):
+            path = node.base / f"volumes/{name}-{i}"
+            path.mkdir(parents=True)
+            pvs.append(f"{name}-pv-{i}")
+            core.create_persistent_volume(local_volume(name=pvs[-1], storage_class=name, path=path, node=node.name,
+                                                       capacity=capacity))
+        yield name
+    finally:
+        for pv in pvs:
+            try:
+                core.delete_persistent_volume(pv)
+            except client.ApiException:
+                pass
+        try:
+            st.delete_storage_class(name)
+        except client.ApiException:
+            pass
 
 
 def node_skip_reason() -> str | None:

@@ -41,7 +41,7 @@ import time
 
 import pytest
 
-from tests.kube.churn_cases import FORM, SETTLE_TIMEOUT_S
+from tests.kube.churn_cases import FORM, SETTLE_TIMEOUT_S, scale_to
 from tests.kube.churn_cases import broker_restarts as _broker_restarts
 from tests.kube.churn_cases import ensure_volumes as _ensure_volumes
 from tests.kube.churn_cases import revision as _revision
@@ -130,10 +130,7 @@ def test_churn_d_operator_killed_mid_scale_down_and_standby_takes_over(churn: Ch
     assert ops is not None
     with record_case("d operator killed mid-drain", FORM.name) as row:
         def steps(_work: Workload) -> None:
-            _ensure_volumes(env, 4)
-            t0 = time.monotonic()
-            env.patch_cluster({"brokers": 4})
-            row.ready("3→4", env.wait_settled(4, since=t0, timeout=SETTLE_TIMEOUT_S, what="scale-up to 4"))
+            scale_to(env, row, 4)
             env.ensure_operators(timeout=60)  # both chart replicas up: one active, the other standing by
             t1 = time.monotonic()
             env.patch_cluster({"brokers": 3})

@@ -34,7 +34,7 @@ import time
 
 import pytest
 
-from tests.kube.churn_cases import FORM, SETTLE_TIMEOUT_S, ensure_volumes, revision, run_case, uids
+from tests.kube.churn_cases import FORM, SETTLE_TIMEOUT_S, revision, run_case, scale_to, uids
 from tests.kube.churn_env import BASE_BROKERS, CLUSTER, ChurnEnv, churn, churn_env, condition_of  # noqa: F401
 from tests.kube.churn_report import CaseRow, record_case
 from tests.kube.churn_watch import RollWatch
@@ -88,6 +88,13 @@ def _probe_blocked(env: ChurnEnv, pod: str, *, seconds: float, row: CaseRow,
     return deleted
 
 
+def _said_it_waits_for(pod: str, progress: list[str], row: CaseRow) -> None:
+    """The roll's condition named `pod` as what it waits for, at least once while `pod` was down."""
+    waited = [m for m in progress if m.startswith("RestartWaiting") and pod in m]
+    assert waited, f"the roll never said it waits for {pod}: {progress}"
+    row.notes.append(f"while {pod} was down: {waited[-1][:200]}")
+
+
 def _roll_value() -> str:
     """A new value of a static key for each roll: the pod template changes, so the pods restart."""
     return str(int(time.time()) % 1000 + 10)
@@ -120,9 +127,7 @@ def test_churn_g_readiness_blip_of_another_broker_mid_roll(churn: ChurnEnv) -> N
                 row.notes.append(f"{target} (controller {controller}) failed readiness while {restarting} restarted; "
                                  f"Progressing meanwhile: {[m[:120] for m in progress[-3:]]}")
                 assert not deleted, f"{target} was restarted during a {BLIP_S:.0f}s readiness blip: {progress}"
-                waited = [m for m in progress if m.startswith("RestartWaiting") and target in m]
-                assert waited, f"the roll never said it waits for {target} during the blip: {progress}"
-                row.notes.append(f"during the blip: {waited[-1][:200]}")
+                _said_it_waits_for(target, progress, row)
                 row.ready("roll", env.wait_settled(BASE_BROKERS, since=t0, timeout=SETTLE_TIMEOUT_S,
                                                    what="the roll after a readiness blip"))
             finally:
@@ -173,9 +178,7 @@ def test_churn_h_roll_with_one_broker_dead(churn: ChurnEnv) -> None:  # noqa: F8
                 others = {n: u for n, u in before.items() if n != dead}
                 now = uids(env)
                 assert all(now.get(n) == u for n, u in others.items()), f"another pod restarted meanwhile: {now}"
-                waited = [m for m in progress if m.startswith("RestartWaiting") and dead in m]
-                assert waited, f"the roll never said it waits for {dead}: {progress}"
-                row.notes.append(f"while {dead} was hung: {waited[0][:200]}")
+                _said_it_waits_for(dead, progress, row)
                 row.ready("roll", env.wait_settled(BASE_BROKERS, since=t0, timeout=SETTLE_TIMEOUT_S,
                                                    what="the roll with a hung broker"))
             finally:
@@ -204,10 +207,7 @@ def test_churn_i_topics_created_and_grown_during_a_scale_down_drain(churn: Churn
     env = churn
     with record_case("i topics created during drain", FORM.name) as row:
         def steps(_work: Workload) -> None:
-            ensure_volumes(env, 4)
-            t0 = time.monotonic()
-            env.patch_cluster({"brokers": 4})
-            row.ready("3→4", env.wait_settled(4, since=t0, timeout=SETTLE_TIMEOUT_S, what="scale-up to 4"))
+            scale_to(env, row, 4)
             env.custom.create_namespaced_custom_object(GROUP, VERSION, env.ns, "topics", {
                 "apiVersion": f"{GROUP}/{VERSION}", "kind": "Topic", "metadata": {"name": "churn-i-grow"},
                 "spec": {"cluster": CLUSTER, "partitions": 2, "replicationFactor": 3}})
@@ -245,10 +245,7 @@ def test_churn_j_broker_killed_mid_drain(churn: ChurnEnv) -> None:  # noqa: F811
     env = churn
     with record_case("j SIGKILL mid-drain", FORM.name) as row:
         def steps(_work: Workload) -> None:
-            ensure_volumes(env, 4)
-            t0 = time.monotonic()
-            env.patch_cluster({"brokers": 4})
-            row.ready("3→4", env.wait_settled(4, since=t0, timeout=SETTLE_TIMEOUT_S, what="scale-up to 4"))
+            scale_to(env, row, 4)
             t1 = time.monotonic()
             env.patch_cluster({"brokers": 3})
             moving, progressing = env.watch(lambda: _draining(env), timeout=120, interval=0.1,

@@ -28,6 +28,7 @@ import re
 import shlex
 import subprocess
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -36,7 +37,7 @@ from tests.chart.helm import helm_binary, helm_env
 from tests.kube.api_forwarder import ApiForwarder
 from tests.kube.cluster_dns import ClusterDns
 from tests.kube.kube_waits import wait_for
-from tests.kube.node_fixture import KubeNode, local_volume
+from tests.kube.node_fixture import KubeNode, default_storage
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(2400)]
 
@@ -87,59 +88,41 @@ def stage(kube_control_plane, kube_api, kube_node: KubeNode, kelp_image: Path, k
     """The cluster around the quick start: DNS, the API Service address, storage, the image, kubectl, helm."""
     from kubernetes import client
 
-    if helm_binary() is None:
+    helm = helm_binary()
+    if helm is None:
         pytest.skip("helm not installed (test extra helm-binary)")
-    core, storage = client.CoreV1Api(kube_api), client.StorageV1Api(kube_api)
-    port = int(kube_control_plane.server.rsplit(":", 1)[1])
-    forwarder = ApiForwarder(name=f"kapi{kube_node.bridge[4:]}", api_port=port,
-                             service_ip=kube_control_plane.service_ip)
-    dns = ClusterDns(name=f"kdns{kube_node.bridge[4:]}", kube_api=kube_api,
-                     address=str(kube_control_plane.service_net[10]), api_service_ip=kube_control_plane.service_ip)
-    klass = f"quickstart-{kube_node.name[-6:]}"
-    pvs = [f"{klass}-{n}" for n in range(4)]
-    tmp = tmp_path_factory.mktemp("quickstart")
-    try:
+    core = client.CoreV1Api(kube_api)
+    env = helm_env(tmp_path_factory.mktemp("quickstart") / "home", kubeconfig=kube_control_plane.kubeconfig)
+    env["PATH"] = os.pathsep.join([str(kubectl.parent), str(helm.parent), "/usr/local/bin", "/usr/bin", "/bin"])
+    with ExitStack() as stack:
+        port = int(kube_control_plane.server.rsplit(":", 1)[1])
+        forwarder = ApiForwarder(name=f"kapi{kube_node.bridge[4:]}", api_port=port,
+                                 service_ip=kube_control_plane.service_ip)
+        stack.callback(forwarder.stop)
+        dns = ClusterDns(name=f"kdns{kube_node.bridge[4:]}", kube_api=kube_api,
+                         address=str(kube_control_plane.service_net[10]),
+                         api_service_ip=kube_control_plane.service_ip)
+        stack.callback(dns.stop)
         # kind's default StorageClass makes a volume per claim; here the volumes are made first.
-        storage.create_storage_class(client.V1StorageClass(
-            metadata=client.V1ObjectMeta(name=klass, annotations={
-                "storageclass.kubernetes.io/is-default-class": "true"}),
-            provisioner="kubernetes.io/no-provisioner", volume_binding_mode="WaitForFirstConsumer"))
-        for name in pvs:
-            path = kube_node.base / "volumes" / name
-            path.mkdir(parents=True)
-            core.create_persistent_volume(local_volume(name=name, storage_class=klass, path=path,
-                                                       node=kube_node.name, capacity="10Gi"))
+        stack.enter_context(default_storage(kube_api, kube_node, name=f"quickstart-{kube_node.name[-6:]}",
+                                            volumes=4))
+        # Last in, first out: helm's cluster-scoped objects (ClusterRole, binding) outlive the namespace.
+        stack.callback(_remove_namespace, core, kubectl, env)
+        stack.callback(subprocess.run, [str(helm), "uninstall", "kelp", "--namespace", NAMESPACE, "--wait",
+                                        "--timeout", "60s"], env=env, capture_output=True, timeout=120)
         # The README's image line for containerd nodes: images/build-image.sh (the kelp_image fixture), then
         # `ctr -n k8s.io images import` (into this node's containerd).
         print(f"\nquick start: image imported in {kube_node.import_current_image(kelp_image):.1f}s")
-        env = helm_env(tmp / "home", kubeconfig=kube_control_plane.kubeconfig)
-        env["PATH"] = os.pathsep.join([str(kubectl.parent), str(Path(helm_binary() or "helm").parent),
-                                       "/usr/local/bin", "/usr/bin", "/bin"])
         yield env, dns
-    finally:
-        # helm's cluster-scoped objects (the ClusterRole and binding) outlive the namespace: uninstall first.
-        helm = helm_binary()
-        if helm is not None:
-            subprocess.run([str(helm), "uninstall", "kelp", "--namespace", NAMESPACE, "--wait", "--timeout", "60s"],
-                           env=helm_env(tmp / "home", kubeconfig=kube_control_plane.kubeconfig),
-                           capture_output=True, timeout=120)
-        subprocess.run([str(kubectl), "delete", "namespace", NAMESPACE, "--wait=false"],
-                       env={"KUBECONFIG": str(kube_control_plane.kubeconfig)}, capture_output=True, timeout=60)
-        try:
-            wait_for(lambda: _namespace_gone(core), timeout=180, interval=2, what=f"namespace {NAMESPACE} deleted")
-        except AssertionError as exc:
-            print(f"quick start: {exc}")
-        for name in pvs:
-            try:
-                core.delete_persistent_volume(name)
-            except client.ApiException:
-                pass
-        try:
-            storage.delete_storage_class(klass)
-        except client.ApiException:
-            pass
-        dns.stop()
-        forwarder.stop()
+
+
+def _remove_namespace(core, kubectl: Path, env: dict[str, str]) -> None:
+    subprocess.run([str(kubectl), "delete", "namespace", NAMESPACE, "--wait=false"], env=env, capture_output=True,
+                   timeout=60)
+    try:
+        wait_for(lambda: _namespace_gone(core), timeout=180, interval=2, what=f"namespace {NAMESPACE} deleted")
+    except AssertionError as exc:
+        print(f"quick start: {exc}")
 
 
 def _namespace_gone(core) -> bool:
