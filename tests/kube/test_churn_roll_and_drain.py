@@ -8,9 +8,10 @@ deleted a broker pod while another was down (not Ready, terminating or missing) 
 went below min.insync.replicas. The cases:
 
 (g) a readiness blip of another broker mid-roll: once the roll restarts its first pod, the controller's
-    readiness probe fails for 20 s (the node's own traffic to its HTTP port is rejected — the kubelet
-    probes from the node — while the broker keeps serving its peers, clients and the operator pod): the
-    roll says it waits for it, instead of restarting it into a second broker down;
+    readiness probe fails (the node's own traffic to its HTTP port is rejected — the kubelet probes from
+    the node — while the broker keeps serving its peers, clients and the operator pod) until the
+    restarting pod has been back for 12 s (45 s at most): the roll says it waits for the blipping pod,
+    instead of restarting it into a second broker down;
 (h) a roll with one broker dead: a broker frozen (hung) before a config change; the roll says it waits
     for it, restarts nothing else, restarts it once it is stuck (`spec.restart.podReadyTimeoutSeconds`,
     20 s here), then finishes — never a partition below min.insync;
@@ -43,7 +44,8 @@ from tests.kube.test_kube_crd import GROUP, VERSION
 
 pytestmark = [pytest.mark.kube, pytest.mark.clients, pytest.mark.timeout(1500)]
 
-BLIP_S = 20.0  # readiness fails after about 6 s (3 probes 2 s apart): NotReady for about 14 s
+BLIP_MAX_S = 45.0  # liveness probes hit the same port: 6 failures 10 s apart would have the kubelet kill it
+BLIP_AFTER_S = 12.0  # NotReady this long after the restarting pod is back: the roll decides on the blip itself
 STUCK_AFTER_S = 20
 THAW_BY_S = 50.0  # the liveness probe (10 s x 6) would have the kubelet kill a frozen broker at 60 s
 
@@ -59,11 +61,11 @@ def _first_restart(env: ChurnEnv, before: dict[str, str]) -> str | None:
     return going[0] if going else None
 
 
-def _probe_blocked(env: ChurnEnv, pod: str, *, seconds: float, row: CaseRow,
-                   progress: list[str]) -> bool:
-    """Reject the node's own connections to `pod`'s HTTP port for `seconds` (its probes fail; its peers, clients
-    and the operator pod, on the bridge, are not affected); whether the pod was deleted meanwhile. The
-    Progressing conditions seen meanwhile go to `progress`."""
+def _probe_blocked(env: ChurnEnv, pod: str, *, restarting: str, row: CaseRow, progress: list[str]) -> tuple[bool, bool]:
+    """Reject the node's own connections to `pod`'s HTTP port (its probes fail; its peers, clients and the operator
+    pod, on the bridge, are not affected) until `restarting` has been Ready for BLIP_AFTER_S, at most BLIP_MAX_S;
+    (whether the pod was deleted meanwhile, whether `restarting` was back long enough). The Progressing
+    conditions seen meanwhile go to `progress`."""
     import subprocess
 
     p = env.pods()[pod]
@@ -72,11 +74,19 @@ def _probe_blocked(env: ChurnEnv, pod: str, *, seconds: float, row: CaseRow,
     subprocess.run(["iptables", "-I", *rule], check=True, capture_output=True, timeout=20)
     t0 = time.monotonic()
     deleted = False
+    back_since: float | None = None
     try:
-        while time.monotonic() - t0 < seconds:
-            now = env.pods().get(pod)
+        while time.monotonic() - t0 < BLIP_MAX_S:
+            pods = env.pods()
+            now = pods.get(pod)
             if now is None or now.metadata.uid != uid or now.metadata.deletion_timestamp is not None:
                 deleted = True
+            other = pods.get(restarting)
+            ready = other is not None and other.metadata.deletion_timestamp is None and any(
+                c.type == "Ready" and c.status == "True" for c in other.status.conditions or [])
+            back_since = (back_since or time.monotonic()) if ready else None
+            if back_since is not None and time.monotonic() - back_since >= BLIP_AFTER_S:
+                break
             cond = condition_of(env.cluster(), "Progressing")
             seen = f"{cond.get('reason')}: {cond.get('message')}"
             if not progress or progress[-1] != seen:
@@ -85,7 +95,7 @@ def _probe_blocked(env: ChurnEnv, pod: str, *, seconds: float, row: CaseRow,
     finally:
         subprocess.run(["iptables", "-D", *rule], capture_output=True, timeout=20)
     row.notes.append(f"{pod}'s readiness probe failed for {time.monotonic() - t0:.1f}s (node → {ip}:8080 rejected)")
-    return deleted
+    return deleted, back_since is not None and time.monotonic() - back_since >= BLIP_AFTER_S
 
 
 def _said_it_waits_for(pod: str, progress: list[str], row: CaseRow) -> None:
@@ -123,11 +133,12 @@ def test_churn_g_readiness_blip_of_another_broker_mid_roll(churn: ChurnEnv) -> N
                     controller) else next(n for n in sorted(before) if n != restarting
                                           and pods[n].metadata.uid == before[n])
                 progress: list[str] = []
-                deleted = _probe_blocked(env, target, seconds=BLIP_S, row=row, progress=progress)
+                deleted, decided = _probe_blocked(env, target, restarting=restarting, row=row, progress=progress)
                 row.notes.append(f"{target} (controller {controller}) failed readiness while {restarting} restarted; "
                                  f"Progressing meanwhile: {[m[:120] for m in progress[-3:]]}")
-                assert not deleted, f"{target} was restarted during a {BLIP_S:.0f}s readiness blip: {progress}"
-                _said_it_waits_for(target, progress, row)
+                assert not deleted, f"{target} was restarted during its readiness blip: {progress}"
+                # Once the restarting pod was back, the roll had the blipping one to decide on: it waits for it.
+                _said_it_waits_for(target if decided else restarting, progress, row)
                 row.ready("roll", env.wait_settled(BASE_BROKERS, since=t0, timeout=SETTLE_TIMEOUT_S,
                                                    what="the roll after a readiness blip"))
             finally:
