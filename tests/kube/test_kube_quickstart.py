@@ -150,7 +150,7 @@ def test_the_readme_quick_start_runs_as_written_with_the_defaults(stage, kube_no
             continue
         if command.startswith("kubectl logs"):
             # The kubelet here serves on loopback, so the API server cannot proxy a log: read it from the node.
-            pod = shlex.split(command)[-1]
+            pod = shlex.split(command, comments=True)[-1]
             log = kube_node.container_log(NAMESPACE, pod, pod, lines=500)
             ran.append(f"$ {command}  (read from the node)\n{log[-2000:]}")
             continue
