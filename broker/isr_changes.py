@@ -97,8 +97,9 @@ class IsrChanges(ReplicaState):
                 part.wake()
 
     def check_isr(self) -> None:
-        """Shrink the ISR of led partitions whose followers lag more than replica.lag.time.max.ms (periodic)."""
-        now = self._now_ms()
+        """Shrink the ISR of led partitions whose followers lag more than replica.lag.time.max.ms (periodic); lag is
+        measured on the monotonic clock."""
+        now = self._lag_clock_ms()
         for part in list(self._partitions.values()):
             if not part.is_leader or len(part.isr) <= 1:
                 continue

@@ -122,6 +122,8 @@ class _Member(Protocol):
     @property
     def controller_id(self) -> int: ...
 
+    def metadata_problems(self) -> Mapping[str, int]: ...
+
 
 class _Topics(Protocol):
     def list_topics(self) -> list[TopicState]: ...
@@ -348,6 +350,12 @@ class ClusterCollector(Collector):
                                          "Members of each group coordinated by this broker", labels=["group"]),
             "txn_ongoing": GaugeMetricFamily("kelp_transactions_ongoing",
                                              "Ongoing transactions of the transactional ids this broker coordinates"),
+            "meta": GaugeMetricFamily("kelp_metadata_problems",
+                                      "Problems with the cluster metadata as this broker sees it: deliveries refused "
+                                      "as another history (diverged), broker leases that cannot be read "
+                                      "(unreadable_leases), the newest snapshot unreadable at load "
+                                      "(snapshot_fallback), its controller refusing a log that went back in time "
+                                      "(history_refused)", labels=["kind"]),
             "dropped": GaugeMetricFamily("kelp_metrics_series_dropped",
                                          "Series left out of this scrape by its size bounds", labels=["family"]),
         }
@@ -357,6 +365,9 @@ class ClusterCollector(Collector):
         counters: list[Metric] = []
         broker = self._broker_source()
         try:
+            if broker is not None and broker.cluster is not None:
+                for kind, count in sorted(broker.cluster.metadata_problems().items()):
+                    f["meta"].add_metric([kind], count)
             if broker is not None and broker.topics is not None:
                 self._partitions(broker, broker.topics, f)
                 self._groups(broker, f)

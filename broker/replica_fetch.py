@@ -43,7 +43,7 @@ class FetchPath(ReplicaState):
         results: list[FetchPartitionResult] = []
         remaining = max_bytes
         total = 0
-        now = self._now_ms() if replica_id >= 0 else 0
+        now = self._lag_clock_ms() if replica_id >= 0 else 0
         for req in requests:
             res = FetchPartitionResult(req.topic, req.partition)
             results.append(res)

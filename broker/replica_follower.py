@@ -277,10 +277,11 @@ class FollowerPath(ReplicaState):
         self._run_job(part, f"rolling a segment of {part.name}", part.log.roll_when_due, install)
 
     # -- log deletion -----------------------------------------------------------
-    def delete_log_later(self, topic: str, partition: int) -> Awaitable[None] | None:
-        """Delete a replica's log with no file work on the event loop: forgotten now (a replica placed here
-        again at once gets a fresh log), its files closed and removed in a worker thread. None if absent."""
-        doomed = self.logs.detach(topic, partition)
+    def delete_log_later(self, topic: str, partition: int, topic_id: str | None = None) -> Awaitable[None] | None:
+        """Delete a replica's log (of `topic_id`'s topic, when given: a log already re-created under the name for
+        another id is not this deletion's) with no file work on the event loop: forgotten now (a replica placed
+        here again at once gets a fresh log), its files closed and removed in a worker thread. None if absent."""
+        doomed = self.logs.detach(topic, partition, topic_id)
         if doomed is None:
             return None
         try:

@@ -35,7 +35,7 @@ import asyncio
 import logging
 from typing import Callable, Coroutine, Sequence
 
-from kelp.clock import WallClockMs, wall_clock_ms
+from kelp.clock import WallClockMs, monotonic_ms, wall_clock_ms
 from kelp.errors import (
     FencedLeaderEpochError,
     KelpError,
@@ -96,12 +96,15 @@ LeadershipListener = Callable[[str, int, bool, int], None]
 
 class ReplicaManager(TxnMarkerPath, FetchPath, FollowerPath, IsrChanges):
     def __init__(self, config: BrokerConfig, logs: LogManager, topics: TopicManager, *,
-                 clock_ms: WallClockMs = wall_clock_ms) -> None:
+                 clock_ms: WallClockMs = wall_clock_ms, lag_clock_ms: WallClockMs = monotonic_ms) -> None:
         self.config = config
         self.logs = logs
         self.topics = topics
         self.broker_id = config.broker_id
-        self._now_ms = clock_ms  # wall-clock ms: follower fetch times, ISR lag, producer-state expiry
+        self._now_ms = clock_ms  # wall-clock ms: producer-state expiry, marker timestamps (stored in data)
+        # Monotonic ms: follower fetch times and ISR lag. On the wall clock a forward step of the clock (NTP, a VM
+        # resumed) made every follower look lagging and shrank every ISR to its leader (issue 31 item 6).
+        self._lag_clock_ms = lag_clock_ms
         self._partitions = {}
         self._dirty = set()
         self._flush_due = {}
@@ -167,7 +170,7 @@ class ReplicaManager(TxnMarkerPath, FetchPath, FollowerPath, IsrChanges):
         info = self.topics.get(topic)
         if info is None:
             return
-        now = self._now_ms()
+        now = self._lag_clock_ms()
         partitions = self._partitions
         for p, state in enumerate(info.partition_states):
             key = (topic, p)
@@ -201,9 +204,14 @@ class ReplicaManager(TxnMarkerPath, FetchPath, FollowerPath, IsrChanges):
             # An older epoch than ours is a stale push: ignored.
 
     def _open(self, topic: str, p: int) -> Partition:
+        info = self.topics.get(topic)
+        topic_id = info.topic_id if info is not None else None
         lg = self.logs.get(topic, p)
-        if lg is None:
-            lg = self.logs.get_or_create(topic, p, self.topics.log_config(topic))
+        if lg is None or (topic_id is not None and lg.topic_id != topic_id):
+            # Deliveries make logs ready in a worker thread first (TopicManager.prepare_logs); only a caller that
+            # applies metadata by hand gets here. Never a log of another topic id (LogManager.get_or_create).
+            lg = self.logs.get_or_create(topic, p, self.topics.log_config(topic), topic_id=topic_id,
+                                         removed_ids=self.topics.removed_ids())
         part = Partition(topic, p, lg, broker_id=self.broker_id, min_insync_replicas=self._min_isr(topic))
         self._partitions[(topic, p)] = part
         self._load_producer_state(part)  # a worker-thread job when the log holds batches: appends wait for it
@@ -272,7 +280,7 @@ class ReplicaManager(TxnMarkerPath, FetchPath, FollowerPath, IsrChanges):
             self._notify(part, False)
         if delete_log:
             log.info("%s: replica removed from broker %d; deleting its log", part.name, self.broker_id)
-            self.delete_log_later(part.topic, part.partition)  # file work in a worker thread
+            self.delete_log_later(part.topic, part.partition, part.log.topic_id)  # file work in a worker thread
 
     def get_partition(self, topic: str, partition: int) -> Partition | None:
         return self._partitions.get((topic, partition))

@@ -64,7 +64,8 @@ class ReplicaState:
     logs: LogManager
     topics: TopicManager
     broker_id: int
-    _now_ms: WallClockMs
+    _now_ms: WallClockMs  # wall clock: what is stored in data (producer-state expiry, marker timestamps)
+    _lag_clock_ms: WallClockMs  # monotonic ms: follower progress and ISR lag (never steps with the wall clock)
     _partitions: dict[tuple[str, int], Partition]
     _dirty: set[tuple[str, int]]  # appended since the last checkpoint
     _flush_due: dict[tuple[str, int], Log]  # follower logs past flush.messages: fsync before fetching
@@ -95,7 +96,8 @@ class ReplicaState:
 
         def _load_producer_state(self, part: Partition) -> None: ...
 
-        def delete_log_later(self, topic: str, partition: int) -> Awaitable[None] | None: ...
+        def delete_log_later(self, topic: str, partition: int, topic_id: str | None = None
+                             ) -> Awaitable[None] | None: ...
 
         # -- isr_changes.py --
         def _request_isr(self, part: Partition, new_isr: tuple[int, ...], reason: str) -> None: ...

@@ -127,10 +127,12 @@ class TopicManager:
         self.config = config
         self.logs = logs
         self.cluster: ControllerDoor | None = None  # the ClusterMember (set by the composition root)
-        # Deletes one partition's log without file work on the event loop (ReplicaManager.delete_log_later,
-        # set by the composition root); None: LogManager.delete at once (unit tests without a loop).
-        self.log_deleter: Callable[[str, int], object] | None = None
+        # Deletes one partition's log of one topic id without file work on the event loop
+        # (ReplicaManager.delete_log_later, set by the composition root); None: LogManager.delete at once (unit tests
+        # without a loop).
+        self.log_deleter: Callable[[str, int, str], object] | None = None
         self._topics: dict[str, TopicState] = {}
+        self._by_id: dict[str, str] = {}  # topic id (hex) -> name, for requests that name topics by id (KIP-516)
         self._listeners: list[TopicListener] = []
         # A topic's log config is computed and set under its lock, from the current topic and broker configs, by
         # the event loop (topic changes) and by the worker reconfiguring logs after a broker config change alike:
@@ -151,36 +153,50 @@ class TopicManager:
                 log.exception("topic listener failed on %s %s", event, topic)
 
     # -- applying the controller's decisions ----------------------------------
-    async def prepare_logs(self, states: Iterable[TopicState]) -> int:
-        """Create, in a worker thread, the logs of this broker's replicas of the partitions `states` add (a
-        new topic, or partitions past those known), with their topics' configs; `apply_delta` then finds them.
+    async def prepare_logs(self, image: MetadataImage, states: Iterable[TopicState], *, full: bool = False) -> int:
+        """Make ready, in a worker thread, the logs of this broker's replicas among `states` (topics of the
+        metadata `image` about to be applied): created with their topic's id and config, and a log of the same name
+        held for another topic id set aside first (`LogManager.get_or_create`: `-delete` when that id's deletion is
+        in `image.removed`, else `-stray`). `apply_delta` then finds every log in place.
 
-        Opening 3,000 new logs while applying the delta that created them (files, checkpoints) held the
-        event loop for seconds, past this broker's 3 s lease (issue 23). A re-created topic (another id)
-        is left to `apply_delta`, which deals with the old logs first. Returns how many were created.
-        """
+        `full` (the whole image, when this process is registered): also deletes the logs of topics the image no
+        longer has whose deletion it records — a topic deleted while this broker was down. Opening 3,000 new logs
+        on the event loop held it for seconds, past this broker's lease (issue 23); a log opened by name alone
+        served another topic's records (issue 31). Returns how many logs were created or set aside."""
         logs = self.logs
         if logs is None:
             return 0
         broker_id = self.config.broker_id
-        wanted: list[tuple[str, int, LogConfig]] = []
+        wanted: list[tuple[str, int, LogConfig, str]] = []
         for state in states:
             known = self._topics.get(state.name)
-            if known is not None and known.topic_id != state.topic_id:
-                continue
-            first = known.partitions if known is not None else 0
-            config = self.log_config(state.name, dict(state.configs))
-            wanted.extend((state.name, p, config) for p in range(first, state.partitions)
-                          if broker_id in state.partition_states[p].replicas and logs.get(state.name, p) is None)
-        if not wanted:
+            before = known.partition_states if known is not None and known.topic_id == state.topic_id else ()
+            config: LogConfig | None = None
+            for p, ps in enumerate(state.partition_states):
+                if broker_id not in ps.replicas or (p < len(before) and before[p] is ps):
+                    continue  # not here, or unchanged since its log was made
+                held = logs.get(state.name, p)
+                if held is not None and held.topic_id == state.topic_id:
+                    continue
+                config = config or self.log_config(state.name, dict(state.configs))
+                wanted.append((state.name, p, config, state.topic_id))
+        removed = dict(image.removed)
+        gone: list[tuple[str, int, str]] = []
+        if full:
+            gone = [(name, p, tid) for (name, p), tid in logs.topic_ids().items()
+                    if name not in image.topics and tid is not None and removed.get(tid) == name]
+        if not wanted and not gone:
             return 0
 
         def work() -> None:
-            for name, p, config in wanted:
-                logs.get_or_create(name, p, config)
+            for name, p, config, topic_id in wanted:
+                logs.get_or_create(name, p, config, topic_id=topic_id, removed_ids=removed)
+            for name, p, topic_id in gone:
+                if logs.delete(name, p, topic_id):
+                    log.info("%s-%d: deleted (topic id %s was deleted while this broker was away)", name, p, topic_id)
 
         await asyncio.to_thread(work)
-        return len(wanted)
+        return len(wanted) + len(gone)
 
     def apply_delta(self, delta: MetadataDelta) -> None:
         """Apply what one step of the metadata log changed (`metadata_image.MetadataDelta`), in that order:
@@ -210,6 +226,7 @@ class TopicManager:
             self._remove(state.name, old.topic_id, delete_logs=False)
             old = None
         self._topics[state.name] = state
+        self._by_id[state.topic_id] = state.name
         if old is None or dict(old.configs) != dict(state.configs):
             if self.logs is not None:
                 with self._config_lock(state.name):
@@ -279,6 +296,7 @@ class TopicManager:
         if info is None or info.topic_id != topic_id:
             return
         del self._topics[name]
+        self._by_id.pop(topic_id, None)
         self._notify("deleted" if delete_logs else "forgotten", name)
         if delete_logs and self.logs is not None:
             for p in range(info.partitions):
@@ -286,9 +304,9 @@ class TopicManager:
                     continue
                 try:
                     if self.log_deleter is not None:
-                        self.log_deleter(name, p)  # the replica manager's: files removed in a worker thread
+                        self.log_deleter(name, p, topic_id)  # the replica manager's: files removed in a worker thread
                     else:
-                        self.logs.delete(name, p)
+                        self.logs.delete(name, p, topic_id)
                 except Exception as exc:  # already gone on disk is fine
                     log.warning("deleting log of %s-%d: %s", name, p, exc)
             log.info("topic %s (id %s) deleted", name, topic_id)
@@ -302,6 +320,10 @@ class TopicManager:
 
     def get(self, name: str) -> TopicState | None:
         return self._topics.get(name)
+
+    def name_of(self, topic_id: str) -> str | None:
+        """The name of the topic with this id (32 hex digits), None if no topic has it."""
+        return self._by_id.get(topic_id)
 
     def describe(self, name: str) -> TopicState:
         info = self._topics.get(name)
@@ -329,6 +351,10 @@ class TopicManager:
         for k, v in info.configs.items():
             out[k] = (v, False)
         return out
+
+    def removed_ids(self) -> dict[str, str]:
+        """The ids of deleted topics (id -> name) the metadata applied here records."""
+        return dict(self.cluster.image.removed) if self.cluster is not None else {}
 
     def log_config_or_none(self, name: str) -> LogConfig | None:
         """For LogManager(config_for=...): None for unknown topics (defaults apply)."""
@@ -419,12 +445,16 @@ class TopicManager:
                     f"topic '{name}' exists but broker {self.config.broker_id} has not applied it yet; retry") from None
             return found
 
-    async def delete_topic(self, name: str) -> None:
+    async def delete_topic(self, name: str, *, topic_id: str | None = None) -> None:
+        """Delete topic `name` (only if its id is `topic_id`, when given: else UnknownTopicIdError)."""
         self.describe(name)
         refuse_internal(name, "delete", _OFFSETS_WHY + "; deleting it would lose them all")
         if not self.config["delete.topic.enable"]:
             raise ConfigError(f"cannot delete topic '{name}': delete.topic.enable is false")
-        await self._controller().call("delete_topic", name=name)
+        if topic_id is None:
+            await self._controller().call("delete_topic", name=name)
+        else:
+            await self._controller().call("delete_topic", name=name, topic_id=topic_id)
 
     async def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> TopicState:
         info = self.describe(name)

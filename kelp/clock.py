@@ -9,8 +9,11 @@ call site's unit, and a test had to know which clock to fake. The convention:
   deadlines, segment times, lease renew times, commit and expiry times, producer-state expiry. It is
   Kafka's own unit, so a value read from a config (`*.ms`) or a record is used as it is.
 - **Monotonic time is float seconds** (`Monotonic`, `monotonic`): durations and deadlines inside one
-  process — timeouts, backoffs, lease freshness, how long a broker has been silent. It is never
-  stored, sent, or compared across processes (each process's monotonic clock has its own origin).
+  process — timeouts, backoffs, lease freshness, how long a broker has been silent, how long a
+  follower has lagged. It is never stored, sent, or compared across processes (each process's
+  monotonic clock has its own origin). On Linux it is `CLOCK_BOOTTIME`, which keeps counting while
+  the host is suspended: `CLOCK_MONOTONIC` stops then, and a process that slept through its lease's
+  expiry would judge the lease still fresh (issue 31). Neither steps when the wall clock is set.
 - Configuration keeps Kafka's names and units (`*.ms`); a component converts once, where it builds
   the deadline, and names the variable for its unit (`timeout_s`, `deadline_ms`).
 
@@ -24,7 +27,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-__all__ = ["WallClockMs", "Monotonic", "wall_clock_ms", "monotonic"]
+__all__ = ["WallClockMs", "Monotonic", "wall_clock_ms", "monotonic", "monotonic_ms"]
 
 WallClockMs = Callable[[], int]
 """Returns wall-clock milliseconds since the epoch."""
@@ -38,4 +41,14 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-monotonic: Monotonic = time.monotonic
+def _boottime() -> float:
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+monotonic: Monotonic = _boottime if hasattr(time, "CLOCK_BOOTTIME") else time.monotonic
+"""Monotonic seconds that include time the host spent suspended (Linux `CLOCK_BOOTTIME`)."""
+
+
+def monotonic_ms() -> int:
+    """`monotonic` in integer milliseconds: for durations kept in Kafka's unit (ISR lag, session timeouts)."""
+    return int(monotonic() * 1000)

@@ -107,7 +107,11 @@ class ErrorCode(IntEnum):
     DUPLICATE_RESOURCE = 92
     UNACCEPTABLE_CREDENTIAL = 93
     INVALID_UPDATE_VERSION = 95
+    UNKNOWN_TOPIC_ID = 100
     BROKER_ID_NOT_REGISTERED = 102
+    # Kafka's Raft answers it to a request from another cluster's log; Kelp's brokers answer it to a metadata delivery
+    # that does not extend the history they applied (MetadataDivergedError).
+    INCONSISTENT_CLUSTER_ID = 104
     TRANSACTIONAL_ID_NOT_FOUND = 105
     INELIGIBLE_REPLICA = 107
     TRANSACTION_ABORTABLE = 120
@@ -166,6 +170,13 @@ class CorruptRecordError(KelpError):
 
 class UnknownTopicOrPartitionError(KelpError):
     code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    http_status = 404
+
+
+class UnknownTopicIdError(KelpError):
+    """A request named a topic by an id no topic has (KIP-516: Fetch v13+, DeleteTopics v6+)."""
+
+    code = ErrorCode.UNKNOWN_TOPIC_ID
     http_status = 404
 
 
@@ -415,6 +426,14 @@ class StaleControllerEpochError(KelpError):
     """A request from a controller that has been deposed (its epoch is older than one already seen)."""
 
     code = ErrorCode.STALE_CONTROLLER_EPOCH
+    http_status = 409
+
+
+class MetadataDivergedError(KelpError):
+    """A metadata delivery whose entries do not extend the history this broker applied: the controller's store lost
+    entries (restored from an older copy, or its newest entries removed) and another history was written on top."""
+
+    code = ErrorCode.INCONSISTENT_CLUSTER_ID
     http_status = 409
 
 

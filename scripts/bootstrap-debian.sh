@@ -28,6 +28,11 @@ if [ "$tier" = test ]; then
   # Kelp's image without Docker (images/build-image.sh): a Debian root filesystem, packed as OCI
   command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
   command -v umoci >/dev/null 2>&1 || need+=(umoci)
+  # the fault suite (tests/chaos): libfuse 3 and fusermount3 for its power-loss file system (lazyfs.py), and a C
+  # compiler for the shim that steps a broker's wall clock (clockstep.c)
+  [ -e /usr/lib/x86_64-linux-gnu/libfuse3.so.3 ] || dpkg -s libfuse3-3 >/dev/null 2>&1 || need+=(libfuse3-3)
+  command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
+  command -v cc >/dev/null 2>&1 || need+=(gcc)
   # Spark (tests/spark, make spark-demo) and Kafka's own tools (tests/tools) need a JDK; Maven fetches their jars
   command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
   command -v mvn >/dev/null 2>&1 || need+=(maven)

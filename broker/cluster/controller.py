@@ -11,8 +11,9 @@ in order (`metadata_publisher`).
 
 Fencing, by construction: each incarnation first appends a `controller`
 record with an epoch above every earlier one. A deposed controller's next
-append targets an offset its successor already used and fails with a
-conflict, so it can never write again; it steps down (`active = False`),
+append targets an offset its successor already used — taken, or compacted
+away below the log start (`metadata_log`) — and fails with a conflict, so
+it can never write again; it steps down (`active = False`),
 its publisher stops, and brokers refuse its pushes once they have seen the
 newer epoch. The lease freshness check before each write is only an early
 exit. A write whose outcome is unknown (an I/O error, a timeout) puts the
@@ -56,11 +57,11 @@ from .metadata_image import (
     MetadataCorrupt,
     MetadataImage,
     apply_entry,
-    image_from_log,
     image_from_snapshot,
+    replay,
     snapshot_to_json,
 )
-from .metadata_log import MetadataLog, MetadataLogConflict, MetadataUnreadable, entry_size
+from .metadata_log import LoadedLog, MetadataLog, MetadataLogConflict, MetadataUnreadable, entry_size
 from .metadata_publisher import MetadataPublisher, Send
 from .metadata_records import (
     MetadataEntry,
@@ -77,13 +78,18 @@ from .partition_moves import PartitionMoves
 from .scram_admin import ScramAdmin
 from .topic_admin import MAX_PARTITIONS, TopicAdmin
 
-__all__ = ["Controller", "ControllerSettings", "MAX_ENTRY_BYTES", "MAX_PARTITIONS"]
+__all__ = ["Controller", "ControllerSettings", "MetadataHistoryRefused", "MAX_ENTRY_BYTES", "MAX_PARTITIONS"]
 
 log = logging.getLogger("kelp.broker.controller")
 
 MAX_ENTRY_BYTES = 900 * 1024  # one entry must fit one ConfigMap on Kubernetes
 CLAIM_ATTEMPTS = 10
 PERIODIC_S = 2.0
+
+
+class MetadataHistoryRefused(NotControllerError):
+    """The metadata log ends before (or differs from) what a live broker applied: acting on it would answer success
+    for changes no broker applies. The controller writes nothing; it says why."""
 
 
 class Controller(TopicAdmin, PartitionMoves, BrokerRequests, ScramAdmin, AclAdmin, Decommissions):
@@ -98,6 +104,7 @@ class Controller(TopicAdmin, PartitionMoves, BrokerRequests, ScramAdmin, AclAdmi
         lease_fresh: Callable[[], bool],
         topic_config_check: TopicConfigCheck | None = None,
         monotonic: Monotonic = clock.monotonic,
+        positions: Callable[[], Mapping[int, tuple[int, str]]] = dict,
     ) -> None:
         self.broker_id = broker_id
         self.settings = settings
@@ -106,6 +113,10 @@ class Controller(TopicAdmin, PartitionMoves, BrokerRequests, ScramAdmin, AclAdmi
         self._lease_fresh = lease_fresh
         self._topic_config_check = topic_config_check
         self.monotonic = monotonic  # the liveness watch's schedule
+        # Where each live broker says its metadata is, (offset, digest): refreshed by `live_brokers`.
+        self._positions = positions
+        self._digests: dict[int, str] = {}  # offset -> digest of the entries this controller holds in memory
+        self.refused = ""  # why this controller refuses to act on its log ("" while it does not)
         self.epoch = -1
         self.image = MetadataImage()
         self.alive: dict[int, BrokerEndpoint] = {}
@@ -118,7 +129,8 @@ class Controller(TopicAdmin, PartitionMoves, BrokerRequests, ScramAdmin, AclAdmi
         self._doubt: tuple[int, MetadataEntry] | None = None
         self.active = False
         self.publisher = MetadataPublisher(controller_id=broker_id, send=send, image=lambda: self.image,
-                                           is_active=lambda: self.active, on_stale=self._deposed)
+                                           is_active=lambda: self.active, on_stale=self._deposed,
+                                           on_history=self._refuse)
 
     @property
     def topics(self) -> Mapping[str, TopicState]:
@@ -126,13 +138,11 @@ class Controller(TopicAdmin, PartitionMoves, BrokerRequests, ScramAdmin, AclAdmi
 
     # -- lifecycle --------------------------------------------------------
     async def start(self) -> None:
-        """Load the log, claim a new epoch, elect for the live brokers, start delivering. Raises on an unreadable
-        log."""
-        loaded = await self.log.load()
-        try:
-            self.image = image_from_log(loaded.snapshot, loaded.entries)
-        except MetadataCorrupt as exc:
-            raise MetadataUnreadable(f"the metadata log cannot be replayed: {exc}") from None
+        """Load the log, check it extends what every live broker applied, claim a new epoch, elect for the live
+        brokers, start delivering. Raises on an unreadable log, and MetadataHistoryRefused (writing nothing) on a
+        log that is shorter than, or differs from, what a live broker applied."""
+        await self._live_brokers()  # the brokers' reported positions, fresh
+        loaded = await self._load_checked()
         if self.image.offset < 0:
             await self._import_legacy()
         for entry in loaded.entries:
@@ -147,6 +157,50 @@ class Controller(TopicAdmin, PartitionMoves, BrokerRequests, ScramAdmin, AclAdmi
                  self.broker_id, self.epoch, self.image.offset, len(self.topics), sorted(alive))
         await self._on_liveness(alive, takeover=True)
         self._task = asyncio.create_task(self._watch(), name=f"controller-{self.epoch}")
+
+    async def _load_checked(self) -> LoadedLog:
+        """The log, replayed into the image; refused when a live broker applied more of it (or another history).
+        A broker ahead may only be a deposed controller's last entry landing after this load: read once more."""
+        for attempt in range(2):
+            loaded = await self.log.load()
+            if loaded.fell_back:
+                log.error("the newest metadata snapshot cannot be read; loaded the older one and its entries "
+                          "instead: %s", "; ".join(loaded.fell_back))
+            try:
+                self.image, self._digests = replay(loaded.snapshot, loaded.entries)
+            except MetadataCorrupt as exc:
+                raise MetadataUnreadable(f"the metadata log cannot be replayed: {exc}") from None
+            why = self._history_refusal()
+            if not why:
+                return loaded
+            if attempt == 0:
+                log.warning("%s; reading the metadata log once more", why)
+        self._refuse(why)
+        raise MetadataHistoryRefused(why)
+
+    def _history_refusal(self) -> str:
+        """Why this controller's log may not be acted on: a live broker applied an offset past its end, or an entry
+        other than the log's at an offset both hold. "" when none did."""
+        for broker, (offset, digest) in sorted(self._positions().items()):
+            if offset > self.image.offset:
+                return (f"broker {broker} applied metadata offset {offset} but the metadata log ends at offset "
+                        f"{self.image.offset}: the store lost entries that were applied (restored from an older copy, "
+                        "or its newest entries removed)")
+            mine = self._digests.get(offset)
+            if digest and mine and digest != mine:
+                return (f"broker {broker} applied an entry at metadata offset {offset} (digest {digest}) other "
+                        f"than the log's (digest {mine}): the store holds another history than the one applied")
+        return ""
+
+    def _refuse(self, why: str) -> None:
+        """Stop acting on this log, loudly: nothing more is written or delivered. Every takeover checks again, so
+        the controller resumes once no live broker is ahead (each restarted broker reloads the store) or the store
+        holds the history again."""
+        log.error("controller of broker %d refuses to act on the metadata log: %s. Nothing is written until it "
+                  "holds what the brokers applied: restore the store's newest entries, or restart the brokers that "
+                  "are ahead so they reload it (docs/metadata.md, 'History')", self.broker_id, why)
+        self.refused = why
+        self._deposed(f"refused: {why}")
 
     async def _import_legacy(self) -> None:
         """An empty log beside documents of the store before it: import them once, as a snapshot at offset 0."""
@@ -172,18 +226,18 @@ class Controller(TopicAdmin, PartitionMoves, BrokerRequests, ScramAdmin, AclAdmi
             if not self._lease_fresh():
                 raise NotControllerError(f"broker {self.broker_id} lost the controller lease while taking over")
             epoch = self.image.epoch + 1
-            entry: MetadataEntry = {"offset": self.image.offset + 1, "epoch": epoch,
-                                    "records": [controller_record(epoch, self.broker_id)]}
+            entry = self._entry(epoch, [controller_record(epoch, self.broker_id)])
             try:
                 await self.log.append(entry)
             except MetadataLogConflict:
                 loaded = await self.log.load()  # someone wrote meanwhile (a deposed controller's last write)
-                self.image = image_from_log(loaded.snapshot, loaded.entries)
+                self.image, self._digests = replay(loaded.snapshot, loaded.entries)
                 self.publisher.trim(self.image.offset)
                 for e in loaded.entries:
                     self.publisher.retain(e)
                 continue
             self.image, _ = apply_entry(self.image, entry)
+            self._digests[self.image.offset] = self.image.digest
             self.epoch = epoch
             self.publisher.retain(entry)
             return
@@ -211,6 +265,10 @@ class Controller(TopicAdmin, PartitionMoves, BrokerRequests, ScramAdmin, AclAdmi
             await asyncio.sleep(interval)
             try:
                 alive = await self._live_brokers()
+                why = self._history_refusal()
+                if why:
+                    self._refuse(why)
+                    return
                 await self._on_liveness(alive)
                 if self.monotonic() >= next_periodic:
                     next_periodic = self.monotonic() + PERIODIC_S
@@ -277,6 +335,11 @@ class Controller(TopicAdmin, PartitionMoves, BrokerRequests, ScramAdmin, AclAdmi
         offset, mine = self._doubt
         try:
             found = await self.log.read_entry(offset)
+        except MetadataLogConflict as exc:  # compacted past: a newer controller wrote there and beyond
+            self._doubt = None
+            self._deposed(f"metadata offset {offset}: {exc}")
+            raise NotControllerError(f"another controller wrote past metadata offset {offset}; retry against it") \
+                from None
         except MetadataUnreadable as exc:
             raise NotControllerError("the metadata log cannot be read back after a failed write "
                                      f"({exc}); retry") from None
@@ -290,6 +353,7 @@ class Controller(TopicAdmin, PartitionMoves, BrokerRequests, ScramAdmin, AclAdmi
 
     def _applied(self, entry: MetadataEntry) -> None:
         self.image, _ = apply_entry(self.image, entry)
+        self._digests[self.image.offset] = self.image.digest
         self.publisher.retain(entry)
         self._since_snapshot += entry_size(entry)
         if self._since_snapshot >= self.settings.snapshot_bytes and self._snapshot_task is None:
@@ -317,12 +381,19 @@ class Controller(TopicAdmin, PartitionMoves, BrokerRequests, ScramAdmin, AclAdmi
             size += n + 1
         await self._append_entry(chunk, unknown_outcome)
 
+    def _entry(self, epoch: int, records: list[MetadataRecord]) -> MetadataEntry:
+        """The next entry: at the offset after the image's, extending its history (`prev`, when the image knows the
+        digest of its last entry). Through JSON and back: exactly what a reader decodes (a doubt compares it with
+        one read back, and every broker computes its digest from the decoded form)."""
+        doc: dict[str, object] = {"offset": self.image.offset + 1, "epoch": epoch, "records": records}
+        if self.image.digest:
+            doc["prev"] = self.image.digest
+        return as_entry(json.loads(json.dumps(doc)))
+
     async def _append_entry(self, records: list[MetadataRecord], unknown_outcome: type[Exception]) -> None:
         self._check_fresh()
         await self._resolve_doubt()
-        # Through JSON and back: the entry is exactly what a reader decodes (a doubt compares it with one read back).
-        entry = as_entry(json.loads(json.dumps({"offset": self.image.offset + 1, "epoch": self.epoch,
-                                                 "records": records})))
+        entry = self._entry(self.epoch, records)
         try:
             apply_entry(self.image, entry)  # the invariants hold before anything is written
         except MetadataCorrupt as exc:
@@ -345,6 +416,7 @@ class Controller(TopicAdmin, PartitionMoves, BrokerRequests, ScramAdmin, AclAdmi
             await self.log.write_snapshot(snapshot_to_json(image))
             gone = await self.log.compact(image.offset)
             self.publisher.trim(image.offset)
+            self._digests = {o: d for o, d in self._digests.items() if o >= image.offset}
             self._since_snapshot = self.publisher.retained_bytes()
             log.info("metadata snapshot at offset %d written; %d older object(s) removed", image.offset, gone)
         except asyncio.CancelledError:

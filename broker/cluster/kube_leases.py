@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from typing import Mapping
 
 from .kube_api import ApiClient, KubeApiError, KubeObject, LeaseSpec, ObjectMeta, request, request_list, request_object
-from .leases import LeaseBackend, LeaseConflict, LeaseRecord, LeaseUnreadable
+from .leases import LeaseBackend, LeaseConflict, LeaseRecord, LeaseScan, LeaseUnreadable
 
 __all__ = ["KubeLeaseBackend"]
 
@@ -76,18 +76,31 @@ class KubeLeaseBackend(LeaseBackend):
                 return None
             raise
 
-    def _list(self, prefix: str) -> list[LeaseRecord]:
-        out, cont = [], None
+    def _objects(self, prefix: str) -> list[KubeObject]:
+        out: list[KubeObject] = []
+        cont = None
         selector = ",".join(f"{k}={v}" for k, v in sorted(self.labels.items()))
         while True:
             query = [("limit", "500")] + ([("labelSelector", selector)] if selector else [])
             if cont:
                 query.append(("continue", cont))
             page = request_list(self.api, self._base, query=query)
-            out += [self._record(o) for o in page.get("items", []) if o["metadata"]["name"].startswith(prefix)]
+            out += [o for o in page.get("items", []) if o["metadata"]["name"].startswith(prefix)]
             cont = page.get("metadata", {}).get("continue")
             if not cont:
                 return out
+
+    def _list(self, prefix: str) -> list[LeaseRecord]:
+        return [self._record(o) for o in self._objects(prefix)]
+
+    def _scan(self, prefix: str) -> LeaseScan:
+        records, unreadable = [], {}
+        for obj in self._objects(prefix):
+            try:
+                records.append(self._record(obj))
+            except LeaseUnreadable as exc:
+                unreadable[str(obj["metadata"]["name"])] = str(exc)
+        return records, unreadable
 
     def _write(self, r: LeaseRecord, *, create: bool) -> LeaseRecord:
         try:
@@ -106,6 +119,9 @@ class KubeLeaseBackend(LeaseBackend):
 
     async def list(self, prefix: str) -> list[LeaseRecord]:
         return await asyncio.to_thread(self._list, prefix)
+
+    async def scan(self, prefix: str) -> LeaseScan:
+        return await asyncio.to_thread(self._scan, prefix)
 
     async def create(self, record: LeaseRecord) -> LeaseRecord:
         return await asyncio.to_thread(self._write, record, create=True)

@@ -9,8 +9,17 @@ chunks (`…-meta-snap-<offset>-<i>`, each under the 1 MiB object limit) and
 then a marker (`…-meta-snap-<offset>`) naming the chunk count and their
 SHA-256: a snapshot without its marker, or whose chunks do not match it, is
 never used. One LIST (a consistent read at one resourceVersion, even across
-pages) returns every entry and marker; entries and snapshots below the
-newest snapshot are deleted by `compact`.
+pages) returns every entry and marker.
+
+The log start (`…-meta-start`, the other half of the fence, see
+`metadata_log`) is one ConfigMap updated with its `resourceVersion` as a
+precondition, so it only grows: `compact` raises it before it deletes the
+entries and snapshots below the older of the two newest snapshots, and
+`append` reads it after its POST landed — a slot that was free because it
+was compacted reads as at or below it, and the append is refused (and its
+object deleted again) — and checks the entry before its own is still there
+(a store restored from an older copy under a running controller). It costs
+every append two GETs.
 
 The sharded ConfigMaps of the store before the log (`kelp.dev/metadata:
 topic|cluster`) are read by `legacy()` for the one-time import.
@@ -26,7 +35,17 @@ import json
 from kelp.json_types import JsonObject
 
 from .kube_api import ApiClient, KubeApiError, KubeObject, request, request_list, request_object
-from .metadata_log import BlockingMetadataLog, LegacyMetadata, LoadedLog, MetadataLogConflict, MetadataUnreadable
+from .metadata_log import (
+    BlockingMetadataLog,
+    LegacyMetadata,
+    LoadedLog,
+    MetadataLogConflict,
+    MetadataUnreadable,
+    _Raced,
+    assemble,
+    compaction_start,
+    went_back,
+)
 from .metadata_records import (
     LegacyClusterDoc,
     MetadataEntry,
@@ -117,6 +136,8 @@ class KubeMetadataLog(BlockingMetadataLog):
             try:
                 obj = request_object(self.api, "GET", f"{self._base}/{self._chunk_name(offset, i)}")
             except KubeApiError as exc:
+                if exc.status == 404 and not self._exists(self._marker_name(offset)):
+                    raise _Raced() from None  # compacted while it was read
                 raise MetadataUnreadable(f"snapshot chunk {self._chunk_name(offset, i)}: {exc}") from None
             parts.append(obj.get("data", {}).get(DATA_KEY, ""))
         text = "".join(parts)
@@ -131,27 +152,49 @@ class KubeMetadataLog(BlockingMetadataLog):
         return as_snapshot(doc)
 
     def _load(self) -> LoadedLog:
+        for _attempt in range(5):
+            try:
+                return self._load_once()
+            except _Raced:
+                continue  # a compaction removed the chunks of a snapshot listed a moment ago
+        raise MetadataUnreadable(f"the metadata log of cluster '{self.cluster}' kept changing under 5 reads; retry")
+
+    def _load_once(self) -> LoadedLog:
         items = self._list(f"{ROLE} in (log-entry,snapshot)")
         markers = {self._offset(o): o for o in items if o["metadata"]["labels"].get(ROLE) == "snapshot"}
         entries = {self._offset(o): o for o in items if o["metadata"]["labels"].get(ROLE) == "log-entry"}
-        snapshot: MetadataSnapshot | None = None
-        base = -1
-        if markers:
-            base = max(markers)
-            snapshot = self._read_snapshot(base, markers[base])
-        out: list[MetadataEntry] = []
-        for expected, offset in enumerate(sorted(o for o in entries if o > base), start=base + 1):
-            if offset != expected:
-                raise MetadataUnreadable(f"the metadata log of cluster '{self.cluster}' has a hole: offset "
-                                         f"{expected} is missing before {offset}")
-            entry = as_entry(self._doc(entries[offset]))
-            if int(entry.get("offset", -2)) != offset:
-                raise MetadataUnreadable(f"metadata ConfigMap {self._entry_name(offset)} holds offset "
-                                         f"{entry.get('offset')}")
-            out.append(entry)
-        return LoadedLog(snapshot, out)
+        return assemble(list(markers), lambda off: self._read_snapshot(off, markers[off]), list(entries),
+                        lambda off: as_entry(self._doc(entries[off])), where=f"cluster '{self.cluster}'")
+
+    def _start_name(self) -> str:
+        return f"kelp-{self.cluster}-meta-start"
+
+    def _stored_start(self) -> tuple[int, KubeObject | None]:
+        """The log start ConfigMap's offset and the object (for its resourceVersion); (-1, None) if absent."""
+        try:
+            obj = request_object(self.api, "GET", f"{self._base}/{self._start_name()}")
+        except KubeApiError as exc:
+            if exc.status == 404:
+                return -1, None
+            raise MetadataUnreadable(f"the metadata log start {self._start_name()}: {exc}") from None
+        try:
+            return int(str(self._doc(obj)["offset"])), obj
+        except (KeyError, ValueError):
+            raise MetadataUnreadable(f"the metadata log start {self._start_name()} is malformed") from None
+
+    def _log_start(self) -> int:
+        """Every slot at or below it is compacted (or a zombie's). Before the first compaction of a store that has
+        none stored (written by a version that compacted up to its newest snapshot): that snapshot's offset."""
+        start, obj = self._stored_start()
+        if obj is not None:
+            return start
+        markers = [self._offset(o) for o in self._list(f"{ROLE}=snapshot")]
+        return max(markers) if markers else -1
 
     def _read_entry(self, offset: int) -> MetadataEntry | None:
+        start = self._log_start()
+        if offset <= start:
+            raise MetadataLogConflict(f"metadata offset {offset} is at or below the log start {start}")
         try:
             obj = request_object(self.api, "GET", f"{self._base}/{self._entry_name(offset)}")
         except KubeApiError as exc:
@@ -173,6 +216,24 @@ class KubeMetadataLog(BlockingMetadataLog):
             if exc.status == 409:
                 raise MetadataLogConflict(f"metadata offset {offset} is taken") from None
             raise
+        # The slot was free. If a compaction freed it, the log start it raised first is at or above it.
+        start = self._log_start()
+        if offset <= start:
+            self._delete(self._entry_name(offset))  # below every snapshot a reader uses: it was never read
+            raise MetadataLogConflict(f"metadata offset {offset} is at or below the log start {start}: a newer "
+                                      "controller wrote and compacted past it")
+        if offset - 1 > start and not self._exists(self._entry_name(offset - 1)):
+            self._delete(self._entry_name(offset))  # after a hole: no reader could ever read it
+            raise MetadataLogConflict(went_back(offset, f"cluster '{self.cluster}'"))
+
+    def _exists(self, name: str) -> bool:
+        try:
+            request_object(self.api, "GET", f"{self._base}/{name}")
+        except KubeApiError as exc:
+            if exc.status == 404:
+                return False
+            raise MetadataUnreadable(f"metadata ConfigMap {name}: {exc}") from None
+        return True
 
     def _put(self, body: KubeObject) -> None:
         """Create, or replace an object left by an earlier attempt at the same snapshot."""
@@ -202,20 +263,45 @@ class KubeMetadataLog(BlockingMetadataLog):
             if exc.status != 404:
                 raise
 
+    def _raise_start(self, start: int) -> int:
+        """Store the log start as `start` unless it is at or above it already (compare-and-swap on the ConfigMap's
+        resourceVersion: two compactions never lower it); returns the start now stored."""
+        for _attempt in range(10):
+            current, obj = self._stored_start()
+            if obj is not None and current >= start:
+                return current
+            body = self._body(self._start_name(), "log-start", start, json.dumps({"offset": start}))
+            try:
+                if obj is None:
+                    request(self.api, "POST", self._base, body=body)
+                else:
+                    body["metadata"]["resourceVersion"] = obj["metadata"]["resourceVersion"]
+                    request(self.api, "PUT", f"{self._base}/{self._start_name()}", body=body)
+                return start
+            except KubeApiError as exc:
+                if exc.status != 409:
+                    raise
+        raise MetadataUnreadable(f"the metadata log start {self._start_name()} kept changing under 10 writes")
+
     def _compact(self, snapshot_offset: int) -> int:
+        markers = [self._offset(o) for o in self._list(f"{ROLE}=snapshot")]
+        current, obj = self._stored_start()
+        stored = current if obj is not None else -1
+        start = compaction_start(markers, snapshot_offset, stored)
+        if start > stored:
+            start = self._raise_start(start)  # stored before anything it covers is deleted
+        if start < 0:
+            return 0
         gone = 0
-        for obj in self._list(f"{ROLE} in (log-entry,snapshot,snapshot-chunk)"):
-            role = obj["metadata"]["labels"].get(ROLE)
-            offset = self._offset(obj)
-            if ((role == "log-entry" and offset <= snapshot_offset)
-                    or (role != "log-entry" and offset < snapshot_offset)):
-                if role == "snapshot":
-                    continue  # markers go after their chunks, below
-                self._delete(obj["metadata"]["name"])
+        for item in self._list(f"{ROLE} in (log-entry,snapshot-chunk)"):
+            role = item["metadata"]["labels"].get(ROLE)
+            offset = self._offset(item)
+            if (role == "log-entry" and offset <= start) or (role == "snapshot-chunk" and offset < start):
+                self._delete(item["metadata"]["name"])
                 gone += 1
-        for obj in self._list(f"{ROLE}=snapshot"):
-            if self._offset(obj) < snapshot_offset:
-                self._delete(obj["metadata"]["name"])
+        for item in self._list(f"{ROLE}=snapshot"):  # markers after their chunks
+            if self._offset(item) < start:
+                self._delete(item["metadata"]["name"])
                 gone += 1
         return gone
 

@@ -13,10 +13,15 @@ whose create-if-absent appends fence a deposed controller (`metadata_log`).
 - `LeaseBackend`: get / list(prefix) / create (LeaseConflict if it exists) /
   update (LeaseConflict unless `version` is current) / delete / close; a
   lease that exists but cannot be read raises `LeaseUnreadable` (never read
-  as absent, so never overwritten as if new). Two
+  as absent, so never overwritten as if new). `scan(prefix)` is `list` with
+  a verdict per lease: the readable ones, and the names of the unreadable
+  ones with why — one damaged broker lease must fence that broker, not
+  blind the controller to every other (issue 31 item 5). Two
   implementations: `FileLeaseBackend` (JSON files in a shared directory,
   compare-and-swap under flock, atomically replaced) and
   `kube_leases.KubeLeaseBackend` (coordination.k8s.io/v1 Lease objects).
+  The file backend fsyncs each lease before renaming it into place (outside
+  the lock): a lease emptied by a power loss would be unreadable for good.
 - `LeaseElector`: client-go's tryAcquireOrRenew with *observed-time* expiry:
   another holder's lease counts as expired only when this process has seen
   it unchanged for its whole duration on its own monotonic clock, so clock
@@ -37,6 +42,8 @@ import abc
 import asyncio
 import json
 import os
+import threading
+import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
@@ -67,12 +74,20 @@ class LeaseRecord:
     version: str = ""
 
 
+LeaseScan = tuple[list[LeaseRecord], dict[str, str]]
+"""What `LeaseBackend.scan` finds: the leases that can be read, and name -> why for those that cannot."""
+
+
 class LeaseBackend(abc.ABC):
     @abc.abstractmethod
     async def get(self, name: str) -> LeaseRecord | None: ...
 
     @abc.abstractmethod
     async def list(self, prefix: str) -> list[LeaseRecord]: ...
+
+    @abc.abstractmethod
+    async def scan(self, prefix: str) -> LeaseScan:
+        """The leases named `prefix`*: those that can be read, and name -> why for those that exist but cannot."""
 
     @abc.abstractmethod
     async def create(self, record: LeaseRecord) -> LeaseRecord: ...
@@ -106,27 +121,37 @@ class FileLeaseBackend(LeaseBackend):
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise LeaseUnreadable(f"lease file {p} cannot be read ({exc!r}); repair or remove it") from None
 
-    def _write(self, r: LeaseRecord, version: int) -> LeaseRecord:
-        p = self._path(r.name)
-        tmp = p.with_suffix(".tmp")
-        # No fsync: a lease is soft state, renewed every second.
-        tmp.write_text(json.dumps({"name": r.name, "holder": r.holder, "acquire": r.acquire_time_ms,
-                                   "renew": r.renew_time_ms, "duration": r.duration_ms,
-                                   "transitions": r.transitions, "annotations": dict(r.annotations),
-                                   "version": version}))
-        os.replace(tmp, p)
-        return replace(r, version=str(version))
+    def _prepare(self, r: LeaseRecord, version: str) -> Path:
+        """The lease as it will be, in a private temporary file, fsynced — before the lock is taken.
+
+        A lease is soft state, but one renamed into place empty by a power loss is unreadable, and unreadable is
+        never taken for absent: that broker could never renew it again. (The rename itself may be lost: the
+        previous lease is as good.) One small fsync per renewal, outside the lock every broker's renewals share."""
+        tmp = self.dir / f".{r.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+        with open(tmp, "w") as fh:
+            fh.write(json.dumps({"name": r.name, "holder": r.holder, "acquire": r.acquire_time_ms,
+                                 "renew": r.renew_time_ms, "duration": r.duration_ms,
+                                 "transitions": r.transitions, "annotations": dict(r.annotations),
+                                 "version": version}))
+            fh.flush()
+            os.fsync(fh.fileno())
+        return tmp
 
     def _cas(self, r: LeaseRecord, create: bool) -> LeaseRecord:
-        with exclusive(self.dir / ".lock"):
-            cur = self._read(self._path(r.name))
-            if create:
-                if cur is not None:
+        version = uuid.uuid4().hex  # opaque, as a resourceVersion: a precondition, never compared for order
+        tmp = self._prepare(r, version)
+        try:
+            with exclusive(self.dir / ".lock"):
+                cur = self._read(self._path(r.name))
+                if create:
+                    if cur is not None:
+                        raise LeaseConflict(r.name)
+                elif cur is None or cur.version != r.version:
                     raise LeaseConflict(r.name)
-                return self._write(r, 1)
-            if cur is None or cur.version != r.version:
-                raise LeaseConflict(r.name)
-            return self._write(r, int(cur.version) + 1)
+                os.replace(tmp, self._path(r.name))
+            return replace(r, version=version)
+        finally:
+            tmp.unlink(missing_ok=True)
 
     async def get(self, name: str) -> LeaseRecord | None:
         return await asyncio.to_thread(self._read, self._path(name))
@@ -134,6 +159,20 @@ class FileLeaseBackend(LeaseBackend):
     async def list(self, prefix: str) -> list[LeaseRecord]:
         def run() -> list[LeaseRecord]:
             return [r for p in sorted(self.dir.glob(f"{prefix}*.json")) if (r := self._read(p)) is not None]
+        return await asyncio.to_thread(run)
+
+    async def scan(self, prefix: str) -> LeaseScan:
+        def run() -> LeaseScan:
+            records, unreadable = [], {}
+            for p in sorted(self.dir.glob(f"{prefix}*.json")):
+                try:
+                    r = self._read(p)
+                except LeaseUnreadable as exc:
+                    unreadable[p.name.removesuffix(".json")] = str(exc)
+                    continue
+                if r is not None:
+                    records.append(r)
+            return records, unreadable
         return await asyncio.to_thread(run)
 
     async def create(self, record: LeaseRecord) -> LeaseRecord:

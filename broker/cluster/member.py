@@ -56,6 +56,7 @@ class ClusterDescription(TypedDict):
     controller: int
     controller_epoch: int
     metadata_offset: int
+    metadata_digest: str  # the digest of the entry at metadata_offset: equal on two brokers, equal histories
     brokers: list[BrokerEndpointJson]
     decommissioned: list[int]  # broker ids leaving the cluster: no new replicas or leaders (decommission.py)
 
@@ -102,6 +103,8 @@ class ClusterMember(MemberLeases, MemberMetadata, MemberShutdown, LeaderRouting)
         self.registered = False         # the image registers this process: the managers follow it
         self._registration = asyncio.Event()
         self.fenced = ""  # why this process lost its broker id to another one ("" while it holds it)
+        self.positions = {}
+        self.problems = {}
 
     @property
     def controller_epoch(self) -> int:
@@ -207,6 +210,7 @@ class ClusterMember(MemberLeases, MemberMetadata, MemberShutdown, LeaderRouting)
             broker_id=self.broker_id, settings=ControllerSettings(self.config), log=self.metadata_log,
             live_brokers=self._refresh_brokers, send=self._push, lease_fresh=self._lease_fresh,
             topic_config_check=topics.check_topic_configs, monotonic=self.monotonic,
+            positions=self._positions,
         )
         self.controller = controller
         try:
@@ -217,6 +221,11 @@ class ClusterMember(MemberLeases, MemberMetadata, MemberShutdown, LeaderRouting)
             await controller.stop()
             raise
         self.controller_id = self.broker_id
+
+    def _positions(self) -> dict[int, tuple[int, str]]:
+        """Where each live broker's metadata is, for the controller's history check: the leases' reports, and this
+        broker's own image (fresher than its lease)."""
+        return {**self.positions, self.broker_id: (self.image.offset, self.image.digest)}
 
     async def _resign_controller(self, why: str) -> None:
         controller, self.controller = self.controller, None
@@ -237,12 +246,21 @@ class ClusterMember(MemberLeases, MemberMetadata, MemberShutdown, LeaderRouting)
             self._producer_ids[0] += 1
             return pid
 
+    def metadata_problems(self) -> dict[str, int]:
+        """`kelp_metadata_problems`: what is wrong with the metadata as this broker sees it (each kind; 0: fine)."""
+        refused = self.controller is not None and bool(self.controller.refused)
+        return {"diverged": self.problems.get("diverged", 0),
+                "unreadable_leases": self.problems.get("unreadable_leases", 0),
+                "snapshot_fallback": self.problems.get("snapshot_fallback", 0),
+                "history_refused": int(refused or bool(self.problems.get("history_refused", 0)))}
+
     def describe(self) -> ClusterDescription:
         return {
             "cluster": self.cluster,
             "controller": self.controller_id,
             "controller_epoch": self.controller_epoch,
             "metadata_offset": self.image.offset,
+            "metadata_digest": self.image.digest,
             "brokers": [b.to_json() for b in sorted(self.brokers.values(), key=lambda b: b.id)],
             "decommissioned": sorted(b for b, reg in self.image.brokers.items() if reg.decommissioned),
         }

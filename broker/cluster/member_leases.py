@@ -8,6 +8,12 @@ with the same broker id cannot take this broker's lease while it is renewed; if 
 (this process was paused past the lease), this process finds its lease held by another incarnation of
 its id and stops itself (`_fence`) instead of fighting for it.
 
+Each renewal also reports where this broker's metadata is (`kelp.dev/metadata`: the offset it applied and
+that entry's digest), so a controller taking over can refuse a log shorter than what a live broker
+applied (issue 31 item 3). A broker lease that exists but cannot be read fences that broker (it counts
+as gone, with an ERROR and `kelp_metadata_problems{kind="unreadable_leases"}`); it never stops the
+controller from seeing the others (item 5).
+
 Freshness is judged on the member's monotonic clock (`monotonic`, injectable), never on the wall
 times a lease stores. Mixed into `member.ClusterMember` (its state: `member_state`); it never
 touches the metadata itself.
@@ -21,23 +27,27 @@ import logging
 
 from kelp.errors import KelpError
 
+from .controller import MetadataHistoryRefused
 from .member_state import MemberState
 from .model import BrokerEndpoint
 from .routing import broker_id_of
 
-__all__ = ["MemberLeases", "ENDPOINT_ANNOTATION"]
+__all__ = ["MemberLeases", "ENDPOINT_ANNOTATION", "METADATA_ANNOTATION"]
 
 log = logging.getLogger("kelp.broker.cluster")
 
 ENDPOINT_ANNOTATION = "kelp.dev/endpoint"
+METADATA_ANNOTATION = "kelp.dev/metadata"
 
 
 class MemberLeases(MemberState):
     """The broker lease's renewal, the controller election's rounds, and the live brokers the leases show."""
 
     def _endpoint_annotations(self) -> dict[str, str]:
+        """What the broker lease carries: this process's endpoint, and where its metadata is (renewed with it)."""
         assert self.endpoint is not None, "set by ClusterMember.start"
-        return {ENDPOINT_ANNOTATION: json.dumps(self.endpoint.to_json(), sort_keys=True)}
+        return {ENDPOINT_ANNOTATION: json.dumps(self.endpoint.to_json(), sort_keys=True),
+                METADATA_ANNOTATION: json.dumps({"offset": self.image.offset, "digest": self.image.digest})}
 
     async def _register(self) -> None:
         elector = self._broker_elector
@@ -60,12 +70,11 @@ class MemberLeases(MemberState):
     async def _renew_loop(self) -> None:
         elector = self._broker_elector
         assert elector is not None, "made by ClusterMember._make_backends"
-        annotations = self._endpoint_annotations()
         prefix = f"broker-{self.broker_id}/"
         while True:
             await asyncio.sleep(self.renew_s)
             try:
-                rec = await elector.try_acquire_or_renew(annotations)
+                rec = await elector.try_acquire_or_renew(self._endpoint_annotations())
                 if rec is not None:
                     self._broker_renewed = self.monotonic()
                 else:
@@ -157,9 +166,12 @@ class MemberLeases(MemberState):
 
     async def _refresh_brokers(self) -> dict[int, BrokerEndpoint]:
         assert self.leases is not None and self._liveness is not None, "made by ClusterMember._make_backends"
-        records = await self.leases.list(f"kelp-{self.cluster}-broker-")
+        prefix = f"kelp-{self.cluster}-broker-"
+        records, unreadable = await self.leases.scan(prefix)
         self._liveness.observe(records)
+        self._note_unreadable(prefix, unreadable)
         alive: dict[int, BrokerEndpoint] = {}
+        positions: dict[int, tuple[int, str]] = {}
         for rec in records:
             if not self._liveness.alive(rec.name):
                 continue
@@ -171,11 +183,44 @@ class MemberLeases(MemberState):
             except (ValueError, KeyError, TypeError):
                 continue
             alive[ep.id] = ep
+            position = _position(rec.annotations.get(METADATA_ANNOTATION))
+            if position is not None:
+                positions[ep.id] = position
+        self.positions = positions
         if self.controller is None and not self.brokers:
             self.brokers = dict(alive)
         return alive
 
+    def _note_unreadable(self, prefix: str, unreadable: dict[str, str]) -> None:
+        """An unreadable broker lease fences that broker (its lease is not observed, so it is not alive), said each
+        time the set changes; the controller goes on with the others."""
+        before = self.problems.get("unreadable_leases", 0)
+        self.problems["unreadable_leases"] = len(unreadable)
+        if unreadable and len(unreadable) != before:
+            for name, why in sorted(unreadable.items()):
+                log.error("broker lease %s cannot be read (%s): broker %s counts as gone (out of every ISR, no "
+                          "leaderships) until its lease is readable again; repair or delete it", name, why,
+                          name.removeprefix(prefix))
+        elif before and not unreadable:
+            log.warning("every broker lease is readable again")
+
+
+def _position(raw: str | None) -> tuple[int, str] | None:
+    """(offset, digest) from a lease's `kelp.dev/metadata`; None when absent (an older broker) or malformed."""
+    if not raw:
+        return None
+    try:
+        doc = json.loads(raw)
+        return int(doc["offset"]), str(doc.get("digest") or "")
+    except (ValueError, KeyError, TypeError):
+        return None
+
 
 def _report_takeover(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("taking over as controller failed; the next election round retries", exc_info=task.exception())
+    if task.cancelled() or task.exception() is None:
+        return
+    exc = task.exception()
+    if isinstance(exc, MetadataHistoryRefused):  # said at length where it was decided; no stack trace each round
+        log.error("taking over as controller refused (the next election round checks again): %s", exc)
+        return
+    log.error("taking over as controller failed; the next election round retries", exc_info=exc)

@@ -24,14 +24,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import cast
+from dataclasses import dataclass
 
-from kelp.errors import KelpError, StaleControllerEpochError
+from kelp.errors import KelpError, MetadataDivergedError, StaleControllerEpochError
 
 from .member_state import MemberState
 from .metadata_image import (
     MetadataCorrupt,
     MetadataDelta,
+    MetadataDiverged,
     MetadataGap,
     MetadataImage,
     apply_entry,
@@ -40,15 +41,28 @@ from .metadata_image import (
     image_from_snapshot,
 )
 from .metadata_log import MetadataUnreadable
-from .metadata_publisher import StaleEpoch
-from .metadata_records import MetadataPush, TopicRecord
-from .model import BrokerEndpoint, TopicState, topic_from_json
+from .metadata_publisher import HistoryDiverged, StaleEpoch
+from .metadata_records import MetadataPush
+from .model import BrokerEndpoint
 
 __all__ = ["MemberMetadata", "LOAD_ATTEMPTS"]
 
 log = logging.getLogger("kelp.broker.cluster")
 
 LOAD_ATTEMPTS = 5
+
+
+@dataclass(slots=True)
+class _Plan:
+    """A delivery applied to an image in memory (`MemberMetadata._plan`): the image and delta it gives, what the
+    delivery says of the controller, and the error that stopped it after what applied (None: none)."""
+
+    epoch: int
+    controller_id: int
+    brokers: dict[int, BrokerEndpoint]
+    image: MetadataImage
+    delta: MetadataDelta
+    error: Exception | None = None
 
 
 class MemberMetadata(MemberState):
@@ -77,7 +91,12 @@ class MemberMetadata(MemberState):
         for attempt in range(LOAD_ATTEMPTS):
             try:
                 loaded = await self.metadata_log.load()
-                return image_from_log(loaded.snapshot, loaded.entries)
+                image = image_from_log(loaded.snapshot, loaded.entries)
+                self.problems["snapshot_fallback"] = int(bool(loaded.fell_back))
+                if loaded.fell_back:
+                    log.error("the newest metadata snapshot cannot be read; broker %d loaded the older one and its "
+                              "entries instead: %s", self.broker_id, "; ".join(loaded.fell_back))
+                return image
             except (MetadataUnreadable, MetadataCorrupt, MetadataGap, OSError) as exc:
                 last = exc
                 log.error("reading the cluster metadata failed (attempt %d of %d): %s", attempt + 1, LOAD_ATTEMPTS, exc)
@@ -93,35 +112,43 @@ class MemberMetadata(MemberState):
                 return await self.receive(payload)
             except StaleControllerEpochError as exc:
                 raise StaleEpoch(str(exc)) from None
+            except MetadataDivergedError as exc:
+                raise HistoryDiverged(str(exc)) from None
         import aiohttp
 
         timeout = aiohttp.ClientTimeout(total=max(1.0, min(5.0, self.duration_ms / 1000.0)))
         async with self._session().post(f"{broker.http_url}/cluster/v1/metadata", json=payload,
                                         timeout=timeout) as resp:
             body = await resp.json(content_type=None)
-            if (resp.status == 409 and isinstance(body, dict)
-                    and body.get("error_code") == StaleControllerEpochError.code):
-                raise StaleEpoch(body.get("message", "stale controller epoch"))
+            if resp.status == 409 and isinstance(body, dict):
+                if body.get("error_code") == StaleControllerEpochError.code:
+                    raise StaleEpoch(body.get("message", "stale controller epoch"))
+                if body.get("error_code") == MetadataDivergedError.code:
+                    raise HistoryDiverged(body.get("message", "another metadata history"))
             if resp.status >= 300 or not isinstance(body, dict) or "applied_offset" not in body:
                 raise KelpError(f"broker {broker.id} answered {resp.status}: {str(body)[:200]}")
             return int(body["applied_offset"])
 
     async def receive(self, payload: MetadataPush) -> int:
-        """`apply` a delivery, once the logs of the partitions its new topic records place on this broker
-        were created in a worker thread (the TopicManager's `prepare_logs`): a delta creating 3,000 of
-        them held the event loop for seconds. Only the topic records of entries not applied yet are read
-        here, and nothing is decided: `apply` checks and applies the delivery as ever."""
-        states: list[TopicState] = []
-        try:
-            if self.registered and int(payload["controller_epoch"]) >= self.controller_epoch:
-                states = [topic_from_json(cast(TopicRecord, rec)["topic"]) for entry in payload.get("entries", [])
-                          if int(entry["offset"]) > self.image.offset
-                          for rec in entry["records"] if rec.get("type") == "topic"]
-        except (KeyError, TypeError, ValueError):
-            states = []  # `apply` says what is wrong with the delivery
-        if states:
-            await self.broker.topics.prepare_logs(states)
-        return self.apply(payload)
+        """`apply` a delivery, once the logs it places on this broker are ready — created, or another topic's of
+        the same name set aside — in a worker thread (the TopicManager's `prepare_logs`): a delta creating 3,000
+        of them held the event loop for seconds, on every path that brings new partitions (entries, a snapshot
+        for a broker far behind, the whole image when this process is registered, a reassignment adding it).
+
+        The delivery is planned first (`_plan`: pure, every check `apply` makes), so files are only touched for
+        metadata that will be applied; if another delivery was applied while the files were prepared, it is
+        planned again."""
+        before = self.image
+        plan = self._plan(payload)
+        registers = not self.registered and self._registered_in(plan.image)
+        if plan.image is not before and (self.registered or registers):
+            if registers:  # the managers get everything in the image at once: every log it places here
+                await self.broker.topics.prepare_logs(plan.image, plan.image.topics.values(), full=True)
+            else:
+                await self.broker.topics.prepare_logs(plan.image, plan.delta.changed.values())
+        if self.image is not before:
+            plan = self._plan(payload)
+        return self._commit(plan)
 
     def apply(self, payload: MetadataPush) -> int:
         """Apply a delivery from the controller; returns this broker's metadata offset afterwards.
@@ -129,23 +156,32 @@ class MemberMetadata(MemberState):
         Refuses an older controller epoch than one already seen (STALE_CONTROLLER_EPOCH). Entries at or
         below the offset already applied are skipped; an entry that does not follow stops the batch. A
         snapshot is loaded only if it is ahead. A delivery is decoded JSON that only claims its shape:
-        every field is converted as it is read, and one that is not raises KelpError.
+        every field is converted as it is read, and one that is not raises KelpError. What applied before
+        an entry that breaks a rule is kept; the error is raised after it.
         """
+        return self._commit(self._plan(payload))
+
+    def _plan(self, payload: MetadataPush) -> _Plan:
+        """What applying `payload` to the current image gives, without changing anything."""
         epoch = int(payload["controller_epoch"])
         if epoch < self.controller_epoch:
             raise StaleControllerEpochError(
                 f"metadata from controller {payload.get('controller_id')} at epoch {epoch} refused: "
                 f"broker {self.broker_id} has seen epoch {self.controller_epoch}")
-        self._seen_epoch = max(self._seen_epoch, epoch)
-        self.controller_id = int(payload["controller_id"])
-        self.brokers = {b.id: b for b in (BrokerEndpoint.from_json(d) for d in payload.get("brokers", []))}
-        delta = MetadataDelta()
+        plan = _Plan(epoch=epoch, controller_id=int(payload["controller_id"]),
+                     brokers={b.id: b for b in (BrokerEndpoint.from_json(d) for d in payload.get("brokers", []))},
+                     image=self.image, delta=MetadataDelta())
         image = self.image
         try:
             snap = payload.get("snapshot")
+            if (snap is not None and int(snap["offset"]) == image.offset and image.digest and snap.get("digest")
+                    and snap.get("digest") != image.digest):
+                raise MetadataDiverged(f"the snapshot at metadata offset {image.offset} has digest "
+                                       f"{snap.get('digest')}, the entry applied there has digest {image.digest}: "
+                                       "another history")
             if snap is not None and int(snap["offset"]) > image.offset:
                 new = image_from_snapshot(snap)
-                delta.merge(diff_images(image, new))
+                plan.delta.merge(diff_images(image, new))
                 image = new
             for entry in payload.get("entries", []):
                 offset = int(entry["offset"])
@@ -154,26 +190,44 @@ class MemberMetadata(MemberState):
                 if offset != image.offset + 1:
                     break  # a gap: the controller resends from the offset answered
                 image, d = apply_entry(image, entry)
-                delta.merge(d)
+                plan.delta.merge(d)
+        except MetadataDiverged as exc:
+            plan.error = exc
         except (MetadataCorrupt, KeyError, TypeError, ValueError) as exc:
+            plan.error = exc
+        plan.image = image
+        return plan
+
+    def _commit(self, plan: _Plan) -> int:
+        """Make a plan this broker's metadata: the image, the managers told; then its error, if it has one."""
+        self._seen_epoch = max(self._seen_epoch, plan.epoch)
+        self.controller_id = plan.controller_id
+        self.brokers = plan.brokers
+        image = plan.image
+        if image is not self.image:
+            self.image = image
+            self.tell_listeners(plan.delta)
+            if self.registered:
+                self.broker.topics.apply_delta(plan.delta)
+            elif self._registered_in(image):
+                # The entry that registers this process also fenced what its id held before: from here on
+                # the managers follow the log, starting from everything in it.
+                self.registered = True
+                log.info("broker %d registered by controller %d at metadata offset %d", self.broker_id,
+                         self.controller_id, image.offset)
+                self.broker.topics.apply_delta(diff_images(MetadataImage(), image))
+                self._registration.set()
+            self._wake_waiters()
+        exc = plan.error
+        if isinstance(exc, MetadataDiverged):
+            self.problems["diverged"] = self.problems.get("diverged", 0) + 1
+            log.error("metadata from controller %s at epoch %d refused: %s", plan.controller_id, plan.epoch, exc)
+            raise MetadataDivergedError(f"broker {self.broker_id} refuses metadata after offset {image.offset}: "
+                                        f"{exc}")
+        if exc is not None:
             log.error("metadata from controller %s at epoch %d cannot be applied after offset %d: %s",
-                      payload.get("controller_id"), epoch, image.offset, exc)
-            raise KelpError(f"metadata cannot be applied after offset {image.offset}: {exc}") from None
-        finally:
-            if image is not self.image:
-                self.image = image
-                self.tell_listeners(delta)
-                if self.registered:
-                    self.broker.topics.apply_delta(delta)
-                elif self._registered_in(image):
-                    # The entry that registers this process also fenced what its id held before: from here on
-                    # the managers follow the log, starting from everything in it.
-                    self.registered = True
-                    log.info("broker %d registered by controller %d at metadata offset %d", self.broker_id,
-                             self.controller_id, image.offset)
-                    self.broker.topics.apply_delta(diff_images(MetadataImage(), image))
-                    self._registration.set()
-                self._wake_waiters()
+                      plan.controller_id, plan.epoch, image.offset, exc)
+            raise KelpError(f"metadata cannot be applied after offset {image.offset}: {exc}")
         return self.image.offset
 
     def tell_listeners(self, delta: MetadataDelta) -> None:

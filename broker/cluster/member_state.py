@@ -84,6 +84,11 @@ class MemberState:
     started: bool
     registered: bool
     fenced: str
+    # Where every live broker's lease says its metadata is: broker id -> (applied offset, digest of that entry).
+    positions: dict[int, tuple[int, str]]
+    # What is wrong with the metadata as this broker sees it, kind -> count (`kelp_metadata_problems`): "diverged"
+    # (deliveries of another history refused), "unreadable_leases", "snapshot_fallback", "history_refused".
+    problems: dict[str, int]
     _seen_epoch: int
     _applied_waiters: list[tuple[int, asyncio.Future[None]]]
     _registration: asyncio.Event

@@ -14,6 +14,10 @@ have always found them).
 Invariants checked on every apply (a violation raises `MetadataCorrupt`,
 which stops whoever reads the log instead of applying it):
 - offsets are contiguous; an entry's epoch is never below the image's;
+- an entry extends this image's history: its `prev` is the digest of the
+  last entry applied (`entry_digest`, a chain as Raft's log matching
+  property gives), else `MetadataDiverged` — the store lost its tail, or was
+  restored from an older copy, and another history was written on top;
 - a `controller` record's epoch is strictly above every earlier epoch;
 - a partition's `(leader_epoch, partition_epoch)` never goes backwards, and a
   record names the topic id it was decided for;
@@ -34,6 +38,8 @@ Pure: no I/O, no asyncio; values are immutable.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping
 
@@ -70,7 +76,10 @@ __all__ = [
     "MetadataImage",
     "MetadataDelta",
     "MetadataCorrupt",
+    "MetadataDiverged",
     "MetadataGap",
+    "entry_digest",
+    "replay",
     "apply_entry",
     "apply_records",
     "diff_images",
@@ -96,6 +105,11 @@ MAX_REMOVED = 10_000  # tombstones of removed topics a snapshot keeps
 
 class MetadataCorrupt(Exception):
     """The metadata log breaks one of its invariants: a bug or a damaged store. Never applied."""
+
+
+class MetadataDiverged(MetadataCorrupt):
+    """An entry does not extend the image's history: another history was written at or after these offsets (a store
+    that lost its tail, or was restored from an older copy, then written on). Never applied; said loudly."""
 
 
 class MetadataGap(Exception):
@@ -172,6 +186,9 @@ class MetadataImage:
     # SCRAM credentials, (user, mechanism) -> credential: what every broker's SCRAM server authenticates against.
     scram_credentials: ScramTable = field(default_factory=dict)
     acls: Mapping[str, AclBinding] = field(default_factory=dict)  # ACL id -> binding, in creation order
+    # The digest of the entry at `offset` (`entry_digest`; "" when not known: an empty log, or a snapshot or entry
+    # written before the digest chain). The next entry's `prev` must equal it.
+    digest: str = ""
 
     def topic(self, name: str) -> TopicState | None:
         return self.topics.get(name)
@@ -215,6 +232,13 @@ def _check_partition_step(name: str, p: int, old: PartitionState, new: Partition
         raise MetadataCorrupt(
             f"{name}-{p}: leader/partition epoch {new.leader_epoch}/{new.partition_epoch} is older than "
             f"{old.leader_epoch}/{old.partition_epoch} already applied")
+
+
+def entry_digest(entry: MetadataEntry) -> str:
+    """The digest of an entry as stored (its `prev` included, so it commits to every entry before it): SHA-256 of
+    its canonical JSON, 128 bits in hex. The same on every broker: the JSON is sorted and compact."""
+    text = json.dumps(entry, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def apply_records(image: MetadataImage, records: Iterable[MetadataRecord], *, epoch: int,
@@ -350,7 +374,15 @@ def apply_entry(image: MetadataImage, entry: MetadataEntry) -> tuple[MetadataIma
                               f"below epoch {image.epoch} already applied")
     if not isinstance(records, list):
         raise MetadataCorrupt(f"metadata entry at offset {offset}: records must be a list")
-    return apply_records(image, records, epoch=epoch, offset=offset)
+    prev = entry.get("prev")
+    if prev is not None and image.digest and prev != image.digest:
+        raise MetadataDiverged(
+            f"metadata entry at offset {offset} (controller epoch {epoch}) extends a history whose entry at offset "
+            f"{image.offset} has digest {prev}, but the entry applied at that offset has digest {image.digest}: the "
+            "metadata store lost entries this broker applied (a restored or truncated store) and another history "
+            "was written on top; refused")
+    new, delta = apply_records(image, records, epoch=epoch, offset=offset)
+    return replace(new, digest=entry_digest(entry)), delta
 
 
 # -- snapshots -------------------------------------------------------------------
@@ -367,6 +399,7 @@ def snapshot_to_json(image: MetadataImage) -> MetadataSnapshot:
                            for b, c in sorted(image.broker_configs.items())],
         "scram_credentials": scram_records(image.scram_credentials),
         "acls": [{"id": acl_id, "acl": binding_to_json(b)} for acl_id, b in image.acls.items()],
+        "digest": image.digest,
     }
 
 
@@ -400,7 +433,8 @@ def image_from_snapshot(doc: MetadataSnapshot) -> MetadataImage:
                                                                        bool(b.get("decommissioned")))
                                       for b in doc.get("brokers", [])},
                              broker_configs=broker_configs,
-                             scram_credentials=table_from(doc.get("scram_credentials", [])), acls=acls)
+                             scram_credentials=table_from(doc.get("scram_credentials", [])), acls=acls,
+                             digest=str(doc.get("digest") or ""))
     except InvalidScramRecord as exc:
         raise MetadataCorrupt(f"metadata snapshot: {exc}") from None
     except (KeyError, TypeError, ValueError) as exc:
@@ -436,11 +470,16 @@ def diff_images(old: MetadataImage, new: MetadataImage) -> MetadataDelta:
 
 def image_from_log(snapshot: MetadataSnapshot | None, entries: Iterable[MetadataEntry]) -> MetadataImage:
     """Replay a loaded log: the snapshot (if any), then every entry after it. Raises MetadataCorrupt/MetadataGap."""
+    return replay(snapshot, entries)[0]
+
+
+def replay(snapshot: MetadataSnapshot | None, entries: Iterable[MetadataEntry]) -> tuple[MetadataImage, dict[int, str]]:
+    """`image_from_log`, and the digest at every offset it replayed (the snapshot's and each entry's, where known):
+    what a controller compares with the positions brokers report."""
     image = image_from_snapshot(snapshot) if snapshot is not None else MetadataImage()
+    digests = {image.offset: image.digest} if snapshot is not None and image.digest else {}
     for entry in entries:
         image, _ = apply_entry(image, entry)
-    return image
+        digests[image.offset] = image.digest
+    return image, digests
 
-
-def with_offset(image: MetadataImage, offset: int) -> MetadataImage:
-    return replace(image, offset=offset)

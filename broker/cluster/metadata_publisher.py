@@ -11,7 +11,11 @@ a newer one changes nothing: ordering holds by construction, not by timing.
 
 A worker stops the moment its controller is no longer active (`is_active`),
 and a broker's answer that it has seen a newer controller epoch deposes the
-controller (`on_stale`). Failed sends back off (bounded) and retry; nothing
+controller (`on_stale`). A broker that answers an offset past the end of the
+controller's log, or refuses a delivery as another history than the one it
+applied (`HistoryDiverged`), stops the controller too (`on_history`): its log
+went back in time, and acting on it would answer success for changes no
+broker applies. Failed sends back off (bounded) and retry; nothing
 is ever dropped, because what to send is recomputed from the applied offset.
 """
 
@@ -27,7 +31,7 @@ from .metadata_log import entry_size
 from .metadata_records import MetadataEntry, MetadataPush
 from .model import BrokerEndpoint, BrokerEndpointJson
 
-__all__ = ["MetadataPublisher", "StaleEpoch", "MAX_ENTRIES_PER_PUSH"]
+__all__ = ["MetadataPublisher", "StaleEpoch", "HistoryDiverged", "MAX_ENTRIES_PER_PUSH"]
 
 log = logging.getLogger("kelp.broker.controller")
 
@@ -43,14 +47,20 @@ class StaleEpoch(Exception):
     """A broker answered that it has seen a newer controller epoch: the sender is deposed."""
 
 
+class HistoryDiverged(Exception):
+    """A broker refused the delivery: its entries do not extend the history it applied."""
+
+
 class MetadataPublisher:
     def __init__(self, *, controller_id: int, send: Send, image: Callable[[], MetadataImage],
-                 is_active: Callable[[], bool], on_stale: Callable[[str], None]) -> None:
+                 is_active: Callable[[], bool], on_stale: Callable[[str], None],
+                 on_history: Callable[[str], None] | None = None) -> None:
         self.controller_id = controller_id
         self._send = send
         self._image = image
         self._is_active = is_active
         self._on_stale = on_stale
+        self._on_history = on_history or on_stale
         self._retained: deque[MetadataEntry] = deque()   # entries after the newest snapshot, oldest first
         self._brokers: dict[int, BrokerEndpoint] = {}
         self._workers: dict[int, asyncio.Task[None]] = {}
@@ -136,12 +146,21 @@ class MetadataPublisher:
             except StaleEpoch as exc:
                 self._on_stale(f"broker {broker_id}: {exc}")
                 return
+            except HistoryDiverged as exc:
+                self._on_history(f"broker {broker_id} refused the delivery: {exc}")
+                return
             except Exception as exc:
                 if delay == BACKOFF_S[0]:
                     log.warning("metadata push to broker %d failed (%s); retrying from its applied offset",
                                 broker_id, exc or type(exc).__name__)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, BACKOFF_S[1])
+                continue
+            end = self._image().offset
+            if applied > end and self._is_active():
+                self._on_history(f"broker {broker_id} applied metadata offset {applied}, past the end of this "
+                                 f"controller's log ({end})")
+                return
 
     async def stop(self) -> None:
         tasks = list(self._workers.values())

@@ -164,6 +164,9 @@ class MetadataEntry(TypedDict):
     offset: int
     epoch: int  # the controller epoch that wrote it
     records: list[MetadataRecord]
+    # The digest of the entry before it (`metadata_image.entry_digest`): the history this one extends. Absent in
+    # entries written before the digest chain, and in the first entry of a log.
+    prev: NotRequired[str]
 
 
 class BrokerConfigsJson(TypedDict):
@@ -194,6 +197,7 @@ class MetadataSnapshot(TypedDict):
     broker_configs: NotRequired[list[BrokerConfigsJson]]
     scram_credentials: NotRequired[list[ScramCredentialRecord]]
     acls: NotRequired[list[AclEntryJson]]
+    digest: NotRequired[str]  # the digest of the entry at `offset` (the chain goes on from it)
 
 
 class MetadataPush(TypedDict):

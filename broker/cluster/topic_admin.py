@@ -22,6 +22,7 @@ from kelp.errors import (
     InvalidRequestError,
     InvalidTopicError,
     TopicAlreadyExistsError,
+    UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
 
@@ -159,10 +160,15 @@ class TopicAdmin(ControllerState):
         except TopicAlreadyExistsError:
             return self._topic_answer(self.topics[name])
 
-    async def delete_topic(self, *, name: str) -> DeleteTopicAnswer:
+    async def delete_topic(self, *, name: str, topic_id: str | None = None) -> DeleteTopicAnswer:
+        """Delete topic `name` — only if its id is `topic_id`, when given (DeleteTopics by id: a topic re-created
+        under the name since the caller looked is another topic, UNKNOWN_TOPIC_ID)."""
         async with self._lock:
             self._check_fresh()
             topic = self._topic(name)
+            if topic_id is not None and topic.topic_id != topic_id:
+                raise UnknownTopicIdError(f"topic id {topic_id} does not exist (topic '{name}' has id "
+                                          f"{topic.topic_id})")
             if name in INTERNAL_TOPICS:
                 raise InvalidTopicError(
                     f"topic '{name}' is internal: deleting it would lose every consumer group's committed "

@@ -74,6 +74,7 @@ async def list_topics(request: web.Request) -> web.Response:
     topics: list[JsonData] = [
         {
             "name": t.name,
+            "topic_id": t.topic_id,
             "partitions": t.partitions,
             "replication_factor": t.replication_factor,
             "internal": t.internal,

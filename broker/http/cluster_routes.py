@@ -42,7 +42,7 @@ routes = web.RouteTableDef()
 CONTROLLER_OPS = {
     "create_topic": {"name", "partitions", "replication_factor", "configs", "validate_only", "assignments"},
     "ensure_internal_topic": {"name", "partitions", "configs", "replication_factor"},
-    "delete_topic": {"name"},
+    "delete_topic": {"name", "topic_id"},
     "create_partitions": {"name", "total", "validate_only", "assignments"},
     "alter_configs": {"name", "configs", "replace_all", "delete", "validate_only"},
     "alter_partition": {"topic", "partition", "leader", "leader_epoch", "partition_epoch", "isr"},

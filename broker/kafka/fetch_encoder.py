@@ -1,11 +1,13 @@
-"""Hand-written FetchResponse encoder (v4-v12) that never copies record data.
+"""Hand-written FetchResponse encoder (v4-v18) that never copies record data.
 
 Why: the fetch response is the biggest thing the broker sends. kafka-python's
 generated encoder copies every records blob into its buffer and then into a
 result; here the fixed-size parts are packed into small byte strings and the
 record blobs from the log are passed through as they are, as a list of
 buffers for the transport. The byte layout follows the FetchResponse schema
-(non-flexible v4-v11, flexible v12 with compact arrays and tagged fields);
+(non-flexible v4-v11, flexible v12+ with compact arrays and tagged fields;
+from v13 a topic is named by its 16-byte id instead of its name, KIP-516; the
+fields added later are tagged and left out);
 `tests/broker/test_fetch_encoder.py` checks it against kafka-python's decoder.
 
 This module must never look inside record batches.
@@ -18,10 +20,11 @@ from typing import Sequence
 
 from .framing import Buffer, FileRange
 
-__all__ = ["encode_fetch_response", "MIN_VERSION", "MAX_VERSION", "PartitionAnswer"]
+__all__ = ["encode_fetch_response", "MIN_VERSION", "MAX_VERSION", "TOPIC_IDS_FROM", "PartitionAnswer"]
 
 MIN_VERSION = 4
-MAX_VERSION = 12
+MAX_VERSION = 18
+TOPIC_IDS_FROM = 13  # from this version a topic is its 16-byte id
 
 _TOP_V4 = struct.Struct(">i")  # throttle
 _TOP_V7 = struct.Struct(">ihi")  # throttle, error, session id
@@ -52,9 +55,10 @@ def encode_fetch_response(
     throttle_time_ms: int = 0,
     error_code: int = 0,
     session_id: int = 0,
-    topics: Sequence[tuple[str, Sequence[PartitionAnswer]]],
+    topics: Sequence[tuple[str | bytes, Sequence[PartitionAnswer]]],
 ) -> tuple[list[Buffer], int]:
-    """Encode; `topics` = [(name, [(partition, error, hw, lso, log_start, records, aborted), ...])].
+    """Encode; `topics` = [(name, [(partition, error, hw, lso, log_start, records, aborted), ...])], each topic
+    named by its name (v4-v12) or by its id's 16 bytes (v13+).
 
     Returns (buffers, total size).
     """
@@ -67,9 +71,15 @@ def encode_fetch_response(
     head += _uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))
     size = 0
     part_struct = _PART_V5 if version >= 5 else _PART_V4
+    by_id = version >= TOPIC_IDS_FROM
     for name, parts in topics:
-        raw = name.encode("utf-8")
-        head += (_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
+        if by_id:
+            if not isinstance(name, bytes) or len(name) != 16:
+                raise ValueError(f"FetchResponse v{version} names topics by their 16-byte id, not {name!r}")
+            head += name
+        else:
+            raw = name.encode("utf-8") if isinstance(name, str) else name
+            head += (_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
         head += _uvarint(len(parts) + 1) if flexible else _I32.pack(len(parts))
         for partition, error, hw, lso, log_start, records, aborted in parts:
             if version >= 5:

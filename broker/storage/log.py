@@ -120,6 +120,9 @@ class Log(LogReads, LogRolls, LogRetention, LogTruncation, LogDurability, LogTra
         # Bumped by every truncation: a producer snapshot captured before one is not installed after it.
         self._truncations = 0
         self._retired = False  # renamed for deletion (`retire`)
+        # The topic this log belongs to (hex id), as its `partition.metadata` says: set by the LogManager; None for
+        # a log written before ids were stored (adopted by the first metadata that places it).
+        self.topic_id: str | None = None
         self._close_snapshot: tuple[int, list[ProducerEntry], int] | None = None
         # The checkpoint values last written (or found on disk): unchanged ones are not rewritten.
         self._last_checkpoint: tuple[int, int, int, int] | None = None

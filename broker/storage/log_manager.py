@@ -4,7 +4,16 @@ Why it exists: the broker core asks for a partition's log by (topic,
 partition) and never deals with directories. At start every
 `<topic>-<partition>` directory is opened (and recovered); new partitions go
 to the log dir holding the fewest; deleted partitions are first renamed to
-`<name>.<uuid>-delete` so a crash mid-delete never resurrects them. Periodic
+`<name>.<uuid>-delete` so a crash mid-delete never resurrects them.
+
+A name is not an identity: each log carries its topic's id
+(`partition_metadata`, Kafka's `partition.metadata`), written when it is
+created. `get_or_create` is given the id the metadata has for the topic; a
+log of the same name with another id is another topic's (the topic was
+deleted and re-created while this broker was down or restarting) and never
+serves the new one: it is moved aside — `-delete` when its deletion is
+recorded (the caller names the removed ids), else `-stray`, kept for an
+operator — and the partition starts empty. Periodic
 work (retention, time-based rolls and flushes, compaction) is exposed as
 plain methods for the broker's scheduler to call. It must never import
 networking or decide which partitions a broker should hold.
@@ -17,7 +26,7 @@ import shutil
 import threading
 import uuid
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Container, Iterable
 
 from kelp.clock import WallClockMs, wall_clock_ms
 from kelp.errors import KafkaStorageError
@@ -25,10 +34,13 @@ from kelp.errors import KafkaStorageError
 from .cleaner import DEFAULT_DEDUPE_BUFFER_BYTES, LogCleaner
 from .config import LogConfig
 from .log import Log
+from .partition_metadata import read_topic_id, write_topic_id
 
 log = logging.getLogger("kelp.broker.storage")
 
 DELETE_SUFFIX = "-delete"
+UNREADABLE_ID = "unreadable"  # the topic id of a log whose partition.metadata cannot be read: matches no topic
+STRAY_SUFFIX = "-stray"  # another topic's log of the same name, whose deletion is not recorded: kept, never opened
 
 
 def parse_partition_dir(name: str) -> tuple[str, int] | None:
@@ -84,6 +96,8 @@ class LogManager:
                     log.info("finishing the deletion of %s", child)
                     shutil.rmtree(child, ignore_errors=True)
                     continue
+                if child.name.endswith(STRAY_SUFFIX):
+                    continue
                 parsed = parse_partition_dir(child.name)
                 if parsed is None:
                     continue
@@ -91,7 +105,13 @@ class LogManager:
                     raise KafkaStorageError(
                         f"partition {child.name} exists in two log dirs: {self._logs[parsed].directory} and {child}"
                     )
-                self._logs[parsed] = Log.open(child, self._topic_config(parsed[0]), clock_ms=clock_ms)
+                opened = Log.open(child, self._topic_config(parsed[0]), clock_ms=clock_ms)
+                try:
+                    opened.topic_id = read_topic_id(child)
+                except KafkaStorageError as exc:  # never taken for "no id": it matches no topic, so it is set aside
+                    log.error("%s; the log is set aside as another topic's when its partition is placed here", exc)
+                    opened.topic_id = UNREADABLE_ID
+                self._logs[parsed] = opened
                 self._per_dir[directory] += 1
 
     def _topic_config(self, topic: str) -> LogConfig:
@@ -104,23 +124,64 @@ class LogManager:
     def _choose_dir(self) -> Path:
         return min(self.log_dirs, key=lambda d: self._per_dir[d])
 
-    def get_or_create(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
-        """The log of (topic, partition), created in the least loaded log dir if new."""
+    def get_or_create(self, topic: str, partition: int, config: LogConfig | None = None, *,
+                      topic_id: str | None = None, removed_ids: Container[str] = ()) -> Log:
+        """The log of (topic, partition) of the topic with `topic_id`, created in the least loaded log dir if new.
+
+        A log held under that name for another topic id is moved aside first (`-delete` when its id is in
+        `removed_ids`, the deletions recorded in the metadata; `-stray` otherwise, kept) and the partition starts
+        empty; a log without an id (written before ids were stored) adopts `topic_id`. File work: worker threads.
+        """
+        key = (topic, partition)
         with self._lock:
-            found = self._logs.get((topic, partition))
+            found = self._logs.get(key)
+            if found is not None and topic_id is not None and found.topic_id not in (None, topic_id):
+                self._set_aside(key, found, deleted=found.topic_id in removed_ids, new_id=topic_id)
+                found = None
             if found is not None:
+                if topic_id is not None and found.topic_id is None:
+                    write_topic_id(found.directory, topic_id)
+                    found.topic_id = topic_id
+                    log.info("%s: adopted topic id %s (the log had none stored)", found.name, topic_id)
                 if config is not None and config != found.config:
                     found.update_config(config)
                 return found
-            doomed = self._doomed.pop((topic, partition), None)
+            doomed = self._doomed.pop(key, None)
             if doomed is not None:  # placed here again before its deletion ran: move the old files aside now
                 doomed.retire(f".{uuid.uuid4().hex}{DELETE_SUFFIX}")
             parent = self._choose_dir()
             created = Log.open(parent / partition_dir_name(topic, partition), config or self._topic_config(topic),
                                clock_ms=self._clock_ms)
-            self._logs[(topic, partition)] = created
+            if topic_id is not None:
+                write_topic_id(created.directory, topic_id)
+                created.topic_id = topic_id
+            self._logs[key] = created
             self._per_dir[parent] += 1
             return created
+
+    def _set_aside(self, key: tuple[str, int], found: Log, *, deleted: bool, new_id: str) -> None:
+        """Another topic's log under this name: detached and renamed, so it never serves the new topic."""
+        self.uncleanable.pop(key, None)
+        del self._logs[key]
+        parent = found.directory.parent
+        if parent in self._per_dir:
+            self._per_dir[parent] -= 1
+        suffix = DELETE_SUFFIX if deleted else STRAY_SUFFIX
+        found.retire(f".{uuid.uuid4().hex}{suffix}")
+        if deleted:
+            log.warning("%s-%d: the log on disk belongs to topic id %s, whose deletion is recorded; the topic of that "
+                        "name now has id %s: the old log is deleted and the partition starts empty", key[0], key[1],
+                        found.topic_id, new_id)
+            found.delete()
+        else:
+            log.error("%s-%d: the log on disk belongs to topic id %s, not to id %s that the metadata has for this "
+                      "topic, and no deletion of it is recorded: it is kept as %s (never opened again; remove it by "
+                      "hand) and the partition starts empty", key[0], key[1], found.topic_id, new_id, found.directory)
+
+    def topic_ids(self) -> dict[tuple[str, int], str | None]:
+        """Every log held and the topic id it carries (None: none stored)."""
+        with self._lock:
+            return {key: lg.topic_id for key, lg in self._logs.items()}
 
     def get(self, topic: str, partition: int) -> Log | None:
         """The log of (topic, partition), or None if this broker holds none."""
@@ -137,25 +198,31 @@ class LogManager:
         with self._lock:
             return sorted(self._logs)
 
-    def delete(self, topic: str, partition: int) -> bool:
-        """Remove the partition's log: rename to `<name>.<uuid>-delete`, then delete. False if absent.
+    def delete(self, topic: str, partition: int, topic_id: str | None = None) -> bool:
+        """Remove the partition's log (of `topic_id`'s topic, when given): rename to `<name>.<uuid>-delete`, then
+        delete. False if absent.
 
         File work (closing, renaming, removing a directory tree): worker threads only. On the event loop,
         `detach` (memory only) then `destroy` in a thread, as `ReplicaManager.delete_log_later` does.
         """
-        doomed = self.detach(topic, partition)
+        doomed = self.detach(topic, partition, topic_id)
         if doomed is None:
             return False
         self.destroy(doomed)
         return True
 
-    def detach(self, topic: str, partition: int) -> Log | None:
+    def detach(self, topic: str, partition: int, topic_id: str | None = None) -> Log | None:
         """Forget the partition's log (memory only: safe on the event loop); `destroy` removes its files.
 
         From here on `get` answers None; a `get_or_create` of the same partition before `destroy` ran
         first moves the old directory out of the way (one rename) so the new log never opens old files.
+        With `topic_id`, only a log of that topic (or one without an id) is detached: the log of a topic re-created
+        under the name already is the new topic's, and the old one's deletion must not take it.
         """
         with self._lock:
+            held = self._logs.get((topic, partition))
+            if held is not None and topic_id is not None and held.topic_id not in (None, topic_id):
+                return None
             self.uncleanable.pop((topic, partition), None)
             doomed = self._logs.pop((topic, partition), None)
             if doomed is not None:

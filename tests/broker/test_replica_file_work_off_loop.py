@@ -263,7 +263,7 @@ async def test_a_new_topics_logs_are_created_in_a_worker_thread_before_its_delta
     broker's 3 s lease (issue 23): the cluster member has the TopicManager create them in a worker thread
     first (`prepare_logs`), with the topic's configs, and applying the delta opens none."""
     import kelp.broker.storage.log as log_mod
-    from kelp.broker.cluster.metadata_image import MetadataDelta
+    from kelp.broker.cluster.metadata_image import MetadataDelta, MetadataImage
     from kelp.broker.cluster.model import PartitionState, TopicState
     from tests.replication.replica_harness import TOPIC_ID
 
@@ -273,14 +273,15 @@ async def test_a_new_topics_logs_are_created_in_a_worker_thread_before_its_delta
     opens = record_threads(monkeypatch, log_mod.Log, "open")
     loop_thread = threading.get_ident()
 
-    assert await node.topics.prepare_logs([topic]) == 2  # partitions 0 and 2; 1 is not placed here
+    image = MetadataImage(topics={TOPIC: topic})
+    assert await node.topics.prepare_logs(image, [topic]) == 2  # partitions 0 and 2; 1 is not placed here
     assert opens and loop_thread not in opens
     assert node.topics.logs.get(TOPIC, 1) is None and node.topics.logs.get(TOPIC, 2).config.segment_bytes == 4096
-    assert await node.topics.prepare_logs([topic]) == 0  # made already
+    assert await node.topics.prepare_logs(image, [topic]) == 0  # made already
     opens.clear()
     node.topics.apply_delta(MetadataDelta(changed={TOPIC: topic}))
     assert opens == [], "applying the delta opened a log on the event loop"
     assert node.rm.get_partition(TOPIC, 2).log is node.topics.logs.get(TOPIC, 2)
     grown = TopicState(TOPIC, (mine, theirs, mine, mine), configs=topic.configs, topic_id=TOPIC_ID)
-    assert await node.topics.prepare_logs([grown]) == 1  # CreatePartitions: only the new one
+    assert await node.topics.prepare_logs(image, [grown]) == 1  # CreatePartitions: only the new one
     node.close()

@@ -17,7 +17,13 @@ must not lean on the system under test, so it reads only the history
 | group-stalled | a group delivered nothing for more than STALL_S seconds while producers were acknowledged |
 | group-behind | at the end a group's committed offset is not a partition's high watermark |
 | stop-hung | a SIGTERMed broker did not exit within the bound (issue 17 item 16) |
+| resurrected | a record of an earlier incarnation of a re-created topic is in the current one's log (issue 31) |
+| metadata-lost | a topic creation answered success is not in the final metadata (issue 31) |
+| metadata-undead | a topic deletion answered success is undone in the final metadata (issue 31) |
+| metadata-divergent | at the end the brokers' applied metadata (offset, digest) differ (issue 31) |
 | incomplete | the history has no end: the run did not finish, so nothing final could be checked |
+
+The rules of the last four, and what a power loss may take, are `checker_metadata`'s.
 
 `moved` leaves out records acknowledged without an offset (librdkafka
 acknowledges a timed-out batch that a later one proved stored without an
@@ -61,18 +67,21 @@ from typing import Any, Callable, Iterable
 
 from kelp.cli.output import format_table
 
+from .checker_metadata import METADATA_VIOLATIONS, churn_check, metadata_check, power_loss_allowance
+
 __all__ = ["Verdict", "check", "VIOLATIONS", "STALL_S"]
 
 VIOLATIONS = ["lost", "moved", "duplicated", "order", "divergent", "phantom", "commit-ahead", "isr-not-restored",
-              "group-stalled", "group-behind", "stop-hung", "incomplete"]
+              "group-stalled", "group-behind", "stop-hung", *METADATA_VIOLATIONS, "incomplete"]
 STALL_S = 60.0
 SLOW_RECOVERY_S = 60.0
 EXAMPLES = 5
 AIMS = {"leader-kill-then-next": "item 1", "double-failover": "items 5, 12", "controller-pause-short": "items 2, 11",
         "controller-pause-long": "items 2, 11", "control-plane-drop": "item 2", "control-plane-delay": "item 2",
         "sigterm-fast-restart": "items 8, 16", "reassign-cancel-failover": "item 4", "disk-full": "",
-        "partition-brokers": "items 2, 7", "partition-clients": "", "kill": "random", "pause": "random",
-        "terminate": "random", "kill-all": "random"}
+        "partition-brokers": "items 2, 7", "partition-clients": "", "topic-churn": "31: 2", "store-errors": "31: 3",
+        "store-rollback": "31: 1, 3", "power-loss-one": "31", "power-loss-all": "31", "clock-step": "31: 6",
+        "kill": "random", "pause": "random", "terminate": "random", "kill-all": "random"}
 
 
 @dataclass
@@ -110,7 +119,7 @@ class Verdict:
                                 key=lambda k: list(AIMS).index(k) if k in AIMS else 99)]
         rows.append(["TOTAL", sum(self.faults.values()), sum(self.skipped.values()),
                      f"{sum(1 for k in self.faults if self.faults[k])} kinds"])
-        lines += ["", "faults", format_table(rows, ["KIND", "APPLIED", "SKIPPED", "AIMS AT (issue 17)"])]
+        lines += ["", "faults", format_table(rows, ["KIND", "APPLIED", "SKIPPED", "AIMS AT (issue 17; 31: issue 31)"])]
         s = self.stats
         lines += ["", f"records: acknowledged {s.get('acked', 0):,} ({s.get('acked_without_offset', 0):,} without an "
                       f"offset), failed {s.get('nacked', 0):,}, "
@@ -266,6 +275,11 @@ def check(lines: Iterable[list]) -> Verdict:
     end: dict[str, Any] | None = None
     recoveries: list[tuple[int, float | None]] = []
     faults: list[list] = []
+    csend: dict[tuple[int, int], float] = {}
+    churn: list[list] = []
+    mops: list[list] = []
+    applied: dict[str, list] | None = None
+    final_topics: dict[str, str] | None = None
     for line in lines:
         kind = line[0]
         if kind == "ack":
@@ -302,6 +316,14 @@ def check(lines: Iterable[list]) -> Verdict:
             replicas[(line[1], line[2])][line[3]] = line[4]
         elif kind == "end":
             end = line[2]
+        elif kind == "csend":
+            csend[(line[2], line[3])] = line[1]
+        elif kind == "churn":
+            churn.append(line)
+        elif kind == "mop":
+            mops.append(line)
+        elif kind == "metadata":
+            applied, final_topics = line[2], line[3]
 
     for f in faults:
         _, t0, t1, index, kind, params, outcome = f
@@ -350,9 +372,16 @@ def check(lines: Iterable[list]) -> Verdict:
             if prod >= 0:
                 where[(prod, seq)].append((topic, p, offset))
         by_offset[(topic, p)] = offsets
-    for _, prod, seq, topic, p, offset in acks:
+    allowed = power_loss_allowance(v.meta, faults)
+    lost_allowed: Counter = Counter()
+    churn_producer = v.meta.get("churn_producer", 100)
+    for t_ack, prod, seq, topic, p, offset in acks:
+        if prod == churn_producer:
+            continue  # its topic is deleted and re-created: the incarnation rules below
         found = where.get((prod, seq))
-        if not found:
+        if not found and allowed(topic, t_ack) is not None:
+            lost_allowed[allowed(topic, t_ack)] += 1
+        elif not found:
             v.violate("lost", f"producer {prod} seq {seq}: acknowledged at {topic}-{p}@{offset}, in no log")
         elif offset is None:
             pass  # librdkafka acknowledged it without an offset (a timed-out batch confirmed by a later one)
@@ -360,6 +389,14 @@ def check(lines: Iterable[list]) -> Verdict:
             held = by_offset.get((topic, p), {}).get(offset)
             v.violate("moved", f"producer {prod} seq {seq}: acknowledged at {topic}-{p}@{offset}, found at "
                                f"{found}; that offset holds {held}")
+    for topic in v.meta.get("churn_topics", []):
+        v.stats[f"churn_{topic}"] = churn_check(v.violate, topic=topic, producer=churn_producer, acks=acks,
+                                                csend=csend, churn=churn, final_topics=final_topics or {}, where=where,
+                                                allowed=allowed, lost_allowed=lost_allowed)
+    v.stats["metadata_ops"] = metadata_check(v.violate, mops=mops, applied=applied, final_topics=final_topics)
+    for why, n in lost_allowed.items():
+        v.anomalies.append(f"{n:,} acknowledged record(s) lost as a power loss may lose them: {why}")
+    v.stats["lost_to_power_loss"] = sum(lost_allowed.values())
     last_seqs = _last_sequences(logs)
     with_batches = {tp for tp, recs in logs.items() if any(len(r) > 5 for r in recs)}
     bumps = client_bumps(pidem, lambda t, p, pid, ep: last_seqs.get((t, p, pid, ep), -1)
@@ -367,7 +404,11 @@ def check(lines: Iterable[list]) -> Verdict:
     acked_at = {(prod, seq): (topic, p, offset) for _, prod, seq, topic, p, offset in acks}
     by_client: dict[tuple[ClientBump, ...], list[str]] = defaultdict(list)
     client_copies = 0
+    churn_copies = 0
     for (prod, seq), found in where.items():
+        if len(found) > 1 and prod == churn_producer:
+            churn_copies += len(found) - 1  # not idempotent (its topic is re-created): a retry may store it twice
+            continue
         if len(found) > 1:
             how = [f"{t}-{p}@{o}" + (" (producer id {}, epoch {}, batch sequence {}, leader epoch {})".format(
                 *stored_by[(t, p, o)]) if (t, p, o) in stored_by else "") for t, p, o in found]
@@ -385,6 +426,8 @@ def check(lines: Iterable[list]) -> Verdict:
                     f"{'' if b.client_caused else ', not shown client-caused'})" for (_, e), b in seen)
             v.violate("duplicated", what, len(found) - 1)
     v.stats["duplicated_by_client"] = client_copies
+    if churn_copies:
+        v.anomalies.append(f"the churn producer (not idempotent) stored {churn_copies} record(s) twice by retrying")
     for why, copies in by_client.items():
         v.anomalies.append(
             f"producer {why[0].producer} bumped its idempotent epoch ({'; '.join(r for b in why for r in b.reasons)}) "
@@ -416,6 +459,10 @@ def check(lines: Iterable[list]) -> Verdict:
             elif r["leo"] < r["hw_ref"]:
                 v.violate("divergent", f"{where_s} ends at {r['leo']}, below the high watermark {r['hw_ref']}")
             elif b != src and r.get("sha256_below_hw") != ref.get("sha256_below_hw"):
+                if r.get("compacted"):
+                    v.violate("divergent", f"{where_s} holds other keys or values than broker {src}'s below the high "
+                                           f"watermark {r['hw_ref']} ({r.get('keys')} against {ref.get('keys')} keys)")
+                    continue
                 v.violate("divergent", f"{where_s} differs from broker {src}'s below the high watermark "
                                        f"{r['hw_ref']}: first differing batch at offset {r.get('first_diff_offset')}")
 

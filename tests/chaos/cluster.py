@@ -36,7 +36,8 @@ __all__ = ["ChaosCluster", "AdminError", "BROKER_SETTINGS"]
 
 # What the suite runs with beyond the broker defaults (lease 3000 ms, renewal 1000 ms stay the
 # defaults: the faults' durations are set relative to them). Shorter ISR lag so a partitioned
-# follower leaves the ISR in 10 s rather than 30; small segments so logs roll often.
+# follower leaves the ISR in 10 s rather than 30; small segments so logs roll often; metadata
+# snapshots every 16 KiB of entries.
 BROKER_SETTINGS: dict[str, Any] = {
     "default.replication.factor": 3,
     "min.insync.replicas": 2,
@@ -46,6 +47,9 @@ BROKER_SETTINGS: dict[str, Any] = {
     "replica.lag.time.max.ms": 10000,
     "log.segment.bytes": 1048576,
     "auto.create.topics.enable": False,
+    # Snapshots (and compaction of the metadata log) every few entries, so they run during every fault —
+    # controller pauses included — not once in a blue moon at the default 4 MiB (issue 31).
+    "metadata.log.max.record.bytes.between.snapshots": 16384,
 }
 START_TIMEOUT_S = 60.0
 
@@ -68,7 +72,7 @@ class ChaosCluster:
         self.paused: set[int] = set()
         self.children = [
             Child(name=f"broker {i}", command=self._command(i),
-                  env={"PYTHONSAFEPATH": "1", "PYTHONUNBUFFERED": "1"},
+                  env={"PYTHONSAFEPATH": "1", "PYTHONUNBUFFERED": "1", **topo.env(i)},
                   stderr_path=topo.run_dir / f"broker-{i}.log",
                   backoff=RestartBackoff(initial_s=1.0, max_s=10.0, reset_after_s=30.0))
             for i in range(self.n)
@@ -88,7 +92,7 @@ class ChaosCluster:
             cmd = [sys.executable, "-m", "kelp.broker", "--broker-id", str(i),
                    "--log-dirs", str(self.topo.log_dir(i)), "--port", str(kafka), "--http-port", str(http),
                    "--set", f"host={self.topo.broker_host(i)}",
-                   "--set", f"cluster.dir={self.topo.run_dir / 'cluster'}"]
+                   "--set", f"cluster.dir={self.topo.cluster_dir}"]
             for key, value in self.settings.items():
                 if isinstance(value, bool):
                     value = str(value).lower()

@@ -17,6 +17,8 @@ describes; each targeted fault aims at one:
 | partition-brokers | 2, 7 | cut one broker (the leader, the controller or any) off from the others for 3-10 s |
 | partition-clients | - | the clients cannot reach one broker's Kafka port for 3-8 s |
 | kill, pause, terminate, kill-all | - | random SIGKILL/SIGSTOP/SIGTERM and restarts |
+| topic-churn, store-errors, store-rollback | issue 31 | `faults_metadata.py` |
+| power-loss-one, power-loss-all, clock-step | issue 31 | `faults_host.py` |
 
 The control-plane faults act on the brokers' HTTP to and from the
 controller (blackholed or reset when dropped); the delay has the drop's
@@ -40,39 +42,42 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from .cluster import AdminError, ChaosCluster
-from .history import History
-from .topology import Topology
+from .cluster import AdminError
+from .fault_context import MAIN_TOPIC, MOVES_TOPIC, STOP_BOUND_S, Ctx, hold, pick_broker, trigger_changes
+from .faults_host import clock_step, power_loss_all, power_loss_one
+from .faults_metadata import store_errors, store_rollback, topic_churn
 
 __all__ = ["TARGETED", "RANDOM", "NEEDS", "available_kinds", "schedule", "short_schedule", "fault_params_rng",
-           "run_fault", "Ctx"]
+           "run_fault", "Ctx", "STOP_BOUND_S", "kind_at"]
 
-TARGETED = ["leader-kill-then-next", "double-failover", "controller-pause-short", "controller-pause-long",
-            "control-plane-drop", "control-plane-delay", "sigterm-fast-restart", "reassign-cancel-failover",
-            "disk-full", "partition-brokers", "partition-clients"]
+TARGETED_17 = ["leader-kill-then-next", "double-failover", "controller-pause-short", "controller-pause-long",
+               "control-plane-drop", "control-plane-delay", "sigterm-fast-restart", "reassign-cancel-failover",
+               "disk-full", "partition-brokers", "partition-clients"]
+# issue 31: topics re-created under a down replica, the metadata store failing and going back in time, power loss,
+# clock steps (faults_metadata.py, faults_host.py): a schedule stream of their own (below).
+TARGETED_31 = ["topic-churn", "store-errors", "store-rollback", "power-loss-one", "power-loss-all", "clock-step"]
+TARGETED = TARGETED_17 + TARGETED_31
 RANDOM = ["kill", "pause", "terminate", "kill-all"]
 RANDOM_WEIGHTS = [4, 3, 3, 1]
 NEEDS = {"control-plane-drop": "network", "control-plane-delay": "network", "partition-brokers": "network",
-         "partition-clients": "network", "disk-full": "disk"}
-STOP_BOUND_S = 60.0  # a SIGTERMed broker must exit within this (issue 17 item 16; README "Failover": 56 s + the flush)
-MAIN_TOPIC = "chaos"
-MOVES_TOPIC = "chaos-moves"
+         "partition-clients": "network", "disk-full": "disk", "store-errors": "store", "store-rollback": "store",
+         "power-loss-one": "power", "power-loss-all": "power", "clock-step": "clock"}
+STREAM_31 = 100_000  # the first index of issue 31's stream: issue 17's keeps the indices it always had
+EVERY_31 = 3  # one fault of issue 31's stream after every this many of issue 17's
 
 
-def available_kinds(capabilities: frozenset[str] | set[str]) -> list[str]:
-    return [k for k in TARGETED if NEEDS.get(k) is None or NEEDS[k] in capabilities]
+def available_kinds(capabilities: frozenset[str] | set[str], kinds: list[str] = TARGETED) -> list[str]:
+    return [k for k in kinds if NEEDS.get(k) is None or NEEDS[k] in capabilities]
 
 
-def schedule(seed: int, capabilities: frozenset[str] | set[str]) -> Iterator[tuple[int, str]]:
-    """(index, kind) forever: rounds of every available targeted kind in a seeded order, random kinds between."""
-    kinds = available_kinds(capabilities)
-    index = 0
+def _stream(seed: int, kinds: list[str], first: int, tag: str) -> Iterator[tuple[int, str]]:
+    """Rounds of every kind in `kinds` in a seeded order, each followed three times in four by a random kind."""
+    index = first
     round_no = 0
-    while True:
-        rng = random.Random(f"{seed}:round:{round_no}")
+    while kinds:
+        rng = random.Random(f"{seed}:{tag}round:{round_no}")
         order = kinds[:]
         rng.shuffle(order)
         for kind in order:
@@ -84,59 +89,47 @@ def schedule(seed: int, capabilities: frozenset[str] | set[str]) -> Iterator[tup
         round_no += 1
 
 
+def schedule(seed: int, capabilities: frozenset[str] | set[str]) -> Iterator[tuple[int, str]]:
+    """(index, kind) forever: issue 17's stream (its indices and kinds exactly as before issue 31, so the
+    regression list's `(seed, index)` still name their faults) with issue 31's stream (indices from STREAM_31)
+    woven in, one of its faults after every EVERY_31 of the first."""
+    first = _stream(seed, available_kinds(capabilities, TARGETED_17), 0, "")
+    second = _stream(seed, available_kinds(capabilities, TARGETED_31), STREAM_31, "31:")
+    while True:
+        for _ in range(EVERY_31):
+            yield next(first)
+        item = next(second, None)
+        if item is not None:
+            yield item
+
+
 def short_schedule(seed: int, capabilities: frozenset[str] | set[str],
                    kinds: list[str] | None = None) -> list[tuple[int, str]]:
-    """The targeted faults of the first round (or only `kinds` of them), in the seed's order and with its parameters."""
+    """The first fault of each targeted kind (or only `kinds`), in the seed's order and with its parameters."""
     wanted = set(kinds or available_kinds(capabilities))
     out = []
-    for index, kind in schedule(seed, capabilities):
-        if kind in TARGETED:
-            if kind in wanted:
-                out.append((index, kind))
+    for n, (index, kind) in enumerate(schedule(seed, capabilities)):
+        if kind in wanted:
+            out.append((index, kind))
             wanted.discard(kind)
             if not wanted:
                 return out
-        if index > 10 * len(TARGETED):
+        if n > 20 * len(TARGETED):
             return out
     return out
 
 
 def kind_at(seed: int, capabilities: frozenset[str] | set[str], index: int) -> str:
-    for i, kind in schedule(seed, capabilities):
+    for n, (i, kind) in enumerate(schedule(seed, capabilities)):
         if i == index:
             return kind
-    raise AssertionError("unreachable")
+        if n > 100 * (index % STREAM_31 + 10):
+            break
+    raise KeyError(f"fault index {index} is not in seed {seed}'s schedule for {sorted(capabilities)}")
 
 
 def fault_params_rng(seed: int, index: int) -> random.Random:
     return random.Random(f"{seed}:fault:{index}")
-
-
-@dataclass
-class Ctx:
-    cluster: ChaosCluster
-    topo: Topology
-    history: History
-    say: Callable[[str], None]
-
-    @property
-    def lease_s(self) -> float:
-        return self.cluster.lease_s
-
-    def others(self, *exclude: int) -> list[int]:
-        return [i for i in range(self.cluster.n) if i not in exclude]
-
-    def failover(self, topic: str, p: int, old: int) -> int | None:
-        return self.cluster.wait_new_leader(topic, p, not_in={old}, timeout_s=3 * self.lease_s + 10)
-
-
-def _hold(c: ChaosCluster, seconds: float, do: Callable[[], Any], undo: Callable[[], Any]) -> None:
-    """do(), keep it for `seconds` (supervising the brokers meanwhile), undo() whatever happens."""
-    try:
-        do()
-        c.sleep(seconds)
-    finally:
-        undo()
 
 
 # -- the faults: each returns (params, outcome) and heals in `finally` ------------------------------
@@ -229,56 +222,12 @@ def controller_pause(ctx: Ctx, rng: random.Random, *, long: bool) -> tuple[dict,
     return params, {"controller": ctl, "controllers_seen_during_pause": sorted(seen)}
 
 
-def _trigger_changes(ctx: Ctx, rng: random.Random, around: int, window: float) -> dict:
-    """Make the controller push metadata all through a control-plane fault.
-
-    A topic config change about every 0.7 s (each one a store write and a
-    push to every broker: pushes that can overtake each other), and, as the
-    seed says, a broker other than the controller killed and restarted, or
-    paused past its lease (leaders move, ISRs shrink and grow), or neither.
-    """
-    c = ctx.cluster
-    how = rng.choice(["kill-restart", "pause", "configs-only"])
-    victim = rng.choice(ctx.others(around))
-    t0 = time.monotonic()
-    changes, errors, step = 0, 0, 0
-    phase = "before"
-    while time.monotonic() - t0 < window:
-        elapsed = time.monotonic() - t0
-        if how == "kill-restart" and phase == "before" and elapsed >= window * 0.2:
-            c.kill(victim)
-            phase = "down"
-        elif how == "kill-restart" and phase == "down" and elapsed >= window * 0.6:
-            c.start(victim, wait=False)
-            phase = "after"
-        elif how == "pause" and phase == "before" and elapsed >= window * 0.2:
-            c.pause(victim)
-            phase = "down"
-        elif how == "pause" and phase == "down" and elapsed >= window * 0.2 + ctx.lease_s + 0.5:
-            c.resume(victim)
-            phase = "after"
-        step += 1
-        try:
-            c.admin(f"/admin/v1/topics/{MAIN_TOPIC}/configs", "PATCH",
-                    {"configs": {"retention.ms": str(604_800_000 + step)}}, via=around, timeout_s=2)
-            changes += 1
-        except AdminError:
-            errors += 1
-        c.sleep(0.7)
-    if phase == "down":
-        if how == "pause":
-            c.resume(victim)
-        else:
-            c.start(victim, wait=False)
-    return {"trigger": how, "victim": victim, "config_changes": changes, "config_change_errors": errors}
-
-
 def _under_rules(ctx: Ctx, rng: random.Random, ctl: int, rules: list[dict], window: float) -> dict:
     """The proxy's rules in force for `window` seconds while the controller is made to push; lifted in any case."""
     t0 = time.monotonic()
     try:
         ctx.topo.control_plane(rules)
-        trigger = _trigger_changes(ctx, rng, ctl, window)
+        trigger = trigger_changes(ctx, rng, ctl, window)
         ctx.cluster.sleep(window - (time.monotonic() - t0))
     finally:
         ctx.topo.control_plane([])
@@ -321,22 +270,11 @@ def control_plane_delay(ctx: Ctx, rng: random.Random) -> tuple[dict, dict]:
     return params, {"controller": ctl, **trigger, "proxy": ctx.topo.proxy_stats()}
 
 
-def _pick_broker(ctx: Ctx, rng: random.Random, how: str) -> int:
-    c = ctx.cluster
-    if how == "leader":
-        b = c.leader(MAIN_TOPIC, rng.randrange(6))
-    elif how == "controller":
-        b = c.controller()
-    else:
-        b = rng.randrange(c.n)
-    return b if b >= 0 else rng.randrange(c.n)
-
-
 def sigterm_fast_restart(ctx: Ctx, rng: random.Random) -> tuple[dict, dict]:
     c = ctx.cluster
     how = rng.choice(["leader", "controller", "random"])
     params = {"target": how, "stop_bound_s": STOP_BOUND_S}
-    b = _pick_broker(ctx, rng, how)
+    b = pick_broker(ctx, rng, how)
     try:
         code, seconds = c.terminate(b, bound_s=STOP_BOUND_S)
         listening = c.start(b)
@@ -423,7 +361,7 @@ def disk_full(ctx: Ctx, rng: random.Random) -> tuple[dict, dict]:
     c = ctx.cluster
     how = rng.choice(["leader", "random"])
     hold = rng.uniform(2.0, 6.0)
-    b = _pick_broker(ctx, rng, how)
+    b = pick_broker(ctx, rng, how)
     params = {"target": how, "hold_s": round(hold, 3)}
     try:
         taken = ctx.topo.fill_disk(b)
@@ -437,8 +375,8 @@ def partition_brokers(ctx: Ctx, rng: random.Random) -> tuple[dict, dict]:
     c = ctx.cluster
     how = rng.choice(["leader", "controller", "random"])
     window = rng.uniform(3.0, 10.0)
-    b = _pick_broker(ctx, rng, how)
-    _hold(c, window, lambda: ctx.topo.partition_brokers([[b], ctx.others(b)]), ctx.topo.heal_network)
+    b = pick_broker(ctx, rng, how)
+    hold(c, window, lambda: ctx.topo.partition_brokers([[b], ctx.others(b)]), ctx.topo.heal_network)
     return {"isolate": how, "window_s": round(window, 3)}, {"broker": b}
 
 
@@ -446,22 +384,22 @@ def partition_clients(ctx: Ctx, rng: random.Random) -> tuple[dict, dict]:
     c = ctx.cluster
     how = rng.choice(["leader", "random"])
     window = rng.uniform(3.0, 8.0)
-    b = _pick_broker(ctx, rng, how)
-    _hold(c, window, lambda: ctx.topo.isolate_clients(b), ctx.topo.heal_network)
+    b = pick_broker(ctx, rng, how)
+    hold(c, window, lambda: ctx.topo.isolate_clients(b), ctx.topo.heal_network)
     return {"target": how, "window_s": round(window, 3)}, {"broker": b}
 
 
 def random_kill(ctx: Ctx, rng: random.Random) -> tuple[dict, dict]:
     c = ctx.cluster
     b, down = rng.randrange(c.n), rng.uniform(0.5, 4.0)
-    _hold(c, down, lambda: c.kill(b), lambda: c.start(b))
+    hold(c, down, lambda: c.kill(b), lambda: c.start(b))
     return {"broker": b, "down_s": round(down, 3)}, {}
 
 
 def random_pause(ctx: Ctx, rng: random.Random) -> tuple[dict, dict]:
     c = ctx.cluster
     b, pause = rng.randrange(c.n), rng.uniform(0.5, 5.0)
-    _hold(c, pause, lambda: c.pause(b), lambda: c.resume(b))
+    hold(c, pause, lambda: c.pause(b), lambda: c.resume(b))
     return {"broker": b, "pause_s": round(pause, 3)}, {}
 
 
@@ -504,6 +442,12 @@ FAULTS: dict[str, Callable[[Ctx, random.Random], tuple[dict, dict]]] = {
     "disk-full": disk_full,
     "partition-brokers": partition_brokers,
     "partition-clients": partition_clients,
+    "topic-churn": topic_churn,
+    "store-errors": store_errors,
+    "store-rollback": store_rollback,
+    "power-loss-one": power_loss_one,
+    "power-loss-all": power_loss_all,
+    "clock-step": clock_step,
     "kill": random_kill,
     "pause": random_pause,
     "terminate": random_terminate,
@@ -522,6 +466,7 @@ def run_fault(ctx: Ctx, seed: int, index: int, kind: str) -> dict:
         params, outcome = {}, {"error": f"{type(exc).__name__}: {exc}"[:500]}
     finally:
         ctx.topo.heal_network()
+        ctx.topo.heal_store()
         restored = ctx.cluster.restore()
     if restored:
         outcome["restored"] = restored

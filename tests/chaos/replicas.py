@@ -9,8 +9,10 @@ hashed, and where two replicas differ the first differing batch's offset is
 kept. The records of the final leader's replica are decoded
 (`kelp.records.batch_records`) into `[offset, producer, seq, producer id,
 producer epoch, batch base sequence, leader epoch]` for the checker.
-Compacted topics (`__consumer_offsets`) are left out: each replica
-compacts on its own, so their bytes legitimately differ.
+Compacted topics (`__consumer_offsets`) compact on each replica on its own,
+so their bytes legitimately differ: what must agree is what they hold, the
+newest record of each key below the high watermark (its offset and value; a
+tombstone and a removed key are the same), hashed in key order.
 
 It must never run while a broker of the run is alive, and never writes a log.
 """
@@ -30,6 +32,43 @@ from .workload import parse_value
 __all__ = ["collect"]
 
 READ_BYTES = 1 << 20
+
+
+def _read_compacted(directory: Path, hw_ref: int) -> dict[str, Any]:
+    """The newest (offset, value) of each key below `hw_ref`, hashed in key order; tombstones count as absent."""
+    log = Log.open(directory)
+    try:
+        out: dict[str, Any] = {"log_start": log.log_start_offset, "leo": log.log_end_offset,
+                               "hw_checkpoint": log.high_watermark, "offline": log.offline_reason or None,
+                               "compacted": True}
+        if log.offline_reason:
+            return out
+        latest: dict[bytes, tuple[int, bytes | None]] = {}
+        offset = log.log_start_offset
+        while offset < min(log.log_end_offset, hw_ref):
+            data = log.read(offset, max_bytes=READ_BYTES)
+            before = offset
+            if not data:
+                break
+            for info in iter_headers(data):
+                offset = info.next_offset
+                if info.is_control or info.last_offset >= hw_ref:
+                    continue
+                for rec in batch_records(data, info):
+                    if rec.key is not None:
+                        latest[bytes(rec.key)] = (rec.offset, None if rec.value is None else bytes(rec.value))
+            if offset <= before:
+                out["error"] = f"reading stalled at offset {offset}"
+                break
+        digest = hashlib.sha256()
+        for key in sorted(latest):
+            at, value = latest[key]
+            if value is not None:
+                digest.update(b"%d|%d|" % (len(key), at) + key + b"|" + value)
+        out.update({"keys": sum(1 for v in latest.values() if v[1] is not None), "sha256_below_hw": digest.hexdigest()})
+        return out
+    finally:
+        log.close()
 
 
 def _read_replica(directory: Path, hw_ref: int, *, records: bool) -> dict[str, Any]:
@@ -74,8 +113,21 @@ def _read_replica(directory: Path, hw_ref: int, *, records: bool) -> dict[str, A
         log.close()
 
 
-def collect(run_dir: Path, state: dict[str, list], topics: list[str], history: History) -> None:
-    """`state` is the final `{topic: [[p, leader, replicas, isr, hw, leo], ...]}` read before the stop."""
+def collect(run_dir: Path, state: dict[str, list], topics: list[str], history: History, *,
+            compacted: list[str] = ()) -> None:
+    """`state` is the final `{topic: [[p, leader, replicas, isr, hw, leo], ...]}` read before the stop; `compacted`
+    topics are compared by what they hold (`_read_compacted`), the others byte for byte."""
+    for topic in compacted:
+        for p, leader, replicas, isr, hw, _leo in state.get(topic, []):
+            source = leader if leader in replicas else (isr[0] if isr else replicas[0])
+            hw_ref = hw if isinstance(hw, int) and hw >= 0 else 0
+            for b in replicas:
+                d = run_dir / f"broker-{b}" / f"{topic}-{p}"
+                try:
+                    r = _read_compacted(d, hw_ref) if d.is_dir() else {"missing": True}
+                except Exception as exc:  # an unreadable replica is a finding, not a crash of the checker
+                    r = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+                history.add("replica", topic, p, b, {"hw_ref": hw_ref, "source": source, **r})
     for topic in topics:
         for p, leader, replicas, isr, hw, _leo in state.get(topic, []):
             reads: dict[int, dict[str, Any]] = {}

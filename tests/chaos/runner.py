@@ -39,7 +39,7 @@ from .history import History, read_history
 from .nemesis import STOP_BOUND_S, Ctx, kind_at, run_fault, schedule, short_schedule
 from .replicas import collect
 from .topology import make_topology
-from .workload import GROUPS, TOPICS, Workload
+from .workload import CHURN_PRODUCER, CHURN_TOPICS, GROUPS, TOPICS, Workload
 
 __all__ = ["main", "run", "load_regressions"]
 
@@ -48,7 +48,8 @@ REGRESSIONS = Path(__file__).with_name("regressions.json")
 RECOVERY_BOUND_S = 60.0
 FINAL_HEALTH_BOUND_S = 120.0
 DRAIN_BOUND_S = 90.0
-ALL_TOPICS = [*TOPICS, "__consumer_offsets"]
+ALL_TOPICS = [*TOPICS, *CHURN_TOPICS, "__consumer_offsets"]
+METADATA_CONVERGE_S = 30.0
 
 log = logging.getLogger("chaos")
 
@@ -92,7 +93,7 @@ def _plan(args: argparse.Namespace,
 
 
 def _create_topics(cluster: ChaosCluster) -> None:
-    for name, (partitions, rf, min_isr) in TOPICS.items():
+    for name, (partitions, rf, min_isr) in {**TOPICS, **CHURN_TOPICS}.items():
         cluster.admin("/admin/v1/topics", "POST", {"name": name, "partitions": partitions, "replication_factor": rf,
                                                    "configs": {"min.insync.replicas": str(min_isr)}}, timeout_s=30)
 
@@ -129,6 +130,32 @@ def _drain(cluster: ChaosCluster, work: Workload) -> str | None:
         missing = ", ".join(behind[:6])
         cluster.sleep(1)
     return missing
+
+
+def _metadata(cluster: ChaosCluster) -> tuple[dict[int, list], dict[str, str]]:
+    """Every broker's applied metadata (offset, digest), once they agree (bounded), and the topics the controller
+    holds with their ids: what the checker compares the answered metadata changes with."""
+    deadline = time.monotonic() + METADATA_CONVERGE_S
+    seen: dict[int, list] = {}
+    while True:
+        seen = {}
+        for i in range(cluster.n):
+            try:
+                d = cluster.admin("/admin/v1/cluster", via=i, timeout_s=5)
+                seen[i] = [d.get("metadata_offset"), d.get("metadata_digest")]
+            except AdminError as exc:
+                seen[i] = [None, str(exc)[:100]]
+        if len({tuple(x) for x in seen.values()}) == 1 or time.monotonic() > deadline:
+            break
+        cluster.sleep(0.5)
+    topics: dict[str, str] = {}
+    try:
+        ctl = cluster.controller()
+        listed = cluster.admin("/admin/v1/topics", via=ctl if ctl >= 0 else None, timeout_s=10)["topics"]
+        topics = {t["name"]: t.get("topic_id") for t in listed}
+    except (AdminError, KeyError, TypeError) as exc:
+        say(f"the final topic list could not be read: {exc}")
+    return seen, topics
 
 
 def _state_topic(cluster: ChaosCluster, topic: str) -> list[tuple[int, int]]:
@@ -174,12 +201,16 @@ def run(args: argparse.Namespace) -> int:
         took, why = cluster.wait_healthy(ALL_TOPICS[:2], timeout_s=60)
         if took is None:
             raise RuntimeError(f"the new cluster did not become whole within 60 s: {why}")
-        work = Workload(cluster.bootstrap, history, producers=args.producers, rate=args.rate)
+        work = Workload(cluster.bootstrap, history, producers=args.producers, rate=args.rate,
+                        admin_urls=lambda: [cluster.http(i) for i in cluster.running()])
         work.start()
         history.add("meta", {
             "seed": args.seed, "mode": "short" if plan is not None else "full", "seconds": args.seconds,
             "network": topo.kind, "network_note": topo.why_limited, "brokers": cluster.n, "settings": settings,
-            "topics": list(TOPICS), "groups": list(GROUPS), "producers": args.producers, "rate": args.rate,
+            "topics": list(TOPICS), "churn_topics": list(CHURN_TOPICS), "churn_producer": CHURN_PRODUCER,
+            "groups": list(GROUPS),
+            "min_insync": {t: m for t, (_, _, m) in {**TOPICS, **CHURN_TOPICS}.items()},
+            "producers": args.producers, "rate": args.rate,
             "workload_start": time.time(), "plan": plan, "git": _git_rev(), "out": str(out),
         })
         deadline = time.monotonic() + 90
@@ -219,13 +250,15 @@ def run(args: argparse.Namespace) -> int:
         work.stop_consumers()
         state = _state(cluster)
         history.add("state", time.time(), state)
+        applied, final_topics = _metadata(cluster)
+        history.add("metadata", time.time(), {str(b): x for b, x in applied.items()}, final_topics)
         say(f"stopping the brokers (SIGTERM to all at once, bound {STOP_BOUND_S:.0f} s)")
         for b, seconds, rc in cluster.stop_all(bound_s=STOP_BOUND_S):
             history.add("stop", time.time(), b, round(seconds, 2), rc)
             say(f"  broker {b}: " + (f"exited {rc} after {seconds:.1f} s" if rc is not None else
                                      f"did not exit within {STOP_BOUND_S:.0f} s; SIGKILLed"))
         say("reading every replica from disk")
-        collect(out, state, list(TOPICS), history)
+        collect(out, state, [*TOPICS, *CHURN_TOPICS], history, compacted=["__consumer_offsets"])
         history.add("end", time.time(), {"unknown": unknown, "nemesis_end": nemesis_end, "faults": done})
     except KeyboardInterrupt as exc:
         interrupted = str(exc) or "Ctrl-C"

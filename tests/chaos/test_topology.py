@@ -50,7 +50,9 @@ def test_setup_cleanup_and_the_faults_cut_what_they_name(tmp_path: Path) -> None
     try:
         topo.setup()
         assert {topo.ns(0), topo.ns(1), topo.hub} <= _netns()
-        assert f"kelpchaos-{os.getpid()} {tmp_path / 'broker-0'} tmpfs" in _mounts()
+        assert f"kelpchaos-{os.getpid()} {tmp_path / 'disk-0'} tmpfs" in _mounts()
+        assert f"kelplazyfs-{os.getpid()} {tmp_path / 'broker-0'} fuse" in _mounts()
+        assert f"kelplazyfs-{os.getpid()} {tmp_path / 'cluster'} fuse" in _mounts()
         for i in range(2):  # a listener on each broker's Kafka port, inside its namespace
             listeners.append(subprocess.Popen(["ip", "netns", "exec", topo.ns(i), "python3", "-c",
                                                "import socket, time; s = "
@@ -73,13 +75,33 @@ def test_setup_cleanup_and_the_faults_cut_what_they_name(tmp_path: Path) -> None
             (tmp_path / "broker-0" / "more").write_bytes(b"x" * 65536)
         topo.free_disk(0)
         (tmp_path / "broker-0" / "more").write_bytes(b"x" * 65536)
+        # power: what was fsynced survives, what was only written does not; another broker's disk keeps its cache
+        with open(tmp_path / "broker-0" / "kept", "wb") as fh:
+            fh.write(b"k" * 5000)
+            fh.flush()
+            os.fsync(fh.fileno())
+        (tmp_path / "broker-0" / "kept").open("ab").write(b"lost")
+        (tmp_path / "broker-1" / "other").write_bytes(b"cached")
+        lost = topo.power_loss([0], store=False)
+        assert lost["broker-0"]["dirty_files"] >= 2
+        assert (tmp_path / "broker-0" / "kept").read_bytes() == b"k" * 5000
+        assert (tmp_path / "broker-0" / "more").read_bytes() == b""  # created and written, never fsynced
+        assert (tmp_path / "broker-1" / "other").read_bytes() == b"cached"
+        # the metadata store fails on demand, and heals
+        (tmp_path / "cluster" / "metadata").mkdir()
+        topo.store_errors("EIO", 30, ["write"])
+        with pytest.raises(OSError, match="Input/output"):
+            (tmp_path / "cluster" / "metadata" / "x").write_bytes(b"x")
+        (tmp_path / "cluster" / "leases-x").write_bytes(b"ok")  # only the store
+        topo.heal_store()
+        (tmp_path / "cluster" / "metadata" / "x").write_bytes(b"x")
     finally:
         for p in listeners:
             p.kill()
             p.wait(5)
         topo.cleanup()
     assert not {topo.ns(0), topo.ns(1), topo.hub} & _netns()
-    assert f"kelpchaos-{os.getpid()}" not in _mounts()
+    assert f"kelpchaos-{os.getpid()}" not in _mounts() and f"kelplazyfs-{os.getpid()}" not in _mounts()
     assert f"{topo.rid}r" not in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, timeout=10).stdout
 
 
@@ -100,3 +122,20 @@ def test_sweep_removes_what_a_dead_runner_left_and_nothing_else(tmp_path: Path) 
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
         subprocess.run(["ip", "netns", "del", mine], capture_output=True, timeout=10)
         subprocess.run(["umount", "-l", str(target)], capture_output=True, timeout=10)
+
+
+def test_a_stepped_wall_clock_moves_realtime_only(tmp_path: Path) -> None:
+    """The clock shim (clockstep.c) as a broker gets it (`Topology.env`): time.time() moves by the offset the file
+    holds, forward and back; the monotonic clocks do not."""
+    from tests.chaos.topology import Topology
+
+    topo = Topology(tmp_path, 1)
+    topo.setup()
+    assert topo.clock_shim is not None and "clock" in topo.capabilities, "no C compiler for the clock shim"
+    code = ("import time, sys; w, m = time.time(), time.monotonic(); open(sys.argv[1], 'w').write('-45000'); "
+            "time.sleep(0.1); print(round(time.time() - w), round(time.monotonic() - m))")
+    topo.step_clock(0, 0)
+    out = subprocess.run(["python3", "-c", code, str(topo.clock_file(0))], env={**os.environ, **topo.env(0)},
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["-45", "0"]

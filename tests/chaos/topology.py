@@ -14,11 +14,19 @@ clients) reaches them through one veth pair from the root namespace
   control-plane proxy (proxy.py), one listener per ordered pair, which drops
   or delays them on the nemesis' word; a partition between two brokers
   blocks that pair in the proxy too;
-- each broker's log directory is a tmpfs of its own (`disk.mb`), so one can
-  be filled to ENOSPC and freed.
+- each broker's "disk" is a tmpfs of its own (`disk.mb`), so one can be
+  filled to ENOSPC and freed; its log directory is a `lazyfs` mount over it
+  (the page cache above the disk: writes not fsynced are lost when the broker
+  loses power, `power_loss`); the brokers' shared `cluster.dir` (leases and
+  the metadata store) is a `lazyfs` mount over a directory of the run too, so
+  the store can fail with EIO or ENOSPC on demand (`store_errors`) and lose
+  power with every broker;
+- each broker's wall clock can be stepped (`step_clock`) by an LD_PRELOAD
+  shim (`clockstep.c`, built with the machine's C compiler) that offsets
+  CLOCK_REALTIME only, as a settimeofday or an NTP step does.
 
 Everything created is named after the runner's pid (`kc<pid>...`, tmpfs
-source `kelpchaos-<pid>`), removed by `cleanup()` in every case, and
+source `kelpchaos-<pid>`, FUSE `kelplazyfs-<pid>`), removed by `cleanup()` in every case, and
 `sweep_stale()` removes what a killed runner left (its pid is gone).
 Without root or `ip` (`LoopbackTopology`), brokers listen on 127.0.0.1 and
 only process faults are possible; the runner says so.
@@ -40,6 +48,8 @@ from pathlib import Path
 from typing import Any
 
 from kelp.cli.supervisor import die_with_parent
+
+from .lazy_mounts import LazyMount, fuse_available
 
 __all__ = ["Topology", "NetnsTopology", "LoopbackTopology", "make_topology", "sweep_stale"]
 
@@ -73,16 +83,43 @@ class Topology:
     def __init__(self, run_dir: Path, brokers: int) -> None:
         self.run_dir = run_dir
         self.n = brokers
+        self.clock_shim: Path | None = None
+        # The wall-clock shim needs a C compiler, nothing else: clock steps work in every form.
+        self.capabilities = frozenset({"clock"} if shutil.which("cc") or shutil.which("gcc") else ())
 
     def setup(self) -> None:
         for i in range(self.n):
             self.log_dir(i).mkdir(parents=True, exist_ok=True)
+        self.cluster_dir.mkdir(parents=True, exist_ok=True)
+        self.clock_shim = build_clock_shim(self.run_dir)
 
     def cleanup(self) -> None:
         pass
 
     def log_dir(self, i: int) -> Path:
         return self.run_dir / f"broker-{i}"
+
+    @property
+    def cluster_dir(self) -> Path:
+        return self.run_dir / "cluster"
+
+    # -- the wall clock ------------------------------------------------------------------------
+    def clock_file(self, i: int) -> Path:
+        return self.run_dir / f"clock-offset-{i}.ms"
+
+    def env(self, i: int) -> dict[str, str]:
+        """What broker i's process gets in its environment: the clock shim, when it could be built."""
+        if self.clock_shim is None:
+            return {}
+        return {"LD_PRELOAD": str(self.clock_shim), "KELP_CLOCK_OFFSET_FILE": str(self.clock_file(i))}
+
+    def step_clock(self, i: int, offset_ms: int) -> None:
+        """Broker i's wall clock reads `offset_ms` away from the machine's from now on (0: back to it)."""
+        if self.clock_shim is None:
+            raise NotImplementedError("no C compiler: the wall-clock shim was not built")
+        tmp = self.clock_file(i).with_suffix(".tmp")
+        tmp.write_text(f"{int(offset_ms)}\n")
+        os.replace(tmp, self.clock_file(i))
 
     def broker_host(self, i: int) -> str:
         return "127.0.0.1"
@@ -116,13 +153,35 @@ class Topology:
     def proxy_stats(self) -> dict[str, Any]:
         return {}
 
+    def power_loss(self, brokers: list[int], *, store: bool) -> dict[str, Any]:
+        raise NotImplementedError(self.why_limited)
+
+    def store_errors(self, errno_name: str, seconds: float, ops: list[str]) -> None:
+        raise NotImplementedError(self.why_limited)
+
+    def heal_store(self) -> None:
+        pass
+
 
 LoopbackTopology = Topology
 
 
+CLOCK_SHIM_SOURCE = Path(__file__).with_name("clockstep.c")
+
+
+def build_clock_shim(run_dir: Path) -> Path | None:
+    """The wall-clock shim compiled into the run directory; None when the machine has no C compiler."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return None
+    out = run_dir / "clockstep.so"
+    proc = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", str(out), str(CLOCK_SHIM_SOURCE), "-ldl"],
+                          capture_output=True, text=True, timeout=60)
+    return out if proc.returncode == 0 else None
+
+
 class NetnsTopology(Topology):
     kind = "netns"
-    capabilities = frozenset({"network", "disk"})
 
     def __init__(self, run_dir: Path, brokers: int, *, seed: int, disk_mb: int = 1024) -> None:
         super().__init__(run_dir, brokers)
@@ -139,6 +198,16 @@ class NetnsTopology(Topology):
         self._root_link: str | None = None
         self._blocked_pairs: set[tuple[int, int]] = set()
         self._cp_rules: list[dict[str, Any]] = []
+        self.lazy: dict[str, LazyMount] = {}  # "broker-<i>" and "cluster": the FUSE mounts over the disks
+        self.fuse, self.fuse_why = fuse_available()
+        caps = {"network", "disk", *self.capabilities}
+        if self.fuse:
+            caps |= {"power", "store"}
+        self.capabilities = frozenset(caps)
+
+    def disk_dir(self, i: int) -> Path:
+        """Broker i's "disk": the tmpfs its lazyfs mount (its log directory) writes through to."""
+        return self.run_dir / f"disk-{i}"
 
     # -- names and addresses ----------------------------------------------------------------
     def ns(self, i: int) -> str:
@@ -204,10 +273,20 @@ class NetnsTopology(Topology):
             self._in(i, "iptables", "-N", "CHAOS")
             self._in(i, "iptables", "-I", "INPUT", "1", "-j", "CHAOS")
             self._in(i, "iptables", "-I", "OUTPUT", "1", "-j", "CHAOS")
-            d = self.log_dir(i)
-            d.mkdir(parents=True, exist_ok=True)
-            _run("mount", "-t", "tmpfs", "-o", f"size={self.disk_mb}m,mode=0755", f"kelpchaos-{os.getpid()}", str(d))
-            self._mounts.append(d)
+            disk = self.disk_dir(i) if self.fuse else self.log_dir(i)
+            disk.mkdir(parents=True, exist_ok=True)
+            _run("mount", "-t", "tmpfs", "-o", f"size={self.disk_mb}m,mode=0755", f"kelpchaos-{os.getpid()}",
+                 str(disk))
+            self._mounts.append(disk)
+            if self.fuse:
+                self.lazy[f"broker-{i}"] = LazyMount(disk, self.log_dir(i), self.run_dir / "lazyfs.log")
+        if self.fuse:
+            self.lazy["cluster"] = LazyMount(self.run_dir / "cluster-disk", self.cluster_dir,
+                                             self.run_dir / "lazyfs.log")
+        for mount in self.lazy.values():
+            mount.start()
+        self.cluster_dir.mkdir(parents=True, exist_ok=True)
+        self.clock_shim = build_clock_shim(self.run_dir)
         self._start_proxy()
         for i in range(self.n):
             for j in range(self.n):
@@ -296,12 +375,15 @@ class NetnsTopology(Topology):
         if self.proxy is not None and self.proxy.poll() is None:
             self._push_proxy_rules()
 
+    def _disk(self, i: int) -> Path:
+        return self.disk_dir(i) if self.fuse else self.log_dir(i)
+
     def fill_disk(self, i: int) -> int:
-        """Fill broker i's log filesystem to the last block (ENOSPC for the broker); returns the bytes taken."""
-        st = os.statvfs(self.log_dir(i))
+        """Fill broker i's disk to the last block (ENOSPC for the broker); returns the bytes taken."""
+        st = os.statvfs(self._disk(i))
         free = st.f_bavail * st.f_frsize
         taken = 0
-        fd = os.open(self.log_dir(i) / FILL_NAME, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(self._disk(i) / FILL_NAME, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             try:
                 os.posix_fallocate(fd, 0, free)
@@ -324,9 +406,27 @@ class NetnsTopology(Topology):
 
     def free_disk(self, i: int) -> None:
         try:
-            (self.log_dir(i) / FILL_NAME).unlink()
+            (self._disk(i) / FILL_NAME).unlink()
         except FileNotFoundError:
             pass
+
+    def power_loss(self, brokers: list[int], *, store: bool) -> dict[str, Any]:
+        """The lazyfs mounts of these brokers (and of the cluster directory, with `store`) lose power: what was
+        not fsynced is gone. The brokers must be down already (killed): their files are closed."""
+        lost: dict[str, Any] = {}
+        names = [f"broker-{i}" for i in brokers] + (["cluster"] if store else [])
+        for name in names:
+            lost[name] = self.lazy[name].power_loss()
+        return lost
+
+    def store_errors(self, errno_name: str, seconds: float, ops: list[str]) -> None:
+        """The metadata store (`<cluster.dir>/metadata/`) answers `errno_name` to these operations for `seconds`."""
+        self.lazy["cluster"].command({"op": "fail", "errno": errno_name, "prefix": "metadata/", "ops": ops,
+                                      "seconds": seconds})
+
+    def heal_store(self) -> None:
+        if "cluster" in self.lazy:
+            self.lazy["cluster"].command({"op": "heal"})
 
     def proxy_stats(self) -> dict[str, Any]:
         if self.proxy is None or self.proxy.poll() is not None:
@@ -347,6 +447,9 @@ class NetnsTopology(Topology):
             if self.proxy.poll() is None:
                 self.proxy.kill()
                 self.proxy.wait(5)
+        for mount in self.lazy.values():
+            mount.stop()
+        self.lazy.clear()
         for i, d in enumerate(self._mounts):
             self.free_disk(i)
             if _run("umount", str(d), check=False).returncode != 0:
@@ -381,7 +484,7 @@ def sweep_stale() -> list[str]:
         mounts = []
     for line in mounts:
         parts = line.split()
-        m = re.fullmatch(r"kelpchaos-(\d+)", parts[0]) if parts else None
+        m = re.fullmatch(r"(?:kelpchaos|kelplazyfs)-(\d+)", parts[0]) if parts else None
         if m and not _pid_alive(int(m.group(1))):
             _run("umount", "-l", parts[1].replace("\\040", " "), check=False)
             removed.append(f"mount {parts[1]}")
@@ -400,8 +503,12 @@ def make_topology(run_dir: Path, brokers: int, *, seed: int, want: str = "auto",
         raise RuntimeError(f"--network netns needs root, ip, iptables and mount: {', '.join(reasons)}")
     if want == "loopback" or reasons:
         topo = Topology(run_dir, brokers)
-        topo.why_limited = ("network and disk faults need network namespaces and a tmpfs per broker: "
+        topo.why_limited = ("network, disk, power and store faults need network namespaces, a tmpfs and a FUSE "
+                            "mount per broker: "
                             + (", ".join(reasons) if reasons else "--network loopback was asked for"))
         return topo
-    return NetnsTopology(run_dir, brokers, seed=seed, disk_mb=disk_mb)
+    topo = NetnsTopology(run_dir, brokers, seed=seed, disk_mb=disk_mb)
+    if not topo.fuse:
+        topo.why_limited = f"power-loss and metadata-store faults need FUSE: {topo.fuse_why}"
+    return topo
 

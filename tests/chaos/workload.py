@@ -16,6 +16,16 @@ broker's (docs/chaos.md, "Duplicates the client causes"). Consumers in two group
 delivery, and commit — synchronously, about once a second and when
 partitions are revoked — exactly the offsets after what they delivered.
 
+Two more clients aim at the metadata (issue 31). The churn producer (index
+`CHURN_PRODUCER`) writes `chaos-churn`, the topic `topic-churn` deletes and
+re-creates: it is not idempotent (a re-created topic has no producer state
+for it; librdkafka would bump its epoch), sends one request at a time, and
+records when it sent each record (`csend`), so the checker knows which
+incarnation a record was meant for. The metadata worker creates a small topic
+`chaos-m-<n>` every `META_EVERY_S` and deletes the oldest when more than four
+live, each answer (and the topic id a creation answered) in the history
+(`mop`): a change answered success must be in the final metadata.
+
 Every loop stops on its event and every wait is bounded; threads are
 daemons so a wedged client library cannot keep the runner alive.
 
@@ -31,10 +41,16 @@ from typing import Any
 
 from .history import History
 
-__all__ = ["TOPICS", "Workload", "parse_value", "KEYS"]
+__all__ = ["TOPICS", "CHURN_TOPICS", "CHURN_PRODUCER", "Workload", "parse_value", "KEYS", "META_PREFIX"]
 
 # name -> (partitions, replication factor, min.insync.replicas)
 TOPICS: dict[str, tuple[int, int, int]] = {"chaos": (6, 3, 2), "chaos-moves": (3, 2, 1)}
+# Written by the churn producer only, read by no group: `topic-churn` deletes and re-creates it.
+CHURN_TOPICS: dict[str, tuple[int, int, int]] = {"chaos-churn": (2, 3, 2)}
+CHURN_PRODUCER = 100  # the churn producer's index: its records are told apart by it
+META_PREFIX = "chaos-m-"
+META_EVERY_S = 1.5
+META_LIVE = 4
 KEYS = 16
 GROUPS = ("chaos-g0", "chaos-g1")
 MEMBERS_PER_GROUP = 2
@@ -94,8 +110,9 @@ class IdempotenceEvents(logging.Filter):
 
 class ProducerWorker(threading.Thread):
     def __init__(self, idx: int, bootstrap: str, history: History, *, rate: float,
-                 pad: int, stop: threading.Event) -> None:
+                 pad: int, stop: threading.Event, churn: bool = False) -> None:
         super().__init__(daemon=True, name=f"producer-{idx}")
+        self.churn = churn  # the churn producer: chaos-churn only, not idempotent, send times recorded
         self.idx = idx
         self.bootstrap = bootstrap
         self.history = history
@@ -116,13 +133,18 @@ class ProducerWorker(threading.Thread):
             if err.fatal():
                 self.fatal = str(err)
 
-        return Producer({
+        settings = {
             "bootstrap.servers": self.bootstrap, "client.id": f"chaos-p{self.idx}",
             "acks": "all", "enable.idempotence": True, "linger.ms": 5,
             "message.timeout.ms": 120000, "request.timeout.ms": 10000, "socket.timeout.ms": 10000,
             "retry.backoff.ms": 100, "retry.backoff.max.ms": 1000, "topic.metadata.refresh.interval.ms": 1000,
             "debug": "eos", "error_cb": on_error, "logger": self._logger(),
-        })
+        }
+        if self.churn:
+            settings.update({"enable.idempotence": False, "max.in.flight.requests.per.connection": 1,
+                             "message.timeout.ms": 30000})
+            del settings["debug"]
+        return Producer(settings)
 
     def _logger(self) -> logging.Logger:
         """The producer's logger, at DEBUG with one `IdempotenceEvents` (for this run's history) as the only
@@ -157,14 +179,75 @@ class ProducerWorker(threading.Thread):
             due = int((time.monotonic() - t0) * self.rate)
             while seq < due and not self.stop_event.is_set():
                 value = b"kc|%d|%d|" % (self.idx, seq) + self.pad
+                topic = CHURN_TOPIC if self.churn else topic_of(seq)
                 try:
-                    p.produce(topic_of(seq), value, key=b"p%d-k%d" % (self.idx, seq % KEYS), on_delivery=self._report)
+                    p.produce(topic, value, key=b"p%d-k%d" % (self.idx, seq % KEYS), on_delivery=self._report)
                 except BufferError:
                     break  # the local queue is full (brokers unreachable): try again after a poll
+                if self.churn:
+                    self.history.add("csend", time.time(), self.idx, seq)
                 seq += 1
                 self.sent += 1
             p.poll(0.02)
         self.outstanding_at_end = p.flush(self.flush_s)
+
+
+CHURN_TOPIC = next(iter(CHURN_TOPICS))
+
+
+class MetaWorker(threading.Thread):
+    """Creates `chaos-m-<n>` every META_EVERY_S and deletes the oldest beyond META_LIVE, through the admin API of a
+    broker that is up (`urls()`), one attempt each: `["mop", t_sent, t_done, op, name, status, topic_id, error]`
+    (status: the HTTP status, -1 when no answer came)."""
+
+    def __init__(self, urls: Any, history: History, stop: threading.Event) -> None:
+        super().__init__(daemon=True, name="metadata-worker")
+        self.urls = urls
+        self.history = history
+        self.stop_event = stop
+        self.ops = 0
+
+    def _call(self, op: str, name: str) -> None:
+        import json
+        import random
+        import urllib.error
+        import urllib.request
+
+        urls = self.urls()
+        if not urls:
+            return
+        base = random.choice(urls)
+        if op == "create":
+            body = json.dumps({"name": name, "partitions": 1, "replication_factor": 1}).encode()
+            req = urllib.request.Request(f"{base}/admin/v1/topics", data=body, method="POST",
+                                         headers={"Content-Type": "application/json"})
+        else:
+            req = urllib.request.Request(f"{base}/admin/v1/topics/{name}", method="DELETE")
+        t_sent = time.time()
+        status, topic_id, error = -1, None, None
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                status = resp.status
+                raw = resp.read()
+                if op == "create" and raw:
+                    topic_id = json.loads(raw).get("topic_id")
+        except urllib.error.HTTPError as exc:
+            status, error = exc.code, exc.read().decode("utf-8", "replace")[:200]
+        except (OSError, ValueError) as exc:
+            error = f"{type(exc).__name__}: {exc}"[:200]
+        self.history.add("mop", t_sent, time.time(), op, name, status, topic_id, error)
+        self.ops += 1
+
+    def run(self) -> None:
+        n = 0
+        live: list[str] = []
+        while not self.stop_event.wait(META_EVERY_S):
+            name = f"{META_PREFIX}{n}"
+            n += 1
+            self._call("create", name)
+            live.append(name)
+            if len(live) > META_LIVE:
+                self._call("delete", live.pop(0))
 
 
 class ConsumerWorker(threading.Thread):
@@ -244,23 +327,26 @@ class ConsumerWorker(threading.Thread):
 
 class Workload:
     def __init__(self, bootstrap: str, history: History, *, producers: int = 3,
-                 rate: float = 150.0, pad: int = 80) -> None:
+                 rate: float = 150.0, pad: int = 80, admin_urls: Any = None) -> None:
         self.stop_producing = threading.Event()
         self.stop_consuming = threading.Event()
         self.committed: dict[tuple[str, str, int], int] = {}
         self.lock = threading.Lock()
         self.producers = [ProducerWorker(i, bootstrap, history, rate=rate, pad=pad, stop=self.stop_producing)
                           for i in range(producers)]
+        self.producers.append(ProducerWorker(CHURN_PRODUCER, bootstrap, history, rate=min(rate, 20.0), pad=pad,
+                                             stop=self.stop_producing, churn=True))
+        self.meta = MetaWorker(admin_urls, history, self.stop_producing) if admin_urls is not None else None
         self.consumers = [ConsumerWorker(g, f"{g}-m{m}", bootstrap, history, self.stop_consuming, self.committed,
                                          self.lock)
                           for g in GROUPS for m in range(MEMBERS_PER_GROUP)]
 
     def start(self) -> None:
-        for t in [*self.producers, *self.consumers]:
+        for t in [*self.producers, *self.consumers, *([self.meta] if self.meta is not None else [])]:
             t.start()
 
     def acked(self) -> int:
-        return sum(p.acked for p in self.producers)
+        return sum(p.acked for p in self.producers if not p.churn)
 
     def delivered(self) -> int:
         return sum(c.delivered for c in self.consumers)
@@ -273,6 +359,8 @@ class Workload:
         deadline = time.monotonic() + flush_s + 15
         for p in self.producers:
             p.join(max(0.1, deadline - time.monotonic()))
+        if self.meta is not None:
+            self.meta.join(max(0.1, deadline - time.monotonic()))
         return sum(p.outstanding_at_end for p in self.producers) + sum(1 for p in self.producers if p.is_alive())
 
     def group_positions(self) -> dict[tuple[str, str, int], int]:

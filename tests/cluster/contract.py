@@ -15,7 +15,7 @@ from dataclasses import replace
 import pytest
 
 from kelp.broker.cluster.leases import LeaseConflict, LeaseElector, LeaseRecord, LivenessView
-from kelp.broker.cluster.metadata_log import MetadataLogConflict
+from kelp.broker.cluster.metadata_log import MetadataLogConflict, MetadataUnreadable
 
 
 class Clock:
@@ -121,19 +121,77 @@ async def metadata_log_racing_appends_land_once(log) -> None:
     assert all(isinstance(r, MetadataLogConflict) for r in results if r is not None)
 
 
+def _snap(offset: int) -> dict:
+    return {"offset": offset, "epoch": 1, "controller_id": 0, "next_producer_id": offset, "topics": [], "removed": []}
+
+
 async def metadata_log_snapshot_then_compact(log) -> None:
-    """A snapshot bounds what a reader gets; compaction removes what it covers; later entries follow it."""
+    """A snapshot bounds what a reader gets; compaction keeps the newest two snapshots and the entries after the
+    older one, raising the log start first; later entries follow."""
+    for o in range(6):
+        await log.append(_entry(o))
+    await log.write_snapshot(_snap(2))
+    loaded = await log.load()
+    assert loaded.snapshot == _snap(2) and [e["offset"] for e in loaded.entries] == [3, 4, 5]
+    assert await log.compact(2) == 0  # one snapshot: nothing is covered twice yet
+    await log.write_snapshot(_snap(4))
+    assert await log.compact(4) == 3  # entries 0..2 (covered by both snapshots)
+    assert await log.read_entry(3) is not None and await log.read_entry(6) is None
+    await log.append(_entry(6))
+    loaded = await log.load()
+    assert loaded.snapshot["offset"] == 4 and [e["offset"] for e in loaded.entries] == [5, 6]
+    assert not loaded.fell_back
+    await log.write_snapshot(_snap(6))
+    assert await log.compact(6) == 3  # entries 3, 4 and the snapshot at 2
+    assert (await log.load()).snapshot["offset"] == 6
+
+
+async def metadata_log_refuses_a_zombie_append_into_a_compacted_slot(log) -> None:
+    """Issue 31 item 1: create-if-absent alone let a deposed controller's append land in a slot compaction had
+    freed (its caller was told it happened; it was never read). The log start refuses it, whatever the slot."""
+    for o in range(5):
+        await log.append(_entry(o))
+    await log.write_snapshot(_snap(1))
+    await log.write_snapshot(_snap(3))
+    await log.compact(3)  # log start 1: slots 0 and 1 are free again
+    for zombie in (0, 1):
+        with pytest.raises(MetadataLogConflict, match="log start"):
+            await log.append(_entry(zombie, 1))
+        with pytest.raises(MetadataLogConflict):
+            await log.read_entry(zombie)  # a controller in doubt about this slot is deposed, never adopts it
+    with pytest.raises(MetadataLogConflict, match="taken"):
+        await log.append(_entry(2, 1))  # kept for the older snapshot: still fenced by the slot
+    loaded = await log.load()
+    assert loaded.snapshot["offset"] == 3 and [e["offset"] for e in loaded.entries] == [4]
+    await log.append(_entry(5))  # the next slot is open to the writer that owns it
+
+
+async def metadata_log_falls_back_to_the_older_snapshot(log, damage) -> None:
+    """Issue 31 item 7: the newest snapshot unreadable, the older one and its entries are used (and said so);
+    both unreadable is an error naming both, never an empty log."""
+    for o in range(6):
+        await log.append(_entry(o))
+    await log.write_snapshot(_snap(2))
+    await log.write_snapshot(_snap(4))
+    await log.compact(4)
+    await damage(4)
+    loaded = await log.load()
+    assert loaded.snapshot["offset"] == 2 and [e["offset"] for e in loaded.entries] == [3, 4, 5]
+    assert loaded.fell_back and "4" in loaded.fell_back[0]
+    await damage(2)
+    with pytest.raises(MetadataUnreadable, match="no snapshot"):
+        await log.load()
+
+
+async def metadata_log_refuses_an_append_after_a_hole(log, remove) -> None:
+    """Issue 31 item 3: a store that went back in time under a running controller (its newest entries removed, or
+    an older copy restored) refuses the controller's next write: taking it after a hole would make a log no reader
+    can cross — and hand the writer a success for a change the next reader never sees."""
     for o in range(4):
         await log.append(_entry(o))
-    snap = {"offset": 2, "epoch": 1, "controller_id": 0, "next_producer_id": 2, "topics": [], "removed": []}
-    await log.write_snapshot(snap)
-    loaded = await log.load()
-    assert loaded.snapshot == snap and [e["offset"] for e in loaded.entries] == [3]
-    assert await log.compact(2) >= 3
-    assert await log.read_entry(0) is None and await log.read_entry(3) is not None
-    await log.append(_entry(4))
-    loaded = await log.load()
-    assert loaded.snapshot["offset"] == 2 and [e["offset"] for e in loaded.entries] == [3, 4]
-    # A zombie's late write into a compacted slot is never read: it lies below the snapshot.
-    await log.append(_entry(1, 1))
-    assert [e["offset"] for e in (await log.load()).entries] == [3, 4]
+    await remove(3)
+    await remove(2)
+    with pytest.raises(MetadataLogConflict, match="went back in time"):
+        await log.append(_entry(4))
+    assert await log.read_entry(4) is None
+    await log.append(_entry(2))  # what the store holds does extend: the writer that reloaded goes on

@@ -45,12 +45,43 @@ async def test_metadata_log_snapshot_then_compact(tmp_path) -> None:
     await contract.metadata_log_snapshot_then_compact(FileMetadataLog(tmp_path))
 
 
+async def test_metadata_log_refuses_a_zombie_append_into_a_compacted_slot(tmp_path) -> None:
+    await contract.metadata_log_refuses_a_zombie_append_into_a_compacted_slot(FileMetadataLog(tmp_path))
+
+
+async def test_metadata_log_refuses_an_append_after_a_hole(tmp_path) -> None:
+    async def remove(offset: int) -> None:
+        (tmp_path / "metadata" / "log" / f"{offset:020d}.json").unlink()
+
+    await contract.metadata_log_refuses_an_append_after_a_hole(FileMetadataLog(tmp_path), remove)
+
+
+async def test_metadata_log_falls_back_to_the_older_snapshot(tmp_path) -> None:
+    async def damage(offset: int) -> None:
+        (tmp_path / "metadata" / "snapshots" / f"{offset:020d}.json").write_text('{"offset": 4, "ep')
+
+    await contract.metadata_log_falls_back_to_the_older_snapshot(FileMetadataLog(tmp_path), damage)
+
+
 async def test_the_memory_log_keeps_the_same_contract() -> None:
     from tests.support.memory_metadata_log import MemoryMetadataLog
 
     await contract.metadata_log_appends_are_create_if_absent(MemoryMetadataLog())
     await contract.metadata_log_racing_appends_land_once(MemoryMetadataLog())
     await contract.metadata_log_snapshot_then_compact(MemoryMetadataLog())
+    await contract.metadata_log_refuses_a_zombie_append_into_a_compacted_slot(MemoryMetadataLog())
+    memory = MemoryMetadataLog()
+
+    async def damage(offset: int) -> None:
+        memory.unreadable.add(("snapshot", offset))
+
+    await contract.metadata_log_falls_back_to_the_older_snapshot(memory, damage)
+    holed = MemoryMetadataLog()
+
+    async def remove(offset: int) -> None:
+        del holed.entries[offset]
+
+    await contract.metadata_log_refuses_an_append_after_a_hole(holed, remove)
 
 
 async def test_a_torn_temp_file_is_ignored(tmp_path) -> None:

@@ -64,6 +64,36 @@ async def test_metadata_log_snapshot_then_compact(client, kube_namespace) -> Non
     await contract.metadata_log_snapshot_then_compact(metadata_log(client, kube_namespace, "s"))
 
 
+async def test_metadata_log_refuses_a_zombie_append_into_a_compacted_slot(client, kube_namespace) -> None:
+    await contract.metadata_log_refuses_a_zombie_append_into_a_compacted_slot(metadata_log(client, kube_namespace, "z"))
+
+
+async def test_metadata_log_falls_back_to_the_older_snapshot(client, kube_namespace) -> None:
+    """A chunk rewritten behind the store's back no longer matches its marker's SHA-256: that snapshot is skipped."""
+    from kelp.broker.cluster.kube_api import request, request_object
+
+    log = metadata_log(client, kube_namespace, "fb")
+
+    async def damage(offset: int) -> None:
+        name = f"/api/v1/namespaces/{kube_namespace}/configmaps/{log._chunk_name(offset, 0)}"
+        obj = request_object(client, "GET", name)
+        obj["data"]["doc.json"] = obj["data"]["doc.json"][:-3] + "   "
+        request(client, "PUT", name, body=obj)
+
+    await contract.metadata_log_falls_back_to_the_older_snapshot(log, damage)
+
+
+async def test_metadata_log_refuses_an_append_after_a_hole(client, kube_namespace) -> None:
+    from kelp.broker.cluster.kube_api import request
+
+    log = metadata_log(client, kube_namespace, "hole")
+
+    async def remove(offset: int) -> None:
+        request(client, "DELETE", f"/api/v1/namespaces/{kube_namespace}/configmaps/{log._entry_name(offset)}")
+
+    await contract.metadata_log_refuses_an_append_after_a_hole(log, remove)
+
+
 async def test_a_snapshot_larger_than_one_configmap_is_chunked(client, kube_namespace) -> None:
     """A snapshot of many topics spans several ConfigMaps and reads back whole (the marker is written last)."""
     log = metadata_log(client, kube_namespace, "big")

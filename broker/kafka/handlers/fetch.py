@@ -9,6 +9,10 @@ Empty partitions carry zero-length records, never null. A read_committed
 fetch (isolation_level 1) reads below the last stable offset and carries the
 aborted transactions of what it returns; read_uncommitted gets null there.
 
+From v13 topics are named by id (KIP-516): each is resolved to this broker's topic of that id, and one that no
+topic has is answered UNKNOWN_TOPIC_ID for each partition asked; the answer names topics by id too. From v15 a
+follower's id comes in the tagged ReplicaState.
+
 Authorization (Kafka's handleFetchRequest): a follower's fetch (replica id set) needs CLUSTER_ACTION on the
 cluster, else every partition is answered TOPIC_AUTHORIZATION_FAILED; a consumer's needs READ on each topic,
 else its partitions are answered TOPIC_AUTHORIZATION_FAILED, whether or not the topic exists.
@@ -24,17 +28,16 @@ from kelp.broker.replica_manager import FetchPartition
 from kelp.errors import ErrorCode
 
 from ..access import AclOperation, ResourceType, access
-from ..fetch_encoder import PartitionAnswer, encode_fetch_response
+from ..fetch_encoder import MAX_VERSION, TOPIC_IDS_FROM, PartitionAnswer, encode_fetch_response
 from .registry import RawResponse, RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
 
 
 # -- authorization: Kafka's handleFetchRequest ------------------------------------------------------------
-def _refused_topics(ctx: RequestContext, request: FetchRequest, replica_id: int) -> set[str]:
+def _refused_topics(ctx: RequestContext, names: set[str], replica_id: int) -> set[str]:
     """The topics whose partitions are answered TOPIC_AUTHORIZATION_FAILED."""
     acc = access(ctx)
-    names = {t.topic for t in request.topics}
     if not acc.enabled:
         return set()
     if replica_id >= 0:
@@ -42,18 +45,36 @@ def _refused_topics(ctx: RequestContext, request: FetchRequest, replica_id: int)
     return names - acc.allowed(AclOperation.READ, ResourceType.TOPIC, names)
 
 
-@handles(FetchRequest, min_version=4, max_version=12)
+def _replica_id(ctx: RequestContext, request: FetchRequest) -> int:
+    if ctx.api_version >= 15 and request.replica_state is not None:
+        return int(request.replica_state.replica_id)
+    return request.replica_id if request.replica_id is not None else -1
+
+
+@handles(FetchRequest, min_version=4, max_version=MAX_VERSION)
 async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> RawResponse:
-    replica_id = request.replica_id if request.replica_id is not None else -1
+    replica_id = _replica_id(ctx, request)
     if replica_id < 0 and ctx.consumer_fetching is not None:
         ctx.consumer_fetching()
-    refused = _refused_topics(ctx, request, replica_id)
-    reqs = []
+    by_id = ctx.api_version >= TOPIC_IDS_FROM
+    # (name or None when its id is unknown, how the answer names it, the partitions asked)
+    asked: list[tuple[str | None, str | bytes, list[int]]] = []
+    wanted = []
     for t in request.topics:
-        if t.topic in refused:
+        if by_id:  # kafka-python decodes the zero id as None: no topic has it
+            key: str | bytes = t.topic_id.bytes if t.topic_id is not None else bytes(16)
+            name = ctx.broker.topics.name_of(t.topic_id.hex) if t.topic_id is not None else None
+        else:
+            key = name = t.topic
+        asked.append((name, key, [p.partition for p in t.partitions]))
+        wanted.append((name, t))
+    refused = _refused_topics(ctx, {n for n, _, _ in asked if n is not None}, replica_id)
+    reqs = []
+    for name, t in wanted:
+        if name is None or name in refused:
             continue
         for p in t.partitions:
-            reqs.append(FetchPartition(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes,
+            reqs.append(FetchPartition(name, p.partition, p.fetch_offset, p.partition_max_bytes,
                                        p.log_start_offset, p.current_leader_epoch))
     max_bytes = request.max_bytes if request.max_bytes and request.max_bytes > 0 else 0x7FFFFFFF
     results = await ctx.broker.replicas.fetch(
@@ -65,13 +86,15 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> RawRespons
         replica_id=replica_id,
         zero_copy=True,
     ) if reqs else []
-    topics: list[tuple[str, list[PartitionAnswer]]] = []
-    by_name: dict[str, list[PartitionAnswer]] = {}
+    keys = {name: key for name, key, _ in asked if name is not None}
+    topics: list[tuple[str | bytes, list[PartitionAnswer]]] = []
+    by_key: dict[str | bytes, list[PartitionAnswer]] = {}
     for r in results:
-        parts = by_name.get(r.topic)
+        key = keys.get(r.topic, r.topic)
+        parts = by_key.get(key)
         if parts is None:
-            parts = by_name[r.topic] = []
-            topics.append((r.topic, parts))
+            parts = by_key[key] = []
+            topics.append((key, parts))
         code: int = ErrorCode.NONE
         if r.error is not None:
             code = r.error.code
@@ -80,13 +103,14 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> RawRespons
                       r.aborted_transactions))
     if refused:
         log.info("fetch by %s (%s): not authorized for topic(s) %s", ctx.client, ctx.principal, sorted(refused))
-        for t in request.topics:
-            if t.topic in refused:
-                parts = by_name.setdefault(t.topic, [])
-                if not parts:
-                    topics.append((t.topic, parts))
-                parts.extend((p.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1, -1, -1, b"", None)
-                             for p in t.partitions)
+    for name, key, partitions in asked:
+        if name is not None and name not in refused:
+            continue
+        code = ErrorCode.UNKNOWN_TOPIC_ID if name is None else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        parts = by_key.setdefault(key, [])
+        if not parts:
+            topics.append((key, parts))
+        parts.extend((p, code, -1, -1, -1, b"", None) for p in partitions)
     buffers, size = encode_fetch_response(ctx.api_version, throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0,
                                           topics=topics)
     return RawResponse(buffers, size)

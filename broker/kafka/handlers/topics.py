@@ -8,7 +8,8 @@ CREATE on the cluster or on each topic (else TOPIC_AUTHORIZATION_FAILED), and an
 only to DESCRIBE_CONFIGS on it (else its topic config error is TOPIC_AUTHORIZATION_FAILED); DeleteTopics needs
 DELETE on the cluster, or DESCRIBE and DELETE on each topic (without DESCRIBE the answer is
 TOPIC_AUTHORIZATION_FAILED whether or not it exists); CreatePartitions ALTER on each topic. A name given twice
-is answered INVALID_REQUEST, as Kafka does.
+is answered INVALID_REQUEST, as Kafka does. DeleteTopics v6 names topics by name or by id (KIP-516): an id no
+topic has is UNKNOWN_TOPIC_ID, both or neither INVALID_REQUEST; each answer carries the topic's name and id.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from kafka.protocol.admin import (
     DeleteTopicsResponse,
 )
 
-from kelp.errors import ErrorCode, InvalidRequestError, KelpError, TopicAuthorizationFailedError
+from kelp.errors import ErrorCode, InvalidRequestError, KelpError, TopicAuthorizationFailedError, UnknownTopicIdError
 
 from ...config_entries import topic_default_source
 from ..access import Access, AclOperation, ResourceType, access
@@ -118,29 +119,80 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
     return CreateTopicsResponse(throttle_time_ms=0, topics=results)
 
 
-@handles(DeleteTopicsRequest, min_version=0, max_version=5)
+ZERO_UUID = uuid.UUID(int=0)
+
+
+Target = tuple[str | None, uuid.UUID, KelpError | None]  # (name, id, why it is refused before anything else)
+
+
+def _deletion_targets(ctx: RequestContext, request: DeleteTopicsRequest) -> list[Target]:
+    """(name, id, refusal) per topic asked for: v0-v5 by name; v6 by name or by id (Kafka's rules), ids resolved."""
+    tm = ctx.broker.topics
+    if ctx.api_version < 6:
+        names = list(request.topic_names or [])
+        out: list[Target] = []
+        for name in names:
+            info = tm.get(name)
+            out.append((name, uuid.UUID(hex=info.topic_id) if info is not None else ZERO_UUID, None))
+        return out
+    out = []
+    for t in request.topics or []:
+        tid = t.topic_id if isinstance(t.topic_id, uuid.UUID) else ZERO_UUID  # kafka-python: None for the zero id
+        if t.name is not None and tid != ZERO_UUID:
+            out.append((t.name, tid, InvalidRequestError("You may not specify both topic name and topic id.")))
+        elif t.name is None and tid == ZERO_UUID:
+            out.append((None, tid, InvalidRequestError("Neither topic name nor id were specified.")))
+        elif t.name is None:
+            found = tm.name_of(tid.hex)
+            unknown = UnknownTopicIdError(f"topic id {tid} does not exist")
+            out.append((found, tid, None if found is not None else unknown))
+        else:
+            info = tm.get(t.name)
+            out.append((t.name, uuid.UUID(hex=info.topic_id) if info is not None else ZERO_UUID, None))
+    return out
+
+
+@handles(DeleteTopicsRequest, min_version=0, max_version=6)
 async def handle_delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
     tm = ctx.broker.topics
     R = DeleteTopicsResponse.DeletableTopicResult
+    by_id = ctx.api_version >= 6
     results = []
     acc = access(ctx)
-    names = list(request.topic_names or [])
-    duplicates = _duplicates(names)
+    targets = _deletion_targets(ctx, request)
+    valid = [(name, tid) for name, tid, refusal in targets if refusal is None]
+    duplicates = _duplicates([name for name, _ in valid if name is not None])
+    duplicate_ids = {tid for tid, count in Counter(tid for _, tid in valid if tid != ZERO_UUID).items() if count > 1}
     cluster_delete = acc.allows_cluster(AclOperation.DELETE)
-    for name in dict.fromkeys(names):
-        if name in duplicates:
-            results.append(R(name=name, error_code=ErrorCode.INVALID_REQUEST, error_message=DUPLICATE))
+    answered: set[tuple[str | None, uuid.UUID]] = set()
+
+    def answer(name: str | None, tid: uuid.UUID, code: int, message: str | None) -> None:
+        if by_id:
+            results.append(R(name=name, topic_id=tid, error_code=code, error_message=message))
+        else:
+            results.append(R(name=name, error_code=code, error_message=message))
+
+    for name, tid, refusal in targets:
+        if (name, tid) in answered:
             continue
-        refusal = _delete_refusal(acc, name, cluster_delete=cluster_delete, exists=tm.exists(name))
+        answered.add((name, tid))
         if refusal is not None:
-            results.append(R(name=name, error_code=refusal.code, error_message=str(refusal)))
+            answer(name, tid, refusal.code, str(refusal))
             continue
-        try:
-            await tm.delete_topic(name)
-            results.append(R(name=name, error_code=ErrorCode.NONE, error_message=None))
+        assert name is not None
+        if name in duplicates or tid in duplicate_ids:
+            answer(name, tid, ErrorCode.INVALID_REQUEST, DUPLICATE if name in duplicates else "Duplicate topic id.")
+            continue
+        refused = _delete_refusal(acc, name, cluster_delete=cluster_delete, exists=tm.exists(name))
+        if refused is not None:
+            answer(name, tid, refused.code, str(refused))
+            continue
+        try:  # by id, the controller deletes only the topic of that id (not one re-created under the name since)
+            await tm.delete_topic(name, topic_id=tid.hex if by_id and tid != ZERO_UUID else None)
+            answer(name, tid, ErrorCode.NONE, None)
         except KelpError as exc:
             log.warning("delete topic '%s' from %s refused: %s", name, ctx.client, exc)
-            results.append(R(name=name, error_code=exc.code, error_message=str(exc)))
+            answer(name, tid, exc.code, str(exc))
     return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
 
 

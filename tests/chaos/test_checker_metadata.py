@@ -1,0 +1,134 @@
+"""The checker's issue 31 rules find what they promise on small histories made by hand, and nothing in clean ones.
+
+Topic incarnations (a record of an earlier incarnation served in the current one: `resurrected`; one of the
+current one missing: `lost`), metadata changes answered success (`metadata-lost`, `metadata-undead`), brokers'
+metadata at the end (`metadata-divergent`), a compacted topic's replicas compared by what they hold, and what a
+power loss may take at which settings.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from tests.chaos.checker import check
+from tests.chaos.test_checker import T0, clean, edit
+
+COVERED = {"resurrected", "metadata-lost", "metadata-undead", "metadata-divergent"}
+CHURN = "chaos-churn"
+
+
+def with_metadata(lines: list[list], *, topics: dict[str, str] | None = None,
+                  applied: dict[str, list] | None = None) -> list[list]:
+    out = copy.deepcopy(lines)
+    edit(out, "meta")[1].update({"churn_topics": [CHURN], "churn_producer": 100,
+                                 "min_insync": {"chaos": 2, "chaos-moves": 1, CHURN: 2}})
+    out.insert(len(out) - 1, ["metadata", T0 + 8.5, applied or {"0": [7, "d7"], "1": [7, "d7"]},
+                              {"chaos": "c0", **(topics or {})}])
+    return out
+
+
+def churned() -> list[list]:
+    """chaos-churn deleted at T0+2 and re-created (id "new") at T0+2.5..T0+3; records 0 and 1 before, 2 after."""
+    lines = with_metadata(clean(), topics={CHURN: "new"})
+    at = lines.index(edit(lines, "state"))
+    lines[at:at] = [
+        ["csend", T0 + 1.0, 100, 0], ["ack", T0 + 1.2, 100, 0, CHURN, 0, 0],
+        ["csend", T0 + 2.2, 100, 1],  # sent while the topic was being re-created: may land in either
+        ["churn", T0 + 2.0, T0 + 2.1, "delete", CHURN, True, None, None],
+        ["churn", T0 + 2.5, T0 + 3.0, "create", CHURN, True, "new", None],
+        ["ack", T0 + 3.1, 100, 1, CHURN, 0, 0],
+        ["csend", T0 + 3.5, 100, 2], ["ack", T0 + 3.6, 100, 2, CHURN, 0, 1],
+    ]
+    lines.insert(lines.index(edit(lines, "end")), ["log", CHURN, 0, 0, [[0, 100, 1], [1, 100, 2]]])
+    return lines
+
+
+def verdict(lines: list[list]) -> dict[str, int]:
+    v = check(lines)
+    return {k: n for k, n in v.counts.items() if n}
+
+
+def test_a_clean_churned_history_has_no_violation() -> None:
+    v = check(churned())
+    assert v.ok, v.table()
+    assert v.stats[f"churn_{CHURN}"] == {"earlier_incarnations": 1, "in_between": 1, "final_incarnation": 1}
+
+
+def test_a_record_of_an_earlier_incarnation_served_in_the_new_one() -> None:
+    lines = churned()
+    edit(lines, "log", 1)[4] = [[0, 100, 0], [1, 100, 1], [2, 100, 2]]  # the old log's record first
+    edit(lines, "ack", 4)[6] = 2
+    assert verdict(lines) == {"resurrected": 1}
+
+
+def test_a_record_of_the_new_incarnation_missing() -> None:
+    lines = churned()
+    edit(lines, "log", 1)[4] = [[0, 100, 1]]
+    assert verdict(lines) == {"lost": 1}
+
+
+def test_the_incarnation_is_the_one_whose_id_the_final_metadata_has() -> None:
+    """A later creation that failed (the topic existed) does not move the incarnation's start."""
+    lines = churned()
+    lines.insert(lines.index(edit(lines, "state")), ["churn", T0 + 5, T0 + 5.1, "create", CHURN, False, None,
+                                                      "HTTP 400: exists"])
+    assert verdict(lines) == {}
+
+
+def test_a_creation_answered_success_must_be_in_the_final_metadata() -> None:
+    lines = with_metadata(clean(), topics={"chaos-m-1": "other-id"})
+    at = lines.index(edit(lines, "state"))
+    lines[at:at] = [["mop", T0 + 2, T0 + 2.1, "create", "chaos-m-0", 201, "id0", None],
+                    ["mop", T0 + 2, T0 + 2.1, "create", "chaos-m-1", 201, "id1", None],
+                    ["mop", T0 + 3, T0 + 3.1, "create", "chaos-m-2", 421, None, "not the controller"],
+                    ["mop", T0 + 3, T0 + 3.1, "create", "chaos-m-3", 201, "id3", None],
+                    ["mop", T0 + 4, T0 + 4.1, "delete", "chaos-m-3", -1, None, "timed out"]]
+    assert verdict(lines) == {"metadata-lost": 2}  # m-0 missing, m-1 another id; m-2 refused, m-3 open
+
+
+def test_a_deletion_answered_success_must_not_be_undone() -> None:
+    lines = with_metadata(clean(), topics={"chaos-m-0": "id0"})
+    at = lines.index(edit(lines, "state"))
+    lines[at:at] = [["mop", T0 + 2, T0 + 2.1, "create", "chaos-m-0", 201, "id0", None],
+                    ["mop", T0 + 3, T0 + 3.1, "delete", "chaos-m-0", 204, None, None]]
+    assert verdict(lines) == {"metadata-undead": 1}
+
+
+def test_brokers_that_end_on_different_metadata() -> None:
+    lines = with_metadata(clean(), applied={"0": [9, "aa"], "1": [9, "bb"]})
+    assert verdict(lines) == {"metadata-divergent": 1}
+
+
+def test_compacted_replicas_are_compared_by_what_they_hold() -> None:
+    lines = clean()
+    at = lines.index(edit(lines, "end"))
+    lines[at:at] = [["replica", "__consumer_offsets", 0, 0, {"hw_ref": 5, "source": 0, "leo": 5, "compacted": True,
+                                                              "keys": 2, "sha256_below_hw": "k1"}],
+                    ["replica", "__consumer_offsets", 0, 1, {"hw_ref": 5, "source": 0, "leo": 4, "compacted": True,
+                                                              "keys": 2, "sha256_below_hw": "k1"}]]
+    assert verdict(lines) == {"divergent": 1}  # broker 1 ends below the high watermark
+    lines[at + 1][4]["leo"] = 5
+    assert verdict(lines) == {}
+    lines[at + 1][4]["sha256_below_hw"] = "k2"
+    assert verdict(lines) == {"divergent": 1}
+
+
+def _lost_after(kind: str, *, flush_each: bool, topic: str = "chaos") -> dict[str, int]:
+    lines = with_metadata(clean())
+    if flush_each:
+        edit(lines, "meta")[1]["settings"] = {"log.flush.interval.messages": 1}
+    lines.insert(lines.index(edit(lines, "state")), ["fault", T0 + 5.5, T0 + 6.5, 1, kind, {}, {"broker": 0}])
+    edit(lines, "log")[4] = [[0, 0, 0]]  # seq 1, acknowledged at T0+2, is gone
+    edit(lines, "state")[2]["chaos"][0][4:] = [1, 1]
+    for r in (edit(lines, "replica", 0), edit(lines, "replica", 1)):
+        r[4]["hw_ref"] = r[4]["leo"] = 1
+    lines.remove(edit(lines, "dlv", 1))
+    edit(lines, "commit")[7] = 1
+    return verdict(lines)
+
+
+def test_what_a_power_loss_may_take() -> None:
+    assert _lost_after("power-loss-all", flush_each=False) == {}  # not fsynced by anyone: Kafka's promise too
+    assert _lost_after("power-loss-all", flush_each=True) == {"lost": 1}  # fsynced before the answer: kept
+    assert _lost_after("power-loss-one", flush_each=False) == {"lost": 1}  # the other in-sync replica had it
+    assert _lost_after("kill-all", flush_each=False) == {"lost": 1}  # a process crash loses nothing
