@@ -91,7 +91,11 @@ class RollWatch:
             keys = {b.split(" ", 1)[0] for b in below}
             if self._below_at_start is None:
                 self._below_at_start = keys
-            self.isr_below.extend(sorted(b for b in below if b.split(" ", 1)[0] not in self._below_at_start))
+            # When it was seen (wall clock, to match the operator's log lines), for a failure to be read against
+            # the roll's decisions.
+            stamp = time.strftime("%H:%M:%S", time.gmtime())
+            self.isr_below.extend(f"{b} at {stamp}" for b in sorted(below)
+                                  if b.split(" ", 1)[0] not in self._below_at_start)
 
     def stop(self) -> None:
         self._stop.set()
@@ -102,7 +106,10 @@ class RollWatch:
         """Pods deleted while another (not exempt) pod was down, and partitions seen below min.insync."""
         out = [f"{d.pod} deleted while {', '.join(d.others_down)} was down" for d in self.deletions
                if set(d.others_down) - self.exempt]
-        out += [f"below min.insync.replicas {self.min_isr}: {b}" for b in dict.fromkeys(self.isr_below)]
+        first: dict[str, str] = {}  # each partition's first sighting below (its ISR then, and when)
+        for b in self.isr_below:
+            first.setdefault(b.split(" ", 1)[0], b)
+        out += [f"below min.insync.replicas {self.min_isr}: {b}" for b in first.values()]
         return out
 
     def deleted(self) -> list[str]:
