@@ -91,6 +91,7 @@ bench: deps venv
 
 # The fault suite (docs/chaos.md): three brokers of its own (network namespaces when root), idempotent acks=all
 # producers and consumer groups, a seeded nemesis for SECONDS seconds of faults, then the checker's table.
+# `make chaos CHAOS_ARGS="--set log.flush.interval.messages=1"` adds a power loss of every broker to the kinds.
 # `make chaos CHAOS_ARGS="--replay data/chaos/<run>/history.jsonl.gz"` re-checks a run; the short seeded form
 # is tests/chaos/test_chaos_short.py (in `make test`).
 SEED ?= 1

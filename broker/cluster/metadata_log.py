@@ -150,7 +150,8 @@ class MetadataLog(abc.ABC):
     @abc.abstractmethod
     async def compact(self, snapshot_offset: int) -> int:
         """Keep the newest two snapshots at or below `snapshot_offset` (and any newer) and the entries after the
-        older of those two; raise the log start to it first, then delete the rest. Returns how many objects went."""
+        older of those two; raise the log start to it first, then delete the rest. Returns how many entries and
+        snapshots went (a snapshot counts once, however it is stored)."""
 
     async def legacy(self) -> LegacyMetadata | None:
         """The pre-log store's documents, if any (import once into an empty log); raises MetadataUnreadable."""

@@ -17,10 +17,14 @@ Why a module of its own: these rules read events the rest of the checker does no
   (`metadata-undead`). Any other answer (refused, failed, none) leaves the outcome open.
 - **Brokers' metadata at the end** (`metadata`): every broker's applied offset and digest must be equal
   (`metadata-divergent`): the digest chain makes equal digests equal histories.
-- **Power loss**: a record acknowledged before a `power-loss-all` fault ended may be lost when no broker had
-  to fsync it (the run's `log.flush.interval.messages` is not 1): Kafka promises the same. One acknowledged on
-  a topic with min.insync.replicas 1 before any power loss ended may be lost (its ISR may have been the leader
-  alone). Those are counted as anomalies, never as violations; everything else lost is a violation.
+- **Power loss**: at the default flush settings (the run's `log.flush.interval.messages` is not 1) a record
+  acknowledged on a topic with min.insync.replicas 1 before a power loss ended may be lost — its ISR may have
+  been the leader alone, whose page cache went — and with it what follows from it (a group delivered the lost
+  record: `phantom`; committed past the new end: `commit-ahead`, `group-behind`). So may anything
+  acknowledged before every broker lost power (`power-loss-all` is scheduled only with
+  `log.flush.interval.messages=1`, where none of this may happen; a replayed history is judged the same way).
+  Kafka promises the same. Those are counted as anomalies, never as violations; on every other topic, and with
+  every record fsynced before its answer, each is a violation.
 
 It must never read anything but the history.
 """
@@ -39,19 +43,22 @@ Violate = Callable[[str, str], None]
 
 
 def power_loss_allowance(meta: dict[str, Any], faults: list[list]) -> Callable[[str, float], str | None]:
-    """`allowed(topic, ack_time)`: why a lost record acknowledged at that time may be lost (None: it may not)."""
+    """`allowed(topic, t)`: why what happened to `topic` at time `t` (a record acknowledged, delivered, committed)
+    may have been undone by a power loss (None: it may not)."""
     settings = meta.get("settings") or {}
     flushes_each = str(settings.get("log.flush.interval.messages", "")) == "1"
     min_insync = meta.get("min_insync") or {}
     all_ends = sorted(f[2] for f in faults if f[4] == POWER_ALL and not f[6].get("error"))
     any_ends = sorted(f[2] for f in faults if f[4] in (POWER_ALL, POWER_ONE) and not f[6].get("error"))
 
-    def allowed(topic: str, ack_time: float) -> str | None:
-        if not flushes_each and any(ack_time < t for t in all_ends):
-            return ("acknowledged before every broker lost power, not fsynced by any (log.flush.interval.messages "
-                    "at its default; Kafka promises the same)")
-        if int(min_insync.get(topic, 2)) < 2 and any(ack_time < t for t in any_ends):
-            return "acknowledged on a topic with min.insync.replicas=1 before a broker lost power"
+    def allowed(topic: str, at: float) -> str | None:
+        if flushes_each:
+            return None
+        if any(at < t for t in all_ends):
+            return ("before every broker lost power, not fsynced by any (log.flush.interval.messages at its "
+                    "default; Kafka promises the same)")
+        if int(min_insync.get(topic, 2)) < 2 and any(at < t for t in any_ends):
+            return f"{topic} has min.insync.replicas=1 and a broker lost power (its ISR may have been that one alone)"
         return None
 
     return allowed

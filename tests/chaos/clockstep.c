@@ -6,7 +6,7 @@
  * (tests/chaos/faults_time.py). Time namespaces offset the monotonic clocks only, and libfaketime either steps
  * the monotonic clock too or breaks Python's sleeps, so this shim does the one thing: clock_gettime() for the
  * REALTIME clocks, gettimeofday() and time() return the real value plus the offset, in milliseconds, that the
- * file named by KELP_CLOCK_OFFSET_FILE holds (re-read at most every 20 ms of monotonic time; no file: 0).
+ * file named by CHAOS_CLOCK_OFFSET_FILE holds (re-read at most every 20 ms of monotonic time; no file: 0).
  *
  * Built by the suite with the machine's C compiler (topology.py); never part of a broker.
  */
@@ -34,7 +34,7 @@ static void refresh(void) {
     if (now < next_read_ns)
         return;
     next_read_ns = now + 20000000LL;
-    const char *path = getenv("KELP_CLOCK_OFFSET_FILE");
+    const char *path = getenv("CHAOS_CLOCK_OFFSET_FILE");
     if (path == NULL)
         return;
     int fd = open(path, O_RDONLY | O_CLOEXEC);

@@ -44,13 +44,19 @@ WRITEBACK_EVERY_S = 5.0
 
 
 class _Dirty:
-    """One file's data not yet on the disk: its dirty pages, its size as written, and an fd to write them back."""
+    """One file's data not yet on the disk.
 
-    __slots__ = ("pages", "size", "fd", "since", "reserved")
+    The file's content at x < `size` is `pages[x // PAGE][x % PAGE]` where that page is held, else the disk's
+    byte at x when x < `floor`, else 0 — `floor` being the disk's size when the file was first written here,
+    lowered by every truncation since (what lies on the disk past it is no longer the file's). Held pages are
+    zero past `size`."""
+
+    __slots__ = ("pages", "size", "floor", "fd", "since", "reserved")
 
     def __init__(self, fd: int, size: int) -> None:
         self.pages: dict[int, bytearray] = {}
         self.size = size
+        self.floor = size
         self.fd = fd  # the backing file opened read-write (whatever the caller's mode), for pages and write-back
         self.since = time.monotonic()
         self.reserved = 0  # bytes of the backing's free space this file's growth holds
@@ -63,7 +69,6 @@ class LazyFS(Operations):
         self.root = os.path.realpath(backing)
         self._mutex = threading.RLock()
         self.dirty: dict[tuple[int, int], _Dirty] = {}  # (st_dev, st_ino) -> what the disk does not have yet
-        self.fh_key: dict[int, tuple[int, int]] = {}
         self.faults: list[dict[str, Any]] = []
         self.growth = 0  # bytes the dirty sizes add over the disk's: reserved against the backing's free space
 
@@ -84,12 +89,11 @@ class LazyFS(Operations):
                 raise FuseOSError(f["errno"])
 
     # -- the cache ----------------------------------------------------------------------------
-    def _key(self, fh: int) -> tuple[int, int]:
-        key = self.fh_key.get(fh)
-        if key is None:
-            st = os.fstat(fh)
-            key = self.fh_key[fh] = (st.st_dev, st.st_ino)
-        return key
+    @staticmethod
+    def _key(fh: int) -> tuple[int, int]:
+        """The file an fd is open on (never cached by fd number: numbers are reused for other files)."""
+        st = os.fstat(fh)
+        return st.st_dev, st.st_ino
 
     def _entry(self, fh: int) -> _Dirty:
         key = self._key(fh)
@@ -98,23 +102,31 @@ class LazyFS(Operations):
             d = self.dirty[key] = _Dirty(os.open(f"/proc/self/fd/{fh}", os.O_RDWR), os.fstat(fh).st_size)
         return d
 
+    @staticmethod
+    def _disk(d: _Dirty, start: int, length: int) -> bytes:
+        """The file's bytes [start, start + length) as far as the disk has them (below `floor`), zeros after."""
+        take = max(0, min(length, d.floor - start))
+        raw = os.pread(d.fd, take, start) if take else b""
+        return raw.ljust(length, b"\0")
+
     def _page(self, d: _Dirty, n: int) -> bytearray:
         page = d.pages.get(n)
         if page is None:
-            disk = os.fstat(d.fd).st_size
-            raw = os.pread(d.fd, PAGE, n * PAGE) if n * PAGE < disk else b""
-            page = d.pages[n] = bytearray(raw.ljust(PAGE, b"\0"))
-            if n * PAGE + len(raw) > d.size:  # bytes the disk still has past a cached truncation read as zeros
-                keep = max(0, d.size - n * PAGE)
+            page = d.pages[n] = bytearray(self._disk(d, n * PAGE, PAGE))
+            keep = max(0, d.size - n * PAGE)
+            if keep < PAGE:
                 page[keep:] = bytes(PAGE - keep)
         return page
 
     def _flush(self, key: tuple[int, int], d: _Dirty, *, sync: bool) -> None:
+        """Make the disk hold the file as it is here: what lies past `floor` dropped, the held pages written, the
+        size set; fsynced with `sync`. The entry goes: the disk has it all."""
+        if os.fstat(d.fd).st_size > d.floor:
+            os.ftruncate(d.fd, d.floor)
         for n in sorted(d.pages):
             start = n * PAGE
-            if start >= d.size:
-                continue
-            os.pwrite(d.fd, bytes(d.pages[n][: min(PAGE, d.size - start)]), start)
+            if start < d.size:
+                os.pwrite(d.fd, bytes(d.pages[n][: min(PAGE, d.size - start)]), start)
         if os.fstat(d.fd).st_size != d.size:
             os.ftruncate(d.fd, d.size)
         if sync:
@@ -146,15 +158,18 @@ class LazyFS(Operations):
 
     # -- files --------------------------------------------------------------------------------
     def getattr(self, path: str, fh: int | None = None) -> dict[str, Any]:
+        """The file's attributes, its size as this cache has it. The disk is read under the mutex: a size read
+        before a flush and answered after it (the entry gone) would be the disk's older, shorter size, and the
+        kernel, taking it, puts the next O_APPEND write inside the file's data."""
         self._check("getattr", path)
-        st = os.fstat(fh) if fh is not None else os.lstat(self._p(path))
-        out = {k: getattr(st, k) for k in ("st_mode", "st_nlink", "st_uid", "st_gid", "st_size", "st_atime_ns",
-                                            "st_mtime_ns", "st_ctime_ns", "st_ino")}
-        out["st_atime"], out["st_mtime"], out["st_ctime"] = st.st_atime_ns, st.st_mtime_ns, st.st_ctime_ns
         with self._mutex:
+            st = os.fstat(fh) if fh is not None else os.lstat(self._p(path))
             d = self.dirty.get((st.st_dev, st.st_ino))
-            if d is not None:
-                out["st_size"] = d.size
+            size = d.size if d is not None else st.st_size
+        out = {k: getattr(st, k) for k in ("st_mode", "st_nlink", "st_uid", "st_gid", "st_atime_ns",
+                                            "st_mtime_ns", "st_ctime_ns", "st_ino")}
+        out["st_size"] = size
+        out["st_atime"], out["st_mtime"], out["st_ctime"] = st.st_atime_ns, st.st_mtime_ns, st.st_ctime_ns
         return out
 
     def open(self, path: str, flags: int) -> int:
@@ -163,7 +178,7 @@ class LazyFS(Operations):
         if flags & os.O_TRUNC:  # a truncation is data: cached like a write
             with self._mutex:
                 d = self._entry(fh)
-                d.size, d.pages = 0, {}
+                d.size, d.floor, d.pages = 0, 0, {}
         return fh
 
     def create(self, path: str, mode: int, flags: Any = None) -> int:
@@ -184,11 +199,7 @@ class LazyFS(Operations):
                 n, within = divmod(pos, PAGE)
                 take = min(PAGE - within, end - pos)
                 page = d.pages.get(n)
-                if page is not None:
-                    out += page[within:within + take]
-                else:
-                    raw = os.pread(fh, take, pos)
-                    out += raw.ljust(take, b"\0")
+                out += page[within:within + take] if page is not None else self._disk(d, pos, take)
                 pos += take
             return bytes(out)
 
@@ -215,12 +226,14 @@ class LazyFS(Operations):
             with self._mutex:
                 d = self._entry(f)
                 self._reserve(d, length)
+                if length < d.size:
+                    for n in [n for n in d.pages if n * PAGE >= length]:
+                        del d.pages[n]
+                    last = d.pages.get(length // PAGE)
+                    if last is not None:
+                        last[length % PAGE:] = bytes(PAGE - length % PAGE)
+                    d.floor = min(d.floor, length)
                 d.size = length
-                for n in [n for n in d.pages if n * PAGE >= length]:
-                    del d.pages[n]
-                last = d.pages.get(length // PAGE)
-                if last is not None:
-                    last[length % PAGE:] = bytes(PAGE - length % PAGE)
         finally:
             if opened:
                 os.close(f)
@@ -244,8 +257,6 @@ class LazyFS(Operations):
         return 0  # close() is not fsync(): the data stays in the cache
 
     def release(self, path: str, fh: int) -> int:
-        with self._mutex:
-            self.fh_key.pop(fh, None)
         os.close(fh)
         return 0
 

@@ -92,6 +92,12 @@ def _plan(args: argparse.Namespace,
     return plan, notes
 
 
+def run_capabilities(topology: frozenset[str], settings: dict[str, Any]) -> frozenset[str]:
+    """What the run can do: the topology's, and `fsync-each` when every record is fsynced before its answer."""
+    fsync_each = str(settings.get("log.flush.interval.messages", "")) == "1"
+    return topology | ({"fsync-each"} if fsync_each else frozenset())
+
+
 def _create_topics(cluster: ChaosCluster) -> None:
     for name, (partitions, rf, min_isr) in {**TOPICS, **CHURN_TOPICS}.items():
         cluster.admin("/admin/v1/topics", "POST", {"name": name, "partitions": partitions, "replication_factor": rf,
@@ -179,8 +185,12 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger().setLevel(logging.INFO)
     topo = make_topology(out, 3, seed=args.seed, want=args.network, disk_mb=args.disk_mb)
     history = History(out / "history.jsonl.gz")
-    plan, notes = _plan(args, topo.capabilities)
     settings = {**BROKER_SETTINGS, **dict(s.split("=", 1) for s in args.set or [])}
+    capabilities = run_capabilities(topo.capabilities, settings)
+    plan, notes = _plan(args, capabilities)
+    if "power" in capabilities and "fsync-each" not in capabilities:
+        notes.append("power-loss-all is not scheduled: it needs --set log.flush.interval.messages=1 (at the default "
+                     "settings a power loss of every broker may lose what none fsynced, as Kafka's would)")
     say(f"run {out}: seed {args.seed}, {'short' if plan is not None else f'{args.seconds} s'}, network {topo.kind}"
         + (f" ({topo.why_limited})" if topo.why_limited else ""))
     for note in notes:
@@ -222,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
         ctx = Ctx(cluster, topo, history, say)
         end_at = time.monotonic() + args.seconds
         items = iter(plan) if plan is not None else ((args.seed, i, k)
-                                                     for i, k in schedule(args.seed, topo.capabilities))
+                                                     for i, k in schedule(args.seed, capabilities))
         done = 0
         for seed, index, kind in items:
             if plan is None and time.monotonic() >= end_at:

@@ -111,7 +111,7 @@ class Topology:
         """What broker i's process gets in its environment: the clock shim, when it could be built."""
         if self.clock_shim is None:
             return {}
-        return {"LD_PRELOAD": str(self.clock_shim), "KELP_CLOCK_OFFSET_FILE": str(self.clock_file(i))}
+        return {"LD_PRELOAD": str(self.clock_shim), "CHAOS_CLOCK_OFFSET_FILE": str(self.clock_file(i))}
 
     def step_clock(self, i: int, offset_ms: int) -> None:
         """Broker i's wall clock reads `offset_ms` away from the machine's from now on (0: back to it)."""

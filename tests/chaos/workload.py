@@ -166,6 +166,8 @@ class ProducerWorker(threading.Thread):
             self.history.add("nack", time.time(), producer, seq, msg.topic(), msg.partition(), str(err))
 
     def run(self) -> None:
+        from confluent_kafka import KafkaException
+
         p = self._new_producer()
         seq = 0
         t0 = time.monotonic()
@@ -184,11 +186,24 @@ class ProducerWorker(threading.Thread):
                     p.produce(topic, value, key=b"p%d-k%d" % (self.idx, seq % KEYS), on_delivery=self._report)
                 except BufferError:
                     break  # the local queue is full (brokers unreachable): try again after a poll
+                except KafkaException as exc:  # refused at once: the churn topic being re-created, or a fatal error
+                    err = exc.args[0]
+                    if getattr(err, "fatal", lambda: False)():
+                        self.fatal = str(err)
+                        break
+                    self.failed += 1
+                    self.history.add("nack", time.time(), self.idx, seq, topic, -1, str(err))
                 if self.churn:
                     self.history.add("csend", time.time(), self.idx, seq)
                 seq += 1
                 self.sent += 1
-            p.poll(0.02)
+            try:
+                p.poll(0.02)
+            except KafkaException as exc:  # a fatal error raised from a delivery callback's poll: replaced above
+                err = exc.args[0]
+                if not getattr(err, "fatal", lambda: False)():
+                    raise
+                self.fatal = str(err)
         self.outstanding_at_end = p.flush(self.flush_s)
 
 

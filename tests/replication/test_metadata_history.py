@@ -127,14 +127,9 @@ async def test_a_controller_refuses_a_log_that_differs_from_what_a_live_broker_a
         await new.start()
 
 
-async def test_a_broker_answering_past_the_controllers_log_stops_it(tmp_path) -> None:
-    """The lease report can lag: the first delivery's answer is checked too."""
+async def history_stops(send, image: MetadataImage) -> list[str]:
+    """What a publisher delivering `image` to broker 1 through `send` reported as another history (bounded)."""
     stopped: list[str] = []
-    image = MetadataImage(offset=3, epoch=2)
-
-    async def send(broker, push):
-        return 9  # broker 1 applied offset 9 of a history this controller's log lost
-
     pub = MetadataPublisher(controller_id=0, send=send, image=lambda: image, is_active=lambda: not stopped,
                             on_stale=lambda why: None, on_history=stopped.append)
     pub.set_brokers({1: ep(1)})
@@ -143,23 +138,23 @@ async def test_a_broker_answering_past_the_controllers_log_stops_it(tmp_path) ->
             break
         await asyncio.sleep(0.005)
     await pub.stop()
+    return stopped
+
+
+async def test_a_broker_answering_past_the_controllers_log_stops_it(tmp_path) -> None:
+    """The lease report can lag: the first delivery's answer is checked too."""
+    async def send(broker, push):
+        return 9  # broker 1 applied offset 9 of a history this controller's log lost
+
+    stopped = await history_stops(send, MetadataImage(offset=3, epoch=2))
     assert stopped and "applied metadata offset 9" in stopped[0]
 
 
 async def test_a_refused_delivery_stops_the_controller(tmp_path) -> None:
-    stopped: list[str] = []
-
     async def send(broker, push):
         raise HistoryDiverged("broker 1 refuses metadata after offset 7")
 
-    pub = MetadataPublisher(controller_id=0, send=send, image=lambda: MetadataImage(offset=8, epoch=2),
-                            is_active=lambda: not stopped, on_stale=lambda why: None, on_history=stopped.append)
-    pub.set_brokers({1: ep(1)})
-    for _ in range(200):
-        if stopped:
-            break
-        await asyncio.sleep(0.005)
-    await pub.stop()
+    stopped = await history_stops(send, MetadataImage(offset=8, epoch=2))
     assert stopped and "refuses metadata" in stopped[0]
 
 
