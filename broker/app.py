@@ -44,15 +44,18 @@ from kelp.clock import monotonic
 
 from . import allocator
 from .acl_manager import AclManager
-from .cluster.inter_broker import InterBrokerSecurity
+from .client_quota_manager import ClientQuotaManager
+from .cluster.client_quotas import ip_connection_rate
+from .cluster.inter_broker import InterBrokerSecurity, kafka_identities
 from .cluster.member import ClusterMember
 from .cluster.model import BrokerEndpoint
 from .cluster.replica_fetcher import ReplicaFetcherManager
 from .config import BrokerConfig
+from .config_keys import per_ip_limits
 from .groups import GroupCoordinator
 from .groups import attach as attach_groups
 from .http.app import build_http_app
-from .http.authentication import HttpAuthenticator
+from .http.authentication import HttpAuthenticator, resolve_methods
 from .http.basic_credentials import SaslUsersCheck
 from .http.bearer_tokens import bearer_check
 from .kafka.limits import ConnectionQuota, MemoryPool
@@ -63,7 +66,7 @@ from .metrics import BrokerMetrics, metrics_of
 from .parts import BrokerParts
 from .replica_manager import ReplicaManager
 from .security.plain import plain_users
-from .security.principal import SslPrincipalMapper, principal_from_certificate
+from .security.principal import KafkaPrincipal, SslPrincipalMapper, principal_from_certificate
 from .security.tls import TlsReloader
 from .storage import LogConfig, LogManager
 from .topic_manager import TopicManager
@@ -153,16 +156,34 @@ class Broker:
         topics.logs = logs
         replicas = self.replicas = ReplicaManager(cfg, logs, topics)
         topics.log_deleter = replicas.delete_log_later
-        # One server per listener; the memory pool and the connection quota are the broker's, shared by all.
+        # One server per listener; the memory pools and the connection quota are the broker's, shared by all: the
+        # clients' pool (queued.max.request.bytes), one as large for brokers' connections, a small one for
+        # connections not yet authenticated (issue 33).
         pool = MemoryPool(_bound(cfg["queued.max.request.bytes"]))
-        quota = ConnectionQuota(cfg["max.connections"], cfg["max.connections.per.ip"])
+        broker_pool = MemoryPool(_bound(cfg["queued.max.request.bytes"]))
+        unauthenticated_pool = MemoryPool(cfg["kelp.unauthenticated.queued.max.request.bytes"])
+        quota = ConnectionQuota(
+            cfg["max.connections"], cfg["max.connections.per.ip"],
+            per_ip_overrides=per_ip_limits(cfg["max.connections.per.ip.overrides"]),
+            listener_max=cfg.per_listener("max.connections"), creation_rate=cfg["max.connection.creation.rate"],
+            listener_rates=cfg.per_listener("max.connection.creation.rate"),
+            # Kafka exempts the inter-broker listener from max.connections; one shared with clients cannot be.
+            protected=setup.inter_broker.listener.name if len(setup.listeners) > 1 else None,
+            ip_rates=lambda ip: ip_connection_rate(self.cluster.image.client_quotas, ip) if self.cluster else None)
+        identities = kafka_identities(setup)
+
+        def is_broker(principal: KafkaPrincipal) -> bool:
+            return principal in identities or (self.acls is not None and self.acls.is_listed_super_user(principal))
+
         for listener, security in zip(setup.listeners, securities, strict=True):
             ks = KafkaServer(
                 metrics=metrics_of(self), host=listener.host, port=listener.port,
                 advertised_host=listener.advertised_host, max_request_bytes=cfg["socket.request.max.bytes"],
                 connections_max_idle_ms=_bound(cfg["connections.max.idle.ms"]), security=security, pool=pool,
                 quota=quota, send_buffer_bytes=cfg["socket.send.buffer.bytes"],
-                receive_buffer_bytes=cfg["socket.receive.buffer.bytes"],
+                receive_buffer_bytes=cfg["socket.receive.buffer.bytes"], unauthenticated_pool=unauthenticated_pool,
+                broker_pool=broker_pool, broker_principals=is_broker,
+                authentication_timeout_ms=_bound(cfg["kelp.authentication.timeout.ms"]),
             )
             self.kafka_servers.append(ks)
             self.kafka_server = self.kafka_server or ks
@@ -193,7 +214,10 @@ class Broker:
         transactions = self.transactions = attach_transactions(config=cfg, topics=topics, replicas=replicas,
                                                                logs=logs, cluster=cluster)
         parts = self.parts = BrokerParts(config=cfg, logs=logs, topics=topics, replicas=replicas, cluster=cluster,
-                                         groups=groups, transactions=transactions, acls=acls)
+                                         groups=groups, transactions=transactions, acls=acls,
+                                         quotas=ClientQuotaManager(lambda: cluster.image.client_quotas,
+                                                                   windows=cfg["quota.window.num"],
+                                                                   window_s=float(cfg["quota.window.size.seconds"])))
         if self.freeze_gc:
             _freeze_start_up_objects()
         for ks in self.kafka_servers:
@@ -243,7 +267,7 @@ class Broker:
         plain = [plain_users([m.jaas]) for listener in cfg.listener_setup.listeners
                  for name, m in listener.mechanisms.items() if name == "PLAIN" and m.jaas is not None]
         mapper = SslPrincipalMapper(cfg.get("ssl.principal.mapping.rules") or "DEFAULT")
-        bearer = bearer_check(cfg) if "bearer" in (cfg.get("http.authentication.methods") or ()) else None
+        bearer = bearer_check(cfg) if "bearer" in resolve_methods(cfg) else None
         return HttpAuthenticator.from_config(
             cfg, basic=SaslUsersCheck.of(plain, lambda: self.cluster.image.scram_credentials if self.cluster else {}),
             bearer=bearer, certificate=lambda der: principal_from_certificate(der, mapper))

@@ -248,6 +248,15 @@ class BrokerConfig:
                 raise ConfigError(f"invalid value {raw!r} for broker config '{key}' (from {source}): {exc}") from None
             self.explicit.add(key)
 
+    def per_listener(self, key: str) -> dict[str, int]:
+        """`listener.name.<l>.<key>` values set, by listener name (upper case, as listeners are named)."""
+        out: dict[str, int] = {}
+        for scoped_key, value in self.scoped.items():
+            parsed = scoped_base(scoped_key)
+            if parsed is not None and parsed[1] == key and parsed[2] is None and isinstance(value, int):
+                out[parsed[0]] = value
+        return out
+
     def _merge_scoped(self, key: str, raw: object, *, source: str) -> bool:
         """A `listener.name.` key: parsed as the key it overrides and kept in `scoped`; False for any other key."""
         try:

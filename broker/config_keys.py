@@ -222,16 +222,42 @@ def _super_users(value: object) -> str:
     return ";".join(items)
 
 
+def per_ip_limits(value: object) -> dict[str, int]:
+    """`max.connections.per.ip.overrides` as address -> limit: `address:limit` pairs separated by commas (Kafka's
+    form, `10.0.0.1:200,[::1]:50`), each limit a non-negative integer; ValueError naming a bad pair."""
+    out: dict[str, int] = {}
+    for part in (p.strip() for p in str(value or "").split(",")):
+        if not part:
+            continue
+        host, sep, limit = part.rpartition(":")
+        if not sep or not host:
+            raise ValueError(f"{part!r} is not address:limit (e.g. 10.0.0.1:200)")
+        n = _int(limit)
+        if n < 0:
+            raise ValueError(f"the limit of {host} must be >= 0, got {n}")
+        out[host.strip("[]")] = n
+    return out
+
+
+def _per_ip_overrides(value: object) -> str:
+    return ",".join(f"{host}:{n}" for host, n in per_ip_limits(value).items())
+
+
 def _http_auth_methods(value: object) -> list[str]:
-    """`http.authentication.methods`: how HTTP clients prove who they are; empty: nobody needs to
-    (every HTTP request is User:ANONYMOUS, as a PLAINTEXT Kafka connection is)."""
+    """`http.authentication.methods`: how HTTP clients prove who they are. Empty (the default): what the Kafka
+    listeners take (`basic` for PLAIN and SCRAM users, `bearer` for OAUTHBEARER, `mtls` when the HTTP listener
+    asks for client certificates), nothing when no Kafka listener authenticates; `none`: nobody needs to, even
+    then (an explicit opt-out, warned about at start)."""
     items = [str(v).strip().lower() for v in value] if isinstance(value, (list, tuple)) else \
         [part.strip().lower() for part in str(value).split(",")]
     items = [i for i in items if i]
-    unknown = [i for i in items if i not in ("basic", "mtls", "bearer")]
+    unknown = [i for i in items if i not in ("basic", "mtls", "bearer", "none")]
     if unknown:
         raise ValueError(f"unknown HTTP authentication method {unknown[0]!r}: expected a comma-separated list of "
-                         "basic, mtls, bearer (or empty for none)")
+                         "basic, mtls, bearer, or none (empty: those the Kafka listeners take)")
+    if "none" in items and len(items) > 1:
+        raise ValueError("'none' switches HTTP authentication off: it cannot be combined with "
+                         f"{', '.join(i for i in items if i != 'none')}")
     return items
 
 
@@ -258,6 +284,18 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     "connections.max.idle.ms": (_unbounded_or_positive, 600000),
     "max.connections": (_positive, 10000),
     "max.connections.per.ip": (_positive, 2147483647),
+    "max.connections.per.ip.overrides": (_per_ip_overrides, ""),
+    # KIP-612: new connections per second, broker-wide (the inter-broker listener exempt) and per listener
+    # (`listener.name.<l>.max.connection.creation.rate`, as `listener.name.<l>.max.connections`).
+    "max.connection.creation.rate": (_positive, 2147483647),
+    # Client quotas' sensors (KIP-13): samples kept and their length; a rate is over the samples' span
+    # (`client_quota_manager`).
+    "quota.window.num": (_positive, 11),
+    "quota.window.size.seconds": (_positive, 1),
+    # Kelp's own (issue 33): connections of a SASL listener not authenticated within this are closed, and until
+    # they are, their frames draw on a pool of this size of their own (not queued.max.request.bytes').
+    "kelp.authentication.timeout.ms": (_unbounded_or_positive, 10000),
+    "kelp.unauthenticated.queued.max.request.bytes": (_positive, 16 << 20),
     # SO_SNDBUF / SO_RCVBUF of the Kafka listeners' sockets; -1: the kernel's, autotuned. The send buffer
     # is Kafka's 100 KiB, set on a connection at its first consumer fetch: with the autotuned one (up to
     # 4 MiB) librdkafka read 1 KiB records 0.74x as fast as from Kafka, with 100 KiB faster; followers keep
@@ -348,13 +386,20 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     "super.users": (_super_users, ""),
     "allow.everyone.if.no.acl.found": (parse_bool, False),
     # -- HTTP authentication (Kelp's own: Kafka has no HTTP listener); /healthz, /readyz and /metrics stay open
-    # for probes and scrapes unless switched off
+    # for probes and scrapes unless switched off. Unset, HTTP authenticates as the Kafka listeners do
+    # (broker/http/authentication.py); `none` opts out.
     "http.authentication.methods": (_http_auth_methods, []),
+    # /cluster/v1 takes only the brokers' identity (broker/http/cluster_trust.py); brokers with none (no
+    # inter-broker credentials or certificate over HTTP) take calls from loopback only, unless this is true.
+    "http.control.plane.open": (parse_bool, False),
     # bearer: the listener whose OAUTHBEARER validator (keys, audience, issuer, claims) checks HTTP tokens;
     # empty: the first listener enabling OAUTHBEARER (broker/http/bearer_tokens.py)
     "http.authentication.oauthbearer.listener": (_str, ""),
     "http.health.public": (parse_bool, True),
+    # unset: public only while HTTP authentication is off (resolved methods empty); with an authorizer, /metrics
+    # is for super users and these principals (`;`-separated, as super.users)
     "http.metrics.public": (parse_bool, True),
+    "http.metrics.principals": (_super_users, ""),
     # -- the services of the HTTP port (Kelp's own switches, named like Kafka's `*.enable` keys): off, a service's
     # routes are not mounted and its paths answer 404 naming the key (broker/http/app.py); the Schema Registry
     # then never creates `_schemas`. The admin API, health, metrics and `/cluster/v1` are always served.

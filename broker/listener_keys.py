@@ -205,7 +205,8 @@ HTTP_SSL_KEYS = tuple(_SSL_KEYS)
 """The ssl.* keys the HTTP listener reads as `http.<key>`, each falling back to `<key>`."""
 
 LISTENER_SCOPED = frozenset({*_SSL_KEYS, "ssl.protocol", "ssl.keystore.password", "ssl.truststore.password",
-                             "ssl.principal.mapping.rules", "sasl.enabled.mechanisms", "connections.max.reauth.ms"})
+                             "ssl.principal.mapping.rules", "sasl.enabled.mechanisms", "connections.max.reauth.ms",
+                             "max.connections", "max.connection.creation.rate"})
 """Keys a `listener.name.<listener>.` prefix overrides for that listener."""
 MECHANISM_SCOPED = frozenset({"sasl.jaas.config", "connections.max.reauth.ms", "sasl.server.callback.handler.class",
                               *(k for k in SECURITY_KEYS if k.startswith("sasl.oauthbearer."))})

@@ -209,6 +209,19 @@ class ScrapedBroker(Protocol):
     @property
     def transactions(self) -> _Transactions | None: ...
 
+    @property
+    def quotas(self) -> _Quotas | None: ...
+
+
+class _Quotas(Protocol):
+    """What the scrape reads of `client_quota_manager.ClientQuotaManager`."""
+
+    @property
+    def throttled(self) -> Mapping[str, int]: ...
+
+    @property
+    def throttle_s(self) -> Mapping[str, float]: ...
+
 
 class LogCollector(Collector):
     """Per-partition log gauges read from a `LogManager` at scrape time.
@@ -372,6 +385,8 @@ class ClusterCollector(Collector):
                 self._partitions(broker, broker.topics, f)
                 self._groups(broker, f)
                 counters = self._transactions(broker, f)
+            if broker is not None:
+                counters += self._quotas(broker)
         except Exception:  # a scrape must never fail because state changed under it
             pass
         yield from f.values()
@@ -409,6 +424,23 @@ class ClusterCollector(Collector):
                 family.add_metric([], value)
                 out.append(family)
         return out
+
+    @staticmethod
+    def _quotas(broker: ScrapedBroker) -> list[Metric]:
+        """Client quotas (KIP-13): answers that carried a throttle time, and the time, by quota key."""
+        quotas = getattr(broker, "quotas", None)
+        if quotas is None:
+            return []
+        count = CounterMetricFamily("kelp_client_quota_throttled_responses",
+                                    "Answers that carried a throttle time (the client was over its quota and its "
+                                    "connection muted for that long), by quota key", labels=["quota"])
+        seconds = CounterMetricFamily("kelp_client_quota_throttle_seconds",
+                                      "Throttle time given to clients over their quotas, by quota key",
+                                      labels=["quota"])
+        for key in sorted(quotas.throttled):
+            count.add_metric([key], quotas.throttled[key])
+            seconds.add_metric([key], quotas.throttle_s[key])
+        return [count, seconds]
 
     @staticmethod
     def _partitions(broker: ScrapedBroker, topics: _Topics, f: dict[str, GaugeMetricFamily]) -> None:

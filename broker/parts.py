@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .acl_manager import AclManager
+from .client_quota_manager import ClientQuotaManager
 from .cluster.member import ClusterMember
 from .config import BrokerConfig
 from .groups.group_coordinator import GroupCoordinator
@@ -46,3 +47,4 @@ class BrokerParts:
     groups: GroupCoordinator  # the groups of the `__consumer_offsets` partitions this broker leads
     transactions: TransactionCoordinator  # the transactional ids of the `__transaction_state` partitions it leads
     acls: AclManager  # the cluster's ACLs and every authorization decision (allows all without an authorizer)
+    quotas: ClientQuotaManager  # client byte-rate quotas: what each client produced and fetched, its throttle

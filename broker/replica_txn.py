@@ -23,6 +23,7 @@ from typing import Sequence
 from kelp.control_records import build_marker_batch
 from kelp.errors import KelpError, NotEnoughReplicasError, NotLeaderOrFollowerError
 
+from .loop_budget import LoopBudget
 from .partition import Partition
 from .replica_produce import ProducePath
 from .replica_types import ProduceResult
@@ -59,11 +60,13 @@ class TxnMarkerPath(ProducePath):
         """
         answers: list[dict[tuple[str, int], KelpError | None]] = []
         waits: list[tuple[dict[tuple[str, int], KelpError | None], tuple[str, int], ProduceResult]] = []
+        budget = LoopBudget()  # a request may carry thousands of markers: the loop gets a turn every few ms
         for marker in markers:
             answer: dict[tuple[str, int], KelpError | None] = {}
             answers.append(answer)
             for topic, partition in marker.partitions:
                 key = (topic, partition)
+                await budget.tick()
                 try:
                     part = self._partitions.get(key)
                     if part is not None and part.busy is not None:

@@ -303,7 +303,9 @@ class Security:
             "http.ssl.truststore.location": files["trusted-ca"],
             "http.ssl.client.auth": "requested",
             # Brokers (cluster CA) and the operator present certificates; REST users with SCRAM or PLAIN
-            # credentials use HTTP Basic. /healthz, /readyz and /metrics stay open for probes and scrapes.
+            # credentials use HTTP Basic. /healthz and /readyz stay open for probes; /metrics needs an identity
+            # (issue 33): a scraper's certificate whose principal spec.config lists in http.metrics.principals
+            # (or a super user), unless spec.config sets http.metrics.public.
             "http.authentication.methods": "mtls,basic" if any(
                 listener.mechanism is not None for listener in self.listeners) else "mtls",
         }

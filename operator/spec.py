@@ -382,6 +382,10 @@ class ClusterSpec:
             "http.host": "0.0.0.0",
             "http.port": self.http_port,
         }
+        if self.security is None:
+            # Plaintext brokers present no identity to each other's /cluster/v1 (broker/http/cluster_trust.py):
+            # the pod network (and spec.networkPolicy) is what protects it; a secured Cluster's brokers use mTLS.
+            owned["http.control.plane.open"] = True
         if self.security is not None:
             # The secured layout binds its listeners from `listeners` (security.py), never `host`/`port`.
             del owned["host"], owned["port"]

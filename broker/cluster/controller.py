@@ -29,7 +29,8 @@ Requests are serialised by one asyncio lock: every decision sees the result
 of the previous one. The operations are mixed in by role: topic
 administration (`topic_admin`), reassignment and preferred leaders
 (`partition_moves`), what brokers ask (`broker_requests`), SCRAM users
-(`scram_admin`), ACLs (`acl_admin`), decommissioned brokers (`decommission`); their shared
+(`scram_admin`), ACLs (`acl_admin`), client quotas (`quota_admin`),
+decommissioned brokers (`decommission`); their shared
 state is declared in `controller_state`. This module never touches logs or
 sockets: storage goes through the `MetadataLog`, delivery through the
 publisher's `send`.
@@ -56,7 +57,9 @@ from .elections import Election, describe_change, elect
 from .metadata_image import (
     MetadataCorrupt,
     MetadataImage,
+    Position,
     apply_entry,
+    history_covers,
     image_from_snapshot,
     replay,
     snapshot_to_json,
@@ -75,6 +78,7 @@ from .metadata_records import (
 )
 from .model import BrokerEndpoint, PartitionState, TopicState
 from .partition_moves import PartitionMoves
+from .quota_admin import QuotaAdmin
 from .scram_admin import ScramAdmin
 from .topic_admin import MAX_PARTITIONS, TopicAdmin
 
@@ -92,7 +96,7 @@ class MetadataHistoryRefused(NotControllerError):
     for changes no broker applies. The controller writes nothing; it says why."""
 
 
-class Controller(TopicAdmin, PartitionMoves, BrokerRequests, ScramAdmin, AclAdmin, Decommissions):
+class Controller(TopicAdmin, PartitionMoves, BrokerRequests, ScramAdmin, AclAdmin, QuotaAdmin, Decommissions):
     def __init__(
         self,
         *,
@@ -104,7 +108,7 @@ class Controller(TopicAdmin, PartitionMoves, BrokerRequests, ScramAdmin, AclAdmi
         lease_fresh: Callable[[], bool],
         topic_config_check: TopicConfigCheck | None = None,
         monotonic: Monotonic = clock.monotonic,
-        positions: Callable[[], Mapping[int, tuple[int, str]]] = dict,
+        positions: Callable[[], Mapping[int, Position]] = dict,
     ) -> None:
         self.broker_id = broker_id
         self.settings = settings
@@ -113,7 +117,7 @@ class Controller(TopicAdmin, PartitionMoves, BrokerRequests, ScramAdmin, AclAdmi
         self._lease_fresh = lease_fresh
         self._topic_config_check = topic_config_check
         self.monotonic = monotonic  # the liveness watch's schedule
-        # Where each live broker says its metadata is, (offset, digest): refreshed by `live_brokers`.
+        # Where each live broker says its metadata is, (offset, digest, run): refreshed by `live_brokers`.
         self._positions = positions
         self._digests: dict[int, str] = {}  # offset -> digest of the entries this controller holds in memory
         self.refused = ""  # why this controller refuses to act on its log ("" while it does not)
@@ -181,7 +185,9 @@ class Controller(TopicAdmin, PartitionMoves, BrokerRequests, ScramAdmin, AclAdmi
     def _history_refusal(self) -> str:
         """Why this controller's log may not be acted on: a live broker applied an offset past its end, or an entry
         other than the log's at an offset both hold. "" when none did."""
-        for broker, (offset, digest) in sorted(self._positions().items()):
+        for broker, position in sorted(self._positions().items()):
+            offset, digest = position[0], position[1]
+            run = position[2] if len(position) > 2 else None
             if offset > self.image.offset:
                 return (f"broker {broker} applied metadata offset {offset} but the metadata log ends at offset "
                         f"{self.image.offset}: the store lost entries that were applied (restored from an older copy, "
@@ -190,6 +196,11 @@ class Controller(TopicAdmin, PartitionMoves, BrokerRequests, ScramAdmin, AclAdmi
             if digest and mine and digest != mine:
                 return (f"broker {broker} applied an entry at metadata offset {offset} (digest {digest}) other "
                         f"than the log's (digest {mine}): the store holds another history than the one applied")
+            if mine is None and history_covers(self.image.runs, run, offset) is False:
+                assert run is not None
+                return (f"broker {broker} applied metadata offset {offset} in the controller run that starts at "
+                        f"offset {run[0]} (entry digest {run[1]}), which the metadata log does not hold up to there "
+                        "(below this controller's snapshot): the store holds another history than the one applied")
         return ""
 
     def _refuse(self, why: str) -> None:
@@ -404,6 +415,10 @@ class Controller(TopicAdmin, PartitionMoves, BrokerRequests, ScramAdmin, AclAdmi
             self._deposed(f"metadata offset {entry['offset']} was taken by another controller")
             raise NotControllerError(f"controller epoch {self.epoch} was superseded (metadata offset "
                                      f"{entry['offset']} is taken); retry against the new controller") from None
+        except asyncio.CancelledError:
+            # The caller went away; the write goes on in its worker thread and may land: read back first.
+            self._doubt = (int(entry["offset"]), entry)
+            raise
         except Exception as exc:
             self._doubt = (int(entry["offset"]), entry)
             log.error("writing metadata offset %d failed (%s); it is read back before the next write",

@@ -19,13 +19,56 @@ what connections are given; it opens none itself and never logs a password.
 from __future__ import annotations
 
 import ssl
+from pathlib import Path
 
 from kelp.kafka_client import ConnectionSecurity, SaslCredentials
 
 from ..listeners import ListenerSetup
-from ..security.tls import TlsReloader
+from ..security.principal import KafkaPrincipal, SslPrincipalMapper, principal_from_certificate
+from ..security.tls import ClientAuth, TlsReloader
 
-__all__ = ["InterBrokerSecurity"]
+__all__ = ["InterBrokerSecurity", "http_credentials", "kafka_identities", "certificate_principal"]
+
+
+def certificate_principal(path: str, rules: str) -> KafkaPrincipal | None:
+    """The principal the leaf certificate of the PEM file at `path` maps to by `ssl.principal.mapping.rules`
+    `rules` (None: no certificate in it). Read at start: a rotated certificate keeps its subject."""
+    text = Path(path).read_text(encoding="ascii", errors="replace")
+    begin = text.find("-----BEGIN CERTIFICATE-----")
+    end = text.find("-----END CERTIFICATE-----", begin)
+    if begin < 0 or end < 0:
+        return None
+    der = ssl.PEM_cert_to_DER_cert(text[begin:end + len("-----END CERTIFICATE-----")])
+    return principal_from_certificate(der, SslPrincipalMapper(rules))
+
+
+def kafka_identities(setup: ListenerSetup) -> frozenset[KafkaPrincipal]:
+    """The principals this broker's replica fetcher and inter-broker requests have on the other brokers' inter-broker
+    listener (every broker of a cluster shares them): the inter-broker SASL user, or the principal of the
+    listener's own certificate where the listener takes client certificates."""
+    inter = setup.inter_broker
+    out: set[KafkaPrincipal] = set()
+    if inter.username is not None and inter.listener.uses_sasl:
+        out.add(KafkaPrincipal.user(inter.username))
+    tls = inter.listener.tls
+    if tls is not None and not inter.listener.uses_sasl and tls.client_auth is not ClientAuth.NONE \
+            and tls.keystore_location:
+        principal = certificate_principal(tls.keystore_location, inter.listener.principal_rules)
+        if principal is not None:
+            out.add(principal)
+    return frozenset(out)
+
+
+def http_credentials(setup: ListenerSetup) -> tuple[str, str] | None:
+    """The inter-broker SASL user and password the control plane's HTTP requests carry as HTTP Basic: only where
+    they would not cross the network in clear text where the Kafka listener itself would not (over HTTPS, or
+    when the inter-broker listener is SASL_PLAINTEXT anyway). None: the requests carry none."""
+    inter = setup.inter_broker
+    if inter.username is None or inter.password is None:
+        return None
+    if setup.http_tls is not None or inter.listener.protocol == "SASL_PLAINTEXT":
+        return inter.username, inter.password
+    return None
 
 
 class InterBrokerSecurity:
@@ -44,10 +87,7 @@ class InterBrokerSecurity:
         self._http_tls = TlsReloader.client(setup.http_tls, check_interval_s=interval) \
             if setup.http_tls is not None else None
         self.http_ssl: ssl.SSLContext | None = self._http_tls.context if self._http_tls is not None else None
-        clear_anyway = inter.listener.protocol == "SASL_PLAINTEXT"
-        self.http_credentials: tuple[str, str] | None = None
-        if inter.username is not None and inter.password is not None and (self.http_ssl is not None or clear_anyway):
-            self.http_credentials = (inter.username, inter.password)
+        self.http_credentials = http_credentials(setup)
 
     def maybe_reload(self) -> None:
         """Pick up rotated certificate files (at most once per ssl.reload.interval.ms; cheap to call often)."""

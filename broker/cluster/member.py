@@ -39,7 +39,7 @@ from .member_leases import ENDPOINT_ANNOTATION, MemberLeases
 from .member_metadata import MemberMetadata
 from .member_shutdown import MemberShutdown
 from .member_state import MemberHost, Sleep
-from .metadata_image import MetadataImage, diff_images
+from .metadata_image import MetadataImage, Position, diff_images
 from .metadata_log import FileMetadataLog
 from .model import BrokerEndpoint, BrokerEndpointJson
 from .routing import LeaderRouting, broker_id_of, error_for
@@ -222,10 +222,11 @@ class ClusterMember(MemberLeases, MemberMetadata, MemberShutdown, LeaderRouting)
             raise
         self.controller_id = self.broker_id
 
-    def _positions(self) -> dict[int, tuple[int, str]]:
+    def _positions(self) -> dict[int, Position]:
         """Where each live broker's metadata is, for the controller's history check: the leases' reports, and this
         broker's own image (fresher than its lease)."""
-        return {**self.positions, self.broker_id: (self.image.offset, self.image.digest)}
+        own = (self.image.offset, self.image.digest, self.image.runs[-1] if self.image.runs else None)
+        return {**self.positions, self.broker_id: own}
 
     async def _resign_controller(self, why: str) -> None:
         controller, self.controller = self.controller, None

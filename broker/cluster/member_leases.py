@@ -29,6 +29,7 @@ from kelp.errors import KelpError
 
 from .controller import MetadataHistoryRefused
 from .member_state import MemberState
+from .metadata_image import Position
 from .model import BrokerEndpoint
 from .routing import broker_id_of
 
@@ -47,7 +48,8 @@ class MemberLeases(MemberState):
         """What the broker lease carries: this process's endpoint, and where its metadata is (renewed with it)."""
         assert self.endpoint is not None, "set by ClusterMember.start"
         return {ENDPOINT_ANNOTATION: json.dumps(self.endpoint.to_json(), sort_keys=True),
-                METADATA_ANNOTATION: json.dumps({"offset": self.image.offset, "digest": self.image.digest})}
+                METADATA_ANNOTATION: json.dumps({"offset": self.image.offset, "digest": self.image.digest,
+                                                 "run": list(self.image.runs[-1]) if self.image.runs else None})}
 
     async def _register(self) -> None:
         elector = self._broker_elector
@@ -171,7 +173,7 @@ class MemberLeases(MemberState):
         self._liveness.observe(records)
         self._note_unreadable(prefix, unreadable)
         alive: dict[int, BrokerEndpoint] = {}
-        positions: dict[int, tuple[int, str]] = {}
+        positions: dict[int, Position] = {}
         for rec in records:
             if not self._liveness.alive(rec.name):
                 continue
@@ -205,14 +207,16 @@ class MemberLeases(MemberState):
             log.warning("every broker lease is readable again")
 
 
-def _position(raw: str | None) -> tuple[int, str] | None:
-    """(offset, digest) from a lease's `kelp.dev/metadata`; None when absent (an older broker) or malformed."""
+def _position(raw: str | None) -> Position | None:
+    """(offset, digest, run) from a lease's `kelp.dev/metadata`; None when absent (an older broker) or malformed."""
     if not raw:
         return None
     try:
         doc = json.loads(raw)
-        return int(doc["offset"]), str(doc.get("digest") or "")
-    except (ValueError, KeyError, TypeError):
+        run = doc.get("run")
+        return (int(doc["offset"]), str(doc.get("digest") or ""),
+                (int(run[0]), str(run[1])) if run else None)
+    except (ValueError, KeyError, TypeError, IndexError):
         return None
 
 

@@ -37,6 +37,7 @@ from .metadata_image import (
     MetadataImage,
     apply_entry,
     diff_images,
+    history_covers,
     image_from_log,
     image_from_snapshot,
 )
@@ -181,6 +182,13 @@ class MemberMetadata(MemberState):
                                        "another history")
             if snap is not None and int(snap["offset"]) > image.offset:
                 new = image_from_snapshot(snap)
+                if image.runs and history_covers(new.runs, image.runs[-1], image.offset) is False:
+                    start, digest = image.runs[-1]
+                    raise MetadataDiverged(
+                        f"the snapshot at metadata offset {new.offset} does not extend what this broker applied: "
+                        f"its entries up to offset {image.offset} belong to the controller run that starts at offset "
+                        f"{start} (entry digest {digest}), which the snapshot's history does not hold there — the "
+                        "metadata store lost entries this broker applied and another history was written; refused")
                 plan.delta.merge(diff_images(image, new))
                 image = new
             for entry in payload.get("entries", []):

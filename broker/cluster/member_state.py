@@ -25,7 +25,7 @@ from ..topic_manager import TopicManager
 from .controller import Controller
 from .inter_broker import InterBrokerSecurity
 from .leases import LeaseBackend, LeaseElector, LivenessView
-from .metadata_image import MetadataDelta, MetadataImage
+from .metadata_image import MetadataDelta, MetadataImage, Position
 from .metadata_log import MetadataLog
 from .metadata_records import MetadataPush
 from .model import BrokerEndpoint
@@ -84,8 +84,8 @@ class MemberState:
     started: bool
     registered: bool
     fenced: str
-    # Where every live broker's lease says its metadata is: broker id -> (applied offset, digest of that entry).
-    positions: dict[int, tuple[int, str]]
+    # Where every live broker's lease says its metadata is: broker id -> (applied offset, digest, controller run).
+    positions: dict[int, Position]
     # What is wrong with the metadata as this broker sees it, kind -> count (`kelp_metadata_problems`): "diverged"
     # (deliveries of another history refused), "unreadable_leases", "snapshot_fallback", "history_refused".
     problems: dict[str, int]

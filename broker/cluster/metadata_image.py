@@ -27,6 +27,7 @@ which stops whoever reads the log instead of applying it):
   holds (`scram_credentials`).
 - an `acl` record holds a binding Kafka would store (`validate_acl_binding`) under a new id, and no binding
   twice; a `remove_acl` record names an id the image holds.
+- a `client_quota` record names a valid entity, a key of its kind and a valid value (`client_quotas`).
 
 A snapshot is an image at an offset (`snapshot_to_json`). It carries the ids
 of removed topics (`removed`, the newest `MAX_REMOVED`), so a broker that
@@ -41,13 +42,14 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 from kelp.errors import ConfigError
 
 from ..config import DEFAULT_ENTITY, validate_broker_configs
 from ..security.acl import AclBinding, InvalidAclError, validate_acl_binding
 from ..security.acl_json import binding_from_json, binding_to_json
+from .client_quotas import Entity, InvalidQuota, QuotaTable, apply_quota_record, quota_records, table_from_records
 from .metadata_records import (
     MetadataEntry,
     MetadataRecord,
@@ -98,9 +100,16 @@ __all__ = [
     "BrokerRegistration",
     "check_partition_state",
     "MAX_REMOVED",
+    "MAX_RUNS",
+    "Position",
+    "history_covers",
 ]
 
 MAX_REMOVED = 10_000  # tombstones of removed topics a snapshot keeps
+MAX_RUNS = 10_000  # controller runs an image keeps (`MetadataImage.runs`)
+# Where a broker's metadata is, as its lease reports it: (applied offset, digest of that entry, the controller run
+# that entry belongs to — (offset of the run's controller entry, its digest) — or None when unknown).
+Position = tuple[int, str, "tuple[int, str] | None"]
 
 
 class MetadataCorrupt(Exception):
@@ -186,9 +195,15 @@ class MetadataImage:
     # SCRAM credentials, (user, mechanism) -> credential: what every broker's SCRAM server authenticates against.
     scram_credentials: ScramTable = field(default_factory=dict)
     acls: Mapping[str, AclBinding] = field(default_factory=dict)  # ACL id -> binding, in creation order
+    # Client quotas (KIP-546) by entity (`client_quotas.Entity`), each {key: value}; no empty entity.
+    client_quotas: QuotaTable = field(default_factory=dict)
     # The digest of the entry at `offset` (`entry_digest`; "" when not known: an empty log, or a snapshot or entry
     # written before the digest chain). The next entry's `prev` must equal it.
     digest: str = ""
+    # Where each controller incarnation's entries start, oldest first (the newest MAX_RUNS): (offset of its
+    # `controller` entry, that entry's digest). One incarnation writes each offset at most once, so a broker whose
+    # last run is in a history with no later run starting at or below its offset holds that history's prefix.
+    runs: tuple[tuple[int, str], ...] = ()
 
     def topic(self, name: str) -> TopicState | None:
         return self.topics.get(name)
@@ -251,6 +266,8 @@ def apply_records(image: MetadataImage, records: Iterable[MetadataRecord], *, ep
     scram = dict(image.scram_credentials)
     acls: Mapping[str, AclBinding] = image.acls
     own_acls: dict[str, AclBinding] | None = None
+    quotas: QuotaTable = image.client_quotas
+    own_quotas: dict[Entity, dict[str, float]] | None = None
     delta = MetadataDelta()
     controller_id, new_epoch, next_pid = image.controller_id, max(image.epoch, epoch), image.next_producer_id
     for rec in records:
@@ -345,6 +362,11 @@ def apply_records(image: MetadataImage, records: Iterable[MetadataRecord], *, ep
                 del own_acls[acl_id]
                 if delta.acls_added.pop(acl_id, None) is None:
                     delta.acls_removed[acl_id] = image.acls[acl_id]
+            elif rec["type"] == "client_quota":
+                if own_quotas is None:  # copied once per entry (a record replaces an entity's values, never edits)
+                    own_quotas = {e: dict(v) for e, v in image.client_quotas.items()}
+                    quotas = own_quotas
+                apply_quota_record(own_quotas, rec)
             elif rec["type"] == "producer_ids":
                 nxt = int(rec["next"])
                 if nxt < next_pid:
@@ -352,13 +374,14 @@ def apply_records(image: MetadataImage, records: Iterable[MetadataRecord], *, ep
                 next_pid = nxt
             else:
                 raise MetadataCorrupt(f"offset {offset}: unknown record type {kind!r}")
-        except InvalidScramRecord as exc:
+        except (InvalidScramRecord, InvalidQuota) as exc:
             raise MetadataCorrupt(f"offset {offset}: {exc}") from None
         except (KeyError, TypeError, ValueError) as exc:
             raise MetadataCorrupt(f"offset {offset}: malformed {kind!r} record ({exc!r})") from None
     return (MetadataImage(offset=offset, epoch=new_epoch, controller_id=controller_id, topics=topics,
                           next_producer_id=next_pid, removed=removed, brokers=brokers,
-                          broker_configs=broker_configs, scram_credentials=scram, acls=acls), delta)
+                          broker_configs=broker_configs, scram_credentials=scram, acls=acls,
+                          client_quotas=quotas, runs=image.runs), delta)
 
 
 def apply_entry(image: MetadataImage, entry: MetadataEntry) -> tuple[MetadataImage, MetadataDelta]:
@@ -382,7 +405,23 @@ def apply_entry(image: MetadataImage, entry: MetadataEntry) -> tuple[MetadataIma
             "metadata store lost entries this broker applied (a restored or truncated store) and another history "
             "was written on top; refused")
     new, delta = apply_records(image, records, epoch=epoch, offset=offset)
-    return replace(new, digest=entry_digest(entry)), delta
+    digest = entry_digest(entry)
+    if any(isinstance(r, dict) and r.get("type") == "controller" for r in records):
+        return replace(new, digest=digest, runs=(*image.runs, (offset, digest))[-MAX_RUNS:]), delta
+    return replace(new, digest=digest), delta
+
+
+def history_covers(runs: Sequence[tuple[int, str]], run: tuple[int, str] | None, offset: int) -> bool | None:
+    """Whether a history whose controller runs are `runs` holds, at `offset`, the entry another holder wrote in its
+    run `run` (the run its entry at `offset` belongs to): True when `run` is one of `runs` and no later run starts
+    at or below `offset`; False when it holds something else there; None when it cannot tell (either side has no
+    runs — written before them — or `run` is older than the runs kept)."""
+    if not runs or run is None:
+        return None
+    if run not in runs:
+        return None if run[0] < runs[0][0] else False
+    i = runs.index(run)
+    return i + 1 == len(runs) or runs[i + 1][0] > offset
 
 
 # -- snapshots -------------------------------------------------------------------
@@ -399,7 +438,9 @@ def snapshot_to_json(image: MetadataImage) -> MetadataSnapshot:
                            for b, c in sorted(image.broker_configs.items())],
         "scram_credentials": scram_records(image.scram_credentials),
         "acls": [{"id": acl_id, "acl": binding_to_json(b)} for acl_id, b in image.acls.items()],
+        "client_quotas": quota_records(image.client_quotas),
         "digest": image.digest,
+        "runs": [[o, d] for o, d in image.runs],
     }
 
 
@@ -434,8 +475,10 @@ def image_from_snapshot(doc: MetadataSnapshot) -> MetadataImage:
                                       for b in doc.get("brokers", [])},
                              broker_configs=broker_configs,
                              scram_credentials=table_from(doc.get("scram_credentials", [])), acls=acls,
-                             digest=str(doc.get("digest") or ""))
-    except InvalidScramRecord as exc:
+                             client_quotas=table_from_records(doc.get("client_quotas", [])),
+                             digest=str(doc.get("digest") or ""),
+                             runs=tuple((int(o), str(d)) for o, d in doc.get("runs", [])))
+    except (InvalidScramRecord, InvalidQuota) as exc:
         raise MetadataCorrupt(f"metadata snapshot: {exc}") from None
     except (KeyError, TypeError, ValueError) as exc:
         raise MetadataCorrupt(f"malformed metadata snapshot ({exc!r})") from None

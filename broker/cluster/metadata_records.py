@@ -20,6 +20,7 @@ The records (one decision of the controller is one entry, `{"offset", "epoch", "
 | `remove_scram_credential` | `user`, `mechanism` | a SCRAM credential deleted |
 | `acl` | `id`, `acl` (a binding, `security.acl_json`) | an ACL created (CreateAcls) |
 | `remove_acl` | `id` | the ACL of that id deleted (DeleteAcls) |
+| `client_quota` | `entity` (`[{entity_type, entity_name}]`), `key`, `value` | a client quota set, or removed (null) |
 
 (1) a broker process registered, began a controlled shutdown, or (`decommissioned` true / false) the broker id
 was decommissioned / recommissioned (`decommission`); a record without `decommissioned` (a registration) keeps
@@ -34,6 +35,7 @@ beyond building documents.
 
 from __future__ import annotations
 
+import uuid
 from typing import Literal, Mapping, NotRequired, TypedDict, cast
 
 from kelp.json_types import JsonObject
@@ -53,6 +55,8 @@ __all__ = [
     "RemoveScramCredentialRecord",
     "AclRecord",
     "RemoveAclRecord",
+    "ClientQuotaRecord",
+    "EntityJson",
     "AclEntryJson",
     "MetadataRecord",
     "MetadataEntry",
@@ -82,6 +86,9 @@ class ControllerRecord(TypedDict):
     type: Literal["controller"]
     epoch: int
     broker_id: int
+    # Unique per controller incarnation (a random id), so no two histories hold the same controller entry even when
+    # a controller re-claims an epoch a lost tail held: the entry's digest names that incarnation's run of entries.
+    incarnation: NotRequired[str]
 
 
 class TopicRecord(TypedDict):
@@ -153,9 +160,25 @@ class RemoveAclRecord(TypedDict):
     id: str
 
 
+class EntityJson(TypedDict):
+    """One part of a client quota entity: `user`, `client-id` or `ip`, and its name (None: the default)."""
+
+    entity_type: str
+    entity_name: str | None
+
+
+class ClientQuotaRecord(TypedDict):
+    """One quota key of one entity (Kafka's ClientQuotaRecord); rules in `client_quotas`."""
+
+    type: Literal["client_quota"]
+    entity: list[EntityJson]
+    key: str
+    value: float | None  # None: the key is removed
+
+
 MetadataRecord = (ControllerRecord | TopicRecord | PartitionRecord | RemoveTopicRecord | ProducerIdsRecord
                   | BrokerRecord | BrokerConfigRecord | ScramCredentialRecord | RemoveScramCredentialRecord | AclRecord
-                  | RemoveAclRecord)
+                  | RemoveAclRecord | ClientQuotaRecord)
 
 
 class MetadataEntry(TypedDict):
@@ -197,7 +220,9 @@ class MetadataSnapshot(TypedDict):
     broker_configs: NotRequired[list[BrokerConfigsJson]]
     scram_credentials: NotRequired[list[ScramCredentialRecord]]
     acls: NotRequired[list[AclEntryJson]]
+    client_quotas: NotRequired[list[ClientQuotaRecord]]
     digest: NotRequired[str]  # the digest of the entry at `offset` (the chain goes on from it)
+    runs: NotRequired[list[list[int | str]]]  # where each controller run starts: [offset, digest of its entry]
 
 
 class MetadataPush(TypedDict):
@@ -221,7 +246,7 @@ class LegacyClusterDoc(TypedDict, total=False):
 
 # -- builders ----------------------------------------------------------------------
 def controller_record(epoch: int, broker_id: int) -> ControllerRecord:
-    return {"type": "controller", "epoch": epoch, "broker_id": broker_id}
+    return {"type": "controller", "epoch": epoch, "broker_id": broker_id, "incarnation": uuid.uuid4().hex}
 
 
 def topic_record(state: TopicState) -> TopicRecord:

@@ -54,6 +54,7 @@ from . import (
     v3_replicas,
 )
 from .authentication import HttpAuthenticator
+from .cluster_trust import ClusterTrust
 from .keys import (
     BROKER,
     LOG_REGISTRY,
@@ -66,7 +67,7 @@ from .keys import (
     int_setting,
 )
 from .problems import HttpProblem, error_middleware
-from .route_access import AUTHENTICATOR, security_middleware
+from .route_access import AUTHENTICATOR, CLUSTER_TRUST, security_middleware
 from .serving import still_starting
 
 __all__ = ["build_http_app", "DisabledService", "REST_PROXY", "SCHEMA_REGISTRY"]
@@ -135,14 +136,17 @@ async def _disabled_middleware(request: web.Request, handler: Handler) -> web.St
     return await handler(request)
 
 
-def build_http_app(broker: HttpBroker, *, authenticator: HttpAuthenticator | None = None) -> web.Application:
+def build_http_app(broker: HttpBroker, *, authenticator: HttpAuthenticator | None = None,
+                   trust: ClusterTrust | None = None) -> web.Application:
     """The app; `authenticator` is how HTTP clients prove who they are (by default from `http.authentication.*`,
-    with no credential checks: the composition root gives the SASL ones)."""
+    with no credential checks: the composition root gives the SASL ones); `trust` who may call `/cluster/v1`
+    (by default the identities `broker.config` gives its brokers)."""
     # Bodies are read whole before they are parsed: this bounds what one request may hold (413 beyond).
     max_body = int_setting(broker.config, "http.request.max.bytes")
     app = web.Application(client_max_size=max_body, middlewares=[
         _latency_middleware, error_middleware, security_middleware, _disabled_middleware, _starting_middleware])
     app[AUTHENTICATOR] = authenticator or HttpAuthenticator.from_config(broker.config)
+    app[CLUSTER_TRUST] = trust or ClusterTrust.from_config(broker.config)
     app[MAX_BODY] = max_body
     app[OFF_LOOP_SLOTS] = asyncio.Semaphore(2)
     app[BROKER] = broker

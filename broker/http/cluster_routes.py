@@ -54,6 +54,7 @@ CONTROLLER_OPS = {
     "alter_scram_credentials": {"upsertions", "deletions"},
     "create_acls": {"acls"},
     "delete_acls": {"filters"},
+    "alter_client_quotas": {"entries", "validate_only"},
     "decommission_broker": {"broker_id", "decommissioned"},
     "broker_holdings": {"broker_id"},
 }

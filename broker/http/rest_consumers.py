@@ -55,7 +55,7 @@ from .json_body import read_json
 from .keys import int_setting
 from .problems import HttpProblem, json_response
 from .rest_forwarding import forward_if_held_elsewhere, held_elsewhere
-from .route_access import READ, TOPIC, principal_of, require
+from .route_access import DESCRIBE, READ, TOPIC, principal_of, require
 from .serving import serving
 
 __all__ = ["routes", "HttpConsumer", "ConsumerRegistry", "range_assign"]
@@ -300,6 +300,8 @@ async def committed_offsets(request: web.Request) -> web.Response:
     inst = _instance(request)
     body = await read_json(request, what="partitions body", shape_status=422, allow_empty=True)
     parts = list(inst.assignment) if body is None else _partitions(body)
+    for t in sorted({t for t, _ in parts}):
+        require(request, DESCRIBE, TOPIC, t)  # OffsetFetch: TOPIC_AUTHORIZATION_FAILED without DESCRIBE on it
     found = await inst.committed(parts)
     offsets: list[JsonData] = []
     for t, p in parts:

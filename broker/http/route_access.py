@@ -9,10 +9,12 @@ code and a message when refused. Where the resource is in the body or the answer
 the helpers here (`require`, `access_of`), and the table says so (`IN_ROUTE`): creating a topic (CREATE on the
 cluster or the topic), listing topics, groups or transactions (only those the principal may DESCRIBE; every
 group to DESCRIBE on the cluster), a group's offsets (only describable topics), a reset (READ on its topic), a
-REST consumer's subscription, assignment and commits (READ on their topics). `/cluster/v1/...` needs
-CLUSTER_ACTION on the cluster: a super user or a broker principal granted it; a client, even a valid user,
-gets 403. The Schema Registry's routes need DESCRIBE on the cluster to read and ALTER on it to write.
-Without an authorizer every authenticated request is allowed, as in Kafka.
+REST consumer's subscription, assignment and commits (READ on their topics). `/cluster/v1/...` is for brokers
+only, with or without an authorizer (`cluster_trust`: the brokers' own identity, a super user, or CLUSTER_ACTION
+on the cluster); a client, even a valid user, gets 403, and its caller is identified whenever it presents HTTP
+Basic or a client certificate, whatever `http.authentication.methods` says. The Schema Registry's routes need
+DESCRIBE on the cluster to read and ALTER on it to write. Without an authorizer every other authenticated
+request is allowed, as in Kafka.
 
 A route missing from the table is refused to everyone but super users once authorization is on (and
 `tests/authorization` fails on it): a new route must say what it needs.
@@ -42,16 +44,18 @@ from ..acl_manager import Access, host_of_ip
 from ..security.acl import AclOperation, ResourceType
 from ..security.principal import ANONYMOUS, KafkaPrincipal, PrincipalMappingError
 from .authentication import HttpAuthenticator, Unauthenticated
+from .cluster_trust import ClusterTrust
 from .keys import BROKER
 from .problems import HttpProblem, error_response
 from .serving import still_starting
 
-__all__ = ["security_middleware", "AUTHENTICATOR", "PRINCIPAL", "FORWARDED_BY", "FORWARDED_PRINCIPAL",
+__all__ = ["security_middleware", "AUTHENTICATOR", "CLUSTER_TRUST", "PRINCIPAL", "FORWARDED_BY", "FORWARDED_PRINCIPAL",
            "forwarded_principal", "RULES", "Rule", "principal_of", "access_of",
            "require", "rule_for", "describable", "may_create_topic", "READ", "DESCRIBE", "DC", "TOPIC", "GROUP",
            "CLUSTER"]
 
 AUTHENTICATOR = web.AppKey("kelp_http_authenticator", HttpAuthenticator)
+CLUSTER_TRUST = web.AppKey("kelp_cluster_trust", ClusterTrust)
 PRINCIPAL = web.RequestKey("kelp_principal", KafkaPrincipal)
 # A REST consumer request another broker forwarded (`rest_forwarding`): the forwarding broker's id, and the
 # principal of a client it authenticated by certificate (percent-encoded), which only a broker may name.
@@ -108,7 +112,8 @@ SUBJECT = "/subjects/{subject}"
 V3 = "/v3/clusters/{cluster_id}"
 V3_TOPIC, V3_GROUP = f"{V3}/topics/{{topic}}", f"{V3}/consumer-groups/{{group}}"
 RULES: dict[tuple[str, str], Rule] = {
-    ("GET", "/healthz"): OPEN, ("GET", "/readyz"): OPEN, ("GET", "/metrics"): OPEN,
+    ("GET", "/healthz"): OPEN, ("GET", "/readyz"): OPEN,
+    ("GET", "/metrics"): _in_route("with an authorizer: a super user or a principal of http.metrics.principals"),
     # admin API: topics
     ("GET", f"{ADMIN}/topics"): _in_route("lists the topics the principal may DESCRIBE"),
     ("POST", f"{ADMIN}/topics"): _in_route("CREATE on the cluster or on the topic named in the body"),
@@ -241,6 +246,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", f"{V3}/acls:batch"): _cluster(A),
     ("DELETE", f"{V3}/acls"): _cluster(A),
 }
+METRICS_RULE = RULES[("GET", "/metrics")]
 CLUSTER_PLANE = "/cluster/v1/"
 BROKERS_ONLY = _cluster(CA)
 UNLISTED = Rule(why="a route without a rule: super users only")
@@ -296,6 +302,11 @@ def may_create_topic(acc: Access, name: str) -> bool:
 # -- the middleware ------------------------------------------------------------------------------------------
 def _enforce(request: web.Request, rule: Rule) -> None:
     acc = access_of(request)
+    if rule is BROKERS_ONLY:  # with or without an authorizer
+        refusal = request.app[CLUSTER_TRUST].refusal(acc, request.remote, request.path)
+        if refusal is not None:
+            raise ClusterAuthorizationFailedError(refusal)
+        return
     if not acc.enabled:
         return
     if rule is UNLISTED:
@@ -303,10 +314,10 @@ def _enforce(request: web.Request, rule: Rule) -> None:
             raise ClusterAuthorizationFailedError(f"{acc.principal} is not authorized: {request.method} "
                                                   f"{request.path} is for super users only")
         return
-    if rule is BROKERS_ONLY and not acc.allows_cluster(CA):
+    if rule is METRICS_RULE and not _may_scrape(request, acc):
         raise ClusterAuthorizationFailedError(
-            f"{acc.principal} is not authorized to call {request.path}: the /cluster/v1 routes are for brokers "
-            "only (a super user, or a principal with CLUSTER_ACTION on the cluster)")
+            f"{acc.principal} is not authorized to read /metrics: a super user or a principal listed in "
+            "http.metrics.principals may (the metrics name topics, groups and their lag)")
     if rule.resource_type is None:
         return
     name = "kafka-cluster" if rule.resource_type is CLUSTER else request.match_info.get(rule.name_from or "", "")
@@ -319,16 +330,24 @@ def _enforce(request: web.Request, rule: Rule) -> None:
             raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
 
 
+def _may_scrape(request: web.Request, acc: Access) -> bool:
+    if acc.acls.is_super_user(acc.principal):
+        return True
+    listed = str(request.app[BROKER].config.get("http.metrics.principals") or "")
+    return str(acc.principal) in {p.strip() for p in listed.split(";") if p.strip()}
+
+
 def forwarded_principal(request: web.Request, forwarder: KafkaPrincipal, named: str) -> KafkaPrincipal:
     """The client principal a forwarding broker names (`FORWARDED_PRINCIPAL`), trusted as `/cluster/v1` trusts
-    a caller: the forwarder holds CLUSTER_ACTION on the cluster (a super user, or a broker principal granted it);
-    without an authorizer, it is listed in `super.users`. Only on a REST consumer instance's routes, marked
-    forwarded; anything else is 403 (or 400 for a name that is no principal)."""
+    a caller: the forwarder is a broker's identity (`cluster_trust`) or holds CLUSTER_ACTION on the cluster (a super
+    user, or a broker principal granted it); without an authorizer, it is listed in `super.users`. Only on a REST
+    consumer instance's routes, marked forwarded; anything else is 403 (or 400 for a name that is no principal)."""
     if request.headers.get(FORWARDED_BY) is None or not request.path.startswith("/consumers/"):
         raise ClusterAuthorizationFailedError(f"{FORWARDED_PRINCIPAL} is only taken on a REST consumer instance's "
                                               f"routes, in a request another broker forwarded ({FORWARDED_BY})")
     acc = access_of(request)
-    trusted = acc.allows_cluster(CA) if acc.enabled else acc.acls.is_listed_super_user(forwarder)
+    trusted = forwarder in request.app[CLUSTER_TRUST].brokers or (
+        acc.allows_cluster(CA) if acc.enabled else acc.acls.is_listed_super_user(forwarder))
     if not trusted:
         raise ClusterAuthorizationFailedError(
             f"{forwarder} may not name another principal in {FORWARDED_PRINCIPAL}: only brokers may (CLUSTER_ACTION "
@@ -347,8 +366,10 @@ async def security_middleware(request: web.Request, handler: Handler) -> web.Str
     authenticator = request.app[AUTHENTICATOR]
     if authenticator.is_public(request.path):
         return await handler(request)
+    control_plane = request.path.startswith(CLUSTER_PLANE)
     try:
-        request[PRINCIPAL] = await authenticator.principal(request)
+        request[PRINCIPAL] = await (authenticator.control_plane_principal(request) if control_plane
+                                    else authenticator.principal(request))
     except Unauthenticated as exc:
         response = error_response(401, 401, exc.message)
         response.headers["WWW-Authenticate"] = exc.challenge

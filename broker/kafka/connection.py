@@ -78,16 +78,25 @@ POOL_FULL_READ = 1024
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 _PAUSE_POOL = 2  # waiting for the memory pool (1 is PAUSE_IN_FLIGHT, the writer's)
+_PAUSE_THROTTLE = 4  # over a client quota: muted for its throttle time (Kafka's KIP-219)
 
 
 class ConnectionHost(Protocol):
     """The listener a connection belongs to, as the connection sees it (`KafkaServer` is one)."""
 
-    pool: MemoryPool  # queued.max.request.bytes: receive buffers and unanswered frames draw on it
     max_request_bytes: int  # socket.request.max.bytes
     # Reads land here first; one buffer shared by every connection of the listener (see get_buffer).
     staging: bytearray
     staging_view: memoryview
+
+    def pool_for(self, session: Session | None) -> MemoryPool:
+        """The memory pool a connection in `session`'s state draws on (None: not open yet): one for connections not
+        yet authenticated, one for brokers', the `queued.max.request.bytes` pool for the other clients."""
+        ...
+
+    def is_broker(self, session: Session) -> bool:
+        """Whether the connection's principal is a broker's (its connection is never evicted)."""
+        ...
 
     def admit(self, conn: _Connection, ip: str) -> bool:
         """Count a new connection against the connection quota and keep it; False: close it."""
@@ -119,10 +128,12 @@ class ConnectionHost(Protocol):
 
     def dispatch(self, frame: memoryview, peer: str, *, session: Session,
                  release: Callable[[], None] | None = None,
-                 consumer_fetching: Callable[[], None] | None = None) -> asyncio.Future[Answer] | None:
+                 consumer_fetching: Callable[[], None] | None = None,
+                 throttle: Callable[[int], None] | None = None) -> asyncio.Future[Answer] | None:
         """Start handling one request frame; the future's result is what to send (see `_write_loop`).
         None: close the connection. `release` hands the frame's bytes back to the pool; `consumer_fetching`
-        is called by a consumer's fetch (it sizes the connection's send buffer)."""
+        is called by a consumer's fetch (it sizes the connection's send buffer); `throttle(ms)` by a request
+        over its client quota (the connection reads nothing for that long)."""
         ...
 
 
@@ -179,6 +190,12 @@ class _Connection(ResponseWriter, asyncio.BufferedProtocol):
         self._tls = False
         self._send_buffer_set = False  # socket.send.buffer.bytes applied (at the first consumer fetch)
         self._handshake: asyncio.Task[None] | None = None
+        # The memory pool this connection's receive buffers and frames draw on now (`ConnectionHost.pool_for`); a
+        # frame keeps the pool it was charged to until it is answered.
+        self.pool = server.pool_for(None)
+        self._pool_check = False  # the session's state changed: move to its pool once no large frame is in progress
+        self._opened_at = time.monotonic()
+        self._unmute: asyncio.TimerHandle | None = None  # the end of a client quota's throttle time
 
     # -- transport callbacks ----------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -228,7 +245,8 @@ class _Connection(ResponseWriter, asyncio.BufferedProtocol):
             stream.close()
             return
         self.session = session
-        self._last_active = time.monotonic()
+        self._last_active = self._opened_at = time.monotonic()
+        self._switch_pool()
         stream.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         self._writer = asyncio.get_running_loop().create_task(self._write_loop())
         if self._tail and self._frame is None and not self._closed:
@@ -242,7 +260,7 @@ class _Connection(ResponseWriter, asyncio.BufferedProtocol):
             if got == len(frame):
                 if self._frame_cap <= got:  # read while waiting for the pool: never hand out nothing
                     grow = min(GROW_MIN, self._frame_size - got)
-                    self.server.pool.charge(grow)
+                    self.pool.charge(grow)
                     self._frame_cap += grow
                 # Grow to what the pool granted (the transport's view of the last read died with
                 # that read; should one still be alive, the bytes move to a new buffer).
@@ -260,10 +278,11 @@ class _Connection(ResponseWriter, asyncio.BufferedProtocol):
         if tail:
             server.staging[: len(tail)] = tail
         view = server.staging_view[len(tail) :]
-        limit = server.pool.limit
-        if limit is not None and limit - server.pool.used < len(view):
+        pool = self.pool
+        limit = pool.limit
+        if limit is not None and limit - pool.used < len(view):
             # The pool is (nearly) full: read no more than fits it, at least POOL_FULL_READ bytes.
-            return view[: max(limit - server.pool.used, POOL_FULL_READ)]
+            return view[: max(limit - pool.used, POOL_FULL_READ)]
         return view
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -277,19 +296,23 @@ class _Connection(ResponseWriter, asyncio.BufferedProtocol):
                 self._frame = None
                 self._frame_size = self._frame_got = self._frame_cap = self._frame_over = 0
                 self._handle_frame(frame, over=over)
+                if self._pool_check:
+                    self._switch_pool()
             elif self._frame_got == self._frame_cap and not self._try_grow():
                 self._wait_for_pool(grow=True)
             return
         tail = len(self._tail)
         self._tail = b""
+        pool = self.pool
         self._parse_staging(tail + nbytes)
-        pool = self.server.pool
         held = len(self._tail) - tail  # the bytes of an incomplete small frame are held too
         if held > 0:
             pool.charge(held)
         elif held < 0:
             pool.release(-held)
-        if pool.exhausted and self._frame is None:
+        if self._pool_check and self._frame is None:
+            self._switch_pool()
+        elif pool.exhausted and self._frame is None:
             self._wait_for_pool(grow=False)
 
     def _parse_staging(self, end: int) -> None:
@@ -313,7 +336,7 @@ class _Connection(ResponseWriter, asyncio.BufferedProtocol):
             if available - 4 >= size:
                 frame = staging[begin : begin + size]  # small frame: one copy out of staging
                 start = begin + size
-                self.server.pool.charge(size)
+                self.pool.charge(size)
                 if not self._handle_frame(frame):
                     return
                 continue
@@ -322,7 +345,7 @@ class _Connection(ResponseWriter, asyncio.BufferedProtocol):
                 got = end - begin
                 self._frame = bytearray(staging[begin:end])
                 self._frame_size, self._frame_got, self._frame_cap = size, got, got
-                self.server.pool.charge(got)  # already read
+                self.pool.charge(got)  # already read
                 start = end
                 if not self._try_grow():
                     self._wait_for_pool(grow=True)
@@ -348,7 +371,7 @@ class _Connection(ResponseWriter, asyncio.BufferedProtocol):
         """Reserve the next growth of the large frame (doubling, up to its size) from the pool."""
         cap = self._frame_cap
         want = min(self._frame_size, max(2 * cap, cap + GROW_MIN)) - cap
-        pool = self.server.pool
+        pool = self.pool
         if self._overdraft:
             pool.charge_over(want)
             self._frame_over += want
@@ -363,9 +386,9 @@ class _Connection(ResponseWriter, asyncio.BufferedProtocol):
             return
         self._pause(_PAUSE_POOL)
         if grow:
-            self.server.pool.wait_to_grow(self)
+            self.pool.wait_to_grow(self)
         else:
-            self.server.pool.wait_to_read(self)
+            self.pool.wait_to_read(self)
 
     def _pool_grow(self) -> bool:
         """The pool released bytes: True when this connection got its growth (or left) and reads again."""
@@ -379,7 +402,7 @@ class _Connection(ResponseWriter, asyncio.BufferedProtocol):
     def _pool_overdraft(self) -> None:
         """The pool lets this frame grow beyond its limit until it is answered."""
         if self._frame is None or self._closed:
-            self.server.pool.end_overdraft(self, 0)
+            self.pool.end_overdraft(self, 0)
             return
         self._overdraft = True
         self._try_grow()
@@ -401,8 +424,28 @@ class _Connection(ResponseWriter, asyncio.BufferedProtocol):
             self._last_active = time.monotonic()  # waiting on the broker is not idleness
             self.transport.resume_reading()
 
+    def _switch_pool(self) -> None:
+        """Move to the pool of the session's state (`ConnectionHost.pool_for`), taking the bytes of an incomplete
+        small frame along; called where no large frame is in progress. Frames in flight stay with their pool."""
+        self._pool_check = False
+        old, new = self.pool, self.server.pool_for(self.session)
+        if new is old:
+            return
+        waiting = bool(self._pause_bits & _PAUSE_POOL)
+        if waiting:
+            old.forget(self)
+        self.pool = new
+        held = len(self._tail)
+        if held:
+            old.release(held)
+            new.charge(held)
+        if waiting:
+            self._resume(_PAUSE_POOL)
+        if new.exhausted and self._frame is None:
+            self._wait_for_pool(grow=False)
+
     def _release_receive_buffers(self) -> None:
-        pool = self.server.pool
+        pool = self.pool
         pool.forget(self)
         held = len(self._tail) + (self._frame_cap - self._frame_over if self._frame is not None else 0)
         self._tail = b""
@@ -422,6 +465,38 @@ class _Connection(ResponseWriter, asyncio.BufferedProtocol):
             self._closed or self._pending or self._in_flight or self._writing or self._pause_bits & _PAUSE_POOL
             or self._handshake is not None
         )
+
+    def eviction_rank(self) -> int | None:
+        """For the connection quota (`limits.ConnectionQuota`): 0 not authenticated yet, 1 an idle client's; None a
+        broker's, a busy one or one already closing (never evicted)."""
+        if self._closed or self._lost or self._pending or self._in_flight or self._writing:
+            return None
+        session = self.session
+        if session is None or not session.authenticated:
+            return 0
+        return None if self.server.is_broker(session) else 1
+
+    def evict(self, limit: str) -> None:
+        """Closed to make room for a new connection under `limit` (the least recently used idle one)."""
+        log.info("closing connection from %s, idle for %.0f ms, to make room for a new one (%s)", self.peer,
+                 (time.monotonic() - self._last_active) * 1000, limit)
+        self.server.count_closed(f"{limit} (evicted)")
+        self._close_after_responses()
+        self._release_receive_buffers()
+        if self._writer is None and self.transport is not None and not self._lost:
+            self.transport.close()  # not open yet (a TLS handshake): no writer to close it
+
+    def _authentication_overdue(self, timeout_s: float, now: float) -> bool:
+        """Open (TLS done), not authenticated, and past the authentication deadline."""
+        session = self.session
+        return session is not None and not session.authenticated and not self._closed \
+            and now - self._opened_at > timeout_s
+
+    def _close_unauthenticated(self, timeout_s: float) -> None:
+        log.warning("closing connection from %s: not authenticated within %.0f ms (kelp.authentication.timeout.ms)",
+                    self.peer, timeout_s * 1000)
+        self._close_after_responses()
+        self._release_receive_buffers()
 
     def _close_idle(self, idle_s: float) -> None:
         if self._frame is not None or len(self._tail) >= 4:
@@ -459,6 +534,8 @@ class _Connection(ResponseWriter, asyncio.BufferedProtocol):
         self._closed = True
         self._release_receive_buffers()
         self.resume_writing()
+        if self._unmute is not None:
+            self._unmute.cancel()
         for item in self._pending:
             if item is not None and not item.done():
                 item.cancel()
@@ -471,6 +548,7 @@ class _Connection(ResponseWriter, asyncio.BufferedProtocol):
         overdraft if it had it); False when the connection is closing."""
         size = len(frame)
         released = False
+        pool = self.pool
 
         def release() -> None:
             """The frame's bytes go back to the pool: when the request is answered, or earlier when its
@@ -478,13 +556,15 @@ class _Connection(ResponseWriter, asyncio.BufferedProtocol):
             nonlocal released
             if not released:
                 released = True
-                self._finished(size, over)
+                self._finished(pool, size, over)
 
         session = self.session
         assert session is not None, "no frame is read before the connection is open"
+        was_authenticated = session.authenticated
         try:
             item = self.server.dispatch(memoryview(frame), self.peer, session=session, release=release,
-                                        consumer_fetching=None if self._send_buffer_set else self._consumer_fetching)
+                                        consumer_fetching=None if self._send_buffer_set else self._consumer_fetching,
+                                        throttle=self._throttle)
         except BaseException:
             release()
             raise
@@ -493,6 +573,8 @@ class _Connection(ResponseWriter, asyncio.BufferedProtocol):
             self._close_after_responses()
             return False
         self._in_flight += 1
+        if session.authenticated != was_authenticated:
+            self._pool_check = True  # SASL authentication completed: the connection moves to its principal's pool
 
         def answered(_f: asyncio.Future[Answer]) -> None:
             self._answered()
@@ -529,13 +611,29 @@ class _Connection(ResponseWriter, asyncio.BufferedProtocol):
             except OSError as exc:  # a closing socket: nothing to size
                 log.debug("could not set SO_SNDBUF of the connection from %s: %s", self.peer, exc)
 
+    def _throttle(self, ms: int) -> None:
+        """Over a client quota: read nothing more from this client for `ms` (its answers still go out)."""
+        if ms <= 0 or self._closed:
+            return
+        loop = asyncio.get_running_loop()
+        when = loop.time() + ms / 1000
+        if self._unmute is not None:
+            if self._unmute.when() >= when:
+                return
+            self._unmute.cancel()
+        self._pause(_PAUSE_THROTTLE)
+        self._unmute = loop.call_at(when, self._end_throttle)
+
+    def _end_throttle(self) -> None:
+        self._unmute = None
+        self._resume(_PAUSE_THROTTLE)
+
     def _answered(self) -> None:
         self._in_flight -= 1
         self._last_active = time.monotonic()
 
-    def _finished(self, size: int, over: int | None) -> None:
-        """A frame's bytes go back to the pool (once per frame: see `release` above)."""
-        pool = self.server.pool
+    def _finished(self, pool: MemoryPool, size: int, over: int | None) -> None:
+        """A frame's bytes go back to the pool it was charged to (once per frame: see `release` above)."""
         if over is not None:
             size -= over
             pool.end_overdraft(self, over)

@@ -37,9 +37,10 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
-__all__ = ["MemoryPool", "ConnectionQuota", "RateLimitedLog", "UNBOUNDED"]
+__all__ = ["MemoryPool", "ConnectionQuota", "CreationRate", "RateLimitedLog", "UNBOUNDED", "Admitted"]
 
 # Kafka's "no limit" for max.connections / max.connections.per.ip (Int.MaxValue).
 UNBOUNDED = 2**31 - 1
@@ -173,30 +174,164 @@ class RateLimitedLog:
         self.logger.warning(msg, *args)
 
 
-class ConnectionQuota:
-    """Open connections, in total and per client address, against `max.connections(.per.ip)`."""
+class Admitted(Protocol):
+    """An open connection as the connection quota sees it (`connection._Connection`)."""
 
-    def __init__(self, max_connections: int, max_per_ip: int) -> None:
+    _last_active: float  # monotonic seconds of its last read, answer or write
+
+    def eviction_rank(self) -> int | None:
+        """0: not authenticated yet, 1: an idle client's; None: never evicted (a broker's, or busy)."""
+        ...
+
+    def evict(self, limit: str) -> None:
+        """Close it now to make room under `limit` (a config key)."""
+        ...
+
+
+class CreationRate:
+    """Kafka's `max.connection.creation.rate`: new connections per second, a token bucket one second deep."""
+
+    def __init__(self, per_second: int, *, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.per_second = per_second
+        self._monotonic = monotonic
+        self._tokens = float(per_second)
+        self._at = monotonic()
+
+    def take(self) -> bool:
+        if self.per_second >= UNBOUNDED:
+            return True
+        now = self._monotonic()
+        self._tokens = min(float(self.per_second), self._tokens + (now - self._at) * self.per_second)
+        self._at = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
+
+
+MAX_IP_BUCKETS = 100_000  # addresses whose connection rate is tracked at once
+
+
+class ConnectionQuota:
+    """Open connections against Kafka's connection limits, shared by every listener of a broker.
+
+    - `max.connections.per.ip` (and its `max.connections.per.ip.overrides`): a new connection beyond it is closed
+      at once, as Kafka closes it.
+    - `max.connection.creation.rate`, broker-wide and per listener (`listener.name.<l>.max.connection.creation.rate`,
+      KIP-612): a connection beyond the rate is closed at once (Kafka delays its acceptor instead).
+    - the `connection_creation_rate` client quota of an address (`kafka-configs --entity-type ips`, KIP-612), its
+      own else the default address's (`ip_rates`): a connection beyond it is closed at once, as Kafka closes it.
+    - `max.connections`, broker-wide, and `listener.name.<l>.max.connections`: at the limit the least recently used
+      idle client connection (one not yet authenticated first) is closed to make room, so one client holding
+      every slot cannot lock the others out; when none can be closed the new connection is. The inter-broker
+      listener (`protected`, when it is a listener of its own) is exempt from the broker-wide limit, as in Kafka
+      (KIP-402), and connections of brokers are never evicted.
+    """
+
+    def __init__(self, max_connections: int, max_per_ip: int, *, per_ip_overrides: Mapping[str, int] | None = None,
+                 listener_max: Mapping[str, int] | None = None, creation_rate: int = UNBOUNDED,
+                 listener_rates: Mapping[str, int] | None = None, protected: str | None = None,
+                 ip_rates: Callable[[str], float | None] = lambda _ip: None,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.max_connections = max_connections
         self.max_per_ip = max_per_ip
+        self.per_ip_overrides = dict(per_ip_overrides or {})
+        self.listener_max = dict(listener_max or {})
+        self.protected = protected
         self.total = 0
         self.per_ip: dict[str, int] = {}
+        self.per_listener: dict[str, int] = {}
+        self.open: dict[Admitted, tuple[str, str]] = {}  # connection -> (its listener, its address)
+        self._rate = CreationRate(creation_rate, monotonic=monotonic)
+        self._listener_rates = {name: CreationRate(rate, monotonic=monotonic)
+                                for name, rate in (listener_rates or {}).items()}
+        self.ip_rates = ip_rates  # an address's connection_creation_rate quota (None: none set)
+        self._ip_buckets: dict[str, CreationRate] = {}
+        self._monotonic = monotonic
 
-    def admit(self, ip: str) -> str | None:
-        """Count the connection and return None, or return the config key it would exceed."""
-        if self.total >= self.max_connections:
-            return "max.connections"
-        n = self.per_ip.get(ip, 0)
-        if n >= self.max_per_ip:
+    def limit_for_ip(self, ip: str) -> int:
+        return self.per_ip_overrides.get(ip, self.max_per_ip)
+
+    def admit(self, ip: str, listener: str = "", conn: Admitted | None = None) -> str | None:
+        """Count the connection and return None, or return the config key that refused it (it is to be closed).
+        Reaching `max.connections` or the listener's limit evicts an idle client connection instead, if any."""
+        if self.per_ip.get(ip, 0) >= self.limit_for_ip(ip):
             return "max.connections.per.ip"
+        exempt = listener == self.protected
+        if not exempt and not self._ip_rate_allows(ip):
+            return "connection_creation_rate"
+        rate = self._listener_rates.get(listener)
+        if rate is not None and not rate.take():
+            return f"listener.name.{listener.lower()}.max.connection.creation.rate"
+        if not exempt and not self._rate.take():
+            return "max.connection.creation.rate"
+        cap = self.listener_max.get(listener)
+        if cap is not None and self.per_listener.get(listener, 0) >= cap \
+                and not self._evict(listener, f"listener.name.{listener.lower()}.max.connections"):
+            return f"listener.name.{listener.lower()}.max.connections"
+        if self.total >= self.max_connections and not self._evict(None, "max.connections") and not exempt:
+            return "max.connections"
         self.total += 1
-        self.per_ip[ip] = n + 1
+        self.per_ip[ip] = self.per_ip.get(ip, 0) + 1
+        self.per_listener[listener] = self.per_listener.get(listener, 0) + 1
+        if conn is not None:
+            self.open[conn] = (listener, ip)
         return None
 
-    def leave(self, ip: str) -> None:
+    def _ip_rate_allows(self, ip: str) -> bool:
+        quota = self.ip_rates(ip)
+        if quota is None:
+            self._ip_buckets.pop(ip, None)
+            return True
+        per_second = int(quota)
+        bucket = self._ip_buckets.get(ip)
+        if bucket is None or bucket.per_second != per_second:
+            if len(self._ip_buckets) >= MAX_IP_BUCKETS:  # forget addresses with nothing open (a burst at worst)
+                self._ip_buckets = {a: b for a, b in self._ip_buckets.items() if self.per_ip.get(a)}
+            bucket = self._ip_buckets[ip] = CreationRate(per_second, monotonic=self._monotonic)
+        return bucket.take()
+
+    def _evict(self, listener: str | None, limit: str) -> bool:
+        """Close the least recently used evictable connection (of `listener`, or of any but the protected one)."""
+        victim: Admitted | None = None
+        best: tuple[int, float] | None = None
+        for conn, (where, _ip) in self.open.items():
+            if (listener is not None and where != listener) or (listener is None and where == self.protected):
+                continue
+            rank = conn.eviction_rank()
+            if rank is None:
+                continue
+            key = (rank, conn._last_active)
+            if best is None or key < best:
+                victim, best = conn, key
+        if victim is None:
+            return False
+        self.leave_conn(victim)
+        victim.evict(limit)
+        return True
+
+    def leave_conn(self, conn: Admitted) -> None:
+        """Forget an admitted connection (its slot counted free now; `leave` is not called again for it)."""
+        where = self.open.pop(conn, None)
+        if where is not None:
+            self._count_down(where[1], where[0])
+
+    def leave(self, ip: str, listener: str = "", conn: Admitted | None = None) -> None:
+        if conn is not None:
+            if conn not in self.open:
+                return  # evicted: counted down then
+            del self.open[conn]
+        self._count_down(ip, listener)
+
+    def _count_down(self, ip: str, listener: str) -> None:
         self.total -= 1
         n = self.per_ip.get(ip, 0) - 1
         if n > 0:
             self.per_ip[ip] = n
         else:
             self.per_ip.pop(ip, None)
+        m = self.per_listener.get(listener, 0) - 1
+        if m > 0:
+            self.per_listener[listener] = m
+        else:
+            self.per_listener.pop(listener, None)

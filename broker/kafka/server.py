@@ -37,20 +37,22 @@ the broker core (ReplicaManager, TopicManager).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 import ssl
 import struct
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from prometheus_client import Counter
 
 from kelp.errors import ErrorCode, KelpError
 
+from ..cpu_work import run_cpu
 from ..metrics import PROCESS, BrokerMetrics
 from ..parts import BrokerParts
-from ..security.principal import PrincipalMappingError
+from ..security.principal import KafkaPrincipal, PrincipalMappingError
 from .connection import STAGING_BYTES, WRITE_HIGH_WATER, _Connection
 from .framing import SIZE, Buffer, FrameError, parse_request_header, response_frame
 from .handlers import get_handler
@@ -61,11 +63,16 @@ from .listener_security import ListenerSecurity
 from .response_writer import MAX_IN_FLIGHT, Answer
 from .session import SASL_AUTHENTICATE, SASL_HANDSHAKE, Session
 
-__all__ = ["KafkaServer", "MAX_IN_FLIGHT", "STAGING_BYTES", "WRITE_HIGH_WATER"]
+__all__ = ["KafkaServer", "MAX_IN_FLIGHT", "STAGING_BYTES", "WRITE_HIGH_WATER", "decode_request", "encode_response"]
 
 log = logging.getLogger("kelp.broker.kafka")
 
 API_VERSIONS_KEY = 18
+# A request body over this is decoded, and its answer encoded, on the CPU pool rather than the event loop.
+OFF_LOOP_CODEC_BYTES = 16 << 10
+# The pool of connections not yet authenticated: SASL handshakes are small (a few KiB even for OAUTHBEARER),
+# so this is room for hundreds of logins at once, while sasl.server.max.receive.size bounds each frame.
+UNAUTHENTICATED_POOL_BYTES = 16 << 20
 UNSUPPORTED_VERSION = ErrorCode.UNSUPPORTED_VERSION
 
 
@@ -83,6 +90,9 @@ class KafkaServer:
         metrics: BrokerMetrics = PROCESS, security: ListenerSecurity | None = None,
         pool: MemoryPool | None = None, quota: ConnectionQuota | None = None,
         send_buffer_bytes: int = -1, receive_buffer_bytes: int = -1,
+        unauthenticated_pool: MemoryPool | None = None, broker_pool: MemoryPool | None = None,
+        broker_principals: Callable[[KafkaPrincipal], bool] | None = None,
+        authentication_timeout_ms: int | None = None,
     ) -> None:
         self.broker: BrokerParts | None = None  # what handlers reach; given by serve()
         # The listener's name and security; a plain PLAINTEXT listener unless given.
@@ -96,8 +106,14 @@ class KafkaServer:
         self.max_request_bytes = max_request_bytes
         # Shared by every listener of a broker when given (the bounds are the broker's, as in Kafka).
         self.pool = pool or MemoryPool(queued_max_request_bytes)
+        # Connections not yet authenticated draw on a small pool of their own, brokers' on another: neither clients
+        # nor would-be clients can take the memory replication and authenticated clients need (issue 33).
+        self.unauthenticated_pool = unauthenticated_pool or MemoryPool(UNAUTHENTICATED_POOL_BYTES)
+        self.broker_pool = broker_pool or MemoryPool(queued_max_request_bytes)
+        self._broker_principals = broker_principals or (lambda _principal: False)
         self.quota = quota or ConnectionQuota(max_connections, max_connections_per_ip)
         self.idle_s = None if connections_max_idle_ms is None else connections_max_idle_ms / 1000
+        self.auth_timeout_s = None if authentication_timeout_ms is None else authentication_timeout_ms / 1000
         # socket.send.buffer.bytes (set on a connection once it fetches as a consumer, connection.py) and
         # socket.receive.buffer.bytes (on the listening socket); -1 leaves the kernel's autotuned size.
         self.send_buffer_bytes = send_buffer_bytes
@@ -135,7 +151,7 @@ class KafkaServer:
         self.port = sock.getsockname()[1]
         if not self.advertised_host:
             self.advertised_host = self.host if self.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
-        if self.idle_s is not None:
+        if self.idle_s is not None or (self.auth_timeout_s is not None and self.security.uses_sasl):
             self._sweeper = loop.create_task(self._sweep_idle())
         if self.security.tls is not None:
             self._tls_watch = loop.create_task(self._watch_certificates())
@@ -166,22 +182,40 @@ class KafkaServer:
                 pass
 
     # -- limits (ConnectionHost) -----------------------------------------
+    def pool_for(self, session: Session | None) -> MemoryPool:
+        if session is None:
+            return self.unauthenticated_pool if self.security.uses_sasl else self.pool
+        if not session.authenticated:
+            return self.unauthenticated_pool
+        return self.broker_pool if self.is_broker(session) else self.pool
+
+    def is_broker(self, session: Session) -> bool:
+        return session.authenticated and self._broker_principals(session.principal)
+
     def admit(self, conn: _Connection, ip: str) -> bool:
-        """Count a new connection against max.connections(.per.ip) and keep it; False: close it."""
-        exceeded = self.quota.admit(ip)
+        """Count a new connection against Kafka's connection limits (`limits.ConnectionQuota`, which may evict an
+        idle client connection to make room) and keep it; False: close it."""
+        exceeded = self.quota.admit(ip, self.listener, conn)
         if exceeded is None:
             self._connections.add(conn)
             return True
-        limit = self.quota.max_connections if exceeded == "max.connections" else self.quota.max_per_ip
-        self._refusals.warning(
-            exceeded, "refusing connection from %s: %s=%d reached (%d open)", conn.peer, exceeded, limit,
-            self.quota.total if exceeded == "max.connections" else self.quota.per_ip.get(ip, 0),
-        )
+        quota = self.quota
+        if exceeded == "max.connections.per.ip":
+            detail = f"={quota.limit_for_ip(ip)} reached ({quota.per_ip.get(ip, 0)} open)"
+        elif exceeded == "max.connections":
+            detail = f"={quota.max_connections} reached ({quota.total} open, none idle to close)"
+        elif exceeded.endswith(".max.connections"):
+            detail = f"={quota.listener_max.get(self.listener)} reached ({quota.per_listener.get(self.listener, 0)} " \
+                     "open, none idle to close)"
+        else:
+            detail = " reached"
+        self._refusals.warning(exceeded, "refusing connection from %s on listener %s: %s%s", conn.peer,
+                               self.listener, exceeded, detail)
         self._count(self._metrics.connections_refused, exceeded)
         return False
 
     def leave(self, conn: _Connection, ip: str) -> None:
-        self.quota.leave(ip)
+        self.quota.leave(ip, self.listener, conn)
         self._connections.discard(conn)
 
     def count_closed(self, reason: str) -> None:
@@ -195,12 +229,20 @@ class KafkaServer:
             pass
 
     async def _sweep_idle(self) -> None:
-        """Close connections idle for connections.max.idle.ms: one periodic pass, no timer per read."""
-        assert self.idle_s is not None
-        interval = min(max(self.idle_s / 4, 0.05), 10.0)
+        """Close connections idle for connections.max.idle.ms, and those of a SASL listener not authenticated within
+        kelp.authentication.timeout.ms: one periodic pass, no timer per read."""
+        bounds = [b for b in (self.idle_s, self.auth_timeout_s if self.security.uses_sasl else None) if b is not None]
+        interval = min(max(min(bounds) / 4, 0.05), 10.0)
         while True:
             await asyncio.sleep(interval)
-            deadline = time.monotonic() - self.idle_s
+            now = time.monotonic()
+            if self.auth_timeout_s is not None and self.security.uses_sasl:
+                for conn in [c for c in self._connections if c._authentication_overdue(self.auth_timeout_s, now)]:
+                    self.count_closed("kelp.authentication.timeout.ms")
+                    conn._close_unauthenticated(self.auth_timeout_s)
+            if self.idle_s is None:
+                continue
+            deadline = now - self.idle_s
             for conn in [c for c in self._connections if c._last_active < deadline]:
                 if conn._idle():
                     self.count_closed("connections.max.idle.ms")
@@ -209,7 +251,8 @@ class KafkaServer:
     # -- requests (ConnectionHost) ---------------------------------------
     def dispatch(self, frame: memoryview, peer: str, *, session: Session,
                  release: Callable[[], None] | None = None,
-                 consumer_fetching: Callable[[], None] | None = None) -> asyncio.Future[Answer] | None:
+                 consumer_fetching: Callable[[], None] | None = None,
+                 throttle: Callable[[int], None] | None = None) -> asyncio.Future[Answer] | None:
         """Parse the header and start handling; None means close the connection.
 
         `release` gives the frame's bytes back to the memory pool before the answer (the handler
@@ -245,6 +288,7 @@ class KafkaServer:
             broker=broker, api_key=api_key, api_version=api_version,
             correlation_id=header.correlation_id, client_id=header.client_id, peer=peer, release_frame=release,
             principal=session.principal, listener=self.listener, consumer_fetching=consumer_fetching,
+            throttle=throttle,
         )
         if spec is None:
             log.warning(
@@ -334,17 +378,18 @@ class KafkaServer:
         *, flexible_header: bool, fallback: bool = False,
     ) -> Answer:
         start = time.perf_counter()
+        large = False
         try:
             request: object
             if fallback or body is None:  # only the ApiVersions fallback comes without a body
                 request = None
                 ctx.unsupported_version = True
             else:
+                # kafka-python's codecs cost per entry; a handler's own decoder (Produce's: records as views, per
+                # batch) marks a hot path whose large bodies are records, answered in a few entries, on the loop
+                large = spec.decoder is None and len(body) > OFF_LOOP_CODEC_BYTES
                 try:
-                    if spec.decoder is not None:
-                        request = spec.decoder(body, version)
-                    else:
-                        request = spec.request_class.decode(body, version=version)
+                    request = await decode_request(spec, body, version)
                 except Exception as exc:
                     log.warning(
                         "closing connection from %s: cannot decode %s v%d body (%d bytes): %s",
@@ -362,7 +407,7 @@ class KafkaServer:
             if isinstance(response, RawResponse):
                 prefix = response_frame(ctx.correlation_id, response.size, flexible_header=flexible_header)
                 return [prefix, *response.buffers]
-            payload = response.encode(version=version)
+            payload = await encode_response(response, version, large=large)
             prefix = response_frame(ctx.correlation_id, payload, flexible_header=flexible_header)
             return [prefix, payload]
         finally:
@@ -388,6 +433,26 @@ class KafkaServer:
             except Exception:
                 pass
         return self._raw_error(correlation_id, UNSUPPORTED_VERSION)
+
+
+async def decode_request(spec: HandlerSpec, body: memoryview, version: int) -> object:
+    """A request's body decoded: by the handler's own decoder (Produce's keeps the records as views, per batch),
+    else by kafka-python's, on the CPU pool for a body over OFF_LOOP_CODEC_BYTES (thousands of entries decode for
+    tens of milliseconds, which the loop must not spend: issue 33's loop-lag guard)."""
+    if spec.decoder is not None:
+        return spec.decoder(body, version)
+    if len(body) > OFF_LOOP_CODEC_BYTES:
+        return await run_cpu(functools.partial(spec.request_class.decode, body, version=version))
+    return spec.request_class.decode(body, version=version)
+
+
+async def encode_response(response: Any, version: int, *, large: bool) -> bytes:
+    """A response encoded; on the CPU pool when its request was `large` (its answer has as many entries)."""
+    if large:
+        payload: bytes = await run_cpu(functools.partial(response.encode, version=version))
+        return payload
+    encoded: bytes = response.encode(version=version)
+    return encoded
 
 
 def _done(value: Answer) -> asyncio.Future[Answer]:

@@ -24,6 +24,7 @@ from dataclasses import replace
 
 from kelp.json_types import JsonData, JsonObject
 
+from ..cpu_work import run_cpu
 from . import errors
 from .errors import RegistryError, incompatible, not_permitted, schema_not_found, subject_not_found, version_not_found
 from .formats import parse
@@ -40,6 +41,9 @@ MAX_REFERENCE_DEPTH = 32
 WRITE_OPS = ("register", "delete_version", "delete_subject", "set_config", "delete_config", "set_mode",
              "delete_mode")
 
+
+# A client's schema longer than this is parsed on the CPU pool, not on the event loop.
+OFF_LOOP_SCHEMA_CHARS = 16 * 1024
 
 class SchemaRegistry:
     def __init__(self, log: SchemaLog) -> None:
@@ -82,6 +86,15 @@ class SchemaRegistry:
                 self._parsed.clear()
             self._parsed[key] = cached
         return cached
+
+    async def parsed(self, state: RegistryState, schema: str, schema_type: str, refs: tuple[Reference, ...]
+                     ) -> ParsedSchema:
+        """`parse_schema` for a client's schema: one over `OFF_LOOP_SCHEMA_CHARS` not parsed yet is parsed on the CPU
+        pool (a schema of thousands of fields parses for tens of milliseconds, which the event loop must not
+        spend: issue 33's loop-lag guard)."""
+        if len(schema) <= OFF_LOOP_SCHEMA_CHARS or (schema_type, schema, refs) in self._parsed:
+            return self.parse_schema(state, schema, schema_type, refs)
+        return await run_cpu(self.parse_schema, state, schema, schema_type, refs)
 
     def _pinned(self, state: RegistryState, refs: tuple[Reference, ...]) -> tuple[Reference, ...]:
         """References with `latest` (-1) replaced by the version it is now, as stored."""
@@ -133,7 +146,7 @@ class SchemaRegistry:
         if not versions:
             raise subject_not_found(subject)
         refs = self._pinned(state, request.references)
-        parsed = self.parse_schema(state, request.schema, request.schema_type, refs)
+        parsed = await self.parsed(state, request.schema, request.schema_type, refs)
         for sv in reversed(versions):
             if (sv.schema_type, sv.schema, sv.references) == (parsed.schema_type, parsed.canonical, refs):
                 return sv.to_api()
@@ -143,7 +156,7 @@ class SchemaRegistry:
                     ) -> JsonObject:
         state = await self.state()
         refs = self._pinned(state, request.references)
-        parsed = self.parse_schema(state, request.schema, request.schema_type, refs)
+        parsed = await self.parsed(state, request.schema, request.schema_type, refs)
         level = state.level(subject)
         if version is None:
             previous = state.versions(subject)
@@ -190,7 +203,7 @@ class SchemaRegistry:
             raise not_permitted(f"Subject {subject} is not in import mode: a schema is registered with a given "
                                 "id or version only in IMPORT mode (PUT /mode/{subject})")
         refs = self._pinned(state, request.references)
-        parsed = self.parse_schema(state, request.schema, request.schema_type, refs)
+        parsed = await self.parsed(state, request.schema, request.schema_type, refs)
         identity = (parsed.schema_type, parsed.canonical, refs)
         all_versions = state.versions(subject, deleted=True)
         live = [sv for sv in all_versions if not sv.deleted]

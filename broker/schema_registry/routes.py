@@ -26,6 +26,7 @@ from aiohttp import ClientError, web
 
 from kelp.json_types import JsonData, JsonObject, JsonValue
 
+from ..http.json_body import INLINE_MAX_BYTES, off_loop
 from ..http.serving import serving
 from ..parts import BrokerParts
 from .errors import REQUEST_FORWARDING_FAILED, UNKNOWN_LEADER, RegistryError, schema_not_found
@@ -106,12 +107,18 @@ def _route(method: str, path: str) -> Callable[[Handler], Handler]:
 
 
 async def _body(request: web.Request) -> JsonValue:
+    """The body as JSON; a large one parsed in a worker thread (`json_body.off_loop`), as the other routes' are:
+    a client's megabytes of JSON must not hold the event loop (issue 33's loop-lag guard)."""
     raw = await request.read()
-    try:
-        body: JsonValue = json.loads(raw) if raw.strip() else None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise RegistryError(400, 400, f"the request body is not JSON: {exc}") from None
-    return body
+
+    def parse() -> JsonValue:
+        try:
+            body: JsonValue = json.loads(raw) if raw.strip() else None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise RegistryError(400, 400, f"the request body is not JSON: {exc}") from None
+        return body
+
+    return parse() if len(raw) <= INLINE_MAX_BYTES else await off_loop(request, parse)
 
 
 def _flag(request: web.Request, name: str) -> bool:

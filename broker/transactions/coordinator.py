@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Iterable
 
@@ -499,13 +498,10 @@ class TransactionCoordinator:
                               meta.producer_epoch, meta.timeout_ms, meta.start_ms, tuple(sorted(meta.partitions)))
 
     def list_transactions(self, *, states: Iterable[str] = (), producer_ids: Iterable[int] = (),
-                          duration_ms: int = -1, id_pattern: str | None = None
-                          ) -> tuple[list[str], list[tuple[str, int, str]]]:
+                          duration_ms: int = -1) -> tuple[list[str], list[tuple[str, int, str]]]:
         """(unknown state filters, [(transactional id, producer id, state)]) of the ids coordinated here;
-        `duration_ms` >= 0 keeps transactions running longer than that (KIP-994), `id_pattern` (KIP-1152, not
-        None or empty) the ids the regular expression matches whole, as Java's `Matcher.matches`. Raises
-        `re.error` for a pattern that does not compile (Kafka answers INVALID_REGULAR_EXPRESSION)."""
-        matcher = re.compile(id_pattern).fullmatch if id_pattern else None
+        `duration_ms` >= 0 keeps transactions running longer than that (KIP-994). KIP-1152's id pattern is the
+        callers' (after the ACLs, by RE2 off the loop: `kelp.broker.client_patterns`)."""
         wanted_states = set(states)
         unknown = sorted(s for s in wanted_states if TxnState.from_kafka_name(s) is None)
         pids = set(producer_ids)
@@ -520,8 +516,6 @@ class TransactionCoordinator:
             if pids and meta.producer_id not in pids:
                 continue
             if duration_ms >= 0 and (meta.start_ms < 0 or now - meta.start_ms <= duration_ms):
-                continue
-            if matcher is not None and matcher(tid) is None:
                 continue
             out.append((tid, meta.producer_id, meta.state.kafka_name))
         return unknown, out

@@ -9,6 +9,7 @@ here is reachable from the network.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 from pathlib import Path
@@ -88,3 +89,19 @@ class InProcessBroker:
     async def call(self, request: ApiMessage, version: int, *, principal: KafkaPrincipal = ADMIN,
                    peer: str = PEER) -> Any:
         return await call(self.parts, request, version, principal=principal, peer=peer)
+
+    async def init_transactional_id(self, tid: str) -> tuple[int, int]:
+        """This broker coordinates `tid` (its __transaction_state partition created and loaded) and the id is
+        initialised: (producer id, epoch)."""
+        from kafka.protocol.metadata import FindCoordinatorRequest
+        from kafka.protocol.producer import InitProducerIdRequest
+
+        for _ in range(300):
+            found = await self.call(FindCoordinatorRequest(key_type=1, coordinator_keys=[tid]), 4)
+            if found.coordinators[0].error_code == 0 and self.parts.transactions.check(tid) == 0:
+                init = await self.call(InitProducerIdRequest(transactional_id=tid, transaction_timeout_ms=60000,
+                                                             producer_id=-1, producer_epoch=-1), 4)
+                assert init.error_code == 0, init
+                return init.producer_id, init.producer_epoch
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"the broker never coordinated transactional id {tid}")

@@ -73,7 +73,7 @@ COVERED = {
     48: "scram_users", 50: "scram_users", 51: "scram_users", 27: "write_txn_markers",
     24: "test_acl_transactions.py", 25: "test_acl_transactions.py", 26: "test_acl_transactions.py",
     28: "test_acl_transactions.py", 65: "test_acl_transactions.py", 66: "test_acl_transactions.py",
-    61: "test_acl_txn_tools.py",
+    61: "test_acl_txn_tools.py", 49: "test_client_quotas.py",
     # SaslHandshake, SaslAuthenticate: how a connection authenticates, before any principal exists; no ACL
     17: "-", 36: "-",
 }

@@ -13,12 +13,10 @@ from __future__ import annotations
 import asyncio
 
 from kafka.protocol.admin import DescribeTransactionsRequest, ListTransactionsRequest
-from kafka.protocol.metadata import FindCoordinatorRequest
 from kafka.protocol.producer import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
     EndTxnRequest,
-    InitProducerIdRequest,
     TxnOffsetCommitRequest,
 )
 
@@ -33,15 +31,7 @@ AP = AddPartitionsToTxnRequest
 
 async def coordinating_txn(b: InProcessBroker) -> tuple[int, int]:  # noqa: F811
     """This broker coordinates TID (its __transaction_state created and loaded); the id initialised."""
-    for _ in range(200):
-        found = await b.call(FindCoordinatorRequest(key_type=1, coordinator_keys=[TID]), 4)
-        if found.coordinators[0].error_code == 0 and b.parts.transactions.check(TID) == 0:
-            init = await b.call(InitProducerIdRequest(transactional_id=TID, transaction_timeout_ms=60000,
-                                                      producer_id=-1, producer_epoch=-1), 4)
-            assert init.error_code == 0
-            return init.producer_id, init.producer_epoch
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"broker never became the coordinator of {TID}")
+    return await b.init_transactional_id(TID)
 
 
 def add_partitions(pid: int, epoch: int, topic: str = SECRET) -> AddPartitionsToTxnRequest:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kafka.protocol.admin import (
+    AlterClientQuotasRequest,
     AlterUserScramCredentialsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
@@ -84,6 +85,9 @@ REQUESTS = [
         name="carol", mechanism=2)], upsertions=[]),
     DescribeUserScramCredentialsRequest(users=[DescribeUserScramCredentialsRequest.UserName(name="carol")]),
     DescribeClientQuotasRequest(components=[], strict=False),
+    AlterClientQuotasRequest(validate_only=True, entries=[AlterClientQuotasRequest.EntryData(
+        entity=[AlterClientQuotasRequest.EntryData.EntityData(entity_type="user", entity_name="carol")],
+        ops=[AlterClientQuotasRequest.EntryData.OpData(key="producer_byte_rate", value=1024.0, remove=False)])]),
 ]
 
 

@@ -29,7 +29,7 @@ from tests.authorization.harness import InProcessBroker
 PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret", "broker": "broker-secret"}
 
 
-async def check_basic(user: str, password: str) -> KafkaPrincipal | None:
+async def check_basic(user: str, password: str, address: str = "") -> KafkaPrincipal | None:
     return KafkaPrincipal.user(user) if PASSWORDS.get(user) == password else None
 
 
@@ -191,6 +191,23 @@ async def test_a_rest_consumer_instance_is_its_creators(client: TestClient, brok
     assert (await client.get("/consumers/g/instances/c2/subscription", headers=ALICE)).status == 403
     assert (await client.delete(base, headers=ALICE)).status == 204
     assert (await client.delete("/consumers/g/instances/c2", headers=BOB)).status == 204
+
+
+async def test_committed_offsets_of_a_topic_the_caller_may_not_describe_are_refused(client: TestClient,
+                                                                                     broker: InProcessBroker) -> None:
+    """Issue 33, item 8: a REST consumer's `GET .../offsets` answered the committed offsets (and metadata) of any
+    topic named in the body; Kafka's OffsetFetch answers TOPIC_AUTHORIZATION_FAILED without DESCRIBE on it."""
+    await broker.parts.topics.create_topic("payroll", 1, 1)
+    await broker.parts.acls.create([acl("GROUP", "g", "READ"), acl("TOPIC", "secret", "READ")])
+    assert (await client.post("/consumers/g", json={"name": "c1"}, headers=ALICE)).status == 200
+    base = "/consumers/g/instances/c1/offsets"
+    r = await client.get(base, json={"partitions": [{"topic": "payroll", "partition": 0}]}, headers=ALICE)
+    assert r.status == 403
+    answer = await r.json()
+    assert answer["error_code"] == 29 and "payroll" in answer["message"]  # TOPIC_AUTHORIZATION_FAILED
+    r = await client.get(base, json={"partitions": [{"topic": "secret", "partition": 0}]}, headers=ALICE)
+    assert r.status != 403 and (await r.json()).get("error_code") != 29  # READ implies DESCRIBE: not refused
+    assert (await client.delete("/consumers/g/instances/c1", headers=ALICE)).status == 204
 
 
 async def test_only_a_broker_may_name_the_principal_of_a_forwarded_request(client: TestClient,

@@ -23,7 +23,7 @@ SCHEMA = {"schema": '{"type":"record","name":"Order","fields":[{"name":"id","typ
 CLUSTER_AUTHORIZATION_FAILED = 31
 
 
-async def check_basic(user: str, password: str) -> KafkaPrincipal | None:
+async def check_basic(user: str, password: str, address: str = "") -> KafkaPrincipal | None:
     return KafkaPrincipal.user(user) if PASSWORDS.get(user) == password else None
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
+from kelp.broker.client_quota_manager import ClientQuotaManager
 from kelp.broker.kafka.handlers.produce import handle_produce
 from kelp.broker.kafka.handlers.registry import RequestContext
 from kelp.broker.kafka.produce_decoder import PartitionData, ProduceData, TopicData
@@ -49,7 +50,7 @@ async def test_acks_all_appends_everything_releases_the_frame_then_waits_for_all
     replicas = Replicas()
     topics = SimpleNamespace(exists=lambda name: True)
     released: list[list[str]] = []
-    broker = SimpleNamespace(replicas=replicas, topics=topics, acls=open_acls(),
+    broker = SimpleNamespace(replicas=replicas, topics=topics, acls=open_acls(), quotas=ClientQuotaManager(dict),
                              transactions=SimpleNamespace(verifier=None))  # no transaction verification here
     ctx = RequestContext(broker=broker, api_key=0, api_version=9, correlation_id=1, client_id="t", peer="p",
                          release_frame=lambda: released.append(list(replicas.events)))

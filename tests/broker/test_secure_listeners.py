@@ -121,8 +121,10 @@ def test_metadata_advertises_the_listener_the_request_came_in_on(secure_broker: 
 # -- SCRAM users: the admin API's contract, and SCRAM-SHA-512 over SASL_SSL ---------------------------------------
 def http(broker: BrokerProcess, method: str, path: str, body: object = None) -> tuple[int, dict]:
     data = None if body is None else json.dumps(body).encode()
+    # The Kafka listeners authenticate, so HTTP does too (issue 33): the PLAIN user `admin`, as HTTP Basic.
+    basic = base64.b64encode(b"admin:admin-secret").decode()
     req = urllib.request.Request(broker.http_url + path, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
+                                 headers={"Content-Type": "application/json", "Authorization": f"Basic {basic}"})
     try:
         with urllib.request.urlopen(req, timeout=30) as resp:
             return resp.status, json.loads(resp.read())

@@ -6,6 +6,7 @@ under the same name, the old id is UNKNOWN_TOPIC_ID — never the new topic's re
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 
@@ -74,6 +75,31 @@ async def test_a_fetch_by_id_reaches_that_topic_and_an_old_id_reaches_nothing(tm
         resp = await b.call(fetch_by_id(new), 13)
         assert resp.responses[0].partitions[0].error_code == ErrorCode.NONE
         assert not resp.responses[0].partitions[0].records  # the new topic is empty: nothing of the old one
+
+
+async def test_a_long_poll_by_an_id_whose_topic_was_recreated_meanwhile_gets_none_of_the_new_records(
+        tmp_path: Path) -> None:
+    """Found by a review of this issue: the id was resolved to a name once, the long poll read by name, so a topic
+    deleted and re-created while a consumer waited answered the new topic's records under the old id."""
+    async with InProcessBroker(tmp_path) as b:
+        topics = b.parts.topics
+        await topics.create_topic("t", 1, 1)
+        await b.call(produce("t"), 9)
+        old = uuid.UUID(hex=topics.get("t").topic_id)
+        req = fetch_by_id(old)
+        req.max_wait_ms, req.min_bytes = 5000, 1
+        req.topics[0].partitions[0].fetch_offset = 1  # at the old topic's end: the fetch waits
+        waiting = asyncio.create_task(b.call(req, 13))
+        await asyncio.sleep(0.1)
+        assert not waiting.done()
+        await topics.delete_topic("t")
+        await topics.create_topic("t", 1, 1)
+        for _ in range(3):
+            await b.call(produce("t"), 9)  # the new topic reaches offset 1 and more: the waiting fetch wakes
+        resp = await asyncio.wait_for(waiting, 10)
+        part = resp.responses[0].partitions[0]
+        assert (resp.responses[0].topic_id, part.error_code) == (old, ErrorCode.UNKNOWN_TOPIC_ID)
+        assert not part.records, "the re-created topic's records were answered under the old id"
 
 
 async def test_delete_topics_v6_by_id_by_name_and_refusals(tmp_path: Path) -> None:

@@ -71,8 +71,16 @@ def churn_check(violate: Violate, *, topic: str, producer: int, acks: list[tuple
     final_id = final_topics.get(topic)
     creates = [e for e in churn if e[3] == "create" and e[4] == topic]
     named = [e for e in creates if final_id is not None and e[6] == final_id]
-    start = named[-1] if named else (creates[-1] if creates else None)
-    started_sent, started_done = (start[1], start[2]) if start is not None else (0.0, 0.0)
+    if named:  # the create answered with the final id: the final incarnation began within it
+        started_sent, started_done = named[-1][1], named[-1][2]
+    else:
+        # No create answered the final id: a client's Metadata request auto-created it after a deletion, or a
+        # create's answer was lost. It began after the last deletion was sent, and it existed when a later create
+        # was answered (refused as existing, or not answered at all: nothing is counted as its own then).
+        deletes = [e for e in churn if e[3] == "delete" and e[4] == topic]
+        started_sent = deletes[-1][1] if deletes else 0.0
+        later = [e for e in creates if e[1] >= started_sent and "already exists" in str(e[7] or "")]
+        started_done = later[0][2] if later else (float("inf") if deletes else 0.0)
     counts = Counter()
     for t_ack, prod, seq, t, p, offset in acks:
         if prod != producer or t != topic:

@@ -75,6 +75,31 @@ def test_the_incarnation_is_the_one_whose_id_the_final_metadata_has() -> None:
     assert verdict(lines) == {}
 
 
+def auto_created() -> list[list]:
+    """chaos-churn deleted at T0+2; the churn producer's Metadata request auto-creates it (id "auto") before the
+    fault's creates, both refused as existing (T0+2.5..T0+3, T0+4): no create answered the final id."""
+    lines = churned()
+    edit(lines, "meta")  # the same run
+    for e in lines:
+        if e[0] == "churn" and e[3] == "create":
+            e[5], e[6], e[7] = False, None, "HTTP 409: topic 'chaos-churn' already exists"
+        if e[0] == "metadata":
+            e[3][CHURN] = "auto"
+    again = ["churn", T0 + 4.0, T0 + 4.1, "create", CHURN, False, None, "HTTP 409: topic 'chaos-churn' already exists"]
+    lines.insert(lines.index(edit(lines, "state")), again)  # the fault tries once more, refused again
+    return lines
+
+
+def test_a_topic_auto_created_after_its_deletion_holds_what_was_acknowledged_after_it() -> None:
+    """Found in a 600 s run: the records acknowledged between the deletion and the refused create are the
+    auto-created incarnation's, not an earlier one's; only a record acknowledged before the deletion was sent is."""
+    lines = auto_created()
+    assert verdict(lines) == {}, check(lines).table()
+    edit(lines, "log", 1)[4] = [[0, 100, 0], [1, 100, 1], [2, 100, 2]]  # the pre-deletion record served too
+    edit(lines, "ack", 4)[6] = 2
+    assert verdict(lines) == {"resurrected": 1}
+
+
 def test_a_creation_answered_success_must_be_in_the_final_metadata() -> None:
     lines = with_metadata(clean(), topics={"chaos-m-1": "other-id"})
     at = lines.index(edit(lines, "state"))

@@ -135,3 +135,31 @@ def test_secured_clusters_are_scraped_over_https(tmp_path: Path) -> None:
     (container,) = sts["spec"]["template"]["spec"]["containers"]
     assert "http" in {p["name"] for p in container["ports"]}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http", "scheme": "HTTPS"}
+
+
+def test_the_loop_lag_alerts_query_exported_series_and_real_buckets(tmp_path: Path) -> None:
+    """Issue 33: a broker whose loop is held serves nobody; the shipped rules alert on it. An alert on a series the
+    brokers do not export, or on an `le` that is not one of the histogram's bounds, would never fire."""
+    from kelp.broker.metrics import LOOP_LAG_BUCKETS_S
+
+    assert "PrometheusRule" not in {d["kind"] for d in render(tmp_path, *ALL_ON)}
+    docs = render(tmp_path, "monitoring.prometheusRule.enabled=true", "monitoring.prometheusRule.labels.release=prom",
+                  "monitoring.prometheusRule.loopLagFor=3m")
+    rule = one(docs, "PrometheusRule")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1" and rule["metadata"]["labels"]["release"] == "prom"
+    rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert set(rules) == {"KelpEventLoopLag", "KelpEventLoopStalled"}
+    assert rules["KelpEventLoopLag"]["for"] == "3m"
+    assert {r["labels"]["severity"] for r in rules.values()} == {"warning", "critical"}
+    exprs = " ".join(r["expr"] for r in rules.values())
+    used = set(re.findall(r"\bkelp_[a-z_]+\b", exprs)) - {"kelp_cluster"}
+    assert used == {"kelp_event_loop_lag_seconds_bucket"} and used <= exported_metric_names()
+    bounds = {repr(float(b)) for b in LOOP_LAG_BUCKETS_S} | {"+Inf"}  # as prometheus_client writes `le`
+    les = set(re.findall(r'le="([^"]+)"', exprs))
+    assert les and les <= bounds, les - bounds
+    assert "0.05" in rules["KelpEventLoopLag"]["expr"]  # the issue's bound on one request's loop time
+    for r in rules.values():
+        assert "{{ $labels.pod }}" in r["annotations"]["summary"]  # left for Prometheus, not eaten by helm
+    proc = run_helm("template", "kelp", str(CHART_DIR), "--set", "monitoring.prometheusRule.loopLagFor=soon",
+                    home=tmp_path / "helm", check=False)
+    assert proc.returncode != 0 and "loopLagFor" in proc.stderr

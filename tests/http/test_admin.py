@@ -16,8 +16,10 @@ def test_topic_lifecycle(kelp) -> None:
     assert d["configs"]["segment.bytes"]["source"] == "default"
 
     listed = call("GET", f"{base}/topics").json()["topics"]
-    assert {"name": "orders", "partitions": 2, "replication_factor": 1, "internal": False,
-            "configs": {"retention.ms": "60000"}} in listed
+    orders = [t for t in listed if t["name"] == "orders"]
+    assert len(orders) == 1 and len(orders[0].pop("topic_id")) == 32  # the topic's id (KIP-516), 128 bits in hex
+    assert orders[0] == {"name": "orders", "partitions": 2, "replication_factor": 1, "internal": False,
+                         "configs": {"retention.ms": "60000"}}
 
     call("POST", f"{kelp.http_url}/topics/orders/partitions/1", body={"records": [{"value": 1}]})
     d = call("GET", f"{base}/topics/orders").json()

@@ -195,16 +195,17 @@ def test_what_a_user_may_still_set() -> None:
 
 
 def test_the_plain_layout_is_what_it_always_was() -> None:
-    """A Cluster without spec.listeners.kafka: one PLAINTEXT listener from host/port, no TLS key, the same config
-    hash as before issue 20 (upgrading the operator rolls no pod)."""
+    """A Cluster without spec.listeners.kafka: one PLAINTEXT listener from host/port, no TLS key; since issue 33
+    `http.control.plane.open` (plaintext brokers present no identity to each other's /cluster/v1), so the config
+    hash changed once then (an upgrade to it rolls the pods, as the new broker image does)."""
     spec = ClusterSpec.from_resource(cluster({"brokers": 3}))
     assert spec.security is None and not spec.secured
     assert yaml.safe_load(broker_config_yaml(spec)) == {
         "broker.id.from.hostname": True, "cluster.backend": "kube", "cluster.name": "demo",
         "default.replication.factor": "3", "host": "0.0.0.0", "http.host": "0.0.0.0", "http.port": 8080,
-        "kube.namespace": "team-a", "min.insync.replicas": "2", "offsets.topic.replication.factor": "3",
-        "port": 9092}
-    assert config_hash(spec) == "15e772820b921af2"
+        "http.control.plane.open": True, "kube.namespace": "team-a", "min.insync.replicas": "2",
+        "offsets.topic.replication.factor": "3", "port": 9092}
+    assert config_hash(spec) == "fa2eabcc6d64da86"
 
 
 def test_the_broker_validator_still_checks_the_users_keys() -> None:

@@ -12,6 +12,7 @@ handed the same producer ids.
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -19,7 +20,7 @@ from kelp.broker.cluster.controller import Controller, ControllerSettings
 from kelp.broker.cluster.metadata_log import FileMetadataLog, LoadedLog, MetadataLog
 from kelp.broker.config import BrokerConfig
 from kelp.errors import NotControllerError
-from tests.replication.test_controller import ep
+from tests.replication.test_controller import Harness, ep
 from tests.support.memory_metadata_log import MemoryMetadataLog
 
 
@@ -162,3 +163,36 @@ def test_lease_freshness_is_judged_on_a_clock_that_counts_a_suspended_host(tmp_p
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert int(out.stdout.strip()) == 3600
+
+
+async def test_an_append_cancelled_by_its_caller_is_read_back_not_taken_for_a_successor(tmp_path, monkeypatch) -> None:
+    """Found by a review of this issue: an operation cancelled while its append ran in a worker thread (a client
+    gone, a bounded wait around an in-process call) was not put in doubt; the thread linked the entry anyway, and
+    the controller's next write "conflicted" with its own entry: it deposed itself with no other controller."""
+    h = Harness(2)
+    h.store = FileMetadataLog(tmp_path)
+    h.controller = h.make()
+    c = await h.start()
+    real = FileMetadataLog._write_private
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(self, directory, doc):
+        entered.set()
+        release.wait(10)  # a slow disk, released once the caller has gone
+        return real(self, directory, doc)
+
+    monkeypatch.setattr(FileMetadataLog, "_write_private", slow)
+    op = asyncio.create_task(c.create_topic(name="a", assignments={0: [1, 0]}))
+    assert await asyncio.to_thread(entered.wait, 10)
+    op.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await op
+    monkeypatch.setattr(FileMetadataLog, "_write_private", real)
+    release.set()
+    for _ in range(200):  # the worker thread finishes the link (bounded)
+        if (await h.store.load()).end_offset == c.image.offset + 1:
+            break
+        await asyncio.sleep(0.01)
+    await c.create_topic(name="b", assignments={0: [1, 0]})
+    assert c.active and set(c.image.topics) >= {"a", "b"}, "the landed entry is adopted, the controller goes on"
+    await c.stop()

@@ -174,3 +174,66 @@ async def test_an_unreadable_broker_lease_fences_that_broker_and_the_controller_
     assert sorted(alive) == [0, 1], "the unreadable lease's broker is fenced, the others seen"
     assert m.metadata_problems()["unreadable_leases"] == 1
     assert lease.read_text() == '{"name": "kelp-'  # never overwritten as if absent
+
+
+# -- below the controller's snapshot: controller runs ------------------------------------------
+async def diverged_below_a_snapshot(tmp_path):
+    """Broker 1 applied topic "b"; the store lost it; a controller that did not know (broker 1 was partitioned
+    away, not live) wrote another history over broker 1's offsets and snapshotted past them, so no digest of the
+    offsets broker 1 holds is left in the log."""
+    h, c, b, backup = await cluster_with_a_broker(tmp_path)
+    applied = b.member.image
+    h.store = restored(h.store, backup)
+    h.controller = h.make()
+    other = await h.start()
+    for name in ("z", "y", "x"):
+        await other.create_topic(name=name, assignments={0: [0]})
+    assert other.image.offset > applied.offset
+    await other._snapshot(other.image)
+    return h, other, b, applied
+
+
+async def test_a_controller_refuses_a_history_that_differs_below_its_snapshot(tmp_path) -> None:
+    """Found by a review of this issue: the controller compared digests only from its snapshot on, so a broker
+    holding another history below it was never noticed. The broker's lease now names the controller run its
+    offset belongs to, and the log's runs do not hold that run there."""
+    h, other, b, applied = await diverged_below_a_snapshot(tmp_path)
+    new = h.make()
+    new._positions = lambda: {1: (applied.offset, applied.digest, applied.runs[-1])}
+    with pytest.raises(MetadataHistoryRefused, match="controller run"):
+        await new.start()
+    assert not new.active and new.refused
+
+
+async def test_a_broker_refuses_a_snapshot_of_another_history(tmp_path) -> None:
+    """The publisher sends a broker further behind than its retained entries a snapshot: one that does not hold the
+    broker's controller run up to its offset is refused, loudly, and the broker keeps what it applied."""
+    h, other, b, applied = await diverged_below_a_snapshot(tmp_path)
+    snap = snapshot_to_json(other.image)
+    with pytest.raises(MetadataDivergedError, match="does not extend what this broker applied"):
+        b.member.apply(payload(entries_of(h.store, snap["offset"]), epoch=other.epoch, snapshot=snap))
+    assert b.member.image is applied and b.topics.get("b") is not None and b.topics.get("z") is None
+    assert b.member.metadata_problems()["diverged"] == 1
+
+
+async def test_a_broker_takes_a_snapshot_of_its_own_history(tmp_path) -> None:
+    """The same check passes a broker that was only behind: the snapshot holds its run past its offset."""
+    h = Harness(2)
+    c = await h.start()
+    await c.create_topic(name="a", assignments={0: [1, 0]})
+    b = Broker(tmp_path)
+    b.member.apply(payload(entries_of(h.store), epoch=c.epoch))
+    c.controller_elected = None
+    h.controller = h.make()
+    successor = await h.start()  # a new controller run, then more entries, then a snapshot past all of it
+    for name in ("c", "d"):
+        await successor.create_topic(name=name, assignments={0: [1, 0]})
+    await successor._snapshot(successor.image)
+    snap = snapshot_to_json(successor.image)
+    assert b.member.apply(payload([], epoch=successor.epoch, snapshot=snap)) == successor.image.offset
+    assert b.topics.get("d") is not None and b.member.metadata_problems()["diverged"] == 0
+    new = h.make()
+    new._positions = lambda: {1: (b.member.image.offset, b.member.image.digest, b.member.image.runs[-1])}
+    await new.start()
+    new._task.cancel()
+    assert new.active and not new.refused

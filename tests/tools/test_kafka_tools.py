@@ -217,3 +217,25 @@ def test_no_java_client_fell_back_from_api_versions_v4(tools, tools_broker) -> N
     tools.run(TOPICS, "--list").ok()
     log = tools_broker.log_text()
     assert "ApiVersions v" not in log and "unsupported API key" not in log, log[-3000:]
+
+
+def test_configs_set_describe_and_delete_client_quotas(tools) -> None:
+    """Issue 33: quotas as Kafka's kafka-configs sets them (AlterClientQuotas) and shows them (DescribeClientQuotas)."""
+    alice = ("--entity-type", "users", "--entity-name", "alice")
+    tools.run(CONFIGS, *alice, "--alter", "--add-config", "producer_byte_rate=1048576,consumer_byte_rate=2097152").ok()
+    both = ("--entity-type", "users", "--entity-name", "alice", "--entity-type", "clients", "--entity-name", "app")
+    tools.run(CONFIGS, *both, "--alter", "--add-config", "request_percentage=25").ok()
+    tools.run(CONFIGS, "--entity-type", "clients", "--entity-default", "--alter", "--add-config",
+              "producer_byte_rate=65536").ok()
+    described = tools.run(CONFIGS, *alice, "--describe").ok().stdout
+    assert "Quota configs for user-principal 'alice' are" in described, described
+    assert "producer_byte_rate=1048576.0" in described and "consumer_byte_rate=2097152.0" in described
+    pair = tools.run(CONFIGS, *both, "--describe").ok().stdout
+    assert "request_percentage=25.0" in pair, pair
+    default = tools.run(CONFIGS, "--entity-type", "clients", "--entity-default", "--describe").ok().stdout
+    assert "Quota configs for the default client-id are producer_byte_rate=65536.0" in default, default
+    refused = tools.run(CONFIGS, *alice, "--alter", "--add-config", "producer_byte_rate=1.5")
+    assert refused.returncode != 0
+    tools.run(CONFIGS, *alice, "--alter", "--delete-config", "consumer_byte_rate").ok()
+    described = tools.run(CONFIGS, *alice, "--describe").ok().stdout
+    assert "consumer_byte_rate" not in described and "producer_byte_rate=1048576.0" in described

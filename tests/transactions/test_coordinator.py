@@ -266,20 +266,3 @@ async def test_describe_and_list() -> None:
     unknown, found = coord.list_transactions(states=["Ongoing", "Bogus"])
     assert unknown == ["Bogus"] and [f[0] for f in found] == [TID]
     assert {f[0] for f in coord.list_transactions()[1]} == {TID, "idle"}
-
-
-async def test_list_by_transactional_id_pattern() -> None:
-    """ListTransactions v2 (KIP-1152): the pattern must match the whole id, as Java's Matcher.matches."""
-    import re
-
-    import pytest
-
-    coord, _, _, _ = await ready()
-    for tid in ("my-special-0", "your-special-1", "plain"):
-        await init(coord, tid)
-    assert {f[0] for f in coord.list_transactions(id_pattern=".*special-.*")[1]} == {"my-special-0",
-                                                                                   "your-special-1"}
-    assert coord.list_transactions(id_pattern="special")[1] == []  # a part of an id is not a match
-    assert len(coord.list_transactions(id_pattern="")[1]) == 3  # empty: no filter
-    with pytest.raises(re.error):
-        coord.list_transactions(id_pattern="(ab(cd")

@@ -20,6 +20,7 @@ from . import (  # noqa: F401  (imported for their registrations)
     produce,
     producer_ids,
     producers,
+    quotas,
     reassignments,
     sasl,
     topics,

@@ -25,10 +25,13 @@ import logging
 from kafka.protocol.consumer import FetchRequest
 
 from kelp.broker.replica_manager import FetchPartition
-from kelp.errors import ErrorCode
+from kelp.errors import ErrorCode, UnknownTopicIdError
 
+from ...client_quota_manager import FETCH as FETCH_QUOTA
+from ...replica_types import FetchPartitionResult, close_results
 from ..access import AclOperation, ResourceType, access
 from ..fetch_encoder import MAX_VERSION, TOPIC_IDS_FROM, PartitionAnswer, encode_fetch_response
+from .error_log import PartitionErrors
 from .registry import RawResponse, RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
@@ -49,6 +52,23 @@ def _replica_id(ctx: RequestContext, request: FetchRequest) -> int:
     if ctx.api_version >= 15 and request.replica_state is not None:
         return int(request.replica_state.replica_id)
     return request.replica_id if request.replica_id is not None else -1
+
+
+def _quota(ctx: RequestContext, results: list[FetchPartitionResult]) -> int:
+    """A consumer's answer counted against its consumer_byte_rate. Over it (Kafka's handleFetchRequest): the bytes
+    are taken back, the answer goes without records, carrying the throttle time, and the connection is muted."""
+    size = sum(len(r.records) for r in results)
+    quotas = ctx.broker.quotas
+    user, client_id = ctx.principal.name, ctx.client_id or ""
+    throttle_ms = quotas.record(FETCH_QUOTA, user, client_id, size)
+    if throttle_ms:
+        quotas.unrecord(FETCH_QUOTA, user, client_id, size)
+        close_results(results)
+        for r in results:
+            r.records, r.aborted_transactions = b"", None if r.aborted_transactions is None else []
+        if ctx.throttle is not None:
+            ctx.throttle(throttle_ms)
+    return throttle_ms
 
 
 @handles(FetchRequest, min_version=4, max_version=MAX_VERSION)
@@ -86,10 +106,20 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> RawRespons
         replica_id=replica_id,
         zero_copy=True,
     ) if reqs else []
+    throttle_ms = _quota(ctx, results) if replica_id < 0 and results else 0
     keys = {name: key for name, key, _ in asked if name is not None}
+    # A topic deleted and re-created while the fetch waited: what was read is the new topic's, and the client asked
+    # for the old id. Kafka answers UNKNOWN_TOPIC_ID; so does this, and the records read go back unanswered.
+    gone = {name for name, t in wanted if by_id and name is not None and t.topic_id is not None
+            and ctx.broker.topics.name_of(t.topic_id.hex) != name}
     topics: list[tuple[str | bytes, list[PartitionAnswer]]] = []
     by_key: dict[str | bytes, list[PartitionAnswer]] = {}
+    errors = PartitionErrors("Fetch", ctx.client)
     for r in results:
+        if r.topic in gone:
+            close_results([r])
+            r = FetchPartitionResult(r.topic, r.partition, UnknownTopicIdError(
+                f"topic '{r.topic}' was deleted and re-created under another id while the fetch waited"))
         key = keys.get(r.topic, r.topic)
         parts = by_key.get(key)
         if parts is None:
@@ -98,9 +128,10 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> RawRespons
         code: int = ErrorCode.NONE
         if r.error is not None:
             code = r.error.code
-            log.warning("fetch from topic '%s' partition %d by %s: %s", r.topic, r.partition, ctx.client, r.error)
+            errors.add(r.topic, r.partition, r.error)
         parts.append((r.partition, code, r.high_watermark, r.last_stable_offset, r.log_start_offset, r.records,
                       r.aborted_transactions))
+    errors.log(log)
     if refused:
         log.info("fetch by %s (%s): not authorized for topic(s) %s", ctx.client, ctx.principal, sorted(refused))
     for name, key, partitions in asked:
@@ -111,6 +142,6 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> RawRespons
         if not parts:
             topics.append((key, parts))
         parts.extend((p, code, -1, -1, -1, b"", None) for p in partitions)
-    buffers, size = encode_fetch_response(ctx.api_version, throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0,
-                                          topics=topics)
+    buffers, size = encode_fetch_response(ctx.api_version, throttle_time_ms=throttle_ms, error_code=ErrorCode.NONE,
+                                          session_id=0, topics=topics)
     return RawResponse(buffers, size)

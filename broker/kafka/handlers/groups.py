@@ -62,6 +62,7 @@ from kelp.broker.groups.group_coordinator import GroupCoordinator
 from kelp.broker.transactions.locator import txn_locator_of
 from kelp.errors import ErrorCode
 
+from ...loop_budget import LoopBudget
 from ..access import AclOperation, ResourceType, access
 from .registry import RequestContext, handles
 
@@ -373,7 +374,9 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
         GT = G.OffsetFetchResponseTopics
         GP = GT.OffsetFetchResponsePartitions
         groups = []
+        budget = LoopBudget()  # a request may name thousands of groups
         for g in request.groups or []:
+            await budget.tick()
             err, items = _fetch_group(ctx, g.group_id, g.topics, bool(request.require_stable))
             groups.append(G(group_id=g.group_id, error_code=err, topics=[
                 GT(name=t, partitions=[

@@ -26,7 +26,9 @@ from kafka.protocol.consumer import (
 
 from kelp.errors import ErrorCode, KelpError
 
+from ...loop_budget import LoopBudget
 from ..access import AclOperation, ResourceType, access
+from .error_log import PartitionErrors
 from .registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
@@ -63,6 +65,8 @@ async def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) 
     replicas = ctx.broker.replicas
     refused = _list_refused(ctx, request)
     isolation = int(getattr(request, "isolation_level", 0) or 0)  # v2+; read_committed: latest is the LSO
+    budget = LoopBudget()
+    errors = PartitionErrors("ListOffsets", ctx.client)
     topics = []
     for t in request.topics:
         parts = []
@@ -72,14 +76,14 @@ async def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) 
                    old_style_offsets=[], timestamp=-1, offset=-1, leader_epoch=-1) for p in t.partitions]))
             continue
         for p in t.partitions:
+            await budget.tick()
             try:
                 offset, ts = replicas.list_offset(t.name, p.partition_index, p.timestamp,
                                                   current_leader_epoch=_epoch(p), isolation_level=isolation)
                 epoch = replicas.leader_epoch(t.name, p.partition_index) if offset >= 0 else -1
                 code: int = ErrorCode.NONE
             except KelpError as exc:
-                log.warning("list offsets of topic '%s' partition %d by %s: %s", t.name, p.partition_index, ctx.client,
-                            exc)
+                errors.add(t.name, p.partition_index, exc)
                 offset, ts, epoch, code = -1, -1, -1, exc.code
             parts.append(PR(
                 partition_index=p.partition_index, error_code=code,
@@ -87,6 +91,7 @@ async def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) 
                 timestamp=ts, offset=offset, leader_epoch=epoch,
             ))
         topics.append(TR(name=t.name, partitions=parts))
+    errors.log(log)
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
 
 
@@ -98,6 +103,8 @@ async def handle_offset_for_leader_epoch(
     TRes = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
     E = TRes.EpochEndOffset
     refused = _epoch_refused(ctx, request)
+    budget = LoopBudget()
+    errors = PartitionErrors("OffsetForLeaderEpoch", ctx.client)
     topics = []
     for t in request.topics:
         if t.topic in refused:
@@ -107,15 +114,16 @@ async def handle_offset_for_leader_epoch(
             continue
         parts = []
         for p in t.partitions:
+            await budget.tick()
             try:
                 epoch, end = replicas.end_offset_for_epoch(
                     t.topic, p.partition, p.leader_epoch,
                     current_leader_epoch=_epoch(p) if ctx.api_version >= 2 else -1)
                 code: int = ErrorCode.NONE
             except KelpError as exc:
-                log.warning("offset for leader epoch of topic '%s' partition %d by %s: %s", t.topic, p.partition,
-                            ctx.client, exc)
+                errors.add(t.topic, p.partition, exc)
                 epoch, end, code = -1, -1, exc.code
             parts.append(E(error_code=code, partition=p.partition, leader_epoch=epoch, end_offset=end))
         topics.append(TRes(topic=t.topic, partitions=parts))
+    errors.log(log)
     return OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=topics)

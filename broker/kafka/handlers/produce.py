@@ -12,9 +12,11 @@ under the leader epoch its append happened at (`ReplicaManager.wait_for_isr` che
 leadership may have moved while other partitions were appended).
 
 Authorization (Kafka's handleProduceRequest): transactional batches need WRITE on the transactional id (else
-every partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED), each topic WRITE (else TOPIC_AUTHORIZATION_FAILED, whether
-or not it exists); Kelp's auto-creation on produce also needs CREATE on the cluster or the topic, as Metadata's
-does (else UNKNOWN_TOPIC_OR_PARTITION, Kafka's answer for a topic a produce names that does not exist).
+every partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED; "transactional" is a partition's first batch, and a
+partition carries exactly one batch, else INVALID_RECORD, as Kafka's LogValidator answers), each topic WRITE
+(else TOPIC_AUTHORIZATION_FAILED, whether or not it exists); Kelp's auto-creation on produce also needs CREATE on
+the cluster or the topic, as Metadata's does (else UNKNOWN_TOPIC_OR_PARTITION, Kafka's answer for a topic a
+produce names that does not exist).
 
 Transaction verification (KIP-890 part 1, `transaction.partition.verification.enable`): a partition whose
 first batch is transactional, from a producer without its transaction open there, is appended only once the
@@ -32,17 +34,21 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kelp.errors import (
     CorruptRecordError,
     ErrorCode,
+    InvalidRecordError,
     KelpError,
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailedError,
     UnknownTopicOrPartitionError,
 )
 
+from ...client_quota_manager import PRODUCE as PRODUCE_QUOTA
+from ...loop_budget import LoopBudget
 from ...producer_state import VerificationGuard
 from ...replica_types import ProduceResult
 from ...txn_verification import FIRST_ADD_PARTITION_PRODUCE_VERSION, transactional_batch, verify_produce
 from ..access import AclOperation, ResourceType, access
 from ..produce_decoder import ProduceData, decode_produce_request
+from .error_log import PartitionErrors
 from .registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
@@ -50,6 +56,15 @@ log = logging.getLogger("kelp.broker.kafka")
 TR = ProduceResponse.TopicProduceResponse
 PR = TR.PartitionProduceResponse
 _TRANSACTIONAL = 0x10  # RecordBatch v2 attributes, bit 4 (the attributes' low byte is byte 22 of a batch)
+
+
+def _more_than_one_batch(records: memoryview | bytes) -> bool:
+    """Whether bytes follow the first RecordBatch v2 (its batchLength, at byte 8, counts from byte 12). Kafka's
+    LogValidator refuses them (INVALID_RECORD): the checks of a request look at each partition's first batch (its
+    transactional id's ACL, its verification), so a second one would ride on the first one's checks."""
+    if len(records) < 12:
+        return False  # too short to be a batch: the log's own checks answer that
+    return 12 + int.from_bytes(records[8:12], "big", signed=True) < len(records)
 
 
 # -- authorization: Kafka's handleProduceRequest ------------------------------------------------------------
@@ -128,6 +143,8 @@ async def handle_produce(ctx: RequestContext, request: ProduceData) -> ProduceRe
     # Every partition is appended first; acks=all then waits for all of them at once (Kafka's purgatory):
     # a request naming N partitions waits one replication round trip, not N.
     outcomes: list[tuple[str, list[tuple[int, ProduceResult | KelpError]]]] = []
+    budget = LoopBudget()
+    size = sum(len(pd.records) for td in request.topic_data for pd in td.partition_data if pd.records is not None)
     for td in request.topic_data:
         name = td.name
         parts: list[tuple[int, ProduceResult | KelpError]] = []
@@ -140,10 +157,15 @@ async def handle_produce(ctx: RequestContext, request: ProduceData) -> ProduceRe
                 except KelpError as exc:
                     topic_error = exc
         for pd in td.partition_data:
+            await budget.tick()
             if topic_error is not None:
                 outcome: ProduceResult | KelpError = topic_error
             elif pd.records is None:
                 outcome = CorruptRecordError(f"produce to topic '{name}' partition {pd.index} carries no records")
+            elif _more_than_one_batch(pd.records):
+                outcome = InvalidRecordError(
+                    f"produce to topic '{name}' partition {pd.index} carries more than one record batch: Produce "
+                    "v3+ takes exactly one batch per partition")
             else:
                 guard = guards.get((name, pd.index)) if guards else None
                 if isinstance(guard, KelpError):
@@ -160,6 +182,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceData) -> ProduceRe
         outcomes.append((name, parts))
     if ctx.release_frame is not None:
         ctx.release_frame()  # as Kafka clears a parked produce's records: the pool is not held while waiting
+    throttle_ms = _quota(ctx, size)
     if acks == -1:
         waits = [(parts, i, replicas.wait_for_isr(res, acks=acks, timeout_ms=request.timeout_ms))
                  for _, parts in outcomes for i, (_, res) in enumerate(parts) if not isinstance(res, KelpError)]
@@ -171,14 +194,25 @@ async def handle_produce(ctx: RequestContext, request: ProduceData) -> ProduceRe
     if acks == 0:
         return None
     responses = []
+    errors = PartitionErrors("Produce", ctx.client)
     for name, parts in outcomes:
         answers = []
         for index, res in parts:
             if isinstance(res, KelpError):
-                log.warning("produce to topic '%s' partition %d from %s refused: %s", name, index, ctx.client, res)
+                errors.add(name, index, res)
                 answers.append(PR(index=index, error_code=res.code, base_offset=-1, error_message=str(res)))
             else:
                 answers.append(PR(index=index, error_code=ErrorCode.NONE, base_offset=res.base_offset,
                                   log_append_time_ms=res.log_append_time_ms, log_start_offset=res.log_start_offset))
         responses.append(TR(name=name, partition_responses=answers))
-    return ProduceResponse(responses=responses, throttle_time_ms=0)
+    errors.log(log)
+    return ProduceResponse(responses=responses, throttle_time_ms=throttle_ms)
+
+
+def _quota(ctx: RequestContext, size: int) -> int:
+    """The records' bytes counted against the client's producer_byte_rate; over it, the connection is muted for the
+    throttle time the answer carries (also for acks=0, which has no answer), as Kafka does."""
+    throttle_ms = ctx.broker.quotas.record(PRODUCE_QUOTA, ctx.principal.name, ctx.client_id or "", size)
+    if throttle_ms and ctx.throttle is not None:
+        ctx.throttle(throttle_ms)
+    return throttle_ms

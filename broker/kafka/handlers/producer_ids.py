@@ -64,12 +64,10 @@ async def handle_init_producer_id(ctx: RequestContext, request: InitProducerIdRe
                      ctx.client, code)
         return InitProducerIdResponse(throttle_time_ms=0, error_code=code, producer_id=result.producer_id,
                                       producer_epoch=result.producer_epoch)
-    if ctx.api_version >= 3 and request.producer_id is not None and request.producer_id >= 0:
-        # KIP-360: a producer re-initialising after an error keeps its id with the next epoch.
-        epoch = request.producer_epoch + 1
-        if epoch < 32767:
-            return InitProducerIdResponse(throttle_time_ms=0, error_code=ErrorCode.NONE,
-                                          producer_id=request.producer_id, producer_epoch=epoch)
+    # No transactional id: a fresh producer id at epoch 0, whatever id and epoch the request names, as Kafka's
+    # coordinator answers ("always blindly accept the request and return a new producerId"). Handing back the
+    # named id at the next epoch would let any writer fence another producer by naming its id (issue 33); the
+    # proof KIP-360 asks before an epoch bump is the transactional coordinator's, for transactional ids only.
     try:
         pid = await ctx.broker.cluster.next_producer_id()
     except KelpError as exc:

@@ -25,7 +25,9 @@ from kafka.protocol.admin import (
 
 from kelp.errors import ErrorCode, KelpError
 
+from ...loop_budget import LoopBudget
 from ..access import AclOperation, access, denied_message
+from .error_log import PartitionErrors
 from .registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
@@ -51,17 +53,21 @@ async def handle_alter_reassignments(ctx: RequestContext, request: AlterPartitio
             R(name=t.name, partitions=[P(partition_index=p.partition_index, error_code=DENIED, error_message=why)
                                        for p in t.partitions]) for t in request.topics])
     responses = []
+    budget = LoopBudget()  # each call may complete without suspending: thousands would be one step of the loop
+    errors = PartitionErrors("AlterPartitionReassignments", ctx.client)
     for t in request.topics:
         parts = []
         for p in t.partitions:
+            await budget.tick()
             try:
                 await ctx.broker.cluster.call("reassign", topic=t.name, partition=p.partition_index,
                                               replicas=list(p.replicas) if p.replicas is not None else None)
                 parts.append(P(partition_index=p.partition_index, error_code=ErrorCode.NONE, error_message=None))
             except KelpError as exc:
-                log.warning("reassignment of %s-%d from %s refused: %s", t.name, p.partition_index, ctx.client, exc)
+                errors.add(t.name, p.partition_index, exc)
                 parts.append(P(partition_index=p.partition_index, error_code=exc.code, error_message=str(exc)))
         responses.append(R(name=t.name, partitions=parts))
+    errors.log(log)
     return AlterPartitionReassignmentsResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
                                                responses=responses)
 

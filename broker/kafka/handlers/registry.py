@@ -48,6 +48,9 @@ class RequestContext:
     # Called by a consumer's fetch: the connection sizes its send buffer (socket.send.buffer.bytes) once; None
     # once it has (or outside a connection).
     consumer_fetching: Callable[[], None] | None = None
+    # Called with a throttle time (ms) by a request over its client quota: the connection reads nothing from the
+    # client for that long (Kafka mutes the channel); None outside a connection.
+    throttle: Callable[[int], None] | None = None
 
     @property
     def client(self) -> str:

@@ -10,6 +10,12 @@ DELETE on the cluster, or DESCRIBE and DELETE on each topic (without DESCRIBE th
 TOPIC_AUTHORIZATION_FAILED whether or not it exists); CreatePartitions ALTER on each topic. A name given twice
 is answered INVALID_REQUEST, as Kafka does. DeleteTopics v6 names topics by name or by id (KIP-516): an id no
 topic has is UNKNOWN_TOPIC_ID, both or neither INVALID_REQUEST; each answer carries the topic's name and id.
+
+Quotas (KIP-599): the partitions CreateTopics creates, CreatePartitions adds and DeleteTopics deletes count
+against the client's `controller_mutation_rate` (`client_quota_manager`); from CreateTopics v6, DeleteTopics v5
+and CreatePartitions v3 a topic asked for while the client's bucket is overdrawn is answered
+THROTTLING_QUOTA_EXCEEDED and left alone, older versions are served; either way the answer carries the throttle
+time and the connection is muted for it.
 """
 
 from __future__ import annotations
@@ -30,11 +36,18 @@ from kafka.protocol.admin import (
 from kelp.errors import ErrorCode, InvalidRequestError, KelpError, TopicAuthorizationFailedError, UnknownTopicIdError
 
 from ...config_entries import topic_default_source
+from ...loop_budget import LoopBudget
 from ..access import Access, AclOperation, ResourceType, access
 from .registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
 DUPLICATE = "Duplicate topic name."
+# controller_mutation_rate (KIP-599): from CreateTopics v6 a topic beyond the quota is refused with this; older
+# versions are served and the client throttled.
+STRICT_MUTATIONS_FROM = 6
+STRICT_DELETE_FROM = 5  # DeleteTopics
+STRICT_PARTITIONS_FROM = 3  # CreatePartitions
+THROTTLED = "The throttling quota has been exceeded."
 
 
 # -- authorization: ControllerApis' createTopics, deleteTopics, createPartitions ------------------------------
@@ -73,7 +86,11 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
     creatable = _creatable(acc, set(names))
     describable = acc.allowed(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, names)
     answered: set[str] = set()
+    budget = LoopBudget()
+    quotas, user, client_id = ctx.broker.quotas, ctx.principal.name, ctx.client_id or ""
+    strict = ctx.api_version >= STRICT_MUTATIONS_FROM and not validate_only
     for t in request.topics:
+        await budget.tick()
         if t.name in answered:
             continue
         answered.add(t.name)
@@ -82,6 +99,10 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
                 (ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             results.append(R(name=t.name, error_code=error[0], error_message=error[1], num_partitions=-1,
                              replication_factor=-1, configs=None))
+            continue
+        if strict and quotas.mutations_exceeded(user, client_id):
+            results.append(R(name=t.name, error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED, error_message=THROTTLED,
+                             num_partitions=-1, replication_factor=-1, configs=None))
             continue
         try:
             assignments = None
@@ -97,6 +118,8 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
                 t.name, None if assignments else t.num_partitions, None if assignments else t.replication_factor,
                 configs, validate_only=validate_only, assignments=assignments,
             )
+            if not validate_only:
+                quotas.record_mutations(user, client_id, info.partitions)
             cfgs = [
                 C(name=k, value=v, read_only=False, is_sensitive=False,
                   config_source=topic_default_source(ctx.broker.config, k) if d else 1)
@@ -116,7 +139,7 @@ async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest
             log.warning("create topic '%s' from %s refused: %s", t.name, ctx.client, exc)
             results.append(R(name=t.name, error_code=exc.code, error_message=str(exc),
                              num_partitions=-1, replication_factor=-1, configs=None))
-    return CreateTopicsResponse(throttle_time_ms=0, topics=results)
+    return CreateTopicsResponse(throttle_time_ms=_mutation_throttle(ctx), topics=results)
 
 
 ZERO_UUID = uuid.UUID(int=0)
@@ -165,6 +188,8 @@ async def handle_delete_topics(ctx: RequestContext, request: DeleteTopicsRequest
     duplicate_ids = {tid for tid, count in Counter(tid for _, tid in valid if tid != ZERO_UUID).items() if count > 1}
     cluster_delete = acc.allows_cluster(AclOperation.DELETE)
     answered: set[tuple[str | None, uuid.UUID]] = set()
+    quotas, user, client_id = ctx.broker.quotas, ctx.principal.name, ctx.client_id or ""
+    strict = ctx.api_version >= STRICT_DELETE_FROM
 
     def answer(name: str | None, tid: uuid.UUID, code: int, message: str | None) -> None:
         if by_id:
@@ -187,13 +212,18 @@ async def handle_delete_topics(ctx: RequestContext, request: DeleteTopicsRequest
         if refused is not None:
             answer(name, tid, refused.code, str(refused))
             continue
+        if strict and quotas.mutations_exceeded(user, client_id):
+            answer(name, tid, ErrorCode.THROTTLING_QUOTA_EXCEEDED, THROTTLED)
+            continue
+        info = tm.get(name)
         try:  # by id, the controller deletes only the topic of that id (not one re-created under the name since)
             await tm.delete_topic(name, topic_id=tid.hex if by_id and tid != ZERO_UUID else None)
+            quotas.record_mutations(user, client_id, info.partitions if info is not None else 0)
             answer(name, tid, ErrorCode.NONE, None)
         except KelpError as exc:
             log.warning("delete topic '%s' from %s refused: %s", name, ctx.client, exc)
             answer(name, tid, exc.code, str(exc))
-    return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
+    return DeleteTopicsResponse(throttle_time_ms=_mutation_throttle(ctx), responses=results)
 
 
 @handles(CreatePartitionsRequest, min_version=0, max_version=3)
@@ -205,6 +235,9 @@ async def handle_create_partitions(ctx: RequestContext, request: CreatePartition
     duplicates = _duplicates(names)
     alterable = access(ctx).allowed(AclOperation.ALTER, ResourceType.TOPIC, names)
     answered: set[str] = set()
+    quotas, user, client_id = ctx.broker.quotas, ctx.principal.name, ctx.client_id or ""
+    validate_only = bool(request.validate_only)
+    strict = ctx.api_version >= STRICT_PARTITIONS_FROM and not validate_only
     for t in request.topics:
         if t.name in answered:
             continue
@@ -214,10 +247,24 @@ async def handle_create_partitions(ctx: RequestContext, request: CreatePartition
                 (ErrorCode.TOPIC_AUTHORIZATION_FAILED, None)
             results.append(R(name=t.name, error_code=error[0], error_message=error[1]))
             continue
+        if strict and quotas.mutations_exceeded(user, client_id):
+            results.append(R(name=t.name, error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED, error_message=THROTTLED))
+            continue
+        before = tm.get(t.name)
         try:
-            await tm.create_partitions(t.name, t.count, validate_only=bool(request.validate_only))
+            await tm.create_partitions(t.name, t.count, validate_only=validate_only)
+            if not validate_only and before is not None:
+                quotas.record_mutations(user, client_id, max(0, t.count - before.partitions))
             results.append(R(name=t.name, error_code=ErrorCode.NONE, error_message=None))
         except KelpError as exc:
             log.warning("create partitions for topic '%s' from %s refused: %s", t.name, ctx.client, exc)
             results.append(R(name=t.name, error_code=exc.code, error_message=str(exc)))
-    return CreatePartitionsResponse(throttle_time_ms=0, results=results)
+    return CreatePartitionsResponse(throttle_time_ms=_mutation_throttle(ctx), results=results)
+
+
+def _mutation_throttle(ctx: RequestContext) -> int:
+    """The client's controller_mutation_rate throttle after its request (0: none); its connection muted for it."""
+    throttle_ms = ctx.broker.quotas.mutation_throttle_ms(ctx.principal.name, ctx.client_id or "")
+    if throttle_ms and ctx.throttle is not None:
+        ctx.throttle(throttle_ms)
+    return throttle_ms

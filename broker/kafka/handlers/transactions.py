@@ -25,7 +25,6 @@ This module must never hold transaction state or decide transaction rules: that 
 from __future__ import annotations
 
 import logging
-import re
 
 from kafka.protocol.admin import (
     DescribeTransactionsRequest,
@@ -49,6 +48,7 @@ from kelp.broker.groups.group import CommittedOffset
 from kelp.broker.groups.placement import OFFSETS_TOPIC
 from kelp.errors import ErrorCode
 
+from ...client_patterns import InvalidPattern, full_matches
 from ...txn_verification import FIRST_ADD_PARTITION_TXN_OFFSET_VERSION, txn_offset_commit_error
 from ..access import AclOperation, ResourceType, access
 from .registry import RequestContext, handles
@@ -285,23 +285,27 @@ async def handle_describe_transactions(ctx: RequestContext,
 @handles(ListTransactionsRequest, min_version=0, max_version=2)
 async def handle_list_transactions(ctx: RequestContext, request: ListTransactionsRequest) -> ListTransactionsResponse:
     """v1 adds the duration filter (KIP-994), v2 the transactional-id pattern (KIP-1152: a Java regular
-    expression matched against the whole id; Kelp compiles it with Python's `re`, which reads the usual
-    constructs the same way). A pattern that does not compile answers INVALID_REGULAR_EXPRESSION."""
+    expression matched against the whole id). The ids the principal may not DESCRIBE are dropped first, then the
+    pattern is matched by RE2 off the event loop (`client_patterns`); one that does not compile answers
+    INVALID_REGULAR_EXPRESSION."""
     S = ListTransactionsResponse.TransactionState
     v = ctx.api_version
-    try:
-        unknown, found = ctx.broker.transactions.list_transactions(
-            states=request.state_filters or [], producer_ids=request.producer_id_filters or [],
-            duration_ms=request.duration_filter if v >= 1 else -1,
-            id_pattern=request.transactional_id_pattern if v >= 2 else None)
-    except re.error as exc:
-        log.info("ListTransactions from %s: transactional id pattern %r does not compile: %s", ctx.client,
-                 request.transactional_id_pattern, exc)
-        return ListTransactionsResponse(throttle_time_ms=0, error_code=ErrorCode.INVALID_REGULAR_EXPRESSION,
-                                        unknown_state_filters=[], transaction_states=[])
+    unknown, found = ctx.broker.transactions.list_transactions(
+        states=request.state_filters or [], producer_ids=request.producer_id_filters or [],
+        duration_ms=request.duration_filter if v >= 1 else -1)
     acc = access(ctx)
     if acc.enabled:
         found = [f for f in found if acc.allows(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, f[0])]
+    pattern = request.transactional_id_pattern if v >= 2 else None
+    if pattern:
+        try:
+            matched = set(await full_matches(pattern, [f[0] for f in found]))
+        except InvalidPattern as exc:
+            log.info("ListTransactions from %s: transactional id pattern %r does not compile: %s", ctx.client,
+                     pattern[:200], exc)
+            return ListTransactionsResponse(throttle_time_ms=0, error_code=ErrorCode.INVALID_REGULAR_EXPRESSION,
+                                            unknown_state_filters=[], transaction_states=[])
+        found = [f for f in found if f[0] in matched]
     return ListTransactionsResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, unknown_state_filters=unknown,
                                     transaction_states=[S(transactional_id=t, producer_id=p, transaction_state=s)
                                                         for t, p, s in found])

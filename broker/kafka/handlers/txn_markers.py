@@ -26,6 +26,7 @@ from kelp.broker.replica_manager import TxnMarker
 from kelp.errors import ErrorCode, KelpError
 
 from ..access import AclOperation, access
+from .error_log import PartitionErrors
 from .registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
@@ -68,14 +69,14 @@ async def handle_write_txn_markers(ctx: RequestContext, request: WriteTxnMarkers
                for m in request.markers]
     answers = await ctx.broker.replicas.append_txn_markers(markers, timeout_ms=MARKER_TIMEOUT_MS)
     codes: list[dict[tuple[str, int], int]] = []
+    errors = PartitionErrors("WriteTxnMarkers", ctx.client)
     for marker, answer in zip(markers, answers, strict=True):
         code: dict[tuple[str, int], int] = {}
         for (topic, partition), error in answer.items():
             code[(topic, partition)] = ErrorCode.NONE if error is None else error.code
             if error is not None:
-                log.warning("WriteTxnMarkers from %s: %s marker of producer %d on topic '%s' partition %d: %s",
-                            ctx.client, "COMMIT" if marker.commit else "ABORT", marker.producer_id, topic,
-                            partition, error)
+                errors.add(topic, partition, f"{'COMMIT' if marker.commit else 'ABORT'} marker of producer "
+                                             f"{marker.producer_id}: {error}")
         written = [p for (t, p), error in answer.items() if t == OFFSETS_TOPIC and error is None]
         if written:
             try:
@@ -86,4 +87,5 @@ async def handle_write_txn_markers(ctx: RequestContext, request: WriteTxnMarkers
                 for p in written:
                     code[(OFFSETS_TOPIC, p)] = exc.code
         codes.append(code)
+    errors.log(log)
     return _answer(request, codes)

@@ -1,14 +1,13 @@
-"""AlterUserScramCredentials (v0), DescribeUserScramCredentials (v0), and DescribeClientQuotas (v0-v1, empty).
+"""AlterUserScramCredentials (v0) and DescribeUserScramCredentials (v0).
 
 Why: `kafka-configs --bootstrap-server ... --entity-type users --entity-name alice --alter --add-config
 'SCRAM-SHA-512=[password=...]'` sends AlterUserScramCredentials (the admin client salts the password; the
 request carries salt and salted password), `--describe` sends DescribeClientQuotas and then
 DescribeUserScramCredentials. The rules are `kelp.broker.cluster.scram_users`' (shared with the admin API's
-`/admin/v1/users`); these handlers translate Kafka's requests and answers. Kelp has no client quotas, so
-DescribeClientQuotas answers that none are set, which is what `kafka-configs` prints for a user without them.
+`/admin/v1/users`); these handlers translate Kafka's requests and answers. DescribeClientQuotas is `quotas`'.
 
 Authorization (Kafka's KafkaApis/ControllerApis): AlterUserScramCredentials needs ALTER on the cluster,
-DescribeUserScramCredentials DESCRIBE, DescribeClientQuotas DESCRIBE_CONFIGS; refused, each answers
+DescribeUserScramCredentials DESCRIBE; refused, each answers
 CLUSTER_AUTHORIZATION_FAILED as Kafka's error responses do (every user named, or the whole request).
 """
 
@@ -19,8 +18,6 @@ import logging
 from kafka.protocol.admin import (
     AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,
-    DescribeClientQuotasRequest,
-    DescribeClientQuotasResponse,
     DescribeUserScramCredentialsRequest,
     DescribeUserScramCredentialsResponse,
 )
@@ -91,13 +88,3 @@ async def handle_describe_user_scram_credentials(ctx: RequestContext, request: D
         results=[R(user=u.name, error_code=u.error_code, error_message=u.error_message,
                    credential_infos=[Info(mechanism=m.type_code, iterations=i) for m, i in u.credentials])
                  for u in found])
-
-
-@handles(DescribeClientQuotasRequest, min_version=0, max_version=1)
-async def handle_describe_client_quotas(ctx: RequestContext, request: DescribeClientQuotasRequest,
-                                        ) -> DescribeClientQuotasResponse:
-    if not _may(ctx, AclOperation.DESCRIBE_CONFIGS):
-        return DescribeClientQuotasResponse(throttle_time_ms=0, error_code=DENIED,
-                                            error_message=denied_message(ctx, "DescribeClientQuotas"), entries=None)
-    return DescribeClientQuotasResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
-                                        entries=[])

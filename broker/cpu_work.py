@@ -1,0 +1,44 @@
+"""A bounded worker pool for CPU work a client can cause: the event loop hands it over and waits.
+
+Why: a broker is one asyncio loop; a request that computes for a second on it (a client's regular expression
+against every transactional id, PBKDF2 for an HTTP Basic password) stops every other connection for that
+second (issue 33). Such work runs here instead, on `WORKERS` threads of its own: the request waits, the loop
+serves everyone else. The pool is small on purpose, so a flood of expensive requests costs the broker at most
+`WORKERS` cores and queues behind them instead of taking the machine. Work that releases the GIL for its heavy
+part (RE2 matching, hashlib's PBKDF2) costs the loop nothing; pure-Python work (kafka-python's codecs, a schema
+parse) shares the GIL with the loop a switch interval (5 ms) at a time: the loop is slowed, never held.
+
+This module must never be given I/O (files and sockets have `asyncio.to_thread` and the storage's own threads):
+a blocked worker would hold back every client's CPU work behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from typing import Callable, TypeVar
+
+__all__ = ["run_cpu", "WORKERS"]
+
+T = TypeVar("T")
+
+# Threads for client-caused CPU work: two leave the loop's own core free on a small machine.
+WORKERS = 2
+
+_lock = threading.Lock()
+_pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _executor() -> concurrent.futures.ThreadPoolExecutor:
+    global _pool
+    with _lock:
+        if _pool is None:
+            _pool = concurrent.futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="kelp-cpu")
+        return _pool
+
+
+async def run_cpu(fn: Callable[..., T], *args: object) -> T:
+    """`fn(*args)` on the pool; the caller waits, the loop does not (cancelling the caller leaves a started call
+    to finish on its thread)."""
+    return await asyncio.get_running_loop().run_in_executor(_executor(), fn, *args)

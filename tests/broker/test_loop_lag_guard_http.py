@@ -1,0 +1,128 @@
+"""The loop-lag guard's HTTP half (issue 33): every route of the broker's HTTP API (admin, v3 REST, REST proxy,
+schema registry, /cluster/v1, /metrics), sent with large and awkward inputs, may keep the event loop busy for
+at most 50 ms at a time.
+
+The HTTP API is served by the same event loop as the Kafka listeners: a route that computes for a second
+stops every Kafka client for a second (`GET /admin/v1/transactions?pattern=` did, issue 33 item 1). This test
+starts a broker with a hundred topics and transactional ids and calls every route the app registers, its
+path parameters naming things that exist (a topic, a group, partition 0) or long names, with a query of
+backtracking patterns and long values and, where a body goes, a JSON document of thousands of entries,
+while the probe (`tests/support/loop_guard.py`) times every loop step in CPU time of the loop's thread. The
+client is a thread of its own (urllib), so the loop runs only the broker's work. It fails naming the route and
+the step that ran longer than the bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from kelp.broker.http.app import build_http_app
+from tests.authorization.harness import InProcessBroker
+from tests.support.loop_guard import EVIL_PATTERN, StepProbe
+
+pytestmark = pytest.mark.timeout(600)
+
+BOUND_S = 0.05
+TOPICS = 100
+ENTRIES = 1000
+# Measured and printed but not held to the bound, each for the reason given (to be fixed in an issue of its own).
+KNOWN_OVER = {
+    ("GET", "/metrics"): "prometheus_client renders every series in one step of the loop: ~25-55 ms here, growing "
+                         "with partitions, groups and the series of the process's registry",
+}
+
+
+def _path(canonical: str, names: dict[str, str]) -> str:
+    return re.sub(r"\{([^}]+)\}", lambda m: urllib.parse.quote(names.get(m.group(1), "x" * 300), safe=""), canonical)
+
+
+def _body() -> bytes:
+    """One document for every route that takes a body: the shapes they read, each thousands of entries long."""
+    many = [{"name": f"topic-{i % TOPICS:05d}", "value": "v" * 100, "key": "k", "partition": 0,
+             "operation": "SET", "resourceType": "TOPIC", "resourceName": "x", "patternType": "LITERAL",
+             "principal": "User:fuzz", "host": "*", "permission": "ALLOW"} for i in range(ENTRIES)]
+    return json.dumps({
+        "records": [{"value": "x" * 100, "key": "k", "partition": 0} for _ in range(ENTRIES)],
+        "data": many, "acls": many, "filters": many, "configs": {f"k{i}": "v" for i in range(ENTRIES)},
+        "partitions": list(range(ENTRIES)), "topics": many, "offsets": many, "name": "fuzz", "partitions_count": 3,
+        "schema": json.dumps({"type": "record", "name": "r", "fields": [
+            {"name": f"f{i}", "type": "string"} for i in range(ENTRIES)]}),
+        "pattern": EVIL_PATTERN, "format": "json", "entries": [], "controller_epoch": -1, "brokers": [],
+    }).encode()
+
+
+async def test_no_http_route_holds_the_loop_over_50_ms(tmp_path: Path) -> None:
+    async with InProcessBroker(tmp_path, **{"authorizer.class.name": "",
+                                            "transaction.state.log.num.partitions": 1}) as b:
+        topics = [f"topic-{i:05d}" for i in range(TOPICS)]
+        for name in topics:
+            await b.parts.topics.create_topic(name, 1, 1)
+        for i in range(TOPICS):
+            await b.init_transactional_id(f"txn-{i:05d}")
+        names = {"cluster_id": str(b.broker.config["cluster.id"]), "topic": topics[0], "name": topics[1],
+                 "topic_name": topics[2], "partition": "0", "partition_id": "0", "group": "fuzz-group",
+                 "group_id": "fuzz-group", "broker_id": "0", "broker": "0", "version": "latest", "id": "1"}
+        base = f"http://127.0.0.1:{b.broker.http_port}"
+        query = "?" + urllib.parse.urlencode({"pattern": EVIL_PATTERN, "prefix": "(a+)+$", "topic": "x" * 2000,
+                                              "limit": "1000000", "offset": "-1", "timeout": "0"})
+        body = _body()
+        routes = sorted({(r.method, r.resource.canonical) for r in build_http_app(b.broker).router.routes()
+                         if r.resource is not None and r.method != "HEAD"})
+
+        def call(method: str, path: str) -> int:
+            data = body if method in ("POST", "PUT", "PATCH") else None
+            request = urllib.request.Request(base + path + query, data=data, method=method,
+                                             headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, timeout=30) as answer:
+                    answer.read()
+                    return int(answer.status)
+            except urllib.error.HTTPError as exc:
+                return int(exc.code)
+
+        # first calls compile what is compiled once per process (pydantic-like validators, templates): not measured
+        for method, canonical in routes:
+            if method == "GET":
+                await asyncio.to_thread(call, method, _path(canonical, names))
+        probe = StepProbe()
+        over: list[str] = []
+        with probe.measuring():
+            for method, canonical in routes:
+                if canonical.endswith("/shutdown") or "controlled" in canonical:
+                    continue
+                probe.reset()
+                status = await asyncio.to_thread(call, method, _path(canonical, names))
+                print(f"{method} {canonical}: {status}, longest loop step {probe.longest_s * 1000:.1f} ms")
+                if probe.longest_s > BOUND_S and (method, canonical) not in KNOWN_OVER:
+                    over.append(f"{method} {canonical} ({status}): {probe.longest_s * 1000:.0f} ms in "
+                                f"{probe.longest}")
+        assert len(routes) > 100
+        assert not over, "routes held the loop over 50 ms:\n" + "\n".join(over)
+
+
+async def test_every_topics_configs_are_built_in_slices(tmp_path: Path) -> None:
+    """`GET /v3/.../topics/-/configs` costs ~0.4 ms of loop per topic: 300 topics held the loop 119 ms in one step
+    before it was built a slice at a time (and encoded off the loop); 10,000 would have held it for seconds."""
+    async with InProcessBroker(tmp_path, **{"authorizer.class.name": ""}) as b:
+        for i in range(300):
+            await b.parts.topics.create_topic(f"many-{i:04d}", 1, 1)
+        url = f"http://127.0.0.1:{b.broker.http_port}/v3/clusters/{b.broker.config['cluster.id']}/topics/-/configs"
+
+        def get() -> dict:
+            with urllib.request.urlopen(url, timeout=30) as answer:
+                return dict(json.loads(answer.read()))
+
+        await asyncio.to_thread(get)
+        probe = StepProbe()
+        with probe.measuring():
+            listed = await asyncio.to_thread(get)
+        assert len({c["topic_name"] for c in listed["data"]} - {"__consumer_offsets"}) == 300
+        assert probe.longest_s <= BOUND_S, f"{probe.longest_s * 1000:.0f} ms in {probe.longest}"
