@@ -43,6 +43,7 @@ class ClusterView(TypedDict, total=False):
     controller_epoch: int
     metadata_offset: int
     brokers: list[BrokerInfo]
+    decommissioned: list[int]  # broker ids leaving the cluster (absent from brokers before issue 32)
 
 
 class TopicListing(TypedDict, total=False):
@@ -139,6 +140,19 @@ class ElectionResults(TypedDict):
     """`POST /admin/v1/partitions/elect-leaders`: an error code per `topic-partition` (0: elected)."""
 
     results: dict[str, int]
+
+
+class BrokerHoldings(TypedDict):
+    """`GET`/`POST`/`DELETE /admin/v1/brokers/{id}/decommission`: the broker's mark and what it holds, as the
+    controller has it."""
+
+    broker_id: int
+    decommissioned: bool
+    registered: bool
+    alive: bool
+    replicas: int
+    leaders: int
+    partitions: list[str]
 
 
 class AssignedPartitions(TypedDict):

@@ -38,6 +38,7 @@ from .admin_types import (
     AclFilter,
     AclList,
     BrokerConfigs,
+    BrokerHoldings,
     ClusterView,
     ElectionResults,
     GroupDescription,
@@ -227,6 +228,15 @@ class BrokerAdmin:
     # -- partitions -----------------------------------------------------------------------------
     async def reassign(self, moves: list[PartitionMove]) -> None:
         await self.request("POST", "/admin/v1/partitions/reassign", {"partitions": moves})
+
+    async def decommission(self, broker: int, *, decommissioned: bool = True) -> BrokerHoldings:
+        """Decommission (no new replicas or leaders there) or recommission a broker; what it holds afterwards."""
+        return cast(BrokerHoldings, await self.request("POST" if decommissioned else "DELETE",
+                                                       f"/admin/v1/brokers/{broker}/decommission"))
+
+    async def holdings(self, broker: int) -> BrokerHoldings:
+        """What a broker holds as the controller has it (not the answering broker's view, which may lag)."""
+        return cast(BrokerHoldings, await self.get(f"/admin/v1/brokers/{broker}/decommission"))
 
     async def reassignments(self) -> list[Reassignment]:
         return cast(ReassignmentList, await self.get("/admin/v1/partitions/reassignments"))["reassignments"]

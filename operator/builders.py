@@ -430,6 +430,7 @@ def stateful_set(spec: ClusterSpec, *, replicas: int | None = None,
         pod_spec["volumes"].append({"name": "tls", "secret": {"secretName": spec.broker_tls_secret,
                                                               "defaultMode": 0o440}})
     pod_meta = _pod_overrides(spec, pod_spec, trust_floor)
+    retention = "Delete" if spec.storage_delete_claim else "Retain"
     return {
         "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": child_meta(spec, spec.name),
         "spec": {
@@ -440,7 +441,9 @@ def stateful_set(spec: ClusterSpec, *, replicas: int | None = None,
             # The operator restarts pods itself, one at a time and only while no partition would
             # drop below min.insync.replicas (restarts.next_restart); the StatefulSet controller would not wait.
             "updateStrategy": {"type": "OnDelete"},
-            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
+            # spec.storage.deleteClaim: the claims (the brokers' data) go with the Cluster and with scaled-away
+            # brokers; by default they stay until deleted by hand.
+            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": retention, "whenScaled": retention},
             "selector": {"matchLabels": selector_for(spec)},
             "template": {"metadata": pod_meta, "spec": pod_spec},
             "volumeClaimTemplates": [{"metadata": {"name": "data", "labels": selector_for(spec)},

@@ -41,6 +41,7 @@ from .objects_cluster_spec import (
     PodTemplateOverrides,
     RackSettings,
     ReassignmentSettings,
+    RestartSettings,
     StorageSettings,
     TemplateMeta,
     TlsSettings,
@@ -52,10 +53,11 @@ __all__ = [
     "LoadBalancerStatus", "ServiceStatus", "Service", "DisruptionBudgetSpec", "PodDisruptionBudget", "EnvVar",
     "ContainerPort", "VolumeMount", "Container", "PodSpec", "TemplateMeta", "PodTemplate", "ClaimResources",
     "ClaimSpec", "ClaimTemplate", "UpdateStrategy", "ClaimRetention", "StatefulSetSpec", "StatefulSetStatus",
-    "StatefulSet", "PodCondition", "PodStatus", "Pod", "ClaimStatus", "PersistentVolumeClaim", "StorageClass",
-    "ObjectReference", "EventSource", "Event", "Condition", "PodTemplateOverrides", "StorageSettings",
-    "RackSettings", "ExternalListener", "ListenerSettings", "NetworkPolicySettings", "DisruptionSettings",
-    "ReassignmentSettings", "HttpServiceSwitch", "HttpServiceSettings", "HttpSettings", "HttpServiceType",
+    "StatefulSet", "PodCondition", "ContainerStateWaiting", "ContainerState", "ContainerStatus", "PodStatus", "Pod",
+    "ClaimStatus", "PersistentVolumeClaim", "StorageClass", "ObjectReference", "EventSource", "Event", "Condition",
+    "PodTemplateOverrides", "StorageSettings", "RackSettings", "ExternalListener", "ListenerSettings",
+    "NetworkPolicySettings", "DisruptionSettings", "ReassignmentSettings", "RestartSettings", "HttpServiceSwitch",
+    "HttpServiceSettings", "HttpSettings", "HttpServiceType",
     "ClusterResourceSpec", "ReassignmentStatus", "ClusterStatus", "ClusterResource", "TopicSpec",
     "PartitionStatus", "TopicStatus", "TopicResource", "OffsetReset", "ConsumerGroupSpec", "AssignmentStatus",
     "MemberStatus", "OffsetStatus", "ConsumerGroupStatus", "ConsumerGroupResource", "ConditionStatus",
@@ -336,6 +338,25 @@ class StatefulSet(KubeObject, total=False):
 class PodCondition(TypedDict, total=False):
     type: str
     status: str
+    reason: str
+    message: str
+    lastTransitionTime: str
+
+
+class ContainerStateWaiting(TypedDict, total=False):
+    reason: str
+    message: str
+
+
+class ContainerState(TypedDict, total=False):
+    waiting: ContainerStateWaiting
+
+
+class ContainerStatus(TypedDict, total=False):
+    name: str
+    ready: bool
+    restartCount: int
+    state: ContainerState
 
 
 class PodStatus(TypedDict, total=False):
@@ -343,6 +364,7 @@ class PodStatus(TypedDict, total=False):
     hostIP: str
     phase: str
     conditions: list[PodCondition]
+    containerStatuses: list[ContainerStatus]
 
 
 class Pod(KubeObject, total=False):
@@ -352,6 +374,7 @@ class Pod(KubeObject, total=False):
 class ClaimStatus(TypedDict, total=False):
     phase: str
     capacity: dict[str, str]
+    conditions: list[PodCondition]  # Resizing, FileSystemResizePending: the same shape as a pod's
 
 
 class PersistentVolumeClaim(KubeObject, total=False):

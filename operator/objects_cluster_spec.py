@@ -41,6 +41,7 @@ class PodTemplateOverrides(TypedDict, total=False):
 class StorageSettings(TypedDict, total=False):
     size: str
     storageClassName: str
+    deleteClaim: bool
 
 
 class RackSettings(TypedDict, total=False):
@@ -136,6 +137,10 @@ class ReassignmentSettings(TypedDict, total=False):
     stallTimeoutSeconds: int
 
 
+class RestartSettings(TypedDict, total=False):
+    podReadyTimeoutSeconds: int
+
+
 class ClusterResourceSpec(TypedDict, total=False):
     """A Cluster's spec as written (`spec.ClusterSpec` is it read, with defaults and checks)."""
 
@@ -150,6 +155,7 @@ class ClusterResourceSpec(TypedDict, total=False):
     podTemplate: PodTemplateOverrides
     podDisruptionBudget: DisruptionSettings
     reassignment: ReassignmentSettings
+    restart: RestartSettings
     authorization: AuthorizationSettings
     tls: TlsSettings
     networkPolicy: NetworkPolicySettings

@@ -43,7 +43,7 @@ from .rack import rack_condition
 from .resources import PAUSE_ANNOTATION, AdminFactory, ClusterPass, Result, apply_child, paused
 from .restarts import ordinal, pod_ready
 from .rolling import elect_after_roll, mark_manual_roll, roll
-from .scaling import REBALANCE_ANNOTATION, drain, rebalance, watch_reassignments
+from .scaling import REBALANCE_ANNOTATION, confirm_drained, drain, rebalance, recommission, watch_reassignments
 from .spec import DEFAULTS_ANNOTATION, ClusterSpec, SpecError, parse_defaults
 from .status import Observed, cluster_status, condition
 from .storage import reconcile_storage
@@ -54,6 +54,8 @@ __all__ = ["reconcile", "reconcile_cluster", "reconcile_topic", "reconcile_group
            "observe", "REBALANCE_ANNOTATION"]
 
 DESCRIBE_CONCURRENCY = 8
+RACK_HINT = ("spec.rack.topologyKey needs cluster-wide RBAC (its brokers read their node's labels): install the "
+             "operator's chart with rbac.rackAwareness=true, or remove spec.rack")
 
 
 async def observe(admin: BrokerAdmin) -> Observed:
@@ -107,7 +109,8 @@ def _ready_brokers(pods: list[Pod]) -> set[int]:
 async def _apply(ctx: ClusterPass, manifests: list[Manifest]) -> Condition | None:
     """Server-side apply each child in order, up to the first the API server refuses (its condition)."""
     for manifest in manifests:
-        _applied, refused = await apply_child(ctx, manifest)
+        hint = RACK_HINT if manifest["kind"] in ("ClusterRole", "ClusterRoleBinding") else None
+        _applied, refused = await (apply_child(ctx, manifest, hint=hint) if hint else apply_child(ctx, manifest))
         if refused is not None:
             return refused
     return None
@@ -183,6 +186,7 @@ async def reconcile_cluster(body: ClusterResource, kube: KubeClient, admin_for: 
         if ctx.previous_reason("Progressing") == "ReconciliationPaused":
             await ctx.emit("ReconciliationResumed", f"{PAUSE_ANNOTATION} removed: reconciling again")
         claim_size, claim_class, storage_note = await reconcile_storage(ctx, before, max(current, spec.brokers))
+        await recommission(ctx)
         replicas = spec.brokers
         if before is not None and spec.brokers < current:
             replicas, note = await drain(ctx, current)
@@ -200,11 +204,18 @@ async def reconcile_cluster(body: ClusterResource, kube: KubeClient, admin_for: 
             external, allowed, external_note = await apply_external(ctx, replicas, current)
             replicas = min(replicas, allowed)
         if before is not None and replicas < current:
-            # The StatefulSet deletes the highest pods once it shrinks: an availability decision like a
-            # pod delete, so leadership is proven first, and it is an Event like every other decision.
-            await ctx.kube.fence()
-            await ctx.emit("ScaleDown", f"{current} -> {replicas} broker(s): broker(s) "
-                           f"{list(range(replicas, current))} hold no replica any more; their pods are removed")
+            # The StatefulSet deletes the highest pods once it shrinks: the controller confirms first that
+            # they hold nothing (asked now, not from the pass's observation), then leadership is proven (an
+            # availability decision like a pod delete), and it is an Event like every other decision.
+            waiting = await confirm_drained(ctx, list(range(replicas, current)))
+            if waiting is not None:
+                replicas = current
+                notes.append(waiting)
+            else:
+                await ctx.kube.fence()
+                await ctx.emit("ScaleDown", f"{current} -> {replicas} broker(s): the controller confirms broker(s) "
+                               f"{list(range(replicas, current))} are decommissioned and hold no replica; their "
+                               "pods are removed")
         tls = await reconcile_tls(ctx, brokers=max(replicas, current, spec.brokers), external=external,
                                   floor=previous_floor(before))
         children = cluster_children(spec, replicas=replicas, claim=(claim_size, claim_class), external=external,
@@ -235,12 +246,16 @@ async def reconcile_cluster(body: ClusterResource, kube: KubeClient, admin_for: 
                 # The secured layout registers an address per listener, which the admin API does not list yet.
                 await mark_moved_addresses(ctx, wanted)
             await mark_manual_roll(ctx)
-            note = await roll(ctx, update_revision)
+            note = await roll(ctx, update_revision, replicas)
             if note is None:
                 note = await elect_after_roll(ctx)
             notes += [note] if note else []
         for extra_note in (dynamic_note, external_note, tls.condition, refused, storage_note):
-            if extra_note is not None:
+            if extra_note is None:
+                continue
+            if extra_note["reason"] == "ExpandingVolumes":
+                notes.append(extra_note)  # a wait on the storage driver never hides a blocked roll or drain
+            else:
                 notes.insert(0, extra_note)
     sts_status = _sts_status(sts)
     sts_generation = (sts["metadata"].get("generation") if sts else None) or 0

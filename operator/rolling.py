@@ -36,7 +36,8 @@ from .status import condition, leader_balance
 
 __all__ = ["roll", "mark_manual_roll", "elect_after_roll", "ROLL_REASONS", "ELECT_ANNOTATION"]
 
-ROLL_REASONS = frozenset({"RollingRestart", "RestartingUnready", "RestartWaiting", "RestartBlocked"})
+ROLL_REASONS = frozenset({"RollingRestart", "RestartingUnready", "RestartWaiting", "RestartBlocked", "RestartStalled"})
+STOPPED = frozenset({"RestartBlocked", "RestartStalled"})  # Progressing=False, a Warning Event
 ELECTING = "ElectingLeaders"
 ELECT_ANNOTATION = "kelp.dev/elect-leaders"
 
@@ -55,14 +56,19 @@ async def mark_manual_roll(ctx: ClusterPass) -> None:
                    "a time under the min.insync.replicas rule")
 
 
-async def roll(ctx: ClusterPass, update_revision: str) -> Condition | None:
-    """Restart the next outdated broker pod if the rule allows; the Progressing condition while rolling."""
+async def roll(ctx: ClusterPass, update_revision: str, replicas: int) -> Condition | None:
+    """Restart the next outdated broker pod if the rule allows; the Progressing condition while rolling.
+
+    `replicas` is the StatefulSet's size: a pod of it that does not exist (deleted, not created again yet) is
+    waited for like a starting one."""
     observed = ctx.observed
     controller = int((observed.cluster or {}).get("controller", -1))
+    override = ctx.annotations.get(IGNORE_MIN_INSYNC) == "true"
     decision = next_restart(ctx.pods, update_revision, observed.topics if observed.cluster is not None else None,
-                            controller, ignore_min_insync=ctx.annotations.get(IGNORE_MIN_INSYNC) == "true",
-                            unobserved=observed.error or "")
+                            controller, ignore_min_insync=override, unobserved=observed.error or "",
+                            now_ms=ctx.now_ms, stuck_after_s=ctx.spec.restart_ready_timeout_s, replicas=replicas)
     if decision is None:
+        await _consume_override(ctx)
         return None
     if decision.pod is not None:
         await ctx.kube.fence()
@@ -70,9 +76,24 @@ async def roll(ctx: ClusterPass, update_revision: str) -> Condition | None:
             await ctx.annotate(ELECT_ANNOTATION, "pending")
         await ctx.kube.delete(POD, ctx.spec.namespace, decision.pod)
         await ctx.emit(decision.reason, decision.message)
-    elif decision.reason == "RestartBlocked":
+    elif decision.reason in STOPPED:
         await ctx.emit(decision.reason, decision.message, warning=True)
-    return condition("Progressing", decision.reason != "RestartBlocked", decision.reason, decision.message)
+    return condition("Progressing", decision.reason not in STOPPED, decision.reason, decision.message)
+
+
+async def _consume_override(ctx: ClusterPass) -> None:
+    """`kelp.dev/restart-ignore-min-insync` is one-shot: once the roll it let through is done, it goes.
+
+    A roll was running if this pass follows one (the previous Progressing reason is a roll's) or its
+    election is still owed (`kelp.dev/elect-leaders: pending`, set by a roll's first restart). An override set
+    while no roll runs stays for the next one (the roll a spec change is about to start)."""
+    if IGNORE_MIN_INSYNC not in ctx.annotations:
+        return
+    if ctx.previous_reason("Progressing") not in ROLL_REASONS and ctx.annotations.get(ELECT_ANNOTATION) != "pending":
+        return
+    await ctx.annotate(IGNORE_MIN_INSYNC, None)
+    await ctx.emit("RestartOverrideRemoved", f"the roll is done: {IGNORE_MIN_INSYNC} removed, so the next roll "
+                   "checks availability again before each restart")
 
 
 async def elect_after_roll(ctx: ClusterPass) -> Condition | None:

@@ -1,7 +1,17 @@
 """Partition moves during scaling: drain before a scale-down, spread after a scale-up, and watch every move.
 
 Why: a StatefulSet scale-down deletes the highest-numbered pods, so the
-brokers that go must hold no replica first; brokers added by a scale-up hold
+brokers that go must hold no replica first, and must stay so: topics created
+while the drain runs (an application auto-creating them, a Topic growing)
+are placed on every live broker. So the scale-down **decommissions first**
+(Redpanda's and KRaft's way): the controller marks the brokers that go
+(`POST /admin/v1/brokers/{id}/decommission`, a mark in the metadata log) and
+from then on places no new replica or leader on them; the drain moves their
+replicas away; and right before the StatefulSet shrinks, the controller is
+asked again what each still holds (`confirm_drained`), so a replica placed
+before the mark, or a move the observation missed, keeps the pod. Broker ids
+below `spec.brokers` are recommissioned (a scale-down undone, a scale-up
+reusing ids). Brokers added by a scale-up hold
 nothing until replicas move to them (the plans are in `plans.py`). A move
 the controller accepted can still stop making progress — its new replica's
 broker died, its disk is full, its fetcher is stuck — and a drain waiting on
@@ -14,7 +24,9 @@ waits for the user's way out, the Cluster annotation `kelp.dev/reassignment`:
 
 - `cancel`: every move in flight is cancelled (`"replicas": null`: the
   partitions keep their original replicas); a pending drain plans again on
-  the next pass, a rebalance is dropped;
+  the next pass, avoiding the brokers the cancelled moves were adding
+  replicas to (the annotation `kelp.dev/drain-avoid`, removed once the
+  drain is done), a rebalance is dropped;
 - `retry`: cancelled, then the same targets submitted again (a fetcher that
   was stuck starts over).
 
@@ -26,16 +38,19 @@ from __future__ import annotations
 
 from .admin_types import PartitionMove, Reassignment
 from .brokers import AdminError, BrokerAdmin
+from .kube import PERSISTENT_VOLUME_CLAIM
 from .objects import Condition, ReassignmentStatus
 from .plans import DrainBlocked, Placement, drain_plan, rebalance_plan
 from .resources import ClusterPass
 from .status import Observed, condition, rfc3339, rfc3339_ms
+from .storage import parse_quantity
 
-__all__ = ["drain", "rebalance", "watch_reassignments", "partitions_of", "racks_of", "REBALANCE_ANNOTATION",
-           "REASSIGNMENT_ANNOTATION"]
+__all__ = ["drain", "confirm_drained", "recommission", "rebalance", "watch_reassignments", "partitions_of",
+           "racks_of", "REBALANCE_ANNOTATION", "REASSIGNMENT_ANNOTATION"]
 
 REBALANCE_ANNOTATION = "kelp.dev/rebalance"
 REASSIGNMENT_ANNOTATION = "kelp.dev/reassignment"
+AVOID_ANNOTATION = "kelp.dev/drain-avoid"  # brokers a cancelled move stalled on: the drain's last choice
 MAX_LISTED = 8
 
 
@@ -47,12 +62,98 @@ class PartitionReplicas(Placement):
 
 def partitions_of(observed: Observed) -> list[PartitionReplicas]:
     return [{"topic": t["name"], "partition": p["partition"], "replicas": list(p["replicas"]),
-             "moving": bool(p.get("adding") or p.get("removing"))}
+             "moving": bool(p.get("adding") or p.get("removing")), "size_bytes": p.get("size_bytes")}
             for t in observed.topics for p in t.get("partitions", [])]
+
+
+def avoided(ctx: ClusterPass) -> set[int]:
+    raw = ctx.annotations.get(AVOID_ANNOTATION) or ""
+    return {int(b) for b in raw.split(",") if b.strip().isdigit()}
+
+
+async def _capacities(ctx: ClusterPass, brokers: list[int]) -> dict[int, int]:
+    """Each broker's volume in bytes (its claim's capacity, else its request); brokers without a claim are left out."""
+    out: dict[int, int] = {}
+    for b in brokers:
+        claim = await ctx.kube.get(PERSISTENT_VOLUME_CLAIM, ctx.spec.namespace, f"data-{ctx.spec.name}-{b}")
+        if claim is None:
+            continue
+        size = ((claim.get("status") or {}).get("capacity") or {}).get("storage") \
+            or ((claim.get("spec") or {}).get("resources") or {}).get("requests", {}).get("storage")
+        try:
+            out[b] = int(parse_quantity(size)) if size else 0
+        except ValueError:
+            continue
+        if not out[b]:
+            del out[b]
+    return out
 
 
 def racks_of(observed: Observed) -> dict[int, str | None]:
     return {int(b["id"]): b.get("rack") for b in (observed.cluster or {}).get("brokers", [])}
+
+
+def decommissioned_of(observed: Observed) -> set[int]:
+    return {int(b) for b in (observed.cluster or {}).get("decommissioned") or []}
+
+
+async def _decommission(ctx: ClusterPass, admin: BrokerAdmin, leaving: list[int]) -> str | None:
+    """Mark the brokers that go (those not marked yet); the controller's refusal as a message, None when done."""
+    unmarked = [b for b in leaving if b not in decommissioned_of(ctx.observed)]
+    if not unmarked:
+        return None
+    await ctx.kube.fence()
+    try:
+        for b in unmarked:
+            await admin.decommission(b)
+    except AdminError as exc:
+        return exc.message
+    await ctx.emit("BrokersDecommissioned", f"broker(s) {unmarked} decommissioned before the scale-down: the "
+                   "controller places no new replica or leader on them; their replicas move away next")
+    return None
+
+
+async def recommission(ctx: ClusterPass) -> None:
+    """Broker ids the Cluster keeps (below spec.brokers) that are marked decommissioned take replicas again."""
+    admin = ctx.admin
+    back = sorted(b for b in decommissioned_of(ctx.observed) if b < ctx.spec.brokers)
+    if admin is None or not back:
+        return
+    await ctx.kube.fence()
+    try:
+        for b in back:
+            await admin.decommission(b, decommissioned=False)
+    except AdminError as exc:
+        await ctx.emit("RecommissionFailed", f"broker(s) {back} are below spec.brokers but still decommissioned, "
+                       f"and recommissioning them failed: {exc.message}; retried next pass", warning=True)
+        return
+    await ctx.emit("BrokersRecommissioned", f"broker(s) {back} recommissioned: spec.brokers keeps them, so they take "
+                   "new replicas and leaderships again")
+
+
+async def confirm_drained(ctx: ClusterPass, leaving: list[int]) -> Condition | None:
+    """Right before the StatefulSet shrinks: the controller's own answer that each broker that goes is
+    decommissioned and holds nothing. None when it is so; otherwise the condition that keeps the pods."""
+    admin = ctx.admin
+    if admin is None:
+        return condition("Progressing", True, "DrainWaiting", f"broker(s) {leaving} are removed once the controller "
+                         f"confirms they hold nothing: {ctx.observed.error or 'no ready broker'}")
+    held: list[str] = []
+    try:
+        for b in leaving:
+            answer = await admin.holdings(b)
+            if not answer.get("decommissioned"):
+                held.append(f"broker {b} is not decommissioned (recommissioned meanwhile?); the drain marks it again")
+            elif answer.get("replicas"):
+                listed = ", ".join(answer.get("partitions") or [])
+                held.append(f"broker {b} still holds {answer['replicas']} replica(s) ({listed})")
+    except AdminError as exc:
+        return condition("Progressing", True, "DrainWaiting", f"broker(s) {leaving} are removed once the controller "
+                         f"confirms they hold nothing: {exc.message}")
+    if not held:
+        return None
+    return condition("Progressing", True, "Draining", f"scale-down to {ctx.spec.brokers} broker(s) waits: the "
+                     f"controller says {'; '.join(held)}; they move on the next pass")
 
 
 async def _submit(ctx: ClusterPass, admin: BrokerAdmin, plan: list[PartitionMove]) -> str | None:
@@ -79,10 +180,18 @@ async def drain(ctx: ClusterPass, current: int) -> tuple[int, Condition | None]:
         return current, condition("Progressing", True, "DrainWaiting",
                                   f"scale-down to {spec.brokers} waits for the brokers to answer, so that broker(s) "
                                   f"{leaving} can be drained first: {observed.error or 'no ready broker'}")
+    refused = await _decommission(ctx, admin, leaving)
+    if refused is not None:
+        message = (f"scale-down to {spec.brokers} broker(s) waits: decommissioning broker(s) {leaving} (so that no new "
+                   f"replica lands on them while they drain) was refused: {refused}; retried next pass")
+        await ctx.emit("DrainRefused", message, warning=True)
+        return current, condition("Progressing", False, "DrainRefused", message)
     parts = partitions_of(observed)
     holding = [p for p in parts if set(p["replicas"]) & set(leaving)]
     if not holding:
-        return spec.brokers, None
+        if AVOID_ANNOTATION in ctx.annotations:
+            await ctx.annotate(AVOID_ANNOTATION, None)
+        return spec.brokers, None  # the caller asks the controller again right before the shrink
     live = set(racks_of(observed))
     dead = [b for b in range(spec.brokers) if b not in live]
     if dead:
@@ -92,8 +201,9 @@ async def drain(ctx: ClusterPass, current: int) -> tuple[int, Condition | None]:
         await ctx.emit("DrainBlocked", message, warning=True)
         return current, condition("Progressing", False, "DrainBlocked", message)
     try:
-        plan = drain_plan([p for p in holding if not p["moving"]], keep=list(range(spec.brokers)),
-                          racks=racks_of(observed))
+        keep = list(range(spec.brokers))
+        plan = drain_plan([p for p in holding if not p["moving"]], keep=keep, racks=racks_of(observed),
+                          capacity=await _capacities(ctx, keep), avoid=avoided(ctx), placed=parts)
     except DrainBlocked as exc:
         message = (f"cannot scale down to {spec.brokers} broker(s): {exc}; lower the topic's replication factor "
                    "or keep more brokers")
@@ -190,6 +300,12 @@ async def watch_reassignments(ctx: ClusterPass) -> tuple[ReassignmentStatus | No
             await ctx.emit("ReassignmentCancelFailed", message, warning=True)
             return ctx.old_status.get("reassignment"), condition("Progressing", False, "ReassignmentStalled", message)
         await ctx.annotate(REASSIGNMENT_ANNOTATION, None)
+        stalled_on = sorted({int(r) for m in moves for r in m.get("adding", [])} | avoided(ctx))
+        draining = any(int(r) >= ctx.spec.brokers for m in moves for r in m.get("removing", []))
+        if action == "cancel" and draining and stalled_on:
+            # The drain plans again on the next pass: not onto the brokers these moves stalled on, if it can.
+            await ctx.annotate(AVOID_ANNOTATION, ",".join(str(b) for b in stalled_on))
+            done += f"; the drain avoids broker(s) {stalled_on} when it plans again ({AVOID_ANNOTATION})"
         reason = "ReassignmentRetried" if action == "retry" else "ReassignmentCancelled"
         await ctx.emit(reason, done)
         return None, condition("Progressing", True, reason, done)

@@ -84,6 +84,8 @@ class ClusterSpec:
     image_pull_policy: str = "IfNotPresent"
     storage_size: str = "10Gi"
     storage_class: str | None = None
+    # spec.storage.deleteClaim: the claims go with the Cluster and with brokers a scale-down removes.
+    storage_delete_claim: bool = False
     resources: JsonObject = field(default_factory=dict)
     config: Mapping[str, str] = field(default_factory=dict)
     rack_topology_key: str | None = None
@@ -91,6 +93,8 @@ class ClusterSpec:
     http_port: int = 8080
     advertise: str = "dns"
     reassignment_stall_s: int = 300
+    # spec.restart.podReadyTimeoutSeconds: how long a broker pod may stay not Ready before a roll calls it stuck.
+    restart_ready_timeout_s: int = 300
     # spec.podTemplate as given (metadata.labels/annotations, affinity, tolerations, ...); merged by builders.
     pod_template: PodTemplateOverrides = field(default_factory=PodTemplateOverrides)
     # spec.listeners.external: None, "NodePort" or "LoadBalancer"; node ports pinned per broker (else allocated).
@@ -142,11 +146,13 @@ class ClusterSpec:
             brokers=int(spec.get("brokers", 3)), image=str(spec.get("image") or DEFAULT_IMAGE),
             image_pull_policy=str(spec.get("imagePullPolicy") or "IfNotPresent"),
             storage_size=str(storage.get("size") or "10Gi"), storage_class=storage.get("storageClassName"),
+            storage_delete_claim=bool(storage.get("deleteClaim", False)),
             resources=resources, config={str(k): str(v) for k, v in (spec.get("config") or {}).items()},
             rack_topology_key=rack.get("topologyKey"),
             kafka_port=int(listeners.get("kafkaPort", 9092)), http_port=int(listeners.get("httpPort", 8080)),
             advertise=str(listeners.get("advertise") or "dns"),
             reassignment_stall_s=int((spec.get("reassignment") or {}).get("stallTimeoutSeconds", 300)),
+            restart_ready_timeout_s=int((spec.get("restart") or {}).get("podReadyTimeoutSeconds", 300)),
             pod_template=pod_template.copy(),
             external_type=external.get("type"),
             external_node_ports=tuple(int(p) for p in external.get("nodePorts") or ()),
@@ -258,6 +264,9 @@ class ClusterSpec:
         if self.reassignment_stall_s < 10:
             raise SpecError("spec.reassignment.stallTimeoutSeconds must be at least 10, got "
                             f"{self.reassignment_stall_s}")
+        if not 10 <= self.restart_ready_timeout_s <= 86400:
+            raise SpecError("spec.restart.podReadyTimeoutSeconds must be between 10 and 86400, got "
+                            f"{self.restart_ready_timeout_s}")
         if self.advertise not in ("dns", "podIP"):
             raise SpecError(f"spec.listeners.advertise must be dns or podIP, got {self.advertise!r}")
         owned = sorted(k for k in self.config if k in OPERATOR_OWNED_KEYS or owned_by_security(k))

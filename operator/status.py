@@ -151,6 +151,9 @@ def cluster_status(*, desired: int, ready_brokers: Collection[int], observed: Ob
     if spec_error:
         conds.append(condition("Ready", False, "InvalidSpec", spec_error))
         conds.append(condition("Progressing", False, "InvalidSpec", "fix the spec; nothing was changed"))
+        # Not observed while the spec is invalid: an old Degraded=False must not stay claiming health.
+        conds.append(condition("Degraded", None, "InvalidSpec", "partition health is not observed while the spec "
+                               "is invalid"))
         return status, conds
     live: set[int] = set()
     controller = -1

@@ -11,6 +11,12 @@ PersistentVolumeClaim in place when its StorageClass sets
 - a larger `spec.storage.size` is written into every broker's bound claim
   (`data-<cluster>-<n>`) whose StorageClass allows expansion; claims made
   later from the old template are grown the same way on later passes;
+- a claim whose volume grew but whose filesystem grows only when its pod
+  restarts (condition `FileSystemResizePending`, offline-resize drivers)
+  gets that restart: its pod is marked `kelp.dev/manual-rolling-update`,
+  so the roll restarts it under the availability rule (`restarts.py`);
+  `ExpandingVolumes` never hides what else the operator waits for (a roll
+  or a drain that is blocked comes first: `reconcile`);
 - a smaller size (claims never shrink), another StorageClass (a claim's
   class is immutable), or a class without `allowVolumeExpansion` is refused
   with `Progressing=False`, reason `StorageChangeRefused`, naming what to
@@ -25,9 +31,10 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 
-from .kube import PERSISTENT_VOLUME_CLAIM, STORAGE_CLASS
+from .kube import PERSISTENT_VOLUME_CLAIM, POD, STORAGE_CLASS
 from .objects import Condition, PersistentVolumeClaim, StatefulSet
 from .resources import ClusterPass
+from .restarts import MANUAL_ROLL
 from .status import condition
 
 __all__ = ["parse_quantity", "reconcile_storage", "claim_template"]
@@ -84,9 +91,12 @@ async def reconcile_storage(ctx: ClusterPass, sts: StatefulSet | None,
         growing = [c["metadata"]["name"] for c in claims
                    if parse_quantity(((c.get("status") or {}).get("capacity") or {}).get("storage") or "0") < want]
         if want > have and growing:
+            restarting = await _restart_for_resize(ctx, claims)
+            more = (f"; pod(s) {', '.join(restarting)} restart (one at a time, under the roll's availability rule) "
+                    "for their filesystem to grow") if restarting else ""
             return size, klass, condition("Progressing", True, "ExpandingVolumes",
-                                          f"broker volume(s) {', '.join(growing)} are growing to {spec.storage_size} "
-                                          "(some storage drivers finish the filesystem resize when the pod restarts)")
+                                          f"broker volume(s) {', '.join(growing)} are growing to {spec.storage_size}"
+                                          f"{more}")
         return size, klass, None
     classes = {c["spec"].get("storageClassName") for c in small}
     refused = []
@@ -115,3 +125,30 @@ async def reconcile_storage(ctx: ClusterPass, sts: StatefulSet | None,
     wait = f"; {', '.join(unbound)} grow once bound" if unbound else ""
     return size, klass, condition("Progressing", True, "ExpandingVolumes",
                                   f"{grown} broker volume(s) asked to grow to {spec.storage_size}{wait}")
+
+
+def _resize_pending(claim: PersistentVolumeClaim) -> bool:
+    return any(c.get("type") == "FileSystemResizePending" and c.get("status") == "True"
+               for c in (claim.get("status") or {}).get("conditions") or [])
+
+
+async def _restart_for_resize(ctx: ClusterPass, claims: list[PersistentVolumeClaim]) -> list[str]:
+    """Mark the pods whose claim waits for a restart to finish its filesystem resize; the roll restarts them."""
+    pods = {p["metadata"]["name"]: p for p in ctx.pods}
+    out = []
+    for claim in claims:
+        if not _resize_pending(claim):
+            continue
+        name = claim["metadata"]["name"].removeprefix("data-")
+        pod = pods.get(name)
+        if pod is None or pod["metadata"].get("deletionTimestamp"):
+            continue
+        out.append(name)
+        meta = pod["metadata"]
+        if (meta.get("annotations") or {}).get(MANUAL_ROLL) == "true":
+            continue
+        await ctx.kube.merge_patch(POD, ctx.spec.namespace, name, {"metadata": {"annotations": {MANUAL_ROLL: "true"}}})
+        meta.setdefault("annotations", {})[MANUAL_ROLL] = "true"
+        await ctx.emit("VolumeResizeRestart", f"{claim['metadata']['name']} waits for its pod to restart to finish "
+                       f"its filesystem resize (FileSystemResizePending): {name} marked {MANUAL_ROLL}")
+    return out

@@ -29,7 +29,8 @@ Requests are serialised by one asyncio lock: every decision sees the result
 of the previous one. The operations are mixed in by role: topic
 administration (`topic_admin`), reassignment and preferred leaders
 (`partition_moves`), what brokers ask (`broker_requests`), SCRAM users
-(`scram_admin`), ACLs (`acl_admin`), client quotas (`quota_admin`); their shared
+(`scram_admin`), ACLs (`acl_admin`), client quotas (`quota_admin`),
+decommissioned brokers (`decommission`); their shared
 state is declared in `controller_state`. This module never touches logs or
 sockets: storage goes through the `MetadataLog`, delivery through the
 publisher's `send`.
@@ -51,6 +52,7 @@ from .acl_admin import AclAdmin
 from .broker_requests import BrokerRequests
 from .controller_answers import PartitionAnswer, TopicAnswer
 from .controller_state import ControllerSettings, TopicConfigCheck
+from .decommission import Decommissions
 from .elections import Election, describe_change, elect
 from .metadata_image import (
     MetadataCorrupt,
@@ -94,7 +96,7 @@ class MetadataHistoryRefused(NotControllerError):
     for changes no broker applies. The controller writes nothing; it says why."""
 
 
-class Controller(TopicAdmin, PartitionMoves, BrokerRequests, ScramAdmin, AclAdmin, QuotaAdmin):
+class Controller(TopicAdmin, PartitionMoves, BrokerRequests, ScramAdmin, AclAdmin, QuotaAdmin, Decommissions):
     def __init__(
         self,
         *,
@@ -477,7 +479,8 @@ class Controller(TopicAdmin, PartitionMoves, BrokerRequests, ScramAdmin, AclAdmi
         key = "unclean.leader.election.enable"
         value = topic.configs.get(key, self._dynamic(key))
         unclean = allow_unclean and (_true(value) if value is not None else self.settings.unclean_leader_election)
-        return Election(alive=frozenset(alive), eligible=frozenset(alive - self._shutting_down), unclean=unclean)
+        return Election(alive=frozenset(alive), eligible=frozenset(alive - self._shutting_down), unclean=unclean,
+                        decommissioned=self._decommissioned())
 
     def _eligible(self) -> frozenset[int]:
         return frozenset(set(self.alive) - self._shutting_down)

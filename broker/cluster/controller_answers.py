@@ -20,6 +20,7 @@ __all__ = [
     "DeleteTopicAnswer",
     "PartitionAnswer",
     "ShutdownAnswer",
+    "DecommissionAnswer",
     "ProducerIdsAnswer",
     "BrokerConfigsAnswer",
     "ElectionAnswer",
@@ -55,6 +56,19 @@ class ShutdownAnswer(TypedDict):
     broker_id: int
     remaining_leaderships: list[str]  # "<topic>-<partition>"
     awaiting_replicas: list[str]
+    metadata_offset: int
+
+
+class DecommissionAnswer(TypedDict):
+    """decommission_broker, broker_holdings: the broker's mark, and what it holds as of `metadata_offset`."""
+
+    broker_id: int
+    decommissioned: bool
+    registered: bool  # a process of that id registered at some point
+    alive: bool  # its lease is live now
+    replicas: int  # partitions with a replica on it (moves to it included)
+    leaders: int  # partitions it leads
+    partitions: list[str]  # "<topic>-<partition>" of the first of them (decommission.MAX_LISTED_PARTITIONS)
     metadata_offset: int
 
 

@@ -2,7 +2,8 @@
 
 Why it exists: the controller is split by role into mixins — topic administration (`topic_admin`),
 partition moves (`partition_moves`), the requests brokers send (`broker_requests`) — around the core
-that loads the log, watches the brokers and writes entries (`controller`). Each part works on the same
+that loads the log, watches the brokers and writes entries (`controller`), and decommissioned
+brokers (`decommission`). Each part works on the same
 fields, which `Controller.__init__` sets, and calls helpers another part defines. Declaring them here
 once gives every part, and a type checker, one picture of them: a call to a helper is checked against
 its real signature (mypy checks each definition against this declaration).
@@ -83,6 +84,11 @@ class ControllerState:
         def _eligible(self) -> frozenset[int]: ...
 
         def _dynamic(self, key: str) -> str | None: ...
+
+        # -- decommissioned brokers (decommission.py) --
+        def _decommissioned(self) -> frozenset[int]: ...
+
+        def _check_new_replicas(self, name: str, p: int, replicas: list[int]) -> None: ...
 
         # -- lookups (topic_admin.py) --
         def _topic(self, name: str) -> TopicState: ...

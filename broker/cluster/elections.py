@@ -31,6 +31,12 @@ class Election:
     alive: frozenset[int]           # brokers whose lease is live (ISR members must be among them)
     eligible: frozenset[int]        # alive and not shutting down (may become leader)
     unclean: bool = False           # unclean.leader.election.enable for this topic (and allowed here)
+    # Leaving the cluster (`decommission`): they lead only when no other eligible replica can.
+    decommissioned: frozenset[int] = frozenset()
+
+    def ranked(self, brokers: list[int]) -> list[int]:
+        """`brokers` in order, decommissioned ones last."""
+        return [b for b in brokers if b not in self.decommissioned] + [b for b in brokers if b in self.decommissioned]
 
 
 def elect(name: str, p: int, state: PartitionState, e: Election, *, avoid: int | None = None) -> PartitionState:
@@ -38,7 +44,8 @@ def elect(name: str, p: int, state: PartitionState, e: Election, *, avoid: int |
 
     Offline (no live in-sync replica, unclean off): leader -1, leader epoch bumped, the last ISR kept so its
     members stay eligible when they return. Unclean (only if `e.unclean`): the first live replica, alone in
-    the ISR, and a WARNING, because acknowledged records may be lost.
+    the ISR, and a WARNING, because acknowledged records may be lost. A decommissioned broker is chosen
+    only when no other candidate is (a partition it leads keeps it until a move takes it away).
     """
     live_isr = tuple(r for r in state.isr if r in e.alive and r != avoid)
     leader_ok = state.leader in e.eligible and state.leader != avoid and state.leader in state.isr
@@ -48,10 +55,11 @@ def elect(name: str, p: int, state: PartitionState, e: Election, *, avoid: int |
         return replace(state, isr=live_isr, partition_epoch=state.partition_epoch + 1)
     candidates = [r for r in state.target_replicas if r in live_isr and r in e.eligible]
     candidates += [r for r in state.replicas if r in live_isr and r in e.eligible and r not in candidates]
+    candidates = e.ranked(candidates)
     if candidates:
         return replace(state, leader=candidates[0], leader_epoch=state.leader_epoch + 1, isr=live_isr,
                        partition_epoch=state.partition_epoch + 1)
-    others = [r for r in state.replicas if r in e.eligible and r != avoid]
+    others = e.ranked([r for r in state.replicas if r in e.eligible and r != avoid])
     if e.unclean and others:
         return replace(state, leader=others[0], leader_epoch=state.leader_epoch + 1, isr=(others[0],),
                        partition_epoch=state.partition_epoch + 1)

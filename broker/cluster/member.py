@@ -58,6 +58,7 @@ class ClusterDescription(TypedDict):
     metadata_offset: int
     metadata_digest: str  # the digest of the entry at metadata_offset: equal on two brokers, equal histories
     brokers: list[BrokerEndpointJson]
+    decommissioned: list[int]  # broker ids leaving the cluster: no new replicas or leaders (decommission.py)
 
 
 class ClusterMember(MemberLeases, MemberMetadata, MemberShutdown, LeaderRouting):
@@ -262,6 +263,7 @@ class ClusterMember(MemberLeases, MemberMetadata, MemberShutdown, LeaderRouting)
             "metadata_offset": self.image.offset,
             "metadata_digest": self.image.digest,
             "brokers": [b.to_json() for b in sorted(self.brokers.values(), key=lambda b: b.id)],
+            "decommissioned": sorted(b for b, reg in self.image.brokers.items() if reg.decommissioned),
         }
 
 

@@ -157,10 +157,12 @@ def _checked_acl(acl_id: object, doc: object, existing: Mapping[str, AclBinding]
 
 @dataclass(frozen=True, slots=True)
 class BrokerRegistration:
-    """The newest process seen for a broker id (KRaft's broker registration): a new one means a restart."""
+    """The newest process seen for a broker id (KRaft's broker registration): a new one means a restart.
+    `decommissioned` outlives the processes: a broker id leaving the cluster gets no new replica or leader."""
 
     incarnation: str
     shutting_down: bool = False
+    decommissioned: bool = False
 
 
 def check_partition_state(name: str, p: int, state: PartitionState) -> None:
@@ -320,7 +322,13 @@ def apply_records(image: MetadataImage, records: Iterable[MetadataRecord], *, ep
                 delta.changed.pop(name, None)
                 delta.removed[name] = old_topic
             elif rec["type"] == "broker":
-                brokers[int(rec["id"])] = BrokerRegistration(str(rec["incarnation"]), bool(rec.get("shutting_down")))
+                broker_id = int(rec["id"])
+                before = brokers.get(broker_id)
+                decommissioned = rec.get("decommissioned")
+                if decommissioned is None:  # a registration: the decommission mark stays as it was
+                    decommissioned = before is not None and before.decommissioned
+                brokers[broker_id] = BrokerRegistration(str(rec["incarnation"]), bool(rec.get("shutting_down")),
+                                                        bool(decommissioned))
             elif rec["type"] == "broker_config":
                 entity, change = _checked_broker_configs(rec["broker"], rec["configs"], where=f"offset {offset}")
                 configs = dict(broker_configs.get(entity, {}))
@@ -423,7 +431,8 @@ def snapshot_to_json(image: MetadataImage) -> MetadataSnapshot:
         "next_producer_id": image.next_producer_id,
         "topics": [image.topics[n].to_json() for n in sorted(image.topics)],
         "removed": [[tid, name] for tid, name in image.removed.items()],
-        "brokers": [broker_record(b, r.incarnation, shutting_down=r.shutting_down)
+        "brokers": [broker_record(b, r.incarnation, shutting_down=r.shutting_down,
+                                  decommissioned=True if r.decommissioned else None)
                     for b, r in sorted(image.brokers.items())],
         "broker_configs": [{"broker": b, "configs": dict(sorted(c.items()))}
                            for b, c in sorted(image.broker_configs.items())],
@@ -461,7 +470,8 @@ def image_from_snapshot(doc: MetadataSnapshot) -> MetadataImage:
                              next_producer_id=int(doc.get("next_producer_id", 0)),
                              removed={str(tid): str(name) for tid, name in doc.get("removed", [])},
                              brokers={int(b["id"]): BrokerRegistration(str(b["incarnation"]),
-                                                                       bool(b.get("shutting_down")))
+                                                                       bool(b.get("shutting_down")),
+                                                                       bool(b.get("decommissioned")))
                                       for b in doc.get("brokers", [])},
                              broker_configs=broker_configs,
                              scram_credentials=table_from(doc.get("scram_credentials", [])), acls=acls,

@@ -14,13 +14,17 @@ The records (one decision of the controller is one entry, `{"offset", "epoch", "
 | `partition` | `topic`, `topic_id`, `partition`, `state` | one partition's leader, ISR, replicas changed |
 | `remove_topic` | `topic`, `topic_id` | the topic is deleted (the only way a topic ever goes) |
 | `producer_ids` | `next` | the next producer id block starts here |
-| `broker` | `id`, `incarnation`, `shutting_down` | a broker process registered (or began a controlled shutdown) |
+| `broker` | `id`, `incarnation`, `shutting_down`, `decommissioned` (1) | registered, or shutting down (1) |
 | `broker_config` | `broker` (-1: cluster-wide default), `configs` | dynamic configs set (a value) or deleted (null) |
 | `scram_credential` | `user`, `mechanism`, `salt`, `stored_key`, `server_key`, `iterations` | a SCRAM credential set |
 | `remove_scram_credential` | `user`, `mechanism` | a SCRAM credential deleted |
 | `acl` | `id`, `acl` (a binding, `security.acl_json`) | an ACL created (CreateAcls) |
 | `remove_acl` | `id` | the ACL of that id deleted (DeleteAcls) |
 | `client_quota` | `entity` (`[{entity_type, entity_name}]`), `key`, `value` | a client quota set, or removed (null) |
+
+(1) a broker process registered, began a controlled shutdown, or (`decommissioned` true / false) the broker id
+was decommissioned / recommissioned (`decommission`); a record without `decommissioned` (a registration) keeps
+the mark the image has.
 
 What is read back (from a store, or from a delivery over HTTP) is JSON that only claims one of these
 shapes. The `as_*` functions name the one step where a decoded document is taken for its shape; nothing
@@ -116,6 +120,8 @@ class BrokerRecord(TypedDict):
     id: int
     incarnation: str
     shutting_down: NotRequired[bool]  # absent in records written before controlled shutdowns were recorded
+    # Leaving the cluster: no new replica or leader goes there (absent: unchanged, e.g. a re-registration).
+    decommissioned: NotRequired[bool]
 
 
 class BrokerConfigRecord(TypedDict):
@@ -260,8 +266,13 @@ def producer_ids_record(next_producer_id: int) -> ProducerIdsRecord:
     return {"type": "producer_ids", "next": next_producer_id}
 
 
-def broker_record(broker_id: int, incarnation: str, *, shutting_down: bool = False) -> BrokerRecord:
-    return {"type": "broker", "id": broker_id, "incarnation": incarnation, "shutting_down": shutting_down}
+def broker_record(broker_id: int, incarnation: str, *, shutting_down: bool = False,
+                  decommissioned: bool | None = None) -> BrokerRecord:
+    """A broker's registration; `decommissioned` None leaves the decommission mark as the image has it."""
+    rec: BrokerRecord = {"type": "broker", "id": broker_id, "incarnation": incarnation, "shutting_down": shutting_down}
+    if decommissioned is not None:
+        rec["decommissioned"] = decommissioned
+    return rec
 
 
 def broker_config_record(broker: int, configs: Mapping[str, str | None]) -> BrokerConfigRecord:

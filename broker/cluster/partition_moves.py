@@ -61,6 +61,7 @@ class PartitionMoves(ControllerState):
             original = state.replicas
             union = target + tuple(r for r in original if r not in target)
             adding = tuple(r for r in target if r not in original)
+            self._check_new_replicas(topic, partition, list(adding))
             removing = tuple(r for r in original if r not in target)
             new_state = replace(state, replicas=union, adding=adding, removing=removing,
                                 original=original if adding or removing else (),
@@ -77,6 +78,7 @@ class PartitionMoves(ControllerState):
         async with self._lock:
             self._check_fresh()
             eligible = self._eligible()
+            leaving = self._decommissioned()  # a decommissioned preferred replica does not take leadership back
             results: dict[str, int] = {}
             changed: list[TopicState] = []
             names = [topic] if topic is not None else sorted(self.topics)
@@ -91,7 +93,7 @@ class PartitionMoves(ControllerState):
                     if state.leader == preferred:
                         results[key] = ElectionNotNeededError.code
                         continue
-                    if preferred not in state.isr or preferred not in eligible:
+                    if preferred not in state.isr or preferred not in eligible or preferred in leaving:
                         results[key] = PreferredLeaderNotAvailableError.code
                         continue
                     new = new.with_partition(p, replace(state, leader=preferred, leader_epoch=state.leader_epoch + 1,

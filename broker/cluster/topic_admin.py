@@ -59,7 +59,21 @@ class TopicAdmin(ControllerState):
         return [s.replicas for t in self.topics.values() for s in t.partition_states]
 
     def _racks(self) -> dict[int, str | None]:
-        return {b.id: b.rack for b in self.alive.values() if b.id not in self._shutting_down}
+        """The brokers new replicas may go to, with their racks: live, not shutting down, not decommissioned."""
+        leaving = self._decommissioned()
+        return {b.id: b.rack for b in self.alive.values() if b.id not in self._shutting_down and b.id not in leaving}
+
+    def _assign(self, name: str, *, partitions: int, replication_factor: int,
+                first_partition: int = 0) -> list[list[int]]:
+        try:
+            return assign_replicas(brokers=self._racks(), partitions=partitions, replication_factor=replication_factor,
+                                   first_partition=first_partition, existing=self._existing_replicas(), topic=name)
+        except InvalidReplicationFactorError as exc:
+            leaving = sorted(self._decommissioned() & set(self.alive))
+            if not leaving:
+                raise
+            raise InvalidReplicationFactorError(f"{exc}; broker(s) {leaving} are decommissioned (leaving the "
+                                                "cluster) and take no new replicas") from None
 
     async def create_topic(self, *, name: str, partitions: int | None = None, replication_factor: int | None = None,
                            configs: Mapping[str, str] | None = None, validate_only: bool = False,
@@ -85,8 +99,7 @@ class TopicAdmin(ControllerState):
                                                  f"{MAX_PARTITIONS}")
                 if rf <= 0:
                     raise InvalidReplicationFactorError(f"topic '{name}': replication factor must be > 0, got {rf}")
-                plan = assign_replicas(brokers=self._racks(), partitions=partitions, replication_factor=rf,
-                                       existing=self._existing_replicas(), topic=name)
+                plan = self._assign(name, partitions=partitions, replication_factor=rf)
             state = TopicState(
                 name=name,
                 partition_states=tuple(PartitionState(tuple(r), r[0], 0, tuple(r), 0) for r in plan),
@@ -111,6 +124,7 @@ class TopicAdmin(ControllerState):
                                                 f"got {sorted(sizes)}")
         for p, replicas in enumerate(plan):
             self._check_replica_list(name, p, replicas)
+            self._check_new_replicas(name, p, replicas)
         return plan
 
     def _check_replica_list(self, name: str, p: int, replicas: list[int]) -> None:
@@ -185,11 +199,11 @@ class TopicAdmin(ControllerState):
                                               "new partition(s)")
                 for i, replicas in enumerate(assignments):
                     self._check_replica_list(name, topic.partitions + i, list(replicas))
+                    self._check_new_replicas(name, topic.partitions + i, list(replicas))
                 plan = [list(r) for r in assignments]
             else:
-                plan = assign_replicas(brokers=self._racks(), partitions=extra,
-                                       replication_factor=topic.replication_factor,
-                                       first_partition=topic.partitions, existing=self._existing_replicas(), topic=name)
+                plan = self._assign(name, partitions=extra, replication_factor=topic.replication_factor,
+                                    first_partition=topic.partitions)
             new = replace(topic, partition_states=topic.partition_states + tuple(
                 PartitionState(tuple(r), r[0], 0, tuple(r), 0) for r in plan))
             if not validate_only:

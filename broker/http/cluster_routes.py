@@ -5,8 +5,10 @@ pushes metadata to `/cluster/v1/metadata`, brokers send it topic changes,
 dynamic broker config changes, ISR changes (AlterPartition), producer-id block requests and controlled
 shutdowns at `/cluster/v1/controller/{op}`. Users and the operator see and
 steer replication under `/admin/v1`: the cluster (brokers, controller),
-partition reassignment with its progress, preferred-leader election, and
-this broker's controlled shutdown (the pod's preStop hook).
+partition reassignment with its progress, preferred-leader election,
+decommissioned brokers (what a scale-down removes: marked first, then drained,
+shrunk once the controller says they hold nothing), and this broker's
+controlled shutdown (the pod's preStop hook).
 
 This module only translates JSON to calls on `broker.cluster` (the
 ClusterMember) and its errors to JSON; it decides nothing. The metadata
@@ -53,6 +55,8 @@ CONTROLLER_OPS = {
     "create_acls": {"acls"},
     "delete_acls": {"filters"},
     "alter_client_quotas": {"entries", "validate_only"},
+    "decommission_broker": {"broker_id", "decommissioned"},
+    "broker_holdings": {"broker_id"},
 }
 
 
@@ -173,6 +177,37 @@ async def elect_leaders(request: web.Request) -> web.Response:
         raise HttpProblem(400, "elect-leaders: 'partitions' needs 'topic'")
     result = await _member(request).call("elect_preferred_leaders", topic=topic, partitions=partitions)
     return json_response(result)
+
+
+def _decommission_target(request: web.Request) -> int:
+    raw = request.match_info["broker_id"]
+    if not raw.isdigit() or not _int32(int(raw)):
+        raise HttpProblem(400, f"broker id must be an integer 0..2^31-1, got {raw!r}")
+    return int(raw)
+
+
+@routes.get("/admin/v1/brokers/{broker_id}/decommission")
+async def broker_holdings(request: web.Request) -> web.Response:
+    """Whether the broker is decommissioned, and what it holds, as the controller has it (not this broker's
+    view, which may lag): `replicas`, `leaders`, the first `partitions`."""
+    broker_id = _decommission_target(request)
+    return json_response(await _member(request).call("broker_holdings", broker_id=broker_id))
+
+
+@routes.post("/admin/v1/brokers/{broker_id}/decommission")
+async def decommission(request: web.Request) -> web.Response:
+    """Decommission a broker: no new replicas or leaders go to it from now on (then move its replicas away)."""
+    broker_id = _decommission_target(request)
+    return json_response(await _member(request).call("decommission_broker", broker_id=broker_id,
+                                                     decommissioned=True))
+
+
+@routes.delete("/admin/v1/brokers/{broker_id}/decommission")
+async def recommission(request: web.Request) -> web.Response:
+    """Recommission a broker: it takes new replicas and leaderships again."""
+    broker_id = _decommission_target(request)
+    return json_response(await _member(request).call("decommission_broker", broker_id=broker_id,
+                                                     decommissioned=False))
 
 
 @routes.post("/admin/v1/controlled-shutdown")

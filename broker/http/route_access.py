@@ -139,6 +139,9 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", f"{ADMIN}/partitions/reassignments"): _cluster(DESCRIBE),
     ("POST", f"{ADMIN}/partitions/elect-leaders"): _cluster(A),
     ("POST", f"{ADMIN}/controlled-shutdown"): _cluster(CA),
+    ("GET", f"{ADMIN}/brokers/{{broker_id}}/decommission"): _cluster(DESCRIBE),
+    ("POST", f"{ADMIN}/brokers/{{broker_id}}/decommission"): _cluster(A),
+    ("DELETE", f"{ADMIN}/brokers/{{broker_id}}/decommission"): _cluster(A),
     # admin API: ACLs (Kafka's DescribeAcls, CreateAcls, DeleteAcls)
     ("GET", f"{ADMIN}/acls"): _cluster(DESCRIBE),
     ("POST", f"{ADMIN}/acls"): _cluster(A),

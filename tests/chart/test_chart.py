@@ -2,7 +2,8 @@
 
 A user installs Kelp with `helm install`; these tests check what they would
 get: a chart that lints strictly, renders valid Kubernetes objects in both
-RBAC modes (every namespace, or a list), runs the operator the way the
+RBAC modes (the release namespace by default, a list, or every namespace),
+grants the operator exactly what it calls, runs the operator the way the
 operator expects (`kelp operator`, kopf's liveness endpoint, Lease election
 with two replicas), and ships exactly the CRDs of crds/.
 """
@@ -94,7 +95,9 @@ def test_missing_service_account_name_is_named(helm_home: Path) -> None:
     assert "serviceAccount.name is required when serviceAccount.create is false" in proc.stderr
 
 
-@pytest.mark.parametrize("sets", [(), ("watchNamespaces={a,b}",)], ids=["all-namespaces", "two-namespaces"])
+@pytest.mark.parametrize("sets", [(), ("watchAnyNamespace=true", "rbac.rackAwareness=true"),
+                                  ("watchNamespaces={a,b}",)],
+                         ids=["release-namespace", "all-namespaces", "two-namespaces"])
 def test_every_rendered_object_is_valid_kubernetes(helm_home: Path, sets: tuple[str, ...]) -> None:
     docs = render(helm_home, *sets)
     assert {d["kind"] for d in docs} >= {"CustomResourceDefinition", "Deployment", "ServiceAccount",
@@ -137,7 +140,7 @@ def test_operator_deployment_defaults(helm_home: Path) -> None:
     assert container["image"] == "kelp:0.1.0"
     assert container["imagePullPolicy"] == "IfNotPresent"
     assert container["command"] == ["kelp", "operator"]
-    assert container["args"] == ["--all-namespaces", "--liveness", "http://0.0.0.0:8081/healthz"]
+    assert container["args"] == ["--namespace", "kelp-system", "--liveness", "http://0.0.0.0:8081/healthz"]
     env = {e["name"]: e for e in container["env"]}
     assert env["KELP_LOG_LEVEL"]["value"] == "INFO"
     assert env["KELP_OPERATOR_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
@@ -178,38 +181,57 @@ def test_values_reach_the_deployment(helm_home: Path) -> None:
     assert pod["nodeSelector"] == {"pool": "ops"}
 
 
-OPERATOR_NEEDS = {
-    ("kelp.dev", "clusters"): {"get", "list", "watch", "patch"},
-    ("kelp.dev", "topics"): {"get", "list", "watch", "patch"},
-    ("kelp.dev", "consumergroups"): {"get", "list", "watch", "patch"},
-    ("kelp.dev", "kelpusers"): {"get", "list", "watch", "patch"},  # patch: the operator's own finalizer
-    ("kelp.dev", "kelpusers/status"): {"patch"},
-    ("kelp.dev", "kelpusers/finalizers"): {"update"},  # the user Secret's owner reference blocks its deletion
-    ("", "secrets"): {"get", "list", "create", "update", "patch", "delete"},  # CAs, certificates, user credentials
-    ("kelp.dev", "clusters/status"): {"patch"},
-    ("kelp.dev", "topics/status"): {"patch"},
-    ("kelp.dev", "consumergroups/status"): {"patch"},
-    ("kelp.dev", "clusters/finalizers"): {"update"},
-    ("apps", "statefulsets"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("", "services"): {"create", "patch", "delete"},
-    ("", "configmaps"): {"get", "list", "watch", "create", "update", "delete"},
+# What the operator calls (issue 32: the chart grants this and nothing more). Children are server-side applied
+# (create, patch); it deletes only pods, Services and NetworkPolicies; kopf watches the kelp.dev kinds and patches
+# their annotations, finalizers and status.
+KINDS = ("clusters", "topics", "consumergroups", "kelpusers")
+OPERATOR_CALLS = {
+    ("kelp.dev", "clusters"): {"get", "list", "watch", "patch", "update"},
+    ("kelp.dev", "topics"): {"get", "list", "watch", "patch", "update"},
+    ("kelp.dev", "consumergroups"): {"get", "list", "watch", "patch", "update"},
+    ("kelp.dev", "kelpusers"): {"get", "list", "watch", "patch", "update"},  # patch: the operator's own finalizer
+    **{("kelp.dev", f"{kind}/status"): {"get", "patch", "update"} for kind in KINDS},
+    # blockOwnerDeletion on the children's owner references needs update on the owner's finalizers
+    **{("kelp.dev", f"{kind}/finalizers"): {"update"} for kind in KINDS},
+    ("", "secrets"): {"get", "list", "create", "patch"},  # CAs, certificates, user credentials; never deleted
+    ("apps", "statefulsets"): {"get", "create", "patch"},
+    ("", "services"): {"get", "list", "create", "patch", "delete"},  # external and HTTP Services switched off
     ("", "serviceaccounts"): {"create", "patch"},
-    ("", "persistentvolumeclaims"): {"get", "list", "patch", "delete"},  # patch: volumes grown in place
+    ("", "persistentvolumeclaims"): {"get", "patch"},  # volumes grown in place
     ("", "pods"): {"get", "list", "watch", "delete", "patch"},  # rolling restarts, manual-rolling-update marks
     ("", "events"): {"get", "create", "patch"},  # one Event per decision, its count bumped when repeated
+    ("events.k8s.io", "events"): {"get", "create", "patch"},
     ("rbac.authorization.k8s.io", "roles"): {"create", "patch"},
     ("rbac.authorization.k8s.io", "rolebindings"): {"create", "patch"},
     ("policy", "poddisruptionbudgets"): {"create", "patch"},
     ("networking.k8s.io", "networkpolicies"): {"get", "create", "patch", "delete"},  # spec.networkPolicy
-    ("coordination.k8s.io", "leases"): {"get", "list", "watch", "create", "update", "delete"},
 }
+
+
+def _broker_role_rights() -> dict[tuple[str, str], set[str]]:
+    """What the broker Role grants: RBAC's escalation check makes its creator hold it too."""
+    from kelp.operator.builders import role
+    from kelp.operator.spec import ClusterSpec
+
+    return rules_of(role(ClusterSpec.from_resource({"metadata": {"name": "demo", "namespace": "ns"}, "spec": {}})))
+
+
+def operator_needs() -> dict[tuple[str, str], set[str]]:
+    needs = {k: set(v) for k, v in OPERATOR_CALLS.items()}
+    for res, verbs in _broker_role_rights().items():
+        needs[res] = needs.get(res, set()) | verbs
+    return needs
+
+
 CLUSTER_SCOPED_NEEDS = {
-    ("", "namespaces"): {"list", "watch"},
-    ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
+    ("", "namespaces"): {"get", "list", "watch"},
+    ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
     ("storage.k8s.io", "storageclasses"): {"get"},  # may a broker volume grow in place?
-    # rack.topologyKey: server-side apply of the shared ClusterRole and a per-Cluster binding, the resync's
-    # clean-up of bindings whose Cluster is gone, and (RBAC's escalation check) what the ClusterRole grants.
-    ("rbac.authorization.k8s.io", "clusterroles"): {"create", "patch"},
+}
+# rbac.rackAwareness: server-side apply of the shared ClusterRole and a per-Cluster binding, the resync's
+# clean-up of bindings whose Cluster is gone, and (RBAC's escalation check) what the ClusterRole grants.
+RACK_NEEDS = {
+    ("rbac.authorization.k8s.io", "clusterroles"): {"create", "get", "patch"},
     ("rbac.authorization.k8s.io", "clusterrolebindings"): {"list", "create", "patch", "delete"},
     **{(group, res): set(rule["verbs"]) for rule in rack_cluster_role()["rules"]
        for group in rule["apiGroups"] for res in rule["resources"]},
@@ -221,13 +243,48 @@ def _missing(granted: dict[tuple[str, str], set[str]], needs: dict) -> dict:
             if verbs - granted.get(res, set())}
 
 
-def test_rbac_all_namespaces(helm_home: Path) -> None:
+def _beyond(granted: dict[tuple[str, str], set[str]], needs: dict) -> dict:
+    return {res: verbs - needs.get(res, set()) for res, verbs in granted.items() if verbs - needs.get(res, set())}
+
+
+def test_the_chart_grants_what_the_operator_calls_and_nothing_more(helm_home: Path) -> None:
+    # Issue 32, item 6: delete on Secrets, PVCs, StatefulSets and more, which the code never does.
+    for sets in ((), ("watchAnyNamespace=true",), ("watchNamespaces={a,b}",), ("certManager.enabled=true",)):
+        docs = render(helm_home, *sets)
+        for role in by_kind(docs, "Role") + by_kind(docs, "ClusterRole"):
+            granted = rules_of(role)
+            if ("kelp.dev", "clusters") not in granted:
+                continue  # the election Role, or the cluster-scoped reads alone
+            granted = {k: v for k, v in granted.items() if k not in CLUSTER_SCOPED_NEEDS}
+            certs = {("cert-manager.io", "certificates"): {"get", "create", "patch"}}
+            assert _beyond(granted, operator_needs() | certs) == {}, (sets, role["metadata"]["name"])
+            assert _missing(granted, operator_needs()) == {}, (sets, role["metadata"]["name"])
+    # No cluster-wide write at all unless rack awareness is asked for.
+    (cluster_role,) = by_kind(render(helm_home), "ClusterRole")
+    assert rules_of(cluster_role) == CLUSTER_SCOPED_NEEDS
+    (cluster_role,) = by_kind(render(helm_home, "rbac.rackAwareness=true"), "ClusterRole")
+    assert rules_of(cluster_role) == CLUSTER_SCOPED_NEEDS | RACK_NEEDS
+
+
+def test_rbac_is_namespaced_by_default(helm_home: Path) -> None:
     docs = render(helm_home)
+    (deploy,) = by_kind(docs, "Deployment")
+    assert deploy["spec"]["template"]["spec"]["containers"][0]["args"][:2] == ["--namespace", "kelp-system"]
+    roles = {(r["metadata"]["namespace"], r["metadata"]["name"]) for r in by_kind(docs, "Role")}
+    assert roles == {("kelp-system", "kelp")}, "the release namespace alone, its Lease included"
+    (binding,) = by_kind(docs, "RoleBinding")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kelp", "namespace": "kelp-system"}]
+
+
+def test_rbac_all_namespaces(helm_home: Path) -> None:
+    docs = render(helm_home, "watchAnyNamespace=true", "watchNamespaces={ignored}", "rbac.rackAwareness=true")
     assert not by_kind(docs, "Role") and not by_kind(docs, "RoleBinding")
     (role,) = by_kind(docs, "ClusterRole")
     (binding,) = by_kind(docs, "ClusterRoleBinding")
+    (deploy,) = by_kind(docs, "Deployment")
+    assert deploy["spec"]["template"]["spec"]["containers"][0]["args"][0] == "--all-namespaces"
     assert role["metadata"]["name"] == "kelp-kelp-system"
-    assert _missing(rules_of(role), OPERATOR_NEEDS | CLUSTER_SCOPED_NEEDS) == {}
+    assert _missing(rules_of(role), operator_needs() | CLUSTER_SCOPED_NEEDS | RACK_NEEDS) == {}
     assert not {"bind", "escalate", "*"} & set().union(*rules_of(role).values())
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kelp", "namespace": "kelp-system"}]
@@ -242,7 +299,7 @@ def test_rbac_listed_namespaces(helm_home: Path) -> None:
     bindings = {(b["metadata"]["namespace"], b["metadata"]["name"]): b for b in by_kind(docs, "RoleBinding")}
     assert set(roles) == set(bindings) == {("a", "kelp"), ("b", "kelp"), ("kelp-system", "kelp-election")}
     for ns in ("a", "b"):
-        assert _missing(rules_of(roles[(ns, "kelp")]), OPERATOR_NEEDS) == {}
+        assert _missing(rules_of(roles[(ns, "kelp")]), operator_needs()) == {}
         assert bindings[(ns, "kelp")]["subjects"][0] == {
             "kind": "ServiceAccount", "name": "kelp", "namespace": "kelp-system"}
     election = rules_of(roles[("kelp-system", "kelp-election")])
@@ -258,9 +315,9 @@ def test_rbac_release_namespace_among_watched_needs_no_election_role(helm_home: 
 def test_cert_manager_certificates_only_when_asked(helm_home: Path) -> None:
     """Clusters with spec.tls.issuerRef: the operator writes cert-manager Certificates (certManager.enabled)."""
     certificates = ("cert-manager.io", "certificates")
-    (role,) = by_kind(render(helm_home), "ClusterRole")
+    (role,) = by_kind(render(helm_home, "watchAnyNamespace=true"), "ClusterRole")
     assert certificates not in rules_of(role)
-    (role,) = by_kind(render(helm_home, "certManager.enabled=true"), "ClusterRole")
-    assert {"get", "create", "patch", "delete"} <= rules_of(role)[certificates]
+    (role,) = by_kind(render(helm_home, "certManager.enabled=true", "watchAnyNamespace=true"), "ClusterRole")
+    assert {"get", "create", "patch"} <= rules_of(role)[certificates]
     roles = by_kind(render(helm_home, "certManager.enabled=true", "watchNamespaces={a}"), "Role")
     assert certificates in rules_of(next(r for r in roles if r["metadata"]["namespace"] == "a"))

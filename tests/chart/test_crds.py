@@ -36,7 +36,8 @@ STATUS_FIELDS = {
 }
 SPEC_FIELDS = {
     "Cluster": {"brokers", "image", "imagePullPolicy", "storage", "resources", "config", "rack", "listeners",
-                "reassignment", "podTemplate", "podDisruptionBudget", "authorization", "tls", "networkPolicy", "http"},
+                "reassignment", "restart", "podTemplate", "podDisruptionBudget", "authorization", "tls",
+                "networkPolicy", "http"},
     "Topic": {"cluster", "topicName", "partitions", "replicationFactor", "config", "deletePolicy"},
     "ConsumerGroup": {"cluster", "groupId", "resetOffsets"},
     "KelpUser": {"cluster", "authentication", "authorization"},

@@ -93,6 +93,7 @@ def test_cluster_defaults(schemas: dict[str, dict], spec: dict | None) -> None:
         "config": {},
         "listeners": {"kafkaPort": 9092, "httpPort": 8080, "advertise": "dns"},
         "reassignment": {"stallTimeoutSeconds": 300},
+        "restart": {"podReadyTimeoutSeconds": 300},
     }
     validate(_resource("Cluster", spec), schemas)
 

@@ -91,7 +91,10 @@ def test_scrape_configs_select_each_broker_pod_once(tmp_path: Path) -> None:
     assert selected == ["demo-brokers"]
     assert "http" in {p["name"] for p in services[[s["metadata"]["name"] for s in services].index("demo-brokers")]
                       ["spec"]["ports"]}
-    assert one(render(tmp_path, *ALL_ON), "PodMonitor")["spec"]["namespaceSelector"] == {"any": True}
+    everywhere = one(render(tmp_path, *ALL_ON, "watchAnyNamespace=true"), "PodMonitor")
+    assert everywhere["spec"]["namespaceSelector"] == {"any": True}
+    # By default the operator watches its own namespace, and so does the PodMonitor.
+    assert one(render(tmp_path, *ALL_ON), "PodMonitor")["spec"]["namespaceSelector"] == {"matchNames": ["kelp-system"]}
 
 
 def test_the_dashboard_is_valid_and_queries_only_exported_metrics(tmp_path: Path) -> None:

@@ -146,6 +146,22 @@ def test_consumer_offsets_out_of_range_are_422(kelp) -> None:
         call("DELETE", uri)
 
 
+def test_decommission_routes_name_a_bad_broker_id_and_answer_the_controllers_view(kelp) -> None:
+    # Issue 32: the routes the operator's scale-down uses. A bad id is a 400 naming it, never a 500.
+    for bad in ("abc", "-1", "1.5", "99999999999"):
+        for method in ("GET", "POST", "DELETE"):
+            reply = call(method, f"{kelp.http_url}/admin/v1/brokers/{bad}/decommission")
+            assert reply.status == 400, reply
+            assert "broker id" in problem(reply)["message"]
+    base = f"{kelp.http_url}/admin/v1/brokers/5/decommission"  # an id no broker registered yet: markable
+    marked = call("POST", base).json()
+    assert marked["decommissioned"] and not marked["registered"] and marked["replicas"] == 0, marked
+    assert call("GET", f"{kelp.http_url}/admin/v1/cluster").json()["decommissioned"] == [5]
+    assert call("GET", base).json()["decommissioned"]
+    assert not call("DELETE", base).json()["decommissioned"]
+    assert call("GET", f"{kelp.http_url}/admin/v1/cluster").json()["decommissioned"] == []
+
+
 # -- item 7: what one request may hold -----------------------------------------------------
 
 def test_body_over_http_request_max_bytes_is_413_naming_the_key(kelp) -> None:

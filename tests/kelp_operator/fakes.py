@@ -181,13 +181,19 @@ def statefulset(name: str, replicas: int, *, ready: int | None = None, revision:
                        "observedGeneration": 1, "updateRevision": revision}}
 
 
-def broker_pod(cluster: str, n: int, *, revision: str = "rev-1", ready: bool = True) -> dict:
+def broker_pod(cluster: str, n: int, *, revision: str = "rev-1", ready: bool = True,
+               waiting: str | None = None) -> dict:
+    """Broker pod n; `waiting` is its container's waiting reason (CrashLoopBackOff, ...) when given."""
+    status: dict[str, Any] = {"podIP": f"10.1.0.{n + 1}",
+                              "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    if waiting:
+        status["containerStatuses"] = [{"name": "kelp", "ready": False, "restartCount": 3,
+                                        "state": {"waiting": {"reason": waiting}}}]
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": f"{cluster}-{n}", "namespace": "ns",
                          "labels": {"app.kubernetes.io/name": "kelp", "app.kubernetes.io/instance": cluster,
                                     "app.kubernetes.io/component": "broker", "controller-revision-hash": revision}},
-            "status": {"podIP": f"10.1.0.{n + 1}",
-                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+            "status": status}
 
 
 class FakeAdmin(BrokerAdmin):
@@ -220,6 +226,25 @@ class FakeAdmin(BrokerAdmin):
         # (what PUT carried: iterations, salt, saltedPassword — never a password).
         self.acls: list[dict] = []
         self.scram: dict[str, dict[str, dict]] = {}
+        # Issue 32: decommissioned broker ids; like the controller, nothing new is placed on them.
+        self.decommissioned: set[int] = set()
+
+    def placeable(self) -> list[int]:
+        return [b for b in self.brokers if b not in self.decommissioned]
+
+    def create_everywhere(self, name: str, partitions: int = 3) -> None:
+        """A topic created by someone else (an application auto-creating it): RF 3 over the brokers that take
+        new replicas, as the controller places it."""
+        live = self.placeable()
+        self.topics[name] = [{"replicas": [live[(i + k) % len(live)] for k in range(min(3, len(live)))],
+                              "isr": [live[(i + k) % len(live)] for k in range(min(3, len(live)))]}
+                             for i in range(partitions)]
+
+    def held(self, broker: int) -> dict:
+        held = [f"{n}-{i}" for n, ps in sorted(self.topics.items()) for i, p in enumerate(ps)
+                if broker in p["replicas"] or broker in p.get("adding", [])]
+        return {"broker_id": broker, "decommissioned": broker in self.decommissioned, "registered": True,
+                "alive": broker in self.brokers, "replicas": len(held), "leaders": 0, "partitions": held[:100]}
 
     def describe(self, name: str) -> dict:
         parts = []
@@ -239,7 +264,15 @@ class FakeAdmin(BrokerAdmin):
             raise AdminError(0, f"no broker reachable for {method} {path} (fake: unreachable)")
         self.fail(method, path, body)
         if (method, path) == ("GET", "/admin/v1/cluster"):
-            return {"controller": self.controller, "brokers": [{"id": b, "rack": None} for b in self.brokers]}
+            return {"controller": self.controller, "brokers": [{"id": b, "rack": None} for b in self.brokers],
+                    "decommissioned": sorted(self.decommissioned)}
+        if path.startswith("/admin/v1/brokers/") and path.endswith("/decommission"):
+            broker = int(path.split("/")[4])
+            if method == "POST":
+                self.decommissioned.add(broker)
+            elif method == "DELETE":
+                self.decommissioned.discard(broker)
+            return self.held(broker)
         if (method, path) == ("GET", "/admin/v1/topics"):
             return {"topics": [{"name": n, "internal": False} for n in sorted(self.topics)]}
         if method == "GET" and path.startswith("/admin/v1/topics/"):
@@ -254,7 +287,7 @@ class FakeAdmin(BrokerAdmin):
                 self._reassign(move["topic"], move["partition"], move["replicas"])
             return {"partitions": []}
         if (method, path) == ("POST", "/admin/v1/topics"):
-            self.topics[body["name"]] = [{"replicas": [self.brokers[0]], "isr": [self.brokers[0]]}
+            self.topics[body["name"]] = [{"replicas": [self.placeable()[0]], "isr": [self.placeable()[0]]}
                                          for _ in range(int(body.get("partitions") or 1))]
             return self.describe(body["name"])
         if method == "PUT" and path.endswith("/configs"):
@@ -262,7 +295,7 @@ class FakeAdmin(BrokerAdmin):
         if method == "POST" and path.startswith("/admin/v1/topics/") and path.endswith("/partitions"):
             name = path.split("/")[4]
             while len(self.topics[name]) < int(body["partitions"]):
-                self.topics[name].append({"replicas": [self.brokers[0]], "isr": [self.brokers[0]]})
+                self.topics[name].append({"replicas": [self.placeable()[0]], "isr": [self.placeable()[0]]})
             return self.describe(name)
         if method == "DELETE" and path.startswith("/admin/v1/topics/"):
             name = path.rsplit("/", 1)[1]
@@ -368,6 +401,9 @@ class FakeAdmin(BrokerAdmin):
         if p.get("adding") or p.get("removing"):
             raise AdminError(400, f"{topic}-{partition} is already moving; cancel it first")
         original = p["replicas"]
+        if set(replicas) - set(original) & self.decommissioned:
+            raise AdminError(400, f"{topic}-{partition}: broker(s) {sorted(self.decommissioned)} are decommissioned",
+                             ErrorCode.INVALID_REPLICA_ASSIGNMENT)
         p["adding"] = [r for r in replicas if r not in original]
         p["removing"] = [r for r in original if r not in replicas]
         p["replicas"] = list(replicas) + p["removing"]

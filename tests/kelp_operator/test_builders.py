@@ -58,6 +58,16 @@ def test_empty_spec_is_three_brokers_with_the_crd_defaults() -> None:
     assert container["resources"] == {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}}
 
 
+def test_claims_are_kept_unless_delete_claim_says_otherwise() -> None:
+    # Issue 32, item 8: the claims (the brokers' data) were always kept, with no way to say otherwise.
+    kept = stateful_set(ClusterSpec.from_resource(cluster({})))
+    assert kept["spec"]["persistentVolumeClaimRetentionPolicy"] == {"whenDeleted": "Retain", "whenScaled": "Retain"}
+    gone = stateful_set(ClusterSpec.from_resource(cluster({"storage": {"size": "10Gi", "deleteClaim": True}})))
+    assert gone["spec"]["persistentVolumeClaimRetentionPolicy"] == {"whenDeleted": "Delete", "whenScaled": "Delete"}
+    kubernetes_validate.validate(gone, K8S_VERSION, strict=True)
+    assert gone["spec"]["template"] == kept["spec"]["template"], "switching it restarts no pod"
+
+
 def test_broker_pod_runs_as_the_image_user_with_probes_and_controlled_shutdown() -> None:
     spec = ClusterSpec.from_resource(cluster({"listeners": {"kafkaPort": 19092, "httpPort": 18080},
                                               "storage": {"size": "2Gi", "storageClassName": "fast"}}))

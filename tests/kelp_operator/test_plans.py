@@ -56,3 +56,35 @@ def test_rebalance_fills_new_brokers_with_the_fewest_moves() -> None:
     assert all(len(set(p["replicas"])) == 3 for p in after)
     assert all(m["replicas"][0] == before[m["partition"]]["replicas"][0] for m in plan), "leaders should not move"
     assert rebalance_plan(after, [0, 1, 2, 3, 4]) == []  # balanced: nothing more to do
+
+
+GiB = 2**30
+
+
+def test_drain_moves_only_what_fits_the_staying_brokers_disks() -> None:
+    # Issue 32, item 5: the drain ignored disk space. Broker 3 leaves with a 6 GiB partition and a 1 GiB one;
+    # broker 0 (the least loaded by replica count) has 2 GiB free, broker 1 has 7 GiB free.
+    before = [{"topic": "big", "partition": 0, "replicas": [3, 2], "size_bytes": 6 * GiB},
+              {"topic": "small", "partition": 0, "replicas": [3, 2], "size_bytes": 1 * GiB},
+              {"topic": "other", "partition": 0, "replicas": [1, 2], "size_bytes": 3 * GiB}]
+    capacity = {0: 2 * GiB, 1: 11 * GiB, 2: 100 * GiB}  # what each staying broker's volume holds
+    plan = drain_plan(before, keep=[0, 1, 2], capacity=capacity)
+    targets = {m["topic"]: m["replicas"] for m in plan}
+    assert targets["big"] == [1, 2], "6 GiB only fits broker 1 (3 used of 11, filled to 85% at most)"
+    assert targets["small"] == [0, 2], "1 GiB fits broker 0, the least loaded"
+    # Nowhere to put it: refused, naming the partition, its size and the free space, before anything moves.
+    with pytest.raises(DrainBlocked, match=r"big-0 \(6\.0 GiB\).*broker 0: 2\.0 GiB free of 2\.0 GiB; "
+                                           r"broker 1: 1\.0 GiB free of 4\.0 GiB"):
+        drain_plan(before, keep=[0, 1, 2], capacity={0: 2 * GiB, 1: 4 * GiB, 2: 100 * GiB})
+
+
+def test_drain_avoids_brokers_a_cancelled_move_stalled_on() -> None:
+    # After `kelp.dev/reassignment=cancel` the next pass planned the very same moves onto the broker they stalled on.
+    before = parts({"orders": [[3, 1], [3, 2]]})
+    first = drain_plan(before, keep=[0, 1, 2])
+    stalled = {r for m in first for r in m["replicas"] if r in (0, 1, 2)} - {1, 2}
+    assert stalled == {0}, first
+    again = drain_plan(before, keep=[0, 1, 2], avoid={0})
+    assert all(0 not in m["replicas"] for m in again), again
+    # Avoiding is a preference: with no other broker left it is still used.
+    assert drain_plan(parts({"t": [[3, 1, 2]]}), keep=[0, 1, 2], avoid={0})[0]["replicas"] == [0, 1, 2]

@@ -132,3 +132,24 @@ def test_broker_without_its_node_name_refuses_to_start_saying_what_to_set(tmp_pa
     assert proc.returncode == 1 and "no Kubernetes API credentials to read node 'node-1'" in proc.stderr, \
         proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
+
+
+def test_without_the_charts_rack_rbac_the_cluster_says_how_to_get_it() -> None:
+    # Issue 32, item 6: the chart grants ClusterRole/ClusterRoleBinding rights only with rbac.rackAwareness.
+    from kelp.operator.reconcile import reconcile_cluster
+    from tests.kelp_operator.fakes import FakeAdmin, admin_of
+
+    body = resource("Cluster", "demo", {"rack": {"topologyKey": ZONE}})
+    kube = FakeKube(body)
+
+    async def forbidden(*_args) -> None:
+        raise KubeApiError(403, 'clusterroles.rbac.authorization.k8s.io "kelp-broker-rack" is forbidden')
+    kube.hooks[("apply", "ClusterRole")] = forbidden
+    _, conds = asyncio.run(reconcile_cluster(body, kube, admin_of(FakeAdmin(brokers=[]))))
+    progressing = next(c for c in conds if c["type"] == "Progressing")
+    assert progressing["reason"] == "ApplyRefused" and "rbac.rackAwareness=true" in progressing["message"]
+
+    async def cannot_list(*_args) -> None:
+        raise KubeApiError(403, "clusterrolebindings is forbidden")
+    kube.hooks[("list", "ClusterRoleBinding")] = cannot_list
+    assert asyncio.run(collect_rack_bindings(kube, None)) == [], "no rights, no bindings of ours: nothing to do"

@@ -30,6 +30,8 @@ class Cluster:
             {"replicas": [1, 2], "isr": [1, 2]}, {"replicas": [3, 1], "isr": [3, 1]}]})
 
     def reconcile(self, now: float) -> list[dict]:
+        # Each pass reads the object afresh, as the runner does: annotations the last pass wrote included.
+        self.body["metadata"]["annotations"] = dict(self.annotations())
         result = asyncio.run(reconcile_cluster(self.body, self.kube, admin_of(self.admin),
                                                clock_ms=lambda: int(now * 1000)))
         self.body["status"] = {**self.body["status"], **status_patch(self.body, result)}
@@ -73,10 +75,18 @@ def test_a_move_without_progress_is_reported_after_the_deadline_and_cancel_gets_
     # Back on brokers 3 and 1 (the controller's cancel keeps the set; see docs/operator.md on the order).
     assert sorted(c.admin.topics["orders"][1]["replicas"]) == [1, 3] and "kelp.dev/reassignment" not in c.annotations()
     assert "reassignment" not in c.body["status"]
-    # The drain is still wanted: the next pass plans it again, with a fresh deadline.
+    # The drain is still wanted: the next pass plans it again, with a fresh deadline — and not onto broker 0,
+    # which the cancelled move stalled on (issue 32, item 5: the same move came back and stalled again).
+    assert c.annotations()["kelp.dev/drain-avoid"] == "0" and "avoids broker(s) [0]" in cancelled["message"]
     assert progressing(c.reconcile(T0 + 240))["reason"] == "Draining"
     assert len(c.admin.reassign_calls()) == 3
+    assert c.admin.reassign_calls()[-1] == {"partitions": [{"topic": "orders", "partition": 1, "replicas": [1, 2]}]}
     assert c.body["status"]["reassignment"]["lastProgressTime"] == "2027-01-15T08:04:00Z"
+    # Once the drain is done the mark goes.
+    c.admin.complete("orders", 1)
+    c.reconcile(T0 + 250)
+    assert c.kube.objects[("StatefulSet", "ns", "demo")]["spec"]["replicas"] == 3
+    assert "kelp.dev/drain-avoid" not in c.annotations()
 
 
 def test_retry_cancels_and_submits_the_same_moves_again() -> None:

@@ -219,3 +219,8 @@ def test_cluster_children_are_applied_and_status_says_pods_are_missing() -> None
     _, conds = run(lambda s: reconcile_cluster(bad, kube, admin_factory(s, "http://127.0.0.1:9")))
     assert ready(conds)["reason"] == "InvalidSpec" and "log.dirs" in ready(conds)["message"]
     assert kube.applied == []  # nothing changes while the spec is wrong
+    # Issue 32, item 8: every condition a valid pass wrote is replaced, so an old Degraded=False (or RackAware)
+    # does not stay claiming health nobody observed.
+    by_type = {c["type"]: c for c in conds}
+    assert set(by_type) >= {"Ready", "Progressing", "Degraded"}, conds
+    assert by_type["Degraded"]["status"] == "Unknown" and by_type["Degraded"]["reason"] == "InvalidSpec"

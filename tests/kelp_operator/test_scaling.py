@@ -20,11 +20,11 @@ from tests.kelp_operator.fakes import FakeKube, resource
 pytestmark = pytest.mark.clients
 
 
-def reconcile(body: dict, kube: FakeKube, urls: list[str]):
+def reconcile(body: dict, kube: FakeKube, urls: list[str], admin_cls: type[BrokerAdmin] = BrokerAdmin):
     async def go():
         async with aiohttp.ClientSession() as session:
             async def admin_for(_spec):
-                return BrokerAdmin(session, urls)
+                return admin_cls(session, urls)
             return await reconcile_cluster(body, kube, admin_for)
     return asyncio.run(go())
 
@@ -96,3 +96,56 @@ def test_scale_down_drains_first_and_scale_up_spreads_replicas(cluster_factory) 
                for p in kube.patches)
     cluster.wait_for("replicas on broker 2 again", lambda: holders(cluster, 2), timeout=60)
     assert REBALANCE_ANNOTATION not in body["metadata"].get("annotations", {})
+
+
+def test_topics_created_while_draining_never_land_on_the_broker_that_goes(cluster_factory) -> None:
+    """Issue 32, item 1, on real brokers: the scale-down decommissions broker 2 first, so the controller places no
+    topic created meanwhile on it; a topic created in the window before the mark (after the pass observed the
+    cluster) is caught by the controller's answer right before the shrink, and drained too. Once the pod is gone
+    (the broker stopped), every partition is still fully replicated on the brokers that stay."""
+    cluster = cluster_factory(3, settings={"offsets.topic.replication.factor": 2, "default.replication.factor": 2})
+    urls = [b.http_url for b in cluster.brokers]
+    cluster.admin("/admin/v1/topics", "POST", {"name": "orders", "partitions": 6, "replication_factor": 2})
+    cluster.wait_fully_replicated("orders")
+    raced: list[str] = []
+
+    class RacingAdmin(BrokerAdmin):
+        """An application creates a topic just before the operator's first decommission reaches the controller."""
+
+        async def request(self, method, path, body=None, *, urls=None):
+            if method == "POST" and path.endswith("/decommission") and not raced:
+                raced.append("race")
+                cluster.admin("/admin/v1/topics", "POST", {"name": "race", "partitions": 6, "replication_factor": 2})
+            return await super().request(method, path, body, urls=urls)
+
+    body = resource("Cluster", "demo", {"brokers": 2})
+    kube = FakeKube(body, {"apiVersion": "apps/v1", "kind": "StatefulSet",
+                           "metadata": {"name": "demo", "namespace": "ns", "generation": 1},
+                           "spec": {"replicas": 3}, "status": {"readyReplicas": 3, "updatedReplicas": 3,
+                                                               "observedGeneration": 1}})
+    at_shrink: list[dict] = []
+
+    async def on_apply(manifest) -> None:
+        if manifest["kind"] == "StatefulSet" and manifest["spec"]["replicas"] == 2:
+            at_shrink.append(cluster.admin("/admin/v1/brokers/2/decommission"))
+    kube.hooks[("apply", "StatefulSet")] = on_apply
+    _, conds = reconcile(body, kube, urls, RacingAdmin)
+    assert raced and "race" in {t["name"] for t in cluster.admin("/admin/v1/topics")["topics"]}
+    assert any(p.startswith("race-") for p in holders(cluster, 2)), "the race topic landed on broker 2"
+    assert sts(kube)["spec"]["replicas"] == 3 and at_shrink == []
+    assert cluster.admin("/admin/v1/cluster")["decommissioned"] == [2]
+    created = []
+
+    def drained():
+        created.append(f"auto-{len(created)}")  # an application keeps creating topics while the drain runs
+        cluster.admin("/admin/v1/topics", "POST", {"name": created[-1], "partitions": 4, "replication_factor": 2})
+        reconcile(body, kube, urls)
+        return sts(kube)["spec"]["replicas"] == 2
+    cluster.wait_for("broker 2 drained and the StatefulSet shrunk", drained, timeout=90, interval=0.5)
+    assert len(at_shrink) == 1 and at_shrink[0]["replicas"] == 0 and at_shrink[0]["decommissioned"], at_shrink
+    assert holders(cluster, 2) == []
+    # The pod goes: nothing is offline or under-replicated on the two brokers that stay.
+    cluster.stop_process(cluster[2])
+    for name in ["orders", "race", *created]:
+        topic = cluster.wait_fully_replicated(name)
+        assert all(2 not in p["replicas"] and p["leader"] in (0, 1) for p in topic["partitions"]), topic

@@ -96,3 +96,41 @@ def test_quantities() -> None:
     assert parse_quantity("20Gi") > parse_quantity("21G") > parse_quantity("19Gi")
     with pytest.raises(ValueError, match="not a storage quantity"):
         parse_quantity("ten gigs")
+
+
+def resize_pending(claim: dict) -> dict:
+    """A claim whose volume grew but whose filesystem grows only when its pod restarts (an offline-resize driver)."""
+    claim["spec"]["resources"]["requests"]["storage"] = "20Gi"
+    claim["status"]["conditions"] = [{"type": "FileSystemResizePending", "status": "True",
+                                      "message": "Waiting for user to (re-)start a pod to finish file system resize"}]
+    return claim
+
+
+def test_a_volume_waiting_for_a_restart_gets_one_under_the_roll_rule() -> None:
+    # Issue 32, item 8: the claim said FileSystemResizePending and the Cluster said ExpandingVolumes forever.
+    claims = [pvc(0, "20Gi"), resize_pending(pvc(1, "10Gi")), pvc(2, "20Gi")]
+    body, kube = cluster_with("20Gi", storage_class("expandable", True), *claims)
+    admin = FakeAdmin(brokers=[0, 1, 2], controller=0, topics={"t": [{"replicas": [0, 1, 2], "isr": [0, 1, 2]}]})
+    conds = asyncio.run(reconcile_cluster(body, kube, admin_of(admin)))[1]
+    pod = kube.objects.get(("Pod", "ns", "demo-1"))
+    assert pod is None or (pod["metadata"].get("annotations") or {}).get("kelp.dev/manual-rolling-update") == "true"
+    assert ("Pod", "demo-1") in kube.deleted, "the pod restarts, one at a time, to finish the resize"
+    assert kube.events("VolumeResizeRestart")
+    assert progressing(conds)["reason"] == "RollingRestart", progressing(conds)
+
+
+def test_growing_volumes_do_not_hide_a_blocked_roll() -> None:
+    # ExpandingVolumes took the Progressing condition from every other step: a roll blocked on min.insync (or a
+    # drain blocked on a dead broker) was never shown while a volume grew.
+    claims = [pvc(n, "10Gi") for n in range(3)]
+    for c in claims:
+        c["spec"]["resources"]["requests"]["storage"] = "20Gi"  # asked to grow; the driver has not finished
+    body = resource("Cluster", "demo", {"brokers": 3, "storage": {"size": "20Gi"}})
+    kube = FakeKube(body, storage_class("expandable", True), *claims,
+                    statefulset("demo", 3, storage="10Gi", storage_class="expandable", revision="rev-2"),
+                    *(broker_pod("demo", n, revision="rev-1") for n in range(3)))
+    admin = FakeAdmin(brokers=[0, 1, 2], controller=0, topics={
+        "orders": [{"replicas": [0, 1, 2], "isr": [1, 2]}, {"replicas": [1, 2, 0], "isr": [1, 0]}]})
+    conds = asyncio.run(reconcile_cluster(body, kube, admin_of(admin)))[1]
+    p = progressing(conds)
+    assert (p["status"], p["reason"]) == ("False", "RestartBlocked"), p

@@ -31,17 +31,23 @@ def _ip(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=20)
 
 
+def add_local_address(link: str, address: str) -> None:
+    """Put `address` on a veth pair of its own named `link` (a host-local address pods reach through their default
+    route, the node's bridge); `ip link del <link>` removes it."""
+    for args in (("link", "add", link, "type", "veth", "peer", "name", link + "p"),
+                 ("addr", "add", f"{address}/32", "dev", link),
+                 ("link", "set", link + "p", "up"), ("link", "set", link, "up")):
+        out = _ip(*args)
+        if out.returncode != 0:
+            _ip("link", "del", link)
+            raise RuntimeError(f"`ip {' '.join(args)}` failed: {out.stderr.strip()}")
+
+
 class ApiForwarder:
     def __init__(self, *, name: str, api_port: int, service_ip: str = SERVICE_IP, listen_port: int = 443) -> None:
         self.link = name
         self.target = ("127.0.0.1", api_port)
-        for args in (("link", "add", name, "type", "veth", "peer", "name", name + "p"),
-                     ("addr", "add", f"{service_ip}/32", "dev", name),
-                     ("link", "set", name + "p", "up"), ("link", "set", name, "up")):
-            out = _ip(*args)
-            if out.returncode != 0:
-                _ip("link", "del", name)
-                raise RuntimeError(f"`ip {' '.join(args)}` failed: {out.stderr.strip()}")
+        add_local_address(name, service_ip)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:

@@ -7,7 +7,11 @@ module answers it from plain data, so the same checker judges every case
 and its own tests can show it catches each kind of violation:
 
 - every acknowledged record is in the log, at the partition and offset its
-  acknowledgement named, with its value (else it is *lost*);
+  acknowledgement named, with its value (else it is *lost*). An
+  acknowledgement without an offset (confluent-kafka's delivery report can
+  carry none: librdkafka's idempotent producer confirms the messages of a
+  request whose answer it never got once a later request of the partition
+  succeeds) requires the value in that partition instead;
 - no produced value is stored twice (*duplicated*);
 - per partition, each producer's records are stored in the order it sent
   them (*reordered*);
@@ -53,7 +57,7 @@ class Acked:
     """A record the producer's delivery report confirmed (acks=all)."""
 
     partition: int
-    offset: int
+    offset: int | None  # None: confirmed without an offset (see the module's docstring)
     value: bytes
 
 
@@ -62,7 +66,7 @@ class Consumed:
     """A record the consumer group was served."""
 
     partition: int
-    offset: int
+    offset: int | None  # None: confirmed without an offset (see the module's docstring)
     value: bytes
 
 
@@ -106,8 +110,11 @@ def check_records(*, acked: Sequence[Acked], log: Mapping[int, Sequence[tuple[in
             where[value].append((p, offset))
             v.stored += 1
     for a in acked:
-        stored = at.get((a.partition, a.offset))
-        if stored != a.value:
+        if a.offset is None:
+            kept = any(p == a.partition for p, _ in where.get(a.value, ()))
+        else:
+            kept = at.get((a.partition, a.offset)) == a.value
+        if not kept:
             elsewhere = where.get(a.value)
             found = f"stored at {elsewhere}" if elsewhere else "stored nowhere"
             v.lost.append(f"{a.value.decode(errors='replace')} acked at {a.partition}@{a.offset}, {found}")

@@ -332,6 +332,23 @@ class ChurnEnv:
                 last = f"{ip}: {exc}"
         raise AssertionError(f"admin GET {path}: no broker answered ({last})")
 
+    def post_admin(self, path: str, body: Any) -> Any:
+        """POST to the brokers' admin API at the first ready pod that answers (an application's call)."""
+        last = "no ready broker pod"
+        for ip in self.ready_ips():
+            req = urllib.request.Request(f"http://{ip}:8080{path}", data=json.dumps(body).encode(), method="POST",
+                                         headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=15) as resp:
+                    return json.loads(resp.read())
+            except urllib.error.HTTPError as exc:
+                last = f"{ip}: HTTP {exc.code} {exc.read()[:200]!r}"
+                if exc.code < 500 and exc.code not in (421, 503):
+                    break
+            except (urllib.error.URLError, OSError, ValueError) as exc:
+                last = f"{ip}: {exc}"
+        raise AssertionError(f"admin POST {path}: {last}")
+
     def topics(self) -> list[dict]:
         return [self.admin(f"/admin/v1/topics/{t['name']}") for t in self.admin("/admin/v1/topics")["topics"]]
 

@@ -24,6 +24,7 @@ import shlex
 import signal
 import subprocess
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -105,6 +106,14 @@ class KubeNode:
         """SIGKILL a container's init process (`containerd://<id>` from a Pod's containerStatuses)."""
         self.ctr("tasks", "kill", "-s", "SIGKILL", container_id.split("://", 1)[-1], timeout=30)
 
+    def pause_container(self, container_id: str) -> None:
+        """Freeze a container's processes (cgroup freezer): a hung broker. Its probes time out; signals wait
+        until `resume_container`, so whoever freezes one must thaw it (a SIGKILL waits too)."""
+        self.ctr("tasks", "pause", container_id.split("://", 1)[-1], timeout=30)
+
+    def resume_container(self, container_id: str) -> None:
+        self.ctr("tasks", "resume", container_id.split("://", 1)[-1], timeout=30)
+
     def stop_kubelet(self) -> None:
         """Stop the kubelet as `systemctl stop kubelet` would (SIGTERM); containers keep running."""
         assert self.kubelet is not None, "this node has no kubelet to stop"
@@ -133,6 +142,37 @@ def local_volume(*, name: str, storage_class: str, path: Path, node: str, capaci
             node_affinity=client.V1VolumeNodeAffinity(required=client.V1NodeSelector(node_selector_terms=[
                 client.V1NodeSelectorTerm(match_expressions=[client.V1NodeSelectorRequirement(
                     key="kubernetes.io/hostname", operator="In", values=[node])])]))))
+
+
+@contextmanager
+def default_storage(kube_api, node: KubeNode, *, name: str, volumes: int, capacity: str = "10Gi") -> Iterator[str]:
+    """A default StorageClass `name` with `volumes` local PersistentVolumes on `node` (as a cluster's provisioner
+    would make them on demand); all removed afterwards."""
+    from kubernetes import client
+
+    core, st = client.CoreV1Api(kube_api), client.StorageV1Api(kube_api)
+    st.create_storage_class(client.V1StorageClass(
+        metadata=client.V1ObjectMeta(name=name, annotations={"storageclass.kubernetes.io/is-default-class": "true"}),
+        provisioner="kubernetes.io/no-provisioner", volume_binding_mode="WaitForFirstConsumer"))
+    pvs = []
+    try:
+        for i in range(volumes):
+            path = node.base / f"volumes/{name}-{i}"
+            path.mkdir(parents=True)
+            pvs.append(f"{name}-pv-{i}")
+            core.create_persistent_volume(local_volume(name=pvs[-1], storage_class=name, path=path, node=node.name,
+                                                       capacity=capacity))
+        yield name
+    finally:
+        for pv in pvs:
+            try:
+                core.delete_persistent_volume(pv)
+            except client.ApiException:
+                pass
+        try:
+            st.delete_storage_class(name)
+        except client.ApiException:
+            pass
 
 
 def node_skip_reason() -> str | None:
@@ -189,12 +229,18 @@ def _delete_node_object(kube_api, node_name: str) -> None:
             raise
 
 
+def _kubelet_extra(module: object, control_plane: object) -> dict[str, str] | None:
+    extra = getattr(module, "KUBELET_CONFIG", None)
+    return extra(control_plane) if callable(extra) else extra
+
+
 @pytest.fixture(scope="module")
 def kube_node(kube_control_plane, kube_api, request: pytest.FixtureRequest) -> Iterator[KubeNode]:
     """Start containerd + kubelet registered with the tier's API server; yield the node.
 
     A test module's `KUBELET_CONFIG` (a dict of top-level KubeletConfiguration fields, e.g.
-    `{"syncFrequency": "10s"}`) is added to its node's kubelet config."""
+    `{"syncFrequency": "10s"}`, or a function of the control plane returning one: the cluster DNS
+    address depends on its service range) is added to its node's kubelet config."""
     reason = node_skip_reason()
     if reason:
         pytest.skip(reason)
@@ -229,7 +275,7 @@ def kube_node(kube_control_plane, kube_api, request: pytest.FixtureRequest) -> I
         cfg = base / "kubelet.yaml"
         cfg.write_text(nodelib.kubelet_config(base, port=free_port(), healthz_port=free_port(),
                                                cgroup_root=node.name,
-                                               extra=getattr(request.module, "KUBELET_CONFIG", None)))
+                                               extra=_kubelet_extra(request.module, kube_control_plane)))
         node.kubelet_argv = [
             str(kubelet), f"--kubeconfig={kube_control_plane.kubeconfig}", f"--config={cfg}",
             f"--root-dir={base / 'kubelet'}", f"--cert-dir={base / 'kubelet' / 'pki'}",

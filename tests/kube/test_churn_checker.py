@@ -75,6 +75,25 @@ def test_an_acknowledged_record_at_another_offset_is_reported_lost() -> None:
     assert len(verdict.lost) == 2 and all("stored at" in x for x in verdict.lost)
 
 
+def test_an_acknowledgement_without_an_offset_needs_the_value_in_its_partition() -> None:
+    # Churn case (h), after issue 31's merge: 9 records the producer confirmed without an offset (librdkafka's
+    # implicit acks of a timed-out request) were stored once each, in order, yet counted lost.
+    acked, log, consumed = _clean()
+    acked[3] = Acked(acked[3].partition, None, acked[3].value)
+    verdict = check_records(acked=acked, log=log, consumed=consumed)
+    assert verdict.ok, verdict.failures()
+    # Stored in another partition only, or nowhere: lost all the same.
+    moved = acked[3]
+    log[moved.partition] = [(o, v) for o, v in log[moved.partition] if v != moved.value]
+    other = 1 - moved.partition
+    log[other].append((len(log[other]), moved.value))
+    verdict = check_records(acked=acked, log=log, consumed=[c for c in consumed if c.value != moved.value])
+    assert len(verdict.lost) == 1 and "acked at" in verdict.lost[0] and "stored at" in verdict.lost[0]
+    log[other].pop()
+    verdict = check_records(acked=acked, log=log, consumed=[c for c in consumed if c.value != moved.value])
+    assert len(verdict.lost) == 1 and "stored nowhere" in verdict.lost[0]
+
+
 def test_a_record_stored_twice_is_reported() -> None:
     acked, log, consumed = _clean()
     log[0].append((len(log[0]), log[0][0][1]))

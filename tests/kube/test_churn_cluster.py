@@ -37,98 +37,21 @@ runs 100 records/s each and (b) to 5 brokers (docs/kube-test-tier.md).
 
 from __future__ import annotations
 
-import os
 import time
-from dataclasses import dataclass
-from typing import Callable
 
 import pytest
 
-from tests.kube.churn_check import check_records
+from tests.kube.churn_cases import FORM, SETTLE_TIMEOUT_S, scale_to
+from tests.kube.churn_cases import broker_restarts as _broker_restarts
+from tests.kube.churn_cases import ensure_volumes as _ensure_volumes
+from tests.kube.churn_cases import revision as _revision
+from tests.kube.churn_cases import run_case as _run_case
+from tests.kube.churn_cases import uids as _uids
 from tests.kube.churn_env import BASE_BROKERS, CLUSTER, ChurnEnv, churn, churn_env, condition_of  # noqa: F401
-from tests.kube.churn_report import CaseRow, record_case
-from tests.kube.churn_workload import Workload, WorkloadSettings
+from tests.kube.churn_report import record_case
+from tests.kube.churn_workload import Workload
 
 pytestmark = [pytest.mark.kube, pytest.mark.clients, pytest.mark.timeout(1500)]
-
-SETTLE_TIMEOUT_S = 300
-
-
-@dataclass(frozen=True)
-class Form:
-    """How hard each case pushes: `make test` runs the short form, KELP_CHURN_FORM=full the full one."""
-
-    name: str
-    scale_to: int  # case (b) scales 3 -> scale_to -> 3
-    rate_per_producer: int  # records per second, two producers
-    warm_up_acks: int  # acknowledged before the churn starts
-    cool_down_acks: int  # acknowledged after the cluster settled again
-
-
-FORMS = {"short": Form("short", scale_to=4, rate_per_producer=50, warm_up_acks=200, cool_down_acks=200),
-         "full": Form("full", scale_to=5, rate_per_producer=100, warm_up_acks=500, cool_down_acks=500)}
-_FORM_NAME = os.environ.get("KELP_CHURN_FORM", "short")
-if _FORM_NAME not in FORMS:
-    raise ValueError(f"KELP_CHURN_FORM={_FORM_NAME!r}: use one of {sorted(FORMS)}")
-FORM = FORMS[_FORM_NAME]
-
-
-def _run_case(env: ChurnEnv, row: CaseRow, topic: str, churn_steps: Callable[[Workload], None]) -> None:
-    """Workload from before `churn_steps` until after it, then the checker; the row gets every figure."""
-    env.create_topic(topic)
-    began = time.time()
-    work = Workload(bootstrap=env.bootstrap(), topic=topic, group=f"{topic}-readers",
-                    settings=WorkloadSettings(rate_per_producer=FORM.rate_per_producer)).start()
-    try:
-        work.wait_acked(FORM.warm_up_acks, timeout=120, what="before the churn")
-        churn_steps(work)
-        work.wait_acked(FORM.cool_down_acks, timeout=120, what="after the cluster settled")
-    finally:
-        work.stop()
-        row.delivery_errors = len(work.errors())
-        row.longest_stall_s = work.longest_stall()
-        row.acked = work.acked_count()
-    assert not work.stuck, f"workload threads outlived their bounds: {work.stuck}"
-    verdict = check_records(acked=work.acked, log=env.read_log(topic), consumed=work.consumed)
-    verdict.replicas = env.replica_differences(topic)
-    row.take(verdict)
-    assert verdict.ok, f"{topic}: acknowledged or served records were not kept:\n{verdict.failures()}"
-    assert not work.errors(), f"{topic}: clients failed: {work.errors()[:5]}"
-    hung = env.terminations.killed_at_grace(since=began) if env.terminations else []
-    row.hung_stops = len(hung)
-    row.notes.extend(hung)
-    assert not hung, (f"{topic}: broker pod(s) hung in their graceful stop until the kubelet killed them at the "
-                      f"end of the termination grace period (their logs: {env.logs.dest if env.logs else '-'}): {hung}")
-
-
-def _ensure_volumes(env: ChurnEnv, brokers: int) -> None:
-    """Free PersistentVolumes for the claims brokers 0..n-1 do not have yet."""
-    from kubernetes import client
-
-    missing = 0
-    for i in range(brokers):
-        try:
-            env.core.read_namespaced_persistent_volume_claim(f"data-{CLUSTER}-{i}", env.ns)
-        except client.ApiException as exc:
-            if exc.status != 404:
-                raise
-            missing += 1
-    free = sum(1 for pv in env.core.list_persistent_volume().items
-               if pv.spec.storage_class_name == env.storage_class and pv.status.phase == "Available")
-    env.add_volumes(max(0, missing - free))
-
-
-def _uids(env: ChurnEnv) -> dict[str, str]:
-    return {name: p.metadata.uid for name, p in env.pods().items()}
-
-
-def _broker_restarts(pod) -> int:
-    return sum(s.restart_count for s in pod.status.container_statuses or [] if s.name == "broker")
-
-
-def _revision(env: ChurnEnv) -> str:
-    return env.apps.read_namespaced_stateful_set(CLUSTER, env.ns).status.update_revision
-
 
 def test_churn_a_rolling_restart_from_a_config_change(churn: ChurnEnv) -> None:  # noqa: F811 (pytest fixture)
     env = churn
@@ -207,10 +130,7 @@ def test_churn_d_operator_killed_mid_scale_down_and_standby_takes_over(churn: Ch
     assert ops is not None
     with record_case("d operator killed mid-drain", FORM.name) as row:
         def steps(_work: Workload) -> None:
-            _ensure_volumes(env, 4)
-            t0 = time.monotonic()
-            env.patch_cluster({"brokers": 4})
-            row.ready("3→4", env.wait_settled(4, since=t0, timeout=SETTLE_TIMEOUT_S, what="scale-up to 4"))
+            scale_to(env, row, 4)
             env.ensure_operators(timeout=60)  # both chart replicas up: one active, the other standing by
             t1 = time.monotonic()
             env.patch_cluster({"brokers": 3})

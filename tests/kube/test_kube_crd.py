@@ -229,13 +229,15 @@ def test_examples_apply_with_server_defaults(custom, kube_namespace) -> None:
                        "storage": {"size": "10Gi"}, "config": {},
                        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
                        "listeners": {"kafkaPort": 9092, "httpPort": 8080, "advertise": "dns"},
-                       "reassignment": {"stallTimeoutSeconds": 300}}),
+                       "reassignment": {"stallTimeoutSeconds": 300},
+        "restart": {"podReadyTimeoutSeconds": 300}}),
     ("Cluster", {"brokers": 1, "storage": {"storageClassName": "fast"}},
      {"brokers": 1, "image": "kelp:0.1.0", "imagePullPolicy": "IfNotPresent",
       "storage": {"size": "10Gi", "storageClassName": "fast"}, "config": {},
       "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
       "listeners": {"kafkaPort": 9092, "httpPort": 8080, "advertise": "dns"},
-      "reassignment": {"stallTimeoutSeconds": 300}}),
+      "reassignment": {"stallTimeoutSeconds": 300},
+        "restart": {"podReadyTimeoutSeconds": 300}}),
     ("Topic", {"cluster": "demo"}, {"cluster": "demo", "partitions": 1, "config": {}, "deletePolicy": "retain"}),
     ("ConsumerGroup", {"cluster": "demo"}, {"cluster": "demo"}),
 ], ids=["cluster-no-spec", "cluster-partial", "topic-minimal", "group-minimal"])
@@ -345,6 +347,7 @@ def test_valid_resets_are_accepted(custom, kube_namespace, reset) -> None:
      "spec.http.service.nodePort is only used with type NodePort"),
     ("Cluster", {"http": {"restProxy": {"enabled": "no"}}}, "spec.http.restProxy.enabled"),
     ("Cluster", {"reassignment": {"stallTimeoutSeconds": 1}}, "spec.reassignment.stallTimeoutSeconds"),
+    ("Cluster", {"restart": {"podReadyTimeoutSeconds": 5}}, "spec.restart.podReadyTimeoutSeconds"),
 ])
 def test_schema_refuses_invalid_resources(custom, kube_namespace, kind, spec, fragment) -> None:
     status, message = refused(create, custom, kube_namespace, resource(kind, "bad", spec))

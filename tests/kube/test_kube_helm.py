@@ -114,6 +114,7 @@ def test_install_all_namespaces_and_uninstall(kube_control_plane, kube_api, kube
     ns = kube_namespace
     remove_kelp_crds(kube_api)
     out = helm(kube_control_plane, helm_home, "install", RELEASE, str(CHART_DIR), "--namespace", ns,
+               "--set", "watchAnyNamespace=true", "--set", "rbac.rackAwareness=true",
                "--wait=false", "--timeout", "120s").stdout
     assert "STATUS: deployed" in out
     assert "It watches every namespace." in out
@@ -165,9 +166,14 @@ def test_install_all_namespaces_and_uninstall(kube_control_plane, kube_api, kube
                    resource="clusterroles", name="kelp-broker-rack")
     assert allowed(kube_api, sa_namespace=ns, namespace=None, verb="delete", group="rbac.authorization.k8s.io",
                    resource="clusterrolebindings")
-    # ...and nothing beyond it.
+    # ...and nothing beyond it: what the code never deletes, it may not delete (issue 32).
     assert not allowed(kube_api, sa_namespace=ns, namespace=elsewhere, verb="create", group="apps",
                        resource="deployments")
+    for verb, group, resource in [("delete", "", "secrets"), ("delete", "apps", "statefulsets"),
+                                  ("delete", "", "persistentvolumeclaims"), ("delete", "", "serviceaccounts"),
+                                  ("delete", "rbac.authorization.k8s.io", "roles"), ("update", "", "secrets")]:
+        assert not allowed(kube_api, sa_namespace=ns, namespace=elsewhere, verb=verb, group=group,
+                           resource=resource), f"operator may {verb} {resource}, which it never does"
     assert not allowed(kube_api, sa_namespace=ns, namespace=None, verb="patch",
                        group="rbac.authorization.k8s.io", resource="clusterroles", name="cluster-admin")
     assert not allowed(kube_api, sa_namespace=ns, namespace=None, verb="delete",
@@ -222,7 +228,7 @@ def test_install_listed_namespaces(kube_control_plane, kube_api, kube_namespace,
     ns, (watched_a, watched_b) = kube_namespace, extra_namespaces
     out = helm(kube_control_plane, helm_home, "install", RELEASE, str(CHART_DIR), "--namespace", ns,
                "--set", f"watchNamespaces={{{watched_a},{watched_b}}}", "--wait=false", "--timeout", "120s").stdout
-    assert f"It watches the namespaces {watched_a}, {watched_b}." in out
+    assert f"It watches the namespace(s) {watched_a}, {watched_b}." in out
 
     rbac = client.RbacAuthorizationV1Api(kube_api)
     for watched in (watched_a, watched_b):

@@ -36,7 +36,7 @@ import pytest
 from tests.chart.crd_schema import load_examples
 from tests.kube.api_forwarder import ApiForwarder
 from tests.kube.kube_waits import wait_for
-from tests.kube.node_fixture import KubeNode, local_volume
+from tests.kube.node_fixture import KubeNode, default_storage
 from tests.kube.operator_process import OperatorProcess
 from tests.kube.test_kube_crd import GROUP, PLURALS, VERSION, install_crds
 
@@ -54,31 +54,8 @@ def _cond(obj: dict, type_: str) -> dict:
 @pytest.fixture
 def storage(kube_api, kube_namespace, kube_node: KubeNode):
     """A default StorageClass with one local PersistentVolume per broker on the node."""
-    from kubernetes import client
-
-    core, st = client.CoreV1Api(kube_api), client.StorageV1Api(kube_api)
-    name = f"kelp-local-{kube_namespace}"
-    st.create_storage_class(client.V1StorageClass(
-        metadata=client.V1ObjectMeta(name=name, annotations={"storageclass.kubernetes.io/is-default-class": "true"}),
-        provisioner="kubernetes.io/no-provisioner", volume_binding_mode="WaitForFirstConsumer"))
-    pvs = []
-    for i in range(BROKERS):
-        path = kube_node.base / f"volumes/{kube_namespace}-{i}"
-        path.mkdir(parents=True)
-        pv = f"{kube_namespace}-pv-{i}"
-        core.create_persistent_volume(local_volume(name=pv, storage_class=name, path=path, node=kube_node.name,
-                                                   capacity="10Gi"))
-        pvs.append(pv)
-    yield name
-    for pv in pvs:
-        try:
-            core.delete_persistent_volume(pv)
-        except client.ApiException:
-            pass
-    try:
-        st.delete_storage_class(name)
-    except client.ApiException:
-        pass
+    with default_storage(kube_api, kube_node, name=f"kelp-local-{kube_namespace}", volumes=BROKERS) as name:
+        yield name
 
 
 @pytest.fixture

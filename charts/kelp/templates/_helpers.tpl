@@ -45,17 +45,29 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{/* The namespaces watched (JSON, for fromJsonArray) unless watchAnyNamespace: watchNamespaces, or the release
+namespace alone. */}}
+{{- define "kelp.watchedNamespaces" -}}
+{{- .Values.watchNamespaces | default (list .Release.Namespace) | toJson }}
+{{- end }}
+
 {{- define "kelp.image" -}}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
 {{- end }}
 
 {{/*
 What the operator does in a namespace it watches: reconcile Kelp resources into
-their children (docs/operator.md). It holds every permission it grants the broker
-Role it creates (leases, configmaps, pods read), so it needs neither `bind` nor
-`escalate`. Secrets: a secured Cluster's CAs and certificates, and each KelpUser's
-credentials (created, read back, renewed, deleted with their owner). cert-manager
-Certificates only with certManager.enabled (Clusters with spec.tls.issuerRef).
+their children (docs/operator.md) — and nothing more (issue 32: tests/chart checks
+these rules against what the code calls, both ways). Children are written by
+server-side apply (create, patch); the operator deletes only pods (rolling
+restarts), Services (external and HTTP ones switched off) and NetworkPolicies
+(switched off); Secrets, StatefulSets, claims and RBAC objects go with their owner
+(garbage collection). It holds every permission it grants the broker Role it
+creates (leases and configmaps: every verb, pods: read), so it needs neither
+`bind` nor `escalate`: those are the only rules beyond its own calls. Secrets: a
+secured Cluster's CAs and certificates, and each KelpUser's credentials.
+cert-manager Certificates only with certManager.enabled (Clusters with
+spec.tls.issuerRef).
 */}}
 {{- define "kelp.namespacedRules" -}}
 - apiGroups: ["kelp.dev"]
@@ -69,18 +81,24 @@ Certificates only with certManager.enabled (Clusters with spec.tls.issuerRef).
   verbs: ["update"]
 - apiGroups: [""]
   resources: ["secrets"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+  verbs: ["get", "list", "create", "patch"]
 {{- if .Values.certManager.enabled }}
 - apiGroups: ["cert-manager.io"]
   resources: ["certificates"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+  verbs: ["get", "create", "patch"]
 {{- end }}
 - apiGroups: ["apps"]
   resources: ["statefulsets"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+  verbs: ["get", "create", "patch"]
 - apiGroups: [""]
-  resources: ["services", "configmaps", "serviceaccounts", "persistentvolumeclaims"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+  resources: ["services"]
+  verbs: ["get", "list", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["serviceaccounts"]
+  verbs: ["create", "patch"]
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["get", "patch"]
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch", "delete", "patch"]
@@ -92,22 +110,27 @@ Certificates only with certManager.enabled (Clusters with spec.tls.issuerRef).
   verbs: ["get", "create", "patch"]
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+  verbs: ["create", "patch"]
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+  verbs: ["create", "patch"]
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+  verbs: ["get", "create", "patch", "delete"]
+{{- /* The broker Role's rights, which RBAC's escalation check makes the operator hold to create it. */}}
 - apiGroups: ["coordination.k8s.io"]
   resources: ["leases"]
   verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
 {{- end }}
 
-{{/* Cluster-scoped rules in every mode: the reads kopf needs (namespaces, CRDs), StorageClasses (may a broker
-volume grow in place?), and for Clusters with
-rack.topologyKey the shared `kelp-broker-rack` ClusterRole (get nodes — RBAC lets the operator grant it
-only because it holds it) and one ClusterRoleBinding per such Cluster, deleted when the Cluster goes. */}}
+{{/* Cluster-scoped rules in every mode: the reads kopf needs (namespaces, CRDs) and StorageClasses (may a
+broker volume grow in place?). With rbac.rackAwareness, for Clusters with rack.topologyKey: the shared
+`kelp-broker-rack` ClusterRole (get nodes — RBAC lets the operator grant it only because it holds it) and one
+ClusterRoleBinding per such Cluster, deleted by the resync when the Cluster goes (their names are the
+Clusters', so resourceNames cannot narrow them). */}}
 {{- define "kelp.clusterRules" -}}
 - apiGroups: [""]
   resources: ["namespaces"]
@@ -115,11 +138,12 @@ only because it holds it) and one ClusterRoleBinding per such Cluster, deleted w
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
   verbs: ["get", "list", "watch"]
-- apiGroups: [""]
-  resources: ["nodes"]
-  verbs: ["get"]
 - apiGroups: ["storage.k8s.io"]
   resources: ["storageclasses"]
+  verbs: ["get"]
+{{- if .Values.rbac.rackAwareness }}
+- apiGroups: [""]
+  resources: ["nodes"]
   verbs: ["get"]
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["clusterroles"]
@@ -130,7 +154,8 @@ only because it holds it) and one ClusterRoleBinding per such Cluster, deleted w
   verbs: ["get", "patch"]
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["clusterrolebindings"]
-  verbs: ["get", "list", "create", "patch", "delete"]
+  verbs: ["list", "create", "patch", "delete"]
+{{- end }}
 {{- end }}
 
 {{/* The operator's own Lease (`kelp-operator`, active-replica election) and its events. */}}
