@@ -22,8 +22,10 @@ def test_topics_create_list_describe_alter_delete(cli) -> None:
     assert row.index("3") == lines[0].index("PARTITIONS")
 
     listed = json.loads(cli("topics", "list", "--json").out)
-    assert {"name": "events", "partitions": 3, "replication_factor": 1, "internal": False,
-            "configs": {"retention.ms": "120000"}} in listed
+    events = [t for t in listed if t["name"] == "events"]
+    assert len(events) == 1 and len(events[0].pop("topic_id")) == 32  # the topic's id (KIP-516)
+    assert events[0] == {"name": "events", "partitions": 3, "replication_factor": 1, "internal": False,
+                         "configs": {"retention.ms": "120000"}}
 
     r = cli("topics", "describe", "events")
     assert r.code == 0

@@ -256,14 +256,15 @@ def test_the_chart_installed_operator_runs_in_a_pod_and_reconciles(
         return run_helm(*args, "--kubeconfig", str(kube_control_plane.kubeconfig), home=home,
                         kubeconfig=kube_control_plane.kubeconfig, timeout=180)
 
-    # Rack awareness through the chart's RBAC: the operator grants the broker's ServiceAccount `get nodes`,
-    # the broker reads its node's zone label at start-up and registers it as its rack.
+    # Rack awareness through the chart's RBAC (`rbac.rackAwareness=true`: the cluster-wide rights it needs are
+    # granted only when asked for): the operator grants the broker's ServiceAccount `get nodes`, the broker reads
+    # its node's zone label at start-up and registers it as its rack.
     zone_label, zone = "topology.kubernetes.io/zone", f"zone-{ns[-6:]}"
     core.patch_node(kube_node.name, {"metadata": {"labels": {zone_label: zone}}})
     rbac = client.RbacAuthorizationV1Api(kube_api)
     helm("install", "kelp", str(chart), "--namespace", ns, "--set", f"watchNamespaces={{{ns}}}",
          "--set", "replicaCount=1", "--set", "image.pullPolicy=Never", "--set", "brokerAddress=pod-ip",
-         "--set", "resources.requests.cpu=50m")
+         "--set", "resources.requests.cpu=50m", "--set", "rbac.rackAwareness=true")
     try:
         def operator_pod():
             pods = core.list_namespaced_pod(ns, label_selector="app.kubernetes.io/component=operator").items

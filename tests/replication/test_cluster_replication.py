@@ -132,6 +132,10 @@ def test_controller_killed_another_takes_over_and_topics_still_change(cluster_fa
     cluster[first].kill()
     cluster.wait_for("a new controller", lambda: (lambda c: c if c not in (first, -1) else None)(cluster.controller()),
                      timeout=10)
+    # A new controller can take over before the dead broker's own lease has run out (both were renewed at about the
+    # same time): until then it is a live broker, as Kafka places on a broker until its session times out.
+    cluster.wait_for("the dead broker seen gone", lambda: first not in {
+        b["id"] for b in cluster.admin("/admin/v1/brokers")["brokers"]}, timeout=10)
     created = cluster.admin("/admin/v1/topics", "POST", {"name": "after", "partitions": 2, "replication_factor": 2})
     assert all(first not in p["replicas"] for p in created["partitions"])
 
