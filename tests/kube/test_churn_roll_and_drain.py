@@ -121,6 +121,7 @@ def _assert_watch(watch: RollWatch, row: CaseRow) -> None:
     assert not watch.violations(), f"the roll's rules were broken: {watch.violations()}"
 
 
+@pytest.mark.long
 def test_churn_g_readiness_blip_of_another_broker_mid_roll(churn: ChurnEnv) -> None:  # noqa: F811 (pytest fixture)
     env = churn
     with record_case("g readiness blip mid-roll", FORM.name) as row:
@@ -257,6 +258,7 @@ def test_churn_i_topics_created_and_grown_during_a_scale_down_drain(churn: Churn
         run_case(env, row, "churn-i", steps)
 
 
+@pytest.mark.long
 def test_churn_j_broker_killed_mid_drain(churn: ChurnEnv) -> None:  # noqa: F811 (pytest fixture)
     env = churn
     with record_case("j SIGKILL mid-drain", FORM.name) as row:
@@ -275,6 +277,7 @@ def test_churn_j_broker_killed_mid_drain(churn: ChurnEnv) -> None:  # noqa: F811
         run_case(env, row, "churn-j", steps)
 
 
+@pytest.mark.long
 def test_churn_k_operator_killed_mid_roll(churn: ChurnEnv) -> None:  # noqa: F811 (pytest fixture)
     env = churn
     ops = env.operators
@@ -346,6 +349,7 @@ def _bulk_partitions(env: ChurnEnv) -> list[tuple[int, int, list[int]]]:
             for p in env.admin(f"/admin/v1/topics/{BULK_TOPIC}")["partitions"]]
 
 
+@pytest.mark.long
 def test_churn_l_a_throttled_drain_of_a_gibibyte(churn: ChurnEnv) -> None:  # noqa: F811 (pytest fixture)
     env = churn
     with record_case("l 1 GiB throttled drain", FORM.name) as row:
