@@ -23,7 +23,7 @@ went below min.insync.replicas. The cases:
 (k) the active operator pod's container SIGKILLed mid-roll: the stand-by takes the Lease and finishes the
     roll under the same rules;
 (l) a drain of at least 1 GiB under the operator's replication throttle (`spec.reassignment.
-    throttleBytesPerSecond`, 32 MiB/s here), the workload's producers running: the brokers carry the throttle
+    throttleBytesPerSecond`, 16 MiB/s here), the workload's producers running: the brokers carry the throttle
     while the moves run (Kafka's rates on each broker, the moved replicas listed on the topic), the status
     shows the moves' progress growing, the bulk topic's partitions end with the same offsets and bytes, and
     the throttle is removed once the drain is done.
@@ -317,7 +317,7 @@ BULK_TOPIC = "churn-l-bulk"
 BULK_PARTITIONS = 4
 BULK_RECORD = 256 * 1024
 BULK_BYTES = 1 << 30
-THROTTLE = 32 * 1024 * 1024
+THROTTLE = 16 * 1024 * 1024  # a 64 s drain at least: several operator passes see the progress
 
 
 def _fill_bulk(env: ChurnEnv) -> None:
@@ -384,12 +384,13 @@ def test_churn_l_a_throttled_drain_of_a_gibibyte(churn: ChurnEnv) -> None:  # no
                                               what="a 1 GiB drain under the replication throttle"))
             after = _bulk_partitions(env)
             row.notes.append(f"{size / 2**20:.0f} MiB drained off broker 3 in {drained_s:.1f}s at a throttle of "
-                             f"{THROTTLE // 2**20} MiB/s; status progress seen {len(progress)} time(s), up to "
-                             f"{progress[-1] if progress else '-'} records")
+                             f"{THROTTLE // 2**20} MiB/s; status progress changed {len(progress)} time(s): "
+                             f"{progress[:8]}")
             assert [(hw, b) for hw, b, _ in after] == [(hw, b) for hw, b, _ in before], (before, after)
             assert all(3 not in r for _, _, r in after), after
             assert throttled == {"broker 3's leader rate", "the topic's follower list"}, throttled
-            assert len(progress) >= 2 and progress == sorted(progress), progress
+            # The sum of the in-flight moves' new replicas' log ends: it grows, and drops as a partition's move ends.
+            assert len(progress) >= 2 and max(progress) > progress[0], progress
             # Broker 3 leads every bulk partition: its leader quota bounds the whole move.
             assert drained_s >= 0.7 * size / THROTTLE, f"{size} bytes drained in {drained_s:.1f}s"
             left = env.admin(f"/admin/v1/topics/{BULK_TOPIC}").get("configs") or {}
