@@ -21,7 +21,7 @@ BENCH_ARGS ?=
 # stops that for every Python started from here, brokers in tests included.
 export PYTHONSAFEPATH := 1
 
-.PHONY: run test lint typecheck e2e bench chaos deps deps-run venv clean spark-jars kafka-tools kafka-connect
+.PHONY: test-long run test lint typecheck e2e bench chaos deps deps-run venv clean spark-jars kafka-tools kafka-connect
 
 # Debian packages in two tiers: a broker needs only Python's venv (`make run`);
 # the test tiers need kcat, a JDK, Maven, containerd, runc, CNI... (`make test`).
@@ -82,7 +82,11 @@ typecheck: venv
 	$(PY) scripts/typecheck.py $(MYPY_ARGS)
 
 test: lint typecheck deps venv spark-jars kafka-tools kafka-connect
-	$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) -m "not long" $(PYTEST_ARGS)
+
+# The long tier (tests marked `long`): the churn cases `make test` leaves out (docs/kube-test-tier.md), one worker.
+test-long: deps venv kafka-tools
+	$(PY) -m pytest -p no:xdist -m long $(PYTEST_ARGS)
 
 # End-to-end on a real Kubernetes cluster: kind or any reachable kubeconfig (e2e/README.md).
 # Not part of `make test` (testpaths is tests/). Without a cluster it skips with one line and

@@ -49,6 +49,15 @@ __all__ = ["BrokerConfig", "BROKER_KEYS", "TOPIC_CONFIG_KEYS", "TOPIC_BROKER_SYN
            "ConfigError"]
 
 
+# Kafka's dynamic broker keys for features Kelp does not have, and why: deleting one (never set) is a no-op, as
+# `kafka-reassign-partitions --verify` does when it clears throttles; setting one is refused saying why.
+_NOTHING_TO_CONFIGURE = {
+    "replica.alter.log.dirs.io.max.bytes.per.second": "it throttles moves of replicas between the log directories "
+    "of one broker (AlterReplicaLogDirs), which Kelp does not serve; replication between brokers is throttled by "
+    "leader.replication.throttled.rate and follower.replication.throttled.rate",
+}
+
+
 def validate_broker_configs(configs: Mapping[str, object] | None, *,
                             portable: bool = False) -> dict[str, str | None]:
     """Check a change of dynamic broker configs `{key: value, or None to delete}`; returns it normalised to strings.
@@ -57,6 +66,10 @@ def validate_broker_configs(configs: Mapping[str, object] | None, *,
     or an invalid value, including one that would make the topic default it stands for invalid. `portable`
     (the controller and the metadata image) does not ask whether a codec's library is installed here.
     """
+    configs = dict(configs or {})
+    for key, why in _NOTHING_TO_CONFIGURE.items():
+        if key in configs and configs.pop(key) is not None:  # deleting it (the reassign tool's --verify) is a no-op
+            raise ConfigError(f"broker config '{key}' cannot be set: {why}")
     unknown = [k for k in (configs or {}) if k not in BROKER_KEYS]
     if unknown:
         key = sorted(unknown)[0]

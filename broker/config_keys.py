@@ -21,6 +21,7 @@ from typing import Callable
 from .listener_keys import SECURITY_KEYS
 
 __all__ = ["BROKER_KEYS", "TOPIC_CONFIG_KEYS", "TOPIC_BROKER_SYNONYMS", "DYNAMIC_BROKER_KEYS", "DEFAULT_ENTITY",
+           "REPLICATION_THROTTLE_RATE_KEYS", "throttled_replicas",
            "parse_bool", "parse_compression_name", "ConfigValue", "Parser", "AUTHORIZER_CLASSES", "KELP_AUTHORIZER",
            "KAFKA_STANDARD_AUTHORIZER"]
 
@@ -101,6 +102,25 @@ def _positive(value: object) -> int:
     if number <= 0:
         raise ValueError(f"must be > 0, got {number}")
     return number
+
+
+_LONG_MAX = 9223372036854775807  # Kafka's Long.MAX_VALUE: "no limit" for a rate
+_REPLICA_PAIR = re.compile(r"[0-9]+:[0-9]+")
+
+
+def throttled_replicas(value: object) -> str:
+    """Kafka's ThrottledReplicaListValidator: `*`, or `partition:broker` pairs separated by commas (blank allowed)."""
+    if isinstance(value, list):
+        value = ",".join(str(v) for v in value)
+    text = _str(value).strip()
+    if text == "*":
+        return text
+    pairs = [item.strip() for item in text.split(",")] if text else []
+    bad = [item for item in pairs if not _REPLICA_PAIR.fullmatch(item)]
+    if bad:
+        raise ValueError(f"must be the literal '*' or a list of replicas as partition:broker pairs separated by "
+                         f"commas (e.g. 0:101,1:102); {bad[0]!r} is not one")
+    return ",".join(pairs)
 
 
 def _retention(value: object) -> int:
@@ -374,6 +394,13 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     "replica.fetch.response.max.bytes": (_positive, 10485760),
     "replica.fetch.backoff.ms": (_positive, 200),
     "replica.socket.timeout.ms": (_positive, 30000),
+    # Replication quotas (KIP-73; broker/replication_quota.py): the bytes per second replicas listed in a topic's
+    # `*.replication.throttled.replicas` may move while out of the ISR, as leader and as follower (dynamic; the
+    # default, Long.MAX_VALUE, throttles nothing), and the samples their rate is measured over.
+    "leader.replication.throttled.rate": (_nonneg(_int), _LONG_MAX),
+    "follower.replication.throttled.rate": (_nonneg(_int), _LONG_MAX),
+    "replication.quota.window.num": (_positive, 11),
+    "replication.quota.window.size.seconds": (_positive, 1),
     "producer.id.block.size": (_positive, 1000),
     "compression.type": (_compression, "producer"),
     # -- HTTP listener bounds (README "HTTP API")
@@ -431,6 +458,9 @@ TOPIC_CONFIG_KEYS: dict[str, Parser] = {
     "message.timestamp.type": _ts_type,
     "compression.type": _compression,
     "unclean.leader.election.enable": parse_bool,
+    # the replicas a broker's replication quota throttles (KIP-73): as leader, and as follower
+    "leader.replication.throttled.replicas": throttled_replicas,
+    "follower.replication.throttled.replicas": throttled_replicas,
 }
 
 
@@ -457,7 +487,10 @@ TOPIC_BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
 # The broker configs `kafka-configs --entity-type brokers` may change while the brokers run (Kafka's cluster-wide
 # dynamic configs that Kelp reads at use time): the topic defaults. They live in the metadata log (`broker_config`
 # records) for the cluster-wide default entity and for single brokers; every other broker config is read at start.
-DYNAMIC_BROKER_KEYS: frozenset[str] = frozenset(k for keys in TOPIC_BROKER_SYNONYMS.values() for k in keys)
+# Besides those, the replication quotas' rates (`kafka-reassign-partitions --throttle` sets them per broker).
+REPLICATION_THROTTLE_RATE_KEYS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+DYNAMIC_BROKER_KEYS: frozenset[str] = frozenset(
+    [k for keys in TOPIC_BROKER_SYNONYMS.values() for k in keys] + list(REPLICATION_THROTTLE_RATE_KEYS))
 DEFAULT_ENTITY = -1  # the broker entity of the cluster-wide dynamic defaults (`--entity-default`)
 
 # The listener and security keys (`listeners` above; `ssl.*`, `sasl.*`, `advertised.listeners`, ...): listener_keys.py.

@@ -7,7 +7,10 @@ progress (ISR expansion, high watermark) — once its fetch offset is known to
 lie in the leader's log. A read_committed consumer (isolation level 1) reads
 below the last stable offset instead of the high watermark and is told the
 aborted transactions overlapping what it got (from the segments'
-aborted-transaction indexes, in memory). `ReplicaManager` mixes this in; it uses the
+aborted-transaction indexes, in memory). A follower out of the ISR gets
+nothing for partitions its topic lists in `leader.replication.throttled.replicas`
+while this broker's leader replication quota is over its rate (KIP-73,
+`replication_quota`). `ReplicaManager` mixes this in; it uses the
 manager's partitions, leadership checks and metrics (declared in
 `replica_state`).
 """
@@ -44,6 +47,8 @@ class FetchPath(ReplicaState):
         remaining = max_bytes
         total = 0
         now = self._lag_clock_ms() if replica_id >= 0 else 0
+        quotas = self.replication_quotas
+        quota = quotas.leader
         for req in requests:
             res = FetchPartitionResult(req.topic, req.partition)
             results.append(res)
@@ -65,6 +70,10 @@ class FetchPath(ReplicaState):
                 except KelpError as exc:
                     res.error = exc
                     continue
+            throttled = replica_id >= 0 and replica_id not in part.isr and quota.is_throttled(req.topic, req.partition)
+            if throttled and quota.exceeded():
+                quotas.leader.skipped += 1  # KIP-73: a replica catching up waits while the move is over its rate
+                continue
             limit = min(req.max_bytes, remaining)
             if limit <= 0 and not min_one:
                 continue
@@ -86,6 +95,8 @@ class FetchPath(ReplicaState):
                 if committed:
                     res.aborted_transactions = self._aborted_in(lg, req.offset, data)
                 n = len(data)
+                if throttled:
+                    quota.record(n)
                 total += n
                 remaining -= n
                 min_one = False

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable, Coroutine, Sequence
+from typing import Callable, Coroutine, Mapping, Sequence
 
 from kelp.clock import WallClockMs, monotonic_ms, wall_clock_ms
 from kelp.errors import (
@@ -64,6 +64,7 @@ from .replica_types import (
     SegmentSlice,
     close_results,
 )
+from .replication_quota import ReplicationQuotas
 from .storage import Log, LogManager
 from .topic_manager import TopicManager
 
@@ -92,6 +93,11 @@ EARLIEST_LOCAL_TIMESTAMP = -4  # KIP-405: the first offset on local disk (= the 
 LATEST_TIERED_TIMESTAMP = -5  # KIP-1005: the last offset in remote storage (none: -1, as Kafka without tiering)
 
 LeadershipListener = Callable[[str, int, bool, int], None]
+
+
+def _configs_of(topics: TopicManager, name: str) -> Mapping[str, str] | None:
+    state = topics.get(name)
+    return None if state is None else state.configs
 
 
 class ReplicaManager(TxnMarkerPath, FetchPath, FollowerPath, IsrChanges):
@@ -123,6 +129,8 @@ class ReplicaManager(TxnMarkerPath, FetchPath, FollowerPath, IsrChanges):
         self._bytes_out = metrics.BYTES_OUT
         self._records_in = metrics.RECORDS_IN
         self._records_out = metrics.RECORDS_OUT
+        # KIP-73: the bytes replicas out of the ISR may move, as leader and as follower (replication_quota.py).
+        self.replication_quotas = ReplicationQuotas(config, lambda name: _configs_of(topics, name))
         topics.add_listener(self._on_topic_change)
 
     # -- leadership listeners -------------------------------------------

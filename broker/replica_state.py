@@ -22,6 +22,7 @@ from kelp.clock import WallClockMs
 
 from .config import BrokerConfig
 from .partition import Partition
+from .replication_quota import ReplicationQuotas
 from .storage import Log, LogManager
 from .topic_manager import TopicManager
 
@@ -76,6 +77,7 @@ class ReplicaState:
     _lag_ms: int
     _bytes_in: TopicCounter
     _bytes_out: TopicCounter
+    replication_quotas: ReplicationQuotas
     _records_in: TopicCounter
     _records_out: TopicCounter
 

@@ -204,6 +204,10 @@ class BrokerAdmin:
         """Set (or with None delete) cluster-wide dynamic broker configs."""
         await self.request("PATCH", CONFIGS_PATH, {"configs": patch})
 
+    async def alter_broker_entity_configs(self, broker: int, patch: dict[str, str | None]) -> None:
+        """Set (or with None delete) one broker's own dynamic configs (`--entity-name <id>`)."""
+        await self.request("PATCH", f"/admin/v1/brokers/{int(broker)}/configs", {"configs": patch})
+
     # -- topics ---------------------------------------------------------------------------------
     async def list_topics(self) -> list[TopicListing]:
         return cast(TopicList, await self.get("/admin/v1/topics"))["topics"]
@@ -221,6 +225,15 @@ class BrokerAdmin:
     async def alter_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         """Replace the topic's config overrides with `configs`."""
         await self.request("PUT", _topic_path(name) + "/configs", {"configs": configs})
+
+    async def topic_overrides(self, name: str) -> dict[str, str]:
+        """The topic's config overrides (source `topic`)."""
+        described = await self.describe_topic(name)
+        return {k: str(v["value"]) for k, v in (described.get("configs") or {}).items() if v.get("source") == "topic"}
+
+    async def patch_topic_configs(self, name: str, patch: dict[str, str | None]) -> None:
+        """Set the given overrides, or with None delete them; the others stay."""
+        await self.request("PATCH", _topic_path(name) + "/configs", {"configs": patch})
 
     async def delete_topic(self, name: str) -> None:
         await self.request("DELETE", _topic_path(name))

@@ -135,6 +135,7 @@ class DisruptionSettings(TypedDict, total=False):
 
 class ReassignmentSettings(TypedDict, total=False):
     stallTimeoutSeconds: int
+    throttleBytesPerSecond: int | None
 
 
 class RestartSettings(TypedDict, total=False):

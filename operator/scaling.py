@@ -44,6 +44,7 @@ from .plans import DrainBlocked, Placement, drain_plan, rebalance_plan
 from .resources import ClusterPass
 from .status import Observed, condition, rfc3339, rfc3339_ms
 from .storage import parse_quantity
+from .throttles import clear_throttles, throttle_moves
 
 __all__ = ["drain", "confirm_drained", "recommission", "rebalance", "watch_reassignments", "partitions_of",
            "racks_of", "REBALANCE_ANNOTATION", "REASSIGNMENT_ANNOTATION"]
@@ -161,7 +162,9 @@ async def _submit(ctx: ClusterPass, admin: BrokerAdmin, plan: list[PartitionMove
     if not plan:
         return None
     await ctx.kube.fence()
+    current = {(p["topic"], p["partition"]): list(p["replicas"]) for p in partitions_of(ctx.observed)}
     try:
+        await throttle_moves(ctx, admin, plan, current, racks_of(ctx.observed))
         await admin.reassign(plan)
     except AdminError as exc:
         return exc.message
@@ -283,6 +286,14 @@ async def watch_reassignments(ctx: ClusterPass) -> tuple[ReassignmentStatus | No
         if ctx.submitted:  # moves submitted by this very pass: their deadline starts now
             return {"partitions": ctx.submitted, "progress": 0, "lastProgressTime": rfc3339(ctx.now_ms),
                     "stalledPartitions": []}, None
+        try:
+            cleared = await clear_throttles(ctx, admin)
+        except AdminError as exc:
+            await ctx.emit("ReplicationThrottleNotCleared", f"removing the replication throttles of the finished "
+                           f"moves failed: {exc.message}; retried next pass", warning=True)
+        else:
+            if cleared:
+                await ctx.emit("ReplicationThrottleCleared", cleared)
         if action:
             await ctx.annotate(REASSIGNMENT_ANNOTATION, None)
             await ctx.emit("ReassignmentIdle", f"{REASSIGNMENT_ANNOTATION}={action}: no reassignment in progress")

@@ -53,6 +53,22 @@ DEFAULTS_ANNOTATION = "kelp.dev/replication-defaults"
 # What a broker pod's environment gives the secured layout's `${env:...}` values (builders.py), as the spec's
 # validation stands them in: the file is checked whole, as a broker would read it.
 VALIDATION_POD_ENV = {"POD_NAME": "validation-0", "POD_IP": "192.0.2.1", "NODE_IP": "192.0.2.2"}
+# spec.reassignment.throttleBytesPerSecond: Redpanda's default recovery rate (raft_learner_recovery_rate), 100 MiB/s;
+# Kafka's tool has no default (unthrottled), which is what issue 32 found a drain to be.
+DEFAULT_REASSIGNMENT_THROTTLE = 100 * 1024 * 1024
+MIN_REASSIGNMENT_THROTTLE = 1024 * 1024
+
+
+def _throttle(reassignment: Mapping[str, object]) -> int | None:
+    if "throttleBytesPerSecond" not in reassignment:
+        return DEFAULT_REASSIGNMENT_THROTTLE
+    value = reassignment["throttleBytesPerSecond"]
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().isdigit():
+        raise SpecError(f"spec.reassignment.throttleBytesPerSecond must be a number of bytes per second or null "
+                        f"(unthrottled), got {value!r}")
+    return int(str(value).strip())
 
 
 def parse_defaults(text: str | None) -> dict[str, str]:
@@ -93,6 +109,9 @@ class ClusterSpec:
     http_port: int = 8080
     advertise: str = "dns"
     reassignment_stall_s: int = 300
+    # spec.reassignment.throttleBytesPerSecond: the replication quota on the moves the operator submits
+    # (throttles.py); None with `throttleBytesPerSecond: null`, unthrottled.
+    reassignment_throttle: int | None = DEFAULT_REASSIGNMENT_THROTTLE
     # spec.restart.podReadyTimeoutSeconds: how long a broker pod may stay not Ready before a roll calls it stuck.
     restart_ready_timeout_s: int = 300
     # spec.podTemplate as given (metadata.labels/annotations, affinity, tolerations, ...); merged by builders.
@@ -152,6 +171,7 @@ class ClusterSpec:
             kafka_port=int(listeners.get("kafkaPort", 9092)), http_port=int(listeners.get("httpPort", 8080)),
             advertise=str(listeners.get("advertise") or "dns"),
             reassignment_stall_s=int((spec.get("reassignment") or {}).get("stallTimeoutSeconds", 300)),
+            reassignment_throttle=_throttle((spec.get("reassignment") or {})),
             restart_ready_timeout_s=int((spec.get("restart") or {}).get("podReadyTimeoutSeconds", 300)),
             pod_template=pod_template.copy(),
             external_type=external.get("type"),
@@ -261,6 +281,10 @@ class ClusterSpec:
         if self.kafka_port == self.http_port:
             raise SpecError("listeners.kafkaPort and listeners.httpPort must differ")
         self._validate_knobs()
+        if self.reassignment_throttle is not None and self.reassignment_throttle < MIN_REASSIGNMENT_THROTTLE:
+            raise SpecError("spec.reassignment.throttleBytesPerSecond must be at least "
+                            f"{MIN_REASSIGNMENT_THROTTLE} (1 MiB/s) or null (unthrottled), got "
+                            f"{self.reassignment_throttle}")
         if self.reassignment_stall_s < 10:
             raise SpecError("spec.reassignment.stallTimeoutSeconds must be at least 10, got "
                             f"{self.reassignment_stall_s}")

@@ -31,6 +31,7 @@ from .objects import Condition, TopicResource, TopicSpec, TopicStatus
 from .resources import AdminFactory, Result, cluster_of, paused
 from .spec import ClusterSpec
 from .status import condition, topic_status, topic_unobserved
+from .throttles import THROTTLED_REPLICA_KEYS
 
 __all__ = ["reconcile_topic", "delete_topic", "topic_name_of", "topic_owners", "Owners", "TopicOwners"]
 
@@ -171,6 +172,9 @@ async def reconcile_topic(body: TopicResource, kube: KubeClient, admin_for: Admi
             await emit("PartitionsCannotShrink", message, warning=True)
             notes.append(condition("Ready", False, "PartitionsCannotShrink", message))
         overrides = {k: v["value"] for k, v in described.get("configs", {}).items() if v.get("source") == "topic"}
+        for key in THROTTLED_REPLICA_KEYS:  # a move's throttle (throttles.py, Kafka's tool) unless the Topic names it
+            if key in overrides and key not in desired_configs:
+                desired_configs[key] = overrides[key]
         if overrides != desired_configs:
             # Topic configs are dynamic in Kelp: altered in place, no broker restarts.
             await kube.fence()

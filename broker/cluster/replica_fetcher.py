@@ -26,6 +26,11 @@ replica manager (`truncate_follower`), which keeps the replica busy — and a
 leadership taken meanwhile waiting — until it landed. Every wait is bounded
 (`replica.fetch.wait.max.ms`, `replica.socket.timeout.ms`), a failed request
 backs off `replica.fetch.backoff.ms` and reconnects.
+
+A partition this broker follows out of the ISR and listed in its topic's
+`follower.replication.throttled.replicas` is left out of the request while the
+follower replication quota is over its rate, and its bytes are counted against
+it (KIP-73; `replication_quota`).
 """
 
 from __future__ import annotations
@@ -306,6 +311,10 @@ class ReplicaFetcher:
         # flush.messages on a follower: the offsets this fetch reports as held must be fsynced first (off the loop).
         await replicas.flush_followers()
         sent: dict[tuple[str, int], tuple[_FetchState, int]] = {}
+        quota = replicas.replication_quotas.follower
+        over = quota.exceeded()
+        throttled: set[tuple[str, int]] = set()  # KIP-73: out of the ISR and listed in follower.replication...
+        held_back = 0
         # Topics in the order of `state`, a topic named again when its partitions are not next to each other
         # (as Kafka's FetchRequest builder does): the leader reads in request order, and that order rotates.
         topics: list[tuple[str, list[FollowerFetchPartition]]] = []
@@ -315,12 +324,18 @@ class ReplicaFetcher:
             part = replicas.get_partition(topic, p)
             if part is None or not replicas.follower_ready(topic, p, st.leader_epoch):
                 continue
+            if self.m.broker_id not in part.isr and quota.is_throttled(topic, p):
+                if over:
+                    held_back += 1  # catching up waits while this broker's follower quota is over its rate
+                    continue
+                throttled.add((topic, p))
             offset = part.log.log_end_offset
             sent[(topic, p)] = (st, offset)
             if not topics or topics[-1][0] != topic:
                 topics.append((topic, []))
             topics[-1][1].append(
                 FollowerFetchPartition(p, st.leader_epoch, offset, part.log.log_start_offset, self.max_bytes))
+        quota.skipped += held_back
         if not topics:
             await asyncio.sleep(self.backoff_s)
             return
@@ -348,6 +363,8 @@ class ReplicaFetcher:
                 if r.error_code == ErrorCode.NONE:
                     if r.records:
                         served.append(key)
+                        if key in throttled:
+                            quota.record(len(r.records))
                     try:
                         replicas.append_as_follower(
                             t.topic, r.partition_index, r.records or b"", leader_epoch=st.leader_epoch,

@@ -3,7 +3,10 @@
 Why: every Kafka client speaks size-prefixed request frames and expects the
 responses on a connection in request order. Clients pipeline (many requests
 in flight), so each request is handled in its own task while a writer sends
-responses strictly in arrival order; `acks=0` produce requests get none.
+responses strictly in arrival order; `acks=0` produce requests get none. A
+connection's produce requests append in arrival order too (`append_order`:
+Kafka handles one request of a connection at a time, and sequence numbers
+depend on it).
 Handlers come from the registry (`handlers/`), so this file knows no API.
 
 Connections (`connection.py`) read frames into buffers that grow as bytes
@@ -43,6 +46,7 @@ import socket
 import ssl
 import struct
 import time
+import weakref
 from typing import Any, Callable
 
 from prometheus_client import Counter
@@ -53,6 +57,7 @@ from ..cpu_work import run_cpu
 from ..metrics import PROCESS, BrokerMetrics
 from ..parts import BrokerParts
 from ..security.principal import KafkaPrincipal, PrincipalMappingError
+from .append_order import AppendOrder
 from .connection import STAGING_BYTES, WRITE_HIGH_WATER, _Connection
 from .framing import SIZE, Buffer, FrameError, parse_request_header, response_frame
 from .handlers import get_handler
@@ -68,6 +73,7 @@ __all__ = ["KafkaServer", "MAX_IN_FLIGHT", "STAGING_BYTES", "WRITE_HIGH_WATER", 
 log = logging.getLogger("kelp.broker.kafka")
 
 API_VERSIONS_KEY = 18
+PRODUCE_KEY = 0
 # A request body over this is decoded, and its answer encoded, on the CPU pool rather than the event loop.
 OFF_LOOP_CODEC_BYTES = 16 << 10
 LARGE_ANSWER_ENTRIES = 500  # entries of an answer's top-level list beyond which it is encoded on the CPU pool
@@ -128,6 +134,8 @@ class KafkaServer:
         self._refusals = RateLimitedLog(log)
         self._metrics = metrics
         self._latency = metrics.request_latency
+        # Each connection's produce requests append in arrival order (append_order.py), keyed by its session.
+        self._append_orders: weakref.WeakKeyDictionary[Session, AppendOrder] = weakref.WeakKeyDictionary()
 
     @property
     def bound_port(self) -> int:
@@ -291,6 +299,11 @@ class KafkaServer:
             principal=session.principal, listener=self.listener, consumer_fetching=consumer_fetching,
             throttle=throttle,
         )
+        if api_key == PRODUCE_KEY:
+            order = self._append_orders.get(session)
+            if order is None:
+                order = self._append_orders[session] = AppendOrder()
+            ctx.append_order = order
         if spec is None:
             log.warning(
                 "unsupported API key %d (v%d) from client %s: answering UNSUPPORTED_VERSION (35)",

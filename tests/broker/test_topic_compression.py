@@ -164,6 +164,8 @@ BAD_VALUES = {
     "message.timestamp.type": "WallClock",
     "compression.type": "banana",
     "unclean.leader.election.enable": "maybe",
+    "leader.replication.throttled.replicas": "0-1",
+    "follower.replication.throttled.replicas": "all",
 }
 
 

@@ -90,8 +90,12 @@ async def test_a_long_poll_by_an_id_whose_topic_was_recreated_meanwhile_gets_non
         req.max_wait_ms, req.min_bytes = 5000, 1
         req.topics[0].partitions[0].fetch_offset = 1  # at the old topic's end: the fetch waits
         waiting = asyncio.create_task(b.call(req, 13))
-        await asyncio.sleep(0.1)
-        assert not waiting.done()
+        part = b.parts.replicas.get_partition("t", 0)
+        for _ in range(10_000):  # until the fetch is parked on the partition (bounded: never a timed sleep)
+            if part.waiters or waiting.done():
+                break
+            await asyncio.sleep(0)
+        assert part.waiters and not waiting.done()
         await topics.delete_topic("t")
         await topics.create_topic("t", 1, 1)
         for _ in range(3):

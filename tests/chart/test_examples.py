@@ -92,7 +92,7 @@ def test_cluster_defaults(schemas: dict[str, dict], spec: dict | None) -> None:
         "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
         "config": {},
         "listeners": {"kafkaPort": 9092, "httpPort": 8080, "advertise": "dns"},
-        "reassignment": {"stallTimeoutSeconds": 300},
+        "reassignment": {"stallTimeoutSeconds": 300, "throttleBytesPerSecond": 104857600},
         "restart": {"podReadyTimeoutSeconds": 300},
     }
     validate(_resource("Cluster", spec), schemas)

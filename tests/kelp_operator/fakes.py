@@ -221,6 +221,8 @@ class FakeAdmin(BrokerAdmin):
         self.gate: asyncio.Event | None = None
         self.unreachable = False
         self.dynamic: dict[str, str] = {}  # the cluster-wide dynamic broker configs (/admin/v1/brokers/configs)
+        self.broker_dynamic: dict[int, dict[str, str]] = {}  # per-broker entities (/admin/v1/brokers/<id>/configs)
+        self.topic_configs: dict[str, dict[str, str]] = {}  # topic overrides (source "topic" in describe)
         self.groups: dict[str, dict] = {}  # group id -> its describe answer (state, members, offsets)
         # Issue 20's admin contract: ACL bindings (Kafka's names) and SCRAM credentials per user and mechanism
         # (what PUT carried: iterations, salt, saltedPassword — never a password).
@@ -256,7 +258,9 @@ class FakeAdmin(BrokerAdmin):
             parts.append(entry)
         return {"name": name, "internal": False, "partitions_count": len(parts),
                 "replication_factor": len(parts[0]["replicas"]) if parts else 0, "partitions": parts,
-                "configs": {"min.insync.replicas": {"value": str(self.min_insync), "source": "default"}}}
+                "configs": {"min.insync.replicas": {"value": str(self.min_insync), "source": "default"},
+                            **{k: {"value": v, "source": "topic"}
+                               for k, v in self.topic_configs.get(name, {}).items()}}}
 
     async def request(self, method: str, path: str, body: Any = None, *, urls: list[str] | None = None) -> Any:
         self.requests.append((method, path, copy.deepcopy(body)))
@@ -290,8 +294,26 @@ class FakeAdmin(BrokerAdmin):
             self.topics[body["name"]] = [{"replicas": [self.placeable()[0]], "isr": [self.placeable()[0]]}
                                          for _ in range(int(body.get("partitions") or 1))]
             return self.describe(body["name"])
-        if method == "PUT" and path.endswith("/configs"):
-            return {"configs": {}}
+        if method in ("PUT", "PATCH") and path.startswith("/admin/v1/topics/") and path.endswith("/configs"):
+            name = path.split("/")[4]
+            if name not in self.topics:
+                raise AdminError(404, f"topic '{name}' does not exist")
+            held = self.topic_configs.setdefault(name, {}) if method == "PATCH" else {}
+            for key, value in body["configs"].items():
+                if value is None:
+                    held.pop(key, None)
+                else:
+                    held[key] = str(value)
+            self.topic_configs[name] = held
+            return {"configs": dict(held)}
+        if method == "PATCH" and path.startswith("/admin/v1/brokers/") and path.split("/")[4].isdigit():
+            entity = self.broker_dynamic.setdefault(int(path.split("/")[4]), {})
+            for key, value in body["configs"].items():
+                if value is None:
+                    entity.pop(key, None)
+                else:
+                    entity[key] = str(value)
+            return {"configs": dict(entity)}
         if method == "POST" and path.startswith("/admin/v1/topics/") and path.endswith("/partitions"):
             name = path.split("/")[4]
             while len(self.topics[name]) < int(body["partitions"]):

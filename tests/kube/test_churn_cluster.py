@@ -90,6 +90,7 @@ def test_churn_b_scale_up_with_rebalance_then_down_with_drain(churn: ChurnEnv) -
         _run_case(env, row, "churn-b", steps)
 
 
+@pytest.mark.long
 def test_churn_c_broker_container_killed_mid_roll(churn: ChurnEnv) -> None:  # noqa: F811 (pytest fixture)
     env = churn
     with record_case("c SIGKILL mid-roll", FORM.name) as row:
@@ -124,6 +125,7 @@ def test_churn_c_broker_container_killed_mid_roll(churn: ChurnEnv) -> None:  # n
         _run_case(env, row, "churn-c", steps)
 
 
+@pytest.mark.long
 def test_churn_d_operator_killed_mid_scale_down_and_standby_takes_over(churn: ChurnEnv) -> None:  # noqa: F811 (pytest fixture)
     env = churn
     ops = env.operators
@@ -196,6 +198,7 @@ def test_churn_d_operator_killed_mid_scale_down_and_standby_takes_over(churn: Ch
         _run_case(env, row, "churn-d", steps)
 
 
+@pytest.mark.long
 def test_churn_e_kubelet_stopped_past_the_node_lease_then_started(churn: ChurnEnv) -> None:  # noqa: F811 (pytest fixture)
     env = churn
     with record_case("e kubelet stopped", FORM.name) as row:
@@ -228,6 +231,7 @@ def test_churn_e_kubelet_stopped_past_the_node_lease_then_started(churn: ChurnEn
         _run_case(env, row, "churn-e", steps)
 
 
+@pytest.mark.long
 def test_churn_f_lost_volume_broker_rejoins_empty_and_catches_up(churn: ChurnEnv) -> None:  # noqa: F811 (pytest fixture)
     from kubernetes import client
 

@@ -21,7 +21,12 @@ went below min.insync.replicas. The cases:
 (j) a staying broker's container SIGKILLed while a scale-down 4→3 drains: the drain waits for it and
     finishes;
 (k) the active operator pod's container SIGKILLed mid-roll: the stand-by takes the Lease and finishes the
-    roll under the same rules.
+    roll under the same rules;
+(l) a drain of at least 1 GiB under the operator's replication throttle (`spec.reassignment.
+    throttleBytesPerSecond`, 32 MiB/s here), the workload's producers running: the brokers carry the throttle
+    while the moves run (Kafka's rates on each broker, the moved replicas listed on the topic), the status
+    shows the moves' progress growing, the bulk topic's partitions end with the same offsets and bytes, and
+    the throttle is removed once the drain is done.
 
 Freezing (h) uses containerd's pause (the cgroup freezer): signals wait until the container is thawed, so
 the case thaws the frozen broker as soon as its pod is deleted (the kubelet's stop must reach it) and at
@@ -116,6 +121,7 @@ def _assert_watch(watch: RollWatch, row: CaseRow) -> None:
     assert not watch.violations(), f"the roll's rules were broken: {watch.violations()}"
 
 
+@pytest.mark.long
 def test_churn_g_readiness_blip_of_another_broker_mid_roll(churn: ChurnEnv) -> None:  # noqa: F811 (pytest fixture)
     env = churn
     with record_case("g readiness blip mid-roll", FORM.name) as row:
@@ -252,6 +258,7 @@ def test_churn_i_topics_created_and_grown_during_a_scale_down_drain(churn: Churn
         run_case(env, row, "churn-i", steps)
 
 
+@pytest.mark.long
 def test_churn_j_broker_killed_mid_drain(churn: ChurnEnv) -> None:  # noqa: F811 (pytest fixture)
     env = churn
     with record_case("j SIGKILL mid-drain", FORM.name) as row:
@@ -270,6 +277,7 @@ def test_churn_j_broker_killed_mid_drain(churn: ChurnEnv) -> None:  # noqa: F811
         run_case(env, row, "churn-j", steps)
 
 
+@pytest.mark.long
 def test_churn_k_operator_killed_mid_roll(churn: ChurnEnv) -> None:  # noqa: F811 (pytest fixture)
     env = churn
     ops = env.operators
@@ -303,3 +311,88 @@ def test_churn_k_operator_killed_mid_roll(churn: ChurnEnv) -> None:  # noqa: F81
             assert all(after[n] != before[n] for n in before), f"pods not restarted: {before} -> {after}"
             _assert_watch(watch, row)
         run_case(env, row, "churn-k", steps)
+
+
+BULK_TOPIC = "churn-l-bulk"
+BULK_PARTITIONS = 4
+BULK_RECORD = 256 * 1024
+BULK_BYTES = 1 << 30
+THROTTLE = 32 * 1024 * 1024
+
+
+def _fill_bulk(env: ChurnEnv) -> None:
+    """1 GiB into BULK_TOPIC, every partition's one replica on broker 3 (acks=1: RF 1)."""
+    from confluent_kafka import Producer
+
+    errors: list[str] = []
+    producer = Producer({"bootstrap.servers": env.bootstrap(), "acks": "1", "linger.ms": 20,
+                         "batch.size": 1 << 20, "compression.type": "none", "message.timeout.ms": 120000,
+                         "queue.buffering.max.kbytes": 64 * 1024})
+    value = bytes(range(256)) * (BULK_RECORD // 256)
+    deadline = time.monotonic() + 300
+    for i in range(BULK_BYTES // BULK_RECORD):
+        while True:
+            try:
+                producer.produce(BULK_TOPIC, value, partition=i % BULK_PARTITIONS,
+                                 on_delivery=lambda err, _m: errors.append(str(err)) if err else None)
+                break
+            except BufferError:
+                assert time.monotonic() < deadline, "the bulk fill did not finish in 300 s"
+                producer.poll(0.1)
+        producer.poll(0)
+    assert producer.flush(120) == 0 and not errors, errors[:3]
+
+
+def _bulk_partitions(env: ChurnEnv) -> list[tuple[int, int, list[int]]]:
+    """(high watermark, size in bytes, replicas) of each bulk partition."""
+    return [(p["high_watermark"], int(p.get("size_bytes") or 0), sorted(p["replicas"]))
+            for p in env.admin(f"/admin/v1/topics/{BULK_TOPIC}")["partitions"]]
+
+
+@pytest.mark.long
+def test_churn_l_a_throttled_drain_of_a_gibibyte(churn: ChurnEnv) -> None:  # noqa: F811 (pytest fixture)
+    env = churn
+    with record_case("l 1 GiB throttled drain", FORM.name) as row:
+        def steps(_work: Workload) -> None:
+            scale_to(env, row, 4)
+            env.patch_cluster({"reassignment": {"throttleBytesPerSecond": THROTTLE}})
+            env.post_admin("/admin/v1/topics", {"name": BULK_TOPIC, "assignments": {
+                str(p): [3] for p in range(BULK_PARTITIONS)}})
+            t_fill = time.monotonic()
+            _fill_bulk(env)
+            before = _bulk_partitions(env)
+            size = sum(b for _, b, _ in before)
+            assert size >= BULK_BYTES, before
+            row.notes.append(f"{size / 2**20:.0f} MiB filled onto broker 3 in {time.monotonic() - t_fill:.1f}s")
+            t1 = time.monotonic()
+            env.patch_cluster({"brokers": 3})
+            throttled: set[str] = set()
+            progress: list[int] = []
+            while _sts_replicas(env) == 4 and time.monotonic() - t1 < SETTLE_TIMEOUT_S:
+                rates = env.admin("/admin/v1/brokers/3/configs").get("configs") or {}
+                if rates.get("leader.replication.throttled.rate") == str(THROTTLE):
+                    throttled.add("broker 3's leader rate")
+                configs = env.admin(f"/admin/v1/topics/{BULK_TOPIC}").get("configs") or {}
+                if "follower.replication.throttled.replicas" in configs:
+                    throttled.add("the topic's follower list")
+                moving = (env.cluster().get("status") or {}).get("reassignment") or {}
+                if moving.get("progress") is not None and (not progress or moving["progress"] != progress[-1]):
+                    progress.append(int(moving["progress"]))
+                time.sleep(1.0)
+            drained_s = time.monotonic() - t1
+            row.ready("4→3", env.wait_settled(3, since=t1, timeout=SETTLE_TIMEOUT_S,
+                                              what="a 1 GiB drain under the replication throttle"))
+            after = _bulk_partitions(env)
+            row.notes.append(f"{size / 2**20:.0f} MiB drained off broker 3 in {drained_s:.1f}s at a throttle of "
+                             f"{THROTTLE // 2**20} MiB/s; status progress seen {len(progress)} time(s), up to "
+                             f"{progress[-1] if progress else '-'} records")
+            assert [(hw, b) for hw, b, _ in after] == [(hw, b) for hw, b, _ in before], (before, after)
+            assert all(3 not in r for _, _, r in after), after
+            assert throttled == {"broker 3's leader rate", "the topic's follower list"}, throttled
+            assert len(progress) >= 2 and progress == sorted(progress), progress
+            # Broker 3 leads every bulk partition: its leader quota bounds the whole move.
+            assert drained_s >= 0.7 * size / THROTTLE, f"{size} bytes drained in {drained_s:.1f}s"
+            left = env.admin(f"/admin/v1/topics/{BULK_TOPIC}").get("configs") or {}
+            assert not [k for k in left if "throttled" in k], left
+            assert "kelp.dev/replication-throttle" not in (env.cluster()["metadata"].get("annotations") or {})
+        run_case(env, row, "churn-l", steps)

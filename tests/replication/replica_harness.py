@@ -68,10 +68,11 @@ class Node:
 
     # -- the controller's part ------------------------------------------
     def push(self, *, replicas: tuple[int, ...], leader: int, leader_epoch: int, isr: tuple[int, ...],
-             partition_epoch: int = 0) -> None:
-        """Apply one partition state, as the cluster layer does with the controller's push."""
+             partition_epoch: int = 0, configs: dict[str, str] | None = None) -> None:
+        """Apply one partition state (and the topic's configs), as the cluster layer does with the controller's push."""
         state = PartitionState(tuple(replicas), leader, leader_epoch, tuple(isr), partition_epoch)
-        self.topics.apply_delta(MetadataDelta(changed={TOPIC: TopicState(TOPIC, (state,), topic_id=TOPIC_ID)}))
+        topic = TopicState(TOPIC, (state,), topic_id=TOPIC_ID, configs=dict(configs or {}))
+        self.topics.apply_delta(MetadataDelta(changed={TOPIC: topic}))
         if self.fetchers is not None:
             for f in self.fetchers._fetchers.values():
                 f._task.cancel()  # created, never started: the test drives the fetcher itself

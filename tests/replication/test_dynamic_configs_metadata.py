@@ -36,13 +36,14 @@ HOUR_MS = 3_600_000
 
 
 # -- the image ------------------------------------------------------------------------------
-def test_only_the_topic_defaults_kelp_reads_at_use_time_are_dynamic() -> None:
+def test_only_the_topic_defaults_and_the_replication_quotas_kelp_reads_at_use_time_are_dynamic() -> None:
     assert DYNAMIC_BROKER_KEYS == {
         "log.retention.ms", "log.retention.minutes", "log.retention.hours", "log.retention.bytes",
         "log.segment.bytes", "log.roll.ms", "log.roll.hours", "log.index.interval.bytes", "log.cleanup.policy",
         "log.cleaner.delete.retention.ms", "log.cleaner.min.cleanable.ratio", "message.max.bytes",
         "min.insync.replicas", "log.message.timestamp.type", "log.flush.interval.messages",
-        "log.flush.interval.ms", "unclean.leader.election.enable", "compression.type"}
+        "log.flush.interval.ms", "unclean.leader.election.enable", "compression.type",
+        "leader.replication.throttled.rate", "follower.replication.throttled.rate"}
 
 
 def entry(offset: int, *records: dict) -> dict:

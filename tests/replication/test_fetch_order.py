@@ -13,6 +13,7 @@ from typing import Any
 
 from kelp.broker.cluster.replica_fetcher import ReplicaFetcherManager
 from kelp.broker.config import BrokerConfig
+from kelp.broker.replication_quota import ReplicationQuotas
 
 
 class _Log:
@@ -25,7 +26,8 @@ class _Replicas:
     """The follower's replica manager, as far as a fetch uses it: appends move the log end."""
 
     def __init__(self, keys: list[tuple[str, int]]) -> None:
-        self.parts = {k: SimpleNamespace(log=_Log()) for k in keys}
+        self.parts = {k: SimpleNamespace(log=_Log(), isr=(1,)) for k in keys}
+        self.replication_quotas = ReplicationQuotas(BrokerConfig.load(env={}), lambda topic: None)
 
     async def flush_followers(self) -> None:
         return None

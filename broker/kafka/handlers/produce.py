@@ -18,6 +18,11 @@ partition carries exactly one batch, else INVALID_RECORD, as Kafka's LogValidato
 the cluster or the topic, as Metadata's does (else UNKNOWN_TOPIC_OR_PARTITION, Kafka's answer for a topic a
 produce names that does not exist).
 
+A connection's produce requests append in the order they arrived (`kafka.append_order`), as Kafka's one request
+of a connection at a time: a request waits, before its verification and appends, until the earlier ones of its
+connection have appended, so pipelined batches of one producer reach each partition in sequence order however
+the loop interleaves their verifications, loop-budget turns or recompression.
+
 Transaction verification (KIP-890 part 1, `transaction.partition.verification.enable`): a partition whose
 first batch is transactional, from a producer without its transaction open there, is appended only once the
 transaction coordinator confirmed the partition is in the transaction (`kelp.broker.txn_verification`);
@@ -131,22 +136,21 @@ async def _verifications(ctx: RequestContext, request: ProduceData, refusals: di
                                 produce_version=ctx.api_version, add=add)
 
 
-@handles(ProduceRequest, min_version=3, max_version=12, decoder=decode_produce_request)
-async def handle_produce(ctx: RequestContext, request: ProduceData) -> ProduceResponse | None:
+async def _append(ctx: RequestContext, request: ProduceData
+                  ) -> list[tuple[str, list[tuple[int, ProduceResult | KelpError]]]]:
+    """Authorize, verify (KIP-890) and append every partition of `request`, in order; each partition's result
+    or error. Every partition is appended first; acks=all then waits for all of them at once (Kafka's
+    purgatory): a request naming N partitions waits one replication round trip, not N."""
     broker = ctx.broker
     replicas = broker.replicas
     topics = broker.topics
-    acks = request.acks
     refusals = _refusals(ctx, request)
     guards = await _verifications(ctx, request, refusals)
     # The append checks the guard only under transaction.partition.verification.enable (Kafka's
     # batchMissingRequiredVerification): a transactions v2 produce has its partition added either way.
     verify = guards is not None and broker.transactions.config.partition_verification
-    # Every partition is appended first; acks=all then waits for all of them at once (Kafka's purgatory):
-    # a request naming N partitions waits one replication round trip, not N.
     outcomes: list[tuple[str, list[tuple[int, ProduceResult | KelpError]]]] = []
     budget = LoopBudget()
-    size = sum(len(pd.records) for td in request.topic_data for pd in td.partition_data if pd.records is not None)
     for td in request.topic_data:
         name = td.name
         parts: list[tuple[int, ProduceResult | KelpError]] = []
@@ -174,7 +178,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceData) -> ProduceRe
                     outcome = guard  # the coordinator did not confirm the partition: nothing appended
                 else:
                     try:
-                        outcome = await replicas.append_local(name, pd.index, pd.records, acks=acks,
+                        outcome = await replicas.append_local(name, pd.index, pd.records, acks=request.acks,
                                                               timeout_ms=request.timeout_ms, verify_txn=verify,
                                                               txn_guard=guard)
                     except KelpError as exc:
@@ -182,6 +186,24 @@ async def handle_produce(ctx: RequestContext, request: ProduceData) -> ProduceRe
             pd.records = None  # the log has the bytes: no view of the frame outlives the append
             parts.append((pd.index, outcome))
         outcomes.append((name, parts))
+    return outcomes
+
+
+@handles(ProduceRequest, min_version=3, max_version=12, decoder=decode_produce_request)
+async def handle_produce(ctx: RequestContext, request: ProduceData) -> ProduceResponse | None:
+    replicas = ctx.broker.replicas
+    acks = request.acks
+    size = sum(len(pd.records) for td in request.topic_data for pd in td.partition_data if pd.records is not None)
+    # The connection's earlier produce requests append first (`append_order`): the turn is taken before anything
+    # awaits, so turns follow arrival, and ended once every partition is appended, before the ISR waits.
+    turn = ctx.append_order.take() if ctx.append_order is not None else None
+    try:
+        if turn is not None:
+            await turn.wait()
+        outcomes = await _append(ctx, request)
+    finally:
+        if turn is not None:
+            turn.end()
     if ctx.release_frame is not None:
         ctx.release_frame()  # as Kafka clears a parked produce's records: the pool is not held while waiting
     throttle_ms = _quota(ctx, size)

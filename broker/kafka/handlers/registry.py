@@ -19,6 +19,7 @@ from kafka.protocol.api_message import ApiMessage
 
 from ...parts import BrokerParts
 from ...security.principal import ANONYMOUS, KafkaPrincipal
+from ..append_order import AppendOrder
 from ..framing import Buffer
 
 __all__ = ["handles", "HandlerSpec", "RawResponse", "RequestContext", "get_handler", "all_handlers",
@@ -51,6 +52,9 @@ class RequestContext:
     # Called with a throttle time (ms) by a request over its client quota: the connection reads nothing from the
     # client for that long (Kafka mutes the channel); None outside a connection.
     throttle: Callable[[int], None] | None = None
+    # A Produce's place among its connection's produce requests: they append in arrival order (append_order.py);
+    # None outside a connection.
+    append_order: AppendOrder | None = None
 
     @property
     def client(self) -> str:
