@@ -1,4 +1,5 @@
-"""The attack bench (bench/attacks.py) in a tiny mode against Kelp alone, so its code path cannot rot.
+"""The attack bench (bench/attacks.py) in a tiny mode against Kelp alone, so its code path cannot rot (`make
+test-long`).
 
 `make bench` runs every attack of issue 33 for 10 s each beside Apache Kafka; here three cheap ones for 1.5 s
 each, no Kafka. Checked by what it returns: the honest clients' records all acknowledged and received, each
@@ -17,6 +18,7 @@ import bench.attacks as attacks
 pytestmark = [pytest.mark.clients, pytest.mark.timeout(120)]
 
 
+@pytest.mark.long  # half a minute for a section whose refusals the security tests hold already: `make test-long`
 def test_three_attacks_against_kelp(capsys: pytest.CaptureFixture[str]) -> None:
     assert attacks.main(["--no-kafka", "--attacks", "two-batches,init-producer-id,rest-offsets",
                          "--attack-seconds", "1.5", "--attack-gap-seconds", "0.5", "--attack-rate", "200",
