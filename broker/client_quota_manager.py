@@ -12,9 +12,13 @@ in Kafka's order
 and the bytes are counted in a sensor per matched entity with the request's own names where the entity
 names a default (so `--entity-default` gives every user its own allowance; `--entity-name alice` is shared
 by all of alice's clients). A sensor keeps `quota.window.num` samples (11) of `quota.window.size.seconds` (1),
-Kafka's keys and defaults; its rate is the bytes over the samples' span, at least `quota.window.num - 1`
-windows. Once a request takes the rate over the quota, the client is told to wait
-`(rate - quota) / quota * span` (`throttle_time_ms` in its answer) and its connection reads nothing more for
+Kafka's keys and defaults, exactly as Kafka 4.4's SampledStat keeps them (a ring of one sample more, reset
+rather than dropped once idle for the whole window); its rate is the bytes over the samples' span, at least
+`quota.window.num - 1` windows (Rate.windowSize). Once a request takes the rate over the quota, the client is told
+to wait `(rate - quota) / quota * span` ms, rounded (`throttle_time_ms` in its answer; the same milliseconds as
+Kafka's for the same bytes at the same times, tests/broker/test_client_quota_manager.py), but never more than the
+whole quota window (Kafka's byte-rate quotas set no bound: a 1 GB request under a 1 kB/s quota would mute the
+connection for 11 days) and its connection reads nothing more for
 that long (Kafka mutes the channel, KIP-219): the request itself is never dropped. A throttled fetch is
 answered without records (its bytes are not counted), as Kafka does.
 
@@ -29,7 +33,6 @@ This module must never do I/O or sleep: it counts and computes; the listener doe
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
 
 from .cluster.client_quotas import CLIENT_ID, USER, Entity, QuotaTable
@@ -64,34 +67,59 @@ def quota_of(table: QuotaTable, key: str, user: str, client_id: str) -> tuple[Ta
 
 
 class _Sensor:
-    """Bytes per window, `windows` windows of `window_s` kept (Kafka's SampledStat with a Rate over it)."""
+    """Bytes per window: Kafka's SampledStat with a Rate over it (4.4), on integer milliseconds as Kafka keeps them.
 
-    __slots__ = ("samples", "used", "windows", "window_s")
+    A ring of at most `windows + 1` samples, each [start ms, last record ms, bytes]: a record past its sample's
+    window advances to the next slot of the ring (reusing the oldest); a sample without a record for a whole
+    `windows` windows is reset to (now, now, 0) rather than dropped, and such an empty sample still marks where the
+    rate's span begins (Rate.windowSize measures from the oldest sample's start), as in Kafka."""
+
+    __slots__ = ("samples", "current", "used", "windows", "window_ms")
 
     def __init__(self, now: float, windows: int, window_s: float) -> None:
-        self.samples: deque[list[float]] = deque()  # [window start, bytes]
+        self.windows, self.window_ms = windows, max(1, round(window_s * 1000))
+        at = _ms(now)
+        self.samples: list[list[float]] = [[at, at, 0.0]]
+        self.current = 0
         self.used = now
-        self.windows, self.window_s = windows, window_s
 
     def record(self, value: float, now: float) -> None:
         self.used = now
-        if not self.samples or now - self.samples[-1][0] >= self.window_s:
-            self.samples.append([now, 0.0])
-        self.samples[-1][1] += value
-        while now - self.samples[0][0] >= self.windows * self.window_s:
-            self.samples.popleft()
+        at = _ms(now)
+        sample = self.samples[self.current]
+        if at - sample[0] >= self.window_ms:  # Sample.isComplete: SampledStat.advance, one slot more than windows
+            self.current = (self.current + 1) % (self.windows + 1)
+            if self.current >= len(self.samples):
+                self.samples.append([at, at, 0.0])
+            else:
+                self.samples[self.current][:] = [at, at, 0.0]
+            sample = self.samples[self.current]
+        sample[2] += value
+        sample[1] = at
 
-    def span(self, now: float) -> float:
-        """Kafka's Rate.windowSize: the time since the oldest sample began, plus whole windows up to
-        `windows - 1` full ones."""
-        elapsed = now - self.samples[0][0] if self.samples else 0.0
-        full = int(elapsed // self.window_s)
+    def _purge(self, at: int) -> None:
+        """SampledStat.purgeObsoleteSamples: a sample with no record in the last `windows` windows starts over."""
+        for sample in self.samples:
+            if at - sample[1] >= self.windows * self.window_ms:
+                sample[:] = [at, at, 0.0]
+
+    def span_ms(self, at: int) -> int:
+        """Kafka's Rate.windowSize: from the oldest sample's start, at least `windows - 1` whole windows."""
+        self._purge(at)
+        elapsed = at - min(s[0] for s in self.samples)
+        full = elapsed // self.window_ms
         if full < self.windows - 1:
-            elapsed += (self.windows - 1 - full) * self.window_s
-        return max(elapsed, self.window_s)
+            elapsed += (self.windows - 1 - full) * self.window_ms
+        return max(int(elapsed), 1)
 
     def rate(self, now: float) -> float:
-        return sum(s[1] for s in self.samples) / self.span(now)
+        at = _ms(now)
+        self._purge(at)
+        return sum(s[2] for s in self.samples) / (self.span_ms(at) / 1000)
+
+
+def _ms(now: float) -> int:
+    return round(now * 1000)
 
 
 class _Bucket:
@@ -139,11 +167,10 @@ class ClientQuotaManager:
         rate = sensor.rate(now)
         if rate <= bound:
             return 0
-        if bound <= 0:
-            throttle_s = sensor.span(now)
-        else:
-            throttle_s = (rate - bound) / bound * sensor.span(now)
-        ms = int(min(throttle_s, self._windows * self._window_s) * 1000)
+        span_ms = sensor.span_ms(_ms(now))
+        # QuotaUtils.throttleTime: (rate - bound) / bound x the span, rounded; at most the whole quota window
+        throttle_ms = span_ms if bound <= 0 else round((rate - bound) / bound * span_ms)
+        ms = int(min(throttle_ms, round(self._windows * self._window_s * 1000)))
         if ms > 0:
             self.throttled[key] += 1
             self.throttle_s[key] += ms / 1000

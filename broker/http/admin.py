@@ -17,14 +17,17 @@ This module must never touch logs or partitions directly.
 
 from __future__ import annotations
 
+import json
+
 from aiohttp import web
 
 from kelp.errors import ConfigError, KelpError, TopicAuthorizationFailedError
 from kelp.json_types import JsonData, JsonObject, JsonValue
 
 from ..config import DEFAULT_ENTITY
+from ..loop_budget import LoopBudget
 from ..parts import BrokerParts
-from .json_body import read_json
+from .json_body import off_loop, read_json
 from .problems import HttpProblem, json_response
 from .route_access import TOPIC, access_of, describable, may_create_topic
 from .serving import serving
@@ -34,6 +37,7 @@ __all__ = ["routes"]
 
 routes = web.RouteTableDef()
 PREFIX = "/admin/v1"
+INLINE_TOPICS = 200  # topics listed beyond this are encoded in a worker thread (`json_body.off_loop`)
 
 
 def _object(body: JsonValue, *, what: str) -> JsonObject:
@@ -71,18 +75,18 @@ def _configs_field(body: JsonObject, *, what: str, allow_null: bool = False) -> 
 async def list_topics(request: web.Request) -> web.Response:
     broker = serving(request)
     shown = describable(request, TOPIC, (t.name for t in broker.topics.list_topics()))
-    topics: list[JsonData] = [
-        {
-            "name": t.name,
-            "topic_id": t.topic_id,
-            "partitions": t.partitions,
-            "replication_factor": t.replication_factor,
-            "internal": t.internal,
-            "configs": dict(t.configs),
-        }
-        for t in broker.topics.list_topics() if t.name in shown
-    ]
-    return json_response({"topics": topics})
+    topics: list[JsonData] = []
+    budget = LoopBudget()  # every topic of the cluster: 10,000 were 113 ms of one loop step, built and encoded
+    for t in broker.topics.list_topics():
+        if t.name in shown:
+            await budget.tick()
+            topics.append({"name": t.name, "topic_id": t.topic_id, "partitions": t.partitions,
+                           "replication_factor": t.replication_factor, "internal": t.internal,
+                           "configs": dict(t.configs)})
+    if len(topics) <= INLINE_TOPICS:
+        return json_response({"topics": topics})
+    body = await off_loop(request, lambda: json.dumps({"topics": topics}, separators=(",", ":")).encode())
+    return web.Response(body=body, content_type="application/json")
 
 
 @routes.post(f"{PREFIX}/topics")

@@ -27,14 +27,14 @@ from bench.__main__ import main as bench_main
 pytestmark = [pytest.mark.clients, pytest.mark.timeout(90)]
 
 
-def test_make_bench_offers_the_three_sections(capsys: pytest.CaptureFixture[str]) -> None:
+def test_make_bench_offers_the_sections(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         bench_main(["--help"])
     usage = capsys.readouterr().out
     for option in ("--txn-records", "--txn-latency-seconds", "--txn-rebalance-records", "--txn-rebalance-kills",
                    "--rest-records", "--rest-batch", "--rest-max-bytes",
                    "--perf-seconds", "--perf-consume-records", "--scale-partitions", "--scale-rf3-partitions",
-                   "--scale-idle-seconds"):
+                   "--scale-idle-seconds", "--attacks", "--attack-seconds", "--guard-topics", "--guard-width"):
         assert option in usage
 
 

@@ -113,3 +113,74 @@ def test_the_mutation_bucket_lets_one_request_overdraw_then_refills_at_the_quota
     assert not manager.mutations_exceeded("churn", "c") and manager.mutation_throttle_ms("churn", "c") == 0
     assert not manager.mutations_exceeded("other", "c")  # no quota: never
     assert manager.throttled[MUTATIONS] == 1
+
+
+class KafkaRate:
+    """Kafka 4.4's SampledStat and Rate (org.apache.kafka.common.metrics.stats, read from its kafka-clients jar) and
+    QuotaUtils.throttleTime, transcribed on integer milliseconds as Kafka computes them: the oracle the sensor is
+    checked against. Kelp's one addition, the throttle's bound at the whole quota window, is applied at the end."""
+
+    def __init__(self, samples: int, window_ms: int) -> None:
+        self.n, self.window_ms = samples, window_ms
+        self.samples: list[list[float]] = []  # Sample: [startTimeMs, lastEventMs, value]
+        self.current = 0
+
+    def record(self, value: float, now: int) -> None:
+        if not self.samples:
+            self.samples.append([now, now, 0.0])
+        sample = self.samples[self.current]
+        if now - sample[0] >= self.window_ms:  # Sample.isComplete: SampledStat.advance (samples + 1 slots)
+            self.current = (self.current + 1) % (self.n + 1)
+            if self.current >= len(self.samples):
+                self.samples.append([now, now, 0.0])
+            else:
+                self.samples[self.current][:] = [now, now, 0.0]
+            sample = self.samples[self.current]
+        sample[2] += value
+        sample[1] = now
+
+    def _purge(self, now: int) -> None:  # SampledStat.purgeObsoleteSamples
+        for sample in self.samples:
+            if now - sample[1] >= self.n * self.window_ms:
+                sample[:] = [now, now, 0.0]
+
+    def window_size(self, now: int) -> int:  # Rate.windowSize
+        self._purge(now)
+        elapsed = now - min(s[0] for s in self.samples)
+        full = elapsed // self.window_ms
+        if full < self.n - 1:
+            elapsed += (self.n - 1 - full) * self.window_ms
+        return max(int(elapsed), 1)
+
+    def throttle_ms(self, value: float, bound: float, now: int) -> int:
+        self.record(value, now)
+        self._purge(now)
+        rate = sum(s[2] for s in self.samples) / (self.window_size(now) / 1000)
+        if rate <= bound:
+            return 0
+        return min(round((rate - bound) / bound * self.window_size(now)), self.n * self.window_ms)
+
+
+@pytest.mark.parametrize("windows, window_ms", [(11, 1000), (3, 1000), (4, 500)])
+def test_throttle_times_are_kafkas_to_the_millisecond(windows: int, window_ms: int) -> None:
+    """Every throttle time of a random workload — bursts, clients that wait as told, idle gaps longer than every
+    sample — equals Kafka's for the same bytes at the same times (to its rounding)."""
+    import random
+
+    rnd = random.Random(33)
+    bound = 1_000_000.0
+    clock = Clock()
+    now = 0
+    manager = ClientQuotaManager(lambda: {ent(client="c"): {PRODUCE: bound}}, windows=windows,
+                                 window_s=window_ms / 1000, clock=clock)
+    kafka = KafkaRate(windows, window_ms)
+    throttled = 0
+    for _ in range(5000):
+        size = rnd.choice([100, 16_384, 65_636, 1_000_000])
+        clock.now = now / 1000
+        ours, theirs = manager.record(PRODUCE, "u", "c", size), kafka.throttle_ms(size, bound, now)
+        assert abs(ours - theirs) <= 1, (now, size, ours, theirs)
+        throttled += theirs > 0
+        gap = rnd.random()
+        now += theirs + (2 if gap < 0.8 else rnd.randrange(window_ms) if gap < 0.97 else rnd.randrange(15_000))
+    assert throttled > 500

@@ -15,16 +15,19 @@ the step that ran longer than the bound.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from kelp.broker.http.app import build_http_app
+from kelp.broker.http.keys import LOG_REGISTRY
 from tests.authorization.harness import InProcessBroker
 from tests.support.loop_guard import EVIL_PATTERN, StepProbe
 
@@ -33,11 +36,8 @@ pytestmark = pytest.mark.timeout(600)
 BOUND_S = 0.05
 TOPICS = 100
 ENTRIES = 1000
-# Measured and printed but not held to the bound, each for the reason given (to be fixed in an issue of its own).
-KNOWN_OVER = {
-    ("GET", "/metrics"): "prometheus_client renders every series in one step of the loop: ~25-55 ms here, growing "
-                         "with partitions, groups and the series of the process's registry",
-}
+PARTITIONS = 10_000  # logs the scrape walks
+LISTED = 20_000  # topics the admin API lists
 
 
 def _path(canonical: str, names: dict[str, str]) -> str:
@@ -101,7 +101,7 @@ async def test_no_http_route_holds_the_loop_over_50_ms(tmp_path: Path) -> None:
                 probe.reset()
                 status = await asyncio.to_thread(call, method, _path(canonical, names))
                 print(f"{method} {canonical}: {status}, longest loop step {probe.longest_s * 1000:.1f} ms")
-                if probe.longest_s > BOUND_S and (method, canonical) not in KNOWN_OVER:
+                if probe.longest_s > BOUND_S:
                     over.append(f"{method} {canonical} ({status}): {probe.longest_s * 1000:.0f} ms in "
                                 f"{probe.longest}")
         assert len(routes) > 100
@@ -125,4 +125,65 @@ async def test_every_topics_configs_are_built_in_slices(tmp_path: Path) -> None:
         with probe.measuring():
             listed = await asyncio.to_thread(get)
         assert len({c["topic_name"] for c in listed["data"]} - {"__consumer_offsets"}) == 300
+        assert probe.longest_s <= BOUND_S, f"{probe.longest_s * 1000:.0f} ms in {probe.longest}"
+
+
+class _Logs:
+    """A LogManager's face to the log gauges (`LogSource`), holding `count` partitions' logs."""
+
+    def __init__(self, count: int) -> None:
+        seg = SimpleNamespace()
+        self.logs = {("scraped", p): SimpleNamespace(log_end_offset=p, log_start_offset=0, size_bytes=p * 1024,
+                                                      segments=[seg]) for p in range(count)}
+
+    def partitions(self) -> list[tuple[str, int]]:
+        return list(self.logs)
+
+    def get(self, topic: str, partition: int) -> object:
+        return self.logs.get((topic, partition))
+
+
+async def test_a_scrape_of_every_partition_is_rendered_off_the_loop(tmp_path: Path) -> None:
+    """`/metrics` walks every partition's log and renders every series: about 0.05 ms a partition, one loop step of
+    182 ms at 2,000 partitions and 470 ms at 10,000 before the scrape moved to the CPU pool."""
+    async with InProcessBroker(tmp_path, **{"authorizer.class.name": ""}) as b:
+        assert b.broker.http_runner is not None
+        registry = b.broker.http_runner.app[LOG_REGISTRY]
+        (collector,) = list(registry._collector_to_names)  # the broker's LogCollector, given 10,000 partitions
+        collector._logs_source = lambda: _Logs(PARTITIONS)
+        url = f"http://127.0.0.1:{b.broker.http_port}/metrics"
+
+        def logs_scraped() -> int:
+            with urllib.request.urlopen(url, timeout=30) as answer:
+                page = answer.read().decode()
+            return sum(line.startswith("kelp_log_end_offset{") and 'topic="scraped"' in line
+                       for line in page.splitlines())
+
+        assert await asyncio.to_thread(logs_scraped) == PARTITIONS
+        probe = StepProbe()
+        with probe.measuring():
+            assert await asyncio.to_thread(logs_scraped) == PARTITIONS
+        assert probe.longest_s <= BOUND_S, f"{probe.longest_s * 1000:.0f} ms in {probe.longest}"
+
+
+async def test_listing_every_topic_is_built_in_slices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`GET /admin/v1/topics` of 10,000 topics was one loop step of 113 ms (the long form, bench/loop_guard.py;
+    50 ms here), of 20,000 about twice that: now built a slice at a time and encoded off the loop. The topic manager
+    is given 20,000 copies of a topic's state."""
+    async with InProcessBroker(tmp_path, **{"authorizer.class.name": ""}) as b:
+        await b.parts.topics.create_topic("listed", 3, 1, configs={"retention.ms": "1000"})
+        state = b.parts.topics.get("listed")
+        many = [dataclasses.replace(state, name=f"listed-{i:05d}") for i in range(LISTED)]
+        url = f"http://127.0.0.1:{b.broker.http_port}/admin/v1/topics"
+
+        def get() -> dict:
+            with urllib.request.urlopen(url, timeout=30) as answer:
+                return dict(json.loads(answer.read()))
+
+        monkeypatch.setattr(b.parts.topics, "list_topics", lambda: many)
+        await asyncio.to_thread(get)
+        probe = StepProbe()
+        with probe.measuring():
+            listed = await asyncio.to_thread(get)
+        assert len(listed["topics"]) == LISTED
         assert probe.longest_s <= BOUND_S, f"{probe.longest_s * 1000:.0f} ms in {probe.longest}"

@@ -63,7 +63,7 @@ class StepProbe:
                 if spent > probe.longest_s:
                     probe.longest_s, probe.longest = spent, f"{resumes} (resumed there)"
 
-        asyncio.events.Handle._run = timed  # type: ignore[method-assign]
+        asyncio.events.Handle._run = timed  # type: ignore[method-assign,assignment]
         gc.callbacks.append(on_gc)
         try:
             yield self
@@ -80,7 +80,8 @@ def _where(handle: asyncio.events.Handle) -> str:
     task = getattr(getattr(handle, "_callback", None), "__self__", None)
     if not isinstance(task, asyncio.Task):
         return repr(handle)[:300]
-    chain, coro = [], task.get_coro()
+    chain: list[str] = []
+    coro: Any = task.get_coro()
     while coro is not None and len(chain) < 20:
         frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
         if frame is None:
@@ -172,3 +173,64 @@ def _fields(fields: dict[str, Any], version: int, names: Names, i: int, depth: i
 def filled(request_class: Any, version: int, names: Names) -> Any:
     """A request of `request_class` at `version`, every field filled (see the module docstring)."""
     return request_class(**_fields(request_class.fields, version, names, 0))
+
+
+@dataclass
+class Served:
+    """One API version sent through `guard_every_api`: the longest loop step it took and where."""
+
+    api: str
+    version: int
+    longest_s: float
+    where: str
+
+
+async def serve(parts: Any, spec: Any, version: int, body: bytes, principal: Any,
+                peer: str = "10.1.2.3:40000") -> None:
+    """The request as the listener serves it (`KafkaServer._run`): decoded from its bytes, handled as
+    `principal`, its answer encoded (on the CPU pool when large, as the listener does)."""
+    from kelp.broker.kafka.handlers import RequestContext
+    from kelp.broker.kafka.handlers.registry import RawResponse
+    from kelp.broker.kafka.server import OFF_LOOP_CODEC_BYTES, decode_request, encode_response
+
+    frame = memoryview(bytearray(body))
+    request = await decode_request(spec, frame, version)
+    ctx = RequestContext(broker=parts, api_key=spec.api_key, api_version=version, correlation_id=1,
+                         client_id="loop-guard", peer=peer, principal=principal)
+    answer = await spec.func(ctx, request)
+    if answer is not None and not isinstance(answer, RawResponse):
+        await encode_response(answer, version, large=spec.decoder is None and len(body) > OFF_LOOP_CODEC_BYTES)
+
+
+async def guard_every_api(parts: Any, names: Names, principal: Any, *, timeout_s: float = 5.0,
+                          on_served: Any = None) -> list[Served]:
+    """Every served Kafka API at its lowest and highest version, filled from `names`, served as `principal` while
+    a `StepProbe` times the loop; each one's longest step. A first pass with tiny requests takes kafka-python's
+    one-off codec generation (tens of ms per API version and process) out of the measured one."""
+    from kelp.broker.kafka.handlers import all_handlers
+
+    small = Names(topics=names.topics, transactional_ids=names.transactional_ids, groups=names.groups, width=2,
+                  inner=1)
+    for spec in all_handlers():
+        for version in sorted({spec.min_version, spec.max_version}):
+            try:
+                body = filled(spec.request_class, version, small).encode(version=version)
+                await asyncio.wait_for(serve(parts, spec, version, body, principal), timeout_s)
+            except Exception:  # noqa: BLE001 (refused or invalid: the codecs are generated either way)
+                pass
+    probe = StepProbe()
+    out: list[Served] = []
+    with probe.measuring():
+        for spec in all_handlers():
+            for version in sorted({spec.min_version, spec.max_version}):
+                body = filled(spec.request_class, version, names).encode(version=version)
+                await asyncio.sleep(0)  # the step that built the request (the client's work) ends here
+                probe.reset()  # from here on: what the broker does (decode, handle, encode), nothing of the client
+                try:
+                    await asyncio.wait_for(serve(parts, spec, version, body, principal), timeout_s)
+                except Exception:  # noqa: BLE001 (refused, invalid or timed out: the loop time is what is measured)
+                    pass
+                out.append(Served(spec.name, version, probe.longest_s, probe.longest))
+                if on_served is not None:
+                    on_served(out[-1])
+    return out

@@ -28,6 +28,7 @@ from kafka.protocol.admin import (
 
 from kelp.errors import ErrorCode, KelpError
 
+from ...loop_budget import LoopBudget
 from ...security.acl import (
     AccessControlEntry,
     AccessControlEntryFilter,
@@ -184,7 +185,9 @@ async def handle_delete_acls(ctx: RequestContext, request: DeleteAclsRequest) ->
     if valid:
         try:
             answer = await ctx.broker.acls.delete_filters([f for _, f in valid])
+            budget = LoopBudget()  # a thousand filters each answered with the bindings it deleted
             for (i, _), outcome in zip(valid, answer["results"], strict=True):
+                await budget.tick()
                 err = outcome["error"]
                 if err is not None:
                     results[i] = FR(error_code=err["error_code"], error_message=err["message"], matching_acls=[])

@@ -25,6 +25,7 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kelp.errors import ErrorCode, KelpError
 
 from ...cluster.model import INTERNAL_TOPICS
+from ...loop_budget import LoopBudget
 from ...parts import BrokerParts
 from ...topic_manager import validate_topic_name
 from ..access import Access, AclOperation, ResourceType, access
@@ -39,8 +40,8 @@ _NO_ID = uuid.UUID(int=0)
 
 
 # -- authorization: Kafka's handleTopicMetadataRequest ------------------------------------------------------
-def _describable(acc: Access, names: list[str]) -> set[str]:
-    return acc.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, names)
+async def _describable(acc: Access, names: list[str]) -> set[str]:
+    return await acc.allowed_in_slices(AclOperation.DESCRIBE, ResourceType.TOPIC, names)
 
 
 def _may_create(acc: Access, name: str) -> bool:
@@ -87,11 +88,13 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
         names = [t.name for t in request.topics or [] if t.name is not None]
     allow_auto = True if version < 4 else bool(request.allow_auto_topic_creation)
     acc = access(ctx)
-    describable = _describable(acc, names)
+    describable = await _describable(acc, names)
+    budget = LoopBudget()  # every topic of the cluster: the loop gets a turn every few milliseconds
     auto_create = allow_auto and bool(broker.config["auto.create.topics.enable"])
     topics = []
     refused = []
     for name in names:
+        await budget.tick()
         error: int = ErrorCode.NONE
         if name not in describable:
             if not all_topics:  # asked for by name: refused, never told whether it exists
@@ -116,6 +119,7 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
         if getattr(request, "include_topic_authorized_operations", False):
             for t in topics:
                 t.authorized_operations = acc.operations(ResourceType.TOPIC, t.name or "")
+                await budget.tick()
         if version <= 10 and getattr(request, "include_cluster_authorized_operations", False):
             cluster_operations = (acc.operations(ResourceType.CLUSTER, "kafka-cluster")
                                   if acc.allows_cluster(AclOperation.DESCRIBE) else set())
