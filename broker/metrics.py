@@ -137,8 +137,27 @@ class _Replica(Protocol):
     def last_stable_offset(self) -> int: ...
 
 
+class _ReplicationQuota(Protocol):
+    @property
+    def throttled_bytes(self) -> int: ...
+
+    @property
+    def skipped(self) -> int: ...
+
+
+class _ReplicationQuotas(Protocol):
+    @property
+    def leader(self) -> _ReplicationQuota: ...
+
+    @property
+    def follower(self) -> _ReplicationQuota: ...
+
+
 class _Replicas(Protocol):
     def get_partition(self, topic: str, partition: int) -> _Replica | None: ...
+
+    @property
+    def replication_quotas(self) -> _ReplicationQuotas: ...
 
 
 class _Committed(Protocol):
@@ -387,6 +406,7 @@ class ClusterCollector(Collector):
                 counters = self._transactions(broker, f)
             if broker is not None:
                 counters += self._quotas(broker)
+                counters += self._replication_quotas(broker)
         except Exception:  # a scrape must never fail because state changed under it
             pass
         yield from f.values()
@@ -441,6 +461,24 @@ class ClusterCollector(Collector):
             count.add_metric([key], quotas.throttled[key])
             seconds.add_metric([key], quotas.throttle_s[key])
         return [count, seconds]
+
+    @staticmethod
+    def _replication_quotas(broker: ScrapedBroker) -> list[Metric]:
+        """Replication quotas (KIP-73): throttled bytes moved, and partitions held back, by side."""
+        replicas = broker.replicas
+        if replicas is None:
+            return []
+        moved = CounterMetricFamily("kelp_replication_throttled_bytes",
+                                    "Bytes of throttled replicas (out of the ISR, listed in *.replication.throttled."
+                                    "replicas) moved, by side: leader answers, follower fetches", labels=["side"])
+        held = CounterMetricFamily("kelp_replication_throttled_partitions_held",
+                                   "Times a throttled partition was left out of a fetch because the side's "
+                                   "replication quota was over its rate", labels=["side"])
+        quotas = replicas.replication_quotas
+        for side, quota in (("leader", quotas.leader), ("follower", quotas.follower)):
+            moved.add_metric([side], quota.throttled_bytes)
+            held.add_metric([side], quota.skipped)
+        return [moved, held]
 
     @staticmethod
     def _partitions(broker: ScrapedBroker, topics: _Topics, f: dict[str, GaugeMetricFamily]) -> None:

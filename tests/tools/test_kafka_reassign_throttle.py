@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+import urllib.request
 
 import pytest
 
@@ -41,6 +42,12 @@ def _fill(cluster: Cluster, topic: str) -> int:
         p.poll(0)
     assert p.flush(60) == 0 and not errors, errors[:3]
     return RECORDS * VALUE
+
+
+def _sample(scraped: str, series: str) -> float:
+    line = next((ln for ln in scraped.splitlines() if ln.startswith(series + " ")), None)
+    assert line is not None, f"{series} is not in /metrics"
+    return float(line.rsplit(" ", 1)[1])
 
 
 def _copied(cluster: Cluster) -> int:
@@ -87,6 +94,14 @@ def test_reassign_with_a_throttle_moves_at_the_rate_and_verify_removes_the_throt
     assert left > size / 2, f"only {left} of {size} bytes were left to move when the tool returned"
     assert took >= 0.7 * left / RATE, f"{left} bytes moved in {took:.1f}s: faster than {RATE} bytes/s"
     print(f"{left} bytes moved in {took:.1f}s at a throttle of {RATE} bytes/s")
+    # Both sides counted what they moved under the quota; the follower, asking only what its quota allows, held
+    # the partition back (so the leader, at the same rate, never had to).
+    for broker, side in ((cluster[0], "leader"), (cluster[1], "follower")):
+        with urllib.request.urlopen(broker.http_url + "/metrics", timeout=15) as resp:
+            scraped = resp.read().decode()
+        moved_bytes = _sample(scraped, f'kelp_replication_throttled_bytes_total{{side="{side}"}}')
+        held = _sample(scraped, f'kelp_replication_throttled_partitions_held_total{{side="{side}"}}')
+        assert moved_bytes >= 0.5 * left and (held > 0 or side == "leader"), (side, moved_bytes, held)
 
     verify = tools.run(REASSIGN, "--verify", "--reassignment-json-file", str(plan)).ok().stdout
     assert "Reassignment of partition moving-0 is completed" in verify, verify
