@@ -2,7 +2,7 @@
 
 Why: operators watch transaction throughput and trouble (aborts, transactions the coordinator had to time
 out) per broker. The coordinator counts here, as plain integers on the event loop; the metrics collector
-(`kelp.broker.metrics.ClusterCollector`) reads them at scrape time as Prometheus counters, so this package
+(`kelp.broker.metrics_cluster.ClusterCollector`) reads them at scrape time as Prometheus counters, so this package
 needs no metrics library and a coordinator in a unit test counts without a registry.
 
 This module must never hold anything but counts.
