@@ -189,7 +189,7 @@ def _hold_sockets(target: Target, stop: threading.Event, *, count: int, frame: b
     finally:
         got["held at the end"] = len(sel.get_map())
         for key in list(sel.get_map().values()):
-            key.fileobj.close()  # type: ignore[union-attr]
+            key.fileobj.close()  # type: ignore[union-attr]  # every registered object is a socket
         sel.close()
     return got
 
