@@ -149,9 +149,10 @@ class Controller(TopicAdmin, PartitionMoves, BrokerRequests, ScramAdmin, AclAdmi
         loaded = await self._load_checked()
         if self.image.offset < 0:
             await self._import_legacy()
+        # Sizing thousands of entries (each serialised) is work for a thread, like their replay: not the loop's.
+        self._since_snapshot += await asyncio.to_thread(lambda: sum(entry_size(e) for e in loaded.entries))
         for entry in loaded.entries:
             self.publisher.retain(entry)
-            self._since_snapshot += entry_size(entry)
         await self._claim_epoch()
         # Brokers in a controlled shutdown stay so across a controller failover (their registration says so).
         self._shutting_down = {b for b, r in self.image.brokers.items() if r.shutting_down}
@@ -170,8 +171,8 @@ class Controller(TopicAdmin, PartitionMoves, BrokerRequests, ScramAdmin, AclAdmi
             if loaded.fell_back:
                 log.error("the newest metadata snapshot cannot be read; loaded the older one and its entries "
                           "instead: %s", "; ".join(loaded.fell_back))
-            try:
-                self.image, self._digests = replay(loaded.snapshot, loaded.entries)
+            try:  # in a thread: a log of thousands of topics and ACLs replays for hundreds of ms (loop-lag guard)
+                self.image, self._digests = await asyncio.to_thread(replay, loaded.snapshot, loaded.entries)
             except MetadataCorrupt as exc:
                 raise MetadataUnreadable(f"the metadata log cannot be replayed: {exc}") from None
             why = self._history_refusal()
