@@ -5,7 +5,7 @@ with server-side apply (field manager `kelp-operator`, forced), so the
 API server does the diff: only fields the operator owns change, fields
 other controllers set (the StatefulSet controller's, a user's annotation)
 stay, and an unchanged manifest is a no-op. Calls go through the same JSON
-helper the brokers use (`kelp.broker.cluster.kube_api`), in worker threads,
+helper the brokers use (`kelp.kube.api`), in worker threads,
 never on the event loop.
 
 Every write first asks the `guard` (leadership.Leadership in the running
@@ -27,8 +27,8 @@ import os
 from dataclasses import dataclass
 from typing import Generic, Mapping, Protocol, TypeVar, cast
 
-from kelp.broker.cluster.kube_api import ApiClient, KubeApiError, api_client_from, request
 from kelp.json_types import JsonObject
+from kelp.kube.api import ApiClient, KubeApiError, api_client_from, request
 
 from .leadership import Unfenced
 from .objects import (

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from kelp.clock import Monotonic, monotonic
 
 if TYPE_CHECKING:
-    from kelp.broker.cluster.leases import LeaseElector
+    from kelp.leases import LeaseElector
 
 __all__ = ["Leadership", "LeadershipLost", "Unfenced"]
 
@@ -89,7 +89,7 @@ class Leadership:
 
     async def fence(self) -> None:
         """Renew the Lease on the resourceVersion this replica last wrote; any other writer since loses us it."""
-        from kelp.broker.cluster.leases import LeaseConflict
+        from kelp.leases import LeaseConflict
 
         self.check()
         async with self._lock:

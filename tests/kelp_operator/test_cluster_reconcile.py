@@ -20,7 +20,7 @@ import asyncio
 import pytest
 import yaml
 
-from kelp.broker.cluster.kube_api import KubeApiError
+from kelp.kube.api import KubeApiError
 from kelp.operator.builders import config_hash
 from kelp.operator.reconcile import reconcile_cluster
 from kelp.operator.runner import Runner

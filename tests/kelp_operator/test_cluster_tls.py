@@ -19,7 +19,7 @@ import pytest
 import yaml
 from cryptography import x509
 
-from kelp.broker.cluster.kube_api import KubeApiError
+from kelp.kube.api import KubeApiError
 from kelp.operator.builders import TRUST_FLOOR_ANNOTATION, cluster_children, config_map, external_service
 from kelp.operator.certificates import DAY_MS, issued_by, read_cert, read_certs
 from kelp.operator.cluster_tls import RENEW_ANNOTATION

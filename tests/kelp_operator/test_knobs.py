@@ -20,8 +20,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from kelp.broker.cluster.kube_api import KubeApiError
 from kelp.broker.config import BrokerConfig
+from kelp.kube.api import KubeApiError
 from kelp.operator.builders import cluster_children, stateful_set
 from kelp.operator.reconcile import reconcile_cluster
 from kelp.operator.runner import Runner

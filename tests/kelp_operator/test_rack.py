@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from kelp.broker.cluster import rack as broker_rack
-from kelp.broker.cluster.kube_api import KubeApiError
+from kelp.kube.api import KubeApiError
 from kelp.operator.builders import cluster_children
 from kelp.operator.rack import RACK_CLUSTER_ROLE, orphaned_bindings, rack_condition
 from kelp.operator.resync import collect_rack_bindings

@@ -1,6 +1,6 @@
-"""The one place the broker talks to the Kubernetes API: a client and a JSON request helper.
+"""The one place Kelp talks to the Kubernetes API: a client and a JSON request helper.
 
-Why: the Lease and ConfigMap backends need four verbs on two resource kinds,
+Why: the broker's Lease and ConfigMap backends need four verbs on two resource kinds,
 with `resourceVersion` preconditions and exact JSON bodies.
 `kubernetes==37.0.2`'s typed models mangle Lease MicroTime values whose
 microseconds are 0 (the API server then answers 400), so bodies go to the
@@ -9,7 +9,9 @@ The client is synchronous: callers run `request` in a worker thread, never
 on the event loop. `kubernetes` is imported lazily, so a broker on the file
 backend never loads it.
 
-`request` answers free-form JSON (the operator reads many kinds);
+The broker's backends and the operator (`kelp.operator.kube.client`, which
+types each kind's answers) both call it: `request` answers free-form JSON
+(the operator reads many kinds);
 `request_object` and `request_list` answer the Lease, ConfigMap and Node
 fields the broker's backends read (`KubeObject`, `KubeList`), every one
 optional, as the API server may leave any out.

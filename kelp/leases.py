@@ -1,12 +1,17 @@
-"""Leases: broker liveness and controller election, one interface, two backends.
+"""Leases: broker liveness and controller election, one interface, its backends elsewhere.
 
 Why: a broker proves it is alive by renewing its own lease
 (`kelp-<cluster>-broker-<id>`, the counterpart of ZooKeeper's ephemeral
 `/brokers/ids/N`, its endpoints in the annotations); brokers compete for
-`kelp-<cluster>-controller`, and the holder is the controller. A lease
-decides who *may* act; it fences nothing by itself (a paused holder wakes up
-believing it still holds it): the controller epoch lives in the metadata log,
-whose create-if-absent appends fence a deposed controller (`metadata_log`).
+`kelp-<cluster>-controller`, and the holder is the controller; the operator's
+replicas compete for `kelp-operator` the same way. A lease decides who *may*
+act; it fences nothing by itself (a paused holder wakes up believing it still
+holds it): the controller epoch lives in the metadata log, whose
+create-if-absent appends fence a deposed controller (`metadata_log`).
+
+It lives in `kelp`, beside neither the broker nor the operator, because both
+elect through it: the model and the election are pure of any backend, and
+import nothing of the broker or the operator (tests/layout).
 
 - `LeaseRecord`: what a backend read (holder, times in epoch ms, duration,
   transitions, annotations, an opaque `version` used as write precondition).
@@ -17,11 +22,10 @@ whose create-if-absent appends fence a deposed controller (`metadata_log`).
   a verdict per lease: the readable ones, and the names of the unreadable
   ones with why — one damaged broker lease must fence that broker, not
   blind the controller to every other (issue 31 item 5). Two
-  implementations: `FileLeaseBackend` (JSON files in a shared directory,
-  compare-and-swap under flock, atomically replaced) and
-  `kube_leases.KubeLeaseBackend` (coordination.k8s.io/v1 Lease objects).
-  The file backend fsyncs each lease before renaming it into place (outside
-  the lock): a lease emptied by a power loss would be unreadable for good.
+  implementations: `kelp.broker.cluster.file_leases.FileLeaseBackend` (JSON
+  files in a shared directory, compare-and-swap under flock, atomically
+  replaced, fsynced) and `kelp.kube.leases.KubeLeaseBackend`
+  (coordination.k8s.io/v1 Lease objects).
 - `LeaseElector`: client-go's tryAcquireOrRenew with *observed-time* expiry:
   another holder's lease counts as expired only when this process has seen
   it unchanged for its whole duration on its own monotonic clock, so clock
@@ -32,26 +36,17 @@ whose create-if-absent appends fence a deposed controller (`metadata_log`).
 
 Times (`kelp.clock`): what a lease stores is wall-clock milliseconds
 (`clock_ms`); whether it expired is judged on this process's monotonic
-clock (`monotonic`). Both are injectable.
-
-File and network I/O run in worker threads, never on the event loop.
+clock (`monotonic`). Both are injectable. Backends run their file and
+network I/O in worker threads, never on the event loop.
 """
 from __future__ import annotations
 
 import abc
-import asyncio
-import json
-import os
-import threading
-import uuid
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
 from kelp import clock
 from kelp.clock import Monotonic, WallClockMs
-
-from .file_lock import exclusive
 
 
 class LeaseConflict(Exception):
@@ -100,95 +95,6 @@ class LeaseBackend(abc.ABC):
 
     @abc.abstractmethod
     async def close(self) -> None: ...
-
-
-class FileLeaseBackend(LeaseBackend):
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
-        self.dir = Path(directory) / "leases"
-        self.dir.mkdir(parents=True, exist_ok=True)
-
-    def _path(self, name: str) -> Path:
-        return self.dir / f"{name}.json"
-
-    def _read(self, p: Path) -> LeaseRecord | None:
-        """The lease, None if it does not exist; LeaseUnreadable if it exists but cannot be read."""
-        try:
-            d = json.loads(p.read_text())
-            return LeaseRecord(d["name"], d["holder"], int(d["acquire"]), int(d["renew"]), int(d["duration"]),
-                               int(d["transitions"]), dict(d.get("annotations", {})), str(d["version"]))
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise LeaseUnreadable(f"lease file {p} cannot be read ({exc!r}); repair or remove it") from None
-
-    def _prepare(self, r: LeaseRecord, version: str) -> Path:
-        """The lease as it will be, in a private temporary file, fsynced — before the lock is taken.
-
-        A lease is soft state, but one renamed into place empty by a power loss is unreadable, and unreadable is
-        never taken for absent: that broker could never renew it again. (The rename itself may be lost: the
-        previous lease is as good.) One small fsync per renewal, outside the lock every broker's renewals share."""
-        tmp = self.dir / f".{r.name}.{os.getpid()}.{threading.get_ident()}.tmp"
-        with open(tmp, "w") as fh:
-            fh.write(json.dumps({"name": r.name, "holder": r.holder, "acquire": r.acquire_time_ms,
-                                 "renew": r.renew_time_ms, "duration": r.duration_ms,
-                                 "transitions": r.transitions, "annotations": dict(r.annotations),
-                                 "version": version}))
-            fh.flush()
-            os.fsync(fh.fileno())
-        return tmp
-
-    def _cas(self, r: LeaseRecord, create: bool) -> LeaseRecord:
-        version = uuid.uuid4().hex  # opaque, as a resourceVersion: a precondition, never compared for order
-        tmp = self._prepare(r, version)
-        try:
-            with exclusive(self.dir / ".lock"):
-                cur = self._read(self._path(r.name))
-                if create:
-                    if cur is not None:
-                        raise LeaseConflict(r.name)
-                elif cur is None or cur.version != r.version:
-                    raise LeaseConflict(r.name)
-                os.replace(tmp, self._path(r.name))
-            return replace(r, version=version)
-        finally:
-            tmp.unlink(missing_ok=True)
-
-    async def get(self, name: str) -> LeaseRecord | None:
-        return await asyncio.to_thread(self._read, self._path(name))
-
-    async def list(self, prefix: str) -> list[LeaseRecord]:
-        def run() -> list[LeaseRecord]:
-            return [r for p in sorted(self.dir.glob(f"{prefix}*.json")) if (r := self._read(p)) is not None]
-        return await asyncio.to_thread(run)
-
-    async def scan(self, prefix: str) -> LeaseScan:
-        def run() -> LeaseScan:
-            records, unreadable = [], {}
-            for p in sorted(self.dir.glob(f"{prefix}*.json")):
-                try:
-                    r = self._read(p)
-                except LeaseUnreadable as exc:
-                    unreadable[p.name.removesuffix(".json")] = str(exc)
-                    continue
-                if r is not None:
-                    records.append(r)
-            return records, unreadable
-        return await asyncio.to_thread(run)
-
-    async def create(self, record: LeaseRecord) -> LeaseRecord:
-        return await asyncio.to_thread(self._cas, record, True)
-
-    async def update(self, record: LeaseRecord) -> LeaseRecord:
-        return await asyncio.to_thread(self._cas, record, False)
-
-    async def delete(self, name: str) -> None:
-        def run() -> None:
-            with exclusive(self.dir / ".lock"):
-                self._path(name).unlink(missing_ok=True)
-        await asyncio.to_thread(run)
-
-    async def close(self) -> None:
-        return None
 
 
 LeaseKey = tuple[str | None, int, int, str]

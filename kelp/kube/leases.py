@@ -1,11 +1,12 @@
-"""Leases as `coordination.k8s.io/v1` Lease objects (the Kubernetes backend of `leases.LeaseBackend`).
+"""Leases as `coordination.k8s.io/v1` Lease objects (the Kubernetes backend of `kelp.leases.LeaseBackend`).
 
 Why: on Kubernetes, broker liveness and controller election use the same
 Lease objects as the control plane's own components; every write carries
 the `resourceVersion` it read, so two candidates racing for one Lease cannot
 both win (the loser gets 409). The lease duration is kept exactly in the
 annotation `kelp.dev/lease-duration-ms` (the Lease field has whole seconds).
-Calls run in worker threads.
+Calls run in worker threads. Shared: the brokers' liveness and controller
+leases and the operator's own `kelp-operator` Lease are written here.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import math
 from datetime import datetime, timezone
 from typing import Mapping
 
-from .kube_api import ApiClient, KubeApiError, KubeObject, LeaseSpec, ObjectMeta, request, request_list, request_object
-from .leases import LeaseBackend, LeaseConflict, LeaseRecord, LeaseScan, LeaseUnreadable
+from kelp.leases import LeaseBackend, LeaseConflict, LeaseRecord, LeaseScan, LeaseUnreadable
+
+from .api import ApiClient, KubeApiError, KubeObject, LeaseSpec, ObjectMeta, request, request_list, request_object
 
 __all__ = ["KubeLeaseBackend"]
 
