@@ -80,7 +80,7 @@ async def run(*, namespaces: list[str], all_namespaces: bool, liveness: str | No
     from kelp.leases import LeaseElector
 
     from . import handlers  # noqa: F401  (registers the handlers)
-    from .leadership import Leadership
+    from .kube.leadership import Leadership
 
     health = _Health()
     runner = await _serve_health(liveness, health) if liveness else None

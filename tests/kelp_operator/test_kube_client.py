@@ -15,10 +15,10 @@ import json
 
 import pytest
 
-from kelp.operator.builders import cluster_children
-from kelp.operator.kube import CLUSTER, KINDS, POD, STORAGE_CLASS, TOPIC, KubeClient, resource_path
-from kelp.operator.leadership import LeadershipLost
-from kelp.operator.spec import ClusterSpec
+from kelp.operator.kube.client import CLUSTER, KINDS, POD, STORAGE_CLASS, TOPIC, KubeClient, resource_path
+from kelp.operator.kube.leadership import LeadershipLost
+from kelp.operator.manifests.builders import cluster_children
+from kelp.operator.manifests.spec import ClusterSpec
 
 
 class _Answer:

@@ -52,15 +52,24 @@ def _violations(start: str, forbidden: tuple[str, ...]) -> list[str]:
         # Replication's per-partition rules are state and futures only: no sockets, no HTTP, no cluster calls.
         ("kelp.broker.partition", tuple(n for n in NETWORKING if n != "asyncio")
          + ("kelp.broker.kafka", "kelp.broker.http", "kelp.broker.cluster.member")),
-        # The operator's builders, spec reader and status shaping are pure: no Kubernetes, no kopf, no I/O
-        # (the broker config validator they share reads the host name through `socket`, nothing more).
+        # The operator's types and status shaping, its security rules (issue 20: the listeners' keys, the
+        # certificates and their rotation, KelpUsers' parts), its spec reader and builders, and its plans are
+        # pure: no Kubernetes, no kopf, no I/O, nothing of the layers that act (the broker config validator
+        # they share reads the host name through `socket`, nothing more).
         *[(m, tuple(n for n in NETWORKING if n != "socket")
-           + ("kubernetes", "kopf", "kelp.operator.kube", "kelp.operator.brokers", "kelp.operator.handlers",
-              "kelp.broker.cluster"))
-          for m in ("kelp.operator.builders", "kelp.operator.spec", "kelp.operator.status",
-                    # issue 20: the secured layout's keys, the certificates and their rotation, KelpUsers' parts
-                    "kelp.operator.security", "kelp.operator.certificates", "kelp.operator.pki",
-                    "kelp.operator.tls_builders", "kelp.operator.user_builders")],
+           + ("kubernetes", "kopf", "kelp.kube", "kelp.operator.kube", "kelp.operator.reconcile",
+              "kelp.operator.handlers", "kelp.operator.run", "kelp.broker.cluster"))
+          for m in ("kelp.operator.model", "kelp.operator.security", "kelp.operator.manifests",
+                    "kelp.operator.plans")],
+        # Each pure role imports only the roles beneath it: model, then security, then manifests; plans
+        # stand on the model alone.
+        ("kelp.operator.model", ("kelp.operator.security", "kelp.operator.manifests", "kelp.operator.plans")),
+        ("kelp.operator.security", ("kelp.operator.manifests", "kelp.operator.plans")),
+        ("kelp.operator.manifests", ("kelp.operator.plans",)),
+        ("kelp.operator.plans", ("kelp.operator.security", "kelp.operator.manifests")),
+        # The operator's Kubernetes door stands on the model only: it never decides.
+        ("kelp.operator.kube", ("kelp.operator.security", "kelp.operator.manifests", "kelp.operator.plans",
+                                "kelp.operator.reconcile", "kelp.operator.handlers", "kelp.operator.run")),
         # Kubernetes access (issue 35) serves the broker's backends and the operator alike, so it imports neither;
         # the lease model and election under both backends is pure: no Kubernetes, no sockets, no event loop.
         ("kelp.kube", ("kelp.broker", "kelp.operator", "kelp.cli", "kelp.spark")),
