@@ -1,5 +1,5 @@
-"""The certificates the operator mints (operator/certificates.py, tls_builders.py), checked with `cryptography`'s
-own path validation and a real TLS handshake in both directions.
+"""The certificates the operator mints (operator/security/certificates.py, operator/manifests/tls_builders.py),
+checked with `cryptography`'s own path validation and a real TLS handshake in both directions.
 
 What clients and brokers rely on: a broker certificate verifies to the cluster CA for every name a client
 uses (per-pod DNS, the Services' short and full names, the external address, the pod IP with podIP), it is
