@@ -298,7 +298,7 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     "delete.topic.enable": (parse_bool, True),
     "message.max.bytes": (_positive, 1048588),
     "socket.request.max.bytes": (_positive, 104857600),
-    # Kafka listener memory and connection bounds (README "Broker configuration"). Kelp bounds the
+    # Kafka listener memory and connection bounds (docs/configuration.md). Kelp bounds the
     # request pool and the connection count by default (Kafka: unbounded); -1 lifts the pool or idle bound.
     "queued.max.request.bytes": (_unbounded_or_positive, 134217728),
     "connections.max.idle.ms": (_unbounded_or_positive, 600000),
@@ -403,7 +403,7 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     "replication.quota.window.size.seconds": (_positive, 1),
     "producer.id.block.size": (_positive, 1000),
     "compression.type": (_compression, "producer"),
-    # -- HTTP listener bounds (README "HTTP API")
+    # -- HTTP listener bounds (docs/http-api.md)
     "http.request.max.bytes": (_positive, 32 * 1024 * 1024),
     "http.request.max.records": (_positive, 100_000),
     "http.consumer.max.instances": (_positive, 1000),
