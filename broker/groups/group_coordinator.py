@@ -1,7 +1,7 @@
 """The group coordinator: where every consumer-group request lands, and how its parts fit together.
 
 Why: the Kafka handlers (`kafka/handlers/groups.py`), the HTTP APIs
-(`http/admin_groups.py`, the REST consumers) and the broker's leadership and
+(`http/admin/groups.py`, the REST consumers) and the broker's leadership and
 topic events all talk to one object, `broker.groups`, as they would to
 Kafka's GroupCoordinator. It answers the group and offset requests with
 Kafka's rules and error codes (`kelp.errors.ErrorCode`) by driving its parts:

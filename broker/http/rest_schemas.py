@@ -24,7 +24,7 @@ from ..schema_registry.embedded import REST_TYPES, NotEncodable, SchemaWriter, f
 from ..schema_registry.errors import RegistryError
 from ..schema_registry.routes import register_schema, registry_of
 from ..security.acl import AclOperation
-from .route_access import CLUSTER, require
+from .access.route_access import CLUSTER, require
 
 __all__ = ["SchemaWriters", "SchemaWriter", "REST_TYPES", "NotEncodable", "RegistryError"]
 

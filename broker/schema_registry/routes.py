@@ -10,7 +10,7 @@ partition 0, over the brokers' control plane (`POST /cluster/v1/schema-registry/
 only), retried while a new leader is elected (bounded). Non-leaders read `_schemas` through
 `GET /cluster/v1/schema-registry/records` on the leader.
 
-`install(app)` mounts it (`kelp.broker.http.app`). Who may call what: `route_access.RULES`.
+`install(app)` mounts it (`kelp.broker.http.app`). Who may call what: `http.access.route_access.RULES`.
 
 This module must never decide an operation: `registry` does.
 """

@@ -25,13 +25,13 @@ from aiohttp import web
 from kelp.errors import CoordinatorLoadInProgressError, ErrorCode, TransactionalIdNotFoundError
 from kelp.json_types import JsonData
 
-from ..client_patterns import InvalidPattern, full_matches
-from ..parts import BrokerParts
-from ..security.acl import ResourceType
-from ..transactions.txn_config import TXN_TOPIC
-from .problems import HttpProblem, json_response
-from .route_access import describable
-from .serving import serving
+from ...client_patterns import InvalidPattern, full_matches
+from ...parts import BrokerParts
+from ...security.acl import ResourceType
+from ...transactions.txn_config import TXN_TOPIC
+from ..access.route_access import describable
+from ..problems import HttpProblem, json_response
+from ..serving import serving
 
 __all__ = ["routes"]
 
