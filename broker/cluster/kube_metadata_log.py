@@ -33,8 +33,8 @@ import hashlib
 import json
 
 from kelp.json_types import JsonObject
+from kelp.kube.api import ApiClient, KubeApiError, KubeObject, request, request_list, request_object
 
-from .kube_api import ApiClient, KubeApiError, KubeObject, request, request_list, request_object
 from .metadata_log import (
     BlockingMetadataLog,
     LegacyMetadata,

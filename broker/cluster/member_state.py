@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
 
 from kelp.clock import Monotonic, WallClockMs
 from kelp.json_types import JsonObject
+from kelp.leases import LeaseBackend, LeaseElector, LivenessView
 
 from ..config import BrokerConfig
 from ..replica_manager import ReplicaManager
 from ..topic_manager import TopicManager
 from .controller import Controller
 from .inter_broker import InterBrokerSecurity
-from .leases import LeaseBackend, LeaseElector, LivenessView
 from .metadata_image import MetadataDelta, MetadataImage, Position
 from .metadata_log import MetadataLog
 from .metadata_records import MetadataPush
