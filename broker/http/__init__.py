@@ -12,5 +12,5 @@
 - here, what every route shares: the app's keys (`keys.py`), JSON errors (`problems.py`), JSON bodies
   (`json_body.py`), the starting gate (`serving.py`), topic views (`topic_views.py`) and produce in a
   schema's format (`rest_schemas.py`); and `/healthz`, `/readyz` (`health.py`), `/metrics`
-  (`metrics_routes.py`).
+  (`metrics_routes.py`), the Schema Registry's API (`schema_registry_routes.py`).
 """

@@ -9,7 +9,7 @@ partitions' producers, SCRAM users, ACLs), the brokers' control plane (`cluster/
 metrics — with its middlewares: JSON errors for every failure, a request-latency
 histogram labelled by route, authentication and authorization
 (`access/route_access.py`: 401/403 with a JSON body), and the starting gate. The Schema
-Registry (`kelp.broker.schema_registry`) mounts its own routes (`install`).
+Registry's routes (`schema_registry_routes.py`, over `kelp.broker.schema_registry`) mount themselves (`install`).
 
 The REST Proxy (v2 and v3) and the Schema Registry are switched by `http.rest.proxy.enable` and
 `http.schema.registry.enable` (default true): a service switched off is not mounted at all (no route, no
@@ -32,8 +32,7 @@ from prometheus_client import CollectorRegistry
 from kelp.partitioner import RoundRobin
 
 from ..metrics import LogCollector, metrics_of
-from ..schema_registry import routes as schema_registry_routes
-from . import health, metrics_routes
+from . import health, metrics_routes, schema_registry_routes
 from .access.authentication import HttpAuthenticator
 from .access.route_access import AUTHENTICATOR, CLUSTER_TRUST, security_middleware
 from .admin import acls as admin_acls

@@ -48,11 +48,11 @@ from kelp.json_types import JsonData, JsonValue
 
 from ...replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from ...schema_registry.embedded import find_reader
-from ...schema_registry.routes import registry_of
 from ..access.route_access import DESCRIBE, READ, TOPIC, principal_of, require
 from ..json_body import read_json
 from ..keys import int_setting
 from ..problems import HttpProblem, json_response
+from ..schema_registry_routes import registry_of
 from ..serving import serving
 from .consumer_formats import CONTENT_TYPES, FORMATS, SCHEMA_FORMATS
 from .consumer_instance import ConsumerRegistry, HttpConsumer, range_assign
