@@ -414,13 +414,13 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     "allow.everyone.if.no.acl.found": (parse_bool, False),
     # -- HTTP authentication (Kelp's own: Kafka has no HTTP listener); /healthz, /readyz and /metrics stay open
     # for probes and scrapes unless switched off. Unset, HTTP authenticates as the Kafka listeners do
-    # (broker/http/authentication.py); `none` opts out.
+    # (broker/http/access/authentication.py); `none` opts out.
     "http.authentication.methods": (_http_auth_methods, []),
-    # /cluster/v1 takes only the brokers' identity (broker/http/cluster_trust.py); brokers with none (no
+    # /cluster/v1 takes only the brokers' identity (broker/http/cluster/trust.py); brokers with none (no
     # inter-broker credentials or certificate over HTTP) take calls from loopback only, unless this is true.
     "http.control.plane.open": (parse_bool, False),
     # bearer: the listener whose OAUTHBEARER validator (keys, audience, issuer, claims) checks HTTP tokens;
-    # empty: the first listener enabling OAUTHBEARER (broker/http/bearer_tokens.py)
+    # empty: the first listener enabling OAUTHBEARER (broker/http/access/bearer_tokens.py)
     "http.authentication.oauthbearer.listener": (_str, ""),
     "http.health.public": (parse_bool, True),
     # unset: public only while HTTP authentication is off (resolved methods empty); with an authorizer, /metrics

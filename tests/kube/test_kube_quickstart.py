@@ -48,7 +48,7 @@ NAMESPACE = "kelp"  # the README's
 IMAGE_LINES = ("docker build", "kind load")
 
 
-def KUBELET_CONFIG(control_plane) -> dict[str, str]:  # noqa: N802 (the node fixture's module attribute)
+def KUBELET_CONFIG(control_plane) -> dict[str, str]:  # the node fixture's module attribute
     """Every pod's nameserver is the cluster DNS, at the service range's tenth address (kube-dns's)."""
     return {"clusterDNS": f"[{control_plane.service_net[10]}]", "clusterDomain": "cluster.local"}
 

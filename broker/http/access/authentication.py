@@ -19,7 +19,7 @@ naming the keys. `http.authentication.methods=none` is the explicit opt-out, log
 
 `/cluster/v1` always identifies its caller, whatever the methods (`control_plane_principal`): HTTP Basic and
 client certificates are checked whenever they are presented, since brokers present them to each other
-(`cluster_trust` decides which identities are brokers').
+(`cluster.trust` decides which identities are brokers').
 
 The proofs are checked by slots the composition root fills (`kelp.broker.app`):
 - `basic(user, password)`: the broker's SASL users (`basic_credentials`: the listeners' PLAIN users, the SCRAM
@@ -49,10 +49,10 @@ from aiohttp import web
 
 from kelp.errors import ConfigError
 
-from ..config import BrokerConfig
-from ..listeners import ListenerSetup
-from ..security.principal import ANONYMOUS, KafkaPrincipal, SslPrincipalMapper, principal_from_certificate
-from ..security.tls import ClientAuth
+from ...config import BrokerConfig
+from ...listeners import ListenerSetup
+from ...security.principal import ANONYMOUS, KafkaPrincipal, SslPrincipalMapper, principal_from_certificate
+from ...security.tls import ClientAuth
 
 __all__ = ["HttpAuthenticator", "Unauthenticated", "BearerRefused", "BasicCheck", "BearerCheck", "CertificateCheck",
            "PUBLIC_HEALTH", "PUBLIC_METRICS", "resolve_methods", "authenticating_listeners"]

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from kelp.errors import ConfigError
 
-from ..config import BrokerConfig
-from ..security.oauthbearer import JwtValidator, OAuthBearerError
-from ..security.principal import KafkaPrincipal
+from ...config import BrokerConfig
+from ...security.oauthbearer import JwtValidator, OAuthBearerError
+from ...security.principal import KafkaPrincipal
 from .authentication import BearerCheck, BearerRefused
 
 __all__ = ["bearer_check", "bearer_listener", "LISTENER_KEY"]

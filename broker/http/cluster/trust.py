@@ -17,7 +17,7 @@ credentials: `make run`) call each other as nobody; without an authorizer such a
 from loopback only, unless `http.control.plane.open=true` says its network is trusted (a warning at start).
 A caller that proves some other identity is a client there, never a broker.
 
-This module decides; `route_access` asks it for every `/cluster/v1` request. It must never log a credential.
+This module decides; `access.route_access` asks it for every `/cluster/v1` request. It must never log a credential.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ import ipaddress
 import logging
 from dataclasses import dataclass
 
-from ..acl_manager import Access
-from ..cluster.inter_broker import certificate_principal, http_credentials
-from ..config import BrokerConfig
-from ..security.acl import AclOperation
-from ..security.principal import ANONYMOUS, KafkaPrincipal
-from ..security.tls import ClientAuth
+from ...acl_manager import Access
+from ...cluster.inter_broker import certificate_principal, http_credentials
+from ...config import BrokerConfig
+from ...security.acl import AclOperation
+from ...security.principal import ANONYMOUS, KafkaPrincipal
+from ...security.tls import ClientAuth
 
 __all__ = ["ClusterTrust"]
 

@@ -25,16 +25,16 @@ from aiohttp import web
 from kelp.errors import ErrorCode
 from kelp.json_types import JsonData
 
-from ..cluster.scram_users import (
+from ...cluster.scram_users import (
     SaltedUpsertion,
     UserCredentials,
     alter_user_scram_credentials,
     describe_user_scram_credentials,
 )
-from ..parts import BrokerParts
-from .json_body import read_json
-from .problems import HttpProblem, json_response
-from .serving import serving
+from ...parts import BrokerParts
+from ..json_body import read_json
+from ..problems import HttpProblem, json_response
+from ..serving import serving
 
 __all__ = ["routes"]
 

@@ -10,7 +10,8 @@ partition 0, over the brokers' control plane (`POST /cluster/v1/schema-registry/
 only), retried while a new leader is elected (bounded). Non-leaders read `_schemas` through
 `GET /cluster/v1/schema-registry/records` on the leader.
 
-`install(app)` mounts it (`kelp.broker.http.app`). Who may call what: `route_access.RULES`.
+`install(app)` mounts it (`app.py`). Who may call what: `access.route_access.RULES`. It lives with the other
+routes, not in `kelp.broker.schema_registry`: that package is the registry as the broker's client, with no HTTP.
 
 This module must never decide an operation: `registry` does.
 """
@@ -26,15 +27,15 @@ from aiohttp import ClientError, web
 
 from kelp.json_types import JsonData, JsonObject, JsonValue
 
-from ..http.json_body import INLINE_MAX_BYTES, off_loop
-from ..http.serving import serving
 from ..parts import BrokerParts
-from .errors import REQUEST_FORWARDING_FAILED, UNKNOWN_LEADER, RegistryError, schema_not_found
-from .model import SCHEMA_TYPES, Reference
-from .registry import WRITE_OPS, SchemaRegistry
-from .requests import check_subject, level_of, mode_of, parse_version, schema_request
-from .state import RegistryState
-from .store import SchemaLog, b64, read_records
+from ..schema_registry.errors import REQUEST_FORWARDING_FAILED, UNKNOWN_LEADER, RegistryError, schema_not_found
+from ..schema_registry.model import SCHEMA_TYPES, Reference
+from ..schema_registry.registry import WRITE_OPS, SchemaRegistry
+from ..schema_registry.requests import check_subject, level_of, mode_of, parse_version, schema_request
+from ..schema_registry.state import RegistryState
+from ..schema_registry.store import SchemaLog, b64, read_records
+from .json_body import INLINE_MAX_BYTES, off_loop
+from .serving import serving
 
 __all__ = ["install", "routes", "CONTENT_TYPE", "registry_of", "register_schema"]
 

@@ -1,7 +1,7 @@
 """Confluent REST v3: the cluster, its brokers, topics and partitions.
 
 Why: tools written against Confluent's v3 API (its UI, Terraform's provider, scripts) manage topics with
-these routes; Kelp answers them in Confluent's shapes (`v3_views`) from the same parts the admin API
+these routes; Kelp answers them in Confluent's shapes (`views`) from the same parts the admin API
 uses — the topic manager (changes go through the controller, so any broker takes them), the cluster
 member's view of brokers and partition roles. Routes:
 
@@ -10,7 +10,7 @@ member's view of brokers and partition roles. Routes:
 - `GET|POST .../topics`, `GET|PATCH|DELETE .../topics/{topic}` (PATCH: `{"partitions_count"}`, grow only);
 - `GET .../topics/{topic}/partitions`, `GET .../topics/{topic}/partitions/{partition}`.
 
-Configs are `v3_configs`'; replicas, reassignments and partition offsets `v3_replicas`'.
+Configs are `configs.py`'s; replicas, reassignments and partition offsets `replicas.py`'s.
 
 Authorization is `route_access`'s (the admin API's needs); listing topics shows those the principal may
 DESCRIBE, creating one needs CREATE on the cluster or the topic, as Kafka's CreateTopics.
@@ -25,12 +25,12 @@ from aiohttp import web
 from kelp.errors import ErrorCode, TopicAuthorizationFailedError
 from kelp.json_types import JsonData, JsonObject
 
-from ..parts import BrokerParts
-from .json_body import read_json
-from .problems import HttpProblem
-from .route_access import TOPIC, access_of, describable, may_create_topic
-from .serving import serving
-from .v3_views import (
+from ...parts import BrokerParts
+from ..access.route_access import TOPIC, access_of, describable, may_create_topic
+from ..json_body import read_json
+from ..problems import HttpProblem
+from ..serving import serving
+from .views import (
     CLUSTER,
     V3,
     Links,

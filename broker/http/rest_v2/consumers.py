@@ -23,7 +23,7 @@ member of its group wherever the group's coordinator is, reads from its
 partitions' leaders wherever they are, and follows both when they move
 (`consumer_instance`, over the Kafka protocol). Its `base_uri` is that
 broker's advertised HTTP address; a request for it reaching another broker
-(a load balancer) is forwarded to the holder (`rest_forwarding`), whether
+(a load balancer) is forwarded to the holder (`forwarding`), whether
 Kelp generated its name or the client chose it (a chosen name is unique in
 its group across the cluster: 409 when another broker holds it; names shaped
 like the generated ones are refused, 422).
@@ -46,17 +46,17 @@ from aiohttp import web
 from kelp.errors import ErrorCode, RestErrorCode
 from kelp.json_types import JsonData, JsonValue
 
-from ..replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from ..schema_registry.embedded import find_reader
-from ..schema_registry.routes import registry_of
+from ...replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from ...schema_registry.embedded import find_reader
+from ..access.route_access import DESCRIBE, READ, TOPIC, principal_of, require
+from ..json_body import read_json
+from ..keys import int_setting
+from ..problems import HttpProblem, json_response
+from ..schema_registry_routes import registry_of
+from ..serving import serving
 from .consumer_formats import CONTENT_TYPES, FORMATS, SCHEMA_FORMATS
 from .consumer_instance import ConsumerRegistry, HttpConsumer, range_assign
-from .json_body import read_json
-from .keys import int_setting
-from .problems import HttpProblem, json_response
-from .rest_forwarding import forward_if_held_elsewhere, held_elsewhere
-from .route_access import DESCRIBE, READ, TOPIC, principal_of, require
-from .serving import serving
+from .forwarding import forward_if_held_elsewhere, held_elsewhere
 
 __all__ = ["routes", "HttpConsumer", "ConsumerRegistry", "range_assign"]
 

@@ -38,15 +38,15 @@ from kelp.json_types import JsonData, JsonValue
 from kelp.partitioner import RoundRobin, partition_for_key
 from kelp.records import Record, build_batch, iter_records
 
-from ..parts import BrokerParts
-from ..replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchPartition
-from .json_body import json_value, off_loop, read_json, read_json_as
-from .keys import ROUND_ROBIN, int_setting
-from .problems import HttpProblem, json_response
-from .rest_schemas import NotEncodable, RegistryError, SchemaWriter, SchemaWriters
-from .route_access import TOPIC, describable
-from .serving import serving
-from .topic_views import partition_roles, record_bytes, topic_configs
+from ...parts import BrokerParts
+from ...replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchPartition
+from ..access.route_access import TOPIC, describable
+from ..json_body import json_value, off_loop, read_json, read_json_as
+from ..keys import ROUND_ROBIN, int_setting
+from ..problems import HttpProblem, json_response
+from ..rest_schemas import NotEncodable, RegistryError, SchemaWriter, SchemaWriters
+from ..serving import serving
+from ..topic_views import partition_roles, record_bytes, topic_configs
 
 __all__ = ["routes", "JSON_V2", "BINARY_V2"]
 

@@ -36,15 +36,15 @@ from kelp.errors import (
 )
 from kelp.json_types import JsonData, JsonObject
 
-from ..groups.coordinator_lookup import CoordinatorLocation, locator_of
-from ..groups.group import CommittedOffset
-from ..groups.group_coordinator import GroupCoordinator
-from ..parts import BrokerParts
-from ..replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from .json_body import read_json
-from .problems import HttpProblem, json_response
-from .route_access import DESCRIBE, GROUP, READ, TOPIC, access_of, describable, require
-from .serving import serving
+from ...groups.coordinator_lookup import CoordinatorLocation, locator_of
+from ...groups.group import CommittedOffset
+from ...groups.group_coordinator import GroupCoordinator
+from ...parts import BrokerParts
+from ...replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from ..access.route_access import DESCRIBE, GROUP, READ, TOPIC, access_of, describable, require
+from ..json_body import read_json
+from ..problems import HttpProblem, json_response
+from ..serving import serving
 
 __all__ = ["routes", "describe_group", "plan_reset", "ResetStep", "require_local_group", "coordinator_problem",
            "error_for"]

@@ -24,14 +24,14 @@ from aiohttp import web
 from kelp.errors import ConfigError, KelpError, TopicAuthorizationFailedError
 from kelp.json_types import JsonData, JsonObject, JsonValue
 
-from ..config import DEFAULT_ENTITY
-from ..loop_budget import LoopBudget
-from ..parts import BrokerParts
-from .json_body import off_loop, read_json
-from .problems import HttpProblem, json_response
-from .route_access import TOPIC, access_of, describable, may_create_topic
-from .serving import serving
-from .topic_views import brokers_view, describe_topic, topic_configs
+from ...config import DEFAULT_ENTITY
+from ...loop_budget import LoopBudget
+from ...parts import BrokerParts
+from ..access.route_access import TOPIC, access_of, describable, may_create_topic
+from ..json_body import off_loop, read_json
+from ..problems import HttpProblem, json_response
+from ..serving import serving
+from ..topic_views import brokers_view, describe_topic, topic_configs
 
 __all__ = ["routes"]
 

@@ -27,12 +27,12 @@ from aiohttp import web
 from kelp.errors import ErrorCode
 from kelp.json_types import JsonData
 
-from ..cluster.model import PartitionState
-from ..parts import BrokerParts
-from .problems import HttpProblem
-from .route_access import TOPIC, describable
-from .serving import serving
-from .v3_views import CLUSTER, Links, collection, int_path, links_of, live_broker, resource, v3_response
+from ...cluster.model import PartitionState
+from ...parts import BrokerParts
+from ..access.route_access import TOPIC, describable
+from ..problems import HttpProblem
+from ..serving import serving
+from .views import CLUSTER, Links, collection, int_path, links_of, live_broker, resource, v3_response
 
 __all__ = ["routes"]
 

@@ -10,7 +10,7 @@ the helpers here (`require`, `access_of`), and the table says so (`IN_ROUTE`): c
 cluster or the topic), listing topics, groups or transactions (only those the principal may DESCRIBE; every
 group to DESCRIBE on the cluster), a group's offsets (only describable topics), a reset (READ on its topic), a
 REST consumer's subscription, assignment and commits (READ on their topics). `/cluster/v1/...` is for brokers
-only, with or without an authorizer (`cluster_trust`: the brokers' own identity, a super user, or CLUSTER_ACTION
+only, with or without an authorizer (`cluster.trust`: the brokers' own identity, a super user, or CLUSTER_ACTION
 on the cluster); a client, even a valid user, gets 403, and its caller is identified whenever it presents HTTP
 Basic or a client certificate, whatever `http.authentication.methods` says. The Schema Registry's routes need
 DESCRIBE on the cluster to read and ALTER on it to write. Without an authorizer every other authenticated
@@ -41,14 +41,14 @@ from kelp.errors import (
     UnknownTopicOrPartitionError,
 )
 
-from ..acl_manager import Access, host_of_ip
-from ..security.acl import AclOperation, ResourceType
-from ..security.principal import ANONYMOUS, KafkaPrincipal, PrincipalMappingError
+from ...acl_manager import Access, host_of_ip
+from ...security.acl import AclOperation, ResourceType
+from ...security.principal import ANONYMOUS, KafkaPrincipal, PrincipalMappingError
+from ..cluster.trust import ClusterTrust
+from ..keys import BROKER
+from ..problems import HttpProblem, error_response
+from ..serving import still_starting
 from .authentication import HttpAuthenticator, Unauthenticated
-from .cluster_trust import ClusterTrust
-from .keys import BROKER
-from .problems import HttpProblem, error_response
-from .serving import still_starting
 
 __all__ = ["security_middleware", "AUTHENTICATOR", "CLUSTER_TRUST", "PRINCIPAL", "FORWARDED_BY", "FORWARDED_PRINCIPAL",
            "forwarded_principal", "RULES", "Rule", "principal_of", "access_of",
@@ -58,7 +58,7 @@ __all__ = ["security_middleware", "AUTHENTICATOR", "CLUSTER_TRUST", "PRINCIPAL",
 AUTHENTICATOR = web.AppKey("kelp_http_authenticator", HttpAuthenticator)
 CLUSTER_TRUST = web.AppKey("kelp_cluster_trust", ClusterTrust)
 PRINCIPAL = web.RequestKey("kelp_principal", KafkaPrincipal)
-# A REST consumer request another broker forwarded (`rest_forwarding`): the forwarding broker's id, and the
+# A REST consumer request another broker forwarded (`rest_v2.forwarding`): the forwarding broker's id, and the
 # principal of a client it authenticated by certificate (percent-encoded), which only a broker may name.
 FORWARDED_BY = "X-Kelp-Forwarded-By"
 FORWARDED_PRINCIPAL = "X-Kelp-Forwarded-Principal"
@@ -340,7 +340,7 @@ def _may_scrape(request: web.Request, acc: Access) -> bool:
 
 def forwarded_principal(request: web.Request, forwarder: KafkaPrincipal, named: str) -> KafkaPrincipal:
     """The client principal a forwarding broker names (`FORWARDED_PRINCIPAL`), trusted as `/cluster/v1` trusts
-    a caller: the forwarder is a broker's identity (`cluster_trust`) or holds CLUSTER_ACTION on the cluster (a super
+    a caller: the forwarder is a broker's identity (`cluster.trust`) or holds CLUSTER_ACTION on the cluster (a super
     user, or a broker principal granted it); without an authorizer, it is listed in `super.users`. Only on a REST
     consumer instance's routes, marked forwarded; anything else is 403 (or 400 for a name that is no principal)."""
     if request.headers.get(FORWARDED_BY) is None or not request.path.startswith("/consumers/"):

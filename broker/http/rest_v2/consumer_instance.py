@@ -1,6 +1,6 @@
 """One REST Proxy v2 consumer instance (`HttpConsumer`) and a broker's registry of them.
 
-Why: `rest_consumers` translates HTTP to calls; the state of an instance —
+Why: `consumers` translates HTTP to calls; the state of an instance —
 its group membership (join, sync, heartbeat, rejoin in a background task),
 its assignment and positions, auto-commit, and what it may deliver — lives
 here, so the route module stays a thin translation. An instance is an
@@ -39,13 +39,13 @@ from kelp.kafka_client.errors import error_name
 from kelp.kafka_client.security import PLAINTEXT
 from kelp.records import iter_headers, iter_records
 
-from ..parts import BrokerParts
-from ..replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from ..security.principal import ANONYMOUS, KafkaPrincipal
-from .admin_groups import error_for
+from ...parts import BrokerParts
+from ...replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from ...security.principal import ANONYMOUS, KafkaPrincipal
+from ..admin.groups import error_for
+from ..problems import HttpProblem
 from .consumer_client import FetchedPartition, MemberClient
 from .consumer_formats import ReaderLookup, RecordDecoder, Undeliverable
-from .problems import HttpProblem
 
 __all__ = ["HttpConsumer", "ConsumerRegistry", "range_assign", "unavailable"]
 
@@ -54,7 +54,7 @@ log = logging.getLogger("kelp.broker.http.consumers")
 SESSION_TIMEOUT_MS = 10_000
 LONG_POLL_ROUND_MS = 200
 CLOSE_TIMEOUT_S = 3.0
-FORWARD_CONNECTIONS = 64  # requests forwarded to other brokers at once (rest_forwarding); more wait
+FORWARD_CONNECTIONS = 64  # requests forwarded to other brokers at once (forwarding.py); more wait
 # Commit errors that mean a rebalance moved the group on: the client reads again and retries.
 _REBALANCED = (ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.REBALANCE_IN_PROGRESS)
 
@@ -83,7 +83,7 @@ class HttpConsumer:
                  auto_commit: bool, instance_timeout_ms: int, base_uri: str,
                  owner: KafkaPrincipal = ANONYMOUS) -> None:
         self.registry = registry
-        self.owner = owner  # the principal that created it: the only one that may use it (rest_consumers.py)
+        self.owner = owner  # the principal that created it: the only one that may use it (consumers.py)
         self.broker = registry.broker
         self.group = group
         self.name = name
@@ -479,7 +479,7 @@ class ConsumerRegistry:
         self._reaper: asyncio.Task[None] | None = None
         self._counter = 0
         self._forward_session: aiohttp.ClientSession | None = None
-        # (group, name) -> the other broker holding an instance whose name the client chose (`rest_forwarding`
+        # (group, name) -> the other broker holding an instance whose name the client chose (`forwarding`
         # learns it by asking the brokers); at most REMEMBERED_HOLDERS, the oldest forgotten first.
         self.remote_holders: dict[tuple[str, str], int] = {}
 
@@ -530,7 +530,7 @@ class ConsumerRegistry:
 
     def forward_session(self) -> aiohttp.ClientSession:
         """HTTP to the other brokers (their TLS as the control plane's), without credentials of its own:
-        `rest_forwarding` relays the client's. Closed by `close_all`."""
+        `forwarding` relays the client's. Closed by `close_all`."""
         if self._forward_session is None or self._forward_session.closed:
             security = self.broker.cluster.inter_broker
             tls = security.http_ssl if security is not None else None

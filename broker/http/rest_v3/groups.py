@@ -3,7 +3,7 @@
 Why: a group lives on its coordinator (the leader of its `__consumer_offsets` partition), but a v3 client
 asks whichever broker it reaches. So: the list merges every live broker's own groups (as Kafka's
 AdminClient.listConsumerGroups asks every broker), and a group is described by its coordinator — this
-broker's coordinator in-process (`admin_groups.describe_group`), another's through its admin API
+broker's coordinator in-process (`admin.groups.describe_group`), another's through its admin API
 (`ClusterMember.broker_json`, the control plane's TLS and credentials); its lags are computed here
 against each partition's log end offset as the partition's leader knows it (`partition_infos`).
 Routes (under `/v3/clusters/{cluster_id}`): `GET /consumer-groups`, `/consumer-groups/{group}`,
@@ -28,13 +28,13 @@ from aiohttp import web
 from kelp.errors import ErrorCode, KelpError
 from kelp.json_types import JsonData, JsonObject
 
-from ..groups.placement import OFFSETS_TOPIC
-from ..parts import BrokerParts
-from .admin_groups import describe_group, require_local_group
-from .problems import HttpProblem
-from .route_access import DESCRIBE, GROUP, TOPIC, access_of, describable
-from .serving import serving
-from .v3_views import CLUSTER, Links, collection, int_path, links_of, resource, v3_response
+from ...groups.placement import OFFSETS_TOPIC
+from ...parts import BrokerParts
+from ..access.route_access import DESCRIBE, GROUP, TOPIC, access_of, describable
+from ..admin.groups import describe_group, require_local_group
+from ..problems import HttpProblem
+from ..serving import serving
+from .views import CLUSTER, Links, collection, int_path, links_of, resource, v3_response
 
 __all__ = ["routes", "remote_json"]
 
@@ -69,7 +69,7 @@ async def remote_json(broker: BrokerParts, broker_id: int, path: str) -> JsonObj
 
 
 async def _describe(broker: BrokerParts, group: str) -> tuple[int, JsonObject]:
-    """(coordinator id, the group as `admin_groups.describe_group` shows it, every topic's offsets)."""
+    """(coordinator id, the group as `admin.groups.describe_group` shows it, every topic's offsets)."""
     coordinator = _coordinator_of(broker, group)
     if coordinator == broker.config.broker_id:
         await require_local_group(broker, group)

@@ -21,12 +21,12 @@ from aiohttp import web
 from kelp.errors import KelpError
 from kelp.json_types import JsonData, JsonValue
 
-from ..security.acl import InvalidAclError, validate_acl_binding, validate_acl_filter
-from ..security.acl_json import AclBindingJson, binding_from_json, binding_to_json, filter_from_json
-from .json_body import read_json
-from .problems import HttpProblem
-from .serving import serving
-from .v3_views import CLUSTER, Links, body_object, cluster_id, collection, links_of, resource, v3_response
+from ...security.acl import InvalidAclError, validate_acl_binding, validate_acl_filter
+from ...security.acl_json import AclBindingJson, binding_from_json, binding_to_json, filter_from_json
+from ..json_body import read_json
+from ..problems import HttpProblem
+from ..serving import serving
+from .views import CLUSTER, Links, body_object, cluster_id, collection, links_of, resource, v3_response
 
 __all__ = ["routes"]
 

@@ -17,9 +17,9 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from kelp.json_types import JsonValue
 
-from ..schema_registry.embedded import NotDecodable, SchemaReader, framed_id
-from ..schema_registry.errors import RegistryError
-from .json_body import json_value
+from ...schema_registry.embedded import NotDecodable, SchemaReader, framed_id
+from ...schema_registry.errors import RegistryError
+from ..json_body import json_value
 
 __all__ = ["FORMATS", "SCHEMA_FORMATS", "CONTENT_TYPES", "Undeliverable", "RecordDecoder", "ReaderLookup"]
 

@@ -4,8 +4,8 @@ Why: every v3 answer is a resource (`{"kind": "KafkaTopic", "metadata": {"self":
 ...}, ...}`) or a collection (`{"kind": "KafkaTopicList", "metadata": {"self": ..., "next": null}, "data":
 [...]}`), with links to related resources as `{"related": url}` — the shapes of Confluent's published
 OpenAPI document (api/v3/openapi.yaml of confluentinc/kafka-rest, which `tests/http/test_rest_v3.py`
-validates every route's answers against). The route modules (`v3_cluster`, `v3_groups`, `v3_records`,
-`v3_acls`) build their answers with these helpers, so links are spelled one way; URLs are absolute, on the
+validates every route's answers against). The route modules (`cluster`, `groups`, `records`,
+`acls`) build their answers with these helpers, so links are spelled one way; URLs are absolute, on the
 scheme and host the request came in on, as Confluent's are. The cluster id is the broker's `cluster.id`
 (what Kafka's Metadata answers); a path naming another one is answered 404.
 
@@ -22,8 +22,8 @@ from aiohttp import web
 from kelp.errors import ErrorCode
 from kelp.json_types import JsonData, JsonObject, JsonValue
 
-from .problems import HttpProblem, json_response
-from .serving import serving
+from ..problems import HttpProblem, json_response
+from ..serving import serving
 
 __all__ = ["V3", "cluster_id", "Links", "links_of", "live_broker", "resource", "collection", "v3_response",
            "int_path", "is_int", "problem", "body_object"]

@@ -31,11 +31,11 @@ from aiohttp import web
 from kelp.errors import KelpError
 from kelp.json_types import JsonData, JsonValue
 
-from ..security.acl import InvalidAclError, validate_acl_binding, validate_acl_filter
-from ..security.acl_json import FIELDS, AclBindingJson, binding_from_json, binding_to_json, filter_from_json
-from .json_body import read_json
-from .problems import HttpProblem, json_response
-from .serving import serving
+from ...security.acl import InvalidAclError, validate_acl_binding, validate_acl_filter
+from ...security.acl_json import FIELDS, AclBindingJson, binding_from_json, binding_to_json, filter_from_json
+from ..json_body import read_json
+from ..problems import HttpProblem, json_response
+from ..serving import serving
 
 __all__ = ["routes"]
 

@@ -44,12 +44,12 @@ from kelp.json_types import JsonData, JsonValue
 from kelp.partitioner import partition_for_key
 from kelp.records import Record, build_batch
 
-from .json_body import read_json
-from .keys import MAX_BODY, ROUND_ROBIN, int_setting
-from .problems import HttpProblem, json_response
-from .rest_schemas import REST_TYPES, NotEncodable, RegistryError, SchemaWriters
-from .serving import serving
-from .v3_views import CLUSTER, body_object, cluster_id, is_int
+from ..json_body import read_json
+from ..keys import MAX_BODY, ROUND_ROBIN, int_setting
+from ..problems import HttpProblem, json_response
+from ..rest_schemas import REST_TYPES, NotEncodable, RegistryError, SchemaWriters
+from ..serving import serving
+from .views import CLUSTER, body_object, cluster_id, is_int
 
 __all__ = ["routes", "take_complete"]
 

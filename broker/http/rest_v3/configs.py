@@ -31,8 +31,8 @@ from aiohttp import web
 
 from kelp.json_types import JsonData, JsonObject
 
-from ..config import DEFAULT_ENTITY
-from ..config_entries import (
+from ...config import DEFAULT_ENTITY
+from ...config_entries import (
     SOURCE_DEFAULT,
     SOURCE_NAMES,
     Entry,
@@ -41,15 +41,15 @@ from ..config_entries import (
     hide_secrets,
     topic_entries,
 )
-from ..listener_keys import is_sensitive
-from ..loop_budget import LoopBudget
-from ..parts import BrokerParts
-from .json_body import off_loop, read_json
-from .problems import HttpProblem
-from .route_access import DC, TOPIC, access_of
-from .serving import serving
-from .v3_groups import remote_json
-from .v3_views import CLUSTER, Links, body_object, collection, links_of, live_broker, resource, v3_response
+from ...listener_keys import is_sensitive
+from ...loop_budget import LoopBudget
+from ...parts import BrokerParts
+from ..access.route_access import DC, TOPIC, access_of
+from ..json_body import off_loop, read_json
+from ..problems import HttpProblem
+from ..serving import serving
+from .groups import remote_json
+from .views import CLUSTER, Links, body_object, collection, links_of, live_broker, resource, v3_response
 
 __all__ = ["routes"]
 

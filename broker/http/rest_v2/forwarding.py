@@ -47,17 +47,17 @@ from aiohttp import web
 
 from kelp.errors import KelpError, RestErrorCode
 
-from ..parts import BrokerParts
-from ..security.principal import ANONYMOUS
+from ...parts import BrokerParts
+from ...security.principal import ANONYMOUS
+from ..access.route_access import FORWARDED_BY, FORWARDED_PRINCIPAL, principal_of
+from ..problems import HttpProblem, json_response
+from ..serving import serving
 from .consumer_instance import ConsumerRegistry
-from .problems import HttpProblem, json_response
-from .route_access import FORWARDED_BY, FORWARDED_PRINCIPAL, principal_of
-from .serving import serving
 
 __all__ = ["routes", "forward_if_held_elsewhere", "held_elsewhere"]
 
 routes = web.RouteTableDef()
-# Above the longest records long-poll (rest_consumers.MAX_RECORDS_TIMEOUT_MS) plus the time to answer.
+# Above the longest records long-poll (consumers.MAX_RECORDS_TIMEOUT_MS) plus the time to answer.
 FORWARD_TIMEOUT_S = 90.0
 LOOKUP_TIMEOUT_S = 5.0
 _RELAYED_REQUEST_HEADERS = ("Authorization", "Content-Type", "Accept")

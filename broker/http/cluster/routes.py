@@ -26,13 +26,13 @@ from aiohttp import web
 from kelp.errors import NotControllerError
 from kelp.json_types import JsonData, JsonValue
 
-from ..cluster.member import ClusterMember
-from ..cluster.metadata_records import MetadataPush
-from ..config_entries import broker_entries, hide_secrets
-from .json_body import read_json
-from .keys import BROKER
-from .problems import HttpProblem, json_response
-from .serving import serving
+from ...cluster.member import ClusterMember
+from ...cluster.metadata_records import MetadataPush
+from ...config_entries import broker_entries, hide_secrets
+from ..json_body import read_json
+from ..keys import BROKER
+from ..problems import HttpProblem, json_response
+from ..serving import serving
 
 __all__ = ["routes"]
 
@@ -236,7 +236,7 @@ async def replica_progress(request: web.Request) -> web.Response:
 @routes.get("/cluster/v1/configs")
 async def own_configs(request: web.Request) -> web.Response:
     """This broker's configs described (`config_entries`, secrets without a value): a broker's static configs are
-    only known to itself, and REST v3 on another broker shows them (`v3_configs`)."""
+    only known to itself, and REST v3 on another broker shows them (`rest_v3.configs`)."""
     entries = hide_secrets(broker_entries(serving(request).config))
     return json_response({"configs": [[n, v, ro, src, [[sn, sv, ss] for sn, sv, ss in syn]]
                                       for n, v, ro, src, syn in entries]})
