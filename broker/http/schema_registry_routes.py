@@ -34,7 +34,7 @@ from ..schema_registry.registry import WRITE_OPS, SchemaRegistry
 from ..schema_registry.requests import check_subject, level_of, mode_of, parse_version, schema_request
 from ..schema_registry.state import RegistryState
 from ..schema_registry.store import SchemaLog, b64, read_records
-from .json_body import INLINE_MAX_BYTES, off_loop
+from .json_body import INLINE_MAX_BYTES, BodyError, loads_bounded, off_loop
 from .serving import serving
 
 __all__ = ["install", "routes", "CONTENT_TYPE", "registry_of", "register_schema"]
@@ -114,9 +114,9 @@ async def _body(request: web.Request) -> JsonValue:
 
     def parse() -> JsonValue:
         try:
-            body: JsonValue = json.loads(raw) if raw.strip() else None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise RegistryError(400, 400, f"the request body is not JSON: {exc}") from None
+            body: JsonValue = loads_bounded(raw.decode("utf-8")) if raw.strip() else None
+        except (BodyError, UnicodeDecodeError) as exc:  # nested too deep included: 400, never a 500
+            raise RegistryError(400, 400, f"the request body is not JSON, or not JSON Kelp accepts: {exc}") from None
         return body
 
     return parse() if len(raw) <= INLINE_MAX_BYTES else await off_loop(request, parse)
@@ -179,8 +179,8 @@ async def _write(request: web.Request, op: str, args: JsonObject) -> JsonData:
 @routes.post("/cluster/v1/schema-registry/write/{op}")
 async def leader_write(request: web.Request) -> web.Response:
     op = request.match_info["op"]
-    args = await _body(request)
     try:
+        args = await _body(request)
         if op not in WRITE_OPS or not isinstance(args, dict):
             raise RegistryError(404, 404, f"no registry write operation '{op}' taking {args!r}"[:300])
         return _answer({"result": await _registry(request).write(op, args)})
@@ -254,7 +254,7 @@ async def get_version(request: web.Request) -> JsonData:
 async def get_version_schema(request: web.Request) -> JsonData:
     found = await _version(request)
     schema = str(found["schema"])
-    return schema if found.get("schemaType") == "PROTOBUF" else json.loads(schema)
+    return schema if found.get("schemaType") == "PROTOBUF" else loads_bounded(schema)
 
 
 @_route("GET", "/subjects/{subject}/versions/{version}/referencedby")
@@ -309,7 +309,7 @@ async def schema_by_id(request: web.Request) -> JsonData:
 @_route("GET", "/schemas/ids/{id}/schema")
 async def raw_schema_by_id(request: web.Request) -> JsonData:
     found = await _by_id(request)
-    return str(found["schema"]) if found.get("schemaType") == "PROTOBUF" else json.loads(str(found["schema"]))
+    return str(found["schema"]) if found.get("schemaType") == "PROTOBUF" else loads_bounded(str(found["schema"]))
 
 
 @_route("GET", "/schemas/ids/{id}/versions")

@@ -22,8 +22,10 @@ import avro.name
 import avro.schema
 from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
 
+from kelp.bounded_json import BodyError, loads_bounded
+
 from .errors import invalid_schema
-from .parsed import ParsedSchema, ResolvedReference, flatten
+from .parsed import MAX_SCHEMA_DEPTH, ParsedSchema, ResolvedReference, flatten
 
 __all__ = ["parse_avro", "AvroSchema"]
 
@@ -50,9 +52,9 @@ class AvroSchema:
 
 def _load(text: str, what: str) -> object:
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise invalid_schema("AVRO", f"{what} is not JSON: {exc}") from None
+        return loads_bounded(text, max_depth=MAX_SCHEMA_DEPTH)
+    except BodyError as exc:  # not JSON, or nested deeper than MAX_JSON_DEPTH
+        raise invalid_schema("AVRO", f"{what} is not JSON, or not JSON Kelp accepts: {exc}") from None
 
 
 def parse_avro(text: str, references: tuple[ResolvedReference, ...]) -> AvroSchema:

@@ -155,3 +155,53 @@ def test_bad_input(sr, path, method, body, status, code, names) -> None:
 def test_malformed_body(sr) -> None:
     status, body, _ = sr(f"/subjects/{_subject('raw')}/versions", "POST", raw=b"{nope")
     assert status == 400 and "not JSON" in body["message"]
+
+
+def _nested_body(depth: int) -> bytes:
+    return b'{"schema": "x", "a": ' + b"[" * depth + b"]" * depth + b"}"
+
+
+def _nested_json_schema(depth: int) -> str:
+    return '{"type": "object", "properties": {"n": ' * depth + '{"type": "string"}' + "}}" * depth
+
+
+def _nested_avro(depth: int) -> str:
+    opened = "".join(f'{{"type": "record", "name": "R{i}", "fields": [{{"name": "n", "type": ' for i in range(depth))
+    return opened + '"string"' + "}]}" * depth
+
+
+@pytest.mark.parametrize("path", ["/subjects/{s}/versions", "/subjects/{s}", "/compatibility/subjects/{s}/versions",
+                                  "/config/{s}", "/mode/{s}"])
+def test_a_body_nested_thousands_deep_is_400_never_500(sr, path: str) -> None:
+    """Issue 37, item 4: registry routes parsed bodies with `json.loads`; 5,000 levels answered 500 RecursionError
+    (the forwarded write too). The bounded decoder the other routes use answers 400 naming the nesting."""
+    subject = _subject("deep")
+    method = "PUT" if path.startswith(("/config", "/mode")) else "POST"
+    status, body, _ = sr(path.format(s=subject), method, raw=_nested_body(5000))
+    assert status == 400, (status, body)
+    assert "nested deeper" in body["message"], body
+
+
+@pytest.mark.parametrize("schema_type, schema", [("JSON", _nested_json_schema(3000)), ("AVRO", _nested_avro(3000))])
+def test_a_schema_text_nested_thousands_deep_is_refused_as_invalid_never_500(sr, schema_type: str,
+                                                                               schema: str) -> None:
+    """Item 4's schema half: a schema text (a string inside the body) nested thousands deep was parsed with
+    `json.loads` and answered 500; it is an invalid schema (422, 42201), and the registry goes on serving."""
+    subject = _subject("deep-schema")
+    status, body, _ = sr(f"/subjects/{subject}/versions", "POST", {"schemaType": schema_type, "schema": schema})
+    assert status == 422 and body["error_code"] == 42201 and "nested deeper than 128" in body["message"], body
+    status, body, _ = sr(f"/subjects/{subject}/versions", "POST", {"schema": _avro([{"name": "a", "type": "int"}])})
+    assert status == 200, (status, body)
+
+
+def test_a_json_schema_at_the_depth_bound_registers_and_is_checked_for_compatibility(sr) -> None:
+    """Just under the schema depth bound (60 nested objects: 121 levels of JSON), registration and the
+    compatibility check (both walk the schema recursively) answer, never 500."""
+    subject = _subject("deep-ok")
+    deep = _nested_json_schema(60)
+    status, body, _ = sr(f"/subjects/{subject}/versions", "POST", {"schemaType": "JSON", "schema": deep})
+    assert status == 200, (status, body)
+    changed = deep.replace('{"type": "string"}', '{"type": "number"}')
+    status, body, _ = sr(f"/compatibility/subjects/{subject}/versions/latest", "POST",
+                         {"schemaType": "JSON", "schema": changed})
+    assert status == 200 and body["is_compatible"] is False, (status, body)
