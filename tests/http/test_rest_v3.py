@@ -190,6 +190,13 @@ def test_every_v3_route_answers_in_confluents_shapes(kelp) -> None:
     assert reports[2]["timestamp"].startswith("2026-01-01T00:00:00")
     broken = call(base, "POST", f"{c}/topics/v3t/records", raw=b'{"value": {"type": "JSON", "data": ', expect=400)
     assert "record 0 is not valid JSON" in broken["message"]
+    # issue 37, item 6: an unknown field was produced as a record with a null key and value; Confluent refuses it
+    wrapped = call(base, "POST", f"{c}/topics/v3t/records",
+                   {"records": [{"value": {"type": "STRING", "data": "lost"}}]}, expect=200)
+    assert wrapped["error_code"] == 400 and "Unrecognized field 'records'" in wrapped["message"], wrapped
+    misspelled = call(base, "POST", f"{c}/topics/v3t/records", {"value": {"type": "STRING", "dta": "x"}}, expect=200)
+    assert misspelled["error_code"] == 400 and "Unrecognized field 'dta'" in misspelled["message"], misspelled
+    # nothing was written for the refused ones: the group below reads exactly the three records produced above
 
     # a consumer group (a REST v2 consumer reads and commits), described by v3
     inst = call(base, "POST", "/consumers/v3g", {"format": "binary", "auto.offset.reset": "earliest"}, ctype=V2,
