@@ -205,3 +205,42 @@ def test_a_json_schema_at_the_depth_bound_registers_and_is_checked_for_compatibi
     status, body, _ = sr(f"/compatibility/subjects/{subject}/versions/latest", "POST",
                          {"schemaType": "JSON", "schema": changed})
     assert status == 200 and body["is_compatible"] is False, (status, body)
+
+
+def _record_with(field: dict) -> str:
+    return json.dumps({"type": "record", "name": "D", "fields": [field]})
+
+
+@pytest.mark.parametrize("field", [
+    {"name": "a", "type": "string", "default": None},
+    {"name": "a", "type": "int", "default": "abc"},
+    {"name": "a", "type": ["null", "string"], "default": "x"},  # a union's default is of its first branch
+    {"name": "a", "type": "int", "default": 2 ** 31},
+    {"name": "a", "type": {"type": "enum", "name": "E", "symbols": ["A", "B"]}, "default": "C"},
+    {"name": "a", "type": {"type": "array", "items": "long"}, "default": [1, "2"]},
+    {"name": "a", "type": {"type": "record", "name": "In", "fields": [{"name": "b", "type": "boolean"}]},
+     "default": {}},  # a record default must give every field without a default of its own
+    {"name": "a", "type": {"type": "record", "name": "Deep", "fields": [  # a nested record's field default
+        {"name": "b", "type": "double", "default": "NaN"}]}},
+])
+def test_an_avro_default_that_does_not_fit_its_field_is_an_invalid_schema(sr, field: dict) -> None:
+    """Issue 37, item 3: such schemas were registered (200 with an id) where Confluent answers 42201, and a Java
+    client then cannot parse the schema of that id (Avro's parser validates defaults)."""
+    status, body, _ = sr(f"/subjects/{_subject('default')}/versions", "POST", {"schema": _record_with(field)})
+    assert status == 422 and body["error_code"] == 42201, (status, body)
+    assert "Invalid default for field" in body["message"], body
+
+
+@pytest.mark.parametrize("field", [
+    {"name": "a", "type": ["null", "string"], "default": None},
+    {"name": "a", "type": ["string", "null"], "default": "x"},
+    {"name": "a", "type": "long", "default": 2 ** 40},
+    {"name": "a", "type": "double", "default": 1},
+    {"name": "a", "type": "bytes", "default": "\u00ff"},
+    {"name": "a", "type": {"type": "map", "values": "int"}, "default": {"k": 1}},
+    {"name": "a", "type": {"type": "record", "name": "In2", "fields": [
+        {"name": "b", "type": "boolean"}, {"name": "c", "type": "int", "default": 0}]}, "default": {"b": True}},
+])
+def test_an_avro_default_that_fits_registers(sr, field: dict) -> None:
+    status, body, _ = sr(f"/subjects/{_subject('default-ok')}/versions", "POST", {"schema": _record_with(field)})
+    assert status == 200, (status, body)
