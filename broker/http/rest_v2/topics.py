@@ -212,7 +212,7 @@ def _place(parsed: list[tuple[int | None, Record]], *, topic: str, n: int, fixed
             where = "the URL" if fixed_partition is not None else f"records[{i}].partition"
             raise HttpProblem(
                 404, f"{where}: partition {p} of topic '{topic}' does not exist (it has {n})",
-                error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                error_code=RestErrorCode.PARTITION_NOT_FOUND,
             )
         by_partition[p].append(i)
     return by_partition
