@@ -203,10 +203,69 @@ async def leader_records(request: web.Request) -> web.Response:
 
 
 # -- subjects and versions ------------------------------------------------------------------------------------
+def _page(request: web.Request, items: list[JsonData]) -> list[JsonData]:
+    """Confluent's `offset` (from 0) and `limit` (-1, the default: all) over an answer's list."""
+    bounds = []
+    for name, default, low in (("offset", 0, 0), ("limit", -1, -1)):
+        raw = request.query.get(name, str(default))
+        try:
+            value = int(raw)
+        except ValueError:
+            raise RegistryError(400, 400, f"query parameter '{name}' must be an integer, got {raw!r}") from None
+        if value < low:
+            raise RegistryError(400, 400, f"query parameter '{name}' must be at least {low}, got {value}")
+        bounds.append(value)
+    offset, limit = bounds
+    return items[offset:] if limit < 0 else items[offset:offset + limit]
+
+
 @_route("GET", "/subjects")
 async def list_subjects(request: web.Request) -> JsonData:
+    """Confluent's `subjectPrefix`, `deleted` (soft-deleted too), `deletedOnly` (only those), `offset`, `limit`."""
     state = await _registry(request).state()
-    return state.subject_names(deleted=_flag(request, "deleted"))
+    prefix = request.query.get("subjectPrefix", "")
+    if _flag(request, "deletedOnly"):
+        names = sorted(set(state.subject_names(deleted=True)) - set(state.subject_names()))
+    else:
+        names = state.subject_names(deleted=_flag(request, "deleted"))
+    return _page(request, [n for n in names if n.startswith(prefix)])
+
+
+@_route("GET", "/schemas")
+async def list_schemas(request: web.Request) -> JsonData:
+    """Every subject version (Confluent's `GET /schemas`): `subjectPrefix`, `deleted`, `latestOnly`, `offset`,
+    `limit`; each as `GET /subjects/{s}/versions/{v}` answers it."""
+    state = await _registry(request).state()
+    prefix = request.query.get("subjectPrefix", "")
+    deleted, latest = _flag(request, "deleted"), _flag(request, "latestOnly")
+    out: list[JsonData] = []
+    for subject in state.subject_names(deleted=deleted):
+        if not subject.startswith(prefix):
+            continue
+        versions = state.versions(subject, deleted=deleted)
+        for sv in versions[-1:] if latest else versions:
+            out.append({**sv.to_api(), "schema": sv.schema})
+    return _page(request, out)
+
+
+@_route("GET", "/")
+async def root(request: web.Request) -> JsonData:
+    """Confluent answers its root with an empty object (clients use it as a liveness check)."""
+    return {}
+
+
+@_route("GET", "/contexts")
+async def list_contexts(request: web.Request) -> JsonData:
+    """Schema contexts (Confluent's multi-tenancy prefix `:.ctx:`): Kelp has the default context only."""
+    return ["."]
+
+
+@_route("GET", "/v1/metadata/id")
+async def metadata_id(request: web.Request) -> JsonData:
+    """The registry's identity as Confluent answers it: the Kafka cluster it stores in, and its own cluster."""
+    cluster_id = str(_registry(request).log.parts.config["cluster.id"])
+    return {"scope": {"path": [], "clusters": {"kafka-cluster": cluster_id,
+                                               "schema-registry-cluster": "schema-registry"}}}
 
 
 @_route("GET", "/subjects/{subject}/versions")

@@ -244,3 +244,33 @@ def test_an_avro_default_that_does_not_fit_its_field_is_an_invalid_schema(sr, fi
 def test_an_avro_default_that_fits_registers(sr, field: dict) -> None:
     status, body, _ = sr(f"/subjects/{_subject('default-ok')}/versions", "POST", {"schema": _record_with(field)})
     assert status == 200, (status, body)
+
+
+def test_listing_filters_pages_and_the_routes_confluents_clients_call(sr) -> None:
+    """Issue 37, item 8: `subjectPrefix`, `deletedOnly`, `offset`/`limit` were ignored, and `GET /`, `/contexts`
+    (the Python client's `get_contexts()`), `/v1/metadata/id` and `GET /schemas` were missing."""
+    prefix = _subject("listing")
+    for name in ("a", "b", "c"):
+        status, _, _ = sr(f"/subjects/{prefix}-{name}/versions", "POST",
+                          {"schema": _avro([{"name": name, "type": "int"}])})
+        assert status == 200
+    second = _avro([{"name": "b", "type": "int"}, {"name": "b2", "type": "long", "default": 0}])
+    status, _, _ = sr(f"/subjects/{prefix}-b/versions", "POST", {"schema": second})
+    assert status == 200
+    assert sr(f"/subjects/{prefix}-c", "DELETE")[0] == 200  # soft-deleted
+    status, names, _ = sr(f"/subjects?subjectPrefix={prefix}")
+    assert status == 200 and names == [f"{prefix}-a", f"{prefix}-b"]
+    assert sr(f"/subjects?subjectPrefix={prefix}&deleted=true")[1] == [f"{prefix}-{n}" for n in "abc"]
+    assert sr(f"/subjects?subjectPrefix={prefix}&deletedOnly=true")[1] == [f"{prefix}-c"]
+    assert sr(f"/subjects?subjectPrefix={prefix}&offset=1&limit=1")[1] == [f"{prefix}-b"]
+    assert sr("/subjects?limit=-5")[0] == 400 and sr("/subjects?offset=x")[0] == 400
+    status, schemas, _ = sr(f"/schemas?subjectPrefix={prefix}")
+    assert status == 200 and [(s["subject"], s["version"]) for s in schemas] == [
+        (f"{prefix}-a", 1), (f"{prefix}-b", 1), (f"{prefix}-b", 2)]
+    assert all("schema" in s and "id" in s for s in schemas)
+    latest = sr(f"/schemas?subjectPrefix={prefix}&latestOnly=true")[1]
+    assert [(s["subject"], s["version"]) for s in latest] == [(f"{prefix}-a", 1), (f"{prefix}-b", 2)]
+    assert sr("/")[:2] == (200, {})
+    assert sr("/contexts")[:2] == (200, ["."])
+    status, meta, _ = sr("/v1/metadata/id")
+    assert status == 200 and meta["scope"]["clusters"]["kafka-cluster"] and meta["scope"]["path"] == []
