@@ -274,3 +274,18 @@ def test_listing_filters_pages_and_the_routes_confluents_clients_call(sr) -> Non
     assert sr("/contexts")[:2] == (200, ["."])
     status, meta, _ = sr("/v1/metadata/id")
     assert status == 200 and meta["scope"]["clusters"]["kafka-cluster"] and meta["scope"]["path"] == []
+
+
+def test_a_soft_deleted_subject_loses_its_own_level_and_mode(sr) -> None:
+    """Issue 37, item 8: a soft-deleted subject kept its compatibility level (and mode); Confluent's deleteSubject
+    removes them, so the subject's config answers 40408 and a re-registered subject starts from the global level."""
+    s = _subject("soft-config")
+    assert sr(f"/subjects/{s}/versions", "POST", {"schema": A1})[0] == 200
+    assert sr(f"/config/{s}", "PUT", {"compatibility": "NONE"})[0] == 200
+    assert sr(f"/mode/{s}", "PUT", {"mode": "READWRITE"})[0] == 200
+    assert sr(f"/subjects/{s}", "DELETE")[0] == 200
+    status, body, _ = sr(f"/config/{s}")
+    assert (status, body["error_code"]) == (404, 40408), body
+    assert sr(f"/mode/{s}")[0] == 404
+    assert sr(f"/subjects/{s}/versions", "POST", {"schema": A1})[0] == 200
+    assert sr(f"/subjects/{s}/versions", "POST", {"schema": A_BAD})[0] == 409  # BACKWARD again, not NONE
