@@ -7,7 +7,7 @@ import os
 import pytest
 
 from kelp.broker.config import BrokerConfig
-from kelp.broker.replica_manager import FetchPartition, ReplicaManager, SegmentSlice, close_results
+from kelp.broker.replica.manager import FetchPartition, ReplicaManager, SegmentSlice, close_results
 from kelp.broker.topic_manager import TopicManager
 from kelp.records import Record, build_batch, iter_headers
 

@@ -9,7 +9,7 @@ answer was lost must never let the high watermark pass a record the new
 member lacks (it could be elected). An unknown outcome is asked again; only
 a definite refusal or newer metadata ends the pending change — as Kafka's
 `Partition.submitAlterPartition` / `AlterPartitionManager`. `ReplicaManager`
-mixes this in (the state it uses is declared in `replica_state`); it must
+mixes this in (the state it uses is declared in `state`); it must
 never change an ISR itself.
 """
 
@@ -28,7 +28,7 @@ from kelp.errors import (
 )
 
 from .partition import Partition
-from .replica_state import ReplicaState
+from .state import ReplicaState
 
 __all__ = ["IsrChanges"]
 

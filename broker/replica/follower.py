@@ -13,7 +13,7 @@ by making leadership changes wait for the fetcher thread's partition lock.
 Also here: segment rolls that appends on the loop deferred (`_roll_later`, a job
 like the others), producer snapshots when a segment rolls, and deleting a log with
 no file work on the event loop (`delete_log_later`). `ReplicaManager` mixes
-this in (the state it uses is declared in `replica_state`). This module must
+this in (the state it uses is declared in `state`). This module must
 never parse records (per batch only) nor block the event loop on a file.
 """
 
@@ -26,12 +26,12 @@ from typing import Awaitable, Callable, TypeVar
 from kelp.control_records import read_marker
 from kelp.errors import KafkaStorageError, KelpError, NotLeaderOrFollowerError
 
+from ..storage.segment import LogSegment
+from ..storage.txn_index import AbortedTxn
 from .partition import Partition
 from .producer_recovery import RebuiltState, rebuild_producer_state
 from .producer_state import ProducerStateManager
-from .replica_state import Job, ReplicaState
-from .storage.segment import LogSegment
-from .storage.txn_index import AbortedTxn
+from .state import Job, ReplicaState
 
 __all__ = ["FollowerPath"]
 

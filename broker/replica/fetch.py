@@ -12,7 +12,7 @@ nothing for partitions its topic lists in `leader.replication.throttled.replicas
 while this broker's leader replication quota is over its rate (KIP-73,
 `replication_quota`). `ReplicaManager` mixes this in; it uses the
 manager's partitions, leadership checks and metrics (declared in
-`replica_state`).
+`state`).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from typing import Sequence
 from kelp.errors import KelpError, NotLeaderOrFollowerError, OffsetOutOfRangeError
 from kelp.records import iter_headers
 
+from ..storage import Log
 from .partition import Partition
-from .replica_state import ReplicaState
-from .replica_types import FetchPartition, FetchPartitionResult, SegmentSlice, close_results
-from .storage import Log
+from .results import FetchPartition, FetchPartitionResult, SegmentSlice, close_results
+from .state import ReplicaState
 
 __all__ = ["FetchPath", "ZERO_COPY_MIN_BYTES", "READ_COMMITTED"]
 

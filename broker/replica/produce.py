@@ -3,9 +3,9 @@
 Why: an append must pass the same checks (internal topic, acks legal, leader and its epoch, ISR size
 for acks=all, idempotent-producer sequence and transaction state) whichever protocol asked, and
 `acks=all` must answer only once the high watermark passed the batch, under the leader epoch of the append — Kafka's
-`ReplicaManager.appendRecords` with its `DelayedProduce`, as `replica_fetch` is the read side with
+`ReplicaManager.appendRecords` with its `DelayedProduce`, as `fetch` is the read side with
 its delayed fetch. `ReplicaManager` mixes this in; it uses the manager's partitions, leadership
-checks, follower jobs and metrics (declared in `replica_state`).
+checks, follower jobs and metrics (declared in `state`).
 
 It must never parse or touch individual records (per batch: headers only), never `await` between
 the producer-state check, the log append and the state update of one partition (`append_sync` is
@@ -32,12 +32,12 @@ from kelp.errors import (
 )
 from kelp.records import iter_headers, needs_recompression, parse_batches, recompress
 
-from .cluster.model import INTERNAL_TOPICS
-from .loop_budget import LoopBudget
+from ..cluster.model import INTERNAL_TOPICS
+from ..loop_budget import LoopBudget
 from .partition import Partition
 from .producer_state import Duplicate, VerificationGuard
-from .replica_state import ReplicaState
-from .replica_types import ProduceResult
+from .results import ProduceResult
+from .state import ReplicaState
 
 __all__ = ["ProducePath"]
 

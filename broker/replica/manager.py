@@ -3,14 +3,14 @@
 Why: appends must pass the same checks (partition exists, acks legal,
 idempotent-producer sequence) and fetches the same limits (fetch.min.bytes,
 max wait, partition and response max bytes with KIP-74's "first batch even
-if too large") whichever protocol asked (the write side is `replica_produce`
-with the transaction markers of `replica_txn`, the read side `replica_fetch`, all mixed in; the types are in
-`replica_types`). It also owns the long-poll: a fetch that found too little
+if too large") whichever protocol asked (the write side is `produce`
+with the transaction markers of `txn_markers`, the read side `fetch`, all mixed in; the types are in
+`results`). It also owns the long-poll: a fetch that found too little
 parks a future on each partition it reads, and an append resolves them — no
 polling. The follower side and the worker-thread jobs on a replica's log
-(truncation, producer-state rebuild, deletion) are `replica_follower`, the
+(truncation, producer-state rebuild, deletion) are `follower`, the
 leader's ISR changes `isr_changes`, mixed in too; the state they share is
-declared in `replica_state`.
+declared in `state`.
 
 Design: single-threaded asyncio, no locks. `Log.append_as_leader` is
 synchronous, so the producer-state check, the append and the state update for
@@ -46,17 +46,18 @@ from kelp.errors import (
     UnknownLeaderEpochError,
 )
 
-from . import metrics
-from .cluster.model import PartitionState
-from .config import BrokerConfig
+from .. import metrics
+from ..cluster.model import PartitionState
+from ..config import BrokerConfig
+from ..storage import Log, LogManager
+from ..topic_manager import TopicManager
+from .fetch import READ_COMMITTED, FetchPath
+from .follower import FollowerPath
 from .isr_changes import IsrChanges
 from .partition import Partition
 from .producer_state import ActiveProducer
-from .replica_fetch import READ_COMMITTED, FetchPath
-from .replica_follower import FollowerPath
-from .replica_state import AlterPartition, ReplicaFetchers
-from .replica_txn import TxnMarker, TxnMarkerPath
-from .replica_types import (
+from .replication_quota import ReplicationQuotas
+from .results import (
     FetchPartition,
     FetchPartitionResult,
     PartitionInfo,
@@ -64,9 +65,8 @@ from .replica_types import (
     SegmentSlice,
     close_results,
 )
-from .replication_quota import ReplicationQuotas
-from .storage import Log, LogManager
-from .topic_manager import TopicManager
+from .state import AlterPartition, ReplicaFetchers
+from .txn_markers import TxnMarker, TxnMarkerPath
 
 __all__ = [
     "ReplicaManager",

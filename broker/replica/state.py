@@ -1,8 +1,8 @@
 """What every part of the `ReplicaManager` shares, declared once: its state, its helpers, what it is handed.
 
-Why it exists: the replica manager is split by role into mixins — the write side (`replica_produce`),
-the read side (`replica_fetch`), the follower side and its worker-thread jobs (`replica_follower`),
-the leader's ISR proposals (`isr_changes`) — around the partition states in `replica_manager`. Each
+Why it exists: the replica manager is split by role into mixins — the write side (`produce`),
+the read side (`fetch`), the follower side and its worker-thread jobs (`follower`),
+the leader's ISR proposals (`isr_changes`) — around the partition states in `manager`. Each
 part works on the same fields, which `ReplicaManager.__init__` sets, and calls helpers another part
 defines. Declaring them here once gives every part, and a type checker, one picture of them: a call
 to a helper is checked against its real signature (mypy checks each definition against this one), as
@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Awaitable, Coroutine, Protocol
 
 from kelp.clock import WallClockMs
 
-from .config import BrokerConfig
+from ..config import BrokerConfig
+from ..storage import Log, LogManager
+from ..topic_manager import TopicManager
 from .partition import Partition
 from .replication_quota import ReplicationQuotas
-from .storage import Log, LogManager
-from .topic_manager import TopicManager
 
 __all__ = ["ReplicaState", "ReplicaFetchers", "AlterPartition", "TopicCounter", "Job"]
 
@@ -82,14 +82,14 @@ class ReplicaState:
     _records_out: TopicCounter
 
     if TYPE_CHECKING:  # defined by `ReplicaManager` and its parts; declared for the type checker alone, never here
-        # -- replica_manager.py --
+        # -- manager.py --
         def _leader(self, topic: str, partition: int, current_leader_epoch: int = ...) -> Partition: ...
 
         def _finish_leader(self, part: Partition) -> None: ...
 
         def _background(self, coro: Coroutine[object, object, object], what: str) -> asyncio.Task[None] | None: ...
 
-        # -- replica_follower.py --
+        # -- follower.py --
         async def _await_not_busy(self, part: Partition, timeout_s: float) -> None: ...
 
         def _maybe_snapshot_producers(self, part: Partition, end_before_append: int) -> None: ...

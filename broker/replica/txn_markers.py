@@ -6,7 +6,7 @@ must check it against the producer's state (a stale producer epoch is INVALID_PR
 coordinator TRANSACTION_COORDINATOR_FENCED), append it, close the producer's transaction, index it if it
 was aborted (the segment's `.txnindex`, which read_committed fetches read), and answer only once the ISR
 has it — Kafka appends markers with requiredAcks=-1 — within a bound. Followers replicate markers like
-any batch (`replica_follower` applies them to their producer state and index the same way).
+any batch (`follower` applies them to their producer state and index the same way).
 `ReplicaManager` mixes this in; it uses the manager's partitions, leadership checks and the acks=all wait.
 
 It must never parse records other than the marker it builds, never `await` between the marker's check,
@@ -23,11 +23,11 @@ from typing import Sequence
 from kelp.control_records import build_marker_batch
 from kelp.errors import KelpError, NotEnoughReplicasError, NotLeaderOrFollowerError
 
-from .loop_budget import LoopBudget
+from ..loop_budget import LoopBudget
+from ..storage.txn_index import AbortedTxn
 from .partition import Partition
-from .replica_produce import ProducePath
-from .replica_types import ProduceResult
-from .storage.txn_index import AbortedTxn
+from .produce import ProducePath
+from .results import ProduceResult
 
 __all__ = ["TxnMarker", "TxnMarkerPath"]
 
