@@ -295,6 +295,8 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     "num.partitions": (_positive, 1),
     "default.replication.factor": (_positive, 1),
     "auto.create.topics.enable": (parse_bool, True),
+    # DescribeTopicPartitions (KIP-966): the most partitions one answer carries; the rest come by its cursor.
+    "max.request.partition.size.limit": (_positive, 2000),
     "delete.topic.enable": (parse_bool, True),
     "message.max.bytes": (_positive, 1048588),
     "socket.request.max.bytes": (_positive, 104857600),

@@ -17,7 +17,7 @@ import pytest
 
 from kelp.broker.config import TOPIC_CONFIG_KEYS, BrokerConfig, validate_topic_configs
 from kelp.broker.storage import Log, LogConfig
-from kelp.errors import ConfigError
+from kelp.errors import ConfigError, ErrorCode
 from kelp.records import (
     COMPRESSION_CODECS,
     COMPRESSION_LIBRARIES,
@@ -236,3 +236,35 @@ def test_librdkafka_writes_a_compacted_topic_with_each_codec(broker, codec: str)
     finally:
         consumer.close()
     assert len(got) == 500 and got[0].startswith(b"v0-") and got[-1].startswith(b"v499-")
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+async def test_a_batch_whose_records_do_not_decompress_is_corrupt_message_not_a_closed_connection(
+        tmp_path, codec: str) -> None:
+    """Issue 36: a compacted topic decompresses every batch to check its keys; a batch whose compressed records
+    are garbage raised the codec's own error (BadGzipFile, UncompressError, RuntimeError, ZstdError) out of the
+    handler and the connection was closed. It is answered CORRUPT_MESSAGE naming the codec, and nothing is
+    appended."""
+    import struct
+
+    from crc32c import crc32c
+    from kafka.protocol.producer import ProduceRequest
+
+    from tests.authorization.harness import InProcessBroker
+
+    good = bytearray(build_batch([(b"k", b"v" * 50)], compression=codec))
+    bad = good[:61] + b"\x28\xb5\x2f\xfd not a compressed stream at all"  # records start at byte 61
+    struct.pack_into(">i", bad, 8, len(bad) - 12)  # the batch length
+    struct.pack_into(">I", bad, 17, crc32c(bytes(bad[21:])))  # a valid CRC over the garbage
+    async with InProcessBroker(tmp_path) as b:
+        await b.parts.topics.create_topic("keyed", 1, 1, configs={"cleanup.policy": "compact"})
+        T = ProduceRequest.TopicProduceData
+        answer = await b.call(ProduceRequest(transactional_id=None, acks=1, timeout_ms=5000, topic_data=[
+            T(name="keyed", partition_data=[T.PartitionProduceData(index=0, records=bytes(bad))])]), 9)
+        part = answer.responses[0].partition_responses[0]
+        assert part.error_code == ErrorCode.CORRUPT_MESSAGE, part
+        assert f"{codec} batch" in part.error_message and "decompress" in part.error_message
+        assert b.parts.replicas.get_partition("keyed", 0).log.log_end_offset == 0
+        answer = await b.call(ProduceRequest(transactional_id=None, acks=1, timeout_ms=5000, topic_data=[
+            T(name="keyed", partition_data=[T.PartitionProduceData(index=0, records=bytes(good))])]), 9)
+        assert answer.responses[0].partition_responses[0].error_code == 0  # the same connection goes on
