@@ -64,7 +64,7 @@ from .kafka.server import KafkaServer
 from .loop_monitor import LoopLagMonitor
 from .metrics import BrokerMetrics, metrics_of
 from .parts import BrokerParts
-from .replica_manager import ReplicaManager
+from .replica.manager import ReplicaManager
 from .security.plain import plain_users
 from .security.principal import KafkaPrincipal, SslPrincipalMapper, principal_from_certificate
 from .security.tls import TlsReloader

@@ -21,7 +21,7 @@ from kelp.json_types import JsonObject
 from kelp.leases import LeaseBackend, LeaseElector, LivenessView
 
 from ..config import BrokerConfig
-from ..replica_manager import ReplicaManager
+from ..replica.manager import ReplicaManager
 from ..topic_manager import TopicManager
 from .controller import Controller
 from .inter_broker import InterBrokerSecurity

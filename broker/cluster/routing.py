@@ -29,7 +29,7 @@ from kelp.errors import (
 )
 from kelp.json_types import JsonObject
 
-from ..replica_types import PartitionInfo, ProduceResult
+from ..replica.results import PartitionInfo, ProduceResult
 from .controller_answers import PartitionAnswer
 from .member_state import MemberState
 

@@ -17,7 +17,7 @@ from kelp.broker.client_quota_manager import ClientQuotaManager
 from kelp.broker.kafka.handlers.produce import handle_produce
 from kelp.broker.kafka.handlers.registry import RequestContext
 from kelp.broker.kafka.produce_decoder import PartitionData, ProduceData, TopicData
-from kelp.broker.replica_manager import ProduceResult
+from kelp.broker.replica.manager import ProduceResult
 from kelp.errors import NotLeaderOrFollowerError
 from tests.support.acls import open_acls
 

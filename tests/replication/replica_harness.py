@@ -26,7 +26,7 @@ from kelp.broker.config import BrokerConfig
 from kelp.broker.kafka.fetch_encoder import encode_fetch_response
 from kelp.broker.kafka.handlers.offsets import handle_offset_for_leader_epoch
 from kelp.broker.kafka.handlers.registry import RequestContext
-from kelp.broker.replica_manager import FetchPartition, ReplicaManager
+from kelp.broker.replica.manager import FetchPartition, ReplicaManager
 from kelp.broker.storage import LogConfig, LogManager
 from kelp.broker.topic_manager import TopicManager
 from kelp.errors import KelpError

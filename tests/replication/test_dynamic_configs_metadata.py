@@ -26,7 +26,7 @@ from kelp.broker.cluster.metadata_image import (
     snapshot_to_json,
 )
 from kelp.broker.config import DYNAMIC_BROKER_KEYS, BrokerConfig
-from kelp.broker.replica_manager import ReplicaManager
+from kelp.broker.replica.manager import ReplicaManager
 from kelp.broker.topic_manager import TopicManager
 from kelp.errors import ConfigError
 from tests.replication.test_controller import Harness, ep

@@ -31,7 +31,7 @@ from kelp.broker.cluster.metadata_log import MetadataUnreadable
 from kelp.broker.cluster.metadata_publisher import MetadataPublisher
 from kelp.broker.cluster.model import BrokerEndpoint, PartitionState, TopicState
 from kelp.broker.config import BrokerConfig
-from kelp.broker.replica_manager import ReplicaManager
+from kelp.broker.replica.manager import ReplicaManager
 from kelp.broker.topic_manager import TopicManager
 from kelp.errors import NotControllerError, StaleControllerEpochError
 from tests.replication.test_controller import Harness, ep

@@ -39,7 +39,7 @@ from kelp.partitioner import RoundRobin, partition_for_key
 from kelp.records import Record, build_batch, iter_records
 
 from ...parts import BrokerParts
-from ...replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchPartition
+from ...replica.manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchPartition
 from ..access.route_access import TOPIC, describable
 from ..json_body import json_value, off_loop, read_json, read_json_as
 from ..keys import ROUND_ROBIN, int_setting
