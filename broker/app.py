@@ -13,8 +13,8 @@ gate read it. The HTTP app itself comes first (`build_http_app(broker)`:
 always has its group coordinator and its HTTP listener (`/healthz` is its
 probe), so a part that fails to import fails the start with its traceback
 instead of passing for a feature left out. The one optional part is chosen
-explicitly: `metrics`, a registry of the broker's own, or None for the
-process-wide one (`kelp.broker.metrics.metrics_of`).
+explicitly: `metrics`, the broker's registry (None: one of its own is made); it is
+handed to every part that counts (the listeners, the replica manager, the HTTP app).
 
 Stopping is bounded by construction (`stop`, `stop_bound_s`): each step gets
 a time limit, a step past it is cancelled and given `cancel_grace_s` to end,
@@ -62,7 +62,7 @@ from .kafka.limits import ConnectionQuota, MemoryPool
 from .kafka.listener_security import ListenerSecurity
 from .kafka.server import KafkaServer
 from .loop_monitor import LoopLagMonitor
-from .metrics import BrokerMetrics, metrics_of
+from .metrics import BrokerMetrics
 from .parts import BrokerParts
 from .replica.manager import ReplicaManager
 from .security.plain import plain_users
@@ -93,8 +93,8 @@ class Broker:
         self.config = config
         self.step_timeout_s = step_timeout_s
         self.cancel_grace_s = min(cancel_grace_s, step_timeout_s)
-        # A registry of this broker's own (tests running several brokers in one process); None: the process-wide one.
-        self.metrics = metrics
+        # The broker's metrics, handed to every part that counts; a registry of its own (never prometheus's global one).
+        self.metrics = metrics or BrokerMetrics()
         # The parts, in the order `start` builds them; each None until it is built.
         self.topics: TopicManager | None = None
         self.logs: LogManager | None = None
@@ -140,7 +140,7 @@ class Broker:
         for d in cfg.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
         # The loop's lag is measured from the start: recovery and registration stalls show too (loop_monitor.py).
-        m = metrics_of(self)
+        m = self.metrics
         self.loop_monitor = LoopLagMonitor(m.loop_lag, m.loop_lag_max, m.gc_pauses,
                                            warn_s=cfg["kelp.loop.lag.warn.ms"] / 1000.0, name=f"broker {cfg.broker_id}")
         self.loop_monitor.start()
@@ -154,7 +154,7 @@ class Broker:
             cleaner_dedupe_buffer_bytes=cfg["log.cleaner.dedupe.buffer.size"],
         )
         topics.logs = logs
-        replicas = self.replicas = ReplicaManager(cfg, logs, topics)
+        replicas = self.replicas = ReplicaManager(cfg, logs, topics, metrics=self.metrics)
         topics.log_deleter = replicas.delete_log_later
         # One server per listener; the memory pools and the connection quota are the broker's, shared by all: the
         # clients' pool (queued.max.request.bytes), one as large for brokers' connections, a small one for
@@ -177,7 +177,7 @@ class Broker:
 
         for listener, security in zip(setup.listeners, securities, strict=True):
             ks = KafkaServer(
-                metrics=metrics_of(self), host=listener.host, port=listener.port,
+                metrics=self.metrics, host=listener.host, port=listener.port,
                 advertised_host=listener.advertised_host, max_request_bytes=cfg["socket.request.max.bytes"],
                 connections_max_idle_ms=_bound(cfg["connections.max.idle.ms"]), security=security, pool=pool,
                 quota=quota, send_buffer_bytes=cfg["socket.send.buffer.bytes"],

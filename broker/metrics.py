@@ -12,12 +12,9 @@ fetch pay nothing for them. Likewise `metrics_cluster.ClusterCollector` reads
 the broker's cluster metadata, partitions, coordinators and quotas at scrape
 time (partition health, leadership, lag, transactions, quotas).
 
-Compatibility seam: the Kafka server and the replica manager look up the
-module attributes `BYTES_IN`, `BYTES_OUT`, `RECORDS_IN`, `RECORDS_OUT` and
-`REQUEST_LATENCY` when they are built. Those are the objects of the
-process-wide `PROCESS` instance (one broker per process in production and in
-the process fixture). A broker that carries its own `broker.metrics`
-(a `BrokerMetrics`) is served from that instead; see `metrics_of`.
+One `BrokerMetrics` per broker, built by the broker (`kelp.broker.app`) and handed to the parts that count
+(the Kafka listeners, the replica manager, the HTTP app): passed in, never found. A part built without one (a
+test of that part alone) makes its own.
 
 The collectors read the broker through narrow views (`LogSource`,
 `ListenerStats` here, `ScrapedBroker` in `metrics_cluster`): what they may read, no
@@ -44,14 +41,6 @@ __all__ = [
     "LogCollector",
     "ClusterCollector",
     "ListenerCollector",
-    "PROCESS",
-    "BYTES_IN",
-    "BYTES_OUT",
-    "RECORDS_IN",
-    "RECORDS_OUT",
-    "REQUEST_LATENCY",
-    "metrics_of",
-    "render",
     "CONTENT_TYPE",
     "LogSource",
     "ListenerStats",
@@ -248,22 +237,3 @@ class BrokerMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
-
-
-# The process-wide instance whose objects the core binds by module attribute.
-PROCESS = BrokerMetrics()
-BYTES_IN = PROCESS.bytes_in
-BYTES_OUT = PROCESS.bytes_out
-RECORDS_IN = PROCESS.records_in
-RECORDS_OUT = PROCESS.records_out
-REQUEST_LATENCY = PROCESS.request_latency
-
-
-def metrics_of(broker: object) -> BrokerMetrics:
-    """The broker's own metrics if it carries them, else the process-wide set."""
-    own = getattr(broker, "metrics", None)
-    return own if isinstance(own, BrokerMetrics) else PROCESS
-
-
-def render(broker: object) -> bytes:
-    return metrics_of(broker).render()

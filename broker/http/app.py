@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry
 
 from kelp.partitioner import RoundRobin
 
-from ..metrics import LogCollector, metrics_of
+from ..metrics import LogCollector
 from . import health, metrics_routes, schema_registry_routes
 from .access.authentication import HttpAuthenticator
 from .access.route_access import AUTHENTICATOR, CLUSTER_TRUST, security_middleware
@@ -145,7 +145,7 @@ def build_http_app(broker: HttpBroker, *, authenticator: HttpAuthenticator | Non
     app[MAX_BODY] = max_body
     app[OFF_LOOP_SLOTS] = asyncio.Semaphore(2)
     app[BROKER] = broker
-    app[METRICS] = metrics_of(broker)
+    app[METRICS] = broker.metrics
     logs_registry = CollectorRegistry(auto_describe=True)
     logs_registry.register(LogCollector(lambda: broker.logs))
     app[LOG_REGISTRY] = logs_registry

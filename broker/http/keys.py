@@ -52,7 +52,7 @@ class HttpBroker(Protocol):
     def config(self) -> BrokerConfig: ...
 
     @property
-    def metrics(self) -> BrokerMetrics | None: ...  # None: the process-wide registry
+    def metrics(self) -> BrokerMetrics: ...  # the broker's registry (kelp.broker.app makes it)
 
     @property
     def started_at(self) -> float | None: ...  # monotonic seconds once started; None while starting

@@ -54,7 +54,7 @@ from prometheus_client import Counter
 from kelp.errors import ErrorCode, KelpError
 
 from ..cpu_work import run_cpu
-from ..metrics import PROCESS, BrokerMetrics
+from ..metrics import BrokerMetrics
 from ..parts import BrokerParts
 from ..security.principal import KafkaPrincipal, PrincipalMappingError
 from .append_order import AppendOrder
@@ -90,15 +90,15 @@ UNSUPPORTED_VERSION = ErrorCode.UNSUPPORTED_VERSION
 class KafkaServer:
     """The Kafka listener; to its connections, their `ConnectionHost` (connection.py).
 
-    `metrics`: the registry its request latencies and connection counters go to (the process-wide one
-    unless the broker has its own).
+    `metrics`: the broker's registry, where its request latencies and connection counters go (None: a registry
+    of the listener's own, for a listener built alone).
     """
 
     def __init__(
         self, *, host: str, port: int, advertised_host: str = "", max_request_bytes: int,
         queued_max_request_bytes: int | None = None, connections_max_idle_ms: int | None = None,
         max_connections: int = UNBOUNDED, max_connections_per_ip: int = UNBOUNDED,
-        metrics: BrokerMetrics = PROCESS, security: ListenerSecurity | None = None,
+        metrics: BrokerMetrics | None = None, security: ListenerSecurity | None = None,
         pool: MemoryPool | None = None, quota: ConnectionQuota | None = None,
         send_buffer_bytes: int = -1, receive_buffer_bytes: int = -1,
         unauthenticated_pool: MemoryPool | None = None, broker_pool: MemoryPool | None = None,
@@ -136,7 +136,7 @@ class KafkaServer:
         self._sweeper: asyncio.Task[None] | None = None
         self._tls_watch: asyncio.Task[None] | None = None
         self._refusals = RateLimitedLog(log)
-        self._metrics = metrics
+        self._metrics = metrics = metrics or BrokerMetrics()  # the broker's; a listener alone (tests) has its own
         self._latency = metrics.request_latency
         # Each connection's produce requests append in arrival order (append_order.py), keyed by its session.
         self._append_orders: weakref.WeakKeyDictionary[Session, AppendOrder] = weakref.WeakKeyDictionary()

@@ -47,9 +47,9 @@ from kelp.errors import (
     RequestTimedOutError,
 )
 
-from .. import metrics
 from ..cluster.model import PartitionState
 from ..config import BrokerConfig
+from ..metrics import BrokerMetrics
 from ..storage import Log, LogManager
 from ..topic_manager import TopicManager
 from .fetch import READ_COMMITTED, FetchPath
@@ -109,7 +109,8 @@ class ReplicaManager:
     """This broker's replicas: which exist and their roles, and every door to their data (composed parts)."""
 
     def __init__(self, config: BrokerConfig, logs: LogManager, topics: TopicManager, *,
-                 clock_ms: WallClockMs = wall_clock_ms, lag_clock_ms: WallClockMs = monotonic_ms) -> None:
+                 clock_ms: WallClockMs = wall_clock_ms, lag_clock_ms: WallClockMs = monotonic_ms,
+                 metrics: BrokerMetrics | None = None) -> None:
         self.config = config
         self.logs = logs
         self.topics = topics
@@ -129,8 +130,8 @@ class ReplicaManager:
         self.jobs.finish_leader = self._finish_leader
         self._tasks = self.jobs.tasks
         self.purgatory = ProducePurgatory(self.table)
-        # The process-wide traffic counters (kelp.broker.metrics): a broken metrics module fails the import.
-        self.leader_path = LeaderPath(self.table, self.jobs, bytes_in=metrics.BYTES_IN, records_in=metrics.RECORDS_IN)
+        metrics = metrics or BrokerMetrics()  # the broker's traffic counters (a manager built alone: its own)
+        self.leader_path = LeaderPath(self.table, self.jobs, bytes_in=metrics.bytes_in, records_in=metrics.records_in)
         self.txn_markers = TxnMarkerPath(self.table, self.jobs, self.purgatory, lambda: self._now_ms())
         self.follower_path = FollowerPath(self.table, self.jobs)
         self.isr_changes = IsrChanges(self.table, self.jobs, lambda: self._lag_clock_ms(),
@@ -138,8 +139,8 @@ class ReplicaManager:
         # KIP-73: the bytes replicas out of the ISR may move, as leader and as follower (replication_quota.py).
         self.fetch_path = FetchPath(self.table, self.isr_changes,
                                     ReplicationQuotas(config, lambda name: _configs_of(topics, name)),
-                                    lag_clock_ms=lambda: self._lag_clock_ms(), bytes_out=metrics.BYTES_OUT,
-                                    records_out=metrics.RECORDS_OUT)
+                                    lag_clock_ms=lambda: self._lag_clock_ms(), bytes_out=metrics.bytes_out,
+                                    records_out=metrics.records_out)
         topics.add_listener(self._on_topic_change)
 
     # -- what the cluster layer sets ---------------------------------------

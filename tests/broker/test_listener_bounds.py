@@ -26,7 +26,6 @@ import urllib.request
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest
 
-from kelp.broker import metrics
 from kelp.broker.config import BrokerConfig
 from kelp.broker.kafka.server import STAGING_BYTES, KafkaServer, _Connection
 from kelp.errors import ConfigError, ErrorCode
@@ -243,10 +242,6 @@ async def test_idle_and_stalled_mid_frame_connections_are_closed(caplog) -> None
             w.close()
     finally:
         await server.stop()
-
-
-def _refused(reason: str) -> float:
-    return metrics.PROCESS.connections_refused.labels(reason=reason)._value.get()
 
 
 async def test_connections_beyond_max_connections_per_ip_are_closed_at_accept(caplog) -> None:
