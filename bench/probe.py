@@ -98,7 +98,8 @@ def metadata_brokers(bootstrap: str, *, timeout_s: float = 2.0) -> int:
         head = recv_exactly(sock, 4)
         frame = recv_exactly(sock, struct.unpack(">i", head)[0])
     # correlation id (4), throttle_time_ms (4), brokers array length (4)
-    return struct.unpack_from(">i", frame, 8)[0]
+    brokers: int = struct.unpack_from(">i", frame, 8)[0]
+    return brokers
 
 
 def latest_offset(bootstrap: str, topic: str, partition: int = 0, *, timeout_s: float = 2.0) -> tuple[int, int]:
@@ -155,7 +156,8 @@ def poll_until(check: Callable[[], str | None], *, what: str, timeout_s: float =
     raise RuntimeError(f"{what}: not within {timeout_s:.0f} s ({last})")
 
 
-def wait_serving(bootstrap: str, *, brokers: int = 1, timeout_s: float = 60.0, alive=lambda: True) -> float:
+def wait_serving(bootstrap: str, *, brokers: int = 1, timeout_s: float = 60.0,
+                 alive: Callable[[], bool] = lambda: True) -> float:
     """Poll with Metadata until it lists `brokers` brokers; the `time.perf_counter()` at which it did."""
     def check() -> str | None:
         seen = metadata_brokers(bootstrap)

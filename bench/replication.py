@@ -81,7 +81,7 @@ def _measure(bootstrap: str, records: int, cpu: Callable[[], float]) -> dict[str
 
 
 def start_kelp_cluster(work: Path, *, brokers: int = 3, lease_ms: int = 3000, name: str = "replication",
-                       extra: dict | None = None) -> list[BenchBroker]:
+                       extra: dict[str, object] | None = None) -> list[BenchBroker]:
     """`brokers` Kelp brokers sharing one cluster directory under `work`, started and joined (30 s bound).
 
     The caller stops them (`BenchBroker.stop`); on a failure here the ones started are stopped.
@@ -104,7 +104,7 @@ def start_kelp_cluster(work: Path, *, brokers: int = 3, lease_ms: int = 3000, na
     return started
 
 
-def run(*, records: int, work: Path, lease_ms: int = 3000, extra: dict | None = None) -> dict[str, Any]:
+def run(*, records: int, work: Path, lease_ms: int = 3000, extra: dict[str, object] | None = None) -> dict[str, Any]:
     """Kelp's three-broker figures."""
     brokers = start_kelp_cluster(work, lease_ms=lease_ms, extra=extra)
     try:

@@ -92,7 +92,7 @@ def _producer(bootstrap: str, tid: str | None, *, count: int) -> Any:
     return Producer(config)
 
 
-def _queue(producer: Any, topic: str, messages: list[dict]) -> None:
+def _queue(producer: Any, topic: str, messages: list[dict[str, object]]) -> None:
     """Hand every message to the client (retrying the ones a full queue refused)."""
     batch = messages
     while batch:

@@ -397,9 +397,10 @@ class TransactionCoordinator:
         while self.state.token(tid) == token and self.txns.get(tid) is meta:
             if meta.state not in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT) or meta.pending is not None:
                 return
-            code = await self.state.write(meta, meta.prepare_complete(self.clock_ms()))
-            if code == ErrorCode.NONE:
-                if meta.state is TxnState.COMPLETE_COMMIT:
+            transit = meta.prepare_complete(self.clock_ms())
+            code = await self.state.write(meta, transit)
+            if code == ErrorCode.NONE:  # written and applied: meta.state is now transit.state
+                if transit.state is TxnState.COMPLETE_COMMIT:
                     self.stats.committed += 1
                 else:
                     self.stats.aborted += 1

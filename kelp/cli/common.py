@@ -14,6 +14,7 @@ This module must never speak a broker protocol.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from .client_config import add_security_options
 from .endpoints import CONNECT_TIMEOUT_S, default_bootstrap, default_http_url, split_address, wait_reachable
@@ -52,7 +53,7 @@ def add_global_options(parser: argparse.ArgumentParser) -> None:
     add_security_options(parser, None)
 
 
-def _parent(*adders) -> argparse.ArgumentParser:
+def _parent(*adders: Callable[[argparse.ArgumentParser, object], None]) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     for add in adders:
         add(p, argparse.SUPPRESS)  # absent after the subcommand: keep what was given before it

@@ -27,7 +27,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .errors import CliError
 from .supervisor import Child, ChildFailed, Interrupted, RestartBackoff, Supervisor
@@ -38,7 +38,7 @@ START_TIMEOUT_S = 60.0   # every broker listening, then the controller registeri
 STOP_TIMEOUT_S = 60.0    # Ctrl-C: a broker flushes within 56 s (docs/replication.md "Failover"); SIGKILL after
 
 
-def _command(broker_id: int, args: argparse.Namespace, data: Path):
+def _command(broker_id: int, args: argparse.Namespace, data: Path) -> Callable[[Child], list[str]]:
     n = args.brokers
 
     def command(child: Child) -> list[str]:

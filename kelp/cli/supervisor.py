@@ -55,7 +55,7 @@ class RestartBackoff:
     def next_delay(self, uptime_s: float) -> float:
         if uptime_s >= self.reset_after_s:
             self.failures = 0
-        delay = min(self.max_s, self.initial_s * (2 ** self.failures))
+        delay: float = min(self.max_s, self.initial_s * (2 ** self.failures))  # int ** int is Any in typeshed
         self.failures += 1
         return delay
 
@@ -103,7 +103,7 @@ class Child:
     stderr_path: Any = None  # a file the child's stderr is appended to (else inherited)
     stdout_sink: Callable[["Child", str], None] | None = None
     backoff: RestartBackoff = field(default_factory=RestartBackoff)
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen[str] | None = None
     started_at: float = 0.0
     restarts: int = 0
     restart_at: float | None = None     # monotonic time of the pending restart, if any
@@ -156,7 +156,7 @@ class Supervisor:
         for child in self.children:
             self.start(child)
 
-    def _pump(self, child: Child, proc: subprocess.Popen) -> None:
+    def _pump(self, child: Child, proc: subprocess.Popen[str]) -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
             if line.startswith("{"):
@@ -270,7 +270,7 @@ class Interrupted(Exception):
     """The supervisor was asked to stop while waiting."""
 
 
-def _kill_group(proc: subprocess.Popen, signum: int) -> None:
+def _kill_group(proc: subprocess.Popen[str], signum: int) -> None:
     try:
         os.killpg(proc.pid, signum)
     except (ProcessLookupError, PermissionError):

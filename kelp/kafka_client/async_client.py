@@ -84,7 +84,10 @@ class AsyncClient:
         if node is None:
             raise BrokerUnavailable(f"broker {node_id} is not in the cluster's metadata (known: "
                                     f"{sorted(self.metadata.brokers)})")
-        return await self.connection(node.host, node.port).request(request, version, timeout_s=timeout_s)
+        # No decoder: the answer is kafka-python's decoded response, an ApiMessage.
+        connection = self.connection(node.host, node.port)
+        response: ApiMessage = await connection.request(request, version, timeout_s=timeout_s)
+        return response
 
     async def _any_broker(self, request: ApiMessage, version: int, what: str) -> tuple[ApiMessage, str]:
         """The answer of the first broker that answers (known brokers, then the bootstrap servers)."""

@@ -105,7 +105,10 @@ class BlockingConnection:
         sock.sendall(data)
         size = response_size(self._read(sock, 4, deadline), address=self.address, limit=self.max_response_bytes)
         frame = self._read(sock, size, deadline)
-        return decode_response(request, version, frame, correlation_id=correlation_id, address=self.address)
+        # No decoder: kafka-python's response class decodes it, an ApiMessage (decode_response's Any is for decoders).
+        response: ApiMessage = decode_response(request, version, frame, correlation_id=correlation_id,
+                                               address=self.address)
+        return response
 
     def _connect(self) -> socket.socket:
         deadline = time.monotonic() + self.timeout_s

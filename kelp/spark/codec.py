@@ -61,12 +61,12 @@ class AbortedFilter:
 class Columns:
     """The decoded records of one fetch, column by column (timestamps in ms)."""
 
-    keys: list = field(default_factory=list)
-    values: list = field(default_factory=list)
-    offsets: list = field(default_factory=list)
-    timestamps: list = field(default_factory=list)
-    timestamp_types: list = field(default_factory=list)
-    headers: list | None = None
+    keys: list[bytes | None] = field(default_factory=list)
+    values: list[bytes | None] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    timestamps: list[int] = field(default_factory=list)
+    timestamp_types: list[int] = field(default_factory=list)
+    headers: list[list[tuple[str, bytes | None]]] | None = None
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -75,15 +75,19 @@ class Columns:
 def _decompress(codec: int, payload: bytes) -> bytes:
     from kafka import codec as codecs
 
+    # kafka-python's stubs leave the decoders unannotated; each returns bytes.
+    decoded: bytes
     if codec == 1:
-        return codecs.gzip_decode(payload)
-    if codec == 2:
-        return codecs.snappy_decode(payload)
-    if codec == 3:
-        return codecs.lz4_decode(payload)
-    if codec == 4:
-        return codecs.zstd_decode(payload)
-    raise CorruptRecordError(f"unknown compression codec {codec}")
+        decoded = codecs.gzip_decode(payload)  # type: ignore[no-untyped-call]  # kafka-python's stubs: no annotation
+    elif codec == 2:
+        decoded = codecs.snappy_decode(payload)  # type: ignore[no-untyped-call]  # kafka-python's stubs: no annotation
+    elif codec == 3:
+        decoded = codecs.lz4_decode(payload)
+    elif codec == 4:
+        decoded = codecs.zstd_decode(payload)  # type: ignore[no-untyped-call]  # kafka-python's stubs: no annotation
+    else:
+        raise CorruptRecordError(f"unknown compression codec {codec}")
+    return decoded
 
 
 def decode_columns(data: bytes | bytearray | memoryview, start: int, end: int, *,
@@ -329,4 +333,5 @@ def _compress(code: int, data: bytes) -> bytes:
     from kafka import codec as codecs
 
     encode = {1: codecs.gzip_encode, 2: codecs.snappy_encode, 3: codecs.lz4_encode, 4: codecs.zstd_encode}[code]
-    return encode(data)
+    encoded: bytes = encode(data)
+    return encoded

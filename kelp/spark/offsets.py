@@ -25,10 +25,12 @@ from typing import Mapping
 from .options import EARLIEST, LATEST, OffsetSpec, OptionError, ReadOptions
 from .wire import KafkaWire, WireError
 
-__all__ = ["TP", "OffsetRange", "DataLossError", "subscribed_partitions", "resolve", "to_json", "from_json",
-           "rate_limit", "plan_ranges"]
+__all__ = ["TP", "OffsetsJson", "OffsetRange", "DataLossError", "subscribed_partitions", "resolve", "to_json",
+           "from_json", "rate_limit", "plan_ranges"]
 
 TP = tuple[str, int]
+# Spark's Kafka offset form in the checkpoint: {"topic": {"0": 42}}.
+OffsetsJson = dict[str, dict[str, int]]
 
 
 class DataLossError(RuntimeError):
@@ -114,9 +116,9 @@ def _cover(name: str, given: Mapping[TP, int], tps: list[TP]) -> None:
         raise OptionError(f"option {name!r} must give every partition the query reads: {'; '.join(parts)}")
 
 
-def to_json(offsets: Mapping[TP, int]) -> dict[str, dict[str, int]]:
+def to_json(offsets: Mapping[TP, int]) -> OffsetsJson:
     """Spark's Kafka offset form: {"topic": {"0": 42}} (what goes into the checkpoint)."""
-    out: dict[str, dict[str, int]] = {}
+    out: OffsetsJson = {}
     for (topic, partition), offset in sorted(offsets.items()):
         out.setdefault(topic, {})[str(partition)] = int(offset)
     return out

@@ -31,6 +31,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from kelp.json_types import JsonObject
+
 __all__ = ["OptionError", "ReadOptions", "WriteOptions", "OffsetSpec", "parse_read_options", "parse_write_options",
            "READ_OPTIONS", "WRITE_OPTIONS"]
 
@@ -216,7 +218,7 @@ def _duration_ms(name: str, raw: str) -> int:
     return int(match.group(1)) * _DURATION_MS[match.group(2)]
 
 
-def _json_object(name: str, raw: str) -> dict:
+def _json_object(name: str, raw: str) -> JsonObject:
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
@@ -291,7 +293,7 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool) -> ReadOp
         for topic, parts in _json_object("assign", opts["assign"]).items():
             if not isinstance(parts, list) or not parts or not all(isinstance(p, int) and p >= 0 for p in parts):
                 raise OptionError(f"option 'assign': topic {topic!r} must list partition numbers, got {parts!r}")
-            assign[topic] = tuple(parts)
+            assign[topic] = tuple(p for p in parts if isinstance(p, int))  # all are (checked above); narrows the type
 
     if streaming and ("endingoffsets" in opts or "endingtimestamp" in opts or "endingoffsetsbytimestamp" in opts):
         bad = next(k for k in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp") if k.lower() in opts)

@@ -35,6 +35,7 @@ from .offsets import (
     TP,
     DataLossError,
     OffsetRange,
+    OffsetsJson,
     from_json,
     plan_ranges,
     rate_limit,
@@ -172,7 +173,7 @@ class KelpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest: dict[TP, int] | None = None
         self._last_trigger = time.monotonic()
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> OffsetsJson:
         with _wire(self.opts) as wire:
             tps = subscribed_partitions(wire, self.opts)
             return to_json(resolve(wire, self.opts, self.opts.starting, tps, name="startingOffsets", start=True))
@@ -192,7 +193,7 @@ class KelpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         tps = subscribed_partitions(wire, self.opts)
         return {tp: off for tp, (off, _ts) in wire.list_offsets({tp: LATEST for tp in tps}).items()} if tps else {}
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: OffsetsJson, limit: ReadLimit) -> OffsetsJson:
         begin = from_json(start)
         with _wire(self.opts) as wire:
             latest = self._latest_offsets(wire) if self._target is None else dict(self._target)
@@ -214,10 +215,10 @@ class KelpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._last_trigger = time.monotonic()
         return to_json(end)
 
-    def reportLatestOffset(self) -> dict | None:
+    def reportLatestOffset(self) -> OffsetsJson | None:
         return None if self._latest is None else to_json(self._latest)
 
-    def partitions(self, start: dict, end: dict) -> list[RangePartition]:
+    def partitions(self, start: OffsetsJson, end: OffsetsJson) -> list[RangePartition]:
         with _wire(self.opts) as wire:
             ranges = plan_ranges(wire, self.opts, from_json(start), from_json(end))
         return [RangePartition(r) for r in ranges]
@@ -225,5 +226,5 @@ class KelpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return read_range(self.opts, _range(partition))
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: OffsetsJson) -> None:
         """Offsets live in Spark's checkpoint; nothing is committed to the broker (as Spark's Kafka source)."""

@@ -12,7 +12,13 @@ gets an error instead of columns that quietly mean something else.
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -68,26 +74,26 @@ class KelpDataSource(DataSource):
             raise OptionError("the kelp source has a fixed schema and cannot be read with a custom one: "
                               f"expected {expected.simpleString()}, got {schema.simpleString()}")
 
-    def reader(self, schema: StructType):  # pyspark's own return type
+    def reader(self, schema: StructType) -> DataSourceReader:
         from .reader import KelpBatchReader
 
         self._check_schema(schema)
         return KelpBatchReader(parse_read_options(self.options, streaming=False))
 
-    def streamReader(self, schema: StructType):
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from .reader import KelpStreamReader
 
         self._check_schema(schema)
         return KelpStreamReader(parse_read_options(self.options, streaming=True))
 
-    def writer(self, schema: StructType, overwrite: bool):
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from .writer import KelpWriter, check_write_schema
 
         opts = parse_write_options(self.options)
         check_write_schema(schema, opts)
         return KelpWriter(opts)
 
-    def streamWriter(self, schema: StructType, overwrite: bool):
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from .writer import KelpStreamWriter, check_write_schema
 
         opts = parse_write_options(self.options)

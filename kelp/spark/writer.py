@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Any, Iterator
+from typing import Any, Iterator, TypedDict
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
@@ -63,7 +63,14 @@ def check_write_schema(schema: StructType, opts: WriteOptions) -> None:
                               f"not {h.simpleString()}")
 
 
-def _as_bytes(values: list) -> list:
+class _ArrowHeader(TypedDict):
+    """One element of the `headers` column (array<struct<key:string,value:binary>>) as Arrow's to_pylist gives it."""
+
+    key: str
+    value: bytes | None
+
+
+def _as_bytes(values: list[str | bytes | None]) -> list[bytes | None]:
     return [v.encode("utf-8") if isinstance(v, str) else v for v in values]
 
 
@@ -79,7 +86,9 @@ def write_batches(opts: WriteOptions, batches: Iterator[Any]) -> int:
             names = {n.lower(): i for i, n in enumerate(batch.schema.names)}
             values = _as_bytes(batch.column(names["value"]).to_pylist())
             n = len(values)
-            keys = _as_bytes(batch.column(names["key"]).to_pylist()) if "key" in names else [None] * n
+            keys: list[bytes | None] = (
+                _as_bytes(batch.column(names["key"]).to_pylist()) if "key" in names else [None] * n
+            )
             headers = batch.column(names["headers"]).to_pylist() if "headers" in names else None
             if opts.topic is not None:
                 topics = [opts.topic] * n
@@ -139,8 +148,9 @@ def _partition_count(wire: KafkaWire, topic: str, *, wait_s: float = 10.0) -> in
         time.sleep(0.1)
 
 
-def _send(wire: KafkaWire, opts: WriteOptions, topic: str, partition: int, rows: list[int], keys: list,
-          values: list, headers: list | None, now: int) -> int:
+def _send(wire: KafkaWire, opts: WriteOptions, topic: str, partition: int, rows: list[int],
+          keys: list[bytes | None], values: list[bytes | None], headers: list[list[_ArrowHeader] | None] | None,
+          now: int) -> int:
     batch = encode_batch([keys[i] for i in rows], [values[i] for i in rows],
                          None if headers is None
                          else [[(h["key"], h["value"]) for h in (headers[i] or ())] for i in rows],
@@ -164,8 +174,8 @@ class KelpStreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[Any]) -> WriteCommit:
         return WriteCommit(write_batches(self.opts, iterator))
 
-    def commit(self, messages: list, batchId: int) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Every task produced with acks before it returned: nothing is left to commit."""
 
-    def abort(self, messages: list, batchId: int) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Records already produced stay (at-least-once, as Spark's Kafka sink)."""
