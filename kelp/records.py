@@ -422,13 +422,7 @@ def _codec(compression: str | int) -> int:
         raise InvalidRecordError(
             f"unknown compression {compression!r}; use one of {', '.join(COMPRESSION_CODECS)}"
         )
-    available = {
-        0: True,
-        1: True,
-        2: codecs.has_snappy(),  # type: ignore[no-untyped-call]  # kafka-python's stubs: no annotation
-        3: codecs.has_lz4(),  # type: ignore[no-untyped-call]  # kafka-python's stubs: no annotation
-        4: codecs.has_zstd(),  # type: ignore[no-untyped-call]  # kafka-python's stubs: no annotation
-    }
+    available = {0: True, 1: True, 2: codecs.has_snappy(), 3: codecs.has_lz4(), 4: codecs.has_zstd()}
     if not available[code]:
         name = COMPRESSION_NAMES[code]
         raise UnsupportedCompressionTypeError(
@@ -451,11 +445,9 @@ def available_compressions() -> list[str]:
 
 
 # `build_batch`'s shorthand for a Record: `(key, value[, headers[, timestamp]])`.
-RecordTuple = (
-    tuple[bytes | None, bytes | None]
-    | tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
-    | tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int | None]
-)
+_Headers = tuple[tuple[str, bytes | None], ...]
+RecordTuple = (tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, _Headers]
+               | tuple[bytes | None, bytes | None, _Headers, int | None])
 
 
 def _as_record(item: Record | RecordTuple) -> Record:
@@ -507,7 +499,7 @@ def build_batch(
             None if rec.value is None else bytes(rec.value),
             [(k, None if v is None else bytes(v)) for k, v in rec.headers],
         )
-    buf: bytearray = builder.build()  # type: ignore[no-untyped-call]  # kafka-python's stubs: no annotation
+    buf = builder.build()
     if base_offset or partition_leader_epoch != 0:
         _I64.pack_into(buf, BASE_OFFSET_AT, base_offset)
         _I32.pack_into(buf, LEADER_EPOCH_AT, partition_leader_epoch)

@@ -75,7 +75,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
                 producer.send(args.topic, value=value, key=key, headers=headers or None, partition=args.partition)
             )
         producer.flush(timeout=args.timeout)
-        metas = [f.get(timeout=args.timeout) for f in futures]  # type: ignore[no-untyped-call]  # kafka-python: untyped
+        metas = [f.get(timeout=args.timeout) for f in futures]
     except KafkaError as exc:
         raise CliError(f"producing to topic '{args.topic}' at {bootstrap} failed: {exc}") from None
     finally:

@@ -70,6 +70,6 @@ def error_name(code: int) -> str:
     try:
         from kafka.errors import for_code
 
-        return str(for_code(code).__name__)  # type: ignore[no-untyped-call]  # kafka-python's stubs: no annotation
+        return str(for_code(code).__name__)
     except Exception:  # a name is only decoration for the message
         return f"error {code}"

@@ -75,16 +75,16 @@ class Columns:
 def _decompress(codec: int, payload: bytes) -> bytes:
     from kafka import codec as codecs
 
-    # kafka-python's stubs leave the decoders unannotated; each returns bytes.
+    # kafka-python's stubs leave most decoders unannotated (their result is Any); each returns bytes.
     decoded: bytes
     if codec == 1:
-        decoded = codecs.gzip_decode(payload)  # type: ignore[no-untyped-call]  # kafka-python's stubs: no annotation
+        decoded = codecs.gzip_decode(payload)
     elif codec == 2:
-        decoded = codecs.snappy_decode(payload)  # type: ignore[no-untyped-call]  # kafka-python's stubs: no annotation
+        decoded = codecs.snappy_decode(payload)
     elif codec == 3:
         decoded = codecs.lz4_decode(payload)
     elif codec == 4:
-        decoded = codecs.zstd_decode(payload)  # type: ignore[no-untyped-call]  # kafka-python's stubs: no annotation
+        decoded = codecs.zstd_decode(payload)
     else:
         raise CorruptRecordError(f"unknown compression codec {codec}")
     return decoded
