@@ -47,9 +47,9 @@ from kelp.errors import (
 )
 
 from . import metrics
-from .cluster.model import PartitionState
 from .config import BrokerConfig
 from .isr_changes import IsrChanges
+from .metadata.model import PartitionState
 from .partition import Partition
 from .producer_state import ActiveProducer
 from .replica_fetch import READ_COMMITTED, FetchPath

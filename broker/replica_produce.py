@@ -29,7 +29,7 @@ from kelp.errors import (
 )
 from kelp.records import iter_headers, needs_recompression, parse_batches, recompress
 
-from .cluster.model import INTERNAL_TOPICS
+from .metadata.model import INTERNAL_TOPICS
 from .partition import Partition
 from .producer_state import Duplicate, VerificationGuard
 from .replica_state import ReplicaState

@@ -20,15 +20,15 @@ from kelp.clock import Monotonic, WallClockMs
 from kelp.json_types import JsonObject
 
 from ..config import BrokerConfig
+from ..metadata.image import MetadataDelta, MetadataImage, Position
+from ..metadata.model import BrokerEndpoint
+from ..metadata.records import MetadataPush
 from ..replica_manager import ReplicaManager
 from ..topic_manager import TopicManager
 from .controller import Controller
 from .inter_broker import InterBrokerSecurity
 from .leases import LeaseBackend, LeaseElector, LivenessView
-from .metadata_image import MetadataDelta, MetadataImage, Position
 from .metadata_log import MetadataLog
-from .metadata_records import MetadataPush
-from .model import BrokerEndpoint
 
 if TYPE_CHECKING:
     import aiohttp
