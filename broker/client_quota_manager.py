@@ -22,6 +22,12 @@ connection for 11 days) and its connection reads nothing more for
 that long (Kafka mutes the channel, KIP-219): the request itself is never dropped. A throttled fetch is
 answered without records (its bytes are not counted), as Kafka does.
 
+`request_percentage` (KIP-124) counts the broker's time spent on a client's requests, in percent of one second:
+the loop's own steps of the request (Kafka: the request handler thread's time) plus the CPU its work took on the
+CPU pool. 100 is the whole event loop. Once over, the answer carries the throttle time and the connection is
+muted for it, bounded by one quota window (Kafka's ClientRequestQuotaManager). A follower's fetch and the
+brokers' own WriteTxnMarkers are exempt (counted, never throttled), as in Kafka.
+
 `controller_mutation_rate` (KIP-599) counts partitions created or deleted in a token bucket per matched entity:
 it holds `quota x quota.window.num x quota.window.size.seconds` mutations, refills at the quota, and may go
 negative by one request; while it is negative, CreateTopics v6+ answers each further topic
@@ -37,9 +43,10 @@ from collections.abc import Callable, Mapping
 
 from .metadata.client_quotas import CLIENT_ID, USER, Entity, QuotaTable
 
-__all__ = ["ClientQuotaManager", "PRODUCE", "FETCH", "MUTATIONS", "quota_of"]
+__all__ = ["ClientQuotaManager", "PRODUCE", "FETCH", "MUTATIONS", "REQUEST", "quota_of"]
 
 PRODUCE, FETCH, MUTATIONS = "producer_byte_rate", "consumer_byte_rate", "controller_mutation_rate"
+REQUEST = "request_percentage"
 IDLE_S = 3600.0  # a sensor unused this long is dropped (Kafka expires quota sensors after an hour)
 
 # (user component, client-id component) in Kafka's order: a name, the default (None), or absent ("-")
@@ -149,11 +156,36 @@ class ClientQuotaManager:
         self._sensors: dict[tuple[str, Tags], _Sensor] = {}
         self._buckets: dict[Tags, _Bucket] = {}
         self._swept = clock()
-        self.throttled: dict[str, int] = {PRODUCE: 0, FETCH: 0, MUTATIONS: 0}  # answers throttled, by quota key
-        self.throttle_s: dict[str, float] = {PRODUCE: 0.0, FETCH: 0.0, MUTATIONS: 0.0}  # time clients were told
+        # answers throttled, and the time clients were told to wait, by quota key
+        self.throttled: dict[str, int] = {PRODUCE: 0, FETCH: 0, MUTATIONS: 0, REQUEST: 0}
+        self.throttle_s: dict[str, float] = {PRODUCE: 0.0, FETCH: 0.0, MUTATIONS: 0.0, REQUEST: 0.0}
+        self.exempt_s = 0.0  # broker time of exempt requests (Kafka's exempt-request-time)
+        self._request_table: QuotaTable | None = None
+        self._requests_limited = False
 
     def record(self, key: str, user: str, client_id: str, size: int) -> int:
         """Count `size` bytes for this client; the throttle time in ms (0: within its quota, or none set)."""
+        return self._record(key, user, client_id, size, round(self._windows * self._window_s * 1000))
+
+    def limits_requests(self) -> bool:
+        """Whether any entity sets `request_percentage` (else no request's time is measured at all)."""
+        table = self._table()
+        if table is not self._request_table:
+            self._request_table = table
+            self._requests_limited = any(REQUEST in values for values in table.values())
+        return self._requests_limited
+
+    def record_request(self, user: str, client_id: str, seconds: float, *, throttle: bool = True) -> int:
+        """`seconds` of the broker's time spent on this client's request; the throttle time in ms, at most one
+        quota window (0: within its request_percentage, or none set). `throttle=False` only counts (Kafka's
+        recordNoThrottle: the time an answer took after its throttle was decided)."""
+        return self._record(REQUEST, user, client_id, seconds * 100, round(self._window_s * 1000), throttle)
+
+    def record_exempt(self, seconds: float) -> None:
+        """Broker time of a request exempt from request quotas (a follower's fetch, inter-broker markers)."""
+        self.exempt_s += seconds
+
+    def _record(self, key: str, user: str, client_id: str, size: float, max_ms: int, throttle: bool = True) -> int:
         found = quota_of(self._table(), key, user, client_id)
         if found is None:
             return 0
@@ -164,13 +196,15 @@ class ClientQuotaManager:
         if sensor is None:
             sensor = self._sensors[(key, tags)] = _Sensor(now, self._windows, self._window_s)
         sensor.record(size, now)
+        if not throttle:
+            return 0
         rate = sensor.rate(now)
         if rate <= bound:
             return 0
         span_ms = sensor.span_ms(_ms(now))
-        # QuotaUtils.throttleTime: (rate - bound) / bound x the span, rounded; at most the whole quota window
+        # QuotaUtils.throttleTime: (rate - bound) / bound x the span, rounded; at most max_ms
         throttle_ms = span_ms if bound <= 0 else round((rate - bound) / bound * span_ms)
-        ms = int(min(throttle_ms, round(self._windows * self._window_s * 1000)))
+        ms = int(min(throttle_ms, max_ms))
         if ms > 0:
             self.throttled[key] += 1
             self.throttle_s[key] += ms / 1000

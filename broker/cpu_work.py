@@ -10,16 +10,22 @@ parse) shares the GIL with the loop a switch interval (5 ms) at a time: the loop
 
 This module must never be given I/O (files and sockets have `asyncio.to_thread` and the storage's own threads):
 a blocked worker would hold back every client's CPU work behind it.
+
+A request under a `request_percentage` quota (KIP-124) is charged the CPU time its work took here, as Kafka charges
+a request the time of its handler thread: `charge_to(account)` in the request's task makes each `run_cpu` of that
+task (and of tasks it starts) add the worker thread's CPU seconds to `account[0]`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import threading
+import time
 from typing import Callable, TypeVar
 
-__all__ = ["run_cpu", "WORKERS"]
+__all__ = ["run_cpu", "WORKERS", "charge_to"]
 
 T = TypeVar("T")
 
@@ -28,6 +34,8 @@ WORKERS = 2
 
 _lock = threading.Lock()
 _pool: concurrent.futures.ThreadPoolExecutor | None = None
+# The request whose task runs: its account of seconds (a one-element list), or None when nothing is charged.
+_account: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar("kelp_cpu_account", default=None)
 
 
 def _executor() -> concurrent.futures.ThreadPoolExecutor:
@@ -41,4 +49,25 @@ def _executor() -> concurrent.futures.ThreadPoolExecutor:
 async def run_cpu(fn: Callable[..., T], *args: object) -> T:
     """`fn(*args)` on the pool; the caller waits, the loop does not (cancelling the caller leaves a started call
     to finish on its thread)."""
-    return await asyncio.get_running_loop().run_in_executor(_executor(), fn, *args)
+    account = _account.get()
+    if account is None:
+        return await asyncio.get_running_loop().run_in_executor(_executor(), fn, *args)
+
+    def charged() -> tuple[T | None, BaseException | None, float]:
+        start = time.thread_time()
+        try:
+            return fn(*args), None, time.thread_time() - start
+        except BaseException as exc:  # raised again on the loop, once the time is charged
+            return None, exc, time.thread_time() - start
+
+    value, error, spent = await asyncio.get_running_loop().run_in_executor(_executor(), charged)
+    account[0] += spent  # on the loop's thread: no race with the request's own steps
+    if error is not None:
+        raise error
+    return value  # type: ignore[return-value]  # fn returned it: a T
+
+
+def charge_to(account: list[float] | None) -> None:
+    """From now on, in the current task (and the tasks it starts), `run_cpu` adds its CPU seconds to
+    `account[0]`; None stops charging."""
+    _account.set(account)

@@ -150,6 +150,9 @@ class _Quotas(Protocol):
     @property
     def throttle_s(self) -> Mapping[str, float]: ...
 
+    @property
+    def exempt_s(self) -> float: ...
+
 
 MAX_PARTITION_SERIES = 20_000
 MAX_GROUP_SERIES = 20_000
@@ -286,7 +289,11 @@ class ClusterCollector(Collector):
         for key in sorted(quotas.throttled):
             count.add_metric([key], quotas.throttled[key])
             seconds.add_metric([key], quotas.throttle_s[key])
-        return [count, seconds]
+        exempt = CounterMetricFamily("kelp_client_quota_exempt_request_seconds",
+                                     "Broker time of requests exempt from request_percentage quotas (followers' "
+                                     "fetches, WriteTxnMarkers), counted while some entity sets the quota")
+        exempt.add_metric([], quotas.exempt_s)
+        return [count, seconds, exempt]
 
     @staticmethod
     def _replication_quotas(broker: ScrapedBroker) -> list[Metric]:

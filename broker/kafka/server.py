@@ -65,6 +65,9 @@ from .handlers.registry import HandlerSpec, RawResponse, RequestContext
 from .handlers.sasl import answer_sasl
 from .limits import UNBOUNDED, ConnectionQuota, MemoryPool, RateLimitedLog
 from .listener_security import ListenerSecurity
+from .request_time import RequestTime
+from .request_time import finish as finish_request_time
+from .request_time import throttle_ms as request_throttle_ms
 from .response_writer import MAX_IN_FLIGHT, Answer
 from .session import SASL_AUTHENTICATE, SASL_HANDSHAKE, Session
 
@@ -73,6 +76,7 @@ __all__ = ["KafkaServer", "MAX_IN_FLIGHT", "STAGING_BYTES", "WRITE_HIGH_WATER", 
 log = logging.getLogger("kelp.broker.kafka")
 
 API_VERSIONS_KEY = 18
+WRITE_TXN_MARKERS_KEY = 27  # inter-broker (ClusterAction): exempt from request quotas, as in Kafka
 PRODUCE_KEY = 0
 # A request body over this is decoded, and its answer encoded, on the CPU pool rather than the event loop.
 OFF_LOOP_CODEC_BYTES = 16 << 10
@@ -392,43 +396,62 @@ class KafkaServer:
         *, flexible_header: bool, fallback: bool = False,
     ) -> Answer:
         start = time.perf_counter()
-        large = False
+        if ctx.broker.quotas.limits_requests():
+            ctx.request_time = RequestTime(exempt=ctx.api_key == WRITE_TXN_MARKERS_KEY)
+            ctx.request_time.start()
+        answer = self._answer(spec, ctx, body, version, flexible_header=flexible_header, fallback=fallback)
+        body = None  # the frame is the answer's to free (a produce releases it before waiting for the ISR)
         try:
-            request: object
-            if fallback or body is None:  # only the ApiVersions fallback comes without a body
-                request = None
-                ctx.unsupported_version = True
-            else:
-                # kafka-python's codecs cost per entry; a handler's own decoder (Produce's: records as views, per
-                # batch) marks a hot path whose large bodies are records, answered in a few entries, on the loop
-                large = spec.decoder is None and len(body) > OFF_LOOP_CODEC_BYTES
-                try:
-                    request = await decode_request(spec, body, version)
-                except Exception as exc:
-                    log.warning(
-                        "closing connection from %s: cannot decode %s v%d body (%d bytes): %s",
-                        ctx.client, spec.name, version, len(body) if body is not None else 0, exc,
-                    )
-                    return False
-                body = None  # the request holds what it needs; a handler that releases the frame frees it
-            try:
-                response = await spec.func(ctx, request)
-            except KelpError as exc:
-                log.warning("%s v%d from %s failed: %s", spec.name, version, ctx.client, exc)
-                return False
-            if response is None:
-                return None
-            if isinstance(response, RawResponse):
-                prefix = response_frame(ctx.correlation_id, response.size, flexible_header=flexible_header)
-                return [prefix, *response.buffers]
-            payload = await encode_response(response, version, large=large)
-            prefix = response_frame(ctx.correlation_id, payload, flexible_header=flexible_header)
-            return [prefix, payload]
+            return await (answer if ctx.request_time is None else ctx.request_time.timed(answer))
         finally:
+            finish_request_time(ctx)
             try:
                 self._latency.labels(api=spec.name).observe(time.perf_counter() - start)
             except Exception:  # metrics must never fail a request
                 pass
+
+    async def _answer(
+        self, spec: HandlerSpec, ctx: RequestContext, body: memoryview | None, version: int,
+        *, flexible_header: bool, fallback: bool,
+    ) -> Answer:
+        """Decode, handle and encode one request (timed by `_run` while request quotas are set)."""
+        large = False
+        request: object
+        if fallback or body is None:  # only the ApiVersions fallback comes without a body
+            request = None
+            ctx.unsupported_version = True
+        else:
+            # kafka-python's codecs cost per entry; a handler's own decoder (Produce's: records as views, per
+            # batch) marks a hot path whose large bodies are records, answered in a few entries, on the loop
+            large = spec.decoder is None and len(body) > OFF_LOOP_CODEC_BYTES
+            try:
+                request = await decode_request(spec, body, version)
+            except Exception as exc:
+                log.warning(
+                    "closing connection from %s: cannot decode %s v%d body (%d bytes): %s",
+                    ctx.client, spec.name, version, len(body) if body is not None else 0, exc,
+                )
+                return False
+            body = None  # the request holds what it needs; a handler that releases the frame frees it
+        try:
+            response = await spec.func(ctx, request)
+        except KelpError as exc:
+            log.warning("%s v%d from %s failed: %s", spec.name, version, ctx.client, exc)
+            return False
+        if ctx.request_time is not None:  # Kafka's sendResponseMaybeThrottle: the larger of the two throttles
+            throttle = request_throttle_ms(ctx)
+            if throttle and response is not None and not isinstance(response, RawResponse) \
+                    and "throttle_time_ms" in getattr(type(response), "fields", ()):
+                current = getattr(response, "throttle_time_ms", 0) or 0
+                response.throttle_time_ms = max(current, throttle)  # type: ignore[attr-defined]
+        if response is None:
+            return None
+        if isinstance(response, RawResponse):
+            prefix = response_frame(ctx.correlation_id, response.size, flexible_header=flexible_header)
+            return [prefix, *response.buffers]
+        payload = await encode_response(response, version, large=large)
+        prefix = response_frame(ctx.correlation_id, payload, flexible_header=flexible_header)
+        return [prefix, payload]
 
     def _raw_error(self, correlation_id: int, code: int) -> list[Buffer]:
         body = struct.pack(">h", code)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from kelp.broker.client_quota_manager import FETCH, MUTATIONS, PRODUCE, ClientQuotaManager, quota_of
+from kelp.broker.client_quota_manager import FETCH, MUTATIONS, PRODUCE, REQUEST, ClientQuotaManager, quota_of
 from kelp.broker.metadata.client_quotas import checked_entity
 
 
@@ -91,7 +91,7 @@ def test_a_throttled_fetch_gives_its_bytes_back() -> None:
     assert ms > 0
     manager.unrecord(FETCH, "u", "c", 5000)
     assert manager.sensors()[(FETCH, ("", "c"))] == pytest.approx(1000 / 10)
-    assert manager.throttled == {PRODUCE: 0, FETCH: 1, MUTATIONS: 0}
+    assert manager.throttled == {PRODUCE: 0, FETCH: 1, MUTATIONS: 0, REQUEST: 0}
 
 
 def test_a_throttle_is_at_most_the_quota_window() -> None:

@@ -31,6 +31,8 @@ from ...client_quota_manager import FETCH as FETCH_QUOTA
 from ...replica_types import FetchPartitionResult, close_results
 from ..access import AclOperation, ResourceType, access
 from ..fetch_encoder import MAX_VERSION, TOPIC_IDS_FROM, PartitionAnswer, encode_fetch_response
+from ..request_time import exempt as exempt_from_request_quota
+from ..request_time import throttle_ms as request_throttle_ms
 from .error_log import PartitionErrors
 from .registry import RawResponse, RequestContext, handles
 
@@ -55,26 +57,30 @@ def _replica_id(ctx: RequestContext, request: FetchRequest) -> int:
 
 
 def _quota(ctx: RequestContext, results: list[FetchPartitionResult]) -> int:
-    """A consumer's answer counted against its consumer_byte_rate. Over it (Kafka's handleFetchRequest): the bytes
-    are taken back, the answer goes without records, carrying the throttle time, and the connection is muted."""
+    """A consumer's answer counted against its consumer_byte_rate, and its time against its request_percentage.
+    Over either (Kafka's handleFetchRequest): the bytes are taken back, the answer goes without records, carrying
+    the larger throttle time, and the connection is muted."""
     size = sum(len(r.records) for r in results)
     quotas = ctx.broker.quotas
     user, client_id = ctx.principal.name, ctx.client_id or ""
     throttle_ms = quotas.record(FETCH_QUOTA, user, client_id, size)
-    if throttle_ms:
+    request_ms = request_throttle_ms(ctx)  # mutes the connection itself
+    if throttle_ms or request_ms:
         quotas.unrecord(FETCH_QUOTA, user, client_id, size)
         close_results(results)
         for r in results:
             r.records, r.aborted_transactions = b"", None if r.aborted_transactions is None else []
-        if ctx.throttle is not None:
+        if throttle_ms and ctx.throttle is not None:
             ctx.throttle(throttle_ms)
-    return throttle_ms
+    return max(throttle_ms, request_ms)
 
 
 @handles(FetchRequest, min_version=4, max_version=MAX_VERSION)
 async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> RawResponse:
     replica_id = _replica_id(ctx, request)
-    if replica_id < 0 and ctx.consumer_fetching is not None:
+    if replica_id >= 0:
+        exempt_from_request_quota(ctx)  # a follower's fetch: counted, never throttled (Kafka's maybeRecordExempt)
+    elif ctx.consumer_fetching is not None:
         ctx.consumer_fetching()
     by_id = ctx.api_version >= TOPIC_IDS_FROM
     # (name or None when its id is unknown, how the answer names it, the partitions asked)
@@ -106,7 +112,7 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> RawRespons
         replica_id=replica_id,
         zero_copy=True,
     ) if reqs else []
-    throttle_ms = _quota(ctx, results) if replica_id < 0 and results else 0
+    throttle_ms = _quota(ctx, results) if replica_id < 0 else 0
     keys = {name: key for name, key, _ in asked if name is not None}
     # A topic deleted and re-created while the fetch waited: what was read is the new topic's, and the client asked
     # for the old id. Kafka answers UNKNOWN_TOPIC_ID; so does this, and the records read go back unanswered.

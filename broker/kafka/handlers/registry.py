@@ -21,6 +21,7 @@ from ...parts import BrokerParts
 from ...security.principal import ANONYMOUS, KafkaPrincipal
 from ..append_order import AppendOrder
 from ..framing import Buffer
+from ..request_time import RequestTime
 
 __all__ = ["handles", "HandlerSpec", "RawResponse", "RequestContext", "get_handler", "all_handlers",
            "response_class_for", "Response"]
@@ -55,6 +56,9 @@ class RequestContext:
     # A Produce's place among its connection's produce requests: they append in arrival order (append_order.py);
     # None outside a connection.
     append_order: AppendOrder | None = None
+    # The broker time this request took, while some client has a request_percentage quota (request_time.py);
+    # None when none has.
+    request_time: RequestTime | None = None
 
     @property
     def client(self) -> str:
