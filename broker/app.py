@@ -237,7 +237,8 @@ class Broker:
         cfg = self.config
         if cfg["broker.rack"] or not cfg["broker.rack.node.label"]:
             return cfg["broker.rack"] or None
-        from .cluster.kube_api import api_client_from
+        from kelp.kube.api import api_client_from
+
         from .cluster.rack import rack_from_node
 
         rack = await asyncio.to_thread(

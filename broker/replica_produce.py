@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Sequence
 
 from kelp.errors import (
     InvalidRequestError,
     InvalidRequiredAcksError,
     InvalidTopicError,
+    KelpError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
@@ -29,6 +32,7 @@ from kelp.errors import (
 )
 from kelp.records import iter_headers, needs_recompression, parse_batches, recompress
 
+from .loop_budget import LoopBudget
 from .metadata.model import INTERNAL_TOPICS
 from .partition import Partition
 from .producer_state import Duplicate, VerificationGuard
@@ -91,14 +95,35 @@ class ProducePath(ReplicaState):
             await asyncio.to_thread(result.appended_to.log.flush)
         return result
 
-    async def wait_for_isr(self, result: ProduceResult, *, acks: int, timeout_ms: int) -> ProduceResult:
+    async def wait_all_for_isr(self, results: Sequence[ProduceResult], *,
+                               timeout_ms: int) -> list[ProduceResult | KelpError]:
+        """acks=-1 for a request's appends: each result, or its error, once the ISR has it, all within one
+        `timeout_ms` from now (Kafka's one DelayedProduce for the request).
+
+        One after another rather than a task each: thousands of partitions would be as many tasks made in one
+        step of the loop (tens of milliseconds), while waiting in turn takes no longer (every append replicates
+        meanwhile: the request waits one replication round trip) and the loop gets a turn every few ms."""
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000.0
+        out: list[ProduceResult | KelpError] = []
+        budget = LoopBudget()
+        for result in results:
+            await budget.tick()
+            try:
+                out.append(await self.wait_for_isr(result, acks=-1, timeout_ms=timeout_ms, deadline=deadline))
+            except KelpError as exc:
+                out.append(exc)
+        return out
+
+    async def wait_for_isr(self, result: ProduceResult, *, acks: int, timeout_ms: int,
+                           deadline: float | None = None) -> ProduceResult:
         """acks=-1: wait until the ISR has `result`'s offsets (or time out); other acks return at once.
 
         As Kafka's DelayedProduce: a duplicate waits for its original offsets like a fresh append;
         the wait completes only while this broker leads at the leader epoch of the append (checked
         when it is registered — the handler awaits between append and wait — and on every
         leadership change: NOT_LEADER_OR_FOLLOWER, the batch may have been truncated); then
-        min.insync.replicas is checked against the (maximal) ISR.
+        min.insync.replicas is checked against the (maximal) ISR. `deadline` (time.monotonic()) ends the wait
+        instead of `timeout_ms` from now, when a request's earlier waits took part of its time.
         """
         if acks != -1:
             return result
@@ -116,7 +141,8 @@ class ProducePath(ReplicaState):
             part.add_ack_waiter(needed, result.leader_epoch, fut)  # fails at once if the epoch moved
         if not fut.done():
             try:
-                await asyncio.wait_for(fut, max(timeout_ms, 0) / 1000.0)
+                wait_s = max(timeout_ms, 0) / 1000.0 if deadline is None else max(0.0, deadline - time.monotonic())
+                await asyncio.wait_for(fut, wait_s)
             except asyncio.TimeoutError:
                 part.discard_ack_waiter(fut)
                 raise RequestTimedOutError(

@@ -80,15 +80,10 @@ class TxnMarkerPath(ProducePath):
                 answer[key] = None
                 waits.append((answer, key, result))
 
-        async def wait(answer: dict[tuple[str, int], KelpError | None], key: tuple[str, int],
-                       result: ProduceResult) -> None:
-            try:
-                await self.wait_for_isr(result, acks=-1, timeout_ms=timeout_ms)
-            except KelpError as exc:
-                answer[key] = exc
-
-        if waits:
-            await asyncio.gather(*(wait(a, k, r) for a, k, r in waits))
+        waited = await self.wait_all_for_isr([r for _, _, r in waits], timeout_ms=timeout_ms)
+        for (answer, key, _), outcome in zip(waits, waited, strict=True):
+            if isinstance(outcome, KelpError):
+                answer[key] = outcome
         return answers
 
     def append_marker_sync(self, topic: str, partition: int, marker: TxnMarker) -> ProduceResult:

@@ -1,19 +1,21 @@
 """The Kelp Kubernetes operator (kopf), importable as `kelp.operator`.
 
-It reconciles Cluster, Topic and ConsumerGroup custom resources into broker
-StatefulSets and topics (design §8, docs/operator.md). The layout keeps the
-pure parts apart from the parts that talk to the world:
+It reconciles Cluster, Topic, ConsumerGroup and KelpUser custom resources
+into broker StatefulSets, topics, groups and users (design §8,
+docs/operator.md). Its subpackages are its roles, each importing only those
+listed before it:
 
-- pure: `objects` and `admin_types` (the types of what the operator reads
-  and writes: Kubernetes objects, the CRDs' spec and status, the brokers'
-  admin answers), `spec` (a Cluster spec with defaults, validated by the
-  broker's own config validator), `builders` (manifests), `status` (status
-  and conditions), `plans` (partition moves), `restarts` (the rolling-restart
-  rule);
-- thin I/O: `kube` (the one Kubernetes client, writes guarded by
-  `leadership`), `brokers` (the brokers' admin API), `events` (Events);
-- decisions: `reconcile` (one Cluster pass) with `scaling`, `rolling`,
-  `storage`; `topics`, `groups`; wiring: `runner` (one pass per object at a
-  time), `handlers` (kopf events), `resync` (the periodic pass); process:
-  `run` (`kelp operator`, Lease election).
+- `model/`: the types of what it reads and writes (Kubernetes objects, the
+  CRDs' spec and status, the brokers' admin answers) and `status`;
+- `security/`: the listeners' Kafka security keys, the CAs and their
+  rotation, KelpUsers' credentials and ACLs (pure);
+- `manifests/`: `spec` (a Cluster spec with defaults, validated by the
+  broker's own config validator) and the builders of every child (pure);
+- `plans/`: partition moves and the rolling-restart rule (pure);
+- `kube/`: the one Kubernetes client (over `kelp.kube`), writes guarded by
+  `leadership`, and Events;
+- `reconcile/`: one pass per resource (`cluster`, `topics`, `groups`,
+  `users`, with `scaling`, `rolling`, `storage`...), `brokers` (the brokers'
+  admin API), `runner` (one pass per object at a time), `resync`;
+- `handlers` (kopf's events) and `run` (`kelp operator`, Lease election).
 """

@@ -35,15 +35,15 @@ from typing import cast
 import aiohttp
 import kopf
 
-from .brokers import AdminError
-from .builders import GROUP, VERSION
-from .events import Recorder
-from .kube import KubeClient
-from .leadership import LeadershipLost
-from .objects import TopicResource
-from .resync import admin_factory, resync_loop
-from .runner import Runner
-from .topics import TopicOwners, delete_topic
+from .kube.client import KubeClient
+from .kube.events import Recorder
+from .kube.leadership import LeadershipLost
+from .manifests.builders import GROUP, VERSION
+from .model.objects_kelp import TopicResource
+from .reconcile.brokers import AdminError
+from .reconcile.resync import admin_factory, resync_loop
+from .reconcile.runner import Runner
+from .reconcile.topics import TopicOwners, delete_topic
 
 log = logging.getLogger("kelp.operator")
 

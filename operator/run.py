@@ -4,7 +4,7 @@ Why: the chart runs two replicas so a node loss does not stop
 reconciliation, but two active operators would fight over status and
 children. The replicas compete for the Lease `kelp-operator` in the
 operator's namespace with the same elector the brokers use for their
-controller (`kelp.broker.cluster.leases`); the holder runs kopf
+controller (`kelp.leases`, over `kelp.kube.leases`); the holder runs kopf
 (standalone: kopf's own peering objects are not needed), the others wait.
 A holder that cannot renew within the lease duration stops kopf and exits
 non-zero, so the kubelet restarts it as a stand-by — never two writers.
@@ -75,12 +75,12 @@ async def run(*, namespaces: list[str], all_namespaces: bool, liveness: str | No
               identity: str, lease_duration_s: float) -> int:
     import kopf
 
-    from kelp.broker.cluster.kube_api import api_client_from
-    from kelp.broker.cluster.kube_leases import KubeLeaseBackend
-    from kelp.broker.cluster.leases import LeaseElector
+    from kelp.kube.api import api_client_from
+    from kelp.kube.leases import KubeLeaseBackend
+    from kelp.leases import LeaseElector
 
     from . import handlers  # noqa: F401  (registers the handlers)
-    from .leadership import Leadership
+    from .kube.leadership import Leadership
 
     health = _Health()
     runner = await _serve_health(liveness, health) if liveness else None

@@ -34,7 +34,8 @@ class AlreadyFormatted(Exception):
 def metadata_log_for(cfg: BrokerConfig) -> MetadataLog:
     """The metadata log the brokers of `cfg`'s cluster load (its `cluster.backend`)."""
     if cfg["cluster.backend"] == "kube":
-        from .kube_api import api_client_from
+        from kelp.kube.api import api_client_from
+
         from .kube_metadata_log import KubeMetadataLog
         from .member import _service_account_namespace
 

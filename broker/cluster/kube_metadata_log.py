@@ -33,6 +33,7 @@ import hashlib
 import json
 
 from kelp.json_types import JsonObject
+from kelp.kube.api import ApiClient, KubeApiError, KubeObject, request, request_list, request_object
 
 from ..metadata.model import TopicStateJson
 from ..metadata.records import (
@@ -44,7 +45,6 @@ from ..metadata.records import (
     as_snapshot,
     as_topic,
 )
-from .kube_api import ApiClient, KubeApiError, KubeObject, request, request_list, request_object
 from .metadata_log import (
     BlockingMetadataLog,
     LegacyMetadata,

@@ -30,13 +30,14 @@ from typing import TypedDict, cast
 
 from kelp import clock
 from kelp.clock import Monotonic, WallClockMs
+from kelp.leases import LeaseBackend, LeaseElector, LivenessView
 
 from ..metadata.controller_answers import ProducerIdsAnswer
 from ..metadata.image import MetadataImage, Position, diff_images
 from ..metadata.model import BrokerEndpoint, BrokerEndpointJson
 from .controller import Controller, ControllerSettings
+from .file_leases import FileLeaseBackend
 from .inter_broker import InterBrokerSecurity
-from .leases import FileLeaseBackend, LeaseBackend, LeaseElector, LivenessView
 from .member_leases import ENDPOINT_ANNOTATION, MemberLeases
 from .member_metadata import MemberMetadata
 from .member_shutdown import MemberShutdown
@@ -114,8 +115,9 @@ class ClusterMember(MemberLeases, MemberMetadata, MemberShutdown, LeaderRouting)
     def _make_backends(self) -> None:
         cfg = self.config
         if cfg["cluster.backend"] == "kube":
-            from .kube_api import api_client_from
-            from .kube_leases import KubeLeaseBackend
+            from kelp.kube.api import api_client_from
+            from kelp.kube.leases import KubeLeaseBackend
+
             from .kube_metadata_log import KubeMetadataLog
 
             namespace = cfg["kube.namespace"] or _service_account_namespace()

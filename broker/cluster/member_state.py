@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
 
 from kelp.clock import Monotonic, WallClockMs
 from kelp.json_types import JsonObject
+from kelp.leases import LeaseBackend, LeaseElector, LivenessView
 
 from ..config import BrokerConfig
 from ..metadata.image import MetadataDelta, MetadataImage, Position
@@ -27,7 +28,6 @@ from ..replica_manager import ReplicaManager
 from ..topic_manager import TopicManager
 from .controller import Controller
 from .inter_broker import InterBrokerSecurity
-from .leases import LeaseBackend, LeaseElector, LivenessView
 from .metadata_log import MetadataLog
 
 if TYPE_CHECKING:

@@ -21,8 +21,7 @@ from typing import Callable
 
 from kelp import clock
 from kelp.clock import Monotonic
-
-from .kube_api import ApiClient, KubeApiError, request
+from kelp.kube.api import ApiClient, KubeApiError, request
 
 __all__ = ["rack_from_node", "RackLookupError"]
 

@@ -24,6 +24,7 @@ from typing import Callable, Iterable, Protocol
 from kelp.clock import WallClockMs
 from kelp.errors import ErrorCode
 
+from ..loop_budget import LoopBudget
 from .append_errors import commit_error_code, group_write_error_code
 from .coordinator_config import CoordinatorConfig
 from .group import CommittedOffset, Group, GroupState
@@ -187,16 +188,19 @@ class GroupMetadataManager:
         return ErrorCode.NONE
 
     # -- offsets --------------------------------------------------------
-    def offset_records(
+    async def offset_records(
         self, group_id: str, offsets: dict[tuple[str, int], CommittedOffset],
     ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], CommittedOffset], list[tuple[bytes, bytes | None]]]:
         """Check each partition of a commit (plain or transactional): (the refused ones' codes, the accepted
-        offsets stamped with now where the client gave no time, their `__consumer_offsets` records)."""
+        offsets stamped with now where the client gave no time, their `__consumer_offsets` records). A commit of
+        thousands of partitions gives the loop a turn every few milliseconds."""
         results: dict[tuple[str, int], int] = {}
         records: list[tuple[bytes, bytes | None]] = []
         accepted: dict[tuple[str, int], CommittedOffset] = {}
         now = self.clock_ms()
+        budget = LoopBudget()
         for (topic, partition), co in offsets.items():
+            await budget.tick()
             count = self.topic_partitions(topic)
             if count is None or not 0 <= partition < count:
                 results[(topic, partition)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -220,7 +224,7 @@ class GroupMetadataManager:
         The caller has already decided that the committer may commit for `group`.
         """
         group_id = group.group_id
-        results, accepted, records = self.offset_records(group_id, offsets)
+        results, accepted, records = await self.offset_records(group_id, offsets)
         if records:
             partition = self.partition_for(group_id)
             token = self.ownership.token(partition)

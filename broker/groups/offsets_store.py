@@ -13,11 +13,13 @@ This module must never interpret record contents (that is `offsets_log`), and
 
 from __future__ import annotations
 
+import functools
 import logging
-from typing import Iterator
+from typing import Any, Iterator
 
 from kelp.records import BatchInfo, Record, batch_records, build_batch, iter_headers
 
+from ..cpu_work import run_cpu
 from ..replica_manager import ReplicaManager
 from ..storage import Log, LogManager
 from .offsets_log import ReplayItem, TxnMarker, TxnRecord
@@ -26,6 +28,7 @@ from .placement import OFFSETS_TOPIC
 __all__ = ["BrokerOffsetStore", "replay_log", "control_commit"]
 
 log = logging.getLogger("kelp.broker.groups")
+OFF_LOOP_RECORDS = 256  # records of one commit built on the CPU pool beyond this
 
 REPLAY_CHUNK_BYTES = 4 << 20
 
@@ -40,7 +43,7 @@ class BrokerOffsetStore:
 
     async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
         """Append and wait for the in-sync replicas; raises the replica manager's KelpError on failure."""
-        data = build_batch([(k, v) for k, v in records])
+        data = await _built(records)
         await self.replicas.append(OFFSETS_TOPIC, partition, data, acks=-1, timeout_ms=self.commit_timeout_ms,
                                    internal_allowed=True)
 
@@ -48,8 +51,7 @@ class BrokerOffsetStore:
                                    producer_id: int, producer_epoch: int) -> None:
         """TxnOffsetCommit's records: one transactional batch of the producer (no sequence: the coordinator's
         own write is never a client's retry), pending until the transaction's marker."""
-        data = build_batch(list(records), producer_id=producer_id, producer_epoch=producer_epoch,
-                           is_transactional=True)
+        data = await _built(records, producer_id=producer_id, producer_epoch=producer_epoch, is_transactional=True)
         await self.replicas.append(OFFSETS_TOPIC, partition, data, acks=-1, timeout_ms=self.commit_timeout_ms,
                                    internal_allowed=True)
 
@@ -101,3 +103,10 @@ def replay_log(lg: Log) -> Iterator[tuple[BatchInfo, list[Record]]]:
         if last < offset:
             break
         offset = last + 1
+
+
+async def _built(records: list[tuple[bytes, bytes | None]], **header: Any) -> bytes:
+    """One batch of the records; on the CPU pool past OFF_LOOP_RECORDS (a commit of thousands of partitions is
+    tens of milliseconds of encoding the loop must not spend)."""
+    build = functools.partial(build_batch, list(records), **header)
+    return await run_cpu(build) if len(records) > OFF_LOOP_RECORDS else build()

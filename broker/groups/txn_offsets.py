@@ -45,7 +45,7 @@ class TxnOffsets:
         """Validate each partition, append the offsets as the producer's transactional batch, keep them pending;
         per-partition codes. The caller has decided that the committer may commit for `group`."""
         m = self.manager
-        results, accepted, records = m.offset_records(group.group_id, offsets)
+        results, accepted, records = await m.offset_records(group.group_id, offsets)
         if not records:
             return results
         partition = m.partition_for(group.group_id)

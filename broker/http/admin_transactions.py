@@ -26,11 +26,12 @@ from kelp.errors import CoordinatorLoadInProgressError, ErrorCode, Transactional
 from kelp.json_types import JsonData
 
 from ..client_patterns import InvalidPattern, full_matches
+from ..loop_budget import LoopBudget
 from ..parts import BrokerParts
-from ..security.acl import ResourceType
+from ..security.acl import AclOperation, ResourceType
 from ..transactions.txn_config import TXN_TOPIC
 from .problems import HttpProblem, json_response
-from .route_access import describable
+from .route_access import access_of
 from .serving import serving
 
 __all__ = ["routes"]
@@ -56,13 +57,14 @@ async def list_transactions(request: web.Request) -> web.Response:
     states = [s for raw in request.query.getall("state", []) for s in raw.split(",") if s]
     durations = _ints(request, "min_duration_ms")
     pattern = request.query.get("pattern") or None
-    unknown, found = broker.transactions.list_transactions(
+    unknown, found = await broker.transactions.list_transactions(
         states=states, producer_ids=_ints(request, "producer_id"), duration_ms=durations[-1] if durations else -1)
     if unknown:
         raise HttpProblem(400, f"unknown transaction state(s) {', '.join(unknown)}: the states are Empty, Ongoing, "
                                "PrepareCommit, PrepareAbort, CompleteCommit, CompleteAbort, PrepareEpochFence")
     # The ACLs first, then the client's pattern (RE2, off the loop) against only the ids it may see.
-    shown = describable(request, ResourceType.TRANSACTIONAL_ID, (tid for tid, _, _ in found))
+    shown = await access_of(request).allowed_in_slices(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                                                       (tid for tid, _, _ in found))
     found = [f for f in found if f[0] in shown]
     if pattern:
         try:
@@ -71,7 +73,9 @@ async def list_transactions(request: web.Request) -> web.Response:
             raise HttpProblem(400, f"'pattern' {pattern[:200]!r} is not a valid regular expression: {exc}") from None
         found = [f for f in found if f[0] in matched]
     out: list[JsonData] = []
+    budget = LoopBudget()  # every id of the coordinator: thousands of descriptions
     for tid, pid, state in found:
+        await budget.tick()
         d = broker.transactions.describe(tid)
         out.append({"transactional_id": tid, "producer_id": pid, "producer_epoch": d.producer_epoch,
                     "state": state, "start_ms": d.start_ms if d.start_ms >= 0 else None,

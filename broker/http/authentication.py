@@ -79,10 +79,11 @@ class BearerRefused(Exception):
 class Unauthenticated(Exception):
     """A request that had to prove who it comes from and did not: 401, with the challenge to answer."""
 
-    def __init__(self, message: str, challenge: str) -> None:
+    def __init__(self, message: str, challenge: str, *, waited: bool = False) -> None:
         super().__init__(message)
         self.message = message
         self.challenge = challenge
+        self.waited = waited  # connection.failed.authentication.delay.ms already waited out (a wrong password)
 
 
 def authenticating_listeners(setup: ListenerSetup) -> list[str]:
@@ -229,7 +230,7 @@ class HttpAuthenticator:
             if self.failed_delay_s > 0:  # as a Kafka listener answers a failed authentication
                 await asyncio.sleep(self.failed_delay_s)
             raise Unauthenticated(f"HTTP Basic authentication failed for user '{user}': wrong user name or "
-                                  "password", self._challenge())
+                                  "password", self._challenge(), waited=True)
         return principal
 
     def _basic_credentials(self, encoded: str) -> tuple[str, str]:

@@ -24,6 +24,7 @@ This module must never hold a decision of its own: they are the AclManager's.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import unquote
@@ -373,11 +374,30 @@ async def security_middleware(request: web.Request, handler: Handler) -> web.Str
     except Unauthenticated as exc:
         response = error_response(401, 401, exc.message)
         response.headers["WWW-Authenticate"] = exc.challenge
-        return response
+        return await _after_failed_identity(authenticator, response, waited=exc.waited)
     named = request.headers.get(FORWARDED_PRINCIPAL)
     if named is not None:
         request[PRINCIPAL] = forwarded_principal(request, request[PRINCIPAL], named)
     resource = request.match_info.route.resource
     if resource is not None:  # an unknown path is answered 404 by the router, with nothing to authorize
-        _enforce(request, rule_for(request.method, resource.canonical))
+        rule = rule_for(request.method, resource.canonical)
+        try:
+            _enforce(request, rule)
+        except ClusterAuthorizationFailedError as exc:
+            if rule is not BROKERS_ONLY:
+                raise
+            return await _after_failed_identity(authenticator, error_response(exc.http_status, exc.code, str(exc)))
     return await handler(request)
+
+
+async def _after_failed_identity(authenticator: HttpAuthenticator, response: web.Response, *,
+                                 waited: bool = False) -> web.Response:
+    """A caller that did not prove who it is (401), or is no broker on `/cluster/v1` (403): answered after
+    `connection.failed.authentication.delay.ms` on a connection then closed, as a Kafka listener answers a failed
+    authentication. A flood of such calls on keep-alive connections cost the loop a request's parsing each and
+    five times the honest clients' p99 (issue 33's attack bench); delayed and closed, a connection makes at most
+    one every delay, and a new one costs the caller a handshake."""
+    if authenticator.failed_delay_s > 0 and not waited:
+        await asyncio.sleep(authenticator.failed_delay_s)
+    response.force_close()
+    return response

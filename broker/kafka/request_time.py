@@ -20,13 +20,12 @@ adds one generator frame per step of a request, which a broker without request q
 from __future__ import annotations
 
 import time
-from collections.abc import Coroutine, Generator
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from collections.abc import Callable, Coroutine, Generator
+from typing import Any, Generic, Protocol, TypeVar
 
+from ..client_quota_manager import ClientQuotaManager
 from ..cpu_work import charge_to
-
-if TYPE_CHECKING:
-    from .handlers.registry import RequestContext
+from ..security.principal import KafkaPrincipal
 
 __all__ = ["RequestTime", "StepTimer", "throttle_ms", "exempt", "finish"]
 
@@ -60,6 +59,27 @@ class StepTimer(Generic[T]):
                 value, error = (yield step), None
             except BaseException as exc:  # a cancellation, or what the awaited future raised: passed in
                 value, error = None, exc
+
+
+class _Broker(Protocol):
+    @property
+    def quotas(self) -> ClientQuotaManager: ...
+
+
+class RequestContext(Protocol):
+    """What this module reads of a handler's `RequestContext` (handlers/registry.py imports this module)."""
+
+    request_time: RequestTime | None
+    client_id: str | None
+
+    @property
+    def broker(self) -> _Broker: ...
+
+    @property
+    def principal(self) -> KafkaPrincipal: ...
+
+    @property
+    def throttle(self) -> Callable[[int], None] | None: ...
 
 
 class RequestTime:

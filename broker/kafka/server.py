@@ -443,7 +443,8 @@ class KafkaServer:
             if throttle and response is not None and not isinstance(response, RawResponse) \
                     and "throttle_time_ms" in getattr(type(response), "fields", ()):
                 current = getattr(response, "throttle_time_ms", 0) or 0
-                response.throttle_time_ms = max(current, throttle)  # type: ignore[attr-defined]
+                # kafka-python's messages declare their fields at run time, not to mypy
+                response.throttle_time_ms = max(current, throttle)  # type: ignore[attr-defined]  # a declared field
         if response is None:
             return None
         if isinstance(response, RawResponse):

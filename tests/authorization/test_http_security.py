@@ -168,6 +168,30 @@ async def test_only_brokers_may_call_the_cluster_control_plane(client: TestClien
     assert (await client.post("/cluster/v1/metadata", json=push, headers=ADMIN)).status == 200  # a super user
 
 
+async def test_a_caller_refused_its_identity_waits_the_failed_authentication_delay_and_is_disconnected(
+        broker: InProcessBroker) -> None:
+    """Issue 33's attack bench: a non-broker flooding `/cluster/v1` (403) or a caller without credentials (401) on
+    keep-alive connections cost the loop one request's parsing each, five times the honest clients' p99. As a
+    Kafka listener answers a failed authentication, each is now answered after
+    `connection.failed.authentication.delay.ms` on a connection then closed; a broker's calls keep theirs."""
+    import time
+
+    delay_s = 0.2
+    authenticator = HttpAuthenticator(methods=("basic",), basic=check_basic, failed_delay_s=delay_s)
+    push = {"controller_id": 0, "controller_epoch": 0, "brokers": [], "end_offset": -1, "entries": []}
+    async with TestClient(TestServer(build_http_app(broker.broker, authenticator=authenticator))) as client:
+        start = time.monotonic()
+        for headers, status in ((ALICE, 403), ({}, 401), (basic("alice", "wrong"), 401), (ALICE, 403)):
+            r = await client.post("/cluster/v1/metadata", json=push, headers=headers)
+            assert r.status == status, await r.text()
+            assert r.headers.get("Connection", "").lower() == "close", r.headers
+        assert time.monotonic() - start >= 4 * delay_s  # at most one refusal a delay, whatever the connection
+        r = await client.post("/cluster/v1/metadata", json=push, headers=BROKER)
+        assert r.status == 200 and r.headers.get("Connection", "").lower() != "close", r.headers
+        r = await client.get("/admin/v1/acls", headers=ALICE)  # an ACL refusal is not an identity's: kept alive
+        assert r.status == 403 and r.headers.get("Connection", "").lower() != "close", r.headers
+
+
 async def test_a_rest_consumer_instance_is_its_creators(client: TestClient, broker: InProcessBroker) -> None:
     await broker.parts.acls.create([acl("GROUP", "g", "READ"), acl("TOPIC", "secret", "READ"),
                                     acl("GROUP", "g", "READ", "User:bob"), acl("TOPIC", "secret", "READ", "User:bob")])

@@ -16,7 +16,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from kelp.operator.rack import cluster_role as rack_cluster_role
+from kelp.operator.manifests.rack import cluster_role as rack_cluster_role
 from tests.chart.crd_schema import CHART_DIR, CRD_DIR, crd_files, load_crds
 from tests.chart.helm import helm_binary, run_helm
 
@@ -210,8 +210,8 @@ OPERATOR_CALLS = {
 
 def _broker_role_rights() -> dict[tuple[str, str], set[str]]:
     """What the broker Role grants: RBAC's escalation check makes its creator hold it too."""
-    from kelp.operator.builders import role
-    from kelp.operator.spec import ClusterSpec
+    from kelp.operator.manifests.builders import role
+    from kelp.operator.manifests.spec import ClusterSpec
 
     return rules_of(role(ClusterSpec.from_resource({"metadata": {"name": "demo", "namespace": "ns"}, "spec": {}})))
 

@@ -1,6 +1,6 @@
 """The operator's types of its custom resources name exactly the fields the CRDs define.
 
-Why: `kelp.operator.objects` types each resource's spec, status and
+Why: `kelp.operator.model.objects_kelp` types each resource's spec, status and
 conditions (TypedDicts, checked by mypy); the API server knows only the CRDs
 in crds/, and structural pruning silently drops a status field they lack. A
 field added to one and not the other would type-check and still be lost, so
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from kelp import json_types
-from kelp.operator import objects
+from kelp.operator.model import objects_kelp as objects
 from tests.chart.crd_schema import load_crds, openapi_schema
 
 RESOURCES = {"Cluster": objects.ClusterResource, "Topic": objects.TopicResource,

@@ -88,8 +88,8 @@ def test_docs_example_is_valid(line: int, doc: dict, schemas: dict[str, dict]) -
         pytest.fail(f"docs/operator.md:{line}: {exc.message} at {'.'.join(map(str, exc.absolute_path))}")
     if doc["kind"] != "Cluster":
         return
-    from kelp.operator.builders import cluster_children, external_service
-    from kelp.operator.spec import ClusterSpec
+    from kelp.operator.manifests.builders import cluster_children, external_service
+    from kelp.operator.manifests.spec import ClusterSpec
 
     body = apply_defaults({**doc, "metadata": {**doc["metadata"], "namespace": "team-a", "uid": "u"}}, schema)
     spec = ClusterSpec.from_resource(body)  # the operator's own checks (a SpecError fails the test)

@@ -53,8 +53,8 @@ def test_the_production_example_is_valid_and_accepted_by_the_operator(schemas: d
     """examples/production/cluster.yaml: every knob, valid for the schema and for the operator's own checks."""
     import yaml
 
-    from kelp.operator.builders import cluster_children
-    from kelp.operator.spec import ClusterSpec
+    from kelp.operator.manifests.builders import cluster_children
+    from kelp.operator.manifests.spec import ClusterSpec
     from tests.chart.crd_schema import EXAMPLES_DIR
 
     doc = yaml.safe_load((EXAMPLES_DIR / "production" / "cluster.yaml").read_text())
@@ -158,9 +158,9 @@ def test_the_security_examples_are_valid_and_fit_together(schemas: dict[str, dic
     Secret — each valid for its schema (the Pod for Kubernetes 1.34), the Cluster and the ACLs for the operator."""
     import kubernetes_validate
 
-    from kelp.operator.builders import cluster_children
-    from kelp.operator.spec import ClusterSpec
-    from kelp.operator.user_builders import MOUNT_DIR, acl_bindings
+    from kelp.operator.manifests.builders import cluster_children
+    from kelp.operator.manifests.spec import ClusterSpec
+    from kelp.operator.security.user_builders import MOUNT_DIR, acl_bindings
 
     docs = _security_examples()
     kinds = sorted(doc["kind"] for doc in docs)

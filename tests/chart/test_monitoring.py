@@ -18,8 +18,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from kelp.operator.builders import cluster_children
-from kelp.operator.spec import ClusterSpec
+from kelp.operator.manifests.builders import cluster_children
+from kelp.operator.manifests.spec import ClusterSpec
 from tests.chart.crd_schema import CHART_DIR
 from tests.chart.helm import helm_binary, run_helm
 
@@ -84,7 +84,7 @@ def test_scrape_configs_select_each_broker_pod_once(tmp_path: Path) -> None:
     children = cluster_children(spec)
     pod_labels = next(m for m in children if m["kind"] == "StatefulSet")["spec"]["template"]["metadata"]["labels"]
     assert pod_monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
-    from kelp.operator.builders import external_service
+    from kelp.operator.manifests.builders import external_service
     services = [m for m in children if m["kind"] == "Service"] + [external_service(spec, 0)]
     wanted = service_monitor["spec"]["selector"]["matchLabels"]
     selected = [s["metadata"]["name"] for s in services if wanted.items() <= s["metadata"]["labels"].items()]

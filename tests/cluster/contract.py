@@ -14,8 +14,8 @@ from dataclasses import replace
 
 import pytest
 
-from kelp.broker.cluster.leases import LeaseConflict, LeaseElector, LeaseRecord, LivenessView
 from kelp.broker.cluster.metadata_log import MetadataLogConflict, MetadataUnreadable
+from kelp.leases import LeaseConflict, LeaseElector, LeaseRecord, LivenessView
 
 
 class Clock:

@@ -7,8 +7,9 @@ import os
 
 import pytest
 
-from kelp.broker.cluster.leases import FileLeaseBackend, LeaseElector
+from kelp.broker.cluster.file_leases import FileLeaseBackend
 from kelp.broker.cluster.metadata_log import FileMetadataLog, MetadataUnreadable
+from kelp.leases import LeaseElector
 
 from . import contract
 
@@ -113,7 +114,7 @@ async def test_unreadable_lease_is_an_error_never_overwritten(tmp_path) -> None:
     """Issue #17 item 3: an unreadable lease file was read as absent and re-created with change count 0."""
     import pytest
 
-    from kelp.broker.cluster.leases import LeaseUnreadable
+    from kelp.leases import LeaseUnreadable
 
     backend = FileLeaseBackend(tmp_path)
     elector = LeaseElector(backend, name="kelp-c-controller", identity="broker-0/a", duration_ms=3000)
@@ -161,7 +162,7 @@ async def test_an_io_error_reading_metadata_or_a_lease_is_an_error_never_absence
     with pytest.raises(MetadataUnreadable, match=f"{1:020d}.json"):
         await log.load()
     other = LeaseElector(backend, name="kelp-c-controller", identity="broker-1/b", duration_ms=3000)
-    from kelp.broker.cluster.leases import LeaseUnreadable
+    from kelp.leases import LeaseUnreadable
 
     with pytest.raises(LeaseUnreadable, match="kelp-c-controller"):
         await other.try_acquire_or_renew()
@@ -238,12 +239,12 @@ async def test_a_lock_held_by_a_stopped_process_fails_writes_after_a_bounded_wai
     import pytest
 
     from kelp.broker.cluster import file_lock
-    from kelp.broker.cluster.leases import LeaseRecord
+    from kelp.leases import LeaseRecord
 
     leases = FileLeaseBackend(tmp_path)
     rec = await leases.create(LeaseRecord("kelp-l", "a", 1, 1, 3000, 0, {}))
     real = file_lock.exclusive
-    monkeypatch.setattr("kelp.broker.cluster.leases.exclusive", lambda p: real(p, timeout_s=0.3))
+    monkeypatch.setattr("kelp.broker.cluster.file_leases.exclusive", lambda p: real(p, timeout_s=0.3))
     with open(tmp_path / "leases" / ".lock", "a") as held:  # another open file description: as another process's lock
         fcntl.flock(held, fcntl.LOCK_EX)
         began = time.monotonic()

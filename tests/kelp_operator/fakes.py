@@ -15,10 +15,10 @@ import copy
 import urllib.parse
 from typing import Any, Awaitable, Callable, Mapping
 
-from kelp.broker.cluster.kube_api import KubeApiError
 from kelp.errors import ErrorCode
-from kelp.operator.brokers import AdminError, BrokerAdmin
-from kelp.operator.kube import CLUSTER_SCOPED, Kind
+from kelp.kube.api import KubeApiError
+from kelp.operator.kube.client import CLUSTER_SCOPED, Kind
+from kelp.operator.reconcile.brokers import AdminError, BrokerAdmin
 
 # The fields of a StatefulSet spec the API server lets an update change (apps/v1 validation).
 STS_MUTABLE = {"replicas", "template", "updateStrategy", "persistentVolumeClaimRetentionPolicy",
@@ -486,8 +486,9 @@ class Clock:
 
 def lease_holder(tmp_path, identity: str, clock: Clock, duration_s: float = 6.0):
     """An operator replica's Leadership over a real compare-and-swap Lease backend (files in tmp_path)."""
-    from kelp.broker.cluster.leases import FileLeaseBackend, LeaseElector
-    from kelp.operator.leadership import Leadership
+    from kelp.broker.cluster.file_leases import FileLeaseBackend
+    from kelp.leases import LeaseElector
+    from kelp.operator.kube.leadership import Leadership
 
     elector = LeaseElector(FileLeaseBackend(tmp_path), name="kelp-operator", identity=identity,
                            duration_ms=int(duration_s * 1000), monotonic=clock)

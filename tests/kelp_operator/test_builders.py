@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from kelp.broker.config import BrokerConfig
-from kelp.operator.builders import cluster_children, config_hash, stateful_set
-from kelp.operator.spec import ClusterSpec, SpecError
+from kelp.operator.manifests.builders import cluster_children, config_hash, stateful_set
+from kelp.operator.manifests.spec import ClusterSpec, SpecError
 
 K8S_VERSION = "1.34"
 

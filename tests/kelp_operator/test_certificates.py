@@ -1,5 +1,5 @@
-"""The certificates the operator mints (operator/certificates.py, tls_builders.py), checked with `cryptography`'s
-own path validation and a real TLS handshake in both directions.
+"""The certificates the operator mints (operator/security/certificates.py, operator/manifests/tls_builders.py),
+checked with `cryptography`'s own path validation and a real TLS handshake in both directions.
 
 What clients and brokers rely on: a broker certificate verifies to the cluster CA for every name a client
 uses (per-pod DNS, the Services' short and full names, the external address, the pod IP with podIP), it is
@@ -19,8 +19,10 @@ from cryptography.x509 import verification
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from kelp.broker.security.principal import dn_from_der_certificate
-from kelp.operator.brokers import operator_tls_context
-from kelp.operator.certificates import (
+from kelp.operator.manifests.spec import ClusterSpec
+from kelp.operator.manifests.tls_builders import OPERATOR_REQUEST, broker_request, keystore_pem, user_request
+from kelp.operator.reconcile.brokers import operator_tls_context
+from kelp.operator.security.certificates import (
     BACKDATE_MS,
     CLIENT_ONLY,
     DAY_MS,
@@ -31,9 +33,7 @@ from kelp.operator.certificates import (
     make_leaf,
     read_cert,
 )
-from kelp.operator.security import OPERATOR_DN, broker_dn
-from kelp.operator.spec import ClusterSpec
-from kelp.operator.tls_builders import OPERATOR_REQUEST, broker_request, keystore_pem, user_request
+from kelp.operator.security.listener_security import OPERATOR_DN, broker_dn
 
 NOW = 1_800_000_000_000  # 2027-01-15, wall-clock ms
 

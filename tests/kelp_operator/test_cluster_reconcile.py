@@ -20,11 +20,11 @@ import asyncio
 import pytest
 import yaml
 
-from kelp.broker.cluster.kube_api import KubeApiError
-from kelp.operator.builders import config_hash
-from kelp.operator.reconcile import reconcile_cluster
-from kelp.operator.runner import Runner
-from kelp.operator.spec import ClusterSpec
+from kelp.kube.api import KubeApiError
+from kelp.operator.manifests.builders import config_hash
+from kelp.operator.manifests.spec import ClusterSpec
+from kelp.operator.reconcile.cluster import reconcile_cluster
+from kelp.operator.reconcile.runner import Runner
 from tests.kelp_operator.fakes import FakeAdmin, FakeKube, admin_of, broker_pod, resource, statefulset
 
 
@@ -51,7 +51,7 @@ def test_scale_down_with_a_dead_staying_broker_is_reported_not_raised() -> None:
 
     def refuse(method, path, body):
         if path == "/admin/v1/partitions/reassign":
-            from kelp.operator.brokers import AdminError
+            from kelp.operator.reconcile.brokers import AdminError
             raise AdminError(400, "POST /admin/v1/partitions/reassign: broker 1 is not alive")
     admin.fail = refuse
     status, conds = run(body, kube, admin)
@@ -71,7 +71,7 @@ def test_a_refused_drain_is_a_condition() -> None:
 
     def refuse(method, path, body):
         if path == "/admin/v1/partitions/reassign":
-            from kelp.operator.brokers import AdminError
+            from kelp.operator.reconcile.brokers import AdminError
             raise AdminError(409, "POST /admin/v1/partitions/reassign: the controller is moving")
     admin.fail = refuse
     _, conds = run(body, kube, admin)
@@ -309,7 +309,7 @@ def test_a_refused_dynamic_config_is_a_condition() -> None:
 
     def refuse(method, path, body):
         if method == "PATCH" and path == "/admin/v1/brokers/configs":
-            from kelp.operator.brokers import AdminError
+            from kelp.operator.reconcile.brokers import AdminError
             raise AdminError(422, "log.retention.ms: the controller refused it")
     admin.fail = refuse
     _, conds = run(body, kube, admin)

@@ -19,14 +19,14 @@ import pytest
 import yaml
 from cryptography import x509
 
-from kelp.broker.cluster.kube_api import KubeApiError
-from kelp.operator.builders import TRUST_FLOOR_ANNOTATION, cluster_children, config_map, external_service
-from kelp.operator.certificates import DAY_MS, issued_by, read_cert, read_certs
-from kelp.operator.cluster_tls import RENEW_ANNOTATION
-from kelp.operator.leadership import LeadershipLost
-from kelp.operator.pki import split_pem
-from kelp.operator.reconcile import reconcile_cluster
-from kelp.operator.spec import ClusterSpec
+from kelp.kube.api import KubeApiError
+from kelp.operator.kube.leadership import LeadershipLost
+from kelp.operator.manifests.builders import TRUST_FLOOR_ANNOTATION, cluster_children, config_map, external_service
+from kelp.operator.manifests.spec import ClusterSpec
+from kelp.operator.reconcile.cluster import reconcile_cluster
+from kelp.operator.reconcile.cluster_tls import RENEW_ANNOTATION
+from kelp.operator.security.certificates import DAY_MS, issued_by, read_cert, read_certs
+from kelp.operator.security.pki import split_pem
 from tests.kelp_operator.fakes import FakeAdmin, FakeKube, admin_of, broker_pod, deposed, resource, statefulset
 
 T0 = 1_800_000_000_000

@@ -16,9 +16,9 @@ import asyncio
 
 import pytest
 
-from kelp.operator.spec import ClusterSpec, SpecError
-from kelp.operator.throttles import THROTTLE_ANNOTATION, merged, throttle_pairs
-from kelp.operator.topics import reconcile_topic
+from kelp.operator.manifests.spec import ClusterSpec, SpecError
+from kelp.operator.reconcile.throttles import THROTTLE_ANNOTATION, merged, throttle_pairs
+from kelp.operator.reconcile.topics import reconcile_topic
 from tests.kelp_operator.fakes import FakeKube, admin_of, resource
 from tests.kelp_operator.test_reassignment_watch import T0, Cluster
 

@@ -21,10 +21,10 @@ import kopf
 import pytest
 
 from kelp.operator import handlers
-from kelp.operator.leadership import LeadershipLost
-from kelp.operator.reconcile import delete_topic
-from kelp.operator.runner import Runner
-from kelp.operator.topics import TopicOwners
+from kelp.operator.kube.leadership import LeadershipLost
+from kelp.operator.reconcile.cluster import delete_topic
+from kelp.operator.reconcile.runner import Runner
+from kelp.operator.reconcile.topics import TopicOwners
 from tests.kelp_operator.fakes import FakeAdmin, FakeKube, admin_of, broker_pod, deposed, resource, statefulset
 
 CLUSTER = resource("Cluster", "demo", {"brokers": 3})
@@ -155,7 +155,7 @@ SECURED = resource("Cluster", "demo", {"brokers": 3, "authorization": {"type": "
 
 async def secured_kube() -> FakeKube:
     """A secured Cluster whose CAs exist (reconciled by a replica that held the Lease)."""
-    from kelp.operator.reconcile import reconcile_cluster
+    from kelp.operator.reconcile.cluster import reconcile_cluster
 
     kube = FakeKube(SECURED, statefulset("demo", 3), *(broker_pod("demo", n) for n in range(3)))
     await reconcile_cluster(SECURED, kube, admin_of(FakeAdmin(brokers=[0, 1, 2])))
@@ -178,7 +178,7 @@ def test_a_deposed_operator_sets_no_credential_and_no_acl(tmp_path) -> None:
 
 def test_a_deposed_operator_removes_no_user(tmp_path) -> None:
     async def scenario() -> None:
-        from kelp.operator.user_builders import USER_FINALIZER
+        from kelp.operator.security.user_builders import USER_FINALIZER
 
         kube = await secured_kube()
         user = resource("KelpUser", "alice", {"cluster": "demo", "authentication": {"type": "scram-sha-512"}})

@@ -16,10 +16,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from kelp.operator.builders import cluster_children, http_service
-from kelp.operator.reconcile import reconcile_cluster
-from kelp.operator.spec import ClusterSpec, SpecError
-from kelp.operator.tls_builders import broker_dns_names
+from kelp.operator.manifests.builders import cluster_children, http_service
+from kelp.operator.manifests.spec import ClusterSpec, SpecError
+from kelp.operator.manifests.tls_builders import broker_dns_names
+from kelp.operator.reconcile.cluster import reconcile_cluster
 from tests.kelp_operator.fakes import FakeAdmin, FakeKube, admin_of, broker_pod, resource, statefulset
 
 SELECTOR = {"app.kubernetes.io/name": "kelp", "app.kubernetes.io/instance": "demo",

@@ -20,12 +20,12 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from kelp.broker.cluster.kube_api import KubeApiError
 from kelp.broker.config import BrokerConfig
-from kelp.operator.builders import cluster_children, stateful_set
-from kelp.operator.reconcile import reconcile_cluster
-from kelp.operator.runner import Runner
-from kelp.operator.spec import ClusterSpec, SpecError
+from kelp.kube.api import KubeApiError
+from kelp.operator.manifests.builders import cluster_children, stateful_set
+from kelp.operator.manifests.spec import ClusterSpec, SpecError
+from kelp.operator.reconcile.cluster import reconcile_cluster
+from kelp.operator.reconcile.runner import Runner
 from tests.kelp_operator.fakes import FakeAdmin, FakeKube, admin_of, broker_pod, resource, statefulset
 
 K8S_VERSION = "1.34"
@@ -94,7 +94,7 @@ def test_external_node_ports_one_service_and_one_file_per_broker(tmp_path) -> No
                                  "KELP_HTTP_HOST": "10.1.0.2"})
     assert (cfg.broker_id, cfg["advertised.host"], cfg["advertised.port"], cfg["http.host"]) == (
         1, "192.168.7.4", 31091, "10.1.0.2")
-    from kelp.operator.builders import external_service
+    from kelp.operator.manifests.builders import external_service
     svc = external_service(spec, 2)
     kubernetes_validate.validate(svc, K8S_VERSION, strict=True)
     assert svc["metadata"]["name"] == "demo-external-2" and svc["spec"]["type"] == "NodePort"

@@ -1,6 +1,6 @@
 """The operator's Kubernetes client: each kind at its path, answers typed by kind, writes guarded.
 
-What the operator relies on: `kube.py` is its one door to the API server,
+What the operator relies on: `kube/client.py` is its one door to the API server,
 and every object comes back as the type its `Kind` names — so list items
 carry their `kind` as a single GET's answer does (the API server leaves it
 out of a built-in kind's list), and every child a Cluster has can be
@@ -15,10 +15,10 @@ import json
 
 import pytest
 
-from kelp.operator.builders import cluster_children
-from kelp.operator.kube import CLUSTER, KINDS, POD, STORAGE_CLASS, TOPIC, KubeClient, resource_path
-from kelp.operator.leadership import LeadershipLost
-from kelp.operator.spec import ClusterSpec
+from kelp.operator.kube.client import CLUSTER, KINDS, POD, STORAGE_CLASS, TOPIC, KubeClient, resource_path
+from kelp.operator.kube.leadership import LeadershipLost
+from kelp.operator.manifests.builders import cluster_children
+from kelp.operator.manifests.spec import ClusterSpec
 
 
 class _Answer:

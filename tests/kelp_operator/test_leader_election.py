@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import asyncio
 
-from kelp.operator.brokers import AdminError
-from kelp.operator.reconcile import reconcile_cluster
-from kelp.operator.resync import status_patch
+from kelp.operator.reconcile.brokers import AdminError
+from kelp.operator.reconcile.cluster import reconcile_cluster
+from kelp.operator.reconcile.resync import status_patch
 from tests.kelp_operator.fakes import FakeAdmin, FakeKube, admin_of, broker_pod, resource, statefulset
 
 

@@ -17,9 +17,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from kelp.operator.network_policy import OPERATOR_POD_LABELS, network_policy
-from kelp.operator.reconcile import reconcile_cluster
-from kelp.operator.spec import ClusterSpec
+from kelp.operator.manifests.network_policy import OPERATOR_POD_LABELS, network_policy
+from kelp.operator.manifests.spec import ClusterSpec
+from kelp.operator.reconcile.cluster import reconcile_cluster
 from tests.kelp_operator.fakes import FakeAdmin, FakeKube, admin_of, broker_pod, resource, statefulset
 
 BROKERS = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "kelp", "app.kubernetes.io/instance": "demo",

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 
-from kelp.operator.reconcile import reconcile_cluster, reconcile_group, reconcile_topic
-from kelp.operator.resync import status_patch
+from kelp.operator.reconcile.cluster import reconcile_cluster, reconcile_group, reconcile_topic
+from kelp.operator.reconcile.resync import status_patch
 from tests.kelp_operator.fakes import FakeAdmin, FakeKube, admin_of, broker_pod, resource, statefulset
 
 PAUSE = {"kelp.dev/pause-reconciliation": "true"}

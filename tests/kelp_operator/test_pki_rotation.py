@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import pytest
 
-from kelp.operator.certificates import DAY_MS, issued_by, read_cert, read_certs
-from kelp.operator.pki import (
+from kelp.operator.manifests.tls_builders import keystore_pem
+from kelp.operator.security.certificates import DAY_MS, issued_by, read_cert, read_certs
+from kelp.operator.security.pki import (
     TRUST_GRACE_MS,
     Authority,
     CaInvalid,
@@ -27,7 +28,6 @@ from kelp.operator.pki import (
     plan_leaf,
     split_pem,
 )
-from kelp.operator.tls_builders import keystore_pem
 
 T0 = 1_800_000_000_000
 POLICY = Policy(validity_days=100, renewal_days=10)

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from kelp.operator.plans import DrainBlocked, drain_plan, rebalance_plan
+from kelp.operator.plans.moves import DrainBlocked, drain_plan, rebalance_plan
 
 
 def parts(assignments: dict[str, list[list[int]]]) -> list[dict]:

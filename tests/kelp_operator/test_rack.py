@@ -18,12 +18,12 @@ import pytest
 import yaml
 
 from kelp.broker.cluster import rack as broker_rack
-from kelp.broker.cluster.kube_api import KubeApiError
-from kelp.operator.builders import cluster_children
-from kelp.operator.rack import RACK_CLUSTER_ROLE, orphaned_bindings, rack_condition
-from kelp.operator.resync import collect_rack_bindings
-from kelp.operator.spec import ClusterSpec, SpecError
-from kelp.operator.status import Observed
+from kelp.kube.api import KubeApiError
+from kelp.operator.manifests.builders import cluster_children
+from kelp.operator.manifests.rack import RACK_CLUSTER_ROLE, orphaned_bindings, rack_condition
+from kelp.operator.manifests.spec import ClusterSpec, SpecError
+from kelp.operator.model.status import Observed
+from kelp.operator.reconcile.resync import collect_rack_bindings
 from tests.kelp_operator.fakes import FakeKube, resource
 
 ZONE = "topology.kubernetes.io/zone"
@@ -136,7 +136,7 @@ def test_broker_without_its_node_name_refuses_to_start_saying_what_to_set(tmp_pa
 
 def test_without_the_charts_rack_rbac_the_cluster_says_how_to_get_it() -> None:
     # Issue 32, item 6: the chart grants ClusterRole/ClusterRoleBinding rights only with rbac.rackAwareness.
-    from kelp.operator.reconcile import reconcile_cluster
+    from kelp.operator.reconcile.cluster import reconcile_cluster
     from tests.kelp_operator.fakes import FakeAdmin, admin_of
 
     body = resource("Cluster", "demo", {"rack": {"topologyKey": ZONE}})

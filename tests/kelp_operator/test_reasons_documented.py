@@ -21,11 +21,11 @@ DECISIONS = re.compile(r'RestartDecision\([^,]+,\s*"([A-Z][A-Za-z]+)"')
 def test_every_reason_is_documented() -> None:
     documented = set(re.findall(r"`([A-Z][A-Za-z]+)`", (REPO / "docs" / "operator.md").read_text()))
     reasons: dict[str, str] = {}
-    for path in sorted((REPO / "operator").glob("*.py")):
+    for path in sorted((REPO / "operator").rglob("*.py")):
         source = path.read_text()
         for pattern in (EMITTED, CONDITIONS, DECISIONS):
             for reason in pattern.findall(source):
-                reasons.setdefault(reason, path.name)
+                reasons.setdefault(reason, str(path.relative_to(REPO)))
     assert len(reasons) > 40, "the patterns no longer find the reasons"
     missing = {r: where for r, where in reasons.items() if r not in documented}
     assert not missing, f"reasons written by the operator but not in docs/operator.md: {missing}"

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 
-from kelp.operator.reconcile import reconcile_cluster
-from kelp.operator.resync import status_patch
+from kelp.operator.reconcile.cluster import reconcile_cluster
+from kelp.operator.reconcile.resync import status_patch
 from tests.kelp_operator.fakes import FakeAdmin, FakeKube, admin_of, broker_pod, resource, statefulset
 
 T0 = 1_800_000_000.0

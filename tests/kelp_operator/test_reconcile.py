@@ -16,8 +16,8 @@ import aiohttp
 import pytest
 
 from kelp.cli.main import main as kelp_main
-from kelp.operator.brokers import BrokerAdmin
-from kelp.operator.reconcile import delete_topic, reconcile_cluster, reconcile_group, reconcile_topic
+from kelp.operator.reconcile.brokers import BrokerAdmin
+from kelp.operator.reconcile.cluster import delete_topic, reconcile_cluster, reconcile_group, reconcile_topic
 from tests.kelp_operator.fakes import FakeKube, resource
 
 pytestmark = pytest.mark.clients

@@ -13,8 +13,8 @@ when it does wait, the condition names the partitions or pods and why.
 
 from __future__ import annotations
 
-from kelp.operator.restarts import next_restart
-from kelp.operator.status import rfc3339
+from kelp.operator.model.status import rfc3339
+from kelp.operator.plans.restarts import next_restart
 
 NOW_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 DEADLINE_S = 300

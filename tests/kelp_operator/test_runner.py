@@ -15,9 +15,9 @@ import asyncio
 
 import pytest
 
-from kelp.operator.leadership import LeadershipLost
-from kelp.operator.resync import resync_once
-from kelp.operator.runner import Runner
+from kelp.operator.kube.leadership import LeadershipLost
+from kelp.operator.reconcile.resync import resync_once
+from kelp.operator.reconcile.runner import Runner
 from tests.kelp_operator.fakes import (
     Clock,
     FakeAdmin,

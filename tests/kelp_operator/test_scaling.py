@@ -13,8 +13,8 @@ import asyncio
 import aiohttp
 import pytest
 
-from kelp.operator.brokers import BrokerAdmin
-from kelp.operator.reconcile import REBALANCE_ANNOTATION, reconcile_cluster
+from kelp.operator.reconcile.brokers import BrokerAdmin
+from kelp.operator.reconcile.cluster import REBALANCE_ANNOTATION, reconcile_cluster
 from tests.kelp_operator.fakes import FakeKube, resource
 
 pytestmark = pytest.mark.clients

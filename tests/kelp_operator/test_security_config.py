@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from kelp.broker.config import BrokerConfig
-from kelp.operator.builders import broker_config_yaml, config_hash
-from kelp.operator.security import KAFKA_AUTHORIZER, KELP_AUTHORIZER, owned_by_security, principal_of
-from kelp.operator.spec import ClusterSpec, SpecError
+from kelp.operator.manifests.builders import broker_config_yaml, config_hash
+from kelp.operator.manifests.spec import ClusterSpec, SpecError
+from kelp.operator.security.listener_security import KAFKA_AUTHORIZER, KELP_AUTHORIZER, owned_by_security, principal_of
 
 
 def cluster(spec: dict, *, name: str = "demo") -> dict:

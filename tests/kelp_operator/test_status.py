@@ -10,8 +10,7 @@ import asyncio
 
 import pytest
 
-from kelp.operator.runner import Runner
-from kelp.operator.status import (
+from kelp.operator.model.status import (
     Observed,
     cluster_status,
     condition,
@@ -20,6 +19,7 @@ from kelp.operator.status import (
     rfc3339,
     rfc3339_ms,
 )
+from kelp.operator.reconcile.runner import Runner
 from tests.kelp_operator.fakes import FakeAdmin, FakeKube, admin_of, broker_pod, resource, statefulset
 
 

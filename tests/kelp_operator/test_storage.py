@@ -14,7 +14,7 @@ import asyncio
 
 import pytest
 
-from kelp.operator.reconcile import reconcile_cluster
+from kelp.operator.reconcile.cluster import reconcile_cluster
 from tests.kelp_operator.fakes import FakeAdmin, FakeKube, admin_of, broker_pod, resource, statefulset
 
 
@@ -90,7 +90,7 @@ def test_shrinking_or_another_class_is_refused(size: str, klass: str | None, fra
 
 
 def test_quantities() -> None:
-    from kelp.operator.storage import parse_quantity
+    from kelp.operator.reconcile.storage import parse_quantity
 
     assert parse_quantity("10Gi") == 10 * 2**30 and parse_quantity("1.5G") == 1_500_000_000
     assert parse_quantity("20Gi") > parse_quantity("21G") > parse_quantity("19Gi")

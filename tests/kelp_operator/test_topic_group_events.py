@@ -15,8 +15,8 @@ import logging
 import kopf
 
 from kelp.operator import handlers
-from kelp.operator.brokers import AdminError
-from kelp.operator.runner import Runner
+from kelp.operator.reconcile.brokers import AdminError
+from kelp.operator.reconcile.runner import Runner
 from tests.kelp_operator.fakes import FakeAdmin, FakeKube, admin_of, resource
 
 CLUSTER = resource("Cluster", "demo", {"brokers": 3})

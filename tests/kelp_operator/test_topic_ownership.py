@@ -14,8 +14,8 @@ import asyncio
 import os
 import time
 
-from kelp.operator.resync import resync_once
-from kelp.operator.runner import Runner
+from kelp.operator.reconcile.resync import resync_once
+from kelp.operator.reconcile.runner import Runner
 from tests.kelp_operator.fakes import FakeAdmin, FakeKube, admin_of, resource
 
 TOPICS = int(os.environ.get("KELP_TEST_OWNERSHIP_TOPICS", "3000"))
@@ -55,8 +55,8 @@ def test_ownership_over_thousands_of_topics_is_linear() -> None:
 
 def test_a_burst_of_topic_events_reads_each_topic_a_bounded_number_of_times() -> None:
     """Operator start: kopf resumes every Topic, one handler call each; they share one ownership index."""
-    from kelp.operator.runner import Runner
-    from kelp.operator.topics import TopicOwners
+    from kelp.operator.reconcile.runner import Runner
+    from kelp.operator.reconcile.topics import TopicOwners
 
     admin = FakeAdmin(brokers=[0])
     n = TOPICS // 3

@@ -18,18 +18,18 @@ import pytest
 
 from kelp.broker.security.scram import ScramMechanism, credential_from_salted_password
 from kelp.broker.security.scram_exchange import ScramServer
-from kelp.operator.certificates import issued_by, read_cert, read_certs
-from kelp.operator.events import Recorder
-from kelp.operator.reconcile import reconcile_cluster
-from kelp.operator.runner import Runner
-from kelp.operator.user_builders import (
+from kelp.operator.kube.events import Recorder
+from kelp.operator.reconcile.cluster import reconcile_cluster
+from kelp.operator.reconcile.runner import Runner
+from kelp.operator.reconcile.users import finalize_user, reconcile_user
+from kelp.operator.security.certificates import issued_by, read_cert, read_certs
+from kelp.operator.security.user_builders import (
     FINGERPRINT_ANNOTATION,
     USER_FINALIZER,
     AclSpecError,
     acl_bindings,
     scram_upsert,
 )
-from kelp.operator.users import finalize_user, reconcile_user
 from tests.kelp_operator.fakes import FakeAdmin, FakeKube, admin_of, broker_pod, resource, statefulset
 
 LISTENERS = [{"name": "plain", "port": 9092, "type": "internal", "tls": False},

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from kelp.broker.cluster.kube_api import api_client_from
-from kelp.broker.cluster.kube_leases import KubeLeaseBackend
 from kelp.broker.cluster.kube_metadata_log import KubeMetadataLog
+from kelp.kube.api import api_client_from
+from kelp.kube.leases import KubeLeaseBackend
 from tests.cluster import contract
 
 pytestmark = pytest.mark.kube
@@ -70,7 +70,7 @@ async def test_metadata_log_refuses_a_zombie_append_into_a_compacted_slot(client
 
 async def test_metadata_log_falls_back_to_the_older_snapshot(client, kube_namespace) -> None:
     """A chunk rewritten behind the store's back no longer matches its marker's SHA-256: that snapshot is skipped."""
-    from kelp.broker.cluster.kube_api import request, request_object
+    from kelp.kube.api import request, request_object
 
     log = metadata_log(client, kube_namespace, "fb")
 
@@ -84,7 +84,7 @@ async def test_metadata_log_falls_back_to_the_older_snapshot(client, kube_namesp
 
 
 async def test_metadata_log_refuses_an_append_after_a_hole(client, kube_namespace) -> None:
-    from kelp.broker.cluster.kube_api import request
+    from kelp.kube.api import request
 
     log = metadata_log(client, kube_namespace, "hole")
 
@@ -108,7 +108,7 @@ async def test_a_snapshot_larger_than_one_configmap_is_chunked(client, kube_name
 
 async def test_lease_times_keep_exact_microseconds(client, kube_namespace) -> None:
     """kubernetes==37's models drop a zero fraction and the server refuses it: whole seconds must still work."""
-    from kelp.broker.cluster.leases import LeaseRecord
+    from kelp.leases import LeaseRecord
 
     backend = leases(client, kube_namespace)
     made = await backend.create(LeaseRecord("kelp-round", "h", 1_700_000_000_000, 1_700_000_000_000, 1500, 0, {}))

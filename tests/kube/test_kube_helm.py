@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from kelp.operator.rack import cluster_role as rack_cluster_role
+from kelp.operator.manifests.rack import cluster_role as rack_cluster_role
 from tests.chart.crd_schema import CHART_DIR, load_crds
 from tests.chart.helm import helm_binary, run_helm
 from tests.kube.kube_waits import wait_for

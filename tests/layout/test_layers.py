@@ -16,7 +16,8 @@ NETWORKING = ("asyncio", "socket", "aiohttp", "kafka.net", "kafka.producer", "ka
 
 # What the pure metadata model (kelp.broker.metadata) must never reach, directly or through what it imports.
 METADATA_RUNTIME = (tuple(n for n in NETWORKING if n != "socket")
-                    + ("threading", "selectors", "kubernetes", "kopf", "kelp.kafka_client", "kelp.operator", "kelp.cli",
+                    + ("threading", "selectors", "kubernetes", "kopf", "kelp.kube", "kelp.leases", "kelp.kafka_client",
+                       "kelp.operator", "kelp.cli",
                        "kelp.broker.cluster", "kelp.broker.kafka", "kelp.broker.http", "kelp.broker.groups",
                        "kelp.broker.transactions", "kelp.broker.app", "kelp.broker.parts", "kelp.broker.partition",
                        "kelp.broker.replica_manager", "kelp.broker.topic_manager", "kelp.broker.metrics",
@@ -64,15 +65,35 @@ def _violations(start: str, forbidden: tuple[str, ...]) -> list[str]:
         # Replication's per-partition rules are state and futures only: no sockets, no HTTP, no cluster calls.
         ("kelp.broker.partition", tuple(n for n in NETWORKING if n != "asyncio")
          + ("kelp.broker.kafka", "kelp.broker.http", "kelp.broker.cluster.member")),
-        # The operator's builders, spec reader and status shaping are pure: no Kubernetes, no kopf, no I/O
-        # (the broker config validator they share reads the host name through `socket`, nothing more).
+        # The operator's types and status shaping, its security rules (issue 20: the listeners' keys, the
+        # certificates and their rotation, KelpUsers' parts), its spec reader and builders, and its plans are
+        # pure: no Kubernetes, no kopf, no I/O, nothing of the layers that act (the broker config validator
+        # they share reads the host name through `socket`, nothing more).
         *[(m, tuple(n for n in NETWORKING if n != "socket")
-           + ("kubernetes", "kopf", "kelp.operator.kube", "kelp.operator.brokers", "kelp.operator.handlers",
-              "kelp.broker.cluster"))
-          for m in ("kelp.operator.builders", "kelp.operator.spec", "kelp.operator.status",
-                    # issue 20: the secured layout's keys, the certificates and their rotation, KelpUsers' parts
-                    "kelp.operator.security", "kelp.operator.certificates", "kelp.operator.pki",
-                    "kelp.operator.tls_builders", "kelp.operator.user_builders")],
+           + ("kubernetes", "kopf", "kelp.kube", "kelp.operator.kube", "kelp.operator.reconcile",
+              "kelp.operator.handlers", "kelp.operator.run", "kelp.broker.cluster"))
+          for m in ("kelp.operator.model", "kelp.operator.security", "kelp.operator.manifests",
+                    "kelp.operator.plans")],
+        # Each pure role imports only the roles beneath it: model, then security, then manifests; plans
+        # stand on the model alone.
+        ("kelp.operator.model", ("kelp.operator.security", "kelp.operator.manifests", "kelp.operator.plans")),
+        ("kelp.operator.security", ("kelp.operator.manifests", "kelp.operator.plans")),
+        ("kelp.operator.manifests", ("kelp.operator.plans",)),
+        ("kelp.operator.plans", ("kelp.operator.security", "kelp.operator.manifests")),
+        # The operator's Kubernetes door stands on the model only: it never decides.
+        ("kelp.operator.kube", ("kelp.operator.security", "kelp.operator.manifests", "kelp.operator.plans",
+                                "kelp.operator.reconcile", "kelp.operator.handlers", "kelp.operator.run")),
+        # Kubernetes access (issue 35) serves the broker's backends and the operator alike, so it imports neither;
+        # the lease model and election under both backends is pure: no Kubernetes, no sockets, no event loop.
+        ("kelp.kube", ("kelp.broker", "kelp.operator", "kelp.cli", "kelp.spark")),
+        ("kelp.leases", NETWORKING + ("kubernetes", "kelp.kube", "kelp.broker", "kelp.operator", "kelp.cli")),
+        # The operator reaches Kubernetes through kelp.kube, never through the broker's cluster layer or any of
+        # the broker's runtime (the few pure rule modules it shares are the test below).
+        ("kelp.operator", ("kelp.broker.cluster", "kelp.broker.kafka", "kelp.broker.http", "kelp.broker.groups",
+                           "kelp.broker.storage.log", "kelp.broker.transactions", "kelp.broker.schema_registry",
+                           "kelp.broker.app", "kelp.broker.replica_manager", "kelp.broker.partition",
+                           "kelp.broker.topic_manager", "kelp.broker.metrics", "kelp.broker.security.authorizer",
+                           "kelp.cli")),
         # The Kafka-protocol client core serves the broker and the Spark source alike, so it imports neither
         # (nor the operator or the CLI), and it is the networking: no client library's connections.
         ("kelp.kafka_client", ("kelp.broker", "kelp.operator", "kelp.cli", "kelp.spark", "pyspark", "aiohttp",
@@ -122,6 +143,23 @@ def test_security_core_imports_only_itself_and_kelp_basics() -> None:
         for module in FILES if module == "kelp.broker.security" or module.startswith("kelp.broker.security.")
         for imported in kelp_imports(module)
         if not any(imported == m or imported.startswith(m + ".") for m in SECURITY_MAY_IMPORT)
+    )
+    assert found == []
+
+
+# The broker's pure rule modules the operator shares, so a Cluster or KelpUser is checked by the very rules the
+# brokers apply (one config validator, one principal mapping, one ACL and SCRAM codec), and nothing else of
+# kelp.broker: Kubernetes goes through kelp.kube, leases through kelp.leases.
+OPERATOR_SHARES_OF_BROKER = ("kelp.broker.config", "kelp.broker.security.principal", "kelp.broker.security.acl",
+                             "kelp.broker.security.scram")
+
+
+def test_operator_imports_of_the_broker_are_only_its_shared_rules() -> None:
+    found = sorted(
+        f"{module} imports {imported}"
+        for module in FILES if module == "kelp.operator" or module.startswith("kelp.operator.")
+        for imported in kelp_imports(module)
+        if imported.startswith("kelp.broker") and imported not in OPERATOR_SHARES_OF_BROKER
     )
     assert found == []
 

@@ -23,7 +23,7 @@ import json
 import pytest
 
 from kelp.broker.cluster.controller import MetadataHistoryRefused
-from kelp.broker.cluster.leases import FileLeaseBackend, LeaseElector, LivenessView
+from kelp.broker.cluster.file_leases import FileLeaseBackend
 from kelp.broker.cluster.metadata_publisher import HistoryDiverged, MetadataPublisher
 from kelp.broker.metadata.image import (
     MetadataDiverged,
@@ -34,6 +34,7 @@ from kelp.broker.metadata.image import (
     snapshot_to_json,
 )
 from kelp.errors import MetadataDivergedError
+from kelp.leases import LeaseElector, LivenessView
 from tests.replication.test_controller import Harness, ep
 from tests.replication.test_metadata_log_order import Broker, entries_of, payload
 from tests.support.memory_metadata_log import MemoryMetadataLog

@@ -17,9 +17,10 @@ import asyncio
 
 import pytest
 
-from kelp.broker.cluster.leases import FileLeaseBackend, LeaseElector, LivenessView
+from kelp.broker.cluster.file_leases import FileLeaseBackend
 from kelp.broker.config import BrokerConfig
 from kelp.errors import KelpError
+from kelp.leases import LeaseElector, LivenessView
 from tests.replication.test_controller import Harness, ep
 from tests.replication.test_metadata_log_order import Broker, entries_of, payload
 

@@ -292,6 +292,6 @@ async def test_describe_and_list() -> None:
     d = coord.describe(TID)
     assert (d.error, d.state, d.producer_id, d.partitions) == (0, "Ongoing", pid, tuple(P))
     assert coord.describe("nope").error == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
-    unknown, found = coord.list_transactions(states=["Ongoing", "Bogus"])
+    unknown, found = await coord.list_transactions(states=["Ongoing", "Bogus"])
     assert unknown == ["Bogus"] and [f[0] for f in found] == [TID]
-    assert {f[0] for f in coord.list_transactions()[1]} == {TID, "idle"}
+    assert {f[0] for f in (await coord.list_transactions())[1]} == {TID, "idle"}

@@ -296,9 +296,11 @@ async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest
                                        for p in t.partitions or []]) for t in request.topics or []])
     refused = _topics_refused(ctx, AclOperation.READ, {t.name for t in request.topics or []})
     offsets: dict[tuple[str, int], CommittedOffset] = {}
+    budget = LoopBudget()  # a commit may name thousands of partitions
     for t in request.topics or []:
         if t.name in refused:
             continue
+        await budget.tick()
         for p in t.partitions or []:
             offsets[(t.name, p.partition_index)] = CommittedOffset(
                 p.committed_offset,
@@ -324,6 +326,7 @@ async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest
                  ", ".join(f"{t}-{p}:{c}" for (t, p), c in sorted(bad.items())[:10]))
     topics = []
     for t in request.topics or []:
+        await budget.tick()
         topics.append(T(name=t.name, partitions=[
             P(partition_index=p.partition_index, error_code=codes.get((t.name, p.partition_index), ErrorCode.NONE))
             for p in t.partitions or []

@@ -31,7 +31,6 @@ otherwise it gets the coordinator's error as Kafka translates it for the Produce
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
@@ -208,20 +207,20 @@ async def handle_produce(ctx: RequestContext, request: ProduceData) -> ProduceRe
         ctx.release_frame()  # as Kafka clears a parked produce's records: the pool is not held while waiting
     throttle_ms = _quota(ctx, size)
     if acks == -1:
-        waits = [(parts, i, replicas.wait_for_isr(res, acks=acks, timeout_ms=request.timeout_ms))
-                 for _, parts in outcomes for i, (_, res) in enumerate(parts) if not isinstance(res, KelpError)]
-        done = await asyncio.gather(*(w for _, _, w in waits), return_exceptions=True)
-        for (parts, i, _), res in zip(waits, done, strict=True):
-            if isinstance(res, BaseException) and not isinstance(res, KelpError):
-                raise res
-            parts[i] = (parts[i][0], res)
+        waits = [(parts, i, res) for _, parts in outcomes for i, (_, res) in enumerate(parts)
+                 if not isinstance(res, KelpError)]
+        done = await replicas.wait_all_for_isr([res for _, _, res in waits], timeout_ms=request.timeout_ms)
+        for (parts, i, _), outcome in zip(waits, done, strict=True):
+            parts[i] = (parts[i][0], outcome)
     if acks == 0:
         return None
     responses = []
     errors = PartitionErrors("Produce", ctx.client)
+    budget = LoopBudget()  # thousands of partitions' answers are tens of milliseconds
     for name, parts in outcomes:
         answers = []
         for index, res in parts:
+            await budget.tick()
             if isinstance(res, KelpError):
                 errors.add(name, index, res)
                 answers.append(PR(index=index, error_code=res.code, base_offset=-1, error_message=str(res)))

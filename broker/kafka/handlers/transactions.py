@@ -51,6 +51,7 @@ from kelp.broker.metadata.model import INTERNAL_TOPICS
 from kelp.errors import ErrorCode
 
 from ...client_patterns import InvalidPattern, full_matches
+from ...loop_budget import LoopBudget
 from ...txn_verification import FIRST_ADD_PARTITION_TXN_OFFSET_VERSION, txn_offset_commit_error
 from ..access import AclOperation, ResourceType, access
 from .registry import RequestContext, handles
@@ -296,12 +297,14 @@ async def handle_list_transactions(ctx: RequestContext, request: ListTransaction
     INVALID_REGULAR_EXPRESSION."""
     S = ListTransactionsResponse.TransactionState
     v = ctx.api_version
-    unknown, found = ctx.broker.transactions.list_transactions(
+    unknown, found = await ctx.broker.transactions.list_transactions(
         states=request.state_filters or [], producer_ids=request.producer_id_filters or [],
         duration_ms=request.duration_filter if v >= 1 else -1)
     acc = access(ctx)
     if acc.enabled:
-        found = [f for f in found if acc.allows(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, f[0])]
+        shown = await acc.allowed_in_slices(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                                            (f[0] for f in found))
+        found = [f for f in found if f[0] in shown]
     pattern = request.transactional_id_pattern if v >= 2 else None
     if pattern:
         try:
@@ -312,6 +315,10 @@ async def handle_list_transactions(ctx: RequestContext, request: ListTransaction
             return ListTransactionsResponse(throttle_time_ms=0, error_code=ErrorCode.INVALID_REGULAR_EXPRESSION,
                                             unknown_state_filters=[], transaction_states=[])
         found = [f for f in found if f[0] in matched]
+    states = []
+    budget = LoopBudget()  # 10,000 answers' objects are tens of milliseconds
+    for t, p, s in found:
+        states.append(S(transactional_id=t, producer_id=p, transaction_state=s))
+        await budget.tick()
     return ListTransactionsResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, unknown_state_filters=unknown,
-                                    transaction_states=[S(transactional_id=t, producer_id=p, transaction_state=s)
-                                                        for t, p, s in found])
+                                    transaction_states=states)

@@ -25,6 +25,7 @@ from kafka.protocol.producer import WriteTxnMarkersRequest, WriteTxnMarkersRespo
 from kelp.broker.replica_manager import TxnMarker
 from kelp.errors import ErrorCode, KelpError
 
+from ...loop_budget import LoopBudget
 from ..access import AclOperation, access
 from .error_log import PartitionErrors
 from .registry import RequestContext, handles
@@ -47,9 +48,12 @@ def _refused(ctx: RequestContext) -> bool:
         and not acc.allows_cluster(AclOperation.CLUSTER_ACTION)
 
 
-def _answer(request: WriteTxnMarkersRequest, codes: list[dict[tuple[str, int], int]]) -> WriteTxnMarkersResponse:
+async def _answer(request: WriteTxnMarkersRequest,
+                  codes: list[dict[tuple[str, int], int]]) -> WriteTxnMarkersResponse:
     markers = []
+    budget = LoopBudget()  # a request may name thousands of partitions: their answers are tens of milliseconds
     for marker, answer in zip(request.markers, codes, strict=True):
+        await budget.tick()
         topics = [_TopicResult(name=t.name, partitions=[
             _PartitionResult(partition_index=p, error_code=answer[(t.name, p)]) for p in t.partition_indexes])
             for t in marker.topics]
@@ -62,7 +66,7 @@ async def handle_write_txn_markers(ctx: RequestContext, request: WriteTxnMarkers
     if _refused(ctx):
         log.info("WriteTxnMarkers from %s (%s): not authorized (ALTER or CLUSTER_ACTION on the cluster)", ctx.client,
                  ctx.principal)
-        return _answer(request, [{(t.name, p): ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return await _answer(request, [{(t.name, p): ErrorCode.CLUSTER_AUTHORIZATION_FAILED
                                   for t in m.topics for p in t.partition_indexes} for m in request.markers])
     markers = [TxnMarker(m.producer_id, m.producer_epoch, bool(m.transaction_result), m.coordinator_epoch,
                          tuple((t.name, p) for t in m.topics for p in t.partition_indexes))
@@ -70,7 +74,9 @@ async def handle_write_txn_markers(ctx: RequestContext, request: WriteTxnMarkers
     answers = await ctx.broker.replicas.append_txn_markers(markers, timeout_ms=MARKER_TIMEOUT_MS)
     codes: list[dict[tuple[str, int], int]] = []
     errors = PartitionErrors("WriteTxnMarkers", ctx.client)
+    budget = LoopBudget()
     for marker, answer in zip(markers, answers, strict=True):
+        await budget.tick()
         code: dict[tuple[str, int], int] = {}
         for (topic, partition), error in answer.items():
             code[(topic, partition)] = ErrorCode.NONE if error is None else error.code
@@ -88,4 +94,4 @@ async def handle_write_txn_markers(ctx: RequestContext, request: WriteTxnMarkers
                     code[(OFFSETS_TOPIC, p)] = exc.code
         codes.append(code)
     errors.log(log)
-    return _answer(request, codes)
+    return await _answer(request, codes)
