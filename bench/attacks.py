@@ -2,10 +2,12 @@
 
 Why: one client must not stop a broker. For each attack the issue lists, an honest idempotent acks=all producer
 and a consumer group (bench/honest.py: 1 KiB records at a fixed rate, produce and end-to-end latency per record)
-run beside the attacker (bench/attackers.py) against a broker with a SASL_PLAINTEXT listener (SCRAM-SHA-512) and
-the StandardAuthorizer on: the honest user alice may produce and consume her topic; the attacker mallory is an
-authenticated user who may also write that topic (items 9 and 10 need a writer), describe every transactional id
-(item 1) and use groups named mallory*; the unauthenticated floods need no identity. `--attack-txn-ids`
+run beside the attacker (bench/attackers.py, in a process of its own: its threads must not share the GIL with
+the honest clients' callbacks that timestamp every record) against a broker with a SASL_PLAINTEXT listener
+(SCRAM-SHA-512) and the StandardAuthorizer on: the honest user alice may produce and consume her topic; the
+attacker mallory is an authenticated user who may also write that topic (items 9 and 10 need a writer),
+describe every transactional id (item 1) and use groups named mallory*; the unauthenticated floods need no
+identity. `--attack-txn-ids`
 transactional ids of 29 characters exist for the pattern to run against.
 
 The honest clients run once through every phase of a broker: unattacked first, each attack for `seconds`
@@ -123,13 +125,15 @@ def run_broker(name: str, *, bootstrap: str, http_url: str | None, pids: Callabl
     try:
         time.sleep(gap_s)  # the clients' first records (connections, the idempotent producer's id) before any phase
         for attack in ["unattacked", *attacks, "unattacked, again"]:
+            # the attacker's process starts (imports done) before the phase's clock does
+            attacker = None if attack.startswith("unattacked") else attackers.Attacker(attack, target)
             cpu0 = probe.cpu_seconds(pids())
             t0 = time.monotonic_ns()
-            if attack.startswith("unattacked"):
+            if attacker is None:
                 time.sleep(seconds)  # the phase's measurement window
                 got: dict[str, Any] = {"got": {}}
             else:
-                got = attackers.run_attack(attack, target, seconds)
+                got = attacker.run(seconds)
             t1 = time.monotonic_ns()
             phases.append({"attack": attack, "start_ns": t0, "end_ns": t1, "seconds": (t1 - t0) / 1e9,
                            "broker_cpu_pct": 100 * (probe.cpu_seconds(pids()) - cpu0) / ((t1 - t0) / 1e9), **got})

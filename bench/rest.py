@@ -213,19 +213,19 @@ def run(*, records: int, size: int = 1024, batches: list[int], concurrency: int 
                     timed("kafka produce", lambda: _kafka_produce(kelp.bootstrap, topic,  # noqa: B023
                                                                   records=records, size=size))
                     check(topic)
-                    timed("kafka consume", lambda: (clients.consume_with_cpu(  # noqa: B023
+                    timed("kafka consume", lambda: (clients.consume_with_cpu(
                         kelp.bootstrap, topic, count=records)))  # noqa: B023
                     clients.delete_topic(kelp.bootstrap, topic)
                     continue
                 for fmt in FORMATS:
                     for batch in batches:
                         topic = fresh(f"{fmt}-{batch}")
-                        timed(f"rest produce {fmt} {batch}", lambda: rest_produce(  # noqa: B023
+                        timed(f"rest produce {fmt} {batch}", lambda: rest_produce(
                             kelp.http_url, topic, fmt=fmt, records=records, batch=batch,  # noqa: B023
                             size=size, concurrency=concurrency))
                         check(topic)
                         if batch == batches[-1]:
-                            timed(f"rest consume {fmt}", lambda: rest_consume(  # noqa: B023
+                            timed(f"rest consume {fmt}", lambda: rest_consume(
                                 kelp.http_url, topic, fmt=fmt, records=records, max_bytes=max_bytes))  # noqa: B023
                         clients.delete_topic(kelp.bootstrap, topic)
     gb = records * size / 1e9

@@ -16,7 +16,7 @@ Brokers are principals too: a replica fetch, an OffsetForLeaderEpoch from a foll
 rule), so the inter-broker principal must be one of those once authorization is on.
 
 `Access` is one request's principal and host against the manager: what the Kafka handlers
-(`kafka.access`) and the HTTP routes (`http.route_access`) ask.
+(`kafka.access`) and the HTTP routes (`http.access.route_access`) ask.
 
 This module must never decide anything Kafka would decide differently (the rules are the security core's),
 nor do I/O itself: changes go through the controller.
@@ -158,7 +158,7 @@ class AclManager:
 
     def is_listed_super_user(self, principal: KafkaPrincipal) -> bool:
         """Whether `super.users` names the principal, with or without an authorizer (brokers vouching for a
-        client's principal are trusted by it when no ACLs say so: `http.route_access.forwarded_principal`)."""
+        client's principal are trusted by it when no ACLs say so: `http.access.route_access.forwarded_principal`)."""
         return self.authorizer.is_super_user(principal)
 
     # -- DescribeAcls, CreateAcls, DeleteAcls -------------------------------------------------

@@ -52,10 +52,10 @@ from .config import BrokerConfig
 from .config_keys import per_ip_limits
 from .groups import GroupCoordinator
 from .groups import attach as attach_groups
+from .http.access.authentication import HttpAuthenticator, resolve_methods
+from .http.access.basic_credentials import SaslUsersCheck
+from .http.access.bearer_tokens import bearer_check
 from .http.app import build_http_app
-from .http.authentication import HttpAuthenticator, resolve_methods
-from .http.basic_credentials import SaslUsersCheck
-from .http.bearer_tokens import bearer_check
 from .kafka.limits import ConnectionQuota, MemoryPool
 from .kafka.listener_security import ListenerSecurity
 from .kafka.server import KafkaServer
@@ -263,7 +263,8 @@ class Broker:
     def _http_authenticator(self) -> HttpAuthenticator:
         """How HTTP clients prove who they are (http.authentication.methods): HTTP Basic against the SASL users
         (the listeners' PLAIN users, the SCRAM credentials of the metadata log), a TLS client certificate by
-        ssl.principal.mapping.rules, a bearer token by a listener's OAUTHBEARER validator (bearer_tokens.py)."""
+        ssl.principal.mapping.rules, a bearer token by a listener's OAUTHBEARER validator
+        (http/access/bearer_tokens.py)."""
         cfg = self.config
         plain = [plain_users([m.jaas]) for listener in cfg.listener_setup.listeners
                  for name, m in listener.mechanisms.items() if name == "PLAIN" and m.jaas is not None]

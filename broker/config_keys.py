@@ -295,10 +295,12 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     "num.partitions": (_positive, 1),
     "default.replication.factor": (_positive, 1),
     "auto.create.topics.enable": (parse_bool, True),
+    # DescribeTopicPartitions (KIP-966): the most partitions one answer carries; the rest come by its cursor.
+    "max.request.partition.size.limit": (_positive, 2000),
     "delete.topic.enable": (parse_bool, True),
     "message.max.bytes": (_positive, 1048588),
     "socket.request.max.bytes": (_positive, 104857600),
-    # Kafka listener memory and connection bounds (README "Broker configuration"). Kelp bounds the
+    # Kafka listener memory and connection bounds (docs/configuration.md). Kelp bounds the
     # request pool and the connection count by default (Kafka: unbounded); -1 lifts the pool or idle bound.
     "queued.max.request.bytes": (_unbounded_or_positive, 134217728),
     "connections.max.idle.ms": (_unbounded_or_positive, 600000),
@@ -403,7 +405,7 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     "replication.quota.window.size.seconds": (_positive, 1),
     "producer.id.block.size": (_positive, 1000),
     "compression.type": (_compression, "producer"),
-    # -- HTTP listener bounds (README "HTTP API")
+    # -- HTTP listener bounds (docs/http-api.md)
     "http.request.max.bytes": (_positive, 32 * 1024 * 1024),
     "http.request.max.records": (_positive, 100_000),
     "http.consumer.max.instances": (_positive, 1000),
@@ -414,13 +416,13 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     "allow.everyone.if.no.acl.found": (parse_bool, False),
     # -- HTTP authentication (Kelp's own: Kafka has no HTTP listener); /healthz, /readyz and /metrics stay open
     # for probes and scrapes unless switched off. Unset, HTTP authenticates as the Kafka listeners do
-    # (broker/http/authentication.py); `none` opts out.
+    # (broker/http/access/authentication.py); `none` opts out.
     "http.authentication.methods": (_http_auth_methods, []),
-    # /cluster/v1 takes only the brokers' identity (broker/http/cluster_trust.py); brokers with none (no
+    # /cluster/v1 takes only the brokers' identity (broker/http/cluster/trust.py); brokers with none (no
     # inter-broker credentials or certificate over HTTP) take calls from loopback only, unless this is true.
     "http.control.plane.open": (parse_bool, False),
     # bearer: the listener whose OAUTHBEARER validator (keys, audience, issuer, claims) checks HTTP tokens;
-    # empty: the first listener enabling OAUTHBEARER (broker/http/bearer_tokens.py)
+    # empty: the first listener enabling OAUTHBEARER (broker/http/access/bearer_tokens.py)
     "http.authentication.oauthbearer.listener": (_str, ""),
     "http.health.public": (parse_bool, True),
     # unset: public only while HTTP authentication is off (resolved methods empty); with an authorizer, /metrics

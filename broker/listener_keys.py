@@ -162,7 +162,7 @@ _SSL_KEYS: dict[str, tuple[Parser, Value]] = {
 }
 
 SECURITY_KEYS: dict[str, tuple[Parser, Value]] = {
-    # -- listeners (README "Listeners and security"); `listeners` itself is config_keys'
+    # -- listeners (docs/security.md, "The listener and security keys"); `listeners` itself is config_keys'
     "advertised.listeners": (_str, ""),
     "listener.security.protocol.map": (_protocol_map, DEFAULT_PROTOCOL_MAP),
     "inter.broker.listener.name": (_str, ""),

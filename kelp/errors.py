@@ -115,6 +115,9 @@ class ErrorCode(IntEnum):
     INCONSISTENT_CLUSTER_ID = 104
     TRANSACTIONAL_ID_NOT_FOUND = 105
     INELIGIBLE_REPLICA = 107
+    # DescribeCluster (KIP-919): a broker asked for the controllers' endpoints, or for an endpoint type it lacks.
+    MISMATCHED_ENDPOINT_TYPE = 114
+    UNSUPPORTED_ENDPOINT_TYPE = 115
     TRANSACTION_ABORTABLE = 120
     INVALID_REGULAR_EXPRESSION = 128
 

@@ -507,40 +507,32 @@ def iter_records(data: bytes | bytearray | memoryview) -> Iterator[Record]:
     on a malformed batch; bytes after the last complete batch are ignored, as a
     consumer ignores a partial batch at the end of a fetch.
     """
-    from kafka.errors import CorruptRecordError as KafkaCorrupt
-    from kafka.record.default_records import DefaultRecordBatch
-
     view = memoryview(data)
     for info in iter_headers(view):
         if view[info.position + MAGIC_AT] != 2:
             raise UnsupportedForMessageFormatError(f"batch at byte {info.position} is not RecordBatch v2")
         if info.is_control:
             continue
-        batch = DefaultRecordBatch(view[info.position : info.end])
-        try:
-            for rec in batch:
-                yield Record(
-                    key=rec.key,
-                    value=rec.value,
-                    headers=tuple(rec.headers),
-                    timestamp=rec.timestamp,
-                    offset=rec.offset,
-                )
-        except (KafkaCorrupt, ValueError, IndexError) as exc:
-            raise CorruptRecordError(
-                f"malformed records in batch at byte {info.position} (base offset {info.base_offset}): {exc}"
-            ) from exc
+        yield from batch_records(view, info)
 
 
 def batch_records(data: bytes | bytearray | memoryview, info: BatchInfo) -> list[Record]:
-    """The records of the one batch `info` describes in `data` (control batches included)."""
+    """The records of the one batch `info` describes in `data` (control batches included). A batch whose records
+    do not decompress or decode raises `CorruptRecordError` naming the codec (the codecs' own errors are many:
+    gzip's BadGzipFile, snappy's UncompressError, lz4's RuntimeError, zstandard's ZstdError)."""
     from kafka.record.default_records import DefaultRecordBatch
 
     batch = DefaultRecordBatch(memoryview(data)[info.position : info.end])
-    return [
-        Record(key=r.key, value=r.value, headers=tuple(r.headers), timestamp=r.timestamp, offset=r.offset)
-        for r in batch
-    ]
+    try:
+        return [
+            Record(key=r.key, value=r.value, headers=tuple(r.headers), timestamp=r.timestamp, offset=r.offset)
+            for r in batch
+        ]
+    except Exception as exc:  # the boundary with the decompressors and kafka-python's record decoder
+        raise CorruptRecordError(
+            f"the records of the {info.compression_name} batch at byte {info.position} (base offset "
+            f"{info.base_offset}) do not {'decompress or ' if info.compression_name != 'none' else ''}decode: "
+            f"{type(exc).__name__}: {exc}") from exc
 
 
 def records_have_keys(data: bytes | bytearray | memoryview, batch: BatchInfo) -> bool:

@@ -44,7 +44,7 @@ def leadership_listener(topics: TopicManager, coordinator: GroupCoordinator) -> 
         if is_leader:
             info = topics.get(OFFSETS_TOPIC)
             if info is not None:
-                coordinator.adopt_partition_count(info.partitions)
+                coordinator.group_manager.adopt_partition_count(info.partitions)
             coordinator.on_become_leader(partition, leader_epoch)
         else:
             coordinator.on_resign(partition, leader_epoch)
@@ -70,7 +70,7 @@ def attach(*, config: BrokerConfig, topics: TopicManager, replicas: ReplicaManag
     coordinator = GroupCoordinator(settings, store=store, topic_partitions=partitions_of)
     replicas.add_leadership_listener(leadership_listener(topics, coordinator))
     topics.add_listener(topic_listener(coordinator))  # a deleted topic's offsets go from every group
-    coordinator.start_expiry()
+    coordinator.expiry.start()
     log.info("group coordinator attached: %s has %d partitions; groups load as this broker leads them",
              OFFSETS_TOPIC, settings.num_partitions)
     return coordinator

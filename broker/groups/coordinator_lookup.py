@@ -89,7 +89,7 @@ class CoordinatorLocator:
         info = self.broker.topics.get(OFFSETS_TOPIC)
         if info is None:
             return False
-        self.coordinator.adopt_partition_count(info.partitions)
+        self.coordinator.group_manager.adopt_partition_count(info.partitions)
         return True
 
     def _creation(self) -> "asyncio.Task[None]":
@@ -137,7 +137,7 @@ class CoordinatorLocator:
         while (located.error == ErrorCode.NONE and located.node_id == self.broker.config.broker_id
                and self.coordinator.check_group(group_id) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS):
             remaining = deadline - loop.time()
-            if remaining <= 0 or not await self.coordinator.wait_ownership_change(remaining):
+            if remaining <= 0 or not await self.coordinator.loader.wait_ownership_change(remaining):
                 break
             located = self._leader_of(group_id, p)
         return located
@@ -196,7 +196,7 @@ class CoordinatorLocator:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return located
-            await coord.wait_ownership_change(min(remaining, 0.5))
+            await coord.loader.wait_ownership_change(min(remaining, 0.5))
 
 
 def _log_creation_result(task: "asyncio.Task[None]") -> None:

@@ -47,7 +47,7 @@ async def drop_topic_offsets(coordinator: GroupCoordinator, topics: Iterable[str
             records.append((encode_group_key(gid), None))
         token = coordinator.ownership.token(partition)
         try:
-            await coordinator.store.append(partition, records)
+            await coordinator.group_manager.store.append(partition, records)
         except Exception as exc:
             log.warning("group '%s': writing tombstones for %d offset(s) of deleted topic(s) %s failed; they stay "
                         "until the group's offsets expire: %s", gid, len(doomed), sorted(gone), exc)

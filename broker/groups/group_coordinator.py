@@ -1,7 +1,7 @@
 """The group coordinator: where every consumer-group request lands, and how its parts fit together.
 
 Why: the Kafka handlers (`kafka/handlers/groups.py`), the HTTP APIs
-(`http/admin_groups.py`, the REST consumers) and the broker's leadership and
+(`http/admin/groups.py`, the REST consumers) and the broker's leadership and
 topic events all talk to one object, `broker.groups`, as they would to
 Kafka's GroupCoordinator. It answers the group and offset requests with
 Kafka's rules and error codes (`kelp.errors.ErrorCode`) by driving its parts:
@@ -15,6 +15,10 @@ Kafka's rules and error codes (`kelp.errors.ErrorCode`) by driving its parts:
 - `offsets_expiry.OffsetExpiry`: offsets.retention.minutes;
 - `txn_offsets.TxnOffsets`: TxnOffsetCommit's pending offsets and the transaction markers that end them
   (`handle_txn_completion`, called by the WriteTxnMarkers handler on the partition's leader).
+
+The parts are attributes of the coordinator, and what only concerns one part is called on it (the
+offsets' expiry on `expiry`, a synchronous load or waiting for an ownership change on `loader`, the
+partition count on `group_manager`); the coordinator keeps the requests and the leadership events.
 
 It coordinates only the groups of the `__consumer_offsets` partitions this
 broker leads: `on_become_leader(p, epoch)` loads a partition (requests for its
@@ -109,23 +113,12 @@ class GroupCoordinator:
     def ownership(self) -> PartitionOwnership:
         return self.group_manager.ownership
 
-    @property
-    def store(self) -> OffsetStore:
-        return self.group_manager.store
-
     def partition_for(self, group_id: str) -> int:
         return self.group_manager.partition_for(group_id)
 
     def check_group(self, group_id: str | None) -> int:
         """NONE when this broker coordinates `group_id` now; else the Kafka error a request gets."""
         return self.group_manager.check_group(group_id)
-
-    def owns_partition(self, partition: int) -> bool:
-        return self.group_manager.owns_partition(partition)
-
-    def adopt_partition_count(self, count: int) -> None:
-        """Follow the actual partition count of `__consumer_offsets` (it wins over the config)."""
-        self.group_manager.adopt_partition_count(count)
 
     # -- leadership of __consumer_offsets partitions (partition_loader) --
     def on_become_leader(self, partition: int, epoch: int) -> "asyncio.Future[None]":
@@ -137,22 +130,6 @@ class GroupCoordinator:
         self.loader.on_resign(partition, epoch)
         if self.ownership.token(partition) is None:
             self.txn_offsets.forget(partition)
-
-    async def wait_ownership_change(self, timeout_s: float) -> bool:
-        """Wait (bounded) until a partition is elected, loaded or resigned; False on timeout."""
-        return await self.loader.wait_ownership_change(timeout_s)
-
-    def load(self, partitions: Iterable[int] | None = None, *, epoch: int = 0) -> int:
-        """Own and replay `partitions` (all by default) on the calling thread; in-memory stores only."""
-        return self.loader.load(partitions, epoch=epoch)
-
-    # -- expiry (offsets_expiry) -----------------------------------------
-    def start_expiry(self) -> None:
-        self.expiry.start()
-
-    async def expire_offsets(self) -> int:
-        """offsets.retention.minutes: drop offsets of Empty groups older than the retention; tombstones."""
-        return await self.expiry.expire_offsets()
 
     async def stop(self) -> None:
         self._stopped = True

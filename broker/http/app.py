@@ -2,15 +2,14 @@
 
 Why: the composition root (`kelp.broker.app.Broker`) calls this and runs the
 result; everything HTTP is assembled here from a `RouteTableDef` per role —
-admin (`/admin/v1`, with `/admin/v1/groups` from the group coordinator's
-`admin_groups`, `/admin/v1/transactions` and partitions' producers from
-`admin_transactions`, the SCRAM users of `admin_users` and `/admin/v1/acls`
-from `acl_routes`), Confluent REST Proxy v2 (`/topics...`, `/consumers...`), Confluent REST v3
-(`/v3/clusters...`: `v3_cluster`, `v3_groups`, `v3_records`, `v3_acls`), health and metrics —
-with its middlewares: JSON errors for every failure, a request-latency
+the admin API (`admin/`: `/admin/v1` topics and brokers, groups, transactions and
+partitions' producers, SCRAM users, ACLs), the brokers' control plane (`cluster/routes.py`:
+`/cluster/v1`, and the replication admin it drives), Confluent REST Proxy v2 (`rest_v2/`:
+`/topics...`, `/consumers...`), Confluent REST v3 (`rest_v3/`: `/v3/clusters...`), health and
+metrics — with its middlewares: JSON errors for every failure, a request-latency
 histogram labelled by route, authentication and authorization
-(`route_access`: 401/403 with a JSON body), and the starting gate. The Schema
-Registry (`kelp.broker.schema_registry`) mounts its own routes (`install`).
+(`access/route_access.py`: 401/403 with a JSON body), and the starting gate. The Schema
+Registry's routes (`schema_registry_routes.py`, over `kelp.broker.schema_registry`) mount themselves (`install`).
 
 The REST Proxy (v2 and v3) and the Schema Registry are switched by `http.rest.proxy.enable` and
 `http.schema.registry.enable` (default true): a service switched off is not mounted at all (no route, no
@@ -33,28 +32,16 @@ from prometheus_client import CollectorRegistry
 from kelp.partitioner import RoundRobin
 
 from ..metrics import LogCollector, metrics_of
-from ..schema_registry import routes as schema_registry_routes
-from . import (
-    acl_routes,
-    admin,
-    admin_groups,
-    admin_transactions,
-    admin_users,
-    cluster_routes,
-    health,
-    metrics_routes,
-    rest_consumers,
-    rest_forwarding,
-    rest_proxy,
-    v3_acls,
-    v3_cluster,
-    v3_configs,
-    v3_groups,
-    v3_records,
-    v3_replicas,
-)
-from .authentication import HttpAuthenticator
-from .cluster_trust import ClusterTrust
+from . import health, metrics_routes, schema_registry_routes
+from .access.authentication import HttpAuthenticator
+from .access.route_access import AUTHENTICATOR, CLUSTER_TRUST, security_middleware
+from .admin import acls as admin_acls
+from .admin import groups as admin_groups
+from .admin import topics as admin_topics
+from .admin import transactions as admin_transactions
+from .admin import users as admin_users
+from .cluster import routes as cluster_routes
+from .cluster.trust import ClusterTrust
 from .keys import (
     BROKER,
     LOG_REGISTRY,
@@ -67,7 +54,15 @@ from .keys import (
     int_setting,
 )
 from .problems import HttpProblem, error_middleware
-from .route_access import AUTHENTICATOR, CLUSTER_TRUST, security_middleware
+from .rest_v2 import consumers as v2_consumers
+from .rest_v2 import forwarding as v2_forwarding
+from .rest_v2 import topics as v2_topics
+from .rest_v3 import acls as v3_acls
+from .rest_v3 import cluster as v3_cluster
+from .rest_v3 import configs as v3_configs
+from .rest_v3 import groups as v3_groups
+from .rest_v3 import records as v3_records
+from .rest_v3 import replicas as v3_replicas
 from .serving import still_starting
 
 __all__ = ["build_http_app", "DisabledService", "REST_PROXY", "SCHEMA_REGISTRY"]
@@ -155,12 +150,12 @@ def build_http_app(broker: HttpBroker, *, authenticator: HttpAuthenticator | Non
     logs_registry.register(LogCollector(lambda: broker.logs))
     app[LOG_REGISTRY] = logs_registry
     app[ROUND_ROBIN] = RoundRobin()
-    for module in (health, metrics_routes, admin, acl_routes, cluster_routes, admin_groups, admin_transactions,
+    for module in (health, metrics_routes, admin_topics, admin_acls, cluster_routes, admin_groups, admin_transactions,
                    admin_users):
         app.add_routes(module.routes)
     disabled: list[DisabledService] = []
     if bool_setting(broker.config, REST_PROXY.key):
-        for module in (rest_proxy, rest_consumers, rest_forwarding, v3_cluster, v3_configs, v3_replicas, v3_groups,
+        for module in (v2_topics, v2_consumers, v2_forwarding, v3_cluster, v3_configs, v3_replicas, v3_groups,
                        v3_records, v3_acls):
             app.add_routes(module.routes)
     else:

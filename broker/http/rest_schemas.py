@@ -22,9 +22,9 @@ from kelp.json_types import JsonValue
 
 from ..schema_registry.embedded import REST_TYPES, NotEncodable, SchemaWriter, find_writer
 from ..schema_registry.errors import RegistryError
-from ..schema_registry.routes import register_schema, registry_of
 from ..security.acl import AclOperation
-from .route_access import CLUSTER, require
+from .access.route_access import CLUSTER, require
+from .schema_registry_routes import register_schema, registry_of
 
 __all__ = ["SchemaWriters", "SchemaWriter", "REST_TYPES", "NotEncodable", "RegistryError"]
 

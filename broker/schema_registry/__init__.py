@@ -13,7 +13,8 @@ none of that belongs to the HTTP layer or the replica layer. The modules:
 - `store`: reading `_schemas` to its end and appending to it with acks=all.
 - `registry`: the operations and the compatibility levels, writes serialized on the leader of `_schemas`
   partition 0.
-- `routes`: the HTTP routes (`install(app)` mounts them) and the forwarding of writes.
+The HTTP routes (Confluent's API, and the forwarding of writes to the registry's leader) are the HTTP
+layer's: `kelp.broker.http.schema_registry_routes`.
 
 docs/schema-registry.md describes the storage and the leadership design.
 """

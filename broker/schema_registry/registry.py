@@ -7,7 +7,7 @@ checks — is decided here, against the state `store.SchemaLog` read from `_sche
 Reads run on any broker, after reading `_schemas` to its end. Writes (register, deletes, levels, modes) are
 decided by one broker at a time — the leader of `_schemas` partition 0, as Confluent's registry has one
 elected primary — one after another (a lock), each after the leader caught up with its log, and appended
-with acks=all; the routes forward a write received elsewhere to that leader (`routes.forward`).
+with acks=all; the routes forward a write received elsewhere to that leader (`kelp.broker.http.schema_registry_routes`).
 
 Compatibility: `level` BACKWARD: the new schema reads data of the latest version; FORWARD: the latest
 reads the new one's; FULL: both; the _TRANSITIVE levels against every live version, not only the latest;

@@ -48,7 +48,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_public_key
 from kelp.clock import WallClockMs, wall_clock_ms
 from kelp.errors import ConfigError
 
-from .sasl import MAX_RECEIVE_SIZE, SaslAuthenticationError, SaslOutcome, check_token_size
+from .sasl import MAX_RECEIVE_SIZE, SaslAuthenticationError, SaslOutcome, SaslServerBase, check_token_size
 
 __all__ = [
     "DEFAULT_ALGORITHMS",
@@ -453,33 +453,22 @@ class JwtValidator:
 
 # --- the server exchange ----------------------------------------------------------------------------------
 
-class OAuthBearerServer:
+class OAuthBearerServer(SaslServerBase):
     """The broker side of one OAUTHBEARER exchange (a new object per authentication).
 
     `failure_detail` says why a token was refused (for the broker's log; it never contains the token).
     """
 
+    MECHANISM = MECHANISM
+    ERROR = OAuthBearerError
+
     def __init__(self, validator: JwtValidator, *, max_message_bytes: int = MAX_RECEIVE_SIZE) -> None:
+        super().__init__()
         self._validator = validator
         self._max_message_bytes = max_message_bytes
         self._error_sent = False
         self._done = False
-        self._outcome: SaslOutcome | None = None
         self.failure_detail: str | None = None
-
-    @property
-    def mechanism(self) -> str:
-        return MECHANISM
-
-    @property
-    def complete(self) -> bool:
-        return self._outcome is not None
-
-    @property
-    def outcome(self) -> SaslOutcome:
-        if self._outcome is None:
-            raise OAuthBearerError("Authentication exchange has not completed")
-        return self._outcome
 
     def evaluate(self, token: bytes) -> bytes:
         if self._done:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from .jaas import PLAIN_LOGIN_MODULE, JaasConfigError, JaasEntry, parse_jaas_config
-from .sasl import SaslAuthenticationError, SaslOutcome, check_token_size
+from .sasl import SaslAuthenticationError, SaslOutcome, SaslServerBase, check_token_size
 
 __all__ = [
     "MAX_MESSAGE_BYTES",
@@ -99,33 +99,22 @@ def plain_users(entries: list[JaasEntry] | str) -> dict[str, str]:
     return users
 
 
-class PlainServer:
+class PlainServer(SaslServerBase):
     """The broker side of one SASL/PLAIN exchange: one message, then complete or failed.
 
     `users` is the user table (name -> password, e.g. `plain_users(...)`), or a function
     `(username, password) -> bool` for another source of truth.
     """
 
+    MECHANISM = MECHANISM
+    ERROR = PlainError
+
     def __init__(self, users: Mapping[str, str] | Callable[[str, str], bool], *,
                  max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
+        super().__init__()
         self._users = users
         self._max_message_bytes = max_message_bytes
-        self._outcome: SaslOutcome | None = None
         self._done = False
-
-    @property
-    def mechanism(self) -> str:
-        return MECHANISM
-
-    @property
-    def complete(self) -> bool:
-        return self._outcome is not None
-
-    @property
-    def outcome(self) -> SaslOutcome:
-        if self._outcome is None:
-            raise PlainError("Authentication exchange has not completed")
-        return self._outcome
 
     def evaluate(self, token: bytes) -> bytes:
         if self._done:

@@ -4,7 +4,8 @@ Why: PLAIN, SCRAM and OAUTHBEARER are separate state machines, but the connectio
 alike (SaslHandshake picks one, each SaslAuthenticate feeds it a token and sends back its answer) and
 must answer a failure the way Kafka's SaslServerAuthenticator does. So the shape lives here once:
 
-- `SaslServer`: `evaluate(token) -> bytes` until `complete`, then `outcome`.
+- `SaslServer`: `evaluate(token) -> bytes` until `complete`, then `outcome`; `SaslServerBase` holds the
+  name, `complete` and `outcome` of a server that is complete once it has an outcome (PLAIN, OAUTHBEARER).
 - `SaslAuthenticationError`: the only exception a mechanism raises on bad input. `detail` is for the
   broker's log; `client_message()` is what the client may read. Kafka sends a mechanism's own message
   only for a `SaslAuthenticationException` (`public=True` here: PLAIN's messages, SCRAM's authorization-id
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from kelp.errors import ErrorCode, KelpError
 
@@ -32,6 +33,7 @@ __all__ = [
     "SaslAuthenticationError",
     "SaslOutcome",
     "SaslServer",
+    "SaslServerBase",
     "check_token_size",
     "session_lifetime_ms",
 ]
@@ -95,6 +97,31 @@ class SaslServer(Protocol):
     def outcome(self) -> SaslOutcome:
         """Only once `complete`."""
         ...
+
+
+class SaslServerBase:
+    """A `SaslServer` complete once `evaluate` sets `_outcome`: a subclass names its `MECHANISM` and the
+    `ERROR` type it raises, and keeps the exchange's own state."""
+
+    MECHANISM: ClassVar[str]
+    ERROR: ClassVar[type[SaslAuthenticationError]] = SaslAuthenticationError
+
+    def __init__(self) -> None:
+        self._outcome: SaslOutcome | None = None
+
+    @property
+    def mechanism(self) -> str:
+        return self.MECHANISM
+
+    @property
+    def complete(self) -> bool:
+        return self._outcome is not None
+
+    @property
+    def outcome(self) -> SaslOutcome:
+        if self._outcome is None:
+            raise self.ERROR("Authentication exchange has not completed")
+        return self._outcome
 
 
 def check_token_size(token: bytes, limit: int, *, error: type[SaslAuthenticationError]) -> None:

@@ -35,7 +35,7 @@ from .supervisor import Child, ChildFailed, Interrupted, RestartBackoff, Supervi
 __all__ = ["register", "wait_registered", "START_TIMEOUT_S", "STOP_TIMEOUT_S"]
 
 START_TIMEOUT_S = 60.0   # every broker listening, then the controller registering all of them
-STOP_TIMEOUT_S = 60.0    # Ctrl-C: a broker reaches its final flush within 56 s (README "Failover"); SIGKILL after
+STOP_TIMEOUT_S = 60.0    # Ctrl-C: a broker flushes within 56 s (docs/replication.md "Failover"); SIGKILL after
 
 
 def _command(broker_id: int, args: argparse.Namespace, data: Path):

@@ -46,9 +46,9 @@ Why not a client library for these paths (checked against kafka-python
   library fits best (Confluent's REST Proxy runs a Java consumer per
   instance). aiokafka would bring a second copy of the protocol codecs (its
   own `aiokafka.protocol`, independent of kafka-python) and its own
-  connections and prefetching per instance; `broker/http/consumer_instance.py`
+  connections and prefetching per instance; `broker/http/rest_v2/consumer_instance.py`
   drives join, sync, heartbeat and commits itself, and issue 22 chose this
-  package for the wire: `broker/http/consumer_client.py` sends them with
+  package for the wire: `broker/http/rest_v2/consumer_client.py` sends them with
   `AsyncClient.with_coordinator` and fetches from leaders with `AsyncClient`.
 
 What it must never do: import the broker, the operator or Spark (a client

@@ -71,5 +71,5 @@ def error_name(code: int) -> str:
         from kafka.errors import for_code
 
         return str(for_code(code).__name__)
-    except Exception:  # noqa: BLE001 - a name is only decoration for the message
+    except Exception:  # a name is only decoration for the message
         return f"error {code}"

@@ -97,7 +97,7 @@ def decode_response(request: ApiMessage | EncodableRequest, version: int, frame:
     response_class = header.get_response_class()
     try:
         response: ApiMessage = response_class.decode(frame, version=version, header=True)
-    except Exception as exc:  # noqa: BLE001 - any decoder failure means the bytes are not this response
+    except Exception as exc:  # any decoder failure means the bytes are not this response
         raise BadResponse(f"broker at {address} sent a reply that is no {response_class.name} v{version}: "
                           f"{exc or type(exc).__name__}", address=address) from None
     return response

@@ -106,7 +106,7 @@ def read_client_properties(path: str) -> dict[str, str]:
     props = Properties()
     try:
         props.load(data, "utf-8")
-    except Exception as exc:  # noqa: BLE001 - jproperties raises its own ParseError, and ValueError on bad escapes
+    except Exception as exc:  # jproperties raises its own ParseError, and ValueError on bad escapes
         raise ValueError(f"{path} is not a Java properties file: {exc}") from None
     return {str(key): str(value.data) for key, value in props.items()}
 

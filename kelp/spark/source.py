@@ -68,26 +68,26 @@ class KelpDataSource(DataSource):
             raise OptionError("the kelp source has a fixed schema and cannot be read with a custom one: "
                               f"expected {expected.simpleString()}, got {schema.simpleString()}")
 
-    def reader(self, schema: StructType):  # noqa: ANN201 - pyspark's own return type
+    def reader(self, schema: StructType):  # pyspark's own return type
         from .reader import KelpBatchReader
 
         self._check_schema(schema)
         return KelpBatchReader(parse_read_options(self.options, streaming=False))
 
-    def streamReader(self, schema: StructType):  # noqa: ANN201
+    def streamReader(self, schema: StructType):
         from .reader import KelpStreamReader
 
         self._check_schema(schema)
         return KelpStreamReader(parse_read_options(self.options, streaming=True))
 
-    def writer(self, schema: StructType, overwrite: bool):  # noqa: ANN201
+    def writer(self, schema: StructType, overwrite: bool):
         from .writer import KelpWriter, check_write_schema
 
         opts = parse_write_options(self.options)
         check_write_schema(schema, opts)
         return KelpWriter(opts)
 
-    def streamWriter(self, schema: StructType, overwrite: bool):  # noqa: ANN201
+    def streamWriter(self, schema: StructType, overwrite: bool):
         from .writer import KelpStreamWriter, check_write_schema
 
         opts = parse_write_options(self.options)

@@ -408,7 +408,7 @@ class ClusterSpec:
             "http.port": self.http_port,
         }
         if self.security is None:
-            # Plaintext brokers present no identity to each other's /cluster/v1 (broker/http/cluster_trust.py):
+            # Plaintext brokers present no identity to each other's /cluster/v1 (broker/http/cluster/trust.py):
             # the pod network (and spec.networkPolicy) is what protects it; a secured Cluster's brokers use mTLS.
             owned["http.control.plane.open"] = True
         if self.security is not None:

@@ -3,7 +3,7 @@
 Why: status, restarts, plans and topic reconciliation all decide from what the brokers answer
 (`/admin/v1/...`, served by `kelp.broker.http`); typed, a field the broker renamed or a decision
 that reads the wrong one fails `make typecheck` rather than a reconciliation. The shapes are the
-broker's (`broker/http/topic_views.py`, `cluster_routes.py`, `admin_groups.py`, `admin.py`), as far
+broker's (`broker/http/topic_views.py`, `cluster/routes.py`, `admin/groups.py`, `admin/topics.py`), as far
 as the operator reads them; keys are optional where the broker may leave them out. `brokers.py` is
 where an answer becomes one of these types.
 

@@ -74,6 +74,7 @@ COVERED = {
     24: "test_acl_transactions.py", 25: "test_acl_transactions.py", 26: "test_acl_transactions.py",
     28: "test_acl_transactions.py", 65: "test_acl_transactions.py", 66: "test_acl_transactions.py",
     61: "test_acl_txn_tools.py", 49: "test_client_quotas.py",
+    60: "tests/broker/test_describe_apis.py", 75: "tests/broker/test_describe_apis.py",
     # SaslHandshake, SaslAuthenticate: how a connection authenticates, before any principal exists; no ACL
     17: "-", 36: "-",
 }

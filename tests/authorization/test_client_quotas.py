@@ -194,7 +194,7 @@ def test_a_broker_that_is_not_the_controller_can_forward_the_change() -> None:
     import inspect
 
     from kelp.broker.cluster.controller import Controller
-    from kelp.broker.http.cluster_routes import CONTROLLER_OPS
+    from kelp.broker.http.cluster.routes import CONTROLLER_OPS
 
     assert "alter_client_quotas" in CONTROLLER_OPS
     for op, allowed in CONTROLLER_OPS.items():

@@ -20,9 +20,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from kelp.broker.http import basic_credentials
-from kelp.broker.http.authentication import HttpAuthenticator
-from kelp.broker.http.basic_credentials import SaslUsersCheck
+from kelp.broker.http.access import basic_credentials
+from kelp.broker.http.access.authentication import HttpAuthenticator
+from kelp.broker.http.access.basic_credentials import SaslUsersCheck
 from kelp.broker.security.scram import ScramMechanism, make_credential
 
 SHA512 = ScramMechanism.SCRAM_SHA_512

@@ -22,8 +22,8 @@ import pytest
 from kelp.broker.acl_manager import Access, AclManager
 from kelp.broker.config import BrokerConfig
 from kelp.broker.config_keys import KELP_AUTHORIZER
-from kelp.broker.http.authentication import HttpAuthenticator, resolve_methods
-from kelp.broker.http.cluster_trust import ClusterTrust
+from kelp.broker.http.access.authentication import HttpAuthenticator, resolve_methods
+from kelp.broker.http.cluster.trust import ClusterTrust
 from kelp.broker.security.principal import ANONYMOUS, KafkaPrincipal
 from kelp.errors import ConfigError
 from tests.support.broker_process import BrokerProcess

@@ -19,9 +19,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from kelp.broker.config import BrokerConfig
+from kelp.broker.http.access.authentication import HttpAuthenticator
+from kelp.broker.http.access.route_access import UNLISTED, rule_for
 from kelp.broker.http.app import build_http_app
-from kelp.broker.http.authentication import HttpAuthenticator
-from kelp.broker.http.route_access import UNLISTED, rule_for
 from kelp.broker.security.principal import KafkaPrincipal, SslPrincipalMapper, principal_from_certificate
 from kelp.errors import ConfigError
 from tests.authorization.harness import InProcessBroker

@@ -14,8 +14,8 @@ from pathlib import Path
 from aiohttp.test_utils import TestClient, TestServer
 
 from kelp.broker.config import BrokerConfig
+from kelp.broker.http.access.authentication import HttpAuthenticator
 from kelp.broker.http.app import build_http_app
-from kelp.broker.http.authentication import HttpAuthenticator
 from kelp.broker.security.principal import KafkaPrincipal
 from tests.authorization.harness import InProcessBroker
 

@@ -12,8 +12,8 @@ import pytest
 from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient, TestServer
 
+from kelp.broker.http.access.authentication import HttpAuthenticator
 from kelp.broker.http.app import build_http_app
-from kelp.broker.http.authentication import HttpAuthenticator
 from kelp.broker.security.principal import KafkaPrincipal
 from tests.authorization.harness import InProcessBroker
 

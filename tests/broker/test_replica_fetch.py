@@ -110,7 +110,7 @@ async def test_a_woken_fetch_reads_again_only_the_partitions_that_moved(tmp_path
     read_sizes: list[int] = []
     real = type(rm)._read
 
-    def counting(self, requests, **kwargs):  # noqa: ANN001, ANN202 - the wrapped method's signature
+    def counting(self, requests, **kwargs):  # the wrapped method's signature
         read_sizes.append(len(requests))
         return real(self, requests, **kwargs)
 

@@ -137,8 +137,8 @@ async def test_a_replica_placed_here_again_before_its_deletion_ran_starts_empty(
 
 
 async def test_flush_messages_fsyncs_in_a_worker_thread_before_the_answer(tmp_path, monkeypatch) -> None:
-    """`log.flush.interval.messages=1` (the README's setting for power-loss durability): every append is fsynced
-    before it is acknowledged — by a worker thread; an fsync on the loop stalls every client of the broker."""
+    """`log.flush.interval.messages=1` (docs/replication.md's setting for power-loss durability): every append is
+    fsynced before it is acknowledged — by a worker thread; an fsync on the loop stalls every client of the broker."""
     node = Node(tmp_path, 0, settings={"log.flush.interval.messages": 1})
     node.push(replicas=(0,), leader=0, leader_epoch=1, isr=(0,))
     await node.drain()

@@ -9,7 +9,7 @@ SIGTERM/SIGINT skips straight to it; and the process's event loop does not
 wait forever for a task that outlived the stop.
 
 The stop tests run on a virtual-time loop (tests/support/virtual_time.py):
-the documented bound (controlled.shutdown.timeout.ms + 26 s, README
+the documented bound (controlled.shutdown.timeout.ms + 26 s, docs/replication.md,
 "Failover") is checked exactly, at once, without sleeps.
 """
 
@@ -126,8 +126,8 @@ def test_a_step_that_swallows_its_cancellation_is_abandoned_and_the_logs_are_sti
 @pytest.mark.parametrize("controlled_shutdown_ms, bound_s", [(30000, 56.0), (600, 26.6)])
 def test_stop_reaches_the_flush_within_the_documented_bound_whatever_every_step_does(
         tmp_path, controlled_shutdown_ms, bound_s) -> None:
-    """README "Failover": a broker exits within controlled.shutdown.timeout.ms + 26 s of SIGTERM (56 s with the
-    defaults) plus the time to flush its logs — here with every step ignoring its cancellation."""
+    """docs/replication.md "Failover": a broker exits within controlled.shutdown.timeout.ms + 26 s of SIGTERM (56 s
+    with the defaults) plus the time to flush its logs — here with every step ignoring its cancellation."""
     async def scenario(loop: asyncio.AbstractEventLoop) -> None:
         modes = dict.fromkeys(["cluster", "fetchers", "maintenance", "kafka", "http", "groups"], "swallows")
         parts = Parts(loop, modes)

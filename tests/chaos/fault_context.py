@@ -20,7 +20,8 @@ from .topology import Topology
 
 __all__ = ["Ctx", "hold", "pick_broker", "trigger_changes", "MAIN_TOPIC", "MOVES_TOPIC", "CHURN_TOPIC", "STOP_BOUND_S"]
 
-STOP_BOUND_S = 60.0  # a SIGTERMed broker must exit within this (issue 17 item 16; README "Failover": 56 s + the flush)
+# A SIGTERMed broker must exit within this (issue 17 item 16; docs/replication.md "Failover": 56 s + the flush).
+STOP_BOUND_S = 60.0
 MAIN_TOPIC = "chaos"
 MOVES_TOPIC = "chaos-moves"
 CHURN_TOPIC = "chaos-churn"

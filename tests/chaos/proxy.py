@@ -207,7 +207,7 @@ async def main_async(args: argparse.Namespace) -> None:
     for spec in args.pair:
         src, dst, host, port = spec.split(":")
 
-        def handler(r, w, s=int(src), d=int(dst), h=host, p=int(port)):  # noqa: ANN001
+        def handler(r, w, s=int(src), d=int(dst), h=host, p=int(port)):
             return proxy.serve(s, d, h, p, r, w)
 
         server = await asyncio.start_server(handler, args.listen, 0)

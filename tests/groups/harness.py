@@ -113,5 +113,5 @@ def make_coordinator(
                              topic_partitions=known.get)
     if owned:
         # The single-broker case: this broker leads (and has loaded) every __consumer_offsets partition.
-        coord.load()
+        coord.loader.load()
     return coord, scheduler, store

@@ -267,7 +267,7 @@ async def test_offsets_expire_only_on_owned_partitions() -> None:
         await coord.commit_offsets(g, offsets={("t", 0): CommittedOffset(1)})
     coord.on_resign(coord.partition_for(kept), 1)
     await sched.advance(60001)
-    assert await coord.expire_offsets() == 1
+    assert await coord.expiry.expire_offsets() == 1
     appended = [k for k, v in store.partitions.get(coord.partition_for(kept), []) if v is None]
     assert appended == [], "no tombstones are written to a partition this broker does not lead"
     await asyncio.wait_for(coord.on_become_leader(coord.partition_for(kept), 2), 5)

@@ -16,7 +16,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from kelp.broker.groups.group import CommittedOffset
-from kelp.broker.http import admin_groups
+from kelp.broker.http.admin import groups as admin_groups
 from kelp.broker.http.keys import BROKER
 from kelp.broker.http.problems import error_middleware
 from kelp.errors import UnknownTopicOrPartitionError

@@ -246,7 +246,7 @@ async def test_offsets_and_groups_replay_into_a_new_coordinator() -> None:
     await coord.delete_groups(["b"])
     results, _ = await form_group(coord, sched, 1, group="c")
     fresh, _, _ = make_coordinator(store=store)
-    assert fresh.load() > 0
+    assert fresh.loader.load() > 0
     err, offs = fresh.fetch_offsets("a", None)
     assert {tp: co.offset for tp, co in offs.items()} == {("t", 0): 11, ("t", 1): 20}
     assert "b" not in fresh.groups
@@ -261,11 +261,11 @@ async def test_offsets_of_empty_groups_expire_with_tombstones() -> None:
     await coord.commit_offsets("active", member_id=results[0].member_id, generation=results[0].generation,
                                offsets={("t", 0): CommittedOffset(2)})
     await sched.advance(60001)
-    assert await coord.expire_offsets() == 1
+    assert await coord.expiry.expire_offsets() == 1
     assert "old" not in coord.groups
     assert coord.fetch_offsets("active", None)[1][("t", 0)].offset == 2
     fresh, _, _ = make_coordinator(store=store)
-    fresh.load()
+    fresh.loader.load()
     assert "old" not in fresh.groups
 
 

@@ -64,7 +64,7 @@ class RollWatch:
         while not self._stop.wait(0.25):
             try:
                 pods, want = self.pods(), self.expected()
-            except Exception:  # noqa: BLE001 - an API hiccup: the next sample
+            except Exception:  # an API hiccup: the next sample
                 continue
             self.samples += 1
             down = {f"{CLUSTER}-{i}" for i in range(want) if f"{CLUSTER}-{i}" not in pods}
@@ -83,7 +83,7 @@ class RollWatch:
         while not self._stop.wait(1.0):
             try:
                 described = self.topics()
-            except Exception:  # noqa: BLE001 - no broker answered this time
+            except Exception:  # no broker answered this time
                 continue
             below = {f"{t['name']}-{p['partition']} ISR {p['isr']} of {p['replicas']}"
                      for t in described for p in t["partitions"]

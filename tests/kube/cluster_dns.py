@@ -92,13 +92,13 @@ class ClusterDns:
 
         try:
             query = DNSRecord.parse(packet)
-        except Exception:  # noqa: BLE001 - not DNS: no answer, as a server would drop it
+        except Exception:  # not DNS: no answer, as a server would drop it
             return None
         reply = query.reply()
         qname = str(query.q.qname).lower()
         try:
             known = self.records()
-        except Exception:  # noqa: BLE001 - the API server did not answer: SERVFAIL, the client retries
+        except Exception:  # the API server did not answer: SERVFAIL, the client retries
             reply.header.rcode = RCODE.SERVFAIL
             return reply.pack()
         if qname not in known:

@@ -48,7 +48,7 @@ NAMESPACE = "kelp"  # the README's
 IMAGE_LINES = ("docker build", "kind load")
 
 
-def KUBELET_CONFIG(control_plane) -> dict[str, str]:  # noqa: N802 (the node fixture's module attribute)
+def KUBELET_CONFIG(control_plane) -> dict[str, str]:  # the node fixture's module attribute
     """Every pod's nameserver is the cluster DNS, at the service range's tenth address (kube-dns's)."""
     return {"clusterDNS": f"[{control_plane.service_net[10]}]", "clusterDomain": "cluster.local"}
 
@@ -56,9 +56,9 @@ def KUBELET_CONFIG(control_plane) -> dict[str, str]:  # noqa: N802 (the node fix
 def quick_start_commands() -> list[str]:
     """The README's quick start, one shell command per entry (continuation lines joined, comments dropped)."""
     text = (REPO / "README.md").read_text()
-    section = text.split("## On Kubernetes: the operator", 1)[1]
+    section = text.split("\n### Kubernetes with Helm\n", 1)[1]
     block = re.search(r"```sh\n(.*?)```", section, re.S)
-    assert block, "README.md has no ```sh block under 'On Kubernetes: the operator'"
+    assert block, "README.md has no ```sh block under 'Kubernetes with Helm'"
     commands, current = [], ""
     for line in block.group(1).splitlines():
         stripped = line.strip()

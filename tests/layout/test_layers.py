@@ -59,6 +59,9 @@ def _violations(start: str, forbidden: tuple[str, ...]) -> list[str]:
         # stores, delivers or acts on it (the broker config validator it checks dynamic configs with reads host
         # names through `socket`, as the operator's builders note below; nothing here calls it).
         ("kelp.broker.metadata", METADATA_RUNTIME),
+        # The Schema Registry is a client of the broker with a model of its own; its HTTP routes are the HTTP
+        # layer's (`kelp.broker.http.schema_registry_routes`), which calls into it, never the other way round.
+        ("kelp.broker.schema_registry", ("kelp.broker.http",)),
         # The cluster layer is called by the request handlers, never the other way round.
         ("kelp.broker.cluster", ("kelp.broker.kafka", "kelp.broker.http", "kelp.broker.groups", "kelp.operator",
                                  "kelp.cli")),

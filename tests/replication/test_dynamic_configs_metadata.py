@@ -1,5 +1,5 @@
 """Dynamic broker configs (`kafka-configs --entity-type brokers`): in the metadata log, decided by the controller,
-applied on every broker without a restart (docs/metadata.md, README "Broker configuration").
+applied on every broker without a restart (docs/metadata.md, docs/configuration.md "Dynamic broker configs").
 
 The image folds `broker_config` records (-1: the cluster-wide default entity; null deletes), keeps them in
 snapshots and refuses a record naming a read-only, unknown or invalid key. The controller writes one entry per

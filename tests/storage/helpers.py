@@ -64,7 +64,7 @@ class BlockingOpen:
         self._done = False
         monkeypatch.setattr(os, "open", self)
 
-    def __call__(self, path, flags, *args, **kwargs):  # noqa: ANN001, ANN204 - os.open's signature
+    def __call__(self, path, flags, *args, **kwargs):  # os.open's signature
         if not self._done and os.fspath(path).endswith(self.name):
             self._done = True
             self.threads.append(threading.get_ident())

@@ -52,7 +52,18 @@ def group_rows(run) -> dict[tuple[str, int], list[str]]:
     return rows
 
 
-def test_topics_create_list_describe_alter_and_delete(tools) -> None:
+def _served(broker, api: str) -> float:
+    """How many `api` requests the broker answered (its request-latency histogram's count)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{broker.http_url}/metrics", timeout=10) as page:
+        for line in page.read().decode().splitlines():
+            if line.startswith(f'kelp_request_latency_seconds_count{{api="{api}"}}'):
+                return float(line.split()[-1])
+    return 0.0
+
+
+def test_topics_create_list_describe_alter_and_delete(tools, tools_broker) -> None:
     created = tools.run_parallel((TOPICS, "--create", "--topic", "tt-a", "--partitions", "2"),
                                  (TOPICS, "--create", "--topic", "tt-b", "--partitions", "1",
                                   "--config", "retention.ms=3600000"))
@@ -63,6 +74,7 @@ def test_topics_create_list_describe_alter_and_delete(tools) -> None:
     described, dup = tools.run_parallel((TOPICS, "--describe", "--topic", "tt-a,tt-b"),
                                         (TOPICS, "--create", "--topic", "tt-b", "--partitions", "1"))
     text = described.ok().stdout
+    assert _served(tools_broker, "DescribeTopicPartitions") > 0  # Kafka 4's tools ask it, not Metadata (KIP-966)
     assert re.search(r"Topic: tt-a\s+TopicId: \S+\s+PartitionCount: 4\s+ReplicationFactor: 1", text), text
     assert re.search(r"Topic: tt-b\s.*Configs: .*retention.ms=3600000", text), text
     assert len(re.findall(r"Topic: tt-a\s+Partition: \d\s+Leader: 0\s+Replicas: 0\s+Isr: 0", text)) == 4, text

@@ -158,7 +158,7 @@ class Copier:
                 *(["--enable-random-aborts"] if random_aborts else [])]
         copier = cls(transactional_id, kafka_tools.java_command(COPIER, *args),
                      log_dir / f"{log_name or transactional_id}.log")
-        err = open(copier.log_path, "w")  # noqa: SIM115 - the process owns it until it exits
+        err = open(copier.log_path, "w")  # the process owns it until it exits
         copier.proc = subprocess.Popen(copier.command, stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1)
         err.close()
         threading.Thread(target=copier._pump, daemon=True).start()

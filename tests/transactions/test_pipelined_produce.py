@@ -29,6 +29,7 @@ import pytest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest, ProduceResponse
 
 from kelp.broker import loop_budget
+from kelp.broker.kafka.append_order import Turn
 from kelp.broker.transactions.metadata import TxnState
 from kelp.records import build_batch
 from tests.authorization.harness import ADMIN, InProcessBroker
@@ -75,8 +76,8 @@ async def _answer(reader: asyncio.StreamReader, corr: int, version: int) -> dict
 
 
 @pytest.mark.parametrize("transactional", [True, False], ids=["transactions-v2", "idempotent"])
-async def test_a_connections_pipelined_batches_append_in_sequence_order(b: InProcessBroker,
-                                                                        transactional: bool) -> None:
+async def test_a_connections_pipelined_batches_append_in_sequence_order(b: InProcessBroker, transactional: bool,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     version = 12 if transactional else 9
     answer = await b.call(InitProducerIdRequest(transactional_id=TID if transactional else None,
                                                 transaction_timeout_ms=60_000, producer_id=-1, producer_epoch=-1), 4)
@@ -88,21 +89,29 @@ async def test_a_connections_pipelined_batches_append_in_sequence_order(b: InPro
     replicas = b.parts.replicas
     real_append = replicas.append_local
     later_done = asyncio.Event()
+    later_waits = asyncio.Event()  # a later produce request of the connection waits for its turn (none before the fix)
+    real_wait = Turn.wait
 
-    def waiting() -> bool:  # a produce request of the connection waits for its turn (none before the fix)
+    async def turn_wait(turn: Turn) -> None:
+        if turn._before is not None and not turn._before.done():
+            later_waits.set()
+        await real_wait(turn)
+
+    monkeypatch.setattr(Turn, "wait", turn_wait)
+
+    def waiting() -> bool:
         return any(order.waiting for order in getattr(server, "_append_orders", {}).values())
 
     async def append_local(topic: str, partition: int, data: Any, **kw: Any) -> Any:
         seq = _SEQUENCE.unpack_from(data, 53)[0]
         if (topic, partition, seq) == (TOPIC, 1, first):
-            # R0's batch on partition 1: the loop gets a turn here (bounded) until R1 has been appended (or
-            # refused), or waits for its turn behind R0
-            for _ in range(1000):
-                if later_done.is_set() or waiting():
-                    break
-                await asyncio.sleep(0.005)
-            else:
-                raise AssertionError("R1 neither appended nor waited for R0 within 5 s")
+            # R0's batch on partition 1: the loop serves others here until R1 has been appended (or refused),
+            # or waits for its turn behind R0
+            events = [asyncio.ensure_future(later_done.wait()), asyncio.ensure_future(later_waits.wait())]
+            done, pending = await asyncio.wait(events, timeout=5, return_when=asyncio.FIRST_COMPLETED)
+            for event in pending:
+                event.cancel()
+            assert done, "R1 neither appended nor waited for R0 within 5 s"
         try:
             return await real_append(topic, partition, data, **kw)
         finally:

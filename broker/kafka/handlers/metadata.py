@@ -76,6 +76,27 @@ def topic_entry(broker: BrokerParts, name: str, *, error: int = ErrorCode.NONE) 
     )
 
 
+def visible_brokers(ctx: RequestContext) -> tuple[list[tuple[int, str, int, str | None]], int]:
+    """The live brokers as (id, host, port, rack) on the request's listener (a broker without it left out), and
+    the controller id a client is given (Metadata, DescribeCluster).
+
+    Admin clients send CreateTopics & co. to the controller id named here; every broker forwards those to the
+    elected controller (as KRaft brokers do), so while no controller is known yet -- or it is not among the
+    brokers listed -- this broker names itself rather than -1, which clients such as aiokafka's admin cannot
+    route to."""
+    broker = ctx.broker
+    cluster = broker.cluster
+    known = sorted(cluster.brokers.values(), key=lambda b: b.id)
+    if not any(b.id == broker.config.broker_id for b in known) and cluster.endpoint is not None:
+        known.append(cluster.endpoint)  # before the first push: at least this broker
+    listed = [(b.id, address[0], address[1], b.rack) for b in known
+              if (address := b.address(ctx.listener)) is not None]
+    controller_id = cluster.controller_id
+    if not any(i == controller_id for i, _, _, _ in listed):
+        controller_id = broker.config.broker_id
+    return listed, controller_id
+
+
 @handles(MetadataRequest, min_version=0, max_version=12)
 async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
     broker = ctx.broker
@@ -124,20 +145,8 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
             cluster_operations = (acc.operations(ResourceType.CLUSTER, "kafka-cluster")
                                   if acc.allows_cluster(AclOperation.DESCRIBE) else set())
     topics += refused
-    cluster = broker.cluster
-    known = sorted(cluster.brokers.values(), key=lambda b: b.id)
-    if not any(b.id == broker.config.broker_id for b in known) and cluster.endpoint is not None:
-        known.append(cluster.endpoint)  # before the first push: at least this broker
-    brokers = [B(node_id=b.id, host=address[0], port=address[1], rack=b.rack)
-               for b in known if (address := b.address(ctx.listener)) is not None]
-    # Admin clients send CreateTopics & co. to the controller id named here;
-    # every broker forwards those to the elected controller (as KRaft brokers
-    # do), so while no controller is known yet -- or it is not among the
-    # brokers listed -- this broker names itself rather than -1, which
-    # clients such as aiokafka's admin cannot route to.
-    controller_id = cluster.controller_id
-    if not any(b.node_id == controller_id for b in brokers):
-        controller_id = broker.config.broker_id
+    listed, controller_id = visible_brokers(ctx)
+    brokers = [B(node_id=i, host=host, port=port, rack=rack) for i, host, port, rack in listed]
     response = MetadataResponse(
         throttle_time_ms=0,
         brokers=brokers,
