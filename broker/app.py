@@ -64,7 +64,7 @@ from .metadata.client_quotas import ip_connection_rate
 from .metadata.model import BrokerEndpoint
 from .metrics import BrokerMetrics, metrics_of
 from .parts import BrokerParts
-from .replica_manager import ReplicaManager
+from .replica.manager import ReplicaManager
 from .security.plain import plain_users
 from .security.principal import KafkaPrincipal, SslPrincipalMapper, principal_from_certificate
 from .security.tls import TlsReloader

@@ -396,7 +396,7 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     "replica.fetch.response.max.bytes": (_positive, 10485760),
     "replica.fetch.backoff.ms": (_positive, 200),
     "replica.socket.timeout.ms": (_positive, 30000),
-    # Replication quotas (KIP-73; broker/replication_quota.py): the bytes per second replicas listed in a topic's
+    # Replication quotas (KIP-73; replica/replication_quota.py): the bytes per second replicas listed in a topic's
     # `*.replication.throttled.replicas` may move while out of the ISR, as leader and as follower (dynamic; the
     # default, Long.MAX_VALUE, throttles nothing), and the samples their rate is measured over.
     "leader.replication.throttled.rate": (_nonneg(_int), _LONG_MAX),

@@ -27,7 +27,7 @@ from .client_quota_manager import ClientQuotaManager
 from .cluster.member import ClusterMember
 from .config import BrokerConfig
 from .groups.group_coordinator import GroupCoordinator
-from .replica_manager import ReplicaManager
+from .replica.manager import ReplicaManager
 from .storage import LogManager
 from .topic_manager import TopicManager
 from .transactions.coordinator import TransactionCoordinator

@@ -22,8 +22,8 @@ from typing import Protocol
 from kelp.clock import wall_clock_ms
 from kelp.errors import ErrorCode, KelpError, TxnVerificationError
 
-from .producer_state import VerificationGuard
-from .replica_manager import ReplicaManager
+from .replica.manager import ReplicaManager
+from .replica.producer_state import VerificationGuard
 
 __all__ = ["Verifier", "verify_produce", "transactional_batch", "produce_error", "txn_offset_commit_error",
            "FIRST_ADD_PARTITION_PRODUCE_VERSION", "FIRST_ADD_PARTITION_TXN_OFFSET_VERSION"]

@@ -131,6 +131,10 @@ class RestErrorCode(IntEnum):
     `ErrorCode` or the HTTP status itself.
     """
 
+    KAFKA_BAD_REQUEST = 40002  # a Kafka error that is the request's fault (TopicExists, InvalidPartitions, ...)
+    TOPIC_NOT_FOUND = 40401
+    PARTITION_NOT_FOUND = 40402
+    # also v3's KAFKA_UNKNOWN_TOPIC_PARTITION (KafkaExceptionMapper: an unknown topic or partition)
     CONSUMER_INSTANCE_NOT_FOUND = 40403
     CONSUMER_FORMAT_MISMATCH = 40601  # a format=json read met a record that is not JSON
     CONSUMER_ALREADY_EXISTS = 40902
@@ -142,6 +146,7 @@ class RestErrorCode(IntEnum):
     JSON_CONVERSION = 42203  # a record's JSON does not match its schema (Avro, JSON Schema, Protobuf)
     INVALID_CONSUMER_CONFIG = 42204
     # Kelp's own (not in Confluent's table): a broker already serves http.consumer.max.instances instances.
+    # also Confluent's TOO_MANY_REQUESTS (a throttled request: ThrottlingQuotaExceeded)
     TOO_MANY_CONSUMER_INSTANCES = 42901
     # Confluent's KAFKA_RETRIABLE_ERROR: the cluster did not answer in time (a coordinator or leader moving).
     KAFKA_RETRIABLE = 50003

@@ -24,7 +24,7 @@ from ..config import BrokerConfig
 from ..metadata.image import MetadataDelta, MetadataImage, Position
 from ..metadata.model import BrokerEndpoint
 from ..metadata.records import MetadataPush
-from ..replica_manager import ReplicaManager
+from ..replica.manager import ReplicaManager
 from ..topic_manager import TopicManager
 from .controller import Controller
 from .inter_broker import InterBrokerSecurity

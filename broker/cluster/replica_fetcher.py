@@ -54,7 +54,7 @@ from ..storage import Log
 from .inter_broker import InterBrokerSecurity
 
 if TYPE_CHECKING:  # the fetcher drives the replica manager, which holds it only through `ReplicaFetchers`
-    from ..replica_manager import ReplicaManager
+    from ..replica.manager import ReplicaManager
 
 __all__ = ["ReplicaFetcherManager"]
 

@@ -30,7 +30,7 @@ from kelp.errors import (
 from kelp.json_types import JsonObject
 
 from ..metadata.controller_answers import PartitionAnswer
-from ..replica_types import PartitionInfo, ProduceResult
+from ..replica.results import PartitionInfo, ProduceResult
 from .member_state import MemberState
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ import logging
 from typing import Callable
 
 from ..config import BrokerConfig
-from ..replica_manager import ReplicaManager
+from ..replica.manager import ReplicaManager
 from ..storage import LogManager
 from ..topic_manager import TopicManager
 from .coordinator_config import CoordinatorConfig

@@ -20,7 +20,7 @@ from typing import Any, Iterator
 from kelp.records import BatchInfo, Record, batch_records, build_batch, iter_headers
 
 from ..cpu_work import run_cpu
-from ..replica_manager import ReplicaManager
+from ..replica.manager import ReplicaManager
 from ..storage import Log, LogManager
 from .offsets_log import ReplayItem, TxnMarker, TxnRecord
 from .placement import OFFSETS_TOPIC

@@ -19,12 +19,22 @@ from typing import Mapping
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from kelp.errors import KelpError
+from kelp.errors import ErrorCode, KelpError, RestErrorCode
 from kelp.json_types import JsonData
 
-from .keys import MAX_BODY
+from .keys import BROKER, MAX_BODY
 
-__all__ = ["HttpProblem", "error_response", "json_response", "error_middleware"]
+__all__ = ["HttpProblem", "error_response", "json_response", "error_middleware", "confluent_error", "rest_proxy_path"]
+
+# Kafka errors Confluent's REST Proxy answers 400 with its KAFKA_BAD_REQUEST code (KafkaExceptionMapper).
+_BAD_REQUEST = frozenset({
+    ErrorCode.INVALID_TOPIC_EXCEPTION, ErrorCode.UNSUPPORTED_VERSION, ErrorCode.TOPIC_ALREADY_EXISTS,
+    ErrorCode.INVALID_PARTITIONS, ErrorCode.INVALID_REPLICATION_FACTOR, ErrorCode.INVALID_CONFIG,
+    ErrorCode.INVALID_REQUEST, ErrorCode.POLICY_VIOLATION, ErrorCode.SECURITY_DISABLED,
+})
+# Confluent's numbers that Kelp's RestErrorCode holds under its v2 names (an IntEnum has one name per number)
+_UNKNOWN_TOPIC_PARTITION_V3 = int(RestErrorCode.CONSUMER_INSTANCE_NOT_FOUND)  # 40403
+_TOO_MANY_REQUESTS = int(RestErrorCode.TOO_MANY_CONSUMER_INSTANCES)  # 42901
 
 log = logging.getLogger("kelp.broker.http")
 
@@ -61,7 +71,8 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except HttpProblem as exc:
         return error_response(exc.status, exc.error_code, exc.message, exc.details)
     except KelpError as exc:
-        return error_response(exc.http_status, exc.code, str(exc))
+        status, code = confluent_error(request, exc) if rest_proxy_path(request.path) else (exc.http_status, exc.code)
+        return error_response(status, code, str(exc))
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -80,3 +91,33 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except Exception as exc:
         log.exception("HTTP %s %s failed", request.method, request.path)
         return error_response(500, 500, f"internal error handling {request.method} {request.path}: {exc!r}")
+
+
+def rest_proxy_path(path: str) -> bool:
+    """Whether `path` is Confluent's REST Proxy's (v2: /topics, /consumers, /brokers; v3: /v3), whose errors carry
+    Confluent's codes; Kelp's own APIs (/admin/v1, /cluster/v1) answer Kafka's."""
+    return path.startswith(("/v3/", "/topics", "/consumers", "/brokers"))
+
+
+def confluent_error(request: web.Request, exc: KelpError) -> tuple[int, int]:
+    """(status, error_code) Confluent's REST Proxy answers for a Kafka error (io.confluent.kafkarest's
+    KafkaExceptionMapper and v2 Errors): a bad request 400/40002; a missing topic 404/40401 and a missing partition
+    of an existing topic 404/40402 in v2, 404/40403 in v3; a throttled mutation 429/42901; others as Kafka's."""
+    code = exc.code
+    if code in _BAD_REQUEST:
+        return 400, RestErrorCode.KAFKA_BAD_REQUEST
+    if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+        if request.path.startswith("/v3/"):
+            return 404, _UNKNOWN_TOPIC_PARTITION_V3
+        return 404, (RestErrorCode.PARTITION_NOT_FOUND if "partition" in request.match_info
+                     and _topic_exists(request) else RestErrorCode.TOPIC_NOT_FOUND)
+    if code == ErrorCode.THROTTLING_QUOTA_EXCEEDED:
+        return 429, _TOO_MANY_REQUESTS
+    return exc.http_status, code
+
+
+def _topic_exists(request: web.Request) -> bool:
+    broker = request.app.get(BROKER)
+    parts = getattr(broker, "parts", None)
+    topic = request.match_info.get("topic")
+    return parts is not None and topic is not None and parts.topics.exists(topic)

@@ -34,7 +34,7 @@ from ..schema_registry.registry import WRITE_OPS, SchemaRegistry
 from ..schema_registry.requests import check_subject, level_of, mode_of, parse_version, schema_request
 from ..schema_registry.state import RegistryState
 from ..schema_registry.store import SchemaLog, b64, read_records
-from .json_body import INLINE_MAX_BYTES, off_loop
+from .json_body import INLINE_MAX_BYTES, BodyError, loads_bounded, off_loop
 from .serving import serving
 
 __all__ = ["install", "routes", "CONTENT_TYPE", "registry_of", "register_schema"]
@@ -114,9 +114,9 @@ async def _body(request: web.Request) -> JsonValue:
 
     def parse() -> JsonValue:
         try:
-            body: JsonValue = json.loads(raw) if raw.strip() else None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise RegistryError(400, 400, f"the request body is not JSON: {exc}") from None
+            body: JsonValue = loads_bounded(raw.decode("utf-8")) if raw.strip() else None
+        except (BodyError, UnicodeDecodeError) as exc:  # nested too deep included: 400, never a 500
+            raise RegistryError(400, 400, f"the request body is not JSON, or not JSON Kelp accepts: {exc}") from None
         return body
 
     return parse() if len(raw) <= INLINE_MAX_BYTES else await off_loop(request, parse)
@@ -179,8 +179,8 @@ async def _write(request: web.Request, op: str, args: JsonObject) -> JsonData:
 @routes.post("/cluster/v1/schema-registry/write/{op}")
 async def leader_write(request: web.Request) -> web.Response:
     op = request.match_info["op"]
-    args = await _body(request)
     try:
+        args = await _body(request)
         if op not in WRITE_OPS or not isinstance(args, dict):
             raise RegistryError(404, 404, f"no registry write operation '{op}' taking {args!r}"[:300])
         return _answer({"result": await _registry(request).write(op, args)})
@@ -203,10 +203,69 @@ async def leader_records(request: web.Request) -> web.Response:
 
 
 # -- subjects and versions ------------------------------------------------------------------------------------
+def _page(request: web.Request, items: list[JsonData]) -> list[JsonData]:
+    """Confluent's `offset` (from 0) and `limit` (-1, the default: all) over an answer's list."""
+    bounds = []
+    for name, default, low in (("offset", 0, 0), ("limit", -1, -1)):
+        raw = request.query.get(name, str(default))
+        try:
+            value = int(raw)
+        except ValueError:
+            raise RegistryError(400, 400, f"query parameter '{name}' must be an integer, got {raw!r}") from None
+        if value < low:
+            raise RegistryError(400, 400, f"query parameter '{name}' must be at least {low}, got {value}")
+        bounds.append(value)
+    offset, limit = bounds
+    return items[offset:] if limit < 0 else items[offset:offset + limit]
+
+
 @_route("GET", "/subjects")
 async def list_subjects(request: web.Request) -> JsonData:
+    """Confluent's `subjectPrefix`, `deleted` (soft-deleted too), `deletedOnly` (only those), `offset`, `limit`."""
     state = await _registry(request).state()
-    return state.subject_names(deleted=_flag(request, "deleted"))
+    prefix = request.query.get("subjectPrefix", "")
+    if _flag(request, "deletedOnly"):
+        names = sorted(set(state.subject_names(deleted=True)) - set(state.subject_names()))
+    else:
+        names = state.subject_names(deleted=_flag(request, "deleted"))
+    return _page(request, [n for n in names if n.startswith(prefix)])
+
+
+@_route("GET", "/schemas")
+async def list_schemas(request: web.Request) -> JsonData:
+    """Every subject version (Confluent's `GET /schemas`): `subjectPrefix`, `deleted`, `latestOnly`, `offset`,
+    `limit`; each as `GET /subjects/{s}/versions/{v}` answers it."""
+    state = await _registry(request).state()
+    prefix = request.query.get("subjectPrefix", "")
+    deleted, latest = _flag(request, "deleted"), _flag(request, "latestOnly")
+    out: list[JsonData] = []
+    for subject in state.subject_names(deleted=deleted):
+        if not subject.startswith(prefix):
+            continue
+        versions = state.versions(subject, deleted=deleted)
+        for sv in versions[-1:] if latest else versions:
+            out.append({**sv.to_api(), "schema": sv.schema})
+    return _page(request, out)
+
+
+@_route("GET", "/")
+async def root(request: web.Request) -> JsonData:
+    """Confluent answers its root with an empty object (clients use it as a liveness check)."""
+    return {}
+
+
+@_route("GET", "/contexts")
+async def list_contexts(request: web.Request) -> JsonData:
+    """Schema contexts (Confluent's multi-tenancy prefix `:.ctx:`): Kelp has the default context only."""
+    return ["."]
+
+
+@_route("GET", "/v1/metadata/id")
+async def metadata_id(request: web.Request) -> JsonData:
+    """The registry's identity as Confluent answers it: the Kafka cluster it stores in, and its own cluster."""
+    cluster_id = str(_registry(request).log.parts.config["cluster.id"])
+    return {"scope": {"path": [], "clusters": {"kafka-cluster": cluster_id,
+                                               "schema-registry-cluster": "schema-registry"}}}
 
 
 @_route("GET", "/subjects/{subject}/versions")
@@ -254,7 +313,7 @@ async def get_version(request: web.Request) -> JsonData:
 async def get_version_schema(request: web.Request) -> JsonData:
     found = await _version(request)
     schema = str(found["schema"])
-    return schema if found.get("schemaType") == "PROTOBUF" else json.loads(schema)
+    return schema if found.get("schemaType") == "PROTOBUF" else loads_bounded(schema)
 
 
 @_route("GET", "/subjects/{subject}/versions/{version}/referencedby")
@@ -309,7 +368,7 @@ async def schema_by_id(request: web.Request) -> JsonData:
 @_route("GET", "/schemas/ids/{id}/schema")
 async def raw_schema_by_id(request: web.Request) -> JsonData:
     found = await _by_id(request)
-    return str(found["schema"]) if found.get("schemaType") == "PROTOBUF" else json.loads(str(found["schema"]))
+    return str(found["schema"]) if found.get("schemaType") == "PROTOBUF" else loads_bounded(str(found["schema"]))
 
 
 @_route("GET", "/schemas/ids/{id}/versions")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from kelp.json_types import JsonData
 
 from ..parts import BrokerParts
-from ..replica_types import SegmentSlice
+from ..replica.results import SegmentSlice
 
 __all__ = ["partition_roles", "describe_topic", "topic_configs", "brokers_view", "record_bytes"]
 

@@ -26,7 +26,7 @@ _RESP_FLEX = struct.Struct(">iiB")
 
 
 class FileRange(Protocol):
-    """A byte range of an open file, written with sendfile and then closed (a `replica_types.SegmentSlice`)."""
+    """A byte range of an open file, written with sendfile and then closed (a `replica.results.SegmentSlice`)."""
 
     @property
     def file(self) -> BinaryIO: ...

@@ -22,8 +22,10 @@ import avro.name
 import avro.schema
 from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
 
+from kelp.bounded_json import BodyError, loads_bounded
+
 from .errors import invalid_schema
-from .parsed import ParsedSchema, ResolvedReference, flatten
+from .parsed import MAX_SCHEMA_DEPTH, ParsedSchema, ResolvedReference, flatten
 
 __all__ = ["parse_avro", "AvroSchema"]
 
@@ -50,9 +52,9 @@ class AvroSchema:
 
 def _load(text: str, what: str) -> object:
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise invalid_schema("AVRO", f"{what} is not JSON: {exc}") from None
+        return loads_bounded(text, max_depth=MAX_SCHEMA_DEPTH)
+    except BodyError as exc:  # not JSON, or nested deeper than MAX_JSON_DEPTH
+        raise invalid_schema("AVRO", f"{what} is not JSON, or not JSON Kelp accepts: {exc}") from None
 
 
 def parse_avro(text: str, references: tuple[ResolvedReference, ...]) -> AvroSchema:
@@ -68,4 +70,66 @@ def parse_avro(text: str, references: tuple[ResolvedReference, ...]) -> AvroSche
         parsed = avro.schema.make_avsc_object(data, names)
     except (avro.errors.AvroException, TypeError, ValueError) as exc:
         raise invalid_schema("AVRO", f"not a valid Avro schema: {exc}") from None
+    bad = _invalid_default(parsed, set())
+    if bad is not None:
+        raise invalid_schema("AVRO", bad)
     return AvroSchema(parsed, json.dumps(data, separators=(",", ":")))
+
+
+# -- field defaults, as Java's Schema.Parser validates them (validateDefaults, on by default since Avro 1.9) ------
+_INT_RANGE = {"int": (-(1 << 31), 1 << 31), "long": (-(1 << 63), 1 << 63)}
+
+
+def _invalid_default(schema: avro.schema.Schema, seen: set[str]) -> str | None:
+    """Why a field default somewhere in `schema` does not fit its field's type (Confluent answers 42201 and a Java
+    client cannot parse such a schema), or None. Each named record is walked once (recursive types)."""
+    if isinstance(schema, avro.schema.RecordSchema):
+        if schema.fullname in seen:
+            return None
+        seen.add(schema.fullname)
+        for field in schema.fields:
+            if field.has_default and not _fits(field.type, field.default):
+                return (f"Invalid default for field {field.name}: {json.dumps(field.default)[:200]} not a "
+                        f"{json.dumps(field.type.to_json())[:200]}")
+            bad = _invalid_default(field.type, seen)
+            if bad is not None:
+                return bad
+    elif isinstance(schema, avro.schema.ArraySchema):
+        return _invalid_default(schema.items, seen)
+    elif isinstance(schema, avro.schema.MapSchema):
+        return _invalid_default(schema.values, seen)
+    elif isinstance(schema, avro.schema.UnionSchema):
+        for branch in schema.schemas:
+            bad = _invalid_default(branch, seen)
+            if bad is not None:
+                return bad
+    return None
+
+
+def _fits(schema: avro.schema.Schema, value: object) -> bool:
+    """Whether a JSON default `value` is a value of `schema` (Avro's spec: a union's default is of its first
+    branch; bytes and fixed defaults are strings)."""
+    kind = schema.type
+    if isinstance(schema, avro.schema.EnumSchema):
+        return isinstance(value, str) and value in schema.symbols
+    if isinstance(schema, avro.schema.ArraySchema):
+        return isinstance(value, list) and all(_fits(schema.items, v) for v in value)
+    if isinstance(schema, avro.schema.MapSchema):
+        return isinstance(value, dict) and all(_fits(schema.values, v) for v in value.values())
+    if isinstance(schema, avro.schema.RecordSchema):
+        return isinstance(value, dict) and all(
+            _fits(f.type, value[f.name]) if f.name in value else f.has_default for f in schema.fields)
+    if isinstance(schema, avro.schema.UnionSchema):
+        return bool(schema.schemas) and _fits(schema.schemas[0], value)
+    if kind == "null":
+        return value is None
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind in _INT_RANGE:
+        low, high = _INT_RANGE[kind]
+        return isinstance(value, int) and not isinstance(value, bool) and low <= value < high
+    if kind in ("float", "double"):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind in ("string", "bytes", "fixed"):
+        return isinstance(value, str)
+    return True  # a type this check does not know: Avro's parser accepted it

@@ -24,11 +24,12 @@ import jsonschema
 import jsonschema.exceptions
 import jsonschema.validators
 
+from kelp.bounded_json import BodyError, loads_bounded
 from kelp.json_types import JsonValue
 
 from .errors import invalid_schema
 from .json_diff import compare
-from .parsed import ParsedSchema, ResolvedReference, flatten
+from .parsed import MAX_SCHEMA_DEPTH, ParsedSchema, ResolvedReference, flatten
 
 __all__ = ["parse_json", "JsonSchema"]
 
@@ -48,9 +49,9 @@ class JsonSchema:
 
 def _document(text: str, what: str) -> JsonValue:
     try:
-        data: JsonValue = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise invalid_schema("JSON", f"{what} is not JSON: {exc}") from None
+        data: JsonValue = loads_bounded(text, max_depth=MAX_SCHEMA_DEPTH)
+    except BodyError as exc:  # not JSON, or nested deeper than MAX_JSON_DEPTH
+        raise invalid_schema("JSON", f"{what} is not JSON, or not JSON Kelp accepts: {exc}") from None
     if not isinstance(data, (dict, bool)):
         raise invalid_schema("JSON", f"{what} must be a JSON object or a boolean, got {type(data).__name__}")
     if isinstance(data, dict):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from kelp.bounded_json import loads_bounded
 from kelp.json_types import JsonObject, JsonValue
 
 __all__ = ["SCHEMA_TYPES", "LEVELS", "MODES", "DEFAULT_LEVEL", "DEFAULT_MODE", "Reference", "SchemaVersion",
@@ -98,7 +99,7 @@ def encode(value: JsonObject) -> bytes:
 
 def decode_key(raw: bytes) -> RecordKey:
     """The key of a record; ValueError naming what is wrong for one this registry cannot read."""
-    data: JsonValue = json.loads(raw)
+    data: JsonValue = loads_bounded(raw.decode("utf-8"))  # BodyError is a ValueError
     if not isinstance(data, dict) or not isinstance(data.get("keytype"), str):
         raise ValueError(f"a _schemas key must be a JSON object with a string 'keytype', got {raw[:200]!r}")
     keytype = str(data["keytype"])
@@ -113,7 +114,7 @@ def decode_key(raw: bytes) -> RecordKey:
 
 def decode_version(raw: bytes) -> SchemaVersion:
     """The value of a SCHEMA record (ValueError naming what is wrong)."""
-    data: JsonValue = json.loads(raw)
+    data: JsonValue = loads_bounded(raw.decode("utf-8"))  # BodyError is a ValueError
     if not isinstance(data, dict):
         raise ValueError("a SCHEMA value must be a JSON object")
     subject, version, sid, schema = data.get("subject"), data.get("version"), data.get("id"), data.get("schema")

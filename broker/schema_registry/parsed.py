@@ -11,7 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["ResolvedReference", "ParsedSchema", "flatten"]
+__all__ = ["ResolvedReference", "ParsedSchema", "flatten", "MAX_SCHEMA_DEPTH"]
+
+# The deepest nesting of JSON a schema text may have (Kelp's bound; a request body may nest 512): the format
+# libraries walk a schema recursively (jsonschema's checks, Avro's parser), and a JSON Schema 400 levels deep
+# exhausted Python's stack there, answering 500. Real schemas nest a few dozen levels at most.
+MAX_SCHEMA_DEPTH = 128
 
 
 @dataclass(frozen=True, slots=True)

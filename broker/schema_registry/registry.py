@@ -270,14 +270,17 @@ class SchemaRegistry:
                                 "permanent=true to delete permanently")
         for sv in every:
             self._referenced(state, sv)
+        # The subject's own compatibility level and mode go with it, soft or permanent, as Confluent's
+        # deleteSubject removes them (a later GET /config/{subject} is 40408, not the old level).
+        settings: list[tuple[bytes, bytes | None]] = [
+            (key, None) for key, table in ((config_key(subject), state.configs), (mode_key(subject), state.modes))
+            if subject in table]
         if permanent:
-            records = [(schema_key(subject, sv.version), None) for sv in every]
-            records += [(key, None) for key, table in ((config_key(subject), state.configs),
-                                                      (mode_key(subject), state.modes)) if subject in table]
-            await self.log.append(records)
+            await self.log.append([(schema_key(subject, sv.version), None) for sv in every] + settings)
             return [sv.version for sv in every]
-        await self.log.append([(schema_key(subject, sv.version), encode(replace(sv, deleted=True).value_json()))
-                               for sv in live])
+        marked: list[tuple[bytes, bytes | None]] = [
+            (schema_key(subject, sv.version), encode(replace(sv, deleted=True).value_json())) for sv in live]
+        await self.log.append(marked + settings)
         return [sv.version for sv in live]
 
     async def _set_config(self, state: RegistryState, subject: str | None, level: str) -> JsonObject:

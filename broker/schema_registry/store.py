@@ -30,7 +30,7 @@ from kelp.errors import KelpError, OffsetOutOfRangeError
 from kelp.records import Record, build_batch, iter_records
 
 from ..parts import BrokerParts
-from ..replica_types import FetchPartition, SegmentSlice
+from ..replica.results import FetchPartition, SegmentSlice
 from .errors import OPERATION_TIMEOUT, UNKNOWN_LEADER, RegistryError, store_error
 from .state import RegistryState
 

@@ -10,7 +10,7 @@ snapshot at or below the log end and replays only the batches after it.
 Truncation removes the snapshots above the new log end; retention those below
 the log start.
 
-What the state *is* belongs to the replica layer (`kelp.broker.producer_state`):
+What the state *is* belongs to the replica layer (`kelp.broker.replica.producer_state`):
 this module encodes, checks (CRC) and stores plain tuples, and must never
 decide sequence rules or touch the event loop (file work: worker threads).
 

@@ -22,7 +22,7 @@ from typing import Callable
 
 from ..cluster.member import ClusterMember
 from ..config import BrokerConfig
-from ..replica_manager import ReplicaManager
+from ..replica.manager import ReplicaManager
 from ..storage import LogManager
 from ..topic_manager import TopicManager
 from .coordinator import TransactionCoordinator

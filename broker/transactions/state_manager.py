@@ -27,7 +27,7 @@ from ..groups.append_errors import group_write_error_code
 from ..groups.offsets_store import replay_log
 from ..groups.ownership import PartitionOwnership, PartitionState
 from ..groups.ownership_changes import OwnershipChanges
-from ..replica_manager import ReplicaManager
+from ..replica.manager import ReplicaManager
 from ..storage import LogManager
 from .metadata import TransactionMetadata, TxnState, TxnTransit
 from .txn_config import TXN_TOPIC, TxnConfig

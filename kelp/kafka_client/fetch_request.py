@@ -33,7 +33,7 @@ _I16 = struct.Struct(">h")
 @dataclass(frozen=True, slots=True)
 class FollowerFetchPartition:
     """One partition of a follower's fetch, as on the wire (the broker's own request type is
-    `kelp.broker.replica_types.FetchPartition`, which this package must not import)."""
+    `kelp.broker.replica.results.FetchPartition`, which this package must not import)."""
 
     partition: int
     current_leader_epoch: int

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kelp.broker.config import BrokerConfig, validate_topic_configs
-from kelp.broker.producer_state import ProducerStateManager
+from kelp.broker.replica.producer_state import ProducerStateManager
 from kelp.broker.topic_manager import TopicManager, validate_topic_name
 from kelp.errors import (
     ConfigError,
@@ -126,7 +126,7 @@ def test_broker_process_refuses_bad_config_naming_the_key(broker_factory) -> Non
 def test_a_failed_checkpoint_write_is_an_error_naming_the_file(tmp_path, caplog, monkeypatch) -> None:
     import logging
 
-    from kelp.broker.replica_manager import ReplicaManager
+    from kelp.broker.replica.manager import ReplicaManager
     from kelp.broker.storage import Log, LogConfig
     from kelp.broker.storage import checkpoint as checkpoint_module
     from kelp.records import Record, build_batch

@@ -17,7 +17,7 @@ from kelp.broker.client_quota_manager import ClientQuotaManager
 from kelp.broker.kafka.handlers.produce import handle_produce
 from kelp.broker.kafka.handlers.registry import RequestContext
 from kelp.broker.kafka.produce_decoder import PartitionData, ProduceData, TopicData
-from kelp.broker.replica_manager import ProduceResult
+from kelp.broker.replica.manager import ProduceResult
 from kelp.errors import NotLeaderOrFollowerError
 from tests.support.acls import open_acls
 
@@ -29,6 +29,7 @@ class Replicas:
         self.most_waiting = 0
         self.go = asyncio.Event()
         self.timeouts: list[int] = []
+        self.wait_timeouts: list[int] = []
 
     async def append_local(self, topic, partition, data, *, acks, timeout_ms=30000, verify_txn=False, txn_guard=None):
         self.events.append(f"append {partition}")
@@ -37,13 +38,15 @@ class Replicas:
             raise NotLeaderOrFollowerError(f"not the leader of {topic}-{partition}")
         return ProduceResult(topic, partition, 10 * partition, 10 * partition + 1, -1, 0)
 
-    async def wait_for_isr(self, result, *, acks, timeout_ms):
-        self.events.append(f"wait {result.partition}")
-        self.waiting += 1
+    async def wait_all_for_isr(self, results, *, timeout_ms):
+        """The manager's purgatory for one request: every appended partition handed over at once."""
+        self.events.extend(f"wait {r.partition}" for r in results)
+        self.wait_timeouts.append(timeout_ms)
+        self.waiting += len(results)
         self.most_waiting = max(self.most_waiting, self.waiting)
         await self.go.wait()
-        self.waiting -= 1
-        return result
+        self.waiting -= len(results)
+        return list(results)
 
 
 async def test_acks_all_appends_everything_releases_the_frame_then_waits_for_all_partitions_together() -> None:
@@ -65,6 +68,7 @@ async def test_acks_all_appends_everything_releases_the_frame_then_waits_for_all
     assert replicas.timeouts == [5000] * 4  # the request's timeout bounds every wait
     replicas.go.set()
     response = await task
-    assert replicas.most_waiting == 3  # the three appended partitions waited together
+    assert replicas.most_waiting == 3  # the three appended partitions waited together, under one deadline
+    assert replicas.wait_timeouts == [5000]
     answers = {p.index: (p.error_code, p.base_offset) for p in response.responses[0].partition_responses}
     assert answers == {0: (0, 0), 1: (0, 10), 2: (0, 20), 9: (6, -1)}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from kelp.broker.producer_state import ProducerStateManager
+from kelp.broker.replica.producer_state import ProducerStateManager
 from tests.replication.replica_harness import TOPIC, Node, batch
 
 SMALL_SEGMENTS = {"log.segment.bytes": 1024}
@@ -20,7 +20,7 @@ SMALL_SEGMENTS = {"log.segment.bytes": 1024}
 
 @pytest.fixture
 def snapshots():
-    from kelp.broker.producer_recovery import rebuild_producer_state
+    from kelp.broker.replica.producer_recovery import rebuild_producer_state
     from kelp.broker.storage.producer_snapshot import list_snapshots, snapshot_path
 
     return rebuild_producer_state, list_snapshots, snapshot_path

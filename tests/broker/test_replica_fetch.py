@@ -7,7 +7,7 @@ import os
 import pytest
 
 from kelp.broker.config import BrokerConfig
-from kelp.broker.replica_manager import FetchPartition, ReplicaManager, SegmentSlice, close_results
+from kelp.broker.replica.manager import FetchPartition, ReplicaManager, SegmentSlice, close_results
 from kelp.broker.topic_manager import TopicManager
 from kelp.records import Record, build_batch, iter_headers
 
@@ -82,14 +82,14 @@ async def test_fetch_serves_the_bytes_the_range_was_cut_on_even_if_the_file_is_s
 async def test_records_and_bytes_out_count_zero_copy_fetches(tmp_path) -> None:
     rm = _replicas(tmp_path)
     _fill(rm, batches=4, records=10, size=3000)  # 4 batches of ~30 KB: one zero-copy range
-    rm._bytes_out, rm._records_out = _Counter(), _Counter()
+    rm.fetch_path.bytes_out, rm.fetch_path.records_out = _Counter(), _Counter()
     results = await rm.fetch([FetchPartition("t", 0, 0, 1 << 20)], max_wait_ms=0, min_bytes=1,
                              max_bytes=1 << 20, zero_copy=True)
     try:
         records = results[0].records
         assert isinstance(records, SegmentSlice)
-        assert rm._bytes_out.values == {"t": records.size}
-        assert rm._records_out.values == {"t": 40}
+        assert rm.fetch_path.bytes_out.values == {"t": records.size}
+        assert rm.fetch_path.records_out.values == {"t": 40}
         assert sum(h.record_count for h in iter_headers(records.read())) == 40
     finally:
         close_results(results)
@@ -108,13 +108,13 @@ async def test_a_woken_fetch_reads_again_only_the_partitions_that_moved(tmp_path
     states = tuple(PartitionState((0, 1), 0, 1, (0, 1), 0) for _ in range(4))
     rm.topics.apply_delta(MetadataDelta(changed={"t": TopicState("t", states)}))
     read_sizes: list[int] = []
-    real = type(rm)._read
+    real = type(rm.fetch_path)._read
 
     def counting(self, requests, **kwargs):  # the wrapped method's signature
         read_sizes.append(len(requests))
         return real(self, requests, **kwargs)
 
-    monkeypatch.setattr(type(rm), "_read", counting)
+    monkeypatch.setattr(type(rm.fetch_path), "_read", counting)
     parked = asyncio.ensure_future(rm.fetch([FetchPartition("t", p, 0, 1 << 20) for p in range(4)], max_wait_ms=10_000,
                                             min_bytes=1, max_bytes=1 << 20, replica_id=1))
     await asyncio.sleep(0)  # the fetch reads once, finds nothing and parks

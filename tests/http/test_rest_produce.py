@@ -170,5 +170,7 @@ def test_confluent_metadata_shapes(kelp) -> None:
     assert parts == d["partitions"]
     assert call("GET", f"{kelp.http_url}/topics/{topic}/partitions/1").json()["partition"] == 1
     missing = call("GET", f"{kelp.http_url}/topics/nope-{topic}")
-    assert missing.status == 404 and missing.json()["error_code"] == 3
+    assert missing.status == 404 and missing.json()["error_code"] == 40401  # Confluent's TOPIC_NOT_FOUND
     assert "nope-shapes" in missing.json()["message"]
+    absent = call("GET", f"{kelp.http_url}/topics/{topic}/partitions/9")
+    assert absent.status == 404 and absent.json()["error_code"] == 40402, absent  # PARTITION_NOT_FOUND

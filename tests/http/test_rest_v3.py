@@ -145,6 +145,8 @@ def test_every_v3_route_answers_in_confluents_shapes(kelp) -> None:
     assert created["partitions_count"] == 2 and created["kind"] == "KafkaTopic"
     bad = call(base, "POST", f"{c}/topics", {"partitions_count": 2}, expect=400)
     assert "topic_name" in bad["message"]
+    again = call(base, "POST", f"{c}/topics", {"topic_name": "v3t", "partitions_count": 2}, expect=400)
+    assert again["error_code"] == 40002 and "v3t" in again["message"]  # Confluent: TopicExists is a bad request
     assert "v3t" in [t["topic_name"] for t in call(base, "GET", f"{c}/topics", expect=200)["data"]]
     call(base, "GET", f"{c}/topics/v3t", expect=200)
     missing = call(base, "GET", f"{c}/topics/nope", expect=404)
@@ -171,7 +173,7 @@ def test_every_v3_route_answers_in_confluents_shapes(kelp) -> None:
     call(base, "GET", f"{c}/topics/v3t/partitions/1", expect=200)
     call(base, "GET", f"{c}/topics/v3t/partitions/7", expect=404)
     shrink = call(base, "PATCH", f"{c}/topics/v3t", {"partitions_count": 1}, expect=400)
-    assert "shrink" in shrink["message"] and shrink["error_code"] == 37
+    assert "shrink" in shrink["message"] and shrink["error_code"] == 40002  # Confluent's KAFKA_BAD_REQUEST
     assert "partitions_count" in call(base, "PATCH", f"{c}/topics/v3t", {}, expect=400)["message"]
 
     # records: one object, then a stream of three with a bad one in the middle
@@ -190,6 +192,13 @@ def test_every_v3_route_answers_in_confluents_shapes(kelp) -> None:
     assert reports[2]["timestamp"].startswith("2026-01-01T00:00:00")
     broken = call(base, "POST", f"{c}/topics/v3t/records", raw=b'{"value": {"type": "JSON", "data": ', expect=400)
     assert "record 0 is not valid JSON" in broken["message"]
+    # issue 37, item 6: an unknown field was produced as a record with a null key and value; Confluent refuses it
+    wrapped = call(base, "POST", f"{c}/topics/v3t/records",
+                   {"records": [{"value": {"type": "STRING", "data": "lost"}}]}, expect=200)
+    assert wrapped["error_code"] == 400 and "Unrecognized field 'records'" in wrapped["message"], wrapped
+    misspelled = call(base, "POST", f"{c}/topics/v3t/records", {"value": {"type": "STRING", "dta": "x"}}, expect=200)
+    assert misspelled["error_code"] == 400 and "Unrecognized field 'dta'" in misspelled["message"], misspelled
+    # nothing was written for the refused ones: the group below reads exactly the three records produced above
 
     # a consumer group (a REST v2 consumer reads and commits), described by v3
     inst = call(base, "POST", "/consumers/v3g", {"format": "binary", "auto.offset.reset": "earliest"}, ctype=V2,
@@ -282,7 +291,7 @@ def test_v3_configs_replicas_offsets_and_batch_produce(kelp) -> None:
     assert mine["retention.ms"]["source"] == "DYNAMIC_TOPIC_CONFIG" and mine["segment.bytes"]["is_default"]
     bad = call(base, "POST", f"{c}/topics/v3c/configs:alter", {"data": [{"name": "retention.ms", "value": "x"}]},
                expect=400)
-    assert "retention.ms" in bad["message"] and bad["error_code"] == 40
+    assert "retention.ms" in bad["message"] and bad["error_code"] == 40002
     call(base, "POST", f"{c}/topics/v3c/configs:alter",
          {"data": [{"name": "retention.ms", "value": "5"}], "validate_only": True}, expect=204)
     assert call(base, "GET", f"{c}/topics/v3c/configs/retention.ms", expect=200)["value"] == "100000"
@@ -298,7 +307,7 @@ def test_v3_configs_replicas_offsets_and_batch_produce(kelp) -> None:
     assert [s["source"] for s in one["synonyms"]][0] == "DYNAMIC_BROKER_CONFIG"
     call(base, "DELETE", f"{c}/brokers/{broker_id}/configs/log.retention.ms", expect=204)
     ro = call(base, "PUT", f"{c}/brokers/{broker_id}/configs/num.partitions", {"value": "3"}, expect=400)
-    assert "num.partitions" in ro["message"] and ro["error_code"] == 40
+    assert "num.partitions" in ro["message"] and ro["error_code"] == 40002
     call(base, "POST", f"{c}/brokers/{broker_id}/configs:alter",
          {"data": [{"name": "log.segment.bytes", "value": "2000000"}, {"name": "log.retention.ms",
                                                                       "operation": "DELETE"}]}, expect=204)

@@ -66,7 +66,7 @@ def _violations(start: str, forbidden: tuple[str, ...]) -> list[str]:
         ("kelp.broker.cluster", ("kelp.broker.kafka", "kelp.broker.http", "kelp.broker.groups", "kelp.operator",
                                  "kelp.cli")),
         # Replication's per-partition rules are state and futures only: no sockets, no HTTP, no cluster calls.
-        ("kelp.broker.partition", tuple(n for n in NETWORKING if n != "asyncio")
+        ("kelp.broker.replica.partition", tuple(n for n in NETWORKING if n != "asyncio")
          + ("kelp.broker.kafka", "kelp.broker.http", "kelp.broker.cluster.member")),
         # The operator's types and status shaping, its security rules (issue 20: the listeners' keys, the
         # certificates and their rotation, KelpUsers' parts), its spec reader and builders, and its plans are
@@ -94,7 +94,7 @@ def _violations(start: str, forbidden: tuple[str, ...]) -> list[str]:
         # the broker's runtime (the few pure rule modules it shares are the test below).
         ("kelp.operator", ("kelp.broker.cluster", "kelp.broker.kafka", "kelp.broker.http", "kelp.broker.groups",
                            "kelp.broker.storage.log", "kelp.broker.transactions", "kelp.broker.schema_registry",
-                           "kelp.broker.app", "kelp.broker.replica_manager", "kelp.broker.partition",
+                           "kelp.broker.app", "kelp.broker.replica.manager", "kelp.broker.replica.partition",
                            "kelp.broker.topic_manager", "kelp.broker.metrics", "kelp.broker.security.authorizer",
                            "kelp.cli")),
         # The Kafka-protocol client core serves the broker and the Spark source alike, so it imports neither

@@ -26,7 +26,7 @@ from kelp.broker.kafka.handlers.offsets import handle_offset_for_leader_epoch
 from kelp.broker.kafka.handlers.registry import RequestContext
 from kelp.broker.metadata.image import MetadataDelta
 from kelp.broker.metadata.model import PartitionState, TopicState
-from kelp.broker.replica_manager import FetchPartition, ReplicaManager
+from kelp.broker.replica.manager import FetchPartition, ReplicaManager
 from kelp.broker.storage import LogConfig, LogManager
 from kelp.broker.topic_manager import TopicManager
 from kelp.errors import KelpError

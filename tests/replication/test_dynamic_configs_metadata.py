@@ -26,7 +26,7 @@ from kelp.broker.metadata.image import (
     image_from_log,
     snapshot_to_json,
 )
-from kelp.broker.replica_manager import ReplicaManager
+from kelp.broker.replica.manager import ReplicaManager
 from kelp.broker.topic_manager import TopicManager
 from kelp.errors import ConfigError
 from tests.replication.test_controller import Harness, ep

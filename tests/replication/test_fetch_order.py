@@ -13,7 +13,7 @@ from typing import Any
 
 from kelp.broker.cluster.replica_fetcher import ReplicaFetcherManager
 from kelp.broker.config import BrokerConfig
-from kelp.broker.replication_quota import ReplicationQuotas
+from kelp.broker.replica.replication_quota import ReplicationQuotas
 
 
 class _Log:

@@ -31,7 +31,7 @@ from kelp.broker.metadata.image import (
     topic_record,
 )
 from kelp.broker.metadata.model import BrokerEndpoint, PartitionState, TopicState
-from kelp.broker.replica_manager import ReplicaManager
+from kelp.broker.replica.manager import ReplicaManager
 from kelp.broker.topic_manager import TopicManager
 from kelp.errors import NotControllerError, StaleControllerEpochError
 from tests.replication.test_controller import Harness, ep

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 
 from kelp.broker.metadata.model import PartitionState
-from kelp.broker.partition import Partition
+from kelp.broker.replica.partition import Partition
 from kelp.errors import NotLeaderOrFollowerError
 
 

@@ -172,3 +172,20 @@ async def test_a_wait_in_flight_fails_when_the_leader_epoch_changes(tmp_path) ->
     await node.follower_fetch(1, 2)
     assert (await asyncio.wait_for(fresh, 5)).base_offset == 1
     node.close()
+
+
+async def test_a_requests_waits_share_one_deadline_and_each_answers_for_itself(tmp_path) -> None:
+    """`wait_all_for_isr` (issue 33: one request's acks=all waits in turn, not a task each): an append the ISR has
+    is answered with its offsets, one it never gets REQUEST_TIMED_OUT once the request's one deadline passed, and
+    an append after it that the ISR has is answered at once, though the deadline is behind."""
+    from kelp.errors import RequestTimedOutError
+
+    node = leader_node(tmp_path)
+    first = await node.rm.append(TOPIC, 0, bytearray(batch(2)), acks=1)
+    second = await node.rm.append(TOPIC, 0, bytearray(batch(3)), acks=1)
+    await node.follower_fetch(1, 2)  # broker 1 has the first batch only: the high watermark is 2
+    outcomes = await asyncio.wait_for(node.rm.wait_all_for_isr([first, second, first], timeout_ms=300), 10)
+    assert outcomes[0] is first
+    assert isinstance(outcomes[1], RequestTimedOutError) and "within 300 ms" in str(outcomes[1])
+    assert outcomes[2] is first  # past the deadline, an append the ISR has is still answered with its offsets
+    node.close()

@@ -7,7 +7,7 @@ offset and the aborted transactions it names to read_committed consumers must be
 
 from __future__ import annotations
 
-from kelp.broker.replica_manager import TxnMarker
+from kelp.broker.replica.manager import TxnMarker
 from kelp.records import Record, build_batch
 from tests.replication.replica_harness import TOPIC, Node, batch
 

@@ -155,3 +155,137 @@ def test_bad_input(sr, path, method, body, status, code, names) -> None:
 def test_malformed_body(sr) -> None:
     status, body, _ = sr(f"/subjects/{_subject('raw')}/versions", "POST", raw=b"{nope")
     assert status == 400 and "not JSON" in body["message"]
+
+
+def _nested_body(depth: int) -> bytes:
+    return b'{"schema": "x", "a": ' + b"[" * depth + b"]" * depth + b"}"
+
+
+def _nested_json_schema(depth: int) -> str:
+    return '{"type": "object", "properties": {"n": ' * depth + '{"type": "string"}' + "}}" * depth
+
+
+def _nested_avro(depth: int) -> str:
+    opened = "".join(f'{{"type": "record", "name": "R{i}", "fields": [{{"name": "n", "type": ' for i in range(depth))
+    return opened + '"string"' + "}]}" * depth
+
+
+@pytest.mark.parametrize("path", ["/subjects/{s}/versions", "/subjects/{s}", "/compatibility/subjects/{s}/versions",
+                                  "/config/{s}", "/mode/{s}"])
+def test_a_body_nested_thousands_deep_is_400_never_500(sr, path: str) -> None:
+    """Issue 37, item 4: registry routes parsed bodies with `json.loads`; 5,000 levels answered 500 RecursionError
+    (the forwarded write too). The bounded decoder the other routes use answers 400 naming the nesting."""
+    subject = _subject("deep")
+    method = "PUT" if path.startswith(("/config", "/mode")) else "POST"
+    status, body, _ = sr(path.format(s=subject), method, raw=_nested_body(5000))
+    assert status == 400, (status, body)
+    assert "nested deeper" in body["message"], body
+
+
+@pytest.mark.parametrize("schema_type, schema", [("JSON", _nested_json_schema(3000)), ("AVRO", _nested_avro(3000))])
+def test_a_schema_text_nested_thousands_deep_is_refused_as_invalid_never_500(sr, schema_type: str,
+                                                                               schema: str) -> None:
+    """Item 4's schema half: a schema text (a string inside the body) nested thousands deep was parsed with
+    `json.loads` and answered 500; it is an invalid schema (422, 42201), and the registry goes on serving."""
+    subject = _subject("deep-schema")
+    status, body, _ = sr(f"/subjects/{subject}/versions", "POST", {"schemaType": schema_type, "schema": schema})
+    assert status == 422 and body["error_code"] == 42201 and "nested deeper than 128" in body["message"], body
+    status, body, _ = sr(f"/subjects/{subject}/versions", "POST", {"schema": _avro([{"name": "a", "type": "int"}])})
+    assert status == 200, (status, body)
+
+
+def test_a_json_schema_at_the_depth_bound_registers_and_is_checked_for_compatibility(sr) -> None:
+    """Just under the schema depth bound (60 nested objects: 121 levels of JSON), registration and the
+    compatibility check (both walk the schema recursively) answer, never 500."""
+    subject = _subject("deep-ok")
+    deep = _nested_json_schema(60)
+    status, body, _ = sr(f"/subjects/{subject}/versions", "POST", {"schemaType": "JSON", "schema": deep})
+    assert status == 200, (status, body)
+    changed = deep.replace('{"type": "string"}', '{"type": "number"}')
+    status, body, _ = sr(f"/compatibility/subjects/{subject}/versions/latest", "POST",
+                         {"schemaType": "JSON", "schema": changed})
+    assert status == 200 and body["is_compatible"] is False, (status, body)
+
+
+def _record_with(field: dict) -> str:
+    return json.dumps({"type": "record", "name": "D", "fields": [field]})
+
+
+@pytest.mark.parametrize("field", [
+    {"name": "a", "type": "string", "default": None},
+    {"name": "a", "type": "int", "default": "abc"},
+    {"name": "a", "type": ["null", "string"], "default": "x"},  # a union's default is of its first branch
+    {"name": "a", "type": "int", "default": 2 ** 31},
+    {"name": "a", "type": {"type": "enum", "name": "E", "symbols": ["A", "B"]}, "default": "C"},
+    {"name": "a", "type": {"type": "array", "items": "long"}, "default": [1, "2"]},
+    {"name": "a", "type": {"type": "record", "name": "In", "fields": [{"name": "b", "type": "boolean"}]},
+     "default": {}},  # a record default must give every field without a default of its own
+    {"name": "a", "type": {"type": "record", "name": "Deep", "fields": [  # a nested record's field default
+        {"name": "b", "type": "double", "default": "NaN"}]}},
+])
+def test_an_avro_default_that_does_not_fit_its_field_is_an_invalid_schema(sr, field: dict) -> None:
+    """Issue 37, item 3: such schemas were registered (200 with an id) where Confluent answers 42201, and a Java
+    client then cannot parse the schema of that id (Avro's parser validates defaults)."""
+    status, body, _ = sr(f"/subjects/{_subject('default')}/versions", "POST", {"schema": _record_with(field)})
+    assert status == 422 and body["error_code"] == 42201, (status, body)
+    assert "Invalid default for field" in body["message"], body
+
+
+@pytest.mark.parametrize("field", [
+    {"name": "a", "type": ["null", "string"], "default": None},
+    {"name": "a", "type": ["string", "null"], "default": "x"},
+    {"name": "a", "type": "long", "default": 2 ** 40},
+    {"name": "a", "type": "double", "default": 1},
+    {"name": "a", "type": "bytes", "default": "\u00ff"},
+    {"name": "a", "type": {"type": "map", "values": "int"}, "default": {"k": 1}},
+    {"name": "a", "type": {"type": "record", "name": "In2", "fields": [
+        {"name": "b", "type": "boolean"}, {"name": "c", "type": "int", "default": 0}]}, "default": {"b": True}},
+])
+def test_an_avro_default_that_fits_registers(sr, field: dict) -> None:
+    status, body, _ = sr(f"/subjects/{_subject('default-ok')}/versions", "POST", {"schema": _record_with(field)})
+    assert status == 200, (status, body)
+
+
+def test_listing_filters_pages_and_the_routes_confluents_clients_call(sr) -> None:
+    """Issue 37, item 8: `subjectPrefix`, `deletedOnly`, `offset`/`limit` were ignored, and `GET /`, `/contexts`
+    (the Python client's `get_contexts()`), `/v1/metadata/id` and `GET /schemas` were missing."""
+    prefix = _subject("listing")
+    for name in ("a", "b", "c"):
+        status, _, _ = sr(f"/subjects/{prefix}-{name}/versions", "POST",
+                          {"schema": _avro([{"name": name, "type": "int"}])})
+        assert status == 200
+    second = _avro([{"name": "b", "type": "int"}, {"name": "b2", "type": "long", "default": 0}])
+    status, _, _ = sr(f"/subjects/{prefix}-b/versions", "POST", {"schema": second})
+    assert status == 200
+    assert sr(f"/subjects/{prefix}-c", "DELETE")[0] == 200  # soft-deleted
+    status, names, _ = sr(f"/subjects?subjectPrefix={prefix}")
+    assert status == 200 and names == [f"{prefix}-a", f"{prefix}-b"]
+    assert sr(f"/subjects?subjectPrefix={prefix}&deleted=true")[1] == [f"{prefix}-{n}" for n in "abc"]
+    assert sr(f"/subjects?subjectPrefix={prefix}&deletedOnly=true")[1] == [f"{prefix}-c"]
+    assert sr(f"/subjects?subjectPrefix={prefix}&offset=1&limit=1")[1] == [f"{prefix}-b"]
+    assert sr("/subjects?limit=-5")[0] == 400 and sr("/subjects?offset=x")[0] == 400
+    status, schemas, _ = sr(f"/schemas?subjectPrefix={prefix}")
+    assert status == 200 and [(s["subject"], s["version"]) for s in schemas] == [
+        (f"{prefix}-a", 1), (f"{prefix}-b", 1), (f"{prefix}-b", 2)]
+    assert all("schema" in s and "id" in s for s in schemas)
+    latest = sr(f"/schemas?subjectPrefix={prefix}&latestOnly=true")[1]
+    assert [(s["subject"], s["version"]) for s in latest] == [(f"{prefix}-a", 1), (f"{prefix}-b", 2)]
+    assert sr("/")[:2] == (200, {})
+    assert sr("/contexts")[:2] == (200, ["."])
+    status, meta, _ = sr("/v1/metadata/id")
+    assert status == 200 and meta["scope"]["clusters"]["kafka-cluster"] and meta["scope"]["path"] == []
+
+
+def test_a_soft_deleted_subject_loses_its_own_level_and_mode(sr) -> None:
+    """Issue 37, item 8: a soft-deleted subject kept its compatibility level (and mode); Confluent's deleteSubject
+    removes them, so the subject's config answers 40408 and a re-registered subject starts from the global level."""
+    s = _subject("soft-config")
+    assert sr(f"/subjects/{s}/versions", "POST", {"schema": A1})[0] == 200
+    assert sr(f"/config/{s}", "PUT", {"compatibility": "NONE"})[0] == 200
+    assert sr(f"/mode/{s}", "PUT", {"mode": "READWRITE"})[0] == 200
+    assert sr(f"/subjects/{s}", "DELETE")[0] == 200
+    status, body, _ = sr(f"/config/{s}")
+    assert (status, body["error_code"]) == (404, 40408), body
+    assert sr(f"/mode/{s}")[0] == 404
+    assert sr(f"/subjects/{s}/versions", "POST", {"schema": A1})[0] == 200
+    assert sr(f"/subjects/{s}/versions", "POST", {"schema": A_BAD})[0] == 409  # BACKWARD again, not NONE

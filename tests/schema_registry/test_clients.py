@@ -66,6 +66,7 @@ def test_avro_register_evolve_and_round_trip(kelp) -> None:
     values = [serializer(r, SerializationContext(topic, MessageField.VALUE)) for r in records]
     schema_id = int.from_bytes(values[0][1:5], "big")
     assert values[0][0] == 0 and schema_id == client.get_latest_version(subject).schema_id
+    assert client.get_contexts() == ["."]  # issue 37, item 8: it failed on a missing route
     _produce(kelp.bootstrap, topic, values)
 
     # the same schema again: the same id, no new version; a compatible change (a field with a default) accepted

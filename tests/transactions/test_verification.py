@@ -15,7 +15,7 @@ import pytest
 from kafka.protocol.metadata import FindCoordinatorRequest
 from kafka.protocol.producer import AddPartitionsToTxnRequest, InitProducerIdRequest, ProduceRequest
 
-from kelp.broker.producer_state import ProducerStateManager
+from kelp.broker.replica.producer_state import ProducerStateManager
 from kelp.broker.transactions.metadata import TxnState
 from kelp.broker.transactions.verifier import TxnVerifier
 from kelp.broker.txn_verification import produce_error

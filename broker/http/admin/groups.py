@@ -40,7 +40,7 @@ from ...groups.coordinator_lookup import CoordinatorLocation, locator_of
 from ...groups.group import CommittedOffset
 from ...groups.group_coordinator import GroupCoordinator
 from ...parts import BrokerParts
-from ...replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from ...replica.manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from ..access.route_access import DESCRIBE, GROUP, READ, TOPIC, access_of, describable, require
 from ..json_body import read_json
 from ..problems import HttpProblem, json_response

@@ -40,7 +40,7 @@ from kelp.kafka_client.security import PLAINTEXT
 from kelp.records import iter_headers, iter_records
 
 from ...parts import BrokerParts
-from ...replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from ...replica.manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from ...security.principal import ANONYMOUS, KafkaPrincipal
 from ..admin.groups import error_for
 from ..problems import HttpProblem

@@ -46,7 +46,7 @@ from aiohttp import web
 from kelp.errors import ErrorCode, RestErrorCode
 from kelp.json_types import JsonData, JsonValue
 
-from ...replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from ...replica.manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from ...schema_registry.embedded import find_reader
 from ..access.route_access import DESCRIBE, READ, TOPIC, principal_of, require
 from ..json_body import read_json

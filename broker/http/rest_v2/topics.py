@@ -39,7 +39,7 @@ from kelp.partitioner import RoundRobin, partition_for_key
 from kelp.records import Record, build_batch, iter_records
 
 from ...parts import BrokerParts
-from ...replica_manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchPartition
+from ...replica.manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchPartition
 from ..access.route_access import TOPIC, describable
 from ..json_body import json_value, off_loop, read_json, read_json_as
 from ..keys import ROUND_ROBIN, int_setting
@@ -212,7 +212,7 @@ def _place(parsed: list[tuple[int | None, Record]], *, topic: str, n: int, fixed
             where = "the URL" if fixed_partition is not None else f"records[{i}].partition"
             raise HttpProblem(
                 404, f"{where}: partition {p} of topic '{topic}' does not exist (it has {n})",
-                error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                error_code=RestErrorCode.PARTITION_NOT_FOUND,
             )
         by_partition[p].append(i)
     return by_partition

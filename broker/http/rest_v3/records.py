@@ -56,6 +56,10 @@ __all__ = ["routes", "take_complete"]
 routes = web.RouteTableDef()
 _DECODER = json.JSONDecoder(parse_constant=lambda name: (_ for _ in ()).throw(ValueError(f"{name} is not JSON")))
 _SCHEMA_FIELDS = ("schema_id", "schema_version", "subject", "subject_name_strategy", "schema")
+# Confluent's ProduceRequest and ProduceRequestData: any other field is refused (Jackson's FAIL_ON_UNKNOWN_PROPERTIES),
+# so a misspelled or misplaced field ("records" around the record, "val") is never produced as a null.
+_RECORD_FIELDS = frozenset({"partition_id", "headers", "key", "value", "timestamp"})
+_DATA_FIELDS = frozenset({"type", "data", *_SCHEMA_FIELDS})
 
 
 class _Bad(Exception):
@@ -127,6 +131,7 @@ def _data(doc: dict[str, JsonValue], field: str, encoded: Encoded) -> tuple[byte
     if not isinstance(given, dict):
         raise _Bad(f"'{field}' must be an object {{\"type\": \"BINARY\"|\"JSON\"|\"STRING\"|\"AVRO\"|...,"
                    " \"data\": ...}")
+    _unrecognized(given, _DATA_FIELDS, f"'{field}'")
     kind = str(given.get("type", "JSON" if "data" in given else "")).upper()
     data = given.get("data")
     if data is None:
@@ -152,6 +157,7 @@ def _data(doc: dict[str, JsonValue], field: str, encoded: Encoded) -> tuple[byte
 def _record(doc: JsonValue, n: int, now_ms: int, encoded: Encoded) -> tuple[int | None, Record, JsonData, JsonData]:
     if not isinstance(doc, dict):
         raise _Bad("a record must be a JSON object")
+    _unrecognized(doc, _RECORD_FIELDS, "a record")
     partition = doc.get("partition_id")
     if partition is not None and (not is_int(partition) or not 0 <= partition < n):
         raise _Bad(f"'partition_id' must be a partition of the topic (0..{n - 1}), got {partition!r}")
@@ -182,6 +188,12 @@ def _record(doc: JsonValue, n: int, now_ms: int, encoded: Encoded) -> tuple[int 
             raise _Bad(f"'timestamp' {ts!r} is before 1970")
     rec = Record(key=key, value=value, headers=tuple(headers), timestamp=ts_ms)
     return (partition if is_int(partition) else None), rec, key_report, value_report
+
+
+def _unrecognized(doc: dict[str, JsonValue], known: frozenset[str], what: str) -> None:
+    unknown = sorted(set(doc) - known)
+    if unknown:
+        raise _Bad(f"Unrecognized field {unknown[0]!r} in {what}: its fields are {', '.join(sorted(known))}")
 
 
 def _iso(ms: int) -> str:

@@ -24,11 +24,11 @@ import logging
 
 from kafka.protocol.consumer import FetchRequest
 
-from kelp.broker.replica_manager import FetchPartition
+from kelp.broker.replica.manager import FetchPartition
 from kelp.errors import ErrorCode, UnknownTopicIdError
 
 from ...client_quota_manager import FETCH as FETCH_QUOTA
-from ...replica_types import FetchPartitionResult, close_results
+from ...replica.results import FetchPartitionResult, close_results
 from ..access import AclOperation, ResourceType, access
 from ..fetch_encoder import MAX_VERSION, TOPIC_IDS_FROM, PartitionAnswer, encode_fetch_response
 from ..request_time import exempt as exempt_from_request_quota

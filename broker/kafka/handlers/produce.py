@@ -47,8 +47,8 @@ from kelp.errors import (
 
 from ...client_quota_manager import PRODUCE as PRODUCE_QUOTA
 from ...loop_budget import LoopBudget
-from ...producer_state import VerificationGuard
-from ...replica_types import ProduceResult
+from ...replica.producer_state import VerificationGuard
+from ...replica.results import ProduceResult
 from ...txn_verification import FIRST_ADD_PARTITION_PRODUCE_VERSION, transactional_batch, verify_produce
 from ..access import AclOperation, ResourceType, access
 from ..produce_decoder import ProduceData, decode_produce_request

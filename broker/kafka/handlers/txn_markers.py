@@ -22,7 +22,7 @@ import logging
 
 from kafka.protocol.producer import WriteTxnMarkersRequest, WriteTxnMarkersResponse
 
-from kelp.broker.replica_manager import TxnMarker
+from kelp.broker.replica.manager import TxnMarker
 from kelp.errors import ErrorCode, KelpError
 
 from ...loop_budget import LoopBudget

@@ -3,14 +3,17 @@
 Why: appends must pass the same checks (partition exists, acks legal,
 idempotent-producer sequence) and fetches the same limits (fetch.min.bytes,
 max wait, partition and response max bytes with KIP-74's "first batch even
-if too large") whichever protocol asked (the write side is `replica_produce`
-with the transaction markers of `replica_txn`, the read side `replica_fetch`, all mixed in; the types are in
-`replica_types`). It also owns the long-poll: a fetch that found too little
-parks a future on each partition it reads, and an append resolves them — no
-polling. The follower side and the worker-thread jobs on a replica's log
-(truncation, producer-state rebuild, deletion) are `replica_follower`, the
-leader's ISR changes `isr_changes`, mixed in too; the state they share is
-declared in `replica_state`.
+if too large") whichever protocol asked. `ReplicaManager` composes the parts
+that do it, each an object of its own: the partition table (`table`), the
+leader's write path (`leader`) with the transaction markers (`txn_markers`)
+and the purgatory of acks=all waits (`purgatory`), the read path with its
+long-poll (`fetch`: a fetch that found too little parks a future on each
+partition it reads, and an append resolves them — no polling), the
+follower's path (`follower`), the leader's ISR proposals (`isr_changes`) and
+the worker-thread jobs on a replica's log (`jobs`; rolls and producer
+snapshots, which both paths make, in `rolls`). It keeps the decisions about
+the replicas themselves: which exist, and their roles. Callers use only its
+methods; the types it hands in and out are in `results`.
 
 Design: single-threaded asyncio, no locks. `Log.append_as_leader` is
 synchronous, so the producer-state check, the append and the state update for
@@ -33,30 +36,33 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable, Coroutine, Mapping, Sequence
+from typing import Awaitable, Callable, Mapping, Sequence
 
 from kelp.clock import WallClockMs, monotonic_ms, wall_clock_ms
 from kelp.errors import (
-    FencedLeaderEpochError,
     KelpError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
     PolicyViolationError,
     RequestTimedOutError,
-    UnknownLeaderEpochError,
 )
 
-from . import metrics
-from .config import BrokerConfig
+from .. import metrics
+from ..config import BrokerConfig
+from ..metadata.model import PartitionState
+from ..storage import Log, LogManager
+from ..topic_manager import TopicManager
+from .fetch import READ_COMMITTED, FetchPath
+from .follower import FollowerPath
+from .interfaces import AlterPartition, ReplicaFetchers
 from .isr_changes import IsrChanges
-from .metadata.model import PartitionState
+from .jobs import ReplicaJobs
+from .leader import LeaderPath
 from .partition import Partition
-from .producer_state import ActiveProducer
-from .replica_fetch import READ_COMMITTED, FetchPath
-from .replica_follower import FollowerPath
-from .replica_state import AlterPartition, ReplicaFetchers
-from .replica_txn import TxnMarker, TxnMarkerPath
-from .replica_types import (
+from .producer_state import ActiveProducer, VerificationGuard
+from .purgatory import ProducePurgatory
+from .replication_quota import ReplicationQuotas
+from .results import (
     FetchPartition,
     FetchPartitionResult,
     PartitionInfo,
@@ -64,9 +70,8 @@ from .replica_types import (
     SegmentSlice,
     close_results,
 )
-from .replication_quota import ReplicationQuotas
-from .storage import Log, LogManager
-from .topic_manager import TopicManager
+from .table import PartitionTable
+from .txn_markers import TxnMarker, TxnMarkerPath
 
 __all__ = [
     "ReplicaManager",
@@ -100,7 +105,9 @@ def _configs_of(topics: TopicManager, name: str) -> Mapping[str, str] | None:
     return None if state is None else state.configs
 
 
-class ReplicaManager(TxnMarkerPath, FetchPath, FollowerPath, IsrChanges):
+class ReplicaManager:
+    """This broker's replicas: which exist and their roles, and every door to their data (composed parts)."""
+
     def __init__(self, config: BrokerConfig, logs: LogManager, topics: TopicManager, *,
                  clock_ms: WallClockMs = wall_clock_ms, lag_clock_ms: WallClockMs = monotonic_ms) -> None:
         self.config = config
@@ -111,27 +118,157 @@ class ReplicaManager(TxnMarkerPath, FetchPath, FollowerPath, IsrChanges):
         # Monotonic ms: follower fetch times and ISR lag. On the wall clock a forward step of the clock (NTP, a VM
         # resumed) made every follower look lagging and shrank every ISR to its leader (issue 31 item 6).
         self._lag_clock_ms = lag_clock_ms
-        self._partitions = {}
-        self._dirty = set()
-        self._flush_due = {}
         self._listeners: list[LeadershipListener] = []
-        self._tasks = set()
-        # Set by the cluster layer: asks the controller to change a partition's ISR (its answer is applied by the
-        # metadata it is committed in).
-        self.alter_partition: AlterPartition | None = None
         # Set by the cluster layer: follower fetching (ReplicaFetcherManager).
         self.fetchers: ReplicaFetchers | None = None
-        self._lag_ms = int(config["replica.lag.time.max.ms"])
-        # AlterPartition with an unknown outcome is sent again after this backoff (seconds: first, cap).
-        self.alter_partition_backoff_s = (0.05, 2.0)
+        # The parts. They read the clocks through this manager at each call (a test may swap a clock).
+        self.table = PartitionTable(self.broker_id, topics)
+        self.table.on_missing = self.apply_topic
+        self._partitions = self.table.parts
+        self.jobs = ReplicaJobs(self.table, logs)
+        self.jobs.finish_leader = self._finish_leader
+        self._tasks = self.jobs.tasks
+        self.purgatory = ProducePurgatory(self.table)
         # The process-wide traffic counters (kelp.broker.metrics): a broken metrics module fails the import.
-        self._bytes_in = metrics.BYTES_IN
-        self._bytes_out = metrics.BYTES_OUT
-        self._records_in = metrics.RECORDS_IN
-        self._records_out = metrics.RECORDS_OUT
+        self.leader_path = LeaderPath(self.table, self.jobs, bytes_in=metrics.BYTES_IN, records_in=metrics.RECORDS_IN)
+        self.txn_markers = TxnMarkerPath(self.table, self.jobs, self.purgatory, lambda: self._now_ms())
+        self.follower_path = FollowerPath(self.table, self.jobs)
+        self.isr_changes = IsrChanges(self.table, self.jobs, lambda: self._lag_clock_ms(),
+                                      int(config["replica.lag.time.max.ms"]))
         # KIP-73: the bytes replicas out of the ISR may move, as leader and as follower (replication_quota.py).
-        self.replication_quotas = ReplicationQuotas(config, lambda name: _configs_of(topics, name))
+        self.fetch_path = FetchPath(self.table, self.isr_changes,
+                                    ReplicationQuotas(config, lambda name: _configs_of(topics, name)),
+                                    lag_clock_ms=lambda: self._lag_clock_ms(), bytes_out=metrics.BYTES_OUT,
+                                    records_out=metrics.RECORDS_OUT)
         topics.add_listener(self._on_topic_change)
+
+    # -- what the cluster layer sets ---------------------------------------
+    @property
+    def alter_partition(self) -> AlterPartition | None:
+        """Asks the controller to change a partition's ISR (set by the cluster layer; its answer is applied by the
+        metadata it is committed in)."""
+        return self.isr_changes.alter_partition
+
+    @alter_partition.setter
+    def alter_partition(self, value: AlterPartition | None) -> None:
+        self.isr_changes.alter_partition = value
+
+    @property
+    def alter_partition_backoff_s(self) -> tuple[float, float]:
+        """AlterPartition with an unknown outcome is sent again after this backoff (seconds: first, cap)."""
+        return self.isr_changes.backoff_s
+
+    @alter_partition_backoff_s.setter
+    def alter_partition_backoff_s(self, value: tuple[float, float]) -> None:
+        self.isr_changes.backoff_s = value
+
+    @property
+    def replication_quotas(self) -> ReplicationQuotas:
+        """KIP-73: this broker's leader and follower replication quotas."""
+        return self.fetch_path.quotas
+
+    @replication_quotas.setter
+    def replication_quotas(self, value: ReplicationQuotas) -> None:
+        self.fetch_path.quotas = value
+
+    # -- the doors, each its part's ----------------------------------------
+    async def append(
+        self,
+        topic: str,
+        partition: int,
+        data: bytes | bytearray | memoryview,
+        *,
+        acks: int = 1,
+        timeout_ms: int = 30000,
+        internal_allowed: bool = False,
+    ) -> ProduceResult:
+        """Append a produce request's batches for one partition; with acks=-1 wait until the ISR has them.
+
+        Internal topics take only the broker's own writes (`internal_allowed`, the group coordinator's),
+        as Kafka's `appendToLocalLog` does: a client's batch there could forge any group's commits.
+        """
+        result = await self.leader_path.append_local(topic, partition, data, acks=acks,
+                                                     internal_allowed=internal_allowed, timeout_ms=timeout_ms)
+        return await self.purgatory.wait_for_isr(result, acks=acks, timeout_ms=timeout_ms)
+
+    async def append_local(
+        self, topic: str, partition: int, data: bytes | bytearray | memoryview, *, acks: int = 1,
+        internal_allowed: bool = False, timeout_ms: int = 30000, verify_txn: bool = False,
+        txn_guard: VerificationGuard | None = None,
+    ) -> ProduceResult:
+        """Append to the leader's log, without waiting for followers (`wait_for_isr` does): `LeaderPath`."""
+        return await self.leader_path.append_local(topic, partition, data, acks=acks,
+                                                   internal_allowed=internal_allowed, timeout_ms=timeout_ms,
+                                                   verify_txn=verify_txn, txn_guard=txn_guard)
+
+    def append_sync(
+        self, topic: str, partition: int, data: bytes | bytearray | memoryview, *, acks: int = 1,
+        internal_allowed: bool = False, verify_txn: bool = False, txn_guard: VerificationGuard | None = None,
+    ) -> ProduceResult:
+        """Append as the leader, on the loop with no `await` (`LeaderPath.append_sync`)."""
+        return self.leader_path.append_sync(topic, partition, data, acks=acks, internal_allowed=internal_allowed,
+                                            verify_txn=verify_txn, txn_guard=txn_guard)
+
+    async def wait_for_isr(self, result: ProduceResult, *, acks: int, timeout_ms: int,
+                           deadline: float | None = None) -> ProduceResult:
+        """acks=-1: wait until the ISR has `result`'s offsets (`ProducePurgatory.wait_for_isr`)."""
+        return await self.purgatory.wait_for_isr(result, acks=acks, timeout_ms=timeout_ms, deadline=deadline)
+
+    async def wait_all_for_isr(self, results: Sequence[ProduceResult], *,
+                               timeout_ms: int) -> list[ProduceResult | KelpError]:
+        """acks=-1 for a request's appends, within one `timeout_ms` (`ProducePurgatory.wait_all_for_isr`)."""
+        return await self.purgatory.wait_all_for_isr(results, timeout_ms=timeout_ms)
+
+    async def append_txn_markers(
+        self, markers: Sequence[TxnMarker], *, timeout_ms: int = 30000,
+    ) -> list[dict[tuple[str, int], KelpError | None]]:
+        """WriteTxnMarkers: each marker on each of its partitions, acks=all (`TxnMarkerPath`)."""
+        return await self.txn_markers.append_txn_markers(markers, timeout_ms=timeout_ms)
+
+    def append_marker_sync(self, topic: str, partition: int, marker: TxnMarker) -> ProduceResult:
+        """Check and append one marker as the leader, no wait (`TxnMarkerPath.append_marker_sync`)."""
+        return self.txn_markers.append_marker_sync(topic, partition, marker)
+
+    async def fetch(self, requests: Sequence[FetchPartition], *, max_wait_ms: int, min_bytes: int, max_bytes: int,
+                    isolation: int = 0, replica_id: int = -1, zero_copy: bool = False) -> list[FetchPartitionResult]:
+        """Read whole batches; wait up to `max_wait_ms` until `min_bytes` are available (`FetchPath.fetch`)."""
+        return await self.fetch_path.fetch(requests, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
+                                           max_bytes=max_bytes, isolation=isolation, replica_id=replica_id,
+                                           zero_copy=zero_copy)
+
+    def follower_ready(self, topic: str, partition: int, leader_epoch: int) -> bool:
+        """True when this replica follows at `leader_epoch` and no job is changing its log (the fetcher asks)."""
+        return self.follower_path.follower_ready(topic, partition, leader_epoch)
+
+    def append_as_follower(self, topic: str, partition: int, data: bytes | memoryview, *, leader_epoch: int,
+                           leader_high_watermark: int) -> int:
+        """Append what the leader sent; follow its high watermark (`FollowerPath`). Returns the new log end."""
+        return self.follower_path.append_as_follower(topic, partition, data, leader_epoch=leader_epoch,
+                                                     leader_high_watermark=leader_high_watermark)
+
+    async def flush_followers(self) -> None:
+        """fsync the follower logs whose appends reached flush.messages, in a worker thread."""
+        await self.follower_path.flush_followers()
+
+    def follow_log_start(self, topic: str, partition: int, leader_log_start_offset: int) -> int:
+        """A follower raises its log start to the leader's (file work: the fetcher calls it in a worker thread)."""
+        return self.follower_path.follow_log_start(topic, partition, leader_log_start_offset)
+
+    async def truncate_follower(self, topic: str, partition: int, offset: int, *, leader_epoch: int) -> bool:
+        """Truncate a follower's log to `offset` and rebuild its producer state, in a worker thread."""
+        return await self.follower_path.truncate_follower(topic, partition, offset, leader_epoch=leader_epoch)
+
+    async def truncate_follower_fully(self, topic: str, partition: int, offset: int, *, leader_epoch: int) -> bool:
+        """Empty a follower's log and restart it at `offset` (it fell below the leader's log start)."""
+        return await self.follower_path.truncate_follower_fully(topic, partition, offset, leader_epoch=leader_epoch)
+
+    def delete_log_later(self, topic: str, partition: int, topic_id: str | None = None) -> Awaitable[None] | None:
+        """Delete a replica's log with no file work on the event loop (`ReplicaJobs.delete_log_later`)."""
+        return self.jobs.delete_log_later(topic, partition, topic_id)
+
+    def check_isr(self) -> None:
+        """Shrink the ISR of led partitions whose followers lag (periodic; `IsrChanges.check_isr`)."""
+        self.isr_changes.check_isr()
 
     # -- leadership listeners -------------------------------------------
     def add_leadership_listener(self, callback: LeadershipListener) -> None:
@@ -222,7 +359,7 @@ class ReplicaManager(TxnMarkerPath, FetchPath, FollowerPath, IsrChanges):
                                          removed_ids=self.topics.removed_ids())
         part = Partition(topic, p, lg, broker_id=self.broker_id, min_insync_replicas=self._min_isr(topic))
         self._partitions[(topic, p)] = part
-        self._load_producer_state(part)  # a worker-thread job when the log holds batches: appends wait for it
+        self.jobs.load_producer_state(part)  # a worker-thread job when the log holds batches: appends wait for it
         return part
 
     def _transition(self, part: Partition, state: PartitionState, now: int, *, new: bool) -> None:
@@ -266,7 +403,7 @@ class ReplicaManager(TxnMarkerPath, FetchPath, FollowerPath, IsrChanges):
         except KelpError as exc:  # an offline log: every request to it answers KAFKA_STORAGE_ERROR anyway
             log.error("%s: leader epoch %d not recorded: %s", part.name, part.leader_epoch, exc)
         else:
-            self._background(asyncio.to_thread(lg.flush_leader_epochs),
+            self.jobs.background(asyncio.to_thread(lg.flush_leader_epochs),
                              f"writing the leader-epoch checkpoint of {part.name}")
         part.maybe_advance_high_watermark()
         log.info("%s: leader at epoch %d, ISR %s, log end %d, high watermark %d",
@@ -293,72 +430,11 @@ class ReplicaManager(TxnMarkerPath, FetchPath, FollowerPath, IsrChanges):
     def get_partition(self, topic: str, partition: int) -> Partition | None:
         return self._partitions.get((topic, partition))
 
-    def _partition(self, topic: str, partition: int) -> Partition:
-        part = self._partitions.get((topic, partition))
-        if part is not None:
-            return part
-        info = self.topics.check_partition(topic, partition)
-        state = info.partition_states[partition]
-        if self.broker_id in state.replicas:
-            self.apply_topic(topic)
-            part = self._partitions.get((topic, partition))
-            if part is not None:
-                return part
-        raise NotLeaderOrFollowerError(
-            f"topic '{topic}' partition {partition} has no replica on broker {self.broker_id} "
-            f"(leader is broker {state.leader}); refresh metadata"
-        )
-
-    def _leader(self, topic: str, partition: int, current_leader_epoch: int = -1) -> Partition:
-        part = self._partition(topic, partition)
-        if current_leader_epoch >= 0:
-            self._check_epoch(part, current_leader_epoch)
-        if not part.is_leader:
-            raise NotLeaderOrFollowerError(
-                f"broker {self.broker_id} is not the leader of topic '{topic}' partition {partition} "
-                f"(leader is broker {part.leader}, epoch {part.leader_epoch}); refresh metadata"
-            )
-        if not part.leader_ready:
-            raise NotLeaderOrFollowerError(
-                f"broker {self.broker_id} takes the leadership of topic '{topic}' partition {partition} "
-                f"(epoch {part.leader_epoch}) once the truncation of its log in flight completes; retry")
-        return part
-
-    @staticmethod
-    def _check_epoch(part: Partition, requested: int) -> None:
-        if requested < part.leader_epoch:
-            raise FencedLeaderEpochError(
-                f"topic '{part.topic}' partition {part.partition}: request for leader epoch {requested}, "
-                f"current is {part.leader_epoch}; refresh metadata"
-            )
-        if requested > part.leader_epoch:
-            raise UnknownLeaderEpochError(
-                f"topic '{part.topic}' partition {part.partition}: request for leader epoch {requested}, "
-                f"broker {part.broker_id} knows only up to {part.leader_epoch} yet; retry"
-            )
-
     def _min_isr(self, topic: str) -> int:
         try:
             return int(self.topics.effective_configs(topic)["min.insync.replicas"][0])
         except (KelpError, KeyError, ValueError):
             return 1
-
-    def _background(self, coro: Coroutine[object, object, object], what: str) -> asyncio.Task[None] | None:
-        async def run() -> None:
-            try:
-                await coro
-            except Exception as exc:
-                log.warning("%s failed: %s", what, exc)
-
-        try:
-            task = asyncio.get_running_loop().create_task(run())
-        except RuntimeError:  # no loop (unit tests driving the manager synchronously)
-            coro.close()
-            return None
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        task.add_done_callback(lambda _t: coro.close())  # cancelled before it started (close): never awaited
-        return task
 
     def expire_producers(self) -> int:
         """Forget idempotent producers idle for producer.id.expiration.ms on every replica (periodic, on the loop).
@@ -387,7 +463,7 @@ class ReplicaManager(TxnMarkerPath, FetchPath, FollowerPath, IsrChanges):
 
         With `isolation_level` 1 (read_committed) "latest" is the last stable offset and a lookup by time
         finds only offsets below it, as Kafka's `Partition.fetchOffsetForTimestamp`."""
-        part = self._leader(topic, partition, current_leader_epoch)
+        part = self.table.leader(topic, partition, current_leader_epoch)
         lg = part.log
         if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             return lg.log_start_offset, -1
@@ -414,7 +490,7 @@ class ReplicaManager(TxnMarkerPath, FetchPath, FollowerPath, IsrChanges):
         (the lowest log start over the ISR) reached `offset`, with it, or REQUEST_TIMED_OUT after
         `timeout_ms`. The segments wholly below the log start go at the next retention check.
         """
-        part = self._leader(topic, partition)
+        part = self.table.leader(topic, partition)
         lg = part.log
         if not lg.config.delete:
             raise PolicyViolationError(
@@ -428,7 +504,7 @@ class ReplicaManager(TxnMarkerPath, FetchPath, FollowerPath, IsrChanges):
                 f"it must be between 0 and the high watermark {hw} (or -1 for the high watermark)")
         if target > lg.log_start_offset:
             await asyncio.to_thread(lg.advance_log_start_offset, target)
-            self._dirty.add((topic, partition))
+            self.table.mark_dirty(topic, partition)
             log.info("%s: records before offset %d deleted (DeleteRecords); log start is %d",
                      part.name, target, lg.log_start_offset)
         loop = asyncio.get_running_loop()
@@ -452,7 +528,7 @@ class ReplicaManager(TxnMarkerPath, FetchPath, FollowerPath, IsrChanges):
         return low
 
     def partition_info(self, topic: str, partition: int) -> PartitionInfo:
-        part = self._partition(topic, partition)
+        part = self.table.replica(topic, partition)
         lg = part.log
         return PartitionInfo(
             topic, partition, lg.log_start_offset, lg.log_end_offset, part.high_watermark, lg.size_bytes
@@ -461,17 +537,17 @@ class ReplicaManager(TxnMarkerPath, FetchPath, FollowerPath, IsrChanges):
     def active_producers(self, topic: str, partition: int) -> tuple[list[ActiveProducer], int, int]:
         """(the producers of this replica, its last stable offset, its high watermark) for DescribeProducers,
         which Kafka serves on any replica (`kafka-transactions describe-producers --broker-id`)."""
-        part = self._partition(topic, partition)
+        part = self.table.replica(topic, partition)
         return part.producers.active_producers(), part.last_stable_offset, part.high_watermark
 
     def end_offset_for_epoch(self, topic: str, partition: int, epoch: int, *,
                              current_leader_epoch: int = -1) -> tuple[int, int]:
         """(epoch, end offset) for OffsetForLeaderEpoch (KIP-101/320); (-1, -1) when unknown (leader only)."""
-        part = self._leader(topic, partition, current_leader_epoch)
+        part = self.table.leader(topic, partition, current_leader_epoch)
         return part.log.end_offset_for_epoch(epoch)
 
     def leader_epoch(self, topic: str, partition: int) -> int:
-        return self._partition(topic, partition).leader_epoch
+        return self.table.replica(topic, partition).leader_epoch
 
     def checkpoint_dirty(self) -> int:
         """Persist high watermark / log start of partitions appended to since the last call."""
@@ -479,13 +555,7 @@ class ReplicaManager(TxnMarkerPath, FetchPath, FollowerPath, IsrChanges):
 
     def take_dirty(self) -> list[Log]:
         """The logs appended to since the last call (call on the event loop; cheap)."""
-        dirty, self._dirty = self._dirty, set()
-        logs = []
-        for key in dirty:
-            part = self._partitions.get(key)
-            if part is not None:
-                logs.append(part.log)
-        return logs
+        return self.table.take_dirty()
 
     @staticmethod
     def write_checkpoints(logs: Sequence[Log]) -> int:

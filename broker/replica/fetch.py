@@ -10,9 +10,8 @@ aborted transactions overlapping what it got (from the segments'
 aborted-transaction indexes, in memory). A follower out of the ISR gets
 nothing for partitions its topic lists in `leader.replication.throttled.replicas`
 while this broker's leader replication quota is over its rate (KIP-73,
-`replication_quota`). `ReplicaManager` mixes this in; it uses the
-manager's partitions, leadership checks and metrics (declared in
-`replica_state`).
+`replication_quota`). `ReplicaManager` composes it with the
+partition table and the leader's ISR proposals (`isr_changes`).
 """
 
 from __future__ import annotations
@@ -21,13 +20,17 @@ import asyncio
 import os
 from typing import Sequence
 
+from kelp.clock import WallClockMs
 from kelp.errors import KelpError, NotLeaderOrFollowerError, OffsetOutOfRangeError
 from kelp.records import iter_headers
 
+from ..storage import Log
+from .interfaces import TopicCounter
+from .isr_changes import IsrChanges
 from .partition import Partition
-from .replica_state import ReplicaState
-from .replica_types import FetchPartition, FetchPartitionResult, SegmentSlice, close_results
-from .storage import Log
+from .replication_quota import ReplicationQuotas
+from .results import FetchPartition, FetchPartitionResult, SegmentSlice, close_results
+from .table import PartitionTable
 
 __all__ = ["FetchPath", "ZERO_COPY_MIN_BYTES", "READ_COMMITTED"]
 
@@ -36,8 +39,17 @@ ZERO_COPY_MIN_BYTES = 64 * 1024
 READ_COMMITTED = 1  # Fetch / ListOffsets isolation_level: read below the last stable offset
 
 
-class FetchPath(ReplicaState):
-    """Fetch for consumers and followers (mixed into ReplicaManager)."""
+class FetchPath:
+    """Fetch for consumers and followers."""
+
+    def __init__(self, table: PartitionTable, isr_changes: IsrChanges, quotas: ReplicationQuotas, *,
+                 lag_clock_ms: WallClockMs, bytes_out: TopicCounter, records_out: TopicCounter) -> None:
+        self.table = table
+        self.isr_changes = isr_changes
+        self.quotas = quotas  # KIP-73: the leader's replication quota
+        self.lag_clock_ms = lag_clock_ms  # monotonic ms: when a follower fetched
+        self.bytes_out = bytes_out  # the process-wide traffic counters (kelp.broker.metrics)
+        self.records_out = records_out
 
     def _read(
         self, requests: Sequence[FetchPartition], *, max_bytes: int, replica_id: int = -1, zero_copy: bool = False,
@@ -46,14 +58,14 @@ class FetchPath(ReplicaState):
         results: list[FetchPartitionResult] = []
         remaining = max_bytes
         total = 0
-        now = self._lag_clock_ms() if replica_id >= 0 else 0
-        quotas = self.replication_quotas
+        now = self.lag_clock_ms() if replica_id >= 0 else 0
+        quotas = self.quotas
         quota = quotas.leader
         for req in requests:
             res = FetchPartitionResult(req.topic, req.partition)
             results.append(res)
             try:
-                part = self._leader(req.topic, req.partition, req.current_leader_epoch)
+                part = self.table.leader(req.topic, req.partition, req.current_leader_epoch)
             except KelpError as exc:
                 res.error = exc
                 continue
@@ -123,7 +135,7 @@ class FetchPath(ReplicaState):
                 f"epoch {part.leader_epoch}); it must truncate first")
         wanted = part.record_follower_fetch(replica_id, offset, now, log_start_offset)
         if wanted is not None:
-            self._request_isr(part, wanted, f"broker {replica_id} caught up at offset {offset}")
+            self.isr_changes.request_isr(part, wanted, f"broker {replica_id} caught up at offset {offset}")
         if part.maybe_advance_high_watermark():
             part.wake()
 
@@ -196,7 +208,7 @@ class FetchPath(ReplicaState):
             fut: asyncio.Future[None] = loop.create_future()
             parts = []
             for req in requests:
-                part = self._partitions.get((req.topic, req.partition))
+                part = self.table.get(req.topic, req.partition)
                 if part is not None:
                     part.waiters.add(fut)
                     parts.append(part)
@@ -231,7 +243,7 @@ class FetchPath(ReplicaState):
 
     def _view(self, req: FetchPartition, isolation: int) -> tuple[object, ...]:
         """What a read of `req` depends on, from a few attribute reads: when it is unchanged, so is the read."""
-        part = self._partitions.get((req.topic, req.partition))
+        part = self.table.get(req.topic, req.partition)
         if part is None:
             return (None,)
         lg = part.log
@@ -242,12 +254,12 @@ class FetchPath(ReplicaState):
         try:
             for r in results:
                 if r.records:
-                    self._bytes_out.labels(topic=r.topic).inc(len(r.records))
+                    self.bytes_out.labels(topic=r.topic).inc(len(r.records))
                     if isinstance(r.records, SegmentSlice):
                         n = r.records.records  # counted from the headers when the range was cut
                     else:
                         n = sum(h.record_count for h in iter_headers(r.records))  # per batch
-                    self._records_out.labels(topic=r.topic).inc(n)
+                    self.records_out.labels(topic=r.topic).inc(n)
         except Exception:  # metrics must never fail a fetch
             pass
         return results

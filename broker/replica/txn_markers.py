@@ -6,8 +6,8 @@ must check it against the producer's state (a stale producer epoch is INVALID_PR
 coordinator TRANSACTION_COORDINATOR_FENCED), append it, close the producer's transaction, index it if it
 was aborted (the segment's `.txnindex`, which read_committed fetches read), and answer only once the ISR
 has it — Kafka appends markers with requiredAcks=-1 — within a bound. Followers replicate markers like
-any batch (`replica_follower` applies them to their producer state and index the same way).
-`ReplicaManager` mixes this in; it uses the manager's partitions, leadership checks and the acks=all wait.
+any batch (`follower` applies them to their producer state and index the same way).
+`ReplicaManager` composes it with the partition table, the jobs on a replica's log and the purgatory.
 
 It must never parse records other than the marker it builds, never `await` between the marker's check,
 its append and the producer-state update of one partition, and never answer before the ISR wait.
@@ -20,14 +20,18 @@ import logging
 from dataclasses import dataclass
 from typing import Sequence
 
+from kelp.clock import WallClockMs
 from kelp.control_records import build_marker_batch
 from kelp.errors import KelpError, NotEnoughReplicasError, NotLeaderOrFollowerError
 
-from .loop_budget import LoopBudget
+from ..loop_budget import LoopBudget
+from ..storage.txn_index import AbortedTxn
+from .jobs import ReplicaJobs
 from .partition import Partition
-from .replica_produce import ProducePath
-from .replica_types import ProduceResult
-from .storage.txn_index import AbortedTxn
+from .purgatory import ProducePurgatory
+from .results import ProduceResult
+from .rolls import maybe_snapshot_producers, roll_later
+from .table import PartitionTable
 
 __all__ = ["TxnMarker", "TxnMarkerPath"]
 
@@ -45,8 +49,15 @@ class TxnMarker:
     partitions: tuple[tuple[str, int], ...]  # (topic, partition)
 
 
-class TxnMarkerPath(ProducePath):
-    """The leader's marker appends (mixed into ReplicaManager)."""
+class TxnMarkerPath:
+    """The leader's marker appends."""
+
+    def __init__(self, table: PartitionTable, jobs: ReplicaJobs, purgatory: ProducePurgatory,
+                 now_ms: WallClockMs) -> None:
+        self.table = table
+        self.jobs = jobs
+        self.purgatory = purgatory
+        self.now_ms = now_ms  # wall clock: the markers' timestamps
 
     async def append_txn_markers(
         self, markers: Sequence[TxnMarker], *, timeout_ms: int = 30000,
@@ -68,9 +79,9 @@ class TxnMarkerPath(ProducePath):
                 key = (topic, partition)
                 await budget.tick()
                 try:
-                    part = self._partitions.get(key)
+                    part = self.table.parts.get(key)
                     if part is not None and part.busy is not None:
-                        await self._await_not_busy(part, timeout_ms / 1000.0)
+                        await self.jobs.await_not_busy(part, timeout_ms / 1000.0)
                     result = self.append_marker_sync(topic, partition, marker)
                     if result.flush_due and isinstance(result.appended_to, Partition):
                         await asyncio.to_thread(result.appended_to.log.flush)  # flush.messages, never on the loop
@@ -80,7 +91,7 @@ class TxnMarkerPath(ProducePath):
                 answer[key] = None
                 waits.append((answer, key, result))
 
-        waited = await self.wait_all_for_isr([r for _, _, r in waits], timeout_ms=timeout_ms)
+        waited = await self.purgatory.wait_all_for_isr([r for _, _, r in waits], timeout_ms=timeout_ms)
         for (answer, key, _), outcome in zip(waits, waited, strict=True):
             if isinstance(outcome, KelpError):
                 answer[key] = outcome
@@ -89,11 +100,11 @@ class TxnMarkerPath(ProducePath):
     def append_marker_sync(self, topic: str, partition: int, marker: TxnMarker) -> ProduceResult:
         """Check and append one marker as the leader (no wait); Kafka's appendRecords for the COORDINATOR
         origin: internal topics allowed, min.insync.replicas checked as for acks=all."""
-        part = self._leader(topic, partition)
+        part = self.table.leader(topic, partition)
         if part.busy is not None:
             raise NotLeaderOrFollowerError(
                 f"topic '{topic}' partition {partition}: its producer state is loading on broker "
-                f"{self.broker_id}; retry")
+                f"{self.table.broker_id}; retry")
         if len(part.isr) < part.min_insync_replicas:
             raise NotEnoughReplicasError(
                 f"topic '{topic}' partition {partition}: {len(part.isr)} in-sync replica(s) {list(part.isr)}, "
@@ -102,12 +113,12 @@ class TxnMarkerPath(ProducePath):
         producers.check_marker(marker.producer_id, marker.producer_epoch, marker.coordinator_epoch)
         lg = part.log
         batch = build_marker_batch(marker.producer_id, marker.producer_epoch, commit=marker.commit,
-                                   coordinator_epoch=marker.coordinator_epoch, timestamp_ms=self._now_ms())
+                                   coordinator_epoch=marker.coordinator_epoch, timestamp_ms=self.now_ms())
         before = lg.log_end_offset
         result = lg.append_as_leader(batch, leader_epoch=part.leader_epoch, origin="coordinator", defer_flush=True,
                                      defer_roll=True)
         if lg.active_segment.base_offset != part.snapshot_base:
-            self._maybe_snapshot_producers(part, before)
+            maybe_snapshot_producers(self.jobs, part, before)
         done = producers.apply_marker(marker.producer_id, marker.producer_epoch, marker.coordinator_epoch,
                                       result.first_offset, commit=marker.commit, timestamp=result.max_timestamp)
         if done is not None and done.aborted:
@@ -115,9 +126,9 @@ class TxnMarkerPath(ProducePath):
                                              done.last_stable_offset))
         part.publish_unstable()
         if result.roll_due:
-            self._roll_later(part)
+            roll_later(self.jobs, part)
         part.maybe_advance_high_watermark()
-        self._dirty.add((topic, partition))
+        self.table.mark_dirty(topic, partition)
         part.wake()
         log.debug("%s: %s marker of producer %d epoch %d at offset %d", part.name,
                   "COMMIT" if marker.commit else "ABORT", marker.producer_id, marker.producer_epoch,

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 from kelp.errors import KelpError, NotLeaderOrFollowerError, OffsetNotAvailableError
 
-from .metadata.model import NO_LEADER, PartitionState
+from ..metadata.model import NO_LEADER, PartitionState
+from ..storage import Log
 from .producer_state import ProducerStateManager
-from .storage import Log
 
 __all__ = ["Partition", "ReplicaProgress"]
 

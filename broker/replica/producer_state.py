@@ -71,7 +71,7 @@ from kelp.errors import (
 )
 from kelp.records import BatchInfo, iter_headers
 
-from .storage.producer_snapshot import ProducerEntry
+from ..storage.producer_snapshot import ProducerEntry
 
 __all__ = ["ProducerStateManager", "VerificationGuard", "Duplicate", "CompletedTxn", "ActiveProducer",
            "MAX_CACHED_BATCHES"]

@@ -28,9 +28,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from ..storage import Log
+from ..storage.txn_index import AbortedTxn
 from .producer_state import ProducerStateManager
-from .storage import Log
-from .storage.txn_index import AbortedTxn
 
 __all__ = ["RebuiltState", "rebuild_producer_state"]
 

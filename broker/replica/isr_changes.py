@@ -9,7 +9,7 @@ answer was lost must never let the high watermark pass a record the new
 member lacks (it could be elected). An unknown outcome is asked again; only
 a definite refusal or newer metadata ends the pending change — as Kafka's
 `Partition.submitAlterPartition` / `AlterPartitionManager`. `ReplicaManager`
-mixes this in (the state it uses is declared in `replica_state`); it must
+composes it (the read path proposes followers that caught up); it must
 never change an ISR itself.
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from kelp.clock import WallClockMs
 from kelp.errors import (
     FencedLeaderEpochError,
     IneligibleReplicaError,
@@ -27,8 +28,10 @@ from kelp.errors import (
     UnknownTopicOrPartitionError,
 )
 
+from .interfaces import AlterPartition
+from .jobs import ReplicaJobs
 from .partition import Partition
-from .replica_state import ReplicaState
+from .table import PartitionTable
 
 __all__ = ["IsrChanges"]
 
@@ -40,14 +43,25 @@ _STALE_VIEW = (FencedLeaderEpochError, NotLeaderOrFollowerError, InvalidUpdateVe
                UnknownTopicOrPartitionError)
 
 
-class IsrChanges(ReplicaState):
-    """Leader-side ISR proposals (mixed into ReplicaManager)."""
+class IsrChanges:
+    """Leader-side ISR proposals."""
 
-    def _request_isr(self, part: Partition, new_isr: tuple[int, ...], reason: str) -> None:
+    def __init__(self, table: PartitionTable, jobs: ReplicaJobs, lag_clock_ms: WallClockMs, lag_ms: int) -> None:
+        self.table = table
+        self.jobs = jobs
+        self.lag_clock_ms = lag_clock_ms  # monotonic ms: follower progress and ISR lag
+        self.lag_ms = lag_ms  # replica.lag.time.max.ms
+        # Set by the cluster layer: asks the controller to change a partition's ISR (its answer is applied by the
+        # metadata it is committed in).
+        self.alter_partition: AlterPartition | None = None
+        # AlterPartition with an unknown outcome is sent again after this backoff (seconds: first, cap).
+        self.backoff_s = (0.05, 2.0)
+
+    def request_isr(self, part: Partition, new_isr: tuple[int, ...], reason: str) -> None:
         if self.alter_partition is None or part.pending_isr is not None:
             return
         part.pending_isr = new_isr
-        self._background(self._alter_isr(part, new_isr, reason), f"ISR change of {part.name}")
+        self.jobs.background(self._alter_isr(part, new_isr, reason), f"ISR change of {part.name}")
 
     async def _alter_isr(self, part: Partition, new_isr: tuple[int, ...], reason: str) -> None:
         """Ask the controller for `new_isr` until the outcome is known (KIP-497, as Kafka's AlterPartitionManager).
@@ -63,10 +77,10 @@ class IsrChanges(ReplicaState):
         """
         epoch, pepoch, old = part.leader_epoch, part.partition_epoch, list(part.isr)
         key = (part.topic, part.partition)
-        delay, cap = self.alter_partition_backoff_s
+        delay, cap = self.backoff_s
 
         def still_pending() -> bool:
-            return (part.pending_isr == new_isr and part.is_leader and self._partitions.get(key) is part
+            return (part.pending_isr == new_isr and part.is_leader and self.table.parts.get(key) is part
                     and (part.leader_epoch, part.partition_epoch) == (epoch, pepoch))
 
         try:
@@ -99,11 +113,11 @@ class IsrChanges(ReplicaState):
     def check_isr(self) -> None:
         """Shrink the ISR of led partitions whose followers lag more than replica.lag.time.max.ms (periodic); lag is
         measured on the monotonic clock."""
-        now = self._lag_clock_ms()
-        for part in list(self._partitions.values()):
+        now = self.lag_clock_ms()
+        for part in self.table.values():
             if not part.is_leader or len(part.isr) <= 1:
                 continue
-            lagging = part.out_of_sync(now, self._lag_ms)
+            lagging = part.out_of_sync(now, self.lag_ms)
             if lagging:
-                self._request_isr(part, tuple(r for r in part.isr if r not in lagging),
-                                  f"broker(s) {list(lagging)} not caught up within {self._lag_ms} ms")
+                self.request_isr(part, tuple(r for r in part.isr if r not in lagging),
+                                  f"broker(s) {list(lagging)} not caught up within {self.lag_ms} ms")
