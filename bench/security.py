@@ -56,7 +56,7 @@ from typing import Any, Callable, Mapping
 
 from . import clients, probe, section_main
 from .broker import BenchBroker
-from .security_report import print_report
+from .security_report import ACL_PREFIX, CASES, print_report
 
 __all__ = ["MODES", "read_client_properties", "librdkafka_config", "run", "run_external", "print_report", "main"]
 
@@ -66,9 +66,7 @@ ADMIN = ("admin", "admin-secret")
 USER = ("alice", "alice-secret")
 SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
-ACL_PREFIX = "acl-bench-"
 WARMUP_RECORDS = 20_000
-CASES = ("produce acks=1", "produce acks=all", "consume")
 
 # Java client properties that name what librdkafka calls otherwise, or that it has no use for (PEM only).
 _RENAMED = {"sasl.mechanism": "sasl.mechanisms", "ssl.truststore.location": "ssl.ca.location"}

@@ -9,7 +9,11 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-__all__ = ["print_report"]
+__all__ = ["print_report", "ACL_PREFIX", "CASES"]
+
+# The section's topic prefix for the ACL-check runs and its cases, named here (the section imports this module).
+ACL_PREFIX = "acl-bench-"
+CASES = ("produce acks=1", "produce acks=all", "consume")
 
 def _fmt(value: float | None, spec: str = ",.1f") -> str:
     return "-" if value is None else format(value, spec)
@@ -22,8 +26,6 @@ def _paired_ratios(row: dict[str, Any]) -> list[float]:
 
 def print_report(res: dict[str, Any]) -> None:
     from kelp.cli.output import print_table
-
-    from .security import ACL_PREFIX, CASES  # the section's names (it imports this module)
 
     rows = res["rows"]
     brokers = [b for b in ("kelp", "kafka", "cluster") if any(b in r for r in rows)]

@@ -3,7 +3,7 @@
 Why: authorization has one door. `authorizer.class.name` decides whether it is on (empty: every request is
 allowed, as in Kafka); when it is, the decisions are `kelp.broker.security.authorizer.Authorizer`'s — Kafka
 StandardAuthorizer's rules, `super.users`, `allow.everyone.if.no.acl.found`, a per-principal decision
-cache. Its ACLs are the cluster's: the controller stores them in the metadata log (`cluster.acl_admin`),
+cache. Its ACLs are the cluster's: the controller stores them in the metadata log (`cluster.controller.acl_admin`),
 every broker replays them (`apply_delta`: the cluster member tells it the log's image as it loads it at
 start, then every delta as it applies it, before this process is registered too, so a starting broker
 authorizes the very deliveries that register it), and each change reaches the authorizer as an add or a
@@ -31,10 +31,10 @@ from typing import TypeVar, cast
 
 from kelp.errors import InvalidRequestError, SecurityDisabledError
 
-from .cluster.controller_answers import CreateAclsAnswer, DeleteAclsAnswer
-from .cluster.metadata_image import MetadataDelta
 from .config import BrokerConfig
 from .loop_budget import LoopBudget
+from .metadata.controller_answers import CreateAclsAnswer, DeleteAclsAnswer
+from .metadata.image import MetadataDelta
 from .security.acl import (
     CLUSTER_NAME,
     AclBinding,

@@ -45,10 +45,8 @@ from kelp.clock import monotonic
 from . import allocator
 from .acl_manager import AclManager
 from .client_quota_manager import ClientQuotaManager
-from .cluster.client_quotas import ip_connection_rate
 from .cluster.inter_broker import InterBrokerSecurity, kafka_identities
 from .cluster.member import ClusterMember
-from .cluster.model import BrokerEndpoint
 from .cluster.replica_fetcher import ReplicaFetcherManager
 from .config import BrokerConfig
 from .config_keys import per_ip_limits
@@ -62,6 +60,8 @@ from .kafka.limits import ConnectionQuota, MemoryPool
 from .kafka.listener_security import ListenerSecurity
 from .kafka.server import KafkaServer
 from .loop_monitor import LoopLagMonitor
+from .metadata.client_quotas import ip_connection_rate
+from .metadata.model import BrokerEndpoint
 from .metrics import BrokerMetrics
 from .parts import BrokerParts
 from .replica.manager import ReplicaManager

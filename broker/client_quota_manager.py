@@ -2,7 +2,7 @@
 
 Why: one client producing or fetching as fast as the network allows takes the disk, the replication and the
 event loop from everyone else; Kafka bounds it with `producer_byte_rate` / `consumer_byte_rate` quotas set by
-`kafka-configs` (recorded in the metadata image: `cluster.client_quotas`). This module is Kafka's
+`kafka-configs` (recorded in the metadata image: `metadata.client_quotas`). This module is Kafka's
 ClientQuotaManager: the quota of a request's (user, client id) is the most specific entity that sets the key,
 in Kafka's order
 
@@ -41,7 +41,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 
-from .cluster.client_quotas import CLIENT_ID, USER, Entity, QuotaTable
+from .metadata.client_quotas import CLIENT_ID, USER, Entity, QuotaTable
 
 __all__ = ["ClientQuotaManager", "PRODUCE", "FETCH", "MUTATIONS", "REQUEST", "quota_of"]
 

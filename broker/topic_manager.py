@@ -42,9 +42,6 @@ from kelp.errors import (
 )
 from kelp.json_types import JsonObject
 
-from .cluster.controller_answers import BrokerConfigsAnswer, TopicAnswer
-from .cluster.metadata_image import MetadataDelta, MetadataImage
-from .cluster.model import INTERNAL_TOPICS, TopicState, topic_from_json
 from .config import (
     DEFAULT_ENTITY,
     TOPIC_BROKER_SYNONYMS,
@@ -52,6 +49,9 @@ from .config import (
     validate_broker_configs,
     validate_topic_configs,
 )
+from .metadata.controller_answers import BrokerConfigsAnswer, TopicAnswer
+from .metadata.image import MetadataDelta, MetadataImage
+from .metadata.model import INTERNAL_TOPICS, TopicState, topic_from_json
 from .storage import LogConfig, LogManager
 
 __all__ = ["TopicManager", "TopicInfo", "TopicListener", "ControllerDoor", "validate_topic_name",
@@ -199,7 +199,7 @@ class TopicManager:
         return len(wanted) + len(gone)
 
     def apply_delta(self, delta: MetadataDelta) -> None:
-        """Apply what one step of the metadata log changed (`metadata_image.MetadataDelta`), in that order:
+        """Apply what one step of the metadata log changed (`metadata.image.MetadataDelta`), in that order:
         removals (logs deleted: only ever for a `remove_topic` record), topics forgotten without a tombstone
         (served no more, their logs kept), then new and changed topics. Dynamic broker configs first, so
         the logs of new topics start with them."""

@@ -18,11 +18,11 @@ from __future__ import annotations
 import json
 
 from ..config import BrokerConfig
+from ..metadata.image import MetadataCorrupt, MetadataImage, apply_entry
+from ..metadata.records import MetadataEntry, MetadataRecord, as_entry
+from ..metadata.scram_credentials import record_of
 from ..security.scram import ScramUpsertion
-from .metadata_image import MetadataCorrupt, MetadataImage, apply_entry
 from .metadata_log import FileMetadataLog, MetadataLog, MetadataLogConflict
-from .metadata_records import MetadataEntry, MetadataRecord, as_entry
-from .scram_credentials import record_of
 
 __all__ = ["AlreadyFormatted", "metadata_log_for", "format_metadata", "describe_store"]
 

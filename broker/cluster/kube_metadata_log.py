@@ -35,6 +35,16 @@ import json
 from kelp.json_types import JsonObject
 from kelp.kube.api import ApiClient, KubeApiError, KubeObject, request, request_list, request_object
 
+from ..metadata.model import TopicStateJson
+from ..metadata.records import (
+    LegacyClusterDoc,
+    MetadataEntry,
+    MetadataSnapshot,
+    as_entry,
+    as_legacy_cluster,
+    as_snapshot,
+    as_topic,
+)
 from .metadata_log import (
     BlockingMetadataLog,
     LegacyMetadata,
@@ -46,16 +56,6 @@ from .metadata_log import (
     compaction_start,
     went_back,
 )
-from .metadata_records import (
-    LegacyClusterDoc,
-    MetadataEntry,
-    MetadataSnapshot,
-    as_entry,
-    as_legacy_cluster,
-    as_snapshot,
-    as_topic,
-)
-from .model import TopicStateJson
 
 __all__ = ["KubeMetadataLog", "MAX_OBJECT_BYTES"]
 

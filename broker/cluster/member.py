@@ -32,17 +32,17 @@ from kelp import clock
 from kelp.clock import Monotonic, WallClockMs
 from kelp.leases import LeaseBackend, LeaseElector, LivenessView
 
+from ..metadata.controller_answers import ProducerIdsAnswer
+from ..metadata.image import MetadataImage, Position, diff_images
+from ..metadata.model import BrokerEndpoint, BrokerEndpointJson
 from .controller import Controller, ControllerSettings
-from .controller_answers import ProducerIdsAnswer
 from .file_leases import FileLeaseBackend
 from .inter_broker import InterBrokerSecurity
 from .member_leases import ENDPOINT_ANNOTATION, MemberLeases
 from .member_metadata import MemberMetadata
 from .member_shutdown import MemberShutdown
 from .member_state import MemberHost, Sleep
-from .metadata_image import MetadataImage, Position, diff_images
 from .metadata_log import FileMetadataLog
-from .model import BrokerEndpoint, BrokerEndpointJson
 from .routing import LeaderRouting, broker_id_of, error_for
 
 __all__ = ["ClusterMember", "ClusterDescription", "ENDPOINT_ANNOTATION", "error_for", "broker_id_of"]

@@ -27,10 +27,10 @@ import logging
 
 from kelp.errors import KelpError
 
+from ..metadata.image import Position
+from ..metadata.model import BrokerEndpoint
 from .controller import MetadataHistoryRefused
 from .member_state import MemberState
-from .metadata_image import Position
-from .model import BrokerEndpoint
 from .routing import broker_id_of
 
 __all__ = ["MemberLeases", "ENDPOINT_ANNOTATION", "METADATA_ANNOTATION"]

@@ -4,7 +4,7 @@ Why a module of its own: applying the metadata log is the one rule every broker'
 rests on, apart from leases and requests. An entry is applied only if it follows the offset this
 broker has; older ones are ignored, a gap stops the batch (the controller resends from the offset the
 answer names), a delivery from a deposed controller (an older epoch) is refused. Nothing is inferred
-from absence: a topic goes only by its `remove_topic` record (see `metadata_image`). Metadata that
+from absence: a topic goes only by its `remove_topic` record (see `metadata.image`). Metadata that
 cannot be read stops the broker's start with the reason; it is never taken for "no topics".
 
 A (re)started process acts on the metadata only once it is **registered**: the controller has
@@ -28,8 +28,7 @@ from dataclasses import dataclass
 
 from kelp.errors import KelpError, MetadataDivergedError, StaleControllerEpochError
 
-from .member_state import MemberState
-from .metadata_image import (
+from ..metadata.image import (
     MetadataCorrupt,
     MetadataDelta,
     MetadataDiverged,
@@ -41,10 +40,11 @@ from .metadata_image import (
     image_from_log,
     image_from_snapshot,
 )
+from ..metadata.model import BrokerEndpoint
+from ..metadata.records import MetadataPush
+from .member_state import MemberState
 from .metadata_log import MetadataUnreadable
 from .metadata_publisher import HistoryDiverged, StaleEpoch
-from .metadata_records import MetadataPush
-from .model import BrokerEndpoint
 
 __all__ = ["MemberMetadata", "LOAD_ATTEMPTS"]
 

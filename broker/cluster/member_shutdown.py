@@ -18,7 +18,7 @@ from typing import cast
 
 from kelp.errors import KelpError
 
-from .controller_answers import ShutdownAnswer
+from ..metadata.controller_answers import ShutdownAnswer
 from .member_state import MemberState
 
 __all__ = ["MemberShutdown"]

@@ -21,14 +21,14 @@ from kelp.json_types import JsonObject
 from kelp.leases import LeaseBackend, LeaseElector, LivenessView
 
 from ..config import BrokerConfig
+from ..metadata.image import MetadataDelta, MetadataImage, Position
+from ..metadata.model import BrokerEndpoint
+from ..metadata.records import MetadataPush
 from ..replica.manager import ReplicaManager
 from ..topic_manager import TopicManager
 from .controller import Controller
 from .inter_broker import InterBrokerSecurity
-from .metadata_image import MetadataDelta, MetadataImage, Position
 from .metadata_log import MetadataLog
-from .metadata_records import MetadataPush
-from .model import BrokerEndpoint
 
 if TYPE_CHECKING:
     import aiohttp

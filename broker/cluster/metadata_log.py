@@ -1,7 +1,7 @@
 """The metadata log's storage: append-only entries fenced by their offset and by the log start, plus snapshots.
 
 Why: cluster metadata must be ordered and fenced by construction (see
-`metadata_image` and docs/metadata.md). Every entry lives in its own slot,
+`metadata.image` and docs/metadata.md). Every entry lives in its own slot,
 named by its offset, and is written with *create-if-absent*: two controllers
 can never both write offset N, and a deposed controller — whose idea of the
 next offset was taken by its successor's `controller` record — fails its
@@ -57,8 +57,8 @@ from typing import Callable
 
 from kelp.json_types import JsonObject
 
-from .file_lock import exclusive
-from .metadata_records import (
+from ..metadata.model import TopicStateJson
+from ..metadata.records import (
     LegacyClusterDoc,
     MetadataEntry,
     MetadataSnapshot,
@@ -67,7 +67,7 @@ from .metadata_records import (
     as_snapshot,
     as_topic,
 )
-from .model import TopicStateJson
+from .file_lock import exclusive
 
 __all__ = [
     "KEPT_SNAPSHOTS",

@@ -26,10 +26,10 @@ import logging
 from collections import deque
 from typing import Awaitable, Callable
 
-from .metadata_image import MetadataImage, snapshot_to_json
+from ..metadata.image import MetadataImage, snapshot_to_json
+from ..metadata.model import BrokerEndpoint, BrokerEndpointJson
+from ..metadata.records import MetadataEntry, MetadataPush
 from .metadata_log import entry_size
-from .metadata_records import MetadataEntry, MetadataPush
-from .model import BrokerEndpoint, BrokerEndpointJson
 
 __all__ = ["MetadataPublisher", "StaleEpoch", "HistoryDiverged", "MAX_ENTRIES_PER_PUSH"]
 

@@ -49,9 +49,9 @@ from kelp.kafka_client.fetch_request import FollowerFetch, FollowerFetchPartitio
 from kelp.kafka_client.fetch_response import PartitionAnswer, decode_fetch_response
 
 from ..config import BrokerConfig
+from ..metadata.model import BrokerEndpoint
 from ..storage import Log
 from .inter_broker import InterBrokerSecurity
-from .model import BrokerEndpoint
 
 if TYPE_CHECKING:  # the fetcher drives the replica manager, which holds it only through `ReplicaFetchers`
     from ..replica.manager import ReplicaManager

@@ -11,7 +11,7 @@ change at once without anything being applied out of log order.
 
 Mixed into `member.ClusterMember` (its state: `member_state`). An answer is
 JSON; a caller that reads one names the operation's shape
-(`controller_answers`). This module never changes metadata itself.
+(`metadata.controller_answers`). This module never changes metadata itself.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from kelp.errors import (
 )
 from kelp.json_types import JsonObject
 
+from ..metadata.controller_answers import PartitionAnswer
 from ..replica.results import PartitionInfo, ProduceResult
-from .controller_answers import PartitionAnswer
 from .member_state import MemberState
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ class LeaderRouting(MemberState):
     async def call(self, op: str, *, timeout_s: float = CONTROLLER_CALL_TIMEOUT_S, **kwargs: object) -> JsonObject:
         """Run a controller operation (in-process if this broker is the controller), retrying while none is elected;
         then wait (bounded) until this broker applied the metadata offset the answer names. The answer is the
-        operation's (`controller_answers`), as JSON."""
+        operation's (`metadata.controller_answers`), as JSON."""
         deadline = self.monotonic() + timeout_s
         delay = 0.05
         last: Exception | None = None

@@ -5,7 +5,7 @@ change and describe the same credentials, with the same rules; each door only tr
 these calls. A change arrives as Kafka's AlterUserScramCredentials carries it — salt and salted password —
 and is turned here, on the broker that received it, into the stored credential (ScramControlManager
 .finishUpsertion's StoredKey and ServerKey), so only the credential goes to the controller
-(`scram_admin.alter_scram_credentials`), and the caller gets its answer once this broker applied it. What the
+(`controller.scram_admin.alter_scram_credentials`), and the caller gets its answer once this broker applied it. What the
 controller would refuse per user (an unknown mechanism, iterations out of range, an empty name or salt, a
 (user, mechanism) named twice) is answered here first with Kafka's codes and messages; the rest the
 controller decides. Describing reads this broker's image, as Kafka's brokers answer from theirs.
@@ -21,6 +21,8 @@ from typing import cast
 
 from kelp.errors import ErrorCode
 
+from ..metadata.image import MetadataImage
+from ..metadata.scram_credentials import record_of
 from ..security.scram import (
     MAX_ITERATIONS,
     MIN_ITERATIONS,
@@ -28,10 +30,8 @@ from ..security.scram import (
     ScramMechanism,
     credential_from_salted_password,
 )
+from .controller.scram_admin import ScramAnswer, ScramUserResult
 from .member import ClusterMember
-from .metadata_image import MetadataImage
-from .scram_admin import ScramAnswer, ScramUserResult
-from .scram_credentials import record_of
 
 __all__ = ["SaltedUpsertion", "UserCredentials", "alter_user_scram_credentials", "describe_user_scram_credentials"]
 

@@ -107,9 +107,18 @@ def _route(method: str, path: str) -> Callable[[Handler], Handler]:
     return wrap
 
 
+# What Confluent's registry consumes (its resources' @Consumes): anything else is 415, as Jersey answers it.
+_CONSUMED = frozenset({"application/vnd.schemaregistry.v1+json", "application/vnd.schemaregistry+json",
+                       "application/json", "application/octet-stream"})
+
+
 async def _body(request: web.Request) -> JsonValue:
     """The body as JSON; a large one parsed in a worker thread (`json_body.off_loop`), as the other routes' are:
-    a client's megabytes of JSON must not hold the event loop (issue 33's loop-lag guard)."""
+    a client's megabytes of JSON must not hold the event loop (issue 33's loop-lag guard). A body of a media type
+    Confluent's registry does not consume (text/plain, a form) is 415."""
+    if request.can_read_body and request.content_type not in _CONSUMED:
+        raise RegistryError(415, 415, f"HTTP 415 Unsupported Media Type: {request.content_type!r}; send "
+                                      "application/vnd.schemaregistry.v1+json or application/json")
     raw = await request.read()
 
     def parse() -> JsonValue:

@@ -27,7 +27,7 @@ from kelp.errors import (
 )
 from kelp.records import iter_headers, needs_recompression, parse_batches, recompress
 
-from ..cluster.model import INTERNAL_TOPICS
+from ..metadata.model import INTERNAL_TOPICS
 from .interfaces import TopicCounter
 from .jobs import ReplicaJobs
 from .partition import Partition

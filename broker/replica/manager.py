@@ -47,8 +47,8 @@ from kelp.errors import (
     RequestTimedOutError,
 )
 
-from ..cluster.model import PartitionState
 from ..config import BrokerConfig
+from ..metadata.model import PartitionState
 from ..metrics import BrokerMetrics
 from ..storage import Log, LogManager
 from ..topic_manager import TopicManager

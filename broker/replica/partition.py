@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from kelp.errors import KelpError, NotLeaderOrFollowerError, OffsetNotAvailableError
 
-from ..cluster.model import NO_LEADER, PartitionState
+from ..metadata.model import NO_LEADER, PartitionState
 from ..storage import Log
 from .producer_state import ProducerStateManager
 

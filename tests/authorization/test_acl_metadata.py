@@ -8,7 +8,9 @@ import pytest
 
 from kelp.broker.acl_manager import AclManager, host_of
 from kelp.broker.cluster.controller import Controller, ControllerSettings
-from kelp.broker.cluster.metadata_image import (
+from kelp.broker.config import BrokerConfig
+from kelp.broker.config_keys import KELP_AUTHORIZER
+from kelp.broker.metadata.image import (
     MetadataCorrupt,
     MetadataDelta,
     MetadataImage,
@@ -18,10 +20,8 @@ from kelp.broker.cluster.metadata_image import (
     image_from_snapshot,
     snapshot_to_json,
 )
-from kelp.broker.cluster.metadata_records import acl_record, remove_acl_record
-from kelp.broker.cluster.model import BrokerEndpoint
-from kelp.broker.config import BrokerConfig
-from kelp.broker.config_keys import KELP_AUTHORIZER
+from kelp.broker.metadata.model import BrokerEndpoint
+from kelp.broker.metadata.records import acl_record, remove_acl_record
 from kelp.broker.security.acl import AclOperation, ResourceType
 from kelp.broker.security.acl_json import binding_from_json, binding_to_json
 from kelp.broker.security.principal import KafkaPrincipal

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasRequest
 
-from kelp.broker.cluster.client_quotas import InvalidQuota, checked_entity, describe_quotas, table_from_records
-from kelp.broker.cluster.metadata_image import (
+from kelp.broker.metadata.client_quotas import InvalidQuota, checked_entity, describe_quotas, table_from_records
+from kelp.broker.metadata.image import (
     MetadataCorrupt,
     MetadataImage,
     apply_records,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from kelp.broker.client_quota_manager import FETCH, MUTATIONS, PRODUCE, REQUEST, ClientQuotaManager, quota_of
-from kelp.broker.cluster.client_quotas import checked_entity
+from kelp.broker.metadata.client_quotas import checked_entity
 
 
 def ent(user: str | None | bool = False, client: str | None | bool = False):

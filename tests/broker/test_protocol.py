@@ -228,9 +228,9 @@ def test_metadata_names_a_listed_broker_as_controller_while_none_is_elected() ->
     import asyncio
     from types import SimpleNamespace
 
-    from kelp.broker.cluster.model import BrokerEndpoint
     from kelp.broker.kafka.handlers.metadata import handle_metadata
     from kelp.broker.kafka.handlers.registry import RequestContext
+    from kelp.broker.metadata.model import BrokerEndpoint
 
     me = BrokerEndpoint(0, "127.0.0.1", 9092, "127.0.0.1", 8080)
     for known, listed in ((7, {0: me}), (-1, {0: me}), (7, {})):

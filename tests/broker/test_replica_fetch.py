@@ -29,8 +29,8 @@ class _Child:
 
 
 def _replicas(tmp_path) -> ReplicaManager:
-    from kelp.broker.cluster.metadata_image import MetadataDelta
-    from kelp.broker.cluster.model import PartitionState, TopicState
+    from kelp.broker.metadata.image import MetadataDelta
+    from kelp.broker.metadata.model import PartitionState, TopicState
     from kelp.broker.storage import LogConfig, LogManager
 
     cfg = BrokerConfig.load(env={}, overrides={"log.dirs": str(tmp_path), "num.partitions": 1})
@@ -101,8 +101,8 @@ async def test_a_woken_fetch_reads_again_only_the_partitions_that_moved(tmp_path
     partition was read again (at 3,000 partitions, RF 3, most of a leader's CPU: issue 23)."""
     import asyncio
 
-    from kelp.broker.cluster.metadata_image import MetadataDelta
-    from kelp.broker.cluster.model import PartitionState, TopicState
+    from kelp.broker.metadata.image import MetadataDelta
+    from kelp.broker.metadata.model import PartitionState, TopicState
 
     rm = _replicas(tmp_path)
     states = tuple(PartitionState((0, 1), 0, 1, (0, 1), 0) for _ in range(4))

@@ -239,8 +239,8 @@ async def test_a_push_applies_only_the_partitions_whose_state_changed(tmp_path, 
     """One ISR change of a 3,000-partition topic re-applied all 3,000 (after a creation, one ISR change per
     partition: O(n^2) on the loop, fetchers starved, ISRs shrank — issue 23). Unchanged states are the image's
     same objects and are skipped; the changed one is taken as before."""
-    from kelp.broker.cluster.metadata_image import MetadataDelta
-    from kelp.broker.cluster.model import PartitionState, TopicState
+    from kelp.broker.metadata.image import MetadataDelta
+    from kelp.broker.metadata.model import PartitionState, TopicState
     from tests.replication.replica_harness import TOPIC_ID
 
     node = Node(tmp_path, 0)
@@ -263,8 +263,8 @@ async def test_a_new_topics_logs_are_created_in_a_worker_thread_before_its_delta
     broker's 3 s lease (issue 23): the cluster member has the TopicManager create them in a worker thread
     first (`prepare_logs`), with the topic's configs, and applying the delta opens none."""
     import kelp.broker.storage.log as log_mod
-    from kelp.broker.cluster.metadata_image import MetadataDelta, MetadataImage
-    from kelp.broker.cluster.model import PartitionState, TopicState
+    from kelp.broker.metadata.image import MetadataDelta, MetadataImage
+    from kelp.broker.metadata.model import PartitionState, TopicState
     from tests.replication.replica_harness import TOPIC_ID
 
     node = Node(tmp_path, 0)

@@ -16,9 +16,9 @@ import pytest
 
 from kelp.broker import cpu_work
 from kelp.broker.client_quota_manager import REQUEST, ClientQuotaManager
-from kelp.broker.cluster.client_quotas import checked_entity
 from kelp.broker.kafka import request_time
 from kelp.broker.kafka.request_time import StepTimer
+from kelp.broker.metadata.client_quotas import checked_entity
 
 
 class ScriptedClock:

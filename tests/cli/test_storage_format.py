@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kelp.broker.cluster.metadata_image import image_from_log
+from kelp.broker.metadata.image import image_from_log
 from kelp.broker.security.scram import ScramMechanism
 from kelp.broker.security.scram_exchange import ScramClient, ScramServer
 from kelp.cli.main import main

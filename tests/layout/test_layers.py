@@ -14,6 +14,15 @@ from tests.layout.import_graph import FILES, imports, kelp_imports
 
 NETWORKING = ("asyncio", "socket", "aiohttp", "kafka.net", "kafka.producer", "kafka.consumer", "http", "urllib")
 
+# What the pure metadata model (kelp.broker.metadata) must never reach, directly or through what it imports.
+METADATA_RUNTIME = (tuple(n for n in NETWORKING if n != "socket")
+                    + ("threading", "selectors", "kubernetes", "kopf", "kelp.kube", "kelp.leases", "kelp.kafka_client",
+                       "kelp.operator", "kelp.cli",
+                       "kelp.broker.cluster", "kelp.broker.kafka", "kelp.broker.http", "kelp.broker.groups",
+                       "kelp.broker.transactions", "kelp.broker.app", "kelp.broker.parts", "kelp.broker.partition",
+                       "kelp.broker.replica_manager", "kelp.broker.topic_manager", "kelp.broker.metrics",
+                       "kelp.broker.acl_manager", "kelp.broker.client_quota_manager", "kelp.broker.storage.log"))
+
 
 def _closure(start: str) -> dict[str, str]:
     """Every module reachable from `start`, mapped to the Kelp module that imports it."""
@@ -46,6 +55,10 @@ def _violations(start: str, forbidden: tuple[str, ...]) -> list[str]:
         ("kelp.broker.storage", NETWORKING + ("kelp.broker.kafka", "kelp.broker.http", "kelp.broker.groups",
                                               "kelp.operator", "kelp.cli", "kelp.kafka_client")),
         ("kelp.records", NETWORKING + ("kelp.broker",)),
+        # The metadata model is pure: no event loop, no sockets of its own, no Kubernetes, nothing of the runtime that
+        # stores, delivers or acts on it (the broker config validator it checks dynamic configs with reads host
+        # names through `socket`, as the operator's builders note below; nothing here calls it).
+        ("kelp.broker.metadata", METADATA_RUNTIME),
         # The Schema Registry is a client of the broker with a model of its own; its HTTP routes are the HTTP
         # layer's (`kelp.broker.http.schema_registry_routes`), which calls into it, never the other way round.
         ("kelp.broker.schema_registry", ("kelp.broker.http",)),
@@ -150,5 +163,23 @@ def test_operator_imports_of_the_broker_are_only_its_shared_rules() -> None:
         for module in FILES if module == "kelp.operator" or module.startswith("kelp.operator.")
         for imported in kelp_imports(module)
         if imported.startswith("kelp.broker") and imported not in OPERATOR_SHARES_OF_BROKER
+    )
+    assert found == []
+
+
+# The Kelp modules the metadata model may import besides its own: the error table, the JSON types, the security
+# core's ACL and SCRAM values (leaves: they import only the security core, kelp.errors and kelp.clock), and the
+# broker config's validator of dynamic broker configs (`broker_config` records are checked with it on replay).
+METADATA_MAY_IMPORT = ("kelp.broker.metadata", "kelp.errors", "kelp.json_types", "kelp.broker.security.acl",
+                       "kelp.broker.security.acl_json", "kelp.broker.security.scram", "kelp.broker.config")
+
+
+def test_metadata_model_imports_only_itself_and_leaves() -> None:
+    """kelp.broker.metadata is the pure model the runtime acts on: of Kelp it imports only METADATA_MAY_IMPORT."""
+    found = sorted(
+        f"{module} imports {imported}"
+        for module in FILES if module == "kelp.broker.metadata" or module.startswith("kelp.broker.metadata.")
+        for imported in kelp_imports(module)
+        if not any(imported == m or imported.startswith(m + ".") for m in METADATA_MAY_IMPORT)
     )
     assert found == []

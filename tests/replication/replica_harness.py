@@ -19,13 +19,13 @@ from typing import Any
 
 from kafka.protocol.consumer import FetchRequest, OffsetForLeaderEpochRequest
 
-from kelp.broker.cluster.metadata_image import MetadataDelta
-from kelp.broker.cluster.model import PartitionState, TopicState
 from kelp.broker.cluster.replica_fetcher import ReplicaFetcherManager
 from kelp.broker.config import BrokerConfig
 from kelp.broker.kafka.fetch_encoder import encode_fetch_response
 from kelp.broker.kafka.handlers.offsets import handle_offset_for_leader_epoch
 from kelp.broker.kafka.handlers.registry import RequestContext
+from kelp.broker.metadata.image import MetadataDelta
+from kelp.broker.metadata.model import PartitionState, TopicState
 from kelp.broker.replica.manager import FetchPartition, ReplicaManager
 from kelp.broker.storage import LogConfig, LogManager
 from kelp.broker.topic_manager import TopicManager

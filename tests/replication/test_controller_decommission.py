@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from kelp.broker.cluster.metadata_image import (
+from kelp.broker.metadata.image import (
     MetadataImage,
     apply_entry,
     broker_record,

@@ -14,7 +14,7 @@ import asyncio
 
 import pytest
 
-from kelp.broker.cluster import controller as controller_module
+from kelp.broker.cluster.controller import core as controller_module
 from kelp.errors import (
     CoordinatorNotAvailableError,
     InvalidReplicaAssignmentError,

@@ -16,7 +16,8 @@ from types import SimpleNamespace
 import pytest
 
 from kelp.broker.cluster.member import ClusterMember
-from kelp.broker.cluster.metadata_image import (
+from kelp.broker.config import DYNAMIC_BROKER_KEYS, BrokerConfig
+from kelp.broker.metadata.image import (
     MetadataCorrupt,
     MetadataImage,
     apply_entry,
@@ -25,7 +26,6 @@ from kelp.broker.cluster.metadata_image import (
     image_from_log,
     snapshot_to_json,
 )
-from kelp.broker.config import DYNAMIC_BROKER_KEYS, BrokerConfig
 from kelp.broker.replica.manager import ReplicaManager
 from kelp.broker.topic_manager import TopicManager
 from kelp.errors import ConfigError

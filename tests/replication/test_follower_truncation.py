@@ -240,8 +240,8 @@ async def test_leadership_taken_during_a_truncation_starts_where_the_truncation_
 async def test_a_leader_that_moved_address_gets_a_new_connection_and_the_old_one_is_closed(tmp_path) -> None:
     """A leader's endpoint changed (a pod rescheduled with a new IP): the fetcher dials the new address and
     closes its connection to the old one instead of leaving it open until the process ends."""
-    from kelp.broker.cluster.model import BrokerEndpoint
     from kelp.broker.cluster.replica_fetcher import ReplicaFetcherManager
+    from kelp.broker.metadata.model import BrokerEndpoint
 
     closed: list[int] = []
     accepted: list[int] = []

@@ -24,7 +24,8 @@ import pytest
 
 from kelp.broker.cluster.controller import MetadataHistoryRefused
 from kelp.broker.cluster.file_leases import FileLeaseBackend
-from kelp.broker.cluster.metadata_image import (
+from kelp.broker.cluster.metadata_publisher import HistoryDiverged, MetadataPublisher
+from kelp.broker.metadata.image import (
     MetadataDiverged,
     MetadataImage,
     apply_entry,
@@ -32,7 +33,6 @@ from kelp.broker.cluster.metadata_image import (
     image_from_log,
     snapshot_to_json,
 )
-from kelp.broker.cluster.metadata_publisher import HistoryDiverged, MetadataPublisher
 from kelp.errors import MetadataDivergedError
 from kelp.leases import LeaseElector, LivenessView
 from tests.replication.test_controller import Harness, ep

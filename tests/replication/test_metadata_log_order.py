@@ -16,7 +16,10 @@ from types import SimpleNamespace
 import pytest
 
 from kelp.broker.cluster.member import ClusterMember
-from kelp.broker.cluster.metadata_image import (
+from kelp.broker.cluster.metadata_log import MetadataUnreadable
+from kelp.broker.cluster.metadata_publisher import MetadataPublisher
+from kelp.broker.config import BrokerConfig
+from kelp.broker.metadata.image import (
     MetadataCorrupt,
     MetadataImage,
     apply_entry,
@@ -27,10 +30,7 @@ from kelp.broker.cluster.metadata_image import (
     snapshot_to_json,
     topic_record,
 )
-from kelp.broker.cluster.metadata_log import MetadataUnreadable
-from kelp.broker.cluster.metadata_publisher import MetadataPublisher
-from kelp.broker.cluster.model import BrokerEndpoint, PartitionState, TopicState
-from kelp.broker.config import BrokerConfig
+from kelp.broker.metadata.model import BrokerEndpoint, PartitionState, TopicState
 from kelp.broker.replica.manager import ReplicaManager
 from kelp.broker.topic_manager import TopicManager
 from kelp.errors import NotControllerError, StaleControllerEpochError
@@ -202,7 +202,7 @@ async def test_a_replica_is_deleted_only_by_a_newer_partition_state(tmp_path) ->
     """Item 2: 'this broker is not in the replica list' deleted the log before any epoch comparison."""
     b = Broker(tmp_path)
     t = TopicState("t", (PartitionState((1, 0), 1, 3, (1, 0), 5),), topic_id="a" * 32)
-    from kelp.broker.cluster.metadata_image import MetadataDelta
+    from kelp.broker.metadata.image import MetadataDelta
 
     b.topics.apply_delta(MetadataDelta(changed={"t": t}))
     assert b.replicas.get_partition("t", 0) is not None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 
-from kelp.broker.cluster.model import PartitionState
+from kelp.broker.metadata.model import PartitionState
 from kelp.broker.replica.partition import Partition
 from kelp.errors import NotLeaderOrFollowerError
 

@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-from kelp.broker.cluster.placement import assign_replicas, rack_alternated
+from kelp.broker.metadata.placement import assign_replicas, rack_alternated
 from kelp.errors import InvalidReplicationFactorError
 
 

@@ -14,15 +14,15 @@ import json
 
 import pytest
 
-from kelp.broker.cluster.metadata_image import (
+from kelp.broker.metadata.image import (
     MetadataCorrupt,
     MetadataImage,
     apply_entry,
     image_from_log,
     snapshot_to_json,
 )
-from kelp.broker.cluster.metadata_records import remove_scram_credential_record
-from kelp.broker.cluster.scram_credentials import record_of
+from kelp.broker.metadata.records import remove_scram_credential_record
+from kelp.broker.metadata.scram_credentials import record_of
 from kelp.broker.security.scram import ScramMechanism, make_credential
 from kelp.broker.security.scram_exchange import ScramClient as CoreScramClient
 from kelp.broker.security.scram_exchange import ScramServer

@@ -15,7 +15,7 @@ import threading
 
 import pytest
 
-from kelp.broker.cluster.metadata_image import MetadataImage, snapshot_to_json
+from kelp.broker.metadata.image import MetadataImage, snapshot_to_json
 from kelp.broker.storage import Log, LogConfig, LogManager
 from kelp.broker.storage.partition_metadata import PARTITION_METADATA, kafka_uuid, read_topic_id
 from kelp.records import Record, build_batch

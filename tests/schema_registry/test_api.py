@@ -289,3 +289,25 @@ def test_a_soft_deleted_subject_loses_its_own_level_and_mode(sr) -> None:
     assert sr(f"/mode/{s}")[0] == 404
     assert sr(f"/subjects/{s}/versions", "POST", {"schema": A1})[0] == 200
     assert sr(f"/subjects/{s}/versions", "POST", {"schema": A_BAD})[0] == 409  # BACKWARD again, not NONE
+
+
+def test_a_body_of_a_media_type_the_registry_does_not_consume_is_415(kelp) -> None:
+    """Issue 37, item 8: text/plain bodies were accepted; Confluent's registry consumes its own media types,
+    application/json and application/octet-stream, and answers anything else 415."""
+    import urllib.error
+    import urllib.request
+
+    subject = _subject("media")
+    body = json.dumps({"schema": _avro([{"name": "m", "type": "int"}])}).encode()
+    for ctype, status in (("text/plain", 415), ("application/x-www-form-urlencoded", 415),
+                          ("application/json", 200), ("application/vnd.schemaregistry.v1+json", 200)):
+        req = urllib.request.Request(f"{kelp.http_url}/subjects/{subject}/versions", data=body, method="POST",
+                                     headers={"Content-Type": ctype})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                got, answer = resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            got, answer = exc.code, json.loads(exc.read())
+        assert got == status, (ctype, got, answer)
+        if status == 415:
+            assert answer["error_code"] == 415 and ctype in answer["message"]

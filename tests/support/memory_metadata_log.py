@@ -92,7 +92,7 @@ class MemoryMetadataLog(MetadataLog):
 
     def topic(self, name: str):
         """The topic as the log says now (replayed), for assertions."""
-        from kelp.broker.cluster.metadata_image import image_from_log
+        from kelp.broker.metadata.image import image_from_log
 
         base = max(self.snapshots) if self.snapshots else -1
         entries = [self.entries[o] for o in sorted(self.entries) if o > base]

@@ -27,8 +27,8 @@ from kelp.errors import NotControllerError
 from kelp.json_types import JsonData, JsonValue
 
 from ...cluster.member import ClusterMember
-from ...cluster.metadata_records import MetadataPush
 from ...config_entries import broker_entries, hide_secrets
+from ...metadata.records import MetadataPush
 from ..json_body import read_json
 from ..keys import BROKER
 from ..problems import HttpProblem, json_response

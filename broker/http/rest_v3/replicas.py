@@ -27,7 +27,7 @@ from aiohttp import web
 from kelp.errors import ErrorCode
 from kelp.json_types import JsonData
 
-from ...cluster.model import PartitionState
+from ...metadata.model import PartitionState
 from ...parts import BrokerParts
 from ..access.route_access import TOPIC, describable
 from ..problems import HttpProblem

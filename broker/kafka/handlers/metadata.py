@@ -24,8 +24,8 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from kelp.errors import ErrorCode, KelpError
 
-from ...cluster.model import INTERNAL_TOPICS
 from ...loop_budget import LoopBudget
+from ...metadata.model import INTERNAL_TOPICS
 from ...parts import BrokerParts
 from ...topic_manager import validate_topic_name
 from ..access import Access, AclOperation, ResourceType, access

@@ -2,7 +2,7 @@
 
 Why: `kafka-configs --bootstrap-server ... --entity-type users --entity-name alice --alter --add-config
 producer_byte_rate=1048576` sends AlterClientQuotas; `--describe` sends DescribeClientQuotas. The rules (entities,
-keys, values, filters) are `kelp.broker.cluster.client_quotas`'; the change is the controller's
+keys, values, filters) are `kelp.broker.metadata.client_quotas`'; the change is the controller's
 (`alter_client_quotas`), answered once this broker applied it. These handlers translate requests and answers.
 
 Authorization (Kafka's KafkaApis): DescribeClientQuotas needs DESCRIBE_CONFIGS on the cluster, AlterClientQuotas
@@ -22,7 +22,7 @@ from kafka.protocol.admin import (
 
 from kelp.errors import ErrorCode, KelpError
 
-from ...cluster.client_quotas import InvalidQuota, describe_quotas, entity_json
+from ...metadata.client_quotas import InvalidQuota, describe_quotas, entity_json
 from ..access import AclOperation, access, denied_message
 from .registry import RequestContext, handles
 

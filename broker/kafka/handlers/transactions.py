@@ -45,9 +45,9 @@ from kafka.protocol.producer import (
     TxnOffsetCommitResponse,
 )
 
-from kelp.broker.cluster.model import INTERNAL_TOPICS
 from kelp.broker.groups.group import CommittedOffset
 from kelp.broker.groups.placement import OFFSETS_TOPIC
+from kelp.broker.metadata.model import INTERNAL_TOPICS
 from kelp.errors import ErrorCode
 
 from ...client_patterns import InvalidPattern, full_matches

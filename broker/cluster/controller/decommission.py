@@ -15,7 +15,7 @@ add replicas on them, and elections pick them as leader only when no other in-sy
 (`elections.Election.decommissioned`). Recommissioning removes the mark (a scale-down cancelled, or a
 scale-up reusing the id).
 
-Mixed into `controller.Controller` (its state: `controller_state`); every change is one metadata-log
+Mixed into `core.Controller` (its state: `state`); every change is one metadata-log
 entry; nothing here does I/O itself.
 """
 
@@ -25,9 +25,9 @@ import logging
 
 from kelp.errors import InvalidReplicaAssignmentError, InvalidRequestError
 
-from .controller_answers import DecommissionAnswer
-from .controller_state import ControllerState
-from .metadata_records import broker_record
+from ...metadata.controller_answers import DecommissionAnswer
+from ...metadata.records import broker_record
+from .state import ControllerState
 
 __all__ = ["Decommissions", "MAX_LISTED_PARTITIONS"]
 

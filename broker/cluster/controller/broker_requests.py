@@ -3,7 +3,7 @@
 Why: these are the controller operations a broker sends about itself or its partitions, as Kafka's
 AlterPartition, ControlledShutdown, AllocateProducerIds and IncrementalAlterConfigs on brokers; they
 share the checks against the current epochs and the live brokers, and nothing of topic administration
-or reassignment. Mixed into `controller.Controller` (its state: `controller_state`). Every change is
+or reassignment. Mixed into `core.Controller` (its state: `state`). Every change is
 one metadata-log entry; nothing here does I/O itself.
 """
 
@@ -22,12 +22,18 @@ from kelp.errors import (
     NotLeaderOrFollowerError,
 )
 
-from ..config import DEFAULT_ENTITY, validate_broker_configs
-from .controller_answers import BrokerConfigsAnswer, PartitionAnswer, ProducerIdsAnswer, ShutdownAnswer
-from .controller_state import ControllerState
-from .elections import complete_reassignment, describe_change, elect
-from .metadata_records import MetadataRecord, broker_config_record, broker_record, partition_record, producer_ids_record
-from .model import NO_LEADER, TopicState
+from ...config import DEFAULT_ENTITY, validate_broker_configs
+from ...metadata.controller_answers import BrokerConfigsAnswer, PartitionAnswer, ProducerIdsAnswer, ShutdownAnswer
+from ...metadata.elections import complete_reassignment, describe_change, elect
+from ...metadata.model import NO_LEADER, TopicState
+from ...metadata.records import (
+    MetadataRecord,
+    broker_config_record,
+    broker_record,
+    partition_record,
+    producer_ids_record,
+)
+from .state import ControllerState
 
 __all__ = ["BrokerRequests"]
 

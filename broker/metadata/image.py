@@ -8,7 +8,7 @@ Kelp does the same: the controller appends *entries* — one decision each,
 `{"offset", "epoch", "records"}` — to the metadata log (`metadata_log`),
 and brokers apply them strictly in offset order (`apply_entry`), ignoring
 anything at or below the offset they have. The records and their shapes
-are `metadata_records`' (its builders are named here too, where callers
+are `records`' (its builders are named here too, where callers
 have always found them).
 
 Invariants checked on every apply (a violation raises `MetadataCorrupt`,
@@ -50,7 +50,8 @@ from ..config import DEFAULT_ENTITY, validate_broker_configs
 from ..security.acl import AclBinding, InvalidAclError, validate_acl_binding
 from ..security.acl_json import binding_from_json, binding_to_json
 from .client_quotas import Entity, InvalidQuota, QuotaTable, apply_quota_record, quota_records, table_from_records
-from .metadata_records import (
+from .model import NO_LEADER, PartitionState, TopicState, topic_from_json
+from .records import (
     MetadataEntry,
     MetadataRecord,
     MetadataSnapshot,
@@ -64,7 +65,6 @@ from .metadata_records import (
     remove_topic_record,
     topic_record,
 )
-from .model import NO_LEADER, PartitionState, TopicState, topic_from_json
 from .scram_credentials import (
     InvalidScramRecord,
     ScramTable,

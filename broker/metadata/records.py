@@ -1,7 +1,7 @@
 """The metadata log's documents: its records, entries and snapshots, and the controller's delivery of them.
 
 Why: the controller writes these documents, the stores keep them as JSON, and every broker reads them
-back and replays them (`metadata_image`). One declaration of their shapes holds the writer and every
+back and replays them (`image`). One declaration of their shapes holds the writer and every
 reader to the same fields. They are TypedDicts, not classes, because the JSON is the format: what is
 stored and sent is exactly what the builders here return.
 
@@ -28,7 +28,7 @@ the mark the image has.
 
 What is read back (from a store, or from a delivery over HTTP) is JSON that only claims one of these
 shapes. The `as_*` functions name the one step where a decoded document is taken for its shape; nothing
-acts on it before `metadata_image` has checked every field it applies (a violation is MetadataCorrupt),
+acts on it before `image` has checked every field it applies (a violation is MetadataCorrupt),
 and the stores check the offset they filed an entry under. This module does no I/O and holds no logic
 beyond building documents.
 """
@@ -187,7 +187,7 @@ class MetadataEntry(TypedDict):
     offset: int
     epoch: int  # the controller epoch that wrote it
     records: list[MetadataRecord]
-    # The digest of the entry before it (`metadata_image.entry_digest`): the history this one extends. Absent in
+    # The digest of the entry before it (`image.entry_digest`): the history this one extends. Absent in
     # entries written before the digest chain, and in the first entry of a log.
     prev: NotRequired[str]
 
@@ -302,12 +302,12 @@ def remove_acl_record(acl_id: str) -> RemoveAclRecord:
 
 # -- decoded documents taken for their shape -------------------------------------------
 def as_entry(doc: JsonObject) -> MetadataEntry:
-    """A stored entry as decoded; `metadata_image.apply_entry` checks it as it applies it."""
+    """A stored entry as decoded; `image.apply_entry` checks it as it applies it."""
     return cast(MetadataEntry, doc)
 
 
 def as_snapshot(doc: JsonObject) -> MetadataSnapshot:
-    """A stored snapshot as decoded; `metadata_image.image_from_snapshot` checks it as it loads it."""
+    """A stored snapshot as decoded; `image.image_from_snapshot` checks it as it loads it."""
     return cast(MetadataSnapshot, doc)
 
 

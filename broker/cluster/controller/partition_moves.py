@@ -2,9 +2,9 @@
 
 Why: moving replicas is a multi-step protocol (add the new replicas, wait until they are in sync, move
 leadership into the target set, drop the old ones — or revert on cancel) whose rules live in
-`elections`; this mixin applies them to requests and to the periodic re-check that completes moves
-deferred for want of an eligible leader. Mixed into `controller.Controller` (lock, image, `_append`,
-the answers, `_eligible`, `_partition_state`, `_check_replica_list`: declared in `controller_state`).
+`metadata.elections`; this mixin applies them to requests and to the periodic re-check that completes moves
+deferred for want of an eligible leader. Mixed into `core.Controller` (lock, image, `_append`,
+the answers, `_eligible`, `_partition_state`, `_check_replica_list`: declared in `state`).
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from kelp.errors import (
     ReassignmentInProgressError,
 )
 
-from .controller_answers import ElectionAnswer, PartitionAnswer, Reassignment
-from .controller_state import ControllerState
-from .elections import RevertRefused, complete_reassignment, revert_reassignment
-from .metadata_records import partition_record
-from .model import TopicState
+from ...metadata.controller_answers import ElectionAnswer, PartitionAnswer, Reassignment
+from ...metadata.elections import RevertRefused, complete_reassignment, revert_reassignment
+from ...metadata.model import TopicState
+from ...metadata.records import partition_record
+from .state import ControllerState
 
 __all__ = ["PartitionMoves"]
 

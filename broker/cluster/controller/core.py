@@ -4,7 +4,7 @@ Why: partition leadership, ISR changes, topic creation and reassignment must
 be decided in one place, in one order, and be durable before anyone acts on
 them — Kafka's `QuorumController`/`ReplicationControlManager`. Kelp's
 controller turns every decision into one entry of the metadata log
-(`metadata_image` records), appends it at the next offset with
+(`metadata.records`), appends it at the next offset with
 create-if-absent (`metadata_log`), applies it to its in-memory image, and
 then hands it to the publisher, which delivers entries to every live broker
 in order (`metadata_publisher`).
@@ -22,7 +22,7 @@ adopts the entry if it landed, so nothing is applied twice or skipped.
 
 It watches the broker liveness leases: a broker that is gone — or came back
 as a new process (a new incarnation) — leaves every ISR and loses its
-leaderships (elections.py); a returning broker catches up and rejoins the
+leaderships (`metadata.elections`); a returning broker catches up and rejoins the
 ISR through its leader's AlterPartition.
 
 Requests are serialised by one asyncio lock: every decision sees the result
@@ -31,7 +31,7 @@ administration (`topic_admin`), reassignment and preferred leaders
 (`partition_moves`), what brokers ask (`broker_requests`), SCRAM users
 (`scram_admin`), ACLs (`acl_admin`), client quotas (`quota_admin`),
 decommissioned brokers (`decommission`); their shared
-state is declared in `controller_state`. This module never touches logs or
+state is declared in `state`. This module never touches logs or
 sockets: storage goes through the `MetadataLog`, delivery through the
 publisher's `send`.
 """
@@ -47,14 +47,10 @@ from kelp import clock
 from kelp.clock import Monotonic
 from kelp.errors import InvalidRequestError, NotControllerError, PolicyViolationError
 
-from ..config import DEFAULT_ENTITY, parse_bool
-from .acl_admin import AclAdmin
-from .broker_requests import BrokerRequests
-from .controller_answers import PartitionAnswer, TopicAnswer
-from .controller_state import ControllerSettings, TopicConfigCheck
-from .decommission import Decommissions
-from .elections import Election, describe_change, elect
-from .metadata_image import (
+from ...config import DEFAULT_ENTITY, parse_bool
+from ...metadata.controller_answers import PartitionAnswer, TopicAnswer
+from ...metadata.elections import Election, describe_change, elect
+from ...metadata.image import (
     MetadataCorrupt,
     MetadataImage,
     Position,
@@ -64,9 +60,8 @@ from .metadata_image import (
     replay,
     snapshot_to_json,
 )
-from .metadata_log import LoadedLog, MetadataLog, MetadataLogConflict, MetadataUnreadable, entry_size
-from .metadata_publisher import MetadataPublisher, Send
-from .metadata_records import (
+from ...metadata.model import BrokerEndpoint, PartitionState, TopicState
+from ...metadata.records import (
     MetadataEntry,
     MetadataRecord,
     MetadataSnapshot,
@@ -76,10 +71,15 @@ from .metadata_records import (
     partition_record,
     topic_record,
 )
-from .model import BrokerEndpoint, PartitionState, TopicState
+from ..metadata_log import LoadedLog, MetadataLog, MetadataLogConflict, MetadataUnreadable, entry_size
+from ..metadata_publisher import MetadataPublisher, Send
+from .acl_admin import AclAdmin
+from .broker_requests import BrokerRequests
+from .decommission import Decommissions
 from .partition_moves import PartitionMoves
 from .quota_admin import QuotaAdmin
 from .scram_admin import ScramAdmin
+from .state import ControllerSettings, TopicConfigCheck
 from .topic_admin import MAX_PARTITIONS, TopicAdmin
 
 __all__ = ["Controller", "ControllerSettings", "MetadataHistoryRefused", "MAX_ENTRY_BYTES", "MAX_PARTITIONS"]

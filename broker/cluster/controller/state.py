@@ -2,7 +2,7 @@
 
 Why it exists: the controller is split by role into mixins — topic administration (`topic_admin`),
 partition moves (`partition_moves`), the requests brokers send (`broker_requests`) — around the core
-that loads the log, watches the brokers and writes entries (`controller`), and decommissioned
+that loads the log, watches the brokers and writes entries (`core`), and decommissioned
 brokers (`decommission`). Each part works on the same
 fields, which `Controller.__init__` sets, and calls helpers another part defines. Declaring them here
 once gives every part, and a type checker, one picture of them: a call to a helper is checked against
@@ -17,12 +17,12 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
-from ..config import BrokerConfig
-from .controller_answers import PartitionAnswer, TopicAnswer
-from .elections import Election
-from .metadata_image import MetadataImage
-from .metadata_records import MetadataRecord
-from .model import BrokerEndpoint, PartitionState, TopicState
+from ...config import BrokerConfig
+from ...metadata.controller_answers import PartitionAnswer, TopicAnswer
+from ...metadata.elections import Election
+from ...metadata.image import MetadataImage
+from ...metadata.model import BrokerEndpoint, PartitionState, TopicState
+from ...metadata.records import MetadataRecord
 
 __all__ = ["ControllerSettings", "ControllerState", "TopicConfigCheck"]
 

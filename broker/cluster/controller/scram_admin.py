@@ -11,7 +11,7 @@ Kafka's rules, per user: a (user, mechanism) named twice in one request is DUPLI
 credential cannot be altered twice in the same request"); an unknown mechanism UNSUPPORTED_SASL_MECHANISM;
 an empty user name, or iterations outside 4096..16384, UNACCEPTABLE_CREDENTIAL; deleting a credential that
 does not exist RESOURCE_NOT_FOUND. A user with any error changes nothing; the others' changes are one entry.
-Mixed into `controller.Controller` (its state: `controller_state`).
+Mixed into `core.Controller` (its state: `state`).
 """
 
 from __future__ import annotations
@@ -22,16 +22,16 @@ from typing import TypedDict
 
 from kelp.errors import ErrorCode, InvalidRequestError
 
-from ..security.scram import MAX_ITERATIONS, MIN_ITERATIONS, ScramError, ScramMechanism
-from .controller_state import ControllerState
-from .metadata_records import (
+from ...metadata.records import (
     MetadataRecord,
     RemoveScramCredentialRecord,
     ScramCredentialRecord,
     remove_scram_credential_record,
     scram_credential_record,
 )
-from .scram_credentials import InvalidScramRecord, credential_from_record
+from ...metadata.scram_credentials import InvalidScramRecord, credential_from_record
+from ...security.scram import MAX_ITERATIONS, MIN_ITERATIONS, ScramError, ScramMechanism
+from .state import ControllerState
 
 __all__ = ["ScramAdmin", "ScramAnswer", "ScramUserResult"]
 

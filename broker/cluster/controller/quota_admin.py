@@ -2,8 +2,8 @@
 
 Why: a quota is enforced by every broker, so the change is the controller's to decide and the metadata log's to
 carry (`client_quota` records, one per key, as Kafka's ClientQuotaControlManager writes them). The rules are
-`client_quotas`'; an entry that breaks one is answered INVALID_REQUEST and changes nothing, the others are applied
-together. Mixed into `controller.Controller` (its state: `controller_state`).
+`metadata.client_quotas`'; an entry that breaks one is answered INVALID_REQUEST and changes nothing, the others are
+applied together. Mixed into `core.Controller` (its state: `state`).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import TypedDict
 
 from kelp.errors import ErrorCode, InvalidRequestError
 
-from .client_quotas import InvalidQuota, checked_value, client_quota_record, entity_of
-from .controller_state import ControllerState
-from .metadata_records import ClientQuotaRecord, MetadataRecord
+from ...metadata.client_quotas import InvalidQuota, checked_value, client_quota_record, entity_of
+from ...metadata.records import ClientQuotaRecord, MetadataRecord
+from .state import ControllerState
 
 __all__ = ["QuotaAdmin", "QuotaAnswer"]
 

@@ -2,9 +2,9 @@
 
 Why: these are the client-facing controller operations (CreateTopics, DeleteTopics, CreatePartitions,
 AlterConfigs, the offsets topic's lazy creation); they share validation (names, collisions, replica
-lists, limits) and placement, and nothing of leader election. Mixed into `controller.Controller`,
+lists, limits) and placement, and nothing of leader election. Mixed into `core.Controller`,
 which provides the lock, the image (`topics`), `alive`, `_check_fresh`, `_append`, `_commit` and
-the answers (declared in `controller_state`). Every change is one metadata-log entry; nothing here
+the answers (declared in `state`). Every change is one metadata-log entry; nothing here
 does I/O itself.
 """
 
@@ -26,12 +26,12 @@ from kelp.errors import (
     UnknownTopicOrPartitionError,
 )
 
-from ..topic_manager import check_topic_collision
-from .controller_answers import DeleteTopicAnswer, TopicAnswer
-from .controller_state import ControllerState
-from .metadata_records import remove_topic_record, topic_record
-from .model import INTERNAL_TOPICS, PartitionState, TopicState
-from .placement import assign_replicas
+from ...metadata.controller_answers import DeleteTopicAnswer, TopicAnswer
+from ...metadata.model import INTERNAL_TOPICS, PartitionState, TopicState
+from ...metadata.placement import assign_replicas
+from ...metadata.records import remove_topic_record, topic_record
+from ...topic_manager import check_topic_collision
+from .state import ControllerState
 
 __all__ = ["TopicAdmin", "MAX_PARTITIONS"]
 

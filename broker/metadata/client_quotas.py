@@ -13,7 +13,7 @@ beside SCRAM credentials and ACLs. This module holds Kafka's rules (ClientQuotaC
 - DescribeClientQuotas filters by components (type, EXACT name / DEFAULT / any SPECIFIED name); `strict` answers
   only entities of exactly those types. A type named twice, or ip with user or client-id, is INVALID_REQUEST.
 
-This module does no I/O and holds no state; the controller's operation is `quota_admin.QuotaAdmin`'s.
+This module does no I/O and holds no state; the controller's operation is `cluster.controller.quota_admin.QuotaAdmin`'s.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import ipaddress
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
-from .metadata_records import ClientQuotaRecord, EntityJson
+from .records import ClientQuotaRecord, EntityJson
 
 __all__ = [
     "Entity", "InvalidQuota", "QuotaTable", "USER", "CLIENT_ID", "IP", "apply_quota_record", "checked_entity",

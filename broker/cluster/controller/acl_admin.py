@@ -9,7 +9,7 @@ without a record, each gets a fresh id; a delete filter with UNKNOWN parts is re
 (`validate_acl_filter`), every filter is matched against the ACLs as they were before the request
 and each matching ACL is removed once (a binding two filters match is reported by both).
 
-Mixed into `controller.Controller` (its state: `controller_state`). The arguments arrive as JSON (the
+Mixed into `core.Controller` (its state: `state`). The arguments arrive as JSON (the
 operation also runs over `/cluster/v1/controller/<op>`): bindings and filters in `security.acl_json`'s
 shape. Every change is one metadata-log entry; nothing here does I/O itself.
 """
@@ -21,12 +21,12 @@ import uuid
 
 from kelp.errors import ErrorCode, InvalidRequestError, KelpError
 
-from ..loop_budget import LoopBudget
-from ..security.acl import AclBinding, InvalidAclError, validate_acl_binding, validate_acl_filter
-from ..security.acl_json import binding_from_json, binding_to_json, filter_from_json
-from .controller_answers import AclError, CreateAclsAnswer, DeleteAclsAnswer, DeleteAclsResult
-from .controller_state import ControllerState
-from .metadata_records import MetadataRecord, acl_record, remove_acl_record
+from ...loop_budget import LoopBudget
+from ...metadata.controller_answers import AclError, CreateAclsAnswer, DeleteAclsAnswer, DeleteAclsResult
+from ...metadata.records import MetadataRecord, acl_record, remove_acl_record
+from ...security.acl import AclBinding, InvalidAclError, validate_acl_binding, validate_acl_filter
+from ...security.acl_json import binding_from_json, binding_to_json, filter_from_json
+from .state import ControllerState
 
 __all__ = ["AclAdmin", "MAX_ACLS_PER_OPERATION"]
 

@@ -3,7 +3,7 @@
 Why: SCRAM users must be the same on every broker and survive restarts, and a broker must never hold a
 password: Kafka keeps `UserScramCredentialRecord`s (salt, StoredKey, ServerKey, iterations) in its metadata
 log, written by the controller, and every broker authenticates against its image. Kelp does the same with
-the `scram_credential` and `remove_scram_credential` records (`metadata_records`); this module is the one
+the `scram_credential` and `remove_scram_credential` records (`records`); this module is the one
 place that turns a record into a `ScramCredential` and back, with the checks every apply makes (a record
 that breaks one is `MetadataCorrupt`, never applied):
 
@@ -23,7 +23,7 @@ import hashlib
 from collections.abc import Iterable, Mapping
 
 from ..security.scram import MAX_ITERATIONS, MIN_ITERATIONS, ScramCredential, ScramError, ScramMechanism
-from .metadata_records import (
+from .records import (
     RemoveScramCredentialRecord,
     ScramCredentialRecord,
     scram_credential_record,
