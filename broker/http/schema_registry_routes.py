@@ -19,6 +19,7 @@ This module must never decide an operation: `registry` does.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -27,6 +28,8 @@ from aiohttp import ClientError, web
 
 from kelp.json_types import JsonData, JsonObject, JsonValue
 
+from ..cpu_work import run_cpu
+from ..loop_budget import LoopBudget
 from ..parts import BrokerParts
 from ..schema_registry.errors import REQUEST_FORWARDING_FAILED, UNKNOWN_LEADER, RegistryError, schema_not_found
 from ..schema_registry.model import SCHEMA_TYPES, Reference
@@ -86,6 +89,11 @@ async def register_schema(request: web.Request, subject: str, body: JsonObject) 
     return answer
 
 
+# An answer listing more than this many subjects, versions or schemas is encoded on the CPU pool: `GET /schemas`
+# of a large registry is megabytes of schema text, tens of milliseconds of json.dumps.
+LARGE_ANSWER_ITEMS = 1000
+
+
 def _answer(data: JsonData, status: int = 200) -> web.Response:
     return web.Response(body=json.dumps(data, separators=(",", ":")).encode(), status=status,
                         content_type=CONTENT_TYPE)
@@ -99,7 +107,11 @@ def _route(method: str, path: str) -> Callable[[Handler], Handler]:
     def wrap(handler: Handler) -> Handler:
         async def run(request: web.Request) -> web.Response:
             try:
-                return _answer(await handler(request))
+                data = await handler(request)
+                if isinstance(data, list) and len(data) > LARGE_ANSWER_ITEMS:  # every subject or schema: off the loop
+                    body = await run_cpu(functools.partial(json.dumps, data, separators=(",", ":")))
+                    return web.Response(body=body.encode(), content_type=CONTENT_TYPE)
+                return _answer(data)
             except RegistryError as exc:
                 return _answer({"error_code": exc.error_code, "message": exc.message}, exc.status)
         routes.route(method, path)(run)
@@ -248,7 +260,9 @@ async def list_schemas(request: web.Request) -> JsonData:
     prefix = request.query.get("subjectPrefix", "")
     deleted, latest = _flag(request, "deleted"), _flag(request, "latestOnly")
     out: list[JsonData] = []
+    budget = LoopBudget()  # every version of every subject: thousands in a large registry
     for subject in state.subject_names(deleted=deleted):
+        await budget.tick()
         if not subject.startswith(prefix):
             continue
         versions = state.versions(subject, deleted=deleted)
