@@ -189,7 +189,7 @@ async def measure(b: Any, *, topics: int, txn_ids: int, width: int, connections:
                   bootstrap: str, http_url: str) -> dict[str, Any]:
     """Every served API, the whole-state requests, the SASL_SSL connections and the HTTP routes; longest steps."""
     from kelp.broker.kafka.handlers import get_handler
-    from kelp.broker.security.principal import KafkaPrincipal
+    from kelp.security.principal import KafkaPrincipal
     from tests.support.loop_guard import Names, StepProbe, guard_every_api, serve
 
     fuzzer = KafkaPrincipal.user("fuzzer")

@@ -81,7 +81,7 @@ def read_client_properties(path: Path | None = None, overrides: list[str] | None
     """Kafka client properties from a Java properties file, then `KEY=VALUE` overrides (later wins)."""
     props: dict[str, str] = {}
     if path is not None:
-        from kelp.broker.config_file import read_properties_text
+        from kelp.config.file import read_properties_text
         from kelp.errors import ConfigError
 
         try:

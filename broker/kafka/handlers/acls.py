@@ -27,9 +27,7 @@ from kafka.protocol.admin import (
 )
 
 from kelp.errors import ErrorCode, KelpError
-
-from ...loop_budget import LoopBudget
-from ...security.acl import (
+from kelp.security.acl import (
     AccessControlEntry,
     AccessControlEntryFilter,
     AclBinding,
@@ -44,7 +42,9 @@ from ...security.acl import (
     validate_acl_binding,
     validate_acl_filter,
 )
-from ...security.acl_json import binding_from_json
+from kelp.security.acl_json import binding_from_json
+
+from ...loop_budget import LoopBudget
 from ..access import access, denied_message
 from .registry import RequestContext, handles
 

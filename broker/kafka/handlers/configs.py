@@ -6,7 +6,7 @@ settings with these APIs. A change goes through the same door as the HTTP
 API's (`TopicManager.alter_config`: the one validator, then the controller and
 the cluster metadata store), so both behave identically on one broker or many.
 
-Each described entry (`config_entries`, which REST v3 describes with too)
+Each described entry (`kelp.config.entries`, which REST v3 describes with too)
 says where its value comes from with Kafka's ConfigSource ids (TOPIC_CONFIG=1, DYNAMIC_BROKER_CONFIG=2,
 DYNAMIC_DEFAULT_BROKER_CONFIG=3, STATIC_BROKER_CONFIG=4, DEFAULT_CONFIG=5) and,
 when asked, its synonyms most specific first: the topic override, then the
@@ -43,7 +43,16 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse,
 )
 
-from kelp.broker.config import DEFAULT_ENTITY
+from kelp.config.entries import (
+    SOURCE_DEFAULT,
+    Entry,
+    broker_entries,
+    config_text,
+    default_entity_entries,
+    topic_entries,
+)
+from kelp.config.keys import DEFAULT_ENTITY
+from kelp.config.listener_keys import is_sensitive
 from kelp.errors import (
     ClusterAuthorizationFailedError,
     ConfigError,
@@ -54,15 +63,6 @@ from kelp.errors import (
     TopicAuthorizationFailedError,
 )
 
-from ...config_entries import (
-    SOURCE_DEFAULT,
-    Entry,
-    broker_entries,
-    config_text,
-    default_entity_entries,
-    topic_entries,
-)
-from ...listener_keys import is_sensitive
 from ..access import AclOperation, ResourceType, access
 from .registry import RequestContext, handles
 

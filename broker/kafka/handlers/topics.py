@@ -33,9 +33,9 @@ from kafka.protocol.admin import (
     DeleteTopicsResponse,
 )
 
+from kelp.config.entries import topic_default_source
 from kelp.errors import ErrorCode, InvalidRequestError, KelpError, TopicAuthorizationFailedError, UnknownTopicIdError
 
-from ...config_entries import topic_default_source
 from ...loop_budget import LoopBudget
 from ..access import Access, AclOperation, ResourceType, access
 from .registry import RequestContext, handles

@@ -28,19 +28,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from kelp.errors import ConfigError
-
-from .listener_keys import SECURITY_KEYS, parse_protocol_map, scoped_base
-from .security.jaas import (
+from kelp.security.jaas import (
     LOGIN_MODULES,
     JaasConfigError,
     JaasEntry,
     jaas_config_key,
     parse_single_jaas_config,
 )
-from .security.oauthbearer import JwtValidatorSettings, OAuthBearerConfigError
-from .security.plain import plain_users
-from .security.principal import PrincipalMappingError, SslPrincipalMapper
-from .security.tls import TlsConfigError, TlsSettings
+from kelp.security.oauthbearer import JwtValidatorSettings, OAuthBearerConfigError
+from kelp.security.plain import plain_users
+from kelp.security.principal import PrincipalMappingError, SslPrincipalMapper
+from kelp.security.tls import TlsConfigError, TlsSettings
+
+from .listener_keys import SECURITY_KEYS, parse_protocol_map, scoped_base
 
 __all__ = ["Endpoint", "ListenerConfig", "MechanismConfig", "InterBroker", "ListenerSetup", "parse_endpoints",
            "resolve_listeners", "TLS_PROTOCOLS", "SASL_PROTOCOLS"]

@@ -2,18 +2,18 @@
 
 Why: operators and users already know `log.dirs`, `num.partitions`,
 `log.retention.ms`; Kelp accepts exactly those names from a config file (YAML
-or Kafka's Java-properties `server.properties`, read by config_file.py),
+or Kafka's Java-properties `server.properties`, read by file.py),
 `KELP_*` environment variables (`KELP_LOG_DIRS` -> `log.dirs`) and command-line
 flags, in rising precedence (flags win). Every key and value is checked when it
 is loaded, so a typo (in any of the three) fails at start with the key named and
 the nearest known one suggested, not hours later.
 
-The keys, their parsers and defaults are config_keys.py's (shared with the
-file reader, config_file.py); this module merges the sources and names the key
+The keys, their parsers and defaults are keys.py's (shared with the
+file reader, file.py); this module merges the sources and names the key
 and the source of a bad value.
 
 This module must never open sockets or files other than the config file it is
-given (and the files its values refer to through config_providers.py); it only
+given (and the files its values refer to through providers.py); it only
 turns text into a validated `BrokerConfig`.
 """
 
@@ -27,26 +27,20 @@ from typing import Any, Mapping
 
 from kelp.errors import ConfigError
 
-from .config_file import KAFKA_ALIASES, KAFKA_IGNORED_KEYS, read_config_file, translate_kafka_keys
-from .config_keys import (
+from .file import KAFKA_ALIASES, KAFKA_IGNORED_KEYS, read_config_file, translate_kafka_keys
+from .keys import (
     BROKER_KEYS,
-    DEFAULT_ENTITY,
     DYNAMIC_BROKER_KEYS,
-    TOPIC_BROKER_SYNONYMS,
     TOPIC_CONFIG_KEYS,
     ConfigValue,
-    parse_bool,
     parse_compression_name,
 )
-from .config_providers import is_provider_key, resolve_config_references
 from .listener_keys import scoped_base
 from .listeners import ListenerSetup, resolve_listeners
+from .providers import is_provider_key, resolve_config_references
 
-# The key tables are config_keys.py's, ConfigError kelp.errors'; they are named here too, where callers have
-# always found them.
-__all__ = ["BrokerConfig", "BROKER_KEYS", "TOPIC_CONFIG_KEYS", "TOPIC_BROKER_SYNONYMS", "DYNAMIC_BROKER_KEYS",
-           "DEFAULT_ENTITY", "validate_topic_configs", "validate_broker_configs", "parse_bool", "ConfigValue",
-           "ConfigError"]
+# The key tables are keys.py's and ConfigError is kelp.errors': import them from there.
+__all__ = ["BrokerConfig", "validate_topic_configs", "validate_broker_configs"]
 
 
 # Kafka's dynamic broker keys for features Kelp does not have, and why: deleting one (never set) is a no-op, as
@@ -81,7 +75,7 @@ def validate_broker_configs(configs: Mapping[str, object] | None, *,
             f"{'it' if len(static) == 1 else 'them'} at start only; set {'it' if len(static) == 1 else 'them'} in "
             "the broker's config file, KELP_* variables or --set, and restart the broker (dynamic broker configs: "
             f"{', '.join(sorted(DYNAMIC_BROKER_KEYS))})")
-    from .storage.config import LogConfig
+    from .log_config import LogConfig
 
     out: dict[str, str | None] = {}
     for key, value in (configs or {}).items():
@@ -201,7 +195,7 @@ class BrokerConfig:
         overrides: Mapping[str, object] | None = None,
     ) -> "BrokerConfig":
         """Merge config file (YAML or Java properties) < `KELP_*` env < overrides (flags); resolve Kafka's
-        `${provider:...}` references (config_providers.py); validate each key."""
+        `${provider:...}` references (providers.py); validate each key."""
         cfg = cls()
         env = os.environ if env is None else env
         sources: list[tuple[str, dict[str, object]]] = []

@@ -1,6 +1,6 @@
 """The listener and security keys of the broker config: Kafka's names, Kelp's parsers, the per-listener prefixes.
 
-Why a module of its own: `config_keys.BROKER_KEYS` takes these in (one table of every broker key), while
+Why a module of its own: `keys.BROKER_KEYS` takes these in (one table of every broker key), while
 `listeners.py` resolves them into listeners; both read the names here. A Kafka `server.properties` with
 `listeners`, `ssl.*`, `sasl.*` and `listener.name.<listener>.` keys loads unchanged:
 
@@ -12,7 +12,7 @@ Why a module of its own: `config_keys.BROKER_KEYS` takes these in (one table of 
   (the listener and mechanism in lower case, as Kafka writes them); it returns the key they override.
 - `SENSITIVE`: keys whose values are secrets (DescribeConfigs answers them as sensitive, without a value).
 
-This module must never read files or import anything of Kelp: `config_keys` imports it.
+This module must never read files or import anything of Kelp: `keys` imports it.
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ _SSL_KEYS: dict[str, tuple[Parser, Value]] = {
 }
 
 SECURITY_KEYS: dict[str, tuple[Parser, Value]] = {
-    # -- listeners (docs/security.md, "The listener and security keys"); `listeners` itself is config_keys'
+    # -- listeners (docs/security.md, "The listener and security keys"); `listeners` itself is keys.py's
     "advertised.listeners": (_str, ""),
     "listener.security.protocol.map": (_protocol_map, DEFAULT_PROTOCOL_MAP),
     "inter.broker.listener.name": (_str, ""),
@@ -170,7 +170,7 @@ SECURITY_KEYS: dict[str, tuple[Parser, Value]] = {
     # Listeners of a KRaft controller quorum: Kelp has none, so a Kafka server.properties' CONTROLLER listener
     # is not opened (a warning says so).
     "controller.listener.names": (_str, ""),
-    # -- TLS from PEM files (kelp.broker.security.tls)
+    # -- TLS from PEM files (kelp.security.tls)
     **_SSL_KEYS,
     "ssl.protocol": (_str, "TLS"),
     # Accepted so a server.properties written for JKS stores loads; PEM files need neither (ssl.key.password
@@ -180,7 +180,7 @@ SECURITY_KEYS: dict[str, tuple[Parser, Value]] = {
     "ssl.principal.mapping.rules": (_str, "DEFAULT"),
     # Kelp's: how often each listener looks at its certificate files for a rotation (ms).
     "ssl.reload.interval.ms": (_positive, 60000),
-    # -- SASL (kelp.broker.security's servers)
+    # -- SASL (kelp.security's servers)
     "sasl.enabled.mechanisms": (parse_mechanisms, []),
     "sasl.mechanism.inter.broker.protocol": (_mechanism, ""),
     "sasl.jaas.config": (_str, None),

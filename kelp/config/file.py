@@ -13,7 +13,7 @@ still refused by `BrokerConfig`. Listener keys (`listeners`,
 `advertised.listeners`, `listener.security.protocol.map`, ...) are Kelp's own
 now (`listener_keys.py`, resolved by `listeners.py`).
 
-It must never validate values (broker/config.py does) or read any file but the one it is given.
+It must never validate values (kelp/config/broker.py does) or read any file but the one it is given.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Mapping
 
 from kelp.errors import ConfigError
 
-from .config_keys import BROKER_KEYS
+from .keys import BROKER_KEYS
 
 __all__ = ["read_config_file", "read_properties_text", "translate_kafka_keys", "KAFKA_ALIASES", "KAFKA_IGNORED_KEYS"]
 

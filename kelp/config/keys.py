@@ -1,7 +1,7 @@
 """The broker's config keys and how each value is parsed: the tables both config modules read.
 
-Why a module of its own: `BrokerConfig` (config.py) validates values with these parsers, and the config file
-reader (config_file.py) needs the key names to flatten nested YAML; both import this table, it imports
+Why a module of its own: `BrokerConfig` (broker.py) validates values with these parsers, and the config file
+reader (file.py) needs the key names to flatten nested YAML; both import this table, it imports
 neither, so neither imports the other.
 
 `BROKER_KEYS` holds every broker property under its Kafka name with its parser and default;
@@ -179,7 +179,7 @@ def _compression(value: object) -> str:
     """Kafka's compression.type values; a codec whose library is missing here is refused, naming it."""
     from kelp.records import COMPRESSION_LIBRARIES, available_compressions
 
-    from .storage.config import COMPRESSION_TYPES
+    from .log_config import COMPRESSION_TYPES
 
     text = str(value).strip().lower()
     if text not in COMPRESSION_TYPES:
@@ -193,7 +193,7 @@ def _compression(value: object) -> str:
 def parse_compression_name(value: object) -> str:
     """compression.type as the metadata log carries it: one of Kafka's values, whichever libraries this host has
     (a broker must apply every record its controller accepted)."""
-    from .storage.config import COMPRESSION_TYPES
+    from .log_config import COMPRESSION_TYPES
 
     text = str(value).strip().lower()
     if text not in COMPRESSION_TYPES:

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .config import DYNAMIC_BROKER_KEYS, TOPIC_BROKER_SYNONYMS, BrokerConfig
+from .broker import BrokerConfig
+from .keys import DYNAMIC_BROKER_KEYS, TOPIC_BROKER_SYNONYMS
 from .listener_keys import is_sensitive
 
 __all__ = ["Synonym", "Entry", "SOURCE_TOPIC", "SOURCE_DYNAMIC_BROKER", "SOURCE_DYNAMIC_DEFAULT_BROKER",

@@ -74,7 +74,7 @@ class _Provider:
             if "/" in key or key in ("", ".", ".."):
                 raise ConfigError(f"{refers}: {key!r} is not a file name in directory {path}")
             return _read_text(target / key, refers)
-        from .config_file import read_properties_text
+        from .file import read_properties_text
 
         values = read_properties_text(_read_text(target, refers), target)
         if key not in values:

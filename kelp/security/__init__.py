@@ -1,4 +1,4 @@
-"""Kelp's security core (`kelp.broker.security`): who a client is, how it proves it, and what it may do.
+"""Kelp's security core (`kelp.security`): who a client is, how it proves it, and what it may do.
 
 Issue 20, first slice: pure building blocks with Kafka's semantics, wired into no listener yet.
 
