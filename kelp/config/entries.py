@@ -1,6 +1,6 @@
 """Described configs: each topic or broker config with its value, where that value comes from, and its synonyms.
 
-Why: two doors describe configs — Kafka's DescribeConfigs (`kafka/handlers/configs.py`, for `kafka-configs
+Why: two doors describe configs — Kafka's DescribeConfigs (`kafka/handlers/admin/configs.py`, for `kafka-configs
 --describe` and AdminClient) and Confluent REST v3 (`http/rest_v3/configs.py`, for Confluent's UI and scripts) —
 and both must say the same thing: a value's source as Kafka's ConfigSource (TOPIC_CONFIG=1,
 DYNAMIC_BROKER_CONFIG=2, DYNAMIC_DEFAULT_BROKER_CONFIG=3, STATIC_BROKER_CONFIG=4, DEFAULT_CONFIG=5; REST v3

@@ -44,9 +44,9 @@ from kelp.security.acl import (
 )
 from kelp.security.acl_json import binding_from_json
 
-from ...loop_budget import LoopBudget
-from ..access import access, denied_message
-from .registry import RequestContext, handles
+from ....loop_budget import LoopBudget
+from ...access import access, denied_message
+from ..registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
 

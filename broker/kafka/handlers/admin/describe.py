@@ -33,10 +33,10 @@ from kafka.protocol.admin import (
 
 from kelp.errors import ErrorCode
 
-from ...loop_budget import LoopBudget
-from ..access import AclOperation, ResourceType, access
-from .metadata import visible_brokers
-from .registry import RequestContext, handles
+from ....loop_budget import LoopBudget
+from ...access import AclOperation, ResourceType, access
+from ..metadata import visible_brokers
+from ..registry import RequestContext, handles
 
 BROKERS_ENDPOINT, CONTROLLERS_ENDPOINT = 1, 2
 _NO_OPERATIONS = -(1 << 31)  # Kafka's "none given" for a topic's authorized operations

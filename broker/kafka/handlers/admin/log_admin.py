@@ -30,8 +30,8 @@ from kafka.protocol.admin import (
 
 from kelp.errors import ErrorCode, KelpError
 
-from ..access import AclOperation, ResourceType, access
-from .registry import RequestContext, handles
+from ...access import AclOperation, ResourceType, access
+from ..registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
 

@@ -22,9 +22,9 @@ from kafka.protocol.admin import (
 
 from kelp.errors import ErrorCode, KelpError
 
-from ...metadata.client_quotas import InvalidQuota, describe_quotas, entity_json
-from ..access import AclOperation, access, denied_message
-from .registry import RequestContext, handles
+from ....metadata.client_quotas import InvalidQuota, describe_quotas, entity_json
+from ...access import AclOperation, access, denied_message
+from ..registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
 

@@ -25,9 +25,9 @@ from kafka.protocol.admin import (
 from kelp.errors import ErrorCode
 from kelp.security.scram import ScramError, ScramMechanism
 
-from ...cluster.scram_users import SaltedUpsertion, alter_user_scram_credentials, describe_user_scram_credentials
-from ..access import AclOperation, access, denied_message
-from .registry import RequestContext, handles
+from ....cluster.scram_users import SaltedUpsertion, alter_user_scram_credentials, describe_user_scram_credentials
+from ...access import AclOperation, access, denied_message
+from ..registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
 

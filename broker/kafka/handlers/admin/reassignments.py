@@ -25,10 +25,10 @@ from kafka.protocol.admin import (
 
 from kelp.errors import ErrorCode, KelpError
 
-from ...loop_budget import LoopBudget
-from ..access import AclOperation, access, denied_message
-from .error_log import PartitionErrors
-from .registry import RequestContext, handles
+from ....loop_budget import LoopBudget
+from ...access import AclOperation, access, denied_message
+from ..error_log import PartitionErrors
+from ..registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
 

@@ -21,8 +21,8 @@ from kafka.protocol.admin import DescribeProducersRequest, DescribeProducersResp
 
 from kelp.errors import ErrorCode, KelpError
 
-from ..access import AclOperation, ResourceType, access
-from .registry import RequestContext, handles
+from ...access import AclOperation, ResourceType, access
+from ..registry import RequestContext, handles
 
 _Topic = DescribeProducersResponse.TopicResponse
 _Partition = _Topic.PartitionResponse

@@ -36,9 +36,9 @@ from kafka.protocol.admin import (
 from kelp.config.entries import topic_default_source
 from kelp.errors import ErrorCode, InvalidRequestError, KelpError, TopicAuthorizationFailedError, UnknownTopicIdError
 
-from ...loop_budget import LoopBudget
-from ..access import Access, AclOperation, ResourceType, access
-from .registry import RequestContext, handles
+from ....loop_budget import LoopBudget
+from ...access import Access, AclOperation, ResourceType, access
+from ..registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
 DUPLICATE = "Duplicate topic name."

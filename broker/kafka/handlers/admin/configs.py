@@ -63,8 +63,8 @@ from kelp.errors import (
     TopicAuthorizationFailedError,
 )
 
-from ..access import AclOperation, ResourceType, access
-from .registry import RequestContext, handles
+from ...access import AclOperation, ResourceType, access
+from ..registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
 
