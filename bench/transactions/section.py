@@ -4,7 +4,7 @@ Why: exactly-once pipelines pay for transactions — a round trip to the transac
 transaction, markers written on every partition, consumers held back to the last stable offset. A user
 choosing Kelp for them wants those costs beside Apache Kafka's, same machine, same client, same run.
 
-Three Kelp brokers and three Kafka KRaft nodes (bench/sides.py) run together; each run creates on both a
+Three Kelp brokers and three Kafka KRaft nodes (bench/cluster/sides.py) run together; each run creates on both a
 topic of `partitions` partitions (3), replication factor 3, min.insync.replicas=2, and measures, Kelp and
 Kafka alternating which goes first, `runs` times (medians printed):
 
@@ -24,7 +24,8 @@ Kafka alternating which goes first, `runs` times (medians printed):
   fetch.wait.max.ms (500) is kept.
 
 - rebalancing (issue 34): consume-transform-produce with Kafka's Java client 4.3.1 (transactions v2,
-  `bench/GroupTransact.java` through `bench.group_transact`): `rebalance_members` (10) consumer-group members,
+  `bench/transactions/GroupTransact.java` through `bench.transactions.group_transact`): `rebalance_members` (10)
+  consumer-group members,
   each with its own transactional producer, copy a 12-partition input fed at `rebalance_rate` records/s
   (200) to a 4-partition output, committing their consumed offsets in each transaction; every 2 s a member
   leaves (every other time as a crash, its transaction left open for its successor to fence) and comes back
@@ -64,8 +65,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from . import clients, section_main
-from .sides import Side, alternating, kill_and_restart, load_average, settle, start_sides
+from .. import clients, section_main
+from ..cluster.sides import Side, alternating, kill_and_restart, load_average, settle, start_sides
 
 __all__ = ["TXN_SIZES", "transactional_produce", "consume_all", "run", "print_report", "main"]
 

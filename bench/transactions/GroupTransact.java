@@ -1,6 +1,6 @@
 // Consume-transform-produce with Kafka's Java client 4.x (transactions v2), one transactional producer bound to each
 // consumer group member, members leaving and joining all along
-// (tests/transactions/test_group_transact.py, and the rebalancing case of bench/transactions.py).
+// (tests/transactions/test_group_transact.py, and the rebalancing case of bench/transactions/section.py).
 //
 // Why: a "group transact session" — consume, produce the transformed records in a transaction, commit the consumed
 // offsets in it with the member's group metadata (KIP-447), commit, go on — is how Kafka Streams and most

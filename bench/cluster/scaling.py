@@ -17,7 +17,7 @@ CPU is utime+stime of the broker processes (and of the producers) over the
 run, also shown as cores (CPU-seconds per wall second), with the busiest
 single broker's share — the figure that shows where one process stops.
 
-`python -m bench.scaling [--brokers 1,2,4]` runs it alone; `make bench` runs
+`python -m bench.cluster.scaling [--brokers 1,2,4]` runs it alone; `make bench` runs
 it last (`--scaling-brokers`, empty skips).
 
 It must never report a rate before every record was acknowledged, nor a
@@ -37,8 +37,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
-from . import clients, emit, probe
-from .broker import BenchBroker
+from .. import clients, emit, probe
+from ..broker import BenchBroker
 
 __all__ = ["run", "print_report", "main"]
 
@@ -142,7 +142,7 @@ def run_kelp(brokers: int, *, records: int, runs: int, work: Path) -> dict[str, 
 def run(*, brokers: list[int], records: int, runs: int, work: Path, kafka_version: str | None) -> dict[str, Any]:
     """For each N: N Kelp brokers, and the one Kafka node (kept running) on 2N partitions; alternating who goes
     first."""
-    from .kafka_ref import KafkaCluster
+    from ..kafka_ref import KafkaCluster
 
     kelp, kafka_rows = [], []
     with tempfile.TemporaryDirectory(prefix="scaling-", dir=work) as tmp:
@@ -207,9 +207,9 @@ def print_report(res: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .kafka_ref import KAFKA_VERSION
+    from ..kafka_ref import KAFKA_VERSION
 
-    p = argparse.ArgumentParser(prog="python -m bench.scaling", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench.cluster.scaling", description=__doc__.splitlines()[0])
     p.add_argument("--brokers", default="1,2,4", help="Kelp broker counts (1,2,4)")
     p.add_argument("--records", type=int, default=150_000, help="1 KiB records per producer process per run (150000)")
     p.add_argument("--runs", type=int, default=3)

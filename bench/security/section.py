@@ -4,7 +4,7 @@ Why: issue 20 asks what security costs — TLS and SASL_SSL throughput beside Ap
 security in the same run (goal: Kelp >= 1.0x Kafka), the CPU TLS costs each broker per GB, and what ACL
 checks cost against none. One Kelp broker and one Kafka KRaft node each serve three client listeners —
 PLAINTEXT, SSL (TLS, server authentication) and SASL_SSL (SCRAM-SHA-512) — with the same certificate and
-key (bench/pki.py, made in a temporary directory), SCRAM users created before the first start the way
+key (bench/security/pki.py, made in a temporary directory), SCRAM users created before the first start the way
 each documents it (`kelp storage format --add-scram`, `kafka-storage format --add-scram`). For each
 listener the same workload runs against both, alternating which goes first, `runs` times (medians):
 produce `records` records of `size` bytes with acks=1 and with acks=all (confluent-kafka, the settings of
@@ -54,9 +54,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import clients, probe, section_main
-from .broker import BenchBroker
-from .security_report import ACL_PREFIX, CASES, print_report
+from .. import clients, probe, section_main
+from ..broker import BenchBroker
+from .report import ACL_PREFIX, CASES, print_report
 
 __all__ = ["MODES", "read_client_properties", "librdkafka_config", "run", "run_external", "print_report", "main"]
 
@@ -409,7 +409,7 @@ def run(*, modes: list[str], records: int, consume_records: int, size: int, runs
         endpoints = _endpoints("kelp", kelp.listeners, modes, pki.ca_file, lambda: [kelp_proc.pid])
         try:
             if kafka_version is not None:
-                from .kafka_ref import KafkaCluster
+                from ..kafka_ref import KafkaCluster
 
                 extra, properties, format_args = kafka_security(pki)
                 kafka = KafkaCluster(work / "kafka-secure", version=kafka_version, listeners=extra,

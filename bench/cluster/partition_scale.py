@@ -16,7 +16,7 @@ case Kelp and then Apache Kafka (bench/kafka_ref.py, Kafka's defaults) are start
   brokers) and a second round; p50, p99 and max.
 
 Three brokers at RF 3 put every partition on every broker: 3,000 partitions are 3,000 replicas per broker,
-1,000 of them leaders. `python -m bench.partition_scale` runs this alone; `make bench` runs it with the
+1,000 of them leaders. `python -m bench.cluster.partition_scale` runs this alone; `make bench` runs it with the
 issue's sizes (`--scale-partitions`, `--scale-rf3-partitions`; 0 skips a case).
 
 It must never report a figure of Kelp without Kafka's from the same run (unless Kafka is skipped, said so),
@@ -34,7 +34,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable
 
-from . import clients, probe, section_main
+from .. import clients, probe, section_main
 from .sides import load_average
 
 __all__ = ["run", "measure", "produce_each", "print_report", "add_arguments", "run_from_args", "main"]
@@ -147,7 +147,7 @@ def _run_side(name: str, case: dict[str, Any], *, work: Path, kafka_version: str
     """Start `name`'s cluster for `case`, measure it, stop it."""
     with ExitStack() as stack:
         if name == "kelp":
-            from .broker import BenchBroker
+            from ..broker import BenchBroker
             from .replication import start_kelp_cluster
 
             if case["brokers"] == 1:
@@ -165,7 +165,7 @@ def _run_side(name: str, case: dict[str, Any], *, work: Path, kafka_version: str
             def pids() -> list[int]:
                 return [p.pid for p in procs if p is not None and p.poll() is None]
         else:
-            from .kafka_ref import KafkaCluster
+            from ..kafka_ref import KafkaCluster
 
             kafka = KafkaCluster(work / "kafka", nodes=case["brokers"], version=kafka_version or "")
             stack.callback(kafka.stop)
@@ -234,7 +234,7 @@ def _spread(res: dict[str, Any]) -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The options `python -m bench.partition_scale` and `python -m bench` share."""
+    """The options `python -m bench.cluster.partition_scale` and `python -m bench` share."""
     p.add_argument("--scale-partitions", type=int, default=10_000,
                    help="partitions of the one-broker RF 1 case (10000; 0 skips it)")
     p.add_argument("--scale-rf3-partitions", type=int, default=3_000,
@@ -260,7 +260,7 @@ def run_from_args(args: argparse.Namespace, *, work: Path, kafka_version: str | 
 
 def main(argv: list[str] | None = None) -> int:
     return section_main("partition_scale", __doc__ or "", argv, add_arguments=add_arguments,
-                        run_from_args=run_from_args, report=print_report)
+                        run_from_args=run_from_args, report=print_report, module="bench.cluster.partition_scale")
 
 
 if __name__ == "__main__":

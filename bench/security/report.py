@@ -1,4 +1,4 @@
-"""The security section's printed report (bench/security.py): Kelp beside Kafka per listener and case, the CPU
+"""The security section's printed report (bench/security/section.py): Kelp beside Kafka per listener and case, the CPU
 that TLS and SASL cost per GB, and the cost of ACL checks.
 
 Why: the section's measuring and its printing are separate roles; this module only formats a result dict.

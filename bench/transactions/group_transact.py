@@ -17,7 +17,7 @@ with it.
 
 `tests/transactions/test_group_transact.py` runs these against three Kelp brokers (the regression test of
 issue 34 and its long form with broker SIGKILLs); the transactions section of `make bench`
-(`bench/transactions.py`, its "rebalancing" case) runs the Java one against Kelp and Apache Kafka alike.
+(`bench/transactions/section.py`, its "rebalancing" case) runs the Java one against Kelp and Apache Kafka alike.
 
 It must never sleep to synchronise: waits poll a condition with a deadline.
 """

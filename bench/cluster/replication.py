@@ -27,8 +27,8 @@ from typing import Any, Callable
 
 from kelp.cli.http_client import AdminClient
 
-from . import clients
-from .broker import BenchBroker
+from .. import clients
+from ..broker import BenchBroker
 
 __all__ = ["run", "run_kafka", "print_report", "main"]
 
@@ -131,7 +131,7 @@ def _kafka_leader(bootstrap: str, topic: str) -> int:
 
 def run_kafka(*, records: int, work: Path, version: str) -> dict[str, Any]:
     """The same figures from three Apache Kafka KRaft nodes (node ids 1-3)."""
-    from .kafka_ref import KafkaCluster
+    from ..kafka_ref import KafkaCluster
 
     kafka = KafkaCluster(work / "replication-kafka", nodes=3, version=version)
     try:
@@ -184,11 +184,11 @@ def print_report(r: dict[str, Any], kafka: dict[str, Any] | None = None) -> None
 
 def main(argv: list[str] | None = None) -> int:
     """This section alone, `--runs` times (medians printed): what a before/after comparison of the replicated
-    path needs (`python -m bench.replication` from two checkouts, alternating)."""
-    from . import emit
-    from .kafka_ref import KAFKA_VERSION
+    path needs (`python -m bench.cluster.replication` from two checkouts, alternating)."""
+    from .. import emit
+    from ..kafka_ref import KAFKA_VERSION
 
-    p = argparse.ArgumentParser(prog="python -m bench.replication", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench.cluster.replication", description=__doc__.splitlines()[0])
     p.add_argument("--records", type=int, default=100_000, help="records of 1 KiB per case (100000)")
     p.add_argument("--runs", type=int, default=1, help="runs of Kelp's cases; medians are printed (1)")
     p.add_argument("--no-kafka", action="store_true", help="skip Apache Kafka")

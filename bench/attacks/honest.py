@@ -1,5 +1,5 @@
-"""The honest clients of the attack bench (bench/attacks.py): an acks=all producer and a consumer group, each in a
-process of its own, running through every phase of a broker's attacks.
+"""The honest clients of the attack bench (bench/attacks/section.py): an acks=all producer and a consumer group,
+each in a process of its own, running through every phase of a broker's attacks.
 
 The producer (idempotent, acks=all, librdkafka's default linger.ms=5) offers `rate` records/s of `size` bytes in
 1 ms ticks; each value starts with its sequence number and CLOCK_MONOTONIC in nanoseconds (system-wide on Linux)

@@ -1,4 +1,4 @@
-"""The attacks of issue 33, each as one client would run it, for the attack bench (bench/attacks.py).
+"""The attacks of issue 33, each as one client would run it, for the attack bench (bench/attacks/section.py).
 
 Each attack is a function `(target, stop) -> counters` that attacks until `stop` is set and returns what it got
 back (answers by error code or HTTP status, connections opened and closed by the broker). They are the issue's

@@ -1,8 +1,8 @@
 """Attacks (issue 33): honest clients' latency and loss beside each attack of the issue, Kelp beside Apache Kafka.
 
 Why: one client must not stop a broker. For each attack the issue lists, an honest idempotent acks=all producer
-and a consumer group (bench/honest.py: 1 KiB records at a fixed rate, produce and end-to-end latency per record)
-run beside the attacker (bench/attackers.py, in a process of its own: its threads must not share the GIL with
+and a consumer group (bench/attacks/honest.py: 1 KiB records at a fixed rate, produce and end-to-end latency per record)
+run beside the attacker (bench/attacks/attackers.py, in a process of its own: its threads must not share the GIL with
 the honest clients' callbacks that timestamp every record) against a broker with a SASL_PLAINTEXT listener
 (SCRAM-SHA-512) and the StandardAuthorizer on: the honest user alice may produce and consume her topic; the
 attacker mallory is an authenticated user who may also write that topic (items 9 and 10 need a writer),
@@ -38,10 +38,9 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import attackers, probe, section_main
-from .broker import BenchBroker
-from .honest import HonestClients
-from .security import (
+from .. import probe, section_main
+from ..broker import BenchBroker
+from ..security.section import (
     ADMIN,
     MECHANISM,
     SCRAM_MODULE,
@@ -52,6 +51,8 @@ from .security import (
     kelp_settings,
     librdkafka_config,
 )
+from . import attackers
+from .honest import HonestClients
 
 __all__ = ["run", "print_report", "add_arguments", "run_from_args", "main"]
 
@@ -97,7 +98,7 @@ def prepare(bootstrap: str, *, txn_ids: int) -> None:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient
 
-    from . import clients
+    from .. import clients
 
     admin_config = _client(ADMIN)
     clients.create_topic(bootstrap, TOPIC, config=admin_config)
@@ -166,7 +167,7 @@ def _kelp(stack: ExitStack, work: Path, pki: Any) -> tuple[str, str, Callable[[]
 
 
 def _kafka(stack: ExitStack, work: Path, version: str) -> tuple[str, Callable[[], list[int]]]:
-    from .kafka_ref import KafkaCluster
+    from ..kafka_ref import KafkaCluster
 
     properties: Mapping[str, object] = {
         f"listener.name.{LISTENER.lower()}.sasl.enabled.mechanisms": MECHANISM,
@@ -188,7 +189,7 @@ def _kafka(stack: ExitStack, work: Path, version: str) -> tuple[str, Callable[[]
 def run(*, attacks: list[str], seconds: float, gap_s: float, rate: float, txn_ids: int, work: Path,
         kafka_version: str | None) -> dict[str, Any]:
     """Kelp, then Kafka (unless `kafka_version` is None) with the attacks it has a surface for; each alone."""
-    from .pki import make_pki
+    from ..security.pki import make_pki
 
     unknown = [a for a in attacks if a not in attackers.ATTACKS]
     if unknown:

@@ -1,9 +1,9 @@
 """Kelp and Apache Kafka side by side: one or three brokers of each, running together for alternating runs.
 
-Why: the transactions (bench/transactions.py) and Kafka-tools (bench/kafka_perf.py) sections measure
+Why: the transactions (bench/transactions/section.py) and Kafka-tools (bench/kafka_perf.py) sections measure
 the same workload against Kelp and Kafka in turn, alternating which goes first, so that the load of a
 shared machine drifts over both alike. Both clusters run for the whole section: one Kelp broker or three
-sharing a cluster directory (bench/replication.py's `start_kelp_cluster`), and one Kafka KRaft node or
+sharing a cluster directory (bench/cluster/replication.py's `start_kelp_cluster`), and one Kafka KRaft node or
 three (bench/kafka_ref.py), Kafka's defaults but for the listeners.
 
 `kill_and_restart` SIGKILLs one broker of a side and starts it again on its storage and ports (the
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Protocol, Sequence
 
-from . import probe
-from .probe import poll_until
+from .. import probe
+from ..probe import poll_until
 
 __all__ = ["Side", "start_sides", "alternating", "settle", "SETTLED_PER_BROKER", "load_average", "kill_and_restart"]
 
@@ -46,7 +46,7 @@ class Side:
 def start_sides(stack: ExitStack, work: Path, *, brokers: int, kafka_version: str | None,
                 label: str) -> list[Side]:
     """Kelp (`brokers` of them) and, unless `kafka_version` is None, Kafka (`brokers` nodes), both started."""
-    from .broker import BenchBroker
+    from ..broker import BenchBroker
     from .replication import start_kelp_cluster
 
     if brokers == 1:
@@ -67,7 +67,7 @@ def start_sides(stack: ExitStack, work: Path, *, brokers: int, kafka_version: st
                   [b.http_url for b in kelp_brokers], [b.broker_id for b in kelp_brokers],
                   lambda i: kelp_brokers[i].kill(), kelp_restart)]
     if kafka_version is not None:
-        from .kafka_ref import KafkaCluster
+        from ..kafka_ref import KafkaCluster
 
         kafka = KafkaCluster(work / f"{label}-kafka", nodes=brokers, version=kafka_version)
         stack.callback(kafka.stop)
