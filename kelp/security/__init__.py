@@ -1,6 +1,9 @@
 """Kelp's security core (`kelp.security`): who a client is, how it proves it, and what it may do.
 
-Issue 20, first slice: pure building blocks with Kafka's semantics, wired into no listener yet.
+Pure building blocks with Kafka's semantics (issue 20). They belong to the shared `kelp` root, not to
+`kelp.broker` (issue 35): the brokers' listeners authenticate and authorize with them, and the operator builds
+KelpUsers' ACLs and SCRAM credentials and maps certificate names with the very same rules, importing nothing of
+the broker.
 
 - `principal`: `KafkaPrincipal` (`User:alice`), Kafka's `ssl.principal.mapping.rules`, and a client
   certificate's subject rendered as Java's `X500Principal.getName()` renders it.
