@@ -127,8 +127,12 @@ class ClientProtocol:
         self.max_response_bytes = max_response_bytes
         self._ids = CorrelationIds()
         self._outgoing = bytearray()
-        self._incoming = bytearray()
-        self._size: int | None = None  # the frame being read: its announced size once its prefix arrived
+        # The reply being read: its size prefix's bytes until all four came, then its announced size and the
+        # pieces of its frame so far (joined once, when the last piece comes: one copy however it was cut).
+        self._prefix = bytearray()
+        self._size: int | None = None
+        self._parts: list[bytes] = []
+        self._have = 0
         self._in_flight: deque[_InFlight] = deque()
         self._exchange: Exchange | None = None
         self._auth_began = 0.0
@@ -154,8 +158,10 @@ class ClientProtocol:
     def reset(self) -> None:
         """Forget the stream (the driver dropped the connection); the correlation ids go on counting."""
         self._outgoing.clear()
-        self._incoming.clear()
+        self._prefix.clear()
         self._size = None
+        self._parts = []
+        self._have = 0
         self._in_flight.clear()
         self._exchange = None
         self._reauth_at = None
@@ -211,8 +217,9 @@ class ClientProtocol:
     # -- bytes in --------------------------------------------------------------------------------------
     def bytes_wanted(self) -> int:
         """How many more bytes complete the size prefix or the frame being read (at least 1)."""
-        want = 4 if self._size is None else self._size
-        return max(want - len(self._incoming), 1)
+        if self._size is None:
+            return 4 - len(self._prefix)
+        return self._size - self._have
 
     def receive(self, data: bytes) -> list[Event]:
         """The events `data` completes (b"": the broker closed the stream)."""
@@ -221,11 +228,11 @@ class ClientProtocol:
             if not data:
                 self._closed()
                 return []
-            self._incoming += data
             events: list[Event] = []
-            while (frame := self._next_frame()) is not None:
-                event = self._complete(frame)
-                if event is not None:
+            at = 0
+            while at < len(data):
+                frame, at = self._take(data, at)
+                if frame is not None and (event := self._complete(frame)) is not None:
                     events.append(event)
             return events
         except KafkaClientError as exc:
@@ -270,23 +277,27 @@ class ClientProtocol:
         if self._broken is not None:
             raise self._broken
 
-    def _next_frame(self) -> bytes | None:
-        buffer = self._incoming
+    def _take(self, data: bytes, at: int) -> tuple[bytes | None, int]:
+        """Consume what `data[at:]` holds of the reply being read: (its frame once complete, else None; where
+        the rest of `data` begins). The size prefix is checked as soon as its fourth byte comes."""
         if self._size is None:
-            if len(buffer) < 4:
-                return None
-            self._size = response_size(bytes(buffer[:4]), address=self.address, limit=self.max_response_bytes)
-            del buffer[:4]
-        if len(buffer) < self._size:
-            return None
-        if len(buffer) == self._size:  # the usual case: a driver reads no further than `bytes_wanted`
-            frame = bytes(buffer)
-            buffer.clear()
-        else:
-            frame = bytes(buffer[:self._size])
-            del buffer[:self._size]
-        self._size = None
-        return frame
+            end = min(at + 4 - len(self._prefix), len(data))
+            self._prefix += data[at:end]
+            if len(self._prefix) < 4:
+                return None, end
+            self._size = response_size(bytes(self._prefix), address=self.address, limit=self.max_response_bytes)
+            self._prefix.clear()
+            at = end
+        end = min(at + self._size - self._have, len(data))
+        piece = data if at == 0 and end == len(data) else data[at:end]  # a whole read: kept as it is
+        if piece:
+            self._parts.append(piece)
+            self._have += len(piece)
+        if self._have < self._size:
+            return None, end
+        frame = self._parts[0] if len(self._parts) == 1 else b"".join(self._parts)
+        self._size, self._parts, self._have = None, [], 0
+        return frame, end
 
     def _complete(self, frame: bytes) -> Event | None:
         answered: int = _CORRELATION.unpack_from(frame, 0)[0]
@@ -335,10 +346,10 @@ class ClientProtocol:
         if not self._in_flight:
             self._broken = BrokerUnavailable(f"broker at {self.address} closed the connection", address=self.address)
             return
-        expected = 4 if self._size is None else self._size
+        expected, have = (4, len(self._prefix)) if self._size is None else (self._size, self._have)
         during = " while authenticating" if self._in_flight[0].purpose is _Purpose.SASL else ""
-        raise BrokerUnavailable(f"broker at {self.address} closed the connection{during} after "
-                                f"{len(self._incoming)} of {expected} bytes of a reply", address=self.address)
+        raise BrokerUnavailable(f"broker at {self.address} closed the connection{during} after {have} of "
+                                f"{expected} bytes of a reply", address=self.address)
 
 
 class Driver:

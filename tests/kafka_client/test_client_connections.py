@@ -3,8 +3,9 @@
 Every case runs once per kind: an answer, a broker that never answers (timeout),
 a reply with another correlation id, frames out of bounds, a connection
 closed before or during a reply, a refused connection, a cancelled request,
-the broker's ApiVersions asked once per connection. After each failure the connection is dropped and the next request connects
-again and gets its own answer.
+the broker's ApiVersions asked once per connection. After each failure the
+connection is dropped and the next request connects again and gets its own
+answer.
 """
 
 from __future__ import annotations
