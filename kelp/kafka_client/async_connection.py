@@ -29,8 +29,9 @@ from typing import Any, TypeVar
 
 from kafka.protocol.api_message import ApiMessage
 
+from .driver import Driver
 from .framing import EncodableRequest
-from .protocol import Authenticated, Driver, Event, Negotiated, Response, expect
+from .protocol import Authenticated, Event, Negotiated, Response, expect
 
 __all__ = ["AsyncConnection"]
 

@@ -30,7 +30,8 @@ from typing import Self, TypeVar
 
 from kafka.protocol.api_message import ApiMessage
 
-from .protocol import Authenticated, Driver, Event, Negotiated, Response, expect
+from .driver import Driver
+from .protocol import Authenticated, Event, Negotiated, Response, expect
 
 __all__ = ["BlockingConnection"]
 

@@ -59,9 +59,8 @@ from .framing import (
     response_size,
 )
 from .sasl import Exchange, SaslCredentials, authentication, reauthenticate_after_s
-from .security import PLAINTEXT, ConnectionSecurity
 
-__all__ = ["ClientProtocol", "Driver", "Response", "Authenticated", "Negotiated", "Event", "expect",
+__all__ = ["ClientProtocol", "Response", "Authenticated", "Negotiated", "Event", "expect",
            "API_VERSIONS_VERSION", "UNSUPPORTED_VERSION"]
 
 API_VERSIONS_VERSION = 3  # v3 carries the client's software name (KIP-511)
@@ -351,26 +350,3 @@ class ClientProtocol:
         raise BrokerUnavailable(f"broker at {self.address} closed the connection{during} after {have} of "
                                 f"{expected} bytes of a reply", address=self.address)
 
-
-class Driver:
-    """What a connection holds besides its socket or stream — where the broker is, the bounds, the security and
-    the protocol — declared once for both drivers: `timeout_s` bounds connecting and each request;
-    `security` says whether it speaks TLS and authenticates (plaintext by default)."""
-
-    def __init__(self, host: str, port: int, *, client_id: str, timeout_s: float = 30.0,
-                 max_response_bytes: int = MAX_RESPONSE_BYTES, security: ConnectionSecurity = PLAINTEXT) -> None:
-        self.host = host
-        self.port = port
-        self.client_id = client_id
-        self.timeout_s = timeout_s
-        self.security = security
-        self.protocol = ClientProtocol(address=self.address, client_id=client_id,
-                                       max_response_bytes=max_response_bytes)
-        self._init_io()
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    def _init_io(self) -> None:
-        """The driver's own state (its lock; no socket is opened here), set up last by `__init__`."""
