@@ -99,9 +99,10 @@ def _violations(start: str, forbidden: tuple[str, ...]) -> list[str]:
         ("kelp.kafka_client", ("kelp.broker", "kelp.operator", "kelp.cli", "kelp.spark", "pyspark", "aiohttp",
                                "http", "urllib", "kafka.net", "kafka.producer", "kafka.consumer", "kafka.admin",
                                "kafka.coordinator", "kafka.cluster", "aiokafka", "confluent_kafka")),
-        # Its framing, metadata, retry rules and errors are pure: no sockets, no event loop, no sleeping.
+        # Its protocol core (sans-I/O, under both connections), framing, SASL exchange, metadata, retry rules and
+        # errors are pure: no sockets, no event loop, no threads, no clock.
         *[(f"kelp.kafka_client.{m}", NETWORKING + ("threading", "selectors", "time"))
-          for m in ("framing", "metadata", "retry", "errors")],
+          for m in ("protocol", "framing", "sasl", "metadata", "retry", "errors")],
         # The blocking side never touches an event loop (Spark's Python workers have none).
         *[(f"kelp.kafka_client.{m}", ("asyncio", "kelp.kafka_client.async_connection",
                                        "kelp.kafka_client.async_client"))
