@@ -25,7 +25,9 @@ from kelp.errors import (
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
 )
-from kelp.records import iter_headers, needs_recompression, parse_batches, recompress
+from kelp.records.build import needs_recompression, recompress
+from kelp.records.header import iter_headers
+from kelp.records.validation import parse_batches
 
 from ..metadata.model import INTERNAL_TOPICS
 from .interfaces import TopicCounter

@@ -38,15 +38,11 @@ from pathlib import Path
 
 from kelp.clock import WallClockMs, wall_clock_ms
 from kelp.errors import InvalidRecordError, KafkaStorageError, KelpError
-from kelp.records import (
-    COMPRESSION_NAMES,
-    BatchInfo,
-    assign_offsets,
-    parse_batches,
-    recompress,
-    records_have_keys,
-    set_log_append_time,
-)
+from kelp.records.build import recompress
+from kelp.records.compression import COMPRESSION_NAMES
+from kelp.records.header import BatchInfo, assign_offsets, set_log_append_time
+from kelp.records.record import records_have_keys
+from kelp.records.validation import parse_batches
 
 from .checkpoint import PartitionCheckpoint
 from .config import LogConfig

@@ -50,7 +50,7 @@ from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest, Write
 from kelp.broker.kafka.handlers import all_handlers
 from kelp.broker.security.principal import KafkaPrincipal
 from kelp.errors import ErrorCode
-from kelp.records import build_batch
+from kelp.records.build import build_batch
 from tests.authorization.harness import InProcessBroker
 
 ALICE = KafkaPrincipal.user("alice")

@@ -16,7 +16,8 @@ from .helpers import read_all
 WRITER = textwrap.dedent(
     """
     import sys
-    from kelp.records import Record, build_batch
+    from kelp.records.build import build_batch
+    from kelp.records.record import Record
     from kelp.broker.storage import Log, LogConfig
     log = Log.open(sys.argv[1], LogConfig(segment_bytes=20_000))
     i = 0

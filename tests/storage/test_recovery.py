@@ -15,7 +15,7 @@ import pytest
 from kelp.broker.storage import Log, LogConfig
 from kelp.broker.storage.cleaner import LogCleaner
 from kelp.errors import KafkaStorageError
-from kelp.records import parse_batches
+from kelp.records.validation import parse_batches
 
 from .helpers import batch, keyed, log_files, read_all
 

@@ -37,7 +37,8 @@ from kelp.json_types import JsonData
 from kelp.kafka_client import KafkaClientError
 from kelp.kafka_client.errors import error_name
 from kelp.kafka_client.security import PLAINTEXT
-from kelp.records import iter_headers, iter_records
+from kelp.records.header import iter_headers
+from kelp.records.record import iter_records
 
 from ...parts import BrokerParts
 from ...replica.manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
