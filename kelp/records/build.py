@@ -11,24 +11,24 @@ from __future__ import annotations
 
 import struct
 import time
+from dataclasses import replace
 from typing import Iterable, Sequence
 
 from kelp.errors import InvalidRecordError
 
 from .compression import codec_id
 from .header import (
+    ATTRIBUTES_AT,
     BASE_OFFSET_AT,
     COMPRESSION_MASK,
     LEADER_EPOCH_AT,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     BatchInfo,
-    iter_headers,
     read_header,
     rewrite_header,
 )
 from .record import Record, batch_records
-from .validation import parse_batches
 
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
@@ -111,16 +111,16 @@ def rebuild_batch(info: BatchInfo, records: Sequence[Record], *, compression: st
         producer_id=info.producer_id, producer_epoch=info.producer_epoch, base_sequence=info.base_sequence,
         is_transactional=info.is_transactional, partition_leader_epoch=info.partition_leader_epoch, now_ms=now_ms,
     ))
-    codec = read_header(built).attributes & COMPRESSION_MASK
+    codec = built[ATTRIBUTES_AT + 1] & COMPRESSION_MASK  # the attributes' low byte: what the builder used
     rewrite_header(built, attributes=(info.attributes & ~COMPRESSION_MASK) | codec,
                    last_offset_delta=info.last_offset_delta, max_timestamp=max_timestamp)
     return built
 
 
-def needs_recompression(data: bytes | bytearray | memoryview, compression: str) -> bool:
-    """True when a batch of `data` (control batches aside) is not in codec `compression` — headers only."""
+def needs_recompression(batches: Sequence[BatchInfo], compression: str) -> bool:
+    """True when one of `batches` (control batches aside) is not in codec `compression` — headers only."""
     code = codec_id("none" if compression == "uncompressed" else compression)
-    return any(b.compression != code and not b.is_control for b in iter_headers(data))
+    return any(b.compression != code and not b.is_control for b in batches)
 
 
 def recompress(
@@ -135,17 +135,25 @@ def recompress(
     transactional); only the codec bits and the CRC change. Control batches are
     kept as they are. Raises `UnsupportedCompressionTypeError` naming the missing
     library when a codec cannot be read or written here.
+
+    The `BatchInfo`s returned describe the new bytes without walking them again: a
+    kept batch's is `batches`' own at its new position, a rebuilt batch's header is
+    read once from the bytes just built (their CRC is the builder's, not checked).
     """
     code = codec_id("none" if compression == "uncompressed" else compression)
     if all(b.compression == code or b.is_control for b in batches):
         return None
     view = memoryview(data)
     out = bytearray()
+    infos: list[BatchInfo] = []
     for info in batches:
         if info.compression == code or info.is_control:
+            infos.append(replace(info, position=len(out)))
             out += view[info.position : info.end]
             continue
         codec_id(info.compression)  # the producer's codec must be readable here
         built = rebuild_batch(info, batch_records(view, info), compression=code, max_timestamp=info.max_timestamp)
+        infos.append(read_header(built))
+        infos[-1].position = len(out)
         out += built
-    return out, parse_batches(out)
+    return out, infos

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Sequence
 
 from crc32c import crc32c
 
@@ -66,10 +67,7 @@ def _check_one(
             f"batch at byte {position} declares length {length}, below the minimum {MIN_BATCH_LENGTH} of a v2 header"
         )
     if max_batch_bytes is not None and size > max_batch_bytes:
-        raise RecordTooLargeError(
-            f"batch at byte {position} is {size} bytes, over the limit of {max_batch_bytes} bytes "
-            "(max.message.bytes of the topic / message.max.bytes of the broker)"
-        )
+        raise _too_large(position, size, max_batch_bytes)
     if size > remaining:
         raise CorruptRecordError(
             f"truncated batch at byte {position}: declares {size} bytes but only {remaining} are present"
@@ -89,6 +87,21 @@ def _check_one(
                 f"stored {info.crc:#010x}, computed {actual:#010x}"
             )
     return info
+
+
+def _too_large(position: int, size: int, max_batch_bytes: int) -> RecordTooLargeError:
+    return RecordTooLargeError(
+        f"batch at byte {position} is {size} bytes, over the limit of {max_batch_bytes} bytes "
+        "(max.message.bytes of the topic / message.max.bytes of the broker)"
+    )
+
+
+def check_sizes(batches: Sequence[BatchInfo], max_batch_bytes: int) -> None:
+    """`parse_batches`' size check over headers already read: for batches rebuilt since (another codec
+    changes their size) or a limit that changed since. Raises `RecordTooLargeError` as it does."""
+    for info in batches:
+        if info.size > max_batch_bytes:
+            raise _too_large(info.position, info.size, max_batch_bytes)
 
 
 def parse_batches(
