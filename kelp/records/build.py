@@ -9,7 +9,6 @@ topic's `compression.type` rebuilds a batch in its codec, both keeping the batch
 
 from __future__ import annotations
 
-import struct
 import time
 from dataclasses import replace
 from typing import Iterable, Sequence
@@ -19,19 +18,15 @@ from kelp.errors import InvalidRecordError
 from .compression import codec_id
 from .header import (
     ATTRIBUTES_AT,
-    BASE_OFFSET_AT,
     COMPRESSION_MASK,
-    LEADER_EPOCH_AT,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     BatchInfo,
     read_header,
     rewrite_header,
+    stamp_offset_and_epoch,
 )
 from .record import Record, batch_records
-
-_I64 = struct.Struct(">q")
-_I32 = struct.Struct(">i")
 
 # `build_batch`'s shorthand for a Record: `(key, value[, headers[, timestamp]])`.
 _Headers = tuple[tuple[str, bytes | None], ...]
@@ -90,8 +85,7 @@ def build_batch(
         )
     buf = builder.build()
     if base_offset or partition_leader_epoch != 0:
-        _I64.pack_into(buf, BASE_OFFSET_AT, base_offset)
-        _I32.pack_into(buf, LEADER_EPOCH_AT, partition_leader_epoch)
+        stamp_offset_and_epoch(buf, 0, base_offset, partition_leader_epoch)
     return bytes(buf)
 
 

@@ -149,12 +149,24 @@ def read_header(data: bytes | bytearray | memoryview, position: int = 0) -> Batc
     )
 
 
+def length_at(data: bytes | bytearray | memoryview, position: int = 0) -> int:
+    """The Length field of the batch at `position` (the batch's size less LOG_OVERHEAD), unchecked."""
+    length: int = _I32.unpack_from(data, position + LENGTH_AT)[0]
+    return length
+
+
+def stamp_offset_and_epoch(buf: bytearray | memoryview, position: int, base_offset: int, leader_epoch: int) -> None:
+    """Write the base offset and partition leader epoch of the batch at `position`: both outside the CRC."""
+    _I64.pack_into(buf, position + BASE_OFFSET_AT, base_offset)
+    _I32.pack_into(buf, position + LEADER_EPOCH_AT, leader_epoch)
+
+
 def iter_headers(data: bytes | bytearray | memoryview, start: int = 0) -> Iterator[BatchInfo]:
     """Headers of the complete batches in `data` (no CRC check): for bytes the log already validated."""
     end = len(data)
     position = start
     while end - position >= HEADER_SIZE:
-        size = _I32.unpack_from(data, position + LENGTH_AT)[0] + LOG_OVERHEAD
+        size = length_at(data, position) + LOG_OVERHEAD
         if size < HEADER_SIZE or position + size > end:
             return
         yield read_header(data, position)
@@ -197,8 +209,7 @@ def assign_offsets(
     """
     offset = base_offset
     for info in batches:
-        _I64.pack_into(buf, info.position + BASE_OFFSET_AT, offset)
-        _I32.pack_into(buf, info.position + LEADER_EPOCH_AT, leader_epoch)
+        stamp_offset_and_epoch(buf, info.position, offset, leader_epoch)
         info.base_offset = offset
         info.partition_leader_epoch = leader_epoch
         offset += info.last_offset_delta + 1
@@ -243,6 +254,6 @@ def rewrite_header(
         _I64.pack_into(buf, position + BASE_OFFSET_AT, base_offset)
     if leader_epoch is not None:
         _I32.pack_into(buf, position + LEADER_EPOCH_AT, leader_epoch)
-    size = _I32.unpack_from(buf, position + LENGTH_AT)[0] + LOG_OVERHEAD
+    size = length_at(buf, position) + LOG_OVERHEAD
     crc = crc32c(memoryview(buf)[position + ATTRIBUTES_AT : position + size])
     _U32.pack_into(buf, position + CRC_AT, crc)

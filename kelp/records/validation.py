@@ -9,7 +9,6 @@ never raises and says where the valid prefix ends and why.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -25,15 +24,13 @@ from kelp.errors import (
 from .header import (
     ATTRIBUTES_AT,
     HEADER_SIZE,
-    LENGTH_AT,
     LOG_OVERHEAD,
     MAGIC_AT,
     MIN_BATCH_LENGTH,
     BatchInfo,
+    length_at,
     read_header,
 )
-
-_I32 = struct.Struct(">i")
 
 
 def _check_one(
@@ -50,7 +47,7 @@ def _check_one(
         raise CorruptRecordError(
             f"truncated batch at byte {position}: {remaining} bytes left, a batch needs at least {HEADER_SIZE}"
         )
-    length = _I32.unpack_from(data, position + LENGTH_AT)[0]
+    length = length_at(data, position)
     size = length + LOG_OVERHEAD
     if remaining >= MAGIC_AT + 1:
         magic = data[position + MAGIC_AT]
@@ -157,9 +154,9 @@ def scan_valid_prefix(
         if remaining < HEADER_SIZE:
             needed = 0
             if remaining >= LOG_OVERHEAD:
-                needed = _I32.unpack_from(data, position + LENGTH_AT)[0] + LOG_OVERHEAD
+                needed = length_at(data, position) + LOG_OVERHEAD
             return ScanResult(batches, position, f"torn batch header ({remaining} bytes)", True, needed)
-        length = _I32.unpack_from(data, position + LENGTH_AT)[0]
+        length = length_at(data, position)
         if length + LOG_OVERHEAD > remaining and length >= MIN_BATCH_LENGTH and data[position + MAGIC_AT] == 2:
             return ScanResult(
                 batches, position,
