@@ -34,10 +34,8 @@ import bisect
 import logging
 import shutil
 import threading
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from kelp.clock import WallClockMs, wall_clock_ms
 from kelp.errors import InvalidRecordError, KafkaStorageError, KelpError
@@ -308,8 +306,10 @@ class Log(LogReads, LogRolls, LogRetention, LogTruncation, LogDurability, LogTra
         if batches is None:
             batches = self.validate(data, origin=origin)
         else:
-            with self._naming():
+            try:
                 check_sizes(batches, self.config.max_message_bytes)
+            except KelpError as exc:
+                raise self._named(exc) from None
         # A writable buffer (the produce request's own frame) is rewritten in place: no copy.
         if isinstance(data, bytearray) or (isinstance(data, memoryview) and not data.readonly):
             buf = data
@@ -395,16 +395,14 @@ class Log(LogReads, LogRolls, LogRetention, LogTruncation, LogDurability, LogTra
         return result
 
     def _parse(self, data: bytes | bytearray | memoryview, *, limit_size: bool = True) -> list[BatchInfo]:
-        with self._naming():
-            return parse_batches(data, max_batch_bytes=self.config.max_message_bytes if limit_size else None)
-
-    @contextmanager
-    def _naming(self) -> Iterator[None]:
-        """A check's error, naming this log."""
         try:
-            yield
+            return parse_batches(data, max_batch_bytes=self.config.max_message_bytes if limit_size else None)
         except KelpError as exc:
-            raise type(exc)(f"{self.name}: {exc}") from None
+            raise self._named(exc) from None
+
+    def _named(self, exc: KelpError) -> KelpError:
+        """A check's error, naming this log."""
+        return type(exc)(f"{self.name}: {exc}")
 
     def _append(self, data: bytes | bytearray | memoryview, batches: list[BatchInfo], now_ms: int, *,
                 defer_roll: bool = False) -> tuple[bool, bool]:
