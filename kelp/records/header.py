@@ -242,18 +242,12 @@ def rewrite_header(
     base_timestamp: int | None = None,
 ) -> None:
     """Patch header fields of the batch at `position` and recompute its CRC (the cleaner uses this)."""
-    if attributes is not None:
-        _I16.pack_into(buf, position + ATTRIBUTES_AT, attributes)
-    if base_timestamp is not None:
-        _I64.pack_into(buf, position + BASE_TIMESTAMP_AT, base_timestamp)
-    if last_offset_delta is not None:
-        _I32.pack_into(buf, position + LAST_OFFSET_DELTA_AT, last_offset_delta)
-    if max_timestamp is not None:
-        _I64.pack_into(buf, position + MAX_TIMESTAMP_AT, max_timestamp)
-    if base_offset is not None:
-        _I64.pack_into(buf, position + BASE_OFFSET_AT, base_offset)
-    if leader_epoch is not None:
-        _I32.pack_into(buf, position + LEADER_EPOCH_AT, leader_epoch)
+    fields = ((attributes, _I16, ATTRIBUTES_AT), (base_timestamp, _I64, BASE_TIMESTAMP_AT),
+              (last_offset_delta, _I32, LAST_OFFSET_DELTA_AT), (max_timestamp, _I64, MAX_TIMESTAMP_AT),
+              (base_offset, _I64, BASE_OFFSET_AT), (leader_epoch, _I32, LEADER_EPOCH_AT))
+    for value, layout, at in fields:
+        if value is not None:
+            layout.pack_into(buf, position + at, value)
     size = length_at(buf, position) + LOG_OVERHEAD
     crc = crc32c(memoryview(buf)[position + ATTRIBUTES_AT : position + size])
     _U32.pack_into(buf, position + CRC_AT, crc)
