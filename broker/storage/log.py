@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kelp.clock import WallClockMs, wall_clock_ms
+from kelp.config.log_config import LogConfig
 from kelp.errors import InvalidRecordError, KafkaStorageError, KelpError
 from kelp.records.build import recompress
 from kelp.records.compression import COMPRESSION_NAMES
@@ -46,7 +47,6 @@ from kelp.records.record import records_have_keys
 from kelp.records.validation import check_sizes, parse_batches
 
 from .checkpoint import PartitionCheckpoint
-from .config import LogConfig
 from .leader_epoch import LeaderEpochCache
 from .loader import load_segments
 from .log_durability import LogDurability

@@ -8,7 +8,8 @@ import random
 
 import pytest
 
-from kelp.broker.storage import Log, LogCleaner, LogConfig
+from kelp.broker.storage import Log, LogCleaner
+from kelp.config.log_config import LogConfig
 from kelp.records.build import build_batch
 from kelp.records.compression import available_compressions
 from kelp.records.record import Record, iter_records
