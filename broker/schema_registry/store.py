@@ -27,7 +27,8 @@ import time
 from collections.abc import Sequence
 
 from kelp.errors import KelpError, OffsetOutOfRangeError
-from kelp.records import Record, build_batch, iter_records
+from kelp.records.build import build_batch
+from kelp.records.record import Record, iter_records
 
 from ..parts import BrokerParts
 from ..replica.results import FetchPartition, SegmentSlice

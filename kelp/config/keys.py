@@ -177,7 +177,7 @@ def _flush(value: object) -> int:
 
 def _compression(value: object) -> str:
     """Kafka's compression.type values; a codec whose library is missing here is refused, naming it."""
-    from kelp.records import COMPRESSION_LIBRARIES, available_compressions
+    from kelp.records.compression import COMPRESSION_LIBRARIES, available_compressions
 
     from .log_config import COMPRESSION_TYPES
 

@@ -49,7 +49,7 @@ from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest, Write
 
 from kelp.broker.kafka.handlers import all_handlers
 from kelp.errors import ErrorCode
-from kelp.records import build_batch
+from kelp.records.build import build_batch
 from kelp.security.principal import KafkaPrincipal
 from tests.authorization.harness import InProcessBroker
 
