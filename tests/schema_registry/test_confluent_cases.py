@@ -3,8 +3,9 @@
 Why: Kelp's registry claims Confluent's compatibility behaviour (issue 37). The cases are Confluent's data, vendored
 in `confluent_cases/` (see its README for the commit and the version Kelp follows): the JSON Schema and Protobuf
 `diff-schema-examples` files of `SchemaDiffTest`, and `AvroCompatibilityTest`'s assertions transcribed as data.
-A case disagrees when Kelp's verdict (compatible or not) differs from Confluent's; the test fails naming every
-disagreement, so one failing run shows the whole list.
+A case disagrees when Kelp's verdict (compatible or not) differs from Confluent's — and, for JSON Schema, when
+Kelp's list of differences (type and JSON path) is not Confluent's; the test fails naming every disagreement, so
+one failing run shows the whole list.
 
 The verdict is the one the registry acts on: `check_level` over parsed schemas, as a registration decides it.
 """
@@ -17,9 +18,10 @@ from typing import Any
 
 import pytest
 
-from broker.schema_registry.compat import check_level
-from broker.schema_registry.formats import parse
-from broker.schema_registry.parsed import ParsedSchema, ResolvedReference
+from kelp.broker.schema_registry.compat import check_level
+from kelp.broker.schema_registry.formats import parse
+from kelp.broker.schema_registry.json_diff import compare
+from kelp.broker.schema_registry.parsed import ParsedSchema, ResolvedReference
 
 CASES = Path(__file__).parent / "confluent_cases"
 
@@ -28,7 +30,7 @@ def _load(name: str) -> Any:
     return json.loads((CASES / name).read_text(encoding="utf-8"))
 
 
-def _backward_compatible(schema_type: str, original: ParsedSchema, update: ParsedSchema) -> bool:
+def _backward_compatible(original: ParsedSchema, update: ParsedSchema) -> bool:
     return not check_level("BACKWARD", update, [original])
 
 
@@ -37,10 +39,14 @@ def json_disagreements(name: str) -> list[str]:
     for case in _load(name):
         original = parse("JSON", json.dumps(case["original_schema"]))
         update = parse("JSON", json.dumps(case["update_schema"]))
-        kelp = _backward_compatible("JSON", original, update)
+        kelp = _backward_compatible(original, update)
         if kelp != case["compatible"]:
             out.append(f"{case['description']!r}: Confluent {case['compatible']}, Kelp {kelp} "
                        f"({check_level('BACKWARD', update, [original])})")
+        # Confluent's test also pins the differences themselves (type and JSON path): so does this one
+        changes = sorted(f"{d.kind} {d.path}" for d in compare(case["original_schema"], case["update_schema"]))
+        if changes != sorted(case["changes"]):
+            out.append(f"{case['description']!r}: Confluent's differences {sorted(case['changes'])}, Kelp's {changes}")
     return out
 
 
@@ -55,7 +61,7 @@ def protobuf_disagreements(name: str) -> list[str]:
     for case in _load(name):
         original = parse("PROTOBUF", case["original_schema"], _proto_refs(case, "original"))
         update = parse("PROTOBUF", case["update_schema"], _proto_refs(case, "update"))
-        kelp = _backward_compatible("PROTOBUF", original, update)
+        kelp = _backward_compatible(original, update)
         if kelp != case["compatible"]:
             out.append(f"{case['description']!r}: Confluent {case['compatible']}, Kelp {kelp} "
                        f"({check_level('BACKWARD', update, [original])})")
