@@ -51,16 +51,24 @@ def json_disagreements(name: str) -> list[str]:
 
 
 def _proto_refs(case: dict[str, Any], side: str) -> tuple[ResolvedReference, ...]:
-    deps = {d["name"]: d["dependency"] for d in case.get(f"{side}_dependencies", [])}
+    """The case's references with their texts; one without a text is a file Confluent ships (`confluent/`,
+    `google/protobuf/`), which Kelp knows without a reference."""
+    deps = {d["name"]: d.get("dependency") for d in case.get(f"{side}_dependencies", [])}
     return tuple(ResolvedReference(r["name"], r["subject"], r["version"], "PROTOBUF", deps[r["name"]])
-                 for r in case.get(f"{side}_references", []))
+                 for r in case.get(f"{side}_references", []) if deps.get(r["name"]) is not None)
+
+
+def _proto_text(schema: str) -> str:
+    """A schema, or (as Confluent's test reads it) the path of a `.proto` file beside the cases."""
+    return (CASES / "protobuf" / schema.rsplit("/", 1)[-1]).read_text(encoding="utf-8") \
+        if schema.endswith(".proto") else schema
 
 
 def protobuf_disagreements(name: str) -> list[str]:
     out = []
     for case in _load(name):
-        original = parse("PROTOBUF", case["original_schema"], _proto_refs(case, "original"))
-        update = parse("PROTOBUF", case["update_schema"], _proto_refs(case, "update"))
+        original = parse("PROTOBUF", _proto_text(case["original_schema"]), _proto_refs(case, "original"))
+        update = parse("PROTOBUF", _proto_text(case["update_schema"]), _proto_refs(case, "update"))
         kelp = _backward_compatible(original, update)
         if kelp != case["compatible"]:
             out.append(f"{case['description']!r}: Confluent {case['compatible']}, Kelp {kelp} "
@@ -87,10 +95,19 @@ def test_json_schema_cases_agree_with_confluent(name: str) -> None:
     assert not disagreements, f"{len(disagreements)} of {len(_load(name))} disagree:\n" + "\n".join(disagreements)
 
 
-def test_protobuf_cases_agree_with_confluent() -> None:
-    name = "protobuf-diff-schema-examples.json"
+@pytest.mark.parametrize("name", ["protobuf-diff-schema-examples.json", "protobuf-diff-schema-examples-with-meta.json"])
+def test_protobuf_cases_agree_with_confluent(name: str) -> None:
     disagreements = protobuf_disagreements(name)
     assert not disagreements, f"{len(disagreements)} of {len(_load(name))} disagree:\n" + "\n".join(disagreements)
+
+
+def test_protobuf_proto_files_case() -> None:
+    """`SchemaDiffTest.checkCompatibilityUsingProtoFiles`: TestProto -> TestProto2 changes field 2 from int32 to
+    string, FIELD_SCALAR_KIND_CHANGED at #/TestMessage/2 (and the package: incompatible twice over)."""
+    original = parse("PROTOBUF", _proto_text("TestProto.proto"))
+    update = parse("PROTOBUF", _proto_text("TestProto2.proto"))
+    found = check_level("BACKWARD", update, [original])
+    assert any("FIELD_SCALAR_KIND_CHANGED" in f and "#/TestMessage/2" in f for f in found), found
 
 
 def test_avro_cases_agree_with_confluent() -> None:
