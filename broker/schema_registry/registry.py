@@ -88,6 +88,9 @@ class SchemaRegistry:
             if len(self._parsed) > 10_000:
                 self._parsed.clear()
             self._parsed[key] = cached
+            # and under its canonical text, which is what a registered version stores: the compatibility check
+            # of the next version finds it parsed (a 1 MB Avro schema parses for tens of seconds)
+            self._parsed.setdefault((schema_type, cached.canonical, refs), cached)
         return cached
 
     async def parsed(self, state: RegistryState, schema: str, schema_type: str, refs: tuple[Reference, ...]
