@@ -75,9 +75,9 @@ class SchemaRegistry:
     def parse_schema(self, state: RegistryState, schema: str, schema_type: str, refs: tuple[Reference, ...]
                      ) -> ParsedSchema:
         """The parsed schema (remembered: parsing is the costly part of every request). Blocking."""
-        return self._parse_resolved(schema_type, schema, refs, self.resolve(state, refs, schema_type))
+        return self.parse_resolved(schema_type, schema, refs, self.resolve(state, refs, schema_type))
 
-    def _parse_resolved(self, schema_type: str, schema: str, refs: tuple[Reference, ...],
+    def parse_resolved(self, schema_type: str, schema: str, refs: tuple[Reference, ...],
                         resolved: tuple[ResolvedReference, ...]) -> ParsedSchema:
         """`parse_schema` with the references already resolved: it touches no `RegistryState`, which the loop
         changes while `_schemas` is read, so it may run on the CPU pool."""
@@ -102,7 +102,7 @@ class SchemaRegistry:
         if cached is not None:
             return cached
         resolved = self.resolve(state, refs, schema_type)
-        return await run_cpu(self._parse_resolved, schema_type, schema, refs, resolved)
+        return await run_cpu(self.parse_resolved, schema_type, schema, refs, resolved)
 
     def _pinned(self, state: RegistryState, refs: tuple[Reference, ...]) -> tuple[Reference, ...]:
         """References with `latest` (-1) replaced by the version it is now, as stored."""
@@ -140,7 +140,7 @@ class SchemaRegistry:
 
     def _level_errors(self, level: str, new: ParsedSchema,
                       targets: list[tuple[SchemaVersion, tuple[ResolvedReference, ...]]]) -> list[str]:
-        parsed = [self._parse_resolved(sv.schema_type, sv.schema, sv.references, refs) for sv, refs in targets]
+        parsed = [self.parse_resolved(sv.schema_type, sv.schema, sv.references, refs) for sv, refs in targets]
         failed = first_incompatible(level, new, parsed)
         if failed is None:
             return []
