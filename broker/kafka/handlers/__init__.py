@@ -12,6 +12,7 @@ from . import (  # noqa: F401  (imported for their registrations)
     acls,
     api_versions,
     configs,
+    consumer_groups,
     describe,
     fetch,
     groups,
