@@ -108,6 +108,7 @@ class GroupCoordinator:
         self.loader.on_partition_loaded = self.txn_offsets.after_load
         self.consumer = ConsumerGroups(self.group_manager, config=config, scheduler=self.scheduler,
                                        topics=topics or _NoTopics())
+        self.loader.on_consumer_groups = self.consumer.adopt
         self._stopped = False
         # Parts living on top of the coordinator (the REST proxy's HTTP consumers) stop with it.
         self.stop_hooks: list[Callable[[], Awaitable[None]]] = []

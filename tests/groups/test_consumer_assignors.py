@@ -52,7 +52,8 @@ def test_uniform_is_complete_balanced_and_sticky_under_random_membership(seed: i
     homogeneous = seed % 2 == 0
     members = {}
     for i in range(rng.randint(1, 7)):
-        topics = set(partitions) if homogeneous else set(rng.sample(sorted(partitions), rng.randint(1, len(partitions))))
+        count = rng.randint(1, len(partitions))
+        topics = set(partitions) if homogeneous else set(rng.sample(sorted(partitions), count))
         members[f"m{i}"] = MemberSubscription(frozenset(topics))
     first = assign_uniform(members, partitions, {})
     check_complete(members, partitions, first)

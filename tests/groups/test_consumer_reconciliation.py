@@ -42,12 +42,12 @@ class Topics:
         return next((n for n, t in self.by_name.items() if t.topic_id == topic_id), None)
 
 
-def make(**config: object) -> tuple[GroupCoordinator, ManualScheduler]:
+def make(store: MemoryStore | None = None, **config: object) -> tuple[GroupCoordinator, ManualScheduler]:
     scheduler = ManualScheduler()
     cfg = CoordinatorConfig(num_partitions=4, consumer_session_timeout_ms=config.pop("session", 10000),  # type: ignore[arg-type]
                             consumer_heartbeat_interval_ms=1000, **config)  # type: ignore[arg-type]
     topics = Topics()
-    coord = GroupCoordinator(cfg, store=MemoryStore(), clock_ms=scheduler.clock, scheduler=scheduler,
+    coord = GroupCoordinator(cfg, store=store or MemoryStore(), clock_ms=scheduler.clock, scheduler=scheduler,
                              topic_partitions=lambda n: t.partitions if (t := topics.get(n)) else None,
                              topics=topics)
     coord.loader.load()

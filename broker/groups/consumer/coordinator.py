@@ -8,7 +8,9 @@ applies the member's subscription, bumping the group epoch when membership, subs
 topics' partition counts change, (3) computes the target assignment with the group's assignor when the group
 epoch is ahead of it, (4) moves the member one reconciliation step (`model.next_assignment`: revoke before
 assign, never one partition held by two members), and answers its epoch and, when it changed, its assignment.
-Everything is decided on values before any of it is applied, so a refused request changes nothing.
+Everything is decided on values, written to `__consumer_offsets` as Kafka's records (`records`), and only
+then applied, so a refused request or a failed write changes nothing; a group's changes are serialised by its
+lock. A coordinator that loads the partition replays the records (`adopt`): the group survives a move.
 
 Timers: each heartbeat restarts the member's session (`group.consumer.session.timeout.ms`); a member asked to
 revoke must acknowledge within its rebalance timeout. Either expiry fences the member: it leaves the group, its
@@ -20,6 +22,7 @@ coordinator's ownership, `check_group`); `on_resign` drops them. This module mus
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections import Counter
@@ -28,8 +31,11 @@ from typing import Callable, Iterable, Protocol
 
 from kelp.errors import ErrorCode
 
+from ..append_errors import group_write_error_code
 from ..coordinator_config import CoordinatorConfig, Scheduler, TimerHandle
 from ..group_metadata_manager import GroupMetadataManager
+from ..placement import OFFSETS_TOPIC
+from . import records
 from .assignors import ASSIGNORS, MemberSubscription
 from .heartbeat import HeartbeatRequest, HeartbeatResult, invalid_request
 from .model import (
@@ -88,6 +94,10 @@ class ConsumerGroups:
         self.groups: dict[str, ConsumerGroup] = {}
         self._sessions: dict[tuple[str, str], TimerHandle] = {}
         self._revocations: dict[tuple[str, str], TimerHandle] = {}
+        # One change of a group at a time: a change is decided, written, then applied, and the next one is
+        # decided on what the previous applied (heartbeats, leaves and timer-driven fencing alike).
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
 
     # -- ConsumerGroupHeartbeat ------------------------------------------------------------------------------
     async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
@@ -101,9 +111,19 @@ class ConsumerGroups:
         if classic is not None and classic.members:
             return HeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND,
                                    f"Group {req.group_id} is not a consumer group (it has classic members).")
+        async with self._lock(req.group_id):
+            err = self.gm.check_group(req.group_id)  # the partition may have moved while this waited
+            if err:
+                return HeartbeatResult(err)
+            return await self._heartbeat(req)
+
+    def _lock(self, group_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(group_id, asyncio.Lock())
+
+    async def _heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
         group = self.groups.get(req.group_id)
         if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
-            return self._leave(group, req)
+            return await self._leave(group, req)
         if group is None:
             if req.member_epoch != 0:
                 return HeartbeatResult(ErrorCode.UNKNOWN_MEMBER_ID,
@@ -113,7 +133,7 @@ class ConsumerGroups:
         if isinstance(found, HeartbeatResult):
             return found
         member, replaced = found
-        return self._step(group, req, member, replaced)
+        return await self._step(group, req, member, replaced)
 
     def _member_for(self, group: ConsumerGroup,
                     req: HeartbeatRequest) -> tuple[ConsumerMember, str | None] | HeartbeatResult:
@@ -159,8 +179,8 @@ class ConsumerGroups:
                                    f"{member.member_epoch}.")
         return member, None
 
-    def _step(self, group: ConsumerGroup, req: HeartbeatRequest, member: ConsumerMember,
-              replaced: str | None) -> HeartbeatResult:
+    async def _step(self, group: ConsumerGroup, req: HeartbeatRequest, member: ConsumerMember,
+                    replaced: str | None) -> HeartbeatResult:
         gid = group.group_id
         updated = replace(
             member,
@@ -203,7 +223,26 @@ class ConsumerGroups:
         mid = updated.member_id
         reconciled = next_assignment(updated, target_epoch=assignment_epoch, target=target.get(mid, {}),
                                      held_by_other=lambda t, p: owners.get((t, p), mid) != mid, owned=req.owned)
-        # -- apply (nothing above changed the group) ------------------------------------------------------------
+        # -- write the change as Kafka's records, then apply it (nothing above changed the group) ---------------
+        fresh = is_new or replaced is not None
+        recs: list[records.Record] = records.member_tombstones(gid, replaced) if replaced is not None else []
+        if fresh or _metadata(updated) != _metadata(member):
+            recs.append(records.member_record(gid, reconciled))
+        if metadata != group.subscribed_topics:
+            recs.append(records.subscription_record(gid, metadata))
+        if group_epoch != group.group_epoch or gid not in self.groups:
+            recs.append(records.group_epoch_record(gid, group_epoch))
+        if assignment_epoch != group.assignment_epoch:
+            recs += [records.target_member_record(gid, m, a) for m, a in sorted(target.items())
+                     if a != group.target.get(m)]
+            recs.append(records.target_epoch_record(gid, assignment_epoch))
+        elif replaced is not None and mid in target:
+            recs.append(records.target_member_record(gid, mid, target[mid]))
+        if fresh or _assignment_state(reconciled) != _assignment_state(member):
+            recs.append(records.current_assignment_record(gid, reconciled))
+        err = await self._write(gid, recs)
+        if err:
+            return HeartbeatResult(err)
         if gid not in self.groups:
             self.groups[gid] = group
         if replaced is not None:
@@ -243,8 +282,26 @@ class ConsumerGroups:
             return order[0]
         return max(votes, key=lambda a: (votes[a], -order.index(a)))
 
+    async def _write(self, group_id: str, recs: list[records.Record]) -> int:
+        """Append `recs` to the group's `__consumer_offsets` partition; NONE when they are durable in this
+        leadership term, else the error to answer (the change is then not applied: the next coordinator replays
+        whatever was written)."""
+        if not recs:
+            return ErrorCode.NONE
+        partition = self.gm.partition_for(group_id)
+        token = self.gm.ownership.token(partition)
+        try:
+            await self.gm.store.append(partition, recs)
+        except Exception as exc:
+            moved = self.gm.ownership.token(partition) != token
+            code = ErrorCode.NOT_COORDINATOR if moved else group_write_error_code(exc)
+            log.warning("writing consumer group '%s' to %s-%d failed (answering error %d): %s", group_id,
+                        OFFSETS_TOPIC, partition, code, exc, exc_info=getattr(exc, "code", None) is None)
+            return code
+        return ErrorCode.NONE if self.gm.ownership.token(partition) == token else ErrorCode.NOT_COORDINATOR
+
     # -- leaving ---------------------------------------------------------------------------------------------
-    def _leave(self, group: ConsumerGroup | None, req: HeartbeatRequest) -> HeartbeatResult:
+    async def _leave(self, group: ConsumerGroup | None, req: HeartbeatRequest) -> HeartbeatResult:
         gid = req.group_id
         member = group.members.get(req.member_id) if group is not None else None
         if group is None or member is None:
@@ -255,25 +312,36 @@ class ConsumerGroups:
                                    f"Instance id {req.instance_id} is not held by member {req.member_id}.")
         if req.member_epoch == STATIC_LEAVE_EPOCH:
             # A static member restarting: it keeps its partitions (nobody else gets them) until its session ends.
-            group.put_member(replace(member, member_epoch=STATIC_LEAVE_EPOCH,
-                                     previous_member_epoch=member.member_epoch))
+            left = replace(member, member_epoch=STATIC_LEAVE_EPOCH, previous_member_epoch=member.member_epoch)
+            err = await self._write(gid, [records.current_assignment_record(gid, left)])
+            if err:
+                return HeartbeatResult(err)
+            group.put_member(left)
             self._cancel_revocation(gid, req.member_id)
             log.info("consumer group '%s': static member %s (%s) left for now", gid, req.member_id,
                      member.instance_id)
         else:
-            self.fence(group, req.member_id, "left the group")
+            err = await self._fence(group, req.member_id, "left the group")
+            if err:
+                return HeartbeatResult(err)
         return HeartbeatResult(ErrorCode.NONE, None, req.member_id, req.member_epoch,
                                self.config.consumer_heartbeat_interval_ms)
 
-    def fence(self, group: ConsumerGroup, member_id: str, why: str) -> None:
+    async def _fence(self, group: ConsumerGroup, member_id: str, why: str) -> int:
         """Remove a member (left, session expired, revocation not acknowledged): its partitions are free and
-        the group epoch moves, so the next heartbeat computes a new target."""
-        self._cancel_timers(group.group_id, member_id)
-        if group.remove_member(member_id) is None:
-            return
+        the group epoch moves, so the next heartbeat computes a new target. The caller holds the group's lock."""
+        gid = group.group_id
+        if member_id not in group.members:
+            return ErrorCode.NONE
+        err = await self._write(gid, [*records.member_tombstones(gid, member_id),
+                                      records.group_epoch_record(gid, group.group_epoch + 1)])
+        if err:
+            return err
+        self._cancel_timers(gid, member_id)
+        group.remove_member(member_id)
         group.group_epoch += 1
-        log.info("consumer group '%s': member %s %s; group epoch %d", group.group_id, member_id, why,
-                 group.group_epoch)
+        log.info("consumer group '%s': member %s %s; group epoch %d", gid, member_id, why, group.group_epoch)
+        return ErrorCode.NONE
 
     # -- timers ----------------------------------------------------------------------------------------------
     def _restart_session(self, group: ConsumerGroup, member_id: str) -> None:
@@ -282,25 +350,43 @@ class ConsumerGroups:
         if old is not None:
             old.cancel()
         self._sessions[key] = self.scheduler.call_later(
-            self.config.consumer_session_timeout_ms, self._expiry(group, member_id, self._sessions, "session expired"))
+            self.config.consumer_session_timeout_ms,
+            self._expiry(group, member_id, self._sessions, "session expired", lambda m: True))
 
     def _watch_revocation(self, group: ConsumerGroup, before: ConsumerMember, after: ConsumerMember) -> None:
         key = (group.group_id, after.member_id)
         if after.state is not MemberState.UNREVOKED_PARTITIONS:
             self._cancel_revocation(*key)
         elif before.state is not MemberState.UNREVOKED_PARTITIONS or key not in self._revocations:
+            epoch = after.member_epoch
+
+            def still_revoking(m: ConsumerMember) -> bool:
+                return m.state is MemberState.UNREVOKED_PARTITIONS and m.member_epoch == epoch
+
             self._revocations[key] = self.scheduler.call_later(
                 after.rebalance_timeout_ms,
-                self._expiry(group, after.member_id, self._revocations, "did not revoke its partitions in time"))
+                self._expiry(group, after.member_id, self._revocations, "did not revoke its partitions in time",
+                             still_revoking))
 
     def _expiry(self, group: ConsumerGroup, member_id: str, timers: dict[tuple[str, str], TimerHandle],
-                why: str) -> Callable[[], None]:
+                why: str, still: Callable[[ConsumerMember], bool]) -> Callable[[], None]:
+        """The callback of a member's timer: fences it (a task: the fencing is written first) unless, once the
+        group's lock is held, the group moved, the member left, a newer timer replaced this one, or `still`
+        says the reason is gone."""
         key = (group.group_id, member_id)
+
+        async def expire() -> None:
+            async with self._lock(group.group_id):
+                member = group.members.get(member_id)
+                if self.groups.get(group.group_id) is group and member is not None and key not in timers \
+                        and still(member):
+                    await self._fence(group, member_id, why)
 
         def fire() -> None:
             timers.pop(key, None)
-            if self.groups.get(group.group_id) is group and member_id in group.members:
-                self.fence(group, member_id, why)
+            task = asyncio.get_running_loop().create_task(expire())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
         return fire
 
@@ -316,18 +402,32 @@ class ConsumerGroups:
             handle.cancel()
 
     # -- leadership, describe, offsets ------------------------------------------------------------------------
+    def adopt(self, groups: dict[str, ConsumerGroup]) -> None:
+        """A loaded partition's consumer groups (replayed from their records): served from now on, each member's
+        session starting now (a member that does not heartbeat to this coordinator is fenced after it)."""
+        for gid, group in groups.items():
+            group.assignor = self._preferred_assignor(group.members.values()) if group.members else ""
+            self.groups[gid] = group
+            for mid in group.members:
+                self._restart_session(group, mid)
+            log.info("consumer group '%s' loaded: group epoch %d, %d member(s)", gid, group.group_epoch,
+                     len(group.members))
+
     def on_resign(self, partition: int) -> None:
         """This broker no longer leads `partition`: forget its consumer groups and their timers."""
         for gid in [g for g in self.groups if self.gm.partition_for(g) == partition]:
             group = self.groups.pop(gid)
             for mid in list(group.members):
                 self._cancel_timers(gid, mid)
+            self._locks.pop(gid, None)
 
     def stop(self) -> None:
         for handle in [*self._sessions.values(), *self._revocations.values()]:
             handle.cancel()
         self._sessions.clear()
         self._revocations.clear()
+        for task in self._tasks:
+            task.cancel()
 
     def describe(self, group_id: str) -> ConsumerGroupDescription:
         err = self.gm.check_group(group_id)
@@ -376,3 +476,14 @@ class ConsumerGroups:
         if member_epoch != member.member_epoch:
             return ErrorCode.STALE_MEMBER_EPOCH
         return ErrorCode.NONE
+
+
+def _metadata(m: ConsumerMember) -> tuple[object, ...]:
+    """What ConsumerGroupMemberMetadataValue holds of a member."""
+    return (m.instance_id, m.rack_id, m.client_id, m.client_host, m.subscribed_topic_names, m.rebalance_timeout_ms,
+            m.server_assignor)
+
+
+def _assignment_state(m: ConsumerMember) -> tuple[object, ...]:
+    """What ConsumerGroupCurrentMemberAssignmentValue holds of a member."""
+    return m.member_epoch, m.previous_member_epoch, m.state, m.assigned, m.revoking

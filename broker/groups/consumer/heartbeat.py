@@ -72,7 +72,7 @@ def invalid_request(req: HeartbeatRequest, assignors: list[str]) -> tuple[int, s
         return bad, f"MemberEpoch {req.member_epoch} is invalid."
     if req.rebalance_timeout_ms != -1 and req.rebalance_timeout_ms <= 0:
         return bad, "RebalanceTimeoutMs must be positive."
-    if req.subscribed_topic_regex is not None:
+    if req.subscribed_topic_regex:  # "" (librdkafka sends it with topic names) is no regex, as in Kafka
         return bad, "SubscribedTopicRegex is not supported by Kelp yet; subscribe to topic names."
     if req.subscribed_topic_names is not None and any(not t for t in req.subscribed_topic_names):
         return bad, "SubscribedTopicNames can't contain an empty topic name."

@@ -16,6 +16,7 @@ This module must never hold group state or decide group rules.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any, cast
 
@@ -31,6 +32,8 @@ from ..messages import (
     ConsumerGroupHeartbeatResponse,
 )
 from .registry import RequestContext, handles
+
+log = logging.getLogger("kelp.broker.kafka")
 
 HB = ConsumerGroupHeartbeatResponse
 # The nested structs kafka-python builds from the schema at import (no stubs name them: typed as Any here).
@@ -81,6 +84,8 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext,
         client_host=_client_host(ctx), version=ctx.api_version,
     ))
     if result.error:
+        log.info("ConsumerGroupHeartbeat of group '%s' member '%s' epoch %d from %s: error %d (%s)",
+                 request.group_id, request.member_id, request.member_epoch, ctx.client, result.error, result.message)
         return refuse(result.error, result.message or "")
     return HB(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, member_id=result.member_id,
               member_epoch=result.member_epoch, heartbeat_interval_ms=result.heartbeat_interval_ms,
