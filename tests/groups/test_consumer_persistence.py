@@ -14,7 +14,7 @@ from kelp.broker.groups.consumer.model import MemberState
 from kelp.errors import ErrorCode
 
 from .harness import MemoryStore, settle
-from .test_consumer_reconciliation import G, T, Client, all_t, make, no_partition_twice
+from .test_consumer_reconciliation import Client, G, all_t, make, no_partition_twice
 
 
 def state(coord) -> tuple:

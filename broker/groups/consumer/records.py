@@ -107,8 +107,9 @@ def record_key_of(data: bytes) -> RecordKey | None:
     return kind, key.group_id, getattr(key, "member_id", "") or ""
 
 
-def _partitions(cls: Any, a: Mapping[str, frozenset[int]]) -> list[Any]:
-    return [cls(topic_id=uuid.UUID(hex=t), partitions=sorted(ps)) for t, ps in sorted(a.items()) if ps]
+def _partitions(cls: Any, a: Mapping[str, frozenset[int]], **absent: None) -> list[Any]:
+    """`absent`: tagged fields to leave out (None), as Kafka leaves out a nullable tagged field it does not set."""
+    return [cls(topic_id=uuid.UUID(hex=t), partitions=sorted(ps), **absent) for t, ps in sorted(a.items()) if ps]
 
 
 def _assignment(items: list[Any] | None) -> Assignment:
@@ -130,7 +131,8 @@ def member_record(group_id: str, m: ConsumerMember) -> Record:
     return _key(MEMBER, group_id, m.member_id), _value(
         MEMBER, instance_id=m.instance_id, rack_id=m.rack_id, client_id=m.client_id, client_host=m.client_host,
         subscribed_topic_names=list(m.subscribed_topic_names), subscribed_topic_regex=None,
-        rebalance_timeout_ms=m.rebalance_timeout_ms, server_assignor=m.server_assignor)
+        rebalance_timeout_ms=m.rebalance_timeout_ms, server_assignor=m.server_assignor,
+        classic_member_metadata=None)  # absent: a consumer-protocol member (set, Kafka reads a classic member)
 
 
 def target_epoch_record(group_id: str, epoch: int) -> Record:
@@ -146,7 +148,8 @@ def current_assignment_record(group_id: str, m: ConsumerMember) -> Record:
     TP = ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions
     return _key(CURRENT, group_id, m.member_id), _value(
         CURRENT, member_epoch=m.member_epoch, previous_member_epoch=m.previous_member_epoch, state=_STATES[m.state],
-        assigned_partitions=_partitions(TP, m.assigned), partitions_pending_revocation=_partitions(TP, m.revoking))
+        assigned_partitions=_partitions(TP, m.assigned, assignment_epochs=None),
+        partitions_pending_revocation=_partitions(TP, m.revoking, assignment_epochs=None))
 
 
 def member_tombstones(group_id: str, member_id: str) -> list[Record]:
