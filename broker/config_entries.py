@@ -81,10 +81,12 @@ def topic_entries(config: BrokerConfig, effective: Mapping[str, tuple[str, bool]
 
 
 def broker_entries(config: BrokerConfig) -> list[Entry]:
-    """Every config of this broker that has a value, sorted by name; read-only but the dynamic keys."""
+    """Every config of this broker, sorted by name; read-only but the dynamic keys. A key without a value (as
+    `log.retention.ms` when the hours decide) is listed with none, as Kafka's DescribeConfigs lists it."""
     entries: list[Entry] = []
     for name, raw in sorted(config.as_dict().items()):
         if raw is None:
+            entries.append((name, None, name not in DYNAMIC_BROKER_KEYS, SOURCE_DEFAULT, []))
             continue
         synonyms = broker_synonyms(config, (name,))
         source = synonyms[0][2] if synonyms else SOURCE_DEFAULT

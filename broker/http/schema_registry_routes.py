@@ -460,7 +460,7 @@ async def _get_mode(request: web.Request) -> JsonData:
     state = await _registry(request).state()
     if subject is not None and subject not in state.modes and not _flag(request, "defaultToGlobal"):
         raise RegistryError(404, 40409, f"Subject '{subject}' does not have subject-level mode configured")
-    return {"mode": state.mode(subject)}
+    return {"mode": state.own_mode(subject)}
 
 
 async def _put_mode(request: web.Request) -> JsonData:

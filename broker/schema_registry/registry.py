@@ -28,7 +28,7 @@ from ..cpu_work import run_cpu
 from . import errors
 from .errors import RegistryError, incompatible, not_permitted, schema_not_found, subject_not_found, version_not_found
 from .formats import parse
-from .model import Reference, SchemaVersion, config_key, encode, mode_key, schema_key
+from .model import READ_ONLY_MODES, Reference, SchemaVersion, config_key, encode, mode_key, schema_key
 from .parsed import ParsedSchema, ResolvedReference
 from .protobuf_descriptor import to_serialized
 from .requests import LATEST, SchemaRequest, check_subject
@@ -189,8 +189,8 @@ class SchemaRegistry:
             return result
 
     def _writable(self, state: RegistryState, subject: str) -> None:
-        if state.mode(subject) == "READONLY":
-            raise not_permitted(f"Subject {subject} is in read-only mode")
+        if state.mode(subject) in READ_ONLY_MODES:
+            raise not_permitted(f"Subject {subject} is in read-only mode ({state.mode(subject)})")
 
     async def _register(self, state: RegistryState, subject: str, body: JsonObject) -> JsonObject:
         from .requests import schema_request
@@ -313,6 +313,6 @@ class SchemaRegistry:
         if subject is not None and subject not in state.modes:
             raise RegistryError(404, errors.SUBJECT_MODE_NOT_CONFIGURED, f"Subject '{subject}' does not have "
                                 "subject-level mode configured")
-        previous = state.mode(subject)
+        previous = state.own_mode(subject)
         await self.log.append([(mode_key(subject), None)])
         return {"mode": previous}

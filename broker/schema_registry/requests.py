@@ -134,6 +134,6 @@ def mode_of(body: JsonValue) -> str:
     raw = body.get("mode") if isinstance(body, dict) else None
     mode = raw.upper() if isinstance(raw, str) else raw
     if mode not in MODES:
-        raise RegistryError(422, INVALID_MODE, f"Invalid mode. Valid values are READWRITE, READONLY and IMPORT "
-                                               f"(the body's 'mode' is {raw!r})")
+        raise RegistryError(422, INVALID_MODE, "Invalid mode. Valid values are READWRITE, READONLY, "
+                                               f"READONLY_OVERRIDE and IMPORT (the body's 'mode' is {raw!r})")
     return str(mode)

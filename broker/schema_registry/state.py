@@ -128,6 +128,13 @@ class RegistryState:
         return self.configs.get(None, DEFAULT_LEVEL)
 
     def mode(self, subject: str | None) -> str:
+        """The mode in force for `subject`: a global READONLY_OVERRIDE, else its own, else the global one."""
+        if self.modes.get(None) == "READONLY_OVERRIDE":
+            return "READONLY_OVERRIDE"
+        return self.own_mode(subject)
+
+    def own_mode(self, subject: str | None) -> str:
+        """The mode set for `subject`, else the global one (what `GET /mode/{subject}` shows)."""
         if subject is not None and subject in self.modes:
             return self.modes[subject]
         return self.modes.get(None, DEFAULT_MODE)

@@ -159,6 +159,7 @@ RULES: dict[tuple[str, str], Rule] = {
     # REST proxy v2
     ("POST", "/topics/{topic}"): _topic(W, creates=True),
     ("POST", "/topics/{topic}/partitions/{partition}"): _topic(W),
+    ("GET", "/brokers"): OPEN,
     ("GET", "/topics"): _in_route("lists the topics the principal may DESCRIBE"),
     ("GET", "/topics/{topic}"): _topic(DESCRIBE),
     ("GET", "/topics/{topic}/partitions"): _topic(DESCRIBE),

@@ -116,8 +116,10 @@ async def _encode_in_schema(writers: SchemaWriters, doc: JsonValue) -> Encoded:
             raise _Bad(f"'{field}': {exc}") from None
         except KelpError as exc:  # not authorized to register the schema given inline
             raise _Bad(f"'{field}': {exc}", exc.http_status) from None
+        named = writers.subject_of(field == "key", subject)
         out[field] = raw, {"type": rest_type or {v: k for k, v in REST_TYPES.items()}[writer.schema_type],
-                           "size": len(raw), "schema_id": writer.schema_id}
+                           "size": len(raw), "subject": named, "schema_id": writer.schema_id,
+                           "schema_version": await writers.version_of(named, writer.schema_id)}
     return out
 
 
