@@ -232,3 +232,47 @@ def test_librdkafka_consumers_rebalance_incrementally_and_resume(kip848_broker) 
     consumed = [(p, o) for proc in procs for p, o, _ in proc.records()]
     assert len(consumed) == len(set(consumed)) == 1200, "a record consumed twice, or one lost"
     assert not [p.errors() for p in procs if p.errors()]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.timeout(300)
+def test_a_consumer_group_survives_a_coordinator_restart(tmp_path) -> None:
+    """The coordinator's process restarts (a move to a new leader replays the same way): the group's records in
+    `__consumer_offsets` are replayed, the members carry on at their epochs with their partitions (no new group
+    epoch, no rejoin), and nothing is consumed twice or lost."""
+    bp = BrokerProcess(tmp_path, settings=SETTINGS, extra_args=["--port", str(_free_port())])
+    bp.start()
+    procs: list[ConsumerProc] = []
+    try:
+        bs, topic, group = bp.bootstrap, "kip848-restart", "kip848-restart-g"
+        create_topic(bs, topic, PARTITIONS)
+        produce(bs, topic, 0, 300)
+        a, b = (ConsumerProc(client="confluent", bootstrap=bs, group=group, topic=topic, commit=True,
+                             group_protocol="consumer") for _ in range(2))
+        procs += [a, b]
+        wait_all(procs, lambda: len(a.assignment) == len(b.assignment) == 3
+                 and sum(len(p.records()) for p in procs) >= 300, timeout=WAIT_S, what="two members, 300 records")
+        before = (a.assignment, b.assignment)
+        epochs = [line for line in bp.log_text().splitlines() if f"consumer group '{group}'" in line]
+        bp.restart()
+        produce(bs, topic, 300, 300)
+        wait_all(procs, lambda: sum(len(p.records()) for p in procs) >= 600, timeout=WAIT_S, what="600 records")
+        assert (a.assignment, b.assignment) == before, "the members kept their partitions across the restart"
+        log = bp.log_text()
+        after = [line for line in log.splitlines() if f"consumer group '{group}':" in line][len(epochs):]
+        assert not after, f"members rejoined or the group epoch moved after the restart: {after}"
+        loaded = [line for line in log.splitlines() if f"consumer group '{group}' loaded" in line]
+        assert loaded and ", 2 member(s)" in loaded[-1], loaded
+    finally:
+        for p in procs:
+            p.terminate()
+        bp.kill()
+    consumed = [(p, o) for proc in procs for p, o, _ in proc.records()]
+    assert len(consumed) == len(set(consumed)) == 600, "a record consumed twice, or one lost"
