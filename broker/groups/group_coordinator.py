@@ -361,6 +361,11 @@ class GroupCoordinator:
                 out[gid] = err
                 continue
             group = self.groups.get(gid)
+            if gid in self.consumer.groups:  # KIP-848: its records go, then its offsets (a memberless Group)
+                out[gid] = await self.consumer.delete(gid)
+                if out[gid] == ErrorCode.NONE and group is not None and not group.is_(GroupState.DEAD):
+                    out[gid] = await self.group_manager.remove_group(group)
+                continue
             if group is None or group.is_(GroupState.DEAD):
                 out[gid] = ErrorCode.GROUP_ID_NOT_FOUND
                 continue

@@ -11,6 +11,7 @@ import copy
 
 from kelp.broker.groups.consumer import records
 from kelp.broker.groups.consumer.model import MemberState
+from kelp.broker.groups.group import CommittedOffset
 from kelp.errors import ErrorCode
 
 from .harness import MemoryStore, settle
@@ -81,3 +82,19 @@ async def test_a_write_that_outlives_its_leadership_is_not_applied() -> None:
     r = await joining
     assert r.error == ErrorCode.NOT_COORDINATOR
     assert G not in coord.consumer.groups
+
+
+async def test_delete_a_consumer_group_only_when_empty_and_it_stays_deleted_after_replay() -> None:
+    store = MemoryStore()
+    coord, _ = make(store)
+    a = Client(coord, "A")
+    await a.beat()
+    offsets = {("t", 0): CommittedOffset(7, -1, "", -1)}
+    assert await coord.commit_offsets(G, member_id="A", generation=a.epoch, offsets=offsets) == {("t", 0): 0}
+    assert await coord.delete_groups([G]) == {G: ErrorCode.NON_EMPTY_GROUP}
+    await a.beat(epoch=-1)
+    assert await coord.delete_groups([G]) == {G: ErrorCode.NONE}
+    assert G not in coord.consumer.groups and coord.fetch_offsets(G, [("t", 0)])[1] == {("t", 0): None}
+    again, _ = make(store)
+    assert G not in again.consumer.groups and again.fetch_offsets(G, [("t", 0)])[1] == {("t", 0): None}
+    assert await again.delete_groups([G]) == {G: ErrorCode.GROUP_ID_NOT_FOUND}

@@ -11,6 +11,7 @@ committed offsets. Commits carry the member epoch (OffsetCommit v9). The Java ti
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -122,6 +123,15 @@ class JavaConsumer:
                 raise AssertionError(f"{self.name} did not close within 30 s: {''.join(self.stderr)[-2000:]}") from None
 
 
+def groups_command(bootstrap: str, *args: str) -> str:
+    """Kafka's kafka-consumer-groups (ConsumerGroupCommand); its standard output."""
+    done = subprocess.run(kafka_tools.java_command("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+                                                   "--bootstrap-server", bootstrap, *args),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
 def wait_for(consumers: list, predicate: Callable[[], bool], what: str) -> None:
     deadline = time.monotonic() + WAIT_S
     while not predicate():
@@ -159,6 +169,11 @@ def test_java_consumers_rebalance_incrementally_without_duplicates_or_loss(kip84
         everyone += [c1, c2, c3]
         wait_for(everyone, lambda: split([c1, c2, c3]) and sum(len(c.records()) for c in everyone) >= 600,
                  "three members splitting the six partitions and the first 600 records consumed")
+        # Kafka's kafka-consumer-groups sees a consumer-protocol group (ListGroups v5, ConsumerGroupDescribe).
+        listed = groups_command(bs, "--list", "--type")
+        assert re.search(rf"^{group}\s+Consumer\s*$", listed, re.M), listed
+        members = groups_command(bs, "--describe", "--group", group, "--members")
+        assert len([line for line in members.splitlines() if line.startswith(group)]) == 3, members
         c3.stop()  # a member goes: its partitions move to the others
         wait_for(everyone, lambda: split([c1, c2]), "the two remaining members owning all six partitions")
         produce(bs, topic, 600, 600)

@@ -402,6 +402,23 @@ class ConsumerGroups:
             handle.cancel()
 
     # -- leadership, describe, offsets ------------------------------------------------------------------------
+    async def delete(self, group_id: str) -> int:
+        """DeleteGroups of a consumer group: NON_EMPTY_GROUP while it has members; else its records are
+        tombstoned and it is forgotten (the caller removes its offsets)."""
+        async with self._lock(group_id):
+            group = self.groups.get(group_id)
+            if group is None:
+                return ErrorCode.GROUP_ID_NOT_FOUND
+            if group.members:
+                return ErrorCode.NON_EMPTY_GROUP
+            err = await self._write(group_id, records.group_tombstones(group_id))
+            if err:
+                return err
+            if self.groups.get(group_id) is group:
+                del self.groups[group_id]
+            log.info("consumer group '%s' deleted", group_id)
+            return ErrorCode.NONE
+
     def adopt(self, groups: dict[str, ConsumerGroup]) -> None:
         """A loaded partition's consumer groups (replayed from their records): served from now on, each member's
         session starting now (a member that does not heartbeat to this coordinator is fenced after it)."""

@@ -36,7 +36,7 @@ from .model import ConsumerGroup, ConsumerMember, MemberState
 
 __all__ = ["CONSUMER_RECORD_TYPES", "RecordKey", "record_key_of", "group_epoch_record", "subscription_record",
            "member_record", "target_epoch_record", "target_member_record", "current_assignment_record",
-           "member_tombstones", "replay"]
+           "member_tombstones", "group_tombstones", "replay"]
 
 _SCHEMAS = __name__.rsplit(".", 1)[0] + ".schemas"
 Record = tuple[bytes, bytes | None]
@@ -156,6 +156,11 @@ def member_tombstones(group_id: str, member_id: str) -> list[Record]:
     """A member leaves: its current assignment, its target and its metadata go (Kafka's order)."""
     return [(_key(CURRENT, group_id, member_id), None), (_key(TARGET_MEMBER, group_id, member_id), None),
             (_key(MEMBER, group_id, member_id), None)]
+
+
+def group_tombstones(group_id: str) -> list[Record]:
+    """The group is deleted (no members left): its target epoch, subscription and metadata go."""
+    return [(_key(TARGET_EPOCH, group_id), None), (_key(SUBSCRIPTION, group_id), None), (_key(GROUP, group_id), None)]
 
 
 def replay(values: Mapping[RecordKey, bytes | None]) -> dict[str, ConsumerGroup]:

@@ -475,6 +475,7 @@ async def handle_describe_groups(ctx: RequestContext, request: DescribeGroupsReq
 
 # Every Kelp group is a classic group (JoinGroup/SyncGroup, KIP-848's "consumer" protocol is not served).
 GROUP_TYPE = "classic"
+CONSUMER_GROUP_TYPE = "consumer"
 
 
 @handles(ListGroupsRequest, min_version=0, max_version=5)
@@ -483,13 +484,13 @@ async def handle_list_groups(ctx: RequestContext, request: ListGroupsRequest) ->
     states = getattr(request, "states_filter", None) if ctx.api_version >= 4 else None
     types = getattr(request, "types_filter", None) if ctx.api_version >= 5 else None
     L = ListGroupsResponse.ListedGroup
-    if types and GROUP_TYPE not in {t.lower() for t in types}:
-        return ListGroupsResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, groups=[])
-    return ListGroupsResponse(
-        throttle_time_ms=0, error_code=ErrorCode.NONE,
-        groups=[L(group_id=g, protocol_type=pt, group_state=st, group_type=GROUP_TYPE)
-                for g, pt, st in _listable(ctx, coord.list_groups(states=states or None))],
-    )
+    wanted = {t.lower() for t in types} if types else None
+    listed = []
+    for g, pt, st in _listable(ctx, coord.list_groups(states=states or None)):
+        kind = CONSUMER_GROUP_TYPE if g in coord.consumer.groups else GROUP_TYPE  # KIP-848 groups: "consumer"
+        if wanted is None or kind in wanted:
+            listed.append(L(group_id=g, protocol_type=pt, group_state=st, group_type=kind))
+    return ListGroupsResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, groups=listed)
 
 
 @handles(DeleteGroupsRequest, min_version=0, max_version=2)
