@@ -48,6 +48,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, 
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest, WriteTxnMarkersRequest
 
 from kelp.broker.kafka.handlers import all_handlers
+from kelp.broker.kafka.messages import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
 from kelp.broker.security.principal import KafkaPrincipal
 from kelp.errors import ErrorCode
 from kelp.records import build_batch
@@ -73,7 +74,7 @@ COVERED = {
     48: "scram_users", 50: "scram_users", 51: "scram_users", 27: "write_txn_markers",
     24: "test_acl_transactions.py", 25: "test_acl_transactions.py", 26: "test_acl_transactions.py",
     28: "test_acl_transactions.py", 65: "test_acl_transactions.py", 66: "test_acl_transactions.py",
-    61: "test_acl_txn_tools.py", 49: "test_client_quotas.py",
+    61: "test_acl_txn_tools.py", 49: "test_client_quotas.py", 68: "consumer_group", 69: "consumer_group",
     60: "tests/broker/test_describe_apis.py", 75: "tests/broker/test_describe_apis.py",
     # SaslHandshake, SaslAuthenticate: how a connection authenticates, before any principal exists; no ACL
     17: "-", 36: "-",
@@ -368,6 +369,25 @@ async def test_delete_groups(b: InProcessBroker) -> None:
     assert (await b.call(req, 2, principal=ALICE)).results[0].error_code == GROUP_DENIED
     await grant(b, acl("GROUP", GROUP, "DELETE"))
     assert (await b.call(req, 2, principal=BOB)).results[0].error_code == 0
+
+
+async def test_consumer_group(b: InProcessBroker) -> None:
+    """KIP-848: the heartbeat needs READ on the group and DESCRIBE on each subscribed topic; describe, DESCRIBE
+    on the group (READ implies it)."""
+    hb = ConsumerGroupHeartbeatRequest(group_id=GROUP, member_id="m1", member_epoch=0, rebalance_timeout_ms=30000,
+                                       subscribed_topic_names=[SECRET], topic_partitions=[])
+    refused = await b.call(hb, 1, principal=ALICE)
+    assert refused.error_code == GROUP_DENIED and refused.assignment is None
+    await grant(b, acl("GROUP", GROUP, "READ"))
+    assert (await b.call(hb, 1, principal=BOB)).error_code == TOPIC_DENIED
+    await grant(b, acl("TOPIC", SECRET, "DESCRIBE"))
+    joined = await b.call(hb, 1, principal=BOB)
+    assert joined.error_code == 0 and joined.member_epoch == 1
+    describe = ConsumerGroupDescribeRequest(group_ids=[GROUP], include_authorized_operations=False)
+    hidden = (await b.call(describe, 1, principal=ALICE)).groups[0]
+    assert hidden.error_code == GROUP_DENIED and hidden.members == []
+    seen = (await b.call(describe, 1, principal=BOB)).groups[0]
+    assert seen.error_code == 0 and [m.member_id for m in seen.members] == ["m1"]
 
 
 # -- topic administration --------------------------------------------------------------------------------------

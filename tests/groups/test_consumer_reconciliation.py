@@ -283,3 +283,18 @@ async def test_offsets_are_committed_and_fetched_at_the_member_epoch() -> None:
     assert [g for g in coord.list_groups() if g[0] == G] == [(G, "consumer", "Reconciling")]  # B waits for A's
     await b.beat()
     assert [g for g in coord.list_groups() if g[0] == G] == [(G, "consumer", "Stable")]
+
+
+async def test_a_topic_created_or_grown_after_the_subscription_is_assigned_on_the_next_heartbeat() -> None:
+    coord, _ = make()
+    topics = coord.consumer.topics
+    a = Client(coord, "A", topics=("v",))
+    r = await a.beat()
+    assert r.error == ErrorCode.NONE and a.partitions() == set()  # "v" does not exist yet: nothing to assign
+    epoch = coord.consumer.groups[G].group_epoch
+    topics.by_name["v"] = _Topic("c" * 32, 2)  # type: ignore[attr-defined]
+    await a.beat()
+    assert a.partitions() == {("c" * 32, 0), ("c" * 32, 1)} and coord.consumer.groups[G].group_epoch == epoch + 1
+    topics.by_name["v"] = _Topic("c" * 32, 3)  # type: ignore[attr-defined]
+    await a.beat()
+    assert a.partitions() == {("c" * 32, p) for p in range(3)}
