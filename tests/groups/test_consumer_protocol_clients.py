@@ -291,3 +291,42 @@ def test_a_consumer_group_survives_a_coordinator_restart(tmp_path) -> None:
         bp.kill()
     consumed = [(p, o) for proc in procs for p, o, _ in proc.records()]
     assert len(consumed) == len(set(consumed)) == 600, "a record consumed twice, or one lost"
+
+
+@pytest.mark.timeout(300)
+def test_a_static_librdkafka_member_restarts_into_its_partitions_without_a_rebalance(kip848_broker) -> None:
+    """group.instance.id with the consumer protocol: the member leaves with epoch -2 on close, its partitions wait
+    for it, and the restarted instance (a new member id) gets them back while the group epoch stays put."""
+    bs, topic, group = kip848_broker.bootstrap, "kip848-static", "kip848-static-g"
+    create_topic(bs, topic, PARTITIONS)
+    produce(bs, topic, 0, 300)
+    procs: list[ConsumerProc] = []
+
+    def start(instance: str) -> ConsumerProc:
+        c = ConsumerProc(client="confluent", bootstrap=bs, group=group, topic=topic, commit=True,
+                         group_protocol="consumer", instance_id=instance)
+        procs.append(c)
+        return c
+
+    try:
+        a, b = start("inst-a"), start("inst-b")
+        wait_all(procs, lambda: len(a.assignment) == len(b.assignment) == 3
+                 and sum(len(p.records()) for p in procs) >= 300, timeout=WAIT_S, what="two static members")
+        kept, b_parts = a.assignment, b.assignment
+        lines_before = len([x for x in kip848_broker.log_text().splitlines() if f"consumer group '{group}'" in x])
+        b.terminate()
+        kip848_broker.wait_for_log(f"consumer group '{group}': static member", timeout=20)
+        b2 = start("inst-b")
+        b2.wait(lambda: b2.assignment == b_parts, timeout=WAIT_S, what=f"the restarted instance to get {b_parts}")
+        produce(bs, topic, 300, 300)
+        wait_all(procs, lambda: sum(len(p.records()) for p in procs) >= 600, timeout=WAIT_S, what="600 records")
+        assert a.assignment == kept, "the other member kept its partitions"
+        after = [x for x in kip848_broker.log_text().splitlines() if f"consumer group '{group}'" in x][lines_before:]
+        assert not [x for x in after if "group epoch" in x and "left the group" in x], after
+        epochs = {x.rsplit("group epoch ", 1)[-1] for x in after if "group epoch" in x}
+        assert len(epochs) <= 1, f"the group epoch moved across the static restart: {after}"
+    finally:
+        for p in procs:
+            p.terminate()
+    consumed = [(p, o) for proc in procs for p, o, _ in proc.records()]
+    assert len(consumed) == len(set(consumed)) == 600, "a record consumed twice, or one lost"
