@@ -134,6 +134,24 @@ async def test_metadata(b: InProcessBroker) -> None:
     assert seen.error_code == 0 and len(seen.partitions) == 1 and seen.authorized_operations == {8}  # DESCRIBE
 
 
+async def test_metadata_by_topic_id(b: InProcessBroker) -> None:
+    """v12 by id (how librdkafka resolves a KIP-848 assignment): an id it may not describe is refused without its
+    name, an unknown id is UNKNOWN_TOPIC_ID, a describable one answers with its name."""
+    import uuid
+
+    secret_id = uuid.UUID(hex=b.parts.topics.get(SECRET).topic_id)  # type: ignore[union-attr]
+    unknown = uuid.UUID(int=7)
+    ask = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=None, topic_id=i)
+                                  for i in (secret_id, unknown)], allow_auto_topic_creation=False)
+    refused = {t.topic_id: t for t in (await b.call(ask, 12, principal=ALICE)).topics}
+    assert (refused[secret_id].error_code, refused[secret_id].name) == (TOPIC_DENIED, None)
+    assert (refused[unknown].error_code, refused[unknown].name) == (ErrorCode.UNKNOWN_TOPIC_ID, None)
+    await grant(b, acl("TOPIC", SECRET, "DESCRIBE"))
+    seen = {t.topic_id: t for t in (await b.call(ask, 12, principal=BOB)).topics}
+    assert (seen[secret_id].error_code, seen[secret_id].name, len(seen[secret_id].partitions)) == (0, SECRET, 1)
+    assert seen[unknown].error_code == ErrorCode.UNKNOWN_TOPIC_ID
+
+
 async def test_metadata_auto_creation_needs_create(b: InProcessBroker) -> None:
     await grant(b, acl("TOPIC", "auto-", "DESCRIBE", pattern="PREFIXED"))
     ask = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="auto-1")], allow_auto_topic_creation=True)
