@@ -19,10 +19,10 @@ from __future__ import annotations
 from aiohttp import web
 
 from kelp.json_types import JsonValue
+from kelp.security.acl import AclOperation
 
 from ..schema_registry.embedded import REST_TYPES, NotEncodable, SchemaWriter, find_writer
 from ..schema_registry.errors import RegistryError
-from ..security.acl import AclOperation
 from .access.route_access import CLUSTER, require
 from .schema_registry_routes import register_schema, registry_of
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kelp.clock import WallClockMs, wall_clock_ms
+from kelp.config.log_config import LogConfig
 from kelp.errors import InvalidRecordError, KafkaStorageError, KelpError
 from kelp.records import (
     COMPRESSION_NAMES,
@@ -49,7 +50,6 @@ from kelp.records import (
 )
 
 from .checkpoint import PartitionCheckpoint
-from .config import LogConfig
 from .leader_epoch import LeaderEpochCache
 from .loader import load_segments
 from .log_durability import LogDurability

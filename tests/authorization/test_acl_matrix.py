@@ -49,9 +49,9 @@ from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest, Write
 
 from kelp.broker.kafka.handlers import all_handlers
 from kelp.broker.kafka.messages import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
-from kelp.broker.security.principal import KafkaPrincipal
 from kelp.errors import ErrorCode
 from kelp.records import build_batch
+from kelp.security.principal import KafkaPrincipal
 from tests.authorization.harness import InProcessBroker
 
 ALICE = KafkaPrincipal.user("alice")

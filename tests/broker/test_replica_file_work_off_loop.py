@@ -177,8 +177,8 @@ async def test_deleting_a_topic_in_a_running_broker_removes_its_files_in_a_worke
 
     import kelp.broker.storage.log as log_mod
     from kelp.broker.app import Broker
-    from kelp.broker.config import BrokerConfig
     from kelp.broker.http.app import build_http_app
+    from kelp.config.broker import BrokerConfig
 
     broker = Broker(BrokerConfig.load(env={}, overrides={
         "log.dirs": str(tmp_path), "port": 0, "http.port": 0, "offsets.topic.num.partitions": 1}))

@@ -15,8 +15,10 @@ import urllib.request
 
 import pytest
 
-from kelp.broker.config import TOPIC_CONFIG_KEYS, BrokerConfig, validate_topic_configs
-from kelp.broker.storage import Log, LogConfig
+from kelp.broker.storage import Log
+from kelp.config.broker import BrokerConfig, validate_topic_configs
+from kelp.config.keys import TOPIC_CONFIG_KEYS
+from kelp.config.log_config import LogConfig
 from kelp.errors import ConfigError, ErrorCode
 from kelp.records import (
     COMPRESSION_CODECS,

@@ -7,8 +7,9 @@ import random
 
 import pytest
 
-from kelp.broker.config import BrokerConfig, ConfigError
 from kelp.broker.groups.consumer.assignors import MemberSubscription, assign_range, assign_uniform
+from kelp.config.broker import BrokerConfig
+from kelp.errors import ConfigError
 
 
 def subs(**members: str) -> dict[str, MemberSubscription]:

@@ -22,7 +22,7 @@ from typing import Any, Iterator
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
-from tests.http.httpcall import Reply, call, create_topic
+from tests.http.httpcall import Reply, call, create_topic, log_end_offsets
 from tests.support.broker_process import BrokerProcess
 
 V2 = "application/vnd.kafka.v2+json"
@@ -199,3 +199,20 @@ def test_v3_broker_config_by_kafka_name_and_lag_owners(kelp: BrokerProcess) -> N
         assert lags[0]["client_id"] == "lag-client" and lags[0]["consumer_id"], lags[0]
     finally:
         consumer.close()
+
+
+def test_an_empty_body_on_a_rest_proxy_route_is_422_and_stores_nothing(kelp: BrokerProcess) -> None:
+    """Confluent validates a missing body as a constraint violation: 422, error_code 422 (its v3 OpenAPI's
+    `produce_record_empty_request_body`); Kelp's own /admin/v1 keeps answering 400 for it."""
+    base = kelp.http_url
+    create_topic(base, "empty-body")
+    cluster = call("GET", f"{base}/v3/clusters").json()["data"][0]["cluster_id"]
+    for url, content_type in ((f"{base}/topics/empty-body", "application/vnd.kafka.binary.v2+json"),
+                              (f"{base}/topics/empty-body/partitions/0", "application/vnd.kafka.binary.v2+json"),
+                              (f"{base}/v3/clusters/{cluster}/topics/empty-body/records", "application/json"),
+                              (f"{base}/v3/clusters/{cluster}/topics", "application/json")):
+        message = _problem(call("POST", url, data=b"", content_type=content_type), 422, 422)
+        assert "Request body is empty" in message, (url, message)
+    assert call("POST", f"{base}/admin/v1/topics", data=b" ", content_type="application/json").status == 400
+    assert log_end_offsets(base, "empty-body") == [0]
+

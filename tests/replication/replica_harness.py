@@ -20,15 +20,16 @@ from typing import Any
 from kafka.protocol.consumer import FetchRequest, OffsetForLeaderEpochRequest
 
 from kelp.broker.cluster.replica_fetcher import ReplicaFetcherManager
-from kelp.broker.config import BrokerConfig
 from kelp.broker.kafka.fetch_encoder import encode_fetch_response
 from kelp.broker.kafka.handlers.offsets import handle_offset_for_leader_epoch
 from kelp.broker.kafka.handlers.registry import RequestContext
 from kelp.broker.metadata.image import MetadataDelta
 from kelp.broker.metadata.model import PartitionState, TopicState
 from kelp.broker.replica.manager import FetchPartition, ReplicaManager
-from kelp.broker.storage import LogConfig, LogManager
+from kelp.broker.storage import LogManager
 from kelp.broker.topic_manager import TopicManager
+from kelp.config.broker import BrokerConfig
+from kelp.config.log_config import LogConfig
 from kelp.errors import KelpError
 from kelp.kafka_client.fetch_request import FollowerFetch
 from kelp.records import Record, build_batch

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from kelp.broker.config import BrokerConfig, validate_broker_configs, validate_topic_configs
 from kelp.broker.replica.replication_quota import ALL, ReplicationQuotas, throttled_partitions
+from kelp.config.broker import BrokerConfig, validate_broker_configs, validate_topic_configs
 from kelp.errors import ConfigError
 from tests.replication.replica_harness import TOPIC, Node, PeerStub, batch
 

@@ -7,8 +7,9 @@ import os
 
 import pytest
 
-from kelp.broker.storage import Log, LogCleaner, LogConfig, LogManager
+from kelp.broker.storage import Log, LogCleaner, LogManager
 from kelp.broker.storage import cleaner as cleaner_module
+from kelp.config.log_config import LogConfig
 from kelp.errors import KafkaStorageError
 from kelp.records import Record, build_batch, iter_headers, iter_records, parse_batches
 

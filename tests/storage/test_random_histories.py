@@ -8,7 +8,8 @@ import random
 
 import pytest
 
-from kelp.broker.storage import Log, LogCleaner, LogConfig
+from kelp.broker.storage import Log, LogCleaner
+from kelp.config.log_config import LogConfig
 from kelp.records import Record, available_compressions, build_batch, iter_records, parse_batches
 
 from .helpers import read_all

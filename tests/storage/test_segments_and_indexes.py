@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from kelp.broker.storage import Log, LogConfig
+from kelp.broker.storage import Log
+from kelp.config.log_config import LogConfig
 from kelp.records import iter_headers
 
 from .helpers import batch, log_files, read_all

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from ...config_keys import CONSUMER_ASSIGNORS
+from kelp.config.keys import CONSUMER_ASSIGNORS
 
 __all__ = ["Assignment", "MemberSubscription", "ASSIGNORS", "assign_uniform", "assign_range"]
 
@@ -115,4 +115,4 @@ def _balance(owner: dict[tuple[str, int], str], load: dict[str, set[tuple[str, i
 
 
 ASSIGNORS: dict[str, AssignorFn] = {"uniform": assign_uniform, "range": assign_range}
-assert tuple(ASSIGNORS) == CONSUMER_ASSIGNORS  # the config's parser (config_keys) knows the same names
+assert tuple(ASSIGNORS) == CONSUMER_ASSIGNORS  # the config's parser (kelp.config.keys) knows the same names

@@ -40,10 +40,10 @@ from kelp.errors import (
     TransactionalIdAuthorizationFailedError,
     UnknownTopicOrPartitionError,
 )
+from kelp.security.acl import AclOperation, ResourceType
+from kelp.security.principal import ANONYMOUS, KafkaPrincipal, PrincipalMappingError
 
 from ...acl_manager import Access, host_of_ip
-from ...security.acl import AclOperation, ResourceType
-from ...security.principal import ANONYMOUS, KafkaPrincipal, PrincipalMappingError
 from ..cluster.trust import ClusterTrust
 from ..keys import BROKER
 from ..problems import HttpProblem, error_response

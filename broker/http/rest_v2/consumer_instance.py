@@ -37,11 +37,11 @@ from kelp.kafka_client import KafkaClientError
 from kelp.kafka_client.errors import error_name
 from kelp.kafka_client.security import PLAINTEXT
 from kelp.records import iter_headers, iter_records
+from kelp.security.principal import ANONYMOUS, KafkaPrincipal
 
 from ...acl_manager import Access
 from ...parts import BrokerParts
 from ...replica.manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from ...security.principal import ANONYMOUS, KafkaPrincipal
 from ..admin.groups import error_for
 from ..problems import HttpProblem
 from .consumer_client import FetchedPartition, MemberClient

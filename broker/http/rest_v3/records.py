@@ -309,7 +309,9 @@ async def produce(request: web.Request) -> web.StreamResponse:
         except (ValueError, RecursionError) as exc:
             return await fail(400, f"record {produced} is not valid JSON: {exc}")
     if response is None:
-        raise HttpProblem(400, "the body holds no record: send a JSON object per record", error_code=400)
+        # Confluent's answer for an empty produce body (its OpenAPI's produce_record_empty_request_body)
+        raise HttpProblem(422, "Payload error. Request body is empty. Data is required (send a JSON object per "
+                               "record).", error_code=422)
     await response.write_eof()
     return response
 
