@@ -109,6 +109,7 @@ class GroupCoordinator:
         self.consumer = ConsumerGroups(self.group_manager, config=config, scheduler=self.scheduler,
                                        topics=topics or _NoTopics())
         self.loader.on_consumer_groups = self.consumer.adopt
+        self.expiry.in_use = lambda gid: bool((cg := self.consumer.groups.get(gid)) is not None and cg.members)
         self._stopped = False
         # Parts living on top of the coordinator (the REST proxy's HTTP consumers) stop with it.
         self.stop_hooks: list[Callable[[], Awaitable[None]]] = []

@@ -98,3 +98,15 @@ async def test_delete_a_consumer_group_only_when_empty_and_it_stays_deleted_afte
     again, _ = make(store)
     assert G not in again.consumer.groups and again.fetch_offsets(G, [("t", 0)])[1] == {("t", 0): None}
     assert await again.delete_groups([G]) == {G: ErrorCode.GROUP_ID_NOT_FOUND}
+
+
+async def test_offsets_of_a_consumer_group_with_members_do_not_expire() -> None:
+    coord, sched = make(offsets_retention_ms=1000)
+    a = Client(coord, "A")
+    await a.beat()
+    offsets = {("t", 0): CommittedOffset(7, -1, "", -1)}
+    await coord.commit_offsets(G, member_id="A", generation=a.epoch, offsets=offsets)
+    sched.now_ms += 5000  # past the retention; A is still a member (its session is 10 s)
+    assert await coord.expiry.expire_offsets() == 0
+    await a.beat(epoch=-1)
+    assert await coord.expiry.expire_offsets() == 1  # an empty consumer group's offsets expire as Kafka's do
