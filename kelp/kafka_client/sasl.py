@@ -13,7 +13,7 @@ A SCRAM client checks what the server may ask of it: its nonce must extend the c
 lie within Kafka's 4096..16384 (a server asking for more wants the client's CPU), and the server's final
 signature must verify, so a broker that does not know the password cannot pass for one that does.
 
-The broker's own test client (`kelp.broker.security.scram.ScramClient`) is the same RFC; this one is what
+The broker's own test client (`kelp.security.scram.ScramClient`) is the same RFC; this one is what
 Kelp's clients run (this package may not import the broker). Nothing here logs or keeps a password beyond
 the salted password a SCRAM exchange needs until its last message.
 """

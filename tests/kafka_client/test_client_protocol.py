@@ -20,11 +20,11 @@ from kafka.protocol.consumer import HeartbeatRequest, HeartbeatResponse
 from kafka.protocol.metadata import ApiVersionsResponse
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
-from kelp.broker.security.scram import ScramMechanism, make_credential
-from kelp.broker.security.scram_exchange import ScramServer
 from kelp.kafka_client import AuthenticationFailed, BadResponse, BrokerTimeout, BrokerUnavailable, SaslCredentials
 from kelp.kafka_client.errors import ErrorResponse
 from kelp.kafka_client.protocol import Authenticated, ClientProtocol, Negotiated, Response
+from kelp.security.scram import ScramMechanism, make_credential
+from kelp.security.scram_exchange import ScramServer
 from tests.support.fake_kafka_broker import Received, decode_request, encode_response
 
 VERSION = 4
