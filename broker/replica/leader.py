@@ -7,8 +7,9 @@ for acks=all, idempotent-producer sequence and transaction state) whichever prot
 composes it with the partition table, the jobs on a replica's log (an append waits for a producer-state
 load or a truncation) and the roll and snapshot helpers the follower's path uses too (`rolls`).
 
-It must never parse or touch individual records (per batch: headers only), never `await` between
-the producer-state check, the log append and the state update of one partition (`append_sync` is
+It must never touch individual records on the loop (per batch: headers only; the records of a compressed batch
+are checked by `check_compressed_batches`, Kafka's LogValidator, on the CPU pool unless the batch is tiny),
+never `await` between the producer-state check, the log append and the state update of one partition (`append_sync` is
 synchronous, so they cannot interleave — the KIP-890 verification guard is compared in that same step),
 and never answer an acks=all append whose epoch moved.
 """
@@ -24,10 +25,13 @@ from kelp.errors import (
     InvalidTopicError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
+    RecordTooLargeError,
 )
 from kelp.records.build import needs_recompression, recompress
 from kelp.records.header import BatchInfo
+from kelp.records.inner import check_compressed, decompressed_limit
 
+from ..cpu_work import run_cpu
 from ..metadata.model import INTERNAL_TOPICS
 from .interfaces import TopicCounter
 from .jobs import ReplicaJobs
@@ -40,6 +44,31 @@ from .table import PartitionTable
 __all__ = ["LeaderPath"]
 
 log = logging.getLogger("kelp.broker.replica")
+
+# A compressed batch this small (compressed size and record count) has its records checked on the loop, with a
+# bound of INLINE_INFLATED on what it may inflate to; any other batch, or one that inflates past it, is checked
+# on the CPU pool (`run_cpu`) against the full bound: the loop is held for at most ~1 ms per batch.
+INLINE_BYTES = 16 << 10
+INLINE_RECORDS = 256
+INLINE_INFLATED = 1 << 20
+
+
+async def check_compressed_batches(data: bytes | bytearray | memoryview, batches: list[BatchInfo],
+                                   max_message_bytes: int) -> None:
+    """Kafka's LogValidator for compressed batches, on every topic: each one's records decompress within
+    `decompressed_limit(max.message.bytes)` and their framing agrees with the header (`kelp.records.inner`)."""
+    limit = decompressed_limit(max_message_bytes)
+    for info in batches:
+        if info.compression == 0:
+            continue
+        if info.size <= INLINE_BYTES and info.record_count <= INLINE_RECORDS:
+            try:
+                check_compressed(data, info, min(limit, INLINE_INFLATED))
+                continue
+            except RecordTooLargeError:
+                if limit <= INLINE_INFLATED:
+                    raise
+        await run_cpu(check_compressed, data, info, limit)
 
 
 class LeaderPath:
@@ -74,6 +103,7 @@ class LeaderPath:
         # rebuilt batches (the log checks it on them).
         codec = part.log.config.compression_type
         batches = part.log.validate(data, limit_size=codec == "producer")
+        await check_compressed_batches(data, batches, part.log.config.max_message_bytes)
         if codec != "producer" and needs_recompression(batches, codec):
             rebuilt = await asyncio.to_thread(recompress, data, batches, codec)
             if rebuilt is not None:

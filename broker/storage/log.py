@@ -39,7 +39,7 @@ from pathlib import Path
 
 from kelp.clock import WallClockMs, wall_clock_ms
 from kelp.config.log_config import LogConfig
-from kelp.errors import InvalidRecordError, KafkaStorageError, KelpError
+from kelp.errors import InvalidRecordError, KafkaStorageError, KelpError, UnsupportedCompressionTypeError
 from kelp.records.build import recompress
 from kelp.records.compression import COMPRESSION_NAMES
 from kelp.records.header import BatchInfo, assign_offsets, set_log_append_time
@@ -270,8 +270,9 @@ class Log(LogReads, LogRolls, LogRetention, LogTruncation, LogDurability, LogTra
                     f"but last offset delta {info.last_offset_delta}"
                 )
             if info.compression not in COMPRESSION_NAMES:
-                raise InvalidRecordError(f"{self.name}: batch at byte {info.position} uses unknown compression "
-                                         f"{info.compression}")
+                raise UnsupportedCompressionTypeError(
+                    f"{self.name}: batch at byte {info.position} uses unknown compression codec id "
+                    f"{info.compression} (Kafka's are 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd)")
             if info.is_control and origin != "coordinator":
                 raise InvalidRecordError(f"{self.name}: clients may not produce control batches")
         return batches
