@@ -31,7 +31,7 @@ from kelp.json_types import JsonData, JsonObject, JsonValue
 from ..cpu_work import run_cpu
 from ..loop_budget import LoopBudget
 from ..parts import BrokerParts
-from ..schema_registry.errors import REQUEST_FORWARDING_FAILED, UNKNOWN_LEADER, RegistryError, schema_not_found
+from ..schema_registry.errors import Code, RegistryError, schema_not_found
 from ..schema_registry.model import SCHEMA_TYPES, Reference
 from ..schema_registry.registry import WRITE_OPS, SchemaRegistry
 from ..schema_registry.requests import check_subject, level_of, mode_of, parse_version, schema_request
@@ -85,7 +85,7 @@ async def register_schema(request: web.Request, subject: str, body: JsonObject) 
     schema_request(body)
     answer = await _write(request, "register", {"subject": subject, "body": body})
     if not isinstance(answer, dict):
-        raise RegistryError(500, 50001, f"registering under subject '{subject}' answered {answer!r}"[:300])
+        raise RegistryError(500, Code.STORE_ERROR, f"registering under subject '{subject}' answered {answer!r}"[:300])
     return answer
 
 
@@ -184,14 +184,14 @@ async def _write(request: web.Request, op: str, args: JsonObject) -> JsonData:
                     return result
                 code = body.get("error_code") if isinstance(body, dict) else None
                 message = body.get("message") if isinstance(body, dict) else None
-                if code != UNKNOWN_LEADER:
+                if code != Code.UNKNOWN_LEADER:
                     raise RegistryError(resp.status, int(code) if isinstance(code, int) else resp.status,
                                         str(message or body))
                 last = str(message)
             except (ClientError, OSError, asyncio.TimeoutError, ValueError) as exc:
                 last = f"broker {leader} did not answer: {exc!r}"
         if time.monotonic() > deadline:
-            raise RegistryError(500, REQUEST_FORWARDING_FAILED if endpoint is not None else UNKNOWN_LEADER,
+            raise RegistryError(500, Code.REQUEST_FORWARDING_FAILED if endpoint is not None else Code.UNKNOWN_LEADER,
                                 f"Error while forwarding the request to the leader of '_schemas' within "
                                 f"{FORWARD_TIMEOUT_S:.0f}s: {last}")
         await asyncio.sleep(0.2)
@@ -213,7 +213,7 @@ async def leader_write(request: web.Request) -> web.Response:
 async def leader_records(request: web.Request) -> web.Response:
     registry = _registry(request)
     if not registry.log.is_leader():
-        return _answer({"error_code": UNKNOWN_LEADER, "message": "not the leader of '_schemas' partition 0"}, 500)
+        return _answer({"error_code": Code.UNKNOWN_LEADER, "message": "not the leader of '_schemas' partition 0"}, 500)
     try:
         offset = int(request.query.get("offset", "0"))
     except ValueError:
@@ -297,7 +297,7 @@ async def list_versions(request: web.Request) -> JsonData:
     state = await _registry(request).state()
     versions = state.versions(subject, deleted=_flag(request, "deleted"))
     if not versions:
-        raise RegistryError(404, 40401, f"Subject '{subject}' not found.")
+        raise RegistryError(404, Code.SUBJECT_NOT_FOUND, f"Subject '{subject}' not found.")
     return [sv.version for sv in versions]
 
 
@@ -443,7 +443,8 @@ async def _get_config(request: web.Request) -> JsonData:
     subject = _scope(request)
     state = await _registry(request).state()
     if subject is not None and subject not in state.configs and not _flag(request, "defaultToGlobal"):
-        raise RegistryError(404, 40408, f"Subject '{subject}' does not have subject-level compatibility configured")
+        raise RegistryError(404, Code.SUBJECT_LEVEL_COMPATIBILITY_NOT_CONFIGURED,
+                            f"Subject '{subject}' does not have subject-level compatibility configured")
     return {"compatibilityLevel": state.level(subject)}
 
 
@@ -459,7 +460,8 @@ async def _get_mode(request: web.Request) -> JsonData:
     subject = _scope(request)
     state = await _registry(request).state()
     if subject is not None and subject not in state.modes and not _flag(request, "defaultToGlobal"):
-        raise RegistryError(404, 40409, f"Subject '{subject}' does not have subject-level mode configured")
+        raise RegistryError(404, Code.SUBJECT_LEVEL_MODE_NOT_CONFIGURED,
+                            f"Subject '{subject}' does not have subject-level mode configured")
     return {"mode": state.own_mode(subject)}
 
 

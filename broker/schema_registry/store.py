@@ -31,7 +31,7 @@ from kelp.records import Record, build_batch, iter_records
 
 from ..parts import BrokerParts
 from ..replica.results import FetchPartition, SegmentSlice
-from .errors import OPERATION_TIMEOUT, UNKNOWN_LEADER, RegistryError, store_error
+from .errors import Code, RegistryError, store_error
 from .state import RegistryState
 
 __all__ = ["SchemaLog", "TOPIC", "read_records", "b64"]
@@ -118,7 +118,7 @@ class SchemaLog:
                 if self.state.next_offset >= end:
                     return self.state
                 if time.monotonic() > deadline:
-                    raise RegistryError(500, OPERATION_TIMEOUT, f"reading '{TOPIC}' to its end (offset {end}) "
+                    raise RegistryError(500, Code.OPERATION_TIMEOUT, f"reading '{TOPIC}' to its end (offset {end}) "
                                         f"did not finish within {SYNC_TIMEOUT_S:.0f}s (at {self.state.next_offset})")
                 if not records:
                     await asyncio.sleep(0.05)
@@ -129,7 +129,8 @@ class SchemaLog:
         leader = self.leader()
         endpoint = self.parts.cluster.brokers.get(leader)
         if endpoint is None:
-            raise RegistryError(500, UNKNOWN_LEADER, f"no leader of '{TOPIC}' is known (the registry's storage); retry")
+            raise RegistryError(500, Code.UNKNOWN_LEADER,
+                                f"no leader of '{TOPIC}' is known (the registry's storage); retry")
         url = f"{endpoint.http_url}/cluster/v1/schema-registry/records"
         try:
             async with self.parts.cluster.control_session().get(url, params={"offset": str(offset)}) as resp:
@@ -149,7 +150,7 @@ class SchemaLog:
             if info.high_watermark >= info.log_end_offset:
                 return
             if time.monotonic() > deadline:
-                raise RegistryError(500, OPERATION_TIMEOUT, f"'{TOPIC}' has records its followers have not "
+                raise RegistryError(500, Code.OPERATION_TIMEOUT, f"'{TOPIC}' has records its followers have not "
                                     f"caught up with (high watermark {info.high_watermark} < log end "
                                     f"{info.log_end_offset}) after {COMMIT_WAIT_S:.0f}s; retry")
             await asyncio.sleep(0.02)
