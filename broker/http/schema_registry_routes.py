@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import ClientError, web
 
+from kelp.errors import KelpError
 from kelp.json_types import JsonData, JsonObject, JsonValue
 
 from ..cpu_work import run_cpu
@@ -36,7 +37,7 @@ from ..schema_registry.model import SCHEMA_TYPES, Reference
 from ..schema_registry.registry import WRITE_OPS, SchemaRegistry
 from ..schema_registry.requests import check_subject, level_of, mode_of, parse_version, schema_request
 from ..schema_registry.state import RegistryState
-from ..schema_registry.store import SchemaLog, b64, read_records
+from ..schema_registry.store import SchemaLog, b64, read_records, registry_error
 from .json_body import INLINE_MAX_BYTES, BodyError, loads_bounded, off_loop
 from .serving import serving
 
@@ -99,6 +100,10 @@ def _answer(data: JsonData, status: int = 200) -> web.Response:
                         content_type=CONTENT_TYPE)
 
 
+def _problem(exc: RegistryError) -> web.Response:
+    return _answer({"error_code": exc.error_code, "message": exc.message}, exc.status)
+
+
 Handler = Callable[[web.Request], Awaitable[JsonData]]
 
 
@@ -112,8 +117,10 @@ def _route(method: str, path: str) -> Callable[[Handler], Handler]:
                     body = await run_cpu(functools.partial(json.dumps, data, separators=(",", ":")))
                     return web.Response(body=body.encode(), content_type=CONTENT_TYPE)
                 return _answer(data)
+            except KelpError as exc:  # a Kafka error met on the way (the leadership of _schemas moving): Confluent's
+                return _problem(registry_error(serving(request), exc))
             except RegistryError as exc:
-                return _answer({"error_code": exc.error_code, "message": exc.message}, exc.status)
+                return _problem(exc)
         routes.route(method, path)(run)
         return handler
     return wrap
@@ -184,7 +191,8 @@ async def _write(request: web.Request, op: str, args: JsonObject) -> JsonData:
                     return result
                 code = body.get("error_code") if isinstance(body, dict) else None
                 message = body.get("message") if isinstance(body, dict) else None
-                if code != Code.UNKNOWN_LEADER:
+                # not the leader any more, or a broker still starting (503 before any handler ran): retry
+                if code != Code.UNKNOWN_LEADER and resp.status != 503:
                     raise RegistryError(resp.status, int(code) if isinstance(code, int) else resp.status,
                                         str(message or body))
                 last = str(message)
@@ -205,8 +213,10 @@ async def leader_write(request: web.Request) -> web.Response:
         if op not in WRITE_OPS or not isinstance(args, dict):
             raise RegistryError(404, 404, f"no registry write operation '{op}' taking {args!r}"[:300])
         return _answer({"result": await _registry(request).write(op, args)})
+    except KelpError as exc:
+        return _problem(registry_error(serving(request), exc))
     except RegistryError as exc:
-        return _answer({"error_code": exc.error_code, "message": exc.message}, exc.status)
+        return _problem(exc)
 
 
 @routes.get("/cluster/v1/schema-registry/records")
