@@ -118,6 +118,12 @@ class ErrorCode(IntEnum):
     INCONSISTENT_CLUSTER_ID = 104
     TRANSACTIONAL_ID_NOT_FOUND = 105
     INELIGIBLE_REPLICA = 107
+    # KIP-848 consumer groups: a heartbeat or commit with a member epoch the coordinator does not accept, a static
+    # member's instance id still held by a live member, a ServerAssignor not in group.consumer.assignors.
+    FENCED_MEMBER_EPOCH = 110
+    UNRELEASED_INSTANCE_ID = 111
+    UNSUPPORTED_ASSIGNOR = 112
+    STALE_MEMBER_EPOCH = 113
     # DescribeCluster (KIP-919): a broker asked for the controllers' endpoints, or for an endpoint type it lacks.
     MISMATCHED_ENDPOINT_TYPE = 114
     UNSUPPORTED_ENDPOINT_TYPE = 115
