@@ -277,7 +277,8 @@ async def find_writer(registry: SchemaRegistry, register: Register, *, subject: 
         answer = await register(subject, body)
         registered = answer.get("id")
         if not isinstance(registered, int):
-            raise RegistryError(500, Code.STORE_ERROR, f"registering the schema under subject '{subject}' answered {answer!r}")
+            raise RegistryError(500, Code.STORE_ERROR,
+                                f"registering the schema under subject '{subject}' answered {answer!r}")
         schema_id = registered
         state = await registry.state()
     elif schema_id is None:
