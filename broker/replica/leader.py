@@ -8,7 +8,7 @@ composes it with the partition table, the jobs on a replica's log (an append wai
 load or a truncation) and the roll and snapshot helpers the follower's path uses too (`rolls`).
 
 It must never touch individual records on the loop (per batch: headers only; the records of a compressed batch
-are checked by `check_compressed_batches`, Kafka's LogValidator, on the CPU pool unless the batch is tiny),
+are checked by `check_batch_records`, Kafka's LogValidator, on the CPU pool unless the batch is tiny),
 never `await` between the producer-state check, the log append and the state update of one partition (`append_sync` is
 synchronous, so they cannot interleave — the KIP-890 verification guard is compared in that same step),
 and never answer an acks=all append whose epoch moved.
@@ -20,6 +20,7 @@ import asyncio
 import logging
 
 from kelp.errors import (
+    InvalidRecordError,
     InvalidRequestError,
     InvalidRequiredAcksError,
     InvalidTopicError,
@@ -29,7 +30,7 @@ from kelp.errors import (
 )
 from kelp.records.build import needs_recompression, recompress
 from kelp.records.header import BatchInfo
-from kelp.records.inner import check_compressed, decompressed_limit
+from kelp.records.inner import check_records, decompressed_limit
 
 from ..cpu_work import run_cpu
 from ..metadata.model import INTERNAL_TOPICS
@@ -45,30 +46,36 @@ __all__ = ["LeaderPath"]
 
 log = logging.getLogger("kelp.broker.replica")
 
-# A compressed batch this small (compressed size and record count) has its records checked on the loop, with a
-# bound of INLINE_INFLATED on what it may inflate to; any other batch, or one that inflates past it, is checked
-# on the CPU pool (`run_cpu`) against the full bound: the loop is held for at most ~1 ms per batch.
+# A batch this small (size and record count) has its records checked on the loop, with a bound of INLINE_INFLATED
+# on what it may inflate to; any other batch, or one that inflates past it, is checked on the CPU pool (`run_cpu`)
+# against the full bound: the loop is held for at most ~1 ms per batch.
 INLINE_BYTES = 16 << 10
 INLINE_RECORDS = 256
 INLINE_INFLATED = 1 << 20
 
 
-async def check_compressed_batches(data: bytes | bytearray | memoryview, batches: list[BatchInfo],
-                                   max_message_bytes: int) -> None:
-    """Kafka's LogValidator for compressed batches, on every topic: each one's records decompress within
-    `decompressed_limit(max.message.bytes)` and their framing agrees with the header (`kelp.records.inner`)."""
+async def check_batch_records(data: bytes | bytearray | memoryview, batches: list[BatchInfo], *,
+                              max_message_bytes: int, compact: bool, name: str) -> None:
+    """Kafka's LogValidator on the records: each compressed batch's decompress within
+    `decompressed_limit(max.message.bytes)` and their framing agrees with the header (`kelp.records.inner`); on a
+    compacted topic (`compact`) every batch's records are walked so, and each must have a key (InvalidRecordError,
+    as Kafka's; the log then need not decode them again on the loop)."""
     limit = decompressed_limit(max_message_bytes)
     for info in batches:
-        if info.compression == 0:
+        if info.is_control or (info.compression == 0 and not compact):
             continue
+        keyed: bool | None = None
         if info.size <= INLINE_BYTES and info.record_count <= INLINE_RECORDS:
             try:
-                check_compressed(data, info, min(limit, INLINE_INFLATED))
-                continue
+                keyed = check_records(data, info, min(limit, INLINE_INFLATED))
             except RecordTooLargeError:
                 if limit <= INLINE_INFLATED:
                     raise
-        await run_cpu(check_compressed, data, info, limit)
+        if keyed is None:
+            keyed = await run_cpu(check_records, data, info, limit)
+        if compact and not keyed:
+            raise InvalidRecordError(f"{name}: compacted topic refuses records without a key (the batch at byte "
+                                     f"{info.position} holds one)")
 
 
 class LeaderPath:
@@ -103,13 +110,16 @@ class LeaderPath:
         # rebuilt batches (the log checks it on them).
         codec = part.log.config.compression_type
         batches = part.log.validate(data, limit_size=codec == "producer")
-        await check_compressed_batches(data, batches, part.log.config.max_message_bytes)
+        compact = part.log.config.compact  # as checked: a config altered during the await is the log's to check
+        await check_batch_records(data, batches, max_message_bytes=part.log.config.max_message_bytes,
+                                  compact=compact, name=part.log.name)
         if codec != "producer" and needs_recompression(batches, codec):
             rebuilt = await asyncio.to_thread(recompress, data, batches, codec)
             if rebuilt is not None:
                 data, batches = rebuilt
         result = self.append_sync(topic, partition, data, acks=acks, internal_allowed=internal_allowed,
-                                  verify_txn=verify_txn, txn_guard=txn_guard, batches=batches)
+                                  verify_txn=verify_txn, txn_guard=txn_guard, batches=batches,
+                                  keys_checked=compact)
         if result.flush_due and isinstance(result.appended_to, Partition):
             # flush.messages: the fsync comes before the answer (any acks), in a worker thread, never on the loop.
             await asyncio.to_thread(result.appended_to.log.flush)
@@ -118,7 +128,7 @@ class LeaderPath:
     def append_sync(
         self, topic: str, partition: int, data: bytes | bytearray | memoryview, *, acks: int = 1,
         internal_allowed: bool = False, verify_txn: bool = False, txn_guard: VerificationGuard | None = None,
-        batches: list[BatchInfo] | None = None,
+        batches: list[BatchInfo] | None = None, keys_checked: bool = False,
     ) -> ProduceResult:
         """Append as the leader. `verify_txn` (a client's produce under transaction.partition.verification.enable):
         a transactional batch of a producer without its transaction open here must carry `txn_guard`, the
@@ -126,7 +136,8 @@ class LeaderPath:
 
         `batches`: `Log.validate`'s headers of `data` when the caller walked them already (`append_local`);
         else that one walk happens here. Either way it comes before the producer-state checks (Kafka's order:
-        the records' checks, then the producer state — a damaged retry is CORRUPT_MESSAGE, not a duplicate)."""
+        the records' checks, then the producer state — a damaged retry is CORRUPT_MESSAGE, not a duplicate).
+        `keys_checked`: `check_batch_records` walked every record of `batches` already (a compacted topic's keys)."""
         part = self._leading(topic, partition, acks=acks, internal_allowed=internal_allowed)
         lg = part.log
         if batches is None:
@@ -158,7 +169,7 @@ class LeaderPath:
                     part.producers.check_epoch(h.producer_id, h.producer_epoch)
         before = lg.log_end_offset
         result = lg.append_as_leader(data, leader_epoch=part.leader_epoch, defer_flush=True, defer_roll=True,
-                                     batches=batches)
+                                     batches=batches, keys_checked=keys_checked)
         if lg.active_segment.base_offset != part.snapshot_base:  # rolled: snapshot the producer state (per roll)
             maybe_snapshot_producers(self.jobs, part, before)
         if idem:

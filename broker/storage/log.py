@@ -280,6 +280,7 @@ class Log(LogReads, LogRolls, LogRetention, LogTruncation, LogDurability, LogTra
     def append_as_leader(
         self, data: bytes | bytearray | memoryview, *, leader_epoch: int, origin: str = "client",
         defer_flush: bool = False, defer_roll: bool = False, batches: list[BatchInfo] | None = None,
+        keys_checked: bool = False,
     ) -> AppendResult:
         """Validate `data`'s batches, assign offsets and `leader_epoch`, append. Per batch only.
 
@@ -298,6 +299,9 @@ class Log(LogReads, LogRolls, LogRetention, LogTruncation, LogDurability, LogTra
 
         A writable `data` (bytearray, writable memoryview) is rewritten in place
         and so handed over to the log; read-only bytes are copied first.
+
+        `keys_checked`: the caller walked every record of `batches` and found each keyed (the leader's
+        `check_batch_records`, off the loop): a compacted topic's key check is not made again here.
 
         `origin="coordinator"` (the broker's own writers, e.g. transaction
         markers) may append control batches; clients may not. Raises
@@ -321,7 +325,7 @@ class Log(LogReads, LogRolls, LogRetention, LogTruncation, LogDurability, LogTra
             rebuilt = recompress(buf, batches, self.config.compression_type)
             if rebuilt is not None:
                 buf, batches = rebuilt
-        if self.config.compact:
+        if self.config.compact and not keys_checked:
             for info in batches:
                 if not records_have_keys(buf, info):
                     raise InvalidRecordError(

@@ -3,15 +3,16 @@
 Why it exists: a compressed batch's CRC covers its compressed bytes, so a producer (or a bug, or an attacker)
 can send a batch whose payload does not decompress, whose header's record count lies, or which inflates to
 gigabytes (a zip bomb); stored unread, it is acknowledged and then breaks every consumer of the partition.
-Kafka's `LogValidator.validateMessagesAndAssignOffsetsCompressed` iterates the records of every compressed
-batch for this reason; `check_compressed` is that check, for any topic. Decompression is streamed with a bound
-(`max_bytes`) so a bomb costs at most the bound plus one codec step, never its declared size, and the records
-are walked without building objects: lengths, offset deltas and the count against the header.
+Kafka's `LogValidator.validateMessagesAndAssignOffsetsCompressed` iterates the records of every compressed batch
+for this reason; `check_records` is that check, for any topic (and, on a compacted topic, for uncompressed
+batches too: the walk also says whether every record has a key, Kafka's rule there). Decompression is streamed
+with a bound (`max_bytes`) so a bomb costs at most the bound plus one codec step, never its declared size, and
+the records are walked without building objects: lengths, offset deltas and the count against the header.
 
-Pure functions on bytes (no I/O, no state); the broker runs them on its CPU pool for batches above a small
-size (`broker.replica.leader`). Raises `CorruptRecordError` (does not decompress, framing broken, count or
-offset deltas that lie), `RecordTooLargeError` (inflates past `max_bytes`) and
-`UnsupportedCompressionTypeError` (a codec id Kafka does not have).
+Pure functions on bytes (no I/O, no state); the broker runs them on its CPU pool for batches above a small size
+(`broker.replica.leader`). Raises `CorruptRecordError` (does not decompress, framing broken, count or offset
+deltas that lie), `RecordTooLargeError` (inflates past `max_bytes`) and `UnsupportedCompressionTypeError` (a
+codec id Kafka does not have).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from kelp.errors import CorruptRecordError, RecordTooLargeError, UnsupportedComp
 
 from .header import HEADER_SIZE, BatchInfo
 
-__all__ = ["check_compressed", "decompress_bounded", "walk_records", "decompressed_limit"]
+__all__ = ["check_records", "decompress_bounded", "walk_records", "decompressed_limit"]
 
 # Compressed input handed to a streaming decompressor per step: zstd can inflate a few bytes into one 128 KiB
 # block and gzip ~1000x, so a step overshoots the bound by a few MiB at most.
@@ -148,7 +149,7 @@ def decompress_bounded(codec: int, payload: memoryview, max_bytes: int) -> bytes
     raise UnsupportedCompressionTypeError(f"unknown compression codec id {codec}: Kafka has 0..4")
 
 
-def _varint(buf: bytes, pos: int, max_len: int) -> tuple[int, int]:
+def _varint(buf: bytes | memoryview, pos: int, max_len: int) -> tuple[int, int]:
     """A zigzag varint at `pos` of at most `max_len` bytes: (value, next position). IndexError past the end."""
     b = buf[pos]
     if b < 0x80:
@@ -164,12 +165,14 @@ def _varint(buf: bytes, pos: int, max_len: int) -> tuple[int, int]:
     raise ValueError(f"a varint at byte {pos} runs past {max_len} bytes")
 
 
-def walk_records(buf: bytes, record_count: int) -> None:
+def walk_records(buf: bytes | memoryview, record_count: int) -> bool:
     """Walk `record_count` v2 records in `buf` (DefaultRecord's framing): each one's length covers exactly its
     fields, lengths are in bounds, the i-th record's offset delta is i, header keys are not null, and no byte
-    is left after the last record. Raises ValueError/IndexError naming the first thing wrong."""
+    is left after the last record. True when every record has a key (a compacted topic's rule). Raises
+    ValueError/IndexError naming the first thing wrong."""
     end = len(buf)
     pos = 0
+    keyed = True
     for index in range(record_count):
         if pos >= end:
             raise ValueError(f"the header declares {record_count} records, the payload holds {index}")
@@ -186,6 +189,8 @@ def walk_records(buf: bytes, record_count: int) -> None:
             size, pos = _varint(buf, pos, 5)
             if size < -1:
                 raise ValueError(f"record {index} has a {field} length {size}")
+            if size == -1 and field == "key":
+                keyed = False
             pos += max(size, 0)
         headers, pos = _varint(buf, pos, 5)
         if headers < 0:
@@ -203,22 +208,22 @@ def walk_records(buf: bytes, record_count: int) -> None:
             raise ValueError(f"record {index} declares {length} bytes but its fields take {length + pos - stop}")
     if pos != end:
         raise ValueError(f"{end - pos} bytes remain after the {record_count} records the header declares")
+    return keyed
 
 
-def check_compressed(data: bytes | bytearray | memoryview, info: BatchInfo, max_bytes: int) -> None:
-    """Decompress the records of the compressed batch `info` of `data` (at most `max_bytes`) and walk them.
+def check_records(data: bytes | bytearray | memoryview, info: BatchInfo, max_bytes: int) -> bool:
+    """Walk the records of the batch `info` of `data`, decompressing them first (at most `max_bytes`) when it is
+    compressed; True when every record has a key.
 
     Raises `CorruptRecordError` naming the batch and codec, `RecordTooLargeError` naming the bound,
     `UnsupportedCompressionTypeError` for a codec id Kafka does not have."""
-    if info.compression == 0:
-        return  # uncompressed: its records were never hidden (and the produce path never reads them)
     payload = memoryview(data)[info.position + HEADER_SIZE: info.end]
     try:
-        inflated = decompress_bounded(info.compression, payload, max_bytes)
-        walk_records(inflated, info.record_count)
+        inflated = payload if info.compression == 0 else decompress_bounded(info.compression, payload, max_bytes)
+        return walk_records(inflated, info.record_count)
     except (RecordTooLargeError, UnsupportedCompressionTypeError) as exc:
         raise type(exc)(f"batch at byte {info.position}: {exc}") from None
     except Exception as exc:  # the boundary with the codecs (their errors are many) and the walk's
         raise CorruptRecordError(
-            f"the records of the {info.compression_name} batch at byte {info.position} do not decompress or "
-            f"decode: {type(exc).__name__}: {exc}") from None
+            f"the records of the {info.compression_name} batch at byte {info.position} do not "
+            f"{'decompress or ' if info.compression else ''}decode: {type(exc).__name__}: {exc}") from None

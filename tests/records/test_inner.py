@@ -12,7 +12,7 @@ import pytest
 
 from kelp.errors import CorruptRecordError, RecordTooLargeError, UnsupportedCompressionTypeError
 from kelp.records.build import build_batch
-from kelp.records.inner import check_compressed, decompressed_limit, walk_records
+from kelp.records.inner import check_records, decompressed_limit, walk_records
 from kelp.records.validation import parse_batches
 from tests.support.poison import CODECS, bomb, garbage, good_batch, lying_count, repack
 
@@ -21,7 +21,7 @@ LIMIT = 1 << 20
 
 def _check(batch: bytes, limit: int = LIMIT) -> None:
     [info] = parse_batches(batch)
-    check_compressed(batch, info, limit)
+    check_records(batch, info, limit)
 
 
 @pytest.mark.parametrize("codec", CODECS)
@@ -66,7 +66,7 @@ def test_unknown_codec_id_is_unsupported_compression_type() -> None:
     struct.pack_into(">h", batch, 21, 5)  # attributes: codec id 5
     [info] = parse_batches(repack(bytes(batch)))
     with pytest.raises(UnsupportedCompressionTypeError, match="codec id 5"):
-        check_compressed(repack(bytes(batch)), info, LIMIT)
+        check_records(repack(bytes(batch)), info, LIMIT)
 
 
 def test_snappy_raw_as_librdkafka_and_xerial_framed_as_the_java_client_are_both_read() -> None:
@@ -104,3 +104,11 @@ def test_the_limit_derives_from_max_message_bytes_within_bounds() -> None:
     assert decompressed_limit(1000) == 64 << 20
     assert decompressed_limit(8 << 20) == 512 << 20
     assert decompressed_limit(100 << 20) == 1 << 30
+
+
+@pytest.mark.parametrize("codec", (*CODECS, "none"))
+def test_the_walk_says_whether_every_record_has_a_key(codec: str) -> None:
+    keyed = build_batch([(b"k", b"v" * 100), (b"k2", b"v" * 100)], compression=codec)
+    keyless = build_batch([(b"k", b"v" * 100), (None, b"v" * 100)], compression=codec)
+    assert check_records(keyed, parse_batches(keyed)[0], LIMIT) is True
+    assert check_records(keyless, parse_batches(keyless)[0], LIMIT) is False
