@@ -198,13 +198,15 @@ def test_every_kafka_codec_is_readable_with_the_brokers_own_dependencies() -> No
 
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
-def test_librdkafka_writes_a_compacted_topic_with_each_codec(broker, codec: str) -> None:
+@pytest.mark.parametrize("policy", ["compact", "delete"])
+def test_librdkafka_writes_a_compacted_topic_with_each_codec(broker, codec: str, policy: str) -> None:
     """The issue's reproduction: a confluent-kafka (librdkafka) producer with `compression.type` to a compacted
-    topic (the broker decompresses to check every record has a key); every record is stored and read back."""
+    topic (the broker decompresses to check every record has a key) and to a plain one (the broker checks the
+    records of every compressed batch, raw snappy as librdkafka writes it); every record is stored and read back."""
     from confluent_kafka import Consumer, Producer
 
-    topic = f"compacted-{codec}"
-    body = json.dumps({"name": topic, "partitions": 1, "configs": {"cleanup.policy": "compact"}}).encode()
+    topic = f"{policy}-{codec}"
+    body = json.dumps({"name": topic, "partitions": 1, "configs": {"cleanup.policy": policy}}).encode()
     request = urllib.request.Request(f"{broker.http_url}/admin/v1/topics", data=body, method="POST",
                                      headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=10) as answer:
