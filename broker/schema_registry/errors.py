@@ -13,6 +13,7 @@ from __future__ import annotations
 
 __all__ = ["RegistryError", "subject_not_found", "version_not_found", "schema_not_found", "invalid_schema",
            "invalid_version", "invalid_subject", "incompatible", "not_permitted", "store_error",
+           "NotEncodable", "NotDecodable",
            "SUBJECT_NOT_FOUND", "VERSION_NOT_FOUND", "SCHEMA_NOT_FOUND", "SUBJECT_SOFT_DELETED",
            "SUBJECT_NOT_SOFT_DELETED", "VERSION_SOFT_DELETED", "VERSION_NOT_SOFT_DELETED",
            "SUBJECT_COMPATIBILITY_NOT_CONFIGURED", "SUBJECT_MODE_NOT_CONFIGURED", "INVALID_SCHEMA",
@@ -52,6 +53,15 @@ class RegistryError(Exception):
         self.status = status
         self.error_code = error_code
         self.message = message
+
+
+
+class NotEncodable(Exception):
+    """JSON data that does not match its schema (REST produce); the message names the field and why."""
+
+
+class NotDecodable(Exception):
+    """Stored bytes that are not a value in Confluent's wire format, or not in the schema they name."""
 
 
 def subject_not_found(subject: str) -> RegistryError:

@@ -27,10 +27,9 @@ from kelp.json_types import JsonData, JsonObject
 from ..cpu_work import run_cpu
 from . import errors
 from .errors import RegistryError, incompatible, not_permitted, schema_not_found, subject_not_found, version_not_found
-from .formats import parse
+from .formats import loaded, parse
 from .model import READ_ONLY_MODES, Reference, SchemaVersion, config_key, encode, mode_key, schema_key
 from .parsed import ParsedSchema, ResolvedReference
-from .protobuf_descriptor import to_serialized
 from .requests import LATEST, SchemaRequest, check_subject
 from .state import RegistryState
 from .store import SchemaLog
@@ -72,7 +71,10 @@ class SchemaRegistry:
 
     def serialized(self, state: RegistryState, schema: str, refs: tuple[Reference, ...]) -> str:
         """A PROTOBUF schema as the base64 FileDescriptorProto Confluent's Protobuf clients read
-        (`?format=serialized`), its types resolved against its references."""
+        (`?format=serialized`), its types resolved against its references. protobuf is imported here, on
+        first use (not at start: issue 38)."""
+        from .protobuf_descriptor import to_serialized
+
         return to_serialized(schema, "default", self.resolve(state, refs, "PROTOBUF"))
 
     def parse_schema(self, state: RegistryState, schema: str, schema_type: str, refs: tuple[Reference, ...]
@@ -91,8 +93,10 @@ class SchemaRegistry:
                      ) -> ParsedSchema:
         """`parse_schema` for a client's schema: one over `OFF_LOOP_SCHEMA_CHARS` not parsed yet is parsed on the CPU
         pool (a schema of thousands of fields parses for tens of milliseconds, which the event loop must not
-        spend: issue 33's loop-lag guard)."""
-        if len(schema) <= OFF_LOOP_SCHEMA_CHARS or (schema_type, schema, refs) in self._parsed:
+        spend: issue 33's loop-lag guard), and so is the first schema of a type, which imports its format's
+        library (`formats.loaded`)."""
+        small = len(schema) <= OFF_LOOP_SCHEMA_CHARS and loaded(schema_type)
+        if small or (schema_type, schema, refs) in self._parsed:
             return self.parse_schema(state, schema, schema_type, refs)
         return await run_cpu(self.parse_schema, state, schema, schema_type, refs)
 

@@ -27,7 +27,6 @@ from .errors import (
     invalid_version,
 )
 from .model import LEVELS, MAX_VERSION, MODES, SCHEMA_TYPES, Reference
-from .protobuf_descriptor import from_serialized, looks_serialized
 
 __all__ = ["SchemaRequest", "check_subject", "parse_version", "schema_request", "level_of", "mode_of", "LATEST"]
 
@@ -100,8 +99,11 @@ def schema_request(body: JsonValue) -> SchemaRequest:
     if not isinstance(schema, str) or not schema.strip():
         raise invalid_schema(schema_type, "the request body needs 'schema', the schema as a non-empty string, "
                                           f"got {schema!r}"[:300])
-    if schema_type == "PROTOBUF" and looks_serialized(schema):  # confluent-kafka's serializers send this form
-        schema = from_serialized(schema)
+    if schema_type == "PROTOBUF":
+        from .protobuf_descriptor import from_serialized, looks_serialized  # protobuf on first use (issue 38)
+
+        if looks_serialized(schema):  # confluent-kafka's serializers send this form
+            schema = from_serialized(schema)
     raw_refs = body.get("references") or []
     if not isinstance(raw_refs, list):
         raise invalid_schema(schema_type, "'references' must be a list of {name, subject, version}")
