@@ -309,12 +309,7 @@ class Partition:
                 fut.set_exception(error)
 
     def wake(self) -> None:
-        waiters = self._waiters
-        if waiters:
-            for fut in waiters:
-                if not fut.done():
-                    fut.set_result(None)
-            waiters.clear()
+        _complete_all(self._waiters)
         self.resolve_acks()
 
     def low_watermark(self) -> int:
@@ -327,12 +322,7 @@ class Partition:
         return min(starts)
 
     def wake_low_watermark(self) -> None:
-        waiters = self._low_watermark_waiters
-        if waiters:
-            for fut in waiters:
-                if not fut.done():
-                    fut.set_result(None)
-            waiters.clear()
+        _complete_all(self._low_watermark_waiters)
 
     def describe_replicas(self) -> dict[int, int]:
         """Replica id -> log end offset as this broker knows it (-1 unknown); for reassignment progress."""
@@ -340,6 +330,14 @@ class Partition:
         for r, prog in self.progress.items():
             out[r] = prog.log_end_offset
         return out
+
+
+def _complete_all(waiters: set[asyncio.Future[None]] | None) -> None:
+    if waiters:
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+        waiters.clear()
 
 
 def leaderless(state: PartitionState) -> bool:

@@ -8,9 +8,9 @@ objects (`gc.get_objects`) and the bytes `tracemalloc` traces, per partition.
 Measured (CPython 3.11, this commit): 27.1 objects and 4.67 KB per partition. Before issue 38's changes:
 39.1 objects and 6.46 KB (three empty waiter collections and a `__dict__` per `Partition`, a `LogConfig`
 per log, six `pathlib.Path`s with their parts lists). The budgets are 30 objects (11% over the measurement)
-and 5.1 KB (9% over: the bytes vary under 1% between runs); each fails on the old code. A new per-partition object (a lock, a
-collection that is empty most of the time, a copy of a topic-wide one) has to fit in them or change them
-with a new measurement.
+and 5.1 KB (9% over: the bytes vary under 1% between runs); each fails on the old code. A new
+per-partition object (a lock, a collection that is empty most of the time, a copy of a topic-wide one) has
+to fit in them or change them with a new measurement.
 """
 
 from __future__ import annotations
