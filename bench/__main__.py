@@ -65,7 +65,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence, TextIO
 
-from kelp.records import iter_headers
+from kelp.records.header import iter_headers
 
 from . import clients, emit, probe, reference
 from .broker import BenchBroker

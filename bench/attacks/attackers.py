@@ -114,7 +114,7 @@ def produce_two_batches(target: Target, stop: threading.Event) -> Counter[str]:
     """Item 9: a plain batch then a transactional batch carrying another producer's id, for one partition."""
     from kafka.protocol.producer import ProduceRequest
 
-    from kelp.records import build_batch
+    from kelp.records.build import build_batch
 
     topic_data = ProduceRequest.TopicProduceData
 

@@ -68,7 +68,7 @@ def attach(*, config: BrokerConfig, topics: TopicManager, replicas: ReplicaManag
         info = topics.get(topic)
         return None if info is None else info.partitions
 
-    coordinator = GroupCoordinator(settings, store=store, topic_partitions=partitions_of)
+    coordinator = GroupCoordinator(settings, store=store, topic_partitions=partitions_of, topics=topics)
     replicas.add_leadership_listener(leadership_listener(topics, coordinator))
     topics.add_listener(topic_listener(coordinator))  # a deleted topic's offsets go from every group
     coordinator.expiry.start()

@@ -21,16 +21,14 @@ id a value names, `find_reader` the reader of that id, whose `read` answers the 
 Confluent's wire format or not in that schema raise `NotDecodable` saying why.
 
 The codecs themselves (Avro, JSON Schema, Protobuf and their libraries) are in `embedded_codecs`, imported
-when a REST request first needs a schema's writer or reader, not at start (issue 38: a broker whose REST
-proxies never see a schema does not hold those libraries).
+on the CPU pool when a REST request first needs a schema's writer or reader, not at start (issue 38: a
+broker whose REST proxies never see a schema does not hold those libraries).
 
 This module must never change the registry except by registering a schema given inline.
 """
 
 from __future__ import annotations
 
-import importlib
-import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from weakref import WeakKeyDictionary
@@ -38,20 +36,17 @@ from weakref import WeakKeyDictionary
 from kelp.json_types import JsonObject, JsonValue
 
 from ..cpu_work import run_cpu
-from .errors import NotDecodable, NotEncodable, RegistryError
+from .errors import Code, NotDecodable, NotEncodable, RegistryError
 from .registry import SchemaRegistry
 from .requests import LATEST
 from .state import RegistryState
 
 __all__ = ["REST_TYPES", "NotEncodable", "SchemaWriter", "find_writer", "Register", "NotDecodable", "SchemaReader",
            "find_reader", "framed_id"]
-
 # The REST proxies' names of the registry's schema types
 REST_TYPES = {"AVRO": "AVRO", "JSONSCHEMA": "JSON", "PROTOBUF": "PROTOBUF"}
 MAGIC = b"\x00"
 _CACHED_WRITERS = 1000
-
-_CODECS = __package__ + ".embedded_codecs"
 
 # Registers `body` ({"schema", "schemaType", "references"}) under a subject: {"id", "version"}
 Register = Callable[[str, JsonObject], Awaitable[JsonObject]]
@@ -73,31 +68,30 @@ class SchemaWriter:
 _WRITERS: WeakKeyDictionary[SchemaRegistry, dict[int, SchemaWriter]] = WeakKeyDictionary()
 
 
-def _writer(registry: SchemaRegistry, state: RegistryState, schema_id: int) -> SchemaWriter:
-    """The writer of a schema id, remembered per registry (a schema's id never names another schema)."""
+async def _writer(registry: SchemaRegistry, state: RegistryState, schema_id: int) -> SchemaWriter:
+    """The writer of a schema id, remembered per registry (a schema's id never names another schema); built on
+    the CPU pool (parsing a registered schema of 1 MB takes seconds), its references resolved here, on the loop."""
     cache = _WRITERS.setdefault(registry, {})
     found = cache.get(schema_id)
     if found is not None:
         return found
     identity = state.ids.get(schema_id)
     if identity is None:
-        raise RegistryError(404, 40403, f"Schema {schema_id} not found")
+        raise RegistryError(404, Code.SCHEMA_NOT_FOUND, f"Schema {schema_id} not found")
     schema_type, text, refs = identity
-    from .embedded_codecs import encoder  # loaded by `find_writer` (off the loop)
+    resolved = registry.resolve(state, refs, schema_type)
 
-    encode = encoder(registry, state, schema_type, text, refs)
-    writer = SchemaWriter(schema_id, schema_type, encode)
+    def build() -> SchemaWriter:
+        from .embedded_codecs import encoder  # avro, jsonschema, protobuf: on first use, here on the CPU pool
+
+        encode = encoder(registry, schema_type, text, refs, resolved)
+        return SchemaWriter(schema_id, schema_type, encode)
+
+    writer = await run_cpu(build)
     if len(cache) >= _CACHED_WRITERS:
         cache.clear()
     cache[schema_id] = writer
     return writer
-
-
-async def _load_codecs() -> None:
-    """Imports `embedded_codecs` (and avro, jsonschema, protobuf) on the CPU pool the first time: hundreds of
-    milliseconds of imports the event loop must not spend (issue 33's loop-lag guard)."""
-    if _CODECS not in sys.modules:
-        await run_cpu(importlib.import_module, _CODECS)
 
 
 async def find_writer(registry: SchemaRegistry, register: Register, *, subject: str, schema_type: str | None,
@@ -105,24 +99,26 @@ async def find_writer(registry: SchemaRegistry, register: Register, *, subject: 
                       references: list[JsonValue] | None = None) -> SchemaWriter:
     """The writer of the schema a produce request names (see the module docstring); RegistryError when there
     is none (not found, invalid, incompatible), and 422 when its type is not the one asked for."""
-    await _load_codecs()
     state = await registry.state()
     if schema_id is None and schema is not None:
         if schema_type is None:
-            raise RegistryError(422, 42201, f"a schema given inline for subject '{subject}' needs its type "
-                                            "(AVRO, JSONSCHEMA or PROTOBUF)")
+            raise RegistryError(422, Code.INVALID_SCHEMA,
+                                f"a schema given inline for subject '{subject}' needs its type "
+                                "(AVRO, JSONSCHEMA or PROTOBUF)")
         body: JsonObject = {"schema": schema, "schemaType": schema_type, "references": references or []}
         answer = await register(subject, body)
         registered = answer.get("id")
         if not isinstance(registered, int):
-            raise RegistryError(500, 50001, f"registering the schema under subject '{subject}' answered {answer!r}")
+            raise RegistryError(500, Code.STORE_ERROR,
+                                f"registering the schema under subject '{subject}' answered {answer!r}")
         schema_id = registered
         state = await registry.state()
     elif schema_id is None:
         schema_id = registry.find(state, subject, LATEST if version is None else version, deleted=False).schema_id
-    writer = _writer(registry, state, schema_id)
+    writer = await _writer(registry, state, schema_id)
     if schema_type is not None and writer.schema_type != schema_type:
-        raise RegistryError(422, 42201, f"schema {schema_id} is a {writer.schema_type} schema, not {schema_type}")
+        raise RegistryError(422, Code.INVALID_SCHEMA,
+                            f"schema {schema_id} is a {writer.schema_type} schema, not {schema_type}")
     return writer
 
 
@@ -159,7 +155,6 @@ _READERS: WeakKeyDictionary[SchemaRegistry, dict[int, SchemaReader]] = WeakKeyDi
 
 async def find_reader(registry: SchemaRegistry, schema_id: int) -> SchemaReader:
     """The reader of schema `schema_id` (remembered per registry); RegistryError 40403 when there is none."""
-    await _load_codecs()
     cache = _READERS.setdefault(registry, {})
     found = cache.get(schema_id)
     if found is not None:
@@ -167,12 +162,17 @@ async def find_reader(registry: SchemaRegistry, schema_id: int) -> SchemaReader:
     state = await registry.state()
     identity = state.ids.get(schema_id)
     if identity is None:
-        raise RegistryError(404, 40403, f"Schema {schema_id} not found")
+        raise RegistryError(404, Code.SCHEMA_NOT_FOUND, f"Schema {schema_id} not found")
     schema_type, text, refs = identity
-    from .embedded_codecs import decoder  # loaded above, off the loop
+    resolved = registry.resolve(state, refs, schema_type)
 
-    decode = decoder(registry, state, schema_type, text, refs)
-    reader = SchemaReader(schema_id, schema_type, decode)
+    def build() -> SchemaReader:  # on the CPU pool, as a writer is built
+        from .embedded_codecs import decoder
+
+        decode = decoder(registry, schema_type, text, refs, resolved)
+        return SchemaReader(schema_id, schema_type, decode)
+
+    reader = await run_cpu(build)
     if len(cache) >= _CACHED_WRITERS:
         cache.clear()
     cache[schema_id] = reader

@@ -1,10 +1,11 @@
 """The codecs behind `embedded`: JSON data to Avro, JSON Schema and Protobuf values in Confluent's wire format and back.
 
 Why: these need Apache avro, jsonschema (with referencing) and protobuf, about 14 MiB of modules a broker
-holds only once a REST request names a schema; `embedded` imports this module on that first use, so a
-broker whose REST proxies never see a schema does not load them (issue 38). `encoder` and `decoder` are
-what `embedded`'s writers and readers call; the rules (Avro's JSON encoding, JSON Schema validation,
-Protobuf's JSON mapping, the first-message index) are described in `embedded`'s docstring.
+holds only once a REST request names a schema; `embedded` imports this module on that first use (on the CPU
+pool, where it builds a writer or reader), so a broker whose REST proxies never see a schema does not load
+them (issue 38). `encoder` and `decoder` are what `embedded`'s writers and readers are built from; the rules
+(Avro's JSON encoding, JSON Schema validation, Protobuf's JSON mapping, the first-message index) are
+described in `embedded`'s docstring.
 
 This module must never find or register a schema: `embedded` does.
 """
@@ -34,7 +35,6 @@ from .model import Reference
 from .parsed import ResolvedReference, flatten
 from .protobuf_descriptor import message_class
 from .registry import SchemaRegistry
-from .state import RegistryState
 
 __all__ = ["encoder", "decoder"]
 
@@ -229,28 +229,28 @@ def _json_text(payload: bytes) -> JsonValue:
     return value
 
 
-def encoder(registry: SchemaRegistry, state: RegistryState, schema_type: str, text: str,
-            refs: tuple[Reference, ...]) -> Callable[[JsonValue], bytes]:
-    """The encoding (unframed) of JSON data with a registered schema; it raises NotEncodable."""
-    resolved = registry.resolve(state, refs, schema_type)
+def encoder(registry: SchemaRegistry, schema_type: str, text: str, refs: tuple[Reference, ...],
+            resolved: tuple[ResolvedReference, ...]) -> Callable[[JsonValue], bytes]:
+    """The encoding (unframed) of JSON data with a registered schema, its references `resolved`; it raises
+    NotEncodable. CPU work: the caller's CPU pool."""
     if schema_type == "AVRO":
-        parsed = registry.parse_schema(state, text, schema_type, refs)
+        parsed = registry.parse_resolved(schema_type, text, refs, resolved)
         assert isinstance(parsed, AvroSchema)
         return _avro_encoder(parsed.schema)
     if schema_type == "JSON":
-        parsed_json = registry.parse_schema(state, text, schema_type, refs)
+        parsed_json = registry.parse_resolved(schema_type, text, refs, resolved)
         assert isinstance(parsed_json, JsonSchema) and isinstance(parsed_json.document, (dict, bool))
         return _json_encoder(parsed_json.document, resolved)
     return _protobuf_encoder(text, resolved)
 
 
-def decoder(registry: SchemaRegistry, state: RegistryState, schema_type: str, text: str,
-            refs: tuple[Reference, ...]) -> Callable[[bytes], JsonValue]:
-    """The JSON of a value (unframed) written with a registered schema."""
+def decoder(registry: SchemaRegistry, schema_type: str, text: str, refs: tuple[Reference, ...],
+            resolved: tuple[ResolvedReference, ...]) -> Callable[[bytes], JsonValue]:
+    """The JSON of a value (unframed) written with a registered schema. CPU work: the caller's CPU pool."""
     if schema_type == "AVRO":
-        parsed = registry.parse_schema(state, text, schema_type, refs)
+        parsed = registry.parse_resolved(schema_type, text, refs, resolved)
         assert isinstance(parsed, AvroSchema)
         return _avro_decoder(parsed.schema)
     if schema_type == "JSON":
         return _json_text
-    return _protobuf_decoder(text, registry.resolve(state, refs, schema_type))
+    return _protobuf_decoder(text, resolved)

@@ -7,29 +7,18 @@ module (`avro_format`, `json_format`, `protobuf_format`).
 
 Each format's module (and its library: avro, jsonschema, proto-schema-parser with antlr4) is imported on
 the first schema of that type, not at start: a broker whose registry is never used does not hold them
-(about 14 MiB and 200 modules, issue 38). `loaded` says whether a type's module is in already, so the
-registry can parse the first schema of a type off the event loop (an import is tens of milliseconds).
+(about 14 MiB and 200 modules, issue 38). The registry parses on its CPU pool, so that import is not the
+event loop's either.
 
 This module must never hold a format's rules itself.
 """
 
 from __future__ import annotations
 
-import sys
-
 from .errors import invalid_schema
 from .parsed import ParsedSchema, ResolvedReference, flatten
 
-__all__ = ["ResolvedReference", "ParsedSchema", "parse", "loaded"]
-
-_MODULES = {"AVRO": __package__ + ".avro_format", "JSON": __package__ + ".json_format",
-            "PROTOBUF": __package__ + ".protobuf_format"}
-
-
-def loaded(schema_type: str) -> bool:
-    """Whether parsing a `schema_type` schema imports nothing (an unknown type imports nothing either)."""
-    module = _MODULES.get(schema_type)
-    return module is None or module in sys.modules
+__all__ = ["ResolvedReference", "ParsedSchema", "parse"]
 
 
 def parse(schema_type: str, text: str, references: tuple[ResolvedReference, ...] = ()) -> ParsedSchema:

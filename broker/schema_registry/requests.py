@@ -3,7 +3,7 @@
 Why: every route takes a subject and many a version or a schema body; checking them in one place gives
 every bad input the same Confluent code and a message naming what was wrong — 42208 for a subject name,
 42202 for a version, 42201 for a schema body (an unknown `schemaType`, malformed `references`, a missing
-`schema`), 42203 for a compatibility level, 42204 for a mode.
+`schema`, a schema over `MAX_SCHEMA_BYTES`), 42203 for a compatibility level, 42204 for a mode.
 
 Subject names: Confluent's rule (not empty, no control characters) plus no `/` or `\\`, `.` or `..`, since a
 subject is a path segment of this API: a name that cannot be written in a URL without encoding a
@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from kelp.json_types import JsonValue
 
 from .errors import (
-    INVALID_COMPATIBILITY_LEVEL,
-    INVALID_MODE,
+    Code,
     RegistryError,
     invalid_schema,
     invalid_subject,
@@ -28,7 +27,13 @@ from .errors import (
 )
 from .model import LEVELS, MAX_VERSION, MODES, SCHEMA_TYPES, Reference
 
-__all__ = ["SchemaRequest", "check_subject", "parse_version", "schema_request", "level_of", "mode_of", "LATEST"]
+__all__ = ["SchemaRequest", "check_subject", "parse_version", "schema_request", "level_of", "mode_of", "LATEST",
+           "MAX_SCHEMA_BYTES"]
+
+# The largest schema text (UTF-8) Kelp registers or checks: Confluent's registry takes no request body over
+# `size.limit.filter.max.request.body.size`, 1,048,576 bytes by default. A schema of 30,000 Avro fields is ~1 MB and
+# parses for seconds (on the CPU pool: never on the loop); past the limit it is refused before it is parsed.
+MAX_SCHEMA_BYTES = 1_048_576
 
 LATEST = -1
 MAX_SUBJECT_CHARS = 4096
@@ -83,7 +88,8 @@ def _int_field(body: dict[str, JsonValue], name: str, low: int) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_VERSION:
         if name == "version":
             raise invalid_version(str(value))
-        raise RegistryError(422, 42201, f"'{name}' must be an integer {low}..{MAX_VERSION}, got {value!r}")
+        raise RegistryError(422, Code.INVALID_SCHEMA,
+                            f"'{name}' must be an integer {low}..{MAX_VERSION}, got {value!r}")
     return value
 
 
@@ -99,6 +105,10 @@ def schema_request(body: JsonValue) -> SchemaRequest:
     if not isinstance(schema, str) or not schema.strip():
         raise invalid_schema(schema_type, "the request body needs 'schema', the schema as a non-empty string, "
                                           f"got {schema!r}"[:300])
+    size = len(schema) if len(schema) * 4 <= MAX_SCHEMA_BYTES else len(schema.encode("utf-8", "surrogatepass"))
+    if size > MAX_SCHEMA_BYTES:
+        raise invalid_schema(schema_type, f"the schema is {size} bytes, over the limit of {MAX_SCHEMA_BYTES} bytes "
+                                          "(1 MiB: Confluent's size.limit.filter.max.request.body.size default)")
     if schema_type == "PROTOBUF":
         from .protobuf_descriptor import from_serialized, looks_serialized  # protobuf on first use (issue 38)
 
@@ -126,7 +136,8 @@ def level_of(body: JsonValue) -> str:
     raw = body.get("compatibility", body.get("compatibilityLevel")) if isinstance(body, dict) else None
     level = raw.upper() if isinstance(raw, str) else raw
     if level not in LEVELS:
-        raise RegistryError(422, INVALID_COMPATIBILITY_LEVEL, "Invalid compatibility level. Valid values are none, "
+        raise RegistryError(422, Code.INVALID_COMPATIBILITY_LEVEL,
+                            "Invalid compatibility level. Valid values are none, "
                             "backward, forward, full, backward_transitive, forward_transitive, and full_transitive "
                             f"(the body's 'compatibility' is {raw!r})")
     return str(level)
@@ -136,6 +147,6 @@ def mode_of(body: JsonValue) -> str:
     raw = body.get("mode") if isinstance(body, dict) else None
     mode = raw.upper() if isinstance(raw, str) else raw
     if mode not in MODES:
-        raise RegistryError(422, INVALID_MODE, "Invalid mode. Valid values are READWRITE, READONLY, "
+        raise RegistryError(422, Code.INVALID_MODE, "Invalid mode. Valid values are READWRITE, READONLY, "
                                                f"READONLY_OVERRIDE and IMPORT (the body's 'mode' is {raw!r})")
     return str(mode)

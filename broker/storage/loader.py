@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kelp.config.log_config import LogConfig
-from kelp.records import HEADER_SIZE, BatchInfo, scan_valid_prefix
+from kelp.records.header import HEADER_SIZE, BatchInfo
+from kelp.records.validation import scan_valid_prefix
 
 from .offset_index import OffsetIndex
 from .segment import (

@@ -27,7 +27,7 @@ from kafka.protocol.producer import ProduceRequest
 
 from kelp.broker.kafka.handlers import RequestContext, get_handler
 from kelp.broker.kafka.handlers.produce import _refusals
-from kelp.records import build_batch
+from kelp.records.build import build_batch
 from kelp.security.principal import KafkaPrincipal
 from tests.authorization.harness import InProcessBroker
 

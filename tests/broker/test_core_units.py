@@ -130,7 +130,8 @@ def test_a_failed_checkpoint_write_is_an_error_naming_the_file(tmp_path, caplog,
     from kelp.broker.storage import Log
     from kelp.broker.storage import checkpoint as checkpoint_module
     from kelp.config.log_config import LogConfig
-    from kelp.records import Record, build_batch
+    from kelp.records.build import build_batch
+    from kelp.records.record import Record
 
     lg = Log.open(tmp_path / "t-0", LogConfig())
     lg.append_as_leader(build_batch([Record(b"k", b"v", timestamp=1)]), leader_epoch=0)

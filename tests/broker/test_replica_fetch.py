@@ -9,7 +9,9 @@ import pytest
 from kelp.broker.replica.manager import FetchPartition, ReplicaManager, SegmentSlice, close_results
 from kelp.broker.topic_manager import TopicManager
 from kelp.config.broker import BrokerConfig
-from kelp.records import Record, build_batch, iter_headers
+from kelp.records.build import build_batch
+from kelp.records.header import iter_headers
+from kelp.records.record import Record
 
 
 class _Counter:

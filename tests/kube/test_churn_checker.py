@@ -16,7 +16,7 @@ from pathlib import Path
 
 from kelp.broker.storage.log import Log
 from kelp.config.log_config import LogConfig
-from kelp.records import build_batch
+from kelp.records.build import build_batch
 from tests.kube.churn_check import (
     Acked,
     Consumed,

@@ -32,7 +32,8 @@ from kelp.config.broker import BrokerConfig
 from kelp.config.log_config import LogConfig
 from kelp.errors import KelpError
 from kelp.kafka_client.fetch_request import FollowerFetch
-from kelp.records import Record, build_batch
+from kelp.records.build import build_batch
+from kelp.records.record import Record
 from tests.support.acls import open_acls
 
 TOPIC = "t"
@@ -120,7 +121,7 @@ class Node:
             if not chunk:
                 break
             out += chunk
-            from kelp.records import iter_headers
+            from kelp.records.header import iter_headers
 
             offset = list(iter_headers(chunk))[-1].next_offset
         return bytes(out)

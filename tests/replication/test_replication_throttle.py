@@ -48,7 +48,7 @@ def _fill(node: Node, batches: int) -> None:
 async def _leader_fetch(node: Node, replica: int, offset: int) -> tuple[int, int]:
     """(bytes, next offset) of one follower fetch from `offset` answered by `node`."""
     from kelp.broker.replica.manager import FetchPartition
-    from kelp.records import iter_headers
+    from kelp.records.header import iter_headers
 
     [res] = await node.rm.fetch([FetchPartition(TOPIC, 0, offset, FETCH_MAX)], max_wait_ms=0, min_bytes=0,
                                 max_bytes=FETCH_MAX, replica_id=replica)

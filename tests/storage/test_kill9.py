@@ -17,7 +17,8 @@ from .helpers import read_all
 WRITER = textwrap.dedent(
     """
     import sys
-    from kelp.records import Record, build_batch
+    from kelp.records.build import build_batch
+    from kelp.records.record import Record
     from kelp.config.log_config import LogConfig
     from kelp.broker.storage import Log
     log = Log.open(sys.argv[1], LogConfig(segment_bytes=20_000))

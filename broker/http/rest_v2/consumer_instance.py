@@ -36,7 +36,8 @@ from kelp.json_types import JsonData
 from kelp.kafka_client import KafkaClientError
 from kelp.kafka_client.errors import error_name
 from kelp.kafka_client.security import PLAINTEXT
-from kelp.records import iter_headers, iter_records
+from kelp.records.header import iter_headers
+from kelp.records.record import iter_records
 from kelp.security.principal import ANONYMOUS, KafkaPrincipal
 
 from ...acl_manager import Access

@@ -11,7 +11,7 @@ same for keys) every record is written with the schema in Confluent's wire forma
 `schema_registry.embedded`): 42201/42202 when a key/value comes without its schema, 42203 naming the record
 and field whose JSON does not match it, the registry's own codes when the schema is not found or does not
 register; the answer names `key_schema_id`/`value_schema_id`. Then the records are grouped into
-one RecordBatch per partition (`kelp.records.build_batch`) and appended
+one RecordBatch per partition (`kelp.records.build.build_batch`) and appended
 through `broker.replicas.append` — the same door the Kafka handlers use.
 Keyed records without a partition go where Kafka's default partitioner
 (murmur2) puts them; keyless ones are spread round-robin.
@@ -38,7 +38,8 @@ from aiohttp import web
 from kelp.errors import ErrorCode, OffsetOutOfRangeError, RestErrorCode
 from kelp.json_types import JsonData, JsonValue
 from kelp.partitioner import RoundRobin, partition_for_key
-from kelp.records import Record, build_batch, iter_records
+from kelp.records.build import build_batch
+from kelp.records.record import Record, iter_records
 
 from ...metadata.model import INTERNAL_TOPICS
 from ...parts import BrokerParts

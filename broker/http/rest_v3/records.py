@@ -42,7 +42,8 @@ from aiohttp import web
 from kelp.errors import ErrorCode, KelpError
 from kelp.json_types import JsonData, JsonValue
 from kelp.partitioner import partition_for_key
-from kelp.records import Record, build_batch
+from kelp.records.build import build_batch
+from kelp.records.record import Record
 
 from ..json_body import read_json
 from ..keys import MAX_BODY, ROUND_ROBIN, int_setting

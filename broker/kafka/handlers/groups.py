@@ -315,7 +315,7 @@ async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest
             member_id=request.member_id or "",
             generation=request.generation_id_or_member_epoch,
             group_instance_id=getattr(request, "group_instance_id", None) if v >= 7 else None,
-            offsets=offsets,
+            offsets=offsets, api_version=v,
         )
     for t in request.topics or []:
         if t.name in refused:
@@ -338,7 +338,8 @@ _FetchedPartition = tuple[int, CommittedOffset | None, int]  # partition, its co
 
 
 def _fetch_group(ctx: RequestContext, group_id: str, topics: Sequence[_FetchTopic] | None,
-                 require_stable: bool = False) -> tuple[int, list[tuple[str, list[_FetchedPartition]]]]:
+                 require_stable: bool = False, member: tuple[str | None, int] = (None, -1),
+                 ) -> tuple[int, list[tuple[str, list[_FetchedPartition]]]]:
     """(group error, [(topic, [(partition, CommittedOffset|None, error)])]). Kafka's checks: DESCRIBE on the group;
     topics asked for that the principal may not DESCRIBE are answered TOPIC_AUTHORIZATION_FAILED, and left out of
     an answer for every committed topic. With `require_stable` (v7+, KIP-447) a partition whose offset an open
@@ -348,7 +349,7 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Sequence[_FetchTopi
     refused = _topics_refused(ctx, AclOperation.DESCRIBE, {t.name for t in topics}) if topics is not None else set()
     wanted = None if topics is None else [(t.name, p) for t in topics if t.name not in refused
                                           for p in t.partition_indexes or []]
-    err, found = _coordinator(ctx).fetch_offsets(group_id, wanted)
+    err, found = _coordinator(ctx).fetch_offsets(group_id, wanted, member_id=member[0], member_epoch=member[1])
     if err:
         return err, []
     by_topic: dict[str, list[_FetchedPartition]] = {}
@@ -369,7 +370,7 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Sequence[_FetchTopi
     return 0, list(by_topic.items())
 
 
-@handles(OffsetFetchRequest, min_version=1, max_version=8)
+@handles(OffsetFetchRequest, min_version=1, max_version=9)
 async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
     v = ctx.api_version
     if v >= 8:
@@ -380,7 +381,8 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
         budget = LoopBudget()  # a request may name thousands of groups
         for g in request.groups or []:
             await budget.tick()
-            err, items = _fetch_group(ctx, g.group_id, g.topics, bool(request.require_stable))
+            member = (g.member_id, g.member_epoch) if v >= 9 else (None, -1)  # KIP-848: a member's fetch
+            err, items = _fetch_group(ctx, g.group_id, g.topics, bool(request.require_stable), member)
             groups.append(G(group_id=g.group_id, error_code=err, topics=[
                 GT(name=t, partitions=[
                     GP(partition_index=p, committed_offset=co.offset if co else -1,
@@ -473,6 +475,7 @@ async def handle_describe_groups(ctx: RequestContext, request: DescribeGroupsReq
 
 # Every Kelp group is a classic group (JoinGroup/SyncGroup, KIP-848's "consumer" protocol is not served).
 GROUP_TYPE = "classic"
+CONSUMER_GROUP_TYPE = "consumer"
 
 
 @handles(ListGroupsRequest, min_version=0, max_version=5)
@@ -481,13 +484,13 @@ async def handle_list_groups(ctx: RequestContext, request: ListGroupsRequest) ->
     states = getattr(request, "states_filter", None) if ctx.api_version >= 4 else None
     types = getattr(request, "types_filter", None) if ctx.api_version >= 5 else None
     L = ListGroupsResponse.ListedGroup
-    if types and GROUP_TYPE not in {t.lower() for t in types}:
-        return ListGroupsResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, groups=[])
-    return ListGroupsResponse(
-        throttle_time_ms=0, error_code=ErrorCode.NONE,
-        groups=[L(group_id=g, protocol_type=pt, group_state=st, group_type=GROUP_TYPE)
-                for g, pt, st in _listable(ctx, coord.list_groups(states=states or None))],
-    )
+    wanted = {t.lower() for t in types} if types else None
+    listed = []
+    for g, pt, st in _listable(ctx, coord.list_groups(states=states or None)):
+        kind = CONSUMER_GROUP_TYPE if g in coord.consumer.groups else GROUP_TYPE  # KIP-848 groups: "consumer"
+        if wanted is None or kind in wanted:
+            listed.append(L(group_id=g, protocol_type=pt, group_state=st, group_type=kind))
+    return ListGroupsResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, groups=listed)
 
 
 @handles(DeleteGroupsRequest, min_version=0, max_version=2)
