@@ -78,7 +78,7 @@ async def _writer(registry: SchemaRegistry, state: RegistryState, schema_id: int
     identity = state.ids.get(schema_id)
     if identity is None:
         raise RegistryError(404, Code.SCHEMA_NOT_FOUND, f"Schema {schema_id} not found")
-    schema_type, text, refs = identity
+    schema_type, text, refs = identity[:3]
     resolved = registry.resolve(state, refs, schema_type)
 
     def build() -> SchemaWriter:
@@ -163,7 +163,7 @@ async def find_reader(registry: SchemaRegistry, schema_id: int) -> SchemaReader:
     identity = state.ids.get(schema_id)
     if identity is None:
         raise RegistryError(404, Code.SCHEMA_NOT_FOUND, f"Schema {schema_id} not found")
-    schema_type, text, refs = identity
+    schema_type, text, refs = identity[:3]
     resolved = registry.resolve(state, refs, schema_type)
 
     def build() -> SchemaReader:  # on the CPU pool, as a writer is built

@@ -25,7 +25,7 @@ from .errors import (
     invalid_subject,
     invalid_version,
 )
-from .model import LEVELS, MAX_VERSION, MODES, SCHEMA_TYPES, Reference
+from .model import LEVELS, MAX_VERSION, MODES, SCHEMA_TYPES, Reference, contract_text
 
 __all__ = ["SchemaRequest", "check_subject", "parse_version", "schema_request", "level_of", "mode_of", "LATEST",
            "MAX_SCHEMA_BYTES"]
@@ -48,6 +48,8 @@ class SchemaRequest:
     references: tuple[Reference, ...]
     schema_id: int | None = None  # IMPORT mode: the id to register with
     version: int | None = None  # IMPORT mode: the version to register as
+    metadata: str | None = None  # the data contract's metadata, canonical JSON text (`model.contract_text`)
+    rule_set: str | None = None  # the data contract's ruleSet, likewise
 
 
 def check_subject(subject: str) -> str:
@@ -129,7 +131,13 @@ def schema_request(body: JsonValue) -> SchemaRequest:
         refs.append(Reference(name, subject, version))
     if len({r.name for r in refs}) != len(refs):
         raise invalid_schema(schema_type, "two references have the same name")
-    return SchemaRequest(schema, schema_type, tuple(refs), _int_field(body, "id", 1), _int_field(body, "version", 1))
+    try:
+        metadata = contract_text(body.get("metadata"), "metadata")
+        rule_set = contract_text(body.get("ruleSet"), "ruleSet")
+    except ValueError as exc:
+        raise invalid_schema(schema_type, str(exc)) from None
+    return SchemaRequest(schema, schema_type, tuple(refs), _int_field(body, "id", 1), _int_field(body, "version", 1),
+                         metadata, rule_set)
 
 
 def level_of(body: JsonValue) -> str:
