@@ -69,6 +69,9 @@ class _NoTopics:
     def name_of(self, topic_id: str) -> str | None:
         return None
 
+    def list_topics(self) -> list[TopicLike]:
+        return []
+
 log = logging.getLogger("kelp.broker.groups")
 
 

@@ -44,9 +44,11 @@ from .model import (
     ConsumerGroup,
     ConsumerMember,
     MemberState,
+    member_topics,
     next_assignment,
     subset,
 )
+from .regex import InvalidPattern, RegexRefresh, TopicFilter, invalid_message, resolve
 
 __all__ = ["ConsumerGroups", "TopicView", "ConsumerGroupDescription"]
 
@@ -54,6 +56,9 @@ log = logging.getLogger("kelp.broker.groups")
 
 
 class TopicLike(Protocol):
+    @property
+    def name(self) -> str: ...
+
     @property
     def topic_id(self) -> str: ...
 
@@ -67,6 +72,8 @@ class TopicView(Protocol):
     def get(self, name: str) -> TopicLike | None: ...
 
     def name_of(self, topic_id: str) -> str | None: ...
+
+    def list_topics(self) -> Iterable[TopicLike]: ...
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,10 @@ class ConsumerGroups:
         # decided on what the previous applied (heartbeats, leaves and timer-driven fencing alike).
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # Regex subscriptions: resolved again in the background when topics come and go (`topics_changed`), with
+        # the DESCRIBE filter of the member that last subscribed with each regex.
+        self._regex_refresh = RegexRefresh(self._refresh_regexes)
+        self._regex_filters: dict[tuple[str, str], TopicFilter | None] = {}
 
     # -- ConsumerGroupHeartbeat ------------------------------------------------------------------------------
     async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
@@ -182,8 +193,12 @@ class ConsumerGroups:
     async def _step(self, group: ConsumerGroup, req: HeartbeatRequest, member: ConsumerMember,
                     replaced: str | None) -> HeartbeatResult:
         gid = group.group_id
+        regex = member.subscribed_topic_regex
+        if req.subscribed_topic_regex is not None:  # "" clears it (librdkafka sends "" with topic names)
+            regex = req.subscribed_topic_regex or None
         updated = replace(
             member,
+            subscribed_topic_regex=regex,
             instance_id=req.instance_id if req.instance_id is not None else member.instance_id,
             rack_id=req.rack_id if req.rack_id is not None else member.rack_id,
             rebalance_timeout_ms=req.rebalance_timeout_ms if req.rebalance_timeout_ms != -1
@@ -199,8 +214,18 @@ class ConsumerGroups:
             members.pop(replaced, None)
         is_new = member.member_id not in group.members and replaced is None
         members[updated.member_id] = updated
-        metadata = self._subscribed_topics(members.values())
+        # -- the regexes: one new to the group is resolved now (off the loop), once, for every member using it --
+        resolved = dict(group.resolved_regexes)
+        if regex is not None and regex not in resolved:
+            try:
+                resolved[regex] = await resolve(regex, self._topic_names(), req.topic_filter)
+            except InvalidPattern as exc:
+                return HeartbeatResult(ErrorCode.INVALID_REGULAR_EXPRESSION, invalid_message(regex, exc))
+        in_use = {m.subscribed_topic_regex for m in members.values() if m.subscribed_topic_regex}
+        resolved = {rx: ts for rx, ts in resolved.items() if rx in in_use}
+        metadata = self._subscribed_topics(members.values(), resolved)
         bump = (is_new or updated.subscribed_topic_names != member.subscribed_topic_names
+                or updated.subscribed_topic_regex != member.subscribed_topic_regex
                 or updated.server_assignor != member.server_assignor or metadata != group.subscribed_topics)
         group_epoch = group.group_epoch + 1 if bump else group.group_epoch
         # -- the target assignment at the group epoch ----------------------------------------------------------
@@ -211,7 +236,7 @@ class ConsumerGroups:
         assignment_epoch = group.assignment_epoch
         if group_epoch > group.assignment_epoch:
             assignor = self._preferred_assignor(members.values())
-            subs = {m.member_id: MemberSubscription(frozenset(metadata[t][0] for t in m.subscribed_topic_names
+            subs = {m.member_id: MemberSubscription(frozenset(metadata[t][0] for t in member_topics(m, resolved)
                                                               if t in metadata)) for m in members.values()}
             counts = {tid: n for tid, n in metadata.values()}
             target = ASSIGNORS[assignor](subs, counts, target)
@@ -253,6 +278,9 @@ class ConsumerGroups:
         group.assignor = assignor
         group.target = target
         group.subscribed_topics = metadata
+        group.resolved_regexes = resolved
+        if regex is not None and (regex != member.subscribed_topic_regex or req.topic_filter is not None):
+            self._regex_filters[(gid, regex)] = req.topic_filter
         group.put_member(reconciled)
         self._restart_session(group, mid)
         self._watch_revocation(group, member, reconciled)
@@ -265,14 +293,64 @@ class ConsumerGroups:
                                self.config.consumer_heartbeat_interval_ms,
                                dict(reconciled.assigned) if send else None)
 
-    def _subscribed_topics(self, members: Iterable[ConsumerMember]) -> dict[str, tuple[str, int]]:
-        names = {t for m in members for t in m.subscribed_topic_names}
+    def _subscribed_topics(self, members: Iterable[ConsumerMember],
+                           resolved: dict[str, frozenset[str]]) -> dict[str, tuple[str, int]]:
+        names = {t for m in members for t in member_topics(m, resolved)}
         out: dict[str, tuple[str, int]] = {}
         for name in sorted(names):
             info = self.topics.get(name)
             if info is not None and info.partitions > 0:
                 out[name] = (info.topic_id, info.partitions)
         return out
+
+    def _topic_names(self) -> list[str]:
+        return [t.name for t in self.topics.list_topics()]
+
+    # -- regex subscriptions: resolved again when topics come and go -------------------------------------------
+    async def regexes_settled(self, timeout_s: float = 10.0) -> None:
+        """Wait (bounded) for the background resolutions under way (tests, shutdown)."""
+        await self._regex_refresh.settled(timeout_s)
+
+    def topics_changed(self) -> None:
+        """A topic was created or deleted: every group subscribed with a regex resolves its regexes again (in the
+        background, one pass at a time per group)."""
+        for gid, group in list(self.groups.items()):
+            if group.regexes():
+                self._regex_refresh.request(gid)
+
+    async def _refresh_regexes(self, gid: str) -> None:
+        """Match the group's regexes against the topics now; when what they match changed, write the group's new
+        subscribed topics and bump its epoch (the next heartbeat computes the new target), as Kafka's
+        handleRegularExpressionsResult."""
+        group = self.groups.get(gid)
+        if group is None:
+            return
+        names = self._topic_names()
+        fresh: dict[str, frozenset[str]] = {}
+        for rx in sorted(group.regexes()):
+            try:
+                fresh[rx] = await resolve(rx, names, self._regex_filters.get((gid, rx)))
+            except InvalidPattern:  # refused when subscribed; a replayed one matches nothing
+                fresh[rx] = frozenset()
+        async with self._lock(gid):
+            if self.groups.get(gid) is not group or self.gm.check_group(gid):
+                return
+            resolved = {rx: fresh.get(rx, group.resolved_regexes.get(rx, frozenset())) for rx in group.regexes()}
+            if resolved == group.resolved_regexes:
+                return
+            metadata = self._subscribed_topics(group.members.values(), resolved)
+            epoch = group.group_epoch + 1
+            recs = [records.subscription_record(gid, metadata)] if metadata != group.subscribed_topics else []
+            err = await self._write(gid, [*recs, records.group_epoch_record(gid, epoch)])
+            if err:
+                log.warning("consumer group '%s': the new matches of its regexes were not written (error %d); "
+                            "the next topic change resolves them again", gid, err)
+                return
+            group.resolved_regexes = resolved
+            group.subscribed_topics = metadata
+            group.group_epoch = epoch
+            log.info("consumer group '%s': regexes now match %s; group epoch %d", gid,
+                     {rx: sorted(ts) for rx, ts in sorted(resolved.items())}, epoch)
 
     def _preferred_assignor(self, members: Iterable[ConsumerMember]) -> str:
         """The assignor most members name (ties: the configured order), else the first configured."""
@@ -427,6 +505,8 @@ class ConsumerGroups:
             self.groups[gid] = group
             for mid in group.members:
                 self._restart_session(group, mid)
+            if group.regexes():
+                self._regex_refresh.request(gid)
             log.info("consumer group '%s' loaded: group epoch %d, %d member(s)", gid, group.group_epoch,
                      len(group.members))
 
@@ -437,8 +517,11 @@ class ConsumerGroups:
             for mid in list(group.members):
                 self._cancel_timers(gid, mid)
             self._locks.pop(gid, None)
+            for key in [k for k in self._regex_filters if k[0] == gid]:
+                del self._regex_filters[key]
 
     def stop(self) -> None:
+        self._regex_refresh.stop()
         for handle in [*self._sessions.values(), *self._revocations.values()]:
             handle.cancel()
         self._sessions.clear()
@@ -497,8 +580,8 @@ class ConsumerGroups:
 
 def _metadata(m: ConsumerMember) -> tuple[object, ...]:
     """What ConsumerGroupMemberMetadataValue holds of a member."""
-    return (m.instance_id, m.rack_id, m.client_id, m.client_host, m.subscribed_topic_names, m.rebalance_timeout_ms,
-            m.server_assignor)
+    return (m.instance_id, m.rack_id, m.client_id, m.client_host, m.subscribed_topic_names, m.subscribed_topic_regex,
+            m.rebalance_timeout_ms, m.server_assignor)
 
 
 def _assignment_state(m: ConsumerMember) -> tuple[object, ...]:
