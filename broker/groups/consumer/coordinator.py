@@ -118,14 +118,16 @@ class ConsumerGroups:
         err = self.gm.check_group(req.group_id)
         if err:
             return HeartbeatResult(err)
-        classic = self.gm.groups.get(req.group_id)
-        if classic is not None and classic.members:
-            return HeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND,
-                                   f"Group {req.group_id} is not a consumer group (it has classic members).")
         async with self._lock(req.group_id):
             err = self.gm.check_group(req.group_id)  # the partition may have moved while this waited
             if err:
                 return HeartbeatResult(err)
+            # A classic group with members is not upgraded online (group.consumer.migration.policy=disabled):
+            # Kafka's getOrMaybeCreateConsumerGroup answers GROUP_ID_NOT_FOUND. Checked under the lock a classic
+            # JoinGroup also passes through (`delete`), so a group never gets members of both protocols.
+            classic = self.gm.groups.get(req.group_id)
+            if classic is not None and classic.members:
+                return HeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {req.group_id} is not a consumer group.")
             return await self._heartbeat(req)
 
     def _lock(self, group_id: str) -> asyncio.Lock:
@@ -482,7 +484,10 @@ class ConsumerGroups:
     # -- leadership, describe, offsets ------------------------------------------------------------------------
     async def delete(self, group_id: str) -> int:
         """DeleteGroups of a consumer group: NON_EMPTY_GROUP while it has members; else its records are
-        tombstoned and it is forgotten (the caller removes its offsets)."""
+        tombstoned and it is forgotten (the caller removes its offsets). GROUP_ID_NOT_FOUND when there is none,
+        answered once no heartbeat of that group id is under way."""
+        if group_id not in self.groups and group_id not in self._locks:
+            return ErrorCode.GROUP_ID_NOT_FOUND  # no heartbeat ever came for it: nothing can be in flight
         async with self._lock(group_id):
             group = self.groups.get(group_id)
             if group is None:
