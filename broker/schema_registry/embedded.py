@@ -45,7 +45,7 @@ from kelp.json_types import JsonObject, JsonValue
 
 from ..cpu_work import run_cpu
 from .avro_format import AvroSchema
-from .errors import RegistryError
+from .errors import Code, RegistryError
 from .json_format import JsonSchema
 from .parsed import ResolvedReference, flatten
 from .protobuf_descriptor import message_class
@@ -237,7 +237,7 @@ async def _writer(registry: SchemaRegistry, state: RegistryState, schema_id: int
         return found
     identity = state.ids.get(schema_id)
     if identity is None:
-        raise RegistryError(404, 40403, f"Schema {schema_id} not found")
+        raise RegistryError(404, Code.SCHEMA_NOT_FOUND, f"Schema {schema_id} not found")
     schema_type, text, refs = identity
     resolved = registry.resolve(state, refs, schema_type)
 
@@ -270,20 +270,23 @@ async def find_writer(registry: SchemaRegistry, register: Register, *, subject: 
     state = await registry.state()
     if schema_id is None and schema is not None:
         if schema_type is None:
-            raise RegistryError(422, 42201, f"a schema given inline for subject '{subject}' needs its type "
-                                            "(AVRO, JSONSCHEMA or PROTOBUF)")
+            raise RegistryError(422, Code.INVALID_SCHEMA,
+                                f"a schema given inline for subject '{subject}' needs its type "
+                                "(AVRO, JSONSCHEMA or PROTOBUF)")
         body: JsonObject = {"schema": schema, "schemaType": schema_type, "references": references or []}
         answer = await register(subject, body)
         registered = answer.get("id")
         if not isinstance(registered, int):
-            raise RegistryError(500, 50001, f"registering the schema under subject '{subject}' answered {answer!r}")
+            raise RegistryError(500, Code.STORE_ERROR,
+                                f"registering the schema under subject '{subject}' answered {answer!r}")
         schema_id = registered
         state = await registry.state()
     elif schema_id is None:
         schema_id = registry.find(state, subject, LATEST if version is None else version, deleted=False).schema_id
     writer = await _writer(registry, state, schema_id)
     if schema_type is not None and writer.schema_type != schema_type:
-        raise RegistryError(422, 42201, f"schema {schema_id} is a {writer.schema_type} schema, not {schema_type}")
+        raise RegistryError(422, Code.INVALID_SCHEMA,
+                            f"schema {schema_id} is a {writer.schema_type} schema, not {schema_type}")
     return writer
 
 
@@ -372,7 +375,7 @@ async def find_reader(registry: SchemaRegistry, schema_id: int) -> SchemaReader:
     state = await registry.state()
     identity = state.ids.get(schema_id)
     if identity is None:
-        raise RegistryError(404, 40403, f"Schema {schema_id} not found")
+        raise RegistryError(404, Code.SCHEMA_NOT_FOUND, f"Schema {schema_id} not found")
     schema_type, text, refs = identity
     resolved = registry.resolve(state, refs, schema_type)
 

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from kelp.json_types import JsonValue
 
 from .errors import (
-    INVALID_COMPATIBILITY_LEVEL,
-    INVALID_MODE,
+    Code,
     RegistryError,
     invalid_schema,
     invalid_subject,
@@ -90,7 +89,8 @@ def _int_field(body: dict[str, JsonValue], name: str, low: int) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_VERSION:
         if name == "version":
             raise invalid_version(str(value))
-        raise RegistryError(422, 42201, f"'{name}' must be an integer {low}..{MAX_VERSION}, got {value!r}")
+        raise RegistryError(422, Code.INVALID_SCHEMA,
+                            f"'{name}' must be an integer {low}..{MAX_VERSION}, got {value!r}")
     return value
 
 
@@ -134,7 +134,8 @@ def level_of(body: JsonValue) -> str:
     raw = body.get("compatibility", body.get("compatibilityLevel")) if isinstance(body, dict) else None
     level = raw.upper() if isinstance(raw, str) else raw
     if level not in LEVELS:
-        raise RegistryError(422, INVALID_COMPATIBILITY_LEVEL, "Invalid compatibility level. Valid values are none, "
+        raise RegistryError(422, Code.INVALID_COMPATIBILITY_LEVEL,
+                            "Invalid compatibility level. Valid values are none, "
                             "backward, forward, full, backward_transitive, forward_transitive, and full_transitive "
                             f"(the body's 'compatibility' is {raw!r})")
     return str(level)
@@ -144,6 +145,6 @@ def mode_of(body: JsonValue) -> str:
     raw = body.get("mode") if isinstance(body, dict) else None
     mode = raw.upper() if isinstance(raw, str) else raw
     if mode not in MODES:
-        raise RegistryError(422, INVALID_MODE, "Invalid mode. Valid values are READWRITE, READONLY, "
+        raise RegistryError(422, Code.INVALID_MODE, "Invalid mode. Valid values are READWRITE, READONLY, "
                                                f"READONLY_OVERRIDE and IMPORT (the body's 'mode' is {raw!r})")
     return str(mode)
