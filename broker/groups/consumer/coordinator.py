@@ -11,6 +11,8 @@ assign, never one partition held by two members), and answers its epoch and, whe
 Everything is decided on values, written to `__consumer_offsets` as Kafka's records (`records`), and only
 then applied, so a refused request or a failed write changes nothing; a group's changes are serialised by its
 lock. A coordinator that loads the partition replays the records (`adopt`): the group survives a move.
+A member's topics are its names plus what its regex matched (`regex`: resolved in the heartbeat that brings it,
+again in the background when topics come and go or the group is loaded).
 
 Timers: each heartbeat restarts the member's session (`group.consumer.session.timeout.ms`); a member asked to
 revoke must acknowledge within its rebalance timeout. Either expiry fences the member: it leaves the group, its
@@ -108,7 +110,7 @@ class ConsumerGroups:
         # Regex subscriptions: resolved again in the background when topics come and go (`topics_changed`), with
         # the DESCRIBE filter of the member that last subscribed with each regex.
         self._regex_refresh = RegexRefresh(self._refresh_regexes)
-        self._regex_filters: dict[tuple[str, str], TopicFilter | None] = {}
+        self._regex_filters: dict[str, dict[str, TopicFilter | None]] = {}  # group -> regex -> filter
 
     # -- ConsumerGroupHeartbeat ------------------------------------------------------------------------------
     async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
@@ -281,8 +283,11 @@ class ConsumerGroups:
         group.target = target
         group.subscribed_topics = metadata
         group.resolved_regexes = resolved
+        filters = self._regex_filters.setdefault(gid, {})
         if regex is not None and (regex != member.subscribed_topic_regex or req.topic_filter is not None):
-            self._regex_filters[(gid, regex)] = req.topic_filter
+            filters[regex] = req.topic_filter
+        for rx in [rx for rx in filters if rx not in resolved]:
+            del filters[rx]
         group.put_member(reconciled)
         self._restart_session(group, mid)
         self._watch_revocation(group, member, reconciled)
@@ -331,7 +336,7 @@ class ConsumerGroups:
         fresh: dict[str, frozenset[str]] = {}
         for rx in sorted(group.regexes()):
             try:
-                fresh[rx] = await resolve(rx, names, self._regex_filters.get((gid, rx)))
+                fresh[rx] = await resolve(rx, names, self._regex_filters.get(gid, {}).get(rx))
             except InvalidPattern:  # refused when subscribed; a replayed one matches nothing
                 fresh[rx] = frozenset()
         async with self._lock(gid):
@@ -499,6 +504,7 @@ class ConsumerGroups:
                 return err
             if self.groups.get(group_id) is group:
                 del self.groups[group_id]
+                self._regex_filters.pop(group_id, None)
             log.info("consumer group '%s' deleted", group_id)
             return ErrorCode.NONE
 
@@ -522,8 +528,7 @@ class ConsumerGroups:
             for mid in list(group.members):
                 self._cancel_timers(gid, mid)
             self._locks.pop(gid, None)
-            for key in [k for k in self._regex_filters if k[0] == gid]:
-                del self._regex_filters[key]
+            self._regex_filters.pop(gid, None)
 
     def stop(self) -> None:
         self._regex_refresh.stop()
