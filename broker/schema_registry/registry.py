@@ -31,7 +31,6 @@ from .errors import RegistryError, incompatible, not_permitted, schema_not_found
 from .formats import parse
 from .model import READ_ONLY_MODES, Reference, SchemaVersion, config_key, encode, mode_key, schema_key
 from .parsed import ParsedSchema, ResolvedReference
-from .protobuf_descriptor import to_serialized
 from .requests import LATEST, SchemaRequest, check_subject
 from .state import RegistryState
 from .store import SchemaLog
@@ -69,7 +68,10 @@ class SchemaRegistry:
 
     def serialized(self, state: RegistryState, schema: str, refs: tuple[Reference, ...]) -> str:
         """A PROTOBUF schema as the base64 FileDescriptorProto Confluent's Protobuf clients read
-        (`?format=serialized`), its types resolved against its references."""
+        (`?format=serialized`), its types resolved against its references. protobuf is imported here, on
+        first use (not at start: issue 38)."""
+        from .protobuf_descriptor import to_serialized
+
         return to_serialized(schema, "default", self.resolve(state, refs, "PROTOBUF"))
 
     def parse_schema(self, state: RegistryState, schema: str, schema_type: str, refs: tuple[Reference, ...]

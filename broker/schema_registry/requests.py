@@ -26,7 +26,6 @@ from .errors import (
     invalid_version,
 )
 from .model import LEVELS, MAX_VERSION, MODES, SCHEMA_TYPES, Reference
-from .protobuf_descriptor import from_serialized, looks_serialized
 
 __all__ = ["SchemaRequest", "check_subject", "parse_version", "schema_request", "level_of", "mode_of", "LATEST",
            "MAX_SCHEMA_BYTES"]
@@ -110,8 +109,11 @@ def schema_request(body: JsonValue) -> SchemaRequest:
     if size > MAX_SCHEMA_BYTES:
         raise invalid_schema(schema_type, f"the schema is {size} bytes, over the limit of {MAX_SCHEMA_BYTES} bytes "
                                           "(1 MiB: Confluent's size.limit.filter.max.request.body.size default)")
-    if schema_type == "PROTOBUF" and looks_serialized(schema):  # confluent-kafka's serializers send this form
-        schema = from_serialized(schema)
+    if schema_type == "PROTOBUF":
+        from .protobuf_descriptor import from_serialized, looks_serialized  # protobuf on first use (issue 38)
+
+        if looks_serialized(schema):  # confluent-kafka's serializers send this form
+            schema = from_serialized(schema)
     raw_refs = body.get("references") or []
     if not isinstance(raw_refs, list):
         raise invalid_schema(schema_type, "'references' must be a list of {name, subject, version}")
