@@ -69,6 +69,9 @@ class _NoTopics:
     def name_of(self, topic_id: str) -> str | None:
         return None
 
+    def list_topics(self) -> list[TopicLike]:
+        return []
+
 log = logging.getLogger("kelp.broker.groups")
 
 
@@ -178,6 +181,21 @@ class GroupCoordinator:
         protocols: list[tuple[str, bytes]],
         require_known_member_id: bool = False,
     ) -> JoinResult:
+        if not self.group_manager.check_group(group_id):
+            # A consumer-protocol group (KIP-848)? Kafka 4 lets a classic member into one with members only by
+            # online migration (mixed groups), which Kelp does not serve (group.consumer.migration.policy is
+            # `disabled`): INCONSISTENT_GROUP_PROTOCOL. An empty one is replaced by the classic group, its
+            # records tombstoned and its offsets kept (Kafka's classicGroupJoinToClassicGroup). `delete` waits for
+            # a heartbeat of the group under way, and nothing yields between its answer and the classic member's
+            # admission (`membership.join_group` adds it before it waits), so no group gets both kinds.
+            err = await self.consumer.delete(group_id)
+            if err == ErrorCode.NON_EMPTY_GROUP:
+                log.info("group '%s': JoinGroup refused, it is a consumer-protocol group with members", group_id)
+                return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
+            if err not in (ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND):
+                return JoinResult(err, member_id=member_id)
+            if err == ErrorCode.NONE:
+                log.info("group '%s': the empty consumer-protocol group became a classic group", group_id)
         return await self.membership.join_group(
             group_id, member_id, group_instance_id=group_instance_id, client_id=client_id, client_host=client_host,
             session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms,

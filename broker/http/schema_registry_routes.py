@@ -32,8 +32,8 @@ from kelp.json_types import JsonData, JsonObject, JsonValue
 from ..cpu_work import run_cpu
 from ..loop_budget import LoopBudget
 from ..parts import BrokerParts
-from ..schema_registry.errors import Code, RegistryError, schema_not_found
-from ..schema_registry.model import SCHEMA_TYPES, Reference
+from ..schema_registry.errors import Code, RegistryError, schema_not_found, subject_not_found
+from ..schema_registry.model import SCHEMA_TYPES, Reference, add_contract
 from ..schema_registry.registry import WRITE_OPS, SchemaRegistry
 from ..schema_registry.requests import check_subject, level_of, mode_of, parse_version, schema_request
 from ..schema_registry.state import RegistryState
@@ -339,6 +339,29 @@ async def _version(request: web.Request) -> JsonObject:
     return _in_format(request, registry, state, found.to_api(), found.references)
 
 
+@_route("GET", "/subjects/{subject}/metadata")
+async def latest_with_metadata(request: web.Request) -> JsonData:
+    """Confluent's `GET /subjects/{s}/metadata?key=k&value=v...`: the newest version whose data contract's
+    metadata properties hold every pair given (`deleted` to look at soft-deleted versions too); 40403 when none."""
+    keys, values = request.query.getall("key", []), request.query.getall("value", [])
+    if len(keys) != len(values):
+        raise RegistryError(400, 400, f"give as many 'value' as 'key' query parameters ({len(keys)} keys, "
+                                      f"{len(values)} values)")
+    wanted = dict(zip(keys, values, strict=True))
+    registry = _registry(request)
+    state = await registry.state()
+    subject = request.match_info["subject"]
+    versions = state.versions(subject, deleted=_flag(request, "deleted"))
+    if not versions:
+        raise subject_not_found(subject)
+    for sv in reversed(versions):
+        found = sv.to_api().get("metadata")
+        held = found.get("properties") if isinstance(found, dict) else None
+        if isinstance(held, dict) and all(held.get(k) == v for k, v in wanted.items()):
+            return _in_format(request, registry, state, sv.to_api(), sv.references)
+    raise schema_not_found(detail=f": no version of subject '{subject}' has metadata {wanted}")
+
+
 @_route("GET", "/subjects/{subject}/versions/{version}")
 async def get_version(request: web.Request) -> JsonData:
     return await _version(request)
@@ -386,12 +409,13 @@ async def _by_id(request: web.Request) -> JsonObject:
     identity = state.ids.get(schema_id)
     if identity is None:
         raise schema_not_found(schema_id)
-    schema_type, schema, refs = identity
+    schema_type, schema, refs, metadata, rule_set = identity
     out: JsonObject = {}
     if schema_type != "AVRO":
         out["schemaType"] = schema_type
     if refs:
         out["references"] = [r.to_json() for r in refs]
+    add_contract(out, metadata, rule_set)
     out["schema"] = schema
     return _in_format(request, registry, state, out, refs)
 

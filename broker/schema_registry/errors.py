@@ -15,7 +15,8 @@ from __future__ import annotations
 from kelp.rest_errors import RegistryErrorCode as Code
 
 __all__ = ["RegistryError", "Code", "subject_not_found", "version_not_found", "schema_not_found", "invalid_schema",
-           "invalid_version", "invalid_subject", "incompatible", "not_permitted", "store_error"]
+           "invalid_version", "invalid_subject", "incompatible", "not_permitted", "store_error", "NotEncodable",
+           "NotDecodable"]
 
 
 class RegistryError(Exception):
@@ -26,6 +27,14 @@ class RegistryError(Exception):
         self.status = status
         self.error_code = error_code
         self.message = message
+
+
+class NotEncodable(Exception):
+    """JSON data that does not match its schema (REST produce); the message names the field and why."""
+
+
+class NotDecodable(Exception):
+    """Stored bytes that are not a value in Confluent's wire format, or not in the schema they name."""
 
 
 def subject_not_found(subject: str) -> RegistryError:

@@ -31,9 +31,8 @@ from .errors import RegistryError, incompatible, not_permitted, schema_not_found
 from .formats import parse
 from .model import READ_ONLY_MODES, Reference, SchemaVersion, config_key, encode, mode_key, schema_key
 from .parsed import ParsedSchema, ResolvedReference
-from .protobuf_descriptor import to_serialized
 from .requests import LATEST, SchemaRequest, check_subject
-from .state import RegistryState
+from .state import Identity, RegistryState
 from .store import SchemaLog
 
 __all__ = ["SchemaRegistry", "WRITE_OPS"]
@@ -69,7 +68,10 @@ class SchemaRegistry:
 
     def serialized(self, state: RegistryState, schema: str, refs: tuple[Reference, ...]) -> str:
         """A PROTOBUF schema as the base64 FileDescriptorProto Confluent's Protobuf clients read
-        (`?format=serialized`), its types resolved against its references."""
+        (`?format=serialized`), its types resolved against its references. protobuf is imported here, on
+        first use (not at start: issue 38)."""
+        from .protobuf_descriptor import to_serialized
+
         return to_serialized(schema, "default", self.resolve(state, refs, "PROTOBUF"))
 
     def parse_schema(self, state: RegistryState, schema: str, schema_type: str, refs: tuple[Reference, ...]
@@ -160,8 +162,9 @@ class SchemaRegistry:
         refs = self._pinned(state, request.references)
         parsed = await self.parsed(state, request.schema, request.schema_type, refs)
         for sv in reversed(versions):
-            if (sv.schema_type, sv.schema, sv.references) == (parsed.schema_type, parsed.canonical, refs):
-                return sv.to_api()
+            if (sv.schema_type, sv.schema, sv.references) == (parsed.schema_type, parsed.canonical, refs) \
+                    and request.metadata in (None, sv.metadata) and request.rule_set in (None, sv.rule_set):
+                return sv.to_api()  # a lookup without a data contract finds the schema whatever its contract
         raise schema_not_found(detail=f": subject '{subject}' has no version with this schema")
 
     async def check(self, subject: str, version: int | None, request: SchemaRequest, *, verbose: bool
@@ -216,11 +219,15 @@ class SchemaRegistry:
                                 "id or version only in IMPORT mode (PUT /mode/{subject})")
         refs = self._pinned(state, request.references)
         parsed = await self.parsed(state, request.schema, request.schema_type, refs)
-        identity = (parsed.schema_type, parsed.canonical, refs)
         all_versions = state.versions(subject, deleted=True)
         live = [sv for sv in all_versions if not sv.deleted]
+        # A registration without a data contract keeps the latest version's (Confluent's
+        # maybePopulateFromPrevious): re-registering a schema does not drop its rules.
+        metadata = request.metadata if request.metadata is not None else live[-1].metadata if live else None
+        rule_set = request.rule_set if request.rule_set is not None else live[-1].rule_set if live else None
+        identity: Identity = (parsed.schema_type, parsed.canonical, refs, metadata, rule_set)
         for sv in live:
-            if (sv.schema_type, sv.schema, sv.references) == identity:
+            if (sv.schema_type, sv.schema, sv.references, sv.metadata, sv.rule_set) == identity:
                 if request.schema_id is not None and request.schema_id != sv.schema_id:
                     raise RegistryError(422, errors.Code.ID_DOES_NOT_MATCH, f"Schema already registered with id "
                                         f"{sv.schema_id} instead of input id {request.schema_id}")
@@ -243,7 +250,8 @@ class SchemaRegistry:
                 raise incompatible(subject, found)
             schema_id = state.id_of.get(identity, state.max_id + 1)
             version = all_versions[-1].version + 1 if all_versions else 1
-        sv = SchemaVersion(subject, version, schema_id, parsed.canonical, parsed.schema_type, refs)
+        sv = SchemaVersion(subject, version, schema_id, parsed.canonical, parsed.schema_type, refs,
+                           metadata=metadata, rule_set=rule_set)
         await self.log.append([(schema_key(subject, version), encode(sv.value_json()))])
         return {"id": schema_id, "version": version}
 

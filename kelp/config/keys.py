@@ -60,6 +60,19 @@ _ASSIGNOR_CLASSES = {
 }
 
 
+def _migration_policy(value: object) -> str:
+    """`group.consumer.migration.policy`: Kafka's values are disabled, upgrade, downgrade and bidirectional (its
+    default); Kelp has no mixed classic/consumer groups, so it accepts `disabled` only and says so."""
+    text = str(value).strip().lower()
+    if text in ("upgrade", "downgrade", "bidirectional"):
+        raise ValueError(f"{text!r} is not supported: Kelp does not migrate groups online between the classic and "
+                         "the consumer protocol (KIP-848 mixed groups) yet; only 'disabled'")
+    if text != "disabled":
+        raise ValueError(f"expected 'disabled' (Kafka's values: disabled, upgrade, downgrade, bidirectional), "
+                         f"got {value!r}")
+    return text
+
+
 def parse_assignors(value: object) -> list[str]:
     """`group.consumer.assignors`: a non-empty comma list (or YAML list) of known assignors, in order."""
     items = value if isinstance(value, (list, tuple)) else str(value).split(",")
@@ -382,6 +395,7 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     "group.consumer.heartbeat.interval.ms": (_positive, 5000),
     "group.consumer.max.size": (_positive, 2**31 - 1),
     "group.consumer.assignors": (parse_assignors, list(CONSUMER_ASSIGNORS)),
+    "group.consumer.migration.policy": (_migration_policy, "disabled"),  # classic <-> consumer: none yet
     # -- the transaction coordinator (Kafka's names and defaults; docs/transactions.md)
     "transaction.state.log.num.partitions": (_positive, 50),
     "transaction.state.log.replication.factor": (_positive, 3),

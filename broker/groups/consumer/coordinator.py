@@ -11,6 +11,8 @@ assign, never one partition held by two members), and answers its epoch and, whe
 Everything is decided on values, written to `__consumer_offsets` as Kafka's records (`records`), and only
 then applied, so a refused request or a failed write changes nothing; a group's changes are serialised by its
 lock. A coordinator that loads the partition replays the records (`adopt`): the group survives a move.
+A member's topics are its names plus what its regex matched (`regex`: resolved in the heartbeat that brings it,
+again in the background when topics come and go or the group is loaded).
 
 Timers: each heartbeat restarts the member's session (`group.consumer.session.timeout.ms`); a member asked to
 revoke must acknowledge within its rebalance timeout. Either expiry fences the member: it leaves the group, its
@@ -44,9 +46,11 @@ from .model import (
     ConsumerGroup,
     ConsumerMember,
     MemberState,
+    member_topics,
     next_assignment,
     subset,
 )
+from .regex import InvalidPattern, RegexRefresh, TopicFilter, invalid_message, resolve
 
 __all__ = ["ConsumerGroups", "TopicView", "ConsumerGroupDescription"]
 
@@ -54,6 +58,9 @@ log = logging.getLogger("kelp.broker.groups")
 
 
 class TopicLike(Protocol):
+    @property
+    def name(self) -> str: ...
+
     @property
     def topic_id(self) -> str: ...
 
@@ -67,6 +74,8 @@ class TopicView(Protocol):
     def get(self, name: str) -> TopicLike | None: ...
 
     def name_of(self, topic_id: str) -> str | None: ...
+
+    def list_topics(self) -> Iterable[TopicLike]: ...
 
 
 @dataclass(frozen=True)
@@ -98,6 +107,10 @@ class ConsumerGroups:
         # decided on what the previous applied (heartbeats, leaves and timer-driven fencing alike).
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # Regex subscriptions: resolved again in the background when topics come and go (`topics_changed`), with
+        # the DESCRIBE filter of the member that last subscribed with each regex.
+        self._regex_refresh = RegexRefresh(self._refresh_regexes)
+        self._regex_filters: dict[str, dict[str, TopicFilter | None]] = {}  # group -> regex -> filter
 
     # -- ConsumerGroupHeartbeat ------------------------------------------------------------------------------
     async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
@@ -107,14 +120,16 @@ class ConsumerGroups:
         err = self.gm.check_group(req.group_id)
         if err:
             return HeartbeatResult(err)
-        classic = self.gm.groups.get(req.group_id)
-        if classic is not None and classic.members:
-            return HeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND,
-                                   f"Group {req.group_id} is not a consumer group (it has classic members).")
         async with self._lock(req.group_id):
             err = self.gm.check_group(req.group_id)  # the partition may have moved while this waited
             if err:
                 return HeartbeatResult(err)
+            # A classic group with members is not upgraded online (group.consumer.migration.policy=disabled):
+            # Kafka's getOrMaybeCreateConsumerGroup answers GROUP_ID_NOT_FOUND. Checked under the lock a classic
+            # JoinGroup also passes through (`delete`), so a group never gets members of both protocols.
+            classic = self.gm.groups.get(req.group_id)
+            if classic is not None and classic.members:
+                return HeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {req.group_id} is not a consumer group.")
             return await self._heartbeat(req)
 
     def _lock(self, group_id: str) -> asyncio.Lock:
@@ -182,8 +197,12 @@ class ConsumerGroups:
     async def _step(self, group: ConsumerGroup, req: HeartbeatRequest, member: ConsumerMember,
                     replaced: str | None) -> HeartbeatResult:
         gid = group.group_id
+        regex = member.subscribed_topic_regex
+        if req.subscribed_topic_regex is not None:  # "" clears it (librdkafka sends "" with topic names)
+            regex = req.subscribed_topic_regex or None
         updated = replace(
             member,
+            subscribed_topic_regex=regex,
             instance_id=req.instance_id if req.instance_id is not None else member.instance_id,
             rack_id=req.rack_id if req.rack_id is not None else member.rack_id,
             rebalance_timeout_ms=req.rebalance_timeout_ms if req.rebalance_timeout_ms != -1
@@ -199,8 +218,18 @@ class ConsumerGroups:
             members.pop(replaced, None)
         is_new = member.member_id not in group.members and replaced is None
         members[updated.member_id] = updated
-        metadata = self._subscribed_topics(members.values())
+        # -- the regexes: one new to the group is resolved now (off the loop), once, for every member using it --
+        resolved = dict(group.resolved_regexes)
+        if regex is not None and regex not in resolved:
+            try:
+                resolved[regex] = await resolve(regex, self._topic_names(), req.topic_filter)
+            except InvalidPattern as exc:
+                return HeartbeatResult(ErrorCode.INVALID_REGULAR_EXPRESSION, invalid_message(regex, exc))
+        in_use = {m.subscribed_topic_regex for m in members.values() if m.subscribed_topic_regex}
+        resolved = {rx: ts for rx, ts in resolved.items() if rx in in_use}
+        metadata = self._subscribed_topics(members.values(), resolved)
         bump = (is_new or updated.subscribed_topic_names != member.subscribed_topic_names
+                or updated.subscribed_topic_regex != member.subscribed_topic_regex
                 or updated.server_assignor != member.server_assignor or metadata != group.subscribed_topics)
         group_epoch = group.group_epoch + 1 if bump else group.group_epoch
         # -- the target assignment at the group epoch ----------------------------------------------------------
@@ -211,7 +240,7 @@ class ConsumerGroups:
         assignment_epoch = group.assignment_epoch
         if group_epoch > group.assignment_epoch:
             assignor = self._preferred_assignor(members.values())
-            subs = {m.member_id: MemberSubscription(frozenset(metadata[t][0] for t in m.subscribed_topic_names
+            subs = {m.member_id: MemberSubscription(frozenset(metadata[t][0] for t in member_topics(m, resolved)
                                                               if t in metadata)) for m in members.values()}
             counts = {tid: n for tid, n in metadata.values()}
             target = ASSIGNORS[assignor](subs, counts, target)
@@ -253,6 +282,12 @@ class ConsumerGroups:
         group.assignor = assignor
         group.target = target
         group.subscribed_topics = metadata
+        group.resolved_regexes = resolved
+        filters = self._regex_filters.setdefault(gid, {})
+        if regex is not None and (regex != member.subscribed_topic_regex or req.topic_filter is not None):
+            filters[regex] = req.topic_filter
+        for rx in [rx for rx in filters if rx not in resolved]:
+            del filters[rx]
         group.put_member(reconciled)
         self._restart_session(group, mid)
         self._watch_revocation(group, member, reconciled)
@@ -265,14 +300,64 @@ class ConsumerGroups:
                                self.config.consumer_heartbeat_interval_ms,
                                dict(reconciled.assigned) if send else None)
 
-    def _subscribed_topics(self, members: Iterable[ConsumerMember]) -> dict[str, tuple[str, int]]:
-        names = {t for m in members for t in m.subscribed_topic_names}
+    def _subscribed_topics(self, members: Iterable[ConsumerMember],
+                           resolved: dict[str, frozenset[str]]) -> dict[str, tuple[str, int]]:
+        names = {t for m in members for t in member_topics(m, resolved)}
         out: dict[str, tuple[str, int]] = {}
         for name in sorted(names):
             info = self.topics.get(name)
             if info is not None and info.partitions > 0:
                 out[name] = (info.topic_id, info.partitions)
         return out
+
+    def _topic_names(self) -> list[str]:
+        return [t.name for t in self.topics.list_topics()]
+
+    # -- regex subscriptions: resolved again when topics come and go -------------------------------------------
+    async def regexes_settled(self, timeout_s: float = 10.0) -> None:
+        """Wait (bounded) for the background resolutions under way (tests, shutdown)."""
+        await self._regex_refresh.settled(timeout_s)
+
+    def topics_changed(self) -> None:
+        """A topic was created or deleted: every group subscribed with a regex resolves its regexes again (in the
+        background, one pass at a time per group)."""
+        for gid, group in list(self.groups.items()):
+            if group.regexes():
+                self._regex_refresh.request(gid)
+
+    async def _refresh_regexes(self, gid: str) -> None:
+        """Match the group's regexes against the topics now; when what they match changed, write the group's new
+        subscribed topics and bump its epoch (the next heartbeat computes the new target), as Kafka's
+        handleRegularExpressionsResult."""
+        group = self.groups.get(gid)
+        if group is None:
+            return
+        names = self._topic_names()
+        fresh: dict[str, frozenset[str]] = {}
+        for rx in sorted(group.regexes()):
+            try:
+                fresh[rx] = await resolve(rx, names, self._regex_filters.get(gid, {}).get(rx))
+            except InvalidPattern:  # refused when subscribed; a replayed one matches nothing
+                fresh[rx] = frozenset()
+        async with self._lock(gid):
+            if self.groups.get(gid) is not group or self.gm.check_group(gid):
+                return
+            resolved = {rx: fresh.get(rx, group.resolved_regexes.get(rx, frozenset())) for rx in group.regexes()}
+            if resolved == group.resolved_regexes:
+                return
+            metadata = self._subscribed_topics(group.members.values(), resolved)
+            epoch = group.group_epoch + 1
+            recs = [records.subscription_record(gid, metadata)] if metadata != group.subscribed_topics else []
+            err = await self._write(gid, [*recs, records.group_epoch_record(gid, epoch)])
+            if err:
+                log.warning("consumer group '%s': the new matches of its regexes were not written (error %d); "
+                            "the next topic change resolves them again", gid, err)
+                return
+            group.resolved_regexes = resolved
+            group.subscribed_topics = metadata
+            group.group_epoch = epoch
+            log.info("consumer group '%s': regexes now match %s; group epoch %d", gid,
+                     {rx: sorted(ts) for rx, ts in sorted(resolved.items())}, epoch)
 
     def _preferred_assignor(self, members: Iterable[ConsumerMember]) -> str:
         """The assignor most members name (ties: the configured order), else the first configured."""
@@ -404,7 +489,10 @@ class ConsumerGroups:
     # -- leadership, describe, offsets ------------------------------------------------------------------------
     async def delete(self, group_id: str) -> int:
         """DeleteGroups of a consumer group: NON_EMPTY_GROUP while it has members; else its records are
-        tombstoned and it is forgotten (the caller removes its offsets)."""
+        tombstoned and it is forgotten (the caller removes its offsets). GROUP_ID_NOT_FOUND when there is none,
+        answered once no heartbeat of that group id is under way."""
+        if group_id not in self.groups and group_id not in self._locks:
+            return ErrorCode.GROUP_ID_NOT_FOUND  # no heartbeat ever came for it: nothing can be in flight
         async with self._lock(group_id):
             group = self.groups.get(group_id)
             if group is None:
@@ -416,6 +504,7 @@ class ConsumerGroups:
                 return err
             if self.groups.get(group_id) is group:
                 del self.groups[group_id]
+                self._regex_filters.pop(group_id, None)
             log.info("consumer group '%s' deleted", group_id)
             return ErrorCode.NONE
 
@@ -427,6 +516,8 @@ class ConsumerGroups:
             self.groups[gid] = group
             for mid in group.members:
                 self._restart_session(group, mid)
+            if group.regexes():
+                self._regex_refresh.request(gid)
             log.info("consumer group '%s' loaded: group epoch %d, %d member(s)", gid, group.group_epoch,
                      len(group.members))
 
@@ -437,8 +528,10 @@ class ConsumerGroups:
             for mid in list(group.members):
                 self._cancel_timers(gid, mid)
             self._locks.pop(gid, None)
+            self._regex_filters.pop(gid, None)
 
     def stop(self) -> None:
+        self._regex_refresh.stop()
         for handle in [*self._sessions.values(), *self._revocations.values()]:
             handle.cancel()
         self._sessions.clear()
@@ -497,8 +590,8 @@ class ConsumerGroups:
 
 def _metadata(m: ConsumerMember) -> tuple[object, ...]:
     """What ConsumerGroupMemberMetadataValue holds of a member."""
-    return (m.instance_id, m.rack_id, m.client_id, m.client_host, m.subscribed_topic_names, m.rebalance_timeout_ms,
-            m.server_assignor)
+    return (m.instance_id, m.rack_id, m.client_id, m.client_host, m.subscribed_topic_names, m.subscribed_topic_regex,
+            m.rebalance_timeout_ms, m.server_assignor)
 
 
 def _assignment_state(m: ConsumerMember) -> tuple[object, ...]:

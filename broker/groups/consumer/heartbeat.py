@@ -14,6 +14,7 @@ from kelp.errors import ErrorCode
 
 from .assignors import Assignment
 from .model import LEAVE_EPOCH, STATIC_LEAVE_EPOCH
+from .regex import TopicFilter
 
 __all__ = ["HeartbeatRequest", "HeartbeatResult", "invalid_request"]
 
@@ -33,6 +34,8 @@ class HeartbeatRequest:
     client_id: str = ""
     client_host: str = ""
     version: int = 1
+    # The topic names of a regex's matches the member may describe (its ACLs); None: authorization is off.
+    topic_filter: TopicFilter | None = None
 
 
 @dataclass(frozen=True)
@@ -72,8 +75,6 @@ def invalid_request(req: HeartbeatRequest, assignors: list[str]) -> tuple[int, s
         return bad, f"MemberEpoch {req.member_epoch} is invalid."
     if req.rebalance_timeout_ms != -1 and req.rebalance_timeout_ms <= 0:
         return bad, "RebalanceTimeoutMs must be positive."
-    if req.subscribed_topic_regex:  # "" (librdkafka sends it with topic names) is no regex, as in Kafka
-        return bad, "SubscribedTopicRegex is not supported by Kelp yet; subscribe to topic names."
     if req.subscribed_topic_names is not None and any(not t for t in req.subscribed_topic_names):
         return bad, "SubscribedTopicNames can't contain an empty topic name."
     if req.server_assignor is not None and req.server_assignor not in assignors:

@@ -25,7 +25,7 @@ from typing import Callable, Mapping
 from .assignors import Assignment
 
 __all__ = ["MemberState", "ConsumerMember", "ConsumerGroup", "GroupStateName", "next_assignment",
-           "LEAVE_EPOCH", "STATIC_LEAVE_EPOCH", "flatten", "subset"]
+           "LEAVE_EPOCH", "STATIC_LEAVE_EPOCH", "flatten", "subset", "member_topics"]
 
 LEAVE_EPOCH = -1  # the member leaves the group
 STATIC_LEAVE_EPOCH = -2  # a static member leaves for now; its instance id keeps its assignment until its session ends
@@ -52,6 +52,12 @@ def subset(owned: Mapping[str, frozenset[int]], of: Mapping[str, frozenset[int]]
     return all(ps <= of.get(t, frozenset()) for t, ps in owned.items())
 
 
+def member_topics(m: ConsumerMember, resolved: Mapping[str, frozenset[str]]) -> frozenset[str]:
+    """The topic names a member subscribes to: its names and what its regex matched when last resolved."""
+    names = frozenset(m.subscribed_topic_names)
+    return names | resolved.get(m.subscribed_topic_regex, frozenset()) if m.subscribed_topic_regex else names
+
+
 def _clean(a: Mapping[str, frozenset[int] | set[int]]) -> Assignment:
     return {t: frozenset(ps) for t, ps in a.items() if ps}
 
@@ -70,6 +76,7 @@ class ConsumerMember:
     client_host: str = ""
     rebalance_timeout_ms: int = 300000
     subscribed_topic_names: tuple[str, ...] = ()
+    subscribed_topic_regex: str | None = None  # RE2 syntax, matched against whole topic names (never "")
     server_assignor: str | None = None
     assigned: Assignment = field(default_factory=dict)  # usable now (what the member is told it has)
     revoking: Assignment = field(default_factory=dict)  # still held, to be given up (UNREVOKED_PARTITIONS)
@@ -93,6 +100,13 @@ class ConsumerGroup:
     # Subscribed topics as last seen: name -> (topic id, partition count); a change bumps the group epoch.
     subscribed_topics: dict[str, tuple[str, int]] = field(default_factory=dict)
     assignor: str = ""  # the assignor that computed `target`
+    # The members' regexes as last resolved: regex -> the topic names it matched (not persisted: resolved again
+    # by the coordinator that loads the group). A member's topics are its names and its regex's topics.
+    resolved_regexes: dict[str, frozenset[str]] = field(default_factory=dict)
+
+    def regexes(self) -> set[str]:
+        """The regexes members subscribe with."""
+        return {m.subscribed_topic_regex for m in self.members.values() if m.subscribed_topic_regex}
 
     @property
     def state(self) -> GroupStateName:

@@ -130,7 +130,7 @@ def subscription_record(group_id: str, topics: Mapping[str, tuple[str, int]]) ->
 def member_record(group_id: str, m: ConsumerMember) -> Record:
     return _key(MEMBER, group_id, m.member_id), _value(
         MEMBER, instance_id=m.instance_id, rack_id=m.rack_id, client_id=m.client_id, client_host=m.client_host,
-        subscribed_topic_names=list(m.subscribed_topic_names), subscribed_topic_regex=None,
+        subscribed_topic_names=list(m.subscribed_topic_names), subscribed_topic_regex=m.subscribed_topic_regex,
         rebalance_timeout_ms=m.rebalance_timeout_ms, server_assignor=m.server_assignor,
         classic_member_metadata=None)  # absent: a consumer-protocol member (set, Kafka reads a classic member)
 
@@ -181,6 +181,7 @@ def replay(values: Mapping[RecordKey, bytes | None]) -> dict[str, ConsumerGroup]
             members[(gid, mid)] = dict(
                 member_id=mid, instance_id=v.instance_id, rack_id=v.rack_id, client_id=v.client_id,
                 client_host=v.client_host, subscribed_topic_names=tuple(v.subscribed_topic_names),
+                subscribed_topic_regex=v.subscribed_topic_regex or None,
                 rebalance_timeout_ms=v.rebalance_timeout_ms, server_assignor=v.server_assignor)
         elif kind == TARGET_EPOCH:
             groups[gid].assignment_epoch = v.assignment_epoch

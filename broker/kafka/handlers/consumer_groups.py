@@ -4,12 +4,13 @@ Why: a Kafka 4 client with `group.protocol=consumer` (the Java consumer, librdka
 reconciles and leaves through ConsumerGroupHeartbeat alone, and admin tools describe such groups with
 ConsumerGroupDescribe. This module turns the wire messages (`kelp.broker.kafka.messages`, Kafka's schemas)
 into `kelp.broker.groups.consumer` calls and back: topic ids are 32 hex digits inside the coordinator and
-UUIDs on the wire. v1 of the heartbeat adds SubscribedTopicRegex (answered INVALID_REQUEST: Kelp does not
-serve regex subscriptions yet) and has the client make its member id; v1 of describe adds MemberType (1:
-every member here speaks the consumer protocol).
+UUIDs on the wire. v1 of the heartbeat adds SubscribedTopicRegex (resolved by the coordinator,
+`groups.consumer.regex`) and has the client make its member id; v1 of describe adds MemberType (1: every
+member here speaks the consumer protocol).
 
 Authorization (Kafka's KafkaApis): the heartbeat needs READ on the group and DESCRIBE on every subscribed
-topic (GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED); describe needs DESCRIBE on each group.
+topic (GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED), and a regex's matches are only the topics
+the member may DESCRIBE; describe needs DESCRIBE on each group.
 
 This module must never hold group state or decide group rules.
 """
@@ -82,6 +83,7 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext,
         subscribed_topic_regex=getattr(request, "subscribed_topic_regex", None) if ctx.api_version >= 1 else None,
         server_assignor=request.server_assignor, owned=owned, client_id=ctx.client_id or "",
         client_host=_client_host(ctx), version=ctx.api_version,
+        topic_filter=(lambda ts: acc.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, ts)) if acc.enabled else None,
     ))
     if result.error:
         log.info("ConsumerGroupHeartbeat of group '%s' member '%s' epoch %d from %s: error %d (%s)",
@@ -104,7 +106,7 @@ def _described(ctx: RequestContext, group: ConsumerGroup) -> Any:
     members = [DG.Member(
         member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
         client_id=m.client_id, client_host=m.client_host, subscribed_topic_names=list(m.subscribed_topic_names),
-        subscribed_topic_regex=None, assignment=assignment(m.assigned),
+        subscribed_topic_regex=m.subscribed_topic_regex, assignment=assignment(m.assigned),
         target_assignment=assignment(group.target.get(m.member_id, {})), member_type=CONSUMER_MEMBER_TYPE,
     ) for m in sorted(group.members.values(), key=lambda m: m.member_id)]
     return DG(error_code=ErrorCode.NONE, error_message=None, group_id=group.group_id, group_state=group.state.value,

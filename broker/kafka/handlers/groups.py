@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import replace
-from typing import Protocol, Sequence, cast
+from typing import Any, Protocol, Sequence, cast
 
 from kafka.protocol.admin import (
     DeleteGroupsRequest,
@@ -58,7 +58,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorRespo
 
 from kelp.broker.groups.coordinator_lookup import CoordinatorLocation, locator_of
 from kelp.broker.groups.group import CommittedOffset
-from kelp.broker.groups.group_coordinator import GroupCoordinator
+from kelp.broker.groups.group_coordinator import GroupCoordinator, GroupDescription
 from kelp.broker.transactions.locator import txn_locator_of
 from kelp.errors import ErrorCode
 
@@ -441,11 +441,13 @@ async def handle_offset_delete(ctx: RequestContext, request: OffsetDeleteRequest
 
 # -- admin ----------------------------------------------------------------------------
 
-@handles(DescribeGroupsRequest, min_version=0, max_version=5)
+@handles(DescribeGroupsRequest, min_version=0, max_version=6)
 async def handle_describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
+    """Classic groups. As Kafka 4: a group that is not a classic one (a KIP-848 consumer group, described by
+    ConsumerGroupDescribe) and a group that does not exist are `Dead` with no error below v6, and from v6
+    (KIP-1043) GROUP_ID_NOT_FOUND with "Group G is not a classic group." / "Group G not found."."""
     coord = _coordinator(ctx)
     G = DescribeGroupsResponse.DescribedGroup
-    M = G.DescribedGroupMember
     acc = access(ctx)
     with_operations = ctx.api_version >= 3 and bool(getattr(request, "include_authorized_operations", False))
     groups = []
@@ -455,25 +457,38 @@ async def handle_describe_groups(ctx: RequestContext, request: DescribeGroupsReq
                             protocol_type="", protocol_data="", members=[]))
             continue
         d = coord.describe_group(gid)
-        stable = d.state in ("Stable", "CompletingRebalance")
-        group = G(
-            error_code=d.error, group_id=gid, group_state=d.state, protocol_type=d.protocol_type,
-            protocol_data=d.protocol,
-            members=[
-                M(member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
-                  client_host=m.client_host,
-                  member_metadata=m.metadata_for(d.protocol) if stable and d.protocol in m.protocol_names() else b"",
-                  member_assignment=m.assignment if d.state == "Stable" else b"")
-                for m in d.members
-            ],
-        )
-        if with_operations and d.error == ErrorCode.NONE:
+        if d.error == ErrorCode.NONE and (gid in coord.consumer.groups or d.state == "Dead"):
+            why = "is not a classic group" if gid in coord.consumer.groups else "not found"
+            v6 = ctx.api_version >= 6
+            group = G(error_code=ErrorCode.GROUP_ID_NOT_FOUND if v6 else ErrorCode.NONE,
+                      error_message=f"Group {gid} {why}." if v6 else None, group_id=gid, group_state="Dead",
+                      protocol_type="", protocol_data="", members=[])
+        else:
+            group = _described_classic(d)
+        if with_operations and group.error_code == ErrorCode.NONE:
             group.authorized_operations = acc.operations(ResourceType.GROUP, gid)
         groups.append(group)
     return DescribeGroupsResponse(throttle_time_ms=0, groups=groups)
 
 
-# Every Kelp group is a classic group (JoinGroup/SyncGroup, KIP-848's "consumer" protocol is not served).
+def _described_classic(d: GroupDescription) -> Any:
+    G = DescribeGroupsResponse.DescribedGroup
+    M = G.DescribedGroupMember
+    stable = d.state in ("Stable", "CompletingRebalance")
+    return G(
+        error_code=d.error, group_id=d.group_id, group_state=d.state, protocol_type=d.protocol_type,
+        protocol_data=d.protocol,
+        members=[
+            M(member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
+              client_host=m.client_host,
+              member_metadata=m.metadata_for(d.protocol) if stable and d.protocol in m.protocol_names() else b"",
+              member_assignment=m.assignment if d.state == "Stable" else b"")
+            for m in d.members
+        ],
+    )
+
+
+# A group is "classic" (JoinGroup/SyncGroup) or "consumer" (KIP-848, ConsumerGroupHeartbeat): ListGroups v5 types.
 GROUP_TYPE = "classic"
 CONSUMER_GROUP_TYPE = "consumer"
 
