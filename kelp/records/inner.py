@@ -65,11 +65,11 @@ def _stream(codec: str, payload: memoryview, max_bytes: int,
         out += d.decompress(chunk)  # type: ignore[attr-defined]  # zlib's and zstandard's decompressobj
         if len(out) > max_bytes:
             raise _bomb(codec, max_bytes)
-        if d.eof:  # type: ignore[attr-defined]
+        if d.eof:  # type: ignore[attr-defined]  # both decompressobjs have eof
             pending = bytes(d.unused_data)  # type: ignore[attr-defined]  # another concatenated stream
             if pending or position < end:
                 d = new()
-    if not d.eof:  # type: ignore[attr-defined]
+    if not d.eof:  # type: ignore[attr-defined]  # both decompressobjs have eof
         raise ValueError("the compressed stream ends before its end marker (truncated)")
     return bytes(out)
 
