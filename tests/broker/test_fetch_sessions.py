@@ -29,7 +29,8 @@ V = 12  # by name (flexible); v13+ by id
 
 
 def fetch(parts: dict[str, list[tuple[int, int]]], *, session: int = 0, epoch: int = 0, replica_id: int = -1,
-          forgotten: dict[str, list[int]] | None = None, by_id: dict[str, uuid.UUID] | None = None) -> FetchRequest:
+          forgotten: dict[str, list[int]] | None = None, by_id: dict[str, uuid.UUID] | None = None,
+          leader_epoch: int = -1) -> FetchRequest:
     """A fetch of (partition, offset) per topic, in session (`session`, `epoch`)."""
     def topic(name: str) -> dict[str, Any]:
         return {"topic_id": by_id[name]} if by_id else {"topic": name}
@@ -38,7 +39,7 @@ def fetch(parts: dict[str, list[tuple[int, int]]], *, session: int = 0, epoch: i
         session_id=session, session_epoch=epoch, rack_id="",
         replica_state=FetchRequest.ReplicaState(replica_id=replica_id, replica_epoch=-1),
         forgotten_topics_data=[F(partitions=ps, **topic(t)) for t, ps in (forgotten or {}).items()],
-        topics=[T(partitions=[P(partition=p, current_leader_epoch=-1, fetch_offset=o, last_fetched_epoch=-1,
+        topics=[T(partitions=[P(partition=p, current_leader_epoch=leader_epoch, fetch_offset=o, last_fetched_epoch=-1,
                                 log_start_offset=-1, partition_max_bytes=1 << 20) for p, o in ps], **topic(t))
                 for t, ps in parts.items()])
 
@@ -123,6 +124,27 @@ async def test_sessions_by_topic_id_answer_an_unknown_id_until_it_exists(tmp_pat
         await b.call(produce("a"), 9)
         news = await b.call(fetch({}, session=full.session_id, epoch=2, by_id=ids), 13)
         assert set(answered(news, True)) == {(ids["a"], 0), (ghost, 0)}
+
+
+async def test_a_partition_whose_error_went_away_is_answered_again(tmp_path: Path) -> None:
+    """Kafka forgets the high watermark it told with an error: the partition is answered once the error is gone,
+    even when nothing else about it changed."""
+    async with InProcessBroker(tmp_path) as b:
+        await b.parts.topics.create_topic("a", 1, 1)
+        sid = (await b.call(fetch({"a": [(0, 0)]}), V)).session_id
+        fenced = await b.call(fetch({"a": [(0, 0)]}, session=sid, epoch=1, leader_epoch=99), V)
+        assert answered(fenced)[("a", 0)][0] != 0  # a leader epoch this leader does not have yet
+        healed = await b.call(fetch({"a": [(0, 0)]}, session=sid, epoch=2), V)
+        assert answered(healed) == {("a", 0): (0, 0, 0, False)}
+
+
+def test_a_moved_high_watermark_alone_is_news() -> None:
+    """Under an open transaction the high watermark moves while the last stable offset stays."""
+    told = CachedPartition(FetchPartition("t", 0, 0, 1))
+    assert told.must_answer(0, 5, 3, 0, False)
+    assert not told.must_answer(0, 5, 3, 0, False)
+    assert told.must_answer(0, 6, 3, 0, False)
+    assert told.must_answer(0, 6, 4, 0, False)
 
 
 async def test_partitions_answered_with_records_are_read_last_next_time(tmp_path: Path) -> None:
