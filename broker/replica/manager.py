@@ -143,8 +143,11 @@ class ReplicaManager:
                                     lag_clock_ms=lambda: self._lag_clock_ms(), bytes_out=metrics.bytes_out,
                                     records_out=metrics.records_out)
         # KIP-227: the Fetch handler's incremental fetch sessions (fetch_sessions.py).
-        self.fetch_sessions = FetchSessionCache(int(config["max.incremental.fetch.session.cache.slots"]),
-                                                partitions_known=lambda: len(self._partitions))
+        cache = self.fetch_sessions = FetchSessionCache(int(config["max.incremental.fetch.session.cache.slots"]),
+                                                        partitions_known=lambda: len(self._partitions))
+        metrics.fetch_sessions.set_function(lambda: len(cache))
+        metrics.fetch_session_partitions.set_function(lambda: cache.partitions)
+        metrics.fetch_session_evictions.set_function(lambda: cache.evictions)
         topics.add_listener(self._on_topic_change)
 
     # -- what the cluster layer sets ---------------------------------------
