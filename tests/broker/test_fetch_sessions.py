@@ -16,8 +16,7 @@ from typing import Any
 
 from kafka.protocol.consumer import FetchRequest
 
-from kelp.broker.replica.fetch_sessions import (EVICTION_MS, CachedPartition, FetchSessionCache,
-                                                 FetchPartition)
+from kelp.broker.replica.fetch_sessions import EVICTION_MS, CachedPartition, FetchPartition, FetchSessionCache
 from tests.authorization.harness import InProcessBroker
 from tests.authorization.test_acl_matrix import produce
 
