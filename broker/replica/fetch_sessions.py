@@ -20,7 +20,7 @@ log start offset, or an error. The rules are Kafka's (`FetchSession.scala`, `Fet
   those the smallest, consumers' before followers' — and only when that is worth less than the new session.
   As Kafka, a session's evictability and size are taken when it is last used (`touch`).
 
-Memory: beyond Kafka, the partitions held by all sessions together are bounded, by max(100,000, 4 × the
+Memory: beyond Kafka, the partitions held by all sessions together are bounded, by max(20,000, 4 × the
 partitions the broker knows) (the budget); a full fetch that would exceed it is answered
 sessionless (after evicting what Kafka's rules allow), an incremental one that would is answered sessionless
 and its session closed — both answers Kafka's clients handle by fetching in full. So a client opening sessions
@@ -47,7 +47,7 @@ INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 EVICTION_MS = 120_000  # Kafka's KafkaServer.MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS
-BUDGET_FLOOR = 100_000  # cached partitions over all sessions always allowed (about 15 MB)
+BUDGET_FLOOR = 20_000  # cached partitions over all sessions always allowed (about 6 MB at ~310 bytes each)
 _MAX_INT = 0x7FFFFFFF
 
 # A session's partition: (topic name below v13, the topic id's 16 bytes from v13; partition).
