@@ -23,16 +23,17 @@ def emit(section: str, result: Any, *, as_json: bool, report: Callable[[Any], No
 
 def section_main(section: str, doc: str, argv: list[str] | None, *, add_arguments: Callable[[Any], None],
                  run_from_args: Callable[..., Any], report: Callable[[Any], None], kafka: bool = True,
-                 workdir: bool = True) -> int:
-    """`python -m bench.<section>`: the section's own options plus `--runs`, `--json` (and, with `kafka`,
-    `--no-kafka`, `--kafka-version`); runs it in a temporary directory (with `workdir`) and prints it. A
-    ValueError from the section (a bad option value) is its message and exit code 2."""
+                 workdir: bool = True, module: str | None = None) -> int:
+    """`python -m bench.<section>` (or `python -m <module>`): the section's own options plus `--runs`, `--json`
+    (and, with `kafka`, `--no-kafka`, `--kafka-version`); runs it in a temporary directory (with `workdir`) and
+    prints it. A ValueError from the section (a bad option value) is its message and exit code 2."""
     import argparse
     import sys
     import tempfile
     from pathlib import Path
 
-    p = argparse.ArgumentParser(prog=f"python -m bench.{section}", description=doc.splitlines()[0])
+    module = module or f"bench.{section}"
+    p = argparse.ArgumentParser(prog=f"python -m {module}", description=doc.splitlines()[0])
     add_arguments(p)
     p.add_argument("--runs", type=int, default=3, help="runs of every case per broker; medians are printed (3)")
     if kafka:
@@ -52,7 +53,7 @@ def section_main(section: str, doc: str, argv: list[str] | None, *, add_argument
         else:
             res = run_from_args(args, **kwargs)
     except ValueError as exc:
-        print(f"bench.{section}: {exc}", file=sys.stderr)
+        print(f"{module}: {exc}", file=sys.stderr)
         return 2
     if res is not None:
         emit(section, res, as_json=args.json, report=report)

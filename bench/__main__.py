@@ -4,7 +4,7 @@ One Kelp broker and one Apache Kafka KRaft node (bench/kafka_ref.py: its
 jars from Maven, Kafka's default settings and JVM flags) run side by side.
 After a warm-up of both (JIT, page cache), every case is measured against
 each broker in turn, alternating which goes first, `--runs` times (each
-run once both brokers have settled, bench/sides.py's `settle`), and the
+run once both brokers have settled, bench/cluster/sides.py's `settle`), and the
 median is reported: produce with acks=1 and with acks=all, then consume
 from offset 0 (at least 1,000,000 records of a topic produced once, with
 the consuming process's own CPU per million records beside the broker's),
@@ -24,28 +24,28 @@ MB/s is 10^6 bytes of stored log (batches as on disk) per second.
 
 After the broker cases: PLAINTEXT, SSL and SASL_SSL listeners of both with the
 same certificate and SCRAM users, and the cost of 1,000 ACLs against no
-authorizer (bench/security.py), consumer groups (bench/groups.py), three brokers of
-each with RF=3 (bench/replication.py), Spark reading and writing through
+authorizer (bench/security/section.py), consumer groups (bench/groups.py), three brokers of
+each with RF=3 (bench/cluster/replication.py), Spark reading and writing through
 `format("kelp")` beside `format("kafka")` (bench/spark.py), recovery after
 SIGKILL with N GB of log on disk (bench/recovery.py) and 1, 2, 4 Kelp
 brokers against one Kafka broker under the same client load
-(bench/scaling.py).
-Then four sections of their own: transactions on three brokers of each (bench/transactions.py), REST
+(bench/cluster/scaling.py).
+Then four sections of their own: transactions on three brokers of each (bench/transactions/section.py), REST
 Proxy v2 against the Kafka protocol on Kelp (bench/rest.py; Kafka has no REST proxy), Kafka's own
 ProducerPerformance and ConsumerPerformance against both (bench/kafka_perf.py), and partition scale:
 10,000 partitions on one broker and 3,000 at RF 3 on three, each broker started alone
-(bench/partition_scale.py). Then the loop-lag guard's long form (bench/loop_guard.py): the longest event-loop
-step of every request on a broker holding 10,000 topics and transactional ids and 1,000 SCRAM users behind a
-SASL_SSL listener and the authorizer. Last, attacks (bench/attacks.py): an honest acks=all producer and consumer group
-beside each attack of issue 33, their p99 under attack over unattacked and records lost, Kelp beside Kafka
-where Kafka has the same surface.
+(bench/cluster/partition_scale.py). Then the loop-lag guard's long form (bench/loop_guard.py): the longest
+event-loop step of every request on a broker holding 10,000 topics and transactional ids and 1,000 SCRAM users
+behind a SASL_SSL listener and the authorizer. Last, attacks (bench/attacks/section.py): an honest acks=all
+producer and consumer group beside each attack of issue 33, their p99 under attack over unattacked and records
+lost, Kelp beside Kafka where Kafka has the same surface.
 
 `--no-kafka` skips Apache Kafka (one line says so); `--profile` runs the
 Kelp broker under cProfile and prints its hottest functions.
 `--bootstrap-server HOST:PORT` with `--client-config FILE` (Kafka client
 properties: security.protocol, sasl.mechanism, sasl.jaas.config, ...) and
 `-X KEY=VALUE` measures an existing, possibly secured, cluster instead (the
-produce/consume workload of bench/security.py alone).
+produce/consume workload of bench/security/section.py alone).
 
 It must never report a figure without its reference measured in the same run.
 """
@@ -65,11 +65,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence, TextIO
 
-from kelp.records import iter_headers
+from kelp.records.header import iter_headers
 
 from . import clients, emit, probe, reference
 from .broker import BenchBroker
-from .sides import settle
+from .cluster.sides import settle
 
 LIMIT_GOAL = 0.40  # Kelp's share of the machine's limit on the 1 KiB cases
 WARMUP_RECORDS = 100_000
@@ -459,7 +459,11 @@ def _main(argv: list[str] | None = None) -> int:
                    help="Kelp broker counts measured against one Kafka broker under the same load (1,2,4; empty skips)")
     p.add_argument("--scaling-records", type=int, default=100_000,
                    help="1 KiB records per producer process (4 of them) per scaling run (100000)")
-    from . import attacks, kafka_perf, loop_guard, partition_scale, rest, security, transactions
+    from . import kafka_perf, loop_guard, rest
+    from .attacks import section as attacks
+    from .cluster import partition_scale
+    from .security import section as security
+    from .transactions import section as transactions
 
     security.add_arguments(p)
     transactions.add_arguments(p)
@@ -513,7 +517,7 @@ def _main(argv: list[str] | None = None) -> int:
                 print("\nconsumer groups")
                 groups.print_report(result)
         if args.replication_records:
-            from . import replication
+            from .cluster import replication
 
             rep = replication.run(records=args.replication_records, work=Path(tmp))
             rep_kafka = None if args.no_kafka else replication.run_kafka(
@@ -538,7 +542,7 @@ def _main(argv: list[str] | None = None) -> int:
             rec = recovery.run(gb=args.recovery_gb, work=Path(tmp), kafka_version=kafka_version)
             emit("recovery", rec, as_json=args.json, report=recovery.print_report)
         if scaling_brokers and args.scaling_records > 0:
-            from . import scaling
+            from .cluster import scaling
 
             sc = scaling.run(brokers=scaling_brokers, records=args.scaling_records, runs=max(1, args.runs),
                              work=Path(tmp), kafka_version=kafka_version)

@@ -4,7 +4,7 @@ Why: Kafka users judge a broker with `kafka-producer-perf-test` and `kafka-consu
 figures, from the Java client, are what such a user will compare. This runs the tools' main classes
 (`org.apache.kafka.tools.ProducerPerformance` and `ConsumerPerformance` from kafka-tools 4.3.1, fetched by
 `make kafka-tools` into ~/.cache/kelp, kelp/kafka_tools.py) against Kelp and Apache Kafka started side by
-side (bench/sides.py), with the JVM flags of Kafka's perf-test scripts (512 MiB heap, G1, 20 ms pause
+side (bench/cluster/sides.py), with the JVM flags of Kafka's perf-test scripts (512 MiB heap, G1, 20 ms pause
 target), alternating which broker goes first, `runs` times, each run starting once both clusters have
 settled (under 5% of a CPU per broker for a second, 30 s at most: the last run's followers caught up):
 
@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from . import clients, probe, section_main
-from .sides import SETTLED_PER_BROKER, Side, alternating, load_average, settle, start_sides
+from .cluster.sides import SETTLED_PER_BROKER, Side, alternating, load_average, settle, start_sides
 
 __all__ = ["CASES", "producer_perf", "consumer_perf", "parse_producer", "parse_consumer", "scrape_loop_lag",
            "loop_lag_between", "run", "print_report", "main"]

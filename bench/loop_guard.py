@@ -5,8 +5,8 @@ and per-topic, per-id and per-user loops grow with what the broker holds. The sh
 (tests/broker/test_loop_lag_guard.py) holds 100 topics and transactional ids; this one holds what the issue names:
 `--guard-topics` topics (10,000), `--guard-txn-ids` transactional ids (10,000, each initialised) and
 `--guard-users` SCRAM users (1,000, each with its own salt), on a broker with a SASL_SSL listener (SCRAM-SHA-512,
-TLS from bench/pki.py) and the StandardAuthorizer holding an ACL per user. The state is made as clients make it:
-CreateTopics of 1,000 topics per request, InitProducerId per transactional id, AlterUserScramCredentials of 100
+TLS from bench/security/pki.py) and the StandardAuthorizer holding an ACL per user. The state is made as clients
+make it: CreateTopics of 1,000 topics per request, InitProducerId per transactional id, AlterUserScramCredentials of 100
 users per request, CreateAcls; on /dev/shm when the machine has one (the metadata log's fsyncs of every record
 made 10,000 topics take many minutes on a disk).
 
@@ -189,7 +189,7 @@ async def measure(b: Any, *, topics: int, txn_ids: int, width: int, connections:
                   bootstrap: str, http_url: str) -> dict[str, Any]:
     """Every served API, the whole-state requests, the SASL_SSL connections and the HTTP routes; longest steps."""
     from kelp.broker.kafka.handlers import get_handler
-    from kelp.broker.security.principal import KafkaPrincipal
+    from kelp.security.principal import KafkaPrincipal
     from tests.support.loop_guard import Names, StepProbe, guard_every_api, serve
 
     fuzzer = KafkaPrincipal.user("fuzzer")
@@ -236,7 +236,7 @@ async def measure(b: Any, *, topics: int, txn_ids: int, width: int, connections:
 async def _run(work: Path, *, topics: int, txn_ids: int, users: int, width: int, connections: int) -> dict[str, Any]:
     from tests.authorization.harness import InProcessBroker
 
-    from .pki import make_pki
+    from .security.pki import make_pki
 
     pki = make_pki(work / "pki")
     settings = {

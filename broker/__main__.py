@@ -14,11 +14,11 @@ import logging
 import os
 import sys
 
+from kelp.config.broker import BrokerConfig
 from kelp.errors import ConfigError
 
 from .app import Broker
 from .cluster.rack import RackLookupError
-from .config import BrokerConfig
 
 __all__ = ["main", "build_parser"]
 

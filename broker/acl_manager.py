@@ -29,13 +29,9 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar, cast
 
+from kelp.config.broker import BrokerConfig
 from kelp.errors import InvalidRequestError, SecurityDisabledError
-
-from .config import BrokerConfig
-from .loop_budget import LoopBudget
-from .metadata.controller_answers import CreateAclsAnswer, DeleteAclsAnswer
-from .metadata.image import MetadataDelta
-from .security.acl import (
+from kelp.security.acl import (
     CLUSTER_NAME,
     AclBinding,
     AclBindingFilter,
@@ -45,9 +41,13 @@ from .security.acl import (
     parse_super_users,
     supported_operations,
 )
-from .security.acl_json import binding_to_json, filter_to_json
-from .security.authorizer import Authorizer
-from .security.principal import KafkaPrincipal
+from kelp.security.acl_json import binding_to_json, filter_to_json
+from kelp.security.authorizer import Authorizer
+from kelp.security.principal import KafkaPrincipal
+
+from .loop_budget import LoopBudget
+from .metadata.controller_answers import CreateAclsAnswer, DeleteAclsAnswer
+from .metadata.image import MetadataDelta
 from .topic_manager import ControllerDoor
 
 __all__ = ["AclManager", "Access", "host_of", "host_of_ip"]

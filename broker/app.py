@@ -41,6 +41,12 @@ from typing import Awaitable, Callable, TypeVar
 from aiohttp import web
 
 from kelp.clock import monotonic
+from kelp.config.broker import BrokerConfig
+from kelp.config.keys import per_ip_limits
+from kelp.config.log_config import LogConfig
+from kelp.security.plain import plain_users
+from kelp.security.principal import KafkaPrincipal, SslPrincipalMapper, principal_from_certificate
+from kelp.security.tls import TlsReloader
 
 from . import allocator
 from .acl_manager import AclManager
@@ -48,8 +54,6 @@ from .client_quota_manager import ClientQuotaManager
 from .cluster.inter_broker import InterBrokerSecurity, kafka_identities
 from .cluster.member import ClusterMember
 from .cluster.replica_fetcher import ReplicaFetcherManager
-from .config import BrokerConfig
-from .config_keys import per_ip_limits
 from .groups import GroupCoordinator
 from .groups import attach as attach_groups
 from .http.access.authentication import HttpAuthenticator, resolve_methods
@@ -65,10 +69,7 @@ from .metadata.model import BrokerEndpoint
 from .metrics import BrokerMetrics
 from .parts import BrokerParts
 from .replica.manager import ReplicaManager
-from .security.plain import plain_users
-from .security.principal import KafkaPrincipal, SslPrincipalMapper, principal_from_certificate
-from .security.tls import TlsReloader
-from .storage import LogConfig, LogManager
+from .storage import LogManager
 from .topic_manager import TopicManager
 from .transactions import TransactionCoordinator
 from .transactions import attach as attach_transactions

@@ -18,7 +18,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from .config import BrokerConfig
+from kelp.config.broker import BrokerConfig
+
 from .metadata.model import TopicState
 
 __all__ = ["ClusterCollector", "ScrapedBroker", "MAX_PARTITION_SERIES", "MAX_GROUP_SERIES"]

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kelp.config.broker import BrokerConfig
+
 from .acl_manager import AclManager
 from .client_quota_manager import ClientQuotaManager
 from .cluster.member import ClusterMember
-from .config import BrokerConfig
 from .groups.group_coordinator import GroupCoordinator
 from .replica.manager import ReplicaManager
 from .storage import LogManager

@@ -33,6 +33,9 @@ import re
 import threading
 from typing import Callable, Iterable, Mapping, Protocol, cast
 
+from kelp.config.broker import BrokerConfig, validate_broker_configs, validate_topic_configs
+from kelp.config.keys import DEFAULT_ENTITY, TOPIC_BROKER_SYNONYMS
+from kelp.config.log_config import LogConfig
 from kelp.errors import (
     ConfigError,
     InvalidPartitionsError,
@@ -42,17 +45,10 @@ from kelp.errors import (
 )
 from kelp.json_types import JsonObject
 
-from .config import (
-    DEFAULT_ENTITY,
-    TOPIC_BROKER_SYNONYMS,
-    BrokerConfig,
-    validate_broker_configs,
-    validate_topic_configs,
-)
 from .metadata.controller_answers import BrokerConfigsAnswer, TopicAnswer
 from .metadata.image import MetadataDelta, MetadataImage
 from .metadata.model import INTERNAL_TOPICS, TopicState, topic_from_json
-from .storage import LogConfig, LogManager
+from .storage import LogManager
 
 __all__ = ["TopicManager", "TopicInfo", "TopicListener", "ControllerDoor", "validate_topic_name",
            "check_topic_collision", "refuse_internal"]

@@ -21,16 +21,9 @@ import struct
 from dataclasses import dataclass
 
 from kelp.errors import CorruptRecordError
-from kelp.records import (
-    ATTRIBUTES_AT,
-    CONTROL_MASK,
-    NO_SEQUENCE,
-    BatchInfo,
-    Record,
-    batch_records,
-    build_batch,
-    rewrite_header,
-)
+from kelp.records.build import build_batch
+from kelp.records.header import ATTRIBUTES_AT, CONTROL_MASK, NO_SEQUENCE, BatchInfo, rewrite_header
+from kelp.records.record import Record, batch_records
 
 __all__ = ["ABORT", "COMMIT", "ControlMarker", "build_marker_batch", "read_marker", "marker_key", "marker_value"]
 

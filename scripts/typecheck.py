@@ -12,7 +12,7 @@ rest of `kelp/` linked entry by entry — runs mypy with `[tool.mypy]` of pyproj
 The tree sits at a fixed place, so mypy's cache (`.mypy_cache`) stays valid from run to run. It
 is rebuilt on every run (links only, milliseconds) and links directories, so a new module is
 checked without any step. Arguments go to mypy; a path among them inside the checkout (`broker/
-storage`, `kelp/records.py`) is translated into the tree: `scripts/typecheck.py broker/storage`.
+storage`, `kelp/records/`) is translated into the tree: `scripts/typecheck.py broker/storage`.
 
 It must never copy, write or move a source file: the tree only points at the checkout.
 """

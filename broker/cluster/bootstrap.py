@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import json
 
-from ..config import BrokerConfig
+from kelp.config.broker import BrokerConfig
+from kelp.security.scram import ScramUpsertion
+
 from ..metadata.image import MetadataCorrupt, MetadataImage, apply_entry
 from ..metadata.records import MetadataEntry, MetadataRecord, as_entry
 from ..metadata.scram_credentials import record_of
-from ..security.scram import ScramUpsertion
 from .metadata_log import FileMetadataLog, MetadataLog, MetadataLogConflict
 
 __all__ = ["AlreadyFormatted", "metadata_log_for", "format_metadata", "describe_store"]

@@ -21,11 +21,10 @@ from __future__ import annotations
 import ssl
 from pathlib import Path
 
+from kelp.config.listeners import ListenerSetup
 from kelp.kafka_client import ConnectionSecurity, SaslCredentials
-
-from ..listeners import ListenerSetup
-from ..security.principal import KafkaPrincipal, SslPrincipalMapper, principal_from_certificate
-from ..security.tls import ClientAuth, TlsReloader
+from kelp.security.principal import KafkaPrincipal, SslPrincipalMapper, principal_from_certificate
+from kelp.security.tls import ClientAuth, TlsReloader
 
 __all__ = ["InterBrokerSecurity", "http_credentials", "kafka_identities", "certificate_principal"]
 

@@ -17,10 +17,10 @@ import asyncio
 from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
 
 from kelp.clock import Monotonic, WallClockMs
+from kelp.config.broker import BrokerConfig
 from kelp.json_types import JsonObject
 from kelp.leases import LeaseBackend, LeaseElector, LivenessView
 
-from ..config import BrokerConfig
 from ..metadata.image import MetadataDelta, MetadataImage, Position
 from ..metadata.model import BrokerEndpoint
 from ..metadata.records import MetadataPush

@@ -46,13 +46,13 @@ from typing import TYPE_CHECKING, Callable
 
 from kafka.protocol.consumer import OffsetForLeaderEpochRequest
 
+from kelp.config.broker import BrokerConfig
 from kelp.errors import ErrorCode, KelpError
 from kelp.kafka_client import AsyncConnection, AuthenticationFailed, BrokerUnavailable
 from kelp.kafka_client.fetch_request import VERSION as FETCH_VERSION
 from kelp.kafka_client.fetch_request import FollowerFetch, FollowerFetchPartition
 from kelp.kafka_client.fetch_response import PartitionAnswer, decode_fetch_response
 
-from ..config import BrokerConfig
 from ..metadata.model import BrokerEndpoint
 from ..storage import Log
 from .fetch_session_client import FetchSessionClient

@@ -20,16 +20,16 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from kelp.errors import ErrorCode
-
-from ..metadata.image import MetadataImage
-from ..metadata.scram_credentials import record_of
-from ..security.scram import (
+from kelp.security.scram import (
     MAX_ITERATIONS,
     MIN_ITERATIONS,
     ScramError,
     ScramMechanism,
     credential_from_salted_password,
 )
+
+from ..metadata.image import MetadataImage
+from ..metadata.scram_credentials import record_of
 from .controller.scram_admin import ScramAnswer, ScramUserResult
 from .member import ClusterMember
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from ..config import BrokerConfig
+from kelp.config.broker import BrokerConfig
+
 from ..replica.manager import ReplicaManager
 from ..storage import LogManager
 from ..topic_manager import TopicManager

@@ -16,7 +16,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
-from ..config import BrokerConfig
+from kelp.config.broker import BrokerConfig
 
 __all__ = ["CoordinatorConfig", "Scheduler", "LoopScheduler", "TimerHandle"]
 

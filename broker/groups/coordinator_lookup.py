@@ -25,10 +25,10 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
+from kelp.config.broker import BrokerConfig
 from kelp.errors import ErrorCode
 
 from ..cluster.member import ClusterMember
-from ..config import BrokerConfig
 from ..topic_manager import TopicManager
 from .group_coordinator import GroupCoordinator
 from .placement import OFFSETS_TOPIC

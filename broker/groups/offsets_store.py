@@ -17,7 +17,9 @@ import functools
 import logging
 from typing import Any, Iterator
 
-from kelp.records import BatchInfo, Record, batch_records, build_batch, iter_headers
+from kelp.records.build import build_batch
+from kelp.records.header import BatchInfo, iter_headers
+from kelp.records.record import Record, batch_records
 
 from ..cpu_work import run_cpu
 from ..replica.manager import ReplicaManager

@@ -37,7 +37,7 @@ from kelp.bounded_json import MAX_JSON_DEPTH, BodyError, json_value, loads_bound
 from kelp.json_types import JsonValue
 
 from .keys import OFF_LOOP_SLOTS
-from .problems import HttpProblem
+from .problems import HttpProblem, rest_proxy_path
 
 __all__ = ["read_json", "read_json_as", "decode_body", "loads_bounded", "json_value", "BodyError", "MAX_JSON_DEPTH",
            "INLINE_MAX_BYTES", "off_loop"]
@@ -112,6 +112,10 @@ def _same(value: JsonValue) -> JsonValue:
 
 async def _decode(request: web.Request, raw: bytes, convert: Callable[[JsonValue], _T], *, what: str,
                   expect: type | None, shape_status: int, max_items: int | None, limit_name: str) -> _T:
+    if len(raw) <= INLINE_MAX_BYTES and not raw.strip() and rest_proxy_path(request.path):
+        # Confluent's REST Proxy validates a missing body as a constraint violation (@NotNull): 422, 422.
+        raise HttpProblem(422, f"Payload error. Request body is empty. Data is required ({what}).", error_code=422)
+
     def work() -> _T:
         value = decode_body(raw, what=what, expect=expect, shape_status=shape_status, max_items=max_items,
                             limit_name=limit_name)

@@ -21,12 +21,12 @@ from typing import Protocol
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from kelp.config.broker import BrokerConfig
+from kelp.config.keys import BROKER_KEYS, parse_bool
 from kelp.partitioner import RoundRobin
 
 from ..acl_manager import AclManager
 from ..cluster.member import ClusterMember
-from ..config import BrokerConfig
-from ..config_keys import BROKER_KEYS, parse_bool
 from ..metrics import BrokerMetrics
 from ..parts import BrokerParts
 from ..storage import LogManager

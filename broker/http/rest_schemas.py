@@ -19,10 +19,10 @@ from __future__ import annotations
 from aiohttp import web
 
 from kelp.json_types import JsonValue
+from kelp.security.acl import AclOperation
 
 from ..schema_registry.embedded import REST_TYPES, NotEncodable, SchemaWriter, find_writer
 from ..schema_registry.errors import RegistryError
-from ..security.acl import AclOperation
 from .access.route_access import CLUSTER, require
 from .schema_registry_routes import register_schema, registry_of
 
@@ -37,6 +37,19 @@ class SchemaWriters:
         self.topic = topic
         self._found: dict[tuple[object, ...], SchemaWriter] = {}
 
+    def subject_of(self, is_key: bool, subject: str | None) -> str:
+        """The subject a record's key or value names, else Confluent's TopicNameStrategy's (`<topic>-key|value`)."""
+        return subject or f"{self.topic}-{'key' if is_key else 'value'}"
+
+    async def version_of(self, subject: str, schema_id: int) -> int | None:
+        """The newest live version of `subject` holding schema `schema_id` (what Confluent's produce report names
+        as `schema_version`), None when the subject does not hold it."""
+        registry = registry_of(self.request)
+        if registry is None:
+            return None
+        held = [sv.version for sv in (await registry.state()).versions(subject) if sv.schema_id == schema_id]
+        return max(held) if held else None
+
     async def get(self, *, is_key: bool, rest_type: str | None, schema_id: int | None = None,
                   version: int | None = None, subject: str | None = None, schema: str | None = None,
                   references: list[JsonValue] | None = None) -> SchemaWriter:
@@ -47,7 +60,7 @@ class SchemaWriters:
             if schema_type is None:
                 raise RegistryError(422, 42201, f"unknown schema type {rest_type!r}: use AVRO, JSONSCHEMA or "
                                                 "PROTOBUF")
-        subject = subject or f"{self.topic}-{'key' if is_key else 'value'}"  # Confluent's TopicNameStrategy
+        subject = self.subject_of(is_key, subject)
         key = (schema_type, schema_id, version, subject, schema, repr(references))
         found = self._found.get(key)
         if found is not None:

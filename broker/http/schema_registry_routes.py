@@ -293,12 +293,14 @@ async def metadata_id(request: web.Request) -> JsonData:
 
 @_route("GET", "/subjects/{subject}/versions")
 async def list_versions(request: web.Request) -> JsonData:
+    """Confluent's `deleted` (soft-deleted too), `deletedOnly` (only those), `offset` and `limit`."""
     subject = request.match_info["subject"]
     state = await _registry(request).state()
-    versions = state.versions(subject, deleted=_flag(request, "deleted"))
+    only_deleted = _flag(request, "deletedOnly")
+    versions = state.versions(subject, deleted=only_deleted or _flag(request, "deleted"))
     if not versions:
         raise RegistryError(404, 40401, f"Subject '{subject}' not found.")
-    return [sv.version for sv in versions]
+    return _page(request, [sv.version for sv in versions if sv.deleted or not only_deleted])
 
 
 @_route("POST", "/subjects/{subject}/versions")
@@ -343,7 +345,8 @@ async def get_version_schema(request: web.Request) -> JsonData:
 async def referenced_by(request: web.Request) -> JsonData:
     found = await _version(request)
     state = await _registry(request).state()
-    return [sv.schema_id for sv in state.referenced_by(str(found["subject"]), int(str(found["version"])))]
+    return _page(request, [sv.schema_id for sv in state.referenced_by(str(found["subject"]),
+                                                                      int(str(found["version"])))])
 
 
 @_route("DELETE", "/subjects/{subject}/versions/{version}")
@@ -401,7 +404,7 @@ async def id_versions(request: web.Request) -> JsonData:
     if schema_id not in state.ids:
         raise schema_not_found(schema_id)
     users = state.users_of(schema_id, deleted=_flag(request, "deleted"))
-    return [{"subject": sv.subject, "version": sv.version} for sv in users]
+    return _page(request, [{"subject": sv.subject, "version": sv.version} for sv in users])
 
 
 @_route("GET", "/schemas/ids/{id}/subjects")
@@ -410,7 +413,8 @@ async def id_subjects(request: web.Request) -> JsonData:
     state = await _registry(request).state()
     if schema_id not in state.ids:
         raise schema_not_found(schema_id)
-    return sorted({sv.subject for sv in state.users_of(schema_id, deleted=_flag(request, "deleted"))})
+    subjects = sorted({sv.subject for sv in state.users_of(schema_id, deleted=_flag(request, "deleted"))})
+    return _page(request, list[JsonData](subjects))
 
 
 @_route("GET", "/schemas/types")
@@ -460,7 +464,7 @@ async def _get_mode(request: web.Request) -> JsonData:
     state = await _registry(request).state()
     if subject is not None and subject not in state.modes and not _flag(request, "defaultToGlobal"):
         raise RegistryError(404, 40409, f"Subject '{subject}' does not have subject-level mode configured")
-    return {"mode": state.mode(subject)}
+    return {"mode": state.own_mode(subject)}
 
 
 async def _put_mode(request: web.Request) -> JsonData:

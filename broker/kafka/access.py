@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kelp.security.acl import AclOperation, ResourceType
+
 from ..acl_manager import Access, host_of
-from ..security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:  # the handlers import this module while their package imports them: no import back at run time
     from .handlers.registry import RequestContext

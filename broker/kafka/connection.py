@@ -2,8 +2,10 @@
 
 Why: the receive path is the produce hot path and the place where a client
 could make the broker hold memory; keeping it apart from the server's
-dispatch (`server.py`) and from the writing of answers in request order
-(`response_writer.py`, mixed in) keeps each readable.
+dispatch (`server.py`), from the writing of answers in request order
+(`response_writer.py`, mixed in) and from the bounds that mute or close it
+(frame size, quota throttle, idleness, eviction, the authentication deadline:
+`connection_bounds.py`, mixed in) keeps each readable.
 
 Receive path (the produce hot path): an `asyncio.BufferedProtocol` reads
 into a staging buffer until a frame's size is known; a frame bigger than
@@ -57,9 +59,10 @@ import time
 from collections import deque
 from typing import Callable, Protocol, cast
 
+from .connection_bounds import BoundsHost, ConnectionBounds
 from .framing import SIZE
 from .limits import MemoryPool
-from .response_writer import MAX_IN_FLIGHT, PAUSE_IN_FLIGHT, Answer, ResponseWriter
+from .response_writer import MAX_IN_FLIGHT, PAUSE_IN_FLIGHT, PAUSE_POOL, Answer, ResponseWriter
 from .session import Session
 
 log = logging.getLogger("kelp.broker.kafka")
@@ -77,12 +80,11 @@ POOL_FULL_READ = 1024
 # A TLS handshake that takes longer is abandoned (the peer is too slow, or not speaking TLS at all).
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
-_PAUSE_POOL = 2  # waiting for the memory pool (1 is PAUSE_IN_FLIGHT, the writer's)
-_PAUSE_THROTTLE = 4  # over a client quota: muted for its throttle time (Kafka's KIP-219)
 
 
-class ConnectionHost(Protocol):
-    """The listener a connection belongs to, as the connection sees it (`KafkaServer` is one)."""
+class ConnectionHost(BoundsHost, Protocol):
+    """The listener a connection belongs to, as the connection sees it (`KafkaServer` is one); with what its
+    bounds ask (`BoundsHost`: whether a session is a broker's, counting a connection a bound closed)."""
 
     max_request_bytes: int  # socket.request.max.bytes
     # Reads land here first; one buffer shared by every connection of the listener (see get_buffer).
@@ -94,20 +96,12 @@ class ConnectionHost(Protocol):
         yet authenticated, one for brokers', the `queued.max.request.bytes` pool for the other clients."""
         ...
 
-    def is_broker(self, session: Session) -> bool:
-        """Whether the connection's principal is a broker's (its connection is never evicted)."""
-        ...
-
     def admit(self, conn: _Connection, ip: str) -> bool:
         """Count a new connection against the connection quota and keep it; False: close it."""
         ...
 
     def leave(self, conn: _Connection, ip: str) -> None:
         """The admitted connection `conn` is gone: its quota slot is free, the listener forgets it."""
-        ...
-
-    def count_closed(self, reason: str) -> None:
-        """A connection was closed by the bound named `reason` (a config key), for the metrics."""
         ...
 
     @property
@@ -137,7 +131,7 @@ class ConnectionHost(Protocol):
         ...
 
 
-class _Connection(ResponseWriter, asyncio.BufferedProtocol):
+class _Connection(ResponseWriter, ConnectionBounds, asyncio.BufferedProtocol):
     """One client connection: frames read into buffers that grow as bytes arrive, answered in order.
 
     Receive: `get_buffer` hands the transport either the server's staging
@@ -158,6 +152,8 @@ class _Connection(ResponseWriter, asyncio.BufferedProtocol):
     while the socket's send buffer is over WRITE_HIGH_WATER and while the
     connection waits for the memory pool.
     """
+
+    server: ConnectionHost  # the listener that accepted it (the bounds see it as a `BoundsHost`)
 
     def __init__(self, server: ConnectionHost) -> None:
         self.server = server
@@ -353,19 +349,6 @@ class _Connection(ResponseWriter, asyncio.BufferedProtocol):
         if start < end and not self._closed:
             self._tail = bytes(self.server.staging_view[start:end])
 
-    def _refuse_size(self, size: int, session: Session) -> None:
-        """A frame size outside the bounds: logged with the bound that refused it, the connection closed."""
-        authenticated = session.authenticated
-        key = "socket.request.max.bytes" if authenticated else "sasl.server.max.receive.size"
-        hint = ""
-        if (size >> 24) & 0xFF == 0x16 and (size >> 16) & 0xFF == 0x03:
-            hint = " (it looks like a TLS handshake: the client uses TLS on a listener without it)"
-        what = "request" if authenticated else "request before authentication"
-        log.warning("closing connection from %s: %s size %d is outside %d..%d (%s)%s", self.peer, what, size,
-                    session.min_frame_bytes, session.max_frame_bytes, key, hint)
-        self.server.count_closed(key)
-        self._close_after_responses()
-
     # -- the memory pool ----------------------------------------------------
     def _try_grow(self) -> bool:
         """Reserve the next growth of the large frame (doubling, up to its size) from the pool."""
@@ -382,9 +365,9 @@ class _Connection(ResponseWriter, asyncio.BufferedProtocol):
         return grant > 0
 
     def _wait_for_pool(self, *, grow: bool) -> None:
-        if self._pause_bits & _PAUSE_POOL or self._closed:
+        if self._pause_bits & PAUSE_POOL or self._closed:
             return
-        self._pause(_PAUSE_POOL)
+        self._pause(PAUSE_POOL)
         if grow:
             self.pool.wait_to_grow(self)
         else:
@@ -396,7 +379,7 @@ class _Connection(ResponseWriter, asyncio.BufferedProtocol):
             return True
         if not self._try_grow():
             return False
-        self._resume(_PAUSE_POOL)
+        self._resume(PAUSE_POOL)
         return True
 
     def _pool_overdraft(self) -> None:
@@ -406,10 +389,10 @@ class _Connection(ResponseWriter, asyncio.BufferedProtocol):
             return
         self._overdraft = True
         self._try_grow()
-        self._resume(_PAUSE_POOL)
+        self._resume(PAUSE_POOL)
 
     def _pool_resume(self) -> None:
-        self._resume(_PAUSE_POOL)
+        self._resume(PAUSE_POOL)
 
     def _pause(self, why: int) -> None:
         if not self._pause_bits and self.transport is not None and not self._lost:
@@ -431,7 +414,7 @@ class _Connection(ResponseWriter, asyncio.BufferedProtocol):
         old, new = self.pool, self.server.pool_for(self.session)
         if new is old:
             return
-        waiting = bool(self._pause_bits & _PAUSE_POOL)
+        waiting = bool(self._pause_bits & PAUSE_POOL)
         if waiting:
             old.forget(self)
         self.pool = new
@@ -440,7 +423,7 @@ class _Connection(ResponseWriter, asyncio.BufferedProtocol):
             old.release(held)
             new.charge(held)
         if waiting:
-            self._resume(_PAUSE_POOL)
+            self._resume(PAUSE_POOL)
         if new.exhausted and self._frame is None:
             self._wait_for_pool(grow=False)
 
@@ -456,66 +439,6 @@ class _Connection(ResponseWriter, asyncio.BufferedProtocol):
         self._frame_over = 0
         if held:
             pool.release(held)
-
-    # -- idle connections ---------------------------------------------------
-    def _idle(self) -> bool:
-        """Silent, nothing in flight and not held back by the broker (see KafkaServer._sweep_idle); a TLS handshake
-        has its own bound."""
-        return not (
-            self._closed or self._pending or self._in_flight or self._writing or self._pause_bits & _PAUSE_POOL
-            or self._handshake is not None
-        )
-
-    def eviction_rank(self) -> int | None:
-        """For the connection quota (`limits.ConnectionQuota`): 0 not authenticated yet, 1 an idle client's; None a
-        broker's, a busy one or one already closing (never evicted)."""
-        if self._closed or self._lost or self._pending or self._in_flight or self._writing:
-            return None
-        session = self.session
-        if session is None or not session.authenticated:
-            return 0
-        return None if self.server.is_broker(session) else 1
-
-    def evict(self, limit: str) -> None:
-        """Closed to make room for a new connection under `limit` (the least recently used idle one)."""
-        log.info("closing connection from %s, idle for %.0f ms, to make room for a new one (%s)", self.peer,
-                 (time.monotonic() - self._last_active) * 1000, limit)
-        self.server.count_closed(f"{limit} (evicted)")
-        self._close_after_responses()
-        self._release_receive_buffers()
-        if self._writer is None and self.transport is not None and not self._lost:
-            self.transport.close()  # not open yet (a TLS handshake): no writer to close it
-
-    def _authentication_overdue(self, timeout_s: float, now: float) -> bool:
-        """Open (TLS done), not authenticated, and past the authentication deadline."""
-        session = self.session
-        return session is not None and not session.authenticated and not self._closed \
-            and now - self._opened_at > timeout_s
-
-    def _close_unauthenticated(self, timeout_s: float) -> None:
-        log.warning("closing connection from %s: not authenticated within %.0f ms (kelp.authentication.timeout.ms)",
-                    self.peer, timeout_s * 1000)
-        self._close_after_responses()
-        self._release_receive_buffers()
-
-    def _close_idle(self, idle_s: float) -> None:
-        if self._frame is not None or len(self._tail) >= 4:
-            size = self._frame_size if self._frame is not None else SIZE.unpack_from(self._tail)[0]
-            got = self._frame_got if self._frame is not None else len(self._tail) - 4
-            log.warning(
-                "closing connection from %s: no bytes for %.0f ms in the middle of a %d-byte request "
-                "(%d bytes received; connections.max.idle.ms)", self.peer, idle_s * 1000, size, got,
-            )
-        elif self._tail:
-            log.warning(
-                "closing connection from %s: no bytes for %.0f ms in the middle of a request's size "
-                "(%d of 4 bytes received; connections.max.idle.ms)", self.peer, idle_s * 1000, len(self._tail),
-            )
-        else:  # routine, as in Kafka
-            log.debug("closing connection from %s: idle for %.0f ms (connections.max.idle.ms)", self.peer,
-                      idle_s * 1000)
-        self._close_after_responses()
-        self._release_receive_buffers()
 
     def eof_received(self) -> bool:
         if self._frame is not None or self._tail:
@@ -610,23 +533,6 @@ class _Connection(ResponseWriter, asyncio.BufferedProtocol):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
             except OSError as exc:  # a closing socket: nothing to size
                 log.debug("could not set SO_SNDBUF of the connection from %s: %s", self.peer, exc)
-
-    def _throttle(self, ms: int) -> None:
-        """Over a client quota: read nothing more from this client for `ms` (its answers still go out)."""
-        if ms <= 0 or self._closed:
-            return
-        loop = asyncio.get_running_loop()
-        when = loop.time() + ms / 1000
-        if self._unmute is not None:
-            if self._unmute.when() >= when:
-                return
-            self._unmute.cancel()
-        self._pause(_PAUSE_THROTTLE)
-        self._unmute = loop.call_at(when, self._end_throttle)
-
-    def _end_throttle(self) -> None:
-        self._unmute = None
-        self._resume(_PAUSE_THROTTLE)
 
     def _answered(self) -> None:
         self._in_flight -= 1

@@ -1,6 +1,6 @@
 """One Kafka listener's security at run time: its TLS context, its principal mapping and its SASL servers.
 
-Why: `kelp.broker.listeners` resolves what the config says (plain data, checked at load); a listener that
+Why: `kelp.config.listeners` resolves what the config says (plain data, checked at load); a listener that
 serves needs live objects made from it, once, when the broker starts: the `TlsReloader` whose context every
 TLS handshake uses and which re-reads rotated certificate files, the `SslPrincipalMapper` of
 `ssl.principal.mapping.rules`, the PLAIN users of its JAAS config, the JWT validator of OAUTHBEARER (its
@@ -17,14 +17,14 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 
-from ..listeners import InterBroker, ListenerConfig, ListenerSetup
-from ..security.oauthbearer import JwtValidator, OAuthBearerServer
-from ..security.plain import PlainServer, plain_users
-from ..security.principal import KafkaPrincipal, SslPrincipalMapper, principal_from_certificate
-from ..security.sasl import SaslServer
-from ..security.scram import ScramCredential, ScramMechanism
-from ..security.scram_exchange import ScramServer
-from ..security.tls import TlsReloader
+from kelp.config.listeners import InterBroker, ListenerConfig, ListenerSetup
+from kelp.security.oauthbearer import JwtValidator, OAuthBearerServer
+from kelp.security.plain import PlainServer, plain_users
+from kelp.security.principal import KafkaPrincipal, SslPrincipalMapper, principal_from_certificate
+from kelp.security.sasl import SaslServer
+from kelp.security.scram import ScramCredential, ScramMechanism
+from kelp.security.scram_exchange import ScramServer
+from kelp.security.tls import TlsReloader
 
 __all__ = ["ListenerSecurity", "ScramLookup"]
 

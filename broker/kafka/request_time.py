@@ -23,9 +23,10 @@ import time
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Generic, Protocol, TypeVar
 
+from kelp.security.principal import KafkaPrincipal
+
 from ..client_quota_manager import ClientQuotaManager
 from ..cpu_work import charge_to
-from ..security.principal import KafkaPrincipal
 
 __all__ = ["RequestTime", "StepTimer", "throttle_ms", "exempt", "finish"]
 

@@ -21,12 +21,16 @@ from typing import TYPE_CHECKING, Literal, Sequence
 
 from .framing import Buffer, FileRange
 
-__all__ = ["Answer", "MAX_IN_FLIGHT", "PAUSE_IN_FLIGHT", "ResponseWriter", "close_buffers"]
+__all__ = ["Answer", "MAX_IN_FLIGHT", "PAUSE_IN_FLIGHT", "PAUSE_POOL", "PAUSE_THROTTLE", "ResponseWriter",
+           "close_buffers"]
 
 log = logging.getLogger("kelp.broker.kafka")
 
 MAX_IN_FLIGHT = 64
-PAUSE_IN_FLIGHT = 1  # a reason reading is paused for: MAX_IN_FLIGHT requests unanswered
+# The reasons a connection's reading is paused for (bits of its `_pause_bits`; it reads again once none is left):
+PAUSE_IN_FLIGHT = 1  # MAX_IN_FLIGHT requests unanswered (this writer resumes it)
+PAUSE_POOL = 2  # waiting for the memory pool (connection.py's receive path)
+PAUSE_THROTTLE = 4  # over a client quota: muted for its throttle time (Kafka's KIP-219, connection_bounds.py)
 # Under TLS a file range is read and encrypted in chunks of this size. asyncio's sendfile fallback reads
 # 16 KiB per round trip through the default executor (a thread hop and an event-loop wake-up each): a
 # consumer over TLS got a quarter of what the same fetches carry in plaintext.

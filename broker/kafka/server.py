@@ -52,11 +52,11 @@ from typing import Any, Callable
 from prometheus_client import Counter
 
 from kelp.errors import ErrorCode, KelpError
+from kelp.security.principal import KafkaPrincipal, PrincipalMappingError
 
 from ..cpu_work import run_cpu
 from ..metrics import BrokerMetrics
 from ..parts import BrokerParts
-from ..security.principal import KafkaPrincipal, PrincipalMappingError
 from .append_order import AppendOrder
 from .connection import STAGING_BYTES, WRITE_HIGH_WATER, _Connection
 from .framing import SIZE, Buffer, FrameError, parse_request_header, response_frame

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 
 from kelp.clock import WallClockMs, wall_clock_ms
 from kelp.errors import ErrorCode
+from kelp.security.principal import ANONYMOUS, KafkaPrincipal
+from kelp.security.sasl import SaslAuthenticationError, SaslServer, session_lifetime_ms
 
-from ..security.principal import ANONYMOUS, KafkaPrincipal
-from ..security.sasl import SaslAuthenticationError, SaslServer, session_lifetime_ms
 from .listener_security import ListenerSecurity
 
 __all__ = ["Session", "SaslAnswer", "API_VERSIONS", "SASL_HANDSHAKE", "SASL_AUTHENTICATE"]

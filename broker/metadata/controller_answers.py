@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from ..security.acl_json import AclBindingJson
+from kelp.security.acl_json import AclBindingJson
+
 from .model import PartitionStateJson, TopicStateJson
 
 __all__ = [

@@ -44,11 +44,12 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping, Sequence
 
+from kelp.config.broker import validate_broker_configs
+from kelp.config.keys import DEFAULT_ENTITY
 from kelp.errors import ConfigError
+from kelp.security.acl import AclBinding, InvalidAclError, validate_acl_binding
+from kelp.security.acl_json import binding_from_json, binding_to_json
 
-from ..config import DEFAULT_ENTITY, validate_broker_configs
-from ..security.acl import AclBinding, InvalidAclError, validate_acl_binding
-from ..security.acl_json import binding_from_json, binding_to_json
 from .client_quotas import Entity, InvalidQuota, QuotaTable, apply_quota_record, quota_records, table_from_records
 from .model import NO_LEADER, PartitionState, TopicState, topic_from_json
 from .records import (

@@ -39,8 +39,8 @@ import uuid
 from typing import Literal, Mapping, NotRequired, TypedDict, cast
 
 from kelp.json_types import JsonObject
+from kelp.security.acl_json import AclBindingJson
 
-from ..security.acl_json import AclBindingJson
 from .model import BrokerEndpointJson, PartitionState, PartitionStateJson, TopicState, TopicStateJson
 
 __all__ = [

@@ -22,7 +22,8 @@ import binascii
 import hashlib
 from collections.abc import Iterable, Mapping
 
-from ..security.scram import MAX_ITERATIONS, MIN_ITERATIONS, ScramCredential, ScramError, ScramMechanism
+from kelp.security.scram import MAX_ITERATIONS, MIN_ITERATIONS, ScramCredential, ScramError, ScramMechanism
+
 from .records import (
     RemoveScramCredentialRecord,
     ScramCredentialRecord,

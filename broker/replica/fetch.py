@@ -22,7 +22,7 @@ from typing import Sequence
 
 from kelp.clock import WallClockMs
 from kelp.errors import KelpError, NotLeaderOrFollowerError, OffsetOutOfRangeError
-from kelp.records import iter_headers
+from kelp.records.header import iter_headers
 
 from ..storage import Log
 from .interfaces import TopicCounter

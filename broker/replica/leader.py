@@ -25,7 +25,8 @@ from kelp.errors import (
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
 )
-from kelp.records import iter_headers, needs_recompression, parse_batches, recompress
+from kelp.records.build import needs_recompression, recompress
+from kelp.records.header import BatchInfo
 
 from ..metadata.model import INTERNAL_TOPICS
 from .interfaces import TopicCounter
@@ -67,14 +68,18 @@ class LeaderPath:
         part = self.table.get(topic, partition)
         if part is not None and part.busy is not None:
             await self.jobs.await_not_busy(part, timeout_ms / 1000.0)
-            part = self.table.get(topic, partition)
-        codec = part.log.config.compression_type if part is not None and part.log is not None else "producer"
-        if codec != "producer" and needs_recompression(data, codec):
-            rebuilt = await asyncio.to_thread(recompress, data, parse_batches(data), codec)
+        part = self._leading(topic, partition, acks=acks, internal_allowed=internal_allowed)
+        # The one walk over the batches' headers: everything after it (the rebuild, the producer-state checks,
+        # the log's append) takes these `BatchInfo`s. With a codec to rebuild in, the size limit applies to the
+        # rebuilt batches (the log checks it on them).
+        codec = part.log.config.compression_type
+        batches = part.log.validate(data, limit_size=codec == "producer")
+        if codec != "producer" and needs_recompression(batches, codec):
+            rebuilt = await asyncio.to_thread(recompress, data, batches, codec)
             if rebuilt is not None:
-                data = rebuilt[0]
+                data, batches = rebuilt
         result = self.append_sync(topic, partition, data, acks=acks, internal_allowed=internal_allowed,
-                                  verify_txn=verify_txn, txn_guard=txn_guard)
+                                  verify_txn=verify_txn, txn_guard=txn_guard, batches=batches)
         if result.flush_due and isinstance(result.appended_to, Partition):
             # flush.messages: the fsync comes before the answer (any acks), in a worker thread, never on the loop.
             await asyncio.to_thread(result.appended_to.log.flush)
@@ -83,36 +88,26 @@ class LeaderPath:
     def append_sync(
         self, topic: str, partition: int, data: bytes | bytearray | memoryview, *, acks: int = 1,
         internal_allowed: bool = False, verify_txn: bool = False, txn_guard: VerificationGuard | None = None,
+        batches: list[BatchInfo] | None = None,
     ) -> ProduceResult:
         """Append as the leader. `verify_txn` (a client's produce under transaction.partition.verification.enable):
         a transactional batch of a producer without its transaction open here must carry `txn_guard`, the
-        verification the coordinator confirmed (`txn_verification`), else INVALID_TXN_STATE (KIP-890)."""
-        if topic in INTERNAL_TOPICS and not internal_allowed:
-            raise InvalidTopicError(
-                f"cannot write to internal topic '{topic}' (partition {partition}): only the broker's group "
-                "coordinator writes there; commit offsets with OffsetCommit instead"
-            )
-        if acks not in (0, 1, -1):
-            raise InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), got {acks}")
-        part = self.table.leader(topic, partition)
-        if part.busy is not None:
-            raise NotLeaderOrFollowerError(
-                f"topic '{topic}' partition {partition}: its producer state is loading on broker "
-                f"{self.table.broker_id}; retry")
-        if acks == -1 and len(part.isr) < part.min_insync_replicas:
-            raise NotEnoughReplicasError(
-                f"topic '{topic}' partition {partition}: {len(part.isr)} in-sync replica(s) {list(part.isr)}, "
-                f"min.insync.replicas is {part.min_insync_replicas} (acks=all)"
-            )
+        verification the coordinator confirmed (`txn_verification`), else INVALID_TXN_STATE (KIP-890).
+
+        `batches`: `Log.validate`'s headers of `data` when the caller walked them already (`append_local`);
+        else that one walk happens here. Either way it comes before the producer-state checks (Kafka's order:
+        the records' checks, then the producer state — a damaged retry is CORRUPT_MESSAGE, not a duplicate)."""
+        part = self._leading(topic, partition, acks=acks, internal_allowed=internal_allowed)
         lg = part.log
-        headers = list(iter_headers(data))
+        if batches is None:
+            batches = lg.validate(data)
         dup: Duplicate | None = None
-        idem = [h for h in headers if h.producer_id >= 0 and h.base_sequence >= 0]
+        idem = [h for h in batches if h.producer_id >= 0 and h.base_sequence >= 0]
         if idem:
-            if len(headers) != 1:
+            if len(batches) != 1:
                 raise InvalidRequestError(
                     f"idempotent produce to topic '{topic}' partition {partition} must carry exactly one batch, "
-                    f"got {len(headers)}"
+                    f"got {len(batches)}"
                 )
             h = idem[0]
             dup = part.producers.check(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
@@ -128,11 +123,12 @@ class LeaderPath:
                 return ProduceResult(topic, partition, dup.first_offset, dup.last_offset, -1, lg.log_start_offset, 0,
                                      duplicate=True, leader_epoch=part.leader_epoch, appended_to=part)
         elif part.producers:
-            for h in headers:  # a transactional batch without sequence (the group coordinator's offsets)
+            for h in batches:  # a transactional batch without sequence (the group coordinator's offsets)
                 if h.producer_id >= 0 and h.is_transactional and not h.is_control:
                     part.producers.check_epoch(h.producer_id, h.producer_epoch)
         before = lg.log_end_offset
-        result = lg.append_as_leader(data, leader_epoch=part.leader_epoch, defer_flush=True, defer_roll=True)
+        result = lg.append_as_leader(data, leader_epoch=part.leader_epoch, defer_flush=True, defer_roll=True,
+                                     batches=batches)
         if lg.active_segment.base_offset != part.snapshot_base:  # rolled: snapshot the producer state (per roll)
             maybe_snapshot_producers(self.jobs, part, before)
         if idem:
@@ -165,3 +161,26 @@ class LeaderPath:
             appended_to=part,
             flush_due=result.flush_due,
         )
+
+    def _leading(self, topic: str, partition: int, *, acks: int, internal_allowed: bool) -> Partition:
+        """The replica to append to, once the checks that need no byte of the request passed (Kafka's
+        `appendToLocalLog` and `appendRecordsToLeader`): the topic, acks, this broker leading it with its
+        producer state loaded, and enough in-sync replicas for acks=all."""
+        if topic in INTERNAL_TOPICS and not internal_allowed:
+            raise InvalidTopicError(
+                f"cannot write to internal topic '{topic}' (partition {partition}): only the broker's group "
+                "coordinator writes there; commit offsets with OffsetCommit instead"
+            )
+        if acks not in (0, 1, -1):
+            raise InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), got {acks}")
+        part = self.table.leader(topic, partition)
+        if part.busy is not None:
+            raise NotLeaderOrFollowerError(
+                f"topic '{topic}' partition {partition}: its producer state is loading on broker "
+                f"{self.table.broker_id}; retry")
+        if acks == -1 and len(part.isr) < part.min_insync_replicas:
+            raise NotEnoughReplicasError(
+                f"topic '{topic}' partition {partition}: {len(part.isr)} in-sync replica(s) {list(part.isr)}, "
+                f"min.insync.replicas is {part.min_insync_replicas} (acks=all)"
+            )
+        return part

@@ -39,6 +39,7 @@ import logging
 from typing import Awaitable, Callable, Mapping, Sequence
 
 from kelp.clock import WallClockMs, monotonic_ms, wall_clock_ms
+from kelp.config.broker import BrokerConfig
 from kelp.errors import (
     KelpError,
     NotLeaderOrFollowerError,
@@ -47,7 +48,6 @@ from kelp.errors import (
     RequestTimedOutError,
 )
 
-from ..config import BrokerConfig
 from ..metadata.model import PartitionState
 from ..metrics import BrokerMetrics
 from ..storage import Log, LogManager

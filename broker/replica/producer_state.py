@@ -69,7 +69,7 @@ from kelp.errors import (
     OutOfOrderSequenceError,
     TransactionCoordinatorFencedError,
 )
-from kelp.records import BatchInfo, iter_headers
+from kelp.records.header import BatchInfo, iter_headers
 
 from ..storage.producer_snapshot import ProducerEntry
 

@@ -28,7 +28,7 @@ import time
 from collections import deque
 from typing import Callable, Mapping
 
-from ..config import BrokerConfig
+from kelp.config.broker import BrokerConfig
 
 __all__ = ["ReplicationQuota", "ReplicationQuotas", "LEADER", "FOLLOWER", "throttled_partitions", "ALL"]
 

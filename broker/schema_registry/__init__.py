@@ -8,10 +8,11 @@ none of that belongs to the HTTP layer or the replica layer. The modules:
 - `model`: subjects, versions, references, and the JSON keys and values of `_schemas` records.
 - `state`: the registry as the records of `_schemas` build it, in memory (pure).
 - `parsed` (what every format shares), `formats` (the one door), `avro_format`, `json_format`,
-  `protobuf_format` (+ `json_diff`, `protobuf_diff`): parsing, reference resolution and compatibility.
+  `protobuf_format` (+ `json_model`, `json_diff`, `json_object_diff`, `protobuf_diff`): parsing, reference
+  resolution and compatibility; `compat`: which earlier versions a level checks, in which direction.
 - `requests`: subject names, versions, schema bodies, levels and modes as requests carry them.
 - `store`: reading `_schemas` to its end and appending to it with acks=all.
-- `registry`: the operations and the compatibility levels, writes serialized on the leader of `_schemas`
+- `registry`: the operations, writes serialized on the leader of `_schemas`
   partition 0.
 The HTTP routes (Confluent's API, and the forwarding of writes to the registry's leader) are the HTTP
 layer's: `kelp.broker.http.schema_registry_routes`.

@@ -43,6 +43,7 @@ from referencing.jsonschema import DRAFT7
 
 from kelp.json_types import JsonObject, JsonValue
 
+from ..cpu_work import run_cpu
 from .avro_format import AvroSchema
 from .errors import RegistryError
 from .json_format import JsonSchema
@@ -227,8 +228,9 @@ def _protobuf_encoder(text: str, references: tuple[ResolvedReference, ...]) -> C
 _WRITERS: WeakKeyDictionary[SchemaRegistry, dict[int, SchemaWriter]] = WeakKeyDictionary()
 
 
-def _writer(registry: SchemaRegistry, state: RegistryState, schema_id: int) -> SchemaWriter:
-    """The writer of a schema id, remembered per registry (a schema's id never names another schema)."""
+async def _writer(registry: SchemaRegistry, state: RegistryState, schema_id: int) -> SchemaWriter:
+    """The writer of a schema id, remembered per registry (a schema's id never names another schema); built on
+    the CPU pool (parsing a registered schema of 1 MB takes seconds), its references resolved here, on the loop."""
     cache = _WRITERS.setdefault(registry, {})
     found = cache.get(schema_id)
     if found is not None:
@@ -238,17 +240,22 @@ def _writer(registry: SchemaRegistry, state: RegistryState, schema_id: int) -> S
         raise RegistryError(404, 40403, f"Schema {schema_id} not found")
     schema_type, text, refs = identity
     resolved = registry.resolve(state, refs, schema_type)
-    if schema_type == "AVRO":
-        parsed = registry.parse_schema(state, text, schema_type, refs)
-        assert isinstance(parsed, AvroSchema)
-        encode = _avro_encoder(parsed.schema)
-    elif schema_type == "JSON":
-        parsed_json = registry.parse_schema(state, text, schema_type, refs)
-        assert isinstance(parsed_json, JsonSchema) and isinstance(parsed_json.document, (dict, bool))
-        encode = _json_encoder(parsed_json.document, resolved)
-    else:
-        encode = _protobuf_encoder(text, resolved)
-    writer = SchemaWriter(schema_id, schema_type, encode)
+
+    def build() -> SchemaWriter:
+        encode: Callable[[JsonValue], bytes]
+        if schema_type == "AVRO":
+            parsed = registry.parse_resolved(schema_type, text, refs, resolved)
+            assert isinstance(parsed, AvroSchema)
+            encode = _avro_encoder(parsed.schema)
+        elif schema_type == "JSON":
+            parsed_json = registry.parse_resolved(schema_type, text, refs, resolved)
+            assert isinstance(parsed_json, JsonSchema) and isinstance(parsed_json.document, (dict, bool))
+            encode = _json_encoder(parsed_json.document, resolved)
+        else:
+            encode = _protobuf_encoder(text, resolved)
+        return SchemaWriter(schema_id, schema_type, encode)
+
+    writer = await run_cpu(build)
     if len(cache) >= _CACHED_WRITERS:
         cache.clear()
     cache[schema_id] = writer
@@ -274,7 +281,7 @@ async def find_writer(registry: SchemaRegistry, register: Register, *, subject: 
         state = await registry.state()
     elif schema_id is None:
         schema_id = registry.find(state, subject, LATEST if version is None else version, deleted=False).schema_id
-    writer = _writer(registry, state, schema_id)
+    writer = await _writer(registry, state, schema_id)
     if schema_type is not None and writer.schema_type != schema_type:
         raise RegistryError(422, 42201, f"schema {schema_id} is a {writer.schema_type} schema, not {schema_type}")
     return writer
@@ -367,16 +374,21 @@ async def find_reader(registry: SchemaRegistry, schema_id: int) -> SchemaReader:
     if identity is None:
         raise RegistryError(404, 40403, f"Schema {schema_id} not found")
     schema_type, text, refs = identity
-    decode: Callable[[bytes], JsonValue]
-    if schema_type == "AVRO":
-        parsed = registry.parse_schema(state, text, schema_type, refs)
-        assert isinstance(parsed, AvroSchema)
-        decode = _avro_decoder(parsed.schema)
-    elif schema_type == "JSON":
-        decode = _json_text
-    else:
-        decode = _protobuf_decoder(text, registry.resolve(state, refs, schema_type))
-    reader = SchemaReader(schema_id, schema_type, decode)
+    resolved = registry.resolve(state, refs, schema_type)
+
+    def build() -> SchemaReader:  # on the CPU pool, as a writer is built
+        decode: Callable[[bytes], JsonValue]
+        if schema_type == "AVRO":
+            parsed = registry.parse_resolved(schema_type, text, refs, resolved)
+            assert isinstance(parsed, AvroSchema)
+            decode = _avro_decoder(parsed.schema)
+        elif schema_type == "JSON":
+            decode = _json_text
+        else:
+            decode = _protobuf_decoder(text, resolved)
+        return SchemaReader(schema_id, schema_type, decode)
+
+    reader = await run_cpu(build)
     if len(cache) >= _CACHED_WRITERS:
         cache.clear()
     cache[schema_id] = reader

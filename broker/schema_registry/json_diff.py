@@ -1,23 +1,20 @@
-"""JSON Schema compatibility: Confluent's documented difference rules (its `json.diff.SchemaDiff`).
+"""JSON Schema compatibility: Confluent's `json.diff.SchemaDiff`, followed rule by rule, over `json_model`'s nodes.
 
-Why here: no well-kept Python library decides JSON Schema compatibility, so this follows Confluent's
-documented rules, with the names of its difference types (`TYPE_NARROWED`, `REQUIRED_ATTRIBUTE_ADDED`,
-`PROPERTY_ADDED_TO_OPEN_CONTENT_MODEL`...), under its STRICT policy. `compare(original, update)` lists the
-differences going from the schema that wrote the data (`original`) to the one reading it (`update`); the
-update can read the original's data when every difference is a compatible one.
+Why here: no well-kept Python library decides JSON Schema compatibility, and Kelp answers as Confluent's registry
+does (Confluent Schema Registry 8.5, its STRICT policy; `tests/schema_registry/confluent_cases` holds Confluent's
+own cases and every one is run). `compare(original, update)` lists the differences going from the schema that
+wrote the data (`original`) to the one reading it (`update`), with Confluent's type names and JSON paths; the
+update reads the original's data when every difference is in `COMPATIBLE`.
 
-What is compared: boolean schemas; `type` (extended compatible, narrowed or changed not; `integer` read as
-`number` is an extension); string, number, array and object bounds (`maxLength`, `minimum`, `maxItems`,
-`maxProperties`... — relaxing or removing one is compatible, tightening or adding one is not); `pattern`,
-`multipleOf`, `uniqueItems`; `enum` (extended compatible); `properties` against the content model
-(`additionalProperties` false: closed, absent or true: open, a schema: partially open — a property added to
-an open model is incompatible unless its schema is empty, one removed from an open model is compatible, and
-the other way round for a closed one; a partially open model covers a property whose schema it accepts),
-`required` (added without a default: incompatible), `additionalProperties` itself, `items`
-(a schema or a tuple), `anyOf`/`oneOf` (extended compatible), `allOf` (narrowed compatible), `not`, `$ref`
-(by its text: the referenced schemas are compared where they are registered). Annotations (`title`,
-`description`, `default`, `examples`, `$id`, `$schema`, `$comment`) never matter. Any other keyword that
-differs is reported as `KEYWORD_CHANGED`, incompatible: when in doubt, refuse.
+How Confluent compares, and so this module: two schemas of different kinds differ by TYPE_CHANGED (a false
+original or an empty update excepted), except that a non-combined schema may become a oneOf/anyOf one of whose
+branches it is compatible with (SUM_TYPE_EXTENDED) and an allOf may become a schema one of its branches is
+compatible with (PRODUCT_TYPE_NARROWED); two combined schemas are matched branch to branch (a maximum bipartite
+matching over the compatible pairs must cover the smaller side); `$ref`s are followed to what they name; object
+properties are judged against the content model (`additionalProperties` and `patternProperties`: open, closed or
+partially open); pairs already compared are remembered (by node identity) and a pair met again inside itself (a
+recursive schema) is assumed compatible, then the whole comparison is repeated with the pairs found incompatible
+until nothing changes, as Confluent's fixpoint does.
 
 This module must never read or write anything: schemas in, differences out.
 """
@@ -25,39 +22,40 @@ This module must never read or write anything: schemas in, differences out.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 
 from kelp.json_types import JsonValue
 
-__all__ = ["Difference", "compare"]
+from .json_model import EMPTY_KINDS, Loader, Node, canonical
+from .json_object_diff import bound, compare_array, compare_object
 
-# Confluent's COMPATIBLE_CHANGES_STRICT (the types this module reports).
+__all__ = ["Difference", "compare", "COMPATIBLE", "Context"]
+
+# Confluent's COMPATIBLE_CHANGES_STRICT.
 COMPATIBLE = frozenset({
-    "ID_CHANGED", "DESCRIPTION_CHANGED", "TITLE_CHANGED", "DEFAULT_CHANGED", "TYPE_EXTENDED",
+    "ID_CHANGED", "DESCRIPTION_CHANGED", "TITLE_CHANGED", "DEFAULT_CHANGED", "SCHEMA_REMOVED", "TYPE_EXTENDED",
     "MAX_LENGTH_INCREASED", "MAX_LENGTH_REMOVED", "MIN_LENGTH_DECREASED", "MIN_LENGTH_REMOVED", "PATTERN_REMOVED",
     "MAXIMUM_INCREASED", "MAXIMUM_REMOVED", "MINIMUM_DECREASED", "MINIMUM_REMOVED", "EXCLUSIVE_MAXIMUM_INCREASED",
-    "EXCLUSIVE_MAXIMUM_REMOVED", "EXCLUSIVE_MINIMUM_DECREASED", "EXCLUSIVE_MINIMUM_REMOVED", "MULTIPLE_OF_REMOVED",
-    "REQUIRED_ATTRIBUTE_WITH_DEFAULT_ADDED", "REQUIRED_ATTRIBUTE_REMOVED", "MAX_PROPERTIES_INCREASED",
+    "EXCLUSIVE_MAXIMUM_REMOVED", "EXCLUSIVE_MINIMUM_DECREASED", "EXCLUSIVE_MINIMUM_REMOVED", "MULTIPLE_OF_REDUCED",
+    "MULTIPLE_OF_REMOVED", "REQUIRED_ATTRIBUTE_WITH_DEFAULT_ADDED", "REQUIRED_ATTRIBUTE_REMOVED",
+    "DEPENDENCY_ARRAY_NARROWED", "DEPENDENCY_ARRAY_REMOVED", "DEPENDENCY_SCHEMA_REMOVED", "MAX_PROPERTIES_INCREASED",
     "MAX_PROPERTIES_REMOVED", "MIN_PROPERTIES_DECREASED", "MIN_PROPERTIES_REMOVED", "ADDITIONAL_PROPERTIES_ADDED",
-    "ADDITIONAL_PROPERTIES_EXTENDED", "PROPERTY_WITH_EMPTY_SCHEMA_ADDED_TO_OPEN_CONTENT_MODEL",
-    "OPTIONAL_PROPERTY_ADDED_TO_UNOPEN_CONTENT_MODEL", "REQUIRED_PROPERTY_WITH_DEFAULT_ADDED_TO_UNOPEN_CONTENT_MODEL",
-    "PROPERTY_WITH_FALSE_REMOVED_FROM_CLOSED_CONTENT_MODEL", "PROPERTY_REMOVED_FROM_OPEN_CONTENT_MODEL",
-    "PROPERTY_ADDED_IS_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL",
+    "ADDITIONAL_PROPERTIES_EXTENDED", "UNEVALUATED_PROPERTIES_ADDED", "UNEVALUATED_PROPERTIES_EXTENDED",
+    "PROPERTY_WITH_EMPTY_SCHEMA_ADDED_TO_OPEN_CONTENT_MODEL",
+    "REQUIRED_PROPERTY_WITH_DEFAULT_ADDED_TO_UNOPEN_CONTENT_MODEL",
+    "OPTIONAL_PROPERTY_ADDED_TO_UNOPEN_CONTENT_MODEL", "PROPERTY_WITH_FALSE_REMOVED_FROM_CLOSED_CONTENT_MODEL",
+    "PROPERTY_REMOVED_FROM_OPEN_CONTENT_MODEL", "PROPERTY_ADDED_IS_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL",
     "PROPERTY_REMOVED_IS_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL", "MAX_ITEMS_INCREASED", "MAX_ITEMS_REMOVED",
-    "MIN_ITEMS_DECREASED", "MIN_ITEMS_REMOVED", "UNIQUE_ITEMS_REMOVED", "ITEM_ADDED_TO_CLOSED_CONTENT_MODEL",
-    "ITEM_REMOVED_FROM_OPEN_CONTENT_MODEL", "ENUM_ARRAY_EXTENDED", "SUM_TYPE_EXTENDED", "PRODUCT_TYPE_NARROWED",
-    "SCHEMA_REMOVED",
+    "MIN_ITEMS_DECREASED", "MIN_ITEMS_REMOVED", "MAX_CONTAINS_INCREASED", "MAX_CONTAINS_REMOVED",
+    "MIN_CONTAINS_DECREASED", "MIN_CONTAINS_REMOVED", "UNIQUE_ITEMS_REMOVED", "ADDITIONAL_ITEMS_ADDED",
+    "ADDITIONAL_ITEMS_EXTENDED", "UNEVALUATED_ITEMS_ADDED", "UNEVALUATED_ITEMS_EXTENDED",
+    "ITEM_WITH_EMPTY_SCHEMA_ADDED_TO_OPEN_CONTENT_MODEL", "ITEM_ADDED_TO_CLOSED_CONTENT_MODEL",
+    "ITEM_WITH_FALSE_REMOVED_FROM_CLOSED_CONTENT_MODEL", "ITEM_REMOVED_FROM_OPEN_CONTENT_MODEL",
+    "ITEM_ADDED_IS_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL", "ITEM_REMOVED_IS_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL",
+    "ENUM_ARRAY_EXTENDED", "COMBINED_TYPE_EXTENDED", "PRODUCT_TYPE_NARROWED", "SUM_TYPE_EXTENDED", "NOT_TYPE_NARROWED",
 })
-_ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$id", "$schema", "$comment", "id",
-                          "definitions", "$defs"})
-# keyword: the stem of its difference names
-_BOUNDS = {
-    "maxLength": "MAX_LENGTH", "minLength": "MIN_LENGTH", "maximum": "MAXIMUM", "minimum": "MINIMUM",
-    "exclusiveMaximum": "EXCLUSIVE_MAXIMUM", "exclusiveMinimum": "EXCLUSIVE_MINIMUM", "maxItems": "MAX_ITEMS",
-    "minItems": "MIN_ITEMS", "maxProperties": "MAX_PROPERTIES", "minProperties": "MIN_PROPERTIES",
-}
-_HANDLED = frozenset(_BOUNDS) | _ANNOTATIONS | {
-    "type", "enum", "const", "pattern", "multipleOf", "uniqueItems", "properties", "required",
-    "additionalProperties", "items", "additionalItems", "anyOf", "oneOf", "allOf", "not", "$ref"}
+
+Pair = tuple[int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,216 +73,275 @@ class Difference:
         return f"{self.kind} at path '{self.path}' ({verdict} under the STRICT policy)"
 
 
-def compare(original: JsonValue, update: JsonValue, path: str = "#") -> list[Difference]:
-    out: list[Difference] = []
-    _compare(original, update, path, out)
+class _Shared:
+    """What every context of one comparison pass shares (Confluent's memo, in-progress set and seed)."""
+
+    def __init__(self, original: Loader, update: Loader, seed: dict[Pair, list[Difference]]) -> None:
+        self.original, self.update = original, update
+        self.memo: dict[Pair, list[Difference]] = {}
+        self.in_progress: set[Pair] = set()
+        self.seed = seed
+        self.optimism_used = False
+
+
+class Context:
+    """Confluent's `Context`: the current JSON path and the differences found under it."""
+
+    def __init__(self, shared: _Shared, path: list[str] | None = None) -> None:
+        self.shared = shared
+        self.path = list(path or [])
+        self.diffs: list[Difference] = []
+
+    def sub(self) -> Context:
+        return Context(self.shared, self.path)
+
+    def add(self, kind: str, attribute: str | None = None) -> None:
+        parts = self.path + ([attribute] if attribute is not None else [])
+        self.diffs.append(Difference(kind, "#/" + "/".join(parts)))
+
+    def extend(self, diffs: list[Difference]) -> None:
+        self.diffs.extend(diffs)
+
+    def compatible(self) -> bool:
+        return all(d.kind in COMPATIBLE for d in self.diffs)
+
+    def enter(self, part: str) -> _Scope:
+        return _Scope(self, part)
+
+    def compare(self, original: Node | None, update: Node | None) -> None:
+        """Confluent's `SchemaDiff.compare(ctx, original, update)`."""
+        if original is None and update is None:
+            return
+        if original is None:
+            self.add("SCHEMA_ADDED")
+            return
+        if update is None:
+            self.add("SCHEMA_REMOVED")
+            return
+        original = self.shared.original.target(original) if original.kind == "ref" else original
+        update = self.shared.update.target(update) if update.kind == "ref" else update
+        key = (id(original), id(update))
+        shared = self.shared
+        found = shared.memo.get(key)
+        if found is None:
+            if key in shared.in_progress:  # a recursive schema met itself: known incompatible, or assumed fine
+                found = shared.seed.get(key)
+                if found is None:
+                    shared.optimism_used = True
+                    return
+            else:
+                shared.in_progress.add(key)
+                try:
+                    pair = Context(shared)
+                    _compare_types(pair, original, update)
+                    found = pair.diffs
+                    shared.memo[key] = found
+                finally:
+                    shared.in_progress.discard(key)
+        prefix = "#/" + "/".join(self.path)
+        for diff in found:
+            rebased = prefix if len(diff.path) <= 2 else (prefix + "/" + diff.path[2:] if self.path else diff.path)
+            self.diffs.append(Difference(diff.kind, rebased))
+
+
+class _Scope:
+    def __init__(self, ctx: Context, part: str) -> None:
+        self.ctx, self.part = ctx, part
+
+    def __enter__(self) -> Context:
+        self.ctx.path.append(self.part)
+        return self.ctx
+
+    def __exit__(self, *exc: object) -> None:
+        self.ctx.path.pop()
+
+
+def compare(original: JsonValue, update: JsonValue, original_refs: dict[str, JsonValue] | None = None,
+            update_refs: dict[str, JsonValue] | None = None) -> list[Difference]:
+    """The differences from `original` to `update` (their references: name -> document), Confluent's list."""
+    loaders = Loader(original, original_refs), Loader(update, update_refs)
+    seed: dict[Pair, list[Difference]] = {}
+    while True:
+        shared = _Shared(*loaders, seed)
+        ctx = Context(shared)
+        ctx.compare(loaders[0].root(), loaders[1].root())
+        found = {key: diffs for key, diffs in shared.memo.items() if any(d.kind not in COMPATIBLE for d in diffs)}
+        if not shared.optimism_used or found.keys() == seed.keys():
+            return ctx.diffs
+        seed = found
+
+
+def _same_class(a: Node, b: Node) -> bool:
+    return a.kind == b.kind
+
+
+def _compare_types(ctx: Context, original: Node, update: Node) -> None:
+    if original.kind != "combined" and update.kind == "combined":
+        if len(update.subschemas) == 1:
+            sub = ctx.sub()
+            sub.compare(original, update.subschemas[0])
+            if sub.compatible():
+                ctx.extend(sub.diffs)
+                return
+        elif update.criterion in ("anyOf", "oneOf"):
+            for branch in update.subschemas:
+                sub = ctx.sub()
+                sub.compare(original, branch)
+                if sub.compatible():
+                    ctx.extend(sub.diffs)
+                    ctx.add("SUM_TYPE_EXTENDED")
+                    return
+    elif original.kind == "combined" and update.kind != "combined":
+        if len(original.subschemas) == 1:
+            sub = ctx.sub()
+            sub.compare(original.subschemas[0], update)
+            if sub.compatible():
+                ctx.extend(sub.diffs)
+                return
+        elif original.criterion == "allOf":
+            for branch in original.subschemas:
+                sub = ctx.sub()
+                sub.compare(branch, update)
+                if sub.compatible():
+                    ctx.extend(sub.diffs)
+                    ctx.add("PRODUCT_TYPE_NARROWED")
+                    return
+    if not _same_class(original, update):
+        if original.kind == "false" or update.kind in EMPTY_KINDS:
+            return
+        if original.connect_type == "bytes" and update.connect_type == "bytes":
+            return
+        ctx.add("TYPE_CHANGED")
+        return
+    if original.schema_id != update.schema_id:
+        ctx.add("ID_CHANGED")
+    if original.title != update.title:
+        ctx.add("TITLE_CHANGED")
+    if original.description != update.description:
+        ctx.add("DESCRIPTION_CHANGED")
+    if original.has_default != update.has_default or canonical(original.default) != canonical(update.default):
+        ctx.add("DEFAULT_CHANGED")
+    kind = original.kind
+    if kind == "string":
+        _compare_string(ctx, original, update)
+    elif kind == "number":
+        _compare_number(ctx, original, update)
+    elif kind == "const":
+        if original.values != update.values:
+            ctx.add("ENUM_ARRAY_CHANGED", "const")
+    elif kind == "enum":
+        if original.values != update.values:
+            ctx.add("ENUM_ARRAY_EXTENDED" if update.values >= original.values else
+                    "ENUM_ARRAY_NARROWED" if original.values >= update.values else "ENUM_ARRAY_CHANGED", "enum")
+    elif kind == "combined":
+        _compare_combined(ctx, original, update)
+    elif kind == "not":
+        with ctx.enter("not"):
+            sub = ctx.sub()
+            sub.compare(update.must_not, original.must_not)  # reversed: what must not match
+            ctx.add("NOT_TYPE_NARROWED" if sub.compatible() else "NOT_TYPE_EXTENDED")
+    elif kind == "object":
+        compare_object(ctx, original, update)
+    elif kind == "array":
+        compare_array(ctx, original, update)
+
+
+def _compare_string(ctx: Context, original: Node, update: Node) -> None:
+    bound(ctx, "maxLength", "MAX_LENGTH", original.max_length, update.max_length)
+    bound(ctx, "minLength", "MIN_LENGTH", original.min_length, update.min_length)
+    if original.pattern is None and update.pattern is not None:
+        ctx.add("PATTERN_ADDED", "pattern")
+    elif original.pattern is not None and update.pattern is None:
+        ctx.add("PATTERN_REMOVED", "pattern")
+    elif original.pattern != update.pattern:
+        ctx.add("PATTERN_CHANGED", "pattern")
+
+
+def _decimal(value: float | int | None) -> Decimal | None:
+    try:
+        return None if value is None else Decimal(str(value))
+    except InvalidOperation:
+        return None
+
+
+def _compare_number(ctx: Context, original: Node, update: Node) -> None:
+    bound(ctx, "maximum", "MAXIMUM", original.maximum, update.maximum)
+    bound(ctx, "minimum", "MINIMUM", original.minimum, update.minimum)
+    bound(ctx, "exclusiveMaximum", "EXCLUSIVE_MAXIMUM", original.exclusive_maximum, update.exclusive_maximum)
+    bound(ctx, "exclusiveMinimum", "EXCLUSIVE_MINIMUM", original.exclusive_minimum, update.exclusive_minimum)
+    before, after = _decimal(original.multiple_of), _decimal(update.multiple_of)
+    if before != after:
+        if before is None:
+            ctx.add("MULTIPLE_OF_ADDED", "multipleOf")
+        elif after is None:
+            ctx.add("MULTIPLE_OF_REMOVED", "multipleOf")
+        elif before != 0 and after % before == 0:
+            ctx.add("MULTIPLE_OF_EXPANDED", "multipleOf")
+        elif after != 0 and before % after == 0:
+            ctx.add("MULTIPLE_OF_REDUCED", "multipleOf")
+        else:
+            ctx.add("MULTIPLE_OF_CHANGED", "multipleOf")
+    if original.requires_integer != update.requires_integer:
+        ctx.add("TYPE_EXTENDED" if original.requires_integer else "TYPE_NARROWED")
+
+
+def _distinct(nodes: list[Node]) -> list[Node]:
+    """Branches with the same JSON once (Confluent collapses them through a set)."""
+    seen: set[str] = set()
+    out = []
+    for node in nodes:
+        key = f"{node.kind}:{node.requires_integer}:{node.criterion}:{canonical(node.raw)}"
+        if key not in seen:
+            seen.add(key)
+            out.append(node)
     return out
 
 
-def _types(schema: dict[str, JsonValue]) -> set[str] | None:
-    raw = schema.get("type")
-    if raw is None:
-        return None
-    return {str(t) for t in raw} if isinstance(raw, list) else {str(raw)}
-
-
-def _is_empty(schema: JsonValue) -> bool:
-    return schema is True or schema == {}
-
-
-def _compare(original: JsonValue, update: JsonValue, path: str, out: list[Difference]) -> None:
-    if original == update:
-        return
-    if isinstance(original, bool) or isinstance(update, bool) or not isinstance(original, dict) \
-            or not isinstance(update, dict):
-        if _is_empty(update):
-            out.append(Difference("TYPE_EXTENDED", path))
-        elif original is False:
-            out.append(Difference("TYPE_EXTENDED", path))
+def _compare_combined(ctx: Context, original: Node, update: Node) -> None:
+    if original.criterion != update.criterion:
+        o1, u1 = len(original.subschemas) == 1, len(update.subschemas) == 1
+        if (update.criterion == "anyOf" or (o1 and u1) or (o1 and update.criterion == "oneOf")
+                or (u1 and original.criterion == "allOf")):
+            ctx.add("COMBINED_TYPE_EXTENDED")
         else:
-            out.append(Difference("TYPE_CHANGED", path))
-        return
-    _compare_types(original, update, path, out)
-    for key, stem in _BOUNDS.items():
-        _compare_bound(original.get(key), update.get(key), stem, path, out)
-    _compare_plain(original, update, path, out)
-    _compare_objects(original, update, path, out)
-    _compare_items(original, update, path, out)
-    _compare_combined(original, update, path, out)
-    for key in sorted((set(original) | set(update)) - _HANDLED):
-        if original.get(key) != update.get(key):
-            out.append(Difference("KEYWORD_CHANGED", f"{path}/{key}"))
+            ctx.add("COMBINED_TYPE_CHANGED")
+            return
+    before, after = _distinct(original.subschemas), _distinct(update.subschemas)
+    if len(before) < len(after):
+        ctx.add("PRODUCT_TYPE_EXTENDED" if update.criterion == "allOf" else "SUM_TYPE_EXTENDED")
+    elif len(before) > len(after):
+        ctx.add("SUM_TYPE_NARROWED" if original.criterion in ("anyOf", "oneOf") else "PRODUCT_TYPE_NARROWED")
+    edges: dict[int, dict[int, list[Difference]]] = {}
+    for i, branch in enumerate(before):
+        with ctx.enter(f"{original.criterion}/{i}"):
+            for j, other in enumerate(after):
+                sub = ctx.sub()
+                sub.compare(branch, other)
+                if sub.compatible():
+                    edges.setdefault(i, {})[j] = sub.diffs
+    matching = _maximum_matching(edges)
+    for i, j in sorted(matching.items()):
+        ctx.extend(edges[i][j])
+    if len(matching) < min(len(before), len(after)):
+        ctx.add("COMBINED_TYPE_SUBSCHEMAS_CHANGED")
 
 
-def _compare_types(original: dict[str, JsonValue], update: dict[str, JsonValue], path: str,
-                   out: list[Difference]) -> None:
-    before, after = _types(original), _types(update)
-    if before == after:
-        return
-    if after is None:
-        out.append(Difference("TYPE_EXTENDED", path))
-        return
-    if before is None:
-        out.append(Difference("TYPE_NARROWED", path))
-        return
-    widened = after | ({"integer"} if "number" in after else set())
-    if before <= widened:
-        out.append(Difference("TYPE_EXTENDED", path))
-    elif before & widened:
-        out.append(Difference("TYPE_NARROWED", path))
-    else:
-        out.append(Difference("TYPE_CHANGED", path))
+def _maximum_matching(edges: dict[int, dict[int, list[Difference]]]) -> dict[int, int]:
+    """A maximum bipartite matching (left -> right) by augmenting paths: the branches are few."""
+    right_of: dict[int, int] = {}
+    owner: dict[int, int] = {}
 
+    def augment(left: int, seen: set[int]) -> bool:
+        for right in edges.get(left, {}):
+            if right in seen:
+                continue
+            seen.add(right)
+            if right not in owner or augment(owner[right], seen):
+                owner[right] = left
+                right_of[left] = right
+                return True
+        return False
 
-def _compare_bound(before: JsonValue, after: JsonValue, stem: str, path: str,
-                   out: list[Difference]) -> None:
-    if before == after:
-        return
-    if after is None:
-        out.append(Difference(f"{stem}_REMOVED", path))
-    elif before is None:
-        out.append(Difference(f"{stem}_ADDED", path))
-    elif isinstance(before, (int, float)) and isinstance(after, (int, float)) and not isinstance(before, bool):
-        # MAX..._INCREASED and MIN..._DECREASED are the compatible ones (COMPATIBLE)
-        out.append(Difference(f"{stem}_{'INCREASED' if after > before else 'DECREASED'}", path))
-    else:
-        out.append(Difference("KEYWORD_CHANGED", path))  # draft-4 boolean exclusiveMaximum and the like
-
-
-def _compare_plain(original: dict[str, JsonValue], update: dict[str, JsonValue], path: str,
-                   out: list[Difference]) -> None:
-    for key, stem in (("pattern", "PATTERN"), ("multipleOf", "MULTIPLE_OF"), ("const", "CONST")):
-        before, after = original.get(key), update.get(key)
-        if before == after:
-            continue
-        out.append(Difference(f"{stem}_REMOVED" if after is None else f"{stem}_ADDED" if before is None
-                              else f"{stem}_CHANGED", path))
-    if original.get("uniqueItems", False) != update.get("uniqueItems", False):
-        out.append(Difference("UNIQUE_ITEMS_REMOVED" if not update.get("uniqueItems") else "UNIQUE_ITEMS_ADDED",
-                              path))
-    before_enum, after_enum = original.get("enum"), update.get("enum")
-    if before_enum != after_enum:
-        if after_enum is None:
-            out.append(Difference("ENUM_ARRAY_EXTENDED", path))
-        elif before_enum is None or not isinstance(before_enum, list) or not isinstance(after_enum, list):
-            out.append(Difference("ENUM_ARRAY_NARROWED", path))
-        elif all(v in after_enum for v in before_enum):
-            out.append(Difference("ENUM_ARRAY_EXTENDED", path))
-        else:
-            out.append(Difference("ENUM_ARRAY_CHANGED", path))
-    before_ref, after_ref = original.get("$ref"), update.get("$ref")
-    if before_ref != after_ref:
-        out.append(Difference("TYPE_CHANGED", f"{path}/$ref"))
-    if original.get("not") != update.get("not"):
-        out.append(Difference("NOT_TYPE_CHANGED", f"{path}/not"))
-
-
-def _content_model(schema: dict[str, JsonValue]) -> JsonValue:
-    """True: open; False: closed; a schema: partially open."""
-    extra = schema.get("additionalProperties", True)
-    return True if _is_empty(extra) else extra
-
-
-def _compare_objects(original: dict[str, JsonValue], update: dict[str, JsonValue], path: str,
-                     out: list[Difference]) -> None:
-    before_props = original.get("properties") if isinstance(original.get("properties"), dict) else {}
-    after_props = update.get("properties") if isinstance(update.get("properties"), dict) else {}
-    assert isinstance(before_props, dict) and isinstance(after_props, dict)
-    before_model, after_model = _content_model(original), _content_model(update)
-    after_required = update.get("required") if isinstance(update.get("required"), list) else []
-    before_required = original.get("required") if isinstance(original.get("required"), list) else []
-    assert isinstance(after_required, list) and isinstance(before_required, list)
-    for name in sorted(set(before_props) | set(after_props)):
-        where = f"{path}/properties/{name}"
-        if name in before_props and name in after_props:
-            _compare(before_props[name], after_props[name], where, out)
-        elif name in after_props:  # added: could data the original wrote already hold it, with another shape?
-            prop = after_props[name]
-            if before_model is False:
-                out.append(Difference("OPTIONAL_PROPERTY_ADDED_TO_UNOPEN_CONTENT_MODEL", where))
-            elif before_model is True:
-                out.append(Difference("PROPERTY_WITH_EMPTY_SCHEMA_ADDED_TO_OPEN_CONTENT_MODEL" if _is_empty(prop)
-                                      else "PROPERTY_ADDED_TO_OPEN_CONTENT_MODEL", where))
-            else:
-                covered = all(d.compatible for d in compare(before_model, prop, where))
-                out.append(Difference("PROPERTY_ADDED_IS_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL" if covered
-                                      else "PROPERTY_ADDED_NOT_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL", where))
-        else:  # removed: may the update's model still read what the original wrote there?
-            prop = before_props[name]
-            if after_model is True:
-                out.append(Difference("PROPERTY_REMOVED_FROM_OPEN_CONTENT_MODEL", where))
-            elif after_model is False:
-                out.append(Difference("PROPERTY_WITH_FALSE_REMOVED_FROM_CLOSED_CONTENT_MODEL" if prop is False
-                                      else "PROPERTY_REMOVED_FROM_CLOSED_CONTENT_MODEL", where))
-            else:
-                covered = all(d.compatible for d in compare(prop, after_model, where))
-                out.append(Difference("PROPERTY_REMOVED_IS_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL" if covered
-                                      else "PROPERTY_REMOVED_NOT_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL", where))
-    for name in sorted(set(map(str, after_required)) - set(map(str, before_required))):
-        prop = after_props.get(name)
-        has_default = isinstance(prop, dict) and "default" in prop
-        out.append(Difference("REQUIRED_ATTRIBUTE_WITH_DEFAULT_ADDED" if has_default else "REQUIRED_ATTRIBUTE_ADDED",
-                              f"{path}/required/{name}"))
-    for name in sorted(set(map(str, before_required)) - set(map(str, after_required))):
-        out.append(Difference("REQUIRED_ATTRIBUTE_REMOVED", f"{path}/required/{name}"))
-    if before_model != after_model:
-        where = f"{path}/additionalProperties"
-        if after_model is True:
-            out.append(Difference("ADDITIONAL_PROPERTIES_ADDED", where))
-        elif before_model is True or after_model is False:
-            out.append(Difference("ADDITIONAL_PROPERTIES_REMOVED" if after_model is False
-                                  else "ADDITIONAL_PROPERTIES_NARROWED", where))
-        elif before_model is False:
-            out.append(Difference("ADDITIONAL_PROPERTIES_EXTENDED", where))
-        else:
-            inner = compare(before_model, after_model, where)
-            out.append(Difference("ADDITIONAL_PROPERTIES_EXTENDED" if all(d.compatible for d in inner)
-                                  else "ADDITIONAL_PROPERTIES_NARROWED", where))
-
-
-def _compare_items(original: dict[str, JsonValue], update: dict[str, JsonValue], path: str,
-                   out: list[Difference]) -> None:
-    before, after = original.get("items"), update.get("items")
-    if before == after:
-        return
-    where = f"{path}/items"
-    if isinstance(before, list) and isinstance(after, list):
-        for i in range(max(len(before), len(after))):
-            if i < len(before) and i < len(after):
-                _compare(before[i], after[i], f"{where}/{i}", out)
-            elif i < len(after):
-                out.append(Difference("ITEM_ADDED_TO_CLOSED_CONTENT_MODEL"
-                                      if original.get("additionalItems") is False
-                                      else "ITEM_ADDED_TO_OPEN_CONTENT_MODEL", f"{where}/{i}"))
-            else:
-                out.append(Difference("ITEM_REMOVED_FROM_OPEN_CONTENT_MODEL"
-                                      if update.get("additionalItems", True) is not False
-                                      else "ITEM_REMOVED_FROM_CLOSED_CONTENT_MODEL", f"{where}/{i}"))
-    elif before is None or after is None or isinstance(before, list) or isinstance(after, list):
-        out.append(Difference("SCHEMA_REMOVED" if after is None else "TYPE_CHANGED", where))
-    else:
-        _compare(before, after, where, out)
-
-
-def _compare_combined(original: dict[str, JsonValue], update: dict[str, JsonValue], path: str,
-                      out: list[Difference]) -> None:
-    for key in ("anyOf", "oneOf", "allOf"):
-        before, after = original.get(key), update.get(key)
-        if before == after:
-            continue
-        where = f"{path}/{key}"
-        if not isinstance(before, list) or not isinstance(after, list):
-            out.append(Difference("COMBINED_TYPE_CHANGED", where))
-            continue
-
-        if key == "allOf":
-            narrowed = _matched(after, before, where)  # every remaining conjunct was there: fewer constraints
-            out.append(Difference("PRODUCT_TYPE_NARROWED" if narrowed else "PRODUCT_TYPE_EXTENDED", where))
-        else:
-            extended = _matched(before, after, where)  # every old alternative can still be read
-            out.append(Difference("SUM_TYPE_EXTENDED" if extended else "SUM_TYPE_NARROWED", where))
-
-
-def _matched(subs: list[JsonValue], into: list[JsonValue], where: str) -> bool:
-    """Every schema of `subs` is read by one of `into` (compatibly)."""
-    return all(any(all(d.compatible for d in compare(s, t, where)) for t in into) for s in subs)
+    for left in edges:
+        augment(left, set())
+    return {left: right for right, left in owner.items()}

@@ -8,7 +8,8 @@ resolved against the schema's `$id`): an unresolvable `$ref` is refused at regis
 producer first meets it.
 
 Compatibility has no well-kept Python library (the one on PyPI, jsonsubschema, is a 0.0.x research tool),
-so it is Confluent's documented rules, re-implemented in `json_diff`.
+so it is Confluent's own comparison (`SchemaDiff`), followed rule by rule in `json_diff` over the schema model
+Confluent's loader builds (`json_model`).
 
 This module must never validate data: only schemas.
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urljoin
 
 import jsonschema
@@ -39,12 +40,14 @@ class JsonSchema:
     document: JsonValue
     canonical: str
     schema_type: str = "JSON"
+    references: dict[str, JsonValue] = field(default_factory=dict, compare=False)  # name -> document
 
     def compatibility_errors(self, previous: ParsedSchema) -> list[str]:
         if not isinstance(previous, JsonSchema):
             return [f"{{errorType:'TYPE_CHANGED', description:'the old schema is {previous.schema_type}, not JSON'}}"]
         return [f"{{errorType:'{d.kind}', description:'{d.description}'}}"
-                for d in compare(previous.document, self.document) if not d.compatible]
+                for d in compare(previous.document, self.document, previous.references, self.references)
+                if not d.compatible]
 
 
 def _document(text: str, what: str) -> JsonValue:
@@ -90,10 +93,12 @@ def _check_refs(data: JsonValue, names: set[str], what: str) -> None:
 
 def parse_json(text: str, references: tuple[ResolvedReference, ...]) -> JsonSchema:
     known: set[str] = set()
+    documents: dict[str, JsonValue] = {}
     for ref in flatten(references):
         ref_doc = _document(ref.schema, f"reference '{ref.name}' (subject '{ref.subject}' version {ref.version})")
         _check_refs(ref_doc, {r.name for r in flatten(ref.references)}, f"reference '{ref.name}'")
         known.add(ref.name)
+        documents[ref.name] = ref_doc
     data = _document(text, "the schema")
     _check_refs(data, known, "the schema")
-    return JsonSchema(data, json.dumps(data, separators=(",", ":")))
+    return JsonSchema(data, json.dumps(data, separators=(",", ":")), references=documents)

@@ -22,11 +22,14 @@ from kelp.json_types import JsonObject, JsonValue
 
 __all__ = ["SCHEMA_TYPES", "LEVELS", "MODES", "DEFAULT_LEVEL", "DEFAULT_MODE", "Reference", "SchemaVersion",
            "RecordKey", "schema_key", "config_key", "mode_key", "encode", "decode_key", "decode_version",
-           "MAX_VERSION"]
+           "MAX_VERSION", "READ_ONLY_MODES"]
 
 SCHEMA_TYPES = ("AVRO", "JSON", "PROTOBUF")
 LEVELS = ("NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE")
-MODES = ("READWRITE", "READONLY", "IMPORT")
+MODES = ("READWRITE", "READONLY", "READONLY_OVERRIDE", "IMPORT")
+# READONLY_OVERRIDE is READONLY that a subject's own mode cannot lift when it is the global mode (Confluent's
+# getModeInScope): the way to freeze a whole registry, e.g. while it is migrated.
+READ_ONLY_MODES = frozenset({"READONLY", "READONLY_OVERRIDE"})
 DEFAULT_LEVEL = "BACKWARD"
 DEFAULT_MODE = "READWRITE"
 MAX_VERSION = (1 << 31) - 1

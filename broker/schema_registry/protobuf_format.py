@@ -43,13 +43,15 @@ class ProtobufSchema:
     messages: dict[str, MessageInfo]  # by full name, this file's own
     canonical: str
     schema_type: str = "PROTOBUF"
+    imported: dict[str, MessageInfo] = field(default_factory=dict, compare=False)  # the references' messages
 
     def compatibility_errors(self, previous: ParsedSchema) -> list[str]:
         if not isinstance(previous, ProtobufSchema):
             return [f"{{errorType:'TYPE_CHANGED', description:'the old schema is {previous.schema_type}, "
                     "not PROTOBUF'}"]
         return [f"{{errorType:'{kind}', description:'{kind} at path {path}'}}"
-                for kind, path in compare(previous.package, previous.messages, self.package, self.messages)]
+                for kind, path in compare(previous.package, previous.messages, self.package, self.messages,
+                                          previous.imported, self.imported)]
 
 
 class _Raise(ErrorListener):  # type: ignore[misc]  # antlr4's runtime ships no types
@@ -135,8 +137,8 @@ def _field(index: _Index, builtin: bool, scope: str, raw: ast.Field | ast.MapFie
 
     if isinstance(raw, ast.MapField):
         _, key = named(raw.key_type)
-        _, value = named(raw.value_type)
-        return FieldInfo(raw.name, raw.number, "MAP", value, "REPEATED", oneof, key)
+        value_kind, value = named(raw.value_type)
+        return FieldInfo(raw.name, raw.number, "MAP", value, "REPEATED", oneof, key, value_kind)
     kind, type_name = named(raw.type)
     label = raw.cardinality.value if raw.cardinality is not None and raw.cardinality.value != "OPTIONAL" else ""
     return FieldInfo(raw.name, raw.number, kind, type_name, label, oneof)
@@ -161,13 +163,35 @@ def _messages(index: _Index, builtin: bool, prefix: str, elements: list[ast.Mess
         _messages(index, builtin, f"{info.full_name}.", element.elements, out, what)
 
 
-def _index_references(index: _Index, references: tuple[ResolvedReference, ...]) -> None:
+def _index_references(index: _Index, references: tuple[ResolvedReference, ...]
+                      ) -> list[tuple[ResolvedReference, ast.File]]:
+    """Add the names every reference defines to `index`; the references with their parsed files."""
+    files = []
     for ref in flatten(references):
         what = f"reference '{ref.name}' (subject '{ref.subject}' version {ref.version})"
         ref_file = parse_tree(ref.schema, what)
         _check_imports(ref_file, {r.name for r in flatten(ref.references)}, what)
         package = _package(ref_file)
         index.add(f"{package}." if package else "", ref_file.file_elements)
+        files.append((ref, ref_file))
+    return files
+
+
+def _imported(files: list[tuple[ResolvedReference, ast.File]]) -> dict[str, MessageInfo]:
+    """The messages the references define, by full name, each with its file's package and the reference's
+    subject and version (Confluent follows a field's message type into the reference that defines it)."""
+    out: dict[str, MessageInfo] = {}
+    for ref, ref_file in files:
+        what = f"reference '{ref.name}' (subject '{ref.subject}' version {ref.version})"
+        builtin = _check_imports(ref_file, {r.name for r in flatten(ref.references)}, what)
+        package = _package(ref_file)
+        found: dict[str, MessageInfo] = {}
+        _messages(type_index(ref_file, ref.references), builtin, f"{package}." if package else "",
+                  ref_file.file_elements, found, what)
+        for info in found.values():
+            info.package, info.reference = package, (ref.subject, ref.version)
+        out.update(found)
+    return out
 
 
 def type_index(file: ast.File, references: tuple[ResolvedReference, ...]) -> _Index:
@@ -181,7 +205,7 @@ def type_index(file: ast.File, references: tuple[ResolvedReference, ...]) -> _In
 
 def parse_protobuf(text: str, references: tuple[ResolvedReference, ...]) -> ProtobufSchema:
     index = _Index()
-    _index_references(index, references)
+    files = _index_references(index, references)
     file = parse_tree(text, "the schema")
     builtin = _check_imports(file, {r.name for r in flatten(references)}, "the schema")
     package = _package(file)
@@ -189,4 +213,6 @@ def parse_protobuf(text: str, references: tuple[ResolvedReference, ...]) -> Prot
     index.add(prefix, file.file_elements)
     messages: dict[str, MessageInfo] = {}
     _messages(index, builtin, prefix, file.file_elements, messages, "the schema")
-    return ProtobufSchema(package, messages, Generator().generate(file))
+    for info in messages.values():
+        info.package = package
+    return ProtobufSchema(package, messages, Generator().generate(file), imported=_imported(files))

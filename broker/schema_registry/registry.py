@@ -26,9 +26,10 @@ from kelp.json_types import JsonData, JsonObject
 
 from ..cpu_work import run_cpu
 from . import errors
+from .compat import first_incompatible
 from .errors import RegistryError, incompatible, not_permitted, schema_not_found, subject_not_found, version_not_found
 from .formats import parse
-from .model import Reference, SchemaVersion, config_key, encode, mode_key, schema_key
+from .model import READ_ONLY_MODES, Reference, SchemaVersion, config_key, encode, mode_key, schema_key
 from .parsed import ParsedSchema, ResolvedReference
 from .protobuf_descriptor import to_serialized
 from .requests import LATEST, SchemaRequest, check_subject
@@ -40,10 +41,6 @@ __all__ = ["SchemaRegistry", "WRITE_OPS"]
 MAX_REFERENCE_DEPTH = 32
 WRITE_OPS = ("register", "delete_version", "delete_subject", "set_config", "delete_config", "set_mode",
              "delete_mode")
-
-
-# A client's schema longer than this is parsed on the CPU pool, not on the event loop.
-OFF_LOOP_SCHEMA_CHARS = 16 * 1024
 
 class SchemaRegistry:
     def __init__(self, log: SchemaLog) -> None:
@@ -77,24 +74,35 @@ class SchemaRegistry:
 
     def parse_schema(self, state: RegistryState, schema: str, schema_type: str, refs: tuple[Reference, ...]
                      ) -> ParsedSchema:
-        """The parsed schema (remembered: parsing is the costly part of every request)."""
+        """The parsed schema (remembered: parsing is the costly part of every request). Blocking."""
+        return self.parse_resolved(schema_type, schema, refs, self.resolve(state, refs, schema_type))
+
+    def parse_resolved(self, schema_type: str, schema: str, refs: tuple[Reference, ...],
+                        resolved: tuple[ResolvedReference, ...]) -> ParsedSchema:
+        """`parse_schema` with the references already resolved: it touches no `RegistryState`, which the loop
+        changes while `_schemas` is read, so it may run on the CPU pool."""
         key = (schema_type, schema, refs)
         cached = self._parsed.get(key)
         if cached is None:
-            cached = parse(schema_type, schema, self.resolve(state, refs, schema_type))
+            cached = parse(schema_type, schema, resolved)
             if len(self._parsed) > 10_000:
                 self._parsed.clear()
             self._parsed[key] = cached
+            # and under its canonical text, which is what a registered version stores: the compatibility check
+            # of the next version finds it parsed (a 1 MB Avro schema parses for tens of seconds)
+            self._parsed.setdefault((schema_type, cached.canonical, refs), cached)
         return cached
 
     async def parsed(self, state: RegistryState, schema: str, schema_type: str, refs: tuple[Reference, ...]
                      ) -> ParsedSchema:
-        """`parse_schema` for a client's schema: one over `OFF_LOOP_SCHEMA_CHARS` not parsed yet is parsed on the CPU
-        pool (a schema of thousands of fields parses for tens of milliseconds, which the event loop must not
-        spend: issue 33's loop-lag guard)."""
-        if len(schema) <= OFF_LOOP_SCHEMA_CHARS or (schema_type, schema, refs) in self._parsed:
-            return self.parse_schema(state, schema, schema_type, refs)
-        return await run_cpu(self.parse_schema, state, schema, schema_type, refs)
+        """`parse_schema` for a client's schema, on the CPU pool unless it was parsed before (a schema of
+        thousands of fields parses for tens of milliseconds to seconds, which the event loop must not spend:
+        issue 33's loop-lag guard, issue 37). Its references are resolved here, on the loop, against `state`."""
+        cached = self._parsed.get((schema_type, schema, refs))
+        if cached is not None:
+            return cached
+        resolved = self.resolve(state, refs, schema_type)
+        return await run_cpu(self.parse_resolved, schema_type, schema, refs, resolved)
 
     def _pinned(self, state: RegistryState, refs: tuple[Reference, ...]) -> tuple[Reference, ...]:
         """References with `latest` (-1) replaced by the version it is now, as stored."""
@@ -119,22 +127,26 @@ class SchemaRegistry:
                 return sv
         raise version_not_found(subject, version)
 
-    def compatibility_errors(self, state: RegistryState, level: str, new: ParsedSchema,
-                             previous: list[SchemaVersion]) -> list[str]:
+    async def compatibility_errors(self, state: RegistryState, level: str, new: ParsedSchema,
+                                   previous: list[SchemaVersion]) -> list[str]:
+        """Why `new` may not follow `previous` at `level` (`compat.first_incompatible`): the earlier versions'
+        references resolved here, on the loop; their parsing and the comparisons on the CPU pool (a large or
+        deeply combined schema compares for as long as parsing it takes)."""
         if level == "NONE" or not previous:
             return []
         targets = previous if level.endswith("_TRANSITIVE") else previous[-1:]
-        for sv in reversed(targets):
-            old = self.parse_schema(state, sv.schema, sv.schema_type, sv.references)
-            found: list[str] = []
-            if level.startswith(("BACKWARD", "FULL")):
-                found += new.compatibility_errors(old)
-            if level.startswith(("FORWARD", "FULL")):
-                found += old.compatibility_errors(new)
-            if found:
-                return found + [f"{{oldSchemaVersion: {sv.version}}}", f"{{oldSchema: '{sv.schema}'}}",
-                                f"{{compatibility: '{level}'}}"]
-        return []
+        resolved = [(sv, self.resolve(state, sv.references, sv.schema_type)) for sv in targets]
+        return await run_cpu(self._level_errors, level, new, resolved)
+
+    def _level_errors(self, level: str, new: ParsedSchema,
+                      targets: list[tuple[SchemaVersion, tuple[ResolvedReference, ...]]]) -> list[str]:
+        parsed = [self.parse_resolved(sv.schema_type, sv.schema, sv.references, refs) for sv, refs in targets]
+        failed = first_incompatible(level, new, parsed)
+        if failed is None:
+            return []
+        sv = targets[failed[0]][0]
+        return failed[1] + [f"{{oldSchemaVersion: {sv.version}}}", f"{{oldSchema: '{sv.schema}'}}",
+                            f"{{compatibility: '{level}'}}"]
 
     # -- reads (any broker) ---------------------------------------------------------------------------------
     async def state(self) -> RegistryState:
@@ -165,7 +177,7 @@ class SchemaRegistry:
         else:
             previous = [self.find(state, subject, version, deleted=False)]
             level = level.removesuffix("_TRANSITIVE")
-        found = self.compatibility_errors(state, level, parsed, previous)
+        found = await self.compatibility_errors(state, level, parsed, previous)
         out: JsonObject = {"is_compatible": not found}
         if verbose:
             out["messages"] = list(found)
@@ -189,8 +201,8 @@ class SchemaRegistry:
             return result
 
     def _writable(self, state: RegistryState, subject: str) -> None:
-        if state.mode(subject) == "READONLY":
-            raise not_permitted(f"Subject {subject} is in read-only mode")
+        if state.mode(subject) in READ_ONLY_MODES:
+            raise not_permitted(f"Subject {subject} is in read-only mode ({state.mode(subject)})")
 
     async def _register(self, state: RegistryState, subject: str, body: JsonObject) -> JsonObject:
         from .requests import schema_request
@@ -226,7 +238,7 @@ class SchemaRegistry:
                 raise RegistryError(422, errors.ID_DOES_NOT_MATCH, f"Version {version} of subject '{subject}' "
                                     f"already holds another schema (id {taken.schema_id})")
         else:
-            found = self.compatibility_errors(state, state.level(subject), parsed, live)
+            found = await self.compatibility_errors(state, state.level(subject), parsed, live)
             if found:
                 raise incompatible(subject, found)
             schema_id = state.id_of.get(identity, state.max_id + 1)
@@ -313,6 +325,6 @@ class SchemaRegistry:
         if subject is not None and subject not in state.modes:
             raise RegistryError(404, errors.SUBJECT_MODE_NOT_CONFIGURED, f"Subject '{subject}' does not have "
                                 "subject-level mode configured")
-        previous = state.mode(subject)
+        previous = state.own_mode(subject)
         await self.log.append([(mode_key(subject), None)])
         return {"mode": previous}

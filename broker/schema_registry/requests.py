@@ -3,7 +3,7 @@
 Why: every route takes a subject and many a version or a schema body; checking them in one place gives
 every bad input the same Confluent code and a message naming what was wrong — 42208 for a subject name,
 42202 for a version, 42201 for a schema body (an unknown `schemaType`, malformed `references`, a missing
-`schema`), 42203 for a compatibility level, 42204 for a mode.
+`schema`, a schema over `MAX_SCHEMA_BYTES`), 42203 for a compatibility level, 42204 for a mode.
 
 Subject names: Confluent's rule (not empty, no control characters) plus no `/` or `\\`, `.` or `..`, since a
 subject is a path segment of this API: a name that cannot be written in a URL without encoding a
@@ -29,7 +29,13 @@ from .errors import (
 from .model import LEVELS, MAX_VERSION, MODES, SCHEMA_TYPES, Reference
 from .protobuf_descriptor import from_serialized, looks_serialized
 
-__all__ = ["SchemaRequest", "check_subject", "parse_version", "schema_request", "level_of", "mode_of", "LATEST"]
+__all__ = ["SchemaRequest", "check_subject", "parse_version", "schema_request", "level_of", "mode_of", "LATEST",
+           "MAX_SCHEMA_BYTES"]
+
+# The largest schema text (UTF-8) Kelp registers or checks: Confluent's registry takes no request body over
+# `size.limit.filter.max.request.body.size`, 1,048,576 bytes by default. A schema of 30,000 Avro fields is ~1 MB and
+# parses for seconds (on the CPU pool: never on the loop); past the limit it is refused before it is parsed.
+MAX_SCHEMA_BYTES = 1_048_576
 
 LATEST = -1
 MAX_SUBJECT_CHARS = 4096
@@ -100,6 +106,10 @@ def schema_request(body: JsonValue) -> SchemaRequest:
     if not isinstance(schema, str) or not schema.strip():
         raise invalid_schema(schema_type, "the request body needs 'schema', the schema as a non-empty string, "
                                           f"got {schema!r}"[:300])
+    size = len(schema) if len(schema) * 4 <= MAX_SCHEMA_BYTES else len(schema.encode("utf-8", "surrogatepass"))
+    if size > MAX_SCHEMA_BYTES:
+        raise invalid_schema(schema_type, f"the schema is {size} bytes, over the limit of {MAX_SCHEMA_BYTES} bytes "
+                                          "(1 MiB: Confluent's size.limit.filter.max.request.body.size default)")
     if schema_type == "PROTOBUF" and looks_serialized(schema):  # confluent-kafka's serializers send this form
         schema = from_serialized(schema)
     raw_refs = body.get("references") or []
@@ -134,6 +144,6 @@ def mode_of(body: JsonValue) -> str:
     raw = body.get("mode") if isinstance(body, dict) else None
     mode = raw.upper() if isinstance(raw, str) else raw
     if mode not in MODES:
-        raise RegistryError(422, INVALID_MODE, f"Invalid mode. Valid values are READWRITE, READONLY and IMPORT "
-                                               f"(the body's 'mode' is {raw!r})")
+        raise RegistryError(422, INVALID_MODE, "Invalid mode. Valid values are READWRITE, READONLY, "
+                                               f"READONLY_OVERRIDE and IMPORT (the body's 'mode' is {raw!r})")
     return str(mode)

@@ -38,9 +38,11 @@ class RegistryState:
         self.next_offset = 0  # the offset of the next `_schemas` record to apply
 
     # -- applying records ------------------------------------------------------------------------------
-    def apply(self, offset: int, key: bytes | None, value: bytes | None) -> None:
+    def apply(self, offset: int, key: bytes | None, value: bytes | None, decoded: SchemaVersion | None = None
+              ) -> None:
         """Apply the record at `offset`; one this registry cannot read is logged and skipped (never fatal:
-        every broker must go on serving what it can read)."""
+        every broker must go on serving what it can read). `decoded`: the value of a SCHEMA record, decoded
+        already (`store` decodes a large one on the CPU pool)."""
         self.next_offset = offset + 1
         if key is None:
             return
@@ -51,7 +53,7 @@ class RegistryState:
                 if value is None:
                     self._remove(k.subject, k.version)
                 else:
-                    self._put(decode_version(value))
+                    self._put(decoded if decoded is not None else decode_version(value))
             elif k.keytype in ("CONFIG", "MODE"):
                 self._setting(k.keytype, k.subject, value)
             elif k.keytype in ("DELETE_SUBJECT", "CLEAR_SUBJECT") and k.subject is not None:
@@ -128,6 +130,13 @@ class RegistryState:
         return self.configs.get(None, DEFAULT_LEVEL)
 
     def mode(self, subject: str | None) -> str:
+        """The mode in force for `subject`: a global READONLY_OVERRIDE, else its own, else the global one."""
+        if self.modes.get(None) == "READONLY_OVERRIDE":
+            return "READONLY_OVERRIDE"
+        return self.own_mode(subject)
+
+    def own_mode(self, subject: str | None) -> str:
+        """The mode set for `subject`, else the global one (what `GET /mode/{subject}` shows)."""
         if subject is not None and subject in self.modes:
             return self.modes[subject]
         return self.modes.get(None, DEFAULT_MODE)

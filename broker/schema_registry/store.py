@@ -27,17 +27,27 @@ import time
 from collections.abc import Sequence
 
 from kelp.errors import KelpError, OffsetOutOfRangeError
-from kelp.records import Record, build_batch, iter_records
+from kelp.records.build import build_batch
+from kelp.records.record import Record, iter_records
 
+from ..cpu_work import run_cpu
 from ..parts import BrokerParts
 from ..replica.results import FetchPartition, SegmentSlice
 from .errors import OPERATION_TIMEOUT, UNKNOWN_LEADER, RegistryError, store_error
+from .model import SchemaVersion, decode_version
 from .state import RegistryState
 
 __all__ = ["SchemaLog", "TOPIC", "read_records", "b64"]
 
 TOPIC = "_schemas"
 READ_BYTES = 1 << 20
+# `_schemas`' max.message.bytes: a record holds a schema of up to `requests.MAX_SCHEMA_BYTES` (1 MiB) written as a
+# JSON string, which escaping makes longer (a quote becomes two bytes, a control character six); the broker's
+# default (1 MiB) refused the record of a schema of 1 MB. Set when Kelp creates the topic.
+MESSAGE_MAX_BYTES = 8 << 20
+# A record larger than this is encoded into its batch, and decoded from `_schemas`, on the CPU pool: a 1 MB schema's
+# record took 150 ms to build and 75 ms to decode, which the event loop must not spend (issue 33's bound).
+OFF_LOOP_RECORD_BYTES = 64 << 10
 SYNC_TIMEOUT_S = 10.0
 COMMIT_WAIT_S = 5.0
 APPEND_TIMEOUT_MS = 10_000
@@ -86,12 +96,14 @@ class SchemaLog:
         return part is not None and part.is_leader
 
     async def create(self) -> None:
-        """Create `_schemas` (compacted, one partition) unless it exists; 50001 while it cannot be created."""
+        """Create `_schemas` (compacted, one partition, records up to `MESSAGE_MAX_BYTES`) unless it exists; 50001
+        while it cannot be created."""
         if self.exists():
             return
         cluster = self.parts.cluster
         try:
-            await cluster.ensure_internal_topic(TOPIC, partitions=1, configs={"cleanup.policy": "compact"})
+            configs = {"cleanup.policy": "compact", "max.message.bytes": str(MESSAGE_MAX_BYTES)}
+            await cluster.ensure_internal_topic(TOPIC, partitions=1, configs=configs)
         except KelpError as exc:
             raise store_error(f"the registry's topic '{TOPIC}' could not be created: {exc}") from None
 
@@ -112,7 +124,10 @@ class SchemaLog:
                 for offset, key, value in records:
                     if offset >= end:
                         break
-                    self.state.apply(offset, key, value)
+                    decoded = None
+                    if value is not None and len(value) > OFF_LOOP_RECORD_BYTES:
+                        decoded = await run_cpu(_decoded, value)
+                    self.state.apply(offset, key, value, decoded)
                 if records and records[0][0] >= end:  # the offsets below `end` were compacted away
                     self.state.next_offset = max(self.state.next_offset, end)
                 if self.state.next_offset >= end:
@@ -156,12 +171,23 @@ class SchemaLog:
 
     async def append(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
         """Append `records` in one batch with acks=all, then apply them (and anything before)."""
-        batch = build_batch([Record(key=k, value=v) for k, v in records])
+        batch_records = [Record(key=k, value=v) for k, v in records]
+        large = sum(len(k) + len(v or b"") for k, v in records) > OFF_LOOP_RECORD_BYTES
+        batch = await run_cpu(build_batch, batch_records) if large else build_batch(batch_records)
         try:
             await self.parts.cluster.append(TOPIC, 0, batch, acks=-1, timeout_ms=APPEND_TIMEOUT_MS)
         except KelpError as exc:
             raise store_error(f"writing to '{TOPIC}' failed: {exc}") from None
         await self.sync()
+
+
+def _decoded(value: bytes) -> SchemaVersion | None:
+    """A SCHEMA record's value decoded (on the CPU pool), or None for one that is not (a CONFIG or MODE value,
+    or an unreadable one: `RegistryState.apply` decodes it again and says why it skips it)."""
+    try:
+        return decode_version(value)
+    except ValueError:
+        return None
 
 
 def b64(data: bytes | None) -> str | None:

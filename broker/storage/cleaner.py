@@ -52,17 +52,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from kelp.clock import WallClockMs, wall_clock_ms
-from kelp.records import (
+from kelp.records.build import rebuild_batch
+from kelp.records.header import (
     DELETE_HORIZON_MASK,
     HEADER_SIZE,
     TIMESTAMP_TYPE_MASK,
     BatchInfo,
-    Record,
-    batch_records,
     read_header,
-    rebuild_batch,
     rewrite_header,
 )
+from kelp.records.record import Record, batch_records
 
 from .checkpoint import fsync_dir, write_atomically
 from .loader import CLEANED_SUFFIX, SWAP_MARKER

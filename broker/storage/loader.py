@@ -27,9 +27,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kelp.records import HEADER_SIZE, BatchInfo, scan_valid_prefix
+from kelp.config.log_config import LogConfig
+from kelp.records.header import HEADER_SIZE, BatchInfo
+from kelp.records.validation import scan_valid_prefix
 
-from .config import LogConfig
 from .offset_index import OffsetIndex
 from .segment import (
     INDEX_SUFFIX,

@@ -1,7 +1,8 @@
 """The log of one partition replica: an ordered list of segments with one active tail.
 
 Why it exists: it is the only writer of a partition's directory. As leader it
-validates a produce request's batches (per batch: sizes, CRC, offsets), gives
+validates a produce request's batches (per batch: sizes, CRC, offsets — one walk over
+their headers, `validate`, whose `BatchInfo`s the replica layer hands back), gives
 them offsets and the leader epoch in place and appends them; as follower it
 appends batches keeping their offsets. It rolls segments by size/time/index
 space, and owns the segment list, its state (offsets, checkpoint values) and
@@ -37,19 +38,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kelp.clock import WallClockMs, wall_clock_ms
+from kelp.config.log_config import LogConfig
 from kelp.errors import InvalidRecordError, KafkaStorageError, KelpError
-from kelp.records import (
-    COMPRESSION_NAMES,
-    BatchInfo,
-    assign_offsets,
-    parse_batches,
-    recompress,
-    records_have_keys,
-    set_log_append_time,
-)
+from kelp.records.build import recompress
+from kelp.records.compression import COMPRESSION_NAMES
+from kelp.records.header import BatchInfo, assign_offsets, set_log_append_time
+from kelp.records.record import records_have_keys
+from kelp.records.validation import check_sizes, parse_batches
 
 from .checkpoint import PartitionCheckpoint
-from .config import LogConfig
 from .leader_epoch import LeaderEpochCache
 from .loader import load_segments
 from .log_durability import LogDurability
@@ -254,11 +251,40 @@ class Log(LogReads, LogRolls, LogRetention, LogTruncation, LogDurability, LogTra
 
     # ----------------------------------------------------------------- appends
 
+    def validate(self, data: bytes | bytearray | memoryview, *, origin: str = "client",
+                 limit_size: bool = True) -> list[BatchInfo]:
+        """The one walk over `data`'s batch headers an append as leader makes: sizes (with `limit_size`, each
+        batch against `max.message.bytes`), magic, CRC (`parse_batches`), then the log's own rules per batch (a
+        record count its last offset delta agrees with, a known codec, control batches only from the
+        coordinator). Raises `CorruptRecordError`, `RecordTooLargeError`, `InvalidRecordError`,
+        `UnsupportedForMessageFormatError` naming the partition. The `BatchInfo`s it returns are what
+        `append_as_leader(batches=...)` takes, so the leader's checks before the append read no header again.
+        """
+        batches = self._parse(data, limit_size=limit_size)
+        for info in batches:
+            if info.record_count <= 0:
+                raise InvalidRecordError(f"{self.name}: batch at byte {info.position} holds no records")
+            if info.last_offset_delta != info.record_count - 1:
+                raise InvalidRecordError(
+                    f"{self.name}: batch at byte {info.position} has {info.record_count} records "
+                    f"but last offset delta {info.last_offset_delta}"
+                )
+            if info.compression not in COMPRESSION_NAMES:
+                raise InvalidRecordError(f"{self.name}: batch at byte {info.position} uses unknown compression "
+                                         f"{info.compression}")
+            if info.is_control and origin != "coordinator":
+                raise InvalidRecordError(f"{self.name}: clients may not produce control batches")
+        return batches
+
     def append_as_leader(
         self, data: bytes | bytearray | memoryview, *, leader_epoch: int, origin: str = "client",
-        defer_flush: bool = False, defer_roll: bool = False,
+        defer_flush: bool = False, defer_roll: bool = False, batches: list[BatchInfo] | None = None,
     ) -> AppendResult:
         """Validate `data`'s batches, assign offsets and `leader_epoch`, append. Per batch only.
+
+        `batches`: what `validate(data, origin=origin)` returned for these very bytes, when the caller
+        validated them first (the leader's path does, before its producer-state checks): no header is read
+        again; only `max.message.bytes` is checked again on them (a rebuild in another codec changes sizes).
 
         When `flush.messages` is reached the append fsyncs (outside the lock) before it returns — unless
         `defer_flush`: then the result says `flush_due` and the caller runs `flush()` itself, in a worker
@@ -277,20 +303,13 @@ class Log(LogReads, LogRolls, LogRetention, LogTruncation, LogDurability, LogTra
         `CorruptRecordError`, `RecordTooLargeError`, `InvalidRecordError`,
         `UnsupportedForMessageFormatError` naming the partition and the limit.
         """
-        batches = self._parse(data)
-        for info in batches:
-            if info.record_count <= 0:
-                raise InvalidRecordError(f"{self.name}: batch at byte {info.position} holds no records")
-            if info.last_offset_delta != info.record_count - 1:
-                raise InvalidRecordError(
-                    f"{self.name}: batch at byte {info.position} has {info.record_count} records "
-                    f"but last offset delta {info.last_offset_delta}"
-                )
-            if info.compression not in COMPRESSION_NAMES:
-                raise InvalidRecordError(f"{self.name}: batch at byte {info.position} uses unknown compression "
-                                         f"{info.compression}")
-            if info.is_control and origin != "coordinator":
-                raise InvalidRecordError(f"{self.name}: clients may not produce control batches")
+        if batches is None:
+            batches = self.validate(data, origin=origin)
+        else:
+            try:
+                check_sizes(batches, self.config.max_message_bytes)
+            except KelpError as exc:
+                raise self._named(exc) from None
         # A writable buffer (the produce request's own frame) is rewritten in place: no copy.
         if isinstance(data, bytearray) or (isinstance(data, memoryview) and not data.readonly):
             buf = data
@@ -375,11 +394,15 @@ class Log(LogReads, LogRolls, LogRetention, LogTruncation, LogDurability, LogTra
                 self.flush()
         return result
 
-    def _parse(self, data: bytes | bytearray | memoryview) -> list[BatchInfo]:
+    def _parse(self, data: bytes | bytearray | memoryview, *, limit_size: bool = True) -> list[BatchInfo]:
         try:
-            return parse_batches(data, max_batch_bytes=self.config.max_message_bytes)
+            return parse_batches(data, max_batch_bytes=self.config.max_message_bytes if limit_size else None)
         except KelpError as exc:
-            raise type(exc)(f"{self.name}: {exc}") from None
+            raise self._named(exc) from None
+
+    def _named(self, exc: KelpError) -> KelpError:
+        """A check's error, naming this log."""
+        return type(exc)(f"{self.name}: {exc}")
 
     def _append(self, data: bytes | bytearray | memoryview, batches: list[BatchInfo], now_ms: int, *,
                 defer_roll: bool = False) -> tuple[bool, bool]:

@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Callable, Container, Iterable
 
 from kelp.clock import WallClockMs, wall_clock_ms
+from kelp.config.log_config import LogConfig
 from kelp.errors import KafkaStorageError
 
 from .cleaner import DEFAULT_DEDUPE_BUFFER_BYTES, LogCleaner
-from .config import LogConfig
 from .log import Log
 from .partition_metadata import read_topic_id, write_topic_id
 

@@ -21,7 +21,7 @@ from typing import BinaryIO, Iterator
 
 from kelp.control_records import ControlMarker, read_marker
 from kelp.errors import OffsetOutOfRangeError
-from kelp.records import BatchInfo, whole_batches_end
+from kelp.records.header import BatchInfo, whole_batches_end
 
 from .log_state import LogState
 from .segment import LogSegment, iter_file_headers
@@ -151,7 +151,7 @@ class LogReads(LogState):
         Uses the time index to find the batch, then decodes that one batch to
         find the record (ListOffsets is not the hot path).
         """
-        from kelp.records import batch_records
+        from kelp.records.record import batch_records
 
         with self._lock:
             self._check_open()

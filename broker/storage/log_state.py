@@ -14,7 +14,8 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from .config import LogConfig
+from kelp.config.log_config import LogConfig
+
 from .leader_epoch import LeaderEpochCache
 from .segment import LogSegment
 

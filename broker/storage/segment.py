@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from kelp.records import HEADER_SIZE, LENGTH_AT, LOG_OVERHEAD, BatchInfo, iter_headers, read_header
+from kelp.records.header import HEADER_SIZE, LENGTH_AT, LOG_OVERHEAD, BatchInfo, iter_headers, read_header
 
 from .offset_index import OffsetIndex
 from .time_index import NO_TIMESTAMP, TimeIndex

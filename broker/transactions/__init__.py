@@ -20,8 +20,9 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
+from kelp.config.broker import BrokerConfig
+
 from ..cluster.member import ClusterMember
-from ..config import BrokerConfig
 from ..replica.manager import ReplicaManager
 from ..storage import LogManager
 from ..topic_manager import TopicManager

@@ -17,10 +17,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from kelp.config.broker import BrokerConfig
 from kelp.errors import ErrorCode
 
 from ..cluster.member import ClusterMember
-from ..config import BrokerConfig
 from ..groups.coordinator_lookup import CREATE_WAIT_S, CoordinatorLocation
 from ..topic_manager import TopicManager
 from .coordinator import TransactionCoordinator

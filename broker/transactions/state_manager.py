@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Iterator, Protocol
 
 from kelp.clock import WallClockMs
 from kelp.errors import ErrorCode
-from kelp.records import build_batch
+from kelp.records.build import build_batch
 
 from ..groups.append_errors import group_write_error_code
 from ..groups.offsets_store import replay_log

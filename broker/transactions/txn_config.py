@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import BrokerConfig
+from kelp.config.broker import BrokerConfig
+
 from ..groups.placement import java_string_hashcode
 
 __all__ = ["TXN_TOPIC", "TxnConfig", "partition_for_txn"]

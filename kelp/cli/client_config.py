@@ -32,8 +32,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from kafka.protocol.metadata import ApiVersionsRequest
-
 from kelp.kafka_client import AuthenticationFailed, BlockingConnection, BrokerUnavailable, ConnectionSecurity
 from kelp.kafka_client.security import connection_security, read_client_properties
 
@@ -134,7 +132,7 @@ def check_kafka_security(addresses: list[tuple[str, int]], security: ConnectionS
         try:
             with BlockingConnection(host, port, client_id="kelp-cli", timeout_s=max(timeout_s, 1.0),
                                     security=security) as conn:  # the handshake and authentication are the check
-                conn.request(ApiVersionsRequest(client_software_name="kelp-cli", client_software_version="1"), 3)
+                conn.api_versions()
             return
         except AuthenticationFailed as exc:
             raise CliError(f"authentication to Kafka at {host}:{port} failed ({security.protocol}): {exc}; "

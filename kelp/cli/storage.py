@@ -24,9 +24,9 @@ __all__ = ["register"]
 
 def cmd_format(args: argparse.Namespace) -> int:
     from kelp.broker.cluster.bootstrap import AlreadyFormatted, describe_store, format_metadata, metadata_log_for
-    from kelp.broker.config import BrokerConfig
-    from kelp.broker.security.scram import ScramError, parse_add_scram
+    from kelp.config.broker import BrokerConfig
     from kelp.errors import ConfigError
+    from kelp.security.scram import ScramError, parse_add_scram
 
     overrides: dict[str, object] = {}
     for item in args.set or []:

@@ -10,14 +10,21 @@ and retries; they now share this package:
 - `framing`: a request to bytes, a reply's bytes to a response, both with
   kafka-python's schema classes (no codec is written here); the reply's size
   bound and correlation id checked first. Pure.
-- `BlockingConnection`, `AsyncConnection`: one broker, one request in flight,
+- `protocol`: `ClientProtocol`, the protocol of one connection with no I/O
+  (the sans-I/O style of h11 and hyper's h2): requests and received bytes
+  in, bytes to write and completed replies out — correlation ids and the
+  requests in flight, framing, the SASL exchange, ApiVersions, and the name
+  of every failure. Pure, tested with bytes alone.
+- `BlockingConnection`, `AsyncConnection`: thin drivers over it (a socket
+  with deadlines; an asyncio stream): one broker, one request in flight,
   connect and every request bounded by a deadline; any failure drops the
   connection and raises a `BrokerUnavailable` naming the broker.
 - `ConnectionSecurity` (`security.py`, from Kafka's client properties with
   `connection_security`, read from a file by `read_client_properties`):
   TLS and SASL for a connection; the SASL exchange after connecting, PLAIN,
-  SCRAM-SHA-256/512 and OAUTHBEARER, is `sasl.py`'s (pure), run alike by both connections, re-authenticating before the
-  session the broker announced runs out (KIP-368).
+  SCRAM-SHA-256/512 and OAUTHBEARER, is `sasl.py`'s (pure), run by the
+  protocol core for both connections, re-authenticating before the session
+  the broker announced runs out (KIP-368).
 - `ClusterMetadata` (pure), `RetryPolicy`/`Attempts` (pure): what a client
   knows of brokers, leaders and coordinators, and when to retry what.
 - `BlockingClient`, `AsyncClient`: a cluster from bootstrap servers, requests

@@ -25,38 +25,18 @@ from typing import Self, TypeVar
 from kafka.protocol.api_message import ApiMessage
 
 from .async_connection import AsyncConnection
+from .client_base import ClusterClientBase
 from .errors import BrokerUnavailable, KafkaClientError
-from .metadata import FIND_COORDINATOR_VERSION, METADATA_VERSION, ClusterMetadata, Node, PartitionInfo, parse_bootstrap
-from .retry import COORDINATOR_MOVED, RetryPolicy
-from .security import PLAINTEXT, ConnectionSecurity
+from .metadata import FIND_COORDINATOR_VERSION, METADATA_VERSION, ClusterMetadata, Node, PartitionInfo
+from .retry import RetryPolicy
 
 __all__ = ["AsyncClient"]
 
 T = TypeVar("T")
 
 
-class AsyncClient:
+class AsyncClient(ClusterClientBase[AsyncConnection]):
     """Connections to the cluster found from `bootstrap` ("host:port,host:port")."""
-
-    def __init__(self, bootstrap: str, *, client_id: str, timeout_s: float = 30.0,
-                 retry: RetryPolicy | None = None, coordinator_retry: RetryPolicy | None = None,
-                 security: ConnectionSecurity = PLAINTEXT) -> None:
-        self.bootstrap = parse_bootstrap(bootstrap)
-        self.client_id = client_id
-        self.timeout_s = timeout_s
-        self.retry = retry or RetryPolicy()
-        self.security = security
-        self.coordinator_retry = coordinator_retry or RetryPolicy(retriable_codes=COORDINATOR_MOVED)
-        self.metadata = ClusterMetadata()
-        self._connections: dict[tuple[str, int], AsyncConnection] = {}
-
-    @property
-    def brokers(self) -> dict[int, tuple[str, int]]:
-        return self.metadata.brokers
-
-    @property
-    def partitions(self) -> dict[str, dict[int, PartitionInfo]]:
-        return self.metadata.partitions
 
     async def close(self) -> None:
         connections = list(self._connections.values())
@@ -70,20 +50,14 @@ class AsyncClient:
         await self.close()
 
     # -- requests ------------------------------------------------------------
-    def connection(self, host: str, port: int) -> AsyncConnection:
-        conn = self._connections.get((host, port))
-        if conn is None:
-            conn = self._connections[(host, port)] = AsyncConnection(
-                host, port, client_id=self.client_id, timeout_s=self.timeout_s, security=self.security)
-        return conn
+    def _new_connection(self, host: str, port: int) -> AsyncConnection:
+        return AsyncConnection(host, port, client_id=self.client_id, timeout_s=self.timeout_s,
+                               security=self.security)
 
     async def send(self, node_id: int, request: ApiMessage, version: int, *,
                    timeout_s: float | None = None) -> ApiMessage:
         """One request to broker `node_id` of the last metadata (no retry)."""
-        node = self.metadata.broker(node_id)
-        if node is None:
-            raise BrokerUnavailable(f"broker {node_id} is not in the cluster's metadata (known: "
-                                    f"{sorted(self.metadata.brokers)})")
+        node = self._node(node_id)
         # No decoder: the answer is kafka-python's decoded response, an ApiMessage.
         connection = self.connection(node.host, node.port)
         response: ApiMessage = await connection.request(request, version, timeout_s=timeout_s)
@@ -92,14 +66,13 @@ class AsyncClient:
     async def _any_broker(self, request: ApiMessage, version: int, what: str) -> tuple[ApiMessage, str]:
         """The answer of the first broker that answers (known brokers, then the bootstrap servers)."""
         last: BrokerUnavailable | None = None
-        for host, port in [*self.metadata.brokers.values(), *self.bootstrap]:
+        for host, port in self._candidates():
             conn = self.connection(host, port)
             try:
                 return await conn.request(request, version), conn.address
             except BrokerUnavailable as exc:
                 last = exc
-        servers = ",".join(f"{h}:{p}" for h, p in self.bootstrap)
-        raise BrokerUnavailable(f"no broker of {servers} answered {what}: {last}", address=servers)
+        raise self._none_answered(what, last)
 
     # -- metadata ------------------------------------------------------------
     async def refresh(self, topics: Iterable[str] | None = None, *,

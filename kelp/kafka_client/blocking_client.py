@@ -21,36 +21,18 @@ from typing import Self, TypeVar
 from kafka.protocol.api_message import ApiMessage
 
 from .blocking_connection import BlockingConnection
+from .client_base import ClusterClientBase
 from .errors import BrokerUnavailable, KafkaClientError
-from .metadata import METADATA_VERSION, ClusterMetadata, PartitionInfo, parse_bootstrap
+from .metadata import METADATA_VERSION, ClusterMetadata, PartitionInfo
 from .retry import RetryPolicy
-from .security import PLAINTEXT, ConnectionSecurity
 
 __all__ = ["BlockingClient"]
 
 T = TypeVar("T")
 
 
-class BlockingClient:
+class BlockingClient(ClusterClientBase[BlockingConnection]):
     """Connections to the cluster found from `bootstrap` ("host:port,host:port")."""
-
-    def __init__(self, bootstrap: str, *, client_id: str, timeout_s: float = 30.0,
-                 retry: RetryPolicy | None = None, security: ConnectionSecurity = PLAINTEXT) -> None:
-        self.bootstrap = parse_bootstrap(bootstrap)
-        self.client_id = client_id
-        self.timeout_s = timeout_s
-        self.retry = retry or RetryPolicy()
-        self.security = security
-        self.metadata = ClusterMetadata()
-        self._connections: dict[tuple[str, int], BlockingConnection] = {}
-
-    @property
-    def brokers(self) -> dict[int, tuple[str, int]]:
-        return self.metadata.brokers
-
-    @property
-    def partitions(self) -> dict[str, dict[int, PartitionInfo]]:
-        return self.metadata.partitions
 
     def close(self) -> None:
         for conn in self._connections.values():
@@ -64,20 +46,14 @@ class BlockingClient:
         self.close()
 
     # -- requests ------------------------------------------------------------
-    def connection(self, host: str, port: int) -> BlockingConnection:
-        conn = self._connections.get((host, port))
-        if conn is None:
-            conn = self._connections[(host, port)] = BlockingConnection(
-                host, port, client_id=self.client_id, timeout_s=self.timeout_s, security=self.security)
-        return conn
+    def _new_connection(self, host: str, port: int) -> BlockingConnection:
+        return BlockingConnection(host, port, client_id=self.client_id, timeout_s=self.timeout_s,
+                                  security=self.security)
 
     def send(self, node_id: int, request: ApiMessage, version: int, *,
              timeout_s: float | None = None) -> ApiMessage:
         """One request to broker `node_id` of the last metadata (no retry)."""
-        node = self.metadata.broker(node_id)
-        if node is None:
-            raise BrokerUnavailable(f"broker {node_id} is not in the cluster's metadata (known: "
-                                    f"{sorted(self.metadata.brokers)})")
+        node = self._node(node_id)
         return self.connection(node.host, node.port).request(request, version, timeout_s=timeout_s)
 
     # -- metadata ------------------------------------------------------------
@@ -88,15 +64,14 @@ class BlockingClient:
         wanted = None if topics is None else list(topics)
         request = ClusterMetadata.metadata_request(wanted, auto_create=auto_create)
         last: BrokerUnavailable | None = None
-        for host, port in [*self.metadata.brokers.values(), *self.bootstrap]:
+        for host, port in self._candidates():
             try:
                 response = self.connection(host, port).request(request, METADATA_VERSION)
             except BrokerUnavailable as exc:
                 last = exc
                 continue
             return self.metadata.apply(response, wanted)
-        servers = ",".join(f"{h}:{p}" for h, p in self.bootstrap)
-        raise BrokerUnavailable(f"no broker of {servers} answered a metadata request: {last}", address=servers)
+        raise self._none_answered("a metadata request", last)
 
     def leader(self, topic: str, partition: int) -> PartitionInfo:
         """The partition's leader, refreshing the topic's metadata first when it is not known."""

@@ -1,92 +1,74 @@
 """One blocking Kafka-protocol connection to one broker: send a request, wait for its response.
 
-Why: the Spark source runs in Spark's Python workers, plain threads without
-an event loop; a task reads one offset range and returns, so a socket with a
-deadline is all it needs. Framing and checks are `framing.py`'s, shared with
-the asyncio connection, which behaves the same way:
+Why: the Spark source runs in Spark's Python workers, plain threads without an event loop, and the CLI checks
+a listener's security with one connection; a socket with a deadline is all they need. The protocol —
+framing, pairing replies by correlation id, size bounds, the SASL exchange, ApiVersions, naming failures — is
+`protocol.py`'s `ClientProtocol`, with no I/O and shared with the asyncio connection; this class only moves
+its bytes over a socket:
 
 - one request in flight (a lock), the connection opened on first use;
-- every step bounded: connecting (with the TLS handshake and the SASL
-  exchange, when `security` asks for them) by the connection's timeout,
-  sending and reading the whole reply by one deadline per request;
-- SASL re-authentication (KIP-368) before the session the broker announced
-  runs out, on the same connection (`sasl.py`);
-- any failure — refused, timed out, closed mid-reply, a reply out of step —
-  drops the socket and raises a `BrokerUnavailable` naming the broker (an
-  authentication the broker refused: `AuthenticationFailed`); the next
-  request connects again.
+- every step bounded: connecting (with the TLS handshake and the SASL exchange, when `security` asks for
+  them) by the connection's timeout, sending and reading the whole reply by one deadline per request;
+- a read asks for no more than the frame being read still needs, and at most 1 MiB at a time: a reply
+  announcing a huge size costs memory for what it sends, not for what it announces;
+- SASL re-authentication (KIP-368) before the session the broker announced runs out, on the same connection;
+- any failure — refused, timed out, closed mid-reply, a reply out of step — drops the socket and raises a
+  `BrokerUnavailable` naming the broker (an authentication the broker refused: `AuthenticationFailed`); the
+  next request connects again.
 
-What it must never do: block without a deadline, retry by itself (that is the
-caller's `RetryPolicy`), or touch an event loop.
+What it must never do: block without a deadline, retry by itself (that is the caller's `RetryPolicy`), or
+touch an event loop.
 """
 
 from __future__ import annotations
 
 import socket
-import ssl
 import threading
 import time
-from typing import Self
+from collections.abc import Callable, Mapping
+from typing import Self, TypeVar
 
 from kafka.protocol.api_message import ApiMessage
 
-from .errors import AuthenticationFailed, BrokerTimeout, BrokerUnavailable
-from .framing import MAX_RESPONSE_BYTES, CorrelationIds, decode_response, encode_request, response_size
-from .sasl import authentication, reauthenticate_after_s
-from .security import PLAINTEXT, ConnectionSecurity
+from .driver import Driver
+from .protocol import Authenticated, Event, Negotiated, Response, expect
 
 __all__ = ["BlockingConnection"]
 
-# The receive buffer starts at most this large and grows only as bytes arrive: a reply announcing a huge
-# size costs memory for what it sends, not for what it announces.
-_FIRST_CHUNK = 1 << 20
+T = TypeVar("T")
+_CHUNK = 1 << 20  # the most one read asks for
 
 
-class BlockingConnection:
-    """A connection to the broker at `host:port`; `timeout_s` bounds connecting and each request; `security`
-    says whether it speaks TLS and authenticates (plaintext by default)."""
+class BlockingConnection(Driver):
+    """A connection to the broker at `host:port` over a socket with deadlines (`Driver` has the arguments)."""
 
-    def __init__(self, host: str, port: int, *, client_id: str, timeout_s: float = 30.0,
-                 max_response_bytes: int = MAX_RESPONSE_BYTES, security: ConnectionSecurity = PLAINTEXT) -> None:
-        self.host = host
-        self.port = port
-        self.client_id = client_id
-        self.timeout_s = timeout_s
-        self.max_response_bytes = max_response_bytes
-        self.security = security
-        self._sock: socket.socket | None = None
-        self._reauth_at: float | None = None  # monotonic seconds: re-authenticate before the next request
-        self._ids = CorrelationIds()
+    _sock: socket.socket | None = None
+
+    def _init_io(self) -> None:
         self._lock = threading.Lock()
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
 
     def request(self, request: ApiMessage, version: int, *, timeout_s: float | None = None) -> ApiMessage:
         """Send `request` at `version` and return its decoded response; `timeout_s` overrides the
         connection's bound for this request (a fetch that may wait on the broker's side, say)."""
-        with self._lock:
-            bound = self.timeout_s if timeout_s is None else timeout_s
-            try:
-                sock = self._sock if self._sock is not None else self._connect()
-                if self._reauth_at is not None and time.monotonic() >= self._reauth_at:
-                    self._authenticate(sock, time.monotonic() + self.timeout_s)
-                return self._roundtrip(sock, request, version, time.monotonic() + bound)
-            except (BrokerUnavailable, AuthenticationFailed):
-                self._drop()
-                raise
-            except TimeoutError:
-                self._drop()
-                raise BrokerTimeout(f"broker at {self.address} did not answer within {bound:g}s",
-                                    address=self.address) from None
-            except OSError as exc:
-                self._drop()
-                raise BrokerUnavailable(f"request to broker at {self.address} failed: {exc}",
-                                        address=self.address) from None
-            except BaseException:
-                self._drop()  # interrupted mid-request: the stream is out of step
-                raise
+
+        def roundtrip(sock: socket.socket, deadline: float) -> ApiMessage:
+            self.protocol.send(request, version)
+            # No decoder: kafka-python's response class decodes it, an ApiMessage.
+            response: ApiMessage = expect(self._next_event(sock, deadline), Response).value
+            return response
+
+        return self._run(self.timeout_s if timeout_s is None else timeout_s, roundtrip)
+
+    def api_versions(self) -> Mapping[int, tuple[int, int]]:
+        """The broker's version ranges by api key (ApiVersions v3, asked once per connection)."""
+
+        def negotiate(sock: socket.socket, deadline: float) -> Mapping[int, tuple[int, int]]:
+            if self.protocol.versions is not None:
+                return self.protocol.versions
+            self.protocol.negotiate()
+            return expect(self._next_event(sock, deadline), Negotiated).versions
+
+        return self._run(self.timeout_s, negotiate)
 
     def close(self) -> None:
         with self._lock:
@@ -98,62 +80,56 @@ class BlockingConnection:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _roundtrip(self, sock: socket.socket, request: ApiMessage, version: int, deadline: float) -> ApiMessage:
-        correlation_id = self._ids.next()
-        data = encode_request(request, version, correlation_id=correlation_id, client_id=self.client_id)
-        self._within(sock, deadline)
-        sock.sendall(data)
-        size = response_size(self._read(sock, 4, deadline), address=self.address, limit=self.max_response_bytes)
-        frame = self._read(sock, size, deadline)
-        # No decoder: kafka-python's response class decodes it, an ApiMessage (decode_response's Any is for decoders).
-        response: ApiMessage = decode_response(request, version, frame, correlation_id=correlation_id,
-                                               address=self.address)
-        return response
+    def _run(self, bound: float, step: Callable[[socket.socket, float], T]) -> T:
+        """`step(socket, deadline)` on the connection (connected, authenticated) within `bound`, one at a time;
+        any failure drops the connection and is raised as the protocol names it."""
+        with self._lock:
+            try:
+                sock = self._sock if self._sock is not None else self._connect()
+                if self.protocol.reauthentication_due(time.monotonic()):
+                    self._authenticate(sock, time.monotonic() + self.timeout_s)
+                return step(sock, time.monotonic() + bound)
+            except BaseException as exc:
+                self._drop()  # interrupted mid-request too: the stream is out of step
+                raise self.protocol.failure(exc, bound_s=bound) from None
+
+    def _next_event(self, sock: socket.socket, deadline: float) -> Event:
+        """Write what the protocol queued and read until it completes an event, by `deadline`."""
+        while True:
+            data = self.protocol.bytes_to_send()
+            if data:
+                self._within(sock, deadline)
+                sock.sendall(data)
+            self._within(sock, deadline)
+            events = self.protocol.receive(sock.recv(min(self.protocol.bytes_wanted(), _CHUNK)))
+            if events:
+                return events[0]
 
     def _connect(self) -> socket.socket:
         deadline = time.monotonic() + self.timeout_s
+        context = self.security.ssl_context
+        sock: socket.socket | None = None
         try:
             sock = socket.create_connection((self.host, self.port), timeout=self.timeout_s)
-        except TimeoutError:
-            raise BrokerTimeout(f"cannot connect to broker at {self.address} within {self.timeout_s:g}s",
-                                address=self.address) from None
-        except OSError as exc:
-            raise BrokerUnavailable(f"cannot connect to broker at {self.address}: {exc}",
-                                    address=self.address) from None
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        context = self.security.ssl_context
-        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if context is not None:
                 self._within(sock, deadline)
                 sock = context.wrap_socket(sock, server_hostname=self.host)
             if self.security.sasl is not None:
                 self._authenticate(sock, deadline)
-        except ssl.SSLError as exc:
-            sock.close()
-            raise BrokerUnavailable(f"TLS handshake with broker at {self.address} failed: {exc}",
-                                    address=self.address) from None
-        except TimeoutError:
-            sock.close()
-            raise BrokerTimeout(f"cannot connect to broker at {self.address} within {self.timeout_s:g}s "
-                                f"({self.security.protocol})", address=self.address) from None
-        except BaseException:
-            sock.close()
-            raise
+        except BaseException as exc:
+            if sock is not None:
+                sock.close()
+            self.protocol.reset()
+            raise self.protocol.failure(exc, bound_s=self.timeout_s, connecting=self.security.protocol) from None
         self._sock = sock
         return sock
 
     def _authenticate(self, sock: socket.socket, deadline: float) -> None:
-        """The SASL exchange (sasl.py) on `sock`; remembers when to run it again."""
+        """The SASL exchange (`ClientProtocol.authenticate`) on `sock`, by `deadline`."""
         assert self.security.sasl is not None
-        exchange = authentication(self.security.sasl, address=self.address)
-        step = next(exchange)
-        while True:
-            try:
-                step = exchange.send(self._roundtrip(sock, step[0], step[1], deadline))
-            except StopIteration as done:
-                after = reauthenticate_after_s(int(done.value))
-                self._reauth_at = None if after is None else time.monotonic() + after
-                return
+        self.protocol.authenticate(self.security.sasl, time.monotonic())
+        expect(self._next_event(sock, deadline), Authenticated)
 
     def _within(self, sock: socket.socket, deadline: float) -> None:
         remaining = deadline - time.monotonic()
@@ -161,22 +137,8 @@ class BlockingConnection:
             raise TimeoutError
         sock.settimeout(remaining)
 
-    def _read(self, sock: socket.socket, n: int, deadline: float) -> bytes:
-        buf = bytearray(min(n, _FIRST_CHUNK))
-        got = 0
-        while got < n:
-            if got == len(buf):
-                buf.extend(bytes(min(n - got, len(buf))))
-            self._within(sock, deadline)
-            read = sock.recv_into(memoryview(buf)[got:], len(buf) - got)
-            if not read:
-                raise BrokerUnavailable(f"broker at {self.address} closed the connection after {got} of {n} "
-                                        "bytes of a reply", address=self.address)
-            got += read
-        return bytes(buf)
-
     def _drop(self) -> None:
-        self._reauth_at = None
+        self.protocol.reset()
         if self._sock is not None:
             try:
                 self._sock.close()

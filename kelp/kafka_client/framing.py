@@ -1,8 +1,8 @@
 """The Kafka protocol's framing for a client: a request out as bytes, a reply's bytes back as a response.
 
 Why: the blocking and the asyncio connection must frame, pair and check
-replies identically, so that part is here once, with no I/O, and each
-connection only moves bytes. The codecs are kafka-python's schema classes
+replies identically, so that part is here once, with no I/O, used by the
+protocol core under both (`protocol.ClientProtocol`). The codecs are kafka-python's schema classes
 (`request.encode`, `Response.decode`), never written again — except where a
 caller passes a hand-written decoder for a hot reply (the follower's
 FetchResponse, `fetch_response.py`); the response

@@ -6,13 +6,14 @@ OAUTHBEARER (RFC 7628, with a token the caller has). The blocking and the asynci
 identically, so the exchange is written once here, free of I/O: `authentication(credentials, address)` is a
 generator that yields each request (SaslHandshake v1, then SaslAuthenticate v1 until the mechanism is done)
 and is sent each response; it returns the session lifetime the broker announced (KIP-368, 0: none), after
-which the connection re-authenticates before it runs out (`reauthenticate_after_s`).
+which the connection re-authenticates before it runs out (`reauthenticate_after_s`). The protocol core
+(`protocol.ClientProtocol`) drives it on the replies, for both connections.
 
 A SCRAM client checks what the server may ask of it: its nonce must extend the client's, its iteration count
 lie within Kafka's 4096..16384 (a server asking for more wants the client's CPU), and the server's final
 signature must verify, so a broker that does not know the password cannot pass for one that does.
 
-The broker's own test client (`kelp.broker.security.scram.ScramClient`) is the same RFC; this one is what
+The broker's own test client (`kelp.security.scram.ScramClient`) is the same RFC; this one is what
 Kelp's clients run (this package may not import the broker). Nothing here logs or keeps a password beyond
 the salted password a SCRAM exchange needs until its last message.
 """

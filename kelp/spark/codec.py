@@ -31,7 +31,8 @@ from crc32c import crc32c
 
 from kelp.control_records import read_marker
 from kelp.errors import CorruptRecordError
-from kelp.records import COMPRESSION_CODECS, HEADER_SIZE, BatchInfo, iter_headers
+from kelp.records.compression import COMPRESSION_CODECS
+from kelp.records.header import HEADER_SIZE, BatchInfo, iter_headers
 
 __all__ = ["Columns", "AbortedFilter", "decode_columns", "encode_batch"]
 

@@ -384,7 +384,7 @@ def parse_write_options(options: Mapping[str, Any]) -> WriteOptions:
     if acks is None:
         raise OptionError(f"option 'kafka.acks' must be all, -1 or 1 for the kelp sink, got {acks_raw!r}")
     compression = client.get("compression.type", "none").strip().lower()
-    from kelp.records import available_compressions
+    from kelp.records.compression import available_compressions
 
     if compression not in available_compressions():
         raise OptionError(f"option 'kafka.compression.type' must be one of {', '.join(available_compressions())}, "

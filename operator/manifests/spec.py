@@ -5,7 +5,7 @@ Why: the builders, the status code and the handlers all need the same facts
 the API server fills the CRD's defaults only on objects it stores — a unit
 test, or an object written before a default was added, may lack them. One
 reader applies the same defaults the schema declares, and hands the broker
-config to `kelp.broker.config.BrokerConfig` (the one config validator), so
+config to `kelp.config.broker.BrokerConfig` (the one config validator), so
 a wrong `spec.config` is refused with the broker's own message before any
 pod sees it.
 
@@ -17,7 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from kelp.broker.config import DYNAMIC_BROKER_KEYS, BrokerConfig, ConfigError
+from kelp.config.broker import BrokerConfig
+from kelp.config.keys import DYNAMIC_BROKER_KEYS
+from kelp.errors import ConfigError
 from kelp.json_types import JsonObject
 
 from ..model.objects_cluster_spec import PodTemplateOverrides
@@ -383,7 +385,7 @@ class ClusterSpec:
 
     def dynamic_config(self) -> dict[str, str]:
         """The keys of spec.config that brokers change without a restart (Kafka's dynamic broker configs,
-        `kelp.broker.config.DYNAMIC_BROKER_KEYS`): applied through the admin API as the cluster-wide
+        `kelp.config.keys.DYNAMIC_BROKER_KEYS`): applied through the admin API as the cluster-wide
         default, never written into the config file, so changing them rolls no pod."""
         return {k: v for k, v in self.config.items() if k in DYNAMIC_BROKER_KEYS}
 

@@ -5,7 +5,7 @@ part of the pod template's config hash, so changing it restarts every broker
 pod (one at a time, under the min.insync rule) — for `log.retention.ms` or
 `min.insync.replicas` that is an hour of rolling for nothing. Kafka changes
 those at run time (`kafka-configs --entity-type brokers --entity-default`),
-and so does Kelp (`kelp.broker.config.DYNAMIC_BROKER_KEYS`, kept in the
+and so does Kelp (`kelp.config.keys.DYNAMIC_BROKER_KEYS`, kept in the
 metadata log, applied by every broker at once). So the operator keeps them
 out of the file (`ClusterSpec.broker_config`) and makes the cluster-wide
 default entity equal `ClusterSpec.dynamic_config()` on every pass:

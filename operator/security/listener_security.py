@@ -31,8 +31,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from kelp.broker.security.principal import PrincipalMappingError, SslPrincipalMapper
 from kelp.json_types import JsonObject
+from kelp.security.principal import PrincipalMappingError, SslPrincipalMapper
 
 from ..model.objects_cluster_spec import ClusterResourceSpec
 from ..model.objects_kelp import ListenerStatus

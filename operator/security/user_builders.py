@@ -8,9 +8,9 @@ from the resource and its Cluster's spec, and uses the security core for Kafka's
   principal is `User:CN=<name>` under Kafka's default `ssl.principal.mapping.rules` (or what the Cluster's
   rules make of it) — Strimzi's naming;
 - ACLs: Strimzi's shape (`resource {type, name, patternType}`, `operations[]`, `host`, `type`) in Kafka's
-  names, each checked by `kelp.broker.security.acl.validate_acl_binding` and `supported_operations` (an
+  names, each checked by `kelp.security.acl.validate_acl_binding` and `supported_operations` (an
   operation that means nothing on the resource type is refused, as `kafka-acls` refuses it);
-- SCRAM: the password is salted here (`kelp.broker.security.scram`: a Kafka-shaped salt, PBKDF2 with
+- SCRAM: the password is salted here (`kelp.security.scram`: a Kafka-shaped salt, PBKDF2 with
   SHA-512, 8192 iterations) and only the salt and salted password are sent, never the password;
 - the Secret (named like the user, owned by it): `password` and `sasl.jaas.config`, or `user.crt`,
   `user.key` and `user.pem` (the key and chain, Kafka's PEM keystore); `ca.crt` (the cluster CA bundle, to
@@ -29,7 +29,7 @@ import string
 from dataclasses import dataclass
 from typing import Mapping
 
-from kelp.broker.security.acl import (
+from kelp.security.acl import (
     CLUSTER_NAME,
     AccessControlEntry,
     AclOperation,
@@ -41,8 +41,8 @@ from kelp.broker.security.acl import (
     supported_operations,
     validate_acl_binding,
 )
-from kelp.broker.security.acl import AclBinding as CoreBinding
-from kelp.broker.security.scram import ScramMechanism, make_credential, salted_password
+from kelp.security.acl import AclBinding as CoreBinding
+from kelp.security.scram import ScramMechanism, make_credential, salted_password
 
 from ..model.admin_types import AclBinding, AclFilter, ScramCredentialUpsert
 from ..model.objects import OwnerReference, Secret

@@ -18,12 +18,12 @@ from typing import Any
 from kafka.protocol.api_message import ApiMessage
 
 from kelp.broker.app import Broker
-from kelp.broker.config import BrokerConfig
-from kelp.broker.config_keys import KELP_AUTHORIZER
 from kelp.broker.kafka.handlers import RequestContext, get_handler
 from kelp.broker.kafka.handlers.registry import RawResponse
 from kelp.broker.parts import BrokerParts
-from kelp.broker.security.principal import KafkaPrincipal
+from kelp.config.broker import BrokerConfig
+from kelp.config.keys import KELP_AUTHORIZER
+from kelp.security.principal import KafkaPrincipal
 
 ADMIN = KafkaPrincipal.user("admin")
 PEER = "10.1.2.3:40000"

@@ -27,8 +27,8 @@ from kafka.protocol.producer import ProduceRequest
 
 from kelp.broker.kafka.handlers import RequestContext, get_handler
 from kelp.broker.kafka.handlers.produce import _refusals
-from kelp.broker.security.principal import KafkaPrincipal
-from kelp.records import build_batch
+from kelp.records.build import build_batch
+from kelp.security.principal import KafkaPrincipal
 from tests.authorization.harness import InProcessBroker
 
 LITERAL = KafkaPrincipal.user("literal-producer")

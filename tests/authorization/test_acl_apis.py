@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from kafka.protocol.admin import CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest
 
-from kelp.broker.security.acl import AclOperation, AclPermissionType, PatternType, ResourceType
-from kelp.broker.security.principal import KafkaPrincipal
 from kelp.errors import ErrorCode
+from kelp.security.acl import AclOperation, AclPermissionType, PatternType, ResourceType
+from kelp.security.principal import KafkaPrincipal
 from tests.authorization.harness import ADMIN, InProcessBroker
 
 ALICE = KafkaPrincipal.user("alice")

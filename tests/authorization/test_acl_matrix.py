@@ -48,9 +48,9 @@ from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, 
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest, WriteTxnMarkersRequest
 
 from kelp.broker.kafka.handlers import all_handlers
-from kelp.broker.security.principal import KafkaPrincipal
 from kelp.errors import ErrorCode
-from kelp.records import build_batch
+from kelp.records.build import build_batch
+from kelp.security.principal import KafkaPrincipal
 from tests.authorization.harness import InProcessBroker
 
 ALICE = KafkaPrincipal.user("alice")

@@ -8,8 +8,6 @@ import pytest
 
 from kelp.broker.acl_manager import AclManager, host_of
 from kelp.broker.cluster.controller import Controller, ControllerSettings
-from kelp.broker.config import BrokerConfig
-from kelp.broker.config_keys import KELP_AUTHORIZER
 from kelp.broker.metadata.image import (
     MetadataCorrupt,
     MetadataDelta,
@@ -22,10 +20,12 @@ from kelp.broker.metadata.image import (
 )
 from kelp.broker.metadata.model import BrokerEndpoint
 from kelp.broker.metadata.records import acl_record, remove_acl_record
-from kelp.broker.security.acl import AclOperation, ResourceType
-from kelp.broker.security.acl_json import binding_from_json, binding_to_json
-from kelp.broker.security.principal import KafkaPrincipal
+from kelp.config.broker import BrokerConfig
+from kelp.config.keys import KELP_AUTHORIZER
 from kelp.errors import ErrorCode, NotControllerError, SecurityDisabledError
+from kelp.security.acl import AclOperation, ResourceType
+from kelp.security.acl_json import binding_from_json, binding_to_json
+from kelp.security.principal import KafkaPrincipal
 from tests.support.memory_metadata_log import MemoryMetadataLog
 
 ALICE = KafkaPrincipal.user("alice")

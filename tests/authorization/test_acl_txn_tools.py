@@ -11,7 +11,8 @@ from kafka.protocol.admin import DescribeProducersRequest
 from kafka.protocol.producer import ProduceRequest, WriteTxnMarkersRequest
 
 from kelp.errors import ErrorCode
-from kelp.records import Record, build_batch
+from kelp.records.build import build_batch
+from kelp.records.record import Record
 from tests.authorization.harness import InProcessBroker
 from tests.authorization.test_acl_matrix import (  # noqa: F401
     BOB,

@@ -17,7 +17,7 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import TopicAuthorizationFailedError
 
-from kelp.broker.config_keys import KAFKA_STANDARD_AUTHORIZER
+from kelp.config.keys import KAFKA_STANDARD_AUTHORIZER
 from tests.support.broker_process import BrokerProcess
 from tests.support.tls_files import PLAIN_JAAS
 

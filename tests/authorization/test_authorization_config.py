@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from kelp.broker.config import BrokerConfig, ConfigError
-from kelp.broker.config_keys import KAFKA_STANDARD_AUTHORIZER, KELP_AUTHORIZER
+from kelp.config.broker import BrokerConfig
+from kelp.config.keys import KAFKA_STANDARD_AUTHORIZER, KELP_AUTHORIZER
+from kelp.errors import ConfigError
 
 
 def test_defaults_are_kafkas_no_authorizer_no_super_users_deny_without_acls() -> None:

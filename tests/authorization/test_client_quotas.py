@@ -22,8 +22,8 @@ from kelp.broker.metadata.image import (
     image_from_snapshot,
     snapshot_to_json,
 )
-from kelp.broker.security.principal import KafkaPrincipal
 from kelp.errors import ErrorCode
+from kelp.security.principal import KafkaPrincipal
 from tests.authorization.harness import InProcessBroker
 
 A = AlterClientQuotasRequest.EntryData

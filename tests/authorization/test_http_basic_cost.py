@@ -23,7 +23,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from kelp.broker.http.access import basic_credentials
 from kelp.broker.http.access.authentication import HttpAuthenticator
 from kelp.broker.http.access.basic_credentials import SaslUsersCheck
-from kelp.broker.security.scram import ScramMechanism, make_credential
+from kelp.security.scram import ScramMechanism, make_credential
 
 SHA512 = ScramMechanism.SCRAM_SHA_512
 CREDENTIALS = {("alice", "SCRAM-SHA-512"): make_credential("alice-secret", SHA512, 4096)}

@@ -21,9 +21,9 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from kelp.broker.config import BrokerConfig
 from kelp.broker.http.access.authentication import HttpAuthenticator
 from kelp.broker.http.access.bearer_tokens import bearer_check, bearer_listener
+from kelp.config.broker import BrokerConfig
 from kelp.errors import ConfigError
 from tests.authorization.harness import InProcessBroker
 

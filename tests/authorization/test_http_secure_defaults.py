@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 
 from kelp.broker.acl_manager import Access, AclManager
-from kelp.broker.config import BrokerConfig
-from kelp.broker.config_keys import KELP_AUTHORIZER
 from kelp.broker.http.access.authentication import HttpAuthenticator, resolve_methods
 from kelp.broker.http.cluster.trust import ClusterTrust
-from kelp.broker.security.principal import ANONYMOUS, KafkaPrincipal
+from kelp.config.broker import BrokerConfig
+from kelp.config.keys import KELP_AUTHORIZER
 from kelp.errors import ConfigError
+from kelp.security.principal import ANONYMOUS, KafkaPrincipal
 from tests.support.broker_process import BrokerProcess
 from tests.support.tls_files import PLAIN_JAAS, Pki, plain_jaas
 

@@ -18,12 +18,12 @@ import trustme
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from kelp.broker.config import BrokerConfig
 from kelp.broker.http.access.authentication import HttpAuthenticator
 from kelp.broker.http.access.route_access import UNLISTED, rule_for
 from kelp.broker.http.app import build_http_app
-from kelp.broker.security.principal import KafkaPrincipal, SslPrincipalMapper, principal_from_certificate
+from kelp.config.broker import BrokerConfig
 from kelp.errors import ConfigError
+from kelp.security.principal import KafkaPrincipal, SslPrincipalMapper, principal_from_certificate
 from tests.authorization.harness import InProcessBroker
 
 PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret", "broker": "broker-secret"}
@@ -324,7 +324,7 @@ def _der(cert: trustme.LeafCert) -> bytes:
 # -- HTTP Basic against the broker's SASL users, as the broker wires it -------------------------------------------
 async def test_basic_is_checked_against_the_plain_and_scram_users(tmp_path: Path) -> None:
     from kelp.broker.cluster.scram_users import SaltedUpsertion, alter_user_scram_credentials
-    from kelp.broker.security.scram import ScramMechanism, salted_password
+    from kelp.security.scram import ScramMechanism, salted_password
     from tests.support.tls_files import PLAIN_JAAS
 
     settings = {"listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",

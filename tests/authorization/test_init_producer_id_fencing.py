@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 
-from kelp.records import build_batch
+from kelp.records.build import build_batch
 from tests.authorization.harness import InProcessBroker
 from tests.authorization.test_acl_matrix import SECRET, b  # noqa: F401
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from kelp.broker.config import BrokerConfig
 from kelp.broker.http.access.authentication import HttpAuthenticator
 from kelp.broker.http.app import build_http_app
-from kelp.broker.security.principal import KafkaPrincipal
+from kelp.config.broker import BrokerConfig
+from kelp.security.principal import KafkaPrincipal
 from tests.authorization.harness import InProcessBroker
 
 PASSWORDS = {"admin": "a", "alice": "b", "prom": "c"}

@@ -11,7 +11,7 @@ from __future__ import annotations
 from kafka.protocol.producer import ProduceRequest
 
 from kelp.errors import ErrorCode
-from kelp.records import build_batch
+from kelp.records.build import build_batch
 from tests.authorization.harness import InProcessBroker
 from tests.authorization.test_acl_matrix import BOB, SECRET, acl, b, grant  # noqa: F401
 

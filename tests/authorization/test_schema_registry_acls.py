@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from kelp.broker.http.access.authentication import HttpAuthenticator
 from kelp.broker.http.app import build_http_app
-from kelp.broker.security.principal import KafkaPrincipal
+from kelp.security.principal import KafkaPrincipal
 from tests.authorization.harness import InProcessBroker
 
 PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret", "carol": "carol-secret"}

@@ -1,4 +1,4 @@
-"""The attack bench (bench/attacks.py) in a tiny mode against Kelp alone, so its code path cannot rot (`make
+"""The attack bench (bench/attacks/section.py) in a tiny mode against Kelp alone, so its code path cannot rot (`make
 test-long`).
 
 `make bench` runs every attack of issue 33 for 10 s each beside Apache Kafka; here three cheap ones for 1.5 s
@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-import bench.attacks as attacks
+import bench.attacks.section as attacks
 
 pytestmark = [pytest.mark.clients, pytest.mark.timeout(120)]
 

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
+import bench.cluster.partition_scale as partition_scale
 import bench.kafka_perf as kafka_perf
-import bench.partition_scale as partition_scale
 import bench.rest as rest
-import bench.transactions as transactions
+import bench.transactions.section as transactions
 from bench.__main__ import main as bench_main
 
 pytestmark = [pytest.mark.clients, pytest.mark.timeout(90)]
@@ -199,7 +199,7 @@ def test_kafka_tools_section_against_one_kelp_broker(tmp_path: Path, capsys: pyt
 
 
 def test_settle_waits_for_a_busy_cluster_and_gives_up_after_its_timeout() -> None:
-    from bench.sides import Side, settle
+    from bench.cluster.sides import Side, settle
 
     assert settle([Side("idle", "", lambda: [])], window_s=0.05) == 0.0
     spin = "import time\nend = time.time() + 20\nwhile time.time() < end: pass"

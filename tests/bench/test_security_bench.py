@@ -1,4 +1,4 @@
-"""The secured bench (bench/security.py) in a tiny mode against Kelp alone, so its code path cannot rot.
+"""The secured bench (bench/security/section.py) in a tiny mode against Kelp alone, so its code path cannot rot.
 
 `make bench` runs it beside Apache Kafka with hundreds of thousands of records; here a few thousand per
 case and one run, no Kafka: every listener (PLAINTEXT, SSL, SASL_SSL with SCRAM-SHA-512) produces with
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-import bench.security as security
+import bench.security.section as security
 from bench.__main__ import main as bench_main
 from bench.broker import BenchBroker
-from bench.pki import make_pki
+from bench.security.pki import make_pki
 
 pytestmark = [pytest.mark.clients, pytest.mark.timeout(120)]
 

@@ -308,8 +308,8 @@ def _sasl_fuzz_cases(rng) -> list[tuple[str, bytes]]:
     tokens), random mechanism names, mutated and cut SASL frames, tokens past sasl.server.max.receive.size."""
     from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
-    from kelp.broker.security.scram import ScramMechanism
-    from kelp.broker.security.scram_exchange import ScramClient
+    from kelp.security.scram import ScramMechanism
+    from kelp.security.scram_exchange import ScramClient
 
     def garbage(n: int) -> bytes:
         return bytes(rng.getrandbits(8) for _ in range(n))

@@ -1,4 +1,4 @@
-"""Kafka's config providers in the broker config (broker/config_providers.py).
+"""Kafka's config providers in the broker config (kelp/config/providers.py).
 
 What users rely on: a `server.properties` with `config.providers` and `${env:...}`, `${file:...:...}` or
 `${dir:...:...}` references works unchanged, so one config file serves every pod of a StatefulSet (the operator's
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kelp.broker.config import BrokerConfig, ConfigError
+from kelp.config.broker import BrokerConfig
+from kelp.errors import ConfigError
 
 ENV_CLASS = "org.apache.kafka.common.config.provider.EnvVarConfigProvider"
 FILE_CLASS = "org.apache.kafka.common.config.provider.FileConfigProvider"

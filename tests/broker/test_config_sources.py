@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from kelp.broker.__main__ import main as broker_main
-from kelp.broker.config import BrokerConfig
+from kelp.config.broker import BrokerConfig
 from kelp.errors import ConfigError
 
 # An excerpt of Apache Kafka 4.x's config/server.properties (KRaft, combined mode), as shipped.

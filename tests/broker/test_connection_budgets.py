@@ -18,12 +18,12 @@ import logging
 
 import pytest
 
-from kelp.broker.config import BrokerConfig
 from kelp.broker.kafka.limits import UNBOUNDED, ConnectionQuota, MemoryPool
 from kelp.broker.kafka.server import KafkaServer, _Connection
 from kelp.broker.kafka.session import State
-from kelp.broker.security.principal import KafkaPrincipal
+from kelp.config.broker import BrokerConfig
 from kelp.errors import ConfigError
+from kelp.security.principal import KafkaPrincipal
 from tests.broker.test_framing_protocol import _FakeTransport
 from tests.broker.test_listener_bounds import _closed_by_peer, _feed, _frame, _Requests, _serve
 from tests.broker.test_sasl_session import security as sasl_security

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kelp.broker.config import BrokerConfig, validate_topic_configs
 from kelp.broker.replica.producer_state import ProducerStateManager
 from kelp.broker.topic_manager import TopicManager, validate_topic_name
+from kelp.config.broker import BrokerConfig, validate_topic_configs
 from kelp.errors import (
     ConfigError,
     InvalidProducerEpochError,
@@ -127,9 +127,11 @@ def test_a_failed_checkpoint_write_is_an_error_naming_the_file(tmp_path, caplog,
     import logging
 
     from kelp.broker.replica.manager import ReplicaManager
-    from kelp.broker.storage import Log, LogConfig
+    from kelp.broker.storage import Log
     from kelp.broker.storage import checkpoint as checkpoint_module
-    from kelp.records import Record, build_batch
+    from kelp.config.log_config import LogConfig
+    from kelp.records.build import build_batch
+    from kelp.records.record import Record
 
     lg = Log.open(tmp_path / "t-0", LogConfig())
     lg.append_as_leader(build_batch([Record(b"k", b"v", timestamp=1)]), leader_epoch=0)

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from kafka.protocol.admin import DescribeClusterRequest, DescribeTopicPartitionsRequest
 
-from kelp.broker.security.principal import KafkaPrincipal
 from kelp.errors import ErrorCode
+from kelp.security.principal import KafkaPrincipal
 from tests.authorization.harness import InProcessBroker
 
 ALICE = KafkaPrincipal.user("alice")

@@ -84,7 +84,7 @@ def test_kafka_python_default_idempotent_producer(broker) -> None:
     values = [m.value for m in consumer]
     consumer.close()
     assert values == [f"v{i}".encode() for i in range(200)]
-    from kelp.records import iter_headers
+    from kelp.records.header import iter_headers
 
     stored = list(iter_headers(fetch_all_batches(broker.bootstrap, "idem-kp", 0)))
     assert stored and all(h.producer_id >= 0 and h.base_sequence >= 0 for h in stored), "producer was not idempotent"

@@ -26,8 +26,8 @@ import urllib.request
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest
 
-from kelp.broker.config import BrokerConfig
 from kelp.broker.kafka.server import STAGING_BYTES, KafkaServer, _Connection
+from kelp.config.broker import BrokerConfig
 from kelp.errors import ConfigError, ErrorCode
 from tests.broker.helpers import batch_headers, create_topic_wire, fetch_all_batches, produce, raw_fetch, raw_fetch_on
 from tests.broker.test_framing_protocol import _FakeTransport

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kelp.broker.config import BrokerConfig
+from kelp.config.broker import BrokerConfig
 from kelp.errors import ConfigError
 from tests.support.tls_files import PLAIN_JAAS, SCRAM_JAAS
 
@@ -169,7 +169,7 @@ def test_unprefixed_jaas_config_is_the_fallback() -> None:
 
 
 def test_secrets_are_sensitive_in_describe_configs() -> None:
-    from kelp.broker.listener_keys import is_sensitive
+    from kelp.config.listener_keys import is_sensitive
 
     assert is_sensitive("ssl.key.password") and is_sensitive("sasl.jaas.config")
     assert is_sensitive("listener.name.external.scram-sha-512.sasl.jaas.config")

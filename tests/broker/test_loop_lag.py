@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from kelp.broker.app import Broker
-from kelp.broker.config import BrokerConfig
 from kelp.broker.loop_monitor import LoopLagMonitor
 from kelp.broker.metrics import BrokerMetrics
+from kelp.config.broker import BrokerConfig
 from kelp.errors import ConfigError
 
 

@@ -84,7 +84,7 @@ async def test_requests_that_walk_thousands_of_names_and_acls_give_the_loop_turn
     from kafka.protocol.metadata import MetadataRequest
 
     from kelp.broker.kafka.handlers import get_handler
-    from kelp.broker.security.principal import KafkaPrincipal
+    from kelp.security.principal import KafkaPrincipal
     from tests.support.loop_guard import StepProbe, serve
 
     async with InProcessBroker(tmp_path) as b:

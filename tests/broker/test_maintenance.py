@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from kelp.broker.app import Broker
-from kelp.broker.config import BrokerConfig
+from kelp.config.broker import BrokerConfig
 
 
 class _RecordingLogs:

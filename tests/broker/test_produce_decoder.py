@@ -6,7 +6,8 @@ import pytest
 from kafka.protocol.producer import ProduceRequest
 
 from kelp.broker.kafka.produce_decoder import decode_produce_request
-from kelp.records import Record, build_batch
+from kelp.records.build import build_batch
+from kelp.records.record import Record
 
 T = ProduceRequest.TopicProduceData
 

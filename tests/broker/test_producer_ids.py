@@ -20,7 +20,7 @@ from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 
 from kelp.broker.app import Broker
 from kelp.broker.cluster import metadata_log as store_module
-from kelp.broker.config import BrokerConfig
+from kelp.config.broker import BrokerConfig
 from kelp.errors import ErrorCode, KelpError
 from tests.broker.helpers import create_topic_wire
 from tests.support.kafka_wire import WireClient, make_batch

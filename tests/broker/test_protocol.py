@@ -184,7 +184,7 @@ def test_large_fetch_served_from_file_ranges_intact(broker) -> None:
             assert produce(c, "zc", make_batch([(str(i).encode(), p)])) == (0, i)
     resp = raw_fetch(broker.bootstrap, "zc", 0, 0, max_bytes=10 << 20)
     data = resp.responses[0].partitions[0].records
-    from kelp.records import iter_records
+    from kelp.records.record import iter_records
 
     assert [r.value for r in iter_records(data)] == payloads
     # a small fetch after a big one on the same connection still lines up

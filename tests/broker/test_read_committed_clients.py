@@ -15,7 +15,8 @@ import pytest
 from kafka.protocol.consumer import ListOffsetsRequest
 from kafka.protocol.producer import ProduceRequest, WriteTxnMarkersRequest
 
-from kelp.records import Record, build_batch
+from kelp.records.build import build_batch
+from kelp.records.record import Record
 from tests.broker.helpers import create_topic_wire
 from tests.support.kafka_wire import WireClient
 

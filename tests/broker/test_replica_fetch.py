@@ -6,10 +6,12 @@ import os
 
 import pytest
 
-from kelp.broker.config import BrokerConfig
 from kelp.broker.replica.manager import FetchPartition, ReplicaManager, SegmentSlice, close_results
 from kelp.broker.topic_manager import TopicManager
-from kelp.records import Record, build_batch, iter_headers
+from kelp.config.broker import BrokerConfig
+from kelp.records.build import build_batch
+from kelp.records.header import iter_headers
+from kelp.records.record import Record
 
 
 class _Counter:
@@ -31,7 +33,8 @@ class _Child:
 def _replicas(tmp_path) -> ReplicaManager:
     from kelp.broker.metadata.image import MetadataDelta
     from kelp.broker.metadata.model import PartitionState, TopicState
-    from kelp.broker.storage import LogConfig, LogManager
+    from kelp.broker.storage import LogManager
+    from kelp.config.log_config import LogConfig
 
     cfg = BrokerConfig.load(env={}, overrides={"log.dirs": str(tmp_path), "num.partitions": 1})
     tm = TopicManager(cfg, None)

@@ -83,7 +83,8 @@ async def test_taking_leadership_and_appending_under_a_new_epoch_fsync_nothing_o
     node = Node(tmp_path, 0)
     node.push(replicas=(0, 1), leader=1, leader_epoch=1, isr=(0, 1))
     theirs = bytearray(batch(1))
-    from kelp.records import assign_offsets, parse_batches
+    from kelp.records.header import assign_offsets
+    from kelp.records.validation import parse_batches
 
     assign_offsets(theirs, parse_batches(theirs), base_offset=0, leader_epoch=1)
     fsyncs = record_threads(monkeypatch, os, "fsync")
@@ -156,7 +157,8 @@ async def test_a_follower_past_flush_messages_fsyncs_in_a_worker_thread_before_i
     node.push(replicas=(0, 1), leader=1, leader_epoch=1, isr=(0, 1))
     await node.drain()
     theirs = bytearray(batch(2))
-    from kelp.records import assign_offsets, parse_batches
+    from kelp.records.header import assign_offsets
+    from kelp.records.validation import parse_batches
 
     assign_offsets(theirs, parse_batches(theirs), base_offset=0, leader_epoch=1)
     fsyncs = record_threads(monkeypatch, os, "fsync")
@@ -177,8 +179,8 @@ async def test_deleting_a_topic_in_a_running_broker_removes_its_files_in_a_worke
 
     import kelp.broker.storage.log as log_mod
     from kelp.broker.app import Broker
-    from kelp.broker.config import BrokerConfig
     from kelp.broker.http.app import build_http_app
+    from kelp.config.broker import BrokerConfig
 
     broker = Broker(BrokerConfig.load(env={}, overrides={
         "log.dirs": str(tmp_path), "port": 0, "http.port": 0, "offsets.topic.num.partitions": 1}))

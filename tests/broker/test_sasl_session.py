@@ -15,11 +15,11 @@ import logging
 
 import pytest
 
-from kelp.broker.config import BrokerConfig
 from kelp.broker.kafka.listener_security import ListenerSecurity
 from kelp.broker.kafka.session import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE, Session
-from kelp.broker.security.scram import ScramMechanism, make_credential
-from kelp.broker.security.scram_exchange import ScramClient
+from kelp.config.broker import BrokerConfig
+from kelp.security.scram import ScramMechanism, make_credential
+from kelp.security.scram_exchange import ScramClient
 from tests.support.tls_files import plain_jaas
 
 METADATA, PRODUCE = 3, 0

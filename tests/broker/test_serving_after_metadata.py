@@ -16,7 +16,7 @@ import socket
 
 from kelp.broker.app import Broker
 from kelp.broker.cluster import member as member_module
-from kelp.broker.config import BrokerConfig
+from kelp.config.broker import BrokerConfig
 
 
 def _connects(port: int) -> bool:

@@ -23,7 +23,7 @@ from types import SimpleNamespace
 import pytest
 
 from kelp.broker.app import Broker
-from kelp.broker.config import BrokerConfig
+from kelp.config.broker import BrokerConfig
 from tests.support.virtual_time import VirtualTimeLoop
 
 STEPS = ("leaving the cluster", "stopping the replica fetchers", "stopping the Kafka listener",

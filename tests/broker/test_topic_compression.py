@@ -15,19 +15,16 @@ import urllib.request
 
 import pytest
 
-from kelp.broker.config import TOPIC_CONFIG_KEYS, BrokerConfig, validate_topic_configs
-from kelp.broker.storage import Log, LogConfig
+from kelp.broker.storage import Log
+from kelp.config.broker import BrokerConfig, validate_topic_configs
+from kelp.config.keys import TOPIC_CONFIG_KEYS
+from kelp.config.log_config import LogConfig
 from kelp.errors import ConfigError, ErrorCode
-from kelp.records import (
-    COMPRESSION_CODECS,
-    COMPRESSION_LIBRARIES,
-    Record,
-    available_compressions,
-    build_batch,
-    iter_headers,
-    iter_records,
-    parse_batches,
-)
+from kelp.records.build import build_batch
+from kelp.records.compression import COMPRESSION_CODECS, COMPRESSION_LIBRARIES, available_compressions
+from kelp.records.header import iter_headers
+from kelp.records.record import Record, iter_records
+from kelp.records.validation import parse_batches
 from tests.broker.helpers import fetch_all_batches
 from tests.storage.helpers import FakeClock
 

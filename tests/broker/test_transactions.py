@@ -19,7 +19,10 @@ from kelp.broker.replica.manager import FetchPartition, TxnMarker
 from kelp.broker.storage.txn_index import ENTRY_SIZE, TXNINDEX_SUFFIX
 from kelp.control_records import build_marker_batch, read_marker
 from kelp.errors import ErrorCode
-from kelp.records import Record, build_batch, iter_headers, parse_batches
+from kelp.records.build import build_batch
+from kelp.records.header import iter_headers
+from kelp.records.record import Record
+from kelp.records.validation import parse_batches
 from tests.replication.replica_harness import TOPIC, Node, batch
 
 # Two ~370-byte batches fill a segment: an append past segment.bytes goes in and the roll follows it (issue 23).

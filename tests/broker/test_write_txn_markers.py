@@ -11,7 +11,8 @@ from kafka.protocol.metadata import FindCoordinatorRequest
 from kafka.protocol.producer import ProduceRequest, WriteTxnMarkersRequest
 
 from kelp.errors import ErrorCode
-from kelp.records import Record, build_batch
+from kelp.records.build import build_batch
+from kelp.records.record import Record
 from tests.authorization.harness import InProcessBroker
 
 M = WriteTxnMarkersRequest.WritableTxnMarker

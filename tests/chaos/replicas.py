@@ -7,7 +7,7 @@ batch by batch; the bytes of the batches wholly below the reference high
 watermark (the leader's, read over the admin API before the stop) are
 hashed, and where two replicas differ the first differing batch's offset is
 kept. The records of the final leader's replica are decoded
-(`kelp.records.batch_records`) into `[offset, producer, seq, producer id,
+(`kelp.records.record.batch_records`) into `[offset, producer, seq, producer id,
 producer epoch, batch base sequence, leader epoch]` for the checker.
 Compacted topics (`__consumer_offsets`) compact on each replica on its own,
 so their bytes legitimately differ: what must agree is what they hold, the
@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from kelp.broker.storage import Log
-from kelp.records import batch_records, iter_headers
+from kelp.records.header import iter_headers
+from kelp.records.record import batch_records
 
 from .history import History
 from .workload import parse_value

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kelp.broker.storage import Log
-from kelp.records import build_batch
+from kelp.records.build import build_batch
 from tests.chaos.checker import check
 from tests.chaos.history import History, read_history
 from tests.chaos.replicas import collect

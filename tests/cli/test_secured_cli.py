@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from kelp.broker.config_keys import KAFKA_STANDARD_AUTHORIZER
 from kelp.cli.main import main
+from kelp.config.keys import KAFKA_STANDARD_AUTHORIZER
 from tests.support.broker_process import REPO, BrokerProcess
 from tests.support.tls_files import Pki, scram_jaas
 

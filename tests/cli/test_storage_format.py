@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from kelp.broker.metadata.image import image_from_log
-from kelp.broker.security.scram import ScramMechanism
-from kelp.broker.security.scram_exchange import ScramClient, ScramServer
 from kelp.cli.main import main
+from kelp.security.scram import ScramMechanism
+from kelp.security.scram_exchange import ScramClient, ScramServer
 
 
 def entry(data: Path) -> dict:

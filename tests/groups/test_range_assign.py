@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kelp.broker.http.rest_v2.consumers import range_assign
+from kelp.broker.http.rest_v2.subscriptions import range_assign
 
 
 def test_range_assignment_gives_contiguous_ranges_first_members_one_extra() -> None:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from aiohttp.test_utils import TestClient
 from kafka.protocol.producer import AddPartitionsToTxnRequest, ProduceRequest
 
-from kelp.records import Record, build_batch
+from kelp.records.build import build_batch
+from kelp.records.record import Record
 from tests.authorization.harness import InProcessBroker
 from tests.authorization.test_acl_transactions import TID, coordinating_txn
 from tests.authorization.test_http_security import ADMIN, ALICE, acl, broker, client  # noqa: F401

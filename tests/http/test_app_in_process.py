@@ -11,8 +11,8 @@ from pathlib import Path
 from aiohttp.test_utils import TestClient, TestServer
 
 from kelp.broker.app import Broker
-from kelp.broker.config import BrokerConfig
 from kelp.broker.http.app import build_http_app
+from kelp.config.broker import BrokerConfig
 
 
 def _broker(directory: Path) -> Broker:

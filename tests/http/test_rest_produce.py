@@ -113,7 +113,7 @@ def test_headers_and_timestamp_extension(kelp) -> None:
     ("data", "ctype", "status", "words"),
     [
         (b'{"records": [{"value": 1}', JSON_V2, 400, ["not valid JSON", "line 1"]),
-        (b"", JSON_V2, 400, ["empty"]),
+        (b"", JSON_V2, 422, ["empty"]),  # Confluent: a missing body is 422 (a constraint violation)
         (b'{"values": []}', JSON_V2, 422, ["'records'"]),
         (b'{"records": {}}', JSON_V2, 422, ["'records' must be a list"]),
         (b'{"records": []}', JSON_V2, 422, ["empty"]),

@@ -26,13 +26,13 @@ import yaml
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT7
 
-from kelp.broker.config_keys import KELP_AUTHORIZER
 from kelp.broker.http.rest_v3 import acls as v3_acls
 from kelp.broker.http.rest_v3 import cluster as v3_cluster
 from kelp.broker.http.rest_v3 import configs as v3_configs
 from kelp.broker.http.rest_v3 import groups as v3_groups
 from kelp.broker.http.rest_v3 import records as v3_records
 from kelp.broker.http.rest_v3 import replicas as v3_replicas
+from kelp.config.keys import KELP_AUTHORIZER
 from tests.support.broker_process import BrokerProcess
 
 SPEC_FILE = Path(__file__).parent / "confluent_v3" / "openapi.yaml"

@@ -10,8 +10,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from kelp.broker.app import Broker
-from kelp.broker.config import BrokerConfig
 from kelp.broker.http.app import build_http_app
+from kelp.config.broker import BrokerConfig
 from kelp.errors import ConfigError
 
 SR_CT = {"Content-Type": "application/vnd.schemaregistry.v1+json"}

@@ -2,9 +2,10 @@
 
 Every case runs once per kind: an answer, a broker that never answers (timeout),
 a reply with another correlation id, frames out of bounds, a connection
-closed before or during a reply, a refused connection, a cancelled request.
-After each failure the connection is dropped and the next request connects
-again and gets its own answer.
+closed before or during a reply, a refused connection, a cancelled request,
+the broker's ApiVersions asked once per connection. After each failure the
+connection is dropped and the next request connects again and gets its own
+answer.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import struct
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import pytest
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer import HeartbeatRequest, HeartbeatResponse
+from kafka.protocol.metadata import ApiVersionsResponse
 
 from kelp.kafka_client import AsyncConnection, BadResponse, BlockingConnection, BrokerTimeout, BrokerUnavailable
 from tests.support.fake_kafka_broker import DROP, SILENT, FakeBroker, Received, Truncated, encode_response
@@ -51,6 +53,11 @@ class Connection:
         if isinstance(self.conn, BlockingConnection):
             return await asyncio.to_thread(self.conn.request, request, version, **options)
         return await self.conn.request(request, version, **options)
+
+    async def api_versions(self) -> Mapping[int, tuple[int, int]]:
+        if isinstance(self.conn, BlockingConnection):
+            return await asyncio.to_thread(self.conn.api_versions)
+        return await self.conn.api_versions()
 
     async def close(self) -> None:
         if isinstance(self.conn, BlockingConnection):
@@ -172,4 +179,20 @@ async def test_a_request_cancelled_mid_way_leaves_no_reply_behind(broker: FakeBr
         await task
     response = await conn.request(heartbeat(), VERSION)
     assert response.error_code == 3 and response.header.correlation_id == 2 and broker.connections == 2
+    await conn.close()
+
+
+async def test_api_versions_are_asked_once_per_connection_and_again_after_a_drop(kind: str,
+                                                                                 broker: FakeBroker) -> None:
+    served = ApiVersionsResponse(error_code=0, throttle_time_ms=0, api_keys=[
+        ApiVersionsResponse.ApiVersion(api_key=12, min_version=0, max_version=4)])
+    broker.handler = lambda seen: served if seen.api_key == 18 else answer()
+    conn = Connection(kind, broker.port)
+    assert await conn.api_versions() == {12: (0, 4)}
+    assert (await conn.request(heartbeat())).error_code == 0
+    assert await conn.api_versions() == {12: (0, 4)}
+    assert [(r.api_key, r.version) for r in broker.received] == [(18, 3), (12, VERSION)]
+    await conn.close()
+    assert await conn.api_versions() == {12: (0, 4)}  # a new connection may be another broker build: ask again
+    assert [r.api_key for r in broker.received] == [18, 12, 18] and broker.connections == 2
     await conn.close()

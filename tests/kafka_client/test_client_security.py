@@ -1,7 +1,7 @@
 """Kelp's client connections over TLS and SASL, both kinds alike, and Kafka client properties read as Kafka's are.
 
 A scripted broker on 127.0.0.1 speaks TLS with a trustme certificate and answers SaslHandshake and
-SaslAuthenticate with the broker's own SASL servers (`kelp.broker.security`): PLAIN, SCRAM-SHA-256 and
+SaslAuthenticate with the broker's own SASL servers (`kelp.security`): PLAIN, SCRAM-SHA-256 and
 SCRAM-SHA-512 authenticate and the request after them is answered; a session lifetime makes the connection
 re-authenticate before it runs out, on the same connection; a wrong password, a mechanism the broker does not
 enable, a server that does not know the credential and a certificate the client does not trust each fail with
@@ -21,10 +21,6 @@ import pytest
 from kafka.protocol.consumer import HeartbeatRequest, HeartbeatResponse
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
-from kelp.broker.security.plain import PlainServer
-from kelp.broker.security.sasl import SaslAuthenticationError, SaslServer
-from kelp.broker.security.scram import ScramMechanism, make_credential
-from kelp.broker.security.scram_exchange import ScramServer
 from kelp.kafka_client import (
     AsyncConnection,
     AuthenticationFailed,
@@ -35,6 +31,10 @@ from kelp.kafka_client import (
     connection_security,
 )
 from kelp.kafka_client.sasl import authentication
+from kelp.security.plain import PlainServer
+from kelp.security.sasl import SaslAuthenticationError, SaslServer
+from kelp.security.scram import ScramMechanism, make_credential
+from kelp.security.scram_exchange import ScramServer
 from tests.support.fake_kafka_broker import FakeBroker, Received
 from tests.support.tls_files import Pki
 

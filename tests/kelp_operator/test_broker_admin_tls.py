@@ -22,12 +22,12 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from kelp.broker.security.principal import dn_from_der_certificate
 from kelp.operator.manifests.spec import ClusterSpec
 from kelp.operator.manifests.tls_builders import keystore_pem
 from kelp.operator.reconcile.brokers import AdminError, BrokerAdmin, operator_tls_context
 from kelp.operator.reconcile.resync import admin_factory
 from kelp.operator.security.certificates import CLIENT_ONLY, SERVER_AND_CLIENT, KeyPair, make_ca, make_leaf
+from kelp.security.principal import dn_from_der_certificate
 from tests.kelp_operator.fakes import FakeKube, resource
 
 

@@ -13,7 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from kelp.broker.config import BrokerConfig
+from kelp.config.broker import BrokerConfig
 from kelp.operator.manifests.builders import cluster_children, config_hash, stateful_set
 from kelp.operator.manifests.spec import ClusterSpec, SpecError
 

@@ -18,7 +18,6 @@ from cryptography import x509
 from cryptography.x509 import verification
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from kelp.broker.security.principal import dn_from_der_certificate
 from kelp.operator.manifests.spec import ClusterSpec
 from kelp.operator.manifests.tls_builders import OPERATOR_REQUEST, broker_request, keystore_pem, user_request
 from kelp.operator.reconcile.brokers import operator_tls_context
@@ -34,6 +33,7 @@ from kelp.operator.security.certificates import (
     read_cert,
 )
 from kelp.operator.security.listener_security import OPERATOR_DN, broker_dn
+from kelp.security.principal import dn_from_der_certificate
 
 NOW = 1_800_000_000_000  # 2027-01-15, wall-clock ms
 

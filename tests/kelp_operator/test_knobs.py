@@ -20,7 +20,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from kelp.broker.config import BrokerConfig
+from kelp.config.broker import BrokerConfig
 from kelp.kube.api import KubeApiError
 from kelp.operator.manifests.builders import cluster_children, stateful_set
 from kelp.operator.manifests.spec import ClusterSpec, SpecError

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from kelp.broker.config import BrokerConfig
+from kelp.config.broker import BrokerConfig
 from kelp.operator.manifests.builders import broker_config_yaml, config_hash
 from kelp.operator.manifests.spec import ClusterSpec, SpecError
 from kelp.operator.security.listener_security import KAFKA_AUTHORIZER, KELP_AUTHORIZER, owned_by_security, principal_of

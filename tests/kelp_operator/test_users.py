@@ -16,8 +16,6 @@ import base64
 
 import pytest
 
-from kelp.broker.security.scram import ScramMechanism, credential_from_salted_password
-from kelp.broker.security.scram_exchange import ScramServer
 from kelp.operator.kube.events import Recorder
 from kelp.operator.reconcile.cluster import reconcile_cluster
 from kelp.operator.reconcile.runner import Runner
@@ -30,6 +28,8 @@ from kelp.operator.security.user_builders import (
     acl_bindings,
     scram_upsert,
 )
+from kelp.security.scram import ScramMechanism, credential_from_salted_password
+from kelp.security.scram_exchange import ScramServer
 from tests.kelp_operator.fakes import FakeAdmin, FakeKube, admin_of, broker_pod, resource, statefulset
 
 LISTENERS = [{"name": "plain", "port": 9092, "type": "internal", "tls": False},
@@ -112,7 +112,7 @@ def test_a_scram_user_gets_its_secret_its_credential_and_its_acls() -> None:
 
 def _scram_login(credential, user: str, password: str) -> bool:
     """A SCRAM-SHA-512 exchange against the security core's server with the stored credential."""
-    from kelp.broker.security.scram_exchange import ScramClient
+    from kelp.security.scram_exchange import ScramClient
 
     server = ScramServer(ScramMechanism.SCRAM_SHA_512, lambda name: credential if name == user else None)
     client = ScramClient(ScramMechanism.SCRAM_SHA_512, user, password)

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from kelp.records import iter_headers
+from kelp.records.header import iter_headers
 
 __all__ = ["Acked", "Consumed", "Verdict", "value_for", "parse_value", "check_records", "read_replica_batches",
            "compare_replicas"]

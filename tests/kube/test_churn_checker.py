@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kelp.broker.storage.config import LogConfig
 from kelp.broker.storage.log import Log
-from kelp.records import build_batch
+from kelp.config.log_config import LogConfig
+from kelp.records.build import build_batch
 from tests.kube.churn_check import (
     Acked,
     Consumed,

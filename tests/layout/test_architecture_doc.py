@@ -6,7 +6,7 @@ packages were added and split (issue 35). The tree is read when the test runs, s
 split fails here until the page says where it went:
 
 - each span in backticks that looks like a repository path names something that exists: `broker/cluster/`
-  and `kelp/records.py` from the checkout's root, `handlers/registry.py` as the end of some path,
+  and `kelp/records/header.py` from the checkout's root, `handlers/registry.py` as the end of some path,
   `log.py` as some file's name, `kelp.broker.cluster.leases` as a module or package (a last component that
   is not a module must be a name defined in the module before it, `kelp.spark.wire.KafkaWire`);
 - each top-level directory of the checkout, and each package directly under `broker/`, `kelp/` and

@@ -102,9 +102,9 @@ def test_the_graph_sees_kelp_imports() -> None:
     """Guards the guard: the mapped packages, relative and function-level imports all reach the graph."""
     edges = graph()
     assert {"kelp.broker.app", "kelp.operator.manifests.spec", "kelp.cli.main"} <= set(FILES)
-    assert "kelp.broker.config" in edges["kelp.broker.app"]  # `from .config import BrokerConfig`
-    assert "kelp.broker.config" in edges["kelp.operator.manifests.spec"]  # absolute, across the mapping
-    assert "kelp.broker.kafka.server" in edges["kelp.broker.app"]
+    assert "kelp.config.broker" in edges["kelp.broker.app"]  # `from kelp.config.broker import BrokerConfig`
+    assert "kelp.config.broker" in edges["kelp.operator.manifests.spec"]  # from the mapped operator
+    assert "kelp.broker.kafka.server" in edges["kelp.broker.app"]  # `from .kafka.server import ...`, relative
 
 
 def test_the_checker_sees_a_cycle() -> None:

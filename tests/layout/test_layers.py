@@ -90,33 +90,34 @@ def _violations(start: str, forbidden: tuple[str, ...]) -> list[str]:
         # the lease model and election under both backends is pure: no Kubernetes, no sockets, no event loop.
         ("kelp.kube", ("kelp.broker", "kelp.operator", "kelp.cli", "kelp.spark")),
         ("kelp.leases", NETWORKING + ("kubernetes", "kelp.kube", "kelp.broker", "kelp.operator", "kelp.cli")),
-        # The operator reaches Kubernetes through kelp.kube, never through the broker's cluster layer or any of
-        # the broker's runtime (the few pure rule modules it shares are the test below).
-        ("kelp.operator", ("kelp.broker.cluster", "kelp.broker.kafka", "kelp.broker.http", "kelp.broker.groups",
-                           "kelp.broker.storage.log", "kelp.broker.transactions", "kelp.broker.schema_registry",
-                           "kelp.broker.app", "kelp.broker.replica.manager", "kelp.broker.replica.partition",
-                           "kelp.broker.topic_manager", "kelp.broker.metrics", "kelp.broker.security.authorizer",
-                           "kelp.cli")),
+        # The operator reaches Kubernetes through kelp.kube and leases through kelp.leases, and checks a Cluster or
+        # KelpUser with the shared config and security rules (kelp.config, kelp.security): it imports nothing of
+        # kelp.broker, directly or through what it imports (issue 35).
+        ("kelp.operator", ("kelp.broker", "kelp.cli")),
         # The Kafka-protocol client core serves the broker and the Spark source alike, so it imports neither
         # (nor the operator or the CLI), and it is the networking: no client library's connections.
         ("kelp.kafka_client", ("kelp.broker", "kelp.operator", "kelp.cli", "kelp.spark", "pyspark", "aiohttp",
                                "http", "urllib", "kafka.net", "kafka.producer", "kafka.consumer", "kafka.admin",
                                "kafka.coordinator", "kafka.cluster", "aiokafka", "confluent_kafka")),
-        # Its framing, metadata, retry rules and errors are pure: no sockets, no event loop, no sleeping.
+        # Its protocol core (sans-I/O, under both connections), framing, SASL exchange, metadata, retry rules and
+        # errors are pure: no sockets, no event loop, no threads, no clock.
         *[(f"kelp.kafka_client.{m}", NETWORKING + ("threading", "selectors", "time"))
-          for m in ("framing", "metadata", "retry", "errors")],
+          for m in ("protocol", "framing", "sasl", "metadata", "retry", "errors")],
         # The blocking side never touches an event loop (Spark's Python workers have none).
         *[(f"kelp.kafka_client.{m}", ("asyncio", "kelp.kafka_client.async_connection",
                                        "kelp.kafka_client.async_client"))
           for m in ("blocking_connection", "blocking_client")],
         # The Spark data source is a client: it speaks the Kafka protocol and never reaches into the broker.
         ("kelp.spark", ("kelp.broker", "kelp.operator", "kelp.cli")),
-        # The security core (issue 20) is asked by the listeners and never reaches back: no sockets, no event loop,
-        # no HTTP, and nothing above it; only its TLS module has the standard library's `ssl`.
-        ("kelp.broker.security", NETWORKING + ("kelp.broker.kafka", "kelp.broker.http", "kelp.broker.cluster",
-                                               "kelp.broker.groups", "kelp.broker.app", "kelp.operator", "kelp.cli",
-                                               "kelp.kafka_client", "kelp.spark")),
-        *[(f"kelp.broker.security.{m}", ("ssl",))
+        # The security core (issue 20) is asked by the listeners and the operator and never reaches back: no sockets,
+        # no event loop, no HTTP, and nothing above it; only its TLS module has the standard library's `ssl`.
+        ("kelp.security", NETWORKING + ("kelp.broker", "kelp.operator", "kelp.cli", "kelp.kafka_client", "kelp.spark",
+                                        "kelp.kube", "kelp.leases")),
+        # The config (issue 35) is shared the same way: the brokers load it, the operator validates with it; it reads
+        # the host name through `socket` (`host`'s default) and nothing else of the network.
+        ("kelp.config", tuple(n for n in NETWORKING if n != "socket")
+         + ("kelp.broker", "kelp.operator", "kelp.cli", "kelp.kafka_client", "kelp.spark", "kelp.kube", "kelp.leases")),
+        *[(f"kelp.security.{m}", ("ssl",))
           for m in ("principal", "sasl", "plain", "jaas", "scram", "oauthbearer", "acl", "acl_json")],
         # Its option rules and column codec run anywhere: no sockets, no Spark.
         *[(m, NETWORKING + ("pyspark", "kelp.spark.wire", "kelp.kafka_client"))
@@ -136,42 +137,37 @@ def test_the_checker_sees_a_violation() -> None:
 
 
 # The Kelp modules the security core may use besides its own: the error table and the clock types.
-SECURITY_MAY_IMPORT = ("kelp.broker.security", "kelp.errors", "kelp.clock")
+SECURITY_MAY_IMPORT = ("kelp.security", "kelp.errors", "kelp.clock")
 
 
 def test_security_core_imports_only_itself_and_kelp_basics() -> None:
-    """kelp.broker.security sits under every listener: of Kelp, it imports only itself, kelp.errors and kelp.clock."""
+    """kelp.security sits under every listener: of Kelp, it imports only itself, kelp.errors and kelp.clock."""
     found = sorted(
         f"{module} imports {imported}"
-        for module in FILES if module == "kelp.broker.security" or module.startswith("kelp.broker.security.")
+        for module in FILES if module == "kelp.security" or module.startswith("kelp.security.")
         for imported in kelp_imports(module)
         if not any(imported == m or imported.startswith(m + ".") for m in SECURITY_MAY_IMPORT)
     )
     assert found == []
 
 
-# The broker's pure rule modules the operator shares, so a Cluster or KelpUser is checked by the very rules the
-# brokers apply (one config validator, one principal mapping, one ACL and SCRAM codec), and nothing else of
-# kelp.broker: Kubernetes goes through kelp.kube, leases through kelp.leases.
-OPERATOR_SHARES_OF_BROKER = ("kelp.broker.config", "kelp.broker.security.principal", "kelp.broker.security.acl",
-                             "kelp.broker.security.scram")
-
-
-def test_operator_imports_of_the_broker_are_only_its_shared_rules() -> None:
+def test_operator_imports_nothing_of_the_broker() -> None:
+    """The operator checks a Cluster or KelpUser with the very rules the brokers apply (one config validator, one
+    principal mapping, one ACL and SCRAM codec), found in the shared kelp.config and kelp.security, and reaches
+    Kubernetes through kelp.kube and leases through kelp.leases: no import of kelp.broker at all (issue 35)."""
     found = sorted(
         f"{module} imports {imported}"
         for module in FILES if module == "kelp.operator" or module.startswith("kelp.operator.")
         for imported in kelp_imports(module)
-        if imported.startswith("kelp.broker") and imported not in OPERATOR_SHARES_OF_BROKER
+        if imported == "kelp.broker" or imported.startswith("kelp.broker.")
     )
     assert found == []
 
 
-# The Kelp modules the metadata model may import besides its own: the error table, the JSON types, the security
-# core's ACL and SCRAM values (leaves: they import only the security core, kelp.errors and kelp.clock), and the
-# broker config's validator of dynamic broker configs (`broker_config` records are checked with it on replay).
-METADATA_MAY_IMPORT = ("kelp.broker.metadata", "kelp.errors", "kelp.json_types", "kelp.broker.security.acl",
-                       "kelp.broker.security.acl_json", "kelp.broker.security.scram", "kelp.broker.config")
+# The Kelp modules the metadata model may import besides its own: the error table, the JSON types, the shared security
+# core's ACL and SCRAM values and the shared config's validator of dynamic broker configs (`broker_config` records
+# are checked with it on replay). Nothing of kelp.broker outside kelp.broker.metadata.
+METADATA_MAY_IMPORT = ("kelp.broker.metadata", "kelp.errors", "kelp.json_types", "kelp.security", "kelp.config")
 
 
 def test_metadata_model_imports_only_itself_and_leaves() -> None:
@@ -181,5 +177,16 @@ def test_metadata_model_imports_only_itself_and_leaves() -> None:
         for module in FILES if module == "kelp.broker.metadata" or module.startswith("kelp.broker.metadata.")
         for imported in kelp_imports(module)
         if not any(imported == m or imported.startswith(m + ".") for m in METADATA_MAY_IMPORT)
+    )
+    assert found == []
+
+
+def test_metadata_model_reaches_no_broker_runtime() -> None:
+    """Not even through what it imports: every kelp.broker module that kelp.broker.metadata reaches is its own."""
+    found = sorted(
+        f"{importer} imports {imported}"
+        for imported, importer in _closure("kelp.broker.metadata").items()
+        if imported.startswith("kelp.broker") and not (imported == "kelp.broker.metadata"
+                                                       or imported.startswith("kelp.broker.metadata."))
     )
     assert found == []

@@ -22,7 +22,6 @@ from typing import Any
 from kafka.protocol.consumer import FetchRequest, OffsetForLeaderEpochRequest
 
 from kelp.broker.cluster.replica_fetcher import ReplicaFetcherManager
-from kelp.broker.config import BrokerConfig
 from kelp.broker.kafka.handlers.fetch import handle_fetch
 from kelp.broker.kafka.handlers.offsets import handle_offset_for_leader_epoch
 from kelp.broker.kafka.handlers.registry import RequestContext
@@ -30,12 +29,15 @@ from kelp.broker.metadata.image import MetadataDelta
 from kelp.broker.metadata.model import PartitionState, TopicState
 from kelp.broker.replica.manager import FetchPartition, ReplicaManager
 from kelp.broker.replica.results import SegmentSlice
-from kelp.broker.storage import LogConfig, LogManager
+from kelp.broker.storage import LogManager
 from kelp.broker.topic_manager import TopicManager
+from kelp.config.broker import BrokerConfig
+from kelp.config.log_config import LogConfig
 from kelp.errors import KelpError
 from kelp.kafka_client.fetch_request import FollowerFetch
 from kelp.kafka_client.framing import encode_request
-from kelp.records import Record, build_batch
+from kelp.records.build import build_batch
+from kelp.records.record import Record
 from tests.support.acls import open_acls
 
 TOPIC = "t"
@@ -123,7 +125,7 @@ class Node:
             if not chunk:
                 break
             out += chunk
-            from kelp.records import iter_headers
+            from kelp.records.header import iter_headers
 
             offset = list(iter_headers(chunk))[-1].next_offset
         return bytes(out)

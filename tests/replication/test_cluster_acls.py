@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from kelp.broker.config_keys import KELP_AUTHORIZER
+from kelp.config.keys import KELP_AUTHORIZER
 from tests.support.cluster import Cluster
 
 pytestmark = pytest.mark.timeout(240)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 
 from kelp.broker.cluster.controller import Controller, ControllerSettings
-from kelp.broker.config import BrokerConfig
 from kelp.broker.metadata.model import BrokerEndpoint
+from kelp.config.broker import BrokerConfig
 from kelp.errors import (
     FencedLeaderEpochError,
     IneligibleReplicaError,

@@ -18,7 +18,7 @@ import pytest
 
 from kelp.broker.cluster.controller import Controller, ControllerSettings
 from kelp.broker.cluster.metadata_log import FileMetadataLog, LoadedLog, MetadataLog
-from kelp.broker.config import BrokerConfig
+from kelp.config.broker import BrokerConfig
 from kelp.errors import NotControllerError
 from tests.replication.test_controller import Harness, ep
 from tests.support.memory_metadata_log import MemoryMetadataLog

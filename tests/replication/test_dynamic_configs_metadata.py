@@ -16,7 +16,6 @@ from types import SimpleNamespace
 import pytest
 
 from kelp.broker.cluster.member import ClusterMember
-from kelp.broker.config import DYNAMIC_BROKER_KEYS, BrokerConfig
 from kelp.broker.metadata.image import (
     MetadataCorrupt,
     MetadataImage,
@@ -28,6 +27,8 @@ from kelp.broker.metadata.image import (
 )
 from kelp.broker.replica.manager import ReplicaManager
 from kelp.broker.topic_manager import TopicManager
+from kelp.config.broker import BrokerConfig
+from kelp.config.keys import DYNAMIC_BROKER_KEYS
 from kelp.errors import ConfigError
 from tests.replication.test_controller import Harness, ep
 from tests.replication.test_metadata_log_order import entries_of, payload
@@ -149,7 +150,8 @@ class Broker:
     """Broker 1's topic and replica managers on real logs, with a static log.retention.hours."""
 
     def __init__(self, tmp_path, **settings) -> None:
-        from kelp.broker.storage import LogConfig, LogManager
+        from kelp.broker.storage import LogManager
+        from kelp.config.log_config import LogConfig
 
         self.config = BrokerConfig.load(env={}, overrides={"log.dirs": str(tmp_path), "broker.id": 1,
                                                            "cluster.dir": str(tmp_path / "cluster"), **settings})

@@ -13,8 +13,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from kelp.broker.cluster.replica_fetcher import ReplicaFetcherManager
-from kelp.broker.config import BrokerConfig
 from kelp.broker.replica.replication_quota import ReplicationQuotas
+from kelp.config.broker import BrokerConfig
 
 
 class _Log:

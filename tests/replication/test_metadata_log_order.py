@@ -18,7 +18,6 @@ import pytest
 from kelp.broker.cluster.member import ClusterMember
 from kelp.broker.cluster.metadata_log import MetadataUnreadable
 from kelp.broker.cluster.metadata_publisher import MetadataPublisher
-from kelp.broker.config import BrokerConfig
 from kelp.broker.metadata.image import (
     MetadataCorrupt,
     MetadataImage,
@@ -33,6 +32,7 @@ from kelp.broker.metadata.image import (
 from kelp.broker.metadata.model import BrokerEndpoint, PartitionState, TopicState
 from kelp.broker.replica.manager import ReplicaManager
 from kelp.broker.topic_manager import TopicManager
+from kelp.config.broker import BrokerConfig
 from kelp.errors import NotControllerError, StaleControllerEpochError
 from tests.replication.test_controller import Harness, ep
 from tests.support.memory_metadata_log import MemoryMetadataLog
@@ -103,7 +103,8 @@ class Broker:
     """The parts of a broker that applying metadata touches: real topic and replica managers on real logs."""
 
     def __init__(self, tmp_path, broker_id: int = 1) -> None:
-        from kelp.broker.storage import LogConfig, LogManager
+        from kelp.broker.storage import LogManager
+        from kelp.config.log_config import LogConfig
 
         self.config = BrokerConfig.load(env={}, overrides={"log.dirs": str(tmp_path), "broker.id": broker_id,
                                                            "cluster.dir": str(tmp_path / "cluster")})

@@ -20,7 +20,8 @@ from __future__ import annotations
 import pytest
 
 from kelp.errors import InvalidProducerEpochError, OutOfOrderSequenceError
-from kelp.records import assign_offsets, parse_batches
+from kelp.records.header import assign_offsets
+from kelp.records.validation import parse_batches
 from tests.replication.replica_harness import TOPIC, Node, batch
 
 PRODUCER = 7

@@ -61,7 +61,8 @@ async def test_a_retry_on_the_new_leader_of_a_batch_it_got_as_a_follower_waits_f
     node.push(replicas=replicas, leader=0, leader_epoch=3, isr=replicas)
     sent = batch(3, producer_id=7, producer_epoch=0, base_sequence=0)
     replicated = bytearray(sent)
-    from kelp.records import assign_offsets, parse_batches
+    from kelp.records.header import assign_offsets
+    from kelp.records.validation import parse_batches
 
     assign_offsets(replicated, parse_batches(replicated), base_offset=0, leader_epoch=3)
     node.rm.append_as_follower(TOPIC, 0, bytes(replicated), leader_epoch=3, leader_high_watermark=0)
@@ -144,7 +145,8 @@ async def test_a_wait_registered_after_leadership_moved_and_came_back_fails(tmp_
     node.push(replicas=REPLICAS, leader=1, leader_epoch=4, isr=REPLICAS)  # broker 1 leads, without offset 5
     node.log.truncate_to(5)  # what the follower's truncation does: offset 5 was never replicated
     theirs = bytearray(batch(1, value=b"theirs"))
-    from kelp.records import assign_offsets, parse_batches
+    from kelp.records.header import assign_offsets
+    from kelp.records.validation import parse_batches
 
     assign_offsets(theirs, parse_batches(theirs), base_offset=5, leader_epoch=4)
     node.rm.append_as_follower(TOPIC, 0, bytes(theirs), leader_epoch=4, leader_high_watermark=5)

@@ -18,7 +18,7 @@ import asyncio
 import pytest
 
 from kelp.broker.cluster.file_leases import FileLeaseBackend
-from kelp.broker.config import BrokerConfig
+from kelp.config.broker import BrokerConfig
 from kelp.errors import KelpError
 from kelp.leases import LeaseElector, LivenessView
 from tests.replication.test_controller import Harness, ep

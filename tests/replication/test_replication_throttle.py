@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from kelp.broker.config import BrokerConfig, validate_broker_configs, validate_topic_configs
 from kelp.broker.replica.replication_quota import ALL, ReplicationQuotas, throttled_partitions
+from kelp.config.broker import BrokerConfig, validate_broker_configs, validate_topic_configs
 from kelp.errors import ConfigError
 from tests.replication.replica_harness import TOPIC, Node, PeerStub, batch
 
@@ -48,7 +48,7 @@ def _fill(node: Node, batches: int) -> None:
 async def _leader_fetch(node: Node, replica: int, offset: int) -> tuple[int, int]:
     """(bytes, next offset) of one follower fetch from `offset` answered by `node`."""
     from kelp.broker.replica.manager import FetchPartition
-    from kelp.records import iter_headers
+    from kelp.records.header import iter_headers
 
     [res] = await node.rm.fetch([FetchPartition(TOPIC, 0, offset, FETCH_MAX)], max_wait_ms=0, min_bytes=0,
                                 max_bytes=FETCH_MAX, replica_id=replica)

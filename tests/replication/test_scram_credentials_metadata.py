@@ -23,9 +23,9 @@ from kelp.broker.metadata.image import (
 )
 from kelp.broker.metadata.records import remove_scram_credential_record
 from kelp.broker.metadata.scram_credentials import record_of
-from kelp.broker.security.scram import ScramMechanism, make_credential
-from kelp.broker.security.scram_exchange import ScramClient as CoreScramClient
-from kelp.broker.security.scram_exchange import ScramServer
+from kelp.security.scram import ScramMechanism, make_credential
+from kelp.security.scram_exchange import ScramClient as CoreScramClient
+from kelp.security.scram_exchange import ScramServer
 from tests.replication.test_controller import Harness
 
 SHA512 = ScramMechanism.SCRAM_SHA_512

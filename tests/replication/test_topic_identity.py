@@ -16,9 +16,11 @@ import threading
 import pytest
 
 from kelp.broker.metadata.image import MetadataImage, snapshot_to_json
-from kelp.broker.storage import Log, LogConfig, LogManager
+from kelp.broker.storage import Log, LogManager
 from kelp.broker.storage.partition_metadata import PARTITION_METADATA, kafka_uuid, read_topic_id
-from kelp.records import Record, build_batch
+from kelp.config.log_config import LogConfig
+from kelp.records.build import build_batch
+from kelp.records.record import Record
 from tests.broker.test_replica_file_work_off_loop import record_threads
 from tests.replication.test_controller import Harness, ep
 from tests.replication.test_metadata_log_order import Broker, entries_of, payload

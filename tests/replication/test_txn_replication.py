@@ -8,7 +8,8 @@ offset and the aborted transactions it names to read_committed consumers must be
 from __future__ import annotations
 
 from kelp.broker.replica.manager import TxnMarker
-from kelp.records import Record, build_batch
+from kelp.records.build import build_batch
+from kelp.records.record import Record
 from tests.replication.replica_harness import TOPIC, Node, batch
 
 

@@ -95,6 +95,30 @@ def test_modes_readonly_and_import(sr) -> None:
     assert sr("/mode")[1] == {"mode": "READWRITE"}
 
 
+def test_readonly_override_freezes_every_subject_whatever_its_own_mode(sr) -> None:
+    """A global READONLY_OVERRIDE is read-only that a subject's own READWRITE or IMPORT does not lift (Confluent's
+    getModeInScope); a global READONLY is lifted by a subject's own mode. Mode changes stay allowed."""
+    s, t = _subject("frozen"), _subject("open")
+    assert sr(f"/subjects/{s}/versions", "POST", {"schema": A1})[0] == 200
+    assert sr(f"/mode/{t}", "PUT", {"mode": "READWRITE"})[1] == {"mode": "READWRITE"}
+    assert sr("/mode", "PUT", {"mode": "READONLY"})[1] == {"mode": "READONLY"}
+    try:
+        assert sr(f"/subjects/{t}/versions", "POST", {"schema": A1})[0] == 200  # its own READWRITE wins
+        status, body, _ = sr(f"/subjects/{s}/versions", "POST", {"schema": A2})
+        assert (status, body["error_code"]) == (422, 42205), body
+        assert sr("/mode", "PUT", {"mode": "readonly_override"})[1] == {"mode": "READONLY_OVERRIDE"}
+        for subject in (s, t):
+            status, body, _ = sr(f"/subjects/{subject}/versions", "POST", {"schema": A2})
+            assert (status, body["error_code"]) == (422, 42205) and "READONLY_OVERRIDE" in body["message"], body
+            status, body, _ = sr(f"/subjects/{subject}/versions/1", "DELETE")
+            assert (status, body["error_code"]) == (422, 42205), body
+        assert sr(f"/subjects/{t}/versions")[1] == [1]  # nothing was half-done
+        assert sr(f"/mode/{t}")[1] == {"mode": "READWRITE"}  # its own mode, kept for when the override goes
+    finally:
+        assert sr("/mode", "PUT", {"mode": "READWRITE"})[0] == 200
+    assert sr(f"/subjects/{s}/versions", "POST", {"schema": A2})[0] == 200
+
+
 def test_soft_and_permanent_deletes(sr) -> None:
     s = _subject("del")
     d1, d2 = _avro([{"name": "a", "type": "int"}], "Del"), _avro([], "Del")  # this test's own: ids are global

@@ -262,6 +262,8 @@ def test_rest_produce_in_avro_jsonschema_and_protobuf_is_read_by_confluents_dese
     status, reports = _post(f"{base}/v3/clusters/{cid}/topics/{json_topic}/records", {
         "value": {"type": "JSONSCHEMA", "data": {"name": "grace", "age": 85}}}, "application/json")
     assert status == 200 and reports["error_code"] == 200 and reports["value"]["type"] == "JSONSCHEMA", reports
+    # The report names the schema as Confluent's ProduceResponseData does: subject, id and version.
+    assert (reports["value"]["subject"], reports["value"]["schema_version"]) == (f"{json_topic}-value", 1), reports
     status, reports = _post(f"{base}/v3/clusters/{cid}/topics/{json_topic}/records", {
         "value": {"type": "JSONSCHEMA", "data": {"name": "bob", "age": -1}}}, "application/json")
     assert reports["error_code"] == 400 and "data.age" in reports["message"] and "minimum" in reports["message"]
@@ -284,6 +286,8 @@ def test_rest_produce_in_avro_jsonschema_and_protobuf_is_read_by_confluents_dese
     status, reports = _post(f"{base}/v3/clusters/{cid}/topics/{pb_topic}/records", {
         "value": {"schema_id": order_id, "data": order}}, "application/json")
     assert reports["error_code"] == 200 and reports["value"]["type"] == "PROTOBUF", reports
+    assert reports["value"]["schema_id"] == order_id and reports["value"]["subject"] == f"{pb_topic}-value"
+    assert reports["value"]["schema_version"] == 1, reports
     status, body = _post(f"{base}/topics/{pb_topic}", {"value_schema_id": order_id, "records": [
         {"value": {"id": "o-2", "items": ["cake", "jam"]}}]}, "application/vnd.kafka.protobuf.v2+json")
     assert status == 200 and body["value_schema_id"] == order_id, body

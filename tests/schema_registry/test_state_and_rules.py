@@ -7,6 +7,7 @@ import json
 from kelp.broker.schema_registry.formats import parse
 from kelp.broker.schema_registry.json_diff import compare
 from kelp.broker.schema_registry.model import SchemaVersion, config_key, encode, mode_key, schema_key
+from kelp.broker.schema_registry.parsed import ResolvedReference
 from kelp.broker.schema_registry.state import RegistryState
 
 
@@ -39,12 +40,12 @@ def test_json_schema_strict_rules() -> None:
     opened = {"type": "object", "properties": {"a": {"type": "string"}}}
     kinds = {d.kind: d.compatible for d in compare(opened, {**opened, "properties": {"a": {"type": "string"},
                                                                                       "b": {"type": "integer"}}})}
-    assert kinds == {"PROPERTY_ADDED_TO_OPEN_CONTENT_MODEL": False}
+    assert kinds == {"OPTIONAL_PROPERTY_ADDED_TO_OPEN_CONTENT_MODEL": False}
     kinds = {d.kind: d.compatible for d in compare(closed, {**closed, "properties": {}})}
     assert kinds == {"PROPERTY_REMOVED_FROM_CLOSED_CONTENT_MODEL": False}
     assert all(d.compatible for d in compare({"type": "integer", "maximum": 5}, {"type": "number"}))
     narrowed = compare({"enum": ["a", "b"]}, {"enum": ["a"]})
-    assert [(d.kind, d.compatible) for d in narrowed] == [("ENUM_ARRAY_CHANGED", False)]
+    assert [(d.kind, d.compatible) for d in narrowed] == [("ENUM_ARRAY_NARROWED", False)]
     required = compare(opened, {**opened, "required": ["a"]})
     assert [(d.kind, d.compatible) for d in required] == [("REQUIRED_ATTRIBUTE_ADDED", False)]
 
@@ -59,3 +60,24 @@ def test_protobuf_rules() -> None:
     assert "FIELD_NUMERIC_LABEL_CHANGED" in json.dumps(repeated.compatibility_errors(old))
     moved = parse("PROTOBUF", base.replace("package p", "package q") % "")
     assert "PACKAGE_CHANGED" in json.dumps(moved.compatibility_errors(old))
+
+
+def test_json_schema_recursive_and_referenced_schemas_are_followed() -> None:
+    """A `$ref` is compared by what it names (Confluent: `items: {$ref}` whose definition changed string -> number
+    is incompatible; Kelp compared the `$ref` text and accepted it), a recursive one ends, and a schema in a
+    reference is followed too."""
+    def linked(value_type: str) -> dict[str, object]:
+        return {"$ref": "#/definitions/node", "definitions": {"node": {
+            "type": "object", "properties": {"value": {"type": value_type}, "next": {"$ref": "#/definitions/node"}}}}}
+    assert compare(linked("string"), linked("string")) == []
+    changed = compare(linked("string"), linked("number"))  # found where it is, and again one `next` down
+    assert {d.kind for d in changed} == {"TYPE_CHANGED"} and "#/properties/value" in {d.path for d in changed}
+
+    def with_ref(ref_type: str) -> list[str]:
+        old = parse("JSON", '{"type": "array", "items": {"$ref": "item.json"}}',
+                    (ResolvedReference("item.json", "item", 1, "JSON", '{"type": "string"}'),))
+        new = parse("JSON", '{"type": "array", "items": {"$ref": "item.json"}}',
+                    (ResolvedReference("item.json", "item", 2, "JSON", f'{{"type": "{ref_type}"}}'),))
+        return new.compatibility_errors(old)
+    assert with_ref("string") == []
+    assert "TYPE_CHANGED" in with_ref("number")[0]

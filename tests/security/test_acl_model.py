@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from kelp.broker.security.acl import (
+from kelp.errors import ErrorCode
+from kelp.security.acl import (
     AccessControlEntry,
     AccessControlEntryFilter,
     AclBinding,
@@ -28,7 +29,6 @@ from kelp.broker.security.acl import (
     validate_acl_binding,
     validate_acl_filter,
 )
-from kelp.errors import ErrorCode
 
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
 LITERAL, PREFIXED, MATCH, ANY = PatternType.LITERAL, PatternType.PREFIXED, PatternType.MATCH, PatternType.ANY

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from kelp.broker.security.acl import (
+from kelp.security.acl import (
     AccessControlEntry,
     AccessControlEntryFilter,
     AclBinding,
@@ -25,8 +25,8 @@ from kelp.broker.security.acl import (
     ResourcePatternFilter,
     ResourceType,
 )
-from kelp.broker.security.authorizer import Authorizer
-from kelp.broker.security.principal import KafkaPrincipal
+from kelp.security.authorizer import Authorizer
+from kelp.security.principal import KafkaPrincipal
 
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
 LITERAL, PREFIXED = PatternType.LITERAL, PatternType.PREFIXED

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509.name import _ASN1Type
 from cryptography.x509.oid import NameOID, ObjectIdentifier
 
-from kelp.broker.security.principal import (
+from kelp.security.principal import (
     ANONYMOUS,
     KafkaPrincipal,
     PrincipalMappingError,

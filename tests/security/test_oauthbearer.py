@@ -20,7 +20,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from kelp.broker.security.oauthbearer import (
+from kelp.security.oauthbearer import (
     INVALID_TOKEN_RESPONSE,
     JwtKeySet,
     JwtValidator,

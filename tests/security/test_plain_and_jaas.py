@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from kelp.broker.security.jaas import (
+from kelp.security.jaas import (
     LOGIN_MODULES,
     PLAIN_LOGIN_MODULE,
     SCRAM_LOGIN_MODULE,
@@ -19,7 +19,7 @@ from kelp.broker.security.jaas import (
     parse_jaas_config,
     parse_single_jaas_config,
 )
-from kelp.broker.security.plain import (
+from kelp.security.plain import (
     PlainError,
     PlainServer,
     parse_plain_message,

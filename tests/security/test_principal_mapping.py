@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from kelp.broker.security.principal import (
+from kelp.security.principal import (
     ANONYMOUS,
     KafkaPrincipal,
     NoMatchingRuleError,

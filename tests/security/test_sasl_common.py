@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from kelp.broker.security.sasl import SaslAuthenticationError, session_lifetime_ms
 from kelp.errors import ErrorCode
+from kelp.security.sasl import SaslAuthenticationError, session_lifetime_ms
 
 
 def test_private_failures_get_kafkas_generic_message() -> None:

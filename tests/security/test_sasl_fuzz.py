@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from kelp.broker.security.jaas import JaasConfigError, parse_jaas_config
-from kelp.broker.security.oauthbearer import (
+from kelp.security.jaas import JaasConfigError, parse_jaas_config
+from kelp.security.oauthbearer import (
     JwtKeySet,
     JwtValidator,
     JwtValidatorSettings,
@@ -23,10 +23,10 @@ from kelp.broker.security.oauthbearer import (
     client_initial_response,
     parse_client_initial_response,
 )
-from kelp.broker.security.plain import PlainError, PlainServer, plain_client_message
-from kelp.broker.security.principal import PrincipalMappingError, SslPrincipalMapper, dn_from_der_name
-from kelp.broker.security.scram import ScramError, ScramMechanism, make_credential, parse_add_scram
-from kelp.broker.security.scram_exchange import ScramClient, ScramServer
+from kelp.security.plain import PlainError, PlainServer, plain_client_message
+from kelp.security.principal import PrincipalMappingError, SslPrincipalMapper, dn_from_der_name
+from kelp.security.scram import ScramError, ScramMechanism, make_credential, parse_add_scram
+from kelp.security.scram_exchange import ScramClient, ScramServer
 
 SEED = 20_2024
 CREDENTIAL = make_credential("pencil", ScramMechanism.SCRAM_SHA_256, 4096, b"salt")

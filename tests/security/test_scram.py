@@ -13,8 +13,8 @@ import base64
 
 import pytest
 
-from kelp.broker.security import scram
-from kelp.broker.security.scram import (
+from kelp.security import scram
+from kelp.security.scram import (
     ScramCredential,
     ScramError,
     ScramMechanism,
@@ -25,7 +25,7 @@ from kelp.broker.security.scram import (
     parse_config_credential,
     salted_password,
 )
-from kelp.broker.security.scram_exchange import DelegationTokenCredential, ScramClient, ScramServer
+from kelp.security.scram_exchange import DelegationTokenCredential, ScramClient, ScramServer
 
 SHA256 = ScramMechanism.SCRAM_SHA_256
 SHA512 = ScramMechanism.SCRAM_SHA_512

@@ -18,8 +18,8 @@ import trustme
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-from kelp.broker.security.principal import KafkaPrincipal, SslPrincipalMapper, principal_from_certificate
-from kelp.broker.security.tls import (
+from kelp.security.principal import KafkaPrincipal, SslPrincipalMapper, principal_from_certificate
+from kelp.security.tls import (
     ClientAuth,
     TlsConfigError,
     TlsReloader,
@@ -254,7 +254,7 @@ async def test_half_written_or_mismatched_files_keep_the_old_certificate(
     reloader = TlsReloader.server(TlsSettings(keystore_location=str(keystore)))
     client = client_context(TlsSettings(truststore_location=_write(tmp_path / "ca.pem", ca.cert_pem.bytes())))
     good = _leaf_pem(second)
-    caplog.set_level(logging.WARNING, logger="kelp.broker.security.tls")
+    caplog.set_level(logging.WARNING, logger="kelp.security.tls")
     for broken in (good[: len(good) // 2],                                                     # rotation in progress
                    b"".join(b.bytes() for b in second.cert_chain_pems) + first.private_key_pem.bytes()):  # wrong key
         keystore.write_bytes(broken)
@@ -296,7 +296,7 @@ async def test_separate_key_file_and_truststore_rotation(tmp_path: Path, ca: tru
     with pytest.raises((ssl.SSLError, ConnectionError)):
         await _handshake(reloader.context, client)  # bob's CA is not trusted yet
     truststore.write_bytes(new_ca.cert_pem.bytes())  # the old CA is dropped from the file, the new one added
-    caplog.set_level(logging.INFO, logger="kelp.broker.security.tls")
+    caplog.set_level(logging.INFO, logger="kelp.security.tls")
     assert reloader.reload_now()
     assert (await _handshake(reloader.context, client))[1] == _leaf_der(bob)
     assert "stay trusted until the process restarts" in caplog.text

@@ -110,7 +110,8 @@ def txn_produce(b: BrokerProcess, topic: str, values: list[bytes], *, pid: int =
     """Records of producer `pid`'s transaction (raw, as a transactional producer writes them), or plain ones."""
     from kafka.protocol.producer import ProduceRequest
 
-    from kelp.records import Record, build_batch
+    from kelp.records.build import build_batch
+    from kelp.records.record import Record
 
     T = ProduceRequest.TopicProduceData
     data = build_batch([Record(None, v) for v in values], producer_id=pid, producer_epoch=0 if pid >= 0 else -1,

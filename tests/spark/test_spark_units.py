@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from kelp.records import available_compressions, build_batch, iter_records, parse_batches
+from kelp.records.build import build_batch
+from kelp.records.compression import available_compressions
+from kelp.records.record import iter_records
+from kelp.records.validation import parse_batches
 from kelp.spark.codec import decode_columns, encode_batch
 from kelp.spark.offsets import OffsetRange, _split, from_json, rate_limit, to_json
 from kelp.spark.options import OptionError, parse_read_options, parse_write_options

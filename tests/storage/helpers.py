@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kelp.records import Record, build_batch, iter_headers, iter_records
+from kelp.records.build import build_batch
+from kelp.records.header import iter_headers
+from kelp.records.record import Record, iter_records
 
 WAIT_S = 10  # a bounded wait for another thread's event
 

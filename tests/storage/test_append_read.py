@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from kelp.broker.storage import Log, LogConfig
+from kelp.broker.storage import Log
+from kelp.config.log_config import LogConfig
 from kelp.errors import CorruptRecordError, InvalidRecordError, OffsetOutOfRangeError, RecordTooLargeError
-from kelp.records import build_batch, iter_headers, iter_records, parse_batches
+from kelp.records.build import build_batch
+from kelp.records.header import iter_headers
+from kelp.records.record import iter_records
+from kelp.records.validation import parse_batches
 
 from .helpers import batch, read_all
 
@@ -148,7 +152,8 @@ def test_high_watermark_is_clamped_and_persisted(tmp_path, clock) -> None:
 
 def test_max_timestamp_offset_is_the_first_record_carrying_it(tmp_path, clock) -> None:
     """ListOffsets -3 (KIP-734): the offset of the record with the largest timestamp, across segments."""
-    from kelp.records import Record, build_batch
+    from kelp.records.build import build_batch
+    from kelp.records.record import Record
 
     log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=200), clock_ms=clock)
     assert log.max_timestamp_and_offset() is None

@@ -7,10 +7,14 @@ import os
 
 import pytest
 
-from kelp.broker.storage import Log, LogCleaner, LogConfig, LogManager
+from kelp.broker.storage import Log, LogCleaner, LogManager
 from kelp.broker.storage import cleaner as cleaner_module
+from kelp.config.log_config import LogConfig
 from kelp.errors import KafkaStorageError
-from kelp.records import Record, build_batch, iter_headers, iter_records, parse_batches
+from kelp.records.build import build_batch
+from kelp.records.header import iter_headers
+from kelp.records.record import Record, iter_records
+from kelp.records.validation import parse_batches
 
 from .helpers import keyed, read_all
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from kelp.broker.storage import Log, LogConfig
+from kelp.broker.storage import Log
 from kelp.broker.storage.checkpoint import PartitionCheckpoint
 from kelp.broker.storage.leader_epoch import LeaderEpochCache
+from kelp.config.log_config import LogConfig
 from kelp.errors import ConfigError
 
 from .helpers import batch

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import threading
 
-from kelp.broker.storage import Log, LogConfig
+from kelp.broker.storage import Log
 from kelp.broker.storage.segment import LogSegment, segment_name
+from kelp.config.log_config import LogConfig
 
 from .helpers import WAIT_S, BlockingOpen, batch, read_all
 

@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from kelp.broker.storage import Log, LogConfig
+from kelp.broker.storage import Log
+from kelp.config.log_config import LogConfig
 
 from .helpers import batch, read_all
 

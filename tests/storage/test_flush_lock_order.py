@@ -17,7 +17,8 @@ import threading
 
 import pytest
 
-from kelp.broker.storage import Log, LogConfig
+from kelp.broker.storage import Log
+from kelp.config.log_config import LogConfig
 
 from .helpers import batch
 

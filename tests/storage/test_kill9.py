@@ -9,15 +9,18 @@ import subprocess
 import sys
 import textwrap
 
-from kelp.broker.storage import Log, LogConfig
+from kelp.broker.storage import Log
+from kelp.config.log_config import LogConfig
 
 from .helpers import read_all
 
 WRITER = textwrap.dedent(
     """
     import sys
-    from kelp.records import Record, build_batch
-    from kelp.broker.storage import Log, LogConfig
+    from kelp.records.build import build_batch
+    from kelp.records.record import Record
+    from kelp.config.log_config import LogConfig
+    from kelp.broker.storage import Log
     log = Log.open(sys.argv[1], LogConfig(segment_bytes=20_000))
     i = 0
     while True:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from kelp.broker.storage import LogConfig, LogManager
+from kelp.broker.storage import LogManager
 from kelp.broker.storage.log_manager import parse_partition_dir
+from kelp.config.log_config import LogConfig
 
 from .helpers import batch, read_all
 

@@ -8,8 +8,12 @@ import random
 
 import pytest
 
-from kelp.broker.storage import Log, LogCleaner, LogConfig
-from kelp.records import Record, available_compressions, build_batch, iter_records, parse_batches
+from kelp.broker.storage import Log, LogCleaner
+from kelp.config.log_config import LogConfig
+from kelp.records.build import build_batch
+from kelp.records.compression import available_compressions
+from kelp.records.record import Record, iter_records
+from kelp.records.validation import parse_batches
 
 from .helpers import read_all
 

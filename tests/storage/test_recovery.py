@@ -12,10 +12,11 @@ import os
 
 import pytest
 
-from kelp.broker.storage import Log, LogConfig
+from kelp.broker.storage import Log
 from kelp.broker.storage.cleaner import LogCleaner
+from kelp.config.log_config import LogConfig
 from kelp.errors import KafkaStorageError
-from kelp.records import parse_batches
+from kelp.records.validation import parse_batches
 
 from .helpers import batch, keyed, log_files, read_all
 

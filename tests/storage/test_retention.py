@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kelp.broker.storage import Log, LogConfig
+from kelp.broker.storage import Log
+from kelp.config.log_config import LogConfig
 from kelp.errors import OffsetOutOfRangeError
 
 from .helpers import batch, read_all

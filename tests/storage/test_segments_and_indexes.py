@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from kelp.broker.storage import Log, LogConfig
-from kelp.records import iter_headers
+from kelp.broker.storage import Log
+from kelp.config.log_config import LogConfig
+from kelp.records.header import iter_headers
 
 from .helpers import batch, log_files, read_all
 
@@ -78,7 +79,7 @@ def test_offset_for_timestamp(tmp_path, clock) -> None:
     for i in range(40):
         # Two records per batch, 10 ms apart; batches 100 ms apart.
         log.append_as_leader(
-            __import__("kelp.records", fromlist=["build_batch"]).build_batch(
+            __import__("kelp.records.build", fromlist=["build_batch"]).build_batch(
                 [(b"k", b"a%d" % i, (), base + 100 * i), (b"k", b"b%d" % i, (), base + 100 * i + 10)]
             ),
             leader_epoch=0,

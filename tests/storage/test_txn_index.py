@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import struct
 
-from kelp.broker.storage import Log, LogCleaner, LogConfig
+from kelp.broker.storage import Log, LogCleaner
 from kelp.broker.storage.txn_index import ENTRY_SIZE, TXNINDEX_SUFFIX, AbortedTxn, TransactionIndex
+from kelp.config.log_config import LogConfig
 from kelp.control_records import build_marker_batch
-from kelp.records import Record, build_batch, iter_headers
+from kelp.records.build import build_batch
+from kelp.records.header import iter_headers
+from kelp.records.record import Record
 
 from .helpers import keyed, log_files, read_all
 

@@ -7,7 +7,7 @@ Every handler asks `ctx.broker.acls` what the request's principal may do; a brok
 from __future__ import annotations
 
 from kelp.broker.acl_manager import AclManager
-from kelp.broker.config import BrokerConfig
+from kelp.config.broker import BrokerConfig
 
 
 def open_acls() -> AclManager:

@@ -32,8 +32,8 @@ from kafka.protocol.metadata import (
 from kafka.protocol.producer import ProduceRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
-__all__ = ["FakeBroker", "Received", "Truncated", "SILENT", "DROP", "encode_response", "metadata_response",
-           "coordinator_response"]
+__all__ = ["FakeBroker", "Received", "Truncated", "SILENT", "DROP", "decode_request", "encode_response",
+           "metadata_response", "coordinator_response"]
 
 REQUESTS: dict[int, type[ApiMessage]] = {cls.API_KEY: cls for cls in (
     ProduceRequest, FetchRequest, ListOffsetsRequest, MetadataRequest, FindCoordinatorRequest, HeartbeatRequest,
@@ -57,6 +57,12 @@ class Received:
 
 
 Handler = Callable[[Received], object]
+
+
+def decode_request(frame: bytes) -> Received:
+    """A request's frame (size prefix removed) as the broker reads it."""
+    api_key, version, correlation_id = _HEADER.unpack_from(frame, 0)
+    return Received(api_key, version, correlation_id, REQUESTS[api_key].decode(frame, version=version, header=True))
 
 
 def encode_response(response: ApiMessage, version: int, correlation_id: int) -> bytes:
@@ -133,9 +139,7 @@ class FakeBroker:
                     frame = await reader.readexactly(size)
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return
-                api_key, version, correlation_id = _HEADER.unpack_from(frame, 0)
-                request = REQUESTS[api_key].decode(frame, version=version, header=True)
-                seen = Received(api_key, version, correlation_id, request)
+                seen = decode_request(frame)
                 self.received.append(seen)
                 answer = self.handler(seen)
                 if answer is DROP:
@@ -147,7 +151,7 @@ class FakeBroker:
                     await writer.drain()
                     return
                 if isinstance(answer, ApiMessage):
-                    answer = encode_response(answer, version, correlation_id)
+                    answer = encode_response(answer, seen.version, seen.correlation_id)
                 assert isinstance(answer, bytes), f"a handler answered {answer!r}"
                 writer.write(answer)
                 await writer.drain()

@@ -15,7 +15,8 @@ import time
 from kafka.protocol.consumer import ListOffsetsRequest
 from kafka.protocol.producer import ProduceRequest
 
-from kelp.records import Record, build_batch
+from kelp.records.build import build_batch
+from kelp.records.record import Record
 from tests.support.kafka_wire import WireClient
 
 __all__ = ["HANGING_PID", "open_hanging_transaction", "produce_plain", "latest", "read_committed", "rows"]

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from kelp.records import build_batch
+from kelp.records.build import build_batch
 
 EVIL_PATTERN = "(.*.*)*X"
 

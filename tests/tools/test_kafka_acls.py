@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from kelp import kafka_tools
-from kelp.broker.config_keys import KAFKA_STANDARD_AUTHORIZER
+from kelp.config.keys import KAFKA_STANDARD_AUTHORIZER
 from tests.support.broker_process import BrokerProcess
 from tests.tools.conftest import SETTINGS, Tools
 

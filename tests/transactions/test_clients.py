@@ -16,10 +16,10 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from kelp.broker.app import Broker
-from kelp.broker.config import BrokerConfig
 from kelp.broker.groups.placement import OFFSETS_TOPIC
 from kelp.broker.transactions.markers import TxnMarker
 from kelp.broker.transactions.metadata import TxnState
+from kelp.config.broker import BrokerConfig
 from tests.broker.helpers import create_topic_wire
 from tests.transactions.harness import RecordingSender, until
 

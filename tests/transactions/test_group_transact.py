@@ -9,8 +9,8 @@ copy an input topic (12 partitions, RF 3, min ISR 2), fed at a steady rate, to a
 committing their consumed offsets in each transaction; every `CHURN_MS` one slot's member leaves — cleanly, or
 every other time as a crash with its transaction left open for the slot's next member to fence and abort — and
 comes back half that later. The Java client 4.3.1 (transactions v2: Produce v12, EndTxn v5) runs with the
-cooperative-sticky assignor and dynamic members (`bench/GroupTransact.java`), librdkafka (transactions v1)
-with the range assignor and static members (group.instance.id); both runners are `bench.group_transact`'s,
+cooperative-sticky assignor and dynamic members (`bench/transactions/GroupTransact.java`), librdkafka (transactions v1)
+with the range assignor and static members (group.instance.id); both runners are `bench.transactions.group_transact`'s,
 which the bench's rebalancing case runs too. Once the group's committed offsets reach the input's end the
 members stop; then no client may have seen a fatal error or INVALID_TXN_STATE, members must really have come
 and gone, and a read_committed reader of the output must find every input value exactly once.
@@ -30,7 +30,7 @@ import time
 
 import pytest
 
-from bench.group_transact import Feeder, JavaRun, RdkafkaRun, committed_offsets, end_offsets, exactly_once
+from bench.transactions.group_transact import Feeder, JavaRun, RdkafkaRun, committed_offsets, end_offsets, exactly_once
 from kelp import kafka_tools
 from tests.support.broker_process import BrokerStartError
 from tests.support.cluster import Cluster

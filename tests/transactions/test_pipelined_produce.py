@@ -31,7 +31,7 @@ from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest, Produ
 from kelp.broker import loop_budget
 from kelp.broker.kafka.append_order import Turn
 from kelp.broker.transactions.metadata import TxnState
-from kelp.records import build_batch
+from kelp.records.build import build_batch
 from tests.authorization.harness import ADMIN, InProcessBroker
 from tests.transactions.test_verification import _coordinating
 

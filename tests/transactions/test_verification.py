@@ -20,7 +20,7 @@ from kelp.broker.transactions.metadata import TxnState
 from kelp.broker.transactions.verifier import TxnVerifier
 from kelp.broker.txn_verification import produce_error
 from kelp.errors import ErrorCode, InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceError
-from kelp.records import build_batch
+from kelp.records.build import build_batch
 from tests.authorization.harness import ADMIN, InProcessBroker
 
 TID = "verified"

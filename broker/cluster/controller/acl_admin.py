@@ -20,12 +20,12 @@ import logging
 import uuid
 
 from kelp.errors import ErrorCode, InvalidRequestError, KelpError
+from kelp.security.acl import AclBinding, InvalidAclError, validate_acl_binding, validate_acl_filter
+from kelp.security.acl_json import binding_from_json, binding_to_json, filter_from_json
 
 from ...loop_budget import LoopBudget
 from ...metadata.controller_answers import AclError, CreateAclsAnswer, DeleteAclsAnswer, DeleteAclsResult
 from ...metadata.records import MetadataRecord, acl_record, remove_acl_record
-from ...security.acl import AclBinding, InvalidAclError, validate_acl_binding, validate_acl_filter
-from ...security.acl_json import binding_from_json, binding_to_json, filter_from_json
 from .state import ControllerState
 
 __all__ = ["AclAdmin", "MAX_ACLS_PER_OPERATION"]

@@ -13,6 +13,8 @@ import logging
 from dataclasses import replace
 from typing import Mapping
 
+from kelp.config.broker import validate_broker_configs
+from kelp.config.keys import DEFAULT_ENTITY
 from kelp.errors import (
     CoordinatorLoadInProgressError,
     FencedLeaderEpochError,
@@ -22,7 +24,6 @@ from kelp.errors import (
     NotLeaderOrFollowerError,
 )
 
-from ...config import DEFAULT_ENTITY, validate_broker_configs
 from ...metadata.controller_answers import BrokerConfigsAnswer, PartitionAnswer, ProducerIdsAnswer, ShutdownAnswer
 from ...metadata.elections import complete_reassignment, describe_change, elect
 from ...metadata.model import NO_LEADER, TopicState

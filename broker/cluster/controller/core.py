@@ -45,9 +45,9 @@ from typing import Awaitable, Callable, Iterable, Mapping
 
 from kelp import clock
 from kelp.clock import Monotonic
+from kelp.config.keys import DEFAULT_ENTITY, parse_bool
 from kelp.errors import InvalidRequestError, NotControllerError, PolicyViolationError
 
-from ...config import DEFAULT_ENTITY, parse_bool
 from ...metadata.controller_answers import PartitionAnswer, TopicAnswer
 from ...metadata.elections import Election, describe_change, elect
 from ...metadata.image import (

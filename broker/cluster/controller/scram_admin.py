@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import TypedDict
 
 from kelp.errors import ErrorCode, InvalidRequestError
+from kelp.security.scram import MAX_ITERATIONS, MIN_ITERATIONS, ScramError, ScramMechanism
 
 from ...metadata.records import (
     MetadataRecord,
@@ -30,7 +31,6 @@ from ...metadata.records import (
     scram_credential_record,
 )
 from ...metadata.scram_credentials import InvalidScramRecord, credential_from_record
-from ...security.scram import MAX_ITERATIONS, MIN_ITERATIONS, ScramError, ScramMechanism
 from .state import ControllerState
 
 __all__ = ["ScramAdmin", "ScramAnswer", "ScramUserResult"]

@@ -17,7 +17,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
-from ...config import BrokerConfig
+from kelp.config.broker import BrokerConfig
+
 from ...metadata.controller_answers import PartitionAnswer, TopicAnswer
 from ...metadata.elections import Election
 from ...metadata.image import MetadataImage

@@ -47,12 +47,11 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from kelp.config.broker import BrokerConfig
+from kelp.config.listeners import ListenerSetup
 from kelp.errors import ConfigError
-
-from ...config import BrokerConfig
-from ...listeners import ListenerSetup
-from ...security.principal import ANONYMOUS, KafkaPrincipal, SslPrincipalMapper, principal_from_certificate
-from ...security.tls import ClientAuth
+from kelp.security.principal import ANONYMOUS, KafkaPrincipal, SslPrincipalMapper, principal_from_certificate
+from kelp.security.tls import ClientAuth
 
 __all__ = ["HttpAuthenticator", "Unauthenticated", "BearerRefused", "BasicCheck", "BearerCheck", "CertificateCheck",
            "PUBLIC_HEALTH", "PUBLIC_METRICS", "resolve_methods", "authenticating_listeners"]

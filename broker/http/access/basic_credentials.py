@@ -30,9 +30,10 @@ import hmac
 import secrets
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 
+from kelp.security.principal import KafkaPrincipal
+from kelp.security.scram import ScramCredential, ScramMechanism, derive_client_key, derive_stored_key, salted_password
+
 from ...cpu_work import run_cpu
-from ...security.principal import KafkaPrincipal
-from ...security.scram import ScramCredential, ScramMechanism, derive_client_key, derive_stored_key, salted_password
 
 __all__ = ["SaslUsersCheck", "ScramCredentials"]
 

@@ -17,11 +17,11 @@ This module must never log or keep a token.
 
 from __future__ import annotations
 
+from kelp.config.broker import BrokerConfig
 from kelp.errors import ConfigError
+from kelp.security.oauthbearer import JwtValidator, OAuthBearerError
+from kelp.security.principal import KafkaPrincipal
 
-from ...config import BrokerConfig
-from ...security.oauthbearer import JwtValidator, OAuthBearerError
-from ...security.principal import KafkaPrincipal
 from .authentication import BearerCheck, BearerRefused
 
 __all__ = ["bearer_check", "bearer_listener", "LISTENER_KEY"]

@@ -40,10 +40,10 @@ from kelp.errors import (
     TransactionalIdAuthorizationFailedError,
     UnknownTopicOrPartitionError,
 )
+from kelp.security.acl import AclOperation, ResourceType
+from kelp.security.principal import ANONYMOUS, KafkaPrincipal, PrincipalMappingError
 
 from ...acl_manager import Access, host_of_ip
-from ...security.acl import AclOperation, ResourceType
-from ...security.principal import ANONYMOUS, KafkaPrincipal, PrincipalMappingError
 from ..cluster.trust import ClusterTrust
 from ..keys import BROKER
 from ..problems import HttpProblem, error_response
@@ -159,6 +159,7 @@ RULES: dict[tuple[str, str], Rule] = {
     # REST proxy v2
     ("POST", "/topics/{topic}"): _topic(W, creates=True),
     ("POST", "/topics/{topic}/partitions/{partition}"): _topic(W),
+    ("GET", "/brokers"): OPEN,
     ("GET", "/topics"): _in_route("lists the topics the principal may DESCRIBE"),
     ("GET", "/topics/{topic}"): _topic(DESCRIBE),
     ("GET", "/topics/{topic}/partitions"): _topic(DESCRIBE),

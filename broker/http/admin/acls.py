@@ -30,9 +30,9 @@ from aiohttp import web
 
 from kelp.errors import KelpError
 from kelp.json_types import JsonData, JsonValue
+from kelp.security.acl import InvalidAclError, validate_acl_binding, validate_acl_filter
+from kelp.security.acl_json import FIELDS, AclBindingJson, binding_from_json, binding_to_json, filter_from_json
 
-from ...security.acl import InvalidAclError, validate_acl_binding, validate_acl_filter
-from ...security.acl_json import FIELDS, AclBindingJson, binding_from_json, binding_to_json, filter_from_json
 from ..json_body import read_json
 from ..problems import HttpProblem, json_response
 from ..serving import serving

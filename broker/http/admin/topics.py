@@ -21,10 +21,10 @@ import json
 
 from aiohttp import web
 
+from kelp.config.keys import DEFAULT_ENTITY
 from kelp.errors import ConfigError, KelpError, TopicAuthorizationFailedError
 from kelp.json_types import JsonData, JsonObject, JsonValue
 
-from ...config import DEFAULT_ENTITY
 from ...loop_budget import LoopBudget
 from ...parts import BrokerParts
 from ..access.route_access import TOPIC, access_of, describable, may_create_topic

@@ -24,11 +24,11 @@ from aiohttp import web
 
 from kelp.errors import CoordinatorLoadInProgressError, ErrorCode, TransactionalIdNotFoundError
 from kelp.json_types import JsonData
+from kelp.security.acl import AclOperation, ResourceType
 
 from ...client_patterns import InvalidPattern, full_matches
 from ...loop_budget import LoopBudget
 from ...parts import BrokerParts
-from ...security.acl import AclOperation, ResourceType
 from ...transactions.txn_config import TXN_TOPIC
 from ..access.route_access import access_of
 from ..problems import HttpProblem, json_response

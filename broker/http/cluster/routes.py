@@ -23,11 +23,11 @@ from typing import TypeGuard, cast
 
 from aiohttp import web
 
+from kelp.config.entries import broker_entries, hide_secrets
 from kelp.errors import NotControllerError
 from kelp.json_types import JsonData, JsonValue
 
 from ...cluster.member import ClusterMember
-from ...config_entries import broker_entries, hide_secrets
 from ...metadata.records import MetadataPush
 from ..json_body import read_json
 from ..keys import BROKER
@@ -235,7 +235,7 @@ async def replica_progress(request: web.Request) -> web.Response:
 
 @routes.get("/cluster/v1/configs")
 async def own_configs(request: web.Request) -> web.Response:
-    """This broker's configs described (`config_entries`, secrets without a value): a broker's static configs are
+    """This broker's configs described (`kelp.config.entries`, secrets without a value): a broker's static configs are
     only known to itself, and REST v3 on another broker shows them (`rest_v3.configs`)."""
     entries = hide_secrets(broker_entries(serving(request).config))
     return json_response({"configs": [[n, v, ro, src, [[sn, sv, ss] for sn, sv, ss in syn]]

@@ -26,12 +26,13 @@ import ipaddress
 import logging
 from dataclasses import dataclass
 
+from kelp.config.broker import BrokerConfig
+from kelp.security.acl import AclOperation
+from kelp.security.principal import ANONYMOUS, KafkaPrincipal
+from kelp.security.tls import ClientAuth
+
 from ...acl_manager import Access
 from ...cluster.inter_broker import certificate_principal, http_credentials
-from ...config import BrokerConfig
-from ...security.acl import AclOperation
-from ...security.principal import ANONYMOUS, KafkaPrincipal
-from ...security.tls import ClientAuth
 
 __all__ = ["ClusterTrust"]
 

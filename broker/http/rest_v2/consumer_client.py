@@ -211,7 +211,12 @@ class MemberClient:
 
     async def list_offsets(self, parts: list[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
         """ListOffsets (-2 earliest, -1 latest) from each partition's leader, retried (bounded) when one moved."""
-        pending = list(parts)
+        return await self.offsets_for_times({tp: timestamp for tp in parts})
+
+    async def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """ListOffsets of each partition at its own timestamp (ms, or -2 earliest / -1 latest): the first offset
+        whose record's timestamp is at or after it, -1 when no record is (Kafka's `offsetsForTimes`)."""
+        pending = list(timestamps)
         out: dict[TopicPartition, int] = {}
 
         async def attempt() -> dict[TopicPartition, int]:
@@ -222,7 +227,7 @@ class MemberClient:
                     by_topic.setdefault(t, []).append(p)
                 request = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[
                     T(name=t, partitions=[T.ListOffsetsPartition(partition_index=p, current_leader_epoch=-1,
-                                                                 timestamp=timestamp) for p in ps])
+                                                                 timestamp=timestamps[(t, p)]) for p in ps])
                     for t, ps in by_topic.items()])
                 r = await self.data.send(leader, request, LIST_OFFSETS_V)
                 for t in r.topics:

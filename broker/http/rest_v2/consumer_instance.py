@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from typing import Callable
 
 import aiohttp
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
@@ -37,17 +36,20 @@ from kelp.json_types import JsonData
 from kelp.kafka_client import KafkaClientError
 from kelp.kafka_client.errors import error_name
 from kelp.kafka_client.security import PLAINTEXT
-from kelp.records import iter_headers, iter_records
+from kelp.records.header import iter_headers
+from kelp.records.record import iter_records
+from kelp.security.principal import ANONYMOUS, KafkaPrincipal
 
+from ...acl_manager import Access
 from ...parts import BrokerParts
 from ...replica.manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from ...security.principal import ANONYMOUS, KafkaPrincipal
 from ..admin.groups import error_for
 from ..problems import HttpProblem
 from .consumer_client import FetchedPartition, MemberClient
 from .consumer_formats import ReaderLookup, RecordDecoder, Undeliverable
+from .subscriptions import leader_assignments, topics_matching
 
-__all__ = ["HttpConsumer", "ConsumerRegistry", "range_assign", "unavailable"]
+__all__ = ["HttpConsumer", "ConsumerRegistry", "unavailable"]
 
 log = logging.getLogger("kelp.broker.http.consumers")
 
@@ -57,26 +59,6 @@ CLOSE_TIMEOUT_S = 3.0
 FORWARD_CONNECTIONS = 64  # requests forwarded to other brokers at once (forwarding.py); more wait
 # Commit errors that mean a rebalance moved the group on: the client reads again and retries.
 _REBALANCED = (ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.REBALANCE_IN_PROGRESS)
-
-def range_assign(members: list[tuple[str, list[str]]],
-                 partitions_of: Callable[[str], int | None]) -> dict[str, dict[str, list[int]]]:
-    """Kafka's RangeAssignor: per topic, sorted subscribers get contiguous ranges, the first ones one extra."""
-    out: dict[str, dict[str, list[int]]] = {m: {} for m, _ in members}
-    topics = sorted({t for _, ts in members for t in ts})
-    for topic in topics:
-        n = partitions_of(topic) or 0
-        subs = sorted(m for m, ts in members if topic in ts)
-        if not subs or n <= 0:
-            continue
-        per, extra = divmod(n, len(subs))
-        start = 0
-        for i, m in enumerate(subs):
-            count = per + (1 if i < extra else 0)
-            if count:
-                out[m][topic] = list(range(start, start + count))
-            start += count
-    return out
-
 
 class HttpConsumer:
     def __init__(self, registry: "ConsumerRegistry", group: str, name: str, *, fmt: str, reset: str,
@@ -94,6 +76,11 @@ class HttpConsumer:
         self.instance_timeout_ms = instance_timeout_ms
         self.base_uri = base_uri
         self.topics: list[str] = []
+        # A `topic_pattern` subscription: `topics` are the names it matched (RE2, whole name, no internal topic)
+        # that `pattern_access` may DESCRIBE, as a Java consumer's Metadata shows them; matched again each
+        # heartbeat interval, and a change rejoins the group (Kafka's consumer does it on a metadata refresh).
+        self.pattern: str | None = None
+        self.pattern_access: Access | None = None
         self.manual = False
         self.member_id = ""
         self.generation = -1
@@ -119,8 +106,9 @@ class HttpConsumer:
         self.last_used = self.registry.monotonic()
 
     # -- membership -----------------------------------------------------
-    def subscribe(self, topics: list[str]) -> None:
+    def subscribe(self, topics: list[str], *, pattern: str | None = None, access: Access | None = None) -> None:
         self.topics = sorted(set(topics))
+        self.pattern, self.pattern_access = pattern, access
         self.manual = False
         self.assignment = []
         self._joined.clear()
@@ -135,8 +123,21 @@ class HttpConsumer:
         self._rejoin_now = True
         self._wake.set()
 
+    async def _pattern_moved(self) -> bool:
+        """Whether the pattern's matches changed (a topic created, deleted, or its ACLs): then rejoin."""
+        if self.pattern is None or self.pattern_access is None:
+            return False
+        topics = await topics_matching(self.broker, self.pattern, self.pattern_access)
+        if topics == self.topics:
+            return False
+        log.info("REST consumer %s/%s: topic_pattern %r now matches %s (was %s); rejoining", self.group, self.name,
+                 self.pattern, topics, self.topics)
+        self.topics = topics
+        return True
+
     async def unsubscribe(self) -> None:
         await self._stop_membership()
+        self.pattern, self.pattern_access = None, None
         self.topics = []
         self.assignment = []
         self.positions.clear()
@@ -175,6 +176,10 @@ class HttpConsumer:
                     self._wake.clear()
                     continue
                 code = await self.client.heartbeat(self.group, self.generation, self.member_id)
+                if code == ErrorCode.NONE and await self._pattern_moved():
+                    self._joined.clear()
+                    self._rejoin_now = True
+                    continue
                 if code == ErrorCode.NONE:
                     continue
                 if code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID):
@@ -218,27 +223,13 @@ class HttpConsumer:
         raise KelpError(f"REST consumer {self.group}/{self.name} could not complete a rebalance after 10 attempts")
 
     def _leader_assignments(self, members: list[tuple[str, bytes]]) -> dict[str, bytes]:
-        subs = []
-        for member_id, meta in members:
-            try:
-                topics = list(ConsumerProtocolSubscription.decode(meta).topics or [])
-            except Exception:
-                topics = []
-            subs.append((member_id, topics))
         topics_info = self.broker.topics
 
         def partitions_of(topic: str) -> int:
             info = topics_info.get(topic)
             return info.partitions if info is not None else 0
 
-        plan = range_assign(subs, partitions_of)
-        A = ConsumerProtocolAssignment
-        return {
-            m: bytes(A(version=0, assigned_partitions=[A.TopicPartition(topic=t, partitions=ps)
-                                                       for t, ps in sorted(tp.items())],
-                       user_data=b"").encode())
-            for m, tp in plan.items()
-        }
+        return leader_assignments(members, partitions_of)
 
     def _set_assignment(self, data: bytes) -> None:
         parts: list[tuple[str, int]] = []
@@ -264,6 +255,18 @@ class HttpConsumer:
             return await self.client.list_offsets(parts, timestamp)
         except KafkaClientError as exc:
             raise unavailable(exc, "cannot list the partitions' offsets") from None
+
+    async def offsets_for_times(self, timestamps: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """Each partition's first offset at or after its timestamp (ms); the end of the log where no record is that
+        recent, as Kafka's tools reset `--to-datetime` past the last record."""
+        try:
+            found = await self.client.offsets_for_times(timestamps)
+            past_end = [tp for tp, offset in found.items() if offset < 0]
+            if past_end:
+                found.update(await self.client.list_offsets(past_end, LATEST_TIMESTAMP))
+        except KafkaClientError as exc:
+            raise unavailable(exc, "cannot list the partitions' offsets for the timestamps") from None
+        return found
 
     async def _initial_positions(self, parts: list[tuple[str, int]]) -> None:
         """Positions of partitions without one: committed, else auto.offset.reset. Never falls back to the reset

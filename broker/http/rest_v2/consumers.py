@@ -9,10 +9,10 @@ rejoins on a rebalance, and reads through the replica manager.
 
 Endpoints (Confluent v2): create/delete an instance (`format`: binary, json, or avro, jsonschema,
 protobuf — values in Confluent's wire format answered as JSON with the schema they name,
-`consumer_formats`); subscription
-(POST/GET/DELETE); records (GET, long-poll `timeout`, `max_bytes`); offsets
-(POST commit, GET committed); assignments (POST manual, GET); positions
-(POST seek, /beginning, /end). An instance idle for
+`consumer_formats`; a read asking another embedded format is 406, 40601); subscription
+(POST `topics` or `topic_pattern` — RE2, matched again each heartbeat —, GET, DELETE); records (GET,
+long-poll `timeout`, `max_bytes`); offsets (POST commit, GET committed); assignments (POST manual, GET);
+positions (POST seek to `offsets` and/or `timestamps`, /beginning, /end). An instance idle for
 `consumer.instance.timeout.ms` (the broker key, default 300000; a shorter
 one may be set per instance in the create body) is closed and leaves its
 group; a broker serves at most `http.consumer.max.instances` instances (429
@@ -39,6 +39,7 @@ This module must never change group state except through the coordinator.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Awaitable, Callable, TypeGuard
 
 from aiohttp import web
@@ -46,19 +47,21 @@ from aiohttp import web
 from kelp.errors import ErrorCode, RestErrorCode
 from kelp.json_types import JsonData, JsonValue
 
+from ...client_patterns import InvalidPattern
 from ...replica.manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from ...schema_registry.embedded import find_reader
-from ..access.route_access import DESCRIBE, READ, TOPIC, principal_of, require
+from ..access.route_access import DESCRIBE, READ, TOPIC, access_of, principal_of, require
 from ..json_body import read_json
 from ..keys import int_setting
 from ..problems import HttpProblem, json_response
 from ..schema_registry_routes import registry_of
 from ..serving import serving
 from .consumer_formats import CONTENT_TYPES, FORMATS, SCHEMA_FORMATS
-from .consumer_instance import ConsumerRegistry, HttpConsumer, range_assign
+from .consumer_instance import ConsumerRegistry, HttpConsumer
 from .forwarding import forward_if_held_elsewhere, held_elsewhere
+from .subscriptions import topics_matching
 
-__all__ = ["routes", "HttpConsumer", "ConsumerRegistry", "range_assign"]
+__all__ = ["routes", "HttpConsumer", "ConsumerRegistry"]
 
 routes = web.RouteTableDef()
 
@@ -235,20 +238,42 @@ async def subscribe(request: web.Request) -> web.Response:
     inst = _instance(request)
     body = await read_json(request, what="subscription body", shape_status=422)
     topics = body.get("topics") if isinstance(body, dict) else None
-    if isinstance(body, dict) and "topic_pattern" in body:
-        raise HttpProblem(422, "topic_pattern subscriptions are not supported; list the topics",
-                          error_code=RestErrorCode.INVALID_CONSUMER_CONFIG)
+    pattern = body.get("topic_pattern") if isinstance(body, dict) else None
+    if topics is None and pattern is not None:  # Confluent: `topics` when given, else `topic_pattern`
+        return await _subscribe_pattern(request, inst, pattern)
     if not isinstance(topics, list) or not topics or not all(isinstance(t, str) for t in topics):
-        raise HttpProblem(422, "body needs 'topics': a non-empty list of topic names",
-                          error_code=RestErrorCode.INVALID_CONSUMER_CONFIG)
+        raise HttpProblem(422, "body needs 'topics': a non-empty list of topic names, or 'topic_pattern': a "
+                               "regular expression of topic names", error_code=RestErrorCode.INVALID_CONSUMER_CONFIG)
     names = [t for t in topics if isinstance(t, str)]
     for t in names:
         require(request, READ, TOPIC, t)  # a consumer reads what it subscribes to: READ, before it learns more
         inst.broker.topics.describe(t)
+    _refuse_if_assigned(inst)
+    inst.subscribe(names)
+    return _no_content()
+
+
+def _refuse_if_assigned(inst: HttpConsumer) -> None:
     if inst.manual:
         raise HttpProblem(409, "this instance has a manual assignment; subscription and assignment are exclusive",
                           error_code=RestErrorCode.ILLEGAL_STATE)
-    inst.subscribe(names)
+
+
+async def _subscribe_pattern(request: web.Request, inst: HttpConsumer, pattern: JsonValue) -> web.Response:
+    """A `topic_pattern` subscription: every topic whose whole name the pattern matches (RE2: linear time, no
+    backreferences or lookaround), internal topics left out, those the principal may DESCRIBE — as a Java
+    consumer's `subscribe(Pattern)` sees them in Metadata; a topic created later that matches joins it."""
+    if not isinstance(pattern, str) or not pattern:
+        raise HttpProblem(422, f"'topic_pattern' must be a non-empty regular expression, got {pattern!r}",
+                          error_code=RestErrorCode.INVALID_CONSUMER_CONFIG)
+    _refuse_if_assigned(inst)
+    access = access_of(request)
+    try:
+        matched = await topics_matching(inst.broker, pattern, access)
+    except InvalidPattern as exc:
+        raise HttpProblem(422, f"'topic_pattern' {pattern[:200]!r} is not a valid pattern: {exc}",
+                          error_code=RestErrorCode.INVALID_CONSUMER_CONFIG) from None
+    inst.subscribe(matched, pattern=pattern, access=access)
     return _no_content()
 
 
@@ -263,9 +288,47 @@ async def unsubscribe(request: web.Request) -> web.Response:
     return _no_content()
 
 
+_FORMAT_OF_TYPE = {content_type: fmt for fmt, content_type in CONTENT_TYPES.items()}
+
+
+def _embedded_format_asked(accept: str) -> str | None:
+    """The embedded format an Accept header prefers (`application/vnd.kafka.<format>.v2+json` with the highest
+    q), or None when it names none (`*/*`, `application/json`, no header: any format is taken)."""
+    best: tuple[float, str] | None = None
+    for item in accept.split(","):
+        media_type, *params = (part.strip() for part in item.split(";"))
+        fmt = _FORMAT_OF_TYPE.get(media_type.lower())
+        if fmt is None:
+            continue
+        q = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        if best is None or q > best[0]:
+            best = (q, fmt)
+    return best[1] if best is not None and best[0] > 0 else None
+
+
+def _require_own_format(request: web.Request, inst: HttpConsumer) -> None:
+    """Confluent's 406/40601: an instance reads only in the format it was created with (its deserializer); a read
+    asking another embedded format is refused before anything is fetched, so no position moves."""
+    asked = _embedded_format_asked(request.headers.get("Accept", ""))
+    if asked is not None and asked != inst.format:
+        raise HttpProblem(406, f"The requested embedded data format does not match the deserializer for this "
+                               f"consumer instance: '{inst.name}' of group '{inst.group}' reads format "
+                               f"{inst.format} (Accept: {CONTENT_TYPES[inst.format]}), the request asked for "
+                               f"{asked} ({CONTENT_TYPES[asked]})",
+                          error_code=RestErrorCode.CONSUMER_FORMAT_MISMATCH)
+
+
 @_instance_route("GET", "/records")
 async def records(request: web.Request) -> web.Response:
     inst = _instance(request)
+    _require_own_format(request, inst)
     try:
         timeout_ms = int(request.query.get("timeout", "1000"))
         max_bytes = int(request.query.get("max_bytes", str(DEFAULT_MAX_BYTES)))
@@ -334,14 +397,51 @@ async def get_assignments(request: web.Request) -> web.Response:
                          content_type=PLAIN_V2)
 
 
+def _timestamps(body: JsonValue) -> dict[tuple[str, int], int]:
+    """Confluent's `timestamps` of a seek: {"topic", "partition", "timestamp": ISO-8601 with a zone} -> ms."""
+    items = body.get("timestamps") if isinstance(body, dict) else None
+    if not isinstance(items, list):
+        raise HttpProblem(422, "'timestamps' must be a list of {\"topic\", \"partition\", \"timestamp\"} objects",
+                          error_code=RestErrorCode.KEY_SCHEMA_MISSING)
+    out = {}
+    for i, item in enumerate(items):
+        topic, partition, stamp = ((item.get("topic"), item.get("partition"), item.get("timestamp"))
+                                   if isinstance(item, dict) else (None, None, None))
+        when = None
+        if isinstance(stamp, str):
+            try:
+                when = datetime.fromisoformat(stamp)
+            except ValueError:
+                pass
+        if not isinstance(topic, str) or not _int_in(partition, 0, _INT32_MAX) or when is None \
+                or when.tzinfo is None:
+            raise HttpProblem(422, f"timestamps[{i}] must be {{\"topic\": string, \"partition\": integer "
+                                   f"0..{_INT32_MAX}, \"timestamp\": an ISO-8601 time with its zone, e.g. "
+                                   f"\"2024-05-01T12:00:00Z\"}}, got timestamp {stamp!r}",
+                              error_code=RestErrorCode.KEY_SCHEMA_MISSING)
+        out[(topic, partition)] = max(0, int(when.timestamp() * 1000))
+    return out
+
+
 @_instance_route("POST", "/positions")
 async def seek(request: web.Request) -> web.Response:
+    """Seek to `offsets`, and to the first offset at or after each of `timestamps` (Confluent's
+    `ConsumerSeekRequest`); every partition named must be assigned, and nothing moves unless all are."""
     inst = _instance(request)
-    for tp, off in _offsets(await read_json(request, what="offsets body", shape_status=422)).items():
+    body = await read_json(request, what="positions body", shape_status=422)
+    if not isinstance(body, dict) or body.get("offsets") is None and body.get("timestamps") is None:
+        raise HttpProblem(422, "body needs 'offsets' (a list of {\"topic\", \"partition\", \"offset\"}) or "
+                               "'timestamps' (a list of {\"topic\", \"partition\", \"timestamp\"})",
+                          error_code=RestErrorCode.KEY_SCHEMA_MISSING)
+    offsets = _offsets(body) if body.get("offsets") is not None else {}
+    times = _timestamps(body) if body.get("timestamps") is not None else {}
+    for tp in [*offsets, *times]:
         if tp not in inst.assignment:
             raise HttpProblem(409, f"{tp[0]}-{tp[1]} is not assigned to this consumer instance",
                               error_code=RestErrorCode.ILLEGAL_STATE)
-        inst.positions[tp] = off
+    found = await inst.offsets_for_times(times) if times else {}
+    inst.positions.update(offsets)
+    inst.positions.update(found)
     return _no_content()
 
 

@@ -46,9 +46,9 @@ import aiohttp
 from aiohttp import web
 
 from kelp.errors import KelpError, RestErrorCode
+from kelp.security.principal import ANONYMOUS
 
 from ...parts import BrokerParts
-from ...security.principal import ANONYMOUS
 from ..access.route_access import FORWARDED_BY, FORWARDED_PRINCIPAL, principal_of
 from ..problems import HttpProblem, json_response
 from ..serving import serving

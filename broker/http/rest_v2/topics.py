@@ -11,10 +11,12 @@ same for keys) every record is written with the schema in Confluent's wire forma
 `schema_registry.embedded`): 42201/42202 when a key/value comes without its schema, 42203 naming the record
 and field whose JSON does not match it, the registry's own codes when the schema is not found or does not
 register; the answer names `key_schema_id`/`value_schema_id`. Then the records are grouped into
-one RecordBatch per partition (`kelp.records.build_batch`) and appended
+one RecordBatch per partition (`kelp.records.build.build_batch`) and appended
 through `broker.replicas.append` — the same door the Kafka handlers use.
 Keyed records without a partition go where Kafka's default partitioner
 (murmur2) puts them; keyless ones are spread round-robin.
+
+Listing: `GET /topics` (no internal topics, as Confluent's Admin-client listing) and `GET /brokers`.
 
 Read: `GET /topics/{t}/partitions/{p}/records?offset=&max_bytes=&timeout=`
 long-polls through `broker.replicas.fetch` (which also counts bytes and
@@ -36,8 +38,10 @@ from aiohttp import web
 from kelp.errors import ErrorCode, OffsetOutOfRangeError, RestErrorCode
 from kelp.json_types import JsonData, JsonValue
 from kelp.partitioner import RoundRobin, partition_for_key
-from kelp.records import Record, build_batch, iter_records
+from kelp.records.build import build_batch
+from kelp.records.record import Record, iter_records
 
+from ...metadata.model import INTERNAL_TOPICS
 from ...parts import BrokerParts
 from ...replica.manager import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchPartition
 from ..access.route_access import TOPIC, describable
@@ -348,9 +352,16 @@ def _confluent_partition(broker: BrokerParts, topic: str, p: int) -> dict[str, J
     }
 
 
+@routes.get("/brokers")
+async def list_brokers(request: web.Request) -> web.Response:
+    """Confluent's `BrokerList`: the registered brokers' ids (Kafka's Metadata brokers; no ACL needed)."""
+    return json_response({"brokers": sorted(serving(request).cluster.brokers)}, content_type=PLAIN_V2)
+
+
 @routes.get("/topics")
 async def list_topics(request: web.Request) -> web.Response:
-    names = [t.name for t in serving(request).topics.list_topics()]
+    # Confluent lists with the Admin client's defaults (listInternal=false): no __consumer_offsets.
+    names = [t.name for t in serving(request).topics.list_topics() if t.name not in INTERNAL_TOPICS]
     shown = describable(request, TOPIC, names)  # only the topics the principal may DESCRIBE, as Metadata answers
     return json_response([n for n in names if n in shown], content_type=PLAIN_V2)
 

@@ -1,6 +1,6 @@
 """Confluent REST v3 ACLs: `GET|POST|DELETE /v3/clusters/{cluster_id}/acls`, `POST .../acls:batch`.
 
-Why: Kafka's ACL model is already Kelp's (`broker/security`, the AclManager, changes through the
+Why: Kafka's ACL model is already Kelp's (`kelp/security`, the AclManager, changes through the
 controller); v3 clients speak it with snake_case fields — `resource_type`, `resource_name`,
 `pattern_type`, `principal`, `host`, `operation`, `permission` — as query parameters (search, delete:
 filters, an omitted one matches anything, as Kafka's DescribeAcls/DeleteAcls) or a JSON body (create: one
@@ -20,9 +20,9 @@ from aiohttp import web
 
 from kelp.errors import KelpError
 from kelp.json_types import JsonData, JsonValue
+from kelp.security.acl import InvalidAclError, validate_acl_binding, validate_acl_filter
+from kelp.security.acl_json import AclBindingJson, binding_from_json, binding_to_json, filter_from_json
 
-from ...security.acl import InvalidAclError, validate_acl_binding, validate_acl_filter
-from ...security.acl_json import AclBindingJson, binding_from_json, binding_to_json, filter_from_json
 from ..json_body import read_json
 from ..problems import HttpProblem
 from ..serving import serving

@@ -2,7 +2,7 @@
 
 Why: Confluent's UI, Terraform's provider and scripts read and change configs with these routes; Kelp
 answers them in Confluent's shapes from the same doors as `kafka-configs` and the admin API — described
-by `config_entries` (value, source, synonyms, read-only, secrets without a value: DescribeConfigs' answer),
+by `kelp.config.entries` (value, source, synonyms, read-only, secrets without a value: DescribeConfigs' answer),
 changed through the topic manager (`alter_config`, `alter_broker_configs`: the one validator, then the
 controller and the metadata log, so any broker takes a change and every broker applies it). A broker's
 static configs are only known to itself: another broker's are read from it (`/cluster/v1/configs`,
@@ -29,10 +29,7 @@ import json
 
 from aiohttp import web
 
-from kelp.json_types import JsonData, JsonObject
-
-from ...config import DEFAULT_ENTITY
-from ...config_entries import (
+from kelp.config.entries import (
     SOURCE_DEFAULT,
     SOURCE_NAMES,
     Entry,
@@ -41,7 +38,10 @@ from ...config_entries import (
     hide_secrets,
     topic_entries,
 )
-from ...listener_keys import is_sensitive
+from kelp.config.keys import DEFAULT_ENTITY
+from kelp.config.listener_keys import is_sensitive
+from kelp.json_types import JsonData, JsonObject
+
 from ...loop_budget import LoopBudget
 from ...parts import BrokerParts
 from ..access.route_access import DC, TOPIC, access_of

@@ -42,7 +42,8 @@ from aiohttp import web
 from kelp.errors import ErrorCode, KelpError
 from kelp.json_types import JsonData, JsonValue
 from kelp.partitioner import partition_for_key
-from kelp.records import Record, build_batch
+from kelp.records.build import build_batch
+from kelp.records.record import Record
 
 from ..json_body import read_json
 from ..keys import MAX_BODY, ROUND_ROBIN, int_setting
@@ -116,8 +117,10 @@ async def _encode_in_schema(writers: SchemaWriters, doc: JsonValue) -> Encoded:
             raise _Bad(f"'{field}': {exc}") from None
         except KelpError as exc:  # not authorized to register the schema given inline
             raise _Bad(f"'{field}': {exc}", exc.http_status) from None
+        named = writers.subject_of(field == "key", subject)
         out[field] = raw, {"type": rest_type or {v: k for k, v in REST_TYPES.items()}[writer.schema_type],
-                           "size": len(raw), "schema_id": writer.schema_id}
+                           "size": len(raw), "subject": named, "schema_id": writer.schema_id,
+                           "schema_version": await writers.version_of(named, writer.schema_id)}
     return out
 
 
@@ -307,7 +310,9 @@ async def produce(request: web.Request) -> web.StreamResponse:
         except (ValueError, RecursionError) as exc:
             return await fail(400, f"record {produced} is not valid JSON: {exc}")
     if response is None:
-        raise HttpProblem(400, "the body holds no record: send a JSON object per record", error_code=400)
+        # Confluent's answer for an empty produce body (its OpenAPI's produce_record_empty_request_body)
+        raise HttpProblem(422, "Payload error. Request body is empty. Data is required (send a JSON object per "
+                               "record).", error_code=422)
     await response.write_eof()
     return response
 

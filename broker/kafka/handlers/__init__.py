@@ -9,25 +9,17 @@ left out (ApiVersions advertises exactly what registered).
 from __future__ import annotations
 
 from . import (  # noqa: F401  (imported for their registrations)
-    acls,
+    admin,
     api_versions,
-    configs,
-    describe,
     fetch,
     groups,
-    log_admin,
     metadata,
     offsets,
     produce,
     producer_ids,
-    producers,
-    quotas,
-    reassignments,
     sasl,
-    topics,
     transactions,
     txn_markers,
-    users,
 )
 from .registry import RequestContext, all_handlers, get_handler, handles
 

@@ -17,8 +17,9 @@ from typing import Any, Awaitable, Callable, Sequence, TypeVar
 
 from kafka.protocol.api_message import ApiMessage
 
+from kelp.security.principal import ANONYMOUS, KafkaPrincipal
+
 from ...parts import BrokerParts
-from ...security.principal import ANONYMOUS, KafkaPrincipal
 from ..append_order import AppendOrder
 from ..framing import Buffer
 from ..request_time import RequestTime

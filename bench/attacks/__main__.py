@@ -1,0 +1,7 @@
+"""`python -m bench.attacks`: the attacks section alone (`section.py`; `--help` for its options)."""
+
+import sys
+
+from .section import main
+
+sys.exit(main())
