@@ -19,5 +19,6 @@ setup(
     # Spark registers the `kelp` format by itself from a top-level `pyspark_*` module (kelp.spark).
     py_modules=["pyspark_kelp"],
     package_dir={"kelp": "kelp", **MAPPED},
-    package_data={"kelp.operator": ["*.yaml"]},
+    package_data={"kelp.operator": ["*.yaml"], "kelp.broker.kafka.messages": ["*.json"],
+                  "kelp.broker.groups.consumer.schemas": ["*.json"]},
 )

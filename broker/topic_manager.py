@@ -56,6 +56,7 @@ __all__ = ["TopicManager", "TopicInfo", "TopicListener", "ControllerDoor", "vali
 log = logging.getLogger("kelp.broker.topics")
 
 MAX_TOPIC_NAME = 249
+_LOG_CONFIGS_KEPT = 1024  # distinct topic configs remembered (`log_config`); more start the memo afresh
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 TopicInfo = TopicState  # one type per concept: a topic is its cluster state
 
@@ -130,6 +131,7 @@ class TopicManager:
         self._topics: dict[str, TopicState] = {}
         self._by_id: dict[str, str] = {}  # topic id (hex) -> name, for requests that name topics by id (KIP-516)
         self._listeners: list[TopicListener] = []
+        self._log_configs: dict[frozenset[tuple[str, object]], LogConfig] = {}  # `log_config`'s shared ones
         # A topic's log config is computed and set under its lock, from the current topic and broker configs, by
         # the event loop (topic changes) and by the worker reconfiguring logs after a broker config change alike:
         # whichever runs last sets the current config, never an older one.
@@ -363,7 +365,16 @@ class TopicManager:
             merged.update(overrides)
         elif info is not None:
             merged.update(info.configs)
-        return LogConfig.from_kafka(merged)
+        # One LogConfig per distinct topic config, shared by every log that has it: a topic's 10,000 logs
+        # held 10,000 equal ones (opened at a restart, or applied by hand; issue 38).
+        key = frozenset(merged.items())
+        found = self._log_configs.get(key)
+        if found is None:
+            found = LogConfig.from_kafka(merged)
+            if len(self._log_configs) >= _LOG_CONFIGS_KEPT:
+                self._log_configs.clear()
+            self._log_configs[key] = found
+        return found
 
     def check_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         """The controller's check of a topic's overrides: each key and value, and the merged log config."""

@@ -5,8 +5,9 @@ interprets: the Kafka handlers answer with them, the HTTP API puts them in
 `error_code`, and the clients (the Spark source, the CLI, the operator, the
 replica fetcher) compare against them. Names and numbers are Kafka's
 (org.apache.kafka.common.protocol.Errors); a test checks each against
-kafka-python's table. `RestErrorCode` holds the Confluent REST Proxy's
-five-digit codes, a namespace of their own.
+kafka-python's table. Confluent's five-digit codes (the REST Proxy's
+`RestErrorCode`, the Schema Registry's) are a namespace of their own, in
+`kelp.rest_errors`; `RestErrorCode` is re-exported here for its importers.
 
 The storage layer, the broker core and the HTTP API raise `KelpError`s; the
 Kafka handlers put `code` in the response and log `str(exc)`, the HTTP API
@@ -17,6 +18,8 @@ what was wrong (topic, partition, limit) and, where it can, what to change.
 from __future__ import annotations
 
 from enum import IntEnum, unique
+
+from .rest_errors import RestErrorCode as RestErrorCode  # re-exported: the REST routes import it from here
 
 
 @unique
@@ -115,41 +118,17 @@ class ErrorCode(IntEnum):
     INCONSISTENT_CLUSTER_ID = 104
     TRANSACTIONAL_ID_NOT_FOUND = 105
     INELIGIBLE_REPLICA = 107
+    # KIP-848 consumer groups: a heartbeat or commit with a member epoch the coordinator does not accept, a static
+    # member's instance id still held by a live member, a ServerAssignor not in group.consumer.assignors.
+    FENCED_MEMBER_EPOCH = 110
+    UNRELEASED_INSTANCE_ID = 111
+    UNSUPPORTED_ASSIGNOR = 112
+    STALE_MEMBER_EPOCH = 113
     # DescribeCluster (KIP-919): a broker asked for the controllers' endpoints, or for an endpoint type it lacks.
     MISMATCHED_ENDPOINT_TYPE = 114
     UNSUPPORTED_ENDPOINT_TYPE = 115
     TRANSACTION_ABORTABLE = 120
     INVALID_REGULAR_EXPRESSION = 128
-
-
-@unique
-class RestErrorCode(IntEnum):
-    """Confluent REST Proxy v2 `error_code`s: the HTTP status times 100 plus a number.
-
-    Names are Confluent's (io.confluent.kafkarest.Errors, without the _ERROR_CODE suffix) where Confluent
-    documents the code; Kelp answers them on the `/consumers` routes. Other HTTP errors carry a Kafka
-    `ErrorCode` or the HTTP status itself.
-    """
-
-    KAFKA_BAD_REQUEST = 40002  # a Kafka error that is the request's fault (TopicExists, InvalidPartitions, ...)
-    TOPIC_NOT_FOUND = 40401
-    PARTITION_NOT_FOUND = 40402
-    # also v3's KAFKA_UNKNOWN_TOPIC_PARTITION (KafkaExceptionMapper: an unknown topic or partition)
-    CONSUMER_INSTANCE_NOT_FOUND = 40403
-    CONSUMER_FORMAT_MISMATCH = 40601  # a format=json read met a record that is not JSON
-    CONSUMER_ALREADY_EXISTS = 40902
-    ILLEGAL_STATE = 40903
-    # Confluent's 42201 is "keys but no key schema" (so is Kelp's, on a produce in a schema's format); Kelp
-    # answers it for a malformed `partitions`/`offsets` list too.
-    KEY_SCHEMA_MISSING = 42201
-    VALUE_SCHEMA_MISSING = 42202  # a record has a value, the request (in a schema's format) no value schema
-    JSON_CONVERSION = 42203  # a record's JSON does not match its schema (Avro, JSON Schema, Protobuf)
-    INVALID_CONSUMER_CONFIG = 42204
-    # Kelp's own (not in Confluent's table): a broker already serves http.consumer.max.instances instances.
-    # also Confluent's TOO_MANY_REQUESTS (a throttled request: ThrottlingQuotaExceeded)
-    TOO_MANY_CONSUMER_INSTANCES = 42901
-    # Confluent's KAFKA_RETRIABLE_ERROR: the cluster did not answer in time (a coordinator or leader moving).
-    KAFKA_RETRIABLE = 50003
 
 
 class KelpError(Exception):

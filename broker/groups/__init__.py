@@ -68,9 +68,11 @@ def attach(*, config: BrokerConfig, topics: TopicManager, replicas: ReplicaManag
         info = topics.get(topic)
         return None if info is None else info.partitions
 
-    coordinator = GroupCoordinator(settings, store=store, topic_partitions=partitions_of)
+    coordinator = GroupCoordinator(settings, store=store, topic_partitions=partitions_of, topics=topics)
     replicas.add_leadership_listener(leadership_listener(topics, coordinator))
     topics.add_listener(topic_listener(coordinator))  # a deleted topic's offsets go from every group
+    topics.add_listener(lambda event, _topic: coordinator.consumer.topics_changed()
+                        if event in ("created", "deleted") and not coordinator.stopped else None)  # regexes
     coordinator.expiry.start()
     log.info("group coordinator attached: %s has %d partitions; groups load as this broker leads them",
              OFFSETS_TOPIC, settings.num_partitions)

@@ -13,7 +13,7 @@ anywhere but `CoordinatorConfig.from_broker`.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from kelp.config.broker import BrokerConfig
@@ -50,6 +50,12 @@ class CoordinatorConfig:
     # offsets.commit.timeout.ms: how long a write to __consumer_offsets may wait for the ISR
     commit_timeout_ms: int = 5000
     load_retry_ms: int = 1000  # after a failed replay of a partition this broker still leads
+    # KIP-848 consumer groups (group.protocol=consumer): the broker sets members' session and heartbeat interval
+    consumer_session_timeout_ms: int = 45000  # group.consumer.session.timeout.ms
+    consumer_heartbeat_interval_ms: int = 5000  # group.consumer.heartbeat.interval.ms
+    consumer_max_size: int = 2**31 - 1  # group.consumer.max.size
+    # group.consumer.assignors: the server-side assignors members may name; the first is the default
+    consumer_assignors: list[str] = field(default_factory=lambda: ["uniform", "range"])
 
     @classmethod
     def from_broker(cls, cfg: BrokerConfig) -> "CoordinatorConfig":
@@ -68,4 +74,8 @@ class CoordinatorConfig:
             max_group_size=int(get("group.max.size", 2**31 - 1)),
             offsets_retention_ms=int(get("offsets.retention.minutes", 10080)) * 60000,
             commit_timeout_ms=int(get("offsets.commit.timeout.ms", 5000)),
+            consumer_session_timeout_ms=get("group.consumer.session.timeout.ms", 45000),
+            consumer_heartbeat_interval_ms=get("group.consumer.heartbeat.interval.ms", 5000),
+            consumer_max_size=get("group.consumer.max.size", 2**31 - 1),
+            consumer_assignors=list(cfg.get("group.consumer.assignors") or ["uniform", "range"]),
         )

@@ -14,7 +14,9 @@ Kafka's rules and error codes (`kelp.errors.ErrorCode`) by driving its parts:
   `__consumer_offsets` partitions this broker gains and loses the leadership of;
 - `offsets_expiry.OffsetExpiry`: offsets.retention.minutes;
 - `txn_offsets.TxnOffsets`: TxnOffsetCommit's pending offsets and the transaction markers that end them
-  (`handle_txn_completion`, called by the WriteTxnMarkers handler on the partition's leader).
+  (`handle_txn_completion`, called by the WriteTxnMarkers handler on the partition's leader);
+- `consumer.ConsumerGroups` (`consumer`): KIP-848 consumer-protocol groups (ConsumerGroupHeartbeat,
+  ConsumerGroupDescribe); their offsets live in the same store, committed with member epochs.
 
 The parts are attributes of the coordinator, and what only concerns one part is called on it (the
 offsets' expiry on `expiry`, a synchronous load or waiting for an ownership change on `loader`, the
@@ -45,6 +47,7 @@ from typing import Awaitable, Callable, Iterable
 from kelp.clock import WallClockMs, wall_clock_ms
 from kelp.errors import ErrorCode
 
+from .consumer.coordinator import ConsumerGroups, TopicLike, TopicView
 from .coordinator_config import CoordinatorConfig, LoopScheduler, Scheduler
 from .group import CommittedOffset, Group, GroupState, Member
 from .group_metadata_manager import GroupMetadataManager, OffsetStore
@@ -55,6 +58,19 @@ from .partition_loader import PartitionLoader
 from .txn_offsets import TxnOffsets
 
 __all__ = ["GroupCoordinator", "GroupDescription"]
+
+
+class _NoTopics:
+    """The topics a coordinator without a broker (unit tests of classic groups) sees: none."""
+
+    def get(self, name: str) -> TopicLike | None:
+        return None
+
+    def name_of(self, topic_id: str) -> str | None:
+        return None
+
+    def list_topics(self) -> list[TopicLike]:
+        return []
 
 log = logging.getLogger("kelp.broker.groups")
 
@@ -80,6 +96,7 @@ class GroupCoordinator:
         clock_ms: WallClockMs = wall_clock_ms,
         scheduler: Scheduler | None = None,
         topic_partitions: Callable[[str], int | None] | None = None,
+        topics: TopicView | None = None,
     ) -> None:
         self.config = config
         self.clock_ms = clock_ms
@@ -92,6 +109,10 @@ class GroupCoordinator:
         self.expiry = OffsetExpiry(self.group_manager, scheduler=self.scheduler)
         self.txn_offsets = TxnOffsets(self.group_manager)
         self.loader.on_partition_loaded = self.txn_offsets.after_load
+        self.consumer = ConsumerGroups(self.group_manager, config=config, scheduler=self.scheduler,
+                                       topics=topics or _NoTopics())
+        self.loader.on_consumer_groups = self.consumer.adopt
+        self.expiry.in_use = lambda gid: bool((cg := self.consumer.groups.get(gid)) is not None and cg.members)
         self._stopped = False
         # Parts living on top of the coordinator (the REST proxy's HTTP consumers) stop with it.
         self.stop_hooks: list[Callable[[], Awaitable[None]]] = []
@@ -130,6 +151,7 @@ class GroupCoordinator:
         self.loader.on_resign(partition, epoch)
         if self.ownership.token(partition) is None:
             self.txn_offsets.forget(partition)
+            self.consumer.on_resign(partition)
 
     async def stop(self) -> None:
         self._stopped = True
@@ -142,6 +164,7 @@ class GroupCoordinator:
             except Exception:
                 log.exception("a group-coordinator stop hook failed")
         self.membership.stop()
+        self.consumer.stop()
 
     # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup (membership) -----
     async def join_group(
@@ -158,6 +181,21 @@ class GroupCoordinator:
         protocols: list[tuple[str, bytes]],
         require_known_member_id: bool = False,
     ) -> JoinResult:
+        if not self.group_manager.check_group(group_id):
+            # A consumer-protocol group (KIP-848)? Kafka 4 lets a classic member into one with members only by
+            # online migration (mixed groups), which Kelp does not serve (group.consumer.migration.policy is
+            # `disabled`): INCONSISTENT_GROUP_PROTOCOL. An empty one is replaced by the classic group, its
+            # records tombstoned and its offsets kept (Kafka's classicGroupJoinToClassicGroup). `delete` waits for
+            # a heartbeat of the group under way, and nothing yields between its answer and the classic member's
+            # admission (`membership.join_group` adds it before it waits), so no group gets both kinds.
+            err = await self.consumer.delete(group_id)
+            if err == ErrorCode.NON_EMPTY_GROUP:
+                log.info("group '%s': JoinGroup refused, it is a consumer-protocol group with members", group_id)
+                return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
+            if err not in (ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND):
+                return JoinResult(err, member_id=member_id)
+            if err == ErrorCode.NONE:
+                log.info("group '%s': the empty consumer-protocol group became a classic group", group_id)
         return await self.membership.join_group(
             group_id, member_id, group_instance_id=group_instance_id, client_id=client_id, client_host=client_host,
             session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms,
@@ -186,9 +224,10 @@ class GroupCoordinator:
     async def commit_offsets(
         self, group_id: str, *, member_id: str = "", generation: int = -1,
         group_instance_id: str | None = None,
-        offsets: dict[tuple[str, int], CommittedOffset],
+        offsets: dict[tuple[str, int], CommittedOffset], api_version: int = 9,
     ) -> dict[tuple[str, int], int]:
-        """Validate the committer, then append to `__consumer_offsets` and update the cache; per-partition codes."""
+        """Validate the committer, then append to `__consumer_offsets` and update the cache; per-partition codes.
+        For a consumer-protocol group `generation` is the member epoch (OffsetCommit v9+)."""
         def all_(code: int) -> dict[tuple[str, int], int]:
             return {tp: code for tp in offsets}
 
@@ -196,6 +235,13 @@ class GroupCoordinator:
         if err:
             return all_(err)
         group = self.groups.get(group_id)
+        consumer_error = self.consumer.commit_error(group_id, member_id, generation, api_version)
+        if consumer_error is not None:
+            if consumer_error:
+                return all_(consumer_error)
+            if group is None:  # the consumer group's offsets are kept as a classic group's, without members
+                group = self.groups[group_id] = Group(group_id, state_timestamp_ms=self.clock_ms())
+            return await self.group_manager.store_offsets(group, offsets)
         if group is None:
             if generation >= 0:
                 return all_(ErrorCode.ILLEGAL_GENERATION)
@@ -217,12 +263,14 @@ class GroupCoordinator:
         return await self.group_manager.store_offsets(group, offsets)
 
     def fetch_offsets(
-        self, group_id: str, partitions: list[tuple[str, int]] | None
+        self, group_id: str, partitions: list[tuple[str, int]] | None, *,
+        member_id: str | None = None, member_epoch: int = -1,
     ) -> tuple[int, dict[tuple[str, int], CommittedOffset | None]]:
-        """(error, offsets); `partitions=None` means every committed partition of the group.
+        """(error, offsets); `partitions=None` means every committed partition of the group. A consumer-protocol
+        member fetches at its member epoch (OffsetFetch v9+: STALE_MEMBER_EPOCH otherwise).
 
         Offsets a transaction committed (TxnOffsetCommit) appear once its marker is written."""
-        err = self.check_group(group_id)
+        err = self.check_group(group_id) or self.consumer.fetch_error(group_id, member_id, member_epoch)
         if err:
             return err, {}
         return ErrorCode.NONE, self.group_manager.get_offsets(group_id, partitions)
@@ -314,12 +362,15 @@ class GroupCoordinator:
         out = []
         owned = self.ownership.owned()
         for gid, g in sorted(self.groups.items()):
-            if g.is_(GroupState.DEAD) or self.partition_for(gid) not in owned:
+            if g.is_(GroupState.DEAD) or self.partition_for(gid) not in owned or gid in self.consumer.groups:
                 continue
             if wanted is not None and g.state.value.lower() not in wanted:
                 continue
             out.append((gid, g.protocol_type or "", g.state.value))
-        return out
+        for gid, cg in sorted(self.consumer.groups.items()):
+            if self.partition_for(gid) in owned and (wanted is None or cg.state.value.lower() in wanted):
+                out.append((gid, "consumer", cg.state.value))
+        return sorted(out)
 
     async def delete_groups(self, group_ids: list[str]) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -329,6 +380,11 @@ class GroupCoordinator:
                 out[gid] = err
                 continue
             group = self.groups.get(gid)
+            if gid in self.consumer.groups:  # KIP-848: its records go, then its offsets (a memberless Group)
+                out[gid] = await self.consumer.delete(gid)
+                if out[gid] == ErrorCode.NONE and group is not None and not group.is_(GroupState.DEAD):
+                    out[gid] = await self.group_manager.remove_group(group)
+                continue
             if group is None or group.is_(GroupState.DEAD):
                 out[gid] = ErrorCode.GROUP_ID_NOT_FOUND
                 continue

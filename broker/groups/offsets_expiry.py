@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Callable
 
 from .coordinator_config import Scheduler, TimerHandle
 from .group import GroupState
@@ -36,6 +37,9 @@ class OffsetExpiry:
         self.scheduler = scheduler
         self._handle: TimerHandle | None = None  # the scheduler's handle of the next check
         self._stopped = False
+        # A group whose offsets must not expire though its classic state is Empty: a KIP-848 consumer group with
+        # members (its offsets are kept in a memberless classic group; the coordinator sets this).
+        self.in_use: Callable[[str], bool] = lambda group_id: False
 
     def start(self) -> None:
         """Check every offsets.retention.check.interval.ms until `stop()`."""
@@ -60,7 +64,7 @@ class OffsetExpiry:
         removed = 0
         owned = manager.ownership.owned()
         for gid, group in list(manager.groups.items()):
-            if not group.is_(GroupState.EMPTY) or manager.partition_for(gid) not in owned:
+            if not group.is_(GroupState.EMPTY) or manager.partition_for(gid) not in owned or self.in_use(gid):
                 continue
             reference = max(group.state_timestamp_ms, 0)
             expired = [

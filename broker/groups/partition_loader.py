@@ -22,6 +22,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
+from .consumer.model import ConsumerGroup
+from .consumer.records import RecordKey, record_key_of
+from .consumer.records import replay as replay_consumer_groups
 from .coordinator_config import Scheduler
 from .group import CommittedOffset, Group
 from .group_metadata_manager import GroupMetadataManager
@@ -56,10 +59,12 @@ class LoadedPartition:
     order: dict[OffsetKey, int] = field(default_factory=dict)
     # TxnOffsetCommit records whose transaction has no marker yet: producer id -> key -> (value, position).
     pending: dict[int, dict[OffsetKey, tuple[OffsetValue, int]]] = field(default_factory=dict)
+    # KIP-848 consumer groups rebuilt from their records (consumer.records), handed to `on_consumer_groups`.
+    consumer_groups: dict[str, ConsumerGroup] = field(default_factory=dict)
 
     def group_ids(self) -> set[str]:
         return ({k.group for k, v in self.offsets.items() if v is not None}
-                | {g for g, m in self.metas.items() if m is not None})
+                | {g for g, m in self.metas.items() if m is not None} | set(self.consumer_groups))
 
 
 def decode_partition(partition: int, records: Iterable[ReplayItem]) -> LoadedPartition:
@@ -69,6 +74,7 @@ def decode_partition(partition: int, records: Iterable[ReplayItem]) -> LoadedPar
     them the newest value of their keys unless a plain commit was written after them; ABORT drops them.
     """
     out = LoadedPartition(partition)
+    consumer: dict[RecordKey, bytes | None] = {}
     for position, item in enumerate(records):
         if isinstance(item, TxnMarker):
             pending = out.pending.pop(item.producer_id, {})
@@ -83,6 +89,10 @@ def decode_partition(partition: int, records: Iterable[ReplayItem]) -> LoadedPar
         if key_bytes is None:
             continue
         try:
+            consumer_key = record_key_of(key_bytes)
+            if consumer_key is not None:
+                consumer[consumer_key] = value_bytes
+                continue
             key = decode_key(key_bytes)
             if isinstance(key, OffsetKey):
                 value = decode_offset_value(value_bytes) if value_bytes is not None else None
@@ -95,6 +105,10 @@ def decode_partition(partition: int, records: Iterable[ReplayItem]) -> LoadedPar
                 out.metas[key.group] = decode_group_value(value_bytes) if value_bytes is not None else None
         except ValueError as exc:
             log.warning("skipping unreadable record in %s-%d: %s", OFFSETS_TOPIC, partition, exc)
+    try:
+        out.consumer_groups = replay_consumer_groups(consumer)
+    except ValueError as exc:
+        log.warning("skipping unreadable consumer-group records in %s-%d: %s", OFFSETS_TOPIC, partition, exc)
     return out
 
 
@@ -113,6 +127,8 @@ class PartitionLoader:
         self.on_group_unloaded = on_group_unloaded
         # Called once a partition's replay is applied (transaction completions that waited for it take effect).
         self.on_partition_loaded: Callable[[int], None] = lambda partition: None
+        # Takes the partition's KIP-848 consumer groups (the coordinator's `consumer.adopt`).
+        self.on_consumer_groups: Callable[[dict[str, ConsumerGroup]], None] = lambda groups: None
         self._changes = OwnershipChanges()
         self._load_tasks: dict[int, asyncio.Task[None]] = {}
         self._stopped = False
@@ -247,6 +263,7 @@ class PartitionLoader:
                 g = groups.setdefault(key.group, Group(key.group))
                 g.pending_txn_offsets.setdefault(producer_id, {})[(key.topic, key.partition)] = (
                     CommittedOffset(value.offset, value.leader_epoch, value.metadata, value.commit_timestamp), at)
+        self.on_consumer_groups(loaded.consumer_groups)
         self.on_partition_loaded(loaded.partition)
 
     def stop(self) -> None:

@@ -2,7 +2,8 @@
 
 Why: scripts, the CLI and the operator read `{"error_code", "message"}` from
 any 4xx/5xx, never an HTML page. `KelpError`s carry their Kafka error code
-(a `kelp.errors.ErrorCode`) and `http_status`; problems found by the HTTP
+(a `kelp.errors.ErrorCode`) and `http_status`, answered as such on Kelp's own APIs and as Confluent's
+code (`confluent_error`, `kelp.rest_errors`) on the REST Proxy's; problems found by the HTTP
 layer itself (bad JSON, bad base64, wrong shapes) use `HttpProblem` with the
 HTTP status as the code, or an `ErrorCode` / REST Proxy `RestErrorCode`.
 Request bodies are read by `json_body.read_json`.
@@ -19,8 +20,9 @@ from typing import Mapping
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from kelp.errors import ErrorCode, KelpError, RestErrorCode
+from kelp.errors import ErrorCode, KelpError
 from kelp.json_types import JsonData
+from kelp.rest_errors import RestErrorCode, http_status
 
 from .keys import BROKER, MAX_BODY
 
@@ -32,9 +34,11 @@ _BAD_REQUEST = frozenset({
     ErrorCode.INVALID_PARTITIONS, ErrorCode.INVALID_REPLICATION_FACTOR, ErrorCode.INVALID_CONFIG,
     ErrorCode.INVALID_REQUEST, ErrorCode.POLICY_VIOLATION, ErrorCode.SECURITY_DISABLED,
 })
-# Confluent's numbers that Kelp's RestErrorCode holds under its v2 names (an IntEnum has one name per number)
-_UNKNOWN_TOPIC_PARTITION_V3 = int(RestErrorCode.CONSUMER_INSTANCE_NOT_FOUND)  # 40403
-_TOO_MANY_REQUESTS = int(RestErrorCode.TOO_MANY_CONSUMER_INSTANCES)  # 42901
+# Kafka's authorization failures: Confluent's REST Proxy answers each 403/40301 (AuthorizationException's subclasses)
+_AUTHORIZATION = frozenset({
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.GROUP_AUTHORIZATION_FAILED, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, ErrorCode.DELEGATION_TOKEN_AUTHORIZATION_FAILED,
+})
 
 log = logging.getLogger("kelp.broker.http")
 
@@ -100,20 +104,27 @@ def rest_proxy_path(path: str) -> bool:
 
 
 def confluent_error(request: web.Request, exc: KelpError) -> tuple[int, int]:
-    """(status, error_code) Confluent's REST Proxy answers for a Kafka error (io.confluent.kafkarest's
-    KafkaExceptionMapper and v2 Errors): a bad request 400/40002; a missing topic 404/40401 and a missing partition
-    of an existing topic 404/40402 in v2, 404/40403 in v3; a throttled mutation 429/42901; others as Kafka's."""
+    """(status, error_code) Confluent's REST Proxy answers for a Kafka error (rest-utils' KafkaExceptionMapper and
+    kafka-rest's v2 Errors, `kelp.rest_errors`): a bad request 400/40002; an authorization failure 403/40301; a
+    missing topic 404/40401 and a missing partition of an existing topic 404/40402 in v2, 404/40403 in v3; a
+    throttled mutation 429/42901; others as Kafka's."""
     code = exc.code
     if code in _BAD_REQUEST:
-        return 400, RestErrorCode.KAFKA_BAD_REQUEST
+        return _answer(RestErrorCode.KAFKA_BAD_REQUEST)
+    if code in _AUTHORIZATION:
+        return _answer(RestErrorCode.KAFKA_AUTHORIZATION)
     if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
         if request.path.startswith("/v3/"):
-            return 404, _UNKNOWN_TOPIC_PARTITION_V3
-        return 404, (RestErrorCode.PARTITION_NOT_FOUND if "partition" in request.match_info
-                     and _topic_exists(request) else RestErrorCode.TOPIC_NOT_FOUND)
+            return _answer(RestErrorCode.KAFKA_UNKNOWN_TOPIC_PARTITION)
+        return _answer(RestErrorCode.PARTITION_NOT_FOUND if "partition" in request.match_info
+                       and _topic_exists(request) else RestErrorCode.TOPIC_NOT_FOUND)
     if code == ErrorCode.THROTTLING_QUOTA_EXCEEDED:
-        return 429, _TOO_MANY_REQUESTS
+        return _answer(RestErrorCode.TOO_MANY_REQUESTS)
     return exc.http_status, code
+
+
+def _answer(code: RestErrorCode) -> tuple[int, int]:
+    return http_status(code), code
 
 
 def _topic_exists(request: web.Request) -> bool:

@@ -22,7 +22,7 @@ from kelp.json_types import JsonValue
 from kelp.security.acl import AclOperation
 
 from ..schema_registry.embedded import REST_TYPES, NotEncodable, SchemaWriter, find_writer
-from ..schema_registry.errors import RegistryError
+from ..schema_registry.errors import Code, RegistryError
 from .access.route_access import CLUSTER, require
 from .schema_registry_routes import register_schema, registry_of
 
@@ -58,8 +58,9 @@ class SchemaWriters:
         if rest_type is not None:
             schema_type = REST_TYPES.get(rest_type)
             if schema_type is None:
-                raise RegistryError(422, 42201, f"unknown schema type {rest_type!r}: use AVRO, JSONSCHEMA or "
-                                                "PROTOBUF")
+                raise RegistryError(422, Code.INVALID_SCHEMA,
+                                    f"unknown schema type {rest_type!r}: use AVRO, JSONSCHEMA or "
+                                    "PROTOBUF")
         subject = self.subject_of(is_key, subject)
         key = (schema_type, schema_id, version, subject, schema, repr(references))
         found = self._found.get(key)

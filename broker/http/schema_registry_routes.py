@@ -26,17 +26,18 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import ClientError, web
 
+from kelp.errors import KelpError
 from kelp.json_types import JsonData, JsonObject, JsonValue
 
 from ..cpu_work import run_cpu
 from ..loop_budget import LoopBudget
 from ..parts import BrokerParts
-from ..schema_registry.errors import REQUEST_FORWARDING_FAILED, UNKNOWN_LEADER, RegistryError, schema_not_found
-from ..schema_registry.model import SCHEMA_TYPES, Reference
+from ..schema_registry.errors import Code, RegistryError, schema_not_found, subject_not_found
+from ..schema_registry.model import SCHEMA_TYPES, Reference, add_contract
 from ..schema_registry.registry import WRITE_OPS, SchemaRegistry
 from ..schema_registry.requests import check_subject, level_of, mode_of, parse_version, schema_request
 from ..schema_registry.state import RegistryState
-from ..schema_registry.store import SchemaLog, b64, read_records
+from ..schema_registry.store import SchemaLog, b64, read_records, registry_error
 from .json_body import INLINE_MAX_BYTES, BodyError, loads_bounded, off_loop
 from .serving import serving
 
@@ -85,7 +86,7 @@ async def register_schema(request: web.Request, subject: str, body: JsonObject) 
     schema_request(body)
     answer = await _write(request, "register", {"subject": subject, "body": body})
     if not isinstance(answer, dict):
-        raise RegistryError(500, 50001, f"registering under subject '{subject}' answered {answer!r}"[:300])
+        raise RegistryError(500, Code.STORE_ERROR, f"registering under subject '{subject}' answered {answer!r}"[:300])
     return answer
 
 
@@ -97,6 +98,10 @@ LARGE_ANSWER_ITEMS = 1000
 def _answer(data: JsonData, status: int = 200) -> web.Response:
     return web.Response(body=json.dumps(data, separators=(",", ":")).encode(), status=status,
                         content_type=CONTENT_TYPE)
+
+
+def _problem(exc: RegistryError) -> web.Response:
+    return _answer({"error_code": exc.error_code, "message": exc.message}, exc.status)
 
 
 Handler = Callable[[web.Request], Awaitable[JsonData]]
@@ -112,8 +117,10 @@ def _route(method: str, path: str) -> Callable[[Handler], Handler]:
                     body = await run_cpu(functools.partial(json.dumps, data, separators=(",", ":")))
                     return web.Response(body=body.encode(), content_type=CONTENT_TYPE)
                 return _answer(data)
+            except KelpError as exc:  # a Kafka error met on the way (the leadership of _schemas moving): Confluent's
+                return _problem(registry_error(serving(request), exc))
             except RegistryError as exc:
-                return _answer({"error_code": exc.error_code, "message": exc.message}, exc.status)
+                return _problem(exc)
         routes.route(method, path)(run)
         return handler
     return wrap
@@ -184,14 +191,15 @@ async def _write(request: web.Request, op: str, args: JsonObject) -> JsonData:
                     return result
                 code = body.get("error_code") if isinstance(body, dict) else None
                 message = body.get("message") if isinstance(body, dict) else None
-                if code != UNKNOWN_LEADER:
+                # not the leader any more, or a broker still starting (503 before any handler ran): retry
+                if code != Code.UNKNOWN_LEADER and resp.status != 503:
                     raise RegistryError(resp.status, int(code) if isinstance(code, int) else resp.status,
                                         str(message or body))
                 last = str(message)
             except (ClientError, OSError, asyncio.TimeoutError, ValueError) as exc:
                 last = f"broker {leader} did not answer: {exc!r}"
         if time.monotonic() > deadline:
-            raise RegistryError(500, REQUEST_FORWARDING_FAILED if endpoint is not None else UNKNOWN_LEADER,
+            raise RegistryError(500, Code.REQUEST_FORWARDING_FAILED if endpoint is not None else Code.UNKNOWN_LEADER,
                                 f"Error while forwarding the request to the leader of '_schemas' within "
                                 f"{FORWARD_TIMEOUT_S:.0f}s: {last}")
         await asyncio.sleep(0.2)
@@ -205,15 +213,17 @@ async def leader_write(request: web.Request) -> web.Response:
         if op not in WRITE_OPS or not isinstance(args, dict):
             raise RegistryError(404, 404, f"no registry write operation '{op}' taking {args!r}"[:300])
         return _answer({"result": await _registry(request).write(op, args)})
+    except KelpError as exc:
+        return _problem(registry_error(serving(request), exc))
     except RegistryError as exc:
-        return _answer({"error_code": exc.error_code, "message": exc.message}, exc.status)
+        return _problem(exc)
 
 
 @routes.get("/cluster/v1/schema-registry/records")
 async def leader_records(request: web.Request) -> web.Response:
     registry = _registry(request)
     if not registry.log.is_leader():
-        return _answer({"error_code": UNKNOWN_LEADER, "message": "not the leader of '_schemas' partition 0"}, 500)
+        return _answer({"error_code": Code.UNKNOWN_LEADER, "message": "not the leader of '_schemas' partition 0"}, 500)
     try:
         offset = int(request.query.get("offset", "0"))
     except ValueError:
@@ -299,7 +309,7 @@ async def list_versions(request: web.Request) -> JsonData:
     only_deleted = _flag(request, "deletedOnly")
     versions = state.versions(subject, deleted=only_deleted or _flag(request, "deleted"))
     if not versions:
-        raise RegistryError(404, 40401, f"Subject '{subject}' not found.")
+        raise RegistryError(404, Code.SUBJECT_NOT_FOUND, f"Subject '{subject}' not found.")
     return _page(request, [sv.version for sv in versions if sv.deleted or not only_deleted])
 
 
@@ -327,6 +337,29 @@ async def _version(request: web.Request) -> JsonObject:
     version = parse_version(request.match_info["version"])
     found = registry.find(state, request.match_info["subject"], version, deleted=_flag(request, "deleted"))
     return _in_format(request, registry, state, found.to_api(), found.references)
+
+
+@_route("GET", "/subjects/{subject}/metadata")
+async def latest_with_metadata(request: web.Request) -> JsonData:
+    """Confluent's `GET /subjects/{s}/metadata?key=k&value=v...`: the newest version whose data contract's
+    metadata properties hold every pair given (`deleted` to look at soft-deleted versions too); 40403 when none."""
+    keys, values = request.query.getall("key", []), request.query.getall("value", [])
+    if len(keys) != len(values):
+        raise RegistryError(400, 400, f"give as many 'value' as 'key' query parameters ({len(keys)} keys, "
+                                      f"{len(values)} values)")
+    wanted = dict(zip(keys, values, strict=True))
+    registry = _registry(request)
+    state = await registry.state()
+    subject = request.match_info["subject"]
+    versions = state.versions(subject, deleted=_flag(request, "deleted"))
+    if not versions:
+        raise subject_not_found(subject)
+    for sv in reversed(versions):
+        found = sv.to_api().get("metadata")
+        held = found.get("properties") if isinstance(found, dict) else None
+        if isinstance(held, dict) and all(held.get(k) == v for k, v in wanted.items()):
+            return _in_format(request, registry, state, sv.to_api(), sv.references)
+    raise schema_not_found(detail=f": no version of subject '{subject}' has metadata {wanted}")
 
 
 @_route("GET", "/subjects/{subject}/versions/{version}")
@@ -376,12 +409,13 @@ async def _by_id(request: web.Request) -> JsonObject:
     identity = state.ids.get(schema_id)
     if identity is None:
         raise schema_not_found(schema_id)
-    schema_type, schema, refs = identity
+    schema_type, schema, refs, metadata, rule_set = identity
     out: JsonObject = {}
     if schema_type != "AVRO":
         out["schemaType"] = schema_type
     if refs:
         out["references"] = [r.to_json() for r in refs]
+    add_contract(out, metadata, rule_set)
     out["schema"] = schema
     return _in_format(request, registry, state, out, refs)
 
@@ -447,7 +481,8 @@ async def _get_config(request: web.Request) -> JsonData:
     subject = _scope(request)
     state = await _registry(request).state()
     if subject is not None and subject not in state.configs and not _flag(request, "defaultToGlobal"):
-        raise RegistryError(404, 40408, f"Subject '{subject}' does not have subject-level compatibility configured")
+        raise RegistryError(404, Code.SUBJECT_LEVEL_COMPATIBILITY_NOT_CONFIGURED,
+                            f"Subject '{subject}' does not have subject-level compatibility configured")
     return {"compatibilityLevel": state.level(subject)}
 
 
@@ -463,7 +498,8 @@ async def _get_mode(request: web.Request) -> JsonData:
     subject = _scope(request)
     state = await _registry(request).state()
     if subject is not None and subject not in state.modes and not _flag(request, "defaultToGlobal"):
-        raise RegistryError(404, 40409, f"Subject '{subject}' does not have subject-level mode configured")
+        raise RegistryError(404, Code.SUBJECT_LEVEL_MODE_NOT_CONFIGURED,
+                            f"Subject '{subject}' does not have subject-level mode configured")
     return {"mode": state.own_mode(subject)}
 
 

@@ -105,6 +105,13 @@ class Context:
     def compatible(self) -> bool:
         return all(d.kind in COMPATIBLE for d in self.diffs)
 
+    def covered(self, before: Node, after: Node, yes: str, no: str) -> None:
+        """`yes` when `after` reads what `before` wrote (the differences between them kept too), else `no`."""
+        sub = self.sub()
+        sub.compare(before, after)
+        self.extend(sub.diffs)
+        self.add(yes if sub.compatible() else no)
+
     def enter(self, part: str) -> _Scope:
         return _Scope(self, part)
 

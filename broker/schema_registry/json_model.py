@@ -149,7 +149,7 @@ class Loader:
         """everit's schema extractors, in its order: enum, combined, not, const, then by `type` or keywords."""
         out: list[Node] = []
         if isinstance(raw.get("enum"), list):
-            out.append(Node("enum", raw, values=frozenset(canonical(v) for v in raw["enum"]))) # type: ignore[union-attr]
+            out.append(Node("enum", raw, values=frozenset(canonical(v) for v in raw["enum"])))  # type: ignore[union-attr]  # a list: checked above
         combined = [self._combined(raw, c, base) for c in _COMBINED if isinstance(raw.get(c), list)]
         if len(combined) == 1:
             out.append(combined[0])
@@ -182,7 +182,7 @@ class Loader:
         node = Node(kind, raw)
         if kind == "string":
             node.max_length, node.min_length = _number(raw.get("maxLength")), _number(raw.get("minLength"))
-            node.pattern = raw["pattern"] if isinstance(raw.get("pattern"), str) else None  # type: ignore[assignment]
+            node.pattern = raw["pattern"] if isinstance(raw.get("pattern"), str) else None  # type: ignore[assignment]  # a str: checked
         elif kind == "number":
             node.requires_integer = declared == "integer"
             node.maximum, node.minimum = _number(raw.get("maximum")), _number(raw.get("minimum"))

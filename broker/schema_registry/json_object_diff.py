@@ -17,14 +17,25 @@ This module must never be used but through `json_diff.Context.compare`.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from contextlib import AbstractContextManager
+from typing import Protocol
 
 from .json_model import EMPTY_KINDS, Node
 
-if TYPE_CHECKING:
-    from .json_diff import Context
+__all__ = ["compare_object", "compare_array", "bound", "Context"]
 
-__all__ = ["compare_object", "compare_array", "bound"]
+
+class Context(Protocol):
+    """What these comparisons ask of `json_diff.Context` (Confluent's): a protocol, so this module does not
+    import the one that imports it."""
+
+    def add(self, kind: str, attribute: str | None = None) -> None: ...
+
+    def compare(self, original: Node | None, update: Node | None) -> None: ...
+
+    def enter(self, part: str) -> AbstractContextManager[object]: ...
+
+    def covered(self, before: Node, after: Node, yes: str, no: str) -> None: ...
 
 
 def bound(ctx: Context, name: str, stem: str, before: float | int | None, after: float | int | None) -> None:
@@ -53,13 +64,6 @@ def _covering(node: Node, name: str) -> Node | None:
         except re.error:
             continue
     return node.additional_properties_schema
-
-
-def _covered(ctx: Context, before: Node, after: Node, yes: str, no: str) -> None:
-    sub = ctx.sub()
-    sub.compare(before, after)
-    ctx.extend(sub.diffs)
-    ctx.add(yes if sub.compatible() else no)
 
 
 def compare_object(ctx: Context, original: Node, update: Node) -> None:
@@ -117,7 +121,7 @@ def _compare_property(ctx: Context, original: Node, update: Node, name: str) -> 
             return
         cover = _covering(update, name)
         if cover is not None:
-            _covered(ctx, before, cover, "PROPERTY_REMOVED_IS_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL",
+            ctx.covered(before, cover, "PROPERTY_REMOVED_IS_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL",
                      "PROPERTY_REMOVED_NOT_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL")
         elif before.kind == "false":
             ctx.add("PROPERTY_WITH_FALSE_REMOVED_FROM_CLOSED_CONTENT_MODEL")
@@ -136,7 +140,7 @@ def _compare_property(ctx: Context, original: Node, update: Node, name: str) -> 
             return
         cover = _covering(original, name)
         if cover is not None:
-            _covered(ctx, cover, after, "PROPERTY_ADDED_IS_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL",
+            ctx.covered(cover, after, "PROPERTY_ADDED_IS_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL",
                      "PROPERTY_ADDED_NOT_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL")
         if required:
             ctx.add("REQUIRED_PROPERTY_WITH_DEFAULT_ADDED_TO_UNOPEN_CONTENT_MODEL" if after.has_default
@@ -163,7 +167,7 @@ def compare_array(ctx: Context, original: Node, update: Node) -> None:
                 if _items_open(update):
                     ctx.add("ITEM_REMOVED_FROM_OPEN_CONTENT_MODEL")
                 elif update.additional_items_schema is not None:
-                    _covered(ctx, before[index], update.additional_items_schema,
+                    ctx.covered(before[index], update.additional_items_schema,
                              "ITEM_REMOVED_IS_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL",
                              "ITEM_REMOVED_NOT_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL")
                 else:
@@ -173,7 +177,7 @@ def compare_array(ctx: Context, original: Node, update: Node) -> None:
                 ctx.add("ITEM_WITH_EMPTY_SCHEMA_ADDED_TO_OPEN_CONTENT_MODEL" if after[index].kind in EMPTY_KINDS
                         else "ITEM_ADDED_TO_OPEN_CONTENT_MODEL")
             elif original.additional_items_schema is not None:
-                _covered(ctx, original.additional_items_schema, after[index],
+                ctx.covered(original.additional_items_schema, after[index],
                          "ITEM_ADDED_IS_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL",
                          "ITEM_ADDED_NOT_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL")
             else:

@@ -22,7 +22,7 @@ from kelp.json_types import JsonObject, JsonValue
 
 __all__ = ["SCHEMA_TYPES", "LEVELS", "MODES", "DEFAULT_LEVEL", "DEFAULT_MODE", "Reference", "SchemaVersion",
            "RecordKey", "schema_key", "config_key", "mode_key", "encode", "decode_key", "decode_version",
-           "MAX_VERSION", "READ_ONLY_MODES"]
+           "MAX_VERSION", "READ_ONLY_MODES", "contract_text", "add_contract"]
 
 SCHEMA_TYPES = ("AVRO", "JSON", "PROTOBUF")
 LEVELS = ("NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE")
@@ -58,20 +58,46 @@ class SchemaVersion:
     schema_type: str
     references: tuple[Reference, ...] = ()
     deleted: bool = False
+    # Data contracts (Confluent's `metadata` and `ruleSet`), as canonical JSON text: part of what the schema is
+    metadata: str | None = None
+    rule_set: str | None = None
 
     def to_api(self) -> JsonObject:
-        """Confluent's answer shape: `schemaType` only when not AVRO, `references` only when there are some."""
+        """Confluent's answer shape: `schemaType` only when not AVRO, `references`, `metadata` and `ruleSet` only
+        when there are some."""
         out: JsonObject = {"subject": self.subject, "version": self.version, "id": self.schema_id}
         if self.schema_type != "AVRO":
             out["schemaType"] = self.schema_type
         if self.references:
             out["references"] = [r.to_json() for r in self.references]
+        add_contract(out, self.metadata, self.rule_set)
         out["schema"] = self.schema
         return out
 
     def value_json(self) -> JsonObject:
-        return {"subject": self.subject, "version": self.version, "id": self.schema_id, "schemaType": self.schema_type,
-                "references": [r.to_json() for r in self.references], "schema": self.schema, "deleted": self.deleted}
+        out: JsonObject = {"subject": self.subject, "version": self.version, "id": self.schema_id,
+                           "schemaType": self.schema_type, "references": [r.to_json() for r in self.references],
+                           "schema": self.schema, "deleted": self.deleted}
+        add_contract(out, self.metadata, self.rule_set)
+        return out
+
+
+def contract_text(value: JsonValue, what: str) -> str | None:
+    """A data contract's `metadata` or `ruleSet` as canonical JSON text (None when absent or null); ValueError
+    naming `what` when it is not a JSON object."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError(f"'{what}' must be a JSON object, got {json.dumps(value)[:100]}")
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def add_contract(out: JsonObject, metadata: str | None, rule_set: str | None) -> None:
+    """`metadata` and `ruleSet` into an answer, when the schema has them."""
+    if metadata is not None:
+        out["metadata"] = json.loads(metadata)
+    if rule_set is not None:
+        out["ruleSet"] = json.loads(rule_set)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,4 +163,5 @@ def decode_version(raw: bytes) -> SchemaVersion:
         if not isinstance(name, str) or not isinstance(ref_subject, str) or not isinstance(ref_version, int):
             raise ValueError(f"a reference needs a string name and subject and an integer version, got {item!r}")
         refs.append(Reference(name, ref_subject, ref_version))
-    return SchemaVersion(subject, version, sid, schema, str(schema_type), tuple(refs), bool(data.get("deleted")))
+    return SchemaVersion(subject, version, sid, schema, str(schema_type), tuple(refs), bool(data.get("deleted")),
+                         contract_text(data.get("metadata"), "metadata"), contract_text(data.get("ruleSet"), "ruleSet"))

@@ -31,9 +31,8 @@ from .errors import RegistryError, incompatible, not_permitted, schema_not_found
 from .formats import parse
 from .model import READ_ONLY_MODES, Reference, SchemaVersion, config_key, encode, mode_key, schema_key
 from .parsed import ParsedSchema, ResolvedReference
-from .protobuf_descriptor import to_serialized
 from .requests import LATEST, SchemaRequest, check_subject
-from .state import RegistryState
+from .state import Identity, RegistryState
 from .store import SchemaLog
 
 __all__ = ["SchemaRegistry", "WRITE_OPS"]
@@ -69,7 +68,10 @@ class SchemaRegistry:
 
     def serialized(self, state: RegistryState, schema: str, refs: tuple[Reference, ...]) -> str:
         """A PROTOBUF schema as the base64 FileDescriptorProto Confluent's Protobuf clients read
-        (`?format=serialized`), its types resolved against its references."""
+        (`?format=serialized`), its types resolved against its references. protobuf is imported here, on
+        first use (not at start: issue 38)."""
+        from .protobuf_descriptor import to_serialized
+
         return to_serialized(schema, "default", self.resolve(state, refs, "PROTOBUF"))
 
     def parse_schema(self, state: RegistryState, schema: str, schema_type: str, refs: tuple[Reference, ...]
@@ -160,8 +162,9 @@ class SchemaRegistry:
         refs = self._pinned(state, request.references)
         parsed = await self.parsed(state, request.schema, request.schema_type, refs)
         for sv in reversed(versions):
-            if (sv.schema_type, sv.schema, sv.references) == (parsed.schema_type, parsed.canonical, refs):
-                return sv.to_api()
+            if (sv.schema_type, sv.schema, sv.references) == (parsed.schema_type, parsed.canonical, refs) \
+                    and request.metadata in (None, sv.metadata) and request.rule_set in (None, sv.rule_set):
+                return sv.to_api()  # a lookup without a data contract finds the schema whatever its contract
         raise schema_not_found(detail=f": subject '{subject}' has no version with this schema")
 
     async def check(self, subject: str, version: int | None, request: SchemaRequest, *, verbose: bool
@@ -189,7 +192,7 @@ class SchemaRegistry:
         if op not in WRITE_OPS:
             raise RegistryError(404, 404, f"no registry write operation '{op}'")
         if not self.log.is_leader():
-            raise RegistryError(500, errors.UNKNOWN_LEADER, f"broker {self.log.parts.config.broker_id} is not the "
+            raise RegistryError(500, errors.Code.UNKNOWN_LEADER, f"broker {self.log.parts.config.broker_id} is not the "
                                 f"leader of '_schemas' partition 0 (the registry's writer); retry")
         async with self._write_lock:
             await self.log.wait_committed()
@@ -216,13 +219,17 @@ class SchemaRegistry:
                                 "id or version only in IMPORT mode (PUT /mode/{subject})")
         refs = self._pinned(state, request.references)
         parsed = await self.parsed(state, request.schema, request.schema_type, refs)
-        identity = (parsed.schema_type, parsed.canonical, refs)
         all_versions = state.versions(subject, deleted=True)
         live = [sv for sv in all_versions if not sv.deleted]
+        # A registration without a data contract keeps the latest version's (Confluent's
+        # maybePopulateFromPrevious): re-registering a schema does not drop its rules.
+        metadata = request.metadata if request.metadata is not None else live[-1].metadata if live else None
+        rule_set = request.rule_set if request.rule_set is not None else live[-1].rule_set if live else None
+        identity: Identity = (parsed.schema_type, parsed.canonical, refs, metadata, rule_set)
         for sv in live:
-            if (sv.schema_type, sv.schema, sv.references) == identity:
+            if (sv.schema_type, sv.schema, sv.references, sv.metadata, sv.rule_set) == identity:
                 if request.schema_id is not None and request.schema_id != sv.schema_id:
-                    raise RegistryError(422, errors.ID_DOES_NOT_MATCH, f"Schema already registered with id "
+                    raise RegistryError(422, errors.Code.ID_DOES_NOT_MATCH, f"Schema already registered with id "
                                         f"{sv.schema_id} instead of input id {request.schema_id}")
                 return {"id": sv.schema_id, "version": sv.version}
         if mode == "IMPORT":
@@ -230,12 +237,12 @@ class SchemaRegistry:
                 state.id_of.get(identity, state.max_id + 1)
             holder = state.ids.get(schema_id)
             if holder is not None and holder != identity:
-                raise RegistryError(422, errors.ID_DOES_NOT_MATCH, f"Overwrite new schema with id {schema_id} is "
+                raise RegistryError(422, errors.Code.ID_DOES_NOT_MATCH, f"Overwrite new schema with id {schema_id} is "
                                     "not permitted: that id belongs to another schema")
             version = request.version or (all_versions[-1].version + 1 if all_versions else 1)
             taken = next((sv for sv in all_versions if sv.version == version), None)
             if taken is not None and not taken.deleted:
-                raise RegistryError(422, errors.ID_DOES_NOT_MATCH, f"Version {version} of subject '{subject}' "
+                raise RegistryError(422, errors.Code.ID_DOES_NOT_MATCH, f"Version {version} of subject '{subject}' "
                                     f"already holds another schema (id {taken.schema_id})")
         else:
             found = await self.compatibility_errors(state, state.level(subject), parsed, live)
@@ -243,14 +250,15 @@ class SchemaRegistry:
                 raise incompatible(subject, found)
             schema_id = state.id_of.get(identity, state.max_id + 1)
             version = all_versions[-1].version + 1 if all_versions else 1
-        sv = SchemaVersion(subject, version, schema_id, parsed.canonical, parsed.schema_type, refs)
+        sv = SchemaVersion(subject, version, schema_id, parsed.canonical, parsed.schema_type, refs,
+                           metadata=metadata, rule_set=rule_set)
         await self.log.append([(schema_key(subject, version), encode(sv.value_json()))])
         return {"id": schema_id, "version": version}
 
     def _referenced(self, state: RegistryState, sv: SchemaVersion) -> None:
         users = state.referenced_by(sv.subject, sv.version)
         if users:
-            raise RegistryError(422, errors.REFERENCE_EXISTS, f"One or more references exist to the schema "
+            raise RegistryError(422, errors.Code.REFERENCE_EXISTS, f"One or more references exist to the schema "
                                 f"{{magic=1,keytype=SCHEMA,subject={sv.subject},version={sv.version}}}: "
                                 + ", ".join(f"subject '{u.subject}' version {u.version}" for u in users))
 
@@ -258,10 +266,12 @@ class SchemaRegistry:
         self._writable(state, subject)
         sv = self.find(state, subject, version, deleted=permanent or version != LATEST)
         if permanent and not sv.deleted:
-            raise RegistryError(404, errors.VERSION_NOT_SOFT_DELETED, f"Subject '{subject}' Version {sv.version} "
+            raise RegistryError(404, errors.Code.SCHEMAVERSION_NOT_SOFT_DELETED,
+                                f"Subject '{subject}' Version {sv.version} "
                                 "was not deleted first before being permanently deleted")
         if not permanent and sv.deleted:
-            raise RegistryError(404, errors.VERSION_SOFT_DELETED, f"Subject '{subject}' Version {sv.version} was "
+            raise RegistryError(404, errors.Code.SCHEMAVERSION_SOFT_DELETED,
+                                f"Subject '{subject}' Version {sv.version} was "
                                 "soft deleted. Set permanent=true to delete permanently")
         self._referenced(state, sv)
         value = None if permanent else encode(replace(sv, deleted=True).value_json())
@@ -275,10 +285,10 @@ class SchemaRegistry:
         if not every:
             raise subject_not_found(subject)
         if permanent and live:
-            raise RegistryError(404, errors.SUBJECT_NOT_SOFT_DELETED, f"Subject '{subject}' was not deleted first "
+            raise RegistryError(404, errors.Code.SUBJECT_NOT_SOFT_DELETED, f"Subject '{subject}' was not deleted first "
                                 "before being permanently deleted")
         if not permanent and not live:
-            raise RegistryError(404, errors.SUBJECT_SOFT_DELETED, f"Subject '{subject}' was soft deleted. Set "
+            raise RegistryError(404, errors.Code.SUBJECT_SOFT_DELETED, f"Subject '{subject}' was soft deleted. Set "
                                 "permanent=true to delete permanently")
         for sv in every:
             self._referenced(state, sv)
@@ -303,7 +313,8 @@ class SchemaRegistry:
 
     async def _delete_config(self, state: RegistryState, subject: str | None) -> JsonObject:
         if subject is not None and subject not in state.configs:
-            raise RegistryError(404, errors.SUBJECT_COMPATIBILITY_NOT_CONFIGURED, f"Subject '{subject}' does not "
+            raise RegistryError(404, errors.Code.SUBJECT_LEVEL_COMPATIBILITY_NOT_CONFIGURED,
+                                f"Subject '{subject}' does not "
                                 "have subject-level compatibility configured")
         previous = state.level(subject)
         await self.log.append([(config_key(subject), None)])
@@ -323,7 +334,8 @@ class SchemaRegistry:
 
     async def _delete_mode(self, state: RegistryState, subject: str | None) -> JsonObject:
         if subject is not None and subject not in state.modes:
-            raise RegistryError(404, errors.SUBJECT_MODE_NOT_CONFIGURED, f"Subject '{subject}' does not have "
+            raise RegistryError(404, errors.Code.SUBJECT_LEVEL_MODE_NOT_CONFIGURED,
+                                f"Subject '{subject}' does not have "
                                 "subject-level mode configured")
         previous = state.own_mode(subject)
         await self.log.append([(mode_key(subject), None)])

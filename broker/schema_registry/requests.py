@@ -19,15 +19,13 @@ from dataclasses import dataclass
 from kelp.json_types import JsonValue
 
 from .errors import (
-    INVALID_COMPATIBILITY_LEVEL,
-    INVALID_MODE,
+    Code,
     RegistryError,
     invalid_schema,
     invalid_subject,
     invalid_version,
 )
-from .model import LEVELS, MAX_VERSION, MODES, SCHEMA_TYPES, Reference
-from .protobuf_descriptor import from_serialized, looks_serialized
+from .model import LEVELS, MAX_VERSION, MODES, SCHEMA_TYPES, Reference, contract_text
 
 __all__ = ["SchemaRequest", "check_subject", "parse_version", "schema_request", "level_of", "mode_of", "LATEST",
            "MAX_SCHEMA_BYTES"]
@@ -50,6 +48,8 @@ class SchemaRequest:
     references: tuple[Reference, ...]
     schema_id: int | None = None  # IMPORT mode: the id to register with
     version: int | None = None  # IMPORT mode: the version to register as
+    metadata: str | None = None  # the data contract's metadata, canonical JSON text (`model.contract_text`)
+    rule_set: str | None = None  # the data contract's ruleSet, likewise
 
 
 def check_subject(subject: str) -> str:
@@ -90,7 +90,8 @@ def _int_field(body: dict[str, JsonValue], name: str, low: int) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_VERSION:
         if name == "version":
             raise invalid_version(str(value))
-        raise RegistryError(422, 42201, f"'{name}' must be an integer {low}..{MAX_VERSION}, got {value!r}")
+        raise RegistryError(422, Code.INVALID_SCHEMA,
+                            f"'{name}' must be an integer {low}..{MAX_VERSION}, got {value!r}")
     return value
 
 
@@ -110,8 +111,11 @@ def schema_request(body: JsonValue) -> SchemaRequest:
     if size > MAX_SCHEMA_BYTES:
         raise invalid_schema(schema_type, f"the schema is {size} bytes, over the limit of {MAX_SCHEMA_BYTES} bytes "
                                           "(1 MiB: Confluent's size.limit.filter.max.request.body.size default)")
-    if schema_type == "PROTOBUF" and looks_serialized(schema):  # confluent-kafka's serializers send this form
-        schema = from_serialized(schema)
+    if schema_type == "PROTOBUF":
+        from .protobuf_descriptor import from_serialized, looks_serialized  # protobuf on first use (issue 38)
+
+        if looks_serialized(schema):  # confluent-kafka's serializers send this form
+            schema = from_serialized(schema)
     raw_refs = body.get("references") or []
     if not isinstance(raw_refs, list):
         raise invalid_schema(schema_type, "'references' must be a list of {name, subject, version}")
@@ -127,14 +131,21 @@ def schema_request(body: JsonValue) -> SchemaRequest:
         refs.append(Reference(name, subject, version))
     if len({r.name for r in refs}) != len(refs):
         raise invalid_schema(schema_type, "two references have the same name")
-    return SchemaRequest(schema, schema_type, tuple(refs), _int_field(body, "id", 1), _int_field(body, "version", 1))
+    try:
+        metadata = contract_text(body.get("metadata"), "metadata")
+        rule_set = contract_text(body.get("ruleSet"), "ruleSet")
+    except ValueError as exc:
+        raise invalid_schema(schema_type, str(exc)) from None
+    return SchemaRequest(schema, schema_type, tuple(refs), _int_field(body, "id", 1), _int_field(body, "version", 1),
+                         metadata, rule_set)
 
 
 def level_of(body: JsonValue) -> str:
     raw = body.get("compatibility", body.get("compatibilityLevel")) if isinstance(body, dict) else None
     level = raw.upper() if isinstance(raw, str) else raw
     if level not in LEVELS:
-        raise RegistryError(422, INVALID_COMPATIBILITY_LEVEL, "Invalid compatibility level. Valid values are none, "
+        raise RegistryError(422, Code.INVALID_COMPATIBILITY_LEVEL,
+                            "Invalid compatibility level. Valid values are none, "
                             "backward, forward, full, backward_transitive, forward_transitive, and full_transitive "
                             f"(the body's 'compatibility' is {raw!r})")
     return str(level)
@@ -144,6 +155,6 @@ def mode_of(body: JsonValue) -> str:
     raw = body.get("mode") if isinstance(body, dict) else None
     mode = raw.upper() if isinstance(raw, str) else raw
     if mode not in MODES:
-        raise RegistryError(422, INVALID_MODE, "Invalid mode. Valid values are READWRITE, READONLY, "
+        raise RegistryError(422, Code.INVALID_MODE, "Invalid mode. Valid values are READWRITE, READONLY, "
                                                f"READONLY_OVERRIDE and IMPORT (the body's 'mode' is {raw!r})")
     return str(mode)

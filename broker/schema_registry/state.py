@@ -22,7 +22,9 @@ __all__ = ["RegistryState", "Identity"]
 
 log = logging.getLogger("kelp.broker.schema_registry")
 
-Identity = tuple[str, str, tuple[Reference, ...]]  # (schema type, canonical schema, references)
+# (schema type, canonical schema, references, metadata, ruleSet): what one schema id names; a data contract
+# (metadata, ruleSet, as canonical JSON text or None) is part of it, as Confluent's ids are
+Identity = tuple[str, str, tuple[Reference, ...], str | None, str | None]
 
 
 class RegistryState:
@@ -65,7 +67,7 @@ class RegistryState:
             log.warning("_schemas offset %d: unreadable record skipped: %s", offset, exc)
 
     def _put(self, sv: SchemaVersion) -> None:
-        identity: Identity = (sv.schema_type, sv.schema, sv.references)
+        identity: Identity = (sv.schema_type, sv.schema, sv.references, sv.metadata, sv.rule_set)
         self.subjects.setdefault(sv.subject, {})[sv.version] = sv
         self.ids[sv.schema_id] = identity
         self.id_of.setdefault(identity, sv.schema_id)

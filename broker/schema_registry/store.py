@@ -14,7 +14,9 @@ before. Before deciding a write, the leader waits (bounded) until its high water
 a new leader's records above the high watermark are committed only once its followers catch up — and
 reads to there, so ids are never handed out twice.
 
-Every wait is bounded; a registry that cannot read or write its topic answers 50001/50002.
+Every wait is bounded; a registry that cannot read or write its topic answers 50001/50002, and one whose
+leadership of `_schemas` moves under a read or a write (Kafka's NOT_LEADER_OR_FOLLOWER, a replica going) 500
+with 50004, Confluent's UNKNOWN_LEADER — never Kafka's 503: Confluent's clients retry it as a failover.
 
 This module must never decide what to write: the registry does.
 """
@@ -26,18 +28,18 @@ import base64
 import time
 from collections.abc import Sequence
 
-from kelp.errors import KelpError, OffsetOutOfRangeError
+from kelp.errors import ErrorCode, KelpError, OffsetOutOfRangeError
 from kelp.records.build import build_batch
 from kelp.records.record import Record, iter_records
 
 from ..cpu_work import run_cpu
 from ..parts import BrokerParts
 from ..replica.results import FetchPartition, SegmentSlice
-from .errors import OPERATION_TIMEOUT, UNKNOWN_LEADER, RegistryError, store_error
+from .errors import Code, RegistryError, store_error
 from .model import SchemaVersion, decode_version
 from .state import RegistryState
 
-__all__ = ["SchemaLog", "TOPIC", "read_records", "b64"]
+__all__ = ["SchemaLog", "TOPIC", "read_records", "b64", "registry_error"]
 
 TOPIC = "_schemas"
 READ_BYTES = 1 << 20
@@ -133,24 +135,31 @@ class SchemaLog:
                 if self.state.next_offset >= end:
                     return self.state
                 if time.monotonic() > deadline:
-                    raise RegistryError(500, OPERATION_TIMEOUT, f"reading '{TOPIC}' to its end (offset {end}) "
+                    raise RegistryError(500, Code.OPERATION_TIMEOUT, f"reading '{TOPIC}' to its end (offset {end}) "
                                         f"did not finish within {SYNC_TIMEOUT_S:.0f}s (at {self.state.next_offset})")
                 if not records:
                     await asyncio.sleep(0.05)
 
     async def _read(self, offset: int) -> tuple[list[RecordTriple], int, int]:
         if self.is_leader():
-            return await read_records(self.parts, offset)
+            try:
+                return await read_records(self.parts, offset)
+            except KelpError as exc:  # the leadership moved between the check and the read
+                raise _leadership_moved(self.parts.config.broker_id, exc) from None
         leader = self.leader()
         endpoint = self.parts.cluster.brokers.get(leader)
         if endpoint is None:
-            raise RegistryError(500, UNKNOWN_LEADER, f"no leader of '{TOPIC}' is known (the registry's storage); retry")
+            raise RegistryError(500, Code.UNKNOWN_LEADER,
+                                f"no leader of '{TOPIC}' is known (the registry's storage); retry")
         url = f"{endpoint.http_url}/cluster/v1/schema-registry/records"
         try:
             async with self.parts.cluster.control_session().get(url, params={"offset": str(offset)}) as resp:
                 body = await resp.json(content_type=None)
         except Exception as exc:
             raise store_error(f"reading '{TOPIC}' from its leader, broker {leader}, failed: {exc!r}") from None
+        if isinstance(body, dict) and body.get("error_code") == Code.UNKNOWN_LEADER:  # it stopped leading
+            raise RegistryError(500, Code.UNKNOWN_LEADER, f"broker {leader} no longer leads '{TOPIC}': "
+                                                          f"{body.get('message')}")
         if resp.status != 200 or not isinstance(body, dict):
             raise store_error(f"reading '{TOPIC}' from its leader, broker {leader}, failed: {resp.status} {body}")
         records = [(int(r["offset"]), _unb64(r.get("key")), _unb64(r.get("value"))) for r in body["records"]]
@@ -160,11 +169,14 @@ class SchemaLog:
         """On the leader: until everything in its log is committed (high watermark == log end), bounded."""
         deadline = time.monotonic() + COMMIT_WAIT_S
         while True:
-            info = self.parts.replicas.partition_info(TOPIC, 0)
+            try:
+                info = self.parts.replicas.partition_info(TOPIC, 0)
+            except KelpError as exc:  # the replica went (a reassignment moved it away)
+                raise _leadership_moved(self.parts.config.broker_id, exc) from None
             if info.high_watermark >= info.log_end_offset:
                 return
             if time.monotonic() > deadline:
-                raise RegistryError(500, OPERATION_TIMEOUT, f"'{TOPIC}' has records its followers have not "
+                raise RegistryError(500, Code.OPERATION_TIMEOUT, f"'{TOPIC}' has records its followers have not "
                                     f"caught up with (high watermark {info.high_watermark} < log end "
                                     f"{info.log_end_offset}) after {COMMIT_WAIT_S:.0f}s; retry")
             await asyncio.sleep(0.02)
@@ -179,6 +191,24 @@ class SchemaLog:
         except KelpError as exc:
             raise store_error(f"writing to '{TOPIC}' failed: {exc}") from None
         await self.sync()
+
+
+def _leadership_moved(broker_id: int, exc: KelpError) -> RegistryError:
+    return RegistryError(500, Code.UNKNOWN_LEADER, f"broker {broker_id} stopped leading '{TOPIC}' (the registry's "
+                                                   f"storage) during the request: {exc}; retry")
+
+
+# Kafka's answers of a replica that is not, or no longer, the partition's leader
+_NOT_LEADER = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
+                         ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
+
+
+def registry_error(parts: BrokerParts, exc: KelpError) -> RegistryError:
+    """The registry's answer to a Kafka error met serving it: 500 with 50004 (UNKNOWN_LEADER) when the
+    leadership of `_schemas` moved, else 500 with 50001 (STORE_ERROR) — Confluent's codes, not Kafka's."""
+    if exc.code in _NOT_LEADER:
+        return _leadership_moved(parts.config.broker_id, exc)
+    return store_error(f"reading or writing '{TOPIC}' failed: {exc}")
 
 
 def _decoded(value: bytes) -> SchemaVersion | None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 import threading
 from pathlib import Path
 
@@ -36,7 +37,7 @@ class LeaderEpochCache:
     """(epoch, start offset) pairs, strictly increasing in both."""
 
     def __init__(self, directory: Path, entries: list[tuple[int, int]] | None = None) -> None:
-        self._path = directory / LEADER_EPOCH_CHECKPOINT
+        self._path = os.path.join(directory, LEADER_EPOCH_CHECKPOINT)  # a str, not a Path (issue 38)
         self._entries: list[tuple[int, int]] = list(entries or [])
         self._dirty = False
         self._write_lock = threading.Lock()  # one writer at a time: an older copy never lands after a newer one
@@ -152,7 +153,7 @@ class LeaderEpochCache:
 
     def move_to(self, directory: Path) -> None:
         """The directory was renamed (the caller holds `moving()`)."""
-        self._path = directory / LEADER_EPOCH_CHECKPOINT
+        self._path = os.path.join(directory, LEADER_EPOCH_CHECKPOINT)
 
     def flush(self) -> bool:
         """Write the checkpoint file (fsync) if memory changed since the last write; True if it wrote.
@@ -166,7 +167,7 @@ class LeaderEpochCache:
             entries = self._entries
             lines = ["0", str(len(entries))] + [f"{e} {o}" for e, o in entries]
             try:
-                write_atomically(self._path, ("\n".join(lines) + "\n").encode())
+                write_atomically(Path(self._path), ("\n".join(lines) + "\n").encode())
             except OSError:
                 self._dirty = True
                 raise

@@ -52,9 +52,13 @@ class TransactionIndex:
     """The aborted transactions whose marker lies in one segment, in marker order."""
 
     def __init__(self, path: Path, base_offset: int, entries: list[AbortedTxn] | None = None) -> None:
-        self.path = path
+        self._path = os.fspath(path)  # a str: a `Path` per segment is about 0.2 KB more (issue 38)
         self.base_offset = base_offset
         self.entries: list[AbortedTxn] = entries if entries is not None else []
+
+    @property
+    def path(self) -> Path:
+        return Path(self._path)
 
     @classmethod
     def load(cls, path: Path, base_offset: int, *, next_offset: int | None = None) -> "TransactionIndex":
@@ -120,9 +124,9 @@ class TransactionIndex:
         del self.entries[keep:]
         try:
             if keep:
-                os.truncate(self.path, keep * ENTRY_SIZE)
+                os.truncate(self._path, keep * ENTRY_SIZE)
             else:
-                os.unlink(self.path)  # as if no transaction had been aborted in the segment
+                os.unlink(self._path)  # as if no transaction had been aborted in the segment
         except FileNotFoundError:
             pass
 
@@ -141,7 +145,7 @@ class TransactionIndex:
                              f"indexed one ({self.last_offset})")
         data = b"".join(_ENTRY.pack(VERSION, t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset)
                         for t in entries)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             view = memoryview(data)
             while view:
@@ -155,7 +159,7 @@ class TransactionIndex:
         if not self.entries:
             return
         try:
-            fd = os.open(self.path, os.O_RDONLY)
+            fd = os.open(self._path, os.O_RDONLY)
         except FileNotFoundError:
             return
         try:
@@ -165,14 +169,14 @@ class TransactionIndex:
 
     def rename(self, path: Path) -> None:
         try:
-            os.rename(self.path, path)
+            os.rename(self._path, path)
         except FileNotFoundError:
             pass
-        self.path = path
+        self._path = os.fspath(path)
 
     def delete(self) -> None:
         try:
-            os.unlink(self.path)
+            os.unlink(self._path)
         except FileNotFoundError:
             pass
         self.entries = []

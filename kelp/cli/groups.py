@@ -66,8 +66,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         print_json(groups)
         return 0
-    print_table([[g["group_id"], g["state"], g["members"], g["protocol_type"] or "-"] for g in groups],
-                ["GROUP", "STATE", "MEMBERS", "PROTOCOL-TYPE"])
+    print_table([[g["group_id"], g.get("group_type", "classic"), g["state"], g["members"], g["protocol_type"] or "-"]
+                 for g in groups], ["GROUP", "TYPE", "STATE", "MEMBERS", "PROTOCOL-TYPE"])
     return 0
 
 
@@ -76,7 +76,8 @@ def cmd_describe(args: argparse.Namespace) -> int:
     if args.json:
         print_json(d)
         return 0
-    print(f"Group: {d['group_id']}  State: {d['state']}  Generation: {d['generation']}  "
+    print(f"Group: {d['group_id']}  Type: {d.get('group_type', 'classic')}  State: {d['state']}  "
+          f"Generation: {d['generation']}  "
           f"Protocol: {d['protocol'] or '-'}  Members: {len(d['members'])}  Total lag: {d['total_lag']}")
     print()
     owners = {m["member_id"]: m for m in d["members"]}

@@ -208,7 +208,17 @@ class BrokerConfig:
         cfg._resolve_listeners()
         cfg._resolve_broker_id(env)
         cfg._resolve_standalone()
+        cfg._check_consumer_group_timeouts()
         return cfg
+
+    def _check_consumer_group_timeouts(self) -> None:
+        """KIP-848: a member heartbeats every group.consumer.heartbeat.interval.ms and is fenced after
+        group.consumer.session.timeout.ms without one, so the interval must be the shorter (Kafka's check)."""
+        session = self["group.consumer.session.timeout.ms"]
+        interval = self["group.consumer.heartbeat.interval.ms"]
+        if interval >= session:
+            raise ConfigError(f"group.consumer.heartbeat.interval.ms ({interval}) must be less than "
+                              f"group.consumer.session.timeout.ms ({session})")
 
     def _resolve_standalone(self) -> None:
         """A broker whose file-backed cluster directory is its own (no `cluster.dir`) is a cluster of one: its

@@ -22,8 +22,8 @@ from .listener_keys import SECURITY_KEYS
 
 __all__ = ["BROKER_KEYS", "TOPIC_CONFIG_KEYS", "TOPIC_BROKER_SYNONYMS", "DYNAMIC_BROKER_KEYS", "DEFAULT_ENTITY",
            "REPLICATION_THROTTLE_RATE_KEYS", "throttled_replicas",
-           "parse_bool", "parse_compression_name", "ConfigValue", "Parser", "AUTHORIZER_CLASSES", "KELP_AUTHORIZER",
-           "KAFKA_STANDARD_AUTHORIZER"]
+           "parse_bool", "parse_compression_name", "parse_assignors", "CONSUMER_ASSIGNORS", "ConfigValue", "Parser",
+           "AUTHORIZER_CLASSES", "KELP_AUTHORIZER", "KAFKA_STANDARD_AUTHORIZER"]
 
 ConfigValue = str | int | float | bool | list[str] | None
 """A parsed broker config value (None: unset, where the default is none)."""
@@ -49,6 +49,45 @@ def _int(value: object) -> int:
     if isinstance(value, int):
         return value
     return int(str(value).strip())
+
+
+# KIP-848's server-side assignors (kelp.broker.groups.consumer.assignors implements them), and Kafka's class names
+# for the same ones, which group.consumer.assignors accepts too.
+CONSUMER_ASSIGNORS = ("uniform", "range")
+_ASSIGNOR_CLASSES = {
+    "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+    "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range",
+}
+
+
+def _migration_policy(value: object) -> str:
+    """`group.consumer.migration.policy`: Kafka's values are disabled, upgrade, downgrade and bidirectional (its
+    default); Kelp has no mixed classic/consumer groups, so it accepts `disabled` only and says so."""
+    text = str(value).strip().lower()
+    if text in ("upgrade", "downgrade", "bidirectional"):
+        raise ValueError(f"{text!r} is not supported: Kelp does not migrate groups online between the classic and "
+                         "the consumer protocol (KIP-848 mixed groups) yet; only 'disabled'")
+    if text != "disabled":
+        raise ValueError(f"expected 'disabled' (Kafka's values: disabled, upgrade, downgrade, bidirectional), "
+                         f"got {value!r}")
+    return text
+
+
+def parse_assignors(value: object) -> list[str]:
+    """`group.consumer.assignors`: a non-empty comma list (or YAML list) of known assignors, in order."""
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    names: list[str] = []
+    for item in (str(i).strip() for i in items):
+        if not item:
+            continue
+        known = item if item in CONSUMER_ASSIGNORS else _ASSIGNOR_CLASSES.get(item)
+        if known is None:
+            raise ValueError(f"unknown assignor {item!r} (Kelp has {', '.join(CONSUMER_ASSIGNORS)})")
+        if known not in names:
+            names.append(known)
+    if not names:
+        raise ValueError(f"expected at least one assignor ({', '.join(CONSUMER_ASSIGNORS)})")
+    return names
 
 
 def _float(value: object) -> float:
@@ -350,6 +389,13 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     "group.min.session.timeout.ms": (_positive, 6000),
     "group.max.session.timeout.ms": (_positive, 1800000),
     "group.max.size": (_positive, 2**31 - 1),
+    # KIP-848 consumer groups (docs/groups.md): the broker gives members their session timeout and heartbeat
+    # interval (the heartbeat must be shorter: BrokerConfig checks the pair), and the assignors they may name
+    "group.consumer.session.timeout.ms": (_positive, 45000),
+    "group.consumer.heartbeat.interval.ms": (_positive, 5000),
+    "group.consumer.max.size": (_positive, 2**31 - 1),
+    "group.consumer.assignors": (parse_assignors, list(CONSUMER_ASSIGNORS)),
+    "group.consumer.migration.policy": (_migration_policy, "disabled"),  # classic <-> consumer: none yet
     # -- the transaction coordinator (Kafka's names and defaults; docs/transactions.md)
     "transaction.state.log.num.partitions": (_positive, 50),
     "transaction.state.log.replication.factor": (_positive, 3),

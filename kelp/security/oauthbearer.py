@@ -40,11 +40,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jwt
-from cryptography import x509
-from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
-from cryptography.hazmat.primitives.serialization import load_pem_public_key
-
 from kelp.clock import WallClockMs, wall_clock_ms
 from kelp.errors import ConfigError
 
@@ -170,6 +165,10 @@ class JwtKey:
 
 
 def _family_of(key: object) -> str:
+    # PyJWT and cryptography are imported on first use, here and below: a broker without an OAUTHBEARER
+    # listener never loads them (about 5 MiB and 150 modules at start, issue 38).
+    from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
+
     if isinstance(key, rsa.RSAPublicKey):
         return "RSA"
     if isinstance(key, ec.EllipticCurvePublicKey):
@@ -224,6 +223,8 @@ class JwtKeySet:
         kid, alg = jwk_data.get("kid"), jwk_data.get("alg")
         if alg == "none":
             raise OAuthBearerConfigError(f"JWK {kid!r} names alg none")
+        import jwt
+
         try:
             parsed = jwt.PyJWK(dict(jwk_data))
         except jwt.exceptions.PyJWTError as exc:
@@ -236,6 +237,9 @@ class JwtKeySet:
     @classmethod
     def from_pem(cls, pem: bytes | str, *, kid: str | None = None) -> JwtKeySet:
         """Static keys: every PEM public key or certificate in `pem`."""
+        from cryptography import x509
+        from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
         text = pem.decode("ascii", errors="replace") if isinstance(pem, bytes) else pem
         keys: list[JwtKey] = []
         for block in re.finditer(r"-----BEGIN ([A-Z ]+)-----.*?-----END \1-----", text, re.DOTALL):
@@ -381,6 +385,8 @@ class JwtValidator:
             raise OAuthBearerError(f"Could not validate the access token: {type(exc).__name__}") from None
 
     def _validate(self, token: str) -> ValidatedToken:
+        import jwt  # loaded already: the key set this validator holds was built with it
+
         settings = self._settings
         if len(token) > MAX_TOKEN_CHARS:
             raise OAuthBearerError(f"the token has {len(token)} characters, more than {MAX_TOKEN_CHARS}")

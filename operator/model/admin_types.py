@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Literal, NotRequired, Required, TypedDict
 
+from kelp.security.acl_json import AclBindingJson, AclFilterJson
+
 __all__ = [
     "BrokerInfo", "ClusterView", "TopicListing", "TopicList", "ConfigValue", "PartitionInfo", "TopicDescription",
     "NewTopic", "PartitionMove", "Reassignment", "ReassignmentList", "BrokerConfigs", "ElectionResults",
@@ -209,28 +211,10 @@ class OffsetResetRequest(TypedDict):
 
 # -- security (issue 20): ACLs and SCRAM credentials -------------------------------------------------
 
-class AclBinding(TypedDict):
-    """One ACL as `/admin/v1/acls` carries it, with Kafka's enum names (`TOPIC`, `PREFIXED`, `READ`, `ALLOW`)."""
-
-    resourceType: str
-    resourceName: str
-    patternType: str
-    principal: str
-    host: str
-    operation: str
-    permission: str
-
-
-class AclFilter(TypedDict, total=False):
-    """A DeleteAcls filter: a binding's fields, each optional; `ANY` (and `MATCH` for patternType) allowed."""
-
-    resourceType: str
-    resourceName: str
-    patternType: str
-    principal: str
-    host: str
-    operation: str
-    permission: str
+# One ACL as `/admin/v1/acls` carries it (Kafka's enum names: `TOPIC`, `PREFIXED`, `READ`, `ALLOW`), and a
+# DeleteAcls filter (each field optional; `ANY`, and `MATCH` for patternType): the broker's own JSON types.
+AclBinding = AclBindingJson
+AclFilter = AclFilterJson
 
 
 class AclList(TypedDict):

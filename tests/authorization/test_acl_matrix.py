@@ -48,6 +48,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, 
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest, WriteTxnMarkersRequest
 
 from kelp.broker.kafka.handlers import all_handlers
+from kelp.broker.kafka.messages import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
 from kelp.errors import ErrorCode
 from kelp.records.build import build_batch
 from kelp.security.principal import KafkaPrincipal
@@ -73,7 +74,7 @@ COVERED = {
     48: "scram_users", 50: "scram_users", 51: "scram_users", 27: "write_txn_markers",
     24: "test_acl_transactions.py", 25: "test_acl_transactions.py", 26: "test_acl_transactions.py",
     28: "test_acl_transactions.py", 65: "test_acl_transactions.py", 66: "test_acl_transactions.py",
-    61: "test_acl_txn_tools.py", 49: "test_client_quotas.py",
+    61: "test_acl_txn_tools.py", 49: "test_client_quotas.py", 68: "consumer_group", 69: "consumer_group",
     60: "tests/broker/test_describe_apis.py", 75: "tests/broker/test_describe_apis.py",
     # SaslHandshake, SaslAuthenticate: how a connection authenticates, before any principal exists; no ACL
     17: "-", 36: "-",
@@ -131,6 +132,24 @@ async def test_metadata(b: InProcessBroker) -> None:
     every = await b.call(MetadataRequest(topics=None, include_topic_authorized_operations=True), 12, principal=BOB)
     (seen,) = [t for t in every.topics if t.name == SECRET]
     assert seen.error_code == 0 and len(seen.partitions) == 1 and seen.authorized_operations == {8}  # DESCRIBE
+
+
+async def test_metadata_by_topic_id(b: InProcessBroker) -> None:
+    """v12 by id (how librdkafka resolves a KIP-848 assignment): an id it may not describe is refused without its
+    name, an unknown id is UNKNOWN_TOPIC_ID, a describable one answers with its name."""
+    import uuid
+
+    secret_id = uuid.UUID(hex=b.parts.topics.get(SECRET).topic_id)  # type: ignore[union-attr]
+    unknown = uuid.UUID(int=7)
+    ask = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=None, topic_id=i)
+                                  for i in (secret_id, unknown)], allow_auto_topic_creation=False)
+    refused = {t.topic_id: t for t in (await b.call(ask, 12, principal=ALICE)).topics}
+    assert (refused[secret_id].error_code, refused[secret_id].name) == (TOPIC_DENIED, None)
+    assert (refused[unknown].error_code, refused[unknown].name) == (ErrorCode.UNKNOWN_TOPIC_ID, None)
+    await grant(b, acl("TOPIC", SECRET, "DESCRIBE"))
+    seen = {t.topic_id: t for t in (await b.call(ask, 12, principal=BOB)).topics}
+    assert (seen[secret_id].error_code, seen[secret_id].name, len(seen[secret_id].partitions)) == (0, SECRET, 1)
+    assert seen[unknown].error_code == ErrorCode.UNKNOWN_TOPIC_ID
 
 
 async def test_metadata_auto_creation_needs_create(b: InProcessBroker) -> None:
@@ -368,6 +387,25 @@ async def test_delete_groups(b: InProcessBroker) -> None:
     assert (await b.call(req, 2, principal=ALICE)).results[0].error_code == GROUP_DENIED
     await grant(b, acl("GROUP", GROUP, "DELETE"))
     assert (await b.call(req, 2, principal=BOB)).results[0].error_code == 0
+
+
+async def test_consumer_group(b: InProcessBroker) -> None:
+    """KIP-848: the heartbeat needs READ on the group and DESCRIBE on each subscribed topic; describe, DESCRIBE
+    on the group (READ implies it)."""
+    hb = ConsumerGroupHeartbeatRequest(group_id=GROUP, member_id="m1", member_epoch=0, rebalance_timeout_ms=30000,
+                                       subscribed_topic_names=[SECRET], topic_partitions=[])
+    refused = await b.call(hb, 1, principal=ALICE)
+    assert refused.error_code == GROUP_DENIED and refused.assignment is None
+    await grant(b, acl("GROUP", GROUP, "READ"))
+    assert (await b.call(hb, 1, principal=BOB)).error_code == TOPIC_DENIED
+    await grant(b, acl("TOPIC", SECRET, "DESCRIBE"))
+    joined = await b.call(hb, 1, principal=BOB)
+    assert joined.error_code == 0 and joined.member_epoch == 1
+    describe = ConsumerGroupDescribeRequest(group_ids=[GROUP], include_authorized_operations=False)
+    hidden = (await b.call(describe, 1, principal=ALICE)).groups[0]
+    assert hidden.error_code == GROUP_DENIED and hidden.members == []
+    seen = (await b.call(describe, 1, principal=BOB)).groups[0]
+    assert seen.error_code == 0 and [m.member_id for m in seen.members] == ["m1"]
 
 
 # -- topic administration --------------------------------------------------------------------------------------

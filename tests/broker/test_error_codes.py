@@ -13,7 +13,8 @@ import pytest
 from kafka.protocol.metadata import ApiVersionsResponse
 
 import kelp.errors
-from kelp.errors import ErrorCode, KelpError, RestErrorCode
+from kelp.errors import ErrorCode, KelpError
+from kelp.rest_errors import CONFLUENT_ERRORS, RegistryErrorCode, RestErrorCode
 
 # Codes Kafka has renamed since kafka-python took its names: Kafka's name -> kafka-python's.
 KAFKA_PYTHON_NAMES = {
@@ -57,9 +58,13 @@ def test_every_kelp_error_carries_an_enum_member(cls: type[KelpError]) -> None:
     assert type(cls.code) is ErrorCode
 
 
-def test_rest_codes_are_http_status_times_100_plus_n() -> None:
-    for code in RestErrorCode:
-        assert 40000 <= code < 60000 and code // 100 in (400, 404, 406, 409, 422, 429, 500, 503), code.name
+def test_confluent_codes_are_http_status_times_100_plus_n_or_the_status() -> None:
+    for row in CONFLUENT_ERRORS:
+        assert (10000 <= row.code < 60000 or row.code in (409, 422)) and row.status in (
+            400, 401, 403, 404, 406, 408, 409, 422, 429, 500, 501, 503), row
+    documented = {(type(row.code), row.code) for row in CONFLUENT_ERRORS}
+    for enum in (RestErrorCode, RegistryErrorCode):  # every code is in the table, with its meaning
+        assert {(enum, code) for code in enum} <= documented
 
 
 def test_a_member_is_the_plain_number_on_the_wire_in_json_and_in_messages() -> None:

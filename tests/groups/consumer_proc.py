@@ -2,7 +2,7 @@
 
 Usage: python consumer_proc.py --client kafka-python|aiokafka|confluent --bootstrap H:P
        --group G --topic T [--session-ms 3000] [--instance-id I] [--reset earliest]
-       [--commit] [--idle-exit S]
+       [--commit] [--idle-exit S] [--group-protocol classic|consumer]
 
 Lines: {"event": "ready"}, {"event": "assigned", "partitions": [..]} whenever the
 assignment changes, {"event": "records", "items": [[partition, offset, value], ...]}
@@ -57,6 +57,10 @@ def run_confluent(a: argparse.Namespace) -> None:
             "enable.auto.commit": False, "session.timeout.ms": a.session_ms,
             "heartbeat.interval.ms": max(a.session_ms // 6, 100), "client.id": f"ck-{a.instance_id or 'dyn'}",
             "partition.assignment.strategy": "range"}
+    if a.group_protocol == "consumer":  # KIP-848: the broker sets the session, heartbeat and assignor
+        for key in ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy"):
+            del conf[key]
+        conf["group.protocol"] = "consumer"
     if a.instance_id:
         conf["group.instance.id"] = a.instance_id
     c = Consumer(conf)
@@ -150,6 +154,7 @@ def main() -> None:
     p.add_argument("--reset", default="earliest")
     p.add_argument("--commit", action="store_true")
     p.add_argument("--idle-exit", type=float, default=0.0)
+    p.add_argument("--group-protocol", default="classic", choices=["classic", "consumer"])
     a = p.parse_args()
     signal.signal(signal.SIGTERM, on_term)
     {"kafka-python": run_kafka_python, "aiokafka": run_aiokafka, "confluent": run_confluent}[a.client](a)

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 class ConsumerProc:
     def __init__(self, *, client: str, bootstrap: str, group: str, topic: str, session_ms: int = 3000,
                  instance_id: str | None = None, reset: str = "earliest", commit: bool = True,
-                 idle_exit: float = 0.0) -> None:
+                 idle_exit: float = 0.0, group_protocol: str = "classic") -> None:
         cmd = [sys.executable, str(SCRIPT), "--client", client, "--bootstrap", bootstrap, "--group", group,
                "--topic", topic, "--session-ms", str(session_ms), "--reset", reset]
         if instance_id:
@@ -33,6 +33,8 @@ class ConsumerProc:
             cmd.append("--commit")
         if idle_exit:
             cmd += ["--idle-exit", str(idle_exit)]
+        if group_protocol != "classic":
+            cmd += ["--group-protocol", group_protocol]
         self.name = f"{client}:{instance_id or group}"
         self.lines: list[dict] = []
         self.stderr: list[str] = []

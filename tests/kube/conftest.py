@@ -55,8 +55,10 @@ _BUILD_TIMEOUT_S = float(os.environ.get("KELP_KUBE_BUILD_TIMEOUT", "3600"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """When the binaries still have to be built, give the tier's tests a timeout covering it."""
-    kube_items = [i for i in items if i.get_closest_marker("kube") and not i.get_closest_marker("timeout")]
+    """When the binaries still have to be built, give the tier's tests a timeout covering it: each one's own
+    timeout (a module's `pytest.mark.timeout`) plus the build's, since whichever kube test runs first builds
+    them in its session fixture. (A cold run at load 25 had the build killed by a churn test's 1500 s.)"""
+    kube_items = [i for i in items if i.get_closest_marker("kube")]
     if not kube_items or os.environ.get("KELP_KUBE_BIN") or os.environ.get("KELP_KUBE_BUILD") == "0":
         return
     try:
@@ -66,7 +68,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         cached = False
     if not cached:
         for item in kube_items:
-            item.add_marker(pytest.mark.timeout(_BUILD_TIMEOUT_S + 300))
+            own = item.get_closest_marker("timeout")
+            base = float(own.args[0]) if own is not None and own.args else 300.0
+            item.add_marker(pytest.mark.timeout(base + _BUILD_TIMEOUT_S), append=False)  # closest: it wins
 
 
 def _run(cmd: list[str], *, cwd: Path | None = None, timeout: float = 60.0) -> None:

@@ -10,7 +10,8 @@ import avro.io
 import avro.schema
 import pytest
 
-from kelp.broker.schema_registry.embedded import NotEncodable, _avro_encoder
+from kelp.broker.schema_registry.embedded import NotEncodable
+from kelp.broker.schema_registry.embedded_codecs import _avro_encoder
 
 SCHEMA = avro.schema.parse(json.dumps({
     "type": "record", "name": "Order", "namespace": "shop", "fields": [

@@ -29,7 +29,7 @@ def test_replay_builds_versions_ids_levels_and_modes() -> None:
     assert state.next_offset == len(records)
     assert state.versions("s") == [] and [sv.version for sv in state.versions("s", deleted=True)] == [1]
     assert state.subject_names() == [] and state.subject_names(deleted=True) == ["s"]
-    assert state.ids[5] == ("AVRO", '"int"', ()) and state.max_id == 5
+    assert state.ids[5] == ("AVRO", '"int"', (), None, None) and state.max_id == 5  # no data contract
     assert state.level("s") == "FULL" and state.mode("s") == "READONLY" and state.mode("t") == "READWRITE"
     state.apply(len(records), schema_key("s", 1), None)
     assert 5 not in state.ids and state.max_id == 5  # ids are never reused

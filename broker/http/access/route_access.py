@@ -186,7 +186,8 @@ RULES: dict[tuple[str, str], Rule] = {
         "/subjects", f"{SUBJECT}/versions", f"{SUBJECT}/versions/{{version}}", f"{SUBJECT}/versions/{{version}}/schema",
         f"{SUBJECT}/versions/{{version}}/referencedby", "/schemas/ids/{id}", "/schemas/ids/{id}/schema",
         "/schemas/ids/{id}/versions", "/schemas/ids/{id}/subjects", "/schemas/types", "/config",
-        "/config/{subject}", "/mode", "/mode/{subject}", "/schemas", "/contexts", "/v1/metadata/id")},
+        "/config/{subject}", "/mode", "/mode/{subject}", "/schemas", "/contexts", "/v1/metadata/id",
+        f"{SUBJECT}/metadata")},
     ("GET", "/"): OPEN,  # the registry's root: an empty object, no schema data
     ("POST", SUBJECT): _cluster(DESCRIBE),
     ("POST", "/compatibility/subjects/{subject}/versions"): _cluster(DESCRIBE),

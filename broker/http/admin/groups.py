@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import cast
 
 from aiohttp import web
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
@@ -36,6 +37,7 @@ from kelp.errors import (
 )
 from kelp.json_types import JsonData, JsonObject
 
+from ...groups.consumer.model import ConsumerGroup
 from ...groups.coordinator_lookup import CoordinatorLocation, locator_of
 from ...groups.group import CommittedOffset
 from ...groups.group_coordinator import GroupCoordinator
@@ -101,20 +103,49 @@ def _decode_assignment(protocol_type: str, data: bytes) -> list[tuple[str, list[
         return []
 
 
+def _consumer_protocol_group(coord: GroupCoordinator, cg: ConsumerGroup) -> dict[str, JsonData]:
+    """A KIP-848 group's members as `describe_group` shows them: their assignments (topic names), epochs and
+    the partitions the broker's target gives them (what they reconcile to)."""
+    def parts(a: dict[str, frozenset[int]]) -> list[JsonData]:
+        return [{"topic": coord.consumer.topic_name(t) or t, "partitions": sorted(ps)} for t, ps in sorted(a.items())]
+
+    return {
+        "group_type": "consumer", "state": cg.state.value, "protocol_type": "consumer", "protocol": cg.assignor,
+        "generation": cg.group_epoch, "leader": None, "assignment_epoch": cg.assignment_epoch,
+        "members": [{
+            "member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
+            "client_host": m.client_host, "member_epoch": m.member_epoch,
+            "subscribed_topics": list(m.subscribed_topic_names), "subscribed_topic_regex": m.subscribed_topic_regex,
+            "assignment": parts(m.assigned), "target_assignment": parts(cg.target.get(m.member_id, {})),
+        } for m in sorted(cg.members.values(), key=lambda m: m.member_id)],
+    }
+
+
 def describe_group(broker: BrokerParts, group_id: str, *, topics_shown: Callable[[set[str]], set[str]] | None = None
                    ) -> dict[str, JsonData]:
     """The group, its members and its committed offsets with their lag; `topics_shown` narrows the offsets to the
-    topics it returns (those the caller may DESCRIBE, as Kafka's OffsetFetch answers)."""
+    topics it returns (those the caller may DESCRIBE, as Kafka's OffsetFetch answers). A consumer-protocol
+    (KIP-848) group shows its members' assignments, epochs and targets; its offsets are kept as a classic
+    group's."""
     coord = broker.groups
     d = coord.describe_group(group_id)
     group = coord.groups.get(group_id)
     if d.error:
         raise error_for(d.error, f"cannot describe group '{group_id}': coordinator error {d.error}")
-    if group is None:
+    cg = coord.consumer.groups.get(group_id)
+    if group is None and cg is None:
         raise GroupIdNotFoundError(f"group '{group_id}' does not exist (no members and no committed offsets)")
     owner: dict[tuple[str, int], str] = {}
     members: list[JsonData] = []
-    for m in d.members:
+    view: dict[str, JsonData] = {"group_type": "classic", "state": d.state, "protocol_type": d.protocol_type,
+                                  "protocol": d.protocol, "generation": d.generation, "leader": d.leader}
+    if cg is not None:
+        view = _consumer_protocol_group(coord, cg)
+        for cm in cg.members.values():
+            owner.update({(coord.consumer.topic_name(t) or t, p): cm.member_id for t, ps in cm.assigned.items()
+                          for p in ps})
+        members = cast(list[JsonData], view.pop("members"))
+    for m in d.members if cg is None else []:
         assignment = _decode_assignment(d.protocol_type, m.assignment)
         for topic, partitions in assignment:
             for p in partitions:
@@ -124,14 +155,15 @@ def describe_group(broker: BrokerParts, group_id: str, *, topics_shown: Callable
             "client_host": m.client_host,
             "assignment": [{"topic": topic, "partitions": partitions} for topic, partitions in assignment],
         })
-    keys = set(group.offsets) | set(owner)
+    committed = group.offsets if group is not None else {}
+    keys = set(committed) | set(owner)
     if topics_shown is not None:
         shown = topics_shown({t for t, _ in keys})
         keys = {(t, p) for t, p in keys if t in shown}
     offsets: list[JsonData] = []
     total = 0
     for topic, p in sorted(keys):
-        co = group.offsets.get((topic, p))
+        co = committed.get((topic, p))
         try:
             end = broker.replicas.partition_info(topic, p).high_watermark
         except KelpError:
@@ -146,8 +178,7 @@ def describe_group(broker: BrokerParts, group_id: str, *, topics_shown: Callable
             "member_id": owner.get((topic, p)),
         })
     return {
-        "group_id": group_id, "state": d.state, "protocol_type": d.protocol_type, "protocol": d.protocol,
-        "generation": d.generation, "leader": d.leader, "coordinator_partition": coord.partition_for(group_id),
+        "group_id": group_id, **view, "coordinator_partition": coord.partition_for(group_id),
         "members": members, "offsets": offsets, "total_lag": total,
     }
 
@@ -239,8 +270,12 @@ async def list_groups(request: web.Request) -> web.Response:
         allowed = acc.allowed(DESCRIBE, GROUP, (gid for gid, _, _ in listed))
         listed = [g for g in listed if g[0] in allowed]
     for gid, ptype, state in listed:
-        g = coord.groups.get(gid)
-        out.append({"group_id": gid, "protocol_type": ptype, "state": state,
+        g, cg = coord.groups.get(gid), coord.consumer.groups.get(gid)
+        if cg is not None:  # a consumer-protocol (KIP-848) group: its members, its group epoch
+            out.append({"group_id": gid, "protocol_type": ptype, "state": state, "group_type": "consumer",
+                        "members": len(cg.members), "generation": cg.group_epoch})
+            continue
+        out.append({"group_id": gid, "protocol_type": ptype, "state": state, "group_type": "classic",
                     "members": len(g.members) if g else 0, "generation": g.generation if g else -1})
     return json_response({
         "groups": out,
@@ -272,12 +307,10 @@ async def reset_offsets(request: web.Request) -> web.Response:
     if isinstance(body.get("topic"), str):  # a reset commits offsets: READ on the topic, as OffsetCommit needs
         require(request, READ, TOPIC, str(body["topic"]))
     await require_local_group(broker, gid)
-    group = coord.groups.get(gid)
-    if group is not None and group.members:
-        raise NonEmptyGroupError(
-            f"group '{gid}' has {len(group.members)} active member(s) (state {group.state.value}); "
-            "stop its consumers before resetting offsets"
-        )
+    live = _live_members(coord, gid)
+    if live:
+        raise NonEmptyGroupError(f"group '{gid}' has {live[0]} active member(s) (state {live[1]}); "
+                                 "stop its consumers before resetting offsets")
     plan = plan_reset(broker, gid, body)
     execute = bool(body.get("execute", False))
     if execute:
@@ -293,6 +326,15 @@ async def reset_offsets(request: web.Request) -> web.Response:
     return json_response({"group_id": gid, "executed": execute, "plan": [step.to_json() for step in plan]})
 
 
+def _live_members(coord: GroupCoordinator, gid: str) -> tuple[int, str] | None:
+    """(member count, state) of a group with members, classic or consumer-protocol; None when it has none."""
+    cg = coord.consumer.groups.get(gid)
+    if cg is not None and cg.members:
+        return len(cg.members), cg.state.value
+    group = coord.groups.get(gid)
+    return (len(group.members), group.state.value) if group is not None and group.members else None
+
+
 @routes.delete(PREFIX + "/{group}")
 async def delete_group(request: web.Request) -> web.Response:
     coord = _coordinator(request)
@@ -300,12 +342,10 @@ async def delete_group(request: web.Request) -> web.Response:
     await require_local_group(serving(request), gid)
     code = (await coord.delete_groups([gid]))[gid]
     if code:
-        group = coord.groups.get(gid)
-        if code == NonEmptyGroupError.code and group is not None:
-            raise NonEmptyGroupError(
-                f"group '{gid}' has {len(group.members)} active member(s) (state {group.state.value}); "
-                "it can be deleted once it is Empty"
-            )
+        live = _live_members(coord, gid)
+        if code == NonEmptyGroupError.code and live:
+            raise NonEmptyGroupError(f"group '{gid}' has {live[0]} active member(s) (state {live[1]}); "
+                                     "it can be deleted once it is Empty")
         if code == GroupIdNotFoundError.code:
             raise GroupIdNotFoundError(f"group '{gid}' does not exist")
         raise error_for(code, f"deleting group '{gid}' failed with Kafka error {code}")

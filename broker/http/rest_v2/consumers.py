@@ -30,7 +30,7 @@ like the generated ones are refused, 422).
 
 An instance is its creator's, as a Kafka consumer is its application's: it is bound to the principal that
 created it (`http.authentication.methods`), and any other principal — a super user too — using or deleting
-it is answered 403 with GROUP_AUTHORIZATION_FAILED (30), after the route's ACL checks (READ on the group).
+it is answered 403 with Confluent's KAFKA_AUTHORIZATION (40301), after the route's ACL checks (READ on the group).
 Without HTTP authentication every request is User:ANONYMOUS, so every instance is everyone's, as before.
 
 This module must never change group state except through the coordinator.
@@ -44,7 +44,7 @@ from typing import Awaitable, Callable, TypeGuard
 
 from aiohttp import web
 
-from kelp.errors import ErrorCode, RestErrorCode
+from kelp.errors import RestErrorCode
 from kelp.json_types import JsonData, JsonValue
 
 from ...client_patterns import InvalidPattern
@@ -88,7 +88,7 @@ def _instance(request: web.Request) -> HttpConsumer:
     if inst.owner != principal:
         raise HttpProblem(403, f"consumer instance '{inst.name}' of group '{inst.group}' was created by another "
                                f"principal; {principal} may not use it (REST consumer instances belong to the "
-                               "principal that created them)", error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+                               "principal that created them)", error_code=RestErrorCode.KAFKA_AUTHORIZATION)
     return inst
 
 

@@ -24,7 +24,7 @@ from kelp.security.acl import InvalidAclError, validate_acl_binding, validate_ac
 from kelp.security.acl_json import AclBindingJson, binding_from_json, binding_to_json, filter_from_json
 
 from ..json_body import read_json
-from ..problems import HttpProblem
+from ..problems import HttpProblem, confluent_error
 from ..serving import serving
 from .views import CLUSTER, Links, body_object, cluster_id, collection, links_of, resource, v3_response
 
@@ -131,7 +131,8 @@ async def delete_acls(request: web.Request) -> web.Response:
     try:
         answer = await serving(request).acls.delete([doc])
     except KelpError as exc:
-        raise HttpProblem(getattr(exc, "http_status", 500), f"delete ACLs: {exc}", error_code=exc.code) from None
+        status, code = confluent_error(request, exc)
+        raise HttpProblem(status, f"delete ACLs: {exc}", error_code=code) from None
     outcome = answer["results"][0]
     if outcome["error"] is not None:
         raise HttpProblem(400, f"delete ACLs: {outcome['error']['message']}", error_code=400)

@@ -42,7 +42,8 @@ routes = web.RouteTableDef()
 GROUPS = CLUSTER + "/consumer-groups"
 GROUP_PATH = GROUPS + "/{group}"
 _STATES = {"Stable": "STABLE", "PreparingRebalance": "PREPARING_REBALANCE",
-           "CompletingRebalance": "COMPLETING_REBALANCE", "Empty": "EMPTY", "Dead": "DEAD"}
+           "CompletingRebalance": "COMPLETING_REBALANCE", "Empty": "EMPTY", "Dead": "DEAD",
+           "Assigning": "ASSIGNING", "Reconciling": "RECONCILING"}  # the last two: consumer-protocol groups
 
 
 def _coordinator_of(broker: BrokerParts, group: str) -> int:
@@ -119,7 +120,8 @@ def _group_data(links: Links, group: str, coordinator: int, d: JsonObject) -> di
     base = ("consumer-groups", group)
     return resource("KafkaConsumerGroup", links.url(*base), links.crn(("consumer-group", group)),
                     cluster_id=links.cid, consumer_group_id=group, is_simple=d.get("protocol_type") in ("", None),
-                    partition_assignor=str(d.get("protocol") or ""), state=state, type="CLASSIC",
+                    partition_assignor=str(d.get("protocol") or ""), state=state,
+                    type="CONSUMER" if d.get("group_type") == "consumer" else "CLASSIC",
                     is_mixed_consumer_group=False, coordinator=links.related("brokers", coordinator),
                     consumers=links.related(*base, "consumers"), lag_summary=links.related(*base, "lag-summary"))
 

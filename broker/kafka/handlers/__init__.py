@@ -11,6 +11,7 @@ from __future__ import annotations
 from . import (  # noqa: F401  (imported for their registrations)
     admin,
     api_versions,
+    consumer_groups,
     fetch,
     groups,
     metadata,

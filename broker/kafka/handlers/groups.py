@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import replace
-from typing import Protocol, Sequence, cast
+from typing import Any, Protocol, Sequence, cast
 
 from kafka.protocol.admin import (
     DeleteGroupsRequest,
@@ -58,7 +58,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorRespo
 
 from kelp.broker.groups.coordinator_lookup import CoordinatorLocation, locator_of
 from kelp.broker.groups.group import CommittedOffset
-from kelp.broker.groups.group_coordinator import GroupCoordinator
+from kelp.broker.groups.group_coordinator import GroupCoordinator, GroupDescription
 from kelp.broker.transactions.locator import txn_locator_of
 from kelp.errors import ErrorCode
 
@@ -315,7 +315,7 @@ async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest
             member_id=request.member_id or "",
             generation=request.generation_id_or_member_epoch,
             group_instance_id=getattr(request, "group_instance_id", None) if v >= 7 else None,
-            offsets=offsets,
+            offsets=offsets, api_version=v,
         )
     for t in request.topics or []:
         if t.name in refused:
@@ -338,7 +338,8 @@ _FetchedPartition = tuple[int, CommittedOffset | None, int]  # partition, its co
 
 
 def _fetch_group(ctx: RequestContext, group_id: str, topics: Sequence[_FetchTopic] | None,
-                 require_stable: bool = False) -> tuple[int, list[tuple[str, list[_FetchedPartition]]]]:
+                 require_stable: bool = False, member: tuple[str | None, int] = (None, -1),
+                 ) -> tuple[int, list[tuple[str, list[_FetchedPartition]]]]:
     """(group error, [(topic, [(partition, CommittedOffset|None, error)])]). Kafka's checks: DESCRIBE on the group;
     topics asked for that the principal may not DESCRIBE are answered TOPIC_AUTHORIZATION_FAILED, and left out of
     an answer for every committed topic. With `require_stable` (v7+, KIP-447) a partition whose offset an open
@@ -348,7 +349,7 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Sequence[_FetchTopi
     refused = _topics_refused(ctx, AclOperation.DESCRIBE, {t.name for t in topics}) if topics is not None else set()
     wanted = None if topics is None else [(t.name, p) for t in topics if t.name not in refused
                                           for p in t.partition_indexes or []]
-    err, found = _coordinator(ctx).fetch_offsets(group_id, wanted)
+    err, found = _coordinator(ctx).fetch_offsets(group_id, wanted, member_id=member[0], member_epoch=member[1])
     if err:
         return err, []
     by_topic: dict[str, list[_FetchedPartition]] = {}
@@ -369,7 +370,7 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Sequence[_FetchTopi
     return 0, list(by_topic.items())
 
 
-@handles(OffsetFetchRequest, min_version=1, max_version=8)
+@handles(OffsetFetchRequest, min_version=1, max_version=9)
 async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
     v = ctx.api_version
     if v >= 8:
@@ -380,7 +381,8 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
         budget = LoopBudget()  # a request may name thousands of groups
         for g in request.groups or []:
             await budget.tick()
-            err, items = _fetch_group(ctx, g.group_id, g.topics, bool(request.require_stable))
+            member = (g.member_id, g.member_epoch) if v >= 9 else (None, -1)  # KIP-848: a member's fetch
+            err, items = _fetch_group(ctx, g.group_id, g.topics, bool(request.require_stable), member)
             groups.append(G(group_id=g.group_id, error_code=err, topics=[
                 GT(name=t, partitions=[
                     GP(partition_index=p, committed_offset=co.offset if co else -1,
@@ -439,11 +441,13 @@ async def handle_offset_delete(ctx: RequestContext, request: OffsetDeleteRequest
 
 # -- admin ----------------------------------------------------------------------------
 
-@handles(DescribeGroupsRequest, min_version=0, max_version=5)
+@handles(DescribeGroupsRequest, min_version=0, max_version=6)
 async def handle_describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
+    """Classic groups. As Kafka 4: a group that is not a classic one (a KIP-848 consumer group, described by
+    ConsumerGroupDescribe) and a group that does not exist are `Dead` with no error below v6, and from v6
+    (KIP-1043) GROUP_ID_NOT_FOUND with "Group G is not a classic group." / "Group G not found."."""
     coord = _coordinator(ctx)
     G = DescribeGroupsResponse.DescribedGroup
-    M = G.DescribedGroupMember
     acc = access(ctx)
     with_operations = ctx.api_version >= 3 and bool(getattr(request, "include_authorized_operations", False))
     groups = []
@@ -453,26 +457,40 @@ async def handle_describe_groups(ctx: RequestContext, request: DescribeGroupsReq
                             protocol_type="", protocol_data="", members=[]))
             continue
         d = coord.describe_group(gid)
-        stable = d.state in ("Stable", "CompletingRebalance")
-        group = G(
-            error_code=d.error, group_id=gid, group_state=d.state, protocol_type=d.protocol_type,
-            protocol_data=d.protocol,
-            members=[
-                M(member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
-                  client_host=m.client_host,
-                  member_metadata=m.metadata_for(d.protocol) if stable and d.protocol in m.protocol_names() else b"",
-                  member_assignment=m.assignment if d.state == "Stable" else b"")
-                for m in d.members
-            ],
-        )
-        if with_operations and d.error == ErrorCode.NONE:
+        if d.error == ErrorCode.NONE and (gid in coord.consumer.groups or d.state == "Dead"):
+            why = "is not a classic group" if gid in coord.consumer.groups else "not found"
+            v6 = ctx.api_version >= 6
+            group = G(error_code=ErrorCode.GROUP_ID_NOT_FOUND if v6 else ErrorCode.NONE,
+                      error_message=f"Group {gid} {why}." if v6 else None, group_id=gid, group_state="Dead",
+                      protocol_type="", protocol_data="", members=[])
+        else:
+            group = _described_classic(d)
+        if with_operations and group.error_code == ErrorCode.NONE:
             group.authorized_operations = acc.operations(ResourceType.GROUP, gid)
         groups.append(group)
     return DescribeGroupsResponse(throttle_time_ms=0, groups=groups)
 
 
-# Every Kelp group is a classic group (JoinGroup/SyncGroup, KIP-848's "consumer" protocol is not served).
+def _described_classic(d: GroupDescription) -> Any:
+    G = DescribeGroupsResponse.DescribedGroup
+    M = G.DescribedGroupMember
+    stable = d.state in ("Stable", "CompletingRebalance")
+    return G(
+        error_code=d.error, group_id=d.group_id, group_state=d.state, protocol_type=d.protocol_type,
+        protocol_data=d.protocol,
+        members=[
+            M(member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
+              client_host=m.client_host,
+              member_metadata=m.metadata_for(d.protocol) if stable and d.protocol in m.protocol_names() else b"",
+              member_assignment=m.assignment if d.state == "Stable" else b"")
+            for m in d.members
+        ],
+    )
+
+
+# A group is "classic" (JoinGroup/SyncGroup) or "consumer" (KIP-848, ConsumerGroupHeartbeat): ListGroups v5 types.
 GROUP_TYPE = "classic"
+CONSUMER_GROUP_TYPE = "consumer"
 
 
 @handles(ListGroupsRequest, min_version=0, max_version=5)
@@ -481,13 +499,13 @@ async def handle_list_groups(ctx: RequestContext, request: ListGroupsRequest) ->
     states = getattr(request, "states_filter", None) if ctx.api_version >= 4 else None
     types = getattr(request, "types_filter", None) if ctx.api_version >= 5 else None
     L = ListGroupsResponse.ListedGroup
-    if types and GROUP_TYPE not in {t.lower() for t in types}:
-        return ListGroupsResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, groups=[])
-    return ListGroupsResponse(
-        throttle_time_ms=0, error_code=ErrorCode.NONE,
-        groups=[L(group_id=g, protocol_type=pt, group_state=st, group_type=GROUP_TYPE)
-                for g, pt, st in _listable(ctx, coord.list_groups(states=states or None))],
-    )
+    wanted = {t.lower() for t in types} if types else None
+    listed = []
+    for g, pt, st in _listable(ctx, coord.list_groups(states=states or None)):
+        kind = CONSUMER_GROUP_TYPE if g in coord.consumer.groups else GROUP_TYPE  # KIP-848 groups: "consumer"
+        if wanted is None or kind in wanted:
+            listed.append(L(group_id=g, protocol_type=pt, group_state=st, group_type=kind))
+    return ListGroupsResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, groups=listed)
 
 
 @handles(DeleteGroupsRequest, min_version=0, max_version=2)

@@ -4,7 +4,8 @@ Why: clients route every produce and fetch by this answer: the live brokers
 (as the controller last pushed them, each with the host and port it
 advertises on the listener the request came in on — Kafka's rule; a broker
 without that listener is left out), the controller, and per partition the leader, its epoch
-(KIP-320), the replicas, the ISR and the offline replicas. Asking for an
+(KIP-320), the replicas, the ISR and the offline replicas. A topic may be asked for by id (v12+: librdkafka
+resolves a KIP-848 assignment's topic ids so); an unknown id is answered UNKNOWN_TOPIC_ID. Asking for an
 unknown topic auto-creates it (through the controller) when
 `auto.create.topics.enable` is on and the client allows it (v4+).
 
@@ -51,6 +52,26 @@ def _may_create(acc: Access, name: str) -> bool:
 def _refused(name: str, *, internal: bool = False) -> T:
     return T(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name, topic_id=_NO_ID, is_internal=internal,
              partitions=[])
+
+
+async def _resolve_ids(ctx: RequestContext, request: MetadataRequest, names: list[str]) -> tuple[list[str], list[T]]:
+    """The names to answer, with those of the topics asked for by id (v12+, name null) that the principal may
+    DESCRIBE added; and the answers for the other ids: UNKNOWN_TOPIC_ID, or TOPIC_AUTHORIZATION_FAILED without the
+    name (Kafka never leaks the name of a topic asked for by id)."""
+    ids = [t.topic_id for t in request.topics or [] if t.name is None and t.topic_id is not None
+           and t.topic_id != _NO_ID]
+    if not ids:
+        return names, []
+    found = {i: ctx.broker.topics.name_of(i.hex) for i in ids}
+    describable = await _describable(access(ctx), [n for n in found.values() if n is not None])
+    out: list[T] = []
+    for topic_id, name in found.items():
+        if name is None or name not in describable:
+            code = ErrorCode.UNKNOWN_TOPIC_ID if name is None else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            out.append(T(error_code=code, name=None, topic_id=topic_id, is_internal=False, partitions=[]))
+        elif name not in names:
+            names.append(name)
+    return names, out
 
 
 def topic_entry(broker: BrokerParts, name: str, *, error: int = ErrorCode.NONE) -> T:
@@ -103,10 +124,13 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
     version = ctx.api_version
     all_topics = request.topics is None or (version == 0 and not request.topics)
     names: list[str]
+    by_id: list[T] = []  # topics asked for by id (v12+, as KIP-848 clients resolve their assignment)
     if all_topics:
         names = [t.name for t in broker.topics.list_topics()]
     else:
         names = [t.name for t in request.topics or [] if t.name is not None]
+        if version >= 12:
+            names, by_id = await _resolve_ids(ctx, request, names)
     allow_auto = True if version < 4 else bool(request.allow_auto_topic_creation)
     acc = access(ctx)
     describable = await _describable(acc, names)
@@ -144,7 +168,7 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
         if version <= 10 and getattr(request, "include_cluster_authorized_operations", False):
             cluster_operations = (acc.operations(ResourceType.CLUSTER, "kafka-cluster")
                                   if acc.allows_cluster(AclOperation.DESCRIBE) else set())
-    topics += refused
+    topics += refused + by_id
     listed, controller_id = visible_brokers(ctx)
     brokers = [B(node_id=i, host=host, port=port, rack=rack) for i, host, port, rack in listed]
     response = MetadataResponse(

@@ -1,0 +1,30 @@
+"""Kafka message classes kafka-python (the project's codec library) does not ship, from Kafka's own schemas.
+
+Why: kafka-python 3 builds each message class from Kafka's JSON schema (`ApiMessage`'s `load_json`); its
+package lacks the KIP-848 messages, ConsumerGroupHeartbeat (API key 68) and ConsumerGroupDescribe (69). The
+JSON files beside this module are Kafka 4.3.1's (`clients/src/main/resources/common/message`, Apache License
+2.0, header kept), so the codec is kafka-python's and the layout Kafka's. They ship as package data.
+"""
+
+from __future__ import annotations
+
+from kafka.protocol.api_message import ApiMessage
+
+__all__ = ["ConsumerGroupHeartbeatRequest", "ConsumerGroupHeartbeatResponse", "ConsumerGroupDescribeRequest",
+           "ConsumerGroupDescribeResponse"]
+
+
+class ConsumerGroupHeartbeatRequest(ApiMessage, load_json=__name__):
+    pass
+
+
+class ConsumerGroupHeartbeatResponse(ApiMessage, load_json=__name__):
+    pass
+
+
+class ConsumerGroupDescribeRequest(ApiMessage, load_json=__name__):
+    pass
+
+
+class ConsumerGroupDescribeResponse(ApiMessage, load_json=__name__):
+    pass

@@ -1,0 +1,79 @@
+"""What an idle partition costs in live objects and traced bytes, against a budget (issue 38; not a timed test).
+
+A broker's `ReplicaManager` over real logs in a temporary directory is given a topic of N partitions at
+RF 1 (as a metadata delta applies one), its background jobs (the leader-epoch checkpoints) are let finish,
+and the growth over a topic of a few partitions is divided by the difference in partitions: the GC-tracked
+objects (`gc.get_objects`) and the bytes `tracemalloc` traces, per partition.
+
+Measured (CPython 3.11, this commit): 27.1 objects and 4.67 KB per partition. Before issue 38's changes:
+39.1 objects and 6.46 KB (three empty waiter collections and a `__dict__` per `Partition`, a `LogConfig`
+per log, six `pathlib.Path`s with their parts lists). The budgets are 30 objects (11% over the measurement)
+and 5.1 KB (9% over: the bytes vary under 1% between runs); each fails on the old code. A new
+per-partition object (a lock, a collection that is empty most of the time, a copy of a topic-wide one) has
+to fit in them or change them with a new measurement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import gc
+import tracemalloc
+from pathlib import Path
+
+from kelp.broker.metadata.image import MetadataDelta
+from kelp.broker.metadata.model import PartitionState, TopicState
+from kelp.broker.replica.manager import ReplicaManager
+from kelp.broker.storage import LogManager
+from kelp.broker.topic_manager import TopicManager
+from kelp.config.broker import BrokerConfig
+from kelp.config.log_config import LogConfig
+
+OBJECTS_PER_PARTITION = 30
+BYTES_PER_PARTITION = 5_100
+SMALL, LARGE = 20, 520  # partitions of the two topics: the second's growth over the first's is measured
+
+
+def _type_counts() -> collections.Counter[str]:
+    return collections.Counter(type(o).__qualname__ for o in gc.get_objects())
+
+
+async def _measure(root: Path) -> tuple[float, float, list[tuple[str, float]], int]:
+    config = BrokerConfig.load(env={}, overrides={"log.dirs": str(root), "broker.id": 0})
+    topics = TopicManager(config, None)
+    topics.logs = LogManager([root], LogConfig.from_kafka(config.default_topic_config()),
+                             config_for=topics.log_config_or_none)
+    replicas = ReplicaManager(config, topics.logs, topics)
+
+    async def create(name: str, count: int, topic_id: str) -> None:
+        states = tuple(PartitionState((0,), 0, 0, (0,), 0) for _ in range(count))
+        topics.apply_delta(MetadataDelta(changed={name: TopicState(name, states, topic_id=topic_id, configs={})}))
+        jobs = asyncio.all_tasks() - {asyncio.current_task()}
+        if jobs:
+            done, pending = await asyncio.wait(jobs, timeout=60)
+            assert not pending, f"{len(pending)} background jobs not done in 60 s"
+
+    await create("small", SMALL, "1" * 32)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        objects_before, types_before = len(gc.get_objects()), _type_counts()
+        await create("large", LARGE - SMALL, "2" * 32)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+        objects = len(gc.get_objects()) - objects_before
+        by_type = _type_counts() - types_before
+    finally:
+        tracemalloc.stop()
+    n = LARGE - SMALL
+    top = [(name, count / n) for name, count in by_type.most_common(12)]
+    return objects / n, grown / n, top, len(replicas._partitions)
+
+
+def test_an_idle_partition_fits_its_object_and_byte_budget(tmp_path: Path) -> None:
+    objects, traced, top, held = asyncio.run(_measure(tmp_path))
+    assert held == LARGE
+    detail = ", ".join(f"{name} {count:.1f}" for name, count in top)
+    assert objects <= OBJECTS_PER_PARTITION, f"{objects:.1f} objects per partition ({detail})"
+    assert traced <= BYTES_PER_PARTITION, f"{traced:,.0f} B traced per partition ({detail})"
