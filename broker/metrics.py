@@ -228,6 +228,15 @@ class BrokerMetrics:
             "kelp_gc_pause_seconds", "Python garbage-collection pauses of the broker process, by generation",
             ["generation"], buckets=GC_PAUSE_BUCKETS_S, registry=r,
         )
+        # KIP-227 (replica/fetch_sessions.py): Kafka's FetchSessionCache gauges and evictions meter.
+        self.fetch_sessions = Gauge(
+            "kelp_fetch_sessions", "Incremental fetch sessions cached (Kafka's NumIncrementalFetchSessions)",
+            registry=r)
+        self.fetch_session_partitions = Gauge(
+            "kelp_fetch_session_partitions",
+            "Partitions held by the cached fetch sessions (Kafka's NumIncrementalFetchPartitionsCached)", registry=r)
+        self.fetch_session_evictions = Gauge(
+            "kelp_fetch_session_evictions", "Fetch sessions evicted since the broker started", registry=r)
         self._listener: ListenerStats | None = None
         r.register(ListenerCollector(lambda: self._listener))
 

@@ -14,6 +14,10 @@ until both agree on an epoch (KIP-279; Kafka's
 `AbstractFetcherThread.getOffsetTruncationState`). A follower with no epochs
 at all truncates to its high watermark (Kafka's `truncateToHighWatermark`).
 
+Fetches run in an incremental fetch session with the leader (KIP-227, `fetch_session_client`): after one
+full fetch, each names only the partitions whose fetch position changed and the leader answers only those with
+news; a lost or partly ignored answer, or a session error, makes the next fetch full again.
+
 Every partition's fetch state is an object replaced (never reused) when the
 partition is added again: a response to a request sent for an older state —
 the partition was removed and re-added at a new epoch while the request was
@@ -51,6 +55,7 @@ from kelp.kafka_client.fetch_response import PartitionAnswer, decode_fetch_respo
 
 from ..metadata.model import BrokerEndpoint
 from ..storage import Log
+from .fetch_session_client import FetchSessionClient
 from .inter_broker import InterBrokerSecurity
 
 if TYPE_CHECKING:  # the fetcher drives the replica manager, which holds it only through `ReplicaFetchers`
@@ -133,6 +138,7 @@ class ReplicaFetcher:
         self.leader = leader
         self.state: dict[tuple[str, int], _FetchState] = {}
         self._wake = asyncio.Event()
+        self.session = FetchSessionClient()  # KIP-227: this fetcher's session with the leader
         self._conn: AsyncConnection | None = None
         self._auth_failure = ""  # the last authentication failure logged
         self._stopping = False
@@ -315,9 +321,9 @@ class ReplicaFetcher:
         over = quota.exceeded()
         throttled: set[tuple[str, int]] = set()  # KIP-73: out of the ISR and listed in follower.replication...
         held_back = 0
-        # Topics in the order of `state`, a topic named again when its partitions are not next to each other
-        # (as Kafka's FetchRequest builder does): the leader reads in request order, and that order rotates.
-        topics: list[tuple[str, list[FollowerFetchPartition]]] = []
+        # Partitions in the order of `state` (a full fetch names them in that order, the leader reads in request
+        # order, and that order rotates); the session names only those whose position changed (KIP-227).
+        wanted: dict[tuple[str, int], FollowerFetchPartition] = {}
         for (topic, p), st in self.state.items():
             if st.truncating:
                 continue
@@ -331,34 +337,47 @@ class ReplicaFetcher:
                 throttled.add((topic, p))
             offset = part.log.log_end_offset
             sent[(topic, p)] = (st, offset)
-            if not topics or topics[-1][0] != topic:
-                topics.append((topic, []))
-            topics[-1][1].append(
-                FollowerFetchPartition(p, st.leader_epoch, offset, part.log.log_start_offset, self.max_bytes))
+            wanted[(topic, p)] = FollowerFetchPartition(p, st.leader_epoch, offset, part.log.log_start_offset,
+                                                        self.max_bytes)
         quota.skipped += held_back
-        if not topics:
+        if not wanted:
             await asyncio.sleep(self.backoff_s)
             return
+        session = self.session
+        fetch = session.build(wanted)
         # Encoded and decoded by hand (kafka-python's codec took about a millisecond per 1,000 partitions each
         # way); each partition's records come back as a view of the reply, handed to the log as they are.
         req = FollowerFetch(replica_id=self.m.broker_id, max_wait_ms=self.wait_ms, min_bytes=1,
-                            max_bytes=self.response_max_bytes, topics=topics)
-        resp = await conn.request(req, FETCH_VERSION, timeout_s=self.timeout_s + self.wait_ms / 1000.0,
-                                  decoder=decode_fetch_response)
+                            max_bytes=self.response_max_bytes, topics=fetch.topics, session_id=fetch.session_id,
+                            session_epoch=fetch.epoch, forgotten=fetch.forgotten)
+        try:
+            resp = await conn.request(req, FETCH_VERSION, timeout_s=self.timeout_s + self.wait_ms / 1000.0,
+                                      decoder=decode_fetch_response)
+        except BaseException:
+            session.reset()  # the leader may have taken the fetch, or not: what it believes we know is unknown
+            raise
+        if not session.handle(fetch, resp.session_id, resp.error_code):
+            log.info("replica fetcher for leader %d: fetch session %d epoch %d answered with error %d; fetching "
+                     "in full", self.leader, fetch.session_id, fetch.epoch, resp.error_code)
+            return
         backoff = False
+        applied = True  # every answer taken as it came (else the session starts over: see fetch_session_client)
         served: list[tuple[str, int]] = []
         for t in resp.responses:
             for r in t.partitions:
                 key = (t.topic, r.partition_index)
                 entry = sent.get(key)
                 if entry is None:
+                    applied = False
                     continue
                 st, offset = entry
                 if not self._current(key, st):
+                    applied = False
                     continue  # removed or re-added while the fetch was in flight: its answer is for another state
                 part = replicas.get_partition(*key)
                 if part is None or part.log.log_end_offset != offset or not replicas.follower_ready(
                         key[0], key[1], st.leader_epoch):
+                    applied = False
                     continue  # the log moved (a truncation) since the request: appending would leave a gap
                 if r.error_code == ErrorCode.NONE:
                     if r.records:
@@ -391,6 +410,8 @@ class ReplicaFetcher:
         for key in served:
             if key in self.state:  # not removed meanwhile
                 self.state[key] = self.state.pop(key)
+        if not applied:
+            session.reset()  # the leader believes we hold what we dropped: the next fetch is full
         if backoff:
             await asyncio.sleep(self.backoff_s)
 

@@ -53,6 +53,7 @@ from ..metrics import BrokerMetrics
 from ..storage import Log, LogManager
 from ..topic_manager import TopicManager
 from .fetch import READ_COMMITTED, FetchPath
+from .fetch_sessions import FetchSessionCache
 from .follower import FollowerPath
 from .interfaces import AlterPartition, ReplicaFetchers
 from .isr_changes import IsrChanges
@@ -141,6 +142,12 @@ class ReplicaManager:
                                     ReplicationQuotas(config, lambda name: _configs_of(topics, name)),
                                     lag_clock_ms=lambda: self._lag_clock_ms(), bytes_out=metrics.bytes_out,
                                     records_out=metrics.records_out)
+        # KIP-227: the Fetch handler's incremental fetch sessions (fetch_sessions.py).
+        cache = self.fetch_sessions = FetchSessionCache(int(config["max.incremental.fetch.session.cache.slots"]),
+                                                        partitions_known=lambda: len(self._partitions))
+        metrics.fetch_sessions.set_function(lambda: len(cache))
+        metrics.fetch_session_partitions.set_function(lambda: cache.partitions)
+        metrics.fetch_session_evictions.set_function(lambda: cache.evictions)
         topics.add_listener(self._on_topic_change)
 
     # -- what the cluster layer sets ---------------------------------------

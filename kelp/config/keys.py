@@ -441,6 +441,9 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     "replica.fetch.max.bytes": (_positive, 4194304),
     "replica.fetch.response.max.bytes": (_positive, 10485760),
     "replica.fetch.backoff.ms": (_positive, 200),
+    # KIP-227: the incremental fetch sessions this broker keeps for consumers and followers (0: none, every
+    # fetch answered in full; replica/fetch_sessions.py). Kafka's name and default.
+    "max.incremental.fetch.session.cache.slots": (_nonneg(_int), 1000),
     "replica.socket.timeout.ms": (_positive, 30000),
     # Replication quotas (KIP-73; replica/replication_quota.py): the bytes per second replicas listed in a topic's
     # `*.replication.throttled.replicas` may move while out of the ISR, as leader and as follower (dynamic; the

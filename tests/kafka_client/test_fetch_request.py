@@ -36,3 +36,24 @@ def test_only_v11_framed_with_its_header() -> None:
     req = FollowerFetch(replica_id=1, max_wait_ms=0, min_bytes=1, max_bytes=1, topics=[])
     with pytest.raises(ValueError, match="only FetchRequest v11"):
         req.encode(version=12)
+
+
+def test_incremental_fetch_with_session_and_forgotten_partitions_same_bytes() -> None:
+    P = FollowerFetchPartition
+    topics = [("alpha", [P(4, 3, 10, 0, 1 << 20)])]
+    forgotten = [("alpha", [1, 2]), ("gamma", [0])]
+    ours = FollowerFetch(replica_id=3, max_wait_ms=500, min_bytes=1, max_bytes=1 << 20, topics=topics,
+                         session_id=123456789, session_epoch=7, forgotten=forgotten)
+    FG = FetchRequest.ForgottenTopic
+    theirs = FetchRequest(
+        replica_id=3, max_wait_ms=500, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=123456789,
+        session_epoch=7, rack_id="",
+        forgotten_topics_data=[FG(topic=t, partitions=ps) for t, ps in forgotten],
+        topics=[FT(topic="alpha", partitions=[FP(partition=4, current_leader_epoch=3, fetch_offset=10,
+                                                 log_start_offset=0, partition_max_bytes=1 << 20,
+                                                 last_fetched_epoch=-1)])])
+    got = encode_request(ours, VERSION, correlation_id=5, client_id="kelp-replica-3")  # type: ignore[arg-type]
+    assert got == encode_request(theirs, VERSION, correlation_id=5, client_id="kelp-replica-3")
+    decoded = FetchRequest.decode(got[4:], version=VERSION, header=True)
+    assert (decoded.session_id, decoded.session_epoch) == (123456789, 7)
+    assert [(f.topic, list(f.partitions)) for f in decoded.forgotten_topics_data] == forgotten

@@ -3,7 +3,8 @@
 A `Node` is one broker's `ReplicaManager` over real logs in a temporary
 directory; the test plays the controller (`push` a partition state, as the
 cluster layer applies one) and the network (`PeerStub` answers a follower's
-OffsetForLeaderEpoch and Fetch requests from the leader `Node` directly, and
+OffsetForLeaderEpoch and Fetch requests from the leader `Node` through the
+leader's real handlers — the follower's fetches in their fetch session, KIP-227 — and
 can hold an answer back until the test releases it). The follower's
 `ReplicaFetcher` is the real one; its background loop is cancelled before it
 ever runs, so the test drives each truncation round and fetch by hand.
@@ -12,6 +13,7 @@ ever runs, so the test drives each truncation round and fetch by hand.
 from __future__ import annotations
 
 import asyncio
+import os
 import struct
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,18 +22,20 @@ from typing import Any
 from kafka.protocol.consumer import FetchRequest, OffsetForLeaderEpochRequest
 
 from kelp.broker.cluster.replica_fetcher import ReplicaFetcherManager
-from kelp.broker.kafka.fetch_encoder import encode_fetch_response
+from kelp.broker.kafka.handlers.fetch import handle_fetch
 from kelp.broker.kafka.handlers.offsets import handle_offset_for_leader_epoch
 from kelp.broker.kafka.handlers.registry import RequestContext
 from kelp.broker.metadata.image import MetadataDelta
 from kelp.broker.metadata.model import PartitionState, TopicState
 from kelp.broker.replica.manager import FetchPartition, ReplicaManager
+from kelp.broker.replica.results import SegmentSlice
 from kelp.broker.storage import LogManager
 from kelp.broker.topic_manager import TopicManager
 from kelp.config.broker import BrokerConfig
 from kelp.config.log_config import LogConfig
 from kelp.errors import KelpError
 from kelp.kafka_client.fetch_request import FollowerFetch
+from kelp.kafka_client.framing import encode_request
 from kelp.records.build import build_batch
 from kelp.records.record import Record
 from tests.support.acls import open_acls
@@ -142,6 +146,7 @@ class PeerStub:
         self.leader = leader
         self.follower_id = follower_id
         self.requests: list[Any] = []
+        self.sessions: list[Any] = []  # the follower's fetches as the leader decoded them (session id, epoch...)
         self._gate: asyncio.Event | None = None  # armed for the next request
         self._held: asyncio.Event | None = None  # the request waiting now
         self.arrived = asyncio.Event()
@@ -174,8 +179,19 @@ class PeerStub:
         return resp
 
     async def _fetch(self, req: Any, version: int, decoder: Any) -> Any:
-        """The leader's answer; with `decoder` (the fetcher's), encoded as the leader's listener would and
-        decoded by it, so these tests also run the follower's reply decoder."""
+        """The leader's answer; the follower's own request (`FollowerFetch`, with its fetch session) goes through
+        the leader's real Fetch handler as its listener would pass it (encoded, decoded), and its answer is
+        decoded by the fetcher's decoder. Another request is read sessionless from the leader's manager."""
+        if isinstance(req, FollowerFetch) and decoder is not None:
+            frame = encode_request(req, version, correlation_id=len(self.requests), client_id="replica")
+            decoded = FetchRequest.decode(frame[4:], version=version, header=True)
+            decoded.max_wait_ms = 0  # the test drives each fetch: never a long poll
+            broker = SimpleNamespace(replicas=self.leader.rm, topics=self.leader.topics, acls=open_acls())
+            ctx = RequestContext(broker=broker, api_key=1, api_version=version,
+                                 correlation_id=len(self.requests), client_id="replica", peer="stub")
+            raw = await handle_fetch(ctx, decoded)
+            self.sessions.append(decoded)
+            return decoder(struct.pack(">i", len(self.requests)) + b"".join(_bytes_of(b) for b in raw.buffers))
         named = ([(topic, p) for topic, ps in req.topics for p in ps] if isinstance(req, FollowerFetch)
                  else [(t.topic, p) for t in req.topics for p in t.partitions])
         wanted = [FetchPartition(topic, p.partition, p.fetch_offset, p.partition_max_bytes,
@@ -184,19 +200,24 @@ class PeerStub:
         results = await self.leader.rm.fetch(wanted, max_wait_ms=0, min_bytes=0, max_bytes=req.max_bytes,
                                              replica_id=req.replica_id)
         topics: dict[str, list] = {}
-        answers: dict[str, list] = {}
         for r in results:
             err: KelpError | None = r.error
             records = r.records.read() if hasattr(r.records, "read") else bytes(r.records)
             topics.setdefault(r.topic, []).append(SimpleNamespace(
                 partition_index=r.partition, error_code=err.code if err is not None else 0,
                 high_watermark=r.high_watermark, log_start_offset=r.log_start_offset, records=records))
-            answers.setdefault(r.topic, []).append((r.partition, err.code if err is not None else 0, r.high_watermark,
-                                                    r.last_stable_offset, r.log_start_offset, records, None))
-        if decoder is not None:
-            buffers, _ = encode_fetch_response(version, topics=list(answers.items()))
-            return decoder(struct.pack(">i", len(self.requests)) + b"".join(bytes(b) for b in buffers))
-        return SimpleNamespace(responses=[SimpleNamespace(topic=t, partitions=ps) for t, ps in topics.items()])
+        return SimpleNamespace(error_code=0, session_id=0,
+                               responses=[SimpleNamespace(topic=t, partitions=ps) for t, ps in topics.items()])
+
+
+def _bytes_of(buffer: Any) -> bytes:
+    """A response buffer's bytes (a segment's range, sent with sendfile by a listener, read here)."""
+    if isinstance(buffer, SegmentSlice):
+        try:
+            return os.pread(buffer.file.fileno(), buffer.size, buffer.position)
+        finally:
+            buffer.close()
+    return bytes(buffer)
 
 
 async def until(condition: Any, *, rounds: int = 200) -> bool:

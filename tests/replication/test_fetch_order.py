@@ -1,9 +1,10 @@
-"""The order a follower names its partitions in: those that got records go to the end of the next fetch.
+"""The order a follower names its partitions in a full fetch: those that got records go to the end of the next.
 
 Why it matters: a leader fills a fetch response in request order, up to `replica.fetch.response.max.bytes`,
 and each partition may take `replica.fetch.max.bytes` of it; without the rotation Kafka's fetcher does
 (`PartitionStates.updateAndMoveToEnd`), the busy partitions named first would take every response and the
-ones named last would never be replicated while they stay busy.
+ones named last would never be replicated while they stay busy. (In a fetch session the leader rotates its
+session's partitions the same way: tests/broker/test_fetch_sessions.py.)
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ class _Leader:
             topics.setdefault(topic, []).append(SimpleNamespace(
                 partition_index=partition, error_code=0, high_watermark=0, log_start_offset=0,
                 records=b"batch" if (topic, partition) in self.busy else b""))
-        return SimpleNamespace(responses=[SimpleNamespace(topic=t, partitions=ps) for t, ps in topics.items()])
+        return SimpleNamespace(error_code=0, session_id=0,  # sessionless: every fetch is full
+                               responses=[SimpleNamespace(topic=t, partitions=ps) for t, ps in topics.items()])
 
 
 async def test_partitions_that_got_records_are_named_last_in_the_next_fetch() -> None:

@@ -2,9 +2,12 @@
 
 Why: this is the read hot path. Limits follow KIP-74 (the first batch of the
 first non-empty partition is returned even when larger than the limits) and
-the wait is event-driven in the ReplicaManager. No fetch sessions: every
-request is answered as a full fetch with session id 0, which clients accept
-(a request for a new session gets id 0 = "no session").
+the wait is event-driven in the ReplicaManager. From v7 a fetch may belong to
+an incremental fetch session (KIP-227, `replica/fetch_sessions.py`): a full
+fetch (epoch 0) may create one, an incremental fetch names only the partitions
+whose position changed and is answered only for the partitions that changed;
+the session's partitions are all read (a follower's unchanged ones count as
+fetched at their cached offsets, as Kafka's). Session errors are answered alone.
 Empty partitions carry zero-length records, never null. A read_committed
 fetch (isolation_level 1) reads below the last stable offset and carries the
 aborted transactions of what it returns; read_uncommitted gets null there.
@@ -24,6 +27,8 @@ import logging
 
 from kafka.protocol.consumer import FetchRequest
 
+from kelp.broker.replica.fetch_sessions import FetchContext, SessionKey, new_context
+from kelp.broker.replica.fetch_sessions import finish as finish_context
 from kelp.broker.replica.manager import FetchPartition
 from kelp.errors import ErrorCode, UnknownTopicIdError
 
@@ -75,6 +80,29 @@ def _quota(ctx: RequestContext, results: list[FetchPartitionResult]) -> int:
     return max(throttle_ms, request_ms)
 
 
+def _context(ctx: RequestContext, request: FetchRequest, by_id: bool, privileged: bool) -> FetchContext:
+    """The fetch's partitions keyed as its session keys them, and its session context (v4-v6 are sessionless)."""
+    asked: list[tuple[SessionKey, FetchPartition]] = []
+    for t in request.topics:
+        if by_id:  # kafka-python decodes the zero id as None: no topic has it
+            key: str | bytes = t.topic_id.bytes if t.topic_id is not None else bytes(16)
+        else:
+            key = t.topic
+        name = key if isinstance(key, str) else ""  # a topic id is resolved at each fetch
+        for p in t.partitions:
+            asked.append(((key, p.partition), FetchPartition(name, p.partition, p.fetch_offset, p.partition_max_bytes,
+                                                             p.log_start_offset, p.current_leader_epoch)))
+    if ctx.api_version < 7:
+        return FetchContext(asked)
+    forgotten: list[SessionKey] = []
+    for f in request.forgotten_topics_data or ():
+        fkey: str | bytes = (f.topic_id.bytes if f.topic_id is not None else bytes(16)) if by_id else f.topic
+        forgotten.extend((fkey, p) for p in f.partitions)
+    return new_context(ctx.broker.replicas.fetch_sessions, session_id=request.session_id,
+                       epoch=request.session_epoch, privileged=privileged, by_id=by_id, asked=asked,
+                       forgotten=forgotten)
+
+
 @handles(FetchRequest, min_version=4, max_version=MAX_VERSION)
 async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> RawResponse:
     replica_id = _replica_id(ctx, request)
@@ -83,25 +111,23 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> RawRespons
     elif ctx.consumer_fetching is not None:
         ctx.consumer_fetching()
     by_id = ctx.api_version >= TOPIC_IDS_FROM
-    # (name or None when its id is unknown, how the answer names it, the partitions asked)
-    asked: list[tuple[str | None, str | bytes, list[int]]] = []
-    wanted = []
-    for t in request.topics:
-        if by_id:  # kafka-python decodes the zero id as None: no topic has it
-            key: str | bytes = t.topic_id.bytes if t.topic_id is not None else bytes(16)
-            name = ctx.broker.topics.name_of(t.topic_id.hex) if t.topic_id is not None else None
-        else:
-            key = name = t.topic
-        asked.append((name, key, [p.partition for p in t.partitions]))
-        wanted.append((name, t))
-    refused = _refused_topics(ctx, {n for n, _, _ in asked if n is not None}, replica_id)
-    reqs = []
-    for name, t in wanted:
-        if name is None or name in refused:
-            continue
-        for p in t.partitions:
-            reqs.append(FetchPartition(name, p.partition, p.fetch_offset, p.partition_max_bytes,
-                                       p.log_start_offset, p.current_leader_epoch))
+    context = _context(ctx, request, by_id, replica_id >= 0)
+    if context.error:
+        log.info("fetch by %s: session %d epoch %d answered with error %d", ctx.client, request.session_id,
+                 request.session_epoch, context.error)
+        buffers, size = encode_fetch_response(ctx.api_version, error_code=context.error, session_id=0, topics=[])
+        return RawResponse(buffers, size)
+    topic_names = ctx.broker.topics
+    # Each topic a session names is resolved at each fetch: by id, the topic may be created (or re-created) later.
+    names: dict[str | bytes, str | None] = {}
+    for (key, _), req in context.partitions:
+        if key not in names:
+            names[key] = topic_names.name_of(key.hex()) if isinstance(key, bytes) else key
+        name = names[key]
+        if name is not None and req.topic != name:
+            req.topic = name
+    refused = _refused_topics(ctx, {n for n in names.values() if n is not None}, replica_id)
+    reqs = [req for (key, _), req in context.partitions if names[key] is not None and names[key] not in refused]
     max_bytes = request.max_bytes if request.max_bytes and request.max_bytes > 0 else 0x7FFFFFFF
     results = await ctx.broker.replicas.fetch(
         reqs,
@@ -113,41 +139,43 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> RawRespons
         zero_copy=True,
     ) if reqs else []
     throttle_ms = _quota(ctx, results) if replica_id < 0 else 0
-    keys = {name: key for name, key, _ in asked if name is not None}
     # A topic deleted and re-created while the fetch waited: what was read is the new topic's, and the client asked
     # for the old id. Kafka answers UNKNOWN_TOPIC_ID; so does this, and the records read go back unanswered.
-    gone = {name for name, t in wanted if by_id and name is not None and t.topic_id is not None
-            and ctx.broker.topics.name_of(t.topic_id.hex) != name}
-    topics: list[tuple[str | bytes, list[PartitionAnswer]]] = []
-    by_key: dict[str | bytes, list[PartitionAnswer]] = {}
+    gone = {name for key, name in names.items()
+            if isinstance(key, bytes) and name is not None and topic_names.name_of(key.hex()) != name}
     errors = PartitionErrors("Fetch", ctx.client)
-    for r in results:
+    answers: list[tuple[SessionKey, PartitionAnswer]] = []
+    read = iter(results)
+    for (key, p), _ in context.partitions:
+        name = names[key]
+        if name is None or name in refused:
+            refusal = ErrorCode.UNKNOWN_TOPIC_ID if name is None else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            answers.append(((key, p), (p, refusal, -1, -1, -1, b"", None)))
+            continue
+        r = next(read)
         if r.topic in gone:
             close_results([r])
             r = FetchPartitionResult(r.topic, r.partition, UnknownTopicIdError(
                 f"topic '{r.topic}' was deleted and re-created under another id while the fetch waited"))
-        key = keys.get(r.topic, r.topic)
-        parts = by_key.get(key)
-        if parts is None:
-            parts = by_key[key] = []
-            topics.append((key, parts))
         code: int = ErrorCode.NONE
         if r.error is not None:
             code = r.error.code
             errors.add(r.topic, r.partition, r.error)
-        parts.append((r.partition, code, r.high_watermark, r.last_stable_offset, r.log_start_offset, r.records,
-                      r.aborted_transactions))
+        answers.append(((key, p), (r.partition, code, r.high_watermark, r.last_stable_offset, r.log_start_offset,
+                                   r.records, r.aborted_transactions)))
     errors.log(log)
     if refused:
         log.info("fetch by %s (%s): not authorized for topic(s) %s", ctx.client, ctx.principal, sorted(refused))
-    for name, key, partitions in asked:
-        if name is not None and name not in refused:
-            continue
-        code = ErrorCode.UNKNOWN_TOPIC_ID if name is None else ErrorCode.TOPIC_AUTHORIZATION_FAILED
-        parts = by_key.setdefault(key, [])
-        if not parts:
+    session_id, answered = finish_context(ctx.broker.replicas.fetch_sessions, context, replica_id >= 0, by_id,
+                                          answers)
+    topics: list[tuple[str | bytes, list[PartitionAnswer]]] = []
+    by_key: dict[str | bytes, list[PartitionAnswer]] = {}
+    for (key, _), a in answered:
+        parts = by_key.get(key)
+        if parts is None:
+            parts = by_key[key] = []
             topics.append((key, parts))
-        parts.extend((p, code, -1, -1, -1, b"", None) for p in partitions)
+        parts.append(a)
     buffers, size = encode_fetch_response(ctx.api_version, throttle_time_ms=throttle_ms, error_code=ErrorCode.NONE,
-                                          session_id=0, topics=topics)
+                                          session_id=session_id, topics=topics)
     return RawResponse(buffers, size)
