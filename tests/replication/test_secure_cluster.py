@@ -268,7 +268,7 @@ def test_an_authorized_mtls_cluster_takes_brokers_only_on_its_control_plane(tmp_
             status, body = https_call(f"{through}/subscription", pki, alice)
             assert status == 200 and body == {"topics": ["orders"]}, body
             status, body = https_call(f"{through}/subscription", pki, operator)
-            assert status == 403 and body["error_code"] == 30, body
+            assert status == 403 and body["error_code"] == 40301, body  # Confluent's KAFKA_AUTHORIZATION on REST routes
         assert all("Traceback" not in b.log_text() for b in brokers)
     finally:
         for b in brokers:
