@@ -196,7 +196,9 @@ class BrokerMetrics:
             "kelp_topic_records_in", "Records appended to the topic's logs", ["topic"], registry=r
         )
         self.records_out = Counter(
-            "kelp_topic_records_out", "Records served by fetches (counted per batch header)", ["topic"], registry=r
+            "kelp_topic_records_out",
+            "Records served by fetches (from batch headers; where a zero-copy range skipped its headers with the offset "
+            "index, the offsets it spans)", ["topic"], registry=r
         )
         self.request_latency = Histogram(
             "kelp_request_latency_seconds",

@@ -206,6 +206,17 @@ class OffsetIndex(FileBackedIndex):
             return self.base_offset, 0
         return self.base_offset + self._offsets[i], self._positions[i]
 
+    def floor_by_position(self, position: int, below_offset: int | None = None) -> tuple[int, int] | None:
+        """(absolute offset, position) of the last entry at or before byte `position` whose offset is below
+        `below_offset` (when given), or None. An entry names a batch's first offset and start: every batch before
+        that position ends at or before it, whole."""
+        i = bisect.bisect_right(self._positions, position) - 1
+        if below_offset is not None:
+            i = min(i, bisect.bisect_left(self._offsets, below_offset - self.base_offset) - 1)
+        if i < 0:
+            return None
+        return self.base_offset + self._offsets[i], self._positions[i]
+
     def truncate_to(self, offset: int) -> None:
         """Drop entries for offsets >= `offset`."""
         i = bisect.bisect_left(self._offsets, offset - self.base_offset)
