@@ -50,6 +50,19 @@ def read_all(log, start: int | None = None, *, max_bytes: int = 1 << 20) -> list
     return found
 
 
+def count_preads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of every `os.pread` from now on (until `monkeypatch.undo()` or the test's end)."""
+    reads: list[int] = []
+    real = os.pread
+
+    def counting(fd: int, n: int, pos: int) -> bytes:
+        reads.append(n)
+        return real(fd, n, pos)
+
+    monkeypatch.setattr(os, "pread", counting)
+    return reads
+
+
 def log_files(directory: Path, suffix: str) -> list[Path]:
     return sorted(directory.glob(f"*{suffix}"))
 

@@ -9,7 +9,7 @@ import pytest
 from kelp.broker.storage import Log
 from kelp.config.log_config import LogConfig
 
-from .helpers import batch, read_all
+from .helpers import batch, count_preads, read_all
 
 
 @pytest.fixture
@@ -99,18 +99,11 @@ def test_fetch_range_over_many_tiny_batches_reads_in_chunks(tmp_path, clock, mon
     log = Log.open(tmp_path / "t-0", clock_ms=clock)
     for i in range(2000):
         log.append_as_leader(batch(b"v%d" % i), leader_epoch=0)
-    reads: list[int] = []
-    real = os.pread
-
-    def counting(fd: int, n: int, pos: int) -> bytes:
-        reads.append(n)
-        return real(fd, n, pos)
-
-    monkeypatch.setattr(os, "pread", counting)
+    reads = count_preads(monkeypatch)
     found = log.read_slice(0, max_bytes=1 << 20)
     assert found is not None and found.records == 2000
     assert found.size == log.active_segment.size
     found.close()
     assert len(reads) < 50, f"{len(reads)} reads for 2000 batch headers"
-    monkeypatch.setattr(os, "pread", real)
+    monkeypatch.undo()
     assert [h.base_offset for h in log.active_segment.headers(0)] == list(range(2000))

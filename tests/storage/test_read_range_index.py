@@ -19,7 +19,7 @@ import pytest
 from kelp.broker.storage import Log
 from kelp.config.log_config import LogConfig
 
-from .helpers import batch
+from .helpers import batch, count_preads
 
 
 def _walked(log: Log, offset: int, max_bytes: int, max_offset: int | None,
@@ -71,16 +71,9 @@ def test_a_megabyte_range_is_cut_without_reading_the_megabyte(tmp_path, clock, m
     one = batch(*[b"x" * 1000 for _ in range(15)])
     for _ in range(200):
         log.append_as_leader(one, leader_epoch=0)
-    read: list[int] = []
-    real = os.pread
-
-    def counting(fd: int, n: int, pos: int) -> bytes:
-        read.append(n)
-        return real(fd, n, pos)
-
-    monkeypatch.setattr(os, "pread", counting)
+    read = count_preads(monkeypatch)
     found = log.read_slice(1000, max_bytes=1 << 20, max_offset=log.log_end_offset)
-    monkeypatch.setattr(os, "pread", real)
+    monkeypatch.undo()
     assert found is not None
     found.close()
     assert found.size == (1 << 20) // len(one) * len(one)  # whole batches up to the limit
