@@ -46,7 +46,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 class JavaShareConsumer:
     """ShareConsume.java: one line per record delivered, (offset, delivery count, value)."""
 
-    def __init__(self, bootstrap: str, topic: str, group: str, *, release: bool = False, max_records: int = 500) -> None:
+    def __init__(self, bootstrap: str, topic: str, group: str, *, release: bool = False,
+                 max_records: int = 500) -> None:
         cmd = kafka_tools.java_command(str(JAVA_SOURCE), bootstrap, topic, group, str(release).lower(),
                                        str(max_records))
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

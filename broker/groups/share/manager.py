@@ -19,6 +19,7 @@ their batch boundaries to `acquire`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -87,10 +88,11 @@ class SharePartitions:
                 self._release(group, member, old.partitions)
             session = self.sessions[key] = ShareSession(next_epoch=1)
             return session
-        session = self.sessions.get(key)
-        if session is None:
+        found = self.sessions.get(key)
+        if found is None:
             raise SessionError(ErrorCode.SHARE_SESSION_NOT_FOUND,
                                f"no share session for member {member} of group {group}")
+        session = found
         if epoch == -1:
             return session
         if epoch != session.next_epoch:
@@ -128,10 +130,13 @@ class SharePartitions:
             if task is None:
                 task = self._init[key] = asyncio.get_running_loop().create_task(
                     self._recover(key, log_end), name=f"share-partition-{key}")
-                task.add_done_callback(lambda _t, key=key: self._init.pop(key, None))
+                task.add_done_callback(functools.partial(self._init_done, key))
             entry = await asyncio.shield(task)
         entry.sp.move_start(log_start)
         return entry.sp
+
+    def _init_done(self, key: StateKey, _task: "asyncio.Task[_Entry]") -> None:
+        self._init.pop(key, None)
 
     async def _recover(self, key: StateKey, log_end: int) -> _Entry:
         snap = await self.state.read(key)

@@ -31,13 +31,12 @@ from kafka.protocol.api_data import ApiData
 
 from kelp.clock import wall_clock_ms
 from kelp.errors import NotLeaderOrFollowerError
+from kelp.records.build import build_batch
 
 from ...cluster.member import ClusterMember
 from ...replica.manager import ReplicaManager
 from ...storage import LogManager
 from ...topic_manager import TopicManager
-from kelp.records.build import build_batch
-
 from ..offsets_store import replay_log
 from ..placement import java_string_hashcode
 from .partition import StateBatch

@@ -42,7 +42,8 @@ async def handle_api_versions(ctx: RequestContext, request: ApiVersionsRequest |
         return ApiVersionsResponse(error_code=error, api_keys=keys, throttle_time_ms=0)
     # Features (KIP-584): transaction.version, levels 0-2 supported, finalized at the broker's setting (a Java
     # client runs transactions v2, KIP-890 part 2, only when the finalized level is 2), and group.version 0-1,
-    # finalized 1 (the consumer protocol is always on), and share.version 0-1, finalized 1 (share groups are on). A level 0 is not listed as finalized, as Kafka. The
+    # finalized 1 (the consumer protocol is always on), and share.version 0-1, finalized 1 (share groups are
+    # on). A level 0 is not listed as finalized, as Kafka. The
     # epoch is constant as the levels are static settings.
     level = ctx.broker.transactions.config.transaction_version
     R = ApiVersionsResponse

@@ -61,9 +61,9 @@ def _other_protocol(ctx: RequestContext, group_id: str) -> bool:
 # -- ShareGroupHeartbeat ------------------------------------------------------------------------------------
 @handles(ShareGroupHeartbeatRequest, min_version=1, max_version=1)
 async def handle_share_group_heartbeat(ctx: RequestContext, request: Any) -> ShareGroupHeartbeatResponse:
-    def refuse(code: int, message: str) -> Any:
-        return HB(throttle_time_ms=0, error_code=code, error_message=message, member_id=None, member_epoch=-1,
-                  heartbeat_interval_ms=0, assignment=None)
+    def refuse(code: int, message: str) -> ShareGroupHeartbeatResponse:
+        return ShareGroupHeartbeatResponse(throttle_time_ms=0, error_code=code, error_message=message, member_id=None,
+                                           member_epoch=-1, heartbeat_interval_ms=0, assignment=None)
 
     acc = access(ctx)
     if not acc.allows(AclOperation.READ, ResourceType.GROUP, request.group_id):
@@ -92,8 +92,9 @@ async def handle_share_group_heartbeat(ctx: RequestContext, request: Any) -> Sha
         A = HB.Assignment
         assignment = A(topic_partitions=[A.TopicPartitions(topic_id=uuid.UUID(hex=t), partitions=sorted(ps))
                                          for t, ps in sorted(ans.assignment.items())])
-    return HB(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, member_id=ans.member_id,
-              member_epoch=ans.member_epoch, heartbeat_interval_ms=ans.heartbeat_interval_ms, assignment=assignment)
+    return ShareGroupHeartbeatResponse(
+        throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, member_id=ans.member_id,
+        member_epoch=ans.member_epoch, heartbeat_interval_ms=ans.heartbeat_interval_ms, assignment=assignment)
 
 
 # -- ShareGroupDescribe -------------------------------------------------------------------------------------
@@ -176,7 +177,7 @@ def _leader(ctx: RequestContext, name: str | None, partition: int) -> Any:
 async def handle_share_fetch(ctx: RequestContext, request: Any) -> ShareFetchResponse:
     lock_ms = ctx.broker.config["group.share.record.lock.duration.ms"]
 
-    def top(code: int, message: str) -> Any:
+    def top(code: int, message: str) -> ShareFetchResponse:
         return ShareFetchResponse(throttle_time_ms=0, error_code=code, error_message=message,
                                   acquisition_lock_timeout_ms=lock_ms, responses=[], node_endpoints=[])
 
@@ -229,7 +230,7 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> ShareFetchRes
         results = await ctx.broker.replicas.fetch([fp for _k, fp in asked], max_wait_ms=request.max_wait_ms,
                                                   min_bytes=request.min_bytes, max_bytes=request.max_bytes)
         budget = request.max_records if request.max_records > 0 else 500
-        for (key, _fp), r in zip(asked, results):
+        for (key, _fp), r in zip(asked, results, strict=True):
             if r.error is not None:
                 errors[key] = r.error.code
                 continue
@@ -264,7 +265,7 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> ShareFetchRes
 # -- ShareAcknowledge ---------------------------------------------------------------------------------------
 @handles(ShareAcknowledgeRequest, min_version=1, max_version=1)
 async def handle_share_acknowledge(ctx: RequestContext, request: Any) -> ShareAcknowledgeResponse:
-    def top(code: int, message: str) -> Any:
+    def top(code: int, message: str) -> ShareAcknowledgeResponse:
         return ShareAcknowledgeResponse(throttle_time_ms=0, error_code=code, error_message=message, responses=[],
                                         node_endpoints=[])
 
@@ -290,9 +291,9 @@ async def handle_share_acknowledge(ctx: RequestContext, request: Any) -> ShareAc
             partition_index=pi, error_code=code, error_message=message,
             current_leader=P.LeaderIdAndEpoch(leader_id=-1, leader_epoch=-1) if (name := ctx.broker.topics.name_of(
                 tid)) is None else _ack_leader(ctx, name, pi)))
+    responses = [AR(topic_id=uuid.UUID(hex=t), partitions=ps) for t, ps in by_topic.items()]
     return ShareAcknowledgeResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
-                                    node_endpoints=[],
-                                    responses=[AR(topic_id=uuid.UUID(hex=t), partitions=ps) for t, ps in by_topic.items()])
+                                    node_endpoints=[], responses=responses)
 
 
 def _ack_leader(ctx: RequestContext, name: str, partition: int) -> Any:
