@@ -24,7 +24,8 @@ from .share_wire import ACCEPT, REJECT, RELEASE, ShareMember, acquired, acquired
 
 LOCK_MS = 1500
 SETTINGS = {"offsets.topic.num.partitions": 1, "share.coordinator.state.topic.num.partitions": 3,
-            "group.share.record.lock.duration.ms": LOCK_MS, "group.share.delivery.count.limit": 3}
+            "group.share.record.lock.duration.ms": LOCK_MS, "group.share.delivery.count.limit": 3,
+            "group.share.partition.max.record.locks": 100}
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +122,21 @@ def test_an_expired_lock_redelivers_to_another_member(broker: BrokerProcess) -> 
         late = a.acknowledge([(0, 0, ACCEPT)])
         assert [p.error_code for t in late.responses for p in t.partitions] == [ErrorCode.INVALID_RECORD_STATE]
         assert [p.error_code for t in b.acknowledge([(0, 0, ACCEPT)]).responses for p in t.partitions] == [0]
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_fetch_of_a_full_window_waits_instead_of_spinning(broker: BrokerProcess) -> None:
+    _topic(broker, "sh-full", 100, "g-full")  # group.share.partition.max.record.locks: 100
+    a = ShareMember(broker.bootstrap, "g-full", "a", "sh-full")
+    b = ShareMember(broker.bootstrap, "g-full", "b", "sh-full")
+    try:
+        assert len(_fetch_until(a, 100)) >= 1
+        started = time.monotonic()
+        resp = b.fetch(max_wait_ms=800)
+        assert resp.error_code == 0 and acquired(resp) == []
+        assert time.monotonic() - started >= 0.75  # its MaxWaitMs, not an immediate empty answer to retry at once
     finally:
         a.close()
         b.close()

@@ -77,6 +77,26 @@ class SharePartitions:
         self._entries: dict[StateKey, _Entry] = {}
         self._init: dict[StateKey, asyncio.Task[_Entry]] = {}
         self._background: set[asyncio.Task[None]] = set()
+        self._waiters: set[asyncio.Future[None]] = set()
+
+    # -- a fetch with nothing to read waits for a change (bounded by its MaxWaitMs) -------------------------
+    async def wait_for_change(self, timeout_ms: int) -> None:
+        """Return when any share-partition here gives records back (acknowledged, released, expired) or after
+        `timeout_ms`: a fetch whose partitions are all full of in-flight records must not spin."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.add(fut)
+        try:
+            await asyncio.wait_for(fut, timeout_ms / 1000.0)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            self._waiters.discard(fut)
+
+    def _changed(self) -> None:
+        waiters, self._waiters = self._waiters, set()
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
 
     # -- sessions -------------------------------------------------------------------------------------------
     def open_or_continue(self, group: str, member: str, epoch: int) -> ShareSession:
@@ -116,6 +136,7 @@ class SharePartitions:
             entry = self._entries.get((group, tid, p))
             if entry is not None and entry.sp.release_member(member):
                 self._persist_later((group, tid, p), entry)
+                self._changed()
 
     # -- share-partitions -----------------------------------------------------------------------------------
     def peek(self, key: StateKey) -> SharePartition | None:
@@ -186,6 +207,7 @@ class SharePartitions:
                 entry.sp.abort(changes)
                 raise
             entry.sp.commit(changes)
+        self._changed()
         return ErrorCode.NONE, None
 
     # -- acquisition locks ----------------------------------------------------------------------------------
@@ -206,6 +228,7 @@ class SharePartitions:
         entry.timer = entry.timer_at = None
         if entry.sp.expire(self.clock_ms()):
             self._persist_later(key, entry)
+            self._changed()
         self._arm(key, entry)
 
     def _persist_later(self, key: StateKey, entry: _Entry) -> None:

@@ -226,6 +226,9 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> ShareFetchRes
         if offset is not None:
             asked.append(((tid, pi), FetchPartition(name, pi, offset, request.max_bytes)))
     records: dict[TP, tuple[bytes, list[Any]]] = {}
+    if not asked and wanted and not errors and request.max_wait_ms > 0:
+        # every partition's window is full of in-flight records: wait (bounded) for some to come back
+        await sg.partitions.wait_for_change(request.max_wait_ms)
     if asked:
         results = await ctx.broker.replicas.fetch([fp for _k, fp in asked], max_wait_ms=request.max_wait_ms,
                                                   min_bytes=request.min_bytes, max_bytes=request.max_bytes)
