@@ -4,7 +4,7 @@
 // group with explicit acknowledgement, and for every record it gets prints one line
 // "offset<TAB>deliveryCount<TAB>value" to stdout (flushed), then acknowledges it: ACCEPT, or RELEASE when
 // release=true and the record is on its first delivery (so the broker must deliver it again, counted twice).
-// Acknowledgements are committed with commitSync after each poll. A line on stdin ("stop") ends the run: the
+// Acknowledgements are committed with commitSync after each poll ("#committed" is printed once it returns). A line on stdin ("stop") ends the run: the
 // consumer closes (its share session ends) and the program exits.
 //
 // Run as a single-file source program: java -cp <kafka jars> ShareConsume.java bootstrap topic group release
@@ -57,6 +57,8 @@ public class ShareConsume {
                 System.out.flush();
                 if (!records.isEmpty()) {
                     consumer.commitSync(Duration.ofSeconds(30));
+                    System.out.println("#committed");
+                    System.out.flush();
                 }
             }
         }

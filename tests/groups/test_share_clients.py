@@ -53,6 +53,7 @@ class JavaShareConsumer:
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, bufsize=1)
         self.records: list[tuple[int, int, str]] = []
+        self.committed = 0  # how many of `records` were committed (acknowledged, answered) so far
         self.stderr: list[str] = []
         self._cond = threading.Condition()
         threading.Thread(target=self._pump, daemon=True).start()
@@ -64,6 +65,8 @@ class JavaShareConsumer:
             with self._cond:
                 if len(parts) == 3:
                     self.records.append((int(parts[0]), int(parts[1]), parts[2]))
+                elif parts[0] == "#committed":
+                    self.committed = len(self.records)
                 self._cond.notify_all()
         with self._cond:
             self._cond.notify_all()
@@ -133,6 +136,31 @@ def test_the_java_share_consumer_reads_and_accepts_every_record(broker: BrokerPr
     assert sorted(o for o, _n, _v in got) == list(range(N))  # each once: accepted records are not redelivered
     assert {v for _o, _n, v in got} == {f"v{i}" for i in range(N)}
     assert {n for _o, n, _v in got} == {1}
+
+
+def share_groups_command(bp: BrokerProcess, *args: str) -> str:
+    """Kafka's kafka-share-groups (ShareGroupCommand); its standard output."""
+    done = subprocess.run(kafka_tools.java_command("org.apache.kafka.tools.consumer.group.ShareGroupCommand",
+                                                   "--bootstrap-server", bp.bootstrap, *args),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_kafka_share_groups_lists_and_describes_a_group(broker: BrokerProcess) -> None:
+    start_topic(broker, "share-java-tool", "sg-tool", 12)
+    c = JavaShareConsumer(broker.bootstrap, "share-java-tool", "sg-tool")
+    try:
+        wait_for("all records committed", lambda: c.committed >= 12, [c])
+        assert "sg-tool" in share_groups_command(broker, "--list").split()
+        members = share_groups_command(broker, "--describe", "--group", "sg-tool", "--members")
+        assert "share-java-tool:0" in members.replace(" ", ""), members
+        # every record accepted (commitSync before the next poll): the start offset is past all of them
+        offsets = share_groups_command(broker, "--describe", "--group", "sg-tool")
+        row = [line.split() for line in offsets.splitlines() if "share-java-tool" in line]
+        assert row and row[0][1:5] == ["share-java-tool", "0", "12", "0"], offsets
+    finally:
+        c.stop()
 
 
 def test_a_released_record_is_delivered_again_with_a_higher_count(broker: BrokerProcess) -> None:

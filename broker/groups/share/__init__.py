@@ -12,20 +12,35 @@ kept with the group coordinator (`GroupCoordinator.extensions`), stopped with it
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
 from ...parts import BrokerParts
 from ..coordinator_config import LoopScheduler
+from ..group_coordinator import GroupCoordinator
 from .manager import ShareConfig, SharePartitions
 from .membership import ShareMembership
 from .state_log import ShareStateLog
 
-__all__ = ["ShareGroups", "share_groups_of"]
+__all__ = ["ShareGroups", "share_groups_of", "listed_share_groups", "SHARE_GROUP_TYPE"]
+
+SHARE_GROUP_TYPE = "share"  # ListGroups v5's group type and protocol type of a share group
 
 
 @dataclass
 class ShareGroups:
     membership: ShareMembership
     partitions: SharePartitions
+
+
+def listed_share_groups(coord: GroupCoordinator, *, states: Iterable[str] | None) -> list[tuple[str, str, str]]:
+    """(group, protocol type, state) of the share groups this broker coordinates, for ListGroups (none before the
+    first share-group request built them)."""
+    found = coord.extensions.get("share")
+    if not isinstance(found, ShareGroups):
+        return []
+    wanted = {s.lower() for s in states} if states else None
+    return [(gid, SHARE_GROUP_TYPE, g.state) for gid, g in sorted(found.membership.groups.items())
+            if wanted is None or g.state.lower() in wanted]
 
 
 def share_groups_of(parts: BrokerParts) -> ShareGroups:

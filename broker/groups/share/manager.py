@@ -210,6 +210,25 @@ class SharePartitions:
         self._changed()
         return ErrorCode.NONE, None
 
+    def groups_partitions(self, group: str) -> set[TopicPartition]:
+        """The share-partitions of `group` this broker has loaded."""
+        return {(tid, p) for g, tid, p in self._entries if g == group}
+
+    async def start_and_lag(self, key: StateKey, *, high_watermark: int) -> tuple[int, int] | None:
+        """(start offset, lag) of a share-partition as DescribeShareGroupOffsets reports it, None if it has no
+        state: the lag is what is not delivered-and-done yet, Kafka's high watermark - start - the window's
+        acknowledged and archived records."""
+        entry = self._entries.get(key)
+        if entry is not None:
+            start, batches = entry.sp.state_batches()
+        else:
+            snap = await self.state.read(key)
+            if snap is None:
+                return None
+            start, batches = snap
+        done = sum(b.last - max(b.first, start) + 1 for b in batches if b.state in (2, 4) and b.last >= start)
+        return start, max(high_watermark - start - done, 0)
+
     # -- acquisition locks ----------------------------------------------------------------------------------
     def _arm(self, key: StateKey, entry: _Entry) -> None:
         due = entry.sp.next_deadline()

@@ -2,10 +2,11 @@
 
 Why: kafka-python 3 builds each message class from Kafka's JSON schema (`ApiMessage`'s `load_json`); its
 package lacks the KIP-848 messages, ConsumerGroupHeartbeat (API key 68) and ConsumerGroupDescribe (69), and
-KIP-932's share-group messages, ShareGroupHeartbeat (76), ShareGroupDescribe (77), ShareFetch (78) and
-ShareAcknowledge (79), whose JSON files are Kafka 4.4.0's (from kafka-clients-4.4.0.jar). The other JSON
-files beside this module are Kafka 4.3.1's (`clients/src/main/resources/common/message`, Apache License
-2.0, header kept), so the codec is kafka-python's and the layout Kafka's. They ship as package data.
+KIP-932's share-group messages, ShareGroupHeartbeat (76), ShareGroupDescribe (77), ShareFetch (78),
+ShareAcknowledge (79) and DescribeShareGroupOffsets (90), whose JSON files are Kafka 4.4.0's (from
+kafka-clients-4.4.0.jar). The other JSON files beside this module are Kafka 4.3.1's
+(`clients/src/main/resources/common/message`, Apache License 2.0, header kept), so the codec is kafka-python's
+and the layout Kafka's. They ship as package data.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from kafka.protocol.api_message import ApiMessage
 __all__ = ["ConsumerGroupHeartbeatRequest", "ConsumerGroupHeartbeatResponse", "ConsumerGroupDescribeRequest",
            "ConsumerGroupDescribeResponse", "ShareGroupHeartbeatRequest", "ShareGroupHeartbeatResponse",
            "ShareGroupDescribeRequest", "ShareGroupDescribeResponse", "ShareFetchRequest", "ShareFetchResponse",
-           "ShareAcknowledgeRequest", "ShareAcknowledgeResponse"]
+           "ShareAcknowledgeRequest", "ShareAcknowledgeResponse", "DescribeShareGroupOffsetsRequest",
+           "DescribeShareGroupOffsetsResponse"]
 
 
 class ConsumerGroupHeartbeatRequest(ApiMessage, load_json=__name__):
@@ -63,4 +65,12 @@ class ShareAcknowledgeRequest(ApiMessage, load_json=__name__):
 
 
 class ShareAcknowledgeResponse(ApiMessage, load_json=__name__):
+    pass
+
+
+class DescribeShareGroupOffsetsRequest(ApiMessage, load_json=__name__):
+    pass
+
+
+class DescribeShareGroupOffsetsResponse(ApiMessage, load_json=__name__):
     pass
