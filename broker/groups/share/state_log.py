@@ -11,9 +11,12 @@ keeps them current as it writes. The record formats are Kafka 4.4.0's ShareSnaps
 Apache License 2.0, from kafka-share-coordinator), through kafka-python's schema codec: key = record type
 (int16, 0) then the key's fields; value = version (int16, 0) then its fields, flexible.
 
-Slice 1's limit: the state is written and read only where this broker leads the state partition of the
-share-partition (always on a single broker); elsewhere `StateUnavailable` is raised (NOT_LEADER_OR_FOLLOWER to
-the client) rather than serving from a state that might not be durable.
+The state partition of a share-partition is often led by another broker than the share-partition itself:
+then the read and the write go to that broker over the control plane (`POST /cluster/v1/share-state/{read,
+write}`, the inter-broker TLS and credentials), which does them on its own log — Kafka's ReadShareGroupState and
+WriteShareGroupState between a share-partition's leader and the share coordinator. Where no broker leads it
+yet, `StateUnavailable` is raised (NOT_LEADER_OR_FOLLOWER to the client, which retries) rather than serving
+from a state that might not be durable.
 
 This module must never decide delivery rules (that is `partition`).
 """
@@ -27,6 +30,7 @@ import types
 import uuid
 from typing import Any, Iterable
 
+import aiohttp
 from kafka.protocol.api_data import ApiData
 
 from kelp.clock import wall_clock_ms
@@ -42,7 +46,7 @@ from ..placement import java_string_hashcode
 from .partition import StateBatch
 
 __all__ = ["STATE_TOPIC", "SNAPSHOT", "StateKey", "Snapshot", "ShareStateLog", "StateUnavailable",
-           "snapshot_record", "decode_snapshot", "state_partition_for"]
+           "snapshot_record", "decode_snapshot", "state_partition_for", "key_json", "key_of", "batches_of"]
 
 log = logging.getLogger("kelp.broker.groups.share")
 
@@ -104,6 +108,32 @@ def decode_snapshot(key: bytes | None, value: bytes | None) -> tuple[StateKey, S
                                    for b in v.state_batches])
 
 
+def key_json(key: StateKey) -> dict[str, Any]:
+    return {"group": key[0], "topic_id": key[1], "partition": key[2]}
+
+
+def key_of(body: Any) -> StateKey:
+    """The key of a control-plane request's JSON body; ValueError if it is not one."""
+    if not isinstance(body, dict):
+        raise ValueError("the body must be a JSON object")
+    group, tid, partition = body.get("group"), body.get("topic_id"), body.get("partition")
+    if not isinstance(group, str) or not isinstance(tid, str) or not isinstance(partition, int):
+        raise ValueError("group (string), topic_id (string) and partition (integer) are required")
+    return group, uuid.UUID(hex=tid).hex, partition
+
+
+def batches_of(items: Any) -> list[StateBatch]:
+    """State batches from their JSON form [[first, last, state, count], ...]; ValueError if malformed."""
+    if not isinstance(items, list):
+        raise ValueError("batches must be a list")
+    out = []
+    for item in items:
+        if not (isinstance(item, list) and len(item) == 4 and all(isinstance(x, int) for x in item)):
+            raise ValueError(f"a state batch is [first, last, state, count] integers, not {item!r}"[:200])
+        out.append(StateBatch(item[0], item[1], item[2], item[3]))
+    return out
+
+
 class ShareStateLog:
     """Reads and writes share-partition snapshots in `__share_group_state` (see the module docstring)."""
 
@@ -125,19 +155,60 @@ class ShareStateLog:
     def partition_of(self, key: StateKey) -> int:
         return state_partition_for(key, self.partitions)
 
-    async def _ensure_local(self, p: int) -> None:
+    async def _leader(self, p: int) -> str | None:
+        """None when this broker leads state partition `p` (ready to write); else the leader's HTTP URL."""
         if not self.topics.exists(STATE_TOPIC):
             await self.cluster.ensure_internal_topic(STATE_TOPIC, partitions=self.partitions,
-                                                             configs=dict(self.topic_configs),
-                                                             replication_factor=self.replication_factor)
+                                                     configs=dict(self.topic_configs),
+                                                     replication_factor=self.replication_factor)
         part = self.replicas.get_partition(STATE_TOPIC, p)
-        if part is None or not part.is_leader or not part.leader_ready:
-            raise StateUnavailable(f"{STATE_TOPIC} partition {p} is not led by this broker (yet)")
+        if part is not None and part.is_leader and part.leader_ready:
+            return None
+        found = self.cluster.partition_leader(STATE_TOPIC, p)
+        endpoint = self.cluster.brokers.get(found[0]) if found is not None else None
+        if endpoint is None or found is None or found[0] == self.cluster.broker_id:
+            raise StateUnavailable(f"{STATE_TOPIC} partition {p} has no ready leader yet")
+        return str(endpoint.http_url)
+
+    async def _remote(self, url: str, op: str, args: dict[str, Any]) -> Any:
+        try:
+            async with self.cluster.control_session().post(
+                    f"{url}/cluster/v1/share-state/{op}", json=args,
+                    timeout=aiohttp.ClientTimeout(total=self.write_timeout_ms / 1000 + 5)) as resp:
+                body = await resp.json(content_type=None)
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError, ValueError) as exc:
+            raise StateUnavailable(f"the leader of the share-partition's state ({url}) did not answer: {exc!r}") \
+                from None
+        if resp.status != 200 or not isinstance(body, dict):
+            message = body.get("message") if isinstance(body, dict) else body
+            raise StateUnavailable(f"the leader of the share-partition's state ({url}) answered {resp.status}: "
+                                   f"{message}")
+        return body
 
     async def read(self, key: StateKey) -> Snapshot | None:
-        """The newest snapshot of `key`, or None if it has none."""
+        """The newest snapshot of `key`, or None if it has none (read where its state partition is led)."""
+        url = await self._leader(self.partition_of(key))
+        if url is None:
+            return await self.read_local(key)
+        body = await self._remote(url, "read", key_json(key))
+        snap = body.get("snapshot")
+        return None if snap is None else (int(snap["start"]), batches_of(snap["batches"]))
+
+    async def write(self, key: StateKey, start: int, batches: list[StateBatch]) -> None:
+        """Append a snapshot where its state partition is led and wait for the in-sync replicas; raises a
+        KelpError on failure."""
+        url = await self._leader(self.partition_of(key))
+        if url is None:
+            return await self.write_local(key, start, batches)
+        await self._remote(url, "write", {**key_json(key), "start": start,
+                                          "batches": [[b.first, b.last, b.state, b.delivery_count] for b in batches]})
+        return None
+
+    async def read_local(self, key: StateKey) -> Snapshot | None:
+        """`read` on this broker, the state partition's leader (a remote read lands here)."""
         p = self.partition_of(key)
-        await self._ensure_local(p)
+        if await self._leader(p) is not None:
+            raise StateUnavailable(f"{STATE_TOPIC} partition {p} is not led by this broker")
         cached = self._cache.get(p)
         if cached is None:
             task = self._loading.get(p)
@@ -176,12 +247,13 @@ class ShareStateLog:
                     out[skey] = snap
         return out
 
-    async def write(self, key: StateKey, start: int, batches: list[StateBatch]) -> None:
-        """Append a snapshot and wait for the in-sync replicas; raises the replica manager's KelpError on failure."""
+    async def write_local(self, key: StateKey, start: int, batches: list[StateBatch]) -> None:
+        """`write` on this broker, the state partition's leader (a remote write lands here)."""
         p = self.partition_of(key)
-        await self._ensure_local(p)
+        if await self._leader(p) is not None:
+            raise StateUnavailable(f"{STATE_TOPIC} partition {p} is not led by this broker")
         if p not in self._cache:
-            await self.read(key)  # a write must not be shadowed by an older snapshot loaded after it
+            await self.read_local(key)  # a write must not be shadowed by an older snapshot loaded after it
         epoch = self._epochs.get(key, 0) + 1
         record = snapshot_record(key, start, batches, epoch=epoch, now_ms=wall_clock_ms())
         await self.replicas.append(STATE_TOPIC, p, build_batch([record]), acks=-1,
