@@ -25,7 +25,8 @@ from .share_wire import ACCEPT, REJECT, RELEASE, ShareMember, acquired, acquired
 LOCK_MS = 1500
 SETTINGS = {"offsets.topic.num.partitions": 1, "share.coordinator.state.topic.num.partitions": 3,
             "group.share.record.lock.duration.ms": LOCK_MS, "group.share.delivery.count.limit": 3,
-            "group.share.partition.max.record.locks": 100}
+            "group.share.partition.max.record.locks": 100, "group.share.session.timeout.ms": 3000,
+            "group.share.heartbeat.interval.ms": 1000}
 
 
 @pytest.fixture(scope="module")
@@ -153,6 +154,22 @@ def test_session_epochs_out_of_step(broker: BrokerProcess) -> None:
         assert m.fetch(max_wait_ms=0).error_code == 0  # the expected epoch still works
     finally:
         m.close()
+
+
+def test_an_abandoned_share_session_is_closed_and_its_records_go_back(broker: BrokerProcess) -> None:
+    _topic(broker, "sh-idle", 1, "g-idle")
+    a = ShareMember(broker.bootstrap, "g-idle", "a", "sh-idle")
+    b = ShareMember(broker.bootstrap, "g-idle", "b", "sh-idle")
+    try:
+        assert _fetch_until(a, 1) == [(0, 0, 1)]
+        # a goes silent; b keeps fetching (bounded): the record comes back (lock expiry or a's session closing)
+        assert _fetch_until(b, 1, timeout_s=15) == [(0, 0, 2)]
+        # a's session, unused for group.share.session.timeout.ms (3 s), is closed: a's next fetch finds none
+        broker.wait_for_log("share session of member a of group g-idle closed", timeout=15)
+        assert a.fetch(max_wait_ms=0).error_code == ErrorCode.SHARE_SESSION_NOT_FOUND
+    finally:
+        a.close()
+        b.close()
 
 
 def test_heartbeat_member_epochs(broker: BrokerProcess) -> None:

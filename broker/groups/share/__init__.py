@@ -62,7 +62,8 @@ def share_groups_of(parts: BrokerParts) -> ShareGroups:
     partitions = SharePartitions(state, ShareConfig(
         lock_duration_ms=cfg["group.share.record.lock.duration.ms"],
         delivery_count_limit=cfg["group.share.delivery.count.limit"],
-        max_record_locks=cfg["group.share.partition.max.record.locks"]), scheduler=scheduler)
+        max_record_locks=cfg["group.share.partition.max.record.locks"],
+        session_idle_ms=cfg["group.share.session.timeout.ms"]), scheduler=scheduler)
 
     def topic(name: str) -> tuple[str, int] | None:
         t = parts.topics.get(name)

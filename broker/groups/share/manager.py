@@ -40,6 +40,7 @@ TopicPartition = tuple[str, int]  # (topic id hex, partition)
 @dataclass(frozen=True)
 class ShareConfig:
     lock_duration_ms: int = 30000  # group.share.record.lock.duration.ms
+    session_idle_ms: int = 45000  # group.share.session.timeout.ms: a share session unused this long is closed
     delivery_count_limit: int = 5  # group.share.delivery.count.limit
     max_record_locks: int = 2000  # group.share.partition.max.record.locks
 
@@ -48,6 +49,7 @@ class ShareConfig:
 class ShareSession:
     next_epoch: int
     partitions: set[TopicPartition] = field(default_factory=set)
+    timer: object | None = None
 
 
 class SessionError(Exception):
@@ -107,6 +109,7 @@ class SharePartitions:
             if old is not None:
                 self._release(group, member, old.partitions)
             session = self.sessions[key] = ShareSession(next_epoch=1)
+            self._touch(key, session)
             return session
         found = self.sessions.get(key)
         if found is None:
@@ -119,12 +122,30 @@ class SharePartitions:
             raise SessionError(ErrorCode.INVALID_SHARE_SESSION_EPOCH,
                                f"share session epoch {epoch} is not the expected {session.next_epoch}")
         session.next_epoch = 1 if session.next_epoch >= 2**31 - 1 else session.next_epoch + 1
+        self._touch(key, session)
         return session
+
+    def _touch(self, key: tuple[str, str], session: ShareSession) -> None:
+        """A session unused for `session_idle_ms` is closed (its member crashed, or left through another broker's
+        coordinator): what it holds goes back before its locks run out, and the session does not stay forever."""
+        cancel = getattr(session.timer, "cancel", None)
+        if cancel is not None:
+            cancel()
+        session.timer = self.scheduler.call_later(self.config.session_idle_ms, lambda: self._idle(key, session))
+
+    def _idle(self, key: tuple[str, str], session: ShareSession) -> None:
+        if self.sessions.get(key) is session:
+            log.info("share session of member %s of group %s closed after %d ms unused", key[1], key[0],
+                     self.config.session_idle_ms)
+            self.close(*key)
 
     def close(self, group: str, member: str) -> None:
         """The member closed its session (epoch -1): what it holds goes back to the others."""
         session = self.sessions.pop((group, member), None)
         if session is not None:
+            cancel = getattr(session.timer, "cancel", None)
+            if cancel is not None:
+                cancel()
             self._release(group, member, session.partitions)
 
     def member_gone(self, group: str, member: str) -> None:
@@ -280,5 +301,9 @@ class SharePartitions:
             if cancel is not None:
                 cancel()
         self._entries.clear()
+        for session in self.sessions.values():
+            cancel = getattr(session.timer, "cancel", None)
+            if cancel is not None:
+                cancel()
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
