@@ -154,3 +154,14 @@ def test_a_member_leaving_releases_only_its_own_records() -> None:
     assert sp.release_member("a") == 2
     assert [sp.slots[o].state for o in range(4)] == [RecordState.AVAILABLE] * 2 + [RecordState.ACQUIRED] * 2
     assert sp.move_start(3) is None and sp.start == 3 and sp.slots[3].member == "b"
+
+
+def test_a_huge_compacted_gap_moves_the_window_without_a_slot_per_offset() -> None:
+    sp = _sp(max_in_flight=100)
+    assert sp.acquire("a", _batches((0, 0), (10_000_000, 10_000_001)), high_watermark=10_000_002, max_records=10,
+                      now_ms=0, lock_ms=LOCK) == [Acquired(0, 0, 1)]  # 0 in flight: the gap waits
+    assert len(sp.slots) == 1
+    _ack(sp, "a", (0, 0, ACCEPT))
+    got = sp.acquire("a", _batches((10_000_000, 10_000_001)), high_watermark=10_000_002, max_records=10, now_ms=0,
+                     lock_ms=LOCK)
+    assert got == [Acquired(10_000_000, 10_000_001, 1)] and len(sp.slots) == 2 and sp.start == 10_000_000

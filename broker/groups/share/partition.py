@@ -149,9 +149,16 @@ class SharePartition:
         for base, last, control in batches:
             if len(got) >= max_records:
                 break
-            for off in range(self.end, min(base, high_watermark)):  # a gap before the batch: nothing to deliver
-                self.slots[off] = Slot(RecordState.ARCHIVED)
-                self.end = off + 1
+            gap_end = min(base, high_watermark)
+            if gap_end > self.end:  # offsets no batch has (compacted away): nothing to deliver there
+                if self.start == self.end:
+                    self.start = self.end = gap_end  # nothing in flight: the window moves past the gap at once
+                elif gap_end - self.start > self.max_in_flight:
+                    break  # the gap would overfill the window: acquire past it once what is in flight is done
+                else:
+                    for off in range(self.end, gap_end):
+                        self.slots[off] = Slot(RecordState.ARCHIVED)
+                    self.end = gap_end
             for off in range(base, min(last + 1, high_watermark)):
                 if off < self.start:
                     continue
