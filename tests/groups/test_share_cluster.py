@@ -13,6 +13,7 @@ import time
 import uuid
 
 from kelp.broker.groups.share.state_log import STATE_TOPIC, state_partition_for
+from kelp.errors import ErrorCode
 from tests.support.cluster import Cluster
 from tests.support.kafka_wire import WireClient, make_batch
 
@@ -97,3 +98,13 @@ def test_share_state_across_brokers_survives_the_partition_leaders_death(cluster
         assert acquired(m.fetch(max_wait_ms=300)) == []
     finally:
         m.close()
+    # a broker that does not lead the partition neither serves nor takes acknowledgements for it
+    follower = next(b for b in cluster.running if b.broker_id != _leader(cluster, TOPIC, 0))
+    f = ShareMember(follower.bootstrap, group, "c", TOPIC)
+    try:
+        fetched = f.fetch(max_wait_ms=0)
+        assert [p.error_code for t in fetched.responses for p in t.partitions] == [ErrorCode.NOT_LEADER_OR_FOLLOWER]
+        acked = f.acknowledge([(2, 2, ACCEPT)])
+        assert [p.error_code for t in acked.responses for p in t.partitions] == [ErrorCode.NOT_LEADER_OR_FOLLOWER]
+    finally:
+        f.close()

@@ -154,13 +154,17 @@ async def _acknowledge(ctx: RequestContext, sg: ShareGroups, group: str, member:
     out: dict[TP, tuple[int, str | None]] = {}
     for t in topics or []:
         tid = t.topic_id.hex if t.topic_id is not None else ""
-        _name, refusal = _topic_refusal(ctx, tid)
+        name, refusal = _topic_refusal(ctx, tid)
         for p in t.partitions:
             batches = _ack_batches(p)
             if not batches:
                 continue
-            if refusal != ErrorCode.NONE:
-                out[(tid, p.partition_index)] = (refusal, None)
+            part = ctx.broker.replicas.get_partition(name, p.partition_index) if name is not None else None
+            code = refusal
+            if code == ErrorCode.NONE and (part is None or not part.is_leader):
+                code = ErrorCode.NOT_LEADER_OR_FOLLOWER  # the records were acquired from another leader
+            if code != ErrorCode.NONE:
+                out[(tid, p.partition_index)] = (code, None)
                 continue
             out[(tid, p.partition_index)] = await sg.partitions.acknowledge((group, tid, p.partition_index), member,
                                                                             batches)
