@@ -49,6 +49,7 @@ from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest, Write
 
 from kelp.broker.kafka.handlers import all_handlers
 from kelp.broker.kafka.messages import (
+    AlterShareGroupOffsetsRequest,
     ConsumerGroupDescribeRequest,
     ConsumerGroupHeartbeatRequest,
     DescribeShareGroupOffsetsRequest,
@@ -83,7 +84,7 @@ COVERED = {
     24: "test_acl_transactions.py", 25: "test_acl_transactions.py", 26: "test_acl_transactions.py",
     28: "test_acl_transactions.py", 65: "test_acl_transactions.py", 66: "test_acl_transactions.py",
     61: "test_acl_txn_tools.py", 49: "test_client_quotas.py", 68: "consumer_group", 69: "consumer_group",
-    76: "share_group", 77: "share_group", 78: "share_group", 79: "share_group", 90: "share_group",
+    76: "share_group", 77: "share_group", 78: "share_group", 79: "share_group", 90: "share_group", 91: "share_group",
     60: "tests/broker/test_describe_apis.py", 75: "tests/broker/test_describe_apis.py",
     # SaslHandshake, SaslAuthenticate: how a connection authenticates, before any principal exists; no ACL
     17: "-", 36: "-",
@@ -444,6 +445,9 @@ async def test_share_group(b: InProcessBroker) -> None:
         DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup(group_id=GROUP, topics=None)])
     assert (await b.call(offsets, 1, principal=ALICE)).groups[0].error_code == GROUP_DENIED
     assert (await b.call(offsets, 1, principal=BOB)).groups[0].error_code == 0
+    alter = AlterShareGroupOffsetsRequest(group_id=GROUP, topics=[])
+    assert (await b.call(alter, 0, principal=ALICE)).error_code == GROUP_DENIED
+    assert (await b.call(alter, 0, principal=BOB)).error_code == ErrorCode.NON_EMPTY_GROUP  # m1 is a member
 
 
 # -- topic administration --------------------------------------------------------------------------------------

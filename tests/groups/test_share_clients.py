@@ -163,6 +163,22 @@ def test_kafka_share_groups_lists_and_describes_a_group(broker: BrokerProcess) -
         c.stop()
 
 
+def test_reset_offsets_to_earliest_then_the_java_share_consumer_reads_what_was_there(broker: BrokerProcess) -> None:
+    """Kafka's way to read what a topic already holds with a new share group (whose start is the log end):
+    `kafka-share-groups --reset-offsets --to-earliest --execute` on the empty group, then consume."""
+    assert create_topic_wire(broker.bootstrap, "share-java-reset") == 0
+    write(broker, "share-java-reset", 0, 8)
+    out = share_groups_command(broker, "--reset-offsets", "--to-earliest", "--group", "sg-reset", "--topic",
+                               "share-java-reset", "--execute")
+    assert "share-java-reset" in out, out
+    c = JavaShareConsumer(broker.bootstrap, "share-java-reset", "sg-reset")
+    try:
+        wait_for("the records written before the group existed", lambda: len(c.got()) >= 8, [c])
+    finally:
+        c.stop()
+    assert sorted(o for o, _n, _v in c.got()) == list(range(8))
+
+
 def test_a_released_record_is_delivered_again_with_a_higher_count(broker: BrokerProcess) -> None:
     start_topic(broker, "share-java-release", "sg-release", 10)
     c = JavaShareConsumer(broker.bootstrap, "share-java-release", "sg-release", release=True)

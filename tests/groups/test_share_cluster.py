@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 import uuid
 
+from kelp.broker.groups.placement import partition_for_group
 from kelp.broker.groups.share.state_log import STATE_TOPIC, state_partition_for
 from kelp.errors import ErrorCode
 from tests.support.cluster import Cluster
@@ -62,6 +63,7 @@ def test_share_state_across_brokers_survives_the_partition_leaders_death(cluster
     # a first share fetch creates __share_group_state; wait until its partitions are led
     probe = _member(cluster, "probe", "p")
     try:
+        probe.find_coordinator()  # creates __consumer_offsets
         cluster.wait_for("the state topic", lambda: _served(probe) and all(
             p["leader"] >= 0 for p in cluster.topic(STATE_TOPIC, via=cluster.running[0])["partitions"]), timeout=60)
         tid = uuid.UUID(str(probe.tid)).hex
@@ -70,6 +72,7 @@ def test_share_state_across_brokers_survives_the_partition_leaders_death(cluster
     cluster.wait_fully_replicated(STATE_TOPIC)
     data_leader = _leader(cluster, TOPIC, 0)
     state_leaders = [int(p["leader"]) for p in cluster.topic(STATE_TOPIC, via=cluster.running[0])["partitions"]]
+    # the share-partition's state on another broker than the partition's leader
     group = next(g for g in (f"g{i}" for i in range(100))
                  if state_leaders[state_partition_for((g, tid, 0), STATE_PARTITIONS)] != data_leader)
 
@@ -108,3 +111,26 @@ def test_share_state_across_brokers_survives_the_partition_leaders_death(cluster
         assert [p.error_code for t in acked.responses for p in t.partitions] == [ErrorCode.NOT_LEADER_OR_FOLLOWER]
     finally:
         f.close()
+    # kafka-share-groups --reset-offsets: a group whose coordinator is neither the dead broker nor the partition's
+    # leader, so the reset is forwarded to the leader over the control plane
+    from kelp.broker.kafka.messages import AlterShareGroupOffsetsRequest as A
+
+    leader_now = _leader(cluster, TOPIC, 0)
+    coordinators = [int(p["leader"]) for p in cluster.topic("__consumer_offsets", via=cluster.running[0])["partitions"]]
+    reset_group = next(g for g in (f"r{i}" for i in range(500))
+                       if coordinators[partition_for_group(g, 3)] not in (leader_now, data_leader))
+    m = _member(cluster, reset_group, "init")
+    try:
+        cluster.wait_for("the share-partition's state", lambda: _served(m))  # starts at the log end, 4
+    finally:
+        m.close()
+    T = A.AlterShareGroupOffsetsRequestTopic
+    with WireClient(cluster[coordinators[partition_for_group(reset_group, 3)]].bootstrap) as c:
+        done = c.request(A(group_id=reset_group, topics=[T(topic_name=TOPIC, partitions=[
+            T.AlterShareGroupOffsetsRequestPartition(partition_index=0, start_offset=1)])]), 0)
+    assert done.error_code == 0 and [p.error_code for t in done.responses for p in t.partitions] == [0], done
+    m = _member(cluster, reset_group, "d")
+    try:
+        assert _fetch_until(cluster, m, 3) == [(1, 3, 1)]  # from the new start, first deliveries
+    finally:
+        m.close()

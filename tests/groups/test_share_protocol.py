@@ -194,6 +194,33 @@ def test_heartbeat_member_epochs(broker: BrokerProcess) -> None:
         n.close()
 
 
+def test_offsets_are_reset_only_on_an_empty_group_and_what_was_in_flight_is_forgotten(broker: BrokerProcess) -> None:
+    from kelp.broker.kafka.messages import AlterShareGroupOffsetsRequest as A
+
+    _topic(broker, "sh-reset", 6, "g-reset")
+    m = ShareMember(broker.bootstrap, "g-reset", "m", "sh-reset")
+    try:
+        m.find_coordinator()
+        assert m.heartbeat().error_code == 0
+        assert _fetch_until(m, 6)
+        T = A.AlterShareGroupOffsetsRequestTopic
+        req = A(group_id="g-reset", topics=[T(topic_name="sh-reset", partitions=[
+            T.AlterShareGroupOffsetsRequestPartition(partition_index=0, start_offset=4)])])
+        assert m.c.request(req, 0).error_code == ErrorCode.NON_EMPTY_GROUP
+        assert m.heartbeat(epoch=-1).error_code == 0
+        done = m.c.request(req, 0)
+        assert done.error_code == 0 and [p.error_code for t in done.responses for p in t.partitions] == [0]
+        late = m.acknowledge([(0, 0, ACCEPT)])  # leaving the group closed m's share session (and released)
+        assert late.error_code == ErrorCode.SHARE_SESSION_NOT_FOUND
+    finally:
+        m.close()
+    n = ShareMember(broker.bootstrap, "g-reset", "n", "sh-reset")
+    try:
+        assert _fetch_until(n, 2) == [(4, 5, 1)]  # starts at the new offset, a first delivery
+    finally:
+        n.close()
+
+
 def test_nothing_acknowledged_is_delivered_again_after_a_restart(broker: BrokerProcess) -> None:
     _topic(broker, "sh-restart", 5, "g-restart")
     m = ShareMember(broker.bootstrap, "g-restart", "m", "sh-restart")

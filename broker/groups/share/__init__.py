@@ -14,14 +14,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
+from kelp.errors import NotLeaderOrFollowerError
+
 from ...parts import BrokerParts
 from ..coordinator_config import LoopScheduler
 from ..group_coordinator import GroupCoordinator
 from .manager import ShareConfig, SharePartitions
 from .membership import ShareMembership
-from .state_log import ShareStateLog
+from .state_log import ShareStateLog, StateKey
 
-__all__ = ["ShareGroups", "share_groups_of", "listed_share_groups", "SHARE_GROUP_TYPE"]
+__all__ = ["ShareGroups", "share_groups_of", "listed_share_groups", "reset_here", "SHARE_GROUP_TYPE"]
 
 SHARE_GROUP_TYPE = "share"  # ListGroups v5's group type and protocol type of a share group
 
@@ -90,3 +92,14 @@ def share_groups_of(parts: BrokerParts) -> ShareGroups:
 
     coord.stop_hooks.append(stop)
     return groups
+
+
+async def reset_here(parts: BrokerParts, key: StateKey, start: int) -> None:
+    """AlterShareGroupOffsets of one share-partition on its leader (this broker; else NOT_LEADER_OR_FOLLOWER):
+    the start is clamped to the log's [start, high watermark], as Kafka's reset keeps it within the log."""
+    name = parts.topics.name_of(key[1])
+    part = parts.replicas.get_partition(name, key[2]) if name is not None else None
+    if part is None or not part.is_leader:
+        raise NotLeaderOrFollowerError(f"this broker does not lead partition {key[2]} of topic id {key[1]}")
+    start = min(max(start, part.log.log_start_offset), part.high_watermark)
+    await share_groups_of(parts).partitions.reset(key, start)

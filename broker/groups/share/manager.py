@@ -231,6 +231,21 @@ class SharePartitions:
         self._changed()
         return ErrorCode.NONE, None
 
+    async def reset(self, key: StateKey, start: int) -> None:
+        """AlterShareGroupOffsets on this broker, the partition's leader: the share-partition starts over at
+        `start` (its snapshot written first), whatever was in flight forgotten; the next fetch recovers it."""
+        entry = self._entries.get(key)
+        if entry is None:
+            await self.state.write(key, start, [])
+        else:
+            async with entry.writing:
+                await self.state.write(key, start, [])
+        dropped = self._entries.pop(key, None)
+        cancel = getattr(dropped.timer, "cancel", None) if dropped is not None else None
+        if cancel is not None:
+            cancel()
+        log.info("share-partition %s: start offset reset to %d", key, start)
+
     def groups_partitions(self, group: str) -> set[TopicPartition]:
         """The share-partitions of `group` this broker has loaded."""
         return {(tid, p) for g, tid, p in self._entries if g == group}

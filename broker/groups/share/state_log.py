@@ -170,7 +170,8 @@ class ShareStateLog:
             raise StateUnavailable(f"{STATE_TOPIC} partition {p} has no ready leader yet")
         return str(endpoint.http_url)
 
-    async def _remote(self, url: str, op: str, args: dict[str, Any]) -> Any:
+    async def remote(self, url: str, op: str, args: dict[str, Any]) -> Any:
+        """POST `/cluster/v1/share-state/{op}` on the broker at `url`; its JSON answer, or StateUnavailable."""
         try:
             async with self.cluster.control_session().post(
                     f"{url}/cluster/v1/share-state/{op}", json=args,
@@ -190,7 +191,7 @@ class ShareStateLog:
         url = await self._leader(self.partition_of(key))
         if url is None:
             return await self.read_local(key)
-        body = await self._remote(url, "read", key_json(key))
+        body = await self.remote(url, "read", key_json(key))
         snap = body.get("snapshot")
         return None if snap is None else (int(snap["start"]), batches_of(snap["batches"]))
 
@@ -200,7 +201,7 @@ class ShareStateLog:
         url = await self._leader(self.partition_of(key))
         if url is None:
             return await self.write_local(key, start, batches)
-        await self._remote(url, "write", {**key_json(key), "start": start,
+        await self.remote(url, "write", {**key_json(key), "start": start,
                                           "batches": [[b.first, b.last, b.state, b.delivery_count] for b in batches]})
         return None
 
@@ -260,6 +261,17 @@ class ShareStateLog:
                                    timeout_ms=self.write_timeout_ms, internal_allowed=True)
         self._epochs[key] = epoch
         self._cache.setdefault(p, {})[key] = (start, list(batches))
+
+    def broker_url(self, topic: str, partition: int) -> str | None:
+        """None when this broker leads the partition; else its leader's HTTP URL (StateUnavailable: none)."""
+        part = self.replicas.get_partition(topic, partition)
+        if part is not None and part.is_leader:
+            return None
+        found = self.cluster.partition_leader(topic, partition)
+        endpoint = self.cluster.brokers.get(found[0]) if found is not None else None
+        if endpoint is None or found is None or found[0] == self.cluster.broker_id:
+            raise StateUnavailable(f"{topic}-{partition} has no leader now")
+        return str(endpoint.http_url)
 
     def forget_partition(self, p: int) -> None:
         """This broker stopped leading state partition `p`: its cached snapshots may go stale."""

@@ -5,7 +5,9 @@ Why: a share-partition (KIP-932) is served by its topic-partition's leader, but 
 `__share_group_state` partition its key hashes to, usually led by another broker. That leader does the read
 (the newest snapshot) and the write (append with acks=all) on its own log — Kafka's ReadShareGroupState and
 WriteShareGroupState — and answers here: `POST /cluster/v1/share-state/read` and `/write` with the key
-(`group`, `topic_id`, `partition`) and, to write, `start` and `batches` ([first, last, state, count]). Only
+(`group`, `topic_id`, `partition`) and, to write, `start` and `batches` ([first, last, state, count]).
+`/reset` (key and `start`) is AlterShareGroupOffsets forwarded by the group's coordinator to the partition's
+leader, which starts the share-partition over there. Only
 brokers reach `/cluster/v1` (the control plane's trust). Errors are Kafka's (NOT_LEADER_OR_FOLLOWER when this
 broker does not lead that state partition, the caller then answers its client NOT_LEADER_OR_FOLLOWER).
 
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ...groups.share import share_groups_of
+from ...groups.share import reset_here, share_groups_of
 from ...groups.share.state_log import batches_of, key_of
 from ..json_body import read_json
 from ..problems import HttpProblem, json_response
@@ -53,3 +55,19 @@ async def write_state(request: web.Request) -> web.Response:
         raise HttpProblem(400, str(exc)) from None
     await share_groups_of(parts).partitions.state.write_local(key, start, batches)
     return json_response({"written": True})
+
+
+@routes.post("/cluster/v1/share-state/reset")
+async def reset_state(request: web.Request) -> web.Response:
+    """AlterShareGroupOffsets of a share-partition this broker leads (the group's coordinator forwards it)."""
+    parts = serving(request)
+    body = await read_json(request)
+    try:
+        key = key_of(body)
+        start = body.get("start") if isinstance(body, dict) else None
+        if not isinstance(start, int) or isinstance(start, bool):
+            raise ValueError("start (integer) is required")
+    except ValueError as exc:
+        raise HttpProblem(400, str(exc)) from None
+    await reset_here(parts, key, start)
+    return json_response({"reset": True})

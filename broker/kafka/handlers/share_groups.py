@@ -32,8 +32,6 @@ from kelp.records.header import iter_headers
 
 from ..access import AclOperation, ResourceType, access
 from ..messages import (
-    DescribeShareGroupOffsetsRequest,
-    DescribeShareGroupOffsetsResponse,
     ShareAcknowledgeRequest,
     ShareAcknowledgeResponse,
     ShareFetchRequest,
@@ -310,61 +308,3 @@ def _ack_leader(ctx: RequestContext, name: str, partition: int) -> Any:
     L = AR.PartitionData.LeaderIdAndEpoch
     return L(leader_id=part.leader if part else -1, leader_epoch=part.leader_epoch if part else -1)
 
-
-# -- DescribeShareGroupOffsets ------------------------------------------------------------------------------
-@handles(DescribeShareGroupOffsetsRequest, min_version=0, max_version=1)
-async def handle_describe_share_group_offsets(ctx: RequestContext, request: Any) -> DescribeShareGroupOffsetsResponse:
-    """Each share-partition's start offset (and from v1 its lag), as `kafka-share-groups --describe` shows; the
-    group's partitions when no topics are named: those of its members' topics and those with state here."""
-    R: Any = DescribeShareGroupOffsetsResponse
-    G = R.DescribeShareGroupOffsetsResponseGroup
-    T = G.DescribeShareGroupOffsetsResponseTopic
-    P = T.DescribeShareGroupOffsetsResponsePartition
-    acc = access(ctx)
-    out = []
-    for g in request.groups or []:
-        gid = g.group_id
-        code: int = ErrorCode.NONE if acc.allows(AclOperation.DESCRIBE, ResourceType.GROUP, gid) \
-            else ErrorCode.GROUP_AUTHORIZATION_FAILED
-        code = code or ctx.broker.groups.check_group(gid)
-        if code != ErrorCode.NONE:
-            out.append(G(group_id=gid, topics=[], error_code=code, error_message=None))
-            continue
-        sg = share_groups_of(ctx.broker)
-        wanted: dict[str, set[int]] = {}
-        if g.topics is None:
-            group = sg.membership.describe(gid)
-            for m in group.members.values() if group is not None else ():
-                for tid, ps in m.assigned.items():
-                    wanted.setdefault(ctx.broker.topics.name_of(tid) or "", set()).update(ps)
-            for tid, p in sg.partitions.groups_partitions(gid):
-                wanted.setdefault(ctx.broker.topics.name_of(tid) or "", set()).add(p)
-            wanted.pop("", None)
-        else:
-            for t in g.topics:
-                wanted.setdefault(t.topic_name, set()).update(t.partitions)
-        topics = []
-        for name in sorted(wanted):
-            info = ctx.broker.topics.get(name)
-            if info is None or not acc.allows(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
-                error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if info is None else ErrorCode.TOPIC_AUTHORIZATION_FAILED
-                topics.append(T(topic_name=name, topic_id=uuid.UUID(int=0), partitions=[P(
-                    partition_index=p, start_offset=-1, leader_epoch=-1, lag=-1, error_code=error,
-                    error_message=None) for p in sorted(wanted[name])]))
-                continue
-            parts = []
-            for p in sorted(wanted[name]):
-                part = ctx.broker.replicas.get_partition(name, p)
-                try:
-                    found = await sg.partitions.start_and_lag((gid, info.topic_id, p),
-                                                              high_watermark=part.high_watermark if part else 0)
-                except KelpError as exc:
-                    parts.append(P(partition_index=p, start_offset=-1, leader_epoch=-1, lag=-1, error_code=exc.code,
-                                   error_message=str(exc)))
-                    continue
-                start, lag = found if found is not None else (-1, -1)
-                parts.append(P(partition_index=p, start_offset=start, leader_epoch=part.leader_epoch if part else -1,
-                               lag=lag, error_code=ErrorCode.NONE, error_message=None))
-            topics.append(T(topic_name=name, topic_id=uuid.UUID(hex=info.topic_id), partitions=parts))
-        out.append(G(group_id=gid, topics=topics, error_code=ErrorCode.NONE, error_message=None))
-    return DescribeShareGroupOffsetsResponse(throttle_time_ms=0, groups=out)
