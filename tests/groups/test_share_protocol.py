@@ -143,6 +143,22 @@ def test_a_fetch_of_a_full_window_waits_instead_of_spinning(broker: BrokerProces
         b.close()
 
 
+def test_a_null_or_unknown_topic_id_is_answered_unknown_topic_id(broker: BrokerProcess) -> None:
+    import uuid
+
+    assert create_topic_wire(broker.bootstrap, "sh-ids") == 0
+    m = ShareMember(broker.bootstrap, "g-ids", "m", "sh-ids")
+    try:
+        for tid in (None, uuid.uuid4()):
+            m.tid, m.session_epoch = tid, 0  # type: ignore[assignment]  (a new session for each)
+            resp = m.fetch(max_wait_ms=0, acks=[(0, 0, ACCEPT)])
+            assert resp.error_code == 0
+            assert [(p.error_code, p.acknowledge_error_code) for t in resp.responses for p in t.partitions] == [
+                (ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.UNKNOWN_TOPIC_ID)]
+    finally:
+        m.close()
+
+
 def test_session_epochs_out_of_step(broker: BrokerProcess) -> None:
     assert create_topic_wire(broker.bootstrap, "sh-session") == 0
     m = ShareMember(broker.bootstrap, "g-session", "m", "sh-session")

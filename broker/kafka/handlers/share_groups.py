@@ -169,6 +169,11 @@ async def _acknowledge(ctx: RequestContext, sg: ShareGroups, group: str, member:
     return out
 
 
+def _uuid(topic_id: str) -> uuid.UUID:
+    """The wire form of a topic id; the zero id for one the request left null (answered UNKNOWN_TOPIC_ID)."""
+    return uuid.UUID(hex=topic_id) if topic_id else uuid.UUID(int=0)
+
+
 def _leader(ctx: RequestContext, name: str | None, partition: int) -> Any:
     part = ctx.broker.replicas.get_partition(name, partition) if name is not None else None
     L = FR.PartitionData.LeaderIdAndEpoch
@@ -266,7 +271,7 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> ShareFetchRes
                                                 delivery_count=a.delivery_count) for a in got]))
     return ShareFetchResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
                               acquisition_lock_timeout_ms=lock_ms, node_endpoints=[],
-                              responses=[FR(topic_id=uuid.UUID(hex=t), partitions=ps) for t, ps in by_topic.items()])
+                              responses=[FR(topic_id=_uuid(t), partitions=ps) for t, ps in by_topic.items()])
 
 
 # -- ShareAcknowledge ---------------------------------------------------------------------------------------
@@ -298,7 +303,7 @@ async def handle_share_acknowledge(ctx: RequestContext, request: Any) -> ShareAc
             partition_index=pi, error_code=code, error_message=message,
             current_leader=P.LeaderIdAndEpoch(leader_id=-1, leader_epoch=-1) if (name := ctx.broker.topics.name_of(
                 tid)) is None else _ack_leader(ctx, name, pi)))
-    responses = [AR(topic_id=uuid.UUID(hex=t), partitions=ps) for t, ps in by_topic.items()]
+    responses = [AR(topic_id=_uuid(t), partitions=ps) for t, ps in by_topic.items()]
     return ShareAcknowledgeResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
                                     node_endpoints=[], responses=responses)
 
