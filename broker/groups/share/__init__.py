@@ -41,8 +41,9 @@ def listed_share_groups(coord: GroupCoordinator, *, states: Iterable[str] | None
     if not isinstance(found, ShareGroups):
         return []
     wanted = {s.lower() for s in states} if states else None
+    owned = coord.ownership.owned()  # a group whose partition moved away is the new coordinator's to list
     return [(gid, SHARE_GROUP_TYPE, g.state) for gid, g in sorted(found.membership.groups.items())
-            if wanted is None or g.state.lower() in wanted]
+            if coord.partition_for(gid) in owned and (wanted is None or g.state.lower() in wanted)]
 
 
 def share_groups_of(parts: BrokerParts) -> ShareGroups:
