@@ -228,6 +228,10 @@ class Broker:
             allocator.trim()  # start-up's freed C heap back to the kernel (allocator.py)
         for ks in self.kafka_servers:
             await ks.serve(parts)
+        if len(cluster.brokers) > 1 and self.http_listener is not None:
+            # Other brokers call this one over HTTP from now on: its app loads now, not inside their first call's
+            # timeout (a metadata delivery's is 1-5 s).
+            self.http_listener.prepare()
         self._retention_task = asyncio.create_task(self._maintenance_loop(parts))
         self.started_at = monotonic()
         log.info(

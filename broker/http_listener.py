@@ -7,7 +7,8 @@ and listening from `start` on, as before (the advertised HTTP port is known at o
 never refused); the first connection accepted makes `build` run (the modules imported in a worker thread,
 so the event loop keeps serving while they load; the application built on the loop), waits with its
 reading paused, and is then handed to aiohttp's protocol with whatever it had sent. Every later connection
-goes to aiohttp directly. In Kubernetes the first readiness probe loads it within a second of the start.
+goes to aiohttp directly. In Kubernetes the first readiness probe loads it within a second of the start; a
+broker that joins a cluster of several builds it at once (`prepare`), since the others call it over HTTP.
 
 A `build` that fails (a module that does not import) is logged with its traceback, the waiting connections
 are closed and `on_failure` is called (the broker stops, as it did when such a module failed its start).
@@ -99,14 +100,26 @@ class HttpListener:
         return self.port
 
     def waiting(self, connection: _Waiting) -> None:
+        # Accepted (its protocol made) before the build ended, made known (`connection_made` runs a loop step later)
+        # after it: handed over now, or closed if the build failed.
+        if self.runner is not None and self.runner.server is not None:
+            connection.hand_over(self.runner.server)
+            return
+        building = self._build_started()
+        if building.done():
+            connection.close()
+            return
         self._waiting.append(connection)
-        self._build_started()
 
     def _build_started(self) -> asyncio.Task[web.AppRunner]:
         if self._building is None:
             self._building = asyncio.create_task(self._build_once(), name="http-listener-build")
             self._building.add_done_callback(_retrieve)  # a failure is logged by _build_once
         return self._building
+
+    def prepare(self) -> None:
+        """Build the app now, in the background, before any connection asks for it."""
+        self._build_started()
 
     async def application(self) -> web.Application:
         """The application, built now if no connection has come yet."""

@@ -4,7 +4,9 @@ What must hold (`kelp.broker.http_listener`): no connection is refused or lost w
 yet. The adversary's interleavings: requests that arrive while the build is still running, from several
 connections at once, some whole, some in two parts around the build's end, one client that gives up and
 closes before the build ends; the build runs once whatever the number of such connections; a build that fails
-closes them and stops the broker; a stop before any connection leaves no port open.
+closes them and stops the broker; a stop before any connection leaves no port open; a connection accepted
+while a prepared build ends (asyncio makes its protocol at the accept and calls `connection_made` a loop step
+later) is served: it was left parked forever before `waiting` handed such a connection over at once.
 """
 
 from __future__ import annotations
@@ -133,3 +135,17 @@ async def test_a_broker_builds_its_http_app_at_the_first_request(tmp_path: Path)
         writer.close()
         assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
         assert listener.runner is not None
+
+
+async def test_prepare_builds_before_any_connection_and_only_once() -> None:
+    build = _Build()
+    listener = HttpListener(build, on_failure=lambda: None)
+    port = await listener.start("127.0.0.1", 0, None)
+    try:
+        listener.prepare()
+        client = asyncio.create_task(_exchange(port))  # arrives while the prepared build still runs
+        build.go.set()
+        assert (await asyncio.wait_for(client, 10)).endswith(b"pong")
+        assert build.calls == 1 and listener.runner is not None
+    finally:
+        await listener.cleanup()
