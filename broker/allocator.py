@@ -24,7 +24,6 @@ Only a broker that owns its process calls it (`Broker.run`); a `MALLOC_MMAP_THRE
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import os
 
@@ -39,10 +38,11 @@ _M_MMAP_THRESHOLD = -3
 
 
 def _libc() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("c")
+    """The C library's symbols as the process sees them (`dlopen(NULL)`): no `ctypes.util.find_library`, which
+    runs `ldconfig` in a subprocess and imports tempfile and shutil with their compressors (issue 38)."""
     try:
-        return ctypes.CDLL(name)
-    except (OSError, TypeError):
+        return ctypes.CDLL(None)
+    except OSError:
         return None
 
 
