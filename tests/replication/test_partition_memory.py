@@ -9,8 +9,10 @@ Measured (CPython 3.11, this commit): 23.0 objects and 4.05 KB per partition (4.
 Before issue 38's changes: 39.1 objects and 6.46 KB (three empty waiter collections and a `__dict__` per
 `Partition`, a `LogConfig` per log, six `pathlib.Path`s with their parts lists); after its first round
 27.1 objects and 4.67 KB (the four empty index arrays of each active segment, made by their first entry
-since). The budgets are 25 objects (9% over the measurement) and 4,450 B (10% over); each fails on the code
-before (27.1 objects and 4.6 KB on the first round's). A new per-partition object (a lock, a collection
+since). The budgets are 25 objects (9% over the measurement) and 4,750 B: alone the test traces 4.05 KB, but in an
+xdist worker that ran other tests first it traced 4,476-4,518 B (what is interned and cached already
+differs), so the byte budget is the looser check; the object count is the one that fails on the code before
+(27.1 objects on the first round's). A new per-partition object (a lock, a collection
 that is empty most of the time, a copy of a topic-wide one) has to fit in them or change them with a new
 measurement.
 """
@@ -32,7 +34,7 @@ from kelp.config.broker import BrokerConfig
 from kelp.config.log_config import LogConfig
 
 OBJECTS_PER_PARTITION = 25
-BYTES_PER_PARTITION = 4_450
+BYTES_PER_PARTITION = 4_750
 SMALL, LARGE = 20, 520  # partitions of the two topics: the second's growth over the first's is measured
 
 
