@@ -2,10 +2,14 @@
 
 Why: the receive path is the produce hot path and the place where a client
 could make the broker hold memory; keeping it apart from the server's
-dispatch (`server.py`), from the writing of answers in request order
-(`response_writer.py`, mixed in) and from the bounds that mute or close it
-(frame size, quota throttle, idleness, eviction, the authentication deadline:
-`connection_bounds.py`, mixed in) keeps each readable.
+dispatch (`server.py`), from the writing of answers in request order and
+the in-flight bound (`response_writer.ResponseWriter`) and from what mutes
+or closes it (the reasons reading is paused, a quota's throttle, frame size,
+idleness, eviction, the authentication deadline:
+`connection_bounds.ConnectionBounds`) keeps each readable. The connection
+composes one of each; each sees the connection only through the Protocol
+its module declares (`WriterHost`, `BoundedConnection`), so none reaches
+into another's state.
 
 Receive path (the produce hot path): an `asyncio.BufferedProtocol` reads
 into a staging buffer until a frame's size is known; a frame bigger than
@@ -56,13 +60,12 @@ import logging
 import socket
 import ssl
 import time
-from collections import deque
 from typing import Callable, Protocol, cast
 
-from .connection_bounds import BoundsHost, ConnectionBounds
+from .connection_bounds import PAUSE_POOL, BoundsHost, ConnectionBounds
 from .framing import SIZE
 from .limits import MemoryPool
-from .response_writer import MAX_IN_FLIGHT, PAUSE_IN_FLIGHT, PAUSE_POOL, Answer, ResponseWriter
+from .response_writer import Answer, ResponseWriter
 from .session import Session
 
 log = logging.getLogger("kelp.broker.kafka")
@@ -124,14 +127,14 @@ class ConnectionHost(BoundsHost, Protocol):
                  release: Callable[[], None] | None = None,
                  consumer_fetching: Callable[[], None] | None = None,
                  throttle: Callable[[int], None] | None = None) -> asyncio.Future[Answer] | None:
-        """Start handling one request frame; the future's result is what to send (see `_write_loop`).
+        """Start handling one request frame; the future's result is what to send (`response_writer.Answer`).
         None: close the connection. `release` hands the frame's bytes back to the pool; `consumer_fetching`
         is called by a consumer's fetch (it sizes the connection's send buffer); `throttle(ms)` by a request
         over its client quota (the connection reads nothing for that long)."""
         ...
 
 
-class _Connection(ResponseWriter, ConnectionBounds, asyncio.BufferedProtocol):
+class _Connection(asyncio.BufferedProtocol):
     """One client connection: frames read into buffers that grow as bytes arrive, answered in order.
 
     Receive: `get_buffer` hands the transport either the server's staging
@@ -147,13 +150,12 @@ class _Connection(ResponseWriter, ConnectionBounds, asyncio.BufferedProtocol):
     Each frame is dispatched as a writable memoryview the request owns (the
     produce path rewrites offsets in place); its bytes stay charged to the
     pool until the request is answered.
-    Pipelining: every request runs in its own task; the writer task sends
-    the responses in arrival order. Reading pauses at MAX_IN_FLIGHT requests,
-    while the socket's send buffer is over WRITE_HIGH_WATER and while the
-    connection waits for the memory pool.
+    Composed of two parts, each seeing the connection through a Protocol of its module: `writer`
+    (`ResponseWriter`: every request runs in its own task, the writer sends the answers in arrival order)
+    and `bounds` (`ConnectionBounds`: what mutes or closes it). Reading pauses at MAX_IN_FLIGHT requests,
+    while the socket's send buffer is over WRITE_HIGH_WATER and while the connection waits for the memory
+    pool or a quota's throttle time.
     """
-
-    server: ConnectionHost  # the listener that accepted it (the bounds see it as a `BoundsHost`)
 
     def __init__(self, server: ConnectionHost) -> None:
         self.server = server
@@ -167,21 +169,14 @@ class _Connection(ResponseWriter, ConnectionBounds, asyncio.BufferedProtocol):
         self._frame_cap = 0  # bytes granted by the pool (its buffer grows to this at the next read)
         self._overdraft = False  # the pool let this frame grow beyond its limit
         self._frame_over = 0  # bytes of the frame charged beyond the pool (the overdraft)
-        # Requests in arrival order, each its answer to come; None: close once the ones before it are answered.
-        self._pending: deque[asyncio.Future[Answer] | None] = deque()
-        # Bare futures, made only while the writer waits (an idle connection holds none):
-        # `_wake` for a new item in `_pending`, `_drained` for the transport to drain.
-        self._wake: asyncio.Future[None] | None = None
-        self._drained: asyncio.Future[None] | None = None
-        self._writer: asyncio.Task[None] | None = None
-        self._closed = False  # no more requests will be read
-        self._lost = False
+        self.bounds = bounds = ConnectionBounds(self, server)  # what mutes or closes it
+        self.writer = ResponseWriter(self, bounds)  # its answers, in request order
+        self._throttle = bounds.throttle  # handed to every request (bound once)
+        self.closed = False  # no more requests will be read
+        self.lost = False  # the transport is gone
         self._admitted = False
-        self._pause_bits = 0  # _PAUSE_* reasons reading is paused for
-        self._write_paused = False
         self._in_flight = 0  # requests dispatched and not finished
-        self._writing = False
-        self._last_active = time.monotonic()  # last bytes read, request finished or response sent
+        self.last_active = time.monotonic()  # last bytes read, request finished or response sent
         self.session: Session | None = None  # given once the connection is open (after a TLS handshake)
         self._tls = False
         self._send_buffer_set = False  # socket.send.buffer.bytes applied (at the first consumer fetch)
@@ -190,8 +185,7 @@ class _Connection(ResponseWriter, ConnectionBounds, asyncio.BufferedProtocol):
         # frame keeps the pool it was charged to until it is answered.
         self.pool = server.pool_for(None)
         self._pool_check = False  # the session's state changed: move to its pool once no large frame is in progress
-        self._opened_at = time.monotonic()
-        self._unmute: asyncio.TimerHandle | None = None  # the end of a client quota's throttle time
+        self.opened_at = time.monotonic()
 
     # -- transport callbacks ----------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -201,7 +195,7 @@ class _Connection(ResponseWriter, ConnectionBounds, asyncio.BufferedProtocol):
         self.peer = f"{peername[0]}:{peername[1]}" if peername else "?"
         self._ip = peername[0] if peername else "?"
         if not self.server.admit(self, self._ip):
-            self._closed = self._lost = True
+            self.closed = self.lost = True
             transport.close()
             return
         self._admitted = True
@@ -219,12 +213,12 @@ class _Connection(ResponseWriter, ConnectionBounds, asyncio.BufferedProtocol):
                 raw, self, context, server_side=True, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S)
         except (OSError, ssl.SSLError, ConnectionError, TimeoutError) as exc:
             self.server.tls_failed(self.peer, exc)
-            self._closed = True
+            self.closed = True
             return
         finally:
             self._handshake = None
-        if stream is None or self._lost or self._closed:
-            self._closed = True
+        if stream is None or self.lost or self.closed:
+            self.closed = True
             if stream is not None:
                 stream.close()
             return
@@ -237,17 +231,23 @@ class _Connection(ResponseWriter, ConnectionBounds, asyncio.BufferedProtocol):
         self.transport = stream
         session = self.server.open_session(self.peer, certificate)
         if session is None:
-            self._closed = True
+            self.closed = True
             stream.close()
             return
         self.session = session
-        self._last_active = self._opened_at = time.monotonic()
+        self.last_active = self.opened_at = time.monotonic()
         self._switch_pool()
         stream.set_write_buffer_limits(high=WRITE_HIGH_WATER)
-        self._writer = asyncio.get_running_loop().create_task(self._write_loop())
-        if self._tail and self._frame is None and not self._closed:
+        self.writer.start(stream, tls=self._tls)
+        if self._tail and self._frame is None and not self.closed:
             self.get_buffer(0)  # what arrived before the session: back into staging, and parsed now
             self.buffer_updated(0)
+
+    def pause_writing(self) -> None:
+        self.writer.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.writer.resume_writing()
 
     def get_buffer(self, sizehint: int) -> memoryview:
         frame = self._frame
@@ -282,7 +282,7 @@ class _Connection(ResponseWriter, ConnectionBounds, asyncio.BufferedProtocol):
         return view
 
     def buffer_updated(self, nbytes: int) -> None:
-        self._last_active = time.monotonic()
+        self.last_active = time.monotonic()
         if self._frame is not None:
             self._frame_got += nbytes
             if self._frame_got == self._frame_size:
@@ -315,7 +315,7 @@ class _Connection(ResponseWriter, ConnectionBounds, asyncio.BufferedProtocol):
         """Dispatch the whole frames in staging[:end]; keep an incomplete one in `_tail`."""
         staging = self.server.staging
         start = 0
-        while not self._closed:
+        while not self.closed:
             available = end - start
             if available < 4:
                 break
@@ -326,7 +326,8 @@ class _Connection(ResponseWriter, ConnectionBounds, asyncio.BufferedProtocol):
                 # the session (at most one read); kept, and parsed once the session is open (`_open`).
                 break
             if size < session.min_frame_bytes or size > session.max_frame_bytes:
-                self._refuse_size(size, session)
+                self.bounds.refuse_size(size, session)
+                self._close_after_responses()
                 return
             begin = start + 4
             if available - 4 >= size:
@@ -346,7 +347,7 @@ class _Connection(ResponseWriter, ConnectionBounds, asyncio.BufferedProtocol):
                 if not self._try_grow():
                     self._wait_for_pool(grow=True)
             break
-        if start < end and not self._closed:
+        if start < end and not self.closed:
             self._tail = bytes(self.server.staging_view[start:end])
 
     # -- the memory pool ----------------------------------------------------
@@ -365,47 +366,35 @@ class _Connection(ResponseWriter, ConnectionBounds, asyncio.BufferedProtocol):
         return grant > 0
 
     def _wait_for_pool(self, *, grow: bool) -> None:
-        if self._pause_bits & PAUSE_POOL or self._closed:
+        if self.bounds.paused & PAUSE_POOL or self.closed:
             return
-        self._pause(PAUSE_POOL)
+        self.bounds.pause(PAUSE_POOL)
         if grow:
             self.pool.wait_to_grow(self)
         else:
             self.pool.wait_to_read(self)
 
-    def _pool_grow(self) -> bool:
+    # `limits.PoolWaiter`: the pool calls these back.
+    def pool_grow(self) -> bool:
         """The pool released bytes: True when this connection got its growth (or left) and reads again."""
-        if self._closed or self._frame is None:
+        if self.closed or self._frame is None:
             return True
         if not self._try_grow():
             return False
-        self._resume(PAUSE_POOL)
+        self.bounds.resume(PAUSE_POOL)
         return True
 
-    def _pool_overdraft(self) -> None:
+    def pool_overdraft(self) -> None:
         """The pool lets this frame grow beyond its limit until it is answered."""
-        if self._frame is None or self._closed:
+        if self._frame is None or self.closed:
             self.pool.end_overdraft(self, 0)
             return
         self._overdraft = True
         self._try_grow()
-        self._resume(PAUSE_POOL)
+        self.bounds.resume(PAUSE_POOL)
 
-    def _pool_resume(self) -> None:
-        self._resume(PAUSE_POOL)
-
-    def _pause(self, why: int) -> None:
-        if not self._pause_bits and self.transport is not None and not self._lost:
-            self.transport.pause_reading()
-        self._pause_bits |= why
-
-    def _resume(self, why: int) -> None:
-        if not self._pause_bits & why:
-            return
-        self._pause_bits &= ~why
-        if not self._pause_bits and not self._closed and self.transport is not None:
-            self._last_active = time.monotonic()  # waiting on the broker is not idleness
-            self.transport.resume_reading()
+    def pool_resume(self) -> None:
+        self.bounds.resume(PAUSE_POOL)
 
     def _switch_pool(self) -> None:
         """Move to the pool of the session's state (`ConnectionHost.pool_for`), taking the bytes of an incomplete
@@ -414,7 +403,7 @@ class _Connection(ResponseWriter, ConnectionBounds, asyncio.BufferedProtocol):
         old, new = self.pool, self.server.pool_for(self.session)
         if new is old:
             return
-        waiting = bool(self._pause_bits & PAUSE_POOL)
+        waiting = bool(self.bounds.paused & PAUSE_POOL)
         if waiting:
             old.forget(self)
         self.pool = new
@@ -423,7 +412,7 @@ class _Connection(ResponseWriter, ConnectionBounds, asyncio.BufferedProtocol):
             old.release(held)
             new.charge(held)
         if waiting:
-            self._resume(PAUSE_POOL)
+            self.bounds.resume(PAUSE_POOL)
         if new.exhausted and self._frame is None:
             self._wait_for_pool(grow=False)
 
@@ -453,17 +442,11 @@ class _Connection(ResponseWriter, ConnectionBounds, asyncio.BufferedProtocol):
             return
         self._admitted = False
         self.server.leave(self, self._ip)
-        self._lost = True
-        self._closed = True
+        self.lost = True
+        self.closed = True
         self._release_receive_buffers()
-        self.resume_writing()
-        if self._unmute is not None:
-            self._unmute.cancel()
-        for item in self._pending:
-            if item is not None and not item.done():
-                item.cancel()
-        self._pending.append(None)
-        self._notify()
+        self.writer.lose()
+        self.bounds.stop()
 
     # -- requests -------------------------------------------------------
     def _handle_frame(self, frame: bytearray, *, over: int | None = None) -> bool:
@@ -504,13 +487,10 @@ class _Connection(ResponseWriter, ConnectionBounds, asyncio.BufferedProtocol):
             release()
 
         item.add_done_callback(answered)
-        self._pending.append(item)
-        self._notify()
+        self.writer.push(item)
         if session.closing:  # a failed authentication: its answer is the last
             self._close_after_responses()
             return False
-        if len(self._pending) >= MAX_IN_FLIGHT:
-            self._pause(PAUSE_IN_FLIGHT)
         return True
 
     def _consumer_fetching(self) -> None:
@@ -525,7 +505,7 @@ class _Connection(ResponseWriter, ConnectionBounds, asyncio.BufferedProtocol):
         self._send_buffer_set = True
         size = self.server.send_buffer_bytes
         transport = self.transport
-        if size == -1 or transport is None or self._lost:
+        if size == -1 or transport is None or self.lost:
             return
         sock = transport.get_extra_info("socket")
         if sock is not None:
@@ -536,7 +516,7 @@ class _Connection(ResponseWriter, ConnectionBounds, asyncio.BufferedProtocol):
 
     def _answered(self) -> None:
         self._in_flight -= 1
-        self._last_active = time.monotonic()
+        self.last_active = time.monotonic()
 
     def _finished(self, pool: MemoryPool, size: int, over: int | None) -> None:
         """A frame's bytes go back to the pool it was charged to (once per frame: see `release` above)."""
@@ -547,27 +527,48 @@ class _Connection(ResponseWriter, ConnectionBounds, asyncio.BufferedProtocol):
 
     def _close_after_responses(self) -> None:
         """Stop reading; the writer answers what is in flight, then closes."""
-        if self._closed:
+        if self.closed:
             return
-        self._closed = True
-        if self.transport is not None and not self._lost:
+        self.closed = True
+        if self.transport is not None and not self.lost:
             try:
                 self.transport.pause_reading()
             except Exception:
                 pass
-        self._pending.append(None)
-        self._notify()
+        self.writer.end()
 
     def abort(self) -> asyncio.Task[None] | None:
         """Server stop: drop what is in flight and close now."""
-        self._closed = True
+        self.closed = True
         if self._handshake is not None:
             self._handshake.cancel()
-        for item in self._pending:
-            if item is not None and not item.done():
-                item.cancel()
-        if self._writer is not None:
-            self._writer.cancel()
+        writer = self.writer.abort()
         if self.transport is not None:
             self.transport.abort()
-        return self._writer
+        return writer
+
+    # -- what the writer and the bounds see (`WriterHost`, `BoundedConnection`) ----------------------------------
+    def writer_stopped(self) -> None:
+        self.closed = True
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._in_flight) or self.writer.busy
+
+    @property
+    def handshaking(self) -> bool:
+        return self._handshake is not None
+
+    def partial_request(self) -> tuple[int | None, int] | None:
+        if self._frame is not None:
+            return self._frame_size, self._frame_got
+        tail = self._tail
+        if len(tail) >= 4:
+            return SIZE.unpack_from(tail)[0], len(tail) - 4
+        return (None, len(tail)) if tail else None
+
+    def drop(self) -> None:
+        self._close_after_responses()
+        self._release_receive_buffers()
+        if self.writer.task is None and self.transport is not None and not self.lost:
+            self.transport.close()  # not open yet (a TLS handshake): no writer to close it

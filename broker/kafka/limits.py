@@ -29,7 +29,8 @@ bytes wake the waiters in order. Two rules keep it live:
   connection then stops reading).
 
 This module must never do I/O; a connection is what `PoolWaiter` says it is
-(`connection._Connection`).
+(`connection._Connection`), and to the connection quota what `Admitted` says
+(its bounds, `connection_bounds.ConnectionBounds`).
 """
 
 from __future__ import annotations
@@ -51,15 +52,15 @@ SMALL_REQUEST_SHARE = 8  # 1/8
 class PoolWaiter(Protocol):
     """A connection waiting in the pool's line (`connection._Connection`); the pool calls it back."""
 
-    def _pool_grow(self) -> bool:
+    def pool_grow(self) -> bool:
         """Bytes were released: take the next growth of the large frame; True once served (or gone)."""
         ...
 
-    def _pool_overdraft(self) -> None:
+    def pool_overdraft(self) -> None:
         """This connection's frame may now grow beyond the pool, until it is answered."""
         ...
 
-    def _pool_resume(self) -> None:
+    def pool_resume(self) -> None:
         """The pool is below its limit again: read on."""
         ...
 
@@ -138,18 +139,18 @@ class MemoryPool:
 
     def _wake(self) -> None:
         grow = self._grow_waiters
-        while grow and grow[0]._pool_grow():
+        while grow and grow[0].pool_grow():
             grow.popleft()
         self._grant_overdraft()
         read = self._read_waiters
         while read and not self.exhausted:
-            read.popleft()._pool_resume()
+            read.popleft().pool_resume()
 
     def _grant_overdraft(self) -> None:
         if self.overdraft is None and self._grow_waiters:
             conn = self._grow_waiters.popleft()
             self.overdraft = conn
-            conn._pool_overdraft()
+            conn.pool_overdraft()
 
 
 class RateLimitedLog:
@@ -175,9 +176,12 @@ class RateLimitedLog:
 
 
 class Admitted(Protocol):
-    """An open connection as the connection quota sees it (`connection._Connection`)."""
+    """An open connection as the connection quota sees it: its bounds (`connection_bounds.ConnectionBounds`)."""
 
-    _last_active: float  # monotonic seconds of its last read, answer or write
+    @property
+    def last_active(self) -> float:
+        """Monotonic seconds of its last read, answer or write."""
+        ...
 
     def eviction_rank(self) -> int | None:
         """0: not authenticated yet, 1: an idle client's; None: never evicted (a broker's, or busy)."""
@@ -301,7 +305,7 @@ class ConnectionQuota:
             rank = conn.eviction_rank()
             if rank is None:
                 continue
-            key = (rank, conn._last_active)
+            key = (rank, conn.last_active)
             if best is None or key < best:
                 victim, best = conn, key
         if victim is None:

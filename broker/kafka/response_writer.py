@@ -1,11 +1,14 @@
-"""A connection's answers, written in request order: the writer task and the transport's flow control.
+"""A connection's answers, written in request order: the queue of requests in flight, its bound, the writer
+task and the transport's flow control.
 
-Why a module of its own: the receive path (`connection.py`) reads frames and dispatches requests, each
+Why an object of its own: the receive path (`connection.py`) reads frames and dispatches requests, each
 handled in its own task; this side waits for each answer in arrival order and writes it — byte buffers in
 runs, file ranges with sendfile (under TLS: read in 1 MiB chunks and written through the TLS transport) —
 pausing while the transport's buffer is above its high-water mark, and closes the connection after an
-answer that says so (a failed authentication's, a handler's `False`). It is mixed into the connection;
-the state both sides share is declared here.
+answer that says so (a failed authentication's, a handler's `False`). It also holds the in-flight bound:
+reading pauses once MAX_IN_FLIGHT requests wait for their answers and resumes below half of it. The
+connection composes one `ResponseWriter` and sees it only through its methods; the writer sees the
+connection as a `WriterHost` and the reading it pauses as a `ReadGate` (`connection_bounds.ConnectionBounds`).
 
 This module must never read from the socket or decode anything.
 """
@@ -17,20 +20,16 @@ import logging
 import os
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Literal, Sequence
+from typing import Literal, Protocol, Sequence
 
+from .connection_bounds import PAUSE_IN_FLIGHT
 from .framing import Buffer, FileRange
 
-__all__ = ["Answer", "MAX_IN_FLIGHT", "PAUSE_IN_FLIGHT", "PAUSE_POOL", "PAUSE_THROTTLE", "ResponseWriter",
-           "close_buffers"]
+__all__ = ["Answer", "MAX_IN_FLIGHT", "ReadGate", "ResponseWriter", "WriterHost", "close_buffers"]
 
 log = logging.getLogger("kelp.broker.kafka")
 
 MAX_IN_FLIGHT = 64
-# The reasons a connection's reading is paused for (bits of its `_pause_bits`; it reads again once none is left):
-PAUSE_IN_FLIGHT = 1  # MAX_IN_FLIGHT requests unanswered (this writer resumes it)
-PAUSE_POOL = 2  # waiting for the memory pool (connection.py's receive path)
-PAUSE_THROTTLE = 4  # over a client quota: muted for its throttle time (Kafka's KIP-219, connection_bounds.py)
 # Under TLS a file range is read and encrypted in chunks of this size. asyncio's sendfile fallback reads
 # 16 KiB per round trip through the default executor (a thread hop and an event-loop wake-up each): a
 # consumer over TLS got a quarter of what the same fetches carry in plaintext.
@@ -41,46 +40,109 @@ TLS_READ_CHUNK = 1 << 20
 Answer = list[Buffer] | Literal[False] | None
 
 
+class WriterHost(Protocol):
+    """The connection, as its writer sees it (`connection._Connection` is one)."""
+
+    peer: str  # for the log
+    last_active: float  # monotonic seconds of its last read, answer or write: the writer sets it after each answer
+
+    def writer_stopped(self) -> None:
+        """The writer has stopped (a closing answer, a failure, the transport lost or aborted): read no more."""
+        ...
+
+
+class ReadGate(Protocol):
+    """The connection's reading, paused while any reason (a bit) holds it (`ConnectionBounds` is one)."""
+
+    paused: int  # the reasons reading is paused for
+
+    def pause(self, why: int) -> None: ...
+
+    def resume(self, why: int) -> None: ...
+
+
 class ResponseWriter:
-    """The writing half of a Kafka connection (`connection._Connection`)."""
+    """The requests of one connection in arrival order, and the task that writes their answers in that order."""
 
-    peer: str
-    transport: asyncio.Transport | None
-    # Requests in arrival order, each its answer to come; None: close once the ones before it are answered.
-    _pending: deque[asyncio.Future[Answer] | None]
-    # Bare futures, made only while the writer waits: `_wake` for a new item, `_drained` for the transport.
-    _wake: asyncio.Future[None] | None
-    _drained: asyncio.Future[None] | None
-    _closed: bool
-    _lost: bool
-    _tls: bool
-    _pause_bits: int
-    _write_paused: bool
-    _writing: bool
-    _last_active: float
+    def __init__(self, host: WriterHost, gate: ReadGate) -> None:
+        self._host = host
+        self._gate = gate
+        # Requests in arrival order, each its answer to come; None: close once the ones before it are answered.
+        self.pending: deque[asyncio.Future[Answer] | None] = deque()
+        # Bare futures, made only while the writer waits (an idle connection holds none):
+        # `_wake` for a new item in `pending`, `_drained` for the transport to drain.
+        self._wake: asyncio.Future[None] | None = None
+        self._drained: asyncio.Future[None] | None = None
+        self.task: asyncio.Task[None] | None = None  # the writer, from `start` on
+        self.writing = False  # an answer is being written
+        self._paused = False  # the transport is above its high-water mark
+        self._lost = False  # the transport is gone
+        self._tls = False
 
-    if TYPE_CHECKING:
-        def _resume(self, why: int) -> None: ...
+    @property
+    def busy(self) -> bool:
+        """Requests waiting for their answers, or an answer being written."""
+        return bool(self.pending) or self.writing
 
+    def start(self, transport: asyncio.Transport, *, tls: bool) -> None:
+        """Write the answers to `transport` (the connection is open) from now on."""
+        self._tls = tls
+        self.task = asyncio.get_running_loop().create_task(self._write_loop(transport))
+
+    def push(self, item: asyncio.Future[Answer]) -> None:
+        """A request dispatched: its answer goes out after those before it. At MAX_IN_FLIGHT unanswered, reading
+        pauses (the writer resumes it below half of that)."""
+        pending = self.pending
+        pending.append(item)
+        fut, self._wake = self._wake, None
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+        if len(pending) >= MAX_IN_FLIGHT:
+            self._gate.pause(PAUSE_IN_FLIGHT)
+
+    def end(self) -> None:
+        """No request follows: close the connection once the ones before are answered."""
+        self.pending.append(None)
+        self._notify()
+
+    # -- the transport's flow control (the connection forwards its protocol callbacks) ---------------------
     def pause_writing(self) -> None:
-        self._write_paused = True
+        self._paused = True
 
     def resume_writing(self) -> None:
-        self._write_paused = False
+        self._paused = False
         fut, self._drained = self._drained, None
         if fut is not None and not fut.done():
             fut.set_result(None)
 
+    def lose(self) -> None:
+        """The transport is gone: nothing more is written; what is in flight is dropped and the writer ends."""
+        self._lost = True
+        self.resume_writing()
+        self._cancel_pending()
+        self.end()
+
+    def abort(self) -> asyncio.Task[None] | None:
+        """Server stop: drop what is in flight and stop now; the writer task, to wait for."""
+        self._cancel_pending()
+        if self.task is not None:
+            self.task.cancel()
+        return self.task
+
+    def _cancel_pending(self) -> None:
+        for item in self.pending:
+            if item is not None and not item.done():
+                item.cancel()
+
     def _notify(self) -> None:
-        """Wake the writer if it waits for an item in `_pending`."""
+        """Wake the writer if it waits for an item in `pending`."""
         fut, self._wake = self._wake, None
         if fut is not None and not fut.done():
             fut.set_result(None)
 
-    async def _write_loop(self) -> None:
-        pending = self._pending
-        transport = self.transport
-        assert transport is not None
+    async def _write_loop(self, transport: asyncio.Transport) -> None:
+        pending = self.pending
+        host, gate = self._host, self._gate
         loop = asyncio.get_running_loop()
         try:
             while True:
@@ -88,8 +150,8 @@ class ResponseWriter:
                     self._wake = loop.create_future()
                     await self._wake
                 item = pending.popleft()
-                if self._pause_bits & PAUSE_IN_FLIGHT and len(pending) < MAX_IN_FLIGHT // 2:
-                    self._resume(PAUSE_IN_FLIGHT)
+                if gate.paused & PAUSE_IN_FLIGHT and len(pending) < MAX_IN_FLIGHT // 2:
+                    gate.resume(PAUSE_IN_FLIGHT)
                 if item is None:
                     return
                 try:
@@ -99,7 +161,7 @@ class ResponseWriter:
                         return
                     raise
                 except Exception:
-                    log.exception("request from %s failed; closing the connection", self.peer)
+                    log.exception("request from %s failed; closing the connection", host.peer)
                     return
                 if out is None:
                     continue
@@ -108,18 +170,18 @@ class ResponseWriter:
                 if self._lost:
                     close_buffers(out)
                     return
-                self._writing = True
+                self.writing = True
                 if not await self._send(transport, out):
                     return
-                if self._write_paused:
+                if self._paused:
                     self._drained = loop.create_future()
                     await self._drained
-                self._writing = False
-                self._last_active = time.monotonic()
+                self.writing = False
+                host.last_active = time.monotonic()
         except (ConnectionError, asyncio.CancelledError):
             return
         finally:
-            self._closed = True
+            host.writer_stopped()
             for item in pending:  # results never sent: release their open files
                 if item is not None and item.done() and not item.cancelled() and item.exception() is None:
                     result = item.result()
@@ -154,7 +216,7 @@ class ResponseWriter:
                 if sent != buf.size:
                     log.error(
                         "closing connection to %s: sent %d of %d bytes of %s (segment shrank?)",
-                        self.peer, sent, buf.size, getattr(buf.file, "name", "?"),
+                        self._host.peer, sent, buf.size, getattr(buf.file, "name", "?"),
                     )
                     return False
             if run:
@@ -175,7 +237,7 @@ class ResponseWriter:
             transport.write(chunk)
             position += len(chunk)
             left -= len(chunk)
-            if self._write_paused and left > 0 and not self._lost:
+            if self._paused and left > 0 and not self._lost:
                 self._drained = asyncio.get_running_loop().create_future()
                 await self._drained
         return buf.size - left

@@ -208,7 +208,7 @@ class KafkaServer:
     def admit(self, conn: _Connection, ip: str) -> bool:
         """Count a new connection against Kafka's connection limits (`limits.ConnectionQuota`, which may evict an
         idle client connection to make room) and keep it; False: close it."""
-        exceeded = self.quota.admit(ip, self.listener, conn)
+        exceeded = self.quota.admit(ip, self.listener, conn.bounds)
         if exceeded is None:
             self._connections.add(conn)
             return True
@@ -228,7 +228,7 @@ class KafkaServer:
         return False
 
     def leave(self, conn: _Connection, ip: str) -> None:
-        self.quota.leave(ip, self.listener, conn)
+        self.quota.leave(ip, self.listener, conn.bounds)
         self._connections.discard(conn)
 
     def count_closed(self, reason: str) -> None:
@@ -250,16 +250,16 @@ class KafkaServer:
             await asyncio.sleep(interval)
             now = time.monotonic()
             if self.auth_timeout_s is not None and self.security.uses_sasl:
-                for conn in [c for c in self._connections if c._authentication_overdue(self.auth_timeout_s, now)]:
+                for conn in [c for c in self._connections if c.bounds.authentication_overdue(self.auth_timeout_s, now)]:
                     self.count_closed("kelp.authentication.timeout.ms")
-                    conn._close_unauthenticated(self.auth_timeout_s)
+                    conn.bounds.close_unauthenticated(self.auth_timeout_s)
             if self.idle_s is None:
                 continue
             deadline = now - self.idle_s
-            for conn in [c for c in self._connections if c._last_active < deadline]:
-                if conn._idle():
+            for conn in [c for c in self._connections if c.last_active < deadline]:
+                if conn.bounds.idle():
                     self.count_closed("connections.max.idle.ms")
-                    conn._close_idle(self.idle_s)
+                    conn.bounds.close_idle(self.idle_s)
 
     # -- requests (ConnectionHost) ---------------------------------------
     def dispatch(self, frame: memoryview, peer: str, *, session: Session,

@@ -267,7 +267,19 @@ class TransactionCoordinator:
         """EndTxn v5 (transactions v2, Kafka's endTransaction for TV2): every commit or abort bumps the epoch
         (at an exhausted epoch the producer id rolls over); the answer carries the producer id and epoch of
         the client's next transaction. A retry of an answered EndTxn (its epoch one below the current) gets the
-        same answer; an abort needs no partitions (from Empty or a completed transaction)."""
+        same answer; an abort needs no partitions (from Empty or a completed transaction).
+
+        While the previous transaction completes (a Prepare state: its markers are being written) every request
+        of the producer id is CONCURRENT_TRANSACTIONS before its epoch is judged, as Kafka, whose Prepare
+        state carries the pending Complete state for the whole marker phase (KAFKA-18464). A commit at the
+        current epoch of a transaction with nothing added is CONCURRENT_TRANSACTIONS too, where Kafka answers
+        INVALID_TXN_STATE: the Java producer (4.x) can send a transaction's EndTxn before its first batch (its
+        Sender reads "no incomplete batches" before the application appends and commits), and holds that batch
+        until the EndTxn is answered; the retriable answer lets the batch add its partition first, where
+        Kafka's answer is fatal to the producer (a Connect exactly-once task dies). A Java producer never sends
+        EndTxn for a transaction it sent nothing in, so the retries are bounded by the client's own timeout.
+        A commit at the retry epoch of a transaction the coordinator aborted (a timeout) is PRODUCER_FENCED, as
+        Kafka since KAFKA-20785 (INVALID_TXN_STATE is fatal to clients; a fenced producer recovers)."""
         if not transactional_id:
             return EndResult(ErrorCode.INVALID_REQUEST)
         err = self.check(transactional_id)
@@ -276,29 +288,25 @@ class TransactionCoordinator:
         meta = self.txns.get(transactional_id)
         if meta is None:
             return EndResult(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
-        if meta.pending is not None:
-            return EndResult(ErrorCode.CONCURRENT_TRANSACTIONS)
         state = meta.state
         retry_overflow = (meta.last_producer_id == producer_id and producer_epoch == MAX_EPOCH - 1
                           and meta.producer_epoch == 0)
         retry_bump = meta.producer_epoch == producer_epoch + 1
         if meta.producer_id != producer_id and not retry_overflow:
             return EndResult(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
-        if state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
-            valid = retry_bump
-        elif state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
-            valid = retry_bump or retry_overflow or producer_epoch == meta.producer_epoch
+        if meta.pending is not None or state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            return EndResult(ErrorCode.CONCURRENT_TRANSACTIONS)
+        retry = retry_bump or retry_overflow
+        if state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+            valid = retry or producer_epoch == meta.producer_epoch
         else:
             valid = producer_epoch == meta.producer_epoch
         if not valid:
             return EndResult(ErrorCode.PRODUCER_FENCED)
-        retry = retry_bump or retry_overflow
         current = EndResult(ErrorCode.NONE, meta.producer_id, meta.producer_epoch)
-        if state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
-            return EndResult(ErrorCode.CONCURRENT_TRANSACTIONS)
         if state is TxnState.COMPLETE_COMMIT:
             if commit:
-                return current if retry else EndResult(ErrorCode.INVALID_TXN_STATE)
+                return current if retry else EndResult(ErrorCode.CONCURRENT_TRANSACTIONS)
             if retry:
                 return EndResult(ErrorCode.INVALID_TXN_STATE)
         elif state is TxnState.COMPLETE_ABORT:
@@ -306,10 +314,10 @@ class TransactionCoordinator:
                 if retry:
                     return current
             else:
-                return EndResult(ErrorCode.INVALID_TXN_STATE)
+                return EndResult(ErrorCode.PRODUCER_FENCED if retry else ErrorCode.CONCURRENT_TRANSACTIONS)
         elif state is TxnState.EMPTY:
             if commit:
-                return EndResult(ErrorCode.INVALID_TXN_STATE)
+                return EndResult(ErrorCode.CONCURRENT_TRANSACTIONS)
         elif state is not TxnState.ONGOING:
             return EndResult(ErrorCode.INVALID_TXN_STATE)
         code = await self._end(meta, commit, tv2=True)

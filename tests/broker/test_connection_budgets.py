@@ -178,7 +178,7 @@ class _Conn:
     """A connection as the quota sees it."""
 
     def __init__(self, last_active: float, rank: int | None = 1) -> None:
-        self._last_active = last_active
+        self.last_active = last_active
         self.rank = rank
         self.evicted: str | None = None
 

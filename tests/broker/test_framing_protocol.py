@@ -85,7 +85,7 @@ async def test_frames_survive_any_split_and_large_ones_get_their_own_buffer(monk
         assert [bytes(f) for f in seen] == bodies
         assert all(not f.readonly for f in seen)  # the request owns a writable frame
         conn.eof_received()
-        await asyncio.wait_for(conn._writer, 5)
+        await asyncio.wait_for(conn.writer.task, 5)
         assert b"".join(transport.written) == b"".join(struct.pack(">i", n) for n in sizes)
         assert transport.closed
 
@@ -105,7 +105,7 @@ async def test_oversized_or_undersized_frame_closes_after_answering_earlier_requ
         conn.connection_made(transport)
         good, _ = _frames([20])
         _feed(conn, good + struct.pack(">i", bad) + b"x" * 50, [len(good) + 54])
-        await asyncio.wait_for(conn._writer, 5)
+        await asyncio.wait_for(conn.writer.task, 5)
         assert transport.written == [b"ok"] and transport.closed
         assert f"request size {bad} is outside 8..1000" in caplog.text
 

@@ -47,7 +47,8 @@ async def test_each_commit_and_abort_bumps_the_epoch_and_answers_it() -> None:
 async def test_an_abort_with_nothing_added_completes_without_markers() -> None:
     coord, _, sender, _ = await ready()
     pid, epoch = await init(coord)
-    assert (await coord.end_txn_v2(TID, pid, epoch, True)).error == ErrorCode.INVALID_TXN_STATE  # nothing to commit
+    # nothing added yet: a batch may still be on its way (the Java producer's race below), so retriable
+    assert (await coord.end_txn_v2(TID, pid, epoch, True)).error == ErrorCode.CONCURRENT_TRANSACTIONS
     r = await coord.end_txn_v2(TID, pid, epoch, False)
     assert (r.error, r.producer_epoch) == (ErrorCode.NONE, epoch + 1)
     await until(lambda: coord.txns[TID].state is TxnState.COMPLETE_ABORT)
@@ -90,5 +91,57 @@ async def test_a_timed_out_v2_transaction_is_fenced_by_one_bump() -> None:
     assert await coord.abort_timed_out() == 1
     await until(lambda: coord.txns[TID].state is TxnState.COMPLETE_ABORT)
     assert coord.txns[TID].producer_epoch == epoch + 1 and sender.sent[-1][1].producer_epoch == epoch + 1
-    assert (await coord.end_txn_v2(TID, pid, epoch, True)).error == ErrorCode.INVALID_TXN_STATE
+    # the client's commit, in flight when the coordinator aborted: fenced (recoverable), as Kafka since
+    # KAFKA-20785 — INVALID_TXN_STATE, the answer before, is fatal to the producer
+    assert (await coord.end_txn_v2(TID, pid, epoch, True)).error == ErrorCode.PRODUCER_FENCED
     assert await coord.add_partitions(TID, pid, epoch, P, tv2=True) == ErrorCode.PRODUCER_FENCED
+
+
+async def test_an_end_txn_sent_before_its_batches_is_retriable_until_they_are_added() -> None:
+    """The Java producer's race (seen killing a Connect exactly-once task): its Sender reads "no incomplete
+    batches", the application appends the next transaction's records and commits, and the EndTxn goes out
+    before the batch, which waits for the EndTxn's answer. Whether that EndTxn meets the previous transaction's
+    markers still being written (Prepare) or already written (Complete), it must be retriable
+    (CONCURRENT_TRANSACTIONS), and the commit after the batch's partition was added commits it. Before, the
+    first answer was PRODUCER_FENCED and the second INVALID_TXN_STATE, both fatal to the producer."""
+    coord, _, sender, _ = await ready()
+    pid, epoch = await init(coord)
+    for markers_done in (False, True):
+        assert await coord.add_partitions(TID, pid, epoch, P, tv2=True) == ErrorCode.NONE
+        sender.gate = None if markers_done else asyncio.Event()
+        r = await coord.end_txn_v2(TID, pid, epoch, True)
+        assert (r.error, r.producer_epoch) == (ErrorCode.NONE, epoch + 1)
+        epoch += 1
+        if markers_done:
+            await until(lambda: coord.txns[TID].state is TxnState.COMPLETE_COMMIT)
+        else:
+            assert coord.txns[TID].state is TxnState.PREPARE_COMMIT
+        early = await coord.end_txn_v2(TID, pid, epoch, True)  # the next transaction's EndTxn, before its batch
+        assert early.error == ErrorCode.CONCURRENT_TRANSACTIONS
+        added = asyncio.ensure_future(coord.add_partitions(TID, pid, epoch, P[:1], tv2=True))  # the batch
+        if sender.gate is not None:
+            sender.gate.set()
+        assert await added == ErrorCode.NONE
+        assert coord.txns[TID].state is TxnState.ONGOING and coord.txns[TID].partitions == set(P[:1])
+        r = await coord.end_txn_v2(TID, pid, epoch, True)  # the retried EndTxn
+        assert (r.error, r.producer_epoch) == (ErrorCode.NONE, epoch + 1)
+        epoch += 1
+        await until(lambda: coord.txns[TID].state is TxnState.COMPLETE_COMMIT)
+
+
+async def test_every_request_waits_out_a_prepare_state_then_an_old_epoch_is_fenced() -> None:
+    """Kafka (KAFKA-18464) answers CONCURRENT_TRANSACTIONS to any EndTxn of the producer id while the previous
+    transaction's markers are written, before judging the epoch; afterwards the stale epoch is fenced."""
+    coord, _, sender, _ = await ready()
+    pid, epoch = await init(coord)
+    assert await coord.add_partitions(TID, pid, epoch, P, tv2=True) == ErrorCode.NONE
+    sender.gate = asyncio.Event()
+    assert (await coord.end_txn_v2(TID, pid, epoch, True)).error == ErrorCode.NONE
+    for stale in (epoch - 1, epoch + 1, epoch + 7):
+        assert (await coord.end_txn_v2(TID, pid, stale, True)).error == ErrorCode.CONCURRENT_TRANSACTIONS
+    assert (await coord.end_txn_v2(TID, pid, epoch, False)).error == ErrorCode.CONCURRENT_TRANSACTIONS
+    sender.gate.set()
+    await until(lambda: coord.txns[TID].state is TxnState.COMPLETE_COMMIT)
+    assert (await coord.end_txn_v2(TID, pid, epoch - 1, True)).error == ErrorCode.PRODUCER_FENCED
+    assert (await coord.end_txn_v2(TID, pid, epoch + 7, True)).error == ErrorCode.PRODUCER_FENCED
+    assert (await coord.end_txn_v2(TID, pid, epoch, False)).error == ErrorCode.INVALID_TXN_STATE

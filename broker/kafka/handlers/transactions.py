@@ -199,9 +199,18 @@ async def handle_end_txn(ctx: RequestContext, request: EndTxnRequest) -> EndTxnR
         code = _fenced(await ctx.broker.transactions.end_txn(tid, request.producer_id, request.producer_epoch,
                                                              bool(request.committed)), ctx.api_version)
     if code:
-        log.info("EndTxn (%s) of transactional id '%s' from %s: error %d",
-                 "commit" if request.committed else "abort", tid, ctx.client, code)
+        log.info("EndTxn (%s) of transactional id '%s' producer %d epoch %d from %s: error %d (%s)",
+                 "commit" if request.committed else "abort", tid, request.producer_id, request.producer_epoch,
+                 ctx.client, code, _coordinator_view(ctx, tid))
     return EndTxnResponse(throttle_time_ms=0, error_code=code, producer_id=pid, producer_epoch=epoch)
+
+
+def _coordinator_view(ctx: RequestContext, tid: str) -> str:
+    """What the coordinator holds for `tid`, for the log line of a refused request (whose epoch was stale?)."""
+    d = ctx.broker.transactions.describe(tid)
+    if d.error:
+        return f"coordinator answers error {d.error}"
+    return f"the coordinator holds producer {d.producer_id} epoch {d.producer_epoch} in {d.state}"
 
 
 # -- TxnOffsetCommit ------------------------------------------------------------------------------------------
