@@ -98,9 +98,9 @@ class Ledger:
         return len(left)
 
     def record(self, member: str, partition: int, offset: int, when: float) -> None:
+        """A record received (no notification: waiters wake on ownership changes, or poll for records)."""
         with self._cond:
             self.records.append((partition, offset, member, when))
-            self._cond.notify_all()
 
     def error(self, member: str, what: str) -> None:
         with self._cond:
@@ -119,7 +119,7 @@ class Ledger:
             return {(p, o) for p, o, _, _ in self.records}
 
     def wait(self, timeout_s: float) -> None:
-        """Until the next change (or `timeout_s`)."""
+        """Until the next ownership change (or `timeout_s`)."""
         with self._cond:
             self._cond.wait(timeout_s)
 
