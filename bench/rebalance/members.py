@@ -169,10 +169,13 @@ class Member(threading.Thread):
         done = [TopicPartition(self.topic, tp.partition, self._next.pop(tp.partition)) for tp in partitions
                 if tp.partition in self._next]
         if done:
-            try:
-                consumer.commit(offsets=done, asynchronous=False)
+            try:  # a request's error raises; a partition's is in the answer
+                failed = [tp for tp in consumer.commit(offsets=done, asynchronous=False) or [] if tp.error]
             except KafkaException as exc:
+                failed = []
                 self.ledger.error(self.member, f"commit on revocation: {exc.args[0]}")
+            for tp in failed:
+                self.ledger.error(self.member, f"commit on revocation of partition {tp.partition}: {tp.error}")
         self.ledger.release(self.member, [tp.partition for tp in partitions], time.monotonic(), "revoked")
 
     def _lost(self, consumer: Any, partitions: list[Any]) -> None:
