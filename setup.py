@@ -20,5 +20,6 @@ setup(
     py_modules=["pyspark_kelp"],
     package_dir={"kelp": "kelp", **MAPPED},
     package_data={"kelp.operator": ["*.yaml"], "kelp.broker.kafka.messages": ["*.json"],
-                  "kelp.broker.groups.consumer.schemas": ["*.json"]},
+                  "kelp.broker.groups.consumer.schemas": ["*.json"],
+                  "kelp.broker.groups.share.schemas": ["*.json"]},
 )

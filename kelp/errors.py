@@ -128,6 +128,11 @@ class ErrorCode(IntEnum):
     MISMATCHED_ENDPOINT_TYPE = 114
     UNSUPPORTED_ENDPOINT_TYPE = 115
     TRANSACTION_ABORTABLE = 120
+    # KIP-932 share groups: an acknowledgement of a record the member does not hold; a share session unknown,
+    # or asked with an epoch other than the next one.
+    INVALID_RECORD_STATE = 121
+    SHARE_SESSION_NOT_FOUND = 122
+    INVALID_SHARE_SESSION_EPOCH = 123
     INVALID_REGULAR_EXPRESSION = 128
 
 

@@ -235,13 +235,19 @@ class GroupCoordinator:
         if err:
             return all_(err)
         group = self.groups.get(group_id)
-        consumer_error = self.consumer.commit_error(group_id, member_id, generation, api_version)
+        consumer_error = self.consumer.commit_error(group_id, member_id, generation, api_version, offsets)
         if consumer_error is not None:
-            if consumer_error:
+            stale: dict[tuple[str, int], int] = {}
+            if isinstance(consumer_error, dict):  # an older member epoch: decided per partition (KIP-1251)
+                stale = {tp: code for tp, code in consumer_error.items() if code}
+                offsets = {tp: o for tp, o in offsets.items() if tp not in stale}
+            elif consumer_error:
                 return all_(consumer_error)
+            if not offsets:
+                return stale
             if group is None:  # the consumer group's offsets are kept as a classic group's, without members
                 group = self.groups[group_id] = Group(group_id, state_timestamp_ms=self.clock_ms())
-            return await self.group_manager.store_offsets(group, offsets)
+            return {**await self.group_manager.store_offsets(group, offsets), **stale}
         if group is None:
             if generation >= 0:
                 return all_(ErrorCode.ILLEGAL_GENERATION)

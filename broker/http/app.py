@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
-from prometheus_client import CollectorRegistry
+from prometheus_client.registry import CollectorRegistry
 
 from kelp.partitioner import RoundRobin
 
@@ -41,6 +41,7 @@ from .admin import topics as admin_topics
 from .admin import transactions as admin_transactions
 from .admin import users as admin_users
 from .cluster import routes as cluster_routes
+from .cluster import share_state as share_state_routes
 from .cluster.trust import ClusterTrust
 from .keys import (
     BROKER,
@@ -150,8 +151,8 @@ def build_http_app(broker: HttpBroker, *, authenticator: HttpAuthenticator | Non
     logs_registry.register(LogCollector(lambda: broker.logs))
     app[LOG_REGISTRY] = logs_registry
     app[ROUND_ROBIN] = RoundRobin()
-    for module in (health, metrics_routes, admin_topics, admin_acls, cluster_routes, admin_groups, admin_transactions,
-                   admin_users):
+    for module in (health, metrics_routes, admin_topics, admin_acls, cluster_routes, share_state_routes, admin_groups,
+                   admin_transactions, admin_users):
         app.add_routes(module.routes)
     disabled: list[DisabledService] = []
     if bool_setting(broker.config, REST_PROXY.key):

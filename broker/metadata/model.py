@@ -177,7 +177,7 @@ class PartitionState:
         )
 
 
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 
 @dataclass(frozen=True, slots=True)

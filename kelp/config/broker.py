@@ -209,6 +209,7 @@ class BrokerConfig:
         cfg._resolve_broker_id(env)
         cfg._resolve_standalone()
         cfg._check_consumer_group_timeouts()
+        cfg._check_share_group_timeouts()
         return cfg
 
     def _check_consumer_group_timeouts(self) -> None:
@@ -220,6 +221,14 @@ class BrokerConfig:
             raise ConfigError(f"group.consumer.heartbeat.interval.ms ({interval}) must be less than "
                               f"group.consumer.session.timeout.ms ({session})")
 
+    def _check_share_group_timeouts(self) -> None:
+        """KIP-932: the same rule for share-group members (group.share.*), as Kafka checks it."""
+        session = self["group.share.session.timeout.ms"]
+        interval = self["group.share.heartbeat.interval.ms"]
+        if interval >= session:
+            raise ConfigError(f"group.share.heartbeat.interval.ms ({interval}) must be less than "
+                              f"group.share.session.timeout.ms ({session})")
+
     def _resolve_standalone(self) -> None:
         """A broker whose file-backed cluster directory is its own (no `cluster.dir`) is a cluster of one: its
         internal topics get one replica unless set, and `__transaction_state` a min.insync.replicas of 1, as Kafka's
@@ -228,7 +237,8 @@ class BrokerConfig:
         if self["cluster.backend"] != "file" or "cluster.dir" in self.explicit:
             return
         for key in ("offsets.topic.replication.factor", "transaction.state.log.replication.factor",
-                    "transaction.state.log.min.isr"):
+                    "transaction.state.log.min.isr", "share.coordinator.state.topic.replication.factor",
+                    "share.coordinator.state.topic.min.isr"):
             if key not in self.explicit:
                 self.values[key] = 1
 

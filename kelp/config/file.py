@@ -46,8 +46,6 @@ KAFKA_IGNORED_KEYS = frozenset({
     "num.io.threads",
     "num.replica.fetchers",
     "num.recovery.threads.per.data.dir",
-    "share.coordinator.state.topic.replication.factor",
-    "share.coordinator.state.topic.min.isr",
 })
 
 

@@ -193,6 +193,16 @@ def _at_least(minimum: int) -> Callable[[object], int]:
     return check
 
 
+def _between(low: int, high: int) -> Callable[[object], int]:
+    def check(value: object) -> int:
+        number = _int(value)
+        if not low <= number <= high:
+            raise ValueError(f"must be between {low} and {high}, got {number}")
+        return number
+
+    return check
+
+
 def _transaction_version(value: object) -> int:
     level = _int(value)
     if not 0 <= level <= 2:
@@ -396,6 +406,17 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     "group.consumer.max.size": (_positive, 2**31 - 1),
     "group.consumer.assignors": (parse_assignors, list(CONSUMER_ASSIGNORS)),
     "group.consumer.migration.policy": (_migration_policy, "disabled"),  # classic <-> consumer: none yet
+    # KIP-932 share groups (docs/share-groups.md): Kafka's names and defaults; the delivery count limit within
+    # Kafka's bounds (2-10), a lock of at least a second
+    "group.share.record.lock.duration.ms": (_at_least(1000), 30000),
+    "group.share.delivery.count.limit": (_between(2, 10), 5),
+    "group.share.partition.max.record.locks": (_between(100, 10000), 2000),
+    "group.share.session.timeout.ms": (_positive, 45000),
+    "group.share.heartbeat.interval.ms": (_positive, 5000),
+    "group.share.max.size": (_between(1, 1000), 200),
+    "share.coordinator.state.topic.num.partitions": (_positive, 50),
+    "share.coordinator.state.topic.replication.factor": (_positive, 3),
+    "share.coordinator.state.topic.min.isr": (_positive, 2),
     # -- the transaction coordinator (Kafka's names and defaults; docs/transactions.md)
     "transaction.state.log.num.partitions": (_positive, 50),
     "transaction.state.log.replication.factor": (_positive, 3),

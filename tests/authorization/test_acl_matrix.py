@@ -48,7 +48,16 @@ from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, 
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest, WriteTxnMarkersRequest
 
 from kelp.broker.kafka.handlers import all_handlers
-from kelp.broker.kafka.messages import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
+from kelp.broker.kafka.messages import (
+    AlterShareGroupOffsetsRequest,
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupHeartbeatRequest,
+    DescribeShareGroupOffsetsRequest,
+    ShareAcknowledgeRequest,
+    ShareFetchRequest,
+    ShareGroupDescribeRequest,
+    ShareGroupHeartbeatRequest,
+)
 from kelp.errors import ErrorCode
 from kelp.records.build import build_batch
 from kelp.security.principal import KafkaPrincipal
@@ -75,6 +84,7 @@ COVERED = {
     24: "test_acl_transactions.py", 25: "test_acl_transactions.py", 26: "test_acl_transactions.py",
     28: "test_acl_transactions.py", 65: "test_acl_transactions.py", 66: "test_acl_transactions.py",
     61: "test_acl_txn_tools.py", 49: "test_client_quotas.py", 68: "consumer_group", 69: "consumer_group",
+    76: "share_group", 77: "share_group", 78: "share_group", 79: "share_group", 90: "share_group", 91: "share_group",
     60: "tests/broker/test_describe_apis.py", 75: "tests/broker/test_describe_apis.py",
     # SaslHandshake, SaslAuthenticate: how a connection authenticates, before any principal exists; no ACL
     17: "-", 36: "-",
@@ -406,6 +416,38 @@ async def test_consumer_group(b: InProcessBroker) -> None:
     assert hidden.error_code == GROUP_DENIED and hidden.members == []
     seen = (await b.call(describe, 1, principal=BOB)).groups[0]
     assert seen.error_code == 0 and [m.member_id for m in seen.members] == ["m1"]
+
+
+async def test_share_group(b: InProcessBroker) -> None:
+    """KIP-932: the heartbeat needs READ on the group and DESCRIBE on each subscribed topic; ShareFetch and
+    ShareAcknowledge READ on the group; describe DESCRIBE on the group."""
+    hb = ShareGroupHeartbeatRequest(group_id=GROUP, member_id="m1", member_epoch=0, rack_id=None,
+                                    subscribed_topic_names=[SECRET])
+    refused = await b.call(hb, 1, principal=ALICE)
+    assert refused.error_code == GROUP_DENIED and refused.assignment is None
+    fetch = ShareFetchRequest(group_id=GROUP, member_id="m1", share_session_epoch=0, max_wait_ms=0, min_bytes=1,
+                              max_bytes=1024, max_records=10, batch_size=10, topics=[], forgotten_topics_data=[])
+    assert (await b.call(fetch, 1, principal=ALICE)).error_code == GROUP_DENIED
+    ack = ShareAcknowledgeRequest(group_id=GROUP, member_id="m1", share_session_epoch=1, topics=[])
+    assert (await b.call(ack, 1, principal=ALICE)).error_code == GROUP_DENIED
+    await grant(b, acl("GROUP", GROUP, "READ"))
+    assert (await b.call(hb, 1, principal=BOB)).error_code == TOPIC_DENIED
+    await grant(b, acl("TOPIC", SECRET, "DESCRIBE"))
+    joined = await b.call(hb, 1, principal=BOB)
+    assert joined.error_code == 0 and joined.member_epoch == 1
+    assert (await b.call(fetch, 1, principal=BOB)).error_code == 0
+    describe = ShareGroupDescribeRequest(group_ids=[GROUP], include_authorized_operations=False)
+    hidden = (await b.call(describe, 1, principal=ALICE)).groups[0]
+    assert hidden.error_code == GROUP_DENIED and hidden.members == []
+    seen = (await b.call(describe, 1, principal=BOB)).groups[0]
+    assert seen.error_code == 0 and [m.member_id for m in seen.members] == ["m1"]
+    offsets = DescribeShareGroupOffsetsRequest(groups=[
+        DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup(group_id=GROUP, topics=None)])
+    assert (await b.call(offsets, 1, principal=ALICE)).groups[0].error_code == GROUP_DENIED
+    assert (await b.call(offsets, 1, principal=BOB)).groups[0].error_code == 0
+    alter = AlterShareGroupOffsetsRequest(group_id=GROUP, topics=[])
+    assert (await b.call(alter, 0, principal=ALICE)).error_code == GROUP_DENIED
+    assert (await b.call(alter, 0, principal=BOB)).error_code == ErrorCode.NON_EMPTY_GROUP  # m1 is a member
 
 
 # -- topic administration --------------------------------------------------------------------------------------

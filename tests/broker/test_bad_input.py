@@ -146,7 +146,7 @@ def _fuzz_cases(rng, specs: list, valid: list[bytes]) -> list[tuple[str, bytes]]
         return struct.pack(">i", len(body)) + body
 
     cases: list[tuple[str, bytes]] = []
-    for i in range(FUZZ_CASES):
+    for i in range(max(FUZZ_CASES, 6 * len(specs))):  # enough that every API gets a garbage body
         kind = i % 6
         if kind in (0, 1):  # a registered API, a version in (or just outside) its range, a garbage body
             spec = specs[(i // 6) % len(specs)]

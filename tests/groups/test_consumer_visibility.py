@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -95,7 +96,10 @@ def test_kelp_groups_and_rest_v3_show_consumer_protocol_groups(group_broker, cap
             "CONSUMER", "STABLE", False, "uniform")
         consumers = _get(f"{url}/v3/clusters/{cid}/consumer-groups/{G}/consumers")["data"]
         assert [x["consumer_id"] for x in consumers] == [m["member_id"]]
-        assigned = _get(f"{url}/v3/clusters/{cid}/consumer-groups/{G}/consumers/{m['member_id']}/assignments")
+        # a member id is any string (librdkafka's carry "/" at times): it is a path segment only percent-encoded
+        member = urllib.parse.quote(m["member_id"], safe="")
+        assert consumers[0]["assignments"]["related"].endswith(f"/consumers/{member}/assignments")
+        assigned = _get(f"{url}/v3/clusters/{cid}/consumer-groups/{G}/consumers/{member}/assignments")
         assert sorted((a["topic_name"], a["partition_id"]) for a in assigned["data"]) == [("vis", 0), ("vis", 1)]
     finally:
         c.close()

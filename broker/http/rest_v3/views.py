@@ -16,6 +16,7 @@ JSON and checks the path's cluster and broker.
 from __future__ import annotations
 
 from typing import TypeGuard
+from urllib.parse import quote
 
 from aiohttp import web
 
@@ -50,7 +51,8 @@ class Links:
         self.base = f"{request.url.scheme}://{request.host}{V3}/{cid}"
 
     def url(self, *path: object) -> str:
-        return "/".join([self.base, *(str(p) for p in path)])
+        """Each segment percent-encoded: group and member ids may hold "/", "?", "#" or spaces."""
+        return "/".join([self.base, *(quote(str(p), safe="") for p in path)])
 
     def related(self, *path: object) -> dict[str, JsonData]:
         return {"related": self.url(*path)}

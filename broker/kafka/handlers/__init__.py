@@ -19,6 +19,8 @@ from . import (  # noqa: F401  (imported for their registrations)
     produce,
     producer_ids,
     sasl,
+    share_group_admin,
+    share_groups,
     transactions,
     txn_markers,
 )

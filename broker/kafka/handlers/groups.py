@@ -59,6 +59,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorRespo
 from kelp.broker.groups.coordinator_lookup import CoordinatorLocation, locator_of
 from kelp.broker.groups.group import CommittedOffset
 from kelp.broker.groups.group_coordinator import GroupCoordinator, GroupDescription
+from kelp.broker.groups.share import SHARE_GROUP_TYPE, listed_share_groups
 from kelp.broker.transactions.locator import txn_locator_of
 from kelp.errors import ErrorCode
 
@@ -501,8 +502,11 @@ async def handle_list_groups(ctx: RequestContext, request: ListGroupsRequest) ->
     L = ListGroupsResponse.ListedGroup
     wanted = {t.lower() for t in types} if types else None
     listed = []
-    for g, pt, st in _listable(ctx, coord.list_groups(states=states or None)):
-        kind = CONSUMER_GROUP_TYPE if g in coord.consumer.groups else GROUP_TYPE  # KIP-848 groups: "consumer"
+    shares = listed_share_groups(coord, states=states or None)
+    for g, pt, st in _listable(ctx, sorted(coord.list_groups(states=states or None) + shares)):
+        # KIP-848 groups: "consumer"; KIP-932 share groups: "share"
+        kind = SHARE_GROUP_TYPE if pt == SHARE_GROUP_TYPE else CONSUMER_GROUP_TYPE if g in coord.consumer.groups \
+            else GROUP_TYPE
         if wanted is None or kind in wanted:
             listed.append(L(group_id=g, protocol_type=pt, group_state=st, group_type=kind))
     return ListGroupsResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, groups=listed)

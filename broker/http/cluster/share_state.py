@@ -1,0 +1,73 @@
+"""The control plane's share-group state routes: a share-partition's leader reads and writes its state where
+its `__share_group_state` partition is led.
+
+Why: a share-partition (KIP-932) is served by its topic-partition's leader, but its durable state lives in the
+`__share_group_state` partition its key hashes to, usually led by another broker. That leader does the read
+(the newest snapshot) and the write (append with acks=all) on its own log — Kafka's ReadShareGroupState and
+WriteShareGroupState — and answers here: `POST /cluster/v1/share-state/read` and `/write` with the key
+(`group`, `topic_id`, `partition`) and, to write, `start` and `batches` ([first, last, state, count]).
+`/reset` (key and `start`) is AlterShareGroupOffsets forwarded by the group's coordinator to the partition's
+leader, which starts the share-partition over there. Only
+brokers reach `/cluster/v1` (the control plane's trust). Errors are Kafka's (NOT_LEADER_OR_FOLLOWER when this
+broker does not lead that state partition, the caller then answers its client NOT_LEADER_OR_FOLLOWER).
+
+This module only translates JSON to `ShareStateLog` calls; it decides nothing.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from ...groups.share import reset_here, share_groups_of
+from ...groups.share.state_log import batches_of, key_of
+from ..json_body import read_json
+from ..problems import HttpProblem, json_response
+from ..serving import serving
+
+__all__ = ["routes"]
+
+routes = web.RouteTableDef()
+
+
+@routes.post("/cluster/v1/share-state/read")
+async def read_state(request: web.Request) -> web.Response:
+    parts = serving(request)
+    try:
+        key = key_of(await read_json(request))
+    except ValueError as exc:
+        raise HttpProblem(400, str(exc)) from None
+    snap = await share_groups_of(parts).partitions.state.read_local(key)
+    return json_response({"snapshot": None if snap is None else {
+        "start": snap[0], "batches": [[b.first, b.last, b.state, b.delivery_count] for b in snap[1]]}})
+
+
+@routes.post("/cluster/v1/share-state/write")
+async def write_state(request: web.Request) -> web.Response:
+    parts = serving(request)
+    body = await read_json(request)
+    try:
+        key = key_of(body)
+        start = body.get("start") if isinstance(body, dict) else None
+        if not isinstance(start, int) or isinstance(start, bool):
+            raise ValueError("start (integer) is required")
+        batches = batches_of(body.get("batches") if isinstance(body, dict) else None)
+    except ValueError as exc:
+        raise HttpProblem(400, str(exc)) from None
+    await share_groups_of(parts).partitions.state.write_local(key, start, batches)
+    return json_response({"written": True})
+
+
+@routes.post("/cluster/v1/share-state/reset")
+async def reset_state(request: web.Request) -> web.Response:
+    """AlterShareGroupOffsets of a share-partition this broker leads (the group's coordinator forwards it)."""
+    parts = serving(request)
+    body = await read_json(request)
+    try:
+        key = key_of(body)
+        start = body.get("start") if isinstance(body, dict) else None
+        if not isinstance(start, int) or isinstance(start, bool):
+            raise ValueError("start (integer) is required")
+    except ValueError as exc:
+        raise HttpProblem(400, str(exc)) from None
+    await reset_here(parts, key, start)
+    return json_response({"reset": True})
