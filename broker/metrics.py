@@ -197,8 +197,8 @@ class BrokerMetrics:
         )
         self.records_out = Counter(
             "kelp_topic_records_out",
-            "Records served by fetches (from batch headers; where a zero-copy range skipped its headers with the offset "
-            "index, the offsets it spans)", ["topic"], registry=r
+            "Records served by fetches (from batch headers; where a zero-copy range skipped its headers with the "
+            "offset index, the offsets it spans)", ["topic"], registry=r
         )
         self.request_latency = Histogram(
             "kelp_request_latency_seconds",
