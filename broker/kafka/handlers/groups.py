@@ -299,6 +299,8 @@ async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest
     T = OffsetCommitResponse.OffsetCommitResponseTopic
     P = T.OffsetCommitResponsePartition
     by_id = v >= TOPIC_IDS_VERSION
+    log.debug("OffsetCommit v%d of group '%s' from %s: %d topics", v, request.group_id, ctx.client,
+              len(request.topics or []))
     # (name, the request's topic): None for an id no topic has (v10); names by id are authorized like the others
     named = [(ids.name_of(ctx, t.topic_id) if by_id else t.name, t) for t in request.topics or []]
 
@@ -429,6 +431,8 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
             await budget.tick()
             member = (g.member_id, g.member_epoch) if v >= 9 else (None, -1)  # KIP-848: a member's fetch
             stable = bool(request.require_stable)
+            log.debug("OffsetFetch v%d of group '%s' from %s: %s topics", v, g.group_id, ctx.client,
+                      "all" if g.topics is None else len(g.topics))
             items: Sequence[tuple[str | uuid.UUID, list[_FetchedPartition]]]
             if v >= TOPIC_IDS_VERSION:
                 err, items = _fetch_group_by_id(ctx, g.group_id, g.topics, stable, member)
