@@ -30,7 +30,8 @@ each with RF=3 (bench/cluster/replication.py), Spark reading and writing through
 SIGKILL with N GB of log on disk (bench/recovery.py) and 1, 2, 4 Kelp
 brokers against one Kafka broker under the same client load
 (bench/cluster/scaling.py).
-Then four sections of their own: transactions on three brokers of each (bench/transactions/section.py), REST
+Then five sections of their own: transactions on three brokers of each (bench/transactions/section.py), group
+rebalances of the classic and KIP-848 protocols, one broker of each (bench/rebalance/section.py), REST
 Proxy v2 against the Kafka protocol on Kelp (bench/rest.py; Kafka has no REST proxy), Kafka's own
 ProducerPerformance and ConsumerPerformance against both (bench/kafka_perf.py), and partition scale:
 10,000 partitions on one broker and 3,000 at RF 3 on three, each broker started alone
@@ -462,11 +463,13 @@ def _main(argv: list[str] | None = None) -> int:
     from . import kafka_perf, loop_guard, rest
     from .attacks import section as attacks
     from .cluster import partition_scale
+    from .rebalance import section as rebalance
     from .security import section as security
     from .transactions import section as transactions
 
     security.add_arguments(p)
     transactions.add_arguments(p)
+    rebalance.add_arguments(p)
     rest.add_arguments(p)
     kafka_perf.add_arguments(p)
     partition_scale.add_arguments(p)
@@ -550,6 +553,9 @@ def _main(argv: list[str] | None = None) -> int:
         txn = transactions.run_from_args(args, work=Path(tmp) / "transactions", kafka_version=kafka_version)
         if txn is not None:
             emit("transactions", txn, as_json=args.json, report=transactions.print_report)
+        reb = rebalance.run_from_args(args, work=Path(tmp) / "rebalance", kafka_version=kafka_version)
+        if reb is not None:
+            emit("rebalance", reb, as_json=args.json, report=rebalance.print_report)
         try:
             rst = rest.run_from_args(args, work=Path(tmp) / "rest")
         except ValueError as exc:

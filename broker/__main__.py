@@ -14,11 +14,17 @@ import logging
 import os
 import sys
 
-from kelp.config.broker import BrokerConfig
-from kelp.errors import ConfigError
+from kelp.lazy_packages import defer_init
 
-from .app import Broker
-from .cluster.rack import RackLookupError
+# Before anything imports them: these packages' __init__ load modules a broker never uses (lazy_packages.py).
+for _package in ("kafka", "prometheus_client", "crc32c"):
+    defer_init(_package)
+
+from kelp.config.broker import BrokerConfig  # noqa: E402  (after defer_init)
+from kelp.errors import ConfigError  # noqa: E402
+
+from .app import Broker  # noqa: E402
+from .cluster.rack import RackLookupError  # noqa: E402
 
 __all__ = ["main", "build_parser"]
 

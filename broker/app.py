@@ -7,12 +7,14 @@ is an attribute that stays None until `start` has built it (so `stop` closes
 exactly what was opened); once every one is built they are handed to the
 listeners together as one `BrokerParts` (`kelp.broker.parts`): the Kafka
 listener serves only from then on, and the HTTP routes behind the starting
-gate read it. The HTTP app itself comes first (`build_http_app(broker)`:
-`/healthz` answers while logs recover) and sees this object as
-`kelp.broker.http.keys.HttpBroker`. Every part is imported plainly: a broker
-always has its group coordinator and its HTTP listener (`/healthz` is its
-probe), so a part that fails to import fails the start with its traceback
-instead of passing for a feature left out. The one optional part is chosen
+gate read it. The HTTP listener itself comes first: its port listens before
+the logs recover (`/healthz` answers while they do); its app
+(`build_http_app(broker)`, seeing this object as `kelp.broker.http.keys.HttpBroker`)
+is built with aiohttp at its first connection (`http_listener.py`, issue 38:
+a broker nobody asks over HTTP does not hold them), and a failure to build it
+stops the broker with its traceback. Every other part is imported plainly: a
+part that fails to import fails the start with its traceback instead of
+passing for a feature left out. The one optional part is chosen
 explicitly: `metrics`, the broker's registry (None: one of its own is made); it is
 handed to every part that counts (the listeners, the replica manager, the HTTP app).
 
@@ -31,14 +33,13 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import importlib
 import json
 import logging
 import signal
 import sys
 from dataclasses import dataclass
-from typing import Awaitable, Callable, TypeVar
-
-from aiohttp import web
+from typing import TYPE_CHECKING, Awaitable, Callable, TypeVar
 
 from kelp.clock import monotonic
 from kelp.config.broker import BrokerConfig
@@ -56,10 +57,7 @@ from .cluster.member import ClusterMember
 from .cluster.replica_fetcher import ReplicaFetcherManager
 from .groups import GroupCoordinator
 from .groups import attach as attach_groups
-from .http.access.authentication import HttpAuthenticator, resolve_methods
-from .http.access.basic_credentials import SaslUsersCheck
-from .http.access.bearer_tokens import bearer_check
-from .http.app import build_http_app
+from .http_listener import HttpListener
 from .kafka.limits import ConnectionQuota, MemoryPool
 from .kafka.listener_security import ListenerSecurity
 from .kafka.server import KafkaServer
@@ -73,6 +71,11 @@ from .storage import LogManager
 from .topic_manager import TopicManager
 from .transactions import TransactionCoordinator
 from .transactions import attach as attach_transactions
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from .http.access.authentication import HttpAuthenticator
 
 __all__ = ["Broker", "PHASE_TIMEOUT_S", "CANCEL_GRACE_S"]
 
@@ -108,7 +111,8 @@ class Broker:
         self.groups: GroupCoordinator | None = None
         self.transactions: TransactionCoordinator | None = None
         self.acls: AclManager | None = None
-        self.http_runner: web.AppRunner | None = None
+        # The HTTP port, listening from the start; aiohttp and the routes loaded by its first connection.
+        self.http_listener: HttpListener | None = None
         # All of them, once all are built: what the listeners serve from.
         self.parts: BrokerParts | None = None
         self.http_port: int | None = None
@@ -221,8 +225,13 @@ class Broker:
                                                                    window_s=float(cfg["quota.window.size.seconds"])))
         if self.freeze_gc:
             _freeze_start_up_objects()
+            allocator.trim()  # start-up's freed C heap back to the kernel (allocator.py)
         for ks in self.kafka_servers:
             await ks.serve(parts)
+        if len(cluster.brokers) > 1 and self.http_listener is not None:
+            # Other brokers call this one over HTTP from now on: its app loads now, not inside their first call's
+            # timeout (a metadata delivery's is 1-5 s).
+            self.http_listener.prepare()
         self._retention_task = asyncio.create_task(self._maintenance_loop(parts))
         self.started_at = monotonic()
         log.info(
@@ -266,6 +275,10 @@ class Broker:
         (the listeners' PLAIN users, the SCRAM credentials of the metadata log), a TLS client certificate by
         ssl.principal.mapping.rules, a bearer token by a listener's OAUTHBEARER validator
         (http/access/bearer_tokens.py)."""
+        from .http.access.authentication import HttpAuthenticator, resolve_methods
+        from .http.access.basic_credentials import SaslUsersCheck
+        from .http.access.bearer_tokens import bearer_check
+
         cfg = self.config
         plain = [plain_users([m.jaas]) for listener in cfg.listener_setup.listeners
                  for name, m in listener.mechanisms.items() if name == "PLAIN" and m.jaas is not None]
@@ -276,21 +289,26 @@ class Broker:
             bearer=bearer, certificate=lambda der: principal_from_certificate(der, mapper))
 
     async def _start_http(self) -> None:
+        listener = self.http_listener = HttpListener(
+            self._build_http, on_failure=lambda: self.request_stop("the HTTP listener could not be built"))
+        tls = self.http_tls
+        self.http_port = await listener.start(self.http_host, self.config["http.port"],
+                                              tls.context if tls is not None else None)
+        if tls is not None:
+            self._http_tls_task = asyncio.create_task(self._watch_http_certificates(tls))
+
+    async def _build_http(self) -> web.AppRunner:
+        """The HTTP listener's application, at its first connection (http_listener.py): aiohttp and the routes
+        imported in a worker thread (0.1-0.3 s of imports the loop need not wait for), the app built on the loop."""
+        await asyncio.to_thread(_import_http_modules)
+        from aiohttp import web
+
+        from .http.app import build_http_app
+
         app = build_http_app(self, authenticator=self._http_authenticator())
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=PHASE_TIMEOUT_S / 2)
         await runner.setup()
-        tls = self.http_tls
-        site = web.TCPSite(runner, self.http_host, self.config["http.port"], reuse_address=True,
-                           ssl_context=tls.context if tls is not None else None)
-        await site.start()
-        if tls is not None:
-            self._http_tls_task = asyncio.create_task(self._watch_http_certificates(tls))
-        self.http_runner = runner
-        server = getattr(site, "_server", None)
-        if server is not None and server.sockets:
-            self.http_port = server.sockets[0].getsockname()[1]
-        else:
-            self.http_port = self.config["http.port"]
+        return runner
 
     async def _watch_http_certificates(self, tls: TlsReloader) -> None:
         """A rotated HTTP certificate serves every new connection (ssl.reload.interval.ms)."""
@@ -430,8 +448,8 @@ class Broker:
             await self._phase("stopping the Kafka listener", lambda: _stop_all(servers), step_s)
         if self._http_tls_task is not None:
             self._http_tls_task.cancel()
-        if self.http_runner is not None:
-            await self._phase("stopping the HTTP listener", self.http_runner.cleanup, step_s)
+        if self.http_listener is not None:
+            await self._phase("stopping the HTTP listener", self.http_listener.cleanup, step_s)
         if self.transactions is not None:
             await self._phase("stopping the transaction coordinator", self.transactions.stop, step_s)
         if self.groups is not None:
@@ -536,6 +554,13 @@ class Broker:
 
 async def _stop_all(servers: list[KafkaServer]) -> None:
     await asyncio.gather(*(s.stop() for s in servers))
+
+
+def _import_http_modules() -> None:
+    """aiohttp and the HTTP listener's modules, imported by a worker thread (`Broker._build_http`)."""
+    for module in ("aiohttp.web", "kelp.broker.http.app", "kelp.broker.http.access.basic_credentials",
+                   "kelp.broker.http.access.bearer_tokens"):
+        importlib.import_module(module)
 
 
 def _freeze_start_up_objects() -> None:

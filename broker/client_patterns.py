@@ -21,10 +21,12 @@ pattern is only ever tried against ids the caller may see. This module must neve
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-import re2
+from typing import TYPE_CHECKING
 
 from .cpu_work import run_cpu
+
+if TYPE_CHECKING:
+    import re2
 
 __all__ = ["InvalidPattern", "full_matches", "MAX_PROGRAM_BYTES"]
 
@@ -37,6 +39,8 @@ class InvalidPattern(ValueError):
 
 
 def _options() -> re2.Options:
+    import re2  # with its C++ runtime about 2 MiB, loaded by the first pattern (on the CPU pool; issue 38)
+
     options = re2.Options()
     options.max_mem = MAX_PROGRAM_BYTES
     options.never_capture = True  # only whether it matches: no groups to track
@@ -45,6 +49,8 @@ def _options() -> re2.Options:
 
 
 def _match_all(pattern: str, names: Sequence[str]) -> list[str]:
+    import re2
+
     try:
         compiled = re2.compile(pattern.encode("utf-8"), _options())
     except re2.error as exc:

@@ -50,7 +50,7 @@ import threading
 import time
 from typing import Any
 
-from prometheus_client import Gauge, Histogram
+from prometheus_client.metrics import Gauge, Histogram
 
 __all__ = ["LoopLagMonitor", "INTERVAL_S", "LOG_EVERY_S", "format_stack"]
 

@@ -28,10 +28,10 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Iterator, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics import Counter, Gauge, Histogram
 from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector
+from prometheus_client.registry import Collector, CollectorRegistry
 
 from .metrics_cluster import ClusterCollector, ScrapedBroker
 from .storage import Log
@@ -245,4 +245,6 @@ class BrokerMetrics:
         self._listener = server
 
     def render(self) -> bytes:
+        from prometheus_client.exposition import generate_latest  # its HTTP servers' modules: at the first scrape
+
         return generate_latest(self.registry)

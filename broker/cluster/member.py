@@ -97,6 +97,7 @@ class ClusterMember(MemberLeases, MemberMetadata, MemberShutdown, LeaderRouting)
         self._controller_start = None
         self._tasks: list[asyncio.Task[None]] = []
         self._http = None
+        self._http_closed = False
         self.inter_broker = None
         self._producer_ids: list[int] = []  # [next, end)
         self._pid_lock = asyncio.Lock()
@@ -147,16 +148,11 @@ class ClusterMember(MemberLeases, MemberMetadata, MemberShutdown, LeaderRouting)
 
     # -- lifecycle ----------------------------------------------------------------
     async def start(self, endpoint: BrokerEndpoint) -> None:
-        import aiohttp
-
         self.endpoint = endpoint = replace(endpoint, incarnation=self.identity)
         self._make_backends()
-        # The control plane's HTTP: HTTPS and the inter-broker credentials as the listeners require (inter_broker.py).
-        security = self.inter_broker = self.inter_broker or InterBrokerSecurity(self.config.listener_setup)
-        self._http = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=10),
-            connector=aiohttp.TCPConnector(ssl=security.http_ssl) if security.http_ssl is not None else None,
-            auth=aiohttp.BasicAuth(*security.http_credentials) if security.http_credentials is not None else None)
+        # The control plane's HTTP: HTTPS and the inter-broker credentials as the listeners require (inter_broker.py);
+        # its session is opened by the first call to another broker (routing.py's `_session`).
+        self.inter_broker = self.inter_broker or InterBrokerSecurity(self.config.listener_setup)
         await self._register()
         self.image = await self._load_metadata()
         self.tell_listeners(diff_images(MetadataImage(), self.image))
@@ -192,6 +188,7 @@ class ClusterMember(MemberLeases, MemberMetadata, MemberShutdown, LeaderRouting)
                     except Exception as exc:
                         log.debug("releasing a lease failed: %s", exc)
         self._fail_waiters()
+        self._http_closed = True  # no session is opened after this
         if self._http is not None:
             await self._http.close()
         for backend in (self.leases, self.metadata_log):

@@ -98,7 +98,8 @@ class MemberState:
     _controller_renewed: float
     _broker_renewed: float
     _controller_start: asyncio.Task[None] | None
-    _http: aiohttp.ClientSession | None
+    _http: aiohttp.ClientSession | None  # opened by the first call to another broker (routing.py's `_session`)
+    _http_closed: bool  # `stop` closed it: none is opened again
     inter_broker: InterBrokerSecurity | None  # TLS and credentials for the other brokers (made by `start` if unset)
 
     if TYPE_CHECKING:  # defined by `ClusterMember` and its parts; declared for the type checker alone, never here

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from typing import TYPE_CHECKING, Mapping, cast
 
 from kelp.errors import (
@@ -69,9 +70,20 @@ class LeaderRouting(MemberState):
     """Requests to the controller and to partition leaders, from this broker."""
 
     def _session(self) -> aiohttp.ClientSession:
-        assert self._http is not None, "opened by ClusterMember.start"
-        if self.inter_broker is not None:
-            self.inter_broker.maybe_reload()  # rotated client certificates reach the next connection
+        """The control plane's HTTP session, opened by the first call to another broker: a broker alone never
+        loads aiohttp's client for it (issue 38)."""
+        security = self.inter_broker
+        assert security is not None, "set by ClusterMember.start"
+        if self._http is None:
+            if self._http_closed:
+                raise RuntimeError(f"broker {self.broker_id} stopped: no call to another broker is made")
+            import aiohttp
+
+            self._http = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=10),
+                connector=aiohttp.TCPConnector(ssl=security.http_ssl) if security.http_ssl is not None else None,
+                auth=aiohttp.BasicAuth(*security.http_credentials) if security.http_credentials is not None else None)
+        security.maybe_reload()  # rotated client certificates reach the next connection
         return self._http
 
     def control_session(self) -> aiohttp.ClientSession:
@@ -108,9 +120,8 @@ class LeaderRouting(MemberState):
             except (NotControllerError, OSError, asyncio.TimeoutError) as exc:
                 last = exc
             except Exception as exc:
-                import aiohttp
-
-                if not isinstance(exc, aiohttp.ClientError):
+                aiohttp = sys.modules.get("aiohttp")  # a ClientError only when a remote call loaded it
+                if aiohttp is None or not isinstance(exc, aiohttp.ClientError):
                     raise
                 last = exc
             if self.monotonic() + delay > deadline:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
-from prometheus_client import CollectorRegistry
+from prometheus_client.registry import CollectorRegistry
 
 from kelp.partitioner import RoundRobin
 

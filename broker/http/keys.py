@@ -19,7 +19,7 @@ import asyncio
 from typing import Protocol
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry
+from prometheus_client.registry import CollectorRegistry
 
 from kelp.config.broker import BrokerConfig
 from kelp.config.keys import BROKER_KEYS, parse_bool

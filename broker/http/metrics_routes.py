@@ -16,7 +16,8 @@ This module must never create metric objects in prometheus_client's global regis
 from __future__ import annotations
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import CollectorRegistry
 
 from ..cpu_work import run_cpu
 from ..metrics import CONTENT_TYPE, BrokerMetrics, ClusterCollector

@@ -49,7 +49,7 @@ import time
 import weakref
 from typing import Any, Callable
 
-from prometheus_client import Counter
+from prometheus_client.metrics import Counter
 
 from kelp.errors import ErrorCode, KelpError
 from kelp.security.principal import KafkaPrincipal, PrincipalMappingError

@@ -19,6 +19,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 ENTRY_SIZE = 8
+# An index with no entry holds this (immutable: an append that forgot to make its arrays fails, never shares one)
+# in place of its two empty arrays: the active segment of most partitions has none (issue 38: 4 empty arrays,
+# 256 B, per idle partition). Its arrays are made by its first entry.
+NO_ENTRIES: tuple[int, ...] = ()
 
 
 def _to_disk(values: array[int]) -> bytes:
@@ -134,8 +138,8 @@ class OffsetIndex(FileBackedIndex):
         self.base_offset = base_offset
         self.max_entries = max_entries
         self._file = IndexFile(path)
-        self._offsets = array("I")
-        self._positions = array("I")
+        self._offsets: array[int] | tuple[int, ...] = NO_ENTRIES
+        self._positions: array[int] | tuple[int, ...] = NO_ENTRIES
 
     @classmethod
     def create(
@@ -143,9 +147,9 @@ class OffsetIndex(FileBackedIndex):
     ) -> "OffsetIndex":
         """A fresh index file holding `entries` ((absolute offset, position) pairs)."""
         index = cls(path, base_offset, max_entries=max_entries)
-        for offset, position in entries:
-            index._offsets.append(offset - base_offset)
-            index._positions.append(position)
+        if entries:
+            index._offsets = array("I", [offset - base_offset for offset, _ in entries])
+            index._positions = array("I", [position for _, position in entries])
         index._file.rewrite(index._encode(0))
         return index
 
@@ -168,13 +172,18 @@ class OffsetIndex(FileBackedIndex):
         if positions and positions[-1] >= log_size:
             return None, f"last entry points at byte {positions[-1]}, past the log's {log_size} bytes"
         index = cls(path, base_offset, max_entries=max_entries)
-        index._offsets, index._positions = offsets, positions
+        if offsets:
+            index._offsets, index._positions = offsets, positions
         return index, ""
 
     def _encode(self, start: int) -> bytes:
-        pairs = array("I", bytes(8 * (len(self._offsets) - start)))
-        pairs[0::2] = self._offsets[start:]
-        pairs[1::2] = self._positions[start:]
+        offsets, positions = self._offsets, self._positions
+        if start >= len(offsets):
+            return b""
+        assert isinstance(offsets, array) and isinstance(positions, array), "an index with entries has arrays"
+        pairs = array("I", bytes(8 * (len(offsets) - start)))
+        pairs[0::2] = offsets[start:]
+        pairs[1::2] = positions[start:]
         return _to_disk(pairs)
 
     def __len__(self) -> int:
@@ -193,11 +202,15 @@ class OffsetIndex(FileBackedIndex):
 
     def append(self, offset: int, position: int) -> None:
         relative = offset - self.base_offset
-        if self._offsets and (relative <= self._offsets[-1] or position <= self._positions[-1]):
+        offsets, positions = self._offsets, self._positions
+        if offsets and (relative <= offsets[-1] or position <= positions[-1]):
             return  # entries only move forward; a duplicate would break the binary search
-        self._offsets.append(relative)
-        self._positions.append(position)
-        self._file.append(self._encode(len(self._offsets) - 1))
+        if not isinstance(offsets, array) or not isinstance(positions, array):  # the first entry
+            offsets = self._offsets = array("I")
+            positions = self._positions = array("I")
+        offsets.append(relative)
+        positions.append(position)
+        self._file.append(self._encode(len(offsets) - 1))
 
     def lookup(self, offset: int) -> tuple[int, int]:
         """(absolute offset, position) of the last entry at or below `offset`, or (base offset, 0)."""
@@ -208,8 +221,10 @@ class OffsetIndex(FileBackedIndex):
 
     def truncate_to(self, offset: int) -> None:
         """Drop entries for offsets >= `offset`."""
-        i = bisect.bisect_left(self._offsets, offset - self.base_offset)
-        if i < len(self._offsets):
-            del self._offsets[i:]
-            del self._positions[i:]
+        offsets, positions = self._offsets, self._positions
+        i = bisect.bisect_left(offsets, offset - self.base_offset)
+        if i < len(offsets):
+            assert isinstance(offsets, array) and isinstance(positions, array), "an index with entries has arrays"
+            del offsets[i:]
+            del positions[i:]
             self._file.truncate(i * ENTRY_SIZE)

@@ -17,7 +17,7 @@ from array import array
 from collections.abc import Sequence
 from pathlib import Path
 
-from .offset_index import FileBackedIndex, IndexFile
+from .offset_index import NO_ENTRIES, FileBackedIndex, IndexFile
 
 ENTRY = struct.Struct(">qI")
 ENTRY_SIZE = ENTRY.size  # 12
@@ -30,15 +30,15 @@ class TimeIndex(FileBackedIndex):
     def __init__(self, path: Path, base_offset: int) -> None:
         self.base_offset = base_offset
         self._file = IndexFile(path)
-        self._timestamps = array("q")
-        self._offsets = array("I")
+        self._timestamps: array[int] | tuple[int, ...] = NO_ENTRIES  # made by the first entry (offset_index.py)
+        self._offsets: array[int] | tuple[int, ...] = NO_ENTRIES
 
     @classmethod
     def create(cls, path: Path, base_offset: int, *, entries: Sequence[tuple[int, int]] = ()) -> "TimeIndex":
         index = cls(path, base_offset)
-        for timestamp, offset in entries:
-            index._timestamps.append(timestamp)
-            index._offsets.append(offset - base_offset)
+        if entries:
+            index._timestamps = array("q", [timestamp for timestamp, _ in entries])
+            index._offsets = array("I", [offset - base_offset for _, offset in entries])
         index._file.rewrite(b"".join(ENTRY.pack(t, o) for t, o in zip(index._timestamps, index._offsets, strict=True)))
         return index
 
@@ -52,15 +52,18 @@ class TimeIndex(FileBackedIndex):
         if len(data) % ENTRY_SIZE:
             return None, f"size {len(data)} is not a multiple of {ENTRY_SIZE}"
         index = cls(path, base_offset)
+        timestamps, offsets = array("q"), array("I")
         last_ts, last_off = NO_TIMESTAMP - 1, -1
         for timestamp, relative in ENTRY.iter_unpack(data):
             if timestamp < last_ts or relative < last_off:
                 return None, "entries go backwards"
             if base_offset + relative >= next_offset:
                 return None, f"entry for offset {base_offset + relative} is past the log end {next_offset}"
-            index._timestamps.append(timestamp)
-            index._offsets.append(relative)
+            timestamps.append(timestamp)
+            offsets.append(relative)
             last_ts, last_off = timestamp, relative
+        if offsets:
+            index._timestamps, index._offsets = timestamps, offsets
         return index, ""
 
     def __len__(self) -> int:
@@ -80,8 +83,12 @@ class TimeIndex(FileBackedIndex):
         relative = offset - self.base_offset
         if self._offsets and relative < self._offsets[-1]:
             return
-        self._timestamps.append(timestamp)
-        self._offsets.append(relative)
+        timestamps, offsets = self._timestamps, self._offsets
+        if not isinstance(timestamps, array) or not isinstance(offsets, array):  # the first entry
+            timestamps = self._timestamps = array("q")
+            offsets = self._offsets = array("I")
+        timestamps.append(timestamp)
+        offsets.append(relative)
         self._file.append(ENTRY.pack(timestamp, relative))
 
     def lookup(self, timestamp: int) -> int:
@@ -94,8 +101,10 @@ class TimeIndex(FileBackedIndex):
 
     def truncate_to(self, offset: int) -> None:
         """Drop entries for offsets >= `offset`."""
-        i = bisect.bisect_left(self._offsets, offset - self.base_offset)
-        if i < len(self._offsets):
-            del self._timestamps[i:]
-            del self._offsets[i:]
+        timestamps, offsets = self._timestamps, self._offsets
+        i = bisect.bisect_left(offsets, offset - self.base_offset)
+        if i < len(offsets):
+            assert isinstance(timestamps, array) and isinstance(offsets, array), "an index with entries has arrays"
+            del timestamps[i:]
+            del offsets[i:]
             self._file.truncate(i * ENTRY_SIZE)

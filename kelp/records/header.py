@@ -16,7 +16,8 @@ import struct
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from crc32c import crc32c
+# The extension itself: the package's __init__ reads its version with importlib.metadata (kelp.lazy_packages).
+from crc32c._crc32c import crc32c
 
 from .compression import COMPRESSION_NAMES
 

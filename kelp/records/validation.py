@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from crc32c import crc32c
+# The extension itself: the package's __init__ reads its version with importlib.metadata (kelp.lazy_packages).
+from crc32c._crc32c import crc32c
 
 from kelp.errors import (
     CorruptRecordError,

@@ -34,7 +34,8 @@ def test_make_bench_offers_the_sections(capsys: pytest.CaptureFixture[str]) -> N
     for option in ("--txn-records", "--txn-latency-seconds", "--txn-rebalance-records", "--txn-rebalance-kills",
                    "--rest-records", "--rest-batch", "--rest-max-bytes",
                    "--perf-seconds", "--perf-consume-records", "--scale-partitions", "--scale-rf3-partitions",
-                   "--scale-idle-seconds", "--attacks", "--attack-seconds", "--guard-topics", "--guard-width"):
+                   "--scale-idle-seconds", "--attacks", "--attack-seconds", "--guard-topics", "--guard-width",
+                   "--rebalance-members", "--rebalance-protocols"):
         assert option in usage
 
 

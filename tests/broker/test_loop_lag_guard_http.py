@@ -147,8 +147,8 @@ async def test_a_scrape_of_every_partition_is_rendered_off_the_loop(tmp_path: Pa
     """`/metrics` walks every partition's log and renders every series: about 0.05 ms a partition, one loop step of
     182 ms at 2,000 partitions and 470 ms at 10,000 before the scrape moved to the CPU pool."""
     async with InProcessBroker(tmp_path, **{"authorizer.class.name": ""}) as b:
-        assert b.broker.http_runner is not None
-        registry = b.broker.http_runner.app[LOG_REGISTRY]
+        assert b.broker.http_listener is not None
+        registry = (await b.broker.http_listener.application())[LOG_REGISTRY]
         (collector,) = list(registry._collector_to_names)  # the broker's LogCollector, given 10,000 partitions
         collector._logs_source = lambda: _Logs(PARTITIONS)
         url = f"http://127.0.0.1:{b.broker.http_port}/metrics"

@@ -73,7 +73,7 @@ def broker_with(tmp_path, parts: Parts, **kwargs) -> Broker:
     broker.replicas = SimpleNamespace(close=lambda: parts.started.append("replicas closed"))
     broker._retention_task = asyncio.ensure_future(parts.step("maintenance")())
     broker.kafka_server = SimpleNamespace(stop=parts.step("kafka"))
-    broker.http_runner = SimpleNamespace(cleanup=parts.step("http"))
+    broker.http_listener = SimpleNamespace(cleanup=parts.step("http"))
     broker.groups = SimpleNamespace(stop=parts.step("groups"))
     broker.logs = parts
     return broker

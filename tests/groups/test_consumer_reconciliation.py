@@ -273,8 +273,9 @@ async def test_offsets_are_committed_and_fetched_at_the_member_epoch() -> None:
     await b.beat()
     await a.beat()
     await a.beat()  # A at epoch 2
-    stale = await coord.commit_offsets(G, member_id="A", generation=1, offsets=offsets)
-    assert stale == {("t", 0): ErrorCode.STALE_MEMBER_EPOCH}
+    gone = ("t", next(p for p in range(6) if (T, p) not in a.partitions()))  # a partition A gave up
+    stale = await coord.commit_offsets(G, member_id="A", generation=1, offsets={gone: offsets[("t", 0)]})
+    assert stale == {gone: ErrorCode.STALE_MEMBER_EPOCH}
     future = await coord.commit_offsets(G, member_id="A", generation=3, offsets=offsets)
     assert future == {("t", 0): ErrorCode.FENCED_MEMBER_EPOCH}
     unknown = await coord.commit_offsets(G, member_id="Z", generation=2, offsets=offsets)
@@ -290,6 +291,36 @@ async def test_offsets_are_committed_and_fetched_at_the_member_epoch() -> None:
     assert [g for g in coord.list_groups() if g[0] == G] == [(G, "consumer", "Stable")]
 
 
+async def test_a_commit_that_raced_an_epoch_bump_is_accepted_for_partitions_held_since_its_epoch() -> None:
+    """KIP-1251 (Kafka 4.4): a member commits at epoch 1 while the heartbeat that moves it to epoch 2 is answered
+    (a librdkafka member committing in its revocation callback as the group changes). The partitions it has
+    held since epoch 1 are committed; one it gave up, or one assigned at a later epoch, is STALE_MEMBER_EPOCH, per
+    partition. The old coordinator refused the whole commit (STALE_MEMBER_EPOCH for every partition), so the
+    member gave its partitions up uncommitted and their next owner read their records again."""
+    coord, _ = make()
+    a, b = Client(coord, "A"), Client(coord, "B")
+    await a.beat()  # A: epoch 1, all six
+    await b.beat()  # B joins: group epoch 2
+    await a.beat()  # A must give up three: it stays at epoch 1
+    await a.beat()  # A acknowledges: epoch 2, with the three it has held since epoch 1
+    await b.beat()  # B gets the other three, at epoch 2
+    assert (a.epoch, b.epoch) == (2, 2)
+    kept = sorted(("t", p) for _, p in a.partitions())
+    given = sorted(("t", p) for _, p in b.partitions())
+    assert len(kept) == len(given) == 3
+    offsets = {tp: CommittedOffset(7, -1, "", -1) for tp in [*kept, given[0]]}
+    got = await coord.commit_offsets(G, member_id="A", generation=1, offsets=offsets)
+    assert got == {**{tp: ErrorCode.NONE for tp in kept}, given[0]: ErrorCode.STALE_MEMBER_EPOCH}
+    err, fetched = coord.fetch_offsets(G, [*kept, given[0]], member_id="A", member_epoch=2)
+    assert err == ErrorCode.NONE and [fetched[tp] and fetched[tp].offset for tp in kept] == [7, 7, 7]  # type: ignore[union-attr]
+    assert fetched[given[0]] is None, "the refused partition's offset was not written"
+    # B got its partitions at epoch 2: at epoch 1 it holds nothing it may commit.
+    got = await coord.commit_offsets(G, member_id="B", generation=1, offsets={given[1]: CommittedOffset(9, -1, "", -1)})
+    assert got == {given[1]: ErrorCode.STALE_MEMBER_EPOCH}
+    assert await coord.commit_offsets(G, member_id="A", generation=3, offsets={kept[0]: offsets[kept[0]]}) == {
+        kept[0]: ErrorCode.FENCED_MEMBER_EPOCH}
+
+
 async def test_a_topic_created_or_grown_after_the_subscription_is_assigned_on_the_next_heartbeat() -> None:
     coord, _ = make()
     topics = coord.consumer.topics
@@ -303,3 +334,37 @@ async def test_a_topic_created_or_grown_after_the_subscription_is_assigned_on_th
     topics.by_name["v"] = _Topic("c" * 32, 3)  # type: ignore[attr-defined]
     await a.beat()
     assert a.partitions() == {("c" * 32, p) for p in range(3)}
+
+
+async def test_a_consumer_protocol_member_commits_offsets_in_a_transaction() -> None:
+    """Exactly-once processing with `group.protocol=consumer`: the producer's TxnOffsetCommit carries the
+    consumer's member id and member epoch (`consumer.groupMetadata()`). Kafka judges them as an OffsetCommit's
+    (ConsumerGroup.validateOffsetCommit, transactional), per partition at an older epoch (KIP-1251). The
+    coordinator before looked only for classic members: every such commit was UNKNOWN_MEMBER_ID, and the
+    transaction had to abort — a read-process-write loop with KIP-848 consumers could never commit."""
+    coord, _ = make()
+    a, b = Client(coord, "A"), Client(coord, "B")
+    await a.beat()
+    offsets = {("t", 0): CommittedOffset(7, -1, "", -1)}
+    ok = await coord.txn_commit_offsets(G, producer_id=5, producer_epoch=0, member_id="A", generation=1,
+                                        offsets=offsets)
+    assert ok == {("t", 0): ErrorCode.NONE}
+    assert coord.unstable_offsets(G, [("t", 0)]) == {("t", 0)}  # pending until the transaction's marker
+    coord.handle_txn_completion(5, [coord.partition_for(G)], commit=True)
+    err, got = coord.fetch_offsets(G, [("t", 0)], member_id="A", member_epoch=1)
+    assert err == ErrorCode.NONE and got[("t", 0)].offset == 7  # type: ignore[union-attr]
+    await b.beat()
+    await a.beat()
+    await a.beat()  # A at epoch 2, three partitions gone to B
+    kept = ("t", next(p for p in range(6) if (T, p) in a.partitions()))
+    gone = ("t", next(p for p in range(6) if (T, p) not in a.partitions()))
+    mixed = await coord.txn_commit_offsets(G, producer_id=5, producer_epoch=1, member_id="A", generation=1,
+                                           offsets={kept: offsets[("t", 0)], gone: offsets[("t", 0)]})
+    assert mixed == {kept: ErrorCode.NONE, gone: ErrorCode.STALE_MEMBER_EPOCH}
+    assert coord.unstable_offsets(G, [kept, gone]) == {kept}  # nothing of the refused partition was written
+    unknown = await coord.txn_commit_offsets(G, producer_id=6, producer_epoch=0, member_id="Z", generation=2,
+                                             offsets=offsets)
+    assert unknown == {("t", 0): ErrorCode.UNKNOWN_MEMBER_ID}
+    future = await coord.txn_commit_offsets(G, producer_id=6, producer_epoch=0, member_id="A", generation=9,
+                                            offsets=offsets)
+    assert future == {("t", 0): ErrorCode.FENCED_MEMBER_EPOCH}

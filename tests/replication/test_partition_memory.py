@@ -5,12 +5,16 @@ RF 1 (as a metadata delta applies one), its background jobs (the leader-epoch ch
 and the growth over a topic of a few partitions is divided by the difference in partitions: the GC-tracked
 objects (`gc.get_objects`) and the bytes `tracemalloc` traces, per partition.
 
-Measured (CPython 3.11, this commit): 27.1 objects and 4.67 KB per partition. Before issue 38's changes:
-39.1 objects and 6.46 KB (three empty waiter collections and a `__dict__` per `Partition`, a `LogConfig`
-per log, six `pathlib.Path`s with their parts lists). The budgets are 30 objects (11% over the measurement)
-and 5.1 KB (9% over: the bytes vary under 1% between runs); each fails on the old code. A new
-per-partition object (a lock, a collection that is empty most of the time, a copy of a topic-wide one) has
-to fit in them or change them with a new measurement.
+Measured (CPython 3.11, this commit): 23.0 objects and 4.05 KB per partition (4.02-4.09 over four runs).
+Before issue 38's changes: 39.1 objects and 6.46 KB (three empty waiter collections and a `__dict__` per
+`Partition`, a `LogConfig` per log, six `pathlib.Path`s with their parts lists); after its first round
+27.1 objects and 4.67 KB (the four empty index arrays of each active segment, made by their first entry
+since). The budgets are 25 objects (9% over the measurement) and 4,750 B: alone the test traces 4.05 KB, but in an
+xdist worker that ran other tests first it traced 4,476-4,518 B (what is interned and cached already
+differs), so the byte budget is the looser check; the object count is the one that fails on the code before
+(27.1 objects on the first round's). A new per-partition object (a lock, a collection
+that is empty most of the time, a copy of a topic-wide one) has to fit in them or change them with a new
+measurement.
 """
 
 from __future__ import annotations
@@ -29,8 +33,8 @@ from kelp.broker.topic_manager import TopicManager
 from kelp.config.broker import BrokerConfig
 from kelp.config.log_config import LogConfig
 
-OBJECTS_PER_PARTITION = 30
-BYTES_PER_PARTITION = 5_100
+OBJECTS_PER_PARTITION = 25
+BYTES_PER_PARTITION = 4_750
 SMALL, LARGE = 20, 520  # partitions of the two topics: the second's growth over the first's is measured
 
 
@@ -54,26 +58,31 @@ async def _measure(root: Path) -> tuple[float, float, list[tuple[str, float]], i
             assert not pending, f"{len(pending)} background jobs not done in 60 s"
 
     await create("small", SMALL, "1" * 32)
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        objects_before, types_before = len(gc.get_objects()), _type_counts()
-        await create("large", LARGE - SMALL, "2" * 32)
-        gc.collect()
-        grown = tracemalloc.get_traced_memory()[0] - before
-        objects = len(gc.get_objects()) - objects_before
-        by_type = _type_counts() - types_before
-    finally:
-        tracemalloc.stop()
     n = LARGE - SMALL
-    top = [(name, count / n) for name, count in by_type.most_common(12)]
-    return objects / n, grown / n, top, len(replicas._partitions)
+    rounds: list[tuple[float, float, list[tuple[str, float]]]] = []
+    # Twice, the smaller kept: the interpreter's table of interned strings (pathlib interns each path part) doubles
+    # now and then, a step of about 1 MB that lands in one round at most.
+    for name, topic_id in (("large", "2" * 32), ("larger", "3" * 32)):
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            objects_before, types_before = len(gc.get_objects()), _type_counts()
+            await create(name, n, topic_id)
+            gc.collect()
+            grown = tracemalloc.get_traced_memory()[0] - before
+            objects = len(gc.get_objects()) - objects_before
+            by_type = _type_counts() - types_before
+        finally:
+            tracemalloc.stop()
+        rounds.append((objects / n, grown / n, [(t, count / n) for t, count in by_type.most_common(12)]))
+    _, bytes_per, top = min(rounds, key=lambda r: r[1])
+    return min(r[0] for r in rounds), bytes_per, top, len(replicas._partitions)
 
 
 def test_an_idle_partition_fits_its_object_and_byte_budget(tmp_path: Path) -> None:
     objects, traced, top, held = asyncio.run(_measure(tmp_path))
-    assert held == LARGE
+    assert held == SMALL + 2 * (LARGE - SMALL)
     detail = ", ".join(f"{name} {count:.1f}" for name, count in top)
     assert objects <= OBJECTS_PER_PARTITION, f"{objects:.1f} objects per partition ({detail})"
     assert traced <= BYTES_PER_PARTITION, f"{traced:,.0f} B traced per partition ({detail})"

@@ -29,7 +29,7 @@ import logging
 import uuid
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Protocol
+from typing import Callable, Collection, Iterable, Protocol
 
 from kelp.errors import ErrorCode
 
@@ -550,13 +550,11 @@ class ConsumerGroups:
             return ConsumerGroupDescription(group_id, ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} {why}.")
         return ConsumerGroupDescription(group_id, ErrorCode.NONE, None, group)
 
-    def topic_name(self, topic_id: str) -> str | None:
-        return self.topics.name_of(topic_id)
-
-    def commit_error(self, group_id: str, member_id: str, member_epoch: int, api_version: int) -> int | None:
-        """Kafka's ConsumerGroup.validateOffsetCommit: None when `group_id` is not a consumer group here, NONE
-        when the commit may go ahead, else its error (UNKNOWN_MEMBER_ID, FENCED/STALE_MEMBER_EPOCH,
-        UNSUPPORTED_VERSION below OffsetCommit v9)."""
+    def commit_error(self, group_id: str, member_id: str, member_epoch: int, api_version: int,
+                     partitions: Collection[tuple[str, int]] = ()) -> int | dict[tuple[str, int], int] | None:
+        """Kafka's ConsumerGroup.validateOffsetCommit: None when `group_id` is not a consumer group here, else NONE or
+        the error (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, UNSUPPORTED_VERSION below v9); at an older member epoch,
+        per partition of `partitions` (KIP-1251, `ConsumerMember.committable`: NONE or STALE_MEMBER_EPOCH)."""
         group = self.groups.get(group_id)
         if group is None:
             return None
@@ -569,10 +567,12 @@ class ConsumerGroups:
             return ErrorCode.UNSUPPORTED_VERSION
         if member_epoch > member.member_epoch:
             return ErrorCode.FENCED_MEMBER_EPOCH
-        if member_epoch < member.member_epoch:
-            return ErrorCode.STALE_MEMBER_EPOCH
         self._restart_session(group, member_id)  # a commit is a sign of life, as a classic commit is
-        return ErrorCode.NONE
+        if member_epoch == member.member_epoch:
+            return ErrorCode.NONE
+        ids = {name: t.topic_id for name in {n for n, _ in partitions} if (t := self.topics.get(name)) is not None}
+        return {(n, p): ErrorCode.NONE if n in ids and member.committable((ids[n], p), member_epoch)
+                else ErrorCode.STALE_MEMBER_EPOCH for n, p in partitions}
 
     def fetch_error(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
         """Kafka's ConsumerGroup.validateOffsetFetch: NONE for a fetch without a member (the admin client) or
@@ -596,4 +596,4 @@ def _metadata(m: ConsumerMember) -> tuple[object, ...]:
 
 def _assignment_state(m: ConsumerMember) -> tuple[object, ...]:
     """What ConsumerGroupCurrentMemberAssignmentValue holds of a member."""
-    return m.member_epoch, m.previous_member_epoch, m.state, m.assigned, m.revoking
+    return m.member_epoch, m.previous_member_epoch, m.state, m.assigned, m.revoking, m.assigned_at

@@ -80,10 +80,19 @@ class ConsumerMember:
     server_assignor: str | None = None
     assigned: Assignment = field(default_factory=dict)  # usable now (what the member is told it has)
     revoking: Assignment = field(default_factory=dict)  # still held, to be given up (UNREVOKED_PARTITIONS)
+    # KIP-1251: (topic id, partition) -> the member epoch at which the member got it, for every held partition
+    # (persisted as AssignmentEpochs); a commit at an older member epoch is accepted for partitions assigned at or
+    # before it. A partition without one (a record Kafka before 4.4 wrote) counts as got at the member's epoch.
+    assigned_at: Mapping[tuple[str, int], int] = field(default_factory=dict)
 
     def held(self) -> set[tuple[str, int]]:
         """Every partition this member may be consuming: assigned and pending revocation."""
         return flatten(self.assigned) | flatten(self.revoking)
+
+    def committable(self, tp: tuple[str, int], epoch: int) -> bool:
+        """Whether a commit at member epoch `epoch` (at most the member's) may write partition `tp`, as Kafka 4.4's
+        assignment-epoch validator (KIP-1251): the member holds it and got it at or before `epoch`."""
+        return tp in self.held() and self.assigned_at.get(tp, self.member_epoch) <= epoch
 
 
 @dataclass
@@ -185,10 +194,21 @@ def _compute(member: ConsumerMember, epoch: int, assigned: Assignment, target_ep
         # Revoke first: the member keeps its epoch and only what it keeps; nothing new until it acknowledges.
         return replace(member, state=MemberState.UNREVOKED_PARTITIONS, member_epoch=epoch,
                        previous_member_epoch=member.previous_member_epoch if epoch == member.member_epoch
-                       else member.member_epoch, assigned=_clean(keep), revoking=_clean(revoke))
-    for topic_id, ps in grant.items():
-        keep.setdefault(topic_id, set()).update(ps)
+                       else member.member_epoch, assigned=_clean(keep), revoking=_clean(revoke),
+                       assigned_at=_assigned_at(member, [keep, revoke], {}, epoch))
     state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
     previous = member.member_epoch if target_epoch != member.member_epoch else member.previous_member_epoch
+    at = _assigned_at(member, [keep], grant, target_epoch)
+    for topic_id, ps in grant.items():
+        keep.setdefault(topic_id, set()).update(ps)
     return replace(member, state=state, member_epoch=target_epoch, previous_member_epoch=previous,
-                   assigned=_clean(keep), revoking={})
+                   assigned=_clean(keep), revoking={}, assigned_at=at)
+
+
+def _assigned_at(member: ConsumerMember, held: list[dict[str, set[int]]], granted: dict[str, set[int]],
+                 epoch: int) -> dict[tuple[str, int], int]:
+    """The assignment epochs after a step: a partition held before keeps its own (one without is counted as
+    assigned at `epoch`, the strict choice), a granted one is assigned at `epoch`, the member's epoch after it."""
+    out = {(t, p): member.assigned_at.get((t, p), epoch) for part in held for t, ps in part.items() for p in ps}
+    out.update({(t, p): epoch for t, ps in granted.items() for p in ps})
+    return out

@@ -107,9 +107,8 @@ def record_key_of(data: bytes) -> RecordKey | None:
     return kind, key.group_id, getattr(key, "member_id", "") or ""
 
 
-def _partitions(cls: Any, a: Mapping[str, frozenset[int]], **absent: None) -> list[Any]:
-    """`absent`: tagged fields to leave out (None), as Kafka leaves out a nullable tagged field it does not set."""
-    return [cls(topic_id=uuid.UUID(hex=t), partitions=sorted(ps), **absent) for t, ps in sorted(a.items()) if ps]
+def _partitions(cls: Any, a: Mapping[str, frozenset[int]]) -> list[Any]:
+    return [cls(topic_id=uuid.UUID(hex=t), partitions=sorted(ps)) for t, ps in sorted(a.items()) if ps]
 
 
 def _assignment(items: list[Any] | None) -> Assignment:
@@ -145,11 +144,23 @@ def target_member_record(group_id: str, member_id: str, target: Assignment) -> R
 
 
 def current_assignment_record(group_id: str, m: ConsumerMember) -> Record:
+    """With Kafka 4.4's AssignmentEpochs (KIP-1251): the epoch at which the member got each partition."""
     TP = ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions
+
+    def held(a: Assignment) -> list[Any]:
+        return [TP(topic_id=uuid.UUID(hex=t), partitions=sorted(ps),
+                   assignment_epochs=[m.assigned_at.get((t, p), m.member_epoch) for p in sorted(ps)])
+                for t, ps in sorted(a.items()) if ps]
+
     return _key(CURRENT, group_id, m.member_id), _value(
         CURRENT, member_epoch=m.member_epoch, previous_member_epoch=m.previous_member_epoch, state=_STATES[m.state],
-        assigned_partitions=_partitions(TP, m.assigned, assignment_epochs=None),
-        partitions_pending_revocation=_partitions(TP, m.revoking, assignment_epochs=None))
+        assigned_partitions=held(m.assigned), partitions_pending_revocation=held(m.revoking))
+
+
+def _assigned_at(*parts: list[Any] | None) -> dict[tuple[str, int], int]:
+    """The AssignmentEpochs of replayed partitions (a record without them, as Kafka before 4.4 writes: none)."""
+    return {(tp.topic_id.hex, p): e for items in parts for tp in items or [] if tp.assignment_epochs is not None
+            for p, e in zip(tp.partitions, tp.assignment_epochs, strict=False)}
 
 
 def member_tombstones(group_id: str, member_id: str) -> list[Record]:
@@ -191,7 +202,8 @@ def replay(values: Mapping[RecordKey, bytes | None]) -> dict[str, ConsumerGroup]
             members[(gid, mid)].update(
                 member_epoch=v.member_epoch, previous_member_epoch=v.previous_member_epoch,
                 state=_STATE_OF.get(v.state, MemberState.STABLE), assigned=_assignment(v.assigned_partitions),
-                revoking=_assignment(v.partitions_pending_revocation))
+                revoking=_assignment(v.partitions_pending_revocation),
+                assigned_at=_assigned_at(v.assigned_partitions, v.partitions_pending_revocation))
     for (gid, _mid), fields in members.items():
         groups[gid].put_member(ConsumerMember(**fields))
     for group in groups.values():

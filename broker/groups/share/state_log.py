@@ -30,7 +30,6 @@ import types
 import uuid
 from typing import Any, Iterable
 
-import aiohttp
 from kafka.protocol.api_data import ApiData
 
 from kelp.clock import wall_clock_ms
@@ -172,6 +171,8 @@ class ShareStateLog:
 
     async def remote(self, url: str, op: str, args: dict[str, Any]) -> Any:
         """POST `/cluster/v1/share-state/{op}` on the broker at `url`; its JSON answer, or StateUnavailable."""
+        import aiohttp  # by the first call to another broker: a broker alone never loads it (issue 38)
+
         try:
             async with self.cluster.control_session().post(
                     f"{url}/cluster/v1/share-state/{op}", json=args,

@@ -107,7 +107,8 @@ def _consumer_protocol_group(coord: GroupCoordinator, cg: ConsumerGroup) -> dict
     """A KIP-848 group's members as `describe_group` shows them: their assignments (topic names), epochs and
     the partitions the broker's target gives them (what they reconcile to)."""
     def parts(a: dict[str, frozenset[int]]) -> list[JsonData]:
-        return [{"topic": coord.consumer.topic_name(t) or t, "partitions": sorted(ps)} for t, ps in sorted(a.items())]
+        name = coord.consumer.topics.name_of
+        return [{"topic": name(t) or t, "partitions": sorted(ps)} for t, ps in sorted(a.items())]
 
     return {
         "group_type": "consumer", "state": cg.state.value, "protocol_type": "consumer", "protocol": cg.assignor,
@@ -142,7 +143,7 @@ def describe_group(broker: BrokerParts, group_id: str, *, topics_shown: Callable
     if cg is not None:
         view = _consumer_protocol_group(coord, cg)
         for cm in cg.members.values():
-            owner.update({(coord.consumer.topic_name(t) or t, p): cm.member_id for t, ps in cm.assigned.items()
+            owner.update({(coord.consumer.topics.name_of(t) or t, p): cm.member_id for t, ps in cm.assigned.items()
                           for p in ps})
         members = cast(list[JsonData], view.pop("members"))
     for m in d.members if cg is None else []:

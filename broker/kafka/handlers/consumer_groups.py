@@ -100,7 +100,7 @@ def _described(ctx: RequestContext, group: ConsumerGroup) -> Any:
     TP = A.TopicPartitions
 
     def assignment(a: dict[str, frozenset[int]]) -> Any:
-        return A(topic_partitions=[TP(topic_id=uuid.UUID(hex=t), topic_name=consumer.topic_name(t) or "",
+        return A(topic_partitions=[TP(topic_id=uuid.UUID(hex=t), topic_name=consumer.topics.name_of(t) or "",
                                       partitions=sorted(ps)) for t, ps in sorted(a.items())])
 
     members = [DG.Member(
