@@ -152,14 +152,19 @@ public class GroupTransact {
             c.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
             c.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
             c.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, arg("max.poll.records", "20"));
-            c.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "6000");
-            c.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "1000");
             c.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
             c.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
-            String assignor = arg("assignor", "range").equals("cooperative-sticky")
-                ? "org.apache.kafka.clients.consumer.CooperativeStickyAssignor"
-                : "org.apache.kafka.clients.consumer.RangeAssignor";
-            c.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG, assignor);
+            if (arg("group.protocol", "classic").equals("consumer")) {
+                // KIP-848: the broker assigns and times the session; the client may not set those keys
+                c.put("group.protocol", "consumer");
+            } else {
+                c.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "6000");
+                c.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "1000");
+                String assignor = arg("assignor", "range").equals("cooperative-sticky")
+                    ? "org.apache.kafka.clients.consumer.CooperativeStickyAssignor"
+                    : "org.apache.kafka.clients.consumer.RangeAssignor";
+                c.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG, assignor);
+            }
             if (Boolean.parseBoolean(arg("static", "false")))
                 c.put(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, arg("prefix", "gt") + "-member-" + slot);
             return new KafkaConsumer<>(c);

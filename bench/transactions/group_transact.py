@@ -75,8 +75,9 @@ class JavaRun:
 
     def __init__(self, bootstrap: str, *, input_topic: str, output_topic: str, group: str, members: int,
                  churn_ms: int, assignor: str, static: bool, prefix: str, log_dir: Path,
-                 max_poll_records: int = 20) -> None:
-        args = [f"bootstrap={bootstrap}", f"input={input_topic}", f"output={output_topic}", f"group={group}",
+                 max_poll_records: int = 20, group_protocol: str = "classic") -> None:
+        args = [f"group.protocol={group_protocol}", f"bootstrap={bootstrap}", f"input={input_topic}",
+                f"output={output_topic}", f"group={group}",
                 f"members={members}", f"churn.ms={churn_ms}", f"assignor={assignor}", f"static={str(static).lower()}",
                 f"prefix={prefix}", f"max.poll.records={max_poll_records}"]
         self.log_path = log_dir / f"{prefix}-java.log"
@@ -385,13 +386,21 @@ def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
 
 
 def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
-    """The group's committed offsets (stable ones: pending transactional commits are not counted)."""
-    from confluent_kafka import Consumer, TopicPartition
+    """The group's committed offsets (stable ones: pending transactional commits are not counted); {} while
+    they are not stable yet. A read_committed lookup (OffsetFetch with require_stable) is answered
+    UNSTABLE_OFFSET_COMMIT while a member's transaction holds an offset, and librdkafka retries that until its
+    timeout: while members still commit in back-to-back transactions that is an answer ("not yet"), not a
+    failure — the caller's own deadline decides."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_committed"})
     try:
         got = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
         return {tp.partition: tp.offset for tp in got}
+    except KafkaException as exc:
+        if exc.args and exc.args[0].code() == KafkaError._TIMED_OUT:
+            return {}
+        raise
     finally:
         c.close()
 

@@ -87,6 +87,10 @@ class GroupDescription:
     members: list[Member]
 
 
+# The OffsetCommit version the consumer-protocol rules are judged at for a TxnOffsetCommit: Kafka applies no
+# version rule to transactional commits (the v9 rule is OffsetCommit's), so any version from v9 on.
+TXN_COMMIT_CHECK = 9
+
 class GroupCoordinator:
     def __init__(
         self,
@@ -303,9 +307,23 @@ class GroupCoordinator:
         err = self.check_group(group_id)
         if err:
             return all_(err)
+        # A consumer-protocol group (KIP-848): its member and member epoch, as Kafka's
+        # ConsumerGroup.validateOffsetCommit with isTransactional (no OffsetCommit version rule).
+        consumer_error = self.consumer.commit_error(group_id, member_id, generation, TXN_COMMIT_CHECK, offsets)
+        stale: dict[tuple[str, int], int] = {}
+        if isinstance(consumer_error, dict):
+            stale = {tp: code for tp, code in consumer_error.items() if code}
+            offsets = {tp: o for tp, o in offsets.items() if tp not in stale}
+        elif consumer_error:
+            return all_(consumer_error)
         group = self.groups.get(group_id)
         if group is None:
             group = self.groups[group_id] = Group(group_id, state_timestamp_ms=self.clock_ms())
+        if consumer_error is not None:
+            if not offsets:
+                return stale
+            return {**await self.txn_offsets.commit(group, producer_id=producer_id, producer_epoch=producer_epoch,
+                                                    offsets=offsets), **stale}
         if group.is_(GroupState.DEAD):
             return all_(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         if generation >= 0 or member_id or group_instance_id:

@@ -10,6 +10,7 @@ inter-broker principal with CLUSTER_ACTION; `admin` is a super user.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,7 @@ BROKER = KafkaPrincipal.user("broker")
 SECRET, GHOST, GROUP = "secret", "ghost", "g1"
 TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 GROUP_DENIED = ErrorCode.GROUP_AUTHORIZATION_FAILED
+UNKNOWN_TOPIC_ID = ErrorCode.UNKNOWN_TOPIC_ID
 CLUSTER_DENIED = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
 
 # API key -> the tests below that cover it
@@ -359,6 +361,33 @@ async def test_offset_fetch(b: InProcessBroker) -> None:
     old = await b.call(OffsetFetchRequest(group_id=GROUP, topics=[
         OffsetFetchRequest.OffsetFetchRequestTopic(name=SECRET, partition_indexes=[0])]), 5, principal=ALICE)
     assert old.error_code == GROUP_DENIED
+
+
+async def test_offset_commit_and_fetch_v10_authorize_the_name_an_id_resolves_to(b: InProcessBroker) -> None:
+    """v10 names topics by id: READ (commit) or DESCRIBE (fetch) on the topic the id names now; an id no topic has
+    is UNKNOWN_TOPIC_ID whoever asks (Kafka resolves before it authorizes)."""
+    info = b.parts.topics.get(SECRET)
+    assert info is not None
+    secret, stranger = uuid.UUID(hex=info.topic_id), uuid.uuid4()
+    T = OffsetCommitRequest.OffsetCommitRequestTopic
+    by_id = OffsetCommitRequest(group_id=GROUP, generation_id_or_member_epoch=-1, member_id="", topics=[
+        T(topic_id=t, partitions=[T.OffsetCommitRequestPartition(partition_index=0, committed_offset=3,
+                                                                  committed_leader_epoch=-1, committed_metadata="")])
+        for t in (secret, stranger)])
+    codes = lambda r: [(t.topic_id, t.partitions[0].error_code) for t in r.topics]  # noqa: E731
+    assert codes(await b.call(by_id, 10, principal=ALICE)) == [(secret, GROUP_DENIED), (stranger, GROUP_DENIED)]
+    await grant(b, acl("GROUP", GROUP, "READ"), acl("GROUP", GROUP, "DESCRIBE"))
+    assert codes(await b.call(by_id, 10, principal=BOB)) == [(secret, TOPIC_DENIED), (stranger, UNKNOWN_TOPIC_ID)]
+    G = OffsetFetchRequest.OffsetFetchRequestGroup
+    fetch = OffsetFetchRequest(groups=[G(group_id=GROUP, topics=[
+        G.OffsetFetchRequestTopics(topic_id=t, partition_indexes=[0]) for t in (secret, stranger)])])
+    fetched = lambda r: [(t.topic_id, t.partitions[0].committed_offset, t.partitions[0].error_code)  # noqa: E731
+                         for t in r.groups[0].topics]
+    assert fetched(await b.call(fetch, 10, principal=BOB)) == [(secret, -1, TOPIC_DENIED),
+                                                               (stranger, -1, UNKNOWN_TOPIC_ID)]
+    await grant(b, acl("TOPIC", SECRET, "READ"))  # READ implies DESCRIBE
+    assert codes(await b.call(by_id, 10, principal=BOB)) == [(secret, 0), (stranger, UNKNOWN_TOPIC_ID)]
+    assert fetched(await b.call(fetch, 10, principal=BOB)) == [(secret, 3, 0), (stranger, -1, UNKNOWN_TOPIC_ID)]
 
 
 async def test_offset_delete(b: InProcessBroker) -> None:

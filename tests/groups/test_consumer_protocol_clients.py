@@ -4,7 +4,8 @@ and librdkafka (confluent-kafka) with `group.protocol=consumer` against one Kelp
 Three members join, one leaves, another joins: partitions move incrementally, never held by two members at
 once (each partition's ownership intervals, from the consumers' own assigned/revoked callbacks, do not
 overlap), no record is consumed twice and none is lost; after every member is gone, a new one resumes from the
-committed offsets. Commits carry the member epoch (OffsetCommit v9). The Java tier skips only without `java`
+committed offsets. Commits carry the member epoch (OffsetCommit v9+; the Java consumer commits and fetches by topic id,
+v10, test_offsets_v10_java.py). The Java tier skips only without `java`
 (`make test` fetches the jars first, `kelp.kafka_tools`).
 """
 

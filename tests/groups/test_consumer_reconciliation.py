@@ -334,3 +334,37 @@ async def test_a_topic_created_or_grown_after_the_subscription_is_assigned_on_th
     topics.by_name["v"] = _Topic("c" * 32, 3)  # type: ignore[attr-defined]
     await a.beat()
     assert a.partitions() == {("c" * 32, p) for p in range(3)}
+
+
+async def test_a_consumer_protocol_member_commits_offsets_in_a_transaction() -> None:
+    """Exactly-once processing with `group.protocol=consumer`: the producer's TxnOffsetCommit carries the
+    consumer's member id and member epoch (`consumer.groupMetadata()`). Kafka judges them as an OffsetCommit's
+    (ConsumerGroup.validateOffsetCommit, transactional), per partition at an older epoch (KIP-1251). The
+    coordinator before looked only for classic members: every such commit was UNKNOWN_MEMBER_ID, and the
+    transaction had to abort — a read-process-write loop with KIP-848 consumers could never commit."""
+    coord, _ = make()
+    a, b = Client(coord, "A"), Client(coord, "B")
+    await a.beat()
+    offsets = {("t", 0): CommittedOffset(7, -1, "", -1)}
+    ok = await coord.txn_commit_offsets(G, producer_id=5, producer_epoch=0, member_id="A", generation=1,
+                                        offsets=offsets)
+    assert ok == {("t", 0): ErrorCode.NONE}
+    assert coord.unstable_offsets(G, [("t", 0)]) == {("t", 0)}  # pending until the transaction's marker
+    coord.handle_txn_completion(5, [coord.partition_for(G)], commit=True)
+    err, got = coord.fetch_offsets(G, [("t", 0)], member_id="A", member_epoch=1)
+    assert err == ErrorCode.NONE and got[("t", 0)].offset == 7  # type: ignore[union-attr]
+    await b.beat()
+    await a.beat()
+    await a.beat()  # A at epoch 2, three partitions gone to B
+    kept = ("t", next(p for p in range(6) if (T, p) in a.partitions()))
+    gone = ("t", next(p for p in range(6) if (T, p) not in a.partitions()))
+    mixed = await coord.txn_commit_offsets(G, producer_id=5, producer_epoch=1, member_id="A", generation=1,
+                                           offsets={kept: offsets[("t", 0)], gone: offsets[("t", 0)]})
+    assert mixed == {kept: ErrorCode.NONE, gone: ErrorCode.STALE_MEMBER_EPOCH}
+    assert coord.unstable_offsets(G, [kept, gone]) == {kept}  # nothing of the refused partition was written
+    unknown = await coord.txn_commit_offsets(G, producer_id=6, producer_epoch=0, member_id="Z", generation=2,
+                                             offsets=offsets)
+    assert unknown == {("t", 0): ErrorCode.UNKNOWN_MEMBER_ID}
+    future = await coord.txn_commit_offsets(G, producer_id=6, producer_epoch=0, member_id="A", generation=9,
+                                            offsets=offsets)
+    assert future == {("t", 0): ErrorCode.FENCED_MEMBER_EPOCH}

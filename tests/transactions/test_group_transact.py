@@ -11,9 +11,11 @@ every other time as a crash with its transaction left open for the slot's next m
 comes back half that later. The Java client 4.3.1 (transactions v2: Produce v12, EndTxn v5) runs with the
 cooperative-sticky assignor and dynamic members (`bench/transactions/GroupTransact.java`), librdkafka (transactions v1)
 with the range assignor and static members (group.instance.id); both runners are `bench.transactions.group_transact`'s,
-which the bench's rebalancing case runs too. Once the group's committed offsets reach the input's end the
-members stop; then no client may have seen a fatal error or INVALID_TXN_STATE, members must really have come
-and gone, and a read_committed reader of the output must find every input value exactly once.
+which the bench's rebalancing case runs too. A third run has the Java members on the consumer group protocol
+(KIP-848, `java-tv2-kip848`): their offsets go into the transactions with a member id and member epoch.
+Once the group's committed offsets reach the input's end the members stop; then no client may have seen a
+fatal error or INVALID_TXN_STATE, members must really have come and gone, and a read_committed reader of the
+output must find every input value exactly once.
 
 The sizes are environment variables (not KELP_*: brokers read those) so a long form runs by hand, with broker
 SIGKILLs among the member changes (`GT_BROKER_KILLS`, one every `GT_KILL_EVERY_S`):
@@ -75,21 +77,28 @@ def _kill_a_broker(cluster: Cluster, k: int) -> None:
         cluster.wait_fully_replicated(topic, timeout=120)
 
 
-@pytest.mark.parametrize("client", ["java-tv2", "librdkafka-tv1"])
+# java-tv2-kip848: the Java members use the consumer group protocol (KIP-848), so their transactions commit
+# offsets (TxnOffsetCommit) with a member id and member epoch, across the broker's own reconciliations.
+KIP848_SETTINGS = {"group.consumer.session.timeout.ms": 6000, "group.consumer.heartbeat.interval.ms": 1000}
+
+
+@pytest.mark.parametrize("client", ["java-tv2", "java-tv2-kip848", "librdkafka-tv1"])
 def test_group_transact_sessions_keep_going_through_rebalances(cluster_factory, tmp_path, client: str) -> None:
-    java = client == "java-tv2"
+    java = client.startswith("java")
+    kip848 = client.endswith("kip848")
     if java and shutil.which("java") is None:
         pytest.skip("java is not installed: the Java client cannot run")
     if java:
         kafka_tools.fetch()
     started = time.monotonic()
-    cluster = cluster_factory(3, settings=CLUSTER_SETTINGS)
+    cluster = cluster_factory(3, settings={**CLUSTER_SETTINGS, **(KIP848_SETTINGS if kip848 else {})})
     create_topics(cluster, {INPUT: INPUT_PARTITIONS, OUTPUT: OUTPUT_PARTITIONS})
     group = f"gt-{client}"
     feeder = Feeder(cluster.bootstrap, INPUT, INPUT_PARTITIONS, records=RECORDS, rate=RATE)
     common = dict(input_topic=INPUT, output_topic=OUTPUT, group=group, members=MEMBERS, churn_ms=CHURN_MS,
                   prefix=group)
-    run = (JavaRun(cluster.bootstrap, assignor="cooperative-sticky", static=False, log_dir=tmp_path, **common)
+    run = (JavaRun(cluster.bootstrap, assignor="cooperative-sticky", static=False, log_dir=tmp_path,
+                   group_protocol="consumer" if kip848 else "classic", **common)
            if java else RdkafkaRun(cluster.bootstrap, assignor="range", static=True, **common))
     kills = 0
     next_kill = time.monotonic() + KILL_EVERY_S

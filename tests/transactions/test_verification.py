@@ -254,9 +254,9 @@ async def test_a_v2_produce_adds_its_partition_and_end_txn_v5_bumps_the_epoch(b:
 
     versions = await b.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"), 3)
     assert [(f.name, f.min_version, f.max_version) for f in versions.supported_features] == [
-        ("group.version", 0, 1), ("transaction.version", 0, 2)]
+        ("group.version", 0, 1), ("share.version", 0, 1), ("transaction.version", 0, 2)]
     assert [(f.name, f.max_version_level) for f in versions.finalized_features] == [
-        ("group.version", 1), ("transaction.version", 2)]
+        ("group.version", 1), ("share.version", 1), ("transaction.version", 2)]
     assert versions.finalized_features_epoch == 1
     assert {k.api_key: k.max_version for k in versions.api_keys}[0] == 12  # Produce
     pid, epoch = await init(b)
@@ -375,11 +375,13 @@ async def test_a_leaders_request_answers_its_transactions_concurrently(b: InProc
 
 async def test_group_version_is_finalized_even_with_transactions_v1(tmp_path: Path) -> None:
     """The consumer group protocol does not depend on the transaction version: with transaction.version 0,
-    ApiVersions still finalizes group.version 1 (and lists no transaction.version level 0, as Kafka)."""
+    ApiVersions still finalizes group.version 1 and share.version 1 (and lists no transaction.version level 0,
+    as Kafka)."""
     from kafka.protocol.metadata import ApiVersionsRequest
 
     async with InProcessBroker(tmp_path, **{"transaction.version": 0}) as broker:
         versions = await broker.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"), 3)
-    assert [(f.name, f.max_version_level) for f in versions.finalized_features] == [("group.version", 1)]
+    assert [(f.name, f.max_version_level) for f in versions.finalized_features] == [
+        ("group.version", 1), ("share.version", 1)]
     assert versions.finalized_features_epoch == 1
     assert {k.api_key for k in versions.api_keys} >= {68, 69}  # ConsumerGroupHeartbeat, ConsumerGroupDescribe

@@ -25,12 +25,10 @@ This module must never touch logs, timers or sockets: bytes in, objects out.
 from __future__ import annotations
 
 import struct
-import types
 import uuid
 from typing import Any, Mapping
 
-from kafka.protocol.api_data import ApiData
-
+from ..coordinator_records import schema_class
 from .assignors import Assignment
 from .model import ConsumerGroup, ConsumerMember, MemberState
 
@@ -43,15 +41,9 @@ Record = tuple[bytes, bytes | None]
 RecordKey = tuple[int, str, str]  # (record type, group id, member id or "")
 
 
-def _patch(cls: type, json: dict[str, Any]) -> dict[str, Any]:
-    json["type"] = "data"  # kafka-python's ApiData takes Kafka's coordinator-key/-value schemas as plain data
-    return json
-
-
 def _schema(name: str) -> Any:
     """The kafka-python data class of Kafka's schema `schemas/<name>.json` (its codec is kafka-python's)."""
-    return types.new_class(name, (ApiData,), {"load_json": _SCHEMAS},
-                           lambda ns: ns.update(json_patch=classmethod(_patch), __module__=__name__))
+    return schema_class(name, package=_SCHEMAS, module=__name__)
 
 
 ConsumerGroupMetadataKey = _schema("ConsumerGroupMetadataKey")

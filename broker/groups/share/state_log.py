@@ -26,11 +26,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-import types
 import uuid
 from typing import Any, Iterable
-
-from kafka.protocol.api_data import ApiData
 
 from kelp.clock import wall_clock_ms
 from kelp.errors import NotLeaderOrFollowerError
@@ -40,6 +37,7 @@ from ...cluster.member import ClusterMember
 from ...replica.manager import ReplicaManager
 from ...storage import LogManager
 from ...topic_manager import TopicManager
+from ..coordinator_records import schema_class
 from ..offsets_store import replay_log
 from ..placement import java_string_hashcode
 from .partition import StateBatch
@@ -56,14 +54,9 @@ StateKey = tuple[str, str, int]  # (group id, topic id as 32 hex digits, partiti
 Snapshot = tuple[int, list[StateBatch]]  # (start offset, state batches)
 
 
-def _patch(cls: type, json: dict[str, Any]) -> dict[str, Any]:
-    json["type"] = "data"  # kafka-python's ApiData takes Kafka's coordinator-key/-value schemas as plain data
-    return json
-
-
 def _schema(name: str) -> Any:
-    return types.new_class(name, (ApiData,), {"load_json": _SCHEMAS},
-                           lambda ns: ns.update(json_patch=classmethod(_patch), __module__=__name__))
+    """The kafka-python data class of Kafka's schema `schemas/<name>.json` (its codec is kafka-python's)."""
+    return schema_class(name, package=_SCHEMAS, module=__name__)
 
 
 ShareSnapshotKey = _schema("ShareSnapshotKey")

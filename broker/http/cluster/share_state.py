@@ -19,7 +19,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from ...groups.share import reset_here, share_groups_of
-from ...groups.share.state_log import batches_of, key_of
+from ...groups.share.state_log import StateKey, batches_of, key_of
 from ..json_body import read_json
 from ..problems import HttpProblem, json_response
 from ..serving import serving
@@ -27,6 +27,16 @@ from ..serving import serving
 __all__ = ["routes"]
 
 routes = web.RouteTableDef()
+
+
+def _key_and_start(body: object) -> tuple[StateKey, int]:
+    """The share-partition's key and the `start` offset of a write or reset body; ValueError naming what is
+    missing."""
+    key = key_of(body)
+    start = body.get("start") if isinstance(body, dict) else None
+    if not isinstance(start, int) or isinstance(start, bool):
+        raise ValueError("start (integer) is required")
+    return key, start
 
 
 @routes.post("/cluster/v1/share-state/read")
@@ -46,10 +56,7 @@ async def write_state(request: web.Request) -> web.Response:
     parts = serving(request)
     body = await read_json(request)
     try:
-        key = key_of(body)
-        start = body.get("start") if isinstance(body, dict) else None
-        if not isinstance(start, int) or isinstance(start, bool):
-            raise ValueError("start (integer) is required")
+        key, start = _key_and_start(body)
         batches = batches_of(body.get("batches") if isinstance(body, dict) else None)
     except ValueError as exc:
         raise HttpProblem(400, str(exc)) from None
@@ -63,10 +70,7 @@ async def reset_state(request: web.Request) -> web.Response:
     parts = serving(request)
     body = await read_json(request)
     try:
-        key = key_of(body)
-        start = body.get("start") if isinstance(body, dict) else None
-        if not isinstance(start, int) or isinstance(start, bool):
-            raise ValueError("start (integer) is required")
+        key, start = _key_and_start(body)
     except ValueError as exc:
         raise HttpProblem(400, str(exc)) from None
     await reset_here(parts, key, start)

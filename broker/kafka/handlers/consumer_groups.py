@@ -114,6 +114,13 @@ def _described(ctx: RequestContext, group: ConsumerGroup) -> Any:
               members=members, authorized_operations=-(2**31))
 
 
+def described_group_error(dg: Any, group_id: str, code: int, message: str | None) -> Any:
+    """A DescribedGroup that carries only an error: ConsumerGroupDescribe's and ShareGroupDescribe's (`dg`, the
+    response's class) have the same fields."""
+    return dg(error_code=code, error_message=message, group_id=group_id, group_state="", group_epoch=-1,
+              assignment_epoch=-1, assignor_name="", members=[], authorized_operations=-(2**31))
+
+
 @handles(ConsumerGroupDescribeRequest, min_version=0, max_version=1)
 async def handle_consumer_group_describe(ctx: RequestContext,
                                          request: ConsumerGroupDescribeRequest) -> ConsumerGroupDescribeResponse:
@@ -121,8 +128,7 @@ async def handle_consumer_group_describe(ctx: RequestContext,
     out = []
     for gid in request.group_ids or []:
         def failed(code: int, message: str | None, gid: str = gid) -> Any:
-            return DG(error_code=code, error_message=message, group_id=gid, group_state="", group_epoch=-1,
-                      assignment_epoch=-1, assignor_name="", members=[], authorized_operations=-(2**31))
+            return described_group_error(DG, gid, code, message)
 
         if not acc.allows(AclOperation.DESCRIBE, ResourceType.GROUP, gid):
             out.append(failed(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed."))

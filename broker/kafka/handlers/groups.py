@@ -18,6 +18,8 @@ it may not describe are answered TOPIC_AUTHORIZATION_FAILED, or left out of an a
 DELETE on the group and READ on each topic; DescribeGroups DESCRIBE on each group; DeleteGroups DELETE on each
 group; ListGroups answers every group to DESCRIBE on the cluster, else only the groups the principal may
 DESCRIBE. A refused group gets GROUP_AUTHORIZATION_FAILED, a refused topic TOPIC_AUTHORIZATION_FAILED.
+OffsetCommit v10 and OffsetFetch v10 name topics by id (`offset_topic_ids`): a topic is authorized by the name
+its id resolves to, and an id no topic has is answered UNKNOWN_TOPIC_ID before any check of the topic.
 
 This module must never hold group state or decide group rules: that is
 `kelp.broker.groups.group_coordinator`.
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from dataclasses import replace
 from typing import Any, Protocol, Sequence, cast
 
@@ -65,6 +68,8 @@ from kelp.errors import ErrorCode
 
 from ...loop_budget import LoopBudget
 from ..access import AclOperation, ResourceType, access
+from . import offset_topic_ids as ids
+from .offset_topic_ids import TOPIC_IDS_VERSION
 from .registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
@@ -285,32 +290,45 @@ async def handle_leave_group(ctx: RequestContext, request: LeaveGroupRequest) ->
 
 # -- offsets ---------------------------------------------------------------------------
 
-@handles(OffsetCommitRequest, min_version=2, max_version=9)
+@handles(OffsetCommitRequest, min_version=2, max_version=10)
 async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
+    """v10 names topics by id: an id no topic has (or the zero UUID) is answered UNKNOWN_TOPIC_ID for each of its
+    partitions, and the rest are committed as Kafka does; the others are authorized by the name the id resolves to."""
     coord = _coordinator(ctx)
     v = ctx.api_version
     T = OffsetCommitResponse.OffsetCommitResponseTopic
     P = T.OffsetCommitResponsePartition
+    by_id = v >= TOPIC_IDS_VERSION
+    log.debug("OffsetCommit v%d of group '%s' from %s: %d topics", v, request.group_id, ctx.client,
+              len(request.topics or []))
+    # (name, the request's topic): None for an id no topic has (v10); names by id are authorized like the others
+    named = [(ids.name_of(ctx, t.topic_id) if by_id else t.name, t) for t in request.topics or []]
+
+    def topic(name: str | None, t: Any, partitions: list[Any]) -> Any:
+        return T(name=name if name is not None and not by_id else "", topic_id=t.topic_id if by_id else ids.NO_ID,
+                 partitions=partitions)
+
     if not _may(ctx, AclOperation.READ, request.group_id):
         return OffsetCommitResponse(throttle_time_ms=0, topics=[
-            T(name=t.name, partitions=[P(partition_index=p.partition_index, error_code=GROUP_DENIED)
-                                       for p in t.partitions or []]) for t in request.topics or []])
-    refused = _topics_refused(ctx, AclOperation.READ, {t.name for t in request.topics or []})
+            topic(n, t, [P(partition_index=p.partition_index, error_code=GROUP_DENIED) for p in t.partitions or []])
+            for n, t in named])
+    refused = _topics_refused(ctx, AclOperation.READ, {n for n, _ in named if n is not None})
+    unknown = any(n is None for n, _ in named)
     offsets: dict[tuple[str, int], CommittedOffset] = {}
     budget = LoopBudget()  # a commit may name thousands of partitions
-    for t in request.topics or []:
-        if t.name in refused:
+    for name, t in named:
+        if name is None or name in refused:
             continue
         await budget.tick()
         for p in t.partitions or []:
-            offsets[(t.name, p.partition_index)] = CommittedOffset(
+            offsets[(name, p.partition_index)] = CommittedOffset(
                 p.committed_offset,
                 p.committed_leader_epoch if v >= 6 else -1,
                 p.committed_metadata or "",
                 -1,
             )
     codes: dict[tuple[str, int], int] = {}
-    if offsets or not refused:
+    if offsets or not (refused or unknown):  # Kafka asks its coordinator nothing when every topic was turned away
         codes = await coord.commit_offsets(
             request.group_id,
             member_id=request.member_id or "",
@@ -318,18 +336,20 @@ async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest
             group_instance_id=getattr(request, "group_instance_id", None) if v >= 7 else None,
             offsets=offsets, api_version=v,
         )
-    for t in request.topics or []:
-        if t.name in refused:
-            codes.update({(t.name, p.partition_index): TOPIC_DENIED for p in t.partitions or []})
+    for name, t in named:
+        if name is not None and name in refused:
+            codes.update({(name, p.partition_index): TOPIC_DENIED for p in t.partitions or []})
     bad = {tp: c for tp, c in codes.items() if c}
-    if bad:
-        log.info("OffsetCommit of group '%s' from %s: errors %s", request.group_id, ctx.client,
-                 ", ".join(f"{t}-{p}:{c}" for (t, p), c in sorted(bad.items())[:10]))
+    if bad or unknown:
+        log.info("OffsetCommit v%d of group '%s' from %s: errors %s", v, request.group_id, ctx.client,
+                 ", ".join([f"{t}-{p}:{c}" for (t, p), c in sorted(bad.items())[:10]]
+                           + [f"{t.topic_id}:{ErrorCode.UNKNOWN_TOPIC_ID}" for n, t in named if n is None][:10]))
     topics = []
-    for t in request.topics or []:
+    for name, t in named:
         await budget.tick()
-        topics.append(T(name=t.name, partitions=[
-            P(partition_index=p.partition_index, error_code=codes.get((t.name, p.partition_index), ErrorCode.NONE))
+        topics.append(topic(name, t, [
+            P(partition_index=p.partition_index, error_code=ErrorCode.UNKNOWN_TOPIC_ID if name is None
+              else codes.get((name, p.partition_index), ErrorCode.NONE))
             for p in t.partitions or []
         ]))
     return OffsetCommitResponse(throttle_time_ms=0, topics=topics)
@@ -371,7 +391,34 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Sequence[_FetchTopi
     return 0, list(by_topic.items())
 
 
-@handles(OffsetFetchRequest, min_version=1, max_version=9)
+def _fetch_group_by_id(ctx: RequestContext, group_id: str, topics: Sequence[Any] | None, require_stable: bool,
+                       member: tuple[str | None, int]) -> tuple[int, list[tuple[uuid.UUID, list[_FetchedPartition]]]]:
+    """`_fetch_group` for OffsetFetch v10, whose topics are ids (Kafka's fetchPartitionOffsets/fetchAllOffsets):
+    an id no topic has is answered UNKNOWN_TOPIC_ID after the others (not when the group itself fails); in an
+    answer for every committed topic, a topic without an id now (deleted, its offsets not yet dropped) is left
+    out, as Kafka cannot name it."""
+    if topics is None:
+        err, items = _fetch_group(ctx, group_id, None, require_stable, member)
+        current = [(ids.id_of(ctx, name), parts) for name, parts in items]
+        return err, [(tid, parts) for tid, parts in current if tid is not None]
+    asked: dict[str, uuid.UUID] = {}
+    known: list[_FetchTopic] = []
+    unknown: list[tuple[uuid.UUID, list[_FetchedPartition]]] = []
+    for t in topics:
+        name = ids.name_of(ctx, t.topic_id)
+        if name is None:
+            unknown.append((t.topic_id or ids.NO_ID, [(p, None, ErrorCode.UNKNOWN_TOPIC_ID)
+                                                      for p in t.partition_indexes or []]))
+        else:
+            asked[name] = t.topic_id
+            known.append(ids.NamedTopic(name, list(t.partition_indexes or [])))
+    err, items = _fetch_group(ctx, group_id, known, require_stable, member)
+    if err:
+        return err, []
+    return err, [(asked[name], parts) for name, parts in items] + unknown
+
+
+@handles(OffsetFetchRequest, min_version=1, max_version=10)
 async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
     v = ctx.api_version
     if v >= 8:
@@ -383,9 +430,17 @@ async def handle_offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) 
         for g in request.groups or []:
             await budget.tick()
             member = (g.member_id, g.member_epoch) if v >= 9 else (None, -1)  # KIP-848: a member's fetch
-            err, items = _fetch_group(ctx, g.group_id, g.topics, bool(request.require_stable), member)
+            stable = bool(request.require_stable)
+            log.debug("OffsetFetch v%d of group '%s' from %s: %s topics", v, g.group_id, ctx.client,
+                      "all" if g.topics is None else len(g.topics))
+            items: Sequence[tuple[str | uuid.UUID, list[_FetchedPartition]]]
+            if v >= TOPIC_IDS_VERSION:
+                err, items = _fetch_group_by_id(ctx, g.group_id, g.topics, stable, member)
+            else:
+                err, items = _fetch_group(ctx, g.group_id, g.topics, stable, member)
             groups.append(G(group_id=g.group_id, error_code=err, topics=[
-                GT(name=t, partitions=[
+                GT(name="" if isinstance(t, uuid.UUID) else t, topic_id=t if isinstance(t, uuid.UUID) else ids.NO_ID,
+                   partitions=[
                     GP(partition_index=p, committed_offset=co.offset if co else -1,
                        committed_leader_epoch=co.leader_epoch if co else -1,
                        metadata=co.metadata if co else "", error_code=code)

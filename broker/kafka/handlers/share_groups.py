@@ -41,6 +41,7 @@ from ..messages import (
     ShareGroupHeartbeatRequest,
     ShareGroupHeartbeatResponse,
 )
+from .consumer_groups import described_group_error
 from .registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
@@ -104,8 +105,7 @@ async def handle_share_group_describe(ctx: RequestContext, request: Any) -> Shar
     out = []
     for gid in request.group_ids or []:
         def failed(code: int, message: str | None, gid: str = gid) -> Any:
-            return DG(error_code=code, error_message=message, group_id=gid, group_state="", group_epoch=-1,
-                      assignment_epoch=-1, assignor_name="", members=[], authorized_operations=-(2**31))
+            return described_group_error(DG, gid, code, message)
 
         if not acc.allows(AclOperation.DESCRIBE, ResourceType.GROUP, gid):
             out.append(failed(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed."))
