@@ -20,6 +20,7 @@ from kelp.broker.groups.share import reset_here, share_groups_of
 from kelp.broker.groups.share.state_log import key_json
 from kelp.errors import ErrorCode, KelpError
 
+from ...loop_budget import LoopBudget
 from ..access import AclOperation, ResourceType, access
 from ..messages import (
     AlterShareGroupOffsetsRequest,
@@ -41,6 +42,7 @@ async def handle_describe_share_group_offsets(ctx: RequestContext, request: Any)
     P = T.DescribeShareGroupOffsetsResponsePartition
     acc = access(ctx)
     out = []
+    budget = LoopBudget()  # a request may name thousands of topics and partitions (the loop-lag guard's width)
     for g in request.groups or []:
         gid = g.group_id
         code: int = ErrorCode.NONE if acc.allows(AclOperation.DESCRIBE, ResourceType.GROUP, gid) \
@@ -64,6 +66,7 @@ async def handle_describe_share_group_offsets(ctx: RequestContext, request: Any)
                 wanted.setdefault(t.topic_name, set()).update(t.partitions)
         topics = []
         for name in sorted(wanted):
+            await budget.tick()
             info = ctx.broker.topics.get(name)
             if info is None or not acc.allows(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
                 error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if info is None else ErrorCode.TOPIC_AUTHORIZATION_FAILED
@@ -73,6 +76,7 @@ async def handle_describe_share_group_offsets(ctx: RequestContext, request: Any)
                 continue
             parts = []
             for p in sorted(wanted[name]):
+                await budget.tick()
                 part = ctx.broker.replicas.get_partition(name, p)
                 try:
                     found = await sg.partitions.start_and_lag((gid, info.topic_id, p),
@@ -112,6 +116,7 @@ async def handle_alter_share_group_offsets(ctx: RequestContext, request: Any) ->
     if group is not None and group.members:
         return refuse(ErrorCode.NON_EMPTY_GROUP, f"Share group {gid} is not empty: its offsets cannot be altered.")
     out = []
+    budget = LoopBudget()
     for t in request.topics or []:
         info = ctx.broker.topics.get(t.topic_name)
         refusal: int = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if info is None else ErrorCode.NONE
@@ -119,6 +124,7 @@ async def handle_alter_share_group_offsets(ctx: RequestContext, request: Any) ->
             refusal = ErrorCode.TOPIC_AUTHORIZATION_FAILED
         parts = []
         for p in t.partitions:
+            await budget.tick()
             error: int = refusal
             message: str | None = None
             if error == ErrorCode.NONE and info is not None and not 0 <= p.partition_index < info.partitions:
