@@ -70,6 +70,7 @@ class FetchPath:
                 res.error = exc
                 continue
             lg = part.log
+            res.replica = part
             res.high_watermark = part.high_watermark
             res.last_stable_offset = part.last_stable_offset
             res.log_start_offset = lg.log_start_offset
@@ -91,6 +92,7 @@ class FetchPath:
                 continue
             upper = None if replica_id >= 0 else res.last_stable_offset if committed else res.high_watermark
             if req.offset == (upper if upper is not None else lg.log_end_offset) and req.offset >= lg.log_start_offset:
+                res.caught_up = True
                 continue
             try:
                 data = self._read_one(lg, req.offset, max(limit, 0), upper, min_one, zero_copy)
@@ -186,15 +188,17 @@ class FetchPath:
         isolation: int = 0,
         replica_id: int = -1,
         zero_copy: bool = False,
+        min_one: bool = True,
     ) -> list[FetchPartitionResult]:
         """Read whole batches; wait up to `max_wait_ms` until `min_bytes` are available.
 
         With `zero_copy`, large reads come back as `SegmentSlice`s (open files the
-        caller must send with sendfile and close, e.g. via `close_results`).
+        caller must send with sendfile and close, e.g. via `close_results`). Without `min_one` a first batch
+        larger than the limits is not returned (a fetch adding to what an earlier read of it returned).
         """
         views = [self._view(req, isolation) for req in requests]
         results, total = self._read(requests, max_bytes=max_bytes, replica_id=replica_id, zero_copy=zero_copy,
-                                    isolation=isolation)
+                                    isolation=isolation, min_one=min_one)
         if total >= max(min_bytes, 1) or max_wait_ms <= 0 or not requests or any(
             r.error is not None for r in results
         ):

@@ -26,27 +26,41 @@ sessionless (after evicting what Kafka's rules allow), an incremental one that w
 and its session closed — both answers Kafka's clients handle by fetching in full. So a client opening sessions
 flat out holds at most `slots` sessions and the budget's cached partitions (`tests/broker/test_fetch_sessions.py`).
 
+What an incremental fetch reads (beyond Kafka, which reads every partition of the session each time): the
+partitions it names, those marked dirty since the session's last fetch and every partition once per `sweep_ms`.
+A session's partition watches the replica it was read from (`Partition.wake`: an append, a moved high watermark or
+log start, a role change) and is marked dirty by it; one whose read left something to tell (records, an error, a
+position below the end, a high watermark that moved during the read) stays dirty. A parked fetch waits on its
+session (`wait_dirty`), not on each partition. The sweep (at most every quarter of replica.lag.time.max.ms) counts
+a caught-up follower's quiet partitions as fetched, as Kafka's every fetch does (its place in the ISR), and tells
+anything no wake reported (`tests/broker/test_fetch_session_reads.py`).
+
 The eviction scan is linear in the sessions (at most `slots`, default 1,000) and runs only when the cache is
 full. This module never does I/O; the Fetch handler (`kafka/handlers/fetch.py`) drives it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections import OrderedDict
-from typing import Any, Callable, Iterable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
 
 from kelp.clock import WallClockMs, monotonic_ms
 
 from .results import FetchPartition
 
-__all__ = ["FetchSessionCache", "FetchSession", "CachedPartition", "SessionKey", "INVALID_SESSION_ID",
+if TYPE_CHECKING:
+    from .partition import Partition
+
+__all__ = ["FetchSessionCache", "FetchSession", "CachedPartition", "SessionKey", "INVALID_SESSION_ID", "SWEEP_MS",
            "INITIAL_EPOCH", "FINAL_EPOCH", "EVICTION_MS", "next_epoch"]
 
 INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 EVICTION_MS = 120_000  # Kafka's KafkaServer.MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS
+SWEEP_MS = 1_000  # see `new_context`: at most this long between two reads of a session's every partition
 BUDGET_FLOOR = 20_000  # cached partitions over all sessions always allowed (about 6 MB at ~310 bytes each)
 _MAX_INT = 0x7FFFFFFF
 
@@ -64,13 +78,31 @@ def next_epoch(epoch: int) -> int:
 class CachedPartition:
     """One partition of a session: what the fetcher last asked (`req`) and what it was last told."""
 
-    __slots__ = ("req", "high_watermark", "last_stable_offset", "log_start_offset")
+    __slots__ = ("req", "high_watermark", "last_stable_offset", "log_start_offset", "key", "session", "watched")
 
-    def __init__(self, req: FetchPartition) -> None:
+    def __init__(self, req: FetchPartition, key: SessionKey | None = None) -> None:
         self.req = req  # req.topic is the topic's name (resolved again at each fetch when the session uses ids)
         self.high_watermark = -1  # -1: never told (a new partition is always answered)
         self.last_stable_offset = -1
         self.log_start_offset = -1
+        self.key = key
+        self.session: FetchSession | None = None  # set when its session is made
+        self.watched: Partition | None = None  # the replica whose changes mark it dirty in its session
+
+    def watch(self, part: Partition | None) -> None:
+        """Be marked dirty in the session when `part` changes (its `wake`): appends, high watermark, role."""
+        if part is self.watched:
+            return
+        if self.watched is not None:
+            self.watched.unwatch(self)
+        self.watched = part
+        if part is not None:
+            part.watch(self)
+
+    def changed(self) -> None:
+        """The watched replica changed: the next fetch of the session reads this partition (and a parked one wakes)."""
+        if self.session is not None and self.key is not None:
+            self.session.mark(self.key)
 
     def must_answer(self, error: int, hw: int, lso: int, log_start: int, has_records: bool) -> bool:
         """Kafka's CachedPartition.maybeUpdateResponseData, updating what the fetcher was told: records, a
@@ -94,7 +126,7 @@ class CachedPartition:
 
 class FetchSession:
     __slots__ = ("id", "privileged", "by_id", "partitions", "epoch", "created_ms", "last_used_ms", "cached_size",
-                 "evictable_by_all", "evictable_by_privileged")
+                 "evictable_by_all", "evictable_by_privileged", "dirty", "swept_ms", "waiter")
 
     def __init__(self, session_id: int, privileged: bool, by_id: bool,
                  partitions: OrderedDict[SessionKey, CachedPartition], now: int) -> None:
@@ -108,6 +140,57 @@ class FetchSession:
         self.cached_size = 0  # the size counted in the cache's total (taken at the last touch, as Kafka)
         self.evictable_by_all = False
         self.evictable_by_privileged = False
+        # The partitions the next incremental fetch reads beside those it names: their replica changed since
+        # they were last read, or that read left something to tell (records, an error, a follower behind).
+        self.dirty: dict[SessionKey, None] = {}
+        self.swept_ms = now  # the last fetch that read every partition of the session
+        self.waiter: asyncio.Future[None] | None = None  # a parked incremental fetch
+        for key, cached in partitions.items():
+            cached.key = key
+            cached.session = self
+
+    def mark(self, key: SessionKey) -> None:
+        self.dirty[key] = None
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def take_dirty(self) -> list[SessionKey]:
+        """The dirty partitions still in the session, in the order they became dirty; the set is emptied."""
+        parts = self.partitions
+        keys = [key for key in self.dirty if key in parts]
+        self.dirty.clear()
+        return keys
+
+    async def wait_dirty(self, timeout: float) -> None:
+        """Until a partition of the session is marked dirty, at most `timeout` seconds."""
+        if self.dirty or timeout <= 0:
+            return
+        waiter = self.waiter = asyncio.get_running_loop().create_future()
+        try:
+            await asyncio.wait_for(waiter, timeout)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            self.waiter = None
+
+    def watch(self, read: dict[SessionKey, tuple[Partition | None, bool]], *, keep_unclean: bool = True) -> None:
+        """The partitions read watch the replicas read (each `wake` of one marks it dirty); with `keep_unclean`,
+        those whose read left something to tell are dirty already (the next fetch reads them again)."""
+        parts = self.partitions
+        for key, (part, clean) in read.items():
+            cached = parts.get(key)
+            if cached is None:
+                continue
+            cached.watch(part)
+            if keep_unclean and not clean:
+                self.dirty[key] = None
+
+    def close(self) -> None:
+        """Removed from the cache: its partitions no longer watch their replicas."""
+        for cached in self.partitions.values():
+            cached.watch(None)
+        self.dirty.clear()
 
     def update(self, asked: Iterable[tuple[SessionKey, FetchPartition]], forgotten: Iterable[SessionKey]) -> None:
         """An incremental fetch: its partitions added or their fetch positions updated, the forgotten removed."""
@@ -115,11 +198,14 @@ class FetchSession:
         for key, req in asked:
             cached = parts.get(key)
             if cached is None:
-                parts[key] = CachedPartition(req)
+                cached = parts[key] = CachedPartition(req, key)
+                cached.session = self
             else:
                 cached.req = req
         for key in forgotten:
-            parts.pop(key, None)
+            gone = parts.pop(key, None)
+            if gone is not None:
+                gone.watch(None)
 
     def moved_last(self, keys: Iterable[SessionKey]) -> None:
         """Partitions answered with records go last in the next read (Kafka's session does the same), so a few
@@ -135,8 +221,9 @@ class FetchSessionCache:
 
     def __init__(self, slots: int, *, partitions_known: Callable[[], int] = lambda: 0,
                  budget_floor: int = BUDGET_FLOOR, clock_ms: WallClockMs = monotonic_ms,
-                 eviction_ms: int = EVICTION_MS) -> None:
+                 eviction_ms: int = EVICTION_MS, sweep_ms: int = SWEEP_MS) -> None:
         self.slots = slots
+        self.sweep_ms = sweep_ms  # an incremental fetch reads every partition of its session this often
         self.partitions_known = partitions_known  # the partitions the broker knows (counted only above the floor)
         self.budget_floor = budget_floor
         self.clock_ms = clock_ms
@@ -156,6 +243,7 @@ class FetchSessionCache:
         session = self.sessions.pop(session_id, None)
         if session is not None:
             self.partitions -= session.cached_size
+            session.close()
         return session
 
     def touch(self, session: FetchSession, now: int | None = None) -> None:
@@ -268,7 +356,20 @@ def new_context(cache: FetchSessionCache, *, session_id: int, epoch: int, privil
         return FetchContext(asked)
     cache.touch(session)
     session.epoch = next_epoch(session.epoch)
-    return FetchContext([(key, cached.req) for key, cached in session.partitions.items()], session=session)
+    parts = session.partitions
+    if session.last_used_ms - session.swept_ms >= cache.sweep_ms:
+        # Every partition, as Kafka reads them all at each fetch: a follower's caught-up partitions count as
+        # fetched again (its place in the ISR: sweep_ms is well below replica.lag.time.max.ms), and a change no
+        # `wake` reports (a log start moved by retention) is told within sweep_ms.
+        session.swept_ms = session.last_used_ms
+        session.dirty.clear()
+        keys = list(parts)
+    else:  # only the partitions named, and those whose replica changed or which had more to tell
+        keys = session.take_dirty()
+        if asked:
+            seen = set(keys)
+            keys.extend(key for key, _ in asked if key in parts and key not in seen)
+    return FetchContext([(key, parts[key].req) for key in keys], session=session)
 
 
 # One partition's answer as the handler encodes it: (partition, error, hw, lso, log start, records, aborted).
@@ -276,18 +377,27 @@ Answer = TypeVar("Answer", bound=tuple[int, int, int, int, int, Any, Any])
 
 
 def finish(cache: FetchSessionCache, context: FetchContext, privileged: bool, by_id: bool,
-           answers: list[tuple[SessionKey, Answer]]) -> tuple[int, list[tuple[SessionKey, Answer]]]:
+           answers: list[tuple[SessionKey, Answer]],
+           read: dict[SessionKey, tuple[Partition | None, bool]]) -> tuple[int, list[tuple[SessionKey, Answer]]]:
     """(the answer's session id, the partitions it carries): a full fetch may create a session holding what it was
-    told; an incremental one carries only what changed (Kafka's Full/IncrementalFetchContext)."""
+    told; an incremental one carries only what changed (Kafka's Full/IncrementalFetchContext).
+
+    `read`: for each partition read, the replica read (None: none) and whether the read left nothing to tell
+    (no error, no records, the fetch position at the end of what may be read). The session's partitions watch
+    those replicas; a partition that had more to tell stays dirty (read again by the next fetch)."""
     session = context.session
     if session is None:
         if not context.create:
             return INVALID_SESSION_ID, answers
         parts: OrderedDict[SessionKey, CachedPartition] = OrderedDict()
         for (key, req), (_, a) in zip(context.partitions, answers, strict=True):
-            cached = parts[key] = CachedPartition(req)
+            cached = parts[key] = CachedPartition(req, key)
             cached.must_answer(a[1], a[2], a[3], a[4], False)
-        return cache.create(privileged, by_id, parts), answers
+        session_id = cache.create(privileged, by_id, parts)
+        created = cache.get(session_id)
+        if created is not None:
+            created.watch(read)
+        return session_id, answers
     out = []
     moved = []
     cached_of = session.partitions
@@ -301,4 +411,5 @@ def finish(cache: FetchSessionCache, context: FetchContext, privileged: bool, by
             if has_records:
                 moved.append(key)
     session.moved_last(moved)
+    session.watch(read)
     return session.id, out

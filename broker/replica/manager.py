@@ -53,13 +53,13 @@ from ..metrics import BrokerMetrics
 from ..storage import Log, LogManager
 from ..topic_manager import TopicManager
 from .fetch import READ_COMMITTED, FetchPath
-from .fetch_sessions import FetchSessionCache
+from .fetch_sessions import SWEEP_MS, FetchSessionCache
 from .follower import FollowerPath
 from .interfaces import AlterPartition, ReplicaFetchers
 from .isr_changes import IsrChanges
 from .jobs import ReplicaJobs
 from .leader import LeaderPath
-from .partition import Partition
+from .partition import LogStartWaker, Partition
 from .producer_state import ActiveProducer, VerificationGuard
 from .purgatory import ProducePurgatory
 from .replication_quota import ReplicationQuotas
@@ -121,6 +121,7 @@ class ReplicaManager:
         # resumed) made every follower look lagging and shrank every ISR to its leader (issue 31 item 6).
         self._lag_clock_ms = lag_clock_ms
         self._listeners: list[LeadershipListener] = []
+        self._start_moved = LogStartWaker()  # one callable handed to every log: wakes its replica on the loop
         # Set by the cluster layer: follower fetching (ReplicaFetcherManager).
         self.fetchers: ReplicaFetchers | None = None
         # The parts. They read the clocks through this manager at each call (a test may swap a clock).
@@ -143,8 +144,11 @@ class ReplicaManager:
                                     lag_clock_ms=lambda: self._lag_clock_ms(), bytes_out=metrics.bytes_out,
                                     records_out=metrics.records_out)
         # KIP-227: the Fetch handler's incremental fetch sessions (fetch_sessions.py).
-        cache = self.fetch_sessions = FetchSessionCache(int(config["max.incremental.fetch.session.cache.slots"]),
-                                                        partitions_known=lambda: len(self._partitions))
+        # A session reads all its partitions at least every quarter of replica.lag.time.max.ms (at most 1 s):
+        # its caught-up followers' places in the ISR are taken from those reads.
+        cache = self.fetch_sessions = FetchSessionCache(
+            int(config["max.incremental.fetch.session.cache.slots"]), partitions_known=lambda: len(self._partitions),
+            clock_ms=lambda: self._lag_clock_ms(), sweep_ms=max(1, min(SWEEP_MS, self.isr_changes.lag_ms // 4)))
         metrics.fetch_sessions.set_function(lambda: len(cache))
         metrics.fetch_session_partitions.set_function(lambda: cache.partitions)
         metrics.fetch_session_evictions.set_function(lambda: cache.evictions)
@@ -238,11 +242,12 @@ class ReplicaManager:
         return self.txn_markers.append_marker_sync(topic, partition, marker)
 
     async def fetch(self, requests: Sequence[FetchPartition], *, max_wait_ms: int, min_bytes: int, max_bytes: int,
-                    isolation: int = 0, replica_id: int = -1, zero_copy: bool = False) -> list[FetchPartitionResult]:
+                    isolation: int = 0, replica_id: int = -1, zero_copy: bool = False,
+                    min_one: bool = True) -> list[FetchPartitionResult]:
         """Read whole batches; wait up to `max_wait_ms` until `min_bytes` are available (`FetchPath.fetch`)."""
         return await self.fetch_path.fetch(requests, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
                                            max_bytes=max_bytes, isolation=isolation, replica_id=replica_id,
-                                           zero_copy=zero_copy)
+                                           zero_copy=zero_copy, min_one=min_one)
 
     def follower_ready(self, topic: str, partition: int, leader_epoch: int) -> bool:
         """True when this replica follows at `leader_epoch` and no job is changing its log (the fetcher asks)."""
@@ -366,6 +371,8 @@ class ReplicaManager:
             lg = self.logs.get_or_create(topic, p, self.topics.log_config(topic), topic_id=topic_id,
                                          removed_ids=self.topics.removed_ids())
         part = Partition(topic, p, lg, broker_id=self.broker_id, min_insync_replicas=self._min_isr(topic))
+        self._start_moved.take_loop()
+        lg.owner, lg.on_start_moved = part, self._start_moved
         self._partitions[(topic, p)] = part
         self.jobs.load_producer_state(part)  # a worker-thread job when the log holds batches: appends wait for it
         return part
@@ -513,6 +520,7 @@ class ReplicaManager:
         if target > lg.log_start_offset:
             await asyncio.to_thread(lg.advance_log_start_offset, target)
             self.table.mark_dirty(topic, partition)
+            part.wake()  # the followers' fetch sessions tell them the new log start at their next fetch
             log.info("%s: records before offset %d deleted (DeleteRecords); log start is %d",
                      part.name, target, lg.log_start_offset)
         loop = asyncio.get_running_loop()

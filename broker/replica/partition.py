@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Protocol
 
 from kelp.errors import KelpError, NotLeaderOrFollowerError, OffsetNotAvailableError
 
@@ -30,7 +31,11 @@ from ..metadata.model import NO_LEADER, PartitionState
 from ..storage import Log
 from .producer_state import ProducerStateManager
 
-__all__ = ["Partition", "ReplicaProgress"]
+__all__ = ["Partition", "ReplicaProgress", "LogStartWaker"]
+
+class SessionWatcher(Protocol):
+    def changed(self) -> None: ...
+
 
 _NO_PROGRESS: dict[int, "ReplicaProgress"] = {}  # a follower's, or a lone replica's: shared, never written to
 
@@ -53,7 +58,7 @@ class Partition:
     __slots__ = ("topic", "partition", "log", "broker_id", "producers", "_waiters", "_acks", "_low_watermark_waiters",
                  "min_insync_replicas", "leader", "leader_epoch", "partition_epoch", "applied", "replicas", "isr",
                  "pending_isr", "progress", "epoch_start_offset", "leader_ready", "busy", "truncations",
-                 "snapshot_base")
+                 "snapshot_base", "_watchers")
 
     def __init__(self, topic: str, partition: int, log: Log, *, broker_id: int, min_insync_replicas: int = 1) -> None:
         self.topic = topic
@@ -84,6 +89,9 @@ class Partition:
         self.busy: asyncio.Task[BaseException | None] | None = None
         self.truncations = 0                                  # of those jobs, how many move the log end
         self.snapshot_base = -1                               # the segment base last snapshotted (producer state)
+        # The fetch sessions' partitions reading this replica (`fetch_sessions.CachedPartition`), told of each
+        # `wake` so an incremental fetch reads only what changed; None while there is none.
+        self._watchers: set[SessionWatcher] | None = None
 
     @property
     def waiters(self) -> set[asyncio.Future[None]]:
@@ -308,8 +316,24 @@ class Partition:
             if not fut.done():
                 fut.set_exception(error)
 
+    def watch(self, watcher: "SessionWatcher") -> None:
+        if self._watchers is None:
+            self._watchers = set()
+        self._watchers.add(watcher)
+
+    def unwatch(self, watcher: "SessionWatcher") -> None:
+        if self._watchers:
+            self._watchers.discard(watcher)
+            if not self._watchers:
+                self._watchers = None
+
     def wake(self) -> None:
+        """Something a fetch reads moved (log end, high watermark, role): parked fetches, the fetch sessions
+        reading this replica and the acks=all waits are told."""
         _complete_all(self._waiters)
+        if self._watchers:
+            for watcher in self._watchers:
+                watcher.changed()
         self.resolve_acks()
 
     def low_watermark(self) -> int:
@@ -330,6 +354,39 @@ class Partition:
         for r, prog in self.progress.items():
             out[r] = prog.log_end_offset
         return out
+
+
+class LogStartWaker:
+    """A log's start moved (retention, DeleteRecords; maybe in a worker thread): its replica (`Log.owner`) wakes on
+    the loop, so the fetch sessions reading it tell their fetchers at the next fetch, as Kafka's do."""
+
+    __slots__ = ("loop",)
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def take_loop(self) -> None:
+        if self.loop is None:
+            try:
+                self.loop = asyncio.get_running_loop()
+            except RuntimeError:
+                pass
+
+    def __call__(self, owner: object) -> None:
+        loop = self.loop
+        if not isinstance(owner, Partition) or loop is None or loop.is_closed():
+            return
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            owner.wake()
+            return
+        try:
+            loop.call_soon_threadsafe(owner.wake)
+        except RuntimeError:  # the loop closed meanwhile: nobody to tell
+            pass
 
 
 def _complete_all(waiters: set[asyncio.Future[None]] | None) -> None:

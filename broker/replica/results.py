@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import BinaryIO, Sequence
+from typing import TYPE_CHECKING, BinaryIO, Sequence
 
 from kelp.errors import KelpError
+
+if TYPE_CHECKING:
+    from .partition import Partition
 
 __all__ = ["ProduceResult", "FetchPartition", "SegmentSlice", "close_results", "FetchPartitionResult", "PartitionInfo"]
 
@@ -97,6 +100,11 @@ class FetchPartitionResult:
     # read_committed: (producer id, first offset) of the aborted transactions overlapping `records`
     # (Kafka's FetchResponse AbortedTransactions); None for read_uncommitted and followers.
     aborted_transactions: list[tuple[int, int]] | None = None
+    # The replica read (None when none was: an error before it), and whether the read left nothing to tell: no
+    # records because the fetch position is the end of what may be read (an incremental fetch session's
+    # partition then waits for that replica's next change, `fetch_sessions`).
+    replica: Partition | None = None
+    caught_up: bool = False
 
 
 @dataclass(slots=True)

@@ -34,6 +34,7 @@ import bisect
 import logging
 import shutil
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -117,6 +118,10 @@ class Log(LogReads, LogRolls, LogRetention, LogTruncation, LogDurability, LogTra
         # Bumped by every truncation: a producer snapshot captured before one is not installed after it.
         self._truncations = 0
         self._retired = False  # renamed for deletion (`retire`)
+        # Told (from whatever thread moved it, under the lock) when the log start moves, with `owner`: the replica
+        # manager wakes the replica's fetch sessions (one callable per broker, not one per log).
+        self.on_start_moved: Callable[[object], None] | None = None
+        self.owner: object = None
         # The topic this log belongs to (hex id), as its `partition.metadata` says: set by the LogManager; None for
         # a log written before ids were stored (adopted by the first metadata that places it).
         self.topic_id: str | None = None

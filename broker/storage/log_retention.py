@@ -97,6 +97,8 @@ class LogRetention(LogState):
             if doomed:
                 delete_snapshots(self.directory, doomed)
             self._write_checkpoint()
+            if self.on_start_moved is not None:
+                self.on_start_moved(self.owner)
 
     def advance_log_start_offset(self, offset: int) -> None:
         """DeleteRecords: raise the log start (never above the high watermark); whole segments go at retention."""

@@ -30,6 +30,8 @@ class LogState:
     leader_epochs: LeaderEpochCache
     cleaner_offset: int
     delete_horizon_due_ms: int | None  # the cleaner's: a marker's delete horizon to come back for (KIP-534)
+    on_start_moved: Callable[[object], None] | None  # told when the log start moves (`Log.__init__`)
+    owner: object
     # `_lock` guards the segment list and offsets (every append takes it); the order is always
     # `_flush_lock`, then `_lock`, then `_checkpoint_lock` (log_durability).
     _lock: threading.RLock
