@@ -196,7 +196,9 @@ class FetchPath:
         caller must send with sendfile and close, e.g. via `close_results`). Without `min_one` a first batch
         larger than the limits is not returned (a fetch adding to what an earlier read of it returned).
         """
-        views = [self._view(req, isolation) for req in requests]
+        # What each read depends on, taken before it (a change during the read wakes the wait below); not needed
+        # by a fetch that does not wait (an incremental session's: it waits on its session).
+        views = [self._view(req, isolation) for req in requests] if max_wait_ms > 0 else []
         results, total = self._read(requests, max_bytes=max_bytes, replica_id=replica_id, zero_copy=zero_copy,
                                     isolation=isolation, min_one=min_one)
         if total >= max(min_bytes, 1) or max_wait_ms <= 0 or not requests or any(

@@ -73,11 +73,16 @@ async def test_the_sweep_reads_every_partition_once_per_sweep_interval(tmp_path:
         sid = await open_session(b)
         cache = b.parts.replicas.fetch_sessions
         reads = count_reads(b)
+        path = b.parts.replicas.fetch_path
+        views: list[object] = []
+        real_view = path._view
+        path._view = lambda req, isolation: views.append(req) or real_view(req, isolation)  # type: ignore
         await b.call(fetch({}, session=sid, epoch=1), V)
         now[0] += cache.sweep_ms  # a caught-up follower's partitions must count as fetched again by now
         await b.call(fetch({}, session=sid, epoch=2), V)
         await b.call(fetch({}, session=sid, epoch=3), V)
         assert reads == [N]  # the quiet fetches read nothing, the one after the interval every partition
+        assert views == []  # a session's reads do not wait in the fetch path: nothing to compare after a wake
         assert cache.sweep_ms <= 1000
 
 

@@ -119,10 +119,11 @@ Read = tuple[dict[SessionKey, PartitionAnswer], list[FetchPartitionResult],
 def _told_all(r: FetchPartitionResult) -> bool:
     """Whether the answer leaves the fetcher nothing to learn until the replica changes again: no error, no records
     (the position is the end of what may be read) and what it says still true at the end of the read (a follower's
-    own fetch may have moved the high watermark after it was taken, with no session yet watching the replica)."""
+    own fetch may have moved the high watermark after it was taken, with no session yet watching the replica).
+    The last stable offset is not compared: it moves only with the high watermark or an append (a marker)."""
     part = r.replica
     return (r.caught_up and r.error is None and part is not None and part.high_watermark == r.high_watermark
-            and part.log.log_start_offset == r.log_start_offset and part.last_stable_offset == r.last_stable_offset)
+            and part.log.log_start_offset == r.log_start_offset)
 
 
 async def _read(ctx: RequestContext, request: FetchRequest, partitions: list[tuple[SessionKey, FetchPartition]],
