@@ -24,7 +24,7 @@ This module never does I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from kelp.errors import ErrorCode
 from kelp.kafka_client.fetch_request import FollowerFetchPartition
@@ -71,16 +71,23 @@ class FetchSessionClient:
         self._sent: dict[Key, FollowerFetchPartition] = {}  # the session's partitions as the leader holds them
         self._pending: dict[Key, FollowerFetchPartition] = {}  # as they will be once the fetch in flight is answered
 
-    def build(self, wanted: Mapping[Key, FollowerFetchPartition]) -> SessionFetch:
-        """The next fetch for `wanted` (in the order the leader should read them when fetching in full)."""
+    def build(self, wanted: Mapping[Key, FollowerFetchPartition], changed: Iterable[Key] | None = None) -> SessionFetch:
+        """The next fetch for `wanted` (in the order the leader should read them when fetching in full).
+
+        `changed`: the only partitions that may differ from the last fetch's, added to or left out of `wanted`
+        since (None: any); an incremental fetch then compares only those."""
         full = self.epoch == INITIAL_EPOCH
         if full:
             named = list(wanted)
             gone: list[Key] = []
-        else:
+        elif changed is None:
             sent = self._sent
             named = [k for k, p in wanted.items() if sent.get(k) != p]
             gone = [k for k in sent if k not in wanted]
+        else:
+            sent = self._sent
+            named = [k for k in changed if k in wanted and sent.get(k) != wanted[k]]
+            gone = [k for k in changed if k in sent and k not in wanted]
         self._pending = dict(wanted)
         topics: list[tuple[str, list[FollowerFetchPartition]]] = []
         for topic, p in named:

@@ -16,7 +16,10 @@ at all truncates to its high watermark (Kafka's `truncateToHighWatermark`).
 
 Fetches run in an incremental fetch session with the leader (KIP-227, `fetch_session_client`): after one
 full fetch, each names only the partitions whose fetch position changed and the leader answers only those with
-news; a lost or partly ignored answer, or a session error, makes the next fetch full again.
+news; a lost or partly ignored answer, or a session error, makes the next fetch full again. Between full builds
+(at least every REBUILD_S, and after any add, remove or truncation) a fetch looks again only at the partitions
+the previous answers touched (`_wanted`): at 1,000s of partitions per leader, building every partition's part
+of each fetch was most of a follower's work per acks=all record (issue 38).
 
 Every partition's fetch state is an object replaced (never reused) when the
 partition is added again: a response to a request sent for an older state —
@@ -67,6 +70,8 @@ log = logging.getLogger("kelp.broker.replication")
 
 # A fetcher the leader refuses to authenticate tries again this often (seconds).
 AUTH_RETRY_S = 5.0
+# A fetcher builds every partition's part of its fetch at least this often (seconds; see `ReplicaFetcher._wanted`).
+REBUILD_S = 1.0
 EPOCH_VERSION = 3
 # Fetch errors after which our metadata or the leader's is behind: back off until the next push settles it.
 _METADATA_BEHIND = (ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_LEADER_EPOCH,
@@ -149,13 +154,22 @@ class ReplicaFetcher:
         self.response_max_bytes = int(cfg["replica.fetch.response.max.bytes"])
         self.backoff_s = int(cfg["replica.fetch.backoff.ms"]) / 1000.0
         self.timeout_s = int(cfg["replica.socket.timeout.ms"]) / 1000.0
+        # The next fetch's parts as last built (`_wanted`), the partitions answered since, and those throttled.
+        self._built: dict[tuple[str, int], tuple[_FetchState, FollowerFetchPartition]] | None = None
+        self._built_at = 0.0
+        self._built_over = False
+        self._touched: set[tuple[str, int]] = set()
+        self._throttled: set[tuple[str, int]] = set()
+        self._held_back = 0  # partitions the last build left out for the quota (while any is, every build is full)
 
     def add(self, key: tuple[str, int], leader_epoch: int) -> None:
         self.state[key] = _FetchState(leader_epoch)
+        self._invalidate()
         self._wake.set()
 
     def remove(self, key: tuple[str, int]) -> None:
         self.state.pop(key, None)
+        self._invalidate()
 
     async def stop(self) -> None:
         # The flag, not only the cancel: on Python 3.11 `asyncio.wait_for` can swallow a cancellation that
@@ -225,6 +239,7 @@ class ReplicaFetcher:
 
     async def _truncate(self, conn: AsyncConnection) -> None:
         """One round of truncation for every partition in that phase (the run loop calls it until none is)."""
+        self._invalidate()
         replicas = self.m.replicas
         P = OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartition
         asked: dict[tuple[str, int], tuple[_FetchState, int]] = {}
@@ -312,39 +327,79 @@ class ReplicaFetcher:
         return min(leader_end, local_end, leo), True
 
     # -- fetching ------------------------------------------------------------
+    def _entry(self, key: tuple[str, int], st: _FetchState, over: bool) -> tuple[FollowerFetchPartition | None, int]:
+        """One partition's part of the next fetch (None: left out), and whether the quota held it back (1) or
+        throttles it (-1)."""
+        replicas = self.m.replicas
+        topic, p = key
+        if st.truncating:
+            return None, 0
+        part = replicas.get_partition(topic, p)
+        if part is None or not replicas.follower_ready(topic, p, st.leader_epoch):
+            return None, 0
+        throttled = 0
+        if self.m.broker_id not in part.isr and replicas.replication_quotas.follower.is_throttled(topic, p):
+            if over:
+                return None, 1  # catching up waits while this broker's follower quota is over its rate
+            throttled = -1
+        lg = part.log
+        return FollowerFetchPartition(p, st.leader_epoch, lg.log_end_offset, lg.log_start_offset,
+                                      self.max_bytes), throttled
+
+    def _wanted(self, over: bool) -> tuple[dict[tuple[str, int], tuple[_FetchState, FollowerFetchPartition]],
+                                           set[tuple[str, int]] | None]:
+        """Every partition's part of the next fetch, and the partitions that may have changed since the last
+        (None: all). Only the partitions the last answers touched are looked at again (`_touched`): at 1,000s
+        of partitions per leader, building each one's part per fetch was a follower's main cost (issue 38). The
+        whole set is built again at least every REBUILD_S, after an add, remove or truncation, for a full fetch
+        and when the follower quota's state flips — which covers what no answer touches (a job ending, an ISR or
+        throttle change, a log start moved by retention)."""
+        now = asyncio.get_running_loop().time()
+        built = self._built
+        if (built is None or self.session.epoch == 0 or now - self._built_at >= REBUILD_S
+                or over != self._built_over or self._throttled or self._held_back):
+            built = {}
+            held_back = 0
+            self._throttled.clear()
+            for key, st in self.state.items():
+                fp, flag = self._entry(key, st, over)
+                held_back += flag > 0
+                if fp is not None:
+                    built[key] = (st, fp)
+                    if flag < 0:
+                        self._throttled.add(key)
+            self.m.replicas.replication_quotas.follower.skipped += held_back
+            self._held_back = held_back
+            self._built, self._built_at, self._built_over = built, now, over
+            self._touched.clear()
+            return built, None
+        changed, self._touched = self._touched, set()
+        for key in changed:
+            st_now = self.state.get(key)
+            fp, _ = self._entry(key, st_now, over) if st_now is not None else (None, 0)
+            if fp is None or st_now is None:
+                built.pop(key, None)
+            else:
+                built[key] = (st_now, fp)
+        return built, changed
+
+    def _invalidate(self) -> None:
+        self._built = None
+
     async def _fetch(self, conn: AsyncConnection) -> None:
         replicas = self.m.replicas
         # flush.messages on a follower: the offsets this fetch reports as held must be fsynced first (off the loop).
         await replicas.flush_followers()
-        sent: dict[tuple[str, int], tuple[_FetchState, int]] = {}
         quota = replicas.replication_quotas.follower
-        over = quota.exceeded()
-        throttled: set[tuple[str, int]] = set()  # KIP-73: out of the ISR and listed in follower.replication...
-        held_back = 0
         # Partitions in the order of `state` (a full fetch names them in that order, the leader reads in request
         # order, and that order rotates); the session names only those whose position changed (KIP-227).
-        wanted: dict[tuple[str, int], FollowerFetchPartition] = {}
-        for (topic, p), st in self.state.items():
-            if st.truncating:
-                continue
-            part = replicas.get_partition(topic, p)
-            if part is None or not replicas.follower_ready(topic, p, st.leader_epoch):
-                continue
-            if self.m.broker_id not in part.isr and quota.is_throttled(topic, p):
-                if over:
-                    held_back += 1  # catching up waits while this broker's follower quota is over its rate
-                    continue
-                throttled.add((topic, p))
-            offset = part.log.log_end_offset
-            sent[(topic, p)] = (st, offset)
-            wanted[(topic, p)] = FollowerFetchPartition(p, st.leader_epoch, offset, part.log.log_start_offset,
-                                                        self.max_bytes)
-        quota.skipped += held_back
-        if not wanted:
+        entries, changed = self._wanted(quota.exceeded())
+        throttled = self._throttled  # KIP-73: out of the ISR and listed in follower.replication...
+        if not entries:
             await asyncio.sleep(self.backoff_s)
             return
         session = self.session
-        fetch = session.build(wanted)
+        fetch = session.build({key: fp for key, (_, fp) in entries.items()}, changed)
         # Encoded and decoded by hand (kafka-python's codec took about a millisecond per 1,000 partitions each
         # way); each partition's records come back as a view of the reply, handed to the log as they are.
         req = FollowerFetch(replica_id=self.m.broker_id, max_wait_ms=self.wait_ms, min_bytes=1,
@@ -366,11 +421,12 @@ class ReplicaFetcher:
         for t in resp.responses:
             for r in t.partitions:
                 key = (t.topic, r.partition_index)
-                entry = sent.get(key)
+                self._touched.add(key)  # its part of the next fetch is looked at again
+                entry = entries.get(key)  # as sent: `_wanted` changes it only at the next fetch
                 if entry is None:
                     applied = False
                     continue
-                st, offset = entry
+                st, offset = entry[0], entry[1].fetch_offset
                 if not self._current(key, st):
                     applied = False
                     continue  # removed or re-added while the fetch was in flight: its answer is for another state

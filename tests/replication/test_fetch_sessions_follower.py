@@ -162,6 +162,40 @@ async def test_the_follower_names_only_the_partitions_whose_position_changed(tmp
     leader.close(), follower.close()
 
 
+async def test_an_incremental_fetch_looks_again_only_at_the_partitions_answered(tmp_path: Any,
+                                                                                 monkeypatch: Any) -> None:
+    """Issue 38: at 1,000s of partitions per leader, building every partition's part of each fetch was most of a
+    follower's work per acks=all record. Between full builds (every REBUILD_S, here never) a fetch looks again
+    only at the partitions the last answers touched."""
+    from kelp.broker.cluster import replica_fetcher
+    monkeypatch.setattr(replica_fetcher, "REBUILD_S", 1e9, raising=False)
+    leader, follower = Node(tmp_path, 0), Node(tmp_path, 1, fetching=True)
+    push(leader)
+    push(follower)
+    await settle(leader, follower)
+    assert follower.fetchers is not None
+    fetcher = follower.fetchers._fetchers[0]
+    stub = PeerStub(leader, 1)
+    await step(fetcher, stub)  # the full fetch that opens the session
+    await fetcher._fetch(stub)  # the first incremental one (its parts built from the full one's)
+    looked: list[int] = []
+    real = follower.rm.get_partition
+
+    def spy(topic: str, p: int) -> Any:
+        looked.append(p)
+        return real(topic, p)
+
+    follower.rm.get_partition = spy  # type: ignore[method-assign]
+    leader.rm.append_sync(TOPIC, 2, bytearray(batch(1)), acks=1)
+    await fetcher._fetch(stub)  # gets partition 2's record
+    await fetcher._fetch(stub)  # names partition 2 alone
+    assert [(t.topic, [p.partition for p in t.partitions]) for t in stub.sessions[-1].topics] == [(TOPIC, [2])]
+    assert set(looked) == {2}  # partitions 0, 1 and 3 were not built again (were: every fetch)
+    await fetcher._fetch(stub)
+    assert follower.rm.get_partition(TOPIC, 2).high_watermark == 1
+    leader.close(), follower.close()
+
+
 async def test_a_partition_removed_and_added_back_learns_the_high_watermark_it_was_told_meanwhile(
         tmp_path: Any) -> None:
     """The leader told the session a high watermark in an answer the follower dropped (the partition had left
