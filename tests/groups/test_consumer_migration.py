@@ -337,3 +337,33 @@ async def test_without_downgrade_in_the_policy_the_group_stays_a_consumer_group(
     coord, sched, a, b, c = await mixed_group(consumer_migration_policy="upgrade")
     assert (await c.beat(epoch=-1)).error == ErrorCode.NONE
     assert set(coord.consumer.groups[G].members) == {a.member_id, b.member_id}
+
+
+async def test_the_last_consumer_member_timing_out_downgrades_the_group_too() -> None:
+    coord, sched, a, b, c = await mixed_group()
+    await sched.advance(5000)
+    assert a.beat() == b.beat() == ErrorCode.REBALANCE_IN_PROGRESS  # alive, not rejoining yet
+    await sched.advance(5001)  # C's 10 s session ends: fenced, only classic members remain
+    assert G not in coord.consumer.groups
+    assert set(coord.groups[G].members) == {a.member_id, b.member_id}
+
+
+async def test_a_static_classic_member_restarting_takes_over_its_assignment() -> None:
+    coord, sched, a, b, c = await mixed_group()
+    meta = a.metadata()
+
+    async def static_join(member_id: str) -> tuple[int, str]:
+        r = await coord.join_group(G, member_id, group_instance_id="i1", session_timeout_ms=10000,
+                                   rebalance_timeout_ms=20000, protocol_type="consumer", protocols=[("range", meta)])
+        return int(r.error), r.member_id
+
+    err, first = await static_join("")
+    assert err == ErrorCode.NONE
+    group = coord.consumer.groups[G]
+    before = group.members[first]
+    assert (await static_join("someone-else"))[0] == ErrorCode.FENCED_INSTANCE_ID
+    err, second = await static_join("")  # the same instance restarted: a new member id, the same member
+    assert err == ErrorCode.NONE and second != first
+    assert first not in group.members and group.static_members["i1"] == second
+    assert group.members[second].held() == before.held()
+    owners_disjoint(coord, a, b, c)

@@ -568,7 +568,7 @@ class ConsumerGroups:
             return None
         ids = {name: t.topic_id for name in {n for n, _ in partitions} if (t := self.topics.get(name)) is not None}
         err = offset_rules.commit_error(group, member_id, member_epoch, api_version, partitions, ids)
-        if err != ErrorCode.UNKNOWN_MEMBER_ID and member_id in group.members and member_epoch >= 0:
+        if (isinstance(err, dict) or err == ErrorCode.NONE) and member_id in group.members:
             self._restart_session(group, member_id)  # a commit is a sign of life, as a classic commit is
         return err
 
