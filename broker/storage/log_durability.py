@@ -10,8 +10,9 @@ It must never fsync while holding the log lock (`flush` and `flush_rolled` take 
 it, fsync without it, serialised by the flush lock; checkpoint files are written under
 the checkpoint lock only), never take the flush lock while holding the log lock (the order is
 flush lock, log lock, checkpoint lock — everywhere, `close` and `maybe_flush` included), never move
-the recovery point past what was fsynced, and never rewrite a checkpoint file whose values did not
-change. The event loop never calls it: appends there defer the fsync (`defer_flush`) to a worker.
+the recovery point past what was fsynced, never rewrite a checkpoint file whose values did not
+change, and never replace one with values taken before it (each snapshot is numbered under the
+lock). The event loop never calls it: appends there defer the fsync (`defer_flush`) to a worker.
 """
 
 from __future__ import annotations
@@ -24,23 +25,28 @@ from .segment import LogSegment
 
 __all__ = ["CheckpointValues", "LogDurability"]
 
-# (log start offset, high watermark, recovery point, cleaner offset): what `partition.checkpoint` holds.
-CheckpointValues = tuple[int, int, int, int]
+# (log start offset, high watermark, recovery point, cleaner offset): what `partition.checkpoint` holds; then the
+# number of the snapshot (`checkpoint_values`), which the file does not hold: values are taken under the log lock
+# and written after it is released, so two writers may arrive in either order, and the one with the older snapshot
+# must not replace the newer (a log start moved back on disk, a recovery point ahead of a truncation).
+CheckpointValues = tuple[int, int, int, int, int]
 
 
 
 class LogDurability:
     """fsyncs, the recovery point and the checkpoint files of one `Log`."""
 
-    __slots__ = ("_state", "_segments", "_lock", "_checkpoint_lock", "_last_checkpoint")
+    __slots__ = ("_state", "_segments", "_lock", "_checkpoint_lock", "_last_checkpoint", "_taken")
 
-    def __init__(self, state: LogState, *, on_disk: CheckpointValues | None) -> None:
+    def __init__(self, state: LogState, *, on_disk: tuple[int, int, int, int] | None) -> None:
         self._state = state
         self._segments = state.segments
         self._lock = state.lock
         self._checkpoint_lock = state.checkpoint_lock
-        # The checkpoint values last written (or found on disk, `on_disk`): unchanged ones are not rewritten.
-        self._last_checkpoint = on_disk
+        # The checkpoint values last written (or found on disk, `on_disk`): unchanged ones are not rewritten, and
+        # older snapshots never replace them. `_taken` numbers the snapshots (under the log lock).
+        self._last_checkpoint: CheckpointValues | None = (*on_disk, 0) if on_disk is not None else None
+        self._taken = 0
 
     def flush(self) -> None:
         """fsync every segment up to the log end and advance the recovery point.
@@ -208,18 +214,25 @@ class LogDurability:
                 f"{self._state.name}: writing {self._state.directory / PARTITION_CHECKPOINT} failed: {exc}") from exc
 
     def checkpoint_values(self) -> CheckpointValues:
-        """The values `partition.checkpoint` holds, as they are now. Caller holds the log lock."""
+        """The values `partition.checkpoint` holds, as they are now, numbered. Caller holds the log lock."""
         state = self._state
-        return (state.log_start_offset, state.high_watermark, state.recovery_point, state.cleaner_offset)
+        self._taken += 1
+        return (state.log_start_offset, state.high_watermark, state.recovery_point, state.cleaner_offset,
+                self._taken)
 
     def write_checkpoint_now(self, *, durable: bool = True) -> None:
         """Atomically replace `partition.checkpoint` (fsync'd) unless it already holds these values."""
         self.write_checkpoint_values(self.checkpoint_values(), durable=durable)
 
     def write_checkpoint_values(self, values: CheckpointValues, *, durable: bool = True) -> None:
-        """Write `values` to `partition.checkpoint` unless it holds them already (under the checkpoint lock)."""
+        """Write `values` to `partition.checkpoint` (under the checkpoint lock) unless it holds them already or a
+        newer snapshot is written already."""
         with self._checkpoint_lock:
-            if values == self._last_checkpoint:
+            last = self._last_checkpoint
+            if last is not None and values[4] < last[4]:
+                return  # taken before what is on disk: stale
+            if last is not None and values[:4] == last[:4]:
+                self._last_checkpoint = values  # the same values, now as of this newer snapshot
                 return
             PartitionCheckpoint(
                 log_start_offset=values[0],

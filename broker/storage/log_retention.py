@@ -4,7 +4,8 @@ Why it exists: old data goes in whole closed segments — by `retention.ms` / `r
 "delete", Kafka's `UnifiedLog.deleteOldSegments`), below a log start that DeleteRecords raised, or
 replaced by cleaned copies when the cleaner (`cleaner.py`) swaps them in; each of these moves the log
 start and with it the epochs and producer snapshots below it. `Log` composes it; it runs under
-the log lock and has the durability part write the checkpoint a new log start calls for.
+the log lock and has the durability part write the checkpoint a new log start calls for once the
+lock is released (an fsync under it would stall every append, the event loop's included).
 
 It must never delete the active segment or a segment holding an offset at or above the high
 watermark (a follower may still need it), never move the log start down or past the high watermark,
@@ -39,42 +40,54 @@ class LogRetention:
     # --------------------------------------------------------------- retention
 
     def enforce_retention(self) -> int:
-        """Delete closed segments past retention.ms / retention.bytes (policy "delete"). Returns how many."""
+        """Delete closed segments past retention.ms / retention.bytes (policy "delete"). Returns how many.
+
+        A new log start's checkpoint is written (fsynced) once the log lock is released."""
         state = self._state
-        with self._state.lock:
+        with state.lock:
             state.check_open()
-            config = state.config
-            if not config.delete:
-                return self._delete_below_start()
-            now_ms = state.clock_ms()
-            doomed = 0
-            closed = self._state.segments[:-1]
-            if config.retention_ms >= 0:
-                for segment in closed:
-                    if segment.max_timestamp < 0 and not segment.is_empty:
-                        break
-                    if now_ms - max(segment.max_timestamp, 0) > config.retention_ms:
-                        doomed += 1
-                    else:
-                        break
-            if config.retention_bytes >= 0:
-                excess = state.size_bytes - config.retention_bytes
-                by_size = 0
-                for segment in closed:
-                    if excess - segment.size < 0:
-                        break
-                    excess -= segment.size
-                    by_size += 1
-                doomed = max(doomed, by_size)
-            # Never above the high watermark: a segment goes only once every record in it is committed
-            # (replicated to the ISR), so retention can never delete what a follower still needs.
-            committed = 0
-            for i in range(len(closed)):
-                if self._state.segments[i + 1].base_offset > state.high_watermark:
+            start = state.log_start_offset
+            deleted = self._retain()
+            values = self._durability.checkpoint_values() if state.log_start_offset != start else None
+        if values is not None:
+            self._durability.write_checkpoint_files(values)
+        return deleted
+
+    def _retain(self) -> int:
+        """`enforce_retention`'s work; caller holds the log lock."""
+        state = self._state
+        config = state.config
+        if not config.delete:
+            return self._delete_below_start()
+        now_ms = state.clock_ms()
+        doomed = 0
+        closed = self._state.segments[:-1]
+        if config.retention_ms >= 0:
+            for segment in closed:
+                if segment.max_timestamp < 0 and not segment.is_empty:
                     break
-                committed += 1
-            deleted = self._delete_oldest(min(doomed, committed), reason="retention")
-            return deleted + self._delete_below_start()
+                if now_ms - max(segment.max_timestamp, 0) > config.retention_ms:
+                    doomed += 1
+                else:
+                    break
+        if config.retention_bytes >= 0:
+            excess = state.size_bytes - config.retention_bytes
+            by_size = 0
+            for segment in closed:
+                if excess - segment.size < 0:
+                    break
+                excess -= segment.size
+                by_size += 1
+            doomed = max(doomed, by_size)
+        # Never above the high watermark: a segment goes only once every record in it is committed
+        # (replicated to the ISR), so retention can never delete what a follower still needs.
+        committed = 0
+        for i in range(len(closed)):
+            if self._state.segments[i + 1].base_offset > state.high_watermark:
+                break
+            committed += 1
+        deleted = self._delete_oldest(min(doomed, committed), reason="retention")
+        return deleted + self._delete_below_start()
 
     def _delete_below_start(self) -> int:
         count = 0
@@ -103,22 +116,26 @@ class LogRetention:
             state.log_start_offset = offset
             state.high_watermark = max(state.high_watermark, offset)
             state.cleaner_offset = max(state.cleaner_offset, offset)
-            state.leader_epochs.truncate_from_start(offset)  # its file follows with the next checkpoint
+            state.leader_epochs.truncate_from_start(offset)  # its file is written with the checkpoint
             doomed = [o for o in list_snapshots(state.directory) if o < offset]
             if doomed:
                 delete_snapshots(state.directory, doomed)
-            self._durability.write_checkpoint_now()
+            # The checkpoint is written by the caller once it released the log lock (never fsync under it).
 
     def advance_log_start_offset(self, offset: int) -> None:
         """DeleteRecords: raise the log start (never above the high watermark); whole segments go at retention."""
         state = self._state
-        with self._state.lock:
+        with state.lock:
             if offset > state.high_watermark:
                 raise OffsetOutOfRangeError(
                     f"{state.name}: cannot move the log start to {offset}, above the high watermark "
                     f"{state.high_watermark}"
                 )
+            start = state.log_start_offset
             self._set_log_start(offset)
+            values = self._durability.checkpoint_values() if state.log_start_offset != start else None
+        if values is not None:
+            self._durability.write_checkpoint_files(values)
 
     # ----------------------------------------------------------------- cleaner
 
