@@ -41,7 +41,7 @@ from ..messages import (
     ShareGroupHeartbeatRequest,
     ShareGroupHeartbeatResponse,
 )
-from .consumer_groups import described_group_error
+from .consumer_groups import describe_groups, described_group_error
 from .registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
@@ -101,23 +101,13 @@ async def handle_share_group_heartbeat(ctx: RequestContext, request: Any) -> Sha
 # -- ShareGroupDescribe -------------------------------------------------------------------------------------
 @handles(ShareGroupDescribeRequest, min_version=1, max_version=1)
 async def handle_share_group_describe(ctx: RequestContext, request: Any) -> ShareGroupDescribeResponse:
-    acc = access(ctx)
-    out = []
-    for gid in request.group_ids or []:
-        def failed(code: int, message: str | None, gid: str = gid) -> Any:
-            return described_group_error(DG, gid, code, message)
-
-        if not acc.allows(AclOperation.DESCRIBE, ResourceType.GROUP, gid):
-            out.append(failed(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed."))
-            continue
+    def one(gid: str) -> Any:
         code = ctx.broker.groups.check_group(gid)
-        group = share_groups_of(ctx.broker).membership.describe(gid) if code == ErrorCode.NONE else None
         if code != ErrorCode.NONE:
-            out.append(failed(code, None))
-            continue
+            return described_group_error(DG, gid, code, None)
+        group = share_groups_of(ctx.broker).membership.describe(gid)
         if group is None:
-            out.append(failed(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} not found."))
-            continue
+            return described_group_error(DG, gid, ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} not found.")
         A = DG.Member.Assignment
         members = [DG.Member(
             member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.member_epoch, client_id=m.client_id,
@@ -126,10 +116,11 @@ async def handle_share_group_describe(ctx: RequestContext, request: Any) -> Shar
                 A.TopicPartitions(topic_id=uuid.UUID(hex=t), topic_name=ctx.broker.topics.name_of(t) or "",
                                   partitions=sorted(ps)) for t, ps in sorted(m.assigned.items())]))
             for m in sorted(group.members.values(), key=lambda m: m.member_id)]
-        out.append(DG(error_code=ErrorCode.NONE, error_message=None, group_id=gid, group_state=group.state,
-                      group_epoch=group.group_epoch, assignment_epoch=group.assignment_epoch,
-                      assignor_name="simple", members=members, authorized_operations=-(2**31)))
-    return ShareGroupDescribeResponse(throttle_time_ms=0, groups=out)
+        return DG(error_code=ErrorCode.NONE, error_message=None, group_id=gid, group_state=group.state,
+                  group_epoch=group.group_epoch, assignment_epoch=group.assignment_epoch,
+                  assignor_name="simple", members=members, authorized_operations=-(2**31))
+
+    return ShareGroupDescribeResponse(throttle_time_ms=0, groups=describe_groups(ctx, request.group_ids, DG, one))
 
 
 # -- acknowledgements (both APIs) ---------------------------------------------------------------------------
