@@ -87,11 +87,16 @@ class ShareMembership:
 
     def __init__(self, *, topics: TopicLookup, scheduler: Scheduler, session_timeout_ms: int,
                  heartbeat_interval_ms: int, max_size: int, clock_ms: WallClockMs = wall_clock_ms,
-                 on_member_gone: Callable[[str, str], None] | None = None) -> None:
+                 on_member_gone: Callable[[str, str], None] | None = None,
+                 timeouts_of: Callable[[str], tuple[int, int]] | None = None) -> None:
         self.topics = topics
         self.scheduler = scheduler
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
+        # (session timeout, heartbeat interval) of a group: the broker's, or the group's own configs
+        # (share.session.timeout.ms, share.heartbeat.interval.ms), read at each heartbeat
+        self.timeouts_of: Callable[[str], tuple[int, int]] = timeouts_of or (
+            lambda _group: (session_timeout_ms, heartbeat_interval_ms))
         self.max_size = max_size
         self.clock_ms = clock_ms
         self.groups: dict[str, ShareGroup] = {}
@@ -141,7 +146,7 @@ class ShareMembership:
             member.member_epoch = group.group_epoch
             group.assignment_epoch = group.group_epoch
         return HeartbeatAnswer(member_id=member.member_id, member_epoch=member.member_epoch,
-                               heartbeat_interval_ms=self.heartbeat_interval_ms,
+                               heartbeat_interval_ms=self.timeouts_of(group.group_id)[1],
                                assignment=dict(target) if changed else None)
 
     def _assignment(self, member: ShareMember) -> Assignment:
@@ -158,7 +163,7 @@ class ShareMembership:
         if cancel is not None:
             cancel()
         gid, mid = group.group_id, member.member_id
-        member.timer = self.scheduler.call_later(self.session_timeout_ms, lambda: self._expire(gid, mid))
+        member.timer = self.scheduler.call_later(self.timeouts_of(gid)[0], lambda: self._expire(gid, mid))
 
     def _expire(self, group_id: str, member_id: str) -> None:
         group = self.groups.get(group_id)

@@ -18,11 +18,12 @@ This module must never hold share-group state or decide delivery rules.
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from typing import Any, cast
 
-from kelp.broker.groups.share import ShareGroups, share_groups_of
+from kelp.broker.groups.share import ShareGroups, initial_start, share_groups_of
 from kelp.broker.groups.share.manager import SessionError
 from kelp.broker.groups.share.membership import ShareHeartbeat
 from kelp.broker.groups.share.partition import AckBatch
@@ -175,7 +176,8 @@ def _leader(ctx: RequestContext, name: str | None, partition: int) -> Any:
 # -- ShareFetch ---------------------------------------------------------------------------------------------
 @handles(ShareFetchRequest, min_version=1, max_version=1)
 async def handle_share_fetch(ctx: RequestContext, request: Any) -> ShareFetchResponse:
-    lock_ms = ctx.broker.config["group.share.record.lock.duration.ms"]
+    sg = share_groups_of(ctx.broker)
+    lock_ms = sg.partitions.config_of(request.group_id or "").lock_duration_ms  # the group's own, else the broker's
 
     def top(code: int, message: str) -> ShareFetchResponse:
         return ShareFetchResponse(throttle_time_ms=0, error_code=code, error_message=message,
@@ -186,7 +188,6 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> ShareFetchRes
         return top(ErrorCode.INVALID_REQUEST, "GroupId and MemberId are required.")
     if not access(ctx).allows(AclOperation.READ, ResourceType.GROUP, group):
         return top(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.")
-    sg = share_groups_of(ctx.broker)
     try:
         session = sg.partitions.open_or_continue(group, member, epoch)
     except SessionError as exc:
@@ -218,7 +219,8 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> ShareFetchRes
             continue
         try:
             sp = await sg.partitions.get((group, tid, pi), log_start=part.log.log_start_offset,
-                                         log_end=part.high_watermark)
+                                         log_end=part.high_watermark,
+                                         initial=functools.partial(initial_start, ctx.broker, group, part))
         except KelpError as exc:
             errors[(tid, pi)] = exc.code
             continue
