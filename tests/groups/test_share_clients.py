@@ -4,7 +4,8 @@
 One consumer reads every record and accepts it; one that releases each record on its first delivery gets every
 record again with delivery count 2; two consumers on one single-partition topic each get records, none twice
 accepted, together all of them; after a broker restart, nothing accepted comes back; `kafka-configs
---entity-type groups` sets `share.auto.offset.reset=earliest` and a new group reads what the topic already held.
+--entity-type groups` sets `share.auto.offset.reset=earliest` and a new group reads what the topic already held;
+`kafka-share-groups --delete-offsets` and `--delete` make a group read everything again.
 The Java tier skips only without `java` (`make test` fetches the jars first, `kelp.kafka_tools`).
 """
 
@@ -205,6 +206,23 @@ def test_kafka_configs_sets_earliest_and_the_java_share_consumer_reads_what_was_
     refused = configs_command(broker, *group, "--alter", "--add-config", "share.delivery.count.limit=50", ok=False)
     assert "share.delivery.count.limit must be in the range 2 to 10 inclusive" in refused.stdout + refused.stderr
     reads_what_was_there(broker, "share-java-earliest", "sg-earliest", 6)
+
+
+def test_kafka_share_groups_deletes_offsets_and_the_group(broker: BrokerProcess) -> None:
+    """`kafka-share-groups --delete-offsets` (DeleteShareGroupOffsets) and `--delete` (DeleteGroups) of an empty
+    share group; afterwards the group is not listed and a new member of that id reads from the start again."""
+    assert create_topic_wire(broker.bootstrap, "share-java-del") == 0
+    write(broker, "share-java-del", 0, 4)
+    configs_command(broker, "--entity-type", "groups", "--entity-name", "sg-del", "--alter", "--add-config",
+                    "share.auto.offset.reset=earliest")
+    reads_what_was_there(broker, "share-java-del", "sg-del", 4)
+    out = share_groups_command(broker, "--delete-offsets", "--group", "sg-del", "--topic", "share-java-del")
+    assert "share-java-del" in out and "Successful" in out, out
+    reads_what_was_there(broker, "share-java-del", "sg-del", 4)  # its offsets gone: from the start again
+    out = share_groups_command(broker, "--delete", "--group", "sg-del")
+    assert "Deletion of requested share groups ('sg-del') was successful." in out, out
+    assert "sg-del" not in share_groups_command(broker, "--list").split()
+    reads_what_was_there(broker, "share-java-del", "sg-del", 4)
 
 
 def test_a_released_record_is_delivered_again_with_a_higher_count(broker: BrokerProcess) -> None:

@@ -5,6 +5,8 @@ The group is chosen so that its share-partition's state partition is led by a br
 partition's leader: every read and write of its state crosses the control plane. Records are accepted on
 the leader, the leader is killed, and the broker that takes the partition over recovers the share-partition
 from that state: nothing accepted is delivered again, what was only acquired is delivered again (count 2).
+A reset and a DeleteGroups sent to a coordinator that leads neither the data nor the state are forwarded to
+them over the control plane.
 """
 
 from __future__ import annotations
@@ -132,5 +134,19 @@ def test_share_state_across_brokers_survives_the_partition_leaders_death(cluster
     m = _member(cluster, reset_group, "d")
     try:
         assert _fetch_until(cluster, m, 3) == [(1, 3, 1)]  # from the new start, first deliveries
+    finally:
+        m.close()
+    # kafka-share-groups --delete of that group, through its coordinator: its state is found where each state
+    # partition is led, and deleted on the partition's leader, which tombstones it where it is kept
+    from kafka.protocol.admin import DeleteGroupsRequest
+
+    with WireClient(cluster[coordinators[partition_for_group(reset_group, 3)]].bootstrap) as c:
+        for expected in (ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND):  # then no state is left anywhere
+            deleted = c.request(DeleteGroupsRequest(groups_names=[reset_group]), 2)
+            assert [r.error_code for r in deleted.results] == [expected], deleted
+    m = _member(cluster, reset_group, "e")
+    try:
+        cluster.wait_for("the share-partition's state", lambda: _served(m))
+        assert acquired(m.fetch(max_wait_ms=300)) == []  # started anew at the log end, not at 1
     finally:
         m.close()

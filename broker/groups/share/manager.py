@@ -226,6 +226,9 @@ class SharePartitions:
         except AckError as exc:
             return exc.code, str(exc)
         async with entry.writing:
+            if self._entries.get(key) is not entry:  # reset or deleted while this waited: those records are gone
+                entry.sp.abort(changes)
+                return ErrorCode.INVALID_RECORD_STATE, "the share-partition was reset or deleted"
             start, state = entry.sp.state_batches(changes)
             try:
                 await self.state.write(key, start, state)
@@ -243,17 +246,41 @@ class SharePartitions:
     async def reset(self, key: StateKey, start: int) -> None:
         """AlterShareGroupOffsets on this broker, the partition's leader: the share-partition starts over at
         `start` (its snapshot written first), whatever was in flight forgotten; the next fetch recovers it."""
-        entry = self._entries.get(key)
-        if entry is None:
-            await self.state.write(key, start, [])
-        else:
-            async with entry.writing:
-                await self.state.write(key, start, [])
-        dropped = self._entries.pop(key, None)
-        cancel = getattr(dropped.timer, "cancel", None) if dropped is not None else None
-        if cancel is not None:
-            cancel()
+        await self._replace(key, lambda: self.state.write(key, start, []))
         log.info("share-partition %s: start offset reset to %d", key, start)
+
+    async def delete(self, key: StateKey) -> None:
+        """DeleteGroups / DeleteShareGroupOffsets on this broker, the partition's leader: the share-partition's
+        state is tombstoned (Kafka's DeleteShareGroupState) and forgotten; a later fetch starts it anew."""
+        await self._replace(key, lambda: self.state.delete(key))
+        log.info("share-partition %s: state deleted", key)
+
+    async def _replace(self, key: StateKey, write: Callable[[], Awaitable[None]]) -> None:
+        """Write what replaces a share-partition's state, then forget the loaded one, with nothing of the old
+        written after it: a recovery under way is waited for, the write is made under the share-partition's write
+        lock, and an acknowledgement or release waiting for that lock finds the share-partition gone."""
+        entry: _Entry | None = None
+        while entry is None:
+            task = self._init.get(key)
+            if task is not None:
+                try:
+                    await asyncio.shield(task)
+                except Exception:  # its error is its fetch's; the write below decides this one
+                    pass
+            entry = self._entries.get(key)
+            if entry is None:
+                await write()
+                if key not in self._init and key not in self._entries:
+                    return
+                # a fetch recovered the share-partition while this wrote (maybe from what was there before): again
+        async with entry.writing:
+            await write()
+            if self._entries.get(key) is entry:
+                del self._entries[key]
+            cancel = getattr(entry.timer, "cancel", None)
+            if cancel is not None:
+                cancel()
+        self._changed()
 
     def groups_partitions(self, group: str) -> set[TopicPartition]:
         """The share-partitions of `group` this broker has loaded."""
@@ -299,6 +326,8 @@ class SharePartitions:
         """Write the share-partition's state after a change no request waits for (lock expiry, release)."""
         async def write() -> None:
             async with entry.writing:
+                if self._entries.get(key) is not entry:
+                    return  # reset or deleted since: what replaced it stands
                 start, state = entry.sp.state_batches()
                 try:
                     await self.state.write(key, start, state)
