@@ -319,6 +319,11 @@ class TopicManager:
     def get(self, name: str) -> TopicState | None:
         return self._topics.get(name)
 
+    def has_partition(self, name: str, partition: int) -> bool:
+        """Whether topic `name` exists now with a partition `partition` (Kafka's `metadataCache.contains(tp)`)."""
+        info = self._topics.get(name)
+        return info is not None and 0 <= partition < info.partitions
+
     def name_of(self, topic_id: str) -> str | None:
         """The name of the topic with this id (32 hex digits), None if no topic has it."""
         return self._by_id.get(topic_id)

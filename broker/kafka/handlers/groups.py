@@ -318,20 +318,31 @@ async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest
     refused = _topics_refused(ctx, AclOperation.READ, {n for n, _ in named if n is not None})
     unknown = any(n is None for n, _ in named)
     offsets: dict[tuple[str, int], CommittedOffset] = {}
+    # Kafka's order per topic: an id no topic has, then TOPIC_AUTHORIZATION_FAILED, then UNKNOWN_TOPIC_OR_PARTITION
+    # for a topic or partition the metadata does not hold; only what passes all three reaches the coordinator.
+    turned_away: dict[tuple[str, int], int] = {}
     budget = LoopBudget()  # a commit may name thousands of partitions
     for name, t in named:
-        if name is None or name in refused:
+        if name is None:
             continue
         await budget.tick()
         for p in t.partitions or []:
-            offsets[(name, p.partition_index)] = CommittedOffset(
-                p.committed_offset,
-                p.committed_leader_epoch if v >= 6 else -1,
-                p.committed_metadata or "",
-                -1,
-            )
+            tp = (name, p.partition_index)
+            if name in refused:
+                turned_away[tp] = TOPIC_DENIED
+            elif not ctx.broker.topics.has_partition(name, p.partition_index):
+                turned_away[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                offsets[tp] = CommittedOffset(
+                    p.committed_offset,
+                    p.committed_leader_epoch if v >= 6 else -1,
+                    p.committed_metadata or "",
+                    -1,
+                )
     codes: dict[tuple[str, int], int] = {}
-    if offsets or not (refused or unknown):  # Kafka asks its coordinator nothing when every topic was turned away
+    # Kafka asks its coordinator nothing when no partition passed (an empty request included): such a commit
+    # neither validates the member nor creates an empty group.
+    if offsets:
         codes = await coord.commit_offsets(
             request.group_id,
             member_id=request.member_id or "",
@@ -339,9 +350,7 @@ async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest
             group_instance_id=getattr(request, "group_instance_id", None) if v >= 7 else None,
             offsets=offsets, api_version=v,
         )
-    for name, t in named:
-        if name is not None and name in refused:
-            codes.update({(name, p.partition_index): TOPIC_DENIED for p in t.partitions or []})
+    codes.update(turned_away)
     bad = {tp: c for tp, c in codes.items() if c}
     if bad or unknown:
         log.info("OffsetCommit v%d of group '%s' from %s: errors %s", v, request.group_id, ctx.client,
