@@ -6,7 +6,7 @@ partition's leader: every read and write of its state crosses the control plane.
 the leader, the leader is killed, and the broker that takes the partition over recovers the share-partition
 from that state: nothing accepted is delivered again, what was only acquired is delivered again (count 2).
 A reset and a DeleteGroups sent to a coordinator that leads neither the data nor the state are forwarded to
-them over the control plane.
+them over the control plane; a group config set through the broker that dies is applied by the new leader.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from tests.support.cluster import Cluster
 from tests.support.kafka_wire import WireClient, make_batch
 
 from .share_wire import ACCEPT, ShareMember, acquired
+from .test_group_configs import alter
 
 STATE_PARTITIONS = 3
 SETTINGS = {"offsets.topic.num.partitions": 3, "share.coordinator.state.topic.num.partitions": STATE_PARTITIONS,
@@ -95,8 +96,16 @@ def test_share_state_across_brokers_survives_the_partition_leaders_death(cluster
         assert [p.error_code for t in resp.responses for p in t.partitions] == [0]
     finally:
         m.close()
+    # a group config set through the broker about to die is in the cluster metadata, not on that broker
+    assert alter(cluster[data_leader], "early", {"share.auto.offset.reset": "earliest"}).error_code == 0
     cluster[data_leader].kill()
     cluster.wait_for("a new leader", lambda: _leader(cluster, TOPIC, 0) not in (-1, data_leader), timeout=60)
+    m = _member(cluster, "early", "e")
+    try:  # the new leader starts that new share group at the log start
+        assert sorted(o for f, last, _n in _fetch_until(cluster, m, 4, timeout_s=60) for o in range(f, last + 1)) \
+            == [0, 1, 2, 3]
+    finally:
+        m.close()
     m = _member(cluster, group, "b")
     try:
         assert _fetch_until(cluster, m, 1, timeout_s=60) == [(2, 2, 2)]
