@@ -10,6 +10,7 @@ kept by a DeleteShareGroupOffsets that does not name it, and the tombstones hold
 
 from __future__ import annotations
 
+import time
 from typing import Any, Iterator
 
 import pytest
@@ -57,9 +58,16 @@ def _accept_all(bp: BrokerProcess, group: str, topic: str, *, leave: bool = True
     return got, m
 
 
-def delete_groups(bp: BrokerProcess, *groups: str) -> dict[str, int]:
+def delete_groups(bp: BrokerProcess, *groups: str, timeout_s: float = 30.0) -> dict[str, int]:
+    """DeleteGroups, again while the coordinator is loading its partition (as an admin client retries)."""
+    deadline = time.monotonic() + timeout_s
     with WireClient(bp.bootstrap) as c:
-        return {r.group_id: r.error_code for r in c.request(DeleteGroupsRequest(groups_names=list(groups)), 2).results}
+        while True:
+            got = {r.group_id: r.error_code for r in c.request(DeleteGroupsRequest(groups_names=list(groups)),
+                                                                2).results}
+            if ErrorCode.COORDINATOR_LOAD_IN_PROGRESS not in got.values() or time.monotonic() > deadline:
+                return got
+            time.sleep(0.1)  # the partition is being replayed after a restart: poll, bounded
 
 
 def delete_offsets(bp: BrokerProcess, group: str, *topics: str) -> Any:

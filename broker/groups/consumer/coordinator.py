@@ -369,6 +369,10 @@ class ConsumerGroups:
             return order[0]
         return max(votes, key=lambda a: (votes[a], -order.index(a)))
 
+    async def write_records(self, group_id: str, recs: list[tuple[bytes, bytes | None]]) -> int:
+        """`_write` for the share groups kept in the same partitions (`groups.share.membership`)."""
+        return await self._write(group_id, recs)
+
     async def _write(self, group_id: str, recs: list[records.Record]) -> int:
         """Append `recs` to the group's `__consumer_offsets` partition; NONE when they are durable in this
         leadership term, else the error to answer (the change is then not applied: the next coordinator replays

@@ -38,14 +38,13 @@ class ShareGroups:
 
 
 def listed_share_groups(coord: GroupCoordinator, *, states: Iterable[str] | None) -> list[tuple[str, str, str]]:
-    """(group, protocol type, state) of the share groups this broker coordinates, for ListGroups (none before the
-    first share-group request built them)."""
+    """(group, protocol type, state) of the share groups this broker coordinates, for ListGroups (those its loads
+    replayed, before the first share-group request built the share groups)."""
     found = coord.extensions.get("share")
-    if not isinstance(found, ShareGroups):
-        return []
+    groups = found.membership.groups if isinstance(found, ShareGroups) else coord.share_loaded  # loaded, not built
     wanted = {s.lower() for s in states} if states else None
     owned = coord.ownership.owned()  # a group whose partition moved away is the new coordinator's to list
-    return [(gid, SHARE_GROUP_TYPE, g.state) for gid, g in sorted(found.membership.groups.items())
+    return [(gid, SHARE_GROUP_TYPE, g.state) for gid, g in sorted(groups.items())
             if coord.partition_for(gid) in owned and (wanted is None or g.state.lower() in wanted)]
 
 
@@ -92,9 +91,14 @@ def share_groups_of(parts: BrokerParts) -> ShareGroups:
     membership = ShareMembership(
         topics=topic, scheduler=scheduler, session_timeout_ms=cfg["group.share.session.timeout.ms"],
         heartbeat_interval_ms=cfg["group.share.heartbeat.interval.ms"], max_size=cfg["group.share.max.size"],
-        on_member_gone=partitions.member_gone, timeouts_of=timeouts_of)
+        on_member_gone=partitions.member_gone, timeouts_of=timeouts_of, write=coord.consumer.write_records)
     groups = ShareGroups(membership, partitions)
     coord.extensions["share"] = groups
+    membership.adopt(dict(coord.share_loaded))  # what loads replayed before the share groups were built
+    coord.share_loaded.clear()
+    coord.loader.on_share_groups = membership.adopt
+    coord.resign_hooks.append(lambda p: membership.drop(
+        [g for g in list(membership.groups) if coord.partition_for(g) == p]))
 
     def on_leadership(topic_name: str, partition: int, is_leader: bool, _epoch: int) -> None:
         t = parts.topics.get(topic_name)

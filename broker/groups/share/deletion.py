@@ -90,8 +90,5 @@ async def delete_share_group(parts: BrokerParts, group: str) -> int:
     errors = [c for c in (await delete_share_partitions(parts, keys)).values() if c != ErrorCode.NONE]
     if errors:
         return errors[0]
-    membership = share_groups_of(parts).membership
-    known = membership.describe(group)
-    if known is not None and not known.members:  # a member that joined meanwhile keeps its (new) group
-        membership.drop([group])
-    return ErrorCode.NONE
+    # its records tombstoned in __consumer_offsets; a member that joined meanwhile keeps its (new) group
+    return await share_groups_of(parts).membership.delete_group(group)

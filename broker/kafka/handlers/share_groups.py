@@ -81,7 +81,7 @@ async def handle_share_group_heartbeat(ctx: RequestContext, request: Any) -> Sha
     if _other_protocol(ctx, request.group_id):
         return refuse(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {request.group_id} is not a share group.")
     host = ctx.peer.rsplit(":", 1)[0] if ":" in ctx.peer else ctx.peer
-    ans = share_groups_of(ctx.broker).membership.heartbeat(ShareHeartbeat(
+    ans = await share_groups_of(ctx.broker).membership.heartbeat(ShareHeartbeat(
         group_id=request.group_id, member_id=request.member_id, member_epoch=request.member_epoch,
         rack_id=request.rack_id, subscribed_topic_names=tuple(names) if names is not None else None,
         client_id=ctx.client_id or "", client_host="/" + host))
