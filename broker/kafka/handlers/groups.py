@@ -280,7 +280,7 @@ async def handle_leave_group(ctx: RequestContext, request: LeaveGroupRequest) ->
         members = [(m.member_id or "", m.group_instance_id) for m in request.members or []]
     else:
         members = [(request.member_id, None)]
-    top, results = coord.leave_group(request.group_id, members)
+    top, results = await coord.leave_group(request.group_id, members)
     if v < 3:
         code = top or (results[0][2] if results else ErrorCode.NONE)
         return LeaveGroupResponse(throttle_time_ms=0, error_code=code)
