@@ -42,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Iterable
+from typing import Any, Awaitable, Callable, Iterable
 
 from kelp.clock import WallClockMs, wall_clock_ms
 from kelp.errors import ErrorCode
@@ -117,6 +117,11 @@ class GroupCoordinator:
         self.consumer = ConsumerGroups(self.group_manager, config=config, scheduler=self.scheduler,
                                        topics=topics or _NoTopics())
         self.loader.on_consumer_groups = self.consumer.adopt
+        # KIP-932 share groups replayed by a load, kept until the share groups are built (`share_groups_of`), which
+        # then takes the loads itself; and who drops them when this broker resigns a partition
+        self.share_loaded: dict[str, Any] = {}
+        self.loader.on_share_groups = self.share_loaded.update
+        self.resign_hooks: list[Callable[[int], None]] = []
         self.mixed = ClassicBridge(self.consumer, self.membership)  # classic members in consumer groups
         self.expiry.in_use = lambda gid: bool((cg := self.consumer.groups.get(gid)) is not None and cg.members)
         self._stopped = False
@@ -158,6 +163,10 @@ class GroupCoordinator:
         if self.ownership.token(partition) is None:
             self.txn_offsets.forget(partition)
             self.consumer.on_resign(partition)
+            for gid in [g for g in self.share_loaded if self.partition_for(g) == partition]:
+                del self.share_loaded[gid]
+            for hook in self.resign_hooks:
+                hook(partition)
 
     async def stop(self) -> None:
         self._stopped = True

@@ -98,6 +98,9 @@ class ConsumerGroups:
                  topics: TopicView) -> None:
         self.gm = group_manager
         self.config = config
+        # A group's own value of consumer.session.timeout.ms / consumer.heartbeat.interval.ms (its GROUP config
+        # resource, clamped to the broker's bounds), None without one: set by `groups.attach`, read at each use.
+        self.group_setting: Callable[[str, str], int | None] = lambda _group, _key: None
         self.scheduler = scheduler
         self.topics = topics
         self.groups: dict[str, ConsumerGroup] = {}
@@ -303,8 +306,7 @@ class ConsumerGroups:
                      reconciled.member_epoch, reconciled.state.value, group_epoch)
         full = req.rebalance_timeout_ms != -1 and req.subscribed_topic_names is not None and req.owned is not None
         send = req.member_epoch == 0 or full or reconciled.assigned != member.assigned
-        return HeartbeatResult(ErrorCode.NONE, None, mid, reconciled.member_epoch,
-                               self.config.consumer_heartbeat_interval_ms,
+        return HeartbeatResult(ErrorCode.NONE, None, mid, reconciled.member_epoch, self._heartbeat_ms(gid),
                                dict(reconciled.assigned) if send else None)
 
     def _subscribed_topics(self, members: Iterable[ConsumerMember],
@@ -374,6 +376,10 @@ class ConsumerGroups:
             return order[0]
         return max(votes, key=lambda a: (votes[a], -order.index(a)))
 
+    async def write_records(self, group_id: str, recs: list[tuple[bytes, bytes | None]]) -> int:
+        """`_write` for the share groups kept in the same partitions (`groups.share.membership`)."""
+        return await self._write(group_id, recs)
+
     async def _write(self, group_id: str, recs: list[records.Record]) -> int:
         """Append `recs` to the group's `__consumer_offsets` partition; NONE when they are durable in this
         leadership term, else the error to answer (the change is then not applied: the next coordinator replays
@@ -416,8 +422,7 @@ class ConsumerGroups:
             err = await self._fence(group, req.member_id, "left the group")
             if err:
                 return HeartbeatResult(err)
-        return HeartbeatResult(ErrorCode.NONE, None, req.member_id, req.member_epoch,
-                               self.config.consumer_heartbeat_interval_ms)
+        return HeartbeatResult(ErrorCode.NONE, None, req.member_id, req.member_epoch, self._heartbeat_ms(gid))
 
     async def _fence(self, group: ConsumerGroup, member_id: str, why: str, may_downgrade: bool = True) -> int:
         """Remove a member (left, session expired, revocation not acknowledged): its partitions are free and
@@ -438,14 +443,20 @@ class ConsumerGroups:
         return ErrorCode.NONE
 
     # -- timers ----------------------------------------------------------------------------------------------
+    def _heartbeat_ms(self, group_id: str) -> int:
+        own = self.group_setting(group_id, "consumer.heartbeat.interval.ms")
+        return own if own is not None else self.config.consumer_heartbeat_interval_ms
+
     def _restart_session(self, group: ConsumerGroup, member_id: str) -> None:
         key = (group.group_id, member_id)
         old = self._sessions.pop(key, None)
         if old is not None:
             old.cancel()
         classic = group.members[member_id].classic if member_id in group.members else None
+        own = self.group_setting(group.group_id, "consumer.session.timeout.ms")  # the group's config, else the broker's
         self._sessions[key] = self.scheduler.call_later(
-            classic.session_timeout_ms if classic is not None else self.config.consumer_session_timeout_ms,
+            classic.session_timeout_ms if classic is not None
+            else own if own is not None else self.config.consumer_session_timeout_ms,
             self._expiry(group, member_id, self._sessions, "session expired", lambda m: True))
 
     def _watch_revocation(self, group: ConsumerGroup, before: ConsumerMember, after: ConsumerMember) -> None:

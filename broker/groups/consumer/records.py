@@ -25,11 +25,10 @@ This module must never touch logs, timers or sockets: bytes in, objects out.
 
 from __future__ import annotations
 
-import struct
 import uuid
 from typing import Any, Mapping
 
-from ..coordinator_records import schema_class
+from ..coordinator_records import RecordCodec, schema_class
 from .assignors import Assignment
 from .model import ClassicMetadata, ConsumerGroup, ConsumerMember, MemberState
 
@@ -77,27 +76,14 @@ _STATES = {MemberState.STABLE: 0, MemberState.UNREVOKED_PARTITIONS: 1, MemberSta
 _STATE_OF = {v: k for k, v in _STATES.items()}
 
 
-def _key(kind: int, group_id: str, member_id: str | None = None) -> bytes:
-    fields: dict[str, Any] = {"group_id": group_id}
-    if member_id is not None:
-        fields["member_id"] = member_id
-    body: bytes = _KEYS[kind](version=0, **fields).encode(version=0, header=False)
-    return struct.pack(">h", kind) + body
-
-
-def _value(kind: int, **fields: Any) -> bytes:
-    return bytes(_VALUES[kind](version=0, **fields).encode(version=0))
+_CODEC = RecordCodec(_KEYS, _VALUES)
+_key = _CODEC.key
+_value = _CODEC.value
 
 
 def record_key_of(data: bytes) -> RecordKey | None:
     """(type, group, member or "") of a consumer-group record key; None for any other key (offsets, classic)."""
-    if len(data) < 2:
-        return None
-    kind = struct.unpack_from(">h", data)[0]
-    if kind not in _KEYS:
-        return None
-    key = _KEYS[kind].decode(data[2:], version=0, header=False)
-    return kind, key.group_id, getattr(key, "member_id", "") or ""
+    return _CODEC.key_of(data)
 
 
 def _partitions(cls: Any, a: Mapping[str, frozenset[int]]) -> list[Any]:

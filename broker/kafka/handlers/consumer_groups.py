@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any, cast
+from typing import Any, Callable, cast
 
 from kelp.broker.groups.consumer.heartbeat import HeartbeatRequest
 from kelp.broker.groups.consumer.model import ConsumerGroup
@@ -122,21 +122,28 @@ def described_group_error(dg: Any, group_id: str, code: int, message: str | None
               assignment_epoch=-1, assignor_name="", members=[], authorized_operations=-(2**31))
 
 
+def describe_groups(ctx: RequestContext, group_ids: list[str] | None, dg: Any,
+                    describe: Callable[[str], Any]) -> list[Any]:
+    """The DescribedGroups of a ConsumerGroupDescribe or ShareGroupDescribe (`dg`, the response's class): each
+    group refused without DESCRIBE on it, else what `describe` (one group id) answers."""
+    acc = access(ctx)
+    out = []
+    for gid in group_ids or []:
+        if not acc.allows(AclOperation.DESCRIBE, ResourceType.GROUP, gid):
+            out.append(described_group_error(dg, gid, ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                                             "Group authorization failed."))
+        else:
+            out.append(describe(gid))
+    return out
+
+
 @handles(ConsumerGroupDescribeRequest, min_version=0, max_version=1)
 async def handle_consumer_group_describe(ctx: RequestContext,
                                          request: ConsumerGroupDescribeRequest) -> ConsumerGroupDescribeResponse:
-    acc = access(ctx)
-    out = []
-    for gid in request.group_ids or []:
-        def failed(code: int, message: str | None, gid: str = gid) -> Any:
-            return described_group_error(DG, gid, code, message)
-
-        if not acc.allows(AclOperation.DESCRIBE, ResourceType.GROUP, gid):
-            out.append(failed(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed."))
-            continue
+    def one(gid: str) -> Any:
         found = ctx.broker.groups.consumer.describe(gid)
         if found.group is None:
-            out.append(failed(found.error, found.message))
-        else:
-            out.append(_described(ctx, found.group))
-    return ConsumerGroupDescribeResponse(throttle_time_ms=0, groups=out)
+            return described_group_error(DG, gid, found.error, found.message)
+        return _described(ctx, found.group)
+
+    return ConsumerGroupDescribeResponse(throttle_time_ms=0, groups=describe_groups(ctx, request.group_ids, DG, one))
