@@ -372,7 +372,7 @@ class ReplicaManager:
                                          removed_ids=self.topics.removed_ids())
         part = Partition(topic, p, lg, broker_id=self.broker_id, min_insync_replicas=self._min_isr(topic))
         self._start_moved.take_loop()
-        lg.owner, lg.on_start_moved = part, self._start_moved
+        lg.on_log_start_moved(self._start_moved, part)
         self._partitions[(topic, p)] = part
         self.jobs.load_producer_state(part)  # a worker-thread job when the log holds batches: appends wait for it
         return part

@@ -18,11 +18,12 @@ This module must never hold share-group state or decide delivery rules.
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from typing import Any, cast
 
-from kelp.broker.groups.share import ShareGroups, share_groups_of
+from kelp.broker.groups.share import ShareGroups, initial_start, share_groups_of
 from kelp.broker.groups.share.manager import SessionError
 from kelp.broker.groups.share.membership import ShareHeartbeat
 from kelp.broker.groups.share.partition import AckBatch
@@ -41,7 +42,7 @@ from ..messages import (
     ShareGroupHeartbeatRequest,
     ShareGroupHeartbeatResponse,
 )
-from .consumer_groups import described_group_error
+from .consumer_groups import describe_groups, described_group_error
 from .registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
@@ -80,7 +81,7 @@ async def handle_share_group_heartbeat(ctx: RequestContext, request: Any) -> Sha
     if _other_protocol(ctx, request.group_id):
         return refuse(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {request.group_id} is not a share group.")
     host = ctx.peer.rsplit(":", 1)[0] if ":" in ctx.peer else ctx.peer
-    ans = share_groups_of(ctx.broker).membership.heartbeat(ShareHeartbeat(
+    ans = await share_groups_of(ctx.broker).membership.heartbeat(ShareHeartbeat(
         group_id=request.group_id, member_id=request.member_id, member_epoch=request.member_epoch,
         rack_id=request.rack_id, subscribed_topic_names=tuple(names) if names is not None else None,
         client_id=ctx.client_id or "", client_host="/" + host))
@@ -101,23 +102,13 @@ async def handle_share_group_heartbeat(ctx: RequestContext, request: Any) -> Sha
 # -- ShareGroupDescribe -------------------------------------------------------------------------------------
 @handles(ShareGroupDescribeRequest, min_version=1, max_version=1)
 async def handle_share_group_describe(ctx: RequestContext, request: Any) -> ShareGroupDescribeResponse:
-    acc = access(ctx)
-    out = []
-    for gid in request.group_ids or []:
-        def failed(code: int, message: str | None, gid: str = gid) -> Any:
-            return described_group_error(DG, gid, code, message)
-
-        if not acc.allows(AclOperation.DESCRIBE, ResourceType.GROUP, gid):
-            out.append(failed(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed."))
-            continue
+    def one(gid: str) -> Any:
         code = ctx.broker.groups.check_group(gid)
-        group = share_groups_of(ctx.broker).membership.describe(gid) if code == ErrorCode.NONE else None
         if code != ErrorCode.NONE:
-            out.append(failed(code, None))
-            continue
+            return described_group_error(DG, gid, code, None)
+        group = share_groups_of(ctx.broker).membership.describe(gid)
         if group is None:
-            out.append(failed(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} not found."))
-            continue
+            return described_group_error(DG, gid, ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} not found.")
         A = DG.Member.Assignment
         members = [DG.Member(
             member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.member_epoch, client_id=m.client_id,
@@ -126,10 +117,11 @@ async def handle_share_group_describe(ctx: RequestContext, request: Any) -> Shar
                 A.TopicPartitions(topic_id=uuid.UUID(hex=t), topic_name=ctx.broker.topics.name_of(t) or "",
                                   partitions=sorted(ps)) for t, ps in sorted(m.assigned.items())]))
             for m in sorted(group.members.values(), key=lambda m: m.member_id)]
-        out.append(DG(error_code=ErrorCode.NONE, error_message=None, group_id=gid, group_state=group.state,
-                      group_epoch=group.group_epoch, assignment_epoch=group.assignment_epoch,
-                      assignor_name="simple", members=members, authorized_operations=-(2**31)))
-    return ShareGroupDescribeResponse(throttle_time_ms=0, groups=out)
+        return DG(error_code=ErrorCode.NONE, error_message=None, group_id=gid, group_state=group.state,
+                  group_epoch=group.group_epoch, assignment_epoch=group.assignment_epoch,
+                  assignor_name="simple", members=members, authorized_operations=-(2**31))
+
+    return ShareGroupDescribeResponse(throttle_time_ms=0, groups=describe_groups(ctx, request.group_ids, DG, one))
 
 
 # -- acknowledgements (both APIs) ---------------------------------------------------------------------------
@@ -184,7 +176,8 @@ def _leader(ctx: RequestContext, name: str | None, partition: int) -> Any:
 # -- ShareFetch ---------------------------------------------------------------------------------------------
 @handles(ShareFetchRequest, min_version=1, max_version=1)
 async def handle_share_fetch(ctx: RequestContext, request: Any) -> ShareFetchResponse:
-    lock_ms = ctx.broker.config["group.share.record.lock.duration.ms"]
+    sg = share_groups_of(ctx.broker)
+    lock_ms = sg.partitions.config_of(request.group_id or "").lock_duration_ms  # the group's own, else the broker's
 
     def top(code: int, message: str) -> ShareFetchResponse:
         return ShareFetchResponse(throttle_time_ms=0, error_code=code, error_message=message,
@@ -195,7 +188,6 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> ShareFetchRes
         return top(ErrorCode.INVALID_REQUEST, "GroupId and MemberId are required.")
     if not access(ctx).allows(AclOperation.READ, ResourceType.GROUP, group):
         return top(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.")
-    sg = share_groups_of(ctx.broker)
     try:
         session = sg.partitions.open_or_continue(group, member, epoch)
     except SessionError as exc:
@@ -227,7 +219,8 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> ShareFetchRes
             continue
         try:
             sp = await sg.partitions.get((group, tid, pi), log_start=part.log.log_start_offset,
-                                         log_end=part.high_watermark)
+                                         log_end=part.high_watermark,
+                                         initial=functools.partial(initial_start, ctx.broker, group, part))
         except KelpError as exc:
             errors[(tid, pi)] = exc.code
             continue
