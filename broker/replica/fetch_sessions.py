@@ -126,7 +126,7 @@ class CachedPartition:
 
 class FetchSession:
     __slots__ = ("id", "privileged", "by_id", "partitions", "epoch", "created_ms", "last_used_ms", "cached_size",
-                 "evictable_by_all", "evictable_by_privileged", "dirty", "swept_ms", "waiter")
+                 "evictable_by_all", "evictable_by_privileged", "dirty", "swept_ms", "waiter", "closed")
 
     def __init__(self, session_id: int, privileged: bool, by_id: bool,
                  partitions: OrderedDict[SessionKey, CachedPartition], now: int) -> None:
@@ -145,6 +145,7 @@ class FetchSession:
         self.dirty: dict[SessionKey, None] = {}
         self.swept_ms = now  # the last fetch that read every partition of the session
         self.waiter: asyncio.Future[None] | None = None  # a parked incremental fetch
+        self.closed = False  # removed from the cache: a fetch still parked on it must not watch anything again
         for key, cached in partitions.items():
             cached.key = key
             cached.session = self
@@ -177,6 +178,8 @@ class FetchSession:
     def watch(self, read: dict[SessionKey, tuple[Partition | None, bool]], *, keep_unclean: bool = True) -> None:
         """The partitions read watch the replicas read (each `wake` of one marks it dirty); with `keep_unclean`,
         those whose read left something to tell are dirty already (the next fetch reads them again)."""
+        if self.closed:
+            return
         parts = self.partitions
         for key, (part, clean) in read.items():
             cached = parts.get(key)
@@ -188,6 +191,7 @@ class FetchSession:
 
     def close(self) -> None:
         """Removed from the cache: its partitions no longer watch their replicas."""
+        self.closed = True
         for cached in self.partitions.values():
             cached.watch(None)
         self.dirty.clear()

@@ -14,6 +14,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from kelp.broker.replica.fetch_sessions import FetchSession
 from kelp.records.build import build_batch
 from tests.authorization.harness import InProcessBroker
 from tests.broker.test_fetch_sessions import V, answered, fetch
@@ -37,6 +38,19 @@ def count_reads(b: InProcessBroker) -> list[int]:
 
 def append(b: InProcessBroker, p: int) -> None:
     b.parts.replicas.append_sync("a", p, bytearray(build_batch([(b"k", b"v")])), acks=1)
+
+
+def parked_event(monkeypatch: Any) -> asyncio.Event:
+    """Set when a fetch parks on its session (`FetchSession.wait_dirty` called): the order of events, not time."""
+    event = asyncio.Event()
+    real = FetchSession.wait_dirty
+
+    async def wait_dirty(self: FetchSession, timeout: float) -> None:
+        event.set()
+        await real(self, timeout)
+
+    monkeypatch.setattr(FetchSession, "wait_dirty", wait_dirty)
+    return event
 
 
 async def open_session(b: InProcessBroker) -> int:
@@ -86,7 +100,8 @@ async def test_the_sweep_reads_every_partition_once_per_sweep_interval(tmp_path:
         assert cache.sweep_ms <= 1000
 
 
-async def test_a_parked_incremental_fetch_answers_the_append_that_wakes_it(tmp_path: Path) -> None:
+async def test_a_parked_incremental_fetch_answers_the_append_that_wakes_it(tmp_path: Path, monkeypatch: Any) -> None:
+    parking = parked_event(monkeypatch)
     async with InProcessBroker(tmp_path) as b:
         sid = await open_session(b)
         b.parts.replicas.fetch_sessions.sweep_ms = 1 << 40
@@ -96,13 +111,32 @@ async def test_a_parked_incremental_fetch_answers_the_append_that_wakes_it(tmp_p
         parked = fetch({}, session=sid, epoch=1)
         parked.max_wait_ms, parked.min_bytes = 60_000, 1
         task = asyncio.ensure_future(b.call(parked, V))
-        for _ in range(1000):  # bounded: the handler parks on its session within a few loop turns
-            if session.waiter is not None:
-                break
-            await asyncio.sleep(0)
+        await asyncio.wait_for(parking.wait(), 30)  # bounded: the handler reached its session's wait
         assert session.waiter is not None and not task.done()
         assert reads == []  # parked without reading (nor registering on) each of the N partitions
         append(b, 3)
         resp = await asyncio.wait_for(task, 30)  # far below the fetch's 60 s wait: the append woke it
         assert answered(resp) == {("a", 3): (0, 1, 0, True)}
         assert reads == [1]  # the wake read the one partition that changed
+
+
+async def test_a_session_closed_under_a_parked_fetch_leaves_no_watcher_behind(tmp_path: Path,
+                                                                             monkeypatch: Any) -> None:
+    """A follower that gave up on a parked fetch opens a new session, closing the old one; the old fetch, answered
+    later, must not register the dead session on replicas again (each would keep it and be told every append)."""
+    parking = parked_event(monkeypatch)
+    async with InProcessBroker(tmp_path) as b:
+        sid = await open_session(b)
+        cache = b.parts.replicas.fetch_sessions
+        cache.sweep_ms = 1 << 40
+        session = cache.get(sid)
+        assert session is not None
+        parked = fetch({"a": [(5, 0)]}, session=sid, epoch=1)  # names partition 5: read, then watched
+        parked.max_wait_ms, parked.min_bytes = 100, 1
+        task = asyncio.ensure_future(b.call(parked, V))
+        await asyncio.wait_for(parking.wait(), 30)  # bounded: the handler reached its session's wait
+        assert session.waiter is not None
+        cache.remove(sid)
+        await asyncio.wait_for(task, 30)  # its 100 ms wait ends
+        part = b.parts.replicas.get_partition("a", 5)
+        assert part is not None and not part._watchers
