@@ -395,6 +395,10 @@ class TopicManager:
             return {}
         return dict(sorted(self.cluster.image.broker_configs.get(entity, {}).items()))
 
+    def group_configs(self, group: str) -> Mapping[str, str]:
+        """A group's own configs (GROUP config resources, `metadata.group_configs`) in the metadata applied here."""
+        return self.cluster.image.group_configs.get(group, {}) if self.cluster is not None else {}
+
     # -- changes (through the controller) ------------------------------------
     def _controller(self) -> ControllerDoor:
         """Where changes go; the controller's answer is applied here (in metadata-log order) before `call` returns."""

@@ -53,6 +53,7 @@ from kelp.broker.kafka.messages import (
     AlterShareGroupOffsetsRequest,
     ConsumerGroupDescribeRequest,
     ConsumerGroupHeartbeatRequest,
+    DeleteShareGroupOffsetsRequest,
     DescribeShareGroupOffsetsRequest,
     ShareAcknowledgeRequest,
     ShareFetchRequest,
@@ -87,6 +88,7 @@ COVERED = {
     28: "test_acl_transactions.py", 65: "test_acl_transactions.py", 66: "test_acl_transactions.py",
     61: "test_acl_txn_tools.py", 49: "test_client_quotas.py", 68: "consumer_group", 69: "consumer_group",
     76: "share_group", 77: "share_group", 78: "share_group", 79: "share_group", 90: "share_group", 91: "share_group",
+    92: "share_group",
     60: "tests/broker/test_describe_apis.py", 75: "tests/broker/test_describe_apis.py",
     # SaslHandshake, SaslAuthenticate: how a connection authenticates, before any principal exists; no ACL
     17: "-", 36: "-",
@@ -449,7 +451,7 @@ async def test_consumer_group(b: InProcessBroker) -> None:
 
 async def test_share_group(b: InProcessBroker) -> None:
     """KIP-932: the heartbeat needs READ on the group and DESCRIBE on each subscribed topic; ShareFetch and
-    ShareAcknowledge READ on the group; describe DESCRIBE on the group."""
+    ShareAcknowledge READ on the group; describe DESCRIBE on the group; DeleteShareGroupOffsets DELETE on it."""
     hb = ShareGroupHeartbeatRequest(group_id=GROUP, member_id="m1", member_epoch=0, rack_id=None,
                                     subscribed_topic_names=[SECRET])
     refused = await b.call(hb, 1, principal=ALICE)
@@ -477,6 +479,12 @@ async def test_share_group(b: InProcessBroker) -> None:
     alter = AlterShareGroupOffsetsRequest(group_id=GROUP, topics=[])
     assert (await b.call(alter, 0, principal=ALICE)).error_code == GROUP_DENIED
     assert (await b.call(alter, 0, principal=BOB)).error_code == ErrorCode.NON_EMPTY_GROUP  # m1 is a member
+    # DeleteShareGroupOffsets: DELETE on the group (READ is not enough), then READ on each topic
+    DT = DeleteShareGroupOffsetsRequest.DeleteShareGroupOffsetsRequestTopic
+    delete = DeleteShareGroupOffsetsRequest(group_id=GROUP, topics=[DT(topic_name=SECRET)])
+    assert (await b.call(delete, 0, principal=BOB)).error_code == GROUP_DENIED
+    await grant(b, acl("GROUP", GROUP, "DELETE"))
+    assert (await b.call(delete, 0, principal=BOB)).error_code == ErrorCode.NON_EMPTY_GROUP
 
 
 # -- topic administration --------------------------------------------------------------------------------------
@@ -559,6 +567,27 @@ async def test_alter_configs(b: InProcessBroker) -> None:
     await grant(b, acl("TOPIC", SECRET, "ALTER_CONFIGS"), acl("CLUSTER", "kafka-cluster", "ALTER_CONFIGS"))
     assert [r.error_code for r in (await b.call(incremental, 1, principal=BOB)).responses] == [0, 0]
     assert (await b.call(legacy, 2, principal=BOB)).responses[0].error_code == 0
+
+
+async def test_group_configs(b: InProcessBroker) -> None:
+    """A GROUP config resource (type 32): DESCRIBE_CONFIGS / ALTER_CONFIGS on the group, as Kafka's ConfigHelper
+    and authorizeAlterResource; refused GROUP_AUTHORIZATION_FAILED with no configs and nothing changed."""
+    R = DescribeConfigsRequest.DescribeConfigsResource
+    describe = DescribeConfigsRequest(resources=[R(resource_type=32, resource_name=GROUP, configuration_keys=None)])
+    IR = IncrementalAlterConfigsRequest.AlterConfigsResource
+    alter = IncrementalAlterConfigsRequest(validate_only=False, resources=[IR(
+        resource_type=32, resource_name=GROUP, configs=[IR.AlterableConfig(
+            name="share.auto.offset.reset", config_operation=0, value="earliest")])])
+    refused = (await b.call(describe, 4, principal=ALICE)).results[0]
+    assert (refused.error_code, refused.configs) == (GROUP_DENIED, [])
+    assert (await b.call(alter, 1, principal=ALICE)).responses[0].error_code == GROUP_DENIED
+    assert b.parts.topics.group_configs(GROUP) == {}
+    await grant(b, acl("GROUP", GROUP, "DESCRIBE_CONFIGS"))
+    assert (await b.call(describe, 4, principal=BOB)).results[0].error_code == 0
+    assert (await b.call(alter, 1, principal=BOB)).responses[0].error_code == GROUP_DENIED  # describe is not alter
+    await grant(b, acl("GROUP", GROUP, "ALTER_CONFIGS"))
+    assert (await b.call(alter, 1, principal=BOB)).responses[0].error_code == 0
+    assert b.parts.topics.group_configs(GROUP) == {"share.auto.offset.reset": "earliest"}
 
 
 # -- cluster administration -------------------------------------------------------------------------------------

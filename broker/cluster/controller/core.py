@@ -29,7 +29,7 @@ Requests are serialised by one asyncio lock: every decision sees the result
 of the previous one. The operations are mixed in by role: topic
 administration (`topic_admin`), reassignment and preferred leaders
 (`partition_moves`), what brokers ask (`broker_requests`), SCRAM users
-(`scram_admin`), ACLs (`acl_admin`), client quotas (`quota_admin`),
+(`scram_admin`), ACLs (`acl_admin`), client quotas (`quota_admin`), group configs (`group_config_admin`),
 decommissioned brokers (`decommission`); their shared
 state is declared in `state`. This module never touches logs or
 sockets: storage goes through the `MetadataLog`, delivery through the
@@ -76,6 +76,7 @@ from ..metadata_publisher import MetadataPublisher, Send
 from .acl_admin import AclAdmin
 from .broker_requests import BrokerRequests
 from .decommission import Decommissions
+from .group_config_admin import GroupConfigAdmin
 from .partition_moves import PartitionMoves
 from .quota_admin import QuotaAdmin
 from .scram_admin import ScramAdmin
@@ -96,7 +97,8 @@ class MetadataHistoryRefused(NotControllerError):
     for changes no broker applies. The controller writes nothing; it says why."""
 
 
-class Controller(TopicAdmin, PartitionMoves, BrokerRequests, ScramAdmin, AclAdmin, QuotaAdmin, Decommissions):
+class Controller(TopicAdmin, PartitionMoves, BrokerRequests, ScramAdmin, AclAdmin, QuotaAdmin, GroupConfigAdmin,
+                 Decommissions):
     def __init__(
         self,
         *,

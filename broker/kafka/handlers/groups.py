@@ -18,6 +18,8 @@ it may not describe are answered TOPIC_AUTHORIZATION_FAILED, or left out of an a
 DELETE on the group and READ on each topic; DescribeGroups DESCRIBE on each group; DeleteGroups DELETE on each
 group; ListGroups answers every group to DESCRIBE on the cluster, else only the groups the principal may
 DESCRIBE. A refused group gets GROUP_AUTHORIZATION_FAILED, a refused topic TOPIC_AUTHORIZATION_FAILED.
+DeleteGroups of an id that is no classic or consumer group deletes a share group of that id (KIP-932: empty
+only, its share-partitions' state tombstoned; `groups.share.deletion`).
 OffsetCommit v10 and OffsetFetch v10 name topics by id (`offset_topic_ids`): a topic is authorized by the name
 its id resolves to, and an id no topic has is answered UNKNOWN_TOPIC_ID before any check of the topic.
 
@@ -63,6 +65,7 @@ from kelp.broker.groups.coordinator_lookup import CoordinatorLocation, locator_o
 from kelp.broker.groups.group import CommittedOffset
 from kelp.broker.groups.group_coordinator import GroupCoordinator, GroupDescription
 from kelp.broker.groups.share import SHARE_GROUP_TYPE, listed_share_groups
+from kelp.broker.groups.share.deletion import delete_share_group
 from kelp.broker.transactions.locator import txn_locator_of
 from kelp.errors import ErrorCode
 
@@ -277,7 +280,7 @@ async def handle_leave_group(ctx: RequestContext, request: LeaveGroupRequest) ->
         members = [(m.member_id or "", m.group_instance_id) for m in request.members or []]
     else:
         members = [(request.member_id, None)]
-    top, results = coord.leave_group(request.group_id, members)
+    top, results = await coord.leave_group(request.group_id, members)
     if v < 3:
         code = top or (results[0][2] if results else ErrorCode.NONE)
         return LeaveGroupResponse(throttle_time_ms=0, error_code=code)
@@ -583,6 +586,9 @@ async def handle_delete_groups(ctx: RequestContext, request: DeleteGroupsRequest
     acc = access(ctx)
     allowed = acc.allowed(AclOperation.DELETE, ResourceType.GROUP, names)
     codes = await coord.delete_groups([g for g in names if g in allowed])
+    for g, code in codes.items():  # not a classic or consumer group: a share group's state goes (KIP-932)
+        if code == ErrorCode.GROUP_ID_NOT_FOUND:
+            codes[g] = await delete_share_group(ctx.broker, g)
     codes.update({g: ErrorCode.GROUP_AUTHORIZATION_FAILED for g in names if g not in allowed})
     R = DeleteGroupsResponse.DeletableGroupResult
     return DeleteGroupsResponse(throttle_time_ms=0, results=[R(group_id=g, error_code=codes[g]) for g in names])
