@@ -230,9 +230,9 @@ class ClusterMember(MemberLeases, MemberMetadata, MemberShutdown, LeaderRouting)
     async def _resign_controller(self, why: str) -> None:
         controller, self.controller = self.controller, None
         if controller is not None:
-            if controller.active:
-                log.warning("broker %d stops being the controller (epoch %d): %s", self.broker_id, controller.epoch,
-                            why)
+            if controller.state.active:
+                log.warning("broker %d stops being the controller (epoch %d): %s", self.broker_id,
+                            controller.state.epoch, why)
             await controller.stop()
 
     # -- producer ids ------------------------------------------------------------------

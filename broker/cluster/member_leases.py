@@ -98,7 +98,7 @@ class MemberLeases(MemberState):
         self.fenced = why
         log.critical("%s: this broker process stops (it no longer owns broker id %d)", why, self.broker_id)
         if self.controller is not None:
-            self.controller.active = False
+            self.controller.state.active = False
         self.broker.request_stop(why)
 
     async def _election_loop(self) -> None:
@@ -134,7 +134,7 @@ class MemberLeases(MemberState):
             self._controller_renewed = self.monotonic()
             # Taking over (loading the log, claiming an epoch, electing, delivering) runs beside
             # this loop: the lease must keep being renewed however long that takes.
-            if not self._starting_controller() and (self.controller is None or not self.controller.active):
+            if not self._starting_controller() and (self.controller is None or not self.controller.state.active):
                 self._controller_start = asyncio.create_task(self._become_controller(),
                                                              name="controller-takeover")
                 self._controller_start.add_done_callback(_report_takeover)

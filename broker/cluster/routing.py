@@ -106,8 +106,9 @@ class LeaderRouting(MemberState):
         while True:
             try:
                 controller = self.controller
-                if controller is not None and controller.active:
-                    result: JsonObject = await getattr(controller, op)(**kwargs)
+                if controller is not None and controller.state.active:
+                    # The operation's answer is a TypedDict of JSON values (mypy#4976).
+                    result = cast(JsonObject, await controller.operation(op)(**kwargs))
                 else:
                     url = self._controller_url()
                     if url is None or self.controller_id == self.broker_id:

@@ -193,12 +193,23 @@ def test_a_broker_that_is_not_the_controller_can_forward_the_change() -> None:
     the operations it lists, each with exactly the controller method's keywords."""
     import inspect
 
-    from kelp.broker.cluster.controller import Controller
+    from kelp.broker.cluster.controller import Controller, ControllerSettings
     from kelp.broker.http.cluster.routes import CONTROLLER_OPS
+    from kelp.config.broker import BrokerConfig
+    from tests.support.memory_metadata_log import MemoryMetadataLog
 
+    async def nobody() -> dict:
+        return {}
+
+    async def unsent(broker: object, payload: object) -> int:
+        raise AssertionError("nothing is delivered")
+
+    controller = Controller(broker_id=0, settings=ControllerSettings(BrokerConfig.load(env={}, overrides={
+        "log.dirs": "/tmp/unused"})), log=MemoryMetadataLog(), live_brokers=nobody, send=unsent,
+        lease_fresh=lambda: False)
     assert "alter_client_quotas" in CONTROLLER_OPS
     for op, allowed in CONTROLLER_OPS.items():
-        params = set(inspect.signature(getattr(Controller, op)).parameters) - {"self"}
+        params = set(inspect.signature(controller.operation(op)).parameters)
         assert params == allowed, op
 
 

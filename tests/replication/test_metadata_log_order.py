@@ -44,17 +44,17 @@ async def test_a_deposed_controller_cannot_write_once_its_successor_claimed_an_e
     it trusts); its write fails all the same, because its successor's `controller` record took the offset."""
     h = Harness()
     old = await h.start()
-    await old.create_topic(name="t", partitions=1, replication_factor=3)
+    await old.topic_admin.create_topic(name="t", partitions=1, replication_factor=3)
     new = h.make()
     await new.start()
     new._task.cancel()
-    assert new.epoch == old.epoch + 1
+    assert new.state.epoch == old.state.epoch + 1
     before = dict(h.store.entries)
     with pytest.raises(NotControllerError, match="superseded"):
-        await old.create_topic(name="zombie", partitions=1, replication_factor=3)
-    assert not old.active and h.store.entries == before and h.store.topic("zombie") is None
+        await old.topic_admin.create_topic(name="zombie", partitions=1, replication_factor=3)
+    assert not old.state.active and h.store.entries == before and h.store.topic("zombie") is None
     # the new one carries on at the offsets after its claim
-    await new.create_topic(name="u", partitions=1, replication_factor=3)
+    await new.topic_admin.create_topic(name="u", partitions=1, replication_factor=3)
     assert h.store.topic("u") is not None
 
 
@@ -88,7 +88,7 @@ async def test_an_unreadable_log_stops_a_takeover_instead_of_reading_as_empty() 
     """Item 3: EMFILE/EIO while the new controller loads must not make it believe there are no topics."""
     h = Harness()
     c = await h.start()
-    await c.create_topic(name="t", partitions=1, replication_factor=3)
+    await c.topic_admin.create_topic(name="t", partitions=1, replication_factor=3)
 
     async def broken():
         raise MetadataUnreadable("metadata file 00000000000000000001.json cannot be read (Too many open files)")
@@ -134,21 +134,21 @@ async def test_entries_apply_in_offset_order_whatever_order_they_arrive_in(tmp_p
     ones changes nothing; a gap stops the batch and the answer names where to resume."""
     h = Harness(2)
     c = await h.start()
-    await c.create_topic(name="t", assignments={0: [0, 1]})
-    first = c.image.offset
+    await c.topic_admin.create_topic(name="t", assignments={0: [0, 1]})
+    first = c.state.image.offset
     s = h.state("t")
-    await c.alter_partition(topic="t", partition=0, leader=0, leader_epoch=s.leader_epoch,
+    await c.broker_requests.alter_partition(topic="t", partition=0, leader=0, leader_epoch=s.leader_epoch,
                             partition_epoch=s.partition_epoch, isr=[0])
     all_entries = entries_of(h.store)
     b = Broker(tmp_path)
     m = b.member
     late = [e for e in all_entries if e["offset"] <= first]
     newer = [e for e in all_entries if e["offset"] > first]
-    assert m.apply(payload(newer, epoch=c.epoch)) == -1  # a gap: nothing applied, resume from -1
+    assert m.apply(payload(newer, epoch=c.state.epoch)) == -1  # a gap: nothing applied, resume from -1
     assert b.topics.get("t") is None
-    assert m.apply(payload(all_entries, epoch=c.epoch)) == c.image.offset
+    assert m.apply(payload(all_entries, epoch=c.state.epoch)) == c.state.image.offset
     assert b.topics.get("t").partition(0).isr == (0,)
-    assert m.apply(payload(late, epoch=c.epoch)) == c.image.offset  # the late push: ignored
+    assert m.apply(payload(late, epoch=c.state.epoch)) == c.state.image.offset  # the late push: ignored
     assert b.topics.get("t").partition(0).isr == (0,)
 
 
@@ -165,36 +165,37 @@ async def test_only_a_remove_topic_record_deletes_a_topics_logs(tmp_path) -> Non
     logs stay on disk."""
     h = Harness(2)
     c = await h.start()
-    await c.create_topic(name="keep", assignments={0: [1, 0]})
-    await c.create_topic(name="gone", assignments={0: [1, 0]})
+    await c.topic_admin.create_topic(name="keep", assignments={0: [1, 0]})
+    await c.topic_admin.create_topic(name="gone", assignments={0: [1, 0]})
     b = Broker(tmp_path)
-    b.member.apply(payload(entries_of(h.store), epoch=c.epoch))
+    b.member.apply(payload(entries_of(h.store), epoch=c.state.epoch))
     assert b.logs.get("keep", 0) is not None and b.logs.get("gone", 0) is not None
     # a snapshot from elsewhere that simply lacks "keep" (no tombstone): forgotten, never deleted
-    foreign = MetadataImage(offset=c.image.offset + 10, epoch=c.epoch, topics={"gone": c.image.topics["gone"]})
-    b.member.apply(payload([], epoch=c.epoch, snapshot=snapshot_to_json(foreign)))
+    foreign = MetadataImage(offset=c.state.image.offset + 10, epoch=c.state.epoch,
+                            topics={"gone": c.state.image.topics["gone"]})
+    b.member.apply(payload([], epoch=c.state.epoch, snapshot=snapshot_to_json(foreign)))
     assert b.topics.get("keep") is None and (tmp_path / "keep-0").is_dir()
     # an explicit deletion in the log: the logs go
     h2 = Harness(2)
     c2 = await h2.start()
-    await c2.create_topic(name="x", assignments={0: [1, 0]})
+    await c2.topic_admin.create_topic(name="x", assignments={0: [1, 0]})
     b2 = Broker(tmp_path / "b2")
-    b2.member.apply(payload(entries_of(h2.store), epoch=c2.epoch))
+    b2.member.apply(payload(entries_of(h2.store), epoch=c2.state.epoch))
     assert (tmp_path / "b2" / "x-0").is_dir()
-    await c2.delete_topic(name="x")
-    b2.member.apply(payload(entries_of(h2.store), epoch=c2.epoch))
+    await c2.topic_admin.delete_topic(name="x")
+    b2.member.apply(payload(entries_of(h2.store), epoch=c2.state.epoch))
     assert b2.topics.get("x") is None and not (tmp_path / "b2" / "x-0").exists()
 
 
 async def test_a_snapshot_past_a_deletion_deletes_by_its_tombstone(tmp_path) -> None:
     h = Harness(2)
     c = await h.start()
-    await c.create_topic(name="x", assignments={0: [1, 0]})
+    await c.topic_admin.create_topic(name="x", assignments={0: [1, 0]})
     b = Broker(tmp_path)
-    b.member.apply(payload(entries_of(h.store), epoch=c.epoch))
-    await c.delete_topic(name="x")
-    await c.create_topic(name="y", assignments={0: [1, 0]})
-    b.member.apply(payload([], epoch=c.epoch, snapshot=snapshot_to_json(c.image)))  # it missed the entries
+    b.member.apply(payload(entries_of(h.store), epoch=c.state.epoch))
+    await c.topic_admin.delete_topic(name="x")
+    await c.topic_admin.create_topic(name="y", assignments={0: [1, 0]})
+    b.member.apply(payload([], epoch=c.state.epoch, snapshot=snapshot_to_json(c.state.image)))  # it missed the entries
     assert b.topics.get("x") is None and not (tmp_path / "x-0").exists()
     assert b.topics.get("y") is not None
 
@@ -331,16 +332,15 @@ async def test_a_new_controller_incarnation_stops_the_old_one_before_it_starts(t
         def __init__(self, **kwargs: object) -> None:
             self.name = f"controller-{len(made)}"
             made.append(self)
-            self.active = False
-            self.epoch = 1
+            self.state = SimpleNamespace(active=False, epoch=1)
 
         async def start(self) -> None:
             events.append(f"start {self.name}")
-            self.active = True
+            self.state.active = True
 
         async def stop(self) -> None:
             events.append(f"stop {self.name}")
-            self.active = False
+            self.state.active = False
 
     monkeypatch.setattr(member_mod, "Controller", FakeController)
     cfg = BrokerConfig.load(env={}, overrides={"log.dirs": str(tmp_path), "broker.id": 0,
@@ -351,7 +351,7 @@ async def test_a_new_controller_incarnation_stops_the_old_one_before_it_starts(t
     first = m.controller
     await m._become_controller()  # the takeover runs again while the first instance still counts as active
     assert events == ["start controller-0", "stop controller-0", "start controller-1"]
-    assert m.controller is not first and not first.active
+    assert m.controller is not first and not first.state.active
 
 
 class _Clock:

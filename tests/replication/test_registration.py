@@ -51,7 +51,7 @@ async def test_a_restarted_leader_serves_nothing_until_registered_and_never_lead
     h = Harness(3)
     h.alive = {i: ep(i, incarnation=f"broker-{i}/first") for i in range(3)}
     c = await h.start()
-    await c.create_topic(name="t", assignments={0: [1, 2, 0]})
+    await c.topic_admin.create_topic(name="t", assignments={0: [1, 2, 0]})
     old = h.state("t")
     assert old.leader == 1
 
@@ -77,17 +77,17 @@ async def test_a_restarted_leader_serves_nothing_until_registered_and_never_lead
         assert m.started and not start.done(), "the start waits for the controller to register this process"
 
         # The controller decides other things before it notices the new process: still not registered.
-        await c.create_topic(name="other", assignments={0: [0, 2]})
-        m.apply(payload(entries_of(h.store), epoch=c.epoch))
+        await c.topic_admin.create_topic(name="other", assignments={0: [0, 2]})
+        m.apply(payload(entries_of(h.store), epoch=c.state.epoch))
         assert not m.registered and b.topics.get("t") is None and seen == []
-        assert m.image.offset == c.image.offset, "deliveries still advance the image"
+        assert m.image.offset == c.state.image.offset, "deliveries still advance the image"
 
         # The controller sees broker 1's lease held by a new process: one entry fences and registers it.
         h.alive[1] = ep(1, incarnation=m.identity)
         await c._on_liveness(dict(h.alive))
         now = h.state("t")
         assert now.leader != 1 and now.leader_epoch > old.leader_epoch and 1 not in now.isr
-        m.apply(payload(entries_of(h.store), epoch=c.epoch))
+        m.apply(payload(entries_of(h.store), epoch=c.state.epoch))
         await asyncio.wait_for(start, 5)
         assert m.registered
         assert seen and all(leader != 1 for leader, _ in seen), f"broker 1 led t-0 as its old process did: {seen}"

@@ -91,11 +91,11 @@ async def controller_op(request: web.Request) -> web.Response:
         raise HttpProblem(400, f"controller operation '{op}': unknown argument(s) {sorted(unknown)}")
     member = _member(request)
     controller = member.controller
-    if controller is None or not controller.active:
+    if controller is None or not controller.state.active:
         raise NotControllerError(
             f"broker {member.broker_id} is not the controller (the controller is broker {member.controller_id})"
         )
-    return json_response(await getattr(controller, op)(**body))
+    return json_response(cast(JsonData, await controller.operation(op)(**body)))  # a TypedDict of JSON values
 
 
 # -- admin: cluster, reassignment, leaders, shutdown ------------------------------------
