@@ -238,9 +238,9 @@ def test_a_broker_follows_the_acls_before_it_is_registered(tmp_path) -> None:
     applied: list[MetadataDelta] = []
     member = ClusterMember(SimpleNamespace(config=config, topics=SimpleNamespace(apply_delta=applied.append)))
     acls = AclManager(config)
-    member.delta_listeners.append(acls.apply_delta)
+    member.metadata.delta_listeners.append(acls.apply_delta)
     push = {"controller_id": 0, "controller_epoch": 1, "brokers": [], "end_offset": 0,
             "entries": [entry(0, acl_record("a1", acl()))]}
-    assert member.apply(push) == 0  # type: ignore[arg-type]
-    assert not member.registered and applied == []  # the topic manager waits for the registration
+    assert member.metadata.apply(push) == 0  # type: ignore[arg-type]
+    assert not member.state.registered and applied == []  # the topic manager waits for the registration
     assert acls.authorize(ALICE, "h", AclOperation.READ, ResourceType.TOPIC, "orders")

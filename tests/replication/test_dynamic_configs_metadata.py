@@ -167,7 +167,7 @@ class Broker:
 
     async def follow(self, h: Harness) -> None:
         """Apply everything the controller wrote, and wait for the logs' reconfiguration (a worker thread)."""
-        self.member.apply(payload(entries_of(h.store), epoch=h.controller.state.epoch))
+        self.member.metadata.apply(payload(entries_of(h.store), epoch=h.controller.state.epoch))
         if self.topics.reconfiguring is not None:
             await self.topics.reconfiguring
 
@@ -182,7 +182,7 @@ async def test_a_default_change_reconfigures_the_logs_without_an_override_and_a_
     await c.topic_admin.create_topic(name="pinned", assignments={0: [1, 0]}, configs={"retention.ms": "60000",
                                                                             "min.insync.replicas": "1"})
     b = Broker(tmp_path, **{"log.retention.hours": 2})
-    b.member.registered = True
+    b.member.state.registered = True
     await b.follow(h)
     assert (b.retention_ms("plain"), b.retention_ms("pinned")) == (2 * HOUR_MS, 60000)
 
@@ -223,17 +223,17 @@ async def test_a_restarted_broker_gets_them_back_from_the_log_once_registered(tm
     b = Broker(tmp_path / "entries")
     await b.follow(h)
     assert b.config["log.retention.ms"] is None and b.topics.get("plain") is None
-    h.alive[1] = ep(1, incarnation=b.member.identity)
+    h.alive[1] = ep(1, incarnation=b.member.state.identity)
     await c._on_liveness(dict(h.alive))
     await b.follow(h)
-    assert b.member.registered
+    assert b.member.state.registered
     assert b.config["log.retention.ms"] == HOUR_MS and b.config["message.max.bytes"] == 5000
     assert b.retention_ms("plain") == HOUR_MS and b.logs.get("plain", 0).config.max_message_bytes == 5000
 
     # one that is further behind gets a snapshot: the same values
     s = Broker(tmp_path / "snapshot")
-    s.member.registered = True
-    s.member.apply(payload([], epoch=c.state.epoch, snapshot=snapshot_to_json(c.state.image)))
+    s.member.state.registered = True
+    s.member.metadata.apply(payload([], epoch=c.state.epoch, snapshot=snapshot_to_json(c.state.image)))
     if s.topics.reconfiguring is not None:
         await s.topics.reconfiguring
     assert s.config["log.retention.ms"] == HOUR_MS and s.retention_ms("plain") == HOUR_MS
