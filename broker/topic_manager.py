@@ -330,6 +330,11 @@ class TopicManager:
     def get(self, name: str) -> TopicState | None:
         return self._topics.get(name)
 
+    def has_partition(self, name: str, partition: int) -> bool:
+        """Whether topic `name` exists now with a partition `partition` (Kafka's `metadataCache.contains(tp)`)."""
+        info = self._topics.get(name)
+        return info is not None and 0 <= partition < info.partitions
+
     def name_of(self, topic_id: str) -> str | None:
         """The name of the topic with this id (32 hex digits), None if no topic has it."""
         return self._by_id.get(topic_id)
@@ -400,6 +405,10 @@ class TopicManager:
         if self.cluster is None:
             return {}
         return dict(sorted(self.cluster.state.image.broker_configs.get(entity, {}).items()))
+
+    def group_configs(self, group: str) -> Mapping[str, str]:
+        """A group's own configs (GROUP config resources, `metadata.group_configs`) in the metadata applied here."""
+        return self.cluster.state.image.group_configs.get(group, {}) if self.cluster is not None else {}
 
     # -- changes (through the controller) ------------------------------------
     def _controller(self) -> ControllerDoor:

@@ -18,6 +18,7 @@ from typing import Callable
 
 from kelp.config.broker import BrokerConfig
 
+from ..metadata.group_configs import effective
 from ..replica.manager import ReplicaManager
 from ..storage import LogManager
 from ..topic_manager import TopicManager
@@ -69,6 +70,12 @@ def attach(*, config: BrokerConfig, topics: TopicManager, replicas: ReplicaManag
         return None if info is None else info.partitions
 
     coordinator = GroupCoordinator(settings, store=store, topic_partitions=partitions_of, topics=topics)
+
+    def group_setting(group: str, key: str) -> int | None:  # a consumer group's own config (GROUP resource)
+        own = topics.group_configs(group)
+        return effective(own, key, config) if key in own else None
+
+    coordinator.consumer.group_setting = group_setting
     replicas.add_leadership_listener(leadership_listener(topics, coordinator))
     topics.add_listener(topic_listener(coordinator))  # a deleted topic's offsets go from every group
     topics.add_listener(lambda event, _topic: coordinator.consumer.topics_changed()

@@ -56,6 +56,8 @@ class CoordinatorConfig:
     consumer_max_size: int = 2**31 - 1  # group.consumer.max.size
     # group.consumer.assignors: the server-side assignors members may name; the first is the default
     consumer_assignors: list[str] = field(default_factory=lambda: ["uniform", "range"])
+    # group.consumer.migration.policy: disabled, upgrade, downgrade or bidirectional (online group conversions)
+    consumer_migration_policy: str = "bidirectional"
 
     @classmethod
     def from_broker(cls, cfg: BrokerConfig) -> "CoordinatorConfig":
@@ -78,4 +80,5 @@ class CoordinatorConfig:
             consumer_heartbeat_interval_ms=get("group.consumer.heartbeat.interval.ms", 5000),
             consumer_max_size=get("group.consumer.max.size", 2**31 - 1),
             consumer_assignors=list(cfg.get("group.consumer.assignors") or ["uniform", "range"]),
+            consumer_migration_policy=str(cfg.get("group.consumer.migration.policy") or "bidirectional"),
         )

@@ -42,12 +42,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Iterable
+from typing import Any, Awaitable, Callable, Iterable
 
 from kelp.clock import WallClockMs, wall_clock_ms
 from kelp.errors import ErrorCode
 
 from .consumer.coordinator import ConsumerGroups, TopicLike, TopicView
+from .consumer.migration import ClassicBridge
 from .coordinator_config import CoordinatorConfig, LoopScheduler, Scheduler
 from .group import CommittedOffset, Group, GroupState, Member
 from .group_metadata_manager import GroupMetadataManager, OffsetStore
@@ -116,6 +117,12 @@ class GroupCoordinator:
         self.consumer = ConsumerGroups(self.group_manager, config=config, scheduler=self.scheduler,
                                        topics=topics or _NoTopics())
         self.loader.on_consumer_groups = self.consumer.adopt
+        # KIP-932 share groups replayed by a load, kept until the share groups are built (`share_groups_of`), which
+        # then takes the loads itself; and who drops them when this broker resigns a partition
+        self.share_loaded: dict[str, Any] = {}
+        self.loader.on_share_groups = self.share_loaded.update
+        self.resign_hooks: list[Callable[[int], None]] = []
+        self.mixed = ClassicBridge(self.consumer, self.membership)  # classic members in consumer groups
         self.expiry.in_use = lambda gid: bool((cg := self.consumer.groups.get(gid)) is not None and cg.members)
         self._stopped = False
         # Parts living on top of the coordinator (the REST proxy's HTTP consumers) stop with it.
@@ -156,6 +163,10 @@ class GroupCoordinator:
         if self.ownership.token(partition) is None:
             self.txn_offsets.forget(partition)
             self.consumer.on_resign(partition)
+            for gid in [g for g in self.share_loaded if self.partition_for(g) == partition]:
+                del self.share_loaded[gid]
+            for hook in self.resign_hooks:
+                hook(partition)
 
     async def stop(self) -> None:
         self._stopped = True
@@ -168,6 +179,7 @@ class GroupCoordinator:
             except Exception:
                 log.exception("a group-coordinator stop hook failed")
         self.membership.stop()
+        self.mixed.stop()
         self.consumer.stop()
 
     # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup (membership) -----
@@ -186,19 +198,23 @@ class GroupCoordinator:
         require_known_member_id: bool = False,
     ) -> JoinResult:
         if not self.group_manager.check_group(group_id):
-            # A consumer-protocol group (KIP-848)? Kafka 4 lets a classic member into one with members only by
-            # online migration (mixed groups), which Kelp does not serve (group.consumer.migration.policy is
-            # `disabled`): INCONSISTENT_GROUP_PROTOCOL. An empty one is replaced by the classic group, its
-            # records tombstoned and its offsets kept (Kafka's classicGroupJoinToClassicGroup). `delete` waits for
-            # a heartbeat of the group under way, and nothing yields between its answer and the classic member's
-            # admission (`membership.join_group` adds it before it waits), so no group gets both kinds.
+            # A consumer-protocol group (KIP-848) with members takes the classic member (Kafka 4's mixed groups,
+            # `consumer.migration`); an empty one is replaced by the classic group, its records tombstoned and its
+            # offsets kept (Kafka's classicGroupJoinToClassicGroup). `delete` waits for a heartbeat (or an upgrade)
+            # of the group under way, and nothing yields between an answer that the group is no consumer group with
+            # members and the classic member's admission (`membership.join_group` adds it before it waits).
             err = await self.consumer.delete(group_id)
             if err == ErrorCode.NON_EMPTY_GROUP:
-                log.info("group '%s': JoinGroup refused, it is a consumer-protocol group with members", group_id)
-                return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
-            if err not in (ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND):
+                mixed = await self.mixed.join(
+                    group_id, member_id, group_instance_id=group_instance_id, client_id=client_id,
+                    client_host=client_host, session_timeout_ms=session_timeout_ms,
+                    rebalance_timeout_ms=rebalance_timeout_ms, protocol_type=protocol_type, protocols=protocols,
+                    require_known_member_id=require_known_member_id)
+                if mixed is not None:
+                    return mixed
+            elif err not in (ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND):
                 return JoinResult(err, member_id=member_id)
-            if err == ErrorCode.NONE:
+            elif err == ErrorCode.NONE:
                 log.info("group '%s': the empty consumer-protocol group became a classic group", group_id)
         return await self.membership.join_group(
             group_id, member_id, group_instance_id=group_instance_id, client_id=client_id, client_host=client_host,
@@ -211,17 +227,30 @@ class GroupCoordinator:
         group_instance_id: str | None = None, protocol_type: str | None = None,
         protocol_name: str | None = None, assignments: dict[str, bytes] | None = None,
     ) -> SyncResult:
+        if group_id in self.consumer.groups or group_id in self.mixed.converting:
+            mixed = await self.mixed.sync(group_id, generation, member_id, group_instance_id=group_instance_id,
+                                          protocol_type=protocol_type, protocol_name=protocol_name)
+            if mixed is not None:
+                return mixed
         return await self.membership.sync_group(
             group_id, generation, member_id, group_instance_id=group_instance_id, protocol_type=protocol_type,
             protocol_name=protocol_name, assignments=assignments,
         )
 
     def heartbeat(self, group_id: str, generation: int, member_id: str, *, group_instance_id: str | None = None) -> int:
+        if not self.check_group(group_id):
+            mixed = self.mixed.heartbeat(group_id, generation, member_id, group_instance_id)
+            if mixed is not None:
+                return mixed
         return self.membership.heartbeat(group_id, generation, member_id, group_instance_id=group_instance_id)
 
-    def leave_group(self, group_id: str,
-                    members: list[tuple[str, str | None]]) -> tuple[int, list[tuple[str, str | None, int]]]:
+    async def leave_group(self, group_id: str,
+                          members: list[tuple[str, str | None]]) -> tuple[int, list[tuple[str, str | None, int]]]:
         """Remove members; returns (top-level error, per-member errors)."""
+        if not self.check_group(group_id) and (group_id in self.consumer.groups or group_id in self.mixed.converting):
+            mixed = await self.mixed.leave(group_id, members)
+            if mixed is not None:
+                return mixed
         return self.membership.leave_group(group_id, members)
 
     # -- offsets --------------------------------------------------------

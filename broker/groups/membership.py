@@ -80,6 +80,49 @@ class GroupMembership:
                 m.answer_join(JoinResult(ErrorCode.NOT_COORDINATOR))
                 m.answer_sync(SyncResult(ErrorCode.NOT_COORDINATOR))
 
+    # -- online migration (consumer.migration) ---------------------------
+    def detach(self, group: Group) -> None:
+        """An online upgrade is writing the group as a consumer group: its timers stop and its parked JoinGroup
+        and SyncGroup requests answer REBALANCE_IN_PROGRESS (Kafka's convertToConsumerGroup), so its members
+        rejoin; the coordinator holds or answers their other requests until the write is done."""
+        for key in [k for k in self._timers if k[0] == group.group_id]:
+            self._timers.pop(key).cancel()
+        for m in group.members.values():
+            m.answer_join(JoinResult(ErrorCode.REBALANCE_IN_PROGRESS, member_id=m.member_id))
+            m.answer_sync(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
+            m.join_future = m.sync_future = None
+        group.pending_members.clear()
+
+    def reattach(self, group: Group) -> None:
+        """The upgrade's write failed: the group goes on as a classic group, rebalancing (its members were told
+        to rejoin)."""
+        for m in group.members.values():
+            self.schedule_heartbeat(group, m)
+        if group.is_(GroupState.PREPARING_REBALANCE):
+            group.initial_delay_active = False
+            self._timer(group, "join", group.max_rebalance_timeout_ms(), lambda: self._on_join_timeout(group))
+        else:
+            self._prepare_rebalance(group, "its online upgrade to a consumer group failed")
+
+    def hand_over(self, group: Group) -> None:
+        """The upgrade is written: the members are the consumer group's now; this group keeps the offsets."""
+        group.members.clear()
+        group.static_members.clear()
+        group.leader_id = group.protocol_name = None
+        group.initial_delay_active = False
+        group.state, group.state_timestamp_ms = GroupState.EMPTY, self.clock_ms()
+
+    def take_over(self, group: Group, fresh: Group) -> None:
+        """A consumer group was downgraded to `fresh` (Stable, with its members and assignments): `group` (the one
+        holding the offsets) takes its state, and rebalances (Kafka's convertToClassicGroup)."""
+        group.members, group.static_members = fresh.members, fresh.static_members
+        group.generation, group.leader_id = fresh.generation, fresh.leader_id
+        group.protocol_type, group.protocol_name = fresh.protocol_type, fresh.protocol_name
+        group.state, group.state_timestamp_ms = GroupState.STABLE, self.clock_ms()
+        for m in group.members.values():
+            self.schedule_heartbeat(group, m)
+        self._prepare_rebalance(group, "downgraded from a consumer group")
+
     # -- timers ---------------------------------------------------------
     def _timer(self, group: Group, key: str, delay_ms: int, fn: Callable[[], None]) -> None:
         self._cancel(group, key)

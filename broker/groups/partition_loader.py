@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from .consumer.model import ConsumerGroup
 from .consumer.records import RecordKey, record_key_of
@@ -61,6 +61,8 @@ class LoadedPartition:
     pending: dict[int, dict[OffsetKey, tuple[OffsetValue, int]]] = field(default_factory=dict)
     # KIP-848 consumer groups rebuilt from their records (consumer.records), handed to `on_consumer_groups`.
     consumer_groups: dict[str, ConsumerGroup] = field(default_factory=dict)
+    # KIP-932 share groups rebuilt from their records (share.records), handed to `on_share_groups`.
+    share_groups: dict[str, Any] = field(default_factory=dict)
 
     def group_ids(self) -> set[str]:
         return ({k.group for k, v in self.offsets.items() if v is not None}
@@ -73,8 +75,12 @@ def decode_partition(partition: int, records: Iterable[ReplayItem]) -> LoadedPar
     Transactional offset commits stay pending per producer id until a marker of the producer: COMMIT makes
     them the newest value of their keys unless a plain commit was written after them; ABORT drops them.
     """
+    from .share.records import replay as replay_share_groups  # the share package imports the coordinator
+    from .share.records import share_record_key_of
+
     out = LoadedPartition(partition)
     consumer: dict[RecordKey, bytes | None] = {}
+    share: dict[RecordKey, bytes | None] = {}
     for position, item in enumerate(records):
         if isinstance(item, TxnMarker):
             pending = out.pending.pop(item.producer_id, {})
@@ -93,6 +99,10 @@ def decode_partition(partition: int, records: Iterable[ReplayItem]) -> LoadedPar
             if consumer_key is not None:
                 consumer[consumer_key] = value_bytes
                 continue
+            share_key = share_record_key_of(key_bytes)
+            if share_key is not None:
+                share[share_key] = value_bytes
+                continue
             key = decode_key(key_bytes)
             if isinstance(key, OffsetKey):
                 value = decode_offset_value(value_bytes) if value_bytes is not None else None
@@ -109,6 +119,10 @@ def decode_partition(partition: int, records: Iterable[ReplayItem]) -> LoadedPar
         out.consumer_groups = replay_consumer_groups(consumer)
     except ValueError as exc:
         log.warning("skipping unreadable consumer-group records in %s-%d: %s", OFFSETS_TOPIC, partition, exc)
+    try:
+        out.share_groups = replay_share_groups(share)
+    except ValueError as exc:
+        log.warning("skipping unreadable share-group records in %s-%d: %s", OFFSETS_TOPIC, partition, exc)
     return out
 
 
@@ -129,6 +143,9 @@ class PartitionLoader:
         self.on_partition_loaded: Callable[[int], None] = lambda partition: None
         # Takes the partition's KIP-848 consumer groups (the coordinator's `consumer.adopt`).
         self.on_consumer_groups: Callable[[dict[str, ConsumerGroup]], None] = lambda groups: None
+        # Takes the partition's KIP-932 share groups (the share groups' `membership.adopt`, once built).
+        self.on_share_groups: Callable[[dict[str, Any]], None] = lambda groups: None
+        from .share import records  # noqa: F401  (imported on the loop's thread: a load's worker finds it loaded)
         self._changes = OwnershipChanges()
         self._load_tasks: dict[int, asyncio.Task[None]] = {}
         self._stopped = False
@@ -264,6 +281,7 @@ class PartitionLoader:
                 g.pending_txn_offsets.setdefault(producer_id, {})[(key.topic, key.partition)] = (
                     CommittedOffset(value.offset, value.leader_epoch, value.metadata, value.commit_timestamp), at)
         self.on_consumer_groups(loaded.consumer_groups)
+        self.on_share_groups(loaded.share_groups)
         self.on_partition_loaded(loaded.partition)
 
     def stop(self) -> None:

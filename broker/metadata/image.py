@@ -28,6 +28,7 @@ which stops whoever reads the log instead of applying it):
 - an `acl` record holds a binding Kafka would store (`validate_acl_binding`) under a new id, and no binding
   twice; a `remove_acl` record names an id the image holds.
 - a `client_quota` record names a valid entity, a key of its kind and a valid value (`client_quotas`).
+- a `group_config` record names a group, and keys and values Kafka's GroupConfig takes (`group_configs`).
 
 A snapshot is an image at an offset (`snapshot_to_json`). It carries the ids
 of removed topics (`removed`, the newest `MAX_REMOVED`), so a broker that
@@ -46,11 +47,12 @@ from typing import Iterable, Mapping, Sequence
 
 from kelp.config.broker import validate_broker_configs
 from kelp.config.keys import DEFAULT_ENTITY
-from kelp.errors import ConfigError
+from kelp.errors import ConfigError, InvalidRequestError
 from kelp.security.acl import AclBinding, InvalidAclError, validate_acl_binding
 from kelp.security.acl_json import binding_from_json, binding_to_json
 
 from .client_quotas import Entity, InvalidQuota, QuotaTable, apply_quota_record, quota_records, table_from_records
+from .group_configs import GroupConfigTable, apply_group_config
 from .model import NO_LEADER, PartitionState, TopicState, topic_from_json
 from .records import (
     MetadataEntry,
@@ -198,6 +200,8 @@ class MetadataImage:
     acls: Mapping[str, AclBinding] = field(default_factory=dict)  # ACL id -> binding, in creation order
     # Client quotas (KIP-546) by entity (`client_quotas.Entity`), each {key: value}; no empty entity.
     client_quotas: QuotaTable = field(default_factory=dict)
+    # Group configs (Kafka's GROUP config resources) by group id, each {key: value}; no empty group.
+    group_configs: GroupConfigTable = field(default_factory=dict)
     # The digest of the entry at `offset` (`entry_digest`; "" when not known: an empty log, or a snapshot or entry
     # written before the digest chain). The next entry's `prev` must equal it.
     digest: str = ""
@@ -269,6 +273,8 @@ def apply_records(image: MetadataImage, records: Iterable[MetadataRecord], *, ep
     own_acls: dict[str, AclBinding] | None = None
     quotas: QuotaTable = image.client_quotas
     own_quotas: dict[Entity, dict[str, float]] | None = None
+    group_configs: GroupConfigTable = image.group_configs
+    own_group_configs: dict[str, dict[str, str]] | None = None
     delta = MetadataDelta()
     controller_id, new_epoch, next_pid = image.controller_id, max(image.epoch, epoch), image.next_producer_id
     for rec in records:
@@ -368,6 +374,11 @@ def apply_records(image: MetadataImage, records: Iterable[MetadataRecord], *, ep
                     own_quotas = {e: dict(v) for e, v in image.client_quotas.items()}
                     quotas = own_quotas
                 apply_quota_record(own_quotas, rec)
+            elif rec["type"] == "group_config":
+                if own_group_configs is None:  # copied once per entry, as client quotas
+                    own_group_configs = {g: dict(v) for g, v in image.group_configs.items()}
+                    group_configs = own_group_configs
+                apply_group_config(own_group_configs, rec)
             elif rec["type"] == "producer_ids":
                 nxt = int(rec["next"])
                 if nxt < next_pid:
@@ -375,14 +386,14 @@ def apply_records(image: MetadataImage, records: Iterable[MetadataRecord], *, ep
                 next_pid = nxt
             else:
                 raise MetadataCorrupt(f"offset {offset}: unknown record type {kind!r}")
-        except (InvalidScramRecord, InvalidQuota) as exc:
+        except (InvalidScramRecord, InvalidQuota, ConfigError, InvalidRequestError) as exc:
             raise MetadataCorrupt(f"offset {offset}: {exc}") from None
         except (KeyError, TypeError, ValueError) as exc:
             raise MetadataCorrupt(f"offset {offset}: malformed {kind!r} record ({exc!r})") from None
     return (MetadataImage(offset=offset, epoch=new_epoch, controller_id=controller_id, topics=topics,
                           next_producer_id=next_pid, removed=removed, brokers=brokers,
                           broker_configs=broker_configs, scram_credentials=scram, acls=acls,
-                          client_quotas=quotas, runs=image.runs), delta)
+                          client_quotas=quotas, group_configs=group_configs, runs=image.runs), delta)
 
 
 def apply_entry(image: MetadataImage, entry: MetadataEntry) -> tuple[MetadataImage, MetadataDelta]:
@@ -440,6 +451,8 @@ def snapshot_to_json(image: MetadataImage) -> MetadataSnapshot:
         "scram_credentials": scram_records(image.scram_credentials),
         "acls": [{"id": acl_id, "acl": binding_to_json(b)} for acl_id, b in image.acls.items()],
         "client_quotas": quota_records(image.client_quotas),
+        "group_configs": [{"group": g, "configs": dict(sorted(c.items()))}
+                          for g, c in sorted(image.group_configs.items())],
         "digest": image.digest,
         "runs": [[o, d] for o, d in image.runs],
     }
@@ -462,6 +475,12 @@ def image_from_snapshot(doc: MetadataSnapshot) -> MetadataImage:
                                       "a null value")
             if values:
                 broker_configs[entity] = values
+        groups: dict[str, dict[str, str]] = {}
+        for group_item in doc.get("group_configs", []):
+            if group_item["group"] in groups or None in group_item["configs"].values():
+                raise MetadataCorrupt(f"metadata snapshot: configs of group {group_item['group']!r} are given twice "
+                                      "or hold a null value")
+            apply_group_config(groups, {"group": group_item["group"], "configs": group_item["configs"]})
         acls: dict[str, AclBinding] = {}
         for acl_item in doc.get("acls", []):
             acl_id, binding = _checked_acl(acl_item["id"], acl_item["acl"], acls, where="metadata snapshot")
@@ -477,9 +496,9 @@ def image_from_snapshot(doc: MetadataSnapshot) -> MetadataImage:
                              broker_configs=broker_configs,
                              scram_credentials=table_from(doc.get("scram_credentials", [])), acls=acls,
                              client_quotas=table_from_records(doc.get("client_quotas", [])),
-                             digest=str(doc.get("digest") or ""),
+                             group_configs=groups, digest=str(doc.get("digest") or ""),
                              runs=tuple((int(o), str(d)) for o, d in doc.get("runs", [])))
-    except (InvalidScramRecord, InvalidQuota) as exc:
+    except (InvalidScramRecord, InvalidQuota, ConfigError, InvalidRequestError) as exc:
         raise MetadataCorrupt(f"metadata snapshot: {exc}") from None
     except (KeyError, TypeError, ValueError) as exc:
         raise MetadataCorrupt(f"malformed metadata snapshot ({exc!r})") from None

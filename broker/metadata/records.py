@@ -21,6 +21,7 @@ The records (one decision of the controller is one entry, `{"offset", "epoch", "
 | `acl` | `id`, `acl` (a binding, `security.acl_json`) | an ACL created (CreateAcls) |
 | `remove_acl` | `id` | the ACL of that id deleted (DeleteAcls) |
 | `client_quota` | `entity` (`[{entity_type, entity_name}]`), `key`, `value` | a client quota set, or removed (null) |
+| `group_config` | `group`, `configs` | a group's configs set (a value) or deleted (null); rules in `group_configs` |
 
 (1) a broker process registered, began a controlled shutdown, or (`decommissioned` true / false) the broker id
 was decommissioned / recommissioned (`decommission`); a record without `decommissioned` (a registration) keeps
@@ -56,6 +57,8 @@ __all__ = [
     "AclRecord",
     "RemoveAclRecord",
     "ClientQuotaRecord",
+    "GroupConfigRecord",
+    "GroupConfigsJson",
     "EntityJson",
     "AclEntryJson",
     "MetadataRecord",
@@ -176,9 +179,17 @@ class ClientQuotaRecord(TypedDict):
     value: float | None  # None: the key is removed
 
 
+class GroupConfigRecord(TypedDict):
+    """One group's configs changed (Kafka's ConfigRecord of resource type GROUP)."""
+
+    type: Literal["group_config"]
+    group: str
+    configs: dict[str, str | None]  # None: the key is deleted
+
+
 MetadataRecord = (ControllerRecord | TopicRecord | PartitionRecord | RemoveTopicRecord | ProducerIdsRecord
                   | BrokerRecord | BrokerConfigRecord | ScramCredentialRecord | RemoveScramCredentialRecord | AclRecord
-                  | RemoveAclRecord | ClientQuotaRecord)
+                  | RemoveAclRecord | ClientQuotaRecord | GroupConfigRecord)
 
 
 class MetadataEntry(TypedDict):
@@ -196,6 +207,13 @@ class BrokerConfigsJson(TypedDict):
     """One entity's dynamic broker configs in a snapshot (-1: the cluster-wide default)."""
 
     broker: int
+    configs: dict[str, str]
+
+
+class GroupConfigsJson(TypedDict):
+    """One group's configs in a snapshot."""
+
+    group: str
     configs: dict[str, str]
 
 
@@ -221,6 +239,7 @@ class MetadataSnapshot(TypedDict):
     scram_credentials: NotRequired[list[ScramCredentialRecord]]
     acls: NotRequired[list[AclEntryJson]]
     client_quotas: NotRequired[list[ClientQuotaRecord]]
+    group_configs: NotRequired[list[GroupConfigsJson]]
     digest: NotRequired[str]  # the digest of the entry at `offset` (the chain goes on from it)
     runs: NotRequired[list[list[int | str]]]  # where each controller run starts: [offset, digest of its entry]
 

@@ -7,7 +7,9 @@ networking or anything above it (checked by tests/layout).
 """
 
 from .cleaner import CleanerStats, LogCleaner
-from .log import AppendResult, FileSlice, Log
+from .log import Log
+from .log_append import AppendResult
 from .log_manager import LogManager
+from .log_read import FileSlice
 
 __all__ = ["AppendResult", "CleanerStats", "FileSlice", "Log", "LogCleaner", "LogManager"]

@@ -49,7 +49,7 @@ import json
 import logging
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import Callable, Iterator
 
 from kelp.clock import WallClockMs, wall_clock_ms
 from kelp.records.build import rebuild_batch
@@ -65,11 +65,9 @@ from kelp.records.record import Record, batch_records
 
 from .checkpoint import fsync_dir, write_atomically
 from .loader import CLEANED_SUFFIX, SWAP_MARKER
+from .log import Log
 from .segment import MAX_RELATIVE_OFFSET, LogSegment, segment_files
 from .txn_index import AbortedTxn
-
-if TYPE_CHECKING:
-    from .log import Log
 
 log = logging.getLogger("kelp.broker.storage")
 
@@ -196,7 +194,7 @@ class LogCleaner:
         self._clock_ms = clock_ms
         self.dedupe_buffer_bytes = dedupe_buffer_bytes
 
-    def clean(self, partition_log: "Log", now_ms: int | None = None) -> CleanerStats:
+    def clean(self, partition_log: Log, now_ms: int | None = None) -> CleanerStats:
         """Compact the closed segments of `partition_log`; returns what was done."""
         now_ms = self._clock_ms() if now_ms is None else now_ms
         stats = CleanerStats()
@@ -284,7 +282,7 @@ class LogCleaner:
 
     def _rewrite(
         self,
-        partition_log: "Log",
+        partition_log: Log,
         closed: list[LogSegment],
         offset_map: dict[bytes, int],
         last_producer_batch: dict[int, int],
@@ -322,7 +320,7 @@ class LogCleaner:
             raise
 
     @staticmethod
-    def _start(partition_log: "Log", base: int, now_ms: int) -> LogSegment:
+    def _start(partition_log: Log, base: int, now_ms: int) -> LogSegment:
         config = partition_log.config
         for path in segment_files(partition_log.directory, base, CLEANED_SUFFIX):
             if path.exists():
@@ -396,7 +394,7 @@ class LogCleaner:
         stats.markers_removed += 1
         return None
 
-    def _finish(self, partition_log: "Log", group: list[LogSegment], cleaned: LogSegment, stats: CleanerStats) -> None:
+    def _finish(self, partition_log: Log, group: list[LogSegment], cleaned: LogSegment, stats: CleanerStats) -> None:
         """fsync the cleaned group and swap it in (or drop it if the log changed meanwhile)."""
         cleaned.last_modified_ms = max(s.last_modified_ms for s in group)
         try:
@@ -445,7 +443,7 @@ class LogCleaner:
                               now_ms=info.max_timestamp)
         return bytes(built)
 
-    def _swap(self, partition_log: "Log", group: list[LogSegment], cleaned: LogSegment) -> bool:
+    def _swap(self, partition_log: Log, group: list[LogSegment], cleaned: LogSegment) -> bool:
         """Commit `cleaned` in place of `group` under the log lock; False if the log changed meanwhile."""
         directory = partition_log.directory
         with partition_log.lock:

@@ -2,8 +2,8 @@
 
 Why it exists: fetches (consumers and followers), ListOffsets and the producer-state replays only read
 the log, and they are most of its callers; kept apart from the appends (`log.py`) so each half can be
-read alone, as Kafka's `LocalLog.read`. `Log` mixes it in; the segment list, its offset index
-(`_segment_index_for`) and the lock are `Log`'s.
+read alone, as Kafka's `LocalLog.read`. `Log` composes it; the segment list, its base offsets and the
+lock are the log's shared state (`log_state`).
 
 It must never write (no file, no change to the segment list, the offsets or a checkpoint), never
 decode records on the fetch path (`read` and `read_slice` cut at batch headers; only the ListOffsets
@@ -25,6 +25,8 @@ from kelp.records.header import BatchInfo, whole_batches_end
 
 from .log_state import LogState
 from .segment import LogSegment, iter_file_headers
+
+__all__ = ["FileSlice", "LogReader"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,20 +51,29 @@ class FileSlice:
             self.file.close()
 
 
-class LogReads(LogState):
-    """Reads of `Log` (mixed in; the state they share is `LogState`'s)."""
+class LogReader:
+    """Reads of one `Log`."""
+
+    __slots__ = ("_state", "_segments", "_lock")
+
+    def __init__(self, state: LogState) -> None:
+        self._state = state
+        self._segments = state.segments
+        self._lock = state.lock
 
     def _check_range(self, offset: int) -> None:
-        if offset < self._log_start_offset or offset > self.log_end_offset:
+        state = self._state
+        if offset < state.log_start_offset or offset > self._segments[-1].next_offset:
             raise OffsetOutOfRangeError(
-                f"{self.name}: offset {offset} is out of range; the log holds "
-                f"[{self._log_start_offset}, {self.log_end_offset})"
+                f"{state.name}: offset {offset} is out of range; the log holds "
+                f"[{state.log_start_offset}, {state.log_end_offset})"
             )
 
-    def _locate(self, offset: int) -> tuple[LogSegment, BatchInfo] | None:
+    def locate(self, offset: int) -> tuple[LogSegment, BatchInfo] | None:
         """The segment and first batch whose last offset is >= `offset` (skipping compacted gaps)."""
-        for i in range(self._segment_index_for(offset), len(self._segments)):
-            segment = self._segments[i]
+        segments = self._segments
+        for i in range(self._state.segment_index_for(offset), len(segments)):
+            segment = segments[i]
             found = segment.find(offset)
             if found is not None:
                 return segment, found
@@ -73,9 +84,9 @@ class LogReads(LogState):
     ) -> tuple[LogSegment, int, int, int, int] | None:
         """(segment, position, size, record count, next offset) of the whole batches a read returns; None when
         there are none."""
-        self._check_open()
+        self._state.check_open()
         self._check_range(offset)
-        located = self._locate(offset)
+        located = self.locate(offset)
         if located is None:
             return None
         segment, first = located
@@ -120,9 +131,9 @@ class LogReads(LogState):
         log start or above the log end. One read stays within one segment.
         """
         with self._lock:
-            self._check_open()
+            self._state.check_open()
             self._check_range(offset)
-            located = self._locate(offset)
+            located = self.locate(offset)
             if located is None:
                 return b""
             segment, first = located
@@ -163,22 +174,23 @@ class LogReads(LogState):
         """
         from kelp.records.record import batch_records
 
+        state = self._state
         with self._lock:
-            self._check_open()
+            state.check_open()
             for segment in self._segments:
                 if segment.max_timestamp < timestamp_ms:
                     continue
                 info = segment.find_by_timestamp(timestamp_ms)
                 if info is None:
                     continue
-                if info.last_offset < self._log_start_offset:
+                if info.last_offset < state.log_start_offset:
                     continue
                 data = segment.read(info.position, info.size)
                 info = dataclasses.replace(info, position=0)
                 if info.timestamp_type == 1:  # LogAppendTime: every record carries the batch's max timestamp
-                    return max(info.base_offset, self._log_start_offset), info.max_timestamp
+                    return max(info.base_offset, state.log_start_offset), info.max_timestamp
                 for record in batch_records(data, info):
-                    if (record.offset >= self._log_start_offset and record.timestamp is not None
+                    if (record.offset >= state.log_start_offset and record.timestamp is not None
                             and record.timestamp >= timestamp_ms):
                         return record.offset, record.timestamp
             return None
@@ -189,7 +201,7 @@ class LogReads(LogState):
         Per segment the largest timestamp is known; only the one batch holding it is decoded.
         """
         with self._lock:
-            self._check_open()
+            self._state.check_open()
             stamped = [s for s in self._segments if not s.is_empty and s.max_timestamp >= 0]
             if not stamped:
                 return None
@@ -213,15 +225,17 @@ class LogReads(LogState):
 
     def _walk(self, start_offset: int, end_offset: int | None,
               markers: bool) -> Iterator[tuple[BatchInfo, ControlMarker | None]]:
+        state = self._state
+        segments = self._segments
         with self._lock:
-            self._check_open()
-            end = self.log_end_offset if end_offset is None else min(end_offset, self.log_end_offset)
-            start = max(start_offset, self._log_start_offset)
+            state.check_open()
+            end = state.log_end_offset if end_offset is None else min(end_offset, state.log_end_offset)
+            start = max(start_offset, state.log_start_offset)
             plan: list[tuple[int, int, int]] = []
-            first = self._segment_index_for(start)
+            first = state.segment_index_for(start)
             try:
-                for i in range(first, len(self._segments)):
-                    segment = self._segments[i]
+                for i in range(first, len(segments)):
+                    segment = segments[i]
                     if segment.base_offset >= end:
                         break
                     position = 0

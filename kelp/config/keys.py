@@ -61,16 +61,16 @@ _ASSIGNOR_CLASSES = {
 
 
 def _migration_policy(value: object) -> str:
-    """`group.consumer.migration.policy`: Kafka's values are disabled, upgrade, downgrade and bidirectional (its
-    default); Kelp has no mixed classic/consumer groups, so it accepts `disabled` only and says so."""
+    """`group.consumer.migration.policy`: Kafka's values, case-insensitive — disabled, upgrade (a consumer-protocol
+    member may turn a classic group into a consumer group), downgrade (the last consumer-protocol member leaving
+    turns a consumer group of classic members back into a classic group) and bidirectional (both; the default)."""
     text = str(value).strip().lower()
-    if text in ("upgrade", "downgrade", "bidirectional"):
-        raise ValueError(f"{text!r} is not supported: Kelp does not migrate groups online between the classic and "
-                         "the consumer protocol (KIP-848 mixed groups) yet; only 'disabled'")
-    if text != "disabled":
-        raise ValueError(f"expected 'disabled' (Kafka's values: disabled, upgrade, downgrade, bidirectional), "
-                         f"got {value!r}")
+    if text not in MIGRATION_POLICIES:
+        raise ValueError(f"expected one of {', '.join(MIGRATION_POLICIES)}, got {value!r}")
     return text
+
+
+MIGRATION_POLICIES = ("disabled", "upgrade", "downgrade", "bidirectional")
 
 
 def parse_assignors(value: object) -> list[str]:
@@ -405,7 +405,7 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     "group.consumer.heartbeat.interval.ms": (_positive, 5000),
     "group.consumer.max.size": (_positive, 2**31 - 1),
     "group.consumer.assignors": (parse_assignors, list(CONSUMER_ASSIGNORS)),
-    "group.consumer.migration.policy": (_migration_policy, "disabled"),  # classic <-> consumer: none yet
+    "group.consumer.migration.policy": (_migration_policy, "bidirectional"),  # online classic <-> consumer
     # KIP-932 share groups (docs/share-groups.md): Kafka's names and defaults; the delivery count limit within
     # Kafka's bounds (2-10), a lock of at least a second
     "group.share.record.lock.duration.ms": (_at_least(1000), 30000),
@@ -414,6 +414,19 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     "group.share.session.timeout.ms": (_positive, 45000),
     "group.share.heartbeat.interval.ms": (_positive, 5000),
     "group.share.max.size": (_between(1, 1000), 200),
+    # the bounds of a group's own value of each (a GROUP config resource, `metadata.group_configs`): Kafka's
+    "group.consumer.min.session.timeout.ms": (_positive, 45000),
+    "group.consumer.max.session.timeout.ms": (_positive, 60000),
+    "group.consumer.min.heartbeat.interval.ms": (_positive, 5000),
+    "group.consumer.max.heartbeat.interval.ms": (_positive, 15000),
+    "group.share.min.session.timeout.ms": (_positive, 45000),
+    "group.share.max.session.timeout.ms": (_positive, 60000),
+    "group.share.min.heartbeat.interval.ms": (_positive, 5000),
+    "group.share.max.heartbeat.interval.ms": (_positive, 15000),
+    "group.share.min.record.lock.duration.ms": (_between(1000, 30000), 15000),
+    "group.share.max.record.lock.duration.ms": (_between(30000, 3600000), 60000),
+    "group.share.min.delivery.count.limit": (_between(2, 5), 2),
+    "group.share.max.delivery.count.limit": (_between(5, 25), 10),
     "share.coordinator.state.topic.num.partitions": (_positive, 50),
     "share.coordinator.state.topic.replication.factor": (_positive, 3),
     "share.coordinator.state.topic.min.isr": (_positive, 2),

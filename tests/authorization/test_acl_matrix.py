@@ -33,6 +33,7 @@ COVERED = {
     28: "test_acl_transactions.py", 65: "test_acl_transactions.py", 66: "test_acl_transactions.py",
     61: "test_acl_txn_tools.py", 49: "test_client_quotas.py", 68: "consumer_group", 69: "consumer_group",
     76: "share_group", 77: "share_group", 78: "share_group", 79: "share_group", 90: "share_group", 91: "share_group",
+    92: "share_group",
     60: "tests/broker/test_describe_apis.py", 75: "tests/broker/test_describe_apis.py",
     # SaslHandshake, SaslAuthenticate: how a connection authenticates, before any principal exists; no ACL
     17: "-", 36: "-",

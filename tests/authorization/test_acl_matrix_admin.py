@@ -25,7 +25,19 @@ from kafka.protocol.metadata import ApiVersionsRequest
 
 from kelp.errors import ErrorCode
 from tests.authorization.harness import InProcessBroker
-from tests.authorization.matrix import ALICE, BOB, CLUSTER_DENIED, GHOST, SECRET, TOPIC_DENIED, acl, grant, without_name
+from tests.authorization.matrix import (
+    ALICE,
+    BOB,
+    CLUSTER_DENIED,
+    GHOST,
+    GROUP,
+    GROUP_DENIED,
+    SECRET,
+    TOPIC_DENIED,
+    acl,
+    grant,
+    without_name,
+)
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 
@@ -105,6 +117,27 @@ async def test_alter_configs(b: InProcessBroker) -> None:
     await grant(b, acl("TOPIC", SECRET, "ALTER_CONFIGS"), acl("CLUSTER", "kafka-cluster", "ALTER_CONFIGS"))
     assert [r.error_code for r in (await b.call(incremental, 1, principal=BOB)).responses] == [0, 0]
     assert (await b.call(legacy, 2, principal=BOB)).responses[0].error_code == 0
+
+
+async def test_group_configs(b: InProcessBroker) -> None:
+    """A GROUP config resource (type 32): DESCRIBE_CONFIGS / ALTER_CONFIGS on the group, as Kafka's ConfigHelper
+    and authorizeAlterResource; refused GROUP_AUTHORIZATION_FAILED with no configs and nothing changed."""
+    R = DescribeConfigsRequest.DescribeConfigsResource
+    describe = DescribeConfigsRequest(resources=[R(resource_type=32, resource_name=GROUP, configuration_keys=None)])
+    IR = IncrementalAlterConfigsRequest.AlterConfigsResource
+    alter = IncrementalAlterConfigsRequest(validate_only=False, resources=[IR(
+        resource_type=32, resource_name=GROUP, configs=[IR.AlterableConfig(
+            name="share.auto.offset.reset", config_operation=0, value="earliest")])])
+    refused = (await b.call(describe, 4, principal=ALICE)).results[0]
+    assert (refused.error_code, refused.configs) == (GROUP_DENIED, [])
+    assert (await b.call(alter, 1, principal=ALICE)).responses[0].error_code == GROUP_DENIED
+    assert b.parts.topics.group_configs(GROUP) == {}
+    await grant(b, acl("GROUP", GROUP, "DESCRIBE_CONFIGS"))
+    assert (await b.call(describe, 4, principal=BOB)).results[0].error_code == 0
+    assert (await b.call(alter, 1, principal=BOB)).responses[0].error_code == GROUP_DENIED  # describe is not alter
+    await grant(b, acl("GROUP", GROUP, "ALTER_CONFIGS"))
+    assert (await b.call(alter, 1, principal=BOB)).responses[0].error_code == 0
+    assert b.parts.topics.group_configs(GROUP) == {"share.auto.offset.reset": "earliest"}
 
 
 async def test_describe_log_dirs(b: InProcessBroker) -> None:

@@ -27,6 +27,7 @@ from kelp.broker.kafka.messages import (
     AlterShareGroupOffsetsRequest,
     ConsumerGroupDescribeRequest,
     ConsumerGroupHeartbeatRequest,
+    DeleteShareGroupOffsetsRequest,
     DescribeShareGroupOffsetsRequest,
     ShareAcknowledgeRequest,
     ShareFetchRequest,
@@ -209,7 +210,7 @@ async def test_consumer_group(b: InProcessBroker) -> None:
 
 async def test_share_group(b: InProcessBroker) -> None:
     """KIP-932: the heartbeat needs READ on the group and DESCRIBE on each subscribed topic; ShareFetch and
-    ShareAcknowledge READ on the group; describe DESCRIBE on the group."""
+    ShareAcknowledge READ on the group; describe DESCRIBE on the group; DeleteShareGroupOffsets DELETE on it."""
     hb = ShareGroupHeartbeatRequest(group_id=GROUP, member_id="m1", member_epoch=0, rack_id=None,
                                     subscribed_topic_names=[SECRET])
     refused = await b.call(hb, 1, principal=ALICE)
@@ -237,3 +238,9 @@ async def test_share_group(b: InProcessBroker) -> None:
     alter = AlterShareGroupOffsetsRequest(group_id=GROUP, topics=[])
     assert (await b.call(alter, 0, principal=ALICE)).error_code == GROUP_DENIED
     assert (await b.call(alter, 0, principal=BOB)).error_code == ErrorCode.NON_EMPTY_GROUP  # m1 is a member
+    # DeleteShareGroupOffsets: DELETE on the group (READ is not enough), then READ on each topic
+    DT = DeleteShareGroupOffsetsRequest.DeleteShareGroupOffsetsRequestTopic
+    delete = DeleteShareGroupOffsetsRequest(group_id=GROUP, topics=[DT(topic_name=SECRET)])
+    assert (await b.call(delete, 0, principal=BOB)).error_code == GROUP_DENIED
+    await grant(b, acl("GROUP", GROUP, "DELETE"))
+    assert (await b.call(delete, 0, principal=BOB)).error_code == ErrorCode.NON_EMPTY_GROUP

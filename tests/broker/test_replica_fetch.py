@@ -7,6 +7,7 @@ import os
 import pytest
 
 from kelp.broker.replica.manager import FetchPartition, ReplicaManager, SegmentSlice, close_results
+from kelp.broker.storage import Log
 from kelp.broker.topic_manager import TopicManager
 from kelp.config.broker import BrokerConfig
 from kelp.records.build import build_batch
@@ -57,21 +58,24 @@ def _as_bytes(records) -> bytes:
 
 
 @pytest.mark.parametrize("record_size", [100, 4000])  # a copied read and a zero-copy range
-async def test_fetch_serves_the_bytes_the_range_was_cut_on_even_if_the_file_is_swapped(tmp_path, record_size) -> None:
+async def test_fetch_serves_the_bytes_the_range_was_cut_on_even_if_the_file_is_swapped(tmp_path, monkeypatch,
+                                                                                       record_size) -> None:
     rm = _replicas(tmp_path)
     _fill(rm, batches=5, records=5, size=record_size)
     lg = rm.logs.get("t", 0)
     expected = lg.read(0, max_bytes=1 << 20)
-    real_read_slice = lg.read_slice
+    real_read_slice = Log.read_slice
 
-    def read_slice_then_swap(*args, **kwargs):
-        found = real_read_slice(*args, **kwargs)
+    def read_slice_then_swap(self: Log, *args, **kwargs):
+        found = real_read_slice(self, *args, **kwargs)
+        if self is not lg:
+            return found
         tmp = found.path.with_name("cleaned.tmp")  # what a cleaner swap leaves under the same name
         tmp.write_bytes(b"\xee" * (found.position + found.size))
         os.replace(tmp, found.path)
         return found
 
-    lg.read_slice = read_slice_then_swap  # type: ignore[method-assign]
+    monkeypatch.setattr(Log, "read_slice", read_slice_then_swap)
     results = await rm.fetch([FetchPartition("t", 0, 0, 1 << 20)], max_wait_ms=0, min_bytes=1,
                              max_bytes=1 << 20, zero_copy=True)
     try:

@@ -3,6 +3,8 @@ the coordinator keeps serving other groups."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from kafka.protocol.consumer import (
     HeartbeatRequest,
@@ -87,3 +89,53 @@ def test_bad_group_requests_get_kafka_error_codes(group_broker) -> None:
         T = OffsetFetchRequest.OffsetFetchRequestTopic
         fetched = w.request(OffsetFetchRequest(group_id="g1", topics=[T(name="bad", partition_indexes=[0, 1])]), 5)
         assert [(p.partition_index, p.committed_offset) for p in fetched.topics[0].partitions] == [(0, 1), (1, -1)]
+
+
+def _commit_topics(w: WireClient, group: str, member: str, gen: int,
+                   topics: list[tuple[str, list[int]]]) -> dict[tuple[str, int], int]:
+    T = OffsetCommitRequest.OffsetCommitRequestTopic
+    P = T.OffsetCommitRequestPartition
+    r = w.request(OffsetCommitRequest(
+        group_id=group, generation_id_or_member_epoch=gen, member_id=member, group_instance_id=None,
+        topics=[T(name=name, partitions=[P(partition_index=i, committed_offset=1, committed_leader_epoch=-1,
+                                           committed_metadata="") for i in parts]) for name, parts in topics]), 7)
+    return {(t.name, p.partition_index): p.error_code for t in r.topics for p in t.partitions}
+
+
+def _listed(w: WireClient) -> set[str]:
+    from kafka.protocol.admin import ListGroupsRequest
+    return {g.group_id for g in w.request(ListGroupsRequest(), 3).groups}
+
+
+@pytest.mark.timeout(60)
+def test_offset_commit_judges_topics_before_the_group_and_an_empty_one_creates_nothing(group_broker) -> None:
+    """Kafka's handleOffsetCommitRequest: a topic or partition the metadata lacks is UNKNOWN_TOPIC_OR_PARTITION
+    whatever the group would answer, and a commit left with no partition (or sent with none) never reaches the
+    coordinator, so it cannot create a group. Before: the coordinator's UNKNOWN_MEMBER_ID came back for a missing
+    topic, and an empty or all-unknown commit made an empty group that ListGroups showed."""
+    create_topic(group_broker.bootstrap, "judged", 2)
+    with WireClient(group_broker.bootstrap) as w:
+        deadline = time.monotonic() + 30
+        w.request(FindCoordinatorRequest(key_type=0, coordinator_keys=["judging"]), 4)  # makes the offsets topic
+        while (first := join(w, "judging")).error_code in (15, 16):  # and it is loaded before the group is served
+            assert time.monotonic() < deadline, "the group coordinator never became available"
+            time.sleep(0.2)
+        joined = join(w, "judging", member=first.member_id)
+        assert joined.error_code == 0
+        # A stranger: the existing partition gets the group's answer, the others UNKNOWN_TOPIC_OR_PARTITION.
+        codes = _commit_topics(w, "judging", "stranger", joined.generation_id,
+                               [("judged", [0, 5]), ("no-such-topic", [0])])
+        assert codes == {("judged", 0): 25, ("judged", 5): 3, ("no-such-topic", 0): 3}
+
+        # Nothing that passes: no group is made, by a simple commit (generation -1) or an empty one.
+        assert _commit_topics(w, "ghost-a", "", -1, [("no-such-topic", [0, 1])]) == {
+            ("no-such-topic", 0): 3, ("no-such-topic", 1): 3}
+        assert _commit_topics(w, "ghost-b", "", -1, []) == {}
+        assert _commit_topics(w, "ghost-c", "", -1, [("judged", [7])]) == {("judged", 7): 3}
+        listed = _listed(w)
+        assert "judging" in listed
+        assert not listed & {"ghost-a", "ghost-b", "ghost-c"}, listed
+        # A simple commit that names one real partition still makes its group, as Kafka's does.
+        assert _commit_topics(w, "real-simple", "", -1, [("judged", [1]), ("no-such-topic", [0])]) == {
+            ("judged", 1): 0, ("no-such-topic", 0): 3}
+        assert "real-simple" in _listed(w)

@@ -1,24 +1,22 @@
-"""A group id is either a classic or a consumer-protocol (KIP-848) group, never both (issue 36): Kelp does not
-migrate groups online (group.consumer.migration.policy accepts `disabled` only), so — as Kafka 4 with that
-policy — a classic JoinGroup on a consumer group with members is INCONSISTENT_GROUP_PROTOCOL, a
-ConsumerGroupHeartbeat on a classic group with members is GROUP_ID_NOT_FOUND, and an empty group of either
-kind is replaced by the other with its committed offsets kept. Attacked with the adversary's interleaving: a
-JoinGroup arriving while the first heartbeat's write is in flight."""
+"""A group id is a classic or a consumer-protocol (KIP-848) group (issue 36): as Kafka 4, a classic JoinGroup on
+a consumer group with members makes a classic member of it (mixed groups, `test_consumer_migration`), a
+ConsumerGroupHeartbeat on a classic group with members is GROUP_ID_NOT_FOUND unless the migration policy lets it
+upgrade the group, and an empty group of either kind is replaced by the other with its committed offsets kept.
+Attacked with the adversary's interleaving: a JoinGroup arriving while the first heartbeat's write is in flight."""
 
 from __future__ import annotations
 
 import asyncio
 
-import pytest
+from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
 
 from kelp.broker.groups.group import CommittedOffset
-from kelp.config.broker import BrokerConfig
-from kelp.errors import ConfigError, ErrorCode
+from kelp.errors import ErrorCode
 
 from .harness import MemoryStore, settle
 from .test_consumer_reconciliation import Client, G, make
 
-PROTO = [("range", b"meta")]
+PROTO = [("range", bytes(ConsumerProtocolSubscription(version=0, topics=["t"], user_data=b"").encode()))]
 
 
 def classic_join(coord: object, member: str = "") -> asyncio.Future:
@@ -27,30 +25,30 @@ def classic_join(coord: object, member: str = "") -> asyncio.Future:
         protocols=PROTO))
 
 
-async def test_a_classic_join_on_a_consumer_group_with_members_is_inconsistent_group_protocol() -> None:
+async def test_a_classic_join_on_a_consumer_group_with_members_becomes_a_classic_member_of_it() -> None:
     coord, _ = make()
     a = Client(coord, "A")
     await a.beat()
-    before = coord.consumer.groups[G].members["A"]
-    r = await asyncio.wait_for(classic_join(coord), 5)
-    assert r.error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
-    assert coord.consumer.groups[G].members["A"] == before
+    r = await asyncio.wait_for(classic_join(coord, "J"), 5)
+    assert r.error == ErrorCode.NONE and r.protocol_name == "range" and r.leader == "" and not r.members
+    assert coord.consumer.groups[G].members["J"].classic is not None
     assert not (coord.groups.get(G) and coord.groups[G].members)
     assert (await a.beat()).error == ErrorCode.NONE
 
 
-async def test_a_join_racing_the_first_heartbeats_write_is_refused() -> None:
+async def test_a_join_racing_the_first_heartbeats_write_joins_the_consumer_group() -> None:
     store = MemoryStore()
     coord, _ = make(store)
     store.gate = asyncio.Event()  # the first heartbeat's records are being replicated
     beat = asyncio.ensure_future(Client(coord, "A").beat())
     await settle()
-    join = classic_join(coord)
+    join = classic_join(coord, "J")
     await settle()
     assert not join.done(), "the join waits for the heartbeat under way"
     store.gate.set()
     assert (await asyncio.wait_for(beat, 5)).error == ErrorCode.NONE
-    assert (await asyncio.wait_for(join, 5)).error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    assert (await asyncio.wait_for(join, 5)).error == ErrorCode.NONE
+    assert set(coord.consumer.groups[G].members) == {"A", "J"}
     assert not (coord.groups.get(G) and coord.groups[G].members)
 
 
@@ -73,23 +71,11 @@ async def test_an_empty_consumer_group_becomes_classic_and_keeps_its_offsets() -
     assert G not in replayed.consumer.groups
 
 
-async def test_a_heartbeat_on_a_classic_group_with_members_is_group_id_not_found() -> None:
-    coord, sched = make()
+async def test_a_heartbeat_on_a_classic_group_with_members_is_group_id_not_found_without_upgrade() -> None:
+    coord, sched = make(consumer_migration_policy="disabled")
     join = classic_join(coord)
     await sched.advance(2 * coord.config.initial_rebalance_delay_ms + 1)
     assert (await asyncio.wait_for(join, 5)).error == ErrorCode.NONE
     r = await Client(coord, "A").beat()
     assert (r.error, r.message) == (ErrorCode.GROUP_ID_NOT_FOUND, f"Group {G} is not a consumer group.")
     assert G not in coord.consumer.groups
-
-
-@pytest.mark.parametrize("value, why", [
-    ("bidirectional", "does not migrate groups online"),
-    ("upgrade", "does not migrate groups online"),
-    ("sometimes", "expected 'disabled'"),
-])
-def test_migration_policy_accepts_disabled_only(value: str, why: str) -> None:
-    with pytest.raises(ConfigError, match=why):
-        BrokerConfig.load(env={}, overrides={"group.consumer.migration.policy": value})
-    cfg = BrokerConfig.load(env={}, overrides={"group.consumer.migration.policy": "DISABLED"})
-    assert cfg["group.consumer.migration.policy"] == "disabled"

@@ -56,15 +56,16 @@ def produce(bootstrap: str, topic: str, start: int, count: int) -> None:
 
 
 class JavaConsumer:
-    """Kafka's VerifiableConsumer (kafka-clients 4.3.1) with group.protocol=consumer; its JSON events collected."""
+    """Kafka's VerifiableConsumer (kafka-clients 4.3.1) with group.protocol=consumer (or `protocol`); its JSON events
+    collected."""
 
-    def __init__(self, bootstrap: str, topic: str, group: str, name: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, group: str, name: str, protocol: str = "consumer") -> None:
         self.name = name
         self.events: list[dict] = []
         self.stderr: list[str] = []
         self._cond = threading.Condition()
         cmd = kafka_tools.java_command(VERIFIABLE_CONSUMER, "--bootstrap-server", bootstrap, "--topic", topic,
-                                       "--group-id", group, "--group-protocol", "consumer",
+                                       "--group-id", group, "--group-protocol", protocol,
                                        "--reset-policy", "earliest", "--verbose")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
         threading.Thread(target=self._pump, daemon=True).start()

@@ -66,7 +66,7 @@ async def test_groups_of_partitions_not_led_get_not_coordinator() -> None:
     assert coord.heartbeat("g", 1, "m") == ErrorCode.NOT_COORDINATOR
     assert coord.fetch_offsets("g", None)[0] == ErrorCode.NOT_COORDINATOR
     assert (await coord.sync_group("g", 1, "m")).error == ErrorCode.NOT_COORDINATOR
-    assert coord.leave_group("g", [("m", None)])[0] == ErrorCode.NOT_COORDINATOR
+    assert (await coord.leave_group("g", [("m", None)]))[0] == ErrorCode.NOT_COORDINATOR
     assert coord.describe_group("g").error == ErrorCode.NOT_COORDINATOR
     assert await coord.delete_groups(["g"]) == {"g": ErrorCode.NOT_COORDINATOR}
     assert coord.list_groups() == []

@@ -3,8 +3,10 @@
 
 One consumer reads every record and accepts it; one that releases each record on its first delivery gets every
 record again with delivery count 2; two consumers on one single-partition topic each get records, none twice
-accepted, together all of them; after a broker restart, nothing accepted comes back. The Java tier skips only
-without `java` (`make test` fetches the jars first, `kelp.kafka_tools`).
+accepted, together all of them; after a broker restart, nothing accepted comes back; `kafka-configs
+--entity-type groups` sets `share.auto.offset.reset=earliest` and a new group reads what the topic already held;
+`kafka-share-groups --delete-offsets` and `--delete` make a group read everything again.
+The Java tier skips only without `java` (`make test` fetches the jars first, `kelp.kafka_tools`).
 """
 
 from __future__ import annotations
@@ -171,12 +173,56 @@ def test_reset_offsets_to_earliest_then_the_java_share_consumer_reads_what_was_t
     out = share_groups_command(broker, "--reset-offsets", "--to-earliest", "--group", "sg-reset", "--topic",
                                "share-java-reset", "--execute")
     assert "share-java-reset" in out, out
-    c = JavaShareConsumer(broker.bootstrap, "share-java-reset", "sg-reset")
+    reads_what_was_there(broker, "share-java-reset", "sg-reset", 8)
+
+
+def reads_what_was_there(bp: BrokerProcess, topic: str, group: str, count: int) -> None:
+    """A Java share consumer of the new group gets the `count` records the topic held before the group existed."""
+    c = JavaShareConsumer(bp.bootstrap, topic, group)
     try:
-        wait_for("the records written before the group existed", lambda: len(c.got()) >= 8, [c])
+        wait_for("the records written before the group existed", lambda: len(c.got()) >= count, [c])
     finally:
         c.stop()
-    assert sorted(o for o, _n, _v in c.got()) == list(range(8))
+    assert sorted(o for o, _n, _v in c.got()) == list(range(count))
+
+
+def configs_command(bp: BrokerProcess, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+    """Kafka's kafka-configs (ConfigCommand)."""
+    done = subprocess.run(kafka_tools.java_command("kafka.admin.ConfigCommand", "--bootstrap-server", bp.bootstrap,
+                                                   *args), capture_output=True, text=True, timeout=120)
+    assert (done.returncode == 0) == ok, done.stdout[-2000:] + done.stderr[-3000:]
+    return done
+
+
+def test_kafka_configs_sets_earliest_and_the_java_share_consumer_reads_what_was_there(broker: BrokerProcess) -> None:
+    """Kafka 4's other way for a new share group to read what a topic holds: the group config
+    share.auto.offset.reset=earliest (`kafka-configs --entity-type groups`), set before the group exists."""
+    assert create_topic_wire(broker.bootstrap, "share-java-earliest") == 0
+    write(broker, "share-java-earliest", 0, 6)
+    group = ["--entity-type", "groups", "--entity-name", "sg-earliest"]
+    configs_command(broker, *group, "--alter", "--add-config", "share.auto.offset.reset=earliest")
+    described = configs_command(broker, *group, "--describe").stdout
+    assert "share.auto.offset.reset=earliest" in described, described
+    refused = configs_command(broker, *group, "--alter", "--add-config", "share.delivery.count.limit=50", ok=False)
+    assert "share.delivery.count.limit must be in the range 2 to 10 inclusive" in refused.stdout + refused.stderr
+    reads_what_was_there(broker, "share-java-earliest", "sg-earliest", 6)
+
+
+def test_kafka_share_groups_deletes_offsets_and_the_group(broker: BrokerProcess) -> None:
+    """`kafka-share-groups --delete-offsets` (DeleteShareGroupOffsets) and `--delete` (DeleteGroups) of an empty
+    share group; afterwards the group is not listed and a new member of that id reads from the start again."""
+    assert create_topic_wire(broker.bootstrap, "share-java-del") == 0
+    write(broker, "share-java-del", 0, 4)
+    configs_command(broker, "--entity-type", "groups", "--entity-name", "sg-del", "--alter", "--add-config",
+                    "share.auto.offset.reset=earliest")
+    reads_what_was_there(broker, "share-java-del", "sg-del", 4)
+    out = share_groups_command(broker, "--delete-offsets", "--group", "sg-del", "--topic", "share-java-del")
+    assert "share-java-del" in out and "Successful" in out, out
+    reads_what_was_there(broker, "share-java-del", "sg-del", 4)  # its offsets gone: from the start again
+    out = share_groups_command(broker, "--delete", "--group", "sg-del")
+    assert "Deletion of requested share groups ('sg-del') was successful." in out, out
+    assert "sg-del" not in share_groups_command(broker, "--list").split()
+    reads_what_was_there(broker, "share-java-del", "sg-del", 4)
 
 
 def test_a_released_record_is_delivered_again_with_a_higher_count(broker: BrokerProcess) -> None:

@@ -5,6 +5,8 @@ The group is chosen so that its share-partition's state partition is led by a br
 partition's leader: every read and write of its state crosses the control plane. Records are accepted on
 the leader, the leader is killed, and the broker that takes the partition over recovers the share-partition
 from that state: nothing accepted is delivered again, what was only acquired is delivered again (count 2).
+A reset and a DeleteGroups sent to a coordinator that leads neither the data nor the state are forwarded to
+them over the control plane; a group config set through the broker that dies is applied by the new leader.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from tests.support.cluster import Cluster
 from tests.support.kafka_wire import WireClient, make_batch
 
 from .share_wire import ACCEPT, ShareMember, acquired
+from .test_group_configs import alter
 
 STATE_PARTITIONS = 3
 SETTINGS = {"offsets.topic.num.partitions": 3, "share.coordinator.state.topic.num.partitions": STATE_PARTITIONS,
@@ -93,8 +96,16 @@ def test_share_state_across_brokers_survives_the_partition_leaders_death(cluster
         assert [p.error_code for t in resp.responses for p in t.partitions] == [0]
     finally:
         m.close()
+    # a group config set through the broker about to die is in the cluster metadata, not on that broker
+    assert alter(cluster[data_leader], "early", {"share.auto.offset.reset": "earliest"}).error_code == 0
     cluster[data_leader].kill()
     cluster.wait_for("a new leader", lambda: _leader(cluster, TOPIC, 0) not in (-1, data_leader), timeout=60)
+    m = _member(cluster, "early", "e")
+    try:  # the new leader starts that new share group at the log start
+        assert sorted(o for f, last, _n in _fetch_until(cluster, m, 4, timeout_s=60) for o in range(f, last + 1)) \
+            == [0, 1, 2, 3]
+    finally:
+        m.close()
     m = _member(cluster, group, "b")
     try:
         assert _fetch_until(cluster, m, 1, timeout_s=60) == [(2, 2, 2)]
@@ -132,5 +143,19 @@ def test_share_state_across_brokers_survives_the_partition_leaders_death(cluster
     m = _member(cluster, reset_group, "d")
     try:
         assert _fetch_until(cluster, m, 3) == [(1, 3, 1)]  # from the new start, first deliveries
+    finally:
+        m.close()
+    # kafka-share-groups --delete of that group, through its coordinator: its state is found where each state
+    # partition is led, and deleted on the partition's leader, which tombstones it where it is kept
+    from kafka.protocol.admin import DeleteGroupsRequest
+
+    with WireClient(cluster[coordinators[partition_for_group(reset_group, 3)]].bootstrap) as c:
+        for expected in (ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND):  # then no state is left anywhere
+            deleted = c.request(DeleteGroupsRequest(groups_names=[reset_group]), 2)
+            assert [r.error_code for r in deleted.results] == [expected], deleted
+    m = _member(cluster, reset_group, "e")
+    try:
+        cluster.wait_for("the share-partition's state", lambda: _served(m))
+        assert acquired(m.fetch(max_wait_ms=300)) == []  # started anew at the log end, not at 1
     finally:
         m.close()

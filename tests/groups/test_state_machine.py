@@ -225,13 +225,13 @@ async def test_leave_group_rebalances_and_last_leave_empties() -> None:
     coord, sched, _ = make_coordinator()
     results, _ = await form_group(coord, sched, 2)
     a, b = results
-    top, per = coord.leave_group("g", [(b.member_id, None), ("ghost", None)])
+    top, per = await coord.leave_group("g", [(b.member_id, None), ("ghost", None)])
     assert top == 0 and per == [(b.member_id, None, 0), ("ghost", None, ErrorCode.UNKNOWN_MEMBER_ID)]
     assert coord.groups["g"].state is GroupState.PREPARING_REBALANCE
     t = join(coord, member=a.member_id)
     r = await asyncio.wait_for(t, 1)
     assert r.generation == a.generation + 1
-    coord.leave_group("g", [(a.member_id, None)])
+    await coord.leave_group("g", [(a.member_id, None)])
     await settle()
     assert coord.groups["g"].state is GroupState.EMPTY
     assert await coord.delete_groups(["g"]) == {"g": 0}

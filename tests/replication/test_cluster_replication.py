@@ -68,6 +68,11 @@ def test_three_brokers_replicate_with_acks_all_and_clients_see_the_cluster(clust
     leaders = [p["leader"] for p in created["partitions"]]
     assert sorted(leaders) == [0, 0, 1, 1, 2, 2]  # leadership spread evenly
     assert all(sorted(p["replicas"]) == [0, 1, 2] for p in created["partitions"])
+    # The answer means the controller committed the topic; each broker learns it from the metadata log a moment
+    # later (as in KRaft), and kafka-python's admin asks whichever broker it likes. Seen at load 27: a describe
+    # answered by a broker 0.2 s behind came back with no partitions.
+    cluster.wait_for("every broker to know topic orders", lambda: all(
+        len(cluster.topic("orders", via=b)["partitions"]) == 6 for b in cluster.brokers))
 
     from kafka import KafkaAdminClient
 

@@ -19,6 +19,7 @@ import threading
 
 import pytest
 
+from kelp.broker.storage import Log
 from kelp.errors import NotLeaderOrFollowerError, OffsetOutOfRangeError
 from tests.replication.replica_harness import TOPIC, Node, PeerStub, batch, until
 
@@ -210,14 +211,15 @@ async def test_leadership_taken_during_a_truncation_starts_where_the_truncation_
 
     entered, proceed = threading.Event(), threading.Event()
     lg = follower.log
-    real_truncate = lg.truncate_to
+    real_truncate = Log.truncate_to
 
-    def slow_truncate(offset: int) -> None:
-        entered.set()
-        proceed.wait(10)
-        real_truncate(offset)
+    def slow_truncate(self: Log, offset: int) -> None:
+        if self is lg:  # the follower's log only
+            entered.set()
+            proceed.wait(10)
+        real_truncate(self, offset)
 
-    monkeypatch.setattr(lg, "truncate_to", slow_truncate)
+    monkeypatch.setattr(Log, "truncate_to", slow_truncate)
     truncating = asyncio.create_task(follower.fetcher(0)._truncate(stub))
     assert await asyncio.to_thread(entered.wait, 10)
     follower.push(replicas=REPLICAS, leader=1, leader_epoch=6, isr=(1,))  # elected while truncating

@@ -18,6 +18,7 @@ import threading
 import pytest
 
 from kelp.broker.storage import Log
+from kelp.broker.storage.log_durability import LogDurability
 from kelp.config.log_config import LogConfig
 
 from .helpers import batch
@@ -66,27 +67,28 @@ def log_lock_free(log: Log) -> bool:
     return bool(got and got[0])
 
 
-def stalled_flush(log: Log) -> tuple[threading.Event, threading.Event, threading.Thread]:
+def stalled_flush(log: Log, monkeypatch) -> tuple[threading.Event, threading.Event, threading.Thread]:
     """A flush (as the append path's) stopped inside its fsync, holding the flush lock: (in_fsync, go, thread)."""
     in_fsync, go = threading.Event(), threading.Event()
-    real = log._fsync_segments
+    real = LogDurability.fsync_segments
 
-    def slow_fsync(segments: list) -> None:
-        if threading.current_thread().name == "stalled-flush":
+    def slow_fsync(self: LogDurability, segments: list) -> None:
+        if threading.current_thread().name == "stalled-flush":  # this test's thread only
             in_fsync.set()
             go.wait(BOUND_S)
-        real(segments)
-    log._fsync_segments = slow_fsync  # type: ignore[method-assign]  # instance hook: this test's thread only
+        real(self, segments)
+    monkeypatch.setattr(LogDurability, "fsync_segments", slow_fsync)
     thread = threading.Thread(target=log.flush, name="stalled-flush", daemon=True)
     return in_fsync, go, thread
 
 
 @pytest.mark.parametrize("second", ["maybe_flush", "close"])
-def test_a_second_flush_waits_for_the_first_without_holding_the_log_lock(tmp_path, clock, second: str) -> None:
+def test_a_second_flush_waits_for_the_first_without_holding_the_log_lock(tmp_path, clock, monkeypatch,
+                                                                         second: str) -> None:
     log = Log.open(tmp_path / "t-0", config=LogConfig(flush_ms=1000), clock_ms=clock)
     log.append_as_leader(batch(b"a"), leader_epoch=0)
-    log._flush_lock = watched = WatchedLock()  # type: ignore[assignment]
-    in_fsync, go, first = stalled_flush(log)
+    log._state.flush_lock = watched = WatchedLock()  # type: ignore[assignment]
+    in_fsync, go, first = stalled_flush(log, monkeypatch)
     first.start()
     assert in_fsync.wait(BOUND_S)
     log.append_as_leader(batch(b"b"), leader_epoch=0)  # more to flush: the second one has work
@@ -105,17 +107,17 @@ def test_a_second_flush_waits_for_the_first_without_holding_the_log_lock(tmp_pat
     assert log.recovery_point == 2
 
 
-def test_the_periodic_flush_does_not_hold_the_log_lock_while_it_fsyncs(tmp_path, clock) -> None:
+def test_the_periodic_flush_does_not_hold_the_log_lock_while_it_fsyncs(tmp_path, clock, monkeypatch) -> None:
     log = Log.open(tmp_path / "t-0", config=LogConfig(flush_ms=1000), clock_ms=clock)
     log.append_as_leader(batch(b"a"), leader_epoch=0)
     clock.advance(5000)
     free: list[bool] = []
-    real = log._fsync_segments
+    real = LogDurability.fsync_segments
 
-    def checking_fsync(segments: list) -> None:
+    def checking_fsync(self: LogDurability, segments: list) -> None:
         free.append(log_lock_free(log))
-        real(segments)
-    log._fsync_segments = checking_fsync  # type: ignore[method-assign]
+        real(self, segments)
+    monkeypatch.setattr(LogDurability, "fsync_segments", checking_fsync)
     assert log.maybe_flush()
     assert free == [True], "maybe_flush fsynced holding the log lock: every append of the partition waited on the disk"
 

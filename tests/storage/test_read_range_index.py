@@ -25,7 +25,7 @@ from .helpers import batch, count_preads
 def _walked(log: Log, offset: int, max_bytes: int, max_offset: int | None,
             min_one: bool) -> tuple[int, int, int, int] | None:
     """(position, size, records, next offset) by walking every header from the first batch (the old cut)."""
-    located = log._locate(offset)
+    located = log._reader.locate(offset)
     if located is None:
         return None
     segment, first = located

@@ -270,6 +270,13 @@ async def test_a_v2_produce_adds_its_partition_and_end_txn_v5_bumps_the_epoch(b:
             break
         await asyncio.sleep(0.02)
     T = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+    # A partition the topic lacks is UNKNOWN_TOPIC_OR_PARTITION before the member is judged (Kafka's
+    # handleTxnOffsetCommitRequest asks the metadata first); it was UNKNOWN_MEMBER_ID, the coordinator's answer.
+    missing = await b.call(TxnOffsetCommitRequest(
+        transactional_id=TID, group_id="g", producer_id=pid, producer_epoch=epoch, generation_id=3, member_id="ghost",
+        group_instance_id=None, topics=[T(name=TOPIC, partitions=[T.TxnOffsetCommitRequestPartition(
+            partition_index=99, committed_offset=1, committed_leader_epoch=-1, committed_metadata="")])]), 5)
+    assert missing.topics[0].partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     committed = await b.call(TxnOffsetCommitRequest(
         transactional_id=TID, group_id="g", producer_id=pid, producer_epoch=epoch, generation_id=-1, member_id="",
         group_instance_id=None, topics=[T(name=TOPIC, partitions=[T.TxnOffsetCommitRequestPartition(

@@ -26,6 +26,7 @@ from kelp.errors import (
 
 from ...metadata.controller_answers import BrokerConfigsAnswer, PartitionAnswer, ProducerIdsAnswer, ShutdownAnswer
 from ...metadata.elections import complete_reassignment, describe_change, elect
+from ...metadata.group_configs import config_change
 from ...metadata.model import NO_LEADER, TopicState
 from ...metadata.records import (
     MetadataRecord,
@@ -169,14 +170,8 @@ class BrokerRequests:
             if not isinstance(configs, Mapping):
                 raise InvalidRequestError("broker configs must map config names to values (or null to delete)")
             clean = validate_broker_configs(configs, portable=True)
-            current = dict(self.state.image.broker_configs.get(broker, {}))
-            new = {} if replace_all else dict(current)
-            for key, value in clean.items():
-                if value is None:
-                    new.pop(key, None)
-                else:
-                    new[key] = value
-            change = {k: new.get(k) for k in sorted(set(current) | set(new)) if current.get(k) != new.get(k)}
+            new, change = config_change(self.state.image.broker_configs.get(broker, {}), clean,
+                                        replace_all=replace_all)
             if change and not validate_only:
                 await self.writer.append([broker_config_record(broker, change)])
                 log.info("dynamic broker configs of %s: %s", "the cluster-wide default" if broker == DEFAULT_ENTITY

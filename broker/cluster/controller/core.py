@@ -27,8 +27,8 @@ shared state (`state`: image, epoch, live brokers, the one asyncio lock
 that serialises every decision), the writer, and the operations by role:
 topic administration (`topic_admin`), reassignment and preferred leaders
 (`partition_moves`), what brokers ask (`broker_requests`), SCRAM users
-(`scram_admin`), ACLs (`acl_admin`), client quotas (`quota_admin`),
-decommissioned brokers (`decommission`). A broker asks for an operation by
+(`scram_admin`), ACLs (`acl_admin`), client quotas (`quota_admin`), group
+configs (`group_config_admin`), decommissioned brokers (`decommission`). A broker asks for an operation by
 name (`operation`). This module never touches logs or sockets: storage
 goes through the `MetadataLog`, delivery through the publisher's `send`.
 """
@@ -59,6 +59,7 @@ from ..metadata_publisher import MetadataPublisher, Send
 from .acl_admin import AclAdmin
 from .broker_requests import BrokerRequests
 from .decommission import Decommissions
+from .group_config_admin import GroupConfigAdmin
 from .partition_moves import PartitionMoves
 from .quota_admin import QuotaAdmin
 from .scram_admin import ScramAdmin
@@ -119,6 +120,7 @@ class Controller:
         self.scram_admin = ScramAdmin(state, writer)
         self.acl_admin = AclAdmin(state, writer)
         self.quota_admin = QuotaAdmin(state, writer)
+        self.group_config_admin = GroupConfigAdmin(state, writer)
         self.decommissions = Decommissions(state, writer)
         self._operations: dict[str, ControllerOperation] = {
             "create_topic": self.topic_admin.create_topic,
@@ -136,6 +138,7 @@ class Controller:
             "create_acls": self.acl_admin.create_acls,
             "delete_acls": self.acl_admin.delete_acls,
             "alter_client_quotas": self.quota_admin.alter_client_quotas,
+            "alter_group_configs": self.group_config_admin.alter_group_configs,
             "decommission_broker": self.decommissions.decommission_broker,
             "broker_holdings": self.decommissions.broker_holdings,
         }

@@ -29,7 +29,7 @@ import logging
 import uuid
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Callable, Collection, Iterable, Protocol
+from typing import Awaitable, Callable, Collection, Iterable, Protocol
 
 from kelp.errors import ErrorCode
 
@@ -37,7 +37,7 @@ from ..append_errors import group_write_error_code
 from ..coordinator_config import CoordinatorConfig, Scheduler, TimerHandle
 from ..group_metadata_manager import GroupMetadataManager
 from ..placement import OFFSETS_TOPIC
-from . import records
+from . import offset_rules, records
 from .assignors import ASSIGNORS, MemberSubscription
 from .heartbeat import HeartbeatRequest, HeartbeatResult, invalid_request
 from .model import (
@@ -98,6 +98,9 @@ class ConsumerGroups:
                  topics: TopicView) -> None:
         self.gm = group_manager
         self.config = config
+        # A group's own value of consumer.session.timeout.ms / consumer.heartbeat.interval.ms (its GROUP config
+        # resource, clamped to the broker's bounds), None without one: set by `groups.attach`, read at each use.
+        self.group_setting: Callable[[str, str], int | None] = lambda _group, _key: None
         self.scheduler = scheduler
         self.topics = topics
         self.groups: dict[str, ConsumerGroup] = {}
@@ -111,6 +114,11 @@ class ConsumerGroups:
         # the DESCRIBE filter of the member that last subscribed with each regex.
         self._regex_refresh = RegexRefresh(self._refresh_regexes)
         self._regex_filters: dict[str, dict[str, TopicFilter | None]] = {}  # group -> regex -> filter
+        # Online migration (`migration.ClassicBridge` sets them): converting a classic group with members on the
+        # first heartbeat (None: converted; else the answer), and a fencing that may turn the group back into a
+        # classic group (None: not a downgrade; else the write's error code).
+        self.upgrade: Callable[[str], Awaitable[HeartbeatResult | None]] = _no_upgrade
+        self.downgrade: Callable[[ConsumerGroup, str], Awaitable[int | None]] = _no_downgrade
 
     # -- ConsumerGroupHeartbeat ------------------------------------------------------------------------------
     async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
@@ -124,12 +132,14 @@ class ConsumerGroups:
             err = self.gm.check_group(req.group_id)  # the partition may have moved while this waited
             if err:
                 return HeartbeatResult(err)
-            # A classic group with members is not upgraded online (group.consumer.migration.policy=disabled):
-            # Kafka's getOrMaybeCreateConsumerGroup answers GROUP_ID_NOT_FOUND. Checked under the lock a classic
-            # JoinGroup also passes through (`delete`), so a group never gets members of both protocols.
+            # A classic group with members becomes a consumer group when the policy and the group allow it
+            # (`migration.upgrade`, Kafka's getOrMaybeCreateConsumerGroup), else GROUP_ID_NOT_FOUND. Under the lock
+            # a classic JoinGroup also passes through (`delete`, `migration.join`).
             classic = self.gm.groups.get(req.group_id)
             if classic is not None and classic.members:
-                return HeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {req.group_id} is not a consumer group.")
+                upgrade = self.upgrade if req.member_epoch == 0 else _no_upgrade
+                if (refused := await upgrade(req.group_id)) is not None:
+                    return refused
             return await self._heartbeat(req)
 
     def _lock(self, group_id: str) -> asyncio.Lock:
@@ -210,7 +220,7 @@ class ConsumerGroups:
             subscribed_topic_names=tuple(sorted(set(req.subscribed_topic_names)))
             if req.subscribed_topic_names is not None else member.subscribed_topic_names,
             server_assignor=req.server_assignor if req.server_assignor is not None else member.server_assignor,
-            client_id=req.client_id, client_host=req.client_host,
+            client_id=req.client_id, client_host=req.client_host, classic=req.classic or member.classic,
         )
         # -- the group epoch: membership, subscriptions, subscribed topics ------------------------------------
         members = dict(group.members)
@@ -296,8 +306,7 @@ class ConsumerGroups:
                      reconciled.member_epoch, reconciled.state.value, group_epoch)
         full = req.rebalance_timeout_ms != -1 and req.subscribed_topic_names is not None and req.owned is not None
         send = req.member_epoch == 0 or full or reconciled.assigned != member.assigned
-        return HeartbeatResult(ErrorCode.NONE, None, mid, reconciled.member_epoch,
-                               self.config.consumer_heartbeat_interval_ms,
+        return HeartbeatResult(ErrorCode.NONE, None, mid, reconciled.member_epoch, self._heartbeat_ms(gid),
                                dict(reconciled.assigned) if send else None)
 
     def _subscribed_topics(self, members: Iterable[ConsumerMember],
@@ -367,6 +376,10 @@ class ConsumerGroups:
             return order[0]
         return max(votes, key=lambda a: (votes[a], -order.index(a)))
 
+    async def write_records(self, group_id: str, recs: list[tuple[bytes, bytes | None]]) -> int:
+        """`_write` for the share groups kept in the same partitions (`groups.share.membership`)."""
+        return await self._write(group_id, recs)
+
     async def _write(self, group_id: str, recs: list[records.Record]) -> int:
         """Append `recs` to the group's `__consumer_offsets` partition; NONE when they are durable in this
         leadership term, else the error to answer (the change is then not applied: the next coordinator replays
@@ -409,15 +422,16 @@ class ConsumerGroups:
             err = await self._fence(group, req.member_id, "left the group")
             if err:
                 return HeartbeatResult(err)
-        return HeartbeatResult(ErrorCode.NONE, None, req.member_id, req.member_epoch,
-                               self.config.consumer_heartbeat_interval_ms)
+        return HeartbeatResult(ErrorCode.NONE, None, req.member_id, req.member_epoch, self._heartbeat_ms(gid))
 
-    async def _fence(self, group: ConsumerGroup, member_id: str, why: str) -> int:
+    async def _fence(self, group: ConsumerGroup, member_id: str, why: str, may_downgrade: bool = True) -> int:
         """Remove a member (left, session expired, revocation not acknowledged): its partitions are free and
         the group epoch moves, so the next heartbeat computes a new target. The caller holds the group's lock."""
         gid = group.group_id
         if member_id not in group.members:
             return ErrorCode.NONE
+        if may_downgrade and (downgraded := await self.downgrade(group, member_id)) is not None:
+            return downgraded
         err = await self._write(gid, [*records.member_tombstones(gid, member_id),
                                       records.group_epoch_record(gid, group.group_epoch + 1)])
         if err:
@@ -429,19 +443,26 @@ class ConsumerGroups:
         return ErrorCode.NONE
 
     # -- timers ----------------------------------------------------------------------------------------------
+    def _heartbeat_ms(self, group_id: str) -> int:
+        own = self.group_setting(group_id, "consumer.heartbeat.interval.ms")
+        return own if own is not None else self.config.consumer_heartbeat_interval_ms
+
     def _restart_session(self, group: ConsumerGroup, member_id: str) -> None:
         key = (group.group_id, member_id)
         old = self._sessions.pop(key, None)
         if old is not None:
             old.cancel()
+        classic = group.members[member_id].classic if member_id in group.members else None
+        own = self.group_setting(group.group_id, "consumer.session.timeout.ms")  # the group's config, else the broker's
         self._sessions[key] = self.scheduler.call_later(
-            self.config.consumer_session_timeout_ms,
+            classic.session_timeout_ms if classic is not None
+            else own if own is not None else self.config.consumer_session_timeout_ms,
             self._expiry(group, member_id, self._sessions, "session expired", lambda m: True))
 
     def _watch_revocation(self, group: ConsumerGroup, before: ConsumerMember, after: ConsumerMember) -> None:
         key = (group.group_id, after.member_id)
-        if after.state is not MemberState.UNREVOKED_PARTITIONS:
-            self._cancel_revocation(*key)
+        if after.state is not MemberState.UNREVOKED_PARTITIONS or after.classic is not None:
+            self._cancel_revocation(*key)  # a classic member has join and sync deadlines instead (`migration`)
         elif before.state is not MemberState.UNREVOKED_PARTITIONS or key not in self._revocations:
             epoch = after.member_epoch
 
@@ -552,46 +573,33 @@ class ConsumerGroups:
 
     def commit_error(self, group_id: str, member_id: str, member_epoch: int, api_version: int,
                      partitions: Collection[tuple[str, int]] = ()) -> int | dict[tuple[str, int], int] | None:
-        """Kafka's ConsumerGroup.validateOffsetCommit: None when `group_id` is not a consumer group here, else NONE or
-        the error (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, UNSUPPORTED_VERSION below v9); at an older member epoch,
-        per partition of `partitions` (KIP-1251, `ConsumerMember.committable`: NONE or STALE_MEMBER_EPOCH)."""
+        """None when `group_id` is not a consumer group here, else `offset_rules.commit_error`'s answer."""
         group = self.groups.get(group_id)
         if group is None:
             return None
-        if member_epoch < 0 and not group.members:
-            return ErrorCode.NONE  # the admin client, or a consumer not in the group, commits to an empty group
-        member = group.members.get(member_id)
-        if member is None:
-            return ErrorCode.UNKNOWN_MEMBER_ID
-        if api_version < 9:
-            return ErrorCode.UNSUPPORTED_VERSION
-        if member_epoch > member.member_epoch:
-            return ErrorCode.FENCED_MEMBER_EPOCH
-        self._restart_session(group, member_id)  # a commit is a sign of life, as a classic commit is
-        if member_epoch == member.member_epoch:
-            return ErrorCode.NONE
         ids = {name: t.topic_id for name in {n for n, _ in partitions} if (t := self.topics.get(name)) is not None}
-        return {(n, p): ErrorCode.NONE if n in ids and member.committable((ids[n], p), member_epoch)
-                else ErrorCode.STALE_MEMBER_EPOCH for n, p in partitions}
+        err = offset_rules.commit_error(group, member_id, member_epoch, api_version, partitions, ids)
+        if (isinstance(err, dict) or err == ErrorCode.NONE) and member_id in group.members:
+            self._restart_session(group, member_id)  # a commit is a sign of life, as a classic commit is
+        return err
 
     def fetch_error(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
-        """Kafka's ConsumerGroup.validateOffsetFetch: NONE for a fetch without a member (the admin client) or
-        from a member at its epoch; UNKNOWN_MEMBER_ID or STALE_MEMBER_EPOCH otherwise."""
         group = self.groups.get(group_id)
-        if group is None or (member_id is None and member_epoch < 0):
-            return ErrorCode.NONE
-        member = group.members.get(member_id or "")
-        if member is None:
-            return ErrorCode.UNKNOWN_MEMBER_ID
-        if member_epoch != member.member_epoch:
-            return ErrorCode.STALE_MEMBER_EPOCH
-        return ErrorCode.NONE
+        return ErrorCode.NONE if group is None else offset_rules.fetch_error(group, member_id, member_epoch)
+
+
+async def _no_upgrade(group_id: str) -> HeartbeatResult | None:
+    return HeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+
+
+async def _no_downgrade(group: ConsumerGroup, member_id: str) -> int | None:
+    return None
 
 
 def _metadata(m: ConsumerMember) -> tuple[object, ...]:
     """What ConsumerGroupMemberMetadataValue holds of a member."""
     return (m.instance_id, m.rack_id, m.client_id, m.client_host, m.subscribed_topic_names, m.subscribed_topic_regex,
-            m.rebalance_timeout_ms, m.server_assignor)
+            m.rebalance_timeout_ms, m.server_assignor, m.classic)
 
 
 def _assignment_state(m: ConsumerMember) -> tuple[object, ...]:

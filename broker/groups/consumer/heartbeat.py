@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from kelp.errors import ErrorCode
 
 from .assignors import Assignment
-from .model import LEAVE_EPOCH, STATIC_LEAVE_EPOCH
+from .model import LEAVE_EPOCH, STATIC_LEAVE_EPOCH, ClassicMetadata
 from .regex import TopicFilter
 
 __all__ = ["HeartbeatRequest", "HeartbeatResult", "invalid_request"]
@@ -36,6 +36,7 @@ class HeartbeatRequest:
     version: int = 1
     # The topic names of a regex's matches the member may describe (its ACLs); None: authorization is off.
     topic_filter: TopicFilter | None = None
+    classic: ClassicMetadata | None = None  # a classic member's JoinGroup (`migration.join`), never the wire's
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import Callable, Mapping
 
 from .assignors import Assignment
 
-__all__ = ["MemberState", "ConsumerMember", "ConsumerGroup", "GroupStateName", "next_assignment",
+__all__ = ["MemberState", "ClassicMetadata", "ConsumerMember", "ConsumerGroup", "GroupStateName", "next_assignment",
            "LEAVE_EPOCH", "STATIC_LEAVE_EPOCH", "flatten", "subset", "member_topics"]
 
 LEAVE_EPOCH = -1  # the member leaves the group
@@ -63,6 +63,15 @@ def _clean(a: Mapping[str, frozenset[int] | set[int]]) -> Assignment:
 
 
 @dataclass(frozen=True)
+class ClassicMetadata:
+    """What a member speaking the classic protocol (JoinGroup/SyncGroup) inside a consumer group adds (KIP-848's
+    mixed groups; Kafka's ClassicMemberMetadata): its session timeout and its protocols in preference order."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True)
 class ConsumerMember:
     """A member as the coordinator knows it; frozen so a change is a new value, applied after its write."""
 
@@ -84,6 +93,7 @@ class ConsumerMember:
     # (persisted as AssignmentEpochs); a commit at an older member epoch is accepted for partitions assigned at or
     # before it. A partition without one (a record Kafka before 4.4 wrote) counts as got at the member's epoch.
     assigned_at: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    classic: ClassicMetadata | None = None  # set: a classic-protocol member (`consumer.migration`)
 
     def held(self) -> set[tuple[str, int]]:
         """Every partition this member may be consuming: assigned and pending revocation."""

@@ -13,7 +13,8 @@ schema codec:
 | --- | --- | --- |
 | 3 | ConsumerGroupMetadataKey(group) | ConsumerGroupMetadataValue(epoch) |
 | 4 | ConsumerGroupPartitionMetadataKey(group) | subscribed topics: id, name, partition count |
-| 5 | ConsumerGroupMemberMetadataKey(group, member) | instance, rack, client, topics, rebalance timeout, assignor |
+| 5 | ConsumerGroupMemberMetadataKey(group, member) | instance, rack, client, topics, rebalance timeout, assignor, |
+|   |                                               | a classic member's ClassicMemberMetadata (`migration`) |
 | 6 | ConsumerGroupTargetAssignmentMetadataKey(group) | the assignment epoch |
 | 7 | ConsumerGroupTargetAssignmentMemberKey(group, member) | the member's target partitions |
 | 8 | ConsumerGroupCurrentMemberAssignmentKey(group, member) | epochs, state, assigned and revoking partitions |
@@ -24,13 +25,12 @@ This module must never touch logs, timers or sockets: bytes in, objects out.
 
 from __future__ import annotations
 
-import struct
 import uuid
 from typing import Any, Mapping
 
-from ..coordinator_records import schema_class
+from ..coordinator_records import RecordCodec, schema_class
 from .assignors import Assignment
-from .model import ConsumerGroup, ConsumerMember, MemberState
+from .model import ClassicMetadata, ConsumerGroup, ConsumerMember, MemberState
 
 __all__ = ["CONSUMER_RECORD_TYPES", "RecordKey", "record_key_of", "group_epoch_record", "subscription_record",
            "member_record", "target_epoch_record", "target_member_record", "current_assignment_record",
@@ -76,27 +76,14 @@ _STATES = {MemberState.STABLE: 0, MemberState.UNREVOKED_PARTITIONS: 1, MemberSta
 _STATE_OF = {v: k for k, v in _STATES.items()}
 
 
-def _key(kind: int, group_id: str, member_id: str | None = None) -> bytes:
-    fields: dict[str, Any] = {"group_id": group_id}
-    if member_id is not None:
-        fields["member_id"] = member_id
-    body: bytes = _KEYS[kind](version=0, **fields).encode(version=0, header=False)
-    return struct.pack(">h", kind) + body
-
-
-def _value(kind: int, **fields: Any) -> bytes:
-    return bytes(_VALUES[kind](version=0, **fields).encode(version=0))
+_CODEC = RecordCodec(_KEYS, _VALUES)
+_key = _CODEC.key
+_value = _CODEC.value
 
 
 def record_key_of(data: bytes) -> RecordKey | None:
     """(type, group, member or "") of a consumer-group record key; None for any other key (offsets, classic)."""
-    if len(data) < 2:
-        return None
-    kind = struct.unpack_from(">h", data)[0]
-    if kind not in _KEYS:
-        return None
-    key = _KEYS[kind].decode(data[2:], version=0, header=False)
-    return kind, key.group_id, getattr(key, "member_id", "") or ""
+    return _CODEC.key_of(data)
 
 
 def _partitions(cls: Any, a: Mapping[str, frozenset[int]]) -> list[Any]:
@@ -123,7 +110,21 @@ def member_record(group_id: str, m: ConsumerMember) -> Record:
         MEMBER, instance_id=m.instance_id, rack_id=m.rack_id, client_id=m.client_id, client_host=m.client_host,
         subscribed_topic_names=list(m.subscribed_topic_names), subscribed_topic_regex=m.subscribed_topic_regex,
         rebalance_timeout_ms=m.rebalance_timeout_ms, server_assignor=m.server_assignor,
-        classic_member_metadata=None)  # absent: a consumer-protocol member (set, Kafka reads a classic member)
+        classic_member_metadata=_classic(m.classic))  # None: a consumer-protocol member
+
+
+def _classic(c: ClassicMetadata | None) -> Any:
+    if c is None:
+        return None
+    C = ConsumerGroupMemberMetadataValue.ClassicMemberMetadata
+    return C(session_timeout_ms=c.session_timeout_ms,
+             supported_protocols=[C.ClassicProtocol(name=n, metadata=meta) for n, meta in c.protocols])
+
+
+def _classic_of(v: Any) -> ClassicMetadata | None:
+    if v is None:
+        return None
+    return ClassicMetadata(v.session_timeout_ms, tuple((p.name, bytes(p.metadata)) for p in v.supported_protocols))
 
 
 def target_epoch_record(group_id: str, epoch: int) -> Record:
@@ -185,7 +186,8 @@ def replay(values: Mapping[RecordKey, bytes | None]) -> dict[str, ConsumerGroup]
                 member_id=mid, instance_id=v.instance_id, rack_id=v.rack_id, client_id=v.client_id,
                 client_host=v.client_host, subscribed_topic_names=tuple(v.subscribed_topic_names),
                 subscribed_topic_regex=v.subscribed_topic_regex or None,
-                rebalance_timeout_ms=v.rebalance_timeout_ms, server_assignor=v.server_assignor)
+                rebalance_timeout_ms=v.rebalance_timeout_ms, server_assignor=v.server_assignor,
+                classic=_classic_of(v.classic_member_metadata))
         elif kind == TARGET_EPOCH:
             groups[gid].assignment_epoch = v.assignment_epoch
         elif kind == TARGET_MEMBER:

@@ -2,12 +2,13 @@
 
 Why: ShareFetch and ShareAcknowledge reach the leader of each partition (Kafka's SharePartitionManager); the
 leader keeps one `SharePartition` per (group, topic, partition), recovered from `__share_group_state` the first
-time it is needed (or started at the log's end, Kafka's default `share.auto.offset.reset=latest`, and written
-at once so a restart keeps that start), acquires records for fetches, applies acknowledgements only once their
-snapshot is in `__share_group_state` (one write at a time per share-partition, so a later snapshot always
-holds the earlier ones), and returns records whose acquisition lock ran out. A share session (per group and
-member: epoch 0 opens it, -1 closes it and releases what the member holds, every other request must carry the
-next epoch) remembers which partitions the member fetches, as Kafka's ShareSessionCache does.
+time it is needed (or started where the group's `share.auto.offset.reset` says: the log's end by default,
+Kafka's `latest`; written at once so a restart keeps that start), acquires records for fetches, applies
+acknowledgements only once their snapshot is in `__share_group_state` (one write at a time per
+share-partition, so a later snapshot always holds the earlier ones), and returns records whose acquisition lock
+ran out. A share session (per group and member: epoch 0 opens it, -1 closes it and releases what the member
+holds, every other request must carry the next epoch) remembers which partitions the member fetches, as
+Kafka's ShareSessionCache does.
 
 Leadership is the log's: when this broker stops leading a partition, its share-partitions are dropped (the
 next leader recovers them from the state topic).
@@ -22,7 +23,7 @@ import asyncio
 import functools
 import logging
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Awaitable, Callable, Sequence
 
 from kelp.clock import WallClockMs, wall_clock_ms
 from kelp.errors import ErrorCode, KelpError
@@ -70,9 +71,12 @@ class SharePartitions:
     """See the module docstring."""
 
     def __init__(self, state: ShareStateLog, config: ShareConfig, *, scheduler: Scheduler,
-                 clock_ms: WallClockMs = wall_clock_ms) -> None:
+                 clock_ms: WallClockMs = wall_clock_ms, config_of: Callable[[str], ShareConfig] | None = None) -> None:
         self.state = state
         self.config = config
+        # A group's settings: the broker's (`config`) with the group's own configs over them (its GROUP config
+        # resource), read at each use so a change applies to the next fetch, session and lock.
+        self.config_of: Callable[[str], ShareConfig] = config_of or (lambda _group: config)
         self.scheduler = scheduler
         self.clock_ms = clock_ms
         self.sessions: dict[tuple[str, str], ShareSession] = {}
@@ -131,12 +135,13 @@ class SharePartitions:
         cancel = getattr(session.timer, "cancel", None)
         if cancel is not None:
             cancel()
-        session.timer = self.scheduler.call_later(self.config.session_idle_ms, lambda: self._idle(key, session))
+        session.timer = self.scheduler.call_later(self.config_of(key[0]).session_idle_ms,
+                                                  lambda: self._idle(key, session))
 
     def _idle(self, key: tuple[str, str], session: ShareSession) -> None:
         if self.sessions.get(key) is session:
             log.info("share session of member %s of group %s closed after %d ms unused", key[1], key[0],
-                     self.config.session_idle_ms)
+                     self.config_of(key[0]).session_idle_ms)
             self.close(*key)
 
     def close(self, group: str, member: str) -> None:
@@ -164,35 +169,39 @@ class SharePartitions:
         entry = self._entries.get(key)
         return entry.sp if entry is not None else None
 
-    async def get(self, key: StateKey, *, log_start: int, log_end: int) -> SharePartition:
-        """The share-partition, recovered from its snapshot or started at `log_end` (then written)."""
+    async def get(self, key: StateKey, *, log_start: int, log_end: int,
+                  initial: Callable[[], Awaitable[int]] | None = None) -> SharePartition:
+        """The share-partition, recovered from its snapshot or started at `initial()` (the group's
+        share.auto.offset.reset; without it `log_end`), then written."""
         entry = self._entries.get(key)
         if entry is None:
             task = self._init.get(key)
             if task is None:
                 task = self._init[key] = asyncio.get_running_loop().create_task(
-                    self._recover(key, log_end), name=f"share-partition-{key}")
+                    self._recover(key, log_end, initial), name=f"share-partition-{key}")
                 task.add_done_callback(functools.partial(self._init_done, key))
             entry = await asyncio.shield(task)
         entry.sp.move_start(log_start)
+        entry.sp.delivery_limit = self.config_of(key[0]).delivery_count_limit  # the group's, as it is now
         return entry.sp
 
     def _init_done(self, key: StateKey, _task: "asyncio.Task[_Entry]") -> None:
         self._init.pop(key, None)
 
-    async def _recover(self, key: StateKey, log_end: int) -> _Entry:
+    async def _recover(self, key: StateKey, log_end: int, initial: Callable[[], Awaitable[int]] | None) -> _Entry:
         snap = await self.state.read(key)
-        cfg = self.config
+        cfg = self.config_of(key[0])
         if snap is not None:
             sp = SharePartition.recovered(snap[0], snap[1], delivery_limit=cfg.delivery_count_limit,
                                           max_in_flight=cfg.max_record_locks)
         else:
-            sp = SharePartition(start=log_end, delivery_limit=cfg.delivery_count_limit,
+            start = await initial() if initial is not None else log_end
+            sp = SharePartition(start=start, delivery_limit=cfg.delivery_count_limit,
                                 max_in_flight=cfg.max_record_locks)
             await self.state.write(key, sp.start, [])
         entry = self._entries.setdefault(key, _Entry(sp))
         log.info("share-partition %s: start offset %d (%s)", key, entry.sp.start,
-                 "recovered" if snap is not None else "new, at the log end")
+                 "recovered" if snap is not None else "new")
         return entry
 
     def acquire(self, key: StateKey, member: str, batches: Sequence[tuple[int, int, bool]], *,
@@ -202,7 +211,7 @@ class SharePartitions:
             return []
         now = self.clock_ms()
         got = entry.sp.acquire(member, batches, high_watermark=high_watermark, max_records=max_records,
-                               now_ms=now, lock_ms=self.config.lock_duration_ms)
+                               now_ms=now, lock_ms=self.config_of(key[0]).lock_duration_ms)
         if got:
             self._arm(key, entry)
         return got
@@ -217,6 +226,9 @@ class SharePartitions:
         except AckError as exc:
             return exc.code, str(exc)
         async with entry.writing:
+            if self._entries.get(key) is not entry:  # reset or deleted while this waited: those records are gone
+                entry.sp.abort(changes)
+                return ErrorCode.INVALID_RECORD_STATE, "the share-partition was reset or deleted"
             start, state = entry.sp.state_batches(changes)
             try:
                 await self.state.write(key, start, state)
@@ -234,17 +246,41 @@ class SharePartitions:
     async def reset(self, key: StateKey, start: int) -> None:
         """AlterShareGroupOffsets on this broker, the partition's leader: the share-partition starts over at
         `start` (its snapshot written first), whatever was in flight forgotten; the next fetch recovers it."""
-        entry = self._entries.get(key)
-        if entry is None:
-            await self.state.write(key, start, [])
-        else:
-            async with entry.writing:
-                await self.state.write(key, start, [])
-        dropped = self._entries.pop(key, None)
-        cancel = getattr(dropped.timer, "cancel", None) if dropped is not None else None
-        if cancel is not None:
-            cancel()
+        await self._replace(key, lambda: self.state.write(key, start, []))
         log.info("share-partition %s: start offset reset to %d", key, start)
+
+    async def delete(self, key: StateKey) -> None:
+        """DeleteGroups / DeleteShareGroupOffsets on this broker, the partition's leader: the share-partition's
+        state is tombstoned (Kafka's DeleteShareGroupState) and forgotten; a later fetch starts it anew."""
+        await self._replace(key, lambda: self.state.delete(key))
+        log.info("share-partition %s: state deleted", key)
+
+    async def _replace(self, key: StateKey, write: Callable[[], Awaitable[None]]) -> None:
+        """Write what replaces a share-partition's state, then forget the loaded one, with nothing of the old
+        written after it: a recovery under way is waited for, the write is made under the share-partition's write
+        lock, and an acknowledgement or release waiting for that lock finds the share-partition gone."""
+        entry: _Entry | None = None
+        while entry is None:
+            task = self._init.get(key)
+            if task is not None:
+                try:
+                    await asyncio.shield(task)
+                except Exception:  # its error is its fetch's; the write below decides this one
+                    pass
+            entry = self._entries.get(key)
+            if entry is None:
+                await write()
+                if key not in self._init and key not in self._entries:
+                    return
+                # a fetch recovered the share-partition while this wrote (maybe from what was there before): again
+        async with entry.writing:
+            await write()
+            if self._entries.get(key) is entry:
+                del self._entries[key]
+            cancel = getattr(entry.timer, "cancel", None)
+            if cancel is not None:
+                cancel()
+        self._changed()
 
     def groups_partitions(self, group: str) -> set[TopicPartition]:
         """The share-partitions of `group` this broker has loaded."""
@@ -290,6 +326,8 @@ class SharePartitions:
         """Write the share-partition's state after a change no request waits for (lock expiry, release)."""
         async def write() -> None:
             async with entry.writing:
+                if self._entries.get(key) is not entry:
+                    return  # reset or deleted since: what replaced it stands
                 start, state = entry.sp.state_batches()
                 try:
                     await self.state.write(key, start, state)

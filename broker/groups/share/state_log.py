@@ -201,7 +201,10 @@ class ShareStateLog:
 
     async def read_local(self, key: StateKey) -> Snapshot | None:
         """`read` on this broker, the state partition's leader (a remote read lands here)."""
-        p = self.partition_of(key)
+        return (await self._loaded(self.partition_of(key))).get(key)
+
+    async def _loaded(self, p: int) -> dict[StateKey, Snapshot]:
+        """The newest snapshots of state partition `p`, which this broker leads (replayed once, then kept)."""
         if await self._leader(p) is not None:
             raise StateUnavailable(f"{STATE_TOPIC} partition {p} is not led by this broker")
         cached = self._cache.get(p)
@@ -216,7 +219,50 @@ class ShareStateLog:
                 if task.done():
                     self._loading.pop(p, None)
             cached = self._cache.setdefault(p, cached)
-        return cached.get(key)
+        return cached
+
+    async def group_keys_local(self, group: str, partitions: Iterable[int]) -> list[StateKey]:
+        """The share-partitions of `group` with state in those state partitions (each led here)."""
+        return [k for p in partitions for k in await self._loaded(p) if k[0] == group]
+
+    async def group_keys(self, group: str) -> set[StateKey]:
+        """Every share-partition of `group` with state, over all state partitions: read where each is led (one
+        request per other broker); StateUnavailable while one has no leader. None without the state topic."""
+        if not self.topics.exists(STATE_TOPIC):
+            return set()
+        by_leader: dict[int, list[int]] = {}
+        for p in range(self.partitions):
+            found = self.cluster.routing.partition_leader(STATE_TOPIC, p)
+            if found is None or found[0] < 0:
+                raise StateUnavailable(f"{STATE_TOPIC} partition {p} has no leader now")
+            by_leader.setdefault(found[0], []).append(p)
+        keys: set[StateKey] = set()
+        for broker, ps in sorted(by_leader.items()):
+            endpoint = self.cluster.state.brokers.get(broker)
+            if broker == self.cluster.state.broker_id or endpoint is None:
+                keys.update(await self.group_keys_local(group, ps))
+                continue
+            body = await self.remote(str(endpoint.http_url), "keys", {"group": group, "partitions": ps})
+            keys.update((group, uuid.UUID(hex=str(t)).hex, int(q)) for t, q in body.get("keys") or [])
+        return keys
+
+    async def delete(self, key: StateKey) -> None:
+        """Kafka's DeleteShareGroupState of one share-partition: a tombstone where its state partition is led."""
+        url = await self._leader(self.partition_of(key))
+        if url is None:
+            return await self.delete_local(key)
+        await self.remote(url, "tombstone", key_json(key))
+        return None
+
+    async def delete_local(self, key: StateKey) -> None:
+        """`delete` on this broker, the state partition's leader: the snapshot's key with no value, acks=all."""
+        p = self.partition_of(key)
+        await self._loaded(p)
+        record = (snapshot_record(key, 0, [], epoch=0, now_ms=0)[0], None)
+        await self.replicas.append(STATE_TOPIC, p, build_batch([record]), acks=-1,
+                                   timeout_ms=self.write_timeout_ms, internal_allowed=True)
+        self._epochs.pop(key, None)
+        self._cache.setdefault(p, {}).pop(key, None)
 
     def _replay(self, p: int) -> dict[StateKey, Snapshot]:
         """Every share-partition's newest snapshot in state partition `p` (worker thread: reads segments)."""

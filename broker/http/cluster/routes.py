@@ -55,6 +55,7 @@ CONTROLLER_OPS = {
     "create_acls": {"acls"},
     "delete_acls": {"filters"},
     "alter_client_quotas": {"entries", "validate_only"},
+    "alter_group_configs": {"group", "configs", "replace_all", "validate_only"},
     "decommission_broker": {"broker_id", "decommissioned"},
     "broker_holdings": {"broker_id"},
 }

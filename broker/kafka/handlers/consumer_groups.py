@@ -5,8 +5,8 @@ reconciles and leaves through ConsumerGroupHeartbeat alone, and admin tools desc
 ConsumerGroupDescribe. This module turns the wire messages (`kelp.broker.kafka.messages`, Kafka's schemas)
 into `kelp.broker.groups.consumer` calls and back: topic ids are 32 hex digits inside the coordinator and
 UUIDs on the wire. v1 of the heartbeat adds SubscribedTopicRegex (resolved by the coordinator,
-`groups.consumer.regex`) and has the client make its member id; v1 of describe adds MemberType (1: every
-member here speaks the consumer protocol).
+`groups.consumer.regex`) and has the client make its member id; v1 of describe adds MemberType (0: a classic
+member of a mixed group, `groups.consumer.migration`; 1: a consumer-protocol member).
 
 Authorization (Kafka's KafkaApis): the heartbeat needs READ on the group and DESCRIBE on every subscribed
 topic (GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED), and a regex's matches are only the topics
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any, cast
+from typing import Any, Callable, cast
 
 from kelp.broker.groups.consumer.heartbeat import HeartbeatRequest
 from kelp.broker.groups.consumer.model import ConsumerGroup
@@ -40,7 +40,7 @@ HB = ConsumerGroupHeartbeatResponse
 # The nested structs kafka-python builds from the schema at import (no stubs name them: typed as Any here).
 _HBAssignment: Any = cast(Any, HB).Assignment
 DG: Any = cast(Any, ConsumerGroupDescribeResponse).DescribedGroup
-CONSUMER_MEMBER_TYPE = 1  # MemberType (v1): 0 classic, 1 consumer
+CLASSIC_MEMBER_TYPE, CONSUMER_MEMBER_TYPE = 0, 1  # MemberType (v1)
 
 
 def _client_host(ctx: RequestContext) -> str:
@@ -107,7 +107,8 @@ def _described(ctx: RequestContext, group: ConsumerGroup) -> Any:
         member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
         client_id=m.client_id, client_host=m.client_host, subscribed_topic_names=list(m.subscribed_topic_names),
         subscribed_topic_regex=m.subscribed_topic_regex, assignment=assignment(m.assigned),
-        target_assignment=assignment(group.target.get(m.member_id, {})), member_type=CONSUMER_MEMBER_TYPE,
+        target_assignment=assignment(group.target.get(m.member_id, {})),
+        member_type=CONSUMER_MEMBER_TYPE if m.classic is None else CLASSIC_MEMBER_TYPE,
     ) for m in sorted(group.members.values(), key=lambda m: m.member_id)]
     return DG(error_code=ErrorCode.NONE, error_message=None, group_id=group.group_id, group_state=group.state.value,
               group_epoch=group.group_epoch, assignment_epoch=group.assignment_epoch, assignor_name=group.assignor,
@@ -121,21 +122,28 @@ def described_group_error(dg: Any, group_id: str, code: int, message: str | None
               assignment_epoch=-1, assignor_name="", members=[], authorized_operations=-(2**31))
 
 
+def describe_groups(ctx: RequestContext, group_ids: list[str] | None, dg: Any,
+                    describe: Callable[[str], Any]) -> list[Any]:
+    """The DescribedGroups of a ConsumerGroupDescribe or ShareGroupDescribe (`dg`, the response's class): each
+    group refused without DESCRIBE on it, else what `describe` (one group id) answers."""
+    acc = access(ctx)
+    out = []
+    for gid in group_ids or []:
+        if not acc.allows(AclOperation.DESCRIBE, ResourceType.GROUP, gid):
+            out.append(described_group_error(dg, gid, ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                                             "Group authorization failed."))
+        else:
+            out.append(describe(gid))
+    return out
+
+
 @handles(ConsumerGroupDescribeRequest, min_version=0, max_version=1)
 async def handle_consumer_group_describe(ctx: RequestContext,
                                          request: ConsumerGroupDescribeRequest) -> ConsumerGroupDescribeResponse:
-    acc = access(ctx)
-    out = []
-    for gid in request.group_ids or []:
-        def failed(code: int, message: str | None, gid: str = gid) -> Any:
-            return described_group_error(DG, gid, code, message)
-
-        if not acc.allows(AclOperation.DESCRIBE, ResourceType.GROUP, gid):
-            out.append(failed(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed."))
-            continue
+    def one(gid: str) -> Any:
         found = ctx.broker.groups.consumer.describe(gid)
         if found.group is None:
-            out.append(failed(found.error, found.message))
-        else:
-            out.append(_described(ctx, found.group))
-    return ConsumerGroupDescribeResponse(throttle_time_ms=0, groups=out)
+            return described_group_error(DG, gid, found.error, found.message)
+        return _described(ctx, found.group)
+
+    return ConsumerGroupDescribeResponse(throttle_time_ms=0, groups=describe_groups(ctx, request.group_ids, DG, one))

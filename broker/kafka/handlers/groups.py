@@ -18,6 +18,8 @@ it may not describe are answered TOPIC_AUTHORIZATION_FAILED, or left out of an a
 DELETE on the group and READ on each topic; DescribeGroups DESCRIBE on each group; DeleteGroups DELETE on each
 group; ListGroups answers every group to DESCRIBE on the cluster, else only the groups the principal may
 DESCRIBE. A refused group gets GROUP_AUTHORIZATION_FAILED, a refused topic TOPIC_AUTHORIZATION_FAILED.
+DeleteGroups of an id that is no classic or consumer group deletes a share group of that id (KIP-932: empty
+only, its share-partitions' state tombstoned; `groups.share.deletion`).
 OffsetCommit v10 and OffsetFetch v10 name topics by id (`offset_topic_ids`): a topic is authorized by the name
 its id resolves to, and an id no topic has is answered UNKNOWN_TOPIC_ID before any check of the topic.
 
@@ -63,6 +65,7 @@ from kelp.broker.groups.coordinator_lookup import CoordinatorLocation, locator_o
 from kelp.broker.groups.group import CommittedOffset
 from kelp.broker.groups.group_coordinator import GroupCoordinator, GroupDescription
 from kelp.broker.groups.share import SHARE_GROUP_TYPE, listed_share_groups
+from kelp.broker.groups.share.deletion import delete_share_group
 from kelp.broker.transactions.locator import txn_locator_of
 from kelp.errors import ErrorCode
 
@@ -277,7 +280,7 @@ async def handle_leave_group(ctx: RequestContext, request: LeaveGroupRequest) ->
         members = [(m.member_id or "", m.group_instance_id) for m in request.members or []]
     else:
         members = [(request.member_id, None)]
-    top, results = coord.leave_group(request.group_id, members)
+    top, results = await coord.leave_group(request.group_id, members)
     if v < 3:
         code = top or (results[0][2] if results else ErrorCode.NONE)
         return LeaveGroupResponse(throttle_time_ms=0, error_code=code)
@@ -315,20 +318,31 @@ async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest
     refused = _topics_refused(ctx, AclOperation.READ, {n for n, _ in named if n is not None})
     unknown = any(n is None for n, _ in named)
     offsets: dict[tuple[str, int], CommittedOffset] = {}
+    # Kafka's order per topic: an id no topic has, then TOPIC_AUTHORIZATION_FAILED, then UNKNOWN_TOPIC_OR_PARTITION
+    # for a topic or partition the metadata does not hold; only what passes all three reaches the coordinator.
+    turned_away: dict[tuple[str, int], int] = {}
     budget = LoopBudget()  # a commit may name thousands of partitions
     for name, t in named:
-        if name is None or name in refused:
+        if name is None:
             continue
         await budget.tick()
         for p in t.partitions or []:
-            offsets[(name, p.partition_index)] = CommittedOffset(
-                p.committed_offset,
-                p.committed_leader_epoch if v >= 6 else -1,
-                p.committed_metadata or "",
-                -1,
-            )
+            tp = (name, p.partition_index)
+            if name in refused:
+                turned_away[tp] = TOPIC_DENIED
+            elif not ctx.broker.topics.has_partition(name, p.partition_index):
+                turned_away[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                offsets[tp] = CommittedOffset(
+                    p.committed_offset,
+                    p.committed_leader_epoch if v >= 6 else -1,
+                    p.committed_metadata or "",
+                    -1,
+                )
     codes: dict[tuple[str, int], int] = {}
-    if offsets or not (refused or unknown):  # Kafka asks its coordinator nothing when every topic was turned away
+    # Kafka asks its coordinator nothing when no partition passed (an empty request included): such a commit
+    # neither validates the member nor creates an empty group.
+    if offsets:
         codes = await coord.commit_offsets(
             request.group_id,
             member_id=request.member_id or "",
@@ -336,9 +350,7 @@ async def handle_offset_commit(ctx: RequestContext, request: OffsetCommitRequest
             group_instance_id=getattr(request, "group_instance_id", None) if v >= 7 else None,
             offsets=offsets, api_version=v,
         )
-    for name, t in named:
-        if name is not None and name in refused:
-            codes.update({(name, p.partition_index): TOPIC_DENIED for p in t.partitions or []})
+    codes.update(turned_away)
     bad = {tp: c for tp, c in codes.items() if c}
     if bad or unknown:
         log.info("OffsetCommit v%d of group '%s' from %s: errors %s", v, request.group_id, ctx.client,
@@ -574,6 +586,9 @@ async def handle_delete_groups(ctx: RequestContext, request: DeleteGroupsRequest
     acc = access(ctx)
     allowed = acc.allowed(AclOperation.DELETE, ResourceType.GROUP, names)
     codes = await coord.delete_groups([g for g in names if g in allowed])
+    for g, code in codes.items():  # not a classic or consumer group: a share group's state goes (KIP-932)
+        if code == ErrorCode.GROUP_ID_NOT_FOUND:
+            codes[g] = await delete_share_group(ctx.broker, g)
     codes.update({g: ErrorCode.GROUP_AUTHORIZATION_FAILED for g in names if g not in allowed})
     R = DeleteGroupsResponse.DeletableGroupResult
     return DeleteGroupsResponse(throttle_time_ms=0, results=[R(group_id=g, error_code=codes[g]) for g in names])

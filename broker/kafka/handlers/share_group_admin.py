@@ -1,12 +1,15 @@
-"""KIP-932 share-group administration: DescribeShareGroupOffsets (90, v0-1) and AlterShareGroupOffsets (91, v0).
+"""KIP-932 share-group administration: DescribeShareGroupOffsets (90, v0-1), AlterShareGroupOffsets (91, v0)
+and DeleteShareGroupOffsets (92, v0).
 
 Why: Kafka's `kafka-share-groups --describe` shows each share-partition's start offset and lag, and
 `--reset-offsets` (on an empty group) moves the start offsets, the way `kafka-consumer-groups` does for
 committed offsets; both reach the group's coordinator. Describing reads each share-partition's state (in memory
 where this broker leads the partition, else its snapshot in `__share_group_state`); altering goes to each
 partition's leader (here, or over the control plane: `POST /cluster/v1/share-state/reset`), which writes the
-new start and forgets what was in flight. Kafka's rules: DESCRIBE on the group (and on each topic) to
-describe, READ on the group and on each topic to alter, NON_EMPTY_GROUP while the group has members.
+new start and forgets what was in flight. `--delete-offsets` deletes the state of the group's share-partitions of
+some topics (`groups.share.deletion`). Kafka's rules: DESCRIBE on the group (and on each topic) to describe, READ
+on the group and on each topic to alter, DELETE on the group and READ on each topic to delete offsets;
+NON_EMPTY_GROUP while the group has members.
 
 This module must never hold share-group state or decide delivery rules.
 """
@@ -14,9 +17,10 @@ This module must never hold share-group state or decide delivery rules.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, cast
 
 from kelp.broker.groups.share import reset_here, share_groups_of
+from kelp.broker.groups.share.deletion import NO_OFFSETS, delete_share_partitions, is_share_group
 from kelp.broker.groups.share.state_log import key_json
 from kelp.errors import ErrorCode, KelpError
 
@@ -25,6 +29,8 @@ from ..access import AclOperation, ResourceType, access
 from ..messages import (
     AlterShareGroupOffsetsRequest,
     AlterShareGroupOffsetsResponse,
+    DeleteShareGroupOffsetsRequest,
+    DeleteShareGroupOffsetsResponse,
     DescribeShareGroupOffsetsRequest,
     DescribeShareGroupOffsetsResponse,
 )
@@ -144,3 +150,48 @@ async def handle_alter_share_group_offsets(ctx: RequestContext, request: Any) ->
                      partitions=parts))
     return AlterShareGroupOffsetsResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
                                           responses=out)
+
+
+# -- DeleteShareGroupOffsets --------------------------------------------------------------------------------
+@handles(DeleteShareGroupOffsetsRequest, min_version=0, max_version=0)
+async def handle_delete_share_group_offsets(ctx: RequestContext, request: Any) -> DeleteShareGroupOffsetsResponse:
+    """Kafka's GroupCoordinatorService.deleteShareGroupOffsets: the state of the (empty) share group's
+    share-partitions of each named topic deleted; a topic refused, unknown or without state answered alone."""
+    T: Any = cast(Any, DeleteShareGroupOffsetsResponse).DeleteShareGroupOffsetsResponseTopic
+    gid = request.group_id
+    acc = access(ctx)
+
+    def answer(code: int, message: str | None, topics: list[Any]) -> DeleteShareGroupOffsetsResponse:
+        return DeleteShareGroupOffsetsResponse(throttle_time_ms=0, error_code=code, error_message=message,
+                                               responses=topics)
+
+    if not acc.allows(AclOperation.DELETE, ResourceType.GROUP, gid):
+        return answer(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.", [])
+    code = ctx.broker.groups.check_group(gid)
+    if code != ErrorCode.NONE:
+        return answer(code, None, [])
+    names = list(dict.fromkeys(t.topic_name for t in request.topics or []))
+    if not names:
+        return answer(ErrorCode.NONE, None, [])
+    code, keys = await is_share_group(ctx.broker, gid)
+    if code != ErrorCode.NONE:
+        message = f"Share group {gid} is not empty." if code == ErrorCode.NON_EMPTY_GROUP else None
+        return answer(code, message, [])
+    out = []
+    for name in names:
+        info = ctx.broker.topics.get(name)
+        tid = uuid.UUID(hex=info.topic_id) if info is not None else uuid.UUID(int=0)
+        if not acc.allows(AclOperation.READ, ResourceType.TOPIC, name):
+            out.append(T(topic_name=name, topic_id=uuid.UUID(int=0), error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                         error_message="Topic authorization failed."))
+            continue
+        mine = {k for k in keys if info is not None and k[1] == info.topic_id}
+        if not mine:
+            out.append(T(topic_name=name, topic_id=tid, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                         error_message=NO_OFFSETS if info is not None else
+                         "This server does not host this topic-partition."))
+            continue
+        failed = [c for c in (await delete_share_partitions(ctx.broker, mine)).values() if c != ErrorCode.NONE]
+        out.append(T(topic_name=name, topic_id=tid, error_code=failed[0] if failed else ErrorCode.NONE,
+                     error_message=None))
+    return answer(ErrorCode.NONE, None, out)

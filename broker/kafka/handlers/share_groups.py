@@ -18,11 +18,13 @@ This module must never hold share-group state or decide delivery rules.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import uuid
 from typing import Any, cast
 
-from kelp.broker.groups.share import ShareGroups, share_groups_of
+from kelp.broker.groups.share import ShareGroups, initial_start, share_groups_of
 from kelp.broker.groups.share.manager import SessionError
 from kelp.broker.groups.share.membership import ShareHeartbeat
 from kelp.broker.groups.share.partition import AckBatch
@@ -41,7 +43,7 @@ from ..messages import (
     ShareGroupHeartbeatRequest,
     ShareGroupHeartbeatResponse,
 )
-from .consumer_groups import described_group_error
+from .consumer_groups import describe_groups, described_group_error
 from .registry import RequestContext, handles
 
 log = logging.getLogger("kelp.broker.kafka")
@@ -80,7 +82,7 @@ async def handle_share_group_heartbeat(ctx: RequestContext, request: Any) -> Sha
     if _other_protocol(ctx, request.group_id):
         return refuse(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {request.group_id} is not a share group.")
     host = ctx.peer.rsplit(":", 1)[0] if ":" in ctx.peer else ctx.peer
-    ans = share_groups_of(ctx.broker).membership.heartbeat(ShareHeartbeat(
+    ans = await share_groups_of(ctx.broker).membership.heartbeat(ShareHeartbeat(
         group_id=request.group_id, member_id=request.member_id, member_epoch=request.member_epoch,
         rack_id=request.rack_id, subscribed_topic_names=tuple(names) if names is not None else None,
         client_id=ctx.client_id or "", client_host="/" + host))
@@ -101,23 +103,13 @@ async def handle_share_group_heartbeat(ctx: RequestContext, request: Any) -> Sha
 # -- ShareGroupDescribe -------------------------------------------------------------------------------------
 @handles(ShareGroupDescribeRequest, min_version=1, max_version=1)
 async def handle_share_group_describe(ctx: RequestContext, request: Any) -> ShareGroupDescribeResponse:
-    acc = access(ctx)
-    out = []
-    for gid in request.group_ids or []:
-        def failed(code: int, message: str | None, gid: str = gid) -> Any:
-            return described_group_error(DG, gid, code, message)
-
-        if not acc.allows(AclOperation.DESCRIBE, ResourceType.GROUP, gid):
-            out.append(failed(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed."))
-            continue
+    def one(gid: str) -> Any:
         code = ctx.broker.groups.check_group(gid)
-        group = share_groups_of(ctx.broker).membership.describe(gid) if code == ErrorCode.NONE else None
         if code != ErrorCode.NONE:
-            out.append(failed(code, None))
-            continue
+            return described_group_error(DG, gid, code, None)
+        group = share_groups_of(ctx.broker).membership.describe(gid)
         if group is None:
-            out.append(failed(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} not found."))
-            continue
+            return described_group_error(DG, gid, ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} not found.")
         A = DG.Member.Assignment
         members = [DG.Member(
             member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.member_epoch, client_id=m.client_id,
@@ -126,10 +118,11 @@ async def handle_share_group_describe(ctx: RequestContext, request: Any) -> Shar
                 A.TopicPartitions(topic_id=uuid.UUID(hex=t), topic_name=ctx.broker.topics.name_of(t) or "",
                                   partitions=sorted(ps)) for t, ps in sorted(m.assigned.items())]))
             for m in sorted(group.members.values(), key=lambda m: m.member_id)]
-        out.append(DG(error_code=ErrorCode.NONE, error_message=None, group_id=gid, group_state=group.state,
-                      group_epoch=group.group_epoch, assignment_epoch=group.assignment_epoch,
-                      assignor_name="simple", members=members, authorized_operations=-(2**31)))
-    return ShareGroupDescribeResponse(throttle_time_ms=0, groups=out)
+        return DG(error_code=ErrorCode.NONE, error_message=None, group_id=gid, group_state=group.state,
+                  group_epoch=group.group_epoch, assignment_epoch=group.assignment_epoch,
+                  assignor_name="simple", members=members, authorized_operations=-(2**31))
+
+    return ShareGroupDescribeResponse(throttle_time_ms=0, groups=describe_groups(ctx, request.group_ids, DG, one))
 
 
 # -- acknowledgements (both APIs) ---------------------------------------------------------------------------
@@ -181,10 +174,41 @@ def _leader(ctx: RequestContext, name: str | None, partition: int) -> Any:
                                                                                                  leader_epoch=-1)
 
 
+async def _fetchable(ctx: RequestContext, sg: ShareGroups, group: str, wanted: list[TP], max_bytes: int,
+                     ) -> tuple[dict[TP, int], dict[TP, str], list[tuple[TP, FetchPartition]]]:
+    """For each partition of the share session: its error, or its name and where a fetch would read (the
+    share-partition's next acquirable offset; none while its window of in-flight records is full)."""
+    errors: dict[TP, int] = {}
+    names: dict[TP, str] = {}
+    asked: list[tuple[TP, FetchPartition]] = []
+    for tid, pi in wanted:
+        name, refusal = _topic_refusal(ctx, tid)
+        if refusal != ErrorCode.NONE or name is None:
+            errors[(tid, pi)] = refusal
+            continue
+        names[(tid, pi)] = name
+        part = ctx.broker.replicas.get_partition(name, pi)
+        if part is None or not part.is_leader:
+            errors[(tid, pi)] = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            continue
+        try:
+            sp = await sg.partitions.get((group, tid, pi), log_start=part.log.log_start_offset,
+                                         log_end=part.high_watermark,
+                                         initial=functools.partial(initial_start, ctx.broker, group, part))
+        except KelpError as exc:
+            errors[(tid, pi)] = exc.code
+            continue
+        offset = sp.fetch_offset()
+        if offset is not None:
+            asked.append(((tid, pi), FetchPartition(name, pi, offset, max_bytes)))
+    return errors, names, asked
+
+
 # -- ShareFetch ---------------------------------------------------------------------------------------------
 @handles(ShareFetchRequest, min_version=1, max_version=1)
 async def handle_share_fetch(ctx: RequestContext, request: Any) -> ShareFetchResponse:
-    lock_ms = ctx.broker.config["group.share.record.lock.duration.ms"]
+    sg = share_groups_of(ctx.broker)
+    lock_ms = sg.partitions.config_of(request.group_id or "").lock_duration_ms  # the group's own, else the broker's
 
     def top(code: int, message: str) -> ShareFetchResponse:
         return ShareFetchResponse(throttle_time_ms=0, error_code=code, error_message=message,
@@ -195,7 +219,6 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> ShareFetchRes
         return top(ErrorCode.INVALID_REQUEST, "GroupId and MemberId are required.")
     if not access(ctx).allows(AclOperation.READ, ResourceType.GROUP, group):
         return top(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.")
-    sg = share_groups_of(ctx.broker)
     try:
         session = sg.partitions.open_or_continue(group, member, epoch)
     except SessionError as exc:
@@ -212,34 +235,21 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> ShareFetchRes
             for pi in f.partitions:
                 session.partitions.discard((f.topic_id.hex if f.topic_id is not None else "", pi))
         wanted = sorted(session.partitions)
-    errors: dict[TP, int] = {}
-    names: dict[TP, str] = {}
-    asked: list[tuple[TP, FetchPartition]] = []
-    for tid, pi in wanted:
-        name, refusal = _topic_refusal(ctx, tid)
-        if refusal != ErrorCode.NONE or name is None:
-            errors[(tid, pi)] = refusal
-            continue
-        names[(tid, pi)] = name
-        part = ctx.broker.replicas.get_partition(name, pi)
-        if part is None or not part.is_leader:
-            errors[(tid, pi)] = ErrorCode.NOT_LEADER_OR_FOLLOWER
-            continue
-        try:
-            sp = await sg.partitions.get((group, tid, pi), log_start=part.log.log_start_offset,
-                                         log_end=part.high_watermark)
-        except KelpError as exc:
-            errors[(tid, pi)] = exc.code
-            continue
-        offset = sp.fetch_offset()
-        if offset is not None:
-            asked.append(((tid, pi), FetchPartition(name, pi, offset, request.max_bytes)))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(request.max_wait_ms, 0) / 1000.0
+    while True:
+        errors, names, asked = await _fetchable(ctx, sg, group, wanted, request.max_bytes)
+        remaining_ms = int((deadline - loop.time()) * 1000)
+        if asked or not wanted or errors or remaining_ms <= 0:
+            break
+        # Every partition's window is full of in-flight records: wait (bounded by MaxWaitMs) for a change — a
+        # lock expiring, a release, an acknowledgement — and try to acquire again; an empty answer at the first
+        # wake would send the client straight back (and the records freed to another member's next fetch).
+        await sg.partitions.wait_for_change(remaining_ms)
     records: dict[TP, tuple[bytes, list[Any]]] = {}
-    if not asked and wanted and not errors and request.max_wait_ms > 0:
-        # every partition's window is full of in-flight records: wait (bounded) for some to come back
-        await sg.partitions.wait_for_change(request.max_wait_ms)
     if asked:
-        results = await ctx.broker.replicas.fetch([fp for _k, fp in asked], max_wait_ms=request.max_wait_ms,
+        results = await ctx.broker.replicas.fetch([fp for _k, fp in asked],
+                                                  max_wait_ms=max(0, int((deadline - loop.time()) * 1000)),
                                                   min_bytes=request.min_bytes, max_bytes=request.max_bytes)
         budget = request.max_records if request.max_records > 0 else 500
         for (key, _fp), r in zip(asked, results, strict=True):

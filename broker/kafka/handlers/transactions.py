@@ -247,7 +247,7 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: TxnOffsetCommit
             tp = (topic, p.partition_index)
             if topic not in allowed:
                 codes[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-            elif not ctx.broker.topics.exists(topic):
+            elif not ctx.broker.topics.has_partition(topic, p.partition_index):
                 codes[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 offsets[tp] = CommittedOffset(p.committed_offset, p.committed_leader_epoch if v >= 2 else -1,

@@ -3,7 +3,8 @@
 Why: kafka-python 3 builds each message class from Kafka's JSON schema (`ApiMessage`'s `load_json`); its
 package lacks the KIP-848 messages, ConsumerGroupHeartbeat (API key 68) and ConsumerGroupDescribe (69), and
 KIP-932's share-group messages, ShareGroupHeartbeat (76), ShareGroupDescribe (77), ShareFetch (78),
-ShareAcknowledge (79), DescribeShareGroupOffsets (90) and AlterShareGroupOffsets (91), whose JSON files are
+ShareAcknowledge (79), DescribeShareGroupOffsets (90), AlterShareGroupOffsets (91) and DeleteShareGroupOffsets
+(92), whose JSON files are
 Kafka 4.4.0's (from kafka-clients-4.4.0.jar). The other JSON files beside this module are Kafka 4.3.1's
 (`clients/src/main/resources/common/message`, Apache License 2.0, header kept), so the codec is kafka-python's
 and the layout Kafka's. They ship as package data.
@@ -17,7 +18,8 @@ __all__ = ["ConsumerGroupHeartbeatRequest", "ConsumerGroupHeartbeatResponse", "C
            "ConsumerGroupDescribeResponse", "ShareGroupHeartbeatRequest", "ShareGroupHeartbeatResponse",
            "ShareGroupDescribeRequest", "ShareGroupDescribeResponse", "ShareFetchRequest", "ShareFetchResponse",
            "ShareAcknowledgeRequest", "ShareAcknowledgeResponse", "DescribeShareGroupOffsetsRequest",
-           "DescribeShareGroupOffsetsResponse", "AlterShareGroupOffsetsRequest", "AlterShareGroupOffsetsResponse"]
+           "DescribeShareGroupOffsetsResponse", "AlterShareGroupOffsetsRequest", "AlterShareGroupOffsetsResponse",
+           "DeleteShareGroupOffsetsRequest", "DeleteShareGroupOffsetsResponse"]
 
 
 class ConsumerGroupHeartbeatRequest(ApiMessage, load_json=__name__):
@@ -81,4 +83,12 @@ class AlterShareGroupOffsetsRequest(ApiMessage, load_json=__name__):
 
 
 class AlterShareGroupOffsetsResponse(ApiMessage, load_json=__name__):
+    pass
+
+
+class DeleteShareGroupOffsetsRequest(ApiMessage, load_json=__name__):
+    pass
+
+
+class DeleteShareGroupOffsetsResponse(ApiMessage, load_json=__name__):
     pass

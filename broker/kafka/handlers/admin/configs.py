@@ -22,6 +22,13 @@ read-only: refused per resource, naming it and saying to set it and restart.
 A broker resource of another broker id is refused, as Kafka's brokers do (its
 clients send it to that broker). BROKER_LOGGER stays refused.
 
+Group resources (type 32, `kafka-configs --entity-type groups`): a group's own session timeouts, heartbeat
+intervals, share-group lock duration, delivery count limit and `share.auto.offset.reset`
+(`metadata.group_configs`: Kafka's GroupConfig rules). A change is checked here against the group's configs after
+it and this broker's bounds (`group.share.min.record.lock.duration.ms`, ...), then recorded by the controller in
+the metadata log; an unknown key or a value out of bounds is INVALID_CONFIG naming the key, and nothing of that
+resource is applied. A group's configs are described whether or not the group exists, as in Kafka.
+
 Authorization (Kafka's ConfigHelper and ControllerApis' authorizeAlterResource): describing a topic's configs
 needs DESCRIBE_CONFIGS on the topic (ALTER_CONFIGS implies it), a broker's or broker logger's
 DESCRIBE_CONFIGS on the cluster; altering needs ALTER_CONFIGS on the topic or the cluster. A refused resource
@@ -32,7 +39,7 @@ Kafka's message and no configs.
 from __future__ import annotations
 
 import logging
-from typing import Awaitable, Callable, Protocol, Sequence, TypeVar
+from typing import Awaitable, Callable, Mapping, Protocol, Sequence, TypeVar
 
 from kafka.protocol.admin import (
     AlterConfigsRequest,
@@ -63,6 +70,13 @@ from kelp.errors import (
     TopicAuthorizationFailedError,
 )
 
+from ....metadata.group_configs import (
+    check_bounds,
+    checked_group,
+    checked_group_configs,
+    config_change,
+    group_entries,
+)
 from ...access import AclOperation, ResourceType, access
 from ..registry import RequestContext, handles
 
@@ -132,7 +146,10 @@ def _describe(ctx: RequestContext, res: DescribeConfigsRequest.DescribeConfigsRe
         if _broker_entity(ctx, res.resource_name) == DEFAULT_ENTITY:
             return default_entity_entries(broker.topics.dynamic_broker_configs(DEFAULT_ENTITY))
         return broker_entries(broker.config)
-    raise InvalidRequestError(f"config resource type {res.resource_type} is not supported (topic=2, broker=4)")
+    if res.resource_type == GROUP:
+        return group_entries(broker.config, broker.topics.group_configs(checked_group(res.resource_name)))
+    raise InvalidRequestError(f"config resource type {res.resource_type} is not supported (topic=2, broker=4, "
+                              "group=32)")
 
 
 @handles(DescribeConfigsRequest, min_version=0, max_version=4)
@@ -169,6 +186,8 @@ async def handle_describe_configs(ctx: RequestContext, request: DescribeConfigsR
 def _what(res: _Resource) -> str:
     if res.resource_type == TOPIC:
         return f"topic '{res.resource_name}'"
+    if res.resource_type == GROUP:
+        return f"group '{res.resource_name}'"
     return "the cluster-wide broker default" if res.resource_name == "" else f"broker {res.resource_name}"
 
 
@@ -216,11 +235,26 @@ def _incremental_changes(ctx: RequestContext, res: _IncrementalResource) -> tupl
     return sets, deletes
 
 
+async def _alter_group(ctx: RequestContext, group: str, sets: Mapping[str, str | None], deletes: Sequence[str], *,
+                       replace: bool, validate_only: bool) -> None:
+    """A GROUP resource's change (Kafka's GroupConfig rules, `metadata.group_configs`): names and values checked,
+    then the group's configs after the change within this broker's bounds, then the controller records it. Any
+    refusal is INVALID_CONFIG naming the key, and nothing of the resource is applied."""
+    group = checked_group(group)
+    changes: dict[str, str | None] = {**dict(sets), **{k: None for k in deletes}}
+    clean = checked_group_configs(changes)
+    after, _ = config_change(ctx.broker.topics.group_configs(group), clean, replace_all=replace)
+    check_bounds(after, ctx.broker.config)
+    await ctx.broker.cluster.routing.call("alter_group_configs", group=group, configs=clean, replace_all=replace,
+                                          validate_only=validate_only)
+
+
 async def _alter_each(ctx: RequestContext, resources: Sequence[_R], answer: Callable[..., _A],
                       alter_topic: Callable[[_R], Awaitable[None]],
-                      alter_broker: Callable[[_R, int], Awaitable[None]]) -> list[_A]:
-    """Each resource on its own: a topic through `alter_topic`, a broker entity through `alter_broker`,
-    errors per resource; `answer` builds a response's result of one resource."""
+                      alter_broker: Callable[[_R, int], Awaitable[None]],
+                      alter_group: Callable[[_R], Awaitable[None]]) -> list[_A]:
+    """Each resource on its own: a topic through `alter_topic`, a broker entity through `alter_broker`, a group
+    through `alter_group`; errors per resource; `answer` builds a response's result of one resource."""
     results: list[_A] = []
     for res in resources:
         try:
@@ -234,9 +268,11 @@ async def _alter_each(ctx: RequestContext, resources: Sequence[_R], answer: Call
                                           "with --log-level")
             elif res.resource_type == BROKER:
                 await alter_broker(res, _broker_entity(ctx, res.resource_name))
+            elif res.resource_type == GROUP:
+                await alter_group(res)
             else:
                 raise InvalidRequestError(f"config resource type {res.resource_type} is not supported "
-                                          "(topic=2, broker=4)")
+                                          "(topic=2, broker=4, group=32)")
             results.append(answer(error_code=ErrorCode.NONE, error_message=None, resource_type=res.resource_type,
                                   resource_name=res.resource_name))
         except KelpError as exc:
@@ -265,8 +301,12 @@ async def handle_incremental_alter_configs(
         await ctx.broker.topics.alter_broker_configs(entity, {**sets, **{k: None for k in deletes}},
                                                      validate_only=validate_only)
 
+    async def alter_group(res: _IncrementalResource) -> None:
+        sets, deletes = _incremental_changes(ctx, res)
+        await _alter_group(ctx, res.resource_name, sets, deletes, replace=False, validate_only=validate_only)
+
     results = await _alter_each(ctx, request.resources, IncrementalAlterConfigsResponse.AlterConfigsResourceResponse,
-                                alter_topic, alter_broker)
+                                alter_topic, alter_broker, alter_group)
     return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=results)
 
 
@@ -290,6 +330,13 @@ async def handle_alter_configs(ctx: RequestContext, request: AlterConfigsRequest
         await ctx.broker.topics.alter_broker_configs(entity, {c.name: c.value for c in res.configs}, replace=True,
                                                      validate_only=validate_only)
 
+    async def alter_group(res: _LegacyResource) -> None:
+        names = [c.name for c in res.configs]
+        if len(set(names)) != len(names):
+            raise InvalidRequestError(f"a config is given more than once for {_what(res)}")
+        await _alter_group(ctx, res.resource_name, {c.name: c.value for c in res.configs}, (), replace=True,
+                           validate_only=validate_only)
+
     results = await _alter_each(ctx, request.resources, AlterConfigsResponse.AlterConfigsResourceResponse,
-                                alter_topic, alter_broker)
+                                alter_topic, alter_broker, alter_group)
     return AlterConfigsResponse(throttle_time_ms=0, responses=results)
