@@ -21,6 +21,7 @@ from tests.support.broker_process import BrokerProcess
 from tests.support.kafka_wire import WireClient, make_batch
 
 from .share_wire import ACCEPT, REJECT, RELEASE, ShareMember, acquired, acquired_offsets, partition_errors
+from .test_group_configs import alter
 
 LOCK_MS = 1500
 SETTINGS = {"offsets.topic.num.partitions": 1, "share.coordinator.state.topic.num.partitions": 3,
@@ -129,6 +130,8 @@ def test_an_expired_lock_redelivers_to_another_member(broker: BrokerProcess) -> 
 
 
 def test_a_fetch_of_a_full_window_waits_instead_of_spinning(broker: BrokerProcess) -> None:
+    # The group's locks outlast the wait (a group config), so nothing frees a record while b waits.
+    assert alter(broker, "g-full", {"share.record.lock.duration.ms": "30000"}).error_code == 0
     _topic(broker, "sh-full", 100, "g-full")  # group.share.partition.max.record.locks: 100
     a = ShareMember(broker.bootstrap, "g-full", "a", "sh-full")
     b = ShareMember(broker.bootstrap, "g-full", "b", "sh-full")
@@ -138,6 +141,29 @@ def test_a_fetch_of_a_full_window_waits_instead_of_spinning(broker: BrokerProces
         resp = b.fetch(max_wait_ms=800)
         assert resp.error_code == 0 and acquired(resp) == []
         assert time.monotonic() - started >= 0.75  # its MaxWaitMs, not an immediate empty answer to retry at once
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_fetch_waiting_on_a_full_window_gets_what_a_lock_expiry_frees(broker: BrokerProcess) -> None:
+    """b's fetch parks on a window a fills; a's locks (LOCK_MS) run out during b's wait: b's fetch acquires the
+    freed records within the same request. Before, the wake answered b empty at once (seen as a flake of the
+    test above under load, when a's locks ran out during its 800 ms wait)."""
+    _topic(broker, "sh-freed", 100, "g-freed")
+    a = ShareMember(broker.bootstrap, "g-freed", "a", "sh-freed")
+    b = ShareMember(broker.bootstrap, "g-freed", "b", "sh-freed")
+    try:
+        held = _fetch_until(a, 100)
+        assert sum(last - first + 1 for first, last, _count in held) >= 100
+        wait_ms = LOCK_MS + 20_000
+        started = time.monotonic()
+        resp = b.fetch(max_wait_ms=wait_ms)
+        elapsed = time.monotonic() - started
+        got = acquired(resp)
+        assert resp.error_code == 0 and got, f"b's fetch answered empty after {elapsed:.2f} s"
+        assert all(count == 2 for _first, _last, count in got)  # a's deliveries expired: the second delivery
+        assert elapsed < wait_ms / 1000
     finally:
         a.close()
         b.close()

@@ -18,6 +18,7 @@ This module must never hold share-group state or decide delivery rules.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import uuid
@@ -173,6 +174,36 @@ def _leader(ctx: RequestContext, name: str | None, partition: int) -> Any:
                                                                                                  leader_epoch=-1)
 
 
+async def _fetchable(ctx: RequestContext, sg: ShareGroups, group: str, wanted: list[TP], max_bytes: int,
+                     ) -> tuple[dict[TP, int], dict[TP, str], list[tuple[TP, FetchPartition]]]:
+    """For each partition of the share session: its error, or its name and where a fetch would read (the
+    share-partition's next acquirable offset; none while its window of in-flight records is full)."""
+    errors: dict[TP, int] = {}
+    names: dict[TP, str] = {}
+    asked: list[tuple[TP, FetchPartition]] = []
+    for tid, pi in wanted:
+        name, refusal = _topic_refusal(ctx, tid)
+        if refusal != ErrorCode.NONE or name is None:
+            errors[(tid, pi)] = refusal
+            continue
+        names[(tid, pi)] = name
+        part = ctx.broker.replicas.get_partition(name, pi)
+        if part is None or not part.is_leader:
+            errors[(tid, pi)] = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            continue
+        try:
+            sp = await sg.partitions.get((group, tid, pi), log_start=part.log.log_start_offset,
+                                         log_end=part.high_watermark,
+                                         initial=functools.partial(initial_start, ctx.broker, group, part))
+        except KelpError as exc:
+            errors[(tid, pi)] = exc.code
+            continue
+        offset = sp.fetch_offset()
+        if offset is not None:
+            asked.append(((tid, pi), FetchPartition(name, pi, offset, max_bytes)))
+    return errors, names, asked
+
+
 # -- ShareFetch ---------------------------------------------------------------------------------------------
 @handles(ShareFetchRequest, min_version=1, max_version=1)
 async def handle_share_fetch(ctx: RequestContext, request: Any) -> ShareFetchResponse:
@@ -204,35 +235,21 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> ShareFetchRes
             for pi in f.partitions:
                 session.partitions.discard((f.topic_id.hex if f.topic_id is not None else "", pi))
         wanted = sorted(session.partitions)
-    errors: dict[TP, int] = {}
-    names: dict[TP, str] = {}
-    asked: list[tuple[TP, FetchPartition]] = []
-    for tid, pi in wanted:
-        name, refusal = _topic_refusal(ctx, tid)
-        if refusal != ErrorCode.NONE or name is None:
-            errors[(tid, pi)] = refusal
-            continue
-        names[(tid, pi)] = name
-        part = ctx.broker.replicas.get_partition(name, pi)
-        if part is None or not part.is_leader:
-            errors[(tid, pi)] = ErrorCode.NOT_LEADER_OR_FOLLOWER
-            continue
-        try:
-            sp = await sg.partitions.get((group, tid, pi), log_start=part.log.log_start_offset,
-                                         log_end=part.high_watermark,
-                                         initial=functools.partial(initial_start, ctx.broker, group, part))
-        except KelpError as exc:
-            errors[(tid, pi)] = exc.code
-            continue
-        offset = sp.fetch_offset()
-        if offset is not None:
-            asked.append(((tid, pi), FetchPartition(name, pi, offset, request.max_bytes)))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(request.max_wait_ms, 0) / 1000.0
+    while True:
+        errors, names, asked = await _fetchable(ctx, sg, group, wanted, request.max_bytes)
+        remaining_ms = int((deadline - loop.time()) * 1000)
+        if asked or not wanted or errors or remaining_ms <= 0:
+            break
+        # Every partition's window is full of in-flight records: wait (bounded by MaxWaitMs) for a change — a
+        # lock expiring, a release, an acknowledgement — and try to acquire again; an empty answer at the first
+        # wake would send the client straight back (and the records freed to another member's next fetch).
+        await sg.partitions.wait_for_change(remaining_ms)
     records: dict[TP, tuple[bytes, list[Any]]] = {}
-    if not asked and wanted and not errors and request.max_wait_ms > 0:
-        # every partition's window is full of in-flight records: wait (bounded) for some to come back
-        await sg.partitions.wait_for_change(request.max_wait_ms)
     if asked:
-        results = await ctx.broker.replicas.fetch([fp for _k, fp in asked], max_wait_ms=request.max_wait_ms,
+        results = await ctx.broker.replicas.fetch([fp for _k, fp in asked],
+                                                  max_wait_ms=max(0, int((deadline - loop.time()) * 1000)),
                                                   min_bytes=request.min_bytes, max_bytes=request.max_bytes)
         budget = request.max_records if request.max_records > 0 else 500
         for (key, _fp), r in zip(asked, results, strict=True):
