@@ -47,8 +47,9 @@ from typing import Any, Awaitable, Callable, Iterable
 from kelp.clock import WallClockMs, wall_clock_ms
 from kelp.errors import ErrorCode
 
-from .consumer.coordinator import ConsumerGroups, TopicLike, TopicView
+from .consumer.coordinator import ConsumerGroups
 from .consumer.migration import ClassicBridge
+from .consumer.model import TopicLike, TopicView
 from .coordinator_config import CoordinatorConfig, LoopScheduler, Scheduler
 from .group import CommittedOffset, Group, GroupState, Member
 from .group_metadata_manager import GroupMetadataManager, OffsetStore

@@ -29,7 +29,7 @@ import logging
 import uuid
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Awaitable, Callable, Collection, Iterable, Protocol
+from typing import Awaitable, Callable, Collection, Iterable
 
 from kelp.errors import ErrorCode
 
@@ -46,36 +46,16 @@ from .model import (
     ConsumerGroup,
     ConsumerMember,
     MemberState,
+    TopicView,
     member_topics,
     next_assignment,
     subset,
 )
 from .regex import InvalidPattern, RegexRefresh, TopicFilter, invalid_message, resolve
 
-__all__ = ["ConsumerGroups", "TopicView", "ConsumerGroupDescription"]
+__all__ = ["ConsumerGroups", "ConsumerGroupDescription"]
 
 log = logging.getLogger("kelp.broker.groups")
-
-
-class TopicLike(Protocol):
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def topic_id(self) -> str: ...
-
-    @property
-    def partitions(self) -> int: ...
-
-
-class TopicView(Protocol):
-    """What the coordinator reads of the cluster's topics (the broker's TopicManager)."""
-
-    def get(self, name: str) -> TopicLike | None: ...
-
-    def name_of(self, topic_id: str) -> str | None: ...
-
-    def list_topics(self) -> Iterable[TopicLike]: ...
 
 
 @dataclass(frozen=True)

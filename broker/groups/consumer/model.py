@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping, Protocol
 
 from .assignors import Assignment
 
@@ -222,3 +222,26 @@ def _assigned_at(member: ConsumerMember, held: list[dict[str, set[int]]], grante
     out = {(t, p): member.assigned_at.get((t, p), epoch) for part in held for t, ps in part.items() for p in ps}
     out.update({(t, p): epoch for t, ps in granted.items() for p in ps})
     return out
+
+
+class TopicLike(Protocol):
+    """One topic as the coordinator reads it."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def topic_id(self) -> str: ...
+
+    @property
+    def partitions(self) -> int: ...
+
+
+class TopicView(Protocol):
+    """What the coordinator reads of the cluster's topics (the broker's TopicManager)."""
+
+    def get(self, name: str) -> TopicLike | None: ...
+
+    def name_of(self, topic_id: str) -> str | None: ...
+
+    def list_topics(self) -> Iterable[TopicLike]: ...
