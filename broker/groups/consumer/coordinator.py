@@ -171,20 +171,18 @@ class ConsumerGroups:
             holder = group.static_members.get(req.instance_id) if req.instance_id is not None else None
             if holder is not None and holder != member_id:
                 old = group.members[holder]
-                if old.member_epoch != STATIC_LEAVE_EPOCH:
+                if old.member_epoch != STATIC_LEAVE_EPOCH and old.classic is None:  # a classic one is replaced
                     return HeartbeatResult(ErrorCode.UNRELEASED_INSTANCE_ID,
                                            f"Static member {holder} with instance id {req.instance_id} is not "
                                            "released yet.")
                 # The instance comes back as a new member id: it takes over the old one's assignment.
                 return replace(old, member_id=member_id), holder
-            known = group.members.get(member_id)
-            if known is not None:
-                return known, None
-            if len(group.members) >= self.config.consumer_max_size:
-                return HeartbeatResult(ErrorCode.GROUP_MAX_SIZE_REACHED,
-                                       f"The consumer group has reached its maximum capacity of "
-                                       f"{self.config.consumer_max_size} members.")
-            return ConsumerMember(member_id), None
+            if member_id not in group.members:  # a known one is checked below, its epoch too (as Kafka)
+                if len(group.members) >= self.config.consumer_max_size:
+                    return HeartbeatResult(ErrorCode.GROUP_MAX_SIZE_REACHED,
+                                           f"The consumer group has reached its maximum capacity of "
+                                           f"{self.config.consumer_max_size} members.")
+                return ConsumerMember(member_id), None
         member = group.members.get(req.member_id)
         if member is None:
             return HeartbeatResult(ErrorCode.UNKNOWN_MEMBER_ID,
@@ -220,7 +218,7 @@ class ConsumerGroups:
             subscribed_topic_names=tuple(sorted(set(req.subscribed_topic_names)))
             if req.subscribed_topic_names is not None else member.subscribed_topic_names,
             server_assignor=req.server_assignor if req.server_assignor is not None else member.server_assignor,
-            client_id=req.client_id, client_host=req.client_host, classic=req.classic or member.classic,
+            client_id=req.client_id, client_host=req.client_host, classic=req.classic,  # None: a consumer heartbeat
         )
         # -- the group epoch: membership, subscriptions, subscribed topics ------------------------------------
         members = dict(group.members)
