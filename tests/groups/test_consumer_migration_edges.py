@@ -231,3 +231,48 @@ async def test_a_classic_join_naming_a_consumer_member_switches_it_to_the_classi
     owners_disjoint(coord, a, b, switched)
     replayed, _ = make(store)
     assert replayed.consumer.groups[G].members["C"].classic is not None
+
+
+class ReplicatingStore(MemoryStore):
+    """An append lands in the local log at once, then waits for `gate` (its replication), as the broker's."""
+
+    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
+        gate, self.gate = self.gate, None
+        try:
+            await super().append(partition, records)
+        finally:
+            self.gate = gate
+        if gate is not None:
+            await gate.wait()
+
+
+async def test_the_partition_moving_away_and_back_during_the_upgrades_write_serves_the_group_from_its_log() -> None:
+    """The upgrade's records are in the log, being replicated, when the partition moves away and comes back to
+    this broker: the old write answers NOT_COORDINATOR and changes nothing; the reload serves what the log says,
+    one consumer group with the classic members, the offsets kept, no classic member anywhere."""
+    store = ReplicatingStore()
+    coord, sched = make(store)
+    a, b = await classic_group(coord, sched)
+    await coord.commit_offsets(G, member_id=a.member_id, generation=a.generation,
+                               offsets={("t", 2): CommittedOffset(22)})
+    store.gate = asyncio.Event()
+    beat = asyncio.ensure_future(Client(coord, "C").beat())
+    await settle()
+    assert G in coord.mixed.converting
+    p = coord.partition_for(G)
+    coord.on_resign(p, 1)
+    await asyncio.wait_for(coord.on_become_leader(p, 2), 5)
+    store.gate.set()
+    assert (await asyncio.wait_for(beat, 5)).error == ErrorCode.NOT_COORDINATOR
+    group = coord.consumer.groups[G]
+    assert set(group.members) == {a.member_id, b.member_id}
+    assert not coord.groups[G].members
+    assert coord.fetch_offsets(G, [("t", 2)])[1][("t", 2)].offset == 22  # type: ignore[union-attr]
+    assert a.beat() == ErrorCode.NONE  # A goes on, a classic member of the consumer group, at its generation
+    c = Client(coord, "C")  # C's heartbeat is retried at the coordinator: it joins the consumer group
+    assert (await c.beat()).error == ErrorCode.NONE
+    for cl in (a, b):
+        while cl.beat() == ErrorCode.REBALANCE_IN_PROGRESS:
+            await cl.rejoin()
+            await c.beat()
+            owners_disjoint(coord, a, b, c)
