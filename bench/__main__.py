@@ -39,7 +39,8 @@ ProducerPerformance and ConsumerPerformance against both (bench/kafka_perf.py), 
 event-loop step of every request on a broker holding 10,000 topics and transactional ids and 1,000 SCRAM users
 behind a SASL_SSL listener and the authorizer. Last, attacks (bench/attacks/section.py): an honest acks=all
 producer and consumer group beside each attack of issue 33, their p99 under attack over unattacked and records
-lost, Kelp beside Kafka where Kafka has the same surface.
+lost, Kelp beside Kafka where Kafka has the same surface. Then the event loops (bench/event_loop.py): the same
+Kelp broker on asyncio's loop and on uvloop's, alternating, on the throughput, TLS, latency and connection cases.
 
 `--no-kafka` skips Apache Kafka (one line says so); `--profile` runs the
 Kelp broker under cProfile and prints its hottest functions.
@@ -460,7 +461,7 @@ def _main(argv: list[str] | None = None) -> int:
                    help="Kelp broker counts measured against one Kafka broker under the same load (1,2,4; empty skips)")
     p.add_argument("--scaling-records", type=int, default=100_000,
                    help="1 KiB records per producer process (4 of them) per scaling run (100000)")
-    from . import kafka_perf, loop_guard, rest
+    from . import event_loop, kafka_perf, loop_guard, rest
     from .attacks import section as attacks
     from .cluster import partition_scale
     from .rebalance import section as rebalance
@@ -475,6 +476,7 @@ def _main(argv: list[str] | None = None) -> int:
     partition_scale.add_arguments(p)
     loop_guard.add_arguments(p)
     attacks.add_arguments(p)
+    event_loop.add_arguments(p)
     args = p.parse_args(argv)
     if args.bootstrap_server or args.client_config or args.client_property:
         # An existing (secured) cluster: only the produce/consume workload, with the client properties given.
@@ -587,6 +589,9 @@ def _main(argv: list[str] | None = None) -> int:
             return 2
         if att is not None:
             emit("attacks", att, as_json=args.json, report=attacks.print_report)
+        loops = event_loop.run_from_args(args, work=Path(tmp) / "event-loop")  # asyncio beside uvloop
+        if loops is not None:
+            emit("event_loop", loops, as_json=args.json, report=event_loop.print_report)
     return 0
 
 

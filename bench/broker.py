@@ -32,6 +32,7 @@ class BenchBroker:
         self.bootstrap = ""
         self.http_url = ""
         self.listeners: dict[str, str] = {}  # listener name -> address, from the ready line
+        self.ready: dict[str, Any] = {}  # the ready line itself (its `event_loop`: which loop the broker runs)
         self.ports = (0, 0)  # (Kafka, HTTP) to listen on: 0 picks free ones; `restart` keeps the first start's
         self._stderr: list[str] = []
 
@@ -62,6 +63,7 @@ class BenchBroker:
         if not ready.wait(timeout_s):
             self.stop()
             raise RuntimeError("broker did not start:\n" + "".join(self._stderr[-30:]))
+        self.ready = info
         self.bootstrap = info["kafka"]
         self.listeners = dict(info.get("listeners") or {"PLAINTEXT": self.bootstrap})
         self.http_url = "http://" + info["http"]

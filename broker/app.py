@@ -55,6 +55,7 @@ from .client_quota_manager import ClientQuotaManager
 from .cluster.inter_broker import InterBrokerSecurity, kafka_identities
 from .cluster.member import ClusterMember
 from .cluster.replica_fetcher import ReplicaFetcherManager
+from .event_loop import loop_name, new_event_loop
 from .groups import GroupCoordinator
 from .groups import attach as attach_groups
 from .http_listener import HttpListener
@@ -474,7 +475,7 @@ class Broker:
         the logs are flushed by then, and `asyncio.run`'s teardown would hang on a task that swallows its
         cancellation exactly as an unbounded stop did."""
         allocator.tune()  # this process is the broker's: large buffers reused from the heap (allocator.py)
-        loop = asyncio.new_event_loop()
+        loop = new_event_loop(str(self.config["event.loop"]))  # asyncio's or uvloop's (event_loop.py)
         self.freeze_gc = True
         try:
             asyncio.set_event_loop(loop)
@@ -543,6 +544,7 @@ class Broker:
                 "http": f"{self.http_host}:{self.http_port}",
                 "log_dirs": [str(d) for d in self.config.log_dirs],
                 "broker_id": self.config.broker_id,
+                "event_loop": loop_name(asyncio.get_running_loop()),
             }
             sys.stdout.write(json.dumps(info) + "\n")
             sys.stdout.flush()

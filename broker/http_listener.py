@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from typing import TYPE_CHECKING, Awaitable, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable, cast
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -44,9 +44,10 @@ class _Waiting(asyncio.Protocol):
         self._lost = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        transport.pause_reading()
+        # A stream server hands its protocols a stream transport; uvloop's are not asyncio.Transport subclasses
+        # (its Cython classes derive from none of asyncio's), so no isinstance check here.
+        self.transport = stream = cast(asyncio.Transport, transport)
+        stream.pause_reading()
         self._listener.waiting(self)
 
     def data_received(self, data: bytes) -> None:  # what a TLS record held past the pause

@@ -31,7 +31,7 @@ of a frame) is closed by one periodic sweep; connections beyond
 `max.connections` / `max.connections.per.ip` are closed right after accept.
 
 TLS (an SSL or SASL_SSL listener): the accepted TCP connection is upgraded
-with `loop.start_tls` before anything is read, bounded by
+with `loop.start_tls` (what is read before it is held for it: `tls_upgrade.py`), bounded by
 `TLS_HANDSHAKE_TIMEOUT_S`; a failed handshake (a plaintext client, an
 untrusted client certificate, garbage) is reported to the listener, which
 logs it, and the connection closes. asyncio's TLS transport feeds this same
@@ -67,6 +67,7 @@ from .framing import SIZE
 from .limits import MemoryPool
 from .response_writer import Answer, ResponseWriter
 from .session import Session
+from .tls_upgrade import EarlyBytes, hold, start_tls
 
 log = logging.getLogger("kelp.broker.kafka")
 
@@ -202,15 +203,16 @@ class _Connection(asyncio.BufferedProtocol):
         context = self.server.tls_context
         if context is not None:
             self._tls = True
-            self._handshake = asyncio.get_running_loop().create_task(self._start_tls(stream, context))
+            # What uvloop reads before `start_tls` takes the transport is held for the handshake (tls_upgrade.py).
+            early = hold(stream, self)
+            self._handshake = asyncio.get_running_loop().create_task(self._start_tls(stream, context, early))
             return
         self._open(stream, None)
 
-    async def _start_tls(self, raw: asyncio.Transport, context: ssl.SSLContext) -> None:
+    async def _start_tls(self, raw: asyncio.Transport, context: ssl.SSLContext, early: EarlyBytes) -> None:
         """Upgrade the accepted connection to TLS; this protocol reads and writes through the TLS transport after."""
         try:
-            stream = await asyncio.get_running_loop().start_tls(
-                raw, self, context, server_side=True, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S)
+            stream = await start_tls(raw, self, early, context, timeout_s=TLS_HANDSHAKE_TIMEOUT_S)
         except (OSError, ssl.SSLError, ConnectionError, TimeoutError) as exc:
             self.server.tls_failed(self.peer, exc)
             self.closed = True

@@ -3,7 +3,8 @@ task and the transport's flow control.
 
 Why an object of its own: the receive path (`connection.py`) reads frames and dispatches requests, each
 handled in its own task; this side waits for each answer in arrival order and writes it — byte buffers in
-runs, file ranges with sendfile (under TLS: read in 1 MiB chunks and written through the TLS transport) —
+runs, file ranges with sendfile (under TLS, and on uvloop's loop, which has no `sendfile`: read in 1 MiB
+chunks and written through the transport) —
 pausing while the transport's buffer is above its high-water mark, and closes the connection after an
 answer that says so (a failed authentication's, a handler's `False`). It also holds the in-flight bound:
 reading pauses once MAX_IN_FLIGHT requests wait for their answers and resumes below half of it. The
@@ -77,7 +78,7 @@ class ResponseWriter:
         self.writing = False  # an answer is being written
         self._paused = False  # the transport is above its high-water mark
         self._lost = False  # the transport is gone
-        self._tls = False
+        self._copy_ranges = False  # file ranges are read and written through the transport, not sendfile
 
     @property
     def busy(self) -> bool:
@@ -86,8 +87,11 @@ class ResponseWriter:
 
     def start(self, transport: asyncio.Transport, *, tls: bool) -> None:
         """Write the answers to `transport` (the connection is open) from now on."""
-        self._tls = tls
-        self.task = asyncio.get_running_loop().create_task(self._write_loop(transport))
+        loop = asyncio.get_running_loop()
+        # uvloop implements no `loop.sendfile` (the base class's raises NotImplementedError, fallback or not), and
+        # its transports own their descriptors: file ranges go through the transport there, as under TLS.
+        self._copy_ranges = tls or type(loop).sendfile is asyncio.AbstractEventLoop.sendfile
+        self.task = loop.create_task(self._write_loop(transport))
 
     def push(self, item: asyncio.Future[Answer]) -> None:
         """A request dispatched: its answer goes out after those before it. At MAX_IN_FLIGHT unanswered, reading
@@ -207,7 +211,7 @@ class ResponseWriter:
                     run = []
                 if self._lost:
                     return False
-                if self._tls:
+                if self._copy_ranges:
                     sent = await self._copy_range(transport, buf)
                 else:
                     sent = await asyncio.get_running_loop().sendfile(
@@ -226,8 +230,9 @@ class ResponseWriter:
             close_buffers(out)
 
     async def _copy_range(self, transport: asyncio.Transport, buf: FileRange) -> int:
-        """A file range through a TLS transport, in TLS_READ_CHUNK reads (from the page cache, as sendfile
-        reads), waiting between chunks while the transport is above its high-water mark; the bytes written."""
+        """A file range through the transport (TLS's, or uvloop's), in TLS_READ_CHUNK reads (from the page cache,
+        as sendfile reads), waiting between chunks while the transport is above its high-water mark; the bytes
+        written."""
         fd = buf.file.fileno()
         position, left = buf.position, buf.size
         while left > 0 and not self._lost:

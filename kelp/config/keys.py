@@ -23,7 +23,7 @@ from .listener_keys import SECURITY_KEYS
 __all__ = ["BROKER_KEYS", "TOPIC_CONFIG_KEYS", "TOPIC_BROKER_SYNONYMS", "DYNAMIC_BROKER_KEYS", "DEFAULT_ENTITY",
            "REPLICATION_THROTTLE_RATE_KEYS", "throttled_replicas",
            "parse_bool", "parse_compression_name", "parse_assignors", "CONSUMER_ASSIGNORS", "ConfigValue", "Parser",
-           "AUTHORIZER_CLASSES", "KELP_AUTHORIZER", "KAFKA_STANDARD_AUTHORIZER"]
+           "AUTHORIZER_CLASSES", "KELP_AUTHORIZER", "EVENT_LOOPS", "KAFKA_STANDARD_AUTHORIZER"]
 
 ConfigValue = str | int | float | bool | list[str] | None
 """A parsed broker config value (None: unset, where the default is none)."""
@@ -262,6 +262,18 @@ def _backend(value: object) -> str:
     if text not in ("file", "kube"):
         raise ValueError("expected 'file' (a directory shared by the brokers of one machine) or 'kube' (Lease and "
                          f"ConfigMap objects), got {value!r}")
+    return text
+
+
+EVENT_LOOPS = ("asyncio", "uvloop", "auto")
+
+
+def _event_loop(value: object) -> str:
+    """`event.loop`: the broker process's event loop (broker/event_loop.py). Whether uvloop is installed is
+    checked when the loop is made, not here: this table reads no files."""
+    text = str(value).strip().lower()
+    if text not in EVENT_LOOPS:
+        raise ValueError(f"expected one of {', '.join(EVENT_LOOPS)}, got {value!r}")
     return text
 
 
@@ -521,6 +533,9 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     "producer.id.expiration.check.interval.ms": (_positive, 600000),
     # Kelp's own: an event-loop delay this long is logged naming the code that held the loop (loop_monitor.py)
     "kelp.loop.lag.warn.ms": (_positive, 100),
+    # Kelp's own: the process's event loop, asyncio's or uvloop's (the `uvloop` extra); auto: uvloop when
+    # installed. Chosen by bench/event_loop.py's figures (docs/performance.md, "Event loops").
+    "event.loop": (_event_loop, "asyncio"),
 }
 
 # Per-topic overrides (Kafka topic config names) -> parser. Names the storage
