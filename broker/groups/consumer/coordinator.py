@@ -263,7 +263,7 @@ class ConsumerGroups:
         # -- write the change as Kafka's records, then apply it (nothing above changed the group) ---------------
         fresh = is_new or replaced is not None
         recs: list[records.Record] = records.member_tombstones(gid, replaced) if replaced is not None else []
-        if fresh or _metadata(updated) != _metadata(member):
+        if fresh or records.member_fields(updated) != records.member_fields(member):
             recs.append(records.member_record(gid, reconciled))
         if metadata != group.subscribed_topics:
             recs.append(records.subscription_record(gid, metadata))
@@ -275,7 +275,7 @@ class ConsumerGroups:
             recs.append(records.target_epoch_record(gid, assignment_epoch))
         elif replaced is not None and mid in target:
             recs.append(records.target_member_record(gid, mid, target[mid]))
-        if fresh or _assignment_state(reconciled) != _assignment_state(member):
+        if fresh or records.assignment_fields(reconciled) != records.assignment_fields(member):
             recs.append(records.current_assignment_record(gid, reconciled))
         err = await self._write(gid, recs)
         if err:
@@ -592,14 +592,3 @@ async def _no_upgrade(group_id: str) -> HeartbeatResult | None:
 
 async def _no_downgrade(group: ConsumerGroup, member_id: str) -> int | None:
     return None
-
-
-def _metadata(m: ConsumerMember) -> tuple[object, ...]:
-    """What ConsumerGroupMemberMetadataValue holds of a member."""
-    return (m.instance_id, m.rack_id, m.client_id, m.client_host, m.subscribed_topic_names, m.subscribed_topic_regex,
-            m.rebalance_timeout_ms, m.server_assignor, m.classic)
-
-
-def _assignment_state(m: ConsumerMember) -> tuple[object, ...]:
-    """What ConsumerGroupCurrentMemberAssignmentValue holds of a member."""
-    return m.member_epoch, m.previous_member_epoch, m.state, m.assigned, m.revoking, m.assigned_at
