@@ -174,14 +174,7 @@ async def test_a_partition_moving_during_the_upgrades_write_leaves_one_group_wit
     old coordinator answers NOT_COORDINATOR and keeps nothing; the new one replays exactly one group, classic or
     consumer, with the members and the committed offsets."""
     store = MemoryStore()
-    coord, sched = make(store)
-    a, b = await classic_group(coord, sched)
-    await coord.commit_offsets(G, member_id=a.member_id, generation=a.generation,
-                               offsets={("t", 1): CommittedOffset(11)})
-    store.gate = asyncio.Event()
-    beat = asyncio.ensure_future(Client(coord, "C").beat())
-    await settle()
-    assert G in coord.mixed.converting
+    coord, a, b, beat = await upgrade_in_flight(store, ("t", 1), 11)
     coord.on_resign(coord.partition_for(G), 1)
     store.fail = not written
     store.gate.set()
@@ -199,6 +192,20 @@ async def test_a_partition_moving_during_the_upgrades_write_leaves_one_group_wit
         assert consumer is None and classic is not None and classic.generation == a.generation
         assert classic.protocol_name == "range"
     assert moved.fetch_offsets(G, [("t", 1)])[1][("t", 1)].offset == 11  # type: ignore[union-attr]
+
+
+async def upgrade_in_flight(store: MemoryStore, tp: tuple[str, int],
+                            offset: int) -> tuple[GroupCoordinator, Classic, Classic, asyncio.Future]:
+    """A Stable classic group with `offset` committed for `tp`, whose upgrade (C's first heartbeat, the returned
+    future) is being written: `store.gate` holds the append."""
+    coord, sched = make(store)
+    a, b = await classic_group(coord, sched)
+    await coord.commit_offsets(G, member_id=a.member_id, generation=a.generation, offsets={tp: CommittedOffset(offset)})
+    store.gate = asyncio.Event()
+    beat = asyncio.ensure_future(Client(coord, "C").beat())
+    await settle()
+    assert G in coord.mixed.converting
+    return coord, a, b, beat
 
 
 class FailingStore(MemoryStore):
@@ -251,17 +258,11 @@ async def test_the_partition_moving_away_and_back_during_the_upgrades_write_serv
     this broker: the old write answers NOT_COORDINATOR and changes nothing; the reload serves what the log says,
     one consumer group with the classic members, the offsets kept, no classic member anywhere."""
     store = ReplicatingStore()
-    coord, sched = make(store)
-    a, b = await classic_group(coord, sched)
-    await coord.commit_offsets(G, member_id=a.member_id, generation=a.generation,
-                               offsets={("t", 2): CommittedOffset(22)})
-    store.gate = asyncio.Event()
-    beat = asyncio.ensure_future(Client(coord, "C").beat())
-    await settle()
-    assert G in coord.mixed.converting
+    coord, a, b, beat = await upgrade_in_flight(store, ("t", 2), 22)
     p = coord.partition_for(G)
     coord.on_resign(p, 1)
     await asyncio.wait_for(coord.on_become_leader(p, 2), 5)
+    assert store.gate is not None
     store.gate.set()
     assert (await asyncio.wait_for(beat, 5)).error == ErrorCode.NOT_COORDINATOR
     group = coord.consumer.groups[G]
