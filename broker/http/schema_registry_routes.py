@@ -178,13 +178,13 @@ async def _write(request: web.Request, op: str, args: JsonObject) -> JsonData:
     last = "no leader of '_schemas' is known yet"
     while True:
         leader = log.leader()
-        endpoint = log.parts.cluster.brokers.get(leader)
+        endpoint = log.parts.cluster.state.brokers.get(leader)
         if log.is_leader():
             return await registry.write(op, args)
         if endpoint is not None and leader != log.parts.config.broker_id:
             url = f"{endpoint.http_url}/cluster/v1/schema-registry/write/{op}"
             try:
-                async with log.parts.cluster.control_session().post(url, json=args) as resp:
+                async with log.parts.cluster.session.session().post(url, json=args) as resp:
                     body = await resp.json(content_type=None)
                 if resp.status == 200 and isinstance(body, dict) and "result" in body:
                     result: JsonData = body["result"]
