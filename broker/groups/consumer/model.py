@@ -123,6 +123,11 @@ class ConsumerGroup:
     # by the coordinator that loads the group). A member's topics are its names and its regex's topics.
     resolved_regexes: dict[str, frozenset[str]] = field(default_factory=dict)
 
+    def subscribed_topic_names(self) -> set[str]:
+        """The topic names its members subscribe to, by name or by regex (Kafka's subscribedTopicNames, whether the
+        topics exist or not): OffsetDelete refuses these (GROUP_SUBSCRIBED_TO_TOPIC)."""
+        return {t for m in self.members.values() for t in member_topics(m, self.resolved_regexes)}
+
     def regexes(self) -> set[str]:
         """The regexes members subscribe with."""
         return {m.subscribed_topic_regex for m in self.members.values() if m.subscribed_topic_regex}
