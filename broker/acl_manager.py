@@ -9,7 +9,7 @@ start, then every delta as it applies it, before this process is registered too,
 authorizes the very deliveries that register it), and each change reaches the authorizer as an add or a
 remove, which empties its cache, so no decision outlives the ACLs it read. CreateAcls and DeleteAcls go to
 the controller through the cluster member and return once this broker has applied the change
-(`ControllerDoor.call`), so a client sees its own ACLs at once.
+(`ControllerDoor.routing`), so a client sees its own ACLs at once.
 
 Brokers are principals too: a replica fetch, an OffsetForLeaderEpoch from a follower and every
 `/cluster/v1` call must come from a super user or a principal with CLUSTER_ACTION on the cluster (Kafka's
@@ -175,7 +175,7 @@ class AclManager:
     async def create(self, bindings: Sequence[object]) -> CreateAclsAnswer:
         """CreateAcls through the controller: bindings as JSON (`security.acl_json`), each answered in order."""
         self._require_enabled()
-        answer = await self._door().call("create_acls", acls=list(bindings))
+        answer = await self._door().routing.call("create_acls", acls=list(bindings))
         return cast(CreateAclsAnswer, answer)  # the controller's answer to this operation
 
     async def create_bindings(self, bindings: Sequence[AclBinding]) -> CreateAclsAnswer:
@@ -184,7 +184,7 @@ class AclManager:
     async def delete(self, filters: Sequence[object]) -> DeleteAclsAnswer:
         """DeleteAcls through the controller: filters as JSON, each answered with the bindings it deleted."""
         self._require_enabled()
-        answer = await self._door().call("delete_acls", filters=list(filters))
+        answer = await self._door().routing.call("delete_acls", filters=list(filters))
         return cast(DeleteAclsAnswer, answer)  # the controller's answer to this operation
 
     async def delete_filters(self, filters: Sequence[AclBindingFilter]) -> DeleteAclsAnswer:

@@ -173,9 +173,9 @@ class Broker:
             per_ip_overrides=per_ip_limits(cfg["max.connections.per.ip.overrides"]),
             listener_max=cfg.per_listener("max.connections"), creation_rate=cfg["max.connection.creation.rate"],
             listener_rates=cfg.per_listener("max.connection.creation.rate"),
-            # Kafka exempts the inter-broker listener from max.connections; one shared with clients cannot be.
-            protected=setup.inter_broker.listener.name if len(setup.listeners) > 1 else None,
-            ip_rates=lambda ip: ip_connection_rate(self.cluster.image.client_quotas, ip) if self.cluster else None)
+            protected=setup.inter_broker.listener.name if len(setup.listeners) > 1 else None,  # from max.connections
+            ip_rates=lambda ip: (ip_connection_rate(self.cluster.state.image.client_quotas, ip) if self.cluster
+                                 else None))
         identities = kafka_identities(setup)
 
         def is_broker(principal: KafkaPrincipal) -> bool:
@@ -205,23 +205,22 @@ class Broker:
         )
         cluster = self.cluster = ClusterMember(_MemberHost(cfg, topics, replicas, self.request_stop))
         # How this broker reaches the others (inter.broker.listener.name, http.ssl.*): one for both paths.
-        cluster.inter_broker = inter_broker = InterBrokerSecurity(setup)
+        cluster.state.inter_broker = inter_broker = InterBrokerSecurity(setup)
         topics.cluster = cluster
         acls = self.acls = AclManager(cfg)
         acls.cluster = cluster
-        cluster.delta_listeners.append(acls.apply_delta)
-        replicas.alter_partition = cluster.alter_partition
+        cluster.metadata.delta_listeners.append(acls.apply_delta)
+        replicas.alter_partition = cluster.routing.alter_partition
         replicas.fetchers = self.fetchers = ReplicaFetcherManager(
-            replicas=replicas, broker_id=cfg.broker_id, endpoint_of=lambda b: cluster.brokers.get(b), config=cfg,
-            inter_broker=inter_broker,
-        )
+            replicas=replicas, broker_id=cfg.broker_id, endpoint_of=lambda b: cluster.state.brokers.get(b), config=cfg,
+            inter_broker=inter_broker)
         await cluster.start(endpoint)
         groups = self.groups = attach_groups(config=cfg, topics=topics, replicas=replicas, logs=logs)
         transactions = self.transactions = attach_transactions(config=cfg, topics=topics, replicas=replicas,
                                                                logs=logs, cluster=cluster)
         parts = self.parts = BrokerParts(config=cfg, logs=logs, topics=topics, replicas=replicas, cluster=cluster,
                                          groups=groups, transactions=transactions, acls=acls,
-                                         quotas=ClientQuotaManager(lambda: cluster.image.client_quotas,
+                                         quotas=ClientQuotaManager(lambda: cluster.state.image.client_quotas,
                                                                    windows=cfg["quota.window.num"],
                                                                    window_s=float(cfg["quota.window.size.seconds"])))
         if self.freeze_gc:
@@ -229,9 +228,8 @@ class Broker:
             allocator.trim()  # start-up's freed C heap back to the kernel (allocator.py)
         for ks in self.kafka_servers:
             await ks.serve(parts)
-        if len(cluster.brokers) > 1 and self.http_listener is not None:
-            # Other brokers call this one over HTTP from now on: its app loads now, not inside their first call's
-            # timeout (a metadata delivery's is 1-5 s).
+        if len(cluster.state.brokers) > 1 and self.http_listener is not None:
+            # Other brokers call this one over HTTP from now on: load its app now, not in their first call (1-5 s).
             self.http_listener.prepare()
         self._retention_task = asyncio.create_task(self._maintenance_loop(parts))
         self.started_at = monotonic()
@@ -286,8 +284,8 @@ class Broker:
         mapper = SslPrincipalMapper(cfg.get("ssl.principal.mapping.rules") or "DEFAULT")
         bearer = bearer_check(cfg) if "bearer" in resolve_methods(cfg) else None
         return HttpAuthenticator.from_config(
-            cfg, basic=SaslUsersCheck.of(plain, lambda: self.cluster.image.scram_credentials if self.cluster else {}),
-            bearer=bearer, certificate=lambda der: principal_from_certificate(der, mapper))
+            cfg, bearer=bearer, certificate=lambda der: principal_from_certificate(der, mapper),
+            basic=SaslUsersCheck.of(plain, lambda: self.cluster.state.image.scram_credentials if self.cluster else {}))
 
     async def _start_http(self) -> None:
         listener = self.http_listener = HttpListener(

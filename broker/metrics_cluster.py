@@ -25,12 +25,17 @@ from .metadata.model import TopicState
 __all__ = ["ClusterCollector", "ScrapedBroker", "MAX_PARTITION_SERIES", "MAX_GROUP_SERIES"]
 
 
-class _Member(Protocol):
+class _MemberView(Protocol):
     @property
     def brokers(self) -> Mapping[int, object]: ...
 
     @property
     def controller_id(self) -> int: ...
+
+
+class _Member(Protocol):
+    @property
+    def state(self) -> _MemberView: ...
 
     def metadata_problems(self) -> Mapping[str, int]: ...
 
@@ -318,8 +323,8 @@ class ClusterCollector(Collector):
     def _partitions(broker: ScrapedBroker, topics: _Topics, f: dict[str, GaugeMetricFamily]) -> None:
         me = int(broker.config.broker_id)
         member = broker.cluster
-        live = set(member.brokers) if member is not None else set()
-        controller = member is not None and int(member.controller_id) == me
+        live = set(member.state.brokers) if member is not None else set()
+        controller = member is not None and int(member.state.controller_id) == me
         default_min_isr = int(broker.config["min.insync.replicas"])
         replicas = broker.replicas
         under = under_min = offline = leaders = assigned = imbalance = hw_series = hw_dropped = 0

@@ -6,7 +6,7 @@ placed and led, and which configs override the broker defaults. That place is
 a cache of the cluster metadata: the controller decides and pushes
 as steps of the ordered metadata log (`apply_delta`); changes a client asks
 for (create, delete, grow, alter configs) are checked here, then sent to the
-controller through the cluster member (`self.cluster.call`), which returns
+controller through the cluster member (`self.cluster.routing.call`), which returns
 once this broker has applied the log entry holding the change, so a client
 sees its own change at once. A topic's logs are deleted only for an explicit
 deletion in the log, never because a topic is missing from some view.
@@ -64,13 +64,24 @@ TopicListener = Callable[[str, str], None]
 """`callback(event, topic)`: created, deleted, forgotten, partitions, altered, state (`add_listener`)."""
 
 
-class ControllerDoor(Protocol):
-    """What the topic manager uses of the cluster member: the controller's operations, the metadata image."""
-
+class _MetadataView(Protocol):
     @property
     def image(self) -> MetadataImage: ...
 
+
+class _ControllerCalls(Protocol):
     async def call(self, op: str, *, timeout_s: float = ..., **kwargs: object) -> JsonObject: ...
+
+
+class ControllerDoor(Protocol):
+    """What the topic manager uses of the cluster member: the metadata image applied here (`state`), the
+    controller's operations (`routing`)."""
+
+    @property
+    def state(self) -> _MetadataView: ...
+
+    @property
+    def routing(self) -> _ControllerCalls: ...
 
 
 def validate_topic_name(name: object) -> str:
@@ -357,7 +368,7 @@ class TopicManager:
 
     def removed_ids(self) -> dict[str, str]:
         """The ids of deleted topics (id -> name) the metadata applied here records."""
-        return dict(self.cluster.image.removed) if self.cluster is not None else {}
+        return dict(self.cluster.state.image.removed) if self.cluster is not None else {}
 
     def log_config_or_none(self, name: str) -> LogConfig | None:
         """For LogManager(config_for=...): None for unknown topics (defaults apply)."""
@@ -393,11 +404,11 @@ class TopicManager:
         """The dynamic configs of one broker entity (-1: the cluster-wide default) in the metadata applied here."""
         if self.cluster is None:
             return {}
-        return dict(sorted(self.cluster.image.broker_configs.get(entity, {}).items()))
+        return dict(sorted(self.cluster.state.image.broker_configs.get(entity, {}).items()))
 
     def group_configs(self, group: str) -> Mapping[str, str]:
         """A group's own configs (GROUP config resources, `metadata.group_configs`) in the metadata applied here."""
-        return self.cluster.image.group_configs.get(group, {}) if self.cluster is not None else {}
+        return self.cluster.state.image.group_configs.get(group, {}) if self.cluster is not None else {}
 
     # -- changes (through the controller) ------------------------------------
     def _controller(self) -> ControllerDoor:
@@ -433,7 +444,7 @@ class TopicManager:
         check_topic_collision(name, self._topics)
         clean = validate_topic_configs(configs, topic=name)
         self.log_config(name, clean)
-        return self._changed_topic(await self._controller().call(
+        return self._changed_topic(await self._controller().routing.call(
             "create_topic", name=name, partitions=partitions, replication_factor=replication_factor,
             configs=clean, validate_only=validate_only,
             assignments={str(k): v for k, v in assignments.items()} if assignments else None))
@@ -468,9 +479,9 @@ class TopicManager:
         if not self.config["delete.topic.enable"]:
             raise ConfigError(f"cannot delete topic '{name}': delete.topic.enable is false")
         if topic_id is None:
-            await self._controller().call("delete_topic", name=name)
+            await self._controller().routing.call("delete_topic", name=name)
         else:
-            await self._controller().call("delete_topic", name=name, topic_id=topic_id)
+            await self._controller().routing.call("delete_topic", name=name, topic_id=topic_id)
 
     async def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> TopicState:
         info = self.describe(name)
@@ -482,7 +493,7 @@ class TopicManager:
             )
         if total == info.partitions:
             raise InvalidPartitionsError(f"topic '{name}' already has {total} partitions")
-        return self._changed_topic(await self._controller().call(
+        return self._changed_topic(await self._controller().routing.call(
             "create_partitions", name=name, total=total, validate_only=validate_only))
 
     async def alter_config(
@@ -504,7 +515,7 @@ class TopicManager:
             new.pop(key, None)
         if not self.log_config(name, new).compact:
             refuse_internal(name, "turn off compaction of", _OFFSETS_WHY + ", kept by compaction alone")
-        return self._changed_topic(await self._controller().call(
+        return self._changed_topic(await self._controller().routing.call(
             "alter_configs", name=name, configs=clean, replace_all=replace, delete=list(delete),
             validate_only=validate_only))
 
@@ -514,6 +525,6 @@ class TopicManager:
         cluster-wide default); `replace` drops its keys not given. Returns once applied here, with the entity's
         configs. Raises ConfigError naming an unknown, read-only or invalid key, as every door reports it."""
         clean = validate_broker_configs(configs)
-        answer = await self._controller().call("alter_broker_configs", broker=entity, configs=clean,
+        answer = await self._controller().routing.call("alter_broker_configs", broker=entity, configs=clean,
                                                replace_all=replace, validate_only=validate_only)
         return dict(cast(BrokerConfigsAnswer, answer)["configs"])  # the controller's answer to this operation

@@ -15,7 +15,8 @@ Scala core jar `kafka_2.13`; both with their runtime dependencies (a throwaway
 pom, `dependency:copy-dependencies`). 4.4.0's tools are not in the registry.
 Logging is log4j2 through `log4j-slf4j-impl` at WARN on stderr. A class-data
 archive (AppCDS, `ensure_archive`) built once per JDK and classpath halves the
-CPU each tool's JVM spends starting.
+CPU each tool's JVM spends starting; a test's or bench's single-file Java
+program is compiled once (`compiled_source`), not by every JVM that runs it.
 
 The bundle helpers (`cache_home`, `fetch_bundle`, `bundle_classpath`, `fetch_main`) serve any set of
 Kafka's jars kept this way: `kelp.kafka_connect` uses them for Kafka Connect.
@@ -36,8 +37,8 @@ from typing import Callable
 
 from kelp.maven import fetch_runtime_jars
 
-__all__ = ["TOOLS_VERSION", "tools_home", "classpath", "java_command", "archive_path", "ensure_archive", "fetch",
-           "main", "cache_home", "bundle_classpath", "fetch_bundle", "fetch_main"]
+__all__ = ["TOOLS_VERSION", "tools_home", "classpath", "java_command", "compiled_source", "archive_path",
+           "ensure_archive", "fetch", "main", "cache_home", "bundle_classpath", "fetch_bundle", "fetch_main"]
 
 TOOLS_VERSION = "4.3.1"
 SCALA_VERSION = "2.13"
@@ -136,17 +137,54 @@ def archive_path(version: str = TOOLS_VERSION) -> Path:
     return tools_home(version) / f"classes-{key}.jsa"
 
 
+def compiled_source(source: Path, version: str = TOOLS_VERSION, *, timeout_s: float = 120.0) -> Path | None:
+    """The classes of one single-file Java program (no package), compiled once against these jars, or None.
+
+    Why: `java Prog.java` (the source launcher) runs javac inside every JVM it starts, about 0.9 CPU-s and
+    2 s of a start on a loaded machine; tests start such programs many times. The directory is keyed by
+    the source and the classpath and appears whole (a rename), so concurrent callers never see half of it.
+    None when javac is absent or fails: the caller runs the source launcher, which reports the error.
+    """
+    javac = shutil.which("javac")
+    if javac is None:
+        return None
+    jars = classpath(version)
+    key = hashlib.sha1(source.read_bytes() + jars.encode()).hexdigest()[:12]
+    target = tools_home(version) / "compiled" / f"{source.stem}-{key}"
+    if (target / f"{source.stem}.class").is_file():
+        return target
+    partial = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        done = subprocess.run([javac, "-nowarn", "-cp", jars, "-d", str(partial), str(source)],
+                              capture_output=True, timeout=timeout_s)
+        if done.returncode == 0:
+            os.rename(partial, target)
+    except OSError:  # another caller renamed its copy first: that one is as good
+        pass
+    except subprocess.TimeoutExpired:
+        return None
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return target if (target / f"{source.stem}.class").is_file() else None
+
+
 def java_command(main_class: str, *args: str, version: str = TOOLS_VERSION, archive: bool = True) -> list[str]:
     """`java -cp <jars> <main class> args...`: a small heap, quiet logging, the class archive when built.
 
+    `main_class` may be a single-file program's `.java` path: it runs compiled once (`compiled_source`), its
+    classes after the jars on the classpath (so the class archive, built for the jars, still applies).
     JVM warnings go to stderr (by default they go to stdout, where tools print their answers).
     """
     config = tools_home(version) / "log4j2.properties"
     cds = archive_path(version) if archive else None
     share = [f"-XX:SharedArchiveFile={cds}"] if cds is not None and cds.is_file() else []
+    jars = classpath(version)
+    if main_class.endswith(".java") and (classes := compiled_source(Path(main_class), version)) is not None:
+        jars, main_class = f"{jars}{os.pathsep}{classes}", Path(main_class).stem
     return [_java(), "-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto", *share,
             "-Xlog:disable", "-Xlog:all=warning:stderr", f"-Dlog4j2.configurationFile={config}",
-            "-cp", classpath(version), main_class, *args]
+            "-cp", jars, main_class, *args]
 
 
 def ensure_archive(bootstrap: str, *, version: str = TOOLS_VERSION, timeout_s: float = 120.0) -> Path | None:

@@ -7,8 +7,11 @@ Why: every broker, controller or not, must (1) prove it is alive by renewing
 it starts, then the entries the controller delivers — and act on it only once
 registered (`member_metadata`), (4) send what it cannot decide alone to the
 controller or a partition's leader (`routing`), and (5) leave by a controlled
-shutdown (`member_shutdown`). `ClusterMember` composes those parts (their
-shared state: `member_state`) and owns their order: backends, registration,
+shutdown (`member_shutdown`). `ClusterMember` composes those parts as
+objects, no mixins, each given what it needs: the shared state and the HTTP
+session to the other brokers (`member_state`), and the other parts' methods
+it calls. Callers reach a part by its role (`member.routing.call`,
+`member.metadata.receive`, `member.state.image`). It owns their order: backends, registration,
 metadata, loops on `start`; shutdown, loops, controller, leases, backends on
 `stop`.
 
@@ -24,13 +27,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from dataclasses import replace
 from typing import TypedDict, cast
 
 from kelp import clock
 from kelp.clock import Monotonic, WallClockMs
-from kelp.leases import LeaseBackend, LeaseElector, LivenessView
+from kelp.leases import LeaseBackend
 
 from ..metadata.controller_answers import ProducerIdsAnswer
 from ..metadata.image import MetadataImage, Position, diff_images
@@ -41,7 +43,7 @@ from .inter_broker import InterBrokerSecurity
 from .member_leases import ENDPOINT_ANNOTATION, MemberLeases
 from .member_metadata import MemberMetadata
 from .member_shutdown import MemberShutdown
-from .member_state import MemberHost, Sleep
+from .member_state import ControlSession, MemberHost, MemberState, Sleep, bounded_step
 from .metadata_log import FileMetadataLog
 from .routing import LeaderRouting, broker_id_of, error_for
 
@@ -62,59 +64,27 @@ class ClusterDescription(TypedDict):
     decommissioned: list[int]  # broker ids leaving the cluster: no new replicas or leaders (decommission.py)
 
 
-class ClusterMember(MemberLeases, MemberMetadata, MemberShutdown, LeaderRouting):
+class ClusterMember:
+    """This broker's membership: the parts by role over one shared state, and their order on start and stop."""
+
     def __init__(self, broker: MemberHost, *, clock_ms: WallClockMs = clock.wall_clock_ms,
                  monotonic: Monotonic = clock.monotonic, sleep: Sleep = asyncio.sleep) -> None:
-        self.broker = broker
-        cfg = broker.config
-        self.config = cfg
-        self.broker_id = cfg.broker_id
-        self.cluster = cfg["cluster.name"]
-        self.identity = f"broker-{self.broker_id}/{uuid.uuid4().hex[:12]}"
-        self.duration_ms = int(cfg["lease.duration.ms"])
-        self.renew_s = int(cfg["lease.renew.interval.ms"]) / 1000.0
-        self.broker_lease_name = f"kelp-{self.cluster}-broker-{self.broker_id}"
-        self.controller_lease_name = f"kelp-{self.cluster}-controller"
-        # Wall clock for what the leases store; monotonic clock and sleep for freshness, bounds and backoffs.
-        self.clock_ms = clock_ms
-        self.monotonic = monotonic
-        self.sleep = sleep
-        self.leases = None
-        self.metadata_log = None
-        self.endpoint = None
-        self.brokers = {}
-        self.controller_id = -1
-        self.controller = None
-        self.image = MetadataImage()
-        self.delta_listeners = []  # beside the topic manager, who follows the metadata deltas (the ACLs)
-        self._seen_epoch = -1           # the newest controller epoch any delivery carried
-        self._applied_waiters = []
-        self._liveness = None
-        self._broker_elector = None
-        self._controller_elector = None
-        self._controller_renewed = 0.0
-        self._broker_renewed = -1e18   # monotonic time of the last renewal of this process's broker lease
-        self._controller_start = None
+        self.state = state = MemberState(broker, clock_ms=clock_ms, monotonic=monotonic, sleep=sleep)
+        self.session = ControlSession(state)
+        self.metadata = MemberMetadata(state, self.session)
+        self.leasing = MemberLeases(state, become_controller=self._become_controller,
+                                    resign_controller=self._resign_controller)
+        self.routing = LeaderRouting(state, self.session, wait_applied=self.metadata.wait_applied,
+                                     refresh_brokers=self.leasing.refresh_brokers)
+        self.shutdown = MemberShutdown(state, self.routing.call)
         self._tasks: list[asyncio.Task[None]] = []
-        self._http = None
-        self._http_closed = False
-        self.inter_broker = None
         self._producer_ids: list[int] = []  # [next, end)
         self._pid_lock = asyncio.Lock()
-        self.started = False            # deliveries are accepted (the image is loaded)
-        self.registered = False         # the image registers this process: the managers follow it
-        self._registration = asyncio.Event()
-        self.fenced = ""  # why this process lost its broker id to another one ("" while it holds it)
-        self.positions = {}
-        self.problems = {}
-
-    @property
-    def controller_epoch(self) -> int:
-        return max(self._seen_epoch, self.image.epoch)
 
     # -- backends -----------------------------------------------------------
-    def _make_backends(self) -> None:
-        cfg = self.config
+    def make_backends(self) -> None:
+        state = self.state
+        cfg = state.config
         if cfg["cluster.backend"] == "kube":
             from kelp.kube.api import api_client_from
             from kelp.kube.leases import KubeLeaseBackend
@@ -123,123 +93,106 @@ class ClusterMember(MemberLeases, MemberMetadata, MemberShutdown, LeaderRouting)
 
             namespace = cfg["kube.namespace"] or _service_account_namespace()
             api = api_client_from(kubeconfig=cfg["kube.config"] or None)
-            labels = {"kelp.dev/cluster": self.cluster, "app.kubernetes.io/name": "kelp"}
+            labels = {"kelp.dev/cluster": state.cluster, "app.kubernetes.io/name": "kelp"}
             leases: LeaseBackend = KubeLeaseBackend(api, namespace=namespace, labels=labels)
-            self.metadata_log = KubeMetadataLog(api, namespace=namespace, cluster=self.cluster)
+            state.metadata_log = KubeMetadataLog(api, namespace=namespace, cluster=state.cluster)
         else:
             directory = cfg.cluster_dir
             directory.mkdir(parents=True, exist_ok=True)
             leases = FileLeaseBackend(directory)
-            self.metadata_log = FileMetadataLog(directory)
-        self.leases = leases
-        # The broker lease is taken over only once released or expired in this process's view: a second
-        # process with the same id must not steal it from a live one (they would take turns forever).
-        self._broker_elector = LeaseElector(
-            leases, name=self.broker_lease_name, identity=self.identity, duration_ms=self.duration_ms,
-            clock_ms=self.clock_ms, monotonic=self.monotonic)
-        prefix = f"broker-{self.broker_id}/"
-        # The controller lease is competed for only after the broker lease is held, so a previous
-        # incarnation of this id holding it is dead or paused past its broker lease: taken over at once.
-        self._controller_elector = LeaseElector(
-            leases, name=self.controller_lease_name, identity=self.identity, duration_ms=self.duration_ms,
-            clock_ms=self.clock_ms, monotonic=self.monotonic, may_take_over=lambda holder: holder.startswith(prefix),
-        )
-        self._liveness = LivenessView(monotonic=self.monotonic)
+            state.metadata_log = FileMetadataLog(directory)
+        state.leases = leases
+        self.leasing.make_electors(leases)
 
     # -- lifecycle ----------------------------------------------------------------
     async def start(self, endpoint: BrokerEndpoint) -> None:
-        self.endpoint = endpoint = replace(endpoint, incarnation=self.identity)
-        self._make_backends()
+        state = self.state
+        state.endpoint = endpoint = replace(endpoint, incarnation=state.identity)
+        self.make_backends()
         # The control plane's HTTP: HTTPS and the inter-broker credentials as the listeners require (inter_broker.py);
-        # its session is opened by the first call to another broker (routing.py's `_session`).
-        self.inter_broker = self.inter_broker or InterBrokerSecurity(self.config.listener_setup)
-        await self._register()
-        self.image = await self._load_metadata()
-        self.tell_listeners(diff_images(MetadataImage(), self.image))
-        await self._refresh_brokers()
+        # its session is opened by the first call to another broker (`member_state.ControlSession`).
+        state.inter_broker = state.inter_broker or InterBrokerSecurity(state.config.listener_setup)
+        await self.leasing.register()
+        state.image = await self.metadata.load_metadata()
+        self.metadata.tell_listeners(diff_images(MetadataImage(), state.image))
+        await self.leasing.refresh_brokers()
         self._tasks = [
-            asyncio.create_task(self._renew_loop(), name="broker-lease"),
-            asyncio.create_task(self._election_loop(), name="controller-election"),
+            asyncio.create_task(self.leasing.renew_loop(), name="broker-lease"),
+            asyncio.create_task(self.leasing.election_loop(), name="controller-election"),
         ]
-        self.started = True
-        await self._await_registration()
-        image = self.image
+        state.started = True
+        await self.metadata.await_registration()
+        image = state.image
         log.info("broker %d joined cluster '%s' (%s backend): metadata offset %d (controller epoch %d), "
-                 "%d topic(s), live brokers %s", self.broker_id, self.cluster, self.config["cluster.backend"],
-                 image.offset, image.epoch, len(image.topics), sorted(self.brokers))
+                 "%d topic(s), live brokers %s", state.broker_id, state.cluster, state.config["cluster.backend"],
+                 image.offset, image.epoch, len(image.topics), sorted(state.brokers))
 
     async def stop(self) -> None:
         """Controlled shutdown (bounded: Kafka's controlled.shutdown.max.retries), then leases are released.
 
         A fenced process (another took its broker id) skips both: they are the other process's now.
         """
-        if self.registered and self.config["controlled.shutdown.enable"] and not self.fenced:
-            await self._controlled_shutdown()
+        state = self.state
+        if state.registered and state.config["controlled.shutdown.enable"] and not state.fenced:
+            await self.shutdown.controlled_shutdown()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._cancel_takeover()
+        await self.leasing.cancel_takeover()
         await self._resign_controller("the broker is stopping")
-        if not self.fenced:
-            for elector in (self._controller_elector, self._broker_elector):
-                if elector is not None:
-                    try:
-                        await asyncio.wait_for(elector.release(), 5.0)
-                    except Exception as exc:
-                        log.debug("releasing a lease failed: %s", exc)
-        self._fail_waiters()
-        self._http_closed = True  # no session is opened after this
-        if self._http is not None:
-            await self._http.close()
-        for backend in (self.leases, self.metadata_log):
+        if not state.fenced:
+            await self.leasing.release()
+        self.metadata.fail_waiters()
+        await self.session.close()
+        for backend in (state.leases, state.metadata_log):
             if backend is not None:
-                try:
-                    await asyncio.wait_for(backend.close(), 5.0)
-                except Exception as exc:
-                    log.debug("closing a cluster backend failed: %s", exc)
+                await bounded_step(backend.close(), "closing a cluster backend")
 
     # -- the controller this process runs ---------------------------------------------
     async def _become_controller(self) -> None:
         # An earlier incarnation of the controller in this process (deposed, or stopped by a stale lease)
         # is stopped first: its publisher must never deliver beside the new one's.
         await self._resign_controller("a new controller incarnation takes over")
-        assert self.metadata_log is not None, "made by _make_backends"
-        topics = self.broker.topics
+        state = self.state
+        assert state.metadata_log is not None, "made by make_backends"
+        topics = state.broker.topics
         controller = Controller(
-            broker_id=self.broker_id, settings=ControllerSettings(self.config), log=self.metadata_log,
-            live_brokers=self._refresh_brokers, send=self._push, lease_fresh=self._lease_fresh,
-            topic_config_check=topics.check_topic_configs, monotonic=self.monotonic,
+            broker_id=state.broker_id, settings=ControllerSettings(state.config), log=state.metadata_log,
+            live_brokers=self.leasing.refresh_brokers, send=self.metadata.push, lease_fresh=self.leasing.lease_fresh,
+            topic_config_check=topics.check_topic_configs, monotonic=state.monotonic,
             positions=self._positions,
         )
-        self.controller = controller
+        state.controller = controller
         try:
             await controller.start()
         except BaseException:  # failed, or cancelled because the lease was lost meanwhile
-            if self.controller is controller:
-                self.controller = None
+            if state.controller is controller:
+                state.controller = None
             await controller.stop()
             raise
-        self.controller_id = self.broker_id
+        state.controller_id = state.broker_id
 
     def _positions(self) -> dict[int, Position]:
         """Where each live broker's metadata is, for the controller's history check: the leases' reports, and this
         broker's own image (fresher than its lease)."""
-        own = (self.image.offset, self.image.digest, self.image.runs[-1] if self.image.runs else None)
-        return {**self.positions, self.broker_id: own}
+        image = self.state.image
+        own = (image.offset, image.digest, image.runs[-1] if image.runs else None)
+        return {**self.state.positions, self.state.broker_id: own}
 
     async def _resign_controller(self, why: str) -> None:
-        controller, self.controller = self.controller, None
+        state = self.state
+        controller, state.controller = state.controller, None
         if controller is not None:
-            if controller.active:
-                log.warning("broker %d stops being the controller (epoch %d): %s", self.broker_id, controller.epoch,
-                            why)
+            if controller.state.active:
+                log.warning("broker %d stops being the controller (epoch %d): %s", state.broker_id,
+                            controller.state.epoch, why)
             await controller.stop()
 
     # -- producer ids ------------------------------------------------------------------
     async def next_producer_id(self) -> int:
         async with self._pid_lock:
             if not self._producer_ids or self._producer_ids[0] >= self._producer_ids[1]:
-                answer = await self.call("allocate_producer_ids", broker_id=self.broker_id)
+                answer = await self.routing.call("allocate_producer_ids", broker_id=self.state.broker_id)
                 block = cast(ProducerIdsAnswer, answer)  # the controller's answer to this operation
                 self._producer_ids = [int(block["first"]), int(block["first"]) + int(block["count"])]
             pid = self._producer_ids[0]
@@ -248,21 +201,24 @@ class ClusterMember(MemberLeases, MemberMetadata, MemberShutdown, LeaderRouting)
 
     def metadata_problems(self) -> dict[str, int]:
         """`kelp_metadata_problems`: what is wrong with the metadata as this broker sees it (each kind; 0: fine)."""
-        refused = self.controller is not None and bool(self.controller.refused)
-        return {"diverged": self.problems.get("diverged", 0),
-                "unreadable_leases": self.problems.get("unreadable_leases", 0),
-                "snapshot_fallback": self.problems.get("snapshot_fallback", 0),
-                "history_refused": int(refused or bool(self.problems.get("history_refused", 0)))}
+        problems = self.state.problems
+        controller = self.state.controller
+        refused = controller is not None and bool(controller.refused)
+        return {"diverged": problems.get("diverged", 0),
+                "unreadable_leases": problems.get("unreadable_leases", 0),
+                "snapshot_fallback": problems.get("snapshot_fallback", 0),
+                "history_refused": int(refused or bool(problems.get("history_refused", 0)))}
 
     def describe(self) -> ClusterDescription:
+        state = self.state
         return {
-            "cluster": self.cluster,
-            "controller": self.controller_id,
-            "controller_epoch": self.controller_epoch,
-            "metadata_offset": self.image.offset,
-            "metadata_digest": self.image.digest,
-            "brokers": [b.to_json() for b in sorted(self.brokers.values(), key=lambda b: b.id)],
-            "decommissioned": sorted(b for b, reg in self.image.brokers.items() if reg.decommissioned),
+            "cluster": state.cluster,
+            "controller": state.controller_id,
+            "controller_epoch": state.controller_epoch,
+            "metadata_offset": state.image.offset,
+            "metadata_digest": state.image.digest,
+            "brokers": [b.to_json() for b in sorted(state.brokers.values(), key=lambda b: b.id)],
+            "decommissioned": sorted(b for b, reg in state.image.brokers.items() if reg.decommissioned),
         }
 
 

@@ -15,7 +15,8 @@ decided for its previous life. Until then deliveries are applied to the image, t
 managers see nothing, and the broker does not serve; after `initial.broker.registration.timeout.ms`
 it gives up.
 
-Mixed into `member.ClusterMember` (its state: `member_state`). It never touches logs: it hands
+Composed by `member.ClusterMember`, which gives it the shared state (`member_state`) and the HTTP session its
+deliveries to other brokers use. It never touches logs: it hands
 metadata deltas to the TopicManager, which the ReplicaManager follows (and, before a delivery with new
 topics, their topic states, whose local logs the TopicManager creates in a worker thread).
 """
@@ -42,7 +43,7 @@ from ..metadata.image import (
 )
 from ..metadata.model import BrokerEndpoint
 from ..metadata.records import MetadataPush
-from .member_state import MemberState
+from .member_state import ControlSession, DeltaListener, MemberState
 from .metadata_log import MetadataUnreadable
 from .metadata_publisher import HistoryDiverged, StaleEpoch
 
@@ -66,49 +67,58 @@ class _Plan:
     error: Exception | None = None
 
 
-class MemberMetadata(MemberState):
+class MemberMetadata:
     """Loading, applying and awaiting the metadata log on one broker."""
 
-    async def _await_registration(self) -> None:
+    def __init__(self, state: MemberState, session: ControlSession) -> None:
+        self.state = state
+        self._session = session  # deliveries to the other brokers, when this broker's controller sends them
+        self.delta_listeners: list[DeltaListener] = []  # beside the topic manager, who follows the deltas (the ACLs)
+        self._applied_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._registration = asyncio.Event()
+
+    async def await_registration(self) -> None:
         """Wait (bounded) until the controller registered this process; the managers get the image then."""
-        timeout_s = int(self.config["initial.broker.registration.timeout.ms"]) / 1000.0
+        timeout_s = int(self.state.config["initial.broker.registration.timeout.ms"]) / 1000.0
         try:
             await asyncio.wait_for(self._registration.wait(), timeout_s)
         except asyncio.TimeoutError:
             raise KelpError(
-                f"broker {self.broker_id} was not registered by a controller of cluster '{self.cluster}' within "
-                f"initial.broker.registration.timeout.ms ({timeout_s:.0f} s; metadata offset {self.image.offset}, "
-                f"controller {self.controller_id}): no controller is running or it cannot deliver to this broker's "
+                f"broker {self.state.broker_id} was not registered by a controller of cluster '{self.state.cluster}' "
+                f"within initial.broker.registration.timeout.ms ({timeout_s:.0f} s; metadata offset "
+                f"{self.state.image.offset}, controller {self.state.controller_id}): no controller is running or it "
+                "cannot deliver to this broker's "
                 "HTTP listener; it exits rather than serve metadata decided for an earlier process") from None
 
     def _registered_in(self, image: MetadataImage) -> bool:
-        reg = image.brokers.get(self.broker_id)
-        return reg is not None and reg.incarnation == self.identity
+        reg = image.brokers.get(self.state.broker_id)
+        return reg is not None and reg.incarnation == self.state.identity
 
-    async def _load_metadata(self) -> MetadataImage:
+    async def load_metadata(self) -> MetadataImage:
         """The metadata log replayed; unreadable metadata (after a few tries) stops the start with the reason."""
-        assert self.metadata_log is not None, "made by ClusterMember._make_backends"
+        assert self.state.metadata_log is not None, "made by ClusterMember.make_backends"
         last: Exception | None = None
         for attempt in range(LOAD_ATTEMPTS):
             try:
-                loaded = await self.metadata_log.load()
+                loaded = await self.state.metadata_log.load()
                 image = image_from_log(loaded.snapshot, loaded.entries)
-                self.problems["snapshot_fallback"] = int(bool(loaded.fell_back))
+                self.state.problems["snapshot_fallback"] = int(bool(loaded.fell_back))
                 if loaded.fell_back:
                     log.error("the newest metadata snapshot cannot be read; broker %d loaded the older one and its "
-                              "entries instead: %s", self.broker_id, "; ".join(loaded.fell_back))
+                              "entries instead: %s", self.state.broker_id, "; ".join(loaded.fell_back))
                 return image
             except (MetadataUnreadable, MetadataCorrupt, MetadataGap, OSError) as exc:
                 last = exc
                 log.error("reading the cluster metadata failed (attempt %d of %d): %s", attempt + 1, LOAD_ATTEMPTS, exc)
                 await asyncio.sleep(min(2.0, 0.2 * 2 ** attempt))
-        raise KelpError(f"broker {self.broker_id} cannot read the cluster metadata of cluster '{self.cluster}' "
+        raise KelpError(f"broker {self.state.broker_id} cannot read the cluster metadata of cluster "
+                        f"'{self.state.cluster}' "
                         f"({last}); it does not start without it. Repair or restore the metadata store "
-                        f"({self.config['cluster.backend']} backend) and start it again")
+                        f"({self.state.config['cluster.backend']} backend) and start it again")
 
-    async def _push(self, broker: BrokerEndpoint, payload: MetadataPush) -> int:
+    async def push(self, broker: BrokerEndpoint, payload: MetadataPush) -> int:
         """Deliver to one broker; returns the offset it has applied."""
-        if broker.id == self.broker_id:
+        if broker.id == self.state.broker_id:
             try:
                 return await self.receive(payload)
             except StaleControllerEpochError as exc:
@@ -117,8 +127,8 @@ class MemberMetadata(MemberState):
                 raise HistoryDiverged(str(exc)) from None
         import aiohttp
 
-        timeout = aiohttp.ClientTimeout(total=max(1.0, min(5.0, self.duration_ms / 1000.0)))
-        async with self._session().post(f"{broker.http_url}/cluster/v1/metadata", json=payload,
+        timeout = aiohttp.ClientTimeout(total=max(1.0, min(5.0, self.state.duration_ms / 1000.0)))
+        async with self._session.session().post(f"{broker.http_url}/cluster/v1/metadata", json=payload,
                                         timeout=timeout) as resp:
             body = await resp.json(content_type=None)
             if resp.status == 409 and isinstance(body, dict):
@@ -139,15 +149,15 @@ class MemberMetadata(MemberState):
         The delivery is planned first (`_plan`: pure, every check `apply` makes), so files are only touched for
         metadata that will be applied; if another delivery was applied while the files were prepared, it is
         planned again."""
-        before = self.image
+        before = self.state.image
         plan = self._plan(payload)
-        registers = not self.registered and self._registered_in(plan.image)
-        if plan.image is not before and (self.registered or registers):
+        registers = not self.state.registered and self._registered_in(plan.image)
+        if plan.image is not before and (self.state.registered or registers):
             if registers:  # the managers get everything in the image at once: every log it places here
-                await self.broker.topics.prepare_logs(plan.image, plan.image.topics.values(), full=True)
+                await self.state.broker.topics.prepare_logs(plan.image, plan.image.topics.values(), full=True)
             else:
-                await self.broker.topics.prepare_logs(plan.image, plan.delta.changed.values())
-        if self.image is not before:
+                await self.state.broker.topics.prepare_logs(plan.image, plan.delta.changed.values())
+        if self.state.image is not before:
             plan = self._plan(payload)
         return self._commit(plan)
 
@@ -165,14 +175,14 @@ class MemberMetadata(MemberState):
     def _plan(self, payload: MetadataPush) -> _Plan:
         """What applying `payload` to the current image gives, without changing anything."""
         epoch = int(payload["controller_epoch"])
-        if epoch < self.controller_epoch:
+        if epoch < self.state.controller_epoch:
             raise StaleControllerEpochError(
                 f"metadata from controller {payload.get('controller_id')} at epoch {epoch} refused: "
-                f"broker {self.broker_id} has seen epoch {self.controller_epoch}")
+                f"broker {self.state.broker_id} has seen epoch {self.state.controller_epoch}")
         plan = _Plan(epoch=epoch, controller_id=int(payload["controller_id"]),
                      brokers={b.id: b for b in (BrokerEndpoint.from_json(d) for d in payload.get("brokers", []))},
-                     image=self.image, delta=MetadataDelta())
-        image = self.image
+                     image=self.state.image, delta=MetadataDelta())
+        image = self.state.image
         try:
             snap = payload.get("snapshot")
             if (snap is not None and int(snap["offset"]) == image.offset and image.digest and snap.get("digest")
@@ -208,35 +218,35 @@ class MemberMetadata(MemberState):
 
     def _commit(self, plan: _Plan) -> int:
         """Make a plan this broker's metadata: the image, the managers told; then its error, if it has one."""
-        self._seen_epoch = max(self._seen_epoch, plan.epoch)
-        self.controller_id = plan.controller_id
-        self.brokers = plan.brokers
+        self.state.seen_epoch = max(self.state.seen_epoch, plan.epoch)
+        self.state.controller_id = plan.controller_id
+        self.state.brokers = plan.brokers
         image = plan.image
-        if image is not self.image:
-            self.image = image
+        if image is not self.state.image:
+            self.state.image = image
             self.tell_listeners(plan.delta)
-            if self.registered:
-                self.broker.topics.apply_delta(plan.delta)
+            if self.state.registered:
+                self.state.broker.topics.apply_delta(plan.delta)
             elif self._registered_in(image):
                 # The entry that registers this process also fenced what its id held before: from here on
                 # the managers follow the log, starting from everything in it.
-                self.registered = True
-                log.info("broker %d registered by controller %d at metadata offset %d", self.broker_id,
-                         self.controller_id, image.offset)
-                self.broker.topics.apply_delta(diff_images(MetadataImage(), image))
+                self.state.registered = True
+                log.info("broker %d registered by controller %d at metadata offset %d", self.state.broker_id,
+                         self.state.controller_id, image.offset)
+                self.state.broker.topics.apply_delta(diff_images(MetadataImage(), image))
                 self._registration.set()
             self._wake_waiters()
         exc = plan.error
         if isinstance(exc, MetadataDiverged):
-            self.problems["diverged"] = self.problems.get("diverged", 0) + 1
+            self.state.problems["diverged"] = self.state.problems.get("diverged", 0) + 1
             log.error("metadata from controller %s at epoch %d refused: %s", plan.controller_id, plan.epoch, exc)
-            raise MetadataDivergedError(f"broker {self.broker_id} refuses metadata after offset {image.offset}: "
+            raise MetadataDivergedError(f"broker {self.state.broker_id} refuses metadata after offset {image.offset}: "
                                         f"{exc}")
         if exc is not None:
             log.error("metadata from controller %s at epoch %d cannot be applied after offset %d: %s",
                       plan.controller_id, plan.epoch, image.offset, exc)
             raise KelpError(f"metadata cannot be applied after offset {image.offset}: {exc}")
-        return self.image.offset
+        return self.state.image.offset
 
     def tell_listeners(self, delta: MetadataDelta) -> None:
         """Every change to the image, as it is applied, to the listeners beside the topic manager (the ACLs). They
@@ -246,11 +256,11 @@ class MemberMetadata(MemberState):
             try:
                 listener(delta)
             except Exception:  # one listener must not keep the metadata from the others
-                log.exception("a metadata listener failed on the delta up to offset %d", self.image.offset)
+                log.exception("a metadata listener failed on the delta up to offset %d", self.state.image.offset)
 
     async def wait_applied(self, offset: int, timeout_s: float) -> bool:
         """Wait (bounded) until this broker applied metadata `offset`; False on timeout."""
-        if self.image.offset >= offset:
+        if self.state.image.offset >= offset:
             return True
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._applied_waiters.append((offset, fut))
@@ -259,7 +269,7 @@ class MemberMetadata(MemberState):
             return True
         except asyncio.TimeoutError:
             log.warning("metadata offset %d not applied on broker %d within %.1fs (it has %d)",
-                        offset, self.broker_id, timeout_s, self.image.offset)
+                        offset, self.state.broker_id, timeout_s, self.state.image.offset)
             return False
         finally:
             self._applied_waiters = [(o, f) for o, f in self._applied_waiters if f is not fut]
@@ -267,14 +277,14 @@ class MemberMetadata(MemberState):
     def _wake_waiters(self) -> None:
         keep = []
         for offset, fut in self._applied_waiters:
-            if offset <= self.image.offset:
+            if offset <= self.state.image.offset:
                 if not fut.done():
                     fut.set_result(None)
             else:
                 keep.append((offset, fut))
         self._applied_waiters = keep
 
-    def _fail_waiters(self) -> None:
+    def fail_waiters(self) -> None:
         for _offset, fut in self._applied_waiters:
             if not fut.done():
                 fut.cancel()

@@ -7,7 +7,8 @@ backoff.ms` apart, all within `controlled.shutdown.timeout.ms`, then stop anyway
 led here get a new leader from the liveness check once this broker's lease is released. The clock and
 the backoff are the member's (`monotonic`, `sleep`), so tests check the bound exactly without waiting.
 
-Mixed into `member.ClusterMember` (its state: `member_state`); `ClusterMember.stop` runs it.
+Composed by `member.ClusterMember`, which gives it the shared state (`member_state`) and the way to call the
+controller; `ClusterMember.stop` runs it.
 """
 
 from __future__ import annotations
@@ -20,34 +21,39 @@ from kelp.errors import KelpError
 
 from ..metadata.controller_answers import ShutdownAnswer
 from .member_state import MemberState
+from .routing import ControllerCall
 
 __all__ = ["MemberShutdown"]
 
 log = logging.getLogger("kelp.broker.cluster")
 
 
-class MemberShutdown(MemberState):
+class MemberShutdown:
     """Kafka's controlled shutdown, bounded in attempts and in time."""
 
-    async def _controlled_shutdown(self) -> None:
+    def __init__(self, state: MemberState, call: ControllerCall) -> None:
+        self.state = state
+        self._call = call  # a controller operation, wherever the controller is (`routing.LeaderRouting.call`)
+
+    async def controlled_shutdown(self) -> None:
         """Ask the controller to move leadership away: up to 1 + controlled.shutdown.max.retries attempts, all
         within controlled.shutdown.timeout.ms, then stop anyway (Kafka's rule) — the partitions still led here
         get a new leader from the liveness check once this broker's lease is released."""
-        attempts = 1 + int(self.config["controlled.shutdown.max.retries"])
-        deadline = self.monotonic() + int(self.config["controlled.shutdown.timeout.ms"]) / 1000.0
-        backoff_s = int(self.config["controlled.shutdown.retry.backoff.ms"]) / 1000.0
+        attempts = 1 + int(self.state.config["controlled.shutdown.max.retries"])
+        deadline = self.state.monotonic() + int(self.state.config["controlled.shutdown.timeout.ms"]) / 1000.0
+        backoff_s = int(self.state.config["controlled.shutdown.retry.backoff.ms"]) / 1000.0
         left: list[str] = []
         for attempt in range(1, attempts + 1):
-            remaining = deadline - self.monotonic()
+            remaining = deadline - self.state.monotonic()
             if remaining <= 0:
                 break
             try:
                 answer = await asyncio.wait_for(
-                    self.call("controlled_shutdown", broker_id=self.broker_id, timeout_s=remaining), remaining)
+                    self._call("controlled_shutdown", broker_id=self.state.broker_id, timeout_s=remaining), remaining)
                 result = cast(ShutdownAnswer, answer)  # the controller's answer to this operation
                 left = list(result.get("remaining_leaderships", []))
                 if not left:
-                    log.info("controlled shutdown: leadership moved off broker %d", self.broker_id)
+                    log.info("controlled shutdown: leadership moved off broker %d", self.state.broker_id)
                     return
                 log.warning("controlled shutdown attempt %d of %d: still leading %d partition(s) with no other "
                             "in-sync replica: %s", attempt, attempts, len(left), ", ".join(left[:10]))
@@ -57,6 +63,6 @@ class MemberShutdown(MemberState):
                 log.warning("controlled shutdown attempt %d of %d failed (%s)", attempt, attempts,
                             exc or type(exc).__name__)
             if attempt < attempts:
-                await self.sleep(max(0.0, min(backoff_s, deadline - self.monotonic())))
-        log.warning("controlled shutdown of broker %d ends unfinished; stopping anyway%s", self.broker_id,
+                await self.state.sleep(max(0.0, min(backoff_s, deadline - self.state.monotonic())))
+        log.warning("controlled shutdown of broker %d ends unfinished; stopping anyway%s", self.state.broker_id,
                     f" (still leading {len(left)} partition(s))" if left else "")

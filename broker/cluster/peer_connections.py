@@ -35,14 +35,14 @@ class PeerConnections:
         cluster = self.cluster
         if cluster is None:
             raise ConnectionError("no cluster membership to reach other brokers")
-        ep = cluster.brokers.get(broker_id)
-        if ep is None and cluster.endpoint is not None and cluster.endpoint.id == broker_id:
-            ep = cluster.endpoint
+        ep = cluster.state.brokers.get(broker_id)
+        if ep is None and cluster.state.endpoint is not None and cluster.state.endpoint.id == broker_id:
+            ep = cluster.state.endpoint
         if ep is None:
             raise ConnectionError(f"broker {broker_id} is not a live member of the cluster")
         conn = self._connections.get(broker_id)
         if conn is None or (conn.host, conn.port) != (ep.host, ep.port):
-            security = cluster.inter_broker
+            security = cluster.state.inter_broker
             if security is not None:
                 security.maybe_reload()
             conn = self._connections[broker_id] = AsyncConnection(

@@ -9,7 +9,8 @@ metadata offset that holds the change (`metadata_offset`); the caller waits
 (bounded) until this broker applied that offset, so a client sees its own
 change at once without anything being applied out of log order.
 
-Mixed into `member.ClusterMember` (its state: `member_state`). An answer is
+Composed by `member.ClusterMember`, which gives it the shared state (`member_state`), the HTTP session,
+and how to wait for an offset and to list the live brokers. An answer is
 JSON; a caller that reads one names the operation's shape
 (`metadata.controller_answers`). This module never changes metadata itself.
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from typing import TYPE_CHECKING, Mapping, cast
+from typing import Awaitable, Callable, Mapping, Protocol, cast
 
 from kelp.errors import (
     CoordinatorNotAvailableError,
@@ -31,18 +32,22 @@ from kelp.errors import (
 from kelp.json_types import JsonObject
 
 from ..metadata.controller_answers import PartitionAnswer
+from ..metadata.model import BrokerEndpoint
 from ..replica.results import PartitionInfo, ProduceResult
-from .member_state import MemberState
+from .member_state import ControlSession, MemberState
 
-if TYPE_CHECKING:
-    import aiohttp
-
-__all__ = ["LeaderRouting", "error_for", "broker_id_of", "CONTROLLER_CALL_TIMEOUT_S"]
+__all__ = ["ControllerCall", "LeaderRouting", "error_for", "broker_id_of", "CONTROLLER_CALL_TIMEOUT_S"]
 
 log = logging.getLogger("kelp.broker.cluster")
 
 CONTROLLER_CALL_TIMEOUT_S = 30.0
 APPLY_WAIT_S = 5.0
+
+
+class ControllerCall(Protocol):
+    """`LeaderRouting.call`'s shape: a controller operation by name, wherever the controller is."""
+
+    async def __call__(self, op: str, *, timeout_s: float = ..., **kwargs: object) -> JsonObject: ...
 
 
 def broker_id_of(identity: str | None) -> int:
@@ -66,56 +71,43 @@ def error_for(code: int, message: str) -> KelpError:
     return err
 
 
-class LeaderRouting(MemberState):
+class LeaderRouting:
     """Requests to the controller and to partition leaders, from this broker."""
 
-    def _session(self) -> aiohttp.ClientSession:
-        """The control plane's HTTP session, opened by the first call to another broker: a broker alone never
-        loads aiohttp's client for it (issue 38)."""
-        security = self.inter_broker
-        assert security is not None, "set by ClusterMember.start"
-        if self._http is None:
-            if self._http_closed:
-                raise RuntimeError(f"broker {self.broker_id} stopped: no call to another broker is made")
-            import aiohttp
-
-            self._http = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=10),
-                connector=aiohttp.TCPConnector(ssl=security.http_ssl) if security.http_ssl is not None else None,
-                auth=aiohttp.BasicAuth(*security.http_credentials) if security.http_credentials is not None else None)
-        security.maybe_reload()  # rotated client certificates reach the next connection
-        return self._http
-
-    def control_session(self) -> aiohttp.ClientSession:
-        """The control plane's HTTP session (TLS and inter-broker credentials as `inter_broker` sets them), for
-        the parts that call other brokers' `/cluster/v1` routes themselves (the schema registry)."""
-        return self._session()
+    def __init__(self, state: MemberState, session: ControlSession, *,
+                 wait_applied: Callable[[int, float], Awaitable[bool]],
+                 refresh_brokers: Callable[[], Awaitable[dict[int, BrokerEndpoint]]]) -> None:
+        self.state = state
+        self._session = session
+        self._wait_applied = wait_applied  # until this broker applied a metadata offset (`MemberMetadata`)
+        self._refresh_brokers = refresh_brokers  # the live brokers, as the leases show them (`MemberLeases`)
 
     # -- to the controller --------------------------------------------------------------
     def _controller_url(self) -> str | None:
-        ep = self.brokers.get(self.controller_id)
+        ep = self.state.brokers.get(self.state.controller_id)
         return ep.http_url if ep is not None else None
 
     async def call(self, op: str, *, timeout_s: float = CONTROLLER_CALL_TIMEOUT_S, **kwargs: object) -> JsonObject:
         """Run a controller operation (in-process if this broker is the controller), retrying while none is elected;
         then wait (bounded) until this broker applied the metadata offset the answer names. The answer is the
         operation's (`metadata.controller_answers`), as JSON."""
-        deadline = self.monotonic() + timeout_s
+        deadline = self.state.monotonic() + timeout_s
         delay = 0.05
         last: Exception | None = None
         while True:
             try:
-                controller = self.controller
-                if controller is not None and controller.active:
-                    result: JsonObject = await getattr(controller, op)(**kwargs)
+                controller = self.state.controller
+                if controller is not None and controller.state.active:
+                    # The operation's answer is a TypedDict of JSON values (mypy#4976).
+                    result = cast(JsonObject, await controller.operation(op)(**kwargs))
                 else:
                     url = self._controller_url()
-                    if url is None or self.controller_id == self.broker_id:
-                        raise NotControllerError(f"no controller known yet in cluster '{self.cluster}'")
+                    if url is None or self.state.controller_id == self.state.broker_id:
+                        raise NotControllerError(f"no controller known yet in cluster '{self.state.cluster}'")
                     result = await self._remote(url, op, kwargs)
                 offset = result.get("metadata_offset") if isinstance(result, dict) else None
                 if isinstance(offset, int):
-                    await self.wait_applied(offset, APPLY_WAIT_S)
+                    await self._wait_applied(offset, APPLY_WAIT_S)
                 return result
             except (NotControllerError, OSError, asyncio.TimeoutError) as exc:
                 last = exc
@@ -124,7 +116,7 @@ class LeaderRouting(MemberState):
                 if aiohttp is None or not isinstance(exc, aiohttp.ClientError):
                     raise
                 last = exc
-            if self.monotonic() + delay > deadline:
+            if self.state.monotonic() + delay > deadline:
                 raise RequestTimedOutError(
                     f"no controller answered '{op}' within {timeout_s:.0f}s (last: {last}); is a "
                     "majority of brokers up?"
@@ -134,23 +126,23 @@ class LeaderRouting(MemberState):
             await self._learn_controller()
 
     async def _learn_controller(self) -> None:
-        if self.leases is None:
+        if self.state.leases is None:
             return
         try:
-            rec = await self.leases.get(self.controller_lease_name)
+            rec = await self.state.leases.get(self.state.controller_lease_name)
         except Exception:
             return
         if rec is not None and rec.holder:
             holder = broker_id_of(rec.holder)
             if holder >= 0:
-                self.controller_id = holder
-                if holder not in self.brokers:
+                self.state.controller_id = holder
+                if holder not in self.state.brokers:
                     alive = await self._refresh_brokers()
                     for b, ep in alive.items():
-                        self.brokers.setdefault(b, ep)
+                        self.state.brokers.setdefault(b, ep)
 
     async def _remote(self, url: str, op: str, kwargs: Mapping[str, object]) -> JsonObject:
-        async with self._session().post(f"{url}/cluster/v1/controller/{op}", json=kwargs) as resp:
+        async with self._session.session().post(f"{url}/cluster/v1/controller/{op}", json=kwargs) as resp:
             body = await resp.json(content_type=None)
             if resp.status < 300:
                 if not isinstance(body, dict):
@@ -165,19 +157,19 @@ class LeaderRouting(MemberState):
                                     replication_factor: int | None = None) -> None:
         """Ask the controller to create an internal topic; `replication_factor` defaults to
         offsets.topic.replication.factor (`__transaction_state` passes transaction.state.log.replication.factor)."""
-        if self.broker.topics.exists(name):
+        if self.state.broker.topics.exists(name):
             return
-        rf = int(self.broker.config["offsets.topic.replication.factor"]) if replication_factor is None \
+        rf = int(self.state.broker.config["offsets.topic.replication.factor"]) if replication_factor is None \
             else replication_factor
         await self.call("ensure_internal_topic", name=name, partitions=partitions, configs=configs,
                         replication_factor=rf, timeout_s=5.0)
-        if not self.broker.topics.exists(name):
+        if not self.state.broker.topics.exists(name):
             raise CoordinatorNotAvailableError(f"internal topic '{name}' is being created; retry")
 
     async def alter_partition(self, topic: str, partition: int, *, leader_epoch: int, partition_epoch: int,
                               isr: list[int]) -> PartitionAnswer:
         """AlterPartition to the controller; returns its answer (the partition's state) once applied here."""
-        answer = await self.call("alter_partition", topic=topic, partition=partition, leader=self.broker_id,
+        answer = await self.call("alter_partition", topic=topic, partition=partition, leader=self.state.broker_id,
                                  leader_epoch=leader_epoch, partition_epoch=partition_epoch, isr=isr, timeout_s=10.0)
         return cast(PartitionAnswer, answer)  # the controller's answer to this operation
 
@@ -185,30 +177,30 @@ class LeaderRouting(MemberState):
         """GET `path` of live broker `broker_id`'s HTTP API as this broker (the control plane's TLS and
         credentials): the status and the JSON body. The REST v3 group routes read the group's coordinator
         this way; the caller has already authorized its own client."""
-        ep = self.brokers.get(broker_id)
+        ep = self.state.brokers.get(broker_id)
         if ep is None:
             raise CoordinatorNotAvailableError(f"broker {broker_id} is not a live member of the cluster")
-        async with self._session().get(f"{ep.http_url}{path}") as resp:
+        async with self._session.session().get(f"{ep.http_url}{path}") as resp:
             return resp.status, await resp.json(content_type=None)
 
     # -- to a partition's leader ---------------------------------------------------------
     def partition_leader(self, topic: str, partition: int) -> tuple[int, str, int] | None:
-        info = self.broker.topics.get(topic)
+        info = self.state.broker.topics.get(topic)
         if info is None or not 0 <= partition < info.partitions:
             return None
         leader = info.partition_states[partition].leader
-        ep = self.brokers.get(leader)
+        ep = self.state.brokers.get(leader)
         if ep is None:
             return None
         return ep.id, ep.host, ep.port
 
     def _leader_of(self, topic: str, partition: int) -> int:
-        info = self.broker.topics.get(topic)
+        info = self.state.broker.topics.get(topic)
         return info.partition_states[partition].leader if info is not None and 0 <= partition < info.partitions else -1
 
     async def partition_infos(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], PartitionInfo | None]:
         """Log start/end, high watermark and size of partitions as their leaders know them (None where unknown)."""
-        replicas = self.broker.replicas
+        replicas = self.state.broker.replicas
         out: dict[tuple[str, int], PartitionInfo | None] = {}
         remote: dict[int, list[tuple[str, int]]] = {}
         for topic, p in keys:
@@ -217,14 +209,15 @@ class LeaderRouting(MemberState):
                 out[(topic, p)] = replicas.partition_info(topic, p)
                 continue
             leader = self._leader_of(topic, p)
-            if leader in self.brokers and leader != self.broker_id:
+            if leader in self.state.brokers and leader != self.state.broker_id:
                 remote.setdefault(leader, []).append((topic, p))
             else:
                 out[(topic, p)] = replicas.partition_info(topic, p) if part is not None else None
 
         async def ask(leader: int, wanted: list[tuple[str, int]]) -> None:
             try:
-                async with self._session().post(f"{self.brokers[leader].http_url}/cluster/v1/partitions/info",
+                url = f"{self.state.brokers[leader].http_url}/cluster/v1/partitions/info"
+                async with self._session.session().post(url,
                                                 json={"partitions": [[t, p] for t, p in wanted]}) as resp:
                     body = await resp.json(content_type=None) if resp.status == 200 else {}
             except Exception as exc:
@@ -245,13 +238,14 @@ class LeaderRouting(MemberState):
     async def append(self, topic: str, partition: int, batch: bytes, *, acks: int = 1,
                      timeout_ms: int = 30000) -> ProduceResult:
         """Append one batch where the partition's leader is: here, or over HTTP on the leader (REST produce)."""
-        part = self.broker.replicas.get_partition(topic, partition)
+        part = self.state.broker.replicas.get_partition(topic, partition)
         leader = self._leader_of(topic, partition)
-        if (part is not None and part.is_leader) or leader == self.broker_id or leader not in self.brokers:
-            return await self.broker.replicas.append(topic, partition, batch, acks=acks, timeout_ms=timeout_ms)
-        url = (f"{self.brokers[leader].http_url}/cluster/v1/partitions/{topic}/{partition}/append"
+        if (part is not None and part.is_leader) or leader == self.state.broker_id or leader not in self.state.brokers:
+            return await self.state.broker.replicas.append(topic, partition, batch, acks=acks, timeout_ms=timeout_ms)
+        url = (f"{self.state.brokers[leader].http_url}/cluster/v1/partitions/{topic}/{partition}/append"
                f"?acks={acks}&timeout_ms={timeout_ms}")
-        async with self._session().post(url, data=batch, headers={"Content-Type": "application/octet-stream"}) as resp:
+        async with self._session.session().post(url, data=batch,
+                                                headers={"Content-Type": "application/octet-stream"}) as resp:
             body = await resp.json(content_type=None)
             if resp.status >= 300:
                 raise error_for(int(body.get("error_code", ErrorCode.UNKNOWN_SERVER_ERROR)),
@@ -261,14 +255,14 @@ class LeaderRouting(MemberState):
 
     async def delete_records(self, topic: str, partition: int, offset: int) -> int:
         """DeleteRecords where the partition's leader is: here, or over HTTP on the leader; the new log start."""
-        part = self.broker.replicas.get_partition(topic, partition)
-        self.broker.topics.check_partition(topic, partition)
+        part = self.state.broker.replicas.get_partition(topic, partition)
+        self.state.broker.topics.check_partition(topic, partition)
         leader = self._leader_of(topic, partition)
-        if (part is not None and part.is_leader) or leader == self.broker_id or leader not in self.brokers:
-            return await self.broker.replicas.delete_records(topic, partition, offset)
-        url = (f"{self.brokers[leader].http_url}/cluster/v1/partitions/{topic}/{partition}/delete-records"
+        if (part is not None and part.is_leader) or leader == self.state.broker_id or leader not in self.state.brokers:
+            return await self.state.broker.replicas.delete_records(topic, partition, offset)
+        url = (f"{self.state.brokers[leader].http_url}/cluster/v1/partitions/{topic}/{partition}/delete-records"
                f"?offset={offset}")
-        async with self._session().post(url) as resp:
+        async with self._session.session().post(url) as resp:
             body = await resp.json(content_type=None)
             if resp.status >= 300:
                 raise error_for(int(body.get("error_code", ErrorCode.UNKNOWN_SERVER_ERROR)),
@@ -277,14 +271,15 @@ class LeaderRouting(MemberState):
 
     async def replica_progress(self, topic: str, partition: int) -> dict[int, int] | None:
         """Each replica's log end offset as the partition's leader sees it."""
-        part = self.broker.replicas.get_partition(topic, partition)
+        part = self.state.broker.replicas.get_partition(topic, partition)
         if part is not None and part.is_leader:
             return part.describe_replicas()
-        ep = self.brokers.get(self._leader_of(topic, partition))
+        ep = self.state.brokers.get(self._leader_of(topic, partition))
         if ep is None:
             return None
         try:
-            async with self._session().get(f"{ep.http_url}/cluster/v1/partitions/{topic}/{partition}/replicas") as resp:
+            url = f"{ep.http_url}/cluster/v1/partitions/{topic}/{partition}/replicas"
+            async with self._session.session().get(url) as resp:
                 if resp.status != 200:
                     return None
                 body = await resp.json(content_type=None)

@@ -108,7 +108,7 @@ async def alter_user_scram_credentials(cluster: ClusterMember, *, upsertions: Se
     send_deletions = [{"name": user, "mechanism": mechanism} for user, mechanism in deletions if user not in errors]
     decided: dict[str, ScramUserResult] = {}
     if send_upsertions or send_deletions:
-        answer = cast(ScramAnswer, await cluster.call("alter_scram_credentials", upsertions=send_upsertions,
+        answer = cast(ScramAnswer, await cluster.routing.call("alter_scram_credentials", upsertions=send_upsertions,
                                                       deletions=send_deletions))
         decided = {result["user"]: result for result in answer["results"]}
     out: list[ScramUserResult] = []

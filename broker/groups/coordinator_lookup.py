@@ -3,14 +3,14 @@
 Why: a client asks any broker (FindCoordinator) and must be sent to the leader
 of the group's `__consumer_offsets` partition, `abs(javaHashCode(g)) % N`. Like
 Kafka, the topic is created on the first such question, by the controller
-(`broker.cluster.ensure_internal_topic`), never at broker start: until it
+(`broker.cluster.routing.ensure_internal_topic`), never at broker start: until it
 exists, and while a partition has no leader, the answer is
 COORDINATOR_NOT_AVAILABLE and clients retry. The HTTP APIs (admin groups,
 REST consumers) act on the local coordinator and ask here whether they may,
 and if not, which broker to name.
 
-Uses exactly (`LocatorBroker`): `broker.cluster.partition_leader(topic, p) -> (node, host, port) | None`,
-`await broker.cluster.ensure_internal_topic(topic, partitions=, configs=)`,
+Uses exactly (`LocatorBroker`): `broker.cluster.routing.partition_leader(topic, p) -> (node, host, port) | None`,
+`await broker.cluster.routing.ensure_internal_topic(topic, partitions=, configs=)`,
 `broker.topics.get(topic)` (None while the topic is unknown here),
 `broker.config.broker_id`, and `broker.groups` (where `locator_of` keeps the locator).
 
@@ -98,7 +98,7 @@ class CoordinatorLocator:
             n = self.coordinator.config.num_partitions
             log.info("%s does not exist yet; asking the controller to create it with %d partitions", OFFSETS_TOPIC, n)
             task = asyncio.get_running_loop().create_task(
-                self.broker.cluster.ensure_internal_topic(OFFSETS_TOPIC, partitions=n,
+                self.broker.cluster.routing.ensure_internal_topic(OFFSETS_TOPIC, partitions=n,
                                                           configs=dict(OFFSETS_TOPIC_CONFIGS)),
                 name=f"create-{OFFSETS_TOPIC}",
             )
@@ -143,7 +143,7 @@ class CoordinatorLocator:
         return located
 
     def _leader_of(self, group_id: str, partition: int) -> CoordinatorLocation:
-        leader = self.broker.cluster.partition_leader(OFFSETS_TOPIC, partition)
+        leader = self.broker.cluster.routing.partition_leader(OFFSETS_TOPIC, partition)
         if leader is None:
             return CoordinatorLocation(
                 ErrorCode.COORDINATOR_NOT_AVAILABLE,

@@ -36,7 +36,7 @@ async def readyz(request: web.Request) -> web.Response:
     if ks is None or not ks.port:
         missing.append("Kafka listener not bound")
     cluster = broker.cluster
-    if cluster is None or not cluster.started:
+    if cluster is None or not cluster.state.started:
         missing.append("not joined to its cluster yet")
     started_at = broker.started_at
     if started_at is None:

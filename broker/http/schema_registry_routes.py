@@ -38,7 +38,7 @@ from ..schema_registry.registry import WRITE_OPS, SchemaRegistry
 from ..schema_registry.requests import check_subject, level_of, mode_of, parse_version, schema_request
 from ..schema_registry.state import RegistryState
 from ..schema_registry.store import SchemaLog, b64, read_records, registry_error
-from .json_body import INLINE_MAX_BYTES, BodyError, loads_bounded, off_loop
+from .json_body import INLINE_MAX_BYTES, BodyError, loads_bounded, off_loop, read_body
 from .serving import serving
 
 __all__ = ["install", "routes", "CONTENT_TYPE", "registry_of", "register_schema"]
@@ -138,7 +138,7 @@ async def _body(request: web.Request) -> JsonValue:
     if request.can_read_body and request.content_type not in _CONSUMED:
         raise RegistryError(415, 415, f"HTTP 415 Unsupported Media Type: {request.content_type!r}; send "
                                       "application/vnd.schemaregistry.v1+json or application/json")
-    raw = await request.read()
+    raw = await read_body(request)
 
     def parse() -> JsonValue:
         try:
@@ -178,13 +178,13 @@ async def _write(request: web.Request, op: str, args: JsonObject) -> JsonData:
     last = "no leader of '_schemas' is known yet"
     while True:
         leader = log.leader()
-        endpoint = log.parts.cluster.brokers.get(leader)
+        endpoint = log.parts.cluster.state.brokers.get(leader)
         if log.is_leader():
             return await registry.write(op, args)
         if endpoint is not None and leader != log.parts.config.broker_id:
             url = f"{endpoint.http_url}/cluster/v1/schema-registry/write/{op}"
             try:
-                async with log.parts.cluster.control_session().post(url, json=args) as resp:
+                async with log.parts.cluster.session.session().post(url, json=args) as resp:
                     body = await resp.json(content_type=None)
                 if resp.status == 200 and isinstance(body, dict) and "result" in body:
                     result: JsonData = body["result"]

@@ -35,7 +35,7 @@ def topic_configs(broker: BrokerParts, name: str) -> dict[str, dict[str, str]]:
 async def describe_topic(broker: BrokerParts, name: str) -> dict[str, JsonData]:
     """A topic with each partition's roles and offsets (as its leader knows them; nulls while it has none)."""
     info = broker.topics.describe(name)
-    infos = await broker.cluster.partition_infos([(name, p) for p in range(info.partitions)])
+    infos = await broker.cluster.routing.partition_infos([(name, p) for p in range(info.partitions)])
     partitions: list[JsonData] = []
     for p, state in enumerate(info.partition_states):
         pi = infos.get((name, p))
@@ -45,7 +45,7 @@ async def describe_topic(broker: BrokerParts, name: str) -> dict[str, JsonData]:
             "leader_epoch": state.leader_epoch,
             "replicas": list(state.replicas),
             "isr": list(state.isr),
-            "offline_replicas": [r for r in state.replicas if r not in broker.cluster.brokers],
+            "offline_replicas": [r for r in state.replicas if r not in broker.cluster.state.brokers],
             "log_start_offset": pi.log_start_offset if pi else None,
             "log_end_offset": pi.log_end_offset if pi else None,
             "high_watermark": pi.high_watermark if pi else None,
@@ -80,7 +80,7 @@ def brokers_view(broker: BrokerParts) -> list[JsonData]:
     member = broker.cluster
     return [
         {"id": b.id, "host": b.host, "port": b.port, "http_port": b.http_port, "rack": b.rack,
-         "controller": b.id == member.controller_id,
+         "controller": b.id == member.state.controller_id,
          "listeners": {name: f"{host}:{port}" for name, host, port in b.listeners}}
-        for b in sorted(member.brokers.values(), key=lambda b: b.id)
+        for b in sorted(member.state.brokers.values(), key=lambda b: b.id)
     ]

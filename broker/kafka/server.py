@@ -174,7 +174,7 @@ class KafkaServer:
         """Start accepting connections on the bound listener, handling their requests with `broker`'s parts."""
         self.broker = broker
         # SCRAM users are the cluster metadata's: looked up in the image current at each authentication.
-        self.security.scram_lookup = lambda user, mechanism: broker.cluster.image.scram_credentials.get(
+        self.security.scram_lookup = lambda user, mechanism: broker.cluster.state.image.scram_credentials.get(
             (user, mechanism))
         if self._server is not None and not self._server.is_serving():
             await self._server.start_serving()

@@ -2,7 +2,7 @@
 
 Why: the controller's operations run in-process on the controller and over HTTP
 (`/cluster/v1/controller/<op>`) everywhere else, so their answers are JSON. Declaring each shape once
-lets the controller's mixins build them checked, and lets the callers that read an answer (topic
+lets the controller's role objects build them checked, and lets the callers that read an answer (topic
 changes, producer-id blocks, controlled shutdown, ISR changes) name what they read. Every answer
 carries `metadata_offset`, the metadata-log offset holding the change, so the caller can wait until
 its broker applied it (`routing.LeaderRouting.call`). Only shapes here: no logic, no I/O.

@@ -105,7 +105,7 @@ class SchemaLog:
         cluster = self.parts.cluster
         try:
             configs = {"cleanup.policy": "compact", "max.message.bytes": str(MESSAGE_MAX_BYTES)}
-            await cluster.ensure_internal_topic(TOPIC, partitions=1, configs=configs)
+            await cluster.routing.ensure_internal_topic(TOPIC, partitions=1, configs=configs)
         except KelpError as exc:
             raise store_error(f"the registry's topic '{TOPIC}' could not be created: {exc}") from None
 
@@ -147,13 +147,13 @@ class SchemaLog:
             except KelpError as exc:  # the leadership moved between the check and the read
                 raise _leadership_moved(self.parts.config.broker_id, exc) from None
         leader = self.leader()
-        endpoint = self.parts.cluster.brokers.get(leader)
+        endpoint = self.parts.cluster.state.brokers.get(leader)
         if endpoint is None:
             raise RegistryError(500, Code.UNKNOWN_LEADER,
                                 f"no leader of '{TOPIC}' is known (the registry's storage); retry")
         url = f"{endpoint.http_url}/cluster/v1/schema-registry/records"
         try:
-            async with self.parts.cluster.control_session().get(url, params={"offset": str(offset)}) as resp:
+            async with self.parts.cluster.session.session().get(url, params={"offset": str(offset)}) as resp:
                 body = await resp.json(content_type=None)
         except Exception as exc:
             raise store_error(f"reading '{TOPIC}' from its leader, broker {leader}, failed: {exc!r}") from None
@@ -187,7 +187,7 @@ class SchemaLog:
         large = sum(len(k) + len(v or b"") for k, v in records) > OFF_LOOP_RECORD_BYTES
         batch = await run_cpu(build_batch, batch_records) if large else build_batch(batch_records)
         try:
-            await self.parts.cluster.append(TOPIC, 0, batch, acks=-1, timeout_ms=APPEND_TIMEOUT_MS)
+            await self.parts.cluster.routing.append(TOPIC, 0, batch, acks=-1, timeout_ms=APPEND_TIMEOUT_MS)
         except KelpError as exc:
             raise store_error(f"writing to '{TOPIC}' failed: {exc}") from None
         await self.sync()

@@ -54,7 +54,7 @@ class TxnCoordinatorLocator:
             log.info("%s does not exist yet; asking the controller to create it with %d partitions", TXN_TOPIC,
                      cfg.num_partitions)
             self._creating = asyncio.get_running_loop().create_task(
-                self.cluster.ensure_internal_topic(TXN_TOPIC, partitions=cfg.num_partitions,
+                self.cluster.routing.ensure_internal_topic(TXN_TOPIC, partitions=cfg.num_partitions,
                                                    configs=cfg.topic_configs(),
                                                    replication_factor=cfg.replication_factor),
                 name=f"create-{TXN_TOPIC}")
@@ -85,7 +85,7 @@ class TxnCoordinatorLocator:
         return located
 
     def _leader_of(self, partition: int) -> CoordinatorLocation:
-        leader = self.cluster.partition_leader(TXN_TOPIC, partition)
+        leader = self.cluster.routing.partition_leader(TXN_TOPIC, partition)
         if leader is None:
             return CoordinatorLocation(ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                        f"{TXN_TOPIC} partition {partition} has no leader right now; retry",

@@ -120,7 +120,8 @@ class Harness:
 async def test_the_controller_creates_each_acl_once_and_answers_kafkas_errors_in_order() -> None:
     h = Harness()
     c = await h.start()
-    answer = await c.create_acls(acls=[acl(), acl(rtype="CLUSTER", name="x", op="ALTER"), acl(), acl("", op="WRITE"),
+    answer = await c.acl_admin.create_acls(acls=[acl(), acl(rtype="CLUSTER", name="x", op="ALTER"), acl(),
+                                                  acl("", op="WRITE"),
                                        acl(op="ANY")])
     results = answer["results"]
     assert results[0] is None and results[2] is None  # the same binding twice: created once, both succeed
@@ -130,16 +131,16 @@ async def test_the_controller_creates_each_acl_once_and_answers_kafkas_errors_in
     assert results[4] is not None and "operation" in results[4]["message"]
     assert list(h.image().acls.values()) == [binding_from_json(acl())]
     before = len(h.store.entries)
-    again = await c.create_acls(acls=[acl()])
+    again = await c.acl_admin.create_acls(acls=[acl()])
     assert again["results"] == [None] and len(h.store.entries) == before  # already there: no record
 
 
 async def test_the_controller_deletes_by_filters_matched_against_the_acls_before_the_request() -> None:
     h = Harness()
     c = await h.start()
-    await c.create_acls(acls=[acl("a"), acl("b", op="WRITE"), acl("p-", pattern="PREFIXED"),
+    await c.acl_admin.create_acls(acls=[acl("a"), acl("b", op="WRITE"), acl("p-", pattern="PREFIXED"),
                               acl("a", principal="User:bob")])
-    answer = await c.delete_acls(filters=[{"principal": "User:alice", "operation": "READ"},
+    answer = await c.acl_admin.delete_acls(filters=[{"principal": "User:alice", "operation": "READ"},
                                           {"resourceName": "a"},
                                           {"resourceType": "UNKNOWN"}])
     first, second, third = answer["results"]
@@ -153,13 +154,13 @@ async def test_the_controller_deletes_by_filters_matched_against_the_acls_before
 async def test_acls_survive_a_controller_failover_and_a_snapshot() -> None:
     h = Harness()
     c = await h.start()
-    await c.create_acls(acls=[acl("a"), acl("b")])
-    await c._snapshot(c.image)  # what the controller writes after enough bytes of entries
-    await c.delete_acls(filters=[{"resourceName": "a"}])
+    await c.acl_admin.create_acls(acls=[acl("a"), acl("b")])
+    await c.writer.snapshot(c.state.image)  # what the controller writes after enough bytes of entries
+    await c.acl_admin.delete_acls(filters=[{"resourceName": "a"}])
     await c.stop()
     successor = await h.start(h.make())  # a new incarnation reads the snapshot and the entries after it
-    assert [b.pattern.name for b in successor.image.acls.values()] == ["b"]
-    await successor.create_acls(acls=[acl("c")])
+    assert [b.pattern.name for b in successor.state.image.acls.values()] == ["b"]
+    await successor.acl_admin.create_acls(acls=[acl("c")])
     assert [b.pattern.name for b in h.image().acls.values()] == ["b", "c"]
 
 
@@ -168,7 +169,7 @@ async def test_a_deposed_controller_writes_no_acl() -> None:
     c = await h.start()
     h.fresh = False
     with pytest.raises(NotControllerError):
-        await c.create_acls(acls=[acl()])
+        await c.acl_admin.create_acls(acls=[acl()])
     assert h.image().acls == {}
 
 
@@ -237,9 +238,9 @@ def test_a_broker_follows_the_acls_before_it_is_registered(tmp_path) -> None:
     applied: list[MetadataDelta] = []
     member = ClusterMember(SimpleNamespace(config=config, topics=SimpleNamespace(apply_delta=applied.append)))
     acls = AclManager(config)
-    member.delta_listeners.append(acls.apply_delta)
+    member.metadata.delta_listeners.append(acls.apply_delta)
     push = {"controller_id": 0, "controller_epoch": 1, "brokers": [], "end_offset": 0,
             "entries": [entry(0, acl_record("a1", acl()))]}
-    assert member.apply(push) == 0  # type: ignore[arg-type]
-    assert not member.registered and applied == []  # the topic manager waits for the registration
+    assert member.metadata.apply(push) == 0  # type: ignore[arg-type]
+    assert not member.state.registered and applied == []  # the topic manager waits for the registration
     assert acls.authorize(ALICE, "h", AclOperation.READ, ResourceType.TOPIC, "orders")

@@ -22,14 +22,14 @@ from kafka.protocol.producer import (
 
 from kelp.errors import ErrorCode
 from tests.authorization.harness import InProcessBroker
-from tests.authorization.test_acl_matrix import ALICE, BOB, BROKER, GROUP, SECRET, acl, b, grant  # noqa: F401
+from tests.authorization.matrix import ALICE, BOB, BROKER, GROUP, SECRET, acl, grant
 
 TID = "tx"
 DENIED = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 AP = AddPartitionsToTxnRequest
 
 
-async def coordinating_txn(b: InProcessBroker) -> tuple[int, int]:  # noqa: F811
+async def coordinating_txn(b: InProcessBroker) -> tuple[int, int]:
     """This broker coordinates TID (its __transaction_state created and loaded); the id initialised."""
     return await b.init_transactional_id(TID)
 
@@ -44,7 +44,7 @@ def codes(answer) -> dict:
             for p in t.results_by_partition}
 
 
-async def test_add_partitions_end_txn(b: InProcessBroker) -> None:  # noqa: F811
+async def test_add_partitions_end_txn(b: InProcessBroker) -> None:
     pid, epoch = await coordinating_txn(b)
     assert codes(await b.call(add_partitions(pid, epoch), 3, principal=ALICE)) == {(SECRET, 0): DENIED}
     await grant(b, acl("TRANSACTIONAL_ID", TID, "WRITE"))
@@ -60,7 +60,7 @@ async def test_add_partitions_end_txn(b: InProcessBroker) -> None:  # noqa: F811
     assert (await b.call(end, 3, principal=BOB)).error_code == 0
 
 
-async def test_add_partitions_broker_form_needs_cluster_action(b: InProcessBroker) -> None:  # noqa: F811
+async def test_add_partitions_broker_form_needs_cluster_action(b: InProcessBroker) -> None:
     pid, epoch = await coordinating_txn(b)
     T = AP.AddPartitionsToTxnTransaction
     verify = AP(transactions=[T(transactional_id=TID, producer_id=pid, producer_epoch=epoch, verify_only=True,
@@ -72,7 +72,7 @@ async def test_add_partitions_broker_form_needs_cluster_action(b: InProcessBroke
     assert result.topic_results[0].results_by_partition[0].partition_error_code == ErrorCode.TRANSACTION_ABORTABLE
 
 
-async def test_add_offsets_and_txn_offset_commit(b: InProcessBroker) -> None:  # noqa: F811
+async def test_add_offsets_and_txn_offset_commit(b: InProcessBroker) -> None:
     pid, epoch = await coordinating_txn(b)
     add = AddOffsetsToTxnRequest(transactional_id=TID, producer_id=pid, producer_epoch=epoch, group_id=GROUP)
     assert (await b.call(add, 3, principal=ALICE)).error_code == DENIED
@@ -100,7 +100,7 @@ async def test_add_offsets_and_txn_offset_commit(b: InProcessBroker) -> None:  #
     assert answer.topics[0].partitions[0].error_code == 0
 
 
-async def test_describe_and_list_transactions(b: InProcessBroker) -> None:  # noqa: F811
+async def test_describe_and_list_transactions(b: InProcessBroker) -> None:
     await coordinating_txn(b)
     described = await b.call(DescribeTransactionsRequest(transactional_ids=[TID]), 0, principal=ALICE)
     assert described.transaction_states[0].error_code == DENIED

@@ -14,14 +14,13 @@ from kelp.errors import ErrorCode
 from kelp.records.build import build_batch
 from kelp.records.record import Record
 from tests.authorization.harness import InProcessBroker
-from tests.authorization.test_acl_matrix import (  # noqa: F401
+from tests.authorization.matrix import (
     BOB,
     CLUSTER_DENIED,
     GHOST,
     SECRET,
     TOPIC_DENIED,
     acl,
-    b,
     grant,
 )
 
@@ -33,7 +32,7 @@ def describe(*topics: str) -> DescribeProducersRequest:
     return DP(topics=[DP.TopicRequest(name=t, partition_indexes=[0, 3]) for t in topics])
 
 
-async def open_transaction(b: InProcessBroker, pid: int) -> int:  # noqa: F811
+async def open_transaction(b: InProcessBroker, pid: int) -> int:
     """A transactional batch of producer `pid` (epoch 2), written as its producer would (no coordinator knows
     it: KIP-890's verification, which would refuse it, is switched off on this broker); returns its offset."""
     b.parts.transactions.verifier = None
@@ -47,7 +46,7 @@ async def open_transaction(b: InProcessBroker, pid: int) -> int:  # noqa: F811
     return int(part.base_offset)
 
 
-async def test_describe_producers_needs_read_on_the_topic(b: InProcessBroker) -> None:  # noqa: F811
+async def test_describe_producers_needs_read_on_the_topic(b: InProcessBroker) -> None:
     start = await open_transaction(b, 77)
     refused = await b.call(describe(SECRET, GHOST), 0, principal=BOB)
     answers = [[(p.partition_index, p.error_code, p.active_producers) for p in t.partitions] for t in refused.topics]
@@ -62,7 +61,7 @@ async def test_describe_producers_needs_read_on_the_topic(b: InProcessBroker) ->
             producer.coordinator_epoch, producer.current_txn_start_offset) == (77, 2, 1, 1_000_000, -1, start)
 
 
-async def test_write_txn_markers_from_an_administrator(b: InProcessBroker) -> None:  # noqa: F811
+async def test_write_txn_markers_from_an_administrator(b: InProcessBroker) -> None:
     """`kafka-transactions abort`: ALTER on the cluster suffices (KIP-664); ALTER on the topic does not."""
     start = await open_transaction(b, 78)
     req = WriteTxnMarkersRequest(markers=[M(producer_id=78, producer_epoch=2, transaction_result=False,

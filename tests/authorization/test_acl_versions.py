@@ -36,7 +36,7 @@ from kafka.protocol.producer import InitProducerIdRequest
 
 from kelp.broker.kafka.handlers import get_handler
 from tests.authorization.harness import ADMIN, InProcessBroker
-from tests.authorization.test_acl_matrix import ALICE, commit, fetch, join, produce
+from tests.authorization.matrix import ALICE, commit, fetch, join, produce
 
 LO = ListOffsetsRequest.ListOffsetsTopic
 EP = OffsetForLeaderEpochRequest.OffsetForLeaderTopic

@@ -85,10 +85,10 @@ async def test_set_described_changed_and_removed(b: InProcessBroker) -> None:
     answer = await b.call(alter(entry({"user": "alice", "client-id": "app"}, ("consumer_byte_rate", 4096.0),
                                       ("request_percentage", None))), 1)
     assert answer.entries[0].error_code == 0
-    assert b.parts.cluster.image.client_quotas[(("client-id", "app"), ("user", "alice"))] == {
+    assert b.parts.cluster.state.image.client_quotas[(("client-id", "app"), ("user", "alice"))] == {
         "consumer_byte_rate": 4096.0}
     await b.call(alter(entry({"user": "alice", "client-id": "app"}, ("consumer_byte_rate", None))), 1)
-    assert (("client-id", "app"), ("user", "alice")) not in b.parts.cluster.image.client_quotas
+    assert (("client-id", "app"), ("user", "alice")) not in b.parts.cluster.state.image.client_quotas
 
 
 @pytest.mark.parametrize("bad, why", [
@@ -104,22 +104,22 @@ async def test_set_described_changed_and_removed(b: InProcessBroker) -> None:
     (entry({"user": "a"}, ("producer_byte_rate", 1.0), ("producer_byte_rate", 2.0)), "Duplicate quota key"),
 ])
 async def test_a_refused_entry_changes_nothing_and_the_others_apply(b: InProcessBroker, bad: A, why: str) -> None:
-    before = b.parts.cluster.image.offset
+    before = b.parts.cluster.state.image.offset
     answer = await b.call(alter(bad, entry({"client-id": "ok"}, ("producer_byte_rate", 100.0))), 1)
     (code, message), (ok_code, _) = [(e.error_code, e.error_message) for e in answer.entries]
     assert code == ErrorCode.INVALID_REQUEST and why in message and ok_code == 0
-    assert b.parts.cluster.image.client_quotas == {(("client-id", "ok"),): {"producer_byte_rate": 100.0}}
-    assert b.parts.cluster.image.offset == before + 1
+    assert b.parts.cluster.state.image.client_quotas == {(("client-id", "ok"),): {"producer_byte_rate": 100.0}}
+    assert b.parts.cluster.state.image.offset == before + 1
 
 
 async def test_validate_only_and_an_unchanged_value_write_nothing(b: InProcessBroker) -> None:
-    before = b.parts.cluster.image.offset
+    before = b.parts.cluster.state.image.offset
     answer = await b.call(alter(entry({"user": "x"}, ("producer_byte_rate", 10.0)), validate_only=True), 1)
-    assert answer.entries[0].error_code == 0 and not b.parts.cluster.image.client_quotas
+    assert answer.entries[0].error_code == 0 and not b.parts.cluster.state.image.client_quotas
     await b.call(alter(entry({"user": "x"}, ("producer_byte_rate", 10.0))), 1)
     await b.call(alter(entry({"user": "x"}, ("producer_byte_rate", 10.0)),
                        entry({"user": "y"}, ("request_percentage", None))), 1)
-    assert b.parts.cluster.image.offset == before + 1  # the second alter changed nothing: no entry
+    assert b.parts.cluster.state.image.offset == before + 1  # the second alter changed nothing: no entry
 
 
 @pytest.mark.parametrize("components, why", [
@@ -141,7 +141,7 @@ async def test_only_principals_with_the_cluster_acls_see_or_set_quotas(b: InProc
     refused = await b.call(raise_own, 1, principal=mallory)
     assert refused.entries[0].error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
     assert "mallory" in refused.entries[0].error_message
-    assert not b.parts.cluster.image.client_quotas
+    assert not b.parts.cluster.state.image.client_quotas
     assert (await b.call(describe(), 1, principal=mallory)).error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
     for op in ("ALTER", "DESCRIBE"):  # the SCRAM APIs' operations are not the quota APIs'
         await grant(b, op, mallory)
@@ -193,12 +193,23 @@ def test_a_broker_that_is_not_the_controller_can_forward_the_change() -> None:
     the operations it lists, each with exactly the controller method's keywords."""
     import inspect
 
-    from kelp.broker.cluster.controller import Controller
+    from kelp.broker.cluster.controller import Controller, ControllerSettings
     from kelp.broker.http.cluster.routes import CONTROLLER_OPS
+    from kelp.config.broker import BrokerConfig
+    from tests.support.memory_metadata_log import MemoryMetadataLog
 
+    async def nobody() -> dict:
+        return {}
+
+    async def unsent(broker: object, payload: object) -> int:
+        raise AssertionError("nothing is delivered")
+
+    controller = Controller(broker_id=0, settings=ControllerSettings(BrokerConfig.load(env={}, overrides={
+        "log.dirs": "/tmp/unused"})), log=MemoryMetadataLog(), live_brokers=nobody, send=unsent,
+        lease_fresh=lambda: False)
     assert "alter_client_quotas" in CONTROLLER_OPS
     for op, allowed in CONTROLLER_OPS.items():
-        params = set(inspect.signature(getattr(Controller, op)).parameters) - {"self"}
+        params = set(inspect.signature(controller.operation(op)).parameters)
         assert params == allowed, op
 
 

@@ -12,7 +12,7 @@ from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 
 from kelp.records.build import build_batch
 from tests.authorization.harness import InProcessBroker
-from tests.authorization.test_acl_matrix import SECRET, b  # noqa: F401
+from tests.authorization.matrix import SECRET
 
 T = ProduceRequest.TopicProduceData
 
@@ -22,14 +22,14 @@ def _init(producer_id: int = -1, epoch: int = -1) -> InitProducerIdRequest:
                                  producer_epoch=epoch)
 
 
-async def _produce(b: InProcessBroker, pid: int, epoch: int, seq: int) -> int:  # noqa: F811
+async def _produce(b: InProcessBroker, pid: int, epoch: int, seq: int) -> int:
     batch = build_batch([(b"k", b"v%d" % seq)], producer_id=pid, producer_epoch=epoch, base_sequence=seq)
     answer = await b.call(ProduceRequest(transactional_id=None, acks=1, timeout_ms=5000, topic_data=[
         T(name=SECRET, partition_data=[T.PartitionProduceData(index=0, records=batch)])]), 9)
     return answer.responses[0].partition_responses[0].error_code
 
 
-async def test_naming_another_producers_id_gets_a_fresh_one(b: InProcessBroker) -> None:  # noqa: F811
+async def test_naming_another_producers_id_gets_a_fresh_one(b: InProcessBroker) -> None:
     owner = await b.call(_init(), 4)
     assert owner.error_code == 0 and owner.producer_epoch == 0
     assert await _produce(b, owner.producer_id, 0, 0) == 0

@@ -13,7 +13,7 @@ from kafka.protocol.producer import ProduceRequest
 from kelp.errors import ErrorCode
 from kelp.records.build import build_batch
 from tests.authorization.harness import InProcessBroker
-from tests.authorization.test_acl_matrix import BOB, SECRET, acl, b, grant  # noqa: F401
+from tests.authorization.matrix import BOB, SECRET, acl, grant
 
 T = ProduceRequest.TopicProduceData
 
@@ -23,7 +23,7 @@ def _produce(records: bytes) -> ProduceRequest:
         T(name=SECRET, partition_data=[T.PartitionProduceData(index=0, records=records)])])
 
 
-async def test_a_transactional_batch_cannot_ride_behind_a_plain_one(b: InProcessBroker) -> None:  # noqa: F811
+async def test_a_transactional_batch_cannot_ride_behind_a_plain_one(b: InProcessBroker) -> None:
     await grant(b, acl("TOPIC", SECRET, "WRITE"))  # bob may write the topic, and no transactional id at all
     log = b.parts.replicas.get_partition(SECRET, 0).log
     end = log.log_end_offset

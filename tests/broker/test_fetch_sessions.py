@@ -18,7 +18,7 @@ from kafka.protocol.consumer import FetchRequest
 
 from kelp.broker.replica.fetch_sessions import EVICTION_MS, CachedPartition, FetchPartition, FetchSessionCache
 from tests.authorization.harness import InProcessBroker
-from tests.authorization.test_acl_matrix import produce
+from tests.authorization.matrix import produce
 
 T = FetchRequest.FetchTopic
 P = T.FetchPartition

@@ -237,7 +237,8 @@ def test_metadata_names_a_listed_broker_as_controller_while_none_is_elected() ->
         broker = SimpleNamespace(
             config=_Config(broker_id=0, values={"cluster.id": "kelp-local"}),
             topics=SimpleNamespace(list_topics=lambda: []),
-            cluster=SimpleNamespace(controller_id=known, brokers=listed, endpoint=me), acls=open_acls())
+            cluster=SimpleNamespace(state=SimpleNamespace(controller_id=known, brokers=listed, endpoint=me)),
+            acls=open_acls())
         ctx = RequestContext(broker=broker, api_key=3, api_version=9, correlation_id=1, client_id="t", peer="p")
         md = asyncio.run(handle_metadata(ctx, MetadataRequest(topics=None, allow_auto_topic_creation=False)))
         assert [b.node_id for b in md.brokers] == [0] and md.controller_id == 0, (known, listed, md)

@@ -29,13 +29,13 @@ def _connects(port: int) -> bool:
 
 async def test_no_kafka_connection_is_accepted_before_the_metadata_is_read(tmp_path, monkeypatch) -> None:
     gate = asyncio.Event()
-    real_register = member_module.ClusterMember._register
+    real_register = member_module.MemberLeases.register
 
     async def held_register(self) -> None:
         await gate.wait()  # as a restarted broker waiting for its previous process's lease to expire
         await real_register(self)
 
-    monkeypatch.setattr(member_module.ClusterMember, "_register", held_register)
+    monkeypatch.setattr(member_module.MemberLeases, "register", held_register)
     broker = Broker(BrokerConfig.load(env={}, overrides={"log.dirs": str(tmp_path), "port": 0, "http.port": 0}))
     starting = asyncio.create_task(broker.start())
     try:

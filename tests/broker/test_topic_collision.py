@@ -25,11 +25,11 @@ INVALID_TOPIC = 17
 async def test_the_controller_refuses_a_colliding_name_against_the_cluster_metadata() -> None:
     h = Harness()
     c = await h.start()
-    await c.create_topic(name="orders.eu", partitions=1, replication_factor=1)
+    await c.topic_admin.create_topic(name="orders.eu", partitions=1, replication_factor=1)
     with pytest.raises(InvalidTopicError, match="'orders_eu' collides with existing topic 'orders.eu'"):
-        await c.create_topic(name="orders_eu", partitions=1, replication_factor=1)
+        await c.topic_admin.create_topic(name="orders_eu", partitions=1, replication_factor=1)
     assert h.store.topic("orders_eu") is None
-    await c.create_topic(name="orders-eu", partitions=1, replication_factor=1)  # '-' is its own character
+    await c.topic_admin.create_topic(name="orders-eu", partitions=1, replication_factor=1)  # '-' is its own character
 
 
 def _http_create(url: str, name: str) -> tuple[int, dict]:

@@ -17,7 +17,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kelp.broker.kafka.fetch_encoder import encode_fetch_response
 from kelp.errors import ErrorCode
 from tests.authorization.harness import InProcessBroker
-from tests.authorization.test_acl_matrix import produce
+from tests.authorization.matrix import produce
 from tests.support.kafka_wire import make_batch
 
 ZERO = uuid.UUID(int=0)

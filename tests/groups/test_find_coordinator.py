@@ -41,6 +41,14 @@ class FakeCluster:
     brokers: dict[int, Any] = field(default_factory=dict)
     endpoint: Any = None
 
+    @property
+    def state(self) -> FakeCluster:  # the member's view (`brokers`, `endpoint`) and its routing are this one fake
+        return self
+
+    @property
+    def routing(self) -> FakeCluster:
+        return self
+
     def partition_leader(self, topic: str, partition: int) -> tuple[int, str, int] | None:
         if topic != OFFSETS_TOPIC or topic not in self.topics:
             return None

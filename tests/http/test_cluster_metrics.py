@@ -139,7 +139,8 @@ def _broker(me: int, *, controller: int, live: set[int], partitions: list[tuple[
     class Config(dict):
         broker_id = me
     config = Config({"min.insync.replicas": 1})
-    member = SimpleNamespace(brokers=dict.fromkeys(live), controller_id=controller, metadata_problems=dict)
+    member = SimpleNamespace(state=SimpleNamespace(brokers=dict.fromkeys(live), controller_id=controller),
+                             metadata_problems=dict)
     return SimpleNamespace(config=config, cluster=member, topics=SimpleNamespace(list_topics=lambda: [topic]),
                            replicas=None, groups=None)
 

@@ -83,7 +83,7 @@ async def start(c: Controller) -> Controller:
 
 async def settle_snapshots(c: Controller) -> None:
     for _ in range(100):
-        task = c._snapshot_task
+        task = c.writer.snapshot_task
         if task is None:
             return
         await asyncio.wait_for(asyncio.shield(task), 5)
@@ -92,38 +92,38 @@ async def settle_snapshots(c: Controller) -> None:
 
 async def test_a_controller_paused_inside_its_append_is_fenced_after_compaction_freed_its_slot(store) -> None:
     old = await start(controller(store, 0))
-    first = await old.allocate_producer_ids(broker_id=0)
+    first = await old.broker_requests.allocate_producer_ids(broker_id=0)
     paused, resume = asyncio.Event(), asyncio.Event()
 
     async def pause_the_old_one(entry: dict) -> None:
-        if entry["epoch"] == old.epoch:
+        if entry["epoch"] == old.state.epoch:
             paused.set()
             await resume.wait()
 
     store.before_append = pause_the_old_one
-    late = asyncio.create_task(old.allocate_producer_ids(broker_id=0))
+    late = asyncio.create_task(old.broker_requests.allocate_producer_ids(broker_id=0))
     await asyncio.wait_for(paused.wait(), 5)
-    slot = old.image.offset + 1  # what the old controller is writing
+    slot = old.state.image.offset + 1  # what the old controller is writing
 
     # Its successor claims that very slot, hands out ids, and writes past it until two snapshots cover it.
     new = await start(controller(store, 1, **{"metadata.log.max.record.bytes.between.snapshots": 1}))
-    assert new.epoch == old.epoch + 1 and (await store.read_entry(slot))["epoch"] == new.epoch
-    handed = [await new.allocate_producer_ids(broker_id=1)]
+    assert new.state.epoch == old.state.epoch + 1 and (await store.read_entry(slot))["epoch"] == new.state.epoch
+    handed = [await new.broker_requests.allocate_producer_ids(broker_id=1)]
     for _ in range(4):
-        handed.append(await new.allocate_producer_ids(broker_id=1))
+        handed.append(await new.broker_requests.allocate_producer_ids(broker_id=1))
         await settle_snapshots(new)
     assert not store.has(slot)  # compacted away: the slot is free again
 
     resume.set()
     with pytest.raises(NotControllerError, match="superseded"):
         await asyncio.wait_for(late, 5)
-    assert not old.active
+    assert not old.state.active
     assert not store.has(slot)  # nothing of the old controller's is left in the store
     blocks = [first] + handed
     ids = [i for b in blocks for i in range(b["first"], b["first"] + b["count"])]
     assert len(ids) == len(set(ids)), "a producer id was handed out twice"
     loaded = await store.load()
-    assert all(e["epoch"] == new.epoch for e in loaded.entries)
+    assert all(e["epoch"] == new.state.epoch for e in loaded.entries)
 
 
 async def test_a_controller_in_doubt_about_a_compacted_slot_steps_down() -> None:
@@ -135,16 +135,16 @@ async def test_a_controller_in_doubt_about_a_compacted_slot_steps_down() -> None
     old = await start(controller(store, 0))
     store.fail_next_append(OSError(5, "Input/output error"), landed=False)
     with pytest.raises(CoordinatorLoadInProgressError):
-        await old.allocate_producer_ids(broker_id=0)
-    assert old._doubt is not None
+        await old.broker_requests.allocate_producer_ids(broker_id=0)
+    assert old.writer.doubt is not None
     new = await start(controller(store, 1, **{"metadata.log.max.record.bytes.between.snapshots": 1}))
     for _ in range(4):
-        await new.allocate_producer_ids(broker_id=1)
+        await new.broker_requests.allocate_producer_ids(broker_id=1)
         await settle_snapshots(new)
-    assert store.start >= old._doubt[0]
+    assert store.start >= old.writer.doubt[0]
     with pytest.raises(NotControllerError):
-        await old.allocate_producer_ids(broker_id=0)
-    assert not old.active
+        await old.broker_requests.allocate_producer_ids(broker_id=0)
+    assert not old.state.active
 
 
 def test_lease_freshness_is_judged_on_a_clock_that_counts_a_suspended_host(tmp_path) -> None:
@@ -182,7 +182,7 @@ async def test_an_append_cancelled_by_its_caller_is_read_back_not_taken_for_a_su
         return real(self, directory, doc)
 
     monkeypatch.setattr(FileMetadataLog, "_write_private", slow)
-    op = asyncio.create_task(c.create_topic(name="a", assignments={0: [1, 0]}))
+    op = asyncio.create_task(c.topic_admin.create_topic(name="a", assignments={0: [1, 0]}))
     assert await asyncio.to_thread(entered.wait, 10)
     op.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -190,9 +190,10 @@ async def test_an_append_cancelled_by_its_caller_is_read_back_not_taken_for_a_su
     monkeypatch.setattr(FileMetadataLog, "_write_private", real)
     release.set()
     for _ in range(200):  # the worker thread finishes the link (bounded)
-        if (await h.store.load()).end_offset == c.image.offset + 1:
+        if (await h.store.load()).end_offset == c.state.image.offset + 1:
             break
         await asyncio.sleep(0.01)
-    await c.create_topic(name="b", assignments={0: [1, 0]})
-    assert c.active and set(c.image.topics) >= {"a", "b"}, "the landed entry is adopted, the controller goes on"
+    await c.topic_admin.create_topic(name="b", assignments={0: [1, 0]})
+    assert c.state.active and set(c.state.image.topics) >= {"a", "b"}, \
+        "the landed entry is adopted, the controller goes on"
     await c.stop()

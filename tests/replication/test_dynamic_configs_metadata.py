@@ -93,8 +93,8 @@ def test_the_image_refuses_a_broker_config_record_that_is_not_dynamic_or_not_val
 async def test_the_controller_writes_one_entry_refuses_read_only_keys_and_validate_only_writes_nothing() -> None:
     h = Harness()
     c = await h.start()
-    before = c.image.offset
-    answer = await c.alter_broker_configs(broker=-1, configs={"log.retention.ms": "3600000",
+    before = c.state.image.offset
+    answer = await c.broker_requests.alter_broker_configs(broker=-1, configs={"log.retention.ms": "3600000",
                                                               "unclean.leader.election.enable": "TRUE"})
     assert answer == {"broker": -1,
                       "configs": {"log.retention.ms": "3600000", "unclean.leader.election.enable": "true"},
@@ -104,40 +104,42 @@ async def test_the_controller_writes_one_entry_refuses_read_only_keys_and_valida
 
     for configs, named in (({"log.dirs": "/elsewhere"}, "log.dirs"), ({"num.partitions": "3"}, "num.partitions")):
         with pytest.raises(ConfigError, match="Cannot update these configs dynamically") as info:
-            await c.alter_broker_configs(broker=-1, configs=configs)
+            await c.broker_requests.alter_broker_configs(broker=-1, configs=configs)
         assert named in str(info.value) and "restart" in str(info.value)
     with pytest.raises(ConfigError, match="log.retention.ms"):
-        await c.alter_broker_configs(broker=-1, configs={"log.retention.ms": "-7"})
-    assert c.image.offset == before + 1 and len(h.store.entries) == before + 2
+        await c.broker_requests.alter_broker_configs(broker=-1, configs={"log.retention.ms": "-7"})
+    assert c.state.image.offset == before + 1 and len(h.store.entries) == before + 2
 
-    checked = await c.alter_broker_configs(broker=-1, configs={"log.retention.ms": None}, validate_only=True)
+    checked = await c.broker_requests.alter_broker_configs(broker=-1, configs={"log.retention.ms": None},
+                                                           validate_only=True)
     assert checked["configs"] == {"unclean.leader.election.enable": "true"}
-    assert c.image.offset == before + 1 and c.image.broker_configs[-1]["log.retention.ms"] == "3600000"
+    assert c.state.image.offset == before + 1 and c.state.image.broker_configs[-1]["log.retention.ms"] == "3600000"
 
     # a broker id no broker has is allowed (as Kafka allows it); the same values again write nothing
-    await c.alter_broker_configs(broker=42, configs={"min.insync.replicas": "2"})
-    assert c.image.broker_configs[42] == {"min.insync.replicas": "2"} and c.image.offset == before + 2
-    await c.alter_broker_configs(broker=42, configs={"min.insync.replicas": "2"})
-    assert c.image.offset == before + 2
+    await c.broker_requests.alter_broker_configs(broker=42, configs={"min.insync.replicas": "2"})
+    assert c.state.image.broker_configs[42] == {"min.insync.replicas": "2"} and c.state.image.offset == before + 2
+    await c.broker_requests.alter_broker_configs(broker=42, configs={"min.insync.replicas": "2"})
+    assert c.state.image.offset == before + 2
     # AlterConfigs replaces the entity's whole set
-    replaced = await c.alter_broker_configs(broker=-1, configs={"log.retention.bytes": "1000"}, replace_all=True)
-    assert replaced["configs"] == {"log.retention.bytes": "1000"} == dict(c.image.broker_configs[-1])
+    replaced = await c.broker_requests.alter_broker_configs(broker=-1, configs={"log.retention.bytes": "1000"},
+                                                            replace_all=True)
+    assert replaced["configs"] == {"log.retention.bytes": "1000"} == dict(c.state.image.broker_configs[-1])
 
 
 async def test_the_controller_reads_unclean_leader_election_from_the_log_when_it_elects() -> None:
     """It was read once, from the static config, when the controller was made."""
     h = Harness()
     c = await h.start()
-    await c.create_topic(name="t", assignments={0: [1, 2]})
+    await c.topic_admin.create_topic(name="t", assignments={0: [1, 2]})
     s = h.state("t")
-    await c.alter_partition(topic="t", partition=0, leader=1, leader_epoch=s.leader_epoch,
+    await c.broker_requests.alter_partition(topic="t", partition=0, leader=1, leader_epoch=s.leader_epoch,
                             partition_epoch=s.partition_epoch, isr=[1])
-    await c.alter_broker_configs(broker=-1, configs={"unclean.leader.election.enable": "true"})
+    await c.broker_requests.alter_broker_configs(broker=-1, configs={"unclean.leader.election.enable": "true"})
     del h.alive[1]
     await c._on_liveness(dict(h.alive))
     assert h.state("t").leader == 2  # the out-of-sync replica, as the dynamic default now allows
     # a topic override still wins over it: the last in-sync replica gone, the partition stays offline
-    await c.alter_configs(name="t", configs={"unclean.leader.election.enable": "false"})
+    await c.topic_admin.alter_configs(name="t", configs={"unclean.leader.election.enable": "false"})
     h.alive[1] = ep(1)
     await c._on_liveness(dict(h.alive))
     del h.alive[2]
@@ -165,7 +167,7 @@ class Broker:
 
     async def follow(self, h: Harness) -> None:
         """Apply everything the controller wrote, and wait for the logs' reconfiguration (a worker thread)."""
-        self.member.apply(payload(entries_of(h.store), epoch=h.controller.epoch))
+        self.member.metadata.apply(payload(entries_of(h.store), epoch=h.controller.state.epoch))
         if self.topics.reconfiguring is not None:
             await self.topics.reconfiguring
 
@@ -176,15 +178,16 @@ class Broker:
 async def test_a_default_change_reconfigures_the_logs_without_an_override_and_a_broker_value_beats_it(tmp_path) -> None:
     h = Harness(2)
     c = await h.start()
-    await c.create_topic(name="plain", assignments={0: [1, 0]})
-    await c.create_topic(name="pinned", assignments={0: [1, 0]}, configs={"retention.ms": "60000",
+    await c.topic_admin.create_topic(name="plain", assignments={0: [1, 0]})
+    await c.topic_admin.create_topic(name="pinned", assignments={0: [1, 0]}, configs={"retention.ms": "60000",
                                                                             "min.insync.replicas": "1"})
     b = Broker(tmp_path, **{"log.retention.hours": 2})
-    b.member.registered = True
+    b.member.state.registered = True
     await b.follow(h)
     assert (b.retention_ms("plain"), b.retention_ms("pinned")) == (2 * HOUR_MS, 60000)
 
-    await c.alter_broker_configs(broker=-1, configs={"log.retention.ms": str(HOUR_MS), "min.insync.replicas": "2"})
+    await c.broker_requests.alter_broker_configs(broker=-1, configs={"log.retention.ms": str(HOUR_MS),
+                                                                     "min.insync.replicas": "2"})
     await b.follow(h)
     assert b.config["log.retention.ms"] == HOUR_MS
     assert b.retention_ms("plain") == HOUR_MS and b.retention_ms("pinned") == 60000  # the override is left alone
@@ -194,16 +197,16 @@ async def test_a_default_change_reconfigures_the_logs_without_an_override_and_a_
     assert b.logs.default_config.retention_ms == HOUR_MS  # logs of topics it does not know yet
 
     # this broker's own value beats the cluster-wide default; another broker's does nothing here
-    await c.alter_broker_configs(broker=1, configs={"log.retention.ms": str(3 * HOUR_MS)})
-    await c.alter_broker_configs(broker=0, configs={"log.retention.ms": str(5 * HOUR_MS)})
+    await c.broker_requests.alter_broker_configs(broker=1, configs={"log.retention.ms": str(3 * HOUR_MS)})
+    await c.broker_requests.alter_broker_configs(broker=0, configs={"log.retention.ms": str(5 * HOUR_MS)})
     await b.follow(h)
     assert b.retention_ms("plain") == 3 * HOUR_MS
 
     # deleting both falls back to the static value
-    await c.alter_broker_configs(broker=1, configs={"log.retention.ms": None})
+    await c.broker_requests.alter_broker_configs(broker=1, configs={"log.retention.ms": None})
     await b.follow(h)
     assert b.retention_ms("plain") == HOUR_MS
-    await c.alter_broker_configs(broker=-1, configs={"log.retention.ms": None})
+    await c.broker_requests.alter_broker_configs(broker=-1, configs={"log.retention.ms": None})
     await b.follow(h)
     assert b.retention_ms("plain") == 2 * HOUR_MS and b.config["log.retention.ms"] is None
     assert b.replicas.get_partition("plain", 0).min_insync_replicas == 2  # still the default entity's
@@ -212,25 +215,25 @@ async def test_a_default_change_reconfigures_the_logs_without_an_override_and_a_
 async def test_a_restarted_broker_gets_them_back_from_the_log_once_registered(tmp_path) -> None:
     h = Harness(2)
     c = await h.start()
-    await c.create_topic(name="plain", assignments={0: [1, 0]})
-    await c.alter_broker_configs(broker=-1, configs={"log.retention.ms": str(HOUR_MS)})
-    await c.alter_broker_configs(broker=1, configs={"message.max.bytes": "5000"})
+    await c.topic_admin.create_topic(name="plain", assignments={0: [1, 0]})
+    await c.broker_requests.alter_broker_configs(broker=-1, configs={"log.retention.ms": str(HOUR_MS)})
+    await c.broker_requests.alter_broker_configs(broker=1, configs={"message.max.bytes": "5000"})
 
     # the new process replays the log: nothing applies before the controller registered it
     b = Broker(tmp_path / "entries")
     await b.follow(h)
     assert b.config["log.retention.ms"] is None and b.topics.get("plain") is None
-    h.alive[1] = ep(1, incarnation=b.member.identity)
+    h.alive[1] = ep(1, incarnation=b.member.state.identity)
     await c._on_liveness(dict(h.alive))
     await b.follow(h)
-    assert b.member.registered
+    assert b.member.state.registered
     assert b.config["log.retention.ms"] == HOUR_MS and b.config["message.max.bytes"] == 5000
     assert b.retention_ms("plain") == HOUR_MS and b.logs.get("plain", 0).config.max_message_bytes == 5000
 
     # one that is further behind gets a snapshot: the same values
     s = Broker(tmp_path / "snapshot")
-    s.member.registered = True
-    s.member.apply(payload([], epoch=c.epoch, snapshot=snapshot_to_json(c.image)))
+    s.member.state.registered = True
+    s.member.metadata.apply(payload([], epoch=c.state.epoch, snapshot=snapshot_to_json(c.state.image)))
     if s.topics.reconfiguring is not None:
         await s.topics.reconfiguring
     assert s.config["log.retention.ms"] == HOUR_MS and s.retention_ms("plain") == HOUR_MS

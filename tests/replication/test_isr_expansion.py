@@ -16,7 +16,7 @@ REPLICAS = (0, 1, 2)
 
 
 class Controller:
-    """A stand-in for ClusterMember.alter_partition: records each request and answers as told."""
+    """A stand-in for LeaderRouting.alter_partition: records each request and answers as told."""
 
     def __init__(self) -> None:
         self.requests: list[dict] = []

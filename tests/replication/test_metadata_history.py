@@ -52,11 +52,11 @@ async def cluster_with_a_broker(tmp_path):
     """A controller that created two topics, and broker 1, which applied all of it."""
     h = Harness(2)
     c = await h.start()
-    await c.create_topic(name="a", assignments={0: [1, 0]})
-    backup = c.image.offset  # what the older copy of the store will hold
-    await c.create_topic(name="b", assignments={0: [1, 0]})
+    await c.topic_admin.create_topic(name="a", assignments={0: [1, 0]})
+    backup = c.state.image.offset  # what the older copy of the store will hold
+    await c.topic_admin.create_topic(name="b", assignments={0: [1, 0]})
     b = Broker(tmp_path)
-    assert b.member.apply(payload(entries_of(h.store), epoch=c.epoch)) == c.image.offset
+    assert b.member.metadata.apply(payload(entries_of(h.store), epoch=c.state.epoch)) == c.state.image.offset
     return h, c, b, backup
 
 
@@ -79,7 +79,7 @@ def test_every_entry_names_the_digest_of_the_one_before_it() -> None:
 async def test_the_controller_chains_what_it_writes(tmp_path) -> None:
     h = Harness(2)
     c = await h.start()
-    await c.create_topic(name="t", assignments={0: [1, 0]})
+    await c.topic_admin.create_topic(name="t", assignments={0: [1, 0]})
     entries = entries_of(h.store)
     assert all(e["prev"] == entry_digest(p) for p, e in zip(entries, entries[1:], strict=False))
 
@@ -89,16 +89,16 @@ async def test_a_broker_refuses_entries_that_do_not_extend_what_it_applied(tmp_p
     """The store lost its tail after broker 1 applied it; a controller that does not know (no positions
     reported) writes past broker 1's offset on the older copy: broker 1 refuses, loudly, and keeps its image."""
     h, c, b, backup = await cluster_with_a_broker(tmp_path)
-    applied = b.member.image
+    applied = b.member.state.image
     h.store = restored(h.store, backup)
     h.controller = h.make()  # no positions: it cannot know broker 1 is ahead
     new = await h.start()
     for name in ("c", "d", "e"):
-        await new.create_topic(name=name, assignments={0: [1, 0]})
-    assert new.image.offset > applied.offset
+        await new.topic_admin.create_topic(name=name, assignments={0: [1, 0]})
+    assert new.state.image.offset > applied.offset
     with pytest.raises(MetadataDivergedError, match="another history"):
-        b.member.apply(payload(entries_of(h.store), epoch=new.epoch))
-    assert b.member.image is applied and b.topics.get("c") is None
+        b.member.metadata.apply(payload(entries_of(h.store), epoch=new.state.epoch))
+    assert b.member.state.image is applied and b.topics.get("c") is None
     assert b.member.metadata_problems()["diverged"] == 1
 
 
@@ -108,10 +108,10 @@ async def test_a_controller_refuses_a_log_shorter_than_what_a_live_broker_applie
     h.store = restored(h.store, backup)
     before = dict(h.store.entries)
     new = h.make()
-    new._positions = lambda: {1: (b.member.image.offset, b.member.image.digest)}
+    new._positions = lambda: {1: (b.member.state.image.offset, b.member.state.image.digest)}
     with pytest.raises(MetadataHistoryRefused, match="broker 1 applied metadata offset"):
         await new.start()
-    assert not new.active and new.refused and h.store.entries == before
+    assert not new.state.active and new.refused and h.store.entries == before
 
 
 async def test_a_controller_refuses_a_log_that_differs_from_what_a_live_broker_applied(tmp_path) -> None:
@@ -120,10 +120,10 @@ async def test_a_controller_refuses_a_log_that_differs_from_what_a_live_broker_a
     h.store = restored(h.store, backup)
     h.controller = h.make()
     other = await h.start()
-    await other.create_topic(name="z", assignments={0: [0]})  # another entry where broker 1 holds "b"'s
-    assert other.image.offset >= b.member.image.offset
+    await other.topic_admin.create_topic(name="z", assignments={0: [0]})  # another entry where broker 1 holds "b"'s
+    assert other.state.image.offset >= b.member.state.image.offset
     new = h.make()
-    new._positions = lambda: {1: (b.member.image.offset, b.member.image.digest)}
+    new._positions = lambda: {1: (b.member.state.image.offset, b.member.state.image.digest)}
     with pytest.raises(MetadataHistoryRefused, match="another history"):
         await new.start()
 
@@ -163,15 +163,16 @@ async def test_a_refused_delivery_stops_the_controller(tmp_path) -> None:
 async def test_an_unreadable_broker_lease_fences_that_broker_and_the_controller_sees_the_others(tmp_path) -> None:
     b = Broker(tmp_path)
     m = b.member
-    m.leases = FileLeaseBackend(tmp_path / "cluster")
-    m._liveness = LivenessView()
+    m.state.leases = FileLeaseBackend(tmp_path / "cluster")
+    m.leasing._liveness = LivenessView()
     for i in range(3):
-        e = LeaseElector(m.leases, name=f"kelp-{m.cluster}-broker-{i}", identity=f"broker-{i}/x", duration_ms=3000)
+        e = LeaseElector(m.state.leases, name=f"kelp-{m.state.cluster}-broker-{i}", identity=f"broker-{i}/x",
+                         duration_ms=3000)
         await e.try_acquire_or_renew({"kelp.dev/endpoint": json.dumps(ep(i).to_json())})
-    assert sorted(await m._refresh_brokers()) == [0, 1, 2]
-    lease = tmp_path / "cluster" / "leases" / f"kelp-{m.cluster}-broker-2.json"
+    assert sorted(await m.leasing.refresh_brokers()) == [0, 1, 2]
+    lease = tmp_path / "cluster" / "leases" / f"kelp-{m.state.cluster}-broker-2.json"
     lease.write_text('{"name": "kelp-')  # torn, or damaged on disk
-    alive = await m._refresh_brokers()
+    alive = await m.leasing.refresh_brokers()
     assert sorted(alive) == [0, 1], "the unreadable lease's broker is fenced, the others seen"
     assert m.metadata_problems()["unreadable_leases"] == 1
     assert lease.read_text() == '{"name": "kelp-'  # never overwritten as if absent
@@ -183,14 +184,14 @@ async def diverged_below_a_snapshot(tmp_path):
     away, not live) wrote another history over broker 1's offsets and snapshotted past them, so no digest of the
     offsets broker 1 holds is left in the log."""
     h, c, b, backup = await cluster_with_a_broker(tmp_path)
-    applied = b.member.image
+    applied = b.member.state.image
     h.store = restored(h.store, backup)
     h.controller = h.make()
     other = await h.start()
     for name in ("z", "y", "x"):
-        await other.create_topic(name=name, assignments={0: [0]})
-    assert other.image.offset > applied.offset
-    await other._snapshot(other.image)
+        await other.topic_admin.create_topic(name=name, assignments={0: [0]})
+    assert other.state.image.offset > applied.offset
+    await other.writer.snapshot(other.state.image)
     return h, other, b, applied
 
 
@@ -203,17 +204,17 @@ async def test_a_controller_refuses_a_history_that_differs_below_its_snapshot(tm
     new._positions = lambda: {1: (applied.offset, applied.digest, applied.runs[-1])}
     with pytest.raises(MetadataHistoryRefused, match="controller run"):
         await new.start()
-    assert not new.active and new.refused
+    assert not new.state.active and new.refused
 
 
 async def test_a_broker_refuses_a_snapshot_of_another_history(tmp_path) -> None:
     """The publisher sends a broker further behind than its retained entries a snapshot: one that does not hold the
     broker's controller run up to its offset is refused, loudly, and the broker keeps what it applied."""
     h, other, b, applied = await diverged_below_a_snapshot(tmp_path)
-    snap = snapshot_to_json(other.image)
+    snap = snapshot_to_json(other.state.image)
     with pytest.raises(MetadataDivergedError, match="does not extend what this broker applied"):
-        b.member.apply(payload(entries_of(h.store, snap["offset"]), epoch=other.epoch, snapshot=snap))
-    assert b.member.image is applied and b.topics.get("b") is not None and b.topics.get("z") is None
+        b.member.metadata.apply(payload(entries_of(h.store, snap["offset"]), epoch=other.state.epoch, snapshot=snap))
+    assert b.member.state.image is applied and b.topics.get("b") is not None and b.topics.get("z") is None
     assert b.member.metadata_problems()["diverged"] == 1
 
 
@@ -221,20 +222,22 @@ async def test_a_broker_takes_a_snapshot_of_its_own_history(tmp_path) -> None:
     """The same check passes a broker that was only behind: the snapshot holds its run past its offset."""
     h = Harness(2)
     c = await h.start()
-    await c.create_topic(name="a", assignments={0: [1, 0]})
+    await c.topic_admin.create_topic(name="a", assignments={0: [1, 0]})
     b = Broker(tmp_path)
-    b.member.apply(payload(entries_of(h.store), epoch=c.epoch))
+    b.member.metadata.apply(payload(entries_of(h.store), epoch=c.state.epoch))
     c.controller_elected = None
     h.controller = h.make()
     successor = await h.start()  # a new controller run, then more entries, then a snapshot past all of it
     for name in ("c", "d"):
-        await successor.create_topic(name=name, assignments={0: [1, 0]})
-    await successor._snapshot(successor.image)
-    snap = snapshot_to_json(successor.image)
-    assert b.member.apply(payload([], epoch=successor.epoch, snapshot=snap)) == successor.image.offset
+        await successor.topic_admin.create_topic(name=name, assignments={0: [1, 0]})
+    await successor.writer.snapshot(successor.state.image)
+    snap = snapshot_to_json(successor.state.image)
+    applied_offset = b.member.metadata.apply(payload([], epoch=successor.state.epoch, snapshot=snap))
+    assert applied_offset == successor.state.image.offset
     assert b.topics.get("d") is not None and b.member.metadata_problems()["diverged"] == 0
     new = h.make()
-    new._positions = lambda: {1: (b.member.image.offset, b.member.image.digest, b.member.image.runs[-1])}
+    image = b.member.state.image
+    new._positions = lambda: {1: (image.offset, image.digest, image.runs[-1])}
     await new.start()
     new._task.cancel()
-    assert new.active and not new.refused
+    assert new.state.active and not new.refused

@@ -44,17 +44,17 @@ async def test_a_deposed_controller_cannot_write_once_its_successor_claimed_an_e
     it trusts); its write fails all the same, because its successor's `controller` record took the offset."""
     h = Harness()
     old = await h.start()
-    await old.create_topic(name="t", partitions=1, replication_factor=3)
+    await old.topic_admin.create_topic(name="t", partitions=1, replication_factor=3)
     new = h.make()
     await new.start()
     new._task.cancel()
-    assert new.epoch == old.epoch + 1
+    assert new.state.epoch == old.state.epoch + 1
     before = dict(h.store.entries)
     with pytest.raises(NotControllerError, match="superseded"):
-        await old.create_topic(name="zombie", partitions=1, replication_factor=3)
-    assert not old.active and h.store.entries == before and h.store.topic("zombie") is None
+        await old.topic_admin.create_topic(name="zombie", partitions=1, replication_factor=3)
+    assert not old.state.active and h.store.entries == before and h.store.topic("zombie") is None
     # the new one carries on at the offsets after its claim
-    await new.create_topic(name="u", partitions=1, replication_factor=3)
+    await new.topic_admin.create_topic(name="u", partitions=1, replication_factor=3)
     assert h.store.topic("u") is not None
 
 
@@ -88,7 +88,7 @@ async def test_an_unreadable_log_stops_a_takeover_instead_of_reading_as_empty() 
     """Item 3: EMFILE/EIO while the new controller loads must not make it believe there are no topics."""
     h = Harness()
     c = await h.start()
-    await c.create_topic(name="t", partitions=1, replication_factor=3)
+    await c.topic_admin.create_topic(name="t", partitions=1, replication_factor=3)
 
     async def broken():
         raise MetadataUnreadable("metadata file 00000000000000000001.json cannot be read (Too many open files)")
@@ -114,7 +114,8 @@ class Broker:
         self.topics.logs = self.logs
         self.replicas = ReplicaManager(self.config, self.logs, self.topics)
         self.member = ClusterMember(SimpleNamespace(config=self.config, topics=self.topics))
-        self.member.registered = True  # a process the controller registered (tests/replication/test_registration.py)
+        # A process the controller registered (tests/replication/test_registration.py).
+        self.member.state.registered = True
 
 
 def entries_of(log: MemoryMetadataLog, after: int = -1) -> list[dict]:
@@ -134,29 +135,29 @@ async def test_entries_apply_in_offset_order_whatever_order_they_arrive_in(tmp_p
     ones changes nothing; a gap stops the batch and the answer names where to resume."""
     h = Harness(2)
     c = await h.start()
-    await c.create_topic(name="t", assignments={0: [0, 1]})
-    first = c.image.offset
+    await c.topic_admin.create_topic(name="t", assignments={0: [0, 1]})
+    first = c.state.image.offset
     s = h.state("t")
-    await c.alter_partition(topic="t", partition=0, leader=0, leader_epoch=s.leader_epoch,
+    await c.broker_requests.alter_partition(topic="t", partition=0, leader=0, leader_epoch=s.leader_epoch,
                             partition_epoch=s.partition_epoch, isr=[0])
     all_entries = entries_of(h.store)
     b = Broker(tmp_path)
     m = b.member
     late = [e for e in all_entries if e["offset"] <= first]
     newer = [e for e in all_entries if e["offset"] > first]
-    assert m.apply(payload(newer, epoch=c.epoch)) == -1  # a gap: nothing applied, resume from -1
+    assert m.metadata.apply(payload(newer, epoch=c.state.epoch)) == -1  # a gap: nothing applied, resume from -1
     assert b.topics.get("t") is None
-    assert m.apply(payload(all_entries, epoch=c.epoch)) == c.image.offset
+    assert m.metadata.apply(payload(all_entries, epoch=c.state.epoch)) == c.state.image.offset
     assert b.topics.get("t").partition(0).isr == (0,)
-    assert m.apply(payload(late, epoch=c.epoch)) == c.image.offset  # the late push: ignored
+    assert m.metadata.apply(payload(late, epoch=c.state.epoch)) == c.state.image.offset  # the late push: ignored
     assert b.topics.get("t").partition(0).isr == (0,)
 
 
 async def test_a_deposed_controllers_delivery_is_refused_once_a_newer_epoch_was_seen(tmp_path) -> None:
     b = Broker(tmp_path)
-    b.member.apply(payload([], epoch=5))
+    b.member.metadata.apply(payload([], epoch=5))
     with pytest.raises(StaleControllerEpochError, match="epoch 4"):
-        b.member.apply(payload([], epoch=4))
+        b.member.metadata.apply(payload([], epoch=4))
 
 
 async def test_only_a_remove_topic_record_deletes_a_topics_logs(tmp_path) -> None:
@@ -165,36 +166,38 @@ async def test_only_a_remove_topic_record_deletes_a_topics_logs(tmp_path) -> Non
     logs stay on disk."""
     h = Harness(2)
     c = await h.start()
-    await c.create_topic(name="keep", assignments={0: [1, 0]})
-    await c.create_topic(name="gone", assignments={0: [1, 0]})
+    await c.topic_admin.create_topic(name="keep", assignments={0: [1, 0]})
+    await c.topic_admin.create_topic(name="gone", assignments={0: [1, 0]})
     b = Broker(tmp_path)
-    b.member.apply(payload(entries_of(h.store), epoch=c.epoch))
+    b.member.metadata.apply(payload(entries_of(h.store), epoch=c.state.epoch))
     assert b.logs.get("keep", 0) is not None and b.logs.get("gone", 0) is not None
     # a snapshot from elsewhere that simply lacks "keep" (no tombstone): forgotten, never deleted
-    foreign = MetadataImage(offset=c.image.offset + 10, epoch=c.epoch, topics={"gone": c.image.topics["gone"]})
-    b.member.apply(payload([], epoch=c.epoch, snapshot=snapshot_to_json(foreign)))
+    foreign = MetadataImage(offset=c.state.image.offset + 10, epoch=c.state.epoch,
+                            topics={"gone": c.state.image.topics["gone"]})
+    b.member.metadata.apply(payload([], epoch=c.state.epoch, snapshot=snapshot_to_json(foreign)))
     assert b.topics.get("keep") is None and (tmp_path / "keep-0").is_dir()
     # an explicit deletion in the log: the logs go
     h2 = Harness(2)
     c2 = await h2.start()
-    await c2.create_topic(name="x", assignments={0: [1, 0]})
+    await c2.topic_admin.create_topic(name="x", assignments={0: [1, 0]})
     b2 = Broker(tmp_path / "b2")
-    b2.member.apply(payload(entries_of(h2.store), epoch=c2.epoch))
+    b2.member.metadata.apply(payload(entries_of(h2.store), epoch=c2.state.epoch))
     assert (tmp_path / "b2" / "x-0").is_dir()
-    await c2.delete_topic(name="x")
-    b2.member.apply(payload(entries_of(h2.store), epoch=c2.epoch))
+    await c2.topic_admin.delete_topic(name="x")
+    b2.member.metadata.apply(payload(entries_of(h2.store), epoch=c2.state.epoch))
     assert b2.topics.get("x") is None and not (tmp_path / "b2" / "x-0").exists()
 
 
 async def test_a_snapshot_past_a_deletion_deletes_by_its_tombstone(tmp_path) -> None:
     h = Harness(2)
     c = await h.start()
-    await c.create_topic(name="x", assignments={0: [1, 0]})
+    await c.topic_admin.create_topic(name="x", assignments={0: [1, 0]})
     b = Broker(tmp_path)
-    b.member.apply(payload(entries_of(h.store), epoch=c.epoch))
-    await c.delete_topic(name="x")
-    await c.create_topic(name="y", assignments={0: [1, 0]})
-    b.member.apply(payload([], epoch=c.epoch, snapshot=snapshot_to_json(c.image)))  # it missed the entries
+    b.member.metadata.apply(payload(entries_of(h.store), epoch=c.state.epoch))
+    await c.topic_admin.delete_topic(name="x")
+    await c.topic_admin.create_topic(name="y", assignments={0: [1, 0]})
+    # It missed the entries.
+    b.member.metadata.apply(payload([], epoch=c.state.epoch, snapshot=snapshot_to_json(c.state.image)))
     assert b.topics.get("x") is None and not (tmp_path / "x-0").exists()
     assert b.topics.get("y") is not None
 
@@ -253,27 +256,27 @@ async def test_a_process_that_lost_its_broker_id_to_another_stops_itself(tmp_pat
                                                "cluster.dir": str(tmp_path / "c"), "lease.renew.interval.ms": 20})
     broker = SimpleNamespace(config=cfg, topics=None, request_stop=stops.append)
     m = ClusterMember(broker)
-    m.endpoint = BrokerEndpoint(3, "127.0.0.1", 1, "127.0.0.1", 2, incarnation=m.identity)
-    m._make_backends()
-    await m._register()
+    m.state.endpoint = BrokerEndpoint(3, "127.0.0.1", 1, "127.0.0.1", 2, incarnation=m.state.identity)
+    m.make_backends()
+    await m.leasing.register()
     intruder = ClusterMember(SimpleNamespace(config=cfg, topics=None))
-    intruder.endpoint = BrokerEndpoint(3, "127.0.0.1", 5, "127.0.0.1", 6, incarnation=intruder.identity)
-    intruder._make_backends()
-    assert await intruder._broker_elector.try_acquire_or_renew() is None  # live: not taken at once
+    intruder.state.endpoint = BrokerEndpoint(3, "127.0.0.1", 5, "127.0.0.1", 6, incarnation=intruder.state.identity)
+    intruder.make_backends()
+    assert await intruder.leasing._broker_elector.try_acquire_or_renew() is None  # live: not taken at once
     # the old process pauses past its lease; the intruder's view expires it and takes it
-    rec = await m.leases.get(m.broker_lease_name)
+    rec = await m.state.leases.get(m.state.broker_lease_name)
     from dataclasses import replace
 
-    await m.leases.update(replace(rec, holder=intruder.identity))
-    task = asyncio.create_task(m._renew_loop())
+    await m.state.leases.update(replace(rec, holder=intruder.state.identity))
+    task = asyncio.create_task(m.leasing.renew_loop())
     for _ in range(200):
         if stops:
             break
         await asyncio.sleep(0.01)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
-    assert stops and "took broker id 3" in stops[0] and m.fenced
-    assert (await m.leases.get(m.broker_lease_name)).holder == intruder.identity  # not taken back
+    assert stops and "took broker id 3" in stops[0] and m.state.fenced
+    assert (await m.state.leases.get(m.state.broker_lease_name)).holder == intruder.state.identity  # not taken back
 
 
 async def test_a_process_paused_past_its_lease_does_not_take_the_controller_lease_from_its_successor(
@@ -288,34 +291,34 @@ async def test_a_process_paused_past_its_lease_does_not_take_the_controller_leas
 
     def member() -> ClusterMember:
         m = ClusterMember(SimpleNamespace(config=cfg, topics=None, request_stop=lambda why: None))
-        m.endpoint = BrokerEndpoint(3, "127.0.0.1", 1, "127.0.0.1", 2, incarnation=m.identity)
-        m._make_backends()
+        m.state.endpoint = BrokerEndpoint(3, "127.0.0.1", 1, "127.0.0.1", 2, incarnation=m.state.identity)
+        m.make_backends()
 
         async def become() -> None:
-            takeovers.append(m.identity)
-        m._become_controller = become  # type: ignore[method-assign]  # the takeover itself is not under test
+            takeovers.append(m.state.identity)
+        m.leasing._become_controller = become  # the takeover itself is not under test
         return m
 
     old, new = member(), member()
-    await old._register()
+    await old.leasing.register()
     # Before the pause: a fresh broker lease lets it compete (the control: the round does take a free lease).
-    await old._election_round()
+    await old.leasing.election_round()
     await asyncio.sleep(0)
-    assert takeovers == [old.identity]
-    assert (await old.leases.get(old.controller_lease_name)).holder == old.identity
+    assert takeovers == [old.state.identity]
+    assert (await old.state.leases.get(old.state.controller_lease_name)).holder == old.state.identity
     # It pauses past its lease; its successor takes the broker lease and then the controller lease.
     takeovers.clear()
     from dataclasses import replace
 
-    rec = await old.leases.get(old.broker_lease_name)
-    await old.leases.update(replace(rec, holder=new.identity))
-    assert await new._controller_elector.try_acquire_or_renew() is not None
-    old._broker_renewed -= old.duration_ms / 1000.0
+    rec = await old.state.leases.get(old.state.broker_lease_name)
+    await old.state.leases.update(replace(rec, holder=new.state.identity))
+    assert await new.leasing._controller_elector.try_acquire_or_renew() is not None
+    old.leasing._broker_renewed -= old.state.duration_ms / 1000.0
     # It wakes: its election round comes first. It must leave the controller lease alone.
-    await old._election_round()
+    await old.leasing.election_round()
     await asyncio.sleep(0)
     assert takeovers == []
-    assert (await old.leases.get(old.controller_lease_name)).holder == new.identity
+    assert (await old.state.leases.get(old.state.controller_lease_name)).holder == new.state.identity
 
 
 async def test_a_new_controller_incarnation_stops_the_old_one_before_it_starts(tmp_path, monkeypatch) -> None:
@@ -331,27 +334,26 @@ async def test_a_new_controller_incarnation_stops_the_old_one_before_it_starts(t
         def __init__(self, **kwargs: object) -> None:
             self.name = f"controller-{len(made)}"
             made.append(self)
-            self.active = False
-            self.epoch = 1
+            self.state = SimpleNamespace(active=False, epoch=1)
 
         async def start(self) -> None:
             events.append(f"start {self.name}")
-            self.active = True
+            self.state.active = True
 
         async def stop(self) -> None:
             events.append(f"stop {self.name}")
-            self.active = False
+            self.state.active = False
 
     monkeypatch.setattr(member_mod, "Controller", FakeController)
     cfg = BrokerConfig.load(env={}, overrides={"log.dirs": str(tmp_path), "broker.id": 0,
                                                "cluster.dir": str(tmp_path / "c")})
     m = ClusterMember(SimpleNamespace(config=cfg, topics=SimpleNamespace(check_topic_configs=None)))
-    m._make_backends()
+    m.make_backends()
     await m._become_controller()
-    first = m.controller
+    first = m.state.controller
     await m._become_controller()  # the takeover runs again while the first instance still counts as active
     assert events == ["start controller-0", "stop controller-0", "start controller-1"]
-    assert m.controller is not first and not first.active
+    assert m.state.controller is not first and not first.state.active
 
 
 class _Clock:
@@ -388,7 +390,7 @@ async def test_controlled_shutdown_is_bounded_when_no_controller_answers(
                                                "controlled.shutdown.retry.backoff.ms": 250})
     m = ClusterMember(SimpleNamespace(config=cfg, topics=None))
     clock = _Clock()
-    m.monotonic, m.sleep = clock.monotonic, clock.sleep
+    m.state.monotonic, m.state.sleep = clock.monotonic, clock.sleep
     calls: list[float] = []
 
     async def call(op, **kwargs):
@@ -399,9 +401,9 @@ async def test_controlled_shutdown_is_bounded_when_no_controller_answers(
             raise asyncio.TimeoutError()
         raise OSError("connection refused")
 
-    m.call = call
+    m.shutdown._call = call
     began = clock.now
-    await asyncio.wait_for(m._controlled_shutdown(), 5.0)  # a loop that never ends fails, never hangs
+    await asyncio.wait_for(m.shutdown.controlled_shutdown(), 5.0)  # a loop that never ends fails, never hangs
     assert calls == pytest.approx(calls_given)
     assert clock.now - began == pytest.approx(elapsed)
     assert clock.now - began <= timeout_ms / 1000.0

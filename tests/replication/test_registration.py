@@ -30,20 +30,20 @@ def restarted_broker(tmp_path, store) -> Broker:
     election and renew loops are left out (the controller here is driven by hand)."""
     b = Broker(tmp_path, broker_id=1)
     m = b.member
-    m.registered = False
+    m.state.registered = False
 
     def backends() -> None:
-        m.leases = FileLeaseBackend(tmp_path / "leases")
-        m.metadata_log = store
-        m._broker_elector = LeaseElector(m.leases, name=m.broker_lease_name, identity=m.identity,
-                                         duration_ms=m.duration_ms)
-        m._controller_elector = None
-        m._liveness = LivenessView()
+        m.state.leases = FileLeaseBackend(tmp_path / "leases")
+        m.state.metadata_log = store
+        m.leasing._broker_elector = LeaseElector(m.state.leases, name=m.state.broker_lease_name,
+                                                 identity=m.state.identity, duration_ms=m.state.duration_ms)
+        m.leasing._controller_elector = None
+        m.leasing._liveness = LivenessView()
 
     async def idle() -> None:
         await asyncio.Event().wait()
-    m._make_backends = backends
-    m._renew_loop = m._election_loop = idle
+    m.make_backends = backends
+    m.leasing.renew_loop = m.leasing.election_loop = idle
     return b
 
 
@@ -51,7 +51,7 @@ async def test_a_restarted_leader_serves_nothing_until_registered_and_never_lead
     h = Harness(3)
     h.alive = {i: ep(i, incarnation=f"broker-{i}/first") for i in range(3)}
     c = await h.start()
-    await c.create_topic(name="t", assignments={0: [1, 2, 0]})
+    await c.topic_admin.create_topic(name="t", assignments={0: [1, 2, 0]})
     old = h.state("t")
     assert old.leader == 1
 
@@ -71,25 +71,25 @@ async def test_a_restarted_leader_serves_nothing_until_registered_and_never_lead
     try:
         # The start does file work in worker threads (its lease, the lease list): wait on the condition, bounded.
         deadline = asyncio.get_running_loop().time() + 10
-        while not (m.started or start.done()) and asyncio.get_running_loop().time() < deadline:
+        while not (m.state.started or start.done()) and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.005)
         assert b.topics.get("t") is None and seen == [], f"served from the stored image before registration: {seen}"
-        assert m.started and not start.done(), "the start waits for the controller to register this process"
+        assert m.state.started and not start.done(), "the start waits for the controller to register this process"
 
         # The controller decides other things before it notices the new process: still not registered.
-        await c.create_topic(name="other", assignments={0: [0, 2]})
-        m.apply(payload(entries_of(h.store), epoch=c.epoch))
-        assert not m.registered and b.topics.get("t") is None and seen == []
-        assert m.image.offset == c.image.offset, "deliveries still advance the image"
+        await c.topic_admin.create_topic(name="other", assignments={0: [0, 2]})
+        m.metadata.apply(payload(entries_of(h.store), epoch=c.state.epoch))
+        assert not m.state.registered and b.topics.get("t") is None and seen == []
+        assert m.state.image.offset == c.state.image.offset, "deliveries still advance the image"
 
         # The controller sees broker 1's lease held by a new process: one entry fences and registers it.
-        h.alive[1] = ep(1, incarnation=m.identity)
+        h.alive[1] = ep(1, incarnation=m.state.identity)
         await c._on_liveness(dict(h.alive))
         now = h.state("t")
         assert now.leader != 1 and now.leader_epoch > old.leader_epoch and 1 not in now.isr
-        m.apply(payload(entries_of(h.store), epoch=c.epoch))
+        m.metadata.apply(payload(entries_of(h.store), epoch=c.state.epoch))
         await asyncio.wait_for(start, 5)
-        assert m.registered
+        assert m.state.registered
         assert seen and all(leader != 1 for leader, _ in seen), f"broker 1 led t-0 as its old process did: {seen}"
         assert seen[0] == (now.leader, now.leader_epoch), "the first state the managers saw is the fenced one"
         assert b.topics.get("other") is not None, "from registration on, everything in the log is applied"
@@ -99,15 +99,14 @@ async def test_a_restarted_leader_serves_nothing_until_registered_and_never_lead
         for task in m._tasks:
             task.cancel()
         await asyncio.gather(*m._tasks, return_exceptions=True)
-        if m._http is not None:
-            await m._http.close()
+        await m.session.close()
 
 
 async def test_a_broker_nobody_registers_gives_up_within_its_bound(tmp_path) -> None:
     h = Harness(3)
     await h.start()
     b = restarted_broker(tmp_path, h.store)
-    b.member.config = BrokerConfig.load(env={}, overrides={
+    b.member.state.config = BrokerConfig.load(env={}, overrides={
         "log.dirs": str(tmp_path), "broker.id": 1, "initial.broker.registration.timeout.ms": 200})
     m = b.member
     try:
@@ -118,5 +117,4 @@ async def test_a_broker_nobody_registers_gives_up_within_its_bound(tmp_path) -> 
         for task in m._tasks:
             task.cancel()
         await asyncio.gather(*m._tasks, return_exceptions=True)
-        if m._http is not None:
-            await m._http.close()
+        await m.session.close()

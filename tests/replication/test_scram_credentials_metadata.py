@@ -96,8 +96,8 @@ def test_removing_a_credential_the_image_lacks_is_corrupt() -> None:
 async def test_the_controller_writes_one_entry_per_request_with_kafka_per_user_errors() -> None:
     h = Harness()
     c = await h.start()
-    before = c.image.offset
-    answer = await c.alter_scram_credentials(
+    before = c.state.image.offset
+    answer = await c.scram_admin.alter_scram_credentials(
         upsertions=[upsertion("alice", "alice-pass-1"), upsertion("bob", "b1", SHA256),
                     upsertion("carol", "c", iterations=100)],
         deletions=[{"name": "dave", "mechanism": "SCRAM-SHA-512"}])
@@ -110,23 +110,23 @@ async def test_the_controller_writes_one_entry_per_request_with_kafka_per_user_e
     assert [r["type"] for r in h.store.entries[before + 1]["records"]] == ["scram_credential", "scram_credential"]
     # the password never reaches the log (a distinctive one: two characters turn up in random base64 and hex)
     assert "alice-pass-1" not in json.dumps(h.store.entries[before + 1])
-    assert authenticates(c.image, "alice", "alice-pass-1") and authenticates(c.image, "bob", "b1", SHA256)
+    assert authenticates(c.state.image, "alice", "alice-pass-1") and authenticates(c.state.image, "bob", "b1", SHA256)
 
     # one user, two changes of one mechanism: DUPLICATE_RESOURCE, and none of its changes apply
-    answer = await c.alter_scram_credentials(
+    answer = await c.scram_admin.alter_scram_credentials(
         upsertions=[upsertion("alice", "a2")], deletions=[{"name": "alice", "mechanism": "SCRAM-SHA-512"}])
     assert answer["results"] == [{"user": "alice", "error_code": 92, "error_message":
                                   "A user credential cannot be altered twice in the same request"}]
-    assert c.image.offset == before + 1 and authenticates(c.image, "alice", "alice-pass-1")
+    assert c.state.image.offset == before + 1 and authenticates(c.state.image, "alice", "alice-pass-1")
     # an unknown mechanism, an empty name, too many iterations
-    answer = await c.alter_scram_credentials(upsertions=[
+    answer = await c.scram_admin.alter_scram_credentials(upsertions=[
         {**upsertion("erin", "e"), "mechanism": "SCRAM-SHA-1"}, upsertion("", "x"),
         upsertion("frank", "f", iterations=16385)])
     assert [(r["user"], r["error_code"]) for r in answer["results"]] == [("erin", 33), ("", 93), ("frank", 93)]
     # replacing and deleting
-    await c.alter_scram_credentials(upsertions=[{**record_upsertion("alice", "a3", 8192)}])
-    assert authenticates(c.image, "alice", "a3") and c.image.scram_credentials[("alice", "SCRAM-SHA-512")].iterations \
-        == 8192
-    answer = await c.alter_scram_credentials(deletions=[{"name": "bob", "mechanism": "SCRAM-SHA-256"}])
+    await c.scram_admin.alter_scram_credentials(upsertions=[{**record_upsertion("alice", "a3", 8192)}])
+    assert authenticates(c.state.image, "alice", "a3")
+    assert c.state.image.scram_credentials[("alice", "SCRAM-SHA-512")].iterations == 8192
+    answer = await c.scram_admin.alter_scram_credentials(deletions=[{"name": "bob", "mechanism": "SCRAM-SHA-256"}])
     assert answer["results"] == [{"user": "bob", "error_code": 0, "error_message": None}]
-    assert ("bob", "SCRAM-SHA-256") not in c.image.scram_credentials
+    assert ("bob", "SCRAM-SHA-256") not in c.state.image.scram_credentials

@@ -91,31 +91,31 @@ async def test_a_broker_restarted_while_its_topic_was_recreated_starts_the_parti
     h = Harness(2)
     h.alive = {i: ep(i, incarnation=f"broker-{i}/first") for i in range(2)}
     c = await h.start()
-    await c.create_topic(name="t", assignments={0: [1, 0]})
+    await c.topic_admin.create_topic(name="t", assignments={0: [1, 0]})
     first = Broker(tmp_path)
-    await first.member.receive(payload(entries_of(h.store), epoch=c.epoch))
+    await first.member.metadata.receive(payload(entries_of(h.store), epoch=c.state.epoch))
     old_log = first.logs.get("t", 0)
-    old_id = c.image.topics["t"].topic_id
+    old_id = c.state.image.topics["t"].topic_id
     assert old_log.topic_id == old_id
-    old_log.append_as_leader(records(5), leader_epoch=c.image.topics["t"].partition(0).leader_epoch)
+    old_log.append_as_leader(records(5), leader_epoch=c.state.image.topics["t"].partition(0).leader_epoch)
     first.logs.close_all()  # broker 1 stops (or is killed); its lease has not expired yet
 
-    await c.delete_topic(name="t")
-    await c.create_topic(name="t", assignments={0: [1, 0]})
-    new_id = c.image.topics["t"].topic_id
+    await c.topic_admin.delete_topic(name="t")
+    await c.topic_admin.create_topic(name="t", assignments={0: [1, 0]})
+    new_id = c.state.image.topics["t"].topic_id
     assert new_id != old_id
 
     second = Broker(tmp_path)  # the new process opens its logs by name, as at every start
     m = second.member
-    m.registered = False
-    m.identity = "broker-1/second"
-    h.alive[1] = ep(1, incarnation=m.identity)
+    m.state.registered = False
+    m.state.identity = "broker-1/second"
+    h.alive[1] = ep(1, incarnation=m.state.identity)
     await c._on_liveness(dict(h.alive))  # the controller registers the new process
     with pytest.MonkeyPatch.context() as mp:
         opens = record_threads(mp, Log, "open")
         loop = threading.get_ident()
-        await m.receive(payload(entries_of(h.store), epoch=c.epoch))
-    assert m.registered
+        await m.metadata.receive(payload(entries_of(h.store), epoch=c.state.epoch))
+    assert m.state.registered
     served = second.logs.get("t", 0)
     assert served.topic_id == new_id and served.log_end_offset == 0, "the old topic's records serve the new one"
     assert second.replicas.get_partition("t", 0).log is served
@@ -129,21 +129,22 @@ async def test_a_snapshot_that_recreates_a_topic_without_its_tombstone_keeps_the
     served — kept as `-stray` — and the partition starts empty. Its logs made in a worker thread."""
     h = Harness(2)
     c = await h.start()
-    await c.create_topic(name="t", assignments={0: [1, 0]})
+    await c.topic_admin.create_topic(name="t", assignments={0: [1, 0]})
     b = Broker(tmp_path)
-    await b.member.receive(payload(entries_of(h.store), epoch=c.epoch))
+    await b.member.metadata.receive(payload(entries_of(h.store), epoch=c.state.epoch))
     b.logs.get("t", 0).append_as_leader(records(4), leader_epoch=0)
     other = Harness(2)  # another history of the same name: a topic t with another id, no tombstone of ours
     oc = await other.start()
-    await oc.create_topic(name="t", assignments={0: [1, 0]})
-    foreign = snapshot_to_json(MetadataImage(offset=c.image.offset + 50, epoch=c.epoch, topics=oc.image.topics))
+    await oc.topic_admin.create_topic(name="t", assignments={0: [1, 0]})
+    foreign = snapshot_to_json(MetadataImage(offset=c.state.image.offset + 50, epoch=c.state.epoch,
+                                             topics=oc.state.image.topics))
     with pytest.MonkeyPatch.context() as mp:
         opens = record_threads(mp, Log, "open")
         loop = threading.get_ident()
-        await b.member.receive(payload([], epoch=c.epoch, snapshot=foreign))
-    assert b.logs.get("t", 0).topic_id == oc.image.topics["t"].topic_id and b.logs.get("t", 0).log_end_offset == 0
+        await b.member.metadata.receive(payload([], epoch=c.state.epoch, snapshot=foreign))
+    assert b.logs.get("t", 0).topic_id == oc.state.image.topics["t"].topic_id and b.logs.get("t", 0).log_end_offset == 0
     strays = [p for p in tmp_path.iterdir() if p.name.endswith("-stray")]
-    assert len(strays) == 1 and read_topic_id(strays[0]) == c.image.topics["t"].topic_id
+    assert len(strays) == 1 and read_topic_id(strays[0]) == c.state.image.topics["t"].topic_id
     assert opens and loop not in opens
     b.logs.close_all()
 
@@ -157,20 +158,21 @@ async def test_every_delivery_path_makes_logs_off_the_event_loop(tmp_path) -> No
     with pytest.MonkeyPatch.context() as mp:
         opens = record_threads(mp, Log, "open")
         loop = threading.get_ident()
-        await c.create_topic(name="a", assignments={0: [1, 0], 1: [0, 1]})
-        await b.member.receive(payload(entries_of(h.store), epoch=c.epoch))  # entries
-        seen = c.image.offset
-        await c.create_topic(name="s", assignments={0: [1, 2]})
-        await b.member.receive(payload([], epoch=c.epoch, snapshot=snapshot_to_json(c.image)))  # a snapshot
-        seen = c.image.offset
-        await c.delete_topic(name="a")
-        await c.create_topic(name="a", assignments={0: [1, 2]})
-        await b.member.receive(payload(entries_of(h.store, seen), epoch=c.epoch))  # re-created
-        seen = c.image.offset
-        await c.create_topic(name="r", assignments={0: [0, 2]})
-        await c.reassign(topic="r", partition=0, replicas=[1, 2])
-        await b.member.receive(payload(entries_of(h.store, seen), epoch=c.epoch))  # a move adds broker 1
+        await c.topic_admin.create_topic(name="a", assignments={0: [1, 0], 1: [0, 1]})
+        await b.member.metadata.receive(payload(entries_of(h.store), epoch=c.state.epoch))  # entries
+        seen = c.state.image.offset
+        await c.topic_admin.create_topic(name="s", assignments={0: [1, 2]})
+        # A snapshot.
+        await b.member.metadata.receive(payload([], epoch=c.state.epoch, snapshot=snapshot_to_json(c.state.image)))
+        seen = c.state.image.offset
+        await c.topic_admin.delete_topic(name="a")
+        await c.topic_admin.create_topic(name="a", assignments={0: [1, 2]})
+        await b.member.metadata.receive(payload(entries_of(h.store, seen), epoch=c.state.epoch))  # re-created
+        seen = c.state.image.offset
+        await c.topic_admin.create_topic(name="r", assignments={0: [0, 2]})
+        await c.moves.reassign(topic="r", partition=0, replicas=[1, 2])
+        await b.member.metadata.receive(payload(entries_of(h.store, seen), epoch=c.state.epoch))  # a move adds broker 1
         assert b.logs.get("r", 0) is not None and b.replicas.get_partition("r", 0) is not None
-        assert b.logs.get("a", 0).topic_id == c.image.topics["a"].topic_id
+        assert b.logs.get("a", 0).topic_id == c.state.image.topics["a"].topic_id
         assert len(opens) >= 4 and loop not in opens, "a delivery opened a log on the event loop"
     b.logs.close_all()

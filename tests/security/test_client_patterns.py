@@ -20,7 +20,7 @@ from kafka.protocol.admin import ListTransactionsRequest
 from kelp.broker.client_patterns import InvalidPattern, full_matches
 from kelp.errors import ErrorCode
 from tests.authorization.harness import InProcessBroker
-from tests.authorization.test_acl_matrix import BOB, acl, grant
+from tests.authorization.matrix import BOB, acl, grant
 
 EVIL = "(.*.*)*X"
 # Python's re needs about 0.3 s for (.*.*)*X against 12 characters, ten times that per two more.

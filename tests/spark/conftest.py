@@ -6,6 +6,13 @@ The connector's jars and spark-avro come from the cache `make test` filled
 (`python -m kelp.spark.jars`); without them the tier fails with the command
 to run, it never downloads.
 
+The driver JVM (in local mode the executors too) runs with C1 only and the
+serial collector, as the Kafka tools' JVMs do (`kelp.kafka_tools`): the
+tests' queries are small, and C2's compiler threads and G1's parallel ones
+had doubled its CPU — a session start 12-13 CPU-s against 6, a few small
+queries 10 against 5.5 (on the 2-core `make test` machine, CPU the other
+worker wanted).
+
 Workers run the venv's interpreter (`PYSPARK_PYTHON`), Spark binds to
 loopback only (`SPARK_LOCAL_IP`), and the `kelp` data source is registered
 on the session, as a pipeline registers it.
@@ -18,6 +25,9 @@ import sys
 from typing import Iterator
 
 import pytest
+
+# Not what any test measures: the JVM's own start-up and compile work (see the module docstring).
+DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 @pytest.fixture(scope="session")
@@ -34,6 +44,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator["object"]:
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
     session = (SparkSession.builder.master("local[2]").appName("kelp-tests")
                .config("spark.jars", jars)
+               .config("spark.driver.extraJavaOptions", DRIVER_JAVA_OPTIONS)
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")

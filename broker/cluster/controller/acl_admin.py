@@ -9,9 +9,9 @@ without a record, each gets a fresh id; a delete filter with UNKNOWN parts is re
 (`validate_acl_filter`), every filter is matched against the ACLs as they were before the request
 and each matching ACL is removed once (a binding two filters match is reported by both).
 
-Mixed into `core.Controller` (its state: `state`). The arguments arrive as JSON (the
-operation also runs over `/cluster/v1/controller/<op>`): bindings and filters in `security.acl_json`'s
-shape. Every change is one metadata-log entry; nothing here does I/O itself.
+Composed by `core.Controller`, which gives it the shared state (`state`) and the one fenced write path (`writer`).
+The arguments arrive as JSON (the operation also runs over `/cluster/v1/controller/<op>`): bindings and filters in
+`security.acl_json`'s shape. Every change is one metadata-log entry; nothing here does I/O itself.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from ...loop_budget import LoopBudget
 from ...metadata.controller_answers import AclError, CreateAclsAnswer, DeleteAclsAnswer, DeleteAclsResult
 from ...metadata.records import MetadataRecord, acl_record, remove_acl_record
 from .state import ControllerState
+from .writer import MetadataWriter
 
 __all__ = ["AclAdmin", "MAX_ACLS_PER_OPERATION"]
 
@@ -39,8 +40,12 @@ def _error(exc: KelpError) -> AclError:
     return {"error_code": int(exc.code), "message": str(exc)}
 
 
-class AclAdmin(ControllerState):
+class AclAdmin:
     """CreateAcls and DeleteAcls, on the controller."""
+
+    def __init__(self, state: ControllerState, writer: MetadataWriter) -> None:
+        self.state = state
+        self.writer = writer
 
     async def create_acls(self, *, acls: list[object]) -> CreateAclsAnswer:
         if not isinstance(acls, list):
@@ -48,9 +53,9 @@ class AclAdmin(ControllerState):
         if len(acls) > MAX_ACLS_PER_OPERATION:
             raise InvalidRequestError(f"Cannot create more than {MAX_ACLS_PER_OPERATION} ACLs in one request "
                                       f"({len(acls)} given); split it")
-        async with self._lock:
-            self._check_fresh()
-            existing = set(self.image.acls.values())
+        async with self.state.lock:
+            self.writer.check_fresh()
+            existing = set(self.state.image.acls.values())
             results: list[AclError | None] = []
             created: list[tuple[str, AclBinding]] = []
             for doc in acls:
@@ -65,22 +70,22 @@ class AclAdmin(ControllerState):
                     created.append((self._new_acl_id(), binding))
                 results.append(None)
             records: list[MetadataRecord] = [acl_record(i, binding_to_json(b)) for i, b in created]
-            await self._append(records)
+            await self.writer.append(records)
             for acl_id, binding in created:
                 log.info("ACL %s created: %s", acl_id, binding)
-            return {"results": results, "metadata_offset": self.image.offset}
+            return {"results": results, "metadata_offset": self.state.image.offset}
 
     def _new_acl_id(self) -> str:
         while True:
             acl_id = uuid.uuid4().hex
-            if acl_id not in self.image.acls:
+            if acl_id not in self.state.image.acls:
                 return acl_id
 
     async def delete_acls(self, *, filters: list[object]) -> DeleteAclsAnswer:
         if not isinstance(filters, list):
             raise InvalidRequestError("delete_acls: 'filters' must be a list of ACL filters")
-        async with self._lock:
-            self._check_fresh()
+        async with self.state.lock:
+            self.writer.check_fresh()
             results: list[DeleteAclsResult] = []
             doomed: dict[str, AclBinding] = {}
             budget = LoopBudget()  # each filter is matched against every ACL: a thousand of each is 0.5 s
@@ -92,14 +97,14 @@ class AclAdmin(ControllerState):
                 except InvalidAclError as exc:
                     results.append({"error": _error(exc), "deleted": []})
                     continue
-                matched = {i: b for i, b in self.image.acls.items() if acl_filter.matches(b)}
+                matched = {i: b for i, b in self.state.image.acls.items() if acl_filter.matches(b)}
                 doomed.update(matched)
                 results.append({"error": None, "deleted": [binding_to_json(b) for b in matched.values()]})
             if len(doomed) > MAX_ACLS_PER_OPERATION:
                 message = f"Cannot remove more than {MAX_ACLS_PER_OPERATION} acls in a single delete operation."
                 return {"results": [{"error": {"error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR), "message": message},
-                                     "deleted": []} for _ in filters], "metadata_offset": self.image.offset}
-            await self._append([remove_acl_record(i) for i in doomed])
+                                     "deleted": []} for _ in filters], "metadata_offset": self.state.image.offset}
+            await self.writer.append([remove_acl_record(i) for i in doomed])
             for acl_id, binding in doomed.items():
                 log.info("ACL %s deleted: %s", acl_id, binding)
-            return {"results": results, "metadata_offset": self.image.offset}
+            return {"results": results, "metadata_offset": self.state.image.offset}

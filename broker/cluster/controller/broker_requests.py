@@ -1,10 +1,10 @@
 """What brokers ask of the controller: ISR changes, controlled shutdowns, producer-id blocks, dynamic configs.
 
-Why: these are the controller operations a broker sends about itself or its partitions, as Kafka's
-AlterPartition, ControlledShutdown, AllocateProducerIds and IncrementalAlterConfigs on brokers; they
-share the checks against the current epochs and the live brokers, and nothing of topic administration
-or reassignment. Mixed into `core.Controller` (its state: `state`). Every change is
-one metadata-log entry; nothing here does I/O itself.
+Why: these are the controller operations a broker sends about itself or its partitions, as Kafka's AlterPartition,
+ControlledShutdown, AllocateProducerIds and IncrementalAlterConfigs on brokers; they share the checks against the
+current epochs and the live brokers, and nothing of topic administration or reassignment. Composed by
+`core.Controller`, which gives it the shared state (`state`) and the one fenced write path (`writer`). Every change
+is one metadata-log entry; nothing here does I/O itself.
 """
 
 from __future__ import annotations
@@ -36,14 +36,19 @@ from ...metadata.records import (
     producer_ids_record,
 )
 from .state import ControllerState
+from .writer import MetadataWriter
 
 __all__ = ["BrokerRequests"]
 
 log = logging.getLogger("kelp.broker.controller")
 
 
-class BrokerRequests(ControllerState):
+class BrokerRequests:
     """The operations brokers send the controller about themselves and their partitions."""
+
+    def __init__(self, state: ControllerState, writer: MetadataWriter) -> None:
+        self.state = state
+        self.writer = writer
 
     async def alter_partition(self, *, topic: str, partition: int, leader: int, leader_epoch: int,
                               partition_epoch: int, isr: list[int]) -> PartitionAnswer:
@@ -53,9 +58,9 @@ class BrokerRequests(ControllerState):
         for already current) answers the current state instead of INVALID_UPDATE_VERSION, so a leader whose
         first answer was lost learns the outcome.
         """
-        async with self._lock:
-            self._check_fresh()
-            t, state = self._partition_state(topic, partition)
+        async with self.state.lock:
+            self.writer.check_fresh()
+            t, state = self.state.partition_state(topic, partition)
             if leader != state.leader or leader_epoch != state.leader_epoch:
                 err = FencedLeaderEpochError if leader_epoch < state.leader_epoch else NotLeaderOrFollowerError
                 raise err(f"{topic}-{partition}: ISR change from broker {leader} at leader epoch {leader_epoch}, "
@@ -63,7 +68,7 @@ class BrokerRequests(ControllerState):
             new_isr = tuple(dict.fromkeys(int(r) for r in isr))
             if partition_epoch != state.partition_epoch:
                 if partition_epoch < state.partition_epoch and set(new_isr) == set(state.isr):
-                    return self._partition_answer(state)
+                    return self.state.partition_answer(state)
                 raise InvalidUpdateVersionError(
                     f"{topic}-{partition}: ISR change based on partition epoch {partition_epoch}, current is "
                     f"{state.partition_epoch}")
@@ -71,16 +76,16 @@ class BrokerRequests(ControllerState):
                 raise InvalidRequestError(f"{topic}-{partition}: ISR {list(new_isr)} must include the leader and only "
                                           f"replicas {list(state.replicas)}")
             added = [r for r in new_isr if r not in state.isr]
-            bad = [r for r in added if r not in self.alive or r in self._shutting_down]
+            bad = [r for r in added if r not in self.state.alive or r in self.state.shutting_down]
             if bad:
                 raise IneligibleReplicaError(f"{topic}-{partition}: broker(s) {bad} cannot join the ISR: not live "
                                              "or shutting down")
             if set(new_isr) == set(state.isr):
-                return self._partition_answer(state)
+                return self.state.partition_answer(state)
             new_state = replace(state, isr=new_isr, partition_epoch=state.partition_epoch + 1)
-            new_state = complete_reassignment(topic, partition, new_state, self._eligible())
-            await self._append([partition_record(t, partition, new_state)])
-            return self._partition_answer(new_state)
+            new_state = complete_reassignment(topic, partition, new_state, self.state.eligible())
+            await self.writer.append([partition_record(t, partition, new_state)])
+            return self.state.partition_answer(new_state)
 
     async def controlled_shutdown(self, *, broker_id: int) -> ShutdownAnswer:
         """Move leadership off `broker_id` and take it out of every ISR; returns what it still leads.
@@ -88,14 +93,14 @@ class BrokerRequests(ControllerState):
         Never an unclean election: the broker asking is alive and in sync, so a partition nobody else can
         lead cleanly stays with it until it stops (then the liveness check decides, with the topic's rule).
         """
-        async with self._lock:
-            self._check_fresh()
-            self._shutting_down.add(broker_id)
-            alive = set(self.alive)
-            eligible = self._eligible()
+        async with self.state.lock:
+            self.writer.check_fresh()
+            self.state.shutting_down.add(broker_id)
+            alive = set(self.state.alive)
+            eligible = self.state.eligible()
             changed: list[TopicState] = []
-            for topic in list(self.topics.values()):
-                e = self._election(topic, alive, allow_unclean=False)
+            for topic in list(self.state.topics.values()):
+                e = self.state.election(topic, alive, allow_unclean=False)
                 new = topic
                 for p, state in enumerate(topic.partition_states):
                     if broker_id not in state.replicas:
@@ -113,18 +118,18 @@ class BrokerRequests(ControllerState):
                 if new is not topic:
                     changed.append(new)
             for t in changed:
-                old = self.topics[t.name]
+                old = self.state.topics[t.name]
                 for p, s2 in enumerate(t.partition_states):
                     describe_change(t.name, p, old.partition_states[p], s2,
                                     f"controlled shutdown of broker {broker_id}")
-            records: list[MetadataRecord] = [r for t in changed for r in self._records_for(t)]
-            reg = self.image.brokers.get(broker_id)
-            if broker_id in self.alive and (reg is None or not reg.shutting_down):
-                records.append(broker_record(broker_id, self.alive[broker_id].incarnation, shutting_down=True))
-            await self._append(records)
+            records: list[MetadataRecord] = [r for t in changed for r in self.state.records_for(t)]
+            reg = self.state.image.brokers.get(broker_id)
+            if broker_id in self.state.alive and (reg is None or not reg.shutting_down):
+                records.append(broker_record(broker_id, self.state.alive[broker_id].incarnation, shutting_down=True))
+            await self.writer.append(records)
             remaining: list[str] = []
             waiting: list[str] = []
-            for t in self.topics.values():
+            for t in self.state.topics.values():
                 for p, s in enumerate(t.partition_states):
                     if s.leader == broker_id:
                         remaining.append(f"{t.name}-{p}")
@@ -134,41 +139,43 @@ class BrokerRequests(ControllerState):
                      "%d partition(s)",
                      broker_id, len(changed), len(remaining))
             return {"broker_id": broker_id, "remaining_leaderships": remaining, "awaiting_replicas": waiting,
-                    "metadata_offset": self.image.offset}
+                    "metadata_offset": self.state.image.offset}
 
     async def allocate_producer_ids(self, *, broker_id: int) -> ProducerIdsAnswer:
         """A block of producer ids, durable in the metadata log before it is handed out (ids are never reused).
 
         A failed write answers a retriable error; as it may have landed all the same, the slot is read back
-        before the next write (`_resolve_doubt`), so a block is skipped rather than repeated.
+        before the next write (`writer.resolve_doubt`), so a block is skipped rather than repeated.
         """
-        async with self._lock:
-            self._check_fresh()
-            await self._resolve_doubt()
-            first = self.image.next_producer_id
-            count = self.settings.producer_id_block
-            await self._append([producer_ids_record(first + count)], unknown_outcome=CoordinatorLoadInProgressError)
+        async with self.state.lock:
+            self.writer.check_fresh()
+            await self.writer.resolve_doubt()
+            first = self.state.image.next_producer_id
+            count = self.state.settings.producer_id_block
+            await self.writer.append([producer_ids_record(first + count)],
+                                     unknown_outcome=CoordinatorLoadInProgressError)
             log.info("producer ids %d..%d allocated to broker %d", first, first + count - 1, broker_id)
-            return {"first": first, "count": count, "metadata_offset": self.image.offset}
+            return {"first": first, "count": count, "metadata_offset": self.state.image.offset}
 
     async def alter_broker_configs(self, *, broker: int, configs: Mapping[str, str | None],
                                    replace_all: bool = False, validate_only: bool = False) -> BrokerConfigsAnswer:
         """Set (a value) or delete (None) dynamic broker configs of one entity — a broker id, or -1 for the
         cluster-wide default — in one metadata-log entry; `replace_all` drops the entity's keys not given
         (AlterConfigs). An id no broker has is allowed, as in Kafka. Answers the entity's configs after it."""
-        async with self._lock:
-            self._check_fresh()
+        async with self.state.lock:
+            self.writer.check_fresh()
             if isinstance(broker, bool) or not isinstance(broker, int) or broker < DEFAULT_ENTITY:
                 raise InvalidRequestError(f"broker config entity {broker!r}: a broker id, or -1 for the "
                                           "cluster-wide default")
             if not isinstance(configs, Mapping):
                 raise InvalidRequestError("broker configs must map config names to values (or null to delete)")
             clean = validate_broker_configs(configs, portable=True)
-            new, change = config_change(self.image.broker_configs.get(broker, {}), clean, replace_all=replace_all)
+            new, change = config_change(self.state.image.broker_configs.get(broker, {}), clean,
+                                        replace_all=replace_all)
             if change and not validate_only:
-                await self._append([broker_config_record(broker, change)])
+                await self.writer.append([broker_config_record(broker, change)])
                 log.info("dynamic broker configs of %s: %s", "the cluster-wide default" if broker == DEFAULT_ENTITY
                          else f"broker {broker}", ", ".join(f"{k}={'(deleted)' if v is None else v}"
                                                             for k, v in change.items()))
-            return {"broker": broker, "configs": dict(sorted(new.items())), "metadata_offset": self.image.offset}
+            return {"broker": broker, "configs": dict(sorted(new.items())), "metadata_offset": self.state.image.offset}
 

@@ -15,19 +15,20 @@ add replicas on them, and elections pick them as leader only when no other in-sy
 (`elections.Election.decommissioned`). Recommissioning removes the mark (a scale-down cancelled, or a
 scale-up reusing the id).
 
-Mixed into `core.Controller` (its state: `state`); every change is one metadata-log
-entry; nothing here does I/O itself.
+Composed by `core.Controller`, which gives it the shared state (`state`) and the one fenced write path (`writer`);
+every change is one metadata-log entry; nothing here does I/O itself.
 """
 
 from __future__ import annotations
 
 import logging
 
-from kelp.errors import InvalidReplicaAssignmentError, InvalidRequestError
+from kelp.errors import InvalidRequestError
 
 from ...metadata.controller_answers import DecommissionAnswer
 from ...metadata.records import broker_record
 from .state import ControllerState
+from .writer import MetadataWriter
 
 __all__ = ["Decommissions", "MAX_LISTED_PARTITIONS"]
 
@@ -36,19 +37,12 @@ log = logging.getLogger("kelp.broker.controller")
 MAX_LISTED_PARTITIONS = 100  # an answer names at most this many partitions; the counts are whole
 
 
-class Decommissions(ControllerState):
+class Decommissions:
     """Decommission and recommission broker ids, and report what a broker still holds, on the controller."""
 
-    def _decommissioned(self) -> frozenset[int]:
-        return frozenset(b for b, reg in self.image.brokers.items() if reg.decommissioned)
-
-    def _check_new_replicas(self, name: str, p: int, replicas: list[int]) -> None:
-        """Refuse placing replicas on decommissioned brokers (a manual assignment, a reassignment's added ones)."""
-        leaving = sorted(set(replicas) & self._decommissioned())
-        if leaving:
-            raise InvalidReplicaAssignmentError(
-                f"topic '{name}' partition {p}: broker(s) {leaving} are decommissioned (leaving the cluster) and "
-                "take no new replicas; recommission them first or choose other brokers")
+    def __init__(self, state: ControllerState, writer: MetadataWriter) -> None:
+        self.state = state
+        self.writer = writer
 
     async def decommission_broker(self, *, broker_id: int, decommissioned: bool = True) -> DecommissionAnswer:
         """Mark `broker_id` leaving (or, with `decommissioned` false, back in service); answers what it holds.
@@ -59,11 +53,11 @@ class Decommissions(ControllerState):
             raise InvalidRequestError(f"decommission: broker id {broker_id!r} must be an integer >= 0")
         if not isinstance(decommissioned, bool):
             raise InvalidRequestError(f"decommission: 'decommissioned' must be true or false, got {decommissioned!r}")
-        async with self._lock:
-            self._check_fresh()
-            reg = self.image.brokers.get(broker_id)
+        async with self.state.lock:
+            self.writer.check_fresh()
+            reg = self.state.image.brokers.get(broker_id)
             if (reg is not None and reg.decommissioned) != decommissioned:
-                await self._append([broker_record(broker_id, reg.incarnation if reg else "",
+                await self.writer.append([broker_record(broker_id, reg.incarnation if reg else "",
                                                   shutting_down=reg.shutting_down if reg else False,
                                                   decommissioned=decommissioned)])
                 log.info("broker %d %s", broker_id, "decommissioned: no new replicas or leaders go there"
@@ -74,14 +68,14 @@ class Decommissions(ControllerState):
         """What `broker_id` holds as of the controller's image: replicas (moves to it included) and leaderships."""
         if isinstance(broker_id, bool) or not isinstance(broker_id, int) or broker_id < 0:
             raise InvalidRequestError(f"broker holdings: broker id {broker_id!r} must be an integer >= 0")
-        async with self._lock:
-            self._check_fresh()
+        async with self.state.lock:
+            self.writer.check_fresh()
             return self._holdings(broker_id)
 
     def _holdings(self, broker_id: int) -> DecommissionAnswer:
         listed: list[str] = []
         replicas = leaders = 0
-        for t in self.topics.values():
+        for t in self.state.topics.values():
             for p, s in enumerate(t.partition_states):
                 if broker_id in s.replicas:
                     replicas += 1
@@ -89,8 +83,8 @@ class Decommissions(ControllerState):
                         listed.append(f"{t.name}-{p}")
                 if s.leader == broker_id:
                     leaders += 1
-        reg = self.image.brokers.get(broker_id)
+        reg = self.state.image.brokers.get(broker_id)
         return {"broker_id": broker_id, "decommissioned": reg is not None and reg.decommissioned,
-                "registered": reg is not None and bool(reg.incarnation), "alive": broker_id in self.alive,
+                "registered": reg is not None and bool(reg.incarnation), "alive": broker_id in self.state.alive,
                 "replicas": replicas, "leaders": leaders, "partitions": listed,
-                "metadata_offset": self.image.offset}
+                "metadata_offset": self.state.image.offset}

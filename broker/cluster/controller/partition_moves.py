@@ -1,10 +1,9 @@
 """Partition moves decided by the controller: reassignment (start, complete, cancel) and preferred leaders.
 
-Why: moving replicas is a multi-step protocol (add the new replicas, wait until they are in sync, move
-leadership into the target set, drop the old ones — or revert on cancel) whose rules live in
-`metadata.elections`; this mixin applies them to requests and to the periodic re-check that completes moves
-deferred for want of an eligible leader. Mixed into `core.Controller` (lock, image, `_append`,
-the answers, `_eligible`, `_partition_state`, `_check_replica_list`: declared in `state`).
+Why: moving replicas is a multi-step protocol (add the new replicas, wait until they are in sync, move leadership
+into the target set, drop the old ones — or revert on cancel) whose rules live in `metadata.elections`; this object
+applies them to requests and to the periodic re-check that completes moves deferred for want of an eligible leader.
+Composed by `core.Controller`, which gives it the shared state (`state`) and the one fenced write path (`writer`).
 """
 
 from __future__ import annotations
@@ -26,64 +25,69 @@ from ...metadata.elections import RevertRefused, complete_reassignment, revert_r
 from ...metadata.model import TopicState
 from ...metadata.records import partition_record
 from .state import ControllerState
+from .writer import MetadataWriter
 
 __all__ = ["PartitionMoves"]
 
 log = logging.getLogger("kelp.broker.controller")
 
 
-class PartitionMoves(ControllerState):
+class PartitionMoves:
     """Reassignments and preferred-leader elections, on the controller."""
+
+    def __init__(self, state: ControllerState, writer: MetadataWriter) -> None:
+        self.state = state
+        self.writer = writer
 
     async def reassign(self, *, topic: str, partition: int, replicas: list[int] | None) -> PartitionAnswer:
         """Start moving a partition to `replicas` (None cancels a running move)."""
-        async with self._lock:
-            self._check_fresh()
-            t, state = self._partition_state(topic, partition)
+        async with self.state.lock:
+            self.writer.check_fresh()
+            t, state = self.state.partition_state(topic, partition)
             if replicas is None:
                 if not state.reassigning:
                     raise NoReassignmentInProgressError(f"{topic}-{partition} has no reassignment in progress")
                 try:
-                    new_state = revert_reassignment(topic, partition, state, self._eligible())
+                    new_state = revert_reassignment(topic, partition, state, self.state.eligible())
                 except RevertRefused as exc:
                     raise InvalidReplicaAssignmentError(str(exc)) from None
-                await self._append([partition_record(t, partition, new_state)])
+                await self.writer.append([partition_record(t, partition, new_state)])
                 log.info("%s-%d: reassignment cancelled, back to %s (ISR %s, leader %d)", topic, partition,
                          list(new_state.replicas), list(new_state.isr), new_state.leader)
-                return self._partition_answer(new_state)
+                return self.state.partition_answer(new_state)
             target = tuple(int(r) for r in replicas)
-            self._check_replica_list(topic, partition, list(target))
+            self.state.check_replica_list(topic, partition, list(target))
             if state.reassigning:
                 raise ReassignmentInProgressError(
                     f"{topic}-{partition} is already moving to {list(state.target_replicas)}; cancel it first")
             if set(target) == set(state.replicas) and target[0] == state.replicas[0]:
-                return self._partition_answer(state)
+                return self.state.partition_answer(state)
             original = state.replicas
             union = target + tuple(r for r in original if r not in target)
             adding = tuple(r for r in target if r not in original)
-            self._check_new_replicas(topic, partition, list(adding))
+            self.state.check_new_replicas(topic, partition, list(adding))
             removing = tuple(r for r in original if r not in target)
             new_state = replace(state, replicas=union, adding=adding, removing=removing,
                                 original=original if adding or removing else (),
                                 partition_epoch=state.partition_epoch + 1)
-            new_state = complete_reassignment(topic, partition, new_state, self._eligible())
-            await self._append([partition_record(t, partition, new_state)])
+            new_state = complete_reassignment(topic, partition, new_state, self.state.eligible())
+            await self.writer.append([partition_record(t, partition, new_state)])
             log.info("%s-%d: reassignment %s -> %s started (adding %s, removing %s)", topic, partition,
                      list(original), list(target), list(adding), list(removing))
-            return self._partition_answer(new_state)
+            return self.state.partition_answer(new_state)
 
     async def elect_preferred_leaders(self, *, topic: str | None = None,
                                       partitions: list[int] | None = None) -> ElectionAnswer:
         """Move leadership to each partition's first replica where it is alive and in sync."""
-        async with self._lock:
-            self._check_fresh()
-            eligible = self._eligible()
-            leaving = self._decommissioned()  # a decommissioned preferred replica does not take leadership back
+        async with self.state.lock:
+            self.writer.check_fresh()
+            eligible = self.state.eligible()
+            leaving = self.state.decommissioned()  # a decommissioned preferred replica does not take leadership back
             results: dict[str, int] = {}
             changed: list[TopicState] = []
-            names = [topic] if topic is not None else sorted(self.topics)
+            names = [topic] if topic is not None else sorted(self.state.topics)
             for name in names:
-                t = self._topic(name)
+                t = self.state.topic(name)
                 new = t
                 for p, state in enumerate(t.partition_states):
                     if partitions is not None and p not in partitions:
@@ -101,12 +105,12 @@ class PartitionMoves(ControllerState):
                     results[key] = ErrorCode.NONE
                 if new is not t:
                     changed.append(new)
-            await self._commit(changed)
-            return {"results": results, "metadata_offset": self.image.offset}
+            await self.writer.commit(changed)
+            return {"results": results, "metadata_offset": self.state.image.offset}
 
     def reassignments(self) -> list[Reassignment]:
         out: list[Reassignment] = []
-        for t in self.topics.values():
+        for t in self.state.topics.values():
             for p, s in enumerate(t.partition_states):
                 if s.reassigning:
                     out.append({"topic": t.name, "partition": p, "replicas": list(s.replicas),
@@ -119,10 +123,10 @@ class PartitionMoves(ControllerState):
 
         Run by the liveness watch every couple of seconds.
         """
-        async with self._lock:
-            eligible = self._eligible()
+        async with self.state.lock:
+            eligible = self.state.eligible()
             changed: list[TopicState] = []
-            for t in list(self.topics.values()):
+            for t in list(self.state.topics.values()):
                 new = t
                 for p, s in enumerate(t.partition_states):
                     if not s.reassigning:
@@ -133,5 +137,5 @@ class PartitionMoves(ControllerState):
                 if new is not t:
                     changed.append(new)
             if changed:
-                self._check_fresh()
-                await self._commit(changed)
+                self.writer.check_fresh()
+                await self.writer.commit(changed)

@@ -3,7 +3,8 @@
 Why: a quota is enforced by every broker, so the change is the controller's to decide and the metadata log's to
 carry (`client_quota` records, one per key, as Kafka's ClientQuotaControlManager writes them). The rules are
 `metadata.client_quotas`'; an entry that breaks one is answered INVALID_REQUEST and changes nothing, the others are
-applied together. Mixed into `core.Controller` (its state: `state`).
+applied together. Composed by `core.Controller`, which gives it the shared state (`state`) and the one fenced write
+path (`writer`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from kelp.errors import ErrorCode, InvalidRequestError
 from ...metadata.client_quotas import InvalidQuota, checked_value, client_quota_record, entity_of
 from ...metadata.records import ClientQuotaRecord, MetadataRecord
 from .state import ControllerState
+from .writer import MetadataWriter
 
 __all__ = ["QuotaAdmin", "QuotaAnswer"]
 
@@ -29,14 +31,18 @@ class QuotaAnswer(TypedDict):
     metadata_offset: int
 
 
-class QuotaAdmin(ControllerState):
+class QuotaAdmin:
     """Setting and removing client quotas (Kafka's ClientQuotaControlManager)."""
+
+    def __init__(self, state: ControllerState, writer: MetadataWriter) -> None:
+        self.state = state
+        self.writer = writer
 
     async def alter_client_quotas(self, *, entries: list[object], validate_only: bool = False) -> QuotaAnswer:
         """Entries are `{"entity": [{"entity_type", "entity_name"}], "ops": [{"key", "value", "remove"}]}`; an
         entry with an error changes nothing, the others' changes are one metadata entry."""
-        async with self._lock:
-            self._check_fresh()
+        async with self.state.lock:
+            self.writer.check_fresh()
             results: list[tuple[int, str | None]] = []
             records: list[ClientQuotaRecord] = []
             if not isinstance(entries, list):
@@ -60,13 +66,13 @@ class QuotaAdmin(ControllerState):
                     results.append((ErrorCode.INVALID_REQUEST, str(exc)))
                     continue
                 results.append((ErrorCode.NONE, None))
-                current = self.image.client_quotas.get(entity, {})
+                current = self.state.image.client_quotas.get(entity, {})
                 records += [client_quota_record(entity, k, v) for k, v in mine.items()
                             if (v is None and k in current) or (v is not None and current.get(k) != v)]
             if records and not validate_only:
                 written: list[MetadataRecord] = [*records]
-                await self._append(written)
+                await self.writer.append(written)
                 for rec in records:
                     log.info("client quota %s of %s: %s", rec["key"], rec["entity"],
                              "removed" if rec["value"] is None else rec["value"])
-            return {"results": results, "metadata_offset": self.image.offset}
+            return {"results": results, "metadata_offset": self.state.image.offset}

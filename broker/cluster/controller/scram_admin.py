@@ -11,7 +11,7 @@ Kafka's rules, per user: a (user, mechanism) named twice in one request is DUPLI
 credential cannot be altered twice in the same request"); an unknown mechanism UNSUPPORTED_SASL_MECHANISM;
 an empty user name, or iterations outside 4096..16384, UNACCEPTABLE_CREDENTIAL; deleting a credential that
 does not exist RESOURCE_NOT_FOUND. A user with any error changes nothing; the others' changes are one entry.
-Mixed into `core.Controller` (its state: `state`).
+Composed by `core.Controller`, which gives it the shared state (`state`) and the one fenced write path (`writer`).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from ...metadata.records import (
 )
 from ...metadata.scram_credentials import InvalidScramRecord, credential_from_record
 from .state import ControllerState
+from .writer import MetadataWriter
 
 __all__ = ["ScramAdmin", "ScramAnswer", "ScramUserResult"]
 
@@ -58,15 +59,19 @@ def _text(item: object, key: str) -> str:
     return value
 
 
-class ScramAdmin(ControllerState):
+class ScramAdmin:
     """Setting and deleting users' SCRAM credentials."""
+
+    def __init__(self, state: ControllerState, writer: MetadataWriter) -> None:
+        self.state = state
+        self.writer = writer
 
     async def alter_scram_credentials(self, *, upsertions: list[object] | None = None,
                                       deletions: list[object] | None = None) -> ScramAnswer:
         """Upsertions are `{"name", "mechanism", "salt", "stored_key", "server_key", "iterations"}` (base64
         salt and keys), deletions `{"name", "mechanism"}`."""
-        async with self._lock:
-            self._check_fresh()
+        async with self.state.lock:
+            self.writer.check_fresh()
             order: list[str] = []
             errors: dict[str, tuple[int, str]] = {}
             changes: dict[str, list[ScramCredentialRecord | RemoveScramCredentialRecord]] = {}
@@ -91,7 +96,7 @@ class ScramAdmin(ControllerState):
                         fail(user, ErrorCode.UNSUPPORTED_SASL_MECHANISM, f"Unknown SCRAM mechanism {mechanism[:64]}")
                         continue
                     if kind == "delete":
-                        if (user, mechanism) not in self.image.scram_credentials:
+                        if (user, mechanism) not in self.state.image.scram_credentials:
                             fail(user, ErrorCode.RESOURCE_NOT_FOUND,
                                  "Attempt to delete a user credential that does not exist")
                             continue
@@ -101,7 +106,7 @@ class ScramAdmin(ControllerState):
                     if record is not None:
                         changes.setdefault(user, []).append(record)
             records: list[MetadataRecord] = [r for user in order if user not in errors for r in changes.get(user, [])]
-            await self._append(records)
+            await self.writer.append(records)
             for user in order:
                 if user not in errors and user in changes:
                     log.info("SCRAM credentials of user %r: %s", user, ", ".join(
@@ -110,7 +115,7 @@ class ScramAdmin(ControllerState):
             results: list[ScramUserResult] = [
                 {"user": user, "error_code": errors[user][0] if user in errors else ErrorCode.NONE,
                  "error_message": errors[user][1] if user in errors else None} for user in order]
-            return {"results": results, "metadata_offset": self.image.offset}
+            return {"results": results, "metadata_offset": self.state.image.offset}
 
     @staticmethod
     def _upsertion(user: str, mechanism: str, item: object,

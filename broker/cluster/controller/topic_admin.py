@@ -2,10 +2,10 @@
 
 Why: these are the client-facing controller operations (CreateTopics, DeleteTopics, CreatePartitions,
 AlterConfigs, the offsets topic's lazy creation); they share validation (names, collisions, replica
-lists, limits) and placement, and nothing of leader election. Mixed into `core.Controller`,
-which provides the lock, the image (`topics`), `alive`, `_check_fresh`, `_append`, `_commit` and
-the answers (declared in `state`). Every change is one metadata-log entry; nothing here
-does I/O itself.
+lists, limits) and placement, and nothing of leader election. Composed by `core.Controller`, which
+gives it the shared state (`state`: the lock, the image, the live brokers, the shared checks and
+answers), the one fenced write path (`writer`) and the topic config check. Every change is one
+metadata-log entry; nothing here does I/O itself.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from dataclasses import replace
 from typing import Mapping
 
 from kelp.errors import (
-    BrokerIdNotRegisteredError,
     CoordinatorNotAvailableError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
@@ -23,7 +22,6 @@ from kelp.errors import (
     InvalidTopicError,
     TopicAlreadyExistsError,
     UnknownTopicIdError,
-    UnknownTopicOrPartitionError,
 )
 
 from ...metadata.controller_answers import DeleteTopicAnswer, TopicAnswer
@@ -31,7 +29,8 @@ from ...metadata.model import INTERNAL_TOPICS, PartitionState, TopicState
 from ...metadata.placement import assign_replicas
 from ...metadata.records import remove_topic_record, topic_record
 from ...topic_manager import check_topic_collision
-from .state import ControllerState
+from .state import ControllerState, TopicConfigCheck
+from .writer import MetadataWriter
 
 __all__ = ["TopicAdmin", "MAX_PARTITIONS"]
 
@@ -40,28 +39,22 @@ log = logging.getLogger("kelp.broker.controller")
 MAX_PARTITIONS = 100_000
 
 
-class TopicAdmin(ControllerState):
+class TopicAdmin:
     """CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs and internal topics, on the controller."""
 
-    def _topic(self, name: str) -> TopicState:
-        topic = self.topics.get(name)
-        if topic is None:
-            raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
-        return topic
-
-    def _partition_state(self, topic: str, partition: int) -> tuple[TopicState, PartitionState]:
-        t = self._topic(topic)
-        if not 0 <= partition < t.partitions:
-            raise UnknownTopicOrPartitionError(f"partition {partition} of topic '{topic}' does not exist")
-        return t, t.partition(partition)
+    def __init__(self, state: ControllerState, writer: MetadataWriter,
+                 topic_config_check: TopicConfigCheck | None = None) -> None:
+        self.state = state
+        self.writer = writer
+        self._topic_config_check = topic_config_check
 
     def _existing_replicas(self) -> list[tuple[int, ...]]:
-        return [s.replicas for t in self.topics.values() for s in t.partition_states]
+        return [s.replicas for t in self.state.topics.values() for s in t.partition_states]
 
     def _racks(self) -> dict[int, str | None]:
         """The brokers new replicas may go to, with their racks: live, not shutting down, not decommissioned."""
-        leaving = self._decommissioned()
-        return {b.id: b.rack for b in self.alive.values() if b.id not in self._shutting_down and b.id not in leaving}
+        leaving = self.state.decommissioned() | self.state.shutting_down
+        return {b.id: b.rack for b in self.state.alive.values() if b.id not in leaving}
 
     def _assign(self, name: str, *, partitions: int, replication_factor: int,
                 first_partition: int = 0) -> list[list[int]]:
@@ -69,7 +62,7 @@ class TopicAdmin(ControllerState):
             return assign_replicas(brokers=self._racks(), partitions=partitions, replication_factor=replication_factor,
                                    first_partition=first_partition, existing=self._existing_replicas(), topic=name)
         except InvalidReplicationFactorError as exc:
-            leaving = sorted(self._decommissioned() & set(self.alive))
+            leaving = sorted(self.state.decommissioned() & set(self.state.alive))
             if not leaving:
                 raise
             raise InvalidReplicationFactorError(f"{exc}; broker(s) {leaving} are decommissioned (leaving the "
@@ -78,13 +71,13 @@ class TopicAdmin(ControllerState):
     async def create_topic(self, *, name: str, partitions: int | None = None, replication_factor: int | None = None,
                            configs: Mapping[str, str] | None = None, validate_only: bool = False,
                            assignments: Mapping[int, list[int]] | None = None) -> TopicAnswer:
-        async with self._lock:
-            self._check_fresh()
-            if name in self.topics:
+        async with self.state.lock:
+            self.writer.check_fresh()
+            if name in self.state.topics:
                 raise TopicAlreadyExistsError(f"topic '{name}' already exists")
-            check_topic_collision(name, self.topics)  # against the cluster metadata, not one broker's cache
-            partitions = self.settings.num_partitions if partitions in (None, -1) else int(partitions)
-            rf = (self.settings.default_replication_factor if replication_factor in (None, -1)
+            check_topic_collision(name, self.state.topics)  # against the cluster metadata, not one broker's cache
+            partitions = self.state.settings.num_partitions if partitions in (None, -1) else int(partitions)
+            rf = (self.state.settings.default_replication_factor if replication_factor in (None, -1)
                   else int(replication_factor))
             clean = dict(configs or {})
             if self._topic_config_check is not None:
@@ -106,11 +99,11 @@ class TopicAdmin(ControllerState):
                 configs=clean,
             )
             if validate_only:
-                return self._topic_answer(state)
-            await self._append([topic_record(state)])
+                return self.state.topic_answer(state)
+            await self.writer.append([topic_record(state)])
             log.info("created topic %s: %d partition(s), replication factor %d, configs %s",
                      name, state.partitions, state.replication_factor, clean or "{}")
-            return self._topic_answer(state)
+            return self.state.topic_answer(state)
 
     def _manual_assignment(self, name: str, assignments: Mapping[int, list[int]]) -> list[list[int]]:
         keys = sorted(int(k) for k in assignments)
@@ -123,21 +116,9 @@ class TopicAdmin(ControllerState):
             raise InvalidReplicationFactorError(f"topic '{name}': every partition needs the same number of replicas, "
                                                 f"got {sorted(sizes)}")
         for p, replicas in enumerate(plan):
-            self._check_replica_list(name, p, replicas)
-            self._check_new_replicas(name, p, replicas)
+            self.state.check_replica_list(name, p, replicas)
+            self.state.check_new_replicas(name, p, replicas)
         return plan
-
-    def _check_replica_list(self, name: str, p: int, replicas: list[int]) -> None:
-        if not replicas:
-            raise InvalidReplicationFactorError(f"topic '{name}' partition {p}: the replica list is empty")
-        if len(set(replicas)) != len(replicas):
-            raise InvalidRequestError(f"topic '{name}' partition {p}: replica list {replicas} names a broker twice")
-        unknown = [r for r in replicas if r not in self.alive]
-        if unknown:
-            raise BrokerIdNotRegisteredError(
-                f"topic '{name}' partition {p}: broker(s) {unknown} are not live members of the cluster "
-                f"(live: {sorted(self.alive)})"
-            )
 
     async def ensure_internal_topic(self, *, name: str, partitions: int, configs: Mapping[str, str],
                                     replication_factor: int) -> TopicAnswer:
@@ -147,8 +128,8 @@ class TopicAdmin(ControllerState):
         under-replicated for good, so until enough brokers registered the answer is COORDINATOR_NOT_AVAILABLE
         and clients retry.
         """
-        if name in self.topics:
-            return self._topic_answer(self.topics[name])
+        if name in self.state.topics:
+            return self.state.topic_answer(self.state.topics[name])
         live = len(self._racks())
         if live < replication_factor:
             raise CoordinatorNotAvailableError(
@@ -158,14 +139,14 @@ class TopicAdmin(ControllerState):
             return await self.create_topic(name=name, partitions=partitions, replication_factor=replication_factor,
                                            configs=configs)
         except TopicAlreadyExistsError:
-            return self._topic_answer(self.topics[name])
+            return self.state.topic_answer(self.state.topics[name])
 
     async def delete_topic(self, *, name: str, topic_id: str | None = None) -> DeleteTopicAnswer:
         """Delete topic `name` — only if its id is `topic_id`, when given (DeleteTopics by id: a topic re-created
         under the name since the caller looked is another topic, UNKNOWN_TOPIC_ID)."""
-        async with self._lock:
-            self._check_fresh()
-            topic = self._topic(name)
+        async with self.state.lock:
+            self.writer.check_fresh()
+            topic = self.state.topic(name)
             if topic_id is not None and topic.topic_id != topic_id:
                 raise UnknownTopicIdError(f"topic id {topic_id} does not exist (topic '{name}' has id "
                                           f"{topic.topic_id})")
@@ -174,15 +155,15 @@ class TopicAdmin(ControllerState):
                     f"topic '{name}' is internal: deleting it would lose every consumer group's committed "
                     "offsets; refused"
                 )
-            await self._append([remove_topic_record(topic)])
+            await self.writer.append([remove_topic_record(topic)])
             log.info("deleted topic %s (id %s)", name, topic.topic_id)
-            return {"name": name, "deleted": True, "metadata_offset": self.image.offset}
+            return {"name": name, "deleted": True, "metadata_offset": self.state.image.offset}
 
     async def create_partitions(self, *, name: str, total: int, validate_only: bool = False,
                                 assignments: list[list[int]] | None = None) -> TopicAnswer:
-        async with self._lock:
-            self._check_fresh()
-            topic = self._topic(name)
+        async with self.state.lock:
+            self.writer.check_fresh()
+            topic = self.state.topic(name)
             if total < topic.partitions:
                 raise InvalidPartitionsError(
                     f"topic '{name}' has {topic.partitions} partitions; partitions can only grow, "
@@ -198,8 +179,8 @@ class TopicAdmin(ControllerState):
                     raise InvalidRequestError(f"topic '{name}': {len(assignments)} assignment(s) for {extra} "
                                               "new partition(s)")
                 for i, replicas in enumerate(assignments):
-                    self._check_replica_list(name, topic.partitions + i, list(replicas))
-                    self._check_new_replicas(name, topic.partitions + i, list(replicas))
+                    self.state.check_replica_list(name, topic.partitions + i, list(replicas))
+                    self.state.check_new_replicas(name, topic.partitions + i, list(replicas))
                 plan = [list(r) for r in assignments]
             else:
                 plan = self._assign(name, partitions=extra, replication_factor=topic.replication_factor,
@@ -207,15 +188,15 @@ class TopicAdmin(ControllerState):
             new = replace(topic, partition_states=topic.partition_states + tuple(
                 PartitionState(tuple(r), r[0], 0, tuple(r), 0) for r in plan))
             if not validate_only:
-                await self._commit([new])
+                await self.writer.commit([new])
                 log.info("topic %s grown from %d to %d partitions", name, topic.partitions, total)
-            return self._topic_answer(new)
+            return self.state.topic_answer(new)
 
     async def alter_configs(self, *, name: str, configs: Mapping[str, str], replace_all: bool = False,
                             delete: list[str] | None = None, validate_only: bool = False) -> TopicAnswer:
-        async with self._lock:
-            self._check_fresh()
-            topic = self._topic(name)
+        async with self.state.lock:
+            self.writer.check_fresh()
+            topic = self.state.topic(name)
             new_configs = {} if replace_all else dict(topic.configs)
             new_configs.update(configs)
             for key in delete or ():
@@ -224,6 +205,6 @@ class TopicAdmin(ControllerState):
                 self._topic_config_check(name, new_configs)
             new = replace(topic, configs=new_configs)
             if not validate_only:
-                await self._commit([new])
+                await self.writer.commit([new])
                 log.info("altered config of topic %s: %s", name, new_configs)
-            return self._topic_answer(new)
+            return self.state.topic_answer(new)

@@ -150,15 +150,15 @@ class ShareStateLog:
     async def _leader(self, p: int) -> str | None:
         """None when this broker leads state partition `p` (ready to write); else the leader's HTTP URL."""
         if not self.topics.exists(STATE_TOPIC):
-            await self.cluster.ensure_internal_topic(STATE_TOPIC, partitions=self.partitions,
+            await self.cluster.routing.ensure_internal_topic(STATE_TOPIC, partitions=self.partitions,
                                                      configs=dict(self.topic_configs),
                                                      replication_factor=self.replication_factor)
         part = self.replicas.get_partition(STATE_TOPIC, p)
         if part is not None and part.is_leader and part.leader_ready:
             return None
-        found = self.cluster.partition_leader(STATE_TOPIC, p)
-        endpoint = self.cluster.brokers.get(found[0]) if found is not None else None
-        if endpoint is None or found is None or found[0] == self.cluster.broker_id:
+        found = self.cluster.routing.partition_leader(STATE_TOPIC, p)
+        endpoint = self.cluster.state.brokers.get(found[0]) if found is not None else None
+        if endpoint is None or found is None or found[0] == self.cluster.state.broker_id:
             raise StateUnavailable(f"{STATE_TOPIC} partition {p} has no ready leader yet")
         return str(endpoint.http_url)
 
@@ -167,7 +167,7 @@ class ShareStateLog:
         import aiohttp  # by the first call to another broker: a broker alone never loads it (issue 38)
 
         try:
-            async with self.cluster.control_session().post(
+            async with self.cluster.session.session().post(
                     f"{url}/cluster/v1/share-state/{op}", json=args,
                     timeout=aiohttp.ClientTimeout(total=self.write_timeout_ms / 1000 + 5)) as resp:
                 body = await resp.json(content_type=None)
@@ -232,14 +232,14 @@ class ShareStateLog:
             return set()
         by_leader: dict[int, list[int]] = {}
         for p in range(self.partitions):
-            found = self.cluster.partition_leader(STATE_TOPIC, p)
+            found = self.cluster.routing.partition_leader(STATE_TOPIC, p)
             if found is None or found[0] < 0:
                 raise StateUnavailable(f"{STATE_TOPIC} partition {p} has no leader now")
             by_leader.setdefault(found[0], []).append(p)
         keys: set[StateKey] = set()
         for broker, ps in sorted(by_leader.items()):
-            endpoint = self.cluster.brokers.get(broker)
-            if broker == self.cluster.broker_id or endpoint is None:
+            endpoint = self.cluster.state.brokers.get(broker)
+            if broker == self.cluster.state.broker_id or endpoint is None:
                 keys.update(await self.group_keys_local(group, ps))
                 continue
             body = await self.remote(str(endpoint.http_url), "keys", {"group": group, "partitions": ps})
@@ -307,9 +307,9 @@ class ShareStateLog:
         part = self.replicas.get_partition(topic, partition)
         if part is not None and part.is_leader:
             return None
-        found = self.cluster.partition_leader(topic, partition)
-        endpoint = self.cluster.brokers.get(found[0]) if found is not None else None
-        if endpoint is None or found is None or found[0] == self.cluster.broker_id:
+        found = self.cluster.routing.partition_leader(topic, partition)
+        endpoint = self.cluster.state.brokers.get(found[0]) if found is not None else None
+        if endpoint is None or found is None or found[0] == self.cluster.state.broker_id:
             raise StateUnavailable(f"{topic}-{partition} has no leader now")
         return str(endpoint.http_url)
 

@@ -24,7 +24,7 @@ client certificates are checked whenever they are presented, since brokers prese
 The proofs are checked by slots the composition root fills (`kelp.broker.app`):
 - `basic(user, password)`: the broker's SASL users (`basic_credentials`: the listeners' PLAIN users, the SCRAM
   credentials of the metadata log); a principal, or None for wrong credentials. Brokers call one another's
-  `/cluster/v1` with their inter-broker SASL credentials this way (`cluster.inter_broker`);
+  `/cluster/v1` with their inter-broker SASL credentials this way (`cluster.state.inter_broker`);
 - `bearer(token)`: an OAUTHBEARER JWT validator (`bearer_tokens`: a Kafka listener's); a principal, or
   `BearerRefused` with the reason (expired, wrong signature, `alg: none`, ...), answered 401 with it and an
   RFC 6750 `error="invalid_token"` challenge;

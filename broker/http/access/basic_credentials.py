@@ -1,7 +1,7 @@
 """HTTP Basic checked against the broker's SASL users: the same user names and passwords as the Kafka listeners.
 
 Why: an HTTP client (the operator, a script, another broker's control-plane calls, which carry the inter-broker
-SASL credentials: `cluster.inter_broker`) proves who it is with the credentials it uses on Kafka. PLAIN users
+SASL credentials: `cluster.state.inter_broker`) proves who it is with the credentials it uses on Kafka. PLAIN users
 are the listeners' JAAS users (`user_NAME="password"`); SCRAM users are the credentials of the metadata log
 (salt, StoredKey, iterations — never a password): the password is salted with the credential's salt and
 iterations and its StoredKey compared, as a SCRAM exchange would prove it. The principal is `User:<name>`, as

@@ -220,7 +220,7 @@ async def delete_records(request: web.Request) -> web.Response:
     first_error: KelpError | None = None
     for partition, offset in sorted(wanted.items()):
         try:
-            low = await broker.cluster.delete_records(name, partition, offset)
+            low = await broker.cluster.routing.delete_records(name, partition, offset)
             results.append({"partition": partition, "low_watermark": low})
         except KelpError as exc:
             first_error = first_error or exc

@@ -51,7 +51,7 @@ def _view(user: UserCredentials) -> JsonData:
 
 
 def _user(broker: BrokerParts, name: str) -> JsonData:
-    found = describe_user_scram_credentials(broker.cluster.image, [name])[0]
+    found = describe_user_scram_credentials(broker.cluster.state.image, [name])[0]
     return _view(found) if found.error_code == ErrorCode.NONE else {"name": name, "credentials": []}
 
 
@@ -76,7 +76,8 @@ async def _apply(broker: BrokerParts, name: str, *, upsertion: SaltedUpsertion |
 @routes.get(PREFIX)
 async def list_users(request: web.Request) -> web.Response:
     broker = serving(request)
-    return json_response({"users": [_view(u) for u in describe_user_scram_credentials(broker.cluster.image, None)]})
+    users = describe_user_scram_credentials(broker.cluster.state.image, None)
+    return json_response({"users": [_view(u) for u in users]})
 
 
 @routes.put(PREFIX + "/{name}/scram-credentials")

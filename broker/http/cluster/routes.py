@@ -29,7 +29,7 @@ from kelp.json_types import JsonData, JsonValue
 
 from ...cluster.member import ClusterMember
 from ...metadata.records import MetadataPush
-from ..json_body import read_json
+from ..json_body import read_body, read_json
 from ..keys import BROKER
 from ..problems import HttpProblem, json_response
 from ..serving import serving
@@ -63,7 +63,7 @@ CONTROLLER_OPS = {
 
 def _member(request: web.Request) -> ClusterMember:
     member = request.app[BROKER].cluster
-    if member is None or not member.started:
+    if member is None or not member.state.started:
         raise HttpProblem(503, "this broker has not joined its cluster yet")
     return member
 
@@ -74,7 +74,7 @@ async def metadata_push(request: web.Request) -> web.Response:
     if not isinstance(body, dict) or "controller_epoch" not in body:
         raise HttpProblem(400, "metadata push: a JSON object with controller_epoch is required")
     # The delivery only claims MetadataPush's shape: `apply` converts every field as it reads it.
-    applied = await _member(request).receive(cast(MetadataPush, body))
+    applied = await _member(request).metadata.receive(cast(MetadataPush, body))
     return json_response({"applied_offset": applied})
 
 
@@ -91,12 +91,13 @@ async def controller_op(request: web.Request) -> web.Response:
     if unknown:
         raise HttpProblem(400, f"controller operation '{op}': unknown argument(s) {sorted(unknown)}")
     member = _member(request)
-    controller = member.controller
-    if controller is None or not controller.active:
+    controller = member.state.controller
+    if controller is None or not controller.state.active:
         raise NotControllerError(
-            f"broker {member.broker_id} is not the controller (the controller is broker {member.controller_id})"
+            f"broker {member.state.broker_id} is not the controller (the controller is broker "
+            f"{member.state.controller_id})"
         )
-    return json_response(await getattr(controller, op)(**body))
+    return json_response(cast(JsonData, await controller.operation(op)(**body)))  # a TypedDict of JSON values
 
 
 # -- admin: cluster, reassignment, leaders, shutdown ------------------------------------
@@ -138,7 +139,7 @@ async def reassign(request: web.Request) -> web.Response:
     member = _member(request)
     results: list[JsonData] = []
     for topic, partition, replicas in _partition_target(await read_json(request), what="reassign"):
-        state = await member.call("reassign", topic=topic, partition=partition, replicas=replicas)
+        state = await member.routing.call("reassign", topic=topic, partition=partition, replicas=replicas)
         results.append({"topic": topic, "partition": partition, **state})
     return json_response({"partitions": results})
 
@@ -156,7 +157,7 @@ async def reassignments(request: web.Request) -> web.Response:
             entry: dict[str, JsonData] = {
                 "topic": t.name, "partition": p, "replicas": list(s.replicas), "adding": list(s.adding),
                 "removing": list(s.removing), "isr": list(s.isr), "leader": s.leader}
-            progress = await member.replica_progress(t.name, p)
+            progress = await member.routing.replica_progress(t.name, p)
             if progress is not None:
                 entry["log_end_offsets"] = {str(k): v for k, v in progress.items()}
             out.append(entry)
@@ -176,7 +177,7 @@ async def elect_leaders(request: web.Request) -> web.Response:
         raise HttpProblem(400, f"elect-leaders: 'partitions' must be a list of partition numbers, got {partitions!r}")
     if partitions is not None and topic is None:
         raise HttpProblem(400, "elect-leaders: 'partitions' needs 'topic'")
-    result = await _member(request).call("elect_preferred_leaders", topic=topic, partitions=partitions)
+    result = await _member(request).routing.call("elect_preferred_leaders", topic=topic, partitions=partitions)
     return json_response(result)
 
 
@@ -192,14 +193,14 @@ async def broker_holdings(request: web.Request) -> web.Response:
     """Whether the broker is decommissioned, and what it holds, as the controller has it (not this broker's
     view, which may lag): `replicas`, `leaders`, the first `partitions`."""
     broker_id = _decommission_target(request)
-    return json_response(await _member(request).call("broker_holdings", broker_id=broker_id))
+    return json_response(await _member(request).routing.call("broker_holdings", broker_id=broker_id))
 
 
 @routes.post("/admin/v1/brokers/{broker_id}/decommission")
 async def decommission(request: web.Request) -> web.Response:
     """Decommission a broker: no new replicas or leaders go to it from now on (then move its replicas away)."""
     broker_id = _decommission_target(request)
-    return json_response(await _member(request).call("decommission_broker", broker_id=broker_id,
+    return json_response(await _member(request).routing.call("decommission_broker", broker_id=broker_id,
                                                      decommissioned=True))
 
 
@@ -207,7 +208,7 @@ async def decommission(request: web.Request) -> web.Response:
 async def recommission(request: web.Request) -> web.Response:
     """Recommission a broker: it takes new replicas and leaderships again."""
     broker_id = _decommission_target(request)
-    return json_response(await _member(request).call("decommission_broker", broker_id=broker_id,
+    return json_response(await _member(request).routing.call("decommission_broker", broker_id=broker_id,
                                                      decommissioned=False))
 
 
@@ -215,7 +216,7 @@ async def recommission(request: web.Request) -> web.Response:
 async def controlled_shutdown(request: web.Request) -> web.Response:
     """Move leadership off this broker now (the pod's preStop hook calls this before SIGTERM)."""
     member = _member(request)
-    result = await member.call("controlled_shutdown", broker_id=member.broker_id)
+    result = await member.routing.call("controlled_shutdown", broker_id=member.state.broker_id)
     return json_response(result)
 
 
@@ -277,7 +278,7 @@ async def append_here(request: web.Request) -> web.Response:
         timeout_ms = int(request.query.get("timeout_ms", "30000"))
     except ValueError:
         raise HttpProblem(400, "partition, acks and timeout_ms must be integers") from None
-    data = bytearray(await request.read())
+    data = bytearray(await read_body(request, what="records"))
     result = await broker.replicas.append(request.match_info["topic"], partition, data, acks=acks,
                                           timeout_ms=timeout_ms)
     return json_response({"base_offset": result.base_offset, "last_offset": result.last_offset,

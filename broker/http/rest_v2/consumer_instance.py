@@ -522,10 +522,10 @@ class ConsumerRegistry:
         """A Kafka-protocol client for one instance: bootstrapped from this broker's own inter-broker
         listener, with that listener's TLS and SASL, so it reaches every broker as the brokers reach each other."""
         cluster = self.broker.cluster
-        endpoint = cluster.endpoint
+        endpoint = cluster.state.endpoint
         if endpoint is None:
             raise HttpProblem(503, f"broker {self.broker.config.broker_id} has not joined its cluster yet; retry")
-        security = cluster.inter_broker
+        security = cluster.state.inter_broker
         if security is not None:
             security.maybe_reload()
         return MemberClient(f"{endpoint.host}:{endpoint.port}", client_id=client_id,
@@ -535,7 +535,7 @@ class ConsumerRegistry:
         """HTTP to the other brokers (their TLS as the control plane's), without credentials of its own:
         `forwarding` relays the client's. Closed by `close_all`."""
         if self._forward_session is None or self._forward_session.closed:
-            security = self.broker.cluster.inter_broker
+            security = self.broker.cluster.state.inter_broker
             tls = security.http_ssl if security is not None else None
             self._forward_session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(ssl=tls, limit=FORWARD_CONNECTIONS) if tls is not None

@@ -215,7 +215,7 @@ async def create_instance(request: web.Request) -> web.Response:
                  f"(after consumer.instance.timeout.ms={max_timeout_ms} ms)",
             error_code=RestErrorCode.TOO_MANY_CONSUMER_INSTANCES)
     # The broker's own advertised HTTP address: the instance lives here.
-    endpoint = serving(request).cluster.endpoint
+    endpoint = serving(request).cluster.state.endpoint
     here = endpoint.http_url if endpoint is not None else f"{request.url.scheme}://{request.host}"
     base_uri = f"{here}/consumers/{group}/instances/{name}"
     reg.instances[(group, name)] = HttpConsumer(reg, group, name, fmt=fmt, reset=reset, auto_commit=auto_commit,

@@ -20,7 +20,7 @@ the request (HTTP Basic, a bearer token) has its `Authorization` relayed, so
 the holder checks the same credentials. A client proven by its TLS certificate
 alone cannot be relayed as itself (the receiving broker has no certificate of
 the client's), so the receiving broker authenticates as a broker (the control
-plane's client certificate and credentials, `ClusterMember.control_session`)
+plane's client certificate and credentials, `ControlSession.session`)
 and names the client's principal in `X-Kelp-Forwarded-Principal`; the holder
 takes that principal only from a broker (`route_access.forwarded_principal`:
 the same trust as `/cluster/v1`), so the instance's owner check and the
@@ -50,6 +50,7 @@ from kelp.security.principal import ANONYMOUS
 
 from ...parts import BrokerParts
 from ..access.route_access import FORWARDED_BY, FORWARDED_PRINCIPAL, principal_of
+from ..json_body import read_body
 from ..problems import HttpProblem, json_response
 from ..serving import serving
 from .consumer_instance import ConsumerRegistry
@@ -85,13 +86,13 @@ async def held_elsewhere(parts: BrokerParts, group: str, name: str) -> int | Non
 
     async def ask(broker_id: int) -> int | None:
         try:
-            status, _ = await asyncio.wait_for(parts.cluster.broker_json(broker_id, _lookup_path(group, name)),
+            status, _ = await asyncio.wait_for(parts.cluster.routing.broker_json(broker_id, _lookup_path(group, name)),
                                                LOOKUP_TIMEOUT_S)
         except (OSError, KelpError, aiohttp.ClientError, asyncio.TimeoutError, ValueError):
             return None  # unreachable or dying: it holds nothing a client could use
         return broker_id if status == 200 else None
 
-    found = await asyncio.gather(*(ask(b) for b in sorted(parts.cluster.brokers) if b != me))
+    found = await asyncio.gather(*(ask(b) for b in sorted(parts.cluster.state.brokers) if b != me))
     return next((b for b in found if b is not None), None)
 
 
@@ -119,7 +120,7 @@ async def forward_if_held_elsewhere(request: web.Request, parts: BrokerParts,
         return None
     gone = (f"consumer instance '{name}' of group '{group}' was created on broker {holder}, which holds it; "
             f"broker {holder} is")
-    endpoint = parts.cluster.brokers.get(holder)
+    endpoint = parts.cluster.state.brokers.get(holder)
     if endpoint is None:
         registry.remember_holder(group, name, None)
         raise HttpProblem(404, f"{gone} not a live member of the cluster now (it died or left), and the instance "
@@ -132,8 +133,8 @@ async def forward_if_held_elsewhere(request: web.Request, parts: BrokerParts,
     if "Authorization" not in request.headers and principal != ANONYMOUS:
         # Proven by a certificate only: this broker vouches for the client, authenticated as a broker.
         headers[FORWARDED_PRINCIPAL] = quote(str(principal), safe="")
-        session = parts.cluster.control_session()
-    body = await request.read()
+        session = parts.cluster.session.session()
+    body = await read_body(request)
     try:
         async with session.request(
                 request.method, f"{endpoint.http_url}{request.rel_url}", data=body or None, headers=headers,

@@ -294,7 +294,7 @@ async def _produce(request: web.Request, *, fixed_partition: int | None) -> web.
             batch = batches[p]
             if isinstance(batch, Exception):
                 raise batch
-            result = await broker.cluster.append(topic, p, batch, acks=1)
+            result = await broker.cluster.routing.append(topic, p, batch, acks=1)
         except Exception as exc:  # per-partition failure, reported per record like Confluent
             code = getattr(exc, "code", ErrorCode.UNKNOWN_SERVER_ERROR)
             outcome[p] = {"partition": p, "offset": None, "error_code": code,
@@ -355,7 +355,7 @@ def _confluent_partition(broker: BrokerParts, topic: str, p: int) -> dict[str, J
 @routes.get("/brokers")
 async def list_brokers(request: web.Request) -> web.Response:
     """Confluent's `BrokerList`: the registered brokers' ids (Kafka's Metadata brokers; no ACL needed)."""
-    return json_response({"brokers": sorted(serving(request).cluster.brokers)}, content_type=PLAIN_V2)
+    return json_response({"brokers": sorted(serving(request).cluster.state.brokers)}, content_type=PLAIN_V2)
 
 
 @routes.get("/topics")

@@ -53,7 +53,7 @@ TOPIC_PATH = TOPICS + "/{topic}"
 
 
 def _cluster_data(links: Links, broker: BrokerParts) -> dict[str, JsonData]:
-    controller = broker.cluster.controller_id
+    controller = broker.cluster.state.controller_id
     data = resource(
         "KafkaCluster", links.url(), links.crn(), cluster_id=links.cid,
         controller=links.related("brokers", controller), acls=links.related("acls"),
@@ -79,7 +79,7 @@ async def get_cluster(request: web.Request) -> web.Response:
 
 # -- brokers -------------------------------------------------------------------------------------------
 def _broker_data(links: Links, broker: BrokerParts, broker_id: int) -> dict[str, JsonData]:
-    ep = broker.cluster.brokers[broker_id]
+    ep = broker.cluster.state.brokers[broker_id]
     return resource("KafkaBroker", links.url("brokers", broker_id), links.crn(("broker", broker_id)),
                     cluster_id=links.cid, broker_id=broker_id, host=ep.host, port=ep.port, rack=ep.rack,
                     configs=links.related("brokers", broker_id, "configs"),
@@ -89,7 +89,7 @@ def _broker_data(links: Links, broker: BrokerParts, broker_id: int) -> dict[str,
 @routes.get(CLUSTER + "/brokers")
 async def list_brokers(request: web.Request) -> web.Response:
     links, broker = links_of(request), serving(request)
-    data: list[JsonData] = [_broker_data(links, broker, b) for b in sorted(broker.cluster.brokers)]
+    data: list[JsonData] = [_broker_data(links, broker, b) for b in sorted(broker.cluster.state.brokers)]
     return v3_response(collection("KafkaBrokerList", links.url("brokers"), data))
 
 

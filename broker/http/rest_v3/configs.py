@@ -6,7 +6,7 @@ by `kelp.config.entries` (value, source, synonyms, read-only, secrets without a 
 changed through the topic manager (`alter_config`, `alter_broker_configs`: the one validator, then the
 controller and the metadata log, so any broker takes a change and every broker applies it). A broker's
 static configs are only known to itself: another broker's are read from it (`/cluster/v1/configs`,
-`ClusterMember.broker_json`). Routes, under `/v3/clusters/{cluster_id}`:
+`LeaderRouting.broker_json`). Routes, under `/v3/clusters/{cluster_id}`:
 
 - `GET /topics/-/configs` (every topic's), `GET .../topics/{topic}/configs`, `GET|PUT|DELETE
   .../topics/{topic}/configs/{name}`, `POST .../topics/{topic}/configs:alter`;
@@ -289,7 +289,7 @@ def _broker_config(links: Links, broker_id: int, entry: Entry) -> dict[str, Json
 async def list_all_broker_configs(request: web.Request) -> web.Response:
     links, broker = links_of(request), serving(request)
     data: list[JsonData] = []
-    for broker_id in sorted(broker.cluster.brokers):
+    for broker_id in sorted(broker.cluster.state.brokers):
         data += [_broker_config(links, broker_id, e) for e in await _broker_entries(broker, broker_id)]
     return v3_response(collection("KafkaBrokerConfigList", links.url("brokers", "-", "configs"), data))
 

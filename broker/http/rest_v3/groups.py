@@ -4,7 +4,7 @@ Why: a group lives on its coordinator (the leader of its `__consumer_offsets` pa
 asks whichever broker it reaches. So: the list merges every live broker's own groups (as Kafka's
 AdminClient.listConsumerGroups asks every broker), and a group is described by its coordinator — this
 broker's coordinator in-process (`admin.groups.describe_group`), another's through its admin API
-(`ClusterMember.broker_json`, the control plane's TLS and credentials); its lags are computed here
+(`LeaderRouting.broker_json`, the control plane's TLS and credentials); its lags are computed here
 against each partition's log end offset as the partition's leader knows it (`partition_infos`).
 Routes (under `/v3/clusters/{cluster_id}`): `GET /consumer-groups`, `/consumer-groups/{group}`,
 `/consumer-groups/{group}/consumers`, `.../consumers/{consumer}`, `.../consumers/{consumer}/assignments`,
@@ -55,9 +55,9 @@ def _coordinator_of(broker: BrokerParts, group: str) -> int:
 
 
 async def remote_json(broker: BrokerParts, broker_id: int, path: str) -> JsonObject:
-    """GET `path` of another broker as this one (`ClusterMember.broker_json`); its errors as v3 errors."""
+    """GET `path` of another broker as this one (`LeaderRouting.broker_json`); its errors as v3 errors."""
     try:
-        status, body = await broker.cluster.broker_json(broker_id, path)
+        status, body = await broker.cluster.routing.broker_json(broker_id, path)
     except (OSError, KelpError) as exc:
         raise HttpProblem(503, f"broker {broker_id} did not answer {path} ({exc}); retry",
                           error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE) from None
@@ -81,7 +81,7 @@ async def _describe(broker: BrokerParts, group: str) -> tuple[int, JsonObject]:
 async def _group_ids(request: web.Request) -> list[str]:
     broker = serving(request)
     ids: set[str] = set()
-    for b in sorted(broker.cluster.brokers):
+    for b in sorted(broker.cluster.state.brokers):
         if b == broker.config.broker_id:
             ids.update(gid for gid, _, _ in broker.groups.list_groups())
             continue
@@ -227,7 +227,7 @@ async def _lags(request: web.Request, links: Links, group: str) -> list[dict[str
     committed_offsets = _committed(d)
     shown = describable(request, TOPIC, {t for t, _ in committed_offsets})
     keys = [k for k in committed_offsets if k[0] in shown]
-    infos = await broker.cluster.partition_infos(keys)
+    infos = await broker.cluster.routing.partition_infos(keys)
     out: list[dict[str, JsonData]] = []
     for topic, p in sorted(keys):
         committed, member = committed_offsets[(topic, p)]

@@ -15,7 +15,7 @@ stored as UTF-8), and in a registered schema's format — AVRO, JSONSCHEMA, PROT
 `rest_schemas`); a schema not found or data that does not match it is that record's error (404/422/400 with
 the message naming the field). Records are placed as Kafka's producer places them (explicit partition,
 murmur2 of the key, else round-robin), batched per partition, and appended at each partition's leader
-(`ClusterMember.append`), so any broker takes the request. The body is read as it arrives: the records
+(`LeaderRouting.append`), so any broker takes the request. The body is read as it arrives: the records
 of each chunk are produced and answered before the next is read (a long-lived streaming request gets its
 reports as it goes), holding at most `http.request.max.bytes` of a record still arriving (413 beyond).
 
@@ -241,7 +241,8 @@ async def _produce_docs(request: web.Request, cid: str, topic: str, partitions: 
         placed[p].append((i, rec, key_report, value_report))
     for p, entries in sorted(placed.items()):
         try:
-            result = await broker.cluster.append(topic, p, build_batch([rec for _, rec, _, _ in entries]), acks=-1)
+            batch = build_batch([rec for _, rec, _, _ in entries])
+            result = await broker.cluster.routing.append(topic, p, batch, acks=-1)
         except Exception as exc:  # reported per record, as Confluent does
             code = getattr(exc, "code", ErrorCode.UNKNOWN_SERVER_ERROR)
             status = getattr(exc, "http_status", 500)

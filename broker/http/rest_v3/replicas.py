@@ -5,7 +5,7 @@ partitions are being moved (a reassignment started with `kafka-reassign-partitio
 reassign` CLI, the admin API or the operator), and a partition's earliest and latest offsets. Kelp answers
 from what it already keeps: the partition states of the metadata this broker applied (replicas, leader,
 ISR, and `adding`/`removing` while a reassignment runs — Kafka's ListPartitionReassignments answer) and
-the leader's offsets (`ClusterMember.partition_infos`). Routes, under `/v3/clusters/{cluster_id}`:
+the leader's offsets (`LeaderRouting.partition_infos`). Routes, under `/v3/clusters/{cluster_id}`:
 
 - `GET /topics/{topic}/partitions/{partition}/replicas`, `.../replicas/{broker_id}`;
 - `GET /brokers/{broker_id}/partition-replicas` (of the topics the principal may DESCRIBE);
@@ -133,7 +133,7 @@ async def get_reassignment(request: web.Request) -> web.Response:
 async def partition_offsets(request: web.Request) -> web.Response:
     links, broker = links_of(request), serving(request)
     topic, p, state = _state(request, broker)
-    info = (await broker.cluster.partition_infos([(topic, p)])).get((topic, p))
+    info = (await broker.cluster.routing.partition_infos([(topic, p)])).get((topic, p))
     if info is None:
         raise HttpProblem(503, f"partition {p} of topic '{topic}' has no reachable leader now (leader: "
                                f"{state.leader}); retry", error_code=ErrorCode.LEADER_NOT_AVAILABLE)

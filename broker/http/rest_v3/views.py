@@ -69,7 +69,7 @@ def links_of(request: web.Request) -> Links:
 def live_broker(request: web.Request, links: Links, key: str = "broker_id") -> int:
     """The broker id the path names, a live member of the cluster; 404 naming the live ones otherwise."""
     broker_id = int_path(request, key, "broker")
-    live = serving(request).cluster.brokers
+    live = serving(request).cluster.state.brokers
     if broker_id not in live:
         raise HttpProblem(404, f"broker {broker_id} is not a live member of cluster '{links.cid}' (live: "
                                f"{sorted(live)})", error_code=404)

@@ -180,9 +180,9 @@ def _on_listener(ctx: RequestContext, located: CoordinatorLocation) -> Coordinat
     """The coordinator's address on the listener the request came in on (Kafka's rule), or
     COORDINATOR_NOT_AVAILABLE when that broker has no such listener."""
     cluster = ctx.broker.cluster
-    endpoint = cluster.brokers.get(located.node_id)
-    if endpoint is None and cluster.endpoint is not None and cluster.endpoint.id == located.node_id:
-        endpoint = cluster.endpoint
+    endpoint = cluster.state.brokers.get(located.node_id)
+    if endpoint is None and cluster.state.endpoint is not None and cluster.state.endpoint.id == located.node_id:
+        endpoint = cluster.state.endpoint
     address = endpoint.address(ctx.listener) if endpoint is not None else (located.host, located.port)
     if address is None:
         return CoordinatorLocation(COORDINATOR_NOT_AVAILABLE, f"the coordinator, broker {located.node_id}, has no "

@@ -76,7 +76,7 @@ async def _resolve_ids(ctx: RequestContext, request: MetadataRequest, names: lis
 
 def topic_entry(broker: BrokerParts, name: str, *, error: int = ErrorCode.NONE) -> T:
     info = broker.topics.get(name)
-    alive = broker.cluster.brokers
+    alive = broker.cluster.state.brokers
     parts = []
     if info is not None and error == ErrorCode.NONE:
         for p, state in enumerate(info.partition_states):
@@ -107,12 +107,12 @@ def visible_brokers(ctx: RequestContext) -> tuple[list[tuple[int, str, int, str 
     route to."""
     broker = ctx.broker
     cluster = broker.cluster
-    known = sorted(cluster.brokers.values(), key=lambda b: b.id)
-    if not any(b.id == broker.config.broker_id for b in known) and cluster.endpoint is not None:
-        known.append(cluster.endpoint)  # before the first push: at least this broker
+    known = sorted(cluster.state.brokers.values(), key=lambda b: b.id)
+    if not any(b.id == broker.config.broker_id for b in known) and cluster.state.endpoint is not None:
+        known.append(cluster.state.endpoint)  # before the first push: at least this broker
     listed = [(b.id, address[0], address[1], b.rack) for b in known
               if (address := b.address(ctx.listener)) is not None]
-    controller_id = cluster.controller_id
+    controller_id = cluster.state.controller_id
     if not any(i == controller_id for i, _, _, _ in listed):
         controller_id = broker.config.broker_id
     return listed, controller_id

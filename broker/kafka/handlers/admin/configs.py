@@ -245,8 +245,8 @@ async def _alter_group(ctx: RequestContext, group: str, sets: Mapping[str, str |
     clean = checked_group_configs(changes)
     after, _ = config_change(ctx.broker.topics.group_configs(group), clean, replace_all=replace)
     check_bounds(after, ctx.broker.config)
-    await ctx.broker.cluster.call("alter_group_configs", group=group, configs=clean, replace_all=replace,
-                                  validate_only=validate_only)
+    await ctx.broker.cluster.routing.call("alter_group_configs", group=group, configs=clean, replace_all=replace,
+                                          validate_only=validate_only)
 
 
 async def _alter_each(ctx: RequestContext, resources: Sequence[_R], answer: Callable[..., _A],

@@ -95,7 +95,7 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request: Describ
         names = [n for n in names if n >= start_topic]
     describable = await acc.allowed_in_slices(AclOperation.DESCRIBE, ResourceType.TOPIC, names)
     limit = min(max(1, request.response_partition_limit or 1), int(broker.config["max.request.partition.size.limit"]))
-    alive = broker.cluster.brokers
+    alive = broker.cluster.state.brokers
     topics = []
     next_cursor = None
     budget = LoopBudget()

@@ -39,7 +39,7 @@ async def handle_describe_client_quotas(ctx: RequestContext, request: DescribeCl
                                             error_message=denied_message(ctx, "DescribeClientQuotas"), entries=None)
     components = [(c.entity_type, int(c.match_type), c.match) for c in request.components or []]
     try:
-        found = describe_quotas(ctx.broker.cluster.image.client_quotas, components, bool(request.strict))
+        found = describe_quotas(ctx.broker.cluster.state.image.client_quotas, components, bool(request.strict))
     except InvalidQuota as exc:
         return DescribeClientQuotasResponse(throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST,
                                             error_message=str(exc), entries=None)
@@ -68,7 +68,7 @@ async def handle_alter_client_quotas(ctx: RequestContext, request: AlterClientQu
     entries = [{"entity": [{"entity_type": kind, "entity_name": name} for kind, name in entity],
                 "ops": [{"key": op.key, "value": op.value, "remove": bool(op.remove)} for op in entry.ops or []]}
                for entity, entry in zip(entities, request.entries or [], strict=True)]
-    decided = await ctx.broker.cluster.call("alter_client_quotas", entries=entries,
+    decided = await ctx.broker.cluster.routing.call("alter_client_quotas", entries=entries,
                                             validate_only=bool(request.validate_only))
     results = _results(decided.get("results"), len(entities))
     for (code, message), entity in zip(results, entities, strict=True):

@@ -60,7 +60,7 @@ async def handle_alter_reassignments(ctx: RequestContext, request: AlterPartitio
         for p in t.partitions:
             await budget.tick()
             try:
-                await ctx.broker.cluster.call("reassign", topic=t.name, partition=p.partition_index,
+                await ctx.broker.cluster.routing.call("reassign", topic=t.name, partition=p.partition_index,
                                               replicas=list(p.replicas) if p.replicas is not None else None)
                 parts.append(P(partition_index=p.partition_index, error_code=ErrorCode.NONE, error_message=None))
             except KelpError as exc:
@@ -121,7 +121,7 @@ async def handle_elect_leaders(ctx: RequestContext, request: ElectLeadersRequest
                                                            for p in (partitions or [])]))
             continue
         try:
-            out = (await ctx.broker.cluster.call("elect_preferred_leaders",
+            out = (await ctx.broker.cluster.routing.call("elect_preferred_leaders",
                                                  topic=name, partitions=partitions)).get("results")
             if not isinstance(out, dict):
                 raise KelpError(f"the controller's answer to elect_preferred_leaders for '{name}' has no results")

@@ -80,7 +80,7 @@ async def handle_describe_user_scram_credentials(ctx: RequestContext, request: D
             results=[Refused(user="", error_code=DENIED, error_message=why, credential_infos=[])
                      for _ in request.users or []])
     names = None if request.users is None else [u.name for u in request.users]
-    found = describe_user_scram_credentials(ctx.broker.cluster.image, names)
+    found = describe_user_scram_credentials(ctx.broker.cluster.state.image, names)
     R = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
     Info = R.CredentialInfo
     return DescribeUserScramCredentialsResponse(
