@@ -43,7 +43,7 @@ _shared_states: dict["PartitionState", "PartitionState"] = {}
 
 def _ids(values: Iterable[object]) -> tuple[int, ...]:
     """Broker ids as a tuple, the one made before for equal ids (replica lists and ISRs repeat over partitions)."""
-    ids = tuple(int(v) for v in values)  # type: ignore[call-overload]
+    ids = tuple(int(v) for v in values)  # type: ignore[call-overload]  # why: JSON ints or digit strings
     if not ids:
         return ()
     shared = _shared_ids.get(ids)

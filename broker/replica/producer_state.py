@@ -93,7 +93,7 @@ class _NoEntries(dict[Any, Any]):
     def _refused(self, *_args: object, **_kwargs: object) -> None:
         raise TypeError("the shared empty producer map is read-only: make the partition's own dict first")
 
-    __setitem__ = __delitem__ = setdefault = update = popitem = __ior__ = _refused  # type: ignore[assignment]
+    __setitem__ = __delitem__ = setdefault = update = popitem = __ior__ = _refused  # type: ignore[assignment]  # why: every writer refused
 
 
 _NONE: dict[Any, Any] = _NoEntries()
