@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Mapping, NotRequired, TypedDict
+from typing import Hashable, Iterable, Mapping, NotRequired, TypedDict, TypeVar
 
 __all__ = [
     "BrokerEndpoint",
@@ -39,19 +39,24 @@ SHARED_LIMIT = 4096  # distinct states (and id tuples) `from_json` remembers; mo
 
 _shared_ids: dict[tuple[int, ...], tuple[int, ...]] = {}
 _shared_states: dict["PartitionState", "PartitionState"] = {}
+_V = TypeVar("_V", bound=Hashable)
+
+
+def _shared(cache: dict[_V, _V], value: _V) -> _V:
+    """The object made before equal to `value` (one per value, immutable), `value` itself the first time; the
+    cache starts over at SHARED_LIMIT entries."""
+    found = cache.get(value)
+    if found is None:
+        if len(cache) >= SHARED_LIMIT:
+            cache.clear()
+        found = cache[value] = value
+    return found
 
 
 def _ids(values: Iterable[object]) -> tuple[int, ...]:
     """Broker ids as a tuple, the one made before for equal ids (replica lists and ISRs repeat over partitions)."""
     ids = tuple(int(v) for v in values)  # type: ignore[call-overload]  # why: JSON ints or digit strings
-    if not ids:
-        return ()
-    shared = _shared_ids.get(ids)
-    if shared is None:
-        if len(_shared_ids) >= SHARED_LIMIT:
-            _shared_ids.clear()
-        shared = _shared_ids[ids] = ids
-    return shared
+    return _shared(_shared_ids, ids) if ids else ()
 
 
 class ListenerAddressJson(TypedDict):
@@ -198,12 +203,7 @@ class PartitionState:
             int(d.get("partition_epoch", 0)), _ids(d.get("adding", ())), _ids(d.get("removing", ())),
             _ids(d.get("original", ())),
         )
-        shared = _shared_states.get(state)
-        if shared is None:
-            if len(_shared_states) >= SHARED_LIMIT:
-                _shared_states.clear()
-            shared = _shared_states[state] = state
-        return shared
+        return _shared(_shared_states, state)
 
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
