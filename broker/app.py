@@ -173,8 +173,7 @@ class Broker:
             per_ip_overrides=per_ip_limits(cfg["max.connections.per.ip.overrides"]),
             listener_max=cfg.per_listener("max.connections"), creation_rate=cfg["max.connection.creation.rate"],
             listener_rates=cfg.per_listener("max.connection.creation.rate"),
-            # Kafka exempts the inter-broker listener from max.connections; one shared with clients cannot be.
-            protected=setup.inter_broker.listener.name if len(setup.listeners) > 1 else None,
+            protected=setup.inter_broker.listener.name if len(setup.listeners) > 1 else None,  # from max.connections
             ip_rates=lambda ip: (ip_connection_rate(self.cluster.state.image.client_quotas, ip) if self.cluster
                                  else None))
         identities = kafka_identities(setup)
@@ -230,8 +229,7 @@ class Broker:
         for ks in self.kafka_servers:
             await ks.serve(parts)
         if len(cluster.state.brokers) > 1 and self.http_listener is not None:
-            # Other brokers call this one over HTTP from now on: its app loads now, not inside their first call's
-            # timeout (a metadata delivery's is 1-5 s).
+            # Other brokers call this one over HTTP from now on: load its app now, not in their first call (1-5 s).
             self.http_listener.prepare()
         self._retention_task = asyncio.create_task(self._maintenance_loop(parts))
         self.started_at = monotonic()

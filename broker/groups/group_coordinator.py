@@ -47,8 +47,9 @@ from typing import Any, Awaitable, Callable, Iterable
 from kelp.clock import WallClockMs, wall_clock_ms
 from kelp.errors import ErrorCode
 
-from .consumer.coordinator import ConsumerGroups, TopicLike, TopicView
+from .consumer.coordinator import ConsumerGroups
 from .consumer.migration import ClassicBridge
+from .consumer.model import TopicLike, TopicView
 from .coordinator_config import CoordinatorConfig, LoopScheduler, Scheduler
 from .group import CommittedOffset, Group, GroupState, Member
 from .group_metadata_manager import GroupMetadataManager, OffsetStore
@@ -379,9 +380,18 @@ class GroupCoordinator:
         if err:
             return err, {}
         group = self.groups.get(group_id)
-        if group is None or group.is_(GroupState.DEAD):
+        if group is not None and group.is_(GroupState.DEAD):
+            group = None
+        # A consumer-protocol (or mixed) group: its members' topics, names and regex matches alike, as Kafka's
+        # ConsumerGroup.isSubscribedToTopic; its offsets are kept in a memberless classic Group, if it has any.
+        consumer = self.consumer.groups.get(group_id)
+        if consumer is None and group is None:
             return ErrorCode.GROUP_ID_NOT_FOUND, {}
-        subscribed = group.subscribed_topics() if group.members else set()
+        if consumer is not None:
+            subscribed: set[str] | None = consumer.subscribed_topic_names()
+        else:
+            assert group is not None
+            subscribed = group.subscribed_topics() if group.members else set()
         results: dict[tuple[str, int], int] = {}
         tombstones = []
         for tp in partitions:
@@ -389,9 +399,9 @@ class GroupCoordinator:
                 results[tp] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
                 continue
             results[tp] = ErrorCode.NONE
-            if tp in group.offsets:
+            if group is not None and tp in group.offsets:
                 tombstones.append(tp)
-        code = await self.group_manager.remove_offsets(group, tombstones)
+        code = await self.group_manager.remove_offsets(group, tombstones) if group is not None else ErrorCode.NONE
         if code:
             return code, {}
         return ErrorCode.NONE, results

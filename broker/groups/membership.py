@@ -112,16 +112,18 @@ class GroupMembership:
         group.initial_delay_active = False
         group.state, group.state_timestamp_ms = GroupState.EMPTY, self.clock_ms()
 
-    def take_over(self, group: Group, fresh: Group) -> None:
+    def take_over(self, group: Group, fresh: Group, *, rebalance: bool = True) -> None:
         """A consumer group was downgraded to `fresh` (Stable, with its members and assignments): `group` (the one
-        holding the offsets) takes its state, and rebalances (Kafka's convertToClassicGroup)."""
+        holding the offsets) takes its state, and rebalances unless told not to (Kafka's convertToClassicGroup:
+        not when a static member's replacement downgraded it)."""
         group.members, group.static_members = fresh.members, fresh.static_members
         group.generation, group.leader_id = fresh.generation, fresh.leader_id
         group.protocol_type, group.protocol_name = fresh.protocol_type, fresh.protocol_name
         group.state, group.state_timestamp_ms = GroupState.STABLE, self.clock_ms()
         for m in group.members.values():
             self.schedule_heartbeat(group, m)
-        self._prepare_rebalance(group, "downgraded from a consumer group")
+        if rebalance:
+            self._prepare_rebalance(group, "downgraded from a consumer group")
 
     # -- timers ---------------------------------------------------------
     def _timer(self, group: Group, key: str, delay_ms: int, fn: Callable[[], None]) -> None:

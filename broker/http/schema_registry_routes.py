@@ -38,7 +38,7 @@ from ..schema_registry.registry import WRITE_OPS, SchemaRegistry
 from ..schema_registry.requests import check_subject, level_of, mode_of, parse_version, schema_request
 from ..schema_registry.state import RegistryState
 from ..schema_registry.store import SchemaLog, b64, read_records, registry_error
-from .json_body import INLINE_MAX_BYTES, BodyError, loads_bounded, off_loop
+from .json_body import INLINE_MAX_BYTES, BodyError, loads_bounded, off_loop, read_body
 from .serving import serving
 
 __all__ = ["install", "routes", "CONTENT_TYPE", "registry_of", "register_schema"]
@@ -138,7 +138,7 @@ async def _body(request: web.Request) -> JsonValue:
     if request.can_read_body and request.content_type not in _CONSUMED:
         raise RegistryError(415, 415, f"HTTP 415 Unsupported Media Type: {request.content_type!r}; send "
                                       "application/vnd.schemaregistry.v1+json or application/json")
-    raw = await request.read()
+    raw = await read_body(request)
 
     def parse() -> JsonValue:
         try:

@@ -18,7 +18,7 @@ from kelp.control_records import read_marker
 from kelp.errors import KafkaStorageError, NotLeaderOrFollowerError
 
 from ..storage import Log
-from ..storage.txn_index import AbortedTxn
+from ..storage.indexes.txn_index import AbortedTxn
 from .jobs import ReplicaJobs
 from .producer_recovery import RebuiltState, rebuild_producer_state
 from .producer_state import ProducerStateManager

@@ -29,7 +29,7 @@ import logging
 from dataclasses import dataclass
 
 from ..storage import Log
-from ..storage.txn_index import AbortedTxn
+from ..storage.indexes.txn_index import AbortedTxn
 from .producer_state import ProducerStateManager
 
 __all__ = ["RebuiltState", "rebuild_producer_state"]

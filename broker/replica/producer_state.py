@@ -61,6 +61,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from kelp.control_records import ControlMarker, read_marker
 from kelp.errors import (
@@ -79,6 +80,23 @@ __all__ = ["ProducerStateManager", "VerificationGuard", "Duplicate", "CompletedT
 MAX_CACHED_BATCHES = 5
 INT32_MAX = 2**31 - 1
 NO_PRODUCER_ID = -1
+
+
+class _NoEntries(dict[Any, Any]):
+    """The one empty map every idle partition's state starts with, in place of four empty dicts of its own (256 B
+    a partition; issue 38). Reads, `pop(k, None)` and `clear` work as on any empty dict; a write raises, so a path
+    that writes without making its own dict first (`ProducerStateManager._own`) fails loudly instead of writing
+    into every partition's state."""
+
+    __slots__ = ()
+
+    def _refused(self, *_args: object, **_kwargs: object) -> None:
+        raise TypeError("the shared empty producer map is read-only: make the partition's own dict first")
+
+    __setitem__ = __delitem__ = setdefault = update = popitem = __ior__ = _refused  # type: ignore[assignment]  # why: every writer refused
+
+
+_NONE: dict[Any, Any] = _NoEntries()
 
 @dataclass(slots=True)
 class _CachedBatch:
@@ -149,18 +167,34 @@ class ActiveProducer:
 
 
 class ProducerStateManager:
-    """Sequence and transaction bookkeeping for one partition."""
+    """Sequence and transaction bookkeeping for one partition.
+
+    Its four maps start as the shared read-only `_NONE` (most partitions never see an idempotent producer); each
+    write site makes the partition's own dict first (`_own`)."""
+
+    __slots__ = ("topic", "partition", "_producers", "_ongoing", "_unreplicated", "_verifying")
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
         self.partition = partition
-        self._producers: dict[int, _ProducerEntry] = {}
+        self._producers: dict[int, _ProducerEntry] = _NONE
         # Open transactions: first offset -> producer id, in first-offset order (appends come in offset order).
-        self._ongoing: dict[int, int] = {}
+        self._ongoing: dict[int, int] = _NONE
         # Closed transactions whose marker is not below the high watermark yet: first offset -> marker offset.
-        self._unreplicated: dict[int, int] = {}
+        self._unreplicated: dict[int, int] = _NONE
         # Producers whose first transactional batch here awaits (or passed) the coordinator's verification.
-        self._verifying: dict[int, VerificationGuard] = {}
+        self._verifying: dict[int, VerificationGuard] = _NONE
+
+    def _own(self) -> None:
+        """Give this partition dicts of its own in place of the shared empty one (before any write)."""
+        if self._producers is _NONE:
+            self._producers = {}
+        if self._ongoing is _NONE:
+            self._ongoing = {}
+        if self._unreplicated is _NONE:
+            self._unreplicated = {}
+        if self._verifying is _NONE:
+            self._verifying = {}
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -190,6 +224,7 @@ class ProducerStateManager:
             return None
         guard = self._verifying.get(producer_id)
         if guard is None:
+            self._own()
             guard = self._verifying[producer_id] = VerificationGuard(epoch, first_seq, now_ms, supports_epoch_bump)
         elif epoch > guard.epoch:
             guard.epoch, guard.lowest_seq = epoch, first_seq
@@ -294,6 +329,7 @@ class ProducerStateManager:
             return
         entry = self._producers.get(producer_id)
         if entry is None:
+            self._own()
             entry = self._producers[producer_id] = _ProducerEntry(epoch=epoch)
         elif epoch > entry.epoch:  # a new epoch forgets the batches, not the open transaction (as Kafka)
             entry.epoch = epoch
@@ -330,6 +366,7 @@ class ProducerStateManager:
         transaction was open (a marker without data changes neither the LSO nor the index)."""
         entry = self._producers.get(producer_id)
         if entry is None:
+            self._own()
             entry = self._producers[producer_id] = _ProducerEntry(epoch=epoch)
         elif epoch > entry.epoch:
             entry.epoch = epoch
@@ -386,6 +423,7 @@ class ProducerStateManager:
     def load_entries(self, entries: list[ProducerEntry]) -> None:
         """Replace the state with a snapshot's `entries` (see `entries`)."""
         self.truncate()
+        self._own()
         for e in entries:
             entry = _ProducerEntry(epoch=e.epoch, coordinator_epoch=e.coordinator_epoch,
                                    txn_first_offset=e.txn_first_offset, last_timestamp=e.last_timestamp)

@@ -25,7 +25,7 @@ from kelp.control_records import build_marker_batch
 from kelp.errors import KelpError, NotEnoughReplicasError, NotLeaderOrFollowerError
 
 from ..loop_budget import LoopBudget
-from ..storage.txn_index import AbortedTxn
+from ..storage.indexes.txn_index import AbortedTxn
 from .jobs import ReplicaJobs
 from .partition import Partition
 from .purgatory import ProducePurgatory

@@ -64,10 +64,10 @@ from kelp.records.header import (
 from kelp.records.record import Record, batch_records
 
 from .checkpoint import fsync_dir, write_atomically
+from .indexes.txn_index import AbortedTxn
 from .loader import CLEANED_SUFFIX, SWAP_MARKER
 from .log import Log
 from .segment import MAX_RELATIVE_OFFSET, LogSegment, segment_files
-from .txn_index import AbortedTxn
 
 log = logging.getLogger("kelp.broker.storage")
 

@@ -31,7 +31,9 @@ from kelp.config.log_config import LogConfig
 from kelp.records.header import HEADER_SIZE, BatchInfo
 from kelp.records.validation import scan_valid_prefix
 
-from .offset_index import OffsetIndex
+from .indexes.offset_index import OffsetIndex
+from .indexes.time_index import TimeIndex
+from .indexes.txn_index import TXNINDEX_SUFFIX, TransactionIndex
 from .segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -41,8 +43,6 @@ from .segment import (
     segment_paths,
     txn_index_path,
 )
-from .time_index import TimeIndex
-from .txn_index import TXNINDEX_SUFFIX, TransactionIndex
 
 log = logging.getLogger("kelp.broker.storage")
 

@@ -44,6 +44,7 @@ from kelp.control_records import ControlMarker
 from kelp.records.header import BatchInfo
 
 from .checkpoint import PartitionCheckpoint
+from .indexes.txn_index import AbortedTxn
 from .leader_epoch import LeaderEpochCache
 from .loader import load_segments
 from .log_append import AppendResult, LogAppender
@@ -56,7 +57,6 @@ from .log_truncation import LogTruncator
 from .log_txn import AbortedTxnIndexes
 from .producer_snapshot import ProducerEntry, delete_snapshots, list_snapshots
 from .segment import LogSegment
-from .txn_index import AbortedTxn
 
 __all__ = ["Log"]
 

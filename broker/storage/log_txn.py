@@ -23,9 +23,9 @@ import logging
 
 from kelp.errors import KafkaStorageError
 
+from .indexes.txn_index import AbortedTxn
 from .log_state import LogState
 from .segment import LogSegment
-from .txn_index import AbortedTxn
 
 __all__ = ["AbortedTxnIndexes"]
 

@@ -17,9 +17,9 @@ from typing import Iterator
 
 from kelp.records.header import HEADER_SIZE, LENGTH_AT, LOG_OVERHEAD, BatchInfo, iter_headers, read_header
 
-from .offset_index import OffsetIndex
-from .time_index import NO_TIMESTAMP, TimeIndex
-from .txn_index import TXNINDEX_SUFFIX, TransactionIndex
+from .indexes.offset_index import OffsetIndex
+from .indexes.time_index import NO_TIMESTAMP, TimeIndex
+from .indexes.txn_index import TXNINDEX_SUFFIX, TransactionIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"

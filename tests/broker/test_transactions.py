@@ -16,7 +16,7 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch
 
 from kelp.broker.replica.manager import FetchPartition, TxnMarker
-from kelp.broker.storage.txn_index import ENTRY_SIZE, TXNINDEX_SUFFIX
+from kelp.broker.storage.indexes.txn_index import ENTRY_SIZE, TXNINDEX_SUFFIX
 from kelp.control_records import build_marker_batch, read_marker
 from kelp.errors import ErrorCode
 from kelp.records.build import build_batch

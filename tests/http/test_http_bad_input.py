@@ -164,6 +164,22 @@ def test_decommission_routes_name_a_bad_broker_id_and_answer_the_controllers_vie
 
 # -- item 7: what one request may hold -----------------------------------------------------
 
+@pytest.mark.parametrize("path", ["/topics/cut-body", "/cluster/v1/metadata"])
+def test_a_client_hanging_up_mid_body_is_no_server_error(kelp, path) -> None:
+    """A peer that sends part of a body and hangs up (a broker's push client timing out, a client killed) is
+    logged as that in one line, not as a 500 with a traceback (what failed test_secure_cluster's "no Traceback"
+    check under load), and the broker goes on serving."""
+    import socket
+
+    before = kelp.log_text().count("Traceback")
+    with socket.create_connection(("127.0.0.1", kelp.http_port), timeout=5) as s:
+        s.sendall((f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: {JSON_V2}\r\n"
+                   "Content-Length: 5000\r\n\r\n{\"records\": [").encode())
+    kelp.wait_for_log(f"HTTP POST {path} from 127.0.0.1: the client hung up before sending the whole", timeout=10)
+    assert kelp.log_text().count("Traceback") == before, kelp.log_text()[-3000:]
+    assert call("GET", f"{kelp.http_url}/topics").status == 200
+
+
 def test_body_over_http_request_max_bytes_is_413_naming_the_key(kelp) -> None:
     topic = "big-bodies"
     create_topic(kelp.http_url, topic)

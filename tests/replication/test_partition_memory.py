@@ -20,6 +20,12 @@ Issue 35 made `Log` a composition of one object per role over a shared `LogState
 and about 440 B more per partition, all slotted (the same harness on the commit before and after: 23.0 ->
 31.0 objects, 4.13 -> 4.57 KB). Measured then: 31.0 objects, 4,717-4,735 B alone, 4,830 B in a warm xdist
 worker; the budgets are 33 objects and 5,100 B.
+
+Issue 38's second round: a `ProducerStateManager` is slotted and its four maps start as one shared read-only
+empty dict (`producer_state._NONE`), made the partition's own by the first producer: 4,388-4,489 -> 4,082-4,169 B
+alone (two runs each; the object count is unchanged, empty dicts not being tracked). The byte budget is 4,700 B
+(a warm xdist worker traces a few hundred more). `test_a_producer_on_one_partition_leaves_the_others_idle` is the
+adversary of the sharing: a write through the shared map would show in every partition's state.
 """
 
 from __future__ import annotations
@@ -30,16 +36,19 @@ import gc
 import tracemalloc
 from pathlib import Path
 
+import pytest
+
 from kelp.broker.metadata.image import MetadataDelta
 from kelp.broker.metadata.model import PartitionState, TopicState
 from kelp.broker.replica.manager import ReplicaManager
+from kelp.broker.replica.producer_state import _NONE, ProducerStateManager
 from kelp.broker.storage import LogManager
 from kelp.broker.topic_manager import TopicManager
 from kelp.config.broker import BrokerConfig
 from kelp.config.log_config import LogConfig
 
 OBJECTS_PER_PARTITION = 33
-BYTES_PER_PARTITION = 5_100
+BYTES_PER_PARTITION = 4_700
 SMALL, LARGE = 20, 520  # partitions of the two topics: the second's growth over the first's is measured
 
 
@@ -91,3 +100,24 @@ def test_an_idle_partition_fits_its_object_and_byte_budget(tmp_path: Path) -> No
     detail = ", ".join(f"{name} {count:.1f}" for name, count in top)
     assert objects <= OBJECTS_PER_PARTITION, f"{objects:.1f} objects per partition ({detail})"
     assert traced <= BYTES_PER_PARTITION, f"{traced:,.0f} B traced per partition ({detail})"
+
+
+def test_a_producer_on_one_partition_leaves_the_others_idle() -> None:
+    busy, idle = ProducerStateManager("t", 0), ProducerStateManager("t", 1)
+    busy.start_verification(9, 0, 0, 1)
+    busy.update(7, 0, 0, 4, 100, 104, 1, transactional=True)
+    busy.apply_marker(7, 0, 0, 105, commit=True, timestamp=3)
+    busy.update(8, 0, 0, 0, 106, 106, 2, transactional=True)
+    assert busy.last_sequence(7) == 4 and busy.ongoing_transactions() == {8: 106} and busy.verification(9) is not None
+    assert len(idle) == 0 and idle.last_sequence(7) is None and idle.ongoing_transactions() == {}
+    assert idle.verification(9) is None and idle.first_unstable_offset(0) is None and idle.entries() == []
+    idle.truncate()
+    idle.expire(10**12, 1)
+    assert idle._producers is _NONE and not _NONE
+    restored = ProducerStateManager("t", 2)
+    restored.load_entries(busy.entries())
+    assert restored.ongoing_transactions() == {8: 106} and not _NONE
+    with pytest.raises(TypeError, match="read-only"):
+        _NONE[1] = 2
+    with pytest.raises(TypeError, match="read-only"):
+        _NONE.setdefault(1, 2)

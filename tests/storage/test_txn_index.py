@@ -7,7 +7,7 @@ from __future__ import annotations
 import struct
 
 from kelp.broker.storage import Log, LogCleaner
-from kelp.broker.storage.txn_index import ENTRY_SIZE, TXNINDEX_SUFFIX, AbortedTxn, TransactionIndex
+from kelp.broker.storage.indexes.txn_index import ENTRY_SIZE, TXNINDEX_SUFFIX, AbortedTxn, TransactionIndex
 from kelp.config.log_config import LogConfig
 from kelp.control_records import build_marker_batch
 from kelp.records.build import build_batch

@@ -29,7 +29,7 @@ import logging
 import uuid
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Awaitable, Callable, Collection, Iterable, Protocol
+from typing import Awaitable, Callable, Collection, Iterable
 
 from kelp.errors import ErrorCode
 
@@ -46,36 +46,16 @@ from .model import (
     ConsumerGroup,
     ConsumerMember,
     MemberState,
+    TopicView,
     member_topics,
     next_assignment,
     subset,
 )
 from .regex import InvalidPattern, RegexRefresh, TopicFilter, invalid_message, resolve
 
-__all__ = ["ConsumerGroups", "TopicView", "ConsumerGroupDescription"]
+__all__ = ["ConsumerGroups", "ConsumerGroupDescription"]
 
 log = logging.getLogger("kelp.broker.groups")
-
-
-class TopicLike(Protocol):
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def topic_id(self) -> str: ...
-
-    @property
-    def partitions(self) -> int: ...
-
-
-class TopicView(Protocol):
-    """What the coordinator reads of the cluster's topics (the broker's TopicManager)."""
-
-    def get(self, name: str) -> TopicLike | None: ...
-
-    def name_of(self, topic_id: str) -> str | None: ...
-
-    def list_topics(self) -> Iterable[TopicLike]: ...
 
 
 @dataclass(frozen=True)
@@ -171,20 +151,18 @@ class ConsumerGroups:
             holder = group.static_members.get(req.instance_id) if req.instance_id is not None else None
             if holder is not None and holder != member_id:
                 old = group.members[holder]
-                if old.member_epoch != STATIC_LEAVE_EPOCH:
+                if old.member_epoch != STATIC_LEAVE_EPOCH and old.classic is None:  # a classic one is replaced
                     return HeartbeatResult(ErrorCode.UNRELEASED_INSTANCE_ID,
                                            f"Static member {holder} with instance id {req.instance_id} is not "
                                            "released yet.")
                 # The instance comes back as a new member id: it takes over the old one's assignment.
                 return replace(old, member_id=member_id), holder
-            known = group.members.get(member_id)
-            if known is not None:
-                return known, None
-            if len(group.members) >= self.config.consumer_max_size:
-                return HeartbeatResult(ErrorCode.GROUP_MAX_SIZE_REACHED,
-                                       f"The consumer group has reached its maximum capacity of "
-                                       f"{self.config.consumer_max_size} members.")
-            return ConsumerMember(member_id), None
+            if member_id not in group.members:  # a known one is checked below, its epoch too (as Kafka)
+                if len(group.members) >= self.config.consumer_max_size:
+                    return HeartbeatResult(ErrorCode.GROUP_MAX_SIZE_REACHED,
+                                           f"The consumer group has reached its maximum capacity of "
+                                           f"{self.config.consumer_max_size} members.")
+                return ConsumerMember(member_id), None
         member = group.members.get(req.member_id)
         if member is None:
             return HeartbeatResult(ErrorCode.UNKNOWN_MEMBER_ID,
@@ -220,7 +198,7 @@ class ConsumerGroups:
             subscribed_topic_names=tuple(sorted(set(req.subscribed_topic_names)))
             if req.subscribed_topic_names is not None else member.subscribed_topic_names,
             server_assignor=req.server_assignor if req.server_assignor is not None else member.server_assignor,
-            client_id=req.client_id, client_host=req.client_host, classic=req.classic or member.classic,
+            client_id=req.client_id, client_host=req.client_host, classic=req.classic,  # None: a consumer heartbeat
         )
         # -- the group epoch: membership, subscriptions, subscribed topics ------------------------------------
         members = dict(group.members)
@@ -265,7 +243,7 @@ class ConsumerGroups:
         # -- write the change as Kafka's records, then apply it (nothing above changed the group) ---------------
         fresh = is_new or replaced is not None
         recs: list[records.Record] = records.member_tombstones(gid, replaced) if replaced is not None else []
-        if fresh or _metadata(updated) != _metadata(member):
+        if fresh or records.member_fields(updated) != records.member_fields(member):
             recs.append(records.member_record(gid, reconciled))
         if metadata != group.subscribed_topics:
             recs.append(records.subscription_record(gid, metadata))
@@ -277,7 +255,7 @@ class ConsumerGroups:
             recs.append(records.target_epoch_record(gid, assignment_epoch))
         elif replaced is not None and mid in target:
             recs.append(records.target_member_record(gid, mid, target[mid]))
-        if fresh or _assignment_state(reconciled) != _assignment_state(member):
+        if fresh or records.assignment_fields(reconciled) != records.assignment_fields(member):
             recs.append(records.current_assignment_record(gid, reconciled))
         err = await self._write(gid, recs)
         if err:
@@ -594,14 +572,3 @@ async def _no_upgrade(group_id: str) -> HeartbeatResult | None:
 
 async def _no_downgrade(group: ConsumerGroup, member_id: str) -> int | None:
     return None
-
-
-def _metadata(m: ConsumerMember) -> tuple[object, ...]:
-    """What ConsumerGroupMemberMetadataValue holds of a member."""
-    return (m.instance_id, m.rack_id, m.client_id, m.client_host, m.subscribed_topic_names, m.subscribed_topic_regex,
-            m.rebalance_timeout_ms, m.server_assignor, m.classic)
-
-
-def _assignment_state(m: ConsumerMember) -> tuple[object, ...]:
-    """What ConsumerGroupCurrentMemberAssignmentValue holds of a member."""
-    return m.member_epoch, m.previous_member_epoch, m.state, m.assigned, m.revoking, m.assigned_at

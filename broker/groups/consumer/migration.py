@@ -20,10 +20,14 @@ it (and back). Kafka's GroupMetadataManager does it this way, and so does this m
   protocol's: a partition reaches its new owner only once the old one rejoined without it. Deadlines: the
   member's own session timeout, a SyncGroup within its rebalance timeout after the join, a JoinGroup within it
   after being told to rejoin.
+  A JoinGroup naming a consumer-protocol member switches it to the classic protocol, as Kafka's (the consumer
+  heartbeat switches a classic member back: `ConsumerGroups._step` drops its ClassicMetadata); its deadlines
+  here apply only while it is classic.
 - downgrade (`downgrade`, Kafka's convertToClassicGroup): when a member is fenced or leaves (consumer protocol)
   and only classic members remain (policy downgrade or bidirectional, at most group.max.size of them), the group
   becomes a classic group at the group epoch with their assignments and rebalances; the consumer group's records
-  are tombstoned and the classic group's metadata written in the same append.
+  are tombstoned and the classic group's metadata written in the same append. A classic static member replacing
+  the last consumer-protocol member downgrades it at once, Stable (validateOnlineDowngradeWithReplacedMemberId).
 
 This module must never speak the wire protocol.
 """
@@ -197,9 +201,9 @@ class ClassicBridge:
                 return JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id=mid)
             replaced, member = holder, replace(group.members[holder], member_id=mid)
         else:
+            # A consumer-protocol member named by a JoinGroup goes on as a classic member (Kafka's
+            # classicGroupJoinToConsumerGroup: no protocol check on a join, unlike SyncGroup/Heartbeat/LeaveGroup).
             member = group.members.get(mid) or ConsumerMember(mid)
-            if mid in group.members and member.classic is None:
-                return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=mid)
         try:
             sub = ConsumerProtocolSubscription.decode(protocols[0][1])
         except Exception:
@@ -215,6 +219,14 @@ class ClassicBridge:
         res = await self.cg._step(group, req, member, replaced)
         if res.error:
             return JoinResult(res.error, member_id=mid)
+        # Kafka's validateOnlineDowngradeWithReplacedMemberId: a static member rejoining (or replacing the member
+        # of its instance id) may leave only classic members, and the group becomes a classic group at once,
+        # Stable, the joiner holding what it was just given (no rebalance). A failed write leaves the consumer
+        # group as it is, the joiner in it (the next leave or fencing tries again).
+        if instance_id is not None and holder is not None and await self.downgrade(
+                group, replaced or "", f"static member {instance_id} rejoined as {mid}", rebalance=False) == 0:
+            return JoinResult(ErrorCode.NONE, generation=res.member_epoch, protocol_type=PROTOCOL_TYPE,
+                              protocol_name=protocols[0][0], leader="", member_id=mid, members=[])
         self._set_deadline(group, mid, timeout, "did not send SyncGroup in time")
         return JoinResult(ErrorCode.NONE, generation=res.member_epoch, protocol_type=PROTOCOL_TYPE,
                           protocol_name=protocols[0][0], leader="", member_id=mid, members=[])
@@ -316,7 +328,7 @@ class ClassicBridge:
     def _set_deadline(self, group: ConsumerGroup, member_id: str, delay_ms: int, why: str) -> None:
         self._cancel_deadline(group.group_id, member_id)
         self._deadlines[(group.group_id, member_id)] = self.cg.scheduler.call_later(
-            delay_ms, self.cg._expiry(group, member_id, self._deadlines, why, lambda m: True))
+            delay_ms, self.cg._expiry(group, member_id, self._deadlines, why, lambda m: m.classic is not None))
 
     def _join_deadline(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         """Told to rejoin: it must, within its rebalance timeout (Kafka's scheduleConsumerGroupJoinTimeoutIfAbsent)."""
@@ -334,10 +346,12 @@ class ClassicBridge:
         self._deadlines.clear()
 
     # -- downgrade -------------------------------------------------------------------------------------------
-    async def downgrade(self, group: ConsumerGroup, leaving: str) -> int | None:
+    async def downgrade(self, group: ConsumerGroup, leaving: str, why: str = "", *,
+                        rebalance: bool = True) -> int | None:
         """Kafka's validateOnlineDowngradeWithFencedMember then convertToClassicGroup: when `leaving` goes and only
         classic members remain, the group becomes a classic group (NONE, or the write's error); None when it
-        stays a consumer group. The caller holds the group's lock."""
+        stays a consumer group. The caller holds the group's lock. `rebalance`: the classic group rebalances (a
+        member left), else it stays Stable (a static member was replaced: `_join`)."""
         gid = group.group_id
         rest = [m for mid, m in group.members.items() if mid != leaving]
         if not rest or any(m.classic is None for m in rest):
@@ -369,7 +383,7 @@ class ClassicBridge:
         holder = self.gm.groups.get(gid)
         if holder is None or holder.is_(GroupState.DEAD):
             holder = self.gm.groups[gid] = Group(gid)
-        self.membership.take_over(holder, fresh)
-        log.info("consumer group '%s': member %s left, only classic members remain; downgraded to a classic group "
-                 "at generation %d", gid, leaving, fresh.generation)
+        self.membership.take_over(holder, fresh, rebalance=rebalance)
+        log.info("consumer group '%s': %s, only classic members remain; downgraded to a classic group at "
+                 "generation %d", gid, why or f"member {leaving} left", fresh.generation)
         return ErrorCode.NONE

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping, Protocol
 
 from .assignors import Assignment
 
@@ -123,6 +123,11 @@ class ConsumerGroup:
     # by the coordinator that loads the group). A member's topics are its names and its regex's topics.
     resolved_regexes: dict[str, frozenset[str]] = field(default_factory=dict)
 
+    def subscribed_topic_names(self) -> set[str]:
+        """The topic names its members subscribe to, by name or by regex (Kafka's subscribedTopicNames, whether the
+        topics exist or not): OffsetDelete refuses these (GROUP_SUBSCRIBED_TO_TOPIC)."""
+        return {t for m in self.members.values() for t in member_topics(m, self.resolved_regexes)}
+
     def regexes(self) -> set[str]:
         """The regexes members subscribe with."""
         return {m.subscribed_topic_regex for m in self.members.values() if m.subscribed_topic_regex}
@@ -222,3 +227,26 @@ def _assigned_at(member: ConsumerMember, held: list[dict[str, set[int]]], grante
     out = {(t, p): member.assigned_at.get((t, p), epoch) for part in held for t, ps in part.items() for p in ps}
     out.update({(t, p): epoch for t, ps in granted.items() for p in ps})
     return out
+
+
+class TopicLike(Protocol):
+    """One topic as the coordinator reads it."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def topic_id(self) -> str: ...
+
+    @property
+    def partitions(self) -> int: ...
+
+
+class TopicView(Protocol):
+    """What the coordinator reads of the cluster's topics (the broker's TopicManager)."""
+
+    def get(self, name: str) -> TopicLike | None: ...
+
+    def name_of(self, topic_id: str) -> str | None: ...
+
+    def list_topics(self) -> Iterable[TopicLike]: ...

@@ -34,7 +34,7 @@ from .model import ClassicMetadata, ConsumerGroup, ConsumerMember, MemberState
 
 __all__ = ["CONSUMER_RECORD_TYPES", "RecordKey", "record_key_of", "group_epoch_record", "subscription_record",
            "member_record", "target_epoch_record", "target_member_record", "current_assignment_record",
-           "member_tombstones", "group_tombstones", "replay"]
+           "member_tombstones", "group_tombstones", "replay", "member_fields", "assignment_fields"]
 
 _SCHEMAS = __name__.rsplit(".", 1)[0] + ".schemas"
 Record = tuple[bytes, bytes | None]
@@ -203,3 +203,14 @@ def replay(values: Mapping[RecordKey, bytes | None]) -> dict[str, ConsumerGroup]
     for group in groups.values():
         group.target = {m: a for m, a in group.target.items() if m in group.members}
     return groups
+
+
+def member_fields(m: ConsumerMember) -> tuple[object, ...]:
+    """What ConsumerGroupMemberMetadataValue holds of a member (a change of these is written)."""
+    return (m.instance_id, m.rack_id, m.client_id, m.client_host, m.subscribed_topic_names, m.subscribed_topic_regex,
+            m.rebalance_timeout_ms, m.server_assignor, m.classic)
+
+
+def assignment_fields(m: ConsumerMember) -> tuple[object, ...]:
+    """What ConsumerGroupCurrentMemberAssignmentValue holds of a member (a change of these is written)."""
+    return m.member_epoch, m.previous_member_epoch, m.state, m.assigned, m.revoking, m.assigned_at

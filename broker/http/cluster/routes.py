@@ -29,7 +29,7 @@ from kelp.json_types import JsonData, JsonValue
 
 from ...cluster.member import ClusterMember
 from ...metadata.records import MetadataPush
-from ..json_body import read_json
+from ..json_body import read_body, read_json
 from ..keys import BROKER
 from ..problems import HttpProblem, json_response
 from ..serving import serving
@@ -278,7 +278,7 @@ async def append_here(request: web.Request) -> web.Response:
         timeout_ms = int(request.query.get("timeout_ms", "30000"))
     except ValueError:
         raise HttpProblem(400, "partition, acks and timeout_ms must be integers") from None
-    data = bytearray(await request.read())
+    data = bytearray(await read_body(request, what="records"))
     result = await broker.replicas.append(request.match_info["topic"], partition, data, acks=acks,
                                           timeout_ms=timeout_ms)
     return json_response({"base_offset": result.base_offset, "last_offset": result.last_offset,

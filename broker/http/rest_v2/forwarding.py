@@ -50,6 +50,7 @@ from kelp.security.principal import ANONYMOUS
 
 from ...parts import BrokerParts
 from ..access.route_access import FORWARDED_BY, FORWARDED_PRINCIPAL, principal_of
+from ..json_body import read_body
 from ..problems import HttpProblem, json_response
 from ..serving import serving
 from .consumer_instance import ConsumerRegistry
@@ -133,7 +134,7 @@ async def forward_if_held_elsewhere(request: web.Request, parts: BrokerParts,
         # Proven by a certificate only: this broker vouches for the client, authenticated as a broker.
         headers[FORWARDED_PRINCIPAL] = quote(str(principal), safe="")
         session = parts.cluster.session.session()
-    body = await request.read()
+    body = await read_body(request)
     try:
         async with session.request(
                 request.method, f"{endpoint.http_url}{request.rel_url}", data=body or None, headers=headers,
