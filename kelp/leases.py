@@ -37,7 +37,8 @@ import nothing of the broker or the operator (tests/layout).
 Times (`kelp.clock`): what a lease stores is wall-clock milliseconds
 (`clock_ms`); whether it expired is judged on this process's monotonic
 clock (`monotonic`). Both are injectable. Backends run their file and
-network I/O in worker threads, never on the event loop.
+network I/O on the control plane's threads (`kelp.control_io`), never on the event loop
+nor behind the data plane's file work.
 """
 from __future__ import annotations
 

@@ -5,14 +5,14 @@ controller and prove their liveness without Kubernetes: each lease is one
 JSON file under `<dir>/leases`, written by compare-and-swap under an flock
 (`file_lock`) and atomically renamed into place. The file backend fsyncs
 each lease before renaming it into place (outside the lock): a lease emptied
-by a power loss would be unreadable for good. File I/O runs in worker
-threads, never on the event loop. (Its Kubernetes counterpart,
+by a power loss would be unreadable for good. File I/O runs on the
+control plane's threads (`kelp.control_io`), never on the event loop nor
+behind the data plane's file work. (Its Kubernetes counterpart,
 `kelp.kube.leases.KubeLeaseBackend`, is shared with the operator; this one
 is the broker's alone.)
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import threading
@@ -20,6 +20,7 @@ import uuid
 from dataclasses import replace
 from pathlib import Path
 
+from kelp.control_io import run_control
 from kelp.leases import LeaseBackend, LeaseConflict, LeaseRecord, LeaseScan, LeaseUnreadable
 
 from .file_lock import exclusive
@@ -79,12 +80,12 @@ class FileLeaseBackend(LeaseBackend):
             tmp.unlink(missing_ok=True)
 
     async def get(self, name: str) -> LeaseRecord | None:
-        return await asyncio.to_thread(self._read, self._path(name))
+        return await run_control(self._read, self._path(name))
 
     async def list(self, prefix: str) -> list[LeaseRecord]:
         def run() -> list[LeaseRecord]:
             return [r for p in sorted(self.dir.glob(f"{prefix}*.json")) if (r := self._read(p)) is not None]
-        return await asyncio.to_thread(run)
+        return await run_control(run)
 
     async def scan(self, prefix: str) -> LeaseScan:
         def run() -> LeaseScan:
@@ -98,19 +99,19 @@ class FileLeaseBackend(LeaseBackend):
                 if r is not None:
                     records.append(r)
             return records, unreadable
-        return await asyncio.to_thread(run)
+        return await run_control(run)
 
     async def create(self, record: LeaseRecord) -> LeaseRecord:
-        return await asyncio.to_thread(self._cas, record, True)
+        return await run_control(self._cas, record, True)
 
     async def update(self, record: LeaseRecord) -> LeaseRecord:
-        return await asyncio.to_thread(self._cas, record, False)
+        return await run_control(self._cas, record, False)
 
     async def delete(self, name: str) -> None:
         def run() -> None:
             with exclusive(self.dir / ".lock"):
                 self._path(name).unlink(missing_ok=True)
-        await asyncio.to_thread(run)
+        await run_control(run)
 
     async def close(self) -> None:
         return None

@@ -37,7 +37,8 @@ each written to a private temporary file and fsynced first, then linked (an
 entry: `os.link` fails if the slot exists, atomic create-if-absent) or renamed
 into place, then the directory fsynced. Compactions serialise on an flock
 (`file_lock`, bounded wait) so the log start only grows; appends take no lock.
-All file I/O runs in worker threads. It also reads the documents of the store
+All file I/O runs on the control plane's threads (`kelp.control_io`: never behind the data plane's
+file work). It also reads the documents of the store
 format before the log (`legacy()`, see `LegacyMetadata`), once, for the first
 controller to import.
 """
@@ -45,7 +46,6 @@ controller to import.
 from __future__ import annotations
 
 import abc
-import asyncio
 import errno
 import json
 import os
@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from kelp.control_io import run_control
 from kelp.json_types import JsonObject
 
 from ..metadata.model import TopicStateJson
@@ -162,7 +163,7 @@ class MetadataLog(abc.ABC):
 
 
 class BlockingMetadataLog(MetadataLog):
-    """A backend whose I/O blocks (files, the Kubernetes client): each call runs in a worker thread."""
+    """A backend whose I/O blocks (files, the Kubernetes client): each call runs on the control plane's threads."""
 
     def _load(self) -> LoadedLog:
         raise NotImplementedError
@@ -183,22 +184,22 @@ class BlockingMetadataLog(MetadataLog):
         return None
 
     async def load(self) -> LoadedLog:
-        return await asyncio.to_thread(self._load)
+        return await run_control(self._load)
 
     async def append(self, entry: MetadataEntry) -> None:
-        await asyncio.to_thread(self._append, entry)
+        await run_control(self._append, entry)
 
     async def read_entry(self, offset: int) -> MetadataEntry | None:
-        return await asyncio.to_thread(self._read_entry, offset)
+        return await run_control(self._read_entry, offset)
 
     async def write_snapshot(self, snapshot: MetadataSnapshot) -> None:
-        await asyncio.to_thread(self._write_snapshot, snapshot)
+        await run_control(self._write_snapshot, snapshot)
 
     async def compact(self, snapshot_offset: int) -> int:
-        return await asyncio.to_thread(self._compact, snapshot_offset)
+        return await run_control(self._compact, snapshot_offset)
 
     async def legacy(self) -> LegacyMetadata | None:
-        return await asyncio.to_thread(self._legacy)
+        return await run_control(self._legacy)
 
 
 def entry_size(entry: MetadataEntry) -> int:

@@ -5,17 +5,17 @@ Lease objects as the control plane's own components; every write carries
 the `resourceVersion` it read, so two candidates racing for one Lease cannot
 both win (the loser gets 409). The lease duration is kept exactly in the
 annotation `kelp.dev/lease-duration-ms` (the Lease field has whole seconds).
-Calls run in worker threads. Shared: the brokers' liveness and controller
+Calls run on the control plane's threads (`kelp.control_io`). Shared: the brokers' liveness and controller
 leases and the operator's own `kelp-operator` Lease are written here.
 """
 
 from __future__ import annotations
 
-import asyncio
 import math
 from datetime import datetime, timezone
 from typing import Mapping
 
+from kelp.control_io import run_control
 from kelp.leases import LeaseBackend, LeaseConflict, LeaseRecord, LeaseScan, LeaseUnreadable
 
 from .api import ApiClient, KubeApiError, KubeObject, LeaseSpec, ObjectMeta, request, request_list, request_object
@@ -117,19 +117,19 @@ class KubeLeaseBackend(LeaseBackend):
         return self._record(obj)
 
     async def get(self, name: str) -> LeaseRecord | None:
-        return await asyncio.to_thread(self._get, name)
+        return await run_control(self._get, name)
 
     async def list(self, prefix: str) -> list[LeaseRecord]:
-        return await asyncio.to_thread(self._list, prefix)
+        return await run_control(self._list, prefix)
 
     async def scan(self, prefix: str) -> LeaseScan:
-        return await asyncio.to_thread(self._scan, prefix)
+        return await run_control(self._scan, prefix)
 
     async def create(self, record: LeaseRecord) -> LeaseRecord:
-        return await asyncio.to_thread(self._write, record, create=True)
+        return await run_control(self._write, record, create=True)
 
     async def update(self, record: LeaseRecord) -> LeaseRecord:
-        return await asyncio.to_thread(self._write, record, create=False)
+        return await run_control(self._write, record, create=False)
 
     async def delete(self, name: str) -> None:
         def run() -> None:
@@ -138,7 +138,7 @@ class KubeLeaseBackend(LeaseBackend):
             except KubeApiError as exc:
                 if exc.status != 404:
                     raise
-        await asyncio.to_thread(run)
+        await run_control(run)
 
     async def close(self) -> None:
-        await asyncio.to_thread(self.api.close)
+        await run_control(self.api.close)

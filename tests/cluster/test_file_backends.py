@@ -252,3 +252,28 @@ async def test_a_lock_held_by_a_stopped_process_fails_writes_after_a_bounded_wai
             await leases.update(rec)
         assert time.monotonic() - began < 5
     assert (await leases.update(rec)).version != rec.version
+
+
+async def test_lease_renewals_and_metadata_writes_never_wait_behind_the_data_planes_file_work(tmp_path) -> None:
+    """A broker taking the leadership of thousands of partitions queues an fsync per partition on the loop's default
+    executor (its leader-epoch checkpoint); a lease renewal queued behind them waited past the lease and the broker
+    was fenced, again and again (issue 38). Every default-executor thread is held here, and more work waits behind
+    them: the renewal and the controller's metadata append must complete all the same (bounded waits)."""
+    import asyncio
+    import threading
+
+    from kelp.leases import LeaseRecord
+
+    loop = asyncio.get_running_loop()
+    held = threading.Event()
+    blocked = [loop.run_in_executor(None, held.wait, 60) for _ in range(64)]  # more than the executor's threads
+    try:
+        leases, log = FileLeaseBackend(tmp_path), FileMetadataLog(tmp_path)
+        rec = await asyncio.wait_for(leases.create(LeaseRecord("kelp-b0", "a", 1, 1, 3000, 0, {})), 10)
+        await asyncio.wait_for(leases.update(rec), 10)
+        await asyncio.wait_for(leases.scan("kelp-"), 10)
+        await asyncio.wait_for(log.append({"offset": 0, "epoch": 1, "records": []}), 10)
+        assert len((await asyncio.wait_for(log.load(), 10)).entries) == 1
+    finally:
+        held.set()
+        await asyncio.gather(*blocked)
