@@ -143,9 +143,8 @@ class ReplicaManager:
                                     ReplicationQuotas(config, lambda name: _configs_of(topics, name)),
                                     lag_clock_ms=lambda: self._lag_clock_ms(), bytes_out=metrics.bytes_out,
                                     records_out=metrics.records_out)
-        # KIP-227: the Fetch handler's incremental fetch sessions (fetch_sessions.py).
-        # A session reads all its partitions at least every quarter of replica.lag.time.max.ms (at most 1 s):
-        # its caught-up followers' places in the ISR are taken from those reads.
+        # KIP-227: the Fetch handler's incremental fetch sessions (fetch_sessions.py). Each reads all its partitions
+        # at least every min(1 s, replica.lag.time.max.ms / 4): its caught-up followers keep their ISR places.
         cache = self.fetch_sessions = FetchSessionCache(
             int(config["max.incremental.fetch.session.cache.slots"]), partitions_known=lambda: len(self._partitions),
             clock_ms=lambda: self._lag_clock_ms(), sweep_ms=max(1, min(SWEEP_MS, self.isr_changes.lag_ms // 4)))
@@ -582,8 +581,7 @@ class ReplicaManager:
                 lg.write_checkpoint()  # nothing for a closed or deleted log
                 done += 1
             except Exception as exc:  # a full or failing disk: the file is named in the message
-                log.error("checkpoint of %s not written (the next start rescans from the last one): %s",
-                          lg.name, exc)
+                log.error("checkpoint of %s not written (the next start rescans from the last one): %s", lg.name, exc)
         return done
 
     def close(self) -> None:
