@@ -129,6 +129,7 @@ class Controller:
             "create_partitions": self.topic_admin.create_partitions,
             "alter_configs": self.topic_admin.alter_configs,
             "alter_partition": self.broker_requests.alter_partition,
+            "alter_partitions": self.broker_requests.alter_partitions,
             "controlled_shutdown": self.broker_requests.controlled_shutdown,
             "allocate_producer_ids": self.broker_requests.allocate_producer_ids,
             "alter_broker_configs": self.broker_requests.alter_broker_configs,
