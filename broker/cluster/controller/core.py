@@ -256,6 +256,8 @@ class Controller:
     async def _watch(self) -> None:
         interval = self.settings.liveness_check_ms / 1000.0
         next_periodic = self.monotonic() + PERIODIC_S
+        balance_s = self.settings.leader_balance_s
+        next_balance = None if balance_s is None else self.monotonic() + balance_s
         while self.state.active:
             await asyncio.sleep(interval)
             try:
@@ -268,6 +270,9 @@ class Controller:
                 if self.monotonic() >= next_periodic:
                     next_periodic = self.monotonic() + PERIODIC_S
                     await self.moves.periodic()
+                if next_balance is not None and balance_s is not None and self.monotonic() >= next_balance:
+                    more = await self.moves.balance_leaders()  # more left: the next check runs another pass
+                    next_balance = self.monotonic() + (0.0 if more else balance_s)
             except asyncio.CancelledError:
                 raise
             except NotControllerError as exc:
