@@ -1,9 +1,9 @@
 """Brokers retrying controller calls at once read the controller lease once at a time (issue 38).
 
 Why: when a controller fails over, every pending controller call of a broker retries and looks the controller up
-again in its lease; at 3,000 partitions that was thousands of ISR changes, thousands of lease reads queued at
-once on the control plane's threads (`kelp.control_io`), ahead of the broker's own lease renewal — which, late,
-fenced the broker and made thousands more. The lookups in flight share one read.
+again in its lease; at 3,000 partitions that was thousands of ISR changes (before they were batched), thousands
+of lease reads queued at once on the control plane's threads (`kelp.control_io`), ahead of the broker's own lease
+renewal — which, late, fenced the broker and made thousands more. The lookups in flight share one read.
 """
 
 from __future__ import annotations
