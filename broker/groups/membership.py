@@ -60,7 +60,21 @@ class GroupMembership:
     def groups(self) -> dict[str, Group]:
         return self.manager.groups
 
-    # -- unloading ------------------------------------------------------
+    # -- loading and unloading --------------------------------------------
+    def on_group_loaded(self, group: Group) -> None:
+        """A load restored the group with its members (`partition_loader.restore_group`): each member's session
+        starts now, as Kafka's onLoaded reschedules every member's heartbeat, so members that go on heartbeating
+        keep their generation and one that does not is expired a session timeout from now. A group bigger than
+        group.max.size (lowered meanwhile) rebalances at once, as Kafka's does."""
+        for m in group.members.values():
+            self.schedule_heartbeat(group, m)
+        if group.members:
+            log.info("group '%s' loaded: %s at generation %d with %d member(s)", group.group_id, group.state.value,
+                     group.generation, len(group.members))
+        if len(group.members) > self.config.max_group_size:
+            self._prepare_rebalance(group, f"freshly loaded with {len(group.members)} members, over group.max.size "
+                                           f"{self.config.max_group_size}")
+
     def on_group_unloaded(self, group: Group) -> None:
         """The group left this coordinator: stop its timers; its parked requests answer NOT_COORDINATOR."""
         gid = group.group_id
@@ -257,9 +271,13 @@ class GroupMembership:
         member.client_host = kw["client_host"]
         member.session_timeout_ms = kw["session_timeout_ms"]
         member.rebalance_timeout_ms = kw["rebalance_timeout_ms"]
+        member.protocols = kw["protocols"]
         log.info("group '%s': static member %s rejoined as %s (was %s)", group.group_id, instance_id, new_id, old_id)
-        if group.is_(GroupState.STABLE) and member.same_protocols(kw["protocols"]):
-            # Kafka: same subscription -> keep the generation and the assignment, no rebalance.
+        if group.is_(GroupState.STABLE) and group.protocol_name in group.candidate_protocols() \
+                and group.select_protocol() == group.protocol_name:
+            # Kafka's updateStaticMemberThenRebalanceOrCompleteJoin: the protocol the next generation would select
+            # is the group's -> keep the generation and the assignment, no rebalance (also after a coordinator
+            # move, where the restored member knows only the selected protocol and the client sends its list).
             self._persist_group_soon(group)
             self.schedule_heartbeat(group, member)
             return JoinResult(
