@@ -267,6 +267,8 @@ class GroupMembership:
         old.answer_sync(SyncResult(ErrorCode.FENCED_INSTANCE_ID))
         self._cancel(group, "hb:" + old_id)
         member = group.replace_static_member(instance_id, old_id, new_id)
+        before = (member.client_id, member.client_host, member.session_timeout_ms, member.rebalance_timeout_ms,
+                  member.protocols)
         member.client_id = kw["client_id"]
         member.client_host = kw["client_host"]
         member.session_timeout_ms = kw["session_timeout_ms"]
@@ -278,8 +280,20 @@ class GroupMembership:
             # Kafka's updateStaticMemberThenRebalanceOrCompleteJoin: the protocol the next generation would select
             # is the group's -> keep the generation and the assignment, no rebalance (also after a coordinator
             # move, where the restored member knows only the selected protocol and the client sends its list).
-            self._persist_group_soon(group)
+            # The new member id is answered only once it is durable: a coordinator that loads the group must know
+            # it, or it would fence the member (FENCED_INSTANCE_ID). A failed write reverts to the old id.
             self.schedule_heartbeat(group, member)
+            err = await self.manager.store_group(group)
+            if err:
+                if group.static_member_id(instance_id) == new_id and not group.is_(GroupState.DEAD):
+                    (member.client_id, member.client_host, member.session_timeout_ms, member.rebalance_timeout_ms,
+                     member.protocols) = before
+                    self._cancel(group, "hb:" + new_id)
+                    self.schedule_heartbeat(group, group.replace_static_member(instance_id, new_id, old_id))
+                log.info("group '%s': static member %s stays %s: writing its new member id failed (error %d)",
+                         group.group_id, instance_id, old_id, err)
+                return JoinResult(err, generation=group.generation, protocol_type=group.protocol_type,
+                                  protocol_name=group.protocol_name, leader=group.leader_id or "")
             return JoinResult(
                 ErrorCode.NONE, generation=group.generation, protocol_type=group.protocol_type,
                 protocol_name=group.protocol_name, leader=group.leader_id or "", member_id=new_id,

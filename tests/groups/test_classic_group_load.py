@@ -17,6 +17,8 @@ from kelp.broker.groups.offsets_log import decode_group_value, decode_key
 from kelp.errors import ErrorCode
 
 from .harness import ManualScheduler, MemoryStore, make_coordinator, settle
+from .test_consumer_migration import classic_group, owners_disjoint
+from .test_consumer_reconciliation import Client, G, make
 from .test_state_machine import PROTO, form_group, join
 
 SESSION = 10_000
@@ -113,15 +115,7 @@ async def test_a_rebalance_under_way_when_the_coordinator_moves_resumes_from_the
 
 async def test_static_members_are_restored_with_their_instance_ids() -> None:
     coord, sched, store = make_coordinator()
-    tasks = [join(coord, client_id=f"c{i}", group_instance_id=f"i{i}", session_timeout_ms=SESSION) for i in range(2)]
-    await sched.advance(2 * coord.config.initial_rebalance_delay_ms + 1)
-    results = [await asyncio.wait_for(t, 1) for t in tasks]
-    gen = results[0].generation
-    assign = {r.member_id: r.member_id.encode() for r in results}
-    syncs = [asyncio.ensure_future(coord.sync_group("g", gen, r.member_id, assignments=assign if r.members else None))
-             for r in results]
-    assert {(await asyncio.wait_for(s, 1)).error for s in syncs} == {ErrorCode.NONE}
-    ids = {f"i{i}": coord.groups["g"].static_member_id(f"i{i}") for i in range(2)}
+    gen, ids, _ = await static_pair(coord, sched)
     new, _ = await move(store)
     group = new.groups["g"]
     assert group.static_members == ids and {m.group_instance_id for m in group.members.values()} == set(ids)
@@ -139,15 +133,8 @@ async def test_a_restarted_static_member_takes_its_place_without_a_rebalance_aft
     member id keeps the generation and its assignment when the protocol the group would select does not change —
     though the restored member knows only the selected protocol and the client sends its whole list."""
     coord, sched, store = make_coordinator()
-    tasks = [join(coord, client_id=f"c{i}", group_instance_id=f"i{i}", session_timeout_ms=SESSION) for i in range(2)]
-    await sched.advance(2 * coord.config.initial_rebalance_delay_ms + 1)
-    results = [await asyncio.wait_for(t, 1) for t in tasks]
-    gen = results[0].generation
-    assign = {r.member_id: b"part-" + r.member_id.encode() for r in results}
-    syncs = [asyncio.ensure_future(coord.sync_group("g", gen, r.member_id, assignments=assign if r.members else None))
-             for r in results]
-    assert {(await asyncio.wait_for(s, 1)).error for s in syncs} == {ErrorCode.NONE}
-    old_id = coord.groups["g"].static_member_id("i1")
+    gen, ids, assign = await static_pair(coord, sched)
+    old_id = ids["i1"]
     new, _ = await move(store)
     again = await asyncio.wait_for(join(new, group_instance_id="i1", client_id="c1", session_timeout_ms=SESSION,
                                         protocols=PROTO), 1)
@@ -212,3 +199,80 @@ async def test_the_stored_record_carries_every_member_as_kafka_writes_it() -> No
     last = metas[-1]
     assert {m.member_id: m.assignment for m in last.members} == assignments
     assert (last.generation, last.protocol, last.leader) == (results[0].generation, "range", results[0].leader)
+
+
+async def test_a_restored_group_upgraded_by_a_consumer_member_keeps_each_partition_with_one_owner() -> None:
+    """A rolling upgrade across a coordinator move: the first consumer-protocol heartbeat on the restored group
+    converts it with its classic members holding their assignments (Kafka's convertToConsumerGroup), so the new
+    member gets a partition only once its classic owner gave it up. (On a coordinator that lost the members, the
+    empty classic group was replaced by a consumer group of the new member alone, given every partition while the
+    classic members still consumed them.)"""
+    store = MemoryStore()
+    coord, sched = make(store)
+    a, b = await classic_group(coord, sched)
+    new, _ = make(store)  # the partition's next leader replays it
+    a.coord = b.coord = new
+    c = Client(new, "C")
+    assert (await c.beat()).error == ErrorCode.NONE
+    owners_disjoint(new, a, b, c)
+    group = new.consumer.groups[G]
+    assert set(group.members) == {a.member_id, b.member_id, "C"}
+    assert group.members[a.member_id].classic is not None and group.members[a.member_id].member_epoch == a.generation
+    for cl in (a, b):
+        while cl.beat() == ErrorCode.REBALANCE_IN_PROGRESS:
+            await cl.rejoin()
+            await c.beat()
+            owners_disjoint(new, a, b, c)
+    await c.beat()
+    owners_disjoint(new, a, b, c)
+    assert len(a.owned) + len(b.owned) + len(c.partitions()) == 6 and c.partitions()
+
+
+async def static_pair(coord, sched) -> tuple[int, dict[str, str], dict[str, bytes]]:
+    """Two static members (i0, i1) Stable: (generation, instance id -> member id, member id -> assignment)."""
+    tasks = [join(coord, client_id=f"c{i}", group_instance_id=f"i{i}", session_timeout_ms=SESSION) for i in range(2)]
+    await sched.advance(2 * coord.config.initial_rebalance_delay_ms + 1)
+    results = [await asyncio.wait_for(t, 1) for t in tasks]
+    gen = results[0].generation
+    assign = {r.member_id: b"part-" + r.member_id.encode() for r in results}
+    syncs = [asyncio.ensure_future(coord.sync_group("g", gen, r.member_id, assignments=assign if r.members else None))
+             for r in results]
+    assert {(await asyncio.wait_for(s, 1)).error for s in syncs} == {ErrorCode.NONE}
+    return gen, {f"i{i}": coord.groups["g"].static_member_id(f"i{i}") for i in range(2)}, assign
+
+
+async def test_a_static_members_new_id_is_answered_only_once_durable() -> None:
+    """Kafka answers a replacing static member's JoinGroup once the group record naming its new member id is
+    written: a coordinator taking over the partition right after the answer must know the new id, or it would fence
+    the member (FENCED_INSTANCE_ID, fatal for the client)."""
+    coord, sched, store = make_coordinator()
+    gen, ids, _ = await static_pair(coord, sched)
+    store.gate = asyncio.Event()  # the group record's replication is in flight
+    rejoin = join(coord, group_instance_id="i1", client_id="c1", session_timeout_ms=SESSION, protocols=PROTO)
+    await settle()
+    assert not rejoin.done(), "answered before its new member id is durable"
+    store.gate.set()
+    again = await asyncio.wait_for(rejoin, 1)
+    assert (again.error, again.generation) == (ErrorCode.NONE, gen)
+    new, _ = await move(store)
+    assert new.groups["g"].static_member_id("i1") == again.member_id
+    assert new.heartbeat("g", gen, again.member_id, group_instance_id="i1") == ErrorCode.NONE
+
+
+async def test_a_failed_write_of_a_static_members_new_id_keeps_the_old_one() -> None:
+    """Kafka's revert: the write failed, so the group (and a coordinator replaying the log) still knows the old
+    member id; the JoinGroup answers the write's error and the old incarnation is not fenced."""
+    coord, sched, store = make_coordinator()
+    gen, ids, assign = await static_pair(coord, sched)
+    store.fail = True
+    again = await asyncio.wait_for(join(coord, group_instance_id="i1", client_id="c1", session_timeout_ms=SESSION,
+                                        protocols=PROTO), 1)
+    assert again.error == ErrorCode.COORDINATOR_NOT_AVAILABLE and again.member_id == ""
+    group = coord.groups["g"]
+    assert group.static_member_id("i1") == ids["i1"] and group.members[ids["i1"]].assignment == assign[ids["i1"]]
+    assert group.is_(GroupState.STABLE) and group.generation == gen
+    assert coord.heartbeat("g", gen, ids["i1"], group_instance_id="i1") == ErrorCode.NONE
+    store.fail = False
+    ok = await asyncio.wait_for(join(coord, group_instance_id="i1", client_id="c1", session_timeout_ms=SESSION,
+                                     protocols=PROTO), 1)
+    assert (ok.error, ok.generation) == (ErrorCode.NONE, gen) and group.static_member_id("i1") == ok.member_id
