@@ -1,9 +1,11 @@
 """Real clients keep their classic group through a restart of the coordinator broker, with no rebalance (issue 36).
 
-The broker is stopped (SIGTERM, or SIGKILL) and started again on the same port while two consumers of a Stable
+One broker is stopped (SIGTERM, or SIGKILL) and started again on the same port while two consumers of a Stable
 group keep running; the restarted broker loads `__consumer_offsets` and restores the group with its members
 (`partition_loader.restore_group`), so the consumers' heartbeats and commits at their generation are accepted and
 no new generation is formed; the records produced after the restart are consumed by the partitions' same owners.
+In a cluster of three, the coordinator is SIGKILLed and the broker that takes the group's replicated
+`__consumer_offsets` partition over serves the group the same way.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import time
 from collections import Counter
 
 import pytest
-from kafka.admin import KafkaAdminClient
+from kafka.admin import KafkaAdminClient, NewTopic
+
+from kelp.broker.groups.placement import OFFSETS_TOPIC, partition_for_group
 
 from .procs import wait_all
 from .test_clients_share_partitions import create_topic, produce
@@ -75,3 +79,45 @@ def test_a_group_survives_its_coordinators_restart_without_a_rebalance(group_bro
     assert {p: i for i, m in enumerate(members) for p in m.assignment} == owned
     by_owner = Counter(owned[p] for m in members for p, _, v in m.records() if v in after)
     assert set(by_owner) == {0, 1}, by_owner
+
+
+@pytest.mark.timeout(180)
+def test_a_group_survives_a_coordinator_failover_in_a_cluster_without_a_rebalance(cluster_factory, consumers) -> None:
+    """Three brokers: the coordinator is SIGKILLed, another broker becomes the leader of the group's replicated
+    `__consumer_offsets` partition, loads it and serves the group at its generation."""
+    settings = {"offsets.topic.num.partitions": 3, "offsets.topic.replication.factor": 3,
+                "group.initial.rebalance.delay.ms": 200, "group.min.session.timeout.ms": 500}
+    cluster = cluster_factory(3, settings=settings)
+    topic = group = "failover"
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    try:
+        admin.create_topics([NewTopic(topic, 6, 3)])
+    finally:
+        admin.close()
+    cluster.wait_fully_replicated(topic, timeout=60)
+    members = [consumers(client="kafka-python", bootstrap=cluster.bootstrap, group=group, topic=topic,
+                         session_ms=30000) for _ in range(2)]
+    wait_all(members, lambda: sorted(p for m in members for p in m.assignment) == list(range(6))
+             and all(len(m.assignment) == 3 for m in members), timeout=60, what="two members with three partitions")
+    cluster.wait_fully_replicated(OFFSETS_TOPIC, timeout=60)
+    sent = produce(cluster.bootstrap, topic, 0, 60)
+    wait_all(members, lambda: {v for m in members for _, _, v in m.records()} >= sent, timeout=30,
+             what="the first 60 records consumed")
+    wait_committed(cluster.bootstrap, group, topic, {p: 10 for p in range(6)}, timeout=30)
+    p = partition_for_group(group, 3)
+    victim = int(cluster.topic(OFFSETS_TOPIC)["partitions"][p]["leader"])
+    before = generations(cluster[victim].log_text(), group)
+    owned = {q: i for i, m in enumerate(members) for q in m.assignment}
+    cluster[victim].kill()
+    cluster.wait_for("another coordinator", lambda: cluster.topic(OFFSETS_TOPIC)["partitions"][p]["leader"]
+                     not in (-1, victim), timeout=60)
+    coordinator = cluster[int(cluster.topic(OFFSETS_TOPIC)["partitions"][p]["leader"])]
+    after = produce(cluster.bootstrap, topic, 60, 60)
+    wait_all(members, lambda: {v for m in members for _, _, v in m.records()} >= after, timeout=60,
+             what="the 60 records produced after the failover consumed")
+    wait_committed(cluster.bootstrap, group, topic, {q: 20 for q in range(6)}, timeout=60)
+    assert generations(coordinator.log_text(), group) == [], "no new generation on the new coordinator"
+    line = coordinator.wait_for_log(f"group '{group}' loaded:", timeout=5)
+    assert f"Stable at generation {before[-1]} with 2 member(s)" in line, line
+    assert {q: i for i, m in enumerate(members) for q in m.assignment} == owned
+    assert not [e for m in members for e in m.errors()], [m.errors() for m in members]
