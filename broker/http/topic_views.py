@@ -9,10 +9,14 @@ This module must never change state.
 
 from __future__ import annotations
 
+from typing import Mapping, cast
+
+from kelp.errors import UnknownTopicOrPartitionError
 from kelp.json_types import JsonData
 
+from ..metadata.model import TopicState
 from ..parts import BrokerParts
-from ..replica.results import SegmentSlice
+from ..replica.results import PartitionInfo, SegmentSlice
 
 __all__ = ["partition_roles", "describe_topic", "topic_configs", "brokers_view", "record_bytes"]
 
@@ -32,10 +36,29 @@ def topic_configs(broker: BrokerParts, name: str) -> dict[str, dict[str, str]]:
     }
 
 
-async def describe_topic(broker: BrokerParts, name: str) -> dict[str, JsonData]:
-    """A topic with each partition's roles and offsets (as its leader knows them; nulls while it has none)."""
-    info = broker.topics.describe(name)
+async def describe_topic(broker: BrokerParts, name: str, *, created: TopicState | None = None) -> dict[str, JsonData]:
+    """A topic with each partition's roles and offsets (as its leader knows them; nulls while it has none).
+
+    `created`: the controller's answer to a creation, described in the topic's place while this broker has not
+    applied it yet — the controller committed it, but a broker given thousands of partitions on a busy machine
+    can take longer than the creation waits for it (`routing.call`), and answering "does not exist" for the
+    topic just created would tell the client it failed. Its offsets are then unknown (nulls) and its configs
+    are the overrides only.
+    """
+    try:
+        info = broker.topics.describe(name)
+    except UnknownTopicOrPartitionError:
+        if created is None or created.name != name:
+            raise
+        overrides = {k: {"value": v, "source": "topic"} for k, v in sorted(created.configs.items())}
+        return _view(broker, created, {}, overrides)
     infos = await broker.cluster.routing.partition_infos([(name, p) for p in range(info.partitions)])
+    return _view(broker, info, infos, topic_configs(broker, name))
+
+
+def _view(broker: BrokerParts, info: TopicState, infos: Mapping[tuple[str, int], PartitionInfo | None],
+          configs: dict[str, dict[str, str]]) -> dict[str, JsonData]:
+    name = info.name
     partitions: list[JsonData] = []
     for p, state in enumerate(info.partition_states):
         pi = infos.get((name, p))
@@ -61,7 +84,7 @@ async def describe_topic(broker: BrokerParts, name: str) -> dict[str, JsonData]:
         "partitions_count": info.partitions,
         "replication_factor": info.replication_factor,
         "partitions": partitions,
-        "configs": topic_configs(broker, name),
+        "configs": cast(JsonData, configs),
     }
 
 

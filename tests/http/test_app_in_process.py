@@ -6,6 +6,7 @@ after start, and that two brokers in one process keep their own log gauges.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from aiohttp.test_utils import TestClient, TestServer
@@ -52,3 +53,42 @@ async def test_two_brokers_in_one_process_report_their_own_logs(tmp_path: Path) 
     finally:
         await a.stop()
         await b.stop()
+
+
+async def test_a_topic_created_before_this_broker_applied_it_is_answered_created_not_missing(tmp_path: Path) -> None:
+    """The controller committed the topic, but the broker that took the request has not applied it when the
+    creation stops waiting (`routing.call` waits 5 s: thousands of partitions on a busy broker take longer).
+    The answer was a 404 "does not exist" for the topic just created; it is a 201 with the controller's view."""
+    broker = _broker(tmp_path)
+    await broker.start()
+    try:
+        member = broker.cluster
+        assert member is not None
+        held = asyncio.Event()
+        receive = member.metadata.receive
+
+        async def late(push):  # this broker applies metadata only once the answer went out
+            await held.wait()
+            return await receive(push)
+
+        async def gave_up(offset: int, timeout_s: float) -> bool:
+            return False
+
+        member.metadata.receive = late
+        member.routing._wait_applied = gave_up
+        async with TestClient(TestServer(build_http_app(broker))) as client:
+            r = await client.post("/admin/v1/topics", json={"name": "big", "partitions": 3,
+                                                            "configs": {"retention.ms": "1000"}})
+            body = await r.json()
+            assert r.status == 201, body
+            assert [p["partition"] for p in body["partitions"]] == [0, 1, 2]
+            assert all(p["high_watermark"] is None for p in body["partitions"])
+            assert body["configs"] == {"retention.ms": {"value": "1000", "source": "topic"}}
+            cid = (await (await client.get("/v3/clusters")).json())["data"][0]["cluster_id"]
+            r = await client.post(f"/v3/clusters/{cid}/topics", json={"topic_name": "big3", "partitions_count": 2})
+            body = await r.json()
+            assert r.status == 201, body
+            assert body["topic_name"] == "big3" and body["partitions_count"] == 2
+            held.set()
+    finally:
+        await broker.stop()

@@ -120,11 +120,11 @@ async def create_topic(request: web.Request) -> web.Response:
             raise HttpProblem(400, f"{what}: 'assignments' keys must be partition numbers") from None
         if partitions is not None or rf is not None:
             raise HttpProblem(400, f"{what}: give 'assignments' or 'partitions'/'replication_factor', not both")
-    await broker.topics.create_topic(name, partitions, rf, configs, validate_only=validate_only,
-                                     assignments=assignments)
+    created = await broker.topics.create_topic(name, partitions, rf, configs, validate_only=validate_only,
+                                               assignments=assignments)
     if validate_only:
         return json_response({"name": name, "validated": True})
-    return json_response(await describe_topic(broker, name), status=201)
+    return json_response(await describe_topic(broker, name, created=created), status=201)
 
 
 def _bad_assignments(what: str) -> HttpProblem:

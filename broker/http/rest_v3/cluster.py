@@ -22,9 +22,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from kelp.errors import ErrorCode, TopicAuthorizationFailedError
+from kelp.errors import ErrorCode, TopicAuthorizationFailedError, UnknownTopicOrPartitionError
 from kelp.json_types import JsonData, JsonObject
 
+from ...metadata.model import TopicState
 from ...parts import BrokerParts
 from ..access.route_access import TOPIC, access_of, describable, may_create_topic
 from ..json_body import read_json
@@ -100,8 +101,16 @@ async def get_broker(request: web.Request) -> web.Response:
 
 
 # -- topics --------------------------------------------------------------------------------------------
-def topic_data(links: Links, broker: BrokerParts, name: str) -> dict[str, JsonData]:
-    info = broker.topics.describe(name)
+def topic_data(links: Links, broker: BrokerParts, name: str, *,
+               created: TopicState | None = None) -> dict[str, JsonData]:
+    """`created`: the controller's answer to a creation this broker may not have applied yet, shown in the
+    topic's place (as `topic_views.describe_topic`: a 404 for the topic just created would say it failed)."""
+    try:
+        info = broker.topics.describe(name)
+    except UnknownTopicOrPartitionError:
+        if created is None or created.name != name:
+            raise
+        info = created
     return resource("KafkaTopic", links.url("topics", name), links.crn(("topic", name)), cluster_id=links.cid,
                     topic_name=name, is_internal=info.internal, replication_factor=info.replication_factor,
                     partitions_count=info.partitions, partitions=links.related("topics", name, "partitions"),
@@ -161,8 +170,8 @@ async def create_topic(request: web.Request) -> web.Response:
                                    "without partitions_count and replication_factor", error_code=400)
         assignments = {int(k): [b for b in v if is_int(b)] for k, v in raw_assign.items() if isinstance(v, list)}
     validate_only = body.get("validate_only", False) is True
-    await broker.topics.create_topic(name, partitions, rf, configs, validate_only=validate_only,
-                                     assignments=assignments)
+    created = await broker.topics.create_topic(name, partitions, rf, configs, validate_only=validate_only,
+                                               assignments=assignments)
     if validate_only:
         return v3_response(resource("KafkaTopic", links.url("topics", name), links.crn(("topic", name)),
                                     cluster_id=links.cid, topic_name=name, is_internal=False,
@@ -171,7 +180,7 @@ async def create_topic(request: web.Request) -> web.Response:
                                     configs=links.related("topics", name, "configs"),
                                     partition_reassignments=links.related("topics", name, "partitions", "-",
                                                                           "reassignment")))
-    return v3_response(topic_data(links, broker, name), status=201)
+    return v3_response(topic_data(links, broker, name, created=created), status=201)
 
 
 @routes.get(TOPIC_PATH)
