@@ -24,6 +24,16 @@ from .test_clients_share_partitions import create_topic, produce
 from .test_static_membership import generations
 
 
+def wait_consumed(members: list, values: set[str], *, timeout: float, what: str) -> None:
+    """`wait_all` for these values to be consumed; a timeout names what each consumer wrote to stderr (a client
+    exception ends its process)."""
+    try:
+        wait_all(members, lambda: {v for m in members for _, _, v in m.records()} >= values, timeout=timeout,
+                 what=what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; stderr: {[''.join(m.stderr)[-1500:] for m in members]}") from None
+
+
 def wait_committed(bootstrap: str, group: str, topic: str, want: dict[int, int], *, timeout: float) -> None:
     """Wait (bounded) until the group's committed offsets of `topic` are `want` (partition -> offset)."""
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
@@ -57,6 +67,9 @@ def test_a_group_survives_its_coordinators_restart_without_a_rebalance(group_bro
     sent = produce(bs, topic, 0, 60)
     wait_all(members, lambda: {v for m in members for _, _, v in m.records()} >= sent, timeout=30,
              what="the first 60 records consumed")
+    # Their commits are done before the broker goes: kafka-python's commit() raises (KafkaConnectionError) when the
+    # broker is down, and the consumer process ends on it.
+    wait_committed(bs, group, topic, {p: 10 for p in range(6)}, timeout=30)
     before = generations(group_broker.log_text(), group)
     owned = {p: i for i, m in enumerate(members) for p in m.assignment}
     port = group_broker.kafka_port
@@ -67,8 +80,7 @@ def test_a_group_survives_its_coordinators_restart_without_a_rebalance(group_bro
     finally:
         group_broker.extra_args = base
     after = produce(bs, topic, 60, 60)
-    wait_all(members, lambda: {v for m in members for _, _, v in m.records()} >= after, timeout=60,
-             what="the 60 records produced after the restart consumed")
+    wait_consumed(members, after, timeout=60, what="the 60 records produced after the restart consumed")
     # Each record's offset is committed (partition p holds 20 of the 120 records): on a coordinator that lost the
     # members those commits are refused (UNKNOWN_MEMBER_ID) until they rejoin, a new generation.
     wait_committed(bs, group, topic, {p: 20 for p in range(6)}, timeout=60)
@@ -103,7 +115,7 @@ def test_a_group_survives_a_coordinator_failover_in_a_cluster_without_a_rebalanc
     sent = produce(cluster.bootstrap, topic, 0, 60)
     wait_all(members, lambda: {v for m in members for _, _, v in m.records()} >= sent, timeout=30,
              what="the first 60 records consumed")
-    wait_committed(cluster.bootstrap, group, topic, {p: 10 for p in range(6)}, timeout=30)
+    wait_committed(cluster.bootstrap, group, topic, {p: 10 for p in range(6)}, timeout=30)  # see above
     p = partition_for_group(group, 3)
     victim = int(cluster.topic(OFFSETS_TOPIC)["partitions"][p]["leader"])
     before = generations(cluster[victim].log_text(), group)
@@ -113,8 +125,7 @@ def test_a_group_survives_a_coordinator_failover_in_a_cluster_without_a_rebalanc
                      not in (-1, victim), timeout=60)
     coordinator = cluster[int(cluster.topic(OFFSETS_TOPIC)["partitions"][p]["leader"])]
     after = produce(cluster.bootstrap, topic, 60, 60)
-    wait_all(members, lambda: {v for m in members for _, _, v in m.records()} >= after, timeout=60,
-             what="the 60 records produced after the failover consumed")
+    wait_consumed(members, after, timeout=60, what="the 60 records produced after the failover consumed")
     wait_committed(cluster.bootstrap, group, topic, {q: 20 for q in range(6)}, timeout=60)
     assert generations(coordinator.log_text(), group) == [], "no new generation on the new coordinator"
     line = coordinator.wait_for_log(f"group '{group}' loaded:", timeout=5)
