@@ -31,9 +31,10 @@ from kelp.errors import (
 )
 from kelp.json_types import JsonObject
 
-from ..metadata.controller_answers import PartitionAnswer
+from ..metadata.controller_answers import AlterPartitionItem, AlterPartitionsAnswer, PartitionAnswer
 from ..metadata.model import BrokerEndpoint
 from ..replica.results import PartitionInfo, ProduceResult
+from .alter_partition_batcher import AlterPartitionBatcher
 from .member_state import ControlSession, MemberState
 
 __all__ = ["ControllerCall", "LeaderRouting", "error_for", "broker_id_of", "CONTROLLER_CALL_TIMEOUT_S"]
@@ -41,6 +42,7 @@ __all__ = ["ControllerCall", "LeaderRouting", "error_for", "broker_id_of", "CONT
 log = logging.getLogger("kelp.broker.cluster")
 
 CONTROLLER_CALL_TIMEOUT_S = 30.0
+ALTER_PARTITION_TIMEOUT_S = 10.0  # then the ISR change's outcome is unknown: its leader asks again
 APPLY_WAIT_S = 5.0
 
 
@@ -80,6 +82,8 @@ class LeaderRouting:
         self.state = state
         self._session = session
         self._wait_applied = wait_applied  # until this broker applied a metadata offset (`MemberMetadata`)
+        # This broker's ISR changes, one controller request at a time carrying all that are pending.
+        self.isr_batcher = AlterPartitionBatcher(self._alter_partitions, self._alter_one_partition, error_for)
         self._refresh_brokers = refresh_brokers  # the live brokers, as the leases show them (`MemberLeases`)
 
     # -- to the controller --------------------------------------------------------------
@@ -168,9 +172,19 @@ class LeaderRouting:
 
     async def alter_partition(self, topic: str, partition: int, *, leader_epoch: int, partition_epoch: int,
                               isr: list[int]) -> PartitionAnswer:
-        """AlterPartition to the controller; returns its answer (the partition's state) once applied here."""
-        answer = await self.call("alter_partition", topic=topic, partition=partition, leader=self.state.broker_id,
-                                 leader_epoch=leader_epoch, partition_epoch=partition_epoch, isr=isr, timeout_s=10.0)
+        """AlterPartition to the controller; returns its answer (the partition's state) once applied here.
+        Sent with every other ISR change this broker has pending (`alter_partition_batcher`)."""
+        return await self.isr_batcher.submit({"topic": topic, "partition": partition, "leader_epoch": leader_epoch,
+                                              "partition_epoch": partition_epoch, "isr": isr})
+
+    async def _alter_partitions(self, items: list[AlterPartitionItem]) -> AlterPartitionsAnswer:
+        answer = await self.call("alter_partitions", leader=self.state.broker_id, partitions=items,
+                                 timeout_s=ALTER_PARTITION_TIMEOUT_S)
+        return cast(AlterPartitionsAnswer, answer)  # the controller's answer to this operation
+
+    async def _alter_one_partition(self, item: AlterPartitionItem) -> PartitionAnswer:
+        answer = await self.call("alter_partition", leader=self.state.broker_id, timeout_s=ALTER_PARTITION_TIMEOUT_S,
+                                 **item)
         return cast(PartitionAnswer, answer)  # the controller's answer to this operation
 
     async def broker_json(self, broker_id: int, path: str) -> tuple[int, object]:

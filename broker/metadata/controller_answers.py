@@ -10,7 +10,7 @@ its broker applied it (`routing.LeaderRouting.call`). Only shapes here: no logic
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 from kelp.security.acl_json import AclBindingJson
 
@@ -20,6 +20,9 @@ __all__ = [
     "TopicAnswer",
     "DeleteTopicAnswer",
     "PartitionAnswer",
+    "AlterPartitionItem",
+    "AlterPartitionResult",
+    "AlterPartitionsAnswer",
     "ShutdownAnswer",
     "DecommissionAnswer",
     "ProducerIdsAnswer",
@@ -48,6 +51,32 @@ class DeleteTopicAnswer(TypedDict):
 class PartitionAnswer(PartitionStateJson):
     """alter_partition, reassign: the partition afterwards."""
 
+    metadata_offset: int
+
+
+class AlterPartitionItem(TypedDict):
+    """One ISR change in an alter_partitions request (the leader is the request's): what alter_partition takes."""
+
+    topic: str
+    partition: int
+    leader_epoch: int
+    partition_epoch: int
+    isr: list[int]
+
+
+class AlterPartitionResult(TypedDict):
+    """One item's outcome in alter_partitions, in the request's order: `error_code` 0 and the partition
+    afterwards in `state`, or the error's code and message (as alter_partition would have raised it)."""
+
+    error_code: int
+    message: NotRequired[str]
+    state: NotRequired[PartitionStateJson]
+
+
+class AlterPartitionsAnswer(TypedDict):
+    """alter_partitions: one result per item, all of them held at `metadata_offset` or before."""
+
+    results: list[AlterPartitionResult]
     metadata_offset: int
 
 

@@ -469,6 +469,9 @@ BROKER_KEYS: dict[str, tuple[Parser, ConfigValue]] = {
     "lease.duration.ms": (_positive, 3000),
     "lease.renew.interval.ms": (_positive, 1000),
     "controller.liveness.check.interval.ms": (_positive, 250),
+    # Leadership back to preferred replicas in sync again (Kafka's names, defaults; KRaft: 1,000 elections a pass)
+    "auto.leader.rebalance.enable": (parse_bool, True),
+    "leader.imbalance.check.interval.seconds": (_positive, 300),
     # A (re)started broker acts on the metadata only once the controller has registered this process in it
     # (docs/metadata.md); it gives up and exits after this long (Kafka's name and default).
     "initial.broker.registration.timeout.ms": (_positive, 60000),

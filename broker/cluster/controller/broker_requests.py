@@ -21,13 +21,22 @@ from kelp.errors import (
     IneligibleReplicaError,
     InvalidRequestError,
     InvalidUpdateVersionError,
+    KelpError,
     NotLeaderOrFollowerError,
 )
 
-from ...metadata.controller_answers import BrokerConfigsAnswer, PartitionAnswer, ProducerIdsAnswer, ShutdownAnswer
+from ...metadata.controller_answers import (
+    AlterPartitionItem,
+    AlterPartitionResult,
+    AlterPartitionsAnswer,
+    BrokerConfigsAnswer,
+    PartitionAnswer,
+    ProducerIdsAnswer,
+    ShutdownAnswer,
+)
 from ...metadata.elections import complete_reassignment, describe_change, elect
 from ...metadata.group_configs import config_change
-from ...metadata.model import NO_LEADER, TopicState
+from ...metadata.model import NO_LEADER, PartitionState, TopicState
 from ...metadata.records import (
     MetadataRecord,
     broker_config_record,
@@ -61,31 +70,73 @@ class BrokerRequests:
         async with self.state.lock:
             self.writer.check_fresh()
             t, state = self.state.partition_state(topic, partition)
-            if leader != state.leader or leader_epoch != state.leader_epoch:
-                err = FencedLeaderEpochError if leader_epoch < state.leader_epoch else NotLeaderOrFollowerError
-                raise err(f"{topic}-{partition}: ISR change from broker {leader} at leader epoch {leader_epoch}, "
-                          f"but the leader is {state.leader} at epoch {state.leader_epoch}")
-            new_isr = tuple(dict.fromkeys(int(r) for r in isr))
-            if partition_epoch != state.partition_epoch:
-                if partition_epoch < state.partition_epoch and set(new_isr) == set(state.isr):
-                    return self.state.partition_answer(state)
-                raise InvalidUpdateVersionError(
-                    f"{topic}-{partition}: ISR change based on partition epoch {partition_epoch}, current is "
-                    f"{state.partition_epoch}")
-            if leader not in new_isr or any(r not in state.replicas for r in new_isr):
-                raise InvalidRequestError(f"{topic}-{partition}: ISR {list(new_isr)} must include the leader and only "
-                                          f"replicas {list(state.replicas)}")
-            added = [r for r in new_isr if r not in state.isr]
-            bad = [r for r in added if r not in self.state.alive or r in self.state.shutting_down]
-            if bad:
-                raise IneligibleReplicaError(f"{topic}-{partition}: broker(s) {bad} cannot join the ISR: not live "
-                                             "or shutting down")
-            if set(new_isr) == set(state.isr):
-                return self.state.partition_answer(state)
-            new_state = replace(state, isr=new_isr, partition_epoch=state.partition_epoch + 1)
-            new_state = complete_reassignment(topic, partition, new_state, self.state.eligible())
-            await self.writer.append([partition_record(t, partition, new_state)])
+            new_state = self._judge(topic, partition, state, leader, leader_epoch, partition_epoch, isr)
+            if new_state is not state:
+                await self.writer.append([partition_record(t, partition, new_state)])
             return self.state.partition_answer(new_state)
+
+    async def alter_partitions(self, *, leader: int, partitions: list[AlterPartitionItem]) -> AlterPartitionsAnswer:
+        """Many AlterPartition items of one leader in one decision: Kafka's AlterPartition request carries every
+        ISR change its leader has pending (`AlterPartitionManager`), so a broker that rejoins the ISR of
+        thousands of partitions costs a few requests and metadata entries, not one of each per partition.
+
+        Each item is judged exactly as `alter_partition` judges it, in the request's order (a later item for
+        the same partition sees the earlier one's outcome), and answered on its own: one item's refusal
+        (a stale epoch, an ineligible replica, an unknown partition) changes nothing of the others. The
+        accepted changes are appended together; if that write fails, the whole request fails and the leader
+        asks again, as for one item.
+        """
+        async with self.state.lock:
+            self.writer.check_fresh()
+            results: list[AlterPartitionResult | PartitionState] = []
+            current: dict[tuple[str, int], PartitionState] = {}  # changed by an earlier item of this request
+            records: list[MetadataRecord] = []
+            for item in partitions:
+                try:
+                    topic, partition = item["topic"], item["partition"]
+                    t, state = self.state.partition_state(topic, partition)
+                    state = current.get((topic, partition), state)
+                    new_state = self._judge(topic, partition, state, leader, item["leader_epoch"],
+                                            item["partition_epoch"], item["isr"])
+                except KelpError as exc:
+                    results.append({"error_code": int(exc.code), "message": str(exc)})
+                    continue
+                if new_state is not state:
+                    current[(topic, partition)] = new_state
+                    records.append(partition_record(t, partition, new_state))
+                results.append(new_state)
+            await self.writer.append(records)
+            return {"results": [{"error_code": 0, "state": r.to_json()} if isinstance(r, PartitionState) else r
+                                for r in results],
+                    "metadata_offset": self.state.image.offset}
+
+    def _judge(self, topic: str, partition: int, state: PartitionState, leader: int, leader_epoch: int,
+               partition_epoch: int, isr: list[int]) -> PartitionState:
+        """The partition after this ISR change: `state` itself when nothing is to be written (the ISR asked for
+        is current: a retry of an applied change), a new state to commit, or the refusal raised."""
+        if leader != state.leader or leader_epoch != state.leader_epoch:
+            err = FencedLeaderEpochError if leader_epoch < state.leader_epoch else NotLeaderOrFollowerError
+            raise err(f"{topic}-{partition}: ISR change from broker {leader} at leader epoch {leader_epoch}, "
+                      f"but the leader is {state.leader} at epoch {state.leader_epoch}")
+        new_isr = tuple(dict.fromkeys(int(r) for r in isr))
+        if partition_epoch != state.partition_epoch:
+            if partition_epoch < state.partition_epoch and set(new_isr) == set(state.isr):
+                return state
+            raise InvalidUpdateVersionError(
+                f"{topic}-{partition}: ISR change based on partition epoch {partition_epoch}, current is "
+                f"{state.partition_epoch}")
+        if leader not in new_isr or any(r not in state.replicas for r in new_isr):
+            raise InvalidRequestError(f"{topic}-{partition}: ISR {list(new_isr)} must include the leader and only "
+                                      f"replicas {list(state.replicas)}")
+        added = [r for r in new_isr if r not in state.isr]
+        bad = [r for r in added if r not in self.state.alive or r in self.state.shutting_down]
+        if bad:
+            raise IneligibleReplicaError(f"{topic}-{partition}: broker(s) {bad} cannot join the ISR: not live "
+                                         "or shutting down")
+        if set(new_isr) == set(state.isr):
+            return state
+        new_state = replace(state, isr=new_isr, partition_epoch=state.partition_epoch + 1)
+        return complete_reassignment(topic, partition, new_state, self.state.eligible())
 
     async def controlled_shutdown(self, *, broker_id: int) -> ShutdownAnswer:
         """Move leadership off `broker_id` and take it out of every ISR; returns what it still leads.

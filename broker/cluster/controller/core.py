@@ -129,6 +129,7 @@ class Controller:
             "create_partitions": self.topic_admin.create_partitions,
             "alter_configs": self.topic_admin.alter_configs,
             "alter_partition": self.broker_requests.alter_partition,
+            "alter_partitions": self.broker_requests.alter_partitions,
             "controlled_shutdown": self.broker_requests.controlled_shutdown,
             "allocate_producer_ids": self.broker_requests.allocate_producer_ids,
             "alter_broker_configs": self.broker_requests.alter_broker_configs,
@@ -255,6 +256,8 @@ class Controller:
     async def _watch(self) -> None:
         interval = self.settings.liveness_check_ms / 1000.0
         next_periodic = self.monotonic() + PERIODIC_S
+        balance_s = self.settings.leader_balance_s
+        next_balance = None if balance_s is None else self.monotonic() + balance_s
         while self.state.active:
             await asyncio.sleep(interval)
             try:
@@ -267,6 +270,9 @@ class Controller:
                 if self.monotonic() >= next_periodic:
                     next_periodic = self.monotonic() + PERIODIC_S
                     await self.moves.periodic()
+                if next_balance is not None and balance_s is not None and self.monotonic() >= next_balance:
+                    more = await self.moves.balance_leaders()  # more left: the next check runs another pass
+                    next_balance = self.monotonic() + (0.0 if more else balance_s)
             except asyncio.CancelledError:
                 raise
             except NotControllerError as exc:

@@ -22,7 +22,7 @@ from kelp.errors import (
 
 from ...metadata.controller_answers import ElectionAnswer, PartitionAnswer, Reassignment
 from ...metadata.elections import RevertRefused, complete_reassignment, revert_reassignment
-from ...metadata.model import TopicState
+from ...metadata.model import PartitionState, TopicState
 from ...metadata.records import partition_record
 from .state import ControllerState
 from .writer import MetadataWriter
@@ -30,6 +30,8 @@ from .writer import MetadataWriter
 __all__ = ["PartitionMoves"]
 
 log = logging.getLogger("kelp.broker.controller")
+
+MAX_BALANCE_ELECTIONS = 1000  # per leader-balance pass (KRaft's maxElectionsPerImbalance); more: another pass at once
 
 
 class PartitionMoves:
@@ -81,8 +83,7 @@ class PartitionMoves:
         """Move leadership to each partition's first replica where it is alive and in sync."""
         async with self.state.lock:
             self.writer.check_fresh()
-            eligible = self.state.eligible()
-            leaving = self.state.decommissioned()  # a decommissioned preferred replica does not take leadership back
+            eligible, leaving = self.state.eligible(), self.state.decommissioned()
             results: dict[str, int] = {}
             changed: list[TopicState] = []
             names = [topic] if topic is not None else sorted(self.state.topics)
@@ -92,21 +93,46 @@ class PartitionMoves:
                 for p, state in enumerate(t.partition_states):
                     if partitions is not None and p not in partitions:
                         continue
-                    preferred = state.target_replicas[0]
-                    key = f"{name}-{p}"
-                    if state.leader == preferred:
-                        results[key] = ElectionNotNeededError.code
-                        continue
-                    if preferred not in state.isr or preferred not in eligible or preferred in leaving:
-                        results[key] = PreferredLeaderNotAvailableError.code
-                        continue
-                    new = new.with_partition(p, replace(state, leader=preferred, leader_epoch=state.leader_epoch + 1,
-                                                        partition_epoch=state.partition_epoch + 1))
-                    results[key] = ErrorCode.NONE
+                    code, elected = _preferred(state, eligible, leaving)
+                    results[f"{name}-{p}"] = code
+                    if elected is not None:
+                        new = new.with_partition(p, elected)
                 if new is not t:
                     changed.append(new)
             await self.writer.commit(changed)
             return {"results": results, "metadata_offset": self.state.image.offset}
+
+    async def balance_leaders(self, *, limit: int = MAX_BALANCE_ELECTIONS) -> bool:
+        """`auto.leader.rebalance.enable`: elect the preferred replica of every partition led by another where the
+        preferred one is alive, in sync, not decommissioned and no reassignment runs — at most `limit` of them,
+        as KRaft's `maybeBalancePartitionLeaders`. True when more were left for the next pass (the caller runs it
+        again at once). A broker that came back after a failure otherwise leads nothing until an operator or an
+        admin asks (`elect_preferred_leaders`), and one broker serves every client of the partitions it took over.
+        """
+        async with self.state.lock:
+            self.writer.check_fresh()
+            eligible, leaving = self.state.eligible(), self.state.decommissioned()
+            changed: list[TopicState] = []
+            elected = 0
+            for name in sorted(self.state.topics):
+                t = self.state.topics[name]
+                new = t
+                for p, state in enumerate(t.partition_states):
+                    if state.reassigning or state.leader == state.target_replicas[0]:
+                        continue
+                    if elected >= limit:
+                        await self.writer.commit(changed + ([new] if new is not t else []))
+                        return True
+                    _, to = _preferred(state, eligible, leaving)
+                    if to is not None:
+                        new = new.with_partition(p, to)
+                        elected += 1
+                if new is not t:
+                    changed.append(new)
+            if elected:
+                log.info("leader balance: %d partition(s) back to their preferred leader", elected)
+            await self.writer.commit(changed)
+            return False
 
     def reassignments(self) -> list[Reassignment]:
         out: list[Reassignment] = []
@@ -139,3 +165,15 @@ class PartitionMoves:
             if changed:
                 self.writer.check_fresh()
                 await self.writer.commit(changed)
+
+
+def _preferred(state: PartitionState, eligible: frozenset[int],
+               leaving: frozenset[int]) -> tuple[int, PartitionState | None]:
+    """A preferred-leader election of one partition: (its result code, the partition afterwards or None)."""
+    preferred = state.target_replicas[0]
+    if state.leader == preferred:
+        return ElectionNotNeededError.code, None
+    if preferred not in state.isr or preferred not in eligible or preferred in leaving:
+        return PreferredLeaderNotAvailableError.code, None  # a decommissioned one does not take leadership back
+    return ErrorCode.NONE, replace(state, leader=preferred, leader_epoch=state.leader_epoch + 1,
+                                   partition_epoch=state.partition_epoch + 1)

@@ -53,6 +53,9 @@ class ControllerSettings:
         self.producer_id_block = int(cfg["producer.id.block.size"])
         self.lease_duration_ms = int(cfg["lease.duration.ms"])
         self.liveness_check_ms = int(cfg["controller.liveness.check.interval.ms"])
+        # Preferred leaders elected again every this many seconds (None: auto.leader.rebalance.enable=false).
+        self.leader_balance_s: float | None = float(cfg["leader.imbalance.check.interval.seconds"]) \
+            if cfg["auto.leader.rebalance.enable"] else None
         self.snapshot_bytes = int(cfg["metadata.log.max.record.bytes.between.snapshots"])
 
 

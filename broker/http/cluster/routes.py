@@ -46,6 +46,7 @@ CONTROLLER_OPS = {
     "create_partitions": {"name", "total", "validate_only", "assignments"},
     "alter_configs": {"name", "configs", "replace_all", "delete", "validate_only"},
     "alter_partition": {"topic", "partition", "leader", "leader_epoch", "partition_epoch", "isr"},
+    "alter_partitions": {"leader", "partitions"},
     "controlled_shutdown": {"broker_id"},
     "allocate_producer_ids": {"broker_id"},
     "reassign": {"topic", "partition", "replicas"},
@@ -90,6 +91,8 @@ async def controller_op(request: web.Request) -> web.Response:
     unknown = set(body) - allowed
     if unknown:
         raise HttpProblem(400, f"controller operation '{op}': unknown argument(s) {sorted(unknown)}")
+    if op == "alter_partitions":
+        _check_alter_partitions(body)
     member = _member(request)
     controller = member.state.controller
     if controller is None or not controller.state.active:
@@ -98,6 +101,24 @@ async def controller_op(request: web.Request) -> web.Response:
             f"{member.state.controller_id})"
         )
     return json_response(cast(JsonData, await controller.operation(op)(**body)))  # a TypedDict of JSON values
+
+
+_ALTER_PARTITION_ITEM = {"topic", "partition", "leader_epoch", "partition_epoch", "isr"}
+
+
+def _check_alter_partitions(body: dict[str, JsonValue]) -> None:
+    """alter_partitions' items are judged one by one by the controller: each must have the shape it reads."""
+    items = body.get("partitions")
+    if not _int32(body.get("leader")) or not isinstance(items, list):
+        raise HttpProblem(400, "controller operation 'alter_partitions': needs 'leader' (integer) and 'partitions' "
+                               "(a list)")
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or set(item) != _ALTER_PARTITION_ITEM or not isinstance(item["topic"], str) \
+                or not all(_int32(item[k]) for k in ("partition", "leader_epoch", "partition_epoch")) \
+                or not isinstance(item["isr"], list) or not all(_int32(r) for r in item["isr"]):
+            raise HttpProblem(400, f"controller operation 'alter_partitions': partitions[{i}] must be an object of "
+                                   f"{sorted(_ALTER_PARTITION_ITEM)}: 'topic' a string, 'isr' a list of broker ids, "
+                                   "the rest integers")
 
 
 # -- admin: cluster, reassignment, leaders, shutdown ------------------------------------
