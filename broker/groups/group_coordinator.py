@@ -111,7 +111,8 @@ class GroupCoordinator:
                                                   topic_partitions=topic_partitions or (lambda topic: None))
         self.membership = GroupMembership(self.group_manager, scheduler=self.scheduler)
         self.loader = PartitionLoader(self.group_manager, scheduler=self.scheduler,
-                                      on_group_unloaded=self.membership.on_group_unloaded)
+                                      on_group_unloaded=self.membership.on_group_unloaded,
+                                      on_group_loaded=self.membership.on_group_loaded)
         self.expiry = OffsetExpiry(self.group_manager, scheduler=self.scheduler)
         self.txn_offsets = TxnOffsets(self.group_manager)
         self.loader.on_partition_loaded = self.txn_offsets.after_load

@@ -60,7 +60,21 @@ class GroupMembership:
     def groups(self) -> dict[str, Group]:
         return self.manager.groups
 
-    # -- unloading ------------------------------------------------------
+    # -- loading and unloading --------------------------------------------
+    def on_group_loaded(self, group: Group) -> None:
+        """A load restored the group with its members (`partition_loader.restore_group`): each member's session
+        starts now, as Kafka's onLoaded reschedules every member's heartbeat, so members that go on heartbeating
+        keep their generation and one that does not is expired a session timeout from now. A group bigger than
+        group.max.size (lowered meanwhile) rebalances at once, as Kafka's does."""
+        for m in group.members.values():
+            self.schedule_heartbeat(group, m)
+        if group.members:
+            log.info("group '%s' loaded: %s at generation %d with %d member(s)", group.group_id, group.state.value,
+                     group.generation, len(group.members))
+        if len(group.members) > self.config.max_group_size:
+            self._prepare_rebalance(group, f"freshly loaded with {len(group.members)} members, over group.max.size "
+                                           f"{self.config.max_group_size}")
+
     def on_group_unloaded(self, group: Group) -> None:
         """The group left this coordinator: stop its timers; its parked requests answer NOT_COORDINATOR."""
         gid = group.group_id
@@ -253,15 +267,33 @@ class GroupMembership:
         old.answer_sync(SyncResult(ErrorCode.FENCED_INSTANCE_ID))
         self._cancel(group, "hb:" + old_id)
         member = group.replace_static_member(instance_id, old_id, new_id)
+        before = (member.client_id, member.client_host, member.session_timeout_ms, member.rebalance_timeout_ms,
+                  member.protocols)
         member.client_id = kw["client_id"]
         member.client_host = kw["client_host"]
         member.session_timeout_ms = kw["session_timeout_ms"]
         member.rebalance_timeout_ms = kw["rebalance_timeout_ms"]
+        member.protocols = kw["protocols"]
         log.info("group '%s': static member %s rejoined as %s (was %s)", group.group_id, instance_id, new_id, old_id)
-        if group.is_(GroupState.STABLE) and member.same_protocols(kw["protocols"]):
-            # Kafka: same subscription -> keep the generation and the assignment, no rebalance.
-            self._persist_group_soon(group)
+        if group.is_(GroupState.STABLE) and group.protocol_name in group.candidate_protocols() \
+                and group.select_protocol() == group.protocol_name:
+            # Kafka's updateStaticMemberThenRebalanceOrCompleteJoin: the protocol the next generation would select
+            # is the group's -> keep the generation and the assignment, no rebalance (also after a coordinator
+            # move, where the restored member knows only the selected protocol and the client sends its list).
+            # The new member id is answered only once it is durable: a coordinator that loads the group must know
+            # it, or it would fence the member (FENCED_INSTANCE_ID). A failed write reverts to the old id.
             self.schedule_heartbeat(group, member)
+            err = await self.manager.store_group(group)
+            if err:
+                if group.static_member_id(instance_id) == new_id and not group.is_(GroupState.DEAD):
+                    (member.client_id, member.client_host, member.session_timeout_ms, member.rebalance_timeout_ms,
+                     member.protocols) = before
+                    self._cancel(group, "hb:" + new_id)
+                    self.schedule_heartbeat(group, group.replace_static_member(instance_id, new_id, old_id))
+                log.info("group '%s': static member %s stays %s: writing its new member id failed (error %d)",
+                         group.group_id, instance_id, old_id, err)
+                return JoinResult(err, generation=group.generation, protocol_type=group.protocol_type,
+                                  protocol_name=group.protocol_name, leader=group.leader_id or "")
             return JoinResult(
                 ErrorCode.NONE, generation=group.generation, protocol_type=group.protocol_type,
                 protocol_name=group.protocol_name, leader=group.leader_id or "", member_id=new_id,

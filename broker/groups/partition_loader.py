@@ -26,7 +26,7 @@ from .consumer.model import ConsumerGroup
 from .consumer.records import RecordKey, record_key_of
 from .consumer.records import replay as replay_consumer_groups
 from .coordinator_config import Scheduler
-from .group import CommittedOffset, Group
+from .group import CommittedOffset, Group, GroupState, Member
 from .group_metadata_manager import GroupMetadataManager
 from .offsets_log import (
     GroupValue,
@@ -42,7 +42,7 @@ from .offsets_log import (
 from .ownership_changes import OwnershipChanges
 from .placement import OFFSETS_TOPIC
 
-__all__ = ["PartitionLoader", "LoadedPartition", "decode_partition"]
+__all__ = ["PartitionLoader", "LoadedPartition", "decode_partition", "restore_group"]
 
 log = logging.getLogger("kelp.broker.groups")
 
@@ -67,6 +67,34 @@ class LoadedPartition:
     def group_ids(self) -> set[str]:
         return ({k.group for k, v in self.offsets.items() if v is not None}
                 | {g for g, m in self.metas.items() if m is not None} | set(self.consumer_groups))
+
+
+def restore_group(group_id: str, meta: GroupValue) -> Group:
+    """The classic group a GroupMetadataValue describes, as Kafka's GroupMetadataManager.replay rebuilds it.
+
+    Kafka writes the record when a generation's assignment is stored (the leader's SyncGroup), when a rebalance
+    ends with no members, and when a static member is replaced: so it always holds a completed generation, and the
+    group comes back Stable at it (Empty without members) with its leader, protocol and members. A member knows
+    only the group's selected protocol (the record keeps that subscription alone), with its stored assignment and
+    group.instance.id. Its session is not started here: the coordinator starts every member's afresh once the
+    partition is loaded (`GroupMembership.on_group_loaded`, Kafka's onLoaded).
+    """
+    group = Group(group_id, generation=meta.generation, protocol_type=meta.protocol_type or None,
+                  protocol_name=meta.protocol, state_timestamp_ms=meta.current_state_timestamp)
+    if meta.members and not meta.protocol:
+        log.warning("group '%s': its stored generation %d has %d member(s) but no protocol; loaded without them",
+                    group_id, meta.generation, len(meta.members))
+        return group
+    for m in meta.members:
+        group.add(Member(m.member_id, m.group_instance_id, m.client_id, m.client_host, m.session_timeout_ms,
+                         m.rebalance_timeout_ms, meta.protocol_type, [(meta.protocol or "", m.subscription)],
+                         assignment=m.assignment, is_new=False))
+    if group.members:
+        group.protocol_type = meta.protocol_type or None
+        if meta.leader in group.members:
+            group.leader_id = meta.leader
+        group.state = GroupState.STABLE
+    return group
 
 
 def decode_partition(partition: int, records: Iterable[ReplayItem]) -> LoadedPartition:
@@ -133,12 +161,15 @@ class PartitionLoader:
         *,
         scheduler: Scheduler,
         on_group_unloaded: Callable[[Group], None],
+        on_group_loaded: Callable[[Group], None] = lambda group: None,
     ) -> None:
         self.manager = manager
         self.config = manager.config
         self.scheduler = scheduler
         # Called for each group dropped on resignation (the coordinator stops its timers and parked requests).
         self.on_group_unloaded = on_group_unloaded
+        # Called for each classic group a load restored (the coordinator starts its members' sessions).
+        self.on_group_loaded = on_group_loaded
         # Called once a partition's replay is applied (transaction completions that waited for it take effect).
         self.on_partition_loaded: Callable[[int], None] = lambda partition: None
         # Takes the partition's KIP-848 consumer groups (the coordinator's `consumer.adopt`).
@@ -253,17 +284,13 @@ class PartitionLoader:
 
     def _apply_loaded(self, loaded: LoadedPartition) -> None:
         groups = self.manager.groups
+        restored: list[Group] = []
         for group_id, meta in loaded.metas.items():
             if meta is None:
                 groups.pop(group_id, None)
                 continue
-            group = Group(group_id)
-            group.generation = meta.generation
-            group.protocol_type = meta.protocol_type or None
-            group.protocol_name = meta.protocol
-            # Members are not restored: they re-join (their sessions are gone with the old process),
-            # so the group starts Empty at its last generation, as after a coordinator move.
-            groups[group_id] = group
+            groups[group_id] = restore_group(group_id, meta)
+            restored.append(groups[group_id])
         for key, value in loaded.offsets.items():
             if value is None:
                 g = groups.get(key.group)
@@ -280,6 +307,8 @@ class PartitionLoader:
                 g = groups.setdefault(key.group, Group(key.group))
                 g.pending_txn_offsets.setdefault(producer_id, {})[(key.topic, key.partition)] = (
                     CommittedOffset(value.offset, value.leader_epoch, value.metadata, value.commit_timestamp), at)
+        for group in restored:
+            self.on_group_loaded(group)
         self.on_consumer_groups(loaded.consumer_groups)
         self.on_share_groups(loaded.share_groups)
         self.on_partition_loaded(loaded.partition)

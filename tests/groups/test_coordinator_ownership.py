@@ -109,7 +109,7 @@ async def test_election_loads_offsets_and_metadata_of_that_partition_only() -> N
     }
     group = fresh.groups[a]
     assert group.generation == generation and group.protocol_name == "range"
-    assert group.state is GroupState.EMPTY, "members are not restored: they rejoin"
+    assert group.state is GroupState.STABLE and set(group.members) == {results[0].member_id}, "members are restored"
     assert b not in fresh.groups, "groups of partitions it does not lead are not loaded"
     assert fresh.fetch_offsets(b, None)[0] == ErrorCode.NOT_COORDINATOR
     assert [gid for gid, _, _ in fresh.list_groups()] == [a]

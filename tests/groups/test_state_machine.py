@@ -251,7 +251,8 @@ async def test_offsets_and_groups_replay_into_a_new_coordinator() -> None:
     assert {tp: co.offset for tp, co in offs.items()} == {("t", 0): 11, ("t", 1): 20}
     assert "b" not in fresh.groups
     assert fresh.groups["c"].generation == results[0].generation
-    assert fresh.groups["c"].state is GroupState.EMPTY
+    assert fresh.groups["c"].state is GroupState.STABLE  # its member is restored (test_classic_group_load)
+    assert set(fresh.groups["c"].members) == {results[0].member_id}
 
 
 async def test_offsets_of_empty_groups_expire_with_tombstones() -> None:
