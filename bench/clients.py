@@ -129,8 +129,10 @@ def _know_topic(client: Any, topic: str, timeout_s: float = 30.0) -> None:
     the broker that connection named, finds "no usable brokers" for its
     topic query and retries after a fixed backoff: measured here, half of
     cold producers took 103 ms for one record (warm: 1-4 ms) and a third of
-    cold consumers 53-56 ms. In a 0.27 s run that is up to 37% of the figure,
-    decided by which thread wins a race, not by the broker (issue 35).
+    cold consumers 53-56 ms. In a 0.27 s run that moved a figure by up to a
+    third, either way (a client that waited sends what queued meanwhile in
+    full batches), decided by which thread wins a race, not by the broker
+    alone (issue 35; docs/performance.md).
     """
     meta = client.list_topics(topic, timeout=timeout_s).topics.get(topic)
     if meta is None or meta.error is not None:
