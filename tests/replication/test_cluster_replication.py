@@ -287,6 +287,10 @@ def test_rest_proxy_produce_through_any_broker_reaches_each_partitions_leader(cl
     cluster = cluster_factory(3)
     created = cluster.admin("/admin/v1/topics", "POST", {"name": "rest", "partitions": 3, "replication_factor": 2})
     assert len({p["leader"] for p in created["partitions"]}) == 3
+    # Each leader learns the topic from the metadata log a moment after the controller committed it (as in KRaft):
+    # a record forwarded to a leader that has not applied it yet is refused (cc13 at load 4: partition 2's).
+    cluster.wait_for("every broker to know topic rest", lambda: all(
+        len(cluster.topic("rest", via=b)["partitions"]) == 3 for b in cluster.brokers))
     from tests.support.cluster import http_json
 
     body = {"records": [{"value": {"n": i}, "partition": i % 3} for i in range(30)]}
