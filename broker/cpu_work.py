@@ -19,11 +19,11 @@ task (and of tasks it starts) add the worker thread's CPU seconds to `account[0]
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
-import threading
 import time
 from typing import Callable, TypeVar
+
+from kelp.thread_pools import LazyPool
 
 __all__ = ["run_cpu", "WORKERS", "charge_to"]
 
@@ -32,18 +32,10 @@ T = TypeVar("T")
 # Threads for client-caused CPU work: two leave the loop's own core free on a small machine.
 WORKERS = 2
 
-_lock = threading.Lock()
-_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_POOL = LazyPool(WORKERS, "kelp-cpu")  # made again in a forked child (kelp/thread_pools.py)
 # The request whose task runs: its account of seconds (a one-element list), or None when nothing is charged.
 _account: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar("kelp_cpu_account", default=None)
 
-
-def _executor() -> concurrent.futures.ThreadPoolExecutor:
-    global _pool
-    with _lock:
-        if _pool is None:
-            _pool = concurrent.futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="kelp-cpu")
-        return _pool
 
 
 async def run_cpu(fn: Callable[..., T], *args: object) -> T:
@@ -51,7 +43,7 @@ async def run_cpu(fn: Callable[..., T], *args: object) -> T:
     to finish on its thread)."""
     account = _account.get()
     if account is None:
-        return await asyncio.get_running_loop().run_in_executor(_executor(), fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(_POOL.executor(), fn, *args)
 
     def charged() -> tuple[T | None, BaseException | None, float]:
         start = time.thread_time()
@@ -60,7 +52,7 @@ async def run_cpu(fn: Callable[..., T], *args: object) -> T:
         except BaseException as exc:  # raised again on the loop, once the time is charged
             return None, exc, time.thread_time() - start
 
-    value, error, spent = await asyncio.get_running_loop().run_in_executor(_executor(), charged)
+    value, error, spent = await asyncio.get_running_loop().run_in_executor(_POOL.executor(), charged)
     account[0] += spent  # on the loop's thread: no race with the request's own steps
     if error is not None:
         raise error

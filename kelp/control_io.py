@@ -17,11 +17,10 @@ metadata log) and the operator (its `kelp-operator` lease), which import nothing
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import functools
-import os
-import threading
 from typing import Callable, TypeVar
+
+from .thread_pools import LazyPool
 
 __all__ = ["run_control", "WORKERS"]
 
@@ -29,29 +28,10 @@ T = TypeVar("T")
 
 WORKERS = 4
 
-_lock = threading.Lock()
-_pool: concurrent.futures.ThreadPoolExecutor | None = None
-
-
-def _executor() -> concurrent.futures.ThreadPoolExecutor:
-    global _pool
-    with _lock:
-        if _pool is None:
-            _pool = concurrent.futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="kelp-control")
-        return _pool
-
-
-def _forget_in_child() -> None:
-    """A forked child has none of the parent's threads: its first call makes a pool of its own (a pool copied from
-    the parent would take work and never run it). Its lock may have been held at the fork: a new one."""
-    global _pool, _lock
-    _pool, _lock = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_in_child)
+_POOL = LazyPool(WORKERS, "kelp-control")
 
 
 async def run_control(fn: Callable[..., T], *args: object, **kwargs: object) -> T:
     """`fn(*args, **kwargs)` on the control plane's threads; the caller waits, the loop does not (a cancelled
     caller leaves a started call to finish on its thread, as `asyncio.to_thread` does)."""
-    return await asyncio.get_running_loop().run_in_executor(_executor(), functools.partial(fn, *args, **kwargs))
+    return await asyncio.get_running_loop().run_in_executor(_POOL.executor(), functools.partial(fn, *args, **kwargs))
